@@ -1,0 +1,12 @@
+//! holdfast-shared: the API types (CRDs), field paths, rule registry and the pure
+//! policy evaluation shared by `holdfast-controller` and `holdfast-webhook`.
+//!
+//! Nothing in this crate performs I/O: policies are evaluated over an admission
+//! request and a [`policy::ClusterView`] that the webhook implements.
+
+pub mod api;
+pub mod fieldpath;
+pub mod labels;
+pub mod names;
+pub mod policy;
+pub mod review;

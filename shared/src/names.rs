@@ -1,0 +1,36 @@
+//! Names fixed by the design contract: API group, labels, annotations, paths.
+
+/// API group of every holdfast CRD.
+pub const API_GROUP: &str = "holdfast.dev";
+/// API version of every holdfast CRD.
+pub const API_VERSION: &str = "v1alpha1";
+/// `group/version` of the holdfast CRDs.
+pub const API_GROUP_VERSION: &str = "holdfast.dev/v1alpha1";
+
+/// Default protection label; `Always` or `true` protects the object.
+pub const PROTECTED_LABEL: &str = "holdfast.dev/protected";
+/// Protecting values of [`PROTECTED_LABEL`].
+pub const PROTECTED_VALUES: &[&str] = &["Always", "true"];
+/// Strict-mode exemption label: must already be on the stored object.
+pub const STRICT_EXEMPT_LABEL: &str = "holdfast.dev/strict-exempt";
+/// Break-glass annotation for exactly one object.
+pub const SKIP_ANNOTATION: &str = "holdfast.dev/skip-protection";
+/// Break-glass annotation honoured for compatibility with the dependency-controller design.
+pub const SKIP_ANNOTATION_DEPENDENCIES: &str = "dependencies.opendefense.cloud/skip-protection";
+/// Per-object override label (AnchorRule), holdfast's own key.
+pub const ALLOW_DELETION_LABEL: &str = "holdfast.dev/allow-deletion";
+/// Per-object override label honoured for compatibility with the composite-anchor design.
+pub const ALLOW_DELETION_LABEL_APPCAT: &str = "appcat.vshn.io/webhook-allowdeletion";
+/// Karmada's protection label (only `Always` protects there).
+pub const KARMADA_PROTECTED_LABEL: &str = "resourcetemplate.karmada.io/deletion-protected";
+/// kcp's logical-cluster annotation carried by every object in a workspace.
+pub const KCP_CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
+
+/// Name of the ValidatingWebhookConfiguration holdfast installs.
+pub const WEBHOOK_CONFIGURATION_NAME: &str = "holdfast";
+/// Admission path served by the webhook.
+pub const VALIDATE_PATH: &str = "/validate";
+/// Prefix of every denial message.
+pub const MESSAGE_PREFIX: &str = "holdfast:";
+/// Field manager used for server-side apply.
+pub const FIELD_MANAGER: &str = "holdfast";

@@ -1,0 +1,746 @@
+//! Policy evaluation: pure functions over an admission request and a view of
+//! cluster state. No I/O happens here; the webhook implements [`ClusterView`].
+//!
+//! Order of evaluation for a DELETE:
+//! 1. an object holdfast cannot read is denied (fail closed);
+//! 2. break-glass (the skip annotation, its alias, or the allow-deletion label) allows;
+//! 3. a protection label with a protecting value denies;
+//! 4. if policy objects could govern the request but their registry has not loaded,
+//!    the request is denied with "retry later";
+//! 5. otherwise allowed.
+//!
+//! For an UPDATE under strict mode, removing a protection label (or changing it to a
+//! value that does not protect) is denied unless the *stored* object already carries
+//! `holdfast.dev/strict-exempt: "true"`.
+
+use crate::{
+    labels::ProtectionLabels,
+    names::{
+        ALLOW_DELETION_LABEL_APPCAT, MESSAGE_PREFIX, SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES,
+        STRICT_EXEMPT_LABEL,
+    },
+    review::{AdmissionRequest, Operation, annotations, check_metadata, labels},
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+/// How many blockers a message names before "and N more".
+pub const MAX_BLOCKERS_SHOWN: usize = 5;
+
+/// Static configuration of the label policy.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyConfig {
+    /// Protection labels in force.
+    pub labels: ProtectionLabels,
+    /// Global strict mode (`--strict`).
+    pub strict: bool,
+}
+
+/// What the webhook knows about the cluster, as the policies need it.
+///
+/// Label and strict-mode decisions need nothing from here except the registry state;
+/// later policies add methods with defaults.
+pub trait ClusterView {
+    /// Whether every registry of policy objects has completed its initial load.
+    fn policies_loaded(&self) -> bool;
+
+    /// Whether some policy object may govern a DELETE of this object. Before the
+    /// registry has loaded, a view that has policy sources must answer `true`
+    /// (it cannot know otherwise).
+    fn may_govern_delete(&self, _req: &AdmissionRequest) -> bool {
+        false
+    }
+
+    /// Whether a strict policy object covers this object (beyond `--strict`).
+    fn strict_for(&self, _req: &AdmissionRequest) -> bool {
+        false
+    }
+}
+
+/// A view for a webhook that has no policy sources: always loaded, governs nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPolicies;
+
+impl ClusterView for NoPolicies {
+    fn policies_loaded(&self) -> bool {
+        true
+    }
+}
+
+/// Why a request was denied (drives metrics and logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenialKind {
+    /// A policy protects the object.
+    Protected,
+    /// The registry has not loaded yet.
+    NotReady,
+    /// The object could not be read.
+    Unreadable,
+}
+
+/// A denial: the message for the user and the blockers it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// Full message, starting with `holdfast:`.
+    pub message: String,
+    /// What stands in the way (objects, labels...).
+    pub blockers: Vec<String>,
+    /// Why.
+    pub kind: DenialKind,
+}
+
+/// The verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Allowed.
+    Allow,
+    /// Allowed, with warnings for the client.
+    Warn(Vec<String>),
+    /// Denied.
+    Deny(Denial),
+}
+
+/// A verdict and the policy that produced it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evaluation {
+    /// The verdict.
+    pub decision: Decision,
+    /// Which policy decided, for metrics: `none`, `label`, `strict`, `break-glass`,
+    /// `not-ready`, `unreadable`, or `Kind/name` of a policy object.
+    pub policy: String,
+}
+
+impl Evaluation {
+    fn allow(policy: &str) -> Self {
+        Self {
+            decision: Decision::Allow,
+            policy: policy.to_string(),
+        }
+    }
+
+    fn deny(policy: &str, kind: DenialKind, message: String, blockers: Vec<String>) -> Self {
+        Self {
+            decision: Decision::Deny(Denial {
+                message,
+                blockers,
+                kind,
+            }),
+            policy: policy.to_string(),
+        }
+    }
+
+    /// `allow`, `warn` or `deny`, for metrics.
+    pub fn decision_label(&self) -> &'static str {
+        match self.decision {
+            Decision::Allow => "allow",
+            Decision::Warn(_) => "warn",
+            Decision::Deny(_) => "deny",
+        }
+    }
+}
+
+/// Which break-glass marker allowed a deletion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BreakGlass {
+    /// `annotation KEY` or `label KEY`.
+    pub source: String,
+}
+
+/// Why a skip annotation present on an object is not honoured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SkipProblem {
+    /// An RFC 3339 time that has passed.
+    Expired(String),
+    /// A value that is neither `true` nor an RFC 3339 time.
+    BadValue(String),
+}
+
+/// Looks for a break-glass marker on `obj`: the annotation `holdfast.dev/skip-protection`
+/// or `dependencies.opendefense.cloud/skip-protection` with value `true` or an RFC 3339
+/// time still in the future, or the label `appcat.vshn.io/webhook-allowdeletion: "true"`.
+pub fn break_glass(obj: &Value, now: DateTime<Utc>) -> Result<Option<BreakGlass>, SkipProblem> {
+    let mut problem = None;
+    if let Some(ann) = annotations(obj) {
+        for key in [SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES] {
+            let Some(value) = ann.get(key).and_then(Value::as_str) else {
+                continue;
+            };
+            let value = value.trim();
+            if value == "true" {
+                return Ok(Some(BreakGlass {
+                    source: format!("annotation {key}"),
+                }));
+            }
+            match DateTime::parse_from_rfc3339(value) {
+                Ok(until) if until.with_timezone(&Utc) > now => {
+                    return Ok(Some(BreakGlass {
+                        source: format!("annotation {key} (until {value})"),
+                    }));
+                }
+                Ok(_) => problem = Some(SkipProblem::Expired(format!("{key}={value}"))),
+                Err(_) => problem = Some(SkipProblem::BadValue(format!("{key}={value}"))),
+            }
+        }
+    }
+    if let Some(l) = labels(obj)
+        && l.get(ALLOW_DELETION_LABEL_APPCAT).and_then(Value::as_str) == Some("true")
+    {
+        return Ok(Some(BreakGlass {
+            source: format!("label {ALLOW_DELETION_LABEL_APPCAT}"),
+        }));
+    }
+    match problem {
+        Some(p) => Err(p),
+        None => Ok(None),
+    }
+}
+
+/// Formats up to [`MAX_BLOCKERS_SHOWN`] blockers, then "and N more".
+pub fn list_blockers(blockers: &[String]) -> String {
+    let shown = blockers
+        .iter()
+        .take(MAX_BLOCKERS_SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if blockers.len() > MAX_BLOCKERS_SHOWN {
+        format!("{shown} and {} more", blockers.len() - MAX_BLOCKERS_SHOWN)
+    } else {
+        shown
+    }
+}
+
+/// `kubectl <verb> <resource> <name> [-n ns]` prefix for hints.
+fn kubectl_target(req: &AdmissionRequest) -> String {
+    let resource = req.resource.group_resource();
+    let name = req.object_name().unwrap_or("NAME");
+    match req.object_namespace() {
+        Some(ns) => format!("{resource} {name} -n {ns}"),
+        None => format!("{resource} {name}"),
+    }
+}
+
+/// Evaluates the label policy, strict mode and break-glass; see the module docs.
+pub fn evaluate(
+    req: &AdmissionRequest,
+    cfg: &PolicyConfig,
+    view: &dyn ClusterView,
+    now: DateTime<Utc>,
+) -> Evaluation {
+    match req.operation {
+        Operation::Delete => evaluate_delete(req, cfg, view, now),
+        Operation::Update => evaluate_update(req, cfg, view),
+        Operation::Create | Operation::Connect => Evaluation::allow("none"),
+    }
+}
+
+fn unreadable(req: &AdmissionRequest, why: &str) -> Evaluation {
+    Evaluation::deny(
+        "unreadable",
+        DenialKind::Unreadable,
+        format!(
+            "{MESSAGE_PREFIX} cannot evaluate {} of {}: {why}; refusing rather than risk \
+             removing a protected object. Retry the request; if it keeps failing, check the \
+             object with kubectl get -o yaml.",
+            req.operation.as_str(),
+            req.describe()
+        ),
+        Vec::new(),
+    )
+}
+
+fn evaluate_delete(
+    req: &AdmissionRequest,
+    cfg: &PolicyConfig,
+    view: &dyn ClusterView,
+    now: DateTime<Utc>,
+) -> Evaluation {
+    let Some(obj) = req.subject() else {
+        return unreadable(req, "the request carries no oldObject");
+    };
+    if let Err(why) = check_metadata(obj) {
+        return unreadable(req, &why);
+    }
+    let skip = break_glass(obj, now);
+    if let Ok(Some(_)) = skip {
+        return Evaluation::allow("break-glass");
+    }
+    let skip_note = match &skip {
+        Err(SkipProblem::Expired(v)) => format!(" (break-glass {v} has expired)"),
+        Err(SkipProblem::BadValue(v)) => {
+            format!(" (break-glass {v} is ignored: use \"true\" or an RFC 3339 time)")
+        }
+        _ => String::new(),
+    };
+    if let Some(found) = cfg.labels.protecting(labels(obj)) {
+        let target = kubectl_target(req);
+        let unprotect = if cfg.strict || view.strict_for(req) {
+            format!(
+                "strict mode is on, so first mark it exempt in its own update \
+                 (kubectl label {target} {STRICT_EXEMPT_LABEL}=true), then remove the label \
+                 (kubectl label {target} {key}-)",
+                key = found.key
+            )
+        } else {
+            format!(
+                "remove the label (kubectl label {target} {key}-)",
+                key = found.key
+            )
+        };
+        let message = format!(
+            "{MESSAGE_PREFIX} {} is protected by label {}={} (policy: label {}), so it cannot \
+             be deleted{skip_note}. To delete it, {unprotect}, or set the annotation \
+             {SKIP_ANNOTATION}=true if you are allowed to bypass protection.",
+            req.describe(),
+            found.key,
+            found.value,
+            found.key,
+        );
+        return Evaluation::deny(
+            "label",
+            DenialKind::Protected,
+            message,
+            vec![format!("label {}={}", found.key, found.value)],
+        );
+    }
+    if view.may_govern_delete(req) && !view.policies_loaded() {
+        return Evaluation::deny(
+            "not-ready",
+            DenialKind::NotReady,
+            format!(
+                "{MESSAGE_PREFIX} not ready yet, retry later: the rules that may protect {} \
+                 have not finished loading.",
+                req.describe()
+            ),
+            Vec::new(),
+        );
+    }
+    Evaluation::allow("none")
+}
+
+fn evaluate_update(
+    req: &AdmissionRequest,
+    cfg: &PolicyConfig,
+    view: &dyn ClusterView,
+) -> Evaluation {
+    let strict = cfg.strict || view.strict_for(req);
+    if !strict {
+        return Evaluation::allow("none");
+    }
+    let Some(old) = req.old_object.as_ref().filter(|v| !v.is_null()) else {
+        return unreadable(req, "the request carries no oldObject");
+    };
+    if let Err(why) = check_metadata(old) {
+        return unreadable(req, &why);
+    }
+    let old_labels = labels(old);
+    if cfg.labels.protecting(old_labels).is_none() {
+        return Evaluation::allow("none");
+    }
+    let Some(new) = req.object.as_ref().filter(|v| !v.is_null()) else {
+        return unreadable(req, "the request carries no object");
+    };
+    if let Err(why) = check_metadata(new) {
+        return unreadable(req, &why);
+    }
+    let removed = cfg.labels.removed(old_labels, labels(new));
+    if removed.is_empty() {
+        return Evaluation::allow("strict");
+    }
+    let exempt = old_labels
+        .and_then(|l| l.get(STRICT_EXEMPT_LABEL))
+        .and_then(Value::as_str)
+        == Some("true");
+    if exempt {
+        return Evaluation::allow("strict");
+    }
+    let blockers: Vec<String> = removed
+        .iter()
+        .map(|l| format!("label {}={}", l.key, l.value))
+        .collect();
+    let new_has_exempt = labels(new)
+        .and_then(|l| l.get(STRICT_EXEMPT_LABEL))
+        .and_then(Value::as_str)
+        == Some("true");
+    let same_update = if new_has_exempt {
+        " Adding the exemption in the same update does not count: it must already be stored."
+    } else {
+        ""
+    };
+    let target = kubectl_target(req);
+    let message = format!(
+        "{MESSAGE_PREFIX} {} carries the protection {} and strict mode is on (policy: strict \
+         label {}), so the label cannot be removed or changed to a value that does not \
+         protect.{same_update} To unprotect it, first mark it exempt in its own update \
+         (kubectl label {target} {STRICT_EXEMPT_LABEL}=true), then remove the label.",
+        req.describe(),
+        list_blockers(&blockers),
+        removed.first().map(|l| l.key).unwrap_or_default(),
+    );
+    Evaluation::deny("strict", DenialKind::Protected, message, blockers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{labels::ProtectionLabel, review::parse_review};
+    use serde_json::json;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default()
+    }
+
+    fn review(op: &str, kind: &str, resource: &str, object: Value, old: Value) -> AdmissionRequest {
+        let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+            "uid":"uid-1","kind":{"group":"","version":"v1","kind":kind},
+            "resource":{"group":"","version":"v1","resource":resource},
+            "name":"obj","namespace":"ns","operation":op,"userInfo":{"username":"alice"},
+            "object":object,"oldObject":old}});
+        match parse_review(body.to_string().as_bytes()) {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn cm(labels: Value, annotations: Value) -> Value {
+        json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"obj","namespace":"ns",
+            "labels":labels,"annotations":annotations}})
+    }
+
+    fn delete(obj: Value) -> AdmissionRequest {
+        review("DELETE", "ConfigMap", "configmaps", Value::Null, obj)
+    }
+
+    fn update(old: Value, new: Value) -> AdmissionRequest {
+        review("UPDATE", "ConfigMap", "configmaps", new, old)
+    }
+
+    fn cfg(strict: bool, extra: &[&str]) -> PolicyConfig {
+        PolicyConfig {
+            labels: ProtectionLabels::with_extra(
+                extra
+                    .iter()
+                    .map(|s| s.parse::<ProtectionLabel>().expect("valid label")),
+            ),
+            strict,
+        }
+    }
+
+    fn denied(e: &Evaluation) -> &Denial {
+        match &e.decision {
+            Decision::Deny(d) => d,
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn delete_with_protecting_values_is_denied() {
+        for value in ["Always", "true"] {
+            let e = evaluate(
+                &delete(cm(json!({"holdfast.dev/protected": value}), json!({}))),
+                &cfg(false, &[]),
+                &NoPolicies,
+                now(),
+            );
+            let d = denied(&e);
+            assert_eq!(e.policy, "label");
+            assert!(
+                d.message
+                    .starts_with("holdfast: ConfigMap ns/obj is protected by label")
+            );
+            assert!(
+                d.message
+                    .contains("kubectl label configmaps obj -n ns holdfast.dev/protected-")
+            );
+            assert_eq!(
+                d.blockers,
+                vec![format!("label holdfast.dev/protected={value}")]
+            );
+        }
+    }
+
+    #[test]
+    fn delete_without_protection_is_allowed() {
+        for labels in [
+            json!({}),
+            json!({"holdfast.dev/protected": "false"}),
+            json!(null),
+        ] {
+            let e = evaluate(
+                &delete(cm(labels, json!({}))),
+                &cfg(false, &[]),
+                &NoPolicies,
+                now(),
+            );
+            assert_eq!(e.decision, Decision::Allow);
+        }
+    }
+
+    #[test]
+    fn nameless_namespace_cleanup_delete_is_named_from_old_object() {
+        let mut req = delete(cm(json!({"holdfast.dev/protected": "true"}), json!({})));
+        req.name = None;
+        let e = evaluate(&req, &cfg(false, &[]), &NoPolicies, now());
+        assert!(denied(&e).message.contains("ConfigMap ns/obj"));
+    }
+
+    #[test]
+    fn karmada_key_protects_only_with_always() {
+        let c = cfg(
+            false,
+            &["resourcetemplate.karmada.io/deletion-protected=Always"],
+        );
+        let key = "resourcetemplate.karmada.io/deletion-protected";
+        let e = evaluate(
+            &delete(cm(json!({key: "Always"}), json!({}))),
+            &c,
+            &NoPolicies,
+            now(),
+        );
+        assert!(denied(&e).message.contains(key));
+        let e = evaluate(
+            &delete(cm(json!({key: "true"}), json!({}))),
+            &c,
+            &NoPolicies,
+            now(),
+        );
+        assert_eq!(e.decision, Decision::Allow);
+    }
+
+    #[test]
+    fn orkestra_key_protects_with_true() {
+        let c = cfg(false, &["orkestra.io/deletion-protection=true"]);
+        let e = evaluate(
+            &delete(cm(
+                json!({"orkestra.io/deletion-protection": "true"}),
+                json!({}),
+            )),
+            &c,
+            &NoPolicies,
+            now(),
+        );
+        assert!(
+            denied(&e)
+                .message
+                .contains("orkestra.io/deletion-protection=true")
+        );
+        // The built-in key keeps working next to the extra one.
+        let e = evaluate(
+            &delete(cm(json!({"holdfast.dev/protected": "Always"}), json!({}))),
+            &c,
+            &NoPolicies,
+            now(),
+        );
+        assert!(matches!(e.decision, Decision::Deny(_)));
+    }
+
+    #[test]
+    fn skip_annotation_and_aliases_allow() {
+        let protected = json!({"holdfast.dev/protected": "true"});
+        for ann in [
+            json!({"holdfast.dev/skip-protection": "true"}),
+            json!({"dependencies.opendefense.cloud/skip-protection": "true"}),
+            json!({"holdfast.dev/skip-protection": "2026-11-22T09:00:00Z"}),
+        ] {
+            let e = evaluate(
+                &delete(cm(protected.clone(), ann)),
+                &cfg(false, &[]),
+                &NoPolicies,
+                now(),
+            );
+            assert_eq!(e.decision, Decision::Allow);
+            assert_eq!(e.policy, "break-glass");
+        }
+        let with_label = json!({"holdfast.dev/protected": "true", "appcat.vshn.io/webhook-allowdeletion": "true"});
+        let e = evaluate(
+            &delete(cm(with_label, json!({}))),
+            &cfg(false, &[]),
+            &NoPolicies,
+            now(),
+        );
+        assert_eq!(e.decision, Decision::Allow);
+    }
+
+    #[test]
+    fn skip_with_other_values_does_not_allow() {
+        let protected = json!({"holdfast.dev/protected": "true"});
+        for (ann, note) in [
+            (json!({"holdfast.dev/skip-protection": "yes"}), "is ignored"),
+            (
+                json!({"holdfast.dev/skip-protection": "2026-11-22T07:00:00Z"}),
+                "has expired",
+            ),
+        ] {
+            let e = evaluate(
+                &delete(cm(protected.clone(), ann)),
+                &cfg(false, &[]),
+                &NoPolicies,
+                now(),
+            );
+            assert!(denied(&e).message.contains(note), "{}", denied(&e).message);
+        }
+        let label_false = json!({"holdfast.dev/protected": "true", "appcat.vshn.io/webhook-allowdeletion": "True"});
+        let e = evaluate(
+            &delete(cm(label_false, json!({}))),
+            &cfg(false, &[]),
+            &NoPolicies,
+            now(),
+        );
+        assert!(matches!(e.decision, Decision::Deny(_)));
+    }
+
+    #[test]
+    fn strict_update_removing_label_is_denied() {
+        let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
+        let removed = cm(json!({}), json!({}));
+        let downgraded = cm(json!({"holdfast.dev/protected": "false"}), json!({}));
+        for new in [removed, downgraded] {
+            let e = evaluate(
+                &update(old.clone(), new),
+                &cfg(true, &[]),
+                &NoPolicies,
+                now(),
+            );
+            let d = denied(&e);
+            assert_eq!(e.policy, "strict");
+            assert!(d.message.contains("strict mode is on"));
+        }
+    }
+
+    #[test]
+    fn strict_off_allows_label_removal() {
+        let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
+        let e = evaluate(
+            &update(old, cm(json!({}), json!({}))),
+            &cfg(false, &[]),
+            &NoPolicies,
+            now(),
+        );
+        assert_eq!(e.decision, Decision::Allow);
+    }
+
+    #[test]
+    fn strict_exemption_must_already_be_stored() {
+        let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
+        let new = cm(json!({"holdfast.dev/strict-exempt": "true"}), json!({}));
+        let e = evaluate(&update(old, new), &cfg(true, &[]), &NoPolicies, now());
+        assert!(denied(&e).message.contains("must already be stored"));
+
+        let old = cm(
+            json!({"holdfast.dev/protected": "Always", "holdfast.dev/strict-exempt": "true"}),
+            json!({}),
+        );
+        let new = cm(json!({"holdfast.dev/strict-exempt": "true"}), json!({}));
+        let e = evaluate(&update(old, new), &cfg(true, &[]), &NoPolicies, now());
+        assert_eq!(e.decision, Decision::Allow);
+    }
+
+    #[test]
+    fn strict_allows_unrelated_updates_and_adding_exemption() {
+        let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
+        let new = cm(
+            json!({"holdfast.dev/protected": "true", "holdfast.dev/strict-exempt": "true", "x": "y"}),
+            json!({}),
+        );
+        let e = evaluate(&update(old, new), &cfg(true, &[]), &NoPolicies, now());
+        assert_eq!(e.decision, Decision::Allow);
+    }
+
+    #[test]
+    fn strict_applies_to_extra_keys() {
+        let c = cfg(
+            true,
+            &["resourcetemplate.karmada.io/deletion-protected=Always"],
+        );
+        let old = cm(
+            json!({"resourcetemplate.karmada.io/deletion-protected": "Always"}),
+            json!({}),
+        );
+        let new = cm(
+            json!({"resourcetemplate.karmada.io/deletion-protected": "true"}),
+            json!({}),
+        );
+        let e = evaluate(&update(old, new), &c, &NoPolicies, now());
+        assert!(matches!(e.decision, Decision::Deny(_)));
+    }
+
+    #[test]
+    fn unreadable_objects_are_denied_not_allowed() {
+        let e = evaluate(&delete(Value::Null), &cfg(false, &[]), &NoPolicies, now());
+        assert_eq!(denied(&e).kind, DenialKind::Unreadable);
+        let e = evaluate(
+            &delete(json!({"metadata": {"labels": "x"}})),
+            &cfg(false, &[]),
+            &NoPolicies,
+            now(),
+        );
+        assert_eq!(denied(&e).kind, DenialKind::Unreadable);
+        let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
+        let e = evaluate(
+            &update(old, json!({"metadata": 3})),
+            &cfg(true, &[]),
+            &NoPolicies,
+            now(),
+        );
+        assert_eq!(denied(&e).kind, DenialKind::Unreadable);
+    }
+
+    struct Loading;
+    impl ClusterView for Loading {
+        fn policies_loaded(&self) -> bool {
+            false
+        }
+        fn may_govern_delete(&self, _req: &AdmissionRequest) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn not_ready_denies_governed_deletes_but_label_decisions_still_work() {
+        let e = evaluate(
+            &delete(cm(json!({}), json!({}))),
+            &cfg(false, &[]),
+            &Loading,
+            now(),
+        );
+        let d = denied(&e);
+        assert_eq!(d.kind, DenialKind::NotReady);
+        assert!(
+            d.message
+                .starts_with("holdfast: not ready yet, retry later")
+        );
+        let e = evaluate(
+            &delete(cm(json!({"holdfast.dev/protected": "true"}), json!({}))),
+            &cfg(false, &[]),
+            &Loading,
+            now(),
+        );
+        assert_eq!(e.policy, "label");
+    }
+
+    #[test]
+    fn creates_are_allowed() {
+        let e = evaluate(
+            &review(
+                "CREATE",
+                "ConfigMap",
+                "configmaps",
+                cm(json!({"holdfast.dev/protected":"true"}), json!({})),
+                Value::Null,
+            ),
+            &cfg(true, &[]),
+            &NoPolicies,
+            now(),
+        );
+        assert_eq!(e.decision, Decision::Allow);
+    }
+
+    #[test]
+    fn blockers_are_capped() {
+        let many: Vec<String> = (0..8).map(|i| format!("b{i}")).collect();
+        assert_eq!(list_blockers(&many), "b0, b1, b2, b3, b4 and 3 more");
+        assert_eq!(list_blockers(&many[..2]), "b0, b1");
+    }
+}

@@ -1,0 +1,425 @@
+//! AdmissionReview v1 on the wire, read leniently and answered strictly.
+//!
+//! Objects stay as `serde_json::Value`: holdfast must read any resource, including
+//! ones it has no type for, and must never refuse a review because an object has a
+//! shape a typed model would not expect.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// `admission.k8s.io/v1`.
+pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+
+/// Why a body is not an AdmissionReview holdfast can answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// Not JSON at all.
+    #[error("body is not valid JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    /// JSON, but not shaped like an AdmissionReview.
+    #[error("body is not an AdmissionReview: {0}")]
+    Shape(#[source] serde_json::Error),
+    /// apiVersion/kind are wrong.
+    #[error(
+        "expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got {api_version:?}/{kind:?}"
+    )]
+    TypeMeta {
+        /// apiVersion found.
+        api_version: String,
+        /// kind found.
+        kind: String,
+    },
+    /// No `request`.
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+    /// `request.uid` is empty.
+    #[error("AdmissionReview request has an empty uid")]
+    NoUid,
+}
+
+/// Group/version/kind as in a review.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gvk {
+    /// API group ("" for core).
+    #[serde(default)]
+    pub group: String,
+    /// Version.
+    #[serde(default)]
+    pub version: String,
+    /// Kind.
+    #[serde(default)]
+    pub kind: String,
+}
+
+/// Group/version/resource as in a review.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gvr {
+    /// API group ("" for core).
+    #[serde(default)]
+    pub group: String,
+    /// Version.
+    #[serde(default)]
+    pub version: String,
+    /// Plural resource.
+    #[serde(default)]
+    pub resource: String,
+}
+
+impl Gvr {
+    /// `resource.group` (or `resource` for the core group), as Kubernetes names it.
+    pub fn group_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+/// The operation under review.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    /// CREATE
+    Create,
+    /// UPDATE
+    Update,
+    /// DELETE
+    Delete,
+    /// CONNECT
+    Connect,
+}
+
+impl Operation {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// The requesting user.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInfo {
+    /// User name.
+    #[serde(default)]
+    pub username: String,
+    /// UID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Groups.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// Extra attributes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Value>,
+}
+
+/// `request` of an AdmissionReview v1.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionRequest {
+    /// Echoed in the response.
+    pub uid: String,
+    /// Kind of the object.
+    pub kind: Gvk,
+    /// Resource being acted on.
+    pub resource: Gvr,
+    /// Subresource, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_resource: Option<String>,
+    /// Kind as originally requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_kind: Option<Gvk>,
+    /// Resource as originally requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_resource: Option<Gvr>,
+    /// Subresource as originally requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_sub_resource: Option<String>,
+    /// Object name; absent for DeleteCollection (namespace cascade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Namespace; for a Namespace object, its own name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The operation.
+    pub operation: Operation,
+    /// Who asks.
+    #[serde(default)]
+    pub user_info: UserInfo,
+    /// New object (CREATE/UPDATE); null on DELETE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<Value>,
+    /// Stored object (UPDATE/DELETE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_object: Option<Value>,
+    /// Dry run: nothing will be persisted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+    /// CreateOptions / UpdateOptions / DeleteOptions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    request: Option<AdmissionRequest>,
+}
+
+/// Parses an AdmissionReview v1 body and returns its request.
+pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest, ReviewError> {
+    let value: Value = serde_json::from_slice(body).map_err(ReviewError::Json)?;
+    let review: ReviewIn = serde_json::from_value(value).map_err(ReviewError::Shape)?;
+    if review.api_version != ADMISSION_API_VERSION || review.kind != "AdmissionReview" {
+        return Err(ReviewError::TypeMeta {
+            api_version: review.api_version,
+            kind: review.kind,
+        });
+    }
+    let request = review.request.ok_or(ReviewError::NoRequest)?;
+    if request.uid.is_empty() {
+        return Err(ReviewError::NoUid);
+    }
+    Ok(request)
+}
+
+impl AdmissionRequest {
+    /// The object the policies look at: the stored object for DELETE, else the new one.
+    pub fn subject(&self) -> Option<&Value> {
+        match self.operation {
+            Operation::Delete => self.old_object.as_ref().filter(|v| !v.is_null()),
+            _ => self.object.as_ref().filter(|v| !v.is_null()),
+        }
+    }
+
+    /// The object name: `request.name`, or `metadata.name` of the object when the
+    /// API server sent none (DeleteCollection during namespace cleanup).
+    pub fn object_name(&self) -> Option<&str> {
+        self.name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .or_else(|| self.subject().and_then(|o| meta_str(o, "name")))
+            .or_else(|| self.old_object.as_ref().and_then(|o| meta_str(o, "name")))
+    }
+
+    /// The namespace of a namespaced object (None for cluster-scoped objects,
+    /// including Namespaces themselves).
+    pub fn object_namespace(&self) -> Option<&str> {
+        if self.is_namespace() {
+            return None;
+        }
+        self.namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .or_else(|| self.subject().and_then(|o| meta_str(o, "namespace")))
+    }
+
+    /// Whether the object is a core/v1 Namespace.
+    pub fn is_namespace(&self) -> bool {
+        self.resource.group.is_empty() && self.resource.resource == "namespaces"
+    }
+
+    /// `Kind namespace/name` (or `Kind name` when cluster-scoped), for messages.
+    pub fn describe(&self) -> String {
+        let kind = if self.kind.kind.is_empty() {
+            self.resource.group_resource()
+        } else {
+            self.kind.kind.clone()
+        };
+        let name = self.object_name().unwrap_or("<unnamed>");
+        match self.object_namespace() {
+            Some(ns) => format!("{kind} {ns}/{name}"),
+            None => format!("{kind} {name}"),
+        }
+    }
+}
+
+/// `metadata.<field>` as a string.
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(field)?.as_str()
+}
+
+/// `metadata.labels`, if it is a map.
+pub fn labels(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata")?.get("labels")?.as_object()
+}
+
+/// `metadata.annotations`, if it is a map.
+pub fn annotations(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata")?.get("annotations")?.as_object()
+}
+
+/// Whether the object has a `metadata` map whose `labels`/`annotations` (when present)
+/// are maps of strings: the minimum holdfast needs to evaluate label policies.
+pub fn check_metadata(obj: &Value) -> Result<(), String> {
+    let Some(meta) = obj.get("metadata") else {
+        return Err("object has no metadata".to_string());
+    };
+    let Some(meta) = meta.as_object() else {
+        return Err("object metadata is not a map".to_string());
+    };
+    for field in ["labels", "annotations"] {
+        match meta.get(field) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) => {
+                if let Some((k, _)) = m.iter().find(|(_, v)| !v.is_string()) {
+                    return Err(format!("metadata.{field}[{k:?}] is not a string"));
+                }
+            }
+            Some(_) => return Err(format!("metadata.{field} is not a map")),
+        }
+    }
+    Ok(())
+}
+
+/// `status` of an AdmissionResponse (a `metav1.Status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseStatus {
+    /// HTTP-like code, 403 for denials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+    /// Machine-readable reason (`Forbidden`), which kubectl prints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `response` of an AdmissionReview v1.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionResponse {
+    /// The request's uid.
+    pub uid: String,
+    /// The verdict.
+    pub allowed: bool,
+    /// Details of a denial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<ResponseStatus>,
+    /// Warnings shown to the client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl AdmissionResponse {
+    /// Allow, with optional warnings.
+    pub fn allow(uid: &str, warnings: Vec<String>) -> Self {
+        Self {
+            uid: uid.to_string(),
+            allowed: true,
+            status: None,
+            warnings,
+        }
+    }
+
+    /// Deny with 403 Forbidden and `message`.
+    pub fn deny(uid: &str, message: String) -> Self {
+        Self {
+            uid: uid.to_string(),
+            allowed: false,
+            status: Some(ResponseStatus {
+                code: Some(403),
+                reason: Some("Forbidden".to_string()),
+                message: Some(message),
+            }),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The full AdmissionReview JSON body carrying this response.
+    pub fn into_review(self) -> Value {
+        serde_json::json!({
+            "apiVersion": ADMISSION_API_VERSION,
+            "kind": "AdmissionReview",
+            "response": self,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rejects_bad_bodies() {
+        assert!(matches!(parse_review(b"nope"), Err(ReviewError::Json(_))));
+        assert!(matches!(parse_review(b"[1,2]"), Err(ReviewError::Shape(_))));
+        assert!(matches!(
+            parse_review(br#"{"apiVersion":"v1","kind":"Pod"}"#),
+            Err(ReviewError::TypeMeta { .. })
+        ));
+        assert!(matches!(
+            parse_review(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#),
+            Err(ReviewError::NoRequest)
+        ));
+        let no_uid = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+            "uid":"","kind":{"group":"","version":"v1","kind":"ConfigMap"},
+            "resource":{"group":"","version":"v1","resource":"configmaps"},"operation":"DELETE"}});
+        assert!(matches!(
+            parse_review(no_uid.to_string().as_bytes()),
+            Err(ReviewError::NoUid)
+        ));
+        let bad_op = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+            "uid":"u","kind":{},"resource":{},"operation":"EXPLODE"}});
+        assert!(matches!(
+            parse_review(bad_op.to_string().as_bytes()),
+            Err(ReviewError::Shape(_))
+        ));
+    }
+
+    #[test]
+    fn nameless_delete_takes_name_from_old_object() {
+        let review = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+            "uid":"u1","kind":{"group":"","version":"v1","kind":"ConfigMap"},
+            "resource":{"group":"","version":"v1","resource":"configmaps"},
+            "namespace":"ns1","operation":"DELETE","object":null,
+            "oldObject":{"metadata":{"name":"cm1","namespace":"ns1"}}}});
+        let req = parse_review(review.to_string().as_bytes()).expect("parses");
+        assert_eq!(req.object_name(), Some("cm1"));
+        assert_eq!(req.describe(), "ConfigMap ns1/cm1");
+    }
+
+    #[test]
+    fn namespace_objects_are_cluster_scoped_in_messages() {
+        let review = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+            "uid":"u1","kind":{"group":"","version":"v1","kind":"Namespace"},
+            "resource":{"group":"","version":"v1","resource":"namespaces"},
+            "name":"prod","namespace":"prod","operation":"DELETE",
+            "oldObject":{"metadata":{"name":"prod"}}}});
+        let req = parse_review(review.to_string().as_bytes()).expect("parses");
+        assert_eq!(req.describe(), "Namespace prod");
+        assert_eq!(req.object_namespace(), None);
+    }
+
+    #[test]
+    fn metadata_checks() {
+        assert!(check_metadata(&json!({"metadata":{"name":"x"}})).is_ok());
+        assert!(check_metadata(&json!({})).is_err());
+        assert!(check_metadata(&json!({"metadata":[]})).is_err());
+        assert!(check_metadata(&json!({"metadata":{"labels":"x"}})).is_err());
+        assert!(check_metadata(&json!({"metadata":{"labels":{"a":1}}})).is_err());
+    }
+
+    #[test]
+    fn deny_shape() {
+        let body = AdmissionResponse::deny("u", "holdfast: no".into()).into_review();
+        assert_eq!(body["response"]["uid"], "u");
+        assert_eq!(body["response"]["allowed"], false);
+        assert_eq!(body["response"]["status"]["code"], 403);
+        assert_eq!(body["response"]["status"]["reason"], "Forbidden");
+        assert!(body["response"].get("warnings").is_none());
+    }
+}
