@@ -10,3 +10,4 @@ pub mod labels;
 pub mod names;
 pub mod policy;
 pub mod review;
+pub mod topology;

@@ -1,0 +1,137 @@
+//! holdfast-webhook: the HTTPS admission server that refuses protected deletions.
+//!
+//! `run` wires the pieces: certificate store with hot reload, the admission handler
+//! over a view of cluster state, the HTTPS listener and the probe listener, and a
+//! graceful drain on SIGTERM/SIGINT.
+
+pub mod admission;
+pub mod args;
+pub mod metrics;
+pub mod server;
+pub mod tls;
+pub mod view;
+
+pub use args::{Args, LogFormat};
+
+use anyhow::Context;
+use holdfast_shared::{labels::ProtectionLabels, policy::PolicyConfig};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+use tokio::{net::TcpListener, sync::watch};
+
+/// Initialises `tracing` (RUST_LOG, default `info`).
+pub fn init_tracing(format: &LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Runs the webhook until SIGTERM/SIGINT.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let policy = PolicyConfig {
+        labels: ProtectionLabels::with_extra(args.protection_labels.clone()),
+        strict: args.strict,
+    };
+    let metrics = metrics::Metrics::new().context("registering metrics")?;
+    let certs = tls::CertStore::load(&args.tls_cert, &args.tls_key)
+        .context("loading the serving certificate")?;
+    let tls_config = certs.server_config()?;
+
+    let view = view::WebhookView::new(args.topology, args.kubeconfig.as_deref()).await;
+    let app = Arc::new(server::App {
+        admission: admission::Admission::new(policy.clone(), view, metrics.clone()),
+        metrics: metrics.clone(),
+        read_timeout: Duration::from_secs(args.read_timeout_seconds),
+        serving: Default::default(),
+    });
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let probe_listener = TcpListener::bind(args.probe_listen)
+        .await
+        .with_context(|| format!("binding the probe listener {}", args.probe_listen))?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding the admission listener {}", args.listen))?;
+    let grace = Duration::from_secs(args.shutdown_grace_seconds);
+
+    let reload_metrics = metrics.clone();
+    let reloader = tokio::spawn(certs.clone().watch(
+        Duration::from_millis(args.tls_reload_interval_ms),
+        stop_rx.clone(),
+        move |outcome| match outcome {
+            Ok(_) => {
+                reload_metrics.tls_reloads.with_label_values(&["ok"]).inc();
+                tracing::info!("serving certificate reloaded");
+            }
+            Err(e) => {
+                reload_metrics.tls_reloads.with_label_values(&["error"]).inc();
+                tracing::error!(error = %e, "new serving certificate rejected; keeping the previous one");
+            }
+        },
+    ));
+    let probes = tokio::spawn(server::serve(
+        probe_listener,
+        None,
+        server::Role::Probes,
+        app.clone(),
+        stop_rx.clone(),
+        grace,
+    ));
+    let admission = tokio::spawn(server::serve(
+        listener,
+        Some(tokio_rustls::TlsAcceptor::from(tls_config)),
+        server::Role::Admission,
+        app.clone(),
+        stop_rx.clone(),
+        grace,
+    ));
+    app.serving.store(true, Ordering::Release);
+    tracing::info!(
+        listen = %args.listen,
+        probe_listen = %args.probe_listen,
+        topology = %args.topology,
+        strict = args.strict,
+        labels = %policy.labels.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(" "),
+        "holdfast-webhook serving"
+    );
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: draining in-flight reviews");
+    app.serving.store(false, Ordering::Release);
+    let _ = stop_tx.send(true);
+    let _ = admission.await;
+    let _ = probes.await;
+    let _ = reloader.await;
+    tracing::info!("stopped");
+    Ok(())
+}

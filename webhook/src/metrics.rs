@@ -1,0 +1,83 @@
+//! Prometheus metrics of the webhook.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+/// Every metric the webhook exports.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Admission requests by operation, decision and policy.
+    pub requests: IntCounterVec,
+    /// Time to answer a review, by operation.
+    pub latency: HistogramVec,
+    /// Requests refused before review (bad body, too large, wrong method...).
+    pub rejected: IntCounterVec,
+    /// Certificate reloads by result.
+    pub tls_reloads: IntCounterVec,
+    /// 1 when ready to serve.
+    pub ready: IntGauge,
+}
+
+impl Metrics {
+    /// Creates and registers the metrics.
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new_custom(Some("holdfast_webhook".to_string()), None)?;
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "admission_requests_total",
+                "Admission reviews answered, by operation, decision and deciding policy.",
+            ),
+            &["operation", "decision", "policy"],
+        )?;
+        let latency = HistogramVec::new(
+            HistogramOpts::new(
+                "admission_duration_seconds",
+                "Time from a complete request body to the written verdict.",
+            )
+            .buckets(vec![
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
+                0.1, 0.25, 0.5, 1.0, 2.5,
+            ]),
+            &["operation"],
+        )?;
+        let rejected = IntCounterVec::new(
+            Opts::new(
+                "http_rejected_total",
+                "HTTP requests refused before review, by reason.",
+            ),
+            &["reason"],
+        )?;
+        let tls_reloads = IntCounterVec::new(
+            Opts::new(
+                "tls_reloads_total",
+                "Serving certificate reloads, by result.",
+            ),
+            &["result"],
+        )?;
+        let ready = IntGauge::new("ready", "1 when the webhook reports ready.")?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(rejected.clone()))?;
+        registry.register(Box::new(tls_reloads.clone()))?;
+        registry.register(Box::new(ready.clone()))?;
+        Ok(Self {
+            registry,
+            requests,
+            latency,
+            rejected,
+            tls_reloads,
+            ready,
+        })
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::warn!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}

@@ -1,0 +1,642 @@
+//! The real `holdfast-webhook` binary over HTTPS, with a certificate made here and an
+//! API server that cannot be reached: label and strict decisions, bad input, HTTP/1.1
+//! and HTTP/2, slow clients, certificate hot reload, probes and metrics.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls_pki_types::pem::PemObject;
+use serde_json::{Value, json};
+use std::{
+    net::TcpListener as StdListener,
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Pki {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+fn pki(cn: &str) -> Pki {
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{cn} test CA"));
+    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().expect("key");
+    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn.to_string());
+    let cert = params.signed_by(&key, &issuer).expect("leaf");
+    Pki {
+        ca_pem: ca_cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+struct Webhook {
+    child: Child,
+    port: u16,
+    probe_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_pki(dir: &Path, p: &Pki) {
+    std::fs::write(dir.join("tls.crt"), &p.cert_pem).expect("write cert");
+    std::fs::write(dir.join("tls.key"), &p.key_pem).expect("write key");
+}
+
+async fn start(p: &Pki, extra: &[&str]) -> Webhook {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_pki(dir.path(), p);
+    // A kubeconfig for an API server that is not there.
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1\n\
+         contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\ncurrent-context: gone\n\
+         users:\n- name: u\n  user:\n    token: nope\n",
+    )
+    .expect("kubeconfig");
+    let (port, probe_port) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_holdfast-webhook"))
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--probe-listen",
+            &format!("127.0.0.1:{probe_port}"),
+            "--tls-cert",
+        ])
+        .arg(dir.path().join("tls.crt"))
+        .arg("--tls-key")
+        .arg(dir.path().join("tls.key"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "--read-timeout-seconds",
+            "1",
+            "--tls-reload-interval-ms",
+            "100",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start holdfast-webhook");
+    let wh = Webhook {
+        child,
+        port,
+        probe_port,
+        dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok((status, _)) = probe(wh.probe_port, "/healthz").await
+            && status == 200
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "webhook did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wh
+}
+
+async fn probe(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await?;
+    let status = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    Ok((status, body))
+}
+
+fn tls_config(ca_pem: &str, alpn: &[&[u8]]) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.expect("ca pem")).expect("add root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    cfg
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Proto {
+    H1,
+    H2,
+}
+
+type HttpsClient = Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Full<Bytes>,
+>;
+
+fn client(ca_pem: &str, proto: Proto) -> HttpsClient {
+    let b = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config(ca_pem, &[]))
+        .https_only();
+    let connector = match proto {
+        Proto::H1 => b.enable_http1().build(),
+        Proto::H2 => b.enable_http2().build(),
+    };
+    let mut builder = Client::builder(TokioExecutor::new());
+    if matches!(proto, Proto::H2) {
+        builder.http2_only(true);
+    }
+    builder.build(connector)
+}
+
+struct Reply {
+    status: u16,
+    version: http::Version,
+    body: Vec<u8>,
+}
+
+async fn send(
+    c: &HttpsClient,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: impl Into<Bytes>,
+) -> Reply {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("https://localhost:{port}{path}"))
+        .header("content-type", "application/json")
+        .body(Full::new(body.into()))
+        .expect("request");
+    let resp = c.request(req).await.expect("response");
+    let status = resp.status().as_u16();
+    let version = resp.version();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes()
+        .to_vec();
+    Reply {
+        status,
+        version,
+        body,
+    }
+}
+
+fn review(uid: &str, op: &str, kind: &str, resource: &str, object: Value, old: Value) -> Vec<u8> {
+    let name = old["metadata"]["name"]
+        .as_str()
+        .or(object["metadata"]["name"].as_str())
+        .unwrap_or("x")
+        .to_string();
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": resource},
+            "requestKind": {"group": "", "version": "v1", "kind": kind},
+            "requestResource": {"group": "", "version": "v1", "resource": resource},
+            "name": name, "namespace": name, "operation": op,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": object, "oldObject": old, "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"}
+        }
+    }))
+    .expect("json")
+}
+
+fn ns(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels},
+           "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+}
+
+fn verdict(reply: &Reply) -> Value {
+    assert_eq!(
+        reply.status,
+        200,
+        "body: {}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let v: Value = serde_json::from_slice(&reply.body).expect("json verdict");
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(v["kind"], "AdmissionReview");
+    v["response"].clone()
+}
+
+#[tokio::test]
+async fn label_and_strict_decisions_over_http1_and_http2() {
+    let p = pki("webhook");
+    let wh = start(&p, &["--strict"]).await;
+    for proto in [Proto::H1, Proto::H2] {
+        let c = client(&p.ca_pem, proto);
+        let expected_version = match proto {
+            Proto::H1 => http::Version::HTTP_11,
+            Proto::H2 => http::Version::HTTP_2,
+        };
+
+        // Labeled Namespace DELETE: denied with the contract's shape.
+        let body = review(
+            "u-1",
+            "DELETE",
+            "Namespace",
+            "namespaces",
+            Value::Null,
+            ns("prod", json!({"holdfast.dev/protected": "Always"})),
+        );
+        let reply = send(&c, wh.port, "POST", "/validate?timeout=10s", body).await;
+        assert_eq!(reply.version, expected_version, "{proto:?}");
+        let r = verdict(&reply);
+        assert_eq!(r["uid"], "u-1");
+        assert_eq!(r["allowed"], false);
+        assert_eq!(r["status"]["code"], 403);
+        assert_eq!(r["status"]["reason"], "Forbidden");
+        let msg = r["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.starts_with(
+                "holdfast: Namespace prod is protected by label holdfast.dev/protected=Always"
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("kubectl label"), "{msg}");
+
+        // Unlabeled Namespace DELETE: allowed.
+        let body = review(
+            "u-2",
+            "DELETE",
+            "Namespace",
+            "namespaces",
+            Value::Null,
+            ns("dev", json!({})),
+        );
+        let r = verdict(&send(&c, wh.port, "POST", "/validate?timeout=10s", body).await);
+        assert_eq!(r["uid"], "u-2");
+        assert_eq!(r["allowed"], true);
+        assert!(r.get("status").is_none());
+
+        // Strict: an UPDATE removing the label is denied.
+        let old = ns("prod", json!({"holdfast.dev/protected": "Always"}));
+        let body = review(
+            "u-3",
+            "UPDATE",
+            "Namespace",
+            "namespaces",
+            ns("prod", json!({})),
+            old.clone(),
+        );
+        let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
+        assert_eq!(r["allowed"], false);
+        assert!(
+            r["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("strict mode")
+        );
+
+        // Adding the exemption in the same update is not enough.
+        let body = review(
+            "u-4",
+            "UPDATE",
+            "Namespace",
+            "namespaces",
+            ns("prod", json!({"holdfast.dev/strict-exempt": "true"})),
+            old,
+        );
+        let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
+        assert_eq!(r["allowed"], false);
+
+        // With the exemption already stored, the removal passes.
+        let old = ns(
+            "prod",
+            json!({"holdfast.dev/protected": "Always", "holdfast.dev/strict-exempt": "true"}),
+        );
+        let body = review(
+            "u-5",
+            "UPDATE",
+            "Namespace",
+            "namespaces",
+            ns("prod", json!({"holdfast.dev/strict-exempt": "true"})),
+            old,
+        );
+        let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
+        assert_eq!(r["uid"], "u-5");
+        assert_eq!(r["allowed"], true);
+    }
+
+    // Metrics count what happened.
+    let (status, metrics) = probe(wh.probe_port, "/metrics").await.expect("metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(r#"holdfast_webhook_admission_requests_total{decision="deny",operation="DELETE",policy="label"} 2"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"policy="strict""#), "{metrics}");
+    assert!(
+        metrics.contains("holdfast_webhook_admission_duration_seconds_bucket"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_answers() {
+    let p = pki("webhook");
+    let wh = start(&p, &[]).await;
+    for proto in [Proto::H1, Proto::H2] {
+        let c = client(&p.ca_pem, proto);
+        let r = send(&c, wh.port, "POST", "/validate", "this is not json").await;
+        assert_eq!(r.status, 400);
+        let text = String::from_utf8_lossy(&r.body).to_string();
+        assert!(text.contains("not valid JSON"), "{text}");
+        assert_eq!(text.trim_end().lines().count(), 1, "one line: {text}");
+
+        let r = send(
+            &c,
+            wh.port,
+            "POST",
+            "/validate",
+            r#"{"apiVersion":"v1","kind":"Pod"}"#,
+        )
+        .await;
+        assert_eq!(r.status, 400);
+        assert!(String::from_utf8_lossy(&r.body).contains("AdmissionReview"));
+
+        let r = send(&c, wh.port, "POST", "/validate",
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x"}}"#).await;
+        assert_eq!(r.status, 400);
+
+        if matches!(proto, Proto::H2) {
+            let huge = vec![b' '; 3 * 1024 * 1024 + 1];
+            let r = send(&c, wh.port, "POST", "/validate", huge).await;
+            assert_eq!(r.status, 413);
+        }
+
+        let r = send(&c, wh.port, "GET", "/validate", "").await;
+        assert_eq!(r.status, 405);
+
+        let r = send(&c, wh.port, "POST", "/mutate", "{}").await;
+        assert_eq!(r.status, 404);
+
+        // An object without usable metadata is denied, never silently allowed.
+        let body = review(
+            "u-9",
+            "DELETE",
+            "Namespace",
+            "namespaces",
+            Value::Null,
+            json!({"metadata": {"name": "x", "labels": ["not", "a", "map"]}}),
+        );
+        let v = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
+        assert_eq!(v["allowed"], false);
+        assert!(
+            v["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("holdfast: cannot evaluate")
+        );
+    }
+    // Over HTTP/1.1 the 413 comes before the body is read, so the client may see the
+    // connection close while still writing: read the answer off the raw stream.
+    for chunked in [false, true] {
+        let mut s = tls_stream(&p.ca_pem, wh.port).await;
+        let head = if chunked {
+            "POST /validate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+                .to_string()
+        } else {
+            format!(
+                "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+                3 * 1024 * 1024 + 1
+            )
+        };
+        s.write_all(head.as_bytes()).await.expect("headers");
+        let chunk = vec![b' '; 64 * 1024];
+        for _ in 0..60 {
+            let written = if chunked {
+                let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+                framed.extend_from_slice(&chunk);
+                framed.extend_from_slice(b"\r\n");
+                s.write_all(&framed).await
+            } else {
+                s.write_all(&chunk).await
+            };
+            if written.is_err() {
+                break;
+            }
+        }
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await;
+        let text = String::from_utf8_lossy(&buf);
+        assert!(
+            text.starts_with("HTTP/1.1 413"),
+            "chunked={chunked}: {text}"
+        );
+    }
+
+    // The server survived all of it.
+    assert_eq!(
+        probe(wh.probe_port, "/healthz").await.expect("healthz").0,
+        200
+    );
+}
+
+async fn tls_stream(
+    ca_pem: &str,
+    port: u16,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca_pem, &[b"http/1.1"])));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
+    connector.connect(name, tcp).await.expect("handshake")
+}
+
+#[tokio::test]
+async fn slow_clients_are_cut_off() {
+    let p = pki("webhook");
+    let wh = start(&p, &[]).await;
+
+    // Headers that never finish: the connection is closed after the read timeout.
+    let mut s = tls_stream(&p.ca_pem, wh.port).await;
+    s.write_all(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .expect("partial headers");
+    let mut buf = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await;
+    assert!(
+        closed.is_ok(),
+        "connection with unfinished headers was held open"
+    );
+
+    // A body that never arrives: 408.
+    let mut s = tls_stream(&p.ca_pem, wh.port).await;
+    s.write_all(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\"")
+        .await
+        .expect("partial body");
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+}
+
+#[tokio::test]
+async fn probes_and_readiness_with_api_server_down() {
+    let p = pki("webhook");
+    let wh = start(&p, &[]).await;
+    assert_eq!(
+        probe(wh.probe_port, "/healthz").await.expect("healthz").0,
+        200
+    );
+    // No registry sources are configured yet, so the webhook is ready once serving,
+    // even though the API server cannot be reached.
+    let (status, body) = probe(wh.probe_port, "/readyz").await.expect("readyz");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(probe(wh.probe_port, "/nope").await.expect("404").0, 404);
+}
+
+#[tokio::test]
+async fn certificate_is_reloaded_without_restart() {
+    let first = pki("first");
+    let wh = start(&first, &[]).await;
+    let body = review(
+        "u-r",
+        "DELETE",
+        "Namespace",
+        "namespaces",
+        Value::Null,
+        ns("a", json!({})),
+    );
+    let r = verdict(
+        &send(
+            &client(&first.ca_pem, Proto::H1),
+            wh.port,
+            "POST",
+            "/validate",
+            body.clone(),
+        )
+        .await,
+    );
+    assert_eq!(r["allowed"], true);
+
+    // A broken pair is ignored: the old certificate keeps serving.
+    std::fs::write(wh.dir.path().join("tls.crt"), "garbage").expect("write");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let r = verdict(
+        &send(
+            &client(&first.ca_pem, Proto::H1),
+            wh.port,
+            "POST",
+            "/validate",
+            body.clone(),
+        )
+        .await,
+    );
+    assert_eq!(r["allowed"], true);
+
+    // A new pair from another CA is picked up.
+    let second = pki("second");
+    write_pki(wh.dir.path(), &second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(&second.ca_pem, &[])));
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", wh.port))
+            .await
+            .expect("connect");
+        let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
+        if connector.connect(name, tcp).await.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "new certificate was not served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = verdict(
+        &send(
+            &client(&second.ca_pem, Proto::H2),
+            wh.port,
+            "POST",
+            "/validate",
+            body,
+        )
+        .await,
+    );
+    assert_eq!(r["allowed"], true);
+    let (_, metrics) = probe(wh.probe_port, "/metrics").await.expect("metrics");
+    assert!(
+        metrics.contains(r#"holdfast_webhook_tls_reloads_total{result="ok"}"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"holdfast_webhook_tls_reloads_total{result="error"}"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn bad_flags_fail_cleanly() {
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast-webhook"))
+        .args([
+            "--tls-cert",
+            "/nonexistent.crt",
+            "--tls-key",
+            "/nonexistent.key",
+            "--listen",
+            "127.0.0.1:0",
+            "--probe-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent.crt"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast-webhook"))
+        .args([
+            "--tls-cert",
+            "a",
+            "--tls-key",
+            "b",
+            "--protection-label",
+            "Bad Key=x",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid label key"));
+}
