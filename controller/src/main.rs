@@ -1,1 +1,5 @@
-fn main() {}
+//! `holdfast-controller` binary: see the library crate for the commands.
+
+fn main() -> std::process::ExitCode {
+    holdfast_controller::cli::main()
+}

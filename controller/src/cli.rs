@@ -1,0 +1,688 @@
+//! Command line of `holdfast-controller`.
+//!
+//! ```text
+//! holdfast-controller [run] [FLAGS]      run the controller (the default command)
+//! holdfast-controller crds [--output-dir DIR]
+//!                                        print all CRDs as YAML, or write manifests/crds
+//! ```
+//!
+//! Every `run` flag has an environment equivalent (`--timeout-seconds` ↔
+//! `HOLDFAST_TIMEOUT_SECONDS`; a flag given on the command line wins).
+//! `--protection-label` is repeatable; in `HOLDFAST_PROTECTION_LABEL` entries are
+//! separated by `;`. Without a subcommand `run` is assumed, so the `run` flags are
+//! accepted directly (`holdfast-controller --webhook-service ns/svc:443`).
+//!
+//! Exit codes: 0 success, 1 runtime failure, 2 invalid command line or configuration.
+
+use std::{
+    ffi::OsString,
+    io::{IsTerminal as _, Write as _},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum, builder::BoolishValueParser};
+use holdfast_shared::labels::{ProtectionLabel, ProtectionLabels};
+use tracing_subscriber::EnvFilter;
+use url::Url;
+
+use crate::config::{
+    CaSource, FailurePolicy, RunConfig, SecretRef, ServiceRef, Topology, WebhookEndpoint,
+    parse_api_export, parse_webhook_url,
+};
+
+/// Exit code for an invalid command line or configuration.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code for a runtime failure.
+pub const EXIT_FAILURE: u8 = 1;
+
+/// holdfast controller: installs and heals the admission webhook configuration(s)
+/// that protect Kubernetes objects from deletion.
+#[derive(Parser, Debug)]
+#[command(
+    name = "holdfast-controller",
+    version,
+    after_help = "Without a subcommand, `run` is assumed: `holdfast-controller --strict ...` is \
+                  `holdfast-controller run --strict ...`. Every run flag can also be set through \
+                  its HOLDFAST_* environment variable (shown in brackets in `run --help`)."
+)]
+pub struct Cli {
+    /// Command.
+    #[command(subcommand)]
+    pub command: Command,
+    /// Logging flags.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Inserts the default subcommand `run` when the command line names none: no
+/// arguments at all, or a first argument (after the global `--log-format`) that
+/// is a flag other than help/version.
+pub fn with_default_subcommand(mut args: Vec<OsString>) -> Vec<OsString> {
+    let mut i = 1;
+    loop {
+        match args.get(i).and_then(|a| a.to_str()) {
+            Some("--log-format") => i += 2,
+            Some(a) if a.starts_with("--log-format=") => i += 1,
+            _ => break,
+        }
+    }
+    let insert = match args.get(i) {
+        None => true,
+        Some(first) => first.to_str().is_some_and(|first| {
+            first.starts_with('-') && !matches!(first, "-h" | "--help" | "-V" | "--version")
+        }),
+    };
+    if insert {
+        let at = i.min(args.len());
+        args.insert(at, OsString::from("run"));
+    }
+    args
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the controller (the default command).
+    Run(Box<RunArgs>),
+    /// Print the holdfast CustomResourceDefinitions as multi-document YAML.
+    Crds(CrdsArgs),
+}
+
+/// Flags of `crds`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct CrdsArgs {
+    /// Write one file per CRD (plus kustomization.yaml) into DIR instead of
+    /// printing; stale generated files there are removed.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Logging flags (the level comes from `RUST_LOG`, default `info`).
+#[derive(Args, Debug, Clone)]
+pub struct LogArgs {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "HOLDFAST_LOG_FORMAT", global = true)]
+    pub log_format: LogFormat,
+}
+
+/// Flags of `run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Kubeconfig file (default: in-cluster configuration, or $KUBECONFIG).
+    #[arg(long, value_name = "FILE", env = "HOLDFAST_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Topology of the protected cluster(s).
+    #[arg(long, value_enum, default_value_t = Topology::Kubernetes, env = "HOLDFAST_TOPOLOGY")]
+    pub topology: Topology,
+
+    /// URL the API server calls the webhook at (https; an empty path becomes /validate).
+    /// Required on kcp. Exclusive with --webhook-service.
+    #[arg(long, value_name = "URL", env = "HOLDFAST_WEBHOOK_URL", value_parser = parse_webhook_url, conflicts_with = "webhook_service")]
+    pub webhook_url: Option<Url>,
+
+    /// Service the API server calls the webhook through, path /validate
+    /// (":PORT" defaults to 443). Exclusive with --webhook-url.
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME:PORT",
+        env = "HOLDFAST_WEBHOOK_SERVICE"
+    )]
+    pub webhook_service: Option<ServiceRef>,
+
+    /// PEM file with the CA bundle the API server trusts for the webhook
+    /// (default: a self-signed CA managed and rotated by the controller).
+    /// Exclusive with --ca-secret.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "HOLDFAST_CA_BUNDLE_FILE",
+        conflicts_with = "ca_secret"
+    )]
+    pub ca_bundle_file: Option<PathBuf>,
+
+    /// Secret holding the CA bundle (ca.crt). Exclusive with --ca-bundle-file.
+    #[arg(long, value_name = "NAMESPACE/NAME", env = "HOLDFAST_CA_SECRET")]
+    pub ca_secret: Option<SecretRef>,
+
+    /// failurePolicy of the installed webhooks.
+    #[arg(long, value_enum, default_value_t = FailurePolicy::Fail, env = "HOLDFAST_FAILURE_POLICY")]
+    pub failure_policy: FailurePolicy,
+
+    /// timeoutSeconds of the installed webhooks (1 to 30).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=30), env = "HOLDFAST_TIMEOUT_SECONDS")]
+    pub timeout_seconds: i32,
+
+    /// Delete the installed webhook configuration(s) on shutdown.
+    #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_CLEANUP_ON_SHUTDOWN")]
+    pub cleanup_on_shutdown: bool,
+
+    /// Strict mode: deny UPDATEs that remove a protection label (unless the
+    /// stored object carries holdfast.dev/strict-exempt="true").
+    #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_STRICT")]
+    pub strict: bool,
+
+    /// Extra protection label, KEY[=VALUE,...] (repeatable; no values: Always,true).
+    /// holdfast.dev/protected is always in force; giving it replaces its values.
+    #[arg(long, value_name = "KEY[=VALUE,...]", action = ArgAction::Append, value_delimiter = ';', env = "HOLDFAST_PROTECTION_LABEL")]
+    pub protection_label: Vec<ProtectionLabel>,
+
+    /// Run leader election (for more than one replica).
+    #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// Name of the holdfast APIExport (kcp).
+    #[arg(long = "apiexport", value_name = "NAME", default_value = "holdfast.dev", value_parser = parse_api_export, env = "HOLDFAST_APIEXPORT")]
+    pub api_export: String,
+
+    /// Listen address of /healthz and /readyz.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:8081",
+        env = "HOLDFAST_PROBE_LISTEN"
+    )]
+    pub probe_listen: SocketAddr,
+}
+
+/// An invalid combination of flags or an unusable file named by a flag.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn config_error(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+impl RunArgs {
+    /// Checks what clap cannot (combinations, files) and builds the run configuration.
+    pub fn into_config(self) -> Result<RunConfig, ConfigError> {
+        let webhook = match (self.webhook_url, self.webhook_service) {
+            (Some(_), Some(_)) => {
+                return Err(config_error(
+                    "--webhook-url and --webhook-service are mutually exclusive (check HOLDFAST_WEBHOOK_URL and HOLDFAST_WEBHOOK_SERVICE)",
+                ));
+            }
+            (None, None) => {
+                return Err(config_error(
+                    "one of --webhook-url URL or --webhook-service NAMESPACE/NAME:PORT is required (or HOLDFAST_WEBHOOK_URL / HOLDFAST_WEBHOOK_SERVICE)",
+                ));
+            }
+            (Some(url), None) => WebhookEndpoint::Url(url),
+            (None, Some(svc)) => WebhookEndpoint::Service(svc),
+        };
+        if self.topology == Topology::Kcp && matches!(webhook, WebhookEndpoint::Service(_)) {
+            return Err(config_error(
+                "--topology kcp needs --webhook-url: a workspace cannot reach a Service of the hosting cluster",
+            ));
+        }
+        let ca = match (self.ca_bundle_file, self.ca_secret) {
+            (Some(_), Some(_)) => {
+                return Err(config_error(
+                    "--ca-bundle-file and --ca-secret are mutually exclusive (check HOLDFAST_CA_BUNDLE_FILE and HOLDFAST_CA_SECRET)",
+                ));
+            }
+            (Some(file), None) => {
+                check_ca_bundle(&file)?;
+                CaSource::BundleFile(file)
+            }
+            (None, Some(secret)) => CaSource::Secret(secret),
+            (None, None) => CaSource::Managed,
+        };
+        if let Some(kubeconfig) = &self.kubeconfig
+            && !kubeconfig.is_file()
+        {
+            return Err(config_error(format!(
+                "--kubeconfig {}: no such file",
+                kubeconfig.display()
+            )));
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for label in &self.protection_label {
+            if seen.contains(&label.key.as_str()) {
+                return Err(config_error(format!(
+                    "--protection-label {} is given more than once; list all its values in one flag (KEY=V1,V2)",
+                    label.key
+                )));
+            }
+            seen.push(&label.key);
+        }
+        Ok(RunConfig {
+            kubeconfig: self.kubeconfig,
+            topology: self.topology,
+            webhook,
+            ca,
+            failure_policy: self.failure_policy,
+            timeout_seconds: self.timeout_seconds,
+            cleanup_on_shutdown: self.cleanup_on_shutdown,
+            strict: self.strict,
+            protection_labels: ProtectionLabels::with_extra(self.protection_label),
+            leader_elect: self.leader_elect,
+            api_export: self.api_export,
+            probe_listen: self.probe_listen,
+        })
+    }
+}
+
+/// Checks that `path` is a readable PEM file with at least one certificate.
+fn check_ca_bundle(path: &Path) -> Result<(), ConfigError> {
+    let content = std::fs::read_to_string(path)
+        .map_err(|e| config_error(format!("--ca-bundle-file {}: {e}", path.display())))?;
+    if !content.contains("-----BEGIN CERTIFICATE-----") {
+        return Err(config_error(format!(
+            "--ca-bundle-file {}: no PEM certificate (-----BEGIN CERTIFICATE-----) found",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+fn init_tracing(log: &LogArgs) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    // A second initialisation (tests calling `main_from` twice) is harmless: ignore it.
+    let _ = match log.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Entry point of the binary: parses `std::env::args_os()`.
+pub fn main() -> ExitCode {
+    main_from(std::env::args_os())
+}
+
+/// Entry point with explicit arguments (the first is the program name).
+pub fn main_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args = with_default_subcommand(args.into_iter().map(Into::into).collect());
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are "errors" printed to stdout with success.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_tracing(&cli.log);
+    let result = match cli.command {
+        Command::Crds(args) => crds(&args),
+        Command::Run(args) => run(*args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("holdfast-controller: error: {e:#}");
+            if e.downcast_ref::<ConfigError>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::from(EXIT_FAILURE)
+            }
+        }
+    }
+}
+
+fn crds(args: &CrdsArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.output_dir {
+        let written = crate::crds::write_files(dir)?;
+        tracing::info!(dir = %dir.display(), files = ?written, "wrote CRD manifests");
+        return Ok(());
+    }
+    let yaml = crate::crds::render_all()?;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(yaml.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        // `holdfast-controller crds | head` is not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context("writing CRDs to stdout")),
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = args.into_config()?;
+    let labels: Vec<String> = config
+        .protection_labels
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    tracing::info!(
+        kubeconfig = %config.kubeconfig.as_deref().map_or_else(|| "<in-cluster or $KUBECONFIG>".to_string(), |p| p.display().to_string()),
+        topology = %config.topology,
+        webhook = %config.webhook,
+        ca = %config.ca,
+        failure_policy = %config.failure_policy,
+        timeout_seconds = config.timeout_seconds,
+        cleanup_on_shutdown = config.cleanup_on_shutdown,
+        strict = config.strict,
+        protection_labels = ?labels,
+        leader_elect = config.leader_elect,
+        apiexport = %config.api_export,
+        probe_listen = %config.probe_listen,
+        "configuration is valid"
+    );
+    tracing::warn!(
+        "the reconciler is not implemented in this version of holdfast-controller (it arrives with the controller issue); nothing was installed, exiting"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<OsString> {
+        a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn default_subcommand_is_run() {
+        assert_eq!(with_default_subcommand(args(&["p"])), args(&["p", "run"]));
+        assert_eq!(
+            with_default_subcommand(args(&["p", "--strict"])),
+            args(&["p", "run", "--strict"])
+        );
+        assert_eq!(
+            with_default_subcommand(args(&["p", "--log-format", "json", "--strict"])),
+            args(&["p", "--log-format", "json", "run", "--strict"])
+        );
+        assert_eq!(
+            with_default_subcommand(args(&["p", "--log-format=json"])),
+            args(&["p", "--log-format=json", "run"])
+        );
+        for kept in [
+            &["p", "crds"][..],
+            &["p", "run", "--strict"],
+            &["p", "--help"],
+            &["p", "-V"],
+            &["p", "--log-format", "json", "crds"],
+        ] {
+            assert_eq!(with_default_subcommand(args(kept)), args(kept));
+        }
+    }
+
+    fn parse(a: &[&str]) -> Result<RunArgs, clap::Error> {
+        let cli = Cli::try_parse_from(with_default_subcommand(args(a)))?;
+        match cli.command {
+            Command::Run(r) => Ok(*r),
+            Command::Crds(_) => panic!("expected run"),
+        }
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let cfg = parse(&["p", "--webhook-service", "holdfast-system/holdfast-webhook"])
+            .expect("parses")
+            .into_config()
+            .expect("valid");
+        assert_eq!(cfg.topology, Topology::Kubernetes);
+        assert_eq!(cfg.failure_policy, FailurePolicy::Fail);
+        assert_eq!(cfg.timeout_seconds, 10);
+        assert_eq!(cfg.api_export, "holdfast.dev");
+        assert_eq!(cfg.probe_listen.to_string(), "0.0.0.0:8081");
+        assert_eq!(cfg.ca, CaSource::Managed);
+        assert!(!cfg.strict && !cfg.leader_elect && !cfg.cleanup_on_shutdown);
+        assert_eq!(
+            cfg.webhook,
+            WebhookEndpoint::Service(ServiceRef {
+                namespace: "holdfast-system".into(),
+                name: "holdfast-webhook".into(),
+                port: 443
+            })
+        );
+        let keys: Vec<_> = cfg
+            .protection_labels
+            .iter()
+            .map(|l| l.key.clone())
+            .collect();
+        assert_eq!(keys, vec!["holdfast.dev/protected".to_string()]);
+    }
+
+    #[test]
+    fn all_flags() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .expect("write");
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, "apiVersion: v1\n").expect("write");
+        let cfg = parse(&[
+            "p",
+            "run",
+            "--kubeconfig",
+            kubeconfig.to_str().expect("utf8"),
+            "--topology",
+            "kcp",
+            "--webhook-url",
+            "https://holdfast.example.com:8443",
+            "--ca-bundle-file",
+            ca.to_str().expect("utf8"),
+            "--failure-policy",
+            "Ignore",
+            "--timeout-seconds",
+            "30",
+            "--cleanup-on-shutdown",
+            "--strict",
+            "--protection-label",
+            "resourcetemplate.karmada.io/deletion-protected=Always",
+            "--protection-label",
+            "orkestra.io/deletion-protection=true",
+            "--leader-elect",
+            "--apiexport",
+            "holdfast.example.dev",
+            "--probe-listen",
+            "127.0.0.1:9000",
+        ])
+        .expect("parses")
+        .into_config()
+        .expect("valid");
+        assert_eq!(cfg.topology, Topology::Kcp);
+        assert_eq!(
+            cfg.webhook,
+            WebhookEndpoint::Url(
+                Url::parse("https://holdfast.example.com:8443/validate").expect("url")
+            )
+        );
+        assert_eq!(cfg.ca, CaSource::BundleFile(ca));
+        assert_eq!(cfg.failure_policy, FailurePolicy::Ignore);
+        assert_eq!(cfg.timeout_seconds, 30);
+        assert!(cfg.strict && cfg.leader_elect && cfg.cleanup_on_shutdown);
+        assert_eq!(cfg.api_export, "holdfast.example.dev");
+        let labels: Vec<_> = cfg
+            .protection_labels
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
+        assert_eq!(
+            labels,
+            vec![
+                "holdfast.dev/protected=Always,true",
+                "resourcetemplate.karmada.io/deletion-protected=Always",
+                "orkestra.io/deletion-protection=true"
+            ]
+        );
+    }
+
+    #[test]
+    fn clap_rejects_bad_values() {
+        for bad in [
+            &["p", "--webhook-service", "ns/svc", "--timeout-seconds", "0"][..],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--timeout-seconds",
+                "31",
+            ],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--timeout-seconds",
+                "ten",
+            ],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--failure-policy",
+                "Maybe",
+            ],
+            &["p", "--webhook-service", "ns/svc", "--topology", "mesos"],
+            &["p", "--webhook-service", "nsvc"],
+            &["p", "--webhook-service", "ns/svc:0"],
+            &["p", "--webhook-service", "ns/svc:99999"],
+            &["p", "--webhook-service", "NS/svc"],
+            &["p", "--webhook-url", "http://insecure.example.com"],
+            &["p", "--webhook-url", "https://x.example.com/v?x=1"],
+            &["p", "--webhook-url", "not a url"],
+            &[
+                "p",
+                "--webhook-url",
+                "https://a",
+                "--webhook-service",
+                "ns/svc",
+            ],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--ca-bundle-file",
+                "f",
+                "--ca-secret",
+                "ns/s",
+            ],
+            &["p", "--webhook-service", "ns/svc", "--ca-secret", "nons"],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--protection-label",
+                "Bad Key",
+            ],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--protection-label",
+                "a.io/k=",
+            ],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--apiexport",
+                "Not_Valid",
+            ],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--probe-listen",
+                "nowhere",
+            ],
+            &["p", "--webhook-service", "ns/svc", "--no-such-flag"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn config_rejects_bad_combinations() {
+        for (bad, want) in [
+            (&["p"][..], "one of --webhook-url"),
+            (
+                &["p", "--topology", "kcp", "--webhook-service", "ns/svc"],
+                "kcp needs --webhook-url",
+            ),
+            (
+                &[
+                    "p",
+                    "--webhook-service",
+                    "ns/svc",
+                    "--kubeconfig",
+                    "/nonexistent/kubeconfig",
+                ],
+                "no such file",
+            ),
+            (
+                &[
+                    "p",
+                    "--webhook-service",
+                    "ns/svc",
+                    "--ca-bundle-file",
+                    "/nonexistent/ca.pem",
+                ],
+                "--ca-bundle-file",
+            ),
+            (
+                &[
+                    "p",
+                    "--webhook-service",
+                    "ns/svc",
+                    "--protection-label",
+                    "a.io/k=x",
+                    "--protection-label",
+                    "a.io/k=y",
+                ],
+                "more than once",
+            ),
+        ] {
+            let err = parse(bad)
+                .expect("clap accepts")
+                .into_config()
+                .expect_err("config rejects");
+            assert!(err.to_string().contains(want), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn ca_bundle_without_certificate_is_rejected() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not a certificate").expect("write");
+        let err = parse(&[
+            "p",
+            "--webhook-service",
+            "ns/svc",
+            "--ca-bundle-file",
+            ca.to_str().expect("utf8"),
+        ])
+        .expect("clap accepts")
+        .into_config()
+        .expect_err("rejected");
+        assert!(err.to_string().contains("no PEM certificate"), "{err}");
+    }
+}

@@ -1,0 +1,164 @@
+//! `AnchorRule`: lifecycle protection bound to a topmost composite (seed 000).
+
+// Each `#[kube(printcolumn(...))]` repeats `type_ = "string"`, which clippy
+// mistakes for a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    Enforcement, FIELD_PATH_PATTERN, GROUP_PATTERN, PolicyStatus, QUALIFIED_NAME_PATTERN,
+    RESOURCE_PATTERN, ResourceType, VERSION_PATTERN,
+};
+
+/// Desired state of an AnchorRule: objects of the listed types are protected
+/// while their anchor exists, is not being deleted, and its toggle is true.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "holdfast.dev",
+    version = "v1alpha1",
+    kind = "AnchorRule",
+    plural = "anchorrules",
+    shortname = "ar",
+    category = "holdfast",
+    status = "PolicyStatus",
+    derive = "PartialEq",
+    doc = "AnchorRule protects objects while the anchor object named by their labels (or their namespace's labels) exists, is not being deleted and has its toggle field set.",
+    printcolumn(
+        name = "Enforcement",
+        type_ = "string",
+        json_path = ".spec.enforcement",
+        description = "Enforce, Warn or Audit"
+    ),
+    printcolumn(
+        name = "Anchor",
+        type_ = "string",
+        json_path = ".spec.anchor.resource",
+        description = "Resource of the anchor objects"
+    ),
+    printcolumn(
+        name = "Toggle",
+        type_ = "string",
+        json_path = ".spec.toggle.fieldPath",
+        description = "Field of the anchor that switches protection on",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the policy is loaded and enforced"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "self.protects.all(p, !(p.group == self.anchor.group && p.resource == self.anchor.resource))"
+).message("protects must not list the anchor's own type: the anchor could never be deleted").field_path(".protects"))]
+pub struct AnchorRuleSpec {
+    /// What happens when a DELETE is blocked: Enforce (deny), Warn (allow with a
+    /// warning) or Audit (allow, count and emit an Event).
+    #[serde(default)]
+    pub enforcement: Enforcement,
+    /// Type of the anchor objects (the topmost composites).
+    pub anchor: ResourceType,
+    /// Label keys that name an object's anchor.
+    pub anchor_labels: AnchorLabels,
+    /// Field of the anchor that switches protection on or off. Unset: protection
+    /// is on whenever the anchor exists and is not being deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toggle: Option<Toggle>,
+    /// Types of the objects protected by their anchor.
+    #[schemars(length(min = 1, max = 64))]
+    pub protects: Vec<ProtectedType>,
+}
+
+/// Label keys, on a protected object (or its namespace), naming its anchor.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnchorLabels {
+    /// Label key whose value is the anchor's name, e.g. `appcat.vshn.io/composite-name`.
+    #[schemars(length(min = 1, max = 316), pattern(QUALIFIED_NAME_PATTERN))]
+    pub name: String,
+    /// Label key whose value is the anchor's namespace, for namespaced anchors,
+    /// e.g. `appcat.vshn.io/composite-namespace`. Unset: the anchor is cluster-scoped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 316), pattern(QUALIFIED_NAME_PATTERN))]
+    pub namespace: Option<String>,
+}
+
+/// The anchor field that turns protection on.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Toggle {
+    /// Dot path of a boolean field of the anchor, e.g.
+    /// `.spec.parameters.backup.deletionProtection`.
+    #[schemars(length(min = 2, max = 512), pattern(FIELD_PATH_PATTERN))]
+    pub field_path: String,
+    /// Value used when the field is absent (default true: protected).
+    #[serde(default = "default_true")]
+    pub default: bool,
+}
+
+impl Default for Toggle {
+    fn default() -> Self {
+        Self {
+            field_path: String::new(),
+            default: true,
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A type of object protected by its anchor.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!(self.group == '' && self.resource == 'namespaces' && self.inheritFromNamespace)"
+).message("inheritFromNamespace cannot be set for namespaces themselves").field_path(".inheritFromNamespace"))]
+pub struct ProtectedType {
+    /// API group; empty (the default) for the core group.
+    #[serde(default)]
+    #[schemars(length(max = 253), pattern(GROUP_PATTERN))]
+    pub group: String,
+    /// API version, e.g. `v1`.
+    #[schemars(length(min = 1, max = 63), pattern(VERSION_PATTERN))]
+    pub version: String,
+    /// Resource, lowercase plural as in the REST path, e.g. `persistentvolumeclaims`.
+    #[schemars(length(min = 1, max = 63), pattern(RESOURCE_PATTERN))]
+    pub resource: String,
+    /// Read the anchor labels from the object's namespace instead of the object
+    /// (for objects not managed by the composite but living in its namespace).
+    #[serde(default)]
+    pub inherit_from_namespace: bool,
+}
+
+impl ProtectedType {
+    /// The protected resource type.
+    pub fn resource_type(&self) -> ResourceType {
+        ResourceType::new(&self.group, &self.version, &self.resource)
+    }
+}
+
+impl AnchorRule {
+    /// The resource types this rule protects, in spec order, without duplicates.
+    pub fn targets(&self) -> Vec<ResourceType> {
+        let mut out: Vec<ResourceType> = Vec::new();
+        for p in &self.spec.protects {
+            let t = p.resource_type();
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        out
+    }
+}

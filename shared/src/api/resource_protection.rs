@@ -1,0 +1,139 @@
+//! `ResourceProtection`: protect objects chosen by selectors (seed 001).
+
+// Each `#[kube(printcolumn(...))]` repeats `type_ = "string"`, which clippy
+// mistakes for a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    Enforcement, GROUP_PATTERN, NAME_PATTERN, NAMESPACE_PATTERN, PolicyStatus, RESOURCE_PATTERN,
+    ResourceType, VERSION_PATTERN,
+};
+
+/// Desired state of a ResourceProtection: which objects may not be deleted.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "holdfast.dev",
+    version = "v1alpha1",
+    kind = "ResourceProtection",
+    plural = "resourceprotections",
+    shortname = "rp",
+    category = "holdfast",
+    status = "PolicyStatus",
+    derive = "PartialEq",
+    doc = "ResourceProtection protects the objects its selectors choose from deletion (and, when strict, from losing their protection label).",
+    printcolumn(
+        name = "Enforcement",
+        type_ = "string",
+        json_path = ".spec.enforcement",
+        description = "Enforce, Warn or Audit"
+    ),
+    printcolumn(
+        name = "Strict",
+        type_ = "boolean",
+        json_path = ".spec.strict",
+        description = "Whether removing the protection label is denied"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the policy is loaded and enforced"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceProtectionSpec {
+    /// What happens when a DELETE is blocked: Enforce (deny), Warn (allow with a
+    /// warning) or Audit (allow, count and emit an Event).
+    #[serde(default)]
+    pub enforcement: Enforcement,
+    /// Strict mode: an UPDATE that removes the protection label from a selected
+    /// object (or sets it to a non-protecting value) is denied unless the stored
+    /// object already carries `holdfast.dev/strict-exempt: "true"`.
+    #[serde(default)]
+    pub strict: bool,
+    /// Selectors of the objects to protect; an object is protected when any entry selects it.
+    #[schemars(length(min = 1, max = 64))]
+    pub resources: Vec<ResourceSelector>,
+}
+
+/// Selects objects of one resource type, optionally narrowed by namespace, names
+/// and labels. Without namespace, names and labelSelector it selects every object
+/// of the type. To protect a CRD object itself, select group
+/// `apiextensions.k8s.io`, resource `customresourcedefinitions` and its name.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.__namespace__) || !((self.group == '' && self.resource in ['namespaces', 'nodes', 'persistentvolumes']) || (self.group == 'apiextensions.k8s.io' && self.resource == 'customresourcedefinitions'))"
+).message("namespace must not be set for a cluster-scoped resource (namespaces, nodes, persistentvolumes, customresourcedefinitions); select them by names").field_path(".namespace"))]
+pub struct ResourceSelector {
+    /// API group; empty (the default) for the core group.
+    #[serde(default)]
+    #[schemars(length(max = 253), pattern(GROUP_PATTERN))]
+    pub group: String,
+    /// API version, e.g. `v1`.
+    #[schemars(length(min = 1, max = 63), pattern(VERSION_PATTERN))]
+    pub version: String,
+    /// Resource, lowercase plural as in the REST path, e.g. `deployments`.
+    #[schemars(length(min = 1, max = 63), pattern(RESOURCE_PATTERN))]
+    pub resource: String,
+    /// Only objects in this namespace (namespaced resources only). Unset: every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(NAMESPACE_PATTERN))]
+    pub namespace: Option<String>,
+    /// Only objects with one of these names. Unset: any name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    #[schemars(
+        length(min = 1, max = 256),
+        inner(length(min = 1, max = 253), pattern(NAME_PATTERN))
+    )]
+    pub names: Option<Vec<String>>,
+    /// Only objects whose labels match this selector. Unset: any labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+}
+
+impl ResourceSelector {
+    /// The selected resource type.
+    pub fn resource_type(&self) -> ResourceType {
+        ResourceType::new(&self.group, &self.version, &self.resource)
+    }
+
+    /// Whether `name` is selected: no names are listed, or it is one of them.
+    pub fn name_matches(&self, name: &str) -> bool {
+        self.names
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == name))
+    }
+
+    /// Whether `namespace` (`None` for cluster-scoped objects) is selected.
+    pub fn namespace_matches(&self, namespace: Option<&str>) -> bool {
+        match &self.namespace {
+            None => true,
+            Some(want) => namespace == Some(want.as_str()),
+        }
+    }
+}
+
+impl ResourceProtection {
+    /// The resource types this policy selects, in spec order, without duplicates.
+    pub fn targets(&self) -> Vec<ResourceType> {
+        let mut out: Vec<ResourceType> = Vec::new();
+        for sel in &self.spec.resources {
+            let t = sel.resource_type();
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        out
+    }
+}
