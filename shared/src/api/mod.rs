@@ -19,6 +19,7 @@ pub mod common;
 pub mod critical_service;
 pub mod dependency_rule;
 pub mod resource_protection;
+pub mod validation;
 
 pub use anchor_rule::{AnchorLabels, AnchorRule, AnchorRuleSpec, ProtectedType, Toggle};
 pub use common::{
@@ -34,6 +35,7 @@ pub use dependency_rule::{
     FieldRef, ResolvedWorkspace,
 };
 pub use resource_protection::{ResourceProtection, ResourceProtectionSpec, ResourceSelector};
+pub use validation::{ValidationError, join_errors};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -58,6 +60,8 @@ pub trait Policy: kube::Resource<DynamicType = ()> {
     fn conditions(&self) -> &[Condition];
     /// The policy's `status.observedGeneration`.
     fn observed_generation(&self) -> Option<i64>;
+    /// The problems of the spec (the CRD schema's rules, checked client-side).
+    fn validate(&self) -> Vec<ValidationError>;
 }
 
 macro_rules! impl_policy {
@@ -71,6 +75,9 @@ macro_rules! impl_policy {
             }
             fn observed_generation(&self) -> Option<i64> {
                 self.status.as_ref().and_then(|s| s.observed_generation)
+            }
+            fn validate(&self) -> Vec<ValidationError> {
+                self.spec.validate()
             }
         }
     )*};

@@ -1,0 +1,348 @@
+//! Client-side validation of the policy specs: the same rules as the CRD schema
+//! (patterns, required lists, CEL `x-kubernetes-validations`), for places where
+//! the API server's validation cannot be relied on (a policy stored before a CRD
+//! upgrade, a simulator, kcp schemas) and for the controller's `Invalid` condition.
+
+use std::fmt;
+
+use super::{
+    AnchorRuleSpec, CriterionType, CriticalServiceSpec, DependencyRuleSpec, ResourceProtectionSpec,
+};
+use crate::fieldpath::FieldPath;
+
+/// One problem in a policy spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidationError {
+    /// Path of the offending field, e.g. `spec.resources[0].namespace`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Joins validation errors into one message (`a: x; b: y`), e.g. for a condition.
+pub fn join_errors(errors: &[ValidationError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[derive(Default)]
+struct Errors(Vec<ValidationError>);
+
+impl Errors {
+    fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(ValidationError {
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    fn check(&mut self, field: impl Into<String>, result: Result<(), String>) {
+        if let Err(message) = result {
+            self.push(field, message);
+        }
+    }
+}
+
+fn dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+fn dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(dns_label)
+}
+
+fn group(s: &str) -> Result<(), String> {
+    if s.is_empty() || dns_subdomain(s) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not an API group (empty for the core group, or a lowercase DNS subdomain)"
+        ))
+    }
+}
+
+fn version(s: &str) -> Result<(), String> {
+    if dns_label(s) {
+        Ok(())
+    } else {
+        Err(format!("{s:?} is not an API version (e.g. v1)"))
+    }
+}
+
+fn resource(s: &str) -> Result<(), String> {
+    if dns_label(s) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a resource (lowercase plural as in the REST path, e.g. deployments)"
+        ))
+    }
+}
+
+fn namespace(s: &str) -> Result<(), String> {
+    if dns_label(s) {
+        Ok(())
+    } else {
+        Err(format!("{s:?} is not a namespace name"))
+    }
+}
+
+fn object_name(s: &str) -> Result<(), String> {
+    if !s.is_empty() && s.len() <= 253 && !s.contains('/') && !s.chars().any(char::is_whitespace) {
+        Ok(())
+    } else {
+        Err(format!("{s:?} is not an object name"))
+    }
+}
+
+fn kind(s: &str) -> Result<(), String> {
+    let mut chars = s.chars();
+    let ok = s.len() <= 63
+        && chars.next().is_some_and(|c| c.is_ascii_uppercase())
+        && chars.all(|c| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a kind (UpperCamelCase, e.g. VirtualMachine)"
+        ))
+    }
+}
+
+fn qualified_name(s: &str) -> Result<(), String> {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    let b = name.as_bytes();
+    let name_ok = !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+    if name_ok && prefix.is_none_or(dns_subdomain) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a qualified name ([prefix/]name, the prefix a DNS subdomain)"
+        ))
+    }
+}
+
+fn field_path(s: &str) -> Result<(), String> {
+    if !s.starts_with('.') {
+        return Err(format!("{s:?} must start with '.' (e.g. .spec.ref.name)"));
+    }
+    FieldPath::parse(s).map(|_| ()).map_err(|e| e.to_string())
+}
+
+fn workspace_path(s: &str) -> Result<(), String> {
+    let mut parts = s.split(':');
+    if parts.next() == Some("root") && parts.all(dns_label) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a workspace path (root, root:org, root:org:team, ...)"
+        ))
+    }
+}
+
+fn api_export_name(s: &str) -> Result<(), String> {
+    if dns_subdomain(s) {
+        Ok(())
+    } else {
+        Err(format!("{s:?} is not an APIExport name (a DNS subdomain)"))
+    }
+}
+
+fn list_len(errors: &mut Errors, field: &str, len: usize, max: usize) {
+    if len == 0 {
+        errors.push(field, "must have at least one entry");
+    } else if len > max {
+        errors.push(field, format!("must have at most {max} entries"));
+    }
+}
+
+fn cluster_scoped(group: &str, resource: &str) -> bool {
+    (group.is_empty() && matches!(resource, "namespaces" | "nodes" | "persistentvolumes"))
+        || (group == "apiextensions.k8s.io" && resource == "customresourcedefinitions")
+}
+
+impl ResourceProtectionSpec {
+    /// The problems of this spec (empty when valid).
+    pub fn validate(&self) -> Vec<ValidationError> {
+        let mut e = Errors::default();
+        list_len(&mut e, "spec.resources", self.resources.len(), 64);
+        for (i, r) in self.resources.iter().enumerate() {
+            let f = |name: &str| format!("spec.resources[{i}].{name}");
+            e.check(f("group"), group(&r.group));
+            e.check(f("version"), version(&r.version));
+            e.check(f("resource"), resource(&r.resource));
+            if let Some(ns) = &r.namespace {
+                e.check(f("namespace"), namespace(ns));
+                if cluster_scoped(&r.group, &r.resource) {
+                    e.push(
+                        f("namespace"),
+                        "must not be set for a cluster-scoped resource; select them by names",
+                    );
+                }
+            }
+            if let Some(names) = &r.names {
+                list_len(&mut e, &f("names"), names.len(), 256);
+                for (j, n) in names.iter().enumerate() {
+                    e.check(format!("spec.resources[{i}].names[{j}]"), object_name(n));
+                }
+            }
+        }
+        e.0
+    }
+}
+
+impl AnchorRuleSpec {
+    /// The problems of this spec (empty when valid).
+    pub fn validate(&self) -> Vec<ValidationError> {
+        let mut e = Errors::default();
+        e.check("spec.anchor.group", group(&self.anchor.group));
+        e.check("spec.anchor.version", version(&self.anchor.version));
+        e.check("spec.anchor.resource", resource(&self.anchor.resource));
+        e.check(
+            "spec.anchorLabels.name",
+            qualified_name(&self.anchor_labels.name),
+        );
+        if let Some(ns) = &self.anchor_labels.namespace {
+            e.check("spec.anchorLabels.namespace", qualified_name(ns));
+        }
+        if let Some(t) = &self.toggle {
+            e.check("spec.toggle.fieldPath", field_path(&t.field_path));
+        }
+        list_len(&mut e, "spec.protects", self.protects.len(), 64);
+        for (i, p) in self.protects.iter().enumerate() {
+            let f = |name: &str| format!("spec.protects[{i}].{name}");
+            e.check(f("group"), group(&p.group));
+            e.check(f("version"), version(&p.version));
+            e.check(f("resource"), resource(&p.resource));
+            if p.group.is_empty() && p.resource == "namespaces" && p.inherit_from_namespace {
+                e.push(
+                    f("inheritFromNamespace"),
+                    "cannot be set for namespaces themselves",
+                );
+            }
+            if p.group == self.anchor.group && p.resource == self.anchor.resource {
+                e.push(
+                    format!("spec.protects[{i}]"),
+                    "must not be the anchor's own type: the anchor could never be deleted",
+                );
+            }
+        }
+        e.0
+    }
+}
+
+impl DependencyRuleSpec {
+    /// The problems of this spec (empty when valid).
+    pub fn validate(&self) -> Vec<ValidationError> {
+        let mut e = Errors::default();
+        let d = &self.dependent;
+        if let Some(name) = &d.api_export_name {
+            e.check("spec.dependent.apiExportName", api_export_name(name));
+        }
+        e.check("spec.dependent.group", group(&d.group));
+        e.check("spec.dependent.version", version(&d.version));
+        e.check("spec.dependent.kind", kind(&d.kind));
+        e.check("spec.dependent.resource", resource(&d.resource));
+        list_len(&mut e, "spec.dependencies", self.dependencies.len(), 32);
+        for (i, dep) in self.dependencies.iter().enumerate() {
+            let f = |name: &str| format!("spec.dependencies[{i}].{name}");
+            if let Some(r) = &dep.api_export_ref {
+                e.check(f("apiExportRef.path"), workspace_path(&r.path));
+                e.check(f("apiExportRef.name"), api_export_name(&r.name));
+            }
+            e.check(f("group"), group(&dep.group));
+            e.check(f("version"), version(&dep.version));
+            e.check(f("resource"), resource(&dep.resource));
+            e.check(f("fieldRef.path"), field_path(&dep.field_ref.path));
+            if let Some(n) = &dep.namespace_field_ref {
+                e.check(f("namespaceFieldRef.path"), field_path(&n.path));
+            }
+            let repeated = self.dependencies[..i].iter().any(|o| {
+                o.group == dep.group
+                    && o.resource == dep.resource
+                    && o.field_ref.path == dep.field_ref.path
+            });
+            if repeated {
+                e.push(
+                    format!("spec.dependencies[{i}]"),
+                    "repeats the group, resource and fieldRef.path of an earlier entry",
+                );
+            }
+        }
+        e.0
+    }
+}
+
+impl CriticalServiceSpec {
+    /// The problems of this spec (empty when valid).
+    pub fn validate(&self) -> Vec<ValidationError> {
+        let mut e = Errors::default();
+        let p = &self.provider;
+        e.check("spec.provider.group", group(&p.group));
+        e.check("spec.provider.resource", resource(&p.resource));
+        e.check("spec.provider.namespace", namespace(&p.namespace));
+        e.check("spec.provider.name", object_name(&p.name));
+        list_len(&mut e, "spec.criteria", self.criteria.len(), 32);
+        for (i, c) in self.criteria.iter().enumerate() {
+            let f = |name: &str| format!("spec.criteria[{i}].{name}");
+            match c.type_ {
+                CriterionType::Finalizer => {
+                    if c.finalizer.is_none() || c.specific_resource.is_some() {
+                        e.push(
+                            format!("spec.criteria[{i}]"),
+                            "type Finalizer requires finalizer and forbids specificResource",
+                        );
+                    }
+                }
+                CriterionType::SpecificResource => {
+                    if c.specific_resource.is_none() || c.finalizer.is_some() {
+                        e.push(
+                            format!("spec.criteria[{i}]"),
+                            "type SpecificResource requires specificResource and forbids finalizer",
+                        );
+                    }
+                }
+            }
+            if let Some(fin) = &c.finalizer {
+                e.check(f("finalizer.group"), group(&fin.group));
+                e.check(f("finalizer.resource"), resource(&fin.resource));
+                e.check(
+                    f("finalizer.finalizerName"),
+                    qualified_name(&fin.finalizer_name),
+                );
+            }
+            if let Some(s) = &c.specific_resource {
+                e.check(f("specificResource.group"), group(&s.group));
+                e.check(f("specificResource.resource"), resource(&s.resource));
+                if let Some(ns) = &s.namespace {
+                    e.check(f("specificResource.namespace"), namespace(ns));
+                }
+                e.check(f("specificResource.name"), object_name(&s.name));
+            }
+        }
+        e.0
+    }
+}
