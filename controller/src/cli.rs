@@ -175,6 +175,7 @@ pub struct RunArgs {
 
     /// Extra protection label, KEY[=VALUE,...] (repeatable; no values: Always,true).
     /// holdfast.dev/protected is always in force; giving it replaces its values.
+    /// Several labels in one value (and in the environment) are separated by ';'.
     #[arg(long, value_name = "KEY[=VALUE,...]", action = ArgAction::Append, value_delimiter = ';', env = "HOLDFAST_PROTECTION_LABEL")]
     pub protection_label: Vec<ProtectionLabel>,
 
