@@ -1,0 +1,1599 @@
+//! REST verbs on resources: get, list, watch, create, update, patch, delete,
+//! deletecollection, with admission and the apiserver's object lifecycle rules.
+
+use crate::admission::{self, Attrs};
+use crate::errors::{ApiError, ApiResult};
+use crate::registry::{self, ResourceInfo};
+use crate::selectors::{FieldSelector, Selector};
+use crate::server::{ClusterSel, Ctx, Resp, State};
+use crate::store::{self, EventType, Key, StoreError};
+use crate::{kcp, now_rfc3339, patch, rbac};
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderMap, Method};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+pub struct Target {
+    pub info: Arc<ResourceInfo>,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub sub: Option<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn handle(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    resources: &[Arc<ResourceInfo>],
+    method: &Method,
+    group: &str,
+    version: &str,
+    segs: &[&str],
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Resp> {
+    let (ns, res, name, sub): (Option<&str>, &str, Option<&str>, Option<&str>) = match segs {
+        ["namespaces", n, s @ ("status" | "finalize")] if group.is_empty() => {
+            (None, "namespaces", Some(n), Some(s))
+        }
+        ["namespaces", ns, res] => (Some(ns), res, None, None),
+        ["namespaces", ns, res, name] => (Some(ns), res, Some(name), None),
+        ["namespaces", ns, res, name, sub] => (Some(ns), res, Some(name), Some(sub)),
+        [res] => (None, res, None, None),
+        [res, name] => (None, res, Some(name), None),
+        [res, name, sub] => (None, res, Some(name), Some(sub)),
+        _ => return Err(ApiError::path_not_found()),
+    };
+    let info =
+        registry::find(resources, group, version, res).ok_or_else(ApiError::path_not_found)?;
+    if ns.is_some() && !info.namespaced {
+        return Err(ApiError::path_not_found());
+    }
+    if info.namespaced && ns.is_none() && name.is_some() {
+        return Err(ApiError::path_not_found());
+    }
+    if let Some(s) = sub {
+        let ok = info.subresources.iter().any(|x| x.name == s)
+            || (info.resource == "namespaces" && s == "finalize");
+        if !ok {
+            return Err(ApiError::path_not_found());
+        }
+    }
+    let t = Target {
+        info: info.clone(),
+        version: version.to_string(),
+        namespace: ns.map(str::to_string),
+        name: name.map(str::to_string),
+        sub: sub.map(str::to_string),
+    };
+    let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let verb = match (method.clone(), t.name.is_some()) {
+        (Method::GET, true) => "get",
+        (Method::GET, false) if watch => "watch",
+        (Method::GET, false) => "list",
+        (Method::POST, false) => "create",
+        (Method::PUT, true) => "update",
+        (Method::PATCH, true) => "patch",
+        (Method::DELETE, true) => "delete",
+        (Method::DELETE, false) => "deletecollection",
+        _ => {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+    };
+    if !info.verbs.iter().any(|v| v == verb) && t.sub.is_none() {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    rbac::authorize_request(state, ctx, verb, &t)?;
+    if let Some(vw) = &ctx.vw {
+        kcp::vw_authorize(state, vw, &ctx.cluster, &info)?;
+    }
+    if info.virtual_only {
+        let obj = parse_body(&body, headers)?;
+        return rbac::review(state, ctx, &t, obj).await;
+    }
+    let cluster = ctx.cluster.key().map(str::to_string);
+    let need_cluster = || {
+        cluster.clone().ok_or_else(|| {
+            ApiError::method_not_allowed(format!("{verb} is not supported on the wildcard cluster"))
+        })
+    };
+    match verb {
+        "get" => get(state, ctx, &t, &need_cluster()?),
+        "list" => list(state, ctx, &t, query, headers),
+        "watch" => watch_stream(state, ctx, &t, query),
+        "create" => {
+            let obj = parse_body(&body, headers)?;
+            create(state, ctx, &t, &need_cluster()?, obj, query).await
+        }
+        "update" => {
+            let obj = parse_body(&body, headers)?;
+            let c = need_cluster()?;
+            update(state, ctx, &t, &c, query, Mutation::Replace(obj)).await
+        }
+        "patch" => {
+            let ct = headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string();
+            let c = need_cluster()?;
+            let m = match ct.as_str() {
+                "application/merge-patch+json" => Mutation::Merge(parse_json(&body)?),
+                "application/strategic-merge-patch+json" => {
+                    if !info.builtin {
+                        return Err(ApiError::unsupported_media_type(&ct));
+                    }
+                    Mutation::Strategic(parse_json(&body)?)
+                }
+                "application/json-patch+json" => Mutation::JsonPatch(parse_json(&body)?),
+                "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
+                    if query.get("fieldManager").is_none_or(|f| f.is_empty()) {
+                        return Err(ApiError::invalid_raw(
+                            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+                        ));
+                    }
+                    let text = std::str::from_utf8(&body)
+                        .map_err(|_| ApiError::bad_request("apply patch is not UTF-8"))?;
+                    let v: Value = serde_saphyr::from_str(text)
+                        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+                    Mutation::Apply(v)
+                }
+                _ => return Err(ApiError::unsupported_media_type(&ct)),
+            };
+            update(state, ctx, &t, &c, query, m).await
+        }
+        "delete" => {
+            let opts = delete_options(&body, headers, query)?;
+            let c = need_cluster()?;
+            delete(
+                state,
+                ctx,
+                &t,
+                &c,
+                t.name.as_deref().unwrap_or(""),
+                &opts,
+                true,
+            )
+            .await
+        }
+        "deletecollection" => {
+            let opts = delete_options(&body, headers, query)?;
+            let c = need_cluster()?;
+            delete_collection(state, ctx, &t, &c, query, &opts).await
+        }
+        _ => Err(ApiError::path_not_found()),
+    }
+}
+
+impl ApiError {
+    pub fn invalid_raw(message: &str) -> ApiError {
+        ApiError::new(422, "Invalid", message)
+    }
+}
+
+fn parse_json(body: &Bytes) -> ApiResult<Value> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))
+}
+
+pub fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
+    let ct = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let v: Value = if ct.contains("protobuf") {
+        crate::proto::decode(body).map_err(|e| ApiError::new(415, "UnsupportedMediaType", e))?
+    } else if ct.contains("yaml") {
+        let text = std::str::from_utf8(body)
+            .map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
+        serde_saphyr::from_str(text)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        })?
+    };
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "couldn't get version/kind; json parse error: expected an object",
+        ));
+    }
+    Ok(v)
+}
+
+pub fn key_for(cluster: &str, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Key {
+    Key {
+        cluster: cluster.to_string(),
+        namespace: if info.namespaced {
+            ns.unwrap_or("").to_string()
+        } else {
+            String::new()
+        },
+        name: name.to_string(),
+    }
+}
+
+/// The object as served at `version`: with kind/apiVersion set.
+pub fn typed(info: &ResourceInfo, version: &str, obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.insert("apiVersion".into(), json!(info.api_version(version)));
+        m.insert("kind".into(), json!(info.kind));
+    }
+    o
+}
+
+fn list_item(info: &ResourceInfo, version: &str, obj: &Value) -> Value {
+    if info.builtin {
+        let mut o = obj.clone();
+        if let Some(m) = o.as_object_mut() {
+            m.remove("apiVersion");
+            m.remove("kind");
+        }
+        o
+    } else {
+        typed(info, version, obj)
+    }
+}
+
+fn meta<'a>(v: &'a Value, f: &str) -> &'a str {
+    v["metadata"][f].as_str().unwrap_or("")
+}
+
+fn get(state: &State, _ctx: &Ctx, t: &Target, cluster: &str) -> ApiResult<Resp> {
+    let name = t.name.as_deref().unwrap_or("");
+    let key = key_for(cluster, &t.info, t.namespace.as_deref(), name);
+    let obj = state
+        .store
+        .get(&t.info.gr(), &key)
+        .ok_or_else(|| ApiError::not_found(&t.info, name))?;
+    if t.sub.as_deref() == Some("scale") {
+        return Ok(Resp::Json(200, scale_of(&t.info, &obj)));
+    }
+    Ok(Resp::Json(200, typed(&t.info, &t.version, &obj)))
+}
+
+fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": obj["metadata"]["name"],
+            "namespace": obj["metadata"]["namespace"],
+            "uid": obj["metadata"]["uid"],
+            "resourceVersion": obj["metadata"]["resourceVersion"],
+            "creationTimestamp": obj["metadata"]["creationTimestamp"],
+        },
+        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(if info.builtin { 1 } else { 0 })},
+        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0)},
+    })
+}
+
+struct Filter {
+    cluster: ClusterSel,
+    allowed_clusters: Option<Vec<String>>,
+    namespace: Option<String>,
+    labels: Selector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn new(
+        state: &State,
+        ctx: &Ctx,
+        t: &Target,
+        query: &HashMap<String, String>,
+    ) -> ApiResult<Filter> {
+        let labels = Selector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = FieldSelector::parse(
+            query.get("fieldSelector").map(String::as_str).unwrap_or(""),
+            &[
+                "status.phase",
+                "spec.nodeName",
+                "type",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "reason",
+                "source",
+            ],
+        )
+        .map_err(ApiError::bad_request)?;
+        let allowed_clusters = match (&ctx.vw, &ctx.cluster) {
+            (Some(vw), ClusterSel::Wildcard) => Some(kcp::vw_clusters(state, vw, &t.info)),
+            _ => None,
+        };
+        Ok(Filter {
+            cluster: ctx.cluster.clone(),
+            allowed_clusters,
+            namespace: t.namespace.clone(),
+            labels,
+            fields,
+        })
+    }
+
+    fn key_ok(&self, k: &Key) -> bool {
+        let c = match &self.cluster {
+            ClusterSel::Plain => k.cluster.is_empty(),
+            ClusterSel::Lc(c) => &k.cluster == c,
+            ClusterSel::Wildcard => {
+                !k.cluster.is_empty()
+                    && self
+                        .allowed_clusters
+                        .as_ref()
+                        .is_none_or(|a| a.contains(&k.cluster))
+            }
+        };
+        c && self.namespace.as_ref().is_none_or(|n| &k.namespace == n)
+    }
+
+    fn obj_ok(&self, v: &Value) -> bool {
+        self.labels.matches(v) && self.fields.matches(v)
+    }
+}
+
+fn encode_continue(rv: u64, k: &Key) -> String {
+    let v = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": [k.cluster, k.namespace, k.name]});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+}
+
+fn decode_continue(s: &str) -> ApiResult<Key> {
+    let bad = || {
+        ApiError::bad_request(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+        )
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s.trim_end_matches('='))
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let st = v["start"].as_array().ok_or_else(bad)?;
+    let g = |i: usize| st.get(i).and_then(|x| x.as_str()).unwrap_or("").to_string();
+    Ok(Key {
+        cluster: g(0),
+        namespace: g(1),
+        name: g(2),
+    })
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+fn list(
+    state: &State,
+    ctx: &Ctx,
+    t: &Target,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> ApiResult<Resp> {
+    let f = Filter::new(state, ctx, t, query)?;
+    let (all, rv) = state
+        .store
+        .list_keyed(&t.info.gr(), ctx.cluster.key(), t.namespace.as_deref());
+    let start = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(c) => Some(decode_continue(c)?),
+        None => None,
+    };
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l: &usize| *l > 0)
+        .unwrap_or(usize::MAX);
+    let mut items = vec![];
+    let mut last_key = None;
+    let mut remaining = 0usize;
+    let mut more = false;
+    for (k, v) in all.iter() {
+        if let Some(s) = &start
+            && k <= s
+        {
+            continue;
+        }
+        if !f.key_ok(k) || !f.obj_ok(v) {
+            continue;
+        }
+        if items.len() >= limit {
+            more = true;
+            remaining += 1;
+            continue;
+        }
+        items.push(v.clone());
+        last_key = Some(k.clone());
+    }
+    let mut md = json!({"resourceVersion": rv.to_string()});
+    if more && let Some(k) = &last_key {
+        md["continue"] = json!(encode_continue(rv, k));
+        if f.labels.is_empty() && f.fields.is_empty() {
+            md["remainingItemCount"] = json!(remaining);
+        }
+    }
+    if wants_table(headers) {
+        return Ok(Resp::Json(200, table(&t.info, &items, md)));
+    }
+    let items: Vec<Value> = items
+        .iter()
+        .map(|o| list_item(&t.info, &t.version, o))
+        .collect();
+    Ok(Resp::Json(
+        200,
+        json!({
+            "kind": t.info.list_kind,
+            "apiVersion": t.info.api_version(&t.version),
+            "metadata": md,
+            "items": items,
+        }),
+    ))
+}
+
+fn age(ts: &str) -> String {
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(ts) else {
+        return "<unknown>".into();
+    };
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
+    if secs < 120 {
+        format!("{secs}s")
+    } else if secs < 3600 * 3 {
+        format!("{}m", secs / 60)
+    } else if secs < 86400 * 2 {
+        format!("{}h", secs / 3600)
+    } else {
+        format!("{}d", secs / 86400)
+    }
+}
+
+fn json_path(obj: &Value, path: &str) -> Value {
+    let mut cur = obj;
+    for p in path.trim_start_matches('.').split('.') {
+        if p.is_empty() {
+            continue;
+        }
+        cur = &cur[p];
+    }
+    cur.clone()
+}
+
+fn table(info: &ResourceInfo, items: &[Arc<Value>], md: Value) -> Value {
+    let mut cols = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
+    ];
+    for (n, _, ty) in &info.printer_columns {
+        cols.push(json!({"name": n, "type": ty, "format": "", "description": "", "priority": 0}));
+    }
+    if info.resource == "namespaces" {
+        cols.push(json!({"name": "Status", "type": "string", "format": "", "description": "The status of the namespace", "priority": 0}));
+    }
+    if info.resource == "configmaps" || info.resource == "secrets" {
+        cols.push(json!({"name": "Data", "type": "string", "format": "", "description": "Data", "priority": 0}));
+    }
+    cols.push(json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp", "priority": 0}));
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|o| {
+            let mut cells = vec![json!(meta(o, "name"))];
+            for (_, p, _) in &info.printer_columns {
+                let v = json_path(o, p);
+                cells.push(if v.is_null() { json!("<none>") } else { v });
+            }
+            if info.resource == "namespaces" {
+                cells.push(o["status"]["phase"].clone());
+            }
+            if info.resource == "configmaps" || info.resource == "secrets" {
+                let n = o["data"].as_object().map(|m| m.len()).unwrap_or(0)
+                    + o["binaryData"].as_object().map(|m| m.len()).unwrap_or(0);
+                cells.push(json!(n));
+            }
+            cells.push(json!(age(meta(o, "creationTimestamp"))));
+            let mut pm = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"].clone()});
+            if let Some(m) = pm["metadata"].as_object_mut() {
+                m.remove("managedFields");
+            }
+            json!({"cells": cells, "object": pm})
+        })
+        .collect();
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": md, "columnDefinitions": cols, "rows": rows})
+}
+
+fn event_line(kind: &str, obj: Value) -> Bytes {
+    let mut s = json!({"type": kind, "object": obj}).to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn watch_stream(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    query: &HashMap<String, String>,
+) -> ApiResult<Resp> {
+    let f = Filter::new(state, ctx, t, query)?;
+    let rv_param = query
+        .get("resourceVersion")
+        .map(String::as_str)
+        .unwrap_or("");
+    let send_initial = query.get("sendInitialEvents").is_some_and(|v| v == "true");
+    let bookmarks = query
+        .get("allowWatchBookmarks")
+        .is_some_and(|v| v == "true");
+    let from =
+        if send_initial || rv_param.is_empty() || rv_param == "0" {
+            None
+        } else {
+            Some(rv_param.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("invalid resource version: {rv_param}"))
+            })?)
+        };
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let info = t.info.clone();
+    let version = t.version.clone();
+    let gr = info.gr();
+    let watched = state.store.watch(&gr, from);
+    let (history, initial, mut brx, rv_now) = match watched {
+        Ok(x) => x,
+        Err(oldest) => {
+            let st = ApiError::expired(format!(
+                "too old resource version: {} ({})",
+                from.unwrap_or(0),
+                oldest
+            ))
+            .to_status();
+            let _ = tx.try_send(event_line("ERROR", st));
+            return Ok(Resp::Stream(rx));
+        }
+    };
+    let state = state.clone();
+    let bookmark_every = state.cfg.bookmark_interval;
+    tokio::spawn(async move {
+        let typed_ev = |o: &Value| typed(&info, &version, o);
+        let bookmark = |rv: u64, end: bool| {
+            let mut md = json!({"resourceVersion": rv.to_string()});
+            if end {
+                md["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+            }
+            event_line(
+                "BOOKMARK",
+                json!({"kind": info.kind, "apiVersion": info.api_version(&version), "metadata": md}),
+            )
+        };
+        let mut initial = initial;
+        initial.sort_by(|a, b| {
+            (meta(a, "namespace"), meta(a, "name")).cmp(&(meta(b, "namespace"), meta(b, "name")))
+        });
+        for o in &initial {
+            let k = Key {
+                cluster: o["metadata"]["annotations"]["kcp.io/cluster"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                namespace: meta(o, "namespace").to_string(),
+                name: meta(o, "name").to_string(),
+            };
+            if f.key_ok(&k)
+                && f.obj_ok(o)
+                && tx.send(event_line("ADDED", typed_ev(o))).await.is_err()
+            {
+                return;
+            }
+        }
+        if send_initial && bookmarks && tx.send(bookmark(rv_now, true)).await.is_err() {
+            return;
+        }
+        let mut last_rv = rv_now;
+        let filter_ev = |e: &store::Event| -> Option<Bytes> {
+            if !f.key_ok(&e.key) {
+                return None;
+            }
+            match e.kind {
+                EventType::Added => f
+                    .obj_ok(&e.obj)
+                    .then(|| event_line("ADDED", typed_ev(&e.obj))),
+                EventType::Deleted => {
+                    let old_ok = e.old.as_ref().is_some_and(|o| f.obj_ok(o));
+                    old_ok.then(|| event_line("DELETED", typed_ev(&e.obj)))
+                }
+                EventType::Modified => {
+                    let new_ok = f.obj_ok(&e.obj);
+                    let old_ok = e.old.as_ref().is_some_and(|o| f.obj_ok(o));
+                    match (old_ok, new_ok) {
+                        (true, true) => Some(event_line("MODIFIED", typed_ev(&e.obj))),
+                        (false, true) => Some(event_line("ADDED", typed_ev(&e.obj))),
+                        (true, false) => Some(event_line("DELETED", typed_ev(&e.obj))),
+                        _ => None,
+                    }
+                }
+            }
+        };
+        for e in &history {
+            last_rv = last_rv.max(e.rv);
+            if let Some(b) = filter_ev(e)
+                && tx.send(b).await.is_err()
+            {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut tick = tokio::time::interval(bookmark_every);
+        tick.tick().await;
+        let mut shutdown = state.shutdown_rx.clone();
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = shutdown.changed() => return,
+                _ = tx.closed() => return,
+                r = brx.recv() => match r {
+                    Ok(e) => {
+                        last_rv = e.rv;
+                        if let Some(b) = filter_ev(&e) && tx.send(b).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => return,
+                },
+                _ = tick.tick(), if bookmarks => {
+                    let (evs, rv, lagged) = state.store.drain_for_bookmark(&mut brx);
+                    if lagged {
+                        return;
+                    }
+                    for e in &evs {
+                        if let Some(b) = filter_ev(e) && tx.send(b).await.is_err() {
+                            return;
+                        }
+                    }
+                    let rv = rv.max(last_rv);
+                    last_rv = rv;
+                    if tx.send(bookmark(rv, false)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Ok(Resp::Stream(rx))
+}
+
+// ------------------------------------------------------------------ create
+
+fn dry_run(query: &HashMap<String, String>) -> bool {
+    query.get("dryRun").is_some_and(|d| d == "All")
+}
+
+fn options(kind: &str, query: &HashMap<String, String>) -> Value {
+    let mut o = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if dry_run(query) {
+        o["dryRun"] = json!(["All"]);
+    }
+    if let Some(f) = query.get("fieldManager").filter(|f| !f.is_empty()) {
+        o["fieldManager"] = json!(f);
+    }
+    if let Some(f) = query.get("fieldValidation").filter(|f| !f.is_empty()) {
+        o["fieldValidation"] = json!(f);
+    }
+    o
+}
+
+const NAME_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+pub fn random_suffix(n: usize) -> String {
+    use rand::Rng;
+    let mut r = rand::rng();
+    (0..n)
+        .map(|_| NAME_CHARS[r.random_range(0..NAME_CHARS.len())] as char)
+        .collect()
+}
+
+fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+fn is_dns1123_label(s: &str) -> bool {
+    !s.contains('.') && s.len() <= 63 && is_dns1123_subdomain(s)
+}
+
+fn validate_name(info: &ResourceInfo, name: &str) -> ApiResult<()> {
+    if info.resource == "namespaces" || info.resource == "services" {
+        if !is_dns1123_label(name) {
+            return Err(ApiError::invalid(
+                info,
+                name,
+                vec![(
+                    "metadata.name".into(),
+                    "FieldValueInvalid".into(),
+                    format!(
+                        "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+                    ),
+                )],
+            ));
+        }
+    } else if info.builtin && !is_dns1123_subdomain(name) && !name.contains(':') {
+        return Err(ApiError::invalid(
+            info,
+            name,
+            vec![(
+                "metadata.name".into(),
+                "FieldValueInvalid".into(),
+                format!(
+                    "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+                ),
+            )],
+        ));
+    } else if name.contains('/') || name == "." || name == ".." || name.contains('%') {
+        return Err(ApiError::invalid(
+            info,
+            name,
+            vec![(
+                "metadata.name".into(),
+                "FieldValueInvalid".into(),
+                format!("Invalid value: \"{name}\": may not contain '/'"),
+            )],
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the namespace exists and is not terminating (NamespaceLifecycle admission).
+fn check_namespace(
+    state: &State,
+    cluster: &str,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+) -> ApiResult<()> {
+    let nsinfo = ns_info(state, cluster);
+    let key = Key {
+        cluster: cluster.to_string(),
+        namespace: String::new(),
+        name: ns.to_string(),
+    };
+    match state.store.get(&nsinfo.gr(), &key) {
+        None => Err(ApiError::not_found(&nsinfo, ns)),
+        Some(n) if !n["metadata"]["deletionTimestamp"].is_null() => {
+            let msg = format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            );
+            let mut e = ApiError::forbidden(info, name, &msg);
+            if let Some(d) = e.details.as_mut() {
+                d["causes"] = json!([{"reason": "NamespaceTerminating", "message": msg, "field": "metadata.namespace"}]);
+            }
+            Err(e)
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+pub fn ns_info(state: &State, cluster: &str) -> Arc<ResourceInfo> {
+    let list = state.registry.resources(cluster);
+    registry::find(&list, "", "v1", "namespaces")
+        .or_else(|| {
+            state
+                .registry
+                .kube
+                .iter()
+                .find(|i| i.resource == "namespaces" && i.group.is_empty())
+                .cloned()
+        })
+        .unwrap_or_else(|| state.registry.kube[0].clone())
+}
+
+fn strip_system_meta(obj: &mut Value) {
+    if let Some(m) = obj["metadata"].as_object_mut() {
+        m.remove("managedFields");
+        m.remove("selfLink");
+    }
+}
+
+pub async fn create(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    cluster: &str,
+    mut obj: Value,
+    query: &HashMap<String, String>,
+) -> ApiResult<Resp> {
+    let info = &t.info;
+    if let Some(av) = obj["apiVersion"].as_str()
+        && av != info.api_version(&t.version)
+        && !av.is_empty()
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({})",
+            info.api_version(&t.version)
+        )));
+    }
+    if let Some(k) = obj["kind"].as_str()
+        && !k.is_empty()
+        && k != info.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({k}) does not match the expected kind ({})",
+            info.kind
+        )));
+    }
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    strip_system_meta(&mut obj);
+    let ns = if info.namespaced {
+        let path_ns = t.namespace.clone().unwrap_or_default();
+        let body_ns = meta(&obj, "namespace").to_string();
+        if !body_ns.is_empty() && body_ns != path_ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        obj["metadata"]["namespace"] = json!(path_ns);
+        Some(path_ns)
+    } else {
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        None
+    };
+    let mut name = meta(&obj, "name").to_string();
+    if name.is_empty() {
+        let gen_name = meta(&obj, "generateName").to_string();
+        if gen_name.is_empty() {
+            return Err(ApiError::invalid(
+                info,
+                "",
+                vec![(
+                    "metadata.name".into(),
+                    "FieldValueRequired".into(),
+                    "Required value: name or generateName is required".into(),
+                )],
+            ));
+        }
+        name = format!("{gen_name}{}", random_suffix(5));
+        obj["metadata"]["name"] = json!(name);
+    }
+    validate_name(info, &name)?;
+    if let Some(ns) = &ns {
+        check_namespace(state, cluster, info, ns, &name)?;
+    }
+    obj["apiVersion"] = json!(info.api_version(&t.version));
+    obj["kind"] = json!(info.kind);
+    {
+        let m = obj["metadata"]
+            .as_object_mut()
+            .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        m.remove("resourceVersion");
+        m.remove("deletionTimestamp");
+        m.remove("deletionGracePeriodSeconds");
+        if info.generation {
+            m.insert("generation".into(), json!(1));
+        } else {
+            m.remove("generation");
+        }
+    }
+    if !cluster.is_empty() {
+        obj["metadata"]["annotations"]["kcp.io/cluster"] = json!(cluster);
+    }
+    prepare_create(state, info, cluster, &mut obj)?;
+    let opts = options("CreateOptions", query);
+    admission::validate(
+        state,
+        ctx,
+        Attrs {
+            info,
+            version: &t.version,
+            sub: "",
+            op: "CREATE",
+            name: Some(&name),
+            namespace: ns.as_deref().unwrap_or(""),
+            cluster,
+            object: Some(&obj),
+            old: None,
+            dry_run: dry_run(query),
+            options: opts,
+        },
+    )
+    .await?;
+    if dry_run(query) {
+        return Ok(Resp::Json(201, obj));
+    }
+    let key = key_for(cluster, info, ns.as_deref(), &name);
+    let stored = match state.store.create(&info.gr(), key, obj) {
+        Ok(s) => s,
+        Err(StoreError::AlreadyExists) => return Err(ApiError::already_exists(info, &name)),
+        Err(_) => return Err(ApiError::internal("store failure")),
+    };
+    let out = crate::controllers::after_write(state, info, cluster, None, Some(&stored)).await;
+    let out = out.unwrap_or(stored);
+    Ok(Resp::Json(201, typed(info, &t.version, &out)))
+}
+
+fn prepare_create(
+    state: &State,
+    info: &ResourceInfo,
+    cluster: &str,
+    obj: &mut Value,
+) -> ApiResult<()> {
+    let name = meta(obj, "name").to_string();
+    match (info.group.as_str(), info.resource.as_str()) {
+        ("", "namespaces") => {
+            obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            obj["status"] = json!({"phase": "Active"});
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            let group = obj["spec"]["group"].as_str().unwrap_or("");
+            let plural = obj["spec"]["names"]["plural"].as_str().unwrap_or("");
+            let mut causes = vec![];
+            if group.is_empty() {
+                causes.push((
+                    "spec.group".into(),
+                    "FieldValueRequired".into(),
+                    "Required value".into(),
+                ));
+            }
+            if plural.is_empty() {
+                causes.push((
+                    "spec.names.plural".into(),
+                    "FieldValueRequired".into(),
+                    "Required value".into(),
+                ));
+            }
+            if obj["spec"]["names"]["kind"]
+                .as_str()
+                .unwrap_or("")
+                .is_empty()
+            {
+                causes.push((
+                    "spec.names.kind".into(),
+                    "FieldValueRequired".into(),
+                    "Required value".into(),
+                ));
+            }
+            if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
+                causes.push((
+                    "metadata.name".into(),
+                    "FieldValueInvalid".into(),
+                    format!(
+                        "Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
+                    ),
+                ));
+            }
+            if obj["spec"]["versions"]
+                .as_array()
+                .is_none_or(|v| v.is_empty())
+            {
+                causes.push((
+                    "spec.versions".into(),
+                    "FieldValueInvalid".into(),
+                    "Invalid value: null: must have exactly one version marked as storage version"
+                        .into(),
+                ));
+            }
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(info, &name, causes));
+            }
+            obj["status"] = json!({"conditions": [], "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": []});
+        }
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations") => {
+            admission::validate_config(info, obj)?;
+            admission::default_config(obj);
+        }
+        _ => {
+            if info.has_status() {
+                if info.builtin {
+                    obj["status"] = json!({});
+                } else if let Some(m) = obj.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+    }
+    kcp::prepare_create(state, info, cluster, obj)?;
+    Ok(())
+}
+
+// ------------------------------------------------------------------ update / patch
+
+pub enum Mutation {
+    Replace(Value),
+    Merge(Value),
+    Strategic(Value),
+    JsonPatch(Value),
+    Apply(Value),
+    /// Internal: arbitrary change on the current object.
+    Func(Box<dyn Fn(&mut Value) + Send + Sync>),
+}
+
+fn strip_for_compare(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    v
+}
+
+pub async fn update(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    cluster: &str,
+    query: &HashMap<String, String>,
+    m: Mutation,
+) -> ApiResult<Resp> {
+    let info = &t.info;
+    let name = t.name.clone().unwrap_or_default();
+    let key = key_for(cluster, info, t.namespace.as_deref(), &name);
+    let sub = t.sub.clone().unwrap_or_default();
+    let retryable = !matches!(m, Mutation::Replace(_));
+    for _attempt in 0..16 {
+        let Some(old) = state.store.get(&info.gr(), &key) else {
+            if let Mutation::Apply(obj) = &m
+                && sub.is_empty()
+            {
+                let mut obj = obj.clone();
+                if !obj["metadata"].is_object() {
+                    obj["metadata"] = json!({});
+                }
+                obj["metadata"]["name"] = json!(name);
+                let mut q = query.clone();
+                q.remove("force");
+                return create(state, ctx, t, cluster, obj, &q).await;
+            }
+            if let Mutation::Replace(obj) = &m
+                && info.resource == "leases"
+            {
+                return create(state, ctx, t, cluster, obj.clone(), query).await;
+            }
+            return Err(ApiError::not_found(info, &name));
+        };
+        let old_typed = typed(info, &t.version, &old);
+        let mut new = old_typed.clone();
+        let mut client_rv: Option<String> = None;
+        match &m {
+            Mutation::Replace(obj) => {
+                new = obj.clone();
+                if !new["metadata"].is_object() {
+                    new["metadata"] = json!({});
+                }
+                let body_name = meta(&new, "name");
+                if !body_name.is_empty() && body_name != name {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                    )));
+                }
+                if let Some(av) = new["apiVersion"].as_str()
+                    && !av.is_empty()
+                    && av != info.api_version(&t.version)
+                {
+                    return Err(ApiError::bad_request(format!(
+                        "the API version in the data ({av}) does not match the expected API version ({})",
+                        info.api_version(&t.version)
+                    )));
+                }
+                let rv = meta(&new, "resourceVersion").to_string();
+                if !rv.is_empty() {
+                    client_rv = Some(rv);
+                }
+            }
+            Mutation::Merge(p) => {
+                patch::merge(&mut new, p);
+                if let Some(rv) = p["metadata"]["resourceVersion"].as_str() {
+                    client_rv = Some(rv.to_string());
+                }
+            }
+            Mutation::Strategic(p) => {
+                patch::strategic(&mut new, p);
+                if let Some(rv) = p["metadata"]["resourceVersion"].as_str() {
+                    client_rv = Some(rv.to_string());
+                }
+            }
+            Mutation::JsonPatch(p) => {
+                patch::json_patch(&mut new, p).map_err(|e| {
+                    ApiError::new(
+                        422,
+                        "Invalid",
+                        format!(
+                            "the server rejected our request due to an error in our request: {e}"
+                        ),
+                    )
+                })?;
+                let rv = meta(&new, "resourceVersion");
+                if rv != meta(&old_typed, "resourceVersion") && !rv.is_empty() {
+                    client_rv = Some(rv.to_string());
+                }
+            }
+            Mutation::Apply(p) => {
+                let mut p = p.clone();
+                if let Some(m) = p.as_object_mut() {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                if let Some(rv) = p["metadata"]["resourceVersion"].as_str() {
+                    client_rv = Some(rv.to_string());
+                }
+                if let Some(mm) = p["metadata"].as_object_mut() {
+                    mm.remove("resourceVersion");
+                    mm.remove("managedFields");
+                }
+                patch::merge(&mut new, &p);
+            }
+            Mutation::Func(f) => f(&mut new),
+        }
+        if let Some(rv) = &client_rv
+            && rv != meta(&old, "resourceVersion")
+        {
+            return Err(ApiError::stale(info, &name));
+        }
+        if !new["metadata"].is_object() {
+            new["metadata"] = json!({});
+        }
+        strip_system_meta(&mut new);
+        // Immutable / system-owned metadata.
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "resourceVersion",
+        ] {
+            match old["metadata"].get(f) {
+                Some(v) => new["metadata"][f] = v.clone(),
+                None => {
+                    if let Some(mm) = new["metadata"].as_object_mut() {
+                        mm.remove(f);
+                    }
+                }
+            }
+        }
+        new["metadata"]["name"] = json!(name);
+        if info.namespaced {
+            new["metadata"]["namespace"] = old["metadata"]["namespace"].clone();
+        } else if let Some(mm) = new["metadata"].as_object_mut() {
+            mm.remove("namespace");
+        }
+        if !cluster.is_empty() {
+            new["metadata"]["annotations"]["kcp.io/cluster"] = json!(cluster);
+        }
+        new["apiVersion"] = json!(info.api_version(&t.version));
+        new["kind"] = json!(info.kind);
+        match sub.as_str() {
+            "status" => {
+                // Only status changes through /status.
+                let status = new.get("status").cloned();
+                new = old_typed.clone();
+                match status {
+                    Some(s) => new["status"] = s,
+                    None => {
+                        if let Some(mm) = new.as_object_mut() {
+                            mm.remove("status");
+                        }
+                    }
+                }
+            }
+            "finalize" => {
+                let spec = new.get("spec").cloned();
+                new = old_typed.clone();
+                if let Some(s) = spec {
+                    new["spec"] = s;
+                }
+            }
+            "scale" => {
+                let replicas = new["spec"]["replicas"].clone();
+                new = old_typed.clone();
+                new["spec"]["replicas"] = replicas;
+            }
+            _ => {
+                if info.has_status() || info.resource == "namespaces" {
+                    match old.get("status") {
+                        Some(s) => new["status"] = s.clone(),
+                        None => {
+                            if let Some(mm) = new.as_object_mut() {
+                                mm.remove("status");
+                            }
+                        }
+                    }
+                }
+                if info.resource == "namespaces" {
+                    new["spec"] = old["spec"].clone();
+                }
+            }
+        }
+        if info.generation && strip_for_compare(&new) != strip_for_compare(&old_typed) {
+            let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+            new["metadata"]["generation"] = json!(g);
+        }
+        if !old["metadata"]["deletionTimestamp"].is_null() {
+            // Finalizers may only be removed once deletion started.
+            let old_f: Vec<Value> = old["metadata"]["finalizers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let new_f: Vec<Value> = new["metadata"]["finalizers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if new_f.iter().any(|f| !old_f.contains(f)) {
+                return Err(ApiError::forbidden(
+                    info,
+                    &name,
+                    "no new finalizers can be added if the object is being deleted",
+                ));
+            }
+        }
+        if info.group == "admissionregistration.k8s.io"
+            && info.resource == "validatingwebhookconfigurations"
+        {
+            admission::validate_config(info, &new)?;
+            admission::default_config(&mut new);
+        }
+        kcp::prepare_update(state, info, cluster, &old, &mut new)?;
+        let mut opts = options("UpdateOptions", query);
+        if matches!(m, Mutation::Apply(_))
+            && let Some(o) = opts.as_object_mut()
+        {
+            o.remove("fieldValidation");
+        }
+        admission::validate(
+            state,
+            ctx,
+            Attrs {
+                info,
+                version: &t.version,
+                sub: &sub,
+                op: "UPDATE",
+                name: Some(&name),
+                namespace: t.namespace.as_deref().unwrap_or(""),
+                cluster,
+                object: Some(&new),
+                old: Some(&old_typed),
+                dry_run: dry_run(query),
+                options: opts,
+            },
+        )
+        .await?;
+        let mut cmp_new = new.clone();
+        let mut cmp_old = old_typed.clone();
+        cmp_new["metadata"]["resourceVersion"] = Value::Null;
+        cmp_old["metadata"]["resourceVersion"] = Value::Null;
+        if cmp_new == cmp_old {
+            return Ok(Resp::Json(200, old_typed));
+        }
+        if dry_run(query) {
+            return Ok(Resp::Json(200, new));
+        }
+        let finalizing = !new["metadata"]["deletionTimestamp"].is_null()
+            && new["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(|f| f.is_empty())
+            && !(info.resource == "namespaces"
+                && new["spec"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| !f.is_empty()));
+        let res = if finalizing {
+            state
+                .store
+                .delete(&info.gr(), &key, Some(store::rv_of(&old)))
+        } else {
+            state
+                .store
+                .update(&info.gr(), &key, new, store::rv_of(&old))
+        };
+        match res {
+            Ok(stored) => {
+                let out = if finalizing {
+                    crate::controllers::after_write(state, info, cluster, Some(&old), None).await;
+                    stored
+                } else {
+                    crate::controllers::after_write(state, info, cluster, Some(&old), Some(&stored))
+                        .await
+                        .unwrap_or(stored)
+                };
+                return Ok(Resp::Json(200, typed(info, &t.version, &out)));
+            }
+            Err(StoreError::Conflict) if retryable || client_rv.is_none() => continue,
+            Err(StoreError::Conflict) => return Err(ApiError::stale(info, &name)),
+            Err(StoreError::NotFound) => return Err(ApiError::not_found(info, &name)),
+            Err(StoreError::AlreadyExists) => return Err(ApiError::internal("store failure")),
+        }
+    }
+    Err(ApiError::stale(info, &name))
+}
+
+// ------------------------------------------------------------------ delete
+
+/// DeleteOptions from the body and/or query, as passed on to admission.
+pub fn delete_options(
+    body: &Bytes,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+) -> ApiResult<Value> {
+    let mut o = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+    if !body.is_empty() {
+        let b: Value = parse_body(body, headers)?;
+        if let Some(m) = b.as_object() {
+            for (k, v) in m {
+                if k != "kind" && k != "apiVersion" && !v.is_null() {
+                    o[k] = v.clone();
+                }
+            }
+        }
+    }
+    if let Some(g) = query
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse::<i64>().ok())
+    {
+        o["gracePeriodSeconds"] = json!(g);
+    }
+    if let Some(p) = query.get("propagationPolicy") {
+        o["propagationPolicy"] = json!(p);
+    }
+    if let Some(p) = query.get("orphanDependents") {
+        o["orphanDependents"] = json!(p == "true");
+    }
+    if dry_run(query) {
+        o["dryRun"] = json!(["All"]);
+    }
+    if let Some(p) = o["propagationPolicy"].as_str()
+        && !["Foreground", "Background", "Orphan"].contains(&p)
+    {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+            ),
+        ));
+    }
+    Ok(o)
+}
+
+fn success_status(info: &ResourceInfo, name: &str, uid: &str) -> Value {
+    let mut d = json!({"name": name});
+    if !info.group.is_empty() {
+        d["group"] = json!(info.group);
+    }
+    d["kind"] = json!(info.resource);
+    d["uid"] = json!(uid);
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": d})
+}
+
+/// Deletes one object. `named` = false for DeleteCollection (admission sees no name).
+pub async fn delete(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    cluster: &str,
+    name: &str,
+    opts: &Value,
+    named: bool,
+) -> ApiResult<Resp> {
+    let info = &t.info;
+    let key = key_for(cluster, info, t.namespace.as_deref(), name);
+    let dry = opts["dryRun"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|x| x == "All"));
+    for _ in 0..16 {
+        let old = state
+            .store
+            .get(&info.gr(), &key)
+            .ok_or_else(|| ApiError::not_found(info, name))?;
+        if let Some(uid) = opts["preconditions"]["uid"].as_str()
+            && uid != meta(&old, "uid")
+        {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta(&old, "uid")
+                ),
+            ));
+        }
+        if let Some(rv) = opts["preconditions"]["resourceVersion"].as_str()
+            && rv != meta(&old, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta(&old, "resourceVersion")
+                ),
+            ));
+        }
+        let old_typed = typed(info, &t.version, &old);
+        admission::validate(
+            state,
+            ctx,
+            Attrs {
+                info,
+                version: &t.version,
+                sub: "",
+                op: "DELETE",
+                name: if named { Some(name) } else { None },
+                namespace: t.namespace.as_deref().unwrap_or(""),
+                cluster,
+                object: None,
+                old: Some(&old_typed),
+                dry_run: dry,
+                options: opts.clone(),
+            },
+        )
+        .await?;
+        let mut new = old_typed.clone();
+        let mut finalizers: Vec<Value> = old["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let policy = opts["propagationPolicy"].as_str().unwrap_or("");
+        let orphan = policy == "Orphan" || opts["orphanDependents"] == json!(true);
+        let mut graceful = false;
+        if info.resource == "namespaces" && info.group.is_empty() {
+            graceful = true;
+            new["status"]["phase"] = json!("Terminating");
+        } else if info.resource == "customresourcedefinitions" {
+            let f = json!("customresourcecleanup.apiextensions.k8s.io");
+            if !finalizers.contains(&f) {
+                finalizers.push(f);
+            }
+        }
+        let already_deleting = !old["metadata"]["deletionTimestamp"].is_null();
+        if !already_deleting {
+            if policy == "Foreground" && !finalizers.contains(&json!("foregroundDeletion")) {
+                finalizers.push(json!("foregroundDeletion"));
+            } else if orphan && !finalizers.contains(&json!("orphan")) {
+                finalizers.push(json!("orphan"));
+            }
+        }
+        if !finalizers.is_empty() || graceful {
+            if already_deleting {
+                return Ok(Resp::Json(200, old_typed));
+            }
+            new["metadata"]["finalizers"] = json!(finalizers);
+            if finalizers.is_empty()
+                && let Some(m) = new["metadata"].as_object_mut()
+            {
+                m.remove("finalizers");
+            }
+            new["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            new["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            if info.resource == "customresourcedefinitions" {
+                crate::controllers::set_condition(
+                    &mut new,
+                    "Terminating",
+                    "True",
+                    "InstanceDeletionPending",
+                    "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
+                );
+            }
+            if dry {
+                return Ok(Resp::Json(200, new));
+            }
+            match state
+                .store
+                .update(&info.gr(), &key, new, store::rv_of(&old))
+            {
+                Ok(stored) => {
+                    crate::controllers::after_write(
+                        state,
+                        info,
+                        cluster,
+                        Some(&old),
+                        Some(&stored),
+                    )
+                    .await;
+                    return Ok(Resp::Json(200, typed(info, &t.version, &stored)));
+                }
+                Err(StoreError::Conflict) => continue,
+                Err(_) => return Err(ApiError::not_found(info, name)),
+            }
+        }
+        if dry {
+            return Ok(Resp::Json(
+                200,
+                success_status(info, name, meta(&old, "uid")),
+            ));
+        }
+        match state
+            .store
+            .delete(&info.gr(), &key, Some(store::rv_of(&old)))
+        {
+            Ok(_) => {
+                crate::controllers::after_write(state, info, cluster, Some(&old), None).await;
+                return Ok(Resp::Json(
+                    200,
+                    success_status(info, name, meta(&old, "uid")),
+                ));
+            }
+            Err(StoreError::Conflict) => continue,
+            Err(_) => return Err(ApiError::not_found(info, name)),
+        }
+    }
+    Err(ApiError::stale(info, name))
+}
+
+pub async fn delete_collection(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    cluster: &str,
+    query: &HashMap<String, String>,
+    opts: &Value,
+) -> ApiResult<Resp> {
+    let f = Filter::new(state, ctx, t, query)?;
+    let (all, _) = state
+        .store
+        .list_keyed(&t.info.gr(), Some(cluster), t.namespace.as_deref());
+    let mut deleted = vec![];
+    for (k, v) in all {
+        if !f.key_ok(&k) || !f.obj_ok(&v) {
+            continue;
+        }
+        let mut tt = Target {
+            info: t.info.clone(),
+            version: t.version.clone(),
+            namespace: t.namespace.clone(),
+            name: Some(k.name.clone()),
+            sub: None,
+        };
+        if t.info.namespaced {
+            tt.namespace = Some(k.namespace.clone());
+        }
+        match delete(state, ctx, &tt, cluster, &k.name, opts, false).await {
+            Ok(Resp::Json(_, body)) => {
+                if body["kind"] == "Status" {
+                    deleted.push(list_item(&t.info, &t.version, &v));
+                } else {
+                    deleted.push(list_item(&t.info, &t.version, &body));
+                }
+            }
+            Ok(_) => {}
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Resp::Json(
+        200,
+        json!({
+            "kind": t.info.list_kind,
+            "apiVersion": t.info.api_version(&t.version),
+            "metadata": {"resourceVersion": state.store.current_rv().to_string()},
+            "items": deleted,
+        }),
+    ))
+}

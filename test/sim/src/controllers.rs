@@ -1,0 +1,611 @@
+//! Background controllers: namespace lifecycle, garbage collection, CRD
+//! establishment and cleanup, root CA publishing; plus post-write hooks.
+
+use crate::api::{self, Mutation, Target};
+use crate::registry::{self, Gr, ResourceInfo};
+use crate::server::{Ctx, State, UserInfo};
+use crate::store::Key;
+use crate::{kcp, now_rfc3339};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn crd_gr() -> Gr {
+    Gr {
+        group: "apiextensions.k8s.io".into(),
+        resource: "customresourcedefinitions".into(),
+    }
+}
+
+pub fn ns_gr() -> Gr {
+    Gr {
+        group: String::new(),
+        resource: "namespaces".into(),
+    }
+}
+
+/// The identity the simulated controllers act as (kube-controller-manager in the
+/// captures ran with the admin credentials).
+pub fn controller_user(state: &State) -> UserInfo {
+    let u = state
+        .cfg
+        .users
+        .iter()
+        .find(|u| u.groups.iter().any(|g| g == "system:masters"))
+        .cloned()
+        .unwrap_or(crate::User {
+            name: "admin".into(),
+            token: String::new(),
+            groups: vec!["system:masters".into()],
+        });
+    let mut groups = u.groups.clone();
+    if !groups.iter().any(|g| g == "system:authenticated") {
+        groups.push("system:authenticated".into());
+    }
+    UserInfo {
+        uid: crate::user_uid(&u.name),
+        name: u.name,
+        groups,
+    }
+}
+
+pub fn info_for(state: &State, cluster: &str, gr: &Gr) -> Option<Arc<ResourceInfo>> {
+    state
+        .registry
+        .resources(cluster)
+        .into_iter()
+        .find(|i| i.group == gr.group && i.resource == gr.resource)
+}
+
+fn target(info: &Arc<ResourceInfo>, ns: Option<&str>, name: Option<&str>) -> Target {
+    Target {
+        info: info.clone(),
+        version: info.versions.first().cloned().unwrap_or_default(),
+        namespace: ns.map(str::to_string),
+        name: name.map(str::to_string),
+        sub: None,
+    }
+}
+
+pub fn set_condition(obj: &mut Value, ty: &str, status: &str, reason: &str, message: &str) {
+    let now = now_rfc3339();
+    if !obj["status"]["conditions"].is_array() {
+        obj["status"]["conditions"] = json!([]);
+    }
+    if let Some(conds) = obj["status"]["conditions"].as_array_mut() {
+        let c = json!({"type": ty, "status": status, "lastTransitionTime": now, "reason": reason, "message": message});
+        match conds.iter_mut().find(|c| c["type"] == ty) {
+            Some(existing) => {
+                if existing["status"] != status {
+                    *existing = c;
+                } else {
+                    existing["reason"] = json!(reason);
+                    existing["message"] = json!(message);
+                }
+            }
+            None => conds.push(c),
+        }
+    }
+}
+
+/// Creates the initial objects: default namespaces and the kcp root logical cluster.
+pub async fn bootstrap(state: &Arc<State>) {
+    let now = now_rfc3339();
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let obj = json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now,
+                         "labels": {"kubernetes.io/metadata.name": ns}},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        });
+        let _ = state.store.create(
+            &ns_gr(),
+            Key {
+                cluster: String::new(),
+                namespace: String::new(),
+                name: ns.into(),
+            },
+            obj,
+        );
+    }
+    kcp::bootstrap(state);
+}
+
+/// Hook run after every successful write. May return a newer version of the object
+/// (e.g. a CRD with its status set) to hand back to the client.
+pub fn after_write<'a>(
+    state: &'a Arc<State>,
+    info: &'a ResourceInfo,
+    cluster: &'a str,
+    old: Option<&'a Arc<Value>>,
+    new: Option<&'a Arc<Value>>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Arc<Value>>> + Send + 'a>> {
+    Box::pin(after_write_inner(state, info, cluster, old, new))
+}
+
+async fn after_write_inner(
+    state: &Arc<State>,
+    info: &ResourceInfo,
+    cluster: &str,
+    old: Option<&Arc<Value>>,
+    new: Option<&Arc<Value>>,
+) -> Option<Arc<Value>> {
+    let mut out = None;
+    match (info.group.as_str(), info.resource.as_str()) {
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            if let Some(n) = new
+                && n["metadata"]["deletionTimestamp"].is_null()
+            {
+                out = establish_crd(state, cluster, n);
+            }
+            refresh_dynamic(state, cluster);
+        }
+        ("", "namespaces") => {
+            if old.is_none()
+                && let Some(n) = new
+                && cluster.is_empty()
+                && state.cfg.root_ca_configmap
+            {
+                let st = state.clone();
+                let ns = n["metadata"]["name"].as_str().unwrap_or("").to_string();
+                tokio::spawn(async move { publish_root_ca(&st, &ns).await });
+            }
+        }
+        _ => {}
+    }
+    // Garbage collection follow-ups.
+    let gc_obj = match (old, new) {
+        (Some(o), None) => Some(o.clone()),
+        (_, Some(n))
+            if n["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "orphan" || x == "foregroundDeletion")) =>
+        {
+            Some(n.clone())
+        }
+        _ => None,
+    };
+    if let Some(o) = gc_obj {
+        let key = Key {
+            cluster: cluster.to_string(),
+            namespace: if info.namespaced {
+                o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            } else {
+                String::new()
+            },
+            name: o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        };
+        let uid = o["metadata"]["uid"].as_str().unwrap_or("");
+        if !state.store.dependents(uid).is_empty() || new.is_some() {
+            state.gc_requeue(info.gr(), key, o);
+        }
+    }
+    if let Some(o) = kcp::after_write(state, info, cluster, old, new).await {
+        out = Some(o);
+    }
+    if new.is_none_or(|n| !n["metadata"]["deletionTimestamp"].is_null()) {
+        state.kick.notify_one();
+    }
+    out
+}
+
+fn establish_crd(state: &State, cluster: &str, crd: &Arc<Value>) -> Option<Arc<Value>> {
+    let mut n = (**crd).clone();
+    let mut names = n["spec"]["names"].clone();
+    let kind = names["kind"].as_str().unwrap_or("").to_string();
+    if names["singular"].is_null() {
+        names["singular"] = json!(kind.to_lowercase());
+    }
+    if names["listKind"].is_null() {
+        names["listKind"] = json!(format!("{kind}List"));
+    }
+    if n["status"]["acceptedNames"] == names
+        && n["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        })
+    {
+        return None;
+    }
+    n["status"]["acceptedNames"] = names;
+    set_condition(
+        &mut n,
+        "NamesAccepted",
+        "True",
+        "NoConflicts",
+        "no conflicts found",
+    );
+    set_condition(
+        &mut n,
+        "Established",
+        "True",
+        "InitialNamesAccepted",
+        "the initial names have been accepted",
+    );
+    let storage: Vec<Value> = n["spec"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["storage"].as_bool().unwrap_or(false))
+        .map(|v| v["name"].clone())
+        .collect();
+    let mut stored = n["status"]["storedVersions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for s in storage {
+        if !stored.contains(&s) {
+            stored.push(s);
+        }
+    }
+    n["status"]["storedVersions"] = json!(stored);
+    let key = Key {
+        cluster: cluster.to_string(),
+        namespace: String::new(),
+        name: n["metadata"]["name"].as_str().unwrap_or("").to_string(),
+    };
+    state
+        .store
+        .update(&crd_gr(), &key, n, crate::store::rv_of(crd))
+        .ok()
+}
+
+/// Recomputes the CRD- and APIBinding-provided kinds of a logical cluster.
+pub fn refresh_dynamic(state: &State, cluster: &str) {
+    let mut infos: Vec<Arc<ResourceInfo>> = vec![];
+    for crd in state.store.list(&crd_gr(), Some(cluster), None).0 {
+        if let Some(i) = registry::info_from_crd(&crd) {
+            infos.push(Arc::new(i));
+        }
+    }
+    if !cluster.is_empty() {
+        for i in kcp::bound_infos(state, cluster) {
+            if !infos
+                .iter()
+                .any(|x| x.group == i.group && x.resource == i.resource)
+            {
+                infos.push(i);
+            }
+        }
+    }
+    state.registry.set_dynamic(cluster, infos);
+}
+
+async fn publish_root_ca(state: &Arc<State>, ns: &str) {
+    let Some(info) = info_for(
+        state,
+        "",
+        &Gr {
+            group: String::new(),
+            resource: "configmaps".into(),
+        },
+    ) else {
+        return;
+    };
+    let ctx = Ctx::internal(controller_user(state), "");
+    let obj = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kube-root-ca.crt", "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+        "data": {"ca.crt": state.ca_pem},
+    });
+    let t = target(&info, Some(ns), None);
+    let _ = api::create(state, &ctx, &t, "", obj, &HashMap::new()).await;
+}
+
+pub fn spawn(state: Arc<State>) {
+    tokio::spawn(async move {
+        let mut shutdown = state.shutdown_rx.clone();
+        let mut backoff: HashMap<(String, String), (Instant, Duration)> = HashMap::new();
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = state.kick.notified() => {},
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {},
+            }
+            reconcile(&state, &mut backoff).await;
+        }
+    });
+}
+
+async fn reconcile(
+    state: &Arc<State>,
+    backoff: &mut HashMap<(String, String), (Instant, Duration)>,
+) {
+    // CRD cleanup
+    for (key, crd) in state.store.all_objects(&crd_gr()) {
+        if crd["metadata"]["deletionTimestamp"].is_null() {
+            continue;
+        }
+        cleanup_crd(state, &key, &crd).await;
+    }
+    // Namespace lifecycle
+    for (key, ns) in state.store.all_objects(&ns_gr()) {
+        if ns["metadata"]["deletionTimestamp"].is_null() {
+            continue;
+        }
+        let bk = (key.cluster.clone(), key.name.clone());
+        if let Some((at, _)) = backoff.get(&bk)
+            && Instant::now() < *at
+        {
+            continue;
+        }
+        let done = drain_namespace(state, &key, &ns).await;
+        if done {
+            backoff.remove(&bk);
+        } else {
+            let d = backoff
+                .get(&bk)
+                .map(|(_, d)| (*d * 2).min(Duration::from_secs(5)))
+                .unwrap_or(Duration::from_millis(100));
+            backoff.insert(bk, (Instant::now() + d, d));
+        }
+    }
+    gc(state).await;
+    kcp::reconcile(state).await;
+}
+
+async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
+    let fin = "customresourcecleanup.apiextensions.k8s.io";
+    let has_fin = crd["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x == fin));
+    if !has_fin {
+        return;
+    }
+    let ctx = Ctx::internal(controller_user(state), &key.cluster);
+    if let Some(info) = registry::info_from_crd(crd) {
+        let info = Arc::new(info);
+        let mut remaining = 0;
+        for (k, _) in state
+            .store
+            .list_keyed(&info.gr(), Some(&key.cluster), None)
+            .0
+        {
+            let t = target(
+                &info,
+                info.namespaced.then_some(k.namespace.as_str()),
+                Some(&k.name),
+            );
+            let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": "Background"});
+            let res = api::delete(state, &ctx, &t, &key.cluster, &k.name, &opts, false).await;
+            if res.is_err() || state.store.get(&info.gr(), &k).is_some() {
+                remaining += 1;
+            }
+        }
+        if remaining > 0 {
+            return;
+        }
+    }
+    let Some(crd_info) = info_for(state, &key.cluster, &crd_gr()) else {
+        return;
+    };
+    let t = target(&crd_info, None, Some(&key.name));
+    let f = fin.to_string();
+    let _ = api::update(
+        state,
+        &ctx,
+        &t,
+        &key.cluster,
+        &HashMap::new(),
+        Mutation::Func(Box::new(move |o: &mut Value| {
+            if let Some(a) = o["metadata"]["finalizers"].as_array_mut() {
+                a.retain(|x| x != f.as_str());
+            }
+        })),
+    )
+    .await;
+    refresh_dynamic(state, &key.cluster);
+}
+
+/// One pass of the namespace controller; true when the namespace is gone.
+async fn drain_namespace(state: &Arc<State>, key: &Key, ns: &Arc<Value>) -> bool {
+    let ctx = Ctx::internal(controller_user(state), &key.cluster);
+    let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": "Background"});
+    let mut failures = vec![];
+    let mut grs = state.store.grs_with_objects_in(&key.cluster, &key.name);
+    grs.sort();
+    for gr in &grs {
+        let Some(info) = info_for(state, &key.cluster, gr) else {
+            continue;
+        };
+        if !info.namespaced {
+            continue;
+        }
+        let t = target(&info, Some(&key.name), None);
+        if let Err(e) =
+            api::delete_collection(state, &ctx, &t, &key.cluster, &HashMap::new(), &opts).await
+        {
+            failures.push(format!(
+                "Failed to delete all resource types, 1 remaining: {}",
+                e.message
+            ));
+        }
+    }
+    let remaining: Vec<Gr> = state.store.grs_with_objects_in(&key.cluster, &key.name);
+    let nsinfo = api::ns_info(state, &key.cluster);
+    let t = target(&nsinfo, None, Some(&key.name));
+    if remaining.is_empty() {
+        // Finalize: drop the "kubernetes" finalizer and remove the namespace.
+        if ns["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(|f| f.is_empty())
+        {
+            let _ = state.store.delete(&ns_gr(), key, None);
+            return true;
+        }
+        let _ = api::update(
+            state,
+            &ctx,
+            &t,
+            &key.cluster,
+            &HashMap::new(),
+            Mutation::Func(Box::new(|o: &mut Value| {
+                o["spec"]["finalizers"] = json!([]);
+            })),
+        )
+        .await;
+        return false;
+    }
+    let msg = failures.join("; ");
+    let counts: Vec<String> = remaining
+        .iter()
+        .map(|gr| {
+            let n = state.store.count_in_namespace(gr, &key.cluster, &key.name);
+            let q = if gr.group.is_empty() {
+                gr.resource.clone()
+            } else {
+                format!("{}.{}", gr.resource, gr.group)
+            };
+            format!("{q} has {n} resource instances")
+        })
+        .collect();
+    let counts = counts.join(", ");
+    let mut n = (**ns).clone();
+    set_condition(
+        &mut n,
+        "NamespaceDeletionDiscoveryFailure",
+        "False",
+        "ResourcesDiscovered",
+        "All resources successfully discovered",
+    );
+    set_condition(
+        &mut n,
+        "NamespaceDeletionGroupVersionParsingFailure",
+        "False",
+        "ParsedGroupVersions",
+        "All legacy kube types successfully parsed",
+    );
+    if msg.is_empty() {
+        set_condition(
+            &mut n,
+            "NamespaceDeletionContentFailure",
+            "False",
+            "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization",
+        );
+    } else {
+        set_condition(
+            &mut n,
+            "NamespaceDeletionContentFailure",
+            "True",
+            "ContentDeletionFailed",
+            &msg,
+        );
+    }
+    set_condition(
+        &mut n,
+        "NamespaceContentRemaining",
+        "True",
+        "SomeResourcesRemain",
+        &format!("Some resources are remaining: {counts}"),
+    );
+    if n["status"] != ns["status"] {
+        let _ = state
+            .store
+            .update(&ns_gr(), key, n, crate::store::rv_of(ns));
+    }
+    false
+}
+
+/// Garbage collector: background deletion of dependents whose owners are gone,
+/// foreground and orphan finalizers.
+async fn gc(state: &Arc<State>) {
+    let ctx_for = |c: &str| Ctx::internal(controller_user(state), c);
+    let items: Vec<(Gr, Key, Arc<Value>)> = state.gc_candidates();
+    for (gr, key, obj) in items {
+        let Some(info) = info_for(state, &key.cluster, &gr) else {
+            continue;
+        };
+        let ctx = ctx_for(&key.cluster);
+        let uid = obj["metadata"]["uid"].as_str().unwrap_or("").to_string();
+        let still_there = state.store.get(&gr, &key);
+        let deps = state.store.dependents(&uid);
+        let finalizers: Vec<String> = still_there
+            .as_ref()
+            .and_then(|o| o["metadata"]["finalizers"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|f| f.as_str().map(str::to_string))
+            .collect();
+        let orphan = finalizers.iter().any(|f| f == "orphan");
+        let foreground = finalizers.iter().any(|f| f == "foregroundDeletion");
+        let mut pending = false;
+        for (dgr, dkey) in deps {
+            let Some(dinfo) = info_for(state, &dkey.cluster, &dgr) else {
+                continue;
+            };
+            let ns = dinfo.namespaced.then_some(dkey.namespace.as_str());
+            let t = target(&dinfo, ns, Some(&dkey.name));
+            if orphan {
+                let u = uid.clone();
+                let _ = api::update(
+                    state,
+                    &ctx,
+                    &t,
+                    &dkey.cluster,
+                    &HashMap::new(),
+                    Mutation::Func(Box::new(move |o: &mut Value| {
+                        if let Some(a) = o["metadata"]["ownerReferences"].as_array_mut() {
+                            a.retain(|r| r["uid"] != u.as_str());
+                        }
+                    })),
+                )
+                .await;
+                continue;
+            }
+            if still_there.is_some() && !foreground {
+                continue;
+            }
+            // Delete the dependent only if none of its other owners still exist.
+            let Some(dep) = state.store.get(&dgr, &dkey) else {
+                continue;
+            };
+            let other_owner_alive = dep["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| r["uid"] != uid.as_str())
+                .any(|r| state.uid_exists(r["uid"].as_str().unwrap_or("")));
+            if other_owner_alive {
+                continue;
+            }
+            pending = true;
+            let policy = if foreground {
+                "Foreground"
+            } else {
+                "Background"
+            };
+            let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": policy});
+            let _ = api::delete(state, &ctx, &t, &dkey.cluster, &dkey.name, &opts, true).await;
+        }
+        if still_there.is_some()
+            && (orphan || (foreground && !pending && state.store.dependents(&uid).is_empty()))
+        {
+            let t = target(
+                &info,
+                info.namespaced.then_some(key.namespace.as_str()),
+                Some(&key.name),
+            );
+            let _ = api::update(
+                state,
+                &ctx,
+                &t,
+                &key.cluster,
+                &HashMap::new(),
+                Mutation::Func(Box::new(|o: &mut Value| {
+                    if let Some(a) = o["metadata"]["finalizers"].as_array_mut() {
+                        a.retain(|f| f != "orphan" && f != "foregroundDeletion");
+                    }
+                })),
+            )
+            .await;
+        } else if still_there.is_some() || !state.store.dependents(&uid).is_empty() {
+            state.gc_requeue(gr, key, obj);
+        }
+    }
+}

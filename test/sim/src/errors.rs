@@ -1,0 +1,196 @@
+//! `Status` errors exactly as kube-apiserver shapes them.
+
+use crate::registry::ResourceInfo;
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: String,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+fn details(info: &ResourceInfo, name: &str) -> Value {
+    let mut d = json!({});
+    if !name.is_empty() {
+        d["name"] = json!(name);
+    }
+    if !info.group.is_empty() {
+        d["group"] = json!(info.group);
+    }
+    d["kind"] = json!(info.resource);
+    d
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason: reason.to_string(),
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    pub fn to_status(&self) -> Value {
+        let mut s = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+        });
+        if !self.message.is_empty() {
+            s["message"] = json!(self.message);
+        }
+        if !self.reason.is_empty() {
+            s["reason"] = json!(self.reason);
+        }
+        if let Some(d) = &self.details {
+            s["details"] = d.clone();
+        }
+        s["code"] = json!(self.code);
+        s
+    }
+
+    pub fn not_found(info: &ResourceInfo, name: &str) -> Self {
+        ApiError {
+            code: 404,
+            reason: "NotFound".into(),
+            message: format!("{} \"{}\" not found", info.qualified(), name),
+            details: Some(details(info, name)),
+        }
+    }
+
+    pub fn path_not_found() -> Self {
+        ApiError {
+            code: 404,
+            reason: "NotFound".into(),
+            message: "the server could not find the requested resource".into(),
+            details: Some(json!({})),
+        }
+    }
+
+    pub fn already_exists(info: &ResourceInfo, name: &str) -> Self {
+        ApiError {
+            code: 409,
+            reason: "AlreadyExists".into(),
+            message: format!("{} \"{}\" already exists", info.qualified(), name),
+            details: Some(details(info, name)),
+        }
+    }
+
+    pub fn conflict(info: &ResourceInfo, name: &str, why: &str) -> Self {
+        ApiError {
+            code: 409,
+            reason: "Conflict".into(),
+            message: format!(
+                "Operation cannot be fulfilled on {} \"{}\": {}",
+                info.qualified(),
+                name,
+                why
+            ),
+            details: Some(details(info, name)),
+        }
+    }
+
+    pub fn stale(info: &ResourceInfo, name: &str) -> Self {
+        Self::conflict(
+            info,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// 422 Invalid: `Kind "name" is invalid: field: message`.
+    pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<(String, String, String)>) -> Self {
+        let msgs: Vec<String> = causes
+            .iter()
+            .map(|(field, _, msg)| format!("{field}: {msg}"))
+            .collect();
+        let gk = if info.group.is_empty() {
+            info.kind.clone()
+        } else {
+            format!("{}.{}", info.kind, info.group)
+        };
+        let message = if msgs.len() == 1 {
+            format!("{} \"{}\" is invalid: {}", gk, name, msgs[0])
+        } else {
+            format!("{} \"{}\" is invalid: [{}]", gk, name, msgs.join(", "))
+        };
+        let mut d = json!({});
+        if !name.is_empty() {
+            d["name"] = json!(name);
+        }
+        if !info.group.is_empty() {
+            d["group"] = json!(info.group);
+        }
+        d["kind"] = json!(info.kind);
+        d["causes"] = Value::Array(
+            causes
+                .into_iter()
+                .map(|(field, reason, msg)| json!({"reason": reason, "message": msg, "field": field}))
+                .collect(),
+        );
+        ApiError {
+            code: 422,
+            reason: "Invalid".into(),
+            message,
+            details: Some(d),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        let mut e = Self::new(405, "MethodNotAllowed", message);
+        e.details = Some(json!({}));
+        e
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// NewForbidden(qualifiedResource, name, err).
+    pub fn forbidden(info: &ResourceInfo, name: &str, err: &str) -> Self {
+        let message = if name.is_empty() {
+            format!("{} is forbidden: {}", info.qualified(), err)
+        } else {
+            format!("{} \"{}\" is forbidden: {}", info.qualified(), name, err)
+        };
+        ApiError {
+            code: 403,
+            reason: "Forbidden".into(),
+            message,
+            details: Some(details(info, name)),
+        }
+    }
+
+    pub fn internal(err: &str) -> Self {
+        ApiError {
+            code: 500,
+            reason: "InternalError".into(),
+            message: format!("Internal error occurred: {err}"),
+            details: Some(json!({"causes": [{"message": err}]})),
+        }
+    }
+
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    pub fn unsupported_media_type(ct: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"
+            ),
+        )
+    }
+}

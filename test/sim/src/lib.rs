@@ -1,0 +1,251 @@
+//! holdfast-sim: an in-memory kube-apiserver (and kcp) simulator speaking the real
+//! Kubernetes wire protocol over HTTPS, for holdfast's tests and demo.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use holdfast_sim::{Sim, SimConfig};
+//! let sim = Sim::start(SimConfig::default()).await?;
+//! let client = sim.client().await?;
+//! # drop(client);
+//! sim.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod admission;
+mod api;
+mod cel;
+mod controllers;
+mod errors;
+mod kcp;
+mod patch;
+mod proto;
+mod rbac;
+mod registry;
+mod selectors;
+mod server;
+mod store;
+mod tls;
+
+use anyhow::Context;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A user authenticated by bearer token. Its uid (as seen in AdmissionReview
+/// `userInfo.uid`) is `<name>-uid`; `system:authenticated` is added to its groups.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct User {
+    pub name: String,
+    pub token: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// One allow rule of the static RBAC model; `*` wildcards everywhere, empty lists mean
+/// "any" for `namespaces` and `resource_names` and "nobody/nothing" elsewhere.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RbacRule {
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    pub verbs: Vec<String>,
+    pub api_groups: Vec<String>,
+    pub resources: Vec<String>,
+    pub namespaces: Vec<String>,
+    pub resource_names: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SimConfig {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    pub users: Vec<User>,
+    pub rbac: Vec<RbacRule>,
+    /// Enforce the RBAC model on every request (system:masters is always allowed).
+    pub authorize: bool,
+    /// Webhook `clientConfig.service` targets: key `<name>.<namespace>` (optionally
+    /// `:<port>`), value the real address to dial (TLS is still verified against
+    /// `<name>.<namespace>.svc`).
+    pub services: HashMap<String, String>,
+    /// Watch events kept per resource for resumption (older resourceVersions get 410).
+    pub watch_history: usize,
+    /// Interval of BOOKMARK events on watches that allow them.
+    #[serde(with = "millis")]
+    pub bookmark_interval: Duration,
+    /// Publish a `kube-root-ca.crt` ConfigMap in every new namespace (as kube-controller-manager does).
+    pub root_ca_configmap: bool,
+    /// Extra DNS names for the serving certificate.
+    pub extra_sans: Vec<String>,
+}
+
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            users: vec![User {
+                name: "admin".into(),
+                token: "admin-token".into(),
+                groups: vec!["system:masters".into()],
+            }],
+            rbac: vec![],
+            authorize: true,
+            services: HashMap::new(),
+            watch_history: 10_000,
+            bookmark_interval: Duration::from_secs(1),
+            root_ca_configmap: true,
+            extra_sans: vec![],
+        }
+    }
+}
+
+impl SimConfig {
+    /// Parses the YAML config file format of the binary (`users`, `rbac`, `services`, ...).
+    pub fn from_yaml(text: &str) -> anyhow::Result<SimConfig> {
+        let v: serde_json::Value = serde_saphyr::from_str(text).context("parsing YAML")?;
+        let mut cfg: SimConfig = serde_json::from_value(v).context("invalid config")?;
+        if cfg.users.is_empty() {
+            cfg.users = SimConfig::default().users;
+        }
+        Ok(cfg)
+    }
+}
+
+pub struct Sim;
+
+impl Sim {
+    pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (state, join) = server::start(cfg).await?;
+        Ok(SimHandle { state, join })
+    }
+}
+
+pub struct SimHandle {
+    state: Arc<server::State>,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl SimHandle {
+    /// `https://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        self.state.url.clone()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.state.addr
+    }
+
+    pub fn ca_pem(&self) -> String {
+        self.state.ca_pem.clone()
+    }
+
+    /// Kubeconfig YAML for `user` (its bearer token), trusting the sim's CA.
+    pub fn kubeconfig(&self, user: &str) -> String {
+        self.kubeconfig_for_server(&self.url(), user)
+    }
+
+    /// Kubeconfig YAML whose server is `server` (e.g. `<url>/clusters/root:org`).
+    pub fn kubeconfig_for_server(&self, server: &str, user: &str) -> String {
+        let token = self
+            .state
+            .cfg
+            .users
+            .iter()
+            .find(|u| u.name == user)
+            .map(|u| u.token.clone())
+            .unwrap_or_default();
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem());
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: holdfast-sim\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: holdfast-sim\n  context:\n    cluster: holdfast-sim\n    user: {user}\ncurrent-context: holdfast-sim\npreferences: {{}}\n"
+        )
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path, user: &str) -> anyhow::Result<()> {
+        std::fs::write(path, self.kubeconfig(user))
+            .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// A kube client authenticated as the first `system:masters` user (default `admin`).
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let admin = self
+            .state
+            .cfg
+            .users
+            .iter()
+            .find(|u| u.groups.iter().any(|g| g == "system:masters"))
+            .or(self.state.cfg.users.first())
+            .map(|u| u.name.clone())
+            .unwrap_or_else(|| "admin".into());
+        self.client_as(&admin).await
+    }
+
+    pub async fn client_as(&self, user: &str) -> anyhow::Result<kube::Client> {
+        self.client_for_server(&self.url(), user).await
+    }
+
+    /// A client whose base URL is `server` (e.g. a kcp workspace or virtual workspace URL).
+    pub async fn client_for_server(
+        &self,
+        server: &str,
+        user: &str,
+    ) -> anyhow::Result<kube::Client> {
+        if !self.state.cfg.users.iter().any(|u| u.name == user) {
+            anyhow::bail!("unknown sim user {user:?}");
+        }
+        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_for_server(server, user))?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// Maps a webhook `clientConfig.service` (`name`.`namespace`) to a local address.
+    pub fn set_service_endpoint(&self, namespace: &str, name: &str, addr: SocketAddr) {
+        if let Ok(mut m) = self.state.services.write() {
+            m.insert(format!("{name}.{namespace}"), addr.to_string());
+        }
+    }
+
+    /// Drops all watch history: watches resuming from an older resourceVersion get 410 Expired.
+    pub fn compact(&self) {
+        self.state.store.compact();
+    }
+
+    /// The current (global) resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.state.store.current_rv()
+    }
+
+    /// Resolves a kcp workspace path (`root:org:team`) to its logical cluster name.
+    pub fn logical_cluster(&self, path: &str) -> Option<String> {
+        kcp::resolve_path(&self.state, path)
+    }
+
+    pub async fn shutdown(self) {
+        let _ = self.state.shutdown_tx.send(true);
+        self.join.abort();
+        let _ = self.join.await;
+    }
+}
+
+pub(crate) fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+pub(crate) fn user_uid(name: &str) -> String {
+    format!("{name}-uid")
+}

@@ -1,0 +1,65 @@
+//! `holdfast-sim --listen 127.0.0.1:PORT --kubeconfig-out FILE [--config FILE]`
+
+use clap::Parser;
+use holdfast_sim::{Sim, SimConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "holdfast-sim",
+    about = "In-memory kube-apiserver / kcp simulator"
+)]
+struct Args {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Where to write an admin kubeconfig.
+    #[arg(long)]
+    kubeconfig_out: Option<PathBuf>,
+    /// User whose credentials go into the kubeconfig (default: the first system:masters user).
+    #[arg(long)]
+    kubeconfig_user: Option<String>,
+    /// YAML config: users [{name, token, groups}], rbac rules, services.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut cfg = match &args.config {
+        Some(p) => SimConfig::from_yaml(&std::fs::read_to_string(p)?)?,
+        None => SimConfig::default(),
+    };
+    cfg.listen = args.listen;
+    let user = args.kubeconfig_user.clone().unwrap_or_else(|| {
+        cfg.users
+            .iter()
+            .find(|u| u.groups.iter().any(|g| g == "system:masters"))
+            .or(cfg.users.first())
+            .map(|u| u.name.clone())
+            .unwrap_or_else(|| "admin".into())
+    });
+    let sim = Sim::start(cfg).await?;
+    if let Some(p) = &args.kubeconfig_out {
+        sim.write_kubeconfig(p, &user)?;
+    }
+    println!("holdfast-sim listening on {}", sim.url());
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    sim.shutdown().await;
+    Ok(())
+}

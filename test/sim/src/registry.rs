@@ -1,0 +1,667 @@
+//! Resource type registry: built-in kinds (taken from a real kube-apiserver's
+//! aggregated discovery), CRD-defined kinds and kcp-bound kinds, plus the
+//! discovery documents generated from them.
+
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+#[derive(Clone, Debug)]
+pub struct SubInfo {
+    pub name: String,
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub verbs: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ResourceInfo {
+    pub group: String,
+    /// Served versions, preferred first.
+    pub versions: Vec<String>,
+    pub resource: String,
+    pub kind: String,
+    pub list_kind: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub verbs: Vec<String>,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    pub subresources: Vec<SubInfo>,
+    /// Built-in (typed) kinds: list items carry no kind/apiVersion, strategic merge patch allowed.
+    pub builtin: bool,
+    pub generation: bool,
+    /// Resource kinds that have no storage (reviews).
+    pub virtual_only: bool,
+    /// CRD printer columns (name, jsonPath, type).
+    pub printer_columns: Vec<(String, String, String)>,
+}
+
+impl ResourceInfo {
+    pub fn gr(&self) -> Gr {
+        Gr {
+            group: self.group.clone(),
+            resource: self.resource.clone(),
+        }
+    }
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{}", self.group, version)
+        }
+    }
+    pub fn has_status(&self) -> bool {
+        self.subresources.iter().any(|s| s.name == "status")
+    }
+    /// `configmaps` or `deployments.apps`, as kube-apiserver qualifies resources in messages.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Gr {
+    pub group: String,
+    pub resource: String,
+}
+
+const GENERATION_KINDS: &[&str] = &[
+    "deployments",
+    "statefulsets",
+    "daemonsets",
+    "replicasets",
+    "jobs",
+    "cronjobs",
+    "pods",
+    "customresourcedefinitions",
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+    "networkpolicies",
+    "ingresses",
+    "poddisruptionbudgets",
+    "horizontalpodautoscalers",
+    "flowschemas",
+    "prioritylevelconfigurations",
+    "replicationcontrollers",
+    "workspaces",
+    "apiexports",
+    "apibindings",
+    "apiexportendpointslices",
+    "apiresourceschemas",
+    "logicalclusters",
+];
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn parse_aggregated(doc: &str) -> Vec<ResourceInfo> {
+    let v: Value = serde_json::from_str(doc).unwrap_or(Value::Null);
+    let mut out: Vec<ResourceInfo> = Vec::new();
+    for item in v["items"].as_array().into_iter().flatten() {
+        let group = item["metadata"]["name"].as_str().unwrap_or("").to_string();
+        for ver in item["versions"].as_array().into_iter().flatten() {
+            let version = ver["version"].as_str().unwrap_or("").to_string();
+            for r in ver["resources"].as_array().into_iter().flatten() {
+                let resource = r["resource"].as_str().unwrap_or("").to_string();
+                if let Some(existing) = out
+                    .iter_mut()
+                    .find(|i| i.group == group && i.resource == resource)
+                {
+                    existing.versions.push(version.clone());
+                    continue;
+                }
+                let kind = r["responseKind"]["kind"].as_str().unwrap_or("").to_string();
+                let verbs = strs(&r["verbs"]);
+                let virtual_only = !verbs.iter().any(|v| v == "get");
+                let subresources = r["subresources"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| SubInfo {
+                        name: s["subresource"].as_str().unwrap_or("").to_string(),
+                        group: s["responseKind"]["group"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string(),
+                        version: s["responseKind"]["version"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string(),
+                        kind: s["responseKind"]["kind"].as_str().unwrap_or("").to_string(),
+                        verbs: strs(&s["verbs"]),
+                    })
+                    .collect();
+                out.push(ResourceInfo {
+                    group: group.clone(),
+                    versions: vec![version.clone()],
+                    list_kind: format!("{kind}List"),
+                    kind,
+                    singular: r["singularResource"].as_str().unwrap_or("").to_string(),
+                    namespaced: r["scope"].as_str() == Some("Namespaced"),
+                    verbs,
+                    short_names: strs(&r["shortNames"]),
+                    categories: strs(&r["categories"]),
+                    subresources,
+                    builtin: true,
+                    generation: GENERATION_KINDS.contains(&resource.as_str()),
+                    virtual_only,
+                    printer_columns: vec![],
+                    resource,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn all_verbs() -> Vec<String> {
+    [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn status_sub(group: &str, version: &str, kind: &str) -> SubInfo {
+    SubInfo {
+        name: "status".into(),
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        verbs: vec!["get".into(), "patch".into(), "update".into()],
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn kcp_info(
+    group: &str,
+    versions: &[&str],
+    resource: &str,
+    kind: &str,
+    singular: &str,
+    namespaced: bool,
+    short: &[&str],
+    status: bool,
+) -> ResourceInfo {
+    ResourceInfo {
+        group: group.into(),
+        versions: versions.iter().map(|s| s.to_string()).collect(),
+        resource: resource.into(),
+        kind: kind.into(),
+        list_kind: format!("{kind}List"),
+        singular: singular.into(),
+        namespaced,
+        verbs: all_verbs(),
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        categories: vec!["kcp".into()],
+        subresources: if status {
+            vec![status_sub("", "", kind)]
+        } else {
+            vec![]
+        },
+        builtin: false,
+        generation: true,
+        virtual_only: false,
+        printer_columns: vec![],
+    }
+}
+
+/// Built-in kinds served in kcp logical clusters (kcp serves a reduced kube API).
+const KCP_BUILTIN_GROUPS: &[&str] = &[
+    "rbac.authorization.k8s.io",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "coordination.k8s.io",
+    "authorization.k8s.io",
+    "authentication.k8s.io",
+    "events.k8s.io",
+];
+const KCP_CORE: &[&str] = &[
+    "namespaces",
+    "configmaps",
+    "secrets",
+    "serviceaccounts",
+    "events",
+    "limitranges",
+    "resourcequotas",
+];
+
+pub struct Registry {
+    pub kube: Vec<Arc<ResourceInfo>>,
+    pub kcp: Vec<Arc<ResourceInfo>>,
+    /// Per logical cluster: CRD-defined and APIBinding-provided kinds.
+    pub dynamic: RwLock<HashMap<String, Vec<Arc<ResourceInfo>>>>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        let mut kube = parse_aggregated(include_str!("data/api-aggregated.json"));
+        kube.extend(parse_aggregated(include_str!("data/apis-aggregated.json")));
+        let mut kcp: Vec<ResourceInfo> = kube
+            .iter()
+            .filter(|i| {
+                (i.group.is_empty() && KCP_CORE.contains(&i.resource.as_str()))
+                    || KCP_BUILTIN_GROUPS.contains(&i.group.as_str())
+            })
+            .cloned()
+            .collect();
+        let t = "tenancy.kcp.io";
+        let a = "apis.kcp.io";
+        kcp.push(kcp_info(
+            t,
+            &["v1alpha1"],
+            "workspaces",
+            "Workspace",
+            "workspace",
+            false,
+            &["ws"],
+            true,
+        ));
+        kcp.push(kcp_info(
+            t,
+            &["v1alpha1"],
+            "workspacetypes",
+            "WorkspaceType",
+            "workspacetype",
+            false,
+            &[],
+            true,
+        ));
+        kcp.push(kcp_info(
+            "core.kcp.io",
+            &["v1alpha1"],
+            "logicalclusters",
+            "LogicalCluster",
+            "logicalcluster",
+            false,
+            &[],
+            true,
+        ));
+        kcp.push(kcp_info(
+            a,
+            &["v1alpha2", "v1alpha1"],
+            "apiexports",
+            "APIExport",
+            "apiexport",
+            false,
+            &[],
+            true,
+        ));
+        kcp.push(kcp_info(
+            a,
+            &["v1alpha2", "v1alpha1"],
+            "apibindings",
+            "APIBinding",
+            "apibinding",
+            false,
+            &[],
+            true,
+        ));
+        kcp.push(kcp_info(
+            a,
+            &["v1alpha1"],
+            "apiresourceschemas",
+            "APIResourceSchema",
+            "apiresourceschema",
+            false,
+            &[],
+            false,
+        ));
+        kcp.push(kcp_info(
+            a,
+            &["v1alpha1"],
+            "apiexportendpointslices",
+            "APIExportEndpointSlice",
+            "apiexportendpointslice",
+            false,
+            &[],
+            true,
+        ));
+        Registry {
+            kube: kube.into_iter().map(Arc::new).collect(),
+            kcp: kcp.into_iter().map(Arc::new).collect(),
+            dynamic: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// All kinds served in `cluster` ("" = the plain Kubernetes cluster).
+    pub fn resources(&self, cluster: &str) -> Vec<Arc<ResourceInfo>> {
+        let mut out = if cluster.is_empty() {
+            self.kube.clone()
+        } else {
+            self.kcp.clone()
+        };
+        if let Ok(d) = self.dynamic.read()
+            && let Some(extra) = d.get(cluster)
+        {
+            for e in extra {
+                if !out
+                    .iter()
+                    .any(|o| o.group == e.group && o.resource == e.resource)
+                {
+                    out.push(e.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Kinds served in any kcp logical cluster (for wildcard requests).
+    pub fn resources_any_kcp(&self) -> Vec<Arc<ResourceInfo>> {
+        let mut out = self.kcp.clone();
+        if let Ok(d) = self.dynamic.read() {
+            for (c, extra) in d.iter() {
+                if c.is_empty() {
+                    continue;
+                }
+                for e in extra {
+                    if !out
+                        .iter()
+                        .any(|o| o.group == e.group && o.resource == e.resource)
+                    {
+                        out.push(e.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn set_dynamic(&self, cluster: &str, infos: Vec<Arc<ResourceInfo>>) {
+        if let Ok(mut d) = self.dynamic.write() {
+            d.insert(cluster.to_string(), infos);
+        }
+    }
+}
+
+pub fn find(
+    list: &[Arc<ResourceInfo>],
+    group: &str,
+    version: &str,
+    resource: &str,
+) -> Option<Arc<ResourceInfo>> {
+    list.iter()
+        .find(|i| {
+            i.group == group && i.resource == resource && i.versions.iter().any(|v| v == version)
+        })
+        .cloned()
+}
+
+/// Builds a ResourceInfo from a CRD object (apiextensions.k8s.io/v1).
+pub fn info_from_crd(crd: &Value) -> Option<ResourceInfo> {
+    let spec = &crd["spec"];
+    let group = spec["group"].as_str()?.to_string();
+    let names = &spec["names"];
+    let plural = names["plural"].as_str()?.to_string();
+    let kind = names["kind"].as_str()?.to_string();
+    let mut versions = Vec::new();
+    let mut status = false;
+    let mut scale = None;
+    let mut printer_columns = vec![];
+    let mut served: Vec<&Value> = spec["versions"]
+        .as_array()?
+        .iter()
+        .filter(|v| v["served"].as_bool().unwrap_or(true))
+        .collect();
+    // kube-apiserver orders versions by Kubernetes version priority; keep storage version first.
+    served.sort_by_key(|v| !v["storage"].as_bool().unwrap_or(false));
+    for v in served {
+        let name = v["name"].as_str()?.to_string();
+        if versions.is_empty() {
+            status = v["subresources"]["status"].is_object();
+            if v["subresources"]["scale"].is_object() {
+                scale = Some(());
+            }
+            for c in v["additionalPrinterColumns"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                printer_columns.push((
+                    c["name"].as_str().unwrap_or("").to_string(),
+                    c["jsonPath"].as_str().unwrap_or("").to_string(),
+                    c["type"].as_str().unwrap_or("string").to_string(),
+                ));
+            }
+        }
+        versions.push(name);
+    }
+    if versions.is_empty() {
+        return None;
+    }
+    let mut subresources = vec![];
+    if status {
+        subresources.push(status_sub("", "", &kind));
+    }
+    if scale.is_some() {
+        subresources.push(SubInfo {
+            name: "scale".into(),
+            group: "autoscaling".into(),
+            version: "v1".into(),
+            kind: "Scale".into(),
+            verbs: vec!["get".into(), "patch".into(), "update".into()],
+        });
+    }
+    Some(ResourceInfo {
+        group,
+        versions,
+        resource: plural,
+        list_kind: names["listKind"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{kind}List")),
+        singular: names["singular"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| kind.to_lowercase()),
+        kind,
+        namespaced: spec["scope"].as_str() != Some("Cluster"),
+        verbs: all_verbs(),
+        short_names: strs(&names["shortNames"]),
+        categories: strs(&names["categories"]),
+        subresources,
+        builtin: false,
+        generation: true,
+        virtual_only: false,
+        printer_columns,
+    })
+}
+
+// ---------------------------------------------------------------- discovery documents
+
+pub fn legacy_api_versions(addr: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": addr}]
+    })
+}
+
+fn groups_of(list: &[Arc<ResourceInfo>]) -> BTreeMap<String, Vec<String>> {
+    // group -> versions in order of first appearance (preferred first)
+    let mut order: Vec<String> = Vec::new();
+    let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in list {
+        if i.group.is_empty() {
+            continue;
+        }
+        if !map.contains_key(&i.group) {
+            order.push(i.group.clone());
+        }
+        let e = map.entry(i.group.clone()).or_default();
+        for v in &i.versions {
+            if !e.contains(v) {
+                e.push(v.clone());
+            }
+        }
+    }
+    map
+}
+
+fn group_order(list: &[Arc<ResourceInfo>]) -> Vec<String> {
+    let mut order: Vec<String> = Vec::new();
+    for i in list {
+        if !i.group.is_empty() && !order.contains(&i.group) {
+            order.push(i.group.clone());
+        }
+    }
+    order
+}
+
+pub fn api_group_json(group: &str, versions: &[String]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    let pref = vs.first().cloned().unwrap_or(Value::Null);
+    json!({"name": group, "versions": vs, "preferredVersion": pref})
+}
+
+pub fn api_group_list(list: &[Arc<ResourceInfo>]) -> Value {
+    let map = groups_of(list);
+    let groups: Vec<Value> = group_order(list)
+        .iter()
+        .map(|g| api_group_json(g, map.get(g).map(|v| v.as_slice()).unwrap_or(&[])))
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+pub fn group_versions(list: &[Arc<ResourceInfo>], group: &str) -> Vec<String> {
+    groups_of(list).remove(group).unwrap_or_default()
+}
+
+pub fn api_resource_list(list: &[Arc<ResourceInfo>], group: &str, version: &str) -> Option<Value> {
+    let mut resources = Vec::new();
+    let mut any = false;
+    for i in list {
+        if i.group != group || !i.versions.iter().any(|v| v == version) {
+            continue;
+        }
+        any = true;
+        let mut r = json!({
+            "name": i.resource,
+            "singularName": i.singular,
+            "namespaced": i.namespaced,
+            "kind": i.kind,
+            "verbs": i.verbs,
+        });
+        if !i.short_names.is_empty() {
+            r["shortNames"] = json!(i.short_names);
+        }
+        if !i.categories.is_empty() {
+            r["categories"] = json!(i.categories);
+        }
+        resources.push(r);
+        for s in &i.subresources {
+            let mut r = json!({
+                "name": format!("{}/{}", i.resource, s.name),
+                "singularName": "",
+                "namespaced": i.namespaced,
+                "kind": s.kind,
+                "verbs": s.verbs,
+            });
+            if !s.group.is_empty() {
+                r["group"] = json!(s.group);
+                r["version"] = json!(s.version);
+            }
+            resources.push(r);
+        }
+    }
+    if !any {
+        return None;
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
+}
+
+fn aggregated_resource(i: &ResourceInfo) -> Value {
+    let mut r = json!({
+        "resource": i.resource,
+        "responseKind": {"group": "", "version": "", "kind": i.kind},
+        "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": i.singular,
+        "verbs": i.verbs,
+    });
+    if !i.short_names.is_empty() {
+        r["shortNames"] = json!(i.short_names);
+    }
+    if !i.categories.is_empty() {
+        r["categories"] = json!(i.categories);
+    }
+    if !i.subresources.is_empty() {
+        r["subresources"] = Value::Array(
+            i.subresources
+                .iter()
+                .map(|s| {
+                    json!({
+                        "subresource": s.name,
+                        "responseKind": {"group": s.group, "version": s.version, "kind": s.kind},
+                        "verbs": s.verbs,
+                    })
+                })
+                .collect(),
+        );
+    }
+    r
+}
+
+/// `apidiscovery.k8s.io/v2` APIGroupDiscoveryList for `/api` (core=true) or `/apis`.
+pub fn aggregated(list: &[Arc<ResourceInfo>], core: bool, api_version: &str) -> Value {
+    let mut items = Vec::new();
+    if core {
+        let resources: Vec<Value> = list
+            .iter()
+            .filter(|i| i.group.is_empty())
+            .map(|i| aggregated_resource(i))
+            .collect();
+        items.push(json!({"metadata": {}, "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}]}));
+    } else {
+        let map = groups_of(list);
+        for g in group_order(list) {
+            let versions: Vec<Value> = map
+                .get(&g)
+                .into_iter()
+                .flatten()
+                .map(|v| {
+                    let resources: Vec<Value> = list
+                        .iter()
+                        .filter(|i| i.group == g && i.versions.contains(v))
+                        .map(|i| aggregated_resource(i))
+                        .collect();
+                    json!({"version": v, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            items.push(json!({"metadata": {"name": g}, "versions": versions}));
+        }
+    }
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
+}

@@ -1,0 +1,460 @@
+//! HTTPS server, authentication, path routing and discovery.
+
+use crate::errors::{ApiError, ApiResult};
+use crate::registry::{self, Registry};
+use crate::store::Store;
+use crate::{SimConfig, User, kcp, tls};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio_rustls::TlsAcceptor;
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+pub struct State {
+    pub cfg: SimConfig,
+    pub url: String,
+    pub addr: SocketAddr,
+    pub ca_pem: String,
+    pub store: Store,
+    pub registry: Registry,
+    pub tokens: HashMap<String, User>,
+    pub services: RwLock<HashMap<String, String>>,
+    pub shutdown_tx: watch::Sender<bool>,
+    pub shutdown_rx: watch::Receiver<bool>,
+    /// Wakes the background controllers (namespace, GC, CRD cleanup, kcp).
+    pub kick: Notify,
+    /// Objects whose deletion the garbage collector must follow up on.
+    pub gc_queue: Mutex<Vec<(crate::registry::Gr, crate::store::Key, Arc<Value>)>>,
+}
+
+impl State {
+    pub fn gc_candidates(&self) -> Vec<(crate::registry::Gr, crate::store::Key, Arc<Value>)> {
+        match self.gc_queue.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(_) => vec![],
+        }
+    }
+    pub fn gc_requeue(&self, gr: crate::registry::Gr, key: crate::store::Key, obj: Arc<Value>) {
+        if let Ok(mut q) = self.gc_queue.lock() {
+            q.push((gr, key, obj));
+        }
+    }
+    pub fn uid_exists(&self, uid: &str) -> bool {
+        self.store.uid_exists(uid)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+}
+
+impl UserInfo {
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({"username": self.name});
+        if !self.uid.is_empty() {
+            v["uid"] = json!(self.uid);
+        }
+        v["groups"] = json!(self.groups);
+        v
+    }
+    pub fn is_master(&self) -> bool {
+        self.groups.iter().any(|g| g == "system:masters")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterSel {
+    /// The plain Kubernetes cluster (no `/clusters/` prefix).
+    Plain,
+    /// A kcp logical cluster.
+    Lc(String),
+    /// `/clusters/*`
+    Wildcard,
+}
+
+impl ClusterSel {
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ClusterSel::Plain => Some(""),
+            ClusterSel::Lc(s) => Some(s.as_str()),
+            ClusterSel::Wildcard => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct VwCtx {
+    pub export_cluster: String,
+    pub export_name: String,
+}
+
+pub struct Ctx {
+    pub user: UserInfo,
+    pub cluster: ClusterSel,
+    pub vw: Option<VwCtx>,
+    pub warnings: Mutex<Vec<String>>,
+}
+
+impl Ctx {
+    pub fn internal(user: UserInfo, cluster: &str) -> Ctx {
+        Ctx {
+            user,
+            cluster: if cluster.is_empty() {
+                ClusterSel::Plain
+            } else {
+                ClusterSel::Lc(cluster.to_string())
+            },
+            vw: None,
+            warnings: Mutex::new(vec![]),
+        }
+    }
+    pub fn warn(&self, w: String) {
+        if let Ok(mut ws) = self.warnings.lock() {
+            ws.push(w);
+        }
+    }
+}
+
+pub enum Resp {
+    Json(u16, Value),
+    Stream(mpsc::Receiver<Bytes>),
+    Text(u16, &'static str, String),
+}
+
+pub fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).boxed()
+}
+
+fn json_bytes(v: &Value, pretty: bool) -> Vec<u8> {
+    let r = if pretty {
+        serde_json::to_vec_pretty(v)
+    } else {
+        serde_json::to_vec(v)
+    };
+    r.unwrap_or_default()
+}
+
+/// Formats a `Warning` header value like Go's net/http warning helpers.
+pub fn warning_header(text: &str) -> String {
+    let escaped: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    format!("299 - \"{escaped}\"")
+}
+
+pub async fn start(cfg: SimConfig) -> anyhow::Result<(Arc<State>, tokio::task::JoinHandle<()>)> {
+    let pki = tls::generate(&cfg.extra_sans)?;
+    let listener = TcpListener::bind(cfg.listen).await?;
+    let addr = listener.local_addr()?;
+    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(&pki)?));
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let tokens = cfg
+        .users
+        .iter()
+        .map(|u| (u.token.clone(), u.clone()))
+        .collect();
+    let services = RwLock::new(cfg.services.clone());
+    let state = Arc::new(State {
+        url: format!("https://{addr}"),
+        addr,
+        ca_pem: pki.ca_pem.clone(),
+        store: Store::new(cfg.watch_history),
+        registry: Registry::new(),
+        tokens,
+        services,
+        shutdown_tx,
+        shutdown_rx,
+        kick: Notify::new(),
+        gc_queue: Mutex::new(vec![]),
+        cfg,
+    });
+    crate::controllers::bootstrap(&state).await;
+    crate::controllers::spawn(state.clone());
+    let st = state.clone();
+    let join = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        let mut shutdown = st.shutdown_rx.clone();
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                acc = listener.accept() => {
+                    let Ok((tcp, _)) = acc else { continue };
+                    let _ = tcp.set_nodelay(true);
+                    let acceptor = acceptor.clone();
+                    let st = st.clone();
+                    conns.spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else { return };
+                        let svc = hyper::service::service_fn(move |req| {
+                            let st = st.clone();
+                            async move { Ok::<_, Infallible>(handle(st, req).await) }
+                        });
+                        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(tls), svc)
+                            .await;
+                    });
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        conns.abort_all();
+    });
+    Ok((state, join))
+}
+
+pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
+    let mut m = HashMap::new();
+    if let Some(q) = q {
+        for (k, v) in url::form_urlencoded::parse(q.as_bytes()) {
+            m.insert(k.into_owned(), v.into_owned());
+        }
+    }
+    m
+}
+
+fn authenticate(state: &State, headers: &HeaderMap) -> Option<UserInfo> {
+    let h = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let token = h
+        .strip_prefix("Bearer ")
+        .or_else(|| h.strip_prefix("bearer "))?;
+    let u = state.tokens.get(token.trim())?;
+    let mut groups = u.groups.clone();
+    if !groups.iter().any(|g| g == "system:authenticated") {
+        groups.push("system:authenticated".into());
+    }
+    Some(UserInfo {
+        name: u.name.clone(),
+        uid: crate::user_uid(&u.name),
+        groups,
+    })
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    let pretty = req
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ua| ua.starts_with("curl"));
+    let query = parse_query(req.uri().query());
+    let pretty = pretty || query.get("pretty").is_some_and(|p| p == "true");
+    let path = req.uri().path().to_string();
+    if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
+        return text(200, "text/plain; charset=utf-8", "ok".into(), &[]);
+    }
+    let Some(user) = authenticate(&state, req.headers()) else {
+        return error_response(&ApiError::unauthorized(), &[], pretty);
+    };
+    let method = req.method().clone();
+    let headers = req.headers().clone();
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return error_response(&ApiError::bad_request(e.to_string()), &[], pretty);
+        }
+    };
+    let (cluster, vw, rest) = match kcp::parse_prefix(&state, &user, &path) {
+        Ok(x) => x,
+        Err(e) => return error_response(&e, &[], pretty),
+    };
+    let ctx = Ctx {
+        user,
+        cluster,
+        vw,
+        warnings: Mutex::new(vec![]),
+    };
+    let res = route(&state, &ctx, &method, &rest, &query, &headers, body).await;
+    let warnings = ctx.warnings.lock().map(|w| w.clone()).unwrap_or_default();
+    match res {
+        Ok(Resp::Json(code, v)) => {
+            let mut r = Response::new(full(json_bytes(&v, pretty)));
+            *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+            finish(&mut r, "application/json", &warnings);
+            r
+        }
+        Ok(Resp::Text(code, ct, t)) => text(code, ct, t, &warnings),
+        Ok(Resp::Stream(rx)) => {
+            let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+            let stream = futures::StreamExt::map(stream, |b| Ok::<_, Infallible>(Frame::data(b)));
+            let mut r = Response::new(StreamBody::new(stream).boxed());
+            finish(&mut r, "application/json", &warnings);
+            r.headers_mut()
+                .insert("transfer-encoding", HeaderValue::from_static("chunked"));
+            // HTTP/2 forbids transfer-encoding; hyper strips it there.
+            r.headers_mut().remove("transfer-encoding");
+            r
+        }
+        Err(e) => error_response(&e, &warnings, pretty),
+    }
+}
+
+fn finish(r: &mut Response<Body>, ct: &'static str, warnings: &[String]) {
+    let h = r.headers_mut();
+    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    h.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    h.insert(
+        "audit-id",
+        HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
+            .unwrap_or(HeaderValue::from_static("0")),
+    );
+    for w in warnings {
+        if let Ok(v) = HeaderValue::from_str(&warning_header(w)) {
+            h.append("warning", v);
+        }
+    }
+}
+
+fn text(code: u16, ct: &'static str, t: String, warnings: &[String]) -> Response<Body> {
+    let mut r = Response::new(full(t));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+    finish(&mut r, ct, warnings);
+    r
+}
+
+pub fn error_response(e: &ApiError, warnings: &[String], pretty: bool) -> Response<Body> {
+    let mut r = Response::new(full(json_bytes(&e.to_status(), pretty)));
+    *r.status_mut() = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    finish(&mut r, "application/json", warnings);
+    r
+}
+
+fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
+    let accept = headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    for part in accept.split(',') {
+        if part.contains("as=APIGroupDiscoveryList") {
+            if part.contains("v=v2beta1") {
+                return Some("v2beta1");
+            }
+            if part.contains("v=v2") {
+                return Some("v2");
+            }
+        }
+    }
+    None
+}
+
+async fn route(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    method: &Method,
+    path: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Resp> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let resources = match &ctx.cluster {
+        ClusterSel::Wildcard => state.registry.resources_any_kcp(),
+        c => state.registry.resources(c.key().unwrap_or("")),
+    };
+    let resources = match &ctx.vw {
+        Some(vw) => kcp::vw_resources(state, vw, &ctx.cluster, &resources),
+        None => resources,
+    };
+    let is_get = method == Method::GET;
+    match segs.as_slice() {
+        [] if is_get => {
+            let paths = vec![
+                "/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version",
+            ];
+            Ok(Resp::Json(200, json!({"paths": paths})))
+        }
+        ["version"] if is_get => Ok(Resp::Json(
+            200,
+            serde_json::from_str(include_str!("data/version.json")).unwrap_or(Value::Null),
+        )),
+        ["openapi", ..] => Err(ApiError::path_not_found()),
+        ["api"] if is_get => {
+            if let Some(v) = wants_aggregated(headers) {
+                let doc =
+                    registry::aggregated(&resources, true, &format!("apidiscovery.k8s.io/{v}"));
+                return Ok(Resp::Text(
+                    200,
+                    if v == "v2" {
+                        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+                    } else {
+                        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+                    },
+                    doc.to_string(),
+                ));
+            }
+            Ok(Resp::Json(
+                200,
+                registry::legacy_api_versions(&state.addr.to_string()),
+            ))
+        }
+        ["apis"] if is_get => {
+            if let Some(v) = wants_aggregated(headers) {
+                let doc =
+                    registry::aggregated(&resources, false, &format!("apidiscovery.k8s.io/{v}"));
+                return Ok(Resp::Text(
+                    200,
+                    if v == "v2" {
+                        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+                    } else {
+                        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+                    },
+                    doc.to_string(),
+                ));
+            }
+            Ok(Resp::Json(200, registry::api_group_list(&resources)))
+        }
+        ["api", "v1"] if is_get => registry::api_resource_list(&resources, "", "v1")
+            .map(|v| Resp::Json(200, v))
+            .ok_or_else(ApiError::path_not_found),
+        ["apis", g] if is_get => {
+            let vs = registry::group_versions(&resources, g);
+            if vs.is_empty() {
+                return Err(ApiError::path_not_found());
+            }
+            let mut v = registry::api_group_json(g, &vs);
+            v["kind"] = json!("APIGroup");
+            v["apiVersion"] = json!("v1");
+            Ok(Resp::Json(200, v))
+        }
+        ["apis", g, v] if is_get => registry::api_resource_list(&resources, g, v)
+            .map(|v| Resp::Json(200, v))
+            .ok_or_else(ApiError::path_not_found),
+        ["api", "v1", rest @ ..] if !rest.is_empty() => {
+            crate::api::handle(
+                state, ctx, &resources, method, "", "v1", rest, query, headers, body,
+            )
+            .await
+        }
+        ["apis", g, v, rest @ ..] if !rest.is_empty() => {
+            crate::api::handle(
+                state, ctx, &resources, method, g, v, rest, query, headers, body,
+            )
+            .await
+        }
+        _ => {
+            if is_get {
+                Err(ApiError::path_not_found())
+            } else {
+                Err(ApiError::method_not_allowed(
+                    "the server does not allow this method on the requested resource",
+                ))
+            }
+        }
+    }
+}
