@@ -11,3 +11,4 @@ pub mod names;
 pub mod policy;
 pub mod review;
 pub mod topology;
+pub mod webhookconfig;

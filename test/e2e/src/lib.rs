@@ -1,1 +1,296 @@
-//! Helpers shared by the end-to-end tests.
+//! Harness shared by the end-to-end tests and the demo: starts holdfast-sim, makes a
+//! PKI, runs the real `holdfast-webhook` (and later `holdfast-controller`) binaries,
+//! and drives the real `kubectl` against the sim.
+
+use anyhow::{Context, bail};
+use holdfast_shared::{
+    labels::{ProtectionLabel, ProtectionLabels},
+    webhookconfig::{FailurePolicy, InstallOptions, WebhookTarget, desired_configuration},
+};
+use holdfast_sim::{Sim, SimConfig, SimHandle};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use std::{
+    io::Write,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+/// A CA and a serving certificate for 127.0.0.1/localhost.
+pub struct Pki {
+    /// CA certificate (PEM).
+    pub ca_pem: String,
+    /// Serving certificate (PEM).
+    pub cert_pem: String,
+    /// Serving key (PEM).
+    pub key_pem: String,
+}
+
+/// Makes a fresh PKI.
+pub fn pki(cn: &str) -> anyhow::Result<Pki> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{cn} CA"));
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn.to_string());
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok(Pki {
+        ca_pem: ca_cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Path of a workspace binary (`cargo build --workspace --bins` builds them).
+pub fn bin(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    // target/<profile>/deps/<test> or target/<profile>/<bin>
+    let mut dirs = Vec::new();
+    if let Some(parent) = exe.parent() {
+        dirs.push(parent.to_path_buf());
+        if let Some(grand) = parent.parent() {
+            dirs.push(grand.to_path_buf());
+        }
+    }
+    for dir in dirs {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    bail!("binary {name} not found next to {}; run `cargo build --workspace --bins` first", exe.display())
+}
+
+/// Path of the real kubectl, or a clear error saying how to get it.
+pub fn kubectl_path() -> anyhow::Result<PathBuf> {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join("kubectl");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!("kubectl not found on PATH: run hack/prereqs.sh (or `apt-get install kubectl`)")
+}
+
+/// What a kubectl run printed.
+#[derive(Debug)]
+pub struct KubectlOutput {
+    /// Exit code.
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl KubectlOutput {
+    fn from(out: Output) -> Self {
+        Self {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Fails unless kubectl exited 0.
+    pub fn ok(self) -> anyhow::Result<Self> {
+        if self.code != 0 {
+            bail!("kubectl failed ({}): {}{}", self.code, self.stdout, self.stderr);
+        }
+        Ok(self)
+    }
+}
+
+/// A running `holdfast-webhook`.
+pub struct WebhookProcess {
+    child: Child,
+    /// HTTPS port.
+    pub port: u16,
+    /// Probe port.
+    pub probe_port: u16,
+    /// Where its log goes.
+    pub log: PathBuf,
+}
+
+impl Drop for WebhookProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A sim, a scratch directory with a kubeconfig, and the processes under test.
+pub struct Env {
+    /// The simulator.
+    pub sim: SimHandle,
+    /// Scratch directory (kubeconfig, certificates, logs).
+    pub dir: tempfile::TempDir,
+    /// Admin kubeconfig for kubectl.
+    pub kubeconfig: PathBuf,
+    /// The webhook's PKI.
+    pub pki: Pki,
+    /// The webhook, once started.
+    pub webhook: Option<WebhookProcess>,
+}
+
+impl Env {
+    /// Starts a sim with its default users.
+    pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(SimConfig::default()).await
+    }
+
+    /// Starts a sim with `cfg`.
+    pub async fn start_with(cfg: SimConfig) -> anyhow::Result<Self> {
+        let sim = Sim::start(cfg).await.context("starting holdfast-sim")?;
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig, "admin")?;
+        let pki = pki("holdfast-webhook")?;
+        std::fs::write(dir.path().join("tls.crt"), &pki.cert_pem)?;
+        std::fs::write(dir.path().join("tls.key"), &pki.key_pem)?;
+        Ok(Self {
+            sim,
+            dir,
+            kubeconfig,
+            pki,
+            webhook: None,
+        })
+    }
+
+    /// Starts `holdfast-webhook` with `args` on top of the TLS, listen and kubeconfig
+    /// flags, and waits until it answers /healthz.
+    pub async fn start_webhook(&mut self, args: &[&str]) -> anyhow::Result<()> {
+        let (port, probe_port) = (free_port()?, free_port()?);
+        let log = self.dir.path().join("webhook.log");
+        let child = Command::new(bin("holdfast-webhook")?)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--probe-listen")
+            .arg(format!("127.0.0.1:{probe_port}"))
+            .arg("--tls-cert")
+            .arg(self.dir.path().join("tls.crt"))
+            .arg("--tls-key")
+            .arg(self.dir.path().join("tls.key"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("starting holdfast-webhook")?;
+        self.webhook = Some(WebhookProcess {
+            child,
+            port,
+            probe_port,
+            log,
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if http_get(probe_port, "/healthz").await.map(|(s, _)| s) == Ok(200) {
+                return Ok(());
+            }
+            if let Some(w) = self.webhook.as_mut()
+                && let Ok(Some(status)) = w.child.try_wait()
+            {
+                let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+                bail!("holdfast-webhook exited with {status}: {log}");
+            }
+            if Instant::now() > deadline {
+                bail!("holdfast-webhook did not become healthy within 30s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Installs the label-protection webhook configuration pointing at the running
+    /// webhook, with `kubectl apply` as a user would.
+    pub fn install_label_webhooks(&self, extra_labels: &[&str], strict: bool) -> anyhow::Result<()> {
+        let Some(w) = &self.webhook else {
+            bail!("start the webhook first")
+        };
+        let labels = ProtectionLabels::with_extra(
+            extra_labels
+                .iter()
+                .map(|s| s.parse::<ProtectionLabel>())
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        let opts = InstallOptions {
+            target: WebhookTarget::Url(format!("https://127.0.0.1:{}/validate", w.port)),
+            ca_bundle: self.pki.ca_pem.as_bytes().to_vec(),
+            failure_policy: FailurePolicy::Fail,
+            timeout_seconds: 10,
+        };
+        let cfg = desired_configuration(&labels, strict, &opts);
+        let mut json = serde_json::to_value(&cfg)?;
+        json["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+        json["kind"] = "ValidatingWebhookConfiguration".into();
+        self.kubectl_stdin(&["apply", "-f", "-"], &json.to_string())?.ok()?;
+        Ok(())
+    }
+
+    /// Runs kubectl with the admin kubeconfig.
+    pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<KubectlOutput> {
+        let out = Command::new(kubectl_path()?)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(args)
+            .output()
+            .context("running kubectl")?;
+        Ok(KubectlOutput::from(out))
+    }
+
+    /// Runs kubectl with `stdin` fed to it.
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> anyhow::Result<KubectlOutput> {
+        let mut child = Command::new(kubectl_path()?)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running kubectl")?;
+        if let Some(mut input) = child.stdin.take() {
+            input.write_all(stdin.as_bytes())?;
+        }
+        Ok(KubectlOutput::from(child.wait_with_output()?))
+    }
+
+    /// The webhook's log so far.
+    pub fn webhook_log(&self) -> String {
+        self.webhook
+            .as_ref()
+            .and_then(|w| std::fs::read_to_string(&w.log).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Plain HTTP GET against 127.0.0.1:`port` (probes); returns status and body.
+pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.map_err(|e| e.to_string())?;
+    let status = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string()))
+}

@@ -1,0 +1,176 @@
+//! Label protection end to end: the real holdfast-webhook behind holdfast-sim, driven
+//! by the real kubectl. Covers the Karmada test plan (no protection → allowed;
+//! protection → denied, also with --force --grace-period=0 and --dry-run=server;
+//! protection removed → allowed), Karmada- and Orkestra-style keys, and strict mode.
+
+use holdfast_e2e::Env;
+
+async fn env(webhook_args: &[&str], extra_labels: &[&str], strict: bool) -> Env {
+    let mut env = Env::start().await.expect("sim starts");
+    env.start_webhook(webhook_args).await.expect("webhook starts");
+    env.install_label_webhooks(extra_labels, strict)
+        .expect("webhook configuration applied");
+    env
+}
+
+#[tokio::test]
+async fn karmada_test_plan_for_labels() {
+    let env = env(&[], &[], false).await;
+    env.kubectl(&["create", "namespace", "minio"]).expect("kubectl").ok().expect("created");
+    env.kubectl(&["create", "configmap", "cfg", "-n", "minio", "--from-literal=a=b"])
+        .expect("kubectl")
+        .ok()
+        .expect("created");
+
+    // 1. No protection: deletion allowed.
+    let out = env.kubectl(&["delete", "configmap", "cfg", "-n", "minio"]).expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, "configmap \"cfg\" deleted\n");
+
+    // 2. With protection: denied, byte for byte as kubectl prints a webhook denial.
+    env.kubectl(&["label", "namespace", "minio", "holdfast.dev/protected=Always"])
+        .expect("kubectl")
+        .ok()
+        .expect("labeled");
+    let out = env.kubectl(&["delete", "namespace", "minio"]).expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    let expected = "Error from server (Forbidden): admission webhook \"delete-label-0.holdfast.dev\" denied the request: \
+holdfast: Namespace minio is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), \
+so it cannot be deleted. To delete it, remove the label (kubectl label namespaces minio holdfast.dev/protected-), \
+or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.\n";
+    assert_eq!(out.stderr, expected);
+
+    // Force and server-side dry run are denied too.
+    let out = env
+        .kubectl(&["delete", "namespace", "minio", "--force", "--grace-period=0"])
+        .expect("kubectl");
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("holdfast: Namespace minio is protected"), "{out:?}");
+    let out = env
+        .kubectl(&["delete", "namespace", "minio", "--dry-run=server"])
+        .expect("kubectl");
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("denied the request: holdfast:"), "{out:?}");
+    // Still there, not terminating.
+    let out = env
+        .kubectl(&["get", "namespace", "minio", "-o", "jsonpath={.status.phase}"])
+        .expect("kubectl");
+    assert_eq!(out.stdout, "Active");
+
+    // 3. Protection removed: deletion allowed.
+    env.kubectl(&["label", "namespace", "minio", "holdfast.dev/protected-"])
+        .expect("kubectl")
+        .ok()
+        .expect("unlabeled");
+    let out = env.kubectl(&["delete", "namespace", "minio", "--wait=false"]).expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(env.webhook_log().contains("denied"), "webhook logged its denials");
+}
+
+#[tokio::test]
+async fn karmada_and_orkestra_keys() {
+    let labels = [
+        "resourcetemplate.karmada.io/deletion-protected=Always",
+        "orkestra.io/deletion-protection=true",
+    ];
+    let args = [
+        "--protection-label",
+        labels[0],
+        "--protection-label",
+        labels[1],
+    ];
+    let env = env(&args, &labels, false).await;
+    for name in ["k-always", "k-true", "o-true", "o-false"] {
+        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
+            .expect("kubectl")
+            .ok()
+            .expect("created");
+    }
+    for (name, label) in [
+        ("k-always", "resourcetemplate.karmada.io/deletion-protected=Always"),
+        ("k-true", "resourcetemplate.karmada.io/deletion-protected=true"),
+        ("o-true", "orkestra.io/deletion-protection=true"),
+        ("o-false", "orkestra.io/deletion-protection=false"),
+    ] {
+        env.kubectl(&["label", "configmap", name, label])
+            .expect("kubectl")
+            .ok()
+            .expect("labeled");
+    }
+    // Karmada: only Always protects.
+    let out = env.kubectl(&["delete", "configmap", "k-always"]).expect("kubectl");
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("admission webhook \"delete-label-1.holdfast.dev\" denied the request: holdfast: ConfigMap default/k-always is protected by label resourcetemplate.karmada.io/deletion-protected=Always"), "{out:?}");
+    let out = env.kubectl(&["delete", "configmap", "k-true"]).expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+    // Orkestra: true protects, false does not.
+    let out = env.kubectl(&["delete", "configmap", "o-true"]).expect("kubectl");
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("orkestra.io/deletion-protection=true"), "{out:?}");
+    let out = env.kubectl(&["delete", "configmap", "o-false"]).expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+#[tokio::test]
+async fn strict_mode_end_to_end() {
+    let env = env(&["--strict"], &[], true).await;
+    env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
+        .expect("kubectl")
+        .ok()
+        .expect("created");
+    env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected=true"])
+        .expect("kubectl")
+        .ok()
+        .expect("labeled");
+    // Unrelated label changes pass (the matchCondition keeps them away from the webhook).
+    env.kubectl(&["label", "configmap", "db", "team=shop"])
+        .expect("kubectl")
+        .ok()
+        .expect("unrelated label");
+    // Removing or downgrading the protection label is refused.
+    let out = env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"]).expect("kubectl");
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("strict mode is on"), "{out:?}");
+    let out = env
+        .kubectl(&["label", "--overwrite", "configmap", "db", "holdfast.dev/protected=no"])
+        .expect("kubectl");
+    assert_ne!(out.code, 0, "{out:?}");
+    // One update adding the exemption and removing the label: refused.
+    let out = env
+        .kubectl(&["label", "configmap", "db", "holdfast.dev/protected-", "holdfast.dev/strict-exempt=true"])
+        .expect("kubectl");
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("must already be stored"), "{out:?}");
+    // Exemption first, then removal, then delete.
+    env.kubectl(&["label", "configmap", "db", "holdfast.dev/strict-exempt=true"])
+        .expect("kubectl")
+        .ok()
+        .expect("exempt");
+    env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
+        .expect("kubectl")
+        .ok()
+        .expect("removed");
+    let out = env.kubectl(&["delete", "configmap", "db"]).expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+#[tokio::test]
+async fn skip_annotation_allows_exactly_that_object() {
+    let env = env(&[], &[], false).await;
+    for name in ["a", "b"] {
+        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
+            .expect("kubectl")
+            .ok()
+            .expect("created");
+        env.kubectl(&["label", "configmap", name, "holdfast.dev/protected=Always"])
+            .expect("kubectl")
+            .ok()
+            .expect("labeled");
+    }
+    env.kubectl(&["annotate", "configmap", "a", "holdfast.dev/skip-protection=true"])
+        .expect("kubectl")
+        .ok()
+        .expect("annotated");
+    assert_eq!(env.kubectl(&["delete", "configmap", "a"]).expect("kubectl").code, 0);
+    assert_ne!(env.kubectl(&["delete", "configmap", "b"]).expect("kubectl").code, 0);
+}
