@@ -1291,6 +1291,9 @@ pub async fn update(
         cmp_new["metadata"]["resourceVersion"] = Value::Null;
         cmp_old["metadata"]["resourceVersion"] = Value::Null;
         if cmp_new == cmp_old {
+            if sub == "scale" {
+                return Ok(Resp::Json(200, scale_of(info, &old)));
+            }
             return Ok(Resp::Json(200, old_typed));
         }
         if dry_run(query) {
@@ -1323,6 +1326,9 @@ pub async fn update(
                         .await
                         .unwrap_or(stored)
                 };
+                if sub == "scale" {
+                    return Ok(Resp::Json(200, scale_of(info, &out)));
+                }
                 return Ok(Resp::Json(200, typed(info, &t.version, &out)));
             }
             Err(StoreError::Conflict) if retryable || client_rv.is_none() => continue,

@@ -665,3 +665,84 @@ pub fn aggregated(list: &[Arc<ResourceInfo>], core: bool, api_version: &str) -> 
     }
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
 }
+
+// ---------------------------------------------------------------- OpenAPI v3 (minimal)
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// `/openapi/v3`: the group-version index.
+pub fn openapi_v3_root(list: &[Arc<ResourceInfo>]) -> Value {
+    let mut paths = serde_json::Map::new();
+    for i in list {
+        for v in &i.versions {
+            let p = gv_path(&i.group, v);
+            let hash = format!("{:016X}", fxhash(&p));
+            paths.insert(
+                p.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
+            );
+        }
+    }
+    json!({"paths": paths})
+}
+
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// `/openapi/v3/<gv>`: PATCH operations per kind carrying the query parameters kubectl
+/// probes for (fieldValidation, dryRun, fieldManager), so server-side validation is used.
+pub fn openapi_v3_gv(list: &[Arc<ResourceInfo>], gvp: &str) -> Option<Value> {
+    let mut paths = serde_json::Map::new();
+    let mut any = false;
+    for i in list {
+        for v in &i.versions {
+            if gv_path(&i.group, v) != gvp {
+                continue;
+            }
+            any = true;
+            let prefix = format!("/{gvp}");
+            let path = if i.namespaced {
+                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", i.resource)
+            } else {
+                format!("{prefix}/{}/{{name}}", i.resource)
+            };
+            let params = json!([
+                {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}}
+            ]);
+            let gvk = json!({"group": i.group, "version": v, "kind": i.kind});
+            paths.insert(
+                path,
+                json!({
+                    "patch": {
+                        "operationId": format!("patch{}", i.kind),
+                        "parameters": params,
+                        "responses": {"200": {"description": "OK"}},
+                        "x-kubernetes-action": "patch",
+                        "x-kubernetes-group-version-kind": gvk,
+                    }
+                }),
+            );
+        }
+    }
+    if !any {
+        return None;
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.36.2"},
+        "paths": paths,
+        "components": {"schemas": {}}
+    }))
+}

@@ -383,6 +383,12 @@ async fn route(
             200,
             serde_json::from_str(include_str!("data/version.json")).unwrap_or(Value::Null),
         )),
+        ["openapi", "v3"] if is_get => Ok(Resp::Json(200, registry::openapi_v3_root(&resources))),
+        ["openapi", "v3", rest @ ..] if is_get => {
+            registry::openapi_v3_gv(&resources, &rest.join("/"))
+                .map(|v| Resp::Json(200, v))
+                .ok_or_else(ApiError::path_not_found)
+        }
         ["openapi", ..] => Err(ApiError::path_not_found()),
         ["api"] if is_get => {
             if let Some(v) = wants_aggregated(headers) {

@@ -1,0 +1,308 @@
+//! The real kubectl against holdfast-sim: output compared with the transcripts captured
+//! from a real kube-apiserver (apiserver-captures/kubectl/*.txt), byte for byte.
+
+mod common;
+
+use common::*;
+use holdfast_sim::{Sim, SimConfig};
+use serde_json::{Value, json};
+
+fn webhook_config(hook: &TestWebhook) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "capture"},
+        "webhooks": [
+            {
+                "name": "record.capture.test",
+                "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
+                "rules": [{"operations": ["CREATE", "UPDATE", "DELETE"], "apiGroups": ["", "apps", "capture.test"],
+                           "apiVersions": ["*"], "resources": ["namespaces", "configmaps", "deployments", "widgets"]}],
+                "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["nomatch"]}]},
+                "matchConditions": [{"name": "not-skipped", "expression": "(object == null || !has(object.metadata.labels) || !('capture/skip' in object.metadata.labels)) && (oldObject == null || !has(oldObject.metadata.labels) || !('capture/skip' in oldObject.metadata.labels))"}],
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+                "failurePolicy": "Fail"
+            },
+            {
+                "name": "down.capture.test",
+                "clientConfig": {"url": "https://127.0.0.1:1/validate", "caBundle": hook.ca_b64()},
+                "rules": [{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+                "objectSelector": {"matchLabels": {"capture/down": "true"}},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 2,
+                "failurePolicy": "Fail"
+            },
+            {
+                "name": "nomatch.capture.test",
+                "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "nomatch"}},
+                "matchConditions": [{"name": "old-labels", "expression": "has(oldObject.metadata.labels)"}],
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Fail"
+            }
+        ]
+    })
+}
+
+/// Runs a captured command (with the capture's arguments) and compares what kubectl
+/// printed (stderr then stdout, as in the transcript) and its exit code.
+fn check_capture(k: &Kubectl, name: &str) {
+    let (cmd, want, want_code) = kubectl_capture(name);
+    let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+    let out = k.run(&args);
+    let got = format!("{}{}", out.stderr, out.stdout);
+    assert_eq!(
+        got, want,
+        "kubectl output of `{cmd}` ({name}) differs from the real kube-apiserver's"
+    );
+    assert_eq!(out.code, want_code, "exit code of `{cmd}` ({name})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_matches_captured_transcripts() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let hook = TestWebhook::start(&[], capture_policy()).await;
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+
+    let out = k.run_stdin(
+        &["apply", "-f", "-"],
+        Some(&webhook_config(&hook).to_string()),
+    );
+    assert_eq!(out.code, 0, "apply webhook config: {out:?}");
+    assert_eq!(
+        out.stdout,
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/capture created\n"
+    );
+
+    check_capture(&k, "01-create-ns.txt");
+    check_capture(&k, "02-create-cm.txt");
+    check_capture(&k, "03-label-cm.txt");
+    check_capture(&k, "04-unlabel-cm.txt");
+    check_capture(&k, "05-delete-cm.txt");
+
+    // Denied without a reason, with --force, with reason Forbidden, with --dry-run=server.
+    assert_eq!(k.run(&["create", "cm", "protected", "-n", "cap"]).code, 0);
+    assert_eq!(
+        k.run(&["label", "cm", "protected", "-n", "cap", "capture/deny=true"])
+            .code,
+        0
+    );
+    check_capture(&k, "06-delete-denied.txt");
+    check_capture(&k, "07-delete-denied-force.txt");
+    assert_eq!(k.run(&["create", "cm", "protected2", "-n", "cap"]).code, 0);
+    assert_eq!(
+        k.run(&[
+            "label",
+            "cm",
+            "protected2",
+            "-n",
+            "cap",
+            "capture/deny=true",
+            "capture/reason=Forbidden"
+        ])
+        .code,
+        0
+    );
+    check_capture(&k, "07b-delete-denied-with-reason.txt");
+    check_capture(&k, "08-delete-dry-run-server.txt");
+    assert_eq!(
+        k.run(&["get", "cm", "protected", "-n", "cap", "-o", "name"])
+            .stdout,
+        "configmap/protected\n"
+    );
+
+    // Warnings.
+    assert_eq!(k.run(&["create", "cm", "warned", "-n", "cap"]).code, 0);
+    assert_eq!(
+        k.run(&["label", "cm", "warned", "-n", "cap", "capture/warn=true"])
+            .code,
+        0
+    );
+    check_capture(&k, "09-delete-warned.txt");
+
+    // matchCondition false -> webhook not called.
+    assert_eq!(k.run(&["create", "cm", "skipped", "-n", "cap"]).code, 0);
+    assert_eq!(
+        k.run(&[
+            "label",
+            "cm",
+            "skipped",
+            "-n",
+            "cap",
+            "capture/skip=true",
+            "capture/deny=true"
+        ])
+        .code,
+        0
+    );
+    check_capture(&k, "10-delete-matchcondition-false.txt");
+
+    // Webhook down, failurePolicy Fail.
+    assert_eq!(k.run(&["create", "cm", "downed", "-n", "cap"]).code, 0);
+    assert_eq!(
+        k.run(&["label", "cm", "downed", "-n", "cap", "capture/down=true"])
+            .code,
+        0
+    );
+    check_capture(&k, "13-delete-webhook-down.txt");
+
+    // matchCondition error on CREATE (oldObject is null).
+    assert_eq!(k.run(&["create", "ns", "nomatch"]).code, 0);
+    check_capture(&k, "00-matchcondition-error-on-create.txt");
+
+    // A custom resource.
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.capture.test"},
+        "spec": {"group": "capture.test", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                               "subresources": {"status": {}}}]}
+    });
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(&crd.to_string()));
+    assert_eq!(
+        out.stdout, "customresourcedefinition.apiextensions.k8s.io/widgets.capture.test created\n",
+        "{out:?}"
+    );
+    let w1 = "apiVersion: capture.test/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: cap\nspec:\n  size: 3\n";
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(w1));
+    assert_eq!(out.stdout, "widget.capture.test/w1 created\n", "{out:?}");
+    let out = k.run(&["get", "widget", "w1", "-n", "cap", "-o", "json"]);
+    let v: Value = serde_json::from_str(&out.stdout).expect("widget json");
+    assert_eq!(v["spec"]["size"], 3);
+    assert_eq!(v["metadata"]["generation"], 1);
+    check_capture(&k, "11-delete-cr.txt");
+
+    // Deployment with foreground cascading deletion.
+    assert_eq!(
+        k.run(&[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            "cap",
+            "--image=busybox"
+        ])
+        .code,
+        0
+    );
+    check_capture(&k, "12-delete-deploy-foreground.txt");
+
+    // Namespace cascade.
+    assert_eq!(k.run(&["create", "ns", "cascade"]).code, 0);
+    assert_eq!(k.run(&["create", "cm", "inside", "-n", "cascade"]).code, 0);
+    check_capture(&k, "14-delete-ns-cascade.txt");
+    let out = k.run(&["get", "ns", "cascade"]);
+    assert_eq!(
+        out.stderr,
+        "Error from server (NotFound): namespaces \"cascade\" not found\n"
+    );
+
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_get_label_delete() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let manifest = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: shop\n  labels:\n    app: shop\ndata:\n  color: blue\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n  namespace: shop\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: db}\n  template:\n    metadata:\n      labels: {app: db}\n    spec:\n      containers:\n      - name: db\n        image: postgres\n";
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(manifest));
+    assert_eq!(
+        out.stdout,
+        "namespace/shop created\nconfigmap/settings created\ndeployment.apps/db created\n",
+        "{out:?}"
+    );
+    // Re-apply with a change: configured / unchanged.
+    let changed = manifest.replace("color: blue", "color: red");
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(&changed));
+    assert_eq!(
+        out.stdout,
+        "namespace/shop unchanged\nconfigmap/settings configured\ndeployment.apps/db unchanged\n",
+        "{out:?}"
+    );
+    let out = k.run(&["get", "cm", "settings", "-n", "shop", "-o", "json"]);
+    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(v["data"]["color"], "red");
+    assert_eq!(v["kind"], "ConfigMap");
+    assert!(
+        v["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .is_string()
+    );
+
+    let out = k.run(&["label", "cm", "settings", "-n", "shop", "tier=backend"]);
+    assert_eq!(out.stdout, "configmap/settings labeled\n", "{out:?}");
+    let out = k.run(&[
+        "get",
+        "cm",
+        "-n",
+        "shop",
+        "-l",
+        "tier in (backend,frontend),app=shop",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(out.stdout, "configmap/settings\n", "{out:?}");
+    let out = k.run(&[
+        "get",
+        "cm",
+        "-n",
+        "shop",
+        "-l",
+        "tier!=backend",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(out.stdout, "configmap/kube-root-ca.crt\n", "{out:?}");
+    let out = k.run(&[
+        "get",
+        "deploy",
+        "-n",
+        "shop",
+        "-o",
+        "jsonpath={.items[0].metadata.generation}",
+    ]);
+    assert_eq!(out.stdout, "1", "{out:?}");
+    let out = k.run(&["scale", "deploy", "db", "-n", "shop", "--replicas=3"]);
+    assert_eq!(out.stdout, "deployment.apps/db scaled\n", "{out:?}");
+    let out = k.run(&[
+        "get",
+        "deploy",
+        "db",
+        "-n",
+        "shop",
+        "-o",
+        "jsonpath={.spec.replicas} {.metadata.generation}",
+    ]);
+    assert_eq!(out.stdout, "3 2", "{out:?}");
+    let out = k.run(&["get", "cm", "nope", "-n", "shop"]);
+    assert_eq!(
+        out.stderr,
+        "Error from server (NotFound): configmaps \"nope\" not found\n"
+    );
+    let out = k.run(&["get", "deploy", "nope", "-n", "shop"]);
+    assert_eq!(
+        out.stderr,
+        "Error from server (NotFound): deployments.apps \"nope\" not found\n"
+    );
+    let out = k.run(&["delete", "cm", "settings", "deploy/db", "-n", "shop"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    let out = k.run(&["delete", "cm/settings", "deploy/db", "-n", "shop"]);
+    assert_eq!(
+        out.stdout, "configmap \"settings\" deleted\ndeployment.apps \"db\" deleted\n",
+        "{out:?}"
+    );
+    let out = k.run(&["delete", "ns", "shop"]);
+    assert_eq!(out.stdout, "namespace \"shop\" deleted\n", "{out:?}");
+    let out = k.run(&["get", "ns", "shop"]);
+    assert_eq!(
+        out.stderr, "Error from server (NotFound): namespaces \"shop\" not found\n",
+        "{out:?}"
+    );
+    sim.shutdown().await;
+}
