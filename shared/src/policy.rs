@@ -276,7 +276,7 @@ fn evaluate_delete(
         let target = kubectl_target(req);
         let unprotect = if cfg.strict || view.strict_for(req) {
             format!(
-                "strict mode is on, so first mark it exempt in its own update \
+                "first mark it exempt in its own update, as strict mode is on \
                  (kubectl label {target} {STRICT_EXEMPT_LABEL}=true), then remove the label \
                  (kubectl label {target} {key}-)",
                 key = found.key

@@ -2,6 +2,8 @@
 //! PKI, runs the real `holdfast-webhook` (and later `holdfast-controller`) binaries,
 //! and drives the real `kubectl` against the sim.
 
+pub mod controller;
+
 use anyhow::{Context, bail};
 use holdfast_shared::{
     labels::{ProtectionLabel, ProtectionLabels},

@@ -13,7 +13,7 @@ async fn env(webhook_args: &[&str], extra_labels: &[&str], strict: bool) -> Env 
     env
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn karmada_test_plan_for_labels() {
     let env = env(&[], &[], false).await;
     env.kubectl(&["create", "namespace", "minio"]).expect("kubectl").ok().expect("created");
@@ -67,7 +67,7 @@ or set the annotation holdfast.dev/skip-protection=true if you are allowed to by
     assert!(env.webhook_log().contains("denied"), "webhook logged its denials");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn karmada_and_orkestra_keys() {
     let labels = [
         "resourcetemplate.karmada.io/deletion-protected=Always",
@@ -111,7 +111,7 @@ async fn karmada_and_orkestra_keys() {
     assert_eq!(out.code, 0, "{out:?}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_mode_end_to_end() {
     let env = env(&["--strict"], &[], true).await;
     env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
@@ -154,7 +154,7 @@ async fn strict_mode_end_to_end() {
     assert_eq!(out.code, 0, "{out:?}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn skip_annotation_allows_exactly_that_object() {
     let env = env(&[], &[], false).await;
     for name in ["a", "b"] {

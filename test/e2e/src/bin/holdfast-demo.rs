@@ -27,7 +27,7 @@ impl Demo {
         println!("$ kubectl {}", args.join(" "));
         let out = self.env.kubectl(args)?;
         print!("{}", out.stdout);
-        eprint!("{}", out.stderr);
+        print!("{}", out.stderr);
         let ok = match expect {
             Expect::Succeeds => out.code == 0,
             Expect::Refused => out.code != 0,

@@ -1,0 +1,1 @@
+//! Helpers for controller end-to-end tests (owned by the controller work).
