@@ -813,6 +813,18 @@ fn strip_system_meta(obj: &mut Value) {
     if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("managedFields");
         m.remove("selfLink");
+        // ObjectMeta's omitempty: empty maps and lists are not serialized.
+        for k in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            let empty = match m.get(k) {
+                Some(Value::Object(o)) => o.is_empty(),
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                m.remove(k);
+            }
+        }
     }
 }
 
@@ -1443,6 +1455,14 @@ pub async fn delete(
             ));
         }
         let old_typed = typed(info, &t.version, &old);
+        let mut opts = opts.clone();
+        if info.group.is_empty()
+            && info.resource == "namespaces"
+            && opts["preconditions"]["uid"].is_null()
+        {
+            // The namespace registry always deletes with a UID precondition.
+            opts["preconditions"]["uid"] = old["metadata"]["uid"].clone();
+        }
         admission::validate(
             state,
             ctx,
@@ -1566,6 +1586,7 @@ pub async fn delete_collection(
         .store
         .list_keyed(&t.info.gr(), Some(cluster), t.namespace.as_deref());
     let mut deleted = vec![];
+    let mut first_err: Option<ApiError> = None;
     for (k, v) in all {
         if !f.key_ok(&k) || !f.obj_ok(&v) {
             continue;
@@ -1590,8 +1611,15 @@ pub async fn delete_collection(
             }
             Ok(_) => {}
             Err(e) if e.code == 404 => {}
-            Err(e) => return Err(e),
+            Err(e) => {
+                if first_err.is_none() {
+                    first_err = Some(e);
+                }
+            }
         }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
     }
     Ok(Resp::Json(
         200,

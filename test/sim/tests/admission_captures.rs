@@ -1,0 +1,314 @@
+//! AdmissionReviews sent by holdfast-sim compared field by field with the ones a real
+//! kube-apiserver POSTed for the same operations (apiserver-captures/admission/*.json).
+
+mod common;
+
+use common::*;
+use holdfast_sim::{Sim, SimConfig};
+use serde_json::{Value, json};
+
+fn config(hook: &TestWebhook) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "record"},
+        "webhooks": [{
+            "name": "record.capture.test",
+            "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
+            "rules": [{"operations": ["CREATE", "UPDATE", "DELETE"], "apiGroups": ["", "apps"],
+                       "apiVersions": ["*"], "resources": ["namespaces", "configmaps", "deployments"]}],
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "failurePolicy": "Fail"
+        }]
+    })
+}
+
+/// Compares one recorded review with a capture file, ignoring uids, timestamps,
+/// resourceVersions and managedFields.
+fn assert_matches(got: &Recorded, capture: &str) {
+    let want = admission_capture(capture);
+    assert_eq!(
+        got.path,
+        want["path"].as_str().unwrap_or(""),
+        "{capture}: path"
+    );
+    for h in ["Accept", "Content-Type", "User-Agent"] {
+        let ours = got
+            .headers
+            .get(&h.to_ascii_lowercase())
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            ours,
+            want["headers"][h].as_str().unwrap_or(""),
+            "{capture}: header {h}"
+        );
+    }
+    assert_eq!(
+        got.review["apiVersion"], want["review"]["apiVersion"],
+        "{capture}: apiVersion"
+    );
+    assert_eq!(
+        got.review["kind"], want["review"]["kind"],
+        "{capture}: kind"
+    );
+    let g = normalize(&got.review["request"]);
+    let w = normalize(&want["review"]["request"]);
+    let keys: std::collections::BTreeSet<&String> = g
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.keys())
+        .chain(w.as_object().into_iter().flat_map(|m| m.keys()))
+        .collect();
+    for k in keys {
+        assert_eq!(
+            g.get(k),
+            w.get(k),
+            "{capture}: request.{k} differs\n ours: {}\n real: {}",
+            g,
+            w
+        );
+    }
+}
+
+/// The reviews recorded since the last call, waiting until `n` arrived.
+async fn take(hook: &TestWebhook, n: usize) -> Vec<Recorded> {
+    wait_until(&format!("{n} admission reviews"), || {
+        hook.reviews().len() >= n
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let r = hook.reviews();
+    hook.clear();
+    r
+}
+
+fn find<'a>(reviews: &'a [Recorded], op: &str, resource: &str, name: &str) -> &'a Recorded {
+    reviews
+        .iter()
+        .find(|r| {
+            let req = &r.review["request"];
+            let n = req["name"]
+                .as_str()
+                .or(req["oldObject"]["metadata"]["name"].as_str())
+                .unwrap_or("");
+            req["operation"] == op && req["resource"]["resource"] == resource && n == name
+        })
+        .unwrap_or_else(|| panic!("no {op} review of {resource} {name} among {reviews:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_reviews_match_real_apiserver() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let hook = TestWebhook::start(&[], capture_policy()).await;
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(&config(&hook).to_string()));
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // CREATE namespace (+ the kube-root-ca.crt ConfigMap kube-controller-manager publishes).
+    assert_eq!(k.run(&["create", "ns", "cap"]).code, 0);
+    let r = take(&hook, 2).await;
+    assert_matches(
+        find(&r, "CREATE", "namespaces", "cap"),
+        "005-create-namespaces-cap.json",
+    );
+    assert_matches(
+        find(&r, "CREATE", "configmaps", "kube-root-ca.crt"),
+        "007-create-configmaps-kube-root-ca.crt.json",
+    );
+
+    // CREATE / UPDATE (label, unlabel) / DELETE of a ConfigMap.
+    assert_eq!(
+        k.run(&["create", "cm", "plain", "-n", "cap", "--from-literal=a=b"])
+            .code,
+        0
+    );
+    assert_matches(&take(&hook, 1).await[0], "008-create-configmaps-plain.json");
+    assert_eq!(
+        k.run(&["label", "cm", "plain", "-n", "cap", "team=x"]).code,
+        0
+    );
+    assert_matches(&take(&hook, 1).await[0], "009-update-configmaps-plain.json");
+    assert_eq!(
+        k.run(&["label", "cm", "plain", "-n", "cap", "team-"]).code,
+        0
+    );
+    assert_matches(&take(&hook, 1).await[0], "010-update-configmaps-plain.json");
+    assert_eq!(k.run(&["delete", "cm", "plain", "-n", "cap"]).code, 0);
+    assert_matches(&take(&hook, 1).await[0], "011-delete-configmaps-plain.json");
+
+    // Denied deletes: plain, --force --grace-period=0, --dry-run=server.
+    assert_eq!(k.run(&["create", "cm", "protected", "-n", "cap"]).code, 0);
+    assert_matches(
+        &take(&hook, 1).await[0],
+        "012-create-configmaps-protected.json",
+    );
+    assert_eq!(
+        k.run(&["label", "cm", "protected", "-n", "cap", "capture/deny=true"])
+            .code,
+        0
+    );
+    assert_matches(
+        &take(&hook, 1).await[0],
+        "013-update-configmaps-protected.json",
+    );
+    assert_eq!(k.run(&["delete", "cm", "protected", "-n", "cap"]).code, 1);
+    assert_matches(
+        &take(&hook, 1).await[0],
+        "014-delete-configmaps-protected.json",
+    );
+    assert_eq!(
+        k.run(&[
+            "delete",
+            "cm",
+            "protected",
+            "-n",
+            "cap",
+            "--force",
+            "--grace-period=0"
+        ])
+        .code,
+        1
+    );
+    assert_matches(
+        &take(&hook, 1).await[0],
+        "015-delete-configmaps-protected.json",
+    );
+    assert_eq!(
+        k.run(&["delete", "cm", "protected", "-n", "cap", "--dry-run=server"])
+            .code,
+        1
+    );
+    assert_matches(
+        &take(&hook, 1).await[0],
+        "020-delete-configmaps-protected.json",
+    );
+
+    // Finalizers: apply, DELETE (sets deletionTimestamp), UPDATE removing the finalizer.
+    let fin = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fin\n  namespace: cap\n  finalizers: [capture.test/hold]\n";
+    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(fin)).code, 0);
+    assert_matches(&take(&hook, 1).await[0], "030-create-configmaps-fin.json");
+    let client = sim.client().await.expect("client");
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, "cap");
+    let res = cms
+        .delete("fin", &Default::default())
+        .await
+        .expect("delete fin");
+    let obj = res
+        .left()
+        .expect("object with finalizers is returned, not a Status");
+    assert!(obj.metadata.deletion_timestamp.is_some());
+    assert_eq!(obj.metadata.deletion_grace_period_seconds, Some(0));
+    assert_matches(&take(&hook, 1).await[0], "031-delete-configmaps-fin.json");
+    let out = k.run(&[
+        "patch",
+        "cm",
+        "fin",
+        "-n",
+        "cap",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_matches(&take(&hook, 1).await[0], "032-update-configmaps-fin.json");
+    assert!(
+        cms.get_opt("fin").await.expect("get").is_none(),
+        "finalizer removal deletes the object"
+    );
+
+    // Namespace cascade: DELETE namespace, then nameless DeleteCollection reviews.
+    assert_eq!(k.run(&["create", "ns", "cascade"]).code, 0);
+    let r = take(&hook, 2).await;
+    assert_matches(
+        find(&r, "CREATE", "namespaces", "cascade"),
+        "051-create-namespaces-cascade.json",
+    );
+    assert_matches(
+        find(&r, "CREATE", "configmaps", "kube-root-ca.crt"),
+        "052-create-configmaps-kube-root-ca.crt.json",
+    );
+    assert_eq!(k.run(&["create", "cm", "inside", "-n", "cascade"]).code, 0);
+    assert_matches(
+        &take(&hook, 1).await[0],
+        "054-create-configmaps-inside.json",
+    );
+    assert_eq!(k.run(&["delete", "ns", "cascade"]).code, 0);
+    let r = take(&hook, 3).await;
+    assert_matches(
+        find(&r, "DELETE", "namespaces", "cascade"),
+        "055-delete-namespaces-cascade.json",
+    );
+    let inside = find(&r, "DELETE", "configmaps", "inside");
+    assert!(
+        inside.review["request"].get("name").is_none(),
+        "DeleteCollection reviews carry no name"
+    );
+    assert_matches(inside, "056-delete-configmaps-NONAME.json");
+    let root_ca = find(&r, "DELETE", "configmaps", "kube-root-ca.crt");
+    let want = admission_capture("057-delete-configmaps-NONAME.json");
+    assert_eq!(
+        want["review"]["request"]["oldObject"]["metadata"]["name"], "kube-root-ca.crt",
+        "capture 057 is the kube-root-ca.crt deletion"
+    );
+    assert_matches(root_ca, "057-delete-configmaps-NONAME.json");
+
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_cascade_retries_denied_deletes_and_keeps_namespace() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let hook = TestWebhook::start(&[], capture_policy()).await;
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&config(&hook).to_string()))
+            .code,
+        0
+    );
+    assert_eq!(k.run(&["create", "ns", "held"]).code, 0);
+    assert_eq!(k.run(&["create", "cm", "keep", "-n", "held"]).code, 0);
+    assert_eq!(k.run(&["create", "cm", "drop", "-n", "held"]).code, 0);
+    assert_eq!(
+        k.run(&["label", "cm", "keep", "-n", "held", "capture/deny=true"])
+            .code,
+        0
+    );
+    assert_eq!(k.run(&["delete", "ns", "held", "--wait=false"]).code, 0);
+    hook.clear();
+    // The namespace controller keeps retrying the denied object (nameless reviews).
+    wait_until("retried nameless deletes of keep", || {
+        hook.reviews()
+            .iter()
+            .filter(|r| r.review["request"]["oldObject"]["metadata"]["name"] == "keep")
+            .count()
+            >= 2
+    })
+    .await;
+    let out = k.run(&["get", "cm", "-n", "held", "-o", "name"]);
+    assert_eq!(out.stdout, "configmap/keep\n");
+    let ns = k.run(&["get", "ns", "held", "-o", "json"]);
+    let v: Value = serde_json::from_str(&ns.stdout).expect("ns json");
+    assert_eq!(v["status"]["phase"], "Terminating");
+    assert!(v["metadata"]["deletionTimestamp"].is_string());
+    // New content is refused in a terminating namespace.
+    let out = k.run(&["create", "cm", "late", "-n", "held"]);
+    assert_eq!(
+        out.stderr,
+        "error: failed to create configmap: configmaps \"late\" is forbidden: unable to create new content in namespace held because it is being terminated\n"
+    );
+    // Lifting the protection lets the namespace go.
+    assert_eq!(
+        k.run(&["label", "cm", "keep", "-n", "held", "capture/deny-"])
+            .code,
+        0
+    );
+    wait_until("namespace removed", || {
+        k.run(&["get", "ns", "held"]).code != 0
+    })
+    .await;
+    sim.shutdown().await;
+}
