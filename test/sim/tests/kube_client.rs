@@ -1,0 +1,980 @@
+//! kube-rs clients against holdfast-sim: CRUD, watch semantics (bookmarks, 410
+//! recovery), server-side apply, finalizers, namespace cascade, CRDs, GC, RBAC.
+
+mod common;
+
+use common::wait_until;
+use futures::StreamExt;
+use holdfast_sim::{RbacRule, Sim, SimConfig, User};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+fn cm_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "ConfigMap"), "configmaps")
+}
+
+fn api_err(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+async fn create_ns(client: &kube::Client, name: &str) {
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns"),
+    )
+    .await
+    .expect("create namespace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_crud_errors_and_paging() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    create_ns(&client, "cap").await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "cap", &cm_resource());
+
+    let mut obj = DynamicObject::new("", &cm_resource()).within("cap");
+    obj.metadata.generate_name = Some("gen-".into());
+    obj.data = json!({"data": {"k": "v"}});
+    let created = api
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create");
+    let name = created.metadata.name.clone().expect("generated name");
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+    assert!(created.metadata.uid.is_some());
+    assert!(created.metadata.creation_timestamp.is_some());
+    let rv1: u64 = created
+        .metadata
+        .resource_version
+        .clone()
+        .expect("rv")
+        .parse()
+        .expect("numeric rv");
+    assert_eq!(created.data["data"]["k"], "v");
+
+    // Duplicate create.
+    let mut dup = DynamicObject::new(&name, &cm_resource()).within("cap");
+    dup.data = json!({});
+    let s = api_err(
+        api.create(&PostParams::default(), &dup)
+            .await
+            .expect_err("duplicate"),
+    );
+    assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(s.message, format!("configmaps \"{name}\" already exists"));
+
+    // Missing object.
+    let s = api_err(api.get("nope").await.expect_err("missing"));
+    assert_eq!(
+        (s.code, s.reason.as_str(), s.message.as_str()),
+        (404, "NotFound", "configmaps \"nope\" not found")
+    );
+    let deploys: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "cap",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        ),
+    );
+    let s = api_err(deploys.get("nope").await.expect_err("missing"));
+    assert_eq!(s.message, "deployments.apps \"nope\" not found");
+    let d = s.details.expect("details");
+    assert_eq!(
+        (d.name.as_str(), d.group.as_str(), d.kind.as_str()),
+        ("nope", "apps", "deployments")
+    );
+
+    // Update with a stale resourceVersion.
+    let mut upd = created.clone();
+    upd.data["data"]["k"] = json!("v2");
+    let updated = api
+        .replace(&name, &PostParams::default(), &upd)
+        .await
+        .expect("replace");
+    let rv2: u64 = updated
+        .metadata
+        .resource_version
+        .clone()
+        .expect("rv")
+        .parse()
+        .expect("rv");
+    assert!(rv2 > rv1);
+    let s = api_err(
+        api.replace(&name, &PostParams::default(), &upd)
+            .await
+            .expect_err("stale"),
+    );
+    assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        s.message,
+        format!(
+            "Operation cannot be fulfilled on configmaps \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+        )
+    );
+
+    // Merge and JSON patches.
+    let p = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"m": "1"}}})),
+        )
+        .await
+        .expect("merge patch");
+    assert_eq!(
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("m"))
+            .map(String::as_str),
+        Some("1")
+    );
+    let jp: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "add", "path": "/data/j", "value": "2"}]))
+            .expect("patch");
+    let p = api
+        .patch(&name, &PatchParams::default(), &Patch::Json::<()>(jp))
+        .await
+        .expect("json patch");
+    assert_eq!(p.data["data"]["j"], "2");
+    assert_eq!(p.data["data"]["k"], "v2");
+
+    // Paging, selectors.
+    for i in 0..7 {
+        let mut o = DynamicObject::new(&format!("page-{i}"), &cm_resource()).within("cap");
+        o.metadata.labels = Some([("idx".to_string(), (i % 2).to_string())].into());
+        o.data = json!({});
+        api.create(&PostParams::default(), &o)
+            .await
+            .expect("create page");
+    }
+    let first = api
+        .list(&ListParams::default().limit(3))
+        .await
+        .expect("list");
+    assert_eq!(first.items.len(), 3);
+    let token = first.metadata.continue_.clone().expect("continue token");
+    assert_eq!(
+        first.metadata.remaining_item_count,
+        Some(6),
+        "9 configmaps incl. kube-root-ca.crt"
+    );
+    let second = api
+        .list(&ListParams::default().limit(3).continue_token(&token))
+        .await
+        .expect("list 2");
+    assert_eq!(second.items.len(), 3);
+    assert_ne!(first.items[0].metadata.name, second.items[0].metadata.name);
+    let all = api.list(&ListParams::default()).await.expect("list all");
+    assert_eq!(all.items.len(), 9);
+    let names: Vec<String> = all
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "lists are ordered by name like etcd keys");
+    let odd = api
+        .list(&ListParams::default().labels("idx=1"))
+        .await
+        .expect("labels");
+    assert_eq!(odd.items.len(), 3);
+    let set = api
+        .list(&ListParams::default().labels("idx in (0,1),idx notin (0)"))
+        .await
+        .expect("set");
+    assert_eq!(set.items.len(), 3);
+    let exists = api
+        .list(&ListParams::default().labels("!idx"))
+        .await
+        .expect("not exists");
+    let lacking: Vec<String> = exists
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
+    assert_eq!(lacking, [name.clone(), "kube-root-ca.crt".to_string()]);
+    let by_name = api
+        .list(&ListParams::default().fields("metadata.name=page-3"))
+        .await
+        .expect("fields");
+    assert_eq!(by_name.items.len(), 1);
+    assert_eq!(by_name.items[0].metadata.name.as_deref(), Some("page-3"));
+    let s = api_err(
+        api.list(&ListParams::default().fields("spec.foo=bar"))
+            .await
+            .expect_err("bad field"),
+    );
+    assert_eq!(s.code, 400);
+
+    // Delete returns a Status for immediate deletion.
+    let res = api
+        .delete("page-0", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let status = res.right().expect("Status");
+    assert_eq!(
+        status.status,
+        Some(kube::core::response::StatusSummary::Success)
+    );
+    assert_eq!(status.details.expect("details").name, "page-0");
+    assert!(api.get_opt("page-0").await.expect("get").is_none());
+
+    // Precondition mismatch.
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("nope".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let s = api_err(api.delete("page-1", &dp).await.expect_err("precondition"));
+    assert_eq!(s.code, 409);
+
+    // deletecollection with a selector.
+    api.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("idx=1"),
+    )
+    .await
+    .expect("deletecollection");
+    assert!(
+        api.list(&ListParams::default().labels("idx=1"))
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+
+    // Unknown token -> 401.
+    let bad = sim
+        .kubeconfig("admin")
+        .replace("admin-token", "wrong-token");
+    let kc = kube::config::Kubeconfig::from_yaml(&bad).expect("kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("cfg");
+    let bad_client = kube::Client::try_from(cfg).expect("client");
+    let s = api_err(
+        Api::<ConfigMap>::namespaced(bad_client, "cap")
+            .get("x")
+            .await
+            .expect_err("401"),
+    );
+    assert_eq!((s.code, s.reason.as_str()), (401, "Unauthorized"));
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watcher_sees_changes_and_recovers_from_410() {
+    let cfg = SimConfig {
+        bookmark_interval: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let sim = Sim::start(cfg).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    create_ns(&client, "w").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "w");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "a"}})).expect("cm"),
+    )
+    .await
+    .expect("create a");
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let w = api.clone();
+    let task = tokio::spawn(async move {
+        let mut s = watcher(w, watcher::Config::default().timeout(1)).boxed();
+        while let Some(ev) = s.next().await {
+            let msg = match ev {
+                Ok(watcher::Event::Init) => "init".to_string(),
+                Ok(watcher::Event::InitApply(o)) => {
+                    format!("initapply {}", o.metadata.name.unwrap_or_default())
+                }
+                Ok(watcher::Event::InitDone) => "initdone".to_string(),
+                Ok(watcher::Event::Apply(o)) => {
+                    format!("apply {}", o.metadata.name.unwrap_or_default())
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    format!("delete {}", o.metadata.name.unwrap_or_default())
+                }
+                Err(e) => format!("error {e}"),
+            };
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+    });
+    async fn expect(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+        want: &str,
+    ) -> Vec<String> {
+        let mut seen = vec![];
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("timed out waiting for {want:?}; saw {seen:?}"))
+                .expect("watcher ended");
+            let done = m == want;
+            seen.push(m);
+            if done {
+                return seen;
+            }
+        }
+    }
+    let seen = expect(&mut rx, "initdone").await;
+    assert!(seen.contains(&"initapply a".to_string()), "{seen:?}");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "b"}})).expect("cm"),
+    )
+    .await
+    .expect("create b");
+    expect(&mut rx, "apply b").await;
+    api.delete("a", &DeleteParams::default())
+        .await
+        .expect("delete a");
+    expect(&mut rx, "delete a").await;
+
+    // Compact history beyond the watcher's resourceVersion: its next watch gets 410
+    // Expired and it must re-list.
+    let other: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    other
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "elsewhere"}})).expect("cm"),
+        )
+        .await
+        .expect("create elsewhere");
+    sim.compact();
+    let seen = expect(&mut rx, "initdone").await;
+    assert!(
+        seen.contains(&"init".to_string()),
+        "re-list after 410: {seen:?}"
+    );
+    assert!(seen.contains(&"initapply b".to_string()), "{seen:?}");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "c"}})).expect("cm"),
+    )
+    .await
+    .expect("create c");
+    expect(&mut rx, "apply c").await;
+    task.abort();
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_watch_wire_format() {
+    let sim = Sim::start(SimConfig {
+        bookmark_interval: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await
+    .expect("sim");
+    let client = sim.client().await.expect("client");
+    create_ns(&client, "cap").await;
+    let rv = sim.resource_version();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "cap");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "watched"}})).expect("cm"),
+    )
+    .await
+    .expect("create");
+    api.patch(
+        "watched",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"w": "1"}}})),
+    )
+    .await
+    .expect("label");
+    api.delete("watched", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let req = http::Request::get(format!(
+        "/api/v1/namespaces/cap/configmaps?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=1&fieldSelector=metadata.name%3Dwatched"
+    ))
+    .body(Vec::new())
+    .expect("request");
+    let text = client.request_text(req).await.expect("watch");
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("event line"))
+        .collect();
+    let types: Vec<&str> = events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or(""))
+        .filter(|t| *t != "BOOKMARK")
+        .collect();
+    assert_eq!(types, ["ADDED", "MODIFIED", "DELETED"], "{text}");
+    assert_eq!(events[0]["object"]["kind"], "ConfigMap");
+    assert_eq!(events[0]["object"]["apiVersion"], "v1");
+    let bookmark = events
+        .iter()
+        .find(|e| e["type"] == "BOOKMARK")
+        .expect("a bookmark within 1s");
+    assert_eq!(
+        bookmark["object"]["metadata"].as_object().map(|m| m.len()),
+        Some(1),
+        "only resourceVersion: {bookmark}"
+    );
+    let rvs: Vec<u64> = events
+        .iter()
+        .map(|e| {
+            e["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("0")
+                .parse()
+                .unwrap_or(0)
+        })
+        .collect();
+    assert!(
+        rvs.windows(2).all(|w| w[0] <= w[1]),
+        "resourceVersions never go back: {rvs:?}"
+    );
+
+    // Expired resourceVersion: HTTP 200 with a single ERROR event.
+    sim.compact();
+    let req = http::Request::get("/api/v1/namespaces/cap/configmaps?watch=true&resourceVersion=1")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.expect("expired watch");
+    let ev: Value = serde_json::from_str(text.trim()).expect("one event");
+    assert_eq!(ev["type"], "ERROR");
+    assert_eq!(ev["object"]["code"], 410);
+    assert_eq!(ev["object"]["reason"], "Expired");
+    assert!(
+        ev["object"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("too old resource version: 1 (")
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_and_finalizers() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    create_ns(&client, "cap").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "cap");
+    let pp = PatchParams::apply("capture").force();
+    let applied = api
+        .patch("applied", &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"k": "v"}})))
+        .await
+        .expect("apply creates");
+    assert_eq!(
+        applied
+            .data
+            .as_ref()
+            .and_then(|d| d.get("k"))
+            .map(String::as_str),
+        Some("v")
+    );
+    assert!(
+        applied.metadata.managed_fields.is_none(),
+        "the sim keeps no managedFields"
+    );
+    let again = api
+        .patch("applied", &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied", "labels": {"x": "y"}}, "data": {"k": "v2"}})))
+        .await
+        .expect("apply updates");
+    assert_eq!(
+        again
+            .data
+            .as_ref()
+            .and_then(|d| d.get("k"))
+            .map(String::as_str),
+        Some("v2")
+    );
+    assert_eq!(
+        again
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("x"))
+            .map(String::as_str),
+        Some("y")
+    );
+    assert_eq!(again.metadata.uid, applied.metadata.uid);
+    // fieldManager is required for apply.
+    let s = api_err(
+        api.patch(
+            "applied",
+            &PatchParams::default(),
+            &Patch::Apply(json!({"metadata": {"name": "applied"}})),
+        )
+        .await
+        .expect_err("no field manager"),
+    );
+    assert_eq!(s.code, 422);
+
+    // Finalizers hold the object after DELETE.
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "fin", "finalizers": ["capture.test/hold"]}}),
+        )
+        .expect("cm"),
+    )
+    .await
+    .expect("create fin");
+    let res = api
+        .delete("fin", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let held = res.left().expect("object returned");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert_eq!(held.metadata.deletion_grace_period_seconds, Some(0));
+    let still = api.get("fin").await.expect("still there");
+    assert_eq!(
+        still.metadata.finalizers,
+        Some(vec!["capture.test/hold".to_string()])
+    );
+    // Adding finalizers during deletion is forbidden; removing them completes it.
+    let s = api_err(
+        api.patch(
+            "fin",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["capture.test/hold", "other"]}})),
+        )
+        .await
+        .expect_err("no new finalizers"),
+    );
+    assert_eq!(s.code, 403);
+    api.patch(
+        "fin",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("remove finalizer");
+    assert!(api.get_opt("fin").await.expect("get").is_none());
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_cascade_and_owner_gc() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    create_ns(&client, "doomed").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "doomed");
+    for n in ["one", "two"] {
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": n}})).expect("cm"),
+        )
+        .await
+        .expect("create");
+    }
+    // Owner references: deleting the owner removes the dependent in the background.
+    let owner = api.get("one").await.expect("owner");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "dependent", "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "one", "uid": owner.metadata.uid}]}}),
+        )
+        .expect("cm"),
+    )
+    .await
+    .expect("create dependent");
+    api.delete("one", &DeleteParams::default())
+        .await
+        .expect("delete owner");
+    let a = api.clone();
+    for _ in 0..200 {
+        if a.get_opt("dependent").await.expect("get").is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        api.get_opt("dependent").await.expect("get").is_none(),
+        "GC deleted the dependent"
+    );
+
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "held", "finalizers": ["test/hold"]}}))
+            .expect("cm"),
+    )
+    .await
+    .expect("create held");
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let res = nss
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .expect("delete ns");
+    let ns = res.left().expect("namespace object returned");
+    assert_eq!(
+        ns.status.and_then(|s| s.phase).as_deref(),
+        Some("Terminating")
+    );
+    let s = api_err(
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "late"}})).expect("cm"),
+        )
+        .await
+        .expect_err("terminating"),
+    );
+    assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        s.message,
+        "configmaps \"late\" is forbidden: unable to create new content in namespace doomed because it is being terminated"
+    );
+    // The namespace stays while an object with a finalizer remains.
+    let a = api.clone();
+    for _ in 0..200 {
+        if a.get_opt("two").await.expect("get").is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let held = api.get("held").await.expect("held stays");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    let ns = nss.get("doomed").await.expect("ns still terminating");
+    assert_eq!(
+        ns.status.and_then(|s| s.phase).as_deref(),
+        Some("Terminating")
+    );
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    for _ in 0..200 {
+        if nss.get_opt("doomed").await.expect("get").is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        nss.get_opt("doomed").await.expect("get").is_none(),
+        "namespace removed once empty"
+    );
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    let left = all
+        .list(&ListParams::default().fields("metadata.namespace=doomed"))
+        .await
+        .expect("list");
+    assert!(left.items.is_empty());
+    // Creating in a missing namespace.
+    let s = api_err(
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("cm"),
+        )
+        .await
+        .expect_err("missing ns"),
+    );
+    assert_eq!(
+        (s.code, s.message.as_str()),
+        (404, "namespaces \"doomed\" not found")
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_serving_status_and_cleanup() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "widgets.example.io"},
+        "spec": {"group": "example.io", "scope": "Cluster",
+                 "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+                 "versions": [
+                    {"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                     "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+                    {"name": "v1beta1", "served": true, "storage": false,
+                     "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .expect("crd");
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("create crd");
+    let got = crds.get("widgets.example.io").await.expect("get crd");
+    let status = got.status.expect("status");
+    let conds = status.conditions.expect("conditions");
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    );
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "NamesAccepted" && c.status == "True")
+    );
+    assert_eq!(
+        status.accepted_names.expect("accepted").singular.as_deref(),
+        Some("widget")
+    );
+
+    // Discovery knows it.
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let (ar, caps) = discovery
+        .resolve_gvk(&GroupVersionKind::gvk("example.io", "v1", "Widget"))
+        .expect("Widget discovered");
+    assert_eq!(caps.scope, kube::discovery::Scope::Cluster);
+    let widgets: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let mut w = DynamicObject::new("w1", &ar);
+    w.data = json!({"spec": {"size": 1}, "status": {"ignored": true}});
+    let created = widgets
+        .create(&PostParams::default(), &w)
+        .await
+        .expect("create widget");
+    assert_eq!(created.metadata.generation, Some(1));
+    assert!(
+        created.data.get("status").is_none(),
+        "status is dropped on create with a status subresource"
+    );
+    assert_eq!(created.metadata.annotations, None);
+
+    // status subresource: /status changes status only; main resource ignores status.
+    let s = widgets
+        .patch_status(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": true}, "spec": {"size": 99}})),
+        )
+        .await
+        .expect("patch status");
+    assert_eq!(s.data["status"]["ready"], true);
+    assert_eq!(s.data["spec"]["size"], 1);
+    assert_eq!(s.metadata.generation, Some(1));
+    let s = widgets
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": false}, "spec": {"size": 2}})),
+        )
+        .await
+        .expect("patch spec");
+    assert_eq!(s.data["status"]["ready"], true);
+    assert_eq!(s.data["spec"]["size"], 2);
+    assert_eq!(
+        s.metadata.generation,
+        Some(2),
+        "spec change bumps generation"
+    );
+    let s = widgets
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await
+        .expect("patch meta");
+    assert_eq!(
+        s.metadata.generation,
+        Some(2),
+        "metadata change keeps generation"
+    );
+    // Other served version.
+    let ar_beta = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.io", "v1beta1", "Widget"),
+        "widgets",
+    );
+    let beta: Api<DynamicObject> = Api::all_with(client.clone(), &ar_beta);
+    let b = beta.get("w1").await.expect("get v1beta1");
+    assert_eq!(b.types.expect("types").api_version, "example.io/v1beta1");
+
+    // Deleting the CRD deletes its instances, then the CRD.
+    crds.delete("widgets.example.io", &DeleteParams::default())
+        .await
+        .expect("delete crd");
+    let c2 = crds.clone();
+    for _ in 0..200 {
+        if c2
+            .get_opt("widgets.example.io")
+            .await
+            .expect("get")
+            .is_none()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        crds.get_opt("widgets.example.io")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    let err = widgets.get("w1").await.expect_err("no longer served");
+    assert_eq!(api_err(err).code, 404);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_model_and_subject_access_reviews() {
+    let cfg = SimConfig {
+        users: vec![
+            User {
+                name: "admin".into(),
+                token: "admin-token".into(),
+                groups: vec!["system:masters".into()],
+            },
+            User {
+                name: "alice".into(),
+                token: "alice-token".into(),
+                groups: vec!["dev".into()],
+            },
+            User {
+                name: "bob".into(),
+                token: "bob-token".into(),
+                groups: vec![],
+            },
+        ],
+        rbac: vec![
+            RbacRule {
+                groups: vec!["dev".into()],
+                verbs: vec!["get".into(), "list".into(), "watch".into()],
+                api_groups: vec!["".into()],
+                resources: vec!["configmaps".into()],
+                ..Default::default()
+            },
+            RbacRule {
+                users: vec!["alice".into()],
+                verbs: vec!["bypass".into()],
+                api_groups: vec!["holdfast.dev".into()],
+                resources: vec!["protections".into()],
+                namespaces: vec!["cap".into()],
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let sim = Sim::start(cfg).await.expect("sim");
+    let admin = sim.client().await.expect("admin");
+    let sar = |user: &str, ns: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+               "spec": {"user": user, "groups": [], "resourceAttributes": {"namespace": ns, "verb": "bypass", "group": "holdfast.dev", "resource": "protections"}}})
+    };
+    let post = |body: Value| {
+        http::Request::post("/apis/authorization.k8s.io/v1/subjectaccessreviews")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).expect("body"))
+            .expect("req")
+    };
+    let r: Value = serde_json::from_str(
+        &admin
+            .request_text(post(sar("alice", "cap")))
+            .await
+            .expect("sar"),
+    )
+    .expect("json");
+    assert_eq!(r["status"]["allowed"], true, "{r}");
+    assert_eq!(r["kind"], "SubjectAccessReview");
+    let r: Value = serde_json::from_str(
+        &admin
+            .request_text(post(sar("alice", "other")))
+            .await
+            .expect("sar"),
+    )
+    .expect("json");
+    assert_eq!(r["status"], json!({"allowed": false}));
+    let r: Value = serde_json::from_str(
+        &admin
+            .request_text(post(sar("bob", "cap")))
+            .await
+            .expect("sar"),
+    )
+    .expect("json");
+    assert_eq!(r["status"]["allowed"], false);
+
+    // The model is enforced on requests too.
+    let alice = sim.client_as("alice").await.expect("alice");
+    let cms: Api<ConfigMap> = Api::namespaced(alice.clone(), "default");
+    cms.list(&ListParams::default())
+        .await
+        .expect("alice may list configmaps");
+    let s = api_err(
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("cm"),
+        )
+        .await
+        .expect_err("alice may not create"),
+    );
+    assert_eq!(s.code, 403);
+    assert_eq!(
+        s.message,
+        "configmaps is forbidden: User \"alice\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"default\""
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_objects_and_watchers_stay_fast() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    create_ns(&client, "bulk").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "bulk");
+    // Many watchers on an unrelated namespace must not slow writes down.
+    let mut watches = vec![];
+    for i in 0..100 {
+        let w: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("ns{i}"));
+        watches.push(tokio::spawn(async move {
+            let mut s = watcher(w, watcher::Config::default()).boxed();
+            while s.next().await.is_some() {}
+        }));
+    }
+    let start = std::time::Instant::now();
+    let mut tasks = vec![];
+    for chunk in 0..10 {
+        let api = api.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..200 {
+                api.create(
+                    &PostParams::default(),
+                    &serde_json::from_value(
+                        json!({"metadata": {"name": format!("cm-{chunk}-{i}")}}),
+                    )
+                    .expect("cm"),
+                )
+                .await
+                .expect("create");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let list = api.list(&ListParams::default()).await.expect("list");
+    assert_eq!(list.items.len(), 2001);
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "2000 creates with 100 watchers took {elapsed:?}"
+    );
+    for w in watches {
+        w.abort();
+    }
+    wait_until("nothing", || true).await;
+    sim.shutdown().await;
+}
