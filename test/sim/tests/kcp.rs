@@ -1,0 +1,361 @@
+//! kcp model: workspaces, APIExports/APIBindings, endpoint slices, the APIExport
+//! virtual workspace (wildcard list/watch, claimed resources) and export webhooks.
+
+mod common;
+
+use common::*;
+use futures::StreamExt;
+use holdfast_sim::{Sim, SimConfig};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn obj(ar: &ApiResource, v: Value) -> DynamicObject {
+    let mut o: DynamicObject = serde_json::from_value(v).expect("object");
+    o.types = Some(kube::core::TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    });
+    o
+}
+
+async fn create(
+    client: &kube::Client,
+    ar: &ApiResource,
+    ns: Option<&str>,
+    v: Value,
+) -> DynamicObject {
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    api.create(&PostParams::default(), &obj(ar, v))
+        .await
+        .expect("create")
+}
+
+fn ws() -> ApiResource {
+    ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspaces_exports_bindings_and_virtual_workspace() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let url = sim.url();
+    let root = sim
+        .client_for_server(&format!("{url}/clusters/root"), "admin")
+        .await
+        .expect("root");
+
+    // Nested workspaces.
+    let org = create(&root, &ws(), None, json!({"metadata": {"name": "org"}})).await;
+    assert_eq!(org.data["status"]["phase"], "Ready");
+    let org_lc = org.data["spec"]["cluster"]
+        .as_str()
+        .expect("spec.cluster")
+        .to_string();
+    assert_eq!(org.data["spec"]["URL"], format!("{url}/clusters/root:org"));
+    assert_eq!(
+        org.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/cluster"))
+            .map(String::as_str),
+        Some("root")
+    );
+    let org_c = sim
+        .client_for_server(&format!("{url}/clusters/root:org"), "admin")
+        .await
+        .expect("org");
+    for name in ["provider", "team", "other"] {
+        create(&org_c, &ws(), None, json!({"metadata": {"name": name}})).await;
+    }
+    let team_lc = sim.logical_cluster("root:org:team").expect("team resolves");
+    assert_ne!(team_lc, org_lc);
+    assert_eq!(
+        sim.logical_cluster(&team_lc).as_deref(),
+        Some(team_lc.as_str())
+    );
+
+    // kubectl against a nested workspace path.
+    let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:org"), "admin"));
+    let out = k.run(&["get", "workspaces", "-o", "name"]);
+    assert_eq!(
+        out.stdout,
+        "workspace.tenancy.kcp.io/other\nworkspace.tenancy.kcp.io/provider\nworkspace.tenancy.kcp.io/team\n",
+        "{out:?}"
+    );
+    let out = k.run(&[
+        "--server",
+        &format!("{url}/clusters/root:org:team"),
+        "create",
+        "cm",
+        "hello",
+        "-n",
+        "default",
+    ]);
+    assert_eq!(out.stdout, "configmap/hello created\n", "{out:?}");
+    let out = k.run(&[
+        "--server",
+        &format!("{url}/clusters/root:org:team"),
+        "get",
+        "cm",
+        "hello",
+        "-n",
+        "default",
+        "-o",
+        "json",
+    ]);
+    let cm: Value = serde_json::from_str(&out.stdout).expect("cm json");
+    assert_eq!(
+        cm["metadata"]["annotations"]["kcp.io/cluster"],
+        team_lc.as_str()
+    );
+    let out = k.run(&[
+        "--server",
+        &format!("{url}/clusters/root:org:other"),
+        "get",
+        "cm",
+        "hello",
+        "-n",
+        "default",
+    ]);
+    assert_eq!(
+        out.stderr, "Error from server (NotFound): configmaps \"hello\" not found\n",
+        "workspaces are isolated"
+    );
+
+    // Provider: schema + export (+ webhook configuration claimed by the export).
+    let provider = sim
+        .client_for_server(&format!("{url}/clusters/root:org:provider"), "admin")
+        .await
+        .expect("provider");
+    create(&provider, &ar("apis.kcp.io", "v1alpha1", "APIResourceSchema", "apiresourceschemas"), None, json!({
+        "metadata": {"name": "v1.widgets.example.io"},
+        "spec": {"group": "example.io", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                               "schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}]}
+    })).await;
+    create(&provider, &ar("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"), None, json!({
+        "metadata": {"name": "example.io"},
+        "spec": {"latestResourceSchemas": ["v1.widgets.example.io"],
+                 "permissionClaims": [{"group": "admissionregistration.k8s.io", "resource": "validatingwebhookconfigurations", "all": true},
+                                      {"group": "", "resource": "configmaps", "all": true}]}
+    })).await;
+    let slice = create(
+        &provider,
+        &ar(
+            "apis.kcp.io",
+            "v1alpha1",
+            "APIExportEndpointSlice",
+            "apiexportendpointslices",
+        ),
+        None,
+        json!({
+            "metadata": {"name": "example.io"},
+            "spec": {"export": {"path": "root:org:provider", "name": "example.io"}}
+        }),
+    )
+    .await;
+    let provider_lc = sim
+        .logical_cluster("root:org:provider")
+        .expect("provider lc");
+    let vw_url = slice.data["status"]["endpoints"][0]["url"]
+        .as_str()
+        .expect("endpoint url")
+        .to_string();
+    assert_eq!(
+        vw_url,
+        format!("{url}/services/apiexport/{provider_lc}/example.io")
+    );
+
+    // Consumer binds (v1alpha2 form), accepting the claims.
+    let team = sim
+        .client_for_server(&format!("{url}/clusters/root:org:team"), "admin")
+        .await
+        .expect("team");
+    create(&team, &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"), None, json!({
+        "metadata": {"name": "example.io"},
+        "spec": {"reference": {"export": {"path": "root:org:provider", "name": "example.io"}},
+                 "permissionClaims": [
+                    {"group": "admissionregistration.k8s.io", "resource": "validatingwebhookconfigurations", "selector": {"matchAll": true}, "verbs": ["*"], "state": "Accepted"},
+                    {"group": "", "resource": "configmaps", "selector": {"matchAll": true}, "verbs": ["*"], "state": "Accepted"}]}
+    })).await;
+    let bindings: Api<DynamicObject> = Api::all_with(
+        team.clone(),
+        &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"),
+    );
+    let b = bindings.get("example.io").await.expect("binding");
+    assert_eq!(b.data["status"]["phase"], "Bound", "{:?}", b.data);
+    assert_eq!(b.data["status"]["boundResources"][0]["resource"], "widgets");
+
+    // Widgets are served in the consumer, not in an unbound workspace.
+    let widget = ar("example.io", "v1", "Widget", "widgets");
+    let w = create(
+        &team,
+        &widget,
+        Some("default"),
+        json!({"metadata": {"name": "w1"}, "spec": {"size": 1}}),
+    )
+    .await;
+    assert_eq!(
+        w.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/cluster"))
+            .cloned(),
+        Some(team_lc.clone())
+    );
+    let other = sim
+        .client_for_server(&format!("{url}/clusters/root:org:other"), "admin")
+        .await
+        .expect("other");
+    let other_widgets: Api<DynamicObject> = Api::namespaced_with(other.clone(), "default", &widget);
+    assert!(
+        other_widgets.list(&ListParams::default()).await.is_err(),
+        "not bound in root:org:other"
+    );
+
+    // Virtual workspace: wildcard list and watch across binding workspaces.
+    let vw_all = sim
+        .client_for_server(&format!("{vw_url}/clusters/*"), "admin")
+        .await
+        .expect("vw");
+    let all: Api<DynamicObject> = Api::all_with(vw_all.clone(), &widget);
+    let listed = all
+        .list(&ListParams::default())
+        .await
+        .expect("wildcard list");
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(
+        listed.items[0]
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/cluster"))
+            .cloned(),
+        Some(team_lc.clone())
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let watch_task = tokio::spawn(async move {
+        let mut s = watcher(all, watcher::Config::default()).boxed();
+        while let Some(ev) = s.next().await {
+            if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev {
+                let _ = tx.send(o.metadata.name.unwrap_or_default());
+            }
+        }
+    });
+    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("initial")
+        .expect("event");
+    assert_eq!(first, "w1");
+    create(
+        &team,
+        &widget,
+        Some("default"),
+        json!({"metadata": {"name": "w2"}}),
+    )
+    .await;
+    let second = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("watch event")
+        .expect("event");
+    assert_eq!(second, "w2");
+    watch_task.abort();
+
+    // Claimed resources through the virtual workspace: allowed where the claim was accepted.
+    let vw_team = sim
+        .client_for_server(&format!("{vw_url}/clusters/{team_lc}"), "admin")
+        .await
+        .expect("vw team");
+    let cms: Api<DynamicObject> = Api::namespaced_with(
+        vw_team.clone(),
+        "default",
+        &ar("", "v1", "ConfigMap", "configmaps"),
+    );
+    let names: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .expect("claimed list")
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    assert_eq!(names, ["hello"]);
+    let other_lc = sim.logical_cluster("root:org:other").expect("other lc");
+    let vw_other = sim
+        .client_for_server(&format!("{vw_url}/clusters/{other_lc}"), "admin")
+        .await
+        .expect("vw other");
+    let denied: Api<DynamicObject> = Api::namespaced_with(
+        vw_other,
+        "default",
+        &ar("", "v1", "ConfigMap", "configmaps"),
+    );
+    match denied.list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403),
+        other => panic!("expected 403, got {other:?}"),
+    }
+
+    // A ValidatingWebhookConfiguration in the export's workspace applies to the exported
+    // resource in every binding workspace; reviews carry kcp.io/cluster.
+    let deny_all: Decide = Arc::new(|req: &Value| {
+        if req["operation"] == "DELETE" {
+            json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "holdfast: Widget is protected"}})
+        } else {
+            json!({"allowed": true})
+        }
+    });
+    let hook = TestWebhook::start(&[], deny_all).await;
+    create(&provider, &ar("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations"), None, json!({
+        "metadata": {"name": "holdfast"},
+        "webhooks": [{"name": "widgets.holdfast.dev", "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
+                      "rules": [{"operations": ["DELETE"], "apiGroups": ["example.io"], "apiVersions": ["v1"], "resources": ["widgets"]}],
+                      "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
+    })).await;
+    let out = k.run(&[
+        "--server",
+        &format!("{url}/clusters/root:org:team"),
+        "delete",
+        "widget",
+        "w1",
+        "-n",
+        "default",
+    ]);
+    assert_eq!(
+        out.stderr,
+        "Error from server (Forbidden): admission webhook \"widgets.holdfast.dev\" denied the request: holdfast: Widget is protected\n",
+        "{out:?}"
+    );
+    let reviews = hook.reviews();
+    assert_eq!(reviews.len(), 1);
+    assert_eq!(
+        reviews[0].review["request"]["oldObject"]["metadata"]["annotations"]["kcp.io/cluster"],
+        team_lc.as_str()
+    );
+
+    // Front-proxy wildcard for system:masters.
+    let star = sim
+        .client_for_server(&format!("{url}/clusters/*"), "admin")
+        .await
+        .expect("star");
+    let all_cms: Api<DynamicObject> = Api::all_with(star, &ar("", "v1", "ConfigMap", "configmaps"));
+    let names: Vec<String> = all_cms
+        .list(&ListParams::default())
+        .await
+        .expect("wildcard")
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    assert_eq!(names, ["hello"]);
+    sim.shutdown().await;
+}
