@@ -1,8 +1,15 @@
 //! The desired ValidatingWebhookConfiguration, computed from scratch from the
-//! configuration (and, in later stages, from every policy object). Pure: the
-//! controller applies what this returns.
+//! configuration and from every policy object on each change (never
+//! incrementally). Pure: the controller applies what this returns.
 
-use crate::{labels::ProtectionLabels, names::WEBHOOK_CONFIGURATION_NAME};
+use crate::{
+    api::{AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection},
+    labels::ProtectionLabels,
+    names::{
+        ALLOW_DELETION_LABEL, ALLOW_DELETION_LABEL_APPCAT, SKIP_ANNOTATION,
+        SKIP_ANNOTATION_DEPENDENCIES, WEBHOOK_CONFIGURATION_NAME,
+    },
+};
 use k8s_openapi::{
     ByteString,
     api::admissionregistration::v1::{
@@ -11,7 +18,12 @@ use k8s_openapi::{
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta},
 };
-use std::{fmt, str::FromStr};
+use serde_json::Value;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    str::FromStr,
+};
 
 /// Where the API server reaches the webhook.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,6 +161,8 @@ fn webhook(name: String, opts: &InstallOptions, rule: RuleWithOperations) -> Val
         match_policy: Some("Equivalent".to_string()),
         client_config: client_config(opts),
         rules: Some(vec![rule]),
+        namespace_selector: Some(LabelSelector::default()),
+        object_selector: Some(LabelSelector::default()),
         ..Default::default()
     }
 }
@@ -188,27 +202,362 @@ pub fn label_webhooks(
     out
 }
 
-/// The whole configuration named `holdfast`.
+/// The whole configuration named `holdfast` for label protection only (no policy
+/// objects): [`desired_configuration_for`] with empty [`PolicyNeeds`].
 pub fn desired_configuration(
     labels: &ProtectionLabels,
     strict: bool,
     opts: &InstallOptions,
 ) -> ValidatingWebhookConfiguration {
+    desired_configuration_for(labels, strict, &PolicyNeeds::default(), opts)
+}
+
+/// Name of the webhook that receives the DELETEs policy objects govern.
+pub const POLICIES_WEBHOOK: &str = "policies.holdfast.dev";
+/// Name of the webhook that receives UPDATEs adding a break-glass marker to
+/// resources some strict policy protects.
+pub const BREAK_GLASS_WEBHOOK: &str = "break-glass.holdfast.dev";
+/// Label put on every configuration the controller installs.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_VALUE: &str = "holdfast-controller";
+
+/// Whether a resource is namespaced, as far as the caller knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Namespaced (its deletion is part of a namespace deletion).
+    Namespaced,
+    /// Cluster-scoped.
+    Cluster,
+    /// Not known (treated as namespaced: containment errs on the safe side).
+    Unknown,
+}
+
+/// Resources whose scope is known without discovery.
+pub fn well_known_scope(gr: &GroupResource) -> Scope {
+    match (gr.group.as_str(), gr.resource.as_str()) {
+        ("", "namespaces" | "nodes" | "persistentvolumes" | "componentstatuses")
+        | ("apiextensions.k8s.io", "customresourcedefinitions")
+        | ("rbac.authorization.k8s.io", "clusterroles" | "clusterrolebindings")
+        | ("storage.k8s.io", "storageclasses" | "csidrivers" | "csinodes" | "volumeattachments")
+        | ("scheduling.k8s.io", "priorityclasses")
+        | ("apiregistration.k8s.io", "apiservices")
+        | (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations"
+            | "mutatingwebhookconfigurations"
+            | "validatingadmissionpolicies"
+            | "validatingadmissionpolicybindings",
+        )
+        | ("holdfast.dev", _) => Scope::Cluster,
+        (
+            "",
+            "pods"
+            | "services"
+            | "configmaps"
+            | "secrets"
+            | "persistentvolumeclaims"
+            | "serviceaccounts"
+            | "endpoints"
+            | "events"
+            | "limitranges"
+            | "resourcequotas"
+            | "replicationcontrollers",
+        )
+        | (
+            "apps",
+            "deployments" | "statefulsets" | "daemonsets" | "replicasets" | "controllerrevisions",
+        )
+        | ("batch", "jobs" | "cronjobs")
+        | ("rbac.authorization.k8s.io", "roles" | "rolebindings")
+        | ("networking.k8s.io", "ingresses" | "networkpolicies")
+        | ("policy", "poddisruptionbudgets")
+        | ("coordination.k8s.io", "leases") => Scope::Namespaced,
+        _ => Scope::Unknown,
+    }
+}
+
+/// What the policy objects need from the webhook configuration: the union over
+/// every (valid) policy, recomputed from scratch by the controller.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicyNeeds {
+    /// Resources whose DELETEs some policy governs (sent to [`POLICIES_WEBHOOK`]).
+    pub delete: BTreeSet<GroupResource>,
+    /// Resources some strict policy protects (break-glass UPDATEs are sent to
+    /// [`BREAK_GLASS_WEBHOOK`]).
+    pub strict: BTreeSet<GroupResource>,
+    /// Some policy asks for strict label mode (a strict ResourceProtection).
+    pub strict_labels: bool,
+}
+
+/// The resources whose DELETEs a ResourceProtection governs: the selected types
+/// (the CRD type itself when a CRD object is selected).
+pub fn resource_protection_needs(rp: &ResourceProtection) -> Vec<GroupResource> {
+    dedup(
+        rp.spec
+            .resources
+            .iter()
+            .map(|r| GroupResource::new(&r.group, &r.resource)),
+    )
+}
+
+/// The resources whose DELETEs an AnchorRule governs: its `protects` types.
+pub fn anchor_rule_needs(ar: &AnchorRule) -> Vec<GroupResource> {
+    dedup(
+        ar.spec
+            .protects
+            .iter()
+            .map(|p| GroupResource::new(&p.group, &p.resource)),
+    )
+}
+
+/// The resources whose DELETEs a DependencyRule governs: its dependency types.
+pub fn dependency_rule_needs(dr: &DependencyRule) -> Vec<GroupResource> {
+    dedup(
+        dr.spec
+            .dependencies
+            .iter()
+            .map(|d| GroupResource::new(&d.group, &d.resource)),
+    )
+}
+
+/// The resources whose DELETEs a CriticalService governs: the provider's type,
+/// namespaces (the provider's namespace) and criticalservices.holdfast.dev (the
+/// CriticalService itself may not go while its provider exists).
+pub fn critical_service_needs(cs: &CriticalService) -> Vec<GroupResource> {
+    dedup([
+        cs.spec.provider.group_resource(),
+        GroupResource::new("", "namespaces"),
+        GroupResource::new(crate::names::API_GROUP, "criticalservices"),
+    ])
+}
+
+fn dedup(it: impl IntoIterator<Item = GroupResource>) -> Vec<GroupResource> {
+    let mut out: Vec<GroupResource> = Vec::new();
+    for gr in it {
+        if !out.contains(&gr) {
+            out.push(gr);
+        }
+    }
+    out
+}
+
+impl PolicyNeeds {
+    /// Adds what a ResourceProtection needs.
+    pub fn add_resource_protection(&mut self, rp: &ResourceProtection) {
+        let needs = resource_protection_needs(rp);
+        if rp.spec.strict {
+            self.strict_labels = true;
+            self.strict.extend(needs.iter().cloned());
+        }
+        self.delete.extend(needs);
+    }
+
+    /// Adds what an AnchorRule needs.
+    pub fn add_anchor_rule(&mut self, ar: &AnchorRule) {
+        self.delete.extend(anchor_rule_needs(ar));
+    }
+
+    /// Adds what a DependencyRule needs.
+    pub fn add_dependency_rule(&mut self, dr: &DependencyRule) {
+        self.delete.extend(dependency_rule_needs(dr));
+    }
+
+    /// Adds what a CriticalService needs.
+    pub fn add_critical_service(&mut self, cs: &CriticalService) {
+        self.delete.extend(critical_service_needs(cs));
+    }
+
+    /// Adds `namespaces` when a namespaced (or possibly namespaced) resource is
+    /// governed: deleting a namespace deletes its objects, so the webhook must see
+    /// namespace DELETEs to refuse half-deleting a namespace (containment).
+    pub fn with_containment(mut self, scope: impl Fn(&GroupResource) -> Scope) -> Self {
+        let namespaced = self.delete.iter().any(|gr| scope(gr) != Scope::Cluster);
+        if namespaced {
+            self.delete.insert(GroupResource::new("", "namespaces"));
+        }
+        self
+    }
+}
+
+/// Rules for `operation` on exactly `resources`, merged into as few entries as
+/// the API allows: resources grouped by API group, and groups with the same
+/// resource list sharing one entry; versions `*`, scope `*`.
+pub fn merged_rules(
+    operation: &str,
+    resources: &BTreeSet<GroupResource>,
+) -> Vec<RuleWithOperations> {
+    let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for gr in resources {
+        by_group
+            .entry(gr.group.as_str())
+            .or_default()
+            .push(gr.resource.clone());
+    }
+    let mut by_resources: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
+    for (group, res) in by_group {
+        by_resources.entry(res).or_default().push(group.to_string());
+    }
+    let mut rules: Vec<RuleWithOperations> = by_resources
+        .into_iter()
+        .map(|(resources, groups)| RuleWithOperations {
+            operations: Some(vec![operation.to_string()]),
+            api_groups: Some(groups),
+            api_versions: Some(vec!["*".to_string()]),
+            resources: Some(resources),
+            scope: Some("*".to_string()),
+        })
+        .collect();
+    rules.sort_by(|a, b| a.api_groups.cmp(&b.api_groups));
+    rules
+}
+
+/// Annotations that lift protection for one object (break-glass).
+pub const BREAK_GLASS_ANNOTATIONS: [&str; 2] = [SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES];
+/// Labels that lift protection for one object (break-glass).
+pub const BREAK_GLASS_LABELS: [&str; 2] = [ALLOW_DELETION_LABEL_APPCAT, ALLOW_DELETION_LABEL];
+
+fn added_condition(field: &str, key: &str) -> String {
+    let k = cel_str(key);
+    format!(
+        "(has(object.metadata.{field}) && {k} in object.metadata.{field} \
+         && (oldObject == null || !has(oldObject.metadata.{field}) || !({k} in oldObject.metadata.{field}) \
+         || oldObject.metadata.{field}[{k}] != object.metadata.{field}[{k}]))"
+    )
+}
+
+/// The matchCondition that lets only UPDATEs adding (or changing) a break-glass
+/// annotation or label reach the webhook.
+pub fn break_glass_condition() -> String {
+    BREAK_GLASS_ANNOTATIONS
+        .iter()
+        .map(|k| added_condition("annotations", k))
+        .chain(
+            BREAK_GLASS_LABELS
+                .iter()
+                .map(|k| added_condition("labels", k)),
+        )
+        .collect::<Vec<_>>()
+        .join(" || ")
+}
+
+/// The whole configuration named `holdfast`: label webhooks (strict ones when
+/// `strict` or a strict policy asks), [`POLICIES_WEBHOOK`] for the DELETEs the
+/// policies govern and [`BREAK_GLASS_WEBHOOK`] for the resources strict policies
+/// protect. Every field the API server would default is set, so a live object can
+/// be compared with it.
+pub fn desired_configuration_for(
+    labels: &ProtectionLabels,
+    strict: bool,
+    needs: &PolicyNeeds,
+    opts: &InstallOptions,
+) -> ValidatingWebhookConfiguration {
+    let mut hooks = label_webhooks(labels, strict || needs.strict_labels, opts);
+    if !needs.delete.is_empty() {
+        let mut h = webhook(POLICIES_WEBHOOK.to_string(), opts, all_resources("DELETE"));
+        h.rules = Some(merged_rules("DELETE", &needs.delete));
+        hooks.push(h);
+    }
+    if !needs.strict.is_empty() {
+        let mut h = webhook(
+            BREAK_GLASS_WEBHOOK.to_string(),
+            opts,
+            all_resources("UPDATE"),
+        );
+        h.rules = Some(merged_rules("UPDATE", &needs.strict));
+        h.match_conditions = Some(vec![MatchCondition {
+            name: "break-glass-marker-added".to_string(),
+            expression: break_glass_condition(),
+        }]);
+        hooks.push(h);
+    }
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(WEBHOOK_CONFIGURATION_NAME.to_string()),
-            labels: Some(
-                [(
-                    "app.kubernetes.io/managed-by".to_string(),
-                    "holdfast-controller".to_string(),
-                )]
-                .into(),
-            ),
+            labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string())].into()),
             ..Default::default()
         },
-        webhooks: Some(label_webhooks(labels, strict, opts)),
+        webhooks: Some(hooks),
     }
 }
+
+/// Whether `live` routes `operation` on `gr` to the webhook named `webhook`.
+pub fn routes(
+    live: &ValidatingWebhookConfiguration,
+    webhook: &str,
+    operation: &str,
+    gr: &GroupResource,
+) -> bool {
+    let any = |list: &Option<Vec<String>>, want: &str| {
+        list.as_ref()
+            .is_some_and(|l| l.iter().any(|x| x == "*" || x == want))
+    };
+    live.webhooks.iter().flatten().any(|h| {
+        h.name == webhook
+            && h.rules.iter().flatten().any(|r| {
+                any(&r.operations, operation)
+                    && any(&r.api_groups, &gr.group)
+                    && any(&r.resources, &gr.resource)
+            })
+    })
+}
+
+/// Whether `live` matches `desired`: every field `desired` sets has the same
+/// value in `live` (fields the API server defaults may be added), lists have the
+/// same length element by element, and an empty object in `desired` (such as
+/// `objectSelector: {}`) must be empty or absent in `live`. Metadata is compared
+/// on the name and the labels `desired` sets only.
+pub fn matches_desired(
+    live: &ValidatingWebhookConfiguration,
+    desired: &ValidatingWebhookConfiguration,
+) -> bool {
+    let (Ok(l), Ok(d)) = (serde_json::to_value(live), serde_json::to_value(desired)) else {
+        return false;
+    };
+    let name_ok = l["metadata"]["name"] == d["metadata"]["name"];
+    let labels_ok = subset(&d["metadata"]["labels"], &l["metadata"]["labels"]);
+    let hooks_ok = subset(
+        d.get("webhooks").unwrap_or(&Value::Null),
+        l.get("webhooks").unwrap_or(&Value::Null),
+    );
+    name_ok && labels_ok && hooks_ok
+}
+
+fn subset(want: &Value, have: &Value) -> bool {
+    match (want, have) {
+        (Value::Null, _) => true,
+        (Value::Object(w), Value::Null) => w.is_empty(),
+        (Value::Object(w), Value::Object(h)) => {
+            if w.is_empty() {
+                return h.values().all(|v| match v {
+                    Value::Null => true,
+                    Value::Object(m) => m.is_empty(),
+                    Value::Array(a) => a.is_empty(),
+                    _ => false,
+                });
+            }
+            w.iter()
+                .all(|(k, v)| subset(v, h.get(k).unwrap_or(&Value::Null)))
+                && h.iter().all(|(k, v)| {
+                    w.contains_key(k) || !SELECTOR_FIELDS.contains(&k.as_str()) || v.is_null()
+                })
+        }
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(a, b)| subset(a, b))
+        }
+        (w, h) => w == h,
+    }
+}
+
+/// Fields the API server does not default: present in a live object but not in
+/// the desired one, they are a manual edit.
+const SELECTOR_FIELDS: [&str; 5] = [
+    "matchExpressions",
+    "matchLabels",
+    "matchConditions",
+    "url",
+    "service",
+];
 
 #[cfg(test)]
 mod tests {
@@ -274,6 +623,235 @@ mod tests {
         let svc = hooks[0].client_config.service.as_ref().expect("service");
         assert_eq!(svc.path.as_deref(), Some("/validate"));
         assert_eq!(cfg.metadata.name.as_deref(), Some("holdfast"));
+    }
+
+    fn rp(yaml: &str) -> ResourceProtection {
+        let spec: crate::api::ResourceProtectionSpec = serde_json::from_value(
+            serde_saphyr::from_str::<serde_json::Value>(yaml).expect("yaml"),
+        )
+        .expect("spec");
+        ResourceProtection::new("rp", spec)
+    }
+
+    fn dr(dependent: (&str, &str), deps: &[(&str, &str)]) -> DependencyRule {
+        let spec = serde_json::json!({
+            "dependent": {"group": dependent.0, "version": "v1", "kind": "Thing", "resource": dependent.1},
+            "dependencies": deps.iter().map(|(g, r)| serde_json::json!({
+                "group": g, "version": "v1", "resource": r, "fieldRef": {"path": ".spec.ref"}
+            })).collect::<Vec<_>>(),
+        });
+        DependencyRule::new("dr", serde_json::from_value(spec).expect("spec"))
+    }
+
+    #[test]
+    fn policies_merge_into_one_webhook_grouped_by_api_group() {
+        let mut needs = PolicyNeeds::default();
+        needs.add_resource_protection(&rp(
+            "resources:\n- {group: apps, version: v1, resource: deployments}\n- {group: apps, version: v1, resource: statefulsets, namespace: shop}\n- {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, names: [things.example.com]}\n",
+        ));
+        needs.add_dependency_rule(&dr(
+            ("compute.test.io", "virtualmachines"),
+            &[("network.test.io", "vpcs"), ("network.test.io", "subnets")],
+        ));
+        let needs = needs.with_containment(well_known_scope);
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let hooks = cfg.webhooks.clone().expect("webhooks");
+        let names: Vec<_> = hooks.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, vec!["delete-label-0.holdfast.dev", POLICIES_WEBHOOK]);
+        let rules = hooks[1].rules.clone().expect("rules");
+        let flat: Vec<(Vec<String>, Vec<String>)> = rules
+            .iter()
+            .map(|r| {
+                (
+                    r.api_groups.clone().unwrap_or_default(),
+                    r.resources.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            flat,
+            vec![
+                (vec!["".to_string()], vec!["namespaces".to_string()]),
+                (
+                    vec!["apiextensions.k8s.io".to_string()],
+                    vec!["customresourcedefinitions".to_string()]
+                ),
+                (
+                    vec!["apps".to_string()],
+                    vec!["deployments".to_string(), "statefulsets".to_string()]
+                ),
+                (
+                    vec!["network.test.io".to_string()],
+                    vec!["subnets".to_string(), "vpcs".to_string()]
+                ),
+            ]
+        );
+        assert!(
+            rules
+                .iter()
+                .all(|r| r.operations == Some(vec!["DELETE".to_string()])
+                    && r.api_versions == Some(vec!["*".to_string()]))
+        );
+        assert!(routes(
+            &cfg,
+            POLICIES_WEBHOOK,
+            "DELETE",
+            &GroupResource::new("apps", "deployments")
+        ));
+        assert!(!routes(
+            &cfg,
+            POLICIES_WEBHOOK,
+            "DELETE",
+            &GroupResource::new("apps", "daemonsets")
+        ));
+        assert!(!routes(
+            &cfg,
+            POLICIES_WEBHOOK,
+            "UPDATE",
+            &GroupResource::new("apps", "deployments")
+        ));
+    }
+
+    #[test]
+    fn identical_resource_lists_share_a_rule() {
+        let set: BTreeSet<GroupResource> = [
+            GroupResource::new("a.io", "things"),
+            GroupResource::new("b.io", "things"),
+            GroupResource::new("c.io", "others"),
+        ]
+        .into();
+        let rules = merged_rules("DELETE", &set);
+        assert_eq!(rules.len(), 2);
+        assert_eq!(
+            rules[0].api_groups,
+            Some(vec!["a.io".to_string(), "b.io".to_string()])
+        );
+    }
+
+    #[test]
+    fn cluster_scoped_only_needs_no_namespaces() {
+        let mut needs = PolicyNeeds::default();
+        needs.add_resource_protection(&rp(
+            "resources:\n- {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions}\n",
+        ));
+        let needs = needs.with_containment(well_known_scope);
+        assert!(!needs.delete.contains(&GroupResource::new("", "namespaces")));
+        let mut needs = PolicyNeeds::default();
+        needs.add_resource_protection(&rp(
+            "resources:\n- {group: x.io, version: v1, resource: unknowns}\n",
+        ));
+        let needs = needs.with_containment(|_| Scope::Unknown);
+        assert!(needs.delete.contains(&GroupResource::new("", "namespaces")));
+    }
+
+    #[test]
+    fn strict_policy_adds_strict_label_and_break_glass_webhooks() {
+        let mut needs = PolicyNeeds::default();
+        needs.add_resource_protection(&rp(
+            "strict: true\nresources:\n- {group: \"\", version: v1, resource: configmaps}\n",
+        ));
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let hooks = cfg.webhooks.expect("webhooks");
+        let names: Vec<_> = hooks.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "delete-label-0.holdfast.dev",
+                "strict-label-0.holdfast.dev",
+                POLICIES_WEBHOOK,
+                BREAK_GLASS_WEBHOOK
+            ]
+        );
+        let bg = &hooks[3];
+        assert_eq!(bg.rules.as_ref().map(|r| r.len()), Some(1));
+        let cond = &bg.match_conditions.as_ref().expect("conditions")[0].expression;
+        assert!(cond.contains("'holdfast.dev/skip-protection' in object.metadata.annotations"));
+        assert!(cond.contains("'appcat.vshn.io/webhook-allowdeletion' in object.metadata.labels"));
+        // Not strict: no break-glass webhook.
+        let mut needs = PolicyNeeds::default();
+        needs.add_resource_protection(&rp(
+            "resources:\n- {group: \"\", version: v1, resource: configmaps}\n",
+        ));
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        assert!(
+            cfg.webhooks
+                .expect("webhooks")
+                .iter()
+                .all(|h| h.name != BREAK_GLASS_WEBHOOK)
+        );
+    }
+
+    #[test]
+    fn critical_service_needs_provider_namespaces_and_itself() {
+        let cs: CriticalService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService",
+            "metadata": {"name": "cs"},
+            "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "f", "name": "d"},
+                     "criteria": [{"type": "Finalizer", "finalizer": {"group": "my.io", "resource": "things", "finalizerName": "my.io/f"}}]}
+        }))
+        .expect("cs");
+        let needs = critical_service_needs(&cs);
+        assert_eq!(
+            needs,
+            vec![
+                GroupResource::new("apps", "deployments"),
+                GroupResource::new("", "namespaces"),
+                GroupResource::new("holdfast.dev", "criticalservices"),
+            ]
+        );
+    }
+
+    #[test]
+    fn live_comparison_tolerates_defaults_and_catches_edits() {
+        let mut needs = PolicyNeeds::default();
+        needs.add_resource_protection(&rp(
+            "resources:\n- {group: apps, version: v1, resource: deployments}\n",
+        ));
+        let desired =
+            desired_configuration_for(&ProtectionLabels::default(), true, &needs, &opts());
+        let mut live = serde_json::to_value(&desired).expect("json");
+        assert!(matches_desired(
+            &serde_json::from_value(live.clone()).expect("vwc"),
+            &desired
+        ));
+        // Server-side additions: uid, resourceVersion, an extra label.
+        live["metadata"]["uid"] = "u".into();
+        live["metadata"]["labels"]["extra"] = "x".into();
+        let with_meta: ValidatingWebhookConfiguration =
+            serde_json::from_value(live.clone()).expect("vwc");
+        assert!(matches_desired(&with_meta, &desired));
+        // Edits: failure policy, removed webhook, added object selector, added condition.
+        let mut edited = live.clone();
+        edited["webhooks"][0]["failurePolicy"] = "Ignore".into();
+        assert!(!matches_desired(
+            &serde_json::from_value(edited).expect("vwc"),
+            &desired
+        ));
+        let mut edited = live.clone();
+        edited["webhooks"].as_array_mut().expect("array").pop();
+        assert!(!matches_desired(
+            &serde_json::from_value(edited).expect("vwc"),
+            &desired
+        ));
+        let mut edited = live.clone();
+        edited["webhooks"][2]["objectSelector"] = serde_json::json!({"matchLabels": {"a": "b"}});
+        assert!(!matches_desired(
+            &serde_json::from_value(edited).expect("vwc"),
+            &desired
+        ));
+        let mut edited = live.clone();
+        edited["webhooks"][2]["matchConditions"] =
+            serde_json::json!([{"name": "n", "expression": "false"}]);
+        assert!(!matches_desired(
+            &serde_json::from_value(edited).expect("vwc"),
+            &desired
+        ));
+        let mut edited = live;
+        edited["webhooks"][2]["rules"][0]["resources"] = serde_json::json!(["*"]);
+        assert!(!matches_desired(
+            &serde_json::from_value(edited).expect("vwc"),
+            &desired
+        ));
     }
 
     #[test]
