@@ -108,9 +108,9 @@ pub async fn handle(
         })
     };
     match verb {
-        "get" => get(state, ctx, &t, &need_cluster()?),
+        "get" => get(state, ctx, &t, &need_cluster()?, wants_meta(headers)),
         "list" => list(state, ctx, &t, query, headers),
-        "watch" => watch_stream(state, ctx, &t, query),
+        "watch" => watch_stream(state, ctx, &t, query, wants_meta(headers)),
         "create" => {
             let obj = parse_body(&body, headers)?;
             create(state, ctx, &t, &need_cluster()?, obj, query).await
@@ -254,7 +254,19 @@ fn meta<'a>(v: &'a Value, f: &str) -> &'a str {
     v["metadata"][f].as_str().unwrap_or("")
 }
 
-fn get(state: &State, _ctx: &Ctx, t: &Target, cluster: &str) -> ApiResult<Resp> {
+/// `Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`
+fn wants_meta(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
+}
+
+fn partial(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"].clone()})
+}
+
+fn get(state: &State, _ctx: &Ctx, t: &Target, cluster: &str, meta_only: bool) -> ApiResult<Resp> {
     let name = t.name.as_deref().unwrap_or("");
     let key = key_for(cluster, &t.info, t.namespace.as_deref(), name);
     let obj = state
@@ -263,6 +275,9 @@ fn get(state: &State, _ctx: &Ctx, t: &Target, cluster: &str) -> ApiResult<Resp> 
         .ok_or_else(|| ApiError::not_found(&t.info, name))?;
     if t.sub.as_deref() == Some("scale") {
         return Ok(Resp::Json(200, scale_of(&t.info, &obj)));
+    }
+    if meta_only {
+        return Ok(Resp::Json(200, partial(&obj)));
     }
     Ok(Resp::Json(200, typed(&t.info, &t.version, &obj)))
 }
@@ -430,6 +445,13 @@ fn list(
     if wants_table(headers) {
         return Ok(Resp::Json(200, table(&t.info, &items, md)));
     }
+    if wants_meta(headers) {
+        let items: Vec<Value> = items.iter().map(|o| partial(o)).collect();
+        return Ok(Resp::Json(
+            200,
+            json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": md, "items": items}),
+        ));
+    }
     let items: Vec<Value> = items
         .iter()
         .map(|o| list_item(&t.info, &t.version, o))
@@ -526,6 +548,7 @@ fn watch_stream(
     ctx: &Ctx,
     t: &Target,
     query: &HashMap<String, String>,
+    meta_only: bool,
 ) -> ApiResult<Resp> {
     let f = Filter::new(state, ctx, t, query)?;
     let rv_param = query
@@ -570,7 +593,13 @@ fn watch_stream(
     let state = state.clone();
     let bookmark_every = state.cfg.bookmark_interval;
     tokio::spawn(async move {
-        let typed_ev = |o: &Value| typed(&info, &version, o);
+        let typed_ev = |o: &Value| {
+            if meta_only {
+                partial(o)
+            } else {
+                typed(&info, &version, o)
+            }
+        };
         let bookmark = |rv: u64, end: bool| {
             let mut md = json!({"resourceVersion": rv.to_string()});
             if end {
@@ -578,7 +607,11 @@ fn watch_stream(
             }
             event_line(
                 "BOOKMARK",
-                json!({"kind": info.kind, "apiVersion": info.api_version(&version), "metadata": md}),
+                if meta_only {
+                    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": md})
+                } else {
+                    json!({"kind": info.kind, "apiVersion": info.api_version(&version), "metadata": md})
+                },
             )
         };
         let mut initial = initial;
@@ -1452,6 +1485,16 @@ pub async fn delete(
                     "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
                     meta(&old, "resourceVersion")
                 ),
+            ));
+        }
+        if info.group.is_empty()
+            && info.resource == "namespaces"
+            && !old["metadata"]["deletionTimestamp"].is_null()
+        {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                "The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system.",
             ));
         }
         let old_typed = typed(info, &t.version, &old);

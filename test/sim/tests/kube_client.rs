@@ -978,3 +978,137 @@ async fn many_objects_and_watchers_stay_fast() {
     wait_until("nothing", || true).await;
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_list_and_metadata_watch() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    create_ns(&client, "s").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "s");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "pre", "labels": {"k": "v"}}}))
+            .expect("cm"),
+    )
+    .await
+    .expect("create");
+    // sendInitialEvents=true watch-list: initial ADDED events then a bookmark with the
+    // k8s.io/initial-events-end annotation.
+    let mut s = watcher(
+        api.clone(),
+        watcher::Config::default().streaming_lists().labels("k=v"),
+    )
+    .boxed();
+    let mut got = vec![];
+    while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_secs(10), s.next()).await {
+        match ev.expect("event") {
+            watcher::Event::InitApply(o) => got.push(o.metadata.name.unwrap_or_default()),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(got, ["pre"]);
+    // Metadata-only watch (PartialObjectMetadata).
+    let meta_api: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::namespaced(client.clone(), "s");
+    let mut m = watcher(meta_api, watcher::Config::default()).boxed();
+    let mut names = vec![];
+    while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_secs(10), m.next()).await {
+        match ev.expect("event") {
+            watcher::Event::InitApply(o) => {
+                assert_eq!(
+                    o.types.as_ref().map(|t| t.kind.as_str()),
+                    Some("PartialObjectMetadata")
+                );
+                names.push(o.metadata.name.unwrap_or_default())
+            }
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(names, ["kube-root-ca.crt", "pre"]);
+    // Deleting a terminating namespace again is a Conflict.
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "hold", "finalizers": ["t/h"]}}))
+            .expect("cm"),
+    )
+    .await
+    .expect("create");
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.delete("s", &DeleteParams::default())
+        .await
+        .expect("first delete");
+    let s = api_err(
+        nss.delete("s", &DeleteParams::default())
+            .await
+            .expect_err("second delete"),
+    );
+    assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+    sim.shutdown().await;
+}
+
+#[test]
+fn yaml_config_file() {
+    let cfg = SimConfig::from_yaml(
+        "users:\n- name: admin\n  token: t0\n  groups: [system:masters]\n- name: alice\n  token: t1\n  groups: [dev]\nrbac:\n- users: [alice]\n  verbs: [bypass]\n  apiGroups: [holdfast.dev]\n  resources: [protections]\nservices:\n  holdfast-webhook.holdfast-system: 127.0.0.1:8443\n",
+    )
+    .expect("config");
+    assert_eq!(cfg.users.len(), 2);
+    assert_eq!(cfg.users[1].groups, ["dev"]);
+    assert_eq!(cfg.rbac[0].api_groups, ["holdfast.dev"]);
+    assert_eq!(
+        cfg.services["holdfast-webhook.holdfast-system"],
+        "127.0.0.1:8443"
+    );
+    assert!(SimConfig::from_yaml("users: 3").is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_prints_ready_line_and_stops_on_sigterm() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let kc = dir.path().join("kubeconfig");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_holdfast-sim"))
+        .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
+        .arg(&kc)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn holdfast-sim");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("ready in time")
+        .expect("read")
+        .expect("a line");
+    let url = line
+        .strip_prefix("holdfast-sim listening on ")
+        .expect("ready line format")
+        .to_string();
+    assert!(url.starts_with("https://127.0.0.1:"), "{line}");
+    let text = std::fs::read_to_string(&kc).expect("kubeconfig written");
+    assert!(text.contains(&format!("server: {url}")));
+    let kcfg = kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig");
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kcfg, &Default::default())
+            .await
+            .expect("cfg"),
+    )
+    .expect("client");
+    let nss: Api<Namespace> = Api::all(client);
+    assert!(nss.get("default").await.is_ok());
+    let pid = child.id().expect("pid") as i32;
+    // SIGTERM
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits")
+        .expect("status");
+    assert!(exit.success(), "clean exit on SIGTERM: {exit:?}");
+}
