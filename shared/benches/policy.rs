@@ -9,55 +9,67 @@ use holdfast_shared::{
     policy::{NoPolicies, PolicyConfig, evaluate},
     review::parse_review,
 };
+use futures::executor::block_on;
 use serde_json::json;
 use std::hint::black_box;
 
 fn review(op: &str, labels: serde_json::Value) -> Vec<u8> {
     let obj = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"ns",
         "labels": labels, "annotations": {"a": "b"}}, "data": {"k": "v".repeat(2048)}});
-    serde_json::to_vec(&json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+    serde_json::to_vec(
+        &json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
         "uid":"u","kind":{"group":"","version":"v1","kind":"ConfigMap"},
         "resource":{"group":"","version":"v1","resource":"configmaps"},
         "name":"cm","namespace":"ns","operation":op,"userInfo":{"username":"alice"},
         "object": if op == "DELETE" { serde_json::Value::Null } else { obj.clone() },
-        "oldObject": obj}}))
+        "oldObject": obj}}),
+    )
     .unwrap_or_default()
 }
 
 fn bench(c: &mut Criterion) {
     let cfg = PolicyConfig {
         labels: ProtectionLabels::with_extra(
-            ["resourcetemplate.karmada.io/deletion-protected=Always", "orkestra.io/deletion-protection=true"]
-                .iter()
-                .filter_map(|s| s.parse::<ProtectionLabel>().ok()),
+            [
+                "resourcetemplate.karmada.io/deletion-protected=Always",
+                "orkestra.io/deletion-protection=true",
+            ]
+            .iter()
+            .filter_map(|s| s.parse::<ProtectionLabel>().ok()),
         ),
         strict: true,
     };
-    let protected = review("DELETE", json!({"holdfast.dev/protected": "Always", "app": "db"}));
+    let protected = review(
+        "DELETE",
+        json!({"holdfast.dev/protected": "Always", "app": "db"}),
+    );
     let plain = review("DELETE", json!({"app": "db"}));
     let update = review("UPDATE", json!({"holdfast.dev/protected": "Always"}));
 
-    c.bench_function("parse_review+evaluate delete protected (2 KiB object)", |b| {
-        b.iter(|| {
-            let req = parse_review(black_box(&protected)).ok();
-            req.map(|r| evaluate(&r, &cfg, &NoPolicies, Utc::now()))
-        })
-    });
+    c.bench_function(
+        "parse_review+evaluate delete protected (2 KiB object)",
+        |b| {
+            b.iter(|| {
+                let req = parse_review(black_box(&protected)).ok();
+                req.map(|r| block_on(evaluate(&r, &cfg, &NoPolicies, Utc::now())))
+            })
+        },
+    );
     c.bench_function("parse_review+evaluate delete unprotected", |b| {
         b.iter(|| {
             let req = parse_review(black_box(&plain)).ok();
-            req.map(|r| evaluate(&r, &cfg, &NoPolicies, Utc::now()))
+            req.map(|r| block_on(evaluate(&r, &cfg, &NoPolicies, Utc::now())))
         })
     });
     c.bench_function("parse_review+evaluate strict update", |b| {
         b.iter(|| {
             let req = parse_review(black_box(&update)).ok();
-            req.map(|r| evaluate(&r, &cfg, &NoPolicies, Utc::now()))
+            req.map(|r| block_on(evaluate(&r, &cfg, &NoPolicies, Utc::now())))
         })
     });
     if let Ok(req) = parse_review(&protected) {
         c.bench_function("evaluate only (parsed) delete protected", |b| {
-            b.iter(|| evaluate(black_box(&req), &cfg, &NoPolicies, Utc::now()))
+            b.iter(|| block_on(evaluate(black_box(&req), &cfg, &NoPolicies, Utc::now())))
         });
     }
 
@@ -70,9 +82,10 @@ fn bench(c: &mut Criterion) {
         c.bench_function("fieldpath .spec.vpcRef.name references", |b| {
             b.iter(|| simple.references(black_box(&vm), "my-vpc"))
         });
-        c.bench_function("fieldpath .spec.disks[*].vpcRef.name references (16 items)", |b| {
-            b.iter(|| list.references(black_box(&vm), "vpc-15"))
-        });
+        c.bench_function(
+            "fieldpath .spec.disks[*].vpcRef.name references (16 items)",
+            |b| b.iter(|| list.references(black_box(&vm), "vpc-15")),
+        );
     }
     c.bench_function("fieldpath parse", |b| {
         b.iter(|| FieldPath::parse(black_box(".spec.disks[*].vpcRef.name")))

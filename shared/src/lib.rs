@@ -6,9 +6,12 @@
 
 pub mod api;
 pub mod fieldpath;
+pub mod index;
 pub mod labels;
 pub mod names;
 pub mod policy;
+pub mod registry;
 pub mod review;
+pub mod selector;
 pub mod topology;
 pub mod webhookconfig;

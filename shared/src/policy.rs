@@ -14,13 +14,17 @@
 //! `holdfast.dev/strict-exempt: "true"`.
 
 use crate::{
+    api::common::{Enforcement, GroupResource},
+    index::Referrer,
     labels::ProtectionLabels,
     names::{
         ALLOW_DELETION_LABEL_APPCAT, MESSAGE_PREFIX, SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES,
         STRICT_EXEMPT_LABEL,
     },
+    registry::{CompiledDependency, CompiledProtection},
     review::{AdmissionRequest, Operation, annotations, check_metadata, labels},
 };
+use std::{future::Future, sync::Arc};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -36,11 +40,30 @@ pub struct PolicyConfig {
     pub strict: bool,
 }
 
+/// A question for the dependents lookup: who references `name` of `dep.target`?
+#[derive(Clone, Copy, Debug)]
+pub struct DependentsQuery<'a> {
+    /// Logical cluster of the deleted object ("" on plain Kubernetes).
+    pub cluster: &'a str,
+    /// The dependency being checked.
+    pub dep: &'a CompiledDependency,
+    /// Name of the object being deleted.
+    pub name: &'a str,
+    /// Its namespace (None when cluster-scoped: references from every namespace count).
+    pub namespace: Option<&'a str>,
+}
+
+/// Why dependents could not be looked up.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct LookupError(pub String);
+
 /// What the webhook knows about the cluster, as the policies need it.
 ///
-/// Label and strict-mode decisions need nothing from here except the registry state;
-/// later policies add methods with defaults.
-pub trait ClusterView {
+/// Label and strict-mode decisions need nothing from here except the registry state.
+/// Lookups that may need I/O (dependents) are async; everything else answers from
+/// watch-fed indexes.
+pub trait ClusterView: Send + Sync {
     /// Whether every registry of policy objects has completed its initial load.
     fn policies_loaded(&self) -> bool;
 
@@ -54,6 +77,24 @@ pub trait ClusterView {
     /// Whether a strict policy object covers this object (beyond `--strict`).
     fn strict_for(&self, _req: &AdmissionRequest) -> bool {
         false
+    }
+
+    /// ResourceProtections that select objects of `gr`.
+    fn protections(&self, _gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
+        None
+    }
+
+    /// DependencyRules (their dependencies) protecting `gr`.
+    fn dependencies(&self, _gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
+        None
+    }
+
+    /// The objects that reference the deleted object through `q.dep`.
+    fn dependents(
+        &self,
+        _q: DependentsQuery<'_>,
+    ) -> impl Future<Output = Result<Vec<Referrer>, LookupError>> + Send {
+        async { Ok(Vec::new()) }
     }
 }
 
@@ -76,6 +117,8 @@ pub enum DenialKind {
     NotReady,
     /// The object could not be read.
     Unreadable,
+    /// Dependents could not be looked up (fail closed).
+    LookupFailed,
 }
 
 /// A denial: the message for the user and the blockers it names.
@@ -108,6 +151,8 @@ pub struct Evaluation {
     /// Which policy decided, for metrics: `none`, `label`, `strict`, `break-glass`,
     /// `not-ready`, `unreadable`, or `Kind/name` of a policy object.
     pub policy: String,
+    /// Denials that policies in Audit mode would have made (allowed, counted, logged).
+    pub audits: Vec<String>,
 }
 
 impl Evaluation {
@@ -115,6 +160,7 @@ impl Evaluation {
         Self {
             decision: Decision::Allow,
             policy: policy.to_string(),
+            audits: Vec::new(),
         }
     }
 
@@ -126,6 +172,7 @@ impl Evaluation {
                 kind,
             }),
             policy: policy.to_string(),
+            audits: Vec::new(),
         }
     }
 
@@ -221,14 +268,14 @@ fn kubectl_target(req: &AdmissionRequest) -> String {
 }
 
 /// Evaluates the label policy, strict mode and break-glass; see the module docs.
-pub fn evaluate(
+pub async fn evaluate<V: ClusterView>(
     req: &AdmissionRequest,
     cfg: &PolicyConfig,
-    view: &dyn ClusterView,
+    view: &V,
     now: DateTime<Utc>,
 ) -> Evaluation {
     match req.operation {
-        Operation::Delete => evaluate_delete(req, cfg, view, now),
+        Operation::Delete => evaluate_delete(req, cfg, view, now).await,
         Operation::Update => evaluate_update(req, cfg, view),
         Operation::Create | Operation::Connect => Evaluation::allow("none"),
     }
@@ -249,10 +296,10 @@ fn unreadable(req: &AdmissionRequest, why: &str) -> Evaluation {
     )
 }
 
-fn evaluate_delete(
+async fn evaluate_delete<V: ClusterView>(
     req: &AdmissionRequest,
     cfg: &PolicyConfig,
-    view: &dyn ClusterView,
+    view: &V,
     now: DateTime<Utc>,
 ) -> Evaluation {
     let Some(obj) = req.subject() else {
@@ -315,13 +362,154 @@ fn evaluate_delete(
             Vec::new(),
         );
     }
-    Evaluation::allow("none")
+    evaluate_policy_objects(req, obj, view).await
 }
 
-fn evaluate_update(
+/// The logical cluster of an object (kcp), or "".
+pub fn logical_cluster(obj: &Value) -> &str {
+    annotations(obj)
+        .and_then(|a| a.get(crate::names::KCP_CLUSTER_ANNOTATION))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+const BYPASS_HINT: &str = "or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection";
+
+/// Accumulates what policy objects say about one DELETE.
+struct Outcome {
+    warnings: Vec<String>,
+    audits: Vec<String>,
+    denial: Option<(String, DenialKind, String, Vec<String>)>,
+}
+
+impl Outcome {
+    fn record(&mut self, enforcement: Enforcement, policy: String, message: String, blockers: Vec<String>) {
+        match enforcement {
+            Enforcement::Enforce => {
+                if self.denial.is_none() {
+                    self.denial = Some((policy, DenialKind::Protected, message, blockers));
+                }
+            }
+            Enforcement::Warn => self.warnings.push(message),
+            Enforcement::Audit => self.audits.push(message),
+        }
+    }
+}
+
+fn policy_name(kind: &str, cluster: &str, name: &str) -> String {
+    if cluster.is_empty() {
+        format!("{kind}/{name}")
+    } else {
+        format!("{kind}/{name} (logical cluster {cluster})")
+    }
+}
+
+async fn evaluate_policy_objects<V: ClusterView>(
+    req: &AdmissionRequest,
+    obj: &Value,
+    view: &V,
+) -> Evaluation {
+    let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
+    let name = req.object_name().unwrap_or_default();
+    let namespace = req.object_namespace();
+    let what = req.describe();
+    let mut out = Outcome {
+        warnings: Vec::new(),
+        audits: Vec::new(),
+        denial: None,
+    };
+
+    for rp in view.protections(&gr).iter().flat_map(|l| l.iter()) {
+        let Some(sel) = rp.selecting(&gr, namespace, name, labels(obj)).next() else {
+            continue;
+        };
+        let policy = policy_name("ResourceProtection", &rp.key.cluster, &rp.key.name);
+        let mut scope = format!("{gr}");
+        if let Some(ns) = &sel.namespace {
+            scope.push_str(&format!(" in namespace {ns}"));
+        }
+        if let Some(names) = &sel.names {
+            scope.push_str(&format!(" named {}", names.join(", ")));
+        }
+        if sel.label_selector.is_some() {
+            scope.push_str(" matching its label selector");
+        }
+        let message = format!(
+            "{MESSAGE_PREFIX} {what} is protected by {policy} (selects {scope}), so it cannot \
+             be deleted. To delete it, remove it from the policy (kubectl edit \
+             resourceprotection {}), {BYPASS_HINT}.",
+            rp.key.name
+        );
+        out.record(rp.enforcement, policy, message, vec![format!("ResourceProtection/{}", rp.key.name)]);
+    }
+
+    let cluster = logical_cluster(obj);
+    for rule in view.dependencies(&gr).iter().flat_map(|l| l.iter()) {
+        for dep in rule.iter().filter(|d| d.target == gr) {
+            let policy = policy_name("DependencyRule", &dep.rule.cluster, &dep.rule.name);
+            let q = DependentsQuery {
+                cluster,
+                dep,
+                name,
+                namespace,
+            };
+            match view.dependents(q).await {
+                Ok(found) if found.is_empty() => {}
+                Ok(found) => {
+                    let blockers: Vec<String> = found.iter().map(Referrer::describe).collect();
+                    let message = format!(
+                        "{MESSAGE_PREFIX} {what} is still referenced by {} (policy: {policy}, \
+                         field {} of {}), so it cannot be deleted. To delete it, delete or \
+                         change the dependents first, {BYPASS_HINT}.",
+                        list_blockers(&blockers),
+                        dep.path,
+                        dep.dependent_gr(),
+                    );
+                    out.record(dep.enforcement, policy, message, blockers);
+                }
+                Err(e) => {
+                    let message = format!(
+                        "{MESSAGE_PREFIX} cannot verify dependents of {what} (policy: {policy}, \
+                         {} referencing it at {}): {e}. Refusing rather than risk breaking them; \
+                         retry later, {BYPASS_HINT}.",
+                        dep.dependent_gr(),
+                        dep.path,
+                    );
+                    if dep.enforcement == Enforcement::Enforce {
+                        if out.denial.is_none() {
+                            out.denial = Some((policy, DenialKind::LookupFailed, message, Vec::new()));
+                        }
+                    } else {
+                        out.warnings.push(message);
+                    }
+                }
+            }
+        }
+    }
+
+    match out.denial {
+        Some((policy, kind, message, blockers)) => {
+            let mut e = Evaluation::deny(&policy, kind, message, blockers);
+            e.audits = out.audits;
+            e
+        }
+        None if !out.warnings.is_empty() => Evaluation {
+            decision: Decision::Warn(out.warnings),
+            policy: "warn".to_string(),
+            audits: out.audits,
+        },
+        None => Evaluation {
+            decision: Decision::Allow,
+            policy: if out.audits.is_empty() { "none" } else { "audit" }.to_string(),
+            audits: out.audits,
+        },
+    }
+}
+
+fn evaluate_update<V: ClusterView>(
     req: &AdmissionRequest,
     cfg: &PolicyConfig,
-    view: &dyn ClusterView,
+    view: &V,
 ) -> Evaluation {
     let strict = cfg.strict || view.strict_for(req);
     if !strict {
@@ -385,6 +573,16 @@ mod tests {
     use super::*;
     use crate::{labels::ProtectionLabel, review::parse_review};
     use serde_json::json;
+
+    /// Synchronous wrapper for the tests (glob imports are shadowed by this).
+    fn evaluate<V: ClusterView>(
+        req: &AdmissionRequest,
+        cfg: &PolicyConfig,
+        view: &V,
+        now: DateTime<Utc>,
+    ) -> Evaluation {
+        futures::executor::block_on(super::evaluate(req, cfg, view, now))
+    }
 
     fn now() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
@@ -742,5 +940,159 @@ mod tests {
         let many: Vec<String> = (0..8).map(|i| format!("b{i}")).collect();
         assert_eq!(list_blockers(&many), "b0, b1, b2, b3, b4 and 3 more");
         assert_eq!(list_blockers(&many[..2]), "b0, b1");
+    }
+
+    mod policy_objects {
+        use super::*;
+        use crate::{
+            api::{
+                dependency_rule::DependencyRule, resource_protection::ResourceProtection,
+            },
+            index::{DependentsIndex, ObjectId, Reference},
+            registry::Registry,
+        };
+
+        struct View {
+            registry: Registry,
+            index: DependentsIndex,
+            broken: bool,
+        }
+
+        impl ClusterView for View {
+            fn policies_loaded(&self) -> bool {
+                self.registry.loaded()
+            }
+            fn may_govern_delete(&self, _req: &AdmissionRequest) -> bool {
+                true
+            }
+            fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
+                self.registry.protections.find(gr)
+            }
+            fn dependencies(&self, gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
+                self.registry.dependencies.find(gr)
+            }
+            fn dependents(
+                &self,
+                q: DependentsQuery<'_>,
+            ) -> impl Future<Output = Result<Vec<Referrer>, LookupError>> + Send {
+                let r = if self.broken {
+                    Err(LookupError("connection refused".into()))
+                } else {
+                    Ok(self.index.lookup(q.cluster, &q.dep.target.to_string(), q.name, q.namespace))
+                };
+                async move { r }
+            }
+        }
+
+        fn view(rps: &[Value], rules: &[Value]) -> View {
+            let registry = Registry::default();
+            for rp in rps {
+                let rp: ResourceProtection = serde_json::from_value(rp.clone()).expect("rp");
+                registry.apply_protection("", &rp).expect("compiles");
+            }
+            for r in rules {
+                let r: DependencyRule = serde_json::from_value(r.clone()).expect("rule");
+                registry.apply_dependency_rule("", &r).expect("compiles");
+            }
+            registry.protections.set_loaded();
+            registry.dependencies.set_loaded();
+            View { registry, index: DependentsIndex::default(), broken: false }
+        }
+
+        fn rp(name: &str, enforcement: &str, sel: Value) -> Value {
+            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+                "metadata": {"name": name}, "spec": {"enforcement": enforcement, "resources": [sel]}})
+        }
+
+        fn vm_rule(path: &str) -> Value {
+            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
+                "metadata": {"name": "vm-dependencies"},
+                "spec": {"dependent": {"group": "compute.test.io", "version": "v1", "kind": "VirtualMachine", "resource": "virtualmachines"},
+                         "dependencies": [{"group": "network.test.io", "version": "v1", "resource": "vpcs", "fieldRef": {"path": path}}]}})
+        }
+
+        fn delete_of(group: &str, kind: &str, resource: &str, ns: Option<&str>, name: &str, labels: Value) -> AdmissionRequest {
+            let mut meta = json!({"name": name, "labels": labels});
+            if let Some(ns) = ns { meta["namespace"] = json!(ns); }
+            let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+                "uid":"u","kind":{"group":group,"version":"v1","kind":kind},
+                "resource":{"group":group,"version":"v1","resource":resource},
+                "name":name,"namespace":ns,"operation":"DELETE","userInfo":{"username":"bob"},
+                "object":null,"oldObject":{"metadata": meta}}});
+            parse_review(body.to_string().as_bytes()).expect("review")
+        }
+
+        #[test]
+        fn resource_protection_selectors_and_modes() {
+            let v = view(&[
+                rp("shop-db", "Enforce", json!({"group": "apps", "version": "v1", "resource": "deployments", "namespace": "shop", "names": ["db"]})),
+                rp("crds", "Enforce", json!({"group": "apiextensions.k8s.io", "version": "v1", "resource": "customresourcedefinitions", "names": ["widgets.example.com"]})),
+                rp("labelled", "Warn", json!({"group": "", "version": "v1", "resource": "configmaps", "labelSelector": {"matchLabels": {"tier": "data"}}})),
+                rp("audit", "Audit", json!({"group": "", "version": "v1", "resource": "secrets"})),
+            ], &[]);
+            let c = cfg(false, &[]);
+            let e = evaluate(&delete_of("apps", "Deployment", "deployments", Some("shop"), "db", json!({})), &c, &v, now());
+            let d = denied(&e);
+            assert_eq!(e.policy, "ResourceProtection/shop-db");
+            assert!(d.message.starts_with("holdfast: Deployment shop/db is protected by ResourceProtection/shop-db (selects deployments.apps in namespace shop named db)"), "{}", d.message);
+            for (ns, name) in [("shop", "web"), ("other", "db")] {
+                let e = evaluate(&delete_of("apps", "Deployment", "deployments", Some(ns), name, json!({})), &c, &v, now());
+                assert_eq!(e.decision, Decision::Allow, "{ns}/{name}");
+            }
+            let e = evaluate(&delete_of("apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions", None, "widgets.example.com", json!({})), &c, &v, now());
+            assert!(denied(&e).message.contains("CustomResourceDefinition widgets.example.com"));
+            let e = evaluate(&delete_of("", "ConfigMap", "configmaps", Some("x"), "cfg", json!({"tier": "data"})), &c, &v, now());
+            match &e.decision {
+                Decision::Warn(w) => assert!(w[0].contains("ResourceProtection/labelled")),
+                other => panic!("{other:?}"),
+            }
+            let e = evaluate(&delete_of("", "ConfigMap", "configmaps", Some("x"), "cfg", json!({"tier": "web"})), &c, &v, now());
+            assert_eq!(e.decision, Decision::Allow);
+            let e = evaluate(&delete_of("", "Secret", "secrets", Some("x"), "s", json!({})), &c, &v, now());
+            assert_eq!(e.decision, Decision::Allow);
+            assert_eq!(e.policy, "audit");
+            assert_eq!(e.audits.len(), 1);
+        }
+
+        fn vm(idx: &DependentsIndex, v: &View, name: &str, spec: Value, terminating: bool) {
+            let obj = json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec});
+            let rules = v.registry.dependencies.entries();
+            let deps: Vec<&CompiledDependency> = rules.iter().flat_map(|r| r.iter()).collect();
+            let refs: Vec<Reference> = crate::index::references(&obj, &deps);
+            let id = ObjectId { cluster: "".into(), resource: "virtualmachines.compute.test.io".into(), namespace: "default".into(), name: name.into() };
+            idx.apply(&id, "VirtualMachine", terminating, &refs);
+        }
+
+        #[test]
+        fn dependency_rule_blocks_while_referenced() {
+            let mut v = view(&[], &[vm_rule(".spec.vpcRef.name")]);
+            let c = cfg(false, &[]);
+            let del = delete_of("network.test.io", "VPC", "vpcs", Some("default"), "my-vpc", json!({}));
+            assert_eq!(evaluate(&del, &c, &v, now()).decision, Decision::Allow);
+            let idx = v.index.clone();
+            vm(&idx, &v, "my-vm", json!({"vpcRef": {"name": "my-vpc"}}), false);
+            let e = evaluate(&del, &c, &v, now());
+            let d = denied(&e);
+            assert!(d.message.starts_with("holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies"), "{}", d.message);
+            vm(&idx, &v, "vm-2", json!({"vpcRef": {"name": "my-vpc"}}), true);
+            let d = denied(&evaluate(&del, &c, &v, now())).clone();
+            assert!(d.message.contains("VirtualMachine default/my-vm, VirtualMachine default/vm-2 (terminating)"), "{}", d.message);
+            // Another namespace's VPC of the same name is not referenced.
+            let other = delete_of("network.test.io", "VPC", "vpcs", Some("prod"), "my-vpc", json!({}));
+            assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
+            // Lookup failure: fail closed.
+            v.broken = true;
+            let d = denied(&evaluate(&del, &c, &v, now())).clone();
+            assert_eq!(d.kind, DenialKind::LookupFailed);
+            assert!(d.message.starts_with("holdfast: cannot verify dependents"));
+        }
+
+        #[test]
+        fn not_loaded_registry_denies_retry_later() {
+            let v = View { registry: Registry::default(), index: DependentsIndex::default(), broken: false };
+            let del = delete_of("network.test.io", "VPC", "vpcs", Some("default"), "my-vpc", json!({}));
+            let d = denied(&evaluate(&del, &cfg(false, &[]), &v, now())).clone();
+            assert_eq!(d.kind, DenialKind::NotReady);
+        }
     }
 }

@@ -69,7 +69,7 @@ fn every_capture_parses_and_is_decided() {
         } else {
             assert!(file_name.contains(name), "{file_name}: name {name}");
         }
-        let eval = evaluate(&req, &cfg, &NoPolicies, Utc::now());
+        let eval = futures::executor::block_on(evaluate(&req, &cfg, &NoPolicies, Utc::now()));
         let subject = req.subject().cloned().unwrap_or(Value::Null);
         let protected = subject["metadata"]["labels"]["capture/deny"] == "true";
         if req.operation == Operation::Delete {

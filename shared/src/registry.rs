@@ -1,0 +1,474 @@
+//! The rule registry: every policy object, compiled for admission, keyed by logical
+//! cluster and name, with a reverse index from the protected group/resource to the
+//! entries that protect it.
+//!
+//! Writers (watch events) call `apply`/`delete`/`reset`; readers (admission) call
+//! `find`, which is one hash lookup and an `Arc` clone: no allocation.
+
+use crate::{
+    api::{
+        common::{Enforcement, GroupResource},
+        dependency_rule::DependencyRule,
+        resource_protection::{ResourceProtection, ResourceSelector},
+    },
+    fieldpath::{FieldPath, FieldPathError},
+    selector,
+};
+use dashmap::DashMap;
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+/// Identity of a policy object: logical cluster ("" on plain Kubernetes) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyKey {
+    /// Logical cluster (kcp) or "".
+    pub cluster: Arc<str>,
+    /// Object name.
+    pub name: Arc<str>,
+}
+
+impl PolicyKey {
+    /// A key.
+    pub fn new(cluster: &str, name: &str) -> Self {
+        Self {
+            cluster: cluster.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.cluster.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}|{}", self.cluster, self.name)
+        }
+    }
+}
+
+/// A reverse index from group/resource to the entries that target it.
+pub struct TargetIndex<T> {
+    items: DashMap<PolicyKey, (Vec<GroupResource>, Arc<T>)>,
+    members: DashMap<GroupResource, BTreeMap<PolicyKey, Arc<T>>>,
+    by_target: DashMap<GroupResource, Arc<[Arc<T>]>>,
+    loaded: AtomicBool,
+}
+
+impl<T> Default for TargetIndex<T> {
+    fn default() -> Self {
+        Self {
+            items: DashMap::new(),
+            members: DashMap::new(),
+            by_target: DashMap::new(),
+            loaded: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<T> TargetIndex<T> {
+    fn rebuild(&self, gr: &GroupResource) {
+        let list: Option<Arc<[Arc<T>]>> = self
+            .members
+            .get(gr)
+            .filter(|m| !m.is_empty())
+            .map(|m| m.values().cloned().collect());
+        match list {
+            Some(list) => {
+                self.by_target.insert(gr.clone(), list);
+            }
+            None => {
+                self.members.remove_if(gr, |_, m| m.is_empty());
+                self.by_target.remove(gr);
+            }
+        }
+    }
+
+    /// Adds or replaces the entry `key`, protecting `targets`.
+    pub fn apply(&self, key: PolicyKey, targets: Vec<GroupResource>, item: Arc<T>) {
+        let old = self
+            .items
+            .insert(key.clone(), (targets.clone(), item.clone()));
+        let mut touched: Vec<GroupResource> = targets.clone();
+        if let Some((old_targets, _)) = old {
+            for gr in old_targets {
+                if !targets.contains(&gr) {
+                    if let Some(mut m) = self.members.get_mut(&gr) {
+                        m.remove(&key);
+                    }
+                    touched.push(gr);
+                }
+            }
+        }
+        for gr in &targets {
+            self.members
+                .entry(gr.clone())
+                .or_default()
+                .insert(key.clone(), item.clone());
+        }
+        touched.sort();
+        touched.dedup();
+        for gr in &touched {
+            self.rebuild(gr);
+        }
+    }
+
+    /// Removes the entry `key`.
+    pub fn delete(&self, key: &PolicyKey) {
+        if let Some((_, (targets, _))) = self.items.remove(key) {
+            for gr in &targets {
+                if let Some(mut m) = self.members.get_mut(gr) {
+                    m.remove(key);
+                }
+                self.rebuild(gr);
+            }
+        }
+    }
+
+    /// Replaces everything (after a full list) and marks the index loaded.
+    pub fn reset(&self, entries: Vec<(PolicyKey, Vec<GroupResource>, Arc<T>)>) {
+        self.items.clear();
+        self.members.clear();
+        self.by_target.clear();
+        for (key, targets, item) in entries {
+            for gr in &targets {
+                self.members
+                    .entry(gr.clone())
+                    .or_default()
+                    .insert(key.clone(), item.clone());
+            }
+            self.items.insert(key, (targets, item));
+        }
+        let grs: Vec<GroupResource> = self.members.iter().map(|e| e.key().clone()).collect();
+        for gr in grs {
+            self.rebuild(&gr);
+        }
+        self.set_loaded();
+    }
+
+    /// Marks the index loaded (its source has been listed once).
+    pub fn set_loaded(&self) {
+        self.loaded.store(true, Ordering::Release);
+    }
+
+    /// Whether the index has been loaded.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// The entries protecting `gr`: O(1), no allocation.
+    pub fn find(&self, gr: &GroupResource) -> Option<Arc<[Arc<T>]>> {
+        self.by_target.get(gr).map(|e| e.value().clone())
+    }
+
+    /// Whether anything protects `gr`.
+    pub fn protects(&self, gr: &GroupResource) -> bool {
+        self.by_target.contains_key(gr)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Every targeted group/resource.
+    pub fn targets(&self) -> Vec<GroupResource> {
+        let mut v: Vec<GroupResource> = self.by_target.iter().map(|e| e.key().clone()).collect();
+        v.sort();
+        v
+    }
+
+    /// Every entry.
+    pub fn entries(&self) -> Vec<Arc<T>> {
+        self.items.iter().map(|e| e.value().1.clone()).collect()
+    }
+}
+
+/// Why a policy object cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// A field path does not parse.
+    #[error("{field}: {source}")]
+    FieldPath {
+        /// Where.
+        field: String,
+        /// Why.
+        source: FieldPathError,
+    },
+    /// A label selector is invalid.
+    #[error("{field}: {source}")]
+    Selector {
+        /// Where.
+        field: String,
+        /// Why.
+        source: selector::SelectorError,
+    },
+}
+
+/// One dependency of a DependencyRule, ready for admission.
+#[derive(Debug, Clone)]
+pub struct CompiledDependency {
+    /// The rule it comes from.
+    pub rule: PolicyKey,
+    /// The rule's enforcement.
+    pub enforcement: Enforcement,
+    /// Dependent (referencing) resource: group.
+    pub dependent_group: String,
+    /// Dependent resource: version.
+    pub dependent_version: String,
+    /// Dependent resource: plural.
+    pub dependent_resource: String,
+    /// Dependent kind.
+    pub dependent_kind: String,
+    /// Dependent APIExport (kcp).
+    pub dependent_export: Option<String>,
+    /// Protected (referenced) group/resource.
+    pub target: GroupResource,
+    /// Where the reference's name is.
+    pub path: FieldPath,
+    /// Where the reference's namespace is (cross-namespace references).
+    pub namespace_path: Option<FieldPath>,
+}
+
+impl CompiledDependency {
+    /// The dependent group/resource.
+    pub fn dependent_gr(&self) -> GroupResource {
+        GroupResource::new(&self.dependent_group, &self.dependent_resource)
+    }
+}
+
+/// Compiles a DependencyRule into its dependencies.
+pub fn compile_dependency_rule(
+    cluster: &str,
+    rule: &DependencyRule,
+) -> Result<Vec<CompiledDependency>, CompileError> {
+    let key = PolicyKey::new(cluster, rule.metadata.name.as_deref().unwrap_or_default());
+    let d = &rule.spec.dependent;
+    rule.spec
+        .dependencies
+        .iter()
+        .enumerate()
+        .map(|(i, dep)| {
+            let path = FieldPath::parse(&dep.field_ref.path).map_err(|source| {
+                CompileError::FieldPath {
+                    field: format!("spec.dependencies[{i}].fieldRef.path"),
+                    source,
+                }
+            })?;
+            let namespace_path = dep
+                .namespace_field_ref
+                .as_ref()
+                .map(|r| FieldPath::parse(&r.path))
+                .transpose()
+                .map_err(|source| CompileError::FieldPath {
+                    field: format!("spec.dependencies[{i}].namespaceFieldRef.path"),
+                    source,
+                })?;
+            Ok(CompiledDependency {
+                rule: key.clone(),
+                enforcement: rule.spec.enforcement,
+                dependent_group: d.group.clone(),
+                dependent_version: d.version.clone(),
+                dependent_resource: d.resource.clone(),
+                dependent_kind: d.kind.clone(),
+                dependent_export: d.api_export_name.clone(),
+                target: GroupResource::new(&dep.group, &dep.resource),
+                path,
+                namespace_path,
+            })
+        })
+        .collect()
+}
+
+/// A ResourceProtection, ready for admission.
+#[derive(Debug, Clone)]
+pub struct CompiledProtection {
+    /// The policy.
+    pub key: PolicyKey,
+    /// Its enforcement.
+    pub enforcement: Enforcement,
+    /// Strict mode.
+    pub strict: bool,
+    /// Its selectors.
+    pub selectors: Vec<ResourceSelector>,
+}
+
+impl CompiledProtection {
+    /// The selectors that select an object of `gr` named `name` in `namespace` with `labels`.
+    pub fn selecting<'a>(
+        &'a self,
+        gr: &'a GroupResource,
+        namespace: Option<&'a str>,
+        name: &'a str,
+        labels: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    ) -> impl Iterator<Item = &'a ResourceSelector> + 'a {
+        self.selectors.iter().filter(move |s| {
+            s.group == gr.group
+                && s.resource == gr.resource
+                && s.namespace_matches(namespace)
+                && s.name_matches(name)
+                && s.label_selector
+                    .as_ref()
+                    .is_none_or(|sel| selector::matches(sel, labels))
+        })
+    }
+}
+
+/// Compiles a ResourceProtection.
+pub fn compile_protection(
+    cluster: &str,
+    rp: &ResourceProtection,
+) -> Result<(Vec<GroupResource>, CompiledProtection), CompileError> {
+    for (i, s) in rp.spec.resources.iter().enumerate() {
+        if let Some(sel) = &s.label_selector {
+            selector::validate(sel).map_err(|source| CompileError::Selector {
+                field: format!("spec.resources[{i}].labelSelector"),
+                source,
+            })?;
+        }
+    }
+    let mut targets: Vec<GroupResource> = rp
+        .spec
+        .resources
+        .iter()
+        .map(|s| GroupResource::new(&s.group, &s.resource))
+        .collect();
+    targets.sort();
+    targets.dedup();
+    Ok((
+        targets,
+        CompiledProtection {
+            key: PolicyKey::new(cluster, rp.metadata.name.as_deref().unwrap_or_default()),
+            enforcement: rp.spec.enforcement,
+            strict: rp.spec.strict,
+            selectors: rp.spec.resources.clone(),
+        },
+    ))
+}
+
+/// Every registry the webhook keeps.
+#[derive(Default)]
+pub struct Registry {
+    /// DependencyRules, one entry per rule (its dependencies), by protected resource.
+    pub dependencies: TargetIndex<Vec<CompiledDependency>>,
+    /// ResourceProtections by protected resource.
+    pub protections: TargetIndex<CompiledProtection>,
+}
+
+impl Registry {
+    /// Adds or replaces a DependencyRule; returns the compile error, if any (the rule
+    /// is then removed: an invalid rule protects nothing, and the controller reports it).
+    pub fn apply_dependency_rule(
+        &self,
+        cluster: &str,
+        rule: &DependencyRule,
+    ) -> Result<(), CompileError> {
+        let key = PolicyKey::new(cluster, rule.metadata.name.as_deref().unwrap_or_default());
+        match compile_dependency_rule(cluster, rule) {
+            Ok(deps) => {
+                let mut targets: Vec<GroupResource> =
+                    deps.iter().map(|d| d.target.clone()).collect();
+                targets.sort();
+                targets.dedup();
+                self.dependencies.apply(key, targets, Arc::new(deps));
+                Ok(())
+            }
+            Err(e) => {
+                self.dependencies.delete(&key);
+                Err(e)
+            }
+        }
+    }
+
+    /// Adds or replaces a ResourceProtection (see `apply_dependency_rule` for errors).
+    pub fn apply_protection(
+        &self,
+        cluster: &str,
+        rp: &ResourceProtection,
+    ) -> Result<(), CompileError> {
+        let key = PolicyKey::new(cluster, rp.metadata.name.as_deref().unwrap_or_default());
+        match compile_protection(cluster, rp) {
+            Ok((targets, compiled)) => {
+                self.protections.apply(key, targets, Arc::new(compiled));
+                Ok(())
+            }
+            Err(e) => {
+                self.protections.delete(&key);
+                Err(e)
+            }
+        }
+    }
+
+    /// Dependencies protecting `gr` (flattened per rule).
+    pub fn find_by_target(
+        &self,
+        gr: &GroupResource,
+    ) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
+        self.dependencies.find(gr)
+    }
+
+    /// Whether every registry has loaded.
+    pub fn loaded(&self) -> bool {
+        self.dependencies.is_loaded() && self.protections.is_loaded()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gr(r: &str) -> GroupResource {
+        GroupResource::new("g", r)
+    }
+
+    #[test]
+    fn apply_delete_and_reverse_index() {
+        let idx: TargetIndex<&'static str> = TargetIndex::default();
+        idx.apply(
+            PolicyKey::new("c", "a"),
+            vec![gr("vpcs"), gr("subnets")],
+            Arc::new("a"),
+        );
+        idx.apply(PolicyKey::new("c", "b"), vec![gr("vpcs")], Arc::new("b"));
+        assert_eq!(idx.find(&gr("vpcs")).map(|l| l.len()), Some(2));
+        assert_eq!(idx.find(&gr("subnets")).map(|l| l.len()), Some(1));
+        // In-place edit moves a rule's targets.
+        idx.apply(PolicyKey::new("c", "a"), vec![gr("disks")], Arc::new("a2"));
+        assert!(idx.find(&gr("subnets")).is_none());
+        assert_eq!(idx.find(&gr("vpcs")).map(|l| l.len()), Some(1));
+        assert_eq!(idx.find(&gr("disks")).map(|l| *l[0]), Some("a2"));
+        idx.delete(&PolicyKey::new("c", "b"));
+        assert!(idx.find(&gr("vpcs")).is_none());
+        assert_eq!(idx.len(), 1);
+        assert_eq!(idx.targets(), vec![gr("disks")]);
+        assert!(!idx.is_loaded());
+        idx.reset(vec![(
+            PolicyKey::new("", "x"),
+            vec![gr("vpcs")],
+            Arc::new("x"),
+        )]);
+        assert!(idx.is_loaded());
+        assert!(idx.find(&gr("disks")).is_none());
+        assert_eq!(idx.find(&gr("vpcs")).map(|l| *l[0]), Some("x"));
+    }
+
+    #[test]
+    fn same_name_in_two_clusters_is_two_rules() {
+        let idx: TargetIndex<u8> = TargetIndex::default();
+        idx.apply(PolicyKey::new("c1", "r"), vec![gr("vpcs")], Arc::new(1));
+        idx.apply(PolicyKey::new("c2", "r"), vec![gr("vpcs")], Arc::new(2));
+        assert_eq!(idx.find(&gr("vpcs")).map(|l| l.len()), Some(2));
+        idx.delete(&PolicyKey::new("c1", "r"));
+        assert_eq!(idx.find(&gr("vpcs")).map(|l| *l[0]), Some(2));
+    }
+}
