@@ -1118,11 +1118,6 @@ pub async fn update(
                 q.remove("force");
                 return create(state, ctx, t, cluster, obj, &q).await;
             }
-            if let Mutation::Replace(obj) = &m
-                && info.resource == "leases"
-            {
-                return create(state, ctx, t, cluster, obj.clone(), query).await;
-            }
             return Err(ApiError::not_found(info, &name));
         };
         let old_typed = typed(info, &t.version, &old);

@@ -312,3 +312,140 @@ async fn namespace_cascade_retries_denied_deletes_and_keeps_namespace() {
     .await;
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_dispatch_rules_service_and_failure_policies() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let decide: Decide = std::sync::Arc::new(|req: &Value| {
+        let name = req["name"].as_str().unwrap_or("");
+        if name == "slow" {
+            return json!({"allowed": true, "__sleep_ms": 2500});
+        }
+        if req["subResource"] == "status" {
+            return json!({"allowed": false, "status": {"message": "no status updates", "code": 422, "reason": "Invalid"}});
+        }
+        json!({"allowed": name != "denied"})
+    });
+    let hook = TestWebhook::start(&["hook.hooks.svc"], decide).await;
+    sim.set_service_endpoint(
+        "hooks",
+        "hook",
+        format!("127.0.0.1:{}", hook.port).parse().expect("addr"),
+    );
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+
+    // clientConfig.url with a query string is rejected like kube-apiserver does.
+    let bad = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "bad"},
+        "webhooks": [{"name": "bad.example.com", "clientConfig": {"url": "https://127.0.0.1:1/x?y=z"},
+                      "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
+    });
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(&bad.to_string()));
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("webhooks[0].clientConfig.url: Invalid value: \"https://127.0.0.1:1/x?y=z\": query parameters are not allowed"),
+        "{out:?}"
+    );
+
+    let cfg = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "svc"},
+        "webhooks": [
+            {"name": "svc.example.com",
+             "clientConfig": {"service": {"name": "hook", "namespace": "hooks", "path": "/check"}, "caBundle": hook.ca_b64()},
+             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"], "scope": "Namespaced"},
+                       {"operations": ["UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments/status"]}],
+             "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 1, "failurePolicy": "Fail"},
+            {"name": "ignored.example.com",
+             "clientConfig": {"url": "https://127.0.0.1:1/down", "caBundle": hook.ca_b64()},
+             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
+             "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore"}
+        ]
+    });
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&cfg.to_string()))
+            .code,
+        0
+    );
+
+    // Service resolution: POSTed to the service path, TLS verified for hook.hooks.svc.
+    assert_eq!(
+        k.run(&[
+            "create",
+            "secret",
+            "generic",
+            "ok",
+            "-n",
+            "default",
+            "--from-literal=a=b"
+        ])
+        .code,
+        0
+    );
+    let r = hook.reviews();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].path, "/check?timeout=1s");
+    assert_eq!(
+        r[0].headers.get("host").map(String::as_str),
+        Some("hook.hooks.svc:443")
+    );
+    assert_eq!(r[0].review["request"]["object"]["data"]["a"], "Yg==");
+    hook.clear();
+    let out = k.run(&["create", "secret", "generic", "denied", "-n", "default"]);
+    assert_eq!(
+        out.stderr,
+        "error: failed to create secret admission webhook \"svc.example.com\" denied the request without explanation\n"
+    );
+    // Timeout: the API server gives up after timeoutSeconds. (kubectl prints "failed to
+    // create secret" without a colon.)
+    let out = k.run(&["create", "secret", "generic", "slow", "-n", "default"]);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: failed to create secret Internal error occurred: failed calling webhook \"svc.example.com\": failed to call webhook: Post \"https://hook.hooks.svc:443/check?timeout=1s\": context deadline exceeded\n"
+        )
+    );
+    // Subresource rules: only deployments/status updates are sent.
+    hook.clear();
+    assert_eq!(
+        k.run(&["create", "deployment", "d", "-n", "default", "--image=x"])
+            .code,
+        0
+    );
+    let client = sim.client().await.expect("client");
+    let deploys: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client, "default");
+    deploys
+        .patch(
+            "d",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .expect("spec patch is not reviewed");
+    assert!(hook.reviews().is_empty());
+    let err = deploys
+        .patch_status(
+            "d",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"status": {"replicas": 2}})),
+        )
+        .await
+        .expect_err("status patch is denied");
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+            assert_eq!(
+                s.message,
+                "admission webhook \"svc.example.com\" denied the request: no status updates"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = hook.reviews();
+    assert_eq!(r[0].review["request"]["subResource"], "status");
+    assert_eq!(r[0].review["request"]["requestSubResource"], "status");
+    assert_eq!(r[0].review["request"]["kind"]["kind"], "Deployment");
+    sim.shutdown().await;
+}

@@ -125,6 +125,12 @@ impl TestWebhook {
                             let review: Value =
                                 serde_json::from_slice(&body).unwrap_or(Value::Null);
                             let mut resp = decide(&review["request"]);
+                            if let Some(ms) = resp.get("__sleep_ms").and_then(|v| v.as_u64()) {
+                                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                                if let Some(m) = resp.as_object_mut() {
+                                    m.remove("__sleep_ms");
+                                }
+                            }
                             resp["uid"] = review["request"]["uid"].clone();
                             if let Ok(mut r) = rec.lock() {
                                 r.push(Recorded {
