@@ -1055,6 +1055,7 @@ fn prepare_create(
             admission::default_config(obj);
         }
         _ => {
+            crate::defaults::apply(info, obj);
             if info.has_status() {
                 if info.builtin {
                     obj["status"] = json!({});
@@ -1185,7 +1186,7 @@ pub async fn update(
                 if let Some(rv) = p["metadata"]["resourceVersion"].as_str() {
                     client_rv = Some(rv.to_string());
                 }
-                if let Some(mm) = p["metadata"].as_object_mut() {
+                if let Some(mm) = p.get_mut("metadata").and_then(|m| m.as_object_mut()) {
                     mm.remove("resourceVersion");
                     mm.remove("managedFields");
                 }
@@ -1272,6 +1273,9 @@ pub async fn update(
                     new["spec"] = old["spec"].clone();
                 }
             }
+        }
+        if info.builtin {
+            crate::defaults::apply(info, &mut new);
         }
         if info.generation && strip_for_compare(&new) != strip_for_compare(&old_typed) {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
@@ -1556,6 +1560,12 @@ pub async fn delete(
             }
             new["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
             new["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            // Marking an object as deleting bumps its generation (when it has one).
+            if let Some(g) = new["metadata"]["generation"].as_i64()
+                && g > 0
+            {
+                new["metadata"]["generation"] = json!(g + 1);
+            }
             if info.resource == "customresourcedefinitions" {
                 crate::controllers::set_condition(
                     &mut new,

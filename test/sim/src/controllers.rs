@@ -393,7 +393,10 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
         &key.cluster,
         &HashMap::new(),
         Mutation::Func(Box::new(move |o: &mut Value| {
-            if let Some(a) = o["metadata"]["finalizers"].as_array_mut() {
+            if let Some(a) = o
+                .pointer_mut("/metadata/finalizers")
+                .and_then(|a| a.as_array_mut())
+            {
                 a.retain(|x| x != f.as_str());
             }
         })),
@@ -550,7 +553,10 @@ async fn gc(state: &Arc<State>) {
                     &dkey.cluster,
                     &HashMap::new(),
                     Mutation::Func(Box::new(move |o: &mut Value| {
-                        if let Some(a) = o["metadata"]["ownerReferences"].as_array_mut() {
+                        if let Some(a) = o
+                            .pointer_mut("/metadata/ownerReferences")
+                            .and_then(|a| a.as_array_mut())
+                        {
                             a.retain(|r| r["uid"] != u.as_str());
                         }
                     })),
@@ -598,7 +604,10 @@ async fn gc(state: &Arc<State>) {
                 &key.cluster,
                 &HashMap::new(),
                 Mutation::Func(Box::new(|o: &mut Value| {
-                    if let Some(a) = o["metadata"]["finalizers"].as_array_mut() {
+                    if let Some(a) = o
+                        .pointer_mut("/metadata/finalizers")
+                        .and_then(|a| a.as_array_mut())
+                    {
                         a.retain(|f| f != "orphan" && f != "foregroundDeletion");
                     }
                 })),

@@ -15,6 +15,7 @@ mod admission;
 mod api;
 mod cel;
 mod controllers;
+mod defaults;
 mod errors;
 mod kcp;
 mod patch;

@@ -220,6 +220,90 @@ async fn admission_reviews_match_real_apiserver() {
         "finalizer removal deletes the object"
     );
 
+    // Deployments: server-side defaulting; foreground deletion (finalizer, generation bump,
+    // and the garbage collector's UPDATE removing the finalizer).
+    assert_eq!(
+        k.run(&[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            "cap",
+            "--image=busybox"
+        ])
+        .code,
+        0
+    );
+    assert_matches(&take(&hook, 1).await[0], "027-create-deployments-web.json");
+    assert_eq!(
+        k.run(&[
+            "delete",
+            "deployment",
+            "web",
+            "-n",
+            "cap",
+            "--cascade=foreground",
+            "--wait=false"
+        ])
+        .code,
+        0
+    );
+    let r = take(&hook, 2).await;
+    let del = find(&r, "DELETE", "deployments", "web");
+    let want = admission_capture("028-delete-deployments-web.json");
+    for f in [
+        "options",
+        "name",
+        "namespace",
+        "kind",
+        "resource",
+        "userInfo",
+        "dryRun",
+    ] {
+        assert_eq!(
+            del.review["request"][f], want["review"]["request"][f],
+            "028: request.{f}"
+        );
+    }
+    let upd = find(&r, "UPDATE", "deployments", "web");
+    let want = admission_capture("029-update-deployments-web.json");
+    for f in [
+        "options",
+        "name",
+        "namespace",
+        "kind",
+        "resource",
+        "userInfo",
+        "dryRun",
+    ] {
+        assert_eq!(
+            upd.review["request"][f], want["review"]["request"][f],
+            "029: request.{f}"
+        );
+    }
+    let (o, w) = (
+        &upd.review["request"]["object"],
+        &want["review"]["request"]["object"],
+    );
+    assert_eq!(
+        o["metadata"]["generation"], w["metadata"]["generation"],
+        "029: generation bumped by deletion"
+    );
+    assert_eq!(
+        o["metadata"]["deletionGracePeriodSeconds"],
+        w["metadata"]["deletionGracePeriodSeconds"]
+    );
+    assert_eq!(
+        o["metadata"].get("finalizers"),
+        w["metadata"].get("finalizers"),
+        "029: finalizer removed"
+    );
+    assert_eq!(
+        upd.review["request"]["oldObject"]["metadata"]["finalizers"],
+        want["review"]["request"]["oldObject"]["metadata"]["finalizers"]
+    );
+    assert_eq!(o["spec"], w["spec"], "029: defaulted spec");
+
     // Namespace cascade: DELETE namespace, then nameless DeleteCollection reviews.
     assert_eq!(k.run(&["create", "ns", "cascade"]).code, 0);
     let r = take(&hook, 2).await;
