@@ -48,6 +48,9 @@ async fn main() -> anyhow::Result<()> {
             .map(|u| u.name.clone())
             .unwrap_or_else(|| "admin".into())
     });
+    // Install signal handlers before announcing readiness.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let sim = Sim::start(cfg).await?;
     if let Some(p) = &args.kubeconfig_out {
         sim.write_kubeconfig(p, &user)?;
@@ -55,9 +58,8 @@ async fn main() -> anyhow::Result<()> {
     println!("holdfast-sim listening on {}", sim.url());
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        _ = int.recv() => {}
         _ = term.recv() => {}
     }
     sim.shutdown().await;
