@@ -3,13 +3,13 @@
 
 use chrono::Utc;
 use criterion::{Criterion, criterion_group, criterion_main};
+use futures::executor::block_on;
 use holdfast_shared::{
     fieldpath::FieldPath,
     labels::{ProtectionLabel, ProtectionLabels},
     policy::{NoPolicies, PolicyConfig, evaluate},
     review::parse_review,
 };
-use futures::executor::block_on;
 use serde_json::json;
 use std::hint::black_box;
 

@@ -218,6 +218,20 @@ impl DependentsIndex {
         }
     }
 
+    /// Forgets every dependent of `resource` except those in `keep` (after a re-list).
+    pub fn retain_resource(&self, resource: &str, keep: &HashSet<ObjectId>) {
+        let mut inner = self.write();
+        let ids: Vec<ObjectId> = inner
+            .by_obj
+            .keys()
+            .filter(|id| &*id.resource == resource && !keep.contains(*id))
+            .cloned()
+            .collect();
+        for id in ids {
+            inner.remove(&id);
+        }
+    }
+
     /// Objects referencing `name` of `target` (`resource.group`) in `cluster`. With
     /// `namespace`, only references pointing into that namespace count (namespaced
     /// targets); without, every reference counts (cluster-scoped targets). Sorted.

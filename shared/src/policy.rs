@@ -24,9 +24,9 @@ use crate::{
     registry::{CompiledDependency, CompiledProtection},
     review::{AdmissionRequest, Operation, annotations, check_metadata, labels},
 };
-use std::{future::Future, sync::Arc};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use std::{future::Future, sync::Arc};
 
 /// How many blockers a message names before "and N more".
 pub const MAX_BLOCKERS_SHOWN: usize = 5;
@@ -383,7 +383,13 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn record(&mut self, enforcement: Enforcement, policy: String, message: String, blockers: Vec<String>) {
+    fn record(
+        &mut self,
+        enforcement: Enforcement,
+        policy: String,
+        message: String,
+        blockers: Vec<String>,
+    ) {
         match enforcement {
             Enforcement::Enforce => {
                 if self.denial.is_none() {
@@ -440,7 +446,12 @@ async fn evaluate_policy_objects<V: ClusterView>(
              resourceprotection {}), {BYPASS_HINT}.",
             rp.key.name
         );
-        out.record(rp.enforcement, policy, message, vec![format!("ResourceProtection/{}", rp.key.name)]);
+        out.record(
+            rp.enforcement,
+            policy,
+            message,
+            vec![format!("ResourceProtection/{}", rp.key.name)],
+        );
     }
 
     let cluster = logical_cluster(obj);
@@ -477,7 +488,8 @@ async fn evaluate_policy_objects<V: ClusterView>(
                     );
                     if dep.enforcement == Enforcement::Enforce {
                         if out.denial.is_none() {
-                            out.denial = Some((policy, DenialKind::LookupFailed, message, Vec::new()));
+                            out.denial =
+                                Some((policy, DenialKind::LookupFailed, message, Vec::new()));
                         }
                     } else {
                         out.warnings.push(message);
@@ -500,7 +512,12 @@ async fn evaluate_policy_objects<V: ClusterView>(
         },
         None => Evaluation {
             decision: Decision::Allow,
-            policy: if out.audits.is_empty() { "none" } else { "audit" }.to_string(),
+            policy: if out.audits.is_empty() {
+                "none"
+            } else {
+                "audit"
+            }
+            .to_string(),
             audits: out.audits,
         },
     }
@@ -945,9 +962,7 @@ mod tests {
     mod policy_objects {
         use super::*;
         use crate::{
-            api::{
-                dependency_rule::DependencyRule, resource_protection::ResourceProtection,
-            },
+            api::{dependency_rule::DependencyRule, resource_protection::ResourceProtection},
             index::{DependentsIndex, ObjectId, Reference},
             registry::Registry,
         };
@@ -968,7 +983,10 @@ mod tests {
             fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
                 self.registry.protections.find(gr)
             }
-            fn dependencies(&self, gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
+            fn dependencies(
+                &self,
+                gr: &GroupResource,
+            ) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
                 self.registry.dependencies.find(gr)
             }
             fn dependents(
@@ -978,7 +996,9 @@ mod tests {
                 let r = if self.broken {
                     Err(LookupError("connection refused".into()))
                 } else {
-                    Ok(self.index.lookup(q.cluster, &q.dep.target.to_string(), q.name, q.namespace))
+                    Ok(self
+                        .index
+                        .lookup(q.cluster, &q.dep.target.to_string(), q.name, q.namespace))
                 };
                 async move { r }
             }
@@ -996,7 +1016,11 @@ mod tests {
             }
             registry.protections.set_loaded();
             registry.dependencies.set_loaded();
-            View { registry, index: DependentsIndex::default(), broken: false }
+            View {
+                registry,
+                index: DependentsIndex::default(),
+                broken: false,
+            }
         }
 
         fn rp(name: &str, enforcement: &str, sel: Value) -> Value {
@@ -1011,9 +1035,18 @@ mod tests {
                          "dependencies": [{"group": "network.test.io", "version": "v1", "resource": "vpcs", "fieldRef": {"path": path}}]}})
         }
 
-        fn delete_of(group: &str, kind: &str, resource: &str, ns: Option<&str>, name: &str, labels: Value) -> AdmissionRequest {
+        fn delete_of(
+            group: &str,
+            kind: &str,
+            resource: &str,
+            ns: Option<&str>,
+            name: &str,
+            labels: Value,
+        ) -> AdmissionRequest {
             let mut meta = json!({"name": name, "labels": labels});
-            if let Some(ns) = ns { meta["namespace"] = json!(ns); }
+            if let Some(ns) = ns {
+                meta["namespace"] = json!(ns);
+            }
             let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
                 "uid":"u","kind":{"group":group,"version":"v1","kind":kind},
                 "resource":{"group":group,"version":"v1","resource":resource},
@@ -1024,31 +1057,119 @@ mod tests {
 
         #[test]
         fn resource_protection_selectors_and_modes() {
-            let v = view(&[
-                rp("shop-db", "Enforce", json!({"group": "apps", "version": "v1", "resource": "deployments", "namespace": "shop", "names": ["db"]})),
-                rp("crds", "Enforce", json!({"group": "apiextensions.k8s.io", "version": "v1", "resource": "customresourcedefinitions", "names": ["widgets.example.com"]})),
-                rp("labelled", "Warn", json!({"group": "", "version": "v1", "resource": "configmaps", "labelSelector": {"matchLabels": {"tier": "data"}}})),
-                rp("audit", "Audit", json!({"group": "", "version": "v1", "resource": "secrets"})),
-            ], &[]);
+            let v = view(
+                &[
+                    rp(
+                        "shop-db",
+                        "Enforce",
+                        json!({"group": "apps", "version": "v1", "resource": "deployments", "namespace": "shop", "names": ["db"]}),
+                    ),
+                    rp(
+                        "crds",
+                        "Enforce",
+                        json!({"group": "apiextensions.k8s.io", "version": "v1", "resource": "customresourcedefinitions", "names": ["widgets.example.com"]}),
+                    ),
+                    rp(
+                        "labelled",
+                        "Warn",
+                        json!({"group": "", "version": "v1", "resource": "configmaps", "labelSelector": {"matchLabels": {"tier": "data"}}}),
+                    ),
+                    rp(
+                        "audit",
+                        "Audit",
+                        json!({"group": "", "version": "v1", "resource": "secrets"}),
+                    ),
+                ],
+                &[],
+            );
             let c = cfg(false, &[]);
-            let e = evaluate(&delete_of("apps", "Deployment", "deployments", Some("shop"), "db", json!({})), &c, &v, now());
+            let e = evaluate(
+                &delete_of(
+                    "apps",
+                    "Deployment",
+                    "deployments",
+                    Some("shop"),
+                    "db",
+                    json!({}),
+                ),
+                &c,
+                &v,
+                now(),
+            );
             let d = denied(&e);
             assert_eq!(e.policy, "ResourceProtection/shop-db");
             assert!(d.message.starts_with("holdfast: Deployment shop/db is protected by ResourceProtection/shop-db (selects deployments.apps in namespace shop named db)"), "{}", d.message);
             for (ns, name) in [("shop", "web"), ("other", "db")] {
-                let e = evaluate(&delete_of("apps", "Deployment", "deployments", Some(ns), name, json!({})), &c, &v, now());
+                let e = evaluate(
+                    &delete_of(
+                        "apps",
+                        "Deployment",
+                        "deployments",
+                        Some(ns),
+                        name,
+                        json!({}),
+                    ),
+                    &c,
+                    &v,
+                    now(),
+                );
                 assert_eq!(e.decision, Decision::Allow, "{ns}/{name}");
             }
-            let e = evaluate(&delete_of("apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions", None, "widgets.example.com", json!({})), &c, &v, now());
-            assert!(denied(&e).message.contains("CustomResourceDefinition widgets.example.com"));
-            let e = evaluate(&delete_of("", "ConfigMap", "configmaps", Some("x"), "cfg", json!({"tier": "data"})), &c, &v, now());
+            let e = evaluate(
+                &delete_of(
+                    "apiextensions.k8s.io",
+                    "CustomResourceDefinition",
+                    "customresourcedefinitions",
+                    None,
+                    "widgets.example.com",
+                    json!({}),
+                ),
+                &c,
+                &v,
+                now(),
+            );
+            assert!(
+                denied(&e)
+                    .message
+                    .contains("CustomResourceDefinition widgets.example.com")
+            );
+            let e = evaluate(
+                &delete_of(
+                    "",
+                    "ConfigMap",
+                    "configmaps",
+                    Some("x"),
+                    "cfg",
+                    json!({"tier": "data"}),
+                ),
+                &c,
+                &v,
+                now(),
+            );
             match &e.decision {
                 Decision::Warn(w) => assert!(w[0].contains("ResourceProtection/labelled")),
                 other => panic!("{other:?}"),
             }
-            let e = evaluate(&delete_of("", "ConfigMap", "configmaps", Some("x"), "cfg", json!({"tier": "web"})), &c, &v, now());
+            let e = evaluate(
+                &delete_of(
+                    "",
+                    "ConfigMap",
+                    "configmaps",
+                    Some("x"),
+                    "cfg",
+                    json!({"tier": "web"}),
+                ),
+                &c,
+                &v,
+                now(),
+            );
             assert_eq!(e.decision, Decision::Allow);
-            let e = evaluate(&delete_of("", "Secret", "secrets", Some("x"), "s", json!({})), &c, &v, now());
+            let e = evaluate(
+                &delete_of("", "Secret", "secrets", Some("x"), "s", json!({})),
+                &c,
+                &v,
+                now(),
+            );
             assert_eq!(e.decision, Decision::Allow);
             assert_eq!(e.policy, "audit");
             assert_eq!(e.audits.len(), 1);
@@ -1059,7 +1180,12 @@ mod tests {
             let rules = v.registry.dependencies.entries();
             let deps: Vec<&CompiledDependency> = rules.iter().flat_map(|r| r.iter()).collect();
             let refs: Vec<Reference> = crate::index::references(&obj, &deps);
-            let id = ObjectId { cluster: "".into(), resource: "virtualmachines.compute.test.io".into(), namespace: "default".into(), name: name.into() };
+            let id = ObjectId {
+                cluster: "".into(),
+                resource: "virtualmachines.compute.test.io".into(),
+                namespace: "default".into(),
+                name: name.into(),
+            };
             idx.apply(&id, "VirtualMachine", terminating, &refs);
         }
 
@@ -1067,18 +1193,50 @@ mod tests {
         fn dependency_rule_blocks_while_referenced() {
             let mut v = view(&[], &[vm_rule(".spec.vpcRef.name")]);
             let c = cfg(false, &[]);
-            let del = delete_of("network.test.io", "VPC", "vpcs", Some("default"), "my-vpc", json!({}));
+            let del = delete_of(
+                "network.test.io",
+                "VPC",
+                "vpcs",
+                Some("default"),
+                "my-vpc",
+                json!({}),
+            );
             assert_eq!(evaluate(&del, &c, &v, now()).decision, Decision::Allow);
             let idx = v.index.clone();
-            vm(&idx, &v, "my-vm", json!({"vpcRef": {"name": "my-vpc"}}), false);
+            vm(
+                &idx,
+                &v,
+                "my-vm",
+                json!({"vpcRef": {"name": "my-vpc"}}),
+                false,
+            );
             let e = evaluate(&del, &c, &v, now());
             let d = denied(&e);
             assert!(d.message.starts_with("holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies"), "{}", d.message);
-            vm(&idx, &v, "vm-2", json!({"vpcRef": {"name": "my-vpc"}}), true);
+            vm(
+                &idx,
+                &v,
+                "vm-2",
+                json!({"vpcRef": {"name": "my-vpc"}}),
+                true,
+            );
             let d = denied(&evaluate(&del, &c, &v, now())).clone();
-            assert!(d.message.contains("VirtualMachine default/my-vm, VirtualMachine default/vm-2 (terminating)"), "{}", d.message);
+            assert!(
+                d.message.contains(
+                    "VirtualMachine default/my-vm, VirtualMachine default/vm-2 (terminating)"
+                ),
+                "{}",
+                d.message
+            );
             // Another namespace's VPC of the same name is not referenced.
-            let other = delete_of("network.test.io", "VPC", "vpcs", Some("prod"), "my-vpc", json!({}));
+            let other = delete_of(
+                "network.test.io",
+                "VPC",
+                "vpcs",
+                Some("prod"),
+                "my-vpc",
+                json!({}),
+            );
             assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
             // Lookup failure: fail closed.
             v.broken = true;
@@ -1089,8 +1247,19 @@ mod tests {
 
         #[test]
         fn not_loaded_registry_denies_retry_later() {
-            let v = View { registry: Registry::default(), index: DependentsIndex::default(), broken: false };
-            let del = delete_of("network.test.io", "VPC", "vpcs", Some("default"), "my-vpc", json!({}));
+            let v = View {
+                registry: Registry::default(),
+                index: DependentsIndex::default(),
+                broken: false,
+            };
+            let del = delete_of(
+                "network.test.io",
+                "VPC",
+                "vpcs",
+                Some("default"),
+                "my-vpc",
+                json!({}),
+            );
             let d = denied(&evaluate(&del, &cfg(false, &[]), &v, now())).clone();
             assert_eq!(d.kind, DenialKind::NotReady);
         }

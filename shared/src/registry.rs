@@ -130,23 +130,32 @@ impl<T> TargetIndex<T> {
         }
     }
 
-    /// Replaces everything (after a full list) and marks the index loaded.
+    /// Replaces everything (after a full list) and marks the index loaded. Readers
+    /// never see an empty window: new lists are swapped in per group/resource before
+    /// stale ones are removed.
     pub fn reset(&self, entries: Vec<(PolicyKey, Vec<GroupResource>, Arc<T>)>) {
-        self.items.clear();
-        self.members.clear();
-        self.by_target.clear();
+        let mut members: std::collections::HashMap<GroupResource, BTreeMap<PolicyKey, Arc<T>>> =
+            std::collections::HashMap::new();
+        let mut keys = std::collections::HashSet::new();
         for (key, targets, item) in entries {
             for gr in &targets {
-                self.members
+                members
                     .entry(gr.clone())
                     .or_default()
                     .insert(key.clone(), item.clone());
             }
+            keys.insert(key.clone());
             self.items.insert(key, (targets, item));
         }
-        let grs: Vec<GroupResource> = self.members.iter().map(|e| e.key().clone()).collect();
-        for gr in grs {
-            self.rebuild(&gr);
+        self.items.retain(|k, _| keys.contains(k));
+        for (gr, m) in &members {
+            let list: Arc<[Arc<T>]> = m.values().cloned().collect();
+            self.by_target.insert(gr.clone(), list);
+        }
+        self.by_target.retain(|gr, _| members.contains_key(gr));
+        self.members.retain(|gr, _| members.contains_key(gr));
+        for (gr, m) in members {
+            self.members.insert(gr, m);
         }
         self.set_loaded();
     }

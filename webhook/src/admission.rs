@@ -1,10 +1,10 @@
 //! The admission handler: AdmissionReview in, verdict out. Pure apart from metrics
 //! and logs; the HTTP layer lives in `server`.
 
-use crate::metrics::Metrics;
+use crate::{metrics::Metrics, view::WebhookView};
 use chrono::Utc;
 use holdfast_shared::{
-    policy::{self, ClusterView, Decision, PolicyConfig},
+    policy::{self, Decision, PolicyConfig},
     review::{self, AdmissionResponse, ReviewError},
 };
 use serde_json::Value;
@@ -13,17 +13,13 @@ use std::{sync::Arc, time::Instant};
 /// Answers AdmissionReviews.
 pub struct Admission {
     config: PolicyConfig,
-    view: Arc<dyn ClusterView + Send + Sync>,
+    view: Arc<WebhookView>,
     metrics: Metrics,
 }
 
 impl Admission {
     /// A handler deciding with `config` over `view`.
-    pub fn new(
-        config: PolicyConfig,
-        view: Arc<dyn ClusterView + Send + Sync>,
-        metrics: Metrics,
-    ) -> Self {
+    pub fn new(config: PolicyConfig, view: Arc<WebhookView>, metrics: Metrics) -> Self {
         Self {
             config,
             view,
@@ -32,16 +28,20 @@ impl Admission {
     }
 
     /// The view of cluster state (for readiness).
-    pub fn view(&self) -> &Arc<dyn ClusterView + Send + Sync> {
+    pub fn view(&self) -> &Arc<WebhookView> {
         &self.view
     }
 
     /// Reviews one body; `Err` means the body is not an AdmissionReview (HTTP 400).
-    pub fn review(&self, body: &[u8]) -> Result<Value, ReviewError> {
+    pub async fn review(&self, body: &[u8]) -> Result<Value, ReviewError> {
         let started = Instant::now();
         let req = review::parse_review(body)?;
-        let eval = policy::evaluate(&req, &self.config, self.view.as_ref(), Utc::now());
+        let eval = policy::evaluate(&req, &self.config, self.view.as_ref(), Utc::now()).await;
         let op = req.operation.as_str();
+        for audit in &eval.audits {
+            self.metrics.audited.with_label_values(&[op]).inc();
+            tracing::info!(uid = %req.uid, operation = op, object = %req.describe(), user = %req.user_info.username, "audit: {audit}");
+        }
         let response = match &eval.decision {
             Decision::Allow => {
                 tracing::debug!(uid = %req.uid, operation = op, object = %req.describe(), policy = %eval.policy, "allowed");

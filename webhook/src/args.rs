@@ -55,6 +55,16 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_STRICT")]
     pub strict: bool,
 
+    /// Serve label protection only: load no policy objects (no CRDs or API access
+    /// needed; ready at once).
+    #[arg(long, env = "HOLDFAST_LABEL_ONLY")]
+    pub label_only: bool,
+
+    /// How DependencyRule dependents are found: watch (index fed by watches, falls
+    /// back to live until synced) or live (a list per request).
+    #[arg(long, env = "HOLDFAST_DEPENDENTS", value_enum, default_value = "watch")]
+    pub dependents: crate::view::DependentsMode,
+
     /// Seconds a client may take to send request headers, and then the body.
     #[arg(long, env = "HOLDFAST_READ_TIMEOUT_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub read_timeout_seconds: u64,

@@ -67,15 +67,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("loading the serving certificate")?;
     let tls_config = certs.server_config()?;
 
-    let view = view::WebhookView::new(args.topology, args.kubeconfig.as_deref()).await;
+    let view = view::WebhookView::new(
+        view::ViewOptions {
+            topology: args.topology,
+            kubeconfig: args.kubeconfig.as_deref(),
+            label_only: args.label_only,
+            mode: args.dependents,
+        },
+        metrics.clone(),
+    )
+    .await;
     let app = Arc::new(server::App {
-        admission: admission::Admission::new(policy.clone(), view, metrics.clone()),
+        admission: admission::Admission::new(policy.clone(), view.clone(), metrics.clone()),
         metrics: metrics.clone(),
         read_timeout: Duration::from_secs(args.read_timeout_seconds),
         serving: Default::default(),
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    view.start(stop_rx.clone());
     let probe_listener = TcpListener::bind(args.probe_listen)
         .await
         .with_context(|| format!("binding the probe listener {}", args.probe_listen))?;

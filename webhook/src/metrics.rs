@@ -1,7 +1,8 @@
 //! Prometheus metrics of the webhook.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// Every metric the webhook exports.
@@ -18,6 +19,16 @@ pub struct Metrics {
     pub tls_reloads: IntCounterVec,
     /// 1 when ready to serve.
     pub ready: IntGauge,
+    /// Policy objects in the registry, by kind.
+    pub registry_size: IntGaugeVec,
+    /// References held by the dependents index.
+    pub index_references: IntGauge,
+    /// 1 when the dependents index of a resource is synced.
+    pub index_synced: IntGaugeVec,
+    /// Dependents lookups by source (index, live, failed).
+    pub dependents_lookups: IntCounterVec,
+    /// Decisions that Audit-mode policies would have denied.
+    pub audited: IntCounterVec,
 }
 
 impl Metrics {
@@ -57,6 +68,43 @@ impl Metrics {
             &["result"],
         )?;
         let ready = IntGauge::new("ready", "1 when the webhook reports ready.")?;
+        let registry_size = IntGaugeVec::new(
+            Opts::new(
+                "registry_policies",
+                "Policy objects in the registry, by kind.",
+            ),
+            &["kind"],
+        )?;
+        let index_references = IntGauge::new(
+            "dependents_index_references",
+            "References held by the dependents index.",
+        )?;
+        let index_synced = IntGaugeVec::new(
+            Opts::new(
+                "dependents_index_synced",
+                "1 when the dependents index of a resource is synced.",
+            ),
+            &["resource"],
+        )?;
+        let dependents_lookups = IntCounterVec::new(
+            Opts::new(
+                "dependents_lookups_total",
+                "Dependents lookups by source: index, live, failed.",
+            ),
+            &["source"],
+        )?;
+        let audited = IntCounterVec::new(
+            Opts::new(
+                "audited_total",
+                "Deletions that Audit-mode policies would have denied, by operation.",
+            ),
+            &["operation"],
+        )?;
+        registry.register(Box::new(registry_size.clone()))?;
+        registry.register(Box::new(index_references.clone()))?;
+        registry.register(Box::new(index_synced.clone()))?;
+        registry.register(Box::new(dependents_lookups.clone()))?;
+        registry.register(Box::new(audited.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(rejected.clone()))?;
@@ -69,6 +117,11 @@ impl Metrics {
             rejected,
             tls_reloads,
             ready,
+            registry_size,
+            index_references,
+            index_synced,
+            dependents_lookups,
+            audited,
         })
     }
 

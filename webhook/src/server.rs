@@ -41,7 +41,8 @@ pub struct App {
 impl App {
     /// Ready: serving, and every policy registry loaded.
     pub fn ready(&self) -> bool {
-        self.serving.load(Ordering::Acquire) && self.admission.view().policies_loaded()
+        self.serving.load(Ordering::Acquire)
+            && holdfast_shared::policy::ClusterView::policies_loaded(self.admission.view().as_ref())
     }
 }
 
@@ -139,7 +140,7 @@ async fn admission_route(app: &App, req: Request<Incoming>) -> Response<Body> {
         }
         Ok(Ok(body)) => body.to_bytes(),
     };
-    match app.admission.review(&body) {
+    match app.admission.review(&body).await {
         Ok(review) => json(&review),
         Err(e) => {
             app.metrics

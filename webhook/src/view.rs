@@ -1,74 +1,658 @@
-//! The webhook's view of cluster state, as the policies see it.
+//! The webhook's view of cluster state, as the policies see it: the rule registry
+//! (fed by watches of the policy objects), the dependents index (fed by watches of
+//! dependent resources), and live lookups through the API server.
 //!
-//! Label and strict-mode decisions need nothing from the API server. The registry of
-//! policy objects (ResourceProtection, AnchorRule, DependencyRule, CriticalService)
-//! plugs in here: until every registry source has loaded, `policies_loaded` is false,
-//! `/readyz` answers 503 and DELETEs a policy object could govern are denied with
-//! "retry later". A view with no registry sources is loaded from the start.
+//! Label and strict-mode decisions need none of it. Until every registry source has
+//! loaded, `policies_loaded` is false: `/readyz` answers 503 and DELETEs a policy
+//! object could govern are denied with "retry later". In `--label-only` mode there
+//! are no sources and the view is loaded from the start.
 
-use holdfast_shared::{policy::ClusterView, review::AdmissionRequest, topology::Topology};
+use crate::metrics::Metrics;
+use dashmap::DashMap;
+use futures::StreamExt;
+use holdfast_shared::{
+    api::{
+        common::GroupResource, dependency_rule::DependencyRule,
+        resource_protection::ResourceProtection,
+    },
+    index::{DependentsIndex, ObjectId, Referrer},
+    policy::{ClusterView, DependentsQuery, LookupError, logical_cluster},
+    registry::{CompiledDependency, CompiledProtection, PolicyKey, Registry},
+    review::AdmissionRequest,
+    topology::Topology,
+};
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, ListParams},
+    runtime::{WatchStreamExt, watcher},
+};
 use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
     path::Path,
     sync::Arc,
-    sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
 };
+use tokio::sync::{Notify, watch};
+
+/// How dependents of a DependencyRule are found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DependentsMode {
+    /// A watch-fed index: a check is a hash lookup (falls back to `live` until synced).
+    Watch,
+    /// A list through the API server per request.
+    Live,
+}
 
 /// What the webhook knows of the cluster.
 pub struct WebhookView {
     topology: Topology,
-    client: Option<kube::Client>,
-    loaded: AtomicBool,
-    sources: usize,
+    label_only: bool,
+    mode: DependentsMode,
+    client: Option<Client>,
+    base_config: Option<kube::Config>,
+    cluster_clients: DashMap<String, Client>,
+    registry: Arc<Registry>,
+    index: DependentsIndex,
+    synced: DashMap<String, bool>,
+    changed: Notify,
+    metrics: Metrics,
 }
 
-impl WebhookView {
-    /// Builds the view. An API server that cannot be configured is logged, not fatal:
-    /// label decisions do not need it.
-    pub async fn new(
-        topology: Topology,
-        kubeconfig: Option<&Path>,
-    ) -> Arc<dyn ClusterView + Send + Sync> {
-        let client = match client(kubeconfig).await {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!(error = %e, "no API server client; label decisions work, policy objects cannot be loaded");
-                None
-            }
-        };
-        let view = WebhookView {
-            topology,
-            client,
-            loaded: AtomicBool::new(false),
-            sources: 0,
-        };
-        // No registry sources are wired yet: nothing to wait for.
-        if view.sources == 0 {
-            view.loaded.store(true, Ordering::Release);
-        }
-        tracing::debug!(topology = %view.topology, has_client = view.client.is_some(), "cluster view ready");
-        Arc::new(view)
-    }
+/// Options of the view.
+pub struct ViewOptions<'a> {
+    /// Topology.
+    pub topology: Topology,
+    /// Kubeconfig path (else inferred).
+    pub kubeconfig: Option<&'a Path>,
+    /// Serve label protection only.
+    pub label_only: bool,
+    /// Dependents strategy.
+    pub mode: DependentsMode,
 }
 
-async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await?
         }
         None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
+    })
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn watcher_not_found(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => is_not_found(e),
+        watcher::Error::WatchError(s) => s.code == 404,
+        watcher::Error::NoResourceVersion => false,
+    }
+}
+
+impl WebhookView {
+    /// Builds the view. An API server that cannot be configured is logged, not fatal:
+    /// label decisions do not need it (policy objects then never load).
+    pub async fn new(opts: ViewOptions<'_>, metrics: Metrics) -> Arc<Self> {
+        let (client, base_config) = if opts.label_only {
+            (None, None)
+        } else {
+            match load_config(opts.kubeconfig).await {
+                Ok(cfg) => match Client::try_from(cfg.clone()) {
+                    Ok(c) => (Some(c), Some(cfg)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot build an API client; policy objects cannot be loaded");
+                        (None, None)
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "no API server configuration; policy objects cannot be loaded");
+                    (None, None)
+                }
+            }
+        };
+        Arc::new(Self {
+            topology: opts.topology,
+            label_only: opts.label_only,
+            mode: opts.mode,
+            client,
+            base_config,
+            cluster_clients: DashMap::new(),
+            registry: Arc::new(Registry::default()),
+            index: DependentsIndex::default(),
+            synced: DashMap::new(),
+            changed: Notify::new(),
+            metrics,
+        })
+    }
+
+    /// The registry (for metrics and tests).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Starts the watches; they stop when `shutdown` fires.
+    pub fn start(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
+        if self.label_only {
+            return;
+        }
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        let policy_client = match self.topology {
+            Topology::Kubernetes => Some(client.clone()),
+            Topology::Kcp => self.wildcard_client(),
+        };
+        if let Some(pc) = policy_client {
+            self.spawn(
+                shutdown.clone(),
+                watch_policies::<DependencyRule>(self.clone(), pc.clone()),
+            );
+            self.spawn(
+                shutdown.clone(),
+                watch_policies::<ResourceProtection>(self.clone(), pc),
+            );
+        }
+        if self.mode == DependentsMode::Watch {
+            self.spawn(
+                shutdown.clone(),
+                manage_dependents(self.clone(), shutdown.clone()),
+            );
+        }
+        let this = self.clone();
+        self.spawn(shutdown, async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                this.update_gauges();
+            }
+        });
+    }
+
+    fn spawn(
+        &self,
+        mut shutdown: watch::Receiver<bool>,
+        fut: impl Future<Output = ()> + Send + 'static,
+    ) {
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = fut => {}
+                _ = shutdown.changed() => {}
+            }
+        });
+    }
+
+    fn update_gauges(&self) {
+        let m = &self.metrics;
+        m.registry_size
+            .with_label_values(&["DependencyRule"])
+            .set(self.registry.dependencies.len() as i64);
+        m.registry_size
+            .with_label_values(&["ResourceProtection"])
+            .set(self.registry.protections.len() as i64);
+        m.index_references.set(self.index.len() as i64);
+        for e in self.synced.iter() {
+            m.index_synced
+                .with_label_values(&[e.key().as_str()])
+                .set(i64::from(*e.value()));
+        }
+    }
+
+    /// On kcp: a client for `/clusters/*` of the configured server (front-proxy).
+    fn wildcard_client(&self) -> Option<Client> {
+        self.cluster_client("*").ok()
+    }
+
+    fn front_proxy_base(&self) -> Option<String> {
+        let cfg = self.base_config.as_ref()?;
+        let url = cfg.cluster_url.to_string();
+        let base = match url.find("/clusters/") {
+            Some(i) => url[..i].to_string(),
+            None => url.trim_end_matches('/').to_string(),
+        };
+        Some(base)
+    }
+
+    /// A client addressing logical cluster `lc` through the front-proxy (kcp), or the
+    /// cluster itself (Kubernetes).
+    fn cluster_client(&self, lc: &str) -> Result<Client, LookupError> {
+        let no_client = || LookupError("no API server client is configured".to_string());
+        if self.topology == Topology::Kubernetes || lc.is_empty() {
+            return self.client.clone().ok_or_else(no_client);
+        }
+        if let Some(c) = self.cluster_clients.get(lc) {
+            return Ok(c.clone());
+        }
+        let mut cfg = self.base_config.clone().ok_or_else(no_client)?;
+        let base = self.front_proxy_base().ok_or_else(no_client)?;
+        cfg.cluster_url = format!("{base}/clusters/{lc}")
+            .parse()
+            .map_err(|e| LookupError(format!("bad cluster URL for {lc}: {e}")))?;
+        let client = Client::try_from(cfg).map_err(|e| LookupError(e.to_string()))?;
+        self.cluster_clients.insert(lc.to_string(), client.clone());
+        Ok(client)
+    }
+
+    async fn live_dependents(&self, q: DependentsQuery<'_>) -> Result<Vec<Referrer>, LookupError> {
+        self.metrics
+            .dependents_lookups
+            .with_label_values(&["live"])
+            .inc();
+        let client = self.cluster_client(q.cluster)?;
+        let dep = q.dep;
+        let ar = dependent_resource(dep);
+        let namespaced_list = q.namespace.filter(|_| dep.namespace_path.is_none());
+        let lookup = async {
+            let mut out = Vec::new();
+            let api: Api<DynamicObject> = match namespaced_list {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+                None => Api::all_with(client.clone(), &ar),
+            };
+            let mut params = ListParams::default().limit(500);
+            loop {
+                let list = match api.list(&params).await {
+                    Ok(l) => l,
+                    Err(e) if is_not_found(&e) => return Ok(out),
+                    Err(e) => return Err(LookupError(e.to_string())),
+                };
+                for obj in &list.items {
+                    let value = match serde_json::to_value(obj) {
+                        Ok(v) => v,
+                        Err(e) => return Err(LookupError(e.to_string())),
+                    };
+                    if !dep.path.references(&value, q.name) {
+                        continue;
+                    }
+                    let own_ns = obj.metadata.namespace.clone().unwrap_or_default();
+                    let ref_ns = dep
+                        .namespace_path
+                        .as_ref()
+                        .and_then(|p| p.first(&value))
+                        .and_then(|v| v.as_str())
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .unwrap_or_else(|| own_ns.clone());
+                    if q.namespace.is_some_and(|ns| ns != ref_ns) {
+                        continue;
+                    }
+                    out.push(Referrer {
+                        kind: dep.dependent_kind.as_str().into(),
+                        namespace: own_ns.into(),
+                        name: obj.metadata.name.clone().unwrap_or_default().into(),
+                        ref_namespace: ref_ns.into(),
+                        terminating: obj.metadata.deletion_timestamp.is_some(),
+                    });
+                }
+                match list.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
+            out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+            Ok(out)
+        };
+        match tokio::time::timeout(Duration::from_secs(8), lookup).await {
+            Ok(r) => r,
+            Err(_) => Err(LookupError(
+                "the API server did not answer in time".to_string(),
+            )),
+        }
+    }
+}
+
+fn dependent_resource(dep: &CompiledDependency) -> ApiResource {
+    ApiResource {
+        group: dep.dependent_group.clone(),
+        version: dep.dependent_version.clone(),
+        api_version: if dep.dependent_group.is_empty() {
+            dep.dependent_version.clone()
+        } else {
+            format!("{}/{}", dep.dependent_group, dep.dependent_version)
+        },
+        kind: dep.dependent_kind.clone(),
+        plural: dep.dependent_resource.clone(),
+    }
 }
 
 impl ClusterView for WebhookView {
     fn policies_loaded(&self) -> bool {
-        self.loaded.load(Ordering::Acquire)
+        self.label_only || self.registry.loaded()
     }
 
     fn may_govern_delete(&self, _req: &AdmissionRequest) -> bool {
-        // Before loading, any source could govern anything.
-        self.sources > 0 && !self.policies_loaded()
+        // Before loading, any policy could govern anything.
+        !self.label_only
+    }
+
+    fn strict_for(&self, req: &AdmissionRequest) -> bool {
+        let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
+        let Some(list) = self.registry.protections.find(&gr) else {
+            return false;
+        };
+        let Some(old) = req.old_object.as_ref() else {
+            return false;
+        };
+        let name = req.object_name().unwrap_or_default();
+        let labels = holdfast_shared::review::labels(old);
+        list.iter().any(|p| {
+            p.strict
+                && p.selecting(&gr, req.object_namespace(), name, labels)
+                    .next()
+                    .is_some()
+        })
+    }
+
+    fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
+        self.registry.protections.find(gr)
+    }
+
+    fn dependencies(&self, gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
+        self.registry.dependencies.find(gr)
+    }
+
+    async fn dependents(&self, q: DependentsQuery<'_>) -> Result<Vec<Referrer>, LookupError> {
+        let key = q.dep.dependent_gr().to_string();
+        let synced =
+            self.mode == DependentsMode::Watch && self.synced.get(&key).is_some_and(|s| *s);
+        let result = if synced {
+            self.metrics
+                .dependents_lookups
+                .with_label_values(&["index"])
+                .inc();
+            Ok(self
+                .index
+                .lookup(q.cluster, &q.dep.target.to_string(), q.name, q.namespace))
+        } else {
+            self.live_dependents(q).await
+        };
+        if result.is_err() {
+            self.metrics
+                .dependents_lookups
+                .with_label_values(&["failed"])
+                .inc();
+        }
+        result
+    }
+}
+
+/// A policy kind the registry holds.
+trait PolicyKind:
+    kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    const KIND: &'static str;
+    fn apply(
+        reg: &Registry,
+        cluster: &str,
+        obj: &Self,
+    ) -> Result<(), holdfast_shared::registry::CompileError>;
+    fn delete(reg: &Registry, key: &PolicyKey);
+    fn reset(reg: &Registry, objs: &[(String, Self)]);
+}
+
+impl PolicyKind for DependencyRule {
+    const KIND: &'static str = "DependencyRule";
+    fn apply(
+        reg: &Registry,
+        cluster: &str,
+        obj: &Self,
+    ) -> Result<(), holdfast_shared::registry::CompileError> {
+        reg.apply_dependency_rule(cluster, obj)
+    }
+    fn delete(reg: &Registry, key: &PolicyKey) {
+        reg.dependencies.delete(key);
+    }
+    fn reset(reg: &Registry, objs: &[(String, Self)]) {
+        let entries = objs
+            .iter()
+            .filter_map(|(cluster, r)| {
+                let deps = holdfast_shared::registry::compile_dependency_rule(cluster, r).ok()?;
+                let mut targets: Vec<GroupResource> =
+                    deps.iter().map(|d| d.target.clone()).collect();
+                targets.sort();
+                targets.dedup();
+                let key = PolicyKey::new(cluster, r.metadata.name.as_deref().unwrap_or_default());
+                Some((key, targets, Arc::new(deps)))
+            })
+            .collect();
+        reg.dependencies.reset(entries);
+    }
+}
+
+impl PolicyKind for ResourceProtection {
+    const KIND: &'static str = "ResourceProtection";
+    fn apply(
+        reg: &Registry,
+        cluster: &str,
+        obj: &Self,
+    ) -> Result<(), holdfast_shared::registry::CompileError> {
+        reg.apply_protection(cluster, obj)
+    }
+    fn delete(reg: &Registry, key: &PolicyKey) {
+        reg.protections.delete(key);
+    }
+    fn reset(reg: &Registry, objs: &[(String, Self)]) {
+        let entries = objs
+            .iter()
+            .filter_map(|(cluster, p)| {
+                let (targets, compiled) =
+                    holdfast_shared::registry::compile_protection(cluster, p).ok()?;
+                Some((compiled.key.clone(), targets, Arc::new(compiled)))
+            })
+            .collect();
+        reg.protections.reset(entries);
+    }
+}
+
+fn cluster_of<K: kube::Resource>(obj: &K) -> String {
+    obj.meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(holdfast_shared::names::KCP_CLUSTER_ANNOTATION))
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn watch_policies<K: PolicyKind>(view: Arc<WebhookView>, client: Client) {
+    let api: Api<K> = Api::all(client);
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut buffer: Vec<(String, K)> = Vec::new();
+    let mut reported_missing = false;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => buffer.clear(),
+            Ok(watcher::Event::InitApply(obj)) => buffer.push((cluster_of(&obj), obj)),
+            Ok(watcher::Event::InitDone) => {
+                K::reset(&view.registry, &buffer);
+                tracing::info!(
+                    kind = K::KIND,
+                    count = buffer.len(),
+                    "policy objects loaded"
+                );
+                buffer.clear();
+                view.changed.notify_one();
+            }
+            Ok(watcher::Event::Apply(obj)) => {
+                let cluster = cluster_of(&obj);
+                if let Err(e) = K::apply(&view.registry, &cluster, &obj) {
+                    tracing::warn!(kind = K::KIND, name = ?obj.meta().name, error = %e, "invalid policy object ignored");
+                }
+                view.changed.notify_one();
+            }
+            Ok(watcher::Event::Delete(obj)) => {
+                let key = PolicyKey::new(
+                    &cluster_of(&obj),
+                    obj.meta().name.as_deref().unwrap_or_default(),
+                );
+                K::delete(&view.registry, &key);
+                view.changed.notify_one();
+            }
+            Err(e) if watcher_not_found(&e) => {
+                // The CRD is not installed: no such policies can exist.
+                K::reset(&view.registry, &[]);
+                if !reported_missing {
+                    tracing::warn!(
+                        kind = K::KIND,
+                        "resource not served (CRD not installed?); treating as none"
+                    );
+                    reported_missing = true;
+                }
+            }
+            Err(e) => tracing::warn!(kind = K::KIND, error = %e, "policy watch error; retrying"),
+        }
+    }
+}
+
+/// Keeps one watch per dependent resource that some DependencyRule names, restarting
+/// it when the rules for that resource change.
+async fn manage_dependents(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) {
+    let mut running: HashMap<String, (String, tokio::task::JoinHandle<()>)> = HashMap::new();
+    loop {
+        // What is needed: dependent resource → its dependencies (and a signature).
+        let mut wanted: HashMap<String, Vec<CompiledDependency>> = HashMap::new();
+        for rule in view.registry.dependencies.entries() {
+            for dep in rule.iter() {
+                wanted
+                    .entry(dep.dependent_gr().to_string())
+                    .or_default()
+                    .push(dep.clone());
+            }
+        }
+        let signature = |deps: &[CompiledDependency]| {
+            let mut parts: Vec<String> = deps
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{}|{}|{}|{}|{}",
+                        d.dependent_version,
+                        d.dependent_kind,
+                        d.target,
+                        d.path,
+                        d.namespace_path
+                            .as_ref()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default()
+                    )
+                })
+                .collect();
+            parts.sort();
+            parts.dedup();
+            parts.join(";")
+        };
+        // Stop what is no longer wanted or changed.
+        let keys: Vec<String> = running.keys().cloned().collect();
+        for key in keys {
+            let keep = wanted.get(&key).is_some_and(|deps| {
+                running
+                    .get(&key)
+                    .is_some_and(|(sig, _)| *sig == signature(deps))
+            });
+            if !keep && let Some((_, handle)) = running.remove(&key) {
+                handle.abort();
+                view.synced.insert(key.clone(), false);
+                view.index.clear_resource(&key);
+                tracing::info!(resource = %key, "stopped watching dependents");
+            }
+        }
+        for (key, deps) in wanted {
+            if running.contains_key(&key) {
+                continue;
+            }
+            let sig = signature(&deps);
+            view.synced.insert(key.clone(), false);
+            let handle = tokio::spawn(watch_dependents(view.clone(), key.clone(), deps));
+            tracing::info!(resource = %key, "watching dependents");
+            running.insert(key, (sig, handle));
+        }
+        let mut shutdown = shutdown.clone();
+        tokio::select! {
+            _ = view.changed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    for (_, (_, handle)) in running {
+        handle.abort();
+    }
+}
+
+async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<CompiledDependency>) {
+    let Some(first) = deps.first() else { return };
+    let client = match view.topology {
+        Topology::Kubernetes => view.client.clone(),
+        Topology::Kcp => view.wildcard_client(),
+    };
+    let Some(client) = client else { return };
+    let ar = dependent_resource(first);
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let dep_refs: Vec<&CompiledDependency> = deps.iter().collect();
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut seen: HashSet<ObjectId> = HashSet::new();
+    let id_of = |obj: &DynamicObject, value: &serde_json::Value| ObjectId {
+        cluster: logical_cluster(value).into(),
+        resource: key.as_str().into(),
+        namespace: obj.metadata.namespace.clone().unwrap_or_default().into(),
+        name: obj.metadata.name.clone().unwrap_or_default().into(),
+    };
+    let apply = |obj: &DynamicObject| -> Option<ObjectId> {
+        let value = serde_json::to_value(obj).ok()?;
+        let id = id_of(obj, &value);
+        let refs = holdfast_shared::index::references(&value, &dep_refs);
+        view.index.apply(
+            &id,
+            &first.dependent_kind,
+            obj.metadata.deletion_timestamp.is_some(),
+            &refs,
+        );
+        Some(id)
+    };
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => seen.clear(),
+            Ok(watcher::Event::InitApply(obj)) => {
+                if let Some(id) = apply(&obj) {
+                    seen.insert(id);
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                view.index.retain_resource(&key, &seen);
+                seen.clear();
+                view.synced.insert(key.clone(), true);
+                tracing::info!(resource = %key, "dependents index synced");
+            }
+            Ok(watcher::Event::Apply(obj)) => {
+                apply(&obj);
+            }
+            Ok(watcher::Event::Delete(obj)) => {
+                if let Ok(value) = serde_json::to_value(&obj) {
+                    view.index.delete(&id_of(&obj, &value));
+                }
+            }
+            Err(e) if watcher_not_found(&e) => {
+                // The dependent type is not served: nothing can reference anything.
+                view.index.clear_resource(&key);
+                view.synced.insert(key.clone(), true);
+            }
+            Err(e) => {
+                // Until the watch recovers, answers come from live lookups.
+                view.synced.insert(key.clone(), false);
+                tracing::warn!(resource = %key, error = %e, "dependents watch error; retrying");
+            }
+        }
     }
 }

@@ -263,7 +263,7 @@ fn verdict(reply: &Reply) -> Value {
 #[tokio::test]
 async fn label_and_strict_decisions_over_http1_and_http2() {
     let p = pki("webhook");
-    let wh = start(&p, &["--strict"]).await;
+    let wh = start(&p, &["--strict", "--label-only"]).await;
     for proto in [Proto::H1, Proto::H2] {
         let c = client(&p.ca_pem, proto);
         let expected_version = match proto {
@@ -376,7 +376,7 @@ async fn label_and_strict_decisions_over_http1_and_http2() {
 #[tokio::test]
 async fn bad_input_gets_clear_answers() {
     let p = pki("webhook");
-    let wh = start(&p, &[]).await;
+    let wh = start(&p, &["--label-only"]).await;
     for proto in [Proto::H1, Proto::H2] {
         let c = client(&p.ca_pem, proto);
         let r = send(&c, wh.port, "POST", "/validate", "this is not json").await;
@@ -517,22 +517,69 @@ async fn slow_clients_are_cut_off() {
 #[tokio::test]
 async fn probes_and_readiness_with_api_server_down() {
     let p = pki("webhook");
+    // Label-only: nothing to load, ready once serving even with no API server.
+    let wh = start(&p, &["--label-only"]).await;
+    assert_eq!(
+        probe(wh.probe_port, "/healthz").await.expect("healthz").0,
+        200
+    );
+    let (status, body) = probe(wh.probe_port, "/readyz").await.expect("readyz");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(probe(wh.probe_port, "/nope").await.expect("404").0, 404);
+    drop(wh);
+
+    // With policy objects to load and the API server unreachable: alive, not ready;
+    // label decisions still work; anything else a policy could govern is refused
+    // with "retry later" rather than allowed.
     let wh = start(&p, &[]).await;
     assert_eq!(
         probe(wh.probe_port, "/healthz").await.expect("healthz").0,
         200
     );
-    // No registry sources are configured yet, so the webhook is ready once serving,
-    // even though the API server cannot be reached.
     let (status, body) = probe(wh.probe_port, "/readyz").await.expect("readyz");
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(probe(wh.probe_port, "/nope").await.expect("404").0, 404);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("policy registry not loaded"), "{body}");
+    let c = client(&p.ca_pem, Proto::H1);
+    let body = review(
+        "u-a",
+        "DELETE",
+        "Namespace",
+        "namespaces",
+        Value::Null,
+        ns("prod", json!({"holdfast.dev/protected": "true"})),
+    );
+    let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
+    assert!(
+        r["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("protected by label")
+    );
+    let body = review(
+        "u-b",
+        "DELETE",
+        "Namespace",
+        "namespaces",
+        Value::Null,
+        ns("dev", json!({})),
+    );
+    let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
+    assert_eq!(r["allowed"], false);
+    assert!(
+        r["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("holdfast: not ready yet, retry later"),
+        "{r}"
+    );
+    let (_, metrics) = probe(wh.probe_port, "/metrics").await.expect("metrics");
+    assert!(metrics.contains("holdfast_webhook_ready 0"), "{metrics}");
 }
 
 #[tokio::test]
 async fn certificate_is_reloaded_without_restart() {
     let first = pki("first");
-    let wh = start(&first, &[]).await;
+    let wh = start(&first, &["--label-only"]).await;
     let body = review(
         "u-r",
         "DELETE",

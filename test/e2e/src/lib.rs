@@ -39,7 +39,8 @@ pub fn pki(cn: &str) -> anyhow::Result<Pki> {
     let ca_cert = ca.self_signed(&ca_key)?;
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+    let mut params =
+        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, cn.to_string());
@@ -73,7 +74,10 @@ pub fn bin(name: &str) -> anyhow::Result<PathBuf> {
             return Ok(candidate);
         }
     }
-    bail!("binary {name} not found next to {}; run `cargo build --workspace --bins` first", exe.display())
+    bail!(
+        "binary {name} not found next to {}; run `cargo build --workspace --bins` first",
+        exe.display()
+    )
 }
 
 /// Path of the real kubectl, or a clear error saying how to get it.
@@ -110,7 +114,12 @@ impl KubectlOutput {
     /// Fails unless kubectl exited 0.
     pub fn ok(self) -> anyhow::Result<Self> {
         if self.code != 0 {
-            bail!("kubectl failed ({}): {}{}", self.code, self.stdout, self.stderr);
+            bail!(
+                "kubectl failed ({}): {}{}",
+                self.code,
+                self.stdout,
+                self.stderr
+            );
         }
         Ok(self)
     }
@@ -219,7 +228,11 @@ impl Env {
 
     /// Installs the label-protection webhook configuration pointing at the running
     /// webhook, with `kubectl apply` as a user would.
-    pub fn install_label_webhooks(&self, extra_labels: &[&str], strict: bool) -> anyhow::Result<()> {
+    pub fn install_label_webhooks(
+        &self,
+        extra_labels: &[&str],
+        strict: bool,
+    ) -> anyhow::Result<()> {
         let Some(w) = &self.webhook else {
             bail!("start the webhook first")
         };
@@ -239,7 +252,8 @@ impl Env {
         let mut json = serde_json::to_value(&cfg)?;
         json["apiVersion"] = "admissionregistration.k8s.io/v1".into();
         json["kind"] = "ValidatingWebhookConfiguration".into();
-        self.kubectl_stdin(&["apply", "-f", "-"], &json.to_string())?.ok()?;
+        self.kubectl_stdin(&["apply", "-f", "-"], &json.to_string())?
+            .ok()?;
         Ok(())
     }
 
@@ -288,11 +302,16 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
         .await
         .map_err(|e| e.to_string())?;
     let mut buf = String::new();
-    s.read_to_string(&mut buf).await.map_err(|e| e.to_string())?;
+    s.read_to_string(&mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
     let status = buf
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    Ok((status, buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string()))
+    Ok((
+        status,
+        buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
+    ))
 }

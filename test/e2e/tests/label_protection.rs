@@ -7,7 +7,9 @@ use holdfast_e2e::Env;
 
 async fn env(webhook_args: &[&str], extra_labels: &[&str], strict: bool) -> Env {
     let mut env = Env::start().await.expect("sim starts");
-    env.start_webhook(webhook_args).await.expect("webhook starts");
+    env.start_webhook(webhook_args)
+        .await
+        .expect("webhook starts");
     env.install_label_webhooks(extra_labels, strict)
         .expect("webhook configuration applied");
     env
@@ -16,23 +18,42 @@ async fn env(webhook_args: &[&str], extra_labels: &[&str], strict: bool) -> Env 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn karmada_test_plan_for_labels() {
     let env = env(&[], &[], false).await;
-    env.kubectl(&["create", "namespace", "minio"]).expect("kubectl").ok().expect("created");
-    env.kubectl(&["create", "configmap", "cfg", "-n", "minio", "--from-literal=a=b"])
+    env.kubectl(&["create", "namespace", "minio"])
         .expect("kubectl")
         .ok()
         .expect("created");
+    env.kubectl(&[
+        "create",
+        "configmap",
+        "cfg",
+        "-n",
+        "minio",
+        "--from-literal=a=b",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("created");
 
     // 1. No protection: deletion allowed.
-    let out = env.kubectl(&["delete", "configmap", "cfg", "-n", "minio"]).expect("kubectl");
+    let out = env
+        .kubectl(&["delete", "configmap", "cfg", "-n", "minio"])
+        .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout, "configmap \"cfg\" deleted\n");
 
     // 2. With protection: denied, byte for byte as kubectl prints a webhook denial.
-    env.kubectl(&["label", "namespace", "minio", "holdfast.dev/protected=Always"])
-        .expect("kubectl")
-        .ok()
-        .expect("labeled");
-    let out = env.kubectl(&["delete", "namespace", "minio"]).expect("kubectl");
+    env.kubectl(&[
+        "label",
+        "namespace",
+        "minio",
+        "holdfast.dev/protected=Always",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("labeled");
+    let out = env
+        .kubectl(&["delete", "namespace", "minio"])
+        .expect("kubectl");
     assert_eq!(out.code, 1, "{out:?}");
     let expected = "Error from server (Forbidden): admission webhook \"delete-label-0.holdfast.dev\" denied the request: \
 holdfast: Namespace minio is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), \
@@ -42,18 +63,37 @@ or set the annotation holdfast.dev/skip-protection=true if you are allowed to by
 
     // Force and server-side dry run are denied too.
     let out = env
-        .kubectl(&["delete", "namespace", "minio", "--force", "--grace-period=0"])
+        .kubectl(&[
+            "delete",
+            "namespace",
+            "minio",
+            "--force",
+            "--grace-period=0",
+        ])
         .expect("kubectl");
     assert_ne!(out.code, 0, "{out:?}");
-    assert!(out.stderr.contains("holdfast: Namespace minio is protected"), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("holdfast: Namespace minio is protected"),
+        "{out:?}"
+    );
     let out = env
         .kubectl(&["delete", "namespace", "minio", "--dry-run=server"])
         .expect("kubectl");
     assert_ne!(out.code, 0, "{out:?}");
-    assert!(out.stderr.contains("denied the request: holdfast:"), "{out:?}");
+    assert!(
+        out.stderr.contains("denied the request: holdfast:"),
+        "{out:?}"
+    );
     // Still there, not terminating.
     let out = env
-        .kubectl(&["get", "namespace", "minio", "-o", "jsonpath={.status.phase}"])
+        .kubectl(&[
+            "get",
+            "namespace",
+            "minio",
+            "-o",
+            "jsonpath={.status.phase}",
+        ])
         .expect("kubectl");
     assert_eq!(out.stdout, "Active");
 
@@ -62,9 +102,14 @@ or set the annotation holdfast.dev/skip-protection=true if you are allowed to by
         .expect("kubectl")
         .ok()
         .expect("unlabeled");
-    let out = env.kubectl(&["delete", "namespace", "minio", "--wait=false"]).expect("kubectl");
+    let out = env
+        .kubectl(&["delete", "namespace", "minio", "--wait=false"])
+        .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(env.webhook_log().contains("denied"), "webhook logged its denials");
+    assert!(
+        env.webhook_log().contains("denied"),
+        "webhook logged its denials"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -87,8 +132,14 @@ async fn karmada_and_orkestra_keys() {
             .expect("created");
     }
     for (name, label) in [
-        ("k-always", "resourcetemplate.karmada.io/deletion-protected=Always"),
-        ("k-true", "resourcetemplate.karmada.io/deletion-protected=true"),
+        (
+            "k-always",
+            "resourcetemplate.karmada.io/deletion-protected=Always",
+        ),
+        (
+            "k-true",
+            "resourcetemplate.karmada.io/deletion-protected=true",
+        ),
         ("o-true", "orkestra.io/deletion-protection=true"),
         ("o-false", "orkestra.io/deletion-protection=false"),
     ] {
@@ -98,16 +149,27 @@ async fn karmada_and_orkestra_keys() {
             .expect("labeled");
     }
     // Karmada: only Always protects.
-    let out = env.kubectl(&["delete", "configmap", "k-always"]).expect("kubectl");
+    let out = env
+        .kubectl(&["delete", "configmap", "k-always"])
+        .expect("kubectl");
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("admission webhook \"delete-label-1.holdfast.dev\" denied the request: holdfast: ConfigMap default/k-always is protected by label resourcetemplate.karmada.io/deletion-protected=Always"), "{out:?}");
-    let out = env.kubectl(&["delete", "configmap", "k-true"]).expect("kubectl");
+    let out = env
+        .kubectl(&["delete", "configmap", "k-true"])
+        .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     // Orkestra: true protects, false does not.
-    let out = env.kubectl(&["delete", "configmap", "o-true"]).expect("kubectl");
+    let out = env
+        .kubectl(&["delete", "configmap", "o-true"])
+        .expect("kubectl");
     assert_ne!(out.code, 0);
-    assert!(out.stderr.contains("orkestra.io/deletion-protection=true"), "{out:?}");
-    let out = env.kubectl(&["delete", "configmap", "o-false"]).expect("kubectl");
+    assert!(
+        out.stderr.contains("orkestra.io/deletion-protection=true"),
+        "{out:?}"
+    );
+    let out = env
+        .kubectl(&["delete", "configmap", "o-false"])
+        .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
 }
 
@@ -128,29 +190,50 @@ async fn strict_mode_end_to_end() {
         .ok()
         .expect("unrelated label");
     // Removing or downgrading the protection label is refused.
-    let out = env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"]).expect("kubectl");
+    let out = env
+        .kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
+        .expect("kubectl");
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("strict mode is on"), "{out:?}");
     let out = env
-        .kubectl(&["label", "--overwrite", "configmap", "db", "holdfast.dev/protected=no"])
+        .kubectl(&[
+            "label",
+            "--overwrite",
+            "configmap",
+            "db",
+            "holdfast.dev/protected=no",
+        ])
         .expect("kubectl");
     assert_ne!(out.code, 0, "{out:?}");
     // One update adding the exemption and removing the label: refused.
     let out = env
-        .kubectl(&["label", "configmap", "db", "holdfast.dev/protected-", "holdfast.dev/strict-exempt=true"])
+        .kubectl(&[
+            "label",
+            "configmap",
+            "db",
+            "holdfast.dev/protected-",
+            "holdfast.dev/strict-exempt=true",
+        ])
         .expect("kubectl");
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("must already be stored"), "{out:?}");
     // Exemption first, then removal, then delete.
-    env.kubectl(&["label", "configmap", "db", "holdfast.dev/strict-exempt=true"])
-        .expect("kubectl")
-        .ok()
-        .expect("exempt");
+    env.kubectl(&[
+        "label",
+        "configmap",
+        "db",
+        "holdfast.dev/strict-exempt=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("exempt");
     env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
         .expect("kubectl")
         .ok()
         .expect("removed");
-    let out = env.kubectl(&["delete", "configmap", "db"]).expect("kubectl");
+    let out = env
+        .kubectl(&["delete", "configmap", "db"])
+        .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
 }
 
@@ -167,10 +250,25 @@ async fn skip_annotation_allows_exactly_that_object() {
             .ok()
             .expect("labeled");
     }
-    env.kubectl(&["annotate", "configmap", "a", "holdfast.dev/skip-protection=true"])
-        .expect("kubectl")
-        .ok()
-        .expect("annotated");
-    assert_eq!(env.kubectl(&["delete", "configmap", "a"]).expect("kubectl").code, 0);
-    assert_ne!(env.kubectl(&["delete", "configmap", "b"]).expect("kubectl").code, 0);
+    env.kubectl(&[
+        "annotate",
+        "configmap",
+        "a",
+        "holdfast.dev/skip-protection=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+    assert_eq!(
+        env.kubectl(&["delete", "configmap", "a"])
+            .expect("kubectl")
+            .code,
+        0
+    );
+    assert_ne!(
+        env.kubectl(&["delete", "configmap", "b"])
+            .expect("kubectl")
+            .code,
+        0
+    );
 }
