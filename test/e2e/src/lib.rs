@@ -184,9 +184,19 @@ impl Env {
     /// Starts `holdfast-webhook` with `args` on top of the TLS, listen and kubeconfig
     /// flags, and waits until it answers /healthz.
     pub async fn start_webhook(&mut self, args: &[&str]) -> anyhow::Result<()> {
-        let (port, probe_port) = (free_port()?, free_port()?);
+        self.start_webhook_on(free_port()?, args).await
+    }
+
+    /// Like `start_webhook`, on a given HTTPS port (to restart in place). A later
+    /// `--kubeconfig` in `args` overrides the sim's.
+    pub async fn start_webhook_on(&mut self, port: u16, args: &[&str]) -> anyhow::Result<()> {
+        let probe_port = free_port()?;
         let log = self.dir.path().join("webhook.log");
-        let child = Command::new(bin("holdfast-webhook")?)
+        let mut cmd = Command::new(bin("holdfast-webhook")?);
+        if !args.contains(&"--kubeconfig") {
+            cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        }
+        let child = cmd
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--probe-listen")
@@ -195,11 +205,14 @@ impl Env {
             .arg(self.dir.path().join("tls.crt"))
             .arg("--tls-key")
             .arg(self.dir.path().join("tls.key"))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
             .args(args)
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)?,
+            )
             .spawn()
             .context("starting holdfast-webhook")?;
         self.webhook = Some(WebhookProcess {
@@ -255,6 +268,105 @@ impl Env {
         self.kubectl_stdin(&["apply", "-f", "-"], &json.to_string())?
             .ok()?;
         Ok(())
+    }
+
+    /// Installs holdfast's CRDs from `manifests/crds/` with kubectl, as a user would.
+    pub fn install_crds(&self) -> anyhow::Result<()> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/crds");
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if name.starts_with("holdfast.dev_") && name.ends_with(".yaml") {
+                let file = path.to_string_lossy().into_owned();
+                self.kubectl(&["apply", "-f", &file])?.ok()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs a ValidatingWebhookConfiguration `name` sending DELETEs of `resources`
+    /// (`(group, resource)`) to the running webhook.
+    pub fn install_delete_webhook(
+        &self,
+        name: &str,
+        resources: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        let Some(w) = &self.webhook else {
+            bail!("start the webhook first")
+        };
+        let rules: Vec<serde_json::Value> = resources
+            .iter()
+            .map(|(g, r)| {
+                serde_json::json!({"operations": ["DELETE"], "apiGroups": [g], "apiVersions": ["*"],
+                    "resources": [r], "scope": "*"})
+            })
+            .collect();
+        let ca = base64_encode(self.pki.ca_pem.as_bytes());
+        let cfg = serde_json::json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": format!("{name}.holdfast.dev"),
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/validate", w.port), "caBundle": ca},
+                "rules": rules
+            }]
+        });
+        self.kubectl_stdin(&["apply", "-f", "-"], &cfg.to_string())?
+            .ok()?;
+        Ok(())
+    }
+
+    /// Applies `manifest` (YAML or JSON) with kubectl.
+    pub fn apply(&self, manifest: &str) -> anyhow::Result<KubectlOutput> {
+        self.kubectl_stdin(&["apply", "-f", "-"], manifest)?.ok()
+    }
+
+    /// Waits until the webhook reports ready.
+    pub async fn wait_webhook_ready(&self) -> anyhow::Result<()> {
+        let Some(w) = &self.webhook else {
+            bail!("start the webhook first")
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if http_get(w.probe_port, "/readyz").await.map(|(s, _)| s) == Ok(200) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("webhook not ready within 30s: {}", self.webhook_log());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Runs kubectl until `check` accepts its output, for at most `secs` seconds.
+    pub async fn kubectl_until(
+        &self,
+        args: &[&str],
+        secs: u64,
+        check: impl Fn(&KubectlOutput) -> bool,
+    ) -> anyhow::Result<KubectlOutput> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let out = self.kubectl(args)?;
+            if check(&out) {
+                return Ok(out);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "kubectl {} never gave the expected result; last: {out:?}",
+                    args.join(" ")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Runs kubectl with the admin kubeconfig.
@@ -314,4 +426,10 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
         status,
         buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
     ))
+}
+
+/// Standard base64 (for caBundle fields).
+pub fn base64_encode(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
 }

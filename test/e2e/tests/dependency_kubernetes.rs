@@ -1,0 +1,293 @@
+//! DependencyRule on the Kubernetes topology, end to end, for both dependents
+//! strategies: a VPC cannot be deleted while a VirtualMachine references it.
+
+use holdfast_e2e::Env;
+
+const CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: vpcs.network.test.io}
+spec:
+  group: network.test.io
+  scope: Namespaced
+  names: {plural: vpcs, singular: vpc, kind: VPC, listKind: VPCList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: virtualmachines.compute.test.io}
+spec:
+  group: compute.test.io
+  scope: Namespaced
+  names: {plural: virtualmachines, singular: virtualmachine, kind: VirtualMachine, listKind: VirtualMachineList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: storageprofiles.storage.test.io}
+spec:
+  group: storage.test.io
+  scope: Cluster
+  names: {plural: storageprofiles, singular: storageprofile, kind: StorageProfile, listKind: StorageProfileList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: volumeclaims.storage.test.io}
+spec:
+  group: storage.test.io
+  scope: Namespaced
+  names: {plural: volumeclaims, singular: volumeclaim, kind: VolumeClaim, listKind: VolumeClaimList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+fn rule(path: &str) -> String {
+    format!(
+        r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: DependencyRule
+metadata: {{name: vm-dependencies}}
+spec:
+  dependent: {{group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}}
+  dependencies:
+  - group: network.test.io
+    version: v1
+    resource: vpcs
+    fieldRef: {{path: "{path}"}}
+"#
+    )
+}
+
+const STORAGE_RULE: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: DependencyRule
+metadata: {name: claims-need-profiles}
+spec:
+  dependent: {group: storage.test.io, version: v1, kind: VolumeClaim, resource: volumeclaims}
+  dependencies:
+  - group: storage.test.io
+    version: v1
+    resource: storageprofiles
+    fieldRef: {path: .spec.profile}
+"#;
+
+fn vm(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec}\n"
+    )
+}
+
+async fn setup(mode: &str) -> Env {
+    let mut env = Env::start().await.expect("sim");
+    env.install_crds().expect("holdfast CRDs");
+    env.apply(CRDS).expect("test CRDs");
+    env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
+        .await
+        .expect("CRDs served");
+    env.apply(&rule(".spec.vpcRef.name")).expect("rule");
+    env.apply(STORAGE_RULE).expect("storage rule");
+    env.start_webhook(&["--dependents", mode])
+        .await
+        .expect("webhook");
+    env.install_delete_webhook(
+        "holdfast-test-policies",
+        &[
+            ("network.test.io", "vpcs"),
+            ("storage.test.io", "storageprofiles"),
+        ],
+    )
+    .expect("webhook configuration");
+    env.wait_webhook_ready().await.expect("ready");
+    env
+}
+
+fn refused_with(out: &holdfast_e2e::KubectlOutput, text: &str) -> bool {
+    out.code != 0 && out.stderr.contains(text)
+}
+
+async fn vpc_story(mode: &str) {
+    let env = setup(mode).await;
+    env.apply(
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n",
+    )
+    .expect("vpc");
+    env.apply(&vm("my-vm", "{vpcRef: {name: my-vpc}}"))
+        .expect("vm");
+
+    let out = env
+        .kubectl_until(&["delete", "vpc", "my-vpc", "--dry-run=server"], 10, |o| {
+            o.code != 0
+        })
+        .await
+        .expect("refused");
+    assert!(
+        out.stderr.contains("Error from server (Forbidden): admission webhook \"holdfast-test-policies.holdfast.dev\" denied the request: holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies"),
+        "{out:?}"
+    );
+    // Two VMs: both named.
+    env.apply(&vm("vm-2", "{vpcRef: {name: my-vpc}}"))
+        .expect("vm-2");
+    env.kubectl_until(&["delete", "vpc", "my-vpc"], 10, |o| {
+        refused_with(
+            o,
+            "VirtualMachine default/my-vm, VirtualMachine default/vm-2",
+        )
+    })
+    .await
+    .expect("both named");
+    // Delete the VMs: then the VPC goes.
+    env.kubectl(&["delete", "virtualmachine", "my-vm", "vm-2"])
+        .expect("kubectl")
+        .ok()
+        .expect("vms deleted");
+    env.kubectl_until(&["delete", "vpc", "my-vpc"], 10, |o| o.code == 0)
+        .await
+        .expect("vpc deleted once unreferenced");
+
+    // List field path, edited in place on the live rule.
+    env.apply(
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: net-a, namespace: default}\n",
+    )
+    .expect("vpc");
+    env.apply(&vm(
+        "vm-disks",
+        "{disks: [{vpcRef: {name: other}}, {vpcRef: {name: net-a}}]}",
+    ))
+    .expect("vm");
+    let out = env
+        .kubectl(&["delete", "vpc", "net-a", "--dry-run=server"])
+        .expect("kubectl");
+    assert_eq!(
+        out.code, 0,
+        "scalar path does not see list references yet: {out:?}"
+    );
+    env.apply(&rule(".spec.disks[*].vpcRef.name"))
+        .expect("rule edited");
+    env.kubectl_until(&["delete", "vpc", "net-a", "--dry-run=server"], 15, |o| {
+        refused_with(o, "still referenced by VirtualMachine default/vm-disks")
+    })
+    .await
+    .expect("edited path takes effect");
+
+    // Break-glass on exactly that object.
+    env.kubectl(&[
+        "annotate",
+        "vpc",
+        "net-a",
+        "holdfast.dev/skip-protection=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+    let out = env.kubectl(&["delete", "vpc", "net-a"]).expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // Cluster-scoped dependency referenced from namespaced claims in any namespace.
+    env.kubectl(&["create", "namespace", "team-a"])
+        .expect("kubectl")
+        .ok()
+        .expect("ns");
+    env.apply("apiVersion: storage.test.io/v1\nkind: StorageProfile\nmetadata: {name: fast}\n")
+        .expect("profile");
+    env.apply("apiVersion: storage.test.io/v1\nkind: VolumeClaim\nmetadata: {name: data, namespace: team-a}\nspec: {profile: fast}\n")
+        .expect("claim");
+    env.kubectl_until(
+        &["delete", "storageprofile", "fast", "--dry-run=server"],
+        10,
+        |o| {
+            refused_with(
+                o,
+                "StorageProfile fast is still referenced by VolumeClaim team-a/data",
+            )
+        },
+    )
+    .await
+    .expect("cluster-scoped dependency protected");
+    env.kubectl(&["delete", "volumeclaim", "data", "-n", "team-a"])
+        .expect("kubectl")
+        .ok()
+        .expect("claim deleted");
+    env.kubectl_until(&["delete", "storageprofile", "fast"], 10, |o| o.code == 0)
+        .await
+        .expect("profile deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn vpc_story_watch() {
+    vpc_story("watch").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn vpc_story_live() {
+    vpc_story("live").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restarted_webhook_denies_until_loaded_then_decides() {
+    let mut env = setup("watch").await;
+    env.apply(
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: v, namespace: default}\n",
+    )
+    .expect("vpc");
+    env.apply(&vm("m", "{vpcRef: {name: v}}")).expect("vm");
+    env.kubectl_until(&["delete", "vpc", "v", "--dry-run=server"], 10, |o| {
+        refused_with(o, "still referenced by VirtualMachine default/m")
+    })
+    .await
+    .expect("refused");
+    // Restart the webhook on the same port, with the API server made unreachable
+    // for it: it must refuse with "retry later", never allow.
+    let port = env.webhook.as_ref().map(|w| w.port).expect("running");
+    env.webhook = None;
+    let bad_kubeconfig = env.dir.path().join("unreachable");
+    std::fs::write(
+        &bad_kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1\n\
+         contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\ncurrent-context: gone\n\
+         users:\n- name: u\n  user:\n    token: nope\n",
+    )
+    .expect("kubeconfig");
+    let bad = bad_kubeconfig.to_string_lossy().into_owned();
+    env.start_webhook_on(port, &["--kubeconfig", &bad])
+        .await
+        .expect("restarted");
+    let out = env
+        .kubectl(&["delete", "vpc", "v", "--dry-run=server"])
+        .expect("kubectl");
+    assert!(
+        refused_with(&out, "holdfast: not ready yet, retry later"),
+        "{out:?}"
+    );
+    // And once it can load, it decides correctly again.
+    env.webhook = None;
+    env.start_webhook_on(port, &[]).await.expect("restarted");
+    env.wait_webhook_ready().await.expect("ready");
+    env.kubectl_until(&["delete", "vpc", "v", "--dry-run=server"], 10, |o| {
+        refused_with(o, "still referenced by VirtualMachine default/m")
+    })
+    .await
+    .expect("refused after reload");
+    env.kubectl(&["delete", "virtualmachine", "m"])
+        .expect("kubectl")
+        .ok()
+        .expect("vm deleted");
+    env.kubectl_until(&["delete", "vpc", "v"], 10, |o| o.code == 0)
+        .await
+        .expect("vpc deleted");
+}
