@@ -152,7 +152,10 @@ pub struct RunArgs {
     )]
     pub ca_bundle_file: Option<PathBuf>,
 
-    /// Secret holding the CA bundle (ca.crt). Exclusive with --ca-bundle-file.
+    /// Secret the controller manages: a self-signed CA (ca.crt, ca.key) and the
+    /// webhook's serving certificate (tls.crt, tls.key) for the Service DNS names
+    /// or the URL host, renewed before expiry; the caBundle follows ca.crt.
+    /// Exclusive with --ca-bundle-file.
     #[arg(long, value_name = "NAMESPACE/NAME", env = "HOLDFAST_CA_SECRET")]
     pub ca_secret: Option<SecretRef>,
 
@@ -195,6 +198,84 @@ pub struct RunArgs {
         env = "HOLDFAST_PROBE_LISTEN"
     )]
     pub probe_listen: SocketAddr,
+
+    /// Tuning (hidden flags).
+    #[command(flatten)]
+    pub tuning: TuningArgs,
+}
+
+/// Hidden tuning flags (tests, unusual deployments).
+#[derive(Args, Debug, Clone)]
+pub struct TuningArgs {
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else holdfast-system).
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "HOLDFAST_LEADER_ELECT_NAMESPACE",
+        hide = true
+    )]
+    pub leader_elect_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "holdfast-controller",
+        env = "HOLDFAST_LEADER_ELECT_LEASE",
+        hide = true
+    )]
+    pub leader_elect_lease: String,
+    /// Lease duration in seconds.
+    #[arg(long, value_name = "S", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=300), hide = true)]
+    pub leader_elect_lease_duration_seconds: u64,
+    /// Lease renew period in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..=60_000), hide = true)]
+    pub leader_elect_renew_millis: u64,
+    /// Full resync period in seconds.
+    #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600), hide = true)]
+    pub resync_seconds: u64,
+    /// Validity of the managed CA in seconds (default 10 years).
+    #[arg(long, value_name = "S", default_value_t = 10 * 365 * 24 * 3600, value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CA_VALIDITY_SECONDS", hide = true)]
+    pub ca_validity_seconds: u64,
+    /// Validity of the managed serving certificate in seconds (default 1 year).
+    #[arg(long, value_name = "S", default_value_t = 365 * 24 * 3600, value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CERT_VALIDITY_SECONDS", hide = true)]
+    pub cert_validity_seconds: u64,
+    /// Renew managed certificates this many seconds before expiry (default 30 days).
+    #[arg(long, value_name = "S", default_value_t = 30 * 24 * 3600, value_parser = clap::value_parser!(u64).range(1..), env = "HOLDFAST_CERT_RENEW_BEFORE_SECONDS", hide = true)]
+    pub cert_renew_before_seconds: u64,
+    /// Extra SAN (DNS name or IP) for the managed serving certificate (repeatable).
+    #[arg(long, value_name = "NAME", action = ArgAction::Append, hide = true)]
+    pub cert_extra_san: Vec<String>,
+}
+
+impl TuningArgs {
+    /// The tuning settings.
+    pub fn into_tuning(self) -> Result<crate::run::Tuning, ConfigError> {
+        use std::time::Duration;
+        let d = crate::run::Tuning::default();
+        let renew_every = Duration::from_millis(self.leader_elect_renew_millis);
+        let lease_duration = Duration::from_secs(self.leader_elect_lease_duration_seconds);
+        if renew_every * 2 > lease_duration {
+            return Err(config_error(
+                "--leader-elect-renew-millis must be at most half of --leader-elect-lease-duration-seconds",
+            ));
+        }
+        if self.cert_renew_before_seconds >= self.cert_validity_seconds {
+            return Err(config_error(
+                "--cert-renew-before-seconds must be less than --cert-validity-seconds",
+            ));
+        }
+        Ok(crate::run::Tuning {
+            lease_namespace: self.leader_elect_namespace.unwrap_or(d.lease_namespace),
+            lease_name: self.leader_elect_lease,
+            lease_duration,
+            renew_every,
+            resync: Duration::from_secs(self.resync_seconds),
+            ca_validity: Duration::from_secs(self.ca_validity_seconds),
+            cert_validity: Duration::from_secs(self.cert_validity_seconds),
+            renew_before: Duration::from_secs(self.cert_renew_before_seconds),
+            extra_sans: self.cert_extra_san,
+        })
+    }
 }
 
 /// An invalid combination of flags or an unusable file named by a flag.
@@ -364,6 +445,7 @@ fn crds(args: &CrdsArgs) -> anyhow::Result<()> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
+    let tuning = args.tuning.clone().into_tuning()?;
     let config = args.into_config()?;
     let labels: Vec<String> = config
         .protection_labels
@@ -385,10 +467,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         probe_listen = %config.probe_listen,
         "configuration is valid"
     );
-    tracing::warn!(
-        "the reconciler is not implemented in this version of holdfast-controller (it arrives with the controller issue); nothing was installed, exiting"
-    );
-    Ok(())
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::Error::new(e).context("starting the async runtime"))?;
+    runtime.block_on(crate::run::run(config, tuning))
 }
 
 #[cfg(test)]

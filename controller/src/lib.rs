@@ -1,10 +1,22 @@
 //! holdfast-controller: installs and heals the admission webhook configurations,
-//! resolves kcp workspaces, manages certificates and writes policy status.
+//! manages the webhook's certificates, elects a leader and writes policy status.
 //!
-//! This crate currently provides the command line ([`cli`]), the validated run
-//! configuration ([`config`]) and CRD rendering ([`crds`]); the reconciler
-//! arrives with the controller issue.
+//! - [`cli`]: the command line; [`config`]: the validated run configuration;
+//!   [`crds`]: CRD rendering.
+//! - [`run`]: wiring (client, probes, CA source, leader election, shutdown).
+//! - [`kubernetes`]: the Kubernetes/Karmada reconciler (one merged
+//!   ValidatingWebhookConfiguration `holdfast`, self-healing).
+//! - [`policies`]: validity of policy objects (spec rules, selectors, discovery).
+//! - [`cycles`]: rule-level dependency cycles; [`status`]: conditions.
+//! - [`leader`]: Lease-based leader election; [`certs`]: managed CA and caBundle.
 
+pub mod certs;
 pub mod cli;
 pub mod config;
 pub mod crds;
+pub mod cycles;
+pub mod kubernetes;
+pub mod leader;
+pub mod policies;
+pub mod run;
+pub mod status;

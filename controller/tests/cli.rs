@@ -101,7 +101,7 @@ fn help_and_version_succeed() {
 }
 
 #[test]
-fn valid_run_validates_logs_and_exits_cleanly() {
+fn valid_run_validates_logs_and_fails_without_a_cluster() {
     for (args, env) in [
         (
             &[
@@ -131,11 +131,14 @@ fn valid_run_validates_logs_and_exits_cleanly() {
             ],
         ),
     ] {
-        let out = controller(args, env);
+        let mut env = env.to_vec();
+        env.push(("KUBECONFIG", "/nonexistent/holdfast-test-kubeconfig"));
+        let out = controller(args, &env);
         let err = stderr(&out);
-        assert!(out.status.success(), "{args:?} {env:?}: {err}");
+        // A valid configuration, but no cluster to talk to: a runtime failure (1), not a usage error (2).
+        assert_eq!(out.status.code(), Some(1), "{args:?} {env:?}: {err}");
         assert!(err.contains("configuration is valid"), "{err}");
-        assert!(err.contains("not implemented"), "{err}");
+        assert!(err.contains("kubeconfig"), "{err}");
         assert!(out.stdout.is_empty(), "run prints nothing on stdout");
     }
     let out = controller(
@@ -146,6 +149,7 @@ fn valid_run_validates_logs_and_exits_cleanly() {
                 "HOLDFAST_PROTECTION_LABEL",
                 "resourcetemplate.karmada.io/deletion-protected=Always",
             ),
+            ("KUBECONFIG", "/nonexistent/holdfast-test-kubeconfig"),
         ],
     );
     let err = stderr(&out);

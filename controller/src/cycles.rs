@@ -1,0 +1,241 @@
+//! Rule-level dependency cycles: DependencyRules form a directed graph over
+//! resource types (edge dependent → dependency). A rule whose edge lies on a
+//! cycle is reported with the cycle, named the same way on every rule in it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use holdfast_shared::api::{DependencyRule, GroupResource};
+
+/// One DependencyRule reduced to its edges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleEdges {
+    /// Name of the rule (unique among the rules given).
+    pub rule: String,
+    /// The dependent type (holds the references).
+    pub dependent: GroupResource,
+    /// The dependency types (protected).
+    pub dependencies: Vec<GroupResource>,
+}
+
+impl RuleEdges {
+    /// The edges of `dr`, named `name` (the caller may qualify it, e.g. by workspace).
+    pub fn of(name: impl Into<String>, dr: &DependencyRule) -> Self {
+        let mut dependencies: Vec<GroupResource> = Vec::new();
+        for d in &dr.spec.dependencies {
+            let gr = GroupResource::new(&d.group, &d.resource);
+            if !dependencies.contains(&gr) {
+                dependencies.push(gr);
+            }
+        }
+        Self {
+            rule: name.into(),
+            dependent: GroupResource::new(&dr.spec.dependent.group, &dr.spec.dependent.resource),
+            dependencies,
+        }
+    }
+}
+
+/// A cycle a rule takes part in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cycle {
+    /// The types along the cycle, starting and ending with the same type
+    /// (rotated to start at the smallest type, so every rule names it the same).
+    pub types: Vec<GroupResource>,
+    /// The rules whose edges make up the cycle, sorted.
+    pub rules: Vec<String>,
+}
+
+impl Cycle {
+    /// Human-readable: `a → b → a (DependencyRules r1, r2)`.
+    pub fn message(&self) -> String {
+        let path = self
+            .types
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" → ");
+        let noun = if self.rules.len() == 1 {
+            "DependencyRule"
+        } else {
+            "DependencyRules"
+        };
+        format!(
+            "dependency cycle {path} (formed by {noun} {}): objects on it can never be deleted normally; remove one of the rules or use the skip-protection annotation",
+            self.rules.join(", ")
+        )
+    }
+}
+
+/// For every rule on a cycle, the (first, canonical) cycle it is on.
+pub fn find_cycles(rules: &[RuleEdges]) -> BTreeMap<String, Cycle> {
+    // Adjacency: type -> [(next type, rule)], deterministic order.
+    let mut adj: BTreeMap<&GroupResource, BTreeSet<(&GroupResource, &str)>> = BTreeMap::new();
+    for r in rules {
+        for d in &r.dependencies {
+            adj.entry(&r.dependent)
+                .or_default()
+                .insert((d, r.rule.as_str()));
+        }
+    }
+    let mut out = BTreeMap::new();
+    for r in rules {
+        for d in &r.dependencies {
+            if let Some(cycle) = cycle_through(&adj, &r.dependent, d, &r.rule) {
+                out.insert(r.rule.clone(), cycle);
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The shortest cycle using edge `from → to` (of `rule`), if `to` reaches `from`.
+fn cycle_through(
+    adj: &BTreeMap<&GroupResource, BTreeSet<(&GroupResource, &str)>>,
+    from: &GroupResource,
+    to: &GroupResource,
+    rule: &str,
+) -> Option<Cycle> {
+    // BFS from `to` back to `from`, remembering how each type was reached.
+    let mut parent: BTreeMap<&GroupResource, (&GroupResource, &str)> = BTreeMap::new();
+    let mut seen: BTreeSet<&GroupResource> = BTreeSet::new();
+    let mut queue = VecDeque::new();
+    seen.insert(to);
+    queue.push_back(to);
+    let mut found = from == to;
+    while !found {
+        let Some(cur) = queue.pop_front() else { break };
+        for (next, via) in adj.get(cur).into_iter().flatten() {
+            if seen.insert(next) {
+                parent.insert(next, (cur, via));
+                if *next == from {
+                    found = true;
+                    break;
+                }
+                queue.push_back(next);
+            }
+        }
+    }
+    if !found {
+        return None;
+    }
+    // Walk back from `from` to `to`.
+    let mut path = vec![from.clone()];
+    let mut rules: BTreeSet<String> = [rule.to_string()].into();
+    let mut cur = from;
+    while cur != to {
+        let (prev, via) = parent.get(cur)?;
+        rules.insert((*via).to_string());
+        path.push((*prev).clone());
+        cur = prev;
+    }
+    // `path` is from ← ... ← to, i.e. reversed; the cycle is from → to → ... → from.
+    // Reversed it is to → ... → from; prefixed with `from` it is the whole cycle.
+    path.reverse();
+    let mut types: Vec<GroupResource> = Vec::with_capacity(path.len() + 1);
+    types.push(from.clone());
+    types.extend(path);
+    // Rotate so the cycle starts at its smallest type.
+    let ring: Vec<GroupResource> = types[..types.len() - 1].to_vec();
+    let start = ring
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.cmp(b.1))
+        .map_or(0, |(i, _)| i);
+    let mut rotated: Vec<GroupResource> = ring[start..]
+        .iter()
+        .chain(&ring[..start])
+        .cloned()
+        .collect();
+    if let Some(first) = rotated.first().cloned() {
+        rotated.push(first);
+    }
+    Some(Cycle {
+        types: rotated,
+        rules: rules.into_iter().collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gr(s: &str) -> GroupResource {
+        let (r, g) = s.split_once('.').unwrap_or((s, ""));
+        GroupResource::new(g, r)
+    }
+
+    fn rule(name: &str, dependent: &str, deps: &[&str]) -> RuleEdges {
+        RuleEdges {
+            rule: name.into(),
+            dependent: gr(dependent),
+            dependencies: deps.iter().map(|d| gr(d)).collect(),
+        }
+    }
+
+    #[test]
+    fn two_rule_cycle_is_named_identically_on_both() {
+        let rules = vec![
+            rule(
+                "vm-deps",
+                "virtualmachines.compute.test.io",
+                &["vpcs.network.test.io"],
+            ),
+            rule(
+                "vpc-deps",
+                "vpcs.network.test.io",
+                &["virtualmachines.compute.test.io"],
+            ),
+            rule("db-deps", "databases.db.io", &["vpcs.network.test.io"]),
+        ];
+        let cycles = find_cycles(&rules);
+        assert_eq!(cycles.len(), 2, "{cycles:?}");
+        let a = &cycles["vm-deps"];
+        let b = &cycles["vpc-deps"];
+        assert_eq!(a, b);
+        assert_eq!(a.rules, vec!["vm-deps".to_string(), "vpc-deps".to_string()]);
+        assert_eq!(
+            a.types,
+            vec![
+                gr("virtualmachines.compute.test.io"),
+                gr("vpcs.network.test.io"),
+                gr("virtualmachines.compute.test.io")
+            ]
+        );
+        let msg = a.message();
+        assert!(
+            msg.starts_with("dependency cycle virtualmachines.compute.test.io → vpcs.network.test.io → virtualmachines.compute.test.io (formed by DependencyRules vm-deps, vpc-deps)"),
+            "{msg}"
+        );
+        assert!(!cycles.contains_key("db-deps"));
+    }
+
+    #[test]
+    fn self_loop_and_long_cycle() {
+        let rules = vec![rule("self", "a.x", &["a.x"])];
+        let cycles = find_cycles(&rules);
+        assert_eq!(cycles["self"].types, vec![gr("a.x"), gr("a.x")]);
+        let rules = vec![
+            rule("r1", "c.x", &["a.x"]),
+            rule("r2", "a.x", &["b.x"]),
+            rule("r3", "b.x", &["c.x", "d.x"]),
+        ];
+        let cycles = find_cycles(&rules);
+        assert_eq!(cycles.len(), 3);
+        assert_eq!(
+            cycles["r2"].types,
+            vec![gr("a.x"), gr("b.x"), gr("c.x"), gr("a.x")]
+        );
+        assert_eq!(cycles["r1"], cycles["r3"]);
+    }
+
+    #[test]
+    fn acyclic_graph_has_no_cycles() {
+        let rules = vec![
+            rule("r1", "a.x", &["b.x", "c.x"]),
+            rule("r2", "b.x", &["c.x"]),
+            rule("r3", "d.x", &["a.x"]),
+        ];
+        assert!(find_cycles(&rules).is_empty());
+    }
+}

@@ -1,0 +1,367 @@
+//! Checking policy objects: the spec's own rules (`validate()`), label selectors,
+//! and whether the resources they name are served (discovery).
+
+use std::collections::{BTreeSet, HashMap};
+
+use holdfast_shared::{
+    api::{
+        AnchorRule, CriticalService, DependencyRule, GroupResource, Policy, ResourceProtection,
+        ResourceType, ValidationError, join_errors,
+    },
+    webhookconfig::{Scope, well_known_scope},
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+/// Reasons of the `Invalid` condition.
+pub mod reasons {
+    /// A field breaks the schema's rules.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A field path does not parse.
+    pub const INVALID_FIELD_PATH: &str = "InvalidFieldPath";
+    /// A label selector is malformed.
+    pub const INVALID_SELECTOR: &str = "InvalidSelector";
+    /// A named resource is not served by the API server.
+    pub const UNKNOWN_RESOURCE: &str = "UnknownResource";
+    /// A kcp workspace path cannot be resolved.
+    pub const UNRESOLVED_WORKSPACE: &str = "UnresolvedWorkspace";
+    /// The policy is valid.
+    pub const VALID: &str = "Valid";
+}
+
+/// Why a policy is invalid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    /// Condition reason (one of [`reasons`]).
+    pub reason: &'static str,
+    /// Condition message.
+    pub message: String,
+}
+
+/// The resources the API server serves: group/resource → versions and scope.
+#[derive(Clone, Debug, Default)]
+pub struct ApiIndex {
+    map: HashMap<GroupResource, (BTreeSet<String>, bool)>,
+    /// Whether discovery ran at least once (before that nothing is "unknown").
+    pub loaded: bool,
+}
+
+impl ApiIndex {
+    /// Runs discovery against the API server.
+    pub async fn discover(client: &kube::Client) -> Result<Self, kube::Error> {
+        let discovery = kube::discovery::Discovery::new(client.clone())
+            .run()
+            .await?;
+        let mut index = ApiIndex {
+            loaded: true,
+            ..Default::default()
+        };
+        for group in discovery.groups() {
+            for version in group.versions() {
+                for (ar, caps) in group.versioned_resources(version) {
+                    let entry = index
+                        .map
+                        .entry(GroupResource::new(&ar.group, &ar.plural))
+                        .or_insert_with(|| (BTreeSet::new(), false));
+                    entry.0.insert(ar.version.clone());
+                    entry.1 = caps.scope == kube::discovery::Scope::Namespaced;
+                }
+            }
+        }
+        Ok(index)
+    }
+
+    /// An index from a list of (group, version, resource, namespaced) (tests).
+    pub fn from_entries<'a>(
+        entries: impl IntoIterator<Item = (&'a str, &'a str, &'a str, bool)>,
+    ) -> Self {
+        let mut index = ApiIndex {
+            loaded: true,
+            ..Default::default()
+        };
+        for (g, v, r, namespaced) in entries {
+            let e = index
+                .map
+                .entry(GroupResource::new(g, r))
+                .or_insert_with(|| (BTreeSet::new(), namespaced));
+            e.0.insert(v.to_string());
+        }
+        index
+    }
+
+    /// Number of resources known.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no resource is known.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The scope of a resource (discovery first, then well-known types).
+    pub fn scope(&self, gr: &GroupResource) -> Scope {
+        match self.map.get(gr) {
+            Some((_, true)) => Scope::Namespaced,
+            Some((_, false)) => Scope::Cluster,
+            None => well_known_scope(gr),
+        }
+    }
+
+    fn check_gr(&self, field: &str, gr: &GroupResource, version: Option<&str>) -> Option<String> {
+        if !self.loaded {
+            return None;
+        }
+        match self.map.get(gr) {
+            None => Some(format!(
+                "{field}: the API server does not serve resource {gr} (is its CRD installed, or the group/resource misspelled?)"
+            )),
+            Some((versions, _)) => match version {
+                Some(v) if !versions.contains(v) => Some(format!(
+                    "{field}: resource {gr} is not served in version {v} (served: {})",
+                    versions.iter().cloned().collect::<Vec<_>>().join(", ")
+                )),
+                _ => None,
+            },
+        }
+    }
+
+    fn check_type(&self, field: &str, t: &ResourceType) -> Option<String> {
+        self.check_gr(field, &t.group_resource(), Some(&t.version))
+    }
+}
+
+fn spec_invalid(errors: &[ValidationError]) -> Option<Invalid> {
+    if errors.is_empty() {
+        return None;
+    }
+    let reason = if errors.iter().all(|e| {
+        e.field.contains("fieldRef")
+            || e.field.contains("fieldPath")
+            || e.field.contains("FieldRef")
+    }) {
+        reasons::INVALID_FIELD_PATH
+    } else {
+        reasons::INVALID_SPEC
+    };
+    Some(Invalid {
+        reason,
+        message: join_errors(errors),
+    })
+}
+
+fn selector_problem(sel: &LabelSelector) -> Option<String> {
+    for (k, v) in sel.match_labels.iter().flatten() {
+        if let Err(e) = holdfast_shared::labels::validate_key(k) {
+            return Some(e.to_string());
+        }
+        if let Err(e) = holdfast_shared::labels::validate_value(k, v) {
+            return Some(e.to_string());
+        }
+    }
+    for req in sel.match_expressions.iter().flatten() {
+        if let Err(e) = holdfast_shared::labels::validate_key(&req.key) {
+            return Some(e.to_string());
+        }
+        let n = req.values.as_ref().map_or(0, Vec::len);
+        match req.operator.as_str() {
+            "In" | "NotIn" if n == 0 => {
+                return Some(format!(
+                    "operator {} on key {:?} needs at least one value",
+                    req.operator, req.key
+                ));
+            }
+            "Exists" | "DoesNotExist" if n > 0 => {
+                return Some(format!(
+                    "operator {} on key {:?} takes no values",
+                    req.operator, req.key
+                ));
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => {
+                return Some(format!(
+                    "unknown operator {other:?} on key {:?} (In, NotIn, Exists, DoesNotExist)",
+                    req.key
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn unknown(problems: Vec<String>) -> Option<Invalid> {
+    (!problems.is_empty()).then(|| Invalid {
+        reason: reasons::UNKNOWN_RESOURCE,
+        message: problems.join("; "),
+    })
+}
+
+/// Checks a ResourceProtection.
+pub fn check_resource_protection(rp: &ResourceProtection, index: &ApiIndex) -> Option<Invalid> {
+    if let Some(i) = spec_invalid(&rp.validate()) {
+        return Some(i);
+    }
+    for (i, r) in rp.spec.resources.iter().enumerate() {
+        if let Some(sel) = &r.label_selector
+            && let Some(p) = selector_problem(sel)
+        {
+            return Some(Invalid {
+                reason: reasons::INVALID_SELECTOR,
+                message: format!("spec.resources[{i}].labelSelector: {p}"),
+            });
+        }
+    }
+    unknown(
+        rp.spec
+            .resources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                index.check_type(&format!("spec.resources[{i}]"), &r.resource_type())
+            })
+            .collect(),
+    )
+}
+
+/// Checks an AnchorRule.
+pub fn check_anchor_rule(ar: &AnchorRule, index: &ApiIndex) -> Option<Invalid> {
+    if let Some(i) = spec_invalid(&ar.validate()) {
+        return Some(i);
+    }
+    let mut problems: Vec<String> = index
+        .check_type("spec.anchor", &ar.spec.anchor)
+        .into_iter()
+        .collect();
+    problems.extend(
+        ar.spec.protects.iter().enumerate().filter_map(|(i, p)| {
+            index.check_type(&format!("spec.protects[{i}]"), &p.resource_type())
+        }),
+    );
+    unknown(problems)
+}
+
+/// Checks a DependencyRule (on kcp the types live in other workspaces: `check_types` false).
+pub fn check_dependency_rule(
+    dr: &DependencyRule,
+    index: &ApiIndex,
+    check_types: bool,
+) -> Option<Invalid> {
+    if let Some(i) = spec_invalid(&dr.validate()) {
+        return Some(i);
+    }
+    if !check_types {
+        return None;
+    }
+    let mut problems: Vec<String> = index
+        .check_type("spec.dependent", &dr.spec.dependent.resource_type())
+        .into_iter()
+        .collect();
+    problems.extend(
+        dr.spec
+            .dependencies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| {
+                index.check_type(&format!("spec.dependencies[{i}]"), &d.resource_type())
+            }),
+    );
+    unknown(problems)
+}
+
+/// Checks a CriticalService.
+pub fn check_critical_service(cs: &CriticalService, index: &ApiIndex) -> Option<Invalid> {
+    if let Some(i) = spec_invalid(&cs.validate()) {
+        return Some(i);
+    }
+    let mut problems: Vec<String> = index
+        .check_gr("spec.provider", &cs.spec.provider.group_resource(), None)
+        .into_iter()
+        .collect();
+    for (i, c) in cs.spec.criteria.iter().enumerate() {
+        let field = format!("spec.criteria[{i}]");
+        if let Some(f) = &c.finalizer {
+            problems.extend(index.check_gr(&field, &f.group_resource(), None));
+        }
+        if let Some(s) = &c.specific_resource {
+            problems.extend(index.check_gr(&field, &s.group_resource(), None));
+        }
+    }
+    unknown(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rp(v: serde_json::Value) -> ResourceProtection {
+        ResourceProtection::new("p", serde_json::from_value(v).expect("spec"))
+    }
+
+    fn index() -> ApiIndex {
+        ApiIndex::from_entries([
+            ("apps", "v1", "deployments", true),
+            ("", "v1", "namespaces", false),
+            ("", "v1", "configmaps", true),
+        ])
+    }
+
+    #[test]
+    fn unknown_resource_and_version() {
+        let p = rp(
+            serde_json::json!({"resources": [{"group": "example.com", "version": "v1", "resource": "widgets"}]}),
+        );
+        let inv = check_resource_protection(&p, &index()).expect("invalid");
+        assert_eq!(inv.reason, reasons::UNKNOWN_RESOURCE);
+        assert!(
+            inv.message.contains("widgets.example.com"),
+            "{}",
+            inv.message
+        );
+        let p = rp(
+            serde_json::json!({"resources": [{"group": "apps", "version": "v2", "resource": "deployments"}]}),
+        );
+        let inv = check_resource_protection(&p, &index()).expect("invalid");
+        assert!(
+            inv.message.contains("not served in version v2"),
+            "{}",
+            inv.message
+        );
+        let p = rp(
+            serde_json::json!({"resources": [{"group": "apps", "version": "v1", "resource": "deployments"}]}),
+        );
+        assert_eq!(check_resource_protection(&p, &index()), None);
+        // Before discovery ran nothing is unknown.
+        let p = rp(
+            serde_json::json!({"resources": [{"group": "example.com", "version": "v1", "resource": "widgets"}]}),
+        );
+        assert_eq!(check_resource_protection(&p, &ApiIndex::default()), None);
+    }
+
+    #[test]
+    fn bad_selector_and_bad_spec() {
+        let p = rp(
+            serde_json::json!({"resources": [{"version": "v1", "resource": "configmaps",
+            "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In"}]}}]}),
+        );
+        let inv = check_resource_protection(&p, &index()).expect("invalid");
+        assert_eq!(inv.reason, reasons::INVALID_SELECTOR);
+        let p = rp(
+            serde_json::json!({"resources": [{"version": "v1", "resource": "namespaces", "namespace": "x"}]}),
+        );
+        let inv = check_resource_protection(&p, &index()).expect("invalid");
+        assert_eq!(inv.reason, reasons::INVALID_SPEC);
+    }
+
+    #[test]
+    fn bad_field_path() {
+        let dr: DependencyRule = DependencyRule::new(
+            "d",
+            serde_json::from_value(serde_json::json!({
+                "dependent": {"group": "apps", "version": "v1", "kind": "Deployment", "resource": "deployments"},
+                "dependencies": [{"version": "v1", "resource": "configmaps", "fieldRef": {"path": ".spec[x"}}]
+            }))
+            .expect("spec"),
+        );
+        let inv = check_dependency_rule(&dr, &index(), true).expect("invalid");
+        assert_eq!(inv.reason, reasons::INVALID_FIELD_PATH, "{}", inv.message);
+    }
+}

@@ -1,0 +1,264 @@
+//! Status of policy objects: `observedGeneration` and the conditions Ready,
+//! Installed, Invalid and (DependencyRule) CycleDetected, computed from what the
+//! reconciler found, written through the status subresource only when changed.
+
+use holdfast_shared::api::condition_types::{CYCLE_DETECTED, INSTALLED, INVALID, READY};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde_json::{Value, json};
+
+use crate::policies::{Invalid, reasons};
+
+/// What the reconciler found about one policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Why the policy is invalid, if it is.
+    pub invalid: Option<Invalid>,
+    /// Whether the live configuration(s) route everything the policy needs.
+    pub installed: bool,
+    /// What is installed (or missing), for the Installed message.
+    pub installed_message: String,
+    /// `Some(message)` when the policy is on a dependency cycle; `None` when not;
+    /// only DependencyRules carry the condition (`cycle_applies`).
+    pub cycle: Option<String>,
+    /// Whether the CycleDetected condition is set (DependencyRules).
+    pub cycle_applies: bool,
+}
+
+struct Cond {
+    type_: &'static str,
+    status: bool,
+    reason: String,
+    message: String,
+}
+
+fn conditions(o: &Outcome) -> Vec<Cond> {
+    let mut out = Vec::new();
+    let (ready, ready_reason, ready_msg) = match (&o.invalid, o.installed) {
+        (Some(inv), _) => (
+            false,
+            "Invalid".to_string(),
+            format!("the policy is invalid and not enforced: {}", inv.message),
+        ),
+        (None, false) => (
+            false,
+            "NotInstalled".to_string(),
+            "waiting for the webhook configuration".to_string(),
+        ),
+        (None, true) => (
+            true,
+            "Enforced".to_string(),
+            "the policy is enforced".to_string(),
+        ),
+    };
+    out.push(Cond {
+        type_: READY,
+        status: ready,
+        reason: ready_reason,
+        message: ready_msg,
+    });
+    out.push(match &o.invalid {
+        Some(_) => Cond {
+            type_: INSTALLED,
+            status: false,
+            reason: "Invalid".into(),
+            message: "not installed: the policy is invalid".into(),
+        },
+        None => Cond {
+            type_: INSTALLED,
+            status: o.installed,
+            reason: if o.installed {
+                "WebhookInstalled".into()
+            } else {
+                "NotInstalled".into()
+            },
+            message: o.installed_message.clone(),
+        },
+    });
+    out.push(match &o.invalid {
+        Some(inv) => Cond {
+            type_: INVALID,
+            status: true,
+            reason: inv.reason.into(),
+            message: inv.message.clone(),
+        },
+        None => Cond {
+            type_: INVALID,
+            status: false,
+            reason: reasons::VALID.into(),
+            message: "the spec is valid".into(),
+        },
+    });
+    if o.cycle_applies {
+        out.push(match &o.cycle {
+            Some(m) => Cond {
+                type_: CYCLE_DETECTED,
+                status: true,
+                reason: "DependencyCycle".into(),
+                message: m.clone(),
+            },
+            None => Cond {
+                type_: CYCLE_DETECTED,
+                status: false,
+                reason: "NoCycle".into(),
+                message: "the rule is not on a dependency cycle".into(),
+            },
+        });
+    }
+    out
+}
+
+fn status_str(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}
+
+/// The status to write, or `None` when `existing` already says the same
+/// (lastTransitionTime is kept for conditions whose status did not change).
+pub fn desired_status(
+    generation: Option<i64>,
+    existing_generation: Option<i64>,
+    existing: &[Condition],
+    outcome: &Outcome,
+    now: &str,
+) -> Option<Value> {
+    let wanted = conditions(outcome);
+    let same = existing_generation == generation
+        && existing.len() == wanted.len()
+        && wanted.iter().all(|w| {
+            existing.iter().any(|e| {
+                e.type_ == w.type_
+                    && e.status == status_str(w.status)
+                    && e.reason == w.reason
+                    && e.message == w.message
+                    && e.observed_generation == generation
+            })
+        });
+    if same {
+        return None;
+    }
+    let conds: Vec<Value> = wanted
+        .iter()
+        .map(|w| {
+            let prior = existing
+                .iter()
+                .find(|e| e.type_ == w.type_ && e.status == status_str(w.status));
+            let ltt = prior
+                .and_then(|e| serde_json::to_value(&e.last_transition_time).ok())
+                .filter(|v| v.is_string())
+                .unwrap_or_else(|| Value::String(now.to_string()));
+            let mut c = json!({
+                "type": w.type_,
+                "status": status_str(w.status),
+                "reason": w.reason,
+                "message": truncate(&w.message, 32_000),
+                "lastTransitionTime": ltt,
+            });
+            if let Some(g) = generation {
+                c["observedGeneration"] = json!(g);
+            }
+            c
+        })
+        .collect();
+    let mut status = json!({ "conditions": conds });
+    if let Some(g) = generation {
+        status["observedGeneration"] = json!(g);
+    }
+    Some(status)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// The current time as the API server writes it (RFC 3339, seconds, `Z`).
+pub fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome() -> Outcome {
+        Outcome {
+            invalid: None,
+            installed: true,
+            installed_message: "installed".into(),
+            cycle: None,
+            cycle_applies: true,
+        }
+    }
+
+    fn parse(v: &Value) -> Vec<Condition> {
+        serde_json::from_value(v["conditions"].clone()).expect("conditions")
+    }
+
+    #[test]
+    fn unchanged_status_is_not_rewritten_and_transition_time_is_kept() {
+        let s =
+            desired_status(Some(1), None, &[], &outcome(), "2026-01-01T00:00:00Z").expect("new");
+        assert_eq!(s["observedGeneration"], 1);
+        let conds = parse(&s);
+        assert_eq!(conds.len(), 4);
+        let ready = conds.iter().find(|c| c.type_ == "Ready").expect("ready");
+        assert_eq!(ready.status, "True");
+        assert_eq!(
+            desired_status(Some(1), Some(1), &conds, &outcome(), "2026-02-02T00:00:00Z"),
+            None
+        );
+        // New generation: rewritten, times kept.
+        let s2 = desired_status(Some(2), Some(1), &conds, &outcome(), "2026-02-02T00:00:00Z")
+            .expect("changed");
+        assert_eq!(
+            s2["conditions"][0]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
+        // Invalid: Ready false, time updated.
+        let mut o = outcome();
+        o.invalid = Some(Invalid {
+            reason: reasons::UNKNOWN_RESOURCE,
+            message: "no".into(),
+        });
+        let s3 = desired_status(Some(2), Some(2), &parse(&s2), &o, "2026-03-03T00:00:00Z")
+            .expect("changed");
+        let conds = parse(&s3);
+        let inv = conds
+            .iter()
+            .find(|c| c.type_ == "Invalid")
+            .expect("invalid");
+        assert_eq!(
+            (inv.status.as_str(), inv.reason.as_str()),
+            ("True", "UnknownResource")
+        );
+        let ready = &s3["conditions"][0];
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["lastTransitionTime"], "2026-03-03T00:00:00Z");
+    }
+
+    #[test]
+    fn cycle_condition_only_for_dependency_rules() {
+        let mut o = outcome();
+        o.cycle_applies = false;
+        let s = desired_status(None, None, &[], &o, "2026-01-01T00:00:00Z").expect("new");
+        assert_eq!(parse(&s).len(), 3);
+        o.cycle_applies = true;
+        o.cycle = Some("dependency cycle a → b → a".into());
+        let s = desired_status(None, None, &[], &o, "2026-01-01T00:00:00Z").expect("new");
+        let c = parse(&s);
+        let cyc = c
+            .iter()
+            .find(|c| c.type_ == "CycleDetected")
+            .expect("cycle");
+        assert_eq!(cyc.status, "True");
+        assert!(cyc.message.contains("a → b → a"));
+    }
+}
