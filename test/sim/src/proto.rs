@@ -225,6 +225,97 @@ const ROLE_BINDING: &[F] = &[
     (3, "roleRef", K::Msg(ROLE_REF)),
 ];
 
+const RESOURCE_ATTRS: &[F] = &[
+    (1, "namespace", K::Str),
+    (2, "verb", K::Str),
+    (3, "group", K::Str),
+    (4, "version", K::Str),
+    (5, "resource", K::Str),
+    (6, "subresource", K::Str),
+    (7, "name", K::Str),
+];
+const NON_RESOURCE_ATTRS: &[F] = &[(1, "path", K::Str), (2, "verb", K::Str)];
+const SAR_SPEC: &[F] = &[
+    (1, "resourceAttributes", K::Msg(RESOURCE_ATTRS)),
+    (2, "nonResourceAttributes", K::Msg(NON_RESOURCE_ATTRS)),
+    (3, "user", K::Str),
+    (4, "groups", K::RepStr),
+    (6, "uid", K::Str),
+];
+const SELF_SAR_SPEC: &[F] = &[
+    (1, "resourceAttributes", K::Msg(RESOURCE_ATTRS)),
+    (2, "nonResourceAttributes", K::Msg(NON_RESOURCE_ATTRS)),
+];
+const SAR: &[F] = &[
+    (1, "metadata", K::Msg(OBJECT_META)),
+    (2, "spec", K::Msg(SAR_SPEC)),
+];
+const SELF_SAR: &[F] = &[
+    (1, "metadata", K::Msg(OBJECT_META)),
+    (2, "spec", K::Msg(SELF_SAR_SPEC)),
+];
+const SSRR_SPEC: &[F] = &[(1, "namespace", K::Str)];
+const SSRR: &[F] = &[
+    (1, "metadata", K::Msg(OBJECT_META)),
+    (2, "spec", K::Msg(SSRR_SPEC)),
+];
+const TOKEN_REVIEW_SPEC: &[F] = &[(1, "token", K::Str), (2, "audiences", K::RepStr)];
+const TOKEN_REVIEW: &[F] = &[
+    (1, "metadata", K::Msg(OBJECT_META)),
+    (2, "spec", K::Msg(TOKEN_REVIEW_SPEC)),
+];
+
+const JOB_SPEC: &[F] = &[
+    (1, "parallelism", K::IntP),
+    (2, "completions", K::IntP),
+    (3, "activeDeadlineSeconds", K::IntP),
+    (4, "selector", K::Msg(LABEL_SELECTOR)),
+    (5, "manualSelector", K::BoolP),
+    (6, "template", K::Msg(POD_TEMPLATE)),
+    (7, "backoffLimit", K::IntP),
+    (8, "ttlSecondsAfterFinished", K::IntP),
+    (9, "completionMode", K::Str),
+    (10, "suspend", K::BoolP),
+];
+const JOB: &[F] = &[
+    (1, "metadata", K::Msg(OBJECT_META)),
+    (2, "spec", K::Msg(JOB_SPEC)),
+    (3, "status", K::Msg(TIME_FIELDS)),
+];
+const JOB_TEMPLATE: &[F] = &[
+    (1, "metadata", K::Msg(OBJECT_META)),
+    (2, "spec", K::Msg(JOB_SPEC)),
+];
+const CRONJOB_SPEC: &[F] = &[
+    (1, "schedule", K::Str),
+    (2, "startingDeadlineSeconds", K::IntP),
+    (3, "concurrencyPolicy", K::Str),
+    (4, "suspend", K::BoolP),
+    (5, "jobTemplate", K::Msg(JOB_TEMPLATE)),
+    (6, "successfulJobsHistoryLimit", K::IntP),
+    (7, "failedJobsHistoryLimit", K::IntP),
+    (8, "timeZone", K::Str),
+];
+const CRONJOB: &[F] = &[
+    (1, "metadata", K::Msg(OBJECT_META)),
+    (2, "spec", K::Msg(CRONJOB_SPEC)),
+    (3, "status", K::Msg(TIME_FIELDS)),
+];
+const PRIORITY_CLASS: &[F] = &[
+    (1, "metadata", K::Msg(OBJECT_META)),
+    (2, "value", K::IntP),
+    (3, "globalDefault", K::Bool),
+    (4, "description", K::Str),
+    (5, "preemptionPolicy", K::Str),
+];
+const QUOTA_SPEC: &[F] = &[(1, "hard", K::MapQuantity), (2, "scopes", K::RepStr)];
+const QUOTA: &[F] = &[
+    (1, "metadata", K::Msg(OBJECT_META)),
+    (2, "spec", K::Msg(QUOTA_SPEC)),
+    (3, "status", K::Msg(TIME_FIELDS)),
+];
+const METADATA_ONLY: &[F] = &[(1, "metadata", K::Msg(OBJECT_META))];
+
 fn schema_for(kind: &str) -> Option<&'static [F]> {
     Some(match kind {
         "Namespace" => NAMESPACE,
@@ -235,6 +326,15 @@ fn schema_for(kind: &str) -> Option<&'static [F]> {
         "Deployment" | "StatefulSet" | "ReplicaSet" | "DaemonSet" => DEPLOYMENT,
         "Pod" => POD,
         "DeleteOptions" => DELETE_OPTIONS,
+        "SubjectAccessReview" | "LocalSubjectAccessReview" => SAR,
+        "SelfSubjectAccessReview" => SELF_SAR,
+        "SelfSubjectRulesReview" => SSRR,
+        "TokenReview" => TOKEN_REVIEW,
+        "SelfSubjectReview" => METADATA_ONLY,
+        "Job" => JOB,
+        "CronJob" => CRONJOB,
+        "PriorityClass" => PRIORITY_CLASS,
+        "ResourceQuota" => QUOTA,
         "Role" | "ClusterRole" => ROLE,
         "RoleBinding" | "ClusterRoleBinding" => ROLE_BINDING,
         _ => return None,

@@ -219,6 +219,10 @@ pub async fn review(
         };
         return Ok(Resp::Json(201, obj));
     }
+    if res == "selfsubjectrulesreviews" {
+        obj["status"] = json!({"resourceRules": [], "nonResourceRules": [], "incomplete": true});
+        return Ok(Resp::Json(201, obj));
+    }
     if res == "selfsubjectreviews" {
         obj["status"] = json!({"userInfo": ctx.user.to_json()});
         return Ok(Resp::Json(201, obj));

@@ -244,6 +244,67 @@ fn authenticate(state: &State, headers: &HeaderMap) -> Option<UserInfo> {
     })
 }
 
+/// `Impersonate-User` / `Impersonate-Group` / `Impersonate-Uid` (kubectl --as/--as-group).
+fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<UserInfo> {
+    let Some(name) = headers
+        .get("impersonate-user")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+    else {
+        return Ok(user);
+    };
+    let allowed = |resource: &str, n: &str| {
+        crate::rbac::allowed(
+            state,
+            &crate::rbac::Attributes {
+                user: &user.name,
+                groups: &user.groups,
+                verb: "impersonate",
+                group: "",
+                resource,
+                subresource: "",
+                namespace: "",
+                name: n,
+                cluster: "",
+            },
+        )
+    };
+    let mut groups: Vec<String> = headers
+        .get_all("impersonate-group")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_string))
+        .collect();
+    let forbid = |what: &str, n: &str| {
+        let mut e = ApiError::new(
+            403,
+            "Forbidden",
+            format!(
+                "{what} \"{n}\" is forbidden: User \"{}\" cannot impersonate resource \"{what}\" in API group \"\" at the cluster scope",
+                user.name
+            ),
+        );
+        e.details = Some(json!({"name": n, "kind": what}));
+        e
+    };
+    if !allowed("users", &name) {
+        return Err(forbid("users", &name));
+    }
+    for g in &groups {
+        if !allowed("groups", g) {
+            return Err(forbid("groups", g));
+        }
+    }
+    if !groups.iter().any(|g| g == "system:authenticated") {
+        groups.push("system:authenticated".into());
+    }
+    let uid = headers
+        .get("impersonate-uid")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    Ok(UserInfo { name, uid, groups })
+}
+
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let pretty = req
         .headers()
@@ -258,6 +319,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     }
     let Some(user) = authenticate(&state, req.headers()) else {
         return error_response(&ApiError::unauthorized(), &[], pretty);
+    };
+    let user = match impersonate(&state, user, req.headers()) {
+        Ok(u) => u,
+        Err(e) => return error_response(&e, &[], pretty),
     };
     let method = req.method().clone();
     let headers = req.headers().clone();

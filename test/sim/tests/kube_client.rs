@@ -926,6 +926,38 @@ async fn rbac_model_and_subject_access_reviews() {
         s.message,
         "configmaps is forbidden: User \"alice\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"default\""
     );
+    // Impersonation (kubectl --as) and SelfSubjectAccessReview (kubectl auth can-i).
+    let k = common::Kubectl::new(&sim.kubeconfig("admin"));
+    let out = k.run(&[
+        "auth",
+        "can-i",
+        "list",
+        "configmaps",
+        "--as",
+        "alice",
+        "--as-group",
+        "dev",
+    ]);
+    assert_eq!((out.stdout.as_str(), out.code), ("yes\n", 0), "{out:?}");
+    let out = k.run(&[
+        "auth",
+        "can-i",
+        "create",
+        "configmaps",
+        "--as",
+        "alice",
+        "--as-group",
+        "dev",
+    ]);
+    assert_eq!((out.stdout.as_str(), out.code), ("no\n", 1), "{out:?}");
+    let out = k.run(&["get", "secrets", "--as", "bob"]);
+    assert_eq!(
+        out.stderr,
+        "Error from server (Forbidden): secrets is forbidden: User \"bob\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\"\n"
+    );
+    let alice_k = common::Kubectl::new(&sim.kubeconfig("alice"));
+    let out = alice_k.run(&["get", "cm", "--as", "admin"]);
+    assert_eq!(out.code, 1, "alice may not impersonate: {out:?}");
     sim.shutdown().await;
 }
 
