@@ -66,7 +66,7 @@ struct RefKey {
 
 #[derive(Default)]
 struct Inner {
-    refs: HashMap<RefKey, HashMap<ObjectId, Referrer>>,
+    refs: HashMap<RefKey, HashMap<(ObjectId, Str), Referrer>>,
     by_obj: HashMap<ObjectId, Vec<RefKey>>,
     strings: HashSet<Str>,
 }
@@ -85,7 +85,7 @@ impl Inner {
         if let Some(keys) = self.by_obj.remove(id) {
             for k in keys {
                 if let Some(set) = self.refs.get_mut(&k) {
-                    set.remove(id);
+                    set.retain(|(oid, _), _| oid != id);
                     if set.is_empty() {
                         self.refs.remove(&k);
                     }
@@ -179,18 +179,19 @@ impl DependentsIndex {
                 target: inner.intern(&r.target),
                 name: inner.intern(&r.name),
             };
+            let ref_namespace = inner.intern(&r.namespace);
             let referrer = Referrer {
                 kind: kind.clone(),
                 namespace: id.namespace.clone(),
                 name: id.name.clone(),
-                ref_namespace: inner.intern(&r.namespace),
+                ref_namespace: ref_namespace.clone(),
                 terminating,
             };
             inner
                 .refs
                 .entry(key.clone())
                 .or_default()
-                .insert(id.clone(), referrer);
+                .insert((id.clone(), ref_namespace), referrer);
             if !keys.contains(&key) {
                 keys.push(key);
             }
@@ -258,7 +259,11 @@ impl DependentsIndex {
                     .collect()
             })
             .unwrap_or_default();
-        out.sort_by(|a, b| (&a.namespace, &a.name, &a.kind).cmp(&(&b.namespace, &b.name, &b.kind)));
+        out.sort_by(|a, b| {
+            (&a.namespace, &a.name, &a.kind).cmp(&(&b.namespace, &b.name, &b.kind))
+        });
+        // One object referencing into several namespaces is still one blocker.
+        out.dedup_by(|a, b| a.namespace == b.namespace && a.name == b.name && a.kind == b.kind);
         out
     }
 
