@@ -327,6 +327,20 @@ impl Parser {
 }
 
 pub fn parse(expr: &str) -> Result<Expr, CelError> {
+    if expr.len() > 16 * 1024 {
+        return Err(CelError("expression too long".into()));
+    }
+    let mut depth = 0i32;
+    for c in expr.chars() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+        if depth > 64 {
+            return Err(CelError("expression nested too deeply".into()));
+        }
+    }
     let t = lex(expr)?;
     let mut p = Parser { t, i: 0 };
     let e = p.expr()?;

@@ -76,7 +76,7 @@ pub struct SimConfig {
     /// Watch events kept per resource for resumption (older resourceVersions get 410).
     pub watch_history: usize,
     /// Interval of BOOKMARK events on watches that allow them.
-    #[serde(with = "millis")]
+    #[serde(rename = "bookmarkIntervalMs", with = "millis")]
     pub bookmark_interval: Duration,
     /// Publish a `kube-root-ca.crt` ConfigMap in every new namespace (as kube-controller-manager does).
     pub root_ca_configmap: bool,

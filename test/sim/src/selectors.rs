@@ -152,8 +152,10 @@ fn parse_req(p: &str) -> Result<Req, String> {
     let words: Vec<&str> = p.split_whitespace().collect();
     if words.len() >= 2 && (words[1] == "in" || words[1] == "notin") {
         let key = words[0].to_string();
-        let idx = p.find(words[1]).unwrap_or(0) + words[1].len();
-        let set = parse_set(&p[idx..])?;
+        // Skip the key, the whitespace and the operator.
+        let after_key = p.trim_start()[key.len()..].trim_start();
+        let rest = &after_key[words[1].len()..];
+        let set = parse_set(rest)?;
         return Ok(if words[1] == "in" {
             Req::In(key, set)
         } else {
@@ -237,5 +239,32 @@ impl FieldSelector {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parse_and_match() {
+        let o = json!({"metadata": {"labels": {"domain": "a", "tier": "x", "n": "5"}}});
+        assert!(
+            Selector::parse("domain in (a,b)")
+                .expect("parse")
+                .matches(&o)
+        );
+        assert!(
+            Selector::parse("domain notin (b),tier=x,n>3,!missing")
+                .expect("parse")
+                .matches(&o)
+        );
+        assert!(!Selector::parse("tier!=x").expect("parse").matches(&o));
+        assert!(Selector::parse("domain in (a").is_err());
+        assert!(Selector::parse("a b c").is_err());
+        let fs = FieldSelector::parse("metadata.name=x", &[]).expect("fields");
+        assert!(fs.matches(&json!({"metadata": {"name": "x"}})));
+        assert!(FieldSelector::parse("spec.x=y", &[]).is_err());
     }
 }

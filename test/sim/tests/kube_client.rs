@@ -1083,7 +1083,7 @@ async fn streaming_list_and_metadata_watch() {
 #[test]
 fn yaml_config_file() {
     let cfg = SimConfig::from_yaml(
-        "users:\n- name: admin\n  token: t0\n  groups: [system:masters]\n- name: alice\n  token: t1\n  groups: [dev]\nrbac:\n- users: [alice]\n  verbs: [bypass]\n  apiGroups: [holdfast.dev]\n  resources: [protections]\nservices:\n  holdfast-webhook.holdfast-system: 127.0.0.1:8443\n",
+        "users:\n- name: admin\n  token: t0\n  groups: [system:masters]\n- name: alice\n  token: t1\n  groups: [dev]\nrbac:\n- users: [alice]\n  verbs: [bypass]\n  apiGroups: [holdfast.dev]\n  resources: [protections]\nservices:\n  holdfast-webhook.holdfast-system: 127.0.0.1:8443\nbookmarkIntervalMs: 250\n",
     )
     .expect("config");
     assert_eq!(cfg.users.len(), 2);
@@ -1093,6 +1093,7 @@ fn yaml_config_file() {
         cfg.services["holdfast-webhook.holdfast-system"],
         "127.0.0.1:8443"
     );
+    assert_eq!(cfg.bookmark_interval, Duration::from_millis(250));
     assert!(SimConfig::from_yaml("users: 3").is_err());
 }
 
