@@ -430,6 +430,10 @@ fn list(
         if items.len() >= limit {
             more = true;
             remaining += 1;
+            if !f.labels.is_empty() || !f.fields.is_empty() {
+                // remainingItemCount is only reported without selectors.
+                break;
+            }
             continue;
         }
         items.push(v.clone());
