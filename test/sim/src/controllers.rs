@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
+
 pub fn crd_gr() -> Gr {
     Gr {
         group: "apiextensions.k8s.io".into(),
@@ -109,6 +111,26 @@ pub async fn bootstrap(state: &Arc<State>) {
             },
             obj,
         );
+        if state.cfg.root_ca_configmap {
+            let cm = json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "kube-root-ca.crt", "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(),
+                             "creationTimestamp": now, "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
+                "data": {"ca.crt": state.ca_pem},
+            });
+            let _ = state.store.create(
+                &Gr {
+                    group: String::new(),
+                    resource: "configmaps".into(),
+                },
+                Key {
+                    cluster: String::new(),
+                    namespace: ns.into(),
+                    name: "kube-root-ca.crt".into(),
+                },
+                cm,
+            );
+        }
     }
     kcp::bootstrap(state);
 }
@@ -290,7 +312,7 @@ async fn publish_root_ca(state: &Arc<State>, ns: &str) {
     let ctx = Ctx::internal(controller_user(state), "");
     let obj = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "kube-root-ca.crt", "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+        "metadata": {"name": "kube-root-ca.crt", "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
         "data": {"ca.crt": state.ca_pem},
     });
     let t = target(&info, Some(ns), None);
