@@ -1,1 +1,252 @@
-//! Helpers for controller end-to-end tests (owned by the controller work).
+//! Helpers for controller end-to-end tests: run the real `holdfast-controller`
+//! binary against the sim, read what it installed, wait for conditions.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use crate::{Env, bin, free_port, http_get};
+
+/// A running `holdfast-controller`.
+pub struct ControllerProcess {
+    child: Child,
+    /// Probe port (`/healthz`, `/readyz`).
+    pub probe_port: u16,
+    /// Where its log goes.
+    pub log: PathBuf,
+}
+
+impl ControllerProcess {
+    /// Process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether `/readyz` answers 200 (the controller leads and has reconciled).
+    pub async fn is_ready(&self) -> bool {
+        http_get(self.probe_port, "/readyz").await.map(|(s, _)| s) == Ok(200)
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn wait_ready(&mut self, secs: u64) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if self.is_ready().await {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                bail!("holdfast-controller exited with {status}: {}", self.log());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "holdfast-controller not ready within {secs}s: {}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits (at most `secs`) for the exit.
+    pub async fn terminate(&mut self, secs: u64) -> anyhow::Result<ExitStatus> {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .context("running kill")?;
+        if !status.success() {
+            bail!("kill -TERM failed");
+        }
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("holdfast-controller did not exit within {secs}s after SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Kills the process (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts `holdfast-controller` against the sim of `env`, pointing the
+/// configuration at the env's webhook port (`webhook_port`) with `--webhook-url`;
+/// `args` come last. Without a `--ca-*` flag in `args`, the env's test CA is
+/// given with `--ca-bundle-file`.
+pub fn start_controller(
+    env: &Env,
+    name: &str,
+    webhook_port: u16,
+    args: &[&str],
+) -> anyhow::Result<ControllerProcess> {
+    let probe_port = free_port()?;
+    let log = env.dir.path().join(format!("{name}.log"));
+    let mut cmd = Command::new(bin("holdfast-controller")?);
+    cmd.arg("run")
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .arg("--webhook-url")
+        .arg(format!("https://127.0.0.1:{webhook_port}/validate"))
+        .arg("--probe-listen")
+        .arg(format!("127.0.0.1:{probe_port}"));
+    if !args.iter().any(|a| a.starts_with("--ca-")) {
+        let ca = env.dir.path().join("ca.crt");
+        std::fs::write(&ca, &env.pki.ca_pem)?;
+        cmd.arg("--ca-bundle-file").arg(ca);
+    }
+    for (key, _) in std::env::vars() {
+        if key.starts_with("HOLDFAST_") {
+            cmd.env_remove(key);
+        }
+    }
+    let child = cmd
+        .args(args)
+        .env("RUST_LOG", "info,holdfast_controller=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .context("starting holdfast-controller")?;
+    Ok(ControllerProcess {
+        child,
+        probe_port,
+        log,
+    })
+}
+
+/// The live ValidatingWebhookConfiguration `holdfast`, if any.
+pub fn webhook_configuration(env: &Env) -> anyhow::Result<Option<Value>> {
+    let out = env.kubectl(&[
+        "get",
+        "validatingwebhookconfiguration",
+        "holdfast",
+        "-o",
+        "json",
+        "--ignore-not-found",
+    ])?;
+    if out.code != 0 {
+        bail!("kubectl get failed: {}", out.stderr);
+    }
+    if out.stdout.trim().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(serde_json::from_str(&out.stdout)?))
+}
+
+/// Names of the webhooks in a configuration.
+pub fn webhook_names(cfg: &Value) -> Vec<String> {
+    cfg["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// `(apiGroups, resources, operations)` of each rule of webhook `name`.
+pub fn rules_of(cfg: &Value, name: &str) -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    cfg["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["name"] == name)
+        .flat_map(|w| w["rules"].as_array().cloned().unwrap_or_default())
+        .map(|r| {
+            (
+                strings(&r["apiGroups"]),
+                strings(&r["resources"]),
+                strings(&r["operations"]),
+            )
+        })
+        .collect()
+}
+
+/// Polls `check` on the live configuration until it holds (at most `timeout`);
+/// returns the configuration (or `None` when absent) and the time it took.
+pub async fn wait_configuration(
+    env: &Env,
+    timeout: Duration,
+    check: impl Fn(Option<&Value>) -> bool,
+) -> anyhow::Result<(Option<Value>, Duration)> {
+    let start = Instant::now();
+    loop {
+        let cfg = webhook_configuration(env)?;
+        if check(cfg.as_ref()) {
+            return Ok((cfg, start.elapsed()));
+        }
+        if start.elapsed() > timeout {
+            bail!(
+                "webhook configuration never reached the expected state within {timeout:?}; last: {}",
+                cfg.map(|c| c.to_string())
+                    .unwrap_or_else(|| "<absent>".into())
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The condition `type_` of a policy object (`kind` as kubectl names it, e.g.
+/// `resourceprotection`), as JSON.
+pub fn condition(env: &Env, kind: &str, name: &str, type_: &str) -> anyhow::Result<Option<Value>> {
+    let out = env.kubectl(&["get", kind, name, "-o", "json"])?.ok()?;
+    let obj: Value = serde_json::from_str(&out.stdout)?;
+    Ok(obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned())
+}
+
+/// Waits until condition `type_` of the policy has `status`; returns it.
+pub async fn wait_condition(
+    env: &Env,
+    kind: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    secs: u64,
+) -> anyhow::Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let c = condition(env, kind, name, type_)?;
+        if let Some(c) = &c
+            && c["status"] == status
+        {
+            return Ok(c.clone());
+        }
+        if Instant::now() > deadline {
+            bail!("{kind}/{name}: condition {type_} never became {status}; last: {c:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
