@@ -92,5 +92,59 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+fn bench_indexes(c: &mut Criterion) {
+    use holdfast_shared::{
+        api::common::GroupResource,
+        index::{DependentsIndex, ObjectId, Reference},
+        registry::{PolicyKey, TargetIndex},
+    };
+    use std::sync::Arc;
+
+    // 10,000 rules over 1,000 resources.
+    let idx: TargetIndex<u32> = TargetIndex::default();
+    let entries = (0..10_000u32)
+        .map(|i| {
+            (
+                PolicyKey::new(&format!("lc-{}", i % 1000), &format!("rule-{i}")),
+                vec![GroupResource::new("network.test.io", format!("r{}", i % 1000))],
+                Arc::new(i),
+            )
+        })
+        .collect();
+    idx.reset(entries);
+    let hit = GroupResource::new("network.test.io", "r500");
+    let miss = GroupResource::new("network.test.io", "nope");
+    c.bench_function("registry find_by_target hit (10k rules)", |b| {
+        b.iter(|| idx.find(black_box(&hit)))
+    });
+    c.bench_function("registry find_by_target miss", |b| {
+        b.iter(|| idx.find(black_box(&miss)))
+    });
+
+    for n in [10usize, 1_000, 10_000] {
+        let index = DependentsIndex::default();
+        for i in 0..n {
+            let id = ObjectId {
+                cluster: "lc".into(),
+                resource: "virtualmachines.compute.test.io".into(),
+                namespace: "default".into(),
+                name: format!("vm-{i}").into(),
+            };
+            let r = Reference {
+                target: "vpcs.network.test.io".into(),
+                name: format!("vpc-{}", i % 100),
+                namespace: "default".into(),
+            };
+            index.apply(&id, "VirtualMachine", false, &[r]);
+        }
+        c.bench_function(&format!("index lookup unreferenced ({n} dependents)"), |b| {
+            b.iter(|| index.lookup("lc", "vpcs.network.test.io", black_box("free"), Some("default")))
+        });
+        c.bench_function(&format!("index lookup referenced ({n} dependents)"), |b| {
+            b.iter(|| index.lookup("lc", "vpcs.network.test.io", black_box("vpc-7"), Some("default")))
+        });
+    }
+}
+
+criterion_group!(benches, bench, bench_indexes);
 criterion_main!(benches);

@@ -18,11 +18,14 @@ use crate::{
     index::Referrer,
     labels::ProtectionLabels,
     names::{
-        ALLOW_DELETION_LABEL_APPCAT, MESSAGE_PREFIX, SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES,
+        ALLOW_DELETION_LABEL, ALLOW_DELETION_LABEL_APPCAT, MESSAGE_PREFIX, SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES,
         STRICT_EXEMPT_LABEL,
     },
-    registry::{CompiledDependency, CompiledProtection},
-    review::{AdmissionRequest, Operation, annotations, check_metadata, labels},
+    registry::{
+        CompiledAnchor, CompiledCritical, CompiledCriterion, CompiledDependency,
+        CompiledProtection, critical_services_gr, namespaces_gr,
+    },
+    review::{AdmissionRequest, Gvk, Operation, annotations, check_metadata, labels},
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -96,6 +99,60 @@ pub trait ClusterView: Send + Sync {
     ) -> impl Future<Output = Result<Vec<Referrer>, LookupError>> + Send {
         async { Ok(Vec::new()) }
     }
+
+    /// CriticalServices concerned by a DELETE of `gr` (provider resource, namespaces,
+    /// criticalservices).
+    fn critical(&self, _gr: &GroupResource) -> Option<Arc<[Arc<CompiledCritical>]>> {
+        None
+    }
+
+    /// AnchorRules protecting `gr`.
+    fn anchors(&self, _gr: &GroupResource) -> Option<Arc<[Arc<CompiledAnchor>]>> {
+        None
+    }
+
+    /// How many objects of `gr` in `cluster` carry `finalizer`.
+    fn count_finalizer(
+        &self,
+        _cluster: &str,
+        _gr: &GroupResource,
+        _finalizer: &str,
+    ) -> impl Future<Output = Result<usize, LookupError>> + Send {
+        async { Ok(0) }
+    }
+
+    /// The object `name` (in `namespace`) of `gr` in `cluster`, if it exists. Anchors
+    /// come back whole enough to read their toggle; others at least with metadata.
+    fn object(
+        &self,
+        _cluster: &str,
+        _gr: &GroupResource,
+        _namespace: Option<&str>,
+        _name: &str,
+    ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
+        async { Ok(None) }
+    }
+
+    /// Every object in namespace `ns` of `cluster` that some protection could cover
+    /// (labelled objects, and objects of every resource a policy object protects).
+    fn namespace_contents(
+        &self,
+        _cluster: &str,
+        _ns: &str,
+    ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+}
+
+/// An object inside a namespace, for containment checks.
+#[derive(Clone, Debug)]
+pub struct ContainedObject {
+    /// Its group/version/resource.
+    pub resource: crate::review::Gvr,
+    /// Its kind.
+    pub kind: String,
+    /// The object (at least its metadata).
+    pub object: Arc<Value>,
 }
 
 /// A view for a webhook that has no policy sources: always loaded, governs nothing.
@@ -319,6 +376,98 @@ async fn evaluate_delete<V: ClusterView>(
         }
         _ => String::new(),
     };
+    let single = evaluate_single(req, obj, cfg, view, &skip_note).await;
+    if matches!(single.decision, Decision::Deny(_)) || !req.is_namespace() {
+        return single;
+    }
+    let contained = evaluate_containment(req, obj, cfg, view, now).await;
+    match contained.decision {
+        Decision::Allow => single,
+        _ => contained,
+    }
+}
+
+/// Containment: a namespace holding any object whose own DELETE would be denied
+/// cannot be deleted.
+async fn evaluate_containment<V: ClusterView>(
+    req: &AdmissionRequest,
+    obj: &Value,
+    cfg: &PolicyConfig,
+    view: &V,
+    now: DateTime<Utc>,
+) -> Evaluation {
+    let ns = req.object_name().unwrap_or_default();
+    let cluster = logical_cluster(obj);
+    let contents = match view.namespace_contents(cluster, ns).await {
+        Ok(c) => c,
+        Err(e) => {
+            return Evaluation::deny(
+                "containment",
+                DenialKind::LookupFailed,
+                format!(
+                    "{MESSAGE_PREFIX} cannot verify what Namespace {ns} holds: {e}. Refusing \
+                     rather than risk a half-deleted namespace; retry later, {BYPASS_HINT}."
+                ),
+                Vec::new(),
+            );
+        }
+    };
+    let mut blockers = Vec::new();
+    for item in contents {
+        let inner = AdmissionRequest {
+            uid: req.uid.clone(),
+            kind: Gvk {
+                group: item.resource.group.clone(),
+                version: item.resource.version.clone(),
+                kind: item.kind.clone(),
+            },
+            resource: item.resource.clone(),
+            sub_resource: None,
+            request_kind: None,
+            request_resource: None,
+            request_sub_resource: None,
+            name: crate::review::meta_str(&item.object, "name").map(str::to_string),
+            namespace: Some(ns.to_string()),
+            operation: Operation::Delete,
+            user_info: req.user_info.clone(),
+            object: None,
+            old_object: Some((*item.object).clone()),
+            dry_run: req.dry_run,
+            options: None,
+        };
+        if check_metadata(&item.object).is_err() {
+            continue;
+        }
+        if let Ok(Some(_)) = break_glass(&item.object, now) {
+            continue;
+        }
+        let e = evaluate_single(&inner, &item.object, cfg, view, "").await;
+        if let Decision::Deny(_) = e.decision {
+            blockers.push(format!("{} ({})", inner.describe(), e.policy));
+        }
+    }
+    if blockers.is_empty() {
+        return Evaluation::allow("none");
+    }
+    blockers.sort();
+    let message = format!(
+        "{MESSAGE_PREFIX} Namespace {ns} holds objects that are protected from deletion: {} \
+         (policy: containment), so it cannot be deleted: that would leave it half-deleted. \
+         To delete it, first lift the protection of those objects (or delete them), {BYPASS_HINT} \
+         on the namespace.",
+        list_blockers(&blockers)
+    );
+    Evaluation::deny("containment", DenialKind::Protected, message, blockers)
+}
+
+/// Every protection of one object, without containment.
+async fn evaluate_single<V: ClusterView>(
+    req: &AdmissionRequest,
+    obj: &Value,
+    cfg: &PolicyConfig,
+    view: &V,
+    skip_note: &str,
+) -> Evaluation {
     if let Some(found) = cfg.labels.protecting(labels(obj)) {
         let target = kubectl_target(req);
         let unprotect = if cfg.strict || view.strict_for(req) {
@@ -499,6 +648,9 @@ async fn evaluate_policy_objects<V: ClusterView>(
         }
     }
 
+    evaluate_critical(&gr, name, namespace, cluster, &what, view, &mut out).await;
+    evaluate_anchors(&gr, obj, name, namespace, cluster, &what, view, &mut out).await;
+
     match out.denial {
         Some((policy, kind, message, blockers)) => {
             let mut e = Evaluation::deny(&policy, kind, message, blockers);
@@ -520,6 +672,217 @@ async fn evaluate_policy_objects<V: ClusterView>(
             .to_string(),
             audits: out.audits,
         },
+    }
+}
+
+fn lookup_failed(out: &mut Outcome, enforcement: Enforcement, policy: String, message: String) {
+    if enforcement == Enforcement::Enforce {
+        if out.denial.is_none() {
+            out.denial = Some((policy, DenialKind::LookupFailed, message, Vec::new()));
+        }
+    } else {
+        out.warnings.push(message);
+    }
+}
+
+fn describe_ref(kind: &str, namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
+        _ => format!("{kind} {name}"),
+    }
+}
+
+async fn evaluate_critical<V: ClusterView>(
+    gr: &GroupResource,
+    name: &str,
+    namespace: Option<&str>,
+    cluster: &str,
+    what: &str,
+    view: &V,
+    out: &mut Outcome,
+) {
+    for cs in view.critical(gr).iter().flat_map(|l| l.iter()) {
+        if !cs.key.cluster.is_empty() && &*cs.key.cluster != cluster {
+            continue;
+        }
+        let policy = policy_name("CriticalService", &cs.key.cluster, &cs.key.name);
+        let provider = describe_ref(&cs.provider.to_string(), Some(&cs.provider_namespace), &cs.provider_name);
+        if *gr == critical_services_gr() && name == &*cs.key.name {
+            match view
+                .object(cluster, &cs.provider, Some(&cs.provider_namespace), &cs.provider_name)
+                .await
+            {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    let message = format!(
+                        "{MESSAGE_PREFIX} {what} cannot be deleted while its provider {provider} \
+                         exists (policy: {policy}). To delete it, delete the provider first; \
+                         this CriticalService keeps it from going before its criteria are met, \
+                         {BYPASS_HINT}."
+                    );
+                    out.record(cs.enforcement, policy.clone(), message, vec![provider.clone()]);
+                }
+                Err(e) => lookup_failed(
+                    out,
+                    cs.enforcement,
+                    policy.clone(),
+                    format!("{MESSAGE_PREFIX} cannot verify whether {provider} exists (policy: {policy}): {e}; retry later, {BYPASS_HINT}."),
+                ),
+            }
+            continue;
+        }
+        let is_provider = *gr == cs.provider
+            && namespace == Some(cs.provider_namespace.as_str())
+            && name == cs.provider_name;
+        let is_namespace = *gr == namespaces_gr() && namespace.is_none() && name == cs.provider_namespace;
+        if !is_provider && !is_namespace {
+            continue;
+        }
+        let mut remaining = Vec::new();
+        for crit in &cs.criteria {
+            match crit {
+                CompiledCriterion::Finalizer { resource, finalizer } => {
+                    match view.count_finalizer(cluster, resource, finalizer).await {
+                        Ok(0) => {}
+                        Ok(n) => remaining.push(format!(
+                            "{n} {resource} still {} finalizer {finalizer}",
+                            if n == 1 { "carries" } else { "carry" }
+                        )),
+                        Err(e) => {
+                            lookup_failed(
+                                out,
+                                cs.enforcement,
+                                policy.clone(),
+                                format!("{MESSAGE_PREFIX} cannot count {resource} carrying finalizer {finalizer} (policy: {policy}): {e}; retry later, {BYPASS_HINT}."),
+                            );
+                        }
+                    }
+                }
+                CompiledCriterion::SpecificResource { resource, namespace, name } => {
+                    match view.object(cluster, resource, namespace.as_deref(), name).await {
+                        Ok(None) => {}
+                        Ok(Some(_)) => remaining.push(format!(
+                            "{} still exists",
+                            describe_ref(&resource.to_string(), namespace.as_deref(), name)
+                        )),
+                        Err(e) => lookup_failed(
+                            out,
+                            cs.enforcement,
+                            policy.clone(),
+                            format!("{MESSAGE_PREFIX} cannot verify whether {resource} {name} exists (policy: {policy}): {e}; retry later, {BYPASS_HINT}."),
+                        ),
+                    }
+                }
+            }
+        }
+        if remaining.is_empty() {
+            continue;
+        }
+        let role = if is_provider {
+            "provides a critical service".to_string()
+        } else {
+            format!("holds {provider}, which provides a critical service")
+        };
+        let message = format!(
+            "{MESSAGE_PREFIX} {what} {role} (policy: {policy}) and cannot be deleted while {}. \
+             To delete it, wait until those are gone (the service finalizes them), {BYPASS_HINT}.",
+            list_blockers(&remaining)
+        );
+        out.record(cs.enforcement, policy, message, remaining);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn evaluate_anchors<V: ClusterView>(
+    gr: &GroupResource,
+    obj: &Value,
+    name: &str,
+    namespace: Option<&str>,
+    cluster: &str,
+    what: &str,
+    view: &V,
+    out: &mut Outcome,
+) {
+    let Some(rules) = view.anchors(gr) else { return };
+    let own = labels(obj);
+    let overridden = [ALLOW_DELETION_LABEL, ALLOW_DELETION_LABEL_APPCAT]
+        .iter()
+        .any(|k| own.and_then(|l| l.get(*k)).and_then(Value::as_str) == Some("true"));
+    if overridden {
+        return;
+    }
+    let mut ns_labels: Option<Option<Arc<Value>>> = None;
+    for ar in rules.iter() {
+        if !ar.key.cluster.is_empty() && &*ar.key.cluster != cluster {
+            continue;
+        }
+        let policy = policy_name("AnchorRule", &ar.key.cluster, &ar.key.name);
+        let label = |l: Option<&serde_json::Map<String, Value>>, key: &str| {
+            l.and_then(|l| l.get(key)).and_then(Value::as_str).map(str::to_string)
+        };
+        let mut anchor_name = label(own, &ar.name_label);
+        let mut anchor_ns = ar.namespace_label.as_deref().and_then(|k| label(own, k));
+        let inherit = ar.protects.iter().any(|(g, inherit)| g == gr && *inherit);
+        if anchor_name.is_none() && inherit && let Some(ns) = namespace {
+            if ns_labels.is_none() {
+                match view.object(cluster, &namespaces_gr(), None, ns).await {
+                    Ok(v) => ns_labels = Some(v),
+                    Err(e) => {
+                        lookup_failed(out, ar.enforcement, policy.clone(), format!("{MESSAGE_PREFIX} cannot read Namespace {ns} to find the anchor of {what} (policy: {policy}): {e}; retry later, {BYPASS_HINT}."));
+                        continue;
+                    }
+                }
+            }
+            let nl = ns_labels.as_ref().and_then(|o| o.as_ref()).and_then(|o| labels(o));
+            anchor_name = label(nl, &ar.name_label);
+            anchor_ns = ar.namespace_label.as_deref().and_then(|k| label(nl, k));
+        }
+        let Some(anchor_name) = anchor_name else { continue };
+        let anchor_desc = describe_ref(&ar.anchor.to_string(), anchor_ns.as_deref(), &anchor_name);
+        match view.object(cluster, &ar.anchor, anchor_ns.as_deref(), &anchor_name).await {
+            Ok(None) => {}
+            Ok(Some(anchor)) => {
+                let deleting = anchor
+                    .get("metadata")
+                    .and_then(|m| m.get("deletionTimestamp"))
+                    .is_some_and(|v| !v.is_null());
+                if deleting {
+                    continue;
+                }
+                let on = ar
+                    .toggle
+                    .as_ref()
+                    .and_then(|p| p.first(&anchor))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(ar.toggle_default);
+                if !on {
+                    continue;
+                }
+                let toggle = ar
+                    .toggle
+                    .as_ref()
+                    .map(|p| format!(" and has {p}=true"))
+                    .unwrap_or_default();
+                let off = ar
+                    .toggle
+                    .as_ref()
+                    .map(|p| format!("set {p} to false on {anchor_desc}, "))
+                    .unwrap_or_default();
+                let _ = name;
+                let message = format!(
+                    "{MESSAGE_PREFIX} {what} is protected while its anchor {anchor_desc} exists{toggle} \
+                     (policy: {policy}), so it cannot be deleted. To delete it, {off}delete the \
+                     anchor, or label this object {ALLOW_DELETION_LABEL}=true."
+                );
+                out.record(ar.enforcement, policy, message, vec![anchor_desc]);
+            }
+            Err(e) => lookup_failed(
+                out,
+                ar.enforcement,
+                policy.clone(),
+                format!("{MESSAGE_PREFIX} cannot read the anchor {anchor_desc} of {what} (policy: {policy}): {e}; refusing rather than risk it, retry later, {BYPASS_HINT}."),
+            ),
+        }
     }
 }
 
@@ -1016,6 +1379,8 @@ mod tests {
             }
             registry.protections.set_loaded();
             registry.dependencies.set_loaded();
+            registry.critical.set_loaded();
+            registry.anchors.set_loaded();
             View {
                 registry,
                 index: DependentsIndex::default(),
@@ -1262,6 +1627,205 @@ mod tests {
             );
             let d = denied(&evaluate(&del, &cfg(false, &[]), &v, now())).clone();
             assert_eq!(d.kind, DenialKind::NotReady);
+        }
+    }
+
+    mod lifecycle {
+        use super::*;
+        use crate::{
+            api::{anchor_rule::AnchorRule, critical_service::CriticalService},
+            registry::Registry,
+        };
+        use std::collections::HashMap;
+
+        #[derive(Default)]
+        struct View {
+            registry: Registry,
+            objects: HashMap<(String, String, String), Arc<Value>>,
+            finalizers: HashMap<(String, String), usize>,
+            contents: Vec<ContainedObject>,
+        }
+
+        impl ClusterView for View {
+            fn policies_loaded(&self) -> bool {
+                true
+            }
+            fn critical(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledCritical>]>> {
+                self.registry.critical.find(gr)
+            }
+            fn anchors(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledAnchor>]>> {
+                self.registry.anchors.find(gr)
+            }
+            fn count_finalizer(
+                &self,
+                _c: &str,
+                gr: &GroupResource,
+                f: &str,
+            ) -> impl Future<Output = Result<usize, LookupError>> + Send {
+                let n = self.finalizers.get(&(gr.to_string(), f.to_string())).copied().unwrap_or(0);
+                async move { Ok(n) }
+            }
+            fn object(
+                &self,
+                _c: &str,
+                gr: &GroupResource,
+                ns: Option<&str>,
+                name: &str,
+            ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
+                let o = self
+                    .objects
+                    .get(&(gr.to_string(), ns.unwrap_or_default().to_string(), name.to_string()))
+                    .cloned();
+                async move { Ok(o) }
+            }
+            fn namespace_contents(
+                &self,
+                _c: &str,
+                ns: &str,
+            ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send {
+                let v: Vec<ContainedObject> = self
+                    .contents
+                    .iter()
+                    .filter(|c| crate::review::meta_str(&c.object, "namespace") == Some(ns))
+                    .cloned()
+                    .collect();
+                async move { Ok(v) }
+            }
+        }
+
+        fn del(group: &str, kind: &str, resource: &str, ns: Option<&str>, name: &str, labels: Value) -> AdmissionRequest {
+            let mut meta = json!({"name": name, "labels": labels});
+            if let Some(ns) = ns { meta["namespace"] = json!(ns); }
+            let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+                "uid":"u","kind":{"group":group,"version":"v1","kind":kind},
+                "resource":{"group":group,"version":"v1","resource":resource},
+                "name":name,"namespace":ns.unwrap_or(name),"operation":"DELETE","userInfo":{"username":"bob"},
+                "object":null,"oldObject":{"metadata": meta}}});
+            parse_review(body.to_string().as_bytes()).expect("review")
+        }
+
+        fn critical_view() -> View {
+            let v = View::default();
+            let cs: CriticalService = serde_json::from_value(json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService",
+                "metadata": {"name": "for-finalizer-deployment"},
+                "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "finalizer-namespace", "name": "finalizer-deployment"},
+                    "criteria": [
+                        {"type": "Finalizer", "finalizer": {"group": "my.crd.group", "resource": "coolresources", "finalizerName": "my.crd.group/super-important"}},
+                        {"type": "SpecificResource", "specificResource": {"group": "apiextensions.k8s.io", "resource": "customresourcedefinitions", "name": "coolresources.my.crd.group"}}
+                    ]}})).expect("cs");
+            v.registry.apply_critical("", &cs);
+            v
+        }
+
+        #[test]
+        fn critical_service_orders_deletion() {
+            let mut v = critical_view();
+            let c = cfg(false, &[]);
+            let provider = del("apps", "Deployment", "deployments", Some("finalizer-namespace"), "finalizer-deployment", json!({}));
+            let ns = del("", "Namespace", "namespaces", None, "finalizer-namespace", json!({}));
+            let itself = del("holdfast.dev", "CriticalService", "criticalservices", None, "for-finalizer-deployment", json!({}));
+            v.finalizers.insert(("coolresources.my.crd.group".into(), "my.crd.group/super-important".into()), 2);
+            v.objects.insert(("customresourcedefinitions.apiextensions.k8s.io".into(), "".into(), "coolresources.my.crd.group".into()), Arc::new(json!({})));
+            v.objects.insert(("deployments.apps".into(), "finalizer-namespace".into(), "finalizer-deployment".into()), Arc::new(json!({})));
+            let d = denied(&evaluate(&provider, &c, &v, now())).clone();
+            assert!(d.message.contains("2 coolresources.my.crd.group still carry finalizer my.crd.group/super-important"), "{}", d.message);
+            assert!(d.message.contains("customresourcedefinitions.apiextensions.k8s.io coolresources.my.crd.group still exists"), "{}", d.message);
+            let d = denied(&evaluate(&ns, &c, &v, now())).clone();
+            assert!(d.message.starts_with("holdfast: Namespace finalizer-namespace holds deployments.apps finalizer-namespace/finalizer-deployment"), "{}", d.message);
+            assert!(denied(&evaluate(&itself, &c, &v, now())).message.contains("while its provider"));
+            // One left: singular.
+            v.finalizers.insert(("coolresources.my.crd.group".into(), "my.crd.group/super-important".into()), 1);
+            assert!(denied(&evaluate(&provider, &c, &v, now())).message.contains("1 coolresources.my.crd.group still carries finalizer"));
+            // Criteria met: provider and namespace may go; the CriticalService only once the provider is gone.
+            v.finalizers.clear();
+            v.objects.remove(&("customresourcedefinitions.apiextensions.k8s.io".into(), "".into(), "coolresources.my.crd.group".into()));
+            assert_eq!(evaluate(&provider, &c, &v, now()).decision, Decision::Allow);
+            assert_eq!(evaluate(&ns, &c, &v, now()).decision, Decision::Allow);
+            assert!(matches!(evaluate(&itself, &c, &v, now()).decision, Decision::Deny(_)));
+            v.objects.clear();
+            assert_eq!(evaluate(&itself, &c, &v, now()).decision, Decision::Allow);
+            // Another deployment in the namespace is not the provider.
+            let other = del("apps", "Deployment", "deployments", Some("finalizer-namespace"), "web", json!({}));
+            assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
+        }
+
+        fn anchor_view() -> View {
+            let v = View::default();
+            let ar: AnchorRule = serde_json::from_value(json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "AnchorRule", "metadata": {"name": "appcat"},
+                "spec": {"anchor": {"group": "vshn.appcat.vshn.io", "version": "v1", "resource": "xvshnpostgresqls"},
+                    "anchorLabels": {"name": "appcat.vshn.io/composite-name"},
+                    "toggle": {"fieldPath": ".spec.parameters.backup.deletionProtection", "default": true},
+                    "protects": [
+                        {"group": "", "version": "v1", "resource": "namespaces"},
+                        {"group": "", "version": "v1", "resource": "persistentvolumeclaims", "inheritFromNamespace": true},
+                        {"group": "appcat.vshn.io", "version": "v1", "resource": "xobjectbuckets"}
+                    ]}})).expect("ar");
+            v.registry.apply_anchor("", &ar).expect("compiles");
+            v
+        }
+
+        #[test]
+        fn anchor_rule_lifecycle() {
+            let mut v = anchor_view();
+            let c = cfg(false, &[]);
+            let anchor_key = ("xvshnpostgresqls.vshn.appcat.vshn.io".to_string(), String::new(), "pg-1".to_string());
+            let ns_key = ("namespaces".to_string(), String::new(), "vshn-postgresql-pg-1".to_string());
+            v.objects.insert(ns_key, Arc::new(json!({"metadata": {"name": "vshn-postgresql-pg-1", "labels": {"appcat.vshn.io/composite-name": "pg-1"}}})));
+            v.objects.insert(anchor_key.clone(), Arc::new(json!({"metadata": {"name": "pg-1"}, "spec": {"parameters": {"backup": {"deletionProtection": true}}}})));
+            let ns = del("", "Namespace", "namespaces", None, "vshn-postgresql-pg-1", json!({"appcat.vshn.io/composite-name": "pg-1"}));
+            let pvc = del("", "PersistentVolumeClaim", "persistentvolumeclaims", Some("vshn-postgresql-pg-1"), "data", json!({}));
+            let bucket = del("appcat.vshn.io", "XObjectBucket", "xobjectbuckets", None, "b", json!({"appcat.vshn.io/composite-name": "pg-1"}));
+            for r in [&ns, &pvc, &bucket] {
+                let d = denied(&evaluate(r, &c, &v, now())).clone();
+                assert!(d.message.contains("is protected while its anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists and has .spec.parameters.backup.deletionProtection=true"), "{}", d.message);
+            }
+            // Override label on exactly that object.
+            let pvc_override = del("", "PersistentVolumeClaim", "persistentvolumeclaims", Some("vshn-postgresql-pg-1"), "data", json!({"holdfast.dev/allow-deletion": "true"}));
+            assert_eq!(evaluate(&pvc_override, &c, &v, now()).decision, Decision::Allow);
+            let pvc_wrong = del("", "PersistentVolumeClaim", "persistentvolumeclaims", Some("vshn-postgresql-pg-1"), "data", json!({"holdfast.dev/allow-deletion": "yes"}));
+            assert!(matches!(evaluate(&pvc_wrong, &c, &v, now()).decision, Decision::Deny(_)));
+            // Toggle off → deletable; absent → default (true).
+            v.objects.insert(anchor_key.clone(), Arc::new(json!({"metadata": {"name": "pg-1"}, "spec": {"parameters": {"backup": {"deletionProtection": false}}}})));
+            assert_eq!(evaluate(&pvc, &c, &v, now()).decision, Decision::Allow);
+            v.objects.insert(anchor_key.clone(), Arc::new(json!({"metadata": {"name": "pg-1"}, "spec": {}})));
+            assert!(matches!(evaluate(&pvc, &c, &v, now()).decision, Decision::Deny(_)));
+            // Terminating or gone anchor → deletable (no deadlock).
+            v.objects.insert(anchor_key.clone(), Arc::new(json!({"metadata": {"name": "pg-1", "deletionTimestamp": "2026-11-22T08:00:00Z"}, "spec": {}})));
+            assert_eq!(evaluate(&pvc, &c, &v, now()).decision, Decision::Allow);
+            v.objects.remove(&anchor_key);
+            for r in [&ns, &pvc, &bucket] {
+                assert_eq!(evaluate(r, &c, &v, now()).decision, Decision::Allow);
+            }
+        }
+
+        #[test]
+        fn containment_denies_namespace_with_protected_contents() {
+            let mut v = View::default();
+            v.contents.push(ContainedObject {
+                resource: crate::review::Gvr { group: "".into(), version: "v1".into(), resource: "persistentvolumeclaims".into() },
+                kind: "PersistentVolumeClaim".into(),
+                object: Arc::new(json!({"metadata": {"name": "data", "namespace": "shop", "labels": {"holdfast.dev/protected": "true"}}})),
+            });
+            v.contents.push(ContainedObject {
+                resource: crate::review::Gvr { group: "".into(), version: "v1".into(), resource: "configmaps".into() },
+                kind: "ConfigMap".into(),
+                object: Arc::new(json!({"metadata": {"name": "plain", "namespace": "shop"}})),
+            });
+            let c = cfg(false, &[]);
+            let ns = del("", "Namespace", "namespaces", None, "shop", json!({}));
+            let e = evaluate(&ns, &c, &v, now());
+            let d = denied(&e);
+            assert_eq!(e.policy, "containment");
+            assert_eq!(d.blockers, vec!["PersistentVolumeClaim shop/data (label)".to_string()]);
+            assert!(d.message.starts_with("holdfast: Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)"), "{}", d.message);
+            // Another namespace is unaffected.
+            let other = del("", "Namespace", "namespaces", None, "dev", json!({}));
+            assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
+            // Break-glass on the contained object lifts it.
+            v.contents[0].object = Arc::new(json!({"metadata": {"name": "data", "namespace": "shop", "labels": {"holdfast.dev/protected": "true"}, "annotations": {"holdfast.dev/skip-protection": "true"}}}));
+            assert_eq!(evaluate(&ns, &c, &v, now()).decision, Decision::Allow);
         }
     }
 }

@@ -8,6 +8,8 @@
 use crate::{
     api::{
         common::{Enforcement, GroupResource},
+        anchor_rule::AnchorRule,
+        critical_service::{CriterionType, CriticalService},
         dependency_rule::DependencyRule,
         resource_protection::{ResourceProtection, ResourceSelector},
     },
@@ -365,6 +367,158 @@ pub fn compile_protection(
     ))
 }
 
+/// One criterion of a CriticalService.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompiledCriterion {
+    /// Some object of `resource` still carries `finalizer`.
+    Finalizer {
+        /// The resource whose objects may carry it.
+        resource: GroupResource,
+        /// The finalizer.
+        finalizer: String,
+    },
+    /// That object still exists.
+    SpecificResource {
+        /// Its resource (plural, or a kind as the seed's example writes it).
+        resource: GroupResource,
+        /// Its namespace, if namespaced.
+        namespace: Option<String>,
+        /// Its name.
+        name: String,
+    },
+}
+
+/// A CriticalService, ready for admission.
+#[derive(Debug, Clone)]
+pub struct CompiledCritical {
+    /// The policy.
+    pub key: PolicyKey,
+    /// Its enforcement.
+    pub enforcement: Enforcement,
+    /// Provider resource.
+    pub provider: GroupResource,
+    /// Provider namespace.
+    pub provider_namespace: String,
+    /// Provider name.
+    pub provider_name: String,
+    /// Criteria; the provider is protected while any holds.
+    pub criteria: Vec<CompiledCriterion>,
+}
+
+/// The group/resource of the CriticalService kind itself.
+pub fn critical_services_gr() -> GroupResource {
+    GroupResource::new(crate::names::API_GROUP, "criticalservices")
+}
+
+/// The core group's namespaces.
+pub fn namespaces_gr() -> GroupResource {
+    GroupResource::new("", "namespaces")
+}
+
+/// Compiles a CriticalService; its targets are the provider's resource, namespaces
+/// and criticalservices.holdfast.dev itself.
+pub fn compile_critical(cluster: &str, cs: &CriticalService) -> (Vec<GroupResource>, CompiledCritical) {
+    let p = &cs.spec.provider;
+    let criteria = cs
+        .spec
+        .criteria
+        .iter()
+        .filter_map(|c| match c.type_ {
+            CriterionType::Finalizer => c.finalizer.as_ref().map(|f| CompiledCriterion::Finalizer {
+                resource: GroupResource::new(&f.group, &f.resource),
+                finalizer: f.finalizer_name.clone(),
+            }),
+            CriterionType::SpecificResource => {
+                c.specific_resource
+                    .as_ref()
+                    .map(|r| CompiledCriterion::SpecificResource {
+                        resource: GroupResource::new(&r.group, &r.resource),
+                        namespace: r.namespace.clone().filter(|n| !n.is_empty()),
+                        name: r.name.clone(),
+                    })
+            }
+        })
+        .collect();
+    let provider = GroupResource::new(&p.group, &p.resource);
+    let mut targets = vec![provider.clone(), namespaces_gr(), critical_services_gr()];
+    targets.sort();
+    targets.dedup();
+    (
+        targets,
+        CompiledCritical {
+            key: PolicyKey::new(cluster, cs.metadata.name.as_deref().unwrap_or_default()),
+            enforcement: cs.spec.enforcement,
+            provider,
+            provider_namespace: p.namespace.clone(),
+            provider_name: p.name.clone(),
+            criteria,
+        },
+    )
+}
+
+/// An AnchorRule, ready for admission.
+#[derive(Debug, Clone)]
+pub struct CompiledAnchor {
+    /// The policy.
+    pub key: PolicyKey,
+    /// Its enforcement.
+    pub enforcement: Enforcement,
+    /// Anchor resource.
+    pub anchor: GroupResource,
+    /// Anchor version.
+    pub anchor_version: String,
+    /// Label naming the anchor.
+    pub name_label: String,
+    /// Label naming the anchor's namespace (namespaced anchors).
+    pub namespace_label: Option<String>,
+    /// Toggle path on the anchor (None: always on while the anchor lives).
+    pub toggle: Option<FieldPath>,
+    /// Toggle default when the field is absent.
+    pub toggle_default: bool,
+    /// Protected resources and whether they inherit anchor labels from their namespace.
+    pub protects: Vec<(GroupResource, bool)>,
+}
+
+/// Compiles an AnchorRule.
+pub fn compile_anchor(
+    cluster: &str,
+    ar: &AnchorRule,
+) -> Result<(Vec<GroupResource>, CompiledAnchor), CompileError> {
+    let toggle = ar
+        .spec
+        .toggle
+        .as_ref()
+        .map(|t| FieldPath::parse(&t.field_path))
+        .transpose()
+        .map_err(|source| CompileError::FieldPath {
+            field: "spec.toggle.fieldPath".to_string(),
+            source,
+        })?;
+    let protects: Vec<(GroupResource, bool)> = ar
+        .spec
+        .protects
+        .iter()
+        .map(|p| (GroupResource::new(&p.group, &p.resource), p.inherit_from_namespace))
+        .collect();
+    let mut targets: Vec<GroupResource> = protects.iter().map(|(g, _)| g.clone()).collect();
+    targets.sort();
+    targets.dedup();
+    Ok((
+        targets,
+        CompiledAnchor {
+            key: PolicyKey::new(cluster, ar.metadata.name.as_deref().unwrap_or_default()),
+            enforcement: ar.spec.enforcement,
+            anchor: GroupResource::new(&ar.spec.anchor.group, &ar.spec.anchor.resource),
+            anchor_version: ar.spec.anchor.version.clone(),
+            name_label: ar.spec.anchor_labels.name.clone(),
+            namespace_label: ar.spec.anchor_labels.namespace.clone(),
+            toggle,
+            toggle_default: ar.spec.toggle.as_ref().is_none_or(|t| t.default),
+            protects,
+        },
+    ))
+}
+
 /// Every registry the webhook keeps.
 #[derive(Default)]
 pub struct Registry {
@@ -372,6 +526,10 @@ pub struct Registry {
     pub dependencies: TargetIndex<Vec<CompiledDependency>>,
     /// ResourceProtections by protected resource.
     pub protections: TargetIndex<CompiledProtection>,
+    /// CriticalServices by provider resource, namespaces and criticalservices.
+    pub critical: TargetIndex<CompiledCritical>,
+    /// AnchorRules by protected resource.
+    pub anchors: TargetIndex<CompiledAnchor>,
 }
 
 impl Registry {
@@ -426,9 +584,43 @@ impl Registry {
         self.dependencies.find(gr)
     }
 
+    /// Adds or replaces a CriticalService.
+    pub fn apply_critical(&self, cluster: &str, cs: &CriticalService) {
+        let (targets, compiled) = compile_critical(cluster, cs);
+        self.critical
+            .apply(compiled.key.clone(), targets, Arc::new(compiled));
+    }
+
+    /// Adds or replaces an AnchorRule (see `apply_dependency_rule` for errors).
+    pub fn apply_anchor(&self, cluster: &str, ar: &AnchorRule) -> Result<(), CompileError> {
+        let key = PolicyKey::new(cluster, ar.metadata.name.as_deref().unwrap_or_default());
+        match compile_anchor(cluster, ar) {
+            Ok((targets, compiled)) => {
+                self.anchors.apply(key, targets, Arc::new(compiled));
+                Ok(())
+            }
+            Err(e) => {
+                self.anchors.delete(&key);
+                Err(e)
+            }
+        }
+    }
+
     /// Whether every registry has loaded.
     pub fn loaded(&self) -> bool {
-        self.dependencies.is_loaded() && self.protections.is_loaded()
+        self.dependencies.is_loaded()
+            && self.protections.is_loaded()
+            && self.critical.is_loaded()
+            && self.anchors.is_loaded()
+    }
+
+    /// Whether any policy object protects `gr` (namespaces count when a namespaced
+    /// resource is protected: containment).
+    pub fn governs(&self, gr: &GroupResource) -> bool {
+        self.dependencies.protects(gr)
+            || self.protections.protects(gr)
+            || self.critical.protects(gr)
+            || self.anchors.protects(gr)
     }
 }
 
