@@ -270,6 +270,8 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
                     object: request["object"].clone(),
                     old_object: request["oldObject"].clone(),
                     request: request.clone(),
+                    self_value: None,
+                    old_self: None,
                 };
                 match cel::eval_bool(expr, &vars) {
                     Ok(true) => {}

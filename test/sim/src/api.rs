@@ -954,6 +954,7 @@ pub async fn create(
         obj["metadata"]["annotations"]["kcp.io/cluster"] = json!(cluster);
     }
     prepare_create(state, info, cluster, &mut obj)?;
+    apply_schema(info, &t.version, &name, &mut obj, None)?;
     let opts = options("CreateOptions", query);
     admission::validate(
         state,
@@ -985,6 +986,28 @@ pub async fn create(
     let out = crate::controllers::after_write(state, info, cluster, None, Some(&stored)).await;
     let out = out.unwrap_or(stored);
     Ok(Resp::Json(201, typed(info, &t.version, &out)))
+}
+
+/// Pruning, defaulting and validation of custom resources against their schema.
+fn apply_schema(
+    info: &ResourceInfo,
+    version: &str,
+    name: &str,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> ApiResult<()> {
+    if info.builtin {
+        return Ok(());
+    }
+    let Some((_, schema)) = info.schemas.iter().find(|(v, _)| v == version) else {
+        return Ok(());
+    };
+    let causes = crate::schema::process(obj, old, schema);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(info, name, causes))
+    }
 }
 
 fn prepare_create(
@@ -1310,6 +1333,7 @@ pub async fn update(
             admission::default_config(&mut new);
         }
         kcp::prepare_update(state, info, cluster, &old, &mut new)?;
+        apply_schema(info, &t.version, &name, &mut new, Some(&old_typed))?;
         let mut opts = options("UpdateOptions", query);
         if matches!(m, Mutation::Apply(_))
             && let Some(o) = opts.as_object_mut()

@@ -12,6 +12,10 @@ pub struct Vars {
     pub object: Value,
     pub old_object: Value,
     pub request: Value,
+    /// `self` (CRD validation rules)
+    pub self_value: Option<Value>,
+    /// `oldSelf` (CRD transition rules)
+    pub old_self: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -364,6 +368,8 @@ fn check_idents(e: &Expr, bound: &mut Vec<String>) -> Result<(), CelError> {
                 "params",
                 "authorizer",
                 "namespaceObject",
+                "self",
+                "oldSelf",
             ]
             .contains(&id.as_str())
                 || bound.contains(id)
@@ -449,6 +455,8 @@ impl Env<'_> {
             "oldObject" => Ok(self.vars.old_object.clone()),
             "request" => Ok(self.vars.request.clone()),
             "params" | "namespaceObject" => Ok(Value::Null),
+            "self" => Ok(self.vars.self_value.clone().unwrap_or(Value::Null)),
+            "oldSelf" => Ok(self.vars.old_self.clone().unwrap_or(Value::Null)),
             _ => Err(CelError(format!("undeclared reference to '{id}'"))),
         }
     }
@@ -459,9 +467,10 @@ impl Env<'_> {
             Expr::Ident(id) => self.lookup(id),
             Expr::Select(t, f) => {
                 let v = self.eval(t)?;
+                let f = crate::schema::unescape_field(f);
                 match v {
-                    Value::Object(m) => m.get(f).cloned().ok_or_else(|| no_such_key(f)),
-                    _ => Err(no_such_key(f)),
+                    Value::Object(m) => m.get(&f).cloned().ok_or_else(|| no_such_key(&f)),
+                    _ => Err(no_such_key(&f)),
                 }
             }
             Expr::Index(t, i) => {
@@ -619,9 +628,10 @@ impl Env<'_> {
             let Some(Expr::Select(t, f)) = args.first() else {
                 return Err(CelError("invalid argument to has() macro".into()));
             };
+            let f = crate::schema::unescape_field(f);
             return match self.eval(t)? {
-                Value::Object(m) => Ok(Value::Bool(m.contains_key(f))),
-                _ => Err(no_such_key(f)),
+                Value::Object(m) => Ok(Value::Bool(m.contains_key(&f))),
+                _ => Err(no_such_key(&f)),
             };
         }
         if let Some(t) = target
@@ -729,44 +739,14 @@ impl Env<'_> {
                 _ => Err(no_overload("int")),
             },
             ("matches", 2) => match (s(0), s(1)) {
-                (Some(a), Some(re)) => Ok(json!(simple_regex(&re, &a))),
+                (Some(a), Some(re)) => regex::Regex::new(&re)
+                    .map(|r| json!(r.is_match(&a)))
+                    .map_err(|e| CelError(format!("invalid regex: {e}"))),
                 _ => Err(no_overload(name)),
             },
             _ => Err(CelError(format!("found no matching overload for '{name}'"))),
         }
     }
-}
-
-/// Tiny regex subset for `matches`: `^`, `$`, `.`, `.*`, literals.
-fn simple_regex(re: &str, s: &str) -> bool {
-    let anchored_start = re.starts_with('^');
-    let anchored_end = re.ends_with('$') && !re.ends_with("\\$");
-    let core = re.trim_start_matches('^');
-    let core = if anchored_end {
-        &core[..core.len().saturating_sub(1)]
-    } else {
-        core
-    };
-    let parts: Vec<&str> = core.split(".*").collect();
-    let mut pos = 0usize;
-    for (i, p) in parts.iter().enumerate() {
-        if p.is_empty() {
-            continue;
-        }
-        match s[pos..].find(p) {
-            Some(idx) => {
-                if i == 0 && anchored_start && idx != 0 {
-                    return false;
-                }
-                pos += idx + p.len();
-            }
-            None => return false,
-        }
-    }
-    if anchored_end && !core.ends_with(".*") {
-        return parts.last().is_none_or(|p| s.ends_with(p));
-    }
-    true
 }
 
 pub fn eval_bool(expr: &str, vars: &Vars) -> Result<bool, CelError> {
@@ -800,6 +780,8 @@ mod tests {
             object: json!({"metadata": {"name": "x", "labels": {"a": "b", "holdfast.dev/protected": "true"}}}),
             old_object: Value::Null,
             request: json!({"operation": "CREATE", "userInfo": {"username": "admin", "groups": ["system:masters"]}}),
+            self_value: None,
+            old_self: None,
         }
     }
 

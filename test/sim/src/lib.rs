@@ -22,6 +22,7 @@ mod patch;
 mod proto;
 mod rbac;
 mod registry;
+mod schema;
 mod selectors;
 mod server;
 mod store;

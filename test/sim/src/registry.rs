@@ -36,6 +36,8 @@ pub struct ResourceInfo {
     pub virtual_only: bool,
     /// CRD printer columns (name, jsonPath, type).
     pub printer_columns: Vec<(String, String, String)>,
+    /// Structural schemas of custom resources per version.
+    pub schemas: Vec<(String, Value)>,
 }
 
 impl ResourceInfo {
@@ -161,6 +163,7 @@ fn parse_aggregated(doc: &str) -> Vec<ResourceInfo> {
                     generation: GENERATION_KINDS.contains(&resource.as_str()),
                     virtual_only,
                     printer_columns: vec![],
+                    schemas: vec![],
                     resource,
                 });
             }
@@ -226,6 +229,7 @@ fn kcp_info(
         generation: true,
         virtual_only: false,
         printer_columns: vec![],
+        schemas: vec![],
     }
 }
 
@@ -421,6 +425,7 @@ pub fn info_from_crd(crd: &Value) -> Option<ResourceInfo> {
     let mut status = false;
     let mut scale = None;
     let mut printer_columns = vec![];
+    let mut schemas = vec![];
     let mut served: Vec<&Value> = spec["versions"]
         .as_array()?
         .iter()
@@ -446,6 +451,14 @@ pub fn info_from_crd(crd: &Value) -> Option<ResourceInfo> {
                     c["type"].as_str().unwrap_or("string").to_string(),
                 ));
             }
+        }
+        let schema = if v["schema"]["openAPIV3Schema"].is_object() {
+            v["schema"]["openAPIV3Schema"].clone()
+        } else {
+            v["schema"].clone()
+        };
+        if schema.is_object() {
+            schemas.push((name.clone(), schema));
         }
         versions.push(name);
     }
@@ -487,6 +500,7 @@ pub fn info_from_crd(crd: &Value) -> Option<ResourceInfo> {
         generation: true,
         virtual_only: false,
         printer_columns,
+        schemas,
     })
 }
 

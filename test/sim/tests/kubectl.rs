@@ -306,3 +306,49 @@ async fn kubectl_apply_get_label_delete() {
     );
     sim.shutdown().await;
 }
+
+/// holdfast's own CRDs (manifests/crds): served with defaulting, pruning, enum/pattern
+/// validation and x-kubernetes-validations rules like kube-apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holdfast_crds_schema_defaulting_and_validation() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../manifests/crds");
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let crd = std::fs::read_to_string(format!("{dir}/holdfast.dev_resourceprotections.yaml"))
+        .expect("manifests/crds/holdfast.dev_resourceprotections.yaml");
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(&crd));
+    assert_eq!(
+        out.stdout,
+        "customresourcedefinition.apiextensions.k8s.io/resourceprotections.holdfast.dev created\n",
+        "{out:?}"
+    );
+    let good = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: db\nspec:\n  unknownField: x\n  resources:\n  - {version: v1, resource: configmaps, namespace: shop, names: [db]}\n";
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(good));
+    assert_eq!(
+        out.stdout, "resourceprotection.holdfast.dev/db created\n",
+        "{out:?}"
+    );
+    let out = k.run(&["get", "rp", "db", "-o", "json"]);
+    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(v["spec"]["enforcement"], "Enforce", "defaulted");
+    assert_eq!(v["spec"]["strict"], false, "defaulted");
+    assert_eq!(v["spec"]["resources"][0]["group"], "", "defaulted");
+    assert!(v["spec"].get("unknownField").is_none(), "pruned");
+
+    let bad = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: bad\nspec:\n  enforcement: Sometimes\n  resources:\n  - {version: v1, resource: namespaces, namespace: shop}\n";
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(bad));
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "The ResourceProtection \"bad\" is invalid: \n* spec.enforcement: Unsupported value: \"Sometimes\": supported values: \"Enforce\", \"Warn\", \"Audit\"\n* spec.resources[0].namespace: Invalid value: \"object\": namespace must not be set for a cluster-scoped resource (namespaces, nodes, persistentvolumes, customresourcedefinitions); select them by names\n"
+    );
+    let empty = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: empty\nspec:\n  resources: []\n";
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(empty));
+    assert!(
+        out.stderr.contains(
+            "spec.resources: Invalid value: 0: spec.resources in body should have at least 1 items"
+        ),
+        "{out:?}"
+    );
+    sim.shutdown().await;
+}
