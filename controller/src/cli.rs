@@ -4,6 +4,8 @@
 //! holdfast-controller [run] [FLAGS]      run the controller (the default command)
 //! holdfast-controller crds [--output-dir DIR]
 //!                                        print all CRDs as YAML, or write manifests/crds
+//! holdfast-controller kcp-manifests [--output-dir DIR]
+//!                                        kcp APIResourceSchemas + APIExport (manifests/kcp)
 //! ```
 //!
 //! Every `run` flag has an environment equivalent (`--timeout-seconds` ↔
@@ -88,6 +90,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the holdfast CustomResourceDefinitions as multi-document YAML.
     Crds(CrdsArgs),
+    /// Print holdfast's kcp APIResourceSchemas and APIExport (or write manifests/kcp).
+    KcpManifests(CrdsArgs),
 }
 
 /// Flags of `crds`.
@@ -410,6 +414,7 @@ where
     init_tracing(&cli.log);
     let result = match cli.command {
         Command::Crds(args) => crds(&args),
+        Command::KcpManifests(args) => kcp_manifests(&args),
         Command::Run(args) => run(*args),
     };
     match result {
@@ -441,6 +446,29 @@ fn crds(args: &CrdsArgs) -> anyhow::Result<()> {
         // `holdfast-controller crds | head` is not an error.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(anyhow::Error::new(e).context("writing CRDs to stdout")),
+    }
+}
+
+fn kcp_manifests(args: &CrdsArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.output_dir {
+        let written = crate::kcp_manifests::write_files(dir)?;
+        tracing::info!(dir = %dir.display(), files = ?written, "wrote kcp manifests");
+        return Ok(());
+    }
+    let mut out = String::new();
+    for (name, content) in crate::kcp_manifests::render_files()? {
+        if name != "kustomization.yaml" {
+            out.push_str(content.trim_start_matches(crate::kcp_manifests::GENERATED_HEADER));
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context("writing kcp manifests to stdout")),
     }
 }
 
@@ -512,7 +540,7 @@ mod tests {
         let cli = Cli::try_parse_from(with_default_subcommand(args(a)))?;
         match cli.command {
             Command::Run(r) => Ok(*r),
-            Command::Crds(_) => panic!("expected run"),
+            Command::Crds(_) | Command::KcpManifests(_) => panic!("expected run"),
         }
     }
 

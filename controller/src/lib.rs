@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod crds;
 pub mod cycles;
+pub mod kcp_manifests;
 pub mod kubernetes;
 pub mod leader;
 pub mod policies;
