@@ -73,11 +73,9 @@ pub fn prune(v: &mut Value, s: &Value, root: bool) {
                 m.clear();
             }
         }
-        Value::Array(a) => {
-            if s["items"].is_object() {
-                for x in a.iter_mut() {
-                    prune(x, &s["items"], false);
-                }
+        Value::Array(a) if s["items"].is_object() => {
+            for x in a.iter_mut() {
+                prune(x, &s["items"], false);
             }
         }
         _ => {}
