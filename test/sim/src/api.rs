@@ -489,15 +489,40 @@ fn age(ts: &str) -> String {
     }
 }
 
+/// The JSONPath subset of additionalPrinterColumns: `.a.b`, `[N]`, `[?(@.k=="v")]`.
 fn json_path(obj: &Value, path: &str) -> Value {
-    let mut cur = obj;
-    for p in path.trim_start_matches('.').split('.') {
-        if p.is_empty() {
-            continue;
+    let mut cur = obj.clone();
+    let mut rest = path.trim();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            cur = cur.get(&r[..end]).cloned().unwrap_or(Value::Null);
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let Some(end) = r.find(']') else {
+                return Value::Null;
+            };
+            let inner = &r[..end];
+            rest = &r[end + 1..];
+            if let Some(filter) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
+                let Some((k, v)) = filter.split_once("==") else {
+                    return Value::Null;
+                };
+                let v = v.trim().trim_matches('"').trim_matches('\'');
+                cur = cur
+                    .as_array()
+                    .and_then(|a| a.iter().find(|x| x[k.trim()].as_str() == Some(v)).cloned())
+                    .unwrap_or(Value::Null);
+            } else if let Ok(i) = inner.parse::<usize>() {
+                cur = cur.get(i).cloned().unwrap_or(Value::Null);
+            } else {
+                return Value::Null;
+            }
+        } else {
+            return Value::Null;
         }
-        cur = &cur[p];
     }
-    cur.clone()
+    cur
 }
 
 fn table(info: &ResourceInfo, items: &[Arc<Value>], md: Value) -> Value {
@@ -513,14 +538,20 @@ fn table(info: &ResourceInfo, items: &[Arc<Value>], md: Value) -> Value {
     if info.resource == "configmaps" || info.resource == "secrets" {
         cols.push(json!({"name": "Data", "type": "string", "format": "", "description": "Data", "priority": 0}));
     }
-    cols.push(json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp", "priority": 0}));
+    if info.printer_columns.is_empty() {
+        cols.push(json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp", "priority": 0}));
+    }
     let rows: Vec<Value> = items
         .iter()
         .map(|o| {
             let mut cells = vec![json!(meta(o, "name"))];
-            for (_, p, _) in &info.printer_columns {
+            for (_, p, ty) in &info.printer_columns {
                 let v = json_path(o, p);
-                cells.push(if v.is_null() { json!("<none>") } else { v });
+                cells.push(match (&v, ty.as_str()) {
+                    (Value::Null, _) => json!("<none>"),
+                    (Value::String(ts), "date") => json!(age(ts)),
+                    _ => v,
+                });
             }
             if info.resource == "namespaces" {
                 cells.push(o["status"]["phase"].clone());
@@ -530,7 +561,9 @@ fn table(info: &ResourceInfo, items: &[Arc<Value>], md: Value) -> Value {
                     + o["binaryData"].as_object().map(|m| m.len()).unwrap_or(0);
                 cells.push(json!(n));
             }
-            cells.push(json!(age(meta(o, "creationTimestamp"))));
+            if info.printer_columns.is_empty() {
+                cells.push(json!(age(meta(o, "creationTimestamp"))));
+            }
             let mut pm = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"].clone()});
             if let Some(m) = pm["metadata"].as_object_mut() {
                 m.remove("managedFields");

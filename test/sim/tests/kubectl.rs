@@ -334,6 +334,38 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
     assert_eq!(v["spec"]["strict"], false, "defaulted");
     assert_eq!(v["spec"]["resources"][0]["group"], "", "defaulted");
     assert!(v["spec"].get("unknownField").is_none(), "pruned");
+    // additionalPrinterColumns (incl. a JSONPath filter) drive `kubectl get`.
+    let out = k.run(&["get", "rp"]);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines[0], "NAME   ENFORCEMENT   STRICT   READY    AGE",
+        "{out:?}"
+    );
+    assert!(
+        lines[1].starts_with("db     Enforce       false    <none>   "),
+        "{out:?}"
+    );
+    let client = sim.client().await.expect("client");
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("holdfast.dev", "v1alpha1", "ResourceProtection"),
+        "resourceprotections",
+    );
+    let rps: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client, &ar);
+    rps.patch_status(
+        "db",
+        &Default::default(),
+        &kube::api::Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Loaded", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+    )
+    .await
+    .expect("status");
+    let out = k.run(&["get", "rp"]);
+    assert!(
+        out.stdout
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("db     Enforce       false    True    ")),
+        "{out:?}"
+    );
 
     let bad = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: bad\nspec:\n  enforcement: Sometimes\n  resources:\n  - {version: v1, resource: namespaces, namespace: shop}\n";
     let out = k.run_stdin(&["apply", "-f", "-"], Some(bad));
