@@ -106,7 +106,10 @@ fn bench_indexes(c: &mut Criterion) {
         .map(|i| {
             (
                 PolicyKey::new(&format!("lc-{}", i % 1000), &format!("rule-{i}")),
-                vec![GroupResource::new("network.test.io", format!("r{}", i % 1000))],
+                vec![GroupResource::new(
+                    "network.test.io",
+                    format!("r{}", i % 1000),
+                )],
                 Arc::new(i),
             )
         })
@@ -137,11 +140,28 @@ fn bench_indexes(c: &mut Criterion) {
             };
             index.apply(&id, "VirtualMachine", false, &[r]);
         }
-        c.bench_function(&format!("index lookup unreferenced ({n} dependents)"), |b| {
-            b.iter(|| index.lookup("lc", "vpcs.network.test.io", black_box("free"), Some("default")))
-        });
+        c.bench_function(
+            &format!("index lookup unreferenced ({n} dependents)"),
+            |b| {
+                b.iter(|| {
+                    index.lookup(
+                        "lc",
+                        "vpcs.network.test.io",
+                        black_box("free"),
+                        Some("default"),
+                    )
+                })
+            },
+        );
         c.bench_function(&format!("index lookup referenced ({n} dependents)"), |b| {
-            b.iter(|| index.lookup("lc", "vpcs.network.test.io", black_box("vpc-7"), Some("default")))
+            b.iter(|| {
+                index.lookup(
+                    "lc",
+                    "vpcs.network.test.io",
+                    black_box("vpc-7"),
+                    Some("default"),
+                )
+            })
         });
     }
 }

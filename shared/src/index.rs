@@ -259,9 +259,7 @@ impl DependentsIndex {
                     .collect()
             })
             .unwrap_or_default();
-        out.sort_by(|a, b| {
-            (&a.namespace, &a.name, &a.kind).cmp(&(&b.namespace, &b.name, &b.kind))
-        });
+        out.sort_by(|a, b| (&a.namespace, &a.name, &a.kind).cmp(&(&b.namespace, &b.name, &b.kind)));
         // One object referencing into several namespaces is still one blocker.
         out.dedup_by(|a, b| a.namespace == b.namespace && a.name == b.name && a.kind == b.kind);
         out

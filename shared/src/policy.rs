@@ -18,11 +18,11 @@ use crate::{
     index::Referrer,
     labels::ProtectionLabels,
     names::{
-        ALLOW_DELETION_LABEL, ALLOW_DELETION_LABEL_APPCAT, MESSAGE_PREFIX, SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES,
-        STRICT_EXEMPT_LABEL,
+        ALLOW_DELETION_LABEL, ALLOW_DELETION_LABEL_APPCAT, MESSAGE_PREFIX, SKIP_ANNOTATION,
+        SKIP_ANNOTATION_DEPENDENCIES, STRICT_EXEMPT_LABEL,
     },
     registry::{
-        CompiledAnchor, CompiledCritical, CompiledCriterion, CompiledDependency,
+        CompiledAnchor, CompiledCriterion, CompiledCritical, CompiledDependency,
         CompiledProtection, critical_services_gr, namespaces_gr,
     },
     review::{AdmissionRequest, Gvk, Operation, annotations, check_metadata, labels},
@@ -706,10 +706,19 @@ async fn evaluate_critical<V: ClusterView>(
             continue;
         }
         let policy = policy_name("CriticalService", &cs.key.cluster, &cs.key.name);
-        let provider = describe_ref(&cs.provider.to_string(), Some(&cs.provider_namespace), &cs.provider_name);
+        let provider = describe_ref(
+            &cs.provider.to_string(),
+            Some(&cs.provider_namespace),
+            &cs.provider_name,
+        );
         if *gr == critical_services_gr() && name == &*cs.key.name {
             match view
-                .object(cluster, &cs.provider, Some(&cs.provider_namespace), &cs.provider_name)
+                .object(
+                    cluster,
+                    &cs.provider,
+                    Some(&cs.provider_namespace),
+                    &cs.provider_name,
+                )
                 .await
             {
                 Ok(None) => {}
@@ -720,13 +729,20 @@ async fn evaluate_critical<V: ClusterView>(
                          this CriticalService keeps it from going before its criteria are met, \
                          {BYPASS_HINT}."
                     );
-                    out.record(cs.enforcement, policy.clone(), message, vec![provider.clone()]);
+                    out.record(
+                        cs.enforcement,
+                        policy.clone(),
+                        message,
+                        vec![provider.clone()],
+                    );
                 }
                 Err(e) => lookup_failed(
                     out,
                     cs.enforcement,
                     policy.clone(),
-                    format!("{MESSAGE_PREFIX} cannot verify whether {provider} exists (policy: {policy}): {e}; retry later, {BYPASS_HINT}."),
+                    format!(
+                        "{MESSAGE_PREFIX} cannot verify whether {provider} exists (policy: {policy}): {e}; retry later, {BYPASS_HINT}."
+                    ),
                 ),
             }
             continue;
@@ -734,32 +750,43 @@ async fn evaluate_critical<V: ClusterView>(
         let is_provider = *gr == cs.provider
             && namespace == Some(cs.provider_namespace.as_str())
             && name == cs.provider_name;
-        let is_namespace = *gr == namespaces_gr() && namespace.is_none() && name == cs.provider_namespace;
+        let is_namespace =
+            *gr == namespaces_gr() && namespace.is_none() && name == cs.provider_namespace;
         if !is_provider && !is_namespace {
             continue;
         }
         let mut remaining = Vec::new();
         for crit in &cs.criteria {
             match crit {
-                CompiledCriterion::Finalizer { resource, finalizer } => {
-                    match view.count_finalizer(cluster, resource, finalizer).await {
-                        Ok(0) => {}
-                        Ok(n) => remaining.push(format!(
-                            "{n} {resource} still {} finalizer {finalizer}",
-                            if n == 1 { "carries" } else { "carry" }
-                        )),
-                        Err(e) => {
-                            lookup_failed(
-                                out,
-                                cs.enforcement,
-                                policy.clone(),
-                                format!("{MESSAGE_PREFIX} cannot count {resource} carrying finalizer {finalizer} (policy: {policy}): {e}; retry later, {BYPASS_HINT}."),
-                            );
-                        }
+                CompiledCriterion::Finalizer {
+                    resource,
+                    finalizer,
+                } => match view.count_finalizer(cluster, resource, finalizer).await {
+                    Ok(0) => {}
+                    Ok(n) => remaining.push(format!(
+                        "{n} {resource} still {} finalizer {finalizer}",
+                        if n == 1 { "carries" } else { "carry" }
+                    )),
+                    Err(e) => {
+                        lookup_failed(
+                            out,
+                            cs.enforcement,
+                            policy.clone(),
+                            format!(
+                                "{MESSAGE_PREFIX} cannot count {resource} carrying finalizer {finalizer} (policy: {policy}): {e}; retry later, {BYPASS_HINT}."
+                            ),
+                        );
                     }
-                }
-                CompiledCriterion::SpecificResource { resource, namespace, name } => {
-                    match view.object(cluster, resource, namespace.as_deref(), name).await {
+                },
+                CompiledCriterion::SpecificResource {
+                    resource,
+                    namespace,
+                    name,
+                } => {
+                    match view
+                        .object(cluster, resource, namespace.as_deref(), name)
+                        .await
+                    {
                         Ok(None) => {}
                         Ok(Some(_)) => remaining.push(format!(
                             "{} still exists",
@@ -769,7 +796,9 @@ async fn evaluate_critical<V: ClusterView>(
                             out,
                             cs.enforcement,
                             policy.clone(),
-                            format!("{MESSAGE_PREFIX} cannot verify whether {resource} {name} exists (policy: {policy}): {e}; retry later, {BYPASS_HINT}."),
+                            format!(
+                                "{MESSAGE_PREFIX} cannot verify whether {resource} {name} exists (policy: {policy}): {e}; retry later, {BYPASS_HINT}."
+                            ),
                         ),
                     }
                 }
@@ -803,7 +832,9 @@ async fn evaluate_anchors<V: ClusterView>(
     view: &V,
     out: &mut Outcome,
 ) {
-    let Some(rules) = view.anchors(gr) else { return };
+    let Some(rules) = view.anchors(gr) else {
+        return;
+    };
     let own = labels(obj);
     let overridden = [ALLOW_DELETION_LABEL, ALLOW_DELETION_LABEL_APPCAT]
         .iter()
@@ -818,28 +849,48 @@ async fn evaluate_anchors<V: ClusterView>(
         }
         let policy = policy_name("AnchorRule", &ar.key.cluster, &ar.key.name);
         let label = |l: Option<&serde_json::Map<String, Value>>, key: &str| {
-            l.and_then(|l| l.get(key)).and_then(Value::as_str).map(str::to_string)
+            l.and_then(|l| l.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_string)
         };
         let mut anchor_name = label(own, &ar.name_label);
         let mut anchor_ns = ar.namespace_label.as_deref().and_then(|k| label(own, k));
         let inherit = ar.protects.iter().any(|(g, inherit)| g == gr && *inherit);
-        if anchor_name.is_none() && inherit && let Some(ns) = namespace {
+        if anchor_name.is_none()
+            && inherit
+            && let Some(ns) = namespace
+        {
             if ns_labels.is_none() {
                 match view.object(cluster, &namespaces_gr(), None, ns).await {
                     Ok(v) => ns_labels = Some(v),
                     Err(e) => {
-                        lookup_failed(out, ar.enforcement, policy.clone(), format!("{MESSAGE_PREFIX} cannot read Namespace {ns} to find the anchor of {what} (policy: {policy}): {e}; retry later, {BYPASS_HINT}."));
+                        lookup_failed(
+                            out,
+                            ar.enforcement,
+                            policy.clone(),
+                            format!(
+                                "{MESSAGE_PREFIX} cannot read Namespace {ns} to find the anchor of {what} (policy: {policy}): {e}; retry later, {BYPASS_HINT}."
+                            ),
+                        );
                         continue;
                     }
                 }
             }
-            let nl = ns_labels.as_ref().and_then(|o| o.as_ref()).and_then(|o| labels(o));
+            let nl = ns_labels
+                .as_ref()
+                .and_then(|o| o.as_ref())
+                .and_then(|o| labels(o));
             anchor_name = label(nl, &ar.name_label);
             anchor_ns = ar.namespace_label.as_deref().and_then(|k| label(nl, k));
         }
-        let Some(anchor_name) = anchor_name else { continue };
+        let Some(anchor_name) = anchor_name else {
+            continue;
+        };
         let anchor_desc = describe_ref(&ar.anchor.to_string(), anchor_ns.as_deref(), &anchor_name);
-        match view.object(cluster, &ar.anchor, anchor_ns.as_deref(), &anchor_name).await {
+        match view
+            .object(cluster, &ar.anchor, anchor_ns.as_deref(), &anchor_name)
+            .await
+        {
             Ok(None) => {}
             Ok(Some(anchor)) => {
                 let deleting = anchor
@@ -880,7 +931,9 @@ async fn evaluate_anchors<V: ClusterView>(
                 out,
                 ar.enforcement,
                 policy.clone(),
-                format!("{MESSAGE_PREFIX} cannot read the anchor {anchor_desc} of {what} (policy: {policy}): {e}; refusing rather than risk it, retry later, {BYPASS_HINT}."),
+                format!(
+                    "{MESSAGE_PREFIX} cannot read the anchor {anchor_desc} of {what} (policy: {policy}): {e}; refusing rather than risk it, retry later, {BYPASS_HINT}."
+                ),
             ),
         }
     }
@@ -1662,7 +1715,11 @@ mod tests {
                 gr: &GroupResource,
                 f: &str,
             ) -> impl Future<Output = Result<usize, LookupError>> + Send {
-                let n = self.finalizers.get(&(gr.to_string(), f.to_string())).copied().unwrap_or(0);
+                let n = self
+                    .finalizers
+                    .get(&(gr.to_string(), f.to_string()))
+                    .copied()
+                    .unwrap_or(0);
                 async move { Ok(n) }
             }
             fn object(
@@ -1674,7 +1731,11 @@ mod tests {
             ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
                 let o = self
                     .objects
-                    .get(&(gr.to_string(), ns.unwrap_or_default().to_string(), name.to_string()))
+                    .get(&(
+                        gr.to_string(),
+                        ns.unwrap_or_default().to_string(),
+                        name.to_string(),
+                    ))
                     .cloned();
                 async move { Ok(o) }
             }
@@ -1682,7 +1743,8 @@ mod tests {
                 &self,
                 _c: &str,
                 ns: &str,
-            ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send {
+            ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send
+            {
                 let v: Vec<ContainedObject> = self
                     .contents
                     .iter()
@@ -1693,9 +1755,18 @@ mod tests {
             }
         }
 
-        fn del(group: &str, kind: &str, resource: &str, ns: Option<&str>, name: &str, labels: Value) -> AdmissionRequest {
+        fn del(
+            group: &str,
+            kind: &str,
+            resource: &str,
+            ns: Option<&str>,
+            name: &str,
+            labels: Value,
+        ) -> AdmissionRequest {
             let mut meta = json!({"name": name, "labels": labels});
-            if let Some(ns) = ns { meta["namespace"] = json!(ns); }
+            if let Some(ns) = ns {
+                meta["namespace"] = json!(ns);
+            }
             let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
                 "uid":"u","kind":{"group":group,"version":"v1","kind":kind},
                 "resource":{"group":group,"version":"v1","resource":resource},
@@ -1722,31 +1793,100 @@ mod tests {
         fn critical_service_orders_deletion() {
             let mut v = critical_view();
             let c = cfg(false, &[]);
-            let provider = del("apps", "Deployment", "deployments", Some("finalizer-namespace"), "finalizer-deployment", json!({}));
-            let ns = del("", "Namespace", "namespaces", None, "finalizer-namespace", json!({}));
-            let itself = del("holdfast.dev", "CriticalService", "criticalservices", None, "for-finalizer-deployment", json!({}));
-            v.finalizers.insert(("coolresources.my.crd.group".into(), "my.crd.group/super-important".into()), 2);
-            v.objects.insert(("customresourcedefinitions.apiextensions.k8s.io".into(), "".into(), "coolresources.my.crd.group".into()), Arc::new(json!({})));
-            v.objects.insert(("deployments.apps".into(), "finalizer-namespace".into(), "finalizer-deployment".into()), Arc::new(json!({})));
+            let provider = del(
+                "apps",
+                "Deployment",
+                "deployments",
+                Some("finalizer-namespace"),
+                "finalizer-deployment",
+                json!({}),
+            );
+            let ns = del(
+                "",
+                "Namespace",
+                "namespaces",
+                None,
+                "finalizer-namespace",
+                json!({}),
+            );
+            let itself = del(
+                "holdfast.dev",
+                "CriticalService",
+                "criticalservices",
+                None,
+                "for-finalizer-deployment",
+                json!({}),
+            );
+            v.finalizers.insert(
+                (
+                    "coolresources.my.crd.group".into(),
+                    "my.crd.group/super-important".into(),
+                ),
+                2,
+            );
+            v.objects.insert(
+                (
+                    "customresourcedefinitions.apiextensions.k8s.io".into(),
+                    "".into(),
+                    "coolresources.my.crd.group".into(),
+                ),
+                Arc::new(json!({})),
+            );
+            v.objects.insert(
+                (
+                    "deployments.apps".into(),
+                    "finalizer-namespace".into(),
+                    "finalizer-deployment".into(),
+                ),
+                Arc::new(json!({})),
+            );
             let d = denied(&evaluate(&provider, &c, &v, now())).clone();
             assert!(d.message.contains("2 coolresources.my.crd.group still carry finalizer my.crd.group/super-important"), "{}", d.message);
             assert!(d.message.contains("customresourcedefinitions.apiextensions.k8s.io coolresources.my.crd.group still exists"), "{}", d.message);
             let d = denied(&evaluate(&ns, &c, &v, now())).clone();
             assert!(d.message.starts_with("holdfast: Namespace finalizer-namespace holds deployments.apps finalizer-namespace/finalizer-deployment"), "{}", d.message);
-            assert!(denied(&evaluate(&itself, &c, &v, now())).message.contains("while its provider"));
+            assert!(
+                denied(&evaluate(&itself, &c, &v, now()))
+                    .message
+                    .contains("while its provider")
+            );
             // One left: singular.
-            v.finalizers.insert(("coolresources.my.crd.group".into(), "my.crd.group/super-important".into()), 1);
-            assert!(denied(&evaluate(&provider, &c, &v, now())).message.contains("1 coolresources.my.crd.group still carries finalizer"));
+            v.finalizers.insert(
+                (
+                    "coolresources.my.crd.group".into(),
+                    "my.crd.group/super-important".into(),
+                ),
+                1,
+            );
+            assert!(
+                denied(&evaluate(&provider, &c, &v, now()))
+                    .message
+                    .contains("1 coolresources.my.crd.group still carries finalizer")
+            );
             // Criteria met: provider and namespace may go; the CriticalService only once the provider is gone.
             v.finalizers.clear();
-            v.objects.remove(&("customresourcedefinitions.apiextensions.k8s.io".into(), "".into(), "coolresources.my.crd.group".into()));
+            v.objects.remove(&(
+                "customresourcedefinitions.apiextensions.k8s.io".into(),
+                "".into(),
+                "coolresources.my.crd.group".into(),
+            ));
             assert_eq!(evaluate(&provider, &c, &v, now()).decision, Decision::Allow);
             assert_eq!(evaluate(&ns, &c, &v, now()).decision, Decision::Allow);
-            assert!(matches!(evaluate(&itself, &c, &v, now()).decision, Decision::Deny(_)));
+            assert!(matches!(
+                evaluate(&itself, &c, &v, now()).decision,
+                Decision::Deny(_)
+            ));
             v.objects.clear();
             assert_eq!(evaluate(&itself, &c, &v, now()).decision, Decision::Allow);
             // Another deployment in the namespace is not the provider.
-            let other = del("apps", "Deployment", "deployments", Some("finalizer-namespace"), "web", json!({}));
+            let other = del(
+                "apps",
+                "Deployment",
+                "deployments",
+                Some("finalizer-namespace"),
+                "web",
+                json!({}),
+            );
             assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
         }
 
@@ -1770,27 +1910,82 @@ mod tests {
         fn anchor_rule_lifecycle() {
             let mut v = anchor_view();
             let c = cfg(false, &[]);
-            let anchor_key = ("xvshnpostgresqls.vshn.appcat.vshn.io".to_string(), String::new(), "pg-1".to_string());
-            let ns_key = ("namespaces".to_string(), String::new(), "vshn-postgresql-pg-1".to_string());
+            let anchor_key = (
+                "xvshnpostgresqls.vshn.appcat.vshn.io".to_string(),
+                String::new(),
+                "pg-1".to_string(),
+            );
+            let ns_key = (
+                "namespaces".to_string(),
+                String::new(),
+                "vshn-postgresql-pg-1".to_string(),
+            );
             v.objects.insert(ns_key, Arc::new(json!({"metadata": {"name": "vshn-postgresql-pg-1", "labels": {"appcat.vshn.io/composite-name": "pg-1"}}})));
             v.objects.insert(anchor_key.clone(), Arc::new(json!({"metadata": {"name": "pg-1"}, "spec": {"parameters": {"backup": {"deletionProtection": true}}}})));
-            let ns = del("", "Namespace", "namespaces", None, "vshn-postgresql-pg-1", json!({"appcat.vshn.io/composite-name": "pg-1"}));
-            let pvc = del("", "PersistentVolumeClaim", "persistentvolumeclaims", Some("vshn-postgresql-pg-1"), "data", json!({}));
-            let bucket = del("appcat.vshn.io", "XObjectBucket", "xobjectbuckets", None, "b", json!({"appcat.vshn.io/composite-name": "pg-1"}));
+            let ns = del(
+                "",
+                "Namespace",
+                "namespaces",
+                None,
+                "vshn-postgresql-pg-1",
+                json!({"appcat.vshn.io/composite-name": "pg-1"}),
+            );
+            let pvc = del(
+                "",
+                "PersistentVolumeClaim",
+                "persistentvolumeclaims",
+                Some("vshn-postgresql-pg-1"),
+                "data",
+                json!({}),
+            );
+            let bucket = del(
+                "appcat.vshn.io",
+                "XObjectBucket",
+                "xobjectbuckets",
+                None,
+                "b",
+                json!({"appcat.vshn.io/composite-name": "pg-1"}),
+            );
             for r in [&ns, &pvc, &bucket] {
                 let d = denied(&evaluate(r, &c, &v, now())).clone();
                 assert!(d.message.contains("is protected while its anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists and has .spec.parameters.backup.deletionProtection=true"), "{}", d.message);
             }
             // Override label on exactly that object.
-            let pvc_override = del("", "PersistentVolumeClaim", "persistentvolumeclaims", Some("vshn-postgresql-pg-1"), "data", json!({"holdfast.dev/allow-deletion": "true"}));
-            assert_eq!(evaluate(&pvc_override, &c, &v, now()).decision, Decision::Allow);
-            let pvc_wrong = del("", "PersistentVolumeClaim", "persistentvolumeclaims", Some("vshn-postgresql-pg-1"), "data", json!({"holdfast.dev/allow-deletion": "yes"}));
-            assert!(matches!(evaluate(&pvc_wrong, &c, &v, now()).decision, Decision::Deny(_)));
+            let pvc_override = del(
+                "",
+                "PersistentVolumeClaim",
+                "persistentvolumeclaims",
+                Some("vshn-postgresql-pg-1"),
+                "data",
+                json!({"holdfast.dev/allow-deletion": "true"}),
+            );
+            assert_eq!(
+                evaluate(&pvc_override, &c, &v, now()).decision,
+                Decision::Allow
+            );
+            let pvc_wrong = del(
+                "",
+                "PersistentVolumeClaim",
+                "persistentvolumeclaims",
+                Some("vshn-postgresql-pg-1"),
+                "data",
+                json!({"holdfast.dev/allow-deletion": "yes"}),
+            );
+            assert!(matches!(
+                evaluate(&pvc_wrong, &c, &v, now()).decision,
+                Decision::Deny(_)
+            ));
             // Toggle off → deletable; absent → default (true).
             v.objects.insert(anchor_key.clone(), Arc::new(json!({"metadata": {"name": "pg-1"}, "spec": {"parameters": {"backup": {"deletionProtection": false}}}})));
             assert_eq!(evaluate(&pvc, &c, &v, now()).decision, Decision::Allow);
-            v.objects.insert(anchor_key.clone(), Arc::new(json!({"metadata": {"name": "pg-1"}, "spec": {}})));
-            assert!(matches!(evaluate(&pvc, &c, &v, now()).decision, Decision::Deny(_)));
+            v.objects.insert(
+                anchor_key.clone(),
+                Arc::new(json!({"metadata": {"name": "pg-1"}, "spec": {}})),
+            );
+            assert!(matches!(
+                evaluate(&pvc, &c, &v, now()).decision,
+                Decision::Deny(_)
+            ));
             // Terminating or gone anchor → deletable (no deadlock).
             v.objects.insert(anchor_key.clone(), Arc::new(json!({"metadata": {"name": "pg-1", "deletionTimestamp": "2026-11-22T08:00:00Z"}, "spec": {}})));
             assert_eq!(evaluate(&pvc, &c, &v, now()).decision, Decision::Allow);
@@ -1809,7 +2004,11 @@ mod tests {
                 object: Arc::new(json!({"metadata": {"name": "data", "namespace": "shop", "labels": {"holdfast.dev/protected": "true"}}})),
             });
             v.contents.push(ContainedObject {
-                resource: crate::review::Gvr { group: "".into(), version: "v1".into(), resource: "configmaps".into() },
+                resource: crate::review::Gvr {
+                    group: "".into(),
+                    version: "v1".into(),
+                    resource: "configmaps".into(),
+                },
                 kind: "ConfigMap".into(),
                 object: Arc::new(json!({"metadata": {"name": "plain", "namespace": "shop"}})),
             });
@@ -1818,13 +2017,18 @@ mod tests {
             let e = evaluate(&ns, &c, &v, now());
             let d = denied(&e);
             assert_eq!(e.policy, "containment");
-            assert_eq!(d.blockers, vec!["PersistentVolumeClaim shop/data (label)".to_string()]);
+            assert_eq!(
+                d.blockers,
+                vec!["PersistentVolumeClaim shop/data (label)".to_string()]
+            );
             assert!(d.message.starts_with("holdfast: Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)"), "{}", d.message);
             // Another namespace is unaffected.
             let other = del("", "Namespace", "namespaces", None, "dev", json!({}));
             assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
             // Break-glass on the contained object lifts it.
-            v.contents[0].object = Arc::new(json!({"metadata": {"name": "data", "namespace": "shop", "labels": {"holdfast.dev/protected": "true"}, "annotations": {"holdfast.dev/skip-protection": "true"}}}));
+            v.contents[0].object = Arc::new(
+                json!({"metadata": {"name": "data", "namespace": "shop", "labels": {"holdfast.dev/protected": "true"}, "annotations": {"holdfast.dev/skip-protection": "true"}}}),
+            );
             assert_eq!(evaluate(&ns, &c, &v, now()).decision, Decision::Allow);
         }
     }

@@ -7,8 +7,8 @@
 
 use crate::{
     api::{
-        common::{Enforcement, GroupResource},
         anchor_rule::AnchorRule,
+        common::{Enforcement, GroupResource},
         critical_service::{CriterionType, CriticalService},
         dependency_rule::DependencyRule,
         resource_protection::{ResourceProtection, ResourceSelector},
@@ -417,17 +417,22 @@ pub fn namespaces_gr() -> GroupResource {
 
 /// Compiles a CriticalService; its targets are the provider's resource, namespaces
 /// and criticalservices.holdfast.dev itself.
-pub fn compile_critical(cluster: &str, cs: &CriticalService) -> (Vec<GroupResource>, CompiledCritical) {
+pub fn compile_critical(
+    cluster: &str,
+    cs: &CriticalService,
+) -> (Vec<GroupResource>, CompiledCritical) {
     let p = &cs.spec.provider;
     let criteria = cs
         .spec
         .criteria
         .iter()
         .filter_map(|c| match c.type_ {
-            CriterionType::Finalizer => c.finalizer.as_ref().map(|f| CompiledCriterion::Finalizer {
-                resource: GroupResource::new(&f.group, &f.resource),
-                finalizer: f.finalizer_name.clone(),
-            }),
+            CriterionType::Finalizer => {
+                c.finalizer.as_ref().map(|f| CompiledCriterion::Finalizer {
+                    resource: GroupResource::new(&f.group, &f.resource),
+                    finalizer: f.finalizer_name.clone(),
+                })
+            }
             CriterionType::SpecificResource => {
                 c.specific_resource
                     .as_ref()
@@ -498,7 +503,12 @@ pub fn compile_anchor(
         .spec
         .protects
         .iter()
-        .map(|p| (GroupResource::new(&p.group, &p.resource), p.inherit_from_namespace))
+        .map(|p| {
+            (
+                GroupResource::new(&p.group, &p.resource),
+                p.inherit_from_namespace,
+            )
+        })
         .collect();
     let mut targets: Vec<GroupResource> = protects.iter().map(|(g, _)| g.clone()).collect();
     targets.sort();

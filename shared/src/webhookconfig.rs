@@ -481,6 +481,49 @@ pub fn desired_configuration_for(
     }
 }
 
+/// Annotation on a kcp provider workspace's configuration listing the rules
+/// (`<logical cluster>/<name>`) that contributed to it.
+pub const RULES_ANNOTATION: &str = "holdfast.dev/rules";
+
+/// The configuration `holdfast` for one kcp provider workspace: one webhook
+/// ([`POLICIES_WEBHOOK`]) with one rules entry per protected resource (DELETE,
+/// versions `*`), recomputed from every rule targeting the workspace; `rules`
+/// (the contributing rules) are recorded in [`RULES_ANNOTATION`].
+pub fn provider_configuration(
+    resources: &BTreeSet<GroupResource>,
+    rules: &BTreeSet<String>,
+    opts: &InstallOptions,
+) -> ValidatingWebhookConfiguration {
+    let mut h = webhook(POLICIES_WEBHOOK.to_string(), opts, all_resources("DELETE"));
+    h.rules = Some(
+        resources
+            .iter()
+            .map(|gr| RuleWithOperations {
+                operations: Some(vec!["DELETE".to_string()]),
+                api_groups: Some(vec![gr.group.clone()]),
+                api_versions: Some(vec!["*".to_string()]),
+                resources: Some(vec![gr.resource.clone()]),
+                scope: Some("*".to_string()),
+            })
+            .collect(),
+    );
+    ValidatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(WEBHOOK_CONFIGURATION_NAME.to_string()),
+            labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string())].into()),
+            annotations: Some(
+                [(
+                    RULES_ANNOTATION.to_string(),
+                    rules.iter().cloned().collect::<Vec<_>>().join(","),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        webhooks: Some(vec![h]),
+    }
+}
+
 /// Whether `live` routes `operation` on `gr` to the webhook named `webhook`.
 pub fn routes(
     live: &ValidatingWebhookConfiguration,
@@ -515,7 +558,8 @@ pub fn matches_desired(
         return false;
     };
     let name_ok = l["metadata"]["name"] == d["metadata"]["name"];
-    let labels_ok = subset(&d["metadata"]["labels"], &l["metadata"]["labels"]);
+    let labels_ok = subset(&d["metadata"]["labels"], &l["metadata"]["labels"])
+        && subset(&d["metadata"]["annotations"], &l["metadata"]["annotations"]);
     let hooks_ok = subset(
         d.get("webhooks").unwrap_or(&Value::Null),
         l.get("webhooks").unwrap_or(&Value::Null),
@@ -852,6 +896,37 @@ mod tests {
             &serde_json::from_value(edited).expect("vwc"),
             &desired
         ));
+    }
+
+    #[test]
+    fn provider_configuration_has_one_entry_per_resource() {
+        let res: BTreeSet<GroupResource> = [
+            GroupResource::new("network.test.io", "subnets"),
+            GroupResource::new("network.test.io", "vpcs"),
+        ]
+        .into();
+        let rules: BTreeSet<String> = ["c1/a".to_string(), "c1/b".to_string()].into();
+        let cfg = provider_configuration(&res, &rules, &opts());
+        let hooks = cfg.webhooks.clone().expect("webhooks");
+        assert_eq!(hooks.len(), 1);
+        assert_eq!(hooks[0].rules.as_ref().map(Vec::len), Some(2));
+        assert!(routes(
+            &cfg,
+            POLICIES_WEBHOOK,
+            "DELETE",
+            &GroupResource::new("network.test.io", "vpcs")
+        ));
+        assert_eq!(
+            cfg.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(RULES_ANNOTATION))
+                .map(String::as_str),
+            Some("c1/a,c1/b")
+        );
+        assert!(matches_desired(&cfg, &cfg));
+        let fewer = provider_configuration(&res, &["c1/a".to_string()].into(), &opts());
+        assert!(!matches_desired(&cfg, &fewer), "the annotation is compared");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod admission;
 pub mod args;
 pub mod metrics;
 pub mod server;
+pub mod stores;
 pub mod tls;
 pub mod view;
 
@@ -73,6 +74,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             kubeconfig: args.kubeconfig.as_deref(),
             label_only: args.label_only,
             mode: args.dependents,
+            label_keys: policy.labels.iter().map(|l| l.key.clone()).collect(),
         },
         metrics.clone(),
     )

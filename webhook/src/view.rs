@@ -7,18 +7,24 @@
 //! object could govern are denied with "retry later". In `--label-only` mode there
 //! are no sources and the view is loaded from the start.
 
-use crate::metrics::Metrics;
+use crate::{
+    metrics::Metrics,
+    stores::{Depth, Resolver, ResourceStore, run_store},
+};
 use dashmap::DashMap;
 use futures::StreamExt;
 use holdfast_shared::{
     api::{
-        common::GroupResource, dependency_rule::DependencyRule,
-        resource_protection::ResourceProtection,
+        anchor_rule::AnchorRule, common::GroupResource, critical_service::CriticalService,
+        dependency_rule::DependencyRule, resource_protection::ResourceProtection,
     },
     index::{DependentsIndex, ObjectId, Referrer},
-    policy::{ClusterView, DependentsQuery, LookupError, logical_cluster},
-    registry::{CompiledDependency, CompiledProtection, PolicyKey, Registry},
-    review::AdmissionRequest,
+    policy::{ClusterView, ContainedObject, DependentsQuery, LookupError, logical_cluster},
+    registry::{
+        CompiledAnchor, CompiledCriterion, CompiledCritical, CompiledDependency,
+        CompiledProtection, PolicyKey, Registry, namespaces_gr,
+    },
+    review::{AdmissionRequest, Gvr},
     topology::Topology,
 };
 use kube::{
@@ -57,6 +63,20 @@ pub struct WebhookView {
     synced: DashMap<String, bool>,
     changed: Notify,
     metrics: Metrics,
+    label_keys: Vec<String>,
+    resolver: Resolver,
+    stores: DashMap<StoreKey, Arc<ResourceStore>>,
+}
+
+/// Identity of an object store: resource, depth, and label selector (label stores).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StoreKey {
+    /// The resource.
+    pub gr: GroupResource,
+    /// How much of each object is kept.
+    pub depth: Depth,
+    /// Only objects with this label key (label-protected objects).
+    pub label: Option<String>,
 }
 
 /// Options of the view.
@@ -69,6 +89,8 @@ pub struct ViewOptions<'a> {
     pub label_only: bool,
     /// Dependents strategy.
     pub mode: DependentsMode,
+    /// Protection label keys (for the label-protected object stores).
+    pub label_keys: Vec<String>,
 }
 
 async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
@@ -129,12 +151,27 @@ impl WebhookView {
             synced: DashMap::new(),
             changed: Notify::new(),
             metrics,
+            label_keys: opts.label_keys,
+            resolver: Resolver::default(),
+            stores: DashMap::new(),
         })
     }
 
     /// The registry (for metrics and tests).
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    fn synced_store(&self, gr: &GroupResource, depth: Depth) -> Option<Arc<ResourceStore>> {
+        let key = StoreKey {
+            gr: gr.clone(),
+            depth,
+            label: None,
+        };
+        self.stores
+            .get(&key)
+            .map(|s| s.value().clone())
+            .filter(|s| s.synced())
     }
 
     /// Starts the watches; they stop when `shutdown` fires.
@@ -156,9 +193,21 @@ impl WebhookView {
             );
             self.spawn(
                 shutdown.clone(),
-                watch_policies::<ResourceProtection>(self.clone(), pc),
+                watch_policies::<ResourceProtection>(self.clone(), pc.clone()),
+            );
+            self.spawn(
+                shutdown.clone(),
+                watch_policies::<CriticalService>(self.clone(), pc.clone()),
+            );
+            self.spawn(
+                shutdown.clone(),
+                watch_policies::<AnchorRule>(self.clone(), pc),
             );
         }
+        self.spawn(
+            shutdown.clone(),
+            manage_stores(self.clone(), shutdown.clone()),
+        );
         if self.mode == DependentsMode::Watch {
             self.spawn(
                 shutdown.clone(),
@@ -196,6 +245,12 @@ impl WebhookView {
         m.registry_size
             .with_label_values(&["ResourceProtection"])
             .set(self.registry.protections.len() as i64);
+        m.registry_size
+            .with_label_values(&["CriticalService"])
+            .set(self.registry.critical.len() as i64);
+        m.registry_size
+            .with_label_values(&["AnchorRule"])
+            .set(self.registry.anchors.len() as i64);
         m.index_references.set(self.index.len() as i64);
         for e in self.synced.iter() {
             m.index_synced
@@ -379,6 +434,135 @@ impl ClusterView for WebhookView {
         }
         result
     }
+
+    fn critical(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledCritical>]>> {
+        self.registry.critical.find(gr)
+    }
+
+    fn anchors(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledAnchor>]>> {
+        self.registry.anchors.find(gr)
+    }
+
+    async fn count_finalizer(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+        finalizer: &str,
+    ) -> Result<usize, LookupError> {
+        if let Some(store) = self.synced_store(gr, Depth::Metadata) {
+            return Ok(store.count_finalizer(cluster, finalizer));
+        }
+        self.metrics
+            .dependents_lookups
+            .with_label_values(&["live"])
+            .inc();
+        let client = self.cluster_client(cluster)?;
+        let (ar, _) = match self.resolver.resolve(&client, cluster, gr).await {
+            Ok(r) => r,
+            Err(crate::stores::ResolveError::NotServed(_)) => return Ok(0),
+            Err(e) => return Err(LookupError(e.to_string())),
+        };
+        let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+        let list = tokio::time::timeout(
+            Duration::from_secs(8),
+            api.list_metadata(&ListParams::default()),
+        )
+        .await
+        .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+        .map_err(|e| LookupError(e.to_string()))?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|o| {
+                o.metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == finalizer)
+            })
+            .count())
+    }
+
+    async fn object(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<serde_json::Value>>, LookupError> {
+        let key = (
+            cluster.to_string(),
+            namespace.unwrap_or_default().to_string(),
+            name.to_string(),
+        );
+        let anchor = self
+            .registry
+            .anchors
+            .entries()
+            .iter()
+            .any(|a| a.anchor == *gr);
+        let depth = if anchor { Depth::Full } else { Depth::Metadata };
+        if let Some(store) = self.synced_store(gr, depth) {
+            return Ok(store.get(&key));
+        }
+        // Not synced (yet): one GET.
+        let client = self.cluster_client(cluster)?;
+        let (ar, namespaced) = match self.resolver.resolve(&client, cluster, gr).await {
+            Ok(r) => r,
+            Err(crate::stores::ResolveError::NotServed(_)) => return Ok(None),
+            Err(e) => return Err(LookupError(e.to_string())),
+        };
+        let api: Api<DynamicObject> = match (namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(client, ns, &ar),
+            (true, None) => return Ok(None),
+            (false, _) => Api::all_with(client, &ar),
+        };
+        let got = tokio::time::timeout(Duration::from_secs(8), api.get_opt(name))
+            .await
+            .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+            .map_err(|e| LookupError(e.to_string()))?;
+        Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
+    }
+
+    async fn namespace_contents(
+        &self,
+        cluster: &str,
+        ns: &str,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        let mut out: Vec<ContainedObject> = Vec::new();
+        let mut seen: HashSet<(String, String)> = HashSet::new();
+        for entry in self.stores.iter() {
+            let (key, store) = (entry.key(), entry.value());
+            if !store.namespaced || key.depth == Depth::Full {
+                continue;
+            }
+            if !store.synced() {
+                return Err(LookupError(format!(
+                    "the index of {} is not synced yet",
+                    key.gr
+                )));
+            }
+            for obj in store.in_namespace(cluster, ns) {
+                let name = obj["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if !seen.insert((key.gr.to_string(), name)) {
+                    continue;
+                }
+                out.push(ContainedObject {
+                    resource: Gvr {
+                        group: store.resource.group.clone(),
+                        version: store.resource.version.clone(),
+                        resource: store.resource.plural.clone(),
+                    },
+                    kind: store.resource.kind.clone(),
+                    object: obj,
+                });
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// A policy kind the registry holds.
@@ -452,6 +636,56 @@ impl PolicyKind for ResourceProtection {
             })
             .collect();
         reg.protections.reset(entries);
+    }
+}
+
+impl PolicyKind for CriticalService {
+    const KIND: &'static str = "CriticalService";
+    fn apply(
+        reg: &Registry,
+        cluster: &str,
+        obj: &Self,
+    ) -> Result<(), holdfast_shared::registry::CompileError> {
+        reg.apply_critical(cluster, obj);
+        Ok(())
+    }
+    fn delete(reg: &Registry, key: &PolicyKey) {
+        reg.critical.delete(key);
+    }
+    fn reset(reg: &Registry, objs: &[(String, Self)]) {
+        let entries = objs
+            .iter()
+            .map(|(cluster, cs)| {
+                let (targets, compiled) = holdfast_shared::registry::compile_critical(cluster, cs);
+                (compiled.key.clone(), targets, Arc::new(compiled))
+            })
+            .collect();
+        reg.critical.reset(entries);
+    }
+}
+
+impl PolicyKind for AnchorRule {
+    const KIND: &'static str = "AnchorRule";
+    fn apply(
+        reg: &Registry,
+        cluster: &str,
+        obj: &Self,
+    ) -> Result<(), holdfast_shared::registry::CompileError> {
+        reg.apply_anchor(cluster, obj)
+    }
+    fn delete(reg: &Registry, key: &PolicyKey) {
+        reg.anchors.delete(key);
+    }
+    fn reset(reg: &Registry, objs: &[(String, Self)]) {
+        let entries = objs
+            .iter()
+            .filter_map(|(cluster, ar)| {
+                let (targets, compiled) =
+                    holdfast_shared::registry::compile_anchor(cluster, ar).ok()?;
+                Some((compiled.key.clone(), targets, Arc::new(compiled)))
+            })
+            .collect();
+        reg.anchors.reset(entries);
     }
 }
 
@@ -654,5 +888,143 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
                 tracing::warn!(resource = %key, error = %e, "dependents watch error; retrying");
             }
         }
+    }
+}
+
+/// What object stores the policies need now.
+fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<StoreKey> {
+    let meta = |gr: GroupResource| StoreKey {
+        gr,
+        depth: Depth::Metadata,
+        label: None,
+    };
+    let mut out = HashSet::new();
+    out.insert(meta(namespaces_gr()));
+    let reg = &view.registry;
+    for gr in reg
+        .protections
+        .targets()
+        .into_iter()
+        .chain(reg.dependencies.targets())
+        .chain(reg.anchors.targets())
+    {
+        out.insert(meta(gr));
+    }
+    for cs in reg.critical.entries() {
+        out.insert(meta(cs.provider.clone()));
+        for c in &cs.criteria {
+            match c {
+                CompiledCriterion::Finalizer { resource, .. }
+                | CompiledCriterion::SpecificResource { resource, .. } => {
+                    out.insert(meta(resource.clone()));
+                }
+            }
+        }
+    }
+    for ar in reg.anchors.entries() {
+        out.insert(StoreKey {
+            gr: ar.anchor.clone(),
+            depth: Depth::Full,
+            label: None,
+        });
+    }
+    for gr in namespaced {
+        for key in &view.label_keys {
+            out.insert(StoreKey {
+                gr: gr.clone(),
+                depth: Depth::Metadata,
+                label: Some(key.clone()),
+            });
+        }
+    }
+    out
+}
+
+/// Every namespaced resource that can be listed and watched (for label stores).
+async fn namespaced_resources(client: &Client) -> Vec<GroupResource> {
+    let discovery = match kube::Discovery::new(client.clone()).run().await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "discovery failed; label-protected objects of new types are not indexed yet");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            if caps.scope != kube::discovery::Scope::Namespaced
+                || !caps.supports_operation(kube::discovery::verbs::LIST)
+                || !caps.supports_operation(kube::discovery::verbs::WATCH)
+                || ar.plural == "events"
+            {
+                continue;
+            }
+            out.push(GroupResource::new(&ar.group, &ar.plural));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Keeps one watch per wanted object store.
+async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) {
+    let Some(client) = (match view.topology {
+        Topology::Kubernetes => view.client.clone(),
+        Topology::Kcp => view.wildcard_client(),
+    }) else {
+        return;
+    };
+    let mut running: HashMap<StoreKey, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut namespaced: Vec<GroupResource> = Vec::new();
+    let mut last_discovery: Option<std::time::Instant> = None;
+    loop {
+        if last_discovery.is_none_or(|t| t.elapsed() > Duration::from_secs(30)) {
+            namespaced = namespaced_resources(&client).await;
+            view.resolver.clear();
+            last_discovery = Some(std::time::Instant::now());
+        }
+        let wanted = wanted_stores(&view, &namespaced);
+        let stale: Vec<StoreKey> = running
+            .keys()
+            .filter(|k| !wanted.contains(*k))
+            .cloned()
+            .collect();
+        for key in stale {
+            if let Some(h) = running.remove(&key) {
+                h.abort();
+            }
+            view.stores.remove(&key);
+        }
+        for key in wanted {
+            if running.contains_key(&key) {
+                continue;
+            }
+            let (ar, ns) = match view.resolver.resolve(&client, "", &key.gr).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(resource = %key.gr, error = %e, "store not started");
+                    continue;
+                }
+            };
+            let store = Arc::new(ResourceStore::new(ar, ns));
+            view.stores.insert(key.clone(), store.clone());
+            let handle = tokio::spawn(run_store(
+                client.clone(),
+                store,
+                key.depth,
+                key.label.clone(),
+            ));
+            running.insert(key, handle);
+        }
+        let mut shutdown = shutdown.clone();
+        tokio::select! {
+            _ = view.changed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    for (_, h) in running {
+        h.abort();
     }
 }
