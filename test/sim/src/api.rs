@@ -300,7 +300,10 @@ fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
 
 struct Filter {
     cluster: ClusterSel,
-    allowed_clusters: Option<Vec<String>>,
+    /// APIExport virtual workspace wildcard: clusters are checked against bindings.
+    vw: Option<(Arc<State>, crate::server::VwCtx, Arc<ResourceInfo>)>,
+    /// Per-request memo of the binding check (lists); watches re-check every event.
+    vw_cache: Option<std::sync::Mutex<HashMap<String, bool>>>,
     namespace: Option<String>,
     labels: Selector,
     fields: FieldSelector,
@@ -308,7 +311,7 @@ struct Filter {
 
 impl Filter {
     fn new(
-        state: &State,
+        state: &Arc<State>,
         ctx: &Ctx,
         t: &Target,
         query: &HashMap<String, String>,
@@ -330,13 +333,14 @@ impl Filter {
             ],
         )
         .map_err(ApiError::bad_request)?;
-        let allowed_clusters = match (&ctx.vw, &ctx.cluster) {
-            (Some(vw), ClusterSel::Wildcard) => Some(kcp::vw_clusters(state, vw, &t.info)),
+        let vw = match (&ctx.vw, &ctx.cluster) {
+            (Some(vw), ClusterSel::Wildcard) => Some((state.clone(), vw.clone(), t.info.clone())),
             _ => None,
         };
         Ok(Filter {
             cluster: ctx.cluster.clone(),
-            allowed_clusters,
+            vw,
+            vw_cache: Some(std::sync::Mutex::new(HashMap::new())),
             namespace: t.namespace.clone(),
             labels,
             fields,
@@ -347,15 +351,28 @@ impl Filter {
         let c = match &self.cluster {
             ClusterSel::Plain => k.cluster.is_empty(),
             ClusterSel::Lc(c) => &k.cluster == c,
-            ClusterSel::Wildcard => {
-                !k.cluster.is_empty()
-                    && self
-                        .allowed_clusters
-                        .as_ref()
-                        .is_none_or(|a| a.contains(&k.cluster))
-            }
+            ClusterSel::Wildcard => !k.cluster.is_empty() && self.vw_allows(&k.cluster),
         };
         c && self.namespace.as_ref().is_none_or(|n| &k.namespace == n)
+    }
+
+    fn vw_allows(&self, cluster: &str) -> bool {
+        let Some((state, vw, info)) = &self.vw else {
+            return true;
+        };
+        if let Some(c) = &self.vw_cache
+            && let Ok(m) = c.lock()
+            && let Some(b) = m.get(cluster)
+        {
+            return *b;
+        }
+        let ok = kcp::vw_cluster_allowed(state, vw, info, cluster);
+        if let Some(c) = &self.vw_cache
+            && let Ok(mut m) = c.lock()
+        {
+            m.insert(cluster.to_string(), ok);
+        }
+        ok
     }
 
     fn obj_ok(&self, v: &Value) -> bool {
@@ -395,7 +412,7 @@ fn wants_table(headers: &HeaderMap) -> bool {
 }
 
 fn list(
-    state: &State,
+    state: &Arc<State>,
     ctx: &Ctx,
     t: &Target,
     query: &HashMap<String, String>,
@@ -587,7 +604,8 @@ fn watch_stream(
     query: &HashMap<String, String>,
     meta_only: bool,
 ) -> ApiResult<Resp> {
-    let f = Filter::new(state, ctx, t, query)?;
+    let mut f = Filter::new(state, ctx, t, query)?;
+    f.vw_cache = None;
     let rv_param = query
         .get("resourceVersion")
         .map(String::as_str)

@@ -66,6 +66,27 @@ fn create_logical_cluster(state: &State, name: &str, path: &str) {
         .create(&gr("", "namespaces"), ckey(name, "default"), ns);
 }
 
+/// Removes a logical cluster with everything in it (nested workspaces included).
+fn delete_logical_cluster(state: &State, lc: &str) {
+    for (k, w) in state.store.all_objects(&ws_gr()) {
+        if k.cluster == lc
+            && let Some(child) = w["spec"]["cluster"].as_str()
+        {
+            delete_logical_cluster(state, child);
+        }
+    }
+    for gr in state.store.all_grs() {
+        for (k, _) in state.store.all_objects(&gr) {
+            if k.cluster == lc {
+                let _ = state.store.delete(&gr, &k, None);
+            }
+        }
+    }
+    if let Ok(mut d) = state.registry.dynamic.write() {
+        d.remove(lc);
+    }
+}
+
 pub fn bootstrap(state: &State) {
     create_logical_cluster(state, ROOT, ROOT);
 }
@@ -388,25 +409,15 @@ fn is_exported(state: &State, vw: &VwCtx, info: &ResourceInfo) -> bool {
         })
 }
 
-/// Logical clusters visible through the virtual workspace for a kind.
-pub fn vw_clusters(state: &State, vw: &VwCtx, info: &ResourceInfo) -> Vec<String> {
-    let exported = is_exported(state, vw, info);
-    let mut out = vec![];
-    for (k, b) in state.store.all_objects(&binding_gr()) {
-        if !binding_export(state, &k.cluster, &b)
-            .is_some_and(|(c, n)| c == vw.export_cluster && n == vw.export_name)
-        {
-            continue;
-        }
-        if exported
-            || accepted_claims(&b)
-                .iter()
-                .any(|(g, r)| *g == info.group && *r == info.resource)
-        {
-            out.push(k.cluster.clone());
-        }
-    }
-    out
+/// Whether objects of a kind in `cluster` are visible through the virtual workspace.
+pub fn vw_cluster_allowed(state: &State, vw: &VwCtx, info: &ResourceInfo, cluster: &str) -> bool {
+    let Some(b) = binding_for_export(state, cluster, vw) else {
+        return false;
+    };
+    is_exported(state, vw, info)
+        || accepted_claims(&b)
+            .iter()
+            .any(|(g, r)| *g == info.group && *r == info.resource)
 }
 
 pub fn vw_authorize(
@@ -546,6 +557,12 @@ pub async fn after_write(
                 let parent = path_of(state, cluster).unwrap_or_else(|| cluster.to_string());
                 let name = n["metadata"]["name"].as_str().unwrap_or("");
                 create_logical_cluster(state, &lc, &format!("{parent}:{name}"));
+            }
+            if new.is_none()
+                && let Some(o) = old
+                && let Some(lc) = o["spec"]["cluster"].as_str()
+            {
+                delete_logical_cluster(state, lc);
             }
             None
         }

@@ -440,6 +440,11 @@ impl Store {
         }
     }
 
+    /// Every resource kind that has (or had) objects.
+    pub fn all_grs(&self) -> Vec<Gr> {
+        self.lock().data.keys().cloned().collect()
+    }
+
     pub fn all_objects(&self, gr: &Gr) -> Vec<(Key, Arc<Value>)> {
         let inner = self.lock();
         inner

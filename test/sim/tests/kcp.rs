@@ -234,6 +234,12 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         .await
         .expect("wildcard list");
     assert_eq!(listed.items.len(), 1);
+    assert!(
+        Api::<DynamicObject>::namespaced_with(other.clone(), "default", &widget)
+            .list(&ListParams::default())
+            .await
+            .is_err()
+    );
     assert_eq!(
         listed.items[0]
             .metadata
@@ -269,6 +275,34 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         .expect("watch event")
         .expect("event");
     assert_eq!(second, "w2");
+    // A workspace that binds after the watch started is visible too.
+    create(&org_c, &ws(), None, json!({"metadata": {"name": "late"}})).await;
+    let late = sim
+        .client_for_server(&format!("{url}/clusters/root:org:late"), "admin")
+        .await
+        .expect("late");
+    create(
+        &late,
+        &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+        None,
+        json!({
+            "metadata": {"name": "example.io"},
+            "spec": {"reference": {"export": {"path": "root:org:provider", "name": "example.io"}}}
+        }),
+    )
+    .await;
+    create(
+        &late,
+        &widget,
+        Some("default"),
+        json!({"metadata": {"name": "w3"}}),
+    )
+    .await;
+    let third = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("watch event")
+        .expect("event");
+    assert_eq!(third, "w3");
     watch_task.abort();
 
     // Claimed resources through the virtual workspace: allowed where the claim was accepted.
@@ -357,5 +391,54 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         .filter_map(|o| o.metadata.name)
         .collect();
     assert_eq!(names, ["hello"]);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_workspace_removes_its_logical_cluster() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let url = sim.url();
+    let root = sim
+        .client_for_server(&format!("{url}/clusters/root"), "admin")
+        .await
+        .expect("root");
+    create(&root, &ws(), None, json!({"metadata": {"name": "gone"}})).await;
+    let gone = sim
+        .client_for_server(&format!("{url}/clusters/root:gone"), "admin")
+        .await
+        .expect("gone");
+    create(&gone, &ws(), None, json!({"metadata": {"name": "child"}})).await;
+    let lc = sim.logical_cluster("root:gone").expect("lc");
+    let child_lc = sim.logical_cluster("root:gone:child").expect("child lc");
+    create(
+        &gone,
+        &ar("", "v1", "ConfigMap", "configmaps"),
+        Some("default"),
+        json!({"metadata": {"name": "x"}}),
+    )
+    .await;
+    let wss: Api<DynamicObject> = Api::all_with(root.clone(), &ws());
+    wss.delete("gone", &Default::default())
+        .await
+        .expect("delete workspace");
+    assert!(sim.logical_cluster("root:gone").is_none());
+    assert!(sim.logical_cluster(&lc).is_none());
+    assert!(sim.logical_cluster(&child_lc).is_none());
+    let star = sim
+        .client_for_server(&format!("{url}/clusters/*"), "admin")
+        .await
+        .expect("star");
+    let cms: Api<DynamicObject> = Api::all_with(star, &ar("", "v1", "ConfigMap", "configmaps"));
+    assert!(
+        cms.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    // Requests to the removed workspace path fail.
+    let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:gone"), "admin"));
+    let out = k.run(&["get", "cm", "-n", "default"]);
+    assert_ne!(out.code, 0, "{out:?}");
     sim.shutdown().await;
 }
