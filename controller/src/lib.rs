@@ -6,6 +6,9 @@
 //! - [`run`]: wiring (client, probes, CA source, leader election, shutdown).
 //! - [`kubernetes`]: the Kubernetes/Karmada reconciler (one merged
 //!   ValidatingWebhookConfiguration `holdfast`, self-healing).
+//! - [`kcp`]: the kcp reconciler (virtual workspace, workspace path resolver,
+//!   one configuration per provider workspace); [`kcp_manifests`]: holdfast's
+//!   APIResourceSchemas and APIExport.
 //! - [`policies`]: validity of policy objects (spec rules, selectors, discovery).
 //! - [`cycles`]: rule-level dependency cycles; [`status`]: conditions.
 //! - [`leader`]: Lease-based leader election; [`certs`]: managed CA and caBundle.
@@ -15,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod crds;
 pub mod cycles;
+pub mod kcp;
 pub mod kcp_manifests;
 pub mod kubernetes;
 pub mod leader;

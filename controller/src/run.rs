@@ -21,7 +21,7 @@ use tokio::{
 use crate::{
     certs,
     config::{CaSource, FailurePolicy, RunConfig, Topology, WebhookEndpoint},
-    kubernetes,
+    kcp, kubernetes,
     leader::{LeaderElector, LeaseConfig},
 };
 
@@ -65,7 +65,7 @@ impl Default for Tuning {
     }
 }
 
-async fn client(kubeconfig: &Option<PathBuf>) -> anyhow::Result<Client> {
+async fn kube_config(kubeconfig: &Option<PathBuf>) -> anyhow::Result<kube::Config> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -78,7 +78,7 @@ async fn client(kubeconfig: &Option<PathBuf>) -> anyhow::Result<Client> {
             .await
             .context("finding a kubeconfig or in-cluster configuration")?,
     };
-    Ok(Client::try_from(config)?)
+    Ok(config)
 }
 
 fn identity() -> String {
@@ -167,7 +167,8 @@ async fn termination() {
 /// Runs the controller until SIGTERM/SIGINT (Ok) or a fatal error.
 pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = client(&config.kubeconfig).await?;
+    let kube_config = kube_config(&config.kubeconfig).await?;
+    let client = Client::try_from(kube_config.clone())?;
     let ready = Arc::new(AtomicBool::new(false));
     let listener = tokio::net::TcpListener::bind(config.probe_listen)
         .await
@@ -239,53 +240,70 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
         }
     };
 
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut outer = shutdown_rx.clone();
+    tokio::spawn(async move {
+        let _ = outer.changed().await;
+        let _ = stop_tx.send(true);
+    });
+    let instance = elector
+        .as_ref()
+        .map_or_else(identity, |e| e.identity().to_string());
+    let work: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> =
+        match config.topology {
+            Topology::Kubernetes => {
+                let reconciler = kubernetes::Reconciler::new(
+                    client.clone(),
+                    kubernetes::Settings {
+                        labels: config.protection_labels.clone(),
+                        strict: config.strict,
+                        resync: tuning.resync,
+                        instance,
+                    },
+                    opts_rx,
+                    ready.clone(),
+                );
+                Box::pin(reconciler.run(stop_rx.clone()))
+            }
+            Topology::Kcp => {
+                let Some(vw) =
+                    kcp::virtual_workspace_url(&client, &config.api_export, stop_rx.clone())
+                        .await?
+                else {
+                    return Ok(());
+                };
+                tracing::info!(url = %vw, apiexport = %config.api_export, "found the virtual workspace");
+                let reconciler = kcp::Reconciler::new(
+                    kcp::Clients::new(kube_config.clone()),
+                    vw,
+                    kcp::Settings {
+                        api_export: config.api_export.clone(),
+                        resync: tuning.resync,
+                    },
+                    opts_rx,
+                    ready.clone(),
+                )?;
+                Box::pin(reconciler.run(stop_rx.clone(), config.cleanup_on_shutdown))
+            }
+        };
     let mut lost = false;
-    let result = match config.topology {
-        Topology::Kubernetes => {
-            let reconciler = kubernetes::Reconciler::new(
-                client.clone(),
-                kubernetes::Settings {
-                    labels: config.protection_labels.clone(),
-                    strict: config.strict,
-                    resync: tuning.resync,
-                    instance: elector
-                        .as_ref()
-                        .map_or_else(identity, |e| e.identity().to_string()),
-                },
-                opts_rx,
-                ready.clone(),
-            );
-            let (stop_tx, stop_rx) = watch::channel(false);
-            let mut outer = shutdown_rx.clone();
-            let forward = async {
-                let _ = outer.changed().await;
-                let _ = stop_tx.send(true);
-            };
-            match elector.as_mut() {
-                Some(e) => {
-                    tokio::select! {
-                        r = reconciler.run(stop_rx) => r,
-                        () = forward => Ok(()),
-                        () = e.keep_renewing() => { lost = true; Ok(()) }
-                    }
-                }
-                None => {
-                    tokio::select! {
-                        r = reconciler.run(stop_rx) => r,
-                        () = forward => Ok(()),
-                    }
-                }
+    let result = match elector.as_mut() {
+        Some(e) => {
+            tokio::select! {
+                r = work => r,
+                () = e.keep_renewing() => { lost = true; Ok(()) }
             }
         }
-        Topology::Kcp => Err(anyhow::anyhow!(
-            "--topology kcp is not implemented in this version of holdfast-controller"
-        )),
+        None => work.await,
     };
     ca_task.abort();
     if lost {
         anyhow::bail!("lost leadership; exiting so that a fresh replica can take over");
     }
-    if config.cleanup_on_shutdown && *shutdown_rx.borrow() {
+    if config.topology == Topology::Kubernetes
+        && config.cleanup_on_shutdown
+        && *shutdown_rx.borrow()
+    {
         match kubernetes::delete_configuration(&client).await {
             Ok(true) => tracing::info!(
                 "cleanup on shutdown: deleted ValidatingWebhookConfiguration holdfast"

@@ -105,10 +105,11 @@ pub fn start_controller(
     let probe_port = free_port()?;
     let log = env.dir.path().join(format!("{name}.log"));
     let mut cmd = Command::new(bin("holdfast-controller")?);
-    cmd.arg("run")
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .arg("--webhook-url")
+    cmd.arg("run");
+    if !args.contains(&"--kubeconfig") {
+        cmd.arg("--kubeconfig").arg(&env.kubeconfig);
+    }
+    cmd.arg("--webhook-url")
         .arg(format!("https://127.0.0.1:{webhook_port}/validate"))
         .arg("--probe-listen")
         .arg(format!("127.0.0.1:{probe_port}"));
@@ -136,16 +137,34 @@ pub fn start_controller(
     })
 }
 
+/// Runs kubectl against `server` (e.g. a kcp workspace URL) instead of the
+/// kubeconfig's server.
+pub fn kubectl_at(env: &Env, server: &str, args: &[&str]) -> anyhow::Result<crate::KubectlOutput> {
+    let mut all = vec!["--server", server];
+    all.extend_from_slice(args);
+    env.kubectl(&all)
+}
+
 /// The live ValidatingWebhookConfiguration `holdfast`, if any.
 pub fn webhook_configuration(env: &Env) -> anyhow::Result<Option<Value>> {
-    let out = env.kubectl(&[
+    webhook_configuration_at(env, None)
+}
+
+/// The live ValidatingWebhookConfiguration `holdfast` at `server` (default: the
+/// kubeconfig's), if any.
+pub fn webhook_configuration_at(env: &Env, server: Option<&str>) -> anyhow::Result<Option<Value>> {
+    let args = [
         "get",
         "validatingwebhookconfiguration",
         "holdfast",
         "-o",
         "json",
         "--ignore-not-found",
-    ])?;
+    ];
+    let out = match server {
+        Some(s) => kubectl_at(env, s, &args)?,
+        None => env.kubectl(&args)?,
+    };
     if out.code != 0 {
         bail!("kubectl get failed: {}", out.stderr);
     }
@@ -197,9 +216,19 @@ pub async fn wait_configuration(
     timeout: Duration,
     check: impl Fn(Option<&Value>) -> bool,
 ) -> anyhow::Result<(Option<Value>, Duration)> {
+    wait_configuration_at(env, None, timeout, check).await
+}
+
+/// [`wait_configuration`] at `server`.
+pub async fn wait_configuration_at(
+    env: &Env,
+    server: Option<&str>,
+    timeout: Duration,
+    check: impl Fn(Option<&Value>) -> bool,
+) -> anyhow::Result<(Option<Value>, Duration)> {
     let start = Instant::now();
     loop {
-        let cfg = webhook_configuration(env)?;
+        let cfg = webhook_configuration_at(env, server)?;
         if check(cfg.as_ref()) {
             return Ok((cfg, start.elapsed()));
         }
@@ -217,7 +246,23 @@ pub async fn wait_configuration(
 /// The condition `type_` of a policy object (`kind` as kubectl names it, e.g.
 /// `resourceprotection`), as JSON.
 pub fn condition(env: &Env, kind: &str, name: &str, type_: &str) -> anyhow::Result<Option<Value>> {
-    let out = env.kubectl(&["get", kind, name, "-o", "json"])?.ok()?;
+    condition_at(env, None, kind, name, type_)
+}
+
+/// [`condition`] at `server`.
+pub fn condition_at(
+    env: &Env,
+    server: Option<&str>,
+    kind: &str,
+    name: &str,
+    type_: &str,
+) -> anyhow::Result<Option<Value>> {
+    let args = ["get", kind, name, "-o", "json"];
+    let out = match server {
+        Some(s) => kubectl_at(env, s, &args)?,
+        None => env.kubectl(&args)?,
+    }
+    .ok()?;
     let obj: Value = serde_json::from_str(&out.stdout)?;
     Ok(obj["status"]["conditions"]
         .as_array()
@@ -236,9 +281,22 @@ pub async fn wait_condition(
     status: &str,
     secs: u64,
 ) -> anyhow::Result<Value> {
+    wait_condition_at(env, None, kind, name, type_, status, secs).await
+}
+
+/// [`wait_condition`] at `server`.
+pub async fn wait_condition_at(
+    env: &Env,
+    server: Option<&str>,
+    kind: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    secs: u64,
+) -> anyhow::Result<Value> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let c = condition(env, kind, name, type_)?;
+        let c = condition_at(env, server, kind, name, type_)?;
         if let Some(c) = &c
             && c["status"] == status
         {

@@ -1,0 +1,828 @@
+//! The kcp topology.
+//!
+//! The controller's kubeconfig points at the holdfast workspace. The virtual
+//! workspace URL comes from the APIExportEndpointSlice of the holdfast APIExport;
+//! through it (`/clusters/*`) the controller watches DependencyRules in every
+//! binding workspace and the configurations it installed. Each rule's
+//! `apiExportRef.path` (any depth, e.g. `root:org:team:network`) is resolved to
+//! a logical cluster by walking Workspaces segment by segment from `root`, with
+//! a moka cache invalidated whenever a Workspace changes. For every provider
+//! workspace it installs one configuration `holdfast` through the virtual
+//! workspace (authorised by the permission claim), with one rules entry per
+//! protected resource, recomputed from scratch from all rules on every change:
+//! deleting a rule removes only its part, deleting the last one removes the
+//! configuration.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use holdfast_shared::{
+    api::{DependencyRule, GroupResource, Policy},
+    names::{FIELD_MANAGER, KCP_CLUSTER_ANNOTATION, WEBHOOK_CONFIGURATION_NAME},
+    webhookconfig::{
+        InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICIES_WEBHOOK, matches_desired,
+        provider_configuration, routes,
+    },
+};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::{
+    Api, Client, Resource, ResourceExt as _,
+    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams},
+    runtime::{WatchStreamExt as _, watcher},
+};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::{Notify, watch};
+
+use crate::{
+    cycles::{RuleEdges, find_cycles},
+    policies::{Invalid, check_dependency_rule, reasons},
+    status::{Outcome, desired_status, now_rfc3339},
+};
+
+/// Objects of one kind across logical clusters, keyed by (cluster, name).
+pub struct ClusterStore<K> {
+    objects: BTreeMap<(String, String), Arc<K>>,
+    pending: Option<BTreeMap<(String, String), Arc<K>>>,
+    /// Whether the initial list completed.
+    pub ready: bool,
+}
+
+impl<K> Default for ClusterStore<K> {
+    fn default() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            pending: None,
+            ready: false,
+        }
+    }
+}
+
+/// The logical cluster an object lives in (its `kcp.io/cluster` annotation).
+pub fn cluster_of<K: Resource>(obj: &K) -> String {
+    obj.meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(KCP_CLUSTER_ANNOTATION))
+        .cloned()
+        .unwrap_or_default()
+}
+
+impl<K: Resource> ClusterStore<K> {
+    fn key(obj: &K) -> (String, String) {
+        (cluster_of(obj), obj.meta().name.clone().unwrap_or_default())
+    }
+
+    /// Applies one watcher event.
+    pub fn apply(&mut self, ev: watcher::Event<K>) {
+        match ev {
+            watcher::Event::Init => self.pending = Some(BTreeMap::new()),
+            watcher::Event::InitApply(o) => {
+                let k = Self::key(&o);
+                self.pending
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(k, Arc::new(o));
+            }
+            watcher::Event::InitDone => {
+                self.objects = self.pending.take().unwrap_or_default();
+                self.ready = true;
+            }
+            watcher::Event::Apply(o) => {
+                let k = Self::key(&o);
+                self.objects.insert(k, Arc::new(o));
+            }
+            watcher::Event::Delete(o) => {
+                self.objects.remove(&Self::key(&o));
+            }
+        }
+    }
+
+    /// A snapshot.
+    pub fn snapshot(&self) -> Vec<((String, String), Arc<K>)> {
+        self.objects
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+type Shared<K> = Arc<Mutex<ClusterStore<K>>>;
+
+fn spawn_store<K>(api: Api<K>, cfg: watcher::Config, notify: Arc<Notify>) -> Shared<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let store: Shared<K> = Arc::new(Mutex::new(ClusterStore::default()));
+    let s = store.clone();
+    tokio::spawn(async move {
+        let stream = watcher(api, cfg).default_backoff();
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(ev) => {
+                    if let Ok(mut st) = s.lock() {
+                        st.apply(ev);
+                    }
+                    notify.notify_one();
+                }
+                Err(e) => tracing::warn!(error = %e, "kcp watch failed; retrying"),
+            }
+        }
+    });
+    store
+}
+
+/// Builds clients for URLs derived from the kubeconfig (same credentials).
+#[derive(Clone)]
+pub struct Clients {
+    base: kube::Config,
+    cache: Arc<Mutex<HashMap<String, Client>>>,
+}
+
+impl Clients {
+    /// Clients sharing `base`'s credentials and TLS settings.
+    pub fn new(base: kube::Config) -> Self {
+        Self {
+            base,
+            cache: Arc::default(),
+        }
+    }
+
+    /// A client whose base URL is `url`.
+    pub fn at(&self, url: &str) -> anyhow::Result<Client> {
+        if let Ok(cache) = self.cache.lock()
+            && let Some(c) = cache.get(url)
+        {
+            return Ok(c.clone());
+        }
+        let mut cfg = self.base.clone();
+        cfg.cluster_url = url.parse().with_context(|| format!("bad URL {url}"))?;
+        let client = Client::try_from(cfg)?;
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(url.to_string(), client.clone());
+        }
+        Ok(client)
+    }
+
+    /// The front-proxy base URL: the kubeconfig's server without `/clusters/...`.
+    pub fn front_proxy(&self) -> String {
+        front_proxy_of(&self.base.cluster_url.to_string())
+    }
+}
+
+/// `https://h:6443/clusters/root:holdfast` → `https://h:6443`.
+pub fn front_proxy_of(server: &str) -> String {
+    let s = server.trim_end_matches('/');
+    match s.find("/clusters/") {
+        Some(i) => s[..i].to_string(),
+        None => s.to_string(),
+    }
+}
+
+fn workspace_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("tenancy.kcp.io", "v1alpha1", "Workspace"),
+        "workspaces",
+    )
+}
+
+fn endpoint_slice_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apis.kcp.io", "v1alpha1", "APIExportEndpointSlice"),
+        "apiexportendpointslices",
+    )
+}
+
+/// Resolves workspace paths of any depth to logical cluster names.
+#[derive(Clone)]
+pub struct Resolver {
+    clients: Clients,
+    front_proxy: String,
+    cache: moka::future::Cache<String, String>,
+}
+
+impl Resolver {
+    /// A resolver walking Workspaces through the front-proxy.
+    pub fn new(clients: Clients) -> Self {
+        let front_proxy = clients.front_proxy();
+        Self {
+            clients,
+            front_proxy,
+            cache: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(300))
+                .build(),
+        }
+    }
+
+    /// Forgets everything (a Workspace changed).
+    pub fn invalidate(&self) {
+        self.cache.invalidate_all();
+    }
+
+    /// The logical cluster of `path` (`root:org:network`), walking one segment at a time.
+    pub async fn resolve(&self, path: &str) -> Result<String, String> {
+        if let Some(lc) = self.cache.get(path).await {
+            return Ok(lc);
+        }
+        let mut segs = path.split(':');
+        if segs.next() != Some("root") {
+            return Err(format!("workspace path {path:?} does not start at root"));
+        }
+        let mut cur_path = "root".to_string();
+        let mut cur_lc = "root".to_string();
+        for seg in segs {
+            let next = format!("{cur_path}:{seg}");
+            if let Some(lc) = self.cache.get(&next).await {
+                cur_path = next;
+                cur_lc = lc;
+                continue;
+            }
+            let client = self
+                .clients
+                .at(&format!("{}/clusters/{cur_lc}", self.front_proxy))
+                .map_err(|e| e.to_string())?;
+            let api: Api<DynamicObject> = Api::all_with(client, &workspace_resource());
+            let ws = match api.get_opt(seg).await {
+                Ok(Some(ws)) => ws,
+                Ok(None) => return Err(format!("workspace {seg:?} not found in {cur_path}")),
+                Err(e) => return Err(format!("reading workspace {seg:?} in {cur_path}: {e}")),
+            };
+            let Some(lc) = ws.data["spec"]["cluster"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+            else {
+                return Err(format!(
+                    "workspace {next} is not scheduled yet (no spec.cluster)"
+                ));
+            };
+            self.cache.insert(next.clone(), lc.to_string()).await;
+            cur_path = next;
+            cur_lc = lc.to_string();
+        }
+        Ok(cur_lc)
+    }
+}
+
+/// Settings of the kcp reconciler.
+#[derive(Clone)]
+pub struct Settings {
+    /// Name of the holdfast APIExport.
+    pub api_export: String,
+    /// Full resync period.
+    pub resync: Duration,
+}
+
+/// Finds the virtual workspace URL in the APIExportEndpointSlice `name` of the
+/// holdfast workspace; waits until it has an endpoint.
+pub async fn virtual_workspace_url(
+    home: &Client,
+    name: &str,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Option<String>> {
+    let api: Api<DynamicObject> = Api::all_with(home.clone(), &endpoint_slice_resource());
+    let mut warned = false;
+    loop {
+        match api.get_opt(name).await {
+            Ok(Some(slice)) => {
+                if let Some(url) = slice.data["status"]["endpoints"][0]["url"].as_str() {
+                    return Ok(Some(url.trim_end_matches('/').to_string()));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(error = %e, "reading the APIExportEndpointSlice failed"),
+        }
+        if !warned {
+            tracing::warn!(
+                slice = name,
+                "waiting for APIExportEndpointSlice {name} to list an endpoint"
+            );
+            warned = true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.changed() => return Ok(None),
+        }
+    }
+}
+
+/// The kcp reconciler.
+pub struct Reconciler {
+    clients: Clients,
+    vw_url: String,
+    settings: Settings,
+    options: watch::Receiver<InstallOptions>,
+    rules: Shared<DependencyRule>,
+    hooks: Shared<ValidatingWebhookConfiguration>,
+    resolver: Resolver,
+    notify: Arc<Notify>,
+    workspace_changed: Arc<AtomicBool>,
+    /// Set once the first reconcile succeeded.
+    pub ready: Arc<AtomicBool>,
+}
+
+struct RuleEval {
+    cluster: String,
+    name: String,
+    invalid: Option<Invalid>,
+    /// (path, export name, logical cluster if resolved, message)
+    workspaces: Vec<(String, String, Option<String>, Option<String>)>,
+    /// provider cluster → resources
+    targets: BTreeMap<String, BTreeSet<GroupResource>>,
+}
+
+impl Reconciler {
+    /// Starts the watches through the virtual workspace at `vw_url`.
+    pub fn new(
+        clients: Clients,
+        vw_url: String,
+        settings: Settings,
+        options: watch::Receiver<InstallOptions>,
+        ready: Arc<AtomicBool>,
+    ) -> anyhow::Result<Self> {
+        let notify = Arc::new(Notify::new());
+        let all = clients.at(&format!("{vw_url}/clusters/*"))?;
+        let rules = spawn_store(
+            Api::<DependencyRule>::all(all.clone()),
+            watcher::Config::default(),
+            notify.clone(),
+        );
+        let hooks = spawn_store(
+            Api::<ValidatingWebhookConfiguration>::all(all),
+            watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")),
+            notify.clone(),
+        );
+        let resolver = Resolver::new(clients.clone());
+        let workspace_changed = Arc::new(AtomicBool::new(false));
+        // Workspaces anywhere: a change invalidates the path cache.
+        let ws_client = clients.at(&format!("{}/clusters/*", clients.front_proxy()))?;
+        let (r, n, flag) = (resolver.clone(), notify.clone(), workspace_changed.clone());
+        tokio::spawn(async move {
+            let api: Api<DynamicObject> = Api::all_with(ws_client, &workspace_resource());
+            let stream = watcher(api, watcher::Config::default()).default_backoff();
+            futures::pin_mut!(stream);
+            let mut failures = 0u32;
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(
+                        watcher::Event::Apply(_)
+                        | watcher::Event::Delete(_)
+                        | watcher::Event::InitDone,
+                    ) => {
+                        r.invalidate();
+                        flag.store(true, Ordering::SeqCst);
+                        n.notify_one();
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        failures += 1;
+                        if failures == 1 {
+                            tracing::warn!(error = %e, "cannot watch Workspaces across clusters; unresolved paths are retried periodically instead");
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            clients,
+            vw_url,
+            settings,
+            options,
+            rules,
+            hooks,
+            resolver,
+            notify,
+            workspace_changed,
+            ready,
+        })
+    }
+
+    fn vw_client(&self, cluster: &str) -> anyhow::Result<Client> {
+        self.clients
+            .at(&format!("{}/clusters/{cluster}", self.vw_url))
+    }
+
+    /// Runs until `shutdown`; with `cleanup`, deletes every installed configuration on the way out.
+    pub async fn run(
+        self,
+        mut shutdown: watch::Receiver<bool>,
+        cleanup: bool,
+    ) -> anyhow::Result<()> {
+        // Wait for both initial lists.
+        loop {
+            let ready = self.rules.lock().map(|s| s.ready).unwrap_or(false)
+                && self.hooks.lock().map(|s| s.ready).unwrap_or(false);
+            if ready {
+                break;
+            }
+            tokio::select! {
+                () = self.notify.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                _ = shutdown.changed() => return Ok(()),
+            }
+        }
+        tracing::info!(vw = %self.vw_url, "kcp caches synced; reconciling");
+        let mut options = self.options.clone();
+        let mut retry = false;
+        let mut unresolved = false;
+        loop {
+            if !retry {
+                let wait = if unresolved {
+                    Duration::from_secs(2)
+                } else {
+                    self.settings.resync
+                };
+                tokio::select! {
+                    () = self.notify.notified() => {}
+                    _ = options.changed() => {}
+                    () = tokio::time::sleep(wait) => { self.resolver.invalidate(); }
+                    _ = shutdown.changed() => break,
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+            self.workspace_changed.store(false, Ordering::SeqCst);
+            match self.reconcile_once().await {
+                Ok(u) => {
+                    unresolved = u;
+                    retry = false;
+                    self.ready.store(true, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "kcp reconcile failed; retrying");
+                    retry = true;
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = shutdown.changed() => break,
+                    }
+                }
+            }
+        }
+        if cleanup {
+            let live: Vec<String> = self
+                .hooks
+                .lock()
+                .map(|s| s.snapshot().into_iter().map(|((c, _), _)| c).collect())
+                .unwrap_or_default();
+            for cluster in live {
+                match self.delete_in(&cluster).await {
+                    Ok(()) => tracing::info!(
+                        cluster,
+                        "cleanup on shutdown: deleted ValidatingWebhookConfiguration holdfast"
+                    ),
+                    Err(e) => {
+                        tracing::error!(cluster, error = %format!("{e:#}"), "cleanup on shutdown failed")
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn evaluate(&self, cluster: &str, rule: &DependencyRule) -> RuleEval {
+        let mut eval = RuleEval {
+            cluster: cluster.to_string(),
+            name: rule.name_any(),
+            invalid: check_dependency_rule(rule, &Default::default(), false),
+            workspaces: Vec::new(),
+            targets: BTreeMap::new(),
+        };
+        if eval.invalid.is_some() {
+            return eval;
+        }
+        let mut problems = Vec::new();
+        for (i, d) in rule.spec.dependencies.iter().enumerate() {
+            let Some(r) = &d.api_export_ref else {
+                problems.push(format!(
+                    "spec.dependencies[{i}].apiExportRef is required on kcp"
+                ));
+                continue;
+            };
+            match self.resolver.resolve(&r.path).await {
+                Ok(lc) => {
+                    eval.targets
+                        .entry(lc.clone())
+                        .or_default()
+                        .insert(GroupResource::new(&d.group, &d.resource));
+                    if !eval
+                        .workspaces
+                        .iter()
+                        .any(|w| w.0 == r.path && w.1 == r.name)
+                    {
+                        eval.workspaces
+                            .push((r.path.clone(), r.name.clone(), Some(lc), None));
+                    }
+                }
+                Err(msg) => {
+                    problems.push(format!("spec.dependencies[{i}].apiExportRef.path: {msg}"));
+                    if !eval
+                        .workspaces
+                        .iter()
+                        .any(|w| w.0 == r.path && w.1 == r.name)
+                    {
+                        eval.workspaces
+                            .push((r.path.clone(), r.name.clone(), None, Some(msg)));
+                    }
+                }
+            }
+        }
+        if !problems.is_empty() {
+            let missing_ref = problems.iter().all(|p| p.contains("is required on kcp"));
+            eval.invalid = Some(Invalid {
+                reason: if missing_ref {
+                    reasons::INVALID_SPEC
+                } else {
+                    reasons::UNRESOLVED_WORKSPACE
+                },
+                message: problems.join("; "),
+            });
+            eval.targets.clear();
+        }
+        eval
+    }
+
+    /// One pass; returns whether some path is unresolved (to retry soon).
+    async fn reconcile_once(&self) -> anyhow::Result<bool> {
+        let rules = self.rules.lock().map(|s| s.snapshot()).unwrap_or_default();
+        let mut evals = Vec::with_capacity(rules.len());
+        for ((cluster, _), rule) in &rules {
+            evals.push((self.evaluate(cluster, rule).await, rule.clone()));
+        }
+        let unresolved = evals.iter().any(|(e, _)| {
+            e.invalid
+                .as_ref()
+                .is_some_and(|i| i.reason == reasons::UNRESOLVED_WORKSPACE)
+        });
+
+        // Desired state per provider cluster, from scratch.
+        let mut desired: BTreeMap<String, (BTreeSet<GroupResource>, BTreeSet<String>)> =
+            BTreeMap::new();
+        for (e, _) in &evals {
+            for (lc, grs) in &e.targets {
+                let entry = desired.entry(lc.clone()).or_default();
+                entry.0.extend(grs.iter().cloned());
+                entry.1.insert(format!("{}/{}", e.cluster, e.name));
+            }
+        }
+        let opts = self.options.borrow().clone();
+        let live: BTreeMap<String, Arc<ValidatingWebhookConfiguration>> = self
+            .hooks
+            .lock()
+            .map(|s| {
+                s.snapshot()
+                    .into_iter()
+                    .filter(|((_, n), _)| n == WEBHOOK_CONFIGURATION_NAME)
+                    .map(|((c, _), v)| (c, v))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut installed: BTreeMap<String, ValidatingWebhookConfiguration> = BTreeMap::new();
+        let mut errors = Vec::new();
+        for (lc, (grs, rule_names)) in &desired {
+            let want = provider_configuration(grs, rule_names, &opts);
+            match live.get(lc) {
+                Some(l) if matches_desired(l, &want) => {
+                    installed.insert(lc.clone(), (**l).clone());
+                }
+                other => {
+                    tracing::info!(
+                        cluster = %lc,
+                        resources = grs.len(),
+                        rules = rule_names.len(),
+                        "{} ValidatingWebhookConfiguration holdfast",
+                        if other.is_some() { "updating" } else { "creating" }
+                    );
+                    match self.apply_in(lc, &want).await {
+                        Ok(applied) => {
+                            installed.insert(lc.clone(), applied);
+                        }
+                        Err(e) => errors.push(format!("{lc}: {e:#}")),
+                    }
+                }
+            }
+        }
+        for lc in live.keys().filter(|lc| !desired.contains_key(*lc)) {
+            tracing::info!(cluster = %lc, "no rule targets this workspace any more: deleting ValidatingWebhookConfiguration holdfast");
+            if let Err(e) = self.delete_in(lc).await {
+                errors.push(format!("{lc}: {e:#}"));
+            }
+        }
+
+        // Cycles over resource types, across all workspaces.
+        let edges: Vec<RuleEdges> = evals
+            .iter()
+            .filter(|(e, _)| e.invalid.is_none())
+            .map(|(e, r)| RuleEdges::of(format!("{}/{}", e.cluster, e.name), r))
+            .collect();
+        let cycles = find_cycles(&edges);
+
+        let now = now_rfc3339();
+        for (e, rule) in &evals {
+            let mut ok = true;
+            let mut missing = Vec::new();
+            for (lc, grs) in &e.targets {
+                for gr in grs {
+                    let routed = installed
+                        .get(lc)
+                        .is_some_and(|c| routes(c, POLICIES_WEBHOOK, "DELETE", gr));
+                    if !routed {
+                        ok = false;
+                        missing.push(format!("{gr} in {lc}"));
+                    }
+                }
+            }
+            let key = format!("{}/{}", e.cluster, e.name);
+            let outcome = Outcome {
+                invalid: e.invalid.clone(),
+                installed: ok && e.invalid.is_none(),
+                installed_message: if ok {
+                    format!(
+                        "DELETEs of the dependencies reach webhook {POLICIES_WEBHOOK} in {} provider workspace(s)",
+                        e.targets.len()
+                    )
+                } else {
+                    format!("not yet installed: {}", missing.join(", "))
+                },
+                cycle: cycles.get(&key).map(|c| c.message()),
+                cycle_applies: true,
+            };
+            let workspaces: Vec<serde_json::Value> = e
+                .workspaces
+                .iter()
+                .map(|(path, name, lc, msg)| {
+                    let mut w = json!({
+                        "path": path,
+                        "name": name,
+                        "webhookInstalled": lc.as_ref().is_some_and(|lc| installed.contains_key(lc)),
+                    });
+                    if let Some(lc) = lc {
+                        w["logicalCluster"] = json!(lc);
+                    }
+                    if let Some(m) = msg {
+                        w["message"] = json!(m);
+                    }
+                    w
+                })
+                .collect();
+            if let Err(err) = self
+                .write_status(&e.cluster, rule, &outcome, workspaces, &now)
+                .await
+            {
+                errors.push(format!("status of {key}: {err:#}"));
+            }
+            if let Some(c) = &outcome.cycle
+                && !holdfast_shared::api::is_condition_true(
+                    rule.conditions(),
+                    holdfast_shared::api::condition_types::CYCLE_DETECTED,
+                )
+            {
+                tracing::warn!(rule = %key, "{c}");
+            }
+        }
+        if !errors.is_empty() {
+            anyhow::bail!("{}", errors.join("; "));
+        }
+        Ok(unresolved)
+    }
+
+    async fn write_status(
+        &self,
+        cluster: &str,
+        rule: &DependencyRule,
+        outcome: &Outcome,
+        workspaces: Vec<serde_json::Value>,
+        now: &str,
+    ) -> anyhow::Result<()> {
+        let current_ws = rule
+            .status
+            .as_ref()
+            .map(|s| serde_json::to_value(&s.workspaces).unwrap_or_default())
+            .unwrap_or_else(|| json!([]));
+        let ws_same = current_ws == json!(workspaces);
+        let status = desired_status(
+            rule.meta().generation,
+            rule.observed_generation(),
+            rule.conditions(),
+            outcome,
+            now,
+        );
+        let mut status = match (status, ws_same) {
+            (None, true) => return Ok(()),
+            (Some(s), _) => s,
+            (None, false) => {
+                let mut s = json!({"conditions": serde_json::to_value(rule.conditions())?});
+                if let Some(g) = rule.meta().generation {
+                    s["observedGeneration"] = json!(g);
+                }
+                s
+            }
+        };
+        status["workspaces"] = json!(workspaces);
+        let api: Api<DependencyRule> = Api::all(self.vw_client(cluster)?);
+        match api
+            .patch_status(
+                &rule.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn apply_in(
+        &self,
+        cluster: &str,
+        desired: &ValidatingWebhookConfiguration,
+    ) -> anyhow::Result<ValidatingWebhookConfiguration> {
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.vw_client(cluster)?);
+        let mut body = serde_json::to_value(desired)?;
+        body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+        body["kind"] = "ValidatingWebhookConfiguration".into();
+        let applied = api
+            .patch(
+                WEBHOOK_CONFIGURATION_NAME,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await?;
+        if matches_desired(&applied, desired) {
+            return Ok(applied);
+        }
+        let mut replacement = desired.clone();
+        replacement.metadata.resource_version = applied.metadata.resource_version.clone();
+        Ok(api
+            .replace(
+                WEBHOOK_CONFIGURATION_NAME,
+                &Default::default(),
+                &replacement,
+            )
+            .await?)
+    }
+
+    async fn delete_in(&self, cluster: &str) -> anyhow::Result<()> {
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.vw_client(cluster)?);
+        match api
+            .delete(WEBHOOK_CONFIGURATION_NAME, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn front_proxy_strips_the_cluster_path() {
+        assert_eq!(
+            front_proxy_of("https://kcp:6443/clusters/root:holdfast"),
+            "https://kcp:6443"
+        );
+        assert_eq!(
+            front_proxy_of("https://kcp:6443/clusters/root:holdfast/"),
+            "https://kcp:6443"
+        );
+        assert_eq!(front_proxy_of("https://kcp:6443"), "https://kcp:6443");
+    }
+
+    #[test]
+    fn cluster_store_keys_by_cluster_and_name() {
+        let mk = |c: &str, n: &str| {
+            let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
+            cm.metadata.name = Some(n.into());
+            cm.metadata.annotations =
+                Some([(KCP_CLUSTER_ANNOTATION.to_string(), c.to_string())].into());
+            cm
+        };
+        let mut s = ClusterStore::default();
+        s.apply(watcher::Event::Init);
+        s.apply(watcher::Event::InitApply(mk("a", "x")));
+        s.apply(watcher::Event::InitApply(mk("b", "x")));
+        assert!(!s.ready);
+        s.apply(watcher::Event::InitDone);
+        assert!(s.ready);
+        assert_eq!(s.snapshot().len(), 2, "same name in two clusters");
+        s.apply(watcher::Event::Delete(mk("a", "x")));
+        let keys: Vec<_> = s.snapshot().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec![("b".to_string(), "x".to_string())]);
+    }
+}

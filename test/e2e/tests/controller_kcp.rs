@@ -1,0 +1,514 @@
+//! holdfast-controller on kcp, end to end, in the seed 003 topology: a holdfast
+//! workspace with holdfast's APIExport (deployed from manifests/kcp with
+//! `kubectl apply -k`), a compute provider (root:compute), a network provider
+//! nested two levels deep (root:providers:network), and a consumer binding both.
+
+use std::{path::Path, time::Duration};
+
+use holdfast_e2e::{
+    Env,
+    controller::{
+        ControllerProcess, condition_at, kubectl_at, rules_of, start_controller, wait_condition_at,
+        wait_configuration_at,
+    },
+};
+use serde_json::Value;
+
+struct Kcp {
+    env: Env,
+    url: String,
+    kubeconfig: String,
+}
+
+impl Kcp {
+    fn ws(&self, path: &str) -> String {
+        format!("{}/clusters/{path}", self.url)
+    }
+
+    fn apply(&self, path: &str, manifest: &str) {
+        let server = self.ws(path);
+        let out = self
+            .env
+            .kubectl_stdin(&["--server", &server, "apply", "-f", "-"], manifest)
+            .expect("kubectl");
+        assert_eq!(out.code, 0, "apply in {path}: {out:?}\n{manifest}");
+    }
+
+    fn kubectl(&self, path: &str, args: &[&str]) -> holdfast_e2e::KubectlOutput {
+        kubectl_at(&self.env, &self.ws(path), args).expect("kubectl")
+    }
+}
+
+fn workspace(name: &str) -> String {
+    format!("apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {{name: {name}}}\n")
+}
+
+fn schema(group: &str, plural: &str, kind: &str) -> String {
+    format!(
+        r#"apiVersion: apis.kcp.io/v1alpha1
+kind: APIResourceSchema
+metadata: {{name: v1.{plural}.{group}}}
+spec:
+  group: {group}
+  scope: Namespaced
+  names: {{plural: {plural}, singular: {singular}, kind: {kind}, listKind: {kind}List}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#,
+        singular = plural.trim_end_matches('s')
+    )
+}
+
+fn export(name: &str, schemas: &[&str]) -> String {
+    let list = schemas
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExport\nmetadata: {{name: {name}}}\nspec: {{latestResourceSchemas: [{list}]}}\n"
+    )
+}
+
+fn binding(name: &str, path: &str, export: &str, accept_webhooks: bool) -> String {
+    let claims = if accept_webhooks {
+        r#"
+  permissionClaims:
+  - {group: admissionregistration.k8s.io, resource: validatingwebhookconfigurations, selector: {matchAll: true}, verbs: ["*"], state: Accepted}"#
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: apis.kcp.io/v1alpha2\nkind: APIBinding\nmetadata: {{name: {name}}}\nspec:\n  reference: {{export: {{path: \"{path}\", name: {export}}}}}{claims}\n"
+    )
+}
+
+fn dependency_rule(
+    name: &str,
+    dependent: (&str, &str, &str),
+    deps: &[(&str, &str, &str, &str, &str)],
+) -> String {
+    let (dg, dk, dr) = dependent;
+    let mut s = format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {{name: {name}}}\nspec:\n  dependent: {{apiExportName: {dg}, group: {dg}, version: v1, kind: {dk}, resource: {dr}}}\n  dependencies:\n"
+    );
+    for (path, export, group, resource, field) in deps {
+        s.push_str(&format!(
+            "  - apiExportRef: {{path: \"{path}\", name: {export}}}\n    group: {group}\n    version: v1\n    resource: {resource}\n    fieldRef: {{path: \"{field}\"}}\n"
+        ));
+    }
+    s
+}
+
+const NETWORK: &str = "root:providers:network";
+
+async fn topology() -> Kcp {
+    let env = Env::start().await.expect("sim");
+    let url = env.sim.url();
+    let kcp = Kcp {
+        kubeconfig: String::new(),
+        env,
+        url,
+    };
+    for ws in ["holdfast", "compute", "providers", "consumer"] {
+        kcp.apply("root", &workspace(ws));
+    }
+    kcp.apply("root:providers", &workspace("network"));
+
+    // holdfast's API, as a user deploys it.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/kcp");
+    let out = kcp.kubectl("root:holdfast", &["apply", "-k", &dir.to_string_lossy()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    kcp.apply(
+        "root:holdfast",
+        "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExportEndpointSlice\nmetadata: {name: holdfast.dev}\nspec: {export: {path: \"root:holdfast\", name: holdfast.dev}}\n",
+    );
+
+    // Providers export their types and bind holdfast (accepting the webhook claim).
+    kcp.apply(
+        "root:compute",
+        &schema("compute.test.io", "virtualmachines", "VirtualMachine"),
+    );
+    kcp.apply(
+        "root:compute",
+        &export("compute.test.io", &["v1.virtualmachines.compute.test.io"]),
+    );
+    kcp.apply(
+        "root:compute",
+        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
+    );
+    kcp.apply(NETWORK, &schema("network.test.io", "vpcs", "VPC"));
+    kcp.apply(NETWORK, &schema("network.test.io", "subnets", "Subnet"));
+    kcp.apply(
+        NETWORK,
+        &export(
+            "network.test.io",
+            &["v1.vpcs.network.test.io", "v1.subnets.network.test.io"],
+        ),
+    );
+    kcp.apply(
+        NETWORK,
+        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
+    );
+    // The consumer binds both providers.
+    kcp.apply(
+        "root:consumer",
+        &binding("compute", "root:compute", "compute.test.io", false),
+    );
+    kcp.apply(
+        "root:consumer",
+        &binding("network", NETWORK, "network.test.io", false),
+    );
+    kcp.env
+        .kubectl_until(
+            &[
+                "--server",
+                &kcp.ws("root:compute"),
+                "get",
+                "dependencyrules",
+            ],
+            10,
+            |o| o.code == 0,
+        )
+        .await
+        .expect("holdfast API bound in the compute workspace");
+    let kubeconfig = kcp.env.dir.path().join("holdfast-ws.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        kcp.env
+            .sim
+            .kubeconfig_for_server(&kcp.ws("root:holdfast"), "admin"),
+    )
+    .expect("kubeconfig");
+    Kcp {
+        kubeconfig: kubeconfig.to_string_lossy().into_owned(),
+        ..kcp
+    }
+}
+
+async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
+    let port = holdfast_e2e::free_port().expect("port");
+    let mut args = vec!["--kubeconfig", kcp.kubeconfig.as_str(), "--topology", "kcp"];
+    args.extend_from_slice(extra);
+    let mut c = start_controller(&kcp.env, "controller", port, &args).expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    c
+}
+
+fn resources(cfg: Option<&Value>) -> Vec<String> {
+    cfg.map(|c| {
+        rules_of(c, "policies.holdfast.dev")
+            .into_iter()
+            .map(|(g, r, _)| format!("{}.{}", r.join(","), g.join(",")))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_003_topology_merged_per_provider_workspace() {
+    let kcp = topology().await;
+    let c = controller(&kcp, &[]).await;
+    let network = kcp.ws(NETWORK);
+
+    kcp.apply(
+        "root:compute",
+        &dependency_rule(
+            "vm-vpc",
+            ("compute.test.io", "VirtualMachine", "virtualmachines"),
+            &[(
+                NETWORK,
+                "network.test.io",
+                "network.test.io",
+                "vpcs",
+                ".spec.vpcRef.name",
+            )],
+        ),
+    );
+    kcp.apply(
+        "root:compute",
+        &dependency_rule(
+            "vm-subnet",
+            ("compute.test.io", "VirtualMachine", "virtualmachines"),
+            &[(
+                NETWORK,
+                "network.test.io",
+                "network.test.io",
+                "subnets",
+                ".spec.subnetRef.name",
+            )],
+        ),
+    );
+
+    // Two rules protecting resources of the same provider: one configuration, two entries.
+    let (cfg, _) = wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(15), |c| {
+        resources(c).len() == 2
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let cfg = cfg.expect("present");
+    assert_eq!(
+        resources(Some(&cfg)),
+        vec!["subnets.network.test.io", "vpcs.network.test.io"]
+    );
+    let uid = cfg["metadata"]["uid"].as_str().expect("uid").to_string();
+    assert_eq!(
+        cfg["webhooks"][0]["clientConfig"]["url"]
+            .as_str()
+            .map(|u| u.starts_with("https://127.0.0.1:")),
+        Some(true)
+    );
+    // Nothing installed where nothing is protected.
+    let out = kcp.kubectl(
+        "root:compute",
+        &[
+            "get",
+            "validatingwebhookconfiguration",
+            "holdfast",
+            "--ignore-not-found",
+        ],
+    );
+    assert_eq!(out.stdout, "", "no configuration in the compute workspace");
+
+    // Status: resolved workspace recorded, Ready.
+    wait_condition_at(
+        &kcp.env,
+        Some(&kcp.ws("root:compute")),
+        "dependencyrule",
+        "vm-vpc",
+        "Ready",
+        "True",
+        10,
+    )
+    .await
+    .expect("ready");
+    let out = kcp.kubectl(
+        "root:compute",
+        &["get", "dependencyrule", "vm-vpc", "-o", "json"],
+    );
+    let rule: Value = serde_json::from_str(&out.stdout).expect("json");
+    let lc = kcp.env.sim.logical_cluster(NETWORK).expect("network lc");
+    assert_eq!(rule["status"]["workspaces"][0]["path"], NETWORK);
+    assert_eq!(
+        rule["status"]["workspaces"][0]["logicalCluster"],
+        lc.as_str()
+    );
+    assert_eq!(rule["status"]["workspaces"][0]["webhookInstalled"], true);
+
+    // fieldRef edit: propagates in place (status follows the generation), no delete/recreate.
+    kcp.apply(
+        "root:compute",
+        &dependency_rule(
+            "vm-vpc",
+            ("compute.test.io", "VirtualMachine", "virtualmachines"),
+            &[(
+                NETWORK,
+                "network.test.io",
+                "network.test.io",
+                "vpcs",
+                ".spec.network.vpc",
+            )],
+        ),
+    );
+    kcp.env
+        .kubectl_until(
+            &[
+                "--server",
+                &kcp.ws("root:compute"),
+                "get",
+                "dependencyrule",
+                "vm-vpc",
+                "-o",
+                "jsonpath={.status.observedGeneration}",
+            ],
+            10,
+            |o| o.stdout == "2",
+        )
+        .await
+        .expect("edit observed");
+    let (cfg, _) = wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(5), |c| {
+        resources(c).len() == 2
+    })
+    .await
+    .expect("still two entries");
+    assert_eq!(
+        cfg.expect("present")["metadata"]["uid"],
+        uid.as_str(),
+        "configuration kept, not recreated"
+    );
+
+    // Delete one rule: only its entry goes.
+    let out = kcp.kubectl("root:compute", &["delete", "dependencyrule", "vm-subnet"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (cfg, _) = wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(10), |c| {
+        resources(c).len() == 1
+    })
+    .await
+    .expect("one entry left");
+    assert_eq!(resources(cfg.as_ref()), vec!["vpcs.network.test.io"]);
+
+    // Delete the last: the configuration goes.
+    let out = kcp.kubectl("root:compute", &["delete", "dependencyrule", "vm-vpc"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(10), |c| {
+        c.is_none()
+    })
+    .await
+    .expect("configuration removed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cycle_across_workspaces_is_reported_on_both_rules() {
+    let kcp = topology().await;
+    let _c = controller(&kcp, &[]).await;
+    kcp.apply(
+        "root:compute",
+        &dependency_rule(
+            "vm-needs-vpc",
+            ("compute.test.io", "VirtualMachine", "virtualmachines"),
+            &[(
+                NETWORK,
+                "network.test.io",
+                "network.test.io",
+                "vpcs",
+                ".spec.vpcRef.name",
+            )],
+        ),
+    );
+    kcp.apply(
+        NETWORK,
+        &dependency_rule(
+            "vpc-needs-vm",
+            ("network.test.io", "VPC", "vpcs"),
+            &[(
+                "root:compute",
+                "compute.test.io",
+                "compute.test.io",
+                "virtualmachines",
+                ".spec.gatewayVm",
+            )],
+        ),
+    );
+    let a = wait_condition_at(
+        &kcp.env,
+        Some(&kcp.ws("root:compute")),
+        "dependencyrule",
+        "vm-needs-vpc",
+        "CycleDetected",
+        "True",
+        15,
+    )
+    .await
+    .expect("cycle on the VM rule");
+    let b = wait_condition_at(
+        &kcp.env,
+        Some(&kcp.ws(NETWORK)),
+        "dependencyrule",
+        "vpc-needs-vm",
+        "CycleDetected",
+        "True",
+        15,
+    )
+    .await
+    .expect("cycle on the VPC rule");
+    let msg = a["message"].as_str().expect("message");
+    assert!(msg.contains("virtualmachines.compute.test.io → vpcs.network.test.io → virtualmachines.compute.test.io"), "{msg}");
+    assert!(
+        msg.contains("vm-needs-vpc") && msg.contains("vpc-needs-vm"),
+        "{msg}"
+    );
+    assert_eq!(a["message"], b["message"]);
+    // Each provider workspace got its configuration.
+    wait_configuration_at(
+        &kcp.env,
+        Some(&kcp.ws("root:compute")),
+        Duration::from_secs(10),
+        |c| resources(c) == vec!["virtualmachines.compute.test.io"],
+    )
+    .await
+    .expect("compute configuration");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() {
+    let kcp = topology().await;
+    let _c = controller(&kcp, &[]).await;
+    let deep = "root:providers:storage:block";
+    kcp.apply(
+        "root:compute",
+        &dependency_rule(
+            "vm-volume",
+            ("compute.test.io", "VirtualMachine", "virtualmachines"),
+            &[(
+                deep,
+                "storage.test.io",
+                "storage.test.io",
+                "volumes",
+                ".spec.volume",
+            )],
+        ),
+    );
+    let inv = wait_condition_at(
+        &kcp.env,
+        Some(&kcp.ws("root:compute")),
+        "dependencyrule",
+        "vm-volume",
+        "Invalid",
+        "True",
+        10,
+    )
+    .await
+    .expect("invalid");
+    assert_eq!(inv["reason"], "UnresolvedWorkspace");
+    assert!(
+        inv["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("storage")),
+        "{inv}"
+    );
+
+    // The workspaces appear (three levels below root): the rule recovers on its own.
+    kcp.apply("root:providers", &workspace("storage"));
+    kcp.apply("root:providers:storage", &workspace("block"));
+    kcp.apply(deep, &schema("storage.test.io", "volumes", "Volume"));
+    kcp.apply(
+        deep,
+        &export("storage.test.io", &["v1.volumes.storage.test.io"]),
+    );
+    kcp.apply(
+        deep,
+        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
+    );
+    wait_condition_at(
+        &kcp.env,
+        Some(&kcp.ws("root:compute")),
+        "dependencyrule",
+        "vm-volume",
+        "Invalid",
+        "False",
+        15,
+    )
+    .await
+    .expect("recovered");
+    wait_configuration_at(
+        &kcp.env,
+        Some(&kcp.ws(deep)),
+        Duration::from_secs(10),
+        |c| resources(c) == vec!["volumes.storage.test.io"],
+    )
+    .await
+    .expect("installed in the deep workspace");
+    let ready = condition_at(
+        &kcp.env,
+        Some(&kcp.ws("root:compute")),
+        "dependencyrule",
+        "vm-volume",
+        "Ready",
+    )
+    .expect("kubectl")
+    .expect("ready condition");
+    assert_eq!(ready["status"], "True", "{ready}");
+}
