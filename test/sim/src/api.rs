@@ -1006,6 +1006,7 @@ pub async fn create(
     }
     prepare_create(state, info, cluster, &mut obj)?;
     apply_schema(info, &t.version, &name, &mut obj, None)?;
+    validate_meta(info, &name, &obj)?;
     let opts = options("CreateOptions", query);
     admission::validate(
         state,
@@ -1037,6 +1038,98 @@ pub async fn create(
     let out = crate::controllers::after_write(state, info, cluster, None, Some(&stored)).await;
     let out = out.unwrap_or(stored);
     Ok(Resp::Json(201, typed(info, &t.version, &out)))
+}
+
+fn qualified_name_errors(key: &str) -> Option<String> {
+    if key.matches('/').count() > 1 {
+        return Some("a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')".into());
+    }
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let name_re = regex::Regex::new(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$").ok()?;
+    if name.is_empty() {
+        return Some("name part must be non-empty".into());
+    }
+    if name.len() > 63 {
+        return Some("name part must be no more than 63 bytes".into());
+    }
+    if !name_re.is_match(name) {
+        return Some("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".into());
+    }
+    if let Some(p) = prefix
+        && !is_dns1123_subdomain(p)
+    {
+        return Some("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into());
+    }
+    None
+}
+
+/// ObjectMeta validation of labels and annotations.
+fn validate_meta(info: &ResourceInfo, name: &str, obj: &Value) -> ApiResult<()> {
+    let mut causes = vec![];
+    let value_re = regex::Regex::new(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$").ok();
+    if let Some(labels) = obj["metadata"]["labels"].as_object() {
+        for (k, v) in labels {
+            if let Some(e) = qualified_name_errors(k) {
+                causes.push((
+                    "metadata.labels".to_string(),
+                    "FieldValueInvalid".to_string(),
+                    format!("Invalid value: {k:?}: {e}"),
+                ));
+            }
+            let Some(v) = v.as_str() else {
+                causes.push((
+                    "metadata.labels".into(),
+                    "FieldValueInvalid".into(),
+                    format!("Invalid value: {v}: label values must be strings"),
+                ));
+                continue;
+            };
+            if v.len() > 63 {
+                causes.push((
+                    "metadata.labels".into(),
+                    "FieldValueInvalid".into(),
+                    format!("Invalid value: {v:?}: must be no more than 63 bytes"),
+                ));
+            } else if value_re.as_ref().is_some_and(|r| !r.is_match(v)) {
+                causes.push(("metadata.labels".into(), "FieldValueInvalid".into(), format!("Invalid value: {v:?}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")));
+            }
+        }
+    }
+    if let Some(ann) = obj["metadata"]["annotations"].as_object() {
+        let mut total = 0usize;
+        for (k, v) in ann {
+            total += k.len() + v.as_str().map(str::len).unwrap_or(0);
+            if let Some(e) = qualified_name_errors(&k.to_ascii_lowercase()) {
+                causes.push((
+                    "metadata.annotations".into(),
+                    "FieldValueInvalid".into(),
+                    format!("Invalid value: {k:?}: {e}"),
+                ));
+            }
+            if !v.is_string() {
+                causes.push((
+                    "metadata.annotations".into(),
+                    "FieldValueInvalid".into(),
+                    format!("Invalid value: {v}: annotation values must be strings"),
+                ));
+            }
+        }
+        if total > 256 * 1024 {
+            causes.push((
+                "metadata.annotations".into(),
+                "FieldValueTooLong".into(),
+                "Too long: may not be more than 262144 bytes".into(),
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(info, name, causes))
+    }
 }
 
 /// Pruning, defaulting and validation of custom resources against their schema.
@@ -1385,6 +1478,7 @@ pub async fn update(
         }
         kcp::prepare_update(state, info, cluster, &old, &mut new)?;
         apply_schema(info, &t.version, &name, &mut new, Some(&old_typed))?;
+        validate_meta(info, &name, &new)?;
         let mut opts = options("UpdateOptions", query);
         if matches!(m, Mutation::Apply(_))
             && let Some(o) = opts.as_object_mut()

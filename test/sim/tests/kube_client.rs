@@ -1145,3 +1145,37 @@ async fn binary_prints_ready_line_and_stops_on_sigterm() {
         .expect("status");
     assert!(exit.success(), "clean exit on SIGTERM: {exit:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_and_annotation_validation() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let s = api_err(
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "x", "labels": {"holdfast.dev/protected": "not ok"}}}),
+            )
+            .expect("cm"),
+        )
+        .await
+        .expect_err("invalid label value"),
+    );
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    assert!(s.message.starts_with("ConfigMap \"x\" is invalid: metadata.labels: Invalid value: \"not ok\": a valid label must be an empty string"), "{}", s.message);
+    api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "x", "labels": {"holdfast.dev/protected": "Always"}, "annotations": {"holdfast.dev/skip-protection": "true"}}})).expect("cm"))
+        .await
+        .expect("valid labels");
+    let s = api_err(
+        api.patch(
+            "x",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"a/b/c": "1"}}})),
+        )
+        .await
+        .expect_err("invalid annotation key"),
+    );
+    assert_eq!(s.code, 422);
+    sim.shutdown().await;
+}
