@@ -273,6 +273,9 @@ impl Resolver {
     }
 }
 
+/// Requests in flight at once when many workspaces or rules need writes.
+const CONCURRENCY: usize = 32;
+
 /// Settings of the kcp reconciler.
 #[derive(Clone)]
 pub struct Settings {
@@ -589,6 +592,7 @@ impl Reconciler {
             .unwrap_or_default();
         let mut installed: BTreeMap<String, ValidatingWebhookConfiguration> = BTreeMap::new();
         let mut errors = Vec::new();
+        let mut to_apply = Vec::new();
         for (lc, (grs, rule_names)) in &desired {
             let want = provider_configuration(grs, rule_names, &opts);
             match live.get(lc) {
@@ -603,18 +607,43 @@ impl Reconciler {
                         "{} ValidatingWebhookConfiguration holdfast",
                         if other.is_some() { "updating" } else { "creating" }
                     );
-                    match self.apply_in(lc, &want).await {
-                        Ok(applied) => {
-                            installed.insert(lc.clone(), applied);
-                        }
-                        Err(e) => errors.push(format!("{lc}: {e:#}")),
-                    }
+                    to_apply.push((lc.clone(), want));
                 }
             }
         }
-        for lc in live.keys().filter(|lc| !desired.contains_key(*lc)) {
-            tracing::info!(cluster = %lc, "no rule targets this workspace any more: deleting ValidatingWebhookConfiguration holdfast");
-            if let Err(e) = self.delete_in(lc).await {
+        let applied: Vec<(String, anyhow::Result<ValidatingWebhookConfiguration>)> =
+            futures::stream::iter(to_apply)
+                .map(|(lc, want)| async move {
+                    let r = self.apply_in(&lc, &want).await;
+                    (lc, r)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+        for (lc, r) in applied {
+            match r {
+                Ok(cfg) => {
+                    installed.insert(lc, cfg);
+                }
+                Err(e) => errors.push(format!("{lc}: {e:#}")),
+            }
+        }
+        let stale: Vec<String> = live
+            .keys()
+            .filter(|lc| !desired.contains_key(*lc))
+            .cloned()
+            .collect();
+        let deleted: Vec<(String, anyhow::Result<()>)> = futures::stream::iter(stale)
+            .map(|lc| async move {
+                tracing::info!(cluster = %lc, "no rule targets this workspace any more: deleting ValidatingWebhookConfiguration holdfast");
+                let r = self.delete_in(&lc).await;
+                (lc, r)
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        for (lc, r) in deleted {
+            if let Err(e) = r {
                 errors.push(format!("{lc}: {e:#}"));
             }
         }
@@ -628,6 +657,7 @@ impl Reconciler {
         let cycles = find_cycles(&edges);
 
         let now = now_rfc3339();
+        let mut writes = Vec::new();
         for (e, rule) in &evals {
             let mut ok = true;
             let mut missing = Vec::new();
@@ -675,12 +705,6 @@ impl Reconciler {
                     w
                 })
                 .collect();
-            if let Err(err) = self
-                .write_status(&e.cluster, rule, &outcome, workspaces, &now)
-                .await
-            {
-                errors.push(format!("status of {key}: {err:#}"));
-            }
             if let Some(c) = &outcome.cycle
                 && !holdfast_shared::api::is_condition_true(
                     rule.conditions(),
@@ -689,7 +713,20 @@ impl Reconciler {
             {
                 tracing::warn!(rule = %key, "{c}");
             }
+            writes.push((key, e.cluster.clone(), rule.clone(), outcome, workspaces));
         }
+        let now = &now;
+        let results: Vec<Option<String>> = futures::stream::iter(writes)
+            .map(|(key, cluster, rule, outcome, workspaces)| async move {
+                self.write_status(&cluster, &rule, &outcome, workspaces, now)
+                    .await
+                    .err()
+                    .map(|err| format!("status of {key}: {err:#}"))
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        errors.extend(results.into_iter().flatten());
         if !errors.is_empty() {
             anyhow::bail!("{}", errors.join("; "));
         }
