@@ -145,9 +145,10 @@ pub struct RunArgs {
     )]
     pub webhook_service: Option<ServiceRef>,
 
-    /// PEM file with the CA bundle the API server trusts for the webhook
-    /// (default: a self-signed CA managed and rotated by the controller).
-    /// Exclusive with --ca-secret.
+    /// PEM file with the CA bundle the API server trusts for the webhook, re-read
+    /// when it changes (default: a self-signed CA managed and rotated by the
+    /// controller in Secret $POD_NAMESPACE/holdfast-webhook-tls, namespace
+    /// holdfast-system without $POD_NAMESPACE). Exclusive with --ca-secret.
     #[arg(
         long,
         value_name = "FILE",

@@ -214,11 +214,12 @@ impl fmt::Display for WebhookEndpoint {
 /// Where the webhook's `caBundle` comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CaSource {
-    /// A self-signed CA managed (and rotated) by the controller.
+    /// A self-signed CA managed (and rotated) by the controller in the default
+    /// Secret (`$POD_NAMESPACE/holdfast-webhook-tls`).
     Managed,
     /// A PEM bundle read from a file.
     BundleFile(PathBuf),
-    /// `ca.crt` (or `tls.crt`) of a Secret.
+    /// A self-signed CA managed (and rotated) by the controller in this Secret.
     Secret(SecretRef),
 }
 

@@ -326,7 +326,7 @@ impl Reconciler {
         };
         let cycles = find_cycles(&edges);
         let now = now_rfc3339();
-        let mut failures = 0usize;
+        let mut writes = Vec::with_capacity(items.len());
         for item in &items {
             let missing: Vec<String> = item
                 .needs
@@ -358,29 +358,31 @@ impl Reconciler {
                 cycle,
                 cycle_applies: item.kind == "DependencyRule",
             };
-            let result = match item.kind {
-                "ResourceProtection" => {
-                    self.write_status(&self.rp, &item.name, &outcome, &now)
-                        .await
-                }
-                "AnchorRule" => {
-                    self.write_status(&self.ar, &item.name, &outcome, &now)
-                        .await
-                }
-                "DependencyRule" => {
-                    self.write_status(&self.dr, &item.name, &outcome, &now)
-                        .await
-                }
-                _ => {
-                    self.write_status(&self.cs, &item.name, &outcome, &now)
-                        .await
-                }
-            };
-            if let Err(e) = result {
-                failures += 1;
-                tracing::warn!(kind = item.kind, name = %item.name, error = %e, "writing status failed");
-            }
+            writes.push((item.kind.to_string(), item.name.clone(), outcome));
         }
+        let now = &now;
+        let this = &*self;
+        let failures = futures::stream::iter(writes)
+            .map(
+                |(kind, name, outcome): (String, String, Outcome)| async move {
+                    let result = match kind.as_str() {
+                        "ResourceProtection" => {
+                            this.write_status(&this.rp, &name, &outcome, now).await
+                        }
+                        "AnchorRule" => this.write_status(&this.ar, &name, &outcome, now).await,
+                        "DependencyRule" => this.write_status(&this.dr, &name, &outcome, now).await,
+                        _ => this.write_status(&this.cs, &name, &outcome, now).await,
+                    };
+                    if let Err(e) = &result {
+                        tracing::warn!(kind = %kind, name = %name, error = %e, "writing status failed");
+                    }
+                    result.is_err()
+                },
+            )
+            .buffer_unordered(32)
+            .filter(|failed| futures::future::ready(*failed))
+            .count()
+            .await;
         if failures > 0 {
             anyhow::bail!("{failures} status update(s) failed");
         }

@@ -25,6 +25,10 @@ use crate::{
     leader::{LeaderElector, LeaseConfig},
 };
 
+/// Name of the managed certificate Secret when neither `--ca-secret` nor
+/// `--ca-bundle-file` is given (in `$POD_NAMESPACE`, else `holdfast-system`).
+pub const DEFAULT_CA_SECRET: &str = "holdfast-webhook-tls";
+
 /// Settings that are not user-facing flags (hidden flags and environment).
 #[derive(Clone, Debug)]
 pub struct Tuning {
@@ -220,23 +224,23 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
             opts_tx.send_modify(|o| o.ca_bundle = bundle);
             tokio::spawn(certs::follow_file(path.clone(), opts_tx))
         }
-        CaSource::Secret(secret) => {
+        CaSource::Secret(_) | CaSource::Managed => {
+            let secret = match &config.ca {
+                CaSource::Secret(s) => s.clone(),
+                _ => crate::config::SecretRef {
+                    namespace: std::env::var("POD_NAMESPACE")
+                        .unwrap_or_else(|_| "holdfast-system".to_string()),
+                    name: DEFAULT_CA_SECRET.to_string(),
+                },
+            };
             let manager =
                 certs::CertManager::new(client.clone(), secret.clone(), &config.webhook, &tuning);
-            manager
-                .ensure_once(&opts_tx)
-                .await
-                .context("managing the webhook certificates")?;
+            manager.ensure_once(&opts_tx).await.with_context(|| {
+                format!(
+                    "managing the webhook certificates in Secret {secret} (give --ca-secret NAMESPACE/NAME or --ca-bundle-file FILE to choose)"
+                )
+            })?;
             tokio::spawn(manager.run(opts_tx))
-        }
-        CaSource::Managed => {
-            tracing::warn!(
-                "no --ca-bundle-file or --ca-secret: installing webhooks without caBundle (the API server's trust roots apply)"
-            );
-            tokio::spawn(async move {
-                let _keep = opts_tx;
-                futures::future::pending::<()>().await;
-            })
         }
     };
 

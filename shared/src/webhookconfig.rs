@@ -443,8 +443,9 @@ pub fn break_glass_condition() -> String {
 
 /// The whole configuration named `holdfast`: label webhooks (strict ones when
 /// `strict` or a strict policy asks), [`POLICIES_WEBHOOK`] for the DELETEs the
-/// policies govern and [`BREAK_GLASS_WEBHOOK`] for the resources strict policies
-/// protect. Every field the API server would default is set, so a live object can
+/// policies govern plus namespace DELETEs (always: containment also covers
+/// label-protected objects, which can sit in any namespace), and
+/// [`BREAK_GLASS_WEBHOOK`] for the resources strict policies protect. Every field the API server would default is set, so a live object can
 /// be compared with it.
 pub fn desired_configuration_for(
     labels: &ProtectionLabels,
@@ -453,11 +454,14 @@ pub fn desired_configuration_for(
     opts: &InstallOptions,
 ) -> ValidatingWebhookConfiguration {
     let mut hooks = label_webhooks(labels, strict || needs.strict_labels, opts);
-    if !needs.delete.is_empty() {
-        let mut h = webhook(POLICIES_WEBHOOK.to_string(), opts, all_resources("DELETE"));
-        h.rules = Some(merged_rules("DELETE", &needs.delete));
-        hooks.push(h);
-    }
+    // Namespace DELETEs always reach the webhook: a namespace holding a
+    // label-protected object must not be half-deleted (containment), and labels can
+    // sit on any namespaced object.
+    let mut delete = needs.delete.clone();
+    delete.insert(GroupResource::new("", "namespaces"));
+    let mut h = webhook(POLICIES_WEBHOOK.to_string(), opts, all_resources("DELETE"));
+    h.rules = Some(merged_rules("DELETE", &delete));
+    hooks.push(h);
     if !needs.strict.is_empty() {
         let mut h = webhook(
             BREAK_GLASS_WEBHOOK.to_string(),
@@ -753,6 +757,23 @@ mod tests {
             POLICIES_WEBHOOK,
             "UPDATE",
             &GroupResource::new("apps", "deployments")
+        ));
+    }
+
+    #[test]
+    fn namespace_deletes_always_reach_the_webhook_for_containment() {
+        let cfg = desired_configuration(&ProtectionLabels::default(), false, &opts());
+        assert!(routes(
+            &cfg,
+            POLICIES_WEBHOOK,
+            "DELETE",
+            &GroupResource::new("", "namespaces")
+        ));
+        assert!(!routes(
+            &cfg,
+            POLICIES_WEBHOOK,
+            "DELETE",
+            &GroupResource::new("", "configmaps")
         ));
     }
 

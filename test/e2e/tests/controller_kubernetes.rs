@@ -67,12 +67,24 @@ async fn resource_protection_drives_the_configuration() {
     let env = env_with_webhook().await;
     let _c = controller(&env, "controller", &[]).await;
 
-    // Without policies: only label protection.
+    // Without policies: label protection, and namespace DELETEs for containment
+    // (a namespace holding a label-protected object must not be half-deleted).
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| c.is_some())
         .await
         .expect("configuration installed");
     let cfg = cfg.expect("present");
-    assert_eq!(webhook_names(&cfg), vec!["delete-label-0.holdfast.dev"]);
+    assert_eq!(
+        webhook_names(&cfg),
+        vec!["delete-label-0.holdfast.dev", POLICIES]
+    );
+    assert_eq!(
+        rules_of(&cfg, POLICIES),
+        vec![(
+            vec!["".to_string()],
+            vec!["namespaces".to_string()],
+            vec!["DELETE".to_string()]
+        )]
+    );
     assert_eq!(cfg["webhooks"][0]["failurePolicy"], "Fail");
     assert_eq!(
         cfg["webhooks"][0]["clientConfig"]["url"],
@@ -194,20 +206,23 @@ async fn resource_protection_drives_the_configuration() {
         .expect("observedGeneration follows");
     assert_eq!(out.stdout, "2");
 
-    // Delete: the policies webhook goes away, label protection stays.
+    // Delete: the policy's resources go away; label protection and namespace
+    // containment stay.
     env.kubectl(&["delete", "resourceprotection", "shop-config"])
         .expect("kubectl")
         .ok()
         .expect("deleted");
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
-        c.is_some_and(|c| !webhook_names(c).contains(&POLICIES.to_string()))
+        c.is_some() && !has_rule(c, "", "configmaps") && !has_rule(c, "apps", "deployments")
     })
     .await
     .expect("rule removed");
+    let cfg = cfg.expect("present");
     assert_eq!(
-        webhook_names(&cfg.expect("present")),
-        vec!["delete-label-0.holdfast.dev"]
+        webhook_names(&cfg),
+        vec!["delete-label-0.holdfast.dev", POLICIES]
     );
+    assert_eq!(rules_of(&cfg, POLICIES).len(), 1, "only namespaces left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

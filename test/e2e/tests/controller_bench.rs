@@ -1,0 +1,299 @@
+//! Benchmark (not a timed test; ignored by default, run by hack/bench-controller.sh):
+//! the real holdfast-controller on the sim's kcp model with 10,000 DependencyRules
+//! across 1,000 provider workspaces. Measures the time until every provider
+//! workspace has its configuration (and every rule is Ready), then the time for
+//! one rule change to reach its configuration (p50/p99 over 100 changes).
+//!
+//! Sizes can be reduced with HOLDFAST_BENCH_WORKSPACES / HOLDFAST_BENCH_RULES_PER_WORKSPACE
+//! / HOLDFAST_BENCH_CHANGES.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use holdfast_e2e::{Env, controller::start_controller};
+use kube::{
+    Client,
+    api::{GetParams, ListParams, Patch, PatchParams, PostParams},
+    core::Request,
+};
+use serde_json::{Value, json};
+
+fn env_usize(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn create(client: &Client, collection: &str, body: &Value) -> anyhow::Result<Value> {
+    let req = Request::new(collection).create(&PostParams::default(), serde_json::to_vec(body)?)?;
+    Ok(client.request::<Value>(req).await?)
+}
+
+async fn list(client: &Client, collection: &str) -> anyhow::Result<Vec<Value>> {
+    let req = Request::new(collection).list(&ListParams::default())?;
+    let v: Value = client.request(req).await?;
+    Ok(v["items"].as_array().cloned().unwrap_or_default())
+}
+
+/// Runs `f(i)` for every `i` in `0..n`, at most `limit` at a time.
+async fn each<F, Fut>(n: usize, limit: usize, f: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(limit));
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let permit = sem.clone().acquire_owned().await.expect("semaphore");
+        let fut = f(i);
+        set.spawn(async move {
+            fut.await;
+            drop(permit);
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("task");
+    }
+}
+
+fn ws_name(i: usize) -> String {
+    format!("p{i:04}")
+}
+
+fn rule(i: usize, j: usize, n: usize, resource: &str) -> Value {
+    let target = (i + 1) % n;
+    json!({
+        "apiVersion": "holdfast.dev/v1alpha1",
+        "kind": "DependencyRule",
+        "metadata": {"name": format!("r{j}")},
+        "spec": {
+            "dependent": {"group": format!("{}.test", ws_name(i)), "version": "v1", "kind": "Thing", "resource": format!("things{j}")},
+            "dependencies": [{
+                "apiExportRef": {"path": format!("root:{}", ws_name(target)), "name": "widgets"},
+                "group": format!("{}.test", ws_name(target)),
+                "version": "v1",
+                "resource": resource,
+                "fieldRef": {"path": ".spec.ref"},
+            }],
+        },
+    })
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "benchmark: run hack/bench-controller.sh"]
+async fn bench_kcp_convergence_and_propagation() {
+    let n = env_usize("HOLDFAST_BENCH_WORKSPACES", 1000);
+    let per = env_usize("HOLDFAST_BENCH_RULES_PER_WORKSPACE", 10);
+    let changes = env_usize("HOLDFAST_BENCH_CHANGES", 100);
+    let env = Env::start().await.expect("sim");
+    let url = env.sim.url();
+    let client = env.sim.client().await.expect("client");
+    let t0 = Instant::now();
+
+    // Workspaces: holdfast + n providers.
+    let ws_coll = "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces";
+    create(&client, ws_coll, &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": "holdfast"}}))
+        .await
+        .expect("holdfast workspace");
+    each(n, 32, |i| {
+        let client = client.clone();
+        async move {
+            create(&client, ws_coll, &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws_name(i)}}))
+                .await
+                .expect("workspace");
+        }
+    })
+    .await;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/kcp");
+    env.kubectl(&[
+        "--server",
+        &format!("{url}/clusters/root:holdfast"),
+        "apply",
+        "-k",
+        &dir.to_string_lossy(),
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("holdfast API");
+    create(
+        &client,
+        "/clusters/root:holdfast/apis/apis.kcp.io/v1alpha1/apiexportendpointslices",
+        &json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExportEndpointSlice", "metadata": {"name": "holdfast.dev"},
+                "spec": {"export": {"path": "root:holdfast", "name": "holdfast.dev"}}}),
+    )
+    .await
+    .expect("endpoint slice");
+    // Every provider binds holdfast (accepting the webhook claim) and holds `per` rules.
+    each(n, 32, |i| {
+            let client = client.clone();
+            async move {
+                let base = format!("/clusters/root:{}", ws_name(i));
+                create(
+                    &client,
+                    &format!("{base}/apis/apis.kcp.io/v1alpha2/apibindings"),
+                    &json!({"apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIBinding", "metadata": {"name": "holdfast"},
+                            "spec": {"reference": {"export": {"path": "root:holdfast", "name": "holdfast.dev"}},
+                                     "permissionClaims": [{"group": "admissionregistration.k8s.io", "resource": "validatingwebhookconfigurations",
+                                                           "selector": {"matchAll": true}, "verbs": ["*"], "state": "Accepted"}]}}),
+                )
+                .await
+                .expect("binding");
+                for j in 0..per {
+                    create(
+                        &client,
+                        &format!("{base}/apis/holdfast.dev/v1alpha1/dependencyrules"),
+                        &rule(i, j, n, &format!("widgets{j}")),
+                    )
+                    .await
+                    .expect("rule");
+                }
+            }
+        })
+        .await;
+    let setup = t0.elapsed();
+    eprintln!("setup: {n} workspaces, {} rules in {setup:?}", n * per);
+
+    // The controller, against the holdfast workspace.
+    let kubeconfig = env.dir.path().join("holdfast-ws.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        env.sim
+            .kubeconfig_for_server(&format!("{url}/clusters/root:holdfast"), "admin"),
+    )
+    .expect("kubeconfig");
+    let port = holdfast_e2e::free_port().expect("port");
+    let start = Instant::now();
+    let mut c = start_controller(
+        &env,
+        "controller-bench",
+        port,
+        &[
+            "--kubeconfig",
+            &kubeconfig.to_string_lossy(),
+            "--topology",
+            "kcp",
+        ],
+    )
+    .expect("controller");
+    let vwc_all =
+        "/clusters/*/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+    let installed_at = loop {
+        let items = list(&client, vwc_all).await.unwrap_or_default();
+        let complete = items
+            .iter()
+            .filter(|v| v["webhooks"][0]["rules"].as_array().map_or(0, Vec::len) == per)
+            .count();
+        if complete == n {
+            break start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "no convergence: {complete}/{n}\n{}",
+            c.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("every configuration installed after {installed_at:?}");
+    let dr_all = "/clusters/*/apis/holdfast.dev/v1alpha1/dependencyrules";
+    let ready_at = loop {
+        let items = list(&client, dr_all).await.unwrap_or_default();
+        let ready = items
+            .iter()
+            .filter(|r| {
+                r["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .count();
+        if ready == n * per {
+            break start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "rules not ready: {ready}/{}",
+            n * per
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    eprintln!("every rule Ready after {ready_at:?}");
+    c.wait_ready(10).await.expect("ready");
+
+    // Single-change propagation.
+    let mut samples = Vec::with_capacity(changes);
+    for k in 0..changes {
+        let i = (k * 37) % n;
+        let j = k % per;
+        let resource = format!("widgets{j}v{k}");
+        let target = ws_name((i + 1) % n);
+        let patch = json!({"spec": rule(i, j, n, &resource)["spec"].clone()});
+        let req = Request::new(format!(
+            "/clusters/root:{}/apis/holdfast.dev/v1alpha1/dependencyrules",
+            ws_name(i)
+        ))
+        .patch(
+            &format!("r{j}"),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .expect("request");
+        let t = Instant::now();
+        client.request::<Value>(req).await.expect("patched");
+        loop {
+            let req = Request::new(format!("/clusters/root:{target}/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"))
+                .get("holdfast", &GetParams::default())
+                .expect("request");
+            let cfg: Value = client.request(req).await.unwrap_or_default();
+            let has = cfg["webhooks"][0]["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["resources"][0] == resource.as_str());
+            if has {
+                samples.push(t.elapsed());
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "change {k} never propagated\n{}",
+                c.log()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    samples.sort();
+    let (p50, p99, max) = (
+        percentile(&samples, 50.0),
+        percentile(&samples, 99.0),
+        samples.last().copied().unwrap_or_default(),
+    );
+    let cores = std::thread::available_parallelism()
+        .map(|p| p.get())
+        .unwrap_or(0);
+    println!(
+        "{}",
+        json!({
+            "workspaces": n, "rules": n * per, "changes": changes,
+            "setup_seconds": setup.as_secs_f64(),
+            "all_configurations_installed_seconds": installed_at.as_secs_f64(),
+            "all_rules_ready_seconds": ready_at.as_secs_f64(),
+            "change_p50_ms": p50.as_secs_f64() * 1000.0,
+            "change_p99_ms": p99.as_secs_f64() * 1000.0,
+            "change_max_ms": max.as_secs_f64() * 1000.0,
+            "cores": cores,
+        })
+    );
+    assert_eq!(samples.len(), changes);
+}
