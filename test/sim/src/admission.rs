@@ -302,7 +302,22 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
                     "admission webhook \"{name}\" has side effects and does not support dry run"
                 )));
             }
-            match call_webhook(state, wh, &request).await {
+            let started = std::time::Instant::now();
+            let result = call_webhook(state, wh, &request).await;
+            if std::env::var("HOLDFAST_SIM_TRACE").is_ok_and(|v| !v.is_empty() && v != "0") {
+                eprintln!(
+                    "holdfast-sim: webhook {name} {} {}/{} -> {} in {:?}",
+                    a.op,
+                    a.info.resource,
+                    a.name.unwrap_or(""),
+                    match &result {
+                        Ok(r) => format!("allowed={}", r["allowed"]),
+                        Err(e) => e.clone(),
+                    },
+                    started.elapsed()
+                );
+            }
+            match result {
                 Ok(resp) => {
                     for w in resp["warnings"].as_array().into_iter().flatten() {
                         if let Some(w) = w.as_str() {

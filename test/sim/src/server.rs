@@ -305,7 +305,32 @@ fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<
     Ok(UserInfo { name, uid, groups })
 }
 
+/// `HOLDFAST_SIM_TRACE=1`: one stderr line per request (method, path, status, duration).
+fn trace_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("HOLDFAST_SIM_TRACE").is_ok_and(|v| !v.is_empty() && v != "0"))
+}
+
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    if !trace_enabled() {
+        return handle_inner(state, req).await;
+    }
+    let start = std::time::Instant::now();
+    let line = format!(
+        "{} {}",
+        req.method(),
+        req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("")
+    );
+    let resp = handle_inner(state, req).await;
+    eprintln!(
+        "holdfast-sim: {line} -> {} in {:?}",
+        resp.status().as_u16(),
+        start.elapsed()
+    );
+    resp
+}
+
+async fn handle_inner(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let pretty = req
         .headers()
         .get(http::header::USER_AGENT)
