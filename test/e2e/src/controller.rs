@@ -93,8 +93,8 @@ impl Drop for ControllerProcess {
 }
 
 /// Starts `holdfast-controller` against the sim of `env`, pointing the
-/// configuration at the env's webhook port (`webhook_port`) with `--webhook-url`;
-/// `args` come last. Without a `--ca-*` flag in `args`, the env's test CA is
+/// configuration at the env's webhook port (`webhook_port`) with `--webhook-url`
+/// (unless `args` name `--webhook-service`); `args` come last. Without a `--ca-*` flag in `args`, the env's test CA is
 /// given with `--ca-bundle-file`.
 pub fn start_controller(
     env: &Env,
@@ -109,9 +109,11 @@ pub fn start_controller(
     if !args.contains(&"--kubeconfig") {
         cmd.arg("--kubeconfig").arg(&env.kubeconfig);
     }
-    cmd.arg("--webhook-url")
-        .arg(format!("https://127.0.0.1:{webhook_port}/validate"))
-        .arg("--probe-listen")
+    if !args.contains(&"--webhook-service") {
+        cmd.arg("--webhook-url")
+            .arg(format!("https://127.0.0.1:{webhook_port}/validate"));
+    }
+    cmd.arg("--probe-listen")
         .arg(format!("127.0.0.1:{probe_port}"));
     if !args.iter().any(|a| a.starts_with("--ca-")) {
         let ca = env.dir.path().join("ca.crt");

@@ -254,13 +254,29 @@ async fn seed_003_topology_merged_per_provider_workspace() {
         resources(Some(&cfg)),
         vec!["subnets.network.test.io", "vpcs.network.test.io"]
     );
-    let uid = cfg["metadata"]["uid"].as_str().expect("uid").to_string();
     assert_eq!(
         cfg["webhooks"][0]["clientConfig"]["url"]
             .as_str()
             .map(|u| u.starts_with("https://127.0.0.1:")),
         Some(true)
     );
+    // Self-healing on kcp too: deleted by hand in the provider workspace, recreated.
+    let out = kcp.kubectl(
+        NETWORK,
+        &["delete", "validatingwebhookconfiguration", "holdfast"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let (healed, took) =
+        wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(5), |c| {
+            resources(c).len() == 2
+        })
+        .await
+        .expect("recreated");
+    assert!(took < Duration::from_secs(2), "recreated after {took:?}");
+    let uid = healed.expect("present")["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
     // Nothing installed where nothing is protected.
     let out = kcp.kubectl(
         "root:compute",

@@ -812,3 +812,96 @@ async fn managed_ca_rotation_keeps_admission_working() {
     );
     assert!(ca_rotated, "CA rotated: {}", c.log());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn managed_ca_serves_a_service_target() {
+    // The API server reaches the webhook through Service holdfast-system/holdfast-webhook
+    // and verifies its certificate for holdfast-webhook.holdfast-system.svc.
+    let port = holdfast_e2e::free_port().expect("port");
+    let mut cfg = holdfast_sim::SimConfig::default();
+    cfg.services.insert(
+        "holdfast-webhook.holdfast-system:443".to_string(),
+        format!("127.0.0.1:{port}"),
+    );
+    let mut env = Env::start_with(cfg).await.expect("sim");
+    env.install_crds().expect("crds");
+    env.kubectl(&["create", "namespace", "holdfast-system"])
+        .expect("kubectl")
+        .ok()
+        .expect("namespace");
+    let mut c = start_controller(
+        &env,
+        "controller",
+        port,
+        &[
+            "--webhook-service",
+            "holdfast-system/holdfast-webhook:443",
+            "--ca-secret",
+            "holdfast-system/webhook-tls",
+        ],
+    )
+    .expect("controller");
+    c.wait_ready(30).await.expect("ready");
+    let read = |key: &str| -> String {
+        let jsonpath = format!("jsonpath={{.data.{}}}", key.replace('.', "\\."));
+        let out = env
+            .kubectl(&[
+                "get",
+                "secret",
+                "webhook-tls",
+                "-n",
+                "holdfast-system",
+                "-o",
+                &jsonpath,
+            ])
+            .expect("kubectl")
+            .ok()
+            .expect("secret");
+        use base64::Engine as _;
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(out.stdout.trim())
+                .expect("base64"),
+        )
+        .expect("utf8")
+    };
+    std::fs::write(env.dir.path().join("tls.crt"), read("tls.crt")).expect("write");
+    std::fs::write(env.dir.path().join("tls.key"), read("tls.key")).expect("write");
+    env.start_webhook_on(port, &[]).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("ready");
+    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| c.is_some())
+        .await
+        .expect("installed");
+    let cfg = cfg.expect("present");
+    assert_eq!(
+        cfg["webhooks"][0]["clientConfig"]["service"]["name"],
+        "holdfast-webhook"
+    );
+    assert_eq!(
+        cfg["webhooks"][0]["clientConfig"]["service"]["path"],
+        "/validate"
+    );
+    env.kubectl(&["create", "namespace", "vault"])
+        .expect("kubectl")
+        .ok()
+        .expect("ns");
+    env.kubectl(&[
+        "label",
+        "namespace",
+        "vault",
+        "holdfast.dev/protected=Always",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("label");
+    let out = env
+        .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
+        .expect("kubectl");
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("holdfast: Namespace vault is protected"),
+        "the API server trusts the managed certificate for the Service name: {}",
+        out.stderr
+    );
+}
