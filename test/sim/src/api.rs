@@ -88,6 +88,11 @@ pub async fn handle(
             ));
         }
     };
+    if info.namespaced && t.namespace.is_none() && matches!(verb, "create" | "deletecollection") {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
     if !info.verbs.iter().any(|v| v == verb) && t.sub.is_none() {
         return Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
@@ -1446,6 +1451,16 @@ pub async fn update(
             }
         }
         if info.builtin {
+            if info.group.is_empty()
+                && info.resource == "services"
+                && new["spec"]["clusterIP"].is_null()
+            {
+                for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+                    if let Some(v) = old["spec"].get(f) {
+                        new["spec"][f] = v.clone();
+                    }
+                }
+            }
             crate::defaults::apply(info, &mut new);
         }
         if info.generation && strip_for_compare(&new) != strip_for_compare(&old_typed) {

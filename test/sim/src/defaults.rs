@@ -57,7 +57,11 @@ fn template_spec(obj: &mut Value) {
 
 pub fn apply(info: &ResourceInfo, obj: &mut Value) {
     if !obj.get("spec").is_some_and(|s| s.is_object()) && info.resource != "secrets" {
-        return;
+        if info.resource == "services" && info.group.is_empty() {
+            obj["spec"] = json!({});
+        } else {
+            return;
+        }
     }
     match (info.group.as_str(), info.resource.as_str()) {
         ("apps", "deployments") => {
@@ -114,11 +118,40 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
                 pod_spec(spec);
             }
         }
-        ("", "secrets") => set_default(obj, "type", json!("Opaque")),
+        ("", "secrets") => {
+            set_default(obj, "type", json!("Opaque"));
+            // stringData is write-only: merged into data (base64) on every write.
+            if let Some(Value::Object(sd)) =
+                obj.as_object_mut().and_then(|m| m.remove("stringData"))
+            {
+                use base64::Engine;
+                if !obj["data"].is_object() {
+                    obj["data"] = json!({});
+                }
+                for (k, v) in sd {
+                    let text = v.as_str().unwrap_or("").to_string();
+                    obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+                }
+            }
+        }
         ("", "services") => {
             let spec = &mut obj["spec"];
             set_default(spec, "type", json!("ClusterIP"));
             set_default(spec, "sessionAffinity", json!("None"));
+            if spec["type"] != "ExternalName" && spec["clusterIP"].is_null() {
+                use rand::Rng;
+                let mut r = rand::rng();
+                let ip = format!(
+                    "10.96.{}.{}",
+                    r.random_range(0..=255u8),
+                    r.random_range(1..=254u8)
+                );
+                spec["clusterIP"] = json!(ip);
+                spec["clusterIPs"] = json!([ip]);
+                set_default(spec, "ipFamilies", json!(["IPv4"]));
+                set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
+                set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+            }
             if let Some(ports) = spec.get_mut("ports").and_then(|p| p.as_array_mut()) {
                 for p in ports {
                     set_default(p, "protocol", json!("TCP"));

@@ -1179,3 +1179,65 @@ async fn label_and_annotation_validation() {
     assert_eq!(s.code, 422);
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_defaulting_and_method_not_allowed() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "default");
+    let s = secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "s"}, "stringData": {"a": "hello"}}),
+            )
+            .expect("secret"),
+        )
+        .await
+        .expect("create secret");
+    assert_eq!(s.type_.as_deref(), Some("Opaque"));
+    assert_eq!(s.string_data, None, "stringData is write-only");
+    assert_eq!(s.data.expect("data")["a"].0, b"hello".to_vec());
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), "default");
+    let svc = svcs
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}),
+            )
+            .expect("svc"),
+        )
+        .await
+        .expect("create service");
+    let spec = svc.spec.expect("spec");
+    let ip = spec.cluster_ip.clone().expect("clusterIP allocated");
+    assert!(ip.starts_with("10.96."), "{ip}");
+    let port = &spec.ports.expect("ports")[0];
+    assert_eq!(port.protocol.as_deref(), Some("TCP"));
+    assert_eq!(
+        port.target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80))
+    );
+    let again = svcs
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await
+        .expect("patch");
+    assert_eq!(
+        again.spec.and_then(|s| s.cluster_ip),
+        Some(ip),
+        "clusterIP is stable"
+    );
+    // Namespaced kinds cannot be created at the cluster-wide path.
+    let req = http::Request::post("/api/v1/configmaps")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}})).expect("body"))
+        .expect("req");
+    let err = client.request_text(req).await.expect_err("405");
+    assert_eq!(api_err(err).code, 405);
+    sim.shutdown().await;
+}
