@@ -612,9 +612,12 @@ pub fn api_resource_list(list: &[Arc<ResourceInfo>], group: &str, version: &str)
     } else {
         format!("{group}/{version}")
     };
-    Some(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
-    )
+    let mut list = json!({"kind": "APIResourceList", "groupVersion": gv, "resources": resources});
+    if !group.is_empty() {
+        // kube-apiserver omits apiVersion on the legacy /api/v1 list only.
+        list["apiVersion"] = json!("v1");
+    }
+    Some(list)
 }
 
 fn aggregated_resource(i: &ResourceInfo) -> Value {

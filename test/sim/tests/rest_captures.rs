@@ -1,0 +1,379 @@
+//! Raw REST responses compared with the ones captured from a real kube-apiserver
+//! (apiserver-captures/rest/*): discovery documents, /version, error Statuses,
+//! delete/deletecollection results, list paging, SubjectAccessReview.
+
+mod common;
+
+use common::CAPTURES;
+use holdfast_sim::{Sim, SimConfig};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+fn capture(name: &str) -> Value {
+    let text = std::fs::read_to_string(format!("{CAPTURES}/rest/{name}.body")).expect("capture");
+    serde_json::from_str(&text).expect("capture JSON")
+}
+
+fn capture_status(name: &str) -> u16 {
+    let text = std::fs::read_to_string(format!("{CAPTURES}/rest/{name}.headers")).expect("headers");
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status line")
+}
+
+async fn call(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    accept: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value, http::HeaderMap) {
+    let mut b = http::Request::builder().method(method).uri(path);
+    if let Some(a) = accept {
+        b = b.header("accept", a);
+    }
+    if body.is_some() {
+        b = b.header("content-type", "application/json");
+    }
+    let req = b
+        .body(
+            body.map(|v| serde_json::to_vec(&v).expect("body"))
+                .unwrap_or_default(),
+        )
+        .expect("request");
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .expect("send");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        headers,
+    )
+}
+
+/// Drops what legitimately differs between clusters and runs.
+fn norm(v: &Value) -> Value {
+    let mut v = v.clone();
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                for k in [
+                    "uid",
+                    "resourceVersion",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "managedFields",
+                    "storageVersionHash",
+                    "continue",
+                    "serverAddress",
+                ] {
+                    m.remove(k);
+                }
+                m.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+fn without_capture_group(mut v: Value) -> Value {
+    if let Some(items) = v.get_mut("items").and_then(|i| i.as_array_mut()) {
+        items.retain(|i| i["metadata"]["name"] != "capture.test");
+    }
+    if let Some(groups) = v.get_mut("groups").and_then(|g| g.as_array_mut()) {
+        groups.retain(|g| g["name"] != "capture.test");
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_and_version_match_real_apiserver() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let c = sim.client().await.expect("client");
+    for (path, cap) in [
+        ("/version", "17-version"),
+        ("/api", "18-api"),
+        ("/apis", "19-apis"),
+        ("/api/v1", "20-api-v1"),
+        ("/apis/apps/v1", "21-apis-apps-v1"),
+    ] {
+        let (code, got, _) = call(&c, "GET", path, None, None).await;
+        assert_eq!(code, 200, "{path}");
+        assert_eq!(
+            norm(&got),
+            norm(&without_capture_group(capture(cap))),
+            "{path} differs from {cap}"
+        );
+    }
+    let agg =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    for (path, cap) in [
+        ("/apis", "22-apis-aggregated"),
+        ("/api", "23-api-aggregated"),
+    ] {
+        let (code, got, headers) = call(&c, "GET", path, Some(agg), None).await;
+        assert_eq!(code, 200);
+        assert_eq!(
+            headers.get("content-type").and_then(|v| v.to_str().ok()),
+            Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+        );
+        assert_eq!(
+            norm(&got),
+            norm(&without_capture_group(capture(cap))),
+            "{path} (aggregated) differs from {cap}"
+        );
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_and_lists_match_real_apiserver() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let c = sim.client().await.expect("client");
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cap"}});
+    assert_eq!(
+        call(&c, "POST", "/api/v1/namespaces", None, Some(ns))
+            .await
+            .0,
+        201
+    );
+    let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "cap"}});
+    for n in ["r1", "r2", "r3"] {
+        assert_eq!(
+            call(
+                &c,
+                "POST",
+                "/api/v1/namespaces/cap/configmaps",
+                None,
+                Some(cm(n))
+            )
+            .await
+            .0,
+            201
+        );
+    }
+
+    // 03/04: paging (same 7 ConfigMaps as the real namespace held).
+    for n in ["openshift-service-ca.crt", "protected", "protected2"] {
+        call(
+            &c,
+            "POST",
+            "/api/v1/namespaces/cap/configmaps",
+            None,
+            Some(cm(n)),
+        )
+        .await;
+    }
+    let (code, page1, _) = call(
+        &c,
+        "GET",
+        "/api/v1/namespaces/cap/configmaps?limit=2",
+        None,
+        None,
+    )
+    .await;
+    let real1 = capture("03-list-limit");
+    assert_eq!(code, 200);
+    assert_eq!(page1["kind"], real1["kind"]);
+    assert_eq!(page1["apiVersion"], real1["apiVersion"]);
+    let names1: Vec<&str> = page1["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    let real_names1: Vec<&str> = real1["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names1, real_names1);
+    assert_eq!(
+        page1["metadata"]["remainingItemCount"],
+        real1["metadata"]["remainingItemCount"]
+    );
+    assert!(
+        page1["items"][0].get("kind").is_none(),
+        "typed list items carry no kind, like the real one"
+    );
+    assert!(page1["metadata"]["continue"].is_string());
+    assert!(page1["metadata"]["resourceVersion"].is_string());
+    let token = page1["metadata"]["continue"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let (_, page2, _) = call(
+        &c,
+        "GET",
+        &format!("/api/v1/namespaces/cap/configmaps?limit=2&continue={token}"),
+        None,
+        None,
+    )
+    .await;
+    let names: Vec<&str> = page2["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    let real2 = capture("04-list-continue");
+    let real_names: Vec<&str> = real2["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, real_names, "same ordering by name as etcd");
+    assert_eq!(
+        page2["metadata"]["remainingItemCount"],
+        capture("04-list-continue")["metadata"]["remainingItemCount"]
+    );
+
+    // 05: GET of a missing object.
+    let (code, got, _) = call(
+        &c,
+        "GET",
+        "/api/v1/namespaces/cap/configmaps/nope",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, norm(&got)),
+        (
+            capture_status("05-get-missing"),
+            norm(&capture("05-get-missing"))
+        )
+    );
+    // 06: duplicate create.
+    let (code, got, _) = call(
+        &c,
+        "POST",
+        "/api/v1/namespaces/cap/configmaps",
+        None,
+        Some(cm("r1")),
+    )
+    .await;
+    assert_eq!(
+        (code, norm(&got)),
+        (
+            capture_status("06-create-duplicate"),
+            norm(&capture("06-create-duplicate"))
+        )
+    );
+    // 07: update with a stale resourceVersion.
+    let mut stale = cm("r1");
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let (code, got, _) = call(
+        &c,
+        "PUT",
+        "/api/v1/namespaces/cap/configmaps/r1",
+        None,
+        Some(stale),
+    )
+    .await;
+    assert_eq!(
+        (code, norm(&got)),
+        (
+            capture_status("07-update-stale"),
+            norm(&capture("07-update-stale"))
+        )
+    );
+    // 08: immediate delete returns a Success Status with details.
+    let (code, got, _) = call(
+        &c,
+        "DELETE",
+        "/api/v1/namespaces/cap/configmaps/r3",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, norm(&got)),
+        (
+            capture_status("08-delete-plain"),
+            norm(&capture("08-delete-plain"))
+        )
+    );
+    assert!(got["details"]["uid"].is_string());
+
+    call(
+        &c,
+        "POST",
+        "/api/v1/namespaces/cap/configmaps",
+        None,
+        Some(cm("applied")),
+    )
+    .await;
+    // 26: label selector list of namespaces; 27: field selector.
+    let (_, got, _) = call(
+        &c,
+        "GET",
+        "/api/v1/namespaces?labelSelector=kubernetes.io%2Fmetadata.name%3Dcap",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(norm(&got), norm(&capture("26-label-selector-list")));
+    let (_, got, _) = call(
+        &c,
+        "GET",
+        "/api/v1/namespaces/cap/configmaps?fieldSelector=metadata.name%3Dapplied",
+        None,
+        None,
+    )
+    .await;
+    let real = capture("27-field-selector-list");
+    assert_eq!(
+        got["items"].as_array().map(Vec::len),
+        real["items"].as_array().map(Vec::len)
+    );
+    assert_eq!(
+        got["items"][0]["metadata"]["name"],
+        real["items"][0]["metadata"]["name"]
+    );
+
+    // 16: deletecollection with a selector matching nothing.
+    let (code, got, _) = call(
+        &c,
+        "DELETE",
+        "/api/v1/namespaces/cap/configmaps?labelSelector=nothing%3Dhere",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, norm(&got)),
+        (
+            capture_status("16-deletecollection"),
+            norm(&capture("16-deletecollection"))
+        )
+    );
+
+    // 24: SubjectAccessReview.
+    let sar = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                     "spec": {"resourceAttributes": {"namespace": "cap", "verb": "bypass", "group": "holdfast.dev", "resource": "protections"},
+                              "user": "alice", "groups": ["dev"]}});
+    let (code, got, _) = call(
+        &c,
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        None,
+        Some(sar),
+    )
+    .await;
+    assert_eq!(
+        (code, norm(&got)),
+        (capture_status("24-sar"), norm(&capture("24-sar")))
+    );
+    sim.shutdown().await;
+}
