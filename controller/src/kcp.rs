@@ -25,7 +25,7 @@ use std::{
 use anyhow::Context as _;
 use futures::StreamExt as _;
 use holdfast_shared::{
-    api::{DependencyRule, GroupResource, Policy},
+    api::{DependencyRule, GroupResource},
     names::{FIELD_MANAGER, KCP_CLUSTER_ANNOTATION, WEBHOOK_CONFIGURATION_NAME},
     webhookconfig::{
         InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICIES_WEBHOOK, matches_desired,
@@ -119,7 +119,6 @@ type Shared<K> = Arc<Mutex<ClusterStore<K>>>;
 fn spawn_store<K>(api: Api<K>, cfg: watcher::Config, notify: Arc<Notify>) -> Shared<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default,
 {
     let store: Shared<K> = Arc::new(Mutex::new(ClusterStore::default()));
     let s = store.clone();
@@ -324,7 +323,9 @@ pub struct Reconciler {
     vw_url: String,
     settings: Settings,
     options: watch::Receiver<InstallOptions>,
-    rules: Shared<DependencyRule>,
+    /// DependencyRules, untyped: one the types cannot read is reported Invalid
+    /// instead of breaking the watch.
+    rules: Shared<DynamicObject>,
     hooks: Shared<ValidatingWebhookConfiguration>,
     resolver: Resolver,
     notify: Arc<Notify>,
@@ -355,7 +356,7 @@ impl Reconciler {
         let notify = Arc::new(Notify::new());
         let all = clients.at(&format!("{vw_url}/clusters/*"))?;
         let rules = spawn_store(
-            Api::<DependencyRule>::all(all.clone()),
+            Api::<DynamicObject>::all_with(all.clone(), &ApiResource::erase::<DependencyRule>(&())),
             watcher::Config::default(),
             notify.clone(),
         );
@@ -493,16 +494,31 @@ impl Reconciler {
         Ok(())
     }
 
-    async fn evaluate(&self, cluster: &str, rule: &DependencyRule) -> RuleEval {
+    async fn evaluate(
+        &self,
+        cluster: &str,
+        obj: &DynamicObject,
+    ) -> (RuleEval, Option<DependencyRule>) {
         let mut eval = RuleEval {
             cluster: cluster.to_string(),
-            name: rule.name_any(),
-            invalid: check_dependency_rule(rule, &Default::default(), false),
+            name: obj.name_any(),
+            invalid: None,
             workspaces: Vec::new(),
             targets: BTreeMap::new(),
         };
+        let rule = match crate::kubernetes::decode::<DependencyRule>(obj) {
+            Ok(r) => r,
+            Err(message) => {
+                eval.invalid = Some(Invalid {
+                    reason: reasons::INVALID_SPEC,
+                    message,
+                });
+                return (eval, None);
+            }
+        };
+        eval.invalid = check_dependency_rule(&rule, &Default::default(), false);
         if eval.invalid.is_some() {
-            return eval;
+            return (eval, Some(rule));
         }
         let mut problems = Vec::new();
         for (i, d) in rule.spec.dependencies.iter().enumerate() {
@@ -552,17 +568,18 @@ impl Reconciler {
             });
             eval.targets.clear();
         }
-        eval
+        (eval, Some(rule))
     }
 
     /// One pass; returns whether some path is unresolved (to retry soon).
     async fn reconcile_once(&self) -> anyhow::Result<bool> {
         let rules = self.rules.lock().map(|s| s.snapshot()).unwrap_or_default();
         let mut evals = Vec::with_capacity(rules.len());
-        for ((cluster, _), rule) in &rules {
-            evals.push((self.evaluate(cluster, rule).await, rule.clone()));
+        for ((cluster, _), obj) in &rules {
+            let (eval, rule) = self.evaluate(cluster, obj).await;
+            evals.push((eval, obj.clone(), rule));
         }
-        let unresolved = evals.iter().any(|(e, _)| {
+        let unresolved = evals.iter().any(|(e, _, _)| {
             e.invalid
                 .as_ref()
                 .is_some_and(|i| i.reason == reasons::UNRESOLVED_WORKSPACE)
@@ -571,7 +588,7 @@ impl Reconciler {
         // Desired state per provider cluster, from scratch.
         let mut desired: BTreeMap<String, (BTreeSet<GroupResource>, BTreeSet<String>)> =
             BTreeMap::new();
-        for (e, _) in &evals {
+        for (e, _, _) in &evals {
             for (lc, grs) in &e.targets {
                 let entry = desired.entry(lc.clone()).or_default();
                 entry.0.extend(grs.iter().cloned());
@@ -651,14 +668,17 @@ impl Reconciler {
         // Cycles over resource types, across all workspaces.
         let edges: Vec<RuleEdges> = evals
             .iter()
-            .filter(|(e, _)| e.invalid.is_none())
-            .map(|(e, r)| RuleEdges::of(format!("{}/{}", e.cluster, e.name), r))
+            .filter(|(e, _, _)| e.invalid.is_none())
+            .filter_map(|(e, _, r)| {
+                r.as_ref()
+                    .map(|r| RuleEdges::of(format!("{}/{}", e.cluster, e.name), r))
+            })
             .collect();
         let cycles = find_cycles(&edges);
 
         let now = now_rfc3339();
         let mut writes = Vec::new();
-        for (e, rule) in &evals {
+        for (e, obj, _) in &evals {
             let mut ok = true;
             let mut missing = Vec::new();
             for (lc, grs) in &e.targets {
@@ -707,18 +727,18 @@ impl Reconciler {
                 .collect();
             if let Some(c) = &outcome.cycle
                 && !holdfast_shared::api::is_condition_true(
-                    rule.conditions(),
+                    &crate::kubernetes::current_status(obj).conditions,
                     holdfast_shared::api::condition_types::CYCLE_DETECTED,
                 )
             {
                 tracing::warn!(rule = %key, "{c}");
             }
-            writes.push((key, e.cluster.clone(), rule.clone(), outcome, workspaces));
+            writes.push((key, e.cluster.clone(), obj.clone(), outcome, workspaces));
         }
         let now = &now;
         let results: Vec<Option<String>> = futures::stream::iter(writes)
-            .map(|(key, cluster, rule, outcome, workspaces)| async move {
-                self.write_status(&cluster, &rule, &outcome, workspaces, now)
+            .map(|(key, cluster, obj, outcome, workspaces)| async move {
+                self.write_status(&cluster, &obj, &outcome, workspaces, now)
                     .await
                     .err()
                     .map(|err| format!("status of {key}: {err:#}"))
@@ -736,21 +756,22 @@ impl Reconciler {
     async fn write_status(
         &self,
         cluster: &str,
-        rule: &DependencyRule,
+        obj: &DynamicObject,
         outcome: &Outcome,
         workspaces: Vec<serde_json::Value>,
         now: &str,
     ) -> anyhow::Result<()> {
-        let current_ws = rule
-            .status
-            .as_ref()
-            .map(|s| serde_json::to_value(&s.workspaces).unwrap_or_default())
-            .unwrap_or_else(|| json!([]));
+        let current = crate::kubernetes::current_status(obj);
+        let current_ws = match &obj.data["status"]["workspaces"] {
+            serde_json::Value::Null => json!([]),
+            v => v.clone(),
+        };
         let ws_same = current_ws == json!(workspaces);
+        let generation = obj.metadata.generation;
         let status = desired_status(
-            rule.meta().generation,
-            rule.observed_generation(),
-            rule.conditions(),
+            generation,
+            current.observed_generation,
+            &current.conditions,
             outcome,
             now,
         );
@@ -758,18 +779,21 @@ impl Reconciler {
             (None, true) => return Ok(()),
             (Some(s), _) => s,
             (None, false) => {
-                let mut s = json!({"conditions": serde_json::to_value(rule.conditions())?});
-                if let Some(g) = rule.meta().generation {
+                let mut s = json!({"conditions": serde_json::to_value(&current.conditions)?});
+                if let Some(g) = generation {
                     s["observedGeneration"] = json!(g);
                 }
                 s
             }
         };
         status["workspaces"] = json!(workspaces);
-        let api: Api<DependencyRule> = Api::all(self.vw_client(cluster)?);
+        let api: Api<DynamicObject> = Api::all_with(
+            self.vw_client(cluster)?,
+            &ApiResource::erase::<DependencyRule>(&()),
+        );
         match api
             .patch_status(
-                &rule.name_any(),
+                &obj.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": status })),
             )

@@ -19,7 +19,7 @@ use std::{
 
 use futures::StreamExt as _;
 use holdfast_shared::{
-    api::{AnchorRule, CriticalService, DependencyRule, GroupResource, Policy, ResourceProtection},
+    api::{AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection},
     names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
     webhookconfig::{
         InstallOptions, POLICIES_WEBHOOK, PolicyNeeds, anchor_rule_needs, critical_service_needs,
@@ -33,6 +33,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt as _,
+    api::{ApiResource, DynamicObject},
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
         WatchStreamExt as _,
@@ -100,15 +101,76 @@ where
     reader
 }
 
+/// Index of DependencyRules in `Reconciler::kinds` (the kind with CycleDetected).
+const DEPENDENCY_RULES: usize = 2;
+
+/// One policy kind, watched as untyped objects.
+struct PolicyKind {
+    ar: ApiResource,
+    store: Store<DynamicObject>,
+}
+
+impl PolicyKind {
+    fn new<K>(client: &Client, notify: &Arc<Notify>) -> Self
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let ar = ApiResource::erase::<K>(&());
+        let writer = reflector::store::Writer::new(ar.clone());
+        let store = writer.as_reader();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff();
+        let notify = notify.clone();
+        let kind = ar.kind.clone();
+        tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(_) => notify.notify_one(),
+                    Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying"),
+                }
+            }
+        });
+        Self { ar, store }
+    }
+}
+
+/// Reads an untyped object as `K` (its status, which the controller owns and
+/// rewrites, is left out); the error says why it cannot be read.
+pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, String> {
+    let mut value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    if let Some(m) = value.as_object_mut() {
+        m.remove("status");
+    }
+    serde_json::from_value(value).map_err(|e| {
+        format!(
+            "the object does not match the {} schema: {e}",
+            std::any::type_name::<K>()
+                .rsplit("::")
+                .next()
+                .unwrap_or("policy")
+        )
+    })
+}
+
+/// The status an untyped object carries (lenient: unreadable parts count as absent).
+pub fn current_status(obj: &DynamicObject) -> holdfast_shared::api::PolicyStatus {
+    let status = &obj.data["status"];
+    holdfast_shared::api::PolicyStatus {
+        observed_generation: status["observedGeneration"].as_i64(),
+        conditions: serde_json::from_value(status["conditions"].clone()).unwrap_or_default(),
+    }
+}
+
 /// The Kubernetes reconciler.
 pub struct Reconciler {
     client: Client,
     settings: Settings,
     options: OptionsSource,
-    rp: Store<ResourceProtection>,
-    ar: Store<AnchorRule>,
-    dr: Store<DependencyRule>,
-    cs: Store<CriticalService>,
+    /// The four policy kinds, watched untyped so that one object the Rust types
+    /// cannot read is reported Invalid instead of breaking the whole watch.
+    kinds: Vec<PolicyKind>,
     vwc: Store<ValidatingWebhookConfiguration>,
     notify: Arc<Notify>,
     discovery_dirty: Arc<AtomicBool>,
@@ -120,7 +182,8 @@ pub struct Reconciler {
 
 /// One policy, kind-erased.
 struct Item {
-    kind: &'static str,
+    /// Index into `Reconciler::kinds`.
+    kind: usize,
     name: String,
     invalid: Option<Invalid>,
     needs: Vec<GroupResource>,
@@ -137,10 +200,12 @@ impl Reconciler {
         let notify = Arc::new(Notify::new());
         let discovery_dirty = Arc::new(AtomicBool::new(true));
         let cfg = watcher::Config::default();
-        let rp = spawn_reflector(Api::all(client.clone()), cfg.clone(), notify.clone(), None);
-        let ar = spawn_reflector(Api::all(client.clone()), cfg.clone(), notify.clone(), None);
-        let dr = spawn_reflector(Api::all(client.clone()), cfg.clone(), notify.clone(), None);
-        let cs = spawn_reflector(Api::all(client.clone()), cfg.clone(), notify.clone(), None);
+        let kinds = vec![
+            PolicyKind::new::<ResourceProtection>(&client, &notify),
+            PolicyKind::new::<AnchorRule>(&client, &notify),
+            PolicyKind::new::<DependencyRule>(&client, &notify),
+            PolicyKind::new::<CriticalService>(&client, &notify),
+        ];
         let vwc = spawn_reflector(
             Api::all(client.clone()),
             watcher::Config::default()
@@ -166,10 +231,7 @@ impl Reconciler {
             client,
             settings,
             options,
-            rp,
-            ar,
-            dr,
-            cs,
+            kinds,
             vwc,
             notify,
             discovery_dirty,
@@ -183,10 +245,9 @@ impl Reconciler {
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
         // Never compute from half-filled caches: an empty cache would remove webhooks.
         let wait = async {
-            let _ = self.rp.wait_until_ready().await;
-            let _ = self.ar.wait_until_ready().await;
-            let _ = self.dr.wait_until_ready().await;
-            let _ = self.cs.wait_until_ready().await;
+            for k in &self.kinds {
+                let _ = k.store.wait_until_ready().await;
+            }
             let _ = self.vwc.wait_until_ready().await;
         };
         tokio::select! {
@@ -245,57 +306,74 @@ impl Reconciler {
         let mut items = Vec::new();
         let mut needs = PolicyNeeds::default();
         let mut edges = Vec::new();
-        for p in self.rp.state() {
-            let invalid = check_resource_protection(&p, &self.index);
-            if invalid.is_none() {
-                needs.add_resource_protection(&p);
+        for (k, kind) in self.kinds.iter().enumerate() {
+            for obj in kind.store.state() {
+                let name = obj.name_any();
+                let (invalid, gr_needs) = match k {
+                    0 => self.check(&obj, &mut needs, |p: &ResourceProtection, index, needs| {
+                        let invalid = check_resource_protection(p, index);
+                        if invalid.is_none() {
+                            needs.add_resource_protection(p);
+                        }
+                        (invalid, resource_protection_needs(p))
+                    }),
+                    1 => self.check(&obj, &mut needs, |p: &AnchorRule, index, needs| {
+                        let invalid = check_anchor_rule(p, index);
+                        if invalid.is_none() {
+                            needs.add_anchor_rule(p);
+                        }
+                        (invalid, anchor_rule_needs(p))
+                    }),
+                    2 => self.check(&obj, &mut needs, |p: &DependencyRule, index, needs| {
+                        let invalid = check_dependency_rule(p, index, true);
+                        if invalid.is_none() {
+                            needs.add_dependency_rule(p);
+                            edges.push(RuleEdges::of(p.name_any(), p));
+                        }
+                        (invalid, dependency_rule_needs(p))
+                    }),
+                    _ => self.check(&obj, &mut needs, |p: &CriticalService, index, needs| {
+                        let invalid = check_critical_service(p, index);
+                        if invalid.is_none() {
+                            needs.add_critical_service(p);
+                        }
+                        (invalid, critical_service_needs(p))
+                    }),
+                };
+                items.push(Item {
+                    kind: k,
+                    name,
+                    invalid,
+                    needs: gr_needs,
+                });
             }
-            items.push(Item {
-                kind: "ResourceProtection",
-                name: p.name_any(),
-                invalid,
-                needs: resource_protection_needs(&p),
-            });
-        }
-        for p in self.ar.state() {
-            let invalid = check_anchor_rule(&p, &self.index);
-            if invalid.is_none() {
-                needs.add_anchor_rule(&p);
-            }
-            items.push(Item {
-                kind: "AnchorRule",
-                name: p.name_any(),
-                invalid,
-                needs: anchor_rule_needs(&p),
-            });
-        }
-        for p in self.dr.state() {
-            let invalid = check_dependency_rule(&p, &self.index, true);
-            if invalid.is_none() {
-                needs.add_dependency_rule(&p);
-                edges.push(RuleEdges::of(p.name_any(), &p));
-            }
-            items.push(Item {
-                kind: "DependencyRule",
-                name: p.name_any(),
-                invalid,
-                needs: dependency_rule_needs(&p),
-            });
-        }
-        for p in self.cs.state() {
-            let invalid = check_critical_service(&p, &self.index);
-            if invalid.is_none() {
-                needs.add_critical_service(&p);
-            }
-            items.push(Item {
-                kind: "CriticalService",
-                name: p.name_any(),
-                invalid,
-                needs: critical_service_needs(&p),
-            });
         }
         let index = &self.index;
         (items, needs.with_containment(|gr| index.scope(gr)), edges)
+    }
+
+    /// Decodes `obj` as `K` and runs `f` on it; an object the types cannot read is
+    /// invalid (and needs nothing).
+    fn check<K, F>(
+        &self,
+        obj: &DynamicObject,
+        needs: &mut PolicyNeeds,
+        mut f: F,
+    ) -> (Option<Invalid>, Vec<GroupResource>)
+    where
+        K: DeserializeOwned,
+        F: FnMut(&K, &ApiIndex, &mut PolicyNeeds) -> (Option<Invalid>, Vec<GroupResource>),
+    {
+        match decode::<K>(obj) {
+            Ok(p) => f(&p, &self.index, needs),
+            Err(message) => (
+                Some(Invalid {
+                    reason: crate::policies::reasons::INVALID_SPEC,
+                    message,
+                }),
+                Vec::new(),
+            ),
+        }
     }
 
     async fn reconcile_once(&mut self) -> anyhow::Result<()> {
@@ -349,36 +427,27 @@ impl Reconciler {
             };
             let cycle = cycles
                 .get(&item.name)
-                .filter(|_| item.kind == "DependencyRule")
+                .filter(|_| item.kind == DEPENDENCY_RULES)
                 .map(|c| c.message());
             let outcome = Outcome {
                 invalid: item.invalid.clone(),
                 installed,
                 installed_message,
                 cycle,
-                cycle_applies: item.kind == "DependencyRule",
+                cycle_applies: item.kind == DEPENDENCY_RULES,
             };
-            writes.push((item.kind.to_string(), item.name.clone(), outcome));
+            writes.push((item.kind, item.name.clone(), outcome));
         }
         let now = &now;
         let this = &*self;
         let failures = futures::stream::iter(writes)
-            .map(
-                |(kind, name, outcome): (String, String, Outcome)| async move {
-                    let result = match kind.as_str() {
-                        "ResourceProtection" => {
-                            this.write_status(&this.rp, &name, &outcome, now).await
-                        }
-                        "AnchorRule" => this.write_status(&this.ar, &name, &outcome, now).await,
-                        "DependencyRule" => this.write_status(&this.dr, &name, &outcome, now).await,
-                        _ => this.write_status(&this.cs, &name, &outcome, now).await,
-                    };
-                    if let Err(e) = &result {
-                        tracing::warn!(kind = %kind, name = %name, error = %e, "writing status failed");
-                    }
-                    result.is_err()
-                },
-            )
+            .map(|(kind, name, outcome): (usize, String, Outcome)| async move {
+                let result = this.write_status(kind, &name, &outcome, now).await;
+                if let Err(e) = &result {
+                    tracing::warn!(kind = %this.kinds[kind].ar.kind, name = %name, error = %e, "writing status failed");
+                }
+                result.is_err()
+            })
             .buffer_unordered(32)
             .filter(|failed| futures::future::ready(*failed))
             .count()
@@ -389,44 +458,41 @@ impl Reconciler {
         Ok(())
     }
 
-    async fn write_status<K>(
+    async fn write_status(
         &self,
-        store: &Store<K>,
+        kind: usize,
         name: &str,
         outcome: &Outcome,
         now: &str,
-    ) -> anyhow::Result<()>
-    where
-        K: Policy
-            + Resource<DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + serde::Serialize,
-    {
-        let Some(obj) = store.get(&reflector::ObjectRef::new(name)) else {
+    ) -> anyhow::Result<()> {
+        let pk = &self.kinds[kind];
+        let Some(obj) = pk
+            .store
+            .get(&reflector::ObjectRef::new_with(name, pk.ar.clone()))
+        else {
             return Ok(());
         };
-        let generation = obj.meta().generation;
+        let current = current_status(&obj);
+        let generation = obj.metadata.generation;
         let Some(status) = desired_status(
             generation,
-            obj.observed_generation(),
-            obj.conditions(),
+            current.observed_generation,
+            &current.conditions,
             outcome,
             now,
         ) else {
             return Ok(());
         };
         let was_cycle = holdfast_shared::api::is_condition_true(
-            obj.conditions(),
+            &current.conditions,
             holdfast_shared::api::condition_types::CYCLE_DETECTED,
         );
         let was_invalid = holdfast_shared::api::find_condition(
-            obj.conditions(),
+            &current.conditions,
             holdfast_shared::api::condition_types::INVALID,
         )
         .map(|c| (c.status.clone(), c.reason.clone()));
-        let api: Api<K> = Api::all(self.client.clone());
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &pk.ar);
         match api
             .patch_status(
                 name,
@@ -439,18 +505,18 @@ impl Reconciler {
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
             Err(e) => return Err(e.into()),
         }
-        let reference = obj.object_ref(&());
+        let reference = obj.object_ref(&pk.ar);
         if let Some(msg) = &outcome.cycle
             && !was_cycle
         {
-            tracing::warn!(kind = %K::kind(&()), name, "{msg}");
+            tracing::warn!(kind = %pk.ar.kind, name, "{msg}");
             self.publish(&reference, "CycleDetected", "DetectCycle", msg)
                 .await;
         }
         if let Some(inv) = &outcome.invalid
             && was_invalid != Some(("True".to_string(), inv.reason.to_string()))
         {
-            tracing::warn!(kind = %K::kind(&()), name, reason = inv.reason, "invalid policy: {}", inv.message);
+            tracing::warn!(kind = %pk.ar.kind, name, reason = inv.reason, "invalid policy: {}", inv.message);
             self.publish(&reference, inv.reason, "Validate", &inv.message)
                 .await;
         }
@@ -517,5 +583,37 @@ pub async fn delete_configuration(client: &Client) -> anyhow::Result<bool> {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreadable_objects_decode_to_an_error_not_a_panic() {
+        let ok: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+            "metadata": {"name": "a", "generation": 3},
+            "spec": {"resources": [{"version": "v1", "resource": "configmaps"}]},
+            "status": {"observedGeneration": 2, "conditions": "garbage"}
+        }))
+        .expect("object");
+        let rp: ResourceProtection = decode(&ok).expect("decodes");
+        assert_eq!(rp.spec.resources[0].resource, "configmaps");
+        let st = current_status(&ok);
+        assert_eq!(st.observed_generation, Some(2));
+        assert!(
+            st.conditions.is_empty(),
+            "unreadable conditions count as absent"
+        );
+        let bad: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+            "metadata": {"name": "b"},
+            "spec": {"enforcement": "Sometimes", "resources": "all"}
+        }))
+        .expect("object");
+        let err = decode::<ResourceProtection>(&bad).expect_err("unreadable");
+        assert!(err.contains("ResourceProtection schema"), "{err}");
     }
 }
