@@ -359,6 +359,117 @@ async fn statuses_and_lists_match_real_apiserver() {
         )
     );
 
+    // 01/02: DELETE of an object with finalizers returns it, marked for deletion.
+    let mut fin = cm("fin");
+    fin["metadata"]["finalizers"] = json!(["capture.test/hold"]);
+    call(
+        &c,
+        "POST",
+        "/api/v1/namespaces/cap/configmaps",
+        None,
+        Some(fin),
+    )
+    .await;
+    let (code, got, _) = call(
+        &c,
+        "DELETE",
+        "/api/v1/namespaces/cap/configmaps/fin",
+        None,
+        None,
+    )
+    .await;
+    let mut real = capture("01-delete-with-finalizer");
+    if let Some(a) = real["metadata"]
+        .get_mut("annotations")
+        .and_then(|a| a.as_object_mut())
+    {
+        a.clear();
+    }
+    if let Some(m) = real["metadata"].as_object_mut() {
+        m.remove("annotations");
+    }
+    assert_eq!(
+        (code, norm(&got)),
+        (capture_status("01-delete-with-finalizer"), norm(&real))
+    );
+    assert!(got["metadata"]["deletionTimestamp"].is_string());
+    let (code, got2, _) = call(
+        &c,
+        "GET",
+        "/api/v1/namespaces/cap/configmaps/fin",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, norm(&got2)),
+        (capture_status("02-get-terminating"), norm(&real))
+    );
+
+    // 11-13: server-side apply (201 on create), merge patch, JSON patch.
+    let apply =
+        http::Request::patch("/api/v1/namespaces/cap/configmaps/applied2?fieldManager=capture")
+            .header("content-type", "application/apply-patch+yaml")
+            .body(
+                b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied2\ndata:\n  k: v\n"
+                    .to_vec(),
+            )
+            .expect("req");
+    let resp = c
+        .send(apply.map(kube::client::Body::from))
+        .await
+        .expect("apply");
+    assert_eq!(resp.status().as_u16(), capture_status("11-ssa"));
+    let merge = http::Request::patch("/api/v1/namespaces/cap/configmaps/applied2")
+        .header("content-type", "application/merge-patch+json")
+        .body(br#"{"metadata":{"labels":{"m":"1"}}}"#.to_vec())
+        .expect("req");
+    let resp = c
+        .send(merge.map(kube::client::Body::from))
+        .await
+        .expect("merge");
+    assert_eq!(resp.status().as_u16(), capture_status("12-merge-patch"));
+    let jp = http::Request::patch("/api/v1/namespaces/cap/configmaps/applied2")
+        .header("content-type", "application/json-patch+json")
+        .body(br#"[{"op":"add","path":"/data/j","value":"2"}]"#.to_vec())
+        .expect("req");
+    let resp = c
+        .send(jp.map(kube::client::Body::from))
+        .await
+        .expect("json patch");
+    assert_eq!(resp.status().as_u16(), capture_status("13-json-patch"));
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let mut got: Value = serde_json::from_slice(&bytes).expect("json");
+    got["metadata"]["name"] = json!("applied");
+    assert_eq!(norm(&got), norm(&capture("13-json-patch")));
+
+    // 28: Table.
+    let (_, table, _) = call(
+        &c,
+        "GET",
+        "/api/v1/namespaces/cap/configmaps?fieldSelector=metadata.name%3Dapplied2",
+        Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+        None,
+    )
+    .await;
+    let real = capture("28-table");
+    let cols = |t: &Value| -> Vec<(Value, Value, Value)> {
+        t["columnDefinitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| (c["name"].clone(), c["type"].clone(), c["format"].clone()))
+            .collect()
+    };
+    assert_eq!(table["kind"], "Table");
+    assert_eq!(cols(&table), cols(&real));
+    assert_eq!(table["rows"][0]["cells"][0], "applied2");
+    assert_eq!(
+        table["rows"][0]["cells"][1], real["rows"][0]["cells"][1],
+        "Data count"
+    );
+    assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+
     // 24: SubjectAccessReview.
     let sar = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                      "spec": {"resourceAttributes": {"namespace": "cap", "verb": "bypass", "group": "holdfast.dev", "resource": "protections"},
