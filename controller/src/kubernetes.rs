@@ -136,6 +136,17 @@ impl PolicyKind {
     }
 }
 
+/// Whether a reflector store has completed its initial list.
+async fn is_ready<K>(store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    tokio::time::timeout(Duration::from_millis(1), store.wait_until_ready())
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
 /// Reads an untyped object as `K` (its status, which the controller owns and
 /// rewrites, is left out); the error says why it cannot be read.
 pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, String> {
@@ -244,15 +255,46 @@ impl Reconciler {
     /// Runs until `shutdown` turns true.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
         // Never compute from half-filled caches: an empty cache would remove webhooks.
-        let wait = async {
+        // A policy kind whose CRD is not installed at all cannot sync; once discovery
+        // confirms that, go on without it (its watch keeps retrying and catches up
+        // when the CRD appears), so label protection does not wait for the CRDs.
+        let started = std::time::Instant::now();
+        loop {
+            let mut unready = Vec::new();
             for k in &self.kinds {
-                let _ = k.store.wait_until_ready().await;
+                if !is_ready(&k.store).await {
+                    unready.push(k.ar.clone());
+                }
             }
-            let _ = self.vwc.wait_until_ready().await;
-        };
-        tokio::select! {
-            () = wait => {}
-            _ = shutdown.changed() => return Ok(()),
+            let vwc_ready = is_ready(&self.vwc).await;
+            if unready.is_empty() && vwc_ready {
+                break;
+            }
+            if vwc_ready && started.elapsed() > Duration::from_secs(3) {
+                match ApiIndex::discover(&self.client).await {
+                    Ok(index) => {
+                        let missing = unready
+                            .iter()
+                            .all(|ar| !index.serves(&GroupResource::new(&ar.group, &ar.plural)));
+                        self.index = index;
+                        self.discovery_dirty.store(false, Ordering::SeqCst);
+                        if missing {
+                            let kinds: Vec<&str> =
+                                unready.iter().map(|a| a.kind.as_str()).collect();
+                            tracing::warn!(
+                                ?kinds,
+                                "holdfast CRDs not installed: reconciling without these kinds until they appear"
+                            );
+                            break;
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "discovery failed"),
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = shutdown.changed() => return Ok(()),
+            }
         }
         tracing::info!("caches synced; reconciling");
         let mut retry = false;

@@ -905,3 +905,31 @@ async fn managed_ca_serves_a_service_target() {
         out.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn label_protection_does_not_wait_for_the_crds() {
+    let mut env = Env::start().await.expect("sim");
+    env.start_webhook(&["--label-only"]).await.expect("webhook");
+    let c = start_controller(&env, "controller", webhook_port(&env), &[]).expect("controller");
+    let (cfg, _) = wait_configuration(&env, Duration::from_secs(15), |c| c.is_some())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    assert!(
+        webhook_names(&cfg.expect("present")).contains(&"delete-label-0.holdfast.dev".to_string())
+    );
+    assert!(c.log().contains("CRDs not installed"), "{}", c.log());
+    // The CRDs arrive later: policies are picked up without a restart.
+    env.install_crds().expect("crds");
+    env.kubectl_until(&["get", "resourceprotections"], 10, |o| o.code == 0)
+        .await
+        .expect("served");
+    let out = env
+        .kubectl_stdin(&["apply", "-f", "-"], RP_CONFIGMAPS)
+        .expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+    wait_configuration(&env, Duration::from_secs(30), |c| {
+        has_rule(c, "", "configmaps")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+}
