@@ -710,7 +710,7 @@ pub fn validate_config(info: &ResourceInfo, obj: &Value) -> ApiResult<()> {
 /// Server-side defaults of admissionregistration.k8s.io/v1 webhooks.
 pub fn default_config(obj: &mut Value) {
     if let Some(whs) = obj.get_mut("webhooks").and_then(|w| w.as_array_mut()) {
-        for wh in whs {
+        for wh in whs.iter_mut().filter(|w| w.is_object()) {
             if wh["failurePolicy"].is_null() {
                 wh["failurePolicy"] = json!("Fail");
             }
@@ -732,7 +732,7 @@ pub fn default_config(obj: &mut Value) {
                 wh["clientConfig"]["service"]["port"] = json!(443);
             }
             if let Some(rules) = wh.get_mut("rules").and_then(|r| r.as_array_mut()) {
-                for r in rules {
+                for r in rules.iter_mut().filter(|r| r.is_object()) {
                     if r["scope"].is_null() {
                         r["scope"] = json!("*");
                     }

@@ -902,6 +902,91 @@ pub fn ns_info(state: &State, cluster: &str) -> Arc<ResourceInfo> {
         .unwrap_or_else(|| state.registry.kube[0].clone())
 }
 
+/// What JSON decoding into the Go types rejects: wrongly typed object metadata (and,
+/// for built-in and kcp kinds, non-object spec/status).
+fn check_shape(info: &ResourceInfo, obj: &Value) -> ApiResult<()> {
+    let bad = |field: &str, v: &Value, want: &str| {
+        let got = match v {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        Err(ApiError::bad_request(format!(
+            "json: cannot unmarshal {got} into Go struct field {field} of type {want}"
+        )))
+    };
+    if !obj.is_object() {
+        return bad(&format!("{}", info.kind), obj, "object");
+    }
+    let Some(meta) = obj.get("metadata") else {
+        return Ok(());
+    };
+    if meta.is_null() {
+        return Ok(());
+    }
+    if !meta.is_object() {
+        return bad("ObjectMeta.metadata", meta, "v1.ObjectMeta");
+    }
+    for f in [
+        "name",
+        "generateName",
+        "namespace",
+        "resourceVersion",
+        "uid",
+    ] {
+        if let Some(v) = meta.get(f)
+            && !v.is_string()
+            && !v.is_null()
+        {
+            return bad(&format!("ObjectMeta.metadata.{f}"), v, "string");
+        }
+    }
+    for f in ["labels", "annotations"] {
+        if let Some(v) = meta.get(f)
+            && !v.is_null()
+            && !v
+                .as_object()
+                .is_some_and(|m| m.values().all(|x| x.is_string()))
+        {
+            return bad(&format!("ObjectMeta.metadata.{f}"), v, "map[string]string");
+        }
+    }
+    if let Some(v) = meta.get("finalizers")
+        && !v.is_null()
+        && !v
+            .as_array()
+            .is_some_and(|a| a.iter().all(|x| x.is_string()))
+    {
+        return bad("ObjectMeta.metadata.finalizers", v, "[]string");
+    }
+    if let Some(v) = meta.get("ownerReferences")
+        && !v.is_null()
+        && !v
+            .as_array()
+            .is_some_and(|a| a.iter().all(|x| x.is_object()))
+    {
+        return bad(
+            "ObjectMeta.metadata.ownerReferences",
+            v,
+            "[]v1.OwnerReference",
+        );
+    }
+    if info.builtin || info.schemas.is_empty() {
+        for f in ["spec", "status"] {
+            if let Some(v) = obj.get(f)
+                && !v.is_null()
+                && !v.is_object()
+            {
+                return bad(&format!("{}.{f}", info.kind), v, "object");
+            }
+        }
+    }
+    Ok(())
+}
+
 fn strip_system_meta(obj: &mut Value) {
     if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("managedFields");
@@ -948,6 +1033,7 @@ pub async fn create(
             info.kind
         )));
     }
+    check_shape(info, &obj)?;
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
     }
@@ -1286,6 +1372,7 @@ pub async fn update(
             if let Mutation::Apply(obj) = &m
                 && sub.is_empty()
             {
+                check_shape(info, obj)?;
                 let mut obj = obj.clone();
                 if !obj["metadata"].is_object() {
                     obj["metadata"] = json!({});
@@ -1303,9 +1390,6 @@ pub async fn update(
         match &m {
             Mutation::Replace(obj) => {
                 new = obj.clone();
-                if !new["metadata"].is_object() {
-                    new["metadata"] = json!({});
-                }
                 let body_name = meta(&new, "name");
                 if !body_name.is_empty() && body_name != name {
                     return Err(ApiError::bad_request(format!(
@@ -1370,6 +1454,7 @@ pub async fn update(
             }
             Mutation::Func(f) => f(&mut new),
         }
+        check_shape(info, &new)?;
         if let Some(rv) = &client_rv
             && rv != meta(&old, "resourceVersion")
         {
@@ -1432,7 +1517,9 @@ pub async fn update(
             "scale" => {
                 let replicas = new["spec"]["replicas"].clone();
                 new = old_typed.clone();
-                new["spec"]["replicas"] = replicas;
+                if new["spec"].is_object() || new["spec"].is_null() {
+                    new["spec"]["replicas"] = replicas;
+                }
             }
             _ => {
                 if info.has_status() || info.resource == "namespaces" {

@@ -72,6 +72,12 @@ fn target(info: &Arc<ResourceInfo>, ns: Option<&str>, name: Option<&str>) -> Tar
 
 pub fn set_condition(obj: &mut Value, ty: &str, status: &str, reason: &str, message: &str) {
     let now = now_rfc3339();
+    if !obj.is_object() {
+        return;
+    }
+    if !obj["status"].is_object() {
+        obj["status"] = json!({});
+    }
     if !obj["status"]["conditions"].is_array() {
         obj["status"]["conditions"] = json!([]);
     }
@@ -218,6 +224,9 @@ async fn after_write_inner(
 
 fn establish_crd(state: &State, cluster: &str, crd: &Arc<Value>) -> Option<Arc<Value>> {
     let mut n = (**crd).clone();
+    if !n["status"].is_object() {
+        n["status"] = json!({});
+    }
     let mut names = n["spec"]["names"].clone();
     let kind = names["kind"].as_str().unwrap_or("").to_string();
     if names["singular"].is_null() {

@@ -35,7 +35,7 @@ pub fn pod_spec(spec: &mut Value) {
     }
     for key in ["containers", "initContainers"] {
         if let Some(cs) = spec.get_mut(key).and_then(|c| c.as_array_mut()) {
-            cs.iter_mut().for_each(container);
+            cs.iter_mut().filter(|c| c.is_object()).for_each(container);
         }
     }
     set_default(spec, "restartPolicy", json!("Always"));
@@ -70,19 +70,15 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
             set_default(spec, "revisionHistoryLimit", json!(10));
             set_default(spec, "progressDeadlineSeconds", json!(600));
             set_default(spec, "strategy", json!({}));
-            set_default(&mut spec["strategy"], "type", json!("RollingUpdate"));
-            if spec["strategy"]["type"] == "RollingUpdate" {
-                set_default(&mut spec["strategy"], "rollingUpdate", json!({}));
-                set_default(
-                    &mut spec["strategy"]["rollingUpdate"],
-                    "maxSurge",
-                    json!("25%"),
-                );
-                set_default(
-                    &mut spec["strategy"]["rollingUpdate"],
-                    "maxUnavailable",
-                    json!("25%"),
-                );
+            if let Some(strategy) = spec.get_mut("strategy").filter(|s| s.is_object()) {
+                set_default(strategy, "type", json!("RollingUpdate"));
+                if strategy["type"] == "RollingUpdate" {
+                    set_default(strategy, "rollingUpdate", json!({}));
+                    if let Some(ru) = strategy.get_mut("rollingUpdate") {
+                        set_default(ru, "maxSurge", json!("25%"));
+                        set_default(ru, "maxUnavailable", json!("25%"));
+                    }
+                }
             }
             template_spec(obj);
         }
@@ -128,6 +124,9 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
                 if !obj["data"].is_object() {
                     obj["data"] = json!({});
                 }
+                if !obj.is_object() {
+                    return;
+                }
                 for (k, v) in sd {
                     let text = v.as_str().unwrap_or("").to_string();
                     obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(text));
@@ -153,7 +152,7 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
                 set_default(spec, "internalTrafficPolicy", json!("Cluster"));
             }
             if let Some(ports) = spec.get_mut("ports").and_then(|p| p.as_array_mut()) {
-                for p in ports {
+                for p in ports.iter_mut().filter(|p| p.is_object()) {
                     set_default(p, "protocol", json!("TCP"));
                     if p["targetPort"].is_null() {
                         p["targetPort"] = p["port"].clone();

@@ -212,6 +212,9 @@ pub fn prepare_create(
         return Ok(());
     }
     let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+    if !obj["spec"].is_object() && !obj["spec"].is_null() {
+        return Ok(());
+    }
     match (info.group.as_str(), info.resource.as_str()) {
         ("tenancy.kcp.io", "workspaces") => {
             let lc = random_lc_name();
@@ -489,6 +492,9 @@ pub fn export_webhook_configs(
 
 fn bind(state: &State, cluster: &str, b: &Arc<Value>) -> Option<Value> {
     let mut n = (**b).clone();
+    if !n["status"].is_object() {
+        n["status"] = json!({});
+    }
     let (ec, en) = binding_export(state, cluster, b)?;
     let export = state.store.get(&export_gr(), &ckey(&ec, &en));
     match export {

@@ -488,3 +488,173 @@ async fn statuses_and_lists_match_real_apiserver() {
     );
     sim.shutdown().await;
 }
+
+/// Malformed requests get a 4xx Status, never a dropped connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_statuses() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let c = sim.client().await.expect("client");
+    let cm = "/api/v1/namespaces/default/configmaps/kube-root-ca.crt";
+    let cases: Vec<(&str, String, &str, Vec<u8>, u16)> = vec![
+        (
+            "POST",
+            "/api/v1/namespaces/default/configmaps".into(),
+            "application/json",
+            b"notjson".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/configmaps".into(),
+            "application/json",
+            b"[]".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/configmaps".into(),
+            "application/json",
+            br#"{"metadata":{"name":"x","labels":5}}"#.to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/configmaps".into(),
+            "application/json",
+            br#"{"metadata":{}}"#.to_vec(),
+            422,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/configmaps".into(),
+            "application/vnd.kubernetes.protobuf",
+            b"k8s\0\x0a\xff".to_vec(),
+            415,
+        ),
+        (
+            "PATCH",
+            cm.into(),
+            "application/merge-patch+json",
+            b"5".to_vec(),
+            400,
+        ),
+        (
+            "PATCH",
+            cm.into(),
+            "application/json-patch+json",
+            br#"[{"op":"replace","path":"","value":3}]"#.to_vec(),
+            400,
+        ),
+        (
+            "PATCH",
+            cm.into(),
+            "application/json-patch+json",
+            b"{}".to_vec(),
+            422,
+        ),
+        (
+            "PATCH",
+            cm.into(),
+            "application/apply-patch+yaml",
+            b"a: [".to_vec(),
+            422,
+        ),
+        (
+            "PATCH",
+            format!("{cm}?fieldManager=t"),
+            "application/apply-patch+yaml",
+            b"a: [".to_vec(),
+            400,
+        ),
+        ("PATCH", cm.into(), "text/plain", b"x".to_vec(), 415),
+        (
+            "PUT",
+            cm.into(),
+            "application/json",
+            br#"{"metadata":{"name":"other"}}"#.to_vec(),
+            400,
+        ),
+        (
+            "DELETE",
+            cm.into(),
+            "application/json",
+            b"notjson".to_vec(),
+            400,
+        ),
+        (
+            "DELETE",
+            cm.into(),
+            "application/json",
+            br#"{"propagationPolicy":"Bad"}"#.to_vec(),
+            422,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps?labelSelector=a%20in%20(".into(),
+            "",
+            vec![],
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=abc".into(),
+            "",
+            vec![],
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps?continue=garbage".into(),
+            "",
+            vec![],
+            400,
+        ),
+        ("GET", "/apis/nope/v1/things".into(), "", vec![], 404),
+        (
+            "GET",
+            "/clusters/nope/api/v1/namespaces".into(),
+            "",
+            vec![],
+            404,
+        ),
+        (
+            "POST",
+            "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces".into(),
+            "application/json",
+            br#"{"metadata":{"name":"w"},"spec":5}"#.to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations".into(),
+            "application/json",
+            br#"{"metadata":{"name":"v"},"webhooks":[5,{"name":"a.b.c","rules":[5]}]}"#.to_vec(),
+            422,
+        ),
+        (
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews".into(),
+            "application/json",
+            br#"{"spec":{}}"#.to_vec(),
+            422,
+        ),
+    ];
+    for (method, path, ct, body, want) in cases {
+        let mut b = http::Request::builder().method(method).uri(path.as_str());
+        if !ct.is_empty() {
+            b = b.header("content-type", ct);
+        }
+        let req = b.body(body).expect("request");
+        let resp = c
+            .send(req.map(kube::client::Body::from))
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: connection failed: {e}"));
+        let status = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        assert_eq!(status, want, "{method} {path}: {v}");
+        assert_eq!(v["kind"], "Status", "{method} {path}: {v}");
+        assert_eq!(v["code"], want);
+    }
+    sim.shutdown().await;
+}
