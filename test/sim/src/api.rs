@@ -919,7 +919,7 @@ fn check_shape(info: &ResourceInfo, obj: &Value) -> ApiResult<()> {
         )))
     };
     if !obj.is_object() {
-        return bad(&format!("{}", info.kind), obj, "object");
+        return bad(&info.kind, obj, "object");
     }
     let Some(meta) = obj.get("metadata") else {
         return Ok(());
