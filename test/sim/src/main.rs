@@ -11,9 +11,9 @@ use std::path::PathBuf;
     about = "In-memory kube-apiserver / kcp simulator"
 )]
 struct Args {
-    /// Address to listen on (port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    listen: SocketAddr,
+    /// Address to listen on (port 0 picks a free port; default: the config's, else 127.0.0.1:0).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
     /// Where to write an admin kubeconfig.
     #[arg(long)]
     kubeconfig_out: Option<PathBuf>,
@@ -39,7 +39,9 @@ async fn main() -> anyhow::Result<()> {
         Some(p) => SimConfig::from_yaml(&std::fs::read_to_string(p)?)?,
         None => SimConfig::default(),
     };
-    cfg.listen = args.listen;
+    if let Some(l) = args.listen {
+        cfg.listen = l;
+    }
     let user = args.kubeconfig_user.clone().unwrap_or_else(|| {
         cfg.users
             .iter()
