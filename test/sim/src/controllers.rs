@@ -117,6 +117,24 @@ pub async fn bootstrap(state: &Arc<State>) {
             },
             obj,
         );
+        if state.cfg.default_service_accounts {
+            let sa = json!({
+                "apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "default", "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now},
+            });
+            let _ = state.store.create(
+                &Gr {
+                    group: String::new(),
+                    resource: "serviceaccounts".into(),
+                },
+                Key {
+                    cluster: String::new(),
+                    namespace: ns.into(),
+                    name: "default".into(),
+                },
+                sa,
+            );
+        }
         if state.cfg.root_ca_configmap {
             let cm = json!({
                 "apiVersion": "v1", "kind": "ConfigMap",
@@ -138,6 +156,28 @@ pub async fn bootstrap(state: &Arc<State>) {
             );
         }
     }
+    let svc = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default", "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now,
+                     "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "internalTrafficPolicy": "Cluster",
+                 "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": state.addr.port()}],
+                 "sessionAffinity": "None", "type": "ClusterIP"},
+        "status": {"loadBalancer": {}},
+    });
+    let _ = state.store.create(
+        &Gr {
+            group: String::new(),
+            resource: "services".into(),
+        },
+        Key {
+            cluster: String::new(),
+            namespace: "default".into(),
+            name: "kubernetes".into(),
+        },
+        svc,
+    );
     kcp::bootstrap(state);
 }
 
@@ -173,12 +213,18 @@ async fn after_write_inner(
         ("", "namespaces") => {
             if old.is_none()
                 && let Some(n) = new
-                && cluster.is_empty()
-                && state.cfg.root_ca_configmap
             {
                 let st = state.clone();
                 let ns = n["metadata"]["name"].as_str().unwrap_or("").to_string();
-                tokio::spawn(async move { publish_root_ca(&st, &ns).await });
+                let cluster = cluster.to_string();
+                tokio::spawn(async move {
+                    if cluster.is_empty() && st.cfg.root_ca_configmap {
+                        publish_root_ca(&st, &ns).await;
+                    }
+                    if st.cfg.default_service_accounts {
+                        create_default_sa(&st, &cluster, &ns).await;
+                    }
+                });
             }
         }
         _ => {}
@@ -326,6 +372,25 @@ async fn publish_root_ca(state: &Arc<State>, ns: &str) {
     });
     let t = target(&info, Some(ns), None);
     let _ = api::create(state, &ctx, &t, "", obj, &HashMap::new()).await;
+}
+
+/// The service-account controller's `default` ServiceAccount in every namespace.
+async fn create_default_sa(state: &Arc<State>, cluster: &str, ns: &str) {
+    let Some(info) = info_for(
+        state,
+        cluster,
+        &Gr {
+            group: String::new(),
+            resource: "serviceaccounts".into(),
+        },
+    ) else {
+        return;
+    };
+    let ctx = Ctx::internal(controller_user(state), cluster);
+    let obj =
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
+    let t = target(&info, Some(ns), None);
+    let _ = api::create(state, &ctx, &t, cluster, obj, &HashMap::new()).await;
 }
 
 pub fn spawn(state: Arc<State>) {

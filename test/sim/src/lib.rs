@@ -81,6 +81,8 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     /// Publish a `kube-root-ca.crt` ConfigMap in every new namespace (as kube-controller-manager does).
     pub root_ca_configmap: bool,
+    /// Create the `default` ServiceAccount in every new namespace (service-account controller).
+    pub default_service_accounts: bool,
     /// Extra DNS names for the serving certificate.
     pub extra_sans: Vec<String>,
 }
@@ -111,6 +113,7 @@ impl Default for SimConfig {
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(1),
             root_ca_configmap: true,
+            default_service_accounts: true,
             extra_sans: vec![],
         }
     }
