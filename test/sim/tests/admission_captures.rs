@@ -533,3 +533,119 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
     assert_eq!(r[0].review["request"]["kind"]["kind"], "Deployment");
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_selector_match_policy_and_namespace_selector() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let hook = TestWebhook::start(
+        &[],
+        std::sync::Arc::new(|_req: &Value| json!({"allowed": true})),
+    )
+    .await;
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.io"},
+        "spec": {"group": "example.io", "scope": "Namespaced", "names": {"plural": "gadgets", "kind": "Gadget"},
+                 "versions": [
+                    {"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+                    {"name": "v1beta1", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&crd.to_string()))
+            .code,
+        0
+    );
+    let cfg = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "sel"},
+        "webhooks": [
+            {"name": "protected.example.com", "clientConfig": {"url": hook.url("/protected"), "caBundle": hook.ca_b64()},
+             "rules": [{"operations": ["UPDATE", "DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+             "objectSelector": {"matchLabels": {"holdfast.dev/protected": "Always"}},
+             "sideEffects": "None", "admissionReviewVersions": ["v1"]},
+            {"name": "beta.example.com", "clientConfig": {"url": hook.url("/beta"), "caBundle": hook.ca_b64()},
+             "rules": [{"operations": ["CREATE"], "apiGroups": ["example.io"], "apiVersions": ["v1beta1"], "resources": ["gadgets"]}],
+             "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]},
+             "sideEffects": "None", "admissionReviewVersions": ["v1"]}
+        ]
+    });
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&cfg.to_string()))
+            .code,
+        0
+    );
+    assert_eq!(k.run(&["create", "cm", "p", "-n", "default"]).code, 0);
+    assert!(hook.reviews().is_empty(), "unlabelled object: no review");
+    assert_eq!(
+        k.run(&[
+            "label",
+            "cm",
+            "p",
+            "-n",
+            "default",
+            "holdfast.dev/protected=Always"
+        ])
+        .code,
+        0
+    );
+    assert_eq!(hook.reviews().len(), 1, "UPDATE: the new object matches");
+    hook.clear();
+    // Removing the label: only oldObject matches, the webhook is still called.
+    assert_eq!(
+        k.run(&[
+            "label",
+            "cm",
+            "p",
+            "-n",
+            "default",
+            "holdfast.dev/protected-"
+        ])
+        .code,
+        0
+    );
+    let r = hook.reviews();
+    assert_eq!(r.len(), 1, "UPDATE: the old object matches");
+    assert_eq!(
+        r[0].review["request"]["oldObject"]["metadata"]["labels"]["holdfast.dev/protected"],
+        "Always"
+    );
+    assert!(
+        r[0].review["request"]["object"]["metadata"]
+            .get("labels")
+            .is_none()
+    );
+    hook.clear();
+    assert_eq!(k.run(&["delete", "cm", "p", "-n", "default"]).code, 0);
+    assert!(
+        hook.reviews().is_empty(),
+        "DELETE: evaluated on oldObject, which no longer matches"
+    );
+
+    // matchPolicy Equivalent: a v1 request is sent to a v1beta1-only rule as v1beta1;
+    // namespaceSelector uses the namespace's labels.
+    assert_eq!(k.run(&["create", "ns", "ta"]).code, 0);
+    assert_eq!(k.run(&["label", "ns", "ta", "team=a"]).code, 0);
+    assert_eq!(k.run(&["create", "ns", "tb"]).code, 0);
+    let g = |ns: &str| {
+        format!(
+            "apiVersion: example.io/v1\nkind: Gadget\nmetadata:\n  name: g\n  namespace: {ns}\n"
+        )
+    };
+    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(&g("tb"))).code, 0);
+    assert!(
+        hook.reviews().is_empty(),
+        "namespace tb does not match the namespaceSelector"
+    );
+    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(&g("ta"))).code, 0);
+    let r = hook.reviews();
+    assert_eq!(r.len(), 1);
+    let req = &r[0].review["request"];
+    assert_eq!(r[0].path, "/beta?timeout=10s");
+    assert_eq!(req["resource"]["version"], "v1beta1");
+    assert_eq!(req["kind"]["version"], "v1beta1");
+    assert_eq!(req["requestResource"]["version"], "v1");
+    assert_eq!(req["requestKind"]["version"], "v1");
+    assert_eq!(req["object"]["apiVersion"], "example.io/v1beta1");
+    sim.shutdown().await;
+}
