@@ -547,20 +547,130 @@ fn json_path(obj: &Value, path: &str) -> Value {
     cur
 }
 
+type Cell = fn(&Value) -> Value;
+
+fn n(v: &Value) -> i64 {
+    v.as_i64().unwrap_or(0)
+}
+
+/// Extra columns (between Name and Age) kube-apiserver's table convertors print.
+fn builtin_columns(info: &ResourceInfo) -> Vec<(&'static str, Cell)> {
+    match (info.group.as_str(), info.resource.as_str()) {
+        ("", "namespaces") => vec![("Status", |o| o["status"]["phase"].clone())],
+        ("", "configmaps") => vec![("Data", |o| {
+            json!(
+                o["data"].as_object().map(|m| m.len()).unwrap_or(0)
+                    + o["binaryData"].as_object().map(|m| m.len()).unwrap_or(0)
+            )
+        })],
+        ("", "secrets") => vec![
+            ("Type", |o| o["type"].clone()),
+            ("Data", |o| {
+                json!(o["data"].as_object().map(|m| m.len()).unwrap_or(0))
+            }),
+        ],
+        ("", "services") => vec![
+            ("Type", |o| o["spec"]["type"].clone()),
+            ("Cluster-IP", |o| o["spec"]["clusterIP"].clone()),
+            ("External-IP", |o| {
+                let ips: Vec<String> = o["spec"]["externalIPs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect();
+                json!(if ips.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    ips.join(",")
+                })
+            }),
+            ("Port(s)", |o| {
+                let ports: Vec<String> = o["spec"]["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        format!(
+                            "{}/{}",
+                            n(&p["port"]),
+                            p["protocol"].as_str().unwrap_or("TCP")
+                        )
+                    })
+                    .collect();
+                json!(if ports.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    ports.join(",")
+                })
+            }),
+        ],
+        ("apps", "deployments") => vec![
+            ("Ready", |o| {
+                json!(format!(
+                    "{}/{}",
+                    n(&o["status"]["readyReplicas"]),
+                    n(&o["spec"]["replicas"])
+                ))
+            }),
+            ("Up-to-date", |o| json!(n(&o["status"]["updatedReplicas"]))),
+            ("Available", |o| json!(n(&o["status"]["availableReplicas"]))),
+        ],
+        ("apps", "statefulsets") => vec![("Ready", |o| {
+            json!(format!(
+                "{}/{}",
+                n(&o["status"]["readyReplicas"]),
+                n(&o["spec"]["replicas"])
+            ))
+        })],
+        ("", "pods") => vec![
+            ("Ready", |o| {
+                json!(format!(
+                    "0/{}",
+                    o["spec"]["containers"]
+                        .as_array()
+                        .map(|c| c.len())
+                        .unwrap_or(0)
+                ))
+            }),
+            ("Status", |o| {
+                json!(o["status"]["phase"].as_str().unwrap_or("Pending"))
+            }),
+            ("Restarts", |_| json!(0)),
+        ],
+        ("", "serviceaccounts") => vec![("Secrets", |o| {
+            json!(o["secrets"].as_array().map(|a| a.len()).unwrap_or(0))
+        })],
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations") => {
+            vec![("Webhooks", |o| {
+                json!(o["webhooks"].as_array().map(|a| a.len()).unwrap_or(0))
+            })]
+        }
+        ("coordination.k8s.io", "leases") => {
+            vec![("Holder", |o| o["spec"]["holderIdentity"].clone())]
+        }
+        _ => vec![],
+    }
+}
+
 fn table(info: &ResourceInfo, items: &[Arc<Value>], md: Value) -> Value {
+    let crd_table =
+        info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions";
     let mut cols = vec![
         json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
     ];
     for (n, _, ty) in &info.printer_columns {
         cols.push(json!({"name": n, "type": ty, "format": "", "description": "", "priority": 0}));
     }
-    if info.resource == "namespaces" {
-        cols.push(json!({"name": "Status", "type": "string", "format": "", "description": "The status of the namespace", "priority": 0}));
+    let extra = builtin_columns(info);
+    for (name, _) in &extra {
+        cols.push(
+            json!({"name": name, "type": "string", "format": "", "description": "", "priority": 0}),
+        );
     }
-    if info.resource == "configmaps" || info.resource == "secrets" {
-        cols.push(json!({"name": "Data", "type": "string", "format": "", "description": "Data", "priority": 0}));
-    }
-    if info.printer_columns.is_empty() {
+    if crd_table {
+        cols.push(json!({"name": "Created At", "type": "date", "format": "", "description": "", "priority": 0}));
+    } else if info.printer_columns.is_empty() {
         cols.push(json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp", "priority": 0}));
     }
     let rows: Vec<Value> = items
@@ -575,15 +685,13 @@ fn table(info: &ResourceInfo, items: &[Arc<Value>], md: Value) -> Value {
                     _ => v,
                 });
             }
-            if info.resource == "namespaces" {
-                cells.push(o["status"]["phase"].clone());
+            for (_, f) in &extra {
+                let v = f(o);
+                cells.push(if v.is_null() { json!("<none>") } else { v });
             }
-            if info.resource == "configmaps" || info.resource == "secrets" {
-                let n = o["data"].as_object().map(|m| m.len()).unwrap_or(0)
-                    + o["binaryData"].as_object().map(|m| m.len()).unwrap_or(0);
-                cells.push(json!(n));
-            }
-            if info.printer_columns.is_empty() {
+            if crd_table {
+                cells.push(json!(meta(o, "creationTimestamp")));
+            } else if info.printer_columns.is_empty() {
                 cells.push(json!(age(meta(o, "creationTimestamp"))));
             }
             let mut pm = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"].clone()});

@@ -227,6 +227,25 @@ async fn after_write_inner(
                 });
             }
         }
+        ("apps", "deployments" | "statefulsets" | "replicasets" | "daemonsets") => {
+            if let Some(n) = new
+                && state.cfg.workload_status
+                && n["metadata"]["deletionTimestamp"].is_null()
+                && n["metadata"]["generation"] != n["status"]["observedGeneration"]
+            {
+                let st = state.clone();
+                let info = Arc::new(info.clone());
+                let cluster = cluster.to_string();
+                let ns = n["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                let name = n["metadata"]["name"].as_str().unwrap_or("").to_string();
+                tokio::spawn(
+                    async move { workload_status(&st, &info, &cluster, &ns, &name).await },
+                );
+            }
+        }
         _ => {}
     }
     // Garbage collection follow-ups.
@@ -372,6 +391,57 @@ async fn publish_root_ca(state: &Arc<State>, ns: &str) {
     });
     let t = target(&info, Some(ns), None);
     let _ = api::create(state, &ctx, &t, "", obj, &HashMap::new()).await;
+}
+
+/// What the workload controllers would report once all replicas run: observedGeneration,
+/// replica counts and (for Deployments) Available/Progressing conditions.
+async fn workload_status(
+    state: &Arc<State>,
+    info: &Arc<ResourceInfo>,
+    cluster: &str,
+    ns: &str,
+    name: &str,
+) {
+    let ctx = Ctx::internal(controller_user(state), cluster);
+    let mut t = target(info, Some(ns), Some(name));
+    t.sub = Some("status".into());
+    let resource = info.resource.clone();
+    let _ = api::update(
+        state,
+        &ctx,
+        &t,
+        cluster,
+        &HashMap::new(),
+        Mutation::Func(Box::new(move |o: &mut Value| {
+            let replicas = o["spec"]["replicas"].as_i64().unwrap_or(1);
+            let generation = o["metadata"]["generation"].clone();
+            if !o["status"].is_object() {
+                o["status"] = json!({});
+            }
+            let st = &mut o["status"];
+            st["observedGeneration"] = generation;
+            if resource == "daemonsets" {
+                for f in ["currentNumberScheduled", "desiredNumberScheduled", "numberAvailable", "numberReady", "updatedNumberScheduled"] {
+                    st[f] = json!(1);
+                }
+                st["numberMisscheduled"] = json!(0);
+                return;
+            }
+            for f in ["replicas", "readyReplicas", "availableReplicas", "updatedReplicas"] {
+                st[f] = json!(replicas);
+            }
+            if resource == "deployments" {
+                let now = now_rfc3339();
+                st["conditions"] = json!([
+                    {"type": "Available", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
+                     "reason": "MinimumReplicasAvailable", "message": "Deployment has minimum availability."},
+                    {"type": "Progressing", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
+                     "reason": "NewReplicaSetAvailable", "message": "ReplicaSet has successfully progressed."}
+                ]);
+            }
+        })),
+    )
+    .await;
 }
 
 /// The service-account controller's `default` ServiceAccount in every namespace.

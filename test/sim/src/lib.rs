@@ -83,6 +83,9 @@ pub struct SimConfig {
     pub root_ca_configmap: bool,
     /// Create the `default` ServiceAccount in every new namespace (service-account controller).
     pub default_service_accounts: bool,
+    /// Report workloads (Deployments, StatefulSets, ReplicaSets, DaemonSets) as fully
+    /// rolled out, as their controllers would once the pods run.
+    pub workload_status: bool,
     /// Extra DNS names for the serving certificate.
     pub extra_sans: Vec<String>,
 }
@@ -114,6 +117,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(1),
             root_ca_configmap: true,
             default_service_accounts: true,
+            workload_status: true,
             extra_sans: vec![],
         }
     }

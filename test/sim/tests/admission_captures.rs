@@ -399,7 +399,13 @@ async fn namespace_cascade_retries_denied_deletes_and_keeps_namespace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_dispatch_rules_service_and_failure_policies() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    // No simulated workload controller: its status updates would hit the status rule.
+    let sim = Sim::start(SimConfig {
+        workload_status: false,
+        ..Default::default()
+    })
+    .await
+    .expect("sim");
     let decide: Decide = std::sync::Arc::new(|req: &Value| {
         let name = req["name"].as_str().unwrap_or("");
         if name == "slow" {
