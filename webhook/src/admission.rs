@@ -36,6 +36,7 @@ impl Admission {
     pub async fn review(&self, body: &[u8]) -> Result<Value, ReviewError> {
         let started = Instant::now();
         let req = review::parse_review(body)?;
+        tracing::debug!(uid = %req.uid, operation = req.operation.as_str(), object = %req.describe(), "reviewing");
         let eval = policy::evaluate(&req, &self.config, self.view.as_ref(), Utc::now()).await;
         let op = req.operation.as_str();
         for audit in &eval.audits {

@@ -19,6 +19,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// How long one kubectl run may take.
+pub const KUBECTL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A CA and a serving certificate for 127.0.0.1/localhost.
 pub struct Pki {
     /// CA certificate (PEM).
@@ -155,6 +158,62 @@ pub struct Env {
     pub pki: Pki,
     /// The webhook, once started.
     pub webhook: Option<WebhookProcess>,
+    _sim_runtime: SimRuntime,
+}
+
+/// The sim runs on a runtime of its own, on its own threads, so that tests blocking
+/// their own runtime (kubectl calls) can never starve it. Dropping stops it.
+struct SimRuntime {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for SimRuntime {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn start_sim(cfg: SimConfig) -> anyhow::Result<(SimHandle, SimRuntime)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("holdfast-sim".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("holdfast-sim-rt")
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(anyhow::Error::from(e)));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let _ = tx.send(Sim::start(cfg).await);
+                let _ = stop_rx.await;
+            });
+            rt.shutdown_timeout(Duration::from_secs(2));
+        })?;
+    let sim = rx
+        .recv()
+        .context("the sim thread ended before starting")?
+        .context("starting holdfast-sim")?;
+    Ok((
+        sim,
+        SimRuntime {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        },
+    ))
 }
 
 impl Env {
@@ -165,7 +224,7 @@ impl Env {
 
     /// Starts a sim with `cfg`.
     pub async fn start_with(cfg: SimConfig) -> anyhow::Result<Self> {
-        let sim = Sim::start(cfg).await.context("starting holdfast-sim")?;
+        let (sim, sim_runtime) = start_sim(cfg)?;
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
         sim.write_kubeconfig(&kubeconfig, "admin")?;
@@ -178,6 +237,7 @@ impl Env {
             kubeconfig,
             pki,
             webhook: None,
+            _sim_runtime: sim_runtime,
         })
     }
 
@@ -369,30 +429,55 @@ impl Env {
         }
     }
 
-    /// Runs kubectl with the admin kubeconfig.
+    /// Runs kubectl with the admin kubeconfig (killed after 60 s: a test never hangs
+    /// on a kubectl that waits forever).
     pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<KubectlOutput> {
-        let out = Command::new(kubectl_path()?)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(args)
-            .output()
-            .context("running kubectl")?;
-        Ok(KubectlOutput::from(out))
+        self.kubectl_io(args, None)
     }
 
     /// Runs kubectl with `stdin` fed to it.
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> anyhow::Result<KubectlOutput> {
-        let mut child = Command::new(kubectl_path()?)
-            .env("KUBECONFIG", &self.kubeconfig)
+        self.kubectl_io(args, Some(stdin))
+    }
+
+    fn kubectl_io(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<KubectlOutput> {
+        let mut cmd = Command::new(kubectl_path()?);
+        cmd.env("KUBECONFIG", &self.kubeconfig)
             .args(args)
-            .stdin(Stdio::piped())
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("running kubectl")?;
-        if let Some(mut input) = child.stdin.take() {
-            input.write_all(stdin.as_bytes())?;
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().context("running kubectl")?;
+        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(input.as_bytes())?;
         }
-        Ok(KubectlOutput::from(child.wait_with_output()?))
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let started = Instant::now();
+        match rx.recv_timeout(KUBECTL_TIMEOUT) {
+            Ok(out) => {
+                if std::env::var("HOLDFAST_DEBUG_KUBECTL").is_ok()
+                    && started.elapsed() > Duration::from_secs(2)
+                {
+                    eprintln!("slow kubectl ({:?}): {}", started.elapsed(), args.join(" "));
+                }
+                Ok(KubectlOutput::from(out?))
+            }
+            Err(_) => {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+                bail!(
+                    "kubectl {} did not finish within {KUBECTL_TIMEOUT:?}",
+                    args.join(" ")
+                )
+            }
+        }
     }
 
     /// The webhook's log so far.

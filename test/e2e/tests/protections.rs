@@ -1,0 +1,681 @@
+//! The other protections end to end, with the real controller installing the
+//! configuration and the real webhook deciding: ResourceProtection (the Karmada test
+//! plan for a CRD and its instances), enforcement modes, namespace containment,
+//! AnchorRule (the composite stories) and CriticalService (the bulk-delete story).
+
+use holdfast_e2e::{
+    Env, KubectlOutput,
+    controller::{ControllerProcess, start_controller, wait_configuration},
+    http_get,
+};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+async fn full_stack() -> (Env, ControllerProcess) {
+    let mut env = Env::start().await.expect("sim");
+    env.install_crds().expect("holdfast CRDs");
+    env.start_webhook(&[]).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let mut c = start_controller(&env, "controller", port, &[]).expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    (env, c)
+}
+
+fn refused(out: &KubectlOutput, text: &str) -> bool {
+    out.code != 0 && out.stderr.contains(text)
+}
+
+/// Waits until the live configuration sends DELETEs of `resource` to the webhook.
+async fn covered(env: &Env, group: &str, resource: &str) {
+    wait_configuration(env, Duration::from_secs(15), |cfg| {
+        cfg.is_some_and(|c| {
+            c["webhooks"].as_array().into_iter().flatten().any(|w| {
+                w["rules"].as_array().into_iter().flatten().any(|r| {
+                    r["apiGroups"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|g| g == group)
+                        && r["resources"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|x| x == resource)
+                        && r["operations"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|o| o == "DELETE")
+                })
+            })
+        })
+    })
+    .await
+    .expect("configuration covers the resource");
+}
+
+const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+"#;
+
+const WIDGET_PROTECTION: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: ResourceProtection
+metadata: {name: widgets}
+spec:
+  resources:
+  - {group: example.com, version: v1, resource: widgets}
+  - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, names: [widgets.example.com]}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resource_protection_karmada_plan_for_a_crd() {
+    let (env, _c) = full_stack().await;
+    env.apply(WIDGET_CRD).expect("crd");
+    env.kubectl_until(&["get", "widgets"], 10, |o| o.code == 0)
+        .await
+        .expect("served");
+    for w in ["w1", "w2"] {
+        env.apply(&format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {w}, namespace: default}}\n"))
+            .expect("widget");
+    }
+    // No protection: deletion allowed.
+    let out = env.kubectl(&["delete", "widget", "w1"]).expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // With protection: instances and the CRD itself are refused, --force too.
+    env.apply(WIDGET_PROTECTION).expect("protection");
+    covered(&env, "example.com", "widgets").await;
+    let out = env
+        .kubectl_until(&["delete", "widget", "w2"], 15, |o| o.code != 0)
+        .await
+        .expect("refused");
+    assert!(
+        refused(
+            &out,
+            "holdfast: Widget default/w2 is protected by ResourceProtection/widgets"
+        ),
+        "{out:?}"
+    );
+    let out = env
+        .kubectl(&["delete", "widget", "w2", "--force", "--grace-period=0"])
+        .expect("kubectl");
+    assert!(
+        refused(&out, "is protected by ResourceProtection/widgets"),
+        "{out:?}"
+    );
+    let out = env
+        .kubectl_until(&["delete", "crd", "widgets.example.com"], 15, |o| {
+            o.code != 0
+        })
+        .await
+        .expect("crd refused");
+    assert!(
+        refused(
+            &out,
+            "CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets"
+        ),
+        "{out:?}"
+    );
+
+    // Protection removed: allowed again.
+    env.kubectl(&["delete", "resourceprotection", "widgets"])
+        .expect("kubectl")
+        .ok()
+        .expect("deleted");
+    env.kubectl_until(&["delete", "widget", "w2"], 15, |o| o.code == 0)
+        .await
+        .expect("w2 deleted");
+    env.kubectl_until(&["delete", "crd", "widgets.example.com"], 15, |o| {
+        o.code == 0
+    })
+    .await
+    .expect("crd deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn enforcement_modes_warn_and_audit() {
+    let (env, _c) = full_stack().await;
+    for name in ["warned", "audited", "enforced"] {
+        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
+            .expect("kubectl")
+            .ok()
+            .expect("cm");
+    }
+    for (name, mode) in [
+        ("warned", "Warn"),
+        ("audited", "Audit"),
+        ("enforced", "Enforce"),
+    ] {
+        env.apply(&format!(
+            "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: {name}}}\n\
+             spec:\n  enforcement: {mode}\n  resources:\n  - {{group: \"\", version: v1, resource: configmaps, namespace: default, names: [{name}]}}\n"
+        ))
+        .expect("protection");
+    }
+    covered(&env, "", "configmaps").await;
+    let out = env
+        .kubectl_until(
+            &["delete", "configmap", "enforced", "--dry-run=server"],
+            15,
+            |o| o.code != 0,
+        )
+        .await
+        .expect("enforced refused");
+    assert!(refused(&out, "ResourceProtection/enforced"), "{out:?}");
+    // Warn: allowed, and kubectl prints the admission warning.
+    let out = env
+        .kubectl(&["delete", "configmap", "warned"])
+        .expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "Warning: holdfast: ConfigMap default/warned is protected by ResourceProtection/warned"
+        ),
+        "{out:?}"
+    );
+    // Audit: allowed silently, counted.
+    let out = env
+        .kubectl(&["delete", "configmap", "audited"])
+        .expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(!out.stderr.contains("Warning"), "{out:?}");
+    let port = env.webhook.as_ref().map(|w| w.probe_port).expect("probe");
+    let (_, metrics) = http_get(port, "/metrics").await.expect("metrics");
+    assert!(
+        metrics.contains(r#"holdfast_webhook_audited_total{operation="DELETE"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        env.webhook_log()
+            .contains("audit: holdfast: ConfigMap default/audited"),
+        "{}",
+        env.webhook_log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn namespace_containment_keeps_the_namespace_whole() {
+    let (env, _c) = full_stack().await;
+    env.kubectl(&["create", "namespace", "shop"])
+        .expect("kubectl")
+        .ok()
+        .expect("ns");
+    env.apply("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n")
+        .expect("pvc");
+    for cm in ["a", "b"] {
+        env.kubectl(&[
+            "create",
+            "configmap",
+            cm,
+            "-n",
+            "shop",
+            "--from-literal=k=v",
+        ])
+        .expect("kubectl")
+        .ok()
+        .expect("cm");
+    }
+    let out = env
+        .kubectl_until(&["delete", "namespace", "shop"], 20, |o| o.code != 0)
+        .await
+        .expect("refused");
+    assert!(
+        refused(
+            &out,
+            "holdfast: Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)"
+        ),
+        "{out:?}"
+    );
+    // Nothing inside was deleted and the namespace is not terminating.
+    let out = env
+        .kubectl(&["get", "configmaps", "-n", "shop", "-o", "name"])
+        .expect("kubectl");
+    assert!(
+        out.stdout.contains("configmap/a") && out.stdout.contains("configmap/b"),
+        "{out:?}"
+    );
+    let out = env
+        .kubectl(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"])
+        .expect("kubectl");
+    assert_eq!(out.stdout, "Active");
+    // Lift the protection: the namespace goes.
+    env.kubectl(&[
+        "label",
+        "pvc",
+        "data",
+        "-n",
+        "shop",
+        "holdfast.dev/protected-",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("unlabeled");
+    env.kubectl_until(&["delete", "namespace", "shop", "--wait=false"], 15, |o| {
+        o.code == 0
+    })
+    .await
+    .expect("namespace deleted");
+}
+
+const APPCAT: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: xvshnpostgresqls.vshn.appcat.vshn.io}
+spec:
+  group: vshn.appcat.vshn.io
+  scope: Cluster
+  names: {plural: xvshnpostgresqls, singular: xvshnpostgresql, kind: XVSHNPostgreSQL, listKind: XVSHNPostgreSQLList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: xobjectbuckets.appcat.vshn.io}
+spec:
+  group: appcat.vshn.io
+  scope: Cluster
+  names: {plural: xobjectbuckets, singular: xobjectbucket, kind: XObjectBucket, listKind: XObjectBucketList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+---
+apiVersion: holdfast.dev/v1alpha1
+kind: AnchorRule
+metadata: {name: appcat}
+spec:
+  anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}
+  anchorLabels: {name: appcat.vshn.io/composite-name}
+  toggle: {fieldPath: .spec.parameters.backup.deletionProtection, default: true}
+  protects:
+  - {group: "", version: v1, resource: namespaces}
+  - {group: "", version: v1, resource: persistentvolumeclaims, inheritFromNamespace: true}
+  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}
+"#;
+
+fn composite(toggle: &str) -> String {
+    format!(
+        "apiVersion: vshn.appcat.vshn.io/v1\nkind: XVSHNPostgreSQL\nmetadata: {{name: pg-1}}\nspec: {{parameters: {{backup: {{deletionProtection: {toggle}}}}}}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn anchor_rule_composite_stories() {
+    let (env, _c) = full_stack().await;
+    env.apply(APPCAT).expect("appcat");
+    env.kubectl_until(&["get", "xobjectbuckets"], 10, |o| o.code == 0)
+        .await
+        .expect("served");
+    env.apply(&composite("true")).expect("composite");
+    env.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: vshn-postgresql-pg-1, labels: {appcat.vshn.io/composite-name: pg-1}}\n")
+        .expect("instance namespace");
+    for pvc in ["data-0", "data-1"] {
+        env.apply(&format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {pvc}, namespace: vshn-postgresql-pg-1}}\nspec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"))
+            .expect("pvc");
+    }
+    env.apply("apiVersion: appcat.vshn.io/v1\nkind: XObjectBucket\nmetadata: {name: pg-1-backup, labels: {appcat.vshn.io/composite-name: pg-1}}\n")
+        .expect("bucket");
+    covered(&env, "appcat.vshn.io", "xobjectbuckets").await;
+    covered(&env, "", "persistentvolumeclaims").await;
+
+    let protected_by = "is protected while its anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists and has .spec.parameters.backup.deletionProtection=true";
+    for args in [
+        vec![
+            "delete",
+            "pvc",
+            "data-0",
+            "-n",
+            "vshn-postgresql-pg-1",
+            "--dry-run=server",
+        ],
+        vec!["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
+        vec![
+            "delete",
+            "namespace",
+            "vshn-postgresql-pg-1",
+            "--dry-run=server",
+        ],
+    ] {
+        let out = env
+            .kubectl_until(&args, 15, |o| o.code != 0)
+            .await
+            .expect("refused");
+        assert!(out.stderr.contains(protected_by), "{args:?}: {out:?}");
+    }
+    // The override label on exactly one PVC (a corrupted Galera node, say).
+    env.kubectl(&[
+        "label",
+        "pvc",
+        "data-1",
+        "-n",
+        "vshn-postgresql-pg-1",
+        "holdfast.dev/allow-deletion=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("labeled");
+    let out = env
+        .kubectl(&["delete", "pvc", "data-1", "-n", "vshn-postgresql-pg-1"])
+        .expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = env
+        .kubectl(&[
+            "delete",
+            "pvc",
+            "data-0",
+            "-n",
+            "vshn-postgresql-pg-1",
+            "--dry-run=server",
+        ])
+        .expect("kubectl");
+    assert!(
+        refused(&out, protected_by),
+        "the override is for exactly that object: {out:?}"
+    );
+
+    // Toggle off: deletable; back on: protected again.
+    env.apply(&composite("false")).expect("toggle off");
+    env.kubectl_until(
+        &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
+        10,
+        |o| o.code == 0,
+    )
+    .await
+    .expect("deletable with the toggle off");
+    env.apply(&composite("true")).expect("toggle on");
+    env.kubectl_until(
+        &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
+        10,
+        |o| o.code != 0,
+    )
+    .await
+    .expect("protected again");
+
+    // The anchor goes: everything is deletable (no deadlock).
+    env.kubectl(&["delete", "xvshnpostgresql", "pg-1"])
+        .expect("kubectl")
+        .ok()
+        .expect("anchor deleted");
+    env.kubectl_until(&["delete", "xobjectbucket", "pg-1-backup"], 10, |o| {
+        o.code == 0
+    })
+    .await
+    .expect("bucket deleted");
+    env.kubectl_until(
+        &[
+            "delete",
+            "namespace",
+            "vshn-postgresql-pg-1",
+            "--wait=false",
+        ],
+        10,
+        |o| o.code == 0,
+    )
+    .await
+    .expect("namespace deleted");
+}
+
+const COOL: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: coolresources.my.crd.group}
+spec:
+  group: my.crd.group
+  scope: Cluster
+  names: {plural: coolresources, singular: coolresource, kind: CoolResource, listKind: CoolResourceList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+"#;
+
+const CRITICAL: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: CriticalService
+metadata: {name: for-finalizer-deployment}
+spec:
+  provider: {group: apps, resource: deployments, namespace: finalizer-namespace, name: finalizer-deployment}
+  criteria:
+  - type: Finalizer
+    finalizer: {group: my.crd.group, resource: coolresources, finalizerName: my.crd.group/super-important}
+  - type: SpecificResource
+    specificResource: {group: apiextensions.k8s.io, resource: customresourcedefinitions, name: coolresources.my.crd.group}
+"#;
+
+const FINALIZER: &str = "my.crd.group/super-important";
+
+fn exists(env: &Env, args: &[&str]) -> bool {
+    env.kubectl(args).map(|o| o.code == 0).unwrap_or(true)
+}
+
+/// The finalizer-processing "Deployment": while the Deployment exists, it removes the
+/// finalizer from instances being deleted.
+fn finalizer_controller(
+    kubeconfig: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    let run = |args: &[&str]| {
+        std::process::Command::new("kubectl")
+            .env("KUBECONFIG", &kubeconfig)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let alive = run(&[
+            "get",
+            "deployment",
+            "finalizer-deployment",
+            "-n",
+            "finalizer-namespace",
+            "-o",
+            "json",
+        ])
+        .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+        .is_some_and(|d| d["metadata"]["deletionTimestamp"].is_null());
+        if alive && let Some(list) = run(&["get", "coolresources", "-o", "json"]) {
+            let list: Value = serde_json::from_str(&list).unwrap_or(Value::Null);
+            for item in list["items"].as_array().into_iter().flatten() {
+                let deleting = !item["metadata"]["deletionTimestamp"].is_null();
+                let holds = item["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == FINALIZER));
+                if deleting && holds {
+                    let name = item["metadata"]["name"].as_str().unwrap_or_default();
+                    let _ = run(&[
+                        "patch",
+                        "coolresource",
+                        name,
+                        "--type=merge",
+                        "-p",
+                        r#"{"metadata":{"finalizers":null}}"#,
+                    ]);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn critical_service_bulk_delete_converges_in_order() {
+    let (env, _c) = full_stack().await;
+    env.apply(COOL).expect("crd");
+    env.kubectl_until(&["get", "coolresources"], 10, |o| o.code == 0)
+        .await
+        .expect("served");
+    env.kubectl(&["create", "namespace", "finalizer-namespace"])
+        .expect("kubectl")
+        .ok()
+        .expect("ns");
+    env.kubectl(&[
+        "create",
+        "deployment",
+        "finalizer-deployment",
+        "-n",
+        "finalizer-namespace",
+        "--image=registry.example/finalizer:1",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("deployment");
+    env.apply(&format!("apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {{name: some-instance, finalizers: [{FINALIZER}]}}\n"))
+        .expect("instance");
+    env.apply(CRITICAL).expect("critical service");
+    covered(&env, "apps", "deployments").await;
+    covered(&env, "holdfast.dev", "criticalservices").await;
+    // The provider is protected before the bulk delete starts.
+    let out = env
+        .kubectl_until(
+            &[
+                "delete",
+                "deployment",
+                "finalizer-deployment",
+                "-n",
+                "finalizer-namespace",
+                "--dry-run=server",
+            ],
+            15,
+            |o| o.code != 0,
+        )
+        .await
+        .expect("provider refused");
+    assert!(
+        out.stderr.contains(
+            "1 coolresources.my.crd.group still carries finalizer my.crd.group/super-important"
+        ),
+        "{out:?}"
+    );
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fin = {
+        let (kubeconfig, stop) = (env.kubeconfig.clone(), stop.clone());
+        std::thread::spawn(move || finalizer_controller(kubeconfig, stop))
+    };
+
+    // Every DELETE at once, in an order from a seed, each retried like a client.
+    let mut deletes: Vec<Vec<&str>> = vec![
+        vec![
+            "delete",
+            "criticalservice",
+            "for-finalizer-deployment",
+            "--wait=false",
+        ],
+        vec!["delete", "namespace", "finalizer-namespace", "--wait=false"],
+        vec![
+            "delete",
+            "deployment",
+            "finalizer-deployment",
+            "-n",
+            "finalizer-namespace",
+            "--wait=false",
+        ],
+        vec![
+            "delete",
+            "crd",
+            "coolresources.my.crd.group",
+            "--wait=false",
+        ],
+        vec!["delete", "coolresource", "some-instance", "--wait=false"],
+    ];
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as usize)
+        .unwrap_or(7);
+    for i in (1..deletes.len()).rev() {
+        deletes.swap(i, (seed / (i + 1)) % (i + 1));
+    }
+    eprintln!("delete order (seed {seed}): {deletes:?}");
+    let started = Instant::now();
+    let mut pending: Vec<Vec<&str>> = deletes.clone();
+    let mut gone: Vec<(&str, Instant)> = Vec::new();
+    let watched: [(&str, Vec<&str>); 5] = [
+        ("instance", vec!["get", "coolresource", "some-instance"]),
+        ("crd", vec!["get", "crd", "coolresources.my.crd.group"]),
+        (
+            "deployment",
+            vec![
+                "get",
+                "deployment",
+                "finalizer-deployment",
+                "-n",
+                "finalizer-namespace",
+            ],
+        ),
+        ("namespace", vec!["get", "namespace", "finalizer-namespace"]),
+        (
+            "criticalservice",
+            vec!["get", "criticalservice", "for-finalizer-deployment"],
+        ),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while gone.len() < watched.len() {
+        if Instant::now() > deadline {
+            if std::env::var("HOLDFAST_DEBUG_CS").is_ok() {
+                eprintln!("{}", env.webhook_log());
+            }
+            panic!(
+                "stuck (seed {seed}): pending {pending:?}, gone {:?}",
+                gone.iter().map(|g| g.0).collect::<Vec<_>>()
+            );
+        }
+        let mut still = Vec::new();
+        for args in pending {
+            let out = env.kubectl(&args).expect("kubectl");
+            if out.code != 0
+                && !out.stderr.contains("NotFound")
+                && !out.stderr.contains("not found")
+            {
+                still.push(args);
+            }
+        }
+        pending = still;
+        for (what, args) in &watched {
+            if !gone.iter().any(|g| g.0 == *what) && !exists(&env, args) {
+                eprintln!("{what} gone after {:?}", started.elapsed());
+                gone.push((what, Instant::now()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = fin.join();
+    let first = gone.first().map(|g| g.1).unwrap_or_else(Instant::now);
+    for (what, t) in &gone {
+        eprintln!("{what} gone at +{:?}", t.duration_since(first));
+    }
+    if std::env::var("HOLDFAST_DEBUG_CS").is_ok() {
+        for line in env
+            .webhook_log()
+            .lines()
+            .filter(|l| l.contains("riticalService") || l.contains("store"))
+        {
+            eprintln!("{line}");
+        }
+    }
+    let at = |w: &str| gone.iter().position(|g| g.0 == w).expect("gone");
+    assert!(
+        at("instance") < at("deployment"),
+        "instance finalized before the provider went (seed {seed}): {gone:?}"
+    );
+    assert!(
+        at("crd") < at("deployment"),
+        "CRD gone before the provider (seed {seed}): {gone:?}"
+    );
+    assert!(
+        at("deployment") <= at("criticalservice"),
+        "CriticalService last (seed {seed}): {gone:?}"
+    );
+    assert!(
+        at("deployment") <= at("namespace"),
+        "namespace after its provider (seed {seed}): {gone:?}"
+    );
+}
