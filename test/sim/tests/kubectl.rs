@@ -268,6 +268,20 @@ async fn kubectl_apply_get_label_delete() {
         "jsonpath={.items[0].metadata.generation}",
     ]);
     assert_eq!(out.stdout, "1", "{out:?}");
+    let out = k.run(&[
+        "rollout",
+        "status",
+        "deploy/db",
+        "-n",
+        "shop",
+        "--timeout=10s",
+    ]);
+    assert_eq!(
+        out.stdout, "deployment \"db\" successfully rolled out\n",
+        "{out:?}"
+    );
+    let out = k.run(&["get", "svc", "kubernetes", "-n", "default"]);
+    assert!(out.stdout.starts_with("NAME         TYPE        CLUSTER-IP   EXTERNAL-IP   PORT(S)   AGE\nkubernetes   ClusterIP   10.96.0.1    <none>        443/TCP   "), "{out:?}");
     let out = k.run(&["scale", "deploy", "db", "-n", "shop", "--replicas=3"]);
     assert_eq!(out.stdout, "deployment.apps/db scaled\n", "{out:?}");
     let out = k.run(&[
