@@ -113,7 +113,16 @@ pub async fn handle(
         })
     };
     match verb {
-        "get" => get(state, ctx, &t, &need_cluster()?, wants_meta(headers)),
+        "get" => {
+            let r = get(state, ctx, &t, &need_cluster()?, wants_meta(headers))?;
+            match r {
+                Resp::Json(200, obj) if wants_table(headers) && t.sub.is_none() => {
+                    let md = json!({"resourceVersion": obj["metadata"]["resourceVersion"].clone()});
+                    Ok(Resp::Json(200, table(&t.info, &[Arc::new(obj)], md)))
+                }
+                other => Ok(other),
+            }
+        }
         "list" => list(state, ctx, &t, query, headers),
         "watch" => watch_stream(state, ctx, &t, query, wants_meta(headers)),
         "create" => {
