@@ -78,7 +78,7 @@ fn resource_matches(rule_res: &Value, res: &str, sub: &str) -> bool {
 }
 
 /// Returns the version the rule matches at (the request's, or an equivalent one).
-fn rules_match(wh: &Value, a: &Attrs) -> Option<String> {
+pub fn rules_match(wh: &Value, a: &Attrs) -> Option<String> {
     let equivalent = wh["matchPolicy"].as_str() != Some("Exact");
     for rule in wh["rules"].as_array().into_iter().flatten() {
         if !list_has(&rule["operations"], a.op) {
@@ -139,7 +139,7 @@ fn namespace_labels(state: &State, a: &Attrs) -> Option<Value> {
     )
 }
 
-fn selector_matches(wh: &Value, state: &State, a: &Attrs) -> bool {
+pub fn selector_matches(wh: &Value, state: &State, a: &Attrs) -> bool {
     let ns_sel = Selector::from_label_selector(&wh["namespaceSelector"]);
     if !ns_sel.is_empty()
         && let Some(labels) = namespace_labels(state, a)
@@ -241,6 +241,9 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
     if exempt(a.info) {
         return Ok(());
     }
+    // The ValidatingAdmissionPolicy plugin runs before the webhooks.
+    let vap_request = build_request(ctx, &a, a.version);
+    crate::vap::validate(state, ctx, &a, &vap_request)?;
     let mut configs: Vec<Arc<Value>> = state.store.list(&vwc_gr(), Some(a.cluster), None).0;
     if !a.cluster.is_empty() {
         configs.extend(kcp::export_webhook_configs(state, a.cluster, a.info));
@@ -272,6 +275,7 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
                     request: request.clone(),
                     self_value: None,
                     old_self: None,
+                    extra: vec![],
                 };
                 match cel::eval_bool(expr, &vars) {
                     Ok(true) => {}

@@ -16,6 +16,8 @@ pub struct Vars {
     pub self_value: Option<Value>,
     /// `oldSelf` (CRD transition rules)
     pub old_self: Option<Value>,
+    /// Further variables: `params`, `namespaceObject`, `variables` (admission policies).
+    pub extra: Vec<(String, Value)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -370,6 +372,7 @@ fn check_idents(e: &Expr, bound: &mut Vec<String>) -> Result<(), CelError> {
                 "namespaceObject",
                 "self",
                 "oldSelf",
+                "variables",
             ]
             .contains(&id.as_str())
                 || bound.contains(id)
@@ -448,6 +451,9 @@ struct Env<'a> {
 impl Env<'_> {
     fn lookup(&self, id: &str) -> R {
         if let Some((_, v)) = self.locals.iter().rev().find(|(n, _)| n == id) {
+            return Ok(v.clone());
+        }
+        if let Some((_, v)) = self.vars.extra.iter().find(|(n, _)| n == id) {
             return Ok(v.clone());
         }
         match id {
@@ -771,6 +777,16 @@ pub fn eval_bool(expr: &str, vars: &Vars) -> Result<bool, CelError> {
     }
 }
 
+/// Evaluates an expression to a value (admission policy variables, messageExpression).
+pub fn eval_value(expr: &str, vars: &Vars) -> Result<Value, CelError> {
+    let e = parse(expr)?;
+    let mut env = Env {
+        vars,
+        locals: vec![],
+    };
+    env.eval(&e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -782,6 +798,7 @@ mod tests {
             request: json!({"operation": "CREATE", "userInfo": {"username": "admin", "groups": ["system:masters"]}}),
             self_value: None,
             old_self: None,
+            extra: vec![],
         }
     }
 

@@ -27,6 +27,7 @@ mod selectors;
 mod server;
 mod store;
 mod tls;
+mod vap;
 
 use anyhow::Context;
 use base64::Engine;

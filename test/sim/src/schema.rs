@@ -326,6 +326,7 @@ pub fn validate(
             request: Value::Null,
             self_value: Some(v.clone()),
             old_self: old.cloned(),
+            extra: vec![],
         };
         let field = match rule["fieldPath"].as_str() {
             Some(fp) if !fp.is_empty() => format!("{path}{fp}"),

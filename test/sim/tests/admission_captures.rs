@@ -655,3 +655,134 @@ async fn object_selector_match_policy_and_namespace_selector() {
     assert_eq!(req["object"]["apiVersion"], "example.io/v1beta1");
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validating_admission_policies() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "protect"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["configmaps"]}]},
+            "variables": [{"name": "labels", "expression": "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"}],
+            "validations": [{"expression": "!('holdfast.dev/protected' in variables.labels) || variables.labels['holdfast.dev/protected'] != params.data.value",
+                             "messageExpression": "'holdfast: ' + oldObject.metadata.name + ' is protected'", "reason": "Forbidden"}],
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"}
+        }
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "protect-binding"},
+        "spec": {"policyName": "protect", "validationActions": ["Deny"],
+                 "paramRef": {"name": "holdfast-params", "namespace": "default", "parameterNotFoundAction": "Deny"},
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "default"}}}}
+    });
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&policy.to_string()))
+            .code,
+        0
+    );
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&binding.to_string()))
+            .code,
+        0
+    );
+    assert_eq!(k.run(&["create", "cm", "x", "-n", "default"]).code, 0);
+    assert_eq!(
+        k.run(&[
+            "label",
+            "cm",
+            "x",
+            "-n",
+            "default",
+            "holdfast.dev/protected=Always"
+        ])
+        .code,
+        0
+    );
+    // Parameters missing: parameterNotFoundAction Deny.
+    let client = sim.client().await.expect("client");
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), "default");
+    let err = cms
+        .delete("x", &Default::default())
+        .await
+        .expect_err("no params");
+    match err {
+        kube::Error::Api(s) => assert!(
+            s.message
+                .contains("no params found for policy binding with `Deny` parameterNotFoundAction"),
+            "{}",
+            s.message
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        k.run(&[
+            "create",
+            "cm",
+            "holdfast-params",
+            "-n",
+            "default",
+            "--from-literal=value=Always"
+        ])
+        .code,
+        0
+    );
+    let err = cms
+        .delete("x", &Default::default())
+        .await
+        .expect_err("denied");
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+            assert_eq!(
+                s.message,
+                "configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let out = k.run(&["delete", "cm", "x", "-n", "default"]);
+    assert_eq!(
+        out.stderr,
+        "Error from server (Forbidden): configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected\n"
+    );
+    // Other namespaces are outside the binding's matchResources.
+    assert_eq!(k.run(&["create", "ns", "other"]).code, 0);
+    assert_eq!(k.run(&["create", "cm", "y", "-n", "other"]).code, 0);
+    assert_eq!(
+        k.run(&[
+            "label",
+            "cm",
+            "y",
+            "-n",
+            "other",
+            "holdfast.dev/protected=Always"
+        ])
+        .code,
+        0
+    );
+    assert_eq!(k.run(&["delete", "cm", "y", "-n", "other"]).code, 0);
+    // Warn action: allowed with a warning.
+    let warn = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "protect-binding"},
+        "spec": {"policyName": "protect", "validationActions": ["Warn"],
+                 "paramRef": {"name": "holdfast-params", "namespace": "default", "parameterNotFoundAction": "Deny"}}
+    });
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&warn.to_string()))
+            .code,
+        0
+    );
+    let out = k.run(&["delete", "cm", "x", "-n", "default"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "Warning: Validation failed for ValidatingAdmissionPolicy 'protect' with binding 'protect-binding': holdfast: x is protected\n"
+    );
+    sim.shutdown().await;
+}
