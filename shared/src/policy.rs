@@ -133,6 +133,26 @@ pub trait ClusterView: Send + Sync {
         async { Ok(None) }
     }
 
+    /// Whether the requesting user may bypass protection of this object (a
+    /// SubjectAccessReview: verb `bypass`, group `holdfast.dev`, resource
+    /// `protections`, the object's namespace).
+    fn can_bypass(
+        &self,
+        _req: &AdmissionRequest,
+    ) -> impl Future<Output = Result<bool, LookupError>> + Send {
+        async {
+            Err(LookupError(
+                "no API server is available to check the bypass permission".to_string(),
+            ))
+        }
+    }
+
+    /// A strict ResourceProtection that selects the stored object but would no
+    /// longer select the updated one (its labels changed), by name.
+    fn strict_selection_lost(&self, _req: &AdmissionRequest) -> Option<String> {
+        None
+    }
+
     /// Every object in namespace `ns` of `cluster` that some protection could cover
     /// (labelled objects, and objects of every resource a policy object protects).
     fn namespace_contents(
@@ -333,7 +353,7 @@ pub async fn evaluate<V: ClusterView>(
 ) -> Evaluation {
     match req.operation {
         Operation::Delete => evaluate_delete(req, cfg, view, now).await,
-        Operation::Update => evaluate_update(req, cfg, view),
+        Operation::Update => evaluate_update(req, cfg, view).await,
         Operation::Create | Operation::Connect => Evaluation::allow("none"),
     }
 }
@@ -939,13 +959,42 @@ async fn evaluate_anchors<V: ClusterView>(
     }
 }
 
-fn evaluate_update<V: ClusterView>(
+/// Break-glass markers and the strict exemption an UPDATE adds.
+fn added_markers(old: &Value, new: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let get = |o: &Value, field: &str, key: &str| -> Option<String> {
+        o.get("metadata")?
+            .get(field)?
+            .get(key)?
+            .as_str()
+            .map(str::to_string)
+    };
+    for key in [SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES] {
+        let after = get(new, "annotations", key);
+        if after.is_some() && after != get(old, "annotations", key) {
+            out.push(format!("annotation {key}"));
+        }
+    }
+    for key in [
+        ALLOW_DELETION_LABEL_APPCAT,
+        ALLOW_DELETION_LABEL,
+        STRICT_EXEMPT_LABEL,
+    ] {
+        let after = get(new, "labels", key);
+        if after.as_deref() == Some("true") && after != get(old, "labels", key) {
+            out.push(format!("label {key}"));
+        }
+    }
+    out
+}
+
+async fn evaluate_update<V: ClusterView>(
     req: &AdmissionRequest,
     cfg: &PolicyConfig,
     view: &V,
 ) -> Evaluation {
-    let strict = cfg.strict || view.strict_for(req);
-    if !strict {
+    let strict_policy = view.strict_for(req);
+    if !cfg.strict && !strict_policy {
         return Evaluation::allow("none");
     }
     let Some(old) = req.old_object.as_ref().filter(|v| !v.is_null()) else {
@@ -955,7 +1004,8 @@ fn evaluate_update<V: ClusterView>(
         return unreadable(req, &why);
     }
     let old_labels = labels(old);
-    if cfg.labels.protecting(old_labels).is_none() {
+    let label_protected = cfg.labels.protecting(old_labels).is_some();
+    if !label_protected && !strict_policy {
         return Evaluation::allow("none");
     }
     let Some(new) = req.object.as_ref().filter(|v| !v.is_null()) else {
@@ -964,21 +1014,10 @@ fn evaluate_update<V: ClusterView>(
     if let Err(why) = check_metadata(new) {
         return unreadable(req, &why);
     }
-    let removed = cfg.labels.removed(old_labels, labels(new));
-    if removed.is_empty() {
-        return Evaluation::allow("strict");
-    }
     let exempt = old_labels
         .and_then(|l| l.get(STRICT_EXEMPT_LABEL))
         .and_then(Value::as_str)
         == Some("true");
-    if exempt {
-        return Evaluation::allow("strict");
-    }
-    let blockers: Vec<String> = removed
-        .iter()
-        .map(|l| format!("label {}={}", l.key, l.value))
-        .collect();
     let new_has_exempt = labels(new)
         .and_then(|l| l.get(STRICT_EXEMPT_LABEL))
         .and_then(Value::as_str)
@@ -989,16 +1028,76 @@ fn evaluate_update<V: ClusterView>(
         ""
     };
     let target = kubectl_target(req);
-    let message = format!(
-        "{MESSAGE_PREFIX} {} carries the protection {} and strict mode is on (policy: strict \
-         label {}), so the label cannot be removed or changed to a value that does not \
-         protect.{same_update} To unprotect it, first mark it exempt in its own update \
-         (kubectl label {target} {STRICT_EXEMPT_LABEL}=true), then remove the label.",
-        req.describe(),
-        list_blockers(&blockers),
-        removed.first().map(|l| l.key).unwrap_or_default(),
-    );
-    Evaluation::deny("strict", DenialKind::Protected, message, blockers)
+
+    // 1. The protection label removed or downgraded.
+    let removed = cfg.labels.removed(old_labels, labels(new));
+    if !removed.is_empty() && !exempt {
+        let blockers: Vec<String> = removed
+            .iter()
+            .map(|l| format!("label {}={}", l.key, l.value))
+            .collect();
+        let message = format!(
+            "{MESSAGE_PREFIX} {} carries the protection {} and strict mode is on (policy: strict \
+             label {}), so the label cannot be removed or changed to a value that does not \
+             protect.{same_update} To unprotect it, first mark it exempt in its own update \
+             (kubectl label {target} {STRICT_EXEMPT_LABEL}=true), then remove the label.",
+            req.describe(),
+            list_blockers(&blockers),
+            removed.first().map(|l| l.key).unwrap_or_default(),
+        );
+        return Evaluation::deny("strict", DenialKind::Protected, message, blockers);
+    }
+
+    // 2. Labels changed so that a strict ResourceProtection no longer selects it.
+    if !exempt && let Some(rp) = view.strict_selection_lost(req) {
+        let message = format!(
+            "{MESSAGE_PREFIX} {} is protected by {rp} in strict mode, and this update changes \
+             its labels so that the policy would no longer select it.{same_update} To unprotect \
+             it, first mark it exempt in its own update (kubectl label {target} \
+             {STRICT_EXEMPT_LABEL}=true), or change the policy.",
+            req.describe(),
+        );
+        return Evaluation::deny("strict", DenialKind::Protected, message, vec![rp]);
+    }
+
+    // 3. Break-glass markers or the exemption added: only by someone allowed to bypass.
+    let added = added_markers(old, new);
+    if added.is_empty() {
+        return Evaluation::allow("strict");
+    }
+    let user = if req.user_info.username.is_empty() {
+        "the requester".to_string()
+    } else {
+        format!("user {:?}", req.user_info.username)
+    };
+    let ns = req.object_namespace();
+    let scope = ns.map(|n| format!(" in namespace {n}")).unwrap_or_default();
+    match view.can_bypass(req).await {
+        Ok(true) => Evaluation::allow("break-glass-authorized"),
+        Ok(false) => Evaluation::deny(
+            "break-glass",
+            DenialKind::Protected,
+            format!(
+                "{MESSAGE_PREFIX} {user} may not add {} to {}: it is protected in strict mode, \
+                 and lifting that protection needs the permission to bypass it (verb bypass on \
+                 protections.holdfast.dev{scope}). Ask someone who holds it.",
+                added.join(" and "),
+                req.describe(),
+            ),
+            added,
+        ),
+        Err(e) => Evaluation::deny(
+            "break-glass",
+            DenialKind::LookupFailed,
+            format!(
+                "{MESSAGE_PREFIX} cannot check whether {user} may add {} to {}: {e}. Refusing \
+                 rather than let protection be lifted unchecked; retry later.",
+                added.join(" and "),
+                req.describe(),
+            ),
+            added,
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -1269,13 +1368,76 @@ mod tests {
     }
 
     #[test]
-    fn strict_allows_unrelated_updates_and_adding_exemption() {
+    fn strict_allows_unrelated_updates_and_guards_the_exemption() {
+        struct Bypass(bool);
+        impl ClusterView for Bypass {
+            fn policies_loaded(&self) -> bool {
+                true
+            }
+            async fn can_bypass(&self, _req: &AdmissionRequest) -> Result<bool, LookupError> {
+                Ok(self.0)
+            }
+        }
         let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
+        // Changing between protecting values and unrelated labels: allowed.
         let new = cm(
-            json!({"holdfast.dev/protected": "true", "holdfast.dev/strict-exempt": "true", "x": "y"}),
+            json!({"holdfast.dev/protected": "true", "x": "y"}),
             json!({}),
         );
-        let e = evaluate(&update(old, new), &cfg(true, &[]), &NoPolicies, now());
+        let e = evaluate(
+            &update(old.clone(), new),
+            &cfg(true, &[]),
+            &NoPolicies,
+            now(),
+        );
+        assert_eq!(e.decision, Decision::Allow);
+        // Adding the exemption or a break-glass marker needs the bypass permission.
+        let exempt = cm(
+            json!({"holdfast.dev/protected": "Always", "holdfast.dev/strict-exempt": "true"}),
+            json!({}),
+        );
+        let skip = cm(
+            json!({"holdfast.dev/protected": "Always"}),
+            json!({"holdfast.dev/skip-protection": "true"}),
+        );
+        for new in [exempt, skip] {
+            let e = evaluate(
+                &update(old.clone(), new.clone()),
+                &cfg(true, &[]),
+                &Bypass(true),
+                now(),
+            );
+            assert_eq!(e.decision, Decision::Allow);
+            assert_eq!(e.policy, "break-glass-authorized");
+            let e = evaluate(
+                &update(old.clone(), new.clone()),
+                &cfg(true, &[]),
+                &Bypass(false),
+                now(),
+            );
+            let d = denied(&e);
+            assert!(d.message.contains("may not add"), "{}", d.message);
+            assert!(
+                d.message
+                    .contains("verb bypass on protections.holdfast.dev in namespace ns"),
+                "{}",
+                d.message
+            );
+            // No way to ask: refused, not allowed.
+            let e = evaluate(
+                &update(old.clone(), new),
+                &cfg(true, &[]),
+                &NoPolicies,
+                now(),
+            );
+            assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
+        }
+        // Without strict mode nothing is checked.
+        let skip = cm(
+            json!({"holdfast.dev/protected": "Always"}),
+            json!({"holdfast.dev/skip-protection": "true"}),
+        );
+        let e = evaluate(&update(old, skip), &cfg(false, &[]), &NoPolicies, now());
         assert_eq!(e.decision, Decision::Allow);
     }
 

@@ -192,9 +192,17 @@ pub fn label_webhooks(
                 all_resources("UPDATE"),
             );
             update.object_selector = Some(exists(&label.key));
+            // Removing/changing the label, or adding a break-glass marker or the
+            // strict exemption: the webhook checks the latter two against the
+            // requester's bypass permission.
             update.match_conditions = Some(vec![MatchCondition {
                 name: "protection-label-removed-or-changed".to_string(),
-                expression: label_changed_condition(&label.key),
+                expression: format!(
+                    "({}) || {} || {}",
+                    label_changed_condition(&label.key),
+                    break_glass_condition(),
+                    added_condition("labels", crate::names::STRICT_EXEMPT_LABEL)
+                ),
             }]);
             out.push(update);
         }
@@ -654,7 +662,9 @@ mod tests {
             Some(Some(vec!["UPDATE".to_string()]))
         );
         let cond = &update.match_conditions.as_ref().expect("condition")[0].expression;
-        assert!(cond.starts_with("oldObject != null"));
+        assert!(cond.starts_with("(oldObject != null"));
+        assert!(cond.contains("holdfast.dev/skip-protection"));
+        assert!(cond.contains("holdfast.dev/strict-exempt"));
         assert!(cond.contains("'holdfast.dev/protected' in oldObject.metadata.labels"));
     }
 

@@ -1,7 +1,7 @@
 //! The admission handler: AdmissionReview in, verdict out. Pure apart from metrics
 //! and logs; the HTTP layer lives in `server`.
 
-use crate::{metrics::Metrics, view::WebhookView};
+use crate::{events::EventSink, metrics::Metrics, view::WebhookView};
 use chrono::Utc;
 use holdfast_shared::{
     policy::{self, Decision, PolicyConfig},
@@ -15,6 +15,7 @@ pub struct Admission {
     config: PolicyConfig,
     view: Arc<WebhookView>,
     metrics: Metrics,
+    events: EventSink,
 }
 
 impl Admission {
@@ -22,6 +23,7 @@ impl Admission {
     pub fn new(config: PolicyConfig, view: Arc<WebhookView>, metrics: Metrics) -> Self {
         Self {
             config,
+            events: EventSink::new(view.clone(), std::time::Duration::from_secs(10)),
             view,
             metrics,
         }
@@ -39,9 +41,47 @@ impl Admission {
         tracing::debug!(uid = %req.uid, operation = req.operation.as_str(), object = %req.describe(), "reviewing");
         let eval = policy::evaluate(&req, &self.config, self.view.as_ref(), Utc::now()).await;
         let op = req.operation.as_str();
+        let user = &req.user_info.username;
         for audit in &eval.audits {
             self.metrics.audited.with_label_values(&[op]).inc();
-            tracing::info!(uid = %req.uid, operation = op, object = %req.describe(), user = %req.user_info.username, "audit: {audit}");
+            tracing::info!(uid = %req.uid, operation = op, object = %req.describe(), user = %user, "audit: {audit}");
+            self.events.emit(
+                &req,
+                false,
+                "DeletionAudited",
+                format!("{user} deleted it; in Enforce mode this would have been refused: {audit}"),
+            );
+        }
+        match (&eval.decision, eval.policy.as_str()) {
+            (Decision::Deny(d), _) if req.operation == review::Operation::Delete => {
+                self.events.emit(
+                    &req,
+                    true,
+                    "DeletionBlocked",
+                    format!("{user} tried to delete it: {}", d.message),
+                );
+            }
+            (Decision::Allow, "break-glass") => {
+                tracing::info!(uid = %req.uid, object = %req.describe(), user = %user, "break-glass honoured");
+                self.events.emit(
+                    &req,
+                    true,
+                    "BreakGlass",
+                    format!("{user} deleted it past its protection with the break-glass marker"),
+                );
+            }
+            (Decision::Allow, "break-glass-authorized") => {
+                self.events.emit(&req, true, "BreakGlassGranted", format!("{user}, allowed to bypass protection, added a break-glass marker or the strict exemption"));
+            }
+            (Decision::Warn(w), _) => {
+                self.events.emit(
+                    &req,
+                    true,
+                    "DeletionWarned",
+                    format!("{user} deleted it despite: {}", w.join("; ")),
+                );
+            }
+            _ => {}
         }
         let response = match &eval.decision {
             Decision::Allow => {

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod args;
+pub mod events;
 pub mod metrics;
 pub mod server;
 pub mod stores;

@@ -157,6 +157,11 @@ impl WebhookView {
         })
     }
 
+    /// An API client for logical cluster `lc` ("" on Kubernetes), if configured.
+    pub fn client_for(&self, lc: &str) -> Option<Client> {
+        self.cluster_client(lc).ok()
+    }
+
     /// The registry (for metrics and tests).
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -433,6 +438,70 @@ impl ClusterView for WebhookView {
                 .inc();
         }
         result
+    }
+
+    async fn can_bypass(&self, req: &AdmissionRequest) -> Result<bool, LookupError> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+        };
+        let cluster = req
+            .old_object
+            .as_ref()
+            .map(logical_cluster)
+            .unwrap_or_default();
+        let client = self.cluster_client(cluster)?;
+        let u = &req.user_info;
+        let extra = u.extra.as_ref().and_then(|e| {
+            serde_json::from_value::<std::collections::BTreeMap<String, Vec<String>>>(e.clone())
+                .ok()
+        });
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(u.username.clone()),
+                groups: Some(u.groups.clone()),
+                uid: u.uid.clone(),
+                extra,
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(holdfast_shared::names::API_GROUP.to_string()),
+                    resource: Some("protections".to_string()),
+                    verb: Some("bypass".to_string()),
+                    namespace: req.object_namespace().map(str::to_string),
+                    name: req.object_name().map(str::to_string),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api: Api<SubjectAccessReview> = Api::all(client);
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            api.create(&kube::api::PostParams::default(), &sar),
+        )
+        .await
+        .map_err(|_| LookupError("the SubjectAccessReview was not answered in time".to_string()))?
+        .map_err(|e| LookupError(format!("SubjectAccessReview failed: {e}")))?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+
+    fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
+        let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
+        let list = self.registry.protections.find(&gr)?;
+        let old = req.old_object.as_ref()?;
+        let new = req.object.as_ref()?;
+        let name = req.object_name().unwrap_or_default();
+        let ns = req.object_namespace();
+        let (old_l, new_l) = (
+            holdfast_shared::review::labels(old),
+            holdfast_shared::review::labels(new),
+        );
+        list.iter()
+            .find(|p| {
+                p.strict
+                    && p.selecting(&gr, ns, name, old_l).next().is_some()
+                    && p.selecting(&gr, ns, name, new_l).next().is_none()
+            })
+            .map(|p| format!("ResourceProtection/{}", p.key.name))
     }
 
     fn critical(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledCritical>]>> {

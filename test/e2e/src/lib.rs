@@ -440,9 +440,27 @@ impl Env {
         self.kubectl_io(args, Some(stdin))
     }
 
+    /// Runs kubectl as sim user `user` (its kubeconfig is written on first use).
+    pub fn kubectl_as(&self, user: &str, args: &[&str]) -> anyhow::Result<KubectlOutput> {
+        let path = self.dir.path().join(format!("kubeconfig-{user}"));
+        if !path.exists() {
+            self.sim.write_kubeconfig(&path, user)?;
+        }
+        self.kubectl_io_with(&path, args, None)
+    }
+
     fn kubectl_io(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<KubectlOutput> {
+        self.kubectl_io_with(&self.kubeconfig, args, stdin)
+    }
+
+    fn kubectl_io_with(
+        &self,
+        kubeconfig: &Path,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> anyhow::Result<KubectlOutput> {
         let mut cmd = Command::new(kubectl_path()?);
-        cmd.env("KUBECONFIG", &self.kubeconfig)
+        cmd.env("KUBECONFIG", kubeconfig)
             .args(args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()

@@ -679,3 +679,172 @@ async fn critical_service_bulk_delete_converges_in_order() {
         "namespace after its provider (seed {seed}): {gone:?}"
     );
 }
+
+fn events(env: &Env, reason: &str, name: &str) -> Vec<Value> {
+    let out = env
+        .kubectl(&["get", "events.events.k8s.io", "-A", "-o", "json"])
+        .expect("kubectl")
+        .ok()
+        .expect("events");
+    let list: Value = serde_json::from_str(&out.stdout).expect("json");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == reason && e["regarding"]["name"] == name)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
+    use holdfast_sim::{RbacRule, SimConfig, User};
+    let mut cfg = SimConfig::default();
+    cfg.users.push(User {
+        name: "dev".into(),
+        token: "dev-token".into(),
+        groups: vec!["devs".into()],
+    });
+    cfg.users.push(User {
+        name: "lead".into(),
+        token: "lead-token".into(),
+        groups: vec!["leads".into()],
+    });
+    cfg.rbac.push(RbacRule {
+        groups: vec!["leads".into()],
+        verbs: vec!["bypass".into()],
+        api_groups: vec!["holdfast.dev".into()],
+        resources: vec!["protections".into()],
+        ..Default::default()
+    });
+    cfg.rbac.push(RbacRule {
+        groups: vec!["devs".into(), "leads".into()],
+        verbs: vec!["*".into()],
+        api_groups: vec!["".into()],
+        resources: vec!["configmaps".into()],
+        ..Default::default()
+    });
+    let mut env = Env::start_with(cfg).await.expect("sim");
+    env.install_crds().expect("crds");
+    env.start_webhook(&["--strict"]).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("ready");
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let mut c = start_controller(&env, "controller", port, &["--strict"]).expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    covered(&env, "", "namespaces").await;
+    for name in ["db", "other"] {
+        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
+            .expect("kubectl")
+            .ok()
+            .expect("cm");
+        env.kubectl(&["label", "configmap", name, "holdfast.dev/protected=true"])
+            .expect("kubectl")
+            .ok()
+            .expect("label");
+    }
+    // Strict configuration in place: a developer cannot lift protection...
+    let out = env
+        .kubectl_until(
+            &["label", "configmap", "db", "holdfast.dev/protected-"],
+            15,
+            |o| o.code != 0,
+        )
+        .await
+        .expect("strict in place");
+    assert!(out.stderr.contains("strict mode is on"), "{out:?}");
+    let out = env
+        .kubectl_as(
+            "dev",
+            &[
+                "annotate",
+                "configmap",
+                "db",
+                "holdfast.dev/skip-protection=true",
+            ],
+        )
+        .expect("kubectl");
+    assert!(
+        refused(
+            &out,
+            "holdfast: user \"dev\" may not add annotation holdfast.dev/skip-protection to ConfigMap default/db"
+        ),
+        "{out:?}"
+    );
+    let out = env
+        .kubectl_as(
+            "dev",
+            &[
+                "label",
+                "configmap",
+                "db",
+                "holdfast.dev/strict-exempt=true",
+            ],
+        )
+        .expect("kubectl");
+    assert!(
+        refused(&out, "may not add label holdfast.dev/strict-exempt"),
+        "{out:?}"
+    );
+    // ...and gets refused deletions recorded, once per window however often retried.
+    for _ in 0..4 {
+        let out = env
+            .kubectl_as("dev", &["delete", "configmap", "other"])
+            .expect("kubectl");
+        assert!(refused(&out, "protected by label"), "{out:?}");
+    }
+    // A lead may set break-glass; then the deletion goes through.
+    env.kubectl_as(
+        "lead",
+        &[
+            "annotate",
+            "configmap",
+            "db",
+            "holdfast.dev/skip-protection=true",
+        ],
+    )
+    .expect("kubectl")
+    .ok()
+    .expect("lead may bypass");
+    let out = env
+        .kubectl_as("dev", &["delete", "configmap", "db"])
+        .expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let blocked = events(&env, "DeletionBlocked", "other");
+        let glass = events(&env, "BreakGlass", "db");
+        let granted = events(&env, "BreakGlassGranted", "db");
+        if !blocked.is_empty() && !glass.is_empty() && !granted.is_empty() {
+            assert_eq!(blocked.len(), 1, "rate-limited: {blocked:?}");
+            assert_eq!(blocked[0]["type"], "Warning");
+            assert!(
+                blocked[0]["note"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("dev tried to delete it: holdfast:"),
+                "{blocked:?}"
+            );
+            assert!(
+                glass[0]["note"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("dev deleted it"),
+                "{glass:?}"
+            );
+            assert!(
+                granted[0]["note"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("lead"),
+                "{granted:?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "events missing: blocked {blocked:?} glass {glass:?} granted {granted:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
