@@ -750,6 +750,120 @@ impl Env<'_> {
                     .map_err(|e| CelError(format!("invalid regex: {e}"))),
                 _ => Err(no_overload(name)),
             },
+            ("trim", 1) => s(0)
+                .map(|a| json!(a.trim()))
+                .ok_or_else(|| no_overload(name)),
+            ("split", 2) => match (s(0), s(1)) {
+                (Some(a), Some(sep)) => Ok(json!(a.split(sep.as_str()).collect::<Vec<_>>())),
+                _ => Err(no_overload(name)),
+            },
+            ("join", 1 | 2) => {
+                let sep = s(1).unwrap_or_default();
+                match vals[0].as_array() {
+                    Some(items) => Ok(json!(
+                        items
+                            .iter()
+                            .map(|x| x.as_str().unwrap_or("").to_string())
+                            .collect::<Vec<_>>()
+                            .join(&sep)
+                    )),
+                    None => Err(no_overload(name)),
+                }
+            }
+            ("replace", 3) => match (s(0), s(1), s(2)) {
+                (Some(a), Some(from), Some(to)) => Ok(json!(a.replace(&from, &to))),
+                _ => Err(no_overload(name)),
+            },
+            ("indexOf", 2) | ("lastIndexOf", 2) => match (&vals[0], &vals[1]) {
+                (Value::String(a), Value::String(b)) => {
+                    let pos = if name == "indexOf" {
+                        a.find(b.as_str())
+                    } else {
+                        a.rfind(b.as_str())
+                    };
+                    Ok(json!(
+                        pos.map(|p| a[..p].chars().count() as i64).unwrap_or(-1)
+                    ))
+                }
+                (Value::Array(a), x) => {
+                    let pos = if name == "indexOf" {
+                        a.iter().position(|y| cel_eq(y, x))
+                    } else {
+                        a.iter().rposition(|y| cel_eq(y, x))
+                    };
+                    Ok(json!(pos.map(|p| p as i64).unwrap_or(-1)))
+                }
+                _ => Err(no_overload(name)),
+            },
+            ("substring", 2 | 3) => {
+                let chars: Vec<char> = s(0).ok_or_else(|| no_overload(name))?.chars().collect();
+                let start = vals[1].as_i64().unwrap_or(0).max(0) as usize;
+                let end = vals
+                    .get(2)
+                    .and_then(|v| v.as_i64())
+                    .map(|e| e.max(0) as usize)
+                    .unwrap_or(chars.len());
+                if start > end || end > chars.len() {
+                    return Err(CelError(format!("index out of range: {end}")));
+                }
+                Ok(json!(chars[start..end].iter().collect::<String>()))
+            }
+            ("charAt", 2) => {
+                let chars: Vec<char> = s(0).ok_or_else(|| no_overload(name))?.chars().collect();
+                let i = vals[1].as_i64().unwrap_or(-1);
+                if i < 0 || i as usize > chars.len() {
+                    return Err(CelError(format!("index out of range: {i}")));
+                }
+                Ok(json!(
+                    chars
+                        .get(i as usize)
+                        .map(|c| c.to_string())
+                        .unwrap_or_default()
+                ))
+            }
+            ("sum", 1) | ("min", 1) | ("max", 1) => {
+                let nums: Vec<f64> = vals[0]
+                    .as_array()
+                    .ok_or_else(|| no_overload(name))?
+                    .iter()
+                    .filter_map(|x| x.as_f64())
+                    .collect();
+                let ints = vals[0]
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(|x| x.is_i64()));
+                let r = match name {
+                    "sum" => Some(nums.iter().sum::<f64>()),
+                    "min" => nums.iter().cloned().reduce(f64::min),
+                    _ => nums.iter().cloned().reduce(f64::max),
+                };
+                match r {
+                    Some(x) if ints => Ok(json!(x as i64)),
+                    Some(x) => Ok(json!(x)),
+                    None => Err(CelError(format!("{name} called on an empty list"))),
+                }
+            }
+            ("isSorted", 1) => match vals[0].as_array() {
+                Some(a) => Ok(json!(a.windows(2).all(|w| match (&w[0], &w[1]) {
+                    (Value::String(x), Value::String(y)) => x <= y,
+                    (x, y) => x.as_f64().zip(y.as_f64()).is_some_and(|(x, y)| x <= y),
+                }))),
+                None => Err(no_overload(name)),
+            },
+            ("dyn", 1) => Ok(vals[0].clone()),
+            ("double", 1) => match &vals[0] {
+                Value::Number(n) => Ok(json!(n.as_f64().unwrap_or(0.0))),
+                Value::String(x) => x
+                    .parse::<f64>()
+                    .map(|f| json!(f))
+                    .map_err(|_| CelError(format!("cannot convert {x:?} to double"))),
+                _ => Err(no_overload(name)),
+            },
+            ("bool", 1) => match &vals[0] {
+                Value::Bool(b) => Ok(json!(b)),
+                Value::String(x) if x == "true" => Ok(json!(true)),
+                Value::String(x) if x == "false" => Ok(json!(false)),
+                _ => Err(no_overload(name)),
+            },
             _ => Err(CelError(format!("found no matching overload for '{name}'"))),
         }
     }
@@ -849,5 +963,27 @@ mod tests {
             Ok(false)
         );
         assert!(parse("foo == 1").is_err());
+        assert_eq!(
+            eval_bool("'a,b'.split(',').join('-') == 'a-b'", &v),
+            Ok(true)
+        );
+        assert_eq!(
+            eval_bool(
+                "'holdfast.dev/x'.indexOf('/') == 12 && 'abc'.substring(1) == 'bc'",
+                &v
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            eval_bool(
+                "[3, 1, 2].max() == 3 && [1, 2].sum() == 3 && [1, 2].isSorted()",
+                &v
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            eval_bool("object.metadata.name.matches('^[a-z]+$')", &v),
+            Ok(true)
+        );
     }
 }
