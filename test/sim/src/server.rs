@@ -382,10 +382,6 @@ async fn handle_inner(state: Arc<State>, req: Request<Incoming>) -> Response<Bod
             let stream = futures::StreamExt::map(stream, |b| Ok::<_, Infallible>(Frame::data(b)));
             let mut r = Response::new(StreamBody::new(stream).boxed());
             finish(&mut r, "application/json", &warnings);
-            r.headers_mut()
-                .insert("transfer-encoding", HeaderValue::from_static("chunked"));
-            // HTTP/2 forbids transfer-encoding; hyper strips it there.
-            r.headers_mut().remove("transfer-encoding");
             r
         }
         Err(e) => error_response(&e, &warnings, pretty),
