@@ -330,8 +330,36 @@ pub struct Reconciler {
     resolver: Resolver,
     notify: Arc<Notify>,
     workspace_changed: Arc<AtomicBool>,
+    /// Decoding results per rule, reused while its resourceVersion is unchanged.
+    parsed: Mutex<HashMap<(String, String), Arc<Parsed>>>,
+    /// Per provider cluster: the live resourceVersion last seen matching, and the
+    /// desired configuration it matched (skips re-serializing unchanged pairs).
+    matched: Mutex<HashMap<String, (String, ValidatingWebhookConfiguration)>>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
+}
+
+/// One rule object, decoded. A cache of decoding work only: every pass still
+/// recomputes the whole desired state from all rules.
+struct Parsed {
+    rv: String,
+    rule: Result<Arc<DependencyRule>, String>,
+    status: holdfast_shared::api::PolicyStatus,
+    workspaces: serde_json::Value,
+}
+
+impl Parsed {
+    fn of(obj: &DynamicObject) -> Self {
+        Self {
+            rv: obj.metadata.resource_version.clone().unwrap_or_default(),
+            rule: crate::kubernetes::decode::<DependencyRule>(obj).map(Arc::new),
+            status: crate::kubernetes::current_status(obj),
+            workspaces: match &obj.data["status"]["workspaces"] {
+                serde_json::Value::Null => json!([]),
+                v => v.clone(),
+            },
+        }
+    }
 }
 
 struct RuleEval {
@@ -406,6 +434,8 @@ impl Reconciler {
             resolver,
             notify,
             workspace_changed,
+            parsed: Mutex::new(HashMap::new()),
+            matched: Mutex::new(HashMap::new()),
             ready,
         })
     }
@@ -457,7 +487,13 @@ impl Reconciler {
                 break;
             }
             self.workspace_changed.store(false, Ordering::SeqCst);
-            match self.reconcile_once().await {
+            let pass = std::time::Instant::now();
+            let result = self.reconcile_once().await;
+            tracing::debug!(
+                elapsed_ms = pass.elapsed().as_millis() as u64,
+                "kcp reconcile pass"
+            );
+            match result {
                 Ok(u) => {
                     unresolved = u;
                     retry = false;
@@ -497,21 +533,22 @@ impl Reconciler {
     async fn evaluate(
         &self,
         cluster: &str,
-        obj: &DynamicObject,
-    ) -> (RuleEval, Option<DependencyRule>) {
+        name: &str,
+        parsed: &Parsed,
+    ) -> (RuleEval, Option<Arc<DependencyRule>>) {
         let mut eval = RuleEval {
             cluster: cluster.to_string(),
-            name: obj.name_any(),
+            name: name.to_string(),
             invalid: None,
             workspaces: Vec::new(),
             targets: BTreeMap::new(),
         };
-        let rule = match crate::kubernetes::decode::<DependencyRule>(obj) {
-            Ok(r) => r,
+        let rule = match &parsed.rule {
+            Ok(r) => r.clone(),
             Err(message) => {
                 eval.invalid = Some(Invalid {
                     reason: reasons::INVALID_SPEC,
-                    message,
+                    message: message.clone(),
                 });
                 return (eval, None);
             }
@@ -574,12 +611,35 @@ impl Reconciler {
     /// One pass; returns whether some path is unresolved (to retry soon).
     async fn reconcile_once(&self) -> anyhow::Result<bool> {
         let rules = self.rules.lock().map(|s| s.snapshot()).unwrap_or_default();
+        let parsed: Vec<Arc<Parsed>> = {
+            let mut cache = self
+                .parsed
+                .lock()
+                .map_err(|_| anyhow::anyhow!("parse cache poisoned"))?;
+            let keep: std::collections::HashSet<&(String, String)> =
+                rules.iter().map(|(k, _)| k).collect();
+            cache.retain(|k, _| keep.contains(k));
+            rules
+                .iter()
+                .map(|(key, obj)| {
+                    let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
+                    match cache.get(key) {
+                        Some(p) if p.rv == rv => p.clone(),
+                        _ => {
+                            let p = Arc::new(Parsed::of(obj));
+                            cache.insert(key.clone(), p.clone());
+                            p
+                        }
+                    }
+                })
+                .collect()
+        };
         let mut evals = Vec::with_capacity(rules.len());
-        for ((cluster, _), obj) in &rules {
-            let (eval, rule) = self.evaluate(cluster, obj).await;
-            evals.push((eval, obj.clone(), rule));
+        for (((cluster, name), obj), p) in rules.iter().zip(&parsed) {
+            let (eval, rule) = self.evaluate(cluster, name, p).await;
+            evals.push((eval, obj.clone(), rule, p.clone()));
         }
-        let unresolved = evals.iter().any(|(e, _, _)| {
+        let unresolved = evals.iter().any(|(e, _, _, _)| {
             e.invalid
                 .as_ref()
                 .is_some_and(|i| i.reason == reasons::UNRESOLVED_WORKSPACE)
@@ -588,7 +648,7 @@ impl Reconciler {
         // Desired state per provider cluster, from scratch.
         let mut desired: BTreeMap<String, (BTreeSet<GroupResource>, BTreeSet<String>)> =
             BTreeMap::new();
-        for (e, _, _) in &evals {
+        for (e, _, _, _) in &evals {
             for (lc, grs) in &e.targets {
                 let entry = desired.entry(lc.clone()).or_default();
                 entry.0.extend(grs.iter().cloned());
@@ -612,8 +672,19 @@ impl Reconciler {
         let mut to_apply = Vec::new();
         for (lc, (grs, rule_names)) in &desired {
             let want = provider_configuration(grs, rule_names, &opts);
+            let live_rv = live
+                .get(lc)
+                .and_then(|l| l.metadata.resource_version.clone())
+                .unwrap_or_default();
+            let known_match = self.matched.lock().ok().is_some_and(|m| {
+                m.get(lc)
+                    .is_some_and(|(rv, d)| *rv == live_rv && *d == want)
+            });
             match live.get(lc) {
-                Some(l) if matches_desired(l, &want) => {
+                Some(l) if known_match || matches_desired(l, &want) => {
+                    if !known_match && let Ok(mut m) = self.matched.lock() {
+                        m.insert(lc.clone(), (live_rv, want.clone()));
+                    }
                     installed.insert(lc.clone(), (**l).clone());
                 }
                 other => {
@@ -627,6 +698,9 @@ impl Reconciler {
                     to_apply.push((lc.clone(), want));
                 }
             }
+        }
+        if let Ok(mut m) = self.matched.lock() {
+            m.retain(|lc, _| desired.contains_key(lc));
         }
         let applied: Vec<(String, anyhow::Result<ValidatingWebhookConfiguration>)> =
             futures::stream::iter(to_apply)
@@ -668,8 +742,8 @@ impl Reconciler {
         // Cycles over resource types, across all workspaces.
         let edges: Vec<RuleEdges> = evals
             .iter()
-            .filter(|(e, _, _)| e.invalid.is_none())
-            .filter_map(|(e, _, r)| {
+            .filter(|(e, _, _, _)| e.invalid.is_none())
+            .filter_map(|(e, _, r, _)| {
                 r.as_ref()
                     .map(|r| RuleEdges::of(format!("{}/{}", e.cluster, e.name), r))
             })
@@ -678,7 +752,7 @@ impl Reconciler {
 
         let now = now_rfc3339();
         let mut writes = Vec::new();
-        for (e, obj, _) in &evals {
+        for (e, obj, _, p) in &evals {
             let mut ok = true;
             let mut missing = Vec::new();
             for (lc, grs) in &e.targets {
@@ -727,18 +801,25 @@ impl Reconciler {
                 .collect();
             if let Some(c) = &outcome.cycle
                 && !holdfast_shared::api::is_condition_true(
-                    &crate::kubernetes::current_status(obj).conditions,
+                    &p.status.conditions,
                     holdfast_shared::api::condition_types::CYCLE_DETECTED,
                 )
             {
                 tracing::warn!(rule = %key, "{c}");
             }
-            writes.push((key, e.cluster.clone(), obj.clone(), outcome, workspaces));
+            writes.push((
+                key,
+                e.cluster.clone(),
+                obj.clone(),
+                p.clone(),
+                outcome,
+                workspaces,
+            ));
         }
         let now = &now;
         let results: Vec<Option<String>> = futures::stream::iter(writes)
-            .map(|(key, cluster, obj, outcome, workspaces)| async move {
-                self.write_status(&cluster, &obj, &outcome, workspaces, now)
+            .map(|(key, cluster, obj, p, outcome, workspaces)| async move {
+                self.write_status(&cluster, &obj, &p, &outcome, workspaces, now)
                     .await
                     .err()
                     .map(|err| format!("status of {key}: {err:#}"))
@@ -757,16 +838,13 @@ impl Reconciler {
         &self,
         cluster: &str,
         obj: &DynamicObject,
+        parsed: &Parsed,
         outcome: &Outcome,
         workspaces: Vec<serde_json::Value>,
         now: &str,
     ) -> anyhow::Result<()> {
-        let current = crate::kubernetes::current_status(obj);
-        let current_ws = match &obj.data["status"]["workspaces"] {
-            serde_json::Value::Null => json!([]),
-            v => v.clone(),
-        };
-        let ws_same = current_ws == json!(workspaces);
+        let current = &parsed.status;
+        let ws_same = parsed.workspaces == json!(workspaces);
         let generation = obj.metadata.generation;
         let status = desired_status(
             generation,

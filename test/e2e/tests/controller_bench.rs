@@ -274,6 +274,29 @@ async fn bench_kcp_convergence_and_propagation() {
         }
     }
     samples.sort();
+    let passes: Vec<u64> = c
+        .log()
+        .lines()
+        .filter(|l| l.contains("kcp reconcile pass"))
+        .filter_map(|l| {
+            l.split("elapsed_ms=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    if !passes.is_empty() {
+        let mut sorted = passes.clone();
+        sorted.sort_unstable();
+        eprintln!(
+            "reconcile passes: {} (median {} ms, max {} ms)",
+            passes.len(),
+            sorted[sorted.len() / 2],
+            sorted[sorted.len() - 1]
+        );
+    }
     let (p50, p99, max) = (
         percentile(&samples, 50.0),
         percentile(&samples, 99.0),
