@@ -244,6 +244,9 @@ pub fn key_for(cluster: &str, info: &ResourceInfo, ns: Option<&str>, name: &str)
 /// The object as served at `version`: with kind/apiVersion set.
 pub fn typed(info: &ResourceInfo, version: &str, obj: &Value) -> Value {
     let mut o = obj.clone();
+    if info.group == "apis.kcp.io" {
+        kcp::convert(info, version, &mut o);
+    }
     if let Some(m) = o.as_object_mut() {
         m.insert("apiVersion".into(), json!(info.api_version(version)));
         m.insert("kind".into(), json!(info.kind));

@@ -621,3 +621,91 @@ pub async fn reconcile(state: &Arc<State>) {
         rebind_all(state);
     }
 }
+
+/// Conversion of APIExports and APIBindings between apis.kcp.io v1alpha1 and v1alpha2
+/// (schemas list vs resources, `all` vs `selector.matchAll` permission claims).
+pub fn convert(info: &ResourceInfo, to: &str, obj: &mut Value) {
+    let from = obj["apiVersion"]
+        .as_str()
+        .and_then(|a| a.strip_prefix("apis.kcp.io/"))
+        .unwrap_or(to)
+        .to_string();
+    if from == to || !obj["spec"].is_object() {
+        return;
+    }
+    let claims_to = |claims: &mut Value, to: &str| {
+        for c in claims
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .filter(|c| c.is_object())
+        {
+            if to == "v1alpha2" {
+                let all = c.as_object_mut().and_then(|m| m.remove("all"));
+                if let Some(m) = c.as_object_mut() {
+                    m.remove("resourceSelector");
+                }
+                if c["selector"].is_null() {
+                    c["selector"] =
+                        json!({"matchAll": all.and_then(|a| a.as_bool()).unwrap_or(true)});
+                }
+                if c["verbs"].is_null() {
+                    c["verbs"] = json!(["*"]);
+                }
+            } else {
+                let sel = c.as_object_mut().and_then(|m| m.remove("selector"));
+                if let Some(m) = c.as_object_mut() {
+                    m.remove("verbs");
+                }
+                c["all"] = json!(
+                    sel.map(|s| s["matchAll"].as_bool().unwrap_or(false))
+                        .unwrap_or(true)
+                );
+            }
+        }
+    };
+    if info.resource == "apiexports" {
+        if to == "v1alpha2" {
+            if let Some(schemas) = obj["spec"]
+                .as_object_mut()
+                .and_then(|m| m.remove("latestResourceSchemas"))
+            {
+                let resources: Vec<Value> = schemas
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.as_str())
+                    .map(|s| {
+                        // <prefix>.<plural>.<group>
+                        let mut parts = s.splitn(3, '.');
+                        let _prefix = parts.next();
+                        let plural = parts.next().unwrap_or("");
+                        let group = parts.next().unwrap_or("");
+                        json!({"group": group, "name": plural, "schema": s, "storage": {"crd": {}}})
+                    })
+                    .collect();
+                obj["spec"]["resources"] = json!(resources);
+            }
+        } else if let Some(resources) = obj["spec"]
+            .as_object_mut()
+            .and_then(|m| m.remove("resources"))
+        {
+            let schemas: Vec<Value> = resources
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| r["schema"].clone())
+                .collect();
+            obj["spec"]["latestResourceSchemas"] = json!(schemas);
+        }
+    }
+    if let Some(claims) = obj["spec"].get_mut("permissionClaims") {
+        claims_to(claims, to);
+    }
+    if let Some(claims) = obj
+        .get_mut("status")
+        .and_then(|s| s.get_mut("exportPermissionClaims"))
+    {
+        claims_to(claims, to);
+    }
+}

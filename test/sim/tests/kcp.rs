@@ -196,6 +196,35 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     assert_eq!(b.data["status"]["phase"], "Bound", "{:?}", b.data);
     assert_eq!(b.data["status"]["boundResources"][0]["resource"], "widgets");
 
+    // v1alpha1 <-> v1alpha2 conversion of exports and bindings.
+    let exports2: Api<DynamicObject> = Api::all_with(
+        provider.clone(),
+        &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
+    );
+    let e2 = exports2
+        .get("example.io")
+        .await
+        .expect("export as v1alpha2");
+    assert_eq!(
+        e2.data["spec"]["resources"][0],
+        json!({"group": "example.io", "name": "widgets", "schema": "v1.widgets.example.io", "storage": {"crd": {}}})
+    );
+    assert!(e2.data["spec"].get("latestResourceSchemas").is_none());
+    assert_eq!(
+        e2.data["spec"]["permissionClaims"][0]["selector"],
+        json!({"matchAll": true})
+    );
+    let bindings1: Api<DynamicObject> = Api::all_with(
+        team.clone(),
+        &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+    );
+    let b1 = bindings1
+        .get("example.io")
+        .await
+        .expect("binding as v1alpha1");
+    assert_eq!(b1.data["spec"]["permissionClaims"][0]["all"], true);
+    assert_eq!(b1.data["spec"]["permissionClaims"][0]["state"], "Accepted");
+
     // Widgets are served in the consumer, not in an unbound workspace.
     let widget = ar("example.io", "v1", "Widget", "widgets");
     let w = create(
