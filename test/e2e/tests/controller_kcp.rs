@@ -528,3 +528,58 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
     .expect("ready condition");
     assert_eq!(ready["status"], "True", "{ready}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cleanup_on_shutdown_removes_every_provider_configuration() {
+    let kcp = topology().await;
+    let mut c = controller(&kcp, &["--cleanup-on-shutdown"]).await;
+    kcp.apply(
+        "root:compute",
+        &dependency_rule(
+            "vm-vpc",
+            ("compute.test.io", "VirtualMachine", "virtualmachines"),
+            &[(
+                NETWORK,
+                "network.test.io",
+                "network.test.io",
+                "vpcs",
+                ".spec.vpcRef.name",
+            )],
+        ),
+    );
+    kcp.apply(
+        NETWORK,
+        &dependency_rule(
+            "subnet-vm",
+            ("network.test.io", "Subnet", "subnets"),
+            &[(
+                "root:compute",
+                "compute.test.io",
+                "compute.test.io",
+                "virtualmachines",
+                ".spec.gatewayVm",
+            )],
+        ),
+    );
+    for ws in [NETWORK, "root:compute"] {
+        wait_configuration_at(&kcp.env, Some(&kcp.ws(ws)), Duration::from_secs(15), |c| {
+            resources(c).len() == 1
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{ws}: {e}\n{}", c.log()));
+    }
+    let status = c.terminate(15).await.expect("exits");
+    assert!(status.success(), "{status}: {}", c.log());
+    for ws in [NETWORK, "root:compute"] {
+        let out = kcp.kubectl(
+            ws,
+            &[
+                "get",
+                "validatingwebhookconfiguration",
+                "holdfast",
+                "--ignore-not-found",
+            ],
+        );
+        assert_eq!(out.stdout, "", "{ws}: configuration left behind");
+    }
+}
