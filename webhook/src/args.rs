@@ -65,6 +65,11 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_DEPENDENTS", value_enum, default_value = "watch")]
     pub dependents: crate::view::DependentsMode,
 
+    /// kcp: the holdfast APIExport (its APIExportEndpointSlice, of the same name in
+    /// the workspace the kubeconfig points at, gives the virtual workspace URL).
+    #[arg(long, env = "HOLDFAST_APIEXPORT", default_value = "holdfast.dev")]
+    pub apiexport: String,
+
     /// Seconds a client may take to send request headers, and then the body.
     #[arg(long, env = "HOLDFAST_READ_TIMEOUT_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub read_timeout_seconds: u64,

@@ -76,6 +76,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             label_only: args.label_only,
             mode: args.dependents,
             label_keys: policy.labels.iter().map(|l| l.key.clone()).collect(),
+            apiexport: args.apiexport.clone(),
         },
         metrics.clone(),
     )

@@ -64,6 +64,7 @@ pub struct WebhookView {
     changed: Notify,
     metrics: Metrics,
     label_keys: Vec<String>,
+    apiexport: String,
     resolver: Resolver,
     stores: DashMap<StoreKey, Arc<ResourceStore>>,
 }
@@ -91,6 +92,8 @@ pub struct ViewOptions<'a> {
     pub mode: DependentsMode,
     /// Protection label keys (for the label-protected object stores).
     pub label_keys: Vec<String>,
+    /// kcp: the holdfast APIExport whose virtual workspace serves the policy objects.
+    pub apiexport: String,
 }
 
 async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
@@ -152,6 +155,7 @@ impl WebhookView {
             changed: Notify::new(),
             metrics,
             label_keys: opts.label_keys,
+            apiexport: opts.apiexport,
             resolver: Resolver::default(),
             stores: DashMap::new(),
         })
@@ -187,28 +191,15 @@ impl WebhookView {
         let Some(client) = self.client.clone() else {
             return;
         };
-        let policy_client = match self.topology {
-            Topology::Kubernetes => Some(client.clone()),
-            Topology::Kcp => self.wildcard_client(),
-        };
-        if let Some(pc) = policy_client {
-            self.spawn(
-                shutdown.clone(),
-                watch_policies::<DependencyRule>(self.clone(), pc.clone()),
-            );
-            self.spawn(
-                shutdown.clone(),
-                watch_policies::<ResourceProtection>(self.clone(), pc.clone()),
-            );
-            self.spawn(
-                shutdown.clone(),
-                watch_policies::<CriticalService>(self.clone(), pc.clone()),
-            );
-            self.spawn(
-                shutdown.clone(),
-                watch_policies::<AnchorRule>(self.clone(), pc),
-            );
-        }
+        let this = self.clone();
+        let policy_shutdown = shutdown.clone();
+        self.spawn(shutdown.clone(), async move {
+            let pc = match this.topology {
+                Topology::Kubernetes => client.clone(),
+                Topology::Kcp => this.virtual_workspace_client(&client).await,
+            };
+            this.start_policy_watches(pc, policy_shutdown);
+        });
         self.spawn(
             shutdown.clone(),
             manage_stores(self.clone(), shutdown.clone()),
@@ -227,6 +218,76 @@ impl WebhookView {
                 this.update_gauges();
             }
         });
+    }
+
+    fn start_policy_watches(self: &Arc<Self>, pc: Client, shutdown: watch::Receiver<bool>) {
+        self.spawn(
+            shutdown.clone(),
+            watch_policies::<DependencyRule>(self.clone(), pc.clone()),
+        );
+        self.spawn(
+            shutdown.clone(),
+            watch_policies::<ResourceProtection>(self.clone(), pc.clone()),
+        );
+        self.spawn(
+            shutdown.clone(),
+            watch_policies::<CriticalService>(self.clone(), pc.clone()),
+        );
+        self.spawn(shutdown, watch_policies::<AnchorRule>(self.clone(), pc));
+    }
+
+    /// kcp: a client for `/clusters/*` of the holdfast APIExport's virtual workspace,
+    /// whose URL comes from the APIExportEndpointSlice of the same name in the
+    /// workspace the kubeconfig points at. Retries until the slice has an endpoint.
+    async fn virtual_workspace_client(&self, client: &Client) -> Client {
+        let slice_ar = ApiResource {
+            group: "apis.kcp.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "apis.kcp.io/v1alpha1".into(),
+            kind: "APIExportEndpointSlice".into(),
+            plural: "apiexportendpointslices".into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &slice_ar);
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match api.get_opt(&self.apiexport).await {
+                Ok(Some(slice)) => {
+                    let url = slice.data["status"]["endpoints"][0]["url"]
+                        .as_str()
+                        .map(str::to_string);
+                    match (url, self.base_config.clone()) {
+                        (Some(url), Some(mut cfg)) => {
+                            match format!("{}/clusters/*", url.trim_end_matches('/')).parse() {
+                                Ok(u) => {
+                                    cfg.cluster_url = u;
+                                    match Client::try_from(cfg) {
+                                        Ok(c) => {
+                                            tracing::info!(%url, apiexport = %self.apiexport, "reading policy objects through the APIExport virtual workspace");
+                                            return c;
+                                        }
+                                        Err(e) => {
+                                            tracing::warn!(error = %e, "cannot build the virtual workspace client")
+                                        }
+                                    }
+                                }
+                                Err(e) => {
+                                    tracing::warn!(error = %e, %url, "bad virtual workspace URL")
+                                }
+                            }
+                        }
+                        _ => {
+                            tracing::info!(apiexport = %self.apiexport, "APIExportEndpointSlice has no endpoint yet")
+                        }
+                    }
+                }
+                Ok(None) => {
+                    tracing::warn!(apiexport = %self.apiexport, "APIExportEndpointSlice not found in the holdfast workspace")
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read the APIExportEndpointSlice"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
     }
 
     fn spawn(

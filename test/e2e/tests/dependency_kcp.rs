@@ -1,0 +1,142 @@
+//! The seed 003 scenario on kcp, end to end: the compute provider's DependencyRule
+//! (VirtualMachine → VPC of a network provider nested at root:providers:network)
+//! protects VPCs in a consumer workspace; the real controller installs the webhook
+//! through the virtual workspace, the real webhook reads rules through the holdfast
+//! APIExport's virtual workspace and dependents through the front-proxy.
+
+use holdfast_e2e::{
+    controller::start_controller,
+    kcp::{Kcp, NETWORK, dependency_rule, topology},
+};
+
+fn vm_rule(path: &str) -> String {
+    dependency_rule(
+        "vm-dependencies",
+        ("compute.test.io", "VirtualMachine", "virtualmachines"),
+        &[(NETWORK, "network.test.io", "network.test.io", "vpcs", path)],
+    )
+}
+
+fn refused(out: &holdfast_e2e::KubectlOutput, text: &str) -> bool {
+    out.code != 0 && out.stderr.contains(text)
+}
+
+async fn until(
+    kcp: &Kcp,
+    args: &[&str],
+    check: impl Fn(&holdfast_e2e::KubectlOutput) -> bool,
+) -> holdfast_e2e::KubectlOutput {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = kcp.kubectl("root:consumer", args);
+        if check(&out) {
+            return out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kubectl {args:?}: {out:?}\nwebhook: {}",
+            kcp.env.webhook_log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+async fn seed_story(mode: &str) {
+    let mut kcp = topology().await.expect("topology");
+    let kubeconfig = kcp.kubeconfig.clone();
+    kcp.env
+        .start_webhook(&[
+            "--topology",
+            "kcp",
+            "--kubeconfig",
+            &kubeconfig,
+            "--dependents",
+            mode,
+        ])
+        .await
+        .expect("webhook");
+    let port = kcp.env.webhook.as_ref().map(|w| w.port).expect("port");
+    let mut c = start_controller(
+        &kcp.env,
+        "controller",
+        port,
+        &["--kubeconfig", &kubeconfig, "--topology", "kcp"],
+    )
+    .expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    kcp.apply("root:compute", &vm_rule(".spec.vpcRef.name"));
+    kcp.env.wait_webhook_ready().await.expect("webhook ready");
+
+    kcp.apply(
+        "root:consumer",
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n",
+    );
+    kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
+    let out = until(
+        &kcp,
+        &["delete", "vpc", "my-vpc", "--dry-run=server"],
+        |o| o.code != 0,
+    )
+    .await;
+    assert!(
+        refused(
+            &out,
+            "holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies"
+        ),
+        "{out:?}"
+    );
+    // Two VMs: both named.
+    kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-2, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
+    until(
+        &kcp,
+        &["delete", "vpc", "my-vpc", "--dry-run=server"],
+        |o| {
+            refused(
+                o,
+                "VirtualMachine default/my-vm, VirtualMachine default/vm-2",
+            )
+        },
+    )
+    .await;
+    // A list field path, edited in place on the live rule.
+    kcp.apply("root:consumer", "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: disk-vpc, namespace: default}\n");
+    kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-disks, namespace: default}\nspec: {disks: [{vpcRef: {name: disk-vpc}}]}\n");
+    kcp.apply("root:compute", &vm_rule(".spec.disks[*].vpcRef.name"));
+    until(
+        &kcp,
+        &["delete", "vpc", "disk-vpc", "--dry-run=server"],
+        |o| refused(o, "still referenced by VirtualMachine default/vm-disks"),
+    )
+    .await;
+    kcp.apply("root:compute", &vm_rule(".spec.vpcRef.name"));
+    // Break-glass with the seed's own annotation.
+    let out = kcp.kubectl(
+        "root:consumer",
+        &[
+            "annotate",
+            "vpc",
+            "disk-vpc",
+            "dependencies.opendefense.cloud/skip-protection=true",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = kcp.kubectl("root:consumer", &["delete", "vpc", "disk-vpc"]);
+    assert_eq!(out.code, 0, "break-glass: {out:?}");
+    // Delete the VMs, then the VPC goes.
+    let out = kcp.kubectl(
+        "root:consumer",
+        &["delete", "virtualmachine", "my-vm", "vm-2"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    until(&kcp, &["delete", "vpc", "my-vpc"], |o| o.code == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_scenario_on_kcp_watch() {
+    seed_story("watch").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_scenario_on_kcp_live() {
+    seed_story("live").await;
+}
