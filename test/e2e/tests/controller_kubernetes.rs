@@ -933,3 +933,56 @@ async fn label_protection_does_not_wait_for_the_crds() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn karmada_control_plane_label_is_installed_and_enforced() {
+    // A Karmada control plane is a kube-apiserver: same topology, Karmada's label.
+    const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
+    let mut env = Env::start().await.expect("sim");
+    env.install_crds().expect("crds");
+    env.start_webhook(&["--protection-label", KARMADA])
+        .await
+        .expect("webhook");
+    env.wait_webhook_ready().await.expect("ready");
+    let _c = controller(&env, "controller", &["--protection-label", KARMADA]).await;
+    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
+        c.is_some_and(|c| webhook_names(c).contains(&"delete-label-1.holdfast.dev".to_string()))
+    })
+    .await
+    .expect("installed");
+    let cfg = cfg.expect("present");
+    let hook = cfg["webhooks"]
+        .as_array()
+        .expect("webhooks")
+        .iter()
+        .find(|w| w["name"] == "delete-label-1.holdfast.dev")
+        .expect("karmada webhook");
+    assert_eq!(
+        hook["objectSelector"]["matchExpressions"][0]["key"],
+        "resourcetemplate.karmada.io/deletion-protected"
+    );
+    env.kubectl(&["create", "namespace", "minio"])
+        .expect("kubectl")
+        .ok()
+        .expect("ns");
+    env.kubectl(&[
+        "label",
+        "namespace",
+        "minio",
+        "resourcetemplate.karmada.io/deletion-protected=Always",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("label");
+    let out = env
+        .kubectl(&["delete", "namespace", "minio", "--dry-run=server"])
+        .expect("kubectl");
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "admission webhook \"delete-label-1.holdfast.dev\" denied the request: holdfast:"
+        ),
+        "{}",
+        out.stderr
+    );
+}
