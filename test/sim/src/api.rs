@@ -1309,6 +1309,48 @@ fn validate_meta(info: &ResourceInfo, name: &str, obj: &Value) -> ApiResult<()> 
             }
         }
     }
+    for (i, f) in obj["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let f = f.as_str().unwrap_or("");
+        if let Some(e) = qualified_name_errors(f) {
+            causes.push((
+                format!("metadata.finalizers[{i}]"),
+                "FieldValueInvalid".into(),
+                format!("Invalid value: {f:?}: {e}"),
+            ));
+        }
+    }
+    let mut controllers = 0;
+    for r in obj["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for (f, what) in [
+            ("apiVersion", "version"),
+            ("kind", "kind"),
+            ("name", "name"),
+            ("uid", "uid"),
+        ] {
+            if r[f].as_str().is_none_or(str::is_empty) {
+                causes.push((
+                    format!("metadata.ownerReferences.{f}"),
+                    "FieldValueInvalid".into(),
+                    format!("Invalid value: \"\": {what} must not be empty"),
+                ));
+            }
+        }
+        if r["controller"] == json!(true) {
+            controllers += 1;
+        }
+    }
+    if controllers > 1 {
+        causes.push(("metadata.ownerReferences".into(), "FieldValueInvalid".into(), "Invalid value: []v1.OwnerReference: Only one reference can have Controller set to true".into()));
+    }
     if let Some(ann) = obj["metadata"]["annotations"].as_object() {
         let mut total = 0usize;
         for (k, v) in ann {
@@ -1701,6 +1743,31 @@ pub async fn update(
         kcp::prepare_update(state, info, cluster, &old, &mut new)?;
         apply_schema(info, &t.version, &name, &mut new, Some(&old_typed))?;
         validate_meta(info, &name, &new)?;
+        if info.group.is_empty()
+            && (info.resource == "configmaps" || info.resource == "secrets")
+            && old["immutable"] == json!(true)
+        {
+            let mut causes = vec![];
+            if new["immutable"] != json!(true) {
+                causes.push((
+                    "immutable".to_string(),
+                    "FieldValueForbidden".to_string(),
+                    "Forbidden: field is immutable when `immutable` is set".to_string(),
+                ));
+            }
+            for f in ["data", "binaryData"] {
+                if new.get(f) != old.get(f) {
+                    causes.push((
+                        f.to_string(),
+                        "FieldValueForbidden".to_string(),
+                        "Forbidden: field is immutable when `immutable` is set".to_string(),
+                    ));
+                }
+            }
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(info, &name, causes));
+            }
+        }
         let mut opts = options("UpdateOptions", query);
         if matches!(m, Mutation::Apply(_))
             && let Some(o) = opts.as_object_mut()

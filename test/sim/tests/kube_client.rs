@@ -1241,3 +1241,62 @@ async fn builtin_defaulting_and_method_not_allowed() {
     assert_eq!(api_err(err).code, 405);
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immutable_configmaps_owner_references_and_finalizer_names() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "frozen"}, "data": {"a": "1"}, "immutable": true}),
+        )
+        .expect("cm"),
+    )
+    .await
+    .expect("create");
+    let s = api_err(
+        api.patch(
+            "frozen",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"a": "2"}})),
+        )
+        .await
+        .expect_err("immutable"),
+    );
+    assert_eq!(s.code, 422);
+    assert_eq!(
+        s.message,
+        "ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set"
+    );
+    api.patch(
+        "frozen",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"ok": "yes"}}})),
+    )
+    .await
+    .expect("metadata stays mutable");
+    let s = api_err(
+        api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "o", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "frozen"}]}})).expect("cm"))
+            .await
+            .expect_err("owner uid"),
+    );
+    assert_eq!(
+        s.message,
+        "ConfigMap \"o\" is invalid: metadata.ownerReferences.uid: Invalid value: \"\": uid must not be empty"
+    );
+    let s = api_err(
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "f", "finalizers": ["not a/valid name"]}}),
+            )
+            .expect("cm"),
+        )
+        .await
+        .expect_err("finalizer"),
+    );
+    assert_eq!(s.code, 422);
+    sim.shutdown().await;
+}
