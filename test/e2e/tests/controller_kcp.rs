@@ -583,3 +583,89 @@ async fn cleanup_on_shutdown_removes_every_provider_configuration() {
         assert_eq!(out.stdout, "", "{ws}: configuration left behind");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_election_in_the_holdfast_workspace() {
+    let kcp = topology().await;
+    let port = holdfast_e2e::free_port().expect("port");
+    let args = [
+        "--kubeconfig",
+        kcp.kubeconfig.as_str(),
+        "--topology",
+        "kcp",
+        "--leader-elect",
+        "--leader-elect-namespace",
+        "default",
+    ];
+    let mut a = start_controller(&kcp.env, "controller-a", port, &args).expect("a");
+    let mut b = start_controller(&kcp.env, "controller-b", port, &args).expect("b");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let a_leads = loop {
+        let (ra, rb) = (a.is_ready().await, b.is_ready().await);
+        assert!(!(ra && rb), "two leaders");
+        if ra || rb {
+            break ra;
+        }
+        assert!(std::time::Instant::now() < deadline, "nobody leads");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let out = kcp.kubectl(
+        "root:holdfast",
+        &[
+            "get",
+            "lease",
+            "holdfast-controller",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    );
+    assert!(
+        !out.stdout.is_empty(),
+        "lease held in the holdfast workspace: {out:?}"
+    );
+    kcp.apply(
+        "root:compute",
+        &dependency_rule(
+            "vm-vpc",
+            ("compute.test.io", "VirtualMachine", "virtualmachines"),
+            &[(
+                NETWORK,
+                "network.test.io",
+                "network.test.io",
+                "vpcs",
+                ".spec.vpcRef.name",
+            )],
+        ),
+    );
+    let network = kcp.ws(NETWORK);
+    wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(15), |c| {
+        resources(c).len() == 1
+    })
+    .await
+    .expect("installed");
+    let (leader, follower) = if a_leads {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    leader.kill();
+    let killed = std::time::Instant::now();
+    let out = kcp.kubectl(
+        NETWORK,
+        &["delete", "validatingwebhookconfiguration", "holdfast"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(20), |c| {
+        resources(c).len() == 1
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", follower.log()));
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "took over after {:?}",
+        killed.elapsed()
+    );
+    assert!(follower.is_ready().await);
+}
