@@ -298,6 +298,7 @@ impl Reconciler {
         }
         tracing::info!("caches synced; reconciling");
         let mut retry = false;
+        let mut discovery_failed_at: Option<std::time::Instant> = None;
         let mut options = self.options.clone();
         loop {
             if !retry {
@@ -315,15 +316,21 @@ impl Reconciler {
             if *shutdown.borrow() {
                 return Ok(());
             }
-            if self.discovery_dirty.swap(false, Ordering::SeqCst) {
+            // A failing discovery (an unavailable aggregated API, say) is retried at
+            // most every 10 s, so it never slows every pass down.
+            let may_discover = discovery_failed_at
+                .is_none_or(|t: std::time::Instant| t.elapsed() > Duration::from_secs(10));
+            if may_discover && self.discovery_dirty.swap(false, Ordering::SeqCst) {
                 match ApiIndex::discover(&self.client).await {
                     Ok(index) => {
                         tracing::debug!(resources = index.len(), "discovery refreshed");
                         self.index = index;
+                        discovery_failed_at = None;
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "discovery failed; keeping the previous view");
                         self.discovery_dirty.store(true, Ordering::SeqCst);
+                        discovery_failed_at = Some(std::time::Instant::now());
                     }
                 }
             }
