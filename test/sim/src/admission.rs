@@ -491,6 +491,7 @@ async fn call_webhook(state: &State, wh: &Value, request: &Value) -> Result<Valu
                 go_io_error(&ep.connect, &e)
             )
         })?;
+        let _ = tcp.set_nodelay(true);
         let cfg = tls::client_config(&ca).map_err(|e| format!("failed to call webhook: {e}"))?;
         let connector = TlsConnector::from(Arc::new(cfg));
         let sn = rustls_pki_types::ServerName::try_from(ep.server_name.clone())

@@ -337,17 +337,7 @@ impl Filter {
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
         let fields = FieldSelector::parse(
             query.get("fieldSelector").map(String::as_str).unwrap_or(""),
-            &[
-                "status.phase",
-                "spec.nodeName",
-                "type",
-                "involvedObject.name",
-                "involvedObject.uid",
-                "involvedObject.kind",
-                "involvedObject.namespace",
-                "reason",
-                "source",
-            ],
+            &field_labels(&t.info),
         )
         .map_err(ApiError::bad_request)?;
         let vw = match (&ctx.vw, &ctx.cluster) {
@@ -394,6 +384,47 @@ impl Filter {
 
     fn obj_ok(&self, v: &Value) -> bool {
         self.labels.matches(v) && self.fields.matches(v)
+    }
+}
+
+/// Field selectors each kind supports besides metadata.name / metadata.namespace.
+fn field_labels(info: &ResourceInfo) -> Vec<&'static str> {
+    match (info.group.as_str(), info.resource.as_str()) {
+        ("", "pods") => vec![
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "events") | ("events.k8s.io", "events") => vec![
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "reason",
+            "reportingComponent",
+            "reportingController",
+            "source",
+            "type",
+        ],
+        ("", "secrets") => vec!["type"],
+        ("", "namespaces") => vec!["status.phase"],
+        ("", "nodes") => vec!["spec.unschedulable"],
+        ("", "replicationcontrollers") => vec!["status.replicas"],
+        ("batch", "jobs") => vec!["status.successful"],
+        ("certificates.k8s.io", "certificatesigningrequests") => vec!["spec.signerName"],
+        _ => vec![],
     }
 }
 

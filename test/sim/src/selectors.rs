@@ -213,9 +213,7 @@ impl FieldSelector {
             };
             let k = k.trim();
             if k != "metadata.name" && k != "metadata.namespace" && !kind_fields.contains(&k) {
-                return Err(format!(
-                    "\"{k}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
-                ));
+                return Err(format!("field label not supported: {k}"));
             }
             out.push((k.to_string(), eq, v.trim().to_string()));
         }
@@ -224,9 +222,23 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(k, eq, v)| {
-            let mut cur = obj;
-            for part in k.split('.') {
-                cur = &cur[part];
+            let lookup = |path: &str| {
+                let mut cur = obj;
+                for part in path.split('.') {
+                    cur = &cur[part];
+                }
+                cur
+            };
+            // Field labels that map to other fields (core and events.k8s.io Events).
+            let mut cur = lookup(if k == "source" { "source.component" } else { k });
+            if cur.is_null()
+                && let Some(rest) = k.strip_prefix("involvedObject.")
+            {
+                cur = lookup(&format!("regarding.{rest}"));
+            } else if cur.is_null()
+                && let Some(rest) = k.strip_prefix("regarding.")
+            {
+                cur = lookup(&format!("involvedObject.{rest}"));
             }
             let actual = match cur {
                 Value::String(s) => s.clone(),
