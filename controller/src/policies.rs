@@ -351,6 +351,29 @@ mod tests {
     }
 
     #[test]
+    fn critical_service_criteria_may_name_unserved_resources() {
+        let cs = |provider_group: &str| -> CriticalService {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService",
+                "metadata": {"name": "cs"},
+                "spec": {
+                    "provider": {"group": provider_group, "resource": "deployments", "namespace": "f", "name": "d"},
+                    "criteria": [
+                        {"type": "Finalizer", "finalizer": {"group": "my.crd.group", "resource": "coolresources", "finalizerName": "my.crd.group/x"}},
+                        {"type": "SpecificResource", "specificResource": {"group": "gone.io", "resource": "things", "name": "t"}}
+                    ]
+                }
+            }))
+            .expect("cs")
+        };
+        // Criteria over resources already gone (a bulk teardown) are simply met.
+        assert_eq!(check_critical_service(&cs("apps"), &index()), None);
+        let inv = check_critical_service(&cs("nope.io"), &index()).expect("invalid");
+        assert_eq!(inv.reason, reasons::UNKNOWN_RESOURCE);
+        assert!(inv.message.contains("spec.provider"), "{}", inv.message);
+    }
+
+    #[test]
     fn bad_field_path() {
         let dr: DependencyRule = DependencyRule::new(
             "d",
