@@ -335,9 +335,11 @@ impl Filter {
     ) -> ApiResult<Filter> {
         let labels = Selector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let mut labels_ok = field_labels(&t.info);
+        labels_ok.extend(t.info.selectable_fields.iter().map(String::as_str));
         let fields = FieldSelector::parse(
             query.get("fieldSelector").map(String::as_str).unwrap_or(""),
-            &field_labels(&t.info),
+            &labels_ok,
         )
         .map_err(ApiError::bad_request)?;
         let vw = match (&ctx.vw, &ctx.cluster) {

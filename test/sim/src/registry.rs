@@ -38,6 +38,8 @@ pub struct ResourceInfo {
     pub printer_columns: Vec<(String, String, String)>,
     /// Structural schemas of custom resources per version.
     pub schemas: Vec<(String, Value)>,
+    /// CRD `selectableFields` (field selectors), e.g. `spec.color`.
+    pub selectable_fields: Vec<String>,
 }
 
 impl ResourceInfo {
@@ -164,6 +166,7 @@ fn parse_aggregated(doc: &str) -> Vec<ResourceInfo> {
                     virtual_only,
                     printer_columns: vec![],
                     schemas: vec![],
+                    selectable_fields: vec![],
                     resource,
                 });
             }
@@ -230,6 +233,7 @@ fn kcp_info(
         virtual_only: false,
         printer_columns: vec![],
         schemas: vec![],
+        selectable_fields: vec![],
     }
 }
 
@@ -426,6 +430,7 @@ pub fn info_from_crd(crd: &Value) -> Option<ResourceInfo> {
     let mut scale = None;
     let mut printer_columns = vec![];
     let mut schemas = vec![];
+    let mut selectable_fields = vec![];
     let mut served: Vec<&Value> = spec["versions"]
         .as_array()?
         .iter()
@@ -436,6 +441,11 @@ pub fn info_from_crd(crd: &Value) -> Option<ResourceInfo> {
     for v in served {
         let name = v["name"].as_str()?.to_string();
         if versions.is_empty() {
+            for f in v["selectableFields"].as_array().into_iter().flatten() {
+                if let Some(p) = f["jsonPath"].as_str() {
+                    selectable_fields.push(p.trim_start_matches('.').to_string());
+                }
+            }
             status = v["subresources"]["status"].is_object();
             if v["subresources"]["scale"].is_object() {
                 scale = Some(());
@@ -501,6 +511,7 @@ pub fn info_from_crd(crd: &Value) -> Option<ResourceInfo> {
         virtual_only: false,
         printer_columns,
         schemas,
+        selectable_fields,
     })
 }
 
