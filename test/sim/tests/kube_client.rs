@@ -705,6 +705,7 @@ async fn crd_serving_status_and_cleanup() {
                  "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
                  "versions": [
                     {"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                     "selectableFields": [{"jsonPath": ".spec.size"}],
                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
                     {"name": "v1beta1", "served": true, "storage": false,
                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
@@ -793,6 +794,26 @@ async fn crd_serving_status_and_cleanup() {
         s.metadata.generation,
         Some(2),
         "metadata change keeps generation"
+    );
+    // selectableFields make field selectors on custom fields work.
+    let sel = widgets
+        .list(&ListParams::default().fields("spec.size=2"))
+        .await
+        .expect("selectable field");
+    assert_eq!(sel.items.len(), 1);
+    assert!(
+        widgets
+            .list(&ListParams::default().fields("spec.size=3"))
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    assert!(
+        widgets
+            .list(&ListParams::default().fields("spec.other=3"))
+            .await
+            .is_err()
     );
     // Other served version.
     let ar_beta = ApiResource::from_gvk_with_plural(
