@@ -1,87 +1,35 @@
-//! The holdfast demo: starts holdfast-sim and the real holdfast-webhook, then shows
-//! with the real kubectl what a user sees. Exits non-zero if any outcome differs from
-//! what is expected; every process it started is stopped on exit.
+//! The holdfast demo: starts holdfast-sim, the real holdfast-webhook and the real
+//! holdfast-controller, then shows with the real kubectl what a user sees, one short
+//! story per protection. Exits non-zero if any outcome differs from what is
+//! expected; every process it started is stopped on exit.
+
+#[path = "holdfast-demo/kcp_story.rs"]
+mod kcp_story;
+#[path = "holdfast-demo/policies.rs"]
+mod policies;
+#[path = "holdfast-demo/runner.rs"]
+mod runner;
 
 use anyhow::bail;
-use holdfast_e2e::{Env, KubectlOutput};
+use holdfast_e2e::{Env, controller::start_controller};
+use runner::{Demo, Expect};
+use std::{process::ExitCode, time::Instant};
 
-struct Demo {
-    env: Env,
-    step: usize,
-    failures: Vec<String>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Expect {
-    Succeeds,
-    Refused,
-}
-
-impl Demo {
-    fn say(&mut self, text: &str) {
-        self.step += 1;
-        println!("\n== {}. {text}", self.step);
-    }
-
-    fn run(
-        &mut self,
-        args: &[&str],
-        expect: Expect,
-        must_contain: &str,
-    ) -> anyhow::Result<KubectlOutput> {
-        println!("$ kubectl {}", args.join(" "));
-        let out = self.env.kubectl(args)?;
-        print!("{}", out.stdout);
-        print!("{}", out.stderr);
-        let ok = match expect {
-            Expect::Succeeds => out.code == 0,
-            Expect::Refused => out.code != 0,
-        } && (out.stdout.contains(must_contain) || out.stderr.contains(must_contain));
-        if ok {
-            println!("   -> as expected");
-        } else {
-            let what = format!(
-                "`kubectl {}` (exit {}) did not {} with {must_contain:?}",
-                args.join(" "),
-                out.code,
-                if expect == Expect::Succeeds {
-                    "succeed"
-                } else {
-                    "get refused"
-                }
-            );
-            println!("   -> UNEXPECTED: {what}");
-            self.failures.push(what);
-        }
-        Ok(out)
-    }
-}
-
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    println!(
-        "holdfast demo: an API-server simulator, the real holdfast-webhook, the real kubectl."
+/// The label and strict-mode story, with the label webhooks installed by hand.
+fn label_story(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
+    demo.story(
+        "Label protection and strict mode",
+        "seeds 001 (Karmada: protection label) and 004 (Orkestra: label protection, strict mode, exemption label)",
     );
-    let mut env = Env::start().await?;
-    println!("simulator: {}", env.sim.url());
-    env.start_webhook(&["--strict"]).await?;
-    env.install_label_webhooks(&[], true)?;
-    println!(
-        "webhook: holdfast-webhook --strict, installed as ValidatingWebhookConfiguration \"holdfast\""
-    );
-    let mut demo = Demo {
-        env,
-        step: 0,
-        failures: Vec::new(),
-    };
-
     demo.say("A namespace holding a shop's databases, protected by a label");
     demo.run(
+        env,
         &["create", "namespace", "shop"],
         Expect::Succeeds,
-        "namespace/shop created",
+        &["namespace/shop created"],
     )?;
     demo.run(
+        env,
         &[
             "label",
             "namespace",
@@ -89,25 +37,28 @@ async fn main() -> anyhow::Result<()> {
             "holdfast.dev/protected=Always",
         ],
         Expect::Succeeds,
-        "labeled",
+        &["labeled"],
     )?;
 
     demo.say("Someone deletes the wrong namespace: holdfast refuses");
     demo.run(
+        env,
         &["delete", "namespace", "shop"],
         Expect::Refused,
-        "holdfast: Namespace shop is protected by label holdfast.dev/protected=Always",
+        &["holdfast: Namespace shop is protected by label holdfast.dev/protected=Always"],
     )?;
 
     demo.say("Strict mode: the protection label cannot simply be removed");
     demo.run(
+        env,
         &["label", "namespace", "shop", "holdfast.dev/protected-"],
         Expect::Refused,
-        "strict mode is on",
+        &["strict mode is on"],
     )?;
 
     demo.say("Nor by adding the exemption in the same update");
     demo.run(
+        env,
         &[
             "label",
             "namespace",
@@ -116,11 +67,12 @@ async fn main() -> anyhow::Result<()> {
             "holdfast.dev/strict-exempt=true",
         ],
         Expect::Refused,
-        "must already be stored",
+        &["must already be stored"],
     )?;
 
     demo.say("Deliberately unprotect: mark exempt first, then remove the label");
     demo.run(
+        env,
         &[
             "label",
             "namespace",
@@ -128,30 +80,89 @@ async fn main() -> anyhow::Result<()> {
             "holdfast.dev/strict-exempt=true",
         ],
         Expect::Succeeds,
-        "labeled",
+        &["labeled"],
     )?;
     demo.run(
+        env,
         &["label", "namespace", "shop", "holdfast.dev/protected-"],
         Expect::Succeeds,
-        "unlabeled",
+        &["unlabeled"],
     )?;
 
     demo.say("Now the deletion goes through");
     demo.run(
+        env,
         &["delete", "namespace", "shop"],
         Expect::Succeeds,
-        "namespace \"shop\" deleted",
+        &["namespace \"shop\" deleted"],
     )?;
+    Ok(())
+}
 
-    let failures = std::mem::take(&mut demo.failures);
-    drop(demo);
+/// The Kubernetes topology: the label story, then one story per policy kind with
+/// the real controller installing the configuration.
+async fn kubernetes(demo: &mut Demo) -> anyhow::Result<()> {
+    let mut env = Env::start().await?;
+    println!("simulator (Kubernetes): {}", env.sim.url());
+    env.install_crds()?;
+    env.start_webhook(&["--strict"]).await?;
+    env.wait_webhook_ready().await?;
+    env.install_label_webhooks(&[], true)?;
+    println!(
+        "webhook: holdfast-webhook --strict, installed by hand as ValidatingWebhookConfiguration \"holdfast\""
+    );
+    label_story(demo, &env)?;
+
+    let Some(port) = env.webhook.as_ref().map(|w| w.port) else {
+        bail!("the webhook is not running");
+    };
+    let mut controller = start_controller(&env, "controller", port, &["--strict"])?;
+    controller.wait_ready(30).await?;
+    println!(
+        "\ncontroller: holdfast-controller run --strict now owns ValidatingWebhookConfiguration \"holdfast\": \
+         it routes to the webhook exactly what the policy objects below protect"
+    );
+    policies::resource_protection(demo, &env).await?;
+    policies::enforcement_modes(demo, &env).await?;
+    policies::namespace_containment(demo, &env).await?;
+    policies::dependency_rule(demo, &env).await?;
+    policies::anchor_rule(demo, &env).await?;
+    policies::critical_service(demo, &env).await?;
+    drop(controller);
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let started = Instant::now();
+    println!(
+        "holdfast demo: an API-server simulator, the real holdfast-webhook and holdfast-controller, the real kubectl."
+    );
+    let mut demo = Demo::default();
+    let outcome = match kubernetes(&mut demo).await {
+        Ok(()) => kcp_story::story(&mut demo).await,
+        Err(e) => Err(e),
+    };
+    // Every process and simulator has been stopped by now (dropped on return).
+    let failures = demo.failures();
+    for f in failures {
+        eprintln!("FAILED: {f}");
+    }
+    if let Err(e) = outcome {
+        eprintln!("Error: the demo could not run to the end: {e:#}");
+        return ExitCode::FAILURE;
+    }
     if failures.is_empty() {
-        println!("\ndemo finished: every outcome as expected");
-        Ok(())
+        println!(
+            "\ndemo finished in {:.1}s: every outcome as expected",
+            started.elapsed().as_secs_f64()
+        );
+        ExitCode::SUCCESS
     } else {
-        for f in &failures {
-            eprintln!("FAILED: {f}");
-        }
-        bail!("{} step(s) did not behave as expected", failures.len())
+        eprintln!(
+            "Error: {} step(s) did not behave as expected",
+            failures.len()
+        );
+        ExitCode::FAILURE
     }
 }

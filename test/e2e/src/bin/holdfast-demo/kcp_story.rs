@@ -1,0 +1,128 @@
+//! The seed 003 story on kcp: a compute provider's DependencyRule protects VPCs (of a
+//! network provider nested at root:providers:network) in a consumer workspace.
+
+use crate::runner::{Demo, Expect};
+use holdfast_e2e::{
+    controller::start_controller,
+    kcp::{NETWORK, dependency_rule, topology},
+};
+
+/// Sets up the kcp topology, starts the webhook and controller for kcp, and tells
+/// the story. Every process it started is stopped when it returns.
+pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
+    demo.story(
+        "DependencyRule on kcp — across workspaces",
+        "seed 003 (kcp dependency-controller: rule in a provider workspace, webhook through the virtual workspace, objects in a consumer workspace)",
+    );
+    let mut kcp = topology().await?;
+    let kubeconfig = kcp.kubeconfig.clone();
+    kcp.env
+        .start_webhook(&["--topology", "kcp", "--kubeconfig", &kubeconfig])
+        .await?;
+    let Some(port) = kcp.env.webhook.as_ref().map(|w| w.port) else {
+        anyhow::bail!("the kcp webhook did not start");
+    };
+    let mut controller = start_controller(
+        &kcp.env,
+        "controller-kcp",
+        port,
+        &["--kubeconfig", &kubeconfig, "--topology", "kcp"],
+    )?;
+    controller.wait_ready(30).await?;
+    demo.note(&format!(
+        "a second simulator, modelling kcp at {}: workspaces root:holdfast (holdfast's APIExport), \
+         root:compute (VirtualMachines), {NETWORK} (VPCs), root:consumer binding both",
+        kcp.url
+    ));
+    demo.note(&format!(
+        "holdfast-webhook --topology kcp --kubeconfig <root:holdfast> (webhook port {port}) and \
+         holdfast-controller --topology kcp, installing the webhook into provider workspaces"
+    ));
+
+    let compute = kcp.ws("root:compute");
+    let consumer = kcp.ws("root:consumer");
+    demo.say("The compute provider declares that VirtualMachines depend on VPCs");
+    let rule = dependency_rule(
+        "vm-dependencies",
+        ("compute.test.io", "VirtualMachine", "virtualmachines"),
+        &[(
+            NETWORK,
+            "network.test.io",
+            "network.test.io",
+            "vpcs",
+            ".spec.vpcRef.name",
+        )],
+    );
+    demo.apply(
+        &kcp.env,
+        Some(&compute),
+        &rule,
+        &["dependencyrule.holdfast.dev/vm-dependencies created"],
+    )?;
+    kcp.env.wait_webhook_ready().await?;
+
+    demo.say("In the consumer workspace: a VPC and a VirtualMachine using it");
+    demo.apply(
+        &kcp.env,
+        Some(&consumer),
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n---\n\
+         apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n",
+        &[
+            "vpc.network.test.io/my-vpc created",
+            "virtualmachine.compute.test.io/my-vm created",
+        ],
+    )?;
+    demo.note("the controller installs the webhook in root:providers:network");
+    demo.settle(
+        &kcp.env,
+        &[
+            "--server",
+            &consumer,
+            "delete",
+            "vpc",
+            "my-vpc",
+            "--dry-run=server",
+        ],
+        20,
+        |o| o.code != 0,
+    )
+    .await;
+
+    demo.say("The VPC is refused while the VM uses it");
+    demo.run(
+        &kcp.env,
+        &["--server", &consumer, "delete", "vpc", "my-vpc"],
+        Expect::Refused,
+        &[
+            "holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies",
+        ],
+    )?;
+    demo.say("Delete the VM; then the VPC goes");
+    demo.run(
+        &kcp.env,
+        &["--server", &consumer, "delete", "virtualmachine", "my-vm"],
+        Expect::Succeeds,
+        &["\"my-vm\" deleted"],
+    )?;
+    demo.settle(
+        &kcp.env,
+        &[
+            "--server",
+            &consumer,
+            "delete",
+            "vpc",
+            "my-vpc",
+            "--dry-run=server",
+        ],
+        20,
+        |o| o.code == 0,
+    )
+    .await;
+    demo.run(
+        &kcp.env,
+        &["--server", &consumer, "delete", "vpc", "my-vpc"],
+        Expect::Succeeds,
+        &["vpc.network.test.io \"my-vpc\" deleted"],
+    )?;
+    Ok(())
+}
