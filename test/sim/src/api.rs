@@ -1650,6 +1650,19 @@ pub async fn update(
             Mutation::Func(f) => f(&mut new),
         }
         check_shape(info, &new)?;
+        if let Some(uid) = new["metadata"]["uid"].as_str()
+            && !uid.is_empty()
+            && uid != meta(&old, "uid")
+        {
+            return Err(ApiError::conflict(
+                info,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta(&old, "uid")
+                ),
+            ));
+        }
         if let Some(rv) = &client_rv
             && rv != meta(&old, "resourceVersion")
         {
