@@ -57,41 +57,251 @@ impl Referrer {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+type Id = u32;
+
+/// Reference-counted string interner: low-cardinality strings (clusters, resources,
+/// namespaces, kinds, referenced names) are stored once and named by a `u32`; a
+/// string no object uses any more is freed.
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<Str, Id>,
+    strings: Vec<Option<(Str, u32)>>,
+    free: Vec<Id>,
+}
+
+impl Interner {
+    fn get(&self, s: &str) -> Option<Id> {
+        self.ids.get(s).copied()
+    }
+
+    fn acquire(&mut self, s: &str) -> Id {
+        if let Some(&id) = self.ids.get(s) {
+            if let Some(Some((_, n))) = self.strings.get_mut(id as usize) {
+                *n += 1;
+            }
+            return id;
+        }
+        let v: Str = s.into();
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.strings[id as usize] = Some((v.clone(), 1));
+                id
+            }
+            None => {
+                self.strings.push(Some((v.clone(), 1)));
+                (self.strings.len() - 1) as Id
+            }
+        };
+        self.ids.insert(v, id);
+        id
+    }
+
+    fn release(&mut self, id: Id) {
+        let Some(entry) = self.strings.get_mut(id as usize) else {
+            return;
+        };
+        let gone = match entry {
+            Some((_, n)) if *n > 1 => {
+                *n -= 1;
+                None
+            }
+            Some((s, _)) => Some(s.clone()),
+            None => None,
+        };
+        if let Some(s) = gone {
+            *entry = None;
+            self.ids.remove(&s);
+            self.free.push(id);
+        }
+    }
+
+    fn str(&self, id: Id) -> Str {
+        match self.strings.get(id as usize) {
+            Some(Some((s, _))) => s.clone(),
+            _ => "".into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct RefKey {
-    cluster: Str,
-    target: Str,
-    name: Str,
+    cluster: Id,
+    target: Id,
+    name: Id,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ref {
+    key: RefKey,
+    namespace: Id,
+}
+
+/// The references of one object; one reference (the common case) stays inline.
+#[derive(Debug)]
+enum Refs {
+    One(Ref),
+    Many(Box<[Ref]>),
+}
+
+impl Refs {
+    fn as_slice(&self) -> &[Ref] {
+        match self {
+            Refs::One(r) => std::slice::from_ref(r),
+            Refs::Many(v) => v,
+        }
+    }
+}
+
+/// One dependent object.
+struct Slot {
+    cluster: Id,
+    resource: Id,
+    namespace: Id,
+    kind: Id,
+    name: Box<str>,
+    terminating: bool,
+    refs: Refs,
 }
 
 #[derive(Default)]
 struct Inner {
-    refs: HashMap<RefKey, HashMap<(ObjectId, Str), Referrer>>,
-    by_obj: HashMap<ObjectId, Vec<RefKey>>,
-    strings: HashSet<Str>,
+    strings: Interner,
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    /// Slot ids, found by (cluster, resource, namespace, name) through the slab.
+    by_obj: hashbrown::HashTable<u32>,
+    refs: HashMap<RefKey, Vec<u32>>,
+    hasher: std::hash::RandomState,
+    references: usize,
+}
+
+fn obj_hash(
+    h: &std::hash::RandomState,
+    cluster: Id,
+    resource: Id,
+    namespace: Id,
+    name: &str,
+) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut s = h.build_hasher();
+    (cluster, resource, namespace).hash(&mut s);
+    name.hash(&mut s);
+    s.finish()
 }
 
 impl Inner {
-    fn intern(&mut self, s: &str) -> Str {
-        if let Some(v) = self.strings.get(s) {
-            return v.clone();
-        }
-        let v: Str = s.into();
-        self.strings.insert(v.clone());
-        v
+    fn find(&self, id: &ObjectId) -> Option<u32> {
+        let (c, r, n) = (
+            self.strings.get(&id.cluster)?,
+            self.strings.get(&id.resource)?,
+            self.strings.get(&id.namespace)?,
+        );
+        let hash = obj_hash(&self.hasher, c, r, n, &id.name);
+        let slots = &self.slots;
+        self.by_obj
+            .find(hash, |&i| {
+                slots[i as usize].as_ref().is_some_and(|s| {
+                    s.cluster == c && s.resource == r && s.namespace == n && *s.name == *id.name
+                })
+            })
+            .copied()
     }
 
     fn remove(&mut self, id: &ObjectId) {
-        if let Some(keys) = self.by_obj.remove(id) {
-            for k in keys {
-                if let Some(set) = self.refs.get_mut(&k) {
-                    set.retain(|(oid, _), _| oid != id);
-                    if set.is_empty() {
-                        self.refs.remove(&k);
-                    }
+        let Some(slot_id) = self.find(id) else { return };
+        self.remove_slot(slot_id);
+    }
+
+    fn remove_slot(&mut self, slot_id: u32) {
+        let Some(slot) = self.slots.get_mut(slot_id as usize).and_then(Option::take) else {
+            return;
+        };
+        let hash = obj_hash(
+            &self.hasher,
+            slot.cluster,
+            slot.resource,
+            slot.namespace,
+            &slot.name,
+        );
+        if let Ok(entry) = self.by_obj.find_entry(hash, |&i| i == slot_id) {
+            entry.remove();
+        }
+        for r in slot.refs.as_slice() {
+            if let Some(list) = self.refs.get_mut(&r.key) {
+                if let Some(pos) = list.iter().position(|&i| i == slot_id) {
+                    list.swap_remove(pos);
+                }
+                if list.is_empty() {
+                    self.refs.remove(&r.key);
+                } else if list.capacity() > 4 * list.len() {
+                    list.shrink_to_fit();
                 }
             }
+            self.strings.release(r.key.target);
+            self.strings.release(r.key.name);
+            self.strings.release(r.namespace);
+            self.references -= 1;
         }
+        for id in [slot.cluster, slot.resource, slot.namespace, slot.kind] {
+            self.strings.release(id);
+        }
+        self.free.push(slot_id);
+    }
+
+    fn insert(&mut self, id: &ObjectId, kind: &str, terminating: bool, refs: &[Reference]) {
+        let cluster = self.strings.acquire(&id.cluster);
+        let resource = self.strings.acquire(&id.resource);
+        let namespace = self.strings.acquire(&id.namespace);
+        let kind = self.strings.acquire(kind);
+        let mut list: Vec<Ref> = Vec::with_capacity(refs.len());
+        for r in refs {
+            let target = self.strings.acquire(&r.target);
+            let name = self.strings.acquire(&r.name);
+            let ns = self.strings.acquire(&r.namespace);
+            list.push(Ref {
+                key: RefKey {
+                    cluster,
+                    target,
+                    name,
+                },
+                namespace: ns,
+            });
+        }
+        let slot_refs = if list.len() == 1 {
+            Refs::One(list[0])
+        } else {
+            Refs::Many(list.into_boxed_slice())
+        };
+        let slot_id = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        for r in slot_refs.as_slice() {
+            // Each extra reference of the same object to the same key is held once.
+            let entry = self.refs.entry(r.key).or_default();
+            entry.push(slot_id);
+            self.references += 1;
+        }
+        let hash = obj_hash(&self.hasher, cluster, resource, namespace, &id.name);
+        self.slots[slot_id as usize] = Some(Slot {
+            cluster,
+            resource,
+            namespace,
+            kind,
+            name: id.name.as_ref().into(),
+            terminating,
+            refs: slot_refs,
+        });
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_obj.insert_unique(hash, slot_id, |&i| {
+            slots[i as usize]
+                .as_ref()
+                .map(|s| obj_hash(hasher, s.cluster, s.resource, s.namespace, &s.name))
+                .unwrap_or(0)
+        });
     }
 }
 
@@ -162,41 +372,18 @@ impl DependentsIndex {
     pub fn apply(&self, id: &ObjectId, kind: &str, terminating: bool, refs: &[Reference]) {
         let mut inner = self.write();
         inner.remove(id);
-        if refs.is_empty() {
-            return;
-        }
-        let id = ObjectId {
-            cluster: inner.intern(&id.cluster),
-            resource: inner.intern(&id.resource),
-            namespace: inner.intern(&id.namespace),
-            name: inner.intern(&id.name),
-        };
-        let kind = inner.intern(kind);
-        let mut keys = Vec::with_capacity(refs.len());
+        // The same reference twice (two paths naming one object) counts once.
+        let mut unique: Vec<&Reference> = Vec::with_capacity(refs.len());
         for r in refs {
-            let key = RefKey {
-                cluster: id.cluster.clone(),
-                target: inner.intern(&r.target),
-                name: inner.intern(&r.name),
-            };
-            let ref_namespace = inner.intern(&r.namespace);
-            let referrer = Referrer {
-                kind: kind.clone(),
-                namespace: id.namespace.clone(),
-                name: id.name.clone(),
-                ref_namespace: ref_namespace.clone(),
-                terminating,
-            };
-            inner
-                .refs
-                .entry(key.clone())
-                .or_default()
-                .insert((id.clone(), ref_namespace), referrer);
-            if !keys.contains(&key) {
-                keys.push(key);
+            if !unique.contains(&r) {
+                unique.push(r);
             }
         }
-        inner.by_obj.insert(id, keys);
+        if unique.is_empty() {
+            return;
+        }
+        let owned: Vec<Reference> = unique.into_iter().cloned().collect();
+        inner.insert(id, kind, terminating, &owned);
     }
 
     /// Forgets dependent `id`.
@@ -207,29 +394,35 @@ impl DependentsIndex {
     /// Forgets every dependent of `resource` (`resource.group`) in every cluster, e.g.
     /// before a re-list.
     pub fn clear_resource(&self, resource: &str) {
-        let mut inner = self.write();
-        let ids: Vec<ObjectId> = inner
-            .by_obj
-            .keys()
-            .filter(|id| &*id.resource == resource)
-            .cloned()
-            .collect();
-        for id in ids {
-            inner.remove(&id);
-        }
+        self.retain_resource(resource, &HashSet::new());
     }
 
     /// Forgets every dependent of `resource` except those in `keep` (after a re-list).
     pub fn retain_resource(&self, resource: &str, keep: &HashSet<ObjectId>) {
         let mut inner = self.write();
-        let ids: Vec<ObjectId> = inner
-            .by_obj
-            .keys()
-            .filter(|id| &*id.resource == resource && !keep.contains(*id))
-            .cloned()
+        let Some(rid) = inner.strings.get(resource) else {
+            return;
+        };
+        let doomed: Vec<u32> = inner
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let s = s.as_ref()?;
+                if s.resource != rid {
+                    return None;
+                }
+                let id = ObjectId {
+                    cluster: inner.strings.str(s.cluster),
+                    resource: inner.strings.str(s.resource),
+                    namespace: inner.strings.str(s.namespace),
+                    name: s.name.as_ref().into(),
+                };
+                (!keep.contains(&id)).then_some(i as u32)
+            })
             .collect();
-        for id in ids {
-            inner.remove(&id);
+        for slot in doomed {
+            inner.remove_slot(slot);
         }
     }
 
@@ -244,21 +437,42 @@ impl DependentsIndex {
         namespace: Option<&str>,
     ) -> Vec<Referrer> {
         let inner = self.read();
-        let key = RefKey {
-            cluster: cluster.into(),
-            target: target.into(),
-            name: name.into(),
+        let (Some(c), Some(t), Some(n)) = (
+            inner.strings.get(cluster),
+            inner.strings.get(target),
+            inner.strings.get(name),
+        ) else {
+            return Vec::new();
         };
-        let mut out: Vec<Referrer> = inner
-            .refs
-            .get(&key)
-            .map(|set| {
-                set.values()
-                    .filter(|r| namespace.is_none_or(|ns| &*r.ref_namespace == ns))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let key = RefKey {
+            cluster: c,
+            target: t,
+            name: n,
+        };
+        let want_ns = namespace.map(|ns| inner.strings.get(ns));
+        if want_ns == Some(None) {
+            // Nothing points into a namespace no string names.
+            return Vec::new();
+        }
+        let want_ns = want_ns.flatten();
+        let mut out: Vec<Referrer> = Vec::new();
+        for &slot_id in inner.refs.get(&key).map(Vec::as_slice).unwrap_or_default() {
+            let Some(slot) = inner.slots.get(slot_id as usize).and_then(Option::as_ref) else {
+                continue;
+            };
+            for r in slot.refs.as_slice().iter().filter(|r| r.key == key) {
+                if want_ns.is_some_and(|ns| r.namespace != ns) {
+                    continue;
+                }
+                out.push(Referrer {
+                    kind: inner.strings.str(slot.kind),
+                    namespace: inner.strings.str(slot.namespace),
+                    name: slot.name.as_ref().into(),
+                    ref_namespace: inner.strings.str(r.namespace),
+                    terminating: slot.terminating,
+                });
+            }
+        }
         out.sort_by(|a, b| (&a.namespace, &a.name, &a.kind).cmp(&(&b.namespace, &b.name, &b.kind)));
         // One object referencing into several namespaces is still one blocker.
         out.dedup_by(|a, b| a.namespace == b.namespace && a.name == b.name && a.kind == b.kind);
@@ -267,12 +481,12 @@ impl DependentsIndex {
 
     /// Number of references held.
     pub fn len(&self) -> usize {
-        self.read().refs.values().map(HashMap::len).sum()
+        self.read().references
     }
 
     /// Whether empty.
     pub fn is_empty(&self) -> bool {
-        self.read().refs.is_empty()
+        self.read().references == 0
     }
 }
 

@@ -240,6 +240,10 @@ pub async fn serve(
             },
             _ = shutdown.changed() => break,
         };
+        // Reviews are small request/response pairs: never wait for Nagle.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
         let app = app.clone();
         let builder = builder.clone();
         let tls = tls.clone();

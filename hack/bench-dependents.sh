@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Dependents benchmark: p50/p99 of the webhook's decision over HTTPS for
+# `--dependents watch` and `--dependents live` with 10, 1,000 and 10,000 dependents
+# in the namespace, then the index memory per reference with 1,000,000 references
+# across 1,000 logical clusters. Figures are recorded in docs/performance.md.
+#
+#   hack/bench-dependents.sh                      # release build
+#   PROFILE=dev hack/bench-dependents.sh
+#   HOLDFAST_BENCH_SIZES=10,100 HOLDFAST_BENCH_SAMPLES=50 hack/bench-dependents.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile="${PROFILE:-release}"
+flag=()
+dir=debug
+if [ "$profile" = "release" ]; then flag=(--release); dir=release; fi
+cargo build "${flag[@]}" -q -p holdfast-webhook -p holdfast-e2e --bins
+"target/$dir/holdfast-bench-dependents"
+"target/$dir/holdfast-bench-index-memory"

@@ -1,0 +1,254 @@
+//! Dependents benchmark on the sim: namespaces holding 10, 1,000 and 10,000
+//! dependents; p50/p99 of the webhook's decision over HTTPS for `--dependents watch`
+//! and `--dependents live`, side by side in one run. See docs/performance.md.
+
+use anyhow::Context;
+use bytes::Bytes;
+use holdfast_e2e::{Env, bin};
+use http_body_util::{BodyExt, Full};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use rustls_pki_types::{CertificateDer, pem::PemObject};
+use serde_json::json;
+use std::{
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+const CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: vpcs.network.test.io}
+spec:
+  group: network.test.io
+  scope: Namespaced
+  names: {plural: vpcs, singular: vpc, kind: VPC, listKind: VPCList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: virtualmachines.compute.test.io}
+spec:
+  group: compute.test.io
+  scope: Namespaced
+  names: {plural: virtualmachines, singular: virtualmachine, kind: VirtualMachine, listKind: VirtualMachineList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+---
+apiVersion: holdfast.dev/v1alpha1
+kind: DependencyRule
+metadata: {name: vm-dependencies}
+spec:
+  dependent: {group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}
+  dependencies:
+  - {group: network.test.io, version: v1, resource: vpcs, fieldRef: {path: .spec.vpcRef.name}}
+"#;
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn https_client(
+    ca_pem: &str,
+) -> anyhow::Result<
+    Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        Full<Bytes>,
+    >,
+> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(cfg)
+        .https_only()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
+fn review(ns: &str, name: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "bench", "kind": {"group": "network.test.io", "version": "v1", "kind": "VPC"},
+            "resource": {"group": "network.test.io", "version": "v1", "resource": "vpcs"},
+            "name": name, "namespace": ns, "operation": "DELETE",
+            "userInfo": {"username": "bench"}, "object": null,
+            "oldObject": {"apiVersion": "network.test.io/v1", "kind": "VPC", "metadata": {"name": name, "namespace": ns}}
+        }
+    }))
+    .unwrap_or_default()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let sizes: Vec<usize> = std::env::var("HOLDFAST_BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10, 1_000, 10_000]);
+    let samples: usize = std::env::var("HOLDFAST_BENCH_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let env = Env::start().await?;
+    env.install_crds()?;
+    env.apply(CRDS)?;
+    env.kubectl_until(&["get", "virtualmachines"], 10, |o| o.code == 0)
+        .await?;
+
+    let client = env.sim.client().await?;
+    let vm = ApiResource {
+        group: "compute.test.io".into(),
+        version: "v1".into(),
+        api_version: "compute.test.io/v1".into(),
+        kind: "VirtualMachine".into(),
+        plural: "virtualmachines".into(),
+    };
+    for &n in &sizes {
+        let ns = format!("bench-{n}");
+        env.kubectl(&["create", "namespace", &ns])?.ok()?;
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &vm);
+        for i in 0..n {
+            let obj: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "compute.test.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": format!("vm-{i}"), "namespace": ns},
+                "spec": {"vpcRef": {"name": format!("vpc-{}", i % 10)}}
+            }))?;
+            api.create(&PostParams::default(), &obj).await?;
+        }
+    }
+    eprintln!("created {} dependents", sizes.iter().sum::<usize>());
+
+    let mut webhooks = Vec::new();
+    for mode in ["watch", "live"] {
+        let port = holdfast_e2e::free_port()?;
+        let probe = holdfast_e2e::free_port()?;
+        let child = Command::new(bin("holdfast-webhook")?)
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--probe-listen",
+                &format!("127.0.0.1:{probe}"),
+            ])
+            .arg("--tls-cert")
+            .arg(env.dir.path().join("tls.crt"))
+            .arg("--tls-key")
+            .arg(env.dir.path().join("tls.key"))
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .args(["--dependents", mode])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting holdfast-webhook")?;
+        let proc = Proc(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while holdfast_e2e::http_get(probe, "/readyz").await.map(|r| r.0) != Ok(200) {
+            anyhow::ensure!(Instant::now() < deadline, "{mode} webhook not ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        webhooks.push((mode, port, probe, proc));
+    }
+    // Let the watch index sync (it falls back to live until then).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, metrics) = holdfast_e2e::http_get(webhooks[0].2, "/metrics")
+            .await
+            .map_err(anyhow::Error::msg)?;
+        if metrics.contains("holdfast_webhook_dependents_index_synced{resource=\"virtualmachines.compute.test.io\"} 1") {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "index never synced");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let http = https_client(&env.pki.ca_pem)?;
+    println!("| dependents in namespace | strategy | decision | p50 | p99 |");
+    println!("|---:|---|---|---:|---:|");
+    for &n in &sizes {
+        let ns = format!("bench-{n}");
+        for (name, expect_allowed) in [("free-vpc", true), ("vpc-3", false)] {
+            for (mode, port, _, _) in &webhooks {
+                let body = review(&ns, name);
+                let mut times = Vec::with_capacity(samples);
+                for i in 0..samples + 10 {
+                    let req = http::Request::builder()
+                        .method("POST")
+                        .uri(format!("https://localhost:{port}/validate?timeout=10s"))
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from(body.clone())))?;
+                    let t = Instant::now();
+                    let resp = http.request(req).await?;
+                    let bytes = resp.into_body().collect().await?.to_bytes();
+                    let elapsed = t.elapsed();
+                    let v: serde_json::Value = serde_json::from_slice(&bytes)?;
+                    anyhow::ensure!(
+                        v["response"]["allowed"] == expect_allowed,
+                        "{mode} {ns}/{name}: unexpected verdict {v}"
+                    );
+                    if i >= 10 {
+                        times.push(elapsed);
+                    }
+                }
+                times.sort();
+                println!(
+                    "| {n} | {mode} | {} | {:.3} ms | {:.3} ms |",
+                    if expect_allowed {
+                        "allow (unreferenced)"
+                    } else {
+                        "deny (referenced)"
+                    },
+                    percentile(&times, 0.5).as_secs_f64() * 1e3,
+                    percentile(&times, 0.99).as_secs_f64() * 1e3
+                );
+            }
+        }
+    }
+    for (mode, _, probe, proc) in &webhooks {
+        let rss = std::fs::read_to_string(format!("/proc/{}/status", proc.0.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
+            })
+            .unwrap_or_default();
+        let (_, metrics) = holdfast_e2e::http_get(*probe, "/metrics")
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let refs = metrics
+            .lines()
+            .find(|l| l.starts_with("holdfast_webhook_dependents_index_references "))
+            .unwrap_or("")
+            .to_string();
+        println!("webhook ({mode}) RSS {rss} KiB; {refs}");
+    }
+    Ok(())
+}
