@@ -454,7 +454,7 @@ fn go_io_error(addr: &str, e: &std::io::Error) -> String {
 
 fn go_tls_error(e: &std::io::Error, server_name: &str) -> String {
     let s = e.to_string();
-    if s.contains("UnknownIssuer") || s.contains("unknown issuer") {
+    if s.contains("UnknownIssuer") || s.contains("unknown issuer") || s.contains("BadSignature") {
         "tls: failed to verify certificate: x509: certificate signed by unknown authority".into()
     } else if s.contains("NotValidForName") || s.contains("not valid for name") {
         format!(

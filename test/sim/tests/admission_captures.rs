@@ -786,3 +786,47 @@ async fn validating_admission_policies() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_tls_is_verified_against_ca_bundle() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let hook = TestWebhook::start(
+        &[],
+        std::sync::Arc::new(|_r: &Value| json!({"allowed": true})),
+    )
+    .await;
+    let other = TestWebhook::start(
+        &[],
+        std::sync::Arc::new(|_r: &Value| json!({"allowed": true})),
+    )
+    .await;
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let cfg = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "tls"},
+        "webhooks": [{"name": "tls.example.com",
+                      "clientConfig": {"url": hook.url("/v"), "caBundle": other.ca_b64()},
+                      "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+                      "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 3}]
+    });
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&cfg.to_string()))
+            .code,
+        0
+    );
+    let out = k.run(&["create", "cm", "x", "-n", "default"]);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: failed to create configmap: Internal error occurred: failed calling webhook \"tls.example.com\": failed to call webhook: Post \"https://127.0.0.1:{}/v?timeout=3s\": tls: failed to verify certificate: x509: certificate signed by unknown authority\n",
+            hook.port
+        )
+    );
+    assert!(hook.reviews().is_empty());
+    // With the right bundle it goes through.
+    let fixed = cfg.to_string().replace(&other.ca_b64(), &hook.ca_b64());
+    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(&fixed)).code, 0);
+    assert_eq!(k.run(&["create", "cm", "x", "-n", "default"]).code, 0);
+    assert_eq!(hook.reviews().len(), 1);
+    sim.shutdown().await;
+}
