@@ -31,11 +31,17 @@ fn merge_keys(field: &str) -> Option<&'static [&'static str]> {
         | "ephemeralContainers"
         | "volumes"
         | "env"
-        | "imagePullSecrets" => Some(&["name"]),
+        | "imagePullSecrets"
+        | "webhooks"
+        | "secrets"
+        | "resourceClaims"
+        | "schedulingGates" => Some(&["name"]),
+        "resizePolicy" => Some(&["resourceName"]),
+        "addresses" => Some(&["type"]),
         "ports" => Some(&["containerPort", "port"]),
         "volumeMounts" => Some(&["mountPath"]),
         "volumeDevices" => Some(&["devicePath"]),
-        "hostAliases" => Some(&["ip"]),
+        "hostAliases" | "podIPs" | "hostIPs" => Some(&["ip"]),
         "topologySpreadConstraints" => Some(&["topologyKey"]),
         "conditions" => Some(&["type"]),
         "ownerReferences" => Some(&["uid"]),

@@ -825,8 +825,10 @@ async fn webhook_tls_is_verified_against_ca_bundle() {
     assert!(hook.reviews().is_empty());
     // With the right bundle it goes through.
     let fixed = cfg.to_string().replace(&other.ca_b64(), &hook.ca_b64());
-    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(&fixed)).code, 0);
-    assert_eq!(k.run(&["create", "cm", "x", "-n", "default"]).code, 0);
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(&fixed));
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&["create", "cm", "x", "-n", "default"]);
+    assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(hook.reviews().len(), 1);
     sim.shutdown().await;
 }
