@@ -607,6 +607,8 @@ async fn drain_namespace(state: &Arc<State>, key: &Key, ns: &Arc<Value>) -> bool
             let _ = state.store.delete(&ns_gr(), key, None);
             return true;
         }
+        let mut t = t;
+        t.sub = Some("finalize".into());
         let _ = api::update(
             state,
             &ctx,
