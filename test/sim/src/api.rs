@@ -1225,6 +1225,21 @@ pub async fn create(
         obj["metadata"]["name"] = json!(name);
     }
     validate_name(info, &name)?;
+    if !info.builtin
+        && let Some(crd) = state.store.get(
+            &crate::controllers::crd_gr(),
+            &Key {
+                cluster: cluster.to_string(),
+                namespace: String::new(),
+                name: format!("{}.{}", info.resource, info.group),
+            },
+        )
+        && !crd["metadata"]["deletionTimestamp"].is_null()
+    {
+        return Err(ApiError::method_not_allowed(
+            "create not allowed while custom resource definition is terminating",
+        ));
+    }
     if let Some(ns) = &ns {
         check_namespace(state, cluster, info, ns, &name)?;
     }

@@ -824,11 +824,57 @@ async fn crd_serving_status_and_cleanup() {
     let b = beta.get("w1").await.expect("get v1beta1");
     assert_eq!(b.types.expect("types").api_version, "example.io/v1beta1");
 
-    // Deleting the CRD deletes its instances, then the CRD.
+    // Deleting the CRD deletes its instances, then the CRD. An instance with a finalizer
+    // holds the CRD in Terminating, where new instances are refused.
+    widgets
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["test/hold"]}})),
+        )
+        .await
+        .expect("add finalizer");
     crds.delete("widgets.example.io", &DeleteParams::default())
         .await
         .expect("delete crd");
     let c2 = crds.clone();
+    for _ in 0..200 {
+        let w = widgets.get("w1").await.expect("still there");
+        if w.metadata.deletion_timestamp.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let terminating = crds
+        .get("widgets.example.io")
+        .await
+        .expect("terminating CRD");
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert!(
+        terminating
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Terminating" && c.status == "True")
+    );
+    let mut w2 = DynamicObject::new("w2", &ar);
+    w2.data = json!({"spec": {"size": 1}});
+    let s = api_err(
+        widgets
+            .create(&PostParams::default(), &w2)
+            .await
+            .expect_err("terminating"),
+    );
+    assert_eq!(s.code, 405);
+    widgets
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("release");
     for _ in 0..200 {
         if c2
             .get_opt("widgets.example.io")
