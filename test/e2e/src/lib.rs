@@ -3,6 +3,7 @@
 //! and drives the real `kubectl` against the sim.
 
 pub mod controller;
+pub mod fixtures;
 pub mod kcp;
 
 use anyhow::{Context, bail};

@@ -3,190 +3,19 @@
 //! `kubectl apply -k`), a compute provider (root:compute), a network provider
 //! nested two levels deep (root:providers:network), and a consumer binding both.
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use holdfast_e2e::{
-    Env,
     controller::{
-        ControllerProcess, condition_at, kubectl_at, rules_of, start_controller, wait_condition_at,
+        ControllerProcess, condition_at, rules_of, start_controller, wait_condition_at,
         wait_configuration_at,
     },
+    kcp::{Kcp, NETWORK, binding, dependency_rule, export, schema, workspace},
 };
 use serde_json::Value;
 
-struct Kcp {
-    env: Env,
-    url: String,
-    kubeconfig: String,
-}
-
-impl Kcp {
-    fn ws(&self, path: &str) -> String {
-        format!("{}/clusters/{path}", self.url)
-    }
-
-    fn apply(&self, path: &str, manifest: &str) {
-        let server = self.ws(path);
-        let out = self
-            .env
-            .kubectl_stdin(&["--server", &server, "apply", "-f", "-"], manifest)
-            .expect("kubectl");
-        assert_eq!(out.code, 0, "apply in {path}: {out:?}\n{manifest}");
-    }
-
-    fn kubectl(&self, path: &str, args: &[&str]) -> holdfast_e2e::KubectlOutput {
-        kubectl_at(&self.env, &self.ws(path), args).expect("kubectl")
-    }
-}
-
-fn workspace(name: &str) -> String {
-    format!("apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {{name: {name}}}\n")
-}
-
-fn schema(group: &str, plural: &str, kind: &str) -> String {
-    format!(
-        r#"apiVersion: apis.kcp.io/v1alpha1
-kind: APIResourceSchema
-metadata: {{name: v1.{plural}.{group}}}
-spec:
-  group: {group}
-  scope: Namespaced
-  names: {{plural: {plural}, singular: {singular}, kind: {kind}, listKind: {kind}List}}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
-"#,
-        singular = plural.trim_end_matches('s')
-    )
-}
-
-fn export(name: &str, schemas: &[&str]) -> String {
-    let list = schemas
-        .iter()
-        .map(|s| format!("\"{s}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExport\nmetadata: {{name: {name}}}\nspec: {{latestResourceSchemas: [{list}]}}\n"
-    )
-}
-
-fn binding(name: &str, path: &str, export: &str, accept_webhooks: bool) -> String {
-    let claims = if accept_webhooks {
-        r#"
-  permissionClaims:
-  - {group: admissionregistration.k8s.io, resource: validatingwebhookconfigurations, selector: {matchAll: true}, verbs: ["*"], state: Accepted}"#
-    } else {
-        ""
-    };
-    format!(
-        "apiVersion: apis.kcp.io/v1alpha2\nkind: APIBinding\nmetadata: {{name: {name}}}\nspec:\n  reference: {{export: {{path: \"{path}\", name: {export}}}}}{claims}\n"
-    )
-}
-
-fn dependency_rule(
-    name: &str,
-    dependent: (&str, &str, &str),
-    deps: &[(&str, &str, &str, &str, &str)],
-) -> String {
-    let (dg, dk, dr) = dependent;
-    let mut s = format!(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {{name: {name}}}\nspec:\n  dependent: {{apiExportName: {dg}, group: {dg}, version: v1, kind: {dk}, resource: {dr}}}\n  dependencies:\n"
-    );
-    for (path, export, group, resource, field) in deps {
-        s.push_str(&format!(
-            "  - apiExportRef: {{path: \"{path}\", name: {export}}}\n    group: {group}\n    version: v1\n    resource: {resource}\n    fieldRef: {{path: \"{field}\"}}\n"
-        ));
-    }
-    s
-}
-
-const NETWORK: &str = "root:providers:network";
-
 async fn topology() -> Kcp {
-    let env = Env::start().await.expect("sim");
-    let url = env.sim.url();
-    let kcp = Kcp {
-        kubeconfig: String::new(),
-        env,
-        url,
-    };
-    for ws in ["holdfast", "compute", "providers", "consumer"] {
-        kcp.apply("root", &workspace(ws));
-    }
-    kcp.apply("root:providers", &workspace("network"));
-
-    // holdfast's API, as a user deploys it.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/kcp");
-    let out = kcp.kubectl("root:holdfast", &["apply", "-k", &dir.to_string_lossy()]);
-    assert_eq!(out.code, 0, "{out:?}");
-    kcp.apply(
-        "root:holdfast",
-        "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExportEndpointSlice\nmetadata: {name: holdfast.dev}\nspec: {export: {path: \"root:holdfast\", name: holdfast.dev}}\n",
-    );
-
-    // Providers export their types and bind holdfast (accepting the webhook claim).
-    kcp.apply(
-        "root:compute",
-        &schema("compute.test.io", "virtualmachines", "VirtualMachine"),
-    );
-    kcp.apply(
-        "root:compute",
-        &export("compute.test.io", &["v1.virtualmachines.compute.test.io"]),
-    );
-    kcp.apply(
-        "root:compute",
-        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
-    );
-    kcp.apply(NETWORK, &schema("network.test.io", "vpcs", "VPC"));
-    kcp.apply(NETWORK, &schema("network.test.io", "subnets", "Subnet"));
-    kcp.apply(
-        NETWORK,
-        &export(
-            "network.test.io",
-            &["v1.vpcs.network.test.io", "v1.subnets.network.test.io"],
-        ),
-    );
-    kcp.apply(
-        NETWORK,
-        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
-    );
-    // The consumer binds both providers.
-    kcp.apply(
-        "root:consumer",
-        &binding("compute", "root:compute", "compute.test.io", false),
-    );
-    kcp.apply(
-        "root:consumer",
-        &binding("network", NETWORK, "network.test.io", false),
-    );
-    kcp.env
-        .kubectl_until(
-            &[
-                "--server",
-                &kcp.ws("root:compute"),
-                "get",
-                "dependencyrules",
-            ],
-            10,
-            |o| o.code == 0,
-        )
-        .await
-        .expect("holdfast API bound in the compute workspace");
-    let kubeconfig = kcp.env.dir.path().join("holdfast-ws.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        kcp.env
-            .sim
-            .kubeconfig_for_server(&kcp.ws("root:holdfast"), "admin"),
-    )
-    .expect("kubeconfig");
-    Kcp {
-        kubeconfig: kubeconfig.to_string_lossy().into_owned(),
-        ..kcp
-    }
+    holdfast_e2e::kcp::topology().await.expect("kcp topology")
 }
 
 async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {

@@ -372,21 +372,6 @@ spec:
       - {key: tier, operator: In}
 "#;
 
-const WIDGET_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     let env = env_with_webhook().await;
@@ -452,7 +437,8 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     assert!(out.stdout.contains("Warning"), "{}", out.stdout);
 
     // The CRD appears: the policy recovers on its own.
-    env.apply(WIDGET_CRD).expect("crd");
+    env.apply(&holdfast_e2e::fixtures::widget_crd())
+        .expect("crd");
     wait_condition(&env, "resourceprotection", "widgets", "Ready", "True", 15)
         .await
         .expect("recovered");
@@ -462,34 +448,6 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     .await
     .expect("widgets now routed");
 }
-
-const VM_VPC_CRDS: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: vpcs.network.test.io}
-spec:
-  group: network.test.io
-  scope: Namespaced
-  names: {plural: vpcs, singular: vpc, kind: VPC, listKind: VPCList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: virtualmachines.compute.test.io}
-spec:
-  group: compute.test.io
-  scope: Namespaced
-  names: {plural: virtualmachines, singular: virtualmachine, kind: VirtualMachine, listKind: VirtualMachineList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-"#;
 
 const CYCLE_RULES: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
@@ -512,7 +470,8 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dependency_cycle_is_reported_on_both_rules() {
     let env = env_with_webhook().await;
-    env.apply(VM_VPC_CRDS).expect("crds");
+    env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
+        .expect("crds");
     env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
         .await
         .expect("served");

@@ -3,60 +3,6 @@
 
 use holdfast_e2e::Env;
 
-const CRDS: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: vpcs.network.test.io}
-spec:
-  group: network.test.io
-  scope: Namespaced
-  names: {plural: vpcs, singular: vpc, kind: VPC, listKind: VPCList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: virtualmachines.compute.test.io}
-spec:
-  group: compute.test.io
-  scope: Namespaced
-  names: {plural: virtualmachines, singular: virtualmachine, kind: VirtualMachine, listKind: VirtualMachineList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: storageprofiles.storage.test.io}
-spec:
-  group: storage.test.io
-  scope: Cluster
-  names: {plural: storageprofiles, singular: storageprofile, kind: StorageProfile, listKind: StorageProfileList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: volumeclaims.storage.test.io}
-spec:
-  group: storage.test.io
-  scope: Namespaced
-  names: {plural: volumeclaims, singular: volumeclaim, kind: VolumeClaim, listKind: VolumeClaimList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-"#;
-
 fn rule(path: &str) -> String {
     format!(
         r#"
@@ -96,7 +42,11 @@ fn vm(name: &str, spec: &str) -> String {
 async fn setup(mode: &str) -> Env {
     let mut env = Env::start().await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
-    env.apply(CRDS).expect("test CRDs");
+    env.apply(&holdfast_e2e::fixtures::documents(&[
+        holdfast_e2e::fixtures::vpc_vm_crds(),
+        holdfast_e2e::fixtures::storage_crds(),
+    ]))
+    .expect("test CRDs");
     env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
         .await
         .expect("CRDs served");

@@ -55,18 +55,6 @@ async fn covered(env: &Env, group: &str, resource: &str) {
     .expect("configuration covers the resource");
 }
 
-const WIDGET_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-"#;
-
 const WIDGET_PROTECTION: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
 kind: ResourceProtection
@@ -80,7 +68,8 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_karmada_plan_for_a_crd() {
     let (env, _c) = full_stack().await;
-    env.apply(WIDGET_CRD).expect("crd");
+    env.apply(&holdfast_e2e::fixtures::widget_crd())
+        .expect("crd");
     env.kubectl_until(&["get", "widgets"], 10, |o| o.code == 0)
         .await
         .expect("served");
@@ -267,27 +256,7 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     .expect("namespace deleted");
 }
 
-const APPCAT: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: xvshnpostgresqls.vshn.appcat.vshn.io}
-spec:
-  group: vshn.appcat.vshn.io
-  scope: Cluster
-  names: {plural: xvshnpostgresqls, singular: xvshnpostgresql, kind: XVSHNPostgreSQL, listKind: XVSHNPostgreSQLList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: xobjectbuckets.appcat.vshn.io}
-spec:
-  group: appcat.vshn.io
-  scope: Cluster
-  names: {plural: xobjectbuckets, singular: xobjectbucket, kind: XObjectBucket, listKind: XObjectBucketList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
----
+const ANCHOR_RULE: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
 kind: AnchorRule
 metadata: {name: appcat}
@@ -310,7 +279,12 @@ fn composite(toggle: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn anchor_rule_composite_stories() {
     let (env, _c) = full_stack().await;
-    env.apply(APPCAT).expect("appcat");
+    env.apply(&holdfast_e2e::fixtures::appcat_crds())
+        .expect("appcat CRDs");
+    env.kubectl_until(&["get", "xvshnpostgresqls"], 10, |o| o.code == 0)
+        .await
+        .expect("served");
+    env.apply(ANCHOR_RULE).expect("anchor rule");
     env.kubectl_until(&["get", "xobjectbuckets"], 10, |o| o.code == 0)
         .await
         .expect("served");
@@ -423,18 +397,6 @@ async fn anchor_rule_composite_stories() {
     .expect("namespace deleted");
 }
 
-const COOL: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: coolresources.my.crd.group}
-spec:
-  group: my.crd.group
-  scope: Cluster
-  names: {plural: coolresources, singular: coolresource, kind: CoolResource, listKind: CoolResourceList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-"#;
-
 const CRITICAL: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
 kind: CriticalService
@@ -508,7 +470,7 @@ fn finalizer_controller(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn critical_service_bulk_delete_converges_in_order() {
     let (env, _c) = full_stack().await;
-    env.apply(COOL).expect("crd");
+    env.apply(&holdfast_e2e::fixtures::cool_crd()).expect("crd");
     env.kubectl_until(&["get", "coolresources"], 10, |o| o.code == 0)
         .await
         .expect("served");

@@ -16,27 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-const CRDS: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: vpcs.network.test.io}
-spec:
-  group: network.test.io
-  scope: Namespaced
-  names: {plural: vpcs, singular: vpc, kind: VPC, listKind: VPCList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: virtualmachines.compute.test.io}
-spec:
-  group: compute.test.io
-  scope: Namespaced
-  names: {plural: virtualmachines, singular: virtualmachine, kind: VirtualMachine, listKind: VirtualMachineList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
----
+const RULE: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
 kind: DependencyRule
 metadata: {name: vm-dependencies}
@@ -118,7 +98,10 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or(200);
     let env = Env::start().await?;
     env.install_crds()?;
-    env.apply(CRDS)?;
+    env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())?;
+    env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
+        .await?;
+    env.apply(RULE)?;
     env.kubectl_until(&["get", "virtualmachines"], 10, |o| o.code == 0)
         .await?;
 

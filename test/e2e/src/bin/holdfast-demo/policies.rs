@@ -24,18 +24,6 @@ async fn setup_crds(demo: &mut Demo, env: &Env, crds: &str, resource: &str, what
     demo.settle(env, &["get", resource], 10, allowed).await;
 }
 
-const WIDGET_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-"#;
-
 const WIDGETS: &str = r#"
 apiVersion: example.com/v1
 kind: Widget
@@ -65,7 +53,7 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
     setup_crds(
         demo,
         env,
-        WIDGET_CRD,
+        &holdfast_e2e::fixtures::widget_crd(),
         "widgets",
         "CRD widgets.example.com, Widgets default/w1 and default/w2",
     )
@@ -344,28 +332,6 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
     Ok(())
 }
 
-const NETWORK_CRDS: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: vpcs.network.test.io}
-spec:
-  group: network.test.io
-  scope: Namespaced
-  names: {plural: vpcs, singular: vpc, kind: VPC, listKind: VPCList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: virtualmachines.compute.test.io}
-spec:
-  group: compute.test.io
-  scope: Namespaced
-  names: {plural: virtualmachines, singular: virtualmachine, kind: VirtualMachine, listKind: VirtualMachineList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-"#;
-
 const VM_RULE: &str = "apiVersion: holdfast.dev/v1alpha1
 kind: DependencyRule
 metadata: {name: vm-dependencies}
@@ -387,7 +353,7 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     setup_crds(
         demo,
         env,
-        NETWORK_CRDS,
+        &holdfast_e2e::fixtures::vpc_vm_crds(),
         "virtualmachines",
         "CRDs vpcs.network.test.io and virtualmachines.compute.test.io",
     )
@@ -450,28 +416,6 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-const APPCAT_CRDS: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: xvshnpostgresqls.vshn.appcat.vshn.io}
-spec:
-  group: vshn.appcat.vshn.io
-  scope: Cluster
-  names: {plural: xvshnpostgresqls, singular: xvshnpostgresql, kind: XVSHNPostgreSQL, listKind: XVSHNPostgreSQLList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: xobjectbuckets.appcat.vshn.io}
-spec:
-  group: appcat.vshn.io
-  scope: Cluster
-  names: {plural: xobjectbuckets, singular: xobjectbucket, kind: XObjectBucket, listKind: XObjectBucketList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-"#;
-
 const ANCHOR_RULE: &str = "apiVersion: holdfast.dev/v1alpha1
 kind: AnchorRule
 metadata: {name: appcat}
@@ -515,7 +459,7 @@ pub async fn anchor_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     setup_crds(
         demo,
         env,
-        APPCAT_CRDS,
+        &holdfast_e2e::fixtures::appcat_crds(),
         "xobjectbuckets",
         "CRDs xvshnpostgresqls.vshn.appcat.vshn.io and xobjectbuckets.appcat.vshn.io",
     )
@@ -624,18 +568,6 @@ pub async fn anchor_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-const COOL_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: coolresources.my.crd.group}
-spec:
-  group: my.crd.group
-  scope: Cluster
-  names: {plural: coolresources, singular: coolresource, kind: CoolResource, listKind: CoolResourceList}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-"#;
-
 const CRITICAL: &str = "apiVersion: holdfast.dev/v1alpha1
 kind: CriticalService
 metadata: {name: for-finalizer-deployment}
@@ -666,7 +598,7 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
     setup_crds(
         demo,
         env,
-        COOL_CRD,
+        &holdfast_e2e::fixtures::cool_crd(),
         "coolresources",
         "CRD coolresources.my.crd.group",
     )

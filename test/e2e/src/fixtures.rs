@@ -1,0 +1,86 @@
+//! Manifests the end-to-end tests, the demo and the benchmarks share: the CRDs of the
+//! seeds' stories (VPCs and VMs, widgets, database composites and buckets, finalized
+//! "cool" resources, storage profiles and claims).
+
+/// A CustomResourceDefinition `plural.group` of `kind`, one served version `v1`
+/// whose schema keeps unknown fields.
+pub fn crd(group: &str, plural: &str, kind: &str, namespaced: bool) -> String {
+    let singular = plural.strip_suffix('s').unwrap_or(plural);
+    let scope = if namespaced { "Namespaced" } else { "Cluster" };
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n\
+         metadata: {{name: {plural}.{group}}}\nspec:\n  group: {group}\n  scope: {scope}\n  \
+         names: {{plural: {plural}, singular: {singular}, kind: {kind}, listKind: {kind}List}}\n  \
+         versions:\n  - {{name: v1, served: true, storage: true, schema: {{openAPIV3Schema: \
+         {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}}}\n"
+    )
+}
+
+/// Several manifests as one multi-document stream.
+pub fn documents(docs: &[String]) -> String {
+    docs.join("---\n")
+}
+
+/// Namespaced VPCs (network.test.io) and VirtualMachines (compute.test.io): seed 003.
+pub fn vpc_vm_crds() -> String {
+    documents(&[
+        crd("network.test.io", "vpcs", "VPC", true),
+        crd("compute.test.io", "virtualmachines", "VirtualMachine", true),
+    ])
+}
+
+/// Namespaced widgets.example.com.
+pub fn widget_crd() -> String {
+    crd("example.com", "widgets", "Widget", true)
+}
+
+/// The database composite (anchor) and object buckets of seed 000, cluster-scoped.
+pub fn appcat_crds() -> String {
+    documents(&[
+        crd(
+            "vshn.appcat.vshn.io",
+            "xvshnpostgresqls",
+            "XVSHNPostgreSQL",
+            false,
+        ),
+        crd("appcat.vshn.io", "xobjectbuckets", "XObjectBucket", false),
+    ])
+}
+
+/// coolresources.my.crd.group of seed 002, cluster-scoped.
+pub fn cool_crd() -> String {
+    crd("my.crd.group", "coolresources", "CoolResource", false)
+}
+
+/// Cluster-scoped StorageProfiles referenced from namespaced VolumeClaims.
+pub fn storage_crds() -> String {
+    documents(&[
+        crd(
+            "storage.test.io",
+            "storageprofiles",
+            "StorageProfile",
+            false,
+        ),
+        crd("storage.test.io", "volumeclaims", "VolumeClaim", true),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_names_and_scope() {
+        let c = crd("example.com", "widgets", "Widget", true);
+        assert!(c.contains("metadata: {name: widgets.example.com}"));
+        assert!(c.contains("singular: widget, kind: Widget, listKind: WidgetList"));
+        assert!(c.contains("scope: Namespaced"));
+        assert!(crd("a.io", "xs", "X", false).contains("scope: Cluster"));
+        assert_eq!(
+            vpc_vm_crds()
+                .matches("kind: CustomResourceDefinition")
+                .count(),
+            2
+        );
+    }
+}
