@@ -296,11 +296,19 @@ impl CertManager {
                 name: Some(self.secret.name.clone()),
                 namespace: Some(self.secret.namespace.clone()),
                 annotations: Some(ann),
+                // Self-protection: the CA Secret is label-protected like the rest
+                // of the installation.
                 labels: Some(
-                    [(
-                        "app.kubernetes.io/managed-by".to_string(),
-                        "holdfast-controller".to_string(),
-                    )]
+                    [
+                        (
+                            "app.kubernetes.io/managed-by".to_string(),
+                            "holdfast-controller".to_string(),
+                        ),
+                        (
+                            holdfast_shared::names::PROTECTED_LABEL.to_string(),
+                            "Always".to_string(),
+                        ),
+                    ]
                     .into(),
                 ),
                 resource_version: existing

@@ -746,6 +746,22 @@ async fn managed_ca_rotation_keeps_admission_working() {
         );
     };
     check(&env);
+    // Self-protection: the CA Secret carries the protection label.
+    let out = env
+        .kubectl(&[
+            "delete",
+            "secret",
+            "holdfast-webhook-tls",
+            "--dry-run=server",
+        ])
+        .expect("kubectl");
+    assert!(
+        out.code != 0
+            && out
+                .stderr
+                .contains("Secret default/holdfast-webhook-tls is protected by label holdfast.dev/protected=Always"),
+        "{out:?}"
+    );
 
     let (mut cert_rotations, mut ca_rotated) = (0, false);
     let deadline = Instant::now() + Duration::from_secs(40);

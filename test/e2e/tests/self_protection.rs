@@ -1,0 +1,80 @@
+//! Self-protection (seed 004): holdfast's own installation, applied from
+//! manifests/overlays/kubernetes as a user would, cannot be deleted by accident —
+//! Namespace, Deployments, Service, CRDs, RBAC — while the controller keeps its
+//! webhook configuration (which the API server never sends to webhooks) alive by
+//! recreating it, and `--cleanup-on-shutdown` still removes it on a graceful stop.
+
+use holdfast_e2e::{
+    Env,
+    controller::{start_controller, wait_configuration},
+};
+use std::{path::Path, time::Duration};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holdfast_protects_its_own_installation() {
+    let mut env = Env::start().await.expect("sim");
+    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
+    let out = env
+        .kubectl(&["apply", "-k", &overlay.to_string_lossy()])
+        .expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+    env.start_webhook(&[]).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("ready");
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let mut c =
+        start_controller(&env, "controller", port, &["--cleanup-on-shutdown"]).expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    wait_configuration(&env, Duration::from_secs(15), |cfg| cfg.is_some())
+        .await
+        .expect("installed");
+
+    for args in [
+        vec![
+            "delete",
+            "deployment",
+            "holdfast-webhook",
+            "-n",
+            "holdfast-system",
+        ],
+        vec![
+            "delete",
+            "deployment",
+            "holdfast-controller",
+            "-n",
+            "holdfast-system",
+        ],
+        vec![
+            "delete",
+            "service",
+            "holdfast-webhook",
+            "-n",
+            "holdfast-system",
+        ],
+        vec!["delete", "crd", "dependencyrules.holdfast.dev"],
+        vec!["delete", "clusterrole", "holdfast-webhook"],
+        vec!["delete", "namespace", "holdfast-system"],
+    ] {
+        let out = env
+            .kubectl_until(&args, 15, |o| o.code != 0)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?} was not refused: {e}"));
+        assert!(
+            out.stderr
+                .contains("is protected by label holdfast.dev/protected=Always"),
+            "{args:?}: {out:?}"
+        );
+    }
+    // The configuration itself is never sent to webhooks: it is kept by recreation.
+    env.kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
+        .expect("kubectl")
+        .ok()
+        .expect("deleted");
+    wait_configuration(&env, Duration::from_secs(5), |cfg| cfg.is_some())
+        .await
+        .expect("recreated");
+    // A graceful stop with --cleanup-on-shutdown removes it all the same.
+    c.terminate(20).await.expect("stopped");
+    wait_configuration(&env, Duration::from_secs(10), |cfg| cfg.is_none())
+        .await
+        .expect("removed on shutdown");
+}
