@@ -1264,7 +1264,18 @@ pub async fn create(
         obj["metadata"]["annotations"]["kcp.io/cluster"] = json!(cluster);
     }
     prepare_create(state, info, cluster, &mut obj)?;
-    apply_schema(info, &t.version, &name, &mut obj, None)?;
+    apply_schema(
+        ctx,
+        info,
+        &t.version,
+        &name,
+        &mut obj,
+        None,
+        query
+            .get("fieldValidation")
+            .map(String::as_str)
+            .unwrap_or(""),
+    )?;
     validate_meta(info, &name, &obj)?;
     let opts = options("CreateOptions", query);
     admission::validate(
@@ -1433,13 +1444,16 @@ fn validate_meta(info: &ResourceInfo, name: &str, obj: &Value) -> ApiResult<()> 
     }
 }
 
-/// Pruning, defaulting and validation of custom resources against their schema.
+/// Pruning, defaulting and validation of custom resources against their schema, with
+/// `fieldValidation` (Strict: unknown fields are an error; Warn: a warning each).
 fn apply_schema(
+    ctx: &Ctx,
     info: &ResourceInfo,
     version: &str,
     name: &str,
     obj: &mut Value,
     old: Option<&Value>,
+    field_validation: &str,
 ) -> ApiResult<()> {
     if info.builtin {
         return Ok(());
@@ -1447,7 +1461,28 @@ fn apply_schema(
     let Some((_, schema)) = info.schemas.iter().find(|(v, _)| v == version) else {
         return Ok(());
     };
-    let causes = crate::schema::process(obj, old, schema);
+    let (causes, removed) = crate::schema::process(obj, old, schema);
+    if !removed.is_empty() {
+        match field_validation {
+            "Strict" => {
+                let list: Vec<String> = removed
+                    .iter()
+                    .map(|p| format!("unknown field \"{p}\""))
+                    .collect();
+                return Err(ApiError::bad_request(format!(
+                    "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+                    list.join(", "),
+                    kind = info.kind
+                )));
+            }
+            "Warn" => {
+                for p in &removed {
+                    ctx.warn(format!("unknown field \"{p}\""));
+                }
+            }
+            _ => {}
+        }
+    }
     if causes.is_empty() {
         Ok(())
     } else {
@@ -1802,7 +1837,18 @@ pub async fn update(
             admission::default_config(&mut new);
         }
         kcp::prepare_update(state, info, cluster, &old, &mut new)?;
-        apply_schema(info, &t.version, &name, &mut new, Some(&old_typed))?;
+        apply_schema(
+            ctx,
+            info,
+            &t.version,
+            &name,
+            &mut new,
+            Some(&old_typed),
+            query
+                .get("fieldValidation")
+                .map(String::as_str)
+                .unwrap_or(""),
+        )?;
         validate_meta(info, &name, &new)?;
         if info.group.is_empty()
             && (info.resource == "configmaps" || info.resource == "secrets")

@@ -33,8 +33,9 @@ fn short(v: &Value) -> String {
     }
 }
 
-/// Prunes unknown fields and drops nulls of non-nullable fields (recursively).
-pub fn prune(v: &mut Value, s: &Value, root: bool) {
+/// Prunes unknown fields and drops nulls of non-nullable fields (recursively); the
+/// paths of pruned unknown fields are appended to `removed`.
+pub fn prune(v: &mut Value, s: &Value, root: bool, path: &str, removed: &mut Vec<String>) {
     match v {
         Value::Object(m) => {
             if let Some(props) = s["properties"].as_object() {
@@ -51,31 +52,33 @@ pub fn prune(v: &mut Value, s: &Value, root: bool) {
                             {
                                 m.remove(&k);
                             } else if let Some(x) = m.get_mut(&k) {
-                                prune(x, ps, false);
+                                prune(x, ps, false, &join(path, &k), removed);
                             }
                         }
                         None if !keep_unknown => {
                             m.remove(&k);
+                            removed.push(join(path, &k));
                         }
                         None => {}
                     }
                 }
             } else if s["additionalProperties"].is_object() {
                 let ap = &s["additionalProperties"];
-                for (_, x) in m.iter_mut() {
-                    prune(x, ap, false);
+                for (k, x) in m.iter_mut() {
+                    prune(x, ap, false, &join(path, k), removed);
                 }
             } else if !preserve(s)
                 && !root
                 && s["type"].as_str() == Some("object")
                 && s["x-kubernetes-embedded-resource"].as_bool() != Some(true)
             {
+                removed.extend(m.keys().map(|k| join(path, k)));
                 m.clear();
             }
         }
         Value::Array(a) if s["items"].is_object() => {
-            for x in a.iter_mut() {
-                prune(x, &s["items"], false);
+            for (i, x) in a.iter_mut().enumerate() {
+                prune(x, &s["items"], false, &format!("{path}[{i}]"), removed);
             }
         }
         _ => {}
@@ -378,8 +381,10 @@ pub fn validate(
 }
 
 /// Prunes, defaults and validates a custom resource against its version schema.
-pub fn process(obj: &mut Value, old: Option<&Value>, schema: &Value) -> Vec<Cause> {
-    prune(obj, schema, true);
+/// Prunes, defaults and validates; returns (validation causes, pruned unknown fields).
+pub fn process(obj: &mut Value, old: Option<&Value>, schema: &Value) -> (Vec<Cause>, Vec<String>) {
+    let mut removed = vec![];
+    prune(obj, schema, true, "", &mut removed);
     default(obj, schema);
     let mut causes = vec![];
     let mut body = obj.clone();
@@ -398,7 +403,7 @@ pub fn process(obj: &mut Value, old: Option<&Value>, schema: &Value) -> Vec<Caus
         p.remove("kind");
     }
     validate(&body, old_body.as_ref(), &s, "", true, &mut causes);
-    causes
+    (causes, removed)
 }
 
 /// Escapes used by Kubernetes CEL for property names that are not CEL identifiers.
@@ -455,13 +460,13 @@ mod tests {
                     "properties": {"group": {"type": "string", "default": ""}, "namespace": {"type": "string"}, "resource": {"type": "string", "pattern": "^[a-z]+$"}},
                     "x-kubernetes-validations": [{"rule": "!has(self.__namespace__) || self.resource != 'namespaces'", "message": "no namespace for namespaces", "fieldPath": ".namespace"}]}}}}}});
         let mut o = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"}, "spec": {"resources": [{"resource": "pods", "junk": 1}], "junk": true}});
-        assert!(process(&mut o, None, &schema).is_empty());
+        assert!(process(&mut o, None, &schema).0.is_empty());
         assert_eq!(
             o["spec"],
             json!({"enforcement": "Enforce", "resources": [{"group": "", "resource": "pods"}]})
         );
         let mut bad = json!({"spec": {"enforcement": "Nope", "resources": [{"resource": "namespaces", "namespace": "x"}, {"resource": "Bad"}]}});
-        let causes = process(&mut bad, None, &schema);
+        let causes = process(&mut bad, None, &schema).0;
         let msgs: Vec<String> = causes.iter().map(|(f, _, m)| format!("{f}: {m}")).collect();
         assert_eq!(
             msgs,
@@ -472,7 +477,7 @@ mod tests {
             ]
         );
         let mut missing = json!({"spec": {}});
-        let causes = process(&mut missing, None, &schema);
+        let causes = process(&mut missing, None, &schema).0;
         assert_eq!(causes[0].0, "spec.resources");
         assert_eq!(causes[0].2, "Required value");
     }

@@ -337,7 +337,15 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
         "{out:?}"
     );
     let good = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: db\nspec:\n  unknownField: x\n  resources:\n  - {version: v1, resource: configmaps, namespace: shop, names: [db]}\n";
+    // kubectl validates strictly on the server by default: unknown fields are refused...
     let out = k.run_stdin(&["apply", "-f", "-"], Some(good));
+    assert_eq!(
+        out.stderr,
+        "Error from server (BadRequest): error when creating \"STDIN\": ResourceProtection in version \"v1alpha1\" cannot be handled as a ResourceProtection: strict decoding error: unknown field \"spec.unknownField\"\n",
+        "{out:?}"
+    );
+    // ...and pruned without validation.
+    let out = k.run_stdin(&["apply", "--validate=false", "-f", "-"], Some(good));
     assert_eq!(
         out.stdout, "resourceprotection.holdfast.dev/db created\n",
         "{out:?}"
