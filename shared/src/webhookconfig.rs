@@ -477,9 +477,15 @@ pub fn desired_configuration_for(
             all_resources("UPDATE"),
         );
         h.rules = Some(merged_rules("UPDATE", &needs.strict));
+        // Break-glass markers added, or labels changed (a strict ResourceProtection's
+        // label selector must not be escaped by relabelling the object).
         h.match_conditions = Some(vec![MatchCondition {
-            name: "break-glass-marker-added".to_string(),
-            expression: break_glass_condition(),
+            name: "break-glass-marker-added-or-labels-changed".to_string(),
+            expression: format!(
+                "{} || (oldObject != null && has(oldObject.metadata.labels) \
+                 && (!has(object.metadata.labels) || object.metadata.labels != oldObject.metadata.labels))",
+                break_glass_condition()
+            ),
         }]);
         hooks.push(h);
     }

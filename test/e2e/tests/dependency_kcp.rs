@@ -122,6 +122,63 @@ async fn seed_story(mode: &str) {
     assert_eq!(out.code, 0, "{out:?}");
     let out = kcp.kubectl("root:consumer", &["delete", "vpc", "disk-vpc"]);
     assert_eq!(out.code, 0, "break-glass: {out:?}");
+    // The webhook restarted with the API server out of its reach: "not ready, retry
+    // later", never an allow; restarted normally, it decides correctly again.
+    let port = kcp.env.webhook.as_ref().map(|w| w.port).expect("port");
+    kcp.env.webhook = None;
+    let unreachable = kcp.env.dir.path().join("unreachable.kubeconfig");
+    std::fs::write(
+        &unreachable,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1/clusters/root:holdfast\n\
+         contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\ncurrent-context: gone\n\
+         users:\n- name: u\n  user:\n    token: nope\n",
+    )
+    .expect("kubeconfig");
+    let unreachable = unreachable.to_string_lossy().into_owned();
+    kcp.env
+        .start_webhook_on(
+            port,
+            &[
+                "--topology",
+                "kcp",
+                "--kubeconfig",
+                &unreachable,
+                "--dependents",
+                mode,
+            ],
+        )
+        .await
+        .expect("restarted");
+    let out = kcp.kubectl(
+        "root:consumer",
+        &["delete", "vpc", "my-vpc", "--dry-run=server"],
+    );
+    assert!(
+        refused(&out, "holdfast: not ready yet, retry later"),
+        "{out:?}"
+    );
+    kcp.env.webhook = None;
+    kcp.env
+        .start_webhook_on(
+            port,
+            &[
+                "--topology",
+                "kcp",
+                "--kubeconfig",
+                &kubeconfig,
+                "--dependents",
+                mode,
+            ],
+        )
+        .await
+        .expect("restarted");
+    kcp.env.wait_webhook_ready().await.expect("ready again");
+    until(
+        &kcp,
+        &["delete", "vpc", "my-vpc", "--dry-run=server"],
+        |o| refused(o, "still referenced by VirtualMachine default/my-vm"),
+    )
+    .await;
     // Delete the VMs, then the VPC goes.
     let out = kcp.kubectl(
         "root:consumer",

@@ -810,3 +810,150 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn strict_resource_protection_guards_its_selector() {
+    let (env, _c) = full_stack().await;
+    env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
+        .expect("kubectl")
+        .ok()
+        .expect("cm");
+    env.kubectl(&["label", "configmap", "db", "tier=data"])
+        .expect("kubectl")
+        .ok()
+        .expect("label");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: data-tier}\n\
+         spec:\n  strict: true\n  resources:\n  - {group: \"\", version: v1, resource: configmaps, namespace: default, labelSelector: {matchLabels: {tier: data}}}\n",
+    )
+    .expect("protection");
+    covered(&env, "", "configmaps").await;
+    let out = env
+        .kubectl_until(
+            &["delete", "configmap", "db", "--dry-run=server"],
+            15,
+            |o| o.code != 0,
+        )
+        .await
+        .expect("refused");
+    assert!(
+        refused(
+            &out,
+            "ResourceProtection/data-tier (selects configmaps in namespace default matching its label selector)"
+        ),
+        "{out:?}"
+    );
+    // Relabelling it out of the selector is refused under strict...
+    let out = env
+        .kubectl_until(&["label", "configmap", "db", "tier-"], 15, |o| o.code != 0)
+        .await
+        .expect("relabel refused");
+    assert!(refused(&out, "would no longer select it"), "{out:?}");
+    let out = env
+        .kubectl(&["label", "--overwrite", "configmap", "db", "tier=web"])
+        .expect("kubectl");
+    assert!(refused(&out, "would no longer select it"), "{out:?}");
+    // ...other label changes pass...
+    env.kubectl(&["label", "configmap", "db", "team=shop"])
+        .expect("kubectl")
+        .ok()
+        .expect("unrelated label");
+    // ...and with the exemption stored first, it can leave the selector.
+    env.kubectl(&[
+        "label",
+        "configmap",
+        "db",
+        "holdfast.dev/strict-exempt=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("exempt");
+    env.kubectl(&["label", "configmap", "db", "tier-"])
+        .expect("kubectl")
+        .ok()
+        .expect("relabelled");
+    let out = env
+        .kubectl(&["delete", "configmap", "db"])
+        .expect("kubectl");
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn anchor_is_the_topmost_composite() {
+    use holdfast_e2e::fixtures::{crd, documents};
+    let (env, _c) = full_stack().await;
+    // A Keycloak composite (topmost) owns a nested PostgreSQL composite; its backend
+    // objects carry the topmost composite's name.
+    env.apply(&documents(&[
+        crd(
+            "vshn.appcat.vshn.io",
+            "xvshnkeycloaks",
+            "XVSHNKeycloak",
+            false,
+        ),
+        crd(
+            "vshn.appcat.vshn.io",
+            "xvshnpostgresqls",
+            "XVSHNPostgreSQL",
+            false,
+        ),
+    ]))
+    .expect("crds");
+    env.kubectl_until(&["get", "xvshnkeycloaks"], 10, |o| o.code == 0)
+        .await
+        .expect("served");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: keycloak}\nspec:\n  \
+         anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnkeycloaks}\n  \
+         anchorLabels: {name: appcat.vshn.io/composite-name}\n  \
+         toggle: {fieldPath: .spec.parameters.backup.deletionProtection, default: true}\n  protects:\n  \
+         - {group: \"\", version: v1, resource: namespaces}\n  \
+         - {group: \"\", version: v1, resource: persistentvolumeclaims, inheritFromNamespace: true}\n",
+    )
+    .expect("rule");
+    env.apply("apiVersion: vshn.appcat.vshn.io/v1\nkind: XVSHNKeycloak\nmetadata: {name: kc-1}\nspec: {}\n").expect("top");
+    env.apply("apiVersion: vshn.appcat.vshn.io/v1\nkind: XVSHNPostgreSQL\nmetadata: {name: kc-1-pg, labels: {appcat.vshn.io/composite-name: kc-1}}\nspec: {}\n").expect("nested");
+    env.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: vshn-postgresql-kc-1-pg, labels: {appcat.vshn.io/composite-name: kc-1}}\n").expect("ns");
+    env.apply("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: vshn-postgresql-kc-1-pg}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n").expect("pvc");
+    covered(&env, "", "persistentvolumeclaims").await;
+    let pvc = [
+        "delete",
+        "pvc",
+        "data",
+        "-n",
+        "vshn-postgresql-kc-1-pg",
+        "--dry-run=server",
+    ];
+    let out = env
+        .kubectl_until(&pvc, 15, |o| o.code != 0)
+        .await
+        .expect("refused");
+    assert!(
+        refused(
+            &out,
+            "its anchor xvshnkeycloaks.vshn.appcat.vshn.io kc-1 exists"
+        ),
+        "{out:?}"
+    );
+    // Deleting the nested composite does not lift the protection: the anchor is the top.
+    env.kubectl(&["delete", "xvshnpostgresql", "kc-1-pg"])
+        .expect("kubectl")
+        .ok()
+        .expect("nested deleted");
+    let out = env.kubectl(&pvc).expect("kubectl");
+    assert!(
+        refused(
+            &out,
+            "its anchor xvshnkeycloaks.vshn.appcat.vshn.io kc-1 exists"
+        ),
+        "{out:?}"
+    );
+    // Deleting the topmost composite does.
+    env.kubectl(&["delete", "xvshnkeycloak", "kc-1"])
+        .expect("kubectl")
+        .ok()
+        .expect("top deleted");
+    env.kubectl_until(&pvc, 10, |o| o.code == 0)
+        .await
+        .expect("deletable once the top is gone");
+}
