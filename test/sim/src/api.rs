@@ -1187,6 +1187,17 @@ pub async fn create(
         )));
     }
     check_shape(info, &obj)?;
+    builtin_field_validation(
+        ctx,
+        info,
+        &t.version,
+        &mut obj,
+        None,
+        query
+            .get("fieldValidation")
+            .map(String::as_str)
+            .unwrap_or(""),
+    )?;
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
     }
@@ -1442,6 +1453,49 @@ fn validate_meta(info: &ResourceInfo, name: &str, obj: &Value) -> ApiResult<()> 
     } else {
         Err(ApiError::invalid(info, name, causes))
     }
+}
+
+/// `fieldValidation` for built-in kinds: unknown fields (not already stored in `old`).
+fn builtin_field_validation(
+    ctx: &Ctx,
+    info: &ResourceInfo,
+    version: &str,
+    obj: &mut Value,
+    old: Option<&Value>,
+    field_validation: &str,
+) -> ApiResult<()> {
+    if !info.builtin {
+        return Ok(());
+    }
+    if !(field_validation == "Strict" || field_validation == "Warn") {
+        crate::builtin_schema::prune_unknown(&info.group, &info.resource, obj);
+        return Ok(());
+    }
+    let mut unknown = crate::builtin_schema::unknown_fields(&info.group, &info.resource, obj);
+    if let Some(o) = old {
+        let before = crate::builtin_schema::unknown_fields(&info.group, &info.resource, o);
+        unknown.retain(|u| !before.contains(u));
+    }
+    if unknown.is_empty() {
+        crate::builtin_schema::prune_unknown(&info.group, &info.resource, obj);
+        return Ok(());
+    }
+    if field_validation == "Warn" {
+        for u in &unknown {
+            ctx.warn(format!("unknown field \"{u}\""));
+        }
+        crate::builtin_schema::prune_unknown(&info.group, &info.resource, obj);
+        return Ok(());
+    }
+    let list: Vec<String> = unknown
+        .iter()
+        .map(|p| format!("unknown field \"{p}\""))
+        .collect();
+    Err(ApiError::bad_request(format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+        list.join(", "),
+        kind = info.kind
+    )))
 }
 
 /// Pruning, defaulting and validation of custom resources against their schema, with
@@ -1700,6 +1754,17 @@ pub async fn update(
             Mutation::Func(f) => f(&mut new),
         }
         check_shape(info, &new)?;
+        builtin_field_validation(
+            ctx,
+            info,
+            &t.version,
+            &mut new,
+            Some(&old_typed),
+            query
+                .get("fieldValidation")
+                .map(String::as_str)
+                .unwrap_or(""),
+        )?;
         if let Some(uid) = new["metadata"]["uid"].as_str()
             && !uid.is_empty()
             && uid != meta(&old, "uid")

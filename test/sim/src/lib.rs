@@ -13,6 +13,7 @@
 
 mod admission;
 mod api;
+mod builtin_schema;
 mod cel;
 mod controllers;
 mod defaults;

@@ -268,6 +268,26 @@ async fn kubectl_apply_get_label_delete() {
         "jsonpath={.items[0].metadata.generation}",
     ]);
     assert_eq!(out.stdout, "1", "{out:?}");
+    // Strict server-side field validation of built-in kinds (kubectl's default).
+    let typo = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\n  namespace: shop\n  lables: {a: b}\ndata: {k: v}\n";
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(typo));
+    assert_eq!(
+        out.stderr,
+        "Error from server (BadRequest): error when creating \"STDIN\": ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"metadata.lables\"\n",
+        "{out:?}"
+    );
+    let out = k.run_stdin(&["apply", "--validate=warn", "-f", "-"], Some(typo));
+    assert_eq!(
+        out.stderr, "Warning: unknown field \"metadata.lables\"\n",
+        "{out:?}"
+    );
+    let out = k.run(&["get", "cm", "typo", "-n", "shop", "-o", "json"]);
+    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    assert!(
+        v["metadata"].get("lables").is_none(),
+        "unknown fields are dropped: {out:?}"
+    );
+    assert_eq!(v["data"]["k"], "v");
     let out = k.run(&[
         "rollout",
         "status",
@@ -281,7 +301,10 @@ async fn kubectl_apply_get_label_delete() {
         "{out:?}"
     );
     let out = k.run(&["get", "svc", "kubernetes", "-n", "default"]);
-    assert!(out.stdout.starts_with("NAME         TYPE        CLUSTER-IP   EXTERNAL-IP   PORT(S)   AGE\nkubernetes   ClusterIP   10.96.0.1    <none>        443/TCP   "), "{out:?}");
+    assert!(
+        out.stdout.starts_with("NAME         TYPE        CLUSTER-IP   EXTERNAL-IP   PORT(S)   AGE\nkubernetes   ClusterIP   10.96.0.1    <none>        443/TCP   "),
+        "{out:?}"
+    );
     let out = k.run(&["scale", "deploy", "db", "-n", "shop", "--replicas=3"]);
     assert_eq!(out.stdout, "deployment.apps/db scaled\n", "{out:?}");
     let out = k.run(&[

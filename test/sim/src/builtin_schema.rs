@@ -1,0 +1,238 @@
+//! Known fields of built-in kinds (from k8s-openapi's schemas), for kube-apiserver's
+//! strict field validation (`fieldValidation=Strict`, kubectl's default): unknown
+//! fields in typed objects are a 400 "strict decoding error".
+
+use k8s_openapi::api::{
+    admissionregistration::v1 as admreg, apps::v1 as apps, batch::v1 as batch,
+    coordination::v1 as coord, core::v1 as core, events::v1 as events, networking::v1 as net,
+    policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as sched,
+};
+use k8s_openapi::schemars::{JsonSchema, generate::SchemaSettings};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+fn gen_schema<T: JsonSchema>() -> Value {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.inline_subschemas = true;
+    settings
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value()
+}
+
+type Table = HashMap<(&'static str, &'static str), Value>;
+
+fn table() -> &'static Table {
+    static T: OnceLock<Table> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut t: Table = HashMap::new();
+        t.insert(("", "configmaps"), gen_schema::<core::ConfigMap>());
+        t.insert(("", "secrets"), gen_schema::<core::Secret>());
+        t.insert(("", "namespaces"), gen_schema::<core::Namespace>());
+        t.insert(
+            ("", "serviceaccounts"),
+            gen_schema::<core::ServiceAccount>(),
+        );
+        t.insert(("", "services"), gen_schema::<core::Service>());
+        t.insert(("", "pods"), gen_schema::<core::Pod>());
+        t.insert(
+            ("", "persistentvolumeclaims"),
+            gen_schema::<core::PersistentVolumeClaim>(),
+        );
+        t.insert(("", "events"), gen_schema::<core::Event>());
+        t.insert(("events.k8s.io", "events"), gen_schema::<events::Event>());
+        t.insert(("apps", "deployments"), gen_schema::<apps::Deployment>());
+        t.insert(("apps", "statefulsets"), gen_schema::<apps::StatefulSet>());
+        t.insert(("apps", "daemonsets"), gen_schema::<apps::DaemonSet>());
+        t.insert(("apps", "replicasets"), gen_schema::<apps::ReplicaSet>());
+        t.insert(("batch", "jobs"), gen_schema::<batch::Job>());
+        t.insert(("batch", "cronjobs"), gen_schema::<batch::CronJob>());
+        t.insert(
+            ("rbac.authorization.k8s.io", "roles"),
+            gen_schema::<rbac::Role>(),
+        );
+        t.insert(
+            ("rbac.authorization.k8s.io", "rolebindings"),
+            gen_schema::<rbac::RoleBinding>(),
+        );
+        t.insert(
+            ("rbac.authorization.k8s.io", "clusterroles"),
+            gen_schema::<rbac::ClusterRole>(),
+        );
+        t.insert(
+            ("rbac.authorization.k8s.io", "clusterrolebindings"),
+            gen_schema::<rbac::ClusterRoleBinding>(),
+        );
+        t.insert(
+            (
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+            ),
+            gen_schema::<admreg::ValidatingWebhookConfiguration>(),
+        );
+        t.insert(
+            (
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicies",
+            ),
+            gen_schema::<admreg::ValidatingAdmissionPolicy>(),
+        );
+        t.insert(
+            (
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicybindings",
+            ),
+            gen_schema::<admreg::ValidatingAdmissionPolicyBinding>(),
+        );
+        t.insert(
+            ("coordination.k8s.io", "leases"),
+            gen_schema::<coord::Lease>(),
+        );
+        t.insert(
+            ("networking.k8s.io", "networkpolicies"),
+            gen_schema::<net::NetworkPolicy>(),
+        );
+        t.insert(
+            ("networking.k8s.io", "ingresses"),
+            gen_schema::<net::Ingress>(),
+        );
+        t.insert(
+            ("policy", "poddisruptionbudgets"),
+            gen_schema::<policy::PodDisruptionBudget>(),
+        );
+        t.insert(
+            ("scheduling.k8s.io", "priorityclasses"),
+            gen_schema::<sched::PriorityClass>(),
+        );
+        t
+    })
+}
+
+fn resolve<'a>(root: &'a Value, s: &'a Value) -> &'a Value {
+    let mut cur = s;
+    for _ in 0..8 {
+        let Some(r) = cur.get("$ref").and_then(|r| r.as_str()) else {
+            return cur;
+        };
+        let Some(ptr) = r.strip_prefix('#') else {
+            return cur;
+        };
+        match root.pointer(ptr) {
+            Some(next) => cur = next,
+            None => return cur,
+        }
+    }
+    cur
+}
+
+fn walk(root: &Value, v: &Value, s: &Value, path: &str, out: &mut Vec<String>) {
+    let s = resolve(root, s);
+    match v {
+        Value::Object(m) => {
+            if let Some(props) = s.get("properties").and_then(|p| p.as_object()) {
+                if s.get("additionalProperties")
+                    .is_some_and(|a| a.is_object() || a == true)
+                {
+                    return;
+                }
+                for (k, x) in m {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    match props.get(k) {
+                        Some(ps) => walk(root, x, ps, &p, out),
+                        None => out.push(p),
+                    }
+                }
+            } else if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
+                for (k, x) in m {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(root, x, ap, &p, out);
+                }
+            }
+        }
+        Value::Array(a) => {
+            if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+                for (i, x) in a.iter().enumerate() {
+                    walk(root, x, items, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn prune_walk(root: &Value, v: &mut Value, s: &Value) {
+    let s = resolve(root, s);
+    match v {
+        Value::Object(m) => {
+            if let Some(props) = s.get("properties").and_then(|p| p.as_object()) {
+                if s.get("additionalProperties")
+                    .is_some_and(|a| a.is_object() || a == true)
+                {
+                    return;
+                }
+                m.retain(|k, _| props.contains_key(k));
+                for (k, x) in m.iter_mut() {
+                    if let Some(ps) = props.get(k) {
+                        prune_walk(root, x, ps);
+                    }
+                }
+            } else if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
+                for (_, x) in m.iter_mut() {
+                    prune_walk(root, x, ap);
+                }
+            }
+        }
+        Value::Array(a) => {
+            if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+                for x in a.iter_mut() {
+                    prune_walk(root, x, items);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Drops unknown fields, as decoding into the Go types does.
+pub fn prune_unknown(group: &str, resource: &str, obj: &mut Value) {
+    if let Some(schema) = table().get(&(group, resource)) {
+        prune_walk(schema, obj, schema);
+    }
+}
+
+/// Unknown fields of a built-in object (empty for kinds without a known schema).
+pub fn unknown_fields(group: &str, resource: &str, obj: &Value) -> Vec<String> {
+    let Some(schema) = table().get(&(group, resource)) else {
+        return vec![];
+    };
+    let mut out = vec![];
+    walk(schema, obj, schema, "", &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn finds_unknown_fields() {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "labelz": {}},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c", "imagee": "x", "ports": [{"containerPort": 80}]}]}}}});
+        assert_eq!(
+            unknown_fields("apps", "deployments", &d),
+            ["metadata.labelz", "spec.template.spec.containers[0].imagee"]
+        );
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": {"a": "b"}}, "data": {"k": "v"}});
+        assert!(unknown_fields("", "configmaps", &cm).is_empty());
+    }
+}
