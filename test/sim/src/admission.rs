@@ -174,7 +174,7 @@ fn convert(o: Option<&Value>, info: &ResourceInfo, version: &str) -> Value {
     }
 }
 
-fn build_request(ctx: &Ctx, a: &Attrs, version: &str) -> Value {
+pub fn build_request(ctx: &Ctx, a: &Attrs, version: &str) -> Value {
     let info = a.info;
     let (kind_g, kind_v, kind_k) = if a.sub.is_empty() || a.sub == "status" {
         (info.group.as_str(), version, info.kind.as_str())
@@ -242,8 +242,7 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
         return Ok(());
     }
     // The ValidatingAdmissionPolicy plugin runs before the webhooks.
-    let vap_request = build_request(ctx, &a, a.version);
-    crate::vap::validate(state, ctx, &a, &vap_request)?;
+    crate::vap::validate(state, ctx, &a)?;
     let mut configs: Vec<Arc<Value>> = state.store.list(&vwc_gr(), Some(a.cluster), None).0;
     if !a.cluster.is_empty() {
         configs.extend(kcp::export_webhook_configs(state, a.cluster, a.info));

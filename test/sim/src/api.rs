@@ -1329,7 +1329,10 @@ fn qualified_name_errors(key: &str) -> Option<String> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    let name_re = regex::Regex::new(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$").ok()?;
+    static NAME_RE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let name_re = NAME_RE
+        .get_or_init(|| regex::Regex::new(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$").ok())
+        .as_ref()?;
     if name.is_empty() {
         return Some("name part must be non-empty".into());
     }
@@ -1350,7 +1353,10 @@ fn qualified_name_errors(key: &str) -> Option<String> {
 /// ObjectMeta validation of labels and annotations.
 fn validate_meta(info: &ResourceInfo, name: &str, obj: &Value) -> ApiResult<()> {
     let mut causes = vec![];
-    let value_re = regex::Regex::new(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$").ok();
+    static VALUE_RE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let value_re = VALUE_RE
+        .get_or_init(|| regex::Regex::new(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$").ok())
+        .as_ref();
     if let Some(labels) = obj["metadata"]["labels"].as_object() {
         for (k, v) in labels {
             if let Some(e) = qualified_name_errors(k) {

@@ -745,9 +745,9 @@ impl Env<'_> {
                 _ => Err(no_overload("int")),
             },
             ("matches", 2) => match (s(0), s(1)) {
-                (Some(a), Some(re)) => regex::Regex::new(&re)
+                (Some(a), Some(re)) => crate::schema::cached_regex(&re)
                     .map(|r| json!(r.is_match(&a)))
-                    .map_err(|e| CelError(format!("invalid regex: {e}"))),
+                    .ok_or_else(|| CelError(format!("invalid regex: {re}"))),
                 _ => Err(no_overload(name)),
             },
             ("trim", 1) => s(0)

@@ -33,6 +33,21 @@ fn short(v: &Value) -> String {
     }
 }
 
+/// Compiled `pattern`s, cached (schemas are validated on every write).
+pub fn cached_regex(p: &str) -> Option<regex::Regex> {
+    static CACHE: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, Option<regex::Regex>>>,
+    > = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut m = cache.lock().ok()?;
+    if m.len() > 1024 {
+        m.clear();
+    }
+    m.entry(p.to_string())
+        .or_insert_with(|| regex::Regex::new(p).ok())
+        .clone()
+}
+
 /// Prunes unknown fields and drops nulls of non-nullable fields (recursively); the
 /// paths of pruned unknown fields are appended to `removed`.
 pub fn prune(v: &mut Value, s: &Value, root: bool, path: &str, removed: &mut Vec<String>) {
@@ -178,7 +193,7 @@ pub fn validate(
     match v {
         Value::String(st) => {
             if let Some(p) = s["pattern"].as_str()
-                && let Ok(re) = regex::Regex::new(p)
+                && let Some(re) = cached_regex(p)
                 && !re.is_match(st)
             {
                 out.push((

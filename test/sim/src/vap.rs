@@ -126,7 +126,7 @@ fn params_for(
 }
 
 /// Evaluates every ValidatingAdmissionPolicyBinding that applies to the request.
-pub fn validate(state: &State, ctx: &Ctx, a: &Attrs, request: &Value) -> ApiResult<()> {
+pub fn validate(state: &State, ctx: &Ctx, a: &Attrs) -> ApiResult<()> {
     let mut bindings = state
         .store
         .list(
@@ -138,6 +138,7 @@ pub fn validate(state: &State, ctx: &Ctx, a: &Attrs, request: &Value) -> ApiResu
     if bindings.is_empty() {
         return Ok(());
     }
+    let request = &crate::admission::build_request(ctx, a, a.version);
     bindings.sort_by(|x, y| {
         x["metadata"]["name"]
             .as_str()
