@@ -691,6 +691,12 @@ fn builtin_columns(info: &ResourceInfo) -> Vec<(&'static str, Cell)> {
                 json!(o["webhooks"].as_array().map(|a| a.len()).unwrap_or(0))
             })]
         }
+        ("tenancy.kcp.io", "workspaces") => vec![
+            ("Type", |o| o["spec"]["type"]["name"].clone()),
+            ("Region", |o| o["metadata"]["labels"]["region"].clone()),
+            ("Phase", |o| o["status"]["phase"].clone()),
+            ("URL", |o| o["spec"]["URL"].clone()),
+        ],
         ("coordination.k8s.io", "leases") => {
             vec![("Holder", |o| o["spec"]["holderIdentity"].clone())]
         }
