@@ -246,10 +246,19 @@ impl SimHandle {
         kcp::resolve_path(&self.state, path)
     }
 
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.state.shutdown_tx.send(true);
         self.join.abort();
-        let _ = self.join.await;
+        let join = std::mem::replace(&mut self.join, tokio::spawn(async {}));
+        let _ = join.await;
+    }
+}
+
+impl Drop for SimHandle {
+    /// Stops serving (watches end, background controllers stop) when dropped.
+    fn drop(&mut self) {
+        let _ = self.state.shutdown_tx.send(true);
+        self.join.abort();
     }
 }
 
