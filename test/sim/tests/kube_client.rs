@@ -1367,3 +1367,56 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
     assert_eq!(s.code, 422);
     sim.shutdown().await;
 }
+
+/// Objects entering / leaving a watch's label selector appear as ADDED / DELETED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_selector_transitions() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let rv = sim.resource_version();
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "t"}})).expect("cm"),
+    )
+    .await
+    .expect("create");
+    api.patch(
+        "t",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"a": "1"}}})),
+    )
+    .await
+    .expect("label");
+    api.patch(
+        "t",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"x": "y"}})),
+    )
+    .await
+    .expect("change");
+    api.patch(
+        "t",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": null}})),
+    )
+    .await
+    .expect("unlabel");
+    api.delete("t", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let req = http::Request::get(format!(
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}&timeoutSeconds=1&labelSelector=a%3D1"
+    ))
+    .body(Vec::new())
+    .expect("request");
+    let text = client.request_text(req).await.expect("watch");
+    let types: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| e["type"].as_str().map(str::to_string))
+        .filter(|t| t != "BOOKMARK")
+        .collect();
+    assert_eq!(types, ["ADDED", "MODIFIED", "DELETED"], "{text}");
+    sim.shutdown().await;
+}
