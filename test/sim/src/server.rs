@@ -351,8 +351,24 @@ async fn handle_inner(state: Arc<State>, req: Request<Incoming>) -> Response<Bod
     };
     let method = req.method().clone();
     let headers = req.headers().clone();
-    let body = match req.into_body().collect().await {
+    // kube-apiserver refuses bodies over 3 MiB (etcd's request limit).
+    const LIMIT: usize = 3 * 1024 * 1024;
+    let body = match http_body_util::Limited::new(req.into_body(), LIMIT)
+        .collect()
+        .await
+    {
         Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return error_response(
+                &ApiError::new(
+                    413,
+                    "RequestEntityTooLarge",
+                    format!("Request entity too large: limit is {LIMIT}"),
+                ),
+                &[],
+                pretty,
+            );
+        }
         Err(e) => {
             return error_response(&ApiError::bad_request(e.to_string()), &[], pretty);
         }

@@ -639,6 +639,18 @@ async fn bad_requests_get_statuses() {
             422,
         ),
     ];
+    let mut cases = cases;
+    let big = format!(
+        r#"{{"metadata":{{"name":"big"}},"data":{{"k":"{}"}}}}"#,
+        "x".repeat(4 * 1024 * 1024)
+    );
+    cases.push((
+        "POST",
+        "/api/v1/namespaces/default/configmaps".into(),
+        "application/json",
+        big.into_bytes(),
+        413,
+    ));
     for (method, path, ct, body, want) in cases {
         let mut b = http::Request::builder().method(method).uri(path.as_str());
         if !ct.is_empty() {
