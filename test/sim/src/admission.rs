@@ -252,7 +252,10 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
             .as_str()
             .cmp(&y["metadata"]["name"].as_str())
     });
-    for cfg in configs {
+    // Select the webhooks to call (rules, selectors, matchConditions), then call them
+    // concurrently like kube-apiserver; results are looked at in configuration order.
+    let mut calls: Vec<(String, bool, Value, Value)> = vec![];
+    for cfg in &configs {
         for wh in cfg["webhooks"].as_array().into_iter().flatten() {
             let Some(version) = rules_match(wh, &a) else {
                 continue;
@@ -305,9 +308,15 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
                     "admission webhook \"{name}\" has side effects and does not support dry run"
                 )));
             }
+            calls.push((name, fail_closed, wh.clone(), request));
+        }
+    }
+    let trace = std::env::var("HOLDFAST_SIM_TRACE").is_ok_and(|v| !v.is_empty() && v != "0");
+    let results =
+        futures::future::join_all(calls.iter().map(|(name, _, wh, request)| async move {
             let started = std::time::Instant::now();
-            let result = call_webhook(state, wh, &request).await;
-            if std::env::var("HOLDFAST_SIM_TRACE").is_ok_and(|v| !v.is_empty() && v != "0") {
+            let result = call_webhook(state, wh, request).await;
+            if trace {
                 eprintln!(
                     "holdfast-sim: webhook {name} {} {}/{} -> {} in {:?}",
                     a.op,
@@ -320,29 +329,39 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
                     started.elapsed()
                 );
             }
-            match result {
-                Ok(resp) => {
-                    for w in resp["warnings"].as_array().into_iter().flatten() {
-                        if let Some(w) = w.as_str() {
-                            ctx.warn(w.to_string());
-                        }
-                    }
-                    if resp["allowed"].as_bool() != Some(true) {
-                        return Err(denied(&name, &resp["status"]));
+            result
+        }))
+        .await;
+    let mut first_err: Option<ApiError> = None;
+    for ((name, fail_closed, _, _), result) in calls.iter().zip(results) {
+        match result {
+            Ok(resp) => {
+                for w in resp["warnings"].as_array().into_iter().flatten() {
+                    if let Some(w) = w.as_str() {
+                        ctx.warn(w.to_string());
                     }
                 }
-                Err(e) => {
-                    if fail_closed {
-                        return Err(ApiError::internal(&format!(
+                if resp["allowed"].as_bool() != Some(true) && first_err.is_none() {
+                    first_err = Some(denied(name, &resp["status"]));
+                }
+            }
+            Err(e) => {
+                if *fail_closed {
+                    if first_err.is_none() {
+                        first_err = Some(ApiError::internal(&format!(
                             "failed calling webhook \"{name}\": {e}"
                         )));
                     }
+                } else {
                     tracing::warn!("failed calling webhook {name:?} (failurePolicy Ignore): {e}");
                 }
             }
         }
     }
-    Ok(())
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// webhookerrors.ToStatusErr

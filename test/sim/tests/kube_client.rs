@@ -35,6 +35,25 @@ async fn create_ns(client: &kube::Client, name: &str) {
     )
     .await
     .expect("create namespace");
+    // Like a real cluster, kube-root-ca.crt and the default ServiceAccount appear shortly
+    // after; wait so tests see a settled namespace.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), name);
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), name);
+    for _ in 0..400 {
+        if cms
+            .get_opt("kube-root-ca.crt")
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+            && sas.get_opt("default").await.ok().flatten().is_some()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("namespace {name} did not get kube-root-ca.crt and the default ServiceAccount");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

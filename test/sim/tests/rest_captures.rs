@@ -145,6 +145,22 @@ async fn statuses_and_lists_match_real_apiserver() {
             .0,
         201
     );
+    // kube-controller-manager publishes kube-root-ca.crt asynchronously.
+    for _ in 0..200 {
+        if call(
+            &c,
+            "GET",
+            "/api/v1/namespaces/cap/configmaps/kube-root-ca.crt",
+            None,
+            None,
+        )
+        .await
+        .0 == 200
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "cap"}});
     for n in ["r1", "r2", "r3"] {
         assert_eq!(
