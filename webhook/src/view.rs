@@ -325,6 +325,40 @@ impl WebhookView {
         }
     }
 
+    /// On kcp: a client for `/clusters/*` of the dependent type's own APIExport
+    /// virtual workspace (every workspace binding that export), when the export has an
+    /// APIExportEndpointSlice of its name in the rule's workspace that holdfast may
+    /// read; `None` otherwise (the caller falls back to the front-proxy wildcard).
+    async fn dependent_export_client(&self, dep: &CompiledDependency) -> Option<Client> {
+        let export = dep.dependent_export.as_deref()?;
+        if dep.rule.cluster.is_empty() {
+            return None;
+        }
+        let client = self.cluster_client(&dep.rule.cluster).ok()?;
+        let slice_ar = ApiResource {
+            group: "apis.kcp.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "apis.kcp.io/v1alpha1".into(),
+            kind: "APIExportEndpointSlice".into(),
+            plural: "apiexportendpointslices".into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client, &slice_ar);
+        let slice = tokio::time::timeout(Duration::from_secs(5), api.get_opt(export))
+            .await
+            .ok()?
+            .ok()??;
+        let url = slice.data["status"]["endpoints"][0]["url"]
+            .as_str()?
+            .to_string();
+        let mut cfg = self.base_config.clone()?;
+        cfg.cluster_url = format!("{}/clusters/*", url.trim_end_matches('/'))
+            .parse()
+            .ok()?;
+        let client = Client::try_from(cfg).ok()?;
+        tracing::info!(resource = %dep.dependent_gr(), apiexport = export, %url, "watching dependents through the virtual workspace of their APIExport");
+        Some(client)
+    }
+
     /// On kcp: a client for `/clusters/*` of the configured server (front-proxy).
     fn wildcard_client(&self) -> Option<Client> {
         self.cluster_client("*").ok()
@@ -957,7 +991,13 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
     let Some(first) = deps.first() else { return };
     let client = match view.topology {
         Topology::Kubernetes => view.client.clone(),
-        Topology::Kcp => view.wildcard_client(),
+        Topology::Kcp => match view.dependent_export_client(first).await {
+            Some(c) => Some(c),
+            None => {
+                tracing::info!(resource = %key, "watching dependents through the front-proxy wildcard /clusters/*");
+                view.wildcard_client()
+            }
+        },
     };
     let Some(client) = client else { return };
     let ar = dependent_resource(first);

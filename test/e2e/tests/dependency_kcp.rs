@@ -64,6 +64,12 @@ async fn seed_story(mode: &str) {
     )
     .expect("controller");
     c.wait_ready(30).await.expect("controller ready");
+    // The compute provider publishes its export's endpoint: holdfast watches VMs
+    // through that virtual workspace rather than the front-proxy wildcard.
+    kcp.apply(
+        "root:compute",
+        "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExportEndpointSlice\nmetadata: {name: compute.test.io}\nspec: {export: {path: \"root:compute\", name: compute.test.io}}\n",
+    );
     kcp.apply("root:compute", &vm_rule(".spec.vpcRef.name"));
     kcp.env.wait_webhook_ready().await.expect("webhook ready");
 
@@ -85,6 +91,21 @@ async fn seed_story(mode: &str) {
         ),
         "{out:?}"
     );
+    if mode == "watch" {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !kcp
+            .env
+            .webhook_log()
+            .contains("watching dependents through the virtual workspace of their APIExport")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{}",
+                kcp.env.webhook_log()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
     // Two VMs: both named.
     kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-2, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
     until(
