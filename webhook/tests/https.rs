@@ -687,3 +687,60 @@ async fn bad_flags_fail_cleanly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid label key"));
 }
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_reviews() {
+    let p = pki("webhook");
+    let mut wh = start(&p, &["--label-only"]).await;
+    let body = review(
+        "u-drain",
+        "DELETE",
+        "Namespace",
+        "namespaces",
+        Value::Null,
+        ns("prod", json!({"holdfast.dev/protected": "true"})),
+    );
+    // A review whose body is still arriving when SIGTERM comes...
+    let mut s = tls_stream(&p.ca_pem, wh.port).await;
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.expect("headers");
+    s.write_all(&body[..10]).await.expect("first bytes");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &wh.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...is still answered.
+    s.write_all(&body[10..]).await.expect("rest of body");
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.contains("\"uid\":\"u-drain\"") && text.contains("\"allowed\":false"),
+        "{text}"
+    );
+    // New connections are refused and the process exits cleanly.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(status)) = wh.child.try_wait() {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "webhook did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        tokio::net::TcpStream::connect(("127.0.0.1", wh.port))
+            .await
+            .is_err()
+    );
+}
