@@ -493,8 +493,8 @@ async fn evaluate_single<V: ClusterView>(
         let unprotect = if cfg.strict || view.strict_for(req) {
             format!(
                 "first mark it exempt in its own update, as strict mode is on \
-                 (kubectl label {target} {STRICT_EXEMPT_LABEL}=true), then remove the label \
-                 (kubectl label {target} {key}-)",
+                 (kubectl label {target} {STRICT_EXEMPT_LABEL}=true, which takes the bypass \
+                 permission), then remove the label (kubectl label {target} {key}-)",
                 key = found.key
             )
         } else {
@@ -1040,7 +1040,8 @@ async fn evaluate_update<V: ClusterView>(
             "{MESSAGE_PREFIX} {} carries the protection {} and strict mode is on (policy: strict \
              label {}), so the label cannot be removed or changed to a value that does not \
              protect.{same_update} To unprotect it, first mark it exempt in its own update \
-             (kubectl label {target} {STRICT_EXEMPT_LABEL}=true), then remove the label.",
+             (kubectl label {target} {STRICT_EXEMPT_LABEL}=true, which takes the bypass \
+             permission on protections.holdfast.dev), then remove the label.",
             req.describe(),
             list_blockers(&blockers),
             removed.first().map(|l| l.key).unwrap_or_default(),
@@ -1054,7 +1055,8 @@ async fn evaluate_update<V: ClusterView>(
             "{MESSAGE_PREFIX} {} is protected by {rp} in strict mode, and this update changes \
              its labels so that the policy would no longer select it.{same_update} To unprotect \
              it, first mark it exempt in its own update (kubectl label {target} \
-             {STRICT_EXEMPT_LABEL}=true), or change the policy.",
+             {STRICT_EXEMPT_LABEL}=true, which takes the bypass permission on \
+             protections.holdfast.dev), or change the policy.",
             req.describe(),
         );
         return Evaluation::deny("strict", DenialKind::Protected, message, vec![rp]);
