@@ -16,3 +16,8 @@ if [ "$profile" = "release" ]; then flag=(--release); dir=release; fi
 cargo build "${flag[@]}" -q -p holdfast-webhook -p holdfast-e2e --bins
 "target/$dir/holdfast-bench-dependents"
 "target/$dir/holdfast-bench-index-memory"
+# A real webhook's resident memory with HOLDFAST_BENCH_REFERENCES (1,000,000) indexed
+# references; skip with HOLDFAST_BENCH_SKIP_RSS=1 (it creates that many objects).
+if [ -z "${HOLDFAST_BENCH_SKIP_RSS:-}" ]; then
+  "target/$dir/holdfast-bench-webhook-rss"
+fi

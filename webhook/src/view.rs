@@ -1035,7 +1035,8 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
             }
             Ok(watcher::Event::InitDone) => {
                 view.index.retain_resource(&key, &seen);
-                seen.clear();
+                // Release the list-sized set, not just its contents.
+                seen = HashSet::new();
                 view.synced.insert(key.clone(), true);
                 tracing::info!(resource = %key, "dependents index synced");
             }

@@ -1,0 +1,168 @@
+//! Resident memory of a real `holdfast-webhook --dependents watch` holding
+//! HOLDFAST_BENCH_REFERENCES (default 1,000,000) indexed references: that many
+//! VirtualMachines, each referencing a VPC, spread over 1,000 namespaces on the sim.
+//! Prints the webhook's RSS with an empty index and with the full one.
+
+use anyhow::Context;
+use holdfast_e2e::{Env, bin, fixtures, http_get};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use serde_json::json;
+use std::{
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+const RULE: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: DependencyRule
+metadata: {name: vm-dependencies}
+spec:
+  dependent: {group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}
+  dependencies:
+  - {group: network.test.io, version: v1, resource: vpcs, fieldRef: {path: .spec.vpcRef.name}}
+"#;
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn metric(probe: u16, name: &str) -> Option<f64> {
+    let (_, text) = http_get(probe, "/metrics").await.ok()?;
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let total: usize = std::env::var("HOLDFAST_BENCH_REFERENCES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let namespaces = 1_000usize.min(total.max(1));
+    let env = Env::start().await?;
+    env.install_crds()?;
+    env.apply(&fixtures::vpc_vm_crds())?;
+    env.kubectl_until(&["get", "virtualmachines"], 10, |o| o.code == 0)
+        .await?;
+    env.apply(RULE)?;
+
+    // The webhook first, with an empty index.
+    let port = holdfast_e2e::free_port()?;
+    let probe = holdfast_e2e::free_port()?;
+    let child = Command::new(bin("holdfast-webhook")?)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--probe-listen",
+            &format!("127.0.0.1:{probe}"),
+        ])
+        .arg("--tls-cert")
+        .arg(env.dir.path().join("tls.crt"))
+        .arg("--tls-key")
+        .arg(env.dir.path().join("tls.key"))
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(["--dependents", "watch"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting holdfast-webhook")?;
+    let webhook = Proc(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http_get(probe, "/readyz").await.map(|r| r.0) != Ok(200) {
+        anyhow::ensure!(Instant::now() < deadline, "webhook not ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let empty = rss_kib(webhook.0.id());
+
+    // Namespaces, then the VMs, created concurrently.
+    let client = env.sim.client().await?;
+    let ns_api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "Namespace".into(),
+            plural: "namespaces".into(),
+        },
+    );
+    for n in 0..namespaces {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("t-{n:04}")}
+        }))?;
+        ns_api.create(&PostParams::default(), &obj).await?;
+    }
+    let started = Instant::now();
+    let workers = 8usize;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let vm = ApiResource {
+                group: "compute.test.io".into(),
+                version: "v1".into(),
+                api_version: "compute.test.io/v1".into(),
+                kind: "VirtualMachine".into(),
+                plural: "virtualmachines".into(),
+            };
+            let mut i = w;
+            while i < total {
+                let ns = format!("t-{:04}", i % namespaces);
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &vm);
+                let obj: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "compute.test.io/v1", "kind": "VirtualMachine",
+                    "metadata": {"name": format!("vm-{i}"), "namespace": ns},
+                    "spec": {"vpcRef": {"name": format!("vpc-{}", i % 100)}}
+                }))?;
+                api.create(&PostParams::default(), &obj).await?;
+                i += workers;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    eprintln!("created {total} VirtualMachines in {:?}", started.elapsed());
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let refs = metric(probe, "holdfast_webhook_dependents_index_references ").await;
+        if refs.is_some_and(|r| r as usize >= total) {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "index never reached {total} (at {refs:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let full = rss_kib(webhook.0.id());
+    println!("webhook RSS with an empty index: {empty} KiB");
+    println!("webhook RSS with {total} references over {namespaces} namespaces: {full} KiB");
+    println!(
+        "growth per reference: {:.0} bytes",
+        (full.saturating_sub(empty) * 1024) as f64 / total as f64
+    );
+    Ok(())
+}
