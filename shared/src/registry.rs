@@ -199,6 +199,11 @@ impl<T> TargetIndex<T> {
         v
     }
 
+    /// Whether some entry satisfies `f` (no allocation).
+    pub fn any(&self, f: impl Fn(&T) -> bool) -> bool {
+        self.items.iter().any(|e| f(&e.value().1))
+    }
+
     /// Every entry.
     pub fn entries(&self) -> Vec<Arc<T>> {
         self.items.iter().map(|e| e.value().1.clone()).collect()
@@ -662,6 +667,8 @@ mod tests {
         assert!(idx.find(&gr("vpcs")).is_none());
         assert_eq!(idx.len(), 1);
         assert_eq!(idx.targets(), vec![gr("disks")]);
+        assert!(idx.any(|v| *v == "a2"));
+        assert!(!idx.any(|v| *v == "b"));
         assert!(!idx.is_loaded());
         idx.reset(vec![(
             PolicyKey::new("", "x"),

@@ -659,12 +659,7 @@ impl ClusterView for WebhookView {
             namespace.unwrap_or_default().to_string(),
             name.to_string(),
         );
-        let anchor = self
-            .registry
-            .anchors
-            .entries()
-            .iter()
-            .any(|a| a.anchor == *gr);
+        let anchor = self.registry.anchors.any(|a| a.anchor == *gr);
         let depth = if anchor { Depth::Full } else { Depth::Metadata };
         if let Some(store) = self.synced_store(gr, depth) {
             return Ok(store.get(&key));
