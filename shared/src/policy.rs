@@ -1588,11 +1588,11 @@ mod tests {
             let registry = Registry::default();
             for rp in rps {
                 let rp: ResourceProtection = serde_json::from_value(rp.clone()).expect("rp");
-                registry.apply_protection("", &rp).expect("compiles");
+                registry.apply("", &rp).expect("compiles");
             }
             for r in rules {
                 let r: DependencyRule = serde_json::from_value(r.clone()).expect("rule");
-                registry.apply_dependency_rule("", &r).expect("compiles");
+                registry.apply("", &r).expect("compiles");
             }
             registry.protections.set_loaded();
             registry.dependencies.set_loaded();
@@ -1949,7 +1949,7 @@ mod tests {
                         {"type": "Finalizer", "finalizer": {"group": "my.crd.group", "resource": "coolresources", "finalizerName": "my.crd.group/super-important"}},
                         {"type": "SpecificResource", "specificResource": {"group": "apiextensions.k8s.io", "resource": "customresourcedefinitions", "name": "coolresources.my.crd.group"}}
                     ]}})).expect("cs");
-            v.registry.apply_critical("", &cs);
+            v.registry.apply("", &cs).expect("compiles");
             v
         }
 
@@ -2066,7 +2066,7 @@ mod tests {
                         {"group": "", "version": "v1", "resource": "persistentvolumeclaims", "inheritFromNamespace": true},
                         {"group": "appcat.vshn.io", "version": "v1", "resource": "xobjectbuckets"}
                     ]}})).expect("ar");
-            v.registry.apply_anchor("", &ar).expect("compiles");
+            v.registry.apply("", &ar).expect("compiles");
             v
         }
 

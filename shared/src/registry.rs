@@ -547,48 +547,104 @@ pub struct Registry {
     pub anchors: TargetIndex<CompiledAnchor>,
 }
 
+/// A policy kind the registry holds: how it compiles, and which index keeps it.
+pub trait PolicyObject: kube::Resource {
+    /// The compiled form admission reads.
+    type Compiled;
+    /// The index holding this kind.
+    fn index(reg: &Registry) -> &TargetIndex<Self::Compiled>;
+    /// Compiles the object (of logical cluster `cluster`) and the resources it protects.
+    fn compile(&self, cluster: &str) -> Result<(Vec<GroupResource>, Self::Compiled), CompileError>;
+}
+
+fn sorted(mut targets: Vec<GroupResource>) -> Vec<GroupResource> {
+    targets.sort();
+    targets.dedup();
+    targets
+}
+
+impl PolicyObject for DependencyRule {
+    type Compiled = Vec<CompiledDependency>;
+    fn index(reg: &Registry) -> &TargetIndex<Self::Compiled> {
+        &reg.dependencies
+    }
+    fn compile(&self, cluster: &str) -> Result<(Vec<GroupResource>, Self::Compiled), CompileError> {
+        let deps = compile_dependency_rule(cluster, self)?;
+        Ok((
+            sorted(deps.iter().map(|d| d.target.clone()).collect()),
+            deps,
+        ))
+    }
+}
+
+impl PolicyObject for ResourceProtection {
+    type Compiled = CompiledProtection;
+    fn index(reg: &Registry) -> &TargetIndex<Self::Compiled> {
+        &reg.protections
+    }
+    fn compile(&self, cluster: &str) -> Result<(Vec<GroupResource>, Self::Compiled), CompileError> {
+        compile_protection(cluster, self)
+    }
+}
+
+impl PolicyObject for CriticalService {
+    type Compiled = CompiledCritical;
+    fn index(reg: &Registry) -> &TargetIndex<Self::Compiled> {
+        &reg.critical
+    }
+    fn compile(&self, cluster: &str) -> Result<(Vec<GroupResource>, Self::Compiled), CompileError> {
+        Ok(compile_critical(cluster, self))
+    }
+}
+
+impl PolicyObject for AnchorRule {
+    type Compiled = CompiledAnchor;
+    fn index(reg: &Registry) -> &TargetIndex<Self::Compiled> {
+        &reg.anchors
+    }
+    fn compile(&self, cluster: &str) -> Result<(Vec<GroupResource>, Self::Compiled), CompileError> {
+        compile_anchor(cluster, self)
+    }
+}
+
+fn key_of<P: PolicyObject>(cluster: &str, obj: &P) -> PolicyKey {
+    PolicyKey::new(cluster, obj.meta().name.as_deref().unwrap_or_default())
+}
+
 impl Registry {
-    /// Adds or replaces a DependencyRule; returns the compile error, if any (the rule
-    /// is then removed: an invalid rule protects nothing, and the controller reports it).
-    pub fn apply_dependency_rule(
-        &self,
-        cluster: &str,
-        rule: &DependencyRule,
-    ) -> Result<(), CompileError> {
-        let key = PolicyKey::new(cluster, rule.metadata.name.as_deref().unwrap_or_default());
-        match compile_dependency_rule(cluster, rule) {
-            Ok(deps) => {
-                let mut targets: Vec<GroupResource> =
-                    deps.iter().map(|d| d.target.clone()).collect();
-                targets.sort();
-                targets.dedup();
-                self.dependencies.apply(key, targets, Arc::new(deps));
+    /// Adds or replaces a policy object; returns the compile error, if any (the
+    /// object is then removed: an invalid policy protects nothing, and the controller
+    /// reports it).
+    pub fn apply<P: PolicyObject>(&self, cluster: &str, obj: &P) -> Result<(), CompileError> {
+        let key = key_of(cluster, obj);
+        match obj.compile(cluster) {
+            Ok((targets, compiled)) => {
+                P::index(self).apply(key, targets, Arc::new(compiled));
                 Ok(())
             }
             Err(e) => {
-                self.dependencies.delete(&key);
+                P::index(self).delete(&key);
                 Err(e)
             }
         }
     }
 
-    /// Adds or replaces a ResourceProtection (see `apply_dependency_rule` for errors).
-    pub fn apply_protection(
-        &self,
-        cluster: &str,
-        rp: &ResourceProtection,
-    ) -> Result<(), CompileError> {
-        let key = PolicyKey::new(cluster, rp.metadata.name.as_deref().unwrap_or_default());
-        match compile_protection(cluster, rp) {
-            Ok((targets, compiled)) => {
-                self.protections.apply(key, targets, Arc::new(compiled));
-                Ok(())
-            }
-            Err(e) => {
-                self.protections.delete(&key);
-                Err(e)
-            }
-        }
+    /// Removes the policy object `key` of kind `P`.
+    pub fn delete<P: PolicyObject>(&self, key: &PolicyKey) {
+        P::index(self).delete(key);
+    }
+
+    /// Replaces every object of kind `P` (after a full list; invalid ones are left
+    /// out) and marks that index loaded.
+    pub fn reset<P: PolicyObject>(&self, objs: &[(String, P)]) {
+        let entries = objs
+            .iter()
+            .filter_map(|(cluster, obj)| {
+                let (targets, compiled) = obj.compile(cluster).ok()?;
+                Some((key_of(cluster, obj), targets, Arc::new(compiled)))
+            })
+            .collect();
+        P::index(self).reset(entries);
     }
 
     /// Dependencies protecting `gr` (flattened per rule).
@@ -597,28 +653,6 @@ impl Registry {
         gr: &GroupResource,
     ) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
         self.dependencies.find(gr)
-    }
-
-    /// Adds or replaces a CriticalService.
-    pub fn apply_critical(&self, cluster: &str, cs: &CriticalService) {
-        let (targets, compiled) = compile_critical(cluster, cs);
-        self.critical
-            .apply(compiled.key.clone(), targets, Arc::new(compiled));
-    }
-
-    /// Adds or replaces an AnchorRule (see `apply_dependency_rule` for errors).
-    pub fn apply_anchor(&self, cluster: &str, ar: &AnchorRule) -> Result<(), CompileError> {
-        let key = PolicyKey::new(cluster, ar.metadata.name.as_deref().unwrap_or_default());
-        match compile_anchor(cluster, ar) {
-            Ok((targets, compiled)) => {
-                self.anchors.apply(key, targets, Arc::new(compiled));
-                Ok(())
-            }
-            Err(e) => {
-                self.anchors.delete(&key);
-                Err(e)
-            }
-        }
     }
 
     /// Whether every registry has loaded.

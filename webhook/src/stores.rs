@@ -130,12 +130,17 @@ fn meta_value(meta: &PartialObjectMeta<DynamicObject>) -> Value {
     json!({ "metadata": m })
 }
 
-fn is_not_found(e: &watcher::Error) -> bool {
-    let api = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
+/// A 404 from the API server (the resource is not served).
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// A watch failure that means the resource is not served.
+pub fn watcher_not_found(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => api(e),
+        | watcher::Error::WatchFailed(e) => is_not_found(e),
         watcher::Error::WatchError(s) => s.code == 404,
         watcher::Error::NoResourceVersion => false,
     }
@@ -189,7 +194,7 @@ pub async fn run_store(
                         let v: Value = $to_value(&obj);
                         store.write().remove(&key_of(&v["metadata"]));
                     }
-                    Err(e) if is_not_found(&e) => {
+                    Err(e) if watcher_not_found(&e) => {
                         store.write().clear();
                         store.synced.store(true, Ordering::Release);
                     }

@@ -22,7 +22,7 @@ use holdfast_shared::{
     policy::{ClusterView, ContainedObject, DependentsQuery, LookupError, logical_cluster},
     registry::{
         CompiledAnchor, CompiledCriterion, CompiledCritical, CompiledDependency,
-        CompiledProtection, PolicyKey, Registry, namespaces_gr,
+        CompiledProtection, PolicyKey, PolicyObject, Registry, namespaces_gr,
     },
     review::{AdmissionRequest, Gvr},
     topology::Topology,
@@ -105,20 +105,6 @@ async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> 
         }
         None => kube::Config::infer().await?,
     })
-}
-
-fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-fn watcher_not_found(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => is_not_found(e),
-        watcher::Error::WatchError(s) => s.code == 404,
-        watcher::Error::NoResourceVersion => false,
-    }
 }
 
 impl WebhookView {
@@ -240,6 +226,28 @@ impl WebhookView {
     /// whose URL comes from the APIExportEndpointSlice of the same name in the
     /// workspace the kubeconfig points at. Retries until the slice has an endpoint.
     async fn virtual_workspace_client(&self, client: &Client) -> Client {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match self.export_client(client, &self.apiexport).await {
+                Ok((c, url)) => {
+                    tracing::info!(%url, apiexport = %self.apiexport, "reading policy objects through the APIExport virtual workspace");
+                    return c;
+                }
+                Err(why) => tracing::warn!(apiexport = %self.apiexport, "{why}; retrying"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// A client for `/clusters/*` of the virtual workspace of APIExport `export`, whose
+    /// URL is in the APIExportEndpointSlice of the same name in `client`'s workspace;
+    /// with that URL.
+    async fn export_client(
+        &self,
+        client: &Client,
+        export: &str,
+    ) -> Result<(Client, String), String> {
         let slice_ar = ApiResource {
             group: "apis.kcp.io".into(),
             version: "v1alpha1".into(),
@@ -248,46 +256,24 @@ impl WebhookView {
             plural: "apiexportendpointslices".into(),
         };
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &slice_ar);
-        let mut delay = Duration::from_millis(200);
-        loop {
-            match api.get_opt(&self.apiexport).await {
-                Ok(Some(slice)) => {
-                    let url = slice.data["status"]["endpoints"][0]["url"]
-                        .as_str()
-                        .map(str::to_string);
-                    match (url, self.base_config.clone()) {
-                        (Some(url), Some(mut cfg)) => {
-                            match format!("{}/clusters/*", url.trim_end_matches('/')).parse() {
-                                Ok(u) => {
-                                    cfg.cluster_url = u;
-                                    match Client::try_from(cfg) {
-                                        Ok(c) => {
-                                            tracing::info!(%url, apiexport = %self.apiexport, "reading policy objects through the APIExport virtual workspace");
-                                            return c;
-                                        }
-                                        Err(e) => {
-                                            tracing::warn!(error = %e, "cannot build the virtual workspace client")
-                                        }
-                                    }
-                                }
-                                Err(e) => {
-                                    tracing::warn!(error = %e, %url, "bad virtual workspace URL")
-                                }
-                            }
-                        }
-                        _ => {
-                            tracing::info!(apiexport = %self.apiexport, "APIExportEndpointSlice has no endpoint yet")
-                        }
-                    }
-                }
-                Ok(None) => {
-                    tracing::warn!(apiexport = %self.apiexport, "APIExportEndpointSlice not found in the holdfast workspace")
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot read the APIExportEndpointSlice"),
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(10));
-        }
+        let slice = tokio::time::timeout(Duration::from_secs(5), api.get_opt(export))
+            .await
+            .map_err(|_| "the APIExportEndpointSlice was not read in time".to_string())?
+            .map_err(|e| format!("cannot read the APIExportEndpointSlice: {e}"))?
+            .ok_or_else(|| "APIExportEndpointSlice not found".to_string())?;
+        let url = slice.data["status"]["endpoints"][0]["url"]
+            .as_str()
+            .ok_or_else(|| "APIExportEndpointSlice has no endpoint yet".to_string())?
+            .to_string();
+        let mut cfg = self
+            .base_config
+            .clone()
+            .ok_or_else(|| "no API server configuration".to_string())?;
+        cfg.cluster_url = format!("{}/clusters/*", url.trim_end_matches('/'))
+            .parse()
+            .map_err(|e| format!("bad virtual workspace URL {url}: {e}"))?;
+        let c = Client::try_from(cfg).map_err(|e| format!("cannot build the client: {e}"))?;
+        Ok((c, url))
     }
 
     fn spawn(
@@ -335,26 +321,7 @@ impl WebhookView {
             return None;
         }
         let client = self.cluster_client(&dep.rule.cluster).ok()?;
-        let slice_ar = ApiResource {
-            group: "apis.kcp.io".into(),
-            version: "v1alpha1".into(),
-            api_version: "apis.kcp.io/v1alpha1".into(),
-            kind: "APIExportEndpointSlice".into(),
-            plural: "apiexportendpointslices".into(),
-        };
-        let api: Api<DynamicObject> = Api::all_with(client, &slice_ar);
-        let slice = tokio::time::timeout(Duration::from_secs(5), api.get_opt(export))
-            .await
-            .ok()?
-            .ok()??;
-        let url = slice.data["status"]["endpoints"][0]["url"]
-            .as_str()?
-            .to_string();
-        let mut cfg = self.base_config.clone()?;
-        cfg.cluster_url = format!("{}/clusters/*", url.trim_end_matches('/'))
-            .parse()
-            .ok()?;
-        let client = Client::try_from(cfg).ok()?;
+        let (client, url) = self.export_client(&client, export).await.ok()?;
         tracing::info!(resource = %dep.dependent_gr(), apiexport = export, %url, "watching dependents through the virtual workspace of their APIExport");
         Some(client)
     }
@@ -413,7 +380,7 @@ impl WebhookView {
             loop {
                 let list = match api.list(&params).await {
                     Ok(l) => l,
-                    Err(e) if is_not_found(&e) => return Ok(out),
+                    Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
                     Err(e) => return Err(LookupError(e.to_string())),
                 };
                 for obj in &list.items {
@@ -724,9 +691,9 @@ impl ClusterView for WebhookView {
     }
 }
 
-/// A policy kind the registry holds.
-trait PolicyKind:
-    kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+/// What a policy kind must be for `watch_policies`.
+trait WatchedPolicy:
+    PolicyObject<DynamicType = (), Scope = kube::core::ClusterResourceScope>
     + Clone
     + std::fmt::Debug
     + serde::de::DeserializeOwned
@@ -734,118 +701,17 @@ trait PolicyKind:
     + Sync
     + 'static
 {
-    const KIND: &'static str;
-    fn apply(
-        reg: &Registry,
-        cluster: &str,
-        obj: &Self,
-    ) -> Result<(), holdfast_shared::registry::CompileError>;
-    fn delete(reg: &Registry, key: &PolicyKey);
-    fn reset(reg: &Registry, objs: &[(String, Self)]);
 }
 
-impl PolicyKind for DependencyRule {
-    const KIND: &'static str = "DependencyRule";
-    fn apply(
-        reg: &Registry,
-        cluster: &str,
-        obj: &Self,
-    ) -> Result<(), holdfast_shared::registry::CompileError> {
-        reg.apply_dependency_rule(cluster, obj)
-    }
-    fn delete(reg: &Registry, key: &PolicyKey) {
-        reg.dependencies.delete(key);
-    }
-    fn reset(reg: &Registry, objs: &[(String, Self)]) {
-        let entries = objs
-            .iter()
-            .filter_map(|(cluster, r)| {
-                let deps = holdfast_shared::registry::compile_dependency_rule(cluster, r).ok()?;
-                let mut targets: Vec<GroupResource> =
-                    deps.iter().map(|d| d.target.clone()).collect();
-                targets.sort();
-                targets.dedup();
-                let key = PolicyKey::new(cluster, r.metadata.name.as_deref().unwrap_or_default());
-                Some((key, targets, Arc::new(deps)))
-            })
-            .collect();
-        reg.dependencies.reset(entries);
-    }
-}
-
-impl PolicyKind for ResourceProtection {
-    const KIND: &'static str = "ResourceProtection";
-    fn apply(
-        reg: &Registry,
-        cluster: &str,
-        obj: &Self,
-    ) -> Result<(), holdfast_shared::registry::CompileError> {
-        reg.apply_protection(cluster, obj)
-    }
-    fn delete(reg: &Registry, key: &PolicyKey) {
-        reg.protections.delete(key);
-    }
-    fn reset(reg: &Registry, objs: &[(String, Self)]) {
-        let entries = objs
-            .iter()
-            .filter_map(|(cluster, p)| {
-                let (targets, compiled) =
-                    holdfast_shared::registry::compile_protection(cluster, p).ok()?;
-                Some((compiled.key.clone(), targets, Arc::new(compiled)))
-            })
-            .collect();
-        reg.protections.reset(entries);
-    }
-}
-
-impl PolicyKind for CriticalService {
-    const KIND: &'static str = "CriticalService";
-    fn apply(
-        reg: &Registry,
-        cluster: &str,
-        obj: &Self,
-    ) -> Result<(), holdfast_shared::registry::CompileError> {
-        reg.apply_critical(cluster, obj);
-        Ok(())
-    }
-    fn delete(reg: &Registry, key: &PolicyKey) {
-        reg.critical.delete(key);
-    }
-    fn reset(reg: &Registry, objs: &[(String, Self)]) {
-        let entries = objs
-            .iter()
-            .map(|(cluster, cs)| {
-                let (targets, compiled) = holdfast_shared::registry::compile_critical(cluster, cs);
-                (compiled.key.clone(), targets, Arc::new(compiled))
-            })
-            .collect();
-        reg.critical.reset(entries);
-    }
-}
-
-impl PolicyKind for AnchorRule {
-    const KIND: &'static str = "AnchorRule";
-    fn apply(
-        reg: &Registry,
-        cluster: &str,
-        obj: &Self,
-    ) -> Result<(), holdfast_shared::registry::CompileError> {
-        reg.apply_anchor(cluster, obj)
-    }
-    fn delete(reg: &Registry, key: &PolicyKey) {
-        reg.anchors.delete(key);
-    }
-    fn reset(reg: &Registry, objs: &[(String, Self)]) {
-        let entries = objs
-            .iter()
-            .filter_map(|(cluster, ar)| {
-                let (targets, compiled) =
-                    holdfast_shared::registry::compile_anchor(cluster, ar).ok()?;
-                Some((compiled.key.clone(), targets, Arc::new(compiled)))
-            })
-            .collect();
-        reg.anchors.reset(entries);
-    }
+impl<K> WatchedPolicy for K where
+    K: PolicyObject<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
 }
 
 fn cluster_of<K: kube::Resource>(obj: &K) -> String {
@@ -857,7 +723,7 @@ fn cluster_of<K: kube::Resource>(obj: &K) -> String {
         .unwrap_or_default()
 }
 
-async fn watch_policies<K: PolicyKind>(view: Arc<WebhookView>, client: Client) {
+async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client) {
     let api: Api<K> = Api::all(client);
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
@@ -869,9 +735,9 @@ async fn watch_policies<K: PolicyKind>(view: Arc<WebhookView>, client: Client) {
             Ok(watcher::Event::Init) => buffer.clear(),
             Ok(watcher::Event::InitApply(obj)) => buffer.push((cluster_of(&obj), obj)),
             Ok(watcher::Event::InitDone) => {
-                K::reset(&view.registry, &buffer);
+                view.registry.reset(&buffer);
                 tracing::info!(
-                    kind = K::KIND,
+                    kind = %K::kind(&()),
                     count = buffer.len(),
                     "policy objects loaded"
                 );
@@ -880,8 +746,8 @@ async fn watch_policies<K: PolicyKind>(view: Arc<WebhookView>, client: Client) {
             }
             Ok(watcher::Event::Apply(obj)) => {
                 let cluster = cluster_of(&obj);
-                if let Err(e) = K::apply(&view.registry, &cluster, &obj) {
-                    tracing::warn!(kind = K::KIND, name = ?obj.meta().name, error = %e, "invalid policy object ignored");
+                if let Err(e) = view.registry.apply(&cluster, &obj) {
+                    tracing::warn!(kind = %K::kind(&()), name = ?obj.meta().name, error = %e, "invalid policy object ignored");
                 }
                 view.changed.notify_one();
             }
@@ -890,21 +756,23 @@ async fn watch_policies<K: PolicyKind>(view: Arc<WebhookView>, client: Client) {
                     &cluster_of(&obj),
                     obj.meta().name.as_deref().unwrap_or_default(),
                 );
-                K::delete(&view.registry, &key);
+                view.registry.delete::<K>(&key);
                 view.changed.notify_one();
             }
-            Err(e) if watcher_not_found(&e) => {
+            Err(e) if crate::stores::watcher_not_found(&e) => {
                 // The CRD is not installed: no such policies can exist.
-                K::reset(&view.registry, &[]);
+                view.registry.reset::<K>(&[]);
                 if !reported_missing {
                     tracing::warn!(
-                        kind = K::KIND,
+                        kind = %K::kind(&()),
                         "resource not served (CRD not installed?); treating as none"
                     );
                     reported_missing = true;
                 }
             }
-            Err(e) => tracing::warn!(kind = K::KIND, error = %e, "policy watch error; retrying"),
+            Err(e) => {
+                tracing::warn!(kind = %K::kind(&()), error = %e, "policy watch error; retrying")
+            }
         }
     }
 }
@@ -1043,7 +911,7 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
                     view.index.delete(&id_of(&obj, &value));
                 }
             }
-            Err(e) if watcher_not_found(&e) => {
+            Err(e) if crate::stores::watcher_not_found(&e) => {
                 // The dependent type is not served: nothing can reference anything.
                 view.index.clear_resource(&key);
                 view.synced.insert(key.clone(), true);

@@ -29,6 +29,16 @@ pub fn vpc_vm_crds() -> String {
     ])
 }
 
+/// The DependencyRule of seed 003 on Kubernetes: VirtualMachines reference VPCs at
+/// `path`.
+pub fn vm_vpc_rule(path: &str) -> String {
+    format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {{name: vm-dependencies}}\n\
+         spec:\n  dependent: {{group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}}\n  \
+         dependencies:\n  - group: network.test.io\n    version: v1\n    resource: vpcs\n    fieldRef: {{path: \"{path}\"}}\n"
+    )
+}
+
 /// Namespaced widgets.example.com.
 pub fn widget_crd() -> String {
     crd("example.com", "widgets", "Widget", true)

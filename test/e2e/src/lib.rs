@@ -141,6 +141,46 @@ pub struct WebhookProcess {
     pub log: PathBuf,
 }
 
+impl WebhookProcess {
+    /// Waits until /readyz answers 200, for at most `secs` seconds.
+    pub async fn wait_ready(&self, secs: u64) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if http_get(self.probe_port, "/readyz").await.map(|(s, _)| s) == Ok(200) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                bail!("webhook not ready within {secs}s: {log}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its resident set size in KiB (0 if unknown).
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.child.id())
+    }
+}
+
+/// Resident set size of process `pid` in KiB (0 if unknown).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 impl Drop for WebhookProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -252,8 +292,22 @@ impl Env {
     /// Like `start_webhook`, on a given HTTPS port (to restart in place). A later
     /// `--kubeconfig` in `args` overrides the sim's.
     pub async fn start_webhook_on(&mut self, port: u16, args: &[&str]) -> anyhow::Result<()> {
-        let probe_port = free_port()?;
         let log = self.dir.path().join("webhook.log");
+        let w = self.spawn_webhook(port, args, &log).await?;
+        self.webhook = Some(w);
+        Ok(())
+    }
+
+    /// Starts one more `holdfast-webhook` on `port` (the env's TLS pair and kubeconfig
+    /// unless `args` names another), logging to `log`, and waits until it answers
+    /// /healthz. The env does not keep it: dropping it stops it.
+    pub async fn spawn_webhook(
+        &self,
+        port: u16,
+        args: &[&str],
+        log: &Path,
+    ) -> anyhow::Result<WebhookProcess> {
+        let probe_port = free_port()?;
         let mut cmd = Command::new(bin("holdfast-webhook")?);
         if !args.contains(&"--kubeconfig") {
             cmd.arg("--kubeconfig").arg(&self.kubeconfig);
@@ -273,24 +327,22 @@ impl Env {
                 std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
-                    .open(&log)?,
+                    .open(log)?,
             )
             .spawn()
             .context("starting holdfast-webhook")?;
-        self.webhook = Some(WebhookProcess {
+        let mut w = WebhookProcess {
             child,
             port,
             probe_port,
-            log,
-        });
+            log: log.to_path_buf(),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if http_get(probe_port, "/healthz").await.map(|(s, _)| s) == Ok(200) {
-                return Ok(());
+                return Ok(w);
             }
-            if let Some(w) = self.webhook.as_mut()
-                && let Ok(Some(status)) = w.child.try_wait()
-            {
+            if let Ok(Some(status)) = w.child.try_wait() {
                 let log = std::fs::read_to_string(&w.log).unwrap_or_default();
                 bail!("holdfast-webhook exited with {status}: {log}");
             }
@@ -396,16 +448,7 @@ impl Env {
         let Some(w) = &self.webhook else {
             bail!("start the webhook first")
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if http_get(w.probe_port, "/readyz").await.map(|(s, _)| s) == Ok(200) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("webhook not ready within 30s: {}", self.webhook_log());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        w.wait_ready(30).await
     }
 
     /// Runs kubectl until `check` accepts its output, for at most `secs` seconds.

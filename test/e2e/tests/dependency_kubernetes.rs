@@ -3,22 +3,7 @@
 
 use holdfast_e2e::Env;
 
-fn rule(path: &str) -> String {
-    format!(
-        r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {{name: vm-dependencies}}
-spec:
-  dependent: {{group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}}
-  dependencies:
-  - group: network.test.io
-    version: v1
-    resource: vpcs
-    fieldRef: {{path: "{path}"}}
-"#
-    )
-}
+use holdfast_e2e::fixtures::vm_vpc_rule as rule;
 
 const STORAGE_RULE: &str = r#"
 apiVersion: holdfast.dev/v1alpha1

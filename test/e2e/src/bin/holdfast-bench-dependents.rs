@@ -2,37 +2,17 @@
 //! dependents; p50/p99 of the webhook's decision over HTTPS for `--dependents watch`
 //! and `--dependents live`, side by side in one run. See docs/performance.md.
 
-use anyhow::Context;
 use bytes::Bytes;
-use holdfast_e2e::{Env, bin};
+use holdfast_e2e::Env;
 use http_body_util::{BodyExt, Full};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use rustls_pki_types::{CertificateDer, pem::PemObject};
 use serde_json::json;
 use std::{
-    process::{Child, Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
-
-const RULE: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: vm-dependencies}
-spec:
-  dependent: {group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}
-  dependencies:
-  - {group: network.test.io, version: v1, resource: vpcs, fieldRef: {path: .spec.vpcRef.name}}
-"#;
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn https_client(
     ca_pem: &str,
@@ -101,7 +81,7 @@ async fn main() -> anyhow::Result<()> {
     env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())?;
     env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
         .await?;
-    env.apply(RULE)?;
+    env.apply(&holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"))?;
     env.kubectl_until(&["get", "virtualmachines"], 10, |o| o.code == 0)
         .await?;
 
@@ -130,39 +110,17 @@ async fn main() -> anyhow::Result<()> {
 
     let mut webhooks = Vec::new();
     for mode in ["watch", "live"] {
-        let port = holdfast_e2e::free_port()?;
-        let probe = holdfast_e2e::free_port()?;
-        let child = Command::new(bin("holdfast-webhook")?)
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--probe-listen",
-                &format!("127.0.0.1:{probe}"),
-            ])
-            .arg("--tls-cert")
-            .arg(env.dir.path().join("tls.crt"))
-            .arg("--tls-key")
-            .arg(env.dir.path().join("tls.key"))
-            .arg("--kubeconfig")
-            .arg(&env.kubeconfig)
-            .args(["--dependents", mode])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting holdfast-webhook")?;
-        let proc = Proc(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while holdfast_e2e::http_get(probe, "/readyz").await.map(|r| r.0) != Ok(200) {
-            anyhow::ensure!(Instant::now() < deadline, "{mode} webhook not ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        webhooks.push((mode, port, probe, proc));
+        let log = env.dir.path().join(format!("webhook-{mode}.log"));
+        let w = env
+            .spawn_webhook(holdfast_e2e::free_port()?, &["--dependents", mode], &log)
+            .await?;
+        w.wait_ready(60).await?;
+        webhooks.push((mode, w));
     }
     // Let the watch index sync (it falls back to live until then).
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (_, metrics) = holdfast_e2e::http_get(webhooks[0].2, "/metrics")
+        let (_, metrics) = holdfast_e2e::http_get(webhooks[0].1.probe_port, "/metrics")
             .await
             .map_err(anyhow::Error::msg)?;
         if metrics.contains("holdfast_webhook_dependents_index_synced{resource=\"virtualmachines.compute.test.io\"} 1") {
@@ -178,7 +136,8 @@ async fn main() -> anyhow::Result<()> {
     for &n in &sizes {
         let ns = format!("bench-{n}");
         for (name, expect_allowed) in [("free-vpc", true), ("vpc-3", false)] {
-            for (mode, port, _, _) in &webhooks {
+            for (mode, w) in &webhooks {
+                let port = w.port;
                 let body = review(&ns, name);
                 let mut times = Vec::with_capacity(samples);
                 for i in 0..samples + 10 {
@@ -214,16 +173,9 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
-    for (mode, _, probe, proc) in &webhooks {
-        let rss = std::fs::read_to_string(format!("/proc/{}/status", proc.0.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
-            })
-            .unwrap_or_default();
-        let (_, metrics) = holdfast_e2e::http_get(*probe, "/metrics")
+    for (mode, w) in &webhooks {
+        let rss = w.rss_kib();
+        let (_, metrics) = holdfast_e2e::http_get(w.probe_port, "/metrics")
             .await
             .map_err(anyhow::Error::msg)?;
         let refs = metrics

@@ -3,44 +3,10 @@
 //! VirtualMachines, each referencing a VPC, spread over 1,000 namespaces on the sim.
 //! Prints the webhook's RSS with an empty index and with the full one.
 
-use anyhow::Context;
-use holdfast_e2e::{Env, bin, fixtures, http_get};
+use holdfast_e2e::{Env, fixtures, http_get};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::json;
-use std::{
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
-
-const RULE: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: vm-dependencies}
-spec:
-  dependent: {group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}
-  dependencies:
-  - {group: network.test.io, version: v1, resource: vpcs, fieldRef: {path: .spec.vpcRef.name}}
-"#;
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
+use std::time::{Duration, Instant};
 
 async fn metric(probe: u16, name: &str) -> Option<f64> {
     let (_, text) = http_get(probe, "/metrics").await.ok()?;
@@ -62,38 +28,17 @@ async fn main() -> anyhow::Result<()> {
     env.apply(&fixtures::vpc_vm_crds())?;
     env.kubectl_until(&["get", "virtualmachines"], 10, |o| o.code == 0)
         .await?;
-    env.apply(RULE)?;
+    env.apply(&holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"))?;
 
     // The webhook first, with an empty index.
-    let port = holdfast_e2e::free_port()?;
-    let probe = holdfast_e2e::free_port()?;
-    let child = Command::new(bin("holdfast-webhook")?)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--probe-listen",
-            &format!("127.0.0.1:{probe}"),
-        ])
-        .arg("--tls-cert")
-        .arg(env.dir.path().join("tls.crt"))
-        .arg("--tls-key")
-        .arg(env.dir.path().join("tls.key"))
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .args(["--dependents", "watch"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting holdfast-webhook")?;
-    let webhook = Proc(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while http_get(probe, "/readyz").await.map(|r| r.0) != Ok(200) {
-        anyhow::ensure!(Instant::now() < deadline, "webhook not ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let log = env.dir.path().join("webhook-rss.log");
+    let webhook = env
+        .spawn_webhook(holdfast_e2e::free_port()?, &["--dependents", "watch"], &log)
+        .await?;
+    webhook.wait_ready(60).await?;
+    let probe = webhook.probe_port;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let empty = rss_kib(webhook.0.id());
+    let empty = webhook.rss_kib();
 
     // Namespaces, then the VMs, created concurrently.
     let client = env.sim.client().await?;
@@ -157,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let full = rss_kib(webhook.0.id());
+    let full = webhook.rss_kib();
     println!("webhook RSS with an empty index: {empty} KiB");
     println!("webhook RSS with {total} references over {namespaces} namespaces: {full} KiB");
     println!(
