@@ -35,6 +35,75 @@ pub enum Depth {
     Full,
 }
 
+/// The objects of one resource, indexed for what admission asks: by (cluster,
+/// namespace) for containment, and a count per (cluster, finalizer) for
+/// CriticalService criteria — no scan of the whole resource per request.
+#[derive(Default)]
+struct Objects {
+    by_ns: HashMap<(String, String), HashMap<String, Arc<Value>>>,
+    finalizers: HashMap<(String, String), usize>,
+    len: usize,
+}
+
+fn finalizers_of(o: &Value) -> impl Iterator<Item = &str> {
+    o["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+}
+
+impl Objects {
+    fn insert(&mut self, (cluster, ns, name): ObjKey, obj: Arc<Value>) {
+        self.remove(&(cluster.clone(), ns.clone(), name.clone()));
+        for f in finalizers_of(&obj) {
+            *self
+                .finalizers
+                .entry((cluster.clone(), f.to_string()))
+                .or_default() += 1;
+        }
+        self.by_ns
+            .entry((cluster, ns))
+            .or_default()
+            .insert(name, obj);
+        self.len += 1;
+    }
+
+    fn remove(&mut self, (cluster, ns, name): &ObjKey) {
+        let key = (cluster.clone(), ns.clone());
+        let Some(names) = self.by_ns.get_mut(&key) else {
+            return;
+        };
+        let Some(old) = names.remove(name) else {
+            return;
+        };
+        if names.is_empty() {
+            self.by_ns.remove(&key);
+        }
+        self.len -= 1;
+        for f in finalizers_of(&old) {
+            let k = (cluster.clone(), f.to_string());
+            if let Some(n) = self.finalizers.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.finalizers.remove(&k);
+                }
+            }
+        }
+    }
+
+    fn keys(&self) -> Vec<ObjKey> {
+        self.by_ns
+            .iter()
+            .flat_map(|((c, n), names)| {
+                names
+                    .keys()
+                    .map(|name| (c.clone(), n.clone(), name.clone()))
+            })
+            .collect()
+    }
+}
+
 /// Objects of one resource.
 pub struct ResourceStore {
     /// The resource.
@@ -42,7 +111,7 @@ pub struct ResourceStore {
     /// Whether it is namespaced.
     pub namespaced: bool,
     synced: AtomicBool,
-    objects: RwLock<HashMap<ObjKey, Arc<Value>>>,
+    objects: RwLock<Objects>,
 }
 
 impl ResourceStore {
@@ -52,7 +121,7 @@ impl ResourceStore {
             resource,
             namespaced,
             synced: AtomicBool::new(false),
-            objects: RwLock::new(HashMap::new()),
+            objects: RwLock::new(Objects::default()),
         }
     }
 
@@ -61,14 +130,14 @@ impl ResourceStore {
         self.synced.load(Ordering::Acquire)
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<ObjKey, Arc<Value>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Objects> {
         match self.objects.read() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<ObjKey, Arc<Value>>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Objects> {
         match self.objects.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -76,40 +145,40 @@ impl ResourceStore {
     }
 
     /// One object.
-    pub fn get(&self, key: &ObjKey) -> Option<Arc<Value>> {
-        self.read().get(key).cloned()
+    pub fn get(&self, (cluster, ns, name): &ObjKey) -> Option<Arc<Value>> {
+        self.read()
+            .by_ns
+            .get(&(cluster.clone(), ns.clone()))
+            .and_then(|names| names.get(name))
+            .cloned()
     }
 
     /// Objects of `cluster` carrying `finalizer`.
     pub fn count_finalizer(&self, cluster: &str, finalizer: &str) -> usize {
         self.read()
-            .iter()
-            .filter(|((c, _, _), _)| c == cluster)
-            .filter(|(_, o)| {
-                o["metadata"]["finalizers"]
-                    .as_array()
-                    .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(finalizer)))
-            })
-            .count()
+            .finalizers
+            .get(&(cluster.to_string(), finalizer.to_string()))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Objects in namespace `ns` of `cluster`.
     pub fn in_namespace(&self, cluster: &str, ns: &str) -> Vec<Arc<Value>> {
         self.read()
-            .iter()
-            .filter(|((c, n, _), _)| c == cluster && n == ns)
-            .map(|(_, o)| o.clone())
-            .collect()
+            .by_ns
+            .get(&(cluster.to_string(), ns.to_string()))
+            .map(|names| names.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Number of objects held.
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.read().len
     }
 
     /// Whether empty.
     pub fn is_empty(&self) -> bool {
-        self.read().is_empty()
+        self.read().len == 0
     }
 }
 
@@ -177,7 +246,9 @@ pub async fn run_store(
                     }
                     Ok(watcher::Event::InitDone) => {
                         let mut objects = store.write();
-                        objects.retain(|k, _| seen.contains(k));
+                        for stale in objects.keys().into_iter().filter(|k| !seen.contains(k)) {
+                            objects.remove(&stale);
+                        }
                         for (k, v) in buffer.drain(..) {
                             objects.insert(k, Arc::new(v));
                         }
@@ -195,7 +266,7 @@ pub async fn run_store(
                         store.write().remove(&key_of(&v["metadata"]));
                     }
                     Err(e) if watcher_not_found(&e) => {
-                        store.write().clear();
+                        *store.write() = Objects::default();
                         store.synced.store(true, Ordering::Release);
                     }
                     Err(e) => {
@@ -278,5 +349,53 @@ impl Resolver {
     /// Forgets everything (e.g. after CRDs change).
     pub fn clear(&self) {
         self.cache.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(ns: &str, name: &str, finalizers: &[&str]) -> Arc<Value> {
+        Arc::new(json!({"metadata": {"namespace": ns, "name": name, "finalizers": finalizers}}))
+    }
+
+    fn key(c: &str, ns: &str, name: &str) -> ObjKey {
+        (c.into(), ns.into(), name.into())
+    }
+
+    #[test]
+    fn indexes_follow_inserts_updates_and_removals() {
+        let ar = ApiResource {
+            group: "g".into(),
+            version: "v1".into(),
+            api_version: "g/v1".into(),
+            kind: "K".into(),
+            plural: "ks".into(),
+        };
+        let store = ResourceStore::new(ar, true);
+        {
+            let mut o = store.write();
+            o.insert(key("", "a", "x"), obj("a", "x", &["f/1"]));
+            o.insert(key("", "a", "y"), obj("a", "y", &["f/1", "f/2"]));
+            o.insert(key("lc", "a", "z"), obj("a", "z", &["f/1"]));
+        }
+        assert_eq!(store.len(), 3);
+        assert_eq!(store.count_finalizer("", "f/1"), 2);
+        assert_eq!(store.count_finalizer("lc", "f/1"), 1);
+        assert_eq!(store.in_namespace("", "a").len(), 2);
+        assert!(store.in_namespace("", "b").is_empty());
+        // An update that drops a finalizer, then a removal.
+        store
+            .write()
+            .insert(key("", "a", "y"), obj("a", "y", &["f/2"]));
+        assert_eq!(store.count_finalizer("", "f/1"), 1);
+        assert_eq!(store.count_finalizer("", "f/2"), 1);
+        store.write().remove(&key("", "a", "x"));
+        assert_eq!(store.count_finalizer("", "f/1"), 0);
+        assert_eq!(store.len(), 2);
+        assert!(store.get(&key("", "a", "x")).is_none());
+        assert!(store.get(&key("", "a", "y")).is_some());
+        assert_eq!(store.read().keys().len(), 2);
     }
 }
