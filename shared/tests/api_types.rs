@@ -1,4 +1,4 @@
-//! API types: the DESIGN.md examples round-trip through serde, and the generated
+//! API types: the docs/design.md examples round-trip through serde, and the generated
 //! CRDs are structural, cluster-scoped, with status, printer columns and CEL rules.
 
 use holdfast_shared::{
@@ -13,7 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::{CustomResourceExt, Resource};
 use serde_json::{Value, json};
 
-/// The "Field names" block of DESIGN.md, verbatim.
+/// The "Field names" block of docs/design.md, verbatim.
 const DESIGN_FIELD_NAMES: &str = r#"
 kind: ResourceProtection
 spec:
@@ -49,7 +49,7 @@ spec:
   - {type: SpecificResource, specificResource: {group: apiextensions.k8s.io, resource: customresourcedefinitions, name: coolresources.my.crd.group}}
 "#;
 
-/// Extracts the yaml block after "Field names (fixed" from DESIGN.md.
+/// Extracts the yaml block after "Field names (fixed" from docs/design.md.
 fn design_block(design: &str) -> Option<String> {
     let start = design.find("Field names (fixed")?;
     let rest = &design[start..];
@@ -61,32 +61,30 @@ fn design_block(design: &str) -> Option<String> {
 
 #[test]
 fn embedded_examples_match_design_md() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/DESIGN.md");
-    let Ok(design) = std::fs::read_to_string(path) else {
-        eprintln!("{path} not found: skipping the comparison with DESIGN.md");
-        return;
-    };
-    let block = design_block(&design).expect("DESIGN.md has the Field names yaml block");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/design.md");
+    let design = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{path} (the design contract) cannot be read: {e}"));
+    let block = design_block(&design).expect("docs/design.md has the Field names yaml block");
     assert_eq!(
         block, DESIGN_FIELD_NAMES,
-        "DESIGN.md's Field names block changed: update DESIGN_FIELD_NAMES and the API types"
+        "docs/design.md's Field names block changed: update DESIGN_FIELD_NAMES and the API types"
     );
 }
 
 fn design_docs() -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(DESIGN_FIELD_NAMES).expect("DESIGN.md block is YAML")
+    serde_saphyr::from_multiple::<Value>(DESIGN_FIELD_NAMES).expect("docs/design.md block is YAML")
 }
 
 fn design_spec(kind: &str) -> Value {
     design_docs()
         .into_iter()
         .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind} in DESIGN.md block"))["spec"]
+        .unwrap_or_else(|| panic!("no {kind} in docs/design.md block"))["spec"]
         .clone()
 }
 
 /// Every key and value of `original` is in `serialized` (which may add defaults).
-/// A mapping `{...}` (DESIGN.md's placeholder) matches anything.
+/// A mapping `{...}` (docs/design.md's placeholder) matches anything.
 fn assert_subset(original: &Value, serialized: &Value, path: &str) {
     match (original, serialized) {
         (Value::Object(o), _) if o.len() == 1 && o.contains_key("...") => {}

@@ -12,10 +12,10 @@ use std::path::PathBuf;
 
 fn captures_dir() -> PathBuf {
     let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/apiserver-captures/admission");
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../test/captures/admission");
     assert!(
         dir.is_dir(),
-        "{} is missing: the repository expects ../shared (with apiserver-captures) beside it",
+        "{} is missing: the recorded captures belong to the repository (test/captures)",
         dir.display()
     );
     dir

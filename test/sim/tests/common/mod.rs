@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 pub const CAPTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/apiserver-captures"
+    "/../captures"
 );
 
 /// One AdmissionReview as received by the test webhook.
