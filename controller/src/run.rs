@@ -97,13 +97,32 @@ fn identity() -> String {
 }
 
 /// Serves `/healthz` (always 200) and `/readyz` (200 once reconciled).
+/// At most this many probe connections are served at once; more are closed.
+const MAX_PROBE_CONNECTIONS: usize = 64;
+
 async fn serve_probes(listener: tokio::net::TcpListener, ready: Arc<AtomicBool>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PROBE_CONNECTIONS));
+    let mut errors = 0u32;
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
-            continue;
+        let mut sock = match listener.accept().await {
+            Ok((sock, _)) => {
+                errors = 0;
+                sock
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off, never spin.
+                errors = errors.saturating_add(1);
+                tracing::warn!(error = %e, "probe listener: accept failed");
+                tokio::time::sleep(Duration::from_millis(50u64 << errors.min(5))).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            continue; // dropping the socket closes it
         };
         let ready = ready.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let mut buf = [0u8; 1024];
             let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf))
                 .await
@@ -122,7 +141,7 @@ async fn serve_probes(listener: tokio::net::TcpListener, ready: Arc<AtomicBool>)
                 "HTTP/1.1 {code}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
-            let _ = sock.write_all(resp.as_bytes()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), sock.write_all(resp.as_bytes())).await;
         });
     }
 }

@@ -38,6 +38,7 @@ fn bench(c: &mut Criterion) {
             .filter_map(|s| s.parse::<ProtectionLabel>().ok()),
         ),
         strict: true,
+        ..PolicyConfig::default()
     };
     let protected = review(
         "DELETE",

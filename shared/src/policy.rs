@@ -34,13 +34,29 @@ use std::{future::Future, sync::Arc};
 /// How many blockers a message names before "and N more".
 pub const MAX_BLOCKERS_SHOWN: usize = 5;
 
+/// Longest break-glass window an RFC 3339 skip annotation may open, by default.
+pub const DEFAULT_MAX_BREAK_GLASS: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
 /// Static configuration of the label policy.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct PolicyConfig {
     /// Protection labels in force.
     pub labels: ProtectionLabels,
     /// Global strict mode (`--strict`).
     pub strict: bool,
+    /// A skip annotation dated further ahead than this does not count
+    /// (`--max-break-glass`).
+    pub max_break_glass: chrono::TimeDelta,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        Self {
+            labels: ProtectionLabels::default(),
+            strict: false,
+            max_break_glass: DEFAULT_MAX_BREAK_GLASS,
+        }
+    }
 }
 
 /// A question for the dependents lookup: who references `name` of `dep.target`?
@@ -277,12 +293,19 @@ pub enum SkipProblem {
     Expired(String),
     /// A value that is neither `true` nor an RFC 3339 time.
     BadValue(String),
+    /// An RFC 3339 time further ahead than the longest break-glass window allowed.
+    TooFar(String, chrono::TimeDelta),
 }
 
 /// Looks for a break-glass marker on `obj`: the annotation `holdfast.dev/skip-protection`
 /// or `dependencies.opendefense.cloud/skip-protection` with value `true` or an RFC 3339
-/// time still in the future, or the label `appcat.vshn.io/webhook-allowdeletion: "true"`.
-pub fn break_glass(obj: &Value, now: DateTime<Utc>) -> Result<Option<BreakGlass>, SkipProblem> {
+/// time still in the future (and at most `max` ahead), or the label
+/// `appcat.vshn.io/webhook-allowdeletion: "true"`.
+pub fn break_glass(
+    obj: &Value,
+    now: DateTime<Utc>,
+    max: chrono::TimeDelta,
+) -> Result<Option<BreakGlass>, SkipProblem> {
     let mut problem = None;
     if let Some(ann) = annotations(obj) {
         for key in [SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES] {
@@ -296,6 +319,9 @@ pub fn break_glass(obj: &Value, now: DateTime<Utc>) -> Result<Option<BreakGlass>
                 }));
             }
             match DateTime::parse_from_rfc3339(value) {
+                Ok(until) if until.with_timezone(&Utc) > now + max => {
+                    problem = Some(SkipProblem::TooFar(format!("{key}={value}"), max));
+                }
                 Ok(until) if until.with_timezone(&Utc) > now => {
                     return Ok(Some(BreakGlass {
                         source: format!("annotation {key} (until {value})"),
@@ -316,6 +342,18 @@ pub fn break_glass(obj: &Value, now: DateTime<Utc>) -> Result<Option<BreakGlass>
     match problem {
         Some(p) => Err(p),
         None => Ok(None),
+    }
+}
+
+/// `24h`, `90m`, `45s`: the largest whole unit.
+pub fn human_duration(d: chrono::TimeDelta) -> String {
+    let secs = d.num_seconds();
+    if secs > 0 && secs % 3600 == 0 {
+        format!("{}h", secs / 3600)
+    } else if secs > 0 && secs % 60 == 0 {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
     }
 }
 
@@ -385,7 +423,7 @@ async fn evaluate_delete<V: ClusterView>(
     if let Err(why) = check_metadata(obj) {
         return unreadable(req, &why);
     }
-    let skip = break_glass(obj, now);
+    let skip = break_glass(obj, now, cfg.max_break_glass);
     if let Ok(Some(_)) = skip {
         return Evaluation::allow("break-glass");
     }
@@ -394,6 +432,11 @@ async fn evaluate_delete<V: ClusterView>(
         Err(SkipProblem::BadValue(v)) => {
             format!(" (break-glass {v} is ignored: use \"true\" or an RFC 3339 time)")
         }
+        Err(SkipProblem::TooFar(v, max)) => format!(
+            " (break-glass {v} is ignored: it lies more than {} ahead, the longest \
+             break-glass window this installation allows)",
+            human_duration(*max)
+        ),
         _ => String::new(),
     };
     let single = evaluate_single(req, obj, cfg, view, &skip_note).await;
@@ -458,7 +501,7 @@ async fn evaluate_containment<V: ClusterView>(
         if check_metadata(&item.object).is_err() {
             continue;
         }
-        if let Ok(Some(_)) = break_glass(&item.object, now) {
+        if let Ok(Some(_)) = break_glass(&item.object, now, cfg.max_break_glass) {
             continue;
         }
         let e = evaluate_single(&inner, &item.object, cfg, view, "").await;
@@ -1157,6 +1200,7 @@ mod tests {
                     .map(|s| s.parse::<ProtectionLabel>().expect("valid label")),
             ),
             strict,
+            ..PolicyConfig::default()
         }
     }
 
@@ -1321,6 +1365,42 @@ mod tests {
             now(),
         );
         assert!(matches!(e.decision, Decision::Deny(_)));
+    }
+
+    #[test]
+    fn break_glass_further_ahead_than_the_cap_does_not_count() {
+        let protected = json!({"holdfast.dev/protected": "true"});
+        // now() is 2026-11-22T08:00Z; the default cap is 24h.
+        let far = json!({"holdfast.dev/skip-protection": "9999-12-31T00:00:00Z"});
+        let e = evaluate(
+            &delete(cm(protected.clone(), far)),
+            &cfg(false, &[]),
+            &NoPolicies,
+            now(),
+        );
+        let msg = &denied(&e).message;
+        assert!(
+            msg.contains(
+                "break-glass holdfast.dev/skip-protection=9999-12-31T00:00:00Z is ignored: \
+                 it lies more than 24h ahead"
+            ),
+            "{msg}"
+        );
+        // Just inside the cap counts; a shorter configured cap refuses it.
+        let inside = json!({"holdfast.dev/skip-protection": "2026-11-23T07:59:00Z"});
+        let e = evaluate(
+            &delete(cm(protected.clone(), inside.clone())),
+            &cfg(false, &[]),
+            &NoPolicies,
+            now(),
+        );
+        assert_eq!(e.policy, "break-glass");
+        let short = PolicyConfig {
+            max_break_glass: chrono::TimeDelta::hours(1),
+            ..cfg(false, &[])
+        };
+        let e = evaluate(&delete(cm(protected, inside)), &short, &NoPolicies, now());
+        assert!(denied(&e).message.contains("more than 1h ahead"));
     }
 
     #[test]

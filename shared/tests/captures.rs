@@ -41,6 +41,7 @@ fn every_capture_parses_and_is_decided() {
             .parse::<ProtectionLabel>()
             .expect("valid label")]),
         strict: false,
+        ..PolicyConfig::default()
     };
     let (mut deletes, mut nameless, mut denied) = (0, 0, 0);
     for file in &files {

@@ -10,6 +10,9 @@ use holdfast_shared::{
 use serde_json::Value;
 use std::{sync::Arc, time::Instant};
 
+/// At most one Event per object and reason in this window.
+const EVENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Answers AdmissionReviews.
 pub struct Admission {
     config: PolicyConfig,
@@ -23,7 +26,7 @@ impl Admission {
     pub fn new(config: PolicyConfig, view: Arc<WebhookView>, metrics: Metrics) -> Self {
         Self {
             config,
-            events: EventSink::new(view.clone(), std::time::Duration::from_secs(10)),
+            events: EventSink::new(view.clone(), metrics.clone(), EVENT_WINDOW),
             view,
             metrics,
         }

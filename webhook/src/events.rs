@@ -1,37 +1,115 @@
 //! Kubernetes Events for what the webhook does to an object: a refused deletion
 //! (`DeletionBlocked`), an honoured break-glass (`BreakGlass`), an audited or warned
-//! deletion. Published in the background, never on the admission path, and
-//! rate-limited per object, reason and user so a retrying client cannot flood the
-//! API. Dry-run requests emit nothing (the webhook declares `sideEffects: None`).
+//! deletion. Never published on the admission path: [`EventSink::emit`] only decides
+//! and enqueues; one background worker publishes, in order.
+//!
+//! Whoever can reach the admission port can make the webhook write Events, so three
+//! limits hold whatever the caller sends: at most one Event per object and reason per
+//! window (the user name is the caller's choice, so it is not part of the key); at
+//! most [`GLOBAL_BURST`] Events at once and [`GLOBAL_PER_SECOND`] a second overall;
+//! and a bounded queue ([`QUEUE`]) whose overflow is dropped and counted. Dry-run
+//! requests emit nothing.
 
-use crate::view::WebhookView;
+use crate::{metrics::Metrics, view::WebhookView};
 use holdfast_shared::{policy::logical_cluster, review::AdmissionRequest};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use std::{sync::Arc, time::Duration};
-
-/// Publishes Events, at most one per object, reason and user per window.
-pub struct EventSink {
-    view: Arc<WebhookView>,
-    recent: moka::sync::Cache<String, ()>,
-}
+use kube::{
+    Client,
+    runtime::events::{Event, EventType, Recorder, Reporter},
+};
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+use tokio::sync::mpsc;
 
 /// Longest note an Event takes.
 const MAX_NOTE: usize = 1000;
 
-impl EventSink {
-    /// A sink publishing through `view`'s API client, at most once per `window`.
-    pub fn new(view: Arc<WebhookView>, window: Duration) -> Self {
+/// Events waiting to be published; more are dropped.
+pub const QUEUE: usize = 1024;
+
+/// Events published at once before the steady rate applies.
+pub const GLOBAL_BURST: f64 = 100.0;
+
+/// Steady rate of Events, all objects together.
+pub const GLOBAL_PER_SECOND: f64 = 20.0;
+
+/// Objects remembered for the per-object window.
+const RECENT_CAPACITY: u64 = 100_000;
+
+/// A token bucket: `burst` tokens, refilled at `rate` per second.
+#[derive(Debug)]
+pub struct TokenBucket {
+    tokens: f64,
+    burst: f64,
+    rate: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket.
+    pub fn new(burst: f64, rate: f64) -> Self {
         Self {
-            view,
-            recent: moka::sync::Cache::builder()
-                .time_to_live(window)
-                .max_capacity(100_000)
-                .build(),
+            tokens: burst,
+            burst,
+            rate,
+            last: Instant::now(),
         }
     }
 
-    /// Records `reason` on the object of `req` (unless rate-limited or dry-run).
+    /// Takes one token at `now`, if there is one.
+    pub fn take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+struct Pending {
+    client: Client,
+    event: Event,
+    reference: ObjectReference,
+}
+
+/// Decides which Events to publish and hands them to the publishing worker.
+pub struct EventSink {
+    view: Arc<WebhookView>,
+    metrics: Metrics,
+    recent: moka::sync::Cache<String, ()>,
+    bucket: Mutex<TokenBucket>,
+    queue: mpsc::Sender<Pending>,
+}
+
+impl EventSink {
+    /// A sink publishing through `view`'s API clients, at most once per object and
+    /// reason per `window`. Starts the worker: call inside a Tokio runtime.
+    pub fn new(view: Arc<WebhookView>, metrics: Metrics, window: Duration) -> Self {
+        let (queue, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(publish(rx, metrics.clone()));
+        Self {
+            view,
+            metrics,
+            recent: moka::sync::Cache::builder()
+                .time_to_live(window)
+                .max_capacity(RECENT_CAPACITY)
+                .build(),
+            bucket: Mutex::new(TokenBucket::new(GLOBAL_BURST, GLOBAL_PER_SECOND)),
+            queue,
+        }
+    }
+
+    fn count(&self, outcome: &str) {
+        self.metrics.events.with_label_values(&[outcome]).inc();
+    }
+
+    /// Records `reason` on the object of `req` (unless limited or dry-run).
     pub fn emit(&self, req: &AdmissionRequest, warning: bool, reason: &'static str, note: String) {
         if req.dry_run.unwrap_or(false) {
             return;
@@ -42,17 +120,26 @@ impl EventSink {
         let name = req.object_name().unwrap_or_default().to_string();
         let namespace = req.object_namespace().map(str::to_string);
         let key = format!(
-            "{reason}/{}/{}/{}/{name}/{}",
+            "{reason}/{}/{}/{}/{name}",
             logical_cluster(obj),
             req.resource.group_resource(),
             namespace.as_deref().unwrap_or_default(),
-            req.user_info.username
         );
         if self.recent.contains_key(&key) {
+            self.count("limited");
+            return;
+        }
+        let allowed = match self.bucket.lock() {
+            Ok(mut bucket) => bucket.take(Instant::now()),
+            Err(poisoned) => poisoned.into_inner().take(Instant::now()),
+        };
+        if !allowed {
+            self.count("limited");
             return;
         }
         self.recent.insert(key, ());
         let Some(client) = self.view.client_for(logical_cluster(obj)) else {
+            self.count("failed");
             return;
         };
         let api_version = if req.kind.group.is_empty() {
@@ -87,17 +174,57 @@ impl EventSink {
             action: req.operation.as_str().to_string(),
             secondary: None,
         };
-        tokio::spawn(async move {
-            let recorder = Recorder::new(
-                client,
-                Reporter {
-                    controller: "holdfast-webhook".to_string(),
-                    instance: std::env::var("POD_NAME").ok(),
-                },
-            );
-            if let Err(e) = recorder.publish(&event, &reference).await {
-                tracing::debug!(error = %e, reason = event.reason, "cannot publish event");
+        match self.queue.try_send(Pending {
+            client,
+            event,
+            reference,
+        }) {
+            Ok(()) => self.count("queued"),
+            Err(_) => self.count("dropped"),
+        }
+    }
+}
+
+/// Publishes queued Events one at a time until every sender is gone.
+async fn publish(mut rx: mpsc::Receiver<Pending>, metrics: Metrics) {
+    let reporter = Reporter {
+        controller: "holdfast-webhook".to_string(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    while let Some(p) = rx.recv().await {
+        let recorder = Recorder::new(p.client, reporter.clone());
+        match recorder.publish(&p.event, &p.reference).await {
+            Ok(()) => metrics.events.with_label_values(&["published"]).inc(),
+            Err(e) => {
+                metrics.events.with_label_values(&["failed"]).inc();
+                tracing::debug!(error = %e, reason = p.event.reason, "cannot publish event");
             }
-        });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_allows_a_burst_then_the_rate() {
+        let start = Instant::now();
+        let mut b = TokenBucket::new(3.0, 2.0);
+        b.last = start;
+        assert!(b.take(start));
+        assert!(b.take(start));
+        assert!(b.take(start));
+        assert!(!b.take(start), "the burst is spent");
+        // Half a second at 2/s refills one token.
+        let later = start + Duration::from_millis(500);
+        assert!(b.take(later));
+        assert!(!b.take(later));
+        // A long pause refills only up to the burst.
+        let much_later = later + Duration::from_secs(60);
+        assert!(b.take(much_later));
+        assert!(b.take(much_later));
+        assert!(b.take(much_later));
+        assert!(!b.take(much_later));
     }
 }

@@ -63,11 +63,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let policy = PolicyConfig {
         labels: ProtectionLabels::with_extra(args.protection_labels.clone()),
         strict: args.strict,
+        max_break_glass: args.max_break_glass(),
     };
     let metrics = metrics::Metrics::new().context("registering metrics")?;
     let certs = tls::CertStore::load(&args.tls_cert, &args.tls_key)
         .context("loading the serving certificate")?;
-    let tls_config = certs.server_config()?;
+    let tls_config = certs
+        .server_config(args.client_ca_file.as_deref())
+        .context("building the TLS configuration")?;
 
     let view = view::WebhookView::new(
         view::ViewOptions {
@@ -81,12 +84,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics.clone(),
     )
     .await;
-    let app = Arc::new(server::App {
-        admission: admission::Admission::new(policy.clone(), view.clone(), metrics.clone()),
-        metrics: metrics.clone(),
-        read_timeout: Duration::from_secs(args.read_timeout_seconds),
-        serving: Default::default(),
-    });
+    let app = Arc::new(server::App::new(
+        admission::Admission::new(policy.clone(), view.clone(), metrics.clone()),
+        metrics.clone(),
+        args.limits(),
+    ));
 
     let (stop_tx, stop_rx) = watch::channel(false);
     view.start(stop_rx.clone());

@@ -29,6 +29,12 @@ pub struct Metrics {
     pub dependents_lookups: IntCounterVec,
     /// Decisions that Audit-mode policies would have denied.
     pub audited: IntCounterVec,
+    /// Connections closed by the server, by listener and reason.
+    pub closed: IntCounterVec,
+    /// Events by outcome: published, limited, dropped, failed.
+    pub events: IntCounterVec,
+    /// Per-logical-cluster API clients held (kcp).
+    pub cluster_clients: IntGauge,
 }
 
 impl Metrics {
@@ -100,6 +106,29 @@ impl Metrics {
             ),
             &["operation"],
         )?;
+        let closed = IntCounterVec::new(
+            Opts::new(
+                "connections_closed_total",
+                "Connections the server closed, by listener and reason: connection_limit, \
+                 first_request_timeout, idle, handshake_timeout.",
+            ),
+            &["listener", "reason"],
+        )?;
+        let events = IntCounterVec::new(
+            Opts::new(
+                "events_total",
+                "Kubernetes Events, by outcome: queued, published, limited (rate limit), \
+                 dropped (queue full), failed.",
+            ),
+            &["outcome"],
+        )?;
+        let cluster_clients = IntGauge::new(
+            "cluster_clients",
+            "API clients held for logical clusters (kcp), bounded.",
+        )?;
+        registry.register(Box::new(closed.clone()))?;
+        registry.register(Box::new(events.clone()))?;
+        registry.register(Box::new(cluster_clients.clone()))?;
         registry.register(Box::new(registry_size.clone()))?;
         registry.register(Box::new(index_references.clone()))?;
         registry.register(Box::new(index_synced.clone()))?;
@@ -122,6 +151,9 @@ impl Metrics {
             index_synced,
             dependents_lookups,
             audited,
+            closed,
+            events,
+            cluster_clients,
         })
     }
 

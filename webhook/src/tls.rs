@@ -130,13 +130,21 @@ impl CertStore {
     }
 
     /// A rustls server configuration serving this store, with ALPN h2 and http/1.1.
-    pub fn server_config(self: &Arc<Self>) -> Result<Arc<ServerConfig>, TlsError> {
+    /// With `client_ca`, only clients presenting a certificate signed by one of its
+    /// CAs complete the handshake.
+    pub fn server_config(
+        self: &Arc<Self>,
+        client_ca: Option<&Path>,
+    ) -> Result<Arc<ServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ServerConfig::builder_with_provider(provider)
+        let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Config(e.to_string()))?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(Resolver(self.clone())));
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(path) => builder.with_client_cert_verifier(client_verifier(path, provider)?),
+        };
+        let mut config = builder.with_cert_resolver(Arc::new(Resolver(self.clone())));
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
@@ -181,6 +189,33 @@ impl CertStore {
             on_reload(&outcome);
         }
     }
+}
+
+/// A verifier accepting client certificates issued by the CAs in the PEM file `path`.
+fn client_verifier(
+    path: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let pem = read(path)?;
+    let cas = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::BadCertificate {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+    if cas.is_empty() {
+        return Err(TlsError::NoCertificate(path.to_path_buf()));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        roots.add(ca).map_err(|e| TlsError::BadCertificate {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| TlsError::Config(format!("client CA {}: {e}", path.display())))
 }
 
 #[derive(Debug)]

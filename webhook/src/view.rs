@@ -41,6 +41,22 @@ use std::{
 };
 use tokio::sync::{Notify, watch};
 
+/// Logical clusters with a cached API client at most (kcp).
+const MAX_CLUSTER_CLIENTS: u64 = 1024;
+
+/// A logical cluster's client is dropped after this long unused.
+const CLUSTER_CLIENT_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A kcp logical cluster name or workspace path: lowercase letters, digits, `-` and
+/// `:` separators, at most 253 characters.
+fn is_logical_cluster_name(lc: &str) -> bool {
+    !lc.is_empty()
+        && lc.len() <= 253
+        && lc
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b':')
+}
+
 /// How dependents of a DependencyRule are found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DependentsMode {
@@ -57,7 +73,9 @@ pub struct WebhookView {
     mode: DependentsMode,
     client: Option<Client>,
     base_config: Option<kube::Config>,
-    cluster_clients: DashMap<String, Client>,
+    /// Per-logical-cluster clients (kcp), bounded: a review names its logical cluster,
+    /// so the set of names is the caller's choice.
+    cluster_clients: moka::sync::Cache<String, Client>,
     registry: Arc<Registry>,
     index: DependentsIndex,
     synced: DashMap<String, bool>,
@@ -134,7 +152,10 @@ impl WebhookView {
             mode: opts.mode,
             client,
             base_config,
-            cluster_clients: DashMap::new(),
+            cluster_clients: moka::sync::Cache::builder()
+                .max_capacity(MAX_CLUSTER_CLIENTS)
+                .time_to_idle(CLUSTER_CLIENT_IDLE)
+                .build(),
             registry: Arc::new(Registry::default()),
             index: DependentsIndex::default(),
             synced: DashMap::new(),
@@ -349,7 +370,10 @@ impl WebhookView {
             return self.client.clone().ok_or_else(no_client);
         }
         if let Some(c) = self.cluster_clients.get(lc) {
-            return Ok(c.clone());
+            return Ok(c);
+        }
+        if !is_logical_cluster_name(lc) {
+            return Err(LookupError(format!("{lc:?} is not a logical cluster name")));
         }
         let mut cfg = self.base_config.clone().ok_or_else(no_client)?;
         let base = self.front_proxy_base().ok_or_else(no_client)?;
@@ -358,6 +382,9 @@ impl WebhookView {
             .map_err(|e| LookupError(format!("bad cluster URL for {lc}: {e}")))?;
         let client = Client::try_from(cfg).map_err(|e| LookupError(e.to_string()))?;
         self.cluster_clients.insert(lc.to_string(), client.clone());
+        self.metrics
+            .cluster_clients
+            .set(i64::try_from(self.cluster_clients.entry_count()).unwrap_or(i64::MAX));
         Ok(client)
     }
 
