@@ -141,7 +141,8 @@ async fn serve_probes(listener: tokio::net::TcpListener, ready: Arc<AtomicBool>)
                 "HTTP/1.1 {code}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
-            let _ = tokio::time::timeout(Duration::from_secs(5), sock.write_all(resp.as_bytes())).await;
+            let _ =
+                tokio::time::timeout(Duration::from_secs(5), sock.write_all(resp.as_bytes())).await;
         });
     }
 }

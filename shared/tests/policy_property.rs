@@ -97,9 +97,15 @@ fn oracle_break_glass(labels: &Map<String, Value>, annotations: &Map<String, Val
         "dependencies.opendefense.cloud/skip-protection",
     ]
     .iter()
-    .any(|k| annotations.get(*k).and_then(Value::as_str).is_some_and(skip_ok))
-        || labels.get("appcat.vshn.io/webhook-allowdeletion").and_then(Value::as_str)
-            == Some("true")
+    .any(|k| {
+        annotations
+            .get(*k)
+            .and_then(Value::as_str)
+            .is_some_and(skip_ok)
+    }) || labels
+        .get("appcat.vshn.io/webhook-allowdeletion")
+        .and_then(Value::as_str)
+        == Some("true")
 }
 
 const LABEL_KEYS: &[&str] = &[
@@ -111,7 +117,17 @@ const LABEL_KEYS: &[&str] = &[
     "holdfast.dev/protected-not",
 ];
 const LABEL_VALUES: &[&str] = &[
-    "Always", "always", "Always ", "true", "True", "TRUE", "false", "", "yes", "1", "Cascading",
+    "Always",
+    "always",
+    "Always ",
+    "true",
+    "True",
+    "TRUE",
+    "false",
+    "",
+    "yes",
+    "1",
+    "Cascading",
 ];
 const ANNOTATION_KEYS: &[&str] = &[
     "holdfast.dev/skip-protection",
@@ -135,7 +151,11 @@ fn random_map(rng: &mut Rng, keys: &[&str], values: &[&str]) -> Map<String, Valu
     let mut m = Map::new();
     // Half the time, start from a protecting (or break-glass) entry of the first key.
     if rng.chance(2) {
-        let value = if rng.chance(2) { values[0] } else { values[3.min(values.len() - 1)] };
+        let value = if rng.chance(2) {
+            values[0]
+        } else {
+            values[3.min(values.len() - 1)]
+        };
         m.insert(keys[0].to_string(), Value::String(value.to_string()));
     }
     for _ in 0..rng.below(4) {
@@ -197,7 +217,10 @@ fn label_protected_deletes_need_a_valid_break_glass() {
         }
     }
     // The generator covers both sides.
-    assert!(denied > 500 && allowed > 500, "{denied} denied, {allowed} allowed");
+    assert!(
+        denied > 500 && allowed > 500,
+        "{denied} denied, {allowed} allowed"
+    );
 }
 
 #[test]
@@ -224,7 +247,9 @@ fn strict_updates_never_take_protection_away_unexempted() {
         );
         let decision = decide(body.to_string().as_bytes(), &config(true))
             .unwrap_or_else(|| panic!("seed {seed} round {round}: valid review refused"));
-        let exempt = old_labels.get("holdfast.dev/strict-exempt").and_then(Value::as_str)
+        let exempt = old_labels
+            .get("holdfast.dev/strict-exempt")
+            .and_then(Value::as_str)
             == Some("true");
         // Protection taken away: some key protected before and not after.
         let weakened = ["holdfast.dev/protected", KARMADA].iter().any(|k| {

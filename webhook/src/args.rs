@@ -19,7 +19,11 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         "m" => n.saturating_mul(60),
         "h" => n.saturating_mul(3600),
         "d" => n.saturating_mul(86_400),
-        other => return Err(format!("unknown unit {other:?} in {text:?}: use s, m, h or d")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: use s, m, h or d"
+            ));
+        }
     };
     if secs == 0 || secs > 366 * 86_400 {
         return Err(format!("{text:?} must be between 1s and 366d"));

@@ -4,8 +4,8 @@
 
 use crate::{admission::Admission, metrics::Metrics};
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
 use bytes::BytesMut;
+use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::{
@@ -568,22 +568,25 @@ pub async fn serve(
             let _slot = slot;
             match tls {
                 Some(acceptor) => {
-                    let stream =
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
-                        {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => {
-                                app.metrics
-                                    .closed
-                                    .with_label_values(&[role.label(), "handshake_timeout"])
-                                    .inc();
-                                return;
-                            }
-                        };
+                    let stream = match tokio::time::timeout(
+                        HANDSHAKE_TIMEOUT,
+                        acceptor.accept(stream),
+                    )
+                    .await
+                    {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            app.metrics
+                                .closed
+                                .with_label_values(&[role.label(), "handshake_timeout"])
+                                .inc();
+                            return;
+                        }
+                    };
                     connection(stream, role, app, builder, shutdown).await;
                 }
                 None => connection(stream, role, app, builder, shutdown).await,

@@ -229,7 +229,11 @@ async fn large_bodies_cannot_starve_small_reviews() {
     // The stalled ones end with 408 once the read timeout passes.
     for mut s in stalled {
         let mut buf = Vec::new();
-        let _ = tokio::time::timeout(GENEROUS, tokio::io::AsyncReadExt::read_to_end(&mut s, &mut buf)).await;
+        let _ = tokio::time::timeout(
+            GENEROUS,
+            tokio::io::AsyncReadExt::read_to_end(&mut s, &mut buf),
+        )
+        .await;
         let text = String::from_utf8_lossy(&buf);
         assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     }
@@ -336,7 +340,11 @@ async fn one_http2_connection_holds_at_most_its_body_budget() {
             .expect("response");
         rest.push(status);
     }
-    assert_eq!(rest, vec![408], "the stalled stream ends with the read timeout");
+    assert_eq!(
+        rest,
+        vec![408],
+        "the stalled stream ends with the read timeout"
+    );
     drop(keep);
 }
 
@@ -366,7 +374,8 @@ async fn client_certificates_are_enforced_with_a_client_ca() {
     // Without one, or with one from another CA: never answered.
     for identity in [None, Some(&stranger)] {
         let attempt = async {
-            let mut s = tls_connect(tls_config(&p.ca_pem, &[b"http/1.1"], identity), wh.port).await?;
+            let mut s =
+                tls_connect(tls_config(&p.ca_pem, &[b"http/1.1"], identity), wh.port).await?;
             h1_exchange(&mut s, &protected_ns_delete("u-anon", "mallory")).await
         };
         let outcome = tokio::time::timeout(GENEROUS, attempt)
@@ -388,7 +397,13 @@ async fn client_certificates_are_enforced_with_a_client_ca() {
         .arg(wh.dir.path().join("tls.key"))
         .arg("--client-ca-file")
         .arg(&empty)
-        .args(["--label-only", "--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
+        .args([
+            "--label-only",
+            "--listen",
+            "127.0.0.1:0",
+            "--probe-listen",
+            "127.0.0.1:0",
+        ])
         .output()
         .expect("run");
     assert!(!out.status.success());
@@ -414,8 +429,16 @@ async fn forged_reviews_cannot_flood_events() {
         assert_denied(status, &body, &uid);
     }
     let windows = (started.elapsed().as_secs() / 10) as f64 + 1.0;
-    let queued = metric(wh.probe_port, r#"holdfast_webhook_events_total{outcome="queued"}"#).await;
-    let limited = metric(wh.probe_port, r#"holdfast_webhook_events_total{outcome="limited"}"#).await;
+    let queued = metric(
+        wh.probe_port,
+        r#"holdfast_webhook_events_total{outcome="queued"}"#,
+    )
+    .await;
+    let limited = metric(
+        wh.probe_port,
+        r#"holdfast_webhook_events_total{outcome="limited"}"#,
+    )
+    .await;
     assert!(
         (1.0..=windows).contains(&queued),
         "one Event per object and reason per 10 s window, whatever the user: queued {queued}"
@@ -432,22 +455,31 @@ async fn forged_reviews_cannot_flood_events() {
             "Namespace",
             "namespaces",
             Value::Null,
-            ns(&format!("forged-{i}"), json!({"holdfast.dev/protected": "true"})),
+            ns(
+                &format!("forged-{i}"),
+                json!({"holdfast.dev/protected": "true"}),
+            ),
             "mallory",
         );
         let (status, reply) = h1_exchange(&mut s, &body).await.expect("exchange");
         assert_denied(status, &reply, &uid);
     }
     let budget = 100.0 + 20.0 * started.elapsed().as_secs_f64().ceil() + windows;
-    let queued_now =
-        metric(wh.probe_port, r#"holdfast_webhook_events_total{outcome="queued"}"#).await;
+    let queued_now = metric(
+        wh.probe_port,
+        r#"holdfast_webhook_events_total{outcome="queued"}"#,
+    )
+    .await;
     assert!(
         queued_now - queued <= budget,
         "{} Events queued for 400 forged reviews; the global limit allows {budget}",
         queued_now - queued
     );
     // The webhook is still healthy.
-    assert_eq!(probe(wh.probe_port, "/healthz").await.expect("healthz").0, 200);
+    assert_eq!(
+        probe(wh.probe_port, "/healthz").await.expect("healthz").0,
+        200
+    );
 }
 
 #[tokio::test]

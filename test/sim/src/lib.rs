@@ -142,14 +142,19 @@ pub struct Sim;
 impl Sim {
     pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let (state, join) = server::start(cfg).await?;
-        Ok(SimHandle { state, join })
+        let (state, join, outage) = server::start(cfg).await?;
+        Ok(SimHandle {
+            state,
+            join,
+            outage,
+        })
     }
 }
 
 pub struct SimHandle {
     state: Arc<server::State>,
     join: tokio::task::JoinHandle<()>,
+    outage: server::OutageSender,
 }
 
 impl SimHandle {
@@ -244,6 +249,19 @@ impl SimHandle {
     /// Resolves a kcp workspace path (`root:org:team`) to its logical cluster name.
     pub fn logical_cluster(&self, path: &str) -> Option<String> {
         kcp::resolve_path(&self.state, path)
+    }
+
+    /// An API-server outage of `length`, as in a restart: the port closes and every
+    /// open connection (watches included) is cut; stored objects survive; then it
+    /// serves again on the same address. Returns once it serves again.
+    pub async fn outage(&self, length: std::time::Duration) -> anyhow::Result<()> {
+        let (done, serving) = tokio::sync::oneshot::channel();
+        self.outage
+            .send((length, done))
+            .map_err(|_| anyhow::anyhow!("the sim is not serving"))?;
+        serving
+            .await
+            .map_err(|_| anyhow::anyhow!("the sim stopped during the outage"))
     }
 
     pub async fn shutdown(mut self) {

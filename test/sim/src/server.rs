@@ -158,7 +158,13 @@ pub fn warning_header(text: &str) -> String {
     format!("299 - \"{escaped}\"")
 }
 
-pub async fn start(cfg: SimConfig) -> anyhow::Result<(Arc<State>, tokio::task::JoinHandle<()>)> {
+/// Asks the serving loop for an outage of the given length: see `SimHandle::outage`.
+pub type OutageSender =
+    tokio::sync::mpsc::UnboundedSender<(std::time::Duration, tokio::sync::oneshot::Sender<()>)>;
+
+pub async fn start(
+    cfg: SimConfig,
+) -> anyhow::Result<(Arc<State>, tokio::task::JoinHandle<()>, OutageSender)> {
     let pki = tls::generate(&cfg.extra_sans)?;
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
@@ -187,12 +193,32 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<(Arc<State>, tokio::task::J
     crate::controllers::bootstrap(&state).await;
     crate::controllers::spawn(state.clone());
     let st = state.clone();
+    let (outage_tx, mut outage_rx) = tokio::sync::mpsc::unbounded_channel::<(
+        std::time::Duration,
+        tokio::sync::oneshot::Sender<()>,
+    )>();
     let join = tokio::spawn(async move {
         let mut conns = tokio::task::JoinSet::new();
         let mut shutdown = st.shutdown_rx.clone();
+        let mut listener = listener;
         loop {
             tokio::select! {
                 _ = shutdown.changed() => break,
+                Some((length, done)) = outage_rx.recv() => {
+                    // Like an API server restart: the port closes, every connection
+                    // (watches included) is cut, state survives (as in etcd).
+                    drop(listener);
+                    conns.abort_all();
+                    while conns.join_next().await.is_some() {}
+                    tokio::time::sleep(length).await;
+                    listener = loop {
+                        match TcpListener::bind(addr).await {
+                            Ok(l) => break l,
+                            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+                        }
+                    };
+                    let _ = done.send(());
+                }
                 acc = listener.accept() => {
                     let Ok((tcp, _)) = acc else { continue };
                     let _ = tcp.set_nodelay(true);
@@ -214,7 +240,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<(Arc<State>, tokio::task::J
         }
         conns.abort_all();
     });
-    Ok((state, join))
+    Ok((state, join, outage_tx))
 }
 
 pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {

@@ -145,7 +145,9 @@ pub async fn metric(probe_port: u16, series: &str) -> f64 {
         .filter(|l| !l.starts_with('#'))
         .find_map(|l| {
             let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse::<f64>().ok()).flatten()
+            (name == series)
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
         })
         .unwrap_or(0.0)
 }

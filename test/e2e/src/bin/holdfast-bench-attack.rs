@@ -292,7 +292,10 @@ async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Re
         }
         other => anyhow::bail!("unknown attack {other}"),
     }
-    Ok(format!("{} attack requests completed", done.load(Ordering::Relaxed)))
+    Ok(format!(
+        "{} attack requests completed",
+        done.load(Ordering::Relaxed)
+    ))
 }
 
 #[tokio::main]
@@ -320,10 +323,22 @@ async fn main() -> anyhow::Result<()> {
         let (ok, sent, slowest) = legit.await??;
         let counters = format!(
             "busy {} / closed {} / events queued {} limited {} / cluster clients {}",
-            metric_sum(wh.probe, "holdfast_webhook_http_rejected_total{reason=\"busy\"}").await,
+            metric_sum(
+                wh.probe,
+                "holdfast_webhook_http_rejected_total{reason=\"busy\"}"
+            )
+            .await,
             metric_sum(wh.probe, "holdfast_webhook_connections_closed_total").await,
-            metric_sum(wh.probe, "holdfast_webhook_events_total{outcome=\"queued\"}").await,
-            metric_sum(wh.probe, "holdfast_webhook_events_total{outcome=\"limited\"}").await,
+            metric_sum(
+                wh.probe,
+                "holdfast_webhook_events_total{outcome=\"queued\"}"
+            )
+            .await,
+            metric_sum(
+                wh.probe,
+                "holdfast_webhook_events_total{outcome=\"limited\"}"
+            )
+            .await,
             metric_sum(wh.probe, "holdfast_webhook_cluster_clients").await,
         );
         println!(
