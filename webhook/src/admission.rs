@@ -13,12 +13,64 @@ use std::{sync::Arc, time::Instant};
 /// At most one Event per object and reason in this window.
 const EVENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Denials of one object are logged once per this window; the rest are counted and
+/// summed up in one line when the window closes.
+const DENIAL_LOG_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Objects whose denials are being aggregated at most.
+const DENIAL_LOG_CAPACITY: u64 = 10_000;
+
+/// Logs denials without a synchronous write per request: the first denial of an
+/// object (per policy) in a window is logged at INFO, repeats only at DEBUG, and when
+/// the window closes one line says how many more there were. Metrics and Events count
+/// every one as before.
+struct DenialLog {
+    recent: moka::sync::Cache<String, Arc<std::sync::atomic::AtomicU64>>,
+}
+
+impl DenialLog {
+    fn new() -> Self {
+        let recent = moka::sync::Cache::builder()
+            .max_capacity(DENIAL_LOG_CAPACITY)
+            .time_to_live(DENIAL_LOG_WINDOW)
+            .eviction_listener(
+                |key: Arc<String>, more: Arc<std::sync::atomic::AtomicU64>, _cause| {
+                    let more = more.load(std::sync::atomic::Ordering::Relaxed);
+                    if more > 0 {
+                        tracing::info!(
+                            object = %key,
+                            repeats = more,
+                            "denied {more} more time(s) in the last {}s",
+                            DENIAL_LOG_WINDOW.as_secs()
+                        );
+                    }
+                },
+            )
+            .build();
+        Self { recent }
+    }
+
+    /// True when this denial should be logged at INFO (the first in its window).
+    fn first(&self, key: String) -> bool {
+        let entry = self.recent.entry(key).or_insert_with(Default::default);
+        if entry.is_fresh() {
+            true
+        } else {
+            entry
+                .value()
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            false
+        }
+    }
+}
+
 /// Answers AdmissionReviews.
 pub struct Admission {
     config: PolicyConfig,
     view: Arc<WebhookView>,
     metrics: Metrics,
     events: EventSink,
+    denials: DenialLog,
 }
 
 impl Admission {
@@ -29,6 +81,7 @@ impl Admission {
             events: EventSink::new(view.clone(), metrics.clone(), EVENT_WINDOW),
             view,
             metrics,
+            denials: DenialLog::new(),
         }
     }
 
@@ -96,15 +149,20 @@ impl Admission {
                 AdmissionResponse::allow(&req.uid, warnings.clone())
             }
             Decision::Deny(denial) => {
-                tracing::info!(
-                    uid = %req.uid,
-                    operation = op,
-                    object = %req.describe(),
-                    user = %req.user_info.username,
-                    policy = %eval.policy,
-                    dry_run = req.dry_run.unwrap_or(false),
-                    "denied: {}", denial.message
-                );
+                let object = req.describe();
+                if self.denials.first(format!("{op} {object} ({})", eval.policy)) {
+                    tracing::info!(
+                        uid = %req.uid,
+                        operation = op,
+                        object = %object,
+                        user = %req.user_info.username,
+                        policy = %eval.policy,
+                        dry_run = req.dry_run.unwrap_or(false),
+                        "denied: {}", denial.message
+                    );
+                } else {
+                    tracing::debug!(uid = %req.uid, operation = op, object = %object, user = %req.user_info.username, "denied again");
+                }
                 AdmissionResponse::deny(&req.uid, denial.message.clone())
             }
         };
@@ -117,5 +175,26 @@ impl Admission {
             .with_label_values(&[op])
             .observe(started.elapsed().as_secs_f64());
         Ok(response.into_review())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_denial_is_logged_once_per_window_and_counted() {
+        let log = DenialLog::new();
+        assert!(log.first("DELETE ConfigMap a/b (label)".into()));
+        assert!(!log.first("DELETE ConfigMap a/b (label)".into()));
+        assert!(!log.first("DELETE ConfigMap a/b (label)".into()));
+        // Another object, or the same one under another policy, is logged.
+        assert!(log.first("DELETE ConfigMap a/c (label)".into()));
+        assert!(log.first("DELETE ConfigMap a/b (ResourceProtection/x)".into()));
+        let repeats = log
+            .recent
+            .get("DELETE ConfigMap a/b (label)")
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed));
+        assert_eq!(repeats, Some(2));
     }
 }

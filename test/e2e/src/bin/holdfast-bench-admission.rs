@@ -1,0 +1,382 @@
+//! Admission throughput and latency: `holdfast-webhook` against a bare hyper + rustls
+//! server that parses the review and answers `allowed: true` with its uid, side by
+//! side in one run, on the same certificate, with the same load generator: HTTP/1.1
+//! and HTTP/2, an allowed and a denied DELETE review recorded from kube-apiserver
+//! (test/captures/admission), with holdfast's registry empty (`--label-only`) and
+//! loaded with 1,000 ResourceProtections and 10,000 DependencyRules (from the sim).
+//!
+//! `holdfast-bench-admission` runs it all and prints a table;
+//! `holdfast-bench-admission bare ADDR CERT KEY` is the bare server (run by the bench).
+//! Environment: `HOLDFAST_BENCH_REQUESTS` per row (20,000), `HOLDFAST_BENCH_CONNECTIONS`
+//! (16), `HOLDFAST_BENCH_STREAMS` per HTTP/2 connection (4), `HOLDFAST_BENCH_LOADED=0`
+//! to skip the loaded registry.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use serde_json::{Value, json};
+use std::{
+    net::SocketAddr,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+fn env_num(key: &str, default: u64) -> u64 {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+// ---------- the bare server ----------
+
+async fn bare(addr: SocketAddr, cert: &str, key: &str) -> anyhow::Result<()> {
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let certs = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_file(key)?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let builder = Arc::new(hyper_util::server::conn::auto::Builder::new(
+        TokioExecutor::new(),
+    ));
+    loop {
+        let (tcp, _) = listener.accept().await?;
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, builder) = (acceptor.clone(), builder.clone());
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let svc = hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+                let body = req.into_body().collect().await?.to_bytes();
+                let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let answer = json!({
+                    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": {"uid": review["request"]["uid"], "allowed": true}
+                });
+                let mut resp = http::Response::new(Full::new(Bytes::from(
+                    serde_json::to_vec(&answer).unwrap_or_default(),
+                )));
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                Ok::<_, hyper::Error>(resp)
+            });
+            let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
+        });
+    }
+}
+
+// ---------- the load generator ----------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Proto {
+    H1,
+    H2,
+}
+
+struct Row {
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: u64,
+}
+
+fn tls_config(ca_pem: &str, alpn: &[u8]) -> anyhow::Result<rustls::ClientConfig> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c?)?;
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = vec![alpn.to_vec()];
+    Ok(cfg)
+}
+
+async fn connect(
+    ca_pem: &str,
+    port: u16,
+    alpn: &[u8],
+) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca_pem, alpn)?));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    tcp.set_nodelay(true)?;
+    Ok(connector
+        .connect(rustls_pki_types::ServerName::try_from("localhost")?, tcp)
+        .await?)
+}
+
+fn request(port: u16, body: &Bytes) -> anyhow::Result<http::Request<Full<Bytes>>> {
+    Ok(http::Request::post(format!(
+        "https://localhost:{port}/validate?timeout=10s"
+    ))
+    .header("content-type", "application/json")
+    .header("host", format!("localhost:{port}"))
+    .body(Full::new(body.clone()))?)
+}
+
+/// One worker: sends requests on `send` until `left` runs out; returns latencies.
+async fn worker<F, Fut>(left: Arc<AtomicU64>, errors: Arc<AtomicU64>, mut send: F) -> Vec<u32>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let mut lat = Vec::new();
+    while left
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        let started = Instant::now();
+        if send().await.is_err() {
+            errors.fetch_add(1, Ordering::Relaxed);
+        }
+        lat.push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
+    }
+    lat
+}
+
+async fn check(resp: http::Response<hyper::body::Incoming>) -> anyhow::Result<()> {
+    anyhow::ensure!(resp.status() == 200, "status {}", resp.status());
+    let body = resp.into_body().collect().await?.to_bytes();
+    anyhow::ensure!(body.starts_with(b"{"), "not a review");
+    Ok(())
+}
+
+async fn load(ca_pem: &str, port: u16, proto: Proto, body: &Bytes, total: u64) -> anyhow::Result<Row> {
+    let connections = env_num("HOLDFAST_BENCH_CONNECTIONS", 16);
+    let streams = env_num("HOLDFAST_BENCH_STREAMS", 4);
+    let left = Arc::new(AtomicU64::new(total));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    let started = Instant::now();
+    for _ in 0..connections {
+        match proto {
+            Proto::H1 => {
+                let tls = connect(ca_pem, port, b"http/1.1").await?;
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(tls)).await?;
+                tokio::spawn(conn);
+                let (left, errors, body) = (left.clone(), errors.clone(), body.clone());
+                tasks.push(tokio::spawn(async move {
+                    worker(left, errors, move || {
+                        let req = request(port, &body);
+                        let fut = req.map(|r| sender.send_request(r));
+                        async move { check(fut?.await?).await }
+                    })
+                    .await
+                }));
+            }
+            Proto::H2 => {
+                let tls = connect(ca_pem, port, b"h2").await?;
+                let (sender, conn) =
+                    hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(TokioExecutor::new(), TokioIo::new(tls))
+                        .await?;
+                tokio::spawn(conn);
+                for _ in 0..streams {
+                    let (left, errors, body, sender) =
+                        (left.clone(), errors.clone(), body.clone(), sender.clone());
+                    tasks.push(tokio::spawn(async move {
+                        worker(left, errors, move || {
+                            let mut sender = sender.clone();
+                            let req = request(port, &body);
+                            async move { check(sender.send_request(req?).await?).await }
+                        })
+                        .await
+                    }));
+                }
+            }
+        }
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await?);
+    }
+    let wall = started.elapsed();
+    lat.sort_unstable();
+    let pct = |p: f64| {
+        let i = ((lat.len() as f64 - 1.0) * p).round() as usize;
+        Duration::from_micros(lat.get(i).copied().unwrap_or(0) as u64)
+    };
+    Ok(Row {
+        rps: lat.len() as f64 / wall.as_secs_f64(),
+        p50: pct(0.50),
+        p99: pct(0.99),
+        errors: errors.load(Ordering::Relaxed),
+    })
+}
+
+// ---------- processes ----------
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn wait_port(port: u16) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "port {port} never opened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+fn capture(name: &str) -> anyhow::Result<Bytes> {
+    let path = format!(
+        "{}/../captures/admission/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    Ok(Bytes::from(serde_json::to_vec(&v["review"])?))
+}
+
+async fn load_registry(env: &holdfast_e2e::Env) -> anyhow::Result<()> {
+    env.install_crds()?;
+    env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())?;
+    let client = env.sim.client().await?;
+    let ar = |kind: &str, plural: &str| ApiResource {
+        group: "holdfast.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "holdfast.dev/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let rp: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ar("ResourceProtection", "resourceprotections"));
+    let dr: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ar("DependencyRule", "dependencyrules"));
+    let mut tasks = Vec::new();
+    for w in 0..8usize {
+        let (rp, dr) = (rp.clone(), dr.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (w..1_000).step_by(8) {
+                let obj: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+                    "metadata": {"name": format!("rp-{i}")},
+                    "spec": {"resources": [{"group": "", "version": "v1", "resource": "configmaps",
+                                            "namespace": format!("team-{i}")}]}
+                }))?;
+                rp.create(&PostParams::default(), &obj).await?;
+            }
+            for i in (w..10_000).step_by(8) {
+                let obj: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
+                    "metadata": {"name": format!("dr-{i}")},
+                    "spec": {"dependent": {"group": "compute.test.io", "version": "v1",
+                                           "kind": "VirtualMachine", "resource": "virtualmachines"},
+                             "dependencies": [{"group": "network.test.io", "version": "v1",
+                                               "resource": "vpcs",
+                                               "fieldRef": {"path": format!(".spec.ref{}.name", i % 50)}}]}
+                }))?;
+                dr.create(&PostParams::default(), &obj).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("bare") {
+        let [_, _, addr, cert, key] = args.as_slice() else {
+            anyhow::bail!("usage: holdfast-bench-admission bare ADDR CERT KEY");
+        };
+        return bare(addr.parse()?, cert, key).await;
+    }
+    let total = env_num("HOLDFAST_BENCH_REQUESTS", 20_000);
+    let allowed = capture("011-delete-configmaps-plain.json")?;
+    let denied = capture("014-delete-configmaps-protected.json")?;
+
+    let mut env = holdfast_e2e::Env::start().await?;
+    let dir = env.dir.path().to_path_buf();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let bare_port = holdfast_e2e::free_port()?;
+    let _bare = Proc(
+        Command::new(std::env::current_exe()?)
+            .arg("bare")
+            .arg(format!("127.0.0.1:{bare_port}"))
+            .arg(&cert)
+            .arg(&key)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    wait_port(bare_port).await?;
+    let ca = env.pki.ca_pem.clone();
+
+    println!(
+        "{total} requests per row, {} connections ({} streams each on HTTP/2)",
+        env_num("HOLDFAST_BENCH_CONNECTIONS", 16),
+        env_num("HOLDFAST_BENCH_STREAMS", 4)
+    );
+    println!(
+        "| registry | review | protocol | bare req/s | holdfast req/s | ratio | bare p99 | holdfast p99 | p99 ratio | holdfast p50 | errors |"
+    );
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut registries = vec!["empty"];
+    if env_num("HOLDFAST_BENCH_LOADED", 1) == 1 {
+        registries.push("1,000 RP + 10,000 DR");
+    }
+    for registry in registries {
+        let flags: Vec<&str> = if registry == "empty" {
+            vec!["--label-only", "--protection-label", "capture/deny=true"]
+        } else {
+            load_registry(&env).await?;
+            vec!["--protection-label", "capture/deny=true"]
+        };
+        let mut wflags = flags.clone();
+        wflags.extend(["--max-streams", "256"]);
+        env.start_webhook(&wflags).await?;
+        env.wait_webhook_ready().await?;
+        let hf_port = env.webhook.as_ref().map(|w| w.port).unwrap_or_default();
+        for (review, body) in [("allowed", &allowed), ("denied", &denied)] {
+            for proto in [Proto::H1, Proto::H2] {
+                // Warm both up, then measure them back to back.
+                load(&ca, bare_port, proto, body, total / 10).await?;
+                load(&ca, hf_port, proto, body, total / 10).await?;
+                let b = load(&ca, bare_port, proto, body, total).await?;
+                let h = load(&ca, hf_port, proto, body, total).await?;
+                println!(
+                    "| {registry} | {review} | {} | {:.0} | {:.0} | {:.2} | {:.2} ms | {:.2} ms | {:.2} | {:.2} ms | {} |",
+                    if proto == Proto::H1 { "HTTP/1.1" } else { "HTTP/2" },
+                    b.rps,
+                    h.rps,
+                    h.rps / b.rps,
+                    b.p99.as_secs_f64() * 1e3,
+                    h.p99.as_secs_f64() * 1e3,
+                    h.p99.as_secs_f64() / b.p99.as_secs_f64().max(1e-9),
+                    h.p50.as_secs_f64() * 1e3,
+                    b.errors + h.errors,
+                );
+            }
+        }
+        drop(env.webhook.take());
+    }
+    Ok(())
+}
