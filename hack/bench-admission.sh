@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Admission throughput and p99: holdfast-webhook against a bare hyper + rustls server
+# (built here for the purpose) in one run, HTTP/1.1 and HTTP/2, allowed and denied
+# reviews recorded from kube-apiserver, with an empty and a loaded registry (1,000
+# ResourceProtections + 10,000 DependencyRules). Figures go to docs/performance.md.
+#
+#   hack/bench-admission.sh                         # release build
+#   HOLDFAST_BENCH_REQUESTS=40000 HOLDFAST_BENCH_CONNECTIONS=16 hack/bench-admission.sh
+#   HOLDFAST_BENCH_LOADED=0 hack/bench-admission.sh  # empty registry only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile="${PROFILE:-release}"
+flag=()
+dir=debug
+if [ "$profile" = "release" ]; then flag=(--release); dir=release; fi
+cargo build "${flag[@]}" -q -p holdfast-webhook -p holdfast-e2e --bins
+"${CARGO_TARGET_DIR:-target}/$dir/holdfast-bench-admission"
