@@ -178,9 +178,13 @@ struct ReviewIn {
 }
 
 /// Parses an AdmissionReview v1 body and returns its request.
+/// One pass over the bytes: a syntax error means "not JSON", a data error "not an
+/// AdmissionReview".
 pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest, ReviewError> {
-    let value: Value = serde_json::from_slice(body).map_err(ReviewError::Json)?;
-    let review: ReviewIn = serde_json::from_value(value).map_err(ReviewError::Shape)?;
+    let review: ReviewIn = serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ReviewError::Shape(e),
+        _ => ReviewError::Json(e),
+    })?;
     if review.api_version != ADMISSION_API_VERSION || review.kind != "AdmissionReview" {
         return Err(ReviewError::TypeMeta {
             api_version: review.api_version,
@@ -338,6 +342,25 @@ impl AdmissionResponse {
         }
     }
 
+    /// The full AdmissionReview JSON body carrying this response, serialized in one
+    /// pass (no intermediate `Value`).
+    pub fn to_review_bytes(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct ReviewOut<'a> {
+            api_version: &'static str,
+            kind: &'static str,
+            response: &'a AdmissionResponse,
+        }
+        // Plain strings, booleans and numbers: serialization cannot fail.
+        serde_json::to_vec(&ReviewOut {
+            api_version: ADMISSION_API_VERSION,
+            kind: "AdmissionReview",
+            response: self,
+        })
+        .unwrap_or_default()
+    }
+
     /// The full AdmissionReview JSON body carrying this response.
     pub fn into_review(self) -> Value {
         serde_json::json!({
@@ -415,7 +438,11 @@ mod tests {
 
     #[test]
     fn deny_shape() {
-        let body = AdmissionResponse::deny("u", "holdfast: no".into()).into_review();
+        let denial = AdmissionResponse::deny("u", "holdfast: no".into());
+        let bytes: Value =
+            serde_json::from_slice(&denial.to_review_bytes()).expect("bytes are JSON");
+        let body = denial.into_review();
+        assert_eq!(bytes, body, "both encodings carry the same review");
         assert_eq!(body["response"]["uid"], "u");
         assert_eq!(body["response"]["allowed"], false);
         assert_eq!(body["response"]["status"]["code"], 403);

@@ -7,7 +7,6 @@ use holdfast_shared::{
     policy::{self, Decision, PolicyConfig},
     review::{self, AdmissionResponse, ReviewError},
 };
-use serde_json::Value;
 use std::{sync::Arc, time::Instant};
 
 /// At most one Event per object and reason in this window.
@@ -90,8 +89,9 @@ impl Admission {
         &self.view
     }
 
-    /// Reviews one body; `Err` means the body is not an AdmissionReview (HTTP 400).
-    pub async fn review(&self, body: &[u8]) -> Result<Value, ReviewError> {
+    /// Reviews one body into the response body; `Err` means the body is not an
+    /// AdmissionReview (HTTP 400).
+    pub async fn review(&self, body: &[u8]) -> Result<Vec<u8>, ReviewError> {
         let started = Instant::now();
         let req = review::parse_review(body)?;
         tracing::debug!(uid = %req.uid, operation = req.operation.as_str(), object = %req.describe(), "reviewing");
@@ -150,7 +150,10 @@ impl Admission {
             }
             Decision::Deny(denial) => {
                 let object = req.describe();
-                if self.denials.first(format!("{op} {object} ({})", eval.policy)) {
+                if self
+                    .denials
+                    .first(format!("{op} {object} ({})", eval.policy))
+                {
                     tracing::info!(
                         uid = %req.uid,
                         operation = op,
@@ -174,7 +177,7 @@ impl Admission {
             .latency
             .with_label_values(&[op])
             .observe(started.elapsed().as_secs_f64());
-        Ok(response.into_review())
+        Ok(response.to_review_bytes())
     }
 }
 

@@ -141,8 +141,7 @@ fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     resp
 }
 
-fn json(value: &serde_json::Value) -> Response<Body> {
-    let bytes = serde_json::to_vec(value).unwrap_or_default();
+fn json(bytes: Vec<u8>) -> Response<Body> {
     let mut resp = Response::new(Full::new(Bytes::from(bytes)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -306,7 +305,7 @@ async fn admission_route(
         }
     };
     match app.admission.review(&body).await {
-        Ok(review) => json(&review),
+        Ok(review) => json(review),
         Err(e) => {
             app.metrics
                 .rejected

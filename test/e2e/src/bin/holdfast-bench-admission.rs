@@ -59,22 +59,24 @@ async fn bare(addr: SocketAddr, cert: &str, key: &str) -> anyhow::Result<()> {
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
-            let svc = hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
-                let body = req.into_body().collect().await?.to_bytes();
-                let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let answer = json!({
-                    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                    "response": {"uid": review["request"]["uid"], "allowed": true}
-                });
-                let mut resp = http::Response::new(Full::new(Bytes::from(
-                    serde_json::to_vec(&answer).unwrap_or_default(),
-                )));
-                resp.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("application/json"),
-                );
-                Ok::<_, hyper::Error>(resp)
-            });
+            let svc = hyper::service::service_fn(
+                |req: http::Request<hyper::body::Incoming>| async move {
+                    let body = req.into_body().collect().await?.to_bytes();
+                    let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let answer = json!({
+                        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "response": {"uid": review["request"]["uid"], "allowed": true}
+                    });
+                    let mut resp = http::Response::new(Full::new(Bytes::from(
+                        serde_json::to_vec(&answer).unwrap_or_default(),
+                    )));
+                    resp.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("application/json"),
+                    );
+                    Ok::<_, hyper::Error>(resp)
+                },
+            );
             let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
         });
     }
@@ -125,12 +127,12 @@ async fn connect(
 }
 
 fn request(port: u16, body: &Bytes) -> anyhow::Result<http::Request<Full<Bytes>>> {
-    Ok(http::Request::post(format!(
-        "https://localhost:{port}/validate?timeout=10s"
-    ))
-    .header("content-type", "application/json")
-    .header("host", format!("localhost:{port}"))
-    .body(Full::new(body.clone()))?)
+    Ok(
+        http::Request::post(format!("https://localhost:{port}/validate?timeout=10s"))
+            .header("content-type", "application/json")
+            .header("host", format!("localhost:{port}"))
+            .body(Full::new(body.clone()))?,
+    )
 }
 
 /// One worker: sends requests on `send` until `left` runs out; returns latencies.
@@ -160,7 +162,13 @@ async fn check(resp: http::Response<hyper::body::Incoming>) -> anyhow::Result<()
     Ok(())
 }
 
-async fn load(ca_pem: &str, port: u16, proto: Proto, body: &Bytes, total: u64) -> anyhow::Result<Row> {
+async fn load(
+    ca_pem: &str,
+    port: u16,
+    proto: Proto,
+    body: &Bytes,
+    total: u64,
+) -> anyhow::Result<Row> {
     let connections = env_num("HOLDFAST_BENCH_CONNECTIONS", 16);
     let streams = env_num("HOLDFAST_BENCH_STREAMS", 4);
     let left = Arc::new(AtomicU64::new(total));
@@ -172,7 +180,8 @@ async fn load(ca_pem: &str, port: u16, proto: Proto, body: &Bytes, total: u64) -
             Proto::H1 => {
                 let tls = connect(ca_pem, port, b"http/1.1").await?;
                 let (mut sender, conn) =
-                    hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(tls)).await?;
+                    hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(tls))
+                        .await?;
                 tokio::spawn(conn);
                 let (left, errors, body) = (left.clone(), errors.clone(), body.clone());
                 tasks.push(tokio::spawn(async move {
@@ -186,9 +195,11 @@ async fn load(ca_pem: &str, port: u16, proto: Proto, body: &Bytes, total: u64) -
             }
             Proto::H2 => {
                 let tls = connect(ca_pem, port, b"h2").await?;
-                let (sender, conn) =
-                    hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(TokioExecutor::new(), TokioIo::new(tls))
-                        .await?;
+                let (sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(
+                    TokioExecutor::new(),
+                    TokioIo::new(tls),
+                )
+                .await?;
                 tokio::spawn(conn);
                 for _ in 0..streams {
                     let (left, errors, body, sender) =
@@ -235,7 +246,10 @@ impl Drop for Proc {
 
 async fn wait_port(port: u16) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
         anyhow::ensure!(Instant::now() < deadline, "port {port} never opened");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -262,8 +276,10 @@ async fn load_registry(env: &holdfast_e2e::Env) -> anyhow::Result<()> {
         kind: kind.into(),
         plural: plural.into(),
     };
-    let rp: Api<DynamicObject> =
-        Api::all_with(client.clone(), &ar("ResourceProtection", "resourceprotections"));
+    let rp: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ar("ResourceProtection", "resourceprotections"),
+    );
     let dr: Api<DynamicObject> =
         Api::all_with(client.clone(), &ar("DependencyRule", "dependencyrules"));
     let mut tasks = Vec::new();
@@ -364,7 +380,11 @@ async fn main() -> anyhow::Result<()> {
                 let h = load(&ca, hf_port, proto, body, total).await?;
                 println!(
                     "| {registry} | {review} | {} | {:.0} | {:.0} | {:.2} | {:.2} ms | {:.2} ms | {:.2} | {:.2} ms | {} |",
-                    if proto == Proto::H1 { "HTTP/1.1" } else { "HTTP/2" },
+                    if proto == Proto::H1 {
+                        "HTTP/1.1"
+                    } else {
+                        "HTTP/2"
+                    },
                     b.rps,
                     h.rps,
                     h.rps / b.rps,
