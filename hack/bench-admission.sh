@@ -7,11 +7,5 @@
 #   hack/bench-admission.sh                         # release build
 #   HOLDFAST_BENCH_REQUESTS=40000 HOLDFAST_BENCH_CONNECTIONS=16 hack/bench-admission.sh
 #   HOLDFAST_BENCH_LOADED=0 hack/bench-admission.sh  # empty registry only
-set -euo pipefail
-cd "$(dirname "$0")/.."
-profile="${PROFILE:-release}"
-flag=()
-dir=debug
-if [ "$profile" = "release" ]; then flag=(--release); dir=release; fi
-cargo build "${flag[@]}" -q -p holdfast-webhook -p holdfast-e2e --bins
-"${CARGO_TARGET_DIR:-target}/$dir/holdfast-bench-admission"
+source "$(dirname "$0")/lib.sh"
+run_driver holdfast-bench-admission

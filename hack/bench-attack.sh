@@ -6,12 +6,6 @@
 #
 #   hack/bench-attack.sh                              # release build, every attack
 #   HOLDFAST_BENCH_ATTACKS=idle,events hack/bench-attack.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-profile="${PROFILE:-release}"
-flag=()
-dir=debug
-if [ "$profile" = "release" ]; then flag=(--release); dir=release; fi
-cargo build "${flag[@]}" -q -p holdfast-webhook -p holdfast-e2e --bins
+source "$(dirname "$0")/lib.sh"
 ulimit -n 8192 2>/dev/null || true
-"${CARGO_TARGET_DIR:-target}/$dir/holdfast-bench-attack"
+run_driver holdfast-bench-attack

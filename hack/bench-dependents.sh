@@ -7,17 +7,11 @@
 #   hack/bench-dependents.sh                      # release build
 #   PROFILE=dev hack/bench-dependents.sh
 #   HOLDFAST_BENCH_SIZES=10,100 HOLDFAST_BENCH_SAMPLES=50 hack/bench-dependents.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-profile="${PROFILE:-release}"
-flag=()
-dir=debug
-if [ "$profile" = "release" ]; then flag=(--release); dir=release; fi
-cargo build "${flag[@]}" -q -p holdfast-webhook -p holdfast-e2e --bins
-"target/$dir/holdfast-bench-dependents"
-"target/$dir/holdfast-bench-index-memory"
+source "$(dirname "$0")/lib.sh"
+run_driver holdfast-bench-dependents
+run_driver holdfast-bench-index-memory
 # A real webhook's resident memory with HOLDFAST_BENCH_REFERENCES (1,000,000) indexed
 # references; skip with HOLDFAST_BENCH_SKIP_RSS=1 (it creates that many objects).
 if [ -z "${HOLDFAST_BENCH_SKIP_RSS:-}" ]; then
-  "target/$dir/holdfast-bench-webhook-rss"
+  run_driver holdfast-bench-webhook-rss
 fi
