@@ -481,7 +481,11 @@ pub fn desired_configuration_for(
     let mut hooks = label_webhooks(labels, strict || needs.strict_labels, opts);
     // Namespace DELETEs: a namespace holding a protected object must not be
     // half-deleted (containment).
-    let mut h = webhook(CONTAINMENT_WEBHOOK.to_string(), opts, all_resources("DELETE"));
+    let mut h = webhook(
+        CONTAINMENT_WEBHOOK.to_string(),
+        opts,
+        all_resources("DELETE"),
+    );
     h.rules = Some(merged_rules(
         "DELETE",
         &[GroupResource::new("", "namespaces")].into(),
@@ -588,15 +592,19 @@ impl NamespaceScope {
     /// The union when one scope expresses it exactly, `None` otherwise.
     fn union_exact(&self, other: &Self) -> Option<Self> {
         use NamespaceScope::*;
-        Some(match (self, other) {
-            (Any, _) | (_, Any) => Any,
-            (Only(a), Only(b)) => Only(a.union(b).cloned().collect()),
-            (AllBut(a), AllBut(b)) => AllBut(a.intersection(b).cloned().collect()),
-            (Only(a), AllBut(b)) | (AllBut(b), Only(a)) => AllBut(b.difference(a).cloned().collect()),
-            (Labelled(a), Labelled(b)) if a == b => Labelled(a.clone()),
-            _ => return None,
-        }
-        .normalized())
+        Some(
+            match (self, other) {
+                (Any, _) | (_, Any) => Any,
+                (Only(a), Only(b)) => Only(a.union(b).cloned().collect()),
+                (AllBut(a), AllBut(b)) => AllBut(a.intersection(b).cloned().collect()),
+                (Only(a), AllBut(b)) | (AllBut(b), Only(a)) => {
+                    AllBut(b.difference(a).cloned().collect())
+                }
+                (Labelled(a), Labelled(b)) if a == b => Labelled(a.clone()),
+                _ => return None,
+            }
+            .normalized(),
+        )
     }
 
     /// The union, widened to [`NamespaceScope::Any`] where no selector expresses it.
@@ -709,7 +717,11 @@ impl Route {
     /// request without one is routed (fail closed).
     fn condition(&self) -> Option<MatchCondition> {
         let names = self.names.as_ref()?;
-        let list = names.iter().map(|n| cel_str(n)).collect::<Vec<_>>().join(", ");
+        let list = names
+            .iter()
+            .map(|n| cel_str(n))
+            .collect::<Vec<_>>()
+            .join(", ");
         Some(MatchCondition {
             name: "object-name".to_string(),
             expression: format!("oldObject == null || oldObject.metadata.name in [{list}]"),
@@ -837,7 +849,11 @@ pub fn critical_service_routes(cs: &CriticalService) -> Vec<Route> {
 /// One exact merging pass: routes equal in everything but one dimension become
 /// one route when the union of that dimension is expressible exactly.
 fn merge_exact(routes: Vec<Route>) -> Vec<Route> {
-    fn group(routes: Vec<Route>, key: impl Fn(&Route) -> String, join: impl Fn(&mut Route, Route) -> bool) -> Vec<Route> {
+    fn group(
+        routes: Vec<Route>,
+        key: impl Fn(&Route) -> String,
+        join: impl Fn(&mut Route, Route) -> bool,
+    ) -> Vec<Route> {
         let mut out: Vec<Route> = Vec::new();
         let mut index: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         'next: for r in routes {
@@ -948,8 +964,11 @@ pub fn merge_routes(routes: Vec<Route>, max: usize) -> Vec<Route> {
         }
     }
     routes.sort_by(|a, b| {
-        (&a.resources, a.namespaces_key(), a.key_without_resources())
-            .cmp(&(&b.resources, b.namespaces_key(), b.key_without_resources()))
+        (&a.resources, a.namespaces_key(), a.key_without_resources()).cmp(&(
+            &b.resources,
+            b.namespaces_key(),
+            b.key_without_resources(),
+        ))
     });
     routes
 }
@@ -1266,8 +1285,19 @@ mod tests {
         let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
         let hooks = cfg.webhooks.clone().expect("webhooks");
         let names: Vec<_> = hooks.iter().map(|h| h.name.as_str()).collect();
-        assert_eq!(names, vec!["delete-label-0.holdfast.dev", POLICIES_WEBHOOK]);
-        let rules = hooks[1].rules.clone().expect("rules");
+        assert_eq!(
+            names,
+            vec![
+                "delete-label-0.holdfast.dev",
+                CONTAINMENT_WEBHOOK,
+                "policies-0.holdfast.dev",
+                "policies-1.holdfast.dev",
+                "policies-2.holdfast.dev",
+            ]
+        );
+        // Every namespace but the system ones: the CRD (cluster-scoped, no namespace
+        // narrowing), deployments and the dependency types.
+        let rules = hooks[3].rules.clone().expect("rules");
         let flat: Vec<(Vec<String>, Vec<String>)> = rules
             .iter()
             .map(|r| {
@@ -1280,21 +1310,40 @@ mod tests {
         assert_eq!(
             flat,
             vec![
-                (vec!["".to_string()], vec!["namespaces".to_string()]),
-                (
-                    vec!["apiextensions.k8s.io".to_string()],
-                    vec!["customresourcedefinitions".to_string()]
-                ),
-                (
-                    vec!["apps".to_string()],
-                    vec!["deployments".to_string(), "statefulsets".to_string()]
-                ),
+                (vec!["apps".to_string()], vec!["deployments".to_string()]),
                 (
                     vec!["network.test.io".to_string()],
                     vec!["subnets".to_string(), "vpcs".to_string()]
                 ),
             ]
         );
+        assert_eq!(
+            hooks[3].namespace_selector,
+            Some(NamespaceScope::not_system().selector())
+        );
+        // The CRD by name, every namespace (cluster-scoped).
+        let crd = &hooks[2];
+        assert_eq!(
+            crd.rules.as_ref().and_then(|r| r[0].resources.clone()),
+            Some(vec!["customresourcedefinitions".to_string()])
+        );
+        assert_eq!(crd.namespace_selector, Some(LabelSelector::default()));
+        assert_eq!(
+            crd.match_conditions
+                .as_ref()
+                .map(|c| c[0].expression.as_str()),
+            Some("oldObject == null || oldObject.metadata.name in ['things.example.com']")
+        );
+        // StatefulSets in shop only.
+        let sts = &hooks[4];
+        assert_eq!(
+            sts.namespace_selector,
+            Some(NamespaceScope::Only(["shop".to_string()].into()).selector())
+        );
+        let rules = [hooks[3].clone(), crd.clone(), sts.clone()]
+            .iter()
+            .flat_map(|h| h.rules.clone().unwrap_or_default())
+            .collect::<Vec<_>>();
         assert!(
             rules
                 .iter()
@@ -1303,39 +1352,49 @@ mod tests {
         );
         assert!(routes(
             &cfg,
-            POLICIES_WEBHOOK,
+            "policies-1.holdfast.dev",
             "DELETE",
             &GroupResource::new("apps", "deployments")
         ));
         assert!(!routes(
             &cfg,
-            POLICIES_WEBHOOK,
+            "policies-1.holdfast.dev",
             "DELETE",
             &GroupResource::new("apps", "daemonsets")
         ));
         assert!(!routes(
             &cfg,
-            POLICIES_WEBHOOK,
+            "policies-1.holdfast.dev",
             "UPDATE",
             &GroupResource::new("apps", "deployments")
         ));
     }
 
     #[test]
-    fn namespace_deletes_always_reach_the_webhook_for_containment() {
+    fn namespace_deletes_reach_containment_everywhere_until_marked() {
         let cfg = desired_configuration(&ProtectionLabels::default(), false, &opts());
-        assert!(routes(
-            &cfg,
-            POLICIES_WEBHOOK,
-            "DELETE",
-            &GroupResource::new("", "namespaces")
-        ));
+        let ns = GroupResource::new("", "namespaces");
+        assert!(routes(&cfg, CONTAINMENT_WEBHOOK, "DELETE", &ns));
         assert!(!routes(
             &cfg,
-            POLICIES_WEBHOOK,
+            CONTAINMENT_WEBHOOK,
             "DELETE",
             &GroupResource::new("", "configmaps")
         ));
+        let hooks = cfg.webhooks.clone().expect("webhooks");
+        assert_eq!(hooks[1].name, CONTAINMENT_WEBHOOK);
+        assert_eq!(hooks[1].namespace_selector, Some(LabelSelector::default()));
+        assert_eq!(hooks.len(), 2, "no policies: no policies-<i> webhook");
+        let needs = PolicyNeeds {
+            containment: Containment::Marked,
+            ..Default::default()
+        };
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let hooks = cfg.webhooks.expect("webhooks");
+        assert_eq!(
+            hooks[1].namespace_selector,
+            Some(exists(CONTAINS_PROTECTED_LABEL))
+        );
     }
 
     #[test]
@@ -1384,11 +1443,12 @@ mod tests {
             vec![
                 "delete-label-0.holdfast.dev",
                 "strict-label-0.holdfast.dev",
-                POLICIES_WEBHOOK,
+                CONTAINMENT_WEBHOOK,
+                "policies-0.holdfast.dev",
                 BREAK_GLASS_WEBHOOK
             ]
         );
-        let bg = &hooks[3];
+        let bg = &hooks[4];
         assert_eq!(bg.rules.as_ref().map(|r| r.len()), Some(1));
         let cond = &bg.match_conditions.as_ref().expect("conditions")[0].expression;
         assert!(cond.contains("'holdfast.dev/skip-protection' in object.metadata.annotations"));
@@ -1509,6 +1569,317 @@ mod tests {
         assert!(matches_desired(&cfg, &cfg));
         let fewer = provider_configuration(&res, &["c1/a".to_string()].into(), &opts());
         assert!(!matches_desired(&cfg, &fewer), "the annotation is compared");
+    }
+
+    fn rp_named(name: &str, yaml: &str) -> ResourceProtection {
+        let mut p = rp(yaml);
+        p.metadata.name = Some(name.to_string());
+        p
+    }
+
+    fn obj_labels(pairs: &[(&str, &str)]) -> serde_json::Map<String, Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+            .collect()
+    }
+
+    #[test]
+    fn selections_become_selectors_and_conditions() {
+        let routes = resource_protection_routes(&rp_named(
+            "shop",
+            "resources:\n- {group: \"\", version: v1, resource: configmaps, namespace: shop, names: [settings, prices], labelSelector: {matchLabels: {app: web}}}\n",
+        ));
+        assert_eq!(routes.len(), 1);
+        let r = &routes[0];
+        assert_eq!(
+            r.namespaces,
+            NamespaceScope::Only(["shop".to_string()].into())
+        );
+        assert_eq!(r.policies, ["ResourceProtection/shop".to_string()].into());
+        let cm = GroupResource::new("", "configmaps");
+        let web = obj_labels(&[("app", "web")]);
+        assert!(r.matches(&cm, Some("shop"), None, "settings", Some(&web)));
+        assert!(!r.matches(&cm, Some("other"), None, "settings", Some(&web)));
+        assert!(!r.matches(&cm, Some("shop"), None, "unrelated", Some(&web)));
+        assert!(!r.matches(&cm, Some("shop"), None, "settings", None));
+        let mut needs = PolicyNeeds::default();
+        needs.routes = routes;
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let h = &cfg.webhooks.expect("webhooks")[2];
+        assert_eq!(h.name, "policies-0.holdfast.dev");
+        assert_eq!(
+            serde_json::to_value(&h.namespace_selector).expect("json"),
+            serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["shop"]}]})
+        );
+        assert_eq!(
+            serde_json::to_value(&h.object_selector).expect("json"),
+            serde_json::json!({"matchLabels": {"app": "web"}})
+        );
+        assert_eq!(
+            serde_json::to_value(&h.match_conditions).expect("json"),
+            serde_json::json!([{"name": "object-name", "expression": "oldObject == null || oldObject.metadata.name in ['prices', 'settings']"}])
+        );
+    }
+
+    #[test]
+    fn namespace_less_selections_skip_system_namespaces_unless_named() {
+        let all = resource_protection_routes(&rp_named(
+            "all",
+            "resources:\n- {group: \"\", version: v1, resource: secrets}\n",
+        ));
+        let secrets = GroupResource::new("", "secrets");
+        assert!(all[0].matches(&secrets, Some("shop"), None, "s", None));
+        for ns in SYSTEM_NAMESPACES {
+            assert!(!all[0].matches(&secrets, Some(ns), None, "s", None), "{ns}");
+        }
+        // A policy naming kube-system adds it back, in the same entry.
+        let sys = resource_protection_routes(&rp_named(
+            "sys",
+            "resources:\n- {group: \"\", version: v1, resource: secrets, namespace: kube-system}\n",
+        ));
+        let merged = merge_routes([all, sys].concat(), MAX_POLICY_WEBHOOKS);
+        assert_eq!(merged.len(), 1);
+        assert_eq!(
+            merged[0].namespaces,
+            NamespaceScope::AllBut(
+                ["kube-node-lease".to_string(), "kube-public".to_string()].into()
+            )
+        );
+        assert_eq!(
+            merged[0].policies,
+            [
+                "ResourceProtection/all".to_string(),
+                "ResourceProtection/sys".to_string()
+            ]
+            .into()
+        );
+    }
+
+    #[test]
+    fn merge_joins_resources_namespaces_and_names_exactly() {
+        let routes: Vec<Route> = [
+            "- {group: \"\", version: v1, resource: configmaps, namespace: shop}",
+            "- {group: \"\", version: v1, resource: secrets, namespace: shop}",
+            "- {group: \"\", version: v1, resource: configmaps, namespace: billing}",
+            "- {group: \"\", version: v1, resource: secrets, namespace: billing}",
+            "- {group: apps, version: v1, resource: deployments, namespace: shop, names: [a]}",
+            "- {group: apps, version: v1, resource: deployments, namespace: shop, names: [b]}",
+        ]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, sel)| {
+            resource_protection_routes(&rp_named(&format!("p{i}"), &format!("resources:\n{sel}\n")))
+        })
+        .collect();
+        let merged = merge_routes(routes, MAX_POLICY_WEBHOOKS);
+        assert_eq!(merged.len(), 2, "{merged:#?}");
+        assert_eq!(
+            merged[0].resources,
+            [
+                GroupResource::new("", "configmaps"),
+                GroupResource::new("", "secrets")
+            ]
+            .into()
+        );
+        assert_eq!(
+            merged[0].namespaces,
+            NamespaceScope::Only(["billing".to_string(), "shop".to_string()].into())
+        );
+        assert_eq!(merged[0].names, None);
+        assert_eq!(
+            merged[1].resources,
+            [GroupResource::new("apps", "deployments")].into()
+        );
+        assert_eq!(
+            merged[1].names,
+            Some(["a".to_string(), "b".to_string()].into())
+        );
+        // Different label selectors are never ORed (a LabelSelector cannot).
+        let two = [
+            "- {group: \"\", version: v1, resource: configmaps, labelSelector: {matchLabels: {a: x}}}",
+            "- {group: \"\", version: v1, resource: configmaps, labelSelector: {matchLabels: {b: yes-b}}}",
+        ]
+        .iter()
+        .flat_map(|sel| resource_protection_routes(&rp_named("l", &format!("resources:\n{sel}\n"))))
+        .collect();
+        assert_eq!(merge_routes(two, MAX_POLICY_WEBHOOKS).len(), 2);
+    }
+
+    /// Every object some original route sends to the webhook is still sent by the
+    /// merged routes, however many policies there are, and the entry count stays
+    /// bounded.
+    #[test]
+    fn merge_is_bounded_and_never_narrower() {
+        let cm = GroupResource::new("", "configmaps");
+        let mut routes = Vec::new();
+        for i in 0..200 {
+            routes.extend(resource_protection_routes(&rp_named(
+                &format!("p{i}"),
+                &format!(
+                    "resources:\n- {{group: \"\", version: v1, resource: {}, namespace: ns{i}, names: [n{i}], labelSelector: {{matchLabels: {{team: t{i}}}}}}}\n",
+                    if i % 2 == 0 { "configmaps" } else { "secrets" }
+                ),
+            )));
+        }
+        let mut anchor = AnchorRule::new(
+            "db",
+            serde_json::from_value(serde_json::json!({
+                "anchor": {"group": "x.io", "version": "v1", "resource": "dbs"},
+                "anchorLabels": {"name": "x.io/db"},
+                "protects": [{"group": "", "version": "v1", "resource": "persistentvolumeclaims", "inheritFromNamespace": true}]
+            }))
+            .expect("spec"),
+        );
+        anchor.metadata.name = Some("db".into());
+        routes.extend(anchor_rule_routes(&anchor));
+        for max in [1, 2, 4, MAX_POLICY_WEBHOOKS] {
+            let merged = merge_routes(routes.clone(), max);
+            assert!(
+                !merged.is_empty() && merged.len() <= max,
+                "{max}: {}",
+                merged.len()
+            );
+            let covered = |gr: &GroupResource,
+                           ns: &str,
+                           ns_labels: Option<&serde_json::Map<String, Value>>,
+                           name: &str,
+                           labels: &serde_json::Map<String, Value>| {
+                merged
+                    .iter()
+                    .any(|r| r.matches(gr, Some(ns), ns_labels, name, Some(labels)))
+            };
+            for i in 0..200 {
+                let gr = if i % 2 == 0 {
+                    cm.clone()
+                } else {
+                    GroupResource::new("", "secrets")
+                };
+                let team = format!("t{i}");
+                assert!(
+                    covered(
+                        &gr,
+                        &format!("ns{i}"),
+                        None,
+                        &format!("n{i}"),
+                        &obj_labels(&[("team", &team)])
+                    ),
+                    "max {max}: object {i} no longer routed"
+                );
+            }
+            let pvc = GroupResource::new("", "persistentvolumeclaims");
+            assert!(covered(
+                &pvc,
+                "any",
+                None,
+                "data",
+                &obj_labels(&[("x.io/db", "d")])
+            ));
+            let ns_labels = obj_labels(&[("x.io/db", "d")]);
+            assert!(covered(
+                &pvc,
+                "db-ns",
+                Some(&ns_labels),
+                "data",
+                &obj_labels(&[])
+            ));
+            let policies: BTreeSet<String> =
+                merged.iter().flat_map(|r| r.policies.clone()).collect();
+            assert_eq!(policies.len(), 201, "every policy stays accounted for");
+        }
+        // Exact merging alone already keeps unrelated selections apart.
+        assert_eq!(merge_routes(routes.clone(), 1000).len(), 202);
+        // The configuration obeys the bound.
+        let needs = PolicyNeeds {
+            routes,
+            ..Default::default()
+        };
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let n = cfg
+            .webhooks
+            .expect("webhooks")
+            .iter()
+            .filter(|h| is_policies_webhook(&h.name))
+            .count();
+        // Names, then label selectors dropped: configmaps and secrets in the 200
+        // namespaces, and every PersistentVolumeClaim.
+        assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn anchor_and_critical_service_routes() {
+        let ar: AnchorRule = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "AnchorRule", "metadata": {"name": "pg"},
+            "spec": {"anchor": {"group": "x.io", "version": "v1", "resource": "dbs"},
+                     "anchorLabels": {"name": "x.io/db"},
+                     "protects": [{"group": "", "version": "v1", "resource": "namespaces"},
+                                  {"group": "", "version": "v1", "resource": "persistentvolumeclaims", "inheritFromNamespace": true}]}
+        }))
+        .expect("ar");
+        let routes = anchor_rule_routes(&ar);
+        assert_eq!(routes.len(), 3);
+        assert_eq!(routes[0].labels, Some(exists("x.io/db")));
+        assert_eq!(
+            routes[2].namespaces,
+            NamespaceScope::Labelled("x.io/db".into())
+        );
+        assert_eq!(routes[2].labels, None);
+        let cs: CriticalService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService", "metadata": {"name": "cs"},
+            "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "f", "name": "d"},
+                     "criteria": [{"type": "Finalizer", "finalizer": {"group": "my.io", "resource": "things", "finalizerName": "my.io/f"}}]}
+        }))
+        .expect("cs");
+        let routes = critical_service_routes(&cs);
+        let dep = GroupResource::new("apps", "deployments");
+        let ns = GroupResource::new("", "namespaces");
+        let any = |gr: &GroupResource, ns: Option<&str>, name: &str| {
+            routes.iter().any(|r| r.matches(gr, ns, None, name, None))
+        };
+        assert!(any(&dep, Some("f"), "d"));
+        assert!(!any(&dep, Some("f"), "other"));
+        assert!(!any(&dep, Some("g"), "d"));
+        assert!(any(&ns, Some("f"), "f"));
+        assert!(!any(&ns, Some("g"), "g"));
+        assert!(any(
+            &GroupResource::new("holdfast.dev", "criticalservices"),
+            None,
+            "cs"
+        ));
+    }
+
+    #[test]
+    fn report_names_what_each_webhook_routes_and_its_outage() {
+        let needs = PolicyNeeds {
+            routes: resource_protection_routes(&rp_named(
+                "shop",
+                "resources:\n- {group: \"\", version: v1, resource: configmaps, namespace: shop, names: [settings]}\n",
+            )),
+            containment: Containment::Marked,
+            ..Default::default()
+        };
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        assert_eq!(
+            describe_configuration(&cfg),
+            "ValidatingWebhookConfiguration holdfast: 3 webhook(s)
+delete-label-0.holdfast.dev
+  requests:   DELETE *.*
+  namespaces: all
+  objects:    holdfast.dev/protected
+  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
+containment.holdfast.dev
+  requests:   DELETE namespaces
+  namespaces: holdfast.dev/contains-protected
+  objects:    all
+  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
+policies-0.holdfast.dev
+  requests:   DELETE configmaps
+  namespaces: kubernetes.io/metadata.name in (shop)
+  objects:    all
+  condition:  object-name: oldObject == null || oldObject.metadata.name in ['settings']
+  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
+"
+        );
     }
 
     #[test]
