@@ -1,0 +1,247 @@
+//! Containment markers: the label [`CONTAINS_PROTECTED_LABEL`] the controller
+//! keeps on every namespace holding an object that a DELETE webhook of the
+//! configuration routes (a protection-labelled object of any namespaced type, or
+//! an object some policy route selects). Namespace DELETEs reach the containment
+//! webhook only for marked namespaces — once every namespace that needs the
+//! marker carries it; until then every namespace DELETE is routed (fail closed).
+//!
+//! Objects are read from metadata-only watches: per protection label key one
+//! watch (label selector `KEY`) per namespaced resource, and one watch of every
+//! object per namespaced resource a policy route names.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
+
+use futures::StreamExt as _;
+use holdfast_shared::{
+    api::GroupResource,
+    webhookconfig::{CONTAINS_PROTECTED_LABEL, Containment, Route},
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, ResourceExt as _,
+    api::{ApiResource, DynamicObject, Patch, PatchParams, PartialObjectMeta},
+    runtime::{
+        WatchStreamExt as _,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde_json::{Map, Value};
+use tokio::{sync::Notify, task::JoinHandle};
+
+use crate::policies::ApiIndex;
+
+/// One metadata watch: a resource, optionally only objects carrying a label key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct StoreKey {
+    gr: GroupResource,
+    label: Option<String>,
+}
+
+struct ObjectStore {
+    store: Store<PartialObjectMeta<DynamicObject>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ObjectStore {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The watches and the namespaces' current markers.
+pub struct Markers {
+    client: Client,
+    notify: Arc<Notify>,
+    stores: HashMap<StoreKey, ObjectStore>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+}
+
+fn labels_map(labels: &std::collections::BTreeMap<String, String>) -> Map<String, Value> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect()
+}
+
+impl Markers {
+    /// Starts the namespace watch; object watches follow what [`Markers::sync`] needs.
+    pub fn new(client: Client, notify: Arc<Notify>) -> Self {
+        let namespaces = crate::kubernetes::spawn_reflector(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+            notify.clone(),
+            None,
+        );
+        Self {
+            client,
+            notify,
+            stores: HashMap::new(),
+            namespaces,
+        }
+    }
+
+    fn spawn(&self, ar: &ApiResource, label: Option<&str>) -> ObjectStore {
+        let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(ar.clone());
+        let store = writer.as_reader();
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), ar);
+        let mut cfg = watcher::Config::default();
+        if let Some(l) = label {
+            cfg = cfg.labels(l);
+        }
+        let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
+        let notify = self.notify.clone();
+        let plural = ar.plural.clone();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(_) => notify.notify_one(),
+                    Err(e) => {
+                        tracing::warn!(resource = %plural, error = %e, "marker watch failed; retrying")
+                    }
+                }
+            }
+        });
+        ObjectStore { store, task }
+    }
+
+    /// Keeps exactly the watches `routes` and the protection label `keys` need.
+    fn ensure(&mut self, index: &ApiIndex, routes: &[Route], keys: &[String]) {
+        let mut wanted: HashMap<StoreKey, ApiResource> = HashMap::new();
+        for (gr, ar) in index.watchable() {
+            for key in keys {
+                wanted.insert(
+                    StoreKey {
+                        gr: gr.clone(),
+                        label: Some(key.clone()),
+                    },
+                    ar.clone(),
+                );
+            }
+        }
+        for gr in routes.iter().flat_map(|r| r.resources.iter()) {
+            if let Some(ar) = index.watchable_resource(gr) {
+                wanted.insert(
+                    StoreKey {
+                        gr: gr.clone(),
+                        label: None,
+                    },
+                    ar.clone(),
+                );
+            }
+        }
+        self.stores.retain(|k, _| wanted.contains_key(k));
+        for (key, ar) in wanted {
+            if !self.stores.contains_key(&key) {
+                let store = self.spawn(&ar, key.label.as_deref());
+                self.stores.insert(key, store);
+            }
+        }
+    }
+
+    /// The namespaces that must carry the marker, or `None` while some watch has
+    /// not listed yet.
+    async fn wanted(&self, routes: &[Route]) -> Option<BTreeSet<String>> {
+        if !crate::kubernetes::is_ready(&self.namespaces).await {
+            return None;
+        }
+        for s in self.stores.values() {
+            if !crate::kubernetes::is_ready(&s.store).await {
+                return None;
+            }
+        }
+        let ns_labels: HashMap<String, Map<String, Value>> = self
+            .namespaces
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), labels_map(n.labels())))
+            .collect();
+        let mut out = BTreeSet::new();
+        for (key, s) in &self.stores {
+            for obj in s.store.state() {
+                let Some(ns) = obj.metadata.namespace.as_deref() else {
+                    continue;
+                };
+                if out.contains(ns) {
+                    continue;
+                }
+                let routed = key.label.is_some() || {
+                    let labels = labels_map(obj.labels());
+                    let name = obj.name_any();
+                    routes.iter().any(|r| {
+                        r.matches(&key.gr, Some(ns), ns_labels.get(ns), &name, Some(&labels))
+                    })
+                };
+                if routed {
+                    out.insert(ns.to_string());
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Brings the watches and the markers in line with `routes` and `keys`, and
+    /// says how namespace DELETEs may be routed: [`Containment::Marked`] only when
+    /// every namespace needing the marker carries it.
+    pub async fn sync(
+        &mut self,
+        index: &ApiIndex,
+        routes: &[Route],
+        keys: &[String],
+    ) -> Containment {
+        if !index.loaded {
+            return Containment::Everywhere;
+        }
+        self.ensure(index, routes, keys);
+        let Some(wanted) = self.wanted(routes).await else {
+            return Containment::Everywhere;
+        };
+        let marked: BTreeSet<String> = self
+            .namespaces
+            .state()
+            .iter()
+            .filter(|n| n.labels().contains_key(CONTAINS_PROTECTED_LABEL))
+            .map(|n| n.name_any())
+            .collect();
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let mut complete = true;
+        for ns in wanted.difference(&marked) {
+            match set_marker(&api, ns, true).await {
+                Ok(()) => tracing::info!(namespace = %ns, "namespace holds routed objects: marked for containment"),
+                Err(e) => {
+                    complete = false;
+                    tracing::warn!(namespace = %ns, error = %e, "marking namespace failed; every namespace DELETE stays routed");
+                }
+            }
+        }
+        for ns in marked.difference(&wanted) {
+            match set_marker(&api, ns, false).await {
+                Ok(()) => tracing::info!(namespace = %ns, "namespace holds no routed object: marker removed"),
+                Err(e) => tracing::warn!(namespace = %ns, error = %e, "removing namespace marker failed"),
+            }
+        }
+        if complete {
+            Containment::Marked
+        } else {
+            Containment::Everywhere
+        }
+    }
+}
+
+async fn set_marker(api: &Api<Namespace>, ns: &str, on: bool) -> Result<(), kube::Error> {
+    let value = if on { Value::from("true") } else { Value::Null };
+    let patch = serde_json::json!({"metadata": {"labels": {CONTAINS_PROTECTED_LABEL: value}}});
+    match api
+        .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone meanwhile: nothing to contain.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
