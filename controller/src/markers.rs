@@ -22,7 +22,7 @@ use holdfast_shared::{
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, ResourceExt as _,
-    api::{ApiResource, DynamicObject, Patch, PatchParams, PartialObjectMeta},
+    api::{ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams},
     runtime::{
         WatchStreamExt as _,
         reflector::{self, Store},
@@ -211,7 +211,9 @@ impl Markers {
         let mut complete = true;
         for ns in wanted.difference(&marked) {
             match set_marker(&api, ns, true).await {
-                Ok(()) => tracing::info!(namespace = %ns, "namespace holds routed objects: marked for containment"),
+                Ok(()) => {
+                    tracing::info!(namespace = %ns, "namespace holds routed objects: marked for containment")
+                }
                 Err(e) => {
                     complete = false;
                     tracing::warn!(namespace = %ns, error = %e, "marking namespace failed; every namespace DELETE stays routed");
@@ -220,8 +222,12 @@ impl Markers {
         }
         for ns in marked.difference(&wanted) {
             match set_marker(&api, ns, false).await {
-                Ok(()) => tracing::info!(namespace = %ns, "namespace holds no routed object: marker removed"),
-                Err(e) => tracing::warn!(namespace = %ns, error = %e, "removing namespace marker failed"),
+                Ok(()) => {
+                    tracing::info!(namespace = %ns, "namespace holds no routed object: marker removed")
+                }
+                Err(e) => {
+                    tracing::warn!(namespace = %ns, error = %e, "removing namespace marker failed")
+                }
             }
         }
         if complete {

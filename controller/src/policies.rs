@@ -73,7 +73,8 @@ impl ApiIndex {
                 if caps.scope == kube::discovery::Scope::Namespaced
                     && caps.supports_operation(kube::discovery::verbs::LIST)
                     && caps.supports_operation(kube::discovery::verbs::WATCH)
-                    && !(ar.plural == "events" && (ar.group.is_empty() || ar.group == "events.k8s.io"))
+                    && !(ar.plural == "events"
+                        && (ar.group.is_empty() || ar.group == "events.k8s.io"))
                 {
                     index
                         .watchable

@@ -338,7 +338,9 @@ pub async fn routes(kubeconfig: &Option<PathBuf>) -> anyhow::Result<String> {
     let Some(cfg) = api
         .get_opt(WEBHOOK_CONFIGURATION_NAME)
         .await
-        .with_context(|| format!("reading ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}"))?
+        .with_context(|| {
+            format!("reading ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}")
+        })?
     else {
         return Ok(format!(
             "ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} is not installed: no request is routed to holdfast\n"
