@@ -571,7 +571,24 @@ mod tests {
         let cli = Cli::try_parse_from(with_default_subcommand(args(a)))?;
         match cli.command {
             Command::Run(r) => Ok(*r),
-            Command::Crds(_) | Command::KcpManifests(_) => panic!("expected run"),
+            Command::Crds(_) | Command::KcpManifests(_) | Command::Routes(_) => {
+                panic!("expected run")
+            }
+        }
+    }
+
+    #[test]
+    fn routes_subcommand_takes_a_kubeconfig() {
+        let cli = Cli::try_parse_from(with_default_subcommand(args(&[
+            "p",
+            "routes",
+            "--kubeconfig",
+            "/tmp/kc",
+        ])))
+        .expect("parses");
+        match cli.command {
+            Command::Routes(r) => assert_eq!(r.kubeconfig, Some(PathBuf::from("/tmp/kc"))),
+            other => panic!("expected routes, got {other:?}"),
         }
     }
 
