@@ -1603,8 +1603,10 @@ mod tests {
         assert!(!r.matches(&cm, Some("other"), None, "settings", Some(&web)));
         assert!(!r.matches(&cm, Some("shop"), None, "unrelated", Some(&web)));
         assert!(!r.matches(&cm, Some("shop"), None, "settings", None));
-        let mut needs = PolicyNeeds::default();
-        needs.routes = routes;
+        let needs = PolicyNeeds {
+            routes,
+            ..Default::default()
+        };
         let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
         let h = &cfg.webhooks.expect("webhooks")[2];
         assert_eq!(h.name, "policies-0.holdfast.dev");
