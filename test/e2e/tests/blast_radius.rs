@@ -12,17 +12,42 @@ use holdfast_e2e::{
     Env, KubectlOutput, bin,
     controller::{ControllerProcess, start_controller, wait_condition, wait_configuration},
 };
+use holdfast_sim::{SimConfig, User};
 use serde_json::Value;
 
 const MARKER: &str = "holdfast.dev/contains-protected";
 
+/// The controller's ServiceAccount, as the manifests name it.
+const CONTROLLER_USER: &str = "system:serviceaccount:holdfast-system:holdfast-controller";
+
+/// Sim, CRDs and webhook, and the controller running as its ServiceAccount with
+/// exactly the permissions `manifests/base/rbac-controller.yaml` grants.
 async fn full_stack() -> (Env, ControllerProcess) {
-    let mut env = Env::start().await.expect("sim");
+    let mut cfg = SimConfig::default();
+    cfg.users.push(User {
+        name: CONTROLLER_USER.to_string(),
+        token: "controller-token".to_string(),
+        groups: vec![
+            "system:serviceaccounts".to_string(),
+            "system:authenticated".to_string(),
+        ],
+    });
+    let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
+    run(&env, &["create", "namespace", "holdfast-system"]);
+    let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../manifests/base/rbac-controller.yaml");
+    run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
+    let kubeconfig = env.dir.path().join("controller.kubeconfig");
+    env.sim
+        .write_kubeconfig(&kubeconfig, CONTROLLER_USER)
+        .expect("controller kubeconfig");
     env.start_webhook(&[]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let mut c = start_controller(&env, "controller", port, &[]).expect("controller");
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &kubeconfig])
+        .expect("controller");
     c.wait_ready(30).await.expect("controller ready");
     (env, c)
 }
@@ -180,7 +205,8 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     )
     .await
     .expect("policy enforced");
-    wait_marked(&env, &["labelled", "shop"]).await;
+    // holdfast-system holds holdfast's own protected Role and RoleBinding.
+    wait_marked(&env, &["holdfast-system", "labelled", "shop"]).await;
     let cfg = wait_containment_narrowed(&env).await;
 
     // The configuration: the policy's entry only sees ConfigMaps in shop.
@@ -215,7 +241,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
              delete-label-0.holdfast.dev\n  requests:   DELETE *.*\n  namespaces: all\n  objects:    holdfast.dev/protected\n{outage}\
              containment.holdfast.dev\n  requests:   DELETE namespaces\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
              policies-0.holdfast.dev\n  requests:   DELETE configmaps\n  namespaces: kubernetes.io/metadata.name in (shop)\n  objects:    all\n{outage}\
-             namespaces labelled {MARKER}: labelled, shop\n"
+             namespaces labelled {MARKER}: holdfast-system, labelled, shop\n"
         )
     );
 
@@ -352,7 +378,8 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
         &["create", "configmap", "c", "-n", "a", "--from-literal=k=v"],
     );
     wait_containment_narrowed(&env).await;
-    wait_marked(&env, &[]).await;
+    // holdfast-system holds holdfast's own protected Role and RoleBinding.
+    wait_marked(&env, &["holdfast-system"]).await;
     run(
         &env,
         &[
@@ -364,7 +391,7 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
             "holdfast.dev/protected=Always",
         ],
     );
-    wait_marked(&env, &["a"]).await;
+    wait_marked(&env, &["a", "holdfast-system"]).await;
     run(
         &env,
         &[
@@ -376,7 +403,7 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
             "holdfast.dev/protected-",
         ],
     );
-    wait_marked(&env, &[]).await;
+    wait_marked(&env, &["holdfast-system"]).await;
 
     // Every Secret, in any namespace: b and kube-system hold one; only b is marked
     // and routed.
@@ -418,7 +445,7 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
     )
     .await
     .expect("policy enforced");
-    wait_marked(&env, &["b"]).await;
+    wait_marked(&env, &["b", "holdfast-system"]).await;
     let cfg = wait_containment_narrowed(&env).await;
     let entry = cfg["webhooks"]
         .as_array()
