@@ -475,3 +475,111 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
         "{out:?}"
     );
 }
+
+/// The marker's lag fails closed for the protected object: with the controller
+/// stopped (a lag without end), an object labelled afterwards leaves its namespace
+/// unmarked, so the namespace DELETE is allowed — but the namespace controller's
+/// DELETE of the protected object is still refused: it survives, the namespace
+/// stays Terminating until the protection is lifted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn marker_lag_never_loses_the_protected_object() {
+    let (env, mut controller) = full_stack().await;
+    run(&env, &["create", "namespace", "late"]);
+    for cm in ["plain", "precious"] {
+        run(
+            &env,
+            &[
+                "create",
+                "configmap",
+                cm,
+                "-n",
+                "late",
+                "--from-literal=k=v",
+            ],
+        );
+    }
+    wait_containment_narrowed(&env).await;
+    wait_marked(&env, &["holdfast-system"]).await;
+    controller.kill();
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "precious",
+            "-n",
+            "late",
+            "holdfast.dev/protected=true",
+        ],
+    );
+    let out = env
+        .kubectl(&["delete", "namespace", "late", "--wait=false"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "namespace \"late\" deleted\n"),
+        "{out:?}"
+    );
+    // The namespace controller empties what it may; the labelled ConfigMap stays.
+    env.kubectl_until(
+        &[
+            "get",
+            "configmap",
+            "plain",
+            "-n",
+            "late",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ],
+        30,
+        |o| o.code == 0 && o.stdout.is_empty(),
+    )
+    .await
+    .expect("unprotected ConfigMap deleted by the namespace controller");
+    // ... and its DELETE of the protected one was refused by the label webhook.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env
+        .webhook_log()
+        .contains("holdfast: ConfigMap late/precious is protected by label")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal of late/precious logged: {}",
+            env.webhook_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    exists(&env, &["configmap", "precious", "-n", "late"]);
+    let phase = run(
+        &env,
+        &["get", "namespace", "late", "-o", "jsonpath={.status.phase}"],
+    );
+    assert_eq!(phase.stdout, "Terminating");
+    // Lifting the protection lets the namespace finish.
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "precious",
+            "-n",
+            "late",
+            "holdfast.dev/protected-",
+        ],
+    );
+    env.kubectl_until(
+        &[
+            "get",
+            "namespace",
+            "late",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ],
+        30,
+        |o| o.code == 0 && o.stdout.is_empty(),
+    )
+    .await
+    .expect("namespace deleted once unprotected");
+}
