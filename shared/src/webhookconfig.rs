@@ -220,7 +220,9 @@ pub fn desired_configuration(
     desired_configuration_for(labels, strict, &PolicyNeeds::default(), opts)
 }
 
-/// Name of the webhook that receives the DELETEs policy objects govern.
+/// Name of the webhook that receives the DELETEs policy objects govern in a kcp
+/// provider workspace (on Kubernetes they go to `policies-<i>.holdfast.dev`, see
+/// [`POLICIES_WEBHOOK_PREFIX`]).
 pub const POLICIES_WEBHOOK: &str = "policies.holdfast.dev";
 /// Name of the webhook that receives UPDATEs adding a break-glass marker to
 /// resources some strict policy protects.
@@ -289,7 +291,8 @@ pub fn well_known_scope(gr: &GroupResource) -> Scope {
 /// every (valid) policy, recomputed from scratch by the controller.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyNeeds {
-    /// Resources whose DELETEs some policy governs (sent to [`POLICIES_WEBHOOK`]).
+    /// Resources whose DELETEs some policy governs (what [`PolicyNeeds::routes`]
+    /// route, by resource).
     pub delete: BTreeSet<GroupResource>,
     /// Resources some strict policy protects (break-glass UPDATEs are sent to
     /// [`BREAK_GLASS_WEBHOOK`]).
