@@ -208,28 +208,38 @@ impl Markers {
             .map(|n| n.name_any())
             .collect();
         let api: Api<Namespace> = Api::all(self.client.clone());
-        let mut complete = true;
-        for ns in wanted.difference(&marked) {
-            match set_marker(&api, ns, true).await {
-                Ok(()) => {
-                    tracing::info!(namespace = %ns, "namespace holds routed objects: marked for containment")
+        let changes: Vec<(String, bool)> = wanted
+            .difference(&marked)
+            .map(|ns| (ns.clone(), true))
+            .chain(marked.difference(&wanted).map(|ns| (ns.clone(), false)))
+            .collect();
+        let api = &api;
+        let failed_additions = futures::stream::iter(changes)
+            .map(|(ns, on)| async move {
+                match set_marker(api, &ns, on).await {
+                    Ok(()) => {
+                        if on {
+                            tracing::info!(namespace = %ns, "namespace holds routed objects: marked for containment");
+                        } else {
+                            tracing::info!(namespace = %ns, "namespace holds no routed object: marker removed");
+                        }
+                        false
+                    }
+                    Err(e) => {
+                        if on {
+                            tracing::warn!(namespace = %ns, error = %e, "marking namespace failed; every namespace DELETE stays routed");
+                        } else {
+                            tracing::warn!(namespace = %ns, error = %e, "removing namespace marker failed");
+                        }
+                        on
+                    }
                 }
-                Err(e) => {
-                    complete = false;
-                    tracing::warn!(namespace = %ns, error = %e, "marking namespace failed; every namespace DELETE stays routed");
-                }
-            }
-        }
-        for ns in marked.difference(&wanted) {
-            match set_marker(&api, ns, false).await {
-                Ok(()) => {
-                    tracing::info!(namespace = %ns, "namespace holds no routed object: marker removed")
-                }
-                Err(e) => {
-                    tracing::warn!(namespace = %ns, error = %e, "removing namespace marker failed")
-                }
-            }
-        }
+            })
+            .buffer_unordered(16)
+            .filter(|failed| futures::future::ready(*failed))
+            .count()
+            .await;
+        let complete = failed_additions == 0;
         if complete {
             Containment::Marked
         } else {
