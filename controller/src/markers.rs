@@ -160,28 +160,18 @@ impl Markers {
             .iter()
             .map(|n| (n.name_any(), labels_map(n.labels())))
             .collect();
-        let mut out = BTreeSet::new();
-        for (key, s) in &self.stores {
-            for obj in s.store.state() {
-                let Some(ns) = obj.metadata.namespace.as_deref() else {
-                    continue;
-                };
-                if out.contains(ns) {
-                    continue;
-                }
-                let routed = key.label.is_some() || {
-                    let labels = labels_map(obj.labels());
-                    let name = obj.name_any();
-                    routes.iter().any(|r| {
-                        r.matches(&key.gr, Some(ns), ns_labels.get(ns), &name, Some(&labels))
-                    })
-                };
-                if routed {
-                    out.insert(ns.to_string());
-                }
-            }
-        }
-        Some(out)
+        let objects = self.stores.iter().flat_map(|(key, s)| {
+            s.store.state().into_iter().filter_map(move |obj| {
+                Some(Seen {
+                    gr: key.gr.clone(),
+                    labelled: key.label.is_some(),
+                    namespace: obj.metadata.namespace.clone()?,
+                    name: obj.name_any(),
+                    labels: labels_map(obj.labels()),
+                })
+            })
+        });
+        Some(namespaces_to_mark(objects, routes, &ns_labels))
     }
 
     /// Brings the watches and the markers in line with `routes` and `keys`, and
@@ -248,6 +238,50 @@ impl Markers {
     }
 }
 
+/// A namespaced object one of the marker watches saw.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// Its resource.
+    pub gr: GroupResource,
+    /// Seen by a protection-label watch (it carries a protection label key).
+    pub labelled: bool,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its labels.
+    pub labels: Map<String, Value>,
+}
+
+/// The namespaces holding an object some DELETE entry routes: a protection-labelled
+/// one, or one a policy route selects (`ns_labels`: every namespace's labels).
+pub fn namespaces_to_mark(
+    objects: impl IntoIterator<Item = Seen>,
+    routes: &[Route],
+    ns_labels: &HashMap<String, Map<String, Value>>,
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for o in objects {
+        if out.contains(&o.namespace) {
+            continue;
+        }
+        let routed = o.labelled
+            || routes.iter().any(|r| {
+                r.matches(
+                    &o.gr,
+                    Some(&o.namespace),
+                    ns_labels.get(&o.namespace),
+                    &o.name,
+                    Some(&o.labels),
+                )
+            });
+        if routed {
+            out.insert(o.namespace);
+        }
+    }
+    out
+}
+
 async fn set_marker(api: &Api<Namespace>, ns: &str, on: bool) -> Result<(), kube::Error> {
     let value = if on { Value::from("true") } else { Value::Null };
     let patch = serde_json::json!({"metadata": {"labels": {CONTAINS_PROTECTED_LABEL: value}}});
@@ -259,5 +293,79 @@ async fn set_marker(api: &Api<Namespace>, ns: &str, on: bool) -> Result<(), kube
         // Gone meanwhile: nothing to contain.
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_shared::webhookconfig::NamespaceScope;
+
+    fn seen(
+        gr: (&str, &str),
+        labelled: bool,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> Seen {
+        Seen {
+            gr: GroupResource::new(gr.0, gr.1),
+            labelled,
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::from(*v)))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn marks_namespaces_holding_labelled_or_selected_objects_only() {
+        let route = |namespaces, names: Option<&[&str]>| Route {
+            resources: [GroupResource::new("", "configmaps")].into(),
+            namespaces,
+            labels: None,
+            names: names.map(|n| n.iter().map(|s| s.to_string()).collect()),
+            policies: ["ResourceProtection/p".to_string()].into(),
+        };
+        let routes = vec![
+            route(
+                NamespaceScope::Only(["shop".into()].into()),
+                Some(&["settings"]),
+            ),
+            route(NamespaceScope::Labelled("team".into()), None),
+            route(NamespaceScope::not_system(), Some(&["global"])),
+        ];
+        let ns_labels: HashMap<String, Map<String, Value>> = [(
+            "teamns".to_string(),
+            [("team".to_string(), Value::from("a"))]
+                .into_iter()
+                .collect(),
+        )]
+        .into();
+        let objects = vec![
+            seen(("", "configmaps"), false, "shop", "settings", &[]),
+            seen(("", "configmaps"), false, "shop2", "settings", &[]),
+            seen(("", "configmaps"), false, "other", "unrelated", &[]),
+            seen(("", "secrets"), false, "secretns", "settings", &[]),
+            seen(("", "configmaps"), false, "teamns", "x", &[]),
+            seen(("", "configmaps"), false, "kube-system", "global", &[]),
+            seen(("", "configmaps"), false, "apps", "global", &[]),
+            seen(
+                ("", "persistentvolumeclaims"),
+                true,
+                "labelled",
+                "data",
+                &[],
+            ),
+        ];
+        assert_eq!(
+            namespaces_to_mark(objects, &routes, &ns_labels),
+            ["apps", "labelled", "shop", "teamns"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<BTreeSet<_>>()
+        );
     }
 }
