@@ -10,7 +10,9 @@ use std::{
 
 use holdfast_e2e::{
     Env, KubectlOutput, bin,
-    controller::{ControllerProcess, start_controller, wait_condition, wait_configuration},
+    controller::{
+        ControllerProcess, condition, start_controller, wait_condition, wait_configuration,
+    },
 };
 use holdfast_sim::{SimConfig, User};
 use serde_json::Value;
@@ -229,6 +231,15 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     assert_eq!(
         policies[0]["rules"][0]["resources"],
         serde_json::json!(["configmaps"])
+    );
+
+    // Per policy, its status names the webhooks its DELETEs reach.
+    let installed = condition(&env, "resourceprotection", "shop-config", "Installed")
+        .expect("kubectl")
+        .expect("installed condition");
+    assert_eq!(
+        installed["message"],
+        "DELETEs of configmaps reach webhook(s) policies-0.holdfast.dev of ValidatingWebhookConfiguration holdfast"
     );
 
     // The blast radius, as an SRE reads it.
