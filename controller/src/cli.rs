@@ -92,6 +92,18 @@ pub enum Command {
     Crds(CrdsArgs),
     /// Print holdfast's kcp APIResourceSchemas and APIExport (or write manifests/kcp).
     KcpManifests(CrdsArgs),
+    /// Print what the installed configuration routes to the webhook: per webhook
+    /// the requests, namespaces, objects and conditions, and what an outage of
+    /// the webhook blocks (Kubernetes and Karmada).
+    Routes(RoutesArgs),
+}
+
+/// Flags of `routes`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RoutesArgs {
+    /// Kubeconfig file (default: in-cluster configuration, or $KUBECONFIG).
+    #[arg(long, value_name = "FILE", env = "HOLDFAST_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// Flags of `crds`.
@@ -416,6 +428,7 @@ where
     let result = match cli.command {
         Command::Crds(args) => crds(&args),
         Command::KcpManifests(args) => kcp_manifests(&args),
+        Command::Routes(args) => routes(&args),
         Command::Run(args) => run(*args),
     };
     match result {
@@ -470,6 +483,23 @@ fn kcp_manifests(args: &CrdsArgs) -> anyhow::Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(anyhow::Error::new(e).context("writing kcp manifests to stdout")),
+    }
+}
+
+fn routes(args: &RoutesArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::Error::new(e).context("starting the async runtime"))?;
+    let out = runtime.block_on(crate::run::routes(&args.kubeconfig))?;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
     }
 }
 
@@ -541,7 +571,24 @@ mod tests {
         let cli = Cli::try_parse_from(with_default_subcommand(args(a)))?;
         match cli.command {
             Command::Run(r) => Ok(*r),
-            Command::Crds(_) | Command::KcpManifests(_) => panic!("expected run"),
+            Command::Crds(_) | Command::KcpManifests(_) | Command::Routes(_) => {
+                panic!("expected run")
+            }
+        }
+    }
+
+    #[test]
+    fn routes_subcommand_takes_a_kubeconfig() {
+        let cli = Cli::try_parse_from(with_default_subcommand(args(&[
+            "p",
+            "routes",
+            "--kubeconfig",
+            "/tmp/kc",
+        ])))
+        .expect("parses");
+        match cli.command {
+            Command::Routes(r) => assert_eq!(r.kubeconfig, Some(PathBuf::from("/tmp/kc"))),
+            other => panic!("expected routes, got {other:?}"),
         }
     }
 

@@ -22,9 +22,9 @@ use holdfast_shared::{
     api::{AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection},
     names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
     webhookconfig::{
-        InstallOptions, POLICIES_WEBHOOK, PolicyNeeds, anchor_rule_needs, critical_service_needs,
-        dependency_rule_needs, desired_configuration_for, matches_desired,
-        resource_protection_needs, routes,
+        InstallOptions, PolicyNeeds, anchor_rule_needs, critical_service_needs,
+        dependency_rule_needs, describe_configuration, desired_configuration_for,
+        is_policies_webhook, matches_desired, resource_protection_needs, routes,
     },
 };
 use k8s_openapi::{
@@ -47,6 +47,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::{
     cycles::{RuleEdges, find_cycles},
+    markers::Markers,
     policies::{
         ApiIndex, Invalid, check_anchor_rule, check_critical_service, check_dependency_rule,
         check_resource_protection,
@@ -137,7 +138,7 @@ impl PolicyKind {
 }
 
 /// Whether a reflector store has completed its initial list.
-async fn is_ready<K>(store: &Store<K>) -> bool
+pub(crate) async fn is_ready<K>(store: &Store<K>) -> bool
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
@@ -187,6 +188,7 @@ pub struct Reconciler {
     discovery_dirty: Arc<AtomicBool>,
     index: ApiIndex,
     recorder: Recorder,
+    markers: Markers,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -238,6 +240,7 @@ impl Reconciler {
                 instance: Some(settings.instance.clone()),
             },
         );
+        let markers = Markers::new(client.clone(), notify.clone());
         Self {
             client,
             settings,
@@ -248,6 +251,7 @@ impl Reconciler {
             discovery_dirty,
             index: ApiIndex::default(),
             recorder,
+            markers,
             ready,
         }
     }
@@ -426,7 +430,9 @@ impl Reconciler {
     }
 
     async fn reconcile_once(&mut self) -> anyhow::Result<()> {
-        let (items, needs, edges) = self.items();
+        let (items, mut needs, edges) = self.items();
+        let keys: Vec<String> = self.settings.labels.iter().map(|l| l.key.clone()).collect();
+        needs.containment = self.markers.sync(&self.index, &needs.routes, &keys).await;
         let opts = self.options.borrow().clone();
         let desired =
             desired_configuration_for(&self.settings.labels, self.settings.strict, &needs, &opts);
@@ -446,7 +452,9 @@ impl Reconciler {
                 tracing::info!(
                     webhooks = desired.webhooks.as_ref().map_or(0, Vec::len),
                     protected = needs.delete.len(),
-                    "{what} ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}"
+                    containment = ?needs.containment,
+                    "{what} ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}; it routes:\n{}",
+                    describe_configuration(&desired)
                 );
                 apply_configuration(&self.client, &desired).await?
             }
@@ -454,23 +462,38 @@ impl Reconciler {
         let cycles = find_cycles(&edges);
         let now = now_rfc3339();
         let mut writes = Vec::with_capacity(items.len());
+        let policies_webhooks: Vec<&str> = live
+            .webhooks
+            .iter()
+            .flatten()
+            .map(|h| h.name.as_str())
+            .filter(|n| is_policies_webhook(n))
+            .collect();
         for item in &items {
-            let missing: Vec<String> = item
-                .needs
-                .iter()
-                .filter(|gr| !routes(&live, POLICIES_WEBHOOK, "DELETE", gr))
-                .map(ToString::to_string)
-                .collect();
+            let mut via: BTreeSet<&str> = BTreeSet::new();
+            let mut missing: Vec<String> = Vec::new();
+            for gr in &item.needs {
+                let hooks: Vec<&str> = policies_webhooks
+                    .iter()
+                    .copied()
+                    .filter(|h| routes(&live, h, "DELETE", gr))
+                    .collect();
+                if hooks.is_empty() {
+                    missing.push(gr.to_string());
+                }
+                via.extend(hooks);
+            }
             let installed = missing.is_empty();
             let set: BTreeSet<String> = item.needs.iter().map(ToString::to_string).collect();
             let installed_message = if installed {
                 format!(
-                    "DELETEs of {} reach webhook {POLICIES_WEBHOOK} of ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}",
-                    set.into_iter().collect::<Vec<_>>().join(", ")
+                    "DELETEs of {} reach webhook(s) {} of ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}",
+                    set.into_iter().collect::<Vec<_>>().join(", "),
+                    via.into_iter().collect::<Vec<_>>().join(", ")
                 )
             } else {
                 format!(
-                    "not yet routed to {POLICIES_WEBHOOK}: {}",
+                    "not yet routed to a policies webhook: {}",
                     missing.join(", ")
                 )
             };

@@ -11,6 +11,7 @@
 //!   APIResourceSchemas and APIExport.
 //! - [`policies`]: validity of policy objects (spec rules, selectors, discovery).
 //! - [`cycles`]: rule-level dependency cycles; [`status`]: conditions.
+//! - [`markers`]: the containment marker on namespaces holding routed objects.
 //! - [`leader`]: Lease-based leader election; [`certs`]: managed CA and caBundle.
 
 pub mod certs;
@@ -22,6 +23,7 @@ pub mod kcp;
 pub mod kcp_manifests;
 pub mod kubernetes;
 pub mod leader;
+pub mod markers;
 pub mod policies;
 pub mod run;
 pub mod status;

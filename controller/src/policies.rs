@@ -41,6 +41,9 @@ pub struct Invalid {
 #[derive(Clone, Debug, Default)]
 pub struct ApiIndex {
     map: HashMap<GroupResource, (BTreeSet<String>, bool)>,
+    /// Namespaced resources that can be listed and watched, at their preferred
+    /// version (Events left out: nothing protects them).
+    watchable: HashMap<GroupResource, kube::api::ApiResource>,
     /// Whether discovery ran at least once (before that nothing is "unknown").
     pub loaded: bool,
 }
@@ -66,6 +69,18 @@ impl ApiIndex {
                     entry.1 = caps.scope == kube::discovery::Scope::Namespaced;
                 }
             }
+            for (ar, caps) in group.recommended_resources() {
+                if caps.scope == kube::discovery::Scope::Namespaced
+                    && caps.supports_operation(kube::discovery::verbs::LIST)
+                    && caps.supports_operation(kube::discovery::verbs::WATCH)
+                    && !(ar.plural == "events"
+                        && (ar.group.is_empty() || ar.group == "events.k8s.io"))
+                {
+                    index
+                        .watchable
+                        .insert(GroupResource::new(&ar.group, &ar.plural), ar);
+                }
+            }
         }
         Ok(index)
     }
@@ -86,6 +101,16 @@ impl ApiIndex {
             e.0.insert(v.to_string());
         }
         index
+    }
+
+    /// The namespaced resources that can be listed and watched.
+    pub fn watchable(&self) -> impl Iterator<Item = (&GroupResource, &kube::api::ApiResource)> {
+        self.watchable.iter()
+    }
+
+    /// `gr` if it is namespaced and can be listed and watched.
+    pub fn watchable_resource(&self, gr: &GroupResource) -> Option<&kube::api::ApiResource> {
+        self.watchable.get(gr)
     }
 
     /// Whether the API server serves `gr` (in any version).

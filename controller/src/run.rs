@@ -69,7 +69,7 @@ impl Default for Tuning {
     }
 }
 
-async fn kube_config(kubeconfig: &Option<PathBuf>) -> anyhow::Result<kube::Config> {
+pub(crate) async fn kube_config(kubeconfig: &Option<PathBuf>) -> anyhow::Result<kube::Config> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -340,4 +340,50 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
         e.release().await;
     }
     result
+}
+
+/// `holdfast-controller routes`: what the live configuration `holdfast` routes
+/// to the webhook (the blast radius of a webhook outage), and which namespaces
+/// carry the containment marker.
+pub async fn routes(kubeconfig: &Option<PathBuf>) -> anyhow::Result<String> {
+    use holdfast_shared::{
+        names::WEBHOOK_CONFIGURATION_NAME,
+        webhookconfig::{CONTAINS_PROTECTED_LABEL, describe_configuration},
+    };
+    use k8s_openapi::api::{
+        admissionregistration::v1::ValidatingWebhookConfiguration, core::v1::Namespace,
+    };
+    let client = Client::try_from(kube_config(kubeconfig).await?)?;
+    let api: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());
+    let Some(cfg) = api
+        .get_opt(WEBHOOK_CONFIGURATION_NAME)
+        .await
+        .with_context(|| {
+            format!("reading ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}")
+        })?
+    else {
+        return Ok(format!(
+            "ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} is not installed: no request is routed to holdfast\n"
+        ));
+    };
+    let mut out = describe_configuration(&cfg);
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client);
+    let marked = namespaces
+        .list_metadata(&kube::api::ListParams::default().labels(CONTAINS_PROTECTED_LABEL))
+        .await
+        .context("listing marked namespaces")?;
+    let names: Vec<String> = marked
+        .items
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    out.push_str(&format!(
+        "namespaces labelled {CONTAINS_PROTECTED_LABEL}: {}\n",
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    ));
+    Ok(out)
 }

@@ -220,7 +220,9 @@ pub fn desired_configuration(
     desired_configuration_for(labels, strict, &PolicyNeeds::default(), opts)
 }
 
-/// Name of the webhook that receives the DELETEs policy objects govern.
+/// Name of the webhook that receives the DELETEs policy objects govern in a kcp
+/// provider workspace (on Kubernetes they go to `policies-<i>.holdfast.dev`, see
+/// [`POLICIES_WEBHOOK_PREFIX`]).
 pub const POLICIES_WEBHOOK: &str = "policies.holdfast.dev";
 /// Name of the webhook that receives UPDATEs adding a break-glass marker to
 /// resources some strict policy protects.
@@ -287,15 +289,21 @@ pub fn well_known_scope(gr: &GroupResource) -> Scope {
 
 /// What the policy objects need from the webhook configuration: the union over
 /// every (valid) policy, recomputed from scratch by the controller.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyNeeds {
-    /// Resources whose DELETEs some policy governs (sent to [`POLICIES_WEBHOOK`]).
+    /// Resources whose DELETEs some policy governs (what [`PolicyNeeds::routes`]
+    /// route, by resource).
     pub delete: BTreeSet<GroupResource>,
     /// Resources some strict policy protects (break-glass UPDATEs are sent to
     /// [`BREAK_GLASS_WEBHOOK`]).
     pub strict: BTreeSet<GroupResource>,
     /// Some policy asks for strict label mode (a strict ResourceProtection).
     pub strict_labels: bool,
+    /// The DELETE routes of every policy, narrowed by what the policy says
+    /// (merged into [`POLICIES_WEBHOOK_PREFIX`] entries by [`merge_routes`]).
+    pub routes: Vec<Route>,
+    /// Which namespace DELETEs reach [`CONTAINMENT_WEBHOOK`].
+    pub containment: Containment,
 }
 
 /// The resources whose DELETEs a ResourceProtection governs: the selected types
@@ -359,30 +367,41 @@ impl PolicyNeeds {
             self.strict.extend(needs.iter().cloned());
         }
         self.delete.extend(needs);
+        self.routes.extend(resource_protection_routes(rp));
     }
 
     /// Adds what an AnchorRule needs.
     pub fn add_anchor_rule(&mut self, ar: &AnchorRule) {
         self.delete.extend(anchor_rule_needs(ar));
+        self.routes.extend(anchor_rule_routes(ar));
     }
 
     /// Adds what a DependencyRule needs.
     pub fn add_dependency_rule(&mut self, dr: &DependencyRule) {
         self.delete.extend(dependency_rule_needs(dr));
+        self.routes.extend(dependency_rule_routes(dr));
     }
 
     /// Adds what a CriticalService needs.
     pub fn add_critical_service(&mut self, cs: &CriticalService) {
         self.delete.extend(critical_service_needs(cs));
+        self.routes.extend(critical_service_routes(cs));
     }
 
     /// Adds `namespaces` when a namespaced (or possibly namespaced) resource is
     /// governed: deleting a namespace deletes its objects, so the webhook must see
-    /// namespace DELETEs to refuse half-deleting a namespace (containment).
+    /// the DELETEs of the namespaces holding them to refuse half-deleting a namespace
+    /// (containment, [`CONTAINMENT_WEBHOOK`]). Routes over cluster-scoped resources
+    /// lose their namespace narrowing (the API server ignores it for them).
     pub fn with_containment(mut self, scope: impl Fn(&GroupResource) -> Scope) -> Self {
         let namespaced = self.delete.iter().any(|gr| scope(gr) != Scope::Cluster);
         if namespaced {
             self.delete.insert(GroupResource::new("", "namespaces"));
+        }
+        for r in &mut self.routes {
+            if r.resources.iter().all(|gr| scope(gr) == Scope::Cluster) {
+                r.namespaces = NamespaceScope::Any;
+            }
         }
         self
     }
@@ -450,11 +469,12 @@ pub fn break_glass_condition() -> String {
 }
 
 /// The whole configuration named `holdfast`: label webhooks (strict ones when
-/// `strict` or a strict policy asks), [`POLICIES_WEBHOOK`] for the DELETEs the
-/// policies govern plus namespace DELETEs (always: containment also covers
-/// label-protected objects, which can sit in any namespace), and
-/// [`BREAK_GLASS_WEBHOOK`] for the resources strict policies protect. Every field the API server would default is set, so a live object can
-/// be compared with it.
+/// `strict` or a strict policy asks), [`CONTAINMENT_WEBHOOK`] for namespace
+/// DELETEs (every one, or those of marked namespaces, per `needs.containment`),
+/// `policies-<i>.holdfast.dev` for the DELETEs the policies govern (their routes
+/// merged by [`merge_routes`], at most [`MAX_POLICY_WEBHOOKS`]), and
+/// [`BREAK_GLASS_WEBHOOK`] for the resources strict policies protect. Every field
+/// the API server would default is set, so a live object can be compared with it.
 pub fn desired_configuration_for(
     labels: &ProtectionLabels,
     strict: bool,
@@ -462,14 +482,36 @@ pub fn desired_configuration_for(
     opts: &InstallOptions,
 ) -> ValidatingWebhookConfiguration {
     let mut hooks = label_webhooks(labels, strict || needs.strict_labels, opts);
-    // Namespace DELETEs always reach the webhook: a namespace holding a
-    // label-protected object must not be half-deleted (containment), and labels can
-    // sit on any namespaced object.
-    let mut delete = needs.delete.clone();
-    delete.insert(GroupResource::new("", "namespaces"));
-    let mut h = webhook(POLICIES_WEBHOOK.to_string(), opts, all_resources("DELETE"));
-    h.rules = Some(merged_rules("DELETE", &delete));
+    // Namespace DELETEs: a namespace holding a protected object must not be
+    // half-deleted (containment).
+    let mut h = webhook(
+        CONTAINMENT_WEBHOOK.to_string(),
+        opts,
+        all_resources("DELETE"),
+    );
+    h.rules = Some(merged_rules(
+        "DELETE",
+        &[GroupResource::new("", "namespaces")].into(),
+    ));
+    if needs.containment == Containment::Marked {
+        h.namespace_selector = Some(exists(CONTAINS_PROTECTED_LABEL));
+    }
     hooks.push(h);
+    for (i, route) in merge_routes(needs.routes.clone(), MAX_POLICY_WEBHOOKS)
+        .iter()
+        .enumerate()
+    {
+        let mut h = webhook(
+            format!("{POLICIES_WEBHOOK_PREFIX}{i}.holdfast.dev"),
+            opts,
+            all_resources("DELETE"),
+        );
+        h.rules = Some(merged_rules("DELETE", &route.resources));
+        h.namespace_selector = Some(route.namespaces.selector());
+        h.object_selector = Some(route.labels.clone().unwrap_or_default());
+        h.match_conditions = route.condition().map(|c| vec![c]);
+        hooks.push(h);
+    }
     if !needs.strict.is_empty() {
         let mut h = webhook(
             BREAK_GLASS_WEBHOOK.to_string(),
@@ -497,6 +539,531 @@ pub fn desired_configuration_for(
         },
         webhooks: Some(hooks),
     }
+}
+
+/// The namespaces kube-apiserver and its controllers live in. Selections that name
+/// no namespace do not route them (see [`NamespaceScope::not_system`]).
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+/// Label the API server sets on every namespace to its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+/// Label the controller keeps (value `"true"`) on every namespace holding an
+/// object some DELETE webhook of the configuration routes; namespace DELETEs are
+/// routed to [`CONTAINMENT_WEBHOOK`] only for namespaces carrying it.
+pub const CONTAINS_PROTECTED_LABEL: &str = "holdfast.dev/contains-protected";
+/// Name of the webhook that receives namespace DELETEs (containment).
+pub const CONTAINMENT_WEBHOOK: &str = "containment.holdfast.dev";
+/// Prefix of the webhooks receiving the DELETEs policy objects govern:
+/// `policies-<i>.holdfast.dev`.
+pub const POLICIES_WEBHOOK_PREFIX: &str = "policies-";
+/// At most this many `policies-<i>` webhooks: beyond it routes are widened (see
+/// [`merge_routes`]).
+pub const MAX_POLICY_WEBHOOKS: usize = 16;
+/// A route lists at most this many object names in its matchCondition; a
+/// selection naming more routes every name.
+pub const MAX_ROUTED_NAMES: usize = 64;
+
+/// Whether `name` is the name of one of the `policies-<i>` webhooks.
+pub fn is_policies_webhook(name: &str) -> bool {
+    name.strip_prefix(POLICIES_WEBHOOK_PREFIX)
+        .and_then(|rest| rest.strip_suffix(".holdfast.dev"))
+        .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Which namespaces a route covers. For a namespaced object it is matched
+/// against the object's namespace, for a Namespace against the namespace itself
+/// (as the API server evaluates a namespaceSelector); cluster-scoped objects are
+/// always covered.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NamespaceScope {
+    /// Every namespace (no namespaceSelector).
+    Any,
+    /// These namespaces (`kubernetes.io/metadata.name In`).
+    Only(BTreeSet<String>),
+    /// Every namespace but these (`kubernetes.io/metadata.name NotIn`).
+    AllBut(BTreeSet<String>),
+    /// Namespaces carrying this label key (`Exists`).
+    Labelled(String),
+}
+
+impl NamespaceScope {
+    /// Every namespace except [`SYSTEM_NAMESPACES`]: what a selection that names
+    /// no namespace covers.
+    pub fn not_system() -> Self {
+        NamespaceScope::AllBut(SYSTEM_NAMESPACES.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// The union when one scope expresses it exactly, `None` otherwise.
+    fn union_exact(&self, other: &Self) -> Option<Self> {
+        use NamespaceScope::*;
+        Some(
+            match (self, other) {
+                (Any, _) | (_, Any) => Any,
+                (Only(a), Only(b)) => Only(a.union(b).cloned().collect()),
+                (AllBut(a), AllBut(b)) => AllBut(a.intersection(b).cloned().collect()),
+                (Only(a), AllBut(b)) | (AllBut(b), Only(a)) => {
+                    AllBut(b.difference(a).cloned().collect())
+                }
+                (Labelled(a), Labelled(b)) if a == b => Labelled(a.clone()),
+                _ => return None,
+            }
+            .normalized(),
+        )
+    }
+
+    /// The union, widened to [`NamespaceScope::Any`] where no selector expresses it.
+    fn union(&self, other: &Self) -> Self {
+        self.union_exact(other).unwrap_or(NamespaceScope::Any)
+    }
+
+    fn normalized(self) -> Self {
+        match self {
+            NamespaceScope::AllBut(s) if s.is_empty() => NamespaceScope::Any,
+            other => other,
+        }
+    }
+
+    /// Whether a namespace named `ns` with `labels` is covered.
+    pub fn matches(&self, ns: &str, labels: Option<&serde_json::Map<String, Value>>) -> bool {
+        match self {
+            NamespaceScope::Any => true,
+            NamespaceScope::Only(s) => s.contains(ns),
+            NamespaceScope::AllBut(s) => !s.contains(ns),
+            NamespaceScope::Labelled(k) => labels.is_some_and(|l| l.contains_key(k)),
+        }
+    }
+
+    /// The namespaceSelector.
+    pub fn selector(&self) -> LabelSelector {
+        let req = |key: &str, operator: &str, values: Option<Vec<String>>| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: key.to_string(),
+                operator: operator.to_string(),
+                values,
+            }]),
+            match_labels: None,
+        };
+        match self {
+            NamespaceScope::Any => LabelSelector::default(),
+            NamespaceScope::Only(s) => req(
+                NAMESPACE_NAME_LABEL,
+                "In",
+                Some(s.iter().cloned().collect()),
+            ),
+            NamespaceScope::AllBut(s) => req(
+                NAMESPACE_NAME_LABEL,
+                "NotIn",
+                Some(s.iter().cloned().collect()),
+            ),
+            NamespaceScope::Labelled(k) => req(k, "Exists", None),
+        }
+    }
+}
+
+/// DELETEs some policy needs to see: of `resources`, in `namespaces`, of objects
+/// whose labels match `labels` and whose name is one of `names`. Wider is always
+/// safe (the webhook decides); narrower never happens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// Group/resources.
+    pub resources: BTreeSet<GroupResource>,
+    /// Namespaces.
+    pub namespaces: NamespaceScope,
+    /// Object labels (objectSelector); `None`: any.
+    pub labels: Option<LabelSelector>,
+    /// Object names (a matchCondition); `None`: any.
+    pub names: Option<BTreeSet<String>>,
+    /// The policies asking for it (`Kind/name`).
+    pub policies: BTreeSet<String>,
+}
+
+impl Route {
+    fn new(policy: String, gr: GroupResource, namespaces: NamespaceScope) -> Self {
+        Route {
+            resources: [gr].into(),
+            namespaces,
+            labels: None,
+            names: None,
+            policies: [policy].into(),
+        }
+    }
+
+    fn with_names<'a>(mut self, names: impl IntoIterator<Item = &'a String>) -> Self {
+        let names: BTreeSet<String> = names.into_iter().cloned().collect();
+        if !names.is_empty() && names.len() <= MAX_ROUTED_NAMES {
+            self.names = Some(names);
+        }
+        self
+    }
+
+    /// Whether a DELETE of an object of `gr` in namespace `ns` (`None`:
+    /// cluster-scoped; for a Namespace its own name) named `name` with `labels`
+    /// reaches this route; `ns_labels` are the labels of the namespace.
+    pub fn matches(
+        &self,
+        gr: &GroupResource,
+        ns: Option<&str>,
+        ns_labels: Option<&serde_json::Map<String, Value>>,
+        name: &str,
+        labels: Option<&serde_json::Map<String, Value>>,
+    ) -> bool {
+        self.resources.contains(gr)
+            && ns.is_none_or(|ns| self.namespaces.matches(ns, ns_labels))
+            && self
+                .labels
+                .as_ref()
+                .is_none_or(|sel| crate::selector::matches(sel, labels))
+            && self.names.as_ref().is_none_or(|n| n.contains(name))
+    }
+
+    /// The matchCondition narrowing the route to its names. Namespace-controller
+    /// DELETEs carry no request name, so the name is read from `oldObject`; a
+    /// request without one is routed (fail closed).
+    fn condition(&self) -> Option<MatchCondition> {
+        let names = self.names.as_ref()?;
+        let list = names
+            .iter()
+            .map(|n| cel_str(n))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(MatchCondition {
+            name: "object-name".to_string(),
+            expression: format!("oldObject == null || oldObject.metadata.name in [{list}]"),
+        })
+    }
+
+    fn key_without_resources(&self) -> String {
+        serde_json::json!([self.namespaces_key(), self.labels, self.names]).to_string()
+    }
+
+    fn namespaces_key(&self) -> String {
+        format!("{:?}", self.namespaces)
+    }
+}
+
+fn ns_or_any(ns: Option<&String>) -> NamespaceScope {
+    match ns {
+        Some(ns) => NamespaceScope::Only([ns.clone()].into()),
+        None => NamespaceScope::not_system(),
+    }
+}
+
+fn policy_key(kind: &str, name: Option<&String>) -> String {
+    format!("{kind}/{}", name.map_or("", String::as_str))
+}
+
+/// The DELETE routes of a ResourceProtection: one per selector, narrowed by its
+/// namespace, names and label selector.
+pub fn resource_protection_routes(rp: &ResourceProtection) -> Vec<Route> {
+    let policy = policy_key("ResourceProtection", rp.metadata.name.as_ref());
+    rp.spec
+        .resources
+        .iter()
+        .map(|sel| {
+            let gr = GroupResource::new(&sel.group, &sel.resource);
+            let namespaces = if is_namespaces(&gr) {
+                NamespaceScope::Any
+            } else {
+                ns_or_any(sel.namespace.as_ref())
+            };
+            let mut r = Route::new(policy.clone(), gr, namespaces);
+            if let Some(names) = &sel.names {
+                r = r.with_names(names);
+            }
+            r.labels = sel
+                .label_selector
+                .clone()
+                .filter(|s| *s != LabelSelector::default());
+            r
+        })
+        .collect()
+}
+
+fn is_namespaces(gr: &GroupResource) -> bool {
+    gr.group.is_empty() && gr.resource == "namespaces"
+}
+
+/// The DELETE routes of an AnchorRule: objects carrying the anchor-name label
+/// and, for `inheritFromNamespace` types, every object in a namespace carrying it.
+pub fn anchor_rule_routes(ar: &AnchorRule) -> Vec<Route> {
+    let policy = policy_key("AnchorRule", ar.metadata.name.as_ref());
+    let key = &ar.spec.anchor_labels.name;
+    let mut out = Vec::new();
+    for p in &ar.spec.protects {
+        let gr = GroupResource::new(&p.group, &p.resource);
+        let mut own = Route::new(policy.clone(), gr.clone(), NamespaceScope::Any);
+        own.labels = Some(exists(key));
+        out.push(own);
+        if p.inherit_from_namespace {
+            out.push(Route::new(
+                policy.clone(),
+                gr,
+                NamespaceScope::Labelled(key.clone()),
+            ));
+        }
+    }
+    out
+}
+
+/// The DELETE routes of a DependencyRule: its dependency types outside the
+/// system namespaces (any object of them may be referenced).
+pub fn dependency_rule_routes(dr: &DependencyRule) -> Vec<Route> {
+    let policy = policy_key("DependencyRule", dr.metadata.name.as_ref());
+    dr.spec
+        .dependencies
+        .iter()
+        .map(|d| {
+            Route::new(
+                policy.clone(),
+                GroupResource::new(&d.group, &d.resource),
+                NamespaceScope::not_system(),
+            )
+        })
+        .collect()
+}
+
+/// The DELETE routes of a CriticalService: its provider by namespace and name,
+/// the provider's namespace, and the CriticalService itself.
+pub fn critical_service_routes(cs: &CriticalService) -> Vec<Route> {
+    let name = cs.metadata.name.clone().unwrap_or_default();
+    let policy = policy_key("CriticalService", Some(&name));
+    let p = &cs.spec.provider;
+    vec![
+        Route::new(
+            policy.clone(),
+            p.group_resource(),
+            NamespaceScope::Only([p.namespace.clone()].into()),
+        )
+        .with_names([&p.name]),
+        Route::new(
+            policy.clone(),
+            GroupResource::new("", "namespaces"),
+            NamespaceScope::Any,
+        )
+        .with_names([&p.namespace]),
+        Route::new(
+            policy,
+            GroupResource::new(crate::names::API_GROUP, "criticalservices"),
+            NamespaceScope::Any,
+        )
+        .with_names([&name]),
+    ]
+}
+
+/// One exact merging pass: routes equal in everything but one dimension become
+/// one route when the union of that dimension is expressible exactly.
+fn merge_exact(routes: Vec<Route>) -> Vec<Route> {
+    fn group(
+        routes: Vec<Route>,
+        key: impl Fn(&Route) -> String,
+        join: impl Fn(&mut Route, Route) -> bool,
+    ) -> Vec<Route> {
+        let mut out: Vec<Route> = Vec::new();
+        let mut index: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        'next: for r in routes {
+            let k = key(&r);
+            let slots = index.entry(k).or_default();
+            for &i in slots.iter() {
+                let mut candidate = out[i].clone();
+                if join(&mut candidate, r.clone()) {
+                    out[i] = candidate;
+                    continue 'next;
+                }
+            }
+            slots.push(out.len());
+            out.push(r);
+        }
+        out
+    }
+    let mut routes = routes;
+    loop {
+        let before = routes.len();
+        // Same namespaces, labels and names: union of resources.
+        routes = group(routes, Route::key_without_resources, |a, b| {
+            a.resources.extend(b.resources);
+            a.policies.extend(b.policies);
+            true
+        });
+        // Same resources, labels and names: union of namespaces where exact.
+        routes = group(
+            routes,
+            |r| serde_json::json!([r.resources, r.labels, r.names]).to_string(),
+            |a, b| match a.namespaces.union_exact(&b.namespaces) {
+                Some(ns) => {
+                    a.namespaces = ns;
+                    a.policies.extend(b.policies);
+                    true
+                }
+                None => false,
+            },
+        );
+        // Same resources, namespaces and labels: union of names.
+        routes = group(
+            routes,
+            |r| serde_json::json!([r.resources, r.namespaces_key(), r.labels]).to_string(),
+            |a, b| {
+                a.names = match (a.names.take(), b.names) {
+                    (Some(mut x), Some(y)) => {
+                        x.extend(y);
+                        Some(x).filter(|n| n.len() <= MAX_ROUTED_NAMES)
+                    }
+                    _ => None,
+                };
+                a.policies.extend(b.policies);
+                true
+            },
+        );
+        if routes.len() == before {
+            break;
+        }
+    }
+    routes
+}
+
+/// Merges routes into at most `max` (at least 1) webhook entries, in a stable
+/// order. The rule: routes that differ in one dimension only are joined exactly
+/// (resources always; namespaces when one selector expresses the union; names
+/// always) until nothing changes. While more than `max` remain, routes are
+/// widened, which only ever routes more: first every name condition is dropped,
+/// then every object selector, and last everything becomes one route over the
+/// union of resources and namespaces.
+pub fn merge_routes(routes: Vec<Route>, max: usize) -> Vec<Route> {
+    let max = max.max(1);
+    let mut routes = merge_exact(routes);
+    if routes.len() > max {
+        routes = merge_exact(
+            routes
+                .into_iter()
+                .map(|mut r| {
+                    r.names = None;
+                    r
+                })
+                .collect(),
+        );
+    }
+    if routes.len() > max {
+        routes = merge_exact(
+            routes
+                .into_iter()
+                .map(|mut r| {
+                    r.labels = None;
+                    r
+                })
+                .collect(),
+        );
+    }
+    if routes.len() > max {
+        let mut it = routes.into_iter();
+        if let Some(mut first) = it.next() {
+            for r in it {
+                first.resources.extend(r.resources);
+                first.namespaces = first.namespaces.union(&r.namespaces);
+                first.policies.extend(r.policies);
+            }
+            first.labels = None;
+            first.names = None;
+            routes = vec![first];
+        } else {
+            routes = Vec::new();
+        }
+    }
+    routes.sort_by(|a, b| {
+        (&a.resources, a.namespaces_key(), a.key_without_resources()).cmp(&(
+            &b.resources,
+            b.namespaces_key(),
+            b.key_without_resources(),
+        ))
+    });
+    routes
+}
+
+/// Which namespace DELETEs reach [`CONTAINMENT_WEBHOOK`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Containment {
+    /// Every namespace DELETE (fail closed: used until the namespaces holding
+    /// routed objects are known to be marked).
+    #[default]
+    Everywhere,
+    /// DELETEs of namespaces labelled [`CONTAINS_PROTECTED_LABEL`].
+    Marked,
+}
+
+/// A label selector in kubectl's notation (`k=v`, `k in (a,b)`, `k notin (a)`,
+/// `k`, `!k`); empty: `None`.
+fn selector_text(sel: Option<&LabelSelector>) -> Option<String> {
+    let sel = sel?;
+    let mut parts: Vec<String> = sel
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for r in sel.match_expressions.iter().flatten() {
+        let values = r.values.clone().unwrap_or_default().join(",");
+        parts.push(match r.operator.as_str() {
+            "In" => format!("{} in ({values})", r.key),
+            "NotIn" => format!("{} notin ({values})", r.key),
+            "Exists" => r.key.clone(),
+            "DoesNotExist" => format!("!{}", r.key),
+            other => format!("{} {other} ({values})", r.key),
+        });
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// What a live configuration routes, one block per webhook, for people
+/// (`holdfast-controller routes`): the requests, the namespaces and objects they
+/// are narrowed to, the match conditions, and what an outage of the webhook does
+/// to them (failurePolicy) and how long a hung webhook holds them (timeoutSeconds).
+pub fn describe_configuration(cfg: &ValidatingWebhookConfiguration) -> String {
+    let hooks = cfg.webhooks.as_deref().unwrap_or_default();
+    let mut out = format!(
+        "ValidatingWebhookConfiguration {}: {} webhook(s)\n",
+        cfg.metadata.name.as_deref().unwrap_or(""),
+        hooks.len()
+    );
+    for h in hooks {
+        out.push_str(&h.name);
+        out.push('\n');
+        for r in h.rules.iter().flatten() {
+            let ops = r.operations.clone().unwrap_or_default().join(",");
+            let groups = r.api_groups.clone().unwrap_or_default();
+            let resources: Vec<String> = groups
+                .iter()
+                .flat_map(|g| {
+                    r.resources.iter().flatten().map(move |res| {
+                        if g.is_empty() {
+                            res.clone()
+                        } else {
+                            format!("{res}.{g}")
+                        }
+                    })
+                })
+                .collect();
+            out.push_str(&format!("  requests:   {ops} {}\n", resources.join(" ")));
+        }
+        out.push_str(&format!(
+            "  namespaces: {}\n",
+            selector_text(h.namespace_selector.as_ref()).unwrap_or_else(|| "all".to_string())
+        ));
+        out.push_str(&format!(
+            "  objects:    {}\n",
+            selector_text(h.object_selector.as_ref()).unwrap_or_else(|| "all".to_string())
+        ));
+        for c in h.match_conditions.iter().flatten() {
+            out.push_str(&format!("  condition:  {}: {}\n", c.name, c.expression));
+        }
+        let fail = h.failure_policy.as_deref().unwrap_or("Fail");
+        let timeout = h.timeout_seconds.unwrap_or(10);
+        out.push_str(&format!(
+            "  outage:     failurePolicy {fail}: {}; a hung webhook holds each for up to {timeout}s\n",
+            if fail == "Ignore" {
+                "these requests are let through unchecked while the webhook cannot be reached"
+            } else {
+                "these requests are refused while the webhook cannot be reached"
+            }
+        ));
+    }
+    out
 }
 
 /// Annotation on a kcp provider workspace's configuration listing the rules
@@ -721,8 +1288,19 @@ mod tests {
         let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
         let hooks = cfg.webhooks.clone().expect("webhooks");
         let names: Vec<_> = hooks.iter().map(|h| h.name.as_str()).collect();
-        assert_eq!(names, vec!["delete-label-0.holdfast.dev", POLICIES_WEBHOOK]);
-        let rules = hooks[1].rules.clone().expect("rules");
+        assert_eq!(
+            names,
+            vec![
+                "delete-label-0.holdfast.dev",
+                CONTAINMENT_WEBHOOK,
+                "policies-0.holdfast.dev",
+                "policies-1.holdfast.dev",
+                "policies-2.holdfast.dev",
+            ]
+        );
+        // Every namespace but the system ones: the CRD (cluster-scoped, no namespace
+        // narrowing), deployments and the dependency types.
+        let rules = hooks[3].rules.clone().expect("rules");
         let flat: Vec<(Vec<String>, Vec<String>)> = rules
             .iter()
             .map(|r| {
@@ -735,21 +1313,40 @@ mod tests {
         assert_eq!(
             flat,
             vec![
-                (vec!["".to_string()], vec!["namespaces".to_string()]),
-                (
-                    vec!["apiextensions.k8s.io".to_string()],
-                    vec!["customresourcedefinitions".to_string()]
-                ),
-                (
-                    vec!["apps".to_string()],
-                    vec!["deployments".to_string(), "statefulsets".to_string()]
-                ),
+                (vec!["apps".to_string()], vec!["deployments".to_string()]),
                 (
                     vec!["network.test.io".to_string()],
                     vec!["subnets".to_string(), "vpcs".to_string()]
                 ),
             ]
         );
+        assert_eq!(
+            hooks[3].namespace_selector,
+            Some(NamespaceScope::not_system().selector())
+        );
+        // The CRD by name, every namespace (cluster-scoped).
+        let crd = &hooks[2];
+        assert_eq!(
+            crd.rules.as_ref().and_then(|r| r[0].resources.clone()),
+            Some(vec!["customresourcedefinitions".to_string()])
+        );
+        assert_eq!(crd.namespace_selector, Some(LabelSelector::default()));
+        assert_eq!(
+            crd.match_conditions
+                .as_ref()
+                .map(|c| c[0].expression.as_str()),
+            Some("oldObject == null || oldObject.metadata.name in ['things.example.com']")
+        );
+        // StatefulSets in shop only.
+        let sts = &hooks[4];
+        assert_eq!(
+            sts.namespace_selector,
+            Some(NamespaceScope::Only(["shop".to_string()].into()).selector())
+        );
+        let rules = [hooks[3].clone(), crd.clone(), sts.clone()]
+            .iter()
+            .flat_map(|h| h.rules.clone().unwrap_or_default())
+            .collect::<Vec<_>>();
         assert!(
             rules
                 .iter()
@@ -758,39 +1355,49 @@ mod tests {
         );
         assert!(routes(
             &cfg,
-            POLICIES_WEBHOOK,
+            "policies-1.holdfast.dev",
             "DELETE",
             &GroupResource::new("apps", "deployments")
         ));
         assert!(!routes(
             &cfg,
-            POLICIES_WEBHOOK,
+            "policies-1.holdfast.dev",
             "DELETE",
             &GroupResource::new("apps", "daemonsets")
         ));
         assert!(!routes(
             &cfg,
-            POLICIES_WEBHOOK,
+            "policies-1.holdfast.dev",
             "UPDATE",
             &GroupResource::new("apps", "deployments")
         ));
     }
 
     #[test]
-    fn namespace_deletes_always_reach_the_webhook_for_containment() {
+    fn namespace_deletes_reach_containment_everywhere_until_marked() {
         let cfg = desired_configuration(&ProtectionLabels::default(), false, &opts());
-        assert!(routes(
-            &cfg,
-            POLICIES_WEBHOOK,
-            "DELETE",
-            &GroupResource::new("", "namespaces")
-        ));
+        let ns = GroupResource::new("", "namespaces");
+        assert!(routes(&cfg, CONTAINMENT_WEBHOOK, "DELETE", &ns));
         assert!(!routes(
             &cfg,
-            POLICIES_WEBHOOK,
+            CONTAINMENT_WEBHOOK,
             "DELETE",
             &GroupResource::new("", "configmaps")
         ));
+        let hooks = cfg.webhooks.clone().expect("webhooks");
+        assert_eq!(hooks[1].name, CONTAINMENT_WEBHOOK);
+        assert_eq!(hooks[1].namespace_selector, Some(LabelSelector::default()));
+        assert_eq!(hooks.len(), 2, "no policies: no policies-<i> webhook");
+        let needs = PolicyNeeds {
+            containment: Containment::Marked,
+            ..Default::default()
+        };
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let hooks = cfg.webhooks.expect("webhooks");
+        assert_eq!(
+            hooks[1].namespace_selector,
+            Some(exists(CONTAINS_PROTECTED_LABEL))
+        );
     }
 
     #[test]
@@ -839,11 +1446,12 @@ mod tests {
             vec![
                 "delete-label-0.holdfast.dev",
                 "strict-label-0.holdfast.dev",
-                POLICIES_WEBHOOK,
+                CONTAINMENT_WEBHOOK,
+                "policies-0.holdfast.dev",
                 BREAK_GLASS_WEBHOOK
             ]
         );
-        let bg = &hooks[3];
+        let bg = &hooks[4];
         assert_eq!(bg.rules.as_ref().map(|r| r.len()), Some(1));
         let cond = &bg.match_conditions.as_ref().expect("conditions")[0].expression;
         assert!(cond.contains("'holdfast.dev/skip-protection' in object.metadata.annotations"));
@@ -964,6 +1572,319 @@ mod tests {
         assert!(matches_desired(&cfg, &cfg));
         let fewer = provider_configuration(&res, &["c1/a".to_string()].into(), &opts());
         assert!(!matches_desired(&cfg, &fewer), "the annotation is compared");
+    }
+
+    fn rp_named(name: &str, yaml: &str) -> ResourceProtection {
+        let mut p = rp(yaml);
+        p.metadata.name = Some(name.to_string());
+        p
+    }
+
+    fn obj_labels(pairs: &[(&str, &str)]) -> serde_json::Map<String, Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+            .collect()
+    }
+
+    #[test]
+    fn selections_become_selectors_and_conditions() {
+        let routes = resource_protection_routes(&rp_named(
+            "shop",
+            "resources:\n- {group: \"\", version: v1, resource: configmaps, namespace: shop, names: [settings, prices], labelSelector: {matchLabels: {app: web}}}\n",
+        ));
+        assert_eq!(routes.len(), 1);
+        let r = &routes[0];
+        assert_eq!(
+            r.namespaces,
+            NamespaceScope::Only(["shop".to_string()].into())
+        );
+        assert_eq!(r.policies, ["ResourceProtection/shop".to_string()].into());
+        let cm = GroupResource::new("", "configmaps");
+        let web = obj_labels(&[("app", "web")]);
+        assert!(r.matches(&cm, Some("shop"), None, "settings", Some(&web)));
+        assert!(!r.matches(&cm, Some("other"), None, "settings", Some(&web)));
+        assert!(!r.matches(&cm, Some("shop"), None, "unrelated", Some(&web)));
+        assert!(!r.matches(&cm, Some("shop"), None, "settings", None));
+        let needs = PolicyNeeds {
+            routes,
+            ..Default::default()
+        };
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let h = &cfg.webhooks.expect("webhooks")[2];
+        assert_eq!(h.name, "policies-0.holdfast.dev");
+        assert_eq!(
+            serde_json::to_value(&h.namespace_selector).expect("json"),
+            serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["shop"]}]})
+        );
+        assert_eq!(
+            serde_json::to_value(&h.object_selector).expect("json"),
+            serde_json::json!({"matchLabels": {"app": "web"}})
+        );
+        assert_eq!(
+            serde_json::to_value(&h.match_conditions).expect("json"),
+            serde_json::json!([{"name": "object-name", "expression": "oldObject == null || oldObject.metadata.name in ['prices', 'settings']"}])
+        );
+    }
+
+    #[test]
+    fn namespace_less_selections_skip_system_namespaces_unless_named() {
+        let all = resource_protection_routes(&rp_named(
+            "all",
+            "resources:\n- {group: \"\", version: v1, resource: secrets}\n",
+        ));
+        let secrets = GroupResource::new("", "secrets");
+        assert!(all[0].matches(&secrets, Some("shop"), None, "s", None));
+        for ns in SYSTEM_NAMESPACES {
+            assert!(!all[0].matches(&secrets, Some(ns), None, "s", None), "{ns}");
+        }
+        // A policy naming kube-system adds it back, in the same entry.
+        let sys = resource_protection_routes(&rp_named(
+            "sys",
+            "resources:\n- {group: \"\", version: v1, resource: secrets, namespace: kube-system}\n",
+        ));
+        let merged = merge_routes([all, sys].concat(), MAX_POLICY_WEBHOOKS);
+        assert_eq!(merged.len(), 1);
+        assert_eq!(
+            merged[0].namespaces,
+            NamespaceScope::AllBut(
+                ["kube-node-lease".to_string(), "kube-public".to_string()].into()
+            )
+        );
+        assert_eq!(
+            merged[0].policies,
+            [
+                "ResourceProtection/all".to_string(),
+                "ResourceProtection/sys".to_string()
+            ]
+            .into()
+        );
+    }
+
+    #[test]
+    fn merge_joins_resources_namespaces_and_names_exactly() {
+        let routes: Vec<Route> = [
+            "- {group: \"\", version: v1, resource: configmaps, namespace: shop}",
+            "- {group: \"\", version: v1, resource: secrets, namespace: shop}",
+            "- {group: \"\", version: v1, resource: configmaps, namespace: billing}",
+            "- {group: \"\", version: v1, resource: secrets, namespace: billing}",
+            "- {group: apps, version: v1, resource: deployments, namespace: shop, names: [a]}",
+            "- {group: apps, version: v1, resource: deployments, namespace: shop, names: [b]}",
+        ]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, sel)| {
+            resource_protection_routes(&rp_named(&format!("p{i}"), &format!("resources:\n{sel}\n")))
+        })
+        .collect();
+        let merged = merge_routes(routes, MAX_POLICY_WEBHOOKS);
+        assert_eq!(merged.len(), 2, "{merged:#?}");
+        assert_eq!(
+            merged[0].resources,
+            [
+                GroupResource::new("", "configmaps"),
+                GroupResource::new("", "secrets")
+            ]
+            .into()
+        );
+        assert_eq!(
+            merged[0].namespaces,
+            NamespaceScope::Only(["billing".to_string(), "shop".to_string()].into())
+        );
+        assert_eq!(merged[0].names, None);
+        assert_eq!(
+            merged[1].resources,
+            [GroupResource::new("apps", "deployments")].into()
+        );
+        assert_eq!(
+            merged[1].names,
+            Some(["a".to_string(), "b".to_string()].into())
+        );
+        // Different label selectors are never ORed (a LabelSelector cannot).
+        let two = [
+            "- {group: \"\", version: v1, resource: configmaps, labelSelector: {matchLabels: {a: x}}}",
+            "- {group: \"\", version: v1, resource: configmaps, labelSelector: {matchLabels: {b: yes-b}}}",
+        ]
+        .iter()
+        .flat_map(|sel| resource_protection_routes(&rp_named("l", &format!("resources:\n{sel}\n"))))
+        .collect();
+        assert_eq!(merge_routes(two, MAX_POLICY_WEBHOOKS).len(), 2);
+    }
+
+    /// Every object some original route sends to the webhook is still sent by the
+    /// merged routes, however many policies there are, and the entry count stays
+    /// bounded.
+    #[test]
+    fn merge_is_bounded_and_never_narrower() {
+        let cm = GroupResource::new("", "configmaps");
+        let mut routes = Vec::new();
+        for i in 0..200 {
+            routes.extend(resource_protection_routes(&rp_named(
+                &format!("p{i}"),
+                &format!(
+                    "resources:\n- {{group: \"\", version: v1, resource: {}, namespace: ns{i}, names: [n{i}], labelSelector: {{matchLabels: {{team: t{i}}}}}}}\n",
+                    if i % 2 == 0 { "configmaps" } else { "secrets" }
+                ),
+            )));
+        }
+        let mut anchor = AnchorRule::new(
+            "db",
+            serde_json::from_value(serde_json::json!({
+                "anchor": {"group": "x.io", "version": "v1", "resource": "dbs"},
+                "anchorLabels": {"name": "x.io/db"},
+                "protects": [{"group": "", "version": "v1", "resource": "persistentvolumeclaims", "inheritFromNamespace": true}]
+            }))
+            .expect("spec"),
+        );
+        anchor.metadata.name = Some("db".into());
+        routes.extend(anchor_rule_routes(&anchor));
+        for max in [1, 2, 4, MAX_POLICY_WEBHOOKS] {
+            let merged = merge_routes(routes.clone(), max);
+            assert!(
+                !merged.is_empty() && merged.len() <= max,
+                "{max}: {}",
+                merged.len()
+            );
+            let covered = |gr: &GroupResource,
+                           ns: &str,
+                           ns_labels: Option<&serde_json::Map<String, Value>>,
+                           name: &str,
+                           labels: &serde_json::Map<String, Value>| {
+                merged
+                    .iter()
+                    .any(|r| r.matches(gr, Some(ns), ns_labels, name, Some(labels)))
+            };
+            for i in 0..200 {
+                let gr = if i % 2 == 0 {
+                    cm.clone()
+                } else {
+                    GroupResource::new("", "secrets")
+                };
+                let team = format!("t{i}");
+                assert!(
+                    covered(
+                        &gr,
+                        &format!("ns{i}"),
+                        None,
+                        &format!("n{i}"),
+                        &obj_labels(&[("team", &team)])
+                    ),
+                    "max {max}: object {i} no longer routed"
+                );
+            }
+            let pvc = GroupResource::new("", "persistentvolumeclaims");
+            assert!(covered(
+                &pvc,
+                "any",
+                None,
+                "data",
+                &obj_labels(&[("x.io/db", "d")])
+            ));
+            let ns_labels = obj_labels(&[("x.io/db", "d")]);
+            assert!(covered(
+                &pvc,
+                "db-ns",
+                Some(&ns_labels),
+                "data",
+                &obj_labels(&[])
+            ));
+            let policies: BTreeSet<String> =
+                merged.iter().flat_map(|r| r.policies.clone()).collect();
+            assert_eq!(policies.len(), 201, "every policy stays accounted for");
+        }
+        // Exact merging alone already keeps unrelated selections apart.
+        assert_eq!(merge_routes(routes.clone(), 1000).len(), 202);
+        // The configuration obeys the bound.
+        let needs = PolicyNeeds {
+            routes,
+            ..Default::default()
+        };
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let n = cfg
+            .webhooks
+            .expect("webhooks")
+            .iter()
+            .filter(|h| is_policies_webhook(&h.name))
+            .count();
+        // Names, then label selectors dropped: configmaps and secrets in the 200
+        // namespaces, and every PersistentVolumeClaim.
+        assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn anchor_and_critical_service_routes() {
+        let ar: AnchorRule = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "AnchorRule", "metadata": {"name": "pg"},
+            "spec": {"anchor": {"group": "x.io", "version": "v1", "resource": "dbs"},
+                     "anchorLabels": {"name": "x.io/db"},
+                     "protects": [{"group": "", "version": "v1", "resource": "namespaces"},
+                                  {"group": "", "version": "v1", "resource": "persistentvolumeclaims", "inheritFromNamespace": true}]}
+        }))
+        .expect("ar");
+        let routes = anchor_rule_routes(&ar);
+        assert_eq!(routes.len(), 3);
+        assert_eq!(routes[0].labels, Some(exists("x.io/db")));
+        assert_eq!(
+            routes[2].namespaces,
+            NamespaceScope::Labelled("x.io/db".into())
+        );
+        assert_eq!(routes[2].labels, None);
+        let cs: CriticalService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService", "metadata": {"name": "cs"},
+            "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "f", "name": "d"},
+                     "criteria": [{"type": "Finalizer", "finalizer": {"group": "my.io", "resource": "things", "finalizerName": "my.io/f"}}]}
+        }))
+        .expect("cs");
+        let routes = critical_service_routes(&cs);
+        let dep = GroupResource::new("apps", "deployments");
+        let ns = GroupResource::new("", "namespaces");
+        let any = |gr: &GroupResource, ns: Option<&str>, name: &str| {
+            routes.iter().any(|r| r.matches(gr, ns, None, name, None))
+        };
+        assert!(any(&dep, Some("f"), "d"));
+        assert!(!any(&dep, Some("f"), "other"));
+        assert!(!any(&dep, Some("g"), "d"));
+        assert!(any(&ns, Some("f"), "f"));
+        assert!(!any(&ns, Some("g"), "g"));
+        assert!(any(
+            &GroupResource::new("holdfast.dev", "criticalservices"),
+            None,
+            "cs"
+        ));
+    }
+
+    #[test]
+    fn report_names_what_each_webhook_routes_and_its_outage() {
+        let needs = PolicyNeeds {
+            routes: resource_protection_routes(&rp_named(
+                "shop",
+                "resources:\n- {group: \"\", version: v1, resource: configmaps, namespace: shop, names: [settings]}\n",
+            )),
+            containment: Containment::Marked,
+            ..Default::default()
+        };
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        assert_eq!(
+            describe_configuration(&cfg),
+            "ValidatingWebhookConfiguration holdfast: 3 webhook(s)
+delete-label-0.holdfast.dev
+  requests:   DELETE *.*
+  namespaces: all
+  objects:    holdfast.dev/protected
+  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
+containment.holdfast.dev
+  requests:   DELETE namespaces
+  namespaces: holdfast.dev/contains-protected
+  objects:    all
+  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
+policies-0.holdfast.dev
+  requests:   DELETE configmaps
+  namespaces: kubernetes.io/metadata.name in (shop)
+  objects:    all
+  condition:  object-name: oldObject == null || oldObject.metadata.name in ['settings']
+  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
+"
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@ use holdfast_e2e::{
 };
 use serde_json::Value;
 
-const POLICIES: &str = "policies.holdfast.dev";
+const POLICIES: &str = "policies-0.holdfast.dev";
+const CONTAINMENT: &str = "containment.holdfast.dev";
 
 async fn env_with_webhook() -> Env {
     let mut env = Env::start().await.expect("sim");
@@ -35,11 +36,20 @@ async fn controller(env: &Env, name: &str, args: &[&str]) -> ControllerProcess {
     c
 }
 
+/// Whether a `policies-<i>` webhook (or, for namespaces, the containment webhook)
+/// receives DELETEs of `group`/`resource`.
 fn has_rule(cfg: Option<&Value>, group: &str, resource: &str) -> bool {
     cfg.is_some_and(|c| {
-        rules_of(c, POLICIES).iter().any(|(g, r, ops)| {
-            g.iter().any(|x| x == group) && r.iter().any(|x| x == resource) && ops == &["DELETE"]
-        })
+        webhook_names(c)
+            .iter()
+            .filter(|n| n.starts_with("policies-") || *n == CONTAINMENT)
+            .any(|name| {
+                rules_of(c, name).iter().any(|(g, r, ops)| {
+                    g.iter().any(|x| x == group)
+                        && r.iter().any(|x| x == resource)
+                        && ops == &["DELETE"]
+                })
+            })
     })
 }
 
@@ -75,10 +85,10 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", POLICIES]
+        vec!["delete-label-0.holdfast.dev", CONTAINMENT]
     );
     assert_eq!(
-        rules_of(&cfg, POLICIES),
+        rules_of(&cfg, CONTAINMENT),
         vec![(
             vec!["".to_string()],
             vec!["namespaces".to_string()],
@@ -121,17 +131,17 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", POLICIES]
+        vec!["delete-label-0.holdfast.dev", CONTAINMENT, POLICIES]
     );
     let rules = rules_of(&cfg, POLICIES);
     assert_eq!(
         rules,
         vec![(
             vec!["".to_string()],
-            vec!["configmaps".to_string(), "namespaces".to_string()],
+            vec!["configmaps".to_string()],
             vec!["DELETE".to_string()]
         )],
-        "core resources merged into one rule"
+        "the policy's entry routes its ConfigMaps only"
     );
     let ready = wait_condition(
         &env,
@@ -220,9 +230,9 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", POLICIES]
+        vec!["delete-label-0.holdfast.dev", CONTAINMENT]
     );
-    assert_eq!(rules_of(&cfg, POLICIES).len(), 1, "only namespaces left");
+    assert_eq!(rules_of(&cfg, CONTAINMENT).len(), 1, "only namespaces left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,0 +1,371 @@
+//! Containment markers: the label [`CONTAINS_PROTECTED_LABEL`] the controller
+//! keeps on every namespace holding an object that a DELETE webhook of the
+//! configuration routes (a protection-labelled object of any namespaced type, or
+//! an object some policy route selects). Namespace DELETEs reach the containment
+//! webhook only for marked namespaces — once every namespace that needs the
+//! marker carries it; until then every namespace DELETE is routed (fail closed).
+//!
+//! Objects are read from metadata-only watches: per protection label key one
+//! watch (label selector `KEY`) per namespaced resource, and one watch of every
+//! object per namespaced resource a policy route names.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
+
+use futures::StreamExt as _;
+use holdfast_shared::{
+    api::GroupResource,
+    webhookconfig::{CONTAINS_PROTECTED_LABEL, Containment, Route},
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, ResourceExt as _,
+    api::{ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams},
+    runtime::{
+        WatchStreamExt as _,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde_json::{Map, Value};
+use tokio::{sync::Notify, task::JoinHandle};
+
+use crate::policies::ApiIndex;
+
+/// One metadata watch: a resource, optionally only objects carrying a label key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct StoreKey {
+    gr: GroupResource,
+    label: Option<String>,
+}
+
+struct ObjectStore {
+    store: Store<PartialObjectMeta<DynamicObject>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ObjectStore {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The watches and the namespaces' current markers.
+pub struct Markers {
+    client: Client,
+    notify: Arc<Notify>,
+    stores: HashMap<StoreKey, ObjectStore>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+}
+
+fn labels_map(labels: &std::collections::BTreeMap<String, String>) -> Map<String, Value> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect()
+}
+
+impl Markers {
+    /// Starts the namespace watch; object watches follow what [`Markers::sync`] needs.
+    pub fn new(client: Client, notify: Arc<Notify>) -> Self {
+        let namespaces = crate::kubernetes::spawn_reflector(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+            notify.clone(),
+            None,
+        );
+        Self {
+            client,
+            notify,
+            stores: HashMap::new(),
+            namespaces,
+        }
+    }
+
+    fn spawn(&self, ar: &ApiResource, label: Option<&str>) -> ObjectStore {
+        let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(ar.clone());
+        let store = writer.as_reader();
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), ar);
+        let mut cfg = watcher::Config::default();
+        if let Some(l) = label {
+            cfg = cfg.labels(l);
+        }
+        let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
+        let notify = self.notify.clone();
+        let plural = ar.plural.clone();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(_) => notify.notify_one(),
+                    Err(e) => {
+                        tracing::warn!(resource = %plural, error = %e, "marker watch failed; retrying")
+                    }
+                }
+            }
+        });
+        ObjectStore { store, task }
+    }
+
+    /// Keeps exactly the watches `routes` and the protection label `keys` need.
+    fn ensure(&mut self, index: &ApiIndex, routes: &[Route], keys: &[String]) {
+        let mut wanted: HashMap<StoreKey, ApiResource> = HashMap::new();
+        for (gr, ar) in index.watchable() {
+            for key in keys {
+                wanted.insert(
+                    StoreKey {
+                        gr: gr.clone(),
+                        label: Some(key.clone()),
+                    },
+                    ar.clone(),
+                );
+            }
+        }
+        for gr in routes.iter().flat_map(|r| r.resources.iter()) {
+            if let Some(ar) = index.watchable_resource(gr) {
+                wanted.insert(
+                    StoreKey {
+                        gr: gr.clone(),
+                        label: None,
+                    },
+                    ar.clone(),
+                );
+            }
+        }
+        self.stores.retain(|k, _| wanted.contains_key(k));
+        for (key, ar) in wanted {
+            if !self.stores.contains_key(&key) {
+                let store = self.spawn(&ar, key.label.as_deref());
+                self.stores.insert(key, store);
+            }
+        }
+    }
+
+    /// The namespaces that must carry the marker, or `None` while some watch has
+    /// not listed yet.
+    async fn wanted(&self, routes: &[Route]) -> Option<BTreeSet<String>> {
+        if !crate::kubernetes::is_ready(&self.namespaces).await {
+            return None;
+        }
+        for s in self.stores.values() {
+            if !crate::kubernetes::is_ready(&s.store).await {
+                return None;
+            }
+        }
+        let ns_labels: HashMap<String, Map<String, Value>> = self
+            .namespaces
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), labels_map(n.labels())))
+            .collect();
+        let objects = self.stores.iter().flat_map(|(key, s)| {
+            s.store.state().into_iter().filter_map(move |obj| {
+                Some(Seen {
+                    gr: key.gr.clone(),
+                    labelled: key.label.is_some(),
+                    namespace: obj.metadata.namespace.clone()?,
+                    name: obj.name_any(),
+                    labels: labels_map(obj.labels()),
+                })
+            })
+        });
+        Some(namespaces_to_mark(objects, routes, &ns_labels))
+    }
+
+    /// Brings the watches and the markers in line with `routes` and `keys`, and
+    /// says how namespace DELETEs may be routed: [`Containment::Marked`] only when
+    /// every namespace needing the marker carries it.
+    pub async fn sync(
+        &mut self,
+        index: &ApiIndex,
+        routes: &[Route],
+        keys: &[String],
+    ) -> Containment {
+        if !index.loaded {
+            return Containment::Everywhere;
+        }
+        self.ensure(index, routes, keys);
+        let Some(wanted) = self.wanted(routes).await else {
+            return Containment::Everywhere;
+        };
+        let marked: BTreeSet<String> = self
+            .namespaces
+            .state()
+            .iter()
+            .filter(|n| n.labels().contains_key(CONTAINS_PROTECTED_LABEL))
+            .map(|n| n.name_any())
+            .collect();
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let changes: Vec<(String, bool)> = wanted
+            .difference(&marked)
+            .map(|ns| (ns.clone(), true))
+            .chain(marked.difference(&wanted).map(|ns| (ns.clone(), false)))
+            .collect();
+        let api = &api;
+        let failed_additions = futures::stream::iter(changes)
+            .map(|(ns, on)| async move {
+                match set_marker(api, &ns, on).await {
+                    Ok(()) => {
+                        if on {
+                            tracing::info!(namespace = %ns, "namespace holds routed objects: marked for containment");
+                        } else {
+                            tracing::info!(namespace = %ns, "namespace holds no routed object: marker removed");
+                        }
+                        false
+                    }
+                    Err(e) => {
+                        if on {
+                            tracing::warn!(namespace = %ns, error = %e, "marking namespace failed; every namespace DELETE stays routed");
+                        } else {
+                            tracing::warn!(namespace = %ns, error = %e, "removing namespace marker failed");
+                        }
+                        on
+                    }
+                }
+            })
+            .buffer_unordered(16)
+            .filter(|failed| futures::future::ready(*failed))
+            .count()
+            .await;
+        let complete = failed_additions == 0;
+        if complete {
+            Containment::Marked
+        } else {
+            Containment::Everywhere
+        }
+    }
+}
+
+/// A namespaced object one of the marker watches saw.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// Its resource.
+    pub gr: GroupResource,
+    /// Seen by a protection-label watch (it carries a protection label key).
+    pub labelled: bool,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its labels.
+    pub labels: Map<String, Value>,
+}
+
+/// The namespaces holding an object some DELETE entry routes: a protection-labelled
+/// one, or one a policy route selects (`ns_labels`: every namespace's labels).
+pub fn namespaces_to_mark(
+    objects: impl IntoIterator<Item = Seen>,
+    routes: &[Route],
+    ns_labels: &HashMap<String, Map<String, Value>>,
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for o in objects {
+        if out.contains(&o.namespace) {
+            continue;
+        }
+        let routed = o.labelled
+            || routes.iter().any(|r| {
+                r.matches(
+                    &o.gr,
+                    Some(&o.namespace),
+                    ns_labels.get(&o.namespace),
+                    &o.name,
+                    Some(&o.labels),
+                )
+            });
+        if routed {
+            out.insert(o.namespace);
+        }
+    }
+    out
+}
+
+async fn set_marker(api: &Api<Namespace>, ns: &str, on: bool) -> Result<(), kube::Error> {
+    let value = if on { Value::from("true") } else { Value::Null };
+    let patch = serde_json::json!({"metadata": {"labels": {CONTAINS_PROTECTED_LABEL: value}}});
+    match api
+        .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone meanwhile: nothing to contain.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_shared::webhookconfig::NamespaceScope;
+
+    fn seen(
+        gr: (&str, &str),
+        labelled: bool,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> Seen {
+        Seen {
+            gr: GroupResource::new(gr.0, gr.1),
+            labelled,
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::from(*v)))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn marks_namespaces_holding_labelled_or_selected_objects_only() {
+        let route = |namespaces, names: Option<&[&str]>| Route {
+            resources: [GroupResource::new("", "configmaps")].into(),
+            namespaces,
+            labels: None,
+            names: names.map(|n| n.iter().map(|s| s.to_string()).collect()),
+            policies: ["ResourceProtection/p".to_string()].into(),
+        };
+        let routes = vec![
+            route(
+                NamespaceScope::Only(["shop".into()].into()),
+                Some(&["settings"]),
+            ),
+            route(NamespaceScope::Labelled("team".into()), None),
+            route(NamespaceScope::not_system(), Some(&["global"])),
+        ];
+        let ns_labels: HashMap<String, Map<String, Value>> = [(
+            "teamns".to_string(),
+            [("team".to_string(), Value::from("a"))]
+                .into_iter()
+                .collect(),
+        )]
+        .into();
+        let objects = vec![
+            seen(("", "configmaps"), false, "shop", "settings", &[]),
+            seen(("", "configmaps"), false, "shop2", "settings", &[]),
+            seen(("", "configmaps"), false, "other", "unrelated", &[]),
+            seen(("", "secrets"), false, "secretns", "settings", &[]),
+            seen(("", "configmaps"), false, "teamns", "x", &[]),
+            seen(("", "configmaps"), false, "kube-system", "global", &[]),
+            seen(("", "configmaps"), false, "apps", "global", &[]),
+            seen(
+                ("", "persistentvolumeclaims"),
+                true,
+                "labelled",
+                "data",
+                &[],
+            ),
+        ];
+        assert_eq!(
+            namespaces_to_mark(objects, &routes, &ns_labels),
+            ["apps", "labelled", "shop", "teamns"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<BTreeSet<_>>()
+        );
+    }
+}

@@ -1,0 +1,596 @@
+//! An outage of holdfast blocks only what holdfast protects: the real controller
+//! narrows the configuration to what the policies and labels name, marks the
+//! namespaces holding routed objects, and with the webhook process stopped only
+//! DELETEs of protected objects (and of the namespaces holding them) are refused.
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use holdfast_e2e::{
+    Env, KubectlOutput, bin,
+    controller::{
+        ControllerProcess, condition, start_controller, wait_condition, wait_configuration,
+    },
+};
+use holdfast_sim::{SimConfig, User};
+use serde_json::Value;
+
+const MARKER: &str = "holdfast.dev/contains-protected";
+
+/// The controller's ServiceAccount, as the manifests name it.
+const CONTROLLER_USER: &str = "system:serviceaccount:holdfast-system:holdfast-controller";
+
+/// Sim, CRDs and webhook, and the controller running as its ServiceAccount with
+/// exactly the permissions `manifests/base/rbac-controller.yaml` grants.
+async fn full_stack() -> (Env, ControllerProcess) {
+    let mut cfg = SimConfig::default();
+    cfg.users.push(User {
+        name: CONTROLLER_USER.to_string(),
+        token: "controller-token".to_string(),
+        groups: vec![
+            "system:serviceaccounts".to_string(),
+            "system:authenticated".to_string(),
+        ],
+    });
+    let mut env = Env::start_with(cfg).await.expect("sim");
+    env.install_crds().expect("holdfast CRDs");
+    run(&env, &["create", "namespace", "holdfast-system"]);
+    let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../manifests/base/rbac-controller.yaml");
+    run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
+    let kubeconfig = env.dir.path().join("controller.kubeconfig");
+    env.sim
+        .write_kubeconfig(&kubeconfig, CONTROLLER_USER)
+        .expect("controller kubeconfig");
+    env.start_webhook(&[]).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &kubeconfig])
+        .expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    (env, c)
+}
+
+fn run(env: &Env, args: &[&str]) -> KubectlOutput {
+    env.kubectl(args)
+        .expect("kubectl runs")
+        .ok()
+        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+}
+
+/// The namespaces carrying the containment marker, sorted.
+fn marked(env: &Env) -> Vec<String> {
+    let out = run(
+        env,
+        &[
+            "get",
+            "namespaces",
+            "-l",
+            MARKER,
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+    );
+    let mut v: Vec<String> = out.stdout.split_whitespace().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+async fn wait_marked(env: &Env, want: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = marked(env);
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "marked namespaces never became {want:?}; last: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until namespace DELETEs are routed for marked namespaces only.
+async fn wait_containment_narrowed(env: &Env) -> Value {
+    let (cfg, _) = wait_configuration(env, Duration::from_secs(30), |c| {
+        c.is_some_and(|c| {
+            c["webhooks"].as_array().into_iter().flatten().any(|w| {
+                w["name"] == "containment.holdfast.dev"
+                    && w["namespaceSelector"]
+                        == serde_json::json!({"matchExpressions": [{"key": MARKER, "operator": "Exists"}]})
+            })
+        })
+    })
+    .await
+    .expect("containment narrowed to marked namespaces");
+    cfg.expect("present")
+}
+
+fn refused(out: &KubectlOutput, stderr: &str) {
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.stderr, stderr, "{out:?}");
+}
+
+fn deleted(out: &KubectlOutput, stdout: &str) {
+    assert_eq!((out.code, out.stdout.as_str()), (0, stdout), "{out:?}");
+}
+
+fn exists(env: &Env, args: &[&str]) {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "jsonpath={.metadata.name}"]);
+    let out = env.kubectl(&all).expect("kubectl");
+    assert_eq!((out.code, out.stdout.as_str()), (0, args[1]), "{out:?}");
+}
+
+const SHOP_CONFIG: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: ResourceProtection
+metadata: {name: shop-config}
+spec:
+  resources:
+  - {group: "", version: v1, resource: configmaps, namespace: shop}
+"#;
+
+fn routes_report(env: &Env) -> String {
+    let out = Command::new(bin("holdfast-controller").expect("binary"))
+        .args(["routes", "--kubeconfig"])
+        .arg(&env.kubeconfig)
+        .output()
+        .expect("holdfast-controller routes runs");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).expect("utf8")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_outage_blocks_only_what_holdfast_protects() {
+    let (mut env, controller) = full_stack().await;
+    for ns in ["shop", "other", "scratch", "labelled"] {
+        run(&env, &["create", "namespace", ns]);
+    }
+    run(
+        &env,
+        &[
+            "create",
+            "configmap",
+            "settings",
+            "-n",
+            "shop",
+            "--from-literal=a=b",
+        ],
+    );
+    for (name, ns) in [
+        ("unrelated", "other"),
+        ("keep", "labelled"),
+        ("sys-cm", "kube-system"),
+    ] {
+        run(
+            &env,
+            &["create", "configmap", name, "-n", ns, "--from-literal=a=b"],
+        );
+    }
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "keep",
+            "-n",
+            "labelled",
+            "holdfast.dev/protected=true",
+        ],
+    );
+    run(
+        &env,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "sys-secret",
+            "-n",
+            "kube-system",
+            "--from-literal=a=b",
+        ],
+    );
+    env.apply(SHOP_CONFIG).expect("policy applied");
+    wait_condition(
+        &env,
+        "resourceprotection",
+        "shop-config",
+        "Ready",
+        "True",
+        30,
+    )
+    .await
+    .expect("policy enforced");
+    // holdfast-system holds holdfast's own protected Role and RoleBinding.
+    wait_marked(&env, &["holdfast-system", "labelled", "shop"]).await;
+    let cfg = wait_containment_narrowed(&env).await;
+
+    // The configuration: the policy's entry only sees ConfigMaps in shop.
+    let policies: Vec<&Value> = cfg["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| {
+            w["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("policies-"))
+        })
+        .collect();
+    assert_eq!(policies.len(), 1, "{cfg}");
+    assert_eq!(policies[0]["name"], "policies-0.holdfast.dev");
+    assert_eq!(
+        policies[0]["namespaceSelector"],
+        serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["shop"]}]})
+    );
+    assert_eq!(
+        policies[0]["rules"][0]["resources"],
+        serde_json::json!(["configmaps"])
+    );
+
+    // Per policy, its status names the webhooks its DELETEs reach.
+    let installed = condition(&env, "resourceprotection", "shop-config", "Installed")
+        .expect("kubectl")
+        .expect("installed condition");
+    assert_eq!(
+        installed["message"],
+        "DELETEs of configmaps reach webhook(s) policies-0.holdfast.dev of ValidatingWebhookConfiguration holdfast"
+    );
+
+    // The blast radius, as an SRE reads it.
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let outage = "  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s\n";
+    assert_eq!(
+        routes_report(&env),
+        format!(
+            "ValidatingWebhookConfiguration holdfast: 3 webhook(s)\n\
+             delete-label-0.holdfast.dev\n  requests:   DELETE *.*\n  namespaces: all\n  objects:    holdfast.dev/protected\n{outage}\
+             containment.holdfast.dev\n  requests:   DELETE namespaces\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
+             policies-0.holdfast.dev\n  requests:   DELETE configmaps\n  namespaces: kubernetes.io/metadata.name in (shop)\n  objects:    all\n{outage}\
+             namespaces labelled {MARKER}: holdfast-system, labelled, shop\n"
+        )
+    );
+
+    // With the webhook up: the same refusals as without narrowing.
+    let denial = |webhook: &str, msg: &str| {
+        format!(
+            "Error from server (Forbidden): admission webhook \"{webhook}\" denied the request: {msg}\n"
+        )
+    };
+    let shop_cm = "holdfast: ConfigMap shop/settings is protected by ResourceProtection/shop-config (selects configmaps in namespace shop), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection shop-config), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+    refused(
+        &env.kubectl(&[
+            "delete",
+            "configmap",
+            "settings",
+            "-n",
+            "shop",
+            "--dry-run=server",
+        ])
+        .expect("kubectl"),
+        &denial("policies-0.holdfast.dev", shop_cm),
+    );
+    let out = env
+        .kubectl(&["delete", "namespace", "shop", "--dry-run=server"])
+        .expect("kubectl");
+    refused(
+        &out,
+        &denial(
+            "containment.holdfast.dev",
+            "holdfast: Namespace shop holds objects that are protected from deletion: ConfigMap shop/kube-root-ca.crt (ResourceProtection/shop-config), ConfigMap shop/settings (ResourceProtection/shop-config) (policy: containment), so it cannot be deleted: that would leave it half-deleted. To delete it, first lift the protection of those objects (or delete them), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection on the namespace.",
+        ),
+    );
+    let out = env
+        .kubectl(&[
+            "delete",
+            "configmap",
+            "keep",
+            "-n",
+            "labelled",
+            "--dry-run=server",
+        ])
+        .expect("kubectl");
+    refused(
+        &out,
+        &denial(
+            "delete-label-0.holdfast.dev",
+            "holdfast: ConfigMap labelled/keep is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps keep -n labelled holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        ),
+    );
+    let out = env
+        .kubectl(&["delete", "namespace", "labelled", "--dry-run=server"])
+        .expect("kubectl");
+    refused(
+        &out,
+        &denial(
+            "containment.holdfast.dev",
+            "holdfast: Namespace labelled holds objects that are protected from deletion: ConfigMap labelled/keep (label) (policy: containment), so it cannot be deleted: that would leave it half-deleted. To delete it, first lift the protection of those objects (or delete them), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection on the namespace.",
+        ),
+    );
+
+    // The webhook process stops (a crash, an upgrade, a partition).
+    // Dropping the process handle kills it and waits for it.
+    drop(env.webhook.take().expect("webhook running"));
+    let down = |name: &str| {
+        format!(
+            "Error from server (InternalError): Internal error occurred: failed calling webhook \"{name}\": failed to call webhook: Post \"https://127.0.0.1:{port}/validate?timeout=10s\": dial tcp 127.0.0.1:{port}: connect: connection refused\n"
+        )
+    };
+    // Protected objects, and the namespaces holding them, stay refused.
+    refused(
+        &env.kubectl(&["delete", "configmap", "settings", "-n", "shop"])
+            .expect("kubectl"),
+        &down("policies-0.holdfast.dev"),
+    );
+    refused(
+        &env.kubectl(&["delete", "namespace", "shop"])
+            .expect("kubectl"),
+        &down("containment.holdfast.dev"),
+    );
+    refused(
+        &env.kubectl(&["delete", "configmap", "keep", "-n", "labelled"])
+            .expect("kubectl"),
+        &down("delete-label-0.holdfast.dev"),
+    );
+    refused(
+        &env.kubectl(&["delete", "namespace", "labelled"])
+            .expect("kubectl"),
+        &down("containment.holdfast.dev"),
+    );
+    exists(&env, &["configmap", "settings", "-n", "shop"]);
+    exists(&env, &["configmap", "keep", "-n", "labelled"]);
+    let phase = run(
+        &env,
+        &["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"],
+    );
+    assert_eq!(phase.stdout, "Active");
+
+    // Everything else goes: a ConfigMap elsewhere, an unprotected namespace,
+    // anything in kube-system.
+    deleted(
+        &env.kubectl(&["delete", "configmap", "unrelated", "-n", "other"])
+            .expect("kubectl"),
+        "configmap \"unrelated\" deleted\n",
+    );
+    deleted(
+        &env.kubectl(&["delete", "namespace", "scratch", "--wait=false"])
+            .expect("kubectl"),
+        "namespace \"scratch\" deleted\n",
+    );
+    deleted(
+        &env.kubectl(&["delete", "configmap", "sys-cm", "-n", "kube-system"])
+            .expect("kubectl"),
+        "configmap \"sys-cm\" deleted\n",
+    );
+    deleted(
+        &env.kubectl(&["delete", "secret", "sys-secret", "-n", "kube-system"])
+            .expect("kubectl"),
+        "secret \"sys-secret\" deleted\n",
+    );
+    drop(controller);
+}
+
+/// The marker follows the objects: labelling an object marks its namespace,
+/// unlabelling it removes the marker; a policy that names no namespace routes
+/// every namespace but the system ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
+    let (env, _controller) = full_stack().await;
+    for ns in ["a", "b"] {
+        run(&env, &["create", "namespace", ns]);
+    }
+    run(
+        &env,
+        &["create", "configmap", "c", "-n", "a", "--from-literal=k=v"],
+    );
+    wait_containment_narrowed(&env).await;
+    // holdfast-system holds holdfast's own protected Role and RoleBinding.
+    wait_marked(&env, &["holdfast-system"]).await;
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "c",
+            "-n",
+            "a",
+            "holdfast.dev/protected=Always",
+        ],
+    );
+    wait_marked(&env, &["a", "holdfast-system"]).await;
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "c",
+            "-n",
+            "a",
+            "holdfast.dev/protected-",
+        ],
+    );
+    wait_marked(&env, &["holdfast-system"]).await;
+
+    // Every Secret, in any namespace: b and kube-system hold one; only b is marked
+    // and routed.
+    run(
+        &env,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "-n",
+            "b",
+            "--from-literal=k=v",
+        ],
+    );
+    run(
+        &env,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "-n",
+            "kube-system",
+            "--from-literal=k=v",
+        ],
+    );
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: all-secrets}\nspec:\n  resources:\n  - {group: \"\", version: v1, resource: secrets}\n",
+    )
+    .expect("policy applied");
+    wait_condition(
+        &env,
+        "resourceprotection",
+        "all-secrets",
+        "Ready",
+        "True",
+        30,
+    )
+    .await
+    .expect("policy enforced");
+    wait_marked(&env, &["b", "holdfast-system"]).await;
+    let cfg = wait_containment_narrowed(&env).await;
+    let entry = cfg["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|w| w["name"] == "policies-0.holdfast.dev")
+        .cloned()
+        .expect("policies entry");
+    assert_eq!(
+        entry["namespaceSelector"],
+        serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-node-lease", "kube-public", "kube-system"]}]})
+    );
+    let out = env
+        .kubectl(&["delete", "secret", "s", "-n", "b", "--dry-run=server"])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "Error from server (Forbidden): admission webhook \"policies-0.holdfast.dev\" denied the request: holdfast: Secret b/s is protected by ResourceProtection/all-secrets (selects secrets), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection all-secrets), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.\n"
+    );
+    let out = env
+        .kubectl(&["delete", "secret", "s", "-n", "kube-system"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "secret \"s\" deleted\n"),
+        "{out:?}"
+    );
+}
+
+/// The marker's lag fails closed for the protected object: with the controller
+/// stopped (a lag without end), an object labelled afterwards leaves its namespace
+/// unmarked, so the namespace DELETE is allowed — but the namespace controller's
+/// DELETE of the protected object is still refused: it survives, the namespace
+/// stays Terminating until the protection is lifted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn marker_lag_never_loses_the_protected_object() {
+    let (env, mut controller) = full_stack().await;
+    run(&env, &["create", "namespace", "late"]);
+    for cm in ["plain", "precious"] {
+        run(
+            &env,
+            &[
+                "create",
+                "configmap",
+                cm,
+                "-n",
+                "late",
+                "--from-literal=k=v",
+            ],
+        );
+    }
+    wait_containment_narrowed(&env).await;
+    wait_marked(&env, &["holdfast-system"]).await;
+    controller.kill();
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "precious",
+            "-n",
+            "late",
+            "holdfast.dev/protected=true",
+        ],
+    );
+    let out = env
+        .kubectl(&["delete", "namespace", "late", "--wait=false"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "namespace \"late\" deleted\n"),
+        "{out:?}"
+    );
+    // The namespace controller empties what it may; the labelled ConfigMap stays.
+    env.kubectl_until(
+        &[
+            "get",
+            "configmap",
+            "plain",
+            "-n",
+            "late",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ],
+        30,
+        |o| o.code == 0 && o.stdout.is_empty(),
+    )
+    .await
+    .expect("unprotected ConfigMap deleted by the namespace controller");
+    // ... and its DELETE of the protected one was refused by the label webhook.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env
+        .webhook_log()
+        .contains("holdfast: ConfigMap late/precious is protected by label")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal of late/precious logged: {}",
+            env.webhook_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    exists(&env, &["configmap", "precious", "-n", "late"]);
+    let phase = run(
+        &env,
+        &["get", "namespace", "late", "-o", "jsonpath={.status.phase}"],
+    );
+    assert_eq!(phase.stdout, "Terminating");
+    // Lifting the protection lets the namespace finish.
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "precious",
+            "-n",
+            "late",
+            "holdfast.dev/protected-",
+        ],
+    );
+    env.kubectl_until(
+        &[
+            "get",
+            "namespace",
+            "late",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ],
+        30,
+        |o| o.code == 0 && o.stdout.is_empty(),
+    )
+    .await
+    .expect("namespace deleted once unprotected");
+}
