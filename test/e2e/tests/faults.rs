@@ -190,7 +190,7 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
     let mut controller = start_controller(&env, "controller", port, &[]).expect("controller");
     controller.wait_ready(60).await.expect("controller ready");
     wait_configuration(&env, Duration::from_secs(30), |cfg| {
-        cfg.is_some_and(|c| c.to_string().contains("policies.holdfast.dev"))
+        cfg.is_some_and(|c| c.to_string().contains("policies-0.holdfast.dev"))
     })
     .await
     .expect("configuration installed");
