@@ -9,7 +9,9 @@
 //! - `h1-bodies`: 250 HTTP/1.1 connections, one 3 MB body each, 2 rounds;
 //! - `idle`: 1,000 TLS connections that send nothing, held 12 s;
 //! - `events`: 2,000 forged denials of distinct objects (Event writes);
-//! - `kcp-clusters`: 20,000 forged reviews naming distinct logical clusters (kcp).
+//! - `kcp-clusters`: 20,000 forged reviews naming distinct logical clusters (kcp);
+//! - `busy-clients` (load, not an attack): 1,000 HTTP/1.1 connections each sending 20
+//!   reviews, with `--max-connections 2048`.
 //!
 //! `HOLDFAST_BENCH_ATTACKS=idle,events` runs a subset.
 
@@ -290,6 +292,24 @@ async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Re
                 let _ = tokio::time::timeout(Duration::from_secs(120), t).await;
             }
         }
+        "busy-clients" => {
+            let mut tasks = Vec::new();
+            for c in 0..1000 {
+                let (client, done) = (client(&pki.ca_pem, false)?, done.clone());
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..20 {
+                        let uid = format!("busy-{c}-{i}");
+                        let body = review(&uid, &format!("ns-{c}"), None);
+                        if matches!(post(&client, port, body).await, Ok((200, _))) {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                let _ = tokio::time::timeout(Duration::from_secs(120), t).await;
+            }
+        }
         other => anyhow::bail!("unknown attack {other}"),
     }
     Ok(format!(
@@ -302,7 +322,9 @@ async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Re
 async fn main() -> anyhow::Result<()> {
     let pki = holdfast_e2e::pki("holdfast-bench-attack")?;
     let chosen = std::env::var("HOLDFAST_BENCH_ATTACKS")
-        .unwrap_or_else(|_| "h2-streams,h1-bodies,idle,events,kcp-clusters".to_string());
+        .unwrap_or_else(|_| {
+            "h2-streams,h1-bodies,idle,events,kcp-clusters,busy-clients".to_string()
+        });
     println!(
         "| attack | webhook peak RSS (MiB) | legitimate reviews answered | slowest legitimate | attack outcome | server counters |"
     );
@@ -311,6 +333,7 @@ async fn main() -> anyhow::Result<()> {
         let extra: &[&str] = match name {
             "kcp-clusters" => &["--topology", "kcp"],
             "events" => &[],
+            "busy-clients" => &["--label-only", "--max-connections", "2048"],
             _ => &["--label-only"],
         };
         let wh = start(&pki, extra).await?;
