@@ -19,11 +19,17 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// A handler deciding with `config` over `view`.
-    pub fn new(config: PolicyConfig, view: Arc<WebhookView>, metrics: Metrics) -> Self {
+    /// A handler deciding with `config` over `view`, publishing at most one Event
+    /// per object, reason and user per `event_window`.
+    pub fn new(
+        config: PolicyConfig,
+        view: Arc<WebhookView>,
+        metrics: Metrics,
+        event_window: std::time::Duration,
+    ) -> Self {
         Self {
             config,
-            events: EventSink::new(view.clone(), std::time::Duration::from_secs(10)),
+            events: EventSink::new(view.clone(), event_window),
             view,
             metrics,
         }

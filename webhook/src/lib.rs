@@ -82,7 +82,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await;
     let app = Arc::new(server::App {
-        admission: admission::Admission::new(policy.clone(), view.clone(), metrics.clone()),
+        admission: admission::Admission::new(
+            policy.clone(),
+            view.clone(),
+            metrics.clone(),
+            Duration::from_secs(args.event_window_seconds),
+        ),
         metrics: metrics.clone(),
         read_timeout: Duration::from_secs(args.read_timeout_seconds),
         serving: Default::default(),

@@ -18,7 +18,7 @@ fn vm_rule(path: &str) -> String {
 }
 
 fn refused(out: &holdfast_e2e::KubectlOutput, text: &str) -> bool {
-    out.code != 0 && out.stderr.contains(text)
+    out.refused_with(text)
 }
 
 async fn until(
@@ -206,6 +206,7 @@ async fn seed_story(mode: &str) {
         &["delete", "virtualmachine", "my-vm", "vm-2"],
     );
     assert_eq!(out.code, 0, "{out:?}");
+    kcp.env.assert_dependents_source(mode).await;
     until(&kcp, &["delete", "vpc", "my-vpc"], |o| o.code == 0).await;
 }
 

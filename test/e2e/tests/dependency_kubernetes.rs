@@ -53,7 +53,7 @@ async fn setup(mode: &str) -> Env {
 }
 
 fn refused_with(out: &holdfast_e2e::KubectlOutput, text: &str) -> bool {
-    out.code != 0 && out.stderr.contains(text)
+    out.refused_with(text)
 }
 
 async fn vpc_story(mode: &str) {
@@ -94,6 +94,7 @@ async fn vpc_story(mode: &str) {
     env.kubectl_until(&["delete", "vpc", "my-vpc"], 10, |o| o.code == 0)
         .await
         .expect("vpc deleted once unreferenced");
+    env.assert_dependents_source(mode).await;
 
     // List field path, edited in place on the live rule.
     env.apply(

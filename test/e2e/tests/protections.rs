@@ -23,7 +23,7 @@ async fn full_stack() -> (Env, ControllerProcess) {
 }
 
 fn refused(out: &KubectlOutput, text: &str) -> bool {
-    out.code != 0 && out.stderr.contains(text)
+    out.refused_with(text)
 }
 
 /// Waits until the live configuration sends DELETEs of `resource` to the webhook.
@@ -412,9 +412,6 @@ spec:
 
 const FINALIZER: &str = "my.crd.group/super-important";
 
-fn exists(env: &Env, args: &[&str]) -> bool {
-    env.kubectl(args).map(|o| o.code == 0).unwrap_or(true)
-}
 
 /// The finalizer-processing "Deployment": while the Deployment exists, it removes the
 /// finalizer from instances being deleted.
@@ -602,7 +599,9 @@ async fn critical_service_bulk_delete_converges_in_order() {
         }
         pending = still;
         for (what, args) in &watched {
-            if !gone.iter().any(|g| g.0 == *what) && !exists(&env, args) {
+            if !gone.iter().any(|g| g.0 == *what)
+                && !env.exists(&args[1..]).expect("kubectl get")
+            {
                 eprintln!("{what} gone after {:?} (round {round})", started.elapsed());
                 gone.push((what, round));
             }
@@ -610,7 +609,7 @@ async fn critical_service_bulk_delete_converges_in_order() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = fin.join();
+    fin.join().expect("the finalizer controller thread panicked");
     let at = |w: &str| gone.iter().find(|g| g.0 == w).map(|g| g.1).expect("gone");
     assert!(
         at("instance") <= at("deployment"),
@@ -631,19 +630,7 @@ async fn critical_service_bulk_delete_converges_in_order() {
 }
 
 fn events(env: &Env, reason: &str, name: &str) -> Vec<Value> {
-    let out = env
-        .kubectl(&["get", "events.events.k8s.io", "-A", "-o", "json"])
-        .expect("kubectl")
-        .ok()
-        .expect("events");
-    let list: Value = serde_json::from_str(&out.stdout).expect("json");
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["reason"] == reason && e["regarding"]["name"] == name)
-        .cloned()
-        .collect()
+    env.events(reason, name).expect("kubectl get events")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -676,12 +663,25 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     });
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("crds");
-    env.start_webhook(&["--strict"]).await.expect("webhook");
+    // One window for the whole test: four refused retries make exactly one Event
+    // however slowly kubectl runs.
+    env.start_webhook(&["--strict", "--event-window-seconds", "3600"])
+        .await
+        .expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
     let mut c = start_controller(&env, "controller", port, &["--strict"]).expect("controller");
     c.wait_ready(30).await.expect("controller ready");
-    covered(&env, "", "namespaces").await;
+    // The strict configuration is in place, not merely some configuration.
+    wait_configuration(&env, Duration::from_secs(30), |cfg| {
+        cfg.is_some_and(|c| {
+            holdfast_e2e::controller::webhook_names(c)
+                .iter()
+                .any(|n| n == "strict-label-0.holdfast.dev")
+        })
+    })
+    .await
+    .expect("strict configuration installed");
     for name in ["db", "other"] {
         env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
             .expect("kubectl")
