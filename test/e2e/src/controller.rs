@@ -79,6 +79,23 @@ impl ControllerProcess {
         }
     }
 
+    /// Waits (at most `secs`) for the process to exit on its own.
+    pub async fn wait_exit(&mut self, secs: u64) -> anyhow::Result<ExitStatus> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "holdfast-controller still running after {secs}s: {}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Kills the process (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -1048,3 +1048,129 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
         "{out:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
+    let env = env_with_webhook().await;
+    let args = ["--leader-elect", "--leader-elect-namespace", "default"];
+    let mut a = controller(&env, "controller-a", &args).await;
+    let holder = lease_holder(&env);
+    assert!(a.log().contains(&holder), "{holder}\n{}", a.log());
+
+    // SIGTERM: a clean exit that gives the Lease up, so a successor need not wait
+    // for it to expire.
+    let status = a.terminate(30).await.expect("exits on SIGTERM");
+    assert!(status.success(), "{status}: {}", a.log());
+    let lease = env
+        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .expect("the Lease stays");
+    assert!(
+        lease["spec"]["holderIdentity"].is_null(),
+        "released on SIGTERM: {lease}"
+    );
+
+    // A leader whose Lease another replica takes exits 1 (a fresh replica takes over).
+    let mut b = controller(&env, "controller-b", &args).await;
+    let holder = lease_holder(&env);
+    assert!(b.log().contains(&holder), "{holder}\n{}", b.log());
+    let now = env
+        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .expect("lease")["spec"]["renewTime"]
+        .clone();
+    let patch = serde_json::json!({"spec": {
+        "holderIdentity": "intruder",
+        "leaseDurationSeconds": 3600,
+        "renewTime": now,
+    }})
+    .to_string();
+    env.kubectl(&[
+        "patch",
+        "lease",
+        "holdfast-controller",
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        &patch,
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("lease taken");
+    let status = b.wait_exit(60).await.expect("exits once the Lease is lost");
+    assert_eq!(status.code(), Some(1), "{status}: {}", b.log());
+    assert!(
+        b.log().contains("lost leadership"),
+        "{}",
+        b.log()
+    );
+    assert_eq!(
+        lease_holder(&env),
+        "intruder",
+        "a replica that lost the Lease does not release it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ca_bundle_file_is_re_read() {
+    let env = env_with_webhook().await;
+    let c = controller(&env, "controller", &[]).await;
+    let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())
+        .await
+        .expect("installed");
+    assert_eq!(ca_bundle(&cfg.expect("present")), env.pki.ca_pem);
+
+    // The file changes (a mounted Secret or ConfigMap updated): the new bundle, a
+    // second CA beside the one the webhook's certificate comes from, is installed
+    // without a restart.
+    let other = holdfast_e2e::pki("another").expect("pki");
+    let bundle = format!("{}{}", other.ca_pem, env.pki.ca_pem);
+    let file = env.dir.path().join("ca.crt");
+    std::fs::write(env.dir.path().join("ca.crt.new"), &bundle).expect("write");
+    std::fs::rename(env.dir.path().join("ca.crt.new"), &file).expect("rename");
+    wait_configuration(&env, Duration::from_secs(30), |c| {
+        c.is_some_and(|c| {
+            c["webhooks"]
+                .as_array()
+                .is_some_and(|hooks| hooks.iter().all(|h| {
+                    use base64::Engine as _;
+                    h["clientConfig"]["caBundle"]
+                        .as_str()
+                        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                        .is_some_and(|b| b == bundle.as_bytes())
+                }))
+        })
+    })
+    .await
+    .expect("the new bundle is installed in every webhook");
+    // Admission still works: the webhook's CA is in the bundle.
+    env.kubectl(&["create", "namespace", "vault"])
+        .expect("kubectl")
+        .ok()
+        .expect("ns");
+    env.kubectl(&["label", "namespace", "vault", "holdfast.dev/protected=true"])
+        .expect("kubectl")
+        .ok()
+        .expect("label");
+    let out = env
+        .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
+        .expect("kubectl");
+    assert!(
+        out.refused_with(&denied_by(
+            "delete-label-0.holdfast.dev",
+            "holdfast: Namespace vault is protected by label holdfast.dev/protected=true"
+        )),
+        "{out:?}"
+    );
+    // An empty file keeps the bundle (never an empty caBundle).
+    std::fs::write(&file, "").expect("truncate");
+    let log = "CA bundle file is empty; keeping the previous bundle";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.log().contains(log) {
+        assert!(Instant::now() < deadline, "{}", c.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cfg = holdfast_e2e::controller::webhook_configuration(&env)
+        .expect("kubectl")
+        .expect("present");
+    assert_eq!(ca_bundle(&cfg), bundle);
+}

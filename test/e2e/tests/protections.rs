@@ -134,20 +134,23 @@ async fn resource_protection_karmada_plan_for_a_crd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn enforcement_modes_warn_and_audit() {
     let (env, _c) = full_stack().await;
-    for name in ["warned", "audited", "enforced"] {
+    for name in ["warned", "audited", "enforced", "both"] {
         env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
             .expect("kubectl")
             .ok()
             .expect("cm");
     }
-    for (name, mode) in [
-        ("warned", "Warn"),
-        ("audited", "Audit"),
-        ("enforced", "Enforce"),
+    // "both" is selected by a Warn and an Enforce policy: Enforce wins.
+    for (policy, mode, object) in [
+        ("warned", "Warn", "warned"),
+        ("audited", "Audit", "audited"),
+        ("enforced", "Enforce", "enforced"),
+        ("both-warn", "Warn", "both"),
+        ("both-enforce", "Enforce", "both"),
     ] {
         env.apply(&format!(
-            "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: {name}}}\n\
-             spec:\n  enforcement: {mode}\n  resources:\n  - {{group: \"\", version: v1, resource: configmaps, namespace: default, names: [{name}]}}\n"
+            "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: {policy}}}\n\
+             spec:\n  enforcement: {mode}\n  resources:\n  - {{group: \"\", version: v1, resource: configmaps, namespace: default, names: [{object}]}}\n"
         ))
         .expect("protection");
     }
@@ -160,7 +163,27 @@ async fn enforcement_modes_warn_and_audit() {
         )
         .await
         .expect("enforced refused");
-    assert!(refused(&out, "ResourceProtection/enforced"), "{out:?}");
+    assert!(
+        refused(
+            &out,
+            "holdfast: ConfigMap default/enforced is protected by ResourceProtection/enforced"
+        ),
+        "{out:?}"
+    );
+    let out = env
+        .kubectl(&["delete", "configmap", "both"])
+        .expect("kubectl");
+    assert!(
+        refused(
+            &out,
+            "holdfast: ConfigMap default/both is protected by ResourceProtection/both-enforce"
+        ),
+        "Enforce beats Warn on one object: {out:?}"
+    );
+    assert!(
+        env.exists(&["configmap", "both"]).expect("kubectl"),
+        "still there"
+    );
     // Warn: allowed, and kubectl prints the admission warning.
     let out = env
         .kubectl(&["delete", "configmap", "warned"])
@@ -189,6 +212,26 @@ async fn enforcement_modes_warn_and_audit() {
             .contains("audit: holdfast: ConfigMap default/audited"),
         "{}",
         env.webhook_log()
+    );
+    // Both leave an Event on the object.
+    let warned = env
+        .wait_events("DeletionWarned", "warned", 30)
+        .await
+        .expect("DeletionWarned");
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0]["type"], "Warning", "{warned:?}");
+    assert_eq!(warned[0]["regarding"]["kind"], "ConfigMap", "{warned:?}");
+    let audited = env
+        .wait_events("DeletionAudited", "audited", 30)
+        .await
+        .expect("DeletionAudited");
+    assert_eq!(audited.len(), 1, "{audited:?}");
+    assert_eq!(audited[0]["regarding"]["kind"], "ConfigMap", "{audited:?}");
+    assert!(
+        audited[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("is protected by ResourceProtection/audited")),
+        "{audited:?}"
     );
 }
 
@@ -734,6 +777,36 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     assert!(
         refused(&out, "may not add label holdfast.dev/strict-exempt"),
         "{out:?}"
+    );
+    // A refused dry run leaves no Event (the webhook declares sideEffects: None);
+    // the same refusal for real, by another user, does.
+    for name in ["dry"] {
+        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
+            .expect("kubectl")
+            .ok()
+            .expect("cm");
+        env.kubectl(&["label", "configmap", name, "holdfast.dev/protected=true"])
+            .expect("kubectl")
+            .ok()
+            .expect("label");
+    }
+    let out = env
+        .kubectl_as("dev", &["delete", "configmap", "dry", "--dry-run=server"])
+        .expect("kubectl");
+    assert!(refused(&out, "ConfigMap default/dry is protected by label"), "{out:?}");
+    let out = env
+        .kubectl_as("lead", &["delete", "configmap", "dry"])
+        .expect("kubectl");
+    assert!(refused(&out, "ConfigMap default/dry is protected by label"), "{out:?}");
+    let dry = env
+        .wait_events("DeletionBlocked", "dry", 30)
+        .await
+        .expect("the real refusal's Event");
+    assert!(
+        dry.iter().all(|e| e["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("lead tried to delete it"))),
+        "the dry run left an Event: {dry:?}"
     );
     // ...and gets refused deletions recorded, once per window however often retried.
     for _ in 0..4 {
