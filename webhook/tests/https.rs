@@ -680,7 +680,7 @@ async fn bad_flags_fail_cleanly() {
         ])
         .output()
         .expect("run");
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "a runtime error exits 1");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent.crt"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -696,7 +696,7 @@ async fn bad_flags_fail_cleanly() {
         ])
         .output()
         .expect("run");
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "a bad flag is a usage error (exit 2)");
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid label key"));
 }
 

@@ -410,8 +410,8 @@ async fn anchor_rule_composite_stories() {
     env.apply(&composite("true")).expect("toggle on");
     env.kubectl_until(
         &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        10,
-        |o| o.code != 0,
+        30,
+        |o| refused(o, protected_by),
     )
     .await
     .expect("protected again");
