@@ -79,7 +79,10 @@ fn help_and_version_succeed() {
         let out = controller(args, &[]);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains(expected), "{args:?} prints {expected:?}: {stdout}");
+        assert!(
+            stdout.contains(expected),
+            "{args:?} prints {expected:?}: {stdout}"
+        );
     }
     let help = String::from_utf8(controller(&["run", "--help"], &[]).stdout).expect("utf8");
     for flag in [

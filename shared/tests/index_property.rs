@@ -149,7 +149,10 @@ fn run(seed: u64) {
 /// `.spec.vpcRef.name` in `.spec.vpcRef.namespace` (the VM's own namespace when
 /// absent or empty), and every `.spec.disks[*].vpcRef.name` in the VM's namespace.
 fn scan_references(vm: &Value) -> Vec<(String, String)> {
-    let own = vm["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+    let own = vm["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     let mut out = Vec::new();
     if let Some(name) = vm["spec"]["vpcRef"]["name"].as_str() {
         let ns = match vm["spec"]["vpcRef"]["namespace"].as_str() {

@@ -245,6 +245,7 @@ pub async fn wait_configuration_at(
     timeout: Duration,
     check: impl Fn(Option<&Value>) -> bool,
 ) -> anyhow::Result<(Option<Value>, Duration)> {
+    let timeout = timeout.max(crate::MIN_WAIT);
     let start = Instant::now();
     loop {
         let cfg = webhook_configuration_at(env, server)?;
@@ -313,6 +314,7 @@ pub async fn wait_condition_at(
     status: &str,
     secs: u64,
 ) -> anyhow::Result<Value> {
+    let secs = secs.max(crate::MIN_WAIT.as_secs());
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let c = condition_at(env, server, kind, name, type_)?;

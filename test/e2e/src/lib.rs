@@ -24,6 +24,10 @@ use std::{
 /// How long one kubectl run may take.
 pub const KUBECTL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The shortest deadline any wait for a condition gets, whatever the caller asks: a
+/// loaded machine must never turn a slow success into a failure.
+pub const MIN_WAIT: Duration = Duration::from_secs(30);
+
 /// A CA and a serving certificate for 127.0.0.1/localhost.
 pub struct Pki {
     /// CA certificate (PEM).
@@ -98,11 +102,7 @@ pub fn bin(name: &str) -> anyhow::Result<PathBuf> {
     if stale {
         let why = match (&path, &newest) {
             (None, _) => "it is not built".to_string(),
-            (Some(p), Some((_, src))) => format!(
-                "{} is older than {}",
-                p.display(),
-                src.display()
-            ),
+            (Some(p), Some((_, src))) => format!("{} is older than {}", p.display(), src.display()),
             (Some(p), None) => format!("{} is stale", p.display()),
         };
         if std::env::var_os("HOLDFAST_E2E_NO_BUILD").is_some() {
@@ -176,16 +176,18 @@ fn locate_bin(name: &str) -> anyhow::Result<Option<PathBuf>> {
             dirs.push(grand.to_path_buf());
         }
     }
-    Ok(dirs
-        .into_iter()
-        .map(|d| d.join(name))
-        .find(|c| c.is_file()))
+    Ok(dirs.into_iter().map(|d| d.join(name)).find(|c| c.is_file()))
 }
 
 /// The directories and files binary `name` is built from.
 fn bin_sources(name: &str) -> anyhow::Result<Vec<PathBuf>> {
     let root = workspace_root();
-    let krate = |dir: &str| [root.join(dir).join("src"), root.join(dir).join("Cargo.toml")];
+    let krate = |dir: &str| {
+        [
+            root.join(dir).join("src"),
+            root.join(dir).join("Cargo.toml"),
+        ]
+    };
     let mut sources = vec![root.join("Cargo.toml"), root.join("Cargo.lock")];
     sources.extend(krate("shared"));
     match name {
@@ -729,7 +731,10 @@ impl Env {
                 && let Some((labels, value)) = rest.split_once("} ")
                 && labels.split(',').any(|l| l == op)
             {
-                total += value.trim().parse::<u64>().with_context(|| line.to_string())?;
+                total += value
+                    .trim()
+                    .parse::<u64>()
+                    .with_context(|| line.to_string())?;
             }
         }
         Ok(total)
@@ -742,6 +747,7 @@ impl Env {
         secs: u64,
         check: impl Fn(&KubectlOutput) -> bool,
     ) -> anyhow::Result<KubectlOutput> {
+        let secs = secs.max(MIN_WAIT.as_secs());
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             let out = self.kubectl(args)?;
@@ -871,7 +877,9 @@ pub async fn metric(port: u16, series: &str) -> anyhow::Result<Option<f64>> {
     }
     for line in body.lines() {
         if let Some(value) = line.strip_prefix(series).and_then(|r| r.strip_prefix(' ')) {
-            return Ok(Some(value.trim().parse().with_context(|| line.to_string())?));
+            return Ok(Some(
+                value.trim().parse().with_context(|| line.to_string())?,
+            ));
         }
     }
     Ok(None)

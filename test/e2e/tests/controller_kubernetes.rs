@@ -4,11 +4,12 @@
 use std::time::{Duration, Instant};
 
 use holdfast_e2e::{
-    Env, denied_by,
+    Env,
     controller::{
         ControllerProcess, condition, rules_of, start_controller, wait_condition,
         wait_configuration, webhook_names,
     },
+    denied_by,
 };
 use serde_json::Value;
 
@@ -454,7 +455,10 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
         .await
         .expect("event emitted");
     assert_eq!(events[0]["type"], "Warning", "{events:?}");
-    assert_eq!(events[0]["regarding"]["kind"], "ResourceProtection", "{events:?}");
+    assert_eq!(
+        events[0]["regarding"]["kind"], "ResourceProtection",
+        "{events:?}"
+    );
     assert!(
         events[0]["note"]
             .as_str()
@@ -1098,11 +1102,7 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
     .expect("lease taken");
     let status = b.wait_exit(60).await.expect("exits once the Lease is lost");
     assert_eq!(status.code(), Some(1), "{status}: {}", b.log());
-    assert!(
-        b.log().contains("lost leadership"),
-        "{}",
-        b.log()
-    );
+    assert!(b.log().contains("lost leadership"), "{}", b.log());
     assert_eq!(
         lease_holder(&env),
         "intruder",
@@ -1129,15 +1129,15 @@ async fn ca_bundle_file_is_re_read() {
     std::fs::rename(env.dir.path().join("ca.crt.new"), &file).expect("rename");
     wait_configuration(&env, Duration::from_secs(30), |c| {
         c.is_some_and(|c| {
-            c["webhooks"]
-                .as_array()
-                .is_some_and(|hooks| hooks.iter().all(|h| {
+            c["webhooks"].as_array().is_some_and(|hooks| {
+                hooks.iter().all(|h| {
                     use base64::Engine as _;
                     h["clientConfig"]["caBundle"]
                         .as_str()
                         .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
                         .is_some_and(|b| b == bundle.as_bytes())
-                }))
+                })
+            })
         })
     })
     .await

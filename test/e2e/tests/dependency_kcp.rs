@@ -26,7 +26,7 @@ async fn until(
     args: &[&str],
     check: impl Fn(&holdfast_e2e::KubectlOutput) -> bool,
 ) -> holdfast_e2e::KubectlOutput {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
     loop {
         let out = kcp.kubectl("root:consumer", args);
         if check(&out) {

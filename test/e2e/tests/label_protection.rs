@@ -288,9 +288,7 @@ async fn skip_annotation_allows_exactly_that_object() {
             .code,
         0
     );
-    let out = env
-        .kubectl(&["delete", "configmap", "b"])
-        .expect("kubectl");
+    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
     assert!(
         out.refused_with(&denied_by(
             "delete-label-0.holdfast.dev",
