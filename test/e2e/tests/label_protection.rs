@@ -240,6 +240,17 @@ async fn strict_mode_end_to_end() {
         ])
         .expect("kubectl");
     assert!(out.refused_with("must already be stored"), "{out:?}");
+    // Changing between two protecting values is allowed.
+    env.kubectl(&[
+        "label",
+        "--overwrite",
+        "configmap",
+        "db",
+        "holdfast.dev/protected=Always",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("Always and true both protect");
     // Exemption first, then removal, then delete.
     env.kubectl(&[
         "label",
@@ -299,5 +310,39 @@ async fn skip_annotation_allows_exactly_that_object() {
     assert!(
         !env.exists(&["configmap", "a"]).expect("kubectl"),
         "a is gone"
+    );
+    // A break-glass time in the past does not count, and the refusal says so; one in
+    // the future does.
+    env.kubectl(&[
+        "annotate",
+        "configmap",
+        "b",
+        "holdfast.dev/skip-protection=2020-01-01T00:00:00Z",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    assert!(
+        out.refused_with(
+            "so it cannot be deleted (break-glass \
+             holdfast.dev/skip-protection=2020-01-01T00:00:00Z has expired)"
+        ),
+        "{out:?}"
+    );
+    env.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "configmap",
+        "b",
+        "holdfast.dev/skip-protection=2999-01-01T00:00:00Z",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    assert_eq!(
+        out.code, 0,
+        "a break-glass time in the future counts: {out:?}"
     );
 }
