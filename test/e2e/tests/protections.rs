@@ -280,6 +280,45 @@ async fn namespace_containment_keeps_the_namespace_whole() {
         .kubectl(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"])
         .expect("kubectl");
     assert_eq!(out.stdout, "Active");
+    // Break-glass on the protected object lifts containment too (a server-side dry
+    // run: the namespace is not deleted yet).
+    env.kubectl(&[
+        "annotate",
+        "pvc",
+        "data",
+        "-n",
+        "shop",
+        "holdfast.dev/skip-protection=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+    env.kubectl_until(
+        &["delete", "namespace", "shop", "--dry-run=server"],
+        30,
+        |o| o.code == 0,
+    )
+    .await
+    .expect("break-glass contents do not block the namespace");
+    env.kubectl(&[
+        "annotate",
+        "pvc",
+        "data",
+        "-n",
+        "shop",
+        "holdfast.dev/skip-protection-",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotation removed");
+    env.kubectl_until(&["delete", "namespace", "shop", "--dry-run=server"], 30, |o| {
+        refused(
+            o,
+            "Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)",
+        )
+    })
+    .await
+    .expect("refused again without break-glass");
     // Lift the protection: the namespace goes.
     env.kubectl(&[
         "label",
@@ -407,6 +446,16 @@ async fn anchor_rule_composite_stories() {
     )
     .await
     .expect("deletable with the toggle off");
+    // A toggle that is not a boolean counts as absent: the default (true) protects.
+    env.apply(&composite("\"off\""))
+        .expect("toggle not a boolean");
+    env.kubectl_until(
+        &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
+        30,
+        |o| refused(o, protected_by),
+    )
+    .await
+    .expect("a non-boolean toggle falls back to the default");
     env.apply(&composite("true")).expect("toggle on");
     env.kubectl_until(
         &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
