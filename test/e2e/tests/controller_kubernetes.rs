@@ -97,6 +97,27 @@ async fn resource_protection_drives_the_configuration() {
             .is_some_and(|s| !s.is_empty())
     );
 
+    // Labels and annotations others add to the configuration are left alone by the
+    // reconciles that follow.
+    env.kubectl(&[
+        "label",
+        "validatingwebhookconfiguration",
+        "holdfast",
+        "team=platform",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("labelled");
+    env.kubectl(&[
+        "annotate",
+        "validatingwebhookconfiguration",
+        "holdfast",
+        "example.com/owner=ops",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+
     // Apply: the policies webhook appears with exactly configmaps (+ namespaces for containment).
     env.kubectl(&["create", "namespace", "shop"])
         .expect("kubectl")
@@ -123,6 +144,15 @@ async fn resource_protection_drives_the_configuration() {
     assert_eq!(
         webhook_names(&cfg),
         vec!["delete-label-0.holdfast.dev", POLICIES]
+    );
+    assert_eq!(cfg["metadata"]["labels"]["team"], "platform", "{cfg}");
+    assert_eq!(
+        cfg["metadata"]["annotations"]["example.com/owner"], "ops",
+        "{cfg}"
+    );
+    assert_eq!(
+        cfg["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "holdfast-controller"
     );
     let rules = rules_of(&cfg, POLICIES);
     assert_eq!(
