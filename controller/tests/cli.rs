@@ -67,15 +67,22 @@ fn crds_output_dir_writes_files() {
 
 #[test]
 fn help_and_version_succeed() {
-    for args in [
-        &["--help"][..],
-        &["--version"],
-        &["run", "--help"],
-        &["crds", "--help"],
+    for (args, expected) in [
+        (&["--help"][..], "Usage: holdfast-controller"),
+        (
+            &["--version"],
+            concat!("holdfast-controller ", env!("CARGO_PKG_VERSION")),
+        ),
+        (&["run", "--help"], "Usage: holdfast-controller run"),
+        (&["crds", "--help"], "Usage: holdfast-controller crds"),
     ] {
         let out = controller(args, &[]);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-        assert!(!out.stdout.is_empty(), "{args:?} prints to stdout");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains(expected),
+            "{args:?} prints {expected:?}: {stdout}"
+        );
     }
     let help = String::from_utf8(controller(&["run", "--help"], &[]).stdout).expect("utf8");
     for flag in [

@@ -1,6 +1,8 @@
 //! Property test: after every random create/update/delete of dependents, the index
-//! answers exactly as a fresh scan of the live objects would. The seed is printed on
-//! failure; set HOLDFAST_SEED to replay one.
+//! answers exactly as a fresh scan of the live objects would. The scan is an
+//! independent oracle: it reads the two field paths straight off the JSON, not through
+//! the field-path or reference code under test. The seed is printed on failure; set
+//! HOLDFAST_SEED to replay one.
 
 use holdfast_shared::{
     api::common::{Enforcement, GroupResource},
@@ -116,9 +118,9 @@ fn run(seed: u64) {
                         .iter()
                         .filter(|((lc, _, _), _)| lc == c)
                         .filter(|(_, vm)| {
-                            references(vm, &deps)
+                            scan_references(vm)
                                 .iter()
-                                .any(|r| r.name == v && q_ns.is_none_or(|n| r.namespace == n))
+                                .any(|(name, ns)| name == v && q_ns.is_none_or(|n| ns == n))
                         })
                         .map(|((_, ns, name), vm)| {
                             let t = if vm["metadata"].get("deletionTimestamp").is_some() {
@@ -141,4 +143,28 @@ fn run(seed: u64) {
             }
         }
     }
+}
+
+/// The oracle: `(name, namespace)` of each VPC the VM refers to, read by hand.
+/// `.spec.vpcRef.name` in `.spec.vpcRef.namespace` (the VM's own namespace when
+/// absent or empty), and every `.spec.disks[*].vpcRef.name` in the VM's namespace.
+fn scan_references(vm: &Value) -> Vec<(String, String)> {
+    let own = vm["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let mut out = Vec::new();
+    if let Some(name) = vm["spec"]["vpcRef"]["name"].as_str() {
+        let ns = match vm["spec"]["vpcRef"]["namespace"].as_str() {
+            Some(ns) if !ns.is_empty() => ns.to_string(),
+            _ => own.clone(),
+        };
+        out.push((name.to_string(), ns));
+    }
+    for disk in vm["spec"]["disks"].as_array().into_iter().flatten() {
+        if let Some(name) = disk["vpcRef"]["name"].as_str() {
+            out.push((name.to_string(), own.clone()));
+        }
+    }
+    out
 }

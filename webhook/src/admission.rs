@@ -9,9 +9,6 @@ use holdfast_shared::{
 };
 use std::{sync::Arc, time::Instant};
 
-/// At most one Event per object and reason in this window.
-const EVENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Denials of one object are logged once per this window; the rest are counted and
 /// summed up in one line when the window closes.
 const DENIAL_LOG_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
@@ -51,7 +48,7 @@ impl DenialLog {
 
     /// True when this denial should be logged at INFO (the first in its window).
     fn first(&self, key: String) -> bool {
-        let entry = self.recent.entry(key).or_insert_with(Default::default);
+        let entry = self.recent.entry(key).or_default();
         if entry.is_fresh() {
             true
         } else {
@@ -73,11 +70,17 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// A handler deciding with `config` over `view`.
-    pub fn new(config: PolicyConfig, view: Arc<WebhookView>, metrics: Metrics) -> Self {
+    /// A handler deciding with `config` over `view`, publishing at most one Event
+    /// per object and reason per `event_window`.
+    pub fn new(
+        config: PolicyConfig,
+        view: Arc<WebhookView>,
+        metrics: Metrics,
+        event_window: std::time::Duration,
+    ) -> Self {
         Self {
             config,
-            events: EventSink::new(view.clone(), metrics.clone(), EVENT_WINDOW),
+            events: EventSink::new(view.clone(), metrics.clone(), event_window),
             view,
             metrics,
             denials: DenialLog::new(),

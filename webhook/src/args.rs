@@ -159,6 +159,11 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_SHUTDOWN_GRACE_SECONDS", default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
 
+    /// Events (DeletionBlocked, BreakGlass, DeletionWarned, DeletionAudited) are
+    /// published at most once per object, reason and user within this many seconds.
+    #[arg(long, env = "HOLDFAST_EVENT_WINDOW_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub event_window_seconds: u64,
+
     /// How often the certificate files are checked for changes, in milliseconds.
     #[arg(long, env = "HOLDFAST_TLS_RELOAD_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=600_000))]
     pub tls_reload_interval_ms: u64,

@@ -85,7 +85,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await;
     let app = Arc::new(server::App::new(
-        admission::Admission::new(policy.clone(), view.clone(), metrics.clone()),
+        admission::Admission::new(
+            policy.clone(),
+            view.clone(),
+            metrics.clone(),
+            Duration::from_secs(args.event_window_seconds),
+        ),
         metrics.clone(),
         args.limits(),
     ));

@@ -97,15 +97,15 @@ async fn start(p: &Pki, extra: &[&str]) -> Webhook {
         .arg(dir.path().join("tls.key"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
-        .args([
-            "--read-timeout-seconds",
-            "1",
-            "--tls-reload-interval-ms",
-            "100",
-        ])
+        .args(if extra.contains(&"--read-timeout-seconds") {
+            &[][..]
+        } else {
+            &["--read-timeout-seconds", "1"][..]
+        })
+        .args(["--tls-reload-interval-ms", "100"])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("webhook.log")).expect("log file"))
         .spawn()
         .expect("start holdfast-webhook");
     let wh = Webhook {
@@ -600,9 +600,21 @@ async fn certificate_is_reloaded_without_restart() {
     );
     assert_eq!(r["allowed"], true);
 
-    // A broken pair is ignored: the old certificate keeps serving.
+    // A broken pair is ignored: the old certificate keeps serving (once the webhook
+    // has tried, and failed, to load it).
     std::fs::write(wh.dir.path().join("tls.crt"), "garbage").expect("write");
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, metrics) = probe(wh.probe_port, "/metrics").await.expect("metrics");
+        if metrics.contains(r#"holdfast_webhook_tls_reloads_total{result="error"}"#) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broken pair was never tried: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let r = verdict(
         &send(
             &client(&first.ca_pem, Proto::H1),
@@ -618,7 +630,7 @@ async fn certificate_is_reloaded_without_restart() {
     // A new pair from another CA is picked up.
     let second = pki("second");
     write_pki(wh.dir.path(), &second);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(&second.ca_pem, &[])));
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", wh.port))
@@ -644,8 +656,8 @@ async fn certificate_is_reloaded_without_restart() {
     assert_eq!(r["allowed"], true);
     let (_, metrics) = probe(wh.probe_port, "/metrics").await.expect("metrics");
     assert!(
-        metrics.contains(r#"holdfast_webhook_tls_reloads_total{result="ok"}"#),
-        "{metrics}"
+        metrics.contains("holdfast_webhook_tls_reloads_total{result=\"ok\"} 1\n"),
+        "exactly one successful reload: {metrics}"
     );
     assert!(
         metrics.contains(r#"holdfast_webhook_tls_reloads_total{result="error"}"#),
@@ -668,7 +680,7 @@ async fn bad_flags_fail_cleanly() {
         ])
         .output()
         .expect("run");
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "a runtime error exits 1");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent.crt"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -684,14 +696,18 @@ async fn bad_flags_fail_cleanly() {
         ])
         .output()
         .expect("run");
-    assert!(!out.status.success());
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad flag is a usage error (exit 2)"
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid label key"));
 }
 
 #[tokio::test]
 async fn sigterm_drains_in_flight_reviews() {
     let p = pki("webhook");
-    let mut wh = start(&p, &["--label-only"]).await;
+    let mut wh = start(&p, &["--label-only", "--read-timeout-seconds", "60"]).await;
     let body = review(
         "u-drain",
         "DELETE",
@@ -700,21 +716,41 @@ async fn sigterm_drains_in_flight_reviews() {
         Value::Null,
         ns("prod", json!({"holdfast.dev/protected": "true"})),
     );
-    // A review whose body is still arriving when SIGTERM comes...
+    // A review whose body is still arriving when SIGTERM comes: `Expect:
+    // 100-continue` makes the server say when the handler is reading the body, so
+    // the review is in flight before the signal is sent...
     let mut s = tls_stream(&p.ca_pem, wh.port).await;
     let head = format!(
-        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.expect("headers");
+    let mut cont = [0u8; 25];
+    tokio::time::timeout(Duration::from_secs(30), s.read_exact(&mut cont))
+        .await
+        .expect("100 Continue within 30 s")
+        .expect("read 100 Continue");
+    assert_eq!(&cont, b"HTTP/1.1 100 Continue\r\n\r\n");
     s.write_all(&body[..10]).await.expect("first bytes");
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let status = Command::new("kill")
         .args(["-TERM", &wh.child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...and the webhook has begun its shutdown before the rest arrives...
+    let log = wh.dir.path().join("webhook.log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("shutting down: draining in-flight reviews") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no shutdown after SIGTERM: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // ...is still answered.
     s.write_all(&body[10..]).await.expect("rest of body");
     let mut buf = Vec::new();
@@ -726,7 +762,7 @@ async fn sigterm_drains_in_flight_reviews() {
         "{text}"
     );
     // New connections are refused and the process exits cleanly.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(Some(status)) = wh.child.try_wait() {
             assert!(status.success(), "exit status {status}");

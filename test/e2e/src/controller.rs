@@ -79,6 +79,23 @@ impl ControllerProcess {
         }
     }
 
+    /// Waits (at most `secs`) for the process to exit on its own.
+    pub async fn wait_exit(&mut self, secs: u64) -> anyhow::Result<ExitStatus> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "holdfast-controller still running after {secs}s: {}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Kills the process (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -228,6 +245,7 @@ pub async fn wait_configuration_at(
     timeout: Duration,
     check: impl Fn(Option<&Value>) -> bool,
 ) -> anyhow::Result<(Option<Value>, Duration)> {
+    let timeout = timeout.max(crate::MIN_WAIT);
     let start = Instant::now();
     loop {
         let cfg = webhook_configuration_at(env, server)?;
@@ -296,6 +314,7 @@ pub async fn wait_condition_at(
     status: &str,
     secs: u64,
 ) -> anyhow::Result<Value> {
+    let secs = secs.max(crate::MIN_WAIT.as_secs());
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let c = condition_at(env, server, kind, name, type_)?;

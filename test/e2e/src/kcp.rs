@@ -46,6 +46,33 @@ impl Kcp {
     }
 }
 
+impl Kcp {
+    /// `kubectl get ARGS -o json` in workspace `path`; panics unless kubectl exits 0.
+    pub fn get_json(&self, path: &str, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        self.kubectl(path, &all)
+            .json()
+            .unwrap_or_else(|e| panic!("in {path}: {e}"))
+    }
+
+    /// Whether `kubectl get ARGS` in workspace `path` finds the object: NotFound is
+    /// `false`, any other failure panics (a failing kubectl never reads as absent).
+    pub fn exists(&self, path: &str, args: &[&str]) -> bool {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        let out = self.kubectl(path, &all);
+        if out.code == 0 {
+            true
+        } else if out.is_not_found() {
+            false
+        } else {
+            panic!("kubectl get {} in {path} failed: {out:?}", args.join(" "))
+        }
+    }
+}
+
 /// A Workspace manifest.
 pub fn workspace(name: &str) -> String {
     format!("apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {{name: {name}}}\n")

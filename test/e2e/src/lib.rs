@@ -24,6 +24,10 @@ use std::{
 /// How long one kubectl run may take.
 pub const KUBECTL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The shortest deadline any wait for a condition gets, whatever the caller asks: a
+/// loaded machine must never turn a slow success into a failure.
+pub const MIN_WAIT: Duration = Duration::from_secs(30);
+
 /// A CA and a serving certificate for 127.0.0.1/localhost.
 pub struct Pki {
     /// CA certificate (PEM).
@@ -62,10 +66,109 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// Path of a workspace binary (`cargo build --workspace --bins` builds them).
+/// Path of a workspace binary, never a stale one: when the binary is older than any
+/// source it is built from (its crate's and its path dependencies' `src/` and
+/// `Cargo.toml`, the workspace's `Cargo.toml` and `Cargo.lock`), the workspace
+/// binaries are rebuilt first with `cargo build --workspace --bins` (checked once per
+/// process and binary, under a lock). `HOLDFAST_E2E_NO_BUILD=1` turns the rebuild
+/// into an error instead.
 pub fn bin(name: &str) -> anyhow::Result<PathBuf> {
+    use std::{
+        collections::HashMap,
+        sync::{Mutex, OnceLock},
+    };
+    static CHECKED: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let checked = CHECKED.get_or_init(|| Mutex::new(HashMap::new()));
+    // One check (and at most one build) per binary and process: the lock is held
+    // while building, so parallel tests wait for it instead of racing.
+    let mut checked = match checked.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if let Some(path) = checked.get(name) {
+        return Ok(path.clone());
+    }
+    let path = locate_bin(name)?;
+    let sources = bin_sources(name)?;
+    let built = path
+        .as_ref()
+        .and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+    let newest = newest_source(&sources)?;
+    let stale = match (built, &newest) {
+        (Some(b), Some((n, _))) => *n > b,
+        (None, _) => true,
+        (Some(_), None) => false,
+    };
+    if stale {
+        let why = match (&path, &newest) {
+            (None, _) => "it is not built".to_string(),
+            (Some(p), Some((_, src))) => format!("{} is older than {}", p.display(), src.display()),
+            (Some(p), None) => format!("{} is stale", p.display()),
+        };
+        if std::env::var_os("HOLDFAST_E2E_NO_BUILD").is_some() {
+            bail!("binary {name}: {why}; run `cargo build --workspace --bins`");
+        }
+        // The whole workspace's binaries, as hack/test.sh builds them: the same
+        // feature unification, so the build reuses what is already compiled.
+        eprintln!("holdfast-e2e: building the workspace binaries ({why})");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        // Not the variables cargo set for this test: build scripts watching them
+        // would rebuild what the last `cargo build` compiled.
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .iter()
+            .any(|p| key.starts_with(p))
+            {
+                cmd.env_remove(key.as_ref());
+            }
+        }
+        let status = cmd
+            .current_dir(workspace_root())
+            .args(["build", "--workspace", "--bins"])
+            .args(profile_flag())
+            .stdout(Stdio::null())
+            .status()
+            .context("running cargo build --workspace --bins")?;
+        if !status.success() {
+            bail!("cargo build --workspace --bins failed ({status}) while {why}");
+        }
+    }
+    let path = locate_bin(name)?.with_context(|| {
+        format!("binary {name} not found after building; run `cargo build --workspace --bins`")
+    })?;
+    checked.insert(name.to_string(), path.clone());
+    Ok(path)
+}
+
+/// The repository root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `--release` when the running test was built in release mode.
+fn profile_flag() -> Vec<&'static str> {
+    if cfg!(debug_assertions) {
+        Vec::new()
+    } else {
+        vec!["--release"]
+    }
+}
+
+/// The binary next to the running executable (`target/<profile>/deps/<test>` or
+/// `target/<profile>/<bin>`), if built.
+fn locate_bin(name: &str) -> anyhow::Result<Option<PathBuf>> {
     let exe = std::env::current_exe()?;
-    // target/<profile>/deps/<test> or target/<profile>/<bin>
     let mut dirs = Vec::new();
     if let Some(parent) = exe.parent() {
         dirs.push(parent.to_path_buf());
@@ -73,16 +176,55 @@ pub fn bin(name: &str) -> anyhow::Result<PathBuf> {
             dirs.push(grand.to_path_buf());
         }
     }
-    for dir in dirs {
-        let candidate = dir.join(name);
-        if candidate.is_file() {
-            return Ok(candidate);
+    Ok(dirs.into_iter().map(|d| d.join(name)).find(|c| c.is_file()))
+}
+
+/// The directories and files binary `name` is built from.
+fn bin_sources(name: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let root = workspace_root();
+    let krate = |dir: &str| {
+        [
+            root.join(dir).join("src"),
+            root.join(dir).join("Cargo.toml"),
+        ]
+    };
+    let mut sources = vec![root.join("Cargo.toml"), root.join("Cargo.lock")];
+    sources.extend(krate("shared"));
+    match name {
+        "holdfast-webhook" => sources.extend(krate("webhook")),
+        "holdfast-controller" => sources.extend(krate("controller")),
+        "holdfast-sim" => sources.extend(krate("test/sim")),
+        n if n == "holdfast-demo" || n.starts_with("holdfast-bench-") => {
+            sources.extend(krate("test/sim"));
+            sources.extend(krate("test/e2e"));
+        }
+        other => bail!("unknown workspace binary {other}"),
+    }
+    Ok(sources)
+}
+
+/// The most recently modified file among `paths` (directories walked).
+fn newest_source(paths: &[PathBuf]) -> anyhow::Result<Option<(std::time::SystemTime, PathBuf)>> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut stack: Vec<PathBuf> = paths.to_vec();
+    while let Some(p) = stack.pop() {
+        let meta = match std::fs::metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| p.display().to_string()),
+        };
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&p)? {
+                stack.push(entry?.path());
+            }
+        } else {
+            let m = meta.modified()?;
+            if newest.as_ref().is_none_or(|(t, _)| m > *t) {
+                newest = Some((m, p));
+            }
         }
     }
-    bail!(
-        "binary {name} not found next to {}; run `cargo build --workspace --bins` first",
-        exe.display()
-    )
+    Ok(newest)
 }
 
 /// Path of the real kubectl, or a clear error saying how to get it.
@@ -128,6 +270,31 @@ impl KubectlOutput {
         }
         Ok(self)
     }
+
+    /// Whether kubectl refused with the API server's answer: exit code 1 and `text`
+    /// in standard error (give the whole refusal, not a prefix every refusal shares).
+    pub fn refused_with(&self, text: &str) -> bool {
+        self.code == 1 && self.stderr.contains(text)
+    }
+
+    /// Whether this is kubectl's answer for an object that does not exist
+    /// (`Error from server (NotFound)`, exit code 1).
+    pub fn is_not_found(&self) -> bool {
+        self.code == 1 && self.stderr.contains("(NotFound)")
+    }
+
+    /// Standard output parsed as JSON, failing unless kubectl exited 0.
+    pub fn json(self) -> anyhow::Result<serde_json::Value> {
+        let out = self.ok()?;
+        serde_json::from_str(&out.stdout)
+            .with_context(|| format!("kubectl printed no JSON: {}", out.stdout))
+    }
+}
+
+/// The `admission webhook "NAME" denied the request: holdfast: ...` refusal kubectl
+/// prints when webhook `name` refuses with `message`.
+pub fn denied_by(name: &str, message: &str) -> String {
+    format!("admission webhook \"{name}\" denied the request: {message}")
 }
 
 /// A running `holdfast-webhook`.
@@ -451,6 +618,128 @@ impl Env {
         w.wait_ready(30).await
     }
 
+    /// `kubectl get ARGS -o json`, parsed; fails unless kubectl exited 0.
+    pub fn get_json(&self, args: &[&str]) -> anyhow::Result<serde_json::Value> {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        self.kubectl(&all)?.json()
+    }
+
+    /// Whether `kubectl get ARGS` finds the object: `true` when it exits 0, `false` on
+    /// NotFound, an error on any other failure (a failing kubectl never reads as
+    /// "absent").
+    pub fn exists(&self, args: &[&str]) -> anyhow::Result<bool> {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        let out = self.kubectl(&all)?;
+        if out.code == 0 {
+            Ok(true)
+        } else if out.is_not_found() {
+            Ok(false)
+        } else {
+            bail!("kubectl get {} failed: {out:?}", args.join(" "))
+        }
+    }
+
+    /// The events.k8s.io Events (all namespaces) with `reason` about an object
+    /// named `regarding`.
+    pub fn events(&self, reason: &str, regarding: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+        let list = self.get_json(&["events.events.k8s.io", "-A"])?;
+        Ok(list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["reason"] == reason && e["regarding"]["name"] == regarding)
+            .cloned()
+            .collect())
+    }
+
+    /// Waits (at most `secs`) until at least one Event with `reason` about
+    /// `regarding` exists; returns them all.
+    pub async fn wait_events(
+        &self,
+        reason: &str,
+        regarding: &str,
+        secs: u64,
+    ) -> anyhow::Result<Vec<serde_json::Value>> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let found = self.events(reason, regarding)?;
+            if !found.is_empty() {
+                return Ok(found);
+            }
+            if Instant::now() > deadline {
+                let all = self.get_json(&["events.events.k8s.io", "-A"])?;
+                bail!("no {reason} Event about {regarding} within {secs}s; events: {all}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The value of metric series `series` (exactly as exposed, e.g.
+    /// `holdfast_webhook_audited_total{operation="DELETE"}`) on the webhook.
+    pub async fn webhook_metric(&self, series: &str) -> anyhow::Result<Option<f64>> {
+        let Some(w) = &self.webhook else {
+            bail!("start the webhook first")
+        };
+        metric(w.probe_port, series).await
+    }
+
+    /// Asserts the webhook decided through the source `--dependents MODE` names
+    /// (metric `holdfast_webhook_dependents_lookups_total`): with `live` every lookup
+    /// is a live LIST and the index is never consulted; with `watch` the index
+    /// answers. A `--dependents` flag the webhook ignored fails here.
+    pub async fn assert_dependents_source(&self, mode: &str) {
+        let series =
+            |s: &str| format!("holdfast_webhook_dependents_lookups_total{{source=\"{s}\"}}");
+        let live = self.webhook_metric(&series("live")).await;
+        let index = self.webhook_metric(&series("index")).await;
+        let (live, index) = match (live, index) {
+            (Ok(l), Ok(i)) => (l.unwrap_or(0.0), i.unwrap_or(0.0)),
+            (l, i) => panic!("metrics unreadable: {l:?} {i:?}"),
+        };
+        match mode {
+            "live" => assert!(
+                live >= 1.0 && index == 0.0,
+                "--dependents live: lookups live {live}, index {index}"
+            ),
+            "watch" => assert!(
+                index >= 1.0,
+                "--dependents watch: lookups live {live}, index {index}"
+            ),
+            other => panic!("unknown --dependents mode {other}"),
+        }
+    }
+
+    /// How many admission reviews of `operation` the webhook has answered (the sum of
+    /// `holdfast_webhook_admission_requests_total` over decisions and policies).
+    pub async fn webhook_reviews(&self, operation: &str) -> anyhow::Result<u64> {
+        let Some(w) = &self.webhook else {
+            bail!("start the webhook first")
+        };
+        let (status, body) = http_get(w.probe_port, "/metrics")
+            .await
+            .map_err(|e| anyhow::anyhow!("GET /metrics: {e}"))?;
+        if status != 200 {
+            bail!("GET /metrics answered {status}: {body}");
+        }
+        let op = format!("operation=\"{operation}\"");
+        let mut total = 0;
+        for line in body.lines() {
+            if let Some(rest) = line.strip_prefix("holdfast_webhook_admission_requests_total{")
+                && let Some((labels, value)) = rest.split_once("} ")
+                && labels.split(',').any(|l| l == op)
+            {
+                total += value
+                    .trim()
+                    .parse::<u64>()
+                    .with_context(|| line.to_string())?;
+            }
+        }
+        Ok(total)
+    }
+
     /// Runs kubectl until `check` accepts its output, for at most `secs` seconds.
     pub async fn kubectl_until(
         &self,
@@ -458,6 +747,7 @@ impl Env {
         secs: u64,
         check: impl Fn(&KubectlOutput) -> bool,
     ) -> anyhow::Result<KubectlOutput> {
+        let secs = secs.max(MIN_WAIT.as_secs());
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             let out = self.kubectl(args)?;
@@ -574,6 +864,66 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
         status,
         buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
     ))
+}
+
+/// The value of metric series `series` (exactly as exposed, labels included) from
+/// the Prometheus text at 127.0.0.1:`port`/metrics; `None` when the series is absent.
+pub async fn metric(port: u16, series: &str) -> anyhow::Result<Option<f64>> {
+    let (status, body) = http_get(port, "/metrics")
+        .await
+        .map_err(|e| anyhow::anyhow!("GET /metrics: {e}"))?;
+    if status != 200 {
+        bail!("GET /metrics answered {status}: {body}");
+    }
+    for line in body.lines() {
+        if let Some(value) = line.strip_prefix(series).and_then(|r| r.strip_prefix(' ')) {
+            return Ok(Some(
+                value.trim().parse().with_context(|| line.to_string())?,
+            ));
+        }
+    }
+    Ok(None)
+}
+
+/// The certificate (DER) the TLS server on 127.0.0.1:`port` serves, verified
+/// against `ca_bundle` (PEM) for the name 127.0.0.1: what an API server trusting
+/// that bundle would see.
+pub async fn served_certificate(port: u16, ca_bundle: &str) -> anyhow::Result<Vec<u8>> {
+    use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use std::sync::Arc;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_bundle.as_bytes()) {
+        roots.add(cert.context("CA bundle PEM")?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name = ServerName::try_from("127.0.0.1")?;
+    let tls = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp),
+    )
+    .await
+    .context("TLS handshake timed out")??;
+    let (_, conn) = tls.get_ref();
+    let cert = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .context("the server sent no certificate")?;
+    Ok(cert.as_ref().to_vec())
+}
+
+/// The DER of the first certificate in `pem`.
+pub fn pem_to_der(pem: &str) -> anyhow::Result<Vec<u8>> {
+    use rustls_pki_types::{CertificateDer, pem::PemObject};
+    Ok(CertificateDer::from_pem_slice(pem.as_bytes())
+        .context("no certificate in PEM")?
+        .as_ref()
+        .to_vec())
 }
 
 /// Standard base64 (for caBundle fields).

@@ -9,6 +9,7 @@ use holdfast_e2e::{
         ControllerProcess, condition, rules_of, start_controller, wait_condition,
         wait_configuration, webhook_names,
     },
+    denied_by,
 };
 use serde_json::Value;
 
@@ -106,6 +107,27 @@ async fn resource_protection_drives_the_configuration() {
             .is_some_and(|s| !s.is_empty())
     );
 
+    // Labels and annotations others add to the configuration are left alone by the
+    // reconciles that follow.
+    env.kubectl(&[
+        "label",
+        "validatingwebhookconfiguration",
+        "holdfast",
+        "team=platform",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("labelled");
+    env.kubectl(&[
+        "annotate",
+        "validatingwebhookconfiguration",
+        "holdfast",
+        "example.com/owner=ops",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+
     // Apply: the policies webhook appears with exactly configmaps (+ namespaces for containment).
     env.kubectl(&["create", "namespace", "shop"])
         .expect("kubectl")
@@ -132,6 +154,15 @@ async fn resource_protection_drives_the_configuration() {
     assert_eq!(
         webhook_names(&cfg),
         vec!["delete-label-0.holdfast.dev", CONTAINMENT, POLICIES]
+    );
+    assert_eq!(cfg["metadata"]["labels"]["team"], "platform", "{cfg}");
+    assert_eq!(
+        cfg["metadata"]["annotations"]["example.com/owner"], "ops",
+        "{cfg}"
+    );
+    assert_eq!(
+        cfg["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "holdfast-controller"
     );
     let rules = rules_of(&cfg, POLICIES);
     assert_eq!(
@@ -189,7 +220,13 @@ async fn resource_protection_drives_the_configuration() {
         )
         .await
         .expect("refused");
-    assert!(out.stderr.contains("holdfast:"), "{out:?}");
+    assert!(
+        out.refused_with(&denied_by(
+            POLICIES,
+            "holdfast: ConfigMap shop/settings is protected by ResourceProtection/shop-config"
+        )),
+        "{out:?}"
+    );
 
     // Edit: deployments added to the same policy.
     env.apply(RP_CONFIGMAPS_AND_DEPLOYMENTS)
@@ -232,7 +269,15 @@ async fn resource_protection_drives_the_configuration() {
         webhook_names(&cfg),
         vec!["delete-label-0.holdfast.dev", CONTAINMENT]
     );
-    assert_eq!(rules_of(&cfg, CONTAINMENT).len(), 1, "only namespaces left");
+    assert_eq!(
+        rules_of(&cfg, CONTAINMENT),
+        vec![(
+            vec!["".to_string()],
+            vec!["namespaces".to_string()],
+            vec!["DELETE".to_string()]
+        )],
+        "only namespaces left"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -246,7 +291,8 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
     .await
     .expect("installed");
 
-    // A manual edit (failure policy and rules) is reverted within 2 seconds.
+    // A manual edit (failure policy and rules) is reverted (how fast is a benchmark's
+    // business: docs/testing.md).
     env.kubectl(&[
         "patch",
         "validatingwebhookconfiguration",
@@ -258,13 +304,13 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
     .expect("kubectl")
     .ok()
     .expect("patched");
-    let (cfg, took) = wait_configuration(&env, Duration::from_secs(5), |c| {
+    let (cfg, took) = wait_configuration(&env, Duration::from_secs(30), |c| {
         c.is_some_and(|c| c["webhooks"][0]["failurePolicy"] == "Fail")
             && has_rule(c, "", "configmaps")
     })
     .await
     .expect("edit reverted");
-    assert!(took < Duration::from_secs(2), "reverted after {took:?}");
+    eprintln!("manual edit reverted after {took:?}");
     assert!(!has_rule(cfg.as_ref(), "", "secrets"));
     // Strict mode: strict-label webhook present.
     assert!(
@@ -283,24 +329,32 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
     .expect("kubectl")
     .ok()
     .expect("patched");
-    let (_, took) = wait_configuration(&env, Duration::from_secs(5), |c| {
+    let (cfg, took) = wait_configuration(&env, Duration::from_secs(30), |c| {
         has_rule(c, "", "configmaps")
     })
     .await
     .expect("webhook restored");
-    assert!(took < Duration::from_secs(2), "restored after {took:?}");
+    eprintln!("removed webhook restored after {took:?}");
+    assert_eq!(
+        webhook_names(&cfg.expect("present")),
+        vec![
+            "delete-label-0.holdfast.dev",
+            "strict-label-0.holdfast.dev",
+            POLICIES
+        ]
+    );
 
-    // Deleted: recreated within 2 seconds.
+    // Deleted: recreated.
     env.kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
         .expect("kubectl")
         .ok()
         .expect("deleted");
-    let (cfg, took) = wait_configuration(&env, Duration::from_secs(5), |c| {
+    let (cfg, took) = wait_configuration(&env, Duration::from_secs(30), |c| {
         has_rule(c, "", "configmaps")
     })
     .await
     .expect("recreated");
-    assert!(took < Duration::from_secs(2), "recreated after {took:?}");
+    eprintln!("deleted configuration recreated after {took:?}");
     assert_eq!(
         cfg.expect("present")["metadata"]["labels"]["app.kubernetes.io/managed-by"],
         "holdfast-controller"
@@ -435,16 +489,22 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     assert!(!has_rule(cfg.as_ref(), "example.com", "widgets"));
     assert!(!has_rule(cfg.as_ref(), "", "secrets"));
 
-    // A Warning Event names the problem.
-    let out = env
-        .kubectl_until(
-            &["get", "events.events.k8s.io", "-n", "default", "-o", "json"],
-            10,
-            |o| o.stdout.contains("UnknownResource"),
-        )
+    // A Warning Event on the policy names the problem.
+    let events = env
+        .wait_events("UnknownResource", "widgets", 30)
         .await
         .expect("event emitted");
-    assert!(out.stdout.contains("Warning"), "{}", out.stdout);
+    assert_eq!(events[0]["type"], "Warning", "{events:?}");
+    assert_eq!(
+        events[0]["regarding"]["kind"], "ResourceProtection",
+        "{events:?}"
+    );
+    assert!(
+        events[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("widgets.example.com")),
+        "{events:?}"
+    );
 
     // The CRD appears: the policy recovers on its own.
     env.apply(&holdfast_e2e::fixtures::widget_crd())
@@ -521,15 +581,14 @@ async fn dependency_cycle_is_reported_on_both_rules() {
         a["message"], b["message"],
         "the same cycle named on both rules"
     );
-    let out = env
-        .kubectl_until(
-            &["get", "events.events.k8s.io", "-n", "default", "-o", "json"],
-            10,
-            |o| o.stdout.contains("CycleDetected"),
-        )
-        .await
-        .expect("warning event");
-    assert!(out.stdout.contains("Warning"));
+    for rule in ["vm-needs-vpc", "vpc-needs-vm"] {
+        let events = env
+            .wait_events("CycleDetected", rule, 30)
+            .await
+            .expect("warning event");
+        assert_eq!(events[0]["type"], "Warning", "{events:?}");
+        assert_eq!(events[0]["note"], a["message"], "{events:?}");
+    }
     // Both are still enforced (the cycle is a warning, not a reason to drop protection).
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "network.test.io", "vpcs") && has_rule(c, "compute.test.io", "virtualmachines")
@@ -559,19 +618,16 @@ async fn dependency_cycle_is_reported_on_both_rules() {
     assert_eq!(c["reason"], "NoCycle");
 }
 
+/// The Lease's holder; fails when kubectl fails or the Lease names nobody.
 fn lease_holder(env: &Env) -> String {
-    env.kubectl(&[
-        "get",
-        "lease",
-        "holdfast-controller",
-        "-n",
-        "default",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-        "--ignore-not-found",
-    ])
-    .map(|o| o.stdout)
-    .unwrap_or_default()
+    let lease = env
+        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .expect("the Lease exists");
+    lease["spec"]["holderIdentity"]
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| panic!("the Lease names no holder: {lease}"))
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -612,7 +668,6 @@ async fn leader_election_hands_over_when_the_leader_dies() {
         "the follower does not reconcile"
     );
     let holder = lease_holder(&env);
-    assert!(!holder.is_empty(), "lease held");
     assert!(
         leader.log().contains(&holder),
         "the lease names the leader: {holder}\n{}",
@@ -627,41 +682,44 @@ async fn leader_election_hands_over_when_the_leader_dies() {
         .expect("kubectl")
         .ok()
         .expect("deleted");
-    wait_configuration(&env, Duration::from_secs(20), |c| {
+    wait_configuration(&env, Duration::from_secs(60), |c| {
         has_rule(c, "", "configmaps")
     })
     .await
     .expect("the follower took over");
-    let took = killed.elapsed();
-    assert!(took < Duration::from_secs(15), "took over after {took:?}");
+    eprintln!("follower took over {:?} after the kill", killed.elapsed());
     assert!(follower.is_ready().await);
     let new_holder = lease_holder(&env);
     assert_ne!(new_holder, holder);
-    assert!(follower.log().contains(&new_holder));
+    assert!(
+        follower.log().contains(&new_holder),
+        "the lease names the new leader: {new_holder}\n{}",
+        follower.log()
+    );
+    assert!(
+        !leader.log().contains(&new_holder),
+        "the new holder is not the dead leader's identity: {new_holder}"
+    );
 }
 
+/// `data[key]` of Secret default/holdfast-webhook-tls, decoded; `None` while the
+/// Secret or the key does not exist. A failing kubectl fails the test.
 fn secret_data(env: &Env, key: &str) -> Option<String> {
-    let jsonpath = format!("jsonpath={{.data.{}}}", key.replace('.', "\\."));
-    let out = env
-        .kubectl(&[
-            "get",
-            "secret",
-            "holdfast-webhook-tls",
-            "-n",
-            "default",
-            "-o",
-            &jsonpath,
-            "--ignore-not-found",
-        ])
-        .ok()?;
-    if out.code != 0 || out.stdout.is_empty() {
+    if !env
+        .exists(&["secret", "holdfast-webhook-tls", "-n", "default"])
+        .expect("kubectl get secret")
+    {
         return None;
     }
+    let secret = env
+        .get_json(&["secret", "holdfast-webhook-tls", "-n", "default"])
+        .expect("kubectl get secret");
+    let b64 = secret["data"][key].as_str()?;
     use base64::Engine as _;
     let bytes = base64::engine::general_purpose::STANDARD
-        .decode(out.stdout.trim())
-        .ok()?;
-    String::from_utf8(bytes).ok()
+        .decode(b64)
+        .unwrap_or_else(|e| panic!("{key} is not base64: {e}"));
+    Some(String::from_utf8(bytes).unwrap_or_else(|e| panic!("{key} is not UTF-8: {e}")))
 }
 
 /// Writes the Secret's serving pair to the files the webhook reads (what the
@@ -715,16 +773,8 @@ async fn managed_ca_rotation_keeps_admission_working() {
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| c.is_some())
         .await
         .expect("installed");
-    use base64::Engine as _;
-    let bundle = base64::engine::general_purpose::STANDARD
-        .decode(
-            cfg.expect("present")["webhooks"][0]["clientConfig"]["caBundle"]
-                .as_str()
-                .unwrap_or_default(),
-        )
-        .expect("base64");
     assert_eq!(
-        String::from_utf8_lossy(&bundle),
+        ca_bundle(&cfg.expect("present")),
         first_ca,
         "caBundle is the managed CA"
     );
@@ -749,10 +799,11 @@ async fn managed_ca_rotation_keeps_admission_working() {
             .expect("kubectl");
         assert_ne!(out.code, 0, "deletion must be refused: {out:?}");
         assert!(
-            out.stderr
-                .contains("holdfast: Namespace vault is protected"),
-            "admission must keep working (no TLS failure): {}",
-            out.stderr
+            out.refused_with(&denied_by(
+                "delete-label-0.holdfast.dev",
+                "holdfast: Namespace vault is protected by label holdfast.dev/protected=Always"
+            )),
+            "admission must keep working (no TLS failure): {out:?}"
         );
     };
     check(&env);
@@ -773,29 +824,96 @@ async fn managed_ca_rotation_keeps_admission_working() {
         "{out:?}"
     );
 
-    let (mut cert_rotations, mut ca_rotated) = (0, false);
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while Instant::now() < deadline && !(ca_rotated && cert_rotations >= 2) {
+    // Follow the Secret like the kubelet does. Each new serving certificate is
+    // written to the files and must be picked up by the running webhook (hot reload:
+    // the TLS handshake serves it); when the CA rotates, the configuration's bundle
+    // must carry the new and the previous CA, so the certificate the webhook still
+    // serves (signed by the previous CA) stays trusted until the files follow.
+    let mut ca = first_ca.clone();
+    let (mut cert_rotations, mut ca_rotations) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !(ca_rotations >= 1 && cert_rotations >= 2) {
+        assert!(
+            Instant::now() < deadline,
+            "rotations seen: {cert_rotations} certificates, {ca_rotations} CAs: {}",
+            c.log()
+        );
+        // Polling interval of the kubelet-like follower, not a synchronisation point.
         tokio::time::sleep(Duration::from_millis(300)).await;
+        let new_ca = secret_data(&env, "ca.crt").expect("ca.crt");
+        if new_ca != ca {
+            if first_pem(&new_ca) != first_pem(&ca) {
+                assert!(
+                    new_ca.contains(&first_pem(&ca)),
+                    "the previous CA stays in ca.crt after a rotation:\n{new_ca}"
+                );
+                ca_rotations += 1;
+            }
+            let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |cfg| {
+                cfg.is_some_and(|cfg| ca_bundle(cfg) == new_ca)
+            })
+            .await
+            .expect("the configuration carries the Secret's bundle");
+            assert!(cfg.is_some());
+            // The webhook still serves the certificate from before: trusted through
+            // the bundle the API server now has.
+            let served = holdfast_e2e::served_certificate(port, &new_ca)
+                .await
+                .expect("the old serving certificate is trusted by the new bundle");
+            assert_eq!(served, holdfast_e2e::pem_to_der(&cert).expect("pem"));
+            check(&env);
+            ca = new_ca;
+        }
         if let Some(new) = secret_data(&env, "tls.crt")
             && new != cert
         {
             cert = sync_files(&env).expect("files written");
             cert_rotations += 1;
-            // Give the webhook's hot reload a moment before checking.
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-        }
-        if secret_data(&env, "ca.crt").is_some_and(|ca| !ca.starts_with(first_ca.trim_end())) {
-            ca_rotated = true;
+            // Hot reload: the running webhook serves the new certificate.
+            let want = holdfast_e2e::pem_to_der(&cert).expect("pem");
+            let reload_deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let bundle = secret_data(&env, "ca.crt").expect("ca.crt");
+                let served = holdfast_e2e::served_certificate(port, &bundle).await;
+                if served.as_ref().is_ok_and(|s| *s == want) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < reload_deadline,
+                    "the webhook never served the new certificate; last: {served:?}\n{}",
+                    env.webhook_log()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
         check(&env);
     }
     assert!(
-        cert_rotations >= 2,
-        "serving certificate rotated {cert_rotations} times: {}",
-        c.log()
+        env.webhook_log().contains("serving certificate reloaded"),
+        "{}",
+        env.webhook_log()
     );
-    assert!(ca_rotated, "CA rotated: {}", c.log());
+}
+
+/// The first PEM block of a bundle.
+fn first_pem(bundle: &str) -> String {
+    const END: &str = "-----END CERTIFICATE-----";
+    match bundle.find(END) {
+        Some(i) => bundle[..i + END.len()].to_string(),
+        None => bundle.to_string(),
+    }
+}
+
+/// The decoded caBundle of the configuration's first webhook.
+fn ca_bundle(cfg: &Value) -> String {
+    use base64::Engine as _;
+    let b64 = cfg["webhooks"][0]["clientConfig"]["caBundle"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no caBundle: {cfg}"));
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("caBundle is base64");
+    String::from_utf8(bytes).expect("caBundle is PEM")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -884,10 +1002,11 @@ async fn managed_ca_serves_a_service_target() {
         .expect("kubectl");
     assert_ne!(out.code, 0, "{out:?}");
     assert!(
-        out.stderr
-            .contains("holdfast: Namespace vault is protected"),
-        "the API server trusts the managed certificate for the Service name: {}",
-        out.stderr
+        out.refused_with(&denied_by(
+            "delete-label-0.holdfast.dev",
+            "holdfast: Namespace vault is protected by label holdfast.dev/protected=Always"
+        )),
+        "the API server trusts the managed certificate for the Service name: {out:?}"
     );
 }
 
@@ -964,10 +1083,134 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
         .expect("kubectl");
     assert_ne!(out.code, 0, "{out:?}");
     assert!(
-        out.stderr.contains(
-            "admission webhook \"delete-label-1.holdfast.dev\" denied the request: holdfast:"
-        ),
-        "{}",
-        out.stderr
+        out.refused_with(&denied_by(
+            "delete-label-1.holdfast.dev",
+            "holdfast: Namespace minio is protected by label \
+             resourcetemplate.karmada.io/deletion-protected=Always \
+             (policy: label resourcetemplate.karmada.io/deletion-protected)"
+        )),
+        "{out:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
+    let env = env_with_webhook().await;
+    let args = ["--leader-elect", "--leader-elect-namespace", "default"];
+    let mut a = controller(&env, "controller-a", &args).await;
+    let holder = lease_holder(&env);
+    assert!(a.log().contains(&holder), "{holder}\n{}", a.log());
+
+    // SIGTERM: a clean exit that gives the Lease up, so a successor need not wait
+    // for it to expire.
+    let status = a.terminate(30).await.expect("exits on SIGTERM");
+    assert!(status.success(), "{status}: {}", a.log());
+    let lease = env
+        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .expect("the Lease stays");
+    assert!(
+        lease["spec"]["holderIdentity"].is_null(),
+        "released on SIGTERM: {lease}"
+    );
+
+    // A leader whose Lease another replica takes exits 1 (a fresh replica takes over).
+    let mut b = controller(&env, "controller-b", &args).await;
+    let holder = lease_holder(&env);
+    assert!(b.log().contains(&holder), "{holder}\n{}", b.log());
+    let now = env
+        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .expect("lease")["spec"]["renewTime"]
+        .clone();
+    let patch = serde_json::json!({"spec": {
+        "holderIdentity": "intruder",
+        "leaseDurationSeconds": 3600,
+        "renewTime": now,
+    }})
+    .to_string();
+    env.kubectl(&[
+        "patch",
+        "lease",
+        "holdfast-controller",
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        &patch,
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("lease taken");
+    let status = b.wait_exit(60).await.expect("exits once the Lease is lost");
+    assert_eq!(status.code(), Some(1), "{status}: {}", b.log());
+    assert!(b.log().contains("lost leadership"), "{}", b.log());
+    assert_eq!(
+        lease_holder(&env),
+        "intruder",
+        "a replica that lost the Lease does not release it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ca_bundle_file_is_re_read() {
+    let env = env_with_webhook().await;
+    let c = controller(&env, "controller", &[]).await;
+    let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())
+        .await
+        .expect("installed");
+    assert_eq!(ca_bundle(&cfg.expect("present")), env.pki.ca_pem);
+
+    // The file changes (a mounted Secret or ConfigMap updated): the new bundle, a
+    // second CA beside the one the webhook's certificate comes from, is installed
+    // without a restart.
+    let other = holdfast_e2e::pki("another").expect("pki");
+    let bundle = format!("{}{}", other.ca_pem, env.pki.ca_pem);
+    let file = env.dir.path().join("ca.crt");
+    std::fs::write(env.dir.path().join("ca.crt.new"), &bundle).expect("write");
+    std::fs::rename(env.dir.path().join("ca.crt.new"), &file).expect("rename");
+    wait_configuration(&env, Duration::from_secs(30), |c| {
+        c.is_some_and(|c| {
+            c["webhooks"].as_array().is_some_and(|hooks| {
+                hooks.iter().all(|h| {
+                    use base64::Engine as _;
+                    h["clientConfig"]["caBundle"]
+                        .as_str()
+                        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                        .is_some_and(|b| b == bundle.as_bytes())
+                })
+            })
+        })
+    })
+    .await
+    .expect("the new bundle is installed in every webhook");
+    // Admission still works: the webhook's CA is in the bundle.
+    env.kubectl(&["create", "namespace", "vault"])
+        .expect("kubectl")
+        .ok()
+        .expect("ns");
+    env.kubectl(&["label", "namespace", "vault", "holdfast.dev/protected=true"])
+        .expect("kubectl")
+        .ok()
+        .expect("label");
+    let out = env
+        .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
+        .expect("kubectl");
+    assert!(
+        out.refused_with(&denied_by(
+            "delete-label-0.holdfast.dev",
+            "holdfast: Namespace vault is protected by label holdfast.dev/protected=true"
+        )),
+        "{out:?}"
+    );
+    // An empty file keeps the bundle (never an empty caBundle).
+    std::fs::write(&file, "").expect("truncate");
+    let log = "CA bundle file is empty; keeping the previous bundle";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.log().contains(log) {
+        assert!(Instant::now() < deadline, "{}", c.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cfg = holdfast_e2e::controller::webhook_configuration(&env)
+        .expect("kubectl")
+        .expect("present");
+    assert_eq!(ca_bundle(&cfg), bundle);
 }

@@ -18,7 +18,7 @@ fn vm_rule(path: &str) -> String {
 }
 
 fn refused(out: &holdfast_e2e::KubectlOutput, text: &str) -> bool {
-    out.code != 0 && out.stderr.contains(text)
+    out.refused_with(text)
 }
 
 async fn until(
@@ -26,7 +26,7 @@ async fn until(
     args: &[&str],
     check: impl Fn(&holdfast_e2e::KubectlOutput) -> bool,
 ) -> holdfast_e2e::KubectlOutput {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
     loop {
         let out = kcp.kubectl("root:consumer", args);
         if check(&out) {
@@ -206,6 +206,7 @@ async fn seed_story(mode: &str) {
         &["delete", "virtualmachine", "my-vm", "vm-2"],
     );
     assert_eq!(out.code, 0, "{out:?}");
+    kcp.env.assert_dependents_source(mode).await;
     until(&kcp, &["delete", "vpc", "my-vpc"], |o| o.code == 0).await;
 }
 

@@ -53,7 +53,7 @@ async fn setup(mode: &str) -> Env {
 }
 
 fn refused_with(out: &holdfast_e2e::KubectlOutput, text: &str) -> bool {
-    out.code != 0 && out.stderr.contains(text)
+    out.refused_with(text)
 }
 
 async fn vpc_story(mode: &str) {
@@ -94,6 +94,7 @@ async fn vpc_story(mode: &str) {
     env.kubectl_until(&["delete", "vpc", "my-vpc"], 10, |o| o.code == 0)
         .await
         .expect("vpc deleted once unreferenced");
+    env.assert_dependents_source(mode).await;
 
     // List field path, edited in place on the live rule.
     env.apply(
@@ -225,4 +226,84 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
     env.kubectl_until(&["delete", "vpc", "v"], 10, |o| o.code == 0)
         .await
         .expect("vpc deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_live_lookup_refuses_and_is_counted() {
+    // The webhook's identity may read everything it needs except the dependents
+    // (VirtualMachines): a live lookup fails, and the deletion is refused, not allowed.
+    use holdfast_sim::{RbacRule, SimConfig, User};
+    let mut cfg = SimConfig::default();
+    cfg.users.push(User {
+        name: "holdfast-webhook".into(),
+        token: "webhook-token".into(),
+        groups: vec![],
+    });
+    cfg.rbac.push(RbacRule {
+        users: vec!["holdfast-webhook".into()],
+        verbs: vec!["get".into(), "list".into(), "watch".into()],
+        api_groups: [
+            "",
+            "holdfast.dev",
+            "apiextensions.k8s.io",
+            "network.test.io",
+            "storage.test.io",
+            "apps",
+        ]
+        .map(String::from)
+        .to_vec(),
+        resources: vec!["*".into()],
+        ..Default::default()
+    });
+    cfg.rbac.push(RbacRule {
+        users: vec!["holdfast-webhook".into()],
+        verbs: vec!["create".into(), "patch".into(), "update".into()],
+        api_groups: vec!["events.k8s.io".into()],
+        resources: vec!["events".into()],
+        ..Default::default()
+    });
+    let mut env = Env::start_with(cfg).await.expect("sim");
+    env.install_crds().expect("holdfast CRDs");
+    env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
+        .expect("test CRDs");
+    env.kubectl_until(&["get", "vpcs"], 30, |o| o.code == 0)
+        .await
+        .expect("CRDs served");
+    env.apply(&rule(".spec.vpcRef.name")).expect("rule");
+    let kubeconfig = env.dir.path().join("webhook.kubeconfig");
+    env.sim
+        .write_kubeconfig(&kubeconfig, "holdfast-webhook")
+        .expect("kubeconfig");
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    env.start_webhook(&["--kubeconfig", &kubeconfig, "--dependents", "live"])
+        .await
+        .expect("webhook");
+    env.install_delete_webhook("holdfast-test-policies", &[("network.test.io", "vpcs")])
+        .expect("webhook configuration");
+    env.wait_webhook_ready().await.expect("ready");
+    env.apply(
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n",
+    )
+    .expect("vpc");
+    let out = env
+        .kubectl(&["delete", "vpc", "my-vpc", "--dry-run=server"])
+        .expect("kubectl");
+    assert!(
+        out.refused_with(&holdfast_e2e::denied_by(
+            "holdfast-test-policies.holdfast.dev",
+            "holdfast: cannot verify dependents of VPC default/my-vpc (policy: DependencyRule/vm-dependencies, \
+             virtualmachines.compute.test.io referencing it at .spec.vpcRef.name)"
+        )),
+        "{out:?}\n{}",
+        env.webhook_log()
+    );
+    let failed = env
+        .webhook_metric("holdfast_webhook_dependents_lookups_total{source=\"failed\"}")
+        .await
+        .expect("metrics");
+    assert_eq!(failed, Some(1.0), "one failed lookup counted");
+    assert!(
+        env.exists(&["vpc", "my-vpc"]).expect("kubectl"),
+        "the VPC is still there"
+    );
 }

@@ -3,7 +3,7 @@
 //! protection → denied, also with --force --grace-period=0 and --dry-run=server;
 //! protection removed → allowed), Karmada- and Orkestra-style keys, and strict mode.
 
-use holdfast_e2e::Env;
+use holdfast_e2e::{Env, denied_by};
 
 async fn env(webhook_args: &[&str], extra_labels: &[&str], strict: bool) -> Env {
     let mut env = Env::start().await.expect("sim starts");
@@ -71,20 +71,12 @@ or set the annotation holdfast.dev/skip-protection=true if you are allowed to by
             "--grace-period=0",
         ])
         .expect("kubectl");
-    assert_ne!(out.code, 0, "{out:?}");
-    assert!(
-        out.stderr
-            .contains("holdfast: Namespace minio is protected"),
-        "{out:?}"
-    );
+    // (kubectl warns about --force first, then prints the same denial.)
+    assert!(out.refused_with(expected), "{out:?}");
     let out = env
         .kubectl(&["delete", "namespace", "minio", "--dry-run=server"])
         .expect("kubectl");
-    assert_ne!(out.code, 0, "{out:?}");
-    assert!(
-        out.stderr.contains("denied the request: holdfast:"),
-        "{out:?}"
-    );
+    assert!(out.refused_with(expected), "{out:?}");
     // Still there, not terminating.
     let out = env
         .kubectl(&[
@@ -107,8 +99,10 @@ or set the annotation holdfast.dev/skip-protection=true if you are allowed to by
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
-        env.webhook_log().contains("denied"),
-        "webhook logged its denials"
+        env.webhook_log()
+            .contains("denied: holdfast: Namespace minio is protected by label"),
+        "webhook logged its denials: {}",
+        env.webhook_log()
     );
 }
 
@@ -152,8 +146,7 @@ async fn karmada_and_orkestra_keys() {
     let out = env
         .kubectl(&["delete", "configmap", "k-always"])
         .expect("kubectl");
-    assert_ne!(out.code, 0);
-    assert!(out.stderr.contains("admission webhook \"delete-label-1.holdfast.dev\" denied the request: holdfast: ConfigMap default/k-always is protected by label resourcetemplate.karmada.io/deletion-protected=Always"), "{out:?}");
+    assert!(out.refused_with(&denied_by("delete-label-1.holdfast.dev", "holdfast: ConfigMap default/k-always is protected by label resourcetemplate.karmada.io/deletion-protected=Always (policy: label resourcetemplate.karmada.io/deletion-protected)")), "{out:?}");
     let out = env
         .kubectl(&["delete", "configmap", "k-true"])
         .expect("kubectl");
@@ -162,9 +155,12 @@ async fn karmada_and_orkestra_keys() {
     let out = env
         .kubectl(&["delete", "configmap", "o-true"])
         .expect("kubectl");
-    assert_ne!(out.code, 0);
     assert!(
-        out.stderr.contains("orkestra.io/deletion-protection=true"),
+        out.refused_with(&denied_by(
+            "delete-label-2.holdfast.dev",
+            "holdfast: ConfigMap default/o-true is protected by label \
+             orkestra.io/deletion-protection=true (policy: label orkestra.io/deletion-protection)"
+        )),
         "{out:?}"
     );
     let out = env
@@ -184,17 +180,39 @@ async fn strict_mode_end_to_end() {
         .expect("kubectl")
         .ok()
         .expect("labeled");
-    // Unrelated label changes pass (the matchCondition keeps them away from the webhook).
+    // Unrelated label changes pass, and the matchCondition keeps them away from the
+    // webhook: it answers no UPDATE review for them.
+    let before = env.webhook_reviews("UPDATE").await.expect("metrics");
     env.kubectl(&["label", "configmap", "db", "team=shop"])
         .expect("kubectl")
         .ok()
         .expect("unrelated label");
-    // Removing or downgrading the protection label is refused.
+    env.kubectl(&["annotate", "configmap", "db", "note=x"])
+        .expect("kubectl")
+        .ok()
+        .expect("unrelated annotation");
+    assert_eq!(
+        env.webhook_reviews("UPDATE").await.expect("metrics"),
+        before,
+        "an unrelated change reached the webhook"
+    );
+    // Removing or downgrading the protection label is refused (and is reviewed).
     let out = env
         .kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
         .expect("kubectl");
-    assert_ne!(out.code, 0);
-    assert!(out.stderr.contains("strict mode is on"), "{out:?}");
+    assert!(
+        out.refused_with(
+            "admission webhook \"strict-label-0.holdfast.dev\" denied the request: holdfast: \
+             ConfigMap default/db carries the protection label holdfast.dev/protected=true and \
+             strict mode is on"
+        ),
+        "{out:?}"
+    );
+    assert_eq!(
+        env.webhook_reviews("UPDATE").await.expect("metrics"),
+        before + 1,
+        "the removal was reviewed"
+    );
     let out = env
         .kubectl(&[
             "label",
@@ -204,7 +222,13 @@ async fn strict_mode_end_to_end() {
             "holdfast.dev/protected=no",
         ])
         .expect("kubectl");
-    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.refused_with(
+            "holdfast: ConfigMap default/db carries the protection label holdfast.dev/protected=true \
+             and strict mode is on"
+        ),
+        "{out:?}"
+    );
     // One update adding the exemption and removing the label: refused.
     let out = env
         .kubectl(&[
@@ -215,8 +239,18 @@ async fn strict_mode_end_to_end() {
             "holdfast.dev/strict-exempt=true",
         ])
         .expect("kubectl");
-    assert_ne!(out.code, 0);
-    assert!(out.stderr.contains("must already be stored"), "{out:?}");
+    assert!(out.refused_with("must already be stored"), "{out:?}");
+    // Changing between two protecting values is allowed.
+    env.kubectl(&[
+        "label",
+        "--overwrite",
+        "configmap",
+        "db",
+        "holdfast.dev/protected=Always",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("Always and true both protect");
     // Exemption first, then removal, then delete.
     env.kubectl(&[
         "label",
@@ -265,10 +299,50 @@ async fn skip_annotation_allows_exactly_that_object() {
             .code,
         0
     );
-    assert_ne!(
-        env.kubectl(&["delete", "configmap", "b"])
-            .expect("kubectl")
-            .code,
-        0
+    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    assert!(
+        out.refused_with(&denied_by(
+            "delete-label-0.holdfast.dev",
+            "holdfast: ConfigMap default/b is protected by label holdfast.dev/protected=Always"
+        )),
+        "{out:?}"
+    );
+    assert!(
+        !env.exists(&["configmap", "a"]).expect("kubectl"),
+        "a is gone"
+    );
+    // A break-glass time in the past does not count, and the refusal says so; one in
+    // the future does.
+    env.kubectl(&[
+        "annotate",
+        "configmap",
+        "b",
+        "holdfast.dev/skip-protection=2020-01-01T00:00:00Z",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    assert!(
+        out.refused_with(
+            "so it cannot be deleted (break-glass \
+             holdfast.dev/skip-protection=2020-01-01T00:00:00Z has expired)"
+        ),
+        "{out:?}"
+    );
+    env.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "configmap",
+        "b",
+        "holdfast.dev/skip-protection=2999-01-01T00:00:00Z",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    assert_eq!(
+        out.code, 0,
+        "a break-glass time in the future counts: {out:?}"
     );
 }

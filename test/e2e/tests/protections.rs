@@ -23,7 +23,7 @@ async fn full_stack() -> (Env, ControllerProcess) {
 }
 
 fn refused(out: &KubectlOutput, text: &str) -> bool {
-    out.code != 0 && out.stderr.contains(text)
+    out.refused_with(text)
 }
 
 /// Waits until the live configuration sends DELETEs of `resource` to the webhook.
@@ -134,20 +134,23 @@ async fn resource_protection_karmada_plan_for_a_crd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn enforcement_modes_warn_and_audit() {
     let (env, _c) = full_stack().await;
-    for name in ["warned", "audited", "enforced"] {
+    for name in ["warned", "audited", "enforced", "both"] {
         env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
             .expect("kubectl")
             .ok()
             .expect("cm");
     }
-    for (name, mode) in [
-        ("warned", "Warn"),
-        ("audited", "Audit"),
-        ("enforced", "Enforce"),
+    // "both" is selected by a Warn and an Enforce policy: Enforce wins.
+    for (policy, mode, object) in [
+        ("warned", "Warn", "warned"),
+        ("audited", "Audit", "audited"),
+        ("enforced", "Enforce", "enforced"),
+        ("both-warn", "Warn", "both"),
+        ("both-enforce", "Enforce", "both"),
     ] {
         env.apply(&format!(
-            "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: {name}}}\n\
-             spec:\n  enforcement: {mode}\n  resources:\n  - {{group: \"\", version: v1, resource: configmaps, namespace: default, names: [{name}]}}\n"
+            "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: {policy}}}\n\
+             spec:\n  enforcement: {mode}\n  resources:\n  - {{group: \"\", version: v1, resource: configmaps, namespace: default, names: [{object}]}}\n"
         ))
         .expect("protection");
     }
@@ -160,7 +163,27 @@ async fn enforcement_modes_warn_and_audit() {
         )
         .await
         .expect("enforced refused");
-    assert!(refused(&out, "ResourceProtection/enforced"), "{out:?}");
+    assert!(
+        refused(
+            &out,
+            "holdfast: ConfigMap default/enforced is protected by ResourceProtection/enforced"
+        ),
+        "{out:?}"
+    );
+    let out = env
+        .kubectl(&["delete", "configmap", "both"])
+        .expect("kubectl");
+    assert!(
+        refused(
+            &out,
+            "holdfast: ConfigMap default/both is protected by ResourceProtection/both-enforce"
+        ),
+        "Enforce beats Warn on one object: {out:?}"
+    );
+    assert!(
+        env.exists(&["configmap", "both"]).expect("kubectl"),
+        "still there"
+    );
     // Warn: allowed, and kubectl prints the admission warning.
     let out = env
         .kubectl(&["delete", "configmap", "warned"])
@@ -189,6 +212,26 @@ async fn enforcement_modes_warn_and_audit() {
             .contains("audit: holdfast: ConfigMap default/audited"),
         "{}",
         env.webhook_log()
+    );
+    // Both leave an Event on the object.
+    let warned = env
+        .wait_events("DeletionWarned", "warned", 30)
+        .await
+        .expect("DeletionWarned");
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0]["type"], "Warning", "{warned:?}");
+    assert_eq!(warned[0]["regarding"]["kind"], "ConfigMap", "{warned:?}");
+    let audited = env
+        .wait_events("DeletionAudited", "audited", 30)
+        .await
+        .expect("DeletionAudited");
+    assert_eq!(audited.len(), 1, "{audited:?}");
+    assert_eq!(audited[0]["regarding"]["kind"], "ConfigMap", "{audited:?}");
+    assert!(
+        audited[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("is protected by ResourceProtection/audited")),
+        "{audited:?}"
     );
 }
 
@@ -237,6 +280,45 @@ async fn namespace_containment_keeps_the_namespace_whole() {
         .kubectl(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"])
         .expect("kubectl");
     assert_eq!(out.stdout, "Active");
+    // Break-glass on the protected object lifts containment too (a server-side dry
+    // run: the namespace is not deleted yet).
+    env.kubectl(&[
+        "annotate",
+        "pvc",
+        "data",
+        "-n",
+        "shop",
+        "holdfast.dev/skip-protection=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+    env.kubectl_until(
+        &["delete", "namespace", "shop", "--dry-run=server"],
+        30,
+        |o| o.code == 0,
+    )
+    .await
+    .expect("break-glass contents do not block the namespace");
+    env.kubectl(&[
+        "annotate",
+        "pvc",
+        "data",
+        "-n",
+        "shop",
+        "holdfast.dev/skip-protection-",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotation removed");
+    env.kubectl_until(&["delete", "namespace", "shop", "--dry-run=server"], 30, |o| {
+        refused(
+            o,
+            "Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)",
+        )
+    })
+    .await
+    .expect("refused again without break-glass");
     // Lift the protection: the namespace goes.
     env.kubectl(&[
         "label",
@@ -364,11 +446,21 @@ async fn anchor_rule_composite_stories() {
     )
     .await
     .expect("deletable with the toggle off");
+    // A toggle that is not a boolean counts as absent: the default (true) protects.
+    env.apply(&composite("\"off\""))
+        .expect("toggle not a boolean");
+    env.kubectl_until(
+        &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
+        30,
+        |o| refused(o, protected_by),
+    )
+    .await
+    .expect("a non-boolean toggle falls back to the default");
     env.apply(&composite("true")).expect("toggle on");
     env.kubectl_until(
         &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        10,
-        |o| o.code != 0,
+        30,
+        |o| refused(o, protected_by),
     )
     .await
     .expect("protected again");
@@ -411,10 +503,6 @@ spec:
 "#;
 
 const FINALIZER: &str = "my.crd.group/super-important";
-
-fn exists(env: &Env, args: &[&str]) -> bool {
-    env.kubectl(args).map(|o| o.code == 0).unwrap_or(true)
-}
 
 /// The finalizer-processing "Deployment": while the Deployment exists, it removes the
 /// finalizer from instances being deleted.
@@ -602,7 +690,7 @@ async fn critical_service_bulk_delete_converges_in_order() {
         }
         pending = still;
         for (what, args) in &watched {
-            if !gone.iter().any(|g| g.0 == *what) && !exists(&env, args) {
+            if !gone.iter().any(|g| g.0 == *what) && !env.exists(&args[1..]).expect("kubectl get") {
                 eprintln!("{what} gone after {:?} (round {round})", started.elapsed());
                 gone.push((what, round));
             }
@@ -610,7 +698,8 @@ async fn critical_service_bulk_delete_converges_in_order() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = fin.join();
+    fin.join()
+        .expect("the finalizer controller thread panicked");
     let at = |w: &str| gone.iter().find(|g| g.0 == w).map(|g| g.1).expect("gone");
     assert!(
         at("instance") <= at("deployment"),
@@ -631,19 +720,7 @@ async fn critical_service_bulk_delete_converges_in_order() {
 }
 
 fn events(env: &Env, reason: &str, name: &str) -> Vec<Value> {
-    let out = env
-        .kubectl(&["get", "events.events.k8s.io", "-A", "-o", "json"])
-        .expect("kubectl")
-        .ok()
-        .expect("events");
-    let list: Value = serde_json::from_str(&out.stdout).expect("json");
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["reason"] == reason && e["regarding"]["name"] == name)
-        .cloned()
-        .collect()
+    env.events(reason, name).expect("kubectl get events")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -676,12 +753,25 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     });
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("crds");
-    env.start_webhook(&["--strict"]).await.expect("webhook");
+    // One window for the whole test: four refused retries make exactly one Event
+    // however slowly kubectl runs.
+    env.start_webhook(&["--strict", "--event-window-seconds", "3600"])
+        .await
+        .expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
     let mut c = start_controller(&env, "controller", port, &["--strict"]).expect("controller");
     c.wait_ready(30).await.expect("controller ready");
-    covered(&env, "", "namespaces").await;
+    // The strict configuration is in place, not merely some configuration.
+    wait_configuration(&env, Duration::from_secs(30), |cfg| {
+        cfg.is_some_and(|c| {
+            holdfast_e2e::controller::webhook_names(c)
+                .iter()
+                .any(|n| n == "strict-label-0.holdfast.dev")
+        })
+    })
+    .await
+    .expect("strict configuration installed");
     for name in ["db", "other"] {
         env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
             .expect("kubectl")
@@ -735,6 +825,40 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
         refused(&out, "may not add label holdfast.dev/strict-exempt"),
         "{out:?}"
     );
+    // A refused dry run leaves no Event (the webhook declares sideEffects: None);
+    // the same refusal for real, by another user, does.
+    env.kubectl(&["create", "configmap", "dry", "--from-literal=a=b"])
+        .expect("kubectl")
+        .ok()
+        .expect("cm");
+    env.kubectl(&["label", "configmap", "dry", "holdfast.dev/protected=true"])
+        .expect("kubectl")
+        .ok()
+        .expect("label");
+    let out = env
+        .kubectl_as("dev", &["delete", "configmap", "dry", "--dry-run=server"])
+        .expect("kubectl");
+    assert!(
+        refused(&out, "ConfigMap default/dry is protected by label"),
+        "{out:?}"
+    );
+    let out = env
+        .kubectl_as("lead", &["delete", "configmap", "dry"])
+        .expect("kubectl");
+    assert!(
+        refused(&out, "ConfigMap default/dry is protected by label"),
+        "{out:?}"
+    );
+    let dry = env
+        .wait_events("DeletionBlocked", "dry", 30)
+        .await
+        .expect("the real refusal's Event");
+    assert!(
+        dry.iter().all(|e| e["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("lead tried to delete it"))),
+        "the dry run left an Event: {dry:?}"
+    );
     // ...and gets refused deletions recorded, once per window however often retried.
     for _ in 0..4 {
         let out = env
@@ -760,7 +884,7 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
 
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let blocked = events(&env, "DeletionBlocked", "other");
         let glass = events(&env, "BreakGlass", "db");

@@ -1,4 +1,4 @@
-//! Scale check (ignored by default; run with `cargo test -p holdfast-sim --test perf -- --ignored`):
+//! Scale check (ignored by default; run hack/bench-sim.sh):
 //! 20k objects, selector lists and full lists must stay fast.
 
 use holdfast_sim::{Sim, SimConfig};
@@ -8,7 +8,7 @@ use serde_json::json;
 use std::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
+#[ignore = "scale check: run hack/bench-sim.sh"]
 async fn twenty_thousand_objects() {
     let sim = Sim::start(SimConfig::default()).await.expect("ok");
     let client = sim.client().await.expect("ok");
