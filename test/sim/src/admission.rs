@@ -167,7 +167,10 @@ fn convert(o: Option<&Value>, info: &ResourceInfo, version: &str) -> Value {
     match o {
         Some(o) => {
             let mut o = o.clone();
-            o["apiVersion"] = json!(info.api_version(version));
+            // Objects of a subresource's own kind (an Eviction) keep their version.
+            if o["kind"].as_str().is_none_or(|k| k == info.kind) {
+                o["apiVersion"] = json!(info.api_version(version));
+            }
             o
         }
         None => Value::Null,
