@@ -43,6 +43,7 @@ impl App {
     pub fn ready(&self) -> bool {
         self.serving.load(Ordering::Acquire)
             && holdfast_shared::policy::ClusterView::policies_loaded(self.admission.view().as_ref())
+            && self.admission.view().discovery_problem().is_none()
     }
 }
 
@@ -172,6 +173,14 @@ async fn probe_route(app: &App, req: Request<Incoming>) -> Response<Body> {
                 text(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not ready: admission listener not serving",
+                )
+            } else if let Some(p) = app.admission.view().discovery_problem() {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "not ready: API discovery incomplete ({p}); namespace and \
+                         CustomResourceDefinition deletions are refused until it completes"
+                    ),
                 )
             } else {
                 text(
