@@ -13,10 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-pub const CAPTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../captures"
-);
+pub const CAPTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../captures");
 
 /// One AdmissionReview as received by the test webhook.
 #[derive(Clone, Debug)]
