@@ -22,6 +22,8 @@ const CONTROLLER_SA: &str = "system:serviceaccount:holdfast-system:holdfast-cont
 
 /// A user who may do anything to ordinary objects, but not bypass protection.
 const ALICE: &str = "alice";
+/// A member of the admin group named with `--admin-group`.
+const OPS: &str = "ops";
 /// A user who also holds the bypass permission.
 const BREAKER: &str = "breaker";
 
@@ -77,6 +79,9 @@ fn sim_config() -> SimConfig {
         ],
     ));
     cfg.users.push(user(ALICE, &["dev"]));
+    cfg.users.push(user(OPS, &["platform-admins"]));
+    cfg.rbac
+        .push(allow(&[OPS], EVERYDAY, &["*"], &["*", "*/*"]));
     cfg.users.push(user(BREAKER, &["dev"]));
     cfg.rbac
         .push(allow(&[ALICE, BREAKER], EVERYDAY, &["*"], &["*", "*/*"]));
@@ -105,6 +110,10 @@ fn manifest(name: &str) -> String {
 /// holdfast as the manifests ship it: namespace, service accounts, RBAC and CRDs
 /// applied by the admin; webhook and controller running as their service accounts.
 async fn shipped(strict: bool) -> Stack {
+    shipped_with(strict, &[]).await
+}
+
+async fn shipped_with(strict: bool, controller_args: &[&str]) -> Stack {
     let mut env = Env::start_with(sim_config()).await.expect("sim");
     for m in [
         "namespace.yaml",
@@ -139,6 +148,7 @@ async fn shipped(strict: bool) -> Stack {
     if strict {
         cargs.push("--strict");
     }
+    cargs.extend(controller_args);
     let mut c = start_controller(&env, "controller", port, &cargs).expect("controller");
     c.wait_ready(30).await.unwrap_or_else(|e| {
         panic!("controller not ready: {e}\n{}", c.log());
@@ -666,4 +676,116 @@ async fn look_alike_protection_values_warn() {
         ],
     ));
     assert_eq!(out.stderr, "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn own_installation_is_guarded_by_an_admission_policy() {
+    let mut s = shipped_with(false, &["--admin-group", "platform-admins"]).await;
+    s.env
+        .kubectl_until(
+            &[
+                "get",
+                "validatingadmissionpolicybinding",
+                "holdfast-self-protection",
+            ],
+            30,
+            |o| o.code == 0,
+        )
+        .await
+        .expect("policy installed");
+    let env = &s.env;
+    env.apply(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: holdfast-webhook, namespace: holdfast-system}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: w}}\n  template:\n    metadata: {labels: {app: w}}\n    spec: {containers: [{name: w, image: registry.invalid/w:1}]}\n",
+    )
+    .expect("deployment");
+    ok(env
+        .kubectl(&["create", "cm", "keep", "-n", "default"])
+        .expect("kubectl"));
+    ok(env
+        .kubectl(&[
+            "label",
+            "cm",
+            "keep",
+            "-n",
+            "default",
+            "holdfast.dev/protected=true",
+        ])
+        .expect("kubectl"));
+    let message = "ValidatingAdmissionPolicy 'holdfast-self-protection' with binding \
+                   'holdfast-self-protection' denied request: holdfast: this object is part of \
+                   holdfast's own installation; only the holdfast controller \
+                   (system:serviceaccount:holdfast-system:holdfast-controller) or members of \
+                   platform-admins may change or delete it (policy: \
+                   ValidatingAdmissionPolicy/holdfast-self-protection). To uninstall holdfast, \
+                   delete the ValidatingAdmissionPolicyBinding holdfast-self-protection first, \
+                   with the controller stopped.";
+    // The cluster admin (system:masters) is not the controller: refused, for the
+    // configuration, a CRD, and scaling the webhook away.
+    let out = env
+        .kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
+        .expect("kubectl");
+    refused_with(
+        &out,
+        &format!(
+            "Error from server (Forbidden): validatingwebhookconfigurations.admissionregistration.k8s.io \"holdfast\" is forbidden: {message}"
+        ),
+    );
+    let out = env
+        .kubectl(&["delete", "crd", "resourceprotections.holdfast.dev"])
+        .expect("kubectl");
+    refused_with(
+        &out,
+        &format!(
+            "Error from server (Forbidden): customresourcedefinitions.apiextensions.k8s.io \"resourceprotections.holdfast.dev\" is forbidden: {message}"
+        ),
+    );
+    let out = env
+        .kubectl(&[
+            "scale",
+            "deployment",
+            "holdfast-webhook",
+            "-n",
+            "holdfast-system",
+            "--replicas=0",
+        ])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.trim_end().ends_with(message), "{}", out.stderr);
+    // It holds while the webhook is down: the API server evaluates it.
+    s.env.webhook = None;
+    let env = &s.env;
+    let out = env
+        .kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.trim_end().ends_with(message), "{}", out.stderr);
+    // So deleting the configuration and then a protected object back to back does
+    // not get the object deleted (the webhook being down, the API server fails
+    // closed).
+    let out = env
+        .kubectl(&["delete", "cm", "keep", "-n", "default"])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    ok(env
+        .kubectl(&["get", "cm", "keep", "-n", "default"])
+        .expect("kubectl"));
+    // A member of the named admin group may change it.
+    ok(env
+        .kubectl_as(
+            OPS,
+            &[
+                "annotate",
+                "crd",
+                "resourceprotections.holdfast.dev",
+                "note=checked",
+            ],
+        )
+        .expect("kubectl"));
+    // Other objects of the same kinds are not concerned.
+    ok(env
+        .kubectl(&["create", "cm", "holdfast-webhook", "-n", "holdfast-system"])
+        .expect("kubectl"));
+    ok(env
+        .kubectl(&["delete", "cm", "holdfast-webhook", "-n", "holdfast-system"])
+        .expect("kubectl"));
 }
