@@ -18,6 +18,7 @@ use std::{
 };
 
 use futures::StreamExt as _;
+use holdfast_shared::selfprotection::{SELF_PROTECTION_NAME, SelfProtection};
 use holdfast_shared::{
     api::{AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection},
     names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
@@ -27,11 +28,9 @@ use holdfast_shared::{
         resource_protection_needs, routes,
     },
 };
-use holdfast_shared::selfprotection::{SELF_PROTECTION_NAME, SelfProtection};
 use k8s_openapi::{
     api::admissionregistration::v1::{
-        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-        ValidatingWebhookConfiguration,
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };

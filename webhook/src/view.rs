@@ -237,7 +237,14 @@ impl WebhookView {
             manage_stores(self.clone(), shutdown.clone()),
         );
         if self.topology == Topology::Kubernetes {
-            self.spawn(shutdown.clone(), watch_crds(self.clone(), crd_client));
+            self.spawn(
+                shutdown.clone(),
+                watch_crds(self.clone(), crd_client.clone()),
+            );
+            self.spawn(
+                shutdown.clone(),
+                watch_api_services(self.clone(), crd_client),
+            );
         }
         if self.mode == DependentsMode::Watch {
             self.spawn(
@@ -883,6 +890,31 @@ async fn watch_crds(view: Arc<WebhookView>, client: Client) {
     }
 }
 
+/// Watches APIServices: an aggregated API added, changed or removed triggers
+/// discovery at once.
+async fn watch_api_services(view: Arc<WebhookView>, client: Client) {
+    let ar = ApiResource {
+        group: "apiregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiregistration.k8s.io/v1".into(),
+        kind: "APIService".into(),
+        plural: "apiservices".into(),
+    };
+    let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+    let mut stream = watcher::metadata_watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                view.rediscover.notify_one();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "APIService watch error; retrying"),
+        }
+    }
+}
+
 /// What a policy kind must be for `watch_policies`.
 trait WatchedPolicy:
     PolicyObject<DynamicType = (), Scope = kube::core::ClusterResourceScope>
@@ -1194,19 +1226,29 @@ async fn namespaced_resources(
             return (previous.clone(), problems);
         }
     }
-    for (group, version) in group_versions {
-        let gv = if group.is_empty() {
-            version.clone()
-        } else {
-            format!("{group}/{version}")
-        };
-        let listed = if group.is_empty() {
-            client.list_core_api_resources(&version).await
-        } else {
-            client.list_api_group_resources(&gv).await
-        };
+    // Every group at once, each bounded in time: the client retries 503s with
+    // backoff, and one unreachable aggregated API must not hold up the others.
+    let lookups = group_versions
+        .into_iter()
+        .map(|(group, version)| async move {
+            let gv = if group.is_empty() {
+                version.clone()
+            } else {
+                format!("{group}/{version}")
+            };
+            let listed = tokio::time::timeout(Duration::from_secs(5), async {
+                if group.is_empty() {
+                    client.list_core_api_resources(&version).await
+                } else {
+                    client.list_api_group_resources(&gv).await
+                }
+            })
+            .await;
+            (group, gv, listed)
+        });
+    for (group, gv, listed) in futures::future::join_all(lookups).await {
         let resources = match listed {
-            Ok(list) => list
+            Ok(Ok(list)) => list
                 .resources
                 .into_iter()
                 .filter(|r| {
@@ -1218,8 +1260,12 @@ async fn namespaced_resources(
                 })
                 .map(|r| GroupResource::new(&group, &r.name))
                 .collect(),
-            Err(e) => {
+            Ok(Err(e)) => {
                 problems.push(format!("discovery of {gv} failed: {e}"));
+                previous.get(&group).cloned().unwrap_or_default()
+            }
+            Err(_) => {
+                problems.push(format!("discovery of {gv} failed: no answer within 5s"));
                 previous.get(&group).cloned().unwrap_or_default()
             }
         };

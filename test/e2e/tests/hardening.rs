@@ -789,3 +789,123 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
         .kubectl(&["delete", "cm", "holdfast-webhook", "-n", "holdfast-system"])
         .expect("kubectl"));
 }
+
+const BROKEN_API: &str = r#"
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.metrics.k8s.io}
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  insecureSkipTLSVerify: true
+  service: {name: metrics-server, namespace: kube-system}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broken_aggregated_api_keeps_containment_closed() {
+    let s = shipped(false).await;
+    let env = &s.env;
+    let probe = env.webhook.as_ref().map(|w| w.probe_port).expect("probe");
+    ok(env.kubectl(&["create", "ns", "victim"]).expect("kubectl"));
+    for name in ["plain", "precious"] {
+        ok(env
+            .kubectl(&["create", "cm", name, "-n", "victim"])
+            .expect("kubectl"));
+    }
+    ok(env
+        .kubectl(&["create", "secret", "generic", "creds", "-n", "victim"])
+        .expect("kubectl"));
+    ok(env
+        .kubectl(&[
+            "label",
+            "cm",
+            "precious",
+            "-n",
+            "victim",
+            "holdfast.dev/protected=Always",
+        ])
+        .expect("kubectl"));
+    let contained = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+                     denied the request: holdfast: Namespace victim holds objects that are \
+                     protected from deletion: ConfigMap victim/precious (label) (policy: \
+                     containment), so it cannot be deleted: that would leave it half-deleted. \
+                     To delete it, first lift the protection of those objects (or delete them), \
+                     or set the annotation holdfast.dev/skip-protection=true if you are allowed \
+                     to bypass protection on the namespace.";
+    env.kubectl_until(
+        &[
+            "--token",
+            "alice-token",
+            "delete",
+            "ns",
+            "victim",
+            "--dry-run=server",
+        ],
+        30,
+        |o| o.code == 1 && o.stderr.trim_end() == contained,
+    )
+    .await
+    .expect("contained");
+
+    // One aggregated API breaks: its discovery answers 503.
+    env.apply(BROKEN_API).expect("APIService");
+    let ready_prefix =
+        "not ready: API discovery incomplete (discovery of metrics.k8s.io/v1beta1 failed: ";
+    let ready_suffix =
+        "); namespace and CustomResourceDefinition deletions are refused until it completes";
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let body = loop {
+        let got = holdfast_e2e::http_get(probe, "/readyz").await;
+        if let Ok((503, body)) = &got {
+            break body.trim_end().to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/readyz never reported the broken discovery; last: {got:?}\n{}",
+            env.webhook_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        body.starts_with(ready_prefix) && body.ends_with(ready_suffix),
+        "{body}"
+    );
+    // The namespace deletion is refused outright, nothing in it is touched.
+    let out = as_alice(env, &["delete", "ns", "victim", "--wait=false"]);
+    let stderr = out.stderr.trim_end();
+    assert_eq!(out.code, 1, "{out:?}");
+    let prefix = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+                  denied the request: holdfast: cannot verify what Namespace victim holds: API \
+                  discovery is incomplete (discovery of metrics.k8s.io/v1beta1 failed: ";
+    let suffix = "), so objects of some resources cannot be seen. Refusing rather than risk a \
+                  half-deleted namespace; retry later, or set the annotation \
+                  holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+    assert!(
+        stderr.starts_with(prefix) && stderr.ends_with(suffix),
+        "{stderr}"
+    );
+    let phase = get_json(env, &["get", "ns", "victim"])["status"]["phase"].clone();
+    assert_eq!(phase, "Active");
+    let names = ok(env
+        .kubectl(&["get", "cm,secret", "-n", "victim", "-o", "name"])
+        .expect("kubectl"));
+    assert_eq!(
+        names.stdout,
+        "configmap/kube-root-ca.crt\nconfigmap/plain\nconfigmap/precious\nsecret/creds\n"
+    );
+    // Ordinary deletions go on: an unprotected object goes, a protected one stays.
+    ok(as_alice(env, &["delete", "cm", "plain", "-n", "victim"]));
+    let out = as_alice(env, &["delete", "cm", "precious", "-n", "victim"]);
+    assert_eq!(out.code, 1, "{out:?}");
+
+    // The API comes back (its APIService removed): ready again, and the label store
+    // was kept all along: containment names the protected object at once.
+    ok(env
+        .kubectl(&["delete", "apiservice", "v1beta1.metrics.k8s.io"])
+        .expect("kubectl"));
+    env.wait_webhook_ready().await.expect("ready again");
+    let out = as_alice(env, &["delete", "ns", "victim", "--dry-run=server"]);
+    refused_with(&out, contained);
+}
