@@ -14,6 +14,18 @@ use serde_json::Value;
 
 const POLICIES: &str = "policies.holdfast.dev";
 
+/// The webhook receiving pod evictions.
+const EVICTION: &str = "eviction.holdfast.dev";
+
+/// CRD DELETEs always reach the policies webhook (CRD containment).
+fn crd_rule() -> (Vec<String>, Vec<String>, Vec<String>) {
+    (
+        vec!["apiextensions.k8s.io".to_string()],
+        vec!["customresourcedefinitions".to_string()],
+        vec!["DELETE".to_string()],
+    )
+}
+
 async fn env_with_webhook() -> Env {
     let mut env = Env::start().await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
@@ -75,15 +87,18 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", POLICIES]
+        vec!["delete-label-0.holdfast.dev", POLICIES, EVICTION]
     );
     assert_eq!(
         rules_of(&cfg, POLICIES),
-        vec![(
-            vec!["".to_string()],
-            vec!["namespaces".to_string()],
-            vec!["DELETE".to_string()]
-        )]
+        vec![
+            (
+                vec!["".to_string()],
+                vec!["namespaces".to_string()],
+                vec!["DELETE".to_string()]
+            ),
+            crd_rule()
+        ]
     );
     assert_eq!(cfg["webhooks"][0]["failurePolicy"], "Fail");
     assert_eq!(
@@ -121,16 +136,19 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", POLICIES]
+        vec!["delete-label-0.holdfast.dev", POLICIES, EVICTION]
     );
     let rules = rules_of(&cfg, POLICIES);
     assert_eq!(
         rules,
-        vec![(
-            vec!["".to_string()],
-            vec!["configmaps".to_string(), "namespaces".to_string()],
-            vec!["DELETE".to_string()]
-        )],
+        vec![
+            (
+                vec!["".to_string()],
+                vec!["configmaps".to_string(), "namespaces".to_string()],
+                vec!["DELETE".to_string()]
+            ),
+            crd_rule()
+        ],
         "core resources merged into one rule"
     );
     let ready = wait_condition(
@@ -220,9 +238,13 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", POLICIES]
+        vec!["delete-label-0.holdfast.dev", POLICIES, EVICTION]
     );
-    assert_eq!(rules_of(&cfg, POLICIES).len(), 1, "only namespaces left");
+    assert_eq!(
+        rules_of(&cfg, POLICIES).len(),
+        2,
+        "only namespaces (and CRDs) left"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
