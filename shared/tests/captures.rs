@@ -11,8 +11,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn captures_dir() -> PathBuf {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../test/captures/admission");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../test/captures/admission");
     assert!(
         dir.is_dir(),
         "{} is missing: the recorded captures belong to the repository (test/captures)",

@@ -64,6 +64,9 @@ fn the_fixtures_tests_read_are_in_the_repository() {
         "test/captures/holes/README.md",
         "docs/design.md",
     ] {
-        assert!(root.join(path).exists(), "{path} is missing from the repository");
+        assert!(
+            root.join(path).exists(),
+            "{path} is missing from the repository"
+        );
     }
 }

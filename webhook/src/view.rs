@@ -901,7 +901,7 @@ async fn watch_api_services(view: Arc<WebhookView>, client: Client) {
         plural: "apiservices".into(),
     };
     let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
-    let mut stream = watcher::metadata_watcher(api, watcher::Config::default())
+    let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
     while let Some(event) = stream.next().await {

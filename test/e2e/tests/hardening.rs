@@ -62,8 +62,10 @@ const EVERYDAY: &[&str] = &[
 /// The sim with authorization on, its admin, the shipped service accounts, alice
 /// and breaker.
 fn sim_config() -> SimConfig {
-    let mut cfg = SimConfig::default();
-    cfg.authorize = true;
+    let mut cfg = SimConfig {
+        authorize: true,
+        ..SimConfig::default()
+    };
     cfg.users.push(user(
         WEBHOOK_SA,
         &[
