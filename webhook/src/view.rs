@@ -1355,3 +1355,102 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
         h.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+    use serde_json::json;
+
+    /// A fake API server answering discovery: `good.io` serves widgets, `broken.io`
+    /// answers 503 for its group version.
+    fn fake_client() -> Client {
+        let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
+            let (status, body) = match req.uri().path() {
+                "/apis" => (
+                    200,
+                    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                        {"name": "good.io", "versions": [{"groupVersion": "good.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "good.io/v1", "version": "v1"}},
+                        {"name": "broken.io", "versions": [{"groupVersion": "broken.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "broken.io/v1", "version": "v1"}}]}),
+                ),
+                "/api/v1" => (
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap", "verbs": ["list", "watch", "get"]},
+                        {"name": "events", "singularName": "event", "namespaced": true, "kind": "Event", "verbs": ["list", "watch"]},
+                        {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]},
+                        {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node", "verbs": ["list", "watch"]}]}),
+                ),
+                "/apis/good.io/v1" => (
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "good.io/v1", "resources": [
+                        {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget", "verbs": ["list", "watch"]}]}),
+                ),
+                _ => (
+                    500,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "boom", "code": 500}),
+                ),
+            };
+            let resp = http::Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(bytes::Bytes::from(body.to_string())))
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(resp)
+        });
+        Client::new(svc, "default")
+    }
+
+    #[tokio::test]
+    async fn failed_discovery_keeps_what_was_known() {
+        let client = fake_client();
+        let mut previous = HashMap::new();
+        previous.insert(
+            "broken.io".to_string(),
+            vec![GroupResource::new("broken.io", "gizmos")],
+        );
+        let (found, problems) = namespaced_resources(&client, &previous).await;
+        assert_eq!(
+            found.get(""),
+            Some(&vec![GroupResource::new("", "configmaps")])
+        );
+        assert_eq!(
+            found.get("good.io"),
+            Some(&vec![GroupResource::new("good.io", "widgets")])
+        );
+        // The broken group keeps its old resources, and the failure is reported.
+        assert_eq!(
+            found.get("broken.io"),
+            Some(&vec![GroupResource::new("broken.io", "gizmos")])
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("discovery of broken.io/v1 failed: "),
+            "{problems:?}"
+        );
+        // Nothing known before: nothing kept, still reported.
+        let (found, problems) = namespaced_resources(&client, &HashMap::new()).await;
+        assert_eq!(found.get("broken.io"), Some(&Vec::new()));
+        assert_eq!(problems.len(), 1);
+    }
+
+    #[test]
+    fn crd_resource_uses_the_storage_version() {
+        let crd = json!({"spec": {"group": "example.com", "names": {"plural": "gadgets", "kind": "Gadget"},
+            "versions": [{"name": "v1beta1", "served": true, "storage": false},
+                         {"name": "v1", "served": true, "storage": true}]}});
+        let ar = crd_resource(&crd).expect("resource");
+        assert_eq!(
+            (
+                ar.api_version.as_str(),
+                ar.plural.as_str(),
+                ar.kind.as_str()
+            ),
+            ("example.com/v1", "gadgets", "Gadget")
+        );
+        assert!(crd_resource(&json!({"spec": {"group": "example.com"}})).is_none());
+        assert!(crd_resource(&json!(null)).is_none());
+    }
+}
