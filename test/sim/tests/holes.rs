@@ -347,3 +347,65 @@ async fn eviction_deletes_without_a_delete_review() {
     );
     assert_eq!(out.code, 1, "{out:?}");
 }
+
+/// ValidatingAdmissionPolicies apply to webhook configurations (kube-apiserver skips
+/// only policies and bindings themselves), and each rule's resourceNames restrict
+/// that rule only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_policies_cover_webhook_configurations_by_rule() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "guard"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["*"],
+                 "operations": ["DELETE"], "resources": ["validatingwebhookconfigurations"],
+                 "resourceNames": ["guarded"]},
+                {"apiGroups": [""], "apiVersions": ["*"], "operations": ["DELETE"],
+                 "resources": ["configmaps"], "resourceNames": ["other"]}
+            ]},
+            "validations": [{"expression": "false", "message": "guarded", "reason": "Forbidden"}]
+        }
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "guard"},
+        "spec": {"policyName": "guard", "validationActions": ["Deny"]}
+    });
+    for o in [&policy, &binding] {
+        let out = k.run_stdin(&["apply", "-f", "-"], Some(&o.to_string()));
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    for name in ["guarded", "free"] {
+        let vwc = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration", "metadata": {"name": name}, "webhooks": []});
+        let out = k.run_stdin(&["apply", "-f", "-"], Some(&vwc.to_string()));
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    let out = k.run(&["delete", "validatingwebhookconfiguration", "guarded"]);
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            "Error from server (Forbidden): validatingwebhookconfigurations.admissionregistration.k8s.io \"guarded\" is forbidden: ValidatingAdmissionPolicy 'guard' with binding 'guard' denied request: guarded"
+        )
+    );
+    let out = k.run(&["delete", "validatingwebhookconfiguration", "free"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // A ConfigMap named like the guarded configuration is not matched: the names
+    // belong to the rule that lists them.
+    assert_eq!(k.run(&["create", "cm", "guarded", "-n", "default"]).code, 0);
+    let out = k.run(&["delete", "cm", "guarded", "-n", "default"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(k.run(&["create", "cm", "other", "-n", "default"]).code, 0);
+    let out = k.run(&["delete", "cm", "other", "-n", "default"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    // Policies and bindings themselves are never subject to admission policies.
+    let out = k.run(&["delete", "validatingadmissionpolicybinding", "guard"]);
+    assert_eq!(out.code, 0, "{out:?}");
+}
