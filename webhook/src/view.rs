@@ -1288,12 +1288,14 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
     let mut last_discovery: Option<std::time::Instant> = None;
     let mut rediscover = false;
     loop {
-        // Discovery: every 30 s, at once when a CRD changed, and every round while
-        // the last one was incomplete.
-        if rediscover
-            || view.discovery_problem().is_some()
-            || last_discovery.is_none_or(|t| t.elapsed() > Duration::from_secs(30))
-        {
+        // Discovery: every 30 s, at once when a CRD or an APIService changed, and
+        // every 5 s while the last one was incomplete.
+        let every = if view.discovery_problem().is_some() {
+            Duration::from_secs(5)
+        } else {
+            Duration::from_secs(30)
+        };
+        if rediscover || last_discovery.is_none_or(|t| t.elapsed() > every) {
             let (found, problems) = namespaced_resources(&client, &by_group).await;
             by_group = found;
             namespaced = by_group.values().flatten().cloned().collect();
