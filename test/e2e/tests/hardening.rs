@@ -802,7 +802,7 @@ spec:
   groupPriorityMinimum: 100
   versionPriority: 100
   insecureSkipTLSVerify: true
-  service: {name: metrics-server, namespace: kube-system}
+  service: {name: unreachable-api, namespace: kube-system}
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
