@@ -409,3 +409,50 @@ async fn admission_policies_cover_webhook_configurations_by_rule() {
     let out = k.run(&["delete", "validatingadmissionpolicybinding", "guard"]);
     assert_eq!(out.code, 0, "{out:?}");
 }
+
+/// An aggregated API whose service the simulator cannot reach: listed in the legacy
+/// `/apis`, its discovery answers 503, as kube-aggregator does for an unavailable
+/// APIService (kubectl: "the server is currently unable to handle the request").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_aggregated_api_answers_503() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let api = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1beta1.metrics.k8s.io"},
+        "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                 "versionPriority": 100, "insecureSkipTLSVerify": true,
+                 "service": {"name": "unreachable-api", "namespace": "kube-system"}}});
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(&api.to_string()));
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&["get", "--raw", "/apis"]);
+    let groups: Value = serde_json::from_str(&out.stdout).expect("APIGroupList");
+    let listed = groups["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["name"] == "metrics.k8s.io")
+        .cloned();
+    assert_eq!(
+        listed,
+        Some(json!({"name": "metrics.k8s.io",
+            "versions": [{"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}],
+            "preferredVersion": {"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}}))
+    );
+    let out = k.run(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1"]);
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            "Error from server (ServiceUnavailable): the server is currently unable to handle the request"
+        )
+    );
+    // Gone with its APIService.
+    let out = k.run(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.trim_end(),
+        "Error from server (NotFound): the server could not find the requested resource"
+    );
+}
