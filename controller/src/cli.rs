@@ -203,6 +203,12 @@ pub struct RunArgs {
     #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_LEADER_ELECT")]
     pub leader_elect: bool,
 
+    /// Group whose members may change or delete holdfast's own installation
+    /// (webhook configuration, CRDs, Deployments, Service, Secret) besides the
+    /// controller itself (repeatable; ';' separates several in one value).
+    #[arg(long, value_name = "GROUP", action = ArgAction::Append, value_delimiter = ';', env = "HOLDFAST_ADMIN_GROUP")]
+    pub admin_group: Vec<String>,
+
     /// Name of the holdfast APIExport (kcp).
     #[arg(long = "apiexport", value_name = "NAME", default_value = "holdfast.dev", value_parser = parse_api_export, env = "HOLDFAST_APIEXPORT")]
     pub api_export: String,
@@ -368,6 +374,12 @@ impl RunArgs {
             strict: self.strict,
             protection_labels: ProtectionLabels::with_extra(self.protection_label),
             leader_elect: self.leader_elect,
+            admin_groups: self
+                .admin_group
+                .into_iter()
+                .map(|g| g.trim().to_string())
+                .filter(|g| !g.is_empty())
+                .collect(),
             api_export: self.api_export,
             probe_listen: self.probe_listen,
         })

@@ -256,6 +256,8 @@ pub struct RunConfig {
     pub protection_labels: ProtectionLabels,
     /// Run leader election.
     pub leader_elect: bool,
+    /// Groups that may change holdfast's own installation besides the controller.
+    pub admin_groups: Vec<String>,
     /// Name of the holdfast APIExport (kcp).
     pub api_export: String,
     /// Listen address of `/healthz` and `/readyz`.

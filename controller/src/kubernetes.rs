@@ -18,6 +18,7 @@ use std::{
 };
 
 use futures::StreamExt as _;
+use holdfast_shared::selfprotection::{SELF_PROTECTION_NAME, SelfProtection};
 use holdfast_shared::{
     api::{AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection},
     names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
@@ -28,7 +29,9 @@ use holdfast_shared::{
     },
 };
 use k8s_openapi::{
-    api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
+    },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
@@ -69,6 +72,98 @@ pub struct Settings {
     pub resync: Duration,
     /// Reporting instance for Events.
     pub instance: String,
+    /// The ValidatingAdmissionPolicy guarding holdfast's own installation (None:
+    /// the controller's identity could not be found; then nothing is installed).
+    pub self_protection: Option<SelfProtection>,
+}
+
+/// The self-protection of the installation: the controller's identity (a
+/// SelfSubjectReview), `admin_groups`, and the namespace it runs in
+/// (`$POD_NAMESPACE`, else `holdfast-system`).
+pub async fn self_protection(client: &Client, admin_groups: &[String]) -> Option<SelfProtection> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    let review = SelfSubjectReview::default();
+    let identity = match api.create(&PostParams::default(), &review).await {
+        Ok(r) => r
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|u| u.username)
+            .filter(|u| !u.is_empty()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot learn the controller's identity (SelfSubjectReview); holdfast's installation is not guarded by a ValidatingAdmissionPolicy");
+            None
+        }
+    }?;
+    let namespace = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "holdfast-system".to_string());
+    tracing::info!(%identity, admin_groups = ?admin_groups, %namespace, "guarding holdfast's installation with ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}");
+    Some(SelfProtection {
+        identity,
+        admin_groups: admin_groups.to_vec(),
+        namespace,
+    })
+}
+
+/// Installs (or restores) the self-protection policy and its binding when they
+/// are missing or differ, with server-side apply.
+async fn ensure_self_protection(client: &Client, sp: &SelfProtection) -> anyhow::Result<()> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let want = sp.policy();
+    let live = policies.get_opt(SELF_PROTECTION_NAME).await?;
+    if live.as_ref().map(|l| &l.spec) != Some(&want.spec) {
+        let mut body = serde_json::to_value(&want)?;
+        body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+        body["kind"] = "ValidatingAdmissionPolicy".into();
+        tracing::info!("applying ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}");
+        policies
+            .patch(SELF_PROTECTION_NAME, &pp, &Patch::Apply(&body))
+            .await?;
+    }
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let want = sp.binding();
+    let live = bindings.get_opt(SELF_PROTECTION_NAME).await?;
+    let same = live.as_ref().is_some_and(|l| {
+        l.spec.policy_name == want.spec.policy_name
+            && l.spec.validation_actions == want.spec.validation_actions
+            && l.spec.match_resources.is_none()
+            && l.spec.param_ref.is_none()
+    });
+    if !same {
+        let mut body = serde_json::to_value(&want)?;
+        body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+        body["kind"] = "ValidatingAdmissionPolicyBinding".into();
+        tracing::info!("applying ValidatingAdmissionPolicyBinding {SELF_PROTECTION_NAME}");
+        bindings
+            .patch(SELF_PROTECTION_NAME, &pp, &Patch::Apply(&body))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Deletes the self-protection binding and policy (cleanup on shutdown).
+pub async fn delete_self_protection(client: &Client) {
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    for result in [
+        bindings
+            .delete(SELF_PROTECTION_NAME, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+        policies
+            .delete(SELF_PROTECTION_NAME, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    ] {
+        match result {
+            Ok(()) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => tracing::warn!(error = %e, "deleting the self-protection policy failed"),
+        }
+    }
 }
 
 /// Spawns a reflector for `api` whose every event wakes `notify`.
@@ -430,6 +525,11 @@ impl Reconciler {
     }
 
     async fn reconcile_once(&mut self) -> anyhow::Result<()> {
+        if let Some(sp) = &self.settings.self_protection
+            && let Err(e) = ensure_self_protection(&self.client, sp).await
+        {
+            tracing::warn!(error = %format!("{e:#}"), "cannot install ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}; holdfast's installation is not guarded");
+        }
         let (items, mut needs, edges) = self.items();
         let keys: Vec<String> = self.settings.labels.iter().map(|l| l.key.clone()).collect();
         needs.containment = self.markers.sync(&self.index, &needs.routes, &keys).await;

@@ -276,6 +276,8 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
     let work: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> =
         match config.topology {
             Topology::Kubernetes => {
+                let self_protection =
+                    kubernetes::self_protection(&client, &config.admin_groups).await;
                 let reconciler = kubernetes::Reconciler::new(
                     client.clone(),
                     kubernetes::Settings {
@@ -283,6 +285,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                         strict: config.strict,
                         resync: tuning.resync,
                         instance,
+                        self_protection,
                     },
                     opts_rx,
                     ready.clone(),
@@ -328,6 +331,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
         && config.cleanup_on_shutdown
         && *shutdown_rx.borrow()
     {
+        kubernetes::delete_self_protection(&client).await;
         match kubernetes::delete_configuration(&client).await {
             Ok(true) => tracing::info!(
                 "cleanup on shutdown: deleted ValidatingWebhookConfiguration holdfast"

@@ -204,6 +204,29 @@ impl ProtectionLabels {
 
     /// Every configured key whose protection is present in `old` and gone in `new`
     /// (removed, or changed to a value that does not protect).
+    /// Protection labels on an object whose value looks protecting but is not:
+    /// equal to a protecting value once trimmed and compared without case
+    /// (`always`, `TRUE`, `Always ` ...). Such a label protects nothing.
+    pub fn look_alikes<'a>(
+        &'a self,
+        labels: Option<&'a Map<String, Value>>,
+    ) -> Vec<(&'a ProtectionLabel, &'a str)> {
+        let Some(labels) = labels else {
+            return Vec::new();
+        };
+        self.labels
+            .iter()
+            .filter_map(|l| {
+                let value = labels.get(&l.key)?.as_str()?;
+                let looks = l
+                    .values
+                    .iter()
+                    .any(|v| v.eq_ignore_ascii_case(value.trim()));
+                (looks && !l.protects(value)).then_some((l, value))
+            })
+            .collect()
+    }
+
     pub fn removed<'a>(
         &'a self,
         old: Option<&'a Map<String, Value>>,
@@ -240,6 +263,39 @@ mod tests {
             Value::Object(m) => m,
             _ => Map::new(),
         }
+    }
+
+    #[test]
+    fn look_alike_values_are_found() {
+        let set = ProtectionLabels::with_extra([ProtectionLabel {
+            key: "resourcetemplate.karmada.io/deletion-protected".into(),
+            values: vec!["Always".into()],
+        }]);
+        let l = map(json!({
+            "holdfast.dev/protected": "always",
+            "resourcetemplate.karmada.io/deletion-protected": "Always ",
+            "other": "Always"
+        }));
+        let found: Vec<(String, String)> = set
+            .look_alikes(Some(&l))
+            .into_iter()
+            .map(|(p, v)| (p.key.clone(), v.to_string()))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("holdfast.dev/protected".to_string(), "always".to_string()),
+                (
+                    "resourcetemplate.karmada.io/deletion-protected".to_string(),
+                    "Always ".to_string()
+                )
+            ]
+        );
+        let ok = map(json!({"holdfast.dev/protected": "Always", "x": "TRUE"}));
+        assert!(set.look_alikes(Some(&ok)).is_empty());
+        let other = map(json!({"holdfast.dev/protected": "never"}));
+        assert!(set.look_alikes(Some(&other)).is_empty());
+        assert!(set.look_alikes(None).is_empty());
     }
 
     #[test]

@@ -13,5 +13,6 @@ pub mod policy;
 pub mod registry;
 pub mod review;
 pub mod selector;
+pub mod selfprotection;
 pub mod topology;
 pub mod webhookconfig;

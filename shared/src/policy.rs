@@ -178,6 +178,17 @@ pub trait ClusterView: Send + Sync {
     ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send {
         async { Ok(Vec::new()) }
     }
+
+    /// Every instance of the custom resource the CustomResourceDefinition `crd`
+    /// defines, in `cluster` (at least their metadata): deleting the CRD deletes them
+    /// all from storage, without a DELETE review for any of them.
+    fn custom_resources(
+        &self,
+        _cluster: &str,
+        _crd: &Value,
+    ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send {
+        async { Ok(Vec::new()) }
+    }
 }
 
 /// An object inside a namespace, for containment checks.
@@ -389,11 +400,125 @@ pub async fn evaluate<V: ClusterView>(
     view: &V,
     now: DateTime<Utc>,
 ) -> Evaluation {
-    match req.operation {
+    let eval = match req.operation {
         Operation::Delete => evaluate_delete(req, cfg, view, now).await,
-        Operation::Update => evaluate_update(req, cfg, view).await,
+        Operation::Create if req.is_eviction() => evaluate_eviction(req, cfg, view, now).await,
+        Operation::Update => evaluate_update(req, cfg, view, now).await,
         Operation::Create | Operation::Connect => Evaluation::allow("none"),
+    };
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return eval;
     }
+    with_warnings(eval, look_alike_warnings(req, cfg))
+}
+
+/// Adds `warnings` to an allowing verdict (a denial needs none).
+fn with_warnings(mut eval: Evaluation, warnings: Vec<String>) -> Evaluation {
+    if warnings.is_empty() {
+        return eval;
+    }
+    eval.decision = match eval.decision {
+        Decision::Allow => Decision::Warn(warnings),
+        Decision::Warn(mut w) => {
+            w.extend(warnings);
+            Decision::Warn(w)
+        }
+        deny @ Decision::Deny(_) => deny,
+    };
+    eval
+}
+
+/// Warnings for protection labels whose value looks protecting but is not
+/// (`always`, `TRUE`, a value with spaces): they protect nothing, and saying so at
+/// create/update time beats finding out at deletion time.
+pub fn look_alike_warnings(req: &AdmissionRequest, cfg: &PolicyConfig) -> Vec<String> {
+    let Some(obj) = req.object.as_ref() else {
+        return Vec::new();
+    };
+    let old = req.old_object.as_ref().and_then(labels);
+    cfg.labels
+        .look_alikes(labels(obj))
+        .into_iter()
+        .filter(|(l, v)| {
+            // On UPDATE, only when the value is new.
+            old.and_then(|o| o.get(&l.key)).and_then(Value::as_str) != Some(v)
+        })
+        .map(|(l, v)| {
+            format!(
+                "{MESSAGE_PREFIX} label {}={v:?} on {} does not protect it: the value must be \
+                 exactly {} (case-sensitive, no spaces).",
+                l.key,
+                req.describe(),
+                l.values
+                    .iter()
+                    .map(|x| format!("{x:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+            )
+        })
+        .collect()
+}
+
+/// An eviction (`CREATE pods/eviction`) deletes the pod without a DELETE review:
+/// it is judged as the DELETE of the pod it names would be.
+async fn evaluate_eviction<V: ClusterView>(
+    req: &AdmissionRequest,
+    cfg: &PolicyConfig,
+    view: &V,
+    now: DateTime<Utc>,
+) -> Evaluation {
+    let Some(name) = req.name.as_deref().filter(|n| !n.is_empty()) else {
+        return unreadable(req, "the eviction names no pod");
+    };
+    let cluster = req.object.as_ref().map(logical_cluster).unwrap_or_default();
+    let ns = req.namespace.as_deref();
+    let pod = match view
+        .object(cluster, &GroupResource::new("", "pods"), ns, name)
+        .await
+    {
+        Ok(Some(pod)) => pod,
+        // No such pod: the API server answers 404 itself.
+        Ok(None) => return Evaluation::allow("none"),
+        Err(e) => {
+            return Evaluation::deny(
+                "eviction",
+                DenialKind::LookupFailed,
+                format!(
+                    "{MESSAGE_PREFIX} cannot read Pod {}/{name} to judge its eviction: {e}. \
+                     Refusing rather than risk evicting a protected pod; retry later.",
+                    ns.unwrap_or_default()
+                ),
+                Vec::new(),
+            );
+        }
+    };
+    let delete = AdmissionRequest {
+        kind: Gvk {
+            group: String::new(),
+            version: "v1".to_string(),
+            kind: "Pod".to_string(),
+        },
+        sub_resource: None,
+        request_kind: None,
+        request_resource: None,
+        request_sub_resource: None,
+        operation: Operation::Delete,
+        object: None,
+        old_object: Some((*pod).clone()),
+        options: None,
+        ..req.clone()
+    };
+    let mut eval = evaluate_delete(&delete, cfg, view, now).await;
+    if let Decision::Deny(d) = &mut eval.decision {
+        d.message = format!(
+            "{MESSAGE_PREFIX} eviction refused: {}",
+            d.message
+                .strip_prefix(MESSAGE_PREFIX)
+                .unwrap_or(&d.message)
+                .trim_start()
+        );
+    }
+    eval
 }
 
 fn unreadable(req: &AdmissionRequest, why: &str) -> Evaluation {
@@ -440,14 +565,110 @@ async fn evaluate_delete<V: ClusterView>(
         _ => String::new(),
     };
     let single = evaluate_single(req, obj, cfg, view, &skip_note).await;
-    if matches!(single.decision, Decision::Deny(_)) || !req.is_namespace() {
+    if matches!(single.decision, Decision::Deny(_)) {
         return single;
     }
-    let contained = evaluate_containment(req, obj, cfg, view, now).await;
+    let contained = if req.is_namespace() {
+        evaluate_containment(req, obj, cfg, view, now).await
+    } else if req.is_crd() {
+        evaluate_crd_containment(req, obj, cfg, view, now).await
+    } else {
+        return single;
+    };
     match contained.decision {
         Decision::Allow => single,
         _ => contained,
     }
+}
+
+/// The objects among `contents` whose own DELETE would be denied, as
+/// `Kind ns/name (policy)`, sorted.
+async fn protected_among<V: ClusterView>(
+    req: &AdmissionRequest,
+    contents: Vec<ContainedObject>,
+    cfg: &PolicyConfig,
+    view: &V,
+    now: DateTime<Utc>,
+) -> Vec<String> {
+    let mut blockers = Vec::new();
+    for item in contents {
+        if check_metadata(&item.object).is_err() {
+            continue;
+        }
+        if let Ok(Some(_)) = break_glass(&item.object, now, cfg.max_break_glass) {
+            continue;
+        }
+        let inner = AdmissionRequest {
+            uid: req.uid.clone(),
+            kind: Gvk {
+                group: item.resource.group.clone(),
+                version: item.resource.version.clone(),
+                kind: item.kind.clone(),
+            },
+            resource: item.resource.clone(),
+            sub_resource: None,
+            request_kind: None,
+            request_resource: None,
+            request_sub_resource: None,
+            name: crate::review::meta_str(&item.object, "name").map(str::to_string),
+            namespace: crate::review::meta_str(&item.object, "namespace")
+                .filter(|n| !n.is_empty())
+                .map(str::to_string),
+            operation: Operation::Delete,
+            user_info: req.user_info.clone(),
+            object: None,
+            old_object: Some((*item.object).clone()),
+            dry_run: req.dry_run,
+            options: None,
+        };
+        let e = evaluate_single(&inner, &item.object, cfg, view, "").await;
+        if let Decision::Deny(_) = e.decision {
+            blockers.push(format!("{} ({})", inner.describe(), e.policy));
+        }
+    }
+    blockers.sort();
+    blockers
+}
+
+/// CRD containment: deleting a CustomResourceDefinition deletes every instance from
+/// storage without a DELETE review, so it is refused while any instance's own DELETE
+/// would be.
+async fn evaluate_crd_containment<V: ClusterView>(
+    req: &AdmissionRequest,
+    obj: &Value,
+    cfg: &PolicyConfig,
+    view: &V,
+    now: DateTime<Utc>,
+) -> Evaluation {
+    let name = req.object_name().unwrap_or_default();
+    let cluster = logical_cluster(obj);
+    let contents = match view.custom_resources(cluster, obj).await {
+        Ok(c) => c,
+        Err(e) => {
+            return Evaluation::deny(
+                "containment",
+                DenialKind::LookupFailed,
+                format!(
+                    "{MESSAGE_PREFIX} cannot verify what instances CustomResourceDefinition \
+                     {name} has: {e}. Refusing rather than risk deleting protected objects with \
+                     it; retry later, {BYPASS_HINT}."
+                ),
+                Vec::new(),
+            );
+        }
+    };
+    let blockers = protected_among(req, contents, cfg, view, now).await;
+    if blockers.is_empty() {
+        return Evaluation::allow("none");
+    }
+    let message = format!(
+        "{MESSAGE_PREFIX} CustomResourceDefinition {name} has instances that are protected from \
+         deletion: {} (policy: containment), so it cannot be deleted: that would delete them \
+         all, unchecked. To delete it, first lift the protection of those objects (or delete \
+         them), {BYPASS_HINT} on the CustomResourceDefinition.",
+        list_blockers(&blockers)
+    );
+    Evaluation::deny("containment", DenialKind::Protected, message, blockers)
 }
 
 /// Containment: a namespace holding any object whose own DELETE would be denied
@@ -475,44 +696,10 @@ async fn evaluate_containment<V: ClusterView>(
             );
         }
     };
-    let mut blockers = Vec::new();
-    for item in contents {
-        let inner = AdmissionRequest {
-            uid: req.uid.clone(),
-            kind: Gvk {
-                group: item.resource.group.clone(),
-                version: item.resource.version.clone(),
-                kind: item.kind.clone(),
-            },
-            resource: item.resource.clone(),
-            sub_resource: None,
-            request_kind: None,
-            request_resource: None,
-            request_sub_resource: None,
-            name: crate::review::meta_str(&item.object, "name").map(str::to_string),
-            namespace: Some(ns.to_string()),
-            operation: Operation::Delete,
-            user_info: req.user_info.clone(),
-            object: None,
-            old_object: Some((*item.object).clone()),
-            dry_run: req.dry_run,
-            options: None,
-        };
-        if check_metadata(&item.object).is_err() {
-            continue;
-        }
-        if let Ok(Some(_)) = break_glass(&item.object, now, cfg.max_break_glass) {
-            continue;
-        }
-        let e = evaluate_single(&inner, &item.object, cfg, view, "").await;
-        if let Decision::Deny(_) = e.decision {
-            blockers.push(format!("{} ({})", inner.describe(), e.policy));
-        }
-    }
+    let blockers = protected_among(req, contents, cfg, view, now).await;
     if blockers.is_empty() {
         return Evaluation::allow("none");
     }
-    blockers.sort();
     let message = format!(
         "{MESSAGE_PREFIX} Namespace {ns} holds objects that are protected from deletion: {} \
          (policy: containment), so it cannot be deleted: that would leave it half-deleted. \
@@ -1031,10 +1218,52 @@ fn added_markers(old: &Value, new: &Value) -> Vec<String> {
     out
 }
 
+/// Whether a DELETE of the stored object `old` (without any break-glass marker)
+/// would be refused: the object is protected by some policy. A verdict that
+/// cannot be reached (not loaded, lookup failed) counts as protected.
+async fn protected_without_markers<V: ClusterView>(
+    req: &AdmissionRequest,
+    old: &Value,
+    cfg: &PolicyConfig,
+    view: &V,
+    now: DateTime<Utc>,
+) -> bool {
+    let mut stored = old.clone();
+    if let Some(meta) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
+        for (field, keys) in [
+            (
+                "annotations",
+                &crate::webhookconfig::BREAK_GLASS_ANNOTATIONS[..],
+            ),
+            ("labels", &crate::webhookconfig::BREAK_GLASS_LABELS[..]),
+        ] {
+            if let Some(m) = meta.get_mut(field).and_then(Value::as_object_mut) {
+                for k in keys {
+                    m.remove(*k);
+                }
+            }
+        }
+    }
+    let delete = AdmissionRequest {
+        sub_resource: None,
+        request_sub_resource: None,
+        operation: Operation::Delete,
+        object: None,
+        old_object: Some(stored),
+        options: None,
+        ..req.clone()
+    };
+    matches!(
+        evaluate_delete(&delete, cfg, view, now).await.decision,
+        Decision::Deny(_)
+    )
+}
+
 async fn evaluate_update<V: ClusterView>(
     req: &AdmissionRequest,
     cfg: &PolicyConfig,
     view: &V,
+    now: DateTime<Utc>,
 ) -> Evaluation {
     let strict_policy = view.strict_for(req);
     if !cfg.strict && !strict_policy {
@@ -1048,12 +1277,22 @@ async fn evaluate_update<V: ClusterView>(
     }
     let old_labels = labels(old);
     let label_protected = cfg.labels.protecting(old_labels).is_some();
-    if !label_protected && !strict_policy {
-        return Evaluation::allow("none");
-    }
     let Some(new) = req.object.as_ref().filter(|v| !v.is_null()) else {
+        if !label_protected && !strict_policy {
+            return Evaluation::allow("none");
+        }
         return unreadable(req, "the request carries no object");
     };
+    if !label_protected && !strict_policy {
+        // Under --strict, a break-glass marker added to any protected object (a
+        // policy object's, not only a label's) takes the bypass permission.
+        if !cfg.strict
+            || added_markers(old, new).is_empty()
+            || !protected_without_markers(req, old, cfg, view, now).await
+        {
+            return Evaluation::allow("none");
+        }
+    }
     if let Err(why) = check_metadata(new) {
         return unreadable(req, &why);
     }
@@ -2274,6 +2513,331 @@ mod tests {
                 json!({"metadata": {"name": "data", "namespace": "shop", "labels": {"holdfast.dev/protected": "true"}, "annotations": {"holdfast.dev/skip-protection": "true"}}}),
             );
             assert_eq!(evaluate(&ns, &c, &v, now()).decision, Decision::Allow);
+        }
+    }
+
+    mod hardening {
+        use super::*;
+        use crate::{api::resource_protection::ResourceProtection, registry::Registry};
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        #[derive(Default)]
+        struct View {
+            registry: Registry,
+            pods: Vec<Value>,
+            instances: Vec<ContainedObject>,
+            lookup_fails: bool,
+            bypass: bool,
+            bypass_asked: AtomicBool,
+        }
+
+        impl ClusterView for View {
+            fn policies_loaded(&self) -> bool {
+                true
+            }
+            fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
+                self.registry.protections.find(gr)
+            }
+            fn object(
+                &self,
+                _c: &str,
+                _gr: &GroupResource,
+                ns: Option<&str>,
+                name: &str,
+            ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
+                let found = self
+                    .pods
+                    .iter()
+                    .find(|p| {
+                        crate::review::meta_str(p, "name") == Some(name)
+                            && crate::review::meta_str(p, "namespace") == ns
+                    })
+                    .cloned()
+                    .map(Arc::new);
+                let fails = self.lookup_fails;
+                async move {
+                    if fails {
+                        Err(LookupError("boom".into()))
+                    } else {
+                        Ok(found)
+                    }
+                }
+            }
+            fn custom_resources(
+                &self,
+                _c: &str,
+                _crd: &Value,
+            ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send
+            {
+                let items = self.instances.clone();
+                let fails = self.lookup_fails;
+                async move {
+                    if fails {
+                        Err(LookupError("discovery of example.com/v1 failed".into()))
+                    } else {
+                        Ok(items)
+                    }
+                }
+            }
+            fn can_bypass(
+                &self,
+                _req: &AdmissionRequest,
+            ) -> impl Future<Output = Result<bool, LookupError>> + Send {
+                self.bypass_asked.store(true, Ordering::SeqCst);
+                let b = self.bypass;
+                async move { Ok(b) }
+            }
+        }
+
+        fn req(body: Value) -> AdmissionRequest {
+            let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request": body});
+            parse_review(body.to_string().as_bytes()).expect("review")
+        }
+
+        fn gadget(name: &str, labels: Value) -> ContainedObject {
+            ContainedObject {
+                resource: crate::review::Gvr {
+                    group: "example.com".into(),
+                    version: "v1".into(),
+                    resource: "gadgets".into(),
+                },
+                kind: "Gadget".into(),
+                object: Arc::new(
+                    json!({"metadata": {"name": name, "namespace": "shop", "labels": labels}}),
+                ),
+            }
+        }
+
+        fn crd_delete() -> AdmissionRequest {
+            req(
+                json!({"uid":"u","kind":{"group":"apiextensions.k8s.io","version":"v1","kind":"CustomResourceDefinition"},
+                "resource":{"group":"apiextensions.k8s.io","version":"v1","resource":"customresourcedefinitions"},
+                "name":"gadgets.example.com","operation":"DELETE","userInfo":{"username":"bob"},
+                "object":null,"oldObject":{"metadata":{"name":"gadgets.example.com"},
+                    "spec":{"group":"example.com","names":{"plural":"gadgets","kind":"Gadget"},"scope":"Namespaced"}}}),
+            )
+        }
+
+        #[test]
+        fn crd_delete_is_refused_while_an_instance_is_protected() {
+            let mut v = View::default();
+            v.instances.push(gadget("plain", json!({})));
+            v.instances.push(gadget(
+                "precious",
+                json!({"holdfast.dev/protected": "Always"}),
+            ));
+            let c = cfg(false, &[]);
+            let e = evaluate(&crd_delete(), &c, &v, now());
+            let d = denied(&e);
+            assert_eq!(e.policy, "containment");
+            assert_eq!(d.blockers, vec!["Gadget shop/precious (label)".to_string()]);
+            assert_eq!(
+                d.message,
+                "holdfast: CustomResourceDefinition gadgets.example.com has instances that are \
+                 protected from deletion: Gadget shop/precious (label) (policy: containment), so \
+                 it cannot be deleted: that would delete them all, unchecked. To delete it, first \
+                 lift the protection of those objects (or delete them), or set the annotation \
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection on the \
+                 CustomResourceDefinition."
+            );
+            // Break-glass on the instance lifts it; no protected instance: allowed.
+            v.instances[1] = gadget(
+                "precious",
+                json!({"holdfast.dev/protected": "Always", "appcat.vshn.io/webhook-allowdeletion": "true"}),
+            );
+            assert_eq!(
+                evaluate(&crd_delete(), &c, &v, now()).decision,
+                Decision::Allow
+            );
+            // Instances that cannot be listed: refused.
+            v.lookup_fails = true;
+            let e = evaluate(&crd_delete(), &c, &v, now());
+            assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
+            assert!(
+                denied(&e).message.starts_with(
+                    "holdfast: cannot verify what instances CustomResourceDefinition gadgets.example.com has: discovery of example.com/v1 failed."
+                ),
+                "{}",
+                denied(&e).message
+            );
+        }
+
+        fn eviction(name: &str) -> AdmissionRequest {
+            req(
+                json!({"uid":"u","kind":{"group":"policy","version":"v1","kind":"Eviction"},
+                "resource":{"group":"","version":"v1","resource":"pods"},"subResource":"eviction",
+                "name":name,"namespace":"shop","operation":"CREATE","userInfo":{"username":"bob"},
+                "object":{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":name,"namespace":"shop"}},
+                "oldObject":null}),
+            )
+        }
+
+        #[test]
+        fn eviction_of_a_protected_pod_is_refused() {
+            let mut v = View::default();
+            v.pods.push(json!({"metadata": {"name": "pinned", "namespace": "shop", "labels": {"holdfast.dev/protected": "true"}}}));
+            v.pods
+                .push(json!({"metadata": {"name": "free", "namespace": "shop"}}));
+            let c = cfg(false, &[]);
+            let e = evaluate(&eviction("pinned"), &c, &v, now());
+            assert_eq!(e.policy, "label");
+            assert!(
+                denied(&e).message.starts_with(
+                    "holdfast: eviction refused: Pod shop/pinned is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted."
+                ),
+                "{}",
+                denied(&e).message
+            );
+            assert_eq!(
+                evaluate(&eviction("free"), &c, &v, now()).decision,
+                Decision::Allow
+            );
+            assert_eq!(
+                evaluate(&eviction("gone"), &c, &v, now()).decision,
+                Decision::Allow
+            );
+            v.lookup_fails = true;
+            let e = evaluate(&eviction("pinned"), &c, &v, now());
+            assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
+        }
+
+        fn rp_view() -> View {
+            let v = View::default();
+            let rp: ResourceProtection = serde_json::from_value(json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+                "metadata": {"name": "keep-cms"},
+                "spec": {"resources": [{"group": "", "version": "v1", "resource": "configmaps", "names": ["obj"]}]}
+            }))
+            .expect("rp");
+            v.registry.apply("", &rp).expect("valid");
+            v.registry
+                .reset::<crate::api::dependency_rule::DependencyRule>(&[]);
+            v.registry.reset::<crate::api::anchor_rule::AnchorRule>(&[]);
+            v.registry
+                .reset::<crate::api::critical_service::CriticalService>(&[]);
+            v
+        }
+
+        #[test]
+        fn strict_break_glass_on_a_policy_protected_object_takes_the_bypass_permission() {
+            let v = rp_view();
+            let old = cm(json!({}), json!({}));
+            let new = cm(json!({}), json!({"holdfast.dev/skip-protection": "true"}));
+            let e = evaluate(
+                &update(old.clone(), new.clone()),
+                &cfg(true, &[]),
+                &v,
+                now(),
+            );
+            assert_eq!(e.policy, "break-glass");
+            assert_eq!(
+                denied(&e).message,
+                "holdfast: user \"alice\" may not add annotation holdfast.dev/skip-protection to \
+                 ConfigMap ns/obj: it is protected in strict mode, and lifting that protection \
+                 needs the permission to bypass it (verb bypass on protections.holdfast.dev in \
+                 namespace ns). Ask someone who holds it."
+            );
+            v.bypass_asked.store(false, Ordering::SeqCst);
+            // Not strict: no permission asked.
+            assert_eq!(
+                evaluate(
+                    &update(old.clone(), new.clone()),
+                    &cfg(false, &[]),
+                    &v,
+                    now()
+                )
+                .decision,
+                Decision::Allow
+            );
+            // An object no policy protects: no permission asked.
+            let mut other = new.clone();
+            other["metadata"]["name"] = json!("other");
+            let mut other_old = old.clone();
+            other_old["metadata"]["name"] = json!("other");
+            let mut r = update(other_old, other);
+            r.name = Some("other".into());
+            assert_eq!(
+                evaluate(&r, &cfg(true, &[]), &v, now()).decision,
+                Decision::Allow
+            );
+            assert!(!v.bypass_asked.load(Ordering::SeqCst));
+            // With the permission: allowed.
+            let mut v = rp_view();
+            v.bypass = true;
+            let e = evaluate(&update(old, new), &cfg(true, &[]), &v, now());
+            assert_eq!(e.decision, Decision::Allow);
+            assert_eq!(e.policy, "break-glass-authorized");
+        }
+
+        #[test]
+        fn strict_covers_label_removal_through_subresources() {
+            let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
+            let new = cm(json!({}), json!({}));
+            let mut r = update(old, new);
+            r.sub_resource = Some("status".into());
+            let e = evaluate(&r, &cfg(true, &[]), &NoPolicies, now());
+            assert_eq!(e.policy, "strict");
+            assert_eq!(
+                denied(&e).blockers,
+                vec!["label holdfast.dev/protected=Always".to_string()]
+            );
+        }
+
+        #[test]
+        fn look_alike_labels_warn_on_create_and_update() {
+            let c = cfg(
+                false,
+                &["resourcetemplate.karmada.io/deletion-protected=Always"],
+            );
+            let obj = cm(json!({"holdfast.dev/protected": "always"}), json!({}));
+            let e = evaluate(
+                &review(
+                    "CREATE",
+                    "ConfigMap",
+                    "configmaps",
+                    obj.clone(),
+                    Value::Null,
+                ),
+                &c,
+                &NoPolicies,
+                now(),
+            );
+            assert_eq!(
+                e.decision,
+                Decision::Warn(vec![
+                    "holdfast: label holdfast.dev/protected=\"always\" on ConfigMap ns/obj does not \
+                     protect it: the value must be exactly \"Always\" or \"true\" (case-sensitive, \
+                     no spaces)."
+                        .to_string()
+                ])
+            );
+            let karmada = cm(
+                json!({"resourcetemplate.karmada.io/deletion-protected": "true"}),
+                json!({}),
+            );
+            let e = evaluate(
+                &update(cm(json!({}), json!({})), karmada.clone()),
+                &c,
+                &NoPolicies,
+                now(),
+            );
+            assert_eq!(
+                e.decision,
+                Decision::Allow,
+                "true is not a look-alike of Always"
+            );
+            let bad = cm(
+                json!({"resourcetemplate.karmada.io/deletion-protected": "ALWAYS"}),
+                json!({}),
+            );
+            let e = evaluate(&update(karmada, bad.clone()), &c, &NoPolicies, now());
+            assert!(
+                matches!(&e.decision, Decision::Warn(w) if w.len() == 1),
+                "{e:?}"
+            );
+            // Unchanged on a later update: no repeated warning.
+            let e = evaluate(&update(bad.clone(), bad), &c, &NoPolicies, now());
+            assert_eq!(e.decision, Decision::Allow);
         }
     }
 }

@@ -234,6 +234,20 @@ impl AdmissionRequest {
         self.resource.group.is_empty() && self.resource.resource == "namespaces"
     }
 
+    /// Whether the object is a CustomResourceDefinition (not a subresource of one).
+    pub fn is_crd(&self) -> bool {
+        self.resource.group == "apiextensions.k8s.io"
+            && self.resource.resource == "customresourcedefinitions"
+            && self.sub_resource.as_deref().unwrap_or_default().is_empty()
+    }
+
+    /// Whether this is a pod eviction (`CREATE pods/eviction`).
+    pub fn is_eviction(&self) -> bool {
+        self.resource.group.is_empty()
+            && self.resource.resource == "pods"
+            && self.sub_resource.as_deref() == Some("eviction")
+    }
+
     /// `Kind namespace/name` (or `Kind name` when cluster-scoped), for messages.
     pub fn describe(&self) -> String {
         let kind = if self.kind.kind.is_empty() {

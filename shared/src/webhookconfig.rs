@@ -124,6 +124,51 @@ fn all_resources(op: &str) -> RuleWithOperations {
     }
 }
 
+/// Like [`all_resources`], and every subresource too (`*/*`): `/status`,
+/// `/finalize` and others can change labels and annotations.
+fn all_resources_and_subresources(op: &str) -> RuleWithOperations {
+    let mut rule = all_resources(op);
+    rule.resources = Some(vec!["*".to_string(), "*/*".to_string()]);
+    rule
+}
+
+/// Adds `RESOURCE/*` after each resource of `rules`: the subresources of what
+/// they cover (UPDATEs through `/status` or `/finalize` change metadata too).
+fn with_subresources(mut rules: Vec<RuleWithOperations>) -> Vec<RuleWithOperations> {
+    for rule in &mut rules {
+        if let Some(res) = rule.resources.as_mut() {
+            let subs: Vec<String> = res
+                .iter()
+                .filter(|r| !r.contains('/'))
+                .map(|r| format!("{r}/*"))
+                .collect();
+            res.extend(subs);
+        }
+    }
+    rules
+}
+
+/// The matchCondition that lets only CREATEs and UPDATEs reach the webhook that
+/// set label `key` to a value looking like one of `values` without being one
+/// (`always`, `TRUE`): it protects nothing, and the webhook warns.
+pub fn look_alike_condition(key: &str, values: &[String]) -> String {
+    let k = cel_str(key);
+    let exact = values.iter().map(|v| cel_str(v)).collect::<Vec<_>>();
+    let lower = values
+        .iter()
+        .map(|v| cel_str(&v.to_ascii_lowercase()))
+        .collect::<Vec<_>>();
+    format!(
+        "has(object.metadata.labels) && {k} in object.metadata.labels \
+         && !(object.metadata.labels[{k}] in [{exact}]) \
+         && object.metadata.labels[{k}].trim().lowerAscii() in [{lower}] \
+         && (oldObject == null || !has(oldObject.metadata.labels) || !({k} in oldObject.metadata.labels) \
+         || oldObject.metadata.labels[{k}] != object.metadata.labels[{k}])",
+        exact = exact.join(", "),
+        lower = lower.join(", "),
+    )
+}
+
 fn exists(key: &str) -> LabelSelector {
     LabelSelector {
         match_expressions: Some(vec![LabelSelectorRequirement {
@@ -184,12 +229,28 @@ pub fn label_webhooks(
             all_resources("DELETE"),
         );
         delete.object_selector = Some(exists(&label.key));
+        // The same webhook warns about look-alike values (`always`) on CREATE and
+        // UPDATE: they protect nothing.
+        delete.rules = Some(vec![
+            all_resources("DELETE"),
+            all_resources("CREATE"),
+            all_resources_and_subresources("UPDATE"),
+        ]);
+        delete.match_conditions = Some(vec![MatchCondition {
+            name: "delete-or-protection-label-look-alike".to_string(),
+            expression: format!(
+                "request.operation == 'DELETE' || ({})",
+                look_alike_condition(&label.key, &label.values)
+            ),
+        }]);
         out.push(delete);
         if strict {
+            // Subresources too: a merge patch to namespaces/NAME/status or a PUT to
+            // namespaces/NAME/finalize changes labels like a plain UPDATE.
             let mut update = webhook(
                 format!("strict-label-{i}.holdfast.dev"),
                 opts,
-                all_resources("UPDATE"),
+                all_resources_and_subresources("UPDATE"),
             );
             update.object_selector = Some(exists(&label.key));
             // Removing/changing the label, or adding a break-glass marker or the
@@ -224,6 +285,18 @@ pub fn desired_configuration(
 /// provider workspace (on Kubernetes they go to `policies-<i>.holdfast.dev`, see
 /// [`POLICIES_WEBHOOK_PREFIX`]).
 pub const POLICIES_WEBHOOK: &str = "policies.holdfast.dev";
+/// Name of the webhook that receives pod evictions (`CREATE pods/eviction`).
+pub const EVICTION_WEBHOOK: &str = "eviction.holdfast.dev";
+
+/// An UPDATE that changes the labels at all: removes, adds or edits one, including
+/// labelling an object that had none.
+pub const LABELS_CHANGED: &str = "(oldObject != null && (has(oldObject.metadata.labels) \
+     ? (!has(object.metadata.labels) || object.metadata.labels != oldObject.metadata.labels) \
+     : has(object.metadata.labels)))";
+
+fn crds_gr() -> GroupResource {
+    GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions")
+}
 /// Name of the webhook that receives UPDATEs adding a break-glass marker to
 /// resources some strict policy protects.
 pub const BREAK_GLASS_WEBHOOK: &str = "break-glass.holdfast.dev";
@@ -483,7 +556,9 @@ pub fn desired_configuration_for(
 ) -> ValidatingWebhookConfiguration {
     let mut hooks = label_webhooks(labels, strict || needs.strict_labels, opts);
     // Namespace DELETEs: a namespace holding a protected object must not be
-    // half-deleted (containment).
+    // half-deleted (containment). CRD DELETEs too: deleting a CRD deletes its
+    // instances from storage without a DELETE review (CRD containment); a
+    // namespaceSelector never skips a cluster-scoped object other than a namespace.
     let mut h = webhook(
         CONTAINMENT_WEBHOOK.to_string(),
         opts,
@@ -491,7 +566,7 @@ pub fn desired_configuration_for(
     );
     h.rules = Some(merged_rules(
         "DELETE",
-        &[GroupResource::new("", "namespaces")].into(),
+        &[GroupResource::new("", "namespaces"), crds_gr()].into(),
     ));
     if needs.containment == Containment::Marked {
         h.namespace_selector = Some(exists(CONTAINS_PROTECTED_LABEL));
@@ -512,22 +587,43 @@ pub fn desired_configuration_for(
         h.match_conditions = route.condition().map(|c| vec![c]);
         hooks.push(h);
     }
-    if !needs.strict.is_empty() {
+    // Evictions delete pods without a DELETE review: the webhook judges each one as
+    // that DELETE (no objectSelector: the object reviewed is the Eviction). Like
+    // containment, only namespaces marked as holding something protected once the
+    // markers are in place, so an outage does not block every node drain.
+    let mut h = webhook(EVICTION_WEBHOOK.to_string(), opts, all_resources("CREATE"));
+    h.rules = Some(vec![RuleWithOperations {
+        operations: Some(vec!["CREATE".to_string()]),
+        api_groups: Some(vec![String::new()]),
+        api_versions: Some(vec!["v1".to_string()]),
+        resources: Some(vec!["pods/eviction".to_string()]),
+        scope: Some("Namespaced".to_string()),
+    }]);
+    if needs.containment == Containment::Marked {
+        h.namespace_selector = Some(exists(CONTAINS_PROTECTED_LABEL));
+    }
+    hooks.push(h);
+    // Break-glass markers need the bypass permission on objects strict policies
+    // protect, and under --strict on every object any policy protects.
+    let mut break_glass = needs.strict.clone();
+    if strict {
+        break_glass.extend(needs.delete.iter().cloned());
+        break_glass.insert(GroupResource::new("", "namespaces"));
+        break_glass.insert(crds_gr());
+    }
+    if !break_glass.is_empty() {
         let mut h = webhook(
             BREAK_GLASS_WEBHOOK.to_string(),
             opts,
             all_resources("UPDATE"),
         );
-        h.rules = Some(merged_rules("UPDATE", &needs.strict));
+        h.rules = Some(with_subresources(merged_rules("UPDATE", &break_glass)));
         // Break-glass markers added, or labels changed (a strict ResourceProtection's
-        // label selector must not be escaped by relabelling the object).
+        // label selector must not be escaped by relabelling the object, including
+        // labelling one that had none: NotIn / DoesNotExist selectors).
         h.match_conditions = Some(vec![MatchCondition {
             name: "break-glass-marker-added-or-labels-changed".to_string(),
-            expression: format!(
-                "{} || (oldObject != null && has(oldObject.metadata.labels) \
-                 && (!has(object.metadata.labels) || object.metadata.labels != oldObject.metadata.labels))",
-                break_glass_condition()
-            ),
+            expression: format!("{} || {}", break_glass_condition(), LABELS_CHANGED),
         }]);
         hooks.push(h);
     }
@@ -1210,7 +1306,14 @@ mod tests {
                 .expect("valid")]);
         let hooks = label_webhooks(&labels, false, &opts());
         assert_eq!(hooks.len(), 2);
-        assert!(hooks.iter().all(|h| h.match_conditions.is_none()));
+        for (h, want) in hooks.iter().zip(["'Always', 'true'", "'Always'"]) {
+            let cond = &h.match_conditions.as_ref().expect("condition")[0].expression;
+            assert!(
+                cond.starts_with("request.operation == 'DELETE' || (has(object.metadata.labels)"),
+                "{cond}"
+            );
+            assert!(cond.contains(&format!("in [{want}])")), "{cond}");
+        }
         let keys: Vec<_> = hooks
             .iter()
             .map(|h| {
@@ -1239,6 +1342,73 @@ mod tests {
         assert!(cond.contains("holdfast.dev/skip-protection"));
         assert!(cond.contains("holdfast.dev/strict-exempt"));
         assert!(cond.contains("'holdfast.dev/protected' in oldObject.metadata.labels"));
+    }
+
+    #[test]
+    fn subresources_evictions_and_crds_reach_the_webhook() {
+        let rule_resources = |h: &ValidatingWebhook| -> Vec<Vec<String>> {
+            h.rules
+                .iter()
+                .flatten()
+                .map(|r| r.resources.clone().unwrap_or_default())
+                .collect()
+        };
+        let mut needs = PolicyNeeds::default();
+        needs.add_resource_protection(&rp(
+            "resources:\n- {group: apps, version: v1, resource: deployments}\n",
+        ));
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), true, &needs, &opts());
+        let hooks = cfg.webhooks.expect("webhooks");
+        let by_name = |n: &str| {
+            hooks
+                .iter()
+                .find(|h| h.name == n)
+                .unwrap_or_else(|| panic!("no webhook {n}"))
+        };
+        // Strict label UPDATEs: every resource and every subresource.
+        assert_eq!(
+            rule_resources(by_name("strict-label-0.holdfast.dev")),
+            vec![vec!["*".to_string(), "*/*".to_string()]]
+        );
+        // CRD DELETEs always (CRD containment), next to namespaces.
+        let policies = by_name(POLICIES_WEBHOOK);
+        assert!(routes(
+            &ValidatingWebhookConfiguration {
+                webhooks: Some(vec![policies.clone()]),
+                ..Default::default()
+            },
+            POLICIES_WEBHOOK,
+            "DELETE",
+            &crds_gr()
+        ));
+        // Evictions: CREATE pods/eviction, no selector.
+        let ev = by_name(EVICTION_WEBHOOK);
+        assert_eq!(rule_resources(ev), vec![vec!["pods/eviction".to_string()]]);
+        assert_eq!(ev.object_selector, Some(LabelSelector::default()));
+        // Under --strict, break-glass markers on anything a policy protects, with
+        // subresources.
+        let bg = by_name(BREAK_GLASS_WEBHOOK);
+        let all: Vec<String> = rule_resources(bg).into_iter().flatten().collect();
+        for r in [
+            "deployments",
+            "deployments/*",
+            "namespaces",
+            "namespaces/*",
+            "customresourcedefinitions",
+            "customresourcedefinitions/*",
+        ] {
+            assert!(all.contains(&r.to_string()), "{r} missing from {all:?}");
+        }
+        let cond = &bg.match_conditions.as_ref().expect("condition")[0].expression;
+        assert!(cond.ends_with(LABELS_CHANGED), "{cond}");
+        // Not strict, no strict policy: no break-glass webhook.
+        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        assert!(
+            cfg.webhooks
+                .expect("webhooks")
+                .iter()
+                .all(|h| h.name != BREAK_GLASS_WEBHOOK)
+        );
     }
 
     #[test]
@@ -1296,6 +1466,7 @@ mod tests {
                 "policies-0.holdfast.dev",
                 "policies-1.holdfast.dev",
                 "policies-2.holdfast.dev",
+                EVICTION_WEBHOOK,
             ]
         );
         // Every namespace but the system ones: the CRD (cluster-scoped, no namespace
@@ -1448,6 +1619,7 @@ mod tests {
                 "strict-label-0.holdfast.dev",
                 CONTAINMENT_WEBHOOK,
                 "policies-0.holdfast.dev",
+                EVICTION_WEBHOOK,
                 BREAK_GLASS_WEBHOOK
             ]
         );

@@ -120,7 +120,9 @@ impl Admission {
                     format!("{user} tried to delete it: {}", d.message),
                 );
             }
-            (Decision::Allow, "break-glass") => {
+            // (Evictions are judged as the pod's DELETE but reviewed as an Eviction:
+            // no Event names the Eviction as if it were the pod.)
+            (Decision::Allow, "break-glass") if req.operation == review::Operation::Delete => {
                 tracing::info!(uid = %req.uid, object = %req.describe(), user = %user, "break-glass honoured");
                 self.events.emit(
                     &req,
@@ -132,7 +134,7 @@ impl Admission {
             (Decision::Allow, "break-glass-authorized") => {
                 self.events.emit(&req, true, "BreakGlassGranted", format!("{user}, allowed to bypass protection, added a break-glass marker or the strict exemption"));
             }
-            (Decision::Warn(w), _) => {
+            (Decision::Warn(w), _) if req.operation == review::Operation::Delete => {
                 self.events.emit(
                     &req,
                     true,

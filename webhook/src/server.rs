@@ -124,6 +124,7 @@ impl App {
     pub fn ready(&self) -> bool {
         self.serving.load(Ordering::Acquire)
             && holdfast_shared::policy::ClusterView::policies_loaded(self.admission.view().as_ref())
+            && self.admission.view().discovery_problem().is_none()
     }
 }
 
@@ -337,10 +338,21 @@ async fn probe_route(app: &App, req: Request<Incoming>) -> Response<Body> {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not ready: admission listener not serving",
                 )
-            } else {
+            } else if !holdfast_shared::policy::ClusterView::policies_loaded(
+                app.admission.view().as_ref(),
+            ) {
                 text(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not ready: policy registry not loaded",
+                )
+            } else {
+                let p = app.admission.view().discovery_problem().unwrap_or_default();
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "not ready: API discovery incomplete ({p}); namespace and \
+                         CustomResourceDefinition deletions are refused until it completes"
+                    ),
                 )
             }
         }

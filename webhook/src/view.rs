@@ -85,6 +85,15 @@ pub struct WebhookView {
     apiexport: String,
     resolver: Resolver,
     stores: DashMap<StoreKey, Arc<ResourceStore>>,
+    /// Why the last discovery was incomplete (None: complete). While incomplete,
+    /// the stores of what could not be discovered are kept, and namespace and CRD
+    /// DELETEs are refused (their contents may be unknown).
+    discovery_problem: std::sync::RwLock<Option<String>>,
+    /// Namespaced custom resources of established CRDs (from a CRD watch): each
+    /// must have synced label stores before a namespace's contents are trusted.
+    crd_resources: DashMap<GroupResource, ()>,
+    /// Wakes the store manager to rediscover at once (a CRD changed).
+    rediscover: Notify,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -130,7 +139,15 @@ impl WebhookView {
     /// label decisions do not need it (policy objects then never load).
     pub async fn new(opts: ViewOptions<'_>, metrics: Metrics) -> Arc<Self> {
         let (client, base_config) = if opts.label_only {
-            (None, None)
+            // Label protection needs no API server, but with one the webhook can
+            // also judge evictions (it reads the pod) and CRD deletions.
+            match load_config(opts.kubeconfig).await {
+                Ok(cfg) => match Client::try_from(cfg.clone()) {
+                    Ok(c) => (Some(c), Some(cfg)),
+                    Err(_) => (None, None),
+                },
+                Err(_) => (None, None),
+            }
         } else {
             match load_config(opts.kubeconfig).await {
                 Ok(cfg) => match Client::try_from(cfg.clone()) {
@@ -165,7 +182,35 @@ impl WebhookView {
             apiexport: opts.apiexport,
             resolver: Resolver::default(),
             stores: DashMap::new(),
+            discovery_problem: std::sync::RwLock::new(None),
+            crd_resources: DashMap::new(),
+            rediscover: Notify::new(),
         })
+    }
+
+    /// Why discovery is incomplete, if it is (for `/readyz`).
+    pub fn discovery_problem(&self) -> Option<String> {
+        match self.discovery_problem.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn set_discovery_problem(&self, problem: Option<String>) {
+        match self.discovery_problem.write() {
+            Ok(mut g) => *g = problem,
+            Err(p) => *p.into_inner() = problem,
+        }
+    }
+
+    /// An error while discovery is incomplete.
+    fn discovery_complete(&self) -> Result<(), LookupError> {
+        match self.discovery_problem() {
+            Some(p) => Err(LookupError(format!(
+                "API discovery is incomplete ({p}), so objects of some resources cannot be seen"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// An API client for logical cluster `lc` ("" on Kubernetes), if configured.
@@ -198,6 +243,7 @@ impl WebhookView {
         let Some(client) = self.client.clone() else {
             return;
         };
+        let crd_client = client.clone();
         let this = self.clone();
         let policy_shutdown = shutdown.clone();
         self.spawn(shutdown.clone(), async move {
@@ -211,6 +257,16 @@ impl WebhookView {
             shutdown.clone(),
             manage_stores(self.clone(), shutdown.clone()),
         );
+        if self.topology == Topology::Kubernetes {
+            self.spawn(
+                shutdown.clone(),
+                watch_crds(self.clone(), crd_client.clone()),
+            );
+            self.spawn(
+                shutdown.clone(),
+                watch_api_services(self.clone(), crd_client),
+            );
+        }
         if self.mode == DependentsMode::Watch {
             self.spawn(
                 shutdown.clone(),
@@ -682,6 +738,22 @@ impl ClusterView for WebhookView {
         cluster: &str,
         ns: &str,
     ) -> Result<Vec<ContainedObject>, LookupError> {
+        self.discovery_complete()?;
+        for gr in self.crd_resources.iter() {
+            for label in &self.label_keys {
+                let key = StoreKey {
+                    gr: gr.key().clone(),
+                    depth: Depth::Metadata,
+                    label: Some(label.clone()),
+                };
+                if !self.stores.get(&key).is_some_and(|s| s.synced()) {
+                    return Err(LookupError(format!(
+                        "the objects of {} (a new custom resource) are not indexed yet",
+                        gr.key()
+                    )));
+                }
+            }
+        }
         let mut out: Vec<ContainedObject> = Vec::new();
         let mut seen: HashSet<(String, String)> = HashSet::new();
         for entry in self.stores.iter() {
@@ -715,6 +787,158 @@ impl ClusterView for WebhookView {
             }
         }
         Ok(out)
+    }
+
+    async fn custom_resources(
+        &self,
+        cluster: &str,
+        crd: &serde_json::Value,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        if self.label_only && self.client.is_none() {
+            // No API server configured: as with namespace containment, label-only
+            // mode without one sees no contents.
+            return Ok(Vec::new());
+        }
+        self.discovery_complete()?;
+        let Some(ar) = crd_resource(crd) else {
+            return Err(LookupError(
+                "the CustomResourceDefinition names no group, plural or version".to_string(),
+            ));
+        };
+        let client = self.cluster_client(cluster)?;
+        let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+        let list_all = async {
+            let mut out = Vec::new();
+            let mut params = ListParams::default().limit(500);
+            loop {
+                let list = match api.list_metadata(&params).await {
+                    Ok(l) => l,
+                    // Not served (not established yet, or already going): no instances.
+                    Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
+                    Err(e) => return Err(LookupError(e.to_string())),
+                };
+                for item in &list.items {
+                    let meta = serde_json::to_value(&item.metadata)
+                        .map_err(|e| LookupError(e.to_string()))?;
+                    out.push(ContainedObject {
+                        resource: Gvr {
+                            group: ar.group.clone(),
+                            version: ar.version.clone(),
+                            resource: ar.plural.clone(),
+                        },
+                        kind: ar.kind.clone(),
+                        object: Arc::new(serde_json::json!({ "metadata": meta })),
+                    });
+                }
+                match list.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => return Ok(out),
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(8), list_all)
+            .await
+            .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+    }
+}
+
+/// The resource a CustomResourceDefinition serves: its group, plural, kind and the
+/// storage version (else the first served one).
+fn crd_resource(crd: &serde_json::Value) -> Option<ApiResource> {
+    let spec = crd.get("spec")?;
+    let group = spec["group"].as_str().filter(|g| !g.is_empty())?;
+    let plural = spec["names"]["plural"].as_str().filter(|p| !p.is_empty())?;
+    let kind = spec["names"]["kind"].as_str().unwrap_or_default();
+    let versions = spec["versions"].as_array()?;
+    let version = versions
+        .iter()
+        .find(|v| v["storage"] == true)
+        .or_else(|| versions.iter().find(|v| v["served"] == true))
+        .and_then(|v| v["name"].as_str())?;
+    Some(ApiResource {
+        group: group.to_string(),
+        version: version.to_string(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.to_string(),
+        plural: plural.to_string(),
+    })
+}
+
+/// Watches CustomResourceDefinitions: a new or changed CRD triggers discovery at
+/// once (no waiting for the periodic one), and until its label stores have synced
+/// namespace deletions are refused (its instances would be deleted unseen).
+async fn watch_crds(view: Arc<WebhookView>, client: Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut initial: Vec<GroupResource> = Vec::new();
+    let namespaced_established = |crd: &CustomResourceDefinition| -> Option<GroupResource> {
+        let established = crd.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        });
+        (established && crd.spec.scope == "Namespaced" && crd.metadata.deletion_timestamp.is_none())
+            .then(|| GroupResource::new(&crd.spec.group, &crd.spec.names.plural))
+    };
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => initial.clear(),
+            Ok(watcher::Event::InitApply(crd)) => initial.extend(namespaced_established(&crd)),
+            Ok(watcher::Event::InitDone) => {
+                view.crd_resources.clear();
+                for gr in initial.drain(..) {
+                    view.crd_resources.insert(gr, ());
+                }
+                view.rediscover.notify_one();
+            }
+            Ok(watcher::Event::Apply(crd)) => {
+                let gr = GroupResource::new(&crd.spec.group, &crd.spec.names.plural);
+                match namespaced_established(&crd) {
+                    Some(gr) => {
+                        view.crd_resources.insert(gr, ());
+                    }
+                    None => {
+                        view.crd_resources.remove(&gr);
+                    }
+                }
+                view.rediscover.notify_one();
+            }
+            Ok(watcher::Event::Delete(crd)) => {
+                let gr = GroupResource::new(&crd.spec.group, &crd.spec.names.plural);
+                view.crd_resources.remove(&gr);
+                view.rediscover.notify_one();
+            }
+            Err(e) => tracing::warn!(error = %e, "CustomResourceDefinition watch error; retrying"),
+        }
+    }
+}
+
+/// Watches APIServices: an aggregated API added, changed or removed triggers
+/// discovery at once.
+async fn watch_api_services(view: Arc<WebhookView>, client: Client) {
+    let ar = ApiResource {
+        group: "apiregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiregistration.k8s.io/v1".into(),
+        kind: "APIService".into(),
+        plural: "apiservices".into(),
+    };
+    let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                view.rediscover.notify_one();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "APIService watch error; retrying"),
+        }
     }
 }
 
@@ -1001,31 +1225,80 @@ fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<St
     out
 }
 
-/// Every namespaced resource that can be listed and watched (for label stores).
-async fn namespaced_resources(client: &Client) -> Vec<GroupResource> {
-    let discovery = match kube::Discovery::new(client.clone()).run().await {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::warn!(error = %e, "discovery failed; label-protected objects of new types are not indexed yet");
-            return Vec::new();
-        }
-    };
-    let mut out = Vec::new();
-    for group in discovery.groups() {
-        for (ar, caps) in group.recommended_resources() {
-            if caps.scope != kube::discovery::Scope::Namespaced
-                || !caps.supports_operation(kube::discovery::verbs::LIST)
-                || !caps.supports_operation(kube::discovery::verbs::WATCH)
-                || ar.plural == "events"
-            {
-                continue;
+/// Every namespaced resource that can be listed and watched (for label stores),
+/// by API group version, from discovery group by group. A group whose discovery
+/// fails keeps what `previous` had for it (a broken aggregated API never shrinks
+/// what is watched); the failures are returned.
+async fn namespaced_resources(
+    client: &Client,
+    previous: &HashMap<String, Vec<GroupResource>>,
+) -> (HashMap<String, Vec<GroupResource>>, Vec<String>) {
+    let mut out: HashMap<String, Vec<GroupResource>> = HashMap::new();
+    let mut problems = Vec::new();
+    let mut group_versions: Vec<(String, String)> = vec![(String::new(), "v1".to_string())];
+    match client.list_api_groups().await {
+        Ok(groups) => {
+            for g in groups.groups {
+                let version = g
+                    .preferred_version
+                    .map(|v| v.version)
+                    .or_else(|| g.versions.first().map(|v| v.version.clone()));
+                if let Some(v) = version {
+                    group_versions.push((g.name, v));
+                }
             }
-            out.push(GroupResource::new(&ar.group, &ar.plural));
+        }
+        Err(e) => {
+            problems.push(format!("listing API groups failed: {e}"));
+            return (previous.clone(), problems);
         }
     }
-    out.sort();
-    out.dedup();
-    out
+    // Every group at once, each bounded in time: the client retries 503s with
+    // backoff, and one unreachable aggregated API must not hold up the others.
+    let lookups = group_versions
+        .into_iter()
+        .map(|(group, version)| async move {
+            let gv = if group.is_empty() {
+                version.clone()
+            } else {
+                format!("{group}/{version}")
+            };
+            let listed = tokio::time::timeout(Duration::from_secs(5), async {
+                if group.is_empty() {
+                    client.list_core_api_resources(&version).await
+                } else {
+                    client.list_api_group_resources(&gv).await
+                }
+            })
+            .await;
+            (group, gv, listed)
+        });
+    for (group, gv, listed) in futures::future::join_all(lookups).await {
+        let resources = match listed {
+            Ok(Ok(list)) => list
+                .resources
+                .into_iter()
+                .filter(|r| {
+                    r.namespaced
+                        && !r.name.contains('/')
+                        && r.verbs.iter().any(|v| v == "list")
+                        && r.verbs.iter().any(|v| v == "watch")
+                        && r.name != "events"
+                })
+                .map(|r| GroupResource::new(&group, &r.name))
+                .collect(),
+            Ok(Err(e)) => {
+                problems.push(format!("discovery of {gv} failed: {e}"));
+                previous.get(&group).cloned().unwrap_or_default()
+            }
+            Err(_) => {
+                problems.push(format!("discovery of {gv} failed: no answer within 5s"));
+                previous.get(&group).cloned().unwrap_or_default()
+            }
+        };
+        out.insert(group, resources);
+    }
+    (out, problems)
 }
 
 /// Keeps one watch per wanted object store.
@@ -1037,11 +1310,31 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
         return;
     };
     let mut running: HashMap<StoreKey, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut by_group: HashMap<String, Vec<GroupResource>> = HashMap::new();
     let mut namespaced: Vec<GroupResource> = Vec::new();
     let mut last_discovery: Option<std::time::Instant> = None;
+    let mut rediscover = false;
     loop {
-        if last_discovery.is_none_or(|t| t.elapsed() > Duration::from_secs(30)) {
-            namespaced = namespaced_resources(&client).await;
+        // Discovery: every 30 s, at once when a CRD or an APIService changed, and
+        // every 5 s while the last one was incomplete.
+        let every = if view.discovery_problem().is_some() {
+            Duration::from_secs(5)
+        } else {
+            Duration::from_secs(30)
+        };
+        if rediscover || last_discovery.is_none_or(|t| t.elapsed() > every) {
+            let (found, problems) = namespaced_resources(&client, &by_group).await;
+            by_group = found;
+            namespaced = by_group.values().flatten().cloned().collect();
+            namespaced.sort();
+            namespaced.dedup();
+            let problem = (!problems.is_empty()).then(|| problems.join("; "));
+            if let Some(p) = &problem
+                && view.discovery_problem().as_ref() != Some(p)
+            {
+                tracing::warn!(problem = %p, "API discovery incomplete: keeping the stores of what could not be discovered; namespace and CRD deletions are refused until it completes");
+            }
+            view.set_discovery_problem(problem);
             view.resolver.clear();
             last_discovery = Some(std::time::Instant::now());
         }
@@ -1079,13 +1372,114 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
             running.insert(key, handle);
         }
         let mut shutdown = shutdown.clone();
+        rediscover = false;
         tokio::select! {
             _ = view.changed.notified() => {}
+            _ = view.rediscover.notified() => rediscover = true,
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             _ = shutdown.changed() => break,
         }
     }
     for (_, h) in running {
         h.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+    use serde_json::json;
+
+    /// A fake API server answering discovery: `good.io` serves widgets, `broken.io`
+    /// answers 503 for its group version.
+    fn fake_client() -> Client {
+        let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
+            let (status, body) = match req.uri().path() {
+                "/apis" => (
+                    200,
+                    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                        {"name": "good.io", "versions": [{"groupVersion": "good.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "good.io/v1", "version": "v1"}},
+                        {"name": "broken.io", "versions": [{"groupVersion": "broken.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "broken.io/v1", "version": "v1"}}]}),
+                ),
+                "/api/v1" => (
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap", "verbs": ["list", "watch", "get"]},
+                        {"name": "events", "singularName": "event", "namespaced": true, "kind": "Event", "verbs": ["list", "watch"]},
+                        {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]},
+                        {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node", "verbs": ["list", "watch"]}]}),
+                ),
+                "/apis/good.io/v1" => (
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "good.io/v1", "resources": [
+                        {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget", "verbs": ["list", "watch"]}]}),
+                ),
+                _ => (
+                    500,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "boom", "code": 500}),
+                ),
+            };
+            let resp = http::Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(bytes::Bytes::from(body.to_string())))
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(resp)
+        });
+        Client::new(svc, "default")
+    }
+
+    #[tokio::test]
+    async fn failed_discovery_keeps_what_was_known() {
+        let client = fake_client();
+        let mut previous = HashMap::new();
+        previous.insert(
+            "broken.io".to_string(),
+            vec![GroupResource::new("broken.io", "gizmos")],
+        );
+        let (found, problems) = namespaced_resources(&client, &previous).await;
+        assert_eq!(
+            found.get(""),
+            Some(&vec![GroupResource::new("", "configmaps")])
+        );
+        assert_eq!(
+            found.get("good.io"),
+            Some(&vec![GroupResource::new("good.io", "widgets")])
+        );
+        // The broken group keeps its old resources, and the failure is reported.
+        assert_eq!(
+            found.get("broken.io"),
+            Some(&vec![GroupResource::new("broken.io", "gizmos")])
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("discovery of broken.io/v1 failed: "),
+            "{problems:?}"
+        );
+        // Nothing known before: nothing kept, still reported.
+        let (found, problems) = namespaced_resources(&client, &HashMap::new()).await;
+        assert_eq!(found.get("broken.io"), Some(&Vec::new()));
+        assert_eq!(problems.len(), 1);
+    }
+
+    #[test]
+    fn crd_resource_uses_the_storage_version() {
+        let crd = json!({"spec": {"group": "example.com", "names": {"plural": "gadgets", "kind": "Gadget"},
+            "versions": [{"name": "v1beta1", "served": true, "storage": false},
+                         {"name": "v1", "served": true, "storage": true}]}});
+        let ar = crd_resource(&crd).expect("resource");
+        assert_eq!(
+            (
+                ar.api_version.as_str(),
+                ar.plural.as_str(),
+                ar.kind.as_str()
+            ),
+            ("example.com/v1", "gadgets", "Gadget")
+        );
+        assert!(crd_resource(&json!({"spec": {"group": "example.com"}})).is_none());
+        assert!(crd_resource(&json!(null)).is_none());
     }
 }

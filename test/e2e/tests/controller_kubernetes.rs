@@ -16,6 +16,18 @@ use serde_json::Value;
 const POLICIES: &str = "policies-0.holdfast.dev";
 const CONTAINMENT: &str = "containment.holdfast.dev";
 
+/// The webhook receiving pod evictions.
+const EVICTION: &str = "eviction.holdfast.dev";
+
+/// CRD DELETEs always reach the containment webhook (CRD containment).
+fn crd_rule() -> (Vec<String>, Vec<String>, Vec<String>) {
+    (
+        vec!["apiextensions.k8s.io".to_string()],
+        vec!["customresourcedefinitions".to_string()],
+        vec!["DELETE".to_string()],
+    )
+}
+
 async fn env_with_webhook() -> Env {
     let mut env = Env::start().await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
@@ -86,15 +98,18 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", CONTAINMENT]
+        vec!["delete-label-0.holdfast.dev", CONTAINMENT, EVICTION]
     );
     assert_eq!(
         rules_of(&cfg, CONTAINMENT),
-        vec![(
-            vec!["".to_string()],
-            vec!["namespaces".to_string()],
-            vec!["DELETE".to_string()]
-        )]
+        vec![
+            (
+                vec!["".to_string()],
+                vec!["namespaces".to_string()],
+                vec!["DELETE".to_string()]
+            ),
+            crd_rule()
+        ]
     );
     assert_eq!(cfg["webhooks"][0]["failurePolicy"], "Fail");
     assert_eq!(
@@ -153,7 +168,12 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", CONTAINMENT, POLICIES]
+        vec![
+            "delete-label-0.holdfast.dev",
+            CONTAINMENT,
+            POLICIES,
+            EVICTION
+        ]
     );
     assert_eq!(cfg["metadata"]["labels"]["team"], "platform", "{cfg}");
     assert_eq!(
@@ -267,16 +287,19 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", CONTAINMENT]
+        vec!["delete-label-0.holdfast.dev", CONTAINMENT, EVICTION]
     );
     assert_eq!(
         rules_of(&cfg, CONTAINMENT),
-        vec![(
-            vec!["".to_string()],
-            vec!["namespaces".to_string()],
-            vec!["DELETE".to_string()]
-        )],
-        "only namespaces left"
+        vec![
+            (
+                vec!["".to_string()],
+                vec!["namespaces".to_string()],
+                vec!["DELETE".to_string()]
+            ),
+            crd_rule()
+        ],
+        "only namespaces and CRDs left"
     );
 }
 

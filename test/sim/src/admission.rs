@@ -53,6 +53,18 @@ fn exempt(info: &ResourceInfo) -> bool {
             ))
 }
 
+/// What kube-apiserver's admission policy plugins never evaluate (`isPolicyResource`).
+fn is_policy_resource(info: &ResourceInfo) -> bool {
+    info.group == "admissionregistration.k8s.io"
+        && matches!(
+            info.resource.as_str(),
+            "validatingadmissionpolicies"
+                | "validatingadmissionpolicybindings"
+                | "mutatingadmissionpolicies"
+                | "mutatingadmissionpolicybindings"
+        )
+}
+
 fn list_has(v: &Value, s: &str) -> bool {
     v.as_array().is_some_and(|a| {
         a.iter()
@@ -167,7 +179,10 @@ fn convert(o: Option<&Value>, info: &ResourceInfo, version: &str) -> Value {
     match o {
         Some(o) => {
             let mut o = o.clone();
-            o["apiVersion"] = json!(info.api_version(version));
+            // Objects of a subresource's own kind (an Eviction) keep their version.
+            if o["kind"].as_str().is_none_or(|k| k == info.kind) {
+                o["apiVersion"] = json!(info.api_version(version));
+            }
             o
         }
         None => Value::Null,
@@ -238,11 +253,14 @@ pub fn build_request(ctx: &Ctx, a: &Attrs, version: &str) -> Value {
 
 /// Runs every matching validating webhook; Err is the Status returned to the client.
 pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<()> {
+    // The ValidatingAdmissionPolicy plugin runs before the webhooks. It skips only
+    // policies and bindings themselves; webhook configurations are subject to it.
+    if !a.info.virtual_only && !is_policy_resource(a.info) {
+        crate::vap::validate(state, ctx, &a)?;
+    }
     if exempt(a.info) {
         return Ok(());
     }
-    // The ValidatingAdmissionPolicy plugin runs before the webhooks.
-    crate::vap::validate(state, ctx, &a)?;
     let mut configs: Vec<Arc<Value>> = state.store.list(&vwc_gr(), Some(a.cluster), None).0;
     if !a.cluster.is_empty() {
         configs.extend(kcp::export_webhook_configs(state, a.cluster, a.info));

@@ -78,6 +78,7 @@ pub async fn handle(
         (Method::GET, false) if watch => "watch",
         (Method::GET, false) => "list",
         (Method::POST, false) => "create",
+        (Method::POST, true) if t.sub.as_deref() == Some("eviction") => "create",
         (Method::PUT, true) => "update",
         (Method::PATCH, true) => "patch",
         (Method::DELETE, true) => "delete",
@@ -125,6 +126,10 @@ pub async fn handle(
         }
         "list" => list(state, ctx, &t, query, headers),
         "watch" => watch_stream(state, ctx, &t, query, wants_meta(headers)),
+        "create" if t.sub.as_deref() == Some("eviction") => {
+            let obj = parse_body(&body, headers)?;
+            evict(state, ctx, &t, &need_cluster()?, obj, query).await
+        }
         "create" => {
             let obj = parse_body(&body, headers)?;
             create(state, ctx, &t, &need_cluster()?, obj, query).await
@@ -180,7 +185,7 @@ pub async fn handle(
                 &c,
                 t.name.as_deref().unwrap_or(""),
                 &opts,
-                true,
+                DeleteCall::Named,
             )
             .await
         }
@@ -1165,6 +1170,73 @@ fn strip_system_meta(obj: &mut Value) {
     }
 }
 
+/// `POST pods/NAME/eviction`, as kube-apiserver's eviction REST does it: one CREATE
+/// review of the Eviction (`subResource: eviction`, `name` the pod), then the pod is
+/// deleted without a DELETE review; `201` with a `Success` Status. (No
+/// PodDisruptionBudgets are modelled: every eviction is allowed by them.)
+async fn evict(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    cluster: &str,
+    eviction: Value,
+    query: &HashMap<String, String>,
+) -> ApiResult<Resp> {
+    let info = &t.info;
+    let name = t.name.clone().unwrap_or_default();
+    let ns = t.namespace.clone().unwrap_or_default();
+    let av = eviction["apiVersion"].as_str().unwrap_or("");
+    let kind = eviction["kind"].as_str().unwrap_or("");
+    if !matches!(av, "policy/v1" | "policy/v1beta1") || kind != "Eviction" {
+        return Err(ApiError::bad_request(format!(
+            "the object in the data ({av}, Kind={kind}) is not a policy/v1 Eviction"
+        )));
+    }
+    if meta(&eviction, "name") != name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Eviction object",
+        ));
+    }
+    let key = key_for(cluster, info, Some(&ns), &name);
+    if state.store.get(&info.gr(), &key).is_none() {
+        return Err(ApiError::not_found(info, &name));
+    }
+    let mut object = eviction.clone();
+    object["metadata"]["namespace"] = json!(ns);
+    let dry = dry_run(query);
+    admission::validate(
+        state,
+        ctx,
+        Attrs {
+            info,
+            version: &t.version,
+            sub: "eviction",
+            op: "CREATE",
+            name: Some(&name),
+            namespace: &ns,
+            cluster,
+            object: Some(&object),
+            old: None,
+            dry_run: dry,
+            options: options("CreateOptions", query),
+        },
+    )
+    .await?;
+    let mut opts = if eviction["deleteOptions"].is_object() {
+        eviction["deleteOptions"].clone()
+    } else {
+        json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"})
+    };
+    if dry {
+        opts["dryRun"] = json!(["All"]);
+    }
+    delete(state, ctx, t, cluster, &name, &opts, DeleteCall::Unadmitted).await?;
+    Ok(Resp::Json(
+        201,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
 pub async fn create(
     state: &Arc<State>,
     ctx: &Ctx,
@@ -1654,6 +1726,33 @@ pub enum Mutation {
     Func(Box<dyn Fn(&mut Value) + Send + Sync>),
 }
 
+/// Which metadata of an update through `/status` the resource's status strategy
+/// keeps. Custom resources keep none (the whole old object but status). Built-in
+/// strategies mostly reset only the spec, so labels and annotations change
+/// (namespaces/status, pods/status in the captures); the apps workloads also reset
+/// the labels (deployments/status keeps annotation changes, drops label changes).
+fn status_keeps(info: &ResourceInfo) -> &'static [&'static str] {
+    if !info.builtin {
+        return &[];
+    }
+    match (info.group.as_str(), info.resource.as_str()) {
+        ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets") => &["annotations"],
+        _ => &["labels", "annotations"],
+    }
+}
+
+/// Sets `metadata.<field>` of `new` to that of `updated` (removing it when absent).
+fn keep_meta(new: &mut Value, updated: &Value, field: &str) {
+    match updated["metadata"].get(field) {
+        Some(v) if !v.is_null() => new["metadata"][field] = v.clone(),
+        _ => {
+            if let Some(mm) = new["metadata"].as_object_mut() {
+                mm.remove(field);
+            }
+        }
+    }
+}
+
 fn strip_for_compare(v: &Value) -> Value {
     let mut v = v.clone();
     if let Some(m) = v.as_object_mut() {
@@ -1830,9 +1929,10 @@ pub async fn update(
         new["kind"] = json!(info.kind);
         match sub.as_str() {
             "status" => {
-                // Only status changes through /status.
+                // Status changes through /status, and the metadata the resource's
+                // status strategy keeps (see `status_keeps`).
                 let status = new.get("status").cloned();
-                new = old_typed.clone();
+                let updated = std::mem::replace(&mut new, old_typed.clone());
                 match status {
                     Some(s) => new["status"] = s,
                     None => {
@@ -1841,12 +1941,20 @@ pub async fn update(
                         }
                     }
                 }
+                for field in status_keeps(info) {
+                    keep_meta(&mut new, &updated, field);
+                }
             }
             "finalize" => {
+                // The namespace finalize strategy resets only the status: spec and
+                // metadata (labels, annotations) change.
                 let spec = new.get("spec").cloned();
-                new = old_typed.clone();
+                let updated = std::mem::replace(&mut new, old_typed.clone());
                 if let Some(s) = spec {
                     new["spec"] = s;
+                }
+                for field in ["labels", "annotations"] {
+                    keep_meta(&mut new, &updated, field);
                 }
             }
             "scale" => {
@@ -2089,6 +2197,19 @@ fn success_status(info: &ResourceInfo, name: &str, uid: &str) -> Value {
 }
 
 /// Deletes one object. `named` = false for DeleteCollection (admission sees no name).
+/// How a DELETE reaches the registry, which decides what admission sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteCall {
+    /// A named DELETE (a client's, or the garbage collector's): reviewed with its name.
+    Named,
+    /// One item of a DeleteCollection (the namespace controller's): reviewed without
+    /// `request.name`.
+    Nameless,
+    /// Straight from storage, as the CRD finalizer (`DeleteCollection` with
+    /// `rest.ValidateAllObjectFunc`) and pod eviction do: no DELETE review at all.
+    Unadmitted,
+}
+
 pub async fn delete(
     state: &Arc<State>,
     ctx: &Ctx,
@@ -2096,7 +2217,7 @@ pub async fn delete(
     cluster: &str,
     name: &str,
     opts: &Value,
-    named: bool,
+    how: DeleteCall,
 ) -> ApiResult<Resp> {
     let info = &t.info;
     let key = key_for(cluster, info, t.namespace.as_deref(), name);
@@ -2144,31 +2265,33 @@ pub async fn delete(
         }
         let old_typed = typed(info, &t.version, &old);
         let mut opts = opts.clone();
-        if info.group.is_empty()
-            && info.resource == "namespaces"
-            && opts["preconditions"]["uid"].is_null()
-        {
-            // The namespace registry always deletes with a UID precondition.
+        let uid_precondition = (info.group.is_empty() && info.resource == "namespaces")
+            || (info.group == "apiextensions.k8s.io"
+                && info.resource == "customresourcedefinitions");
+        if uid_precondition && opts["preconditions"]["uid"].is_null() {
+            // The namespace and CRD registries always delete with a UID precondition.
             opts["preconditions"]["uid"] = old["metadata"]["uid"].clone();
         }
-        admission::validate(
-            state,
-            ctx,
-            Attrs {
-                info,
-                version: &t.version,
-                sub: "",
-                op: "DELETE",
-                name: if named { Some(name) } else { None },
-                namespace: t.namespace.as_deref().unwrap_or(""),
-                cluster,
-                object: None,
-                old: Some(&old_typed),
-                dry_run: dry,
-                options: opts.clone(),
-            },
-        )
-        .await?;
+        if how != DeleteCall::Unadmitted {
+            admission::validate(
+                state,
+                ctx,
+                Attrs {
+                    info,
+                    version: &t.version,
+                    sub: "",
+                    op: "DELETE",
+                    name: (how == DeleteCall::Named).then_some(name),
+                    namespace: t.namespace.as_deref().unwrap_or(""),
+                    cluster,
+                    object: None,
+                    old: Some(&old_typed),
+                    dry_run: dry,
+                    options: opts.clone(),
+                },
+            )
+            .await?;
+        }
         let mut new = old_typed.clone();
         let mut finalizers: Vec<Value> = old["metadata"]["finalizers"]
             .as_array()
@@ -2295,7 +2418,17 @@ pub async fn delete_collection(
         if t.info.namespaced {
             tt.namespace = Some(k.namespace.clone());
         }
-        match delete(state, ctx, &tt, cluster, &k.name, opts, false).await {
+        match delete(
+            state,
+            ctx,
+            &tt,
+            cluster,
+            &k.name,
+            opts,
+            DeleteCall::Nameless,
+        )
+        .await
+        {
             Ok(Resp::Json(_, body)) => {
                 if body["kind"] == "Status" {
                     deleted.push(list_item(&t.info, &t.version, &v));

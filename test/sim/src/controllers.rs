@@ -538,7 +538,16 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
                 Some(&k.name),
             );
             let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": "Background"});
-            let res = api::delete(state, &ctx, &t, &key.cluster, &k.name, &opts, false).await;
+            let res = api::delete(
+                state,
+                &ctx,
+                &t,
+                &key.cluster,
+                &k.name,
+                &opts,
+                api::DeleteCall::Unadmitted,
+            )
+            .await;
             if res.is_err() || state.store.get(&info.gr(), &k).is_some() {
                 remaining += 1;
             }
@@ -755,7 +764,16 @@ async fn gc(state: &Arc<State>) {
                 "Background"
             };
             let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": policy});
-            let _ = api::delete(state, &ctx, &t, &dkey.cluster, &dkey.name, &opts, true).await;
+            let _ = api::delete(
+                state,
+                &ctx,
+                &t,
+                &dkey.cluster,
+                &dkey.name,
+                &opts,
+                api::DeleteCall::Named,
+            )
+            .await;
         }
         if still_there.is_some()
             && (orphan || (foreground && !pending && state.store.dependents(&uid).is_empty()))

@@ -481,6 +481,39 @@ fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
     None
 }
 
+/// (group, version) of the stored APIServices backed by a service (aggregated
+/// APIs) whose group the simulator does not serve itself. The legacy `/apis` lists
+/// them, as kube-aggregator does whether they are available or not; their
+/// discovery and resources answer 503. (Aggregated discovery leaves them out.)
+fn unavailable_api_services(
+    state: &State,
+    ctx: &Ctx,
+    resources: &[Arc<registry::ResourceInfo>],
+) -> Vec<(String, String)> {
+    let Some(cluster) = ctx.cluster.key() else {
+        return Vec::new();
+    };
+    let gr = registry::Gr {
+        group: "apiregistration.k8s.io".into(),
+        resource: "apiservices".into(),
+    };
+    let mut out: Vec<(String, String)> = state
+        .store
+        .list(&gr, Some(cluster), None)
+        .0
+        .iter()
+        .filter(|a| a["spec"]["service"].is_object())
+        .filter_map(|a| {
+            let g = a["spec"]["group"].as_str()?.to_string();
+            let v = a["spec"]["version"].as_str()?.to_string();
+            (!resources.iter().any(|r| r.group == g)).then_some((g, v))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 async fn route(
     state: &Arc<State>,
     ctx: &Ctx,
@@ -500,6 +533,20 @@ async fn route(
         None => resources,
     };
     let is_get = method == Method::GET;
+    // An aggregated API (an APIService backed by a service) that the simulator has
+    // no backend for answers like an unreachable one: 503 "service unavailable".
+    let unavailable = unavailable_api_services(state, ctx, &resources);
+    if let ["apis", g, rest @ ..] = segs.as_slice()
+        && unavailable
+            .iter()
+            .any(|(ug, uv)| ug == g && rest.first().is_none_or(|v| v == uv))
+    {
+        return Ok(Resp::Text(
+            503,
+            "text/plain; charset=utf-8",
+            "service unavailable\n".to_string(),
+        ));
+    }
     match segs.as_slice() {
         [] if is_get => {
             let paths = vec![
@@ -551,7 +598,15 @@ async fn route(
                     doc.to_string(),
                 ));
             }
-            Ok(Resp::Json(200, registry::api_group_list(&resources)))
+            let mut list = registry::api_group_list(&resources);
+            if let Some(groups) = list["groups"].as_array_mut() {
+                for (g, v) in &unavailable {
+                    let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+                    groups
+                        .push(json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv}));
+                }
+            }
+            Ok(Resp::Json(200, list))
         }
         ["api", "v1"] if is_get => registry::api_resource_list(&resources, "", "v1")
             .map(|v| Resp::Json(200, v))

@@ -24,33 +24,26 @@ fn matches(state: &State, m: &Value, a: &Attrs) -> bool {
         return true;
     }
     let as_webhook = |rules: &Value| json!({"rules": rules, "matchPolicy": m["matchPolicy"], "namespaceSelector": m["namespaceSelector"], "objectSelector": m["objectSelector"]});
-    let name_ok = |rules: &Value| {
-        // resourceNames restrict the rules that list them.
+    let name = a
+        .name
+        .or(a.old.and_then(|o| o["metadata"]["name"].as_str()))
+        .or(a.object.and_then(|o| o["metadata"]["name"].as_str()));
+    // Each rule matches with its own resourceNames.
+    let hit = |rules: &Value| {
         rules.as_array().into_iter().flatten().any(|r| {
-            let names = r["resourceNames"].as_array();
-            names.is_none_or(|n| {
-                n.is_empty()
-                    || n.iter().any(|x| {
-                        Some(x.as_str().unwrap_or(""))
-                            == a.name
-                                .or(a.old.and_then(|o| o["metadata"]["name"].as_str()))
-                    })
-            })
+            let names_ok = r["resourceNames"].as_array().is_none_or(|n| {
+                n.is_empty() || n.iter().any(|x| x.as_str().is_some() && x.as_str() == name)
+            });
+            names_ok && crate::admission::rules_match(&as_webhook(&json!([r])), a).is_some()
         })
     };
     let include = &m["resourceRules"];
-    if !include.is_null() {
-        let wh = as_webhook(include);
-        if crate::admission::rules_match(&wh, a).is_none() || !name_ok(include) {
-            return false;
-        }
+    if !include.is_null() && !hit(include) {
+        return false;
     }
     let exclude = &m["excludeResourceRules"];
-    if exclude.as_array().is_some_and(|e| !e.is_empty()) {
-        let wh = as_webhook(exclude);
-        if crate::admission::rules_match(&wh, a).is_some() && name_ok(exclude) {
-            return false;
-        }
+    if exclude.as_array().is_some_and(|e| !e.is_empty()) && hit(exclude) {
+        return false;
     }
     crate::admission::selector_matches(&as_webhook(&Value::Null), state, a)
 }

@@ -321,10 +321,9 @@ async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Re
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let pki = holdfast_e2e::pki("holdfast-bench-attack")?;
-    let chosen = std::env::var("HOLDFAST_BENCH_ATTACKS")
-        .unwrap_or_else(|_| {
-            "h2-streams,h1-bodies,idle,events,kcp-clusters,busy-clients".to_string()
-        });
+    let chosen = std::env::var("HOLDFAST_BENCH_ATTACKS").unwrap_or_else(|_| {
+        "h2-streams,h1-bodies,idle,events,kcp-clusters,busy-clients".to_string()
+    });
     println!(
         "| attack | webhook peak RSS (MiB) | legitimate reviews answered | slowest legitimate | attack outcome | server counters |"
     );

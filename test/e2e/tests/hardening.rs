@@ -1,0 +1,913 @@
+//! The holes a real API server and a hostile client open, closed end to end: the real
+//! `holdfast-webhook` and `holdfast-controller` run as the service accounts the
+//! manifests ship (with their RBAC, authorization on), against the simulator, driven
+//! by the real `kubectl`.
+//!
+//! CRD deletion (instances go without a DELETE review), pod eviction (no DELETE
+//! review), strict mode through subresources and break-glass on policy-protected
+//! objects, new CRDs and containment, look-alike label values, and holdfast's own
+//! configuration guarded by a ValidatingAdmissionPolicy.
+
+use holdfast_e2e::{
+    Env, KubectlOutput,
+    controller::{ControllerProcess, start_controller, wait_configuration},
+};
+use holdfast_sim::{RbacRule, SimConfig, User};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const WEBHOOK_SA: &str = "system:serviceaccount:holdfast-system:holdfast-webhook";
+const CONTROLLER_SA: &str = "system:serviceaccount:holdfast-system:holdfast-controller";
+
+/// A user who may do anything to ordinary objects, but not bypass protection.
+const ALICE: &str = "alice";
+/// A member of the admin group named with `--admin-group`.
+const OPS: &str = "ops";
+/// A user who also holds the bypass permission.
+const BREAKER: &str = "breaker";
+
+fn user(name: &str, groups: &[&str]) -> User {
+    User {
+        name: name.to_string(),
+        token: format!("{}-token", name.replace(':', "-")),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    }
+}
+
+fn allow(users: &[&str], verbs: &[&str], groups: &[&str], resources: &[&str]) -> RbacRule {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    RbacRule {
+        users: s(users),
+        groups: Vec::new(),
+        verbs: s(verbs),
+        api_groups: s(groups),
+        resources: s(resources),
+        namespaces: Vec::new(),
+        resource_names: Vec::new(),
+    }
+}
+
+const EVERYDAY: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+
+/// The sim with authorization on, its admin, the shipped service accounts, alice
+/// and breaker.
+fn sim_config() -> SimConfig {
+    let mut cfg = SimConfig {
+        authorize: true,
+        ..SimConfig::default()
+    };
+    cfg.users.push(user(
+        WEBHOOK_SA,
+        &[
+            "system:serviceaccounts",
+            "system:serviceaccounts:holdfast-system",
+        ],
+    ));
+    cfg.users.push(user(
+        CONTROLLER_SA,
+        &[
+            "system:serviceaccounts",
+            "system:serviceaccounts:holdfast-system",
+        ],
+    ));
+    cfg.users.push(user(ALICE, &["dev"]));
+    cfg.users.push(user(OPS, &["platform-admins"]));
+    cfg.rbac
+        .push(allow(&[OPS], EVERYDAY, &["*"], &["*", "*/*"]));
+    cfg.users.push(user(BREAKER, &["dev"]));
+    cfg.rbac
+        .push(allow(&[ALICE, BREAKER], EVERYDAY, &["*"], &["*", "*/*"]));
+    cfg.rbac.push(allow(
+        &[BREAKER],
+        &["bypass"],
+        &["holdfast.dev"],
+        &["protections"],
+    ));
+    cfg
+}
+
+struct Stack {
+    env: Env,
+    _controller: ControllerProcess,
+}
+
+fn manifest(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../manifests/base")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// holdfast as the manifests ship it: namespace, service accounts, RBAC and CRDs
+/// applied by the admin; webhook and controller running as their service accounts.
+async fn shipped(strict: bool) -> Stack {
+    shipped_with(strict, &[]).await
+}
+
+async fn shipped_with(strict: bool, controller_args: &[&str]) -> Stack {
+    let mut env = Env::start_with(sim_config()).await.expect("sim");
+    for m in [
+        "namespace.yaml",
+        "serviceaccounts.yaml",
+        "rbac-webhook.yaml",
+        "rbac-controller.yaml",
+    ] {
+        env.kubectl(&["apply", "-f", &manifest(m)])
+            .expect("kubectl")
+            .ok()
+            .expect(m);
+    }
+    env.install_crds().expect("holdfast CRDs");
+    let webhook_kc = env.dir.path().join("kubeconfig-webhook-sa");
+    env.sim
+        .write_kubeconfig(&webhook_kc, WEBHOOK_SA)
+        .expect("kubeconfig");
+    let controller_kc = env.dir.path().join("kubeconfig-controller-sa");
+    env.sim
+        .write_kubeconfig(&controller_kc, CONTROLLER_SA)
+        .expect("kubeconfig");
+    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
+    let controller_kc = controller_kc.to_string_lossy().into_owned();
+    let mut args = vec!["--kubeconfig", webhook_kc.as_str()];
+    if strict {
+        args.push("--strict");
+    }
+    env.start_webhook(&args).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let mut cargs = vec!["--kubeconfig", controller_kc.as_str()];
+    if strict {
+        cargs.push("--strict");
+    }
+    cargs.extend(controller_args);
+    let mut c = start_controller(&env, "controller", port, &cargs).expect("controller");
+    c.wait_ready(30).await.unwrap_or_else(|e| {
+        panic!("controller not ready: {e}\n{}", c.log());
+    });
+    wait_configuration(&env, Duration::from_secs(30), |cfg| {
+        cfg.is_some_and(|c| {
+            c["webhooks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|w| w["name"] == "eviction.holdfast.dev")
+        })
+    })
+    .await
+    .expect("configuration installed");
+    Stack {
+        env,
+        _controller: c,
+    }
+}
+
+/// Asserts kubectl failed with exactly `stderr`.
+fn refused_with(out: &KubectlOutput, stderr: &str) {
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (1, stderr),
+        "stdout: {}",
+        out.stdout
+    );
+}
+
+fn ok(out: KubectlOutput) -> KubectlOutput {
+    assert_eq!(out.code, 0, "kubectl failed: {out:?}");
+    out
+}
+
+fn as_alice(env: &Env, args: &[&str]) -> KubectlOutput {
+    env.kubectl_as(ALICE, args).expect("kubectl")
+}
+
+fn get_json(env: &Env, args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    serde_json::from_str(&ok(env.kubectl(&a).expect("kubectl")).stdout).expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crd_deletion_is_refused_while_an_instance_is_protected() {
+    let s = shipped(false).await;
+    let env = &s.env;
+    env.apply(&holdfast_e2e::fixtures::widget_crd())
+        .expect("crd");
+    env.kubectl_until(&["get", "widgets"], 30, |o| o.code == 0)
+        .await
+        .expect("served");
+    env.apply(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: precious, namespace: default, labels: {holdfast.dev/protected: Always}}\n",
+    )
+    .expect("widget");
+    env.apply(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: plain, namespace: default}\n",
+    )
+    .expect("widget");
+    let out = as_alice(env, &["delete", "crd", "widgets.example.com"]);
+    refused_with(
+        &out,
+        "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" denied the \
+         request: holdfast: CustomResourceDefinition widgets.example.com has instances that are \
+         protected from deletion: Widget default/precious (label) (policy: containment), so it \
+         cannot be deleted: that would delete them all, unchecked. To delete it, first lift the \
+         protection of those objects (or delete them), or set the annotation \
+         holdfast.dev/skip-protection=true if you are allowed to bypass protection on the \
+         CustomResourceDefinition.",
+    );
+    // Nothing was deleted.
+    let names = ok(env
+        .kubectl(&["get", "widgets", "-o", "name"])
+        .expect("kubectl"));
+    assert_eq!(
+        names.stdout,
+        "widget.example.com/plain\nwidget.example.com/precious\n"
+    );
+    // Unprotect the instance: the CRD goes, and its instances with it.
+    ok(as_alice(
+        env,
+        &["label", "widget", "precious", "holdfast.dev/protected-"],
+    ));
+    ok(as_alice(env, &["delete", "crd", "widgets.example.com"]));
+    env.kubectl_until(&["get", "crd", "widgets.example.com"], 30, |o| {
+        o.code == 1 && o.stderr.contains("NotFound")
+    })
+    .await
+    .expect("CRD gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eviction_of_a_protected_pod_is_refused() {
+    let s = shipped(false).await;
+    let env = &s.env;
+    for (name, labels) in [
+        ("pinned", json!({"holdfast.dev/protected": "true"})),
+        ("free", json!({})),
+    ] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}});
+        env.apply(&pod.to_string()).expect("pod");
+    }
+    let evict = |name: &str| {
+        let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": "default"}});
+        env.kubectl_stdin(
+            &[
+                "--token",
+                "alice-token",
+                "create",
+                "--raw",
+                &format!("/api/v1/namespaces/default/pods/{name}/eviction"),
+                "-f",
+                "-",
+            ],
+            &body.to_string(),
+        )
+        .expect("kubectl")
+    };
+    let out = evict("pinned");
+    refused_with(
+        &out,
+        "Error from server (Forbidden): admission webhook \"eviction.holdfast.dev\" denied the \
+         request: holdfast: eviction refused: Pod default/pinned is protected by label \
+         holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be \
+         deleted. To delete it, remove the label (kubectl label pods pinned -n default \
+         holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if \
+         you are allowed to bypass protection.",
+    );
+    ok(env
+        .kubectl(&["get", "pod", "pinned", "-n", "default"])
+        .expect("kubectl"));
+    let out = ok(evict("free"));
+    let status: Value = serde_json::from_str(&out.stdout).expect("Status");
+    assert_eq!(
+        status,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+    );
+    let out = env
+        .kubectl(&["get", "pod", "free", "-n", "default"])
+        .expect("kubectl");
+    refused_with(
+        &out,
+        "Error from server (NotFound): pods \"free\" not found",
+    );
+}
+
+fn strict_denial(what: &str, target: &str, value: &str) -> String {
+    format!(
+        "holdfast: {what} carries the protection label holdfast.dev/protected={value} and strict \
+         mode is on (policy: strict label holdfast.dev/protected), so the label cannot be removed \
+         or changed to a value that does not protect. To unprotect it, first mark it exempt in its \
+         own update (kubectl label {target} holdfast.dev/strict-exempt=true, which takes the \
+         bypass permission on protections.holdfast.dev), then remove the label."
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn strict_mode_covers_subresources() {
+    let s = shipped(true).await;
+    let env = &s.env;
+    ok(env.kubectl(&["create", "ns", "vault"]).expect("kubectl"));
+    ok(env
+        .kubectl(&["label", "ns", "vault", "holdfast.dev/protected=Always"])
+        .expect("kubectl"));
+    // namespaces/status: a merge patch dropping the label.
+    let out = as_alice(
+        env,
+        &[
+            "patch",
+            "ns",
+            "vault",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"holdfast.dev/protected":null}}}"#,
+        ],
+    );
+    refused_with(
+        &out,
+        &format!(
+            "Error from server (Forbidden): admission webhook \"strict-label-0.holdfast.dev\" \
+             denied the request: {}",
+            strict_denial("Namespace vault", "namespaces vault", "Always")
+        ),
+    );
+    // namespaces/finalize: a PUT without the label.
+    let mut ns = get_json(env, &["get", "ns", "vault"]);
+    if let Some(l) = ns["metadata"]["labels"].as_object_mut() {
+        l.remove("holdfast.dev/protected");
+    }
+    let out = env
+        .kubectl_stdin(
+            &[
+                "--token",
+                "alice-token",
+                "replace",
+                "--raw",
+                "/api/v1/namespaces/vault/finalize",
+                "-f",
+                "-",
+            ],
+            &ns.to_string(),
+        )
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.trim_end().ends_with(&strict_denial(
+            "Namespace vault",
+            "namespaces vault",
+            "Always"
+        )),
+        "{}",
+        out.stderr
+    );
+    let labels = get_json(env, &["get", "ns", "vault"])["metadata"]["labels"].clone();
+    assert_eq!(labels["holdfast.dev/protected"], "Always");
+
+    // pods/status: the label removed through /status.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p1", "namespace": "vault", "labels": {"holdfast.dev/protected": "true"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}});
+    env.apply(&pod.to_string()).expect("pod");
+    let out = as_alice(
+        env,
+        &[
+            "patch",
+            "pod",
+            "p1",
+            "-n",
+            "vault",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":null}}"#,
+        ],
+    );
+    refused_with(
+        &out,
+        &format!(
+            "Error from server (Forbidden): admission webhook \"strict-label-0.holdfast.dev\" \
+             denied the request: {}",
+            strict_denial("Pod vault/p1", "pods p1 -n vault", "true")
+        ),
+    );
+    // deployments/status: a break-glass marker added through /status (annotations
+    // are kept there) takes the bypass permission.
+    let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "vault", "labels": {"holdfast.dev/protected": "Always"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}}}});
+    env.apply(&dep.to_string()).expect("deployment");
+    let patch = r#"{"metadata":{"annotations":{"holdfast.dev/skip-protection":"true"}}}"#;
+    let out = as_alice(
+        env,
+        &[
+            "patch",
+            "deployment",
+            "web",
+            "-n",
+            "vault",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+    );
+    refused_with(
+        &out,
+        "Error from server (Forbidden): admission webhook \"strict-label-0.holdfast.dev\" denied \
+         the request: holdfast: user \"alice\" may not add annotation \
+         holdfast.dev/skip-protection to Deployment vault/web: it is protected in strict mode, \
+         and lifting that protection needs the permission to bypass it (verb bypass on \
+         protections.holdfast.dev in namespace vault). Ask someone who holds it.",
+    );
+    let out = env
+        .kubectl_as(
+            BREAKER,
+            &[
+                "patch",
+                "deployment",
+                "web",
+                "-n",
+                "vault",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                patch,
+            ],
+        )
+        .expect("kubectl");
+    ok(out);
+    let ann = get_json(env, &["get", "deployment", "web", "-n", "vault"])["metadata"]
+        ["annotations"]["holdfast.dev/skip-protection"]
+        .clone();
+    assert_eq!(ann, "true");
+}
+
+const GUARDED_CMS: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: ResourceProtection
+metadata: {name: guarded-configmaps}
+spec:
+  resources:
+  - {group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}
+"#;
+
+const UNLABELLED_STRICT: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: ResourceProtection
+metadata: {name: unlabelled-secrets}
+spec:
+  strict: true
+  resources:
+  - group: ""
+    version: v1
+    resource: secrets
+    namespace: shop
+    labelSelector:
+      matchExpressions:
+      - {key: tier, operator: DoesNotExist}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors() {
+    let s = shipped(true).await;
+    let env = &s.env;
+    ok(env.kubectl(&["create", "ns", "shop"]).expect("kubectl"));
+    ok(env
+        .kubectl(&["create", "cm", "settings", "-n", "shop"])
+        .expect("kubectl"));
+    ok(env
+        .kubectl(&["create", "secret", "generic", "keys", "-n", "shop"])
+        .expect("kubectl"));
+    env.apply(GUARDED_CMS).expect("policy");
+    env.apply(UNLABELLED_STRICT).expect("policy");
+    // Wait until the policy protects the ConfigMap.
+    env.kubectl_until(
+        &["delete", "cm", "settings", "-n", "shop", "--dry-run=server"],
+        30,
+        |o| o.code == 1 && o.stderr.contains("ResourceProtection/guarded-configmaps"),
+    )
+    .await
+    .expect("policy in force");
+    // A ResourceProtection that is not strict, under --strict: adding the break-glass
+    // marker takes the bypass permission.
+    let out = as_alice(
+        env,
+        &[
+            "annotate",
+            "cm",
+            "settings",
+            "-n",
+            "shop",
+            "holdfast.dev/skip-protection=true",
+        ],
+    );
+    refused_with(
+        &out,
+        "Error from server (Forbidden): admission webhook \"break-glass.holdfast.dev\" denied the \
+         request: holdfast: user \"alice\" may not add annotation holdfast.dev/skip-protection \
+         to ConfigMap shop/settings: it is protected in strict mode, and lifting that protection \
+         needs the permission to bypass it (verb bypass on protections.holdfast.dev in namespace \
+         shop). Ask someone who holds it.",
+    );
+    // Containment protects the namespace: its break-glass marker too.
+    let out = as_alice(
+        env,
+        &[
+            "annotate",
+            "ns",
+            "shop",
+            "holdfast.dev/skip-protection=true",
+        ],
+    );
+    refused_with(
+        &out,
+        "Error from server (Forbidden): admission webhook \"break-glass.holdfast.dev\" denied the \
+         request: holdfast: user \"alice\" may not add annotation holdfast.dev/skip-protection \
+         to Namespace shop: it is protected in strict mode, and lifting that protection needs \
+         the permission to bypass it (verb bypass on protections.holdfast.dev). Ask someone who \
+         holds it.",
+    );
+    // An unprotected object: no permission needed.
+    ok(as_alice(env, &["create", "cm", "loose", "-n", "shop"]));
+    ok(as_alice(
+        env,
+        &[
+            "annotate",
+            "cm",
+            "loose",
+            "-n",
+            "shop",
+            "holdfast.dev/skip-protection=true",
+        ],
+    ));
+    // Someone allowed to bypass may.
+    ok(env
+        .kubectl_as(
+            BREAKER,
+            &[
+                "annotate",
+                "cm",
+                "settings",
+                "-n",
+                "shop",
+                "holdfast.dev/skip-protection=true",
+            ],
+        )
+        .expect("kubectl"));
+    // A strict DoesNotExist selector is not escaped by labelling an object that had
+    // no labels at all.
+    let out = as_alice(env, &["label", "secret", "keys", "-n", "shop", "tier=free"]);
+    refused_with(
+        &out,
+        "Error from server (Forbidden): admission webhook \"break-glass.holdfast.dev\" denied the \
+         request: holdfast: Secret shop/keys is protected by ResourceProtection/unlabelled-secrets \
+         in strict mode, and this update changes its labels so that the policy would no longer \
+         select it. To unprotect it, first mark it exempt in its own update (kubectl label \
+         secrets keys -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission \
+         on protections.holdfast.dev), or change the policy.",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_crd_is_contained_at_once() {
+    let s = shipped(false).await;
+    let env = &s.env;
+    ok(env.kubectl(&["create", "ns", "fresh"]).expect("kubectl"));
+    env.apply(&holdfast_e2e::fixtures::widget_crd())
+        .expect("crd");
+    env.kubectl_until(&["get", "widgets", "-n", "fresh"], 30, |o| o.code == 0)
+        .await
+        .expect("served");
+    env.apply(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: new, namespace: fresh, labels: {holdfast.dev/protected: Always}}\n",
+    )
+    .expect("widget");
+    // At once (no 30 s discovery wait): refused, whether the new resource is still
+    // being indexed or already is.
+    let out = as_alice(env, &["delete", "ns", "fresh", "--wait=false"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    let indexed = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+                   denied the request: holdfast: Namespace fresh holds objects that are \
+                   protected from deletion: Widget fresh/new (label) (policy: containment), so \
+                   it cannot be deleted: that would leave it half-deleted. To delete it, first \
+                   lift the protection of those objects (or delete them), or set the annotation \
+                   holdfast.dev/skip-protection=true if you are allowed to bypass protection on \
+                   the namespace.";
+    let pending = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+                   denied the request: holdfast: cannot verify what Namespace fresh holds: the \
+                   objects of widgets.example.com (a new custom resource) are not indexed yet. \
+                   Refusing rather than risk a half-deleted namespace; retry later, or set the \
+                   annotation holdfast.dev/skip-protection=true if you are allowed to bypass \
+                   protection.";
+    let first = out.stderr.trim_end().to_string();
+    assert!(first == indexed || first == pending, "{first}");
+    // And well before a 30 s discovery round, the refusal names the widget.
+    env.kubectl_until(
+        &[
+            "--token",
+            "alice-token",
+            "delete",
+            "ns",
+            "fresh",
+            "--dry-run=server",
+        ],
+        20,
+        |o| o.code == 1 && o.stderr.trim_end() == indexed,
+    )
+    .await
+    .expect("contained");
+    let phase = get_json(env, &["get", "ns", "fresh"])["status"]["phase"].clone();
+    assert_eq!(phase, "Active");
+    ok(env
+        .kubectl(&["get", "widget", "new", "-n", "fresh"])
+        .expect("kubectl"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn look_alike_protection_values_warn() {
+    let s = shipped(false).await;
+    let env = &s.env;
+    ok(env
+        .kubectl(&["create", "cm", "almost", "-n", "default"])
+        .expect("kubectl"));
+    let out = ok(as_alice(
+        env,
+        &[
+            "label",
+            "cm",
+            "almost",
+            "-n",
+            "default",
+            "holdfast.dev/protected=always",
+        ],
+    ));
+    assert_eq!(
+        out.stderr.trim_end(),
+        "Warning: holdfast: label holdfast.dev/protected=\"always\" on ConfigMap default/almost \
+         does not protect it: the value must be exactly \"Always\" or \"true\" (case-sensitive, \
+         no spaces)."
+    );
+    // It indeed protects nothing.
+    ok(as_alice(env, &["delete", "cm", "almost", "-n", "default"]));
+    // A protecting value: no warning.
+    let out = ok(as_alice(env, &["create", "cm", "kept", "-n", "default"]));
+    assert_eq!(out.stderr, "");
+    let out = ok(as_alice(
+        env,
+        &[
+            "label",
+            "cm",
+            "kept",
+            "-n",
+            "default",
+            "holdfast.dev/protected=Always",
+        ],
+    ));
+    assert_eq!(out.stderr, "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn own_installation_is_guarded_by_an_admission_policy() {
+    let mut s = shipped_with(false, &["--admin-group", "platform-admins"]).await;
+    s.env
+        .kubectl_until(
+            &[
+                "get",
+                "validatingadmissionpolicybinding",
+                "holdfast-self-protection",
+            ],
+            30,
+            |o| o.code == 0,
+        )
+        .await
+        .expect("policy installed");
+    let env = &s.env;
+    env.apply(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: holdfast-webhook, namespace: holdfast-system}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: w}}\n  template:\n    metadata: {labels: {app: w}}\n    spec: {containers: [{name: w, image: registry.invalid/w:1}]}\n",
+    )
+    .expect("deployment");
+    ok(env
+        .kubectl(&["create", "cm", "keep", "-n", "default"])
+        .expect("kubectl"));
+    ok(env
+        .kubectl(&[
+            "label",
+            "cm",
+            "keep",
+            "-n",
+            "default",
+            "holdfast.dev/protected=true",
+        ])
+        .expect("kubectl"));
+    let message = "ValidatingAdmissionPolicy 'holdfast-self-protection' with binding \
+                   'holdfast-self-protection' denied request: holdfast: this object is part of \
+                   holdfast's own installation; only the holdfast controller \
+                   (system:serviceaccount:holdfast-system:holdfast-controller) or members of \
+                   platform-admins may change or delete it (policy: \
+                   ValidatingAdmissionPolicy/holdfast-self-protection). To uninstall holdfast, \
+                   delete the ValidatingAdmissionPolicyBinding holdfast-self-protection first, \
+                   with the controller stopped.";
+    // The cluster admin (system:masters) is not the controller: refused, for the
+    // configuration, a CRD, and scaling the webhook away.
+    let out = env
+        .kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
+        .expect("kubectl");
+    refused_with(
+        &out,
+        &format!(
+            "Error from server (Forbidden): validatingwebhookconfigurations.admissionregistration.k8s.io \"holdfast\" is forbidden: {message}"
+        ),
+    );
+    let out = env
+        .kubectl(&["delete", "crd", "resourceprotections.holdfast.dev"])
+        .expect("kubectl");
+    refused_with(
+        &out,
+        &format!(
+            "Error from server (Forbidden): customresourcedefinitions.apiextensions.k8s.io \"resourceprotections.holdfast.dev\" is forbidden: {message}"
+        ),
+    );
+    let out = env
+        .kubectl(&[
+            "scale",
+            "deployment",
+            "holdfast-webhook",
+            "-n",
+            "holdfast-system",
+            "--replicas=0",
+        ])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.trim_end().ends_with(message), "{}", out.stderr);
+    // It holds while the webhook is down: the API server evaluates it.
+    s.env.webhook = None;
+    let env = &s.env;
+    let out = env
+        .kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.trim_end().ends_with(message), "{}", out.stderr);
+    // So deleting the configuration and then a protected object back to back does
+    // not get the object deleted (the webhook being down, the API server fails
+    // closed).
+    let out = env
+        .kubectl(&["delete", "cm", "keep", "-n", "default"])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    ok(env
+        .kubectl(&["get", "cm", "keep", "-n", "default"])
+        .expect("kubectl"));
+    // A member of the named admin group may change it.
+    ok(env
+        .kubectl_as(
+            OPS,
+            &[
+                "annotate",
+                "crd",
+                "resourceprotections.holdfast.dev",
+                "note=checked",
+            ],
+        )
+        .expect("kubectl"));
+    // Other objects of the same kinds are not concerned.
+    ok(env
+        .kubectl(&["create", "cm", "holdfast-webhook", "-n", "holdfast-system"])
+        .expect("kubectl"));
+    ok(env
+        .kubectl(&["delete", "cm", "holdfast-webhook", "-n", "holdfast-system"])
+        .expect("kubectl"));
+}
+
+const BROKEN_API: &str = r#"
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.metrics.k8s.io}
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  insecureSkipTLSVerify: true
+  service: {name: unreachable-api, namespace: kube-system}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broken_aggregated_api_keeps_containment_closed() {
+    let s = shipped(false).await;
+    let env = &s.env;
+    let probe = env.webhook.as_ref().map(|w| w.probe_port).expect("probe");
+    ok(env.kubectl(&["create", "ns", "victim"]).expect("kubectl"));
+    for name in ["plain", "precious"] {
+        ok(env
+            .kubectl(&["create", "cm", name, "-n", "victim"])
+            .expect("kubectl"));
+    }
+    ok(env
+        .kubectl(&["create", "secret", "generic", "creds", "-n", "victim"])
+        .expect("kubectl"));
+    ok(env
+        .kubectl(&[
+            "label",
+            "cm",
+            "precious",
+            "-n",
+            "victim",
+            "holdfast.dev/protected=Always",
+        ])
+        .expect("kubectl"));
+    let contained = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+                     denied the request: holdfast: Namespace victim holds objects that are \
+                     protected from deletion: ConfigMap victim/precious (label) (policy: \
+                     containment), so it cannot be deleted: that would leave it half-deleted. \
+                     To delete it, first lift the protection of those objects (or delete them), \
+                     or set the annotation holdfast.dev/skip-protection=true if you are allowed \
+                     to bypass protection on the namespace.";
+    env.kubectl_until(
+        &[
+            "--token",
+            "alice-token",
+            "delete",
+            "ns",
+            "victim",
+            "--dry-run=server",
+        ],
+        30,
+        |o| o.code == 1 && o.stderr.trim_end() == contained,
+    )
+    .await
+    .expect("contained");
+
+    // One aggregated API breaks: its discovery answers 503.
+    env.apply(BROKEN_API).expect("APIService");
+    let ready_prefix =
+        "not ready: API discovery incomplete (discovery of metrics.k8s.io/v1beta1 failed: ";
+    let ready_suffix =
+        "); namespace and CustomResourceDefinition deletions are refused until it completes";
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let body = loop {
+        let got = holdfast_e2e::http_get(probe, "/readyz").await;
+        if let Ok((503, body)) = &got {
+            break body.trim_end().to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/readyz never reported the broken discovery; last: {got:?}\n{}",
+            env.webhook_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        body.starts_with(ready_prefix) && body.ends_with(ready_suffix),
+        "{body}"
+    );
+    // The namespace deletion is refused outright, nothing in it is touched.
+    let out = as_alice(env, &["delete", "ns", "victim", "--wait=false"]);
+    let stderr = out.stderr.trim_end();
+    assert_eq!(out.code, 1, "{out:?}");
+    let prefix = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+                  denied the request: holdfast: cannot verify what Namespace victim holds: API \
+                  discovery is incomplete (discovery of metrics.k8s.io/v1beta1 failed: ";
+    let suffix = "), so objects of some resources cannot be seen. Refusing rather than risk a \
+                  half-deleted namespace; retry later, or set the annotation \
+                  holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+    assert!(
+        stderr.starts_with(prefix) && stderr.ends_with(suffix),
+        "{stderr}"
+    );
+    let phase = get_json(env, &["get", "ns", "victim"])["status"]["phase"].clone();
+    assert_eq!(phase, "Active");
+    let names = ok(env
+        .kubectl(&["get", "cm,secret", "-n", "victim", "-o", "name"])
+        .expect("kubectl"));
+    assert_eq!(
+        names.stdout,
+        "configmap/kube-root-ca.crt\nconfigmap/plain\nconfigmap/precious\nsecret/creds\n"
+    );
+    // Ordinary deletions go on: an unprotected object goes, a protected one stays.
+    ok(as_alice(env, &["delete", "cm", "plain", "-n", "victim"]));
+    let out = as_alice(env, &["delete", "cm", "precious", "-n", "victim"]);
+    assert_eq!(out.code, 1, "{out:?}");
+
+    // The API comes back (its APIService removed): ready again, and the label store
+    // was kept all along: containment names the protected object at once.
+    ok(env
+        .kubectl(&["delete", "apiservice", "v1beta1.metrics.k8s.io"])
+        .expect("kubectl"));
+    env.wait_webhook_ready().await.expect("ready again");
+    let out = as_alice(env, &["delete", "ns", "victim", "--dry-run=server"]);
+    refused_with(&out, contained);
+}

@@ -1,0 +1,458 @@
+//! What happens around admission, compared with a real kube-apiserver
+//! (`test/captures/holes/`): CRD deletion removes instances without DELETE reviews,
+//! metadata changes through `/status` and `/finalize`, pod eviction without a DELETE
+//! review.
+
+mod common;
+
+use common::*;
+use holdfast_sim::{Sim, SimConfig};
+use serde_json::{Value, json};
+
+const HOLES: &str = "../holes";
+
+fn hook_config(hook: &TestWebhook) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "record-holes"},
+        "webhooks": [{
+            "name": "record.holes.capture.test",
+            "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
+            "rules": [
+                {"operations": ["*"], "apiGroups": [""], "apiVersions": ["*"],
+                 "resources": ["namespaces", "namespaces/status", "namespaces/finalize",
+                               "pods", "pods/eviction", "pods/status"]},
+                {"operations": ["*"], "apiGroups": ["apps"], "apiVersions": ["*"],
+                 "resources": ["deployments", "deployments/status"]},
+                {"operations": ["*"], "apiGroups": ["apiextensions.k8s.io"], "apiVersions": ["*"],
+                 "resources": ["customresourcedefinitions"]},
+                {"operations": ["*"], "apiGroups": ["holes.capture.test"], "apiVersions": ["*"],
+                 "resources": ["gadgets"]}
+            ],
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "failurePolicy": "Fail"
+        }]
+    })
+}
+
+fn capture(name: &str) -> Value {
+    admission_capture(&format!("{HOLES}/admission/{name}"))
+}
+
+fn rest_body(name: &str) -> Value {
+    let text = std::fs::read_to_string(format!("{CAPTURES}/holes/rest/{name}")).expect("read");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// The request fields that say what was reviewed (not the objects' server fields).
+fn assert_same_request(got: &Value, want_file: &str) {
+    let want = &capture(want_file)["review"]["request"];
+    for k in [
+        "kind",
+        "resource",
+        "subResource",
+        "requestKind",
+        "requestResource",
+        "requestSubResource",
+        "name",
+        "namespace",
+        "operation",
+    ] {
+        assert_eq!(got.get(k), want.get(k), "{want_file}: request.{k}");
+    }
+    // kubectl names its field manager; the captures were taken with a raw client.
+    let opts = |v: &Value| {
+        let mut o = normalize(&v["options"]);
+        if let Some(m) = o.as_object_mut() {
+            m.remove("fieldManager");
+        }
+        o
+    };
+    assert_eq!(opts(got), opts(want), "{want_file}: request.options");
+}
+
+fn transcript(k: &Kubectl, name: &str) {
+    let (cmd, out, code) = kubectl_capture(&format!("{HOLES}/kubectl/{name}"));
+    let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+    let got = k.run(&args);
+    assert_eq!(
+        (got.stdout.clone() + &got.stderr, got.code),
+        (out, code),
+        "{name}: `{cmd}`"
+    );
+}
+
+fn labels_and_annotation(v: &Value) -> (Value, Value) {
+    (
+        v["metadata"]["labels"].clone(),
+        v["metadata"]["annotations"]["added-through"].clone(),
+    )
+}
+
+async fn start() -> (holdfast_sim::SimHandle, TestWebhook, Kubectl) {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let hook = TestWebhook::start(&[], capture_policy()).await;
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(&hook_config(&hook).to_string()));
+    assert_eq!(out.code, 0, "{out:?}");
+    (sim, hook, k)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_deletion_removes_instances_without_delete_reviews() {
+    let (sim, hook, k) = start().await;
+    let crd = capture("001-create-customresourcedefinitions-gadgets.holes.capture.test.json")
+        ["review"]["request"]["object"]["metadata"]["annotations"]
+        ["kubectl.kubernetes.io/last-applied-configuration"]
+        .as_str()
+        .expect("CRD")
+        .to_string();
+    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(&crd)).code, 0);
+    wait_until("CRD served", || k.run(&["get", "gadgets", "-A"]).code == 0).await;
+    assert_eq!(k.run(&["create", "ns", "holes"]).code, 0);
+    for (name, labels) in [
+        ("precious", json!({"capture/deny": "true"})),
+        ("plain", json!({})),
+    ] {
+        let g = json!({"apiVersion": "holes.capture.test/v1", "kind": "Gadget",
+                       "metadata": {"name": name, "namespace": "holes", "labels": labels}});
+        let out = k.run_stdin(&["apply", "-f", "-"], Some(&g.to_string()));
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    transcript(&k, "10-delete-protected-gadget.txt");
+    hook.clear();
+    transcript(&k, "11-delete-crd-with-instances.txt");
+    let reviews = hook.reviews();
+    let deletes: Vec<&Value> = reviews
+        .iter()
+        .map(|r| &r.review["request"])
+        .filter(|r| r["operation"] == "DELETE")
+        .collect();
+    assert_eq!(
+        deletes.len(),
+        1,
+        "only the CRD's DELETE is reviewed: {deletes:#?}"
+    );
+    assert_same_request(
+        deletes[0],
+        "006-delete-customresourcedefinitions-gadgets.holes.capture.test.json",
+    );
+    // The instances are gone with it: the resource is no longer served.
+    let (status, body) =
+        sim_get(&sim, "/apis/holes.capture.test/v1/namespaces/holes/gadgets").await;
+    assert_eq!(status, 404, "{body}");
+    // (The real server's 404 for an unserved group is a plain-text body; the
+    // simulator answers a NotFound Status: same code, which is what clients act on.)
+    transcript(&k, "13-get-crd-after-delete.txt");
+}
+
+async fn sim_get(sim: &holdfast_sim::SimHandle, path: &str) -> (u16, String) {
+    let client = sim.client().await.expect("client");
+    let req = http::Request::get(path).body(Vec::new()).expect("request");
+    match client.request_text(req).await {
+        Ok(body) => (200, body),
+        Err(kube::Error::Api(s)) => (s.code, s.message),
+        Err(e) => panic!("GET {path}: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_through_subresources_follows_the_strategies() {
+    let (_sim, hook, k) = start().await;
+    assert_eq!(k.run(&["create", "ns", "holes-status"]).code, 0);
+    assert_eq!(k.run(&["label", "ns", "holes-status", "keep=me"]).code, 0);
+    hook.clear();
+
+    // namespaces/status: label removed, annotation added.
+    let out = k.run(&[
+        "patch",
+        "ns",
+        "holes-status",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"keep":null},"annotations":{"added-through":"status"}}}"#,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = hook.reviews();
+    assert_eq!(r.len(), 1, "{r:#?}");
+    assert_same_request(
+        &r[0].review["request"],
+        "009-update-namespaces-holes-status.json",
+    );
+    let got = get_json(&k, &["get", "ns", "holes-status"]);
+    assert_eq!(
+        labels_and_annotation(&got),
+        labels_and_annotation(&rest_body("20-patch-namespace-status-remove-label.body"))
+    );
+
+    // namespaces/finalize: a PUT without the label removes it.
+    assert_eq!(k.run(&["label", "ns", "holes-status", "keep=me"]).code, 0);
+    hook.clear();
+    let mut body: Value = get_json(&k, &["get", "ns", "holes-status"]);
+    body["metadata"]["labels"]
+        .as_object_mut()
+        .expect("labels")
+        .remove("keep");
+    body["metadata"]["annotations"]["added-through"] = json!("finalize");
+    let out = k.run_stdin(
+        &[
+            "replace",
+            "--raw",
+            "/api/v1/namespaces/holes-status/finalize",
+            "-f",
+            "-",
+        ],
+        Some(&body.to_string()),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = hook.reviews();
+    assert_eq!(r.len(), 1, "{r:#?}");
+    assert_same_request(
+        &r[0].review["request"],
+        "011-update-namespaces-holes-status.json",
+    );
+    let got = get_json(&k, &["get", "ns", "holes-status"]);
+    assert_eq!(
+        labels_and_annotation(&got),
+        labels_and_annotation(&rest_body("21-put-namespace-finalize-without-label.body"))
+    );
+
+    // pods/status: labels and annotations change.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p1", "namespace": "holes-status", "labels": {"keep": "me"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}});
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&pod.to_string()))
+            .code,
+        0
+    );
+    hook.clear();
+    let out = k.run(&[
+        "patch",
+        "pod",
+        "p1",
+        "-n",
+        "holes-status",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"keep":null},"annotations":{"added-through":"status"}}}"#,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = hook.reviews();
+    assert_same_request(&r[0].review["request"], "022-update-pods-p1.json");
+    let got = get_json(&k, &["get", "pod", "p1", "-n", "holes-status"]);
+    assert_eq!(
+        labels_and_annotation(&got),
+        labels_and_annotation(&rest_body("23-patch-pod-status-metadata.body"))
+    );
+
+    // deployments/status: label changes ignored, annotation changes kept.
+    let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "holes-status", "labels": {"app": "web"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}}}});
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&dep.to_string()))
+            .code,
+        0
+    );
+    let out = k.run(&[
+        "patch",
+        "deployment",
+        "web",
+        "-n",
+        "holes-status",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"app":null},"annotations":{"added-through":"status"}}}"#,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let got = get_json(&k, &["get", "deployment", "web", "-n", "holes-status"]);
+    let want = rest_body("22-patch-deployment-status-metadata.body");
+    assert_eq!(got["metadata"]["labels"], want["metadata"]["labels"]);
+    assert_eq!(
+        got["metadata"]["annotations"]["added-through"],
+        want["metadata"]["annotations"]["added-through"]
+    );
+}
+
+fn get_json(k: &Kubectl, args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    let out = k.run(&a);
+    assert_eq!(out.code, 0, "{out:?}");
+    serde_json::from_str(&out.stdout).expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_deletes_without_a_delete_review() {
+    let (_sim, hook, k) = start().await;
+    assert_eq!(k.run(&["create", "ns", "holes-status"]).code, 0);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "pinned", "namespace": "holes-status", "labels": {"capture/deny": "true"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}});
+    assert_eq!(
+        k.run_stdin(&["apply", "-f", "-"], Some(&pod.to_string()))
+            .code,
+        0
+    );
+    transcript(&k, "30-delete-protected-pod.txt");
+    hook.clear();
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": "pinned", "namespace": "holes-status"}});
+    let out = k.run_stdin(
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/holes-status/pods/pinned/eviction",
+            "-f",
+            "-",
+        ],
+        Some(&eviction.to_string()),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let body: Value = serde_json::from_str(&out.stdout).expect("Status");
+    assert_eq!(body, rest_body("31-evict-protected-pod.body"));
+    let r = hook.reviews();
+    assert_eq!(r.len(), 1, "one CREATE review, no DELETE: {r:#?}");
+    let req = &r[0].review["request"];
+    assert_same_request(req, "025-create-pods-pinned.json");
+    assert_eq!(
+        req["object"],
+        capture("025-create-pods-pinned.json")["review"]["request"]["object"]
+    );
+    assert_eq!(req["oldObject"], Value::Null);
+    let out = k.run(&["get", "pod", "pinned", "-n", "holes-status"]);
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (1, "Error from server (NotFound): pods \"pinned\" not found")
+    );
+    // A mismatched name is a 400, as the eviction REST answers.
+    let out = k.run_stdin(
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/holes-status/pods/other/eviction",
+            "-f",
+            "-",
+        ],
+        Some(&eviction.to_string()),
+    );
+    assert_eq!(out.code, 1, "{out:?}");
+}
+
+/// ValidatingAdmissionPolicies apply to webhook configurations (kube-apiserver skips
+/// only policies and bindings themselves), and each rule's resourceNames restrict
+/// that rule only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_policies_cover_webhook_configurations_by_rule() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "guard"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["*"],
+                 "operations": ["DELETE"], "resources": ["validatingwebhookconfigurations"],
+                 "resourceNames": ["guarded"]},
+                {"apiGroups": [""], "apiVersions": ["*"], "operations": ["DELETE"],
+                 "resources": ["configmaps"], "resourceNames": ["other"]}
+            ]},
+            "validations": [{"expression": "false", "message": "guarded", "reason": "Forbidden"}]
+        }
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "guard"},
+        "spec": {"policyName": "guard", "validationActions": ["Deny"]}
+    });
+    for o in [&policy, &binding] {
+        let out = k.run_stdin(&["apply", "-f", "-"], Some(&o.to_string()));
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    for name in ["guarded", "free"] {
+        let vwc = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration", "metadata": {"name": name}, "webhooks": []});
+        let out = k.run_stdin(&["apply", "-f", "-"], Some(&vwc.to_string()));
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    let out = k.run(&["delete", "validatingwebhookconfiguration", "guarded"]);
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            "Error from server (Forbidden): validatingwebhookconfigurations.admissionregistration.k8s.io \"guarded\" is forbidden: ValidatingAdmissionPolicy 'guard' with binding 'guard' denied request: guarded"
+        )
+    );
+    let out = k.run(&["delete", "validatingwebhookconfiguration", "free"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // A ConfigMap named like the guarded configuration is not matched: the names
+    // belong to the rule that lists them.
+    assert_eq!(k.run(&["create", "cm", "guarded", "-n", "default"]).code, 0);
+    let out = k.run(&["delete", "cm", "guarded", "-n", "default"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(k.run(&["create", "cm", "other", "-n", "default"]).code, 0);
+    let out = k.run(&["delete", "cm", "other", "-n", "default"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    // Policies and bindings themselves are never subject to admission policies.
+    let out = k.run(&["delete", "validatingadmissionpolicybinding", "guard"]);
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+/// An aggregated API whose service the simulator cannot reach: listed in the legacy
+/// `/apis`, its discovery answers 503, as kube-aggregator does for an unavailable
+/// APIService (kubectl: "the server is currently unable to handle the request").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_aggregated_api_answers_503() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let api = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1beta1.metrics.k8s.io"},
+        "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                 "versionPriority": 100, "insecureSkipTLSVerify": true,
+                 "service": {"name": "unreachable-api", "namespace": "kube-system"}}});
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(&api.to_string()));
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&["get", "--raw", "/apis"]);
+    let groups: Value = serde_json::from_str(&out.stdout).expect("APIGroupList");
+    let listed = groups["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["name"] == "metrics.k8s.io")
+        .cloned();
+    assert_eq!(
+        listed,
+        Some(json!({"name": "metrics.k8s.io",
+            "versions": [{"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}],
+            "preferredVersion": {"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}}))
+    );
+    let out = k.run(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1"]);
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            "Error from server (ServiceUnavailable): the server is currently unable to handle the request"
+        )
+    );
+    // Gone with its APIService.
+    let out = k.run(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.trim_end(),
+        "Error from server (NotFound): the server could not find the requested resource"
+    );
+}
