@@ -1371,13 +1371,13 @@ mod tests {
             vec![vec!["*".to_string(), "*/*".to_string()]]
         );
         // CRD DELETEs always (CRD containment), next to namespaces.
-        let policies = by_name(POLICIES_WEBHOOK);
+        let containment = by_name(CONTAINMENT_WEBHOOK);
         assert!(routes(
             &ValidatingWebhookConfiguration {
-                webhooks: Some(vec![policies.clone()]),
+                webhooks: Some(vec![containment.clone()]),
                 ..Default::default()
             },
-            POLICIES_WEBHOOK,
+            CONTAINMENT_WEBHOOK,
             "DELETE",
             &crds_gr()
         ));
@@ -1558,7 +1558,11 @@ mod tests {
         let hooks = cfg.webhooks.clone().expect("webhooks");
         assert_eq!(hooks[1].name, CONTAINMENT_WEBHOOK);
         assert_eq!(hooks[1].namespace_selector, Some(LabelSelector::default()));
-        assert_eq!(hooks.len(), 2, "no policies: no policies-<i> webhook");
+        assert_eq!(
+            hooks.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(),
+            vec!["delete-label-0.holdfast.dev", CONTAINMENT_WEBHOOK, EVICTION_WEBHOOK],
+            "no policies: no policies-<i> webhook"
+        );
         let needs = PolicyNeeds {
             containment: Containment::Marked,
             ..Default::default()
@@ -1623,7 +1627,7 @@ mod tests {
                 BREAK_GLASS_WEBHOOK
             ]
         );
-        let bg = &hooks[4];
+        let bg = &hooks[5];
         assert_eq!(bg.rules.as_ref().map(|r| r.len()), Some(1));
         let cond = &bg.match_conditions.as_ref().expect("conditions")[0].expression;
         assert!(cond.contains("'holdfast.dev/skip-protection' in object.metadata.annotations"));
@@ -2038,14 +2042,18 @@ mod tests {
         let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
         assert_eq!(
             describe_configuration(&cfg),
-            "ValidatingWebhookConfiguration holdfast: 3 webhook(s)
+            "ValidatingWebhookConfiguration holdfast: 4 webhook(s)
 delete-label-0.holdfast.dev
   requests:   DELETE *.*
+  requests:   CREATE *.*
+  requests:   UPDATE *.* */*.*
   namespaces: all
   objects:    holdfast.dev/protected
+  condition:  delete-or-protection-label-look-alike: request.operation == 'DELETE' || (has(object.metadata.labels) && 'holdfast.dev/protected' in object.metadata.labels && !(object.metadata.labels['holdfast.dev/protected'] in ['Always', 'true']) && object.metadata.labels['holdfast.dev/protected'].trim().lowerAscii() in ['always', 'true'] && (oldObject == null || !has(oldObject.metadata.labels) || !('holdfast.dev/protected' in oldObject.metadata.labels) || oldObject.metadata.labels['holdfast.dev/protected'] != object.metadata.labels['holdfast.dev/protected']))
   outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
 containment.holdfast.dev
   requests:   DELETE namespaces
+  requests:   DELETE customresourcedefinitions.apiextensions.k8s.io
   namespaces: holdfast.dev/contains-protected
   objects:    all
   outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
@@ -2054,6 +2062,11 @@ policies-0.holdfast.dev
   namespaces: kubernetes.io/metadata.name in (shop)
   objects:    all
   condition:  object-name: oldObject == null || oldObject.metadata.name in ['settings']
+  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
+eviction.holdfast.dev
+  requests:   CREATE pods/eviction
+  namespaces: holdfast.dev/contains-protected
+  objects:    all
   outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
 "
         );
