@@ -1560,7 +1560,11 @@ mod tests {
         assert_eq!(hooks[1].namespace_selector, Some(LabelSelector::default()));
         assert_eq!(
             hooks.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(),
-            vec!["delete-label-0.holdfast.dev", CONTAINMENT_WEBHOOK, EVICTION_WEBHOOK],
+            vec![
+                "delete-label-0.holdfast.dev",
+                CONTAINMENT_WEBHOOK,
+                EVICTION_WEBHOOK
+            ],
             "no policies: no policies-<i> webhook"
         );
         let needs = PolicyNeeds {

@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 const GENEROUS: Duration = Duration::from_secs(20);
 
 fn protected_ns_delete(uid: &str, user: &str) -> Vec<u8> {
-    review(
+    review_as(
         uid,
         "DELETE",
         "Namespace",
@@ -53,7 +53,7 @@ async fn silent_and_idle_connections_are_closed() {
     .await;
 
     // A TLS client that never sends a request.
-    let mut silent = tls_connect(tls_config(&p.ca_pem, &[b"h2", b"http/1.1"], None), wh.port)
+    let mut silent = tls_connect(tls_config(&p.ca_pem, &[b"h2", b"http/1.1"]), wh.port)
         .await
         .expect("handshake");
     closed_within(&mut silent, GENEROUS)
@@ -77,7 +77,7 @@ async fn silent_and_idle_connections_are_closed() {
         .expect("a silent probe connection is closed");
 
     // One answered request, then nothing: closed as idle.
-    let mut idle = tls_connect(tls_config(&p.ca_pem, &[b"http/1.1"], None), wh.port)
+    let mut idle = tls_connect(tls_config(&p.ca_pem, &[b"http/1.1"]), wh.port)
         .await
         .expect("handshake");
     let (status, body) = h1_exchange(&mut idle, &protected_ns_delete("u-idle", "alice"))
@@ -108,10 +108,12 @@ async fn connections_over_the_cap_are_closed_at_accept() {
             "3",
             "--idle-timeout-seconds",
             "300",
+            "--read-timeout-seconds",
+            "30",
         ],
     )
     .await;
-    let cfg = || tls_config(&p.ca_pem, &[b"http/1.1"], None);
+    let cfg = || tls_config(&p.ca_pem, &[b"http/1.1"]);
     let mut held = Vec::new();
     for i in 0..3 {
         let mut s = tls_connect(cfg(), wh.port).await.expect("handshake");
@@ -188,7 +190,7 @@ async fn large_bodies_cannot_starve_small_reviews() {
         ],
     )
     .await;
-    let cfg = || tls_config(&p.ca_pem, &[b"http/1.1"], None);
+    let cfg = || tls_config(&p.ca_pem, &[b"http/1.1"]);
     let len = 3 * 1024 * 1024 - 4096;
     let mut stalled = Vec::new();
     for _ in 0..4 {
@@ -287,7 +289,7 @@ async fn one_http2_connection_holds_at_most_its_body_budget() {
         ],
     )
     .await;
-    let tls = tls_connect(tls_config(&p.ca_pem, &[b"h2"], None), wh.port)
+    let tls = tls_connect(tls_config(&p.ca_pem, &[b"h2"]), wh.port)
         .await
         .expect("handshake");
     let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
@@ -357,11 +359,21 @@ async fn client_certificates_are_enforced_with_a_client_ca() {
     let ca_file = dir.path().join("client-ca.crt");
     std::fs::write(&ca_file, &caller.ca_pem).expect("write client ca");
     let ca_arg = ca_file.to_string_lossy().to_string();
-    let wh = start(&p, &["--label-only", "--client-ca-file", &ca_arg]).await;
+    let wh = start(
+        &p,
+        &[
+            "--label-only",
+            "--client-ca-file",
+            &ca_arg,
+            "--read-timeout-seconds",
+            "30",
+        ],
+    )
+    .await;
 
     // With the API server's certificate: answered.
     let mut s = tls_connect(
-        tls_config(&p.ca_pem, &[b"http/1.1"], Some(&caller)),
+        tls_config_as(&p.ca_pem, &[b"http/1.1"], Some(&caller)),
         wh.port,
     )
     .await
@@ -375,7 +387,7 @@ async fn client_certificates_are_enforced_with_a_client_ca() {
     for identity in [None, Some(&stranger)] {
         let attempt = async {
             let mut s =
-                tls_connect(tls_config(&p.ca_pem, &[b"http/1.1"], identity), wh.port).await?;
+                tls_connect(tls_config_as(&p.ca_pem, &[b"http/1.1"], identity), wh.port).await?;
             h1_exchange(&mut s, &protected_ns_delete("u-anon", "mallory")).await
         };
         let outcome = tokio::time::timeout(GENEROUS, attempt)
@@ -416,8 +428,8 @@ async fn forged_reviews_cannot_flood_events() {
     let p = pki_for("webhook", false);
     // Not label-only: the webhook has an API client (to an API server that is not
     // there), so every Event it decides to publish is queued and then fails.
-    let wh = start(&p, &[]).await;
-    let cfg = || tls_config(&p.ca_pem, &[b"http/1.1"], None);
+    let wh = start(&p, &["--read-timeout-seconds", "30"]).await;
+    let cfg = || tls_config(&p.ca_pem, &[b"http/1.1"]);
     let mut s = tls_connect(cfg(), wh.port).await.expect("handshake");
     // One object, 200 different claimed users: one Event.
     let started = std::time::Instant::now();
@@ -449,7 +461,7 @@ async fn forged_reviews_cannot_flood_events() {
     let started = std::time::Instant::now();
     for i in 0..400 {
         let uid = format!("u-many-{i}");
-        let body = review(
+        let body = review_as(
             &uid,
             "DELETE",
             "Namespace",

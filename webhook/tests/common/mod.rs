@@ -3,11 +3,15 @@
 //! clients, probes and metrics.
 #![allow(dead_code)]
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls_pki_types::pem::PemObject;
 use serde_json::{Value, json};
 use std::{
     net::TcpListener as StdListener,
+    path::Path,
     process::{Child, Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
@@ -48,6 +52,17 @@ pub fn pki_for(cn: &str, client: bool) -> Pki {
     }
 }
 
+/// A CA and a serving certificate for localhost / 127.0.0.1.
+pub fn pki(cn: &str) -> Pki {
+    pki_for(cn, false)
+}
+
+/// Writes `p`'s pair as `tls.crt` / `tls.key` in `dir`.
+pub fn write_pki(dir: &Path, p: &Pki) {
+    std::fs::write(dir.join("tls.crt"), &p.cert_pem).expect("write cert");
+    std::fs::write(dir.join("tls.key"), &p.key_pem).expect("write key");
+}
+
 pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -70,12 +85,13 @@ impl Drop for Webhook {
     }
 }
 
-/// Starts the webhook serving `p` with `extra` flags, against an API server that is
-/// not there; returns once `/healthz` answers.
+/// Starts the webhook serving `p` with `extra` flags (a 1 s read timeout unless
+/// `extra` names one; certificate files checked every 100 ms), against an API server
+/// that is not there; logs to `webhook.log` in its directory; returns once
+/// `/healthz` answers.
 pub async fn start(p: &Pki, extra: &[&str]) -> Webhook {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("tls.crt"), &p.cert_pem).expect("write cert");
-    std::fs::write(dir.path().join("tls.key"), &p.key_pem).expect("write key");
+    write_pki(dir.path(), p);
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -98,9 +114,15 @@ pub async fn start(p: &Pki, extra: &[&str]) -> Webhook {
         .arg(dir.path().join("tls.key"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
+        .args(if extra.contains(&"--read-timeout-seconds") {
+            &[][..]
+        } else {
+            &["--read-timeout-seconds", "1"][..]
+        })
+        .args(["--tls-reload-interval-ms", "100"])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("webhook.log")).expect("log file"))
         .spawn()
         .expect("start holdfast-webhook");
     let wh = Webhook {
@@ -152,9 +174,14 @@ pub async fn metric(probe_port: u16, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A rustls client configuration trusting `ca_pem`, offering `alpn`.
+pub fn tls_config(ca_pem: &str, alpn: &[&[u8]]) -> rustls::ClientConfig {
+    tls_config_as(ca_pem, alpn, None)
+}
+
 /// A rustls client configuration trusting `ca_pem`, offering `alpn`, with an
 /// optional client certificate.
-pub fn tls_config(ca_pem: &str, alpn: &[&[u8]], identity: Option<&Pki>) -> rustls::ClientConfig {
+pub fn tls_config_as(ca_pem: &str, alpn: &[&[u8]], identity: Option<&Pki>) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.expect("ca pem")).expect("add root");
@@ -192,8 +219,20 @@ pub async fn tls_connect(
     connector.connect(name, tcp).await
 }
 
-/// An AdmissionReview body.
+/// An AdmissionReview body from user `alice`.
 pub fn review(
+    uid: &str,
+    op: &str,
+    kind: &str,
+    resource: &str,
+    object: Value,
+    old: Value,
+) -> Vec<u8> {
+    review_as(uid, op, kind, resource, object, old, "alice")
+}
+
+/// An AdmissionReview body from `user`.
+pub fn review_as(
     uid: &str,
     op: &str,
     kind: &str,
@@ -289,4 +328,94 @@ where
             buf.len()
         )),
     }
+}
+
+/// The protocol a [`client`] speaks.
+#[derive(Clone, Copy, Debug)]
+pub enum Proto {
+    H1,
+    H2,
+}
+
+pub type HttpsClient = Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Full<Bytes>,
+>;
+
+/// A pooled HTTPS client trusting `ca_pem`, HTTP/1.1 or HTTP/2 only.
+pub fn client(ca_pem: &str, proto: Proto) -> HttpsClient {
+    let b = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config(ca_pem, &[]))
+        .https_only();
+    let connector = match proto {
+        Proto::H1 => b.enable_http1().build(),
+        Proto::H2 => b.enable_http2().build(),
+    };
+    let mut builder = Client::builder(TokioExecutor::new());
+    if matches!(proto, Proto::H2) {
+        builder.http2_only(true);
+    }
+    builder.build(connector)
+}
+
+/// An answer: status, protocol version, body.
+pub struct Reply {
+    pub status: u16,
+    pub version: http::Version,
+    pub body: Vec<u8>,
+}
+
+/// Sends `method path` with `body` to the webhook on `port`.
+pub async fn send(
+    c: &HttpsClient,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: impl Into<Bytes>,
+) -> Reply {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("https://localhost:{port}{path}"))
+        .header("content-type", "application/json")
+        .body(Full::new(body.into()))
+        .expect("request");
+    let resp = c.request(req).await.expect("response");
+    let status = resp.status().as_u16();
+    let version = resp.version();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes()
+        .to_vec();
+    Reply {
+        status,
+        version,
+        body,
+    }
+}
+
+/// The `response` of a 200 AdmissionReview reply.
+pub fn verdict(reply: &Reply) -> Value {
+    assert_eq!(
+        reply.status,
+        200,
+        "body: {}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let v: Value = serde_json::from_slice(&reply.body).expect("json verdict");
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(v["kind"], "AdmissionReview");
+    v["response"].clone()
+}
+
+/// An HTTP/1.1 TLS connection to the webhook on `port`.
+pub async fn tls_stream(
+    ca_pem: &str,
+    port: u16,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    tls_connect(tls_config(ca_pem, &[b"http/1.1"]), port)
+        .await
+        .expect("handshake")
 }
