@@ -244,14 +244,17 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
 
     // The blast radius, as an SRE reads it.
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    // The label webhook also sees CREATE/UPDATE, but only of look-alike values.
+    const LOOK_ALIKE: &str = "delete-or-protection-label-look-alike: request.operation == 'DELETE' || (has(object.metadata.labels) && 'holdfast.dev/protected' in object.metadata.labels && !(object.metadata.labels['holdfast.dev/protected'] in ['Always', 'true']) && object.metadata.labels['holdfast.dev/protected'].trim().lowerAscii() in ['always', 'true'] && (oldObject == null || !has(oldObject.metadata.labels) || !('holdfast.dev/protected' in oldObject.metadata.labels) || oldObject.metadata.labels['holdfast.dev/protected'] != object.metadata.labels['holdfast.dev/protected']))";
     let outage = "  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s\n";
     assert_eq!(
         routes_report(&env),
         format!(
-            "ValidatingWebhookConfiguration holdfast: 3 webhook(s)\n\
-             delete-label-0.holdfast.dev\n  requests:   DELETE *.*\n  namespaces: all\n  objects:    holdfast.dev/protected\n{outage}\
-             containment.holdfast.dev\n  requests:   DELETE namespaces\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
+            "ValidatingWebhookConfiguration holdfast: 4 webhook(s)\n\
+             delete-label-0.holdfast.dev\n  requests:   DELETE *.*\n  requests:   CREATE *.*\n  requests:   UPDATE *.* */*.*\n  namespaces: all\n  objects:    holdfast.dev/protected\n  condition:  {LOOK_ALIKE}\n{outage}\
+             containment.holdfast.dev\n  requests:   DELETE namespaces\n  requests:   DELETE customresourcedefinitions.apiextensions.k8s.io\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
              policies-0.holdfast.dev\n  requests:   DELETE configmaps\n  namespaces: kubernetes.io/metadata.name in (shop)\n  objects:    all\n{outage}\
+             eviction.holdfast.dev\n  requests:   CREATE pods/eviction\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
              namespaces labelled {MARKER}: holdfast-system, labelled, shop\n"
         )
     );
