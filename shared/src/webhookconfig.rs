@@ -155,7 +155,7 @@ fn webhook(name: String, opts: &InstallOptions, rule: RuleWithOperations) -> Val
     ValidatingWebhook {
         name,
         admission_review_versions: vec!["v1".to_string()],
-        side_effects: "None".to_string(),
+        side_effects: "NoneOnDryRun".to_string(),
         failure_policy: Some(opts.failure_policy.to_string()),
         timeout_seconds: Some(opts.timeout_seconds),
         match_policy: Some("Equivalent".to_string()),
