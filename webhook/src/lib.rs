@@ -23,16 +23,39 @@ use std::{
 };
 use tokio::{net::TcpListener, sync::watch};
 
-/// Initialises `tracing` (RUST_LOG, default `info`).
+/// The log filter without `RUST_LOG`: `info`, less the client library's own line
+/// for every failed request (holdfast reports the failure itself, with context).
+pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
+
+/// Initialises `tracing` on stderr (RUST_LOG, default [`DEFAULT_LOG_FILTER`]):
+/// colours only when stderr is a terminal, or one JSON object per line.
 pub fn init_tracing(format: &LogFormat) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
+    // A second initialisation (tests) is harmless: ignore it.
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
+}
+
+/// Reports a fatal error: one line with all its causes (as a JSON log line under
+/// `--log-format json`), then the backtrace only when one was asked for
+/// (`RUST_BACKTRACE` or `RUST_LIB_BACKTRACE`).
+pub fn report_fatal(format: &LogFormat, err: &anyhow::Error) {
+    let line = holdfast_shared::report::one_line(err.chain().map(ToString::to_string));
     match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+        LogFormat::Json => tracing::error!(error = %line, "fatal"),
+        LogFormat::Text => eprintln!("holdfast-webhook: error: {line}"),
+    }
+    if err.backtrace().status() == std::backtrace::BacktraceStatus::Captured {
+        eprintln!("{}", err.backtrace());
     }
 }
 
