@@ -165,6 +165,11 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_TLS_RELOAD_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=600_000))]
     pub tls_reload_interval_ms: u64,
 
+    /// How often the controller's settings (annotation holdfast.dev/settings of the
+    /// configuration "holdfast") are compared with this webhook's, in milliseconds.
+    #[arg(long, env = "HOLDFAST_SETTINGS_CHECK_INTERVAL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000), hide = true)]
+    pub settings_check_interval_ms: u64,
+
     /// Log format.
     #[arg(long, env = "HOLDFAST_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

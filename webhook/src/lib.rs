@@ -9,6 +9,7 @@ pub mod args;
 pub mod events;
 pub mod metrics;
 pub mod server;
+pub mod settings;
 pub mod stores;
 pub mod tls;
 pub mod view;
@@ -88,6 +89,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         strict: args.strict,
         max_break_glass: args.max_break_glass(),
     };
+    // The settings shared with the controller (Kubernetes and Karmada): refuse to
+    // run with different ones.
+    let settings = match args.topology {
+        holdfast_shared::topology::Topology::Kcp => None,
+        _ => {
+            settings::SettingsCheck::new(
+                args.kubeconfig.as_deref(),
+                policy.labels.clone(),
+                args.strict,
+            )
+            .await
+        }
+    };
+    if let Some(check) = &settings {
+        check.check().await?;
+    }
     let metrics = metrics::Metrics::new().context("registering metrics")?;
     let certs = tls::CertStore::load(&args.tls_cert, &args.tls_key)
         .context("loading the serving certificate")?;
@@ -164,7 +181,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "holdfast-webhook serving"
     );
 
-    shutdown_signal().await;
+    let settings_watch = {
+        let stop = stop_rx.clone();
+        let every = Duration::from_millis(args.settings_check_interval_ms);
+        async move {
+            match settings {
+                Some(check) => check.watch(every, stop).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
+    let disagreement = tokio::select! {
+        () = shutdown_signal() => None,
+        r = settings_watch => r.err(),
+    };
+    if let Some(e) = &disagreement {
+        tracing::error!(error = %e, "refusing to serve: draining and stopping");
+    }
     tracing::info!("shutting down: draining in-flight reviews");
     app.serving.store(false, Ordering::Release);
     let _ = stop_tx.send(true);
@@ -172,5 +205,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = probes.await;
     let _ = reloader.await;
     tracing::info!("stopped");
-    Ok(())
+    match disagreement {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }
