@@ -114,7 +114,7 @@ fn arg_value<'a>(c: &'a Value, flag: &str) -> Option<&'a str> {
 fn dockerfile_and_manifests_agree() {
     let stages = dockerfile();
     let version = env!("CARGO_PKG_VERSION");
-    for overlay in ["kubernetes", "karmada", "kcp"] {
+    for overlay in ["kubernetes", "karmada/host", "kcp"] {
         let docs = render(&repo().join("manifests/overlays").join(overlay));
         for binary in ["holdfast-webhook", "holdfast-controller"] {
             let stage = stages
