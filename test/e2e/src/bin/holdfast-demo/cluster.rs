@@ -135,22 +135,60 @@ pub async fn run(demo: &mut Demo, opts: &Options) -> anyhow::Result<()> {
         }
     }
     let steps: Vec<Vec<&str>> = vec![
-        vec!["delete", "validatingwebhookconfiguration", "holdfast", "--ignore-not-found"],
-        vec!["delete", "resourceprotection", "widgets", "--ignore-not-found"],
-        vec!["delete", "widget", "w1", "w2", "-n", "default", "--ignore-not-found"],
-        vec!["delete", "customresourcedefinition", "widgets.example.com", "--ignore-not-found"],
-        vec!["delete", "namespace", "shop", "--ignore-not-found", "--wait=false"],
+        vec![
+            "delete",
+            "validatingwebhookconfiguration",
+            "holdfast",
+            "--ignore-not-found",
+        ],
+        vec![
+            "delete",
+            "resourceprotection",
+            "widgets",
+            "--ignore-not-found",
+        ],
+        vec![
+            "delete",
+            "widget",
+            "w1",
+            "w2",
+            "-n",
+            "default",
+            "--ignore-not-found",
+        ],
+        vec![
+            "delete",
+            "customresourcedefinition",
+            "widgets.example.com",
+            "--ignore-not-found",
+        ],
+        vec![
+            "delete",
+            "namespace",
+            "shop",
+            "--ignore-not-found",
+            "--wait=false",
+        ],
     ];
     for step in steps {
         // Before the CRD exists or after it is gone, its kinds are unknown: fine.
         let out = env.kubectl(&step)?;
-        if out.code != 0 && !out.stderr.contains("the server doesn't have a resource type") {
+        if out.code != 0
+            && !out
+                .stderr
+                .contains("the server doesn't have a resource type")
+        {
             problems.push(format!("kubectl {}: {}", step.join(" "), out.stderr.trim()));
         }
     }
     if installed_crds {
         for crd in HOLDFAST_CRDS {
-            let out = env.kubectl(&["delete", "customresourcedefinition", crd, "--ignore-not-found"])?;
+            let out = env.kubectl(&[
+                "delete",
+                "customresourcedefinition",
+                crd,
+                "--ignore-not-found",
+            ])?;
             if out.code != 0 {
                 problems.push(format!("deleting CRD {crd}: {}", out.stderr.trim()));
             }
