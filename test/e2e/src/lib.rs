@@ -674,3 +674,86 @@ impl Env {
         }
     }
 }
+
+/// Kubeconfig of a cluster for the Kubernetes-topology tests to run against
+/// instead of a sim (`Env::for_kubernetes_test`).
+pub const E2E_KUBECONFIG: &str = "HOLDFAST_E2E_KUBECONFIG";
+/// The address that cluster's API server reaches this host at (default 127.0.0.1).
+pub const E2E_WEBHOOK_HOST: &str = "HOLDFAST_E2E_WEBHOOK_HOST";
+
+/// The cluster of [`E2E_KUBECONFIG`], if set.
+pub fn e2e_cluster() -> Option<PathBuf> {
+    std::env::var_os(E2E_KUBECONFIG)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// For a test that needs the sim itself (its users, its RBAC model, its
+/// controllers): when [`E2E_KUBECONFIG`] is set, says on stderr that `test` is
+/// skipped and why, and returns true.
+pub fn skipped_on_cluster(test: &str, why: &str) -> bool {
+    if e2e_cluster().is_some() {
+        eprintln!("skipped {test}: {why}; it runs on the simulator only ({E2E_KUBECONFIG} is set)");
+        true
+    } else {
+        false
+    }
+}
+
+/// A fresh name `prefix-<8 random hex digits>` (a namespace of a test's own).
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand_u32())
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.write_u32(std::process::id());
+    h.finish() as u32
+}
+
+impl Env {
+    /// The env of a Kubernetes-topology test: the cluster of [`E2E_KUBECONFIG`]
+    /// (the webhook called at [`E2E_WEBHOOK_HOST`]) when set, else a fresh sim.
+    pub async fn for_kubernetes_test() -> anyhow::Result<Self> {
+        match e2e_cluster() {
+            Some(kubeconfig) => {
+                let host = webhook_host();
+                Self::on_cluster(&kubeconfig, &host).await
+            }
+            None => Self::start().await,
+        }
+    }
+
+    /// Starts the webhook where the API server reaches it: on a sim, 127.0.0.1;
+    /// on a cluster, every address of this host.
+    pub async fn start_webhook_reachable(&mut self, args: &[&str]) -> anyhow::Result<()> {
+        if e2e_cluster().is_some() {
+            let listen = std::net::SocketAddr::from(([0, 0, 0, 0], free_port()?));
+            self.start_webhook_listening(listen, args).await
+        } else {
+            self.start_webhook(args).await
+        }
+    }
+
+    /// The URL the API server calls the running webhook at.
+    pub fn webhook_url(&self) -> anyhow::Result<String> {
+        let Some(w) = &self.webhook else {
+            bail!("start the webhook first")
+        };
+        Ok(format!("https://{}:{}/validate", webhook_host(), w.port))
+    }
+}
+
+fn webhook_host() -> String {
+    std::env::var(E2E_WEBHOOK_HOST)
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "127.0.0.1".to_string())
+}

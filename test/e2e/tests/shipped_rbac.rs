@@ -37,6 +37,12 @@ fn ok(env: &Env, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn both_binaries_run_as_the_shipped_service_accounts() {
+    if holdfast_e2e::skipped_on_cluster(
+        "both_binaries_run_as_the_shipped_service_accounts",
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
+    ) {
+        return;
+    }
     let mut cfg = SimConfig::default();
     for (name, token) in [(CONTROLLER, "controller-token"), (WEBHOOK, "webhook-token")] {
         cfg.users.push(User {
