@@ -4,8 +4,8 @@
 # from an empty base image as an unprivileged numeric user (runAsNonRoot can
 # check a numeric user; there is no shell, package manager or passwd file).
 #
-#   docker build --target holdfast-webhook    -t holdfast-webhook:0.1.0 .
-#   docker build --target holdfast-controller -t holdfast-controller:0.1.0 .
+#   $BUILDER build --target holdfast-webhook    -t holdfast-webhook:0.1.0 .
+#   $BUILDER build --target holdfast-controller -t holdfast-controller:0.1.0 .
 #
 # The tag is the workspace version (Cargo.toml [workspace.package] version), the
 # one manifests/base pins; test/e2e/tests/packaging.rs checks they agree.
