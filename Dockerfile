@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # One Dockerfile, two images: build with --target holdfast-webhook or
 # --target holdfast-controller. The binaries are linked statically (musl) and run
 # from an empty base image as an unprivileged numeric user (runAsNonRoot can
