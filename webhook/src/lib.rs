@@ -89,6 +89,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         strict: args.strict,
         max_break_glass: args.max_break_glass(),
     };
+    let metrics = metrics::Metrics::new().context("registering metrics")?;
+    let certs = tls::CertStore::load(&args.tls_cert, &args.tls_key)
+        .context("loading the serving certificate")?;
+    let tls_config = certs
+        .server_config(args.client_ca_file.as_deref())
+        .context("building the TLS configuration")?;
     // The settings shared with the controller (Kubernetes and Karmada): refuse to
     // run with different ones.
     let settings = match args.topology {
@@ -105,12 +111,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(check) = &settings {
         check.check().await?;
     }
-    let metrics = metrics::Metrics::new().context("registering metrics")?;
-    let certs = tls::CertStore::load(&args.tls_cert, &args.tls_key)
-        .context("loading the serving certificate")?;
-    let tls_config = certs
-        .server_config(args.client_ca_file.as_deref())
-        .context("building the TLS configuration")?;
 
     let view = view::WebhookView::new(
         view::ViewOptions {

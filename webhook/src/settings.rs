@@ -72,7 +72,10 @@ impl SettingsCheck {
         let client = match client(kubeconfig).await {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "cannot check the controller's settings: no API client");
+                tracing::warn!(
+                    error = %holdfast_shared::report::one_line(e.chain().map(ToString::to_string)),
+                    "cannot check the controller's settings: no API client"
+                );
                 return None;
             }
         };
