@@ -10,7 +10,7 @@
 //!
 //! Every `run` flag has an environment equivalent (`--timeout-seconds` ↔
 //! `HOLDFAST_TIMEOUT_SECONDS`; a flag given on the command line wins).
-//! `--protection-label` is repeatable; in `HOLDFAST_PROTECTION_LABEL` entries are
+//! `--protection-label` is repeatable; in `HOLDFAST_PROTECTION_LABELS` entries are
 //! separated by `;`. Without a subcommand `run` is assumed, so the `run` flags are
 //! accepted directly (`holdfast-controller --webhook-service ns/svc:443`).
 //!
@@ -196,7 +196,7 @@ pub struct RunArgs {
     /// Extra protection label, KEY[=VALUE,...] (repeatable; no values: Always,true).
     /// holdfast.dev/protected is always in force; giving it replaces its values.
     /// Several labels in one value (and in the environment) are separated by ';'.
-    #[arg(long, value_name = "KEY[=VALUE,...]", action = ArgAction::Append, value_delimiter = ';', env = "HOLDFAST_PROTECTION_LABEL")]
+    #[arg(long, value_name = "KEY[=VALUE,...]", action = ArgAction::Append, value_delimiter = ';', env = "HOLDFAST_PROTECTION_LABELS")]
     pub protection_label: Vec<ProtectionLabel>,
 
     /// Run leader election (for more than one replica).
@@ -399,17 +399,37 @@ fn check_ca_bundle(path: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The log filter without `RUST_LOG`: `info`, less the client library's own line
+/// for every failed request (holdfast reports the failure itself, with context).
+pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
+
 fn init_tracing(log: &LogArgs) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     // A second initialisation (tests calling `main_from` twice) is harmless: ignore it.
     let _ = match log.log_format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// Reports a fatal error: one line with all its causes (as a JSON log line under
+/// `--log-format json`), then the backtrace only when one was asked for
+/// (`RUST_BACKTRACE` or `RUST_LIB_BACKTRACE`).
+fn report_fatal(log: &LogArgs, err: &anyhow::Error) {
+    let line = holdfast_shared::report::one_line(err.chain().map(ToString::to_string));
+    match log.log_format {
+        LogFormat::Json => tracing::error!(error = %line, "fatal"),
+        LogFormat::Text => eprintln!("holdfast-controller: error: {line}"),
+    }
+    if err.backtrace().status() == std::backtrace::BacktraceStatus::Captured {
+        eprintln!("{}", err.backtrace());
+    }
 }
 
 /// Entry point of the binary: parses `std::env::args_os()`.
@@ -446,7 +466,7 @@ where
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("holdfast-controller: error: {e:#}");
+            report_fatal(&cli.log, &e);
             if e.downcast_ref::<ConfigError>().is_some() {
                 ExitCode::from(EXIT_USAGE)
             } else {

@@ -132,7 +132,7 @@ fn valid_run_validates_logs_and_fails_without_a_cluster() {
                 ("HOLDFAST_TOPOLOGY", "kcp"),
                 ("HOLDFAST_STRICT", "true"),
                 (
-                    "HOLDFAST_PROTECTION_LABEL",
+                    "HOLDFAST_PROTECTION_LABELS",
                     "resourcetemplate.karmada.io/deletion-protected=Always;orkestra.io/deletion-protection=true",
                 ),
             ],
@@ -153,7 +153,7 @@ fn valid_run_validates_logs_and_fails_without_a_cluster() {
         &[
             ("HOLDFAST_WEBHOOK_URL", "https://holdfast.example.com"),
             (
-                "HOLDFAST_PROTECTION_LABEL",
+                "HOLDFAST_PROTECTION_LABELS",
                 "resourcetemplate.karmada.io/deletion-protected=Always",
             ),
             ("KUBECONFIG", "/nonexistent/holdfast-test-kubeconfig"),

@@ -11,6 +11,7 @@ pub mod labels;
 pub mod names;
 pub mod policy;
 pub mod registry;
+pub mod report;
 pub mod review;
 pub mod selector;
 pub mod selfprotection;

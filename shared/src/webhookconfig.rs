@@ -200,7 +200,7 @@ fn webhook(name: String, opts: &InstallOptions, rule: RuleWithOperations) -> Val
     ValidatingWebhook {
         name,
         admission_review_versions: vec!["v1".to_string()],
-        side_effects: "None".to_string(),
+        side_effects: "NoneOnDryRun".to_string(),
         failure_policy: Some(opts.failure_policy.to_string()),
         timeout_seconds: Some(opts.timeout_seconds),
         match_policy: Some("Equivalent".to_string()),
@@ -631,10 +631,86 @@ pub fn desired_configuration_for(
         metadata: ObjectMeta {
             name: Some(WEBHOOK_CONFIGURATION_NAME.to_string()),
             labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string())].into()),
+            annotations: Some(
+                [(
+                    SETTINGS_ANNOTATION.to_string(),
+                    settings_annotation(labels, strict),
+                )]
+                .into(),
+            ),
             ..Default::default()
         },
         webhooks: Some(hooks),
     }
+}
+
+/// Annotation on the configuration `holdfast` (Kubernetes and Karmada) recording
+/// the settings the controller installed it for, which the webhook must share:
+/// `{"strict":BOOL,"protectionLabels":["KEY=V1,V2",...]}` (labels sorted by key,
+/// values sorted). The webhook refuses to run while its own settings differ.
+pub const SETTINGS_ANNOTATION: &str = "holdfast.dev/settings";
+
+fn canonical_labels(labels: &ProtectionLabels) -> Vec<String> {
+    let mut out: Vec<String> = labels
+        .iter()
+        .map(|l| {
+            let mut values = l.values.clone();
+            values.sort();
+            values.dedup();
+            format!("{}={}", l.key, values.join(","))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The value of [`SETTINGS_ANNOTATION`] for `labels` and `strict`.
+pub fn settings_annotation(labels: &ProtectionLabels, strict: bool) -> String {
+    serde_json::json!({"strict": strict, "protectionLabels": canonical_labels(labels)}).to_string()
+}
+
+/// Why the webhook's settings (`labels`, `strict`) differ from those recorded in
+/// the configuration's [`SETTINGS_ANNOTATION`] (`annotation`), or `None` when they
+/// agree. An annotation that does not parse is a disagreement too.
+pub fn settings_disagreement(
+    annotation: &str,
+    labels: &ProtectionLabels,
+    strict: bool,
+) -> Option<String> {
+    let theirs: Value = match serde_json::from_str(annotation) {
+        Ok(v) => v,
+        Err(e) => {
+            return Some(format!(
+                "{SETTINGS_ANNOTATION} {annotation:?} does not parse: {e}"
+            ));
+        }
+    };
+    let mut problems = Vec::new();
+    match theirs["strict"].as_bool() {
+        Some(s) if s == strict => {}
+        Some(s) => problems.push(format!(
+            "the controller runs with strict={s}, this webhook with strict={strict} (HOLDFAST_STRICT)"
+        )),
+        None => problems.push(format!("{SETTINGS_ANNOTATION} has no boolean \"strict\"")),
+    }
+    let ours = canonical_labels(labels);
+    let their_labels: Option<Vec<String>> = theirs["protectionLabels"].as_array().and_then(|a| {
+        a.iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+    });
+    match their_labels {
+        Some(t) if t == ours => {}
+        Some(t) => problems.push(format!(
+            "the controller protects with labels [{}], this webhook with [{}] (HOLDFAST_PROTECTION_LABELS)",
+            t.join(" "),
+            ours.join(" ")
+        )),
+        None => problems.push(format!(
+            "{SETTINGS_ANNOTATION} has no list of strings \"protectionLabels\""
+        )),
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 /// The namespaces kube-apiserver and its controllers live in. Selections that name
@@ -2080,5 +2156,47 @@ eviction.holdfast.dev
     fn failure_policy_parses() {
         assert_eq!("Ignore".parse(), Ok(FailurePolicy::Ignore));
         assert!("Maybe".parse::<FailurePolicy>().is_err());
+    }
+
+    #[test]
+    fn settings_annotation_round_trips_and_names_each_difference() {
+        use crate::labels::{ProtectionLabel, ProtectionLabels};
+        let karmada: ProtectionLabel = "resourcetemplate.karmada.io/deletion-protected=Always"
+            .parse()
+            .expect("label");
+        let with = ProtectionLabels::with_extra(vec![karmada]);
+        let without = ProtectionLabels::with_extra(vec![]);
+        let a = settings_annotation(&with, true);
+        assert_eq!(
+            a,
+            r#"{"protectionLabels":["holdfast.dev/protected=Always,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":true}"#
+        );
+        assert_eq!(settings_disagreement(&a, &with, true), None);
+        assert_eq!(
+            settings_disagreement(&a, &with, false).as_deref(),
+            Some(
+                "the controller runs with strict=true, this webhook with strict=false (HOLDFAST_STRICT)"
+            )
+        );
+        assert_eq!(
+            settings_disagreement(&a, &without, true).as_deref(),
+            Some(
+                "the controller protects with labels [holdfast.dev/protected=Always,true \
+                 resourcetemplate.karmada.io/deletion-protected=Always], this webhook with \
+                 [holdfast.dev/protected=Always,true] (HOLDFAST_PROTECTION_LABELS)"
+            )
+        );
+        assert!(
+            settings_disagreement("{", &with, true)
+                .is_some_and(|m| m.starts_with("holdfast.dev/settings \"{\" does not parse: "))
+        );
+        let cfg = desired_configuration(&with, true, &opts());
+        assert_eq!(
+            cfg.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SETTINGS_ANNOTATION)),
+            Some(&a)
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! Command-line flags (each with a `HOLDFAST_*` environment equivalent).
 
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser, ValueEnum, builder::BoolishValueParser};
 use holdfast_shared::{labels::ProtectionLabel, topology::Topology};
 use std::{net::SocketAddr, path::PathBuf};
 
@@ -94,6 +94,8 @@ pub struct Args {
     /// protects with Always and true. holdfast.dev/protected (Always,true) is always on.
     #[arg(
         long = "protection-label",
+        value_name = "KEY[=VALUE,...]",
+        action = ArgAction::Append,
         env = "HOLDFAST_PROTECTION_LABELS",
         value_delimiter = ';'
     )]
@@ -101,12 +103,12 @@ pub struct Args {
 
     /// Strict mode: deny UPDATEs that remove a protection label unless the stored
     /// object carries holdfast.dev/strict-exempt=true.
-    #[arg(long, env = "HOLDFAST_STRICT")]
+    #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_STRICT")]
     pub strict: bool,
 
     /// Serve label protection only: load no policy objects (no CRDs or API access
     /// needed; ready at once).
-    #[arg(long, env = "HOLDFAST_LABEL_ONLY")]
+    #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_LABEL_ONLY")]
     pub label_only: bool,
 
     /// How DependencyRule dependents are found: watch (index fed by watches, falls
@@ -167,6 +169,11 @@ pub struct Args {
     /// How often the certificate files are checked for changes, in milliseconds.
     #[arg(long, env = "HOLDFAST_TLS_RELOAD_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=600_000))]
     pub tls_reload_interval_ms: u64,
+
+    /// How often the controller's settings (annotation holdfast.dev/settings of the
+    /// configuration "holdfast") are compared with this webhook's, in milliseconds.
+    #[arg(long, env = "HOLDFAST_SETTINGS_CHECK_INTERVAL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000), hide = true)]
+    pub settings_check_interval_ms: u64,
 
     /// Log format.
     #[arg(long, env = "HOLDFAST_LOG_FORMAT", value_enum, default_value = "text")]

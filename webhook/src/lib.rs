@@ -9,6 +9,7 @@ pub mod args;
 pub mod events;
 pub mod metrics;
 pub mod server;
+pub mod settings;
 pub mod stores;
 pub mod tls;
 pub mod view;
@@ -23,16 +24,39 @@ use std::{
 };
 use tokio::{net::TcpListener, sync::watch};
 
-/// Initialises `tracing` (RUST_LOG, default `info`).
+/// The log filter without `RUST_LOG`: `info`, less the client library's own line
+/// for every failed request (holdfast reports the failure itself, with context).
+pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
+
+/// Initialises `tracing` on stderr (RUST_LOG, default [`DEFAULT_LOG_FILTER`]):
+/// colours only when stderr is a terminal, or one JSON object per line.
 pub fn init_tracing(format: &LogFormat) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
+    // A second initialisation (tests) is harmless: ignore it.
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
+}
+
+/// Reports a fatal error: one line with all its causes (as a JSON log line under
+/// `--log-format json`), then the backtrace only when one was asked for
+/// (`RUST_BACKTRACE` or `RUST_LIB_BACKTRACE`).
+pub fn report_fatal(format: &LogFormat, err: &anyhow::Error) {
+    let line = holdfast_shared::report::one_line(err.chain().map(ToString::to_string));
     match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+        LogFormat::Json => tracing::error!(error = %line, "fatal"),
+        LogFormat::Text => eprintln!("holdfast-webhook: error: {line}"),
+    }
+    if err.backtrace().status() == std::backtrace::BacktraceStatus::Captured {
+        eprintln!("{}", err.backtrace());
     }
 }
 
@@ -71,6 +95,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let tls_config = certs
         .server_config(args.client_ca_file.as_deref())
         .context("building the TLS configuration")?;
+    // The settings shared with the controller (Kubernetes and Karmada): refuse to
+    // run with different ones.
+    let settings = match args.topology {
+        holdfast_shared::topology::Topology::Kcp => None,
+        _ => {
+            settings::SettingsCheck::new(
+                args.kubeconfig.as_deref(),
+                policy.labels.clone(),
+                args.strict,
+            )
+            .await
+        }
+    };
+    if let Some(check) = &settings {
+        check.check().await?;
+    }
 
     let view = view::WebhookView::new(
         view::ViewOptions {
@@ -146,7 +186,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "holdfast-webhook serving"
     );
 
-    shutdown_signal().await;
+    let settings_watch = {
+        let stop = stop_rx.clone();
+        let every = Duration::from_millis(args.settings_check_interval_ms);
+        async move {
+            match settings {
+                Some(check) => check.watch(every, stop).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
+    let disagreement = tokio::select! {
+        () = shutdown_signal() => None,
+        r = settings_watch => r.err(),
+    };
+    if let Some(e) = &disagreement {
+        tracing::error!(error = %e, "refusing to serve: draining and stopping");
+    }
     tracing::info!("shutting down: draining in-flight reviews");
     app.serving.store(false, Ordering::Release);
     let _ = stop_tx.send(true);
@@ -154,5 +210,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = probes.await;
     let _ = reloader.await;
     tracing::info!("stopped");
-    Ok(())
+    match disagreement {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }

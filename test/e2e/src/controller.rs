@@ -329,3 +329,45 @@ pub async fn wait_condition_at(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Starts `holdfast-controller run` installing webhooks that call `url` (e.g. a
+/// webhook on this host as a remote API server reaches it), with the env's
+/// kubeconfig and CA unless `args` name others.
+pub fn start_controller_for_url(
+    env: &Env,
+    name: &str,
+    url: &str,
+    args: &[&str],
+) -> anyhow::Result<ControllerProcess> {
+    let probe_port = free_port()?;
+    let log = env.dir.path().join(format!("{name}.log"));
+    let mut cmd = Command::new(bin("holdfast-controller")?);
+    cmd.arg("run").arg("--webhook-url").arg(url);
+    if !args.contains(&"--kubeconfig") {
+        cmd.arg("--kubeconfig").arg(&env.kubeconfig);
+    }
+    cmd.arg("--probe-listen")
+        .arg(format!("127.0.0.1:{probe_port}"));
+    if !args.iter().any(|a| a.starts_with("--ca-")) {
+        let ca = env.dir.path().join("ca.crt");
+        std::fs::write(&ca, &env.pki.ca_pem)?;
+        cmd.arg("--ca-bundle-file").arg(ca);
+    }
+    for (key, _) in std::env::vars() {
+        if key.starts_with("HOLDFAST_") {
+            cmd.env_remove(key);
+        }
+    }
+    let child = cmd
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .context("starting holdfast-controller")?;
+    Ok(ControllerProcess {
+        child,
+        probe_port,
+        log,
+    })
+}

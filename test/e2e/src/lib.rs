@@ -931,3 +931,179 @@ pub fn base64_encode(data: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(data)
 }
+
+/// A PKI whose serving certificate also names `host` (an IP address or a DNS
+/// name), for a webhook that a remote API server calls.
+pub fn pki_for_host(cn: &str, host: &str) -> anyhow::Result<Pki> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{cn} CA"));
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate()?;
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    if !names.iter().any(|n| n == host) {
+        names.push(host.to_string());
+    }
+    let mut params = CertificateParams::new(names)?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn.to_string());
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok(Pki {
+        ca_pem: ca_cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+impl Env {
+    /// An env driving the cluster of `kubeconfig` instead of the sim: kubectl and
+    /// the binaries use that kubeconfig, and the webhook's certificate names
+    /// `webhook_host`, the address that cluster's API server calls it at. (The
+    /// env still carries an idle sim, which nothing talks to.)
+    pub async fn on_cluster(kubeconfig: &Path, webhook_host: &str) -> anyhow::Result<Self> {
+        let mut env = Self::start().await?;
+        env.kubeconfig = kubeconfig
+            .canonicalize()
+            .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
+        env.pki = pki_for_host("holdfast-webhook", webhook_host)?;
+        std::fs::write(env.dir.path().join("tls.crt"), &env.pki.cert_pem)?;
+        std::fs::write(env.dir.path().join("tls.key"), &env.pki.key_pem)?;
+        Ok(env)
+    }
+
+    /// Starts `holdfast-webhook` listening on `listen` (e.g. `0.0.0.0:PORT`, for an
+    /// API server on another host) with the env's kubeconfig and certificate, and
+    /// waits until it answers /healthz.
+    pub async fn start_webhook_listening(
+        &mut self,
+        listen: std::net::SocketAddr,
+        args: &[&str],
+    ) -> anyhow::Result<()> {
+        let probe_port = free_port()?;
+        let log = self.dir.path().join("webhook.log");
+        let child = Command::new(bin("holdfast-webhook")?)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--listen")
+            .arg(listen.to_string())
+            .arg("--probe-listen")
+            .arg(format!("127.0.0.1:{probe_port}"))
+            .arg("--tls-cert")
+            .arg(self.dir.path().join("tls.crt"))
+            .arg("--tls-key")
+            .arg(self.dir.path().join("tls.key"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("starting holdfast-webhook")?;
+        let mut w = WebhookProcess {
+            child,
+            port: listen.port(),
+            probe_port,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if http_get(probe_port, "/healthz").await.map(|(s, _)| s) == Ok(200) {
+                self.webhook = Some(w);
+                return Ok(());
+            }
+            if let Ok(Some(status)) = w.child.try_wait() {
+                let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+                bail!("holdfast-webhook exited with {status}: {log}");
+            }
+            if Instant::now() > deadline {
+                bail!("holdfast-webhook did not become healthy within 30s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Kubeconfig of a cluster for the Kubernetes-topology tests to run against
+/// instead of a sim (`Env::for_kubernetes_test`).
+pub const E2E_KUBECONFIG: &str = "HOLDFAST_E2E_KUBECONFIG";
+/// The address that cluster's API server reaches this host at (default 127.0.0.1).
+pub const E2E_WEBHOOK_HOST: &str = "HOLDFAST_E2E_WEBHOOK_HOST";
+
+/// The cluster of [`E2E_KUBECONFIG`], if set.
+pub fn e2e_cluster() -> Option<PathBuf> {
+    std::env::var_os(E2E_KUBECONFIG)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// For a test that needs the sim itself (its users, its RBAC model, its
+/// controllers): when [`E2E_KUBECONFIG`] is set, says on stderr that `test` is
+/// skipped and why, and returns true.
+pub fn skipped_on_cluster(test: &str, why: &str) -> bool {
+    if e2e_cluster().is_some() {
+        eprintln!("skipped {test}: {why}; it runs on the simulator only ({E2E_KUBECONFIG} is set)");
+        true
+    } else {
+        false
+    }
+}
+
+/// A fresh name `prefix-<8 random hex digits>` (a namespace of a test's own).
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand_u32())
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.write_u32(std::process::id());
+    h.finish() as u32
+}
+
+impl Env {
+    /// The env of a Kubernetes-topology test: the cluster of [`E2E_KUBECONFIG`]
+    /// (the webhook called at [`E2E_WEBHOOK_HOST`]) when set, else a fresh sim.
+    pub async fn for_kubernetes_test() -> anyhow::Result<Self> {
+        match e2e_cluster() {
+            Some(kubeconfig) => {
+                let host = webhook_host();
+                Self::on_cluster(&kubeconfig, &host).await
+            }
+            None => Self::start().await,
+        }
+    }
+
+    /// Starts the webhook where the API server reaches it: on a sim, 127.0.0.1;
+    /// on a cluster, every address of this host.
+    pub async fn start_webhook_reachable(&mut self, args: &[&str]) -> anyhow::Result<()> {
+        if e2e_cluster().is_some() {
+            let listen = std::net::SocketAddr::from(([0, 0, 0, 0], free_port()?));
+            self.start_webhook_listening(listen, args).await
+        } else {
+            self.start_webhook(args).await
+        }
+    }
+
+    /// The URL the API server calls the running webhook at.
+    pub fn webhook_url(&self) -> anyhow::Result<String> {
+        let Some(w) = &self.webhook else {
+            bail!("start the webhook first")
+        };
+        Ok(format!("https://{}:{}/validate", webhook_host(), w.port))
+    }
+}
+
+fn webhook_host() -> String {
+    std::env::var(E2E_WEBHOOK_HOST)
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "127.0.0.1".to_string())
+}

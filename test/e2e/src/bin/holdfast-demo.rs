@@ -2,7 +2,12 @@
 //! holdfast-controller, then shows with the real kubectl what a user sees, one short
 //! story per protection. Exits non-zero if any outcome differs from what is
 //! expected; every process it started is stopped on exit.
+//!
+//! `holdfast-demo --kubeconfig FILE [--webhook-host ADDR]` runs the Kubernetes
+//! stories on that cluster instead (see `cluster.rs`), cleaning up after itself.
 
+#[path = "holdfast-demo/cluster.rs"]
+mod cluster;
 #[path = "holdfast-demo/kcp_story.rs"]
 mod kcp_story;
 #[path = "holdfast-demo/policies.rs"]
@@ -135,13 +140,30 @@ async fn kubernetes(demo: &mut Demo) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let started = Instant::now();
-    println!(
-        "holdfast demo: an API-server simulator, the real holdfast-webhook and holdfast-controller, the real kubectl."
-    );
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let on_cluster = match cluster::parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("holdfast-demo: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if on_cluster.is_some() {
+        println!(
+            "holdfast demo on your cluster: the real holdfast-webhook and holdfast-controller running here, the real kubectl."
+        );
+    } else {
+        println!(
+            "holdfast demo: an API-server simulator, the real holdfast-webhook and holdfast-controller, the real kubectl."
+        );
+    }
     let mut demo = Demo::default();
-    let outcome = match kubernetes(&mut demo).await {
-        Ok(()) => kcp_story::story(&mut demo).await,
-        Err(e) => Err(e),
+    let outcome = match &on_cluster {
+        Some(opts) => cluster::run(&mut demo, opts).await,
+        None => match kubernetes(&mut demo).await {
+            Ok(()) => kcp_story::story(&mut demo).await,
+            Err(e) => Err(e),
+        },
     };
     // Every process and simulator has been stopped by now (dropped on return).
     let failures = demo.failures();

@@ -1,0 +1,205 @@
+//! One source of truth for the settings both binaries must share: the controller
+//! records `--strict` and the protection labels in the annotation
+//! `holdfast.dev/settings` of the configuration it installs; a webhook with other
+//! settings refuses to run (at start, and by draining and exiting once the
+//! configuration changes under it), and one with the same settings serves them.
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use holdfast_e2e::{
+    Env, bin,
+    controller::{start_controller, wait_configuration},
+    free_port, http_get,
+};
+
+const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
+
+/// A webhook on the env's API server and certificate, logging to `log`.
+fn spawn_webhook(env: &Env, port: u16, args: &[&str], log: &Path) -> (Child, u16) {
+    let probe = free_port().expect("port");
+    let mut cmd = Command::new(bin("holdfast-webhook").expect("binary"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("HOLDFAST_") || key.ends_with("_BACKTRACE") {
+            cmd.env_remove(key);
+        }
+    }
+    let child = cmd
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--probe-listen")
+        .arg(format!("127.0.0.1:{probe}"))
+        .arg("--tls-cert")
+        .arg(env.dir.path().join("tls.crt"))
+        .arg("--tls-key")
+        .arg(env.dir.path().join("tls.key"))
+        .args(["--settings-check-interval-ms", "200"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"))
+        .spawn()
+        .expect("spawn");
+    (child, probe)
+}
+
+/// Waits for `child` to exit (30 s), printing its log if it does not.
+async fn exit_code(child: &mut Child, log: &Path) -> Option<i32> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "webhook still running after 30s: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn last_line(log: &Path) -> String {
+    std::fs::read_to_string(log)
+        .expect("log")
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn refusal(detail: &str) -> String {
+    format!(
+        "holdfast-webhook: error: settings differ from those the controller installed the \
+         configuration \"holdfast\" for: {detail}; start both binaries with the same \
+         HOLDFAST_STRICT and HOLDFAST_PROTECTION_LABELS"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_webhook_refuses_settings_the_controller_does_not_share() {
+    if holdfast_e2e::skipped_on_cluster(
+        "a_webhook_refuses_settings_the_controller_does_not_share",
+        "it starts and stops webhooks on fixed local ports against a configuration it owns",
+    ) {
+        return;
+    }
+    let mut env = Env::start().await.expect("sim");
+    env.install_crds().expect("crds");
+    let port = free_port().expect("port");
+    std::fs::write(env.dir.path().join("tls.crt"), &env.pki.cert_pem).expect("cert");
+    std::fs::write(env.dir.path().join("tls.key"), &env.pki.key_pem).expect("key");
+
+    // Nothing installed yet: a webhook without --strict serves.
+    let log = env.dir.path().join("plain.log");
+    let (mut plain, probe) = spawn_webhook(&env, port, &[], &log);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(probe, "/healthz").await.map(|(s, _)| s) != Ok(200) {
+        assert!(
+            Instant::now() < deadline,
+            "not healthy: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        assert_eq!(plain.try_wait().expect("wait"), None, "exited early");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The controller installs strict webhooks and says so.
+    let mut c = start_controller(&env, "controller", port, &["--strict"]).expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())
+        .await
+        .expect("installed");
+    let cfg = cfg.expect("present");
+    assert_eq!(
+        cfg["metadata"]["annotations"]["holdfast.dev/settings"],
+        r#"{"protectionLabels":["holdfast.dev/protected=Always,true"],"strict":true}"#
+    );
+
+    // The running webhook notices, drains and stops with one line.
+    let strict_mismatch = refusal(
+        "the controller runs with strict=true, this webhook with strict=false (HOLDFAST_STRICT)",
+    );
+    assert_eq!(exit_code(&mut plain, &log).await, Some(1));
+    assert_eq!(last_line(&log), strict_mismatch);
+
+    // A new one with the same mismatch refuses to start.
+    let log = env.dir.path().join("plain2.log");
+    let (mut again, _) = spawn_webhook(&env, port, &[], &log);
+    assert_eq!(exit_code(&mut again, &log).await, Some(1));
+    assert_eq!(last_line(&log), strict_mismatch);
+
+    // So does one that is strict but knows another set of labels.
+    let log = env.dir.path().join("labels.log");
+    let (mut labels, _) = spawn_webhook(
+        &env,
+        port,
+        &["--strict", "--protection-label", KARMADA],
+        &log,
+    );
+    assert_eq!(exit_code(&mut labels, &log).await, Some(1));
+    assert_eq!(
+        last_line(&log),
+        refusal(
+            "the controller protects with labels [holdfast.dev/protected=Always,true], this \
+             webhook with [holdfast.dev/protected=Always,true \
+             resourcetemplate.karmada.io/deletion-protected=Always] (HOLDFAST_PROTECTION_LABELS)"
+        )
+    );
+
+    // The same settings: it serves, and the strict webhooks are enforced.
+    env.start_webhook_on(port, &["--strict"])
+        .await
+        .expect("strict webhook");
+    env.wait_webhook_ready().await.expect("ready");
+    env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
+        .expect("kubectl")
+        .ok()
+        .expect("created");
+    env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected=true"])
+        .expect("kubectl")
+        .ok()
+        .expect("labelled");
+    let out = env
+        .kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.starts_with(
+            "Error from server (Forbidden): admission webhook \"strict-label-0.holdfast.dev\" \
+             denied the request: holdfast: "
+        ) && out.stderr.contains("strict mode is on"),
+        "{out:?}"
+    );
+    let out = env
+        .kubectl(&[
+            "get",
+            "configmap",
+            "db",
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, r#"{"holdfast.dev/protected":"true"}"#),
+        "{out:?}"
+    );
+    // Still serving a while later (the check keeps agreeing).
+    let log = env.webhook.as_ref().map(|w| w.log.clone()).expect("log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("settings agree with the controller's configuration") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no agreement logged: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
