@@ -29,9 +29,15 @@ fn crd_rule() -> (Vec<String>, Vec<String>, Vec<String>) {
 }
 
 async fn env_with_webhook() -> Env {
+    env_with_webhook_args(&[]).await
+}
+
+/// A sim with the CRDs and a webhook started with `args` (which must agree with the
+/// controller's strict and label settings: the webhook stops when they differ).
+async fn env_with_webhook_args(args: &[&str]) -> Env {
     let mut env = Env::start().await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
-    env.start_webhook(&[]).await.expect("webhook");
+    env.start_webhook(args).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     env
 }
@@ -305,7 +311,7 @@ async fn resource_protection_drives_the_configuration() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn manual_edits_are_reverted_and_deletion_recreates() {
-    let env = env_with_webhook().await;
+    let env = env_with_webhook_args(&["--strict"]).await;
     let _c = controller(&env, "controller", &["--strict"]).await;
     env.apply(RP_CONFIGMAPS).expect("policy applied");
     wait_configuration(&env, Duration::from_secs(10), |c| {
