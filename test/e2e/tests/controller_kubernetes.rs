@@ -328,7 +328,7 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
         "holdfast",
         "--type=json",
         "-p",
-        r#"[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Ignore"},{"op":"replace","path":"/webhooks/2/rules/0/resources","value":["secrets"]}]"#,
+        r#"[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Ignore"},{"op":"replace","path":"/webhooks/3/rules/0/resources","value":["secrets"]}]"#,
     ])
     .expect("kubectl")
     .ok()
@@ -353,7 +353,7 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
         "holdfast",
         "--type=json",
         "-p",
-        r#"[{"op":"remove","path":"/webhooks/2"}]"#,
+        r#"[{"op":"remove","path":"/webhooks/3"}]"#,
     ])
     .expect("kubectl")
     .ok()
@@ -369,7 +369,10 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
         vec![
             "delete-label-0.holdfast.dev",
             "strict-label-0.holdfast.dev",
-            POLICIES
+            CONTAINMENT,
+            POLICIES,
+            EVICTION,
+            "break-glass.holdfast.dev",
         ]
     );
 

@@ -217,7 +217,7 @@ async fn crd_deletion_is_refused_while_an_instance_is_protected() {
     let out = as_alice(env, &["delete", "crd", "widgets.example.com"]);
     refused_with(
         &out,
-        "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" denied the \
+        "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" denied the \
          request: holdfast: CustomResourceDefinition widgets.example.com has instances that are \
          protected from deletion: Widget default/precious (label) (policy: containment), so it \
          cannot be deleted: that would delete them all, unchecked. To delete it, first lift the \
@@ -600,14 +600,14 @@ async fn a_new_crd_is_contained_at_once() {
     // being indexed or already is.
     let out = as_alice(env, &["delete", "ns", "fresh", "--wait=false"]);
     assert_eq!(out.code, 1, "{out:?}");
-    let indexed = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+    let indexed = "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" \
                    denied the request: holdfast: Namespace fresh holds objects that are \
                    protected from deletion: Widget fresh/new (label) (policy: containment), so \
                    it cannot be deleted: that would leave it half-deleted. To delete it, first \
                    lift the protection of those objects (or delete them), or set the annotation \
                    holdfast.dev/skip-protection=true if you are allowed to bypass protection on \
                    the namespace.";
-    let pending = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+    let pending = "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" \
                    denied the request: holdfast: cannot verify what Namespace fresh holds: the \
                    objects of widgets.example.com (a new custom resource) are not indexed yet. \
                    Refusing rather than risk a half-deleted namespace; retry later, or set the \
@@ -829,7 +829,7 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
             "holdfast.dev/protected=Always",
         ])
         .expect("kubectl"));
-    let contained = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+    let contained = "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" \
                      denied the request: holdfast: Namespace victim holds objects that are \
                      protected from deletion: ConfigMap victim/precious (label) (policy: \
                      containment), so it cannot be deleted: that would leave it half-deleted. \
@@ -878,7 +878,7 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
     let out = as_alice(env, &["delete", "ns", "victim", "--wait=false"]);
     let stderr = out.stderr.trim_end();
     assert_eq!(out.code, 1, "{out:?}");
-    let prefix = "Error from server (Forbidden): admission webhook \"policies.holdfast.dev\" \
+    let prefix = "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" \
                   denied the request: holdfast: cannot verify what Namespace victim holds: API \
                   discovery is incomplete (discovery of metrics.k8s.io/v1beta1 failed: ";
     let suffix = "), so objects of some resources cannot be seen. Refusing rather than risk a \

@@ -330,6 +330,7 @@ async fn skip_annotation_allows_exactly_that_object() {
         ),
         "{out:?}"
     );
+    // Further ahead than --max-break-glass (24h): ignored, and the refusal says so.
     env.kubectl(&[
         "annotate",
         "--overwrite",
@@ -341,8 +342,56 @@ async fn skip_annotation_allows_exactly_that_object() {
     .ok()
     .expect("annotated");
     let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    assert!(
+        out.refused_with(
+            "so it cannot be deleted (break-glass \
+             holdfast.dev/skip-protection=2999-01-01T00:00:00Z is ignored: it lies more than 24h \
+             ahead, the longest break-glass window this installation allows)"
+        ),
+        "{out:?}"
+    );
+    // Within the window: it counts.
+    let soon = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    let soon = httpdate_rfc3339(soon);
+    env.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "configmap",
+        "b",
+        &format!("holdfast.dev/skip-protection={soon}"),
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("annotated");
+    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
     assert_eq!(
         out.code, 0,
         "a break-glass time in the future counts: {out:?}"
     );
+}
+
+/// `t` as an RFC 3339 UTC time (`YYYY-MM-DDTHH:MM:SSZ`), computed by hand so the test
+/// does not share the webhook's time library.
+fn httpdate_rfc3339(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
