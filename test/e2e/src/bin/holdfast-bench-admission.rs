@@ -316,6 +316,56 @@ async fn load_registry(env: &holdfast_e2e::Env) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// CPU time (user + system, clock ticks) process `pid` has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0)
+}
+
+async fn metric(probe: u16, series: &str) -> f64 {
+    let Ok((_, text)) = holdfast_e2e::http_get(probe, "/metrics").await else {
+        return 0.0;
+    };
+    text.lines()
+        .find_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            (name == series).then(|| v.parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
+}
+
+/// Waits until the webhook holds every policy and has gone quiet (under 5 % of a core
+/// for 2 s): measuring while it still digests the load would measure the load.
+async fn settle(w: &holdfast_e2e::WebhookProcess, loaded: bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    if loaded {
+        loop {
+            let rp = metric(w.probe_port, r#"holdfast_webhook_registry_policies{kind="ResourceProtection"}"#).await;
+            let dr = metric(w.probe_port, r#"holdfast_webhook_registry_policies{kind="DependencyRule"}"#).await;
+            if rp >= 1_000.0 && dr >= 10_000.0 {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "registry stuck at {rp} RP / {dr} DR");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    loop {
+        let before = cpu_ticks(w.pid());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // 100 ticks a second: 5 % of a core for 2 s is 10 ticks.
+        if cpu_ticks(w.pid()).saturating_sub(before) <= 10 {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "webhook never went quiet");
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -370,6 +420,9 @@ async fn main() -> anyhow::Result<()> {
         wflags.extend(["--max-streams", "256"]);
         env.start_webhook(&wflags).await?;
         env.wait_webhook_ready().await?;
+        if let Some(w) = env.webhook.as_ref() {
+            settle(w, registry != "empty").await?;
+        }
         let hf_port = env.webhook.as_ref().map(|w| w.port).unwrap_or_default();
         for (review, body) in [("allowed", &allowed), ("denied", &denied)] {
             for proto in [Proto::H1, Proto::H2] {
