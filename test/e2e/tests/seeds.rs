@@ -1,7 +1,7 @@
 //! Promises of the five seed designs that only these tests show end to end, each
 //! with the real controller installing the configuration, the real webhook deciding
 //! and the real kubectl against the simulator: seed 002's own CriticalService YAML
-//! (the specific resource named by kind).
+//! (the specific resource named by kind) and seed 004's one CRD out of strict mode.
 
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -204,6 +204,141 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     allowed_until(
         &env,
         &["delete", "criticalservice", "for-finalizer-deployment"],
+    )
+    .await;
+}
+
+/// Waits until the live configuration has the strict label webhook for the first key.
+async fn strict_label_webhook_installed(env: &Env) {
+    wait_configuration(env, Duration::from_secs(30), |cfg| {
+        cfg.is_some_and(|c| {
+            c["webhooks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|w| w["name"] == "strict-label-0.holdfast.dev")
+        })
+    })
+    .await
+    .expect("strict label webhook installed");
+}
+
+fn strict_refusal(kind: &str, name: &str) -> String {
+    holdfast_e2e::denied_by(
+        "strict-label-0.holdfast.dev",
+        &format!(
+            "holdfast: {kind} {name} carries the protection label holdfast.dev/protected=true and \
+             strict mode is on"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_004_one_crd_out_of_strict_mode() {
+    let (env, _c) = full_stack(&["--strict"], &["--strict"]).await;
+    env.apply(&holdfast_e2e::fixtures::documents(&[
+        holdfast_e2e::fixtures::widget_crd(),
+        holdfast_e2e::fixtures::cool_crd(),
+    ]))
+    .expect("crds");
+    for r in ["widgets", "coolresources"] {
+        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
+            .await
+            .expect("served");
+    }
+    strict_label_webhook_installed(&env).await;
+    for w in ["w1", "w2"] {
+        env.apply(&format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {w}, namespace: default, labels: {{holdfast.dev/protected: \"true\"}}}}\n"
+        ))
+        .expect("widget");
+    }
+    env.apply(
+        "apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {name: c1, labels: {holdfast.dev/protected: \"true\"}}\n",
+    )
+    .expect("cool resource");
+    let unlabel_w1 = ["label", "widget", "w1", "holdfast.dev/protected-"];
+    let unlabel_c1 = ["label", "coolresource", "c1", "holdfast.dev/protected-"];
+    // The whole installation is strict: neither label may go.
+    let out = env.kubectl(&unlabel_w1).expect("kubectl");
+    assert!(
+        out.refused_with(&strict_refusal("Widget", "default/w1")),
+        "{out:?}"
+    );
+    let out = env.kubectl(&unlabel_c1).expect("kubectl");
+    assert!(
+        out.refused_with(&strict_refusal("CoolResource", "c1")),
+        "{out:?}"
+    );
+
+    // The widgets CRD opts out of strict mode.
+    env.kubectl(&[
+        "label",
+        "crd",
+        "widgets.example.com",
+        "holdfast.dev/strict-exempt=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("CRD labelled");
+    // Its instances still cannot be deleted while labelled...
+    let out = env
+        .kubectl(&["delete", "widget", "w1", "--dry-run=server"])
+        .expect("kubectl");
+    assert!(
+        out.refused_with(
+            "holdfast: Widget default/w1 is protected by label holdfast.dev/protected=true \
+             (policy: label holdfast.dev/protected), so it cannot be deleted."
+        ),
+        "{out:?}"
+    );
+    // ...but the label may be removed (the webhook reads the CRD's label), and then
+    // the widget deleted.
+    let mut dry_run = unlabel_w1.to_vec();
+    dry_run.push("--dry-run=server");
+    allowed_until(&env, &dry_run).await;
+    env.kubectl(&unlabel_w1)
+        .expect("kubectl")
+        .ok()
+        .expect("label removed from an instance of the exempt CRD");
+    let w1 = env.get_json(&["widget", "w1"]).expect("w1");
+    assert!(
+        w1["metadata"]["labels"]
+            .get("holdfast.dev/protected")
+            .is_none(),
+        "{w1}"
+    );
+    env.kubectl(&["delete", "widget", "w1"])
+        .expect("kubectl")
+        .ok()
+        .expect("w1 deleted once unlabelled");
+    // Every other CRD stays strict.
+    let out = env.kubectl(&unlabel_c1).expect("kubectl");
+    assert!(
+        out.refused_with(&strict_refusal("CoolResource", "c1")),
+        "{out:?}"
+    );
+
+    // The opt-out taken back: the widgets are strict again.
+    env.kubectl(&[
+        "label",
+        "crd",
+        "widgets.example.com",
+        "holdfast.dev/strict-exempt-",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("CRD label removed");
+    refused_until(
+        &env,
+        &[
+            "label",
+            "widget",
+            "w2",
+            "holdfast.dev/protected-",
+            "--dry-run=server",
+        ],
+        &strict_refusal("Widget", "default/w2"),
     )
     .await;
 }
