@@ -1,7 +1,8 @@
 //! Promises of the five seed designs that only these tests show end to end, each
 //! with the real controller installing the configuration, the real webhook deciding
 //! and the real kubectl against the simulator: seed 002's own CriticalService YAML
-//! (the specific resource named by kind) and seed 004's one CRD out of strict mode.
+//! (the specific resource named by kind), seed 004's one CRD out of strict mode and
+//! the conditions the README promises on every policy kind.
 
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -341,4 +342,85 @@ async fn seed_004_one_crd_out_of_strict_mode() {
         &strict_refusal("Widget", "default/w2"),
     )
     .await;
+}
+
+/// The conditions the README promises: `Ready`, `Installed` and `Invalid` (and
+/// `observedGeneration`) on every policy object, `CycleDetected` on DependencyRules only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conditions_on_every_policy_kind_as_the_readme_says() {
+    let (env, _c) = full_stack(&[], &[]).await;
+    env.apply(&holdfast_e2e::fixtures::documents(&[
+        holdfast_e2e::fixtures::widget_crd(),
+        holdfast_e2e::fixtures::appcat_crds(),
+        holdfast_e2e::fixtures::vpc_vm_crds(),
+    ]))
+    .expect("crds");
+    for r in [
+        "widgets",
+        "xvshnpostgresqls",
+        "xobjectbuckets",
+        "vpcs",
+        "virtualmachines",
+    ] {
+        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
+            .await
+            .expect("served");
+    }
+    env.apply(&holdfast_e2e::fixtures::documents(&[
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: widgets}\n\
+         spec:\n  resources:\n  - {group: example.com, version: v1, resource: widgets}\n"
+            .to_string(),
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: appcat}\n\
+         spec:\n  anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}\n  \
+         anchorLabels: {name: appcat.vshn.io/composite-name}\n  \
+         protects:\n  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}\n"
+            .to_string(),
+        holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"),
+        "apiVersion: holdfast.dev/v1alpha1\nkind: CriticalService\nmetadata: {name: provider}\n\
+         spec:\n  provider: {group: apps, resource: deployments, namespace: default, name: provider}\n  \
+         criteria:\n  - type: SpecificResource\n    specificResource: {group: example.com, resource: Widget, namespace: default, name: w}\n"
+            .to_string(),
+    ]))
+    .expect("policies");
+    let policies = [
+        ("resourceprotection", "widgets", false),
+        ("anchorrule", "appcat", false),
+        ("dependencyrule", "vm-dependencies", true),
+        ("criticalservice", "provider", false),
+    ];
+    for (kind, name, _) in policies {
+        wait_condition(&env, kind, name, "Ready", "True", 30)
+            .await
+            .unwrap_or_else(|e| panic!("{kind}/{name} ready: {e:#}"));
+    }
+    for (kind, name, dependency_rule) in policies {
+        let obj = env.get_json(&[kind, name]).expect("policy");
+        let conditions: Vec<(String, String, String)> = obj["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let s = |f: &str| c[f].as_str().unwrap_or_default().to_string();
+                (s("type"), s("status"), s("reason"))
+            })
+            .collect();
+        let mut want = vec![
+            ("Ready", "True", "Enforced"),
+            ("Installed", "True", "WebhookInstalled"),
+            ("Invalid", "False", "Valid"),
+        ];
+        if dependency_rule {
+            want.push(("CycleDetected", "False", "NoCycle"));
+        }
+        let want: Vec<(String, String, String)> = want
+            .into_iter()
+            .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+            .collect();
+        assert_eq!(conditions, want, "{kind}/{name}: {obj}");
+        assert_eq!(
+            obj["status"]["observedGeneration"], obj["metadata"]["generation"],
+            "{kind}/{name}: {obj}"
+        );
+        assert!(obj["metadata"]["generation"].as_i64().is_some(), "{obj}");
+    }
 }
