@@ -2,7 +2,8 @@
 //! with the real controller installing the configuration, the real webhook deciding
 //! and the real kubectl against the simulator: seed 002's own CriticalService YAML
 //! (the specific resource named by kind), seed 004's one CRD out of strict mode and
-//! the conditions the README promises on every policy kind.
+//! the conditions the README promises on every policy kind; and what had unit tests
+//! only: a namespaced anchor and the allow-deletion override, ...
 
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -423,4 +424,150 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
         );
         assert!(obj["metadata"]["generation"].as_i64().is_some(), "{obj}");
     }
+}
+
+/// Seed 000 with a namespaced anchor: the claim lives in a namespace, the protected
+/// (cluster-scoped) bucket names it with the composite-name and composite-namespace
+/// labels; `appcat.vshn.io/webhook-allowdeletion=true` on the bucket lifts the
+/// AnchorRule's protection for exactly that object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
+    let (env, _c) = full_stack(&[], &[]).await;
+    env.apply(&holdfast_e2e::fixtures::documents(&[
+        holdfast_e2e::fixtures::crd(
+            "vshn.appcat.vshn.io",
+            "vshnpostgresqls",
+            "VSHNPostgreSQL",
+            true,
+        ),
+        holdfast_e2e::fixtures::crd("appcat.vshn.io", "xobjectbuckets", "XObjectBucket", false),
+    ]))
+    .expect("crds");
+    for r in ["vshnpostgresqls", "xobjectbuckets"] {
+        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
+            .await
+            .expect("served");
+    }
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: claims}\nspec:\n  \
+         anchor: {group: vshn.appcat.vshn.io, version: v1, resource: vshnpostgresqls}\n  \
+         anchorLabels: {name: appcat.vshn.io/composite-name, namespace: appcat.vshn.io/composite-namespace}\n  \
+         protects:\n  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}\n",
+    )
+    .expect("anchor rule");
+    for ns in ["team-a", "team-b"] {
+        env.kubectl(&["create", "namespace", ns])
+            .expect("kubectl")
+            .ok()
+            .expect("namespace");
+    }
+    env.apply(
+        "apiVersion: vshn.appcat.vshn.io/v1\nkind: VSHNPostgreSQL\nmetadata: {name: pg-1, namespace: team-a}\n",
+    )
+    .expect("claim");
+    let bucket = |name: &str, ns: &str, extra: &str| {
+        format!(
+            "apiVersion: appcat.vshn.io/v1\nkind: XObjectBucket\nmetadata:\n  name: {name}\n  labels:\n    \
+             appcat.vshn.io/composite-name: pg-1\n    appcat.vshn.io/composite-namespace: {ns}\n{extra}"
+        )
+    };
+    env.apply(&bucket("bucket-a", "team-a", ""))
+        .expect("bucket a");
+    // The same composite name in another namespace, where no claim lives.
+    env.apply(&bucket("bucket-b", "team-b", ""))
+        .expect("bucket b");
+    wait_condition(&env, "anchorrule", "claims", "Ready", "True", 30)
+        .await
+        .expect("ready");
+    covered(&env, "appcat.vshn.io", "xobjectbuckets").await;
+
+    // The anchor is read in the namespace the label names.
+    let refusal = holdfast_e2e::denied_by(
+        "policies-0.holdfast.dev",
+        "holdfast: XObjectBucket bucket-a is protected while its anchor \
+         vshnpostgresqls.vshn.appcat.vshn.io team-a/pg-1 exists (policy: AnchorRule/claims), \
+         so it cannot be deleted. To delete it, delete the anchor, or label this object \
+         holdfast.dev/allow-deletion=true.",
+    );
+    refused_until(
+        &env,
+        &["delete", "xobjectbucket", "bucket-a", "--dry-run=server"],
+        &refusal,
+    )
+    .await;
+    // No claim pg-1 in team-b: that bucket is not protected.
+    let out = env
+        .kubectl(&["delete", "xobjectbucket", "bucket-b"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "xobjectbucket.appcat.vshn.io \"bucket-b\" deleted\n"),
+        "{out:?}"
+    );
+
+    // The override counts with the value `true` only.
+    env.kubectl(&[
+        "label",
+        "xobjectbucket",
+        "bucket-a",
+        "appcat.vshn.io/webhook-allowdeletion=yes",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("labelled yes");
+    let out = env
+        .kubectl(&["delete", "xobjectbucket", "bucket-a", "--dry-run=server"])
+        .expect("kubectl");
+    assert!(out.refused_with(&refusal), "{out:?}");
+    env.kubectl(&[
+        "label",
+        "--overwrite",
+        "xobjectbucket",
+        "bucket-a",
+        "appcat.vshn.io/webhook-allowdeletion=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("labelled true");
+    let out = env
+        .kubectl(&["delete", "xobjectbucket", "bucket-a"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "xobjectbucket.appcat.vshn.io \"bucket-a\" deleted\n"),
+        "{out:?}"
+    );
+    assert!(
+        !env.exists(&["xobjectbucket", "bucket-a"])
+            .expect("kubectl get")
+    );
+    // The honoured override leaves a BreakGlass Event on the bucket.
+    let events = env
+        .wait_events("BreakGlass", "bucket-a", 30)
+        .await
+        .expect("BreakGlass Event");
+    assert_eq!(
+        events[0]["note"], "admin deleted it past its protection with the break-glass marker",
+        "{events:?}"
+    );
+    assert_eq!(
+        events[0]["regarding"]["kind"], "XObjectBucket",
+        "{events:?}"
+    );
+
+    // The claim goes: the buckets it anchored are deletable.
+    env.apply(&bucket("bucket-c", "team-a", ""))
+        .expect("bucket c");
+    refused_until(
+        &env,
+        &["delete", "xobjectbucket", "bucket-c", "--dry-run=server"],
+        "holdfast: XObjectBucket bucket-c is protected while its anchor \
+         vshnpostgresqls.vshn.appcat.vshn.io team-a/pg-1 exists",
+    )
+    .await;
+    env.kubectl(&["delete", "vshnpostgresql", "pg-1", "-n", "team-a"])
+        .expect("kubectl")
+        .ok()
+        .expect("claim deleted");
+    allowed_until(&env, &["delete", "xobjectbucket", "bucket-c"]).await;
 }
