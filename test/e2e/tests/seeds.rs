@@ -3,7 +3,8 @@
 //! and the real kubectl against the simulator: seed 002's own CriticalService YAML
 //! (the specific resource named by kind), seed 004's one CRD out of strict mode and
 //! the conditions the README promises on every policy kind; and what had unit tests
-//! only: a namespaced anchor and the allow-deletion override, ...
+//! only: a namespaced anchor and the allow-deletion override, cross-namespace and
+//! terminating references, ...
 
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -570,4 +571,127 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
         .ok()
         .expect("claim deleted");
     allowed_until(&env, &["delete", "xobjectbucket", "bucket-c"]).await;
+}
+
+/// Seed 003 across namespaces: the reference names its namespace
+/// (`namespaceFieldRef`); a referencing object that is being deleted (held by a
+/// finalizer) still blocks until it is gone. Run with both dependents strategies.
+async fn cross_namespace_and_terminating_references(mode: &str) {
+    let (env, _c) = full_stack(&["--dependents", mode], &[]).await;
+    env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
+        .expect("crds");
+    for r in ["vpcs", "virtualmachines"] {
+        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
+            .await
+            .expect("served");
+    }
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {name: vm-vpcs}\nspec:\n  \
+         dependent: {group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}\n  \
+         dependencies:\n  - group: network.test.io\n    version: v1\n    resource: vpcs\n    \
+         fieldRef: {path: .spec.vpcRef.name}\n    namespaceFieldRef: {path: .spec.vpcRef.namespace}\n",
+    )
+    .expect("rule");
+    for ns in ["network", "apps"] {
+        env.kubectl(&["create", "namespace", ns])
+            .expect("kubectl")
+            .ok()
+            .expect("namespace");
+        env.apply(&format!(
+            "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: net, namespace: {ns}}}\n"
+        ))
+        .expect("vpc");
+    }
+    // A VM in apps referencing the VPC in network, held by a finalizer.
+    env.apply(
+        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-1, namespace: apps, \
+         finalizers: [compute.test.io/teardown]}\nspec: {vpcRef: {name: net, namespace: network}}\n",
+    )
+    .expect("vm");
+    wait_condition(&env, "dependencyrule", "vm-vpcs", "Ready", "True", 30)
+        .await
+        .expect("ready");
+    covered(&env, "network.test.io", "vpcs").await;
+
+    let refusal = |note: &str| {
+        holdfast_e2e::denied_by(
+            "policies-0.holdfast.dev",
+            &format!(
+                "holdfast: VPC network/net is still referenced by VirtualMachine apps/vm-1{note} \
+                 (policy: DependencyRule/vm-vpcs, field .spec.vpcRef.name of \
+                 virtualmachines.compute.test.io), so it cannot be deleted. To delete it, delete \
+                 or change the dependents first, or set the annotation \
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            ),
+        )
+    };
+    refused_until(
+        &env,
+        &["delete", "vpc", "net", "-n", "network", "--dry-run=server"],
+        &refusal(""),
+    )
+    .await;
+    // The VPC of the same name in the VM's own namespace is not the one referenced.
+    let out = env
+        .kubectl(&["delete", "vpc", "net", "-n", "apps"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "vpc.network.test.io \"net\" deleted\n"),
+        "{out:?}"
+    );
+
+    // The VM is being deleted but still exists (its finalizer holds it): it still blocks.
+    env.kubectl(&[
+        "delete",
+        "virtualmachine",
+        "vm-1",
+        "-n",
+        "apps",
+        "--wait=false",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("vm delete requested");
+    let vm = env
+        .get_json(&["virtualmachine", "vm-1", "-n", "apps"])
+        .expect("vm still there");
+    assert!(vm["metadata"]["deletionTimestamp"].is_string(), "{vm}");
+    refused_until(
+        &env,
+        &["delete", "vpc", "net", "-n", "network", "--dry-run=server"],
+        &refusal(" (terminating)"),
+    )
+    .await;
+
+    // The finalizer done, the VM goes, and with it the reference.
+    env.kubectl(&[
+        "patch",
+        "virtualmachine",
+        "vm-1",
+        "-n",
+        "apps",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("finalizer removed");
+    env.kubectl_until(&["get", "virtualmachine", "vm-1", "-n", "apps"], 30, |o| {
+        o.is_not_found()
+    })
+    .await
+    .expect("vm gone");
+    allowed_until(&env, &["delete", "vpc", "net", "-n", "network"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_003_cross_namespace_and_terminating_references_watch() {
+    cross_namespace_and_terminating_references("watch").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_003_cross_namespace_and_terminating_references_live() {
+    cross_namespace_and_terminating_references("live").await;
 }
