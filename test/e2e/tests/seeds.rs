@@ -4,7 +4,8 @@
 //! (the specific resource named by kind), seed 004's one CRD out of strict mode and
 //! the conditions the README promises on every policy kind; and what had unit tests
 //! only: a namespaced anchor and the allow-deletion override, cross-namespace and
-//! terminating references, ...
+//! terminating references, strict mode over an extra key and an exempt object still
+//! refused on DELETE, ...
 
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -694,4 +695,86 @@ async fn seed_003_cross_namespace_and_terminating_references_watch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_cross_namespace_and_terminating_references_live() {
     cross_namespace_and_terminating_references("live").await;
+}
+
+/// Seed 004's own key under strict mode: `orkestra.io/deletion-protection=true`
+/// added with `--protection-label` is guarded like the built-in key; an object
+/// marked exempt may lose the label but is still refused on DELETE while it has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protected() {
+    let flags = [
+        "--strict",
+        "--protection-label",
+        "orkestra.io/deletion-protection=true",
+    ];
+    let (env, _c) = full_stack(&flags, &flags).await;
+    wait_configuration(&env, Duration::from_secs(30), |cfg| {
+        cfg.is_some_and(|c| {
+            c["webhooks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|w| w["name"] == "strict-label-1.holdfast.dev")
+        })
+    })
+    .await
+    .expect("strict webhook for the extra key");
+    env.apply(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: default, labels: {orkestra.io/deletion-protection: \"true\"}}\ndata: {a: b}\n",
+    )
+    .expect("configmap");
+    let unlabel = [
+        "label",
+        "configmap",
+        "app",
+        "orkestra.io/deletion-protection-",
+    ];
+    let out = env.kubectl(&unlabel).expect("kubectl");
+    assert!(
+        out.refused_with(&holdfast_e2e::denied_by(
+            "strict-label-1.holdfast.dev",
+            "holdfast: ConfigMap default/app carries the protection label \
+             orkestra.io/deletion-protection=true and strict mode is on (policy: strict label \
+             orkestra.io/deletion-protection), so the label cannot be removed or changed to a \
+             value that does not protect."
+        )),
+        "{out:?}"
+    );
+    // Marked exempt (by an administrator: it takes the bypass permission, as
+    // `protections::break_glass_needs_the_bypass_permission_and_leaves_events` shows).
+    let exempt = [
+        "label",
+        "configmap",
+        "app",
+        "holdfast.dev/strict-exempt=true",
+    ];
+    env.kubectl(&exempt)
+        .expect("kubectl")
+        .ok()
+        .expect("marked exempt");
+    // Exempt is not deletable: the DELETE is still refused while the label is there.
+    let delete_refusal = holdfast_e2e::denied_by(
+        "delete-label-1.holdfast.dev",
+        "holdfast: ConfigMap default/app is protected by label \
+         orkestra.io/deletion-protection=true (policy: label orkestra.io/deletion-protection), \
+         so it cannot be deleted.",
+    );
+    let out = env
+        .kubectl(&["delete", "configmap", "app"])
+        .expect("kubectl");
+    assert!(out.refused_with(&delete_refusal), "{out:?}");
+    assert!(env.exists(&["configmap", "app"]).expect("kubectl get"));
+    // The stored exemption lets the label go; then the DELETE passes.
+    env.kubectl(&unlabel)
+        .expect("kubectl")
+        .ok()
+        .expect("label removed from the exempt object");
+    let out = env
+        .kubectl(&["delete", "configmap", "app"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "configmap \"app\" deleted\n"),
+        "{out:?}"
+    );
 }
