@@ -5,7 +5,7 @@
 //! the conditions the README promises on every policy kind; and what had unit tests
 //! only: a namespaced anchor and the allow-deletion override, cross-namespace and
 //! terminating references, strict mode over an extra key and an exempt object still
-//! refused on DELETE, ...
+//! refused on DELETE, and every metric the README lists.
 
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -777,4 +777,195 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
         (0, "configmap \"app\" deleted\n"),
         "{out:?}"
     );
+}
+
+/// Every metric family the README lists on `/metrics`, each moved by something the
+/// test does and read back by its exact series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_metric_the_readme_lists() {
+    let (env, _c) = full_stack(
+        &["--dependents", "watch", "--read-timeout-seconds", "1"],
+        &[],
+    )
+    .await;
+    let (port, probe) = env
+        .webhook
+        .as_ref()
+        .map(|w| (w.port, w.probe_port))
+        .expect("webhook");
+    env.apply(&holdfast_e2e::fixtures::documents(&[
+        holdfast_e2e::fixtures::widget_crd(),
+        holdfast_e2e::fixtures::vpc_vm_crds(),
+    ]))
+    .expect("crds");
+    for r in ["widgets", "vpcs", "virtualmachines"] {
+        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
+            .await
+            .expect("served");
+    }
+    env.apply(&holdfast_e2e::fixtures::documents(&[
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: widgets}\n\
+         spec:\n  enforcement: Audit\n  resources:\n  - {group: example.com, version: v1, resource: widgets}\n"
+            .to_string(),
+        holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"),
+    ]))
+    .expect("policies");
+    env.apply(&holdfast_e2e::fixtures::documents(&[
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: net, namespace: default}\n".to_string(),
+        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm, namespace: default}\nspec: {vpcRef: {name: net}}\n".to_string(),
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: default}\n".to_string(),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: locked, namespace: default, labels: {holdfast.dev/protected: \"true\"}}\n".to_string(),
+    ]))
+    .expect("objects");
+    for (kind, name) in [
+        ("resourceprotection", "widgets"),
+        ("dependencyrule", "vm-dependencies"),
+    ] {
+        wait_condition(&env, kind, name, "Ready", "True", 30)
+            .await
+            .expect("ready");
+    }
+    covered(&env, "network.test.io", "vpcs").await;
+    covered(&env, "example.com", "widgets").await;
+    // Registry and index sizes, index sync state, readiness, per-cluster clients (none
+    // outside kcp): gauges refreshed in the background, so waited for.
+    for (series, want) in [
+        (
+            "holdfast_webhook_registry_policies{kind=\"ResourceProtection\"}",
+            1.0,
+        ),
+        (
+            "holdfast_webhook_registry_policies{kind=\"DependencyRule\"}",
+            1.0,
+        ),
+        (
+            "holdfast_webhook_registry_policies{kind=\"AnchorRule\"}",
+            0.0,
+        ),
+        (
+            "holdfast_webhook_registry_policies{kind=\"CriticalService\"}",
+            0.0,
+        ),
+        ("holdfast_webhook_dependents_index_references", 1.0),
+        (
+            "holdfast_webhook_dependents_index_synced{resource=\"virtualmachines.compute.test.io\"}",
+            1.0,
+        ),
+        ("holdfast_webhook_ready", 1.0),
+        ("holdfast_webhook_cluster_clients", 0.0),
+    ] {
+        wait_metric(probe, series, want).await;
+    }
+
+    // Requests by operation, decision and policy; dependents lookups; audited
+    // deletions; Events by outcome.
+    refused_until(
+        &env,
+        &["delete", "vpc", "net", "--dry-run=server"],
+        "holdfast: VPC default/net is still referenced by VirtualMachine default/vm",
+    )
+    .await;
+    let out = env
+        .kubectl(&["delete", "configmap", "locked"])
+        .expect("kubectl");
+    assert!(
+        out.refused_with("holdfast: ConfigMap default/locked is protected by label"),
+        "{out:?}"
+    );
+    let out = env.kubectl(&["delete", "widget", "w"]).expect("kubectl");
+    assert_eq!(out.code, 0, "Audit allows: {out:?}");
+    let dependency_denials = metric_value(
+        probe,
+        "holdfast_webhook_admission_requests_total{decision=\"deny\",operation=\"DELETE\",policy=\"DependencyRule/vm-dependencies\"}",
+    )
+    .await;
+    assert!(dependency_denials >= 1.0, "{dependency_denials}");
+    for (series, want) in [
+        (
+            "holdfast_webhook_admission_requests_total{decision=\"deny\",operation=\"DELETE\",policy=\"label\"}",
+            1.0,
+        ),
+        (
+            "holdfast_webhook_admission_requests_total{decision=\"allow\",operation=\"DELETE\",policy=\"audit\"}",
+            1.0,
+        ),
+        ("holdfast_webhook_audited_total{operation=\"DELETE\"}", 1.0),
+        (
+            "holdfast_webhook_dependents_lookups_total{source=\"index\"}",
+            dependency_denials,
+        ),
+        // DeletionBlocked for the ConfigMap, DeletionAudited for the widget (the
+        // dry runs leave none).
+        ("holdfast_webhook_events_total{outcome=\"queued\"}", 2.0),
+        ("holdfast_webhook_events_total{outcome=\"published\"}", 2.0),
+    ] {
+        wait_metric(probe, series, want).await;
+    }
+    // The latency histogram counts every DELETE review answered.
+    let reviews = env.webhook_reviews("DELETE").await.expect("metrics") as f64;
+    assert_eq!(reviews, dependency_denials + 2.0);
+    wait_metric(
+        probe,
+        "holdfast_webhook_admission_duration_seconds_count{operation=\"DELETE\"}",
+        reviews,
+    )
+    .await;
+
+    // Connections closed by reason: one that never starts TLS is closed when the
+    // read timeout (1 s here) runs out.
+    let idle = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    wait_metric(
+        probe,
+        "holdfast_webhook_connections_closed_total{listener=\"admission\",reason=\"handshake_timeout\"}",
+        1.0,
+    )
+    .await;
+    drop(idle);
+
+    // Certificate reloads: a broken certificate file is counted as an error and the
+    // previous certificate keeps serving.
+    std::fs::write(env.dir.path().join("tls.crt"), "not a certificate").expect("write");
+    wait_metric(
+        probe,
+        "holdfast_webhook_tls_reloads_total{result=\"error\"}",
+        1.0,
+    )
+    .await;
+    let out = env
+        .kubectl(&["delete", "configmap", "locked", "--dry-run=server"])
+        .expect("kubectl");
+    assert!(
+        out.refused_with("holdfast: ConfigMap default/locked is protected by label"),
+        "still serving: {out:?}"
+    );
+}
+
+/// The value of `series` on the webhook's /metrics (absent counts as a failure).
+async fn metric_value(probe: u16, series: &str) -> f64 {
+    holdfast_e2e::metric(probe, series)
+        .await
+        .expect("metrics readable")
+        .unwrap_or_else(|| panic!("{series} is not exposed"))
+}
+
+/// Waits until `series` has value `want`; fails printing the last value seen.
+async fn wait_metric(probe: u16, series: &str, want: f64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = holdfast_e2e::metric(probe, series)
+            .await
+            .expect("metrics readable");
+        if got == Some(want) {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let (_, body) = holdfast_e2e::http_get(probe, "/metrics")
+                .await
+                .unwrap_or_default();
+            panic!("{series}: want {want}, last seen {got:?}\n{body}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
