@@ -1259,6 +1259,38 @@ async fn protected_without_markers<V: ClusterView>(
     )
 }
 
+/// Whether the request's resource is a custom resource whose
+/// CustomResourceDefinition carries `holdfast.dev/strict-exempt: "true"`: one CRD
+/// out of strict mode (seed 004's per-CRD `strictMode: false`), its instances
+/// counting as exempt. A core or built-in resource (no such CRD) and a failed
+/// lookup count as not exempt (strict mode applies: fail closed).
+async fn resource_strict_exempt<V: ClusterView>(
+    req: &AdmissionRequest,
+    old: &Value,
+    view: &V,
+) -> bool {
+    let (group, resource) = (&req.resource.group, &req.resource.resource);
+    if group.is_empty() || resource.is_empty() {
+        return false;
+    }
+    let crds = GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions");
+    let name = format!("{resource}.{group}");
+    match view.object(logical_cluster(old), &crds, None, &name).await {
+        Ok(Some(crd)) => {
+            crd.get("metadata")
+                .and_then(|m| m.get("labels"))
+                .and_then(|l| l.get(STRICT_EXEMPT_LABEL))
+                .and_then(Value::as_str)
+                == Some("true")
+        }
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(crd = %name, error = %e, "cannot read the CustomResourceDefinition; strict mode applies");
+            false
+        }
+    }
+}
+
 async fn evaluate_update<V: ClusterView>(
     req: &AdmissionRequest,
     cfg: &PolicyConfig,
@@ -1296,7 +1328,7 @@ async fn evaluate_update<V: ClusterView>(
     if let Err(why) = check_metadata(new) {
         return unreadable(req, &why);
     }
-    let exempt = old_labels
+    let own_exempt = old_labels
         .and_then(|l| l.get(STRICT_EXEMPT_LABEL))
         .and_then(Value::as_str)
         == Some("true");
@@ -1313,6 +1345,15 @@ async fn evaluate_update<V: ClusterView>(
 
     // 1. The protection label removed or downgraded.
     let removed = cfg.labels.removed(old_labels, labels(new));
+    let selection_lost = if own_exempt {
+        None
+    } else {
+        view.strict_selection_lost(req)
+    };
+    // The CRD is asked only when the update would otherwise be refused.
+    let exempt = own_exempt
+        || ((!removed.is_empty() || selection_lost.is_some())
+            && resource_strict_exempt(req, old, view).await);
     if !removed.is_empty() && !exempt {
         let blockers: Vec<String> = removed
             .iter()
@@ -1332,7 +1373,7 @@ async fn evaluate_update<V: ClusterView>(
     }
 
     // 2. Labels changed so that a strict ResourceProtection no longer selects it.
-    if !exempt && let Some(rp) = view.strict_selection_lost(req) {
+    if !exempt && let Some(rp) = selection_lost {
         let message = format!(
             "{MESSAGE_PREFIX} {} is protected by {rp} in strict mode, and this update changes \
              its labels so that the policy would no longer select it.{same_update} To unprotect \
@@ -2838,6 +2879,52 @@ mod tests {
             // Unchanged on a later update: no repeated warning.
             let e = evaluate(&update(bad.clone(), bad), &c, &NoPolicies, now());
             assert_eq!(e.decision, Decision::Allow);
+        }
+
+        fn gadget_update(remove_label: bool) -> AdmissionRequest {
+            let old = json!({"apiVersion":"example.com/v1","kind":"Gadget",
+                "metadata":{"name":"g","namespace":"shop","labels":{"holdfast.dev/protected":"true"}}});
+            let mut new = old.clone();
+            if remove_label {
+                new["metadata"]["labels"] = json!({});
+            }
+            req(
+                json!({"uid":"u","kind":{"group":"example.com","version":"v1","kind":"Gadget"},
+                "resource":{"group":"example.com","version":"v1","resource":"gadgets"},
+                "name":"g","namespace":"shop","operation":"UPDATE","userInfo":{"username":"bob"},
+                "object":new,"oldObject":old}),
+            )
+        }
+
+        #[test]
+        fn a_crd_labelled_strict_exempt_takes_its_instances_out_of_strict_mode() {
+            let c = cfg(true, &[]);
+            // No such CRD: strict.
+            let mut v = View::default();
+            let e = evaluate(&gadget_update(true), &c, &v, now());
+            assert_eq!(e.policy, "strict", "{e:?}");
+            // The CRD without the label: strict.
+            v.pods
+                .push(json!({"metadata": {"name": "gadgets.example.com", "labels": {}}}));
+            let e = evaluate(&gadget_update(true), &c, &v, now());
+            assert_eq!(e.policy, "strict", "{e:?}");
+            // The CRD exempt: the label may go; the DELETE is still refused (the
+            // label path never waits for the API server, so the hint is unchanged).
+            v.pods[0] = json!({"metadata": {"name": "gadgets.example.com",
+                "labels": {"holdfast.dev/strict-exempt": "true"}}});
+            let e = evaluate(&gadget_update(true), &c, &v, now());
+            assert_eq!(e.decision, Decision::Allow, "{e:?}");
+            let mut del = gadget_update(false);
+            del.operation = Operation::Delete;
+            del.object = None;
+            let e = evaluate(&del, &c, &v, now());
+            let d = denied(&e);
+            assert_eq!(e.policy, "label", "{}", d.message);
+            // The CRD cannot be read: strict mode applies (fail closed).
+            v.lookup_fails = true;
+            let e = evaluate(&gadget_update(true), &c, &v, now());
+            assert_eq!(e.policy, "strict", "{e:?}");
+            assert!(matches!(e.decision, Decision::Deny(_)), "{e:?}");
         }
     }
 }

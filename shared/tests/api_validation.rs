@@ -184,3 +184,32 @@ fn critical_service_rules() {
     assert!(errors[2].message.contains("requires specificResource"));
     assert!(errors[1].to_string().starts_with("spec.criteria[0]: "));
 }
+
+#[test]
+fn critical_service_criteria_name_resources_by_plural_or_kind() {
+    // Seed 002's own example names the specific resource by kind.
+    let mut v = cs();
+    v["criteria"][1]["specificResource"]["resource"] = json!("CustomResourceDefinition");
+    v["criteria"][0]["finalizer"]["resource"] = json!("CoolResource");
+    assert_eq!(spec::<CriticalServiceSpec>(v.clone()).validate(), vec![]);
+    // Neither a plural nor a kind; the provider still takes a plural only.
+    v["criteria"][1]["specificResource"]["resource"] = json!("customResourceDefinitions");
+    v["criteria"][0]["finalizer"]["resource"] = json!("Cool-Resource");
+    v["provider"]["resource"] = json!("Deployment");
+    let errors = spec::<CriticalServiceSpec>(v).validate();
+    assert_eq!(
+        fields(&errors),
+        vec![
+            "spec.provider.resource",
+            "spec.criteria[0].finalizer.resource",
+            "spec.criteria[1].specificResource.resource",
+        ],
+        "{}",
+        join_errors(&errors)
+    );
+    assert_eq!(
+        errors[2].message,
+        "\"customResourceDefinitions\" is not a resource (lowercase plural, e.g. \
+         customresourcedefinitions) or a kind (e.g. CustomResourceDefinition)"
+    );
+}

@@ -15,6 +15,10 @@ pub const GROUP_PATTERN: &str =
 pub const VERSION_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /// Pattern of a resource (lowercase plural, as in the REST path, e.g. `deployments`).
 pub const RESOURCE_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// Pattern of a resource named by its plural or by its kind (`deployments` or
+/// `Deployment`), as CriticalService criteria accept: seed 002's own example writes
+/// `resource: CustomResourceDefinition`.
+pub const RESOURCE_OR_KIND_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?|[A-Z][A-Za-z0-9]*)$";
 /// Pattern of a kind (`UpperCamelCase`, e.g. `VirtualMachine`).
 pub const KIND_PATTERN: &str = r"^[A-Z][A-Za-z0-9]*$";
 /// Pattern of a namespace name (a DNS-1123 label).

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     Enforcement, GROUP_PATTERN, GroupResource, NAME_PATTERN, NAMESPACE_PATTERN, PolicyStatus,
-    QUALIFIED_NAME_PATTERN, RESOURCE_PATTERN,
+    QUALIFIED_NAME_PATTERN, RESOURCE_OR_KIND_PATTERN, RESOURCE_PATTERN,
 };
 
 /// Desired state of a CriticalService: the provider (and its namespace) may not
@@ -142,8 +142,9 @@ pub struct FinalizerCriterion {
     #[serde(default)]
     #[schemars(length(max = 253), pattern(GROUP_PATTERN))]
     pub group: String,
-    /// Resource, lowercase plural, e.g. `coolresources`.
-    #[schemars(length(min = 1, max = 63), pattern(RESOURCE_PATTERN))]
+    /// Resource, by its lowercase plural (`coolresources`) or its kind
+    /// (`CoolResource`).
+    #[schemars(length(min = 1, max = 63), pattern(RESOURCE_OR_KIND_PATTERN))]
     pub resource: String,
     /// Finalizer, e.g. `my.crd.group/super-important`.
     #[schemars(length(min = 1, max = 316), pattern(QUALIFIED_NAME_PATTERN))]
@@ -165,8 +166,9 @@ pub struct SpecificResourceCriterion {
     #[serde(default)]
     #[schemars(length(max = 253), pattern(GROUP_PATTERN))]
     pub group: String,
-    /// Resource, lowercase plural, e.g. `customresourcedefinitions`.
-    #[schemars(length(min = 1, max = 63), pattern(RESOURCE_PATTERN))]
+    /// Resource, by its lowercase plural (`customresourcedefinitions`) or its
+    /// kind (`CustomResourceDefinition`).
+    #[schemars(length(min = 1, max = 63), pattern(RESOURCE_OR_KIND_PATTERN))]
     pub resource: String,
     /// Namespace of the object; unset for cluster-scoped objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -94,6 +94,18 @@ fn resource(s: &str) -> Result<(), String> {
     }
 }
 
+/// A resource by its plural or by its kind (CriticalService criteria).
+fn resource_or_kind(s: &str) -> Result<(), String> {
+    if dns_label(s) || kind(s).is_ok() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a resource (lowercase plural, e.g. customresourcedefinitions) \
+             or a kind (e.g. CustomResourceDefinition)"
+        ))
+    }
+}
+
 fn namespace(s: &str) -> Result<(), String> {
     if dns_label(s) {
         Ok(())
@@ -328,7 +340,7 @@ impl CriticalServiceSpec {
             }
             if let Some(fin) = &c.finalizer {
                 e.check(f("finalizer.group"), group(&fin.group));
-                e.check(f("finalizer.resource"), resource(&fin.resource));
+                e.check(f("finalizer.resource"), resource_or_kind(&fin.resource));
                 e.check(
                     f("finalizer.finalizerName"),
                     qualified_name(&fin.finalizer_name),
@@ -336,7 +348,10 @@ impl CriticalServiceSpec {
             }
             if let Some(s) = &c.specific_resource {
                 e.check(f("specificResource.group"), group(&s.group));
-                e.check(f("specificResource.resource"), resource(&s.resource));
+                e.check(
+                    f("specificResource.resource"),
+                    resource_or_kind(&s.resource),
+                );
                 if let Some(ns) = &s.namespace {
                     e.check(f("specificResource.namespace"), namespace(ns));
                 }
