@@ -103,6 +103,31 @@ pub trait ClusterView: Send + Sync {
         None
     }
 
+    /// The ResourceProtections of `gr` that could select an object in `namespace`
+    /// (`None`: cluster-scoped): those for every namespace and those naming it, in the
+    /// registry's order. The default visits every one; a view with an index answers
+    /// from it.
+    fn protection_candidates(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<CompiledProtection>> {
+        self.protections(gr)
+            .map(|list| {
+                list.iter()
+                    .filter(|p| {
+                        p.selectors.iter().any(|s| {
+                            s.group == gr.group
+                                && s.resource == gr.resource
+                                && s.namespace_matches(namespace)
+                        })
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// DependencyRules (their dependencies) protecting `gr`.
     fn dependencies(&self, _gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
         None
@@ -824,7 +849,7 @@ async fn evaluate_policy_objects<V: ClusterView>(
         denial: None,
     };
 
-    for rp in view.protections(&gr).iter().flat_map(|l| l.iter()) {
+    for rp in view.protection_candidates(&gr, namespace) {
         let Some(sel) = rp.selecting(&gr, namespace, name, labels(obj)).next() else {
             continue;
         };

@@ -22,7 +22,7 @@ use holdfast_shared::{
     policy::{ClusterView, ContainedObject, DependentsQuery, LookupError, logical_cluster},
     registry::{
         CompiledAnchor, CompiledCriterion, CompiledCritical, CompiledDependency,
-        CompiledProtection, PolicyKey, PolicyObject, Registry, namespaces_gr,
+        CompiledProtection, PolicyKey, PolicyObject, ProtectionPartition, Registry, namespaces_gr,
     },
     review::{AdmissionRequest, Gvr},
     topology::Topology,
@@ -73,6 +73,9 @@ pub struct WebhookView {
     mode: DependentsMode,
     client: Option<Client>,
     base_config: Option<kube::Config>,
+    /// ResourceProtections split by namespace, per resource (rebuilt when the
+    /// registry's list for the resource changes).
+    partitions: DashMap<GroupResource, Arc<ProtectionPartition>>,
     /// Per-logical-cluster clients (kcp), bounded: a review names its logical cluster,
     /// so the set of names is the caller's choice.
     cluster_clients: moka::sync::Cache<String, Client>,
@@ -169,6 +172,7 @@ impl WebhookView {
             mode: opts.mode,
             client,
             base_config,
+            partitions: DashMap::new(),
             cluster_clients: moka::sync::Cache::builder()
                 .max_capacity(MAX_CLUSTER_CLIENTS)
                 .time_to_idle(CLUSTER_CLIENT_IDLE)
@@ -555,6 +559,26 @@ impl ClusterView for WebhookView {
 
     fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
         self.registry.protections.find(gr)
+    }
+
+    fn protection_candidates(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<CompiledProtection>> {
+        let Some(list) = self.registry.protections.find(gr) else {
+            return Vec::new();
+        };
+        if let Some(p) = self.partitions.get(gr)
+            && p.is_of(&list)
+        {
+            return p.candidates(namespace);
+        }
+        // The list changed (or was never split): split it once for every later check.
+        let p = Arc::new(ProtectionPartition::new(gr, list));
+        let out = p.candidates(namespace);
+        self.partitions.insert(gr.clone(), p);
+        out
     }
 
     fn dependencies(&self, gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {

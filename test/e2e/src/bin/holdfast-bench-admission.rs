@@ -346,12 +346,23 @@ async fn settle(w: &holdfast_e2e::WebhookProcess, loaded: bool) -> anyhow::Resul
     let deadline = Instant::now() + Duration::from_secs(600);
     if loaded {
         loop {
-            let rp = metric(w.probe_port, r#"holdfast_webhook_registry_policies{kind="ResourceProtection"}"#).await;
-            let dr = metric(w.probe_port, r#"holdfast_webhook_registry_policies{kind="DependencyRule"}"#).await;
+            let rp = metric(
+                w.probe_port,
+                r#"holdfast_webhook_registry_policies{kind="ResourceProtection"}"#,
+            )
+            .await;
+            let dr = metric(
+                w.probe_port,
+                r#"holdfast_webhook_registry_policies{kind="DependencyRule"}"#,
+            )
+            .await;
             if rp >= 1_000.0 && dr >= 10_000.0 {
                 break;
             }
-            anyhow::ensure!(Instant::now() < deadline, "registry stuck at {rp} RP / {dr} DR");
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "registry stuck at {rp} RP / {dr} DR"
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
