@@ -593,10 +593,30 @@ async fn evaluate_delete<V: ClusterView>(
     if matches!(single.decision, Decision::Deny(_)) {
         return single;
     }
+    let name = req.object_name().unwrap_or_default();
+    let cluster = logical_cluster(obj);
     let contained = if req.is_namespace() {
-        evaluate_containment(req, obj, cfg, view, now).await
+        let container = Container {
+            what: format!("Namespace {name}"),
+            holds: "holds objects",
+            unverified: format!("what Namespace {name} holds"),
+            risk: "a half-deleted namespace",
+            consequence: "that would leave it half-deleted",
+            bypass_on: "namespace",
+        };
+        let contents = view.namespace_contents(cluster, name).await;
+        evaluate_containment(req, container, contents, cfg, view, now).await
     } else if req.is_crd() {
-        evaluate_crd_containment(req, obj, cfg, view, now).await
+        let container = Container {
+            what: format!("CustomResourceDefinition {name}"),
+            holds: "has instances",
+            unverified: format!("what instances CustomResourceDefinition {name} has"),
+            risk: "deleting protected objects with it",
+            consequence: "that would delete them all, unchecked",
+            bypass_on: "CustomResourceDefinition",
+        };
+        let contents = view.custom_resources(cluster, obj).await;
+        evaluate_containment(req, container, contents, cfg, view, now).await
     } else {
         return single;
     };
@@ -655,67 +675,52 @@ async fn protected_among<V: ClusterView>(
     blockers
 }
 
-/// CRD containment: deleting a CustomResourceDefinition deletes every instance from
-/// storage without a DELETE review, so it is refused while any instance's own DELETE
-/// would be.
-async fn evaluate_crd_containment<V: ClusterView>(
-    req: &AdmissionRequest,
-    obj: &Value,
-    cfg: &PolicyConfig,
-    view: &V,
-    now: DateTime<Utc>,
-) -> Evaluation {
-    let name = req.object_name().unwrap_or_default();
-    let cluster = logical_cluster(obj);
-    let contents = match view.custom_resources(cluster, obj).await {
-        Ok(c) => c,
-        Err(e) => {
-            return Evaluation::deny(
-                "containment",
-                DenialKind::LookupFailed,
-                format!(
-                    "{MESSAGE_PREFIX} cannot verify what instances CustomResourceDefinition \
-                     {name} has: {e}. Refusing rather than risk deleting protected objects with \
-                     it; retry later, {BYPASS_HINT}."
-                ),
-                Vec::new(),
-            );
-        }
-    };
-    let blockers = protected_among(req, contents, cfg, view, now).await;
-    if blockers.is_empty() {
-        return Evaluation::allow("none");
-    }
-    let message = format!(
-        "{MESSAGE_PREFIX} CustomResourceDefinition {name} has instances that are protected from \
-         deletion: {} (policy: containment), so it cannot be deleted: that would delete them \
-         all, unchecked. To delete it, first lift the protection of those objects (or delete \
-         them), {BYPASS_HINT} on the CustomResourceDefinition.",
-        list_blockers(&blockers)
-    );
-    Evaluation::deny("containment", DenialKind::Protected, message, blockers)
+/// What a containment refusal says about its container.
+struct Container<'a> {
+    /// "Namespace prod", "CustomResourceDefinition widgets.example.com".
+    what: String,
+    /// "holds objects", "has instances".
+    holds: &'a str,
+    /// What could not be verified when the contents cannot be read: "what Namespace
+    /// prod holds".
+    unverified: String,
+    /// Why unchecked contents matter: the tail of "Refusing rather than risk ...".
+    risk: &'a str,
+    /// What deleting it anyway would do.
+    consequence: &'a str,
+    /// How the bypass hint names it.
+    bypass_on: &'a str,
 }
 
 /// Containment: a namespace holding any object whose own DELETE would be denied
-/// cannot be deleted.
+/// cannot be deleted; nor can a CustomResourceDefinition (deleting it deletes every
+/// instance from storage without a DELETE review). `contents` is what the container
+/// holds, or why that could not be read (refused: fail closed).
 async fn evaluate_containment<V: ClusterView>(
     req: &AdmissionRequest,
-    obj: &Value,
+    container: Container<'_>,
+    contents: Result<Vec<ContainedObject>, LookupError>,
     cfg: &PolicyConfig,
     view: &V,
     now: DateTime<Utc>,
 ) -> Evaluation {
-    let ns = req.object_name().unwrap_or_default();
-    let cluster = logical_cluster(obj);
-    let contents = match view.namespace_contents(cluster, ns).await {
+    let Container {
+        what,
+        holds,
+        unverified,
+        risk,
+        consequence,
+        bypass_on,
+    } = container;
+    let contents = match contents {
         Ok(c) => c,
         Err(e) => {
             return Evaluation::deny(
                 "containment",
                 DenialKind::LookupFailed,
                 format!(
-                    "{MESSAGE_PREFIX} cannot verify what Namespace {ns} holds: {e}. Refusing \
-                     rather than risk a half-deleted namespace; retry later, {BYPASS_HINT}."
+                    "{MESSAGE_PREFIX} cannot verify {unverified}: {e}. Refusing rather than \
+                     risk {risk}; retry later, {BYPASS_HINT}."
                 ),
                 Vec::new(),
             );
@@ -726,10 +731,9 @@ async fn evaluate_containment<V: ClusterView>(
         return Evaluation::allow("none");
     }
     let message = format!(
-        "{MESSAGE_PREFIX} Namespace {ns} holds objects that are protected from deletion: {} \
-         (policy: containment), so it cannot be deleted: that would leave it half-deleted. \
-         To delete it, first lift the protection of those objects (or delete them), {BYPASS_HINT} \
-         on the namespace.",
+        "{MESSAGE_PREFIX} {what} {holds} that are protected from deletion: {} (policy: \
+         containment), so it cannot be deleted: {consequence}. To delete it, first lift the \
+         protection of those objects (or delete them), {BYPASS_HINT} on the {bypass_on}.",
         list_blockers(&blockers)
     );
     Evaluation::deny("containment", DenialKind::Protected, message, blockers)
