@@ -541,19 +541,14 @@ impl ClusterView for WebhookView {
 
     fn strict_for(&self, req: &AdmissionRequest) -> bool {
         let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
-        let Some(list) = self.registry.protections.find(&gr) else {
-            return false;
-        };
         let Some(old) = req.old_object.as_ref() else {
             return false;
         };
         let name = req.object_name().unwrap_or_default();
         let labels = holdfast_shared::review::labels(old);
-        list.iter().any(|p| {
-            p.strict
-                && p.selecting(&gr, req.object_namespace(), name, labels)
-                    .next()
-                    .is_some()
+        let namespace = req.object_namespace();
+        self.protection_candidates(&gr, namespace).iter().any(|p| {
+            p.strict && p.selecting(&gr, namespace, name, labels).next().is_some()
         })
     }
 

@@ -119,6 +119,20 @@ pub fn start_controller(
     webhook_port: u16,
     args: &[&str],
 ) -> anyhow::Result<ControllerProcess> {
+    let url = format!("https://127.0.0.1:{webhook_port}/validate");
+    let url = (!args.contains(&"--webhook-service")).then_some(url.as_str());
+    spawn_controller(env, name, url, args)
+}
+
+/// `holdfast-controller run` with the env's kubeconfig and CA unless `args` name
+/// others, `--webhook-url url` when given, a free probe port, no inherited
+/// `HOLDFAST_*` variables, logging to `<name>.log`.
+fn spawn_controller(
+    env: &Env,
+    name: &str,
+    url: Option<&str>,
+    args: &[&str],
+) -> anyhow::Result<ControllerProcess> {
     let probe_port = free_port()?;
     let log = env.dir.path().join(format!("{name}.log"));
     let mut cmd = Command::new(bin("holdfast-controller")?);
@@ -126,9 +140,8 @@ pub fn start_controller(
     if !args.contains(&"--kubeconfig") {
         cmd.arg("--kubeconfig").arg(&env.kubeconfig);
     }
-    if !args.contains(&"--webhook-service") {
-        cmd.arg("--webhook-url")
-            .arg(format!("https://127.0.0.1:{webhook_port}/validate"));
+    if let Some(url) = url {
+        cmd.arg("--webhook-url").arg(url);
     }
     cmd.arg("--probe-listen")
         .arg(format!("127.0.0.1:{probe_port}"));
@@ -339,35 +352,5 @@ pub fn start_controller_for_url(
     url: &str,
     args: &[&str],
 ) -> anyhow::Result<ControllerProcess> {
-    let probe_port = free_port()?;
-    let log = env.dir.path().join(format!("{name}.log"));
-    let mut cmd = Command::new(bin("holdfast-controller")?);
-    cmd.arg("run").arg("--webhook-url").arg(url);
-    if !args.contains(&"--kubeconfig") {
-        cmd.arg("--kubeconfig").arg(&env.kubeconfig);
-    }
-    cmd.arg("--probe-listen")
-        .arg(format!("127.0.0.1:{probe_port}"));
-    if !args.iter().any(|a| a.starts_with("--ca-")) {
-        let ca = env.dir.path().join("ca.crt");
-        std::fs::write(&ca, &env.pki.ca_pem)?;
-        cmd.arg("--ca-bundle-file").arg(ca);
-    }
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HOLDFAST_") {
-            cmd.env_remove(key);
-        }
-    }
-    let child = cmd
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .context("starting holdfast-controller")?;
-    Ok(ControllerProcess {
-        child,
-        probe_port,
-        log,
-    })
+    spawn_controller(env, name, Some(url), args)
 }

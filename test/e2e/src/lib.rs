@@ -885,22 +885,31 @@ pub async fn metric(port: u16, series: &str) -> anyhow::Result<Option<f64>> {
     Ok(None)
 }
 
-/// The certificate (DER) the TLS server on 127.0.0.1:`port` serves, verified
-/// against `ca_bundle` (PEM) for the name 127.0.0.1: what an API server trusting
-/// that bundle would see.
-pub async fn served_certificate(port: u16, ca_bundle: &str) -> anyhow::Result<Vec<u8>> {
-    use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
-    use std::sync::Arc;
+/// A rustls client configuration trusting the CAs in `ca_bundle` (PEM), offering the
+/// ALPN protocols `alpn` (none: the server picks).
+pub fn tls_client_config(ca_bundle: &str, alpn: &[&[u8]]) -> anyhow::Result<rustls::ClientConfig> {
+    use rustls_pki_types::{CertificateDer, pem::PemObject};
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_bundle.as_bytes()) {
         roots.add(cert.context("CA bundle PEM")?)?;
     }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()?
     .with_root_certificates(roots)
     .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    Ok(config)
+}
+
+/// The certificate (DER) the TLS server on 127.0.0.1:`port` serves, verified
+/// against `ca_bundle` (PEM) for the name 127.0.0.1: what an API server trusting
+/// that bundle would see.
+pub async fn served_certificate(port: u16, ca_bundle: &str) -> anyhow::Result<Vec<u8>> {
+    use rustls_pki_types::ServerName;
+    use std::sync::Arc;
+    let config = tls_client_config(ca_bundle, &[])?;
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     let name = ServerName::try_from("127.0.0.1")?;
     let tls = tokio::time::timeout(
@@ -1106,4 +1115,31 @@ fn webhook_host() -> String {
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "127.0.0.1".to_string())
+}
+
+/// The controller's ServiceAccount as a user name, as the manifests name it.
+pub const CONTROLLER_SA: &str = "system:serviceaccount:holdfast-system:holdfast-controller";
+
+/// The webhook's ServiceAccount as a user name, as the manifests name it.
+pub const WEBHOOK_SA: &str = "system:serviceaccount:holdfast-system:holdfast-webhook";
+
+/// `cfg` with the shipped ServiceAccounts as sim users (tokens `controller-token` and
+/// `webhook-token`, the groups Kubernetes gives a ServiceAccount): with the manifests'
+/// RBAC applied, they hold exactly what the installation grants.
+pub fn with_service_accounts(mut cfg: SimConfig) -> SimConfig {
+    for (name, token) in [
+        (CONTROLLER_SA, "controller-token"),
+        (WEBHOOK_SA, "webhook-token"),
+    ] {
+        cfg.users.push(holdfast_sim::User {
+            name: name.to_string(),
+            token: token.to_string(),
+            groups: vec![
+                "system:serviceaccounts".to_string(),
+                "system:serviceaccounts:holdfast-system".to_string(),
+                "system:authenticated".to_string(),
+            ],
+        });
+    }
+    cfg
 }

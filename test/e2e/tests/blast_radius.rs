@@ -14,26 +14,18 @@ use holdfast_e2e::{
         ControllerProcess, condition, start_controller, wait_condition, wait_configuration,
     },
 };
-use holdfast_sim::{SimConfig, User};
+use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 const MARKER: &str = "holdfast.dev/contains-protected";
 
 /// The controller's ServiceAccount, as the manifests name it.
-const CONTROLLER_USER: &str = "system:serviceaccount:holdfast-system:holdfast-controller";
+const CONTROLLER_USER: &str = holdfast_e2e::CONTROLLER_SA;
 
 /// Sim, CRDs and webhook, and the controller running as its ServiceAccount with
 /// exactly the permissions `manifests/base/rbac-controller.yaml` grants.
 async fn full_stack() -> (Env, ControllerProcess) {
-    let mut cfg = SimConfig::default();
-    cfg.users.push(User {
-        name: CONTROLLER_USER.to_string(),
-        token: "controller-token".to_string(),
-        groups: vec![
-            "system:serviceaccounts".to_string(),
-            "system:authenticated".to_string(),
-        ],
-    });
+    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
     run(&env, &["create", "namespace", "holdfast-system"]);

@@ -12,7 +12,7 @@ use holdfast_e2e::{
     Env,
     controller::{start_controller, wait_configuration},
 };
-use holdfast_sim::{SimConfig, User};
+use holdfast_sim::SimConfig;
 use serde_json::{Value, json};
 
 fn render(part: &str) -> Vec<Value> {
@@ -180,8 +180,8 @@ fn each_object_goes_where_it_is_used() {
     assert!(c_args.iter().any(|a| a == label) && w_args.iter().any(|a| a == label));
 }
 
-const CONTROLLER: &str = "system:serviceaccount:holdfast-system:holdfast-controller";
-const WEBHOOK: &str = "system:serviceaccount:holdfast-system:holdfast-webhook";
+const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
+const WEBHOOK: &str = holdfast_e2e::WEBHOOK_SA;
 
 /// Rendered flags minus those naming files or addresses of the pod.
 fn portable(args: &[String], drop: &[&str]) -> Vec<String> {
@@ -199,17 +199,7 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
     ) {
         return;
     }
-    let mut cfg = SimConfig::default();
-    for (name, token) in [(CONTROLLER, "controller-token"), (WEBHOOK, "webhook-token")] {
-        cfg.users.push(User {
-            name: name.to_string(),
-            token: token.to_string(),
-            groups: vec![
-                "system:serviceaccounts".to_string(),
-                "system:authenticated".to_string(),
-            ],
-        });
-    }
+    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
     let part = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../manifests/overlays/karmada/karmada-apiserver");

@@ -12,11 +12,11 @@ use holdfast_e2e::{
     controller::{start_controller, wait_configuration},
     fixtures,
 };
-use holdfast_sim::{SimConfig, User};
+use holdfast_sim::SimConfig;
 use serde_json::Value;
 
-const CONTROLLER: &str = "system:serviceaccount:holdfast-system:holdfast-controller";
-const WEBHOOK: &str = "system:serviceaccount:holdfast-system:holdfast-webhook";
+const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
+const WEBHOOK: &str = holdfast_e2e::WEBHOOK_SA;
 
 const RP_WIDGETS: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
@@ -43,17 +43,7 @@ async fn both_binaries_run_as_the_shipped_service_accounts() {
     ) {
         return;
     }
-    let mut cfg = SimConfig::default();
-    for (name, token) in [(CONTROLLER, "controller-token"), (WEBHOOK, "webhook-token")] {
-        cfg.users.push(User {
-            name: name.to_string(),
-            token: token.to_string(),
-            groups: vec![
-                "system:serviceaccounts".to_string(),
-                "system:authenticated".to_string(),
-            ],
-        });
-    }
+    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
     let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
     ok(&env, &["apply", "-k", &overlay.to_string_lossy()]);

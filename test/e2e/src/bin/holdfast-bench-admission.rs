@@ -97,28 +97,15 @@ struct Row {
     errors: u64,
 }
 
-fn tls_config(ca_pem: &str, alpn: &[u8]) -> anyhow::Result<rustls::ClientConfig> {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c?)?;
-    }
-    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    cfg.alpn_protocols = vec![alpn.to_vec()];
-    Ok(cfg)
-}
-
 async fn connect(
     ca_pem: &str,
     port: u16,
     alpn: &[u8],
 ) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca_pem, alpn)?));
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(holdfast_e2e::tls_client_config(
+        ca_pem,
+        &[alpn],
+    )?));
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     tcp.set_nodelay(true)?;
     Ok(connector

@@ -106,19 +106,7 @@ async fn start(pki: &holdfast_e2e::Pki, extra: &[&str]) -> anyhow::Result<Webhoo
 }
 
 fn tls_config(ca_pem: &str, alpn: &[&[u8]]) -> anyhow::Result<rustls::ClientConfig> {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert?)?;
-    }
-    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
-    Ok(cfg)
+    holdfast_e2e::tls_client_config(ca_pem, alpn)
 }
 
 fn client(ca_pem: &str, h2: bool) -> anyhow::Result<HttpsClient> {
