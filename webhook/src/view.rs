@@ -547,9 +547,9 @@ impl ClusterView for WebhookView {
         let name = req.object_name().unwrap_or_default();
         let labels = holdfast_shared::review::labels(old);
         let namespace = req.object_namespace();
-        self.protection_candidates(&gr, namespace).iter().any(|p| {
-            p.strict && p.selecting(&gr, namespace, name, labels).next().is_some()
-        })
+        self.protection_candidates(&gr, namespace)
+            .iter()
+            .any(|p| p.strict && p.selecting(&gr, namespace, name, labels).next().is_some())
     }
 
     fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
