@@ -468,7 +468,12 @@ impl WebhookView {
                 let list = match api.list(&params).await {
                     Ok(l) => l,
                     Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
-                    Err(e) => return Err(LookupError(e.to_string())),
+                    Err(e) => {
+                        return Err(crate::stores::lookup_error(
+                            &dep.dependent_gr().to_string(),
+                            &e,
+                        ));
+                    }
                 };
                 for obj in &list.items {
                     let value = match serde_json::to_value(obj) {
@@ -702,7 +707,7 @@ impl ClusterView for WebhookView {
         )
         .await
         .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-        .map_err(|e| LookupError(e.to_string()))?;
+        .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
         Ok(list
             .items
             .iter()
@@ -748,7 +753,7 @@ impl ClusterView for WebhookView {
         let got = tokio::time::timeout(Duration::from_secs(8), api.get_opt(name))
             .await
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-            .map_err(|e| LookupError(e.to_string()))?;
+            .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
         Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
     }
 
@@ -778,6 +783,13 @@ impl ClusterView for WebhookView {
         for entry in self.stores.iter() {
             let (key, store) = (entry.key(), entry.value());
             if !store.namespaced || key.depth == Depth::Full {
+                continue;
+            }
+            // A type the webhook may not list is left out of label containment
+            // (reported once when refused; Secrets unless a policy names them).
+            // Types a policy needs have a store without a label: never skipped.
+            if key.label.is_some() && store.forbidden() && !self.crd_resources.contains_key(&key.gr)
+            {
                 continue;
             }
             if !store.synced() {
@@ -834,7 +846,12 @@ impl ClusterView for WebhookView {
                     Ok(l) => l,
                     // Not served (not established yet, or already going): no instances.
                     Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
-                    Err(e) => return Err(LookupError(e.to_string())),
+                    Err(e) => {
+                        return Err(crate::stores::lookup_error(
+                            &GroupResource::new(&ar.group, &ar.plural).to_string(),
+                            &e,
+                        ));
+                    }
                 };
                 for item in &list.items {
                     let meta = serde_json::to_value(&item.metadata)
@@ -1137,9 +1154,11 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let dep_refs: Vec<&CompiledDependency> = deps.iter().collect();
     let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::stores::WatchBackoff::default())
         .boxed();
     let mut seen: HashSet<ObjectId> = HashSet::new();
+    let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
+    let mut forbidden = false;
     let id_of = |obj: &DynamicObject, value: &serde_json::Value| ObjectId {
         cluster: logical_cluster(value).into(),
         resource: key.as_str().into(),
@@ -1171,6 +1190,11 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
                 // Release the list-sized set, not just its contents.
                 seen = HashSet::new();
                 view.synced.insert(key.clone(), true);
+                if forbidden {
+                    forbidden = false;
+                    unreadable.set(0);
+                    tracing::info!(resource = %key, "{key} is readable now");
+                }
                 tracing::info!(resource = %key, "dependents index synced");
             }
             Ok(watcher::Event::Apply(obj)) => {
@@ -1185,6 +1209,16 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
                 // The dependent type is not served: nothing can reference anything.
                 view.index.clear_resource(&key);
                 view.synced.insert(key.clone(), true);
+            }
+            Err(e) if crate::stores::watcher_forbidden(&e) => {
+                // Live lookups are refused as well: the rule's DELETEs are refused
+                // until holdfast's reads role grants the type.
+                view.synced.insert(key.clone(), false);
+                if !forbidden {
+                    forbidden = true;
+                    unreadable.set(1);
+                    tracing::warn!(resource = %key, "may not list {key} (403): DELETEs the DependencyRules naming it as dependent govern are refused until holdfast's reads role grants it");
+                }
             }
             Err(e) => {
                 // Until the watch recovers, answers come from live lookups.
@@ -1382,11 +1416,29 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
             };
             let store = Arc::new(ResourceStore::new(ar, ns));
             view.stores.insert(key.clone(), store.clone());
+            let gauge = view
+                .metrics
+                .unreadable
+                .with_label_values(&[key.gr.to_string().as_str()]);
+            let (gr, label) = (key.gr.clone(), key.label.clone());
+            let on_forbidden = move |forbidden: bool| {
+                gauge.set(i64::from(forbidden));
+                match (forbidden, &label) {
+                    (true, Some(l)) => {
+                        tracing::warn!(resource = %gr, label = %l, "may not list {gr} (403): objects of it carrying the protection label are not seen by namespace containment until holdfast's reads role grants it")
+                    }
+                    (true, None) => {
+                        tracing::warn!(resource = %gr, "may not list {gr} (403): DELETEs the policies naming it govern are refused until holdfast's reads role grants it")
+                    }
+                    (false, _) => tracing::info!(resource = %gr, "{gr} is readable now"),
+                }
+            };
             let handle = tokio::spawn(run_store(
                 client.clone(),
                 store,
                 key.depth,
                 key.label.clone(),
+                on_forbidden,
             ));
             running.insert(key, handle);
         }
