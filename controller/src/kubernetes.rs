@@ -290,6 +290,9 @@ pub struct Reconciler {
     crds: Store<CustomResourceDefinition>,
     /// The last failure to keep the reads role (logged once per change).
     reads_failure: Option<String>,
+    /// Types the controller's identity was confirmed to list and watch (the
+    /// aggregated role follows its parts asynchronously).
+    confirmed: BTreeSet<GroupResource>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -355,6 +358,7 @@ impl Reconciler {
             markers,
             crds,
             reads_failure: None,
+            confirmed: BTreeSet::new(),
             ready,
         }
     }
@@ -568,7 +572,25 @@ impl Reconciler {
             }
             reads::Kept::Granted => {
                 self.reads_failure = None;
-                (Some(wanted), None)
+                // Watch only what the identity can read already: a type granted a
+                // moment ago waits for the aggregation (the caller routes every
+                // namespace DELETE meanwhile, and retries).
+                self.confirmed.retain(|gr| wanted.contains(gr));
+                let unconfirmed: Vec<GroupResource> =
+                    wanted.difference(&self.confirmed).cloned().collect();
+                let client = &self.client;
+                let checks = futures::future::join_all(
+                    unconfirmed
+                        .iter()
+                        .map(|gr| async move { (gr.clone(), reads::may_read(client, gr).await) }),
+                )
+                .await;
+                for (gr, ok) in checks {
+                    if ok {
+                        self.confirmed.insert(gr);
+                    }
+                }
+                (Some(self.confirmed.clone()), None)
             }
             reads::Kept::Failed { error, held } => {
                 if self.reads_failure.as_ref() != Some(&error) {
@@ -622,6 +644,26 @@ impl Reconciler {
             .markers
             .sync(&self.index, &needs.routes, &keys, readable.as_ref())
             .await;
+        let pending = readable.as_ref().is_some_and(|r| {
+            reads::wanted(
+                &self.index,
+                &policy,
+                self.crd_types(),
+                self.settings.read_secrets,
+            )
+            .iter()
+            .any(|gr| !r.contains(gr))
+        });
+        if pending && unreadable.is_none() {
+            // Granted but not effective yet: route every namespace DELETE and look
+            // again shortly.
+            needs.containment = holdfast_shared::webhookconfig::Containment::Everywhere;
+            let notify = self.notify.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                notify.notify_one();
+            });
+        }
         let opts = self.options.borrow().clone();
         let desired =
             desired_configuration_for(&self.settings.labels, self.settings.strict, &needs, &opts);

@@ -259,13 +259,20 @@ pub fn watcher_forbidden(e: &watcher::Error) -> bool {
 /// is missing and where it comes from.
 pub fn lookup_error(resource: &str, e: &kube::Error) -> holdfast_shared::policy::LookupError {
     if is_forbidden(e) {
+        unreadable_error(resource)
+    } else {
+        holdfast_shared::policy::LookupError(e.to_string())
+    }
+}
+
+/// The lookup error for a resource the webhook may not read.
+pub fn unreadable_error(resource: &str) -> holdfast_shared::policy::LookupError {
+    {
         holdfast_shared::policy::LookupError(format!(
             "holdfast may not read {resource} yet (get, list, watch on {resource} is not granted to \
              its ServiceAccount; the controller grants what the policies name through ClusterRole \
              holdfast-reads)"
         ))
-    } else {
-        holdfast_shared::policy::LookupError(e.to_string())
     }
 }
 

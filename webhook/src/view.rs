@@ -97,6 +97,8 @@ pub struct WebhookView {
     crd_resources: DashMap<GroupResource, ()>,
     /// Wakes the store manager to rediscover at once (a CRD changed).
     rediscover: Notify,
+    /// Types the webhook's identity may not list and watch (when last asked).
+    refused: DashMap<GroupResource, ()>,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -189,6 +191,7 @@ impl WebhookView {
             discovery_problem: std::sync::RwLock::new(None),
             crd_resources: DashMap::new(),
             rediscover: Notify::new(),
+            refused: DashMap::new(),
         })
     }
 
@@ -763,6 +766,19 @@ impl ClusterView for WebhookView {
         ns: &str,
     ) -> Result<Vec<ContainedObject>, LookupError> {
         self.discovery_complete()?;
+        // A type a policy names must be readable: its objects in the namespace
+        // may be what the policy protects. (Label containment of a type the
+        // webhook may not read is left out below: Secrets, unless named.)
+        if !self.refused.is_empty() {
+            let named = wanted_stores(self, &[]);
+            if let Some(gr) = named
+                .iter()
+                .map(|k| &k.gr)
+                .find(|gr| self.refused.contains_key(*gr))
+            {
+                return Err(crate::stores::unreadable_error(&gr.to_string()));
+            }
+        }
         for gr in self.crd_resources.iter() {
             for label in &self.label_keys {
                 let key = StoreKey {
@@ -1354,6 +1370,40 @@ async fn namespaced_resources(
     (out, problems)
 }
 
+/// Whether the webhook's identity may list and watch `gr` cluster-wide now (a
+/// SelfSubjectAccessReview per verb; an error counts as no).
+async fn may_read(client: &Client, gr: &GroupResource) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let ask = |verb: &str| {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(gr.group.clone()),
+                    resource: Some(gr.resource.clone()),
+                    verb: Some(verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api = api.clone();
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                api.create(&kube::api::PostParams::default(), &review),
+            )
+            .await
+            .is_ok_and(|r| r.is_ok_and(|r| r.status.is_some_and(|s| s.allowed)))
+        }
+    };
+    let (list, watch) = futures::join!(ask("list"), ask("watch"));
+    list && watch
+}
+
 /// Keeps one watch per wanted object store.
 async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) {
     let Some(client) = (match view.topology {
@@ -1363,6 +1413,9 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
         return;
     };
     let mut running: HashMap<StoreKey, tokio::task::JoinHandle<()>> = HashMap::new();
+    // Types the webhook was confirmed to read, and those refused (when last asked).
+    let mut readable: HashSet<GroupResource> = HashSet::new();
+    let mut refused: HashMap<GroupResource, std::time::Instant> = HashMap::new();
     let mut by_group: HashMap<String, Vec<GroupResource>> = HashMap::new();
     let mut namespaced: Vec<GroupResource> = Vec::new();
     let mut last_discovery: Option<std::time::Instant> = None;
@@ -1406,6 +1459,39 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
         for key in wanted {
             if running.contains_key(&key) {
                 continue;
+            }
+            // Kubernetes: ask before listing (a SelfSubjectAccessReview), so a type
+            // the reads role does not grant is reported once and asked about again
+            // every 5 s, not listed into a 403 on every retry.
+            if view.topology == Topology::Kubernetes && !readable.contains(&key.gr) {
+                if refused
+                    .get(&key.gr)
+                    .is_some_and(|t| t.elapsed() < Duration::from_secs(5))
+                {
+                    continue;
+                }
+                let gauge = view
+                    .metrics
+                    .unreadable
+                    .with_label_values(&[key.gr.to_string().as_str()]);
+                if may_read(&client, &key.gr).await {
+                    view.refused.remove(&key.gr);
+                    if refused.remove(&key.gr).is_some() {
+                        tracing::info!(resource = %key.gr, "{} is readable now", key.gr);
+                    }
+                    gauge.set(0);
+                    readable.insert(key.gr.clone());
+                } else {
+                    if refused
+                        .insert(key.gr.clone(), std::time::Instant::now())
+                        .is_none()
+                    {
+                        tracing::warn!(resource = %key.gr, "may not list and watch {}: label containment does not see its objects, and DELETEs the policies naming it govern are refused, until holdfast's reads role grants it", key.gr);
+                    }
+                    view.refused.insert(key.gr.clone(), ());
+                    gauge.set(1);
+                    continue;
+                }
             }
             let (ar, ns) = match view.resolver.resolve(&client, "", &key.gr).await {
                 Ok(r) => r,

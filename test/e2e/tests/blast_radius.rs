@@ -23,15 +23,19 @@ const MARKER: &str = "holdfast.dev/contains-protected";
 const CONTROLLER_USER: &str = holdfast_e2e::CONTROLLER_SA;
 
 /// Sim, CRDs and webhook, and the controller running as its ServiceAccount with
-/// exactly the permissions `manifests/base/rbac-controller.yaml` grants.
+/// exactly the permissions `manifests/base/rbac-controller.yaml` and
+/// `rbac-reads.yaml` grant.
 async fn full_stack() -> (Env, ControllerProcess) {
     let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
     run(&env, &["create", "namespace", "holdfast-system"]);
-    let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../manifests/base/rbac-controller.yaml");
-    run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
+    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
+        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../manifests/base")
+            .join(file);
+        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
+    }
     let kubeconfig = env.dir.path().join("controller.kubeconfig");
     env.sim
         .write_kubeconfig(&kubeconfig, CONTROLLER_USER)

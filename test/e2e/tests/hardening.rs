@@ -122,6 +122,7 @@ async fn shipped_with(strict: bool, controller_args: &[&str]) -> Stack {
         "serviceaccounts.yaml",
         "rbac-webhook.yaml",
         "rbac-controller.yaml",
+        "rbac-reads.yaml",
     ] {
         env.kubectl(&["apply", "-f", &manifest(m)])
             .expect("kubectl")

@@ -510,7 +510,7 @@ fn confirm_no_escalation(
                 &None,
                 &None,
                 &atom.url,
-                &[atom.verb.clone()],
+                std::slice::from_ref(&atom.verb),
             ));
             continue;
         }
