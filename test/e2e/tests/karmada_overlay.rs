@@ -106,8 +106,11 @@ fn each_object_goes_where_it_is_used() {
         vec![
             "ClusterRole/holdfast-bypass",
             "ClusterRole/holdfast-controller",
+            "ClusterRole/holdfast-reads",
+            "ClusterRole/holdfast-reads-policies",
             "ClusterRole/holdfast-webhook",
             "ClusterRoleBinding/holdfast-controller",
+            "ClusterRoleBinding/holdfast-reads",
             "ClusterRoleBinding/holdfast-webhook",
             "CustomResourceDefinition/anchorrules.holdfast.dev",
             "CustomResourceDefinition/criticalservices.holdfast.dev",
