@@ -1139,7 +1139,12 @@ pub fn e2e_cluster() -> Option<PathBuf> {
 /// skipped and why, and returns true.
 pub fn skipped_on_cluster(test: &str, why: &str) -> bool {
     if e2e_cluster().is_some() {
-        eprintln!("skipped {test}: {why}; it runs on the simulator only ({E2E_KUBECONFIG} is set)");
+        // Straight to stderr, past the test harness's output capture: a skip is
+        // reported whether the test passes or not.
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped {test}: {why}; it runs on the simulator only ({E2E_KUBECONFIG} is set)"
+        );
         true
     } else {
         false

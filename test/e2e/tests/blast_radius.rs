@@ -144,6 +144,9 @@ fn routes_report(env: &Env) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_outage_blocks_only_what_holdfast_protects() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
     let (mut env, controller) = full_stack().await;
     for ns in ["shop", "other", "scratch", "labelled"] {
         run(&env, &["create", "namespace", ns]);
@@ -379,6 +382,9 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
 /// every namespace but the system ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
     let (env, _controller) = full_stack().await;
     for ns in ["a", "b"] {
         run(&env, &["create", "namespace", ns]);
@@ -493,6 +499,9 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
 /// stays Terminating until the protection is lifted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn marker_lag_never_loses_the_protected_object() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
     let (env, mut controller) = full_stack().await;
     run(&env, &["create", "namespace", "late"]);
     for cm in ["plain", "precious"] {

@@ -178,12 +178,9 @@ async fn wait_metric(env: &Env, series: &str, want: f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn secrets_stay_unread_until_a_policy_names_them() {
-    if holdfast_e2e::skipped_on_cluster(
-        "secrets_stay_unread_until_a_policy_names_them",
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let (env, c) = shipped().await;
     // The controller granted what label containment needs: ConfigMaps, Pods, ...
     // never Secrets.
@@ -325,12 +322,9 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_granted() {
-    if holdfast_e2e::skipped_on_cluster(
-        "a_read_the_controller_cannot_grant_is_reported_and_refused_until_granted",
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let (env, c) = shipped().await;
     wait_can_i(&env, WEBHOOK, "list", "configmaps", true, &c.log()).await;
     // Take escalate away from the controller: it can no longer grant what it
