@@ -427,6 +427,27 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
         )),
         "{out:?}"
     );
+    // A namespace holding what a policy protects among a type holdfast may not
+    // read: its DELETE is refused too (containment cannot see inside).
+    env.apply(RP_CREDS).expect("protection");
+    let out = env
+        .kubectl_until(
+            &["delete", "namespace", "app", "--dry-run=server"],
+            30,
+            |o| o.code != 0 && o.stderr.contains("holdfast may not read secrets yet"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" denied \
+         the request: holdfast: cannot verify what Namespace app holds: holdfast may not read \
+         secrets yet (get, list, watch on secrets is not granted to its ServiceAccount; the \
+         controller grants what the policies name through ClusterRole holdfast-reads). Refusing \
+         rather than risk a half-deleted namespace; retry later, or set the annotation \
+         holdfast.dev/skip-protection=true if you are allowed to bypass protection.\n"
+    );
     // An administrator grants Secrets by a labelled ClusterRole of their own: the
     // aggregated role picks it up, the rule holds.
     env.apply(
@@ -462,7 +483,31 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
         env.exists(&["configmap", "settings", "-n", "app"])
             .expect("kubectl")
     );
+    // Now containment sees the protected Secret.
+    let out = env
+        .kubectl_until(
+            &["delete", "namespace", "app", "--dry-run=server"],
+            30,
+            |o| o.code != 0 && o.stderr.contains("Secret app/creds"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("Secret app/creds (ResourceProtection/creds)"),
+        "{out:?}"
+    );
 }
+
+const RP_CREDS: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: ResourceProtection
+metadata: {name: creds}
+spec:
+  resources:
+  - {group: "", version: v1, resource: secrets, namespace: app}
+"#;
 
 /// Every read rule of every shipped overlay names its types: no `*` in the groups
 /// or resources of a rule granting get, list or watch, and no read of Secrets
