@@ -1141,10 +1141,11 @@ pub fn skipped_on_cluster(test: &str, why: &str) -> bool {
     if e2e_cluster().is_some() {
         // Straight to stderr, past the test harness's output capture: a skip is
         // reported whether the test passes or not.
-        let _ = writeln!(
-            std::io::stderr(),
+        let line = format!(
             "skipped {test}: {why}; it runs on the simulator only ({E2E_KUBECONFIG} is set)"
         );
+        let _ = writeln!(std::io::stderr(), "{line}");
+        record(&line);
         true
     } else {
         false
@@ -1185,6 +1186,26 @@ pub fn test_name(here: &'static str) -> &'static str {
     s.rsplit("::").next().unwrap_or(s)
 }
 
+/// Where the harness records, one line each, which tests were skipped and which
+/// drove the cluster of [`E2E_KUBECONFIG`] (set by `hack/e2e-on-cluster.sh`).
+pub const E2E_RECORD: &str = "HOLDFAST_E2E_RECORD";
+
+/// Appends `line` to the file of [`E2E_RECORD`], if set (one write per line,
+/// appended: lines of concurrent tests do not mix).
+fn record(line: &str) {
+    let Some(path) = std::env::var_os(E2E_RECORD).filter(|v| !v.is_empty()) else {
+        return;
+    };
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+    if let Err(e) = written {
+        let _ = writeln!(std::io::stderr(), "cannot record to {path:?}: {e}");
+    }
+}
+
 /// A fresh name `prefix-<8 random hex digits>` (a namespace of a test's own).
 pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand_u32())
@@ -1213,6 +1234,12 @@ impl Env {
         match e2e_cluster() {
             Some(kubeconfig) => {
                 let host = webhook_host();
+                // libtest names each test's thread after the test.
+                let test = std::thread::current()
+                    .name()
+                    .unwrap_or("unnamed")
+                    .to_string();
+                record(&format!("on-cluster {test}"));
                 let mut env = Self::on_cluster(&kubeconfig, &host).await?;
                 let copy = env.dir.path().join("kubeconfig");
                 std::fs::copy(&env.kubeconfig, &copy)
