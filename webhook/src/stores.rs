@@ -449,6 +449,20 @@ mod tests {
     }
 
     #[test]
+    fn watch_backoff_doubles_to_five_seconds_and_resets() {
+        use kube::runtime::utils::Backoff as _;
+        use std::time::Duration;
+        let mut b = WatchBackoff::default();
+        let first: Vec<Duration> = (&mut b).take(6).collect();
+        assert_eq!(
+            first,
+            [500, 1000, 2000, 4000, 5000, 5000].map(Duration::from_millis)
+        );
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(500)));
+    }
+
+    #[test]
     fn indexes_follow_inserts_updates_and_removals() {
         let ar = ApiResource {
             group: "g".into(),

@@ -1365,3 +1365,19 @@ pub fn with_service_accounts(mut cfg: SimConfig) -> SimConfig {
     }
     cfg
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn needs_simulator_names_the_test() {
+        fn here() {}
+        assert_eq!(
+            super::test_name(std::any::type_name_of_val(&here)),
+            "needs_simulator_names_the_test"
+        );
+        assert_eq!(
+            super::test_name("least_privilege::a_test::{{closure}}::{{closure}}::here"),
+            "a_test"
+        );
+    }
+}
