@@ -597,7 +597,28 @@ impl Reconciler {
                     tracing::warn!(%error, "cannot grant holdfast the reads its policies need; policies needing a type it cannot read are reported not installed");
                     self.reads_failure = Some(error.clone());
                 }
-                let missing = wanted.difference(&held).cloned().collect();
+                // Missing: what the role does not grant and holdfast cannot read
+                // otherwise either (an administrator may grant it by hand, through
+                // a ClusterRole labelled for holdfast-reads).
+                let client = &self.client;
+                let checks = futures::future::join_all(
+                    wanted
+                        .difference(&held)
+                        .map(|gr| async move { (gr.clone(), reads::may_read(client, gr).await) }),
+                )
+                .await;
+                let missing: BTreeSet<GroupResource> = checks
+                    .into_iter()
+                    .filter(|(_, readable)| !readable)
+                    .map(|(gr, _)| gr)
+                    .collect();
+                // Look again shortly: nothing the controller watches announces a
+                // change of RBAC.
+                let notify = self.notify.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    notify.notify_one();
+                });
                 // The marker watches still cover everything wanted: one refused
                 // keeps namespace DELETEs routed everywhere (fail closed).
                 (Some(wanted), Some((error, missing)))

@@ -282,6 +282,44 @@ mod tests {
     }
 
     #[test]
+    fn each_kind_names_what_it_reads() {
+        let index = ApiIndex::with_watchable(&[
+            ("example.com", "v1", "CoolResource", "coolresources"),
+            ("", "v1", "ConfigMap", "configmaps"),
+        ]);
+        let dr: DependencyRule = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
+            "metadata": {"name": "d"},
+            "spec": {"dependent": {"group": "", "version": "v1", "kind": "Secret", "resource": "secrets"},
+                     "dependencies": [{"group": "", "version": "v1", "resource": "configmaps",
+                                       "fieldRef": {"path": ".metadata.labels.config"}}]}
+        }))
+        .expect("rule");
+        assert_eq!(
+            dependency_rule_reads(&dr),
+            [gr("", "secrets"), gr("", "configmaps")]
+        );
+        let cs: CriticalService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService",
+            "metadata": {"name": "c"},
+            "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "db", "name": "pg"},
+                     "criteria": [
+                         {"type": "Finalizer", "finalizer": {"group": "example.com", "resource": "CoolResource", "finalizerName": "example.com/x"}},
+                         {"type": "SpecificResource", "specificResource": {"group": "", "resource": "configmaps", "namespace": "db", "name": "cfg"}}
+                     ]}
+        }))
+        .expect("critical service");
+        assert_eq!(
+            critical_service_reads(&cs, &index),
+            [
+                gr("apps", "deployments"),
+                gr("example.com", "coolresources"),
+                gr("", "configmaps")
+            ]
+        );
+    }
+
+    #[test]
     fn secrets_only_when_named_or_opted_in() {
         let index = ApiIndex::with_watchable(&[
             ("", "v1", "Secret", "secrets"),
