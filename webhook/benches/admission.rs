@@ -54,7 +54,10 @@ fn admission(c: &mut Criterion) {
     ));
     let allowed = review("011-delete-configmaps-plain.json", false);
     let denied = review("014-delete-configmaps-protected.json", true);
-    for (name, body) in [("DELETE allowed", &allowed), ("DELETE denied (label)", &denied)] {
+    for (name, body) in [
+        ("DELETE allowed", &allowed),
+        ("DELETE denied (label)", &denied),
+    ] {
         c.bench_function(&format!("review {name}"), |b| {
             b.iter(|| {
                 rt.block_on(handler.review(black_box(body)))

@@ -9,7 +9,8 @@
 //! `holdfast-bench-admission bare ADDR CERT KEY` is the bare server (run by the bench).
 //! Environment: `HOLDFAST_BENCH_REQUESTS` per row (20,000), `HOLDFAST_BENCH_CONNECTIONS`
 //! (16), `HOLDFAST_BENCH_STREAMS` per HTTP/2 connection (4), `HOLDFAST_BENCH_LOADED=0`
-//! to skip the loaded registry.
+//! to skip the loaded registry, `HOLDFAST_BENCH_ROUNDS` (5): every row alternates bare
+//! and holdfast rounds (the order flipping each round) and reports medians.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -95,6 +96,26 @@ struct Row {
     p50: Duration,
     p99: Duration,
     errors: u64,
+}
+
+impl Row {
+    /// Each figure's median over `rounds`; errors summed.
+    fn median(rounds: &[Row]) -> Row {
+        let secs = |f: fn(&Row) -> Duration| {
+            Duration::from_secs_f64(median(rounds.iter().map(|r| f(r).as_secs_f64()).collect()))
+        };
+        Row {
+            rps: median(rounds.iter().map(|r| r.rps).collect()),
+            p50: secs(|r| r.p50),
+            p99: secs(|r| r.p99),
+            errors: rounds.iter().map(|r| r.errors).sum(),
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 async fn connect(
@@ -374,6 +395,7 @@ async fn main() -> anyhow::Result<()> {
         return bare(addr.parse()?, cert, key).await;
     }
     let total = env_num("HOLDFAST_BENCH_REQUESTS", 20_000);
+    let rounds = env_num("HOLDFAST_BENCH_ROUNDS", 5).max(1);
     let allowed = capture("011-delete-configmaps-plain.json")?;
     let denied = capture("014-delete-configmaps-protected.json")?;
 
@@ -395,7 +417,7 @@ async fn main() -> anyhow::Result<()> {
     let ca = env.pki.ca_pem.clone();
 
     println!(
-        "{total} requests per row, {} connections ({} streams each on HTTP/2)",
+        "{total} requests per row in {rounds} alternating rounds (medians), {} connections ({} streams each on HTTP/2)",
         env_num("HOLDFAST_BENCH_CONNECTIONS", 16),
         env_num("HOLDFAST_BENCH_STREAMS", 4)
     );
@@ -424,11 +446,38 @@ async fn main() -> anyhow::Result<()> {
         let hf_port = env.webhook.as_ref().map(|w| w.port).unwrap_or_default();
         for (review, body) in [("allowed", &allowed), ("denied", &denied)] {
             for proto in [Proto::H1, Proto::H2] {
-                // Warm both up, then measure them back to back.
+                // Warm both up, then measure them in alternating rounds (the order
+                // flips every round), so drift in the machine's load hits both alike;
+                // each figure is the median over the rounds.
                 load(&ca, bare_port, proto, body, total / 10).await?;
                 load(&ca, hf_port, proto, body, total / 10).await?;
-                let b = load(&ca, bare_port, proto, body, total).await?;
-                let h = load(&ca, hf_port, proto, body, total).await?;
+                let mut bare_rounds = Vec::new();
+                let mut hf_rounds = Vec::new();
+                for round in 0..rounds {
+                    let per = (total / rounds).max(1);
+                    if round % 2 == 0 {
+                        bare_rounds.push(load(&ca, bare_port, proto, body, per).await?);
+                        hf_rounds.push(load(&ca, hf_port, proto, body, per).await?);
+                    } else {
+                        hf_rounds.push(load(&ca, hf_port, proto, body, per).await?);
+                        bare_rounds.push(load(&ca, bare_port, proto, body, per).await?);
+                    }
+                }
+                let ratio = median(
+                    bare_rounds
+                        .iter()
+                        .zip(&hf_rounds)
+                        .map(|(b, h)| h.rps / b.rps)
+                        .collect(),
+                );
+                let p99_ratio = median(
+                    bare_rounds
+                        .iter()
+                        .zip(&hf_rounds)
+                        .map(|(b, h)| h.p99.as_secs_f64() / b.p99.as_secs_f64().max(1e-9))
+                        .collect(),
+                );
+                let (b, h) = (Row::median(&bare_rounds), Row::median(&hf_rounds));
                 println!(
                     "| {registry} | {review} | {} | {:.0} | {:.0} | {:.2} | {:.2} ms | {:.2} ms | {:.2} | {:.2} ms | {} |",
                     if proto == Proto::H1 {
@@ -438,10 +487,10 @@ async fn main() -> anyhow::Result<()> {
                     },
                     b.rps,
                     h.rps,
-                    h.rps / b.rps,
+                    ratio,
                     b.p99.as_secs_f64() * 1e3,
                     h.p99.as_secs_f64() * 1e3,
-                    h.p99.as_secs_f64() / b.p99.as_secs_f64().max(1e-9),
+                    p99_ratio,
                     h.p50.as_secs_f64() * 1e3,
                     b.errors + h.errors,
                 );
