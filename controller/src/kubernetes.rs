@@ -284,6 +284,7 @@ pub struct Reconciler {
     index: ApiIndex,
     recorder: Recorder,
     markers: Markers,
+    sources: crate::sources::SourceProbes,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -295,6 +296,8 @@ struct Item {
     name: String,
     invalid: Option<Invalid>,
     needs: Vec<GroupResource>,
+    /// The anchor source's condition (AnchorRules naming another cluster).
+    source: Option<crate::status::SourceCondition>,
 }
 
 impl Reconciler {
@@ -336,6 +339,7 @@ impl Reconciler {
             },
         );
         let markers = Markers::new(client.clone(), notify.clone());
+        let sources = crate::sources::SourceProbes::start(client.clone(), notify.clone());
         Self {
             client,
             settings,
@@ -347,6 +351,7 @@ impl Reconciler {
             index: ApiIndex::default(),
             recorder,
             markers,
+            sources,
             ready,
         }
     }
@@ -454,9 +459,11 @@ impl Reconciler {
         let mut items = Vec::new();
         let mut needs = PolicyNeeds::default();
         let mut edges = Vec::new();
+        let mut probes = std::collections::HashSet::new();
         for (k, kind) in self.kinds.iter().enumerate() {
             for obj in kind.store.state() {
                 let name = obj.name_any();
+                let mut source = None;
                 let (invalid, gr_needs) = match k {
                     0 => self.check(&obj, &mut needs, |p: &ResourceProtection, index, needs| {
                         let invalid = check_resource_protection(p, index);
@@ -469,6 +476,19 @@ impl Reconciler {
                         let invalid = check_anchor_rule(p, index);
                         if invalid.is_none() {
                             needs.add_anchor_rule(p);
+                            if let Some(s) = &p.spec.anchor_source {
+                                let r = &s.kubeconfig_secret_ref;
+                                let key = (
+                                    holdfast_shared::registry::AnchorSourceRef {
+                                        namespace: r.namespace.clone(),
+                                        name: r.name.clone(),
+                                        key: r.key.clone(),
+                                    },
+                                    p.spec.anchor.clone(),
+                                );
+                                source = Some(self.sources.condition(&key.0, &key.1));
+                                probes.insert(key);
+                            }
                         }
                         (invalid, anchor_rule_needs(p))
                     }),
@@ -493,9 +513,11 @@ impl Reconciler {
                     name,
                     invalid,
                     needs: gr_needs,
+                    source,
                 });
             }
         }
+        self.sources.want(&probes);
         let index = &self.index;
         (items, needs.with_containment(|gr| index.scope(gr)), edges)
     }
@@ -607,6 +629,7 @@ impl Reconciler {
                 installed_message,
                 cycle,
                 cycle_applies: item.kind == DEPENDENCY_RULES,
+                source: item.source.clone(),
             };
             writes.push((item.kind, item.name.clone(), outcome));
         }

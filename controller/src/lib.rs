@@ -26,4 +26,5 @@ pub mod leader;
 pub mod markers;
 pub mod policies;
 pub mod run;
+pub mod sources;
 pub mod status;

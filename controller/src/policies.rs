@@ -257,9 +257,11 @@ pub fn check_anchor_rule(ar: &AnchorRule, index: &ApiIndex) -> Option<Invalid> {
     if let Some(i) = spec_invalid(&ar.validate()) {
         return Some(i);
     }
+    // Anchors in another cluster are checked there (the SourceReachable condition).
     let mut problems: Vec<String> = index
         .check_type("spec.anchor", &ar.spec.anchor)
         .into_iter()
+        .filter(|_| ar.spec.anchor_source.is_none())
         .collect();
     problems.extend(
         ar.spec.protects.iter().enumerate().filter_map(|(i, p)| {

@@ -2,7 +2,9 @@
 //! Installed, Invalid and (DependencyRule) CycleDetected, computed from what the
 //! reconciler found, written through the status subresource only when changed.
 
-use holdfast_shared::api::condition_types::{CYCLE_DETECTED, INSTALLED, INVALID, READY};
+use holdfast_shared::api::condition_types::{
+    CYCLE_DETECTED, INSTALLED, INVALID, READY, SOURCE_REACHABLE,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::{Value, json};
 
@@ -22,6 +24,20 @@ pub struct Outcome {
     pub cycle: Option<String>,
     /// Whether the CycleDetected condition is set (DependencyRules).
     pub cycle_applies: bool,
+    /// The anchor source's state (AnchorRules naming another cluster only): the
+    /// SourceReachable condition; Ready only while it holds.
+    pub source: Option<SourceCondition>,
+}
+
+/// The SourceReachable condition of an AnchorRule with an anchor source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceCondition {
+    /// Listed there.
+    pub reachable: bool,
+    /// `Synced`, `NotSynced`, `Unreachable` or `Unusable`.
+    pub reason: &'static str,
+    /// What was found.
+    pub message: String,
 }
 
 struct Cond {
@@ -44,6 +60,17 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             "NotInstalled".to_string(),
             "waiting for the webhook configuration".to_string(),
         ),
+        (None, true) if o.source.as_ref().is_some_and(|s| !s.reachable) => {
+            let s = o.source.as_ref().map(|s| (s.reason, s.message.as_str()));
+            let (reason, message) = s.unwrap_or_default();
+            (
+                false,
+                format!("Source{reason}"),
+                format!(
+                    "the anchors cannot be read, so the protected objects are refused: {message}"
+                ),
+            )
+        }
         (None, true) => (
             true,
             "Enforced".to_string(),
@@ -88,6 +115,14 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             message: "the spec is valid".into(),
         },
     });
+    if let Some(s) = &o.source {
+        out.push(Cond {
+            type_: SOURCE_REACHABLE,
+            status: s.reachable,
+            reason: s.reason.into(),
+            message: s.message.clone(),
+        });
+    }
     if o.cycle_applies {
         out.push(match &o.cycle {
             Some(m) => Cond {
@@ -195,6 +230,7 @@ mod tests {
             installed_message: "installed".into(),
             cycle: None,
             cycle_applies: true,
+            source: None,
         }
     }
 

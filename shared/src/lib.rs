@@ -4,6 +4,7 @@
 //! Nothing in this crate performs I/O: policies are evaluated over an admission
 //! request and a [`policy::ClusterView`] that the webhook implements.
 
+pub mod anchorsource;
 pub mod api;
 pub mod fieldpath;
 pub mod index;

@@ -22,7 +22,7 @@ use crate::{
         SKIP_ANNOTATION_DEPENDENCIES, STRICT_EXEMPT_LABEL,
     },
     registry::{
-        CompiledAnchor, CompiledCriterion, CompiledCritical, CompiledDependency,
+        AnchorSourceRef, CompiledAnchor, CompiledCriterion, CompiledCritical, CompiledDependency,
         CompiledProtection, critical_services_gr, namespaces_gr,
     },
     review::{AdmissionRequest, Gvk, Operation, annotations, check_metadata, labels},
@@ -172,6 +172,20 @@ pub trait ClusterView: Send + Sync {
         _name: &str,
     ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
         async { Ok(None) }
+    }
+
+    /// The anchor `name` (in `namespace`) of `gr` in the cluster of anchor source
+    /// `source`, if it exists. Fails (and so refuses) while the source is not synced
+    /// or unreachable.
+    fn remote_object(
+        &self,
+        source: &AnchorSourceRef,
+        _gr: &GroupResource,
+        _namespace: Option<&str>,
+        _name: &str,
+    ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
+        let message = format!("anchor source {source} is not available here");
+        async move { Err(LookupError(message)) }
     }
 
     /// Whether the requesting user may bypass protection of this object (a
@@ -1166,10 +1180,17 @@ async fn evaluate_anchors<V: ClusterView>(
             continue;
         };
         let anchor_desc = describe_ref(&ar.anchor.to_string(), anchor_ns.as_deref(), &anchor_name);
-        match view
-            .object(cluster, &ar.anchor, anchor_ns.as_deref(), &anchor_name)
-            .await
-        {
+        let found = match &ar.source {
+            None => {
+                view.object(cluster, &ar.anchor, anchor_ns.as_deref(), &anchor_name)
+                    .await
+            }
+            Some(source) => {
+                view.remote_object(source, &ar.anchor, anchor_ns.as_deref(), &anchor_name)
+                    .await
+            }
+        };
+        match found {
             Ok(None) => {}
             Ok(Some(anchor)) => {
                 let deleting = anchor

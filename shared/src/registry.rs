@@ -566,6 +566,29 @@ pub struct CompiledAnchor {
     pub toggle_default: bool,
     /// Protected resources and whether they inherit anchor labels from their namespace.
     pub protects: Vec<(GroupResource, bool)>,
+    /// Where the anchors live (None: the protected object's own cluster).
+    pub source: Option<AnchorSourceRef>,
+}
+
+/// A kubeconfig Secret naming the cluster anchors are read from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AnchorSourceRef {
+    /// Namespace of the Secret.
+    pub namespace: String,
+    /// Name of the Secret.
+    pub name: String,
+    /// Key of the Secret's data holding the kubeconfig.
+    pub key: String,
+}
+
+impl std::fmt::Display for AnchorSourceRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret {}/{}", self.namespace, self.name)?;
+        if self.key != "kubeconfig" {
+            write!(f, " (key {})", self.key)?;
+        }
+        Ok(())
+    }
 }
 
 /// Compiles an AnchorRule.
@@ -609,6 +632,11 @@ pub fn compile_anchor(
             toggle,
             toggle_default: ar.spec.toggle.as_ref().is_none_or(|t| t.default),
             protects,
+            source: ar.spec.anchor_source.as_ref().map(|s| AnchorSourceRef {
+                namespace: s.kubeconfig_secret_ref.namespace.clone(),
+                name: s.kubeconfig_secret_ref.name.clone(),
+                key: s.kubeconfig_secret_ref.key.clone(),
+            }),
         },
     ))
 }

@@ -97,6 +97,8 @@ pub struct WebhookView {
     crd_resources: DashMap<GroupResource, ()>,
     /// Wakes the store manager to rediscover at once (a CRD changed).
     rediscover: Notify,
+    /// Anchors of AnchorRules whose anchors live in another cluster.
+    remotes: crate::remote::RemoteStores,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -189,6 +191,7 @@ impl WebhookView {
             discovery_problem: std::sync::RwLock::new(None),
             crd_resources: DashMap::new(),
             rediscover: Notify::new(),
+            remotes: crate::remote::RemoteStores::default(),
         })
     }
 
@@ -227,6 +230,11 @@ impl WebhookView {
         &self.registry
     }
 
+    /// The stores of anchors in other clusters.
+    pub fn remote_stores(&self) -> &crate::remote::RemoteStores {
+        &self.remotes
+    }
+
     fn synced_store(&self, gr: &GroupResource, depth: Depth) -> Option<Arc<ResourceStore>> {
         let key = StoreKey {
             gr: gr.clone(),
@@ -262,6 +270,10 @@ impl WebhookView {
             manage_stores(self.clone(), shutdown.clone()),
         );
         if self.topology == Topology::Kubernetes {
+            self.spawn(
+                shutdown.clone(),
+                crate::remote::manage(self.clone(), crd_client.clone()),
+            );
             self.spawn(
                 shutdown.clone(),
                 watch_crds(self.clone(), crd_client.clone()),
@@ -752,6 +764,28 @@ impl ClusterView for WebhookView {
         Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
     }
 
+    async fn remote_object(
+        &self,
+        source: &holdfast_shared::registry::AnchorSourceRef,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<serde_json::Value>>, LookupError> {
+        use crate::remote::{SourceState, state_error};
+        if self.topology != Topology::Kubernetes {
+            return Err(state_error(
+                source,
+                &SourceState::Unusable(
+                    "anchor sources are read on the Kubernetes topology only".to_string(),
+                ),
+            ));
+        }
+        match self.remotes.get(source, gr) {
+            Some(store) => store.get(source, namespace, name),
+            None => Err(state_error(source, &SourceState::Connecting)),
+        }
+    }
+
     async fn namespace_contents(
         &self,
         cluster: &str,
@@ -1226,6 +1260,10 @@ fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<St
         }
     }
     for ar in reg.anchors.entries() {
+        if ar.source.is_some() {
+            // Read in the source's cluster (crate::remote).
+            continue;
+        }
         out.insert(StoreKey {
             gr: ar.anchor.clone(),
             depth: Depth::Full,

@@ -243,6 +243,22 @@ impl AnchorRuleSpec {
         if let Some(t) = &self.toggle {
             e.check("spec.toggle.fieldPath", field_path(&t.field_path));
         }
+        if let Some(src) = &self.anchor_source {
+            let r = &src.kubeconfig_secret_ref;
+            let f = |name: &str| format!("spec.anchorSource.kubeconfigSecretRef.{name}");
+            if !dns_subdomain(&r.name) {
+                e.push(f("name"), format!("{:?} is not a Secret name", r.name));
+            }
+            e.check(f("namespace"), namespace(&r.namespace));
+            let key_ok = !r.key.is_empty()
+                && r.key.len() <= 253
+                && r.key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+            if !key_ok {
+                e.push(f("key"), format!("{:?} is not a key of a Secret", r.key));
+            }
+        }
         list_len(&mut e, "spec.protects", self.protects.len(), 64);
         for (i, p) in self.protects.iter().enumerate() {
             let f = |name: &str| format!("spec.protects[{i}].{name}");
