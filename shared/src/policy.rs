@@ -1220,8 +1220,13 @@ async fn evaluate_anchors<V: ClusterView>(
                     .map(|p| format!("set {p} to false on {anchor_desc}, "))
                     .unwrap_or_default();
                 let _ = name;
+                let place = ar
+                    .source
+                    .as_ref()
+                    .map(|s| format!(" in the cluster of anchor source {s}"))
+                    .unwrap_or_default();
                 let message = format!(
-                    "{MESSAGE_PREFIX} {what} is protected while its anchor {anchor_desc} exists{toggle} \
+                    "{MESSAGE_PREFIX} {what} is protected while its anchor {anchor_desc} exists{place}{toggle} \
                      (policy: {policy}), so it cannot be deleted. To delete it, {off}delete the \
                      anchor, or label this object {ALLOW_DELETION_LABEL}=true."
                 );
@@ -2478,6 +2483,52 @@ mod tests {
                     ]}})).expect("ar");
             v.registry.apply("", &ar).expect("compiles");
             v
+        }
+
+        #[test]
+        fn anchors_in_another_cluster_are_never_read_locally_and_fail_closed() {
+            let mut v = View::default();
+            let ar: AnchorRule = serde_json::from_value(json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "AnchorRule", "metadata": {"name": "remote"},
+                "spec": {"anchor": {"group": "vshn.appcat.vshn.io", "version": "v1", "resource": "xvshnpostgresqls"},
+                    "anchorLabels": {"name": "appcat.vshn.io/composite-name"},
+                    "anchorSource": {"kubeconfigSecretRef": {"name": "control", "namespace": "holdfast-system"}},
+                    "protects": [{"group": "", "version": "v1", "resource": "configmaps"}]}}))
+            .expect("ar");
+            assert_eq!(
+                ar.spec
+                    .anchor_source
+                    .as_ref()
+                    .map(|s| s.kubeconfig_secret_ref.key.as_str()),
+                Some("kubeconfig")
+            );
+            v.registry.apply("", &ar).expect("compiles");
+            // A local object of the anchor's name is not the anchor.
+            v.objects.insert(
+                (
+                    "xvshnpostgresqls.vshn.appcat.vshn.io".into(),
+                    String::new(),
+                    "pg-1".into(),
+                ),
+                Arc::new(json!({"metadata": {"name": "pg-1"}})),
+            );
+            let bucket = del(
+                "",
+                "ConfigMap",
+                "configmaps",
+                Some("app"),
+                "b",
+                json!({"appcat.vshn.io/composite-name": "pg-1"}),
+            );
+            let d = denied(&evaluate(&bucket, &cfg(false, &[]), &v, now())).clone();
+            assert_eq!(
+                d.message,
+                format!(
+                    "holdfast: cannot read the anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 of ConfigMap app/b \
+                 (policy: AnchorRule/remote): anchor source Secret holdfast-system/control is not available here; \
+                 refusing rather than risk it, retry later, {BYPASS_HINT}."
+                )
+            );
         }
 
         #[test]

@@ -1,0 +1,351 @@
+//! Seed promises across clusters and resource sets, end to end with the real
+//! binaries running as the shipped ServiceAccounts (the manifests' RBAC applied to
+//! the simulator, which enforces it) and the real kubectl:
+//!
+//! - seed 000: an AnchorRule whose composites live in another cluster (a "control
+//!   cluster" simulator, named by a kubeconfig Secret in holdfast's namespace of the
+//!   "service cluster" simulator holding the protected objects and holdfast).
+
+use holdfast_e2e::{
+    CONTROLLER_SA, Env, KubectlOutput, WEBHOOK_SA,
+    controller::{ControllerProcess, condition, start_controller, wait_condition},
+};
+use holdfast_sim::SimConfig;
+use serde_json::Value;
+use std::{path::Path, time::Duration};
+
+fn ok(env: &Env, args: &[&str]) -> String {
+    env.kubectl(args)
+        .expect("kubectl runs")
+        .ok()
+        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+        .stdout
+}
+
+/// A sim with the shipped manifests applied, and the webhook and the controller
+/// running as their ServiceAccounts.
+async fn shipped_stack() -> (Env, ControllerProcess) {
+    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
+    let mut env = Env::start_with(cfg).await.expect("sim");
+    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
+    ok(&env, &["apply", "-k", &overlay.to_string_lossy()]);
+    let controller_kc = env.dir.path().join("controller.kubeconfig");
+    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
+    env.sim
+        .write_kubeconfig(&controller_kc, CONTROLLER_SA)
+        .expect("kc");
+    env.sim
+        .write_kubeconfig(&webhook_kc, WEBHOOK_SA)
+        .expect("kc");
+    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
+    env.start_webhook(&["--kubeconfig", &webhook_kc])
+        .await
+        .expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let controller_kc = controller_kc.to_string_lossy().into_owned();
+    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &controller_kc])
+        .expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    (env, c)
+}
+
+/// Runs `args` until kubectl's refusal is exactly `text`; fails printing the last output.
+async fn refused_until(env: &Env, args: &[&str], text: &str) -> KubectlOutput {
+    env.kubectl_until(args, 30, |o| o.refused_with(text))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{args:?} never refused with {text:?}: {e:#}\nwebhook: {}",
+                env.webhook_log()
+            )
+        })
+}
+
+/// Runs `args` until kubectl succeeds; fails printing the last output.
+async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
+    env.kubectl_until(args, 30, |o| o.code == 0)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{args:?} never allowed: {e:#}\nwebhook: {}",
+                env.webhook_log()
+            )
+        })
+}
+
+/// Waits until condition `type_` of the policy has `reason`; returns it.
+async fn wait_reason(env: &Env, kind: &str, name: &str, type_: &str, reason: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = condition(env, kind, name, type_).expect("kubectl");
+        if let Some(c) = &c
+            && c["reason"] == reason
+        {
+            return c.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{kind}/{name}: condition {type_} never had reason {reason}; last: {c:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+const BYPASS_HINT: &str = "or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection";
+
+fn configmap(name: &str, composite: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: app\n  labels:\n    \
+         appcat.vshn.io/composite-name: {composite}\ndata: {{a: b}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_000_composite_in_another_cluster() {
+    if holdfast_e2e::skipped_on_cluster(
+        "seed_000_composite_in_another_cluster",
+        "it runs two simulators and the binaries with ServiceAccount tokens the simulator is configured with",
+    ) {
+        return;
+    }
+    // The control cluster: the composites.
+    let control = Env::start().await.expect("control cluster");
+    control
+        .apply(&holdfast_e2e::fixtures::crd(
+            "vshn.appcat.vshn.io",
+            "xvshnpostgresqls",
+            "XVSHNPostgreSQL",
+            false,
+        ))
+        .expect("composite CRD");
+    control
+        .kubectl_until(&["get", "xvshnpostgresqls"], 30, |o| o.code == 0)
+        .await
+        .expect("served");
+    control
+        .apply(
+            "apiVersion: vshn.appcat.vshn.io/v1\nkind: XVSHNPostgreSQL\nmetadata: {name: pg-1}\n",
+        )
+        .expect("composite");
+
+    // The service cluster: holdfast, the protected objects, the kubeconfig Secret.
+    let (env, controller) = shipped_stack().await;
+    let control_kc = control.kubeconfig.to_string_lossy().into_owned();
+    ok(
+        &env,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "control-cluster",
+            "-n",
+            "holdfast-system",
+            &format!("--from-file=kubeconfig={control_kc}"),
+        ],
+    );
+    ok(&env, &["create", "namespace", "app"]);
+    env.apply(&configmap("cm-1", "pg-1")).expect("cm-1");
+    env.apply(&configmap("cm-2", "pg-2")).expect("cm-2");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: remote-composites}\nspec:\n  \
+         anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}\n  \
+         anchorLabels: {name: appcat.vshn.io/composite-name}\n  \
+         anchorSource:\n    kubeconfigSecretRef: {name: control-cluster, namespace: holdfast-system}\n  \
+         protects:\n  - {version: v1, resource: configmaps}\n",
+    )
+    .expect("anchor rule");
+
+    // Ready once the source is listed; the anchor type is served there only.
+    let ready = wait_condition(&env, "anchorrule", "remote-composites", "Ready", "True", 30)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    assert_eq!(ready["reason"], "Enforced", "{ready}");
+    let reachable = condition(&env, "anchorrule", "remote-composites", "SourceReachable")
+        .expect("kubectl")
+        .expect("SourceReachable condition");
+    assert_eq!(
+        (
+            &reachable["status"],
+            &reachable["reason"],
+            &reachable["message"]
+        ),
+        (
+            &"True".into(),
+            &"Synced".into(),
+            &"xvshnpostgresqls.vshn.appcat.vshn.io is listed in the cluster of anchor source Secret holdfast-system/control-cluster".into()
+        ),
+        "{reachable}"
+    );
+
+    // Refused while the composite exists in the control cluster.
+    let refusal = holdfast_e2e::denied_by(
+        "policies-0.holdfast.dev",
+        "holdfast: ConfigMap app/cm-1 is protected while its anchor \
+         xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
+         Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so it \
+         cannot be deleted. To delete it, delete the anchor, or label this object \
+         holdfast.dev/allow-deletion=true.",
+    );
+    refused_until(
+        &env,
+        &[
+            "delete",
+            "configmap",
+            "cm-1",
+            "-n",
+            "app",
+            "--dry-run=server",
+        ],
+        &refusal,
+    )
+    .await;
+    // No composite pg-2 there: that object is not protected.
+    let out = env
+        .kubectl(&["delete", "configmap", "cm-2", "-n", "app"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "configmap \"cm-2\" deleted\n"),
+        "{out:?}"
+    );
+
+    // The composite deleted in the control cluster: the object may go.
+    ok(&control, &["delete", "xvshnpostgresql", "pg-1"]);
+    let out = allowed_until(&env, &["delete", "configmap", "cm-1", "-n", "app"]).await;
+    assert_eq!(out.stdout, "configmap \"cm-1\" deleted\n", "{out:?}");
+    assert!(
+        !env.exists(&["configmap", "cm-1", "-n", "app"])
+            .expect("get")
+    );
+
+    // The control cluster stopped: refused (fail closed), naming the source.
+    env.apply(&configmap("cm-3", "pg-1")).expect("cm-3");
+    allowed_until(
+        &env,
+        &[
+            "delete",
+            "configmap",
+            "cm-3",
+            "-n",
+            "app",
+            "--dry-run=server",
+        ],
+    )
+    .await;
+    drop(control);
+    let unreachable = holdfast_e2e::denied_by(
+        "policies-0.holdfast.dev",
+        &format!(
+            "holdfast: cannot read the anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 of \
+             ConfigMap app/cm-3 (policy: AnchorRule/remote-composites): anchor source Secret \
+             holdfast-system/control-cluster is unreachable; refusing rather than risk it, \
+             retry later, {BYPASS_HINT}."
+        ),
+    );
+    refused_until(
+        &env,
+        &["delete", "configmap", "cm-3", "-n", "app"],
+        &unreachable,
+    )
+    .await;
+    assert!(
+        env.exists(&["configmap", "cm-3", "-n", "app"])
+            .expect("get")
+    );
+    // An object naming no anchor is still deletable.
+    env.apply("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: app}\n")
+        .expect("plain");
+    ok(&env, &["delete", "configmap", "plain", "-n", "app"]);
+    // The rule says so.
+    let down = wait_condition(
+        &env,
+        "anchorrule",
+        "remote-composites",
+        "SourceReachable",
+        "False",
+        30,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    assert_eq!(down["reason"], "Unreachable", "{down}");
+    let message = down["message"].as_str().unwrap_or_default();
+    assert!(
+        message
+            .starts_with("anchor source Secret holdfast-system/control-cluster is unreachable: ")
+            && message.len()
+                > "anchor source Secret holdfast-system/control-cluster is unreachable: ".len(),
+        "{down}"
+    );
+    let ready = condition(&env, "anchorrule", "remote-composites", "Ready")
+        .expect("kubectl")
+        .expect("Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&"False".into(), &"SourceUnreachable".into()),
+        "{ready}"
+    );
+
+    // A Secret outside holdfast's namespace is never read.
+    ok(
+        &env,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "elsewhere",
+            "-n",
+            "app",
+            &format!(
+                "--from-file=kubeconfig={}",
+                env.kubeconfig.to_string_lossy()
+            ),
+        ],
+    );
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: foreign-secret}\nspec:\n  \
+         anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}\n  \
+         anchorLabels: {name: example.com/composite}\n  \
+         anchorSource:\n    kubeconfigSecretRef: {name: elsewhere, namespace: app}\n  \
+         protects:\n  - {version: v1, resource: configmaps}\n",
+    )
+    .expect("anchor rule");
+    env.apply(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-4\n  namespace: app\n  labels: {example.com/composite: x}\n",
+    )
+    .expect("cm-4");
+    let unusable = wait_reason(
+        &env,
+        "anchorrule",
+        "foreign-secret",
+        "SourceReachable",
+        "Unusable",
+    )
+    .await;
+    assert_eq!(
+        (&unusable["reason"], &unusable["message"]),
+        (
+            &"Unusable".into(),
+            &"anchor source Secret app/elsewhere cannot be used: its Secret must be in holdfast's namespace holdfast-system".into()
+        ),
+        "{unusable}"
+    );
+    // The configuration now splits the policies over two webhooks; either refuses.
+    let message = format!(
+        "holdfast: cannot read the anchor xvshnpostgresqls.vshn.appcat.vshn.io x of \
+         ConfigMap app/cm-4 (policy: AnchorRule/foreign-secret): anchor source Secret \
+         app/elsewhere cannot be used: its Secret must be in holdfast's namespace \
+         holdfast-system; refusing rather than risk it, retry later, {BYPASS_HINT}."
+    );
+    let by = |hook: &str| holdfast_e2e::denied_by(hook, &message);
+    env.kubectl_until(&["delete", "configmap", "cm-4", "-n", "app"], 30, |o| {
+        o.refused_with(&by("policies-0.holdfast.dev"))
+            || o.refused_with(&by("policies-1.holdfast.dev"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("cm-4 never refused: {e:#}\nwebhook: {}", env.webhook_log()));
+    assert!(
+        env.exists(&["configmap", "cm-4", "-n", "app"])
+            .expect("get")
+    );
+}
