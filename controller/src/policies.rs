@@ -245,6 +245,8 @@ pub fn check_resource_protection(rp: &ResourceProtection, index: &ApiIndex) -> O
             .resources
             .iter()
             .enumerate()
+            // A wildcard names no one type: nothing to look up.
+            .filter(|(_, r)| !r.is_wildcard())
             .filter_map(|(i, r)| {
                 index.check_type(&format!("spec.resources[{i}]"), &r.resource_type())
             })

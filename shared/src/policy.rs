@@ -116,11 +116,9 @@ pub trait ClusterView: Send + Sync {
             .map(|list| {
                 list.iter()
                     .filter(|p| {
-                        p.selectors.iter().any(|s| {
-                            s.group == gr.group
-                                && s.resource == gr.resource
-                                && s.namespace_matches(namespace)
-                        })
+                        p.selectors
+                            .iter()
+                            .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
                     })
                     .cloned()
                     .collect()
@@ -872,7 +870,12 @@ async fn evaluate_policy_objects<V: ClusterView>(
             continue;
         };
         let policy = policy_name("ResourceProtection", &rp.key.cluster, &rp.key.name);
-        let mut scope = format!("{gr}");
+        let mut scope = match (sel.is_wildcard(), sel.group.as_str()) {
+            (false, _) => format!("{gr}"),
+            (true, "*") => format!("every resource, {gr} among them"),
+            (true, "") => format!("every resource of the core group, {gr} among them"),
+            (true, g) => format!("every resource of group {g}, {gr} among them"),
+        };
         if let Some(ns) = &sel.namespace {
             scope.push_str(&format!(" in namespace {ns}"));
         }
@@ -1976,7 +1979,7 @@ mod tests {
                 true
             }
             fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
-                self.registry.protections.find(gr)
+                self.registry.protections_for(gr)
             }
             fn dependencies(
                 &self,
@@ -2678,7 +2681,7 @@ mod tests {
                 true
             }
             fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
-                self.registry.protections.find(gr)
+                self.registry.protections_for(gr)
             }
             fn object(
                 &self,

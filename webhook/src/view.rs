@@ -230,6 +230,28 @@ impl WebhookView {
         &self.registry
     }
 
+    /// The ResourceProtections naming `gr` that could select an object in
+    /// `namespace`, from the partition of the registry's list.
+    fn exact_protection_candidates(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<CompiledProtection>> {
+        let Some(list) = self.registry.protections.find(gr) else {
+            return Vec::new();
+        };
+        if let Some(p) = self.partitions.get(gr)
+            && p.is_of(&list)
+        {
+            return p.candidates(namespace);
+        }
+        // The list changed (or was never split): split it once for every later check.
+        let p = Arc::new(ProtectionPartition::new(gr, list));
+        let out = p.candidates(namespace);
+        self.partitions.insert(gr.clone(), p);
+        out
+    }
+
     /// The stores of anchors in other clusters.
     pub fn remote_stores(&self) -> &crate::remote::RemoteStores {
         &self.remotes
@@ -565,7 +587,7 @@ impl ClusterView for WebhookView {
     }
 
     fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
-        self.registry.protections.find(gr)
+        self.registry.protections_for(gr)
     }
 
     fn protection_candidates(
@@ -573,18 +595,17 @@ impl ClusterView for WebhookView {
         gr: &GroupResource,
         namespace: Option<&str>,
     ) -> Vec<Arc<CompiledProtection>> {
-        let Some(list) = self.registry.protections.find(gr) else {
-            return Vec::new();
-        };
-        if let Some(p) = self.partitions.get(gr)
-            && p.is_of(&list)
-        {
-            return p.candidates(namespace);
+        let mut out = self.exact_protection_candidates(gr, namespace);
+        // Wildcard selectors (`resource: "*"`): few policies, visited directly.
+        for p in self.registry.wildcard_protections(gr) {
+            if !out.iter().any(|q| q.key == p.key)
+                && p.selectors
+                    .iter()
+                    .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
+            {
+                out.push(p);
+            }
         }
-        // The list changed (or was never split): split it once for every later check.
-        let p = Arc::new(ProtectionPartition::new(gr, list));
-        let out = p.candidates(namespace);
-        self.partitions.insert(gr.clone(), p);
         out
     }
 
@@ -662,7 +683,7 @@ impl ClusterView for WebhookView {
 
     fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
         let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
-        let list = self.registry.protections.find(&gr)?;
+        let list = self.registry.protections_for(&gr)?;
         let old = req.old_object.as_ref()?;
         let new = req.object.as_ref()?;
         let name = req.object_name().unwrap_or_default();
@@ -1271,6 +1292,11 @@ fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<St
         });
     }
     for gr in namespaced {
+        // Wildcard ResourceProtections: the objects of every namespaced type they
+        // select (namespace containment must see them all).
+        if !reg.wildcard_protections(gr).is_empty() {
+            out.insert(meta(gr.clone()));
+        }
         for key in &view.label_keys {
             out.insert(StoreKey {
                 gr: gr.clone(),

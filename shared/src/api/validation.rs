@@ -203,9 +203,37 @@ impl ResourceProtectionSpec {
         list_len(&mut e, "spec.resources", self.resources.len(), 64);
         for (i, r) in self.resources.iter().enumerate() {
             let f = |name: &str| format!("spec.resources[{i}].{name}");
-            e.check(f("group"), group(&r.group));
-            e.check(f("version"), version(&r.version));
-            e.check(f("resource"), resource(&r.resource));
+            if r.is_wildcard() {
+                if r.group != "*" {
+                    e.check(f("group"), group(&r.group));
+                }
+                if r.version != "*" {
+                    e.check(f("version"), version(&r.version));
+                }
+                if let Some(ex) = &r.exclude {
+                    list_len(&mut e, &f("exclude"), ex.len(), 64);
+                    for (j, x) in ex.iter().enumerate() {
+                        let g = format!("spec.resources[{i}].exclude[{j}]");
+                        e.check(format!("{g}.group"), group(&x.group));
+                        if x.resource != "*" {
+                            e.check(format!("{g}.resource"), resource(&x.resource));
+                        }
+                    }
+                }
+            } else {
+                e.check(f("group"), group(&r.group));
+                e.check(f("version"), version(&r.version));
+                e.check(f("resource"), resource(&r.resource));
+                if r.group == "*" || r.version == "*" {
+                    e.push(
+                        f("resource"),
+                        "group and version may be '*' only with resource '*'",
+                    );
+                }
+                if r.exclude.is_some() {
+                    e.push(f("exclude"), "exclude is only for resource '*'");
+                }
+            }
             if let Some(ns) = &r.namespace {
                 e.check(f("namespace"), namespace(ns));
                 if cluster_scoped(&r.group, &r.resource) {

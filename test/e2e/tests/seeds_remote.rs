@@ -349,3 +349,179 @@ async fn seed_000_composite_in_another_cluster() {
             .expect("get")
     );
 }
+
+fn env_ns_delete(env: &Env) -> KubectlOutput {
+    env.kubectl(&["delete", "namespace", "shop"])
+        .expect("kubectl")
+}
+
+/// Waits until the live configuration has a policies webhook routing every
+/// resource (`*` of every group); returns that webhook.
+async fn wildcard_webhook(env: &Env) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let cfg = holdfast_e2e::controller::webhook_configuration(env).expect("kubectl");
+        let hook = cfg.as_ref().and_then(|c| {
+            c["webhooks"].as_array().into_iter().flatten().find(|w| {
+                w["name"]
+                    .as_str()
+                    .is_some_and(holdfast_shared::webhookconfig::is_policies_webhook)
+                    && w["rules"][0]["apiGroups"] == serde_json::json!(["*"])
+            })
+        });
+        if let Some(h) = hook {
+            return h.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no wildcard policies webhook; last: {cfg:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_001_protect_everything_in_a_namespace() {
+    if holdfast_e2e::skipped_on_cluster(
+        "seed_001_protect_everything_in_a_namespace",
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
+    ) {
+        return;
+    }
+    let (env, controller) = shipped_stack().await;
+    env.apply(&holdfast_e2e::fixtures::crd(
+        "example.com",
+        "widgets",
+        "Widget",
+        true,
+    ))
+    .expect("crd");
+    env.kubectl_until(&["get", "widgets"], 30, |o| o.code == 0)
+        .await
+        .expect("served");
+    for ns in ["shop", "other"] {
+        ok(&env, &["create", "namespace", ns]);
+        ok(&env, &["create", "configmap", "cm", "-n", ns]);
+        ok(&env, &["create", "secret", "generic", "s", "-n", ns]);
+    }
+    env.apply("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop}\n")
+        .expect("widget");
+    env.apply(
+        "apiVersion: v1\nkind: Event\nmetadata: {name: ev, namespace: shop}\n\
+         involvedObject: {kind: ConfigMap, name: cm, namespace: shop}\nreason: Test\nmessage: m\n",
+    )
+    .expect("event");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: everything-in-shop}\n\
+         spec:\n  resources:\n  - group: \"*\"\n    version: \"*\"\n    resource: \"*\"\n    namespace: shop\n    \
+         exclude:\n    - {group: \"\", resource: secrets}\n",
+    )
+    .expect("policy");
+    let ready = wait_condition(
+        &env,
+        "resourceprotection",
+        "everything-in-shop",
+        "Ready",
+        "True",
+        30,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    assert_eq!(ready["reason"], "Enforced", "{ready}");
+
+    // One rule over every resource, no subresources, the never-selected types and
+    // the exclusion left out by a matchCondition, only namespace shop.
+    let hook = wildcard_webhook(&env).await;
+    assert_eq!(
+        hook["rules"],
+        serde_json::json!([{"operations": ["DELETE"], "apiGroups": ["*"], "apiVersions": ["*"],
+            "resources": ["*"], "scope": "*"}]),
+        "{hook}"
+    );
+    assert_eq!(
+        hook["matchConditions"],
+        serde_json::json!([{"name": "not-excluded", "expression":
+            "!((request.resource.group == '' && request.resource.resource == 'endpoints') \
+             || (request.resource.group == '' && request.resource.resource == 'events') \
+             || (request.resource.group == '' && request.resource.resource == 'secrets') \
+             || (request.resource.group == 'authentication.k8s.io' && request.resource.resource == 'selfsubjectreviews') \
+             || (request.resource.group == 'authentication.k8s.io' && request.resource.resource == 'tokenreviews') \
+             || (request.resource.group == 'authorization.k8s.io' && request.resource.resource == 'localsubjectaccessreviews') \
+             || (request.resource.group == 'authorization.k8s.io' && request.resource.resource == 'selfsubjectaccessreviews') \
+             || (request.resource.group == 'authorization.k8s.io' && request.resource.resource == 'selfsubjectrulesreviews') \
+             || (request.resource.group == 'authorization.k8s.io' && request.resource.resource == 'subjectaccessreviews') \
+             || (request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases') \
+             || (request.resource.group == 'discovery.k8s.io' && request.resource.resource == 'endpointslices') \
+             || (request.resource.group == 'events.k8s.io' && request.resource.resource == 'events') \
+             || request.resource.group == 'holdfast.dev')"}]),
+        "{hook}"
+    );
+    assert_eq!(
+        hook["namespaceSelector"],
+        serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+            "operator": "In", "values": ["shop"]}]}),
+        "{hook}"
+    );
+
+    // A ConfigMap and a custom resource in shop: refused.
+    let refusal = |what: &str, gr: &str, kind_arg: &str| {
+        (
+            holdfast_e2e::denied_by(
+                hook["name"].as_str().unwrap_or_default(),
+                &format!(
+                    "holdfast: {what} is protected by ResourceProtection/everything-in-shop \
+                     (selects every resource, {gr} among them in namespace shop), so it cannot \
+                     be deleted. To delete it, remove it from the policy (kubectl edit \
+                     resourceprotection everything-in-shop), {BYPASS_HINT}."
+                ),
+            ),
+            kind_arg.to_string(),
+        )
+    };
+    for (text, kind) in [
+        refusal("ConfigMap shop/cm", "configmaps", "configmap/cm"),
+        refusal("Widget shop/w1", "widgets.example.com", "widget/w1"),
+    ] {
+        refused_until(&env, &["delete", &kind, "-n", "shop"], &text).await;
+        assert!(env.exists(&[&kind, "-n", "shop"]).expect("get"), "{kind}");
+    }
+    // Excluded, never selected by a wildcard, or in another namespace: deletable.
+    for (kind, ns) in [
+        ("secret/s", "shop"),
+        ("event/ev", "shop"),
+        ("configmap/cm", "other"),
+        ("secret/s", "other"),
+    ] {
+        let out = env.kubectl(&["delete", kind, "-n", ns]).expect("kubectl");
+        assert_eq!(out.code, 0, "{kind} in {ns}: {out:?}");
+        assert!(
+            !env.exists(&[kind, "-n", ns]).expect("get"),
+            "{kind} in {ns}"
+        );
+    }
+    // Namespace shop holds protected objects: it is not half-deleted.
+    // Every object counts, the ones the cluster puts in every namespace too.
+    let out = env_ns_delete(&env);
+    assert!(
+        out.refused_with(&holdfast_e2e::denied_by(
+            "containment.holdfast.dev",
+            &format!(
+                "holdfast: Namespace shop holds objects that are protected from deletion: \
+                 ConfigMap shop/cm (ResourceProtection/everything-in-shop), ConfigMap \
+                 shop/kube-root-ca.crt (ResourceProtection/everything-in-shop), ServiceAccount \
+                 shop/default (ResourceProtection/everything-in-shop), Widget shop/w1 \
+                 (ResourceProtection/everything-in-shop) (policy: containment), so it cannot be \
+                 deleted: that would leave it half-deleted. To delete it, first lift the \
+                 protection of those objects (or delete them), {BYPASS_HINT} on the namespace."
+            )
+        )),
+        "{out:?}"
+    );
+    assert!(env.exists(&["namespace", "shop"]).expect("get"));
+    // The policy itself stays deletable (holdfast's own types are never selected).
+    ok(
+        &env,
+        &["delete", "resourceprotection", "everything-in-shop"],
+    );
+    allowed_until(&env, &["delete", "configmap", "cm", "-n", "shop"]).await;
+}
