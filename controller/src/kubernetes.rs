@@ -33,6 +33,7 @@ use k8s_openapi::{
         ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    kube_aggregator::pkg::apis::apiregistration::v1::APIService,
 };
 use kube::{
     Api, Client, Resource, ResourceExt as _,
@@ -285,6 +286,7 @@ pub struct Reconciler {
     recorder: Recorder,
     markers: Markers,
     sources: crate::sources::SourceProbes,
+    api_services: Store<APIService>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -327,6 +329,13 @@ impl Reconciler {
         // CRDs coming and going change what discovery knows.
         let _crds: Store<CustomResourceDefinition> = spawn_reflector(
             Api::all(client.clone()),
+            cfg.clone(),
+            notify.clone(),
+            Some(discovery_dirty.clone()),
+        );
+        // So do APIServices (aggregated APIs, whose requests no webhook sees).
+        let api_services: Store<APIService> = spawn_reflector(
+            Api::all(client.clone()),
             cfg,
             notify.clone(),
             Some(discovery_dirty.clone()),
@@ -352,6 +361,7 @@ impl Reconciler {
             recorder,
             markers,
             sources,
+            api_services,
             ready,
         }
     }
@@ -370,12 +380,13 @@ impl Reconciler {
                     unready.push(k.ar.clone());
                 }
             }
-            let vwc_ready = is_ready(&self.vwc).await;
+            // Discovery leaves aggregated APIs out: know them first.
+            let vwc_ready = is_ready(&self.vwc).await && is_ready(&self.api_services).await;
             if unready.is_empty() && vwc_ready {
                 break;
             }
             if vwc_ready && started.elapsed() > Duration::from_secs(3) {
-                match ApiIndex::discover(&self.client).await {
+                match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
                     Ok(index) => {
                         let missing = unready
                             .iter()
@@ -425,7 +436,7 @@ impl Reconciler {
             let may_discover = discovery_failed_at
                 .is_none_or(|t: std::time::Instant| t.elapsed() > Duration::from_secs(10));
             if may_discover && self.discovery_dirty.swap(false, Ordering::SeqCst) {
-                match ApiIndex::discover(&self.client).await {
+                match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
                     Ok(index) => {
                         tracing::debug!(resources = index.len(), "discovery refreshed");
                         self.index = index;
@@ -453,6 +464,21 @@ impl Reconciler {
                 }
             }
         }
+    }
+
+    /// The APIServices backed by a service (aggregated APIs): `(group, name)`.
+    fn aggregated(&self) -> Vec<(String, String)> {
+        self.api_services
+            .state()
+            .iter()
+            .filter(|a| a.spec.as_ref().is_some_and(|s| s.service.is_some()))
+            .filter_map(|a| Some((a.spec.as_ref()?.group.clone()?, a.name_any())))
+            .collect()
+    }
+
+    /// The groups of [`Self::aggregated`].
+    fn aggregated_groups(&self) -> Vec<String> {
+        self.aggregated().into_iter().map(|(g, _)| g).collect()
     }
 
     fn items(&self) -> (Vec<Item>, PolicyNeeds, Vec<RuleEdges>) {
@@ -552,6 +578,8 @@ impl Reconciler {
         {
             tracing::warn!(error = %format!("{e:#}"), "cannot install ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}; holdfast's installation is not guarded");
         }
+        let aggregated = self.aggregated();
+        self.index.set_aggregated(aggregated);
         let (items, mut needs, edges) = self.items();
         let keys: Vec<String> = self.settings.labels.iter().map(|l| l.key.clone()).collect();
         needs.containment = self.markers.sync(&self.index, &needs.routes, &keys).await;
@@ -623,7 +651,13 @@ impl Reconciler {
                 .get(&item.name)
                 .filter(|_| item.kind == DEPENDENCY_RULES)
                 .map(|c| c.message());
+            let never: Vec<String> = item
+                .needs
+                .iter()
+                .filter_map(|gr| self.index.not_admission_controlled(gr))
+                .collect();
             let outcome = Outcome {
+                not_admitted: (!never.is_empty()).then(|| never.join("; ")),
                 invalid: item.invalid.clone(),
                 installed,
                 installed_message,

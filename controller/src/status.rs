@@ -27,6 +27,10 @@ pub struct Outcome {
     /// The anchor source's state (AnchorRules naming another cluster only): the
     /// SourceReachable condition; Ready only while it holds.
     pub source: Option<SourceCondition>,
+    /// Resources the policy names whose deletions no webhook sees (aggregated
+    /// APIs, expiring Events): why. Installed and Ready are then False with
+    /// reason NotAdmissionControlled.
+    pub not_admitted: Option<String>,
 }
 
 /// The SourceReachable condition of an AnchorRule with an anchor source.
@@ -39,6 +43,9 @@ pub struct SourceCondition {
     /// What was found.
     pub message: String,
 }
+
+/// Reason of Installed and Ready when a named resource is never admission-controlled.
+pub const NOT_ADMISSION_CONTROLLED: &str = "NotAdmissionControlled";
 
 struct Cond {
     type_: &'static str,
@@ -59,6 +66,14 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             false,
             "NotInstalled".to_string(),
             "waiting for the webhook configuration".to_string(),
+        ),
+        (None, true) if o.not_admitted.is_some() => (
+            false,
+            NOT_ADMISSION_CONTROLLED.to_string(),
+            format!(
+                "not every named resource can be protected: {}",
+                o.not_admitted.as_deref().unwrap_or_default()
+            ),
         ),
         (None, true) if o.source.as_ref().is_some_and(|s| !s.reachable) => {
             let s = o.source.as_ref().map(|s| (s.reason, s.message.as_str()));
@@ -89,6 +104,12 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             status: false,
             reason: "Invalid".into(),
             message: "not installed: the policy is invalid".into(),
+        },
+        None if o.installed && o.not_admitted.is_some() => Cond {
+            type_: INSTALLED,
+            status: false,
+            reason: NOT_ADMISSION_CONTROLLED.into(),
+            message: o.not_admitted.clone().unwrap_or_default(),
         },
         None => Cond {
             type_: INSTALLED,
@@ -231,6 +252,7 @@ mod tests {
             cycle: None,
             cycle_applies: true,
             source: None,
+            not_admitted: None,
         }
     }
 

@@ -656,8 +656,14 @@ fn cel_rules_are_present_and_name_existing_fields() {
             "resourceprotections.holdfast.dev",
             &[
                 (".spec.resources[]", "self.__namespace__"),
-                (".spec.resources[]", "self.resource == '*' || (self.group != '*'"),
-                (".spec.resources[]", "!has(self.exclude) || self.resource == '*'"),
+                (
+                    ".spec.resources[]",
+                    "self.resource == '*' || (self.group != '*'",
+                ),
+                (
+                    ".spec.resources[]",
+                    "!has(self.exclude) || self.resource == '*'",
+                ),
             ],
         ),
         (

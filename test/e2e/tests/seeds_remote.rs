@@ -76,6 +76,18 @@ async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
 
 /// Waits until condition `type_` of the policy has `reason`; returns it.
 async fn wait_reason(env: &Env, kind: &str, name: &str, type_: &str, reason: &str) -> Value {
+    wait_reason_or(env, kind, name, type_, reason, &|| String::new()).await
+}
+
+/// [`wait_reason`], printing `context()` (a log) when it never comes.
+async fn wait_reason_or(
+    env: &Env,
+    kind: &str,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    context: &dyn Fn() -> String,
+) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let c = condition(env, kind, name, type_).expect("kubectl");
@@ -86,7 +98,8 @@ async fn wait_reason(env: &Env, kind: &str, name: &str, type_: &str, reason: &st
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{kind}/{name}: condition {type_} never had reason {reason}; last: {c:?}"
+            "{kind}/{name}: condition {type_} never had reason {reason}; last: {c:?}\n{}",
+            context()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -524,4 +537,145 @@ async fn seed_001_protect_everything_in_a_namespace() {
         &["delete", "resourceprotection", "everything-in-shop"],
     );
     allowed_until(&env, &["delete", "configmap", "cm", "-n", "shop"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
+    if holdfast_e2e::skipped_on_cluster(
+        "resources_never_sent_to_a_webhook_are_named_in_the_status",
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
+    ) {
+        return;
+    }
+    let (env, controller) = shipped_stack().await;
+    // metrics.k8s.io served by an aggregated API, as metrics-server registers it.
+    env.apply(
+        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1beta1.metrics.k8s.io}\n\
+         spec:\n  group: metrics.k8s.io\n  version: v1beta1\n  groupPriorityMinimum: 100\n  versionPriority: 100\n  \
+         insecureSkipTLSVerify: true\n  service: {name: metrics-server, namespace: kube-system, port: 443}\n",
+    )
+    .expect("APIService");
+    // Its requests are proxied, never admitted: the simulator, like an API server
+    // with no reachable backend, answers 503 without any webhook being called.
+    let out = env
+        .kubectl(&[
+            "get",
+            "--raw",
+            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
+        ])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: pod-metrics}\n\
+         spec:\n  resources:\n  - {group: metrics.k8s.io, version: v1beta1, resource: pods}\n  \
+         - {version: v1, resource: configmaps}\n",
+    )
+    .expect("policy");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: events}\n\
+         spec:\n  resources:\n  - {version: v1, resource: events, namespace: default}\n",
+    )
+    .expect("policy");
+    let why = "DELETEs of pods.metrics.k8s.io never reach an admission webhook: group \
+               metrics.k8s.io is served by APIService v1beta1.metrics.k8s.io, an aggregated \
+               API whose requests the API server proxies without calling webhooks";
+    let installed = wait_reason_or(
+        &env,
+        "resourceprotection",
+        "pod-metrics",
+        "Installed",
+        "NotAdmissionControlled",
+        &|| format!("controller: {}", controller.log()),
+    )
+    .await;
+    assert_eq!(
+        (&installed["status"], &installed["message"]),
+        (&"False".into(), &why.into()),
+        "{installed}\ncontroller: {}",
+        controller.log()
+    );
+    let ready = condition(&env, "resourceprotection", "pod-metrics", "Ready")
+        .expect("kubectl")
+        .expect("Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"], &ready["message"]),
+        (
+            &"False".into(),
+            &"NotAdmissionControlled".into(),
+            &format!("not every named resource can be protected: {why}").into()
+        ),
+        "{ready}"
+    );
+    // And indeed: a DELETE there, routed by the configuration, is answered by the
+    // (unreachable) aggregated API without a review reaching the webhook.
+    let before = env.webhook_reviews("DELETE").await.expect("metrics");
+    let out = env
+        .kubectl(&[
+            "delete",
+            "--raw",
+            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
+        ])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stderr.as_str()),
+        (
+            1,
+            "Error from server (ServiceUnavailable): the server is currently unable to handle the request\n"
+        ),
+        "{out:?}"
+    );
+    assert_eq!(
+        env.webhook_reviews("DELETE").await.expect("metrics"),
+        before
+    );
+    // Not invalid: the resource is simply out of the webhooks' reach.
+    let invalid = condition(&env, "resourceprotection", "pod-metrics", "Invalid")
+        .expect("kubectl")
+        .expect("Invalid");
+    assert_eq!(invalid["status"], "False", "{invalid}");
+    // The configmaps it names are still protected.
+    ok(&env, &["create", "configmap", "kept"]);
+    refused_until(
+        &env,
+        &["delete", "configmap", "kept"],
+        &holdfast_e2e::denied_by(
+            "policies-0.holdfast.dev",
+            &format!(
+                "holdfast: ConfigMap default/kept is protected by ResourceProtection/pod-metrics \
+                 (selects configmaps), so it cannot be deleted. To delete it, remove it from the \
+                 policy (kubectl edit resourceprotection pod-metrics), {BYPASS_HINT}."
+            ),
+        ),
+    )
+    .await;
+    // (The count does move for a DELETE that is admitted.)
+    assert!(env.webhook_reviews("DELETE").await.expect("metrics") > before);
+    // Events expire without a DELETE.
+    let events = wait_reason(
+        &env,
+        "resourceprotection",
+        "events",
+        "Installed",
+        "NotAdmissionControlled",
+    )
+    .await;
+    assert_eq!(
+        events["message"],
+        "events expire from storage when their time to live runs out (the API server's \
+         --event-ttl, 1h by default) without a DELETE, so no webhook sees it; only explicit \
+         DELETEs are refused",
+        "{events}"
+    );
+    // The APIService gone, nothing serves pods.metrics.k8s.io: the policy names an
+    // unknown resource, like any misspelled one.
+    ok(&env, &["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
+    let invalid = wait_reason(
+        &env,
+        "resourceprotection",
+        "pod-metrics",
+        "Invalid",
+        "UnknownResource",
+    )
+    .await;
+    assert_eq!(invalid["status"], "True", "{invalid}");
 }
