@@ -319,4 +319,47 @@ mod tests {
         assert_eq!(cyc.status, "True");
         assert!(cyc.message.contains("a → b → a"));
     }
+
+    #[test]
+    fn source_and_never_admitted_resources_take_ready_away() {
+        let find = |o: &Outcome, t: &str| -> (String, String) {
+            let s = desired_status(None, None, &[], o, "2026-01-01T00:00:00Z").expect("new");
+            let c = parse(&s)
+                .into_iter()
+                .find(|c| c.type_ == t)
+                .expect("condition");
+            (c.status, c.reason)
+        };
+        let mut o = outcome();
+        o.cycle_applies = false;
+        o.source = Some(SourceCondition {
+            reachable: false,
+            reason: "Unreachable",
+            message: "anchor source Secret a/b is unreachable: refused".into(),
+        });
+        assert_eq!(
+            find(&o, "SourceReachable"),
+            ("False".into(), "Unreachable".into())
+        );
+        assert_eq!(
+            find(&o, "Ready"),
+            ("False".into(), "SourceUnreachable".into())
+        );
+        o.source = Some(SourceCondition {
+            reachable: true,
+            reason: "Synced",
+            message: "listed".into(),
+        });
+        assert_eq!(find(&o, "Ready"), ("True".into(), "Enforced".into()));
+        o.source = None;
+        o.not_admitted = Some("DELETEs of pods.metrics.k8s.io never reach a webhook".into());
+        assert_eq!(
+            find(&o, "Installed"),
+            ("False".into(), NOT_ADMISSION_CONTROLLED.into())
+        );
+        assert_eq!(
+            find(&o, "Ready"),
+            ("False".into(), NOT_ADMISSION_CONTROLLED.into())
+        );
+    }
 }
