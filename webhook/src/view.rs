@@ -1266,6 +1266,8 @@ fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<St
         .into_iter()
         .chain(reg.dependencies.targets())
         .chain(reg.anchors.targets())
+        // A wildcard names no one resource; the types it covers come below.
+        .filter(|gr| gr.resource != "*")
     {
         out.insert(meta(gr));
     }
