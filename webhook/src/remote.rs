@@ -22,6 +22,9 @@ use std::{
     time::Duration,
 };
 
+/// How often a watched source's Secret is read again.
+const SECRET_RECHECK: Duration = Duration::from_secs(10);
+
 /// What is known of one remote store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceState {
@@ -133,12 +136,26 @@ impl RemoteStores {
     }
 }
 
-/// A client for the cluster of `source`, or why there is none.
+/// The Secret's resourceVersion (None: it does not exist), or why it was not read.
+async fn secret_version(
+    local: &Client,
+    source: &AnchorSourceRef,
+) -> Result<Option<String>, String> {
+    let api: Api<Secret> = Api::namespaced(local.clone(), &source.namespace);
+    tokio::time::timeout(Duration::from_secs(5), api.get_opt(&source.name))
+        .await
+        .map_err(|_| "the Secret was not read in time".to_string())?
+        .map(|s| s.map(|s| s.metadata.resource_version.unwrap_or_default()))
+        .map_err(|e| format!("reading the Secret failed: {e}"))
+}
+
+/// A client for the cluster of `source` and the Secret's resourceVersion, or why
+/// there is none.
 async fn remote_client(
     local: &Client,
     allowed_namespace: &str,
     source: &AnchorSourceRef,
-) -> Result<Client, SourceState> {
+) -> Result<(Client, String), SourceState> {
     use holdfast_shared::anchorsource;
     if let Some(why) = anchorsource::namespace_problem(source, allowed_namespace) {
         return Err(SourceState::Unusable(why));
@@ -148,6 +165,10 @@ async fn remote_client(
         .await
         .map_err(|_| SourceState::Unreachable("the Secret was not read in time".to_string()))?
         .map_err(|e| SourceState::Unreachable(format!("reading the Secret failed: {e}")))?;
+    let version = secret
+        .as_ref()
+        .and_then(|s| s.metadata.resource_version.clone())
+        .unwrap_or_default();
     let kubeconfig =
         anchorsource::kubeconfig(source, secret.as_ref()).map_err(SourceState::Unusable)?;
     let config = kube::Config::from_custom_kubeconfig(
@@ -156,8 +177,9 @@ async fn remote_client(
     )
     .await
     .map_err(|e| SourceState::Unusable(format!("the kubeconfig cannot be used: {e}")))?;
-    Client::try_from(config)
-        .map_err(|e| SourceState::Unusable(format!("the kubeconfig cannot be used: {e}")))
+    let client = Client::try_from(config)
+        .map_err(|e| SourceState::Unusable(format!("the kubeconfig cannot be used: {e}")))?;
+    Ok((client, version))
 }
 
 /// Feeds one remote store until aborted: reads the Secret, lists and watches the
@@ -181,7 +203,7 @@ async fn run_remote(
     };
     let mut delay = Duration::from_millis(500);
     loop {
-        let client = match remote_client(&local, &allowed_namespace, &key.source).await {
+        let (client, version) = match remote_client(&local, &allowed_namespace, &key.source).await {
             Ok(c) => c,
             Err(state) => {
                 if store.state() != state {
@@ -195,8 +217,27 @@ async fn run_remote(
         let api: Api<DynamicObject> = Api::all_with(client, &ar);
         let mut stream = watcher(api, watcher::Config::default()).boxed();
         let mut buffer: HashMap<(String, String), Arc<Value>> = HashMap::new();
+        // The Secret is read again now and then: a changed one (another cluster,
+        // rotated credentials) starts over with a fresh list.
+        let mut recheck = tokio::time::interval(SECRET_RECHECK);
+        recheck.tick().await;
         let failure = loop {
-            let Some(event) = stream.next().await else {
+            let event = tokio::select! {
+                e = stream.next() => e,
+                _ = recheck.tick() => {
+                    match secret_version(&local, &key.source).await {
+                        Ok(Some(v)) if v == version => continue,
+                        // Not read this time: keep going on what was read.
+                        Err(_) => continue,
+                        Ok(_) => {
+                            tracing::info!(source = %key.source, resource = %key.gr, "anchor source Secret changed; listing again");
+                            store.set_state(SourceState::Connecting);
+                            break String::new();
+                        }
+                    }
+                }
+            };
+            let Some(event) = event else {
                 break "the watch ended".to_string();
             };
             let keyed = |o: &DynamicObject| {

@@ -105,6 +105,42 @@ async fn wait_reason_or(
     }
 }
 
+/// A control cluster serving the composites' CRD, holding composites `names`.
+async fn control_cluster(names: &[&str]) -> Env {
+    let control = Env::start().await.expect("control cluster");
+    control
+        .apply(&holdfast_e2e::fixtures::crd(
+            "vshn.appcat.vshn.io",
+            "xvshnpostgresqls",
+            "XVSHNPostgreSQL",
+            false,
+        ))
+        .expect("composite CRD");
+    control
+        .kubectl_until(&["get", "xvshnpostgresqls"], 30, |o| o.code == 0)
+        .await
+        .expect("served");
+    for name in names {
+        control
+            .apply(&format!(
+                "apiVersion: vshn.appcat.vshn.io/v1\nkind: XVSHNPostgreSQL\nmetadata: {{name: {name}}}\n"
+            ))
+            .expect("composite");
+    }
+    control
+}
+
+/// Points Secret holdfast-system/control-cluster at `control` (created or replaced).
+fn put_kubeconfig(env: &Env, control: &Env) {
+    let kubeconfig = std::fs::read_to_string(&control.kubeconfig).expect("kubeconfig");
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "control-cluster", "namespace": "holdfast-system"},
+        "stringData": {"kubeconfig": kubeconfig},
+    });
+    env.apply(&secret.to_string()).expect("Secret");
+}
+
 const BYPASS_HINT: &str = "or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection";
 
 fn configmap(name: &str, composite: &str) -> String {
@@ -123,40 +159,10 @@ async fn seed_000_composite_in_another_cluster() {
         return;
     }
     // The control cluster: the composites.
-    let control = Env::start().await.expect("control cluster");
-    control
-        .apply(&holdfast_e2e::fixtures::crd(
-            "vshn.appcat.vshn.io",
-            "xvshnpostgresqls",
-            "XVSHNPostgreSQL",
-            false,
-        ))
-        .expect("composite CRD");
-    control
-        .kubectl_until(&["get", "xvshnpostgresqls"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
-    control
-        .apply(
-            "apiVersion: vshn.appcat.vshn.io/v1\nkind: XVSHNPostgreSQL\nmetadata: {name: pg-1}\n",
-        )
-        .expect("composite");
-
+    let control = control_cluster(&["pg-1"]).await;
     // The service cluster: holdfast, the protected objects, the kubeconfig Secret.
     let (env, controller) = shipped_stack().await;
-    let control_kc = control.kubeconfig.to_string_lossy().into_owned();
-    ok(
-        &env,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "control-cluster",
-            "-n",
-            "holdfast-system",
-            &format!("--from-file=kubeconfig={control_kc}"),
-        ],
-    );
+    put_kubeconfig(&env, &control);
     ok(&env, &["create", "namespace", "app"]);
     env.apply(&configmap("cm-1", "pg-1")).expect("cm-1");
     env.apply(&configmap("cm-2", "pg-2")).expect("cm-2");
@@ -298,6 +304,46 @@ async fn seed_000_composite_in_another_cluster() {
         (&"False".into(), &"SourceUnreachable".into()),
         "{ready}"
     );
+
+    // The Secret pointed at another control cluster holding pg-1: read again, listed
+    // there, refused as protected; then at one without it (the Secret changes while
+    // the source is synced): listed again, allowed.
+    let control2 = control_cluster(&["pg-1"]).await;
+    put_kubeconfig(&env, &control2);
+    let protected = holdfast_e2e::denied_by(
+        "policies-0.holdfast.dev",
+        "holdfast: ConfigMap app/cm-3 is protected while its anchor \
+         xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
+         Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so it \
+         cannot be deleted. To delete it, delete the anchor, or label this object \
+         holdfast.dev/allow-deletion=true.",
+    );
+    refused_until(
+        &env,
+        &[
+            "delete",
+            "configmap",
+            "cm-3",
+            "-n",
+            "app",
+            "--dry-run=server",
+        ],
+        &protected,
+    )
+    .await;
+    wait_reason(
+        &env,
+        "anchorrule",
+        "remote-composites",
+        "SourceReachable",
+        "Synced",
+    )
+    .await;
+    let control3 = control_cluster(&[]).await;
+    put_kubeconfig(&env, &control3);
+    let out = allowed_until(&env, &["delete", "configmap", "cm-3", "-n", "app"]).await;
+    assert_eq!(out.stdout, "configmap \"cm-3\" deleted\n", "{out:?}");
+    drop(control2);
 
     // A Secret outside holdfast's namespace is never read.
     ok(
