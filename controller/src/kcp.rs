@@ -770,6 +770,8 @@ impl Reconciler {
                 },
                 cycle: cycles.get(&key).map(|c| c.message()),
                 cycle_applies: true,
+                source: None,
+                not_admitted: None,
             };
             let workspaces: Vec<serde_json::Value> = e
                 .workspaces

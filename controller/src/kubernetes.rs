@@ -33,6 +33,7 @@ use k8s_openapi::{
         ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    kube_aggregator::pkg::apis::apiregistration::v1::APIService,
 };
 use kube::{
     Api, Client, Resource, ResourceExt as _,
@@ -293,6 +294,8 @@ pub struct Reconciler {
     /// Types the controller's identity was confirmed to list and watch (the
     /// aggregated role follows its parts asynchronously).
     confirmed: BTreeSet<GroupResource>,
+    sources: crate::sources::SourceProbes,
+    api_services: Store<APIService>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -304,6 +307,8 @@ struct Item {
     name: String,
     invalid: Option<Invalid>,
     needs: Vec<GroupResource>,
+    /// The anchor source's condition (AnchorRules naming another cluster).
+    source: Option<crate::status::SourceCondition>,
 }
 
 impl Reconciler {
@@ -333,6 +338,13 @@ impl Reconciler {
         // CRDs coming and going change what discovery knows.
         let crds: Store<CustomResourceDefinition> = spawn_reflector(
             Api::all(client.clone()),
+            cfg.clone(),
+            notify.clone(),
+            Some(discovery_dirty.clone()),
+        );
+        // So do APIServices (aggregated APIs, whose requests no webhook sees).
+        let api_services: Store<APIService> = spawn_reflector(
+            Api::all(client.clone()),
             cfg,
             notify.clone(),
             Some(discovery_dirty.clone()),
@@ -345,6 +357,7 @@ impl Reconciler {
             },
         );
         let markers = Markers::new(client.clone(), notify.clone());
+        let sources = crate::sources::SourceProbes::start(client.clone(), notify.clone());
         Self {
             client,
             settings,
@@ -359,6 +372,8 @@ impl Reconciler {
             crds,
             reads_failure: None,
             confirmed: BTreeSet::new(),
+            sources,
+            api_services,
             ready,
         }
     }
@@ -377,12 +392,13 @@ impl Reconciler {
                     unready.push(k.ar.clone());
                 }
             }
-            let vwc_ready = is_ready(&self.vwc).await;
+            // Discovery leaves aggregated APIs out: know them first.
+            let vwc_ready = is_ready(&self.vwc).await && is_ready(&self.api_services).await;
             if unready.is_empty() && vwc_ready {
                 break;
             }
             if vwc_ready && started.elapsed() > Duration::from_secs(3) {
-                match ApiIndex::discover(&self.client).await {
+                match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
                     Ok(index) => {
                         let missing = unready
                             .iter()
@@ -432,7 +448,7 @@ impl Reconciler {
             let may_discover = discovery_failed_at
                 .is_none_or(|t: std::time::Instant| t.elapsed() > Duration::from_secs(10));
             if may_discover && self.discovery_dirty.swap(false, Ordering::SeqCst) {
-                match ApiIndex::discover(&self.client).await {
+                match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
                     Ok(index) => {
                         tracing::debug!(resources = index.len(), "discovery refreshed");
                         self.index = index;
@@ -462,13 +478,30 @@ impl Reconciler {
         }
     }
 
+    /// The APIServices backed by a service (aggregated APIs): `(group, name)`.
+    fn aggregated(&self) -> Vec<(String, String)> {
+        self.api_services
+            .state()
+            .iter()
+            .filter(|a| a.spec.as_ref().is_some_and(|s| s.service.is_some()))
+            .filter_map(|a| Some((a.spec.as_ref()?.group.clone()?, a.name_any())))
+            .collect()
+    }
+
+    /// The groups of [`Self::aggregated`].
+    fn aggregated_groups(&self) -> Vec<String> {
+        self.aggregated().into_iter().map(|(g, _)| g).collect()
+    }
+
     fn items(&self) -> (Vec<Item>, PolicyNeeds, Vec<RuleEdges>) {
         let mut items = Vec::new();
         let mut needs = PolicyNeeds::default();
         let mut edges = Vec::new();
+        let mut probes = std::collections::HashSet::new();
         for (k, kind) in self.kinds.iter().enumerate() {
             for obj in kind.store.state() {
                 let name = obj.name_any();
+                let mut source = None;
                 let (invalid, gr_needs) = match k {
                     0 => self.check(&obj, &mut needs, |p: &ResourceProtection, index, needs| {
                         let invalid = check_resource_protection(p, index);
@@ -481,6 +514,19 @@ impl Reconciler {
                         let invalid = check_anchor_rule(p, index);
                         if invalid.is_none() {
                             needs.add_anchor_rule(p);
+                            if let Some(s) = &p.spec.anchor_source {
+                                let r = &s.kubeconfig_secret_ref;
+                                let key = (
+                                    holdfast_shared::registry::AnchorSourceRef {
+                                        namespace: r.namespace.clone(),
+                                        name: r.name.clone(),
+                                        key: r.key.clone(),
+                                    },
+                                    p.spec.anchor.clone(),
+                                );
+                                source = Some(self.sources.condition(&key.0, &key.1));
+                                probes.insert(key);
+                            }
                         }
                         (invalid, anchor_rule_needs(p))
                     }),
@@ -505,9 +551,11 @@ impl Reconciler {
                     name,
                     invalid,
                     needs: gr_needs,
+                    source,
                 });
             }
         }
+        self.sources.want(&probes);
         let index = &self.index;
         (items, needs.with_containment(|gr| index.scope(gr)), edges)
     }
@@ -656,6 +704,8 @@ impl Reconciler {
         {
             tracing::warn!(error = %format!("{e:#}"), "cannot install ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}; holdfast's installation is not guarded");
         }
+        let aggregated = self.aggregated();
+        self.index.set_aggregated(aggregated);
         let (items, mut needs, edges) = self.items();
         let item_reads = self.policy_reads();
         let policy: BTreeSet<GroupResource> = item_reads.values().flatten().cloned().collect();
@@ -773,12 +823,19 @@ impl Reconciler {
                 .get(&item.name)
                 .filter(|_| item.kind == DEPENDENCY_RULES)
                 .map(|c| c.message());
+            let never: Vec<String> = item
+                .needs
+                .iter()
+                .filter_map(|gr| self.index.not_admission_controlled(gr))
+                .collect();
             let outcome = Outcome {
+                not_admitted: (!never.is_empty()).then(|| never.join("; ")),
                 invalid: item.invalid.clone(),
                 installed,
                 installed_message,
                 cycle,
                 cycle_applies: item.kind == DEPENDENCY_RULES,
+                source: item.source.clone(),
             };
             writes.push((item.kind, item.name.clone(), outcome));
         }

@@ -27,4 +27,5 @@ pub mod markers;
 pub mod policies;
 pub mod reads;
 pub mod run;
+pub mod sources;
 pub mod status;

@@ -133,7 +133,17 @@ impl Markers {
                 );
             }
         }
-        for gr in routes.iter().flat_map(|r| r.resources.iter()) {
+        // Wildcard routes (`resource: "*"`) stand for every watchable type they cover.
+        let covered = index
+            .watchable()
+            .filter(|(gr, _)| routes.iter().any(|r| r.covers(gr)))
+            .map(|(gr, _)| gr.clone());
+        let routed: Vec<GroupResource> = routes
+            .iter()
+            .flat_map(|r| r.resources.iter().cloned())
+            .chain(covered)
+            .collect();
+        for gr in &routed {
             if let Some(ar) = index.watchable_resource(gr) {
                 wanted.insert(
                     StoreKey {
@@ -341,6 +351,7 @@ mod tests {
             labels: None,
             names: names.map(|n| n.iter().map(|s| s.to_string()).collect()),
             policies: ["ResourceProtection/p".to_string()].into(),
+            exclude: Default::default(),
         };
         let routes = vec![
             route(

@@ -48,12 +48,19 @@ pub struct ApiIndex {
     kinds: HashMap<(String, String), String>,
     /// Whether discovery ran at least once (before that nothing is "unknown").
     pub loaded: bool,
+    /// Groups served by an aggregated API (an APIService backed by a service) →
+    /// the APIService's name.
+    aggregated: HashMap<String, String>,
 }
 
 impl ApiIndex {
-    /// Runs discovery against the API server.
-    pub async fn discover(client: &kube::Client) -> Result<Self, kube::Error> {
+    /// Runs discovery against the API server, leaving out the groups in `exclude`
+    /// (aggregated APIs: an unavailable one answers 503, which the client retries
+    /// for a long time, and no webhook sees their requests anyway).
+    pub async fn discover(client: &kube::Client, exclude: &[String]) -> Result<Self, kube::Error> {
+        let exclude: Vec<&str> = exclude.iter().map(String::as_str).collect();
         let discovery = kube::discovery::Discovery::new(client.clone())
+            .exclude(&exclude)
             .run()
             .await?;
         let mut index = ApiIndex {
@@ -126,6 +133,34 @@ impl ApiIndex {
         index
     }
 
+    /// Records the APIServices backed by a service (aggregated APIs): `(group,
+    /// APIService name)`.
+    pub fn set_aggregated(&mut self, services: impl IntoIterator<Item = (String, String)>) {
+        self.aggregated = services.into_iter().collect();
+    }
+
+    /// Why DELETEs of `gr` never pass DELETE admission, if they do not: an
+    /// aggregated API's requests are proxied to its own server without the
+    /// webhooks being called, and Events expire from storage without a DELETE.
+    pub fn not_admission_controlled(&self, gr: &GroupResource) -> Option<String> {
+        if let Some(service) = self.aggregated.get(&gr.group) {
+            return Some(format!(
+                "DELETEs of {gr} never reach an admission webhook: group {} is served by \
+                 APIService {service}, an aggregated API whose requests the API server \
+                 proxies without calling webhooks",
+                gr.group
+            ));
+        }
+        if gr.resource == "events" && (gr.group.is_empty() || gr.group == "events.k8s.io") {
+            return Some(format!(
+                "{gr} expire from storage when their time to live runs out (the API \
+                 server's --event-ttl, 1h by default) without a DELETE, so no webhook sees \
+                 it; only explicit DELETEs are refused"
+            ));
+        }
+        None
+    }
+
     /// The namespaced resources that can be listed and watched.
     pub fn watchable(&self) -> impl Iterator<Item = (&GroupResource, &kube::api::ApiResource)> {
         self.watchable.iter()
@@ -176,7 +211,9 @@ impl ApiIndex {
     }
 
     fn check_gr(&self, field: &str, gr: &GroupResource, version: Option<&str>) -> Option<String> {
-        if !self.loaded {
+        if !self.loaded || self.aggregated.contains_key(&gr.group) {
+            // An aggregated API's resources may be unavailable to discovery; the
+            // NotAdmissionControlled condition says what matters about them.
             return None;
         }
         match self.map.get(gr) {
@@ -283,6 +320,8 @@ pub fn check_resource_protection(rp: &ResourceProtection, index: &ApiIndex) -> O
             .resources
             .iter()
             .enumerate()
+            // A wildcard names no one type: nothing to look up.
+            .filter(|(_, r)| !r.is_wildcard())
             .filter_map(|(i, r)| {
                 index.check_type(&format!("spec.resources[{i}]"), &r.resource_type())
             })
@@ -295,9 +334,11 @@ pub fn check_anchor_rule(ar: &AnchorRule, index: &ApiIndex) -> Option<Invalid> {
     if let Some(i) = spec_invalid(&ar.validate()) {
         return Some(i);
     }
+    // Anchors in another cluster are checked there (the SourceReachable condition).
     let mut problems: Vec<String> = index
         .check_type("spec.anchor", &ar.spec.anchor)
         .into_iter()
+        .filter(|_| ar.spec.anchor_source.is_none())
         .collect();
     problems.extend(
         ar.spec.protects.iter().enumerate().filter_map(|(i, p)| {

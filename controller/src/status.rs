@@ -2,7 +2,9 @@
 //! Installed, Invalid and (DependencyRule) CycleDetected, computed from what the
 //! reconciler found, written through the status subresource only when changed.
 
-use holdfast_shared::api::condition_types::{CYCLE_DETECTED, INSTALLED, INVALID, READY};
+use holdfast_shared::api::condition_types::{
+    CYCLE_DETECTED, INSTALLED, INVALID, READY, SOURCE_REACHABLE,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::{Value, json};
 
@@ -22,7 +24,28 @@ pub struct Outcome {
     pub cycle: Option<String>,
     /// Whether the CycleDetected condition is set (DependencyRules).
     pub cycle_applies: bool,
+    /// The anchor source's state (AnchorRules naming another cluster only): the
+    /// SourceReachable condition; Ready only while it holds.
+    pub source: Option<SourceCondition>,
+    /// Resources the policy names whose deletions no webhook sees (aggregated
+    /// APIs, expiring Events): why. Installed and Ready are then False with
+    /// reason NotAdmissionControlled.
+    pub not_admitted: Option<String>,
 }
+
+/// The SourceReachable condition of an AnchorRule with an anchor source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceCondition {
+    /// Listed there.
+    pub reachable: bool,
+    /// `Synced`, `NotSynced`, `Unreachable` or `Unusable`.
+    pub reason: &'static str,
+    /// What was found.
+    pub message: String,
+}
+
+/// Reason of Installed and Ready when a named resource is never admission-controlled.
+pub const NOT_ADMISSION_CONTROLLED: &str = "NotAdmissionControlled";
 
 struct Cond {
     type_: &'static str,
@@ -44,6 +67,25 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             "NotInstalled".to_string(),
             "waiting for the webhook configuration".to_string(),
         ),
+        (None, true) if o.not_admitted.is_some() => (
+            false,
+            NOT_ADMISSION_CONTROLLED.to_string(),
+            format!(
+                "not every named resource can be protected: {}",
+                o.not_admitted.as_deref().unwrap_or_default()
+            ),
+        ),
+        (None, true) if o.source.as_ref().is_some_and(|s| !s.reachable) => {
+            let s = o.source.as_ref().map(|s| (s.reason, s.message.as_str()));
+            let (reason, message) = s.unwrap_or_default();
+            (
+                false,
+                format!("Source{reason}"),
+                format!(
+                    "the anchors cannot be read, so the protected objects are refused: {message}"
+                ),
+            )
+        }
         (None, true) => (
             true,
             "Enforced".to_string(),
@@ -62,6 +104,12 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             status: false,
             reason: "Invalid".into(),
             message: "not installed: the policy is invalid".into(),
+        },
+        None if o.installed && o.not_admitted.is_some() => Cond {
+            type_: INSTALLED,
+            status: false,
+            reason: NOT_ADMISSION_CONTROLLED.into(),
+            message: o.not_admitted.clone().unwrap_or_default(),
         },
         None => Cond {
             type_: INSTALLED,
@@ -88,6 +136,14 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             message: "the spec is valid".into(),
         },
     });
+    if let Some(s) = &o.source {
+        out.push(Cond {
+            type_: SOURCE_REACHABLE,
+            status: s.reachable,
+            reason: s.reason.into(),
+            message: s.message.clone(),
+        });
+    }
     if o.cycle_applies {
         out.push(match &o.cycle {
             Some(m) => Cond {
@@ -195,6 +251,8 @@ mod tests {
             installed_message: "installed".into(),
             cycle: None,
             cycle_applies: true,
+            source: None,
+            not_admitted: None,
         }
     }
 
@@ -260,5 +318,48 @@ mod tests {
             .expect("cycle");
         assert_eq!(cyc.status, "True");
         assert!(cyc.message.contains("a → b → a"));
+    }
+
+    #[test]
+    fn source_and_never_admitted_resources_take_ready_away() {
+        let find = |o: &Outcome, t: &str| -> (String, String) {
+            let s = desired_status(None, None, &[], o, "2026-01-01T00:00:00Z").expect("new");
+            let c = parse(&s)
+                .into_iter()
+                .find(|c| c.type_ == t)
+                .expect("condition");
+            (c.status, c.reason)
+        };
+        let mut o = outcome();
+        o.cycle_applies = false;
+        o.source = Some(SourceCondition {
+            reachable: false,
+            reason: "Unreachable",
+            message: "anchor source Secret a/b is unreachable: refused".into(),
+        });
+        assert_eq!(
+            find(&o, "SourceReachable"),
+            ("False".into(), "Unreachable".into())
+        );
+        assert_eq!(
+            find(&o, "Ready"),
+            ("False".into(), "SourceUnreachable".into())
+        );
+        o.source = Some(SourceCondition {
+            reachable: true,
+            reason: "Synced",
+            message: "listed".into(),
+        });
+        assert_eq!(find(&o, "Ready"), ("True".into(), "Enforced".into()));
+        o.source = None;
+        o.not_admitted = Some("DELETEs of pods.metrics.k8s.io never reach a webhook".into());
+        assert_eq!(
+            find(&o, "Installed"),
+            ("False".into(), NOT_ADMISSION_CONTROLLED.into())
+        );
+        assert_eq!(
+            find(&o, "Ready"),
+            ("False".into(), NOT_ADMISSION_CONTROLLED.into())
+        );
     }
 }

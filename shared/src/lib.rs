@@ -5,6 +5,7 @@
 //! [`policy::ClusterView`] that the webhook implements. The one module that touches the
 //! network is [`clients`]: it builds (and caches) the API clients both binaries use.
 
+pub mod anchorsource;
 pub mod api;
 pub mod clients;
 pub mod fieldpath;

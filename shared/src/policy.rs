@@ -22,7 +22,7 @@ use crate::{
         SKIP_ANNOTATION_DEPENDENCIES, STRICT_EXEMPT_LABEL,
     },
     registry::{
-        CompiledAnchor, CompiledCriterion, CompiledCritical, CompiledDependency,
+        AnchorSourceRef, CompiledAnchor, CompiledCriterion, CompiledCritical, CompiledDependency,
         CompiledProtection, critical_services_gr, namespaces_gr,
     },
     review::{AdmissionRequest, Gvk, Operation, annotations, check_metadata, labels},
@@ -116,11 +116,9 @@ pub trait ClusterView: Send + Sync {
             .map(|list| {
                 list.iter()
                     .filter(|p| {
-                        p.selectors.iter().any(|s| {
-                            s.group == gr.group
-                                && s.resource == gr.resource
-                                && s.namespace_matches(namespace)
-                        })
+                        p.selectors
+                            .iter()
+                            .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
                     })
                     .cloned()
                     .collect()
@@ -172,6 +170,20 @@ pub trait ClusterView: Send + Sync {
         _name: &str,
     ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
         async { Ok(None) }
+    }
+
+    /// The anchor `name` (in `namespace`) of `gr` in the cluster of anchor source
+    /// `source`, if it exists. Fails (and so refuses) while the source is not synced
+    /// or unreachable.
+    fn remote_object(
+        &self,
+        source: &AnchorSourceRef,
+        _gr: &GroupResource,
+        _namespace: Option<&str>,
+        _name: &str,
+    ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
+        let message = format!("anchor source {source} is not available here");
+        async move { Err(LookupError(message)) }
     }
 
     /// Whether the requesting user may bypass protection of this object (a
@@ -858,7 +870,12 @@ async fn evaluate_policy_objects<V: ClusterView>(
             continue;
         };
         let policy = policy_name("ResourceProtection", &rp.key.cluster, &rp.key.name);
-        let mut scope = format!("{gr}");
+        let mut scope = match (sel.is_wildcard(), sel.group.as_str()) {
+            (false, _) => format!("{gr}"),
+            (true, "*") => format!("every resource, {gr} among them"),
+            (true, "") => format!("every resource of the core group, {gr} among them"),
+            (true, g) => format!("every resource of group {g}, {gr} among them"),
+        };
         if let Some(ns) = &sel.namespace {
             scope.push_str(&format!(" in namespace {ns}"));
         }
@@ -1166,10 +1183,17 @@ async fn evaluate_anchors<V: ClusterView>(
             continue;
         };
         let anchor_desc = describe_ref(&ar.anchor.to_string(), anchor_ns.as_deref(), &anchor_name);
-        match view
-            .object(cluster, &ar.anchor, anchor_ns.as_deref(), &anchor_name)
-            .await
-        {
+        let found = match &ar.source {
+            None => {
+                view.object(cluster, &ar.anchor, anchor_ns.as_deref(), &anchor_name)
+                    .await
+            }
+            Some(source) => {
+                view.remote_object(source, &ar.anchor, anchor_ns.as_deref(), &anchor_name)
+                    .await
+            }
+        };
+        match found {
             Ok(None) => {}
             Ok(Some(anchor)) => {
                 let deleting = anchor
@@ -1199,8 +1223,13 @@ async fn evaluate_anchors<V: ClusterView>(
                     .map(|p| format!("set {p} to false on {anchor_desc}, "))
                     .unwrap_or_default();
                 let _ = name;
+                let place = ar
+                    .source
+                    .as_ref()
+                    .map(|s| format!(" in the cluster of anchor source {s}"))
+                    .unwrap_or_default();
                 let message = format!(
-                    "{MESSAGE_PREFIX} {what} is protected while its anchor {anchor_desc} exists{toggle} \
+                    "{MESSAGE_PREFIX} {what} is protected while its anchor {anchor_desc} exists{place}{toggle} \
                      (policy: {policy}), so it cannot be deleted. To delete it, {off}delete the \
                      anchor, or label this object {ALLOW_DELETION_LABEL}=true."
                 );
@@ -1950,7 +1979,7 @@ mod tests {
                 true
             }
             fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
-                self.registry.protections.find(gr)
+                self.registry.protections_for(gr)
             }
             fn dependencies(
                 &self,
@@ -2460,6 +2489,52 @@ mod tests {
         }
 
         #[test]
+        fn anchors_in_another_cluster_are_never_read_locally_and_fail_closed() {
+            let mut v = View::default();
+            let ar: AnchorRule = serde_json::from_value(json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "AnchorRule", "metadata": {"name": "remote"},
+                "spec": {"anchor": {"group": "vshn.appcat.vshn.io", "version": "v1", "resource": "xvshnpostgresqls"},
+                    "anchorLabels": {"name": "appcat.vshn.io/composite-name"},
+                    "anchorSource": {"kubeconfigSecretRef": {"name": "control", "namespace": "holdfast-system"}},
+                    "protects": [{"group": "", "version": "v1", "resource": "configmaps"}]}}))
+            .expect("ar");
+            assert_eq!(
+                ar.spec
+                    .anchor_source
+                    .as_ref()
+                    .map(|s| s.kubeconfig_secret_ref.key.as_str()),
+                Some("kubeconfig")
+            );
+            v.registry.apply("", &ar).expect("compiles");
+            // A local object of the anchor's name is not the anchor.
+            v.objects.insert(
+                (
+                    "xvshnpostgresqls.vshn.appcat.vshn.io".into(),
+                    String::new(),
+                    "pg-1".into(),
+                ),
+                Arc::new(json!({"metadata": {"name": "pg-1"}})),
+            );
+            let bucket = del(
+                "",
+                "ConfigMap",
+                "configmaps",
+                Some("app"),
+                "b",
+                json!({"appcat.vshn.io/composite-name": "pg-1"}),
+            );
+            let d = denied(&evaluate(&bucket, &cfg(false, &[]), &v, now())).clone();
+            assert_eq!(
+                d.message,
+                format!(
+                    "holdfast: cannot read the anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 of ConfigMap app/b \
+                 (policy: AnchorRule/remote): anchor source Secret holdfast-system/control is not available here; \
+                 refusing rather than risk it, retry later, {BYPASS_HINT}."
+                )
+            );
+        }
+
+        #[test]
         fn anchor_rule_lifecycle() {
             let mut v = anchor_view();
             let c = cfg(false, &[]);
@@ -2606,7 +2681,7 @@ mod tests {
                 true
             }
             fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
-                self.registry.protections.find(gr)
+                self.registry.protections_for(gr)
             }
             fn object(
                 &self,

@@ -329,8 +329,7 @@ impl CompiledProtection {
         labels: Option<&'a serde_json::Map<String, serde_json::Value>>,
     ) -> impl Iterator<Item = &'a ResourceSelector> + 'a {
         self.selectors.iter().filter(move |s| {
-            s.group == gr.group
-                && s.resource == gr.resource
+            s.selects_resource(gr)
                 && s.namespace_matches(namespace)
                 && s.name_matches(name)
                 && s.label_selector
@@ -363,11 +362,7 @@ impl ProtectionPartition {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             let mut all = false;
             let mut named: Vec<&str> = Vec::new();
-            for s in p
-                .selectors
-                .iter()
-                .filter(|s| s.group == gr.group && s.resource == gr.resource)
-            {
+            for s in p.selectors.iter().filter(|s| s.selects_resource(gr)) {
                 match &s.namespace {
                     None => all = true,
                     Some(ns) => named.push(ns),
@@ -566,6 +561,29 @@ pub struct CompiledAnchor {
     pub toggle_default: bool,
     /// Protected resources and whether they inherit anchor labels from their namespace.
     pub protects: Vec<(GroupResource, bool)>,
+    /// Where the anchors live (None: the protected object's own cluster).
+    pub source: Option<AnchorSourceRef>,
+}
+
+/// A kubeconfig Secret naming the cluster anchors are read from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AnchorSourceRef {
+    /// Namespace of the Secret.
+    pub namespace: String,
+    /// Name of the Secret.
+    pub name: String,
+    /// Key of the Secret's data holding the kubeconfig.
+    pub key: String,
+}
+
+impl std::fmt::Display for AnchorSourceRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret {}/{}", self.namespace, self.name)?;
+        if self.key != "kubeconfig" {
+            write!(f, " (key {})", self.key)?;
+        }
+        Ok(())
+    }
 }
 
 /// Compiles an AnchorRule.
@@ -609,6 +627,11 @@ pub fn compile_anchor(
             toggle,
             toggle_default: ar.spec.toggle.as_ref().is_none_or(|t| t.default),
             protects,
+            source: ar.spec.anchor_source.as_ref().map(|s| AnchorSourceRef {
+                namespace: s.kubeconfig_secret_ref.namespace.clone(),
+                name: s.kubeconfig_secret_ref.name.clone(),
+                key: s.kubeconfig_secret_ref.key.clone(),
+            }),
         },
     ))
 }
@@ -742,11 +765,53 @@ impl Registry {
             && self.anchors.is_loaded()
     }
 
+    /// The ResourceProtections wildcard selectors (`resource: "*"`) put in charge of
+    /// `gr`: those over its group and those over every group (empty for a type
+    /// never selected by a wildcard).
+    pub fn wildcard_protections(&self, gr: &GroupResource) -> Vec<Arc<CompiledProtection>> {
+        if gr.resource == "*" || crate::api::resource_protection::never_selected_by_wildcard(gr) {
+            return Vec::new();
+        }
+        let mut out: Vec<Arc<CompiledProtection>> = Vec::new();
+        for w in [
+            GroupResource::new(&gr.group, "*"),
+            GroupResource::new("*", "*"),
+        ] {
+            for p in self.protections.find(&w).iter().flat_map(|l| l.iter()) {
+                if p.selectors.iter().any(|s| s.selects_resource(gr))
+                    && !out.iter().any(|q| q.key == p.key)
+                {
+                    out.push(p.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// ResourceProtections that could select objects of `gr`: those naming it, then
+    /// the wildcard ones. Without wildcards, the index's own list (no allocation).
+    pub fn protections_for(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
+        let exact = self.protections.find(gr);
+        let wild = self.wildcard_protections(gr);
+        if wild.is_empty() {
+            return exact;
+        }
+        let mut out: Vec<Arc<CompiledProtection>> =
+            exact.iter().flat_map(|l| l.iter().cloned()).collect();
+        for p in wild {
+            if !out.iter().any(|q| q.key == p.key) {
+                out.push(p);
+            }
+        }
+        Some(out.into())
+    }
+
     /// Whether any policy object protects `gr` (namespaces count when a namespaced
     /// resource is protected: containment).
     pub fn governs(&self, gr: &GroupResource) -> bool {
         self.dependencies.protects(gr)
             || self.protections.protects(gr)
+            || !self.wildcard_protections(gr).is_empty()
             || self.critical.protects(gr)
             || self.anchors.protects(gr)
     }
@@ -820,6 +885,7 @@ mod tests {
                         namespace: ns.map(str::to_string),
                         names: None,
                         label_selector: None,
+                        exclude: None,
                     })
                     .collect(),
             })

@@ -3,7 +3,10 @@
 //! incrementally). Pure: the controller applies what this returns.
 
 use crate::{
-    api::{AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection},
+    api::{
+        AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection,
+        resource_protection::NEVER_SELECTED_BY_WILDCARD,
+    },
     labels::ProtectionLabels,
     names::{
         ALLOW_DELETION_LABEL, ALLOW_DELETION_LABEL_APPCAT, SKIP_ANNOTATION,
@@ -137,6 +140,11 @@ fn all_resources_and_subresources(op: &str) -> RuleWithOperations {
 fn with_subresources(mut rules: Vec<RuleWithOperations>) -> Vec<RuleWithOperations> {
     for rule in &mut rules {
         if let Some(res) = rule.resources.as_mut() {
+            if res.iter().any(|r| r == "*") {
+                // `*/*` is every resource and subresource, and must stand alone.
+                *res = vec!["*/*".to_string()];
+                continue;
+            }
             let subs: Vec<String> = res
                 .iter()
                 .filter(|r| !r.contains('/'))
@@ -487,12 +495,22 @@ pub fn merged_rules(
     operation: &str,
     resources: &BTreeSet<GroupResource>,
 ) -> Vec<RuleWithOperations> {
+    // A wildcard covers the rest: `*` of a group alone in its group, every group
+    // alone in the configuration (the API server accepts `*` only alone).
+    if resources.contains(&GroupResource::new("*", "*")) {
+        return vec![all_resources(operation)];
+    }
     let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for gr in resources {
-        by_group
-            .entry(gr.group.as_str())
-            .or_default()
-            .push(gr.resource.clone());
+        let list = by_group.entry(gr.group.as_str()).or_default();
+        if list.first().is_some_and(|r| r == "*") {
+            continue;
+        }
+        if gr.resource == "*" {
+            *list = vec!["*".to_string()];
+        } else {
+            list.push(gr.resource.clone());
+        }
     }
     let mut by_resources: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
     for (group, res) in by_group {
@@ -584,7 +602,7 @@ pub fn desired_configuration_for(
         h.rules = Some(merged_rules("DELETE", &route.resources));
         h.namespace_selector = Some(route.namespaces.selector());
         h.object_selector = Some(route.labels.clone().unwrap_or_default());
-        h.match_conditions = route.condition().map(|c| vec![c]);
+        h.match_conditions = route.conditions();
         hooks.push(h);
     }
     // Evictions delete pods without a DELETE review: the webhook judges each one as
@@ -846,6 +864,9 @@ pub struct Route {
     pub names: Option<BTreeSet<String>>,
     /// The policies asking for it (`Kind/name`).
     pub policies: BTreeSet<String>,
+    /// Types left out of a wildcard resource (`*`), by a matchCondition: `(group,
+    /// resource)`, resource `*` for a whole group. Empty for other routes.
+    pub exclude: BTreeSet<GroupResource>,
 }
 
 impl Route {
@@ -856,6 +877,7 @@ impl Route {
             labels: None,
             names: None,
             policies: [policy].into(),
+            exclude: BTreeSet::new(),
         }
     }
 
@@ -878,13 +900,65 @@ impl Route {
         name: &str,
         labels: Option<&serde_json::Map<String, Value>>,
     ) -> bool {
-        self.resources.contains(gr)
+        self.covers(gr)
             && ns.is_none_or(|ns| self.namespaces.matches(ns, ns_labels))
             && self
                 .labels
                 .as_ref()
                 .is_none_or(|sel| crate::selector::matches(sel, labels))
             && self.names.as_ref().is_none_or(|n| n.contains(name))
+    }
+
+    /// Whether DELETEs of `gr` are routed: it is listed, or a wildcard covers it
+    /// (`*` of its group or of every group) and does not leave it out.
+    pub fn covers(&self, gr: &GroupResource) -> bool {
+        if self.resources.contains(gr) {
+            return true;
+        }
+        let wild = self.resources.contains(&GroupResource::new(&gr.group, "*"))
+            || self.resources.contains(&GroupResource::new("*", "*"));
+        wild && gr.resource != "*"
+            && !self
+                .exclude
+                .iter()
+                .any(|x| x.group == gr.group && (x.resource == "*" || x.resource == gr.resource))
+    }
+
+    /// The matchConditions of the route: its names, and the types a wildcard
+    /// leaves out.
+    fn conditions(&self) -> Option<Vec<MatchCondition>> {
+        let out: Vec<MatchCondition> = self
+            .condition()
+            .into_iter()
+            .chain(self.exclude_condition())
+            .collect();
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// The matchCondition leaving out the types in `exclude`.
+    fn exclude_condition(&self) -> Option<MatchCondition> {
+        if self.exclude.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .exclude
+            .iter()
+            .map(|gr| {
+                let g = format!("request.resource.group == {}", cel_str(&gr.group));
+                if gr.resource == "*" {
+                    g
+                } else {
+                    format!(
+                        "({g} && request.resource.resource == {})",
+                        cel_str(&gr.resource)
+                    )
+                }
+            })
+            .collect();
+        Some(MatchCondition {
+            name: "not-excluded".to_string(),
+            expression: format!("!({})", parts.join(" || ")),
+        })
     }
 
     /// The matchCondition narrowing the route to its names. Namespace-controller
@@ -904,7 +978,8 @@ impl Route {
     }
 
     fn key_without_resources(&self) -> String {
-        serde_json::json!([self.namespaces_key(), self.labels, self.names]).to_string()
+        serde_json::json!([self.namespaces_key(), self.labels, self.names, self.exclude])
+            .to_string()
     }
 
     fn namespaces_key(&self) -> String {
@@ -932,6 +1007,32 @@ pub fn resource_protection_routes(rp: &ResourceProtection) -> Vec<Route> {
         .iter()
         .map(|sel| {
             let gr = GroupResource::new(&sel.group, &sel.resource);
+            if sel.is_wildcard() {
+                // Every resource of the group (or of every group): rule `*` (no
+                // subresources), the types never selected by a wildcard and the
+                // selector's exclusions left out by a matchCondition.
+                let mut r = Route::new(policy.clone(), gr, ns_or_any(sel.namespace.as_ref()));
+                r.exclude = NEVER_SELECTED_BY_WILDCARD
+                    .iter()
+                    .filter(|(g, _)| sel.group == "*" || *g == sel.group)
+                    .map(|(g, r)| GroupResource::new(*g, *r))
+                    .chain(
+                        sel.exclude
+                            .iter()
+                            .flatten()
+                            .filter(|x| sel.group == "*" || x.group == sel.group)
+                            .map(|x| GroupResource::new(&x.group, &x.resource)),
+                    )
+                    .collect();
+                if let Some(names) = &sel.names {
+                    r = r.with_names(names);
+                }
+                r.labels = sel
+                    .label_selector
+                    .clone()
+                    .filter(|s| *s != LabelSelector::default());
+                return r;
+            }
             let namespaces = if is_namespaces(&gr) {
                 NamespaceScope::Any
             } else {
@@ -1058,7 +1159,7 @@ fn merge_exact(routes: Vec<Route>) -> Vec<Route> {
         // Same resources, labels and names: union of namespaces where exact.
         routes = group(
             routes,
-            |r| serde_json::json!([r.resources, r.labels, r.names]).to_string(),
+            |r| serde_json::json!([r.resources, r.labels, r.names, r.exclude]).to_string(),
             |a, b| match a.namespaces.union_exact(&b.namespaces) {
                 Some(ns) => {
                     a.namespaces = ns;
@@ -1071,7 +1172,10 @@ fn merge_exact(routes: Vec<Route>) -> Vec<Route> {
         // Same resources, namespaces and labels: union of names.
         routes = group(
             routes,
-            |r| serde_json::json!([r.resources, r.namespaces_key(), r.labels]).to_string(),
+            |r| {
+                serde_json::json!([r.resources, r.namespaces_key(), r.labels, r.exclude])
+                    .to_string()
+            },
             |a, b| {
                 a.names = match (a.names.take(), b.names) {
                     (Some(mut x), Some(y)) => {
@@ -1133,6 +1237,8 @@ pub fn merge_routes(routes: Vec<Route>, max: usize) -> Vec<Route> {
             }
             first.labels = None;
             first.names = None;
+            // Routing more is safe: nothing is left out any more.
+            first.exclude = BTreeSet::new();
             routes = vec![first];
         } else {
             routes = Vec::new();
@@ -1669,6 +1775,80 @@ mod tests {
             rules[0].api_groups,
             Some(vec!["a.io".to_string(), "b.io".to_string()])
         );
+    }
+
+    #[test]
+    fn wildcards_become_lone_star_rules_and_leave_types_out() {
+        // A wildcard over a group swallows that group's other resources; every
+        // group swallows everything; `*` never becomes `*/*` for DELETE.
+        let set: BTreeSet<GroupResource> = [
+            GroupResource::new("apps", "*"),
+            GroupResource::new("apps", "deployments"),
+            GroupResource::new("", "configmaps"),
+        ]
+        .into();
+        let rules = merged_rules("DELETE", &set);
+        let view: Vec<(Vec<String>, Vec<String>)> = rules
+            .iter()
+            .map(|r| {
+                (
+                    r.api_groups.clone().unwrap_or_default(),
+                    r.resources.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            view,
+            vec![
+                (vec![String::new()], vec!["configmaps".to_string()]),
+                (vec!["apps".to_string()], vec!["*".to_string()]),
+            ]
+        );
+        let all: BTreeSet<GroupResource> = [
+            GroupResource::new("*", "*"),
+            GroupResource::new("", "configmaps"),
+        ]
+        .into();
+        assert_eq!(merged_rules("DELETE", &all), vec![all_resources("DELETE")]);
+        // UPDATE subresources of a wildcard: `*/*` alone.
+        let upd = with_subresources(merged_rules("UPDATE", &all));
+        assert_eq!(upd[0].resources, Some(vec!["*/*".to_string()]));
+
+        let p = rp(
+            "resources:\n- {group: apps, version: '*', resource: '*', exclude: [{group: apps, resource: replicasets}]}\n",
+        );
+        assert!(p.spec.validate().is_empty(), "{:?}", p.spec.validate());
+        let routes = resource_protection_routes(&p);
+        assert_eq!(routes.len(), 1);
+        let r = &routes[0];
+        assert!(r.covers(&GroupResource::new("apps", "deployments")));
+        assert!(!r.covers(&GroupResource::new("apps", "replicasets")));
+        assert!(!r.covers(&GroupResource::new("", "configmaps")));
+        assert_eq!(
+            r.exclude_condition().map(|c| c.expression),
+            Some(
+                "!((request.resource.group == 'apps' && request.resource.resource == 'replicasets'))"
+                    .to_string()
+            )
+        );
+        // Every group: the types never selected by a wildcard are left out.
+        let every = rp("resources:\n- {group: '*', version: '*', resource: '*'}\n");
+        let r = &resource_protection_routes(&every)[0];
+        for (g, res) in [
+            ("", "events"),
+            ("coordination.k8s.io", "leases"),
+            ("holdfast.dev", "resourceprotections"),
+        ] {
+            assert!(!r.covers(&GroupResource::new(g, res)), "{g}/{res}");
+        }
+        assert!(r.covers(&GroupResource::new("example.com", "widgets")));
+        // Misuse is refused by validate() as by the schema.
+        for bad in [
+            "resources:\n- {group: '*', version: v1, resource: configmaps}\n",
+            "resources:\n- {version: v1, resource: configmaps, exclude: [{resource: secrets}]}\n",
+        ] {
+            assert!(!rp(bad).spec.validate().is_empty(), "{bad}");
+        }
     }
 
     #[test]

@@ -654,7 +654,17 @@ fn cel_rules_are_present_and_name_existing_fields() {
     let expected: [(&str, &[(&str, &str)]); 4] = [
         (
             "resourceprotections.holdfast.dev",
-            &[(".spec.resources[]", "self.__namespace__")],
+            &[
+                (".spec.resources[]", "self.__namespace__"),
+                (
+                    ".spec.resources[]",
+                    "self.resource == '*' || (self.group != '*'",
+                ),
+                (
+                    ".spec.resources[]",
+                    "!has(self.exclude) || self.resource == '*'",
+                ),
+            ],
         ),
         (
             "anchorrules.holdfast.dev",

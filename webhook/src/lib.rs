@@ -8,6 +8,7 @@ pub mod admission;
 pub mod args;
 pub mod events;
 pub mod metrics;
+pub mod remote;
 pub mod server;
 pub mod settings;
 pub mod stores;

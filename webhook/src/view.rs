@@ -95,6 +95,8 @@ pub struct WebhookView {
     rediscover: Notify,
     /// Types the webhook's identity may not list and watch (when last asked).
     refused: DashMap<GroupResource, ()>,
+    /// Anchors of AnchorRules whose anchors live in another cluster.
+    remotes: crate::remote::RemoteStores,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -186,6 +188,7 @@ impl WebhookView {
             crd_resources: DashMap::new(),
             rediscover: Notify::new(),
             refused: DashMap::new(),
+            remotes: crate::remote::RemoteStores::default(),
         })
     }
 
@@ -224,6 +227,33 @@ impl WebhookView {
         &self.registry
     }
 
+    /// The ResourceProtections naming `gr` that could select an object in
+    /// `namespace`, from the partition of the registry's list.
+    fn exact_protection_candidates(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<CompiledProtection>> {
+        let Some(list) = self.registry.protections.find(gr) else {
+            return Vec::new();
+        };
+        if let Some(p) = self.partitions.get(gr)
+            && p.is_of(&list)
+        {
+            return p.candidates(namespace);
+        }
+        // The list changed (or was never split): split it once for every later check.
+        let p = Arc::new(ProtectionPartition::new(gr, list));
+        let out = p.candidates(namespace);
+        self.partitions.insert(gr.clone(), p);
+        out
+    }
+
+    /// The stores of anchors in other clusters.
+    pub fn remote_stores(&self) -> &crate::remote::RemoteStores {
+        &self.remotes
+    }
+
     fn synced_store(&self, gr: &GroupResource, depth: Depth) -> Option<Arc<ResourceStore>> {
         let key = StoreKey {
             gr: gr.clone(),
@@ -259,6 +289,10 @@ impl WebhookView {
             manage_stores(self.clone(), shutdown.clone()),
         );
         if self.topology == Topology::Kubernetes {
+            self.spawn(
+                shutdown.clone(),
+                crate::remote::manage(self.clone(), crd_client.clone()),
+            );
             self.spawn(
                 shutdown.clone(),
                 watch_crds(self.clone(), crd_client.clone()),
@@ -549,7 +583,7 @@ impl ClusterView for WebhookView {
     }
 
     fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
-        self.registry.protections.find(gr)
+        self.registry.protections_for(gr)
     }
 
     fn protection_candidates(
@@ -557,18 +591,17 @@ impl ClusterView for WebhookView {
         gr: &GroupResource,
         namespace: Option<&str>,
     ) -> Vec<Arc<CompiledProtection>> {
-        let Some(list) = self.registry.protections.find(gr) else {
-            return Vec::new();
-        };
-        if let Some(p) = self.partitions.get(gr)
-            && p.is_of(&list)
-        {
-            return p.candidates(namespace);
+        let mut out = self.exact_protection_candidates(gr, namespace);
+        // Wildcard selectors (`resource: "*"`): few policies, visited directly.
+        for p in self.registry.wildcard_protections(gr) {
+            if !out.iter().any(|q| q.key == p.key)
+                && p.selectors
+                    .iter()
+                    .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
+            {
+                out.push(p);
+            }
         }
-        // The list changed (or was never split): split it once for every later check.
-        let p = Arc::new(ProtectionPartition::new(gr, list));
-        let out = p.candidates(namespace);
-        self.partitions.insert(gr.clone(), p);
         out
     }
 
@@ -646,7 +679,7 @@ impl ClusterView for WebhookView {
 
     fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
         let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
-        let list = self.registry.protections.find(&gr)?;
+        let list = self.registry.protections_for(&gr)?;
         let old = req.old_object.as_ref()?;
         let new = req.object.as_ref()?;
         let name = req.object_name().unwrap_or_default();
@@ -746,6 +779,28 @@ impl ClusterView for WebhookView {
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
             .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
         Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
+    }
+
+    async fn remote_object(
+        &self,
+        source: &holdfast_shared::registry::AnchorSourceRef,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<serde_json::Value>>, LookupError> {
+        use crate::remote::{SourceState, state_error};
+        if self.topology != Topology::Kubernetes {
+            return Err(state_error(
+                source,
+                &SourceState::Unusable(
+                    "anchor sources are read on the Kubernetes topology only".to_string(),
+                ),
+            ));
+        }
+        match self.remotes.get(source, gr) {
+            Some(store) => store.get(source, namespace, name),
+            None => Err(state_error(source, &SourceState::Connecting)),
+        }
     }
 
     async fn namespace_contents(
@@ -1249,6 +1304,8 @@ fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<St
         .into_iter()
         .chain(reg.dependencies.targets())
         .chain(reg.anchors.targets())
+        // A wildcard names no one resource; the types it covers come below.
+        .filter(|gr| gr.resource != "*")
     {
         out.insert(meta(gr));
     }
@@ -1264,6 +1321,10 @@ fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<St
         }
     }
     for ar in reg.anchors.entries() {
+        if ar.source.is_some() {
+            // Read in the source's cluster (crate::remote).
+            continue;
+        }
         out.insert(StoreKey {
             gr: ar.anchor.clone(),
             depth: Depth::Full,
@@ -1271,6 +1332,11 @@ fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<St
         });
     }
     for gr in namespaced {
+        // Wildcard ResourceProtections: the objects of every namespaced type they
+        // select (namespace containment must see them all).
+        if !reg.wildcard_protections(gr).is_empty() {
+            out.insert(meta(gr.clone()));
+        }
         for key in &view.label_keys {
             out.insert(StoreKey {
                 gr: gr.clone(),

@@ -9,8 +9,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Enforcement, FIELD_PATH_PATTERN, GROUP_PATTERN, PolicyStatus, QUALIFIED_NAME_PATTERN,
-    RESOURCE_PATTERN, ResourceType, VERSION_PATTERN,
+    Enforcement, FIELD_PATH_PATTERN, GROUP_PATTERN, NAMESPACE_PATTERN, PolicyStatus,
+    QUALIFIED_NAME_PATTERN, RESOURCE_PATTERN, ResourceType, VERSION_PATTERN,
 };
 
 /// Desired state of an AnchorRule: objects of the listed types are protected
@@ -77,6 +77,46 @@ pub struct AnchorRuleSpec {
     /// Types of the objects protected by their anchor.
     #[schemars(length(min = 1, max = 64))]
     pub protects: Vec<ProtectedType>,
+    /// Where the anchor objects live. Unset: in the cluster of the protected objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchor_source: Option<AnchorSource>,
+}
+
+/// Another cluster holding the anchor objects (e.g. a control cluster holding the
+/// composites of the objects in this service cluster).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnchorSource {
+    /// A Secret holding a kubeconfig for the cluster of the anchors. It must be in
+    /// holdfast's own namespace (holdfast-system unless installed elsewhere).
+    pub kubeconfig_secret_ref: KubeconfigSecretRef,
+}
+
+/// A key of a Secret holding a kubeconfig.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeconfigSecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253), pattern(SECRET_NAME_PATTERN))]
+    pub name: String,
+    /// Namespace of the Secret: holdfast's own namespace.
+    #[schemars(length(min = 1, max = 63), pattern(NAMESPACE_PATTERN))]
+    pub namespace: String,
+    /// Key of the Secret's data holding the kubeconfig (default `kubeconfig`).
+    #[serde(default = "default_kubeconfig_key")]
+    #[schemars(length(min = 1, max = 253), pattern(SECRET_KEY_PATTERN))]
+    pub key: String,
+}
+
+/// A Secret name: a lowercase DNS subdomain.
+const SECRET_NAME_PATTERN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// A key of a Secret's data.
+const SECRET_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
+
+fn default_kubeconfig_key() -> String {
+    "kubeconfig".to_string()
 }
 
 /// Label keys, on a protected object (or its namespace), naming its anchor.

@@ -176,6 +176,8 @@ pub mod condition_types {
     pub const INVALID: &str = "Invalid";
     /// The policy takes part in a rule-level dependency cycle.
     pub const CYCLE_DETECTED: &str = "CycleDetected";
+    /// An AnchorRule's anchor source (another cluster) is listed and watched.
+    pub const SOURCE_REACHABLE: &str = "SourceReachable";
 }
 
 /// Status of a policy object, written by holdfast-controller.

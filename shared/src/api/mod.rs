@@ -21,7 +21,10 @@ pub mod dependency_rule;
 pub mod resource_protection;
 pub mod validation;
 
-pub use anchor_rule::{AnchorLabels, AnchorRule, AnchorRuleSpec, ProtectedType, Toggle};
+pub use anchor_rule::{
+    AnchorLabels, AnchorRule, AnchorRuleSpec, AnchorSource, KubeconfigSecretRef, ProtectedType,
+    Toggle,
+};
 pub use common::{
     Enforcement, GroupResource, PolicyStatus, ResourceType, api_version, condition_types,
     find_condition, is_condition_true,

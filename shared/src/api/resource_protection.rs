@@ -9,9 +9,46 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Enforcement, GROUP_PATTERN, NAME_PATTERN, NAMESPACE_PATTERN, PolicyStatus, RESOURCE_PATTERN,
-    ResourceType, VERSION_PATTERN,
+    Enforcement, GROUP_PATTERN, GroupResource, NAME_PATTERN, NAMESPACE_PATTERN, PolicyStatus,
+    ResourceType,
 };
+
+/// A group, or `*` for every group (with resource `*`).
+const GROUP_OR_ANY_PATTERN: &str =
+    r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$";
+/// A version, or `*` (with resource `*`).
+const VERSION_OR_ANY_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
+/// A resource, or `*` for every resource of the group.
+const RESOURCE_OR_ANY_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
+
+/// Types a wildcard selector (`resource: "*"`) never selects, as (group, resource;
+/// `*` for every resource of the group): objects the cluster itself deletes and
+/// recreates all the time (Events, Leases, Endpoints, EndpointSlices), create-only
+/// review resources that are never stored or deleted (TokenReviews,
+/// SelfSubjectReviews, the SubjectAccessReviews), and holdfast's own policy objects
+/// (a protect-everything policy would otherwise protect itself and every other
+/// policy). Naming one of them explicitly still protects it.
+pub const NEVER_SELECTED_BY_WILDCARD: &[(&str, &str)] = &[
+    ("", "events"),
+    ("events.k8s.io", "events"),
+    ("coordination.k8s.io", "leases"),
+    ("", "endpoints"),
+    ("discovery.k8s.io", "endpointslices"),
+    ("authentication.k8s.io", "tokenreviews"),
+    ("authentication.k8s.io", "selfsubjectreviews"),
+    ("authorization.k8s.io", "subjectaccessreviews"),
+    ("authorization.k8s.io", "selfsubjectaccessreviews"),
+    ("authorization.k8s.io", "localsubjectaccessreviews"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews"),
+    ("holdfast.dev", "*"),
+];
+
+/// Whether a wildcard selector leaves `gr` out whatever it says.
+pub fn never_selected_by_wildcard(gr: &GroupResource) -> bool {
+    NEVER_SELECTED_BY_WILDCARD
+        .iter()
+        .any(|(g, r)| *g == gr.group && (*r == "*" || *r == gr.resource))
+}
 
 /// Desired state of a ResourceProtection: which objects may not be deleted.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -74,17 +111,32 @@ pub struct ResourceProtectionSpec {
 #[x_kube(validation = Rule::new(
     "!has(self.__namespace__) || !((self.group == '' && self.resource in ['namespaces', 'nodes', 'persistentvolumes']) || (self.group == 'apiextensions.k8s.io' && self.resource == 'customresourcedefinitions'))"
 ).message("namespace must not be set for a cluster-scoped resource (namespaces, nodes, persistentvolumes, customresourcedefinitions); select them by names").field_path(".namespace"))]
+#[x_kube(validation = Rule::new(
+    "self.resource == '*' || (self.group != '*' && self.version != '*')"
+).message("group and version may be '*' only with resource '*'").field_path(".resource"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.exclude) || self.resource == '*'"
+).message("exclude is only for resource '*'").field_path(".exclude"))]
 pub struct ResourceSelector {
-    /// API group; empty (the default) for the core group.
+    /// API group; empty (the default) for the core group; `*` for every group
+    /// (with resource `*`).
     #[serde(default)]
-    #[schemars(length(max = 253), pattern(GROUP_PATTERN))]
+    #[schemars(length(max = 253), pattern(GROUP_OR_ANY_PATTERN))]
     pub group: String,
-    /// API version, e.g. `v1`.
-    #[schemars(length(min = 1, max = 63), pattern(VERSION_PATTERN))]
+    /// API version, e.g. `v1` (`*` with resource `*`; every version is selected
+    /// either way).
+    #[schemars(length(min = 1, max = 63), pattern(VERSION_OR_ANY_PATTERN))]
     pub version: String,
-    /// Resource, lowercase plural as in the REST path, e.g. `deployments`.
-    #[schemars(length(min = 1, max = 63), pattern(RESOURCE_PATTERN))]
+    /// Resource, lowercase plural as in the REST path, e.g. `deployments`; `*` for
+    /// every resource of the group (or of every group) except subresources, the
+    /// types in `exclude` and those never selected by a wildcard (Events, Leases,
+    /// Endpoints, EndpointSlices, review resources, holdfast's own policies).
+    #[schemars(length(min = 1, max = 63), pattern(RESOURCE_OR_ANY_PATTERN))]
     pub resource: String,
+    /// Types left out of `resource: "*"` (resource `*`: the whole group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub exclude: Option<Vec<ExcludedResource>>,
     /// Only objects in this namespace (namespaced resources only). Unset: every namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), pattern(NAMESPACE_PATTERN))]
@@ -102,7 +154,43 @@ pub struct ResourceSelector {
     pub label_selector: Option<LabelSelector>,
 }
 
+/// A type left out of a wildcard selector.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExcludedResource {
+    /// API group; empty (the default) for the core group.
+    #[serde(default)]
+    #[schemars(length(max = 253), pattern(GROUP_PATTERN))]
+    pub group: String,
+    /// Resource (lowercase plural), or `*` for every resource of the group.
+    #[schemars(length(min = 1, max = 63), pattern(RESOURCE_OR_ANY_PATTERN))]
+    pub resource: String,
+}
+
 impl ResourceSelector {
+    /// Whether this selector names every resource of a group (or of every group).
+    pub fn is_wildcard(&self) -> bool {
+        self.resource == "*"
+    }
+
+    /// Whether this selector covers objects of `gr`: it names `gr`, or it is a
+    /// wildcard over `gr`'s group (or every group) that neither excludes `gr` nor
+    /// meets a type never selected by a wildcard.
+    pub fn selects_resource(&self, gr: &GroupResource) -> bool {
+        if !self.is_wildcard() {
+            return self.group == gr.group && self.resource == gr.resource;
+        }
+        (self.group == "*" || self.group == gr.group)
+            && gr.resource != "*"
+            && !gr.resource.contains('/')
+            && !never_selected_by_wildcard(gr)
+            && !self
+                .exclude
+                .iter()
+                .flatten()
+                .any(|e| e.group == gr.group && (e.resource == "*" || e.resource == gr.resource))
+    }
+
     /// The selected resource type.
     pub fn resource_type(&self) -> ResourceType {
         ResourceType::new(&self.group, &self.version, &self.resource)

@@ -203,9 +203,37 @@ impl ResourceProtectionSpec {
         list_len(&mut e, "spec.resources", self.resources.len(), 64);
         for (i, r) in self.resources.iter().enumerate() {
             let f = |name: &str| format!("spec.resources[{i}].{name}");
-            e.check(f("group"), group(&r.group));
-            e.check(f("version"), version(&r.version));
-            e.check(f("resource"), resource(&r.resource));
+            if r.is_wildcard() {
+                if r.group != "*" {
+                    e.check(f("group"), group(&r.group));
+                }
+                if r.version != "*" {
+                    e.check(f("version"), version(&r.version));
+                }
+                if let Some(ex) = &r.exclude {
+                    list_len(&mut e, &f("exclude"), ex.len(), 64);
+                    for (j, x) in ex.iter().enumerate() {
+                        let g = format!("spec.resources[{i}].exclude[{j}]");
+                        e.check(format!("{g}.group"), group(&x.group));
+                        if x.resource != "*" {
+                            e.check(format!("{g}.resource"), resource(&x.resource));
+                        }
+                    }
+                }
+            } else {
+                e.check(f("group"), group(&r.group));
+                e.check(f("version"), version(&r.version));
+                e.check(f("resource"), resource(&r.resource));
+                if r.group == "*" || r.version == "*" {
+                    e.push(
+                        f("resource"),
+                        "group and version may be '*' only with resource '*'",
+                    );
+                }
+                if r.exclude.is_some() {
+                    e.push(f("exclude"), "exclude is only for resource '*'");
+                }
+            }
             if let Some(ns) = &r.namespace {
                 e.check(f("namespace"), namespace(ns));
                 if cluster_scoped(&r.group, &r.resource) {
@@ -242,6 +270,22 @@ impl AnchorRuleSpec {
         }
         if let Some(t) = &self.toggle {
             e.check("spec.toggle.fieldPath", field_path(&t.field_path));
+        }
+        if let Some(src) = &self.anchor_source {
+            let r = &src.kubeconfig_secret_ref;
+            let f = |name: &str| format!("spec.anchorSource.kubeconfigSecretRef.{name}");
+            if !dns_subdomain(&r.name) {
+                e.push(f("name"), format!("{:?} is not a Secret name", r.name));
+            }
+            e.check(f("namespace"), namespace(&r.namespace));
+            let key_ok = !r.key.is_empty()
+                && r.key.len() <= 253
+                && r.key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+            if !key_ok {
+                e.push(f("key"), format!("{:?} is not a key of a Secret", r.key));
+            }
         }
         list_len(&mut e, "spec.protects", self.protects.len(), 64);
         for (i, p) in self.protects.iter().enumerate() {

@@ -1,0 +1,727 @@
+//! Seed promises across clusters and resource sets, end to end with the real
+//! binaries running as the shipped ServiceAccounts (the manifests' RBAC applied to
+//! the simulator, which enforces it) and the real kubectl:
+//!
+//! - seed 000: an AnchorRule whose composites live in another cluster (a "control
+//!   cluster" simulator, named by a kubeconfig Secret in holdfast's namespace of the
+//!   "service cluster" simulator holding the protected objects and holdfast).
+
+use holdfast_e2e::{
+    CONTROLLER_SA, Env, KubectlOutput, WEBHOOK_SA,
+    controller::{ControllerProcess, condition, start_controller, wait_condition},
+};
+use holdfast_sim::SimConfig;
+use serde_json::Value;
+use std::{path::Path, time::Duration};
+
+fn ok(env: &Env, args: &[&str]) -> String {
+    env.kubectl(args)
+        .expect("kubectl runs")
+        .ok()
+        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+        .stdout
+}
+
+/// A sim with the shipped manifests applied, and the webhook and the controller
+/// running as their ServiceAccounts.
+async fn shipped_stack() -> (Env, ControllerProcess) {
+    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
+    let mut env = Env::start_with(cfg).await.expect("sim");
+    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
+    ok(&env, &["apply", "-k", &overlay.to_string_lossy()]);
+    let controller_kc = env.dir.path().join("controller.kubeconfig");
+    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
+    env.sim
+        .write_kubeconfig(&controller_kc, CONTROLLER_SA)
+        .expect("kc");
+    env.sim
+        .write_kubeconfig(&webhook_kc, WEBHOOK_SA)
+        .expect("kc");
+    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
+    env.start_webhook(&["--kubeconfig", &webhook_kc])
+        .await
+        .expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let controller_kc = controller_kc.to_string_lossy().into_owned();
+    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &controller_kc])
+        .expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    (env, c)
+}
+
+/// Runs `args` until kubectl's refusal is exactly `text`; fails printing the last output.
+async fn refused_until(env: &Env, args: &[&str], text: &str) -> KubectlOutput {
+    env.kubectl_until(args, 30, |o| o.refused_with(text))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{args:?} never refused with {text:?}: {e:#}\nwebhook: {}",
+                env.webhook_log()
+            )
+        })
+}
+
+/// Runs `args` until kubectl succeeds; fails printing the last output.
+async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
+    env.kubectl_until(args, 30, |o| o.code == 0)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{args:?} never allowed: {e:#}\nwebhook: {}",
+                env.webhook_log()
+            )
+        })
+}
+
+/// Waits until condition `type_` of the policy has `reason`; returns it.
+async fn wait_reason(env: &Env, kind: &str, name: &str, type_: &str, reason: &str) -> Value {
+    wait_reason_or(env, kind, name, type_, reason, &|| String::new()).await
+}
+
+/// [`wait_reason`], printing `context()` (a log) when it never comes.
+async fn wait_reason_or(
+    env: &Env,
+    kind: &str,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    context: &dyn Fn() -> String,
+) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = condition(env, kind, name, type_).expect("kubectl");
+        if let Some(c) = &c
+            && c["reason"] == reason
+        {
+            return c.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{kind}/{name}: condition {type_} never had reason {reason}; last: {c:?}\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A control cluster serving the composites' CRD, holding composites `names`.
+async fn control_cluster(names: &[&str]) -> Env {
+    let control = Env::start().await.expect("control cluster");
+    control
+        .apply(&holdfast_e2e::fixtures::crd(
+            "vshn.appcat.vshn.io",
+            "xvshnpostgresqls",
+            "XVSHNPostgreSQL",
+            false,
+        ))
+        .expect("composite CRD");
+    control
+        .kubectl_until(&["get", "xvshnpostgresqls"], 30, |o| o.code == 0)
+        .await
+        .expect("served");
+    for name in names {
+        control
+            .apply(&format!(
+                "apiVersion: vshn.appcat.vshn.io/v1\nkind: XVSHNPostgreSQL\nmetadata: {{name: {name}}}\n"
+            ))
+            .expect("composite");
+    }
+    control
+}
+
+/// Points Secret holdfast-system/control-cluster at `control` (created or replaced).
+fn put_kubeconfig(env: &Env, control: &Env) {
+    let kubeconfig = std::fs::read_to_string(&control.kubeconfig).expect("kubeconfig");
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "control-cluster", "namespace": "holdfast-system"},
+        "stringData": {"kubeconfig": kubeconfig},
+    });
+    env.apply(&secret.to_string()).expect("Secret");
+}
+
+const BYPASS_HINT: &str = "or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection";
+
+fn configmap(name: &str, composite: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: app\n  labels:\n    \
+         appcat.vshn.io/composite-name: {composite}\ndata: {{a: b}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_000_composite_in_another_cluster() {
+    if holdfast_e2e::skipped_on_cluster(
+        "seed_000_composite_in_another_cluster",
+        "it runs two simulators and the binaries with ServiceAccount tokens the simulator is configured with",
+    ) {
+        return;
+    }
+    // The control cluster: the composites.
+    let control = control_cluster(&["pg-1"]).await;
+    // The service cluster: holdfast, the protected objects, the kubeconfig Secret.
+    let (env, controller) = shipped_stack().await;
+    put_kubeconfig(&env, &control);
+    ok(&env, &["create", "namespace", "app"]);
+    env.apply(&configmap("cm-1", "pg-1")).expect("cm-1");
+    env.apply(&configmap("cm-2", "pg-2")).expect("cm-2");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: remote-composites}\nspec:\n  \
+         anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}\n  \
+         anchorLabels: {name: appcat.vshn.io/composite-name}\n  \
+         anchorSource:\n    kubeconfigSecretRef: {name: control-cluster, namespace: holdfast-system}\n  \
+         protects:\n  - {version: v1, resource: configmaps}\n",
+    )
+    .expect("anchor rule");
+
+    // Ready once the source is listed; the anchor type is served there only.
+    let ready = wait_condition(&env, "anchorrule", "remote-composites", "Ready", "True", 30)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    assert_eq!(ready["reason"], "Enforced", "{ready}");
+    let reachable = condition(&env, "anchorrule", "remote-composites", "SourceReachable")
+        .expect("kubectl")
+        .expect("SourceReachable condition");
+    assert_eq!(
+        (
+            &reachable["status"],
+            &reachable["reason"],
+            &reachable["message"]
+        ),
+        (
+            &"True".into(),
+            &"Synced".into(),
+            &"xvshnpostgresqls.vshn.appcat.vshn.io is listed in the cluster of anchor source Secret holdfast-system/control-cluster".into()
+        ),
+        "{reachable}"
+    );
+
+    // Refused while the composite exists in the control cluster.
+    let refusal = holdfast_e2e::denied_by(
+        "policies-0.holdfast.dev",
+        "holdfast: ConfigMap app/cm-1 is protected while its anchor \
+         xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
+         Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so it \
+         cannot be deleted. To delete it, delete the anchor, or label this object \
+         holdfast.dev/allow-deletion=true.",
+    );
+    refused_until(
+        &env,
+        &[
+            "delete",
+            "configmap",
+            "cm-1",
+            "-n",
+            "app",
+            "--dry-run=server",
+        ],
+        &refusal,
+    )
+    .await;
+    // No composite pg-2 there: that object is not protected.
+    let out = env
+        .kubectl(&["delete", "configmap", "cm-2", "-n", "app"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "configmap \"cm-2\" deleted\n"),
+        "{out:?}"
+    );
+
+    // The composite deleted in the control cluster: the object may go.
+    ok(&control, &["delete", "xvshnpostgresql", "pg-1"]);
+    let out = allowed_until(&env, &["delete", "configmap", "cm-1", "-n", "app"]).await;
+    assert_eq!(out.stdout, "configmap \"cm-1\" deleted\n", "{out:?}");
+    assert!(
+        !env.exists(&["configmap", "cm-1", "-n", "app"])
+            .expect("get")
+    );
+
+    // The control cluster stopped: refused (fail closed), naming the source.
+    env.apply(&configmap("cm-3", "pg-1")).expect("cm-3");
+    allowed_until(
+        &env,
+        &[
+            "delete",
+            "configmap",
+            "cm-3",
+            "-n",
+            "app",
+            "--dry-run=server",
+        ],
+    )
+    .await;
+    drop(control);
+    let unreachable = holdfast_e2e::denied_by(
+        "policies-0.holdfast.dev",
+        &format!(
+            "holdfast: cannot read the anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 of \
+             ConfigMap app/cm-3 (policy: AnchorRule/remote-composites): anchor source Secret \
+             holdfast-system/control-cluster is unreachable; refusing rather than risk it, \
+             retry later, {BYPASS_HINT}."
+        ),
+    );
+    refused_until(
+        &env,
+        &["delete", "configmap", "cm-3", "-n", "app"],
+        &unreachable,
+    )
+    .await;
+    assert!(
+        env.exists(&["configmap", "cm-3", "-n", "app"])
+            .expect("get")
+    );
+    // An object naming no anchor is still deletable.
+    env.apply("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: app}\n")
+        .expect("plain");
+    ok(&env, &["delete", "configmap", "plain", "-n", "app"]);
+    // The rule says so.
+    let down = wait_condition(
+        &env,
+        "anchorrule",
+        "remote-composites",
+        "SourceReachable",
+        "False",
+        30,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    assert_eq!(down["reason"], "Unreachable", "{down}");
+    let message = down["message"].as_str().unwrap_or_default();
+    assert!(
+        message
+            .starts_with("anchor source Secret holdfast-system/control-cluster is unreachable: ")
+            && message.len()
+                > "anchor source Secret holdfast-system/control-cluster is unreachable: ".len(),
+        "{down}"
+    );
+    let ready = condition(&env, "anchorrule", "remote-composites", "Ready")
+        .expect("kubectl")
+        .expect("Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&"False".into(), &"SourceUnreachable".into()),
+        "{ready}"
+    );
+
+    // The Secret pointed at another control cluster holding pg-1: read again, listed
+    // there, refused as protected; then at one without it (the Secret changes while
+    // the source is synced): listed again, allowed.
+    let control2 = control_cluster(&["pg-1"]).await;
+    put_kubeconfig(&env, &control2);
+    let protected = holdfast_e2e::denied_by(
+        "policies-0.holdfast.dev",
+        "holdfast: ConfigMap app/cm-3 is protected while its anchor \
+         xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
+         Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so it \
+         cannot be deleted. To delete it, delete the anchor, or label this object \
+         holdfast.dev/allow-deletion=true.",
+    );
+    refused_until(
+        &env,
+        &[
+            "delete",
+            "configmap",
+            "cm-3",
+            "-n",
+            "app",
+            "--dry-run=server",
+        ],
+        &protected,
+    )
+    .await;
+    wait_reason(
+        &env,
+        "anchorrule",
+        "remote-composites",
+        "SourceReachable",
+        "Synced",
+    )
+    .await;
+    let control3 = control_cluster(&[]).await;
+    put_kubeconfig(&env, &control3);
+    let out = allowed_until(&env, &["delete", "configmap", "cm-3", "-n", "app"]).await;
+    assert_eq!(out.stdout, "configmap \"cm-3\" deleted\n", "{out:?}");
+    drop(control2);
+
+    // A Secret outside holdfast's namespace is never read.
+    ok(
+        &env,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "elsewhere",
+            "-n",
+            "app",
+            &format!(
+                "--from-file=kubeconfig={}",
+                env.kubeconfig.to_string_lossy()
+            ),
+        ],
+    );
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: foreign-secret}\nspec:\n  \
+         anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}\n  \
+         anchorLabels: {name: example.com/composite}\n  \
+         anchorSource:\n    kubeconfigSecretRef: {name: elsewhere, namespace: app}\n  \
+         protects:\n  - {version: v1, resource: configmaps}\n",
+    )
+    .expect("anchor rule");
+    env.apply(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-4\n  namespace: app\n  labels: {example.com/composite: x}\n",
+    )
+    .expect("cm-4");
+    let unusable = wait_reason(
+        &env,
+        "anchorrule",
+        "foreign-secret",
+        "SourceReachable",
+        "Unusable",
+    )
+    .await;
+    assert_eq!(
+        (&unusable["reason"], &unusable["message"]),
+        (
+            &"Unusable".into(),
+            &"anchor source Secret app/elsewhere cannot be used: its Secret must be in holdfast's namespace holdfast-system".into()
+        ),
+        "{unusable}"
+    );
+    // The configuration now splits the policies over two webhooks; either refuses.
+    let message = format!(
+        "holdfast: cannot read the anchor xvshnpostgresqls.vshn.appcat.vshn.io x of \
+         ConfigMap app/cm-4 (policy: AnchorRule/foreign-secret): anchor source Secret \
+         app/elsewhere cannot be used: its Secret must be in holdfast's namespace \
+         holdfast-system; refusing rather than risk it, retry later, {BYPASS_HINT}."
+    );
+    let by = |hook: &str| holdfast_e2e::denied_by(hook, &message);
+    env.kubectl_until(&["delete", "configmap", "cm-4", "-n", "app"], 30, |o| {
+        o.refused_with(&by("policies-0.holdfast.dev"))
+            || o.refused_with(&by("policies-1.holdfast.dev"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("cm-4 never refused: {e:#}\nwebhook: {}", env.webhook_log()));
+    assert!(
+        env.exists(&["configmap", "cm-4", "-n", "app"])
+            .expect("get")
+    );
+}
+
+fn env_ns_delete(env: &Env) -> KubectlOutput {
+    env.kubectl(&["delete", "namespace", "shop"])
+        .expect("kubectl")
+}
+
+/// Waits until the live configuration has a policies webhook routing every
+/// resource (`*` of every group); returns that webhook.
+async fn wildcard_webhook(env: &Env) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let cfg = holdfast_e2e::controller::webhook_configuration(env).expect("kubectl");
+        let hook = cfg.as_ref().and_then(|c| {
+            c["webhooks"].as_array().into_iter().flatten().find(|w| {
+                w["name"]
+                    .as_str()
+                    .is_some_and(holdfast_shared::webhookconfig::is_policies_webhook)
+                    && w["rules"][0]["apiGroups"] == serde_json::json!(["*"])
+            })
+        });
+        if let Some(h) = hook {
+            return h.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no wildcard policies webhook; last: {cfg:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_001_protect_everything_in_a_namespace() {
+    if holdfast_e2e::skipped_on_cluster(
+        "seed_001_protect_everything_in_a_namespace",
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
+    ) {
+        return;
+    }
+    let (env, controller) = shipped_stack().await;
+    env.apply(&holdfast_e2e::fixtures::crd(
+        "example.com",
+        "widgets",
+        "Widget",
+        true,
+    ))
+    .expect("crd");
+    env.kubectl_until(&["get", "widgets"], 30, |o| o.code == 0)
+        .await
+        .expect("served");
+    for ns in ["shop", "other"] {
+        ok(&env, &["create", "namespace", ns]);
+        ok(&env, &["create", "configmap", "cm", "-n", ns]);
+        ok(&env, &["create", "secret", "generic", "s", "-n", ns]);
+    }
+    env.apply("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop}\n")
+        .expect("widget");
+    env.apply(
+        "apiVersion: v1\nkind: Event\nmetadata: {name: ev, namespace: shop}\n\
+         involvedObject: {kind: ConfigMap, name: cm, namespace: shop}\nreason: Test\nmessage: m\n",
+    )
+    .expect("event");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: everything-in-shop}\n\
+         spec:\n  resources:\n  - group: \"*\"\n    version: \"*\"\n    resource: \"*\"\n    namespace: shop\n    \
+         exclude:\n    - {group: \"\", resource: secrets}\n",
+    )
+    .expect("policy");
+    let ready = wait_condition(
+        &env,
+        "resourceprotection",
+        "everything-in-shop",
+        "Ready",
+        "True",
+        30,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    assert_eq!(ready["reason"], "Enforced", "{ready}");
+
+    // One rule over every resource, no subresources, the never-selected types and
+    // the exclusion left out by a matchCondition, only namespace shop.
+    let hook = wildcard_webhook(&env).await;
+    assert_eq!(
+        hook["rules"],
+        serde_json::json!([{"operations": ["DELETE"], "apiGroups": ["*"], "apiVersions": ["*"],
+            "resources": ["*"], "scope": "*"}]),
+        "{hook}"
+    );
+    assert_eq!(
+        hook["matchConditions"],
+        serde_json::json!([{"name": "not-excluded", "expression":
+            "!((request.resource.group == '' && request.resource.resource == 'endpoints') \
+             || (request.resource.group == '' && request.resource.resource == 'events') \
+             || (request.resource.group == '' && request.resource.resource == 'secrets') \
+             || (request.resource.group == 'authentication.k8s.io' && request.resource.resource == 'selfsubjectreviews') \
+             || (request.resource.group == 'authentication.k8s.io' && request.resource.resource == 'tokenreviews') \
+             || (request.resource.group == 'authorization.k8s.io' && request.resource.resource == 'localsubjectaccessreviews') \
+             || (request.resource.group == 'authorization.k8s.io' && request.resource.resource == 'selfsubjectaccessreviews') \
+             || (request.resource.group == 'authorization.k8s.io' && request.resource.resource == 'selfsubjectrulesreviews') \
+             || (request.resource.group == 'authorization.k8s.io' && request.resource.resource == 'subjectaccessreviews') \
+             || (request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases') \
+             || (request.resource.group == 'discovery.k8s.io' && request.resource.resource == 'endpointslices') \
+             || (request.resource.group == 'events.k8s.io' && request.resource.resource == 'events') \
+             || request.resource.group == 'holdfast.dev')"}]),
+        "{hook}"
+    );
+    assert_eq!(
+        hook["namespaceSelector"],
+        serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+            "operator": "In", "values": ["shop"]}]}),
+        "{hook}"
+    );
+
+    // A ConfigMap and a custom resource in shop: refused.
+    let refusal = |what: &str, gr: &str, kind_arg: &str| {
+        (
+            holdfast_e2e::denied_by(
+                hook["name"].as_str().unwrap_or_default(),
+                &format!(
+                    "holdfast: {what} is protected by ResourceProtection/everything-in-shop \
+                     (selects every resource, {gr} among them in namespace shop), so it cannot \
+                     be deleted. To delete it, remove it from the policy (kubectl edit \
+                     resourceprotection everything-in-shop), {BYPASS_HINT}."
+                ),
+            ),
+            kind_arg.to_string(),
+        )
+    };
+    for (text, kind) in [
+        refusal("ConfigMap shop/cm", "configmaps", "configmap/cm"),
+        refusal("Widget shop/w1", "widgets.example.com", "widget/w1"),
+    ] {
+        refused_until(&env, &["delete", &kind, "-n", "shop"], &text).await;
+        assert!(env.exists(&[&kind, "-n", "shop"]).expect("get"), "{kind}");
+    }
+    // Excluded, never selected by a wildcard, or in another namespace: deletable.
+    for (kind, ns) in [
+        ("secret/s", "shop"),
+        ("event/ev", "shop"),
+        ("configmap/cm", "other"),
+        ("secret/s", "other"),
+    ] {
+        let out = env.kubectl(&["delete", kind, "-n", ns]).expect("kubectl");
+        assert_eq!(out.code, 0, "{kind} in {ns}: {out:?}");
+        assert!(
+            !env.exists(&[kind, "-n", ns]).expect("get"),
+            "{kind} in {ns}"
+        );
+    }
+    // Namespace shop holds protected objects: it is not half-deleted.
+    // Every object counts, the ones the cluster puts in every namespace too.
+    let out = env_ns_delete(&env);
+    assert!(
+        out.refused_with(&holdfast_e2e::denied_by(
+            "containment.holdfast.dev",
+            &format!(
+                "holdfast: Namespace shop holds objects that are protected from deletion: \
+                 ConfigMap shop/cm (ResourceProtection/everything-in-shop), ConfigMap \
+                 shop/kube-root-ca.crt (ResourceProtection/everything-in-shop), ServiceAccount \
+                 shop/default (ResourceProtection/everything-in-shop), Widget shop/w1 \
+                 (ResourceProtection/everything-in-shop) (policy: containment), so it cannot be \
+                 deleted: that would leave it half-deleted. To delete it, first lift the \
+                 protection of those objects (or delete them), {BYPASS_HINT} on the namespace."
+            )
+        )),
+        "{out:?}"
+    );
+    assert!(env.exists(&["namespace", "shop"]).expect("get"));
+    // The policy itself stays deletable (holdfast's own types are never selected).
+    ok(
+        &env,
+        &["delete", "resourceprotection", "everything-in-shop"],
+    );
+    allowed_until(&env, &["delete", "configmap", "cm", "-n", "shop"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
+    if holdfast_e2e::skipped_on_cluster(
+        "resources_never_sent_to_a_webhook_are_named_in_the_status",
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
+    ) {
+        return;
+    }
+    let (env, controller) = shipped_stack().await;
+    // metrics.k8s.io served by an aggregated API, as metrics-server registers it.
+    env.apply(
+        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1beta1.metrics.k8s.io}\n\
+         spec:\n  group: metrics.k8s.io\n  version: v1beta1\n  groupPriorityMinimum: 100\n  versionPriority: 100\n  \
+         insecureSkipTLSVerify: true\n  service: {name: metrics-server, namespace: kube-system, port: 443}\n",
+    )
+    .expect("APIService");
+    // Its requests are proxied, never admitted: the simulator, like an API server
+    // with no reachable backend, answers 503 without any webhook being called.
+    let out = env
+        .kubectl(&[
+            "get",
+            "--raw",
+            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
+        ])
+        .expect("kubectl");
+    assert_eq!(out.code, 1, "{out:?}");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: pod-metrics}\n\
+         spec:\n  resources:\n  - {group: metrics.k8s.io, version: v1beta1, resource: pods}\n  \
+         - {version: v1, resource: configmaps}\n",
+    )
+    .expect("policy");
+    env.apply(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: events}\n\
+         spec:\n  resources:\n  - {version: v1, resource: events, namespace: default}\n",
+    )
+    .expect("policy");
+    let why = "DELETEs of pods.metrics.k8s.io never reach an admission webhook: group \
+               metrics.k8s.io is served by APIService v1beta1.metrics.k8s.io, an aggregated \
+               API whose requests the API server proxies without calling webhooks";
+    let installed = wait_reason_or(
+        &env,
+        "resourceprotection",
+        "pod-metrics",
+        "Installed",
+        "NotAdmissionControlled",
+        &|| format!("controller: {}", controller.log()),
+    )
+    .await;
+    assert_eq!(
+        (&installed["status"], &installed["message"]),
+        (&"False".into(), &why.into()),
+        "{installed}\ncontroller: {}",
+        controller.log()
+    );
+    let ready = condition(&env, "resourceprotection", "pod-metrics", "Ready")
+        .expect("kubectl")
+        .expect("Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"], &ready["message"]),
+        (
+            &"False".into(),
+            &"NotAdmissionControlled".into(),
+            &format!("not every named resource can be protected: {why}").into()
+        ),
+        "{ready}"
+    );
+    // And indeed: a DELETE there, routed by the configuration, is answered by the
+    // (unreachable) aggregated API without a review reaching the webhook.
+    let before = env.webhook_reviews("DELETE").await.expect("metrics");
+    let out = env
+        .kubectl(&[
+            "delete",
+            "--raw",
+            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
+        ])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stderr.as_str()),
+        (
+            1,
+            "Error from server (ServiceUnavailable): the server is currently unable to handle the request\n"
+        ),
+        "{out:?}"
+    );
+    assert_eq!(
+        env.webhook_reviews("DELETE").await.expect("metrics"),
+        before
+    );
+    // Not invalid: the resource is simply out of the webhooks' reach.
+    let invalid = condition(&env, "resourceprotection", "pod-metrics", "Invalid")
+        .expect("kubectl")
+        .expect("Invalid");
+    assert_eq!(invalid["status"], "False", "{invalid}");
+    // The configmaps it names are still protected.
+    ok(&env, &["create", "configmap", "kept"]);
+    refused_until(
+        &env,
+        &["delete", "configmap", "kept"],
+        &holdfast_e2e::denied_by(
+            "policies-0.holdfast.dev",
+            &format!(
+                "holdfast: ConfigMap default/kept is protected by ResourceProtection/pod-metrics \
+                 (selects configmaps), so it cannot be deleted. To delete it, remove it from the \
+                 policy (kubectl edit resourceprotection pod-metrics), {BYPASS_HINT}."
+            ),
+        ),
+    )
+    .await;
+    // (The count does move for a DELETE that is admitted.)
+    assert!(env.webhook_reviews("DELETE").await.expect("metrics") > before);
+    // Events expire without a DELETE.
+    let events = wait_reason(
+        &env,
+        "resourceprotection",
+        "events",
+        "Installed",
+        "NotAdmissionControlled",
+    )
+    .await;
+    assert_eq!(
+        events["message"],
+        "events expire from storage when their time to live runs out (the API server's \
+         --event-ttl, 1h by default) without a DELETE, so no webhook sees it; only explicit \
+         DELETEs are refused",
+        "{events}"
+    );
+    // The APIService gone, nothing serves pods.metrics.k8s.io: the policy names an
+    // unknown resource, like any misspelled one.
+    ok(&env, &["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
+    let invalid = wait_reason(
+        &env,
+        "resourceprotection",
+        "pod-metrics",
+        "Invalid",
+        "UnknownResource",
+    )
+    .await;
+    assert_eq!(invalid["status"], "True", "{invalid}");
+}

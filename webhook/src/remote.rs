@@ -1,0 +1,339 @@
+//! Anchors read from another cluster (an AnchorRule's `anchorSource`): one
+//! watch-fed store per (source, anchor resource), shared by every rule naming the
+//! same source and resource. The source's kubeconfig is read from a Secret in
+//! holdfast's own namespace (only there: an AnchorRule is cluster-scoped, and
+//! whoever may write one must not be able to make the webhook use the credentials
+//! of any Secret in any namespace). While a store has not synced, or its watch
+//! has failed, lookups fail and the anchor's objects are refused ("fail closed").
+
+use dashmap::DashMap;
+use futures::StreamExt;
+use holdfast_shared::{api::common::GroupResource, policy::LookupError, registry::AnchorSourceRef};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject},
+    runtime::watcher,
+};
+use serde_json::Value;
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+/// How often a watched source's Secret is read again.
+const SECRET_RECHECK: Duration = Duration::from_secs(10);
+
+/// What is known of one remote store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceState {
+    /// Not listed yet.
+    Connecting,
+    /// Listed and watched.
+    Synced,
+    /// The last list or watch failed (the error).
+    Unreachable(String),
+    /// The source cannot be used (the Secret is missing, outside holdfast's
+    /// namespace, or holds no usable kubeconfig).
+    Unusable(String),
+}
+
+/// Identity of a remote store.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteKey {
+    /// The source.
+    pub source: AnchorSourceRef,
+    /// The anchor resource.
+    pub gr: GroupResource,
+    /// Its version.
+    pub version: String,
+}
+
+/// The anchors of one resource in one source's cluster.
+pub struct RemoteStore {
+    state: RwLock<SourceState>,
+    /// (namespace, name) → object.
+    objects: RwLock<HashMap<(String, String), Arc<Value>>>,
+}
+
+impl Default for RemoteStore {
+    fn default() -> Self {
+        Self {
+            state: RwLock::new(SourceState::Connecting),
+            objects: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+impl RemoteStore {
+    /// The store's state.
+    pub fn state(&self) -> SourceState {
+        match self.state.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn set_state(&self, s: SourceState) {
+        match self.state.write() {
+            Ok(mut g) => *g = s,
+            Err(p) => *p.into_inner() = s,
+        }
+    }
+
+    fn objects(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<(String, String), Arc<Value>>> {
+        match self.objects.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// The anchor `namespace/name`, or why it cannot be known.
+    pub fn get(
+        &self,
+        source: &AnchorSourceRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<Value>>, LookupError> {
+        match self.state() {
+            SourceState::Synced => {}
+            other => return Err(state_error(source, &other)),
+        }
+        let objects = match self.objects.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        Ok(objects
+            .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
+            .cloned())
+    }
+}
+
+/// The refusal's reason for a store that is not synced.
+pub fn state_error(source: &AnchorSourceRef, state: &SourceState) -> LookupError {
+    LookupError(match state {
+        SourceState::Synced => format!("anchor source {source} is synced"),
+        SourceState::Connecting => format!("anchor source {source} is not synced yet"),
+        SourceState::Unreachable(_) => format!("anchor source {source} is unreachable"),
+        SourceState::Unusable(why) => format!("anchor source {source} cannot be used: {why}"),
+    })
+}
+
+/// Every remote store.
+#[derive(Default)]
+pub struct RemoteStores {
+    stores: DashMap<RemoteKey, Arc<RemoteStore>>,
+}
+
+impl RemoteStores {
+    /// The store of `source` and `gr`, if one is kept.
+    pub fn get(&self, source: &AnchorSourceRef, gr: &GroupResource) -> Option<Arc<RemoteStore>> {
+        self.stores
+            .iter()
+            .find(|e| e.key().source == *source && e.key().gr == *gr)
+            .map(|e| e.value().clone())
+    }
+}
+
+/// The Secret's resourceVersion (None: it does not exist), or why it was not read.
+async fn secret_version(
+    local: &Client,
+    source: &AnchorSourceRef,
+) -> Result<Option<String>, String> {
+    let api: Api<Secret> = Api::namespaced(local.clone(), &source.namespace);
+    tokio::time::timeout(Duration::from_secs(5), api.get_opt(&source.name))
+        .await
+        .map_err(|_| "the Secret was not read in time".to_string())?
+        .map(|s| s.map(|s| s.metadata.resource_version.unwrap_or_default()))
+        .map_err(|e| format!("reading the Secret failed: {e}"))
+}
+
+/// A client for the cluster of `source` and the Secret's resourceVersion, or why
+/// there is none.
+async fn remote_client(
+    local: &Client,
+    allowed_namespace: &str,
+    source: &AnchorSourceRef,
+) -> Result<(Client, String), SourceState> {
+    use holdfast_shared::anchorsource;
+    if let Some(why) = anchorsource::namespace_problem(source, allowed_namespace) {
+        return Err(SourceState::Unusable(why));
+    }
+    let api: Api<Secret> = Api::namespaced(local.clone(), &source.namespace);
+    let secret = tokio::time::timeout(Duration::from_secs(5), api.get_opt(&source.name))
+        .await
+        .map_err(|_| SourceState::Unreachable("the Secret was not read in time".to_string()))?
+        .map_err(|e| SourceState::Unreachable(format!("reading the Secret failed: {e}")))?;
+    let version = secret
+        .as_ref()
+        .and_then(|s| s.metadata.resource_version.clone())
+        .unwrap_or_default();
+    let kubeconfig =
+        anchorsource::kubeconfig(source, secret.as_ref()).map_err(SourceState::Unusable)?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| SourceState::Unusable(format!("the kubeconfig cannot be used: {e}")))?;
+    let client = Client::try_from(config)
+        .map_err(|e| SourceState::Unusable(format!("the kubeconfig cannot be used: {e}")))?;
+    Ok((client, version))
+}
+
+/// Feeds one remote store until aborted: reads the Secret, lists and watches the
+/// anchors; after any failure starts over (a fresh list) a few seconds later.
+async fn run_remote(
+    local: Client,
+    allowed_namespace: String,
+    key: RemoteKey,
+    store: Arc<RemoteStore>,
+) {
+    let ar = ApiResource {
+        group: key.gr.group.clone(),
+        version: key.version.clone(),
+        api_version: if key.gr.group.is_empty() {
+            key.version.clone()
+        } else {
+            format!("{}/{}", key.gr.group, key.version)
+        },
+        kind: String::new(),
+        plural: key.gr.resource.clone(),
+    };
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let (client, version) = match remote_client(&local, &allowed_namespace, &key.source).await {
+            Ok(c) => c,
+            Err(state) => {
+                if store.state() != state {
+                    tracing::warn!(source = %key.source, resource = %key.gr, ?state, "anchor source not usable; refusing its anchors' objects");
+                }
+                store.set_state(state);
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                continue;
+            }
+        };
+        let api: Api<DynamicObject> = Api::all_with(client, &ar);
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        let mut buffer: HashMap<(String, String), Arc<Value>> = HashMap::new();
+        // The Secret is read again now and then: a changed one (another cluster,
+        // rotated credentials) starts over with a fresh list.
+        let mut recheck = tokio::time::interval(SECRET_RECHECK);
+        recheck.tick().await;
+        let failure = loop {
+            let event = tokio::select! {
+                e = stream.next() => e,
+                _ = recheck.tick() => {
+                    match secret_version(&local, &key.source).await {
+                        Ok(Some(v)) if v == version => continue,
+                        // Not read this time: keep going on what was read.
+                        Err(_) => continue,
+                        Ok(_) => {
+                            tracing::info!(source = %key.source, resource = %key.gr, "anchor source Secret changed; listing again");
+                            store.set_state(SourceState::Connecting);
+                            break String::new();
+                        }
+                    }
+                }
+            };
+            let Some(event) = event else {
+                break "the watch ended".to_string();
+            };
+            let keyed = |o: &DynamicObject| {
+                (
+                    (
+                        o.metadata.namespace.clone().unwrap_or_default(),
+                        o.metadata.name.clone().unwrap_or_default(),
+                    ),
+                    Arc::new(serde_json::to_value(o).unwrap_or(Value::Null)),
+                )
+            };
+            match event {
+                Ok(watcher::Event::Init) => buffer.clear(),
+                Ok(watcher::Event::InitApply(o)) => {
+                    let (k, v) = keyed(&o);
+                    buffer.insert(k, v);
+                }
+                Ok(watcher::Event::InitDone) => {
+                    *store.objects() = std::mem::take(&mut buffer);
+                    if store.state() != SourceState::Synced {
+                        tracing::info!(source = %key.source, resource = %key.gr, "anchor source synced");
+                    }
+                    store.set_state(SourceState::Synced);
+                    delay = Duration::from_millis(500);
+                }
+                Ok(watcher::Event::Apply(o)) => {
+                    let (k, v) = keyed(&o);
+                    store.objects().insert(k, v);
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    let (k, _) = keyed(&o);
+                    store.objects().remove(&k);
+                }
+                Err(e) if crate::stores::watcher_not_found(&e) => {
+                    // Not served there: most likely the wrong cluster, so nothing
+                    // is taken as known (fail closed).
+                    store.objects().clear();
+                    store.set_state(SourceState::Unusable(format!(
+                        "{} is not served there",
+                        key.gr
+                    )));
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    break String::new();
+                }
+                Err(e) => break e.to_string(),
+            }
+        };
+        if !failure.is_empty() {
+            tracing::warn!(source = %key.source, resource = %key.gr, error = %failure, "anchor source unreachable; refusing its anchors' objects until it is listed again");
+            store.set_state(SourceState::Unreachable(failure));
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    }
+}
+
+/// Keeps one store per (source, anchor resource) the AnchorRules name.
+pub async fn manage(view: Arc<crate::view::WebhookView>, local: Client) {
+    let allowed = holdfast_shared::anchorsource::allowed_namespace();
+    let mut running: HashMap<RemoteKey, tokio::task::JoinHandle<()>> = HashMap::new();
+    loop {
+        let wanted: std::collections::HashSet<RemoteKey> = view
+            .registry()
+            .anchors
+            .entries()
+            .iter()
+            .filter_map(|a| {
+                a.source.as_ref().map(|s| RemoteKey {
+                    source: s.clone(),
+                    gr: a.anchor.clone(),
+                    version: a.anchor_version.clone(),
+                })
+            })
+            .collect();
+        let remotes = view.remote_stores();
+        running.retain(|k, h| {
+            let keep = wanted.contains(k);
+            if !keep {
+                h.abort();
+                remotes.stores.remove(k);
+            }
+            keep
+        });
+        for key in wanted {
+            if running.contains_key(&key) {
+                continue;
+            }
+            let store = Arc::new(RemoteStore::default());
+            remotes.stores.insert(key.clone(), store.clone());
+            tracing::info!(source = %key.source, resource = %key.gr, "watching anchors in another cluster");
+            running.insert(
+                key.clone(),
+                tokio::spawn(run_remote(local.clone(), allowed.clone(), key, store)),
+            );
+        }
+        // Rules change rarely; a new source is picked up within a second.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
