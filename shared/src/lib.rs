@@ -5,6 +5,7 @@
 //! request and a [`policy::ClusterView`] that the webhook implements.
 
 pub mod api;
+pub mod cascading;
 pub mod fieldpath;
 pub mod index;
 pub mod labels;

@@ -317,6 +317,8 @@ pub struct CompiledProtection {
     pub strict: bool,
     /// Its selectors.
     pub selectors: Vec<ResourceSelector>,
+    /// `mode: Cascading`: protects only while live contents remain.
+    pub cascading: bool,
 }
 
 impl CompiledProtection {
@@ -447,6 +449,8 @@ pub fn compile_protection(
             enforcement: rp.spec.enforcement,
             strict: rp.spec.strict,
             selectors: rp.spec.resources.clone(),
+            cascading: rp.spec.mode
+                == crate::api::resource_protection::ProtectionMode::Cascading,
         },
     ))
 }
@@ -822,6 +826,7 @@ mod tests {
                         label_selector: None,
                     })
                     .collect(),
+                cascading: false,
             })
         };
         let list: Arc<[Arc<CompiledProtection>]> = vec![

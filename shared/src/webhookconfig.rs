@@ -1382,7 +1382,7 @@ mod tests {
                 .expect("valid")]);
         let hooks = label_webhooks(&labels, false, &opts());
         assert_eq!(hooks.len(), 2);
-        for (h, want) in hooks.iter().zip(["'Always', 'true'", "'Always'"]) {
+        for (h, want) in hooks.iter().zip(["'Always', 'true', 'Cascading'", "'Always'"]) {
             let cond = &h.match_conditions.as_ref().expect("condition")[0].expression;
             assert!(
                 cond.starts_with("request.operation == 'DELETE' || (has(object.metadata.labels)"),
@@ -2129,7 +2129,7 @@ delete-label-0.holdfast.dev
   requests:   UPDATE *.* */*.*
   namespaces: all
   objects:    holdfast.dev/protected
-  condition:  delete-or-protection-label-look-alike: request.operation == 'DELETE' || (has(object.metadata.labels) && 'holdfast.dev/protected' in object.metadata.labels && !(object.metadata.labels['holdfast.dev/protected'] in ['Always', 'true']) && object.metadata.labels['holdfast.dev/protected'].trim().lowerAscii() in ['always', 'true'] && (oldObject == null || !has(oldObject.metadata.labels) || !('holdfast.dev/protected' in oldObject.metadata.labels) || oldObject.metadata.labels['holdfast.dev/protected'] != object.metadata.labels['holdfast.dev/protected']))
+  condition:  delete-or-protection-label-look-alike: request.operation == 'DELETE' || (has(object.metadata.labels) && 'holdfast.dev/protected' in object.metadata.labels && !(object.metadata.labels['holdfast.dev/protected'] in ['Always', 'true', 'Cascading']) && object.metadata.labels['holdfast.dev/protected'].trim().lowerAscii() in ['always', 'true', 'cascading'] && (oldObject == null || !has(oldObject.metadata.labels) || !('holdfast.dev/protected' in oldObject.metadata.labels) || oldObject.metadata.labels['holdfast.dev/protected'] != object.metadata.labels['holdfast.dev/protected']))
   outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
 containment.holdfast.dev
   requests:   DELETE namespaces
@@ -2169,7 +2169,7 @@ eviction.holdfast.dev
         let a = settings_annotation(&with, true);
         assert_eq!(
             a,
-            r#"{"protectionLabels":["holdfast.dev/protected=Always,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":true}"#
+            r#"{"protectionLabels":["holdfast.dev/protected=Always,true,Cascading","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":true}"#
         );
         assert_eq!(settings_disagreement(&a, &with, true), None);
         assert_eq!(
@@ -2181,9 +2181,9 @@ eviction.holdfast.dev
         assert_eq!(
             settings_disagreement(&a, &without, true).as_deref(),
             Some(
-                "the controller protects with labels [holdfast.dev/protected=Always,true \
+                "the controller protects with labels [holdfast.dev/protected=Always,true,Cascading \
                  resourcetemplate.karmada.io/deletion-protected=Always], this webhook with \
-                 [holdfast.dev/protected=Always,true] (HOLDFAST_PROTECTION_LABELS)"
+                 [holdfast.dev/protected=Always,true,Cascading] (HOLDFAST_PROTECTION_LABELS)"
             )
         );
         assert!(
