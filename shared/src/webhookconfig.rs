@@ -2169,7 +2169,7 @@ eviction.holdfast.dev
         let a = settings_annotation(&with, true);
         assert_eq!(
             a,
-            r#"{"protectionLabels":["holdfast.dev/protected=Always,true,Cascading","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":true}"#
+            r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":true}"#
         );
         assert_eq!(settings_disagreement(&a, &with, true), None);
         assert_eq!(
@@ -2181,9 +2181,9 @@ eviction.holdfast.dev
         assert_eq!(
             settings_disagreement(&a, &without, true).as_deref(),
             Some(
-                "the controller protects with labels [holdfast.dev/protected=Always,true,Cascading \
+                "the controller protects with labels [holdfast.dev/protected=Always,Cascading,true \
                  resourcetemplate.karmada.io/deletion-protected=Always], this webhook with \
-                 [holdfast.dev/protected=Always,true,Cascading] (HOLDFAST_PROTECTION_LABELS)"
+                 [holdfast.dev/protected=Always,Cascading,true] (HOLDFAST_PROTECTION_LABELS)"
             )
         );
         assert!(
