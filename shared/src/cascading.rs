@@ -173,11 +173,7 @@ pub async fn live_contents<V: ClusterView>(req: &AdmissionRequest, obj: &Value, 
             )),
         };
     }
-    if req
-        .sub_resource
-        .as_deref()
-        .is_some_and(|s| !s.is_empty())
-    {
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
         return Live::NoContents;
     }
     let (group, resource) = (&req.resource.group, &req.resource.resource);
@@ -364,7 +360,12 @@ mod tests {
 
     fn refusal(e: &Evaluation) -> (&str, DenialKind, &str, Vec<String>) {
         match &e.decision {
-            Decision::Deny(d) => (e.policy.as_str(), d.kind, d.message.as_str(), d.blockers.clone()),
+            Decision::Deny(d) => (
+                e.policy.as_str(),
+                d.kind,
+                d.message.as_str(),
+                d.blockers.clone(),
+            ),
             other => panic!("expected a denial, got {other:?}"),
         }
     }
@@ -418,7 +419,10 @@ mod tests {
         );
         // Drained: allowed.
         let drained = View::default();
-        assert_eq!(run(&req, &cfg(false, &[]), &drained).decision, Decision::Allow);
+        assert_eq!(
+            run(&req, &cfg(false, &[]), &drained).decision,
+            Decision::Allow
+        );
         // Cannot tell: refused, fail closed.
         let unsynced = View {
             in_namespace: Err("the index of pods is not synced yet".to_string()),
@@ -534,7 +538,11 @@ mod tests {
         );
         let mut zero = obj.clone();
         zero["spec"]["size"]["count"] = json!(0);
-        let e = run(&delete(widget, Some("shop"), zero), &cfg(false, &[]), &scalable);
+        let e = run(
+            &delete(widget, Some("shop"), zero),
+            &cfg(false, &[]),
+            &scalable,
+        );
         assert_eq!(e.decision, Decision::Allow);
         // No scale subresource: Cascading protects like Always, and says so.
         let e = run(&req, &cfg(false, &[]), &View::default());
@@ -577,7 +585,10 @@ mod tests {
                      "names": {"plural": "widgets", "kind": "Widget"}}});
         let req = delete(CRD, None, crd);
         let view = View {
-            instances: Ok(vec!["Widget shop/a".to_string(), "Widget shop/b".to_string()]),
+            instances: Ok(vec![
+                "Widget shop/a".to_string(),
+                "Widget shop/b".to_string(),
+            ]),
             ..View::default()
         };
         let e = run(&req, &cfg(false, &[]), &view);
@@ -640,7 +651,10 @@ mod tests {
             protections: vec![rp],
             ..View::default()
         };
-        assert_eq!(run(&req, &cfg(false, &[]), &drained).decision, Decision::Allow);
+        assert_eq!(
+            run(&req, &cfg(false, &[]), &drained).decision,
+            Decision::Allow
+        );
     }
 
     #[test]

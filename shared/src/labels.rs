@@ -396,7 +396,10 @@ mod tests {
         );
         // The built-in key protects with Cascading too.
         let builtin = map(json!({"holdfast.dev/protected": "Cascading"}));
-        assert!(set.protecting(Some(&builtin)).is_some_and(|l| l.cascading()));
+        assert!(
+            set.protecting(Some(&builtin))
+                .is_some_and(|l| l.cascading())
+        );
         // Both: the key that protects always is the one reported.
         let both = map(json!({
             "holdfast.dev/protected": "Cascading",
@@ -408,11 +411,10 @@ mod tests {
             ("policy.kruise.io/delete-protection", "Always", false)
         );
         // A key that does not list Cascading is not protected by it.
-        let karmada = ProtectionLabels::with_extra([
-            "resourcetemplate.karmada.io/deletion-protected=Always"
+        let karmada =
+            ProtectionLabels::with_extra(["resourcetemplate.karmada.io/deletion-protected=Always"
                 .parse::<ProtectionLabel>()
-                .expect("valid"),
-        ]);
+                .expect("valid")]);
         let l = map(json!({"resourcetemplate.karmada.io/deletion-protected": "Cascading"}));
         assert!(karmada.protecting(Some(&l)).is_none());
         // Strict mode: removing Cascading is a removal; Always -> Cascading is not.

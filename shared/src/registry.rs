@@ -449,8 +449,7 @@ pub fn compile_protection(
             enforcement: rp.spec.enforcement,
             strict: rp.spec.strict,
             selectors: rp.spec.resources.clone(),
-            cascading: rp.spec.mode
-                == crate::api::resource_protection::ProtectionMode::Cascading,
+            cascading: rp.spec.mode == crate::api::resource_protection::ProtectionMode::Cascading,
         },
     ))
 }

@@ -1382,7 +1382,10 @@ mod tests {
                 .expect("valid")]);
         let hooks = label_webhooks(&labels, false, &opts());
         assert_eq!(hooks.len(), 2);
-        for (h, want) in hooks.iter().zip(["'Always', 'true', 'Cascading'", "'Always'"]) {
+        for (h, want) in hooks
+            .iter()
+            .zip(["'Always', 'true', 'Cascading'", "'Always'"])
+        {
             let cond = &h.match_conditions.as_ref().expect("condition")[0].expression;
             assert!(
                 cond.starts_with("request.operation == 'DELETE' || (has(object.metadata.labels)"),
