@@ -272,7 +272,12 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     apply(env, &pvc("shop", "data"));
     admin(
         env,
-        &["label", "namespace", "shop", "holdfast.dev/protected=Cascading"],
+        &[
+            "label",
+            "namespace",
+            "shop",
+            "holdfast.dev/protected=Cascading",
+        ],
     );
     let delete_ns = ["delete", "namespace", "shop", "--wait=false"];
     refused_until(
@@ -307,7 +312,10 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
         ),
     )
     .await;
-    admin(env, &["delete", "pvc", "data", "-n", "shop", "--wait=false"]);
+    admin(
+        env,
+        &["delete", "pvc", "data", "-n", "shop", "--wait=false"],
+    );
     let out = allowed_until(env, &delete_ns).await;
     assert_eq!(out.stdout.trim_end(), "namespace \"shop\" deleted");
 
@@ -467,9 +475,14 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     );
     apply(
         env,
-        &deployment("team", "api", "policy.kruise.io/delete-protection=Cascading", 1)
-            .replace("kind: Deployment", "kind: StatefulSet")
-            .replace("  selector:", "  serviceName: api\n  selector:"),
+        &deployment(
+            "team",
+            "api",
+            "policy.kruise.io/delete-protection=Cascading",
+            1,
+        )
+        .replace("kind: Deployment", "kind: StatefulSet")
+        .replace("  selector:", "  serviceName: api\n  selector:"),
     );
     let delete_sts = ["delete", "statefulset", "api", "-n", "team"];
     let out = as_alice(env, &delete_sts);
@@ -532,6 +545,31 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     )
     .await;
     admin(env, &["delete", "pod", "worker", "-n", "team"]);
+    // Drained of Pods, it still holds a ConfigMap its own Always protects.
+    refused_until(
+        env,
+        &delete_ns,
+        &denied(
+            "delete-label-1.holdfast.dev",
+            "holdfast: Namespace team holds objects that are protected from deletion: \
+             ConfigMap team/settings (label) (policy: containment), so it cannot be deleted: \
+             that would leave it half-deleted. To delete it, first lift the protection of those \
+             objects (or delete them), or set the annotation holdfast.dev/skip-protection=true \
+             if you are allowed to bypass protection on the namespace.",
+        ),
+    )
+    .await;
+    admin(
+        env,
+        &[
+            "label",
+            "configmap",
+            "settings",
+            "-n",
+            "team",
+            "policy.kruise.io/delete-protection-",
+        ],
+    );
     let out = allowed_until(env, &delete_ns).await;
     assert_eq!(out.stdout.trim_end(), "namespace \"team\" deleted");
 }
@@ -570,7 +608,10 @@ async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
         ),
     )
     .await;
-    admin(env, &["delete", "pvc", "cache", "-n", "scratch", "--wait=false"]);
+    admin(
+        env,
+        &["delete", "pvc", "cache", "-n", "scratch", "--wait=false"],
+    );
     let out = allowed_until(env, &delete_ns).await;
     assert_eq!(out.stdout.trim_end(), "namespace \"scratch\" deleted");
 }
@@ -582,7 +623,12 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
     admin(env, &["create", "namespace", "vault"]);
     admin(
         env,
-        &["label", "namespace", "vault", "holdfast.dev/protected=Cascading"],
+        &[
+            "label",
+            "namespace",
+            "vault",
+            "holdfast.dev/protected=Cascading",
+        ],
     );
     let out = as_alice(
         env,
@@ -621,8 +667,9 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
         (0, "namespace/vault labeled"),
         "{out:?}"
     );
-    let labels = env
-        .get_json(&["namespace", "vault"])
-        .expect("namespace");
-    assert_eq!(labels["metadata"]["labels"]["holdfast.dev/protected"], "Always");
+    let labels = env.get_json(&["namespace", "vault"]).expect("namespace");
+    assert_eq!(
+        labels["metadata"]["labels"]["holdfast.dev/protected"],
+        "Always"
+    );
 }
