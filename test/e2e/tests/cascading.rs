@@ -217,7 +217,8 @@ fn deployment(ns: &str, name: &str, label: &str, replicas: u32) -> String {
     )
 }
 
-/// A namespaced custom workload with a scale subresource (`.spec.replicas`).
+/// A namespaced custom workload with a scale subresource whose replica count lives
+/// at `.spec.workers`.
 const GADGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: gadgets.workloads.test.io}
@@ -230,7 +231,7 @@ spec:
     served: true
     storage: true
     subresources:
-      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}
+      scale: {specReplicasPath: .spec.workers, statusReplicasPath: .status.workers}
     schema:
       openAPIV3Schema:
         type: object
@@ -238,11 +239,11 @@ spec:
           spec:
             type: object
             properties:
-              replicas: {type: integer}
+              workers: {type: integer}
           status:
             type: object
             properties:
-              replicas: {type: integer}
+              workers: {type: integer}
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -357,7 +358,8 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
         "{out:?}"
     );
 
-    // A custom workload with a scale subresource, through its CRD's replica path.
+    // A custom workload with a scale subresource, through its CRD's replica path
+    // (scaling it through the scale subresource sets that path).
     apply(env, GADGET_CRD);
     env.kubectl_until(&["get", "gadgets", "-A"], 30, |o| o.code == 0)
         .await
@@ -365,7 +367,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     apply(
         env,
         "apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g1, namespace: apps, \
-         labels: {holdfast.dev/protected: Cascading}}\nspec: {replicas: 3}\n",
+         labels: {holdfast.dev/protected: Cascading}}\nspec: {workers: 3}\n",
     );
     let delete_gadget = ["delete", "gadget", "g1", "-n", "apps"];
     refused_until(
@@ -375,7 +377,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
             "delete-label-0.holdfast.dev",
             "holdfast: Gadget apps/g1 is protected by label holdfast.dev/protected=Cascading \
              (policy: label holdfast.dev/protected) while it has replicas, and it still has \
-             .spec.replicas=3, so it cannot be deleted. To delete it, first scale it to 0 \
+             .spec.workers=3, so it cannot be deleted. To delete it, first scale it to 0 \
              (kubectl scale gadgets.workloads.test.io g1 -n apps --replicas=0); or remove the \
              label (kubectl label gadgets.workloads.test.io g1 -n apps \
              holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true \

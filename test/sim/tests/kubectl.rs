@@ -429,3 +429,100 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
     );
     sim.shutdown().await;
 }
+
+/// The scale subresource of a custom resource reads and writes the CRD's
+/// `specReplicasPath` and reads its `statusReplicasPath`, as kube-apiserver does (a
+/// value missing at the path scales as 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resource_scale_follows_the_crd_replica_paths() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let crd = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.workloads.test.io}
+spec:
+  group: workloads.test.io
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.size.count, statusReplicasPath: .status.running}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size:
+                type: object
+                properties:
+                  count: {type: integer}
+          status:
+            type: object
+            properties:
+              running: {type: integer}
+"#;
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(crd));
+    assert_eq!(out.code, 0, "{out:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while k.run(&["get", "gadgets", "-A"]).code != 0 {
+        assert!(std::time::Instant::now() < deadline, "gadgets never served");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let out = k.run_stdin(
+        &["apply", "-f", "-"],
+        Some("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: default}\nspec: {size: {count: 3}}\n"),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let scale = |k: &Kubectl| -> Value {
+        let out = k.run(&[
+            "get",
+            "gadget",
+            "g",
+            "-n",
+            "default",
+            "--subresource=scale",
+            "-o",
+            "json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        serde_json::from_str(&out.stdout).expect("json")
+    };
+    let s = scale(&k);
+    assert_eq!(
+        (&s["kind"], &s["spec"]["replicas"], &s["status"]["replicas"]),
+        (&json!("Scale"), &json!(3), &json!(0))
+    );
+    let out = k.run(&["scale", "gadget", "g", "-n", "default", "--replicas=0"]);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "gadget.workloads.test.io/g scaled\n"),
+        "{out:?}"
+    );
+    let out = k.run(&["get", "gadget", "g", "-n", "default", "-o", "json"]);
+    let g: Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(g["spec"], json!({"size": {"count": 0}}), "{g}");
+    assert_eq!(scale(&k)["spec"]["replicas"], json!(0));
+    // Nothing at the path: 0.
+    let out = k.run_stdin(
+        &["apply", "-f", "-"],
+        Some("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: empty, namespace: default}\nspec: {}\n"),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&[
+        "get",
+        "gadget",
+        "empty",
+        "-n",
+        "default",
+        "--subresource=scale",
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ]);
+    assert_eq!((out.code, out.stdout.as_str()), (0, "0"), "{out:?}");
+}
