@@ -1743,6 +1743,11 @@ fn prepare_create(
             admission::validate_config(info, obj)?;
             admission::default_config(obj);
         }
+        ("", "pods") => {
+            crate::defaults::apply(info, obj);
+            // kube-apiserver's pod strategy: a new Pod is Pending, with its QoS class.
+            obj["status"] = json!({"phase": "Pending", "qosClass": pod_qos_class(obj)});
+        }
         _ => {
             crate::defaults::apply(info, obj);
             if info.has_status() {
@@ -1768,6 +1773,41 @@ pub enum Mutation {
     Apply(Value),
     /// Internal: arbitrary change on the current object.
     Func(Box<dyn Fn(&mut Value) + Send + Sync>),
+}
+
+/// A Pod's QoS class, as kube-apiserver computes it on create: BestEffort without
+/// any cpu or memory request or limit, Guaranteed when every container limits both
+/// and requests what it limits (an unset request takes the limit), else Burstable.
+fn pod_qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|k| pod["spec"][*k].as_array().into_iter().flatten())
+        .collect();
+    let res = |c: &Value, kind: &str, r: &str| -> Option<String> {
+        c["resources"][kind][r]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| c["resources"][kind][r].as_i64().map(|n| n.to_string()))
+    };
+    let any = containers.iter().any(|c| {
+        ["requests", "limits"]
+            .iter()
+            .any(|k| ["cpu", "memory"].iter().any(|r| res(c, k, r).is_some()))
+    });
+    if !any {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| match res(c, "limits", r) {
+            Some(limit) => res(c, "requests", r).is_none_or(|req| req == limit),
+            None => false,
+        })
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
 }
 
 /// Which metadata of an update through `/status` the resource's status strategy

@@ -377,17 +377,18 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
     let v: Value = serde_json::from_str(&out.stdout).expect("json");
     assert_eq!(v["spec"]["enforcement"], "Enforce", "defaulted");
     assert_eq!(v["spec"]["strict"], false, "defaulted");
+    assert_eq!(v["spec"]["mode"], "Always", "defaulted");
     assert_eq!(v["spec"]["resources"][0]["group"], "", "defaulted");
     assert!(v["spec"].get("unknownField").is_none(), "pruned");
     // additionalPrinterColumns (incl. a JSONPath filter) drive `kubectl get`.
     let out = k.run(&["get", "rp"]);
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(
-        lines[0], "NAME   ENFORCEMENT   STRICT   READY    AGE",
+        lines[0], "NAME   ENFORCEMENT   STRICT   MODE     READY    AGE",
         "{out:?}"
     );
     assert!(
-        lines[1].starts_with("db     Enforce       false    <none>   "),
+        lines[1].starts_with("db     Enforce       false    Always   <none>   "),
         "{out:?}"
     );
     let client = sim.client().await.expect("client");
@@ -408,7 +409,7 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
         out.stdout
             .lines()
             .nth(1)
-            .is_some_and(|l| l.starts_with("db     Enforce       false    True    ")),
+            .is_some_and(|l| l.starts_with("db     Enforce       false    Always   True    ")),
         "{out:?}"
     );
 
@@ -525,4 +526,67 @@ spec:
         "jsonpath={.spec.replicas}",
     ]);
     assert_eq!((out.code, out.stdout.as_str()), (0, "0"), "{out:?}");
+}
+
+/// A new Pod is Pending with its QoS class (what kube-apiserver stores, as in the
+/// captured reviews), whatever status the client sent; the phase changes through
+/// `/status` only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_pods_are_pending_with_their_qos_class() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let pod = |name: &str, resources: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec: {{containers: [{{name: c, image: i, resources: {resources}}}]}}\n\
+             status: {{phase: Succeeded}}\n"
+        )
+    };
+    for (name, resources, class) in [
+        ("best", "{}", "BestEffort"),
+        ("burst", "{requests: {cpu: 100m}}", "Burstable"),
+        (
+            "sure",
+            "{limits: {cpu: 100m, memory: 64Mi}, requests: {cpu: 100m, memory: 64Mi}}",
+            "Guaranteed",
+        ),
+        ("implied", "{limits: {cpu: 1, memory: 1Gi}}", "Guaranteed"),
+        (
+            "uneven",
+            "{limits: {cpu: 1, memory: 1Gi}, requests: {cpu: 500m}}",
+            "Burstable",
+        ),
+    ] {
+        let out = k.run_stdin(&["create", "-f", "-"], Some(&pod(name, resources)));
+        assert_eq!(out.code, 0, "{out:?}");
+        let out = k.run(&["get", "pod", name, "-n", "default", "-o", "json"]);
+        let v: Value = serde_json::from_str(&out.stdout).expect("json");
+        assert_eq!(
+            v["status"],
+            json!({"phase": "Pending", "qosClass": class}),
+            "{name}"
+        );
+    }
+    let out = k.run(&[
+        "patch",
+        "pod",
+        "best",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Succeeded"}}"#,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&[
+        "get",
+        "pod",
+        "best",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.status.phase}",
+    ]);
+    assert_eq!(out.stdout, "Succeeded", "{out:?}");
 }
