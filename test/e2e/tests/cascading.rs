@@ -8,7 +8,8 @@
 //! workload with a scale subresource) while it has replicas; each is allowed once
 //! drained. Kruise's key and values on a cluster started with that
 //! `--protection-label`, a ResourceProtection in `mode: Cascading`, and strict mode
-//! refusing the removal of a `Cascading` label.
+//! refusing the removal of a `Cascading` label; under `--label-only` (no watches)
+//! `Cascading` protects like `Always`.
 
 use holdfast_e2e::{
     CONTROLLER_SA, Env, KubectlOutput, WEBHOOK_SA,
@@ -673,5 +674,70 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
     assert_eq!(
         labels["metadata"]["labels"]["holdfast.dev/protected"],
         "Always"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn label_only_mode_protects_cascading_like_always() {
+    let mut env = Env::start().await.expect("sim");
+    env.start_webhook(&["--label-only"]).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("ready");
+    env.install_label_webhooks(&[], false)
+        .expect("configuration");
+    // An empty namespace and a workload scaled to 0: drained, yet refused, because
+    // a webhook that watches nothing cannot tell.
+    admin(&env, &["create", "namespace", "empty"]);
+    admin(
+        &env,
+        &[
+            "label",
+            "namespace",
+            "empty",
+            "holdfast.dev/protected=Cascading",
+        ],
+    );
+    let out = env
+        .kubectl(&["delete", "namespace", "empty", "--wait=false"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            denied(
+                "delete-label-0.holdfast.dev",
+                "holdfast: Namespace empty is protected by label \
+                 holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
+                 cannot be deleted (this webhook does not watch live contents, so Cascading \
+                 protects like Always here). To delete it, remove the label (kubectl label \
+                 namespaces empty holdfast.dev/protected-), or set the annotation \
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            )
+            .as_str()
+        ),
+        "{out:?}"
+    );
+    apply(
+        &env,
+        &deployment("empty", "idle", "holdfast.dev/protected=Cascading", 0),
+    );
+    let out = env
+        .kubectl(&["delete", "deployment", "idle", "-n", "empty"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            denied(
+                "delete-label-0.holdfast.dev",
+                "holdfast: Deployment empty/idle is protected by label \
+                 holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
+                 cannot be deleted (this webhook does not watch live contents, so Cascading \
+                 protects like Always here). To delete it, remove the label (kubectl label \
+                 deployments.apps idle -n empty holdfast.dev/protected-), or set the annotation \
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            )
+            .as_str()
+        ),
+        "{out:?}"
     );
 }
