@@ -83,15 +83,6 @@ pub enum Live {
     Unknown(String),
 }
 
-/// `N things` with the plural `s` when needed.
-fn count(n: usize, one: &str, many: &str) -> String {
-    if n == 1 {
-        format!("1 {one}")
-    } else {
-        format!("{n} {many}")
-    }
-}
-
 fn alive(condition: &str, still: String, blockers: Vec<String>, drain: String) -> Live {
     Live::Alive {
         condition: condition.to_string(),
@@ -218,16 +209,6 @@ pub async fn live_contents<V: ClusterView>(req: &AdmissionRequest, obj: &Value, 
             "cannot tell whether {} still has replicas: {why}",
             req.describe()
         )),
-    }
-}
-
-/// `N Pods` etc., for logs and metrics.
-pub fn summary(live: &Live) -> String {
-    match live {
-        Live::Drained => "drained".to_string(),
-        Live::Alive { blockers, .. } => count(blockers.len(), "live object", "live objects"),
-        Live::NoContents => "no contents".to_string(),
-        Live::Unknown(why) => why.clone(),
     }
 }
 
@@ -716,7 +697,6 @@ mod tests {
             describe_object("Widget", &json!({"metadata": {"name": "w"}})),
             "Widget w"
         );
-        assert_eq!(summary(&Live::Drained), "drained");
     }
 
     #[test]
