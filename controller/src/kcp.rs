@@ -22,7 +22,6 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context as _;
 use futures::StreamExt as _;
 use holdfast_shared::{
     api::{DependencyRule, GroupResource},
@@ -140,41 +139,32 @@ where
     store
 }
 
-/// Builds clients for URLs derived from the kubeconfig (same credentials).
+/// Most per-URL clients kept (workspaces the controller writes to, plus a few).
+const MAX_CLIENTS: u64 = 4096;
+
+/// Builds clients for URLs derived from the kubeconfig (same credentials), one
+/// connection pool per server.
 #[derive(Clone)]
 pub struct Clients {
-    base: kube::Config,
-    cache: Arc<Mutex<HashMap<String, Client>>>,
+    urls: holdfast_shared::clients::UrlClients,
 }
 
 impl Clients {
     /// Clients sharing `base`'s credentials and TLS settings.
     pub fn new(base: kube::Config) -> Self {
         Self {
-            base,
-            cache: Arc::default(),
+            urls: holdfast_shared::clients::UrlClients::new(base, MAX_CLIENTS),
         }
     }
 
     /// A client whose base URL is `url`.
     pub fn at(&self, url: &str) -> anyhow::Result<Client> {
-        if let Ok(cache) = self.cache.lock()
-            && let Some(c) = cache.get(url)
-        {
-            return Ok(c.clone());
-        }
-        let mut cfg = self.base.clone();
-        cfg.cluster_url = url.parse().with_context(|| format!("bad URL {url}"))?;
-        let client = Client::try_from(cfg)?;
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(url.to_string(), client.clone());
-        }
-        Ok(client)
+        Ok(self.urls.at(url)?)
     }
 
     /// The front-proxy base URL: the kubeconfig's server without `/clusters/...`.
     pub fn front_proxy(&self) -> String {
-        front_proxy_of(&self.base.cluster_url.to_string())
+        front_proxy_of(&self.urls.config().cluster_url.to_string())
     }
 }
 

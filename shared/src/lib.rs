@@ -1,11 +1,13 @@
 //! holdfast-shared: the API types (CRDs), field paths, rule registry and the pure
 //! policy evaluation shared by `holdfast-controller` and `holdfast-webhook`.
 //!
-//! Nothing in this crate performs I/O: policies are evaluated over an admission
-//! request and a [`policy::ClusterView`] that the webhook implements.
+//! Policies are evaluated without I/O, over an admission request and a
+//! [`policy::ClusterView`] that the webhook implements. The one module that touches the
+//! network is [`clients`]: it builds (and caches) the API clients both binaries use.
 
 pub mod api;
 pub mod cascading;
+pub mod clients;
 pub mod fieldpath;
 pub mod index;
 pub mod labels;

@@ -44,9 +44,6 @@ use tokio::sync::{Notify, watch};
 /// Logical clusters with a cached API client at most (kcp).
 const MAX_CLUSTER_CLIENTS: u64 = 1024;
 
-/// A logical cluster's client is dropped after this long unused.
-const CLUSTER_CLIENT_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
-
 /// A kcp logical cluster name or workspace path: lowercase letters, digits, `-` and
 /// `:` separators, at most 253 characters.
 fn is_logical_cluster_name(lc: &str) -> bool {
@@ -72,13 +69,12 @@ pub struct WebhookView {
     label_only: bool,
     mode: DependentsMode,
     client: Option<Client>,
-    base_config: Option<kube::Config>,
     /// ResourceProtections split by namespace, per resource (rebuilt when the
     /// registry's list for the resource changes).
     partitions: DashMap<GroupResource, Arc<ProtectionPartition>>,
-    /// Per-logical-cluster clients (kcp), bounded: a review names its logical cluster,
-    /// so the set of names is the caller's choice.
-    cluster_clients: moka::sync::Cache<String, Client>,
+    /// Per-URL clients (kcp), one connection pool per server, bounded: a review names
+    /// its logical cluster, so the set of names is the caller's choice.
+    cluster_clients: Option<holdfast_shared::clients::UrlClients>,
     registry: Arc<Registry>,
     index: DependentsIndex,
     synced: DashMap<String, bool>,
@@ -195,12 +191,10 @@ impl WebhookView {
             label_only: opts.label_only,
             mode: opts.mode,
             client,
-            base_config,
             partitions: DashMap::new(),
-            cluster_clients: moka::sync::Cache::builder()
-                .max_capacity(MAX_CLUSTER_CLIENTS)
-                .time_to_idle(CLUSTER_CLIENT_IDLE)
-                .build(),
+            cluster_clients: base_config
+                .as_ref()
+                .map(|c| holdfast_shared::clients::UrlClients::new(c.clone(), MAX_CLUSTER_CLIENTS)),
             registry: Arc::new(Registry::default()),
             index: DependentsIndex::default(),
             synced: DashMap::new(),
@@ -442,14 +436,13 @@ impl WebhookView {
             .as_str()
             .ok_or_else(|| "APIExportEndpointSlice has no endpoint yet".to_string())?
             .to_string();
-        let mut cfg = self
-            .base_config
-            .clone()
+        let clients = self
+            .cluster_clients
+            .as_ref()
             .ok_or_else(|| "no API server configuration".to_string())?;
-        cfg.cluster_url = format!("{}/clusters/*", url.trim_end_matches('/'))
-            .parse()
-            .map_err(|e| format!("bad virtual workspace URL {url}: {e}"))?;
-        let c = Client::try_from(cfg).map_err(|e| format!("cannot build the client: {e}"))?;
+        let c = clients
+            .at(&format!("{}/clusters/*", url.trim_end_matches('/')))
+            .map_err(|e| format!("cannot build the client: {e}"))?;
         Ok((c, url))
     }
 
@@ -509,7 +502,7 @@ impl WebhookView {
     }
 
     fn front_proxy_base(&self) -> Option<String> {
-        let cfg = self.base_config.as_ref()?;
+        let cfg = self.cluster_clients.as_ref()?.config();
         let url = cfg.cluster_url.to_string();
         let base = match url.find("/clusters/") {
             Some(i) => url[..i].to_string(),
@@ -525,22 +518,17 @@ impl WebhookView {
         if self.topology == Topology::Kubernetes || lc.is_empty() {
             return self.client.clone().ok_or_else(no_client);
         }
-        if let Some(c) = self.cluster_clients.get(lc) {
-            return Ok(c);
-        }
         if !is_logical_cluster_name(lc) {
             return Err(LookupError(format!("{lc:?} is not a logical cluster name")));
         }
-        let mut cfg = self.base_config.clone().ok_or_else(no_client)?;
+        let clients = self.cluster_clients.as_ref().ok_or_else(no_client)?;
         let base = self.front_proxy_base().ok_or_else(no_client)?;
-        cfg.cluster_url = format!("{base}/clusters/{lc}")
-            .parse()
-            .map_err(|e| LookupError(format!("bad cluster URL for {lc}: {e}")))?;
-        let client = Client::try_from(cfg).map_err(|e| LookupError(e.to_string()))?;
-        self.cluster_clients.insert(lc.to_string(), client.clone());
+        let client = clients
+            .at(&format!("{base}/clusters/{lc}"))
+            .map_err(|e| LookupError(e.to_string()))?;
         self.metrics
             .cluster_clients
-            .set(i64::try_from(self.cluster_clients.entry_count()).unwrap_or(i64::MAX));
+            .set(i64::try_from(clients.cached()).unwrap_or(i64::MAX));
         Ok(client)
     }
 

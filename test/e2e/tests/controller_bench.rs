@@ -8,14 +8,21 @@
 //! / HOLDFAST_BENCH_CHANGES.
 
 use std::{
+    collections::HashMap,
     path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
+
+use futures::StreamExt;
 
 use holdfast_e2e::{Env, controller::start_controller};
 use kube::{
     Client,
-    api::{GetParams, ListParams, Patch, PatchParams, PostParams},
+    api::{GetParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
     core::Request,
 };
 use serde_json::{Value, json};
@@ -36,6 +43,89 @@ async fn list(client: &Client, collection: &str) -> anyhow::Result<Vec<Value>> {
     let req = Request::new(collection).list(&ListParams::default())?;
     let v: Value = client.request(req).await?;
     Ok(v["items"].as_array().cloned().unwrap_or_default())
+}
+
+fn is_ready(rule: &Value) -> bool {
+    rule["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+fn rule_key(rule: &Value) -> String {
+    format!(
+        "{}/{}",
+        rule["metadata"]["annotations"]["kcp.io/cluster"]
+            .as_str()
+            .unwrap_or(""),
+        rule["metadata"]["name"].as_str().unwrap_or("")
+    )
+}
+
+/// How many objects of `collection` are Ready, kept current by a watch: polling with
+/// full lists of 10,000 rules would load the simulator the controller writes to.
+fn ready_count(client: Client, collection: &'static str) -> Arc<AtomicUsize> {
+    let count = Arc::new(AtomicUsize::new(0));
+    let out = count.clone();
+    tokio::spawn(async move {
+        let mut ready: HashMap<String, bool> = HashMap::new();
+        loop {
+            let Ok(req) = Request::new(collection).list(&ListParams::default()) else {
+                return;
+            };
+            let Ok(list) = client.request::<Value>(req).await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            ready.clear();
+            for r in list["items"].as_array().into_iter().flatten() {
+                ready.insert(rule_key(r), is_ready(r));
+            }
+            count.store(ready.values().filter(|r| **r).count(), Ordering::SeqCst);
+            let rv = list["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("0")
+                .to_string();
+            let Ok(req) = Request::new(collection).watch(&WatchParams::default(), &rv) else {
+                return;
+            };
+            let events = match client.request_events::<Value>(req).await {
+                Ok(events) => events,
+                Err(e) => {
+                    eprintln!("ready watch: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            futures::pin_mut!(events);
+            while let Some(ev) = events.next().await {
+                let ev = match ev {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        eprintln!("ready watch: {e}");
+                        break;
+                    }
+                };
+                match ev {
+                    WatchEvent::Added(r) | WatchEvent::Modified(r) => {
+                        ready.insert(rule_key(&r), is_ready(&r));
+                    }
+                    WatchEvent::Deleted(r) => {
+                        ready.remove(&rule_key(&r));
+                    }
+                    WatchEvent::Bookmark(_) => {}
+                    WatchEvent::Error(e) => {
+                        eprintln!("ready watch: {e}");
+                        break;
+                    }
+                }
+                count.store(ready.values().filter(|r| **r).count(), Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    out
 }
 
 /// Runs `f(i)` for every `i` in `0..n`, at most `limit` at a time.
@@ -173,6 +263,10 @@ async fn bench_kcp_convergence_and_propagation() {
     )
     .expect("kubeconfig");
     let port = holdfast_e2e::free_port().expect("port");
+    let ready_rules = ready_count(
+        client.clone(),
+        "/clusters/*/apis/holdfast.dev/v1alpha1/dependencyrules",
+    );
     let start = Instant::now();
     let mut c = start_controller(
         &env,
@@ -205,19 +299,8 @@ async fn bench_kcp_convergence_and_propagation() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     eprintln!("every configuration installed after {installed_at:?}");
-    let dr_all = "/clusters/*/apis/holdfast.dev/v1alpha1/dependencyrules";
     let ready_at = loop {
-        let items = list(&client, dr_all).await.unwrap_or_default();
-        let ready = items
-            .iter()
-            .filter(|r| {
-                r["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
-            .count();
+        let ready = ready_rules.load(Ordering::SeqCst);
         if ready == n * per {
             break start.elapsed();
         }
@@ -226,7 +309,7 @@ async fn bench_kcp_convergence_and_propagation() {
             "rules not ready: {ready}/{}",
             n * per
         );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     };
     eprintln!("every rule Ready after {ready_at:?}");
     c.wait_ready(10).await.expect("ready");

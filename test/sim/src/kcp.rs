@@ -7,6 +7,7 @@ use crate::registry::{self, Gr, ResourceInfo};
 use crate::server::{ClusterSel, State, UserInfo, VwCtx};
 use crate::store::Key;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 pub const ROOT: &str = "root";
@@ -292,15 +293,42 @@ fn export_schema_names(export: &Value) -> Vec<String> {
     out
 }
 
+/// A decoded kind and the schema resourceVersion it was decoded at.
+type Decoded = (String, Arc<ResourceInfo>);
+
+/// Decoded APIResourceSchemas by (cluster, schema name).
+#[derive(Default)]
+pub struct SchemaInfos(std::sync::Mutex<HashMap<(String, String), Decoded>>);
+
+impl SchemaInfos {
+    /// The kind a stored schema describes, decoded once per resourceVersion.
+    fn get(&self, cluster: &str, name: &str, schema: &Value) -> Option<Arc<ResourceInfo>> {
+        let rv = schema["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        let key = (cluster.to_string(), name.to_string());
+        if let Ok(cache) = self.0.lock()
+            && let Some((cached_rv, info)) = cache.get(&key)
+            && cached_rv == rv
+        {
+            return Some(info.clone());
+        }
+        let mut i = registry::info_from_crd(&json!({"spec": schema["spec"].clone()}))?;
+        i.categories.retain(|c| c != "kcp");
+        let info = Arc::new(i);
+        if let Ok(mut cache) = self.0.lock() {
+            cache.insert(key, (rv.to_string(), info.clone()));
+        }
+        Some(info)
+    }
+}
+
 /// Kinds an export provides (from its APIResourceSchemas).
 fn export_infos(state: &State, export_cluster: &str, export: &Value) -> Vec<Arc<ResourceInfo>> {
     let mut out = vec![];
     for s in export_schema_names(export) {
         if let Some(schema) = state.store.get(&schema_gr(), &ckey(export_cluster, &s))
-            && let Some(mut i) = registry::info_from_crd(&json!({"spec": schema["spec"].clone()}))
+            && let Some(i) = state.schema_infos.get(export_cluster, &s, &schema)
         {
-            i.categories.retain(|c| c != "kcp");
-            out.push(Arc::new(i));
+            out.push(i);
         }
     }
     out

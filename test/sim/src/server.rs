@@ -35,6 +35,9 @@ pub struct State {
     pub kick: Notify,
     /// Objects whose deletion the garbage collector must follow up on.
     pub gc_queue: Mutex<Vec<(crate::registry::Gr, crate::store::Key, Arc<Value>)>>,
+    /// Kinds decoded from APIResourceSchemas, by (cluster, schema name), with the
+    /// resourceVersion they were decoded at (kcp; saves a decode per request).
+    pub schema_infos: crate::kcp::SchemaInfos,
 }
 
 impl State {
@@ -188,6 +191,7 @@ pub async fn start(
         shutdown_rx,
         kick: Notify::new(),
         gc_queue: Mutex::new(vec![]),
+        schema_infos: crate::kcp::SchemaInfos::default(),
         cfg,
     });
     crate::controllers::bootstrap(&state).await;
