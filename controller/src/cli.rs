@@ -193,6 +193,13 @@ pub struct RunArgs {
     #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_STRICT")]
     pub strict: bool,
 
+    /// Let holdfast read Secrets for label containment even when no policy names
+    /// them (a labelled Secret then holds back its namespace's deletion). Without
+    /// it, the reads role the controller keeps never grants Secrets unless a
+    /// policy names them.
+    #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_READ_SECRETS")]
+    pub read_secrets: bool,
+
     /// Extra protection label, KEY[=VALUE,...] (repeatable; no values: Always,true,Cascading).
     /// holdfast.dev/protected is always in force; giving it replaces its values.
     /// Several labels in one value (and in the environment) are separated by ';'.
@@ -372,6 +379,7 @@ impl RunArgs {
             timeout_seconds: self.timeout_seconds,
             cleanup_on_shutdown: self.cleanup_on_shutdown,
             strict: self.strict,
+            read_secrets: self.read_secrets,
             protection_labels: ProtectionLabels::with_extra(self.protection_label),
             leader_elect: self.leader_elect,
             admin_groups: self

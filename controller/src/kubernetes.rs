@@ -8,7 +8,7 @@
 //! and writes each policy's status when it changed.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, HashMap},
     fmt::Debug,
     sync::{
         Arc,
@@ -55,6 +55,7 @@ use crate::{
         ApiIndex, Invalid, check_anchor_rule, check_critical_service, check_dependency_rule,
         check_resource_protection,
     },
+    reads,
     status::{Outcome, desired_status, now_rfc3339},
 };
 
@@ -75,6 +76,8 @@ pub struct Settings {
     /// The ValidatingAdmissionPolicy guarding holdfast's own installation (None:
     /// the controller's identity could not be found; then nothing is installed).
     pub self_protection: Option<SelfProtection>,
+    /// Grant read of Secrets for label containment even when no policy names them.
+    pub read_secrets: bool,
 }
 
 /// The self-protection of the installation: the controller's identity (a
@@ -284,6 +287,12 @@ pub struct Reconciler {
     index: ApiIndex,
     recorder: Recorder,
     markers: Markers,
+    crds: Store<CustomResourceDefinition>,
+    /// The last failure to keep the reads role (logged once per change).
+    reads_failure: Option<String>,
+    /// Types the controller's identity was confirmed to list and watch (the
+    /// aggregated role follows its parts asynchronously).
+    confirmed: BTreeSet<GroupResource>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -322,7 +331,7 @@ impl Reconciler {
             None,
         );
         // CRDs coming and going change what discovery knows.
-        let _crds: Store<CustomResourceDefinition> = spawn_reflector(
+        let crds: Store<CustomResourceDefinition> = spawn_reflector(
             Api::all(client.clone()),
             cfg,
             notify.clone(),
@@ -347,6 +356,9 @@ impl Reconciler {
             index: ApiIndex::default(),
             recorder,
             markers,
+            crds,
+            reads_failure: None,
+            confirmed: BTreeSet::new(),
             ready,
         }
     }
@@ -500,6 +512,120 @@ impl Reconciler {
         (items, needs.with_containment(|gr| index.scope(gr)), edges)
     }
 
+    /// The types each policy needs read, by (kind index, name).
+    fn policy_reads(&self) -> HashMap<(usize, String), BTreeSet<GroupResource>> {
+        let mut out = HashMap::new();
+        for (k, kind) in self.kinds.iter().enumerate() {
+            for obj in kind.store.state() {
+                let types: Vec<GroupResource> = match k {
+                    0 => decode::<ResourceProtection>(&obj)
+                        .map(|p| reads::resource_protection_reads(&p))
+                        .unwrap_or_default(),
+                    1 => decode::<AnchorRule>(&obj)
+                        .map(|p| reads::anchor_rule_reads(&p))
+                        .unwrap_or_default(),
+                    2 => decode::<DependencyRule>(&obj)
+                        .map(|p| reads::dependency_rule_reads(&p))
+                        .unwrap_or_default(),
+                    _ => decode::<CriticalService>(&obj)
+                        .map(|p| reads::critical_service_reads(&p, &self.index))
+                        .unwrap_or_default(),
+                };
+                out.insert((k, obj.name_any()), types.into_iter().collect());
+            }
+        }
+        out
+    }
+
+    /// The types served by CRDs (their instances are read when a CRD is deleted).
+    fn crd_types(&self) -> Vec<GroupResource> {
+        self.crds
+            .state()
+            .iter()
+            .map(|c| GroupResource::new(&c.spec.group, &c.spec.names.plural))
+            .collect()
+    }
+
+    /// Keeps the reads role; returns what the marker watches cover (None: every
+    /// type, the role is not in use) and, when the role could not be kept, why and
+    /// the wanted types it does not grant.
+    async fn keep_reads(
+        &mut self,
+        policy: &BTreeSet<GroupResource>,
+    ) -> (
+        Option<BTreeSet<GroupResource>>,
+        Option<(String, BTreeSet<GroupResource>)>,
+    ) {
+        if !self.index.loaded {
+            return (None, None);
+        }
+        let wanted = reads::wanted(
+            &self.index,
+            policy,
+            self.crd_types(),
+            self.settings.read_secrets,
+        );
+        match reads::keep(&self.client, &wanted).await {
+            reads::Kept::Unmanaged => {
+                self.reads_failure = None;
+                (None, None)
+            }
+            reads::Kept::Granted => {
+                self.reads_failure = None;
+                // Watch only what the identity can read already: a type granted a
+                // moment ago waits for the aggregation (the caller routes every
+                // namespace DELETE meanwhile, and retries).
+                self.confirmed.retain(|gr| wanted.contains(gr));
+                let unconfirmed: Vec<GroupResource> =
+                    wanted.difference(&self.confirmed).cloned().collect();
+                let client = &self.client;
+                let checks = futures::future::join_all(
+                    unconfirmed
+                        .iter()
+                        .map(|gr| async move { (gr.clone(), reads::may_read(client, gr).await) }),
+                )
+                .await;
+                for (gr, ok) in checks {
+                    if ok {
+                        self.confirmed.insert(gr);
+                    }
+                }
+                (Some(self.confirmed.clone()), None)
+            }
+            reads::Kept::Failed { error, held } => {
+                if self.reads_failure.as_ref() != Some(&error) {
+                    tracing::warn!(%error, "cannot grant holdfast the reads its policies need; policies needing a type it cannot read are reported not installed");
+                    self.reads_failure = Some(error.clone());
+                }
+                // Missing: what the role does not grant and holdfast cannot read
+                // otherwise either (an administrator may grant it by hand, through
+                // a ClusterRole labelled for holdfast-reads).
+                let client = &self.client;
+                let checks = futures::future::join_all(
+                    wanted
+                        .difference(&held)
+                        .map(|gr| async move { (gr.clone(), reads::may_read(client, gr).await) }),
+                )
+                .await;
+                let missing: BTreeSet<GroupResource> = checks
+                    .into_iter()
+                    .filter(|(_, readable)| !readable)
+                    .map(|(gr, _)| gr)
+                    .collect();
+                // Look again shortly: nothing the controller watches announces a
+                // change of RBAC.
+                let notify = self.notify.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    notify.notify_one();
+                });
+                // The marker watches still cover everything wanted: one refused
+                // keeps namespace DELETEs routed everywhere (fail closed).
+                (Some(wanted), Some((error, missing)))
+            }
+        }
+    }
+
     /// Decodes `obj` as `K` and runs `f` on it; an object the types cannot read is
     /// invalid (and needs nothing).
     fn check<K, F>(
@@ -531,8 +657,34 @@ impl Reconciler {
             tracing::warn!(error = %format!("{e:#}"), "cannot install ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}; holdfast's installation is not guarded");
         }
         let (items, mut needs, edges) = self.items();
+        let item_reads = self.policy_reads();
+        let policy: BTreeSet<GroupResource> = item_reads.values().flatten().cloned().collect();
+        let (readable, unreadable) = self.keep_reads(&policy).await;
         let keys: Vec<String> = self.settings.labels.iter().map(|l| l.key.clone()).collect();
-        needs.containment = self.markers.sync(&self.index, &needs.routes, &keys).await;
+        needs.containment = self
+            .markers
+            .sync(&self.index, &needs.routes, &keys, readable.as_ref())
+            .await;
+        let pending = readable.as_ref().is_some_and(|r| {
+            reads::wanted(
+                &self.index,
+                &policy,
+                self.crd_types(),
+                self.settings.read_secrets,
+            )
+            .iter()
+            .any(|gr| !r.contains(gr))
+        });
+        if pending && unreadable.is_none() {
+            // Granted but not effective yet: route every namespace DELETE and look
+            // again shortly.
+            needs.containment = holdfast_shared::webhookconfig::Containment::Everywhere;
+            let notify = self.notify.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                notify.notify_one();
+            });
+        }
         let opts = self.options.borrow().clone();
         let desired =
             desired_configuration_for(&self.settings.labels, self.settings.strict, &needs, &opts);
@@ -583,9 +735,29 @@ impl Reconciler {
                 }
                 via.extend(hooks);
             }
-            let installed = missing.is_empty();
+            let cannot_read: Vec<String> = match &unreadable {
+                Some((_, missing)) => item_reads
+                    .get(&(item.kind, item.name.clone()))
+                    .into_iter()
+                    .flatten()
+                    .filter(|gr| missing.contains(*gr))
+                    .map(ToString::to_string)
+                    .collect(),
+                None => Vec::new(),
+            };
+            let installed = missing.is_empty() && cannot_read.is_empty();
             let set: BTreeSet<String> = item.needs.iter().map(ToString::to_string).collect();
-            let installed_message = if installed {
+            let installed_message = if let (false, Some((error, _))) =
+                (cannot_read.is_empty(), &unreadable)
+            {
+                format!(
+                    "holdfast may not read {} (get, list, watch), so its DELETEs are refused: {error}; \
+                     grant the controller escalate on ClusterRole {}, or add a ClusterRole labelled {}=true granting it",
+                    cannot_read.join(", "),
+                    reads::READS_ROLE,
+                    reads::AGGREGATE_LABEL
+                )
+            } else if installed {
                 format!(
                     "DELETEs of {} reach webhook(s) {} of ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}",
                     set.into_iter().collect::<Vec<_>>().join(", "),

@@ -25,5 +25,6 @@ pub mod kubernetes;
 pub mod leader;
 pub mod markers;
 pub mod policies;
+pub mod reads;
 pub mod run;
 pub mod status;

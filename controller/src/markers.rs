@@ -109,10 +109,20 @@ impl Markers {
         ObjectStore { store, task }
     }
 
-    /// Keeps exactly the watches `routes` and the protection label `keys` need.
-    fn ensure(&mut self, index: &ApiIndex, routes: &[Route], keys: &[String]) {
+    /// Keeps exactly the watches `routes` and the protection label `keys` need,
+    /// over the types the controller may read (`readable`; None: any).
+    fn ensure(
+        &mut self,
+        index: &ApiIndex,
+        routes: &[Route],
+        keys: &[String],
+        readable: Option<&BTreeSet<GroupResource>>,
+    ) {
         let mut wanted: HashMap<StoreKey, ApiResource> = HashMap::new();
-        for (gr, ar) in index.watchable() {
+        for (gr, ar) in index
+            .watchable()
+            .filter(|(gr, _)| readable.is_none_or(|r| r.contains(*gr)))
+        {
             for key in keys {
                 wanted.insert(
                     StoreKey {
@@ -176,17 +186,20 @@ impl Markers {
 
     /// Brings the watches and the markers in line with `routes` and `keys`, and
     /// says how namespace DELETEs may be routed: [`Containment::Marked`] only when
-    /// every namespace needing the marker carries it.
+    /// every namespace needing the marker carries it. Label watches cover the
+    /// types in `readable` only (None: every type): Secrets stay unread unless a
+    /// policy names them or the controller is told to read them.
     pub async fn sync(
         &mut self,
         index: &ApiIndex,
         routes: &[Route],
         keys: &[String],
+        readable: Option<&BTreeSet<GroupResource>>,
     ) -> Containment {
         if !index.loaded {
             return Containment::Everywhere;
         }
-        self.ensure(index, routes, keys);
+        self.ensure(index, routes, keys, readable);
         let Some(wanted) = self.wanted(routes).await else {
             return Containment::Everywhere;
         };

@@ -44,6 +44,8 @@ pub struct ApiIndex {
     /// Namespaced resources that can be listed and watched, at their preferred
     /// version (Events left out: nothing protects them).
     watchable: HashMap<GroupResource, kube::api::ApiResource>,
+    /// (group, lowercase kind) → resource plural, for specs naming a kind.
+    kinds: HashMap<(String, String), String>,
     /// Whether discovery ran at least once (before that nothing is "unknown").
     pub loaded: bool,
 }
@@ -67,6 +69,10 @@ impl ApiIndex {
                         .or_insert_with(|| (BTreeSet::new(), false));
                     entry.0.insert(ar.version.clone());
                     entry.1 = caps.scope == kube::discovery::Scope::Namespaced;
+                    index.kinds.insert(
+                        (ar.group.clone(), ar.kind.to_lowercase()),
+                        ar.plural.clone(),
+                    );
                 }
             }
             for (ar, caps) in group.recommended_resources() {
@@ -103,6 +109,23 @@ impl ApiIndex {
         index
     }
 
+    /// An index of namespaced, watchable resources (group, version, kind, plural)
+    /// (tests).
+    pub fn with_watchable(entries: &[(&str, &str, &str, &str)]) -> Self {
+        let mut index = Self::from_entries(entries.iter().map(|(g, v, _, r)| (*g, *v, *r, true)));
+        for &(g, v, k, r) in entries {
+            let gvk = kube::api::GroupVersionKind::gvk(g, v, k);
+            index.watchable.insert(
+                GroupResource::new(g, r),
+                kube::api::ApiResource::from_gvk_with_plural(&gvk, r),
+            );
+            index
+                .kinds
+                .insert((g.to_string(), k.to_lowercase()), r.to_string());
+        }
+        index
+    }
+
     /// The namespaced resources that can be listed and watched.
     pub fn watchable(&self) -> impl Iterator<Item = (&GroupResource, &kube::api::ApiResource)> {
         self.watchable.iter()
@@ -111,6 +134,21 @@ impl ApiIndex {
     /// `gr` if it is namespaced and can be listed and watched.
     pub fn watchable_resource(&self, gr: &GroupResource) -> Option<&kube::api::ApiResource> {
         self.watchable.get(gr)
+    }
+
+    /// `gr` with its resource as the REST plural: a spec may name a kind
+    /// (`CoolResource`); unknown kinds are kept as written.
+    pub fn plural(&self, gr: &GroupResource) -> GroupResource {
+        if self.map.contains_key(gr) {
+            return gr.clone();
+        }
+        match self
+            .kinds
+            .get(&(gr.group.clone(), gr.resource.to_lowercase()))
+        {
+            Some(plural) => GroupResource::new(&gr.group, plural),
+            None => gr.clone(),
+        }
     }
 
     /// Whether the API server serves `gr` (in any version).

@@ -286,6 +286,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                         resync: tuning.resync,
                         instance,
                         self_protection,
+                        read_secrets: config.read_secrets,
                     },
                     opts_rx,
                     ready.clone(),

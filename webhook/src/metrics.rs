@@ -35,6 +35,8 @@ pub struct Metrics {
     pub events: IntCounterVec,
     /// Per-logical-cluster API clients held (kcp).
     pub cluster_clients: IntGauge,
+    /// 1 per resource the webhook's identity may not list (403), else 0.
+    pub unreadable: IntGaugeVec,
 }
 
 impl Metrics {
@@ -126,6 +128,15 @@ impl Metrics {
             "cluster_clients",
             "API clients held for logical clusters (kcp), bounded.",
         )?;
+        let unreadable = IntGaugeVec::new(
+            Opts::new(
+                "unreadable_resources",
+                "1 for a resource the webhook needs but may not list (403 from the API \
+                 server); 0 once it can.",
+            ),
+            &["resource"],
+        )?;
+        registry.register(Box::new(unreadable.clone()))?;
         registry.register(Box::new(closed.clone()))?;
         registry.register(Box::new(events.clone()))?;
         registry.register(Box::new(cluster_clients.clone()))?;
@@ -154,6 +165,7 @@ impl Metrics {
             closed,
             events,
             cluster_clients,
+            unreadable,
         })
     }
 

@@ -114,6 +114,8 @@ pub struct ResourceStore {
     /// Whether it is namespaced.
     pub namespaced: bool,
     synced: AtomicBool,
+    /// The last list or watch was refused (403): the webhook may not read the type.
+    forbidden: AtomicBool,
     objects: RwLock<Objects>,
 }
 
@@ -124,6 +126,7 @@ impl ResourceStore {
             resource,
             namespaced,
             synced: AtomicBool::new(false),
+            forbidden: AtomicBool::new(false),
             objects: RwLock::new(Objects::default()),
         }
     }
@@ -131,6 +134,12 @@ impl ResourceStore {
     /// Whether the initial list has completed.
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// Whether the API server refuses the webhook the type (403) since the last
+    /// list: the store is not trusted, and label containment leaves it out.
+    pub fn forbidden(&self) -> bool {
+        self.forbidden.load(Ordering::Acquire)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Objects> {
@@ -237,6 +246,69 @@ pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// The retry delays of the store and dependents watches: 500 ms doubling up to
+/// 5 s (a type refused with 403 is picked up within seconds of its grant).
+#[derive(Clone, Debug, Default)]
+pub struct WatchBackoff {
+    next: Option<std::time::Duration>,
+}
+
+impl Iterator for WatchBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<std::time::Duration> {
+        let d = self
+            .next
+            .unwrap_or(std::time::Duration::from_millis(500))
+            .min(std::time::Duration::from_secs(5));
+        self.next = Some(d * 2);
+        Some(d)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = None;
+    }
+}
+
+/// A 403 from the API server: the webhook's identity may not read the resource.
+pub fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
+/// A watch failure that means the webhook may not read the resource.
+pub fn watcher_forbidden(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => is_forbidden(e),
+        watcher::Error::WatchError(s) => s.code == 403,
+        watcher::Error::NoResourceVersion => false,
+    }
+}
+
+/// The lookup error for a failed read of `resource`: a 403 says which permission
+/// is missing and where it comes from.
+pub fn lookup_error(resource: &str, e: &kube::Error) -> holdfast_shared::policy::LookupError {
+    if is_forbidden(e) {
+        unreadable_error(resource)
+    } else {
+        holdfast_shared::policy::LookupError(e.to_string())
+    }
+}
+
+/// The lookup error for a resource the webhook may not read.
+pub fn unreadable_error(resource: &str) -> holdfast_shared::policy::LookupError {
+    {
+        holdfast_shared::policy::LookupError(format!(
+            "holdfast may not read {resource} yet (get, list, watch on {resource} is not granted to \
+             its ServiceAccount; the controller grants what the policies name through ClusterRole \
+             holdfast-reads)"
+        ))
+    }
+}
+
 /// A watch failure that means the resource is not served.
 pub fn watcher_not_found(e: &watcher::Error) -> bool {
     match e {
@@ -248,12 +320,15 @@ pub fn watcher_not_found(e: &watcher::Error) -> bool {
     }
 }
 
-/// Runs the watch feeding `store` until aborted.
+/// Runs the watch feeding `store` until aborted. A refusal (403) is reported
+/// once through `on_forbidden(true)` and the watch retried with backoff; the
+/// first complete list afterwards reports `on_forbidden(false)`.
 pub async fn run_store(
     client: Client,
     store: Arc<ResourceStore>,
     depth: Depth,
     label_selector: Option<String>,
+    on_forbidden: impl Fn(bool) + Send + Sync + 'static,
 ) {
     let mut cfg = watcher::Config::default();
     if let Some(sel) = &label_selector {
@@ -287,6 +362,9 @@ pub async fn run_store(
                         }
                         drop(objects);
                         store.synced.store(true, Ordering::Release);
+                        if store.forbidden.swap(false, Ordering::AcqRel) {
+                            on_forbidden(false);
+                        }
                         tracing::debug!(resource = %name, "store synced");
                     }
                     Ok(watcher::Event::Apply(obj)) => {
@@ -302,6 +380,12 @@ pub async fn run_store(
                         *store.write() = Objects::default();
                         store.synced.store(true, Ordering::Release);
                     }
+                    Err(e) if watcher_forbidden(&e) => {
+                        store.synced.store(false, Ordering::Release);
+                        if !store.forbidden.swap(true, Ordering::AcqRel) {
+                            on_forbidden(true);
+                        }
+                    }
                     Err(e) => {
                         store.synced.store(false, Ordering::Release);
                         tracing::warn!(resource = %name, error = %e, "store watch error; retrying");
@@ -316,13 +400,13 @@ pub async fn run_store(
                 Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &store.resource),
                 cfg
             )
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .boxed(),
             meta_value
         ),
         Depth::Full => handle!(
             watcher(Api::<DynamicObject>::all_with(client, &store.resource), cfg)
-                .default_backoff()
+                .backoff(WatchBackoff::default())
                 .boxed(),
             |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null)
         ),
@@ -402,6 +486,20 @@ mod tests {
 
     fn key(c: &str, ns: &str, name: &str) -> ObjKey {
         (c.into(), ns.into(), name.into())
+    }
+
+    #[test]
+    fn watch_backoff_doubles_to_five_seconds_and_resets() {
+        use kube::runtime::utils::Backoff as _;
+        use std::time::Duration;
+        let mut b = WatchBackoff::default();
+        let first: Vec<Duration> = (&mut b).take(6).collect();
+        assert_eq!(
+            first,
+            [500, 1000, 2000, 4000, 5000, 5000].map(Duration::from_millis)
+        );
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(500)));
     }
 
     #[test]

@@ -104,6 +104,8 @@ pub struct WebhookView {
     crds: DashMap<GroupResource, CrdFacts>,
     /// Whether the CRD watch has listed every CRD once.
     crds_listed: std::sync::atomic::AtomicBool,
+    /// Types the webhook's identity may not list and watch (when last asked).
+    refused: DashMap<GroupResource, ()>,
 }
 
 /// What Cascading protection needs to know of one CustomResourceDefinition.
@@ -212,6 +214,7 @@ impl WebhookView {
             cascade_wanted: Notify::new(),
             crds: DashMap::new(),
             crds_listed: std::sync::atomic::AtomicBool::new(false),
+            refused: DashMap::new(),
         })
     }
 
@@ -270,6 +273,10 @@ impl WebhookView {
         }
         match self.stores.get(&key) {
             Some(s) if s.synced() => Ok(s.value().clone()),
+            _ if self.refused.contains_key(&key.gr) => Err(LookupError(format!(
+                "holdfast may not list and watch {} yet (its reads role does not grant it)",
+                key.gr
+            ))),
             _ => Err(LookupError(format!(
                 "the index of {} is not synced yet (it starts when first needed)",
                 key.gr
@@ -552,7 +559,12 @@ impl WebhookView {
                 let list = match api.list(&params).await {
                     Ok(l) => l,
                     Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
-                    Err(e) => return Err(LookupError(e.to_string())),
+                    Err(e) => {
+                        return Err(crate::stores::lookup_error(
+                            &dep.dependent_gr().to_string(),
+                            &e,
+                        ));
+                    }
                 };
                 for obj in &list.items {
                     let value = match serde_json::to_value(obj) {
@@ -786,7 +798,7 @@ impl ClusterView for WebhookView {
         )
         .await
         .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-        .map_err(|e| LookupError(e.to_string()))?;
+        .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
         Ok(list
             .items
             .iter()
@@ -832,7 +844,7 @@ impl ClusterView for WebhookView {
         let got = tokio::time::timeout(Duration::from_secs(8), api.get_opt(name))
             .await
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-            .map_err(|e| LookupError(e.to_string()))?;
+            .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
         Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
     }
 
@@ -842,6 +854,19 @@ impl ClusterView for WebhookView {
         ns: &str,
     ) -> Result<Vec<ContainedObject>, LookupError> {
         self.discovery_complete()?;
+        // A type a policy names must be readable: its objects in the namespace
+        // may be what the policy protects. (Label containment of a type the
+        // webhook may not read is left out below: Secrets, unless named.)
+        if !self.refused.is_empty() {
+            let named = wanted_stores(self, &[]);
+            if let Some(gr) = named
+                .iter()
+                .map(|k| &k.gr)
+                .find(|gr| self.refused.contains_key(*gr))
+            {
+                return Err(crate::stores::unreadable_error(&gr.to_string()));
+            }
+        }
         for gr in self.crd_resources.iter() {
             for label in &self.label_keys {
                 let key = StoreKey {
@@ -862,6 +887,13 @@ impl ClusterView for WebhookView {
         for entry in self.stores.iter() {
             let (key, store) = (entry.key(), entry.value());
             if !store.namespaced || key.depth != Depth::Metadata {
+                continue;
+            }
+            // A type the webhook may not list is left out of label containment
+            // (reported once when refused; Secrets unless a policy names them).
+            // Types a policy needs have a store without a label: never skipped.
+            if key.label.is_some() && store.forbidden() && !self.crd_resources.contains_key(&key.gr)
+            {
                 continue;
             }
             if !store.synced() {
@@ -918,7 +950,12 @@ impl ClusterView for WebhookView {
                     Ok(l) => l,
                     // Not served (not established yet, or already going): no instances.
                     Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
-                    Err(e) => return Err(LookupError(e.to_string())),
+                    Err(e) => {
+                        return Err(crate::stores::lookup_error(
+                            &GroupResource::new(&ar.group, &ar.plural).to_string(),
+                            &e,
+                        ));
+                    }
                 };
                 for item in &list.items {
                     let meta = serde_json::to_value(&item.metadata)
@@ -1398,9 +1435,11 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let dep_refs: Vec<&CompiledDependency> = deps.iter().collect();
     let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::stores::WatchBackoff::default())
         .boxed();
     let mut seen: HashSet<ObjectId> = HashSet::new();
+    let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
+    let mut forbidden = false;
     let id_of = |obj: &DynamicObject, value: &serde_json::Value| ObjectId {
         cluster: logical_cluster(value).into(),
         resource: key.as_str().into(),
@@ -1432,6 +1471,11 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
                 // Release the list-sized set, not just its contents.
                 seen = HashSet::new();
                 view.synced.insert(key.clone(), true);
+                if forbidden {
+                    forbidden = false;
+                    unreadable.set(0);
+                    tracing::info!(resource = %key, "{key} is readable now");
+                }
                 tracing::info!(resource = %key, "dependents index synced");
             }
             Ok(watcher::Event::Apply(obj)) => {
@@ -1446,6 +1490,16 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
                 // The dependent type is not served: nothing can reference anything.
                 view.index.clear_resource(&key);
                 view.synced.insert(key.clone(), true);
+            }
+            Err(e) if crate::stores::watcher_forbidden(&e) => {
+                // Live lookups are refused as well: the rule's DELETEs are refused
+                // until holdfast's reads role grants the type.
+                view.synced.insert(key.clone(), false);
+                if !forbidden {
+                    forbidden = true;
+                    unreadable.set(1);
+                    tracing::warn!(resource = %key, "may not list {key} (403): DELETEs the DependencyRules naming it as dependent govern are refused until holdfast's reads role grants it");
+                }
             }
             Err(e) => {
                 // Until the watch recovers, answers come from live lookups.
@@ -1585,6 +1639,40 @@ async fn namespaced_resources(
     (out, problems)
 }
 
+/// Whether the webhook's identity may list and watch `gr` cluster-wide now (a
+/// SelfSubjectAccessReview per verb; an error counts as no).
+async fn may_read(client: &Client, gr: &GroupResource) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let ask = |verb: &str| {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(gr.group.clone()),
+                    resource: Some(gr.resource.clone()),
+                    verb: Some(verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api = api.clone();
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                api.create(&kube::api::PostParams::default(), &review),
+            )
+            .await
+            .is_ok_and(|r| r.is_ok_and(|r| r.status.is_some_and(|s| s.allowed)))
+        }
+    };
+    let (list, watch) = futures::join!(ask("list"), ask("watch"));
+    list && watch
+}
+
 /// Keeps one watch per wanted object store.
 async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) {
     let Some(client) = (match view.topology {
@@ -1594,6 +1682,9 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
         return;
     };
     let mut running: HashMap<StoreKey, tokio::task::JoinHandle<()>> = HashMap::new();
+    // Types the webhook was confirmed to read, and those refused (when last asked).
+    let mut readable: HashSet<GroupResource> = HashSet::new();
+    let mut refused: HashMap<GroupResource, std::time::Instant> = HashMap::new();
     let mut by_group: HashMap<String, Vec<GroupResource>> = HashMap::new();
     let mut namespaced: Vec<GroupResource> = Vec::new();
     let mut last_discovery: Option<std::time::Instant> = None;
@@ -1638,6 +1729,39 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
             if running.contains_key(&key) {
                 continue;
             }
+            // Kubernetes: ask before listing (a SelfSubjectAccessReview), so a type
+            // the reads role does not grant is reported once and asked about again
+            // every 5 s, not listed into a 403 on every retry.
+            if view.topology == Topology::Kubernetes && !readable.contains(&key.gr) {
+                if refused
+                    .get(&key.gr)
+                    .is_some_and(|t| t.elapsed() < Duration::from_secs(5))
+                {
+                    continue;
+                }
+                let gauge = view
+                    .metrics
+                    .unreadable
+                    .with_label_values(&[key.gr.to_string().as_str()]);
+                if may_read(&client, &key.gr).await {
+                    view.refused.remove(&key.gr);
+                    if refused.remove(&key.gr).is_some() {
+                        tracing::info!(resource = %key.gr, "{} is readable now", key.gr);
+                    }
+                    gauge.set(0);
+                    readable.insert(key.gr.clone());
+                } else {
+                    if refused
+                        .insert(key.gr.clone(), std::time::Instant::now())
+                        .is_none()
+                    {
+                        tracing::warn!(resource = %key.gr, "may not list and watch {}: label containment does not see its objects, and DELETEs the policies naming it govern are refused, until holdfast's reads role grants it", key.gr);
+                    }
+                    view.refused.insert(key.gr.clone(), ());
+                    gauge.set(1);
+                    continue;
+                }
+            }
             let (ar, ns) = match view.resolver.resolve(&client, "", &key.gr).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -1647,11 +1771,29 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
             };
             let store = Arc::new(ResourceStore::new(ar, ns));
             view.stores.insert(key.clone(), store.clone());
+            let gauge = view
+                .metrics
+                .unreadable
+                .with_label_values(&[key.gr.to_string().as_str()]);
+            let (gr, label) = (key.gr.clone(), key.label.clone());
+            let on_forbidden = move |forbidden: bool| {
+                gauge.set(i64::from(forbidden));
+                match (forbidden, &label) {
+                    (true, Some(l)) => {
+                        tracing::warn!(resource = %gr, label = %l, "may not list {gr} (403): objects of it carrying the protection label are not seen by namespace containment until holdfast's reads role grants it")
+                    }
+                    (true, None) => {
+                        tracing::warn!(resource = %gr, "may not list {gr} (403): DELETEs the policies naming it govern are refused until holdfast's reads role grants it")
+                    }
+                    (false, _) => tracing::info!(resource = %gr, "{gr} is readable now"),
+                }
+            };
             let handle = tokio::spawn(run_store(
                 client.clone(),
                 store,
                 key.depth,
                 key.label.clone(),
+                on_forbidden,
             ));
             running.insert(key, handle);
         }

@@ -145,7 +145,8 @@ pub fn dependency_rule(
 
 /// Sets up the topology on a fresh sim.
 pub async fn topology() -> anyhow::Result<Kcp> {
-    let env = Env::start().await?;
+    // kcp: always a sim of its own (HOLDFAST_E2E_KUBECONFIG is a Kubernetes cluster).
+    let env = Env::start_with(holdfast_sim::SimConfig::default()).await?;
     let url = env.sim.url();
     let kcp = Kcp {
         kubeconfig: String::new(),

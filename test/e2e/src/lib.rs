@@ -367,7 +367,81 @@ pub struct Env {
     pub pki: Pki,
     /// The webhook, once started.
     pub webhook: Option<WebhookProcess>,
+    /// On the cluster of [`E2E_KUBECONFIG`]: what this test created there, removed
+    /// when the env is dropped.
+    pub cluster: Option<ClusterRun>,
     _sim_runtime: SimRuntime,
+}
+
+/// One test's footprint on an external cluster: an id labelling its namespaces
+/// (`holdfast.dev/e2e-run=ID`, which its webhook configurations select), its
+/// namespaces, and the cluster-scoped objects it created (as `kubectl delete` args).
+#[derive(Debug, Default)]
+pub struct ClusterRun {
+    /// The run's id.
+    pub id: String,
+    namespaces: std::sync::Mutex<Vec<String>>,
+    objects: std::sync::Mutex<Vec<Vec<String>>>,
+}
+
+/// The label marking a test's namespaces on an external cluster.
+pub const E2E_RUN_LABEL: &str = "holdfast.dev/e2e-run";
+
+impl ClusterRun {
+    fn new() -> Self {
+        Self {
+            id: format!("{:08x}", rand_u32()),
+            ..Default::default()
+        }
+    }
+
+    /// Removes `kind`/`name` (cluster-scoped) when the test ends.
+    pub fn remove_later(&self, kind: &str, name: &str) {
+        if let Ok(mut o) = self.objects.lock() {
+            o.push(vec![kind.to_string(), name.to_string()]);
+        }
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let Some(run) = self.cluster.take() else {
+            return;
+        };
+        // The webhook first: nothing of the test stays protected by it.
+        self.webhook = None;
+        let objects = run.objects.lock().map(|o| o.clone()).unwrap_or_default();
+        let namespaces = run.namespaces.lock().map(|n| n.clone()).unwrap_or_default();
+        let mut steps: Vec<Vec<String>> = objects
+            .into_iter()
+            .rev()
+            .map(|o| {
+                let mut v = vec!["delete".to_string()];
+                v.extend(o);
+                v.extend(["--ignore-not-found".to_string(), "--wait=false".to_string()]);
+                v
+            })
+            .collect();
+        for ns in namespaces {
+            steps.push(
+                [
+                    "delete",
+                    "namespace",
+                    &ns,
+                    "--ignore-not-found",
+                    "--wait=false",
+                ]
+                .map(str::to_string)
+                .to_vec(),
+            );
+        }
+        for step in steps {
+            match self.kubectl(&step.iter().map(String::as_str).collect::<Vec<_>>()) {
+                Ok(out) if out.code == 0 => {}
+                other => eprintln!("cleanup: kubectl {}: {other:?}", step.join(" ")),
+            }
+        }
+    }
 }
 
 /// The sim runs on a runtime of its own, on its own threads, so that tests blocking
@@ -426,9 +500,12 @@ fn start_sim(cfg: SimConfig) -> anyhow::Result<(SimHandle, SimRuntime)> {
 }
 
 impl Env {
-    /// Starts a sim with its default users.
+    /// The entry point of a Kubernetes-topology test: a sim with its default
+    /// users, or, when [`E2E_KUBECONFIG`] is set, that cluster (see
+    /// [`Env::for_kubernetes_test`]). A test that needs the sim itself says so first
+    /// with [`needs_simulator!`].
     pub async fn start() -> anyhow::Result<Self> {
-        Self::start_with(SimConfig::default()).await
+        Self::for_kubernetes_test().await
     }
 
     /// Starts a sim with `cfg`.
@@ -446,6 +523,7 @@ impl Env {
             kubeconfig,
             pki,
             webhook: None,
+            cluster: None,
             _sim_runtime: sim_runtime,
         })
     }
@@ -479,9 +557,15 @@ impl Env {
         if !args.contains(&"--kubeconfig") {
             cmd.arg("--kubeconfig").arg(&self.kubeconfig);
         }
+        // On an external cluster the API server may be elsewhere: every address.
+        let host = if self.cluster.is_some() {
+            "0.0.0.0"
+        } else {
+            "127.0.0.1"
+        };
         let child = cmd
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
+            .arg(format!("{host}:{port}"))
             .arg("--probe-listen")
             .arg(format!("127.0.0.1:{probe_port}"))
             .arg("--tls-cert")
@@ -546,6 +630,7 @@ impl Env {
         let mut json = serde_json::to_value(&cfg)?;
         json["apiVersion"] = "admissionregistration.k8s.io/v1".into();
         json["kind"] = "ValidatingWebhookConfiguration".into();
+        self.fit_configuration(&mut json)?;
         self.kubectl_stdin(&["apply", "-f", "-"], &json.to_string())?
             .ok()?;
         Ok(())
@@ -586,7 +671,7 @@ impl Env {
             })
             .collect();
         let ca = base64_encode(self.pki.ca_pem.as_bytes());
-        let cfg = serde_json::json!({
+        let mut cfg = serde_json::json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": name},
@@ -600,6 +685,7 @@ impl Env {
                 "rules": rules
             }]
         });
+        self.fit_configuration(&mut cfg)?;
         self.kubectl_stdin(&["apply", "-f", "-"], &cfg.to_string())?
             .ok()?;
         Ok(())
@@ -974,13 +1060,14 @@ impl Env {
     /// `webhook_host`, the address that cluster's API server calls it at. (The
     /// env still carries an idle sim, which nothing talks to.)
     pub async fn on_cluster(kubeconfig: &Path, webhook_host: &str) -> anyhow::Result<Self> {
-        let mut env = Self::start().await?;
+        let mut env = Self::start_with(SimConfig::default()).await?;
         env.kubeconfig = kubeconfig
             .canonicalize()
             .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
         env.pki = pki_for_host("holdfast-webhook", webhook_host)?;
         std::fs::write(env.dir.path().join("tls.crt"), &env.pki.cert_pem)?;
         std::fs::write(env.dir.path().join("tls.key"), &env.pki.key_pem)?;
+        env.cluster = Some(ClusterRun::new());
         Ok(env)
     }
 
@@ -1052,10 +1139,70 @@ pub fn e2e_cluster() -> Option<PathBuf> {
 /// skipped and why, and returns true.
 pub fn skipped_on_cluster(test: &str, why: &str) -> bool {
     if e2e_cluster().is_some() {
-        eprintln!("skipped {test}: {why}; it runs on the simulator only ({E2E_KUBECONFIG} is set)");
+        // Straight to stderr, past the test harness's output capture: a skip is
+        // reported whether the test passes or not.
+        let line = format!(
+            "skipped {test}: {why}; it runs on the simulator only ({E2E_KUBECONFIG} is set)"
+        );
+        let _ = writeln!(std::io::stderr(), "{line}");
+        record(&line);
         true
     } else {
         false
+    }
+}
+
+/// At the top of a test that needs the simulator itself (its users and RBAC
+/// model, restarts and outages, sim-only objects, or cluster-wide objects a shared
+/// cluster cannot lend it): when [`E2E_KUBECONFIG`] is set, prints
+/// `skipped <test>: <why>; it runs on the simulator only (...)` on stderr and
+/// returns from the test.
+///
+/// ```ignore
+/// holdfast_e2e::needs_simulator!("it restarts the API server");
+/// ```
+#[macro_export]
+macro_rules! needs_simulator {
+    ($why:expr) => {
+        if $crate::skipped_on_cluster(
+            $crate::test_name({
+                fn here() {}
+                ::std::any::type_name_of_val(&here)
+            }),
+            $why,
+        ) {
+            return;
+        }
+    };
+}
+
+/// The test function's name from the type name of a function defined in it
+/// (`crate::test::here`, or `crate::test::{{closure}}::here` in an async test).
+pub fn test_name(here: &'static str) -> &'static str {
+    let mut s = here.strip_suffix("::here").unwrap_or(here);
+    while let Some(rest) = s.strip_suffix("::{{closure}}") {
+        s = rest;
+    }
+    s.rsplit("::").next().unwrap_or(s)
+}
+
+/// Where the harness records, one line each, which tests were skipped and which
+/// drove the cluster of [`E2E_KUBECONFIG`] (set by `hack/e2e-on-cluster.sh`).
+pub const E2E_RECORD: &str = "HOLDFAST_E2E_RECORD";
+
+/// Appends `line` to the file of [`E2E_RECORD`], if set (one write per line,
+/// appended: lines of concurrent tests do not mix).
+fn record(line: &str) {
+    let Some(path) = std::env::var_os(E2E_RECORD).filter(|v| !v.is_empty()) else {
+        return;
+    };
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+    if let Err(e) = written {
+        let _ = writeln!(std::io::stderr(), "cannot record to {path:?}: {e}");
     }
 }
 
@@ -1080,14 +1227,89 @@ fn rand_u32() -> u32 {
 impl Env {
     /// The env of a Kubernetes-topology test: the cluster of [`E2E_KUBECONFIG`]
     /// (the webhook called at [`E2E_WEBHOOK_HOST`]) when set, else a fresh sim.
+    /// On a cluster, kubectl works on a copy of the kubeconfig whose namespace is
+    /// one of the test's own ([`Env::namespace`]`("default")`), so objects created
+    /// without `-n` land there.
     pub async fn for_kubernetes_test() -> anyhow::Result<Self> {
         match e2e_cluster() {
             Some(kubeconfig) => {
                 let host = webhook_host();
-                Self::on_cluster(&kubeconfig, &host).await
+                // libtest names each test's thread after the test.
+                let test = std::thread::current()
+                    .name()
+                    .unwrap_or("unnamed")
+                    .to_string();
+                record(&format!("on-cluster {test}"));
+                let mut env = Self::on_cluster(&kubeconfig, &host).await?;
+                let copy = env.dir.path().join("kubeconfig");
+                std::fs::copy(&env.kubeconfig, &copy)
+                    .with_context(|| format!("copying {}", env.kubeconfig.display()))?;
+                env.kubeconfig = copy;
+                let ns = env.namespace("default")?;
+                env.kubectl(&["config", "set-context", "--current", "--namespace", &ns])?
+                    .ok()?;
+                Ok(env)
             }
-            None => Self::start().await,
+            None => Self::start_with(SimConfig::default()).await,
         }
+    }
+
+    /// A namespace of the test's own, created: `name` on a sim; on a cluster
+    /// `name-<8 hex digits>`, labelled [`E2E_RUN_LABEL`] (which the webhook
+    /// configurations the harness installs select) and removed when the env drops.
+    pub fn namespace(&self, name: &str) -> anyhow::Result<String> {
+        let Some(run) = &self.cluster else {
+            if name != "default" {
+                self.kubectl(&["create", "namespace", name])?.ok()?;
+            }
+            return Ok(name.to_string());
+        };
+        let ns = unique_name(name);
+        let manifest = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {E2E_RUN_LABEL: run.id}},
+        });
+        self.kubectl_stdin(&["create", "-f", "-"], &manifest.to_string())?
+            .ok()?;
+        if let Ok(mut n) = run.namespaces.lock() {
+            n.push(ns.clone());
+        }
+        Ok(ns)
+    }
+
+    /// The namespace objects created without `-n` land in: `default` on a sim, the
+    /// test's own on a cluster.
+    pub fn default_namespace(&self) -> anyhow::Result<String> {
+        if self.cluster.is_none() {
+            return Ok("default".to_string());
+        }
+        let out = self
+            .kubectl(&["config", "view", "--minify", "-o", "jsonpath={..namespace}"])?
+            .ok()?;
+        Ok(out.stdout.trim().to_string())
+    }
+
+    /// A webhook configuration of the harness, fitted to where it runs: on a
+    /// cluster renamed `NAME-<run id>`, restricted to the test's namespaces, called
+    /// at [`E2E_WEBHOOK_HOST`], and removed when the env drops.
+    fn fit_configuration(&self, cfg: &mut serde_json::Value) -> anyhow::Result<()> {
+        let Some(run) = &self.cluster else {
+            return Ok(());
+        };
+        let name = format!(
+            "{}-{}",
+            cfg["metadata"]["name"].as_str().unwrap_or("holdfast-e2e"),
+            run.id
+        );
+        cfg["metadata"]["name"] = name.clone().into();
+        let url = self.webhook_url()?;
+        for hook in cfg["webhooks"].as_array_mut().into_iter().flatten() {
+            hook["namespaceSelector"] = serde_json::json!({"matchLabels": {E2E_RUN_LABEL: run.id}});
+            hook["clientConfig"]["url"] = url.clone().into();
+        }
+        run.remove_later("validatingwebhookconfiguration", &name);
+        Ok(())
     }
 
     /// Starts the webhook where the API server reaches it: on a sim, 127.0.0.1;
@@ -1142,4 +1364,20 @@ pub fn with_service_accounts(mut cfg: SimConfig) -> SimConfig {
         });
     }
     cfg
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn needs_simulator_names_the_test() {
+        fn here() {}
+        assert_eq!(
+            super::test_name(std::any::type_name_of_val(&here)),
+            "needs_simulator_names_the_test"
+        );
+        assert_eq!(
+            super::test_name("least_privilege::a_test::{{closure}}::{{closure}}::here"),
+            "a_test"
+        );
+    }
 }

@@ -23,15 +23,19 @@ const MARKER: &str = "holdfast.dev/contains-protected";
 const CONTROLLER_USER: &str = holdfast_e2e::CONTROLLER_SA;
 
 /// Sim, CRDs and webhook, and the controller running as its ServiceAccount with
-/// exactly the permissions `manifests/base/rbac-controller.yaml` grants.
+/// exactly the permissions `manifests/base/rbac-controller.yaml` and
+/// `rbac-reads.yaml` grant.
 async fn full_stack() -> (Env, ControllerProcess) {
     let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
     run(&env, &["create", "namespace", "holdfast-system"]);
-    let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../manifests/base/rbac-controller.yaml");
-    run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
+    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
+        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../manifests/base")
+            .join(file);
+        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
+    }
     let kubeconfig = env.dir.path().join("controller.kubeconfig");
     env.sim
         .write_kubeconfig(&kubeconfig, CONTROLLER_USER)
@@ -140,6 +144,9 @@ fn routes_report(env: &Env) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_outage_blocks_only_what_holdfast_protects() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
     let (mut env, controller) = full_stack().await;
     for ns in ["shop", "other", "scratch", "labelled"] {
         run(&env, &["create", "namespace", ns]);
@@ -375,6 +382,9 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
 /// every namespace but the system ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
     let (env, _controller) = full_stack().await;
     for ns in ["a", "b"] {
         run(&env, &["create", "namespace", ns]);
@@ -489,6 +499,9 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
 /// stays Terminating until the protection is lifted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn marker_lag_never_loses_the_protected_object() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
     let (env, mut controller) = full_stack().await;
     run(&env, &["create", "namespace", "late"]);
     for cm in ["plain", "precious"] {

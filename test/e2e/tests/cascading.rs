@@ -77,6 +77,7 @@ async fn shipped(args: &[&str]) -> Stack {
         "serviceaccounts.yaml",
         "rbac-webhook.yaml",
         "rbac-controller.yaml",
+        "rbac-reads.yaml",
     ] {
         env.kubectl(&["apply", "-f", &manifest(m)])
             .expect("kubectl")
@@ -249,6 +250,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(&[]).await;
     let env = &s.env;
 
@@ -448,6 +452,9 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kruise_key_and_values_behave_as_kruise_users_expect() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(&["--protection-label", KRUISE]).await;
     let env = &s.env;
     admin(env, &["create", "namespace", "team"]);
@@ -579,6 +586,9 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(&[]).await;
     let env = &s.env;
     admin(env, &["create", "namespace", "scratch"]);
@@ -621,6 +631,9 @@ async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_mode_refuses_removing_a_cascading_label() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(&["--strict"]).await;
     let env = &s.env;
     admin(env, &["create", "namespace", "vault"]);
@@ -679,6 +692,7 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn label_only_mode_protects_cascading_like_always() {
+    holdfast_e2e::needs_simulator!("it names its namespace and installs the label webhooks itself");
     let mut env = Env::start().await.expect("sim");
     env.start_webhook(&["--label-only"]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");

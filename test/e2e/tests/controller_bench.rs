@@ -186,7 +186,10 @@ async fn bench_kcp_convergence_and_propagation() {
     let n = env_usize("HOLDFAST_BENCH_WORKSPACES", 1000);
     let per = env_usize("HOLDFAST_BENCH_RULES_PER_WORKSPACE", 10);
     let changes = env_usize("HOLDFAST_BENCH_CHANGES", 100);
-    let env = Env::start().await.expect("sim");
+    // kcp on the sim, whatever HOLDFAST_E2E_KUBECONFIG says.
+    let env = Env::start_with(holdfast_sim::SimConfig::default())
+        .await
+        .expect("sim");
     let url = env.sim.url();
     let client = env.sim.client().await.expect("client");
     let t0 = Instant::now();

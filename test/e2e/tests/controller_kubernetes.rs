@@ -93,6 +93,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_drives_the_configuration() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let env = env_with_webhook().await;
     let _c = controller(&env, "controller", &[]).await;
 
@@ -311,6 +314,9 @@ async fn resource_protection_drives_the_configuration() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn manual_edits_are_reverted_and_deletion_recreates() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let env = env_with_webhook_args(&["--strict"]).await;
     let _c = controller(&env, "controller", &["--strict"]).await;
     env.apply(RP_CONFIGMAPS).expect("policy applied");
@@ -395,6 +401,9 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cleanup_on_shutdown_leaves_nothing_behind() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let env = env_with_webhook().await;
     let mut c = controller(
         &env,
@@ -470,6 +479,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let env = env_with_webhook().await;
     let _c = controller(&env, "controller", &[]).await;
     env.apply(RP_UNKNOWN).expect("applied");
@@ -571,6 +583,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dependency_cycle_is_reported_on_both_rules() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let env = env_with_webhook().await;
     env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("crds");
@@ -664,6 +679,9 @@ fn lease_holder(env: &Env) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_election_hands_over_when_the_leader_dies() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let env = env_with_webhook().await;
     let args = ["--leader-elect", "--leader-elect-namespace", "default"];
     let port = webhook_port(&env);
@@ -776,6 +794,9 @@ fn sync_files(env: &Env) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_rotation_keeps_admission_working() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let mut env = Env::start().await.expect("sim");
     env.install_crds().expect("crds");
     let port = holdfast_e2e::free_port().expect("port");
@@ -950,6 +971,9 @@ fn ca_bundle(cfg: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_serves_a_service_target() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     // The API server reaches the webhook through Service holdfast-system/holdfast-webhook
     // and verifies its certificate for holdfast-webhook.holdfast-system.svc.
     let port = holdfast_e2e::free_port().expect("port");
@@ -1044,6 +1068,9 @@ async fn managed_ca_serves_a_service_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn label_protection_does_not_wait_for_the_crds() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let mut env = Env::start().await.expect("sim");
     env.start_webhook(&["--label-only"]).await.expect("webhook");
     let c = start_controller(&env, "controller", webhook_port(&env), &[]).expect("controller");
@@ -1072,6 +1099,9 @@ async fn label_protection_does_not_wait_for_the_crds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn karmada_control_plane_label_is_installed_and_enforced() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     // A Karmada control plane is a kube-apiserver: same topology, Karmada's label.
     const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
     let mut env = Env::start().await.expect("sim");
@@ -1127,6 +1157,9 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let env = env_with_webhook().await;
     let args = ["--leader-elect", "--leader-elect-namespace", "default"];
     let mut a = controller(&env, "controller-a", &args).await;
@@ -1184,6 +1217,9 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ca_bundle_file_is_re_read() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
+    );
     let env = env_with_webhook().await;
     let c = controller(&env, "controller", &[]).await;
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())

@@ -166,16 +166,25 @@ async fn vpc_story(mode: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vpc_story_watch() {
+    holdfast_e2e::needs_simulator!(
+        "it installs CRDs of its own (cluster-wide), restarts the webhook, or uses sim users"
+    );
     vpc_story("watch").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vpc_story_live() {
+    holdfast_e2e::needs_simulator!(
+        "it installs CRDs of its own (cluster-wide), restarts the webhook, or uses sim users"
+    );
     vpc_story("live").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restarted_webhook_denies_until_loaded_then_decides() {
+    holdfast_e2e::needs_simulator!(
+        "it installs CRDs of its own (cluster-wide), restarts the webhook, or uses sim users"
+    );
     let mut env = setup("watch").await;
     env.apply(
         "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: v, namespace: default}\n",
@@ -230,6 +239,9 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failed_live_lookup_refuses_and_is_counted() {
+    holdfast_e2e::needs_simulator!(
+        "it installs CRDs of its own (cluster-wide), restarts the webhook, or uses sim users"
+    );
     // The webhook's identity may read everything it needs except the dependents
     // (VirtualMachines): a live lookup fails, and the deletion is refused, not allowed.
     use holdfast_sim::{RbacRule, SimConfig, User};

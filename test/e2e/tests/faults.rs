@@ -155,6 +155,7 @@ async fn wait_until<F: Fn() -> bool>(what: &str, secs: u64, check: F) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_protected_object_is_lost_while_everything_restarts() {
+    holdfast_e2e::needs_simulator!("it restarts the API server");
     let rounds: u32 = std::env::var("HOLDFAST_FAULT_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -122,6 +122,7 @@ async fn shipped_with(strict: bool, controller_args: &[&str]) -> Stack {
         "serviceaccounts.yaml",
         "rbac-webhook.yaml",
         "rbac-controller.yaml",
+        "rbac-reads.yaml",
     ] {
         env.kubectl(&["apply", "-f", &manifest(m)])
             .expect("kubectl")
@@ -199,6 +200,9 @@ fn get_json(env: &Env, args: &[&str]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crd_deletion_is_refused_while_an_instance_is_protected() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(false).await;
     let env = &s.env;
     env.apply(&holdfast_e2e::fixtures::widget_crd())
@@ -248,6 +252,9 @@ async fn crd_deletion_is_refused_while_an_instance_is_protected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eviction_of_a_protected_pod_is_refused() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(false).await;
     let env = &s.env;
     for (name, labels) in [
@@ -316,6 +323,9 @@ fn strict_denial(what: &str, target: &str, value: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_mode_covers_subresources() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(true).await;
     let env = &s.env;
     ok(env.kubectl(&["create", "ns", "vault"]).expect("kubectl"));
@@ -483,6 +493,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(true).await;
     let env = &s.env;
     ok(env.kubectl(&["create", "ns", "shop"]).expect("kubectl"));
@@ -584,6 +597,9 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_crd_is_contained_at_once() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(false).await;
     let env = &s.env;
     ok(env.kubectl(&["create", "ns", "fresh"]).expect("kubectl"));
@@ -639,6 +655,9 @@ async fn a_new_crd_is_contained_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn look_alike_protection_values_warn() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(false).await;
     let env = &s.env;
     ok(env
@@ -682,6 +701,9 @@ async fn look_alike_protection_values_warn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn own_installation_is_guarded_by_an_admission_policy() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let mut s = shipped_with(false, &["--admin-group", "platform-admins"]).await;
     s.env
         .kubectl_until(
@@ -807,6 +829,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_broken_aggregated_api_keeps_containment_closed() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let s = shipped(false).await;
     let env = &s.env;
     let probe = env.webhook.as_ref().map(|w| w.probe_port).expect("probe");

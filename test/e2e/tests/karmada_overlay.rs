@@ -106,8 +106,11 @@ fn each_object_goes_where_it_is_used() {
         vec![
             "ClusterRole/holdfast-bypass",
             "ClusterRole/holdfast-controller",
+            "ClusterRole/holdfast-reads",
+            "ClusterRole/holdfast-reads-policies",
             "ClusterRole/holdfast-webhook",
             "ClusterRoleBinding/holdfast-controller",
+            "ClusterRoleBinding/holdfast-reads",
             "ClusterRoleBinding/holdfast-webhook",
             "CustomResourceDefinition/anchorrules.holdfast.dev",
             "CustomResourceDefinition/criticalservices.holdfast.dev",
@@ -193,12 +196,9 @@ fn portable(args: &[String], drop: &[&str]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_karmada_parts_protect_karmada_apiserver() {
-    if holdfast_e2e::skipped_on_cluster(
-        "the_karmada_parts_protect_karmada_apiserver",
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
     let part = Path::new(env!("CARGO_MANIFEST_DIR"))

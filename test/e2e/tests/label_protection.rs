@@ -2,6 +2,9 @@
 //! by the real kubectl. Covers the Karmada test plan (no protection → allowed;
 //! protection → denied, also with --force --grace-period=0 and --dry-run=server;
 //! protection removed → allowed), Karmada- and Orkestra-style keys, and strict mode.
+//!
+//! Runs on the cluster of `HOLDFAST_E2E_KUBECONFIG` when set (namespaces of its
+//! own, webhook configurations selecting only them, removed afterwards).
 
 use holdfast_e2e::{Env, denied_by};
 
@@ -18,16 +21,14 @@ async fn env(webhook_args: &[&str], extra_labels: &[&str], strict: bool) -> Env 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn karmada_test_plan_for_labels() {
     let env = env(&[], &[], false).await;
-    env.kubectl(&["create", "namespace", "minio"])
-        .expect("kubectl")
-        .ok()
-        .expect("created");
+    let minio = env.namespace("minio").expect("namespace");
+    let minio = minio.as_str();
     env.kubectl(&[
         "create",
         "configmap",
         "cfg",
         "-n",
-        "minio",
+        minio,
         "--from-literal=a=b",
     ])
     .expect("kubectl")
@@ -36,71 +37,58 @@ async fn karmada_test_plan_for_labels() {
 
     // 1. No protection: deletion allowed.
     let out = env
-        .kubectl(&["delete", "configmap", "cfg", "-n", "minio"])
+        .kubectl(&["delete", "configmap", "cfg", "-n", minio])
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout, "configmap \"cfg\" deleted\n");
 
     // 2. With protection: denied, byte for byte as kubectl prints a webhook denial.
-    env.kubectl(&[
-        "label",
-        "namespace",
-        "minio",
-        "holdfast.dev/protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labeled");
+    env.kubectl(&["label", "namespace", minio, "holdfast.dev/protected=Always"])
+        .expect("kubectl")
+        .ok()
+        .expect("labeled");
     let out = env
-        .kubectl(&["delete", "namespace", "minio"])
+        .kubectl(&["delete", "namespace", minio])
         .expect("kubectl");
     assert_eq!(out.code, 1, "{out:?}");
-    let expected = "Error from server (Forbidden): admission webhook \"delete-label-0.holdfast.dev\" denied the request: \
-holdfast: Namespace minio is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), \
-so it cannot be deleted. To delete it, remove the label (kubectl label namespaces minio holdfast.dev/protected-), \
-or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.\n";
+    let expected = format!(
+        "Error from server (Forbidden): admission webhook \"delete-label-0.holdfast.dev\" denied the request: \
+holdfast: Namespace {minio} is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), \
+so it cannot be deleted. To delete it, remove the label (kubectl label namespaces {minio} holdfast.dev/protected-), \
+or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.\n"
+    );
+    let expected = expected.as_str();
     assert_eq!(out.stderr, expected);
 
     // Force and server-side dry run are denied too.
     let out = env
-        .kubectl(&[
-            "delete",
-            "namespace",
-            "minio",
-            "--force",
-            "--grace-period=0",
-        ])
+        .kubectl(&["delete", "namespace", minio, "--force", "--grace-period=0"])
         .expect("kubectl");
     // (kubectl warns about --force first, then prints the same denial.)
     assert!(out.refused_with(expected), "{out:?}");
     let out = env
-        .kubectl(&["delete", "namespace", "minio", "--dry-run=server"])
+        .kubectl(&["delete", "namespace", minio, "--dry-run=server"])
         .expect("kubectl");
     assert!(out.refused_with(expected), "{out:?}");
     // Still there, not terminating.
     let out = env
-        .kubectl(&[
-            "get",
-            "namespace",
-            "minio",
-            "-o",
-            "jsonpath={.status.phase}",
-        ])
+        .kubectl(&["get", "namespace", minio, "-o", "jsonpath={.status.phase}"])
         .expect("kubectl");
     assert_eq!(out.stdout, "Active");
 
     // 3. Protection removed: deletion allowed.
-    env.kubectl(&["label", "namespace", "minio", "holdfast.dev/protected-"])
+    env.kubectl(&["label", "namespace", minio, "holdfast.dev/protected-"])
         .expect("kubectl")
         .ok()
         .expect("unlabeled");
     let out = env
-        .kubectl(&["delete", "namespace", "minio", "--wait=false"])
+        .kubectl(&["delete", "namespace", minio, "--wait=false"])
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
-        env.webhook_log()
-            .contains("denied: holdfast: Namespace minio is protected by label"),
+        env.webhook_log().contains(&format!(
+            "denied: holdfast: Namespace {minio} is protected by label"
+        )),
         "webhook logged its denials: {}",
         env.webhook_log()
     );
@@ -119,6 +107,7 @@ async fn karmada_and_orkestra_keys() {
         labels[1],
     ];
     let env = env(&args, &labels, false).await;
+    let ns = env.default_namespace().expect("namespace");
     for name in ["k-always", "k-true", "o-true", "o-false"] {
         env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
             .expect("kubectl")
@@ -146,7 +135,7 @@ async fn karmada_and_orkestra_keys() {
     let out = env
         .kubectl(&["delete", "configmap", "k-always"])
         .expect("kubectl");
-    assert!(out.refused_with(&denied_by("delete-label-1.holdfast.dev", "holdfast: ConfigMap default/k-always is protected by label resourcetemplate.karmada.io/deletion-protected=Always (policy: label resourcetemplate.karmada.io/deletion-protected)")), "{out:?}");
+    assert!(out.refused_with(&denied_by("delete-label-1.holdfast.dev", &format!("holdfast: ConfigMap {ns}/k-always is protected by label resourcetemplate.karmada.io/deletion-protected=Always (policy: label resourcetemplate.karmada.io/deletion-protected)"))), "{out:?}");
     let out = env
         .kubectl(&["delete", "configmap", "k-true"])
         .expect("kubectl");
@@ -158,8 +147,10 @@ async fn karmada_and_orkestra_keys() {
     assert!(
         out.refused_with(&denied_by(
             "delete-label-2.holdfast.dev",
-            "holdfast: ConfigMap default/o-true is protected by label \
-             orkestra.io/deletion-protection=true (policy: label orkestra.io/deletion-protection)"
+            &format!(
+                "holdfast: ConfigMap {ns}/o-true is protected by label \
+                 orkestra.io/deletion-protection=true (policy: label orkestra.io/deletion-protection)"
+            )
         )),
         "{out:?}"
     );
@@ -172,6 +163,7 @@ async fn karmada_and_orkestra_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_mode_end_to_end() {
     let env = env(&["--strict"], &[], true).await;
+    let ns = env.default_namespace().expect("namespace");
     env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
         .expect("kubectl")
         .ok()
@@ -201,11 +193,11 @@ async fn strict_mode_end_to_end() {
         .kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
         .expect("kubectl");
     assert!(
-        out.refused_with(
+        out.refused_with(&format!(
             "admission webhook \"strict-label-0.holdfast.dev\" denied the request: holdfast: \
-             ConfigMap default/db carries the protection label holdfast.dev/protected=true and \
+             ConfigMap {ns}/db carries the protection label holdfast.dev/protected=true and \
              strict mode is on"
-        ),
+        )),
         "{out:?}"
     );
     assert_eq!(
@@ -223,10 +215,10 @@ async fn strict_mode_end_to_end() {
         ])
         .expect("kubectl");
     assert!(
-        out.refused_with(
-            "holdfast: ConfigMap default/db carries the protection label holdfast.dev/protected=true \
+        out.refused_with(&format!(
+            "holdfast: ConfigMap {ns}/db carries the protection label holdfast.dev/protected=true \
              and strict mode is on"
-        ),
+        )),
         "{out:?}"
     );
     // One update adding the exemption and removing the label: refused.
@@ -274,6 +266,7 @@ async fn strict_mode_end_to_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn skip_annotation_allows_exactly_that_object() {
     let env = env(&[], &[], false).await;
+    let ns = env.default_namespace().expect("namespace");
     for name in ["a", "b"] {
         env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
             .expect("kubectl")
@@ -303,7 +296,9 @@ async fn skip_annotation_allows_exactly_that_object() {
     assert!(
         out.refused_with(&denied_by(
             "delete-label-0.holdfast.dev",
-            "holdfast: ConfigMap default/b is protected by label holdfast.dev/protected=Always"
+            &format!(
+                "holdfast: ConfigMap {ns}/b is protected by label holdfast.dev/protected=Always"
+            )
         )),
         "{out:?}"
     );

@@ -67,6 +67,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_karmada_plan_for_a_crd() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack().await;
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
@@ -133,6 +136,9 @@ async fn resource_protection_karmada_plan_for_a_crd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn enforcement_modes_warn_and_audit() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack().await;
     for name in ["warned", "audited", "enforced", "both"] {
         env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
@@ -237,6 +243,9 @@ async fn enforcement_modes_warn_and_audit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn namespace_containment_keeps_the_namespace_whole() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack().await;
     env.kubectl(&["create", "namespace", "shop"])
         .expect("kubectl")
@@ -360,6 +369,9 @@ fn composite(toggle: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn anchor_rule_composite_stories() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack().await;
     env.apply(&holdfast_e2e::fixtures::appcat_crds())
         .expect("appcat CRDs");
@@ -557,6 +569,9 @@ fn finalizer_controller(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn critical_service_bulk_delete_converges_in_order() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack().await;
     env.apply(&holdfast_e2e::fixtures::cool_crd()).expect("crd");
     env.kubectl_until(&["get", "coolresources"], 10, |o| o.code == 0)
@@ -725,6 +740,9 @@ fn events(env: &Env, reason: &str, name: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     use holdfast_sim::{RbacRule, SimConfig, User};
     let mut cfg = SimConfig::default();
     cfg.users.push(User {
@@ -925,6 +943,9 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_resource_protection_guards_its_selector() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack().await;
     env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
         .expect("kubectl")
@@ -992,6 +1013,9 @@ async fn strict_resource_protection_guards_its_selector() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn anchor_is_the_topmost_composite() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     use holdfast_e2e::fixtures::{crd, documents};
     let (env, _c) = full_stack().await;
     // A Keycloak composite (topmost) owns a nested PostgreSQL composite; its backend

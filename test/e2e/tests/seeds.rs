@@ -73,6 +73,9 @@ const SEED_002_CRITICAL_SERVICE: &str = include_str!("../fixtures/seeds/002-crit
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack(&[], &[]).await;
     env.apply(&holdfast_e2e::fixtures::cool_crd()).expect("crd");
     env.kubectl_until(&["get", "coolresources"], 30, |o| o.code == 0)
@@ -239,6 +242,9 @@ fn strict_refusal(kind: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_004_one_crd_out_of_strict_mode() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack(&["--strict"], &["--strict"]).await;
     env.apply(&holdfast_e2e::fixtures::documents(&[
         holdfast_e2e::fixtures::widget_crd(),
@@ -351,6 +357,9 @@ async fn seed_004_one_crd_out_of_strict_mode() {
 /// `observedGeneration`) on every policy object, `CycleDetected` on DependencyRules only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conditions_on_every_policy_kind_as_the_readme_says() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack(&[], &[]).await;
     env.apply(&holdfast_e2e::fixtures::documents(&[
         holdfast_e2e::fixtures::widget_crd(),
@@ -434,6 +443,9 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
 /// AnchorRule's protection for exactly that object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack(&[], &[]).await;
     env.apply(&holdfast_e2e::fixtures::documents(&[
         holdfast_e2e::fixtures::crd(
@@ -689,11 +701,17 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_cross_namespace_and_terminating_references_watch() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     cross_namespace_and_terminating_references("watch").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_cross_namespace_and_terminating_references_live() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     cross_namespace_and_terminating_references("live").await;
 }
 
@@ -702,6 +720,9 @@ async fn seed_003_cross_namespace_and_terminating_references_live() {
 /// marked exempt may lose the label but is still refused on DELETE while it has it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protected() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let flags = [
         "--strict",
         "--protection-label",
@@ -783,6 +804,9 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
 /// test does and read back by its exact series.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_metric_the_readme_lists() {
+    holdfast_e2e::needs_simulator!(
+        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
+    );
     let (env, _c) = full_stack(
         &["--dependents", "watch", "--read-timeout-seconds", "1"],
         &[],

@@ -12,6 +12,9 @@ use std::{path::Path, time::Duration};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn holdfast_protects_its_own_installation() {
+    holdfast_e2e::needs_simulator!(
+        "it installs holdfast itself cluster-wide (namespace holdfast-system, CRDs, RBAC)"
+    );
     let mut env = Env::start().await.expect("sim");
     let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
     let out = env

@@ -84,12 +84,9 @@ fn refusal(detail: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_webhook_refuses_settings_the_controller_does_not_share() {
-    if holdfast_e2e::skipped_on_cluster(
-        "a_webhook_refuses_settings_the_controller_does_not_share",
-        "it starts and stops webhooks on fixed local ports against a configuration it owns",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it starts and stops webhooks on fixed local ports against a configuration it owns"
+    );
     let mut env = Env::start().await.expect("sim");
     env.install_crds().expect("crds");
     let port = free_port().expect("port");

@@ -37,12 +37,9 @@ fn ok(env: &Env, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn both_binaries_run_as_the_shipped_service_accounts() {
-    if holdfast_e2e::skipped_on_cluster(
-        "both_binaries_run_as_the_shipped_service_accounts",
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
     let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");

@@ -1410,6 +1410,16 @@ pub async fn create(
             .unwrap_or(""),
     )?;
     validate_meta(info, &name, &obj)?;
+    rbac::check_escalation(
+        state,
+        ctx,
+        info,
+        cluster,
+        ns.as_deref().unwrap_or(""),
+        &name,
+        &obj,
+        None,
+    )?;
     let opts = options("CreateOptions", query);
     admission::validate(
         state,
@@ -2146,6 +2156,16 @@ pub async fn update(
                 return Err(ApiError::invalid(info, &name, causes));
             }
         }
+        rbac::check_escalation(
+            state,
+            ctx,
+            info,
+            cluster,
+            t.namespace.as_deref().unwrap_or(""),
+            &name,
+            &new,
+            Some(&old),
+        )?;
         let mut opts = options("UpdateOptions", query);
         if matches!(m, Mutation::Apply(_))
             && let Some(o) = opts.as_object_mut()

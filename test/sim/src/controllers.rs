@@ -210,6 +210,11 @@ async fn after_write_inner(
             }
             refresh_dynamic(state, cluster);
         }
+        ("rbac.authorization.k8s.io", "clusterroles") => {
+            let st = state.clone();
+            let cluster = cluster.to_string();
+            tokio::spawn(async move { aggregate_cluster_roles(&st, &cluster).await });
+        }
         ("", "namespaces") => {
             if old.is_none()
                 && let Some(n) = new
@@ -442,6 +447,38 @@ async fn workload_status(
         })),
     )
     .await;
+}
+
+/// The clusterrole-aggregation controller: every ClusterRole with an
+/// aggregationRule carries the union of the rules of the ClusterRoles it selects,
+/// kept up to date as they change.
+async fn aggregate_cluster_roles(state: &Arc<State>, cluster: &str) {
+    let Some(info) = info_for(
+        state,
+        cluster,
+        &Gr {
+            group: "rbac.authorization.k8s.io".into(),
+            resource: "clusterroles".into(),
+        },
+    ) else {
+        return;
+    };
+    let ctx = Ctx::internal(controller_user(state), cluster);
+    for (name, rules) in crate::rbac::aggregation_updates(state, cluster) {
+        let t = target(&info, None, Some(&name));
+        let rules = Value::Array(rules);
+        let _ = api::update(
+            state,
+            &ctx,
+            &t,
+            cluster,
+            &HashMap::new(),
+            Mutation::Func(Box::new(move |o: &mut Value| {
+                o["rules"] = rules.clone();
+            })),
+        )
+        .await;
+    }
 }
 
 /// The service-account controller's `default` ServiceAccount in every namespace.

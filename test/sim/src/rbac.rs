@@ -284,3 +284,417 @@ pub async fn review(
     obj["kind"] = json!(t.info.kind);
     Ok(Resp::Json(201, obj))
 }
+
+// ---------------------------------------------------------------------------
+// Escalation prevention (as kube-apiserver's RBAC storage does it)
+// ---------------------------------------------------------------------------
+
+/// One atom of a broken-down policy rule (`BreakdownRule`): a single group,
+/// resource, verb and at most one resource name, or a non-resource URL and verb.
+#[derive(Clone, Debug, PartialEq)]
+struct Atom {
+    group: Option<String>,
+    resource: Option<String>,
+    name: Option<String>,
+    url: Option<String>,
+    verb: String,
+}
+
+fn breakdown(rule: &Value) -> Vec<Atom> {
+    let mut out = Vec::new();
+    let verbs = strs(&rule["verbs"]);
+    let names = strs(&rule["resourceNames"]);
+    for group in strs(&rule["apiGroups"]) {
+        for resource in strs(&rule["resources"]) {
+            for verb in &verbs {
+                if names.is_empty() {
+                    out.push(Atom {
+                        group: Some(group.clone()),
+                        resource: Some(resource.clone()),
+                        name: None,
+                        url: None,
+                        verb: verb.clone(),
+                    });
+                } else {
+                    for n in &names {
+                        out.push(Atom {
+                            group: Some(group.clone()),
+                            resource: Some(resource.clone()),
+                            name: Some(n.clone()),
+                            url: None,
+                            verb: verb.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for url in strs(&rule["nonResourceURLs"]) {
+        for verb in &verbs {
+            out.push(Atom {
+                group: None,
+                resource: None,
+                name: None,
+                url: Some(url.clone()),
+                verb: verb.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Whether `owner` (a stored policy rule) covers `atom` (`ruleCovers`).
+fn rule_covers(owner: &Value, atom: &Atom) -> bool {
+    if !any(&strs(&owner["verbs"]), &atom.verb) {
+        return false;
+    }
+    if let Some(url) = &atom.url {
+        return strs(&owner["nonResourceURLs"]).iter().any(|u| {
+            u == "*"
+                || u == url
+                || u.strip_suffix('*')
+                    .is_some_and(|prefix| url.starts_with(prefix))
+        });
+    }
+    let (Some(group), Some(resource)) = (&atom.group, &atom.resource) else {
+        return false;
+    };
+    if !any(&strs(&owner["apiGroups"]), group) {
+        return false;
+    }
+    let resources = strs(&owner["resources"]);
+    let resource_ok = any(&resources, resource)
+        || resource
+            .split_once('/')
+            .is_some_and(|(_, sub)| resources.iter().any(|r| *r == format!("*/{sub}")));
+    if !resource_ok {
+        return false;
+    }
+    let names = strs(&owner["resourceNames"]);
+    names.is_empty() || atom.name.as_ref().is_some_and(|n| names.contains(n))
+}
+
+/// Every stored rule bound to the requester in `cluster` (cluster-wide, plus the
+/// RoleBindings of `namespace`): what `RulesFor` resolves.
+fn owner_rules(state: &State, ctx: &Ctx, cluster: &str, namespace: &str) -> Vec<Value> {
+    let a = Attributes {
+        user: &ctx.user.name,
+        groups: &ctx.user.groups,
+        verb: "",
+        group: "",
+        resource: "",
+        subresource: "",
+        namespace,
+        name: "",
+        cluster,
+    };
+    let role_rules = |kind: &str, name: &str, ns: &str| -> Vec<Value> {
+        let (gr, key_ns) = if kind == "ClusterRole" {
+            (rbac_gr("clusterroles"), "")
+        } else {
+            (rbac_gr("roles"), ns)
+        };
+        let key = crate::store::Key {
+            cluster: cluster.to_string(),
+            namespace: key_ns.to_string(),
+            name: name.to_string(),
+        };
+        state
+            .store
+            .get(&gr, &key)
+            .and_then(|r| r["rules"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    let bound = |b: &Value| {
+        b["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| subject_matches(s, &a))
+    };
+    for b in state
+        .store
+        .list(&rbac_gr("clusterrolebindings"), Some(cluster), None)
+        .0
+    {
+        if bound(&b) {
+            out.extend(role_rules(
+                "ClusterRole",
+                b["roleRef"]["name"].as_str().unwrap_or(""),
+                "",
+            ));
+        }
+    }
+    if !namespace.is_empty() {
+        for b in state
+            .store
+            .list(&rbac_gr("rolebindings"), Some(cluster), Some(namespace))
+            .0
+        {
+            if bound(&b) {
+                out.extend(role_rules(
+                    b["roleRef"]["kind"].as_str().unwrap_or("Role"),
+                    b["roleRef"]["name"].as_str().unwrap_or(""),
+                    namespace,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Go's `%q` of a string slice: `["a" "b"]`.
+fn go_quoted(list: &[String]) -> String {
+    let quoted: Vec<String> = list
+        .iter()
+        .map(|s| serde_json::to_string(s).unwrap_or_default())
+        .collect();
+    format!("[{}]", quoted.join(" "))
+}
+
+/// `CompactString` of a rule made of atoms sharing everything but their verbs.
+fn compact_string(
+    group: &Option<String>,
+    resource: &Option<String>,
+    name: &Option<String>,
+    url: &Option<String>,
+    verbs: &[String],
+) -> String {
+    let mut parts = Vec::new();
+    let one = |v: &Option<String>| v.iter().cloned().collect::<Vec<_>>();
+    if group.is_some() {
+        parts.push(format!("APIGroups:{}", go_quoted(&one(group))));
+    }
+    if resource.is_some() {
+        parts.push(format!("Resources:{}", go_quoted(&one(resource))));
+    }
+    if url.is_some() {
+        parts.push(format!("NonResourceURLs:{}", go_quoted(&one(url))));
+    }
+    if name.is_some() {
+        parts.push(format!("ResourceNames:{}", go_quoted(&one(name))));
+    }
+    if !verbs.is_empty() {
+        parts.push(format!("Verbs:{}", go_quoted(verbs)));
+    }
+    format!("{{{}}}", parts.join(", "))
+}
+
+/// `ConfirmNoEscalation`: the requester must hold every rule it grants. The
+/// error text is kube-apiserver's (`CompactRules` of the missing atoms, sorted).
+fn confirm_no_escalation(
+    state: &State,
+    ctx: &Ctx,
+    cluster: &str,
+    namespace: &str,
+    rules: &[Value],
+) -> Result<(), String> {
+    let owner = owner_rules(state, ctx, cluster, namespace);
+    let missing: Vec<Atom> = rules
+        .iter()
+        .flat_map(breakdown)
+        .filter(|atom| !owner.iter().any(|o| rule_covers(o, atom)))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    // CompactRules: simple resource atoms (one group, one resource, at most one
+    // name) differing only by verb merge; non-resource atoms stay apart.
+    let mut simple: Vec<(Atom, Vec<String>)> = Vec::new();
+    let mut lines = std::collections::BTreeSet::new();
+    for atom in missing {
+        if atom.url.is_some() {
+            lines.insert(compact_string(
+                &None,
+                &None,
+                &None,
+                &atom.url,
+                std::slice::from_ref(&atom.verb),
+            ));
+            continue;
+        }
+        match simple.iter_mut().find(|(a, _)| {
+            a.group == atom.group && a.resource == atom.resource && a.name == atom.name
+        }) {
+            Some((_, verbs)) => verbs.push(atom.verb.clone()),
+            None => {
+                let verb = atom.verb.clone();
+                simple.push((atom, vec![verb]));
+            }
+        }
+    }
+    for (a, verbs) in &simple {
+        lines.insert(compact_string(&a.group, &a.resource, &a.name, &None, verbs));
+    }
+    Err(format!(
+        "user \"{}\" (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
+        ctx.user.name,
+        go_quoted(&ctx.user.groups),
+        lines.into_iter().collect::<Vec<_>>().join("\n")
+    ))
+}
+
+/// `IsOnlyMutatingGCFields`: the update changes nothing but owner references and
+/// finalizers (and what the server sets itself).
+fn only_gc_fields(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v["metadata"].as_object_mut() {
+            for f in [
+                "ownerReferences",
+                "finalizers",
+                "resourceVersion",
+                "managedFields",
+                "generation",
+                "creationTimestamp",
+                "uid",
+            ] {
+                m.remove(f);
+            }
+        }
+        v
+    };
+    strip(old) == strip(new)
+}
+
+/// The escalation checks of the RBAC storage on a create or update of a Role,
+/// ClusterRole, RoleBinding or ClusterRoleBinding: granting rules needs holding
+/// them, or `escalate` on the role (`bind` on the role for a binding);
+/// system:masters may do anything. An aggregationRule needs full authority.
+#[allow(clippy::too_many_arguments)]
+pub fn check_escalation(
+    state: &State,
+    ctx: &Ctx,
+    info: &crate::registry::ResourceInfo,
+    cluster: &str,
+    namespace: &str,
+    name: &str,
+    new: &Value,
+    old: Option<&Value>,
+) -> ApiResult<()> {
+    if info.group != "rbac.authorization.k8s.io" || !state.cfg.authorize || ctx.user.is_master() {
+        return Ok(());
+    }
+    if old.is_some_and(|o| only_gc_fields(o, new)) {
+        return Ok(());
+    }
+    let may = |verb: &str, resource: &str, target: &str| {
+        allowed(
+            state,
+            &Attributes {
+                user: &ctx.user.name,
+                groups: &ctx.user.groups,
+                verb,
+                group: "rbac.authorization.k8s.io",
+                resource,
+                subresource: "",
+                namespace,
+                name: target,
+                cluster,
+            },
+        )
+    };
+    match info.resource.as_str() {
+        "clusterroles" | "roles" => {
+            if may("escalate", &info.resource, name) {
+                return Ok(());
+            }
+            let rules = new["rules"].as_array().cloned().unwrap_or_default();
+            confirm_no_escalation(state, ctx, cluster, namespace, &rules)
+                .map_err(|msg| ApiError::forbidden(info, name, &msg))?;
+            let aggregates = |v: &Value| v["aggregationRule"].is_object();
+            if info.resource == "clusterroles" && (aggregates(new) || old.is_some_and(aggregates)) {
+                let full = [
+                    json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}),
+                    json!({"nonResourceURLs": ["*"], "verbs": ["*"]}),
+                ];
+                if confirm_no_escalation(state, ctx, cluster, namespace, &full).is_err() {
+                    return Err(ApiError::forbidden(
+                        info,
+                        name,
+                        "must have cluster-admin privileges to use the aggregationRule",
+                    ));
+                }
+            }
+            Ok(())
+        }
+        "clusterrolebindings" | "rolebindings" => {
+            let kind = new["roleRef"]["kind"].as_str().unwrap_or("");
+            let role = new["roleRef"]["name"].as_str().unwrap_or("");
+            let (role_resource, role_ns) = if kind == "ClusterRole" {
+                ("clusterroles", "")
+            } else {
+                ("roles", namespace)
+            };
+            if may("bind", role_resource, role) {
+                return Ok(());
+            }
+            let key = crate::store::Key {
+                cluster: cluster.to_string(),
+                namespace: role_ns.to_string(),
+                name: role.to_string(),
+            };
+            let Some(stored) = state.store.get(&rbac_gr(role_resource), &key) else {
+                let role_info = crate::registry::ResourceInfo {
+                    group: "rbac.authorization.k8s.io".into(),
+                    resource: role_resource.into(),
+                    ..info.clone()
+                };
+                return Err(ApiError::not_found(&role_info, role));
+            };
+            let rules = stored["rules"].as_array().cloned().unwrap_or_default();
+            confirm_no_escalation(state, ctx, cluster, namespace, &rules)
+                .map_err(|msg| ApiError::forbidden(info, name, &msg))
+        }
+        _ => Ok(()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ClusterRole aggregation (kube-controller-manager's clusterrole-aggregation)
+// ---------------------------------------------------------------------------
+
+/// The rules each aggregated ClusterRole of `cluster` should carry and does not:
+/// the union (first occurrence kept) of the rules of every other ClusterRole its
+/// `clusterRoleSelectors` match, selector by selector, roles by name.
+pub fn aggregation_updates(state: &State, cluster: &str) -> Vec<(String, Vec<Value>)> {
+    let mut roles = state
+        .store
+        .list(&rbac_gr("clusterroles"), Some(cluster), None)
+        .0;
+    roles.sort_by(|a, b| {
+        a["metadata"]["name"]
+            .as_str()
+            .cmp(&b["metadata"]["name"].as_str())
+    });
+    let mut out = Vec::new();
+    for role in &roles {
+        let Some(selectors) = role["aggregationRule"]["clusterRoleSelectors"].as_array() else {
+            continue;
+        };
+        let name = role["metadata"]["name"].as_str().unwrap_or("");
+        let selectors: Vec<crate::selectors::Selector> = selectors
+            .iter()
+            .map(crate::selectors::Selector::from_label_selector)
+            .collect();
+        let mut rules: Vec<Value> = Vec::new();
+        for selector in &selectors {
+            for other in &roles {
+                if other["metadata"]["name"].as_str() == Some(name) || !selector.matches(other) {
+                    continue;
+                }
+                for r in other["rules"].as_array().into_iter().flatten() {
+                    if !rules.contains(r) {
+                        rules.push(r.clone());
+                    }
+                }
+            }
+        }
+        let current = role["rules"].as_array().cloned().unwrap_or_default();
+        if current != rules {
+            out.push((name.to_string(), rules));
+        }
+    }
+    out
+}

@@ -1,0 +1,561 @@
+//! Least privilege: holdfast reads what its configuration needs and nothing more.
+//! The shipped manifests name every type they grant read of (no `*`); both
+//! binaries run as the shipped ServiceAccounts (the simulator enforces RBAC,
+//! escalation prevention and ClusterRole aggregation); Secrets stay unreadable
+//! until a policy names them; a permission the controller cannot grant is
+//! reported in the policy's status and the DELETEs that need it are refused until
+//! it is granted.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use holdfast_e2e::{
+    Env, KubectlOutput,
+    controller::{ControllerProcess, condition, start_controller, wait_condition},
+};
+use holdfast_sim::SimConfig;
+use serde_json::Value;
+
+const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
+const WEBHOOK: &str = holdfast_e2e::WEBHOOK_SA;
+
+/// Secrets of namespace `app` referencing a ConfigMap by their label `config`.
+const SECRET_RULE: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: DependencyRule
+metadata: {name: secrets-use-configmaps}
+spec:
+  dependent: {group: "", version: v1, kind: Secret, resource: secrets}
+  dependencies:
+  - {group: "", version: v1, resource: configmaps, fieldRef: {path: .metadata.labels.config}}
+"#;
+
+const OBJECTS: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: app}
+data: {mode: strict}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds, namespace: app, labels: {config: settings}}
+stringData: {password: hunter2}
+"#;
+
+fn ok(env: &Env, args: &[&str]) -> KubectlOutput {
+    env.kubectl(args)
+        .expect("kubectl runs")
+        .ok()
+        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+}
+
+/// The overlay applied as a user would; the webhook and the controller running
+/// as the ServiceAccounts it creates.
+async fn shipped() -> (Env, ControllerProcess) {
+    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
+    let mut env = Env::start_with(cfg).await.expect("sim");
+    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
+    ok(&env, &["apply", "-k", &overlay.to_string_lossy()]);
+    let controller_kc = env.dir.path().join("controller.kubeconfig");
+    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
+    env.sim
+        .write_kubeconfig(&controller_kc, CONTROLLER)
+        .expect("kc");
+    env.sim.write_kubeconfig(&webhook_kc, WEBHOOK).expect("kc");
+    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
+    env.start_webhook(&["--kubeconfig", &webhook_kc])
+        .await
+        .expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let controller_kc = controller_kc.to_string_lossy().into_owned();
+    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &controller_kc])
+        .expect("controller");
+    c.wait_ready(30)
+        .await
+        .unwrap_or_else(|e| panic!("controller not ready: {e}"));
+    ok(&env, &["create", "namespace", "app"]);
+    (env, c)
+}
+
+/// `kubectl auth can-i VERB RESOURCE --all-namespaces` as `user`: (exit code, answer).
+fn can_i(env: &Env, user: &str, verb: &str, resource: &str) -> (i32, String) {
+    let out = env
+        .kubectl(&[
+            "auth",
+            "can-i",
+            verb,
+            resource,
+            "--all-namespaces",
+            "--as",
+            user,
+        ])
+        .expect("kubectl runs");
+    (out.code, out.stdout.trim().to_string())
+}
+
+/// Waits until `user` may (or may not) `verb` `resource` cluster-wide.
+async fn wait_can_i(env: &Env, user: &str, verb: &str, resource: &str, want: bool, log: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let want = if want {
+        (0, "yes".to_string())
+    } else {
+        (1, "no".to_string())
+    };
+    loop {
+        let got = can_i(env, user, verb, resource);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "can-i {verb} {resource} as {user}: {got:?}, want {want:?}\nroles: {}\n{log}",
+            reads_role(env)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The rules of the role the controller keeps.
+fn reads_role(env: &Env) -> Value {
+    let role: Value = serde_json::from_str(
+        &ok(
+            env,
+            &[
+                "get",
+                "clusterrole",
+                "holdfast-reads-policies",
+                "-o",
+                "json",
+            ],
+        )
+        .stdout,
+    )
+    .expect("json");
+    role["rules"].clone()
+}
+
+/// The resources of the rule for the core group in `rules`.
+fn core_resources(rules: &Value) -> Vec<String> {
+    rules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["apiGroups"] == serde_json::json!([""]))
+        .map(|r| {
+            assert_eq!(
+                r["verbs"],
+                serde_json::json!(["get", "list", "watch"]),
+                "{r}"
+            );
+            r["resources"]
+                .as_array()
+                .expect("resources")
+                .iter()
+                .map(|v| v.as_str().expect("string").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn wait_metric(env: &Env, series: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = env.webhook_metric(series).await.expect("metrics");
+        if got == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series}: {got:?}, want {want}\n{}",
+            env.webhook_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secrets_stay_unread_until_a_policy_names_them() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
+    let (env, c) = shipped().await;
+    // The controller granted what label containment needs: ConfigMaps, Pods, ...
+    // never Secrets.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let core = core_resources(&reads_role(&env));
+        if core.iter().any(|r| r == "configmaps") {
+            assert!(!core.iter().any(|r| r == "secrets"), "{core:?}");
+            assert!(core.iter().any(|r| r == "pods"), "{core:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reads role: {}\n{}",
+            reads_role(&env),
+            c.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = c.log();
+    wait_can_i(&env, WEBHOOK, "list", "configmaps", true, &log).await;
+    for who in [WEBHOOK, CONTROLLER] {
+        assert_eq!(can_i(&env, who, "list", "secrets"), (1, "no".to_string()));
+        assert_eq!(can_i(&env, who, "get", "secrets"), (1, "no".to_string()));
+    }
+    // A labelled Secret: its data is not readable with the webhook's own token.
+    env.apply(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: token, namespace: app, labels: {holdfast.dev/protected: \"true\"}}\nstringData: {key: value}\n",
+    )
+    .expect("secret");
+    // (With the webhook's own kubeconfig: a ServiceAccount's user name has colons,
+    // which a KUBECONFIG path cannot.)
+    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
+    let out = env
+        .kubectl(&[
+            "--kubeconfig",
+            &webhook_kc.to_string_lossy(),
+            "get",
+            "secret",
+            "token",
+            "-n",
+            "app",
+            "-o",
+            "json",
+        ])
+        .expect("kubectl runs");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.trim(),
+        "Error from server (Forbidden): secrets \"token\" is forbidden: User \
+         \"system:serviceaccount:holdfast-system:holdfast-webhook\" cannot get resource \"secrets\" \
+         in API group \"\" in the namespace \"app\""
+    );
+    // The webhook says which type it may not read (once, as a metric and a log line).
+    wait_metric(
+        &env,
+        "holdfast_webhook_unreadable_resources{resource=\"secrets\"}",
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        env.webhook_log()
+            .matches("may not list and watch secrets:")
+            .count(),
+        1,
+        "{}",
+        env.webhook_log()
+    );
+    // The labelled Secret is still protected from a direct DELETE (the label
+    // decision needs no read).
+    let out = env
+        .kubectl(&["delete", "secret", "token", "-n", "app"])
+        .expect("kubectl runs");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "holdfast: Secret app/token is protected by label holdfast.dev/protected=true"
+        ),
+        "{out:?}"
+    );
+
+    // A policy added at run time needs Secrets: the role grows, the webhook reads
+    // them, and the rule holds.
+    env.apply(OBJECTS).expect("objects");
+    env.apply(SECRET_RULE).expect("rule");
+    wait_can_i(&env, WEBHOOK, "list", "secrets", true, &c.log()).await;
+    assert_eq!(
+        can_i(&env, CONTROLLER, "watch", "secrets"),
+        (0, "yes".to_string())
+    );
+    assert!(
+        core_resources(&reads_role(&env))
+            .iter()
+            .any(|r| r == "secrets")
+    );
+    wait_condition(
+        &env,
+        "dependencyrule",
+        "secrets-use-configmaps",
+        "Ready",
+        "True",
+        30,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let out = env
+        .kubectl_until(&["delete", "configmap", "settings", "-n", "app"], 30, |o| {
+            o.code != 0 && o.stderr.contains("still referenced")
+        })
+        .await
+        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.refused_with(&holdfast_e2e::denied_by(
+            "policies-0.holdfast.dev",
+            "holdfast: ConfigMap app/settings is still referenced by Secret app/creds (policy: \
+             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)"
+        )),
+        "{out:?}"
+    );
+    wait_metric(
+        &env,
+        "holdfast_webhook_unreadable_resources{resource=\"secrets\"}",
+        0.0,
+    )
+    .await;
+    // The rule goes: Secrets are taken away again.
+    ok(
+        &env,
+        &["delete", "dependencyrule", "secrets-use-configmaps"],
+    );
+    wait_can_i(&env, WEBHOOK, "list", "secrets", false, &c.log()).await;
+    assert!(
+        !core_resources(&reads_role(&env))
+            .iter()
+            .any(|r| r == "secrets")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_granted() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
+    let (env, c) = shipped().await;
+    wait_can_i(&env, WEBHOOK, "list", "configmaps", true, &c.log()).await;
+    // Take escalate away from the controller: it can no longer grant what it
+    // does not hold.
+    let role: Value = serde_json::from_str(
+        &ok(
+            &env,
+            &["get", "clusterrole", "holdfast-controller", "-o", "json"],
+        )
+        .stdout,
+    )
+    .expect("json");
+    let index = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .position(|r| r["verbs"].to_string().contains("escalate"))
+        .expect("the shipped controller role has escalate");
+    let verbs = format!(
+        "[{{\"op\": \"replace\", \"path\": \"/rules/{index}/verbs\", \"value\": [\"get\", \"update\", \"patch\"]}}]"
+    );
+    ok(
+        &env,
+        &[
+            "patch",
+            "clusterrole",
+            "holdfast-controller",
+            "--type=json",
+            "-p",
+            &verbs,
+        ],
+    );
+    env.apply(OBJECTS).expect("objects");
+    env.apply(SECRET_RULE).expect("rule");
+    // The status names the missing permission and the API server's refusal.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let installed = loop {
+        let cond = condition(
+            &env,
+            "dependencyrule",
+            "secrets-use-configmaps",
+            "Installed",
+        )
+        .expect("condition");
+        if let Some(c) = cond.filter(|c| c["status"] == "False") {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "no Installed=False\n{}", c.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(installed["reason"], "NotInstalled");
+    let message = installed["message"].as_str().expect("message");
+    assert!(
+        message.starts_with(
+            "holdfast may not read secrets (get, list, watch), so its DELETEs are refused: updating \
+             ClusterRole holdfast-reads-policies: ApiError: clusterroles.rbac.authorization.k8s.io \
+             \"holdfast-reads-policies\" is forbidden: user \
+             \"system:serviceaccount:holdfast-system:holdfast-controller\" (groups=[\"system:serviceaccounts\" \
+             \"system:serviceaccounts:holdfast-system\" \"system:authenticated\"]) is attempting to grant \
+             RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"secrets\"], \
+             Verbs:[\"get\" \"list\" \"watch\"]}"
+        ) && message.ends_with(
+            "; grant the controller escalate on ClusterRole holdfast-reads-policies, or add a \
+             ClusterRole labelled holdfast.dev/aggregate-to-reads=true granting it"
+        ),
+        "{message}"
+    );
+    let ready = condition(&env, "dependencyrule", "secrets-use-configmaps", "Ready")
+        .expect("condition")
+        .expect("Ready");
+    assert_eq!(ready["status"], "False", "{ready}");
+    assert_eq!(
+        can_i(&env, WEBHOOK, "list", "secrets"),
+        (1, "no".to_string())
+    );
+    // The rule's DELETEs are refused, never allowed unseen.
+    let out = env
+        .kubectl_until(
+            &[
+                "delete",
+                "configmap",
+                "settings",
+                "-n",
+                "app",
+                "--dry-run=server",
+            ],
+            30,
+            |o| o.code != 0 && o.stderr.contains("cannot verify dependents"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
+    assert!(
+        out.refused_with(&holdfast_e2e::denied_by(
+            "policies-0.holdfast.dev",
+            "holdfast: cannot verify dependents of ConfigMap app/settings (policy: \
+             DependencyRule/secrets-use-configmaps, secrets referencing it at \
+             .metadata.labels.config): holdfast may not read secrets yet (get, list, watch on \
+             secrets is not granted to its ServiceAccount; the controller grants what the \
+             policies name through ClusterRole holdfast-reads)"
+        )),
+        "{out:?}"
+    );
+    // A namespace holding what a policy protects among a type holdfast may not
+    // read: its DELETE is refused too (containment cannot see inside).
+    env.apply(RP_CREDS).expect("protection");
+    let out = env
+        .kubectl_until(
+            &["delete", "namespace", "app", "--dry-run=server"],
+            30,
+            |o| o.code != 0 && o.stderr.contains("holdfast may not read secrets yet"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" denied \
+         the request: holdfast: cannot verify what Namespace app holds: holdfast may not read \
+         secrets yet (get, list, watch on secrets is not granted to its ServiceAccount; the \
+         controller grants what the policies name through ClusterRole holdfast-reads). Refusing \
+         rather than risk a half-deleted namespace; retry later, or set the annotation \
+         holdfast.dev/skip-protection=true if you are allowed to bypass protection.\n"
+    );
+    // An administrator grants Secrets by a labelled ClusterRole of their own: the
+    // aggregated role picks it up, the rule holds.
+    env.apply(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: holdfast-reads-secrets\n  labels: {holdfast.dev/aggregate-to-reads: \"true\"}\nrules:\n- {apiGroups: [\"\"], resources: [secrets], verbs: [get, list, watch]}\n",
+    )
+    .expect("grant");
+    wait_can_i(&env, WEBHOOK, "list", "secrets", true, &c.log()).await;
+    wait_condition(
+        &env,
+        "dependencyrule",
+        "secrets-use-configmaps",
+        "Ready",
+        "True",
+        30,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let out = env
+        .kubectl_until(&["delete", "configmap", "settings", "-n", "app"], 30, |o| {
+            o.code != 0 && o.stderr.contains("still referenced")
+        })
+        .await
+        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
+    assert!(
+        out.refused_with(&holdfast_e2e::denied_by(
+            "policies-0.holdfast.dev",
+            "holdfast: ConfigMap app/settings is still referenced by Secret app/creds (policy: \
+             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)"
+        )),
+        "{out:?}"
+    );
+    assert!(
+        env.exists(&["configmap", "settings", "-n", "app"])
+            .expect("kubectl")
+    );
+    // Now containment sees the protected Secret.
+    let out = env
+        .kubectl_until(
+            &["delete", "namespace", "app", "--dry-run=server"],
+            30,
+            |o| o.code != 0 && o.stderr.contains("Secret app/creds"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("Secret app/creds (ResourceProtection/creds)"),
+        "{out:?}"
+    );
+}
+
+const RP_CREDS: &str = r#"
+apiVersion: holdfast.dev/v1alpha1
+kind: ResourceProtection
+metadata: {name: creds}
+spec:
+  resources:
+  - {group: "", version: v1, resource: secrets, namespace: app}
+"#;
+
+/// Every read rule of every shipped overlay names its types: no `*` in the groups
+/// or resources of a rule granting get, list or watch, and no read of Secrets
+/// beyond the controller's own certificate Secret (by name).
+#[test]
+fn shipped_read_rules_name_every_type() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays");
+    let mut roles = 0;
+    for overlay in ["kubernetes", "karmada/karmada-apiserver", "karmada/host"] {
+        let out = std::process::Command::new(holdfast_e2e::kubectl_path().expect("kubectl"))
+            .args(["kustomize", &root.join(overlay).to_string_lossy()])
+            .output()
+            .expect("kubectl kustomize");
+        assert!(out.status.success(), "{overlay}: {out:?}");
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        for doc in text.split("\n---\n") {
+            let v: Value = serde_saphyr::from_str(doc).expect("yaml");
+            if !matches!(v["kind"].as_str(), Some("ClusterRole" | "Role")) {
+                continue;
+            }
+            roles += 1;
+            let name = v["metadata"]["name"].as_str().unwrap_or_default();
+            for rule in v["rules"].as_array().into_iter().flatten() {
+                let has = |field: &str, what: &str| {
+                    rule[field].as_array().into_iter().flatten().any(|x| {
+                        x.as_str()
+                            .is_some_and(|s| s == what || (what == "*" && s.contains('*')))
+                    })
+                };
+                let reads = ["get", "list", "watch", "*"]
+                    .iter()
+                    .any(|v| has("verbs", v));
+                if !reads {
+                    continue;
+                }
+                assert!(
+                    !has("apiGroups", "*") && !has("resources", "*") && !has("verbs", "*"),
+                    "{overlay}: {name} grants a wildcard read: {rule}"
+                );
+                if has("resources", "secrets") {
+                    assert_eq!(
+                        rule["resourceNames"],
+                        serde_json::json!(["holdfast-webhook-tls"]),
+                        "{overlay}: {name} reads Secrets: {rule}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(roles >= 6, "{roles} roles rendered");
+}

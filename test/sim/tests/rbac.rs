@@ -1,0 +1,369 @@
+//! RBAC as kube-apiserver enforces it for stored objects: escalation prevention
+//! on Roles/ClusterRoles and bindings, and ClusterRole aggregation.
+
+mod common;
+
+use holdfast_sim::{Sim, SimConfig, User};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+fn api_err(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn cfg() -> SimConfig {
+    let mut cfg = SimConfig::default();
+    cfg.users.push(User {
+        name: "system:serviceaccount:ops:keeper".into(),
+        token: "keeper-token".into(),
+        groups: vec![
+            "system:serviceaccounts".into(),
+            "system:serviceaccounts:ops".into(),
+            "system:authenticated".into(),
+        ],
+    });
+    cfg
+}
+
+fn role(name: &str, labels: Value, rules: Value) -> ClusterRole {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "rules": rules,
+    }))
+    .expect("role")
+}
+
+fn binding(name: &str, role: &str) -> ClusterRoleBinding {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "keeper", "namespace": "ops"}],
+    }))
+    .expect("binding")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn granting_rules_not_held_is_refused_unless_escalate() {
+    let sim = Sim::start(cfg()).await.expect("sim");
+    let admin = sim.client().await.expect("admin");
+    let keeper = sim
+        .client_as("system:serviceaccount:ops:keeper")
+        .await
+        .expect("keeper");
+    let admin_roles: Api<ClusterRole> = Api::all(admin.clone());
+    let admin_bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    let pp = PostParams::default();
+    // The keeper may read ConfigMaps and update the role "reads" (no escalate yet).
+    admin_roles
+        .create(
+            &pp,
+            &role(
+                "keeper",
+                json!({}),
+                json!([
+                    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["reads"], "verbs": ["get", "update", "patch"]},
+                    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]}
+                ]),
+            ),
+        )
+        .await
+        .expect("keeper role");
+    admin_bindings
+        .create(&pp, &binding("keeper", "keeper"))
+        .await
+        .expect("binding");
+    admin_roles
+        .create(&pp, &role("reads", json!({}), json!([])))
+        .await
+        .expect("reads");
+    let roles: Api<ClusterRole> = Api::all(keeper.clone());
+
+    // Rules it holds: allowed.
+    let mut held = roles.get("reads").await.expect("get");
+    held.rules = Some(
+        serde_json::from_value(
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]),
+        )
+        .expect("rules"),
+    );
+    let held = roles
+        .replace("reads", &pp, &held)
+        .await
+        .expect("held rules");
+
+    // Rules it does not hold: refused with kube-apiserver's text.
+    let mut more = held.clone();
+    more.rules = Some(
+        serde_json::from_value(json!([
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+            {"apiGroups": ["", "apps"], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["delete"]}
+        ]))
+        .expect("rules"),
+    );
+    let s = api_err(
+        roles
+            .replace("reads", &pp, &more)
+            .await
+            .expect_err("escalation"),
+    );
+    assert_eq!(s.code, 403, "{s:?}");
+    assert_eq!(s.reason, "Forbidden");
+    assert_eq!(
+        s.message,
+        "clusterroles.rbac.authorization.k8s.io \"reads\" is forbidden: user \
+         \"system:serviceaccount:ops:keeper\" (groups=[\"system:serviceaccounts\" \
+         \"system:serviceaccounts:ops\" \"system:authenticated\"]) is attempting to grant RBAC \
+         permissions not currently held:\n\
+         {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\"]}\n\
+         {APIGroups:[\"apps\"], Resources:[\"deployments\"], ResourceNames:[\"web\"], Verbs:[\"delete\"]}\n\
+         {APIGroups:[\"apps\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\"]}"
+    );
+    // Creating a role with rules not held: refused the same way.
+    let s = api_err(
+        roles
+            .create(
+                &pp,
+                &role(
+                    "other",
+                    json!({}),
+                    json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]),
+                ),
+            )
+            .await
+            .expect_err("escalation on create"),
+    );
+    assert_eq!(s.code, 403);
+    assert!(
+        s.message.starts_with(
+            "clusterroles.rbac.authorization.k8s.io \"other\" is forbidden: user \"system:serviceaccount:ops:keeper\""
+        ) && s.message.ends_with(
+            "not currently held:\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"list\"]}"
+        ),
+        "{}",
+        s.message
+    );
+
+    // escalate on the one role: the same update goes through; the role's rules are
+    // then held by whoever is bound to it.
+    let mut keeper_role = admin_roles.get("keeper").await.expect("get");
+    keeper_role
+        .rules
+        .get_or_insert_with(Vec::new)
+        .push(
+            serde_json::from_value(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["reads"], "verbs": ["escalate"]}))
+                .expect("rule"),
+        );
+    admin_roles
+        .replace("keeper", &pp, &keeper_role)
+        .await
+        .expect("escalate granted");
+    let mut more = roles.get("reads").await.expect("get");
+    more.rules = Some(
+        serde_json::from_value(json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]))
+            .expect("rules"),
+    );
+    roles
+        .replace("reads", &pp, &more)
+        .await
+        .expect("escalate allows it");
+    // Only on that role: another name is still checked.
+    let s = api_err(
+        roles
+            .create(
+                &pp,
+                &role(
+                    "other",
+                    json!({}),
+                    json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]),
+                ),
+            )
+            .await
+            .expect_err("escalate is per name"),
+    );
+    assert_eq!(s.code, 403);
+
+    // Binding: needs the rules or bind. The keeper may create bindings but holds
+    // nothing of "reads".
+    let mut keeper_role = admin_roles.get("keeper").await.expect("get");
+    keeper_role
+        .rules
+        .get_or_insert_with(Vec::new)
+        .push(
+            serde_json::from_value(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]}))
+                .expect("rule"),
+        );
+    admin_roles
+        .replace("keeper", &pp, &keeper_role)
+        .await
+        .expect("create bindings");
+    let bindings: Api<ClusterRoleBinding> = Api::all(keeper.clone());
+    let s = api_err(
+        bindings
+            .create(&pp, &binding("self-reads", "reads"))
+            .await
+            .expect_err("binding a role whose rules are not held"),
+    );
+    assert_eq!(s.code, 403);
+    assert_eq!(
+        s.message,
+        "clusterrolebindings.rbac.authorization.k8s.io \"self-reads\" is forbidden: user \
+         \"system:serviceaccount:ops:keeper\" (groups=[\"system:serviceaccounts\" \
+         \"system:serviceaccounts:ops\" \"system:authenticated\"]) is attempting to grant RBAC \
+         permissions not currently held:\n\
+         {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\"]}"
+    );
+    let s = api_err(
+        bindings
+            .create(&pp, &binding("missing", "no-such-role"))
+            .await
+            .expect_err("unknown role"),
+    );
+    assert_eq!(s.code, 404);
+    assert_eq!(
+        s.message,
+        "clusterroles.rbac.authorization.k8s.io \"no-such-role\" not found"
+    );
+    // system:masters is never checked.
+    admin_bindings
+        .create(&pp, &binding("self-reads", "reads"))
+        .await
+        .expect("admin binds");
+    // Now bound: the keeper reads Secrets.
+    let secrets: Api<Secret> = Api::namespaced(keeper.clone(), "default");
+    secrets
+        .list(&ListParams::default())
+        .await
+        .expect("bound to reads");
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregated_cluster_roles_follow_the_roles_they_select() {
+    let sim = Sim::start(cfg()).await.expect("sim");
+    let admin = sim.client().await.expect("admin");
+    let keeper = sim
+        .client_as("system:serviceaccount:ops:keeper")
+        .await
+        .expect("keeper");
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let pp = PostParams::default();
+    let aggregated: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "all-reads"},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.com/aggregate-to-reads": "true"}}]},
+    }))
+    .expect("role");
+    roles.create(&pp, &aggregated).await.expect("aggregated");
+    let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    bindings
+        .create(&pp, &binding("all-reads", "all-reads"))
+        .await
+        .expect("binding");
+    let wait_rules = |want: Value| {
+        let roles = roles.clone();
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let got = roles.get("all-reads").await.expect("get");
+                let rules = serde_json::to_value(&got.rules).expect("json");
+                let rules = if rules.is_null() { json!([]) } else { rules };
+                if rules == want {
+                    return;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "rules of all-reads: {rules}, want {want}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let cm = json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]});
+    let sec = json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]});
+    let label = json!({"example.com/aggregate-to-reads": "true"});
+    roles
+        .create(&pp, &role("b-configmaps", label.clone(), json!([cm])))
+        .await
+        .expect("b");
+    roles
+        .create(&pp, &role("unlabelled", json!({}), json!([sec])))
+        .await
+        .expect("unlabelled");
+    wait_rules(json!([cm])).await;
+    // A second selected role: rules in name order, duplicates once.
+    roles
+        .create(&pp, &role("a-secrets", label.clone(), json!([sec, cm])))
+        .await
+        .expect("a");
+    wait_rules(json!([sec, cm])).await;
+    let secrets: Api<Secret> = Api::namespaced(keeper.clone(), "default");
+    secrets
+        .list(&ListParams::default())
+        .await
+        .expect("aggregated rule grants it");
+    // A selected role changes, then loses its label: the union follows.
+    roles
+        .patch(
+            "b-configmaps",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"example.com/aggregate-to-reads": null}}}),
+            ),
+        )
+        .await
+        .expect("unlabel");
+    roles
+        .patch(
+            "a-secrets",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"rules": [cm]})),
+        )
+        .await
+        .expect("change");
+    wait_rules(json!([cm])).await;
+    let s = api_err(
+        secrets
+            .list(&ListParams::default())
+            .await
+            .expect_err("no longer granted"),
+    );
+    assert_eq!(s.code, 403);
+    // A non-admin may not create an aggregated role at all.
+    let keeper_roles: Api<ClusterRole> = Api::all(keeper.clone());
+    let mut mine = aggregated.clone();
+    mine.metadata.name = Some("mine".into());
+    roles
+        .create(
+            &pp,
+            &role(
+                "keeper-creates",
+                json!({}),
+                json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]}]),
+            ),
+        )
+        .await
+        .expect("role");
+    bindings
+        .create(&pp, &binding("keeper-creates", "keeper-creates"))
+        .await
+        .expect("binding");
+    let s = api_err(
+        keeper_roles
+            .create(&pp, &mine)
+            .await
+            .expect_err("aggregationRule needs full authority"),
+    );
+    assert_eq!(s.code, 403);
+    assert_eq!(
+        s.message,
+        "clusterroles.rbac.authorization.k8s.io \"mine\" is forbidden: must have cluster-admin privileges to use the aggregationRule"
+    );
+    sim.shutdown().await;
+}
