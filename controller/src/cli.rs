@@ -200,7 +200,7 @@ pub struct RunArgs {
     #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_READ_SECRETS")]
     pub read_secrets: bool,
 
-    /// Extra protection label, KEY[=VALUE,...] (repeatable; no values: Always,true).
+    /// Extra protection label, KEY[=VALUE,...] (repeatable; no values: Always,true,Cascading).
     /// holdfast.dev/protected is always in force; giving it replaces its values.
     /// Several labels in one value (and in the environment) are separated by ';'.
     #[arg(long, value_name = "KEY[=VALUE,...]", action = ArgAction::Append, value_delimiter = ';', env = "HOLDFAST_PROTECTION_LABELS")]
@@ -728,7 +728,7 @@ mod tests {
         assert_eq!(
             labels,
             vec![
-                "holdfast.dev/protected=Always,true",
+                "holdfast.dev/protected=Always,true,Cascading",
                 "resourcetemplate.karmada.io/deletion-protected=Always",
                 "orkestra.io/deletion-protection=true"
             ]

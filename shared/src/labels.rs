@@ -1,11 +1,15 @@
 //! Protection labels: which label keys protect an object, with which values.
 //!
-//! `holdfast.dev/protected` (values `Always`, `true`) is always on. Extra keys come
-//! from `--protection-label KEY[=VALUE,...]`; a key given without values protects
-//! with `Always` and `true`. Giving `holdfast.dev/protected=...` overrides the
-//! values of the built-in key.
+//! `holdfast.dev/protected` (values `Always`, `true`, `Cascading`) is always on. Extra
+//! keys come from `--protection-label KEY[=VALUE,...]`; a key given without values
+//! protects with `Always`, `true` and `Cascading`. Giving `holdfast.dev/protected=...`
+//! overrides the values of the built-in key.
+//!
+//! The literal value `Cascading`, on any key that lists it, protects only while the
+//! object still has live contents (see `policy`); every other protecting value
+//! protects always.
 
-use crate::names::{PROTECTED_LABEL, PROTECTED_VALUES};
+use crate::names::{CASCADING_VALUE, PROTECTED_LABEL, PROTECTED_VALUES};
 use serde_json::{Map, Value};
 use std::{fmt, str::FromStr};
 
@@ -144,6 +148,11 @@ impl ProtectionLabel {
     }
 }
 
+/// Whether a protecting `value` protects only while live contents remain.
+pub fn is_cascading(value: &str) -> bool {
+    value == CASCADING_VALUE
+}
+
 /// The set of protection labels in force.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProtectionLabels {
@@ -170,6 +179,13 @@ pub struct ProtectingLabel<'a> {
     pub value: &'a str,
 }
 
+impl ProtectingLabel<'_> {
+    /// Whether this label protects only while the object has live contents.
+    pub fn cascading(&self) -> bool {
+        is_cascading(self.value)
+    }
+}
+
 impl ProtectionLabels {
     /// The built-in key plus `extra` (an extra entry for the built-in key replaces
     /// its values; a repeated key keeps its last values).
@@ -189,17 +205,23 @@ impl ProtectionLabels {
         self.labels.iter()
     }
 
-    /// The first label on `labels` that protects, in configuration order.
+    /// The first label on `labels` that protects, in configuration order; one that
+    /// protects always wins over a `Cascading` one found before it.
     pub fn protecting<'a>(
         &'a self,
         labels: Option<&'a Map<String, Value>>,
     ) -> Option<ProtectingLabel<'a>> {
         let labels = labels?;
-        self.labels.iter().find_map(|l| {
+        let mut found = self.labels.iter().filter_map(|l| {
             let value = labels.get(&l.key)?.as_str()?;
             l.protects(value)
                 .then_some(ProtectingLabel { key: &l.key, value })
-        })
+        });
+        let first = found.next()?;
+        if !first.cascading() {
+            return Some(first);
+        }
+        Some(found.find(|l| !l.cascading()).unwrap_or(first))
     }
 
     /// Every configured key whose protection is present in `old` and gone in `new`
@@ -306,7 +328,7 @@ mod tests {
         assert_eq!(l.key, "resourcetemplate.karmada.io/deletion-protected");
         assert_eq!(l.values, vec!["Always"]);
         let l: ProtectionLabel = "orkestra.io/deletion-protection".parse().expect("valid");
-        assert_eq!(l.values, vec!["Always", "true"]);
+        assert_eq!(l.values, vec!["Always", "true", "Cascading"]);
         let l: ProtectionLabel = "example.com/p=yes, on".parse().expect("valid");
         assert_eq!(l.values, vec!["yes", "on"]);
         assert_eq!(l.to_string(), "example.com/p=yes,on");
@@ -358,6 +380,48 @@ mod tests {
         let truthy = map(json!({"resourcetemplate.karmada.io/deletion-protected": "true"}));
         assert!(set.protecting(Some(&always)).is_some());
         assert!(set.protecting(Some(&truthy)).is_none());
+    }
+
+    #[test]
+    fn cascading_is_a_protecting_value_and_always_wins() {
+        let kruise: ProtectionLabel = "policy.kruise.io/delete-protection=Always,Cascading"
+            .parse()
+            .expect("valid");
+        let set = ProtectionLabels::with_extra([kruise]);
+        let cascading = map(json!({"policy.kruise.io/delete-protection": "Cascading"}));
+        let found = set.protecting(Some(&cascading)).expect("protects");
+        assert_eq!(
+            (found.key, found.value, found.cascading()),
+            ("policy.kruise.io/delete-protection", "Cascading", true)
+        );
+        // The built-in key protects with Cascading too.
+        let builtin = map(json!({"holdfast.dev/protected": "Cascading"}));
+        assert!(
+            set.protecting(Some(&builtin))
+                .is_some_and(|l| l.cascading())
+        );
+        // Both: the key that protects always is the one reported.
+        let both = map(json!({
+            "holdfast.dev/protected": "Cascading",
+            "policy.kruise.io/delete-protection": "Always"
+        }));
+        let found = set.protecting(Some(&both)).expect("protects");
+        assert_eq!(
+            (found.key, found.value, found.cascading()),
+            ("policy.kruise.io/delete-protection", "Always", false)
+        );
+        // A key that does not list Cascading is not protected by it.
+        let karmada =
+            ProtectionLabels::with_extra(["resourcetemplate.karmada.io/deletion-protected=Always"
+                .parse::<ProtectionLabel>()
+                .expect("valid")]);
+        let l = map(json!({"resourcetemplate.karmada.io/deletion-protected": "Cascading"}));
+        assert!(karmada.protecting(Some(&l)).is_none());
+        // Strict mode: removing Cascading is a removal; Always -> Cascading is not.
+        let old = map(json!({"holdfast.dev/protected": "Cascading"}));
+        assert_eq!(set.removed(Some(&old), Some(&map(json!({})))).len(), 1);
+        let always = map(json!({"holdfast.dev/protected": "Always"}));
+        assert!(set.removed(Some(&always), Some(&old)).is_empty());
     }
 
     #[test]

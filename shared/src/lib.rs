@@ -7,6 +7,7 @@
 
 pub mod anchorsource;
 pub mod api;
+pub mod cascading;
 pub mod clients;
 pub mod fieldpath;
 pub mod index;

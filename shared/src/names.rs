@@ -7,10 +7,15 @@ pub const API_VERSION: &str = "v1alpha1";
 /// `group/version` of the holdfast CRDs.
 pub const API_GROUP_VERSION: &str = "holdfast.dev/v1alpha1";
 
-/// Default protection label; `Always` or `true` protects the object.
+/// Default protection label; `Always` or `true` protects the object, `Cascading`
+/// protects it while it still has live contents.
 pub const PROTECTED_LABEL: &str = "holdfast.dev/protected";
-/// Protecting values of [`PROTECTED_LABEL`].
-pub const PROTECTED_VALUES: &[&str] = &["Always", "true"];
+/// Protecting values of [`PROTECTED_LABEL`] (and of an extra key given without values).
+pub const PROTECTED_VALUES: &[&str] = &["Always", "true", "Cascading"];
+/// The protecting value, on any key, that protects an object only while it still has
+/// live contents (a Namespace's live Pods and PVCs, a CRD's instances, a workload's
+/// replicas).
+pub const CASCADING_VALUE: &str = "Cascading";
 /// Strict-mode exemption label: must already be on the stored object.
 pub const STRICT_EXEMPT_LABEL: &str = "holdfast.dev/strict-exempt";
 /// Break-glass annotation for exactly one object.

@@ -15,6 +15,7 @@
 
 use crate::{
     api::common::{Enforcement, GroupResource},
+    cascading::{Live, live_contents},
     index::Referrer,
     labels::ProtectionLabels,
     names::{
@@ -225,6 +226,45 @@ pub trait ClusterView: Send + Sync {
         _crd: &Value,
     ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send {
         async { Ok(Vec::new()) }
+    }
+
+    /// Whether this view can tell live contents (Cascading protection). A view that
+    /// cannot (`--label-only`) makes `Cascading` protect like `Always`.
+    fn cascading_judged(&self) -> bool {
+        false
+    }
+
+    /// The live contents of namespace `ns` in `cluster`: every Pod neither Succeeded,
+    /// Failed nor terminating, and every PersistentVolumeClaim, as `Kind ns/name`,
+    /// sorted. An error while they cannot be told (fail closed).
+    fn live_in_namespace(
+        &self,
+        _cluster: &str,
+        _ns: &str,
+    ) -> impl Future<Output = Result<Vec<String>, LookupError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
+    /// The instances of the CustomResourceDefinition `crd` in `cluster` that are not
+    /// terminating, as `Kind ns/name`, sorted.
+    fn live_instances(
+        &self,
+        _cluster: &str,
+        _crd: &Value,
+    ) -> impl Future<Output = Result<Vec<String>, LookupError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
+    /// The replica path of custom resource `resource` in `group` (its CRD's
+    /// `scale.specReplicasPath`), or `None` when it has no scale subresource (or is no
+    /// custom resource).
+    fn replicas_path(
+        &self,
+        _cluster: &str,
+        _group: &str,
+        _resource: &str,
+    ) -> impl Future<Output = Result<Option<String>, LookupError>> + Send {
+        async { Ok(None) }
     }
 }
 
@@ -761,22 +801,66 @@ async fn evaluate_single<V: ClusterView>(
 ) -> Evaluation {
     if let Some(found) = cfg.labels.protecting(labels(obj)) {
         let target = kubectl_target(req);
-        let unprotect = if cfg.strict || view.strict_for(req) {
-            format!(
-                "first mark it exempt in its own update, as strict mode is on \
-                 (kubectl label {target} {STRICT_EXEMPT_LABEL}=true, which takes the bypass \
-                 permission), then remove the label (kubectl label {target} {key}-)",
-                key = found.key
-            )
-        } else {
-            format!(
-                "remove the label (kubectl label {target} {key}-)",
-                key = found.key
-            )
-        };
+        let mut note = String::new();
+        if found.cascading() {
+            if !view.cascading_judged() {
+                note = " (this webhook does not watch live contents, so Cascading protects \
+                        like Always here)"
+                    .to_string();
+            } else {
+                match live_contents(req, obj, view).await {
+                    Live::Drained => {
+                        return evaluate_after_labels(req, obj, view).await;
+                    }
+                    Live::NoContents => {
+                        note = format!(
+                            " ({} has no live contents holdfast can tell, so Cascading \
+                             protects it like Always)",
+                            req.describe()
+                        );
+                    }
+                    Live::Unknown(why) => {
+                        return Evaluation::deny(
+                            "label",
+                            DenialKind::LookupFailed,
+                            format!(
+                                "{MESSAGE_PREFIX} {} is protected by label {}={} (policy: \
+                                 label {}) while it has live contents, and {why}. Refusing \
+                                 rather than risk deleting them; retry later, {BYPASS_HINT}.",
+                                req.describe(),
+                                found.key,
+                                found.value,
+                                found.key,
+                            ),
+                            Vec::new(),
+                        );
+                    }
+                    Live::Alive {
+                        condition,
+                        still,
+                        blockers,
+                        drain,
+                    } => {
+                        let message = format!(
+                            "{MESSAGE_PREFIX} {} is protected by label {}={} (policy: label \
+                             {}) {condition}, and {still}, so it cannot be deleted{skip_note}. \
+                             To delete it, first {drain}; or {}, or set the annotation \
+                             {SKIP_ANNOTATION}=true if you are allowed to bypass protection.",
+                            req.describe(),
+                            found.key,
+                            found.value,
+                            found.key,
+                            unprotect_hint(cfg, view, req, &target, found.key),
+                        );
+                        return Evaluation::deny("label", DenialKind::Protected, message, blockers);
+                    }
+                }
+            }
+        }
+        let unprotect = unprotect_hint(cfg, view, req, &target, found.key);
         let message = format!(
             "{MESSAGE_PREFIX} {} is protected by label {}={} (policy: label {}), so it cannot \
-             be deleted{skip_note}. To delete it, {unprotect}, or set the annotation \
+             be deleted{note}{skip_note}. To delete it, {unprotect}, or set the annotation \
              {SKIP_ANNOTATION}=true if you are allowed to bypass protection.",
             req.describe(),
             found.key,
@@ -790,6 +874,34 @@ async fn evaluate_single<V: ClusterView>(
             vec![format!("label {}={}", found.key, found.value)],
         );
     }
+    evaluate_after_labels(req, obj, view).await
+}
+
+/// How to lift a label's protection: remove it (after the exemption under strict mode).
+fn unprotect_hint<V: ClusterView>(
+    cfg: &PolicyConfig,
+    view: &V,
+    req: &AdmissionRequest,
+    target: &str,
+    key: &str,
+) -> String {
+    if cfg.strict || view.strict_for(req) {
+        format!(
+            "first mark it exempt in its own update, as strict mode is on \
+             (kubectl label {target} {STRICT_EXEMPT_LABEL}=true, which takes the bypass \
+             permission), then remove the label (kubectl label {target} {key}-)"
+        )
+    } else {
+        format!("remove the label (kubectl label {target} {key}-)")
+    }
+}
+
+/// The protections of one object after its labels: policy objects, once loaded.
+async fn evaluate_after_labels<V: ClusterView>(
+    req: &AdmissionRequest,
+    obj: &Value,
+    view: &V,
+) -> Evaluation {
     if view.may_govern_delete(req) && !view.policies_loaded() {
         return Evaluation::deny(
             "not-ready",
@@ -865,6 +977,7 @@ async fn evaluate_policy_objects<V: ClusterView>(
         denial: None,
     };
 
+    let mut live: Option<Live> = None;
     for rp in view.protection_candidates(&gr, namespace) {
         let Some(sel) = rp.selecting(&gr, namespace, name, labels(obj)).next() else {
             continue;
@@ -885,9 +998,52 @@ async fn evaluate_policy_objects<V: ClusterView>(
         if sel.label_selector.is_some() {
             scope.push_str(" matching its label selector");
         }
+        let mut note = "";
+        if rp.cascading {
+            if !view.cascading_judged() {
+                note = " (this webhook does not watch live contents, so mode Cascading \
+                        protects like Always here)";
+            } else {
+                if live.is_none() {
+                    live = Some(live_contents(req, obj, view).await);
+                }
+                match live.as_ref() {
+                    Some(Live::Drained) => continue,
+                    Some(Live::Alive {
+                        condition,
+                        still,
+                        blockers,
+                        drain,
+                    }) => {
+                        let message = format!(
+                            "{MESSAGE_PREFIX} {what} is protected by {policy} (selects {scope}, \
+                             mode Cascading) {condition}, and {still}, so it cannot be deleted. \
+                             To delete it, first {drain}; or remove it from the policy \
+                             (kubectl edit resourceprotection {}), {BYPASS_HINT}.",
+                            rp.key.name
+                        );
+                        out.record(rp.enforcement, policy, message, blockers.clone());
+                        continue;
+                    }
+                    Some(Live::Unknown(why)) => {
+                        let message = format!(
+                            "{MESSAGE_PREFIX} {what} is protected by {policy} (selects {scope}, \
+                             mode Cascading) while it has live contents, and {why}. Refusing \
+                             rather than risk deleting them; retry later, {BYPASS_HINT}."
+                        );
+                        lookup_failed(&mut out, rp.enforcement, policy, message);
+                        continue;
+                    }
+                    Some(Live::NoContents) | None => {
+                        note = " (it has no live contents holdfast can tell, so mode \
+                                Cascading protects it like Always)";
+                    }
+                }
+            }
+        }
         let message = format!(
-            "{MESSAGE_PREFIX} {what} is protected by {policy} (selects {scope}), so it cannot \
-             be deleted. To delete it, remove it from the policy (kubectl edit \
+            "{MESSAGE_PREFIX} {what} is protected by {policy} (selects {scope}){note}, so it \
+             cannot be deleted. To delete it, remove it from the policy (kubectl edit \
              resourceprotection {}), {BYPASS_HINT}.",
             rp.key.name
         );
@@ -2951,7 +3107,7 @@ mod tests {
                 e.decision,
                 Decision::Warn(vec![
                     "holdfast: label holdfast.dev/protected=\"always\" on ConfigMap ns/obj does not \
-                     protect it: the value must be exactly \"Always\" or \"true\" (case-sensitive, \
+                     protect it: the value must be exactly \"Always\" or \"true\" or \"Cascading\" (case-sensitive, \
                      no spaces)."
                         .to_string()
                 ])

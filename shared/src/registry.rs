@@ -317,6 +317,8 @@ pub struct CompiledProtection {
     pub strict: bool,
     /// Its selectors.
     pub selectors: Vec<ResourceSelector>,
+    /// `mode: Cascading`: protects only while live contents remain.
+    pub cascading: bool,
 }
 
 impl CompiledProtection {
@@ -442,6 +444,7 @@ pub fn compile_protection(
             enforcement: rp.spec.enforcement,
             strict: rp.spec.strict,
             selectors: rp.spec.resources.clone(),
+            cascading: rp.spec.mode == crate::api::resource_protection::ProtectionMode::Cascading,
         },
     ))
 }
@@ -888,6 +891,7 @@ mod tests {
                         exclude: None,
                     })
                     .collect(),
+                cascading: false,
             })
         };
         let list: Arc<[Arc<CompiledProtection>]> = vec![

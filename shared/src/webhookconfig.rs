@@ -1488,7 +1488,10 @@ mod tests {
                 .expect("valid")]);
         let hooks = label_webhooks(&labels, false, &opts());
         assert_eq!(hooks.len(), 2);
-        for (h, want) in hooks.iter().zip(["'Always', 'true'", "'Always'"]) {
+        for (h, want) in hooks
+            .iter()
+            .zip(["'Always', 'true', 'Cascading'", "'Always'"])
+        {
             let cond = &h.match_conditions.as_ref().expect("condition")[0].expression;
             assert!(
                 cond.starts_with("request.operation == 'DELETE' || (has(object.metadata.labels)"),
@@ -2309,7 +2312,7 @@ delete-label-0.holdfast.dev
   requests:   UPDATE *.* */*.*
   namespaces: all
   objects:    holdfast.dev/protected
-  condition:  delete-or-protection-label-look-alike: request.operation == 'DELETE' || (has(object.metadata.labels) && 'holdfast.dev/protected' in object.metadata.labels && !(object.metadata.labels['holdfast.dev/protected'] in ['Always', 'true']) && object.metadata.labels['holdfast.dev/protected'].trim().lowerAscii() in ['always', 'true'] && (oldObject == null || !has(oldObject.metadata.labels) || !('holdfast.dev/protected' in oldObject.metadata.labels) || oldObject.metadata.labels['holdfast.dev/protected'] != object.metadata.labels['holdfast.dev/protected']))
+  condition:  delete-or-protection-label-look-alike: request.operation == 'DELETE' || (has(object.metadata.labels) && 'holdfast.dev/protected' in object.metadata.labels && !(object.metadata.labels['holdfast.dev/protected'] in ['Always', 'true', 'Cascading']) && object.metadata.labels['holdfast.dev/protected'].trim().lowerAscii() in ['always', 'true', 'cascading'] && (oldObject == null || !has(oldObject.metadata.labels) || !('holdfast.dev/protected' in oldObject.metadata.labels) || oldObject.metadata.labels['holdfast.dev/protected'] != object.metadata.labels['holdfast.dev/protected']))
   outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
 containment.holdfast.dev
   requests:   DELETE namespaces
@@ -2349,7 +2352,7 @@ eviction.holdfast.dev
         let a = settings_annotation(&with, true);
         assert_eq!(
             a,
-            r#"{"protectionLabels":["holdfast.dev/protected=Always,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":true}"#
+            r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":true}"#
         );
         assert_eq!(settings_disagreement(&a, &with, true), None);
         assert_eq!(
@@ -2361,9 +2364,9 @@ eviction.holdfast.dev
         assert_eq!(
             settings_disagreement(&a, &without, true).as_deref(),
             Some(
-                "the controller protects with labels [holdfast.dev/protected=Always,true \
+                "the controller protects with labels [holdfast.dev/protected=Always,Cascading,true \
                  resourcetemplate.karmada.io/deletion-protected=Always], this webhook with \
-                 [holdfast.dev/protected=Always,true] (HOLDFAST_PROTECTION_LABELS)"
+                 [holdfast.dev/protected=Always,Cascading,true] (HOLDFAST_PROTECTION_LABELS)"
             )
         );
         assert!(

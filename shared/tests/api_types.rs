@@ -394,7 +394,7 @@ fn four_cluster_scoped_crds_with_status_names_and_columns() {
         (
             "ResourceProtection",
             "rp",
-            &["Enforcement", "Strict", "Ready", "Age"][..],
+            &["Enforcement", "Strict", "Mode", "Ready", "Age"][..],
         ),
         (
             "AnchorRule",

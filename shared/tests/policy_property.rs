@@ -71,7 +71,8 @@ fn config(strict: bool) -> PolicyConfig {
     }
 }
 
-/// Oracle: does this label map protect, per the documented values?
+/// Oracle: does this label map protect, per the documented values? (`Cascading`
+/// protects like `Always` here: the view tells no live contents.)
 fn oracle_protected(labels: &Map<String, Value>) -> bool {
     let is = |k: &str, vals: &[&str]| {
         labels
@@ -79,7 +80,7 @@ fn oracle_protected(labels: &Map<String, Value>) -> bool {
             .and_then(Value::as_str)
             .is_some_and(|v| vals.contains(&v))
     };
-    is("holdfast.dev/protected", &["Always", "true"]) || is(KARMADA, &["Always"])
+    is("holdfast.dev/protected", &["Always", "true", "Cascading"]) || is(KARMADA, &["Always"])
 }
 
 /// Oracle: is a documented break-glass marker valid on this object at `now()`?

@@ -43,6 +43,7 @@ fn admission(c: &mut Criterion) {
             mode: view::DependentsMode::Watch,
             label_keys: vec!["holdfast.dev/protected".into()],
             apiexport: String::new(),
+            cascading_keys: vec!["holdfast.dev/protected".into()],
         },
         metrics.clone(),
     ));

@@ -91,7 +91,7 @@ pub struct Args {
     pub topology: Topology,
 
     /// Extra protection label, KEY or KEY=VALUE[,VALUE...] (repeatable). A key alone
-    /// protects with Always and true. holdfast.dev/protected (Always,true) is always on.
+    /// protects with Always, true and Cascading. holdfast.dev/protected (Always,true,Cascading) is always on.
     #[arg(
         long = "protection-label",
         value_name = "KEY[=VALUE,...]",

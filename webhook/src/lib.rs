@@ -121,6 +121,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             mode: args.dependents,
             label_keys: policy.labels.iter().map(|l| l.key.clone()).collect(),
             apiexport: args.apiexport.clone(),
+            cascading_keys: policy
+                .labels
+                .iter()
+                .filter(|l| l.protects(holdfast_shared::names::CASCADING_VALUE))
+                .map(|l| l.key.clone())
+                .collect(),
         },
         metrics.clone(),
     )

@@ -33,6 +33,9 @@ pub enum Depth {
     Metadata,
     /// The whole object (anchors, whose toggle lives in the spec).
     Full,
+    /// Metadata and `status.phase` only (Pods, for Cascading protection): a full
+    /// watch trimmed as each object arrives.
+    Phase,
 }
 
 /// The objects of one resource, indexed for what admission asks: by (cluster,
@@ -180,6 +183,24 @@ impl ResourceStore {
             .unwrap_or_default()
     }
 
+    /// Every object of `cluster`, in every namespace.
+    pub fn in_cluster(&self, cluster: &str) -> Vec<Arc<Value>> {
+        self.read()
+            .by_ns
+            .iter()
+            .filter(|((c, _), _)| c == cluster)
+            .flat_map(|(_, names)| names.values().cloned())
+            .collect()
+    }
+
+    /// Whether some object satisfies `f`.
+    pub fn any(&self, f: impl Fn(&Value) -> bool) -> bool {
+        self.read()
+            .by_ns
+            .values()
+            .any(|names| names.values().any(|o| f(o)))
+    }
+
     /// Number of objects held.
     pub fn len(&self) -> usize {
         self.read().len
@@ -201,6 +222,18 @@ fn key_of(meta: &Value) -> ObjKey {
         meta["namespace"].as_str().unwrap_or_default().to_string(),
         meta["name"].as_str().unwrap_or_default().to_string(),
     )
+}
+
+/// Keeps only what Cascading protection reads of a Pod: its metadata (without
+/// managed fields) and `status.phase`.
+pub fn trim_to_phase(obj: &mut DynamicObject) {
+    obj.metadata.managed_fields = None;
+    let phase = obj.data["status"]["phase"].clone();
+    obj.data = if phase.is_null() {
+        json!({})
+    } else {
+        json!({ "status": { "phase": phase } })
+    };
 }
 
 fn meta_value(meta: &PartialObjectMeta<DynamicObject>) -> Value {
@@ -377,6 +410,13 @@ pub async fn run_store(
                 .boxed(),
             |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null)
         ),
+        Depth::Phase => handle!(
+            watcher(Api::<DynamicObject>::all_with(client, &store.resource), cfg)
+                .default_backoff()
+                .modify(trim_to_phase)
+                .boxed(),
+            |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null)
+        ),
     }
 }
 
@@ -495,5 +535,38 @@ mod tests {
         assert!(store.get(&key("", "a", "x")).is_none());
         assert!(store.get(&key("", "a", "y")).is_some());
         assert_eq!(store.read().keys().len(), 2);
+        assert_eq!(store.in_cluster("").len(), 1);
+        assert_eq!(store.in_cluster("lc").len(), 1);
+        assert!(store.any(|o| o["metadata"]["name"] == "z"));
+        assert!(!store.any(|o| o["metadata"]["name"] == "x"));
+    }
+
+    #[test]
+    fn pods_are_trimmed_to_metadata_and_phase() {
+        let mut pod: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "s", "labels": {"a": "b"},
+                         "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"}
+        }))
+        .expect("pod");
+        trim_to_phase(&mut pod);
+        let v = serde_json::to_value(&pod).expect("value");
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p", "namespace": "s", "labels": {"a": "b"}},
+                   "status": {"phase": "Running"}})
+        );
+        let mut bare: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}, "spec": {}
+        }))
+        .expect("pod");
+        trim_to_phase(&mut bare);
+        assert_eq!(
+            serde_json::to_value(&bare).expect("value"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}})
+        );
     }
 }

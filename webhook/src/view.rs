@@ -93,10 +93,32 @@ pub struct WebhookView {
     crd_resources: DashMap<GroupResource, ()>,
     /// Wakes the store manager to rediscover at once (a CRD changed).
     rediscover: Notify,
+    /// Protection label keys that list the value `Cascading`.
+    cascading_keys: Vec<String>,
+    /// Stores Cascading protection asked for: started on first need, then kept.
+    cascade_demand: DashMap<StoreKey, ()>,
+    /// Wakes the store manager at once when Cascading protection needs a new store.
+    cascade_wanted: Notify,
+    /// Every CustomResourceDefinition (Kubernetes topology, from the CRD watch), by
+    /// the resource it serves.
+    crds: DashMap<GroupResource, CrdFacts>,
+    /// Whether the CRD watch has listed every CRD once.
+    crds_listed: std::sync::atomic::AtomicBool,
     /// Types the webhook's identity may not list and watch (when last asked).
     refused: DashMap<GroupResource, ()>,
     /// Anchors of AnchorRules whose anchors live in another cluster.
     remotes: crate::remote::RemoteStores,
+}
+
+/// What Cascading protection needs to know of one CustomResourceDefinition.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CrdFacts {
+    /// Its scale subresource's `specReplicasPath` (storage version), if it has one.
+    pub replicas_path: Option<String>,
+    /// Whether the CRD itself carries a `Cascading` protection label.
+    pub cascading: bool,
+    /// Whether it is established (its instances can exist).
+    pub established: bool,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -124,6 +146,8 @@ pub struct ViewOptions<'a> {
     pub label_keys: Vec<String>,
     /// kcp: the holdfast APIExport whose virtual workspace serves the policy objects.
     pub apiexport: String,
+    /// Protection label keys that list the value `Cascading`.
+    pub cascading_keys: Vec<String>,
 }
 
 async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
@@ -187,6 +211,11 @@ impl WebhookView {
             discovery_problem: std::sync::RwLock::new(None),
             crd_resources: DashMap::new(),
             rediscover: Notify::new(),
+            cascading_keys: opts.cascading_keys,
+            cascade_demand: DashMap::new(),
+            cascade_wanted: Notify::new(),
+            crds: DashMap::new(),
+            crds_listed: std::sync::atomic::AtomicBool::new(false),
             refused: DashMap::new(),
             remotes: crate::remote::RemoteStores::default(),
         })
@@ -264,6 +293,77 @@ impl WebhookView {
             .get(&key)
             .map(|s| s.value().clone())
             .filter(|s| s.synced())
+    }
+
+    /// The store `key` for Cascading protection, once synced; asking for it starts
+    /// it (and keeps it) when it is not running yet.
+    fn cascade_store(&self, key: StoreKey) -> Result<Arc<ResourceStore>, LookupError> {
+        if self.cascade_demand.insert(key.clone(), ()).is_none() {
+            self.cascade_wanted.notify_one();
+        }
+        match self.stores.get(&key) {
+            Some(s) if s.synced() => Ok(s.value().clone()),
+            _ if self.refused.contains_key(&key.gr) => Err(LookupError(format!(
+                "holdfast may not list and watch {} yet (its reads role does not grant it)",
+                key.gr
+            ))),
+            _ => Err(LookupError(format!(
+                "the index of {} is not synced yet (it starts when first needed)",
+                key.gr
+            ))),
+        }
+    }
+
+    /// Whether `labels` carry a `Cascading` protection label.
+    fn cascading_labelled(
+        &self,
+        labels: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> bool {
+        labels.is_some_and(|l| {
+            self.cascading_keys.iter().any(|k| {
+                l.get(k).and_then(serde_json::Value::as_str)
+                    == Some(holdfast_shared::names::CASCADING_VALUE)
+            })
+        })
+    }
+
+    /// Whether some ResourceProtection in mode Cascading selects objects of `gr`.
+    fn cascading_policy_for(&self, gr: &GroupResource) -> bool {
+        self.registry
+            .protections
+            .find(gr)
+            .is_some_and(|l| l.iter().any(|p| p.cascading))
+    }
+
+    /// The stores Cascading protection will need, known before anyone asks: Pods
+    /// and PVCs once a Namespace carries a Cascading label (or a Cascading
+    /// ResourceProtection selects namespaces), and the instances of each CRD that
+    /// carries one (of every CRD, when a Cascading ResourceProtection selects CRDs).
+    fn cascade_foreseen(&self) -> Vec<StoreKey> {
+        let mut out = Vec::new();
+        let ns_key = StoreKey {
+            gr: namespaces_gr(),
+            depth: Depth::Metadata,
+            label: None,
+        };
+        let labelled_ns = !self.cascading_keys.is_empty()
+            && self.stores.get(&ns_key).is_some_and(|s| {
+                s.any(|o| self.cascading_labelled(holdfast_shared::review::labels(o)))
+            });
+        if labelled_ns || self.cascading_policy_for(&namespaces_gr()) {
+            out.extend(namespace_content_keys());
+        }
+        let all_crds = self.cascading_policy_for(&crds_gr());
+        for entry in self.crds.iter() {
+            if entry.value().established && (all_crds || entry.value().cascading) {
+                out.push(StoreKey {
+                    gr: entry.key().clone(),
+                    depth: Depth::Metadata,
+                    label: None,
+                });
+            }
+        }
+        out
     }
 
     /// Starts the watches; they stop when `shutdown` fires.
@@ -841,7 +941,7 @@ impl ClusterView for WebhookView {
         let mut seen: HashSet<(String, String)> = HashSet::new();
         for entry in self.stores.iter() {
             let (key, store) = (entry.key(), entry.value());
-            if !store.namespaced || key.depth == Depth::Full {
+            if !store.namespaced || key.depth != Depth::Metadata {
                 continue;
             }
             // A type the webhook may not list is left out of label containment
@@ -935,6 +1035,147 @@ impl ClusterView for WebhookView {
             .await
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
     }
+
+    fn cascading_judged(&self) -> bool {
+        !self.label_only && self.client.is_some()
+    }
+
+    async fn live_in_namespace(&self, cluster: &str, ns: &str) -> Result<Vec<String>, LookupError> {
+        let [pods_key, pvcs_key] = namespace_content_keys();
+        // Ask for both before failing, so both start at once.
+        let pods = self.cascade_store(pods_key);
+        let pvcs = self.cascade_store(pvcs_key);
+        let (pods, pvcs) = (pods?, pvcs?);
+        let mut live_pods: Vec<String> = pods
+            .in_namespace(cluster, ns)
+            .iter()
+            .filter(|p| holdfast_shared::cascading::pod_is_live(p))
+            .map(|p| holdfast_shared::cascading::describe_object("Pod", p))
+            .collect();
+        live_pods.sort();
+        let mut claims: Vec<String> = pvcs
+            .in_namespace(cluster, ns)
+            .iter()
+            .map(|c| holdfast_shared::cascading::describe_object("PersistentVolumeClaim", c))
+            .collect();
+        claims.sort();
+        live_pods.extend(claims);
+        Ok(live_pods)
+    }
+
+    async fn live_instances(
+        &self,
+        cluster: &str,
+        crd: &serde_json::Value,
+    ) -> Result<Vec<String>, LookupError> {
+        let established = crd["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        });
+        if !established {
+            // Never served: no instance can exist.
+            return Ok(Vec::new());
+        }
+        let Some(ar) = crd_resource(crd) else {
+            return Err(LookupError(
+                "the CustomResourceDefinition names no group, plural or version".to_string(),
+            ));
+        };
+        let store = self.cascade_store(StoreKey {
+            gr: GroupResource::new(&ar.group, &ar.plural),
+            depth: Depth::Metadata,
+            label: None,
+        })?;
+        let mut out: Vec<String> = store
+            .in_cluster(cluster)
+            .iter()
+            .filter(|o| !holdfast_shared::cascading::is_terminating(o))
+            .map(|o| holdfast_shared::cascading::describe_object(&ar.kind, o))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    async fn replicas_path(
+        &self,
+        cluster: &str,
+        group: &str,
+        resource: &str,
+    ) -> Result<Option<String>, LookupError> {
+        let gr = GroupResource::new(group, resource);
+        if self.topology == Topology::Kubernetes {
+            if !self.crds_listed.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(LookupError(
+                    "the CustomResourceDefinitions are not indexed yet".to_string(),
+                ));
+            }
+            return Ok(self.crds.get(&gr).and_then(|f| f.replicas_path.clone()));
+        }
+        // kcp: no CRD watch; one GET of the CRD (only for a Cascading custom
+        // resource's deletion).
+        let name = format!("{resource}.{group}");
+        let client = self.cluster_client(cluster)?;
+        let api: Api<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        > = Api::all(client);
+        let crd = tokio::time::timeout(Duration::from_secs(8), api.get_opt(&name))
+            .await
+            .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+            .map_err(|e| LookupError(e.to_string()))?;
+        Ok(crd.and_then(|c| crd_facts(&c).1.replicas_path))
+    }
+}
+
+/// The stores a Namespace's live contents come from: Pods (metadata and phase) and
+/// PersistentVolumeClaims (metadata).
+fn namespace_content_keys() -> [StoreKey; 2] {
+    [
+        StoreKey {
+            gr: GroupResource::new("", "pods"),
+            depth: Depth::Phase,
+            label: None,
+        },
+        StoreKey {
+            gr: GroupResource::new("", "persistentvolumeclaims"),
+            depth: Depth::Metadata,
+            label: None,
+        },
+    ]
+}
+
+fn crds_gr() -> GroupResource {
+    GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions")
+}
+
+/// The resource a CRD serves and what Cascading protection needs of it (its
+/// `cascading` flag is left false: it depends on the protection labels).
+fn crd_facts(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> (GroupResource, CrdFacts) {
+    let gr = GroupResource::new(&crd.spec.group, &crd.spec.names.plural);
+    let versions = &crd.spec.versions;
+    let version = versions
+        .iter()
+        .find(|v| v.storage)
+        .or_else(|| versions.iter().find(|v| v.served));
+    let replicas_path = version
+        .and_then(|v| v.subresources.as_ref())
+        .and_then(|s| s.scale.as_ref())
+        .map(|s| s.spec_replicas_path.clone());
+    let established = crd.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    }) && crd.metadata.deletion_timestamp.is_none();
+    (
+        gr,
+        CrdFacts {
+            replicas_path,
+            cascading: false,
+            established,
+        },
+    )
 }
 
 /// The resource a CustomResourceDefinition serves: its group, plural, kind and the
@@ -979,18 +1220,48 @@ async fn watch_crds(view: Arc<WebhookView>, client: Client) {
         (established && crd.spec.scope == "Namespaced" && crd.metadata.deletion_timestamp.is_none())
             .then(|| GroupResource::new(&crd.spec.group, &crd.spec.names.plural))
     };
+    let mut initial_facts: Vec<(GroupResource, CrdFacts)> = Vec::new();
+    let facts = |crd: &CustomResourceDefinition| {
+        let (gr, mut f) = crd_facts(crd);
+        f.cascading = view.cascading_labelled(
+            crd.metadata
+                .labels
+                .as_ref()
+                .map(|l| {
+                    l.iter()
+                        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                        .collect::<serde_json::Map<_, _>>()
+                })
+                .as_ref(),
+        );
+        (gr, f)
+    };
     while let Some(event) = stream.next().await {
         match event {
-            Ok(watcher::Event::Init) => initial.clear(),
-            Ok(watcher::Event::InitApply(crd)) => initial.extend(namespaced_established(&crd)),
+            Ok(watcher::Event::Init) => {
+                initial.clear();
+                initial_facts.clear();
+            }
+            Ok(watcher::Event::InitApply(crd)) => {
+                initial.extend(namespaced_established(&crd));
+                initial_facts.push(facts(&crd));
+            }
             Ok(watcher::Event::InitDone) => {
                 view.crd_resources.clear();
                 for gr in initial.drain(..) {
                     view.crd_resources.insert(gr, ());
                 }
+                view.crds.clear();
+                for (gr, f) in initial_facts.drain(..) {
+                    view.crds.insert(gr, f);
+                }
+                view.crds_listed
+                    .store(true, std::sync::atomic::Ordering::Release);
                 view.rediscover.notify_one();
             }
             Ok(watcher::Event::Apply(crd)) => {
+                let (fgr, f) = facts(&crd);
+                view.crds.insert(fgr, f);
                 let gr = GroupResource::new(&crd.spec.group, &crd.spec.names.plural);
                 match namespaced_established(&crd) {
                     Some(gr) => {
@@ -1005,6 +1276,12 @@ async fn watch_crds(view: Arc<WebhookView>, client: Client) {
             Ok(watcher::Event::Delete(crd)) => {
                 let gr = GroupResource::new(&crd.spec.group, &crd.spec.names.plural);
                 view.crd_resources.remove(&gr);
+                view.crds.remove(&gr);
+                view.cascade_demand.remove(&StoreKey {
+                    gr: gr.clone(),
+                    depth: Depth::Metadata,
+                    label: None,
+                });
                 view.rediscover.notify_one();
             }
             Err(e) => tracing::warn!(error = %e, "CustomResourceDefinition watch error; retrying"),
@@ -1331,6 +1608,10 @@ fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<St
             label: None,
         });
     }
+    for d in view.cascade_demand.iter() {
+        out.insert(d.key().clone());
+    }
+    out.extend(view.cascade_foreseen());
     for gr in namespaced {
         // Wildcard ResourceProtections: the objects of every namespaced type they
         // select (namespace containment must see them all).
@@ -1586,6 +1867,7 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
         rediscover = false;
         tokio::select! {
             _ = view.changed.notified() => {}
+            _ = view.cascade_wanted.notified() => {}
             _ = view.rediscover.notified() => rediscover = true,
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             _ = shutdown.changed() => break,

@@ -75,6 +75,12 @@ pub fn never_selected_by_wildcard(gr: &GroupResource) -> bool {
         description = "Whether removing the protection label is denied"
     ),
     printcolumn(
+        name = "Mode",
+        type_ = "string",
+        json_path = ".spec.mode",
+        description = "Always, or Cascading: only while live contents remain"
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status",
@@ -100,6 +106,36 @@ pub struct ResourceProtectionSpec {
     /// Selectors of the objects to protect; an object is protected when any entry selects it.
     #[schemars(length(min = 1, max = 64))]
     pub resources: Vec<ResourceSelector>,
+    /// Always (the default): a selected object is protected as long as it is
+    /// selected. Cascading: only while it still has live contents — a Namespace while
+    /// it holds a Pod that is neither Succeeded, Failed nor terminating, or any
+    /// PersistentVolumeClaim; a CustomResourceDefinition while an instance that is not
+    /// terminating exists; an object with a scale subresource while `spec.replicas`
+    /// is above 0. An object of any other kind is protected always.
+    #[serde(default)]
+    pub mode: ProtectionMode,
+}
+
+/// How long a ResourceProtection protects what it selects.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, schemars::JsonSchema,
+)]
+pub enum ProtectionMode {
+    /// As long as the object is selected (the default).
+    #[default]
+    Always,
+    /// While the object still has live contents (Pods and PVCs, instances, replicas).
+    Cascading,
+}
+
+impl ProtectionMode {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtectionMode::Always => "Always",
+            ProtectionMode::Cascading => "Cascading",
+        }
+    }
 }
 
 /// Selects objects of one resource type, optionally narrowed by namespace, names

@@ -244,7 +244,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     // The blast radius, as an SRE reads it.
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
     // The label webhook also sees CREATE/UPDATE, but only of look-alike values.
-    const LOOK_ALIKE: &str = "delete-or-protection-label-look-alike: request.operation == 'DELETE' || (has(object.metadata.labels) && 'holdfast.dev/protected' in object.metadata.labels && !(object.metadata.labels['holdfast.dev/protected'] in ['Always', 'true']) && object.metadata.labels['holdfast.dev/protected'].trim().lowerAscii() in ['always', 'true'] && (oldObject == null || !has(oldObject.metadata.labels) || !('holdfast.dev/protected' in oldObject.metadata.labels) || oldObject.metadata.labels['holdfast.dev/protected'] != object.metadata.labels['holdfast.dev/protected']))";
+    const LOOK_ALIKE: &str = "delete-or-protection-label-look-alike: request.operation == 'DELETE' || (has(object.metadata.labels) && 'holdfast.dev/protected' in object.metadata.labels && !(object.metadata.labels['holdfast.dev/protected'] in ['Always', 'true', 'Cascading']) && object.metadata.labels['holdfast.dev/protected'].trim().lowerAscii() in ['always', 'true', 'cascading'] && (oldObject == null || !has(oldObject.metadata.labels) || !('holdfast.dev/protected' in oldObject.metadata.labels) || oldObject.metadata.labels['holdfast.dev/protected'] != object.metadata.labels['holdfast.dev/protected']))";
     let outage = "  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s\n";
     assert_eq!(
         routes_report(&env),

@@ -677,7 +677,7 @@ async fn look_alike_protection_values_warn() {
     assert_eq!(
         out.stderr.trim_end(),
         "Warning: holdfast: label holdfast.dev/protected=\"always\" on ConfigMap default/almost \
-         does not protect it: the value must be exactly \"Always\" or \"true\" (case-sensitive, \
+         does not protect it: the value must be exactly \"Always\" or \"true\" or \"Cascading\" (case-sensitive, \
          no spaces)."
     );
     // It indeed protects nothing.

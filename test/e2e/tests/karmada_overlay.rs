@@ -259,7 +259,7 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
     let cfg = cfg.expect("present");
     assert_eq!(
         cfg["metadata"]["annotations"]["holdfast.dev/settings"],
-        r#"{"protectionLabels":["holdfast.dev/protected=Always,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":false}"#
+        r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":false}"#
     );
     // Leader election ran in karmada-apiserver's holdfast-system.
     let out = env

@@ -116,7 +116,7 @@ async fn a_webhook_refuses_settings_the_controller_does_not_share() {
     let cfg = cfg.expect("present");
     assert_eq!(
         cfg["metadata"]["annotations"]["holdfast.dev/settings"],
-        r#"{"protectionLabels":["holdfast.dev/protected=Always,true"],"strict":true}"#
+        r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true"],"strict":true}"#
     );
 
     // The running webhook notices, drains and stops with one line.
@@ -144,8 +144,8 @@ async fn a_webhook_refuses_settings_the_controller_does_not_share() {
     assert_eq!(
         last_line(&log),
         refusal(
-            "the controller protects with labels [holdfast.dev/protected=Always,true], this \
-             webhook with [holdfast.dev/protected=Always,true \
+            "the controller protects with labels [holdfast.dev/protected=Always,Cascading,true], this \
+             webhook with [holdfast.dev/protected=Always,Cascading,true \
              resourcetemplate.karmada.io/deletion-protected=Always] (HOLDFAST_PROTECTION_LABELS)"
         )
     );

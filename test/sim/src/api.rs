@@ -304,7 +304,51 @@ fn get(state: &State, _ctx: &Ctx, t: &Target, cluster: &str, meta_only: bool) ->
     Ok(Resp::Json(200, typed(&t.info, &t.version, &obj)))
 }
 
+/// The `.spec.replicas`-style paths of `info`'s scale subresource.
+fn scale_paths(info: &ResourceInfo) -> (&str, &str) {
+    match &info.scale_paths {
+        Some((spec, status)) => (spec.as_str(), status.as_str()),
+        None => (".spec.replicas", ".status.replicas"),
+    }
+}
+
+/// The value at a `.a.b.c` path (a CRD's replica paths are dotted field paths).
+fn at_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    path.trim_start_matches('.')
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .try_fold(obj, |v, k| v.get(k))
+}
+
+/// Sets the value at a `.a.b.c` path, creating the objects on the way.
+fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let mut cur = obj;
+    let parts: Vec<&str> = path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let Some((last, init)) = parts.split_last() else {
+        return;
+    };
+    for k in init {
+        if !cur[*k].is_object() {
+            cur[*k] = json!({});
+        }
+        cur = &mut cur[*k];
+    }
+    cur[*last] = value;
+}
+
 fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
+    let (spec_path, status_path) = scale_paths(info);
+    // kube-apiserver: a custom resource without a value at the path scales as 0.
+    let spec_replicas = at_path(obj, spec_path)
+        .and_then(Value::as_i64)
+        .unwrap_or(if info.builtin { 1 } else { 0 });
+    let status_replicas = at_path(obj, status_path)
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -315,8 +359,8 @@ fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
             "resourceVersion": obj["metadata"]["resourceVersion"],
             "creationTimestamp": obj["metadata"]["creationTimestamp"],
         },
-        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(if info.builtin { 1 } else { 0 })},
-        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0)},
+        "spec": {"replicas": spec_replicas},
+        "status": {"replicas": status_replicas},
     })
 }
 
@@ -1709,6 +1753,11 @@ fn prepare_create(
             admission::validate_config(info, obj)?;
             admission::default_config(obj);
         }
+        ("", "pods") => {
+            crate::defaults::apply(info, obj);
+            // kube-apiserver's pod strategy: a new Pod is Pending, with its QoS class.
+            obj["status"] = json!({"phase": "Pending", "qosClass": pod_qos_class(obj)});
+        }
         _ => {
             crate::defaults::apply(info, obj);
             if info.has_status() {
@@ -1734,6 +1783,41 @@ pub enum Mutation {
     Apply(Value),
     /// Internal: arbitrary change on the current object.
     Func(Box<dyn Fn(&mut Value) + Send + Sync>),
+}
+
+/// A Pod's QoS class, as kube-apiserver computes it on create: BestEffort without
+/// any cpu or memory request or limit, Guaranteed when every container limits both
+/// and requests what it limits (an unset request takes the limit), else Burstable.
+fn pod_qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|k| pod["spec"][*k].as_array().into_iter().flatten())
+        .collect();
+    let res = |c: &Value, kind: &str, r: &str| -> Option<String> {
+        c["resources"][kind][r]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| c["resources"][kind][r].as_i64().map(|n| n.to_string()))
+    };
+    let any = containers.iter().any(|c| {
+        ["requests", "limits"]
+            .iter()
+            .any(|k| ["cpu", "memory"].iter().any(|r| res(c, k, r).is_some()))
+    });
+    if !any {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| match res(c, "limits", r) {
+            Some(limit) => res(c, "requests", r).is_none_or(|req| req == limit),
+            None => false,
+        })
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
 }
 
 /// Which metadata of an update through `/status` the resource's status strategy
@@ -1968,10 +2052,12 @@ pub async fn update(
                 }
             }
             "scale" => {
+                // The Scale's spec.replicas, written where the resource keeps it.
                 let replicas = new["spec"]["replicas"].clone();
                 new = old_typed.clone();
+                let (spec_path, _) = scale_paths(info);
                 if new["spec"].is_object() || new["spec"].is_null() {
-                    new["spec"]["replicas"] = replicas;
+                    set_path(&mut new, spec_path, replicas);
                 }
             }
             _ => {

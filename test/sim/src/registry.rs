@@ -40,6 +40,9 @@ pub struct ResourceInfo {
     pub schemas: Vec<(String, Value)>,
     /// CRD `selectableFields` (field selectors), e.g. `spec.color`.
     pub selectable_fields: Vec<String>,
+    /// A CRD's scale subresource: `specReplicasPath` and `statusReplicasPath`
+    /// (`.spec.replicas`, `.status.replicas` for the built-in workloads).
+    pub scale_paths: Option<(String, String)>,
 }
 
 impl ResourceInfo {
@@ -167,6 +170,7 @@ fn parse_aggregated(doc: &str) -> Vec<ResourceInfo> {
                     printer_columns: vec![],
                     schemas: vec![],
                     selectable_fields: vec![],
+                    scale_paths: None,
                     resource,
                 });
             }
@@ -234,6 +238,7 @@ fn kcp_info(
         printer_columns: vec![],
         schemas: vec![],
         selectable_fields: vec![],
+        scale_paths: None,
     }
 }
 
@@ -448,7 +453,13 @@ pub fn info_from_crd(crd: &Value) -> Option<ResourceInfo> {
             }
             status = v["subresources"]["status"].is_object();
             if v["subresources"]["scale"].is_object() {
-                scale = Some(());
+                let path = |k: &str| {
+                    v["subresources"]["scale"][k]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                scale = Some((path("specReplicasPath"), path("statusReplicasPath")));
             }
             for c in v["additionalPrinterColumns"]
                 .as_array()
@@ -512,6 +523,7 @@ pub fn info_from_crd(crd: &Value) -> Option<ResourceInfo> {
         printer_columns,
         schemas,
         selectable_fields,
+        scale_paths: scale,
     })
 }
 

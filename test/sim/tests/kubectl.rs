@@ -377,17 +377,18 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
     let v: Value = serde_json::from_str(&out.stdout).expect("json");
     assert_eq!(v["spec"]["enforcement"], "Enforce", "defaulted");
     assert_eq!(v["spec"]["strict"], false, "defaulted");
+    assert_eq!(v["spec"]["mode"], "Always", "defaulted");
     assert_eq!(v["spec"]["resources"][0]["group"], "", "defaulted");
     assert!(v["spec"].get("unknownField").is_none(), "pruned");
     // additionalPrinterColumns (incl. a JSONPath filter) drive `kubectl get`.
     let out = k.run(&["get", "rp"]);
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(
-        lines[0], "NAME   ENFORCEMENT   STRICT   READY    AGE",
+        lines[0], "NAME   ENFORCEMENT   STRICT   MODE     READY    AGE",
         "{out:?}"
     );
     assert!(
-        lines[1].starts_with("db     Enforce       false    <none>   "),
+        lines[1].starts_with("db     Enforce       false    Always   <none>   "),
         "{out:?}"
     );
     let client = sim.client().await.expect("client");
@@ -408,7 +409,7 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
         out.stdout
             .lines()
             .nth(1)
-            .is_some_and(|l| l.starts_with("db     Enforce       false    True    ")),
+            .is_some_and(|l| l.starts_with("db     Enforce       false    Always   True    ")),
         "{out:?}"
     );
 
@@ -428,4 +429,164 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
         "{out:?}"
     );
     sim.shutdown().await;
+}
+
+/// The scale subresource of a custom resource reads and writes the CRD's
+/// `specReplicasPath` and reads its `statusReplicasPath`, as kube-apiserver does (a
+/// value missing at the path scales as 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resource_scale_follows_the_crd_replica_paths() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let crd = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.workloads.test.io}
+spec:
+  group: workloads.test.io
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.size.count, statusReplicasPath: .status.running}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size:
+                type: object
+                properties:
+                  count: {type: integer}
+          status:
+            type: object
+            properties:
+              running: {type: integer}
+"#;
+    let out = k.run_stdin(&["apply", "-f", "-"], Some(crd));
+    assert_eq!(out.code, 0, "{out:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while k.run(&["get", "gadgets", "-A"]).code != 0 {
+        assert!(std::time::Instant::now() < deadline, "gadgets never served");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let out = k.run_stdin(
+        &["apply", "-f", "-"],
+        Some("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: default}\nspec: {size: {count: 3}}\n"),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let scale = |k: &Kubectl| -> Value {
+        let out = k.run(&[
+            "get",
+            "gadget",
+            "g",
+            "-n",
+            "default",
+            "--subresource=scale",
+            "-o",
+            "json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        serde_json::from_str(&out.stdout).expect("json")
+    };
+    let s = scale(&k);
+    assert_eq!(
+        (&s["kind"], &s["spec"]["replicas"], &s["status"]["replicas"]),
+        (&json!("Scale"), &json!(3), &json!(0))
+    );
+    let out = k.run(&["scale", "gadget", "g", "-n", "default", "--replicas=0"]);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "gadget.workloads.test.io/g scaled\n"),
+        "{out:?}"
+    );
+    let out = k.run(&["get", "gadget", "g", "-n", "default", "-o", "json"]);
+    let g: Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(g["spec"], json!({"size": {"count": 0}}), "{g}");
+    assert_eq!(scale(&k)["spec"]["replicas"], json!(0));
+    // Nothing at the path: 0.
+    let out = k.run_stdin(
+        &["apply", "-f", "-"],
+        Some("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: empty, namespace: default}\nspec: {}\n"),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&[
+        "get",
+        "gadget",
+        "empty",
+        "-n",
+        "default",
+        "--subresource=scale",
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ]);
+    assert_eq!((out.code, out.stdout.as_str()), (0, "0"), "{out:?}");
+}
+
+/// A new Pod is Pending with its QoS class (what kube-apiserver stores, as in the
+/// captured reviews), whatever status the client sent; the phase changes through
+/// `/status` only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_pods_are_pending_with_their_qos_class() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let pod = |name: &str, resources: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec: {{containers: [{{name: c, image: i, resources: {resources}}}]}}\n\
+             status: {{phase: Succeeded}}\n"
+        )
+    };
+    for (name, resources, class) in [
+        ("best", "{}", "BestEffort"),
+        ("burst", "{requests: {cpu: 100m}}", "Burstable"),
+        (
+            "sure",
+            "{limits: {cpu: 100m, memory: 64Mi}, requests: {cpu: 100m, memory: 64Mi}}",
+            "Guaranteed",
+        ),
+        ("implied", "{limits: {cpu: 1, memory: 1Gi}}", "Guaranteed"),
+        (
+            "uneven",
+            "{limits: {cpu: 1, memory: 1Gi}, requests: {cpu: 500m}}",
+            "Burstable",
+        ),
+    ] {
+        let out = k.run_stdin(&["create", "-f", "-"], Some(&pod(name, resources)));
+        assert_eq!(out.code, 0, "{out:?}");
+        let out = k.run(&["get", "pod", name, "-n", "default", "-o", "json"]);
+        let v: Value = serde_json::from_str(&out.stdout).expect("json");
+        assert_eq!(
+            v["status"],
+            json!({"phase": "Pending", "qosClass": class}),
+            "{name}"
+        );
+    }
+    let out = k.run(&[
+        "patch",
+        "pod",
+        "best",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Succeeded"}}"#,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&[
+        "get",
+        "pod",
+        "best",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.status.phase}",
+    ]);
+    assert_eq!(out.stdout, "Succeeded", "{out:?}");
 }

@@ -6,6 +6,8 @@
 //! `holdfast-demo --kubeconfig FILE [--webhook-host ADDR]` runs the Kubernetes
 //! stories on that cluster instead (see `cluster.rs`), cleaning up after itself.
 
+#[path = "holdfast-demo/cascading_story.rs"]
+mod cascading_story;
 #[path = "holdfast-demo/cluster.rs"]
 mod cluster;
 #[path = "holdfast-demo/kcp_story.rs"]
@@ -133,6 +135,7 @@ async fn kubernetes(demo: &mut Demo) -> anyhow::Result<()> {
     policies::dependency_rule(demo, &env).await?;
     policies::anchor_rule(demo, &env).await?;
     policies::critical_service(demo, &env).await?;
+    cascading_story::cascading(demo, &env).await?;
     drop(controller);
     Ok(())
 }

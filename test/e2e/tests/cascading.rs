@@ -1,0 +1,757 @@
+//! Cascading protection end to end: the real `holdfast-webhook` and
+//! `holdfast-controller` run as the service accounts the manifests ship (their RBAC,
+//! authorization on) against the simulator, driven by the real `kubectl` as a user
+//! who may delete anything but not bypass protection.
+//!
+//! A Namespace labelled `Cascading` is refused while it holds live Pods or PVCs, a
+//! CustomResourceDefinition while it has instances, a Deployment (and a custom
+//! workload with a scale subresource) while it has replicas; each is allowed once
+//! drained. Kruise's key and values on a cluster started with that
+//! `--protection-label`, a ResourceProtection in `mode: Cascading`, and strict mode
+//! refusing the removal of a `Cascading` label; under `--label-only` (no watches)
+//! `Cascading` protects like `Always`.
+
+use holdfast_e2e::{
+    CONTROLLER_SA, Env, KubectlOutput, WEBHOOK_SA,
+    controller::{ControllerProcess, start_controller, wait_configuration},
+    fixtures,
+};
+use holdfast_sim::{RbacRule, SimConfig, User};
+use std::{path::PathBuf, time::Duration};
+
+/// May do anything to ordinary objects, but not bypass protection.
+const ALICE: &str = "alice";
+const KRUISE: &str = "policy.kruise.io/delete-protection=Always,Cascading";
+
+fn sim_config() -> SimConfig {
+    let mut cfg = holdfast_e2e::with_service_accounts(SimConfig {
+        authorize: true,
+        ..SimConfig::default()
+    });
+    cfg.users.push(User {
+        name: ALICE.to_string(),
+        token: "alice-token".to_string(),
+        groups: vec!["dev".to_string()],
+    });
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    cfg.rbac.push(RbacRule {
+        users: s(&[ALICE]),
+        groups: Vec::new(),
+        verbs: s(&[
+            "get",
+            "list",
+            "watch",
+            "create",
+            "update",
+            "patch",
+            "delete",
+            "deletecollection",
+        ]),
+        api_groups: s(&["*"]),
+        resources: s(&["*", "*/*"]),
+        namespaces: Vec::new(),
+        resource_names: Vec::new(),
+    });
+    cfg
+}
+
+struct Stack {
+    env: Env,
+    _controller: ControllerProcess,
+}
+
+fn manifest(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../manifests/base")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// holdfast as the manifests ship it, both binaries started with `args`
+/// (`--strict`, `--protection-label ...`).
+async fn shipped(args: &[&str]) -> Stack {
+    let mut env = Env::start_with(sim_config()).await.expect("sim");
+    for m in [
+        "namespace.yaml",
+        "serviceaccounts.yaml",
+        "rbac-webhook.yaml",
+        "rbac-controller.yaml",
+        "rbac-reads.yaml",
+    ] {
+        env.kubectl(&["apply", "-f", &manifest(m)])
+            .expect("kubectl")
+            .ok()
+            .expect(m);
+    }
+    env.install_crds().expect("holdfast CRDs");
+    let webhook_kc = env.dir.path().join("kubeconfig-webhook-sa");
+    env.sim
+        .write_kubeconfig(&webhook_kc, WEBHOOK_SA)
+        .expect("kubeconfig");
+    let controller_kc = env.dir.path().join("kubeconfig-controller-sa");
+    env.sim
+        .write_kubeconfig(&controller_kc, CONTROLLER_SA)
+        .expect("kubeconfig");
+    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
+    let controller_kc = controller_kc.to_string_lossy().into_owned();
+    let mut wargs = vec!["--kubeconfig", webhook_kc.as_str()];
+    wargs.extend(args);
+    env.start_webhook(&wargs).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let mut cargs = vec!["--kubeconfig", controller_kc.as_str()];
+    cargs.extend(args);
+    let mut c = start_controller(&env, "controller", port, &cargs).expect("controller");
+    c.wait_ready(30).await.unwrap_or_else(|e| {
+        panic!("controller not ready: {e}\n{}", c.log());
+    });
+    wait_configuration(&env, Duration::from_secs(30), |cfg| {
+        cfg.is_some_and(|c| {
+            c["webhooks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|w| w["name"] == "eviction.holdfast.dev")
+        })
+    })
+    .await
+    .expect("configuration installed");
+    Stack {
+        env,
+        _controller: c,
+    }
+}
+
+fn admin(env: &Env, args: &[&str]) -> KubectlOutput {
+    let out = env.kubectl(args).expect("kubectl");
+    assert_eq!(out.code, 0, "kubectl {}: {out:?}", args.join(" "));
+    out
+}
+
+fn apply(env: &Env, manifest: &str) {
+    let out = env
+        .kubectl_stdin(&["apply", "-f", "-"], manifest)
+        .expect("kubectl");
+    assert_eq!(out.code, 0, "apply {manifest}: {out:?}");
+}
+
+fn as_alice(env: &Env, args: &[&str]) -> KubectlOutput {
+    env.kubectl_as(ALICE, args).expect("kubectl")
+}
+
+/// `kubectl` as alice, repeated (up to 30 s) until it gives exactly `stderr` with
+/// exit code 1: the first answers may be "not ready, retry later" while the stores
+/// Cascading reads start, or name objects whose removal the watches have not
+/// delivered yet.
+async fn refused_until(env: &Env, args: &[&str], stderr: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = as_alice(env, args);
+        if out.code == 1 && out.stderr.trim_end() == stderr {
+            return;
+        }
+        assert_ne!(
+            out.code,
+            0,
+            "kubectl {} was allowed; expected {stderr}",
+            args.join(" ")
+        );
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "kubectl {} never refused with\n{stderr}\nlast: {out:?}\nwebhook log:\n{}",
+                args.join(" "),
+                env.webhook_log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `kubectl` as alice, repeated (up to 30 s) until it succeeds (the watches have
+/// seen the contents go); returns its output.
+async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = as_alice(env, args);
+        if out.code == 0 {
+            return out;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "kubectl {} was never allowed; last: {out:?}\nwebhook log:\n{}",
+                args.join(" "),
+                env.webhook_log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn denied(webhook: &str, message: &str) -> String {
+    format!(
+        "Error from server (Forbidden): {}",
+        holdfast_e2e::denied_by(webhook, message)
+    )
+}
+
+fn pod(ns: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+         spec: {{containers: [{{name: app, image: registry.example/app:1}}]}}\n"
+    )
+}
+
+fn pvc(ns: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+         spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"
+    )
+}
+
+fn deployment(ns: &str, name: &str, label: &str, replicas: u32) -> String {
+    let (key, value) = label.split_once('=').expect("KEY=VALUE");
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: {ns}, \
+         labels: {{{key}: {value}}}}}\nspec:\n  replicas: {replicas}\n  selector: \
+         {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    \
+         spec: {{containers: [{{name: app, image: registry.example/app:1}}]}}\n"
+    )
+}
+
+/// A namespaced custom workload with a scale subresource whose replica count lives
+/// at `.spec.workers`.
+const GADGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.workloads.test.io}
+spec:
+  group: workloads.test.io
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      scale: {specReplicasPath: .spec.workers, statusReplicasPath: .status.workers}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              workers: {type: integer}
+          status:
+            type: object
+            properties:
+              workers: {type: integer}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
+    let s = shipped(&[]).await;
+    let env = &s.env;
+
+    // A Namespace: refused while a Pod runs or a PVC exists; a Succeeded Pod is not
+    // live.
+    admin(env, &["create", "namespace", "shop"]);
+    apply(env, &pod("shop", "web-0"));
+    apply(env, &pod("shop", "done"));
+    admin(
+        env,
+        &[
+            "patch",
+            "pod",
+            "done",
+            "-n",
+            "shop",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Succeeded"}}"#,
+        ],
+    );
+    apply(env, &pvc("shop", "data"));
+    admin(
+        env,
+        &[
+            "label",
+            "namespace",
+            "shop",
+            "holdfast.dev/protected=Cascading",
+        ],
+    );
+    let delete_ns = ["delete", "namespace", "shop", "--wait=false"];
+    refused_until(
+        env,
+        &delete_ns,
+        &denied(
+            "delete-label-0.holdfast.dev",
+            "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \
+             (policy: label holdfast.dev/protected) while it holds live Pods or \
+             PersistentVolumeClaims, and it still holds 2: Pod shop/web-0, \
+             PersistentVolumeClaim shop/data, so it cannot be deleted. To delete it, first \
+             delete those Pods and PersistentVolumeClaims (scale their workloads to 0 first); \
+             or remove the label (kubectl label namespaces shop holdfast.dev/protected-), or \
+             set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass \
+             protection.",
+        ),
+    )
+    .await;
+    admin(env, &["delete", "pod", "web-0", "-n", "shop"]);
+    refused_until(
+        env,
+        &delete_ns,
+        &denied(
+            "delete-label-0.holdfast.dev",
+            "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \
+             (policy: label holdfast.dev/protected) while it holds live Pods or \
+             PersistentVolumeClaims, and it still holds 1: PersistentVolumeClaim shop/data, so \
+             it cannot be deleted. To delete it, first delete those Pods and \
+             PersistentVolumeClaims (scale their workloads to 0 first); or remove the label \
+             (kubectl label namespaces shop holdfast.dev/protected-), or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        ),
+    )
+    .await;
+    admin(
+        env,
+        &["delete", "pvc", "data", "-n", "shop", "--wait=false"],
+    );
+    let out = allowed_until(env, &delete_ns).await;
+    assert_eq!(out.stdout.trim_end(), "namespace \"shop\" deleted");
+
+    // A Deployment: refused while it has replicas, allowed once scaled to 0.
+    admin(env, &["create", "namespace", "apps"]);
+    apply(
+        env,
+        &deployment("apps", "web", "holdfast.dev/protected=Cascading", 2),
+    );
+    let delete_web = ["delete", "deployment", "web", "-n", "apps"];
+    let out = as_alice(env, &delete_web);
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            denied(
+                "delete-label-0.holdfast.dev",
+                "holdfast: Deployment apps/web is protected by label \
+                 holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected) while \
+                 it has replicas, and it still has .spec.replicas=2, so it cannot be deleted. \
+                 To delete it, first scale it to 0 (kubectl scale deployments.apps web -n apps \
+                 --replicas=0); or remove the label (kubectl label deployments.apps web -n apps \
+                 holdfast.dev/protected-), or set the annotation \
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            )
+            .as_str()
+        ),
+        "{out:?}"
+    );
+    let out = as_alice(
+        env,
+        &["scale", "deployment", "web", "-n", "apps", "--replicas=0"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = as_alice(env, &delete_web);
+    assert_eq!(
+        (out.code, out.stdout.trim_end()),
+        (0, "deployment.apps \"web\" deleted"),
+        "{out:?}"
+    );
+
+    // A custom workload with a scale subresource, through its CRD's replica path
+    // (scaling it through the scale subresource sets that path).
+    apply(env, GADGET_CRD);
+    env.kubectl_until(&["get", "gadgets", "-A"], 30, |o| o.code == 0)
+        .await
+        .expect("gadgets served");
+    apply(
+        env,
+        "apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g1, namespace: apps, \
+         labels: {holdfast.dev/protected: Cascading}}\nspec: {workers: 3}\n",
+    );
+    let delete_gadget = ["delete", "gadget", "g1", "-n", "apps"];
+    refused_until(
+        env,
+        &delete_gadget,
+        &denied(
+            "delete-label-0.holdfast.dev",
+            "holdfast: Gadget apps/g1 is protected by label holdfast.dev/protected=Cascading \
+             (policy: label holdfast.dev/protected) while it has replicas, and it still has \
+             .spec.workers=3, so it cannot be deleted. To delete it, first scale it to 0 \
+             (kubectl scale gadgets.workloads.test.io g1 -n apps --replicas=0); or remove the \
+             label (kubectl label gadgets.workloads.test.io g1 -n apps \
+             holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true \
+             if you are allowed to bypass protection.",
+        ),
+    )
+    .await;
+    let out = as_alice(
+        env,
+        &["scale", "gadget", "g1", "-n", "apps", "--replicas=0"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = as_alice(env, &delete_gadget);
+    assert_eq!(
+        (out.code, out.stdout.trim_end()),
+        (0, "gadget.workloads.test.io \"g1\" deleted"),
+        "{out:?}"
+    );
+
+    // A CustomResourceDefinition: refused while an instance exists.
+    apply(env, &fixtures::widget_crd());
+    env.kubectl_until(&["get", "widgets", "-A"], 30, |o| o.code == 0)
+        .await
+        .expect("widgets served");
+    apply(
+        env,
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: apps}\n",
+    );
+    admin(
+        env,
+        &[
+            "label",
+            "crd",
+            "widgets.example.com",
+            "holdfast.dev/protected=Cascading",
+        ],
+    );
+    let delete_crd = ["delete", "crd", "widgets.example.com", "--wait=false"];
+    refused_until(
+        env,
+        &delete_crd,
+        &denied(
+            "delete-label-0.holdfast.dev",
+            "holdfast: CustomResourceDefinition widgets.example.com is protected by label \
+             holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected) while it \
+             has instances, and it still has 1: Widget apps/w1, so it cannot be deleted. To \
+             delete it, first delete its instances (kubectl delete widgets.example.com --all \
+             --all-namespaces); or remove the label (kubectl label \
+             customresourcedefinitions.apiextensions.k8s.io widgets.example.com \
+             holdfast.dev/protected-), or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        ),
+    )
+    .await;
+    admin(env, &["delete", "widget", "w1", "-n", "apps"]);
+    let out = allowed_until(env, &delete_crd).await;
+    assert_eq!(
+        out.stdout.trim_end(),
+        "customresourcedefinition.apiextensions.k8s.io \"widgets.example.com\" deleted"
+    );
+    env.kubectl_until(&["get", "crd", "widgets.example.com"], 30, |o| {
+        o.is_not_found()
+    })
+    .await
+    .expect("the CRD is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kruise_key_and_values_behave_as_kruise_users_expect() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
+    let s = shipped(&["--protection-label", KRUISE]).await;
+    let env = &s.env;
+    admin(env, &["create", "namespace", "team"]);
+
+    // Always protects always, Cascading while replicas remain.
+    apply(
+        env,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: team, \
+         labels: {policy.kruise.io/delete-protection: Always}}\n",
+    );
+    let out = as_alice(env, &["delete", "configmap", "settings", "-n", "team"]);
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            denied(
+                "delete-label-1.holdfast.dev",
+                "holdfast: ConfigMap team/settings is protected by label \
+                 policy.kruise.io/delete-protection=Always (policy: label \
+                 policy.kruise.io/delete-protection), so it cannot be deleted. To delete it, \
+                 remove the label (kubectl label configmaps settings -n team \
+                 policy.kruise.io/delete-protection-), or set the annotation \
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            )
+            .as_str()
+        ),
+        "{out:?}"
+    );
+    apply(
+        env,
+        &deployment(
+            "team",
+            "api",
+            "policy.kruise.io/delete-protection=Cascading",
+            1,
+        )
+        .replace("kind: Deployment", "kind: StatefulSet")
+        .replace("  selector:", "  serviceName: api\n  selector:"),
+    );
+    let delete_sts = ["delete", "statefulset", "api", "-n", "team"];
+    let out = as_alice(env, &delete_sts);
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            denied(
+                "delete-label-1.holdfast.dev",
+                "holdfast: StatefulSet team/api is protected by label \
+                 policy.kruise.io/delete-protection=Cascading (policy: label \
+                 policy.kruise.io/delete-protection) while it has replicas, and it still has \
+                 .spec.replicas=1, so it cannot be deleted. To delete it, first scale it to 0 \
+                 (kubectl scale statefulsets.apps api -n team --replicas=0); or remove the \
+                 label (kubectl label statefulsets.apps api -n team \
+                 policy.kruise.io/delete-protection-), or set the annotation \
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            )
+            .as_str()
+        ),
+        "{out:?}"
+    );
+    admin(
+        env,
+        &["scale", "statefulset", "api", "-n", "team", "--replicas=0"],
+    );
+    let out = as_alice(env, &delete_sts);
+    assert_eq!(
+        (out.code, out.stdout.trim_end()),
+        (0, "statefulset.apps \"api\" deleted"),
+        "{out:?}"
+    );
+
+    // A Namespace with Kruise's Cascading: refused while a Pod runs.
+    apply(env, &pod("team", "worker"));
+    admin(
+        env,
+        &[
+            "label",
+            "namespace",
+            "team",
+            "policy.kruise.io/delete-protection=Cascading",
+        ],
+    );
+    let delete_ns = ["delete", "namespace", "team", "--wait=false"];
+    refused_until(
+        env,
+        &delete_ns,
+        &denied(
+            "delete-label-1.holdfast.dev",
+            "holdfast: Namespace team is protected by label \
+             policy.kruise.io/delete-protection=Cascading (policy: label \
+             policy.kruise.io/delete-protection) while it holds live Pods or \
+             PersistentVolumeClaims, and it still holds 1: Pod team/worker, so it cannot be \
+             deleted. To delete it, first delete those Pods and PersistentVolumeClaims (scale \
+             their workloads to 0 first); or remove the label (kubectl label namespaces team \
+             policy.kruise.io/delete-protection-), or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        ),
+    )
+    .await;
+    admin(env, &["delete", "pod", "worker", "-n", "team"]);
+    // Drained of Pods, it still holds a ConfigMap its own Always protects.
+    refused_until(
+        env,
+        &delete_ns,
+        &denied(
+            "delete-label-1.holdfast.dev",
+            "holdfast: Namespace team holds objects that are protected from deletion: \
+             ConfigMap team/settings (label) (policy: containment), so it cannot be deleted: \
+             that would leave it half-deleted. To delete it, first lift the protection of those \
+             objects (or delete them), or set the annotation holdfast.dev/skip-protection=true \
+             if you are allowed to bypass protection on the namespace.",
+        ),
+    )
+    .await;
+    admin(
+        env,
+        &[
+            "label",
+            "configmap",
+            "settings",
+            "-n",
+            "team",
+            "policy.kruise.io/delete-protection-",
+        ],
+    );
+    let out = allowed_until(env, &delete_ns).await;
+    assert_eq!(out.stdout.trim_end(), "namespace \"team\" deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
+    let s = shipped(&[]).await;
+    let env = &s.env;
+    admin(env, &["create", "namespace", "scratch"]);
+    apply(env, &pvc("scratch", "cache"));
+    apply(
+        env,
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\n\
+         metadata: {name: scratch-while-used}\nspec:\n  mode: Cascading\n  resources:\n  \
+         - {version: v1, resource: namespaces, names: [scratch]}\n",
+    );
+    // The stored policy says Cascading; an existing one without mode stays Always.
+    let rp = env
+        .get_json(&["resourceprotection", "scratch-while-used"])
+        .expect("policy");
+    assert_eq!(rp["spec"]["mode"], "Cascading");
+    let delete_ns = ["delete", "namespace", "scratch", "--wait=false"];
+    refused_until(
+        env,
+        &delete_ns,
+        &denied(
+            "policies-0.holdfast.dev",
+            "holdfast: Namespace scratch is protected by ResourceProtection/scratch-while-used \
+             (selects namespaces named scratch, mode Cascading) while it holds live Pods or \
+             PersistentVolumeClaims, and it still holds 1: PersistentVolumeClaim \
+             scratch/cache, so it cannot be deleted. To delete it, first delete those Pods and \
+             PersistentVolumeClaims (scale their workloads to 0 first); or remove it from the \
+             policy (kubectl edit resourceprotection scratch-while-used), or set the \
+             annotation holdfast.dev/skip-protection=true if you are allowed to bypass \
+             protection.",
+        ),
+    )
+    .await;
+    admin(
+        env,
+        &["delete", "pvc", "cache", "-n", "scratch", "--wait=false"],
+    );
+    let out = allowed_until(env, &delete_ns).await;
+    assert_eq!(out.stdout.trim_end(), "namespace \"scratch\" deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn strict_mode_refuses_removing_a_cascading_label() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
+    let s = shipped(&["--strict"]).await;
+    let env = &s.env;
+    admin(env, &["create", "namespace", "vault"]);
+    admin(
+        env,
+        &[
+            "label",
+            "namespace",
+            "vault",
+            "holdfast.dev/protected=Cascading",
+        ],
+    );
+    let out = as_alice(
+        env,
+        &["label", "namespace", "vault", "holdfast.dev/protected-"],
+    );
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            denied(
+                "strict-label-0.holdfast.dev",
+                "holdfast: Namespace vault carries the protection label \
+                 holdfast.dev/protected=Cascading and strict mode is on (policy: strict label \
+                 holdfast.dev/protected), so the label cannot be removed or changed to a value \
+                 that does not protect. To unprotect it, first mark it exempt in its own update \
+                 (kubectl label namespaces vault holdfast.dev/strict-exempt=true, which takes \
+                 the bypass permission on protections.holdfast.dev), then remove the label."
+            )
+            .as_str()
+        ),
+        "{out:?}"
+    );
+    // Cascading -> Always keeps it protected: allowed.
+    let out = as_alice(
+        env,
+        &[
+            "label",
+            "namespace",
+            "vault",
+            "holdfast.dev/protected=Always",
+            "--overwrite",
+        ],
+    );
+    assert_eq!(
+        (out.code, out.stdout.trim_end()),
+        (0, "namespace/vault labeled"),
+        "{out:?}"
+    );
+    let labels = env.get_json(&["namespace", "vault"]).expect("namespace");
+    assert_eq!(
+        labels["metadata"]["labels"]["holdfast.dev/protected"],
+        "Always"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn label_only_mode_protects_cascading_like_always() {
+    holdfast_e2e::needs_simulator!("it names its namespace and installs the label webhooks itself");
+    let mut env = Env::start().await.expect("sim");
+    env.start_webhook(&["--label-only"]).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("ready");
+    env.install_label_webhooks(&[], false)
+        .expect("configuration");
+    // An empty namespace and a workload scaled to 0: drained, yet refused, because
+    // a webhook that watches nothing cannot tell.
+    admin(&env, &["create", "namespace", "empty"]);
+    admin(
+        &env,
+        &[
+            "label",
+            "namespace",
+            "empty",
+            "holdfast.dev/protected=Cascading",
+        ],
+    );
+    let out = env
+        .kubectl(&["delete", "namespace", "empty", "--wait=false"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            denied(
+                "delete-label-0.holdfast.dev",
+                "holdfast: Namespace empty is protected by label \
+                 holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
+                 cannot be deleted (this webhook does not watch live contents, so Cascading \
+                 protects like Always here). To delete it, remove the label (kubectl label \
+                 namespaces empty holdfast.dev/protected-), or set the annotation \
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            )
+            .as_str()
+        ),
+        "{out:?}"
+    );
+    apply(
+        &env,
+        &deployment("empty", "idle", "holdfast.dev/protected=Cascading", 0),
+    );
+    let out = env
+        .kubectl(&["delete", "deployment", "idle", "-n", "empty"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (
+            1,
+            denied(
+                "delete-label-0.holdfast.dev",
+                "holdfast: Deployment empty/idle is protected by label \
+                 holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
+                 cannot be deleted (this webhook does not watch live contents, so Cascading \
+                 protects like Always here). To delete it, remove the label (kubectl label \
+                 deployments.apps idle -n empty holdfast.dev/protected-), or set the annotation \
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            )
+            .as_str()
+        ),
+        "{out:?}"
+    );
+}
