@@ -294,6 +294,8 @@ pub struct Reconciler {
     /// Types the controller's identity was confirmed to list and watch (the
     /// aggregated role follows its parts asynchronously).
     confirmed: BTreeSet<GroupResource>,
+    /// The last failure to keep the anchor-sources Role (logged once per change).
+    sources_failure: Option<String>,
     sources: crate::sources::SourceProbes,
     api_services: Store<APIService>,
     /// Set once the first reconcile succeeded.
@@ -372,6 +374,7 @@ impl Reconciler {
             crds,
             reads_failure: None,
             confirmed: BTreeSet::new(),
+            sources_failure: None,
             sources,
             api_services,
             ready,
@@ -594,6 +597,22 @@ impl Reconciler {
             .collect()
     }
 
+    /// Keeps the anchor-sources Role equal to the Secrets AnchorRules name; a failure
+    /// is logged once per change (the sources then report the refused read).
+    async fn keep_source_reads(&mut self) {
+        let namespace = holdfast_shared::anchorsource::allowed_namespace();
+        let secrets = self.sources.secrets_in(&namespace);
+        let failure = reads::keep_sources(&self.client, &namespace, &secrets)
+            .await
+            .err();
+        if failure != self.sources_failure {
+            if let Some(e) = &failure {
+                tracing::warn!(error = %e, "cannot keep the anchor-sources Role; anchor sources stay unreadable");
+            }
+            self.sources_failure = failure;
+        }
+    }
+
     /// Keeps the reads role; returns what the marker watches cover (None: every
     /// type, the role is not in use) and, when the role could not be kept, why and
     /// the wanted types it does not grant.
@@ -707,6 +726,7 @@ impl Reconciler {
         let aggregated = self.aggregated();
         self.index.set_aggregated(aggregated);
         let (items, mut needs, edges) = self.items();
+        self.keep_source_reads().await;
         let item_reads = self.policy_reads();
         let policy: BTreeSet<GroupResource> = item_reads.values().flatten().cloned().collect();
         let (readable, unreadable) = self.keep_reads(&policy).await;

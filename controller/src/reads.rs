@@ -21,7 +21,7 @@ use holdfast_shared::api::{
     AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection,
     critical_service::CriterionType,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use kube::{Api, Client, api::PostParams};
 
 use crate::policies::ApiIndex;
@@ -216,6 +216,52 @@ pub async fn keep(client: &Client, types: &BTreeSet<GroupResource>) -> Kept {
     }
 }
 
+/// The Role (in holdfast's namespace) granting `get` on the anchor-source Secrets.
+pub const SOURCES_ROLE: &str = "holdfast-anchor-sources";
+
+/// The rules granting `get` on exactly `secrets` (none for none).
+pub fn source_rules(secrets: &BTreeSet<String>) -> Vec<PolicyRule> {
+    if secrets.is_empty() {
+        return Vec::new();
+    }
+    vec![PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["secrets".to_string()]),
+        resource_names: Some(secrets.iter().cloned().collect()),
+        verbs: vec!["get".to_string()],
+        ..Default::default()
+    }]
+}
+
+/// Brings [`SOURCES_ROLE`] in `namespace` in line with `secrets` (an update only when
+/// its rules differ). `Ok(false)`: the Role does not exist (not in use).
+pub async fn keep_sources(
+    client: &Client,
+    namespace: &str,
+    secrets: &BTreeSet<String>,
+) -> Result<bool, String> {
+    let api: Api<Role> = Api::namespaced(client.clone(), namespace);
+    let live = match api.get_opt(SOURCES_ROLE).await {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(false),
+        Err(e) => return Err(format!("reading Role {namespace}/{SOURCES_ROLE}: {e}")),
+    };
+    let want = source_rules(secrets);
+    if live.rules.clone().unwrap_or_default() == want {
+        return Ok(true);
+    }
+    let mut role = live;
+    role.rules = Some(want);
+    api.replace(SOURCES_ROLE, &PostParams::default(), &role)
+        .await
+        .map_err(|e| format!("updating Role {namespace}/{SOURCES_ROLE}: {e}"))?;
+    tracing::info!(
+        secrets = %secrets.iter().cloned().collect::<Vec<_>>().join(", "),
+        "Role {namespace}/{SOURCES_ROLE} updated: holdfast reads the anchor-source Secrets AnchorRules name"
+    );
+    Ok(true)
+}
+
 /// Whether the controller's identity may list and watch `gr` cluster-wide now (a
 /// SelfSubjectAccessReview per verb; an error counts as no).
 pub async fn may_read(client: &Client, gr: &GroupResource) -> bool {
@@ -250,6 +296,20 @@ pub async fn may_read(client: &Client, gr: &GroupResource) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn source_rules_name_exactly_the_secrets() {
+        assert!(source_rules(&BTreeSet::new()).is_empty());
+        let names: BTreeSet<String> = ["b".to_string(), "a".to_string()].into();
+        let rules = source_rules(&names);
+        assert_eq!(rules.len(), 1);
+        assert_eq!(
+            rules[0].resource_names,
+            Some(vec!["a".to_string(), "b".to_string()])
+        );
+        assert_eq!(rules[0].resources, Some(vec!["secrets".to_string()]));
+        assert_eq!(rules[0].verbs, vec!["get".to_string()]);
+    }
 
     fn gr(g: &str, r: &str) -> GroupResource {
         GroupResource::new(g, r)

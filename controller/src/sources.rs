@@ -83,6 +83,15 @@ impl SourceProbes {
         }
     }
 
+    /// The names of the wanted sources' Secrets in `namespace`.
+    pub fn secrets_in(&self, namespace: &str) -> std::collections::BTreeSet<String> {
+        lock(&self.states)
+            .keys()
+            .filter(|(source, _)| source.namespace == namespace)
+            .map(|(source, _)| source.name.clone())
+            .collect()
+    }
+
     /// The SourceReachable condition for `source` and `anchor`.
     pub fn condition(&self, source: &AnchorSourceRef, anchor: &ResourceType) -> SourceCondition {
         let state = lock(&self.states)
