@@ -1158,8 +1158,11 @@ pub fn skipped_on_cluster(test: &str, why: &str) -> bool {
 /// `skipped <test>: <why>; it runs on the simulator only (...)` on stderr and
 /// returns from the test.
 ///
-/// ```ignore
-/// holdfast_e2e::needs_simulator!("it restarts the API server");
+/// ```no_run
+/// fn restarts_the_api_server() {
+///     holdfast_e2e::needs_simulator!("it restarts the API server");
+///     // ... the test itself
+/// }
 /// ```
 #[macro_export]
 macro_rules! needs_simulator {
