@@ -249,6 +249,8 @@ impl ProtectionLabels {
             .collect()
     }
 
+    /// The protecting labels of `old` that `new` drops or changes to a value that does
+    /// not protect (what strict mode refuses on UPDATE).
     pub fn removed<'a>(
         &'a self,
         old: Option<&'a Map<String, Value>>,

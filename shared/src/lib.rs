@@ -5,6 +5,8 @@
 //! [`policy::ClusterView`] that the webhook implements. The one module that touches the
 //! network is [`clients`]: it builds (and caches) the API clients both binaries use.
 
+#![warn(missing_docs)]
+
 pub mod anchorsource;
 pub mod api;
 pub mod cascading;
