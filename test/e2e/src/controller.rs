@@ -354,3 +354,51 @@ pub fn start_controller_for_url(
 ) -> anyhow::Result<ControllerProcess> {
     spawn_controller(env, name, Some(url), args)
 }
+
+/// holdfast as the manifests ship it (see [`shipped_stack`]).
+pub struct Shipped {
+    /// The simulator and the webhook.
+    pub env: Env,
+    /// The controller.
+    pub controller: ControllerProcess,
+}
+
+/// holdfast as the manifests ship it, on a simulator started with `cfg` (its users
+/// must include the shipped ServiceAccounts: [`crate::with_service_accounts`]):
+/// `manifests/overlays/kubernetes` applied by the admin, then the webhook (with
+/// `webhook_args`) and the controller (with `controller_args`) running as their
+/// ServiceAccounts, until the controller has installed the configuration.
+pub async fn shipped_stack(
+    cfg: holdfast_sim::SimConfig,
+    webhook_args: &[&str],
+    controller_args: &[&str],
+) -> anyhow::Result<Shipped> {
+    let mut env = Env::start_with(cfg).await?;
+    let overlay =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
+    env.kubectl(&["apply", "-k", &overlay.to_string_lossy()])?
+        .ok()
+        .context("applying manifests/overlays/kubernetes")?;
+    let kubeconfig = |file: &str, user: &str| -> anyhow::Result<String> {
+        let path = env.dir.path().join(file);
+        env.sim.write_kubeconfig(&path, user)?;
+        Ok(path.to_string_lossy().into_owned())
+    };
+    let webhook_kc = kubeconfig("kubeconfig-webhook-sa", crate::WEBHOOK_SA)?;
+    let controller_kc = kubeconfig("kubeconfig-controller-sa", crate::CONTROLLER_SA)?;
+    let mut wargs = vec!["--kubeconfig", webhook_kc.as_str()];
+    wargs.extend(webhook_args);
+    env.start_webhook(&wargs).await?;
+    env.wait_webhook_ready().await?;
+    let port = env.webhook.as_ref().map(|w| w.port).context("no webhook")?;
+    let mut cargs = vec!["--kubeconfig", controller_kc.as_str()];
+    cargs.extend(controller_args);
+    let mut controller = start_controller(&env, "controller", port, &cargs)?;
+    if let Err(e) = controller.wait_ready(30).await {
+        bail!("controller not ready: {e:#}\n{}", controller.log());
+    }
+    wait_configuration(&env, Duration::from_secs(30), |cfg| cfg.is_some())
+        .await
+        .context("the controller installed no configuration")?;
+    Ok(Shipped { env, controller })
+}

@@ -11,13 +11,9 @@
 //! refusing the removal of a `Cascading` label; under `--label-only` (no watches)
 //! `Cascading` protects like `Always`.
 
-use holdfast_e2e::{
-    CONTROLLER_SA, Env, KubectlOutput, WEBHOOK_SA,
-    controller::{ControllerProcess, start_controller, wait_configuration},
-    fixtures,
-};
+use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration, fixtures};
 use holdfast_sim::{RbacRule, SimConfig, User};
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 /// May do anything to ordinary objects, but not bypass protection.
 const ALICE: &str = "alice";
@@ -55,58 +51,15 @@ fn sim_config() -> SimConfig {
     cfg
 }
 
-struct Stack {
-    env: Env,
-    _controller: ControllerProcess,
-}
-
-fn manifest(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../manifests/base")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
-}
+use holdfast_e2e::controller::Shipped as Stack;
 
 /// holdfast as the manifests ship it, both binaries started with `args`
 /// (`--strict`, `--protection-label ...`).
 async fn shipped(args: &[&str]) -> Stack {
-    let mut env = Env::start_with(sim_config()).await.expect("sim");
-    for m in [
-        "namespace.yaml",
-        "serviceaccounts.yaml",
-        "rbac-webhook.yaml",
-        "rbac-controller.yaml",
-        "rbac-reads.yaml",
-    ] {
-        env.kubectl(&["apply", "-f", &manifest(m)])
-            .expect("kubectl")
-            .ok()
-            .expect(m);
-    }
-    env.install_crds().expect("holdfast CRDs");
-    let webhook_kc = env.dir.path().join("kubeconfig-webhook-sa");
-    env.sim
-        .write_kubeconfig(&webhook_kc, WEBHOOK_SA)
-        .expect("kubeconfig");
-    let controller_kc = env.dir.path().join("kubeconfig-controller-sa");
-    env.sim
-        .write_kubeconfig(&controller_kc, CONTROLLER_SA)
-        .expect("kubeconfig");
-    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
-    let controller_kc = controller_kc.to_string_lossy().into_owned();
-    let mut wargs = vec!["--kubeconfig", webhook_kc.as_str()];
-    wargs.extend(args);
-    env.start_webhook(&wargs).await.expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let mut cargs = vec!["--kubeconfig", controller_kc.as_str()];
-    cargs.extend(args);
-    let mut c = start_controller(&env, "controller", port, &cargs).expect("controller");
-    c.wait_ready(30).await.unwrap_or_else(|e| {
-        panic!("controller not ready: {e}\n{}", c.log());
-    });
-    wait_configuration(&env, Duration::from_secs(30), |cfg| {
+    let s = holdfast_e2e::controller::shipped_stack(sim_config(), args, args)
+        .await
+        .expect("holdfast as shipped");
+    wait_configuration(&s.env, Duration::from_secs(30), |cfg| {
         cfg.is_some_and(|c| {
             c["webhooks"]
                 .as_array()
@@ -117,10 +70,7 @@ async fn shipped(args: &[&str]) -> Stack {
     })
     .await
     .expect("configuration installed");
-    Stack {
-        env,
-        _controller: c,
-    }
+    s
 }
 
 fn admin(env: &Env, args: &[&str]) -> KubectlOutput {

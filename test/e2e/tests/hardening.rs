@@ -8,13 +8,9 @@
 //! objects, new CRDs and containment, look-alike label values, and holdfast's own
 //! configuration guarded by a ValidatingAdmissionPolicy.
 
-use holdfast_e2e::{
-    Env, KubectlOutput,
-    controller::{ControllerProcess, start_controller, wait_configuration},
-};
+use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration};
 use holdfast_sim::{RbacRule, SimConfig, User};
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::time::Duration;
 
 const WEBHOOK_SA: &str = "system:serviceaccount:holdfast-system:holdfast-webhook";
@@ -96,18 +92,7 @@ fn sim_config() -> SimConfig {
     cfg
 }
 
-struct Stack {
-    env: Env,
-    _controller: ControllerProcess,
-}
-
-fn manifest(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../manifests/base")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
-}
+use holdfast_e2e::controller::Shipped as Stack;
 
 /// holdfast as the manifests ship it: namespace, service accounts, RBAC and CRDs
 /// applied by the admin; webhook and controller running as their service accounts.
@@ -116,47 +101,13 @@ async fn shipped(strict: bool) -> Stack {
 }
 
 async fn shipped_with(strict: bool, controller_args: &[&str]) -> Stack {
-    let mut env = Env::start_with(sim_config()).await.expect("sim");
-    for m in [
-        "namespace.yaml",
-        "serviceaccounts.yaml",
-        "rbac-webhook.yaml",
-        "rbac-controller.yaml",
-        "rbac-reads.yaml",
-    ] {
-        env.kubectl(&["apply", "-f", &manifest(m)])
-            .expect("kubectl")
-            .ok()
-            .expect(m);
-    }
-    env.install_crds().expect("holdfast CRDs");
-    let webhook_kc = env.dir.path().join("kubeconfig-webhook-sa");
-    env.sim
-        .write_kubeconfig(&webhook_kc, WEBHOOK_SA)
-        .expect("kubeconfig");
-    let controller_kc = env.dir.path().join("kubeconfig-controller-sa");
-    env.sim
-        .write_kubeconfig(&controller_kc, CONTROLLER_SA)
-        .expect("kubeconfig");
-    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
-    let controller_kc = controller_kc.to_string_lossy().into_owned();
-    let mut args = vec!["--kubeconfig", webhook_kc.as_str()];
-    if strict {
-        args.push("--strict");
-    }
-    env.start_webhook(&args).await.expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let mut cargs = vec!["--kubeconfig", controller_kc.as_str()];
-    if strict {
-        cargs.push("--strict");
-    }
+    let strict_flag: &[&str] = if strict { &["--strict"] } else { &[] };
+    let mut cargs = strict_flag.to_vec();
     cargs.extend(controller_args);
-    let mut c = start_controller(&env, "controller", port, &cargs).expect("controller");
-    c.wait_ready(30).await.unwrap_or_else(|e| {
-        panic!("controller not ready: {e}\n{}", c.log());
-    });
-    wait_configuration(&env, Duration::from_secs(30), |cfg| {
+    let s = holdfast_e2e::controller::shipped_stack(sim_config(), strict_flag, &cargs)
+        .await
+        .expect("holdfast as shipped");
+    wait_configuration(&s.env, Duration::from_secs(30), |cfg| {
         cfg.is_some_and(|c| {
             c["webhooks"]
                 .as_array()
@@ -167,10 +118,7 @@ async fn shipped_with(strict: bool, controller_args: &[&str]) -> Stack {
     })
     .await
     .expect("configuration installed");
-    Stack {
-        env,
-        _controller: c,
-    }
+    s
 }
 
 /// Asserts kubectl failed with exactly `stderr`.
@@ -718,10 +666,11 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
         .await
         .expect("policy installed");
     let env = &s.env;
-    env.apply(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: holdfast-webhook, namespace: holdfast-system}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: w}}\n  template:\n    metadata: {labels: {app: w}}\n    spec: {containers: [{name: w, image: registry.invalid/w:1}]}\n",
-    )
-    .expect("deployment");
+    // The webhook's Deployment, as the manifests ship it.
+    assert!(
+        env.exists(&["deployment", "holdfast-webhook", "-n", "holdfast-system"])
+            .expect("get")
+    );
     ok(env
         .kubectl(&["create", "cm", "keep", "-n", "default"])
         .expect("kubectl"));

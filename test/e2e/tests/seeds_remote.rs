@@ -7,12 +7,12 @@
 //!   "service cluster" simulator holding the protected objects and holdfast).
 
 use holdfast_e2e::{
-    CONTROLLER_SA, Env, KubectlOutput, WEBHOOK_SA,
-    controller::{ControllerProcess, condition, start_controller, wait_condition},
+    Env, KubectlOutput,
+    controller::{ControllerProcess, condition, wait_condition},
 };
 use holdfast_sim::SimConfig;
 use serde_json::Value;
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 fn ok(env: &Env, args: &[&str]) -> String {
     env.kubectl(args)
@@ -25,29 +25,14 @@ fn ok(env: &Env, args: &[&str]) -> String {
 /// A sim with the shipped manifests applied, and the webhook and the controller
 /// running as their ServiceAccounts.
 async fn shipped_stack() -> (Env, ControllerProcess) {
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    ok(&env, &["apply", "-k", &overlay.to_string_lossy()]);
-    let controller_kc = env.dir.path().join("controller.kubeconfig");
-    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
-    env.sim
-        .write_kubeconfig(&controller_kc, CONTROLLER_SA)
-        .expect("kc");
-    env.sim
-        .write_kubeconfig(&webhook_kc, WEBHOOK_SA)
-        .expect("kc");
-    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
-    env.start_webhook(&["--kubeconfig", &webhook_kc])
-        .await
-        .expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let controller_kc = controller_kc.to_string_lossy().into_owned();
-    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &controller_kc])
-        .expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
-    (env, c)
+    let s = holdfast_e2e::controller::shipped_stack(
+        holdfast_e2e::with_service_accounts(SimConfig::default()),
+        &[],
+        &[],
+    )
+    .await
+    .expect("holdfast as shipped");
+    (s.env, s.controller)
 }
 
 /// Runs `args` until kubectl's refusal is exactly `text`; fails printing the last output.
