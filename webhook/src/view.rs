@@ -165,7 +165,25 @@ impl WebhookView {
     /// Builds the view. An API server that cannot be configured is logged, not fatal:
     /// label decisions do not need it (policy objects then never load).
     pub async fn new(opts: ViewOptions<'_>, metrics: Metrics) -> Arc<Self> {
-        let (client, base_config) = if opts.label_only {
+        let (client, base_config) = Self::clients(&opts).await;
+        Self::build(opts, client, base_config, metrics)
+    }
+
+    /// Builds the view over an API server configuration already loaded (the plugin:
+    /// the caller's kubeconfig with its overrides); `opts.kubeconfig` is not read.
+    pub fn with_config(opts: ViewOptions<'_>, config: kube::Config, metrics: Metrics) -> Arc<Self> {
+        let (client, base_config) = match Client::try_from(config.clone()) {
+            Ok(c) => (Some(c), Some(config)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot build an API client; policy objects cannot be loaded");
+                (None, None)
+            }
+        };
+        Self::build(opts, client, base_config, metrics)
+    }
+
+    async fn clients(opts: &ViewOptions<'_>) -> (Option<Client>, Option<kube::Config>) {
+        if opts.label_only {
             // Label protection needs no API server, but with one the webhook can
             // also judge evictions (it reads the pod) and CRD deletions.
             match load_config(opts.kubeconfig).await {
@@ -189,7 +207,15 @@ impl WebhookView {
                     (None, None)
                 }
             }
-        };
+        }
+    }
+
+    fn build(
+        opts: ViewOptions<'_>,
+        client: Option<Client>,
+        base_config: Option<kube::Config>,
+        metrics: Metrics,
+    ) -> Arc<Self> {
         Arc::new(Self {
             topology: opts.topology,
             label_only: opts.label_only,
