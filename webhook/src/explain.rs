@@ -94,9 +94,7 @@ pub fn resolve<'a>(
     }
     // TYPE.group (the group may be given in full).
     if let Some((n, group)) = lower.split_once('.')
-        && let Some(found) = resources
-            .iter()
-            .find(|r| r.group == group && matches(r, n))
+        && let Some(found) = resources.iter().find(|r| r.group == group && matches(r, n))
     {
         return Ok(found);
     }
@@ -462,10 +460,7 @@ pub fn routes_delete(configuration: &Value, group: &str, resource: &str) -> bool
 /// a policy without a Ready condition yet is reported as such.
 pub fn not_ready_conditions(policy: &Value) -> Vec<(String, String)> {
     let conds = policy["status"]["conditions"].as_array();
-    let ready = conds
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Ready");
+    let ready = conds.into_iter().flatten().find(|c| c["type"] == "Ready");
     match ready {
         None => vec![(
             "NoStatus".to_string(),
@@ -523,7 +518,14 @@ mod tests {
             parse_target(&args(&["vpcs.network.example.com/a"])),
             Ok(("vpcs.network.example.com".to_string(), "a".to_string()))
         );
-        for bad in [&["x"][..], &["a/"], &["/b"], &["a", "b", "c"], &["a/b", "c"], &[]] {
+        for bad in [
+            &["x"][..],
+            &["a/"],
+            &["/b"],
+            &["a", "b", "c"],
+            &["a/b", "c"],
+            &[],
+        ] {
             assert_eq!(
                 parse_target(&args(bad)),
                 Err(TargetError::Shape(bad.join(" "))),
@@ -541,9 +543,15 @@ mod tests {
             res("other.example.com", "vpcs", "VPC", &[]),
         ];
         for name in ["cm", "configmaps", "configmap", "ConfigMap", "CM"] {
-            assert_eq!(resolve(&all, name).map(|r| &r.resource), Ok(&all[0].resource));
+            assert_eq!(
+                resolve(&all, name).map(|r| &r.resource),
+                Ok(&all[0].resource)
+            );
         }
-        assert_eq!(resolve(&all, "ns").map(|r| r.kind.as_str()), Ok("Namespace"));
+        assert_eq!(
+            resolve(&all, "ns").map(|r| r.kind.as_str()),
+            Ok("Namespace")
+        );
         assert_eq!(
             resolve(&all, "vpcs").map(|r| r.group.as_str()),
             Ok("network.example.com")
@@ -575,7 +583,9 @@ mod tests {
         );
         assert!(parse_settings("{").is_err());
         assert_eq!(
-            parse_settings(r#"{"protectionLabels":[]}"#).err().as_deref(),
+            parse_settings(r#"{"protectionLabels":[]}"#)
+                .err()
+                .as_deref(),
             Some("holdfast.dev/settings has no boolean \"strict\"")
         );
         assert!(parse_settings(r#"{"strict":false,"protectionLabels":["bad key!"]}"#).is_err());
@@ -649,7 +659,10 @@ mod tests {
         ));
         assert!(text.contains("    blockers (7):\n"), "{text}");
         assert!(text.contains("      VM ns/vm-6\n"), "{text}");
-        assert!(text.contains("  - ResourceProtection/audit-only (mode Audit)\n"), "{text}");
+        assert!(
+            text.contains("  - ResourceProtection/audit-only (mode Audit)\n"),
+            "{text}"
+        );
         let json = serde_json::to_value(&r).expect("serializes");
         assert_eq!(json["protections"][1]["enforcement"], "Enforce");
         assert_eq!(json["breakGlass"]["callerMayBypass"], false);
@@ -680,10 +693,9 @@ mod tests {
         assert!(r.allowed);
         assert!(r.ways_out.is_empty());
         assert!(render_why(&r).contains("Protections: none\n"));
-        assert!(
-            render_why(&r)
-                .contains("Break-glass: not set; your bypass permission could not be checked: forbidden\n")
-        );
+        assert!(render_why(&r).contains(
+            "Break-glass: not set; your bypass permission could not be checked: forbidden\n"
+        ));
     }
 
     #[test]
