@@ -468,8 +468,17 @@ async fn check_reports_posture_and_findings() {
         "{ns}"
     );
 
-    // The configuration deleted (the controller stopped first, or it would heal it).
+    // The configuration deleted (the controller stopped first, or it would heal it;
+    // its self-protection lifted first, as an uninstall does).
     controller.terminate(30).await.expect("controller stops");
+    ok(
+        &env,
+        &[
+            "delete",
+            "validatingadmissionpolicybinding",
+            "holdfast-self-protection",
+        ],
+    );
     ok(
         &env,
         &["delete", "validatingwebhookconfiguration", "holdfast"],
