@@ -367,6 +367,29 @@ async fn why_names_every_protection_and_blocker() {
         );
     }
 
+    // --server overrides the kubeconfig's URL (a kcp workspace URL works the same way).
+    let server = env.sim.url();
+    let run = holdfast(
+        &env,
+        "alice",
+        &["--server", &server, "why", "cm", "plain", "-n", "shop"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let run = holdfast(
+        &env,
+        "alice",
+        &["why", "cm", "plain", "-n", "shop", "--server", "not a url"],
+    )
+    .await;
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr
+            .starts_with("error: --server \"not a url\" is not a URL"),
+        "{}",
+        run.stderr
+    );
+
     // Bad input: exit 2, one line.
     let run = holdfast(&env, "alice", &["why", "gizmos", "x"]).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
@@ -391,7 +414,7 @@ async fn why_names_every_protection_and_blocker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn check_reports_posture_and_findings() {
     holdfast_e2e::needs_simulator!("it runs users and ServiceAccounts the simulator defines");
-    let (env, mut controller) = shipped_stack().await;
+    let (mut env, mut controller) = shipped_stack().await;
 
     // Healthy: exit 0; the backstop's absence is a warning.
     let run = holdfast(&env, "alice", &["check", "-o", "json"]).await;
@@ -428,6 +451,14 @@ async fn check_reports_posture_and_findings() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: keep, namespace: loose, labels: {holdfast.dev/protected: Always}}\n",
     )
     .expect("cm");
+    // A protected Widget: the CustomResourceDefinition itself protects nothing.
+    env.kubectl_until(&["get", "widgets", "-A"], 30, |o| o.code == 0)
+        .await
+        .expect("widgets served");
+    env.apply(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: loose, labels: {holdfast.dev/protected: Always}}\n",
+    )
+    .expect("widget");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let r =
         loop {
@@ -440,6 +471,7 @@ async fn check_reports_posture_and_findings() {
                 .filter_map(|f| f["kind"].as_str())
                 .collect();
             if kinds.contains(&"NamespaceUnprotected")
+                && kinds.contains(&"CrdUnprotected")
                 && r["findings"].as_array().into_iter().flatten().any(|f| {
                     f["subject"] == "ResourceProtection/ghosts" && f["severity"] == "error"
                 })
@@ -463,9 +495,45 @@ async fn check_reports_posture_and_findings() {
     assert_eq!(ns["subject"], "Namespace/loose");
     assert!(
         ns["message"].as_str().is_some_and(|m| m.starts_with(
-            "not protected itself, yet holds protected objects: ConfigMap loose/keep (label);"
+            "not protected itself, yet holds protected objects: ConfigMap loose/keep (label), \
+             Widget loose/w1 (label);"
         )),
         "{ns}"
+    );
+    let crd = r["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["kind"] == "CrdUnprotected")
+        .expect("CRD finding");
+    assert_eq!(
+        crd["subject"],
+        "CustomResourceDefinition/widgets.example.com"
+    );
+    assert!(
+        crd["message"].as_str().is_some_and(|m| m.starts_with(
+            "not protected itself, yet holds protected objects: Widget loose/w1 (label);"
+        )),
+        "{crd}"
+    );
+
+    // The webhook stopped: the configuration points at nothing that answers.
+    env.webhook = None;
+    let run = holdfast(&env, "alice", &["check", "-o", "json"]).await;
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let r = json(&run);
+    let down = r["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["kind"] == "WebhookNotReady")
+        .unwrap_or_else(|| panic!("webhook not reported down: {r}"));
+    assert_eq!(down["severity"], "error");
+    assert!(
+        down["message"].as_str().is_some_and(
+            |m| m.starts_with("https://127.0.0.1:") && m.contains("/validate does not answer")
+        ),
+        "{down}"
     );
 
     // The configuration deleted (the controller stopped first, or it would heal it;
