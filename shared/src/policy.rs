@@ -2549,6 +2549,78 @@ mod tests {
         }
 
         #[test]
+        fn explain_lists_every_protection_and_every_blocker() {
+            let v = view(
+                &[rp(
+                    "vpcs-audited",
+                    "Audit",
+                    json!({"group": "network.test.io", "version": "v1", "resource": "vpcs"}),
+                )],
+                &[vm_rule(".spec.vpcRef.name")],
+            );
+            let c = cfg(false, &[]);
+            let idx = v.index.clone();
+            for i in 0..7 {
+                vm(
+                    &idx,
+                    &v,
+                    &format!("vm-{i}"),
+                    json!({"vpcRef": {"name": "my-vpc"}}),
+                    false,
+                );
+            }
+            let del = delete_of(
+                "network.test.io",
+                "VPC",
+                "vpcs",
+                Some("default"),
+                "my-vpc",
+                json!({"holdfast.dev/protected": "Always"}),
+            );
+            let x = futures::executor::block_on(explain_delete(&del, &c, &v, now()));
+            // The verdict is the webhook's: the label decides, its message names it.
+            assert_eq!(x.evaluation, evaluate(&del, &c, &v, now()));
+            assert_eq!(x.evaluation.policy, "label");
+            let policies: Vec<(&str, Enforcement)> = x
+                .findings
+                .iter()
+                .map(|f| (f.policy.as_str(), f.enforcement))
+                .collect();
+            assert_eq!(
+                policies,
+                [
+                    ("label holdfast.dev/protected", Enforcement::Enforce),
+                    ("ResourceProtection/vpcs-audited", Enforcement::Audit),
+                    ("DependencyRule/vm-dependencies", Enforcement::Enforce),
+                ]
+            );
+            let dep = &x.findings[2];
+            assert_eq!(dep.blockers.len(), 7);
+            assert!(dep.message.contains("and 2 more"), "{}", dep.message);
+            assert_eq!(x.break_glass.active, None);
+            // Break-glass: allowed, and what it overrides is still listed.
+            let mut glass = del.clone();
+            if let Some(old) = glass.old_object.as_mut() {
+                old["metadata"]["annotations"] =
+                    json!({"holdfast.dev/skip-protection": "2000-01-01T00:00:00Z"});
+            }
+            let x = futures::executor::block_on(explain_delete(&glass, &c, &v, now()));
+            assert_eq!(
+                x.break_glass.ignored.as_deref(),
+                Some("holdfast.dev/skip-protection=2000-01-01T00:00:00Z has expired")
+            );
+            glass.old_object.as_mut().expect("old")["metadata"]["annotations"] =
+                json!({"holdfast.dev/skip-protection": "true"});
+            let x = futures::executor::block_on(explain_delete(&glass, &c, &v, now()));
+            assert_eq!(x.evaluation.decision, Decision::Allow);
+            assert_eq!(
+                x.break_glass.active.as_deref(),
+                Some("annotation holdfast.dev/skip-protection")
+            );
+            assert_eq!(x.findings.len(), 3);
+        }
+
+        #[test]
         fn not_loaded_registry_denies_retry_later() {
             let v = View {
                 registry: Registry::default(),
