@@ -9,7 +9,7 @@
 use holdfast_shared::{
     api::common::Enforcement,
     labels::{ProtectionLabel, ProtectionLabels},
-    names::SKIP_ANNOTATION,
+    names::{SKIP_ANNOTATION, STRICT_EXEMPT_LABEL},
     policy::{Decision, Explanation, Finding},
 };
 use serde::Serialize;
@@ -201,6 +201,7 @@ pub fn why_report(
     user: (String, Vec<String>),
     explanation: Explanation,
     caller_may_bypass: Result<bool, String>,
+    strict: bool,
     notes: Vec<String>,
 ) -> WhyReport {
     let eval = &explanation.evaluation;
@@ -223,7 +224,7 @@ pub fn why_report(
     let ways_out = if allowed && explanation.findings.iter().all(|f| !blocks(f)) {
         Vec::new()
     } else {
-        ways_out(&object, &explanation.findings, &break_glass)
+        ways_out(&object, &explanation.findings, &break_glass, strict)
     };
     WhyReport {
         decision: eval.decision_label().to_string(),
@@ -244,12 +245,25 @@ fn blocks(f: &Finding) -> bool {
     f.enforcement == Enforcement::Enforce
 }
 
-fn ways_out(object: &ObjectRef, findings: &[Finding], bg: &BreakGlassReport) -> Vec<String> {
+fn ways_out(
+    object: &ObjectRef,
+    findings: &[Finding],
+    bg: &BreakGlassReport,
+    strict: bool,
+) -> Vec<String> {
     let target = object.kubectl_target();
     let mut out = Vec::new();
     for f in findings.iter().filter(|f| blocks(f)) {
         let way = if f.lookup_failed {
             format!("{}: could not be checked; retry later", f.policy)
+        } else if let Some(key) = f.policy.strip_prefix("label ")
+            && strict
+        {
+            format!(
+                "strict mode: mark it exempt first (kubectl label {target} \
+                 {STRICT_EXEMPT_LABEL}=true, which takes the bypass permission), then remove \
+                 the label: kubectl label {target} {key}-"
+            )
         } else if let Some(key) = f.policy.strip_prefix("label ") {
             format!("remove the label: kubectl label {target} {key}-")
         } else if let Some(name) = f.policy.strip_prefix("ResourceProtection/") {
@@ -637,8 +651,9 @@ mod tests {
         let r = why_report(
             object(),
             ("alice".to_string(), vec!["dev".to_string()]),
-            explanation,
+            explanation.clone(),
             Ok(false),
+            false,
             Vec::new(),
         );
         assert!(!r.allowed);
@@ -662,6 +677,25 @@ mod tests {
         assert!(
             text.contains("  - ResourceProtection/audit-only (mode Audit)\n"),
             "{text}"
+        );
+        let strict = why_report(
+            object(),
+            ("alice".to_string(), Vec::new()),
+            explanation,
+            Ok(true),
+            true,
+            Vec::new(),
+        );
+        assert_eq!(
+            strict.ways_out[0],
+            "strict mode: mark it exempt first (kubectl label configmaps cfg -n shop \
+             holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove \
+             the label: kubectl label configmaps cfg -n shop holdfast.dev/protected-"
+        );
+        assert_eq!(
+            strict.ways_out[2],
+            "break glass (you may): kubectl annotate configmaps cfg -n shop \
+             holdfast.dev/skip-protection=true"
         );
         let json = serde_json::to_value(&r).expect("serializes");
         assert_eq!(json["protections"][1]["enforcement"], "Enforce");
@@ -688,6 +722,7 @@ mod tests {
             ("bob".to_string(), Vec::new()),
             explanation,
             Err("forbidden".to_string()),
+            false,
             Vec::new(),
         );
         assert!(r.allowed);

@@ -525,6 +525,7 @@ async fn why(
     }
     let req = delete_review(&res, object, user.clone());
     let explanation = explain_until(&req, &cfg, &view, deadline).await;
+    let strict = cfg.strict || view.strict_for(&req);
     let _ = stop_tx.send(true);
     let bypass_ns = if res.namespaced {
         Some(ns.as_str())
@@ -548,6 +549,7 @@ async fn why(
         (user.username, user.groups),
         explanation,
         may,
+        strict,
         notes,
     ))
 }
