@@ -470,33 +470,24 @@ pub fn routes_delete(configuration: &Value, group: &str, resource: &str) -> bool
         })
 }
 
-/// The conditions of a policy object that are not `True`, as `Type (Reason): message`;
-/// a policy without a Ready condition yet is reported as such.
-pub fn not_ready_conditions(policy: &Value) -> Vec<(String, String)> {
-    let conds = policy["status"]["conditions"].as_array();
-    let ready = conds.into_iter().flatten().find(|c| c["type"] == "Ready");
+/// Why a policy object is not Ready, from its `Ready` condition: (reason, message).
+/// `None` when it is Ready; a policy without a Ready condition yet is reported as such.
+pub fn not_ready(policy: &Value) -> Option<(String, String)> {
+    let ready = policy["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready");
     match ready {
-        None => vec![(
+        None => Some((
             "NoStatus".to_string(),
             "no Ready condition yet (is the controller running?)".to_string(),
-        )],
-        Some(r) if r["status"] == "True" => Vec::new(),
-        Some(_) => conds
-            .into_iter()
-            .flatten()
-            .filter(|c| c["status"] != "True")
-            .map(|c| {
-                (
-                    c["reason"].as_str().unwrap_or("Unknown").to_string(),
-                    format!(
-                        "{} is {}: {}",
-                        c["type"].as_str().unwrap_or("?"),
-                        c["status"].as_str().unwrap_or("?"),
-                        c["message"].as_str().unwrap_or_default()
-                    ),
-                )
-            })
-            .collect(),
+        )),
+        Some(r) if r["status"] == "True" => None,
+        Some(r) => Some((
+            r["reason"].as_str().unwrap_or("Unknown").to_string(),
+            r["message"].as_str().unwrap_or_default().to_string(),
+        )),
     }
 }
 
@@ -747,18 +738,21 @@ mod tests {
         assert!(!routes_delete(&cfg, "network.example.com", "subnets"));
         assert!(!routes_delete(&json!({}), "", "configmaps"));
         let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-        assert!(not_ready_conditions(&ready).is_empty());
+        assert_eq!(not_ready(&ready), None);
         let not = json!({"status": {"conditions": [
-            {"type": "Installed", "status": "False", "reason": "NotAdmissionControlled", "message": "events expire"},
+            {"type": "Invalid", "status": "False", "reason": "Valid", "message": "valid"},
             {"type": "Ready", "status": "False", "reason": "NotAdmissionControlled", "message": "events expire"}
         ]}});
         assert_eq!(
-            not_ready_conditions(&not)[0],
-            (
+            not_ready(&not),
+            Some((
                 "NotAdmissionControlled".to_string(),
-                "Installed is False: events expire".to_string()
-            )
+                "events expire".to_string()
+            ))
         );
-        assert_eq!(not_ready_conditions(&json!({}))[0].0, "NoStatus");
+        assert_eq!(
+            not_ready(&json!({})).map(|r| r.0).as_deref(),
+            Some("NoStatus")
+        );
     }
 }

@@ -108,6 +108,8 @@ pub struct WebhookView {
     refused: DashMap<GroupResource, ()>,
     /// Anchors of AnchorRules whose anchors live in another cluster.
     remotes: crate::remote::RemoteStores,
+    /// Passes of the store manager completed (every wanted store started).
+    store_passes: std::sync::atomic::AtomicU64,
 }
 
 /// What Cascading protection needs to know of one CustomResourceDefinition.
@@ -244,6 +246,7 @@ impl WebhookView {
             crds_listed: std::sync::atomic::AtomicBool::new(false),
             refused: DashMap::new(),
             remotes: crate::remote::RemoteStores::default(),
+            store_passes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -275,6 +278,23 @@ impl WebhookView {
     /// An API client for logical cluster `lc` ("" on Kubernetes), if configured.
     pub fn client_for(&self, lc: &str) -> Option<Client> {
         self.cluster_client(lc).ok()
+    }
+
+    /// How many passes of the store manager have completed: one that starts after
+    /// the policies loaded and the CRDs were listed has started every store they
+    /// need (the plugin waits for it; each store then reports its own sync).
+    pub fn store_passes(&self) -> u64 {
+        self.store_passes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Asks the store manager for another pass at once.
+    pub fn wake_stores(&self) {
+        self.changed.notify_one();
+    }
+
+    /// Whether the CRD watch has listed every CRD once (Kubernetes).
+    pub fn crds_listed(&self) -> bool {
+        self.crds_listed.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The registry (for metrics and tests).
@@ -1889,6 +1909,8 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
             ));
             running.insert(key, handle);
         }
+        view.store_passes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut shutdown = shutdown.clone();
         rediscover = false;
         tokio::select! {

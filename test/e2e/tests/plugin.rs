@@ -500,6 +500,19 @@ async fn check_reports_posture_and_findings() {
         )),
         "{ns}"
     );
+    let ghosts = r["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["subject"] == "ResourceProtection/ghosts")
+        .expect("policy finding");
+    assert_eq!(ghosts["kind"], "PolicyNotReady", "{ghosts}");
+    assert!(
+        ghosts["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Invalid: the policy is invalid and not enforced: ")),
+        "{ghosts}"
+    );
     let crd = r["findings"]
         .as_array()
         .expect("findings")

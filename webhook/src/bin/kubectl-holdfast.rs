@@ -34,9 +34,8 @@ use holdfast_shared::{
 };
 use holdfast_webhook::{
     explain::{
-        ApiResourceInfo, BACKSTOP_POLICY_NAME, CheckReport, ObjectRef, WhyReport,
-        not_ready_conditions, parse_settings, parse_target, render_check, render_why, resolve,
-        routes_delete, why_report,
+        ApiResourceInfo, BACKSTOP_POLICY_NAME, CheckReport, ObjectRef, WhyReport, not_ready,
+        parse_settings, parse_target, render_check, render_why, resolve, routes_delete, why_report,
     },
     metrics::Metrics,
     view::{DependentsMode, ViewOptions, WebhookView},
@@ -395,10 +394,19 @@ async fn open_view(
         metrics,
     );
     view.start(stop);
+    // Loaded: the policies and the CRDs listed, then one whole pass of the store
+    // manager after that (every store they need started; each reports its sync).
     while Instant::now() < deadline
-        && !(view.policies_loaded() && view.discovery_problem().is_none())
+        && !(view.policies_loaded() && view.crds_listed() && view.discovery_problem().is_none())
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let passes = view.store_passes();
+    for more in 1..=2 {
+        view.wake_stores();
+        while Instant::now() < deadline && view.store_passes() < passes + more {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     Ok(view)
 }
@@ -698,8 +706,8 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
                 Some(ns) => format!("{kind}/{ns}/{name}"),
                 None => format!("{kind}/{name}"),
             };
-            let problems = not_ready_conditions(&item);
-            for (reason, message) in &problems {
+            let problem = not_ready(&item);
+            if let Some((reason, message)) = &problem {
                 let kind = if reason == "NotAdmissionControlled" {
                     "NotAdmissionControlled"
                 } else {
@@ -707,7 +715,7 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
                 };
                 report.add("error", kind, &subject, format!("{reason}: {message}"));
             }
-            if problems.is_empty()
+            if problem.is_none()
                 && let Some(c) = &configuration
             {
                 for gr in policy_needs(kind, &item) {
