@@ -11,6 +11,7 @@ use holdfast_shared::{
     labels::{ProtectionLabel, ProtectionLabels},
     names::{SKIP_ANNOTATION, STRICT_EXEMPT_LABEL},
     policy::{Decision, Explanation, Finding},
+    review::{AdmissionRequest, Gvk, Gvr, Operation, UserInfo},
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -491,6 +492,45 @@ pub fn not_ready(policy: &Value) -> Option<(String, String)> {
     }
 }
 
+/// The DELETE review the API server would send for `object` (of `res`) by `user`:
+/// the live object as `oldObject`; a Namespace is its own namespace.
+pub fn delete_review(res: &ApiResourceInfo, object: Value, user: UserInfo) -> AdmissionRequest {
+    let name = object["metadata"]["name"].as_str().map(str::to_string);
+    let namespace = if res.group.is_empty() && res.resource == "namespaces" {
+        name.clone()
+    } else {
+        object["metadata"]["namespace"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+    };
+    AdmissionRequest {
+        uid: "kubectl-holdfast".to_string(),
+        kind: Gvk {
+            group: res.group.clone(),
+            version: res.version.clone(),
+            kind: res.kind.clone(),
+        },
+        resource: Gvr {
+            group: res.group.clone(),
+            version: res.version.clone(),
+            resource: res.resource.clone(),
+        },
+        sub_resource: None,
+        request_kind: None,
+        request_resource: None,
+        request_sub_resource: None,
+        name,
+        namespace,
+        operation: Operation::Delete,
+        user_info: user,
+        object: None,
+        old_object: Some(object),
+        dry_run: Some(false),
+        options: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -722,6 +762,37 @@ mod tests {
         assert!(render_why(&r).contains(
             "Break-glass: not set; your bypass permission could not be checked: forbidden\n"
         ));
+    }
+
+    #[test]
+    fn delete_reviews_look_like_the_api_servers() {
+        let ns = ApiResourceInfo {
+            namespaced: false,
+            ..res("", "namespaces", "Namespace", &["ns"])
+        };
+        let user = UserInfo {
+            username: "alice".to_string(),
+            ..Default::default()
+        };
+        let r = delete_review(&ns, json!({"metadata": {"name": "shop"}}), user.clone());
+        assert_eq!(r.operation, Operation::Delete);
+        assert_eq!(r.namespace.as_deref(), Some("shop"));
+        assert_eq!(r.name.as_deref(), Some("shop"));
+        assert!(r.is_namespace());
+        assert_eq!(r.user_info.username, "alice");
+        let vpc = res("network.test.io", "vpcs", "VPC", &[]);
+        let r = delete_review(
+            &vpc,
+            json!({"metadata": {"name": "v", "namespace": "shop"}}),
+            user,
+        );
+        assert_eq!(r.describe(), "VPC shop/v");
+        assert_eq!(r.resource.group_resource(), "vpcs.network.test.io");
+        assert!(r.object.is_none());
+        assert_eq!(
+            r.old_object.as_ref().map(|o| &o["metadata"]["name"]),
+            Some(&json!("v"))
+        );
     }
 
     #[test]

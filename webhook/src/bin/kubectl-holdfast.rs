@@ -25,7 +25,7 @@ use holdfast_shared::{
     labels::ProtectionLabels,
     names::{API_GROUP, WEBHOOK_CONFIGURATION_NAME},
     policy::{ClusterView as _, Decision, DenialKind, Explanation, PolicyConfig, explain_delete},
-    review::{AdmissionRequest, Gvk, Gvr, Operation, UserInfo},
+    review::{AdmissionRequest, UserInfo},
     topology::Topology,
     webhookconfig::{
         SETTINGS_ANNOTATION, anchor_rule_needs, critical_service_needs, dependency_rule_needs,
@@ -34,8 +34,9 @@ use holdfast_shared::{
 };
 use holdfast_webhook::{
     explain::{
-        ApiResourceInfo, BACKSTOP_POLICY_NAME, CheckReport, ObjectRef, WhyReport, not_ready,
-        parse_settings, parse_target, render_check, render_why, resolve, routes_delete, why_report,
+        ApiResourceInfo, BACKSTOP_POLICY_NAME, CheckReport, ObjectRef, WhyReport, delete_review,
+        not_ready, parse_settings, parse_target, render_check, render_why, resolve, routes_delete,
+        why_report,
     },
     metrics::Metrics,
     view::{DependentsMode, ViewOptions, WebhookView},
@@ -416,44 +417,6 @@ fn unsettled(e: &Explanation) -> bool {
     matches!(&e.evaluation.decision, Decision::Deny(d)
         if matches!(d.kind, DenialKind::LookupFailed | DenialKind::NotReady))
         || e.findings.iter().any(|f| f.lookup_failed)
-}
-
-/// The DELETE review of `object` by `user`.
-fn delete_review(res: &ApiResourceInfo, object: Value, user: UserInfo) -> AdmissionRequest {
-    let name = object["metadata"]["name"].as_str().map(str::to_string);
-    let namespace = if res.group.is_empty() && res.resource == "namespaces" {
-        name.clone()
-    } else {
-        object["metadata"]["namespace"]
-            .as_str()
-            .filter(|n| !n.is_empty())
-            .map(str::to_string)
-    };
-    AdmissionRequest {
-        uid: "kubectl-holdfast".to_string(),
-        kind: Gvk {
-            group: res.group.clone(),
-            version: res.version.clone(),
-            kind: res.kind.clone(),
-        },
-        resource: Gvr {
-            group: res.group.clone(),
-            version: res.version.clone(),
-            resource: res.resource.clone(),
-        },
-        sub_resource: None,
-        request_kind: None,
-        request_resource: None,
-        request_sub_resource: None,
-        name,
-        namespace,
-        operation: Operation::Delete,
-        user_info: user,
-        object: None,
-        old_object: Some(object),
-        dry_run: Some(false),
-        options: None,
-    }
 }
 
 async fn explain_until(
