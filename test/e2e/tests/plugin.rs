@@ -530,6 +530,23 @@ async fn check_reports_posture_and_findings() {
         "{crd}"
     );
 
+    // The CRD itself: its instances are what would block its DELETE.
+    let run = holdfast(
+        &env,
+        "alice",
+        &["why", "crd", "widgets.example.com", "-o", "json"],
+    )
+    .await;
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let w = json(&run);
+    assert_eq!(w["object"]["kind"], "CustomResourceDefinition");
+    assert_eq!(w["decidedBy"], "containment");
+    assert_eq!(w["protections"][0]["policy"], "containment");
+    assert_eq!(
+        w["protections"][0]["blockers"],
+        serde_json::json!(["Widget loose/w1 (label)"])
+    );
+
     // The webhook stopped: the configuration points at nothing that answers.
     env.webhook = None;
     let run = holdfast(&env, "alice", &["check", "-o", "json"]).await;

@@ -807,3 +807,56 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
     let _ = stop_tx.send(true);
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn the_command_line_parses() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "kubectl-holdfast",
+            "why",
+            "cm",
+            "x",
+            "-n",
+            "shop",
+            "-o",
+            "yaml",
+        ])
+        .expect("parses");
+        match cli.command {
+            Command::Why {
+                object,
+                namespace,
+                output,
+            } => {
+                assert_eq!(object, ["cm", "x"]);
+                assert_eq!(namespace.as_deref(), Some("shop"));
+                assert_eq!(output, Output::Yaml);
+            }
+            Command::Check { .. } => panic!("not check"),
+        }
+        let cli = Cli::try_parse_from([
+            "kubectl-holdfast",
+            "check",
+            "--server",
+            "https://h/clusters/root:a",
+            "-vv",
+        ])
+        .expect("parses");
+        assert_eq!(cli.server.as_deref(), Some("https://h/clusters/root:a"));
+        assert_eq!(cli.verbose, 2);
+        for bad in [
+            &["kubectl-holdfast", "why"][..],
+            &["kubectl-holdfast", "why", "a", "b", "c"],
+            &["kubectl-holdfast", "check", "-o", "xml"],
+            &["kubectl-holdfast", "explain"],
+        ] {
+            let e = Cli::try_parse_from(bad).expect_err("refused");
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
+}
