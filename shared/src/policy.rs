@@ -645,9 +645,26 @@ async fn evaluate_delete<V: ClusterView>(
     if matches!(single.decision, Decision::Deny(_)) {
         return single;
     }
+    let Some(contained) = containment(req, obj, cfg, view, now).await else {
+        return single;
+    };
+    match contained.decision {
+        Decision::Allow => single,
+        _ => contained,
+    }
+}
+
+/// Containment of a Namespace or CustomResourceDefinition (`None` for anything else).
+async fn containment<V: ClusterView>(
+    req: &AdmissionRequest,
+    obj: &Value,
+    cfg: &PolicyConfig,
+    view: &V,
+    now: DateTime<Utc>,
+) -> Option<Evaluation> {
     let name = req.object_name().unwrap_or_default();
     let cluster = logical_cluster(obj);
-    let contained = if req.is_namespace() {
+    Some(if req.is_namespace() {
         let container = Container {
             what: format!("Namespace {name}"),
             holds: "holds objects",
@@ -670,11 +687,105 @@ async fn evaluate_delete<V: ClusterView>(
         let contents = view.custom_resources(cluster, obj).await;
         evaluate_containment(req, container, contents, cfg, view, now).await
     } else {
-        return single;
+        return None;
+    })
+}
+
+/// The state of the break-glass markers on an object.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakGlassState {
+    /// The marker that counts (`annotation KEY`, `label KEY`), if one does.
+    pub active: Option<String>,
+    /// Why a marker present does not count (expired, bad value, too far ahead).
+    pub ignored: Option<String>,
+}
+
+/// Everything that concerns the DELETE of one object, for `kubectl holdfast why`:
+/// the webhook's own verdict, and every protection met, uncapped and whatever its
+/// mode (the verdict keeps only the first refusal and caps the blockers it names).
+#[derive(Clone, Debug)]
+pub struct Explanation {
+    /// What the webhook would answer ([`evaluate`] itself).
+    pub evaluation: Evaluation,
+    /// Every protection met, in evaluation order: labels, policy objects, containment.
+    pub findings: Vec<Finding>,
+    /// Break-glass markers on the object.
+    pub break_glass: BreakGlassState,
+}
+
+/// Explains a DELETE `req`: the same evaluation as [`evaluate`], then every
+/// protection it meets listed on its own (a label's refusal does not hide the policy
+/// objects that would refuse next; a break-glass marker does not hide what it
+/// overrides).
+pub async fn explain_delete<V: ClusterView>(
+    req: &AdmissionRequest,
+    cfg: &PolicyConfig,
+    view: &V,
+    now: DateTime<Utc>,
+) -> Explanation {
+    let evaluation = evaluate(req, cfg, view, now).await;
+    let mut findings = Vec::new();
+    let mut state = BreakGlassState {
+        active: None,
+        ignored: None,
     };
-    match contained.decision {
-        Decision::Allow => single,
-        _ => contained,
+    let Some(obj) = req.subject().filter(|o| check_metadata(o).is_ok()) else {
+        return Explanation {
+            evaluation,
+            findings,
+            break_glass: state,
+        };
+    };
+    match break_glass(obj, now, cfg.max_break_glass) {
+        Ok(Some(b)) => state.active = Some(b.source),
+        Ok(None) => {}
+        Err(SkipProblem::Expired(v)) => state.ignored = Some(format!("{v} has expired")),
+        Err(SkipProblem::BadValue(v)) => {
+            state.ignored = Some(format!("{v} is neither \"true\" nor an RFC 3339 time"))
+        }
+        Err(SkipProblem::TooFar(v, max)) => {
+            state.ignored = Some(format!(
+                "{v} lies more than {} ahead, the longest break-glass window allowed",
+                human_duration(max)
+            ))
+        }
+    }
+    let single = evaluate_single(req, obj, cfg, view, "").await;
+    if single.policy == "label"
+        && let Decision::Deny(d) = &single.decision
+    {
+        let key = cfg
+            .labels
+            .protecting(labels(obj))
+            .map(|l| l.key.to_string())
+            .unwrap_or_default();
+        findings.push(Finding {
+            policy: format!("label {key}"),
+            enforcement: Enforcement::Enforce,
+            lookup_failed: d.kind == DenialKind::LookupFailed,
+            message: d.message.clone(),
+            blockers: d.blockers.clone(),
+        });
+    }
+    if !view.may_govern_delete(req) || view.policies_loaded() {
+        findings.extend(policy_objects_outcome(req, obj, view).await.findings);
+    }
+    if let Some(c) = containment(req, obj, cfg, view, now).await
+        && let Decision::Deny(d) = c.decision
+    {
+        findings.push(Finding {
+            policy: "containment".to_string(),
+            enforcement: Enforcement::Enforce,
+            lookup_failed: d.kind == DenialKind::LookupFailed,
+            message: d.message,
+            blockers: d.blockers,
+        });
+    }
+    Explanation {
+        evaluation,
+        findings,
+        break_glass: state,
     }
 }
 
@@ -927,11 +1038,30 @@ pub fn logical_cluster(obj: &Value) -> &str {
 
 const BYPASS_HINT: &str = "or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection";
 
+/// One protection that concerns a DELETE, whatever its mode: what `explain` lists.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    /// `label KEY`, `ResourceProtection/NAME`, `DependencyRule/NAME`,
+    /// `CriticalService/NAME`, `AnchorRule/NAME` or `containment`.
+    pub policy: String,
+    /// The policy's mode: `Enforce` refuses, `Warn` and `Audit` allow.
+    pub enforcement: Enforcement,
+    /// Whether it could not be checked (a lookup failed; refuses under `Enforce`).
+    pub lookup_failed: bool,
+    /// The message the webhook would give for it.
+    pub message: String,
+    /// Every blocker, uncapped (the message names at most [`MAX_BLOCKERS_SHOWN`]).
+    pub blockers: Vec<String>,
+}
+
 /// Accumulates what policy objects say about one DELETE.
 struct Outcome {
     warnings: Vec<String>,
     audits: Vec<String>,
     denial: Option<(String, DenialKind, String, Vec<String>)>,
+    /// Every protection met, in evaluation order (for `explain_delete`).
+    findings: Vec<Finding>,
 }
 
 impl Outcome {
@@ -942,6 +1072,13 @@ impl Outcome {
         message: String,
         blockers: Vec<String>,
     ) {
+        self.findings.push(Finding {
+            policy: policy.clone(),
+            enforcement,
+            lookup_failed: false,
+            message: message.clone(),
+            blockers: blockers.clone(),
+        });
         match enforcement {
             Enforcement::Enforce => {
                 if self.denial.is_none() {
@@ -967,6 +1104,37 @@ async fn evaluate_policy_objects<V: ClusterView>(
     obj: &Value,
     view: &V,
 ) -> Evaluation {
+    let out = policy_objects_outcome(req, obj, view).await;
+    match out.denial {
+        Some((policy, kind, message, blockers)) => {
+            let mut e = Evaluation::deny(&policy, kind, message, blockers);
+            e.audits = out.audits;
+            e
+        }
+        None if !out.warnings.is_empty() => Evaluation {
+            decision: Decision::Warn(out.warnings),
+            policy: "warn".to_string(),
+            audits: out.audits,
+        },
+        None => Evaluation {
+            decision: Decision::Allow,
+            policy: if out.audits.is_empty() {
+                "none"
+            } else {
+                "audit"
+            }
+            .to_string(),
+            audits: out.audits,
+        },
+    }
+}
+
+/// What every policy object says about the DELETE of `obj`.
+async fn policy_objects_outcome<V: ClusterView>(
+    req: &AdmissionRequest,
+    obj: &Value,
+    view: &V,
+) -> Outcome {
     let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
     let name = req.object_name().unwrap_or_default();
     let namespace = req.object_namespace();
@@ -975,6 +1143,7 @@ async fn evaluate_policy_objects<V: ClusterView>(
         warnings: Vec::new(),
         audits: Vec::new(),
         denial: None,
+        findings: Vec::new(),
     };
 
     let mut live: Option<Live> = None;
@@ -1087,14 +1256,7 @@ async fn evaluate_policy_objects<V: ClusterView>(
                         dep.dependent_gr(),
                         dep.path,
                     );
-                    if dep.enforcement == Enforcement::Enforce {
-                        if out.denial.is_none() {
-                            out.denial =
-                                Some((policy, DenialKind::LookupFailed, message, Vec::new()));
-                        }
-                    } else {
-                        out.warnings.push(message);
-                    }
+                    lookup_failed(&mut out, dep.enforcement, policy, message);
                 }
             }
         }
@@ -1102,32 +1264,17 @@ async fn evaluate_policy_objects<V: ClusterView>(
 
     evaluate_critical(&gr, name, namespace, cluster, &what, view, &mut out).await;
     evaluate_anchors(&gr, obj, name, namespace, cluster, &what, view, &mut out).await;
-
-    match out.denial {
-        Some((policy, kind, message, blockers)) => {
-            let mut e = Evaluation::deny(&policy, kind, message, blockers);
-            e.audits = out.audits;
-            e
-        }
-        None if !out.warnings.is_empty() => Evaluation {
-            decision: Decision::Warn(out.warnings),
-            policy: "warn".to_string(),
-            audits: out.audits,
-        },
-        None => Evaluation {
-            decision: Decision::Allow,
-            policy: if out.audits.is_empty() {
-                "none"
-            } else {
-                "audit"
-            }
-            .to_string(),
-            audits: out.audits,
-        },
-    }
+    out
 }
 
 fn lookup_failed(out: &mut Outcome, enforcement: Enforcement, policy: String, message: String) {
+    out.findings.push(Finding {
+        policy: policy.clone(),
+        enforcement,
+        lookup_failed: true,
+        message: message.clone(),
+        blockers: Vec::new(),
+    });
     if enforcement == Enforcement::Enforce {
         if out.denial.is_none() {
             out.denial = Some((policy, DenialKind::LookupFailed, message, Vec::new()));
@@ -2399,6 +2546,78 @@ mod tests {
             let d = denied(&evaluate(&del, &c, &v, now())).clone();
             assert_eq!(d.kind, DenialKind::LookupFailed);
             assert!(d.message.starts_with("holdfast: cannot verify dependents"));
+        }
+
+        #[test]
+        fn explain_lists_every_protection_and_every_blocker() {
+            let v = view(
+                &[rp(
+                    "vpcs-audited",
+                    "Audit",
+                    json!({"group": "network.test.io", "version": "v1", "resource": "vpcs"}),
+                )],
+                &[vm_rule(".spec.vpcRef.name")],
+            );
+            let c = cfg(false, &[]);
+            let idx = v.index.clone();
+            for i in 0..7 {
+                vm(
+                    &idx,
+                    &v,
+                    &format!("vm-{i}"),
+                    json!({"vpcRef": {"name": "my-vpc"}}),
+                    false,
+                );
+            }
+            let del = delete_of(
+                "network.test.io",
+                "VPC",
+                "vpcs",
+                Some("default"),
+                "my-vpc",
+                json!({"holdfast.dev/protected": "Always"}),
+            );
+            let x = futures::executor::block_on(explain_delete(&del, &c, &v, now()));
+            // The verdict is the webhook's: the label decides, its message names it.
+            assert_eq!(x.evaluation, evaluate(&del, &c, &v, now()));
+            assert_eq!(x.evaluation.policy, "label");
+            let policies: Vec<(&str, Enforcement)> = x
+                .findings
+                .iter()
+                .map(|f| (f.policy.as_str(), f.enforcement))
+                .collect();
+            assert_eq!(
+                policies,
+                [
+                    ("label holdfast.dev/protected", Enforcement::Enforce),
+                    ("ResourceProtection/vpcs-audited", Enforcement::Audit),
+                    ("DependencyRule/vm-dependencies", Enforcement::Enforce),
+                ]
+            );
+            let dep = &x.findings[2];
+            assert_eq!(dep.blockers.len(), 7);
+            assert!(dep.message.contains("and 2 more"), "{}", dep.message);
+            assert_eq!(x.break_glass.active, None);
+            // Break-glass: allowed, and what it overrides is still listed.
+            let mut glass = del.clone();
+            if let Some(old) = glass.old_object.as_mut() {
+                old["metadata"]["annotations"] =
+                    json!({"holdfast.dev/skip-protection": "2000-01-01T00:00:00Z"});
+            }
+            let x = futures::executor::block_on(explain_delete(&glass, &c, &v, now()));
+            assert_eq!(
+                x.break_glass.ignored.as_deref(),
+                Some("holdfast.dev/skip-protection=2000-01-01T00:00:00Z has expired")
+            );
+            glass.old_object.as_mut().expect("old")["metadata"]["annotations"] =
+                json!({"holdfast.dev/skip-protection": "true"});
+            let x = futures::executor::block_on(explain_delete(&glass, &c, &v, now()));
+            assert_eq!(x.evaluation.decision, Decision::Allow);
+            assert_eq!(
+                x.break_glass.active.as_deref(),
+                Some("annotation holdfast.dev/skip-protection")
+            );
+            assert_eq!(x.findings.len(), 3);
         }
 
         #[test]

@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod args;
 pub mod events;
+pub mod explain;
 pub mod metrics;
 pub mod remote;
 pub mod server;

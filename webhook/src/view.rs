@@ -108,6 +108,8 @@ pub struct WebhookView {
     refused: DashMap<GroupResource, ()>,
     /// Anchors of AnchorRules whose anchors live in another cluster.
     remotes: crate::remote::RemoteStores,
+    /// Passes of the store manager completed (every wanted store started).
+    store_passes: std::sync::atomic::AtomicU64,
 }
 
 /// What Cascading protection needs to know of one CustomResourceDefinition.
@@ -165,7 +167,25 @@ impl WebhookView {
     /// Builds the view. An API server that cannot be configured is logged, not fatal:
     /// label decisions do not need it (policy objects then never load).
     pub async fn new(opts: ViewOptions<'_>, metrics: Metrics) -> Arc<Self> {
-        let (client, base_config) = if opts.label_only {
+        let (client, base_config) = Self::clients(&opts).await;
+        Self::build(opts, client, base_config, metrics)
+    }
+
+    /// Builds the view over an API server configuration already loaded (the plugin:
+    /// the caller's kubeconfig with its overrides); `opts.kubeconfig` is not read.
+    pub fn with_config(opts: ViewOptions<'_>, config: kube::Config, metrics: Metrics) -> Arc<Self> {
+        let (client, base_config) = match Client::try_from(config.clone()) {
+            Ok(c) => (Some(c), Some(config)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot build an API client; policy objects cannot be loaded");
+                (None, None)
+            }
+        };
+        Self::build(opts, client, base_config, metrics)
+    }
+
+    async fn clients(opts: &ViewOptions<'_>) -> (Option<Client>, Option<kube::Config>) {
+        if opts.label_only {
             // Label protection needs no API server, but with one the webhook can
             // also judge evictions (it reads the pod) and CRD deletions.
             match load_config(opts.kubeconfig).await {
@@ -189,7 +209,15 @@ impl WebhookView {
                     (None, None)
                 }
             }
-        };
+        }
+    }
+
+    fn build(
+        opts: ViewOptions<'_>,
+        client: Option<Client>,
+        base_config: Option<kube::Config>,
+        metrics: Metrics,
+    ) -> Arc<Self> {
         Arc::new(Self {
             topology: opts.topology,
             label_only: opts.label_only,
@@ -218,6 +246,7 @@ impl WebhookView {
             crds_listed: std::sync::atomic::AtomicBool::new(false),
             refused: DashMap::new(),
             remotes: crate::remote::RemoteStores::default(),
+            store_passes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -249,6 +278,23 @@ impl WebhookView {
     /// An API client for logical cluster `lc` ("" on Kubernetes), if configured.
     pub fn client_for(&self, lc: &str) -> Option<Client> {
         self.cluster_client(lc).ok()
+    }
+
+    /// How many passes of the store manager have completed: one that starts after
+    /// the policies loaded and the CRDs were listed has started every store they
+    /// need (the plugin waits for it; each store then reports its own sync).
+    pub fn store_passes(&self) -> u64 {
+        self.store_passes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Asks the store manager for another pass at once.
+    pub fn wake_stores(&self) {
+        self.changed.notify_one();
+    }
+
+    /// Whether the CRD watch has listed every CRD once (Kubernetes).
+    pub fn crds_listed(&self) -> bool {
+        self.crds_listed.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The registry (for metrics and tests).
@@ -1863,6 +1909,8 @@ async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) 
             ));
             running.insert(key, handle);
         }
+        view.store_passes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut shutdown = shutdown.clone();
         rediscover = false;
         tokio::select! {

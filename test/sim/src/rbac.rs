@@ -161,8 +161,12 @@ pub fn authorize_request(state: &State, ctx: &Ctx, verb: &str, t: &Target) -> Ap
     if !state.cfg.authorize || ctx.user.is_master() {
         return Ok(());
     }
-    // Anyone may create reviews about themselves.
-    if t.info.group == "authorization.k8s.io" && t.info.resource.starts_with("selfsubject") {
+    // Anyone may create reviews about themselves (system:basic-user, bound to
+    // system:authenticated: selfsubjectaccessreviews, selfsubjectrulesreviews and,
+    // since 1.28, selfsubjectreviews).
+    if (t.info.group == "authorization.k8s.io" && t.info.resource.starts_with("selfsubject"))
+        || (t.info.group == "authentication.k8s.io" && t.info.resource == "selfsubjectreviews")
+    {
         return Ok(());
     }
     let ns = t.namespace.clone().unwrap_or_default();

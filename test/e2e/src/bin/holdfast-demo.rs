@@ -12,6 +12,8 @@ mod cascading_story;
 mod cluster;
 #[path = "holdfast-demo/kcp_story.rs"]
 mod kcp_story;
+#[path = "holdfast-demo/plugin_story.rs"]
+mod plugin_story;
 #[path = "holdfast-demo/policies.rs"]
 mod policies;
 #[path = "holdfast-demo/runner.rs"]
@@ -136,6 +138,7 @@ async fn kubernetes(demo: &mut Demo) -> anyhow::Result<()> {
     policies::anchor_rule(demo, &env).await?;
     policies::critical_service(demo, &env).await?;
     cascading_story::cascading(demo, &env).await?;
+    plugin_story::story(demo, &env).await?;
     drop(controller);
     Ok(())
 }

@@ -1,0 +1,862 @@
+//! `kubectl holdfast`: why a DELETE would be refused, and the posture of a cluster.
+//!
+//! `why` builds the DELETE review the API server would send for an object (the live
+//! object as `oldObject`, the caller from a SelfSubjectReview) and judges it with the
+//! webhook's own evaluation over the webhook's own view of the cluster, read with the
+//! caller's kubeconfig. `check` reads the installation: the webhook configuration,
+//! the webhook behind it, the policies' conditions, what nothing protects, and the
+//! backstop. Exit codes: `why` 0 (a DELETE would go through), 1 (refused); `check`
+//! 0 (no error found), 1 (findings); 2 for bad input and API errors.
+
+use std::{
+    path::PathBuf,
+    process::ExitCode,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, anyhow, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use holdfast_shared::{
+    api::{
+        anchor_rule::AnchorRule, common::Enforcement, critical_service::CriticalService,
+        dependency_rule::DependencyRule, resource_protection::ResourceProtection,
+    },
+    labels::ProtectionLabels,
+    names::{API_GROUP, WEBHOOK_CONFIGURATION_NAME},
+    policy::{ClusterView as _, Decision, DenialKind, Explanation, PolicyConfig, explain_delete},
+    review::{AdmissionRequest, UserInfo},
+    topology::Topology,
+    webhookconfig::{
+        SETTINGS_ANNOTATION, anchor_rule_needs, critical_service_needs, dependency_rule_needs,
+        resource_protection_needs,
+    },
+};
+use holdfast_webhook::{
+    explain::{
+        ApiResourceInfo, BACKSTOP_POLICY_NAME, CheckReport, ObjectRef, WhyReport, delete_review,
+        not_ready, parse_settings, parse_target, render_check, render_why, resolve, routes_delete,
+        why_report,
+    },
+    metrics::Metrics,
+    view::{DependentsMode, ViewOptions, WebhookView},
+};
+use k8s_openapi::{
+    api::{
+        authentication::v1::SelfSubjectReview,
+        authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        },
+    },
+    apimachinery::pkg::apis::meta::v1::{APIGroupList, APIResourceList, APIVersions},
+};
+use kube::{
+    Api, Client,
+    api::{DynamicObject, ListParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    core::ApiResource,
+};
+use serde_json::Value;
+use tokio::sync::watch;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl-holdfast",
+    version,
+    about = "Why a DELETE would be refused, and the posture of holdfast in a cluster"
+)]
+struct Cli {
+    /// Kubeconfig to read (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// API server URL, overriding the kubeconfig's (a kcp workspace:
+    /// https://HOST/clusters/root:org).
+    #[arg(long, global = true)]
+    server: Option<String>,
+    /// How long to wait for the policies and indexes to load, in seconds.
+    #[arg(long, global = true, default_value_t = 30)]
+    timeout: u64,
+    /// Log what happens on stderr (-v info, -vv debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Why a DELETE of an object would be refused: KIND NAME or TYPE/NAME.
+    Why {
+        /// KIND NAME, or TYPE/NAME (TYPE: plural, singular, short name or kind,
+        /// optionally .group).
+        #[arg(required = true, num_args = 1..=2)]
+        object: Vec<String>,
+        /// Namespace of a namespaced object (default: the kubeconfig's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// The posture of the cluster: configuration, webhook, policies, gaps.
+    Check {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+    Yaml,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.verbose > 0 {
+        let level = if cli.verbose > 1 { "debug" } else { "info" };
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!(
+                "error: {}",
+                holdfast_shared::report::one_line(e.chain().map(ToString::to_string))
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<u8> {
+    let config = load_config(&cli).await?;
+    let timeout = Duration::from_secs(cli.timeout);
+    match cli.command {
+        Command::Why {
+            ref object,
+            ref namespace,
+            output,
+        } => {
+            let report = why(config, object, namespace.as_deref(), timeout).await?;
+            print(output, &report, render_why)?;
+            Ok(if report.allowed { 0 } else { 1 })
+        }
+        Command::Check { output } => {
+            let report = check(config, timeout).await?;
+            print(output, &report, render_check)?;
+            Ok(if report.failed() { 1 } else { 0 })
+        }
+    }
+}
+
+fn print<T: serde::Serialize>(
+    output: Output,
+    report: &T,
+    text: impl Fn(&T) -> String,
+) -> anyhow::Result<()> {
+    match output {
+        Output::Text => print!("{}", text(report)),
+        Output::Json => println!("{}", serde_json::to_string_pretty(report)?),
+        Output::Yaml => print!(
+            "{}",
+            serde_saphyr::to_string(report).map_err(|e| anyhow!("yaml: {e}"))?
+        ),
+    }
+    Ok(())
+}
+
+async fn load_config(cli: &Cli) -> anyhow::Result<kube::Config> {
+    let opts = KubeConfigOptions {
+        context: cli.context.clone(),
+        ..Default::default()
+    };
+    let mut config = match &cli.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &opts).await?
+        }
+        None if cli.context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?,
+    };
+    if let Some(server) = &cli.server {
+        config.cluster_url = server
+            .parse()
+            .map_err(|e| anyhow!("--server {server:?} is not a URL: {e}"))?;
+    }
+    Ok(config)
+}
+
+fn client(config: &kube::Config) -> anyhow::Result<Client> {
+    Client::try_from(config.clone()).context("building the API client")
+}
+
+async fn get_json<T: serde::de::DeserializeOwned>(
+    client: &Client,
+    path: &str,
+) -> anyhow::Result<T> {
+    let req = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| anyhow!("request {path}: {e}"))?;
+    client
+        .request::<T>(req)
+        .await
+        .with_context(|| format!("reading {path}"))
+}
+
+/// Every resource the server serves, at each group's preferred version (core group
+/// first), without subresources.
+async fn discover(client: &Client) -> anyhow::Result<(Vec<ApiResourceInfo>, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    let core: APIVersions = get_json(client, "/api").await?;
+    let mut lists = Vec::new();
+    for v in core.versions {
+        lists.push((String::new(), v.clone(), format!("/api/{v}")));
+    }
+    let groups: APIGroupList = get_json(client, "/apis").await?;
+    for g in groups.groups {
+        let version = g
+            .preferred_version
+            .map(|p| p.version)
+            .or_else(|| g.versions.first().map(|v| v.version.clone()));
+        if let Some(v) = version {
+            lists.push((g.name.clone(), v.clone(), format!("/apis/{}/{v}", g.name)));
+        }
+    }
+    for (group, version, path) in lists {
+        let list: APIResourceList = match get_json(client, &path).await {
+            Ok(l) => l,
+            Err(e) => {
+                problems.push(format!("{e:#}"));
+                continue;
+            }
+        };
+        for r in list.resources {
+            if r.name.contains('/') {
+                continue;
+            }
+            out.push(ApiResourceInfo {
+                group: group.clone(),
+                version: version.clone(),
+                singular: if r.singular_name.is_empty() {
+                    r.kind.to_ascii_lowercase()
+                } else {
+                    r.singular_name
+                },
+                resource: r.name,
+                kind: r.kind,
+                namespaced: r.namespaced,
+                short_names: r.short_names.unwrap_or_default(),
+            });
+        }
+    }
+    Ok((out, problems))
+}
+
+/// The caller as the API server sees them.
+async fn whoami(client: &Client) -> Result<UserInfo, String> {
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    let review = api
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .map_err(|e| format!("SelfSubjectReview: {e}"))?;
+    let info = review
+        .status
+        .and_then(|s| s.user_info)
+        .ok_or("SelfSubjectReview answered without userInfo")?;
+    Ok(UserInfo {
+        username: info.username.unwrap_or_default(),
+        uid: info.uid,
+        groups: info.groups.unwrap_or_default(),
+        extra: info.extra.and_then(|e| serde_json::to_value(e).ok()),
+    })
+}
+
+/// Whether the caller may bypass protection in `namespace`.
+async fn may_bypass(client: &Client, namespace: Option<&str>) -> Result<bool, String> {
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("bypass".to_string()),
+                group: Some(API_GROUP.to_string()),
+                resource: Some("protections".to_string()),
+                namespace: namespace.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| format!("SelfSubjectAccessReview: {e}"))?
+        .status
+        .map(|s| s.allowed)
+        .ok_or_else(|| "SelfSubjectAccessReview answered without status".to_string())
+}
+
+/// The settings the controller published (labels, strict), or the defaults with a
+/// note saying why.
+async fn settings(
+    client: &Client,
+    notes: &mut Vec<String>,
+) -> (ProtectionLabels, bool, Option<Value>) {
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    match api.get_opt(WEBHOOK_CONFIGURATION_NAME).await {
+        Ok(Some(c)) => {
+            let annotation = c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SETTINGS_ANNOTATION))
+                .cloned();
+            let json = serde_json::to_value(&c).ok();
+            match annotation.map(|a| parse_settings(&a)) {
+                Some(Ok((labels, strict))) => (labels, strict, json),
+                Some(Err(e)) => {
+                    notes.push(format!("{e}; judging with the default label settings"));
+                    (ProtectionLabels::default(), false, json)
+                }
+                None => {
+                    notes.push(format!(
+                        "the configuration {WEBHOOK_CONFIGURATION_NAME} carries no \
+                         {SETTINGS_ANNOTATION}; judging with the default label settings"
+                    ));
+                    (ProtectionLabels::default(), false, json)
+                }
+            }
+        }
+        Ok(None) => {
+            notes.push(format!(
+                "no configuration {WEBHOOK_CONFIGURATION_NAME}: holdfast is not installed \
+                 here, nothing would refuse the DELETE; judged with the default settings"
+            ));
+            (ProtectionLabels::default(), false, None)
+        }
+        Err(e) => {
+            notes.push(format!(
+                "cannot read the configuration {WEBHOOK_CONFIGURATION_NAME} ({e}); judging \
+                 with the default label settings"
+            ));
+            (ProtectionLabels::default(), false, None)
+        }
+    }
+}
+
+/// The webhook's view of the cluster, read with the caller's credentials, once its
+/// policies have loaded (or the deadline passed).
+async fn open_view(
+    config: kube::Config,
+    labels: &ProtectionLabels,
+    deadline: Instant,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Arc<WebhookView>> {
+    let metrics = Metrics::new().map_err(|e| anyhow!("metrics: {e}"))?;
+    let view = WebhookView::with_config(
+        ViewOptions {
+            topology: Topology::Kubernetes,
+            kubeconfig: None,
+            label_only: false,
+            mode: DependentsMode::Live,
+            label_keys: labels.iter().map(|l| l.key.clone()).collect(),
+            apiexport: String::new(),
+            cascading_keys: labels
+                .iter()
+                .filter(|l| l.protects(holdfast_shared::names::CASCADING_VALUE))
+                .map(|l| l.key.clone())
+                .collect(),
+        },
+        config,
+        metrics,
+    );
+    view.start(stop);
+    // Loaded: the policies and the CRDs listed, then one whole pass of the store
+    // manager after that (every store they need started; each reports its sync).
+    while Instant::now() < deadline
+        && !(view.policies_loaded() && view.crds_listed() && view.discovery_problem().is_none())
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let passes = view.store_passes();
+    for more in 1..=2 {
+        view.wake_stores();
+        while Instant::now() < deadline && view.store_passes() < passes + more {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(view)
+}
+
+/// Whether an explanation still waits on something loading (retry until the deadline).
+fn unsettled(e: &Explanation) -> bool {
+    matches!(&e.evaluation.decision, Decision::Deny(d)
+        if matches!(d.kind, DenialKind::LookupFailed | DenialKind::NotReady))
+        || e.findings.iter().any(|f| f.lookup_failed)
+}
+
+async fn explain_until(
+    req: &AdmissionRequest,
+    cfg: &PolicyConfig,
+    view: &WebhookView,
+    deadline: Instant,
+) -> Explanation {
+    loop {
+        let e = explain_delete(req, cfg, view, chrono::Utc::now()).await;
+        if !unsettled(&e) || Instant::now() >= deadline {
+            return e;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn why(
+    config: kube::Config,
+    object: &[String],
+    namespace: Option<&str>,
+    timeout: Duration,
+) -> anyhow::Result<WhyReport> {
+    let deadline = Instant::now() + timeout;
+    let (ty, name) = parse_target(object)?;
+    let client = client(&config)?;
+    let (resources, problems) = discover(&client).await?;
+    let res = match resolve(&resources, &ty) {
+        Ok(r) => r.clone(),
+        Err(e) if problems.is_empty() => bail!("{e}"),
+        Err(e) => bail!("{e} (discovery was incomplete: {})", problems.join("; ")),
+    };
+    let ar = ApiResource {
+        group: res.group.clone(),
+        version: res.version.clone(),
+        api_version: res.api_version(),
+        kind: res.kind.clone(),
+        plural: res.resource.clone(),
+    };
+    let ns = namespace
+        .map(str::to_string)
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let api: Api<DynamicObject> = if res.namespaced {
+        Api::namespaced_with(client.clone(), &ns, &ar)
+    } else {
+        Api::all_with(client.clone(), &ar)
+    };
+    let live = api.get(&name).await.map_err(|e| match &e {
+        kube::Error::Api(s) if s.code == 404 => {
+            anyhow!("{} {name:?} not found", ar.plural)
+        }
+        _ => anyhow!("reading {} {name}: {e}", ar.plural),
+    })?;
+    let object = serde_json::to_value(&live).context("the object")?;
+    let mut notes = Vec::new();
+    let user = match whoami(&client).await {
+        Ok(u) => u,
+        Err(e) => {
+            notes.push(format!(
+                "the caller is unknown ({e}); judged as an anonymous user"
+            ));
+            UserInfo::default()
+        }
+    };
+    let (labels, strict, _) = settings(&client, &mut notes).await;
+    let cfg = PolicyConfig {
+        labels: labels.clone(),
+        strict,
+        ..PolicyConfig::default()
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let view = open_view(config, &labels, deadline, stop_rx).await?;
+    if !view.policies_loaded() {
+        notes.push(
+            "the policy objects did not load in time (may you list and watch them?)".to_string(),
+        );
+    }
+    let req = delete_review(&res, object, user.clone());
+    let explanation = explain_until(&req, &cfg, &view, deadline).await;
+    let strict = cfg.strict || view.strict_for(&req);
+    let _ = stop_tx.send(true);
+    let bypass_ns = if res.namespaced {
+        Some(ns.as_str())
+    } else {
+        None
+    };
+    let may = may_bypass(&client, bypass_ns).await;
+    let target = ObjectRef {
+        api_version: res.api_version(),
+        kind: res.kind.clone(),
+        resource: if res.group.is_empty() {
+            res.resource.clone()
+        } else {
+            format!("{}.{}", res.resource, res.group)
+        },
+        namespace: res.namespaced.then_some(ns),
+        name,
+    };
+    Ok(why_report(
+        target,
+        (user.username, user.groups),
+        explanation,
+        may,
+        strict,
+        notes,
+    ))
+}
+
+async fn list_json(client: &Client, ar: &ApiResource) -> Result<Vec<Value>, String> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+    api.list(&ListParams::default())
+        .await
+        .map_err(|e| format!("listing {}: {e}", ar.plural))
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect()
+        })
+}
+
+fn holdfast_ar(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: API_GROUP.to_string(),
+        version: holdfast_shared::names::API_VERSION.to_string(),
+        api_version: holdfast_shared::names::API_GROUP_VERSION.to_string(),
+        kind: kind.to_string(),
+        plural: plural.to_string(),
+    }
+}
+
+/// The resources a policy object names (whose DELETEs must reach the webhook).
+fn policy_needs(kind: &str, v: &Value) -> Vec<holdfast_shared::api::common::GroupResource> {
+    fn typed<T: serde::de::DeserializeOwned>(v: &Value) -> Option<T> {
+        serde_json::from_value(v.clone()).ok()
+    }
+    match kind {
+        "ResourceProtection" => typed::<ResourceProtection>(v)
+            .map(|p| resource_protection_needs(&p))
+            .unwrap_or_default(),
+        "DependencyRule" => typed::<DependencyRule>(v)
+            .map(|p| dependency_rule_needs(&p))
+            .unwrap_or_default(),
+        "CriticalService" => typed::<CriticalService>(v)
+            .map(|p| critical_service_needs(&p))
+            .unwrap_or_default(),
+        "AnchorRule" => typed::<AnchorRule>(v)
+            .map(|p| anchor_rule_needs(&p))
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether the webhook behind `hook` (one entry of the configuration) is ready: the
+/// Service's EndpointSlices have a ready endpoint, or the URL's host accepts a
+/// connection.
+async fn webhook_reachable(client: &Client, hook: &Value) -> Result<(), String> {
+    let cc = &hook["clientConfig"];
+    if let Some(url) = cc["url"].as_str() {
+        let parsed: url::Url = url.parse().map_err(|e| format!("url {url:?}: {e}"))?;
+        let host = parsed.host_str().unwrap_or_default().to_string();
+        let port = parsed.port_or_known_default().unwrap_or(443);
+        return match tokio::time::timeout(
+            Duration::from_secs(3),
+            tokio::net::TcpStream::connect((host.as_str(), port)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("{url} does not answer: {e}")),
+            Err(_) => Err(format!("{url} does not answer within 3s")),
+        };
+    }
+    let (Some(ns), Some(name)) = (
+        cc["service"]["namespace"].as_str(),
+        cc["service"]["name"].as_str(),
+    ) else {
+        return Err("its clientConfig names neither a url nor a service".to_string());
+    };
+    let api: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), ns);
+    let slices = api
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+        .await
+        .map_err(|e| format!("cannot read the endpoints of Service {ns}/{name}: {e}"))?;
+    let ready = slices
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
+    if ready {
+        Ok(())
+    } else {
+        Err(format!("Service {ns}/{name} has no ready endpoint"))
+    }
+}
+
+async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckReport> {
+    let deadline = Instant::now() + timeout;
+    let client = client(&config)?;
+    let mut report = CheckReport::default();
+    let mut notes = Vec::new();
+    let (labels, strict, configuration) = settings(&client, &mut notes).await;
+    match &configuration {
+        None => report.add(
+            "error",
+            "WebhookConfigurationMissing",
+            &format!("ValidatingWebhookConfiguration/{WEBHOOK_CONFIGURATION_NAME}"),
+            notes.join("; "),
+        ),
+        Some(c) => {
+            report.webhook_configuration = true;
+            for hook in c["webhooks"].as_array().into_iter().flatten() {
+                let name = hook["name"].as_str().unwrap_or("?");
+                let fp = hook["failurePolicy"].as_str().unwrap_or("Fail");
+                report.failure_policies.push(format!("{name}: {fp}"));
+                if fp == "Ignore" {
+                    report.add(
+                        "warning",
+                        "FailurePolicyIgnore",
+                        name,
+                        "deletions it routes go through while the webhook is unreachable"
+                            .to_string(),
+                    );
+                }
+            }
+            if let Some(first) = c["webhooks"].as_array().and_then(|w| w.first())
+                && let Err(why) = webhook_reachable(&client, first).await
+            {
+                report.add("error", "WebhookNotReady", WEBHOOK_CONFIGURATION_NAME, why);
+            }
+        }
+    }
+    for (kind, plural) in [
+        ("ResourceProtection", "resourceprotections"),
+        ("DependencyRule", "dependencyrules"),
+        ("CriticalService", "criticalservices"),
+        ("AnchorRule", "anchorrules"),
+    ] {
+        let items = match list_json(&client, &holdfast_ar(kind, plural)).await {
+            Ok(i) => i,
+            Err(e) => {
+                report.add("error", "ReadFailed", plural, e);
+                continue;
+            }
+        };
+        for item in items {
+            let name = item["metadata"]["name"].as_str().unwrap_or("?");
+            let subject = match item["metadata"]["namespace"].as_str() {
+                Some(ns) => format!("{kind}/{ns}/{name}"),
+                None => format!("{kind}/{name}"),
+            };
+            let problem = not_ready(&item);
+            if let Some((reason, message)) = &problem {
+                let kind = if reason == "NotAdmissionControlled" {
+                    "NotAdmissionControlled"
+                } else {
+                    "PolicyNotReady"
+                };
+                report.add("error", kind, &subject, format!("{reason}: {message}"));
+            }
+            if problem.is_none()
+                && let Some(c) = &configuration
+            {
+                for gr in policy_needs(kind, &item) {
+                    if gr.group.contains('*') || gr.resource.contains('*') {
+                        continue;
+                    }
+                    if !routes_delete(c, &gr.group, &gr.resource) {
+                        report.add(
+                            "error",
+                            "PolicyNotRouted",
+                            &subject,
+                            format!(
+                                "the configuration {WEBHOOK_CONFIGURATION_NAME} routes no \
+                                 DELETE of {gr} to the webhook"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let vap = ApiResource {
+        group: "admissionregistration.k8s.io".to_string(),
+        version: "v1".to_string(),
+        api_version: "admissionregistration.k8s.io/v1".to_string(),
+        kind: "ValidatingAdmissionPolicy".to_string(),
+        plural: "validatingadmissionpolicies".to_string(),
+    };
+    match Api::<DynamicObject>::all_with(client.clone(), &vap)
+        .get_opt(BACKSTOP_POLICY_NAME)
+        .await
+    {
+        Ok(found) => report.backstop = found.is_some(),
+        Err(e) => report.add("warning", "ReadFailed", BACKSTOP_POLICY_NAME, e.to_string()),
+    }
+    if !report.backstop {
+        report.add(
+            "warning",
+            "BackstopMissing",
+            &format!("ValidatingAdmissionPolicy/{BACKSTOP_POLICY_NAME}"),
+            "label protection depends on the webhook being reachable".to_string(),
+        );
+    }
+    // What nothing protects: containers whose own DELETE nothing refuses, holding
+    // protected objects (the webhook's containment, judged as an admin would be).
+    let cfg = PolicyConfig {
+        labels: labels.clone(),
+        strict,
+        ..PolicyConfig::default()
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let view = open_view(config, &labels, deadline, stop_rx).await?;
+    let containers = [
+        (
+            ApiResourceInfo {
+                group: String::new(),
+                version: "v1".to_string(),
+                resource: "namespaces".to_string(),
+                singular: "namespace".to_string(),
+                kind: "Namespace".to_string(),
+                namespaced: false,
+                short_names: Vec::new(),
+            },
+            "NamespaceUnprotected",
+        ),
+        (
+            ApiResourceInfo {
+                group: "apiextensions.k8s.io".to_string(),
+                version: "v1".to_string(),
+                resource: "customresourcedefinitions".to_string(),
+                singular: "customresourcedefinition".to_string(),
+                kind: "CustomResourceDefinition".to_string(),
+                namespaced: false,
+                short_names: Vec::new(),
+            },
+            "CrdUnprotected",
+        ),
+    ];
+    for (res, finding) in containers {
+        let ar = ApiResource {
+            group: res.group.clone(),
+            version: res.version.clone(),
+            api_version: res.api_version(),
+            kind: res.kind.clone(),
+            plural: res.resource.clone(),
+        };
+        let items = match list_json(&client, &ar).await {
+            Ok(i) => i,
+            Err(e) => {
+                report.add("error", "ReadFailed", &res.resource, e);
+                continue;
+            }
+        };
+        for item in items {
+            let name = item["metadata"]["name"].as_str().unwrap_or("?").to_string();
+            let req = delete_review(&res, item, UserInfo::default());
+            let e = explain_until(&req, &cfg, &view, deadline).await;
+            let own = e
+                .findings
+                .iter()
+                .any(|f| f.policy != "containment" && f.enforcement == Enforcement::Enforce);
+            let Some(contained) = e.findings.iter().find(|f| f.policy == "containment") else {
+                continue;
+            };
+            if own || contained.blockers.is_empty() {
+                continue;
+            }
+            let what = if finding == "CrdUnprotected" {
+                "deleting it deletes every instance, protected ones included, unless the \
+                 webhook refuses it"
+            } else {
+                "only the webhook's containment check stands between a namespace deletion \
+                 and them"
+            };
+            report.add(
+                "error",
+                finding,
+                &format!("{}/{name}", res.kind),
+                format!(
+                    "not protected itself, yet holds protected objects: {}; {what}",
+                    contained.blockers.join(", ")
+                ),
+            );
+        }
+    }
+    let _ = stop_tx.send(true);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn the_command_line_parses() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "kubectl-holdfast",
+            "why",
+            "cm",
+            "x",
+            "-n",
+            "shop",
+            "-o",
+            "yaml",
+        ])
+        .expect("parses");
+        match cli.command {
+            Command::Why {
+                object,
+                namespace,
+                output,
+            } => {
+                assert_eq!(object, ["cm", "x"]);
+                assert_eq!(namespace.as_deref(), Some("shop"));
+                assert_eq!(output, Output::Yaml);
+            }
+            Command::Check { .. } => panic!("not check"),
+        }
+        let cli = Cli::try_parse_from([
+            "kubectl-holdfast",
+            "check",
+            "--server",
+            "https://h/clusters/root:a",
+            "-vv",
+        ])
+        .expect("parses");
+        assert_eq!(cli.server.as_deref(), Some("https://h/clusters/root:a"));
+        assert_eq!(cli.verbose, 2);
+        for bad in [
+            &["kubectl-holdfast", "why"][..],
+            &["kubectl-holdfast", "why", "a", "b", "c"],
+            &["kubectl-holdfast", "check", "-o", "xml"],
+            &["kubectl-holdfast", "explain"],
+        ] {
+            let e = Cli::try_parse_from(bad).expect_err("refused");
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
+}
