@@ -6,6 +6,7 @@
 //! network is [`clients`]: it builds (and caches) the API clients both binaries use.
 
 pub mod anchorsource;
+pub mod backstop;
 pub mod api;
 pub mod cascading;
 pub mod clients;
