@@ -79,6 +79,8 @@ pub struct Settings {
     pub self_protection: Option<SelfProtection>,
     /// Grant read of Secrets for label containment even when no policy names them.
     pub read_secrets: bool,
+    /// Install the backstop ValidatingAdmissionPolicy (`--backstop`).
+    pub backstop: bool,
 }
 
 /// The self-protection of the installation: the controller's identity (a
@@ -298,6 +300,11 @@ pub struct Reconciler {
     api_services: Store<APIService>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
+    /// Watches of the backstop policy and binding.
+    backstop: crate::backstop::Watches,
+    /// Whether the API server serves ValidatingAdmissionPolicies (v1), and when
+    /// that was last asked.
+    backstop_served: Option<(bool, std::time::Instant)>,
 }
 
 /// One policy, kind-erased.
@@ -358,6 +365,7 @@ impl Reconciler {
         );
         let markers = Markers::new(client.clone(), notify.clone());
         let sources = crate::sources::SourceProbes::start(client.clone(), notify.clone());
+        let backstop = crate::backstop::Watches::start(&client, &notify);
         Self {
             client,
             settings,
@@ -375,6 +383,8 @@ impl Reconciler {
             sources,
             api_services,
             ready,
+            backstop,
+            backstop_served: None,
         }
     }
 
@@ -698,12 +708,52 @@ impl Reconciler {
         }
     }
 
+    /// Installs, updates or removes the backstop (see [`crate::backstop`]);
+    /// failures are logged, never fatal (the webhook still protects).
+    async fn keep_backstop(&mut self) {
+        let want = crate::backstop::Backstop {
+            labels: self.settings.labels.clone(),
+            strict: self.settings.strict,
+        };
+        let wanted = self.settings.backstop && !want.validations().is_empty();
+        if wanted {
+            let stale = self
+                .backstop_served
+                .is_none_or(|(served, at)| !served && at.elapsed() >= self.settings.resync);
+            if stale {
+                match crate::backstop::served(&self.client).await {
+                    Ok(served) => {
+                        if !served {
+                            tracing::warn!(
+                                "the API server does not serve {} ValidatingAdmissionPolicies; the backstop is not installed (label protection relies on the webhook alone)",
+                                crate::backstop::GROUP_VERSION
+                            );
+                        }
+                        self.backstop_served = Some((served, std::time::Instant::now()));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "discovery of ValidatingAdmissionPolicies failed; the backstop is not checked this pass");
+                        return;
+                    }
+                }
+            }
+            if self.backstop_served.is_some_and(|(served, _)| served)
+                && let Err(e) = crate::backstop::ensure(&self.client, &self.backstop, &want).await
+            {
+                tracing::warn!(error = %format!("{e:#}"), "cannot install the backstop ValidatingAdmissionPolicy {}", holdfast_shared::backstop::BACKSTOP_NAME);
+            }
+        } else if let Err(e) = crate::backstop::remove(&self.client, &self.backstop).await {
+            tracing::warn!(error = %format!("{e:#}"), "cannot remove the backstop ValidatingAdmissionPolicy {}", holdfast_shared::backstop::BACKSTOP_NAME);
+        }
+    }
+
     async fn reconcile_once(&mut self) -> anyhow::Result<()> {
         if let Some(sp) = &self.settings.self_protection
             && let Err(e) = ensure_self_protection(&self.client, sp).await
         {
             tracing::warn!(error = %format!("{e:#}"), "cannot install ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}; holdfast's installation is not guarded");
         }
+        self.keep_backstop().await;
         let aggregated = self.aggregated();
         self.index.set_aggregated(aggregated);
         let (items, mut needs, edges) = self.items();

@@ -276,8 +276,7 @@ mod tests {
         assert_eq!(v.len(), 4);
         assert!(v[1].expression.starts_with("request.operation != 'UPDATE' || ((has(oldObject.metadata.labels) && 'holdfast.dev/strict-exempt' in oldObject.metadata.labels) && oldObject.metadata.labels['holdfast.dev/strict-exempt'] in ['true'])"), "{}", v[1].expression);
         assert!(
-            v[1]
-                .expression
+            v[1].expression
                 .contains("in ['Always', 'true', 'Cascading'])")
         );
         let rules = b
@@ -291,7 +290,10 @@ mod tests {
             rules[1].resources,
             Some(vec!["*".to_string(), "*/*".to_string()])
         );
-        assert_eq!(b.binding().spec.validation_actions, vec!["Deny".to_string()]);
+        assert_eq!(
+            b.binding().spec.validation_actions,
+            vec!["Deny".to_string()]
+        );
         assert_eq!(b.binding().spec.policy_name, BACKSTOP_NAME);
     }
 

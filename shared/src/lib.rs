@@ -6,8 +6,8 @@
 //! network is [`clients`]: it builds (and caches) the API clients both binaries use.
 
 pub mod anchorsource;
-pub mod backstop;
 pub mod api;
+pub mod backstop;
 pub mod cascading;
 pub mod clients;
 pub mod fieldpath;
