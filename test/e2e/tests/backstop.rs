@@ -1,0 +1,496 @@
+//! The backstop: the real controller, running as its shipped ServiceAccount,
+//! installs the ValidatingAdmissionPolicy `holdfast-backstop` and its binding, so
+//! with the webhook process stopped the API server itself still refuses the DELETE
+//! of label-protected objects (and, under `--strict`, removing the label), with
+//! the webhook's `holdfast:` message. The backstop follows the flags, comes back
+//! when deleted or changed, and `--backstop=false` removes it: then the same
+//! DELETE is refused by `failurePolicy: Fail` with the API server's webhook error.
+
+use std::time::{Duration, Instant};
+
+use holdfast_e2e::{
+    Env, KubectlOutput,
+    controller::{ControllerProcess, start_controller},
+};
+use holdfast_sim::SimConfig;
+use serde_json::Value;
+
+const NAME: &str = "holdfast-backstop";
+
+/// Sim, CRDs and webhook (with `webhook_args`), and the shipped RBAC; the
+/// controller's kubeconfig (its ServiceAccount) is returned.
+async fn stack(webhook_args: &[&str]) -> (Env, String) {
+    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
+    let mut env = Env::start_with(cfg).await.expect("sim");
+    env.install_crds().expect("holdfast CRDs");
+    run(&env, &["create", "namespace", "holdfast-system"]);
+    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
+        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../manifests/base")
+            .join(file);
+        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
+    }
+    let kubeconfig = env.dir.path().join("controller.kubeconfig");
+    env.sim
+        .write_kubeconfig(&kubeconfig, holdfast_e2e::CONTROLLER_SA)
+        .expect("controller kubeconfig");
+    env.start_webhook(webhook_args).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    (env, kubeconfig.to_string_lossy().into_owned())
+}
+
+async fn controller(env: &Env, name: &str, kubeconfig: &str, args: &[&str]) -> ControllerProcess {
+    let port = env.webhook.as_ref().map_or(1, |w| w.port);
+    let mut all = vec!["--kubeconfig", kubeconfig];
+    all.extend_from_slice(args);
+    let mut c = start_controller(env, name, port, &all).expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    c
+}
+
+fn run(env: &Env, args: &[&str]) -> KubectlOutput {
+    env.kubectl(args)
+        .expect("kubectl runs")
+        .ok()
+        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+}
+
+/// The live policy or binding (`kind`), None when absent; any other kubectl
+/// failure fails the test.
+fn live(env: &Env, kind: &str) -> Option<Value> {
+    let out = env
+        .kubectl(&["get", kind, NAME, "-o", "json"])
+        .expect("kubectl runs");
+    if out.code != 0 {
+        assert!(
+            out.stderr.contains("NotFound") || out.stderr.contains("not found"),
+            "{out:?}"
+        );
+        return None;
+    }
+    Some(serde_json::from_str(&out.stdout).expect("json"))
+}
+
+/// Waits until `pred` holds for the live policy and binding.
+async fn wait_backstop(
+    env: &Env,
+    what: &str,
+    pred: impl Fn(Option<&Value>, Option<&Value>) -> bool,
+) -> (Option<Value>, Option<Value>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p = live(env, "validatingadmissionpolicy");
+        let b = live(env, "validatingadmissionpolicybinding");
+        if pred(p.as_ref(), b.as_ref()) {
+            return (p, b);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the backstop never became {what}; last policy: {p:?}; last binding: {b:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn operations(p: Option<&Value>) -> Vec<String> {
+    p.map(|p| {
+        p["spec"]["matchConstraints"]["resourceRules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r["operations"].as_array().cloned().unwrap_or_default())
+            .filter_map(|o| o.as_str().map(str::to_string))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+fn installed_with(p: Option<&Value>, b: Option<&Value>, ops: &[&str]) -> bool {
+    operations(p) == ops
+        && b.is_some_and(|b| {
+            b["spec"]["policyName"] == NAME
+                && b["spec"]["validationActions"] == serde_json::json!(["Deny"])
+        })
+}
+
+fn refused(out: &KubectlOutput, stderr: &str) {
+    assert_eq!((out.code, out.stderr.as_str()), (1, stderr), "{out:?}");
+}
+
+fn backstop_denial(resource: &str, name: &str, message: &str) -> String {
+    format!(
+        "Error from server (Forbidden): {resource} \"{name}\" is forbidden: ValidatingAdmissionPolicy '{NAME}' with binding '{NAME}' denied request: {message}\n"
+    )
+}
+
+fn webhook_down(name: &str, port: u16) -> String {
+    format!(
+        "Error from server (InternalError): Internal error occurred: failed calling webhook \"{name}\": failed to call webhook: Post \"https://127.0.0.1:{port}/validate?timeout=10s\": dial tcp 127.0.0.1:{port}: connect: connection refused\n"
+    )
+}
+
+fn exists(env: &Env, args: &[&str]) {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "jsonpath={.metadata.name}"]);
+    let out = env.kubectl(&all).expect("kubectl");
+    assert_eq!((out.code, out.stdout.as_str()), (0, args[1]), "{out:?}");
+}
+
+const NS_MESSAGE: &str = "holdfast: Namespace guarded is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label namespaces guarded holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+const CM_MESSAGE: &str = "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+
+fn objects(env: &Env) {
+    run(env, &["create", "namespace", "guarded"]);
+    run(
+        env,
+        &[
+            "label",
+            "namespace",
+            "guarded",
+            "holdfast.dev/protected=true",
+        ],
+    );
+    run(env, &["create", "namespace", "shop"]);
+    for cm in ["keep", "free", "glass", "casc"] {
+        run(
+            env,
+            &[
+                "create",
+                "configmap",
+                cm,
+                "-n",
+                "shop",
+                "--from-literal=a=b",
+            ],
+        );
+    }
+    run(
+        env,
+        &[
+            "label",
+            "configmap",
+            "keep",
+            "-n",
+            "shop",
+            "holdfast.dev/protected=Always",
+        ],
+    );
+    run(
+        env,
+        &[
+            "label",
+            "configmap",
+            "glass",
+            "-n",
+            "shop",
+            "holdfast.dev/protected=true",
+        ],
+    );
+    run(
+        env,
+        &[
+            "annotate",
+            "configmap",
+            "glass",
+            "-n",
+            "shop",
+            "holdfast.dev/skip-protection=true",
+        ],
+    );
+    run(
+        env,
+        &[
+            "label",
+            "configmap",
+            "casc",
+            "-n",
+            "shop",
+            "holdfast.dev/protected=Cascading",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
+    let (mut env, kubeconfig) = stack(&[]).await;
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let c = controller(&env, "controller", &kubeconfig, &["--backstop=true"]).await;
+    let (p, _) = wait_backstop(&env, "installed for DELETE", |p, b| {
+        installed_with(p, b, &["DELETE"])
+    })
+    .await;
+    let p = p.expect("policy");
+    assert_eq!(p["spec"]["failurePolicy"], "Fail");
+    assert_eq!(
+        p["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "holdfast"
+    );
+    objects(&env);
+
+    // Up or down, the API server refuses a labelled DELETE: the backstop is
+    // evaluated before the webhooks.
+    refused(
+        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial("configmaps", "keep", CM_MESSAGE),
+    );
+
+    // The webhook process stops.
+    drop(env.webhook.take().expect("webhook running"));
+    refused(
+        &env.kubectl(&["delete", "namespace", "guarded"])
+            .expect("kubectl"),
+        &backstop_denial("namespaces", "guarded", NS_MESSAGE),
+    );
+    refused(
+        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial("configmaps", "keep", CM_MESSAGE),
+    );
+    // Break-glass passes the backstop (it cannot ask who set it); the webhook,
+    // which judges the marker, is down and fails closed.
+    refused(
+        &env.kubectl(&["delete", "configmap", "glass", "-n", "shop"])
+            .expect("kubectl"),
+        &webhook_down("delete-label-0.holdfast.dev", port),
+    );
+    // Cascading is left to the webhook (the backstop cannot see live contents).
+    refused(
+        &env.kubectl(&["delete", "configmap", "casc", "-n", "shop"])
+            .expect("kubectl"),
+        &webhook_down("delete-label-0.holdfast.dev", port),
+    );
+    exists(&env, &["namespace", "guarded"]);
+    exists(&env, &["configmap", "keep", "-n", "shop"]);
+    // Unprotected objects are not held back.
+    let out = env
+        .kubectl(&["delete", "configmap", "free", "-n", "shop"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "configmap \"free\" deleted\n"),
+        "{out:?}"
+    );
+    // Without strict mode, removing the label is allowed by the backstop (the
+    // label webhook does not see it either).
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "keep",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ],
+    );
+    let out = env
+        .kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "configmap \"keep\" deleted\n"),
+        "{out:?}"
+    );
+
+    // Deleted: re-created. Changed: restored.
+    let uid = p["metadata"]["uid"].clone();
+    run(&env, &["delete", "validatingadmissionpolicy", NAME]);
+    let (p, _) = wait_backstop(&env, "re-created", |p, b| {
+        installed_with(p, b, &["DELETE"]) && p.is_some_and(|p| p["metadata"]["uid"] != uid)
+    })
+    .await;
+    let buid =
+        live(&env, "validatingadmissionpolicybinding").expect("binding")["metadata"]["uid"].clone();
+    run(&env, &["delete", "validatingadmissionpolicybinding", NAME]);
+    wait_backstop(&env, "re-bound", |p, b| {
+        installed_with(p, b, &["DELETE"]) && b.is_some_and(|b| b["metadata"]["uid"] != buid)
+    })
+    .await;
+    let expression = p.expect("policy")["spec"]["validations"][0]["expression"].clone();
+    run(
+        &env,
+        &[
+            "patch",
+            "validatingadmissionpolicy",
+            NAME,
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/validations/0/expression","value":"true"}]"#,
+        ],
+    );
+    wait_backstop(&env, "restored", |p, _| {
+        p.is_some_and(|p| p["spec"]["validations"][0]["expression"] == expression)
+    })
+    .await;
+    refused(
+        &env.kubectl(&["delete", "namespace", "guarded"])
+            .expect("kubectl"),
+        &backstop_denial("namespaces", "guarded", NS_MESSAGE),
+    );
+    drop(c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
+    let (mut env, kubeconfig) = stack(&["--strict"]).await;
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    // Without --strict first: DELETE only.
+    let mut c = controller(&env, "controller-1", &kubeconfig, &["--backstop"]).await;
+    wait_backstop(&env, "installed for DELETE", |p, b| {
+        installed_with(p, b, &["DELETE"])
+    })
+    .await;
+    c.terminate(30).await.expect("controller stops");
+    // The flags change: --strict adds UPDATE.
+    let mut c = controller(
+        &env,
+        "controller-2",
+        &kubeconfig,
+        &["--strict", "--backstop=yes"],
+    )
+    .await;
+    wait_backstop(&env, "installed for DELETE and UPDATE", |p, b| {
+        installed_with(p, b, &["DELETE", "UPDATE"])
+    })
+    .await;
+    objects(&env);
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "free",
+            "-n",
+            "shop",
+            "holdfast.dev/protected=true",
+            "holdfast.dev/strict-exempt=true",
+        ],
+    );
+    drop(env.webhook.take().expect("webhook running"));
+
+    let strict_message = |desc: &str, value: &str, target: &str, extra: &str| {
+        format!(
+            "holdfast: {desc} carries the protection label holdfast.dev/protected={value} and strict mode is on (policy: strict label holdfast.dev/protected), so the label cannot be removed or changed to a value that does not protect.{extra} To unprotect it, first mark it exempt in its own update (kubectl label {target} holdfast.dev/strict-exempt=true, which takes the bypass permission on protections.holdfast.dev), then remove the label."
+        )
+    };
+    refused(
+        &env.kubectl(&[
+            "label",
+            "configmap",
+            "keep",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ])
+        .expect("kubectl"),
+        &backstop_denial(
+            "configmaps",
+            "keep",
+            &strict_message(
+                "ConfigMap shop/keep",
+                "Always",
+                "configmaps keep -n shop",
+                "",
+            ),
+        ),
+    );
+    refused(
+        &env.kubectl(&[
+            "label",
+            "--overwrite",
+            "namespace",
+            "guarded",
+            "holdfast.dev/protected=no",
+            "holdfast.dev/strict-exempt=true",
+        ])
+        .expect("kubectl"),
+        &backstop_denial(
+            "namespaces",
+            "guarded",
+            &strict_message(
+                "Namespace guarded",
+                "true",
+                "namespaces guarded",
+                " Adding the exemption in the same update does not count: it must already be stored.",
+            ),
+        ),
+    );
+    // Cascading counts as protecting for strict mode too.
+    refused(
+        &env.kubectl(&[
+            "label",
+            "configmap",
+            "casc",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ])
+        .expect("kubectl"),
+        &backstop_denial(
+            "configmaps",
+            "casc",
+            &strict_message(
+                "ConfigMap shop/casc",
+                "Cascading",
+                "configmaps casc -n shop",
+                "",
+            ),
+        ),
+    );
+    // A stored exemption passes the backstop; the strict webhook (down) fails closed.
+    refused(
+        &env.kubectl(&[
+            "label",
+            "configmap",
+            "free",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ])
+        .expect("kubectl"),
+        &webhook_down("strict-label-0.holdfast.dev", port),
+    );
+    // Deletes under strict mode: the message tells how to unprotect first.
+    refused(
+        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial(
+            "configmaps",
+            "keep",
+            "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label configmaps keep -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        ),
+    );
+    c.terminate(30).await.expect("controller stops");
+
+    // --backstop=false removes it; the webhook outage then refuses by
+    // failurePolicy: Fail, as without a backstop.
+    let c = controller(
+        &env,
+        "controller-3",
+        &kubeconfig,
+        &["--strict", "--backstop=false"],
+    )
+    .await;
+    wait_backstop(&env, "removed", |p, b| p.is_none() && b.is_none()).await;
+    refused(
+        &env.kubectl(&["delete", "namespace", "guarded"])
+            .expect("kubectl"),
+        &webhook_down("delete-label-0.holdfast.dev", port),
+    );
+    refused(
+        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+            .expect("kubectl"),
+        &webhook_down("delete-label-0.holdfast.dev", port),
+    );
+    exists(&env, &["namespace", "guarded"]);
+    exists(&env, &["configmap", "keep", "-n", "shop"]);
+    drop(c);
+}
