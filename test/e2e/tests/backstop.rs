@@ -39,8 +39,14 @@ async fn stack(webhook_args: &[&str]) -> (Env, String) {
     (env, kubeconfig.to_string_lossy().into_owned())
 }
 
-async fn controller(env: &Env, name: &str, kubeconfig: &str, args: &[&str]) -> ControllerProcess {
-    let port = env.webhook.as_ref().map_or(1, |w| w.port);
+/// The controller as its ServiceAccount, pointing the configuration at `port`.
+async fn controller(
+    env: &Env,
+    port: u16,
+    name: &str,
+    kubeconfig: &str,
+    args: &[&str],
+) -> ControllerProcess {
     let mut all = vec!["--kubeconfig", kubeconfig];
     all.extend_from_slice(args);
     let mut c = start_controller(env, name, port, &all).expect("controller");
@@ -218,7 +224,7 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
     );
     let (mut env, kubeconfig) = stack(&[]).await;
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let c = controller(&env, "controller", &kubeconfig, &["--backstop=true"]).await;
+    let c = controller(&env, port, "controller", &kubeconfig, &["--backstop=true"]).await;
     let (p, _) = wait_backstop(&env, "installed for DELETE", |p, b| {
         installed_with(p, b, &["DELETE"])
     })
@@ -227,7 +233,7 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
     assert_eq!(p["spec"]["failurePolicy"], "Fail");
     assert_eq!(
         p["metadata"]["labels"]["app.kubernetes.io/managed-by"],
-        "holdfast"
+        "holdfast-controller"
     );
     objects(&env);
 
@@ -343,7 +349,7 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     let (mut env, kubeconfig) = stack(&["--strict"]).await;
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
     // Without --strict first: DELETE only.
-    let mut c = controller(&env, "controller-1", &kubeconfig, &["--backstop"]).await;
+    let mut c = controller(&env, port, "controller-1", &kubeconfig, &["--backstop"]).await;
     wait_backstop(&env, "installed for DELETE", |p, b| {
         installed_with(p, b, &["DELETE"])
     })
@@ -352,6 +358,7 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     // The flags change: --strict adds UPDATE.
     let mut c = controller(
         &env,
+        port,
         "controller-2",
         &kubeconfig,
         &["--strict", "--backstop=yes"],
@@ -474,6 +481,7 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     // failurePolicy: Fail, as without a backstop.
     let c = controller(
         &env,
+        port,
         "controller-3",
         &kubeconfig,
         &["--strict", "--backstop=false"],
