@@ -711,9 +711,26 @@ impl Reconciler {
     /// Installs, updates or removes the backstop (see [`crate::backstop`]);
     /// failures are logged, never fatal (the webhook still protects).
     async fn keep_backstop(&mut self) {
+        let strict_exempt = if self.settings.strict {
+            self.crds
+                .state()
+                .iter()
+                .filter(|c| {
+                    c.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(holdfast_shared::names::STRICT_EXEMPT_LABEL))
+                        .is_some_and(|v| v == "true")
+                })
+                .map(|c| (c.spec.group.clone(), c.spec.names.plural.clone()))
+                .collect()
+        } else {
+            Default::default()
+        };
         let want = crate::backstop::Backstop {
             labels: self.settings.labels.clone(),
             strict: self.settings.strict,
+            strict_exempt,
         };
         let wanted = self.settings.backstop && !want.validations().is_empty();
         if wanted {

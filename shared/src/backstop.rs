@@ -16,7 +16,9 @@
 //!   [`ALLOW_DELETION_LABEL_APPCAT`]`="true"`) lets the request past the backstop;
 //!   the webhook, when up, still judges the marker's value (expiry) and who set it;
 //! - under strict mode an object whose stored labels carry
-//!   [`STRICT_EXEMPT_LABEL`]`="true"` may lose its label.
+//!   [`STRICT_EXEMPT_LABEL`]`="true"` may lose its label, and so may the instances
+//!   of a CustomResourceDefinition labelled so (the controller leaves their
+//!   UPDATEs out of the policy, [`Backstop::strict_exempt`]).
 
 use crate::{
     labels::{ProtectionLabels, is_cascading},
@@ -106,6 +108,9 @@ pub struct Backstop {
     pub labels: ProtectionLabels,
     /// Global strict mode.
     pub strict: bool,
+    /// Custom resources (group, plural) whose CRD carries
+    /// [`STRICT_EXEMPT_LABEL`]`="true"`: their UPDATEs are left out.
+    pub strict_exempt: std::collections::BTreeSet<(String, String)>,
 }
 
 impl Backstop {
@@ -188,8 +193,15 @@ impl Backstop {
             scope: Some("*".to_string()),
         };
         let mut rules = vec![rule("DELETE", &["*"])];
+        let mut exclude = Vec::new();
         if self.strict {
             rules.push(rule("UPDATE", &["*", "*/*"]));
+            for (group, plural) in &self.strict_exempt {
+                let sub = format!("{plural}/*");
+                let mut r = rule("UPDATE", &[plural, &sub]);
+                r.api_groups = Some(vec![group.clone()]);
+                exclude.push(r);
+            }
         }
         ValidatingAdmissionPolicy {
             metadata: meta(),
@@ -200,7 +212,7 @@ impl Backstop {
                     match_policy: Some("Equivalent".to_string()),
                     namespace_selector: Some(LabelSelector::default()),
                     object_selector: Some(LabelSelector::default()),
-                    exclude_resource_rules: None,
+                    exclude_resource_rules: (!exclude.is_empty()).then_some(exclude),
                 }),
                 validations: Some(self.validations()),
                 ..Default::default()
@@ -242,6 +254,7 @@ mod tests {
                 values: vec!["Always".into()],
             }]),
             strict,
+            strict_exempt: Default::default(),
         }
     }
 
@@ -305,8 +318,37 @@ mod tests {
                 values: vec!["Cascading".into()],
             }]),
             strict: false,
+            strict_exempt: Default::default(),
         };
         assert!(b.validations().is_empty());
+    }
+
+    #[test]
+    fn updates_of_strict_exempt_custom_resources_are_left_out() {
+        let mut b = backstop(true);
+        b.strict_exempt
+            .insert(("example.com".to_string(), "gadgets".to_string()));
+        let m = b
+            .policy()
+            .spec
+            .and_then(|s| s.match_constraints)
+            .expect("constraints");
+        let ex = m.exclude_resource_rules.expect("excluded");
+        assert_eq!(ex.len(), 1);
+        assert_eq!(ex[0].api_groups, Some(vec!["example.com".to_string()]));
+        assert_eq!(ex[0].operations, Some(vec!["UPDATE".to_string()]));
+        assert_eq!(
+            ex[0].resources,
+            Some(vec!["gadgets".to_string(), "gadgets/*".to_string()])
+        );
+        // Without strict mode there are no UPDATEs to leave out.
+        b.strict = false;
+        let m = b
+            .policy()
+            .spec
+            .and_then(|s| s.match_constraints)
+            .expect("constraints");
+        assert_eq!(m.exclude_resource_rules, None);
     }
 
     #[test]

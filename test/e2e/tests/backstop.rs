@@ -381,7 +381,54 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
             "holdfast.dev/strict-exempt=true",
         ],
     );
+    // A CRD whose instances strict mode leaves alone: their UPDATEs leave the backstop.
+    env.apply(&holdfast_e2e::fixtures::widget_crd())
+        .expect("widget CRD");
+    run(
+        &env,
+        &[
+            "label",
+            "crd",
+            "widgets.example.com",
+            "holdfast.dev/strict-exempt=true",
+        ],
+    );
+    wait_backstop(&env, "leaving widget UPDATEs out", |p, _| {
+        p.is_some_and(|p| {
+            p["spec"]["matchConstraints"]["excludeResourceRules"]
+                == serde_json::json!([{"apiGroups": ["example.com"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["widgets", "widgets/*"], "scope": "*"}])
+        })
+    })
+    .await;
+    env.kubectl_until(&["get", "widgets", "-n", "shop"], 30, |o| o.code == 0)
+        .await
+        .expect("widgets served");
+    env.apply(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\n",
+    )
+    .expect("widget");
     drop(env.webhook.take().expect("webhook running"));
+    refused(
+        &env.kubectl(&[
+            "label",
+            "widget",
+            "w1",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ])
+        .expect("kubectl"),
+        &webhook_down("strict-label-0.holdfast.dev", port),
+    );
+    refused(
+        &env.kubectl(&["delete", "widget", "w1", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial(
+            "widgets.example.com",
+            "w1",
+            "holdfast: Widget shop/w1 is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label widgets.example.com w1 -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label widgets.example.com w1 -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        ),
+    );
 
     let strict_message = |desc: &str, value: &str, target: &str, extra: &str| {
         format!(
