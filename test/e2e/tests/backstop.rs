@@ -547,5 +547,58 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     );
     exists(&env, &["namespace", "guarded"]);
     exists(&env, &["configmap", "keep", "-n", "shop"]);
+    let mut c = c;
+    c.terminate(30).await.expect("controller stops");
+
+    // Another protection label: the backstop is back and refuses it too.
+    let karmada = "resourcetemplate.karmada.io/deletion-protected";
+    let c = controller(
+        &env,
+        port,
+        "controller-4",
+        &kubeconfig,
+        &[
+            "--backstop",
+            "--protection-label",
+            &format!("{karmada}=Always"),
+        ],
+    )
+    .await;
+    let (p, _) = wait_backstop(&env, "installed for two labels", |p, b| {
+        installed_with(p, b, &["DELETE"])
+            && p.is_some_and(|p| p["spec"]["validations"].as_array().map(Vec::len) == Some(2))
+    })
+    .await;
+    assert!(
+        p.expect("policy")["spec"]["validations"][1]["expression"]
+            .as_str()
+            .is_some_and(|e| e.ends_with(&format!(
+                "!((has(oldObject.metadata.labels) && '{karmada}' in oldObject.metadata.labels) && oldObject.metadata.labels['{karmada}'] in ['Always'])"
+            ))),
+        "second validation guards {karmada}"
+    );
+    run(&env, &["create", "configmap", "template", "-n", "shop"]);
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "template",
+            "-n",
+            "shop",
+            &format!("{karmada}=Always"),
+        ],
+    );
+    refused(
+        &env.kubectl(&["delete", "configmap", "template", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial(
+            "configmaps",
+            "template",
+            &format!(
+                "holdfast: ConfigMap shop/template is protected by label {karmada}=Always (policy: label {karmada}), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps template -n shop {karmada}-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            ),
+        ),
+    );
     drop(c);
 }
