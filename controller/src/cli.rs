@@ -569,6 +569,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         timeout_seconds = config.timeout_seconds,
         cleanup_on_shutdown = config.cleanup_on_shutdown,
         strict = config.strict,
+        backstop = config.backstop,
         protection_labels = ?labels,
         leader_elect = config.leader_elect,
         apiexport = %config.api_export,
