@@ -300,8 +300,9 @@ pub struct Reconciler {
     api_services: Store<APIService>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
-    /// Watches of the backstop policy and binding.
-    backstop: crate::backstop::Watches,
+    /// Watches of the backstop policy and binding, started once the API server
+    /// is known to serve them.
+    backstop: Option<crate::backstop::Watches>,
     /// Whether the API server serves ValidatingAdmissionPolicies (v1), and when
     /// that was last asked.
     backstop_served: Option<(bool, std::time::Instant)>,
@@ -365,7 +366,6 @@ impl Reconciler {
         );
         let markers = Markers::new(client.clone(), notify.clone());
         let sources = crate::sources::SourceProbes::start(client.clone(), notify.clone());
-        let backstop = crate::backstop::Watches::start(&client, &notify);
         Self {
             client,
             settings,
@@ -383,7 +383,7 @@ impl Reconciler {
             sources,
             api_services,
             ready,
-            backstop,
+            backstop: None,
             backstop_served: None,
         }
     }
@@ -733,34 +733,41 @@ impl Reconciler {
             strict_exempt,
         };
         let wanted = self.settings.backstop && !want.validations().is_empty();
-        if wanted {
-            let stale = self
-                .backstop_served
-                .is_none_or(|(served, at)| !served && at.elapsed() >= self.settings.resync);
-            if stale {
-                match crate::backstop::served(&self.client).await {
-                    Ok(served) => {
-                        if !served {
-                            tracing::warn!(
-                                "the API server does not serve {} ValidatingAdmissionPolicies; the backstop is not installed (label protection relies on the webhook alone)",
-                                crate::backstop::GROUP_VERSION
-                            );
-                        }
-                        self.backstop_served = Some((served, std::time::Instant::now()));
+        // Where the API server does not serve them, there is nothing to install
+        // or remove; asked again every resync.
+        let stale = self
+            .backstop_served
+            .is_none_or(|(served, at)| !served && at.elapsed() >= self.settings.resync);
+        if stale {
+            match crate::backstop::served(&self.client).await {
+                Ok(served) => {
+                    if !served && wanted && self.backstop_served.is_none() {
+                        tracing::warn!(
+                            "the API server does not serve {} ValidatingAdmissionPolicies; the backstop is not installed (label protection relies on the webhook alone)",
+                            crate::backstop::GROUP_VERSION
+                        );
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "discovery of ValidatingAdmissionPolicies failed; the backstop is not checked this pass");
-                        return;
-                    }
+                    self.backstop_served = Some((served, std::time::Instant::now()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "discovery of ValidatingAdmissionPolicies failed; the backstop is not checked this pass");
+                    return;
                 }
             }
-            if self.backstop_served.is_some_and(|(served, _)| served)
-                && let Err(e) = crate::backstop::ensure(&self.client, &self.backstop, &want).await
-            {
-                tracing::warn!(error = %format!("{e:#}"), "cannot install the backstop ValidatingAdmissionPolicy {}", holdfast_shared::backstop::BACKSTOP_NAME);
+        }
+        if !self.backstop_served.is_some_and(|(served, _)| served) {
+            return;
+        }
+        let watches = self
+            .backstop
+            .get_or_insert_with(|| crate::backstop::Watches::start(&self.client, &self.notify));
+        let name = holdfast_shared::backstop::BACKSTOP_NAME;
+        if wanted {
+            if let Err(e) = crate::backstop::ensure(&self.client, watches, &want).await {
+                tracing::warn!(error = %format!("{e:#}"), "cannot install the backstop ValidatingAdmissionPolicy {name}");
             }
-        } else if let Err(e) = crate::backstop::remove(&self.client, &self.backstop).await {
-            tracing::warn!(error = %format!("{e:#}"), "cannot remove the backstop ValidatingAdmissionPolicy {}", holdfast_shared::backstop::BACKSTOP_NAME);
+        } else if let Err(e) = crate::backstop::remove(&self.client, watches).await {
+            tracing::warn!(error = %format!("{e:#}"), "cannot remove the backstop ValidatingAdmissionPolicy {name}");
         }
     }
 
