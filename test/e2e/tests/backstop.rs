@@ -602,3 +602,270 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     );
     drop(c);
 }
+
+/// One source of truth for the text: for every combination of labels, objects,
+/// strict mode and operation below, the backstop's CEL (evaluated by the
+/// simulator's evaluator) refuses exactly when the webhook's own evaluation does
+/// and with the same message, except where the backstop defers to the webhook
+/// (`Cascading`, break-glass markers whose value only the webhook judges).
+mod parity {
+    use holdfast_shared::{
+        backstop::Backstop,
+        labels::{ProtectionLabel, ProtectionLabels},
+        policy::{Decision, NoPolicies, PolicyConfig, evaluate},
+        review::AdmissionRequest,
+    };
+    use holdfast_sim::cel::{Vars, eval_bool, eval_value};
+    use serde_json::{Value, json};
+
+    /// The backstop's verdict: the first failed validation's message.
+    fn backstop_verdict(b: &Backstop, request: &Value) -> Option<String> {
+        let vars = Vars {
+            object: request["object"].clone(),
+            old_object: request["oldObject"].clone(),
+            request: request.clone(),
+            self_value: None,
+            old_self: None,
+            extra: Vec::new(),
+        };
+        for v in b.validations() {
+            match eval_bool(&v.expression, &vars) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let me = v.message_expression.as_deref().expect("messageExpression");
+                    let m = eval_value(me, &vars).unwrap_or_else(|e| panic!("{me}: {e:?}"));
+                    return Some(m.as_str().expect("a string").to_string());
+                }
+                Err(e) => panic!("{}: {e:?} on {request}", v.expression),
+            }
+        }
+        None
+    }
+
+    async fn webhook_verdict(cfg: &PolicyConfig, request: &Value) -> Option<String> {
+        let req: AdmissionRequest = serde_json::from_value(request.clone()).expect("request");
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
+            .expect("time")
+            .with_timezone(&chrono::Utc);
+        match evaluate(&req, cfg, &NoPolicies, now).await.decision {
+            Decision::Deny(d) => Some(d.message),
+            Decision::Allow | Decision::Warn(_) => None,
+        }
+    }
+
+    struct Target {
+        group: &'static str,
+        version: &'static str,
+        resource: &'static str,
+        kind: &'static str,
+        namespace: Option<&'static str>,
+        name: &'static str,
+    }
+
+    const TARGETS: [Target; 4] = [
+        Target {
+            group: "",
+            version: "v1",
+            resource: "configmaps",
+            kind: "ConfigMap",
+            namespace: Some("shop"),
+            name: "settings",
+        },
+        Target {
+            group: "",
+            version: "v1",
+            resource: "namespaces",
+            kind: "Namespace",
+            namespace: None,
+            name: "shop",
+        },
+        Target {
+            group: "example.com",
+            version: "v1",
+            resource: "widgets",
+            kind: "Widget",
+            namespace: Some("team-a"),
+            name: "w",
+        },
+        Target {
+            group: "example.com",
+            version: "v1",
+            resource: "gadgets",
+            kind: "Gadget",
+            namespace: None,
+            name: "g",
+        },
+    ];
+
+    fn object(t: &Target, labels: &Value, annotations: &Value) -> Value {
+        let mut meta =
+            json!({"name": t.name, "uid": "u-1", "labels": labels, "annotations": annotations});
+        if let Some(ns) = t.namespace {
+            meta["namespace"] = json!(ns);
+        }
+        let api_version = if t.group.is_empty() {
+            t.version.to_string()
+        } else {
+            format!("{}/{}", t.group, t.version)
+        };
+        json!({"apiVersion": api_version, "kind": t.kind, "metadata": meta})
+    }
+
+    fn request(t: &Target, op: &str, old: Value, new: Value) -> Value {
+        let mut r = json!({
+            "uid": "r-1",
+            "kind": {"group": t.group, "version": t.version, "kind": t.kind},
+            "resource": {"group": t.group, "version": t.version, "resource": t.resource},
+            "name": t.name,
+            "operation": op,
+            "userInfo": {"username": "alice"},
+            "oldObject": old,
+            "object": new,
+        });
+        // The API server puts a Namespace's own name in request.namespace.
+        match (t.namespace, t.resource) {
+            (Some(ns), _) => r["namespace"] = json!(ns),
+            (None, "namespaces") => r["namespace"] = json!(t.name),
+            _ => {}
+        }
+        r
+    }
+
+    fn label_sets() -> Vec<ProtectionLabels> {
+        vec![
+            ProtectionLabels::default(),
+            ProtectionLabels::with_extra([
+                ProtectionLabel {
+                    key: "resourcetemplate.karmada.io/deletion-protected".into(),
+                    values: vec!["Always".into()],
+                },
+                ProtectionLabel {
+                    key: "policy.kruise.io/delete-protection".into(),
+                    values: vec!["Always".into(), "Cascading".into()],
+                },
+            ]),
+        ]
+    }
+
+    const VALUES: [&str; 5] = ["Always", "true", "Cascading", "always", "no"];
+
+    #[tokio::test]
+    async fn deletes_are_refused_with_the_webhooks_message() {
+        let mut compared = 0;
+        let mut refusals = 0;
+        for labels in label_sets() {
+            for strict in [false, true] {
+                let cfg = PolicyConfig {
+                    labels: labels.clone(),
+                    strict,
+                    ..PolicyConfig::default()
+                };
+                let b = Backstop {
+                    labels: labels.clone(),
+                    strict,
+                    strict_exempt: Default::default(),
+                };
+                for t in &TARGETS {
+                    for l in labels.iter() {
+                        for value in VALUES {
+                            let old = object(t, &json!({l.key.clone(): value}), &json!({}));
+                            let r = request(t, "DELETE", old, Value::Null);
+                            let ours = backstop_verdict(&b, &r);
+                            let theirs = webhook_verdict(&cfg, &r).await;
+                            if value == "Cascading" {
+                                assert_eq!(ours, None, "Cascading is left to the webhook");
+                                continue;
+                            }
+                            assert_eq!(
+                                ours, theirs,
+                                "{} {value} strict={strict} {}",
+                                l.key, t.resource
+                            );
+                            compared += 1;
+                            refusals += usize::from(ours.is_some());
+                            // A break-glass marker: the backstop lets it through,
+                            // whatever its value; the webhook judges it.
+                            for marker in [
+                                "true",
+                                "2026-11-22T09:00:00Z",
+                                "2020-01-01T00:00:00Z",
+                                "soon",
+                            ] {
+                                let old = object(
+                                    t,
+                                    &json!({l.key.clone(): value}),
+                                    &json!({"holdfast.dev/skip-protection": marker}),
+                                );
+                                let r = request(t, "DELETE", old, Value::Null);
+                                assert_eq!(backstop_verdict(&b, &r), None, "{marker}");
+                                if marker == "true" || marker.starts_with("2026") {
+                                    assert_eq!(webhook_verdict(&cfg, &r).await, None, "{marker}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(compared, 2 * (4 * 4) + 2 * (4 * 4 * 3));
+        // Always and true on the built-in key, Always on the two extra keys.
+        assert_eq!(refusals, 2 * 4 * 2 + 2 * 4 * 4);
+    }
+
+    #[tokio::test]
+    async fn strict_label_removals_are_refused_with_the_webhooks_message() {
+        let mut compared = 0;
+        let mut refusals = 0;
+        for labels in label_sets() {
+            let cfg = PolicyConfig {
+                labels: labels.clone(),
+                strict: true,
+                ..PolicyConfig::default()
+            };
+            let b = Backstop {
+                labels: labels.clone(),
+                strict: true,
+                strict_exempt: Default::default(),
+            };
+            for t in &TARGETS {
+                for l in labels.iter() {
+                    for before in VALUES {
+                        let afters: [Value; 5] = [
+                            json!({}),
+                            json!({l.key.clone(): "no"}),
+                            json!({l.key.clone(): before}),
+                            json!({l.key.clone(): "Always"}),
+                            json!({l.key.clone(): "", "holdfast.dev/strict-exempt": "true"}),
+                        ];
+                        for after in afters {
+                            for exempt in [false, true] {
+                                let mut old_labels = json!({l.key.clone(): before});
+                                if exempt {
+                                    old_labels["holdfast.dev/strict-exempt"] = json!("true");
+                                }
+                                let old = object(t, &old_labels, &json!({}));
+                                let new = object(t, &after, &json!({}));
+                                let r = request(t, "UPDATE", old, new);
+                                let ours = backstop_verdict(&b, &r);
+                                let theirs = webhook_verdict(&cfg, &r).await;
+                                assert_eq!(
+                                    ours, theirs,
+                                    "{}: {before} -> {after} exempt={exempt} {}",
+                                    l.key, t.resource
+                                );
+                                compared += 1;
+                                refusals += usize::from(ours.is_some());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(compared, (1 + 3) * 4 * 5 * 5 * 2);
+        // Per target: each protecting value before (3 on the built-in key, 1 on
+        // the Karmada key, 2 on the Kruise key; the built-in key twice), times
+        // three removals (the label gone, "no", blank with the exemption added),
+        // none when the exemption is stored.
+        assert_eq!(refusals, 4 * ((3 + 3 + 1 + 2) * 3));
+    }
+}
