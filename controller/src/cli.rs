@@ -193,6 +193,14 @@ pub struct RunArgs {
     #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_STRICT")]
     pub strict: bool,
 
+    /// Install the backstop, a ValidatingAdmissionPolicy that refuses the DELETE of
+    /// label-protected objects (and, under --strict, removing the label) inside the
+    /// API server, so label protection holds while the webhook is down. On by
+    /// default where the API server serves admissionregistration.k8s.io/v1
+    /// ValidatingAdmissionPolicy; --backstop=false removes an installed one.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_parser = BoolishValueParser::new(), env = "HOLDFAST_BACKSTOP")]
+    pub backstop: bool,
+
     /// Let holdfast read Secrets for label containment even when no policy names
     /// them (a labelled Secret then holds back its namespace's deletion). Without
     /// it, the reads role the controller keeps never grants Secrets unless a
@@ -379,6 +387,7 @@ impl RunArgs {
             timeout_seconds: self.timeout_seconds,
             cleanup_on_shutdown: self.cleanup_on_shutdown,
             strict: self.strict,
+            backstop: self.backstop,
             read_secrets: self.read_secrets,
             protection_labels: ProtectionLabels::with_extra(self.protection_label),
             leader_elect: self.leader_elect,
@@ -560,6 +569,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         timeout_seconds = config.timeout_seconds,
         cleanup_on_shutdown = config.cleanup_on_shutdown,
         strict = config.strict,
+        backstop = config.backstop,
         protection_labels = ?labels,
         leader_elect = config.leader_elect,
         apiexport = %config.api_export,
@@ -665,6 +675,33 @@ mod tests {
             .map(|l| l.key.clone())
             .collect();
         assert_eq!(keys, vec!["holdfast.dev/protected".to_string()]);
+    }
+
+    #[test]
+    fn backstop_is_on_by_default_and_takes_a_boolean() {
+        let svc = ["--webhook-service", "holdfast-system/holdfast-webhook"];
+        let with = |extra: &[&str]| {
+            let mut a = vec!["p"];
+            a.extend_from_slice(&svc);
+            a.extend_from_slice(extra);
+            parse(&a).map(|r| r.backstop)
+        };
+        assert!(with(&[]).expect("parses"));
+        assert!(with(&["--backstop"]).expect("parses"));
+        assert!(with(&["--backstop=true"]).expect("parses"));
+        assert!(!with(&["--backstop=false"]).expect("parses"));
+        assert!(!with(&["--backstop=no"]).expect("parses"));
+        assert!(with(&["--backstop=maybe"]).is_err());
+        let cfg = parse(&[
+            "p",
+            "--webhook-service",
+            "holdfast-system/holdfast-webhook",
+            "--backstop=false",
+        ])
+        .expect("parses")
+        .into_config()
+        .expect("valid");
+        assert!(!cfg.backstop);
     }
 
     #[test]

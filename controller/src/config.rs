@@ -252,6 +252,8 @@ pub struct RunConfig {
     pub cleanup_on_shutdown: bool,
     /// Global strict mode for the label policy.
     pub strict: bool,
+    /// Install the backstop ValidatingAdmissionPolicy (Kubernetes topology).
+    pub backstop: bool,
     /// Grant read of Secrets for label containment without a policy naming them.
     pub read_secrets: bool,
     /// Protection labels in force (built-in key plus `--protection-label`).

@@ -79,6 +79,8 @@ pub struct Settings {
     pub self_protection: Option<SelfProtection>,
     /// Grant read of Secrets for label containment even when no policy names them.
     pub read_secrets: bool,
+    /// Install the backstop ValidatingAdmissionPolicy (`--backstop`).
+    pub backstop: bool,
 }
 
 /// The self-protection of the installation: the controller's identity (a
@@ -300,6 +302,12 @@ pub struct Reconciler {
     api_services: Store<APIService>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
+    /// Watches of the backstop policy and binding, started once the API server
+    /// is known to serve them.
+    backstop: Option<crate::backstop::Watches>,
+    /// Whether the API server serves ValidatingAdmissionPolicies (v1), and when
+    /// that was last asked.
+    backstop_served: Option<(bool, std::time::Instant)>,
 }
 
 /// One policy, kind-erased.
@@ -378,6 +386,8 @@ impl Reconciler {
             sources,
             api_services,
             ready,
+            backstop: None,
+            backstop_served: None,
         }
     }
 
@@ -717,12 +727,76 @@ impl Reconciler {
         }
     }
 
+    /// Installs, updates or removes the backstop (see [`crate::backstop`]);
+    /// failures are logged, never fatal (the webhook still protects).
+    async fn keep_backstop(&mut self) {
+        let strict_exempt = if self.settings.strict {
+            self.crds
+                .state()
+                .iter()
+                .filter(|c| {
+                    c.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(holdfast_shared::names::STRICT_EXEMPT_LABEL))
+                        .is_some_and(|v| v == "true")
+                })
+                .map(|c| (c.spec.group.clone(), c.spec.names.plural.clone()))
+                .collect()
+        } else {
+            Default::default()
+        };
+        let want = crate::backstop::Backstop {
+            labels: self.settings.labels.clone(),
+            strict: self.settings.strict,
+            strict_exempt,
+        };
+        let wanted = self.settings.backstop && !want.validations().is_empty();
+        // Where the API server does not serve them, there is nothing to install
+        // or remove; asked again every resync.
+        let stale = self
+            .backstop_served
+            .is_none_or(|(served, at)| !served && at.elapsed() >= self.settings.resync);
+        if stale {
+            match crate::backstop::served(&self.client).await {
+                Ok(served) => {
+                    if !served && wanted && self.backstop_served.is_none() {
+                        tracing::warn!(
+                            "the API server does not serve {} ValidatingAdmissionPolicies; the backstop is not installed (label protection relies on the webhook alone)",
+                            crate::backstop::GROUP_VERSION
+                        );
+                    }
+                    self.backstop_served = Some((served, std::time::Instant::now()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "discovery of ValidatingAdmissionPolicies failed; the backstop is not checked this pass");
+                    return;
+                }
+            }
+        }
+        if !self.backstop_served.is_some_and(|(served, _)| served) {
+            return;
+        }
+        let watches = self
+            .backstop
+            .get_or_insert_with(|| crate::backstop::Watches::start(&self.client, &self.notify));
+        let name = holdfast_shared::backstop::BACKSTOP_NAME;
+        if wanted {
+            if let Err(e) = crate::backstop::ensure(&self.client, watches, &want).await {
+                tracing::warn!(error = %format!("{e:#}"), "cannot install the backstop ValidatingAdmissionPolicy {name}");
+            }
+        } else if let Err(e) = crate::backstop::remove(&self.client, watches).await {
+            tracing::warn!(error = %format!("{e:#}"), "cannot remove the backstop ValidatingAdmissionPolicy {name}");
+        }
+    }
+
     async fn reconcile_once(&mut self) -> anyhow::Result<()> {
         if let Some(sp) = &self.settings.self_protection
             && let Err(e) = ensure_self_protection(&self.client, sp).await
         {
             tracing::warn!(error = %format!("{e:#}"), "cannot install ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}; holdfast's installation is not guarded");
         }
+        self.keep_backstop().await;
         let aggregated = self.aggregated();
         self.index.set_aggregated(aggregated);
         let (items, mut needs, edges) = self.items();

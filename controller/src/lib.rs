@@ -14,6 +14,7 @@
 //! - [`markers`]: the containment marker on namespaces holding routed objects.
 //! - [`leader`]: Lease-based leader election; [`certs`]: managed CA and caBundle.
 
+pub mod backstop;
 pub mod certs;
 pub mod cli;
 pub mod config;

@@ -287,6 +287,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                         instance,
                         self_protection,
                         read_secrets: config.read_secrets,
+                        backstop: config.backstop,
                     },
                     opts_rx,
                     ready.clone(),
@@ -333,6 +334,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
         && *shutdown_rx.borrow()
     {
         kubernetes::delete_self_protection(&client).await;
+        crate::backstop::remove_now(&client).await;
         match kubernetes::delete_configuration(&client).await {
             Ok(true) => tracing::info!(
                 "cleanup on shutdown: deleted ValidatingWebhookConfiguration holdfast"

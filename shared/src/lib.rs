@@ -9,6 +9,7 @@
 
 pub mod anchorsource;
 pub mod api;
+pub mod backstop;
 pub mod cascading;
 pub mod clients;
 pub mod fieldpath;

@@ -18,7 +18,7 @@ use serde_json::Value;
 use std::fmt::Write as _;
 
 /// Name of the backstop ValidatingAdmissionPolicy the controller installs.
-pub const BACKSTOP_POLICY_NAME: &str = "holdfast-backstop";
+pub const BACKSTOP_POLICY_NAME: &str = holdfast_shared::backstop::BACKSTOP_NAME;
 
 /// Why the object named on the command line cannot be resolved.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

@@ -126,7 +126,11 @@ pub fn start_controller(
 
 /// `holdfast-controller run` with the env's kubeconfig and CA unless `args` name
 /// others, `--webhook-url url` when given, a free probe port, no inherited
-/// `HOLDFAST_*` variables, logging to `<name>.log`.
+/// `HOLDFAST_*` variables, logging to `<name>.log`. The backstop is off unless
+/// `args` name `--backstop...`: the API server admits a request only when the
+/// backstop and the webhook both allow it, and the backstop (evaluated first)
+/// would answer the label denials that these tests assert the webhook's verdicts
+/// for; `tests/backstop.rs` runs it as shipped (on).
 fn spawn_controller(
     env: &Env,
     name: &str,
@@ -145,6 +149,9 @@ fn spawn_controller(
     }
     cmd.arg("--probe-listen")
         .arg(format!("127.0.0.1:{probe_port}"));
+    if !args.iter().any(|a| a.starts_with("--backstop")) {
+        cmd.arg("--backstop=false");
+    }
     if !args.iter().any(|a| a.starts_with("--ca-")) {
         let ca = env.dir.path().join("ca.crt");
         std::fs::write(&ca, &env.pki.ca_pem)?;

@@ -19,10 +19,11 @@ fn env_names(help: &str) -> BTreeMap<String, String> {
     let mut flag: Option<String> = None;
     for line in help.lines() {
         let t = line.trim_start();
-        // Flags are indented by 2 or 6; "Possible values" lists by 10.
+        // Flags are indented by 2 or 6; "Possible values" lists by 10. An optional
+        // value reads `--flag[=<VALUE>]`.
         if t.starts_with('-') && line.len() - t.len() <= 6 {
             flag = t
-                .split([' ', ','])
+                .split([' ', ',', '['])
                 .find(|w| w.starts_with("--"))
                 .map(|w| w.split('=').next().unwrap_or(w).to_string());
         } else if let Some(rest) = t.strip_prefix("[env: ")

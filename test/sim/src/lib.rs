@@ -14,7 +14,9 @@
 mod admission;
 mod api;
 mod builtin_schema;
-mod cel;
+/// The CEL subset the simulator evaluates (admission policies, matchConditions, CRD
+/// validation rules); public so tests can evaluate expressions exactly as it does.
+pub mod cel;
 mod controllers;
 mod defaults;
 mod errors;

@@ -118,6 +118,18 @@ fn params_for(
     }
 }
 
+/// The message of a failed validation: `messageExpression`'s result, unless it
+/// failed, is not a string, is empty or only spaces, or contains a line break
+/// (then, as kube-apiserver does, as if it were unset); else `message`; else
+/// `failed expression: EXPR`.
+fn failure_message(evaluated: Option<Value>, message: Option<&str>, expr: &str) -> String {
+    evaluated
+        .and_then(|m| m.as_str().map(str::to_string))
+        .filter(|m| !m.trim().is_empty() && !m.contains(['\n', '\r']))
+        .or_else(|| message.map(str::to_string))
+        .unwrap_or_else(|| format!("failed expression: {expr}"))
+}
+
 /// Evaluates every ValidatingAdmissionPolicyBinding that applies to the request.
 pub fn validate(state: &State, ctx: &Ctx, a: &Attrs) -> ApiResult<()> {
     let mut bindings = state
@@ -243,14 +255,13 @@ pub fn validate(state: &State, ctx: &Ctx, a: &Attrs) -> ApiResult<()> {
             let (failed, msg) = match cel::eval_bool(expr, &vars) {
                 Ok(true) => continue,
                 Ok(false) => {
-                    let msg = v["messageExpression"]
+                    let evaluated = v["messageExpression"]
                         .as_str()
-                        .and_then(|me| cel::eval_value(me, &vars).ok())
-                        .and_then(|m| m.as_str().map(str::to_string))
-                        .filter(|m| !m.is_empty())
-                        .or_else(|| v["message"].as_str().map(str::to_string))
-                        .unwrap_or_else(|| format!("failed expression: {expr}"));
-                    (true, msg)
+                        .and_then(|me| cel::eval_value(me, &vars).ok());
+                    (
+                        true,
+                        failure_message(evaluated, v["message"].as_str(), expr),
+                    )
                 }
                 Err(e) => {
                     if !fail_closed {
@@ -280,4 +291,25 @@ pub fn validate(state: &State, ctx: &Ctx, a: &Attrs) -> ApiResult<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_expression_results_that_kube_apiserver_drops_fall_back_to_message() {
+        let m = |v: Value| failure_message(Some(v), Some("static"), "x");
+        assert_eq!(m(json!("holdfast: no")), "holdfast: no");
+        assert_eq!(m(json!("")), "static");
+        assert_eq!(m(json!("   ")), "static");
+        assert_eq!(m(json!("two\nlines")), "static");
+        assert_eq!(m(json!("cr\rhere")), "static");
+        assert_eq!(m(json!(42)), "static");
+        assert_eq!(failure_message(None, Some("static"), "x"), "static");
+        assert_eq!(
+            failure_message(Some(json!("")), None, "1 == 2"),
+            "failed expression: 1 == 2"
+        );
+    }
 }

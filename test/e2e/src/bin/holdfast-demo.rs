@@ -6,6 +6,8 @@
 //! `holdfast-demo --kubeconfig FILE [--webhook-host ADDR]` runs the Kubernetes
 //! stories on that cluster instead (see `cluster.rs`), cleaning up after itself.
 
+#[path = "holdfast-demo/backstop_story.rs"]
+mod backstop_story;
 #[path = "holdfast-demo/cascading_story.rs"]
 mod cascading_story;
 #[path = "holdfast-demo/cluster.rs"]
@@ -140,6 +142,7 @@ async fn kubernetes(demo: &mut Demo) -> anyhow::Result<()> {
     cascading_story::cascading(demo, &env).await?;
     plugin_story::story(demo, &env).await?;
     drop(controller);
+    backstop_story::backstop(demo).await?;
     Ok(())
 }
 

@@ -1,0 +1,871 @@
+//! The backstop: the real controller, running as its shipped ServiceAccount,
+//! installs the ValidatingAdmissionPolicy `holdfast-backstop` and its binding, so
+//! with the webhook process stopped the API server itself still refuses the DELETE
+//! of label-protected objects (and, under `--strict`, removing the label), with
+//! the webhook's `holdfast:` message. The backstop follows the flags, comes back
+//! when deleted or changed, and `--backstop=false` removes it: then the same
+//! DELETE is refused by `failurePolicy: Fail` with the API server's webhook error.
+
+use std::time::{Duration, Instant};
+
+use holdfast_e2e::{
+    Env, KubectlOutput,
+    controller::{ControllerProcess, start_controller},
+};
+use holdfast_sim::SimConfig;
+use serde_json::Value;
+
+const NAME: &str = "holdfast-backstop";
+
+/// Sim, CRDs and webhook (with `webhook_args`), and the shipped RBAC; the
+/// controller's kubeconfig (its ServiceAccount) is returned.
+async fn stack(webhook_args: &[&str]) -> (Env, String) {
+    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
+    let mut env = Env::start_with(cfg).await.expect("sim");
+    env.install_crds().expect("holdfast CRDs");
+    run(&env, &["create", "namespace", "holdfast-system"]);
+    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
+        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../manifests/base")
+            .join(file);
+        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
+    }
+    let kubeconfig = env.dir.path().join("controller.kubeconfig");
+    env.sim
+        .write_kubeconfig(&kubeconfig, holdfast_e2e::CONTROLLER_SA)
+        .expect("controller kubeconfig");
+    env.start_webhook(webhook_args).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    (env, kubeconfig.to_string_lossy().into_owned())
+}
+
+/// The controller as its ServiceAccount, pointing the configuration at `port`.
+async fn controller(
+    env: &Env,
+    port: u16,
+    name: &str,
+    kubeconfig: &str,
+    args: &[&str],
+) -> ControllerProcess {
+    let mut all = vec!["--kubeconfig", kubeconfig];
+    all.extend_from_slice(args);
+    let mut c = start_controller(env, name, port, &all).expect("controller");
+    c.wait_ready(30).await.expect("controller ready");
+    c
+}
+
+fn run(env: &Env, args: &[&str]) -> KubectlOutput {
+    env.kubectl(args)
+        .expect("kubectl runs")
+        .ok()
+        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+}
+
+/// The live policy or binding (`kind`), None when absent; any other kubectl
+/// failure fails the test.
+fn live(env: &Env, kind: &str) -> Option<Value> {
+    let out = env
+        .kubectl(&["get", kind, NAME, "-o", "json"])
+        .expect("kubectl runs");
+    if out.code != 0 {
+        assert!(
+            out.stderr.contains("NotFound") || out.stderr.contains("not found"),
+            "{out:?}"
+        );
+        return None;
+    }
+    Some(serde_json::from_str(&out.stdout).expect("json"))
+}
+
+/// Waits until `pred` holds for the live policy and binding.
+async fn wait_backstop(
+    env: &Env,
+    what: &str,
+    pred: impl Fn(Option<&Value>, Option<&Value>) -> bool,
+) -> (Option<Value>, Option<Value>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p = live(env, "validatingadmissionpolicy");
+        let b = live(env, "validatingadmissionpolicybinding");
+        if pred(p.as_ref(), b.as_ref()) {
+            return (p, b);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the backstop never became {what}; last policy: {p:?}; last binding: {b:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn operations(p: Option<&Value>) -> Vec<String> {
+    p.map(|p| {
+        p["spec"]["matchConstraints"]["resourceRules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r["operations"].as_array().cloned().unwrap_or_default())
+            .filter_map(|o| o.as_str().map(str::to_string))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+fn installed_with(p: Option<&Value>, b: Option<&Value>, ops: &[&str]) -> bool {
+    operations(p) == ops
+        && b.is_some_and(|b| {
+            b["spec"]["policyName"] == NAME
+                && b["spec"]["validationActions"] == serde_json::json!(["Deny"])
+        })
+}
+
+fn refused(out: &KubectlOutput, stderr: &str) {
+    assert_eq!((out.code, out.stderr.as_str()), (1, stderr), "{out:?}");
+}
+
+fn backstop_denial(resource: &str, name: &str, message: &str) -> String {
+    format!(
+        "Error from server (Forbidden): {resource} \"{name}\" is forbidden: ValidatingAdmissionPolicy '{NAME}' with binding '{NAME}' denied request: {message}\n"
+    )
+}
+
+fn webhook_down(name: &str, port: u16) -> String {
+    format!(
+        "Error from server (InternalError): Internal error occurred: failed calling webhook \"{name}\": failed to call webhook: Post \"https://127.0.0.1:{port}/validate?timeout=10s\": dial tcp 127.0.0.1:{port}: connect: connection refused\n"
+    )
+}
+
+fn exists(env: &Env, args: &[&str]) {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "jsonpath={.metadata.name}"]);
+    let out = env.kubectl(&all).expect("kubectl");
+    assert_eq!((out.code, out.stdout.as_str()), (0, args[1]), "{out:?}");
+}
+
+const NS_MESSAGE: &str = "holdfast: Namespace guarded is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label namespaces guarded holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+const CM_MESSAGE: &str = "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+
+fn objects(env: &Env) {
+    run(env, &["create", "namespace", "guarded"]);
+    run(
+        env,
+        &[
+            "label",
+            "namespace",
+            "guarded",
+            "holdfast.dev/protected=true",
+        ],
+    );
+    run(env, &["create", "namespace", "shop"]);
+    for cm in ["keep", "free", "glass", "casc"] {
+        run(
+            env,
+            &[
+                "create",
+                "configmap",
+                cm,
+                "-n",
+                "shop",
+                "--from-literal=a=b",
+            ],
+        );
+    }
+    run(
+        env,
+        &[
+            "label",
+            "configmap",
+            "keep",
+            "-n",
+            "shop",
+            "holdfast.dev/protected=Always",
+        ],
+    );
+    run(
+        env,
+        &[
+            "label",
+            "configmap",
+            "glass",
+            "-n",
+            "shop",
+            "holdfast.dev/protected=true",
+        ],
+    );
+    run(
+        env,
+        &[
+            "annotate",
+            "configmap",
+            "glass",
+            "-n",
+            "shop",
+            "holdfast.dev/skip-protection=true",
+        ],
+    );
+    run(
+        env,
+        &[
+            "label",
+            "configmap",
+            "casc",
+            "-n",
+            "shop",
+            "holdfast.dev/protected=Cascading",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
+    let (mut env, kubeconfig) = stack(&[]).await;
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    let c = controller(&env, port, "controller", &kubeconfig, &["--backstop=true"]).await;
+    let (p, _) = wait_backstop(&env, "installed for DELETE", |p, b| {
+        installed_with(p, b, &["DELETE"])
+    })
+    .await;
+    let p = p.expect("policy");
+    assert_eq!(p["spec"]["failurePolicy"], "Fail");
+    assert_eq!(
+        p["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "holdfast-controller"
+    );
+    objects(&env);
+
+    // Up or down, the API server refuses a labelled DELETE: the backstop is
+    // evaluated before the webhooks.
+    refused(
+        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial("configmaps", "keep", CM_MESSAGE),
+    );
+
+    // The webhook process stops.
+    drop(env.webhook.take().expect("webhook running"));
+    refused(
+        &env.kubectl(&["delete", "namespace", "guarded"])
+            .expect("kubectl"),
+        &backstop_denial("namespaces", "guarded", NS_MESSAGE),
+    );
+    refused(
+        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial("configmaps", "keep", CM_MESSAGE),
+    );
+    // Break-glass passes the backstop (it cannot ask who set it); the webhook,
+    // which judges the marker, is down and fails closed.
+    refused(
+        &env.kubectl(&["delete", "configmap", "glass", "-n", "shop"])
+            .expect("kubectl"),
+        &webhook_down("delete-label-0.holdfast.dev", port),
+    );
+    // Cascading is left to the webhook (the backstop cannot see live contents).
+    refused(
+        &env.kubectl(&["delete", "configmap", "casc", "-n", "shop"])
+            .expect("kubectl"),
+        &webhook_down("delete-label-0.holdfast.dev", port),
+    );
+    exists(&env, &["namespace", "guarded"]);
+    exists(&env, &["configmap", "keep", "-n", "shop"]);
+    // Unprotected objects are not held back.
+    let out = env
+        .kubectl(&["delete", "configmap", "free", "-n", "shop"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "configmap \"free\" deleted\n"),
+        "{out:?}"
+    );
+    // Without strict mode, removing the label is allowed by the backstop (the
+    // label webhook does not see it either).
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "keep",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ],
+    );
+    let out = env
+        .kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+        .expect("kubectl");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "configmap \"keep\" deleted\n"),
+        "{out:?}"
+    );
+
+    // Deleted: re-created. Changed: restored.
+    let uid = p["metadata"]["uid"].clone();
+    run(&env, &["delete", "validatingadmissionpolicy", NAME]);
+    let (p, _) = wait_backstop(&env, "re-created", |p, b| {
+        installed_with(p, b, &["DELETE"]) && p.is_some_and(|p| p["metadata"]["uid"] != uid)
+    })
+    .await;
+    let buid =
+        live(&env, "validatingadmissionpolicybinding").expect("binding")["metadata"]["uid"].clone();
+    run(&env, &["delete", "validatingadmissionpolicybinding", NAME]);
+    wait_backstop(&env, "re-bound", |p, b| {
+        installed_with(p, b, &["DELETE"]) && b.is_some_and(|b| b["metadata"]["uid"] != buid)
+    })
+    .await;
+    let expression = p.expect("policy")["spec"]["validations"][0]["expression"].clone();
+    run(
+        &env,
+        &[
+            "patch",
+            "validatingadmissionpolicy",
+            NAME,
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/validations/0/expression","value":"true"}]"#,
+        ],
+    );
+    wait_backstop(&env, "restored", |p, _| {
+        p.is_some_and(|p| p["spec"]["validations"][0]["expression"] == expression)
+    })
+    .await;
+    refused(
+        &env.kubectl(&["delete", "namespace", "guarded"])
+            .expect("kubectl"),
+        &backstop_denial("namespaces", "guarded", NS_MESSAGE),
+    );
+    drop(c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
+    holdfast_e2e::needs_simulator!(
+        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+    );
+    let (mut env, kubeconfig) = stack(&["--strict"]).await;
+    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
+    // Without --strict first: DELETE only.
+    let mut c = controller(&env, port, "controller-1", &kubeconfig, &["--backstop"]).await;
+    wait_backstop(&env, "installed for DELETE", |p, b| {
+        installed_with(p, b, &["DELETE"])
+    })
+    .await;
+    c.terminate(30).await.expect("controller stops");
+    // The flags change: --strict adds UPDATE.
+    let mut c = controller(
+        &env,
+        port,
+        "controller-2",
+        &kubeconfig,
+        &["--strict", "--backstop=yes"],
+    )
+    .await;
+    wait_backstop(&env, "installed for DELETE and UPDATE", |p, b| {
+        installed_with(p, b, &["DELETE", "UPDATE"])
+    })
+    .await;
+    objects(&env);
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "free",
+            "-n",
+            "shop",
+            "holdfast.dev/protected=true",
+            "holdfast.dev/strict-exempt=true",
+        ],
+    );
+    // A CRD whose instances strict mode leaves alone: their UPDATEs leave the backstop.
+    env.apply(&holdfast_e2e::fixtures::widget_crd())
+        .expect("widget CRD");
+    run(
+        &env,
+        &[
+            "label",
+            "crd",
+            "widgets.example.com",
+            "holdfast.dev/strict-exempt=true",
+        ],
+    );
+    wait_backstop(&env, "leaving widget UPDATEs out", |p, _| {
+        p.is_some_and(|p| {
+            p["spec"]["matchConstraints"]["excludeResourceRules"]
+                == serde_json::json!([{"apiGroups": ["example.com"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["widgets", "widgets/*"], "scope": "*"}])
+        })
+    })
+    .await;
+    env.kubectl_until(&["get", "widgets", "-n", "shop"], 30, |o| o.code == 0)
+        .await
+        .expect("widgets served");
+    env.apply(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\n",
+    )
+    .expect("widget");
+    drop(env.webhook.take().expect("webhook running"));
+    refused(
+        &env.kubectl(&[
+            "label",
+            "widget",
+            "w1",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ])
+        .expect("kubectl"),
+        &webhook_down("strict-label-0.holdfast.dev", port),
+    );
+    refused(
+        &env.kubectl(&["delete", "widget", "w1", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial(
+            "widgets.example.com",
+            "w1",
+            "holdfast: Widget shop/w1 is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label widgets.example.com w1 -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label widgets.example.com w1 -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        ),
+    );
+
+    let strict_message = |desc: &str, value: &str, target: &str, extra: &str| {
+        format!(
+            "holdfast: {desc} carries the protection label holdfast.dev/protected={value} and strict mode is on (policy: strict label holdfast.dev/protected), so the label cannot be removed or changed to a value that does not protect.{extra} To unprotect it, first mark it exempt in its own update (kubectl label {target} holdfast.dev/strict-exempt=true, which takes the bypass permission on protections.holdfast.dev), then remove the label."
+        )
+    };
+    refused(
+        &env.kubectl(&[
+            "label",
+            "configmap",
+            "keep",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ])
+        .expect("kubectl"),
+        &backstop_denial(
+            "configmaps",
+            "keep",
+            &strict_message(
+                "ConfigMap shop/keep",
+                "Always",
+                "configmaps keep -n shop",
+                "",
+            ),
+        ),
+    );
+    refused(
+        &env.kubectl(&[
+            "label",
+            "--overwrite",
+            "namespace",
+            "guarded",
+            "holdfast.dev/protected=no",
+            "holdfast.dev/strict-exempt=true",
+        ])
+        .expect("kubectl"),
+        &backstop_denial(
+            "namespaces",
+            "guarded",
+            &strict_message(
+                "Namespace guarded",
+                "true",
+                "namespaces guarded",
+                " Adding the exemption in the same update does not count: it must already be stored.",
+            ),
+        ),
+    );
+    // Cascading counts as protecting for strict mode too.
+    refused(
+        &env.kubectl(&[
+            "label",
+            "configmap",
+            "casc",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ])
+        .expect("kubectl"),
+        &backstop_denial(
+            "configmaps",
+            "casc",
+            &strict_message(
+                "ConfigMap shop/casc",
+                "Cascading",
+                "configmaps casc -n shop",
+                "",
+            ),
+        ),
+    );
+    // A stored exemption passes the backstop; the strict webhook (down) fails closed.
+    refused(
+        &env.kubectl(&[
+            "label",
+            "configmap",
+            "free",
+            "-n",
+            "shop",
+            "holdfast.dev/protected-",
+        ])
+        .expect("kubectl"),
+        &webhook_down("strict-label-0.holdfast.dev", port),
+    );
+    // Deletes under strict mode: the message tells how to unprotect first.
+    refused(
+        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial(
+            "configmaps",
+            "keep",
+            "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label configmaps keep -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        ),
+    );
+    c.terminate(30).await.expect("controller stops");
+
+    // --backstop=false removes it; the webhook outage then refuses by
+    // failurePolicy: Fail, as without a backstop.
+    let c = controller(
+        &env,
+        port,
+        "controller-3",
+        &kubeconfig,
+        &["--strict", "--backstop=false"],
+    )
+    .await;
+    wait_backstop(&env, "removed", |p, b| p.is_none() && b.is_none()).await;
+    refused(
+        &env.kubectl(&["delete", "namespace", "guarded"])
+            .expect("kubectl"),
+        &webhook_down("delete-label-0.holdfast.dev", port),
+    );
+    refused(
+        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
+            .expect("kubectl"),
+        &webhook_down("delete-label-0.holdfast.dev", port),
+    );
+    exists(&env, &["namespace", "guarded"]);
+    exists(&env, &["configmap", "keep", "-n", "shop"]);
+    let mut c = c;
+    c.terminate(30).await.expect("controller stops");
+
+    // Another protection label: the backstop is back and refuses it too.
+    let karmada = "resourcetemplate.karmada.io/deletion-protected";
+    let c = controller(
+        &env,
+        port,
+        "controller-4",
+        &kubeconfig,
+        &[
+            "--backstop",
+            "--protection-label",
+            &format!("{karmada}=Always"),
+        ],
+    )
+    .await;
+    let (p, _) = wait_backstop(&env, "installed for two labels", |p, b| {
+        installed_with(p, b, &["DELETE"])
+            && p.is_some_and(|p| p["spec"]["validations"].as_array().map(Vec::len) == Some(2))
+    })
+    .await;
+    assert!(
+        p.expect("policy")["spec"]["validations"][1]["expression"]
+            .as_str()
+            .is_some_and(|e| e.ends_with(&format!(
+                "!((has(oldObject.metadata.labels) && '{karmada}' in oldObject.metadata.labels) && oldObject.metadata.labels['{karmada}'] in ['Always'])"
+            ))),
+        "second validation guards {karmada}"
+    );
+    run(&env, &["create", "configmap", "template", "-n", "shop"]);
+    run(
+        &env,
+        &[
+            "label",
+            "configmap",
+            "template",
+            "-n",
+            "shop",
+            &format!("{karmada}=Always"),
+        ],
+    );
+    refused(
+        &env.kubectl(&["delete", "configmap", "template", "-n", "shop"])
+            .expect("kubectl"),
+        &backstop_denial(
+            "configmaps",
+            "template",
+            &format!(
+                "holdfast: ConfigMap shop/template is protected by label {karmada}=Always (policy: label {karmada}), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps template -n shop {karmada}-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            ),
+        ),
+    );
+    drop(c);
+}
+
+/// One source of truth for the text: for every combination of labels, objects,
+/// strict mode and operation below, the backstop's CEL (evaluated by the
+/// simulator's evaluator) refuses exactly when the webhook's own evaluation does
+/// and with the same message, except where the backstop defers to the webhook
+/// (`Cascading`, break-glass markers whose value only the webhook judges).
+mod parity {
+    use holdfast_shared::{
+        backstop::Backstop,
+        labels::{ProtectionLabel, ProtectionLabels},
+        policy::{Decision, NoPolicies, PolicyConfig, evaluate},
+        review::AdmissionRequest,
+    };
+    use holdfast_sim::cel::{Vars, eval_bool, eval_value};
+    use serde_json::{Value, json};
+
+    /// The backstop's verdict: the first failed validation's message.
+    fn backstop_verdict(b: &Backstop, request: &Value) -> Option<String> {
+        let vars = Vars {
+            object: request["object"].clone(),
+            old_object: request["oldObject"].clone(),
+            request: request.clone(),
+            self_value: None,
+            old_self: None,
+            extra: Vec::new(),
+        };
+        for v in b.validations() {
+            match eval_bool(&v.expression, &vars) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let me = v.message_expression.as_deref().expect("messageExpression");
+                    let m = eval_value(me, &vars).unwrap_or_else(|e| panic!("{me}: {e:?}"));
+                    return Some(m.as_str().expect("a string").to_string());
+                }
+                Err(e) => panic!("{}: {e:?} on {request}", v.expression),
+            }
+        }
+        None
+    }
+
+    async fn webhook_verdict(cfg: &PolicyConfig, request: &Value) -> Option<String> {
+        let req: AdmissionRequest = serde_json::from_value(request.clone()).expect("request");
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
+            .expect("time")
+            .with_timezone(&chrono::Utc);
+        match evaluate(&req, cfg, &NoPolicies, now).await.decision {
+            Decision::Deny(d) => Some(d.message),
+            Decision::Allow | Decision::Warn(_) => None,
+        }
+    }
+
+    struct Target {
+        group: &'static str,
+        version: &'static str,
+        resource: &'static str,
+        kind: &'static str,
+        namespace: Option<&'static str>,
+        name: &'static str,
+    }
+
+    const TARGETS: [Target; 4] = [
+        Target {
+            group: "",
+            version: "v1",
+            resource: "configmaps",
+            kind: "ConfigMap",
+            namespace: Some("shop"),
+            name: "settings",
+        },
+        Target {
+            group: "",
+            version: "v1",
+            resource: "namespaces",
+            kind: "Namespace",
+            namespace: None,
+            name: "shop",
+        },
+        Target {
+            group: "example.com",
+            version: "v1",
+            resource: "widgets",
+            kind: "Widget",
+            namespace: Some("team-a"),
+            name: "w",
+        },
+        Target {
+            group: "example.com",
+            version: "v1",
+            resource: "gadgets",
+            kind: "Gadget",
+            namespace: None,
+            name: "g",
+        },
+    ];
+
+    fn object(t: &Target, labels: &Value, annotations: &Value) -> Value {
+        let mut meta =
+            json!({"name": t.name, "uid": "u-1", "labels": labels, "annotations": annotations});
+        if let Some(ns) = t.namespace {
+            meta["namespace"] = json!(ns);
+        }
+        let api_version = if t.group.is_empty() {
+            t.version.to_string()
+        } else {
+            format!("{}/{}", t.group, t.version)
+        };
+        json!({"apiVersion": api_version, "kind": t.kind, "metadata": meta})
+    }
+
+    fn request(t: &Target, op: &str, old: Value, new: Value) -> Value {
+        let mut r = json!({
+            "uid": "r-1",
+            "kind": {"group": t.group, "version": t.version, "kind": t.kind},
+            "resource": {"group": t.group, "version": t.version, "resource": t.resource},
+            "name": t.name,
+            "operation": op,
+            "userInfo": {"username": "alice"},
+            "oldObject": old,
+            "object": new,
+        });
+        // The API server puts a Namespace's own name in request.namespace.
+        match (t.namespace, t.resource) {
+            (Some(ns), _) => r["namespace"] = json!(ns),
+            (None, "namespaces") => r["namespace"] = json!(t.name),
+            _ => {}
+        }
+        r
+    }
+
+    fn label_sets() -> Vec<ProtectionLabels> {
+        vec![
+            ProtectionLabels::default(),
+            ProtectionLabels::with_extra([
+                ProtectionLabel {
+                    key: "resourcetemplate.karmada.io/deletion-protected".into(),
+                    values: vec!["Always".into()],
+                },
+                ProtectionLabel {
+                    key: "policy.kruise.io/delete-protection".into(),
+                    values: vec!["Always".into(), "Cascading".into()],
+                },
+            ]),
+        ]
+    }
+
+    const VALUES: [&str; 5] = ["Always", "true", "Cascading", "always", "no"];
+
+    #[tokio::test]
+    async fn deletes_are_refused_with_the_webhooks_message() {
+        let mut compared = 0;
+        let mut refusals = 0;
+        for labels in label_sets() {
+            for strict in [false, true] {
+                let cfg = PolicyConfig {
+                    labels: labels.clone(),
+                    strict,
+                    ..PolicyConfig::default()
+                };
+                let b = Backstop {
+                    labels: labels.clone(),
+                    strict,
+                    strict_exempt: Default::default(),
+                };
+                for t in &TARGETS {
+                    for l in labels.iter() {
+                        for value in VALUES {
+                            let old = object(t, &json!({l.key.clone(): value}), &json!({}));
+                            let r = request(t, "DELETE", old, Value::Null);
+                            let ours = backstop_verdict(&b, &r);
+                            let theirs = webhook_verdict(&cfg, &r).await;
+                            if value == "Cascading" {
+                                assert_eq!(ours, None, "Cascading is left to the webhook");
+                                continue;
+                            }
+                            assert_eq!(
+                                ours, theirs,
+                                "{} {value} strict={strict} {}",
+                                l.key, t.resource
+                            );
+                            compared += 1;
+                            refusals += usize::from(ours.is_some());
+                            // A break-glass marker: the backstop lets it through,
+                            // whatever its value; the webhook judges it.
+                            for marker in [
+                                "true",
+                                "2026-11-22T09:00:00Z",
+                                "2020-01-01T00:00:00Z",
+                                "soon",
+                            ] {
+                                let old = object(
+                                    t,
+                                    &json!({l.key.clone(): value}),
+                                    &json!({"holdfast.dev/skip-protection": marker}),
+                                );
+                                let r = request(t, "DELETE", old, Value::Null);
+                                assert_eq!(backstop_verdict(&b, &r), None, "{marker}");
+                                if marker == "true" || marker.starts_with("2026") {
+                                    assert_eq!(webhook_verdict(&cfg, &r).await, None, "{marker}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(compared, 2 * (4 * 4) + 2 * (4 * 4 * 3));
+        // Always and true on the built-in key, Always on the two extra keys.
+        assert_eq!(refusals, 2 * 4 * 2 + 2 * 4 * 4);
+    }
+
+    #[tokio::test]
+    async fn strict_label_removals_are_refused_with_the_webhooks_message() {
+        let mut compared = 0;
+        let mut refusals = 0;
+        for labels in label_sets() {
+            let cfg = PolicyConfig {
+                labels: labels.clone(),
+                strict: true,
+                ..PolicyConfig::default()
+            };
+            let b = Backstop {
+                labels: labels.clone(),
+                strict: true,
+                strict_exempt: Default::default(),
+            };
+            for t in &TARGETS {
+                for l in labels.iter() {
+                    for before in VALUES {
+                        let afters: [Value; 5] = [
+                            json!({}),
+                            json!({l.key.clone(): "no"}),
+                            json!({l.key.clone(): before}),
+                            json!({l.key.clone(): "Always"}),
+                            json!({l.key.clone(): "", "holdfast.dev/strict-exempt": "true"}),
+                        ];
+                        for after in afters {
+                            for exempt in [false, true] {
+                                let mut old_labels = json!({l.key.clone(): before});
+                                if exempt {
+                                    old_labels["holdfast.dev/strict-exempt"] = json!("true");
+                                }
+                                let old = object(t, &old_labels, &json!({}));
+                                let new = object(t, &after, &json!({}));
+                                let r = request(t, "UPDATE", old, new);
+                                let ours = backstop_verdict(&b, &r);
+                                let theirs = webhook_verdict(&cfg, &r).await;
+                                assert_eq!(
+                                    ours, theirs,
+                                    "{}: {before} -> {after} exempt={exempt} {}",
+                                    l.key, t.resource
+                                );
+                                compared += 1;
+                                refusals += usize::from(ours.is_some());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(compared, (1 + 3) * 4 * 5 * 5 * 2);
+        // Per target: each protecting value before (3 on the built-in key, 1 on
+        // the Karmada key, 2 on the Kruise key; the built-in key twice), times
+        // three removals (the label gone, "no", blank with the exemption added),
+        // none when the exemption is stored.
+        assert_eq!(refusals, 4 * ((3 + 3 + 1 + 2) * 3));
+    }
+}
