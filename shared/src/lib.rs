@@ -8,6 +8,7 @@
 pub mod anchorsource;
 pub mod api;
 pub mod cascading;
+pub mod deferred;
 pub mod clients;
 pub mod fieldpath;
 pub mod index;
