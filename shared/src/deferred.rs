@@ -176,7 +176,10 @@ mod tests {
             request_problem(&no_label, "alice").as_deref(),
             Some("the label holdfast.dev/delete-when-unblocked must be \"true\" (it is absent)")
         );
-        let odd = obj(json!({DELETE_WHEN_UNBLOCKED: "yes"}), json!({DELETE_WHEN_UNBLOCKED: 1}));
+        let odd = obj(
+            json!({DELETE_WHEN_UNBLOCKED: "yes"}),
+            json!({DELETE_WHEN_UNBLOCKED: 1}),
+        );
         assert_eq!(
             request_problem(&odd, "alice").as_deref(),
             Some(

@@ -8,8 +8,8 @@
 pub mod anchorsource;
 pub mod api;
 pub mod cascading;
-pub mod deferred;
 pub mod clients;
+pub mod deferred;
 pub mod fieldpath;
 pub mod index;
 pub mod labels;

@@ -2065,12 +2065,22 @@ mod tests {
         };
         let plain = cm(json!({}), json!({}));
         let yes = MayDelete(Ok(true), Default::default());
-        let e = evaluate(&update(plain.clone(), request("alice")), &cfg(false, &[]), &yes, now());
+        let e = evaluate(
+            &update(plain.clone(), request("alice")),
+            &cfg(false, &[]),
+            &yes,
+            now(),
+        );
         assert_eq!(e.decision, Decision::Allow);
         assert_eq!(*yes.1.lock().expect("lock"), vec!["alice".to_string()]);
 
         // Someone else named: refused before any SubjectAccessReview.
-        let e = evaluate(&update(plain.clone(), request("bob")), &cfg(false, &[]), &yes, now());
+        let e = evaluate(
+            &update(plain.clone(), request("bob")),
+            &cfg(false, &[]),
+            &yes,
+            now(),
+        );
         assert_eq!(
             denied(&e).message,
             "holdfast: cannot accept the deferred deletion request on ConfigMap ns/obj: the \
@@ -2083,7 +2093,12 @@ mod tests {
         assert_eq!(yes.1.lock().expect("lock").len(), 1);
 
         let no = MayDelete(Ok(false), Default::default());
-        let e = evaluate(&update(plain.clone(), request("alice")), &cfg(false, &[]), &no, now());
+        let e = evaluate(
+            &update(plain.clone(), request("alice")),
+            &cfg(false, &[]),
+            &no,
+            now(),
+        );
         assert_eq!(
             denied(&e).message,
             "holdfast: user \"alice\" may not ask for the deferred deletion of ConfigMap ns/obj: \
@@ -2092,13 +2107,23 @@ mod tests {
              by impersonating the user name alone, without the groups of this request."
         );
         let failing = MayDelete(Err(LookupError("down".into())), Default::default());
-        let e = evaluate(&update(plain.clone(), request("alice")), &cfg(false, &[]), &failing, now());
+        let e = evaluate(
+            &update(plain.clone(), request("alice")),
+            &cfg(false, &[]),
+            &failing,
+            now(),
+        );
         assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
 
         // Unrelated updates of a requested object, and withdrawing it: not judged.
         let mut touched = request("bob");
         touched["metadata"]["labels"]["x"] = json!("y");
-        let e = evaluate(&update(request("bob"), touched), &cfg(false, &[]), &no, now());
+        let e = evaluate(
+            &update(request("bob"), touched),
+            &cfg(false, &[]),
+            &no,
+            now(),
+        );
         assert_eq!(e.decision, Decision::Allow);
         let e = evaluate(&update(request("bob"), plain), &cfg(false, &[]), &no, now());
         assert_eq!(e.decision, Decision::Allow);
