@@ -19,16 +19,30 @@ use serde_json::Value;
 /// The prefix of service account user names.
 pub const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 
+/// `(namespace, name)` when `user` is a service account's user name
+/// (`system:serviceaccount:NS:NAME`, both DNS labels), as kube-apiserver splits it.
+pub fn service_account(user: &str) -> Option<(&str, &str)> {
+    let rest = user.strip_prefix(SERVICE_ACCOUNT_PREFIX)?;
+    let mut parts = rest.split(':');
+    let (ns, name) = (parts.next()?, parts.next()?);
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    (parts.next().is_none() && label(ns) && ns.len() <= 63 && !ns.contains('.') && label(name))
+        .then_some((ns, name))
+}
+
 /// The groups kube-apiserver gives a user impersonated without `Impersonate-Group`:
 /// a service account's groups for `system:serviceaccount:NS:NAME`, then
 /// `system:authenticated`.
 pub fn impersonated_groups(user: &str) -> Vec<String> {
     let mut groups = Vec::new();
-    if let Some(rest) = user.strip_prefix(SERVICE_ACCOUNT_PREFIX)
-        && let Some((ns, name)) = rest.split_once(':')
-        && !ns.is_empty()
-        && !name.is_empty()
-    {
+    if let Some((ns, _)) = service_account(user) {
         groups.push("system:serviceaccounts".to_string());
         groups.push(format!("system:serviceaccounts:{ns}"));
     }
@@ -147,10 +161,18 @@ mod tests {
             ]
         );
         assert_eq!(impersonated_groups("alice"), vec!["system:authenticated"]);
-        assert_eq!(
-            impersonated_groups("system:serviceaccount:broken"),
-            vec!["system:authenticated"]
-        );
+        for odd in [
+            "system:serviceaccount:broken",
+            "system:serviceaccount:a:b:c",
+            "system:serviceaccount::ci",
+            "system:serviceaccount:Team:ci",
+        ] {
+            assert_eq!(
+                impersonated_groups(odd),
+                vec!["system:authenticated"],
+                "{odd}"
+            );
+        }
     }
 
     #[test]
