@@ -315,6 +315,7 @@ async fn delete_as(
 mod tests {
     use super::*;
     use kube::api::GroupVersionKind;
+    use kube::core::PartialObjectMetaExt as _;
 
     fn t(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> DeferredType {
         DeferredType {
@@ -327,10 +328,12 @@ mod tests {
     }
 
     fn meta(name: &str, ns: Option<&str>) -> PartialObjectMeta<DynamicObject> {
-        let mut m = PartialObjectMeta::<DynamicObject>::default();
-        m.metadata.name = Some(name.to_string());
-        m.metadata.namespace = ns.map(str::to_string);
-        m
+        kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: ns.map(str::to_string),
+            ..Default::default()
+        }
+        .into_response_partial()
     }
 
     #[test]
