@@ -482,7 +482,7 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         out.stderr,
-        "Error from server (Forbidden): admission webhook \"policies-0.holdfast.dev\" denied the request: holdfast: Secret b/s is protected by ResourceProtection/all-secrets (selects secrets), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection all-secrets), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.\n"
+        "Error from server (Forbidden): admission webhook \"policies-0.holdfast.dev\" denied the request: holdfast: Secret b/s is protected by ResourceProtection/all-secrets (selects secrets), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection all-secrets), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection. To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).\n"
     );
     let out = env
         .kubectl(&["delete", "secret", "s", "-n", "kube-system"])
