@@ -8,6 +8,8 @@
 
 #[path = "holdfast-demo/cascading_story.rs"]
 mod cascading_story;
+#[path = "holdfast-demo/deferred_story.rs"]
+mod deferred_story;
 #[path = "holdfast-demo/cluster.rs"]
 mod cluster;
 #[path = "holdfast-demo/kcp_story.rs"]
@@ -136,6 +138,7 @@ async fn kubernetes(demo: &mut Demo) -> anyhow::Result<()> {
     policies::anchor_rule(demo, &env).await?;
     policies::critical_service(demo, &env).await?;
     cascading_story::cascading(demo, &env).await?;
+    deferred_story::deferred(demo, &env).await?;
     drop(controller);
     Ok(())
 }
