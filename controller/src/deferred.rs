@@ -54,6 +54,12 @@ pub struct DeferredType {
 /// The types to watch, kept by the reconciler.
 pub type Types = watch::Receiver<BTreeMap<GroupResource, DeferredType>>;
 
+/// The metadata of requested objects of one type.
+type Objects = Store<PartialObjectMeta<DynamicObject>>;
+
+/// One type's watch: the type, its objects, the task feeding them.
+type Watch = (DeferredType, Objects, tokio::task::JoinHandle<()>);
+
 /// One object's attempts.
 struct Attempts {
     next: Instant,
@@ -79,14 +85,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let notify = Arc::new(Notify::new());
-    let mut watches: HashMap<
-        GroupResource,
-        (
-            DeferredType,
-            Store<PartialObjectMeta<DynamicObject>>,
-            tokio::task::JoinHandle<()>,
-        ),
-    > = HashMap::new();
+    let mut watches: HashMap<GroupResource, Watch> = HashMap::new();
     let mut attempts: HashMap<String, Attempts> = HashMap::new();
     loop {
         // Keep one label-selected metadata watch per type.

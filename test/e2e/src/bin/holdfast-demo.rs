@@ -8,10 +8,10 @@
 
 #[path = "holdfast-demo/cascading_story.rs"]
 mod cascading_story;
-#[path = "holdfast-demo/deferred_story.rs"]
-mod deferred_story;
 #[path = "holdfast-demo/cluster.rs"]
 mod cluster;
+#[path = "holdfast-demo/deferred_story.rs"]
+mod deferred_story;
 #[path = "holdfast-demo/kcp_story.rs"]
 mod kcp_story;
 #[path = "holdfast-demo/policies.rs"]

@@ -112,7 +112,9 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         Expect::Succeeds,
         &["vpc.network.test.io/shared-vpc patched"],
     )?;
-    demo.note("the controller tries the DELETE as alice; the DependencyRule refuses it, so the VPC stays");
+    demo.note(
+        "the controller tries the DELETE as alice; the DependencyRule refuses it, so the VPC stays",
+    );
     demo.settle(
         env,
         &[
