@@ -105,7 +105,7 @@ pub async fn run(
         }
         let now = Instant::now();
         let mut next_wake = now + RETRY_MAX;
-        let mut seen = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (t, store, _) in watches.values() {
             for obj in store.state() {
                 let Some(uid) = obj.metadata.uid.clone() else {
@@ -121,7 +121,7 @@ pub async fn run(
                 let Some(user) = requested_by(&meta).map(str::to_string) else {
                     continue;
                 };
-                seen.push(uid.clone());
+                seen.insert(uid.clone());
                 let version = obj.metadata.resource_version.clone().unwrap_or_default();
                 let a = attempts.entry(uid.clone()).or_insert_with(|| Attempts {
                     next: now,

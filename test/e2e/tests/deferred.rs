@@ -189,6 +189,29 @@ async fn a_vpc_goes_right_after_its_last_vm() {
         "{out:?}"
     );
 
+    // Only changes of the request reach the webhook: an unrelated label does not,
+    // while changing the requester does (and is refused: bob is not alice).
+    let updates = env.webhook_reviews("UPDATE").await.expect("metrics");
+    run(&env, &["label", "vpc", "my-vpc", "team=network"]);
+    assert_eq!(
+        env.webhook_reviews("UPDATE").await.expect("metrics"),
+        updates
+    );
+    let out = env
+        .kubectl(&[
+            "annotate",
+            "--overwrite",
+            "vpc",
+            "my-vpc",
+            "holdfast.dev/delete-requested-by=bob",
+        ])
+        .expect("kubectl runs");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        env.webhook_reviews("UPDATE").await.expect("metrics"),
+        updates + 1
+    );
+
     // The controller tries, as alice, and is refused by the policy: it says so once
     // and the VPC stays.
     let waiting = env
