@@ -496,12 +496,16 @@ pub async fn evaluate<V: ClusterView>(
     if matches!(req.operation, Operation::Create | Operation::Update)
         && !req.is_eviction()
         && crate::deferred::request_changed(req)
+        && req
+            .object
+            .as_ref()
+            .is_some_and(|o| logical_cluster(o).is_empty())
         && let Some(denied) = evaluate_deferred_request(req, view).await
     {
         return denied;
     }
     let eval = match req.operation {
-        Operation::Delete => with_deferred_hint(evaluate_delete(req, cfg, view, now).await),
+        Operation::Delete => with_deferred_hint(req, evaluate_delete(req, cfg, view, now).await),
         Operation::Create if req.is_eviction() => evaluate_eviction(req, cfg, view, now).await,
         Operation::Update => evaluate_update(req, cfg, view, now).await,
         Operation::Create | Operation::Connect => Evaluation::allow("none"),
@@ -518,11 +522,17 @@ pub const DEFERRED_HINT: &str = "To have holdfast delete it once nothing blocks 
 
 /// Appends [`DEFERRED_HINT`] to the refusal of a DELETE by a policy object (its
 /// blockers may go away); label protection and lookup failures do not end on
-/// their own.
-fn with_deferred_hint(mut eval: Evaluation) -> Evaluation {
+/// their own. Not on kcp (an object of a logical cluster), where nothing carries
+/// deferred deletion out.
+fn with_deferred_hint(req: &AdmissionRequest, mut eval: Evaluation) -> Evaluation {
+    let on_kcp = req
+        .old_object
+        .as_ref()
+        .is_some_and(|o| !logical_cluster(o).is_empty());
     if let Decision::Deny(d) = &mut eval.decision
         && d.kind == DenialKind::Protected
         && eval.policy.contains('/')
+        && !on_kcp
     {
         d.message = format!("{} {DEFERRED_HINT}", d.message);
     }
@@ -2115,6 +2125,13 @@ mod tests {
         );
         assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
 
+        // On kcp nothing carries a request out: not judged there.
+        let mut on_kcp = request("bob");
+        on_kcp["metadata"]["annotations"]["kcp.io/cluster"] = json!("root:team");
+        let mut kcp_before = plain.clone();
+        kcp_before["metadata"]["annotations"] = json!({"kcp.io/cluster": "root:team"});
+        let e = evaluate(&update(kcp_before, on_kcp), &cfg(false, &[]), &no, now());
+        assert_eq!(e.decision, Decision::Allow);
         // Unrelated updates of a requested object, and withdrawing it: not judged.
         let mut touched = request("bob");
         touched["metadata"]["labels"]["x"] = json!("y");
