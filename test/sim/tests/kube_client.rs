@@ -1060,6 +1060,20 @@ async fn rbac_model_and_subject_access_reviews() {
         ),
     );
     assert_eq!(out.code, 0, "{out:?}");
+    // kubectl create clusterrole sends protobuf: the rule reads back as sent.
+    let out = k.run(&[
+        "create",
+        "clusterrole",
+        "cm-getter",
+        "--verb=get",
+        "--resource=configmaps",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&["get", "clusterrole", "cm-getter", "-o", "jsonpath={.rules}"]);
+    assert_eq!(
+        out.stdout, r#"[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get"]}]"#,
+        "{out:?}"
+    );
     let can = |who: &str| k.run(&["auth", "can-i", "list", "configmaps", "--as", who]);
     let out = can("system:serviceaccount:team:ci");
     assert_eq!((out.stdout.as_str(), out.code), ("yes\n", 0), "{out:?}");
