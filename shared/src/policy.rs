@@ -587,7 +587,8 @@ async fn evaluate_deferred_request<V: ClusterView>(
             DenialKind::LookupFailed,
             format!(
                 "{MESSAGE_PREFIX} cannot check whether user {user:?} may delete {what}: {e}. \
-                 Refusing the deferred deletion request unchecked; retry later."
+                 Refusing rather than accept the deferred deletion request unchecked; retry \
+                 later."
             ),
             blockers,
         )),
