@@ -8,7 +8,7 @@
 //! and writes each policy's status when it changed.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt::Debug,
     sync::{
         Arc,
@@ -300,6 +300,8 @@ pub struct Reconciler {
     sources_failure: Option<String>,
     sources: crate::sources::SourceProbes,
     api_services: Store<APIService>,
+    /// The types deferred deletion watches (those policies protect, namespaces).
+    deferred: watch::Sender<BTreeMap<GroupResource, crate::deferred::DeferredType>>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
     /// Watches of the backstop policy and binding, started once the API server
@@ -385,6 +387,7 @@ impl Reconciler {
             sources_failure: None,
             sources,
             api_services,
+            deferred: watch::Sender::new(BTreeMap::new()),
             ready,
             backstop: None,
             backstop_served: None,
@@ -437,6 +440,18 @@ impl Reconciler {
             }
         }
         tracing::info!("caches synced; reconciling");
+        let deferred = tokio::spawn(crate::deferred::run(
+            self.client.clone(),
+            self.recorder.clone(),
+            self.deferred.subscribe(),
+            shutdown.clone(),
+        ));
+        let result = self.reconcile_loop(shutdown).await;
+        deferred.abort();
+        result
+    }
+
+    async fn reconcile_loop(&mut self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
         let mut retry = false;
         let mut discovery_failed_at: Option<std::time::Instant> = None;
         let mut options = self.options.clone();
@@ -829,6 +844,7 @@ impl Reconciler {
                 notify.notify_one();
             });
         }
+        self.publish_deferred_types(&needs.delete);
         let opts = self.options.borrow().clone();
         let desired =
             desired_configuration_for(&self.settings.labels, self.settings.strict, &needs, &opts);
@@ -1016,6 +1032,33 @@ impl Reconciler {
                 .await;
         }
         Ok(())
+    }
+
+    /// Keeps the types deferred deletion watches: `delete` (the types policies
+    /// protect) and namespaces, as discovery serves them.
+    fn publish_deferred_types(&self, delete: &BTreeSet<GroupResource>) {
+        let types: BTreeMap<GroupResource, crate::deferred::DeferredType> = delete
+            .iter()
+            .map(|gr| self.index.plural(gr))
+            .chain([GroupResource::new("", "namespaces")])
+            .filter_map(|gr| {
+                let (ar, namespaced) = self.index.preferred_resource(&gr)?.clone();
+                Some((
+                    gr,
+                    crate::deferred::DeferredType {
+                        resource: ar,
+                        namespaced,
+                    },
+                ))
+            })
+            .collect();
+        self.deferred.send_if_modified(|t| {
+            let changed = *t != types;
+            if changed {
+                *t = types;
+            }
+            changed
+        });
     }
 
     async fn publish(

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod crds;
 pub mod cycles;
+pub mod deferred;
 pub mod kcp;
 pub mod kcp_manifests;
 pub mod kubernetes;

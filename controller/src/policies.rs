@@ -51,6 +51,8 @@ pub struct ApiIndex {
     /// Groups served by an aggregated API (an APIService backed by a service) →
     /// the APIService's name.
     aggregated: HashMap<String, String>,
+    /// Every resource at its preferred version, with whether it is namespaced.
+    preferred: HashMap<GroupResource, (kube::api::ApiResource, bool)>,
 }
 
 impl ApiIndex {
@@ -83,6 +85,10 @@ impl ApiIndex {
                 }
             }
             for (ar, caps) in group.recommended_resources() {
+                index.preferred.insert(
+                    GroupResource::new(&ar.group, &ar.plural),
+                    (ar.clone(), caps.scope == kube::discovery::Scope::Namespaced),
+                );
                 if caps.scope == kube::discovery::Scope::Namespaced
                     && caps.supports_operation(kube::discovery::verbs::LIST)
                     && caps.supports_operation(kube::discovery::verbs::WATCH)
@@ -164,6 +170,14 @@ impl ApiIndex {
     /// The namespaced resources that can be listed and watched.
     pub fn watchable(&self) -> impl Iterator<Item = (&GroupResource, &kube::api::ApiResource)> {
         self.watchable.iter()
+    }
+
+    /// `gr` at its preferred version, and whether it is namespaced.
+    pub fn preferred_resource(
+        &self,
+        gr: &GroupResource,
+    ) -> Option<&(kube::api::ApiResource, bool)> {
+        self.preferred.get(gr)
     }
 
     /// `gr` if it is namespaced and can be listed and watched.

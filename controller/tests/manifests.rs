@@ -126,6 +126,30 @@ fn kubernetes_overlay_renders() {
         a.contains(&"--ca-secret=holdfast-system/holdfast-webhook-tls".to_string()),
         "{a:?}"
     );
+    // Deferred deletion: impersonation of users and service accounts, nothing else;
+    // the controller holds no delete permission of its own.
+    let role = named(&docs, "ClusterRole", "holdfast-controller");
+    let rules: Vec<&Value> = role["rules"].as_array().into_iter().flatten().collect();
+    let impersonate: Vec<&&Value> = rules
+        .iter()
+        .filter(|r| strings(&r["verbs"]).contains(&"impersonate".to_string()))
+        .collect();
+    assert_eq!(impersonate.len(), 1, "{impersonate:?}");
+    assert_eq!(strings(&impersonate[0]["verbs"]), vec!["impersonate"]);
+    assert_eq!(strings(&impersonate[0]["apiGroups"]), vec![""]);
+    assert_eq!(
+        strings(&impersonate[0]["resources"]),
+        vec!["users", "serviceaccounts"]
+    );
+    for r in &rules {
+        let verbs = strings(&r["verbs"]);
+        let resources = strings(&r["resources"]);
+        assert!(
+            !verbs.contains(&"delete".to_string()) || !r["resourceNames"].is_null(),
+            "delete only by name: {r}"
+        );
+        assert!(!resources.contains(&"groups".to_string()), "{r}");
+    }
 }
 
 /// The Karmada overlay comes in two parts: the pods in the host cluster, the API

@@ -624,7 +624,9 @@ mod tests {
                  those Pods and PersistentVolumeClaims (scale their workloads to 0 first); or \
                  remove it from the policy (kubectl edit resourceprotection \
                  empty-namespaces-may-go), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection. \
+                 To have holdfast delete it once nothing blocks it, ask for deferred deletion \
+                 (holdfast.dev/delete-when-unblocked).",
                 vec!["Pod shop/web".to_string()]
             )
         );

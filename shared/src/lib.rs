@@ -12,6 +12,7 @@ pub mod api;
 pub mod backstop;
 pub mod cascading;
 pub mod clients;
+pub mod deferred;
 pub mod fieldpath;
 pub mod index;
 pub mod labels;

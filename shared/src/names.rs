@@ -39,3 +39,10 @@ pub const VALIDATE_PATH: &str = "/validate";
 pub const MESSAGE_PREFIX: &str = "holdfast:";
 /// Field manager used for server-side apply.
 pub const FIELD_MANAGER: &str = "holdfast";
+/// Annotation asking holdfast to delete the object as soon as nothing blocks it
+/// (value `true`; deferred deletion).
+pub const DELETE_WHEN_UNBLOCKED: &str = "holdfast.dev/delete-when-unblocked";
+/// Annotation naming the user who asked for deferred deletion; the webhook
+/// requires it to equal the requesting user, and the controller deletes as that
+/// user (impersonation).
+pub const DELETE_REQUESTED_BY: &str = "holdfast.dev/delete-requested-by";

@@ -201,6 +201,22 @@ pub trait ClusterView: Send + Sync {
         }
     }
 
+    /// Whether `user` alone, with the groups the API server gives an impersonated
+    /// user ([`crate::deferred::impersonated_groups`]), may delete the object of
+    /// `req` (a SubjectAccessReview: verb `delete` on its resource, name and
+    /// namespace). Deferred deletion is carried out so.
+    fn can_delete_as(
+        &self,
+        _req: &AdmissionRequest,
+        _user: &str,
+    ) -> impl Future<Output = Result<bool, LookupError>> + Send {
+        async {
+            Err(LookupError(
+                "no API server is available to check the delete permission".to_string(),
+            ))
+        }
+    }
+
     /// A strict ResourceProtection that selects the stored object but would no
     /// longer select the updated one (its labels changed), by name.
     fn strict_selection_lost(&self, _req: &AdmissionRequest) -> Option<String> {
@@ -477,8 +493,19 @@ pub async fn evaluate<V: ClusterView>(
     view: &V,
     now: DateTime<Utc>,
 ) -> Evaluation {
+    if matches!(req.operation, Operation::Create | Operation::Update)
+        && !req.is_eviction()
+        && crate::deferred::request_changed(req)
+        && req
+            .object
+            .as_ref()
+            .is_some_and(|o| logical_cluster(o).is_empty())
+        && let Some(denied) = evaluate_deferred_request(req, view).await
+    {
+        return denied;
+    }
     let eval = match req.operation {
-        Operation::Delete => evaluate_delete(req, cfg, view, now).await,
+        Operation::Delete => with_deferred_hint(req, evaluate_delete(req, cfg, view, now).await),
         Operation::Create if req.is_eviction() => evaluate_eviction(req, cfg, view, now).await,
         Operation::Update => evaluate_update(req, cfg, view, now).await,
         Operation::Create | Operation::Connect => Evaluation::allow("none"),
@@ -487,6 +514,85 @@ pub async fn evaluate<V: ClusterView>(
         return eval;
     }
     with_warnings(eval, look_alike_warnings(req, cfg))
+}
+
+/// The sentence a policy's refusal of a DELETE ends with: the deferred option.
+pub const DEFERRED_HINT: &str = "To have holdfast delete it once nothing blocks it, \
+     ask for deferred deletion (holdfast.dev/delete-when-unblocked).";
+
+/// Appends [`DEFERRED_HINT`] to the refusal of a DELETE by a policy object (its
+/// blockers may go away); label protection and lookup failures do not end on
+/// their own. Not on kcp (an object of a logical cluster), where nothing carries
+/// deferred deletion out.
+fn with_deferred_hint(req: &AdmissionRequest, mut eval: Evaluation) -> Evaluation {
+    let on_kcp = req
+        .old_object
+        .as_ref()
+        .is_some_and(|o| !logical_cluster(o).is_empty());
+    if let Decision::Deny(d) = &mut eval.decision
+        && d.kind == DenialKind::Protected
+        && eval.policy.contains('/')
+        && !on_kcp
+    {
+        d.message = format!("{} {DEFERRED_HINT}", d.message);
+    }
+    eval
+}
+
+/// Judges a CREATE or UPDATE that sets or changes a deferred-deletion request:
+/// refused (`Some`) unless its markers are complete, name the requester, and the
+/// requester may delete the object as the controller will impersonate them.
+async fn evaluate_deferred_request<V: ClusterView>(
+    req: &AdmissionRequest,
+    view: &V,
+) -> Option<Evaluation> {
+    use crate::deferred::{request_patch, request_problem};
+    let new = req.object.as_ref()?;
+    let user = req.user_info.username.as_str();
+    let what = req.describe();
+    let blockers = vec![crate::names::DELETE_WHEN_UNBLOCKED.to_string()];
+    if let Some(problem) = request_problem(new, user) {
+        return Some(Evaluation::deny(
+            "deferred",
+            DenialKind::Protected,
+            format!(
+                "{MESSAGE_PREFIX} cannot accept the deferred deletion request on {what}: \
+                 {problem}. Set all three in one request: kubectl patch {} --type merge -p '{}'",
+                kubectl_target(req),
+                request_patch(user),
+            ),
+            blockers,
+        ));
+    }
+    let resource = req.resource.group_resource();
+    let scope = req
+        .object_namespace()
+        .map(|n| format!(" in namespace {n}"))
+        .unwrap_or_default();
+    match view.can_delete_as(req, user).await {
+        Ok(true) => None,
+        Ok(false) => Some(Evaluation::deny(
+            "deferred",
+            DenialKind::Protected,
+            format!(
+                "{MESSAGE_PREFIX} user {user:?} may not ask for the deferred deletion of {what}: \
+                 that takes the permission to delete it (verb delete on {resource}{scope}), which \
+                 {user:?} does not hold as holdfast will use it: it deletes the object later \
+                 by impersonating the user name alone, without the groups of this request."
+            ),
+            blockers,
+        )),
+        Err(e) => Some(Evaluation::deny(
+            "deferred",
+            DenialKind::LookupFailed,
+            format!(
+                "{MESSAGE_PREFIX} cannot check whether user {user:?} may delete {what}: {e}. \
+                 Refusing rather than accept the deferred deletion request unchecked; retry \
+                 later."
+            ),
+            blockers,
+        )),
+    }
 }
 
 /// Adds `warnings` to an allowing verdict (a denial needs none).
@@ -2088,6 +2194,105 @@ mod tests {
         let new = cm(json!({"holdfast.dev/strict-exempt": "true"}), json!({}));
         let e = evaluate(&update(old, new), &cfg(true, &[]), &NoPolicies, now());
         assert_eq!(e.decision, Decision::Allow);
+    }
+
+    #[test]
+    fn deferred_requests_need_the_requester_and_the_delete_permission() {
+        struct MayDelete(Result<bool, LookupError>, std::sync::Mutex<Vec<String>>);
+        impl ClusterView for MayDelete {
+            fn policies_loaded(&self) -> bool {
+                true
+            }
+            async fn can_delete_as(
+                &self,
+                _req: &AdmissionRequest,
+                user: &str,
+            ) -> Result<bool, LookupError> {
+                if let Ok(mut asked) = self.1.lock() {
+                    asked.push(user.to_string());
+                }
+                self.0.clone()
+            }
+        }
+        let request = |by: &str| {
+            cm(
+                json!({"holdfast.dev/delete-when-unblocked": "true"}),
+                json!({"holdfast.dev/delete-when-unblocked": "true",
+                       "holdfast.dev/delete-requested-by": by}),
+            )
+        };
+        let plain = cm(json!({}), json!({}));
+        let yes = MayDelete(Ok(true), Default::default());
+        let e = evaluate(
+            &update(plain.clone(), request("alice")),
+            &cfg(false, &[]),
+            &yes,
+            now(),
+        );
+        assert_eq!(e.decision, Decision::Allow);
+        assert_eq!(*yes.1.lock().expect("lock"), vec!["alice".to_string()]);
+
+        // Someone else named: refused before any SubjectAccessReview.
+        let e = evaluate(
+            &update(plain.clone(), request("bob")),
+            &cfg(false, &[]),
+            &yes,
+            now(),
+        );
+        assert_eq!(
+            denied(&e).message,
+            "holdfast: cannot accept the deferred deletion request on ConfigMap ns/obj: the \
+             annotation holdfast.dev/delete-requested-by must name you, \"alice\" (it is \"bob\"). \
+             Set all three in one request: kubectl patch configmaps obj -n ns --type merge -p \
+             '{\"metadata\":{\"annotations\":{\"holdfast.dev/delete-requested-by\":\"alice\",\
+             \"holdfast.dev/delete-when-unblocked\":\"true\"},\"labels\":{\
+             \"holdfast.dev/delete-when-unblocked\":\"true\"}}}'"
+        );
+        assert_eq!(yes.1.lock().expect("lock").len(), 1);
+
+        let no = MayDelete(Ok(false), Default::default());
+        let e = evaluate(
+            &update(plain.clone(), request("alice")),
+            &cfg(false, &[]),
+            &no,
+            now(),
+        );
+        assert_eq!(
+            denied(&e).message,
+            "holdfast: user \"alice\" may not ask for the deferred deletion of ConfigMap ns/obj: \
+             that takes the permission to delete it (verb delete on configmaps in namespace ns), \
+             which \"alice\" does not hold as holdfast will use it: it deletes the object later \
+             by impersonating the user name alone, without the groups of this request."
+        );
+        let failing = MayDelete(Err(LookupError("down".into())), Default::default());
+        let e = evaluate(
+            &update(plain.clone(), request("alice")),
+            &cfg(false, &[]),
+            &failing,
+            now(),
+        );
+        assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
+
+        // On kcp nothing carries a request out: not judged there.
+        let mut on_kcp = request("bob");
+        on_kcp["metadata"]["annotations"]["kcp.io/cluster"] = json!("root:team");
+        let mut kcp_before = plain.clone();
+        kcp_before["metadata"]["annotations"] = json!({"kcp.io/cluster": "root:team"});
+        let e = evaluate(&update(kcp_before, on_kcp), &cfg(false, &[]), &no, now());
+        assert_eq!(e.decision, Decision::Allow);
+        // Unrelated updates of a requested object, and withdrawing it: not judged.
+        let mut touched = request("bob");
+        touched["metadata"]["labels"]["x"] = json!("y");
+        let e = evaluate(
+            &update(request("bob"), touched),
+            &cfg(false, &[]),
+            &no,
+            now(),
+        );
+        assert_eq!(e.decision, Decision::Allow);
+        let e = evaluate(&update(request("bob"), plain), &cfg(false, &[]), &no, now());
+        assert_eq!(e.decision, Decision::Allow);
+        assert!(no.1.lock().expect("lock").len() == 1);
     }
 
     #[test]

@@ -559,6 +559,47 @@ pub fn break_glass_condition() -> String {
         .join(" || ")
 }
 
+/// Name of the webhook that judges deferred-deletion requests (CREATEs and UPDATEs
+/// setting or changing `holdfast.dev/delete-when-unblocked` or its requester).
+pub const DEFERRED_WEBHOOK: &str = "deferred.holdfast.dev";
+
+/// The value of `metadata.<field>[key]` of `obj` in CEL, `''` when absent.
+fn cel_value(obj: &str, field: &str, key: &str) -> String {
+    let k = cel_str(key);
+    format!(
+        "((has({obj}.metadata.{field}) && {k} in {obj}.metadata.{field}) ? {obj}.metadata.{field}[{k}] : '')"
+    )
+}
+
+/// The matchCondition of [`DEFERRED_WEBHOOK`]: the object carries the annotation
+/// or the label `holdfast.dev/delete-when-unblocked`, and it is created or one of
+/// the three markers of a request changes. Withdrawing a request is not judged.
+pub fn deferred_condition() -> String {
+    use crate::names::{DELETE_REQUESTED_BY, DELETE_WHEN_UNBLOCKED};
+    let k = cel_str(DELETE_WHEN_UNBLOCKED);
+    let markers = [
+        ("annotations", DELETE_WHEN_UNBLOCKED),
+        ("labels", DELETE_WHEN_UNBLOCKED),
+        ("annotations", DELETE_REQUESTED_BY),
+    ];
+    let changed = markers
+        .iter()
+        .map(|(f, key)| {
+            format!(
+                "{} != {}",
+                cel_value("oldObject", f, key),
+                cel_value("object", f, key)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" || ");
+    format!(
+        "((has(object.metadata.annotations) && {k} in object.metadata.annotations) \
+         || (has(object.metadata.labels) && {k} in object.metadata.labels)) \
+         && (oldObject == null || {changed})"
+    )
+}
+
 /// The whole configuration named `holdfast`: label webhooks (strict ones when
 /// `strict` or a strict policy asks), [`CONTAINMENT_WEBHOOK`] for namespace
 /// DELETEs (every one, or those of marked namespaces, per `needs.containment`),
@@ -620,6 +661,19 @@ pub fn desired_configuration_for(
     if needs.containment == Containment::Marked {
         h.namespace_selector = Some(exists(CONTAINS_PROTECTED_LABEL));
     }
+    hooks.push(h);
+    // Deferred-deletion requests: every resource and subresource (a request left
+    // unjudged on a type no policy covers yet would be honoured once one does),
+    // only CREATEs and UPDATEs that set or change the markers.
+    let mut rule = all_resources("CREATE");
+    rule.operations = Some(vec!["CREATE".to_string(), "UPDATE".to_string()]);
+    // `*/*`: every resource and subresource; it must stand alone.
+    rule.resources = Some(vec!["*/*".to_string()]);
+    let mut h = webhook(DEFERRED_WEBHOOK.to_string(), opts, rule);
+    h.match_conditions = Some(vec![MatchCondition {
+        name: "deferred-deletion-requested".to_string(),
+        expression: deferred_condition(),
+    }]);
     hooks.push(h);
     // Break-glass markers need the bypass permission on objects strict policies
     // protect, and under --strict on every object any policy protects.
@@ -1652,6 +1706,7 @@ mod tests {
                 "policies-1.holdfast.dev",
                 "policies-2.holdfast.dev",
                 EVICTION_WEBHOOK,
+                DEFERRED_WEBHOOK,
             ]
         );
         // Every namespace but the system ones: the CRD (cluster-scoped, no namespace
@@ -1748,7 +1803,8 @@ mod tests {
             vec![
                 "delete-label-0.holdfast.dev",
                 CONTAINMENT_WEBHOOK,
-                EVICTION_WEBHOOK
+                EVICTION_WEBHOOK,
+                DEFERRED_WEBHOOK
             ],
             "no policies: no policies-<i> webhook"
         );
@@ -1887,10 +1943,11 @@ mod tests {
                 CONTAINMENT_WEBHOOK,
                 "policies-0.holdfast.dev",
                 EVICTION_WEBHOOK,
+                DEFERRED_WEBHOOK,
                 BREAK_GLASS_WEBHOOK
             ]
         );
-        let bg = &hooks[5];
+        let bg = &hooks[6];
         assert_eq!(bg.rules.as_ref().map(|r| r.len()), Some(1));
         let cond = &bg.match_conditions.as_ref().expect("conditions")[0].expression;
         assert!(cond.contains("'holdfast.dev/skip-protection' in object.metadata.annotations"));
@@ -2305,7 +2362,8 @@ mod tests {
         let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
         assert_eq!(
             describe_configuration(&cfg),
-            "ValidatingWebhookConfiguration holdfast: 4 webhook(s)
+            format!(
+            "ValidatingWebhookConfiguration holdfast: 5 webhook(s)
 delete-label-0.holdfast.dev
   requests:   DELETE *.*
   requests:   CREATE *.*
@@ -2331,7 +2389,15 @@ eviction.holdfast.dev
   namespaces: holdfast.dev/contains-protected
   objects:    all
   outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
-"
+deferred.holdfast.dev
+  requests:   CREATE,UPDATE */*.*
+  namespaces: all
+  objects:    all
+  condition:  deferred-deletion-requested: {}
+  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
+",
+            deferred_condition()
+        )
         );
     }
 

@@ -823,6 +823,39 @@ impl ClusterView for WebhookView {
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 
+    async fn can_delete_as(&self, req: &AdmissionRequest, user: &str) -> Result<bool, LookupError> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+        };
+        let cluster = req.object.as_ref().map(logical_cluster).unwrap_or_default();
+        let client = self.cluster_client(cluster)?;
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(user.to_string()),
+                groups: Some(holdfast_shared::deferred::impersonated_groups(user)),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(req.resource.group.clone()),
+                    resource: Some(req.resource.resource.clone()),
+                    verb: Some("delete".to_string()),
+                    namespace: req.object_namespace().map(str::to_string),
+                    name: req.object_name().map(str::to_string),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api: Api<SubjectAccessReview> = Api::all(client);
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            api.create(&kube::api::PostParams::default(), &sar),
+        )
+        .await
+        .map_err(|_| LookupError("the SubjectAccessReview was not answered in time".to_string()))?
+        .map_err(|e| LookupError(format!("SubjectAccessReview failed: {e}")))?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+
     fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
         let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
         let list = self.registry.protections_for(&gr)?;

@@ -249,12 +249,14 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     assert_eq!(
         routes_report(&env),
         format!(
-            "ValidatingWebhookConfiguration holdfast: 4 webhook(s)\n\
+            "ValidatingWebhookConfiguration holdfast: 5 webhook(s)\n\
              delete-label-0.holdfast.dev\n  requests:   DELETE *.*\n  requests:   CREATE *.*\n  requests:   UPDATE *.* */*.*\n  namespaces: all\n  objects:    holdfast.dev/protected\n  condition:  {LOOK_ALIKE}\n{outage}\
              containment.holdfast.dev\n  requests:   DELETE namespaces\n  requests:   DELETE customresourcedefinitions.apiextensions.k8s.io\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
              policies-0.holdfast.dev\n  requests:   DELETE configmaps\n  namespaces: kubernetes.io/metadata.name in (shop)\n  objects:    all\n{outage}\
              eviction.holdfast.dev\n  requests:   CREATE pods/eviction\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
-             namespaces labelled {MARKER}: holdfast-system, labelled, shop\n"
+             deferred.holdfast.dev\n  requests:   CREATE,UPDATE */*.*\n  namespaces: all\n  objects:    all\n  condition:  deferred-deletion-requested: {deferred}\n{outage}\
+             namespaces labelled {MARKER}: holdfast-system, labelled, shop\n",
+            deferred = holdfast_shared::webhookconfig::deferred_condition(),
         )
     );
 
@@ -264,7 +266,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
             "Error from server (Forbidden): admission webhook \"{webhook}\" denied the request: {msg}\n"
         )
     };
-    let shop_cm = "holdfast: ConfigMap shop/settings is protected by ResourceProtection/shop-config (selects configmaps in namespace shop), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection shop-config), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+    let shop_cm = "holdfast: ConfigMap shop/settings is protected by ResourceProtection/shop-config (selects configmaps in namespace shop), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection shop-config), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection. To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).";
     refused(
         &env.kubectl(&[
             "delete",
@@ -480,7 +482,7 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         out.stderr,
-        "Error from server (Forbidden): admission webhook \"policies-0.holdfast.dev\" denied the request: holdfast: Secret b/s is protected by ResourceProtection/all-secrets (selects secrets), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection all-secrets), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.\n"
+        "Error from server (Forbidden): admission webhook \"policies-0.holdfast.dev\" denied the request: holdfast: Secret b/s is protected by ResourceProtection/all-secrets (selects secrets), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection all-secrets), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection. To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).\n"
     );
     let out = env
         .kubectl(&["delete", "secret", "s", "-n", "kube-system"])

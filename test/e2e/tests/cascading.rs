@@ -567,7 +567,8 @@ async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
              PersistentVolumeClaims (scale their workloads to 0 first); or remove it from the \
              policy (kubectl edit resourceprotection scratch-while-used), or set the \
              annotation holdfast.dev/skip-protection=true if you are allowed to bypass \
-             protection.",
+             protection. To have holdfast delete it once nothing blocks it, ask for deferred \
+             deletion (holdfast.dev/delete-when-unblocked).",
         ),
     )
     .await;

@@ -18,6 +18,7 @@ const CONTAINMENT: &str = "containment.holdfast.dev";
 
 /// The webhook receiving pod evictions.
 const EVICTION: &str = "eviction.holdfast.dev";
+const DEFERRED: &str = "deferred.holdfast.dev";
 
 /// CRD DELETEs always reach the containment webhook (CRD containment).
 fn crd_rule() -> (Vec<String>, Vec<String>, Vec<String>) {
@@ -107,7 +108,12 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", CONTAINMENT, EVICTION]
+        vec![
+            "delete-label-0.holdfast.dev",
+            CONTAINMENT,
+            EVICTION,
+            DEFERRED
+        ]
     );
     assert_eq!(
         rules_of(&cfg, CONTAINMENT),
@@ -181,7 +187,8 @@ async fn resource_protection_drives_the_configuration() {
             "delete-label-0.holdfast.dev",
             CONTAINMENT,
             POLICIES,
-            EVICTION
+            EVICTION,
+            DEFERRED
         ]
     );
     assert_eq!(cfg["metadata"]["labels"]["team"], "platform", "{cfg}");
@@ -296,7 +303,12 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = cfg.expect("present");
     assert_eq!(
         webhook_names(&cfg),
-        vec!["delete-label-0.holdfast.dev", CONTAINMENT, EVICTION]
+        vec![
+            "delete-label-0.holdfast.dev",
+            CONTAINMENT,
+            EVICTION,
+            DEFERRED
+        ]
     );
     assert_eq!(
         rules_of(&cfg, CONTAINMENT),
@@ -378,6 +390,7 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
             CONTAINMENT,
             POLICIES,
             EVICTION,
+            DEFERRED,
             "break-glass.holdfast.dev",
         ]
     );

@@ -1009,7 +1009,7 @@ pub fn random_suffix(n: usize) -> String {
         .collect()
 }
 
-fn is_dns1123_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|l| {
@@ -1021,7 +1021,7 @@ fn is_dns1123_subdomain(s: &str) -> bool {
         })
 }
 
-fn is_dns1123_label(s: &str) -> bool {
+pub(crate) fn is_dns1123_label(s: &str) -> bool {
     !s.contains('.') && s.len() <= 63 && is_dns1123_subdomain(s)
 }
 

@@ -197,12 +197,14 @@ const DELETE_OPTIONS: &[F] = &[
     (4, "propagationPolicy", K::Str),
     (5, "dryRun", K::RepStr),
 ];
+// k8s.io/api/rbac/v1 PolicyRule: verbs 1, apiGroups 2, resources 3,
+// resourceNames 4, nonResourceURLs 5.
 const POLICY_RULE: &[F] = &[
     (1, "verbs", K::RepStr),
-    (3, "apiGroups", K::RepStr),
-    (4, "resources", K::RepStr),
-    (5, "resourceNames", K::RepStr),
-    (6, "nonResourceURLs", K::RepStr),
+    (2, "apiGroups", K::RepStr),
+    (3, "resources", K::RepStr),
+    (4, "resourceNames", K::RepStr),
+    (5, "nonResourceURLs", K::RepStr),
 ];
 const ROLE: &[F] = &[
     (1, "metadata", K::Msg(OBJECT_META)),

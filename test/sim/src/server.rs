@@ -274,7 +274,26 @@ fn authenticate(state: &State, headers: &HeaderMap) -> Option<UserInfo> {
     })
 }
 
+/// `(namespace, name)` of a service account user name
+/// (`system:serviceaccount:NS:NAME`), split as kube-apiserver's
+/// `serviceaccount.SplitUsername` does (exactly two parts, a namespace name and a
+/// service account name).
+fn service_account_user(name: &str) -> Option<(&str, &str)> {
+    let rest = name.strip_prefix("system:serviceaccount:")?;
+    let mut parts = rest.split(':');
+    let (ns, sa) = (parts.next()?, parts.next()?);
+    (parts.next().is_none()
+        && crate::api::is_dns1123_label(ns)
+        && crate::api::is_dns1123_subdomain(sa))
+    .then_some((ns, sa))
+}
+
 /// `Impersonate-User` / `Impersonate-Group` / `Impersonate-Uid` (kubectl --as/--as-group).
+///
+/// As kube-apiserver: a service account user name is checked as `impersonate` on
+/// `serviceaccounts` NAME in its namespace and, without `Impersonate-Group`, gets
+/// the groups `system:serviceaccounts` and `system:serviceaccounts:NS`; any other
+/// name is checked on `users`. `system:authenticated` is added unless given.
 fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<UserInfo> {
     let Some(name) = headers
         .get("impersonate-user")
@@ -283,7 +302,7 @@ fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<
     else {
         return Ok(user);
     };
-    let allowed = |resource: &str, n: &str| {
+    let allowed = |resource: &str, namespace: &str, n: &str| {
         crate::rbac::allowed(
             state,
             &crate::rbac::Attributes {
@@ -293,7 +312,7 @@ fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<
                 group: "",
                 resource,
                 subresource: "",
-                namespace: "",
+                namespace,
                 name: n,
                 cluster: "",
             },
@@ -304,27 +323,53 @@ fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<
         .iter()
         .filter_map(|v| v.to_str().ok().map(str::to_string))
         .collect();
-    let forbid = |what: &str, n: &str| {
+    let forbid = |what: &str, namespace: &str, n: &str| {
+        let scope = if namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace \"{namespace}\"")
+        };
         let mut e = ApiError::new(
             403,
             "Forbidden",
             format!(
-                "{what} \"{n}\" is forbidden: User \"{}\" cannot impersonate resource \"{what}\" in API group \"\" at the cluster scope",
+                "{what} \"{n}\" is forbidden: User \"{}\" cannot impersonate resource \"{what}\" in API group \"\" {scope}",
                 user.name
             ),
         );
         e.details = Some(json!({"name": n, "kind": what}));
         e
     };
-    if !allowed("users", &name) {
-        return Err(forbid("users", &name));
-    }
-    for g in &groups {
-        if !allowed("groups", g) {
-            return Err(forbid("groups", g));
+    let groups_given = !groups.is_empty();
+    match service_account_user(&name) {
+        Some((ns, sa)) => {
+            if !allowed("serviceaccounts", ns, sa) {
+                return Err(forbid("serviceaccounts", ns, sa));
+            }
+            if !groups_given {
+                groups = vec![
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{ns}"),
+                ];
+            }
+        }
+        None => {
+            if !allowed("users", "", &name) {
+                return Err(forbid("users", "", &name));
+            }
         }
     }
-    if !groups.iter().any(|g| g == "system:authenticated") {
+    if groups_given {
+        for g in &groups {
+            if !allowed("groups", "", g) {
+                return Err(forbid("groups", "", g));
+            }
+        }
+    }
+    if !groups
+        .iter()
+        .any(|g| g == "system:authenticated" || g == "system:unauthenticated")
+    {
         groups.push("system:authenticated".into());
     }
     let uid = headers

@@ -1044,6 +1044,63 @@ async fn rbac_model_and_subject_access_reviews() {
     let alice_k = common::Kubectl::new(&sim.kubeconfig("alice"));
     let out = alice_k.run(&["get", "cm", "--as", "admin"]);
     assert_eq!(out.code, 1, "alice may not impersonate: {out:?}");
+    // A service account's user name: checked on serviceaccounts in its namespace,
+    // and given the service account groups (as kube-apiserver does).
+    let out = k.run_stdin(
+        &["create", "--validate=false", "-f", "-"],
+        Some(
+            r#"{"apiVersion": "v1", "kind": "List", "items": [
+  {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+   "metadata": {"name": "cm-lister"},
+   "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]},
+  {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+   "metadata": {"name": "team-sa-view"},
+   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cm-lister"},
+   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:serviceaccounts:team"}]}]}"#,
+        ),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    // kubectl create clusterrole sends protobuf: the rule reads back as sent.
+    let out = k.run(&[
+        "create",
+        "clusterrole",
+        "cm-getter",
+        "--verb=get",
+        "--resource=configmaps",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = k.run(&["get", "clusterrole", "cm-getter", "-o", "jsonpath={.rules}"]);
+    assert_eq!(
+        out.stdout, r#"[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get"]}]"#,
+        "{out:?}"
+    );
+    let can = |who: &str| k.run(&["auth", "can-i", "list", "configmaps", "--as", who]);
+    let out = can("system:serviceaccount:team:ci");
+    assert_eq!((out.stdout.as_str(), out.code), ("yes\n", 0), "{out:?}");
+    // Another namespace's service account, and a user of the same name: not in the group.
+    for who in [
+        "system:serviceaccount:other:ci",
+        "system:serviceaccount:team:ci:x",
+    ] {
+        let out = can(who);
+        assert_eq!(
+            (out.stdout.as_str(), out.code),
+            ("no\n", 1),
+            "{who}: {out:?}"
+        );
+    }
+    let out = alice_k.run(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/configmaps",
+        "--as",
+        "system:serviceaccount:team:ci",
+    ]);
+    assert_eq!(
+        out.stderr,
+        "Error from server (Forbidden): serviceaccounts \"ci\" is forbidden: User \"alice\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"team\"\n",
+        "{out:?}"
+    );
     sim.shutdown().await;
 }
 

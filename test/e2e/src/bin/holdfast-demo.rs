@@ -12,6 +12,8 @@ mod backstop_story;
 mod cascading_story;
 #[path = "holdfast-demo/cluster.rs"]
 mod cluster;
+#[path = "holdfast-demo/deferred_story.rs"]
+mod deferred_story;
 #[path = "holdfast-demo/kcp_story.rs"]
 mod kcp_story;
 #[path = "holdfast-demo/plugin_story.rs"]
@@ -141,6 +143,7 @@ async fn kubernetes(demo: &mut Demo) -> anyhow::Result<()> {
     policies::critical_service(demo, &env).await?;
     cascading_story::cascading(demo, &env).await?;
     plugin_story::story(demo, &env).await?;
+    deferred_story::deferred(demo, &env).await?;
     drop(controller);
     backstop_story::backstop(demo).await?;
     Ok(())

@@ -1,0 +1,162 @@
+//! Deferred deletion: a VPC asked to go while a VirtualMachine still uses it is
+//! deleted by holdfast, as the user who asked, right after its last VM.
+//! Runs after the DependencyRule story (its CRDs and rule `vm-dependencies`).
+
+use crate::runner::{Demo, Expect};
+use holdfast_e2e::Env;
+use holdfast_shared::deferred::request_patch;
+
+const USERS: &str = "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: vpc-owner}
+rules:
+- {apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch, delete]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: vpc-owner}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: vpc-owner}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: vpc-editor}
+rules:
+- {apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: vpc-editor}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: vpc-editor}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}]
+";
+
+const NETWORK: &str = "apiVersion: network.test.io/v1
+kind: VPC
+metadata: {name: shared-vpc, namespace: default}
+---
+apiVersion: compute.test.io/v1
+kind: VirtualMachine
+metadata: {name: app-vm, namespace: default}
+spec: {vpcRef: {name: shared-vpc}}
+";
+
+/// Deferred deletion: asked while blocked, done once unblocked.
+pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
+    demo.story(
+        "Deferred deletion — delete it as soon as nothing blocks it",
+        "issue 16: holdfast.dev/delete-when-unblocked, carried out as the user who asked",
+    );
+    demo.say("alice may delete VPCs; bob may only edit them");
+    demo.apply(
+        env,
+        None,
+        USERS,
+        &[
+            "clusterrole.rbac.authorization.k8s.io/vpc-owner created",
+            "clusterrolebinding.rbac.authorization.k8s.io/vpc-editor created",
+        ],
+    )?;
+    demo.say("A VPC and a VirtualMachine using it");
+    demo.apply(
+        env,
+        None,
+        NETWORK,
+        &[
+            "vpc.network.test.io/shared-vpc created",
+            "virtualmachine.compute.test.io/app-vm created",
+        ],
+    )?;
+    demo.run(
+        env,
+        &["--as", "alice", "delete", "vpc", "shared-vpc"],
+        Expect::Refused,
+        &[
+            "holdfast: VPC default/shared-vpc is still referenced by VirtualMachine default/app-vm",
+            "To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).",
+        ],
+    )?;
+
+    demo.say("bob cannot ask: he may not delete it himself");
+    demo.run(
+        env,
+        &[
+            "--as",
+            "bob",
+            "patch",
+            "vpc",
+            "shared-vpc",
+            "--type",
+            "merge",
+            "-p",
+            &request_patch("bob"),
+        ],
+        Expect::Refused,
+        &["holdfast: user \"bob\" may not ask for the deferred deletion of VPC default/shared-vpc: that takes the permission to delete it (verb delete on vpcs.network.test.io in namespace default)"],
+    )?;
+
+    demo.say("alice asks for deferred deletion");
+    demo.run(
+        env,
+        &[
+            "--as",
+            "alice",
+            "patch",
+            "vpc",
+            "shared-vpc",
+            "--type",
+            "merge",
+            "-p",
+            &request_patch("alice"),
+        ],
+        Expect::Succeeds,
+        &["vpc.network.test.io/shared-vpc patched"],
+    )?;
+    demo.note(
+        "the controller tries the DELETE as alice; the DependencyRule refuses it, so the VPC stays",
+    );
+    demo.settle(
+        env,
+        &[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.items[?(@.reason==\"DeferredDeletionWaiting\")].regarding.name}",
+        ],
+        30,
+        |o| o.code == 0 && o.stdout.split_whitespace().any(|n| n == "shared-vpc"),
+    )
+    .await;
+    demo.run(
+        env,
+        &["get", "vpc", "shared-vpc", "-o", "name"],
+        Expect::Succeeds,
+        &["vpc.network.test.io/shared-vpc"],
+    )?;
+
+    demo.say("The last VM goes: holdfast deletes the VPC as alice");
+    demo.run(
+        env,
+        &["delete", "virtualmachine", "app-vm"],
+        Expect::Succeeds,
+        &["virtualmachine.compute.test.io \"app-vm\" deleted"],
+    )?;
+    demo.settle(env, &["get", "vpc", "shared-vpc"], 60, |o| o.is_not_found())
+        .await;
+    demo.run(
+        env,
+        &[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={range .items[?(@.reason==\"DeferredDeletion\")]}{.regarding.kind}/{.regarding.name}: {.note}{\"\\n\"}{end}",
+        ],
+        Expect::Succeeds,
+        &["VPC/shared-vpc: deleted by holdfast as \"alice\", who asked for it with holdfast.dev/delete-when-unblocked"],
+    )?;
+    Ok(())
+}
