@@ -120,11 +120,13 @@ impl App {
         }
     }
 
-    /// Ready: serving, and every policy registry loaded.
+    /// Ready: serving, every policy registry loaded, discovery complete and the object
+    /// stores started (namespace containment can answer).
     pub fn ready(&self) -> bool {
         self.serving.load(Ordering::Acquire)
             && holdfast_shared::policy::ClusterView::policies_loaded(self.admission.view().as_ref())
             && self.admission.view().discovery_problem().is_none()
+            && self.admission.view().stores_built()
     }
 }
 
@@ -344,6 +346,11 @@ async fn probe_route(app: &App, req: Request<Incoming>) -> Response<Body> {
                 text(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not ready: policy registry not loaded",
+                )
+            } else if !app.admission.view().stores_built() {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: the object indexes namespace containment reads are not started yet",
                 )
             } else {
                 let p = app.admission.view().discovery_problem().unwrap_or_default();

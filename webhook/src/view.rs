@@ -287,6 +287,14 @@ impl WebhookView {
         self.store_passes.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Whether the object stores namespace containment reads have been started (one
+    /// store-manager pass completed). Before that the set of stores is empty, and an
+    /// empty set must not read as "the namespace holds nothing". Label-only mode (and a
+    /// webhook without an API client) keeps no stores, so nothing is waited for.
+    pub fn stores_built(&self) -> bool {
+        self.label_only || self.client.is_none() || self.store_passes() > 0
+    }
+
     /// Asks the store manager for another pass at once.
     pub fn wake_stores(&self) {
         self.changed.notify_one();
@@ -987,6 +995,12 @@ impl ClusterView for WebhookView {
         cluster: &str,
         ns: &str,
     ) -> Result<Vec<ContainedObject>, LookupError> {
+        if !self.stores_built() {
+            return Err(LookupError(
+                "holdfast has just started and is still building the indexes of what namespaces hold"
+                    .to_string(),
+            ));
+        }
         self.discovery_complete()?;
         // A type a policy names must be readable: its objects in the namespace
         // may be what the policy protects. (Label containment of a type the
@@ -2004,6 +2018,46 @@ mod tests {
             Ok::<_, String>(resp)
         });
         Client::new(svc, "default")
+    }
+
+    fn options(label_only: bool) -> ViewOptions<'static> {
+        ViewOptions {
+            topology: Topology::Kubernetes,
+            kubeconfig: None,
+            label_only,
+            mode: DependentsMode::Watch,
+            label_keys: vec!["holdfast.dev/protected".to_string()],
+            apiexport: String::new(),
+            cascading_keys: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn namespace_contents_are_refused_until_the_stores_are_started() {
+        let metrics = Metrics::new().expect("metrics");
+        let view = WebhookView::build(options(false), Some(fake_client()), None, metrics.clone());
+        // No store-manager pass yet: no stores at all, which must not read as "the
+        // namespace holds nothing".
+        assert!(!view.stores_built());
+        let err = view
+            .namespace_contents("", "shop")
+            .await
+            .err()
+            .map(|e| e.0)
+            .unwrap_or_default();
+        assert_eq!(
+            err,
+            "holdfast has just started and is still building the indexes of what namespaces hold"
+        );
+        // After a pass (every wanted store started), the stores answer.
+        view.store_passes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        assert!(view.stores_built());
+        let contents = view.namespace_contents("", "shop").await.map(|c| c.len());
+        assert_eq!(contents.ok(), Some(0));
+        // Label-only mode keeps no stores and waits for none.
+        let label_only = WebhookView::build(options(true), None, None, metrics);
+        assert!(label_only.stores_built());
     }
 
     #[tokio::test]
