@@ -290,9 +290,14 @@ impl WebhookView {
     /// Whether the object stores namespace containment reads have been started (one
     /// store-manager pass completed). Before that the set of stores is empty, and an
     /// empty set must not read as "the namespace holds nothing". Label-only mode (and a
-    /// webhook without an API client) keeps no stores, so nothing is waited for.
+    /// webhook without an API client) keeps no stores, so nothing is waited for; nor
+    /// on kcp, where the stores depend on a wildcard client that may never exist (the
+    /// kcp rework decides how containment reads workspaces there).
     pub fn stores_built(&self) -> bool {
-        self.label_only || self.client.is_none() || self.store_passes() > 0
+        self.label_only
+            || self.client.is_none()
+            || self.topology != Topology::Kubernetes
+            || self.store_passes() > 0
     }
 
     /// Asks the store manager for another pass at once.
