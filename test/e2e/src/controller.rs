@@ -409,3 +409,46 @@ pub async fn shipped_stack(
         .context("the controller installed no configuration")?;
     Ok(Shipped { env, controller })
 }
+
+/// Waits (up to 30 s) for the serving certificate the controller issues into the
+/// Secret `holdfast-system/holdfast-webhook-tls` (`--ca-secret`), and writes its
+/// `tls.crt` and `tls.key` into the env's directory, where `Env::start_webhook_on`
+/// serves them from.
+pub async fn use_issued_certificate(
+    env: &Env,
+    controller: &ControllerProcess,
+) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let secret: Value = loop {
+        let out = env.kubectl(&[
+            "get",
+            "secret",
+            "holdfast-webhook-tls",
+            "-n",
+            "holdfast-system",
+            "-o",
+            "json",
+        ])?;
+        if out.code == 0 {
+            break serde_json::from_str(&out.stdout)?;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "no Secret holdfast-webhook-tls: {out:?}\n{}",
+                controller.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for key in ["tls.crt", "tls.key"] {
+        let b64 = secret["data"][key]
+            .as_str()
+            .with_context(|| format!("no {key} in the Secret"))?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .with_context(|| format!("{key} is not base64"))?;
+        std::fs::write(env.dir.path().join(key), bytes)?;
+    }
+    Ok(())
+}

@@ -88,61 +88,15 @@ async fn shipped_stack() -> (Env, ControllerProcess) {
     )
     .expect("controller");
     c.wait_ready(30).await.expect("controller ready");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let secret: Value = loop {
-        let out = env
-            .kubectl(&[
-                "get",
-                "secret",
-                "holdfast-webhook-tls",
-                "-n",
-                "holdfast-system",
-                "-o",
-                "json",
-            ])
-            .expect("kubectl");
-        if out.code == 0 {
-            break serde_json::from_str(&out.stdout).expect("json");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no Secret: {out:?}\n{}",
-            c.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    for key in ["tls.crt", "tls.key"] {
-        let b64 = secret["data"][key].as_str().expect("key in Secret");
-        let bytes = decode_base64(b64);
-        std::fs::write(env.dir.path().join(key), bytes).expect("write");
-    }
+    holdfast_e2e::controller::use_issued_certificate(&env, &c)
+        .await
+        .expect("issued certificate");
     let webhook_kc = webhook_kc.to_string_lossy().into_owned();
     env.start_webhook_on(port, &["--kubeconfig", &webhook_kc])
         .await
         .expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     (env, c)
-}
-
-fn decode_base64(s: &str) -> Vec<u8> {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::new();
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for b in s.bytes().filter(|b| *b != b'=' && !b.is_ascii_whitespace()) {
-        let v = ALPHABET
-            .iter()
-            .position(|a| *a == b)
-            .expect("base64 character") as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    out
 }
 
 /// What `kubectl holdfast ARGS` printed, run as sim user `user`.

@@ -13,7 +13,6 @@ use holdfast_e2e::{
     fixtures,
 };
 use holdfast_sim::SimConfig;
-use serde_json::Value;
 
 const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
 const WEBHOOK: &str = holdfast_e2e::WEBHOOK_SA;
@@ -68,50 +67,10 @@ async fn both_binaries_run_as_the_shipped_service_accounts() {
     )
     .expect("controller");
     c.wait_ready(30).await.expect("controller ready");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let secret: Value = loop {
-        let out = env
-            .kubectl(&[
-                "get",
-                "secret",
-                "holdfast-webhook-tls",
-                "-n",
-                "holdfast-system",
-                "-o",
-                "json",
-            ])
-            .expect("kubectl");
-        if out.code == 0 {
-            break serde_json::from_str(&out.stdout).expect("json");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no Secret: {out:?}\n{}",
-            c.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
     // The webhook serves the certificate the controller issued.
-    for (key, file) in [("tls.crt", "tls.crt"), ("tls.key", "tls.key")] {
-        let b64 = secret["data"][key].as_str().expect("key in Secret");
-        let out = std::process::Command::new("base64")
-            .arg("-d")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut child| {
-                use std::io::Write as _;
-                child
-                    .stdin
-                    .take()
-                    .expect("stdin")
-                    .write_all(b64.as_bytes())?;
-                child.wait_with_output()
-            })
-            .expect("base64 -d");
-        assert!(out.status.success());
-        std::fs::write(env.dir.path().join(file), out.stdout).expect("write");
-    }
+    holdfast_e2e::controller::use_issued_certificate(&env, &c)
+        .await
+        .expect("issued certificate");
     let webhook_kc = webhook_kc.to_string_lossy().into_owned();
     env.start_webhook_on(port, &["--kubeconfig", &webhook_kc])
         .await
