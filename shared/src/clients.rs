@@ -73,8 +73,15 @@ impl UrlClients {
         &self.base
     }
 
-    /// How many per-URL clients are cached (for a gauge).
+    /// How many per-URL clients are cached (for a gauge; approximate: no cache
+    /// maintenance is run to count, so it is cheap on every lookup).
     pub fn cached(&self) -> u64 {
+        self.urls.entry_count()
+    }
+
+    /// The exact number of per-URL clients cached (runs the cache's pending
+    /// maintenance first: for reports and tests, not for every lookup).
+    pub fn cached_exactly(&self) -> u64 {
         self.urls.run_pending_tasks();
         self.urls.entry_count()
     }

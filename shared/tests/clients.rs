@@ -96,7 +96,7 @@ async fn paths_are_prefixed_and_one_server_keeps_one_connection() {
     assert_eq!(path_seen(&clients, &url, "/version").await, "/version");
     // Sequential requests through four URLs on one server: one connection.
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
-    assert_eq!(clients.cached(), 4);
+    assert_eq!(clients.cached_exactly(), 4);
 
     // A second server gets its own connection.
     let (other, other_accepted) = echo_server().await;
