@@ -25,7 +25,7 @@ use std::{
 use futures::StreamExt as _;
 use holdfast_shared::{
     api::{DependencyRule, GroupResource},
-    names::{FIELD_MANAGER, KCP_CLUSTER_ANNOTATION, WEBHOOK_CONFIGURATION_NAME},
+    names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
     webhookconfig::{
         InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICIES_WEBHOOK, matches_desired,
         provider_configuration, routes,
@@ -34,12 +34,17 @@ use holdfast_shared::{
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::{
     Api, Client, Resource, ResourceExt as _,
-    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams},
+    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
     runtime::{WatchStreamExt as _, watcher},
 };
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
+
+use holdfast_shared::{
+    kcp::workspace_resource,
+    watch::{Index, NotFound, Status as WatchStatus, WatchState},
+};
 
 use crate::{
     cycles::{RuleEdges, find_cycles},
@@ -47,11 +52,12 @@ use crate::{
     status::{Outcome, desired_status, now_rfc3339},
 };
 
-/// Objects of one kind across logical clusters, keyed by (cluster, name).
+/// Objects of one kind across logical clusters, keyed by (cluster, name): an
+/// [`Index`] fed by the shared watch driver.
 pub struct ClusterStore<K> {
     objects: BTreeMap<(String, String), Arc<K>>,
-    pending: Option<BTreeMap<(String, String), Arc<K>>>,
-    /// Whether the initial list completed.
+    /// Whether the index is synced (a complete list, no failure since; see
+    /// [`holdfast_shared::watch`]).
     pub ready: bool,
 }
 
@@ -59,49 +65,16 @@ impl<K> Default for ClusterStore<K> {
     fn default() -> Self {
         Self {
             objects: BTreeMap::new(),
-            pending: None,
             ready: false,
         }
     }
 }
 
-/// The logical cluster an object lives in (its `kcp.io/cluster` annotation).
-pub fn cluster_of<K: Resource>(obj: &K) -> String {
-    obj.meta()
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(KCP_CLUSTER_ANNOTATION))
-        .cloned()
-        .unwrap_or_default()
-}
+pub use holdfast_shared::kcp::{cluster_of, front_proxy_of};
 
 impl<K: Resource> ClusterStore<K> {
     fn key(obj: &K) -> (String, String) {
         (cluster_of(obj), obj.meta().name.clone().unwrap_or_default())
-    }
-
-    /// Applies one watcher event.
-    pub fn apply(&mut self, ev: watcher::Event<K>) {
-        match ev {
-            watcher::Event::Init => self.pending = Some(BTreeMap::new()),
-            watcher::Event::InitApply(o) => {
-                let k = Self::key(&o);
-                self.pending
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(k, Arc::new(o));
-            }
-            watcher::Event::InitDone => {
-                self.objects = self.pending.take().unwrap_or_default();
-                self.ready = true;
-            }
-            watcher::Event::Apply(o) => {
-                let k = Self::key(&o);
-                self.objects.insert(k, Arc::new(o));
-            }
-            watcher::Event::Delete(o) => {
-                self.objects.remove(&Self::key(&o));
-            }
-        }
     }
 
     /// A snapshot.
@@ -113,152 +86,126 @@ impl<K: Resource> ClusterStore<K> {
     }
 }
 
+impl<K: Resource> Index<K> for ClusterStore<K> {
+    fn reset(&mut self, objects: Vec<K>) {
+        self.objects = objects
+            .into_iter()
+            .map(|o| (Self::key(&o), Arc::new(o)))
+            .collect();
+    }
+
+    fn apply(&mut self, object: K) {
+        self.objects.insert(Self::key(&object), Arc::new(object));
+    }
+
+    fn delete(&mut self, object: K) {
+        self.objects.remove(&Self::key(&object));
+    }
+
+    fn status(&mut self, _from: &WatchStatus, to: &WatchStatus) {
+        self.ready = to.synced;
+        if let WatchState::Failed(e) | WatchState::Forbidden(e) = &to.state {
+            tracing::warn!(error = %e, "kcp watch failed; listing again");
+        }
+    }
+}
+
 type Shared<K> = Arc<Mutex<ClusterStore<K>>>;
+
+/// A [`ClusterStore`] behind a lock, waking `notify` after every change.
+struct SharedFeed<K> {
+    store: Shared<K>,
+    notify: Arc<Notify>,
+}
+
+impl<K: Resource> SharedFeed<K> {
+    fn with(&self, f: impl FnOnce(&mut ClusterStore<K>)) {
+        if let Ok(mut st) = self.store.lock() {
+            f(&mut st);
+        }
+        self.notify.notify_one();
+    }
+}
+
+impl<K: Resource> Index<K> for SharedFeed<K> {
+    fn reset(&mut self, objects: Vec<K>) {
+        self.with(|s| s.reset(objects));
+    }
+    fn apply(&mut self, object: K) {
+        self.with(|s| s.apply(object));
+    }
+    fn delete(&mut self, object: K) {
+        self.with(|s| s.delete(object));
+    }
+    fn status(&mut self, from: &WatchStatus, to: &WatchStatus) {
+        self.with(|s| s.status(from, to));
+    }
+}
 
 fn spawn_store<K>(api: Api<K>, cfg: watcher::Config, notify: Arc<Notify>) -> Shared<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let store: Shared<K> = Arc::new(Mutex::new(ClusterStore::default()));
-    let s = store.clone();
-    tokio::spawn(async move {
-        let stream = watcher(api, cfg).default_backoff();
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(ev) => {
-                    if let Ok(mut st) = s.lock() {
-                        st.apply(ev);
-                    }
-                    notify.notify_one();
-                }
-                Err(e) => tracing::warn!(error = %e, "kcp watch failed; retrying"),
-            }
-        }
-    });
+    let feed = SharedFeed {
+        store: store.clone(),
+        notify,
+    };
+    // Through a virtual workspace a 404 proves nothing: fail closed.
+    tokio::spawn(holdfast_shared::watch::run(
+        api,
+        cfg,
+        NotFound::Unknown,
+        feed,
+    ));
     store
 }
 
-/// Most per-URL clients kept (workspaces the controller writes to, plus a few).
-const MAX_CLIENTS: u64 = 4096;
-
 /// Builds clients for URLs derived from the kubeconfig (same credentials), one
-/// connection pool per server.
+/// connection pool per server (see [`holdfast_shared::kcp::Clients`]).
 #[derive(Clone)]
 pub struct Clients {
-    urls: holdfast_shared::clients::UrlClients,
+    inner: holdfast_shared::kcp::Clients,
 }
 
 impl Clients {
     /// Clients sharing `base`'s credentials and TLS settings.
     pub fn new(base: kube::Config) -> Self {
         Self {
-            urls: holdfast_shared::clients::UrlClients::new(base, MAX_CLIENTS),
+            inner: holdfast_shared::kcp::Clients::new(base, holdfast_shared::kcp::MAX_CLIENTS),
         }
     }
 
     /// A client whose base URL is `url`.
     pub fn at(&self, url: &str) -> anyhow::Result<Client> {
-        Ok(self.urls.at(url)?)
+        Ok(self.inner.at(url)?)
     }
 
     /// The front-proxy base URL: the kubeconfig's server without `/clusters/...`.
     pub fn front_proxy(&self) -> String {
-        front_proxy_of(&self.urls.config().cluster_url.to_string())
+        self.inner.front_proxy().to_string()
     }
 }
 
-/// `https://h:6443/clusters/root:holdfast` → `https://h:6443`.
-pub fn front_proxy_of(server: &str) -> String {
-    let s = server.trim_end_matches('/');
-    match s.find("/clusters/") {
-        Some(i) => s[..i].to_string(),
-        None => s.to_string(),
-    }
-}
-
-fn workspace_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("tenancy.kcp.io", "v1alpha1", "Workspace"),
-        "workspaces",
-    )
-}
-
-fn endpoint_slice_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("apis.kcp.io", "v1alpha1", "APIExportEndpointSlice"),
-        "apiexportendpointslices",
-    )
-}
-
-/// Resolves workspace paths of any depth to logical cluster names.
+/// Resolves workspace paths of any depth to logical cluster names (see
+/// [`holdfast_shared::kcp::Resolver`]).
 #[derive(Clone)]
-pub struct Resolver {
-    clients: Clients,
-    front_proxy: String,
-    cache: moka::future::Cache<String, String>,
-}
+pub struct Resolver(holdfast_shared::kcp::Resolver);
 
 impl Resolver {
     /// A resolver walking Workspaces through the front-proxy.
     pub fn new(clients: Clients) -> Self {
-        let front_proxy = clients.front_proxy();
-        Self {
-            clients,
-            front_proxy,
-            cache: moka::future::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(Duration::from_secs(300))
-                .build(),
-        }
+        Self(holdfast_shared::kcp::Resolver::new(clients.inner))
     }
 
     /// Forgets everything (a Workspace changed).
     pub fn invalidate(&self) {
-        self.cache.invalidate_all();
+        self.0.invalidate();
     }
 
     /// The logical cluster of `path` (`root:org:network`), walking one segment at a time.
     pub async fn resolve(&self, path: &str) -> Result<String, String> {
-        if let Some(lc) = self.cache.get(path).await {
-            return Ok(lc);
-        }
-        let mut segs = path.split(':');
-        if segs.next() != Some("root") {
-            return Err(format!("workspace path {path:?} does not start at root"));
-        }
-        let mut cur_path = "root".to_string();
-        let mut cur_lc = "root".to_string();
-        for seg in segs {
-            let next = format!("{cur_path}:{seg}");
-            if let Some(lc) = self.cache.get(&next).await {
-                cur_path = next;
-                cur_lc = lc;
-                continue;
-            }
-            let client = self
-                .clients
-                .at(&format!("{}/clusters/{cur_lc}", self.front_proxy))
-                .map_err(|e| e.to_string())?;
-            let api: Api<DynamicObject> = Api::all_with(client, &workspace_resource());
-            let ws = match api.get_opt(seg).await {
-                Ok(Some(ws)) => ws,
-                Ok(None) => return Err(format!("workspace {seg:?} not found in {cur_path}")),
-                Err(e) => return Err(format!("reading workspace {seg:?} in {cur_path}: {e}")),
-            };
-            let Some(lc) = ws.data["spec"]["cluster"]
-                .as_str()
-                .filter(|s| !s.is_empty())
-            else {
-                return Err(format!(
-                    "workspace {next} is not scheduled yet (no spec.cluster)"
-                ));
-            };
-            self.cache.insert(next.clone(), lc.to_string()).await;
-            cur_path = next;
-            cur_lc = lc.to_string();
-        }
-        Ok(cur_lc)
+        self.0.resolve(path).await.map_err(|e| e.to_string())
     }
 }
 
@@ -275,36 +222,13 @@ pub struct Settings {
 }
 
 /// Finds the virtual workspace URL in the APIExportEndpointSlice `name` of the
-/// holdfast workspace; waits until it has an endpoint.
+/// holdfast workspace; waits until it has an endpoint (`None`: shut down first).
 pub async fn virtual_workspace_url(
     home: &Client,
     name: &str,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<String>> {
-    let api: Api<DynamicObject> = Api::all_with(home.clone(), &endpoint_slice_resource());
-    let mut warned = false;
-    loop {
-        match api.get_opt(name).await {
-            Ok(Some(slice)) => {
-                if let Some(url) = slice.data["status"]["endpoints"][0]["url"].as_str() {
-                    return Ok(Some(url.trim_end_matches('/').to_string()));
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(error = %e, "reading the APIExportEndpointSlice failed"),
-        }
-        if !warned {
-            tracing::warn!(
-                slice = name,
-                "waiting for APIExportEndpointSlice {name} to list an endpoint"
-            );
-            warned = true;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = shutdown.changed() => return Ok(None),
-        }
-    }
+    Ok(holdfast_shared::kcp::virtual_workspace_url(home, name, shutdown).await)
 }
 
 /// The kcp reconciler.
@@ -923,36 +847,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn front_proxy_strips_the_cluster_path() {
-        assert_eq!(
-            front_proxy_of("https://kcp:6443/clusters/root:holdfast"),
-            "https://kcp:6443"
-        );
-        assert_eq!(
-            front_proxy_of("https://kcp:6443/clusters/root:holdfast/"),
-            "https://kcp:6443"
-        );
-        assert_eq!(front_proxy_of("https://kcp:6443"), "https://kcp:6443");
-    }
-
-    #[test]
     fn cluster_store_keys_by_cluster_and_name() {
         let mk = |c: &str, n: &str| {
             let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
             cm.metadata.name = Some(n.into());
-            cm.metadata.annotations =
-                Some([(KCP_CLUSTER_ANNOTATION.to_string(), c.to_string())].into());
+            cm.metadata.annotations = Some(
+                [(
+                    holdfast_shared::names::KCP_CLUSTER_ANNOTATION.to_string(),
+                    c.to_string(),
+                )]
+                .into(),
+            );
             cm
         };
         let mut s = ClusterStore::default();
-        s.apply(watcher::Event::Init);
-        s.apply(watcher::Event::InitApply(mk("a", "x")));
-        s.apply(watcher::Event::InitApply(mk("b", "x")));
+        let mut d = holdfast_shared::watch::Driver::new(NotFound::Unknown);
+        d.handle(&mut s, Ok(watcher::Event::Init));
+        d.handle(&mut s, Ok(watcher::Event::InitApply(mk("a", "x"))));
+        d.handle(&mut s, Ok(watcher::Event::InitApply(mk("b", "x"))));
         assert!(!s.ready);
-        s.apply(watcher::Event::InitDone);
+        d.handle(&mut s, Ok(watcher::Event::InitDone));
         assert!(s.ready);
         assert_eq!(s.snapshot().len(), 2, "same name in two clusters");
-        s.apply(watcher::Event::Delete(mk("a", "x")));
+        d.handle(&mut s, Ok(watcher::Event::Delete(mk("a", "x"))));
         let keys: Vec<_> = s.snapshot().into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, vec![("b".to_string(), "x".to_string())]);
     }

@@ -262,36 +262,7 @@ pub async fn keep_sources(
     Ok(true)
 }
 
-/// Whether the controller's identity may list and watch `gr` cluster-wide now (a
-/// SelfSubjectAccessReview per verb; an error counts as no).
-pub async fn may_read(client: &Client, gr: &GroupResource) -> bool {
-    use k8s_openapi::api::authorization::v1::{
-        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-    };
-    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let ask = |verb: &str| {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(gr.group.clone()),
-                    resource: Some(gr.resource.clone()),
-                    verb: Some(verb.to_string()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let api = api.clone();
-        async move {
-            api.create(&PostParams::default(), &review)
-                .await
-                .is_ok_and(|r| r.status.is_some_and(|s| s.allowed))
-        }
-    };
-    let (list, watch) = futures::join!(ask("list"), ask("watch"));
-    list && watch
-}
+pub use holdfast_shared::clients::may_read;
 
 #[cfg(test)]
 mod tests {

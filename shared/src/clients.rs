@@ -124,6 +124,44 @@ impl UrlClients {
     }
 }
 
+/// How long a SelfSubjectAccessReview may take before it counts as "no".
+pub const ACCESS_REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether `client`'s identity may list and watch `gr` cluster-wide now (a
+/// SelfSubjectAccessReview per verb, asked at once; an error or no answer within
+/// [`ACCESS_REVIEW_TIMEOUT`] counts as no).
+pub async fn may_read(client: &Client, gr: &crate::api::common::GroupResource) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    let ask = |verb: &str| {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(gr.group.clone()),
+                    resource: Some(gr.resource.clone()),
+                    verb: Some(verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api = api.clone();
+        async move {
+            tokio::time::timeout(
+                ACCESS_REVIEW_TIMEOUT,
+                api.create(&kube::api::PostParams::default(), &review),
+            )
+            .await
+            .is_ok_and(|r| r.is_ok_and(|r| r.status.is_some_and(|s| s.allowed)))
+        }
+    };
+    let (list, watch) = futures::join!(ask("list"), ask("watch"));
+    list && watch
+}
+
 /// `https://h:6443/clusters/root` → (`https://h:6443`, `/clusters/root`).
 fn split_url(url: &str) -> Result<(String, String), ClientError> {
     let bad = |reason: &str| ClientError::BadUrl {

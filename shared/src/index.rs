@@ -355,17 +355,11 @@ pub struct DependentsIndex {
 
 impl DependentsIndex {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        match self.inner.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::locks::write(&self.inner)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        match self.inner.read() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::locks::read(&self.inner)
     }
 
     /// Sets what dependent `id` (of `kind`) references, replacing what it did before.

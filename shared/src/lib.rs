@@ -2,8 +2,10 @@
 //! policy evaluation shared by `holdfast-controller` and `holdfast-webhook`.
 //!
 //! Policies are evaluated without I/O, over an admission request and a
-//! [`policy::ClusterView`] that the webhook implements. The one module that touches the
-//! network is [`clients`]: it builds (and caches) the API clients both binaries use.
+//! [`policy::ClusterView`] that the webhook implements. The modules that touch the
+//! network are [`clients`] (the API clients both binaries use, cached), [`kcp`] (kcp
+//! plumbing: logical clusters, endpoint slices, workspace paths) and [`watch`] (the one
+//! watch driver every cache is fed by).
 
 #![warn(missing_docs)]
 
@@ -15,7 +17,9 @@ pub mod clients;
 pub mod deferred;
 pub mod fieldpath;
 pub mod index;
+pub mod kcp;
 pub mod labels;
+pub mod locks;
 pub mod names;
 pub mod policy;
 pub mod registry;
@@ -24,4 +28,5 @@ pub mod review;
 pub mod selector;
 pub mod selfprotection;
 pub mod topology;
+pub mod watch;
 pub mod webhookconfig;

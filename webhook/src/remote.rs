@@ -8,12 +8,18 @@
 
 use dashmap::DashMap;
 use futures::StreamExt;
-use holdfast_shared::{api::common::GroupResource, policy::LookupError, registry::AnchorSourceRef};
+use holdfast_shared::{
+    api::common::GroupResource,
+    locks,
+    policy::LookupError,
+    registry::AnchorSourceRef,
+    watch::{Driver, Index, NotFound, Status, Step, WatchBackoff, WatchState},
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject},
-    runtime::watcher,
+    runtime::{utils::Backoff as _, watcher},
 };
 use serde_json::Value;
 use std::{
@@ -24,6 +30,9 @@ use std::{
 
 /// How often a watched source's Secret is read again.
 const SECRET_RECHECK: Duration = Duration::from_secs(10);
+
+/// How long a source that cannot be used waits before its Secret is read again.
+const SOURCE_RETRY: Duration = Duration::from_secs(5);
 
 /// What is known of one remote store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,24 +78,15 @@ impl Default for RemoteStore {
 impl RemoteStore {
     /// The store's state.
     pub fn state(&self) -> SourceState {
-        match self.state.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        locks::read(&self.state).clone()
     }
 
     fn set_state(&self, s: SourceState) {
-        match self.state.write() {
-            Ok(mut g) => *g = s,
-            Err(p) => *p.into_inner() = s,
-        }
+        *locks::write(&self.state) = s;
     }
 
     fn objects(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<(String, String), Arc<Value>>> {
-        match self.objects.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        locks::write(&self.objects)
     }
 
     /// The anchor `namespace/name`, or why it cannot be known.
@@ -100,11 +100,7 @@ impl RemoteStore {
             SourceState::Synced => {}
             other => return Err(state_error(source, &other)),
         }
-        let objects = match self.objects.read() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        Ok(objects
+        Ok(locks::read(&self.objects)
             .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
             .cloned())
     }
@@ -182,8 +178,69 @@ async fn remote_client(
     Ok((client, version))
 }
 
+/// (namespace, name) of an object.
+fn key_of(o: &DynamicObject) -> (String, String) {
+    (
+        o.metadata.namespace.clone().unwrap_or_default(),
+        o.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The index a remote watch feeds: the store, whose state follows the watch's.
+struct RemoteFeed<'a> {
+    key: &'a RemoteKey,
+    store: &'a RemoteStore,
+}
+
+impl Index<DynamicObject> for RemoteFeed<'_> {
+    fn reset(&mut self, objects: Vec<DynamicObject>) {
+        *self.store.objects() = objects
+            .into_iter()
+            .map(|o| {
+                (
+                    key_of(&o),
+                    Arc::new(serde_json::to_value(o).unwrap_or(Value::Null)),
+                )
+            })
+            .collect();
+    }
+
+    fn apply(&mut self, o: DynamicObject) {
+        let k = key_of(&o);
+        let v = Arc::new(serde_json::to_value(o).unwrap_or(Value::Null));
+        self.store.objects().insert(k, v);
+    }
+
+    fn delete(&mut self, o: DynamicObject) {
+        self.store.objects().remove(&key_of(&o));
+    }
+
+    fn status(&mut self, _from: &Status, to: &Status) {
+        let (key, store) = (self.key, self.store);
+        let state = match &to.state {
+            WatchState::Starting => SourceState::Connecting,
+            WatchState::Listed => {
+                tracing::info!(source = %key.source, resource = %key.gr, "anchor source synced");
+                SourceState::Synced
+            }
+            // Not served there: most likely the wrong cluster, so nothing is taken
+            // as known (fail closed).
+            WatchState::NotServed => {
+                store.objects().clear();
+                SourceState::Unusable(format!("{} is not served there", key.gr))
+            }
+            WatchState::Forbidden(e) | WatchState::Failed(e) => {
+                tracing::warn!(source = %key.source, resource = %key.gr, error = %e, "anchor source unreachable; refusing its anchors' objects until it is listed again");
+                SourceState::Unreachable(e.clone())
+            }
+        };
+        store.set_state(state);
+    }
+}
+
 /// Feeds one remote store until aborted: reads the Secret, lists and watches the
-/// anchors; after any failure starts over (a fresh list) a few seconds later.
+/// anchors through the shared watch driver (a 404 proves nothing there: the source
+/// may be the wrong cluster); after any failure starts over with a fresh list.
 async fn run_remote(
     local: Client,
     allowed_namespace: String,
@@ -201,7 +258,11 @@ async fn run_remote(
         kind: String::new(),
         plural: key.gr.resource.clone(),
     };
-    let mut delay = Duration::from_millis(500);
+    let mut backoff = WatchBackoff::default();
+    let mut feed = RemoteFeed {
+        key: &key,
+        store: &store,
+    };
     loop {
         let (client, version) = match remote_client(&local, &allowed_namespace, &key.source).await {
             Ok(c) => c,
@@ -210,19 +271,19 @@ async fn run_remote(
                     tracing::warn!(source = %key.source, resource = %key.gr, ?state, "anchor source not usable; refusing its anchors' objects");
                 }
                 store.set_state(state);
-                tokio::time::sleep(Duration::from_secs(5)).await;
+                tokio::time::sleep(SOURCE_RETRY).await;
                 continue;
             }
         };
         let api: Api<DynamicObject> = Api::all_with(client, &ar);
         let mut stream = watcher(api, watcher::Config::default()).boxed();
-        let mut buffer: HashMap<(String, String), Arc<Value>> = HashMap::new();
+        let mut driver = Driver::new(NotFound::Unknown);
         // The Secret is read again now and then: a changed one (another cluster,
         // rotated credentials) starts over with a fresh list.
         let mut recheck = tokio::time::interval(SECRET_RECHECK);
         recheck.tick().await;
-        let failure = loop {
-            let event = tokio::select! {
+        loop {
+            let item = tokio::select! {
                 e = stream.next() => e,
                 _ = recheck.tick() => {
                     match secret_version(&local, &key.source).await {
@@ -232,65 +293,21 @@ async fn run_remote(
                         Ok(_) => {
                             tracing::info!(source = %key.source, resource = %key.gr, "anchor source Secret changed; listing again");
                             store.set_state(SourceState::Connecting);
-                            break String::new();
+                            backoff.reset();
+                            break;
                         }
                     }
                 }
             };
-            let Some(event) = event else {
-                break "the watch ended".to_string();
-            };
-            let keyed = |o: &DynamicObject| {
-                (
-                    (
-                        o.metadata.namespace.clone().unwrap_or_default(),
-                        o.metadata.name.clone().unwrap_or_default(),
-                    ),
-                    Arc::new(serde_json::to_value(o).unwrap_or(Value::Null)),
-                )
-            };
-            match event {
-                Ok(watcher::Event::Init) => buffer.clear(),
-                Ok(watcher::Event::InitApply(o)) => {
-                    let (k, v) = keyed(&o);
-                    buffer.insert(k, v);
-                }
-                Ok(watcher::Event::InitDone) => {
-                    *store.objects() = std::mem::take(&mut buffer);
-                    if store.state() != SourceState::Synced {
-                        tracing::info!(source = %key.source, resource = %key.gr, "anchor source synced");
-                    }
-                    store.set_state(SourceState::Synced);
-                    delay = Duration::from_millis(500);
-                }
-                Ok(watcher::Event::Apply(o)) => {
-                    let (k, v) = keyed(&o);
-                    store.objects().insert(k, v);
-                }
-                Ok(watcher::Event::Delete(o)) => {
-                    let (k, _) = keyed(&o);
-                    store.objects().remove(&k);
-                }
-                Err(e) if crate::stores::watcher_not_found(&e) => {
-                    // Not served there: most likely the wrong cluster, so nothing
-                    // is taken as known (fail closed).
-                    store.objects().clear();
-                    store.set_state(SourceState::Unusable(format!(
-                        "{} is not served there",
-                        key.gr
-                    )));
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    break String::new();
-                }
-                Err(e) => break e.to_string(),
+            let Some(item) = item else { break };
+            if driver.handle(&mut feed, item) == Step::Restart {
+                break;
             }
-        };
-        if !failure.is_empty() {
-            tracing::warn!(source = %key.source, resource = %key.gr, error = %failure, "anchor source unreachable; refusing its anchors' objects until it is listed again");
-            store.set_state(SourceState::Unreachable(failure));
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
+            if driver.synced() {
+                backoff.reset();
+            }
         }
+        tokio::time::sleep(backoff.next().unwrap_or(SOURCE_RETRY)).await;
     }
 }
 

@@ -7,7 +7,12 @@
 
 use dashmap::DashMap;
 use futures::StreamExt;
-use holdfast_shared::{api::common::GroupResource, names::KCP_CLUSTER_ANNOTATION};
+use holdfast_shared::{
+    api::common::GroupResource,
+    names::KCP_CLUSTER_ANNOTATION,
+    policy::LookupError,
+    watch::{self, Driver, Index, NotFound, Status, WatchState, api_status},
+};
 use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject},
@@ -16,7 +21,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{
         Arc, RwLock,
         atomic::{AtomicBool, Ordering},
@@ -94,17 +99,6 @@ impl Objects {
             }
         }
     }
-
-    fn keys(&self) -> Vec<ObjKey> {
-        self.by_ns
-            .iter()
-            .flat_map(|((c, n), names)| {
-                names
-                    .keys()
-                    .map(|name| (c.clone(), n.clone(), name.clone()))
-            })
-            .collect()
-    }
 }
 
 /// Objects of one resource.
@@ -143,17 +137,11 @@ impl ResourceStore {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Objects> {
-        match self.objects.read() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        holdfast_shared::locks::read(&self.objects)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Objects> {
-        match self.objects.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        holdfast_shared::locks::write(&self.objects)
     }
 
     /// One object.
@@ -236,187 +224,143 @@ pub fn trim_to_phase(obj: &mut DynamicObject) {
     };
 }
 
-fn meta_value(meta: &PartialObjectMeta<DynamicObject>) -> Value {
-    let m = serde_json::to_value(&meta.metadata).unwrap_or(Value::Null);
-    json!({ "metadata": m })
-}
-
 /// A 404 from the API server (the resource is not served).
 pub fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-/// The retry delays of the store and dependents watches: 500 ms doubling up to
-/// 5 s (a type refused with 403 is picked up within seconds of its grant).
-#[derive(Clone, Debug, Default)]
-pub struct WatchBackoff {
-    next: Option<std::time::Duration>,
-}
-
-impl Iterator for WatchBackoff {
-    type Item = std::time::Duration;
-
-    fn next(&mut self) -> Option<std::time::Duration> {
-        let d = self
-            .next
-            .unwrap_or(std::time::Duration::from_millis(500))
-            .min(std::time::Duration::from_secs(5));
-        self.next = Some(d * 2);
-        Some(d)
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = None;
-    }
+    api_status(e) == Some(404)
 }
 
 /// A 403 from the API server: the webhook's identity may not read the resource.
 pub fn is_forbidden(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 403)
-}
-
-/// A watch failure that means the webhook may not read the resource.
-pub fn watcher_forbidden(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => is_forbidden(e),
-        watcher::Error::WatchError(s) => s.code == 403,
-        watcher::Error::NoResourceVersion => false,
-    }
+    api_status(e) == Some(403)
 }
 
 /// The lookup error for a failed read of `resource`: a 403 says which permission
 /// is missing and where it comes from.
-pub fn lookup_error(resource: &str, e: &kube::Error) -> holdfast_shared::policy::LookupError {
+pub fn lookup_error(resource: &str, e: &kube::Error) -> LookupError {
     if is_forbidden(e) {
         unreadable_error(resource)
     } else {
-        holdfast_shared::policy::LookupError(e.to_string())
+        LookupError(e.to_string())
     }
 }
 
 /// The lookup error for a resource the webhook may not read.
-pub fn unreadable_error(resource: &str) -> holdfast_shared::policy::LookupError {
-    {
-        holdfast_shared::policy::LookupError(format!(
-            "holdfast may not read {resource} yet (get, list, watch on {resource} is not granted to \
-             its ServiceAccount; the controller grants what the policies name through ClusterRole \
-             holdfast-reads)"
-        ))
+pub fn unreadable_error(resource: &str) -> LookupError {
+    LookupError(format!(
+        "holdfast may not read {resource} yet (get, list, watch on {resource} is not granted to \
+         its ServiceAccount; the controller grants what the policies name through ClusterRole \
+         holdfast-reads)"
+    ))
+}
+
+/// Feeds one [`ResourceStore`] from a watch of `K` (each object made a JSON value by
+/// `to_value`), reporting a refusal (403) once through `on_forbidden(true)` and the
+/// first complete list afterwards through `on_forbidden(false)`.
+struct StoreFeed<F, R> {
+    store: Arc<ResourceStore>,
+    to_value: F,
+    on_forbidden: R,
+}
+
+impl<K, F: Fn(K) -> Value, R: Fn(bool)> Index<K> for StoreFeed<F, R> {
+    fn reset(&mut self, objects: Vec<K>) {
+        let mut fresh = Objects::default();
+        for o in objects {
+            let v = (self.to_value)(o);
+            fresh.insert(key_of(&v["metadata"]), Arc::new(v));
+        }
+        *self.store.write() = fresh;
+    }
+
+    fn apply(&mut self, object: K) {
+        let v = (self.to_value)(object);
+        self.store
+            .write()
+            .insert(key_of(&v["metadata"]), Arc::new(v));
+    }
+
+    fn delete(&mut self, object: K) {
+        let v = (self.to_value)(object);
+        self.store.write().remove(&key_of(&v["metadata"]));
+    }
+
+    fn status(&mut self, _from: &Status, to: &Status) {
+        let store = &self.store;
+        store.synced.store(to.synced, Ordering::Release);
+        match &to.state {
+            WatchState::Forbidden(_) => {
+                if !store.forbidden.swap(true, Ordering::AcqRel) {
+                    (self.on_forbidden)(true);
+                }
+            }
+            WatchState::Listed => {
+                if store.forbidden.swap(false, Ordering::AcqRel) {
+                    (self.on_forbidden)(false);
+                }
+                tracing::debug!(resource = %store.resource.plural, "store synced");
+            }
+            WatchState::Failed(e) => {
+                tracing::warn!(resource = %store.resource.plural, error = %e, "store watch error; listing again");
+            }
+            WatchState::Starting | WatchState::NotServed => {}
+        }
     }
 }
 
-/// A watch failure that means the resource is not served.
-pub fn watcher_not_found(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => is_not_found(e),
-        watcher::Error::WatchError(s) => s.code == 404,
-        watcher::Error::NoResourceVersion => false,
-    }
+fn full_value(o: DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or(Value::Null)
 }
 
-/// Runs the watch feeding `store` until aborted. A refusal (403) is reported
-/// once through `on_forbidden(true)` and the watch retried with backoff; the
-/// first complete list afterwards reports `on_forbidden(false)`.
+/// Runs the watch feeding `store` until aborted (see [`holdfast_shared::watch`] for
+/// what synced and each failure mean; a 404 empties it where `not_found` says so).
 pub async fn run_store(
     client: Client,
     store: Arc<ResourceStore>,
     depth: Depth,
     label_selector: Option<String>,
+    not_found: NotFound,
     on_forbidden: impl Fn(bool) + Send + Sync + 'static,
 ) {
     let mut cfg = watcher::Config::default();
     if let Some(sel) = &label_selector {
         cfg = cfg.labels(sel);
     }
-    let name = store.resource.plural.clone();
-    let mut seen: HashSet<ObjKey> = HashSet::new();
-    let mut buffer: Vec<(ObjKey, Value)> = Vec::new();
-    macro_rules! handle {
-        ($stream:expr, $to_value:expr) => {{
-            let mut stream = $stream;
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::Init) => {
-                        seen.clear();
-                        buffer.clear();
-                    }
-                    Ok(watcher::Event::InitApply(obj)) => {
-                        let v: Value = $to_value(&obj);
-                        let key = key_of(&v["metadata"]);
-                        seen.insert(key.clone());
-                        buffer.push((key, v));
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        let mut objects = store.write();
-                        for stale in objects.keys().into_iter().filter(|k| !seen.contains(k)) {
-                            objects.remove(&stale);
-                        }
-                        for (k, v) in buffer.drain(..) {
-                            objects.insert(k, Arc::new(v));
-                        }
-                        drop(objects);
-                        store.synced.store(true, Ordering::Release);
-                        if store.forbidden.swap(false, Ordering::AcqRel) {
-                            on_forbidden(false);
-                        }
-                        tracing::debug!(resource = %name, "store synced");
-                    }
-                    Ok(watcher::Event::Apply(obj)) => {
-                        let v: Value = $to_value(&obj);
-                        let key = key_of(&v["metadata"]);
-                        store.write().insert(key, Arc::new(v));
-                    }
-                    Ok(watcher::Event::Delete(obj)) => {
-                        let v: Value = $to_value(&obj);
-                        store.write().remove(&key_of(&v["metadata"]));
-                    }
-                    Err(e) if watcher_not_found(&e) => {
-                        *store.write() = Objects::default();
-                        store.synced.store(true, Ordering::Release);
-                    }
-                    Err(e) if watcher_forbidden(&e) => {
-                        store.synced.store(false, Ordering::Release);
-                        if !store.forbidden.swap(true, Ordering::AcqRel) {
-                            on_forbidden(true);
-                        }
-                    }
-                    Err(e) => {
-                        store.synced.store(false, Ordering::Release);
-                        tracing::warn!(resource = %name, error = %e, "store watch error; retrying");
-                    }
-                }
-            }
-        }};
-    }
+    let ar = store.resource.clone();
     match depth {
-        Depth::Metadata => handle!(
-            watcher(
-                Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &store.resource),
-                cfg
-            )
-            .backoff(WatchBackoff::default())
-            .boxed(),
-            meta_value
-        ),
-        Depth::Full => handle!(
-            watcher(Api::<DynamicObject>::all_with(client, &store.resource), cfg)
-                .backoff(WatchBackoff::default())
-                .boxed(),
-            |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null)
-        ),
-        Depth::Phase => handle!(
-            watcher(Api::<DynamicObject>::all_with(client, &store.resource), cfg)
-                .default_backoff()
-                .modify(trim_to_phase)
-                .boxed(),
-            |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null)
-        ),
+        Depth::Metadata => {
+            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &ar);
+            let to_value = |m: PartialObjectMeta<DynamicObject>| json!({ "metadata": serde_json::to_value(&m.metadata).unwrap_or(Value::Null) });
+            let feed = StoreFeed {
+                store,
+                to_value,
+                on_forbidden,
+            };
+            watch::run(api, cfg, not_found, feed).await;
+        }
+        Depth::Full => {
+            let api = Api::<DynamicObject>::all_with(client, &ar);
+            let feed = StoreFeed {
+                store,
+                to_value: full_value,
+                on_forbidden,
+            };
+            watch::run(api, cfg, not_found, feed).await;
+        }
+        Depth::Phase => {
+            let api = Api::<DynamicObject>::all_with(client, &ar);
+            let mut feed = StoreFeed {
+                store,
+                to_value: full_value,
+                on_forbidden,
+            };
+            // Trimmed as each object arrives, so a list of Pods is never held whole.
+            let streams = || {
+                watcher(api.clone(), cfg.clone())
+                    .modify(trim_to_phase)
+                    .boxed()
+            };
+            watch::run_streams(streams, &mut Driver::new(not_found), &mut feed).await;
+        }
     }
 }
 
@@ -489,20 +433,6 @@ mod tests {
     }
 
     #[test]
-    fn watch_backoff_doubles_to_five_seconds_and_resets() {
-        use kube::runtime::utils::Backoff as _;
-        use std::time::Duration;
-        let mut b = WatchBackoff::default();
-        let first: Vec<Duration> = (&mut b).take(6).collect();
-        assert_eq!(
-            first,
-            [500, 1000, 2000, 4000, 5000, 5000].map(Duration::from_millis)
-        );
-        b.reset();
-        assert_eq!(b.next(), Some(Duration::from_millis(500)));
-    }
-
-    #[test]
     fn indexes_follow_inserts_updates_and_removals() {
         let ar = ApiResource {
             group: "g".into(),
@@ -534,7 +464,7 @@ mod tests {
         assert_eq!(store.len(), 2);
         assert!(store.get(&key("", "a", "x")).is_none());
         assert!(store.get(&key("", "a", "y")).is_some());
-        assert_eq!(store.read().keys().len(), 2);
+        assert_eq!(store.len(), 2);
         assert_eq!(store.in_cluster("").len(), 1);
         assert_eq!(store.in_cluster("lc").len(), 1);
         assert!(store.any(|o| o["metadata"]["name"] == "z"));

@@ -238,11 +238,7 @@ async fn discover(client: &Client) -> anyhow::Result<(Vec<ApiResourceInfo>, Vec<
     }
     let groups: APIGroupList = get_json(client, "/apis").await?;
     for g in groups.groups {
-        let version = g
-            .preferred_version
-            .map(|p| p.version)
-            .or_else(|| g.versions.first().map(|v| v.version.clone()));
-        if let Some(v) = version {
+        if let Some(v) = holdfast_webhook::view::discovery::preferred_version(&g) {
             lists.push((g.name.clone(), v.clone(), format!("/apis/{}/{v}", g.name)));
         }
     }

@@ -1,0 +1,540 @@
+//! One watch driver for every cache both binaries keep.
+//!
+//! A cache is an [`Index`]: it is told of a complete list ([`Index::reset`]), of an
+//! object added or changed ([`Index::apply`]) and of an object deleted
+//! ([`Index::delete`], with the whole object, so its logical cluster stays known). The
+//! [`Driver`] turns the events of kube-runtime's watcher into those calls, buffering a
+//! list until it is complete and swapping it in at once, and keeps one [`Status`];
+//! [`run`] feeds a driver from a watch until the task is dropped.
+//!
+//! # What "synced" means
+//!
+//! An index is **synced** when it holds every object the watched URL serves, as of a
+//! complete list and every event since, and nothing has failed after that list. Only a
+//! synced index may answer "there is none": one that is not synced is either not read
+//! (object stores, the dependents index: the caller falls back to a live read, or
+//! refuses) or read as "what was last known", never as "empty" (the policy registry,
+//! which has loaded at least once; see `docs/decisions.md`).
+//!
+//! # What each failure means
+//!
+//! Every failure makes the index unsynced at once, and the driver lists again from
+//! scratch after [`WatchBackoff`] (500 ms doubling up to 5 s, back to 500 ms after a
+//! complete list). The watch is never resumed from an old resource version after a
+//! failure: kube-runtime's watcher resumes a broken watch without a new list, which
+//! would leave nothing to mark the index synced again.
+//! - **404** ([`WatchState::NotServed`]): the type is not served at the watched URL.
+//!   That proves no object exists only where the URL is the one server of the type and
+//!   its discovery is authoritative ([`NotFound::Empty`], the Kubernetes topology): the
+//!   index is emptied and synced. Anywhere else ([`NotFound::Unknown`]: kcp's
+//!   `/clusters/*` through a front-proxy or a virtual workspace answers 404 for a type
+//!   served by some workspaces but not reachable there) it proves nothing: the index is
+//!   left as it was and unsynced.
+//! - **403** ([`WatchState::Forbidden`]): the identity may not list or watch the type.
+//!   The index is unsynced until a list succeeds.
+//! - **anything else** ([`WatchState::Failed`]): the index is unsynced until a list
+//!   succeeds.
+//!
+//! The index hears of every change of status through [`Index::status`] (to report a
+//! refusal once, or flip a flag readers check).
+
+use std::{borrow::Cow, fmt, time::Duration};
+
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{
+    Api, Resource,
+    runtime::{utils::Backoff, watcher},
+};
+use serde::de::DeserializeOwned;
+
+/// A cache fed by a watch.
+pub trait Index<K> {
+    /// Replaces everything with the objects of a complete list.
+    fn reset(&mut self, objects: Vec<K>);
+    /// Adds or replaces one object.
+    fn apply(&mut self, object: K);
+    /// Removes one object (the whole object, as last seen).
+    fn delete(&mut self, object: K);
+    /// The watch's status changed from `from` to `to` (ignored unless overridden).
+    fn status(&mut self, from: &Status, to: &Status) {
+        let _ = (from, to);
+    }
+}
+
+/// What the last event of a watch says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchState {
+    /// No complete list yet.
+    Starting,
+    /// A complete list was applied and nothing failed since.
+    Listed,
+    /// The last list or watch answered 404: the type is not served at the URL.
+    NotServed,
+    /// The last list or watch answered 403 (the error).
+    Forbidden(String),
+    /// The last list or watch failed otherwise (the error).
+    Failed(String),
+}
+
+/// The state of a watch and whether its index is synced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// What the last event said.
+    pub state: WatchState,
+    /// Whether the index holds every object the URL serves (see the module docs).
+    pub synced: bool,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Self {
+            state: WatchState::Starting,
+            synced: false,
+        }
+    }
+}
+
+/// What a 404 proves at the watched URL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotFound {
+    /// No object of the type exists: the index is emptied and synced (one API server
+    /// whose discovery is authoritative: Kubernetes).
+    Empty,
+    /// Nothing: the index is kept and unsynced (kcp, a remote cluster that may be the
+    /// wrong one).
+    Unknown,
+}
+
+/// What the caller does after an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Go on reading the stream.
+    Continue,
+    /// The stream failed: wait for the backoff, then list again with a new stream.
+    Restart,
+}
+
+/// The state machine between a watch and an [`Index`].
+pub struct Driver<K> {
+    not_found: NotFound,
+    /// Objects of a list in progress (between `Init` and `InitDone`).
+    buffer: Option<Vec<K>>,
+    status: Status,
+}
+
+impl<K> Driver<K> {
+    /// A driver that has seen nothing yet.
+    pub fn new(not_found: NotFound) -> Self {
+        Self {
+            not_found,
+            buffer: None,
+            status: Status::default(),
+        }
+    }
+
+    /// The current status.
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    /// Whether the index is synced.
+    pub fn synced(&self) -> bool {
+        self.status.synced
+    }
+
+    fn set<I: Index<K>>(&mut self, index: &mut I, state: WatchState, synced: bool) {
+        let to = Status { state, synced };
+        if to != self.status {
+            let from = std::mem::replace(&mut self.status, to);
+            index.status(&from, &self.status);
+        }
+    }
+
+    /// Feeds one item of a watcher stream to `index`.
+    pub fn handle<I: Index<K>>(
+        &mut self,
+        index: &mut I,
+        item: Result<watcher::Event<K>, watcher::Error>,
+    ) -> Step {
+        match item {
+            Ok(watcher::Event::Init) => self.buffer = Some(Vec::new()),
+            Ok(watcher::Event::InitApply(o)) => self.buffer.get_or_insert_with(Vec::new).push(o),
+            Ok(watcher::Event::InitDone) => {
+                index.reset(self.buffer.take().unwrap_or_default());
+                self.set(index, WatchState::Listed, true);
+            }
+            Ok(watcher::Event::Apply(o)) => index.apply(o),
+            Ok(watcher::Event::Delete(o)) => index.delete(o),
+            Err(e) => {
+                self.buffer = None;
+                match watcher_status(&e) {
+                    Some(404) if self.not_found == NotFound::Empty => {
+                        index.reset(Vec::new());
+                        self.set(index, WatchState::NotServed, true);
+                    }
+                    Some(404) => self.set(index, WatchState::NotServed, false),
+                    Some(403) => self.set(index, WatchState::Forbidden(e.to_string()), false),
+                    _ => self.set(index, WatchState::Failed(e.to_string()), false),
+                }
+                return Step::Restart;
+            }
+        }
+        Step::Continue
+    }
+}
+
+/// Feeds `index` through `driver` from the streams `watch` makes (each a fresh watch,
+/// starting with a list) until the task is dropped; after a failure waits for
+/// [`WatchBackoff`] and starts a new stream.
+pub async fn run_streams<K, I, S>(
+    mut watch: impl FnMut() -> S,
+    driver: &mut Driver<K>,
+    index: &mut I,
+) where
+    I: Index<K>,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Unpin,
+{
+    let mut backoff = WatchBackoff::default();
+    loop {
+        let mut stream = watch();
+        while let Some(item) = stream.next().await {
+            if driver.handle(index, item) == Step::Restart {
+                break;
+            }
+            if driver.synced() {
+                backoff.reset();
+            }
+        }
+        drop(stream);
+        tokio::time::sleep(backoff.next().unwrap_or(WATCH_RETRY_MAX)).await;
+    }
+}
+
+/// Watches `api` with `config` and feeds `index` until the task is dropped (see
+/// [`run_streams`]).
+pub async fn run<K, I>(api: Api<K>, config: watcher::Config, not_found: NotFound, mut index: I)
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
+    I: Index<K>,
+{
+    let mut driver = Driver::new(not_found);
+    run_streams(
+        || watcher(api.clone(), config.clone()).boxed(),
+        &mut driver,
+        &mut index,
+    )
+    .await;
+}
+
+/// First retry delay after a failed watch.
+pub const WATCH_RETRY_FIRST: Duration = Duration::from_millis(500);
+/// Longest retry delay after failed watches (a type refused with 403 is picked up
+/// within seconds of its grant).
+pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The retry delays of every watch: [`WATCH_RETRY_FIRST`] doubling up to
+/// [`WATCH_RETRY_MAX`], back to the first after a complete list.
+#[derive(Clone, Debug, Default)]
+pub struct WatchBackoff {
+    next: Option<Duration>,
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.next.unwrap_or(WATCH_RETRY_FIRST).min(WATCH_RETRY_MAX);
+        self.next = Some(d * 2);
+        Some(d)
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = None;
+    }
+}
+
+/// The HTTP status an API error carries, if it is one.
+pub fn api_status(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// The HTTP status a watch failure carries, if it is one.
+pub fn watcher_status(e: &watcher::Error) -> Option<u16> {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => api_status(e),
+        watcher::Error::WatchError(s) => Some(s.code),
+        watcher::Error::NoResourceVersion => None,
+    }
+}
+
+/// An object of type `K` as a watch delivers it: decoded, or why it cannot be.
+///
+/// A watch of `K` itself fails its whole list on one object its types cannot read;
+/// a watch of `Decoded<K>` delivers that object as [`Decoded::Invalid`] and the others
+/// as they are.
+#[derive(Clone, Debug)]
+pub enum Decoded<K> {
+    /// The object, decoded.
+    Valid(K),
+    /// An object the types cannot read.
+    Invalid(Box<InvalidObject>),
+}
+
+/// An object that does not decode as its type.
+#[derive(Clone, Debug, Default)]
+pub struct InvalidObject {
+    /// Its metadata (as much as decodes).
+    pub metadata: ObjectMeta,
+    /// Why it does not decode.
+    pub error: String,
+}
+
+impl<'de, K: DeserializeOwned> serde::Deserialize<'de> for Decoded<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        match serde_json::from_value::<K>(value.clone()) {
+            Ok(k) => Ok(Self::Valid(k)),
+            Err(e) => Ok(Self::Invalid(Box::new(InvalidObject {
+                metadata: value
+                    .get("metadata")
+                    .and_then(|m| serde_json::from_value(m.clone()).ok())
+                    .unwrap_or_default(),
+                error: e.to_string(),
+            }))),
+        }
+    }
+}
+
+impl<K: Resource> Resource for Decoded<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::version(dt)
+    }
+    fn api_version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::api_version(dt)
+    }
+    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Self::Valid(k) => k.meta(),
+            Self::Invalid(i) => &i.metadata,
+        }
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Self::Valid(k) => k.meta_mut(),
+            Self::Invalid(i) => &mut i.metadata,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status as ApiStatus;
+
+    /// Records every call, for asserting on the sequence.
+    #[derive(Default)]
+    struct Recorder {
+        objects: Vec<String>,
+        calls: Vec<String>,
+        statuses: Vec<Status>,
+    }
+
+    impl Index<String> for Recorder {
+        fn reset(&mut self, objects: Vec<String>) {
+            self.calls.push(format!("reset {objects:?}"));
+            self.objects = objects;
+        }
+        fn apply(&mut self, object: String) {
+            self.calls.push(format!("apply {object}"));
+            self.objects.retain(|o| *o != object);
+            self.objects.push(object);
+        }
+        fn delete(&mut self, object: String) {
+            self.calls.push(format!("delete {object}"));
+            self.objects.retain(|o| *o != object);
+        }
+        fn status(&mut self, from: &Status, to: &Status) {
+            assert_ne!(from, to, "a status is reported only when it changes");
+            self.statuses.push(to.clone());
+        }
+    }
+
+    fn api_error(code: u16) -> watcher::Error {
+        let status = ApiStatus::failure(&format!("code {code}"), "").with_code(code);
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    fn list(driver: &mut Driver<String>, index: &mut Recorder, items: &[&str]) {
+        assert_eq!(
+            driver.handle(index, Ok(watcher::Event::Init)),
+            Step::Continue
+        );
+        for i in items {
+            driver.handle(index, Ok(watcher::Event::InitApply(i.to_string())));
+        }
+        assert_eq!(
+            driver.handle(index, Ok(watcher::Event::InitDone)),
+            Step::Continue
+        );
+    }
+
+    fn listed() -> Status {
+        Status {
+            state: WatchState::Listed,
+            synced: true,
+        }
+    }
+
+    #[test]
+    fn a_list_is_swapped_in_whole_and_then_events_apply() {
+        let (mut d, mut ix) = (Driver::new(NotFound::Unknown), Recorder::default());
+        assert!(!d.synced());
+        d.handle(&mut ix, Ok(watcher::Event::Init));
+        d.handle(&mut ix, Ok(watcher::Event::InitApply("a".into())));
+        // Nothing reaches the index before the list is complete.
+        assert!(ix.calls.is_empty());
+        assert!(!d.synced());
+        d.handle(&mut ix, Ok(watcher::Event::InitApply("b".into())));
+        d.handle(&mut ix, Ok(watcher::Event::InitDone));
+        assert!(d.synced());
+        d.handle(&mut ix, Ok(watcher::Event::Apply("c".into())));
+        d.handle(&mut ix, Ok(watcher::Event::Delete("a".into())));
+        assert_eq!(ix.calls, ["reset [\"a\", \"b\"]", "apply c", "delete a"]);
+        assert_eq!(ix.objects, ["b", "c"]);
+        assert_eq!(ix.statuses, [listed()]);
+    }
+
+    #[test]
+    fn any_failure_unsyncs_and_restarts_until_a_new_list_completes() {
+        let (mut d, mut ix) = (Driver::new(NotFound::Empty), Recorder::default());
+        list(&mut d, &mut ix, &["a"]);
+        assert_eq!(d.handle(&mut ix, Err(api_error(500))), Step::Restart);
+        assert!(!d.synced());
+        // What was known is kept (unread while unsynced), not emptied.
+        assert_eq!(ix.objects, ["a"]);
+        assert_eq!(
+            d.status().state,
+            WatchState::Failed("failed to perform initial object list: code 500".into())
+        );
+        // A list half done when the stream fails is dropped, not applied.
+        d.handle(&mut ix, Ok(watcher::Event::Init));
+        d.handle(&mut ix, Ok(watcher::Event::InitApply("x".into())));
+        assert_eq!(d.handle(&mut ix, Err(api_error(503))), Step::Restart);
+        d.handle(&mut ix, Ok(watcher::Event::Init));
+        d.handle(&mut ix, Ok(watcher::Event::InitDone));
+        assert!(d.synced());
+        assert!(ix.objects.is_empty(), "{:?}", ix.objects);
+        assert_eq!(ix.statuses.len(), 4, "{:?}", ix.statuses);
+    }
+
+    #[test]
+    fn forbidden_is_reported_once_and_cleared_by_a_list() {
+        let (mut d, mut ix) = (Driver::new(NotFound::Empty), Recorder::default());
+        assert_eq!(d.handle(&mut ix, Err(api_error(403))), Step::Restart);
+        assert_eq!(d.handle(&mut ix, Err(api_error(403))), Step::Restart);
+        assert!(!d.synced());
+        assert_eq!(
+            ix.statuses,
+            [Status {
+                state: WatchState::Forbidden(
+                    "failed to perform initial object list: code 403".into()
+                ),
+                synced: false
+            }]
+        );
+        list(&mut d, &mut ix, &[]);
+        assert_eq!(ix.statuses.last(), Some(&listed()));
+    }
+
+    #[test]
+    fn not_found_is_empty_only_where_a_404_is_authoritative() {
+        // Kubernetes: emptied and synced.
+        let (mut d, mut ix) = (Driver::new(NotFound::Empty), Recorder::default());
+        list(&mut d, &mut ix, &["a"]);
+        assert_eq!(d.handle(&mut ix, Err(api_error(404))), Step::Restart);
+        assert!(d.synced());
+        assert!(ix.objects.is_empty());
+        assert_eq!(d.status().state, WatchState::NotServed);
+        // Elsewhere: kept, and not synced (fail closed).
+        let (mut d, mut ix) = (Driver::new(NotFound::Unknown), Recorder::default());
+        list(&mut d, &mut ix, &["a"]);
+        assert_eq!(d.handle(&mut ix, Err(api_error(404))), Step::Restart);
+        assert!(!d.synced());
+        assert_eq!(ix.objects, ["a"]);
+        assert_eq!(ix.calls, ["reset [\"a\"]"]);
+        // Never listed: a 404 does not make an index synced.
+        let (mut d, mut ix) = (
+            Driver::<String>::new(NotFound::Unknown),
+            Recorder::default(),
+        );
+        d.handle(&mut ix, Err(api_error(404)));
+        assert!(!d.synced());
+        assert!(ix.calls.is_empty());
+    }
+
+    #[test]
+    fn watch_errors_carry_their_status() {
+        let status = ApiStatus::failure("gone", "Expired").with_code(410);
+        assert_eq!(
+            watcher_status(&watcher::Error::WatchError(Box::new(status))),
+            Some(410)
+        );
+        assert_eq!(watcher_status(&watcher::Error::NoResourceVersion), None);
+        assert_eq!(watcher_status(&api_error(403)), Some(403));
+    }
+
+    #[test]
+    fn watch_backoff_doubles_to_five_seconds_and_resets() {
+        let mut b = WatchBackoff::default();
+        let first: Vec<Duration> = (&mut b).take(6).collect();
+        assert_eq!(
+            first,
+            [500, 1000, 2000, 4000, 5000, 5000].map(Duration::from_millis)
+        );
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn an_object_the_types_cannot_read_is_delivered_as_invalid() {
+        #[derive(serde::Deserialize, Debug)]
+        struct Strict {
+            #[allow(dead_code)]
+            spec: u32,
+        }
+        let ok: Decoded<Strict> =
+            serde_json::from_value(serde_json::json!({"spec": 3})).expect("decodes");
+        assert!(matches!(ok, Decoded::Valid(Strict { .. })));
+        let bad: Decoded<Strict> = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "x", "annotations": {"kcp.io/cluster": "lc"}}, "spec": "three"}),
+        )
+        .expect("still decodes");
+        match bad {
+            Decoded::Invalid(i) => {
+                assert_eq!(i.metadata.name.as_deref(), Some("x"));
+                assert_eq!(i.error, "invalid type: string \"three\", expected u32");
+            }
+            Decoded::Valid(_) => panic!("decoded a bad object"),
+        }
+    }
+}

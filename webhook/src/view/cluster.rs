@@ -1,0 +1,562 @@
+//! [`ClusterView`] over the webhook's caches: the registry, the dependents index and
+//! the object stores, with live reads where no synced cache covers a question.
+
+use super::{
+    DependentsMode, StoreKey, WebhookView, crds::crd_facts, crds::crd_resource,
+    store_manager::namespace_content_keys, store_manager::wanted_stores,
+};
+use crate::stores::Depth;
+use holdfast_shared::{
+    api::common::GroupResource,
+    index::Referrer,
+    policy::{ClusterView, ContainedObject, DependentsQuery, LookupError, logical_cluster},
+    registry::{
+        CompiledAnchor, CompiledCritical, CompiledDependency, CompiledProtection,
+        ProtectionPartition,
+    },
+    review::{AdmissionRequest, Gvr},
+    topology::Topology,
+};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::{
+    Api,
+    api::{ApiResource, DynamicObject, ListParams},
+};
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+/// How long a SubjectAccessReview may take.
+const ACCESS_REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a live read may take.
+const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(8);
+
+impl ClusterView for WebhookView {
+    fn policies_loaded(&self) -> bool {
+        self.label_only || self.registry.loaded()
+    }
+
+    fn may_govern_delete(&self, _req: &AdmissionRequest) -> bool {
+        // Before loading, any policy could govern anything.
+        !self.label_only
+    }
+
+    fn strict_for(&self, req: &AdmissionRequest) -> bool {
+        let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
+        let Some(old) = req.old_object.as_ref() else {
+            return false;
+        };
+        let name = req.object_name().unwrap_or_default();
+        let labels = holdfast_shared::review::labels(old);
+        let namespace = req.object_namespace();
+        self.protection_candidates(&gr, namespace)
+            .iter()
+            .any(|p| p.strict && p.selecting(&gr, namespace, name, labels).next().is_some())
+    }
+
+    fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
+        self.registry.protections_for(gr)
+    }
+
+    fn protection_candidates(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<CompiledProtection>> {
+        let mut out = self.exact_protection_candidates(gr, namespace);
+        // Wildcard selectors (`resource: "*"`): few policies, visited directly.
+        for p in self.registry.wildcard_protections(gr) {
+            if !out.iter().any(|q| q.key == p.key)
+                && p.selectors
+                    .iter()
+                    .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
+            {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    fn dependencies(&self, gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
+        self.registry.dependencies.find(gr)
+    }
+
+    async fn dependents(&self, q: DependentsQuery<'_>) -> Result<Vec<Referrer>, LookupError> {
+        let key = q.dep.dependent_gr().to_string();
+        let synced =
+            self.mode == DependentsMode::Watch && self.synced.get(&key).is_some_and(|s| *s);
+        let result = if synced {
+            self.metrics
+                .dependents_lookups
+                .with_label_values(&["index"])
+                .inc();
+            Ok(self
+                .index
+                .lookup(q.cluster, &q.dep.target.to_string(), q.name, q.namespace))
+        } else {
+            self.live_dependents(q).await
+        };
+        if result.is_err() {
+            self.metrics
+                .dependents_lookups
+                .with_label_values(&["failed"])
+                .inc();
+        }
+        result
+    }
+
+    async fn can_bypass(&self, req: &AdmissionRequest) -> Result<bool, LookupError> {
+        let cluster = req
+            .old_object
+            .as_ref()
+            .map(logical_cluster)
+            .unwrap_or_default();
+        let u = &req.user_info;
+        let extra = u.extra.as_ref().and_then(|e| {
+            serde_json::from_value::<std::collections::BTreeMap<String, Vec<String>>>(e.clone())
+                .ok()
+        });
+        let spec = SubjectAccessReviewSpec {
+            user: Some(u.username.clone()),
+            groups: Some(u.groups.clone()),
+            uid: u.uid.clone(),
+            extra,
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(holdfast_shared::names::API_GROUP.to_string()),
+                resource: Some("protections".to_string()),
+                verb: Some("bypass".to_string()),
+                namespace: req.object_namespace().map(str::to_string),
+                name: req.object_name().map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.access_review(cluster, spec).await
+    }
+
+    async fn can_delete_as(&self, req: &AdmissionRequest, user: &str) -> Result<bool, LookupError> {
+        let cluster = req.object.as_ref().map(logical_cluster).unwrap_or_default();
+        let spec = SubjectAccessReviewSpec {
+            user: Some(user.to_string()),
+            groups: Some(holdfast_shared::deferred::impersonated_groups(user)),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(req.resource.group.clone()),
+                resource: Some(req.resource.resource.clone()),
+                verb: Some("delete".to_string()),
+                namespace: req.object_namespace().map(str::to_string),
+                name: req.object_name().map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.access_review(cluster, spec).await
+    }
+
+    fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
+        let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
+        let list = self.registry.protections_for(&gr)?;
+        let old = req.old_object.as_ref()?;
+        let new = req.object.as_ref()?;
+        let name = req.object_name().unwrap_or_default();
+        let ns = req.object_namespace();
+        let (old_l, new_l) = (
+            holdfast_shared::review::labels(old),
+            holdfast_shared::review::labels(new),
+        );
+        list.iter()
+            .find(|p| {
+                p.strict
+                    && p.selecting(&gr, ns, name, old_l).next().is_some()
+                    && p.selecting(&gr, ns, name, new_l).next().is_none()
+            })
+            .map(|p| format!("ResourceProtection/{}", p.key.name))
+    }
+
+    fn critical(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledCritical>]>> {
+        self.registry.critical.find(gr)
+    }
+
+    fn anchors(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledAnchor>]>> {
+        self.registry.anchors.find(gr)
+    }
+
+    async fn count_finalizer(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+        finalizer: &str,
+    ) -> Result<usize, LookupError> {
+        if let Some(store) = self.synced_store(gr, Depth::Metadata) {
+            return Ok(store.count_finalizer(cluster, finalizer));
+        }
+        self.metrics
+            .dependents_lookups
+            .with_label_values(&["live"])
+            .inc();
+        let client = self.cluster_client(cluster)?;
+        let (ar, _) = match self.resolver.resolve(&client, cluster, gr).await {
+            Ok(r) => r,
+            Err(crate::stores::ResolveError::NotServed(_)) => return Ok(0),
+            Err(e) => return Err(LookupError(e.to_string())),
+        };
+        let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+        let list =
+            tokio::time::timeout(LIVE_READ_TIMEOUT, api.list_metadata(&ListParams::default()))
+                .await
+                .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+                .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|o| {
+                o.metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == finalizer)
+            })
+            .count())
+    }
+
+    async fn object(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<serde_json::Value>>, LookupError> {
+        let key = (
+            cluster.to_string(),
+            namespace.unwrap_or_default().to_string(),
+            name.to_string(),
+        );
+        let anchor = self.registry.anchors.any(|a| a.anchor == *gr);
+        let depth = if anchor { Depth::Full } else { Depth::Metadata };
+        if let Some(store) = self.synced_store(gr, depth) {
+            return Ok(store.get(&key));
+        }
+        // Not synced (yet): one GET.
+        let client = self.cluster_client(cluster)?;
+        let (ar, namespaced) = match self.resolver.resolve(&client, cluster, gr).await {
+            Ok(r) => r,
+            Err(crate::stores::ResolveError::NotServed(_)) => return Ok(None),
+            Err(e) => return Err(LookupError(e.to_string())),
+        };
+        let api: Api<DynamicObject> = match (namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(client, ns, &ar),
+            (true, None) => return Ok(None),
+            (false, _) => Api::all_with(client, &ar),
+        };
+        let got = tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(name))
+            .await
+            .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+            .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
+        Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
+    }
+
+    async fn remote_object(
+        &self,
+        source: &holdfast_shared::registry::AnchorSourceRef,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<serde_json::Value>>, LookupError> {
+        use crate::remote::{SourceState, state_error};
+        if self.topology != Topology::Kubernetes {
+            return Err(state_error(
+                source,
+                &SourceState::Unusable(
+                    "anchor sources are read on the Kubernetes topology only".to_string(),
+                ),
+            ));
+        }
+        match self.remotes.get(source, gr) {
+            Some(store) => store.get(source, namespace, name),
+            None => Err(state_error(source, &SourceState::Connecting)),
+        }
+    }
+
+    async fn namespace_contents(
+        &self,
+        cluster: &str,
+        ns: &str,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        if !self.stores_built() {
+            return Err(LookupError(
+                "holdfast has just started and is still building the indexes of what namespaces hold"
+                    .to_string(),
+            ));
+        }
+        self.discovery_complete()?;
+        // A type a policy names must be readable: its objects in the namespace
+        // may be what the policy protects. (Label containment of a type the
+        // webhook may not read is left out below: Secrets, unless named.)
+        if !self.refused.is_empty() {
+            let named = wanted_stores(self, &[]);
+            if let Some(gr) = named
+                .iter()
+                .map(|k| &k.gr)
+                .find(|gr| self.refused.contains_key(*gr))
+            {
+                return Err(crate::stores::unreadable_error(&gr.to_string()));
+            }
+        }
+        for gr in self.crd_resources.iter() {
+            for label in &self.label_keys {
+                let key = StoreKey {
+                    gr: gr.key().clone(),
+                    depth: Depth::Metadata,
+                    label: Some(label.clone()),
+                };
+                if !self.stores.get(&key).is_some_and(|s| s.synced()) {
+                    return Err(LookupError(format!(
+                        "the objects of {} (a new custom resource) are not indexed yet",
+                        gr.key()
+                    )));
+                }
+            }
+        }
+        let mut out: Vec<ContainedObject> = Vec::new();
+        let mut seen: HashSet<(String, String)> = HashSet::new();
+        for entry in self.stores.iter() {
+            let (key, store) = (entry.key(), entry.value());
+            if !store.namespaced || key.depth != Depth::Metadata {
+                continue;
+            }
+            // A type the webhook may not list is left out of label containment
+            // (reported once when refused; Secrets unless a policy names them).
+            // Types a policy needs have a store without a label: never skipped.
+            if key.label.is_some() && store.forbidden() && !self.crd_resources.contains_key(&key.gr)
+            {
+                continue;
+            }
+            if !store.synced() {
+                return Err(LookupError(format!(
+                    "the index of {} is not synced yet",
+                    key.gr
+                )));
+            }
+            for obj in store.in_namespace(cluster, ns) {
+                let name = obj["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if !seen.insert((key.gr.to_string(), name)) {
+                    continue;
+                }
+                out.push(contained(&store.resource, obj));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn custom_resources(
+        &self,
+        cluster: &str,
+        crd: &serde_json::Value,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        if self.label_only && self.client.is_none() {
+            // No API server configured: as with namespace containment, label-only
+            // mode without one sees no contents.
+            return Ok(Vec::new());
+        }
+        self.discovery_complete()?;
+        let Some(ar) = crd_resource(crd) else {
+            return Err(LookupError(
+                "the CustomResourceDefinition names no group, plural or version".to_string(),
+            ));
+        };
+        // A synced store of the type answers; a live list only where none does.
+        let gr = GroupResource::new(&ar.group, &ar.plural);
+        if let Some(store) = self.synced_store(&gr, Depth::Metadata) {
+            let mut objects = store.in_cluster(cluster);
+            objects.sort_by(|a, b| {
+                let key = |o: &serde_json::Value| {
+                    (
+                        o["metadata"]["namespace"].to_string(),
+                        o["metadata"]["name"].to_string(),
+                    )
+                };
+                key(a).cmp(&key(b))
+            });
+            return Ok(objects.into_iter().map(|o| contained(&ar, o)).collect());
+        }
+        let client = self.cluster_client(cluster)?;
+        let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+        let list_all = async {
+            let mut out = Vec::new();
+            let mut params = ListParams::default().limit(500);
+            loop {
+                let list = match api.list_metadata(&params).await {
+                    Ok(l) => l,
+                    // Not served (not established yet, or already going): no instances.
+                    Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
+                    Err(e) => return Err(crate::stores::lookup_error(&gr.to_string(), &e)),
+                };
+                for item in &list.items {
+                    let meta = serde_json::to_value(&item.metadata)
+                        .map_err(|e| LookupError(e.to_string()))?;
+                    out.push(contained(
+                        &ar,
+                        Arc::new(serde_json::json!({ "metadata": meta })),
+                    ));
+                }
+                match list.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => return Ok(out),
+                }
+            }
+        };
+        tokio::time::timeout(LIVE_READ_TIMEOUT, list_all)
+            .await
+            .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+    }
+
+    fn cascading_judged(&self) -> bool {
+        !self.label_only && self.client.is_some()
+    }
+
+    async fn live_in_namespace(&self, cluster: &str, ns: &str) -> Result<Vec<String>, LookupError> {
+        let [pods_key, pvcs_key] = namespace_content_keys();
+        // Ask for both before failing, so both start at once.
+        let pods = self.cascade_store(pods_key);
+        let pvcs = self.cascade_store(pvcs_key);
+        let (pods, pvcs) = (pods?, pvcs?);
+        let mut live_pods: Vec<String> = pods
+            .in_namespace(cluster, ns)
+            .iter()
+            .filter(|p| holdfast_shared::cascading::pod_is_live(p))
+            .map(|p| holdfast_shared::cascading::describe_object("Pod", p))
+            .collect();
+        live_pods.sort();
+        let mut claims: Vec<String> = pvcs
+            .in_namespace(cluster, ns)
+            .iter()
+            .map(|c| holdfast_shared::cascading::describe_object("PersistentVolumeClaim", c))
+            .collect();
+        claims.sort();
+        live_pods.extend(claims);
+        Ok(live_pods)
+    }
+
+    async fn live_instances(
+        &self,
+        cluster: &str,
+        crd: &serde_json::Value,
+    ) -> Result<Vec<String>, LookupError> {
+        let established = crd["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        });
+        if !established {
+            // Never served: no instance can exist.
+            return Ok(Vec::new());
+        }
+        let Some(ar) = crd_resource(crd) else {
+            return Err(LookupError(
+                "the CustomResourceDefinition names no group, plural or version".to_string(),
+            ));
+        };
+        let store = self.cascade_store(StoreKey {
+            gr: GroupResource::new(&ar.group, &ar.plural),
+            depth: Depth::Metadata,
+            label: None,
+        })?;
+        let mut out: Vec<String> = store
+            .in_cluster(cluster)
+            .iter()
+            .filter(|o| !holdfast_shared::cascading::is_terminating(o))
+            .map(|o| holdfast_shared::cascading::describe_object(&ar.kind, o))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    async fn replicas_path(
+        &self,
+        cluster: &str,
+        group: &str,
+        resource: &str,
+    ) -> Result<Option<String>, LookupError> {
+        let gr = GroupResource::new(group, resource);
+        if self.topology == Topology::Kubernetes {
+            if !self.crds_listed.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(LookupError(
+                    "the CustomResourceDefinitions are not indexed yet".to_string(),
+                ));
+            }
+            return Ok(self.crds.get(&gr).and_then(|f| f.replicas_path.clone()));
+        }
+        // kcp: no CRD watch; one GET of the CRD (only for a Cascading custom
+        // resource's deletion).
+        let name = format!("{resource}.{group}");
+        let client = self.cluster_client(cluster)?;
+        let api: Api<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        > = Api::all(client);
+        let crd = tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(&name))
+            .await
+            .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+            .map_err(|e| LookupError(e.to_string()))?;
+        Ok(crd.and_then(|c| crd_facts(&c).1.replicas_path))
+    }
+}
+
+impl WebhookView {
+    /// Asks logical cluster `cluster` whether `spec` is allowed (a SubjectAccessReview).
+    async fn access_review(
+        &self,
+        cluster: &str,
+        spec: SubjectAccessReviewSpec,
+    ) -> Result<bool, LookupError> {
+        let client = self.cluster_client(cluster)?;
+        let sar = SubjectAccessReview {
+            spec,
+            ..Default::default()
+        };
+        let api: Api<SubjectAccessReview> = Api::all(client);
+        let answer = tokio::time::timeout(
+            ACCESS_REVIEW_TIMEOUT,
+            api.create(&kube::api::PostParams::default(), &sar),
+        )
+        .await
+        .map_err(|_| LookupError("the SubjectAccessReview was not answered in time".to_string()))?
+        .map_err(|e| LookupError(format!("SubjectAccessReview failed: {e}")))?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+
+    /// The ResourceProtections naming `gr` that could select an object in
+    /// `namespace`, from the partition of the registry's list.
+    fn exact_protection_candidates(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<CompiledProtection>> {
+        let Some(list) = self.registry.protections.find(gr) else {
+            return Vec::new();
+        };
+        if let Some(p) = self.partitions.get(gr)
+            && p.is_of(&list)
+        {
+            return p.candidates(namespace);
+        }
+        // The list changed (or was never split): split it once for every later check.
+        let p = Arc::new(ProtectionPartition::new(gr, list));
+        let out = p.candidates(namespace);
+        self.partitions.insert(gr.clone(), p);
+        out
+    }
+}
+
+/// An object of resource `ar` as containment reports it.
+fn contained(ar: &ApiResource, object: Arc<serde_json::Value>) -> ContainedObject {
+    ContainedObject {
+        resource: Gvr {
+            group: ar.group.clone(),
+            version: ar.version.clone(),
+            resource: ar.plural.clone(),
+        },
+        kind: ar.kind.clone(),
+        object,
+    }
+}

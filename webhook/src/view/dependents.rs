@@ -1,0 +1,300 @@
+//! The dependents index: one watch per dependent resource some DependencyRule names,
+//! through the shared driver, restarted when the rules for that resource change; and
+//! live lookups where the index is not synced (or in `--dependents live` mode).
+//!
+//! On kcp a dependent type is watched through the virtual workspace of its own
+//! APIExport when the rule names one holdfast may read; otherwise (and until synced)
+//! every check is a live list in the consumer's workspace. A 404 there proves nothing
+//! (fail closed: unsynced, live lookups); on Kubernetes it means the type is not
+//! served, so nothing references anything.
+
+use super::WebhookView;
+use holdfast_shared::{
+    index::{ObjectId, Referrer},
+    policy::{DependentsQuery, LookupError, logical_cluster},
+    registry::CompiledDependency,
+    topology::Topology,
+    watch::{self, Index, NotFound, Status, WatchState},
+};
+use kube::{
+    Api,
+    api::{ApiResource, DynamicObject, ListParams},
+    runtime::watcher,
+};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+use tokio::sync::watch as signal;
+
+/// How long a live dependents lookup may take.
+const LIVE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(8);
+/// The dependents manager's pass when nothing wakes it.
+const PASS_PERIOD: Duration = Duration::from_secs(2);
+
+impl WebhookView {
+    pub(super) async fn live_dependents(
+        &self,
+        q: DependentsQuery<'_>,
+    ) -> Result<Vec<Referrer>, LookupError> {
+        self.metrics
+            .dependents_lookups
+            .with_label_values(&["live"])
+            .inc();
+        let client = self.cluster_client(q.cluster)?;
+        let dep = q.dep;
+        let ar = dependent_resource(dep);
+        let namespaced_list = q.namespace.filter(|_| dep.namespace_path.is_none());
+        let lookup = async {
+            let mut out = Vec::new();
+            let api: Api<DynamicObject> = match namespaced_list {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+                None => Api::all_with(client.clone(), &ar),
+            };
+            let mut params = ListParams::default().limit(500);
+            loop {
+                let list = match api.list(&params).await {
+                    Ok(l) => l,
+                    Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
+                    Err(e) => {
+                        return Err(crate::stores::lookup_error(
+                            &dep.dependent_gr().to_string(),
+                            &e,
+                        ));
+                    }
+                };
+                for obj in &list.items {
+                    let value = match serde_json::to_value(obj) {
+                        Ok(v) => v,
+                        Err(e) => return Err(LookupError(e.to_string())),
+                    };
+                    if !dep.path.references(&value, q.name) {
+                        continue;
+                    }
+                    let own_ns = obj.metadata.namespace.clone().unwrap_or_default();
+                    let ref_ns = dep
+                        .namespace_path
+                        .as_ref()
+                        .and_then(|p| p.first(&value))
+                        .and_then(|v| v.as_str())
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .unwrap_or_else(|| own_ns.clone());
+                    if q.namespace.is_some_and(|ns| ns != ref_ns) {
+                        continue;
+                    }
+                    out.push(Referrer {
+                        kind: dep.dependent_kind.as_str().into(),
+                        namespace: own_ns.into(),
+                        name: obj.metadata.name.clone().unwrap_or_default().into(),
+                        ref_namespace: ref_ns.into(),
+                        terminating: obj.metadata.deletion_timestamp.is_some(),
+                    });
+                }
+                match list.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
+            out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+            Ok(out)
+        };
+        match tokio::time::timeout(LIVE_LOOKUP_TIMEOUT, lookup).await {
+            Ok(r) => r,
+            Err(_) => Err(LookupError(
+                "the API server did not answer in time".to_string(),
+            )),
+        }
+    }
+}
+
+fn dependent_resource(dep: &CompiledDependency) -> ApiResource {
+    ApiResource {
+        group: dep.dependent_group.clone(),
+        version: dep.dependent_version.clone(),
+        api_version: if dep.dependent_group.is_empty() {
+            dep.dependent_version.clone()
+        } else {
+            format!("{}/{}", dep.dependent_group, dep.dependent_version)
+        },
+        kind: dep.dependent_kind.clone(),
+        plural: dep.dependent_resource.clone(),
+    }
+}
+
+/// Keeps one watch per dependent resource that some DependencyRule names, restarting
+/// it when the rules for that resource change.
+pub(super) async fn manage_dependents(view: Arc<WebhookView>, shutdown: signal::Receiver<bool>) {
+    let mut running: HashMap<String, (String, tokio::task::JoinHandle<()>)> = HashMap::new();
+    loop {
+        // What is needed: dependent resource → its dependencies (and a signature).
+        let mut wanted: HashMap<String, Vec<CompiledDependency>> = HashMap::new();
+        for rule in view.registry.dependencies.entries() {
+            for dep in rule.iter() {
+                wanted
+                    .entry(dep.dependent_gr().to_string())
+                    .or_default()
+                    .push(dep.clone());
+            }
+        }
+        let signature = |deps: &[CompiledDependency]| {
+            let mut parts: Vec<String> = deps
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{}|{}|{}|{}|{}",
+                        d.dependent_version,
+                        d.dependent_kind,
+                        d.target,
+                        d.path,
+                        d.namespace_path
+                            .as_ref()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default()
+                    )
+                })
+                .collect();
+            parts.sort();
+            parts.dedup();
+            parts.join(";")
+        };
+        // Stop what is no longer wanted or changed.
+        let keys: Vec<String> = running.keys().cloned().collect();
+        for key in keys {
+            let keep = wanted.get(&key).is_some_and(|deps| {
+                running
+                    .get(&key)
+                    .is_some_and(|(sig, _)| *sig == signature(deps))
+            });
+            if !keep && let Some((_, handle)) = running.remove(&key) {
+                handle.abort();
+                view.synced.insert(key.clone(), false);
+                view.index.clear_resource(&key);
+                tracing::info!(resource = %key, "stopped watching dependents");
+            }
+        }
+        for (key, deps) in wanted {
+            if running.contains_key(&key) {
+                continue;
+            }
+            let sig = signature(&deps);
+            view.synced.insert(key.clone(), false);
+            let handle = tokio::spawn(watch_dependents(view.clone(), key.clone(), deps));
+            tracing::info!(resource = %key, "watching dependents");
+            running.insert(key, (sig, handle));
+        }
+        let mut shutdown = shutdown.clone();
+        tokio::select! {
+            _ = view.changed.notified() => {}
+            _ = tokio::time::sleep(PASS_PERIOD) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    for (_, (_, handle)) in running {
+        handle.abort();
+    }
+}
+
+/// The dependents index's part for one dependent resource.
+struct DependentsFeed {
+    view: Arc<WebhookView>,
+    /// `resource.group` of the dependent.
+    key: String,
+    deps: Vec<CompiledDependency>,
+    unreadable: prometheus::IntGauge,
+}
+
+impl DependentsFeed {
+    fn id_of(&self, obj: &DynamicObject, value: &serde_json::Value) -> ObjectId {
+        ObjectId {
+            cluster: logical_cluster(value).into(),
+            resource: self.key.as_str().into(),
+            namespace: obj.metadata.namespace.clone().unwrap_or_default().into(),
+            name: obj.metadata.name.clone().unwrap_or_default().into(),
+        }
+    }
+
+    fn insert(&self, obj: &DynamicObject) -> Option<ObjectId> {
+        let value = serde_json::to_value(obj).ok()?;
+        let id = self.id_of(obj, &value);
+        let deps: Vec<&CompiledDependency> = self.deps.iter().collect();
+        let refs = holdfast_shared::index::references(&value, &deps);
+        let kind = self
+            .deps
+            .first()
+            .map(|d| d.dependent_kind.as_str())
+            .unwrap_or_default();
+        self.view
+            .index
+            .apply(&id, kind, obj.metadata.deletion_timestamp.is_some(), &refs);
+        Some(id)
+    }
+}
+
+impl Index<DynamicObject> for DependentsFeed {
+    fn reset(&mut self, objects: Vec<DynamicObject>) {
+        let seen: HashSet<ObjectId> = objects.iter().filter_map(|o| self.insert(o)).collect();
+        self.view.index.retain_resource(&self.key, &seen);
+    }
+
+    fn apply(&mut self, obj: DynamicObject) {
+        self.insert(&obj);
+    }
+
+    fn delete(&mut self, obj: DynamicObject) {
+        if let Ok(value) = serde_json::to_value(&obj) {
+            self.view.index.delete(&self.id_of(&obj, &value));
+        }
+    }
+
+    fn status(&mut self, from: &Status, to: &Status) {
+        let key = &self.key;
+        // Until synced again, answers come from live lookups.
+        self.view.synced.insert(key.clone(), to.synced);
+        let was_forbidden = matches!(from.state, WatchState::Forbidden(_));
+        match &to.state {
+            WatchState::Listed => {
+                if was_forbidden {
+                    self.unreadable.set(0);
+                    tracing::info!(resource = %key, "{key} is readable now");
+                }
+                tracing::info!(resource = %key, "dependents index synced");
+            }
+            // Live lookups are refused as well: the rule's DELETEs are refused until
+            // holdfast's reads role grants the type.
+            WatchState::Forbidden(_) if !was_forbidden => {
+                self.unreadable.set(1);
+                tracing::warn!(resource = %key, "may not list {key} (403): DELETEs the DependencyRules naming it as dependent govern are refused until holdfast's reads role grants it");
+            }
+            WatchState::Failed(e) => {
+                tracing::warn!(resource = %key, error = %e, "dependents watch error; retrying");
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<CompiledDependency>) {
+    let Some(first) = deps.first() else { return };
+    let (client, not_found) = match view.topology {
+        Topology::Kubernetes => (view.client.clone(), NotFound::Empty),
+        Topology::Kcp => match view.dependent_export_client(first).await {
+            Some(c) => (Some(c), NotFound::Unknown),
+            None => {
+                tracing::info!(resource = %key, "no APIExport virtual workspace to watch dependents through; every check lists them live");
+                (None, NotFound::Unknown)
+            }
+        },
+    };
+    let Some(client) = client else { return };
+    let api: Api<DynamicObject> = Api::all_with(client, &dependent_resource(first));
+    let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
+    let feed = DependentsFeed {
+        view,
+        key,
+        deps,
+        unreadable,
+    };
+    watch::run(api, watcher::Config::default(), not_found, feed).await;
+}

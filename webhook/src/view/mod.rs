@@ -1,0 +1,534 @@
+//! The webhook's view of cluster state, as the policies see it: the rule registry
+//! (fed by watches of the policy objects), the dependents index (fed by watches of
+//! dependent resources), and live lookups through the API server.
+//!
+//! Label and strict-mode decisions need none of it. Until every registry source has
+//! loaded, `policies_loaded` is false: `/readyz` answers 503 and DELETEs a policy
+//! object could govern are denied with "retry later". In `--label-only` mode there
+//! are no sources and the view is loaded from the start.
+//!
+//! Every cache here is fed by the shared watch driver ([`holdfast_shared::watch`]),
+//! one module per concern:
+//! - [`policies`]: the policy watches feeding the registry;
+//! - [`dependents`]: the dependents index (and live dependents lookups);
+//! - [`store_manager`]: which object stores run, and the stores Cascading needs;
+//! - [`crds`]: CustomResourceDefinitions and APIServices (what discovery must see);
+//! - [`discovery`]: the namespaced resources the label stores cover;
+//! - [`cluster`]: [`ClusterView`] over all of it;
+//! - [`kcp`]: virtual workspaces of APIExports.
+
+mod cluster;
+pub mod crds;
+mod dependents;
+pub mod discovery;
+mod kcp;
+mod policies;
+mod store_manager;
+
+use crate::{
+    metrics::Metrics,
+    stores::{Depth, Resolver, ResourceStore},
+};
+use dashmap::DashMap;
+use holdfast_shared::{
+    api::common::GroupResource,
+    index::DependentsIndex,
+    policy::LookupError,
+    registry::{ProtectionPartition, Registry},
+    topology::Topology,
+};
+use kube::Client;
+use std::{future::Future, path::Path, sync::Arc, time::Duration};
+use tokio::sync::{Notify, watch};
+
+pub use crds::CrdFacts;
+
+/// Logical clusters with a cached API client at most (kcp).
+const MAX_CLUSTER_CLIENTS: u64 = 1024;
+
+/// How often the gauges of the registry and indexes are refreshed.
+const GAUGE_PERIOD: Duration = Duration::from_secs(5);
+
+/// How dependents of a DependencyRule are found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DependentsMode {
+    /// A watch-fed index: a check is a hash lookup (falls back to `live` until synced).
+    Watch,
+    /// A list through the API server per request.
+    Live,
+}
+
+/// What the webhook knows of the cluster.
+pub struct WebhookView {
+    topology: Topology,
+    label_only: bool,
+    mode: DependentsMode,
+    client: Option<Client>,
+    /// ResourceProtections split by namespace, per resource (rebuilt when the
+    /// registry's list for the resource changes).
+    partitions: DashMap<GroupResource, Arc<ProtectionPartition>>,
+    /// Per-URL clients (kcp), one connection pool per server, bounded: a review names
+    /// its logical cluster, so the set of names is the caller's choice.
+    cluster_clients: Option<holdfast_shared::kcp::Clients>,
+    registry: Arc<Registry>,
+    index: DependentsIndex,
+    synced: DashMap<String, bool>,
+    changed: Notify,
+    metrics: Metrics,
+    label_keys: Vec<String>,
+    apiexport: String,
+    resolver: Resolver,
+    stores: DashMap<StoreKey, Arc<ResourceStore>>,
+    /// Why the last discovery was incomplete (None: complete). While incomplete,
+    /// the stores of what could not be discovered are kept, and namespace and CRD
+    /// DELETEs are refused (their contents may be unknown).
+    discovery_problem: std::sync::RwLock<Option<String>>,
+    /// Namespaced custom resources of established CRDs (from a CRD watch): each
+    /// must have synced label stores before a namespace's contents are trusted.
+    crd_resources: DashMap<GroupResource, ()>,
+    /// Wakes the store manager to rediscover at once (a CRD changed).
+    rediscover: Notify,
+    /// Protection label keys that list the value `Cascading`.
+    cascading_keys: Vec<String>,
+    /// Stores Cascading protection asked for: started on first need, then kept.
+    cascade_demand: DashMap<StoreKey, ()>,
+    /// Wakes the store manager at once when Cascading protection needs a new store.
+    cascade_wanted: Notify,
+    /// Every CustomResourceDefinition (Kubernetes topology, from the CRD watch), by
+    /// the resource it serves.
+    crds: DashMap<GroupResource, CrdFacts>,
+    /// Whether the CRD watch has listed every CRD once.
+    crds_listed: std::sync::atomic::AtomicBool,
+    /// Types the webhook's identity may not list and watch (when last asked).
+    refused: DashMap<GroupResource, ()>,
+    /// Anchors of AnchorRules whose anchors live in another cluster.
+    remotes: crate::remote::RemoteStores,
+    /// Passes of the store manager completed (every wanted store started).
+    store_passes: std::sync::atomic::AtomicU64,
+}
+
+/// Identity of an object store: resource, depth, and label selector (label stores).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StoreKey {
+    /// The resource.
+    pub gr: GroupResource,
+    /// How much of each object is kept.
+    pub depth: Depth,
+    /// Only objects with this label key (label-protected objects).
+    pub label: Option<String>,
+}
+
+/// Options of the view.
+pub struct ViewOptions<'a> {
+    /// Topology.
+    pub topology: Topology,
+    /// Kubeconfig path (else inferred).
+    pub kubeconfig: Option<&'a Path>,
+    /// Serve label protection only.
+    pub label_only: bool,
+    /// Dependents strategy.
+    pub mode: DependentsMode,
+    /// Protection label keys (for the label-protected object stores).
+    pub label_keys: Vec<String>,
+    /// kcp: the holdfast APIExport whose virtual workspace serves the policy objects.
+    pub apiexport: String,
+    /// Protection label keys that list the value `Cascading`.
+    pub cascading_keys: Vec<String>,
+}
+
+async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    })
+}
+
+impl WebhookView {
+    /// Builds the view. An API server that cannot be configured is logged, not fatal:
+    /// label decisions do not need it (policy objects then never load).
+    pub async fn new(opts: ViewOptions<'_>, metrics: Metrics) -> Arc<Self> {
+        let (client, base_config) = Self::clients(&opts).await;
+        Self::build(opts, client, base_config, metrics)
+    }
+
+    /// Builds the view over an API server configuration already loaded (the plugin:
+    /// the caller's kubeconfig with its overrides); `opts.kubeconfig` is not read.
+    pub fn with_config(opts: ViewOptions<'_>, config: kube::Config, metrics: Metrics) -> Arc<Self> {
+        let (client, base_config) = match Client::try_from(config.clone()) {
+            Ok(c) => (Some(c), Some(config)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot build an API client; policy objects cannot be loaded");
+                (None, None)
+            }
+        };
+        Self::build(opts, client, base_config, metrics)
+    }
+
+    async fn clients(opts: &ViewOptions<'_>) -> (Option<Client>, Option<kube::Config>) {
+        if opts.label_only {
+            // Label protection needs no API server, but with one the webhook can
+            // also judge evictions (it reads the pod) and CRD deletions.
+            match load_config(opts.kubeconfig).await {
+                Ok(cfg) => match Client::try_from(cfg.clone()) {
+                    Ok(c) => (Some(c), Some(cfg)),
+                    Err(_) => (None, None),
+                },
+                Err(_) => (None, None),
+            }
+        } else {
+            match load_config(opts.kubeconfig).await {
+                Ok(cfg) => match Client::try_from(cfg.clone()) {
+                    Ok(c) => (Some(c), Some(cfg)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot build an API client; policy objects cannot be loaded");
+                        (None, None)
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "no API server configuration; policy objects cannot be loaded");
+                    (None, None)
+                }
+            }
+        }
+    }
+
+    fn build(
+        opts: ViewOptions<'_>,
+        client: Option<Client>,
+        base_config: Option<kube::Config>,
+        metrics: Metrics,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            topology: opts.topology,
+            label_only: opts.label_only,
+            mode: opts.mode,
+            client,
+            partitions: DashMap::new(),
+            cluster_clients: base_config
+                .map(|c| holdfast_shared::kcp::Clients::new(c, MAX_CLUSTER_CLIENTS)),
+            registry: Arc::new(Registry::default()),
+            index: DependentsIndex::default(),
+            synced: DashMap::new(),
+            changed: Notify::new(),
+            metrics,
+            label_keys: opts.label_keys,
+            apiexport: opts.apiexport,
+            resolver: Resolver::default(),
+            stores: DashMap::new(),
+            discovery_problem: std::sync::RwLock::new(None),
+            crd_resources: DashMap::new(),
+            rediscover: Notify::new(),
+            cascading_keys: opts.cascading_keys,
+            cascade_demand: DashMap::new(),
+            cascade_wanted: Notify::new(),
+            crds: DashMap::new(),
+            crds_listed: std::sync::atomic::AtomicBool::new(false),
+            refused: DashMap::new(),
+            remotes: crate::remote::RemoteStores::default(),
+            store_passes: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Why discovery is incomplete, if it is (for `/readyz`).
+    pub fn discovery_problem(&self) -> Option<String> {
+        match self.discovery_problem.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn set_discovery_problem(&self, problem: Option<String>) {
+        match self.discovery_problem.write() {
+            Ok(mut g) => *g = problem,
+            Err(p) => *p.into_inner() = problem,
+        }
+    }
+
+    /// An error while discovery is incomplete.
+    fn discovery_complete(&self) -> Result<(), LookupError> {
+        match self.discovery_problem() {
+            Some(p) => Err(LookupError(format!(
+                "API discovery is incomplete ({p}), so objects of some resources cannot be seen"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// An API client for logical cluster `lc` ("" on Kubernetes), if configured.
+    pub fn client_for(&self, lc: &str) -> Option<Client> {
+        self.cluster_client(lc).ok()
+    }
+
+    /// How many passes of the store manager have completed: one that starts after
+    /// the policies loaded and the CRDs were listed has started every store they
+    /// need (the plugin waits for it; each store then reports its own sync).
+    pub fn store_passes(&self) -> u64 {
+        self.store_passes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the object stores namespace containment reads have been started (one
+    /// store-manager pass completed). Before that the set of stores is empty, and an
+    /// empty set must not read as "the namespace holds nothing". Label-only mode (and a
+    /// webhook without an API client) keeps no stores, so nothing is waited for; nor
+    /// on kcp, where the stores depend on a wildcard client that may never exist (the
+    /// kcp rework decides how containment reads workspaces there).
+    pub fn stores_built(&self) -> bool {
+        self.label_only
+            || self.client.is_none()
+            || self.topology != Topology::Kubernetes
+            || self.store_passes() > 0
+    }
+
+    /// Asks the store manager for another pass at once.
+    pub fn wake_stores(&self) {
+        self.changed.notify_one();
+    }
+
+    /// Whether the CRD watch has listed every CRD once (Kubernetes).
+    pub fn crds_listed(&self) -> bool {
+        self.crds_listed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The registry (for metrics and tests).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The stores of anchors in other clusters.
+    pub fn remote_stores(&self) -> &crate::remote::RemoteStores {
+        &self.remotes
+    }
+
+    /// Starts the watches; they stop when `shutdown` fires.
+    pub fn start(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
+        if self.label_only {
+            return;
+        }
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        let crd_client = client.clone();
+        let this = self.clone();
+        let policy_shutdown = shutdown.clone();
+        self.spawn(shutdown.clone(), async move {
+            let pc = match this.topology {
+                Topology::Kubernetes => client.clone(),
+                Topology::Kcp => this.virtual_workspace_client(&client).await,
+            };
+            this.start_policy_watches(pc, policy_shutdown);
+        });
+        if self.topology == Topology::Kubernetes {
+            // kcp: no object stores (they would need a wildcard through the
+            // front-proxy, which kcp refuses); reads there are live.
+            self.spawn(
+                shutdown.clone(),
+                store_manager::manage_stores(self.clone(), shutdown.clone()),
+            );
+            self.spawn(
+                shutdown.clone(),
+                crate::remote::manage(self.clone(), crd_client.clone()),
+            );
+            self.spawn(
+                shutdown.clone(),
+                crds::watch_crds(self.clone(), crd_client.clone()),
+            );
+            self.spawn(
+                shutdown.clone(),
+                crds::watch_api_services(self.clone(), crd_client),
+            );
+        }
+        if self.mode == DependentsMode::Watch {
+            self.spawn(
+                shutdown.clone(),
+                dependents::manage_dependents(self.clone(), shutdown.clone()),
+            );
+        }
+        let this = self.clone();
+        self.spawn(shutdown, async move {
+            let mut tick = tokio::time::interval(GAUGE_PERIOD);
+            loop {
+                tick.tick().await;
+                this.update_gauges();
+            }
+        });
+    }
+
+    fn spawn(
+        &self,
+        mut shutdown: watch::Receiver<bool>,
+        fut: impl Future<Output = ()> + Send + 'static,
+    ) {
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = fut => {}
+                _ = shutdown.changed() => {}
+            }
+        });
+    }
+
+    fn update_gauges(&self) {
+        let m = &self.metrics;
+        m.registry_size
+            .with_label_values(&["DependencyRule"])
+            .set(self.registry.dependencies.len() as i64);
+        m.registry_size
+            .with_label_values(&["ResourceProtection"])
+            .set(self.registry.protections.len() as i64);
+        m.registry_size
+            .with_label_values(&["CriticalService"])
+            .set(self.registry.critical.len() as i64);
+        m.registry_size
+            .with_label_values(&["AnchorRule"])
+            .set(self.registry.anchors.len() as i64);
+        m.index_references.set(self.index.len() as i64);
+        for e in self.synced.iter() {
+            m.index_synced
+                .with_label_values(&[e.key().as_str()])
+                .set(i64::from(*e.value()));
+        }
+    }
+
+    /// A client addressing logical cluster `lc` through the front-proxy (kcp), or the
+    /// cluster itself (Kubernetes).
+    fn cluster_client(&self, lc: &str) -> Result<Client, LookupError> {
+        let no_client = || LookupError("no API server client is configured".to_string());
+        if self.topology == Topology::Kubernetes || lc.is_empty() {
+            return self.client.clone().ok_or_else(no_client);
+        }
+        let clients = self.cluster_clients.as_ref().ok_or_else(no_client)?;
+        let client = clients
+            .cluster(lc)
+            .map_err(|e| LookupError(e.to_string()))?;
+        self.metrics
+            .cluster_clients
+            .set(i64::try_from(clients.urls().cached()).unwrap_or(i64::MAX));
+        Ok(client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_shared::policy::ClusterView;
+    use http_body_util::Full;
+    use serde_json::json;
+    use std::collections::HashMap;
+
+    /// A fake API server answering discovery: `good.io` serves widgets, `broken.io`
+    /// answers 503 for its group version.
+    fn fake_client() -> Client {
+        let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
+            let (status, body) = match req.uri().path() {
+                "/apis" => (
+                    200,
+                    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                        {"name": "good.io", "versions": [{"groupVersion": "good.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "good.io/v1", "version": "v1"}},
+                        {"name": "broken.io", "versions": [{"groupVersion": "broken.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "broken.io/v1", "version": "v1"}}]}),
+                ),
+                "/api/v1" => (
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap", "verbs": ["list", "watch", "get"]},
+                        {"name": "events", "singularName": "event", "namespaced": true, "kind": "Event", "verbs": ["list", "watch"]},
+                        {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]},
+                        {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node", "verbs": ["list", "watch"]}]}),
+                ),
+                "/apis/good.io/v1" => (
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "good.io/v1", "resources": [
+                        {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget", "verbs": ["list", "watch"]}]}),
+                ),
+                _ => (
+                    500,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "boom", "code": 500}),
+                ),
+            };
+            let resp = http::Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(bytes::Bytes::from(body.to_string())))
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(resp)
+        });
+        Client::new(svc, "default")
+    }
+
+    fn options(label_only: bool) -> ViewOptions<'static> {
+        ViewOptions {
+            topology: Topology::Kubernetes,
+            kubeconfig: None,
+            label_only,
+            mode: DependentsMode::Watch,
+            label_keys: vec!["holdfast.dev/protected".to_string()],
+            apiexport: String::new(),
+            cascading_keys: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn namespace_contents_are_refused_until_the_stores_are_started() {
+        let metrics = Metrics::new().expect("metrics");
+        let view = WebhookView::build(options(false), Some(fake_client()), None, metrics.clone());
+        // No store-manager pass yet: no stores at all, which must not read as "the
+        // namespace holds nothing".
+        assert!(!view.stores_built());
+        let err = view
+            .namespace_contents("", "shop")
+            .await
+            .err()
+            .map(|e| e.0)
+            .unwrap_or_default();
+        assert_eq!(
+            err,
+            "holdfast has just started and is still building the indexes of what namespaces hold"
+        );
+        // After a pass (every wanted store started), the stores answer.
+        view.store_passes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        assert!(view.stores_built());
+        let contents = view.namespace_contents("", "shop").await.map(|c| c.len());
+        assert_eq!(contents.ok(), Some(0));
+        // Label-only mode keeps no stores and waits for none.
+        let label_only = WebhookView::build(options(true), None, None, metrics);
+        assert!(label_only.stores_built());
+    }
+
+    #[tokio::test]
+    async fn failed_discovery_keeps_what_was_known() {
+        let client = fake_client();
+        let mut previous = HashMap::new();
+        previous.insert(
+            "broken.io".to_string(),
+            vec![GroupResource::new("broken.io", "gizmos")],
+        );
+        let (found, problems) = discovery::namespaced_resources(&client, &previous).await;
+        assert_eq!(
+            found.get(""),
+            Some(&vec![GroupResource::new("", "configmaps")])
+        );
+        assert_eq!(
+            found.get("good.io"),
+            Some(&vec![GroupResource::new("good.io", "widgets")])
+        );
+        // The broken group keeps its old resources, and the failure is reported.
+        assert_eq!(
+            found.get("broken.io"),
+            Some(&vec![GroupResource::new("broken.io", "gizmos")])
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("discovery of broken.io/v1 failed: "),
+            "{problems:?}"
+        );
+        // Nothing known before: nothing kept, still reported.
+        let (found, problems) = discovery::namespaced_resources(&client, &HashMap::new()).await;
+        assert_eq!(found.get("broken.io"), Some(&Vec::new()));
+        assert_eq!(problems.len(), 1);
+    }
+}

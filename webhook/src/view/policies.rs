@@ -1,0 +1,154 @@
+//! The policy watches: one per policy kind, feeding the registry through the shared
+//! watch driver. An object the types cannot read arrives as
+//! [`Decoded::Invalid`](holdfast_shared::watch::Decoded) and is left out (reported),
+//! like one that does not compile; it never breaks the list of the others.
+//!
+//! The registry is loaded once every kind has listed once. While a watch recovers from
+//! a failure the registry keeps answering from what it last knew (never "empty"); on
+//! kcp a 404 through the virtual workspace proves nothing, so a kind that is not served
+//! there never loads (fail closed), while on Kubernetes a 404 means the CRD is not
+//! installed: no such policy exists.
+
+use super::WebhookView;
+use holdfast_shared::{
+    api::{
+        anchor_rule::AnchorRule, critical_service::CriticalService,
+        dependency_rule::DependencyRule, resource_protection::ResourceProtection,
+    },
+    kcp::cluster_of,
+    registry::{PolicyKey, PolicyObject},
+    topology::Topology,
+    watch::{self, Decoded, Index, NotFound, Status, WatchState},
+};
+use kube::{Api, Client, Resource, runtime::watcher};
+use std::sync::Arc;
+use tokio::sync::watch as signal;
+
+/// What a policy kind must be to be watched.
+trait WatchedPolicy:
+    PolicyObject<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> WatchedPolicy for K where
+    K: PolicyObject<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+impl WebhookView {
+    pub(super) fn start_policy_watches(
+        self: &Arc<Self>,
+        pc: Client,
+        shutdown: signal::Receiver<bool>,
+    ) {
+        self.spawn(
+            shutdown.clone(),
+            watch_policies::<DependencyRule>(self.clone(), pc.clone()),
+        );
+        self.spawn(
+            shutdown.clone(),
+            watch_policies::<ResourceProtection>(self.clone(), pc.clone()),
+        );
+        self.spawn(
+            shutdown.clone(),
+            watch_policies::<CriticalService>(self.clone(), pc.clone()),
+        );
+        self.spawn(shutdown, watch_policies::<AnchorRule>(self.clone(), pc));
+    }
+}
+
+/// The registry's index of kind `K`.
+struct PolicyFeed<K> {
+    view: Arc<WebhookView>,
+    kind: std::marker::PhantomData<K>,
+}
+
+impl<K: WatchedPolicy> PolicyFeed<K> {
+    fn invalid(&self, obj: &Decoded<K>, error: &dyn std::fmt::Display) {
+        tracing::warn!(kind = %K::kind(&()), name = ?obj.meta().name, error = %error, "invalid policy object ignored");
+    }
+}
+
+impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
+    fn reset(&mut self, objects: Vec<Decoded<K>>) {
+        let mut valid: Vec<(String, K)> = Vec::with_capacity(objects.len());
+        for obj in objects {
+            match obj {
+                Decoded::Valid(k) => valid.push((cluster_of(&k), k)),
+                Decoded::Invalid(ref i) => self.invalid(&obj, &i.error),
+            }
+        }
+        self.view.registry.reset(&valid);
+        tracing::info!(kind = %K::kind(&()), count = valid.len(), "policy objects loaded");
+        self.view.changed.notify_one();
+    }
+
+    fn apply(&mut self, obj: Decoded<K>) {
+        match &obj {
+            Decoded::Valid(k) => {
+                if let Err(e) = self.view.registry.apply(&cluster_of(k), k) {
+                    self.invalid(&obj, &e);
+                }
+            }
+            Decoded::Invalid(i) => {
+                self.view.registry.delete::<K>(&policy_key(&obj));
+                self.invalid(&obj, &i.error);
+            }
+        }
+        self.view.changed.notify_one();
+    }
+
+    fn delete(&mut self, obj: Decoded<K>) {
+        self.view.registry.delete::<K>(&policy_key(&obj));
+        self.view.changed.notify_one();
+    }
+
+    fn status(&mut self, from: &Status, to: &Status) {
+        match &to.state {
+            WatchState::NotServed if from.state != WatchState::NotServed => {
+                if to.synced {
+                    tracing::warn!(kind = %K::kind(&()), "resource not served (CRD not installed?); treating as none");
+                } else {
+                    tracing::warn!(kind = %K::kind(&()), "resource not served through the virtual workspace; the policies stay unloaded until it is");
+                }
+            }
+            WatchState::Failed(e) | WatchState::Forbidden(e) => {
+                tracing::warn!(kind = %K::kind(&()), error = %e, "policy watch error; retrying");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The registry key of a policy object.
+fn policy_key<K: Resource>(obj: &K) -> PolicyKey {
+    PolicyKey::new(
+        &cluster_of(obj),
+        obj.meta().name.as_deref().unwrap_or_default(),
+    )
+}
+
+async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client) {
+    let api: Api<Decoded<K>> = Api::all(client);
+    let not_found = match view.topology {
+        Topology::Kubernetes => NotFound::Empty,
+        Topology::Kcp => NotFound::Unknown,
+    };
+    let feed = PolicyFeed::<K> {
+        view,
+        kind: std::marker::PhantomData,
+    };
+    watch::run(api, watcher::Config::default(), not_found, feed).await;
+}
