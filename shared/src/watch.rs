@@ -434,7 +434,14 @@ mod tests {
         assert_eq!(ix.objects, ["a"]);
         assert_eq!(
             d.status().state,
-            WatchState::Failed("failed to perform initial object list: code 500".into())
+            WatchState::Failed(api_error(500).to_string())
+        );
+        assert!(
+            api_error(500)
+                .to_string()
+                .starts_with("failed to perform initial object list: "),
+            "{}",
+            api_error(500)
         );
         // A list half done when the stream fails is dropped, not applied.
         d.handle(&mut ix, Ok(watcher::Event::Init));
@@ -456,9 +463,7 @@ mod tests {
         assert_eq!(
             ix.statuses,
             [Status {
-                state: WatchState::Forbidden(
-                    "failed to perform initial object list: code 403".into()
-                ),
+                state: WatchState::Forbidden(api_error(403).to_string()),
                 synced: false
             }]
         );
