@@ -18,7 +18,7 @@ use holdfast_shared::{
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
-    api::{ApiResource, DynamicObject},
+    api::{ApiResource, DynamicObject, GroupVersionKind},
     runtime::{utils::Backoff as _, watcher},
 };
 use serde_json::Value;
@@ -247,17 +247,10 @@ async fn run_remote(
     key: RemoteKey,
     store: Arc<RemoteStore>,
 ) {
-    let ar = ApiResource {
-        group: key.gr.group.clone(),
-        version: key.version.clone(),
-        api_version: if key.gr.group.is_empty() {
-            key.version.clone()
-        } else {
-            format!("{}/{}", key.gr.group, key.version)
-        },
-        kind: String::new(),
-        plural: key.gr.resource.clone(),
-    };
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&key.gr.group, &key.version, ""),
+        &key.gr.resource,
+    );
     let mut backoff = WatchBackoff::default();
     let mut feed = RemoteFeed {
         key: &key,

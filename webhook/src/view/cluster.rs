@@ -121,14 +121,12 @@ impl ClusterView for WebhookView {
             groups: Some(u.groups.clone()),
             uid: u.uid.clone(),
             extra,
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(holdfast_shared::names::API_GROUP.to_string()),
-                resource: Some("protections".to_string()),
-                verb: Some("bypass".to_string()),
-                namespace: req.object_namespace().map(str::to_string),
-                name: req.object_name().map(str::to_string),
-                ..Default::default()
-            }),
+            resource_attributes: Some(attributes(
+                req,
+                holdfast_shared::names::API_GROUP,
+                "protections",
+                "bypass",
+            )),
             ..Default::default()
         };
         self.access_review(cluster, spec).await
@@ -139,14 +137,12 @@ impl ClusterView for WebhookView {
         let spec = SubjectAccessReviewSpec {
             user: Some(user.to_string()),
             groups: Some(holdfast_shared::deferred::impersonated_groups(user)),
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(req.resource.group.clone()),
-                resource: Some(req.resource.resource.clone()),
-                verb: Some("delete".to_string()),
-                namespace: req.object_namespace().map(str::to_string),
-                name: req.object_name().map(str::to_string),
-                ..Default::default()
-            }),
+            resource_attributes: Some(attributes(
+                req,
+                &req.resource.group,
+                &req.resource.resource,
+                "delete",
+            )),
             ..Default::default()
         };
         self.access_review(cluster, spec).await
@@ -439,39 +435,6 @@ impl ClusterView for WebhookView {
         Ok(live_pods)
     }
 
-    async fn live_instances(
-        &self,
-        cluster: &str,
-        crd: &serde_json::Value,
-    ) -> Result<Vec<String>, LookupError> {
-        let established = crd["status"]["conditions"].as_array().is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        });
-        if !established {
-            // Never served: no instance can exist.
-            return Ok(Vec::new());
-        }
-        let Some(ar) = crd_resource(crd) else {
-            return Err(LookupError(
-                "the CustomResourceDefinition names no group, plural or version".to_string(),
-            ));
-        };
-        let store = self.cascade_store(StoreKey {
-            gr: GroupResource::new(&ar.group, &ar.plural),
-            depth: Depth::Metadata,
-            label: None,
-        })?;
-        let mut out: Vec<String> = store
-            .in_cluster(cluster)
-            .iter()
-            .filter(|o| !holdfast_shared::cascading::is_terminating(o))
-            .map(|o| holdfast_shared::cascading::describe_object(&ar.kind, o))
-            .collect();
-        out.sort();
-        Ok(out)
-    }
-
     async fn replicas_path(
         &self,
         cluster: &str,
@@ -499,6 +462,39 @@ impl ClusterView for WebhookView {
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
             .map_err(|e| LookupError(e.to_string()))?;
         Ok(crd.and_then(|c| crd_facts(&c).1.replicas_path))
+    }
+
+    async fn live_instances(
+        &self,
+        cluster: &str,
+        crd: &serde_json::Value,
+    ) -> Result<Vec<String>, LookupError> {
+        // Never served: no instance can exist.
+        let never_served = !crd["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        });
+        if never_served {
+            return Ok(Vec::new());
+        }
+        let Some(ar) = crd_resource(crd) else {
+            return Err(LookupError(
+                "the CustomResourceDefinition names no group, plural or version".to_string(),
+            ));
+        };
+        let store = self.cascade_store(StoreKey {
+            gr: GroupResource::new(&ar.group, &ar.plural),
+            depth: Depth::Metadata,
+            label: None,
+        })?;
+        let mut out: Vec<String> = store
+            .in_cluster(cluster)
+            .iter()
+            .filter(|o| !holdfast_shared::cascading::is_terminating(o))
+            .map(|o| holdfast_shared::cascading::describe_object(&ar.kind, o))
+            .collect();
+        out.sort();
+        Ok(out)
     }
 }
 
@@ -558,5 +554,22 @@ fn contained(ar: &ApiResource, object: Arc<serde_json::Value>) -> ContainedObjec
         },
         kind: ar.kind.clone(),
         object,
+    }
+}
+
+/// `verb` on `group`/`resource`, for the object under review (its namespace and name).
+fn attributes(
+    req: &AdmissionRequest,
+    group: &str,
+    resource: &str,
+    verb: &str,
+) -> ResourceAttributes {
+    ResourceAttributes {
+        group: Some(group.to_string()),
+        resource: Some(resource.to_string()),
+        verb: Some(verb.to_string()),
+        namespace: req.object_namespace().map(str::to_string),
+        name: req.object_name().map(str::to_string),
+        ..Default::default()
     }
 }

@@ -11,7 +11,7 @@ use holdfast_shared::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Client,
-    api::{ApiResource, DynamicObject},
+    api::{ApiResource, DynamicObject, GroupVersionKind},
     core::PartialObjectMeta,
     runtime::watcher,
 };
@@ -160,14 +160,20 @@ impl Index<CustomResourceDefinition> for CrdFeed {
 /// once (no waiting for the periodic one), and until its label stores have synced
 /// namespace deletions are refused (its instances would be deleted unseen).
 pub(super) async fn watch_crds(view: Arc<WebhookView>, client: Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client);
-    watch::run(
-        api,
-        watcher::Config::default(),
-        NotFound::Empty,
+    watch_all(
+        Api::<CustomResourceDefinition>::all(client),
         CrdFeed { view },
     )
     .await;
+}
+
+/// Watches every object of `api` into `feed` (Kubernetes: a 404 means none).
+async fn watch_all<K, I>(api: Api<K>, feed: I)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    I: Index<K>,
+{
+    watch::run(api, watcher::Config::default(), NotFound::Empty, feed).await;
 }
 
 /// Wakes discovery on any change of an APIService.
@@ -195,21 +201,12 @@ impl<K> Index<K> for ApiServiceFeed {
 /// Watches APIServices: an aggregated API added, changed or removed triggers
 /// discovery at once.
 pub(super) async fn watch_api_services(view: Arc<WebhookView>, client: Client) {
-    let ar = ApiResource {
-        group: "apiregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "apiregistration.k8s.io/v1".into(),
-        kind: "APIService".into(),
-        plural: "apiservices".into(),
-    };
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"),
+        "apiservices",
+    );
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
-    watch::run(
-        api,
-        watcher::Config::default(),
-        NotFound::Empty,
-        ApiServiceFeed { view },
-    )
-    .await;
+    watch_all(api, ApiServiceFeed { view }).await;
 }
 
 #[cfg(test)]

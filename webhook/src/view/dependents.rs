@@ -18,7 +18,7 @@ use holdfast_shared::{
 };
 use kube::{
     Api,
-    api::{ApiResource, DynamicObject, ListParams},
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
     runtime::watcher,
 };
 use std::{
@@ -110,17 +110,14 @@ impl WebhookView {
 }
 
 fn dependent_resource(dep: &CompiledDependency) -> ApiResource {
-    ApiResource {
-        group: dep.dependent_group.clone(),
-        version: dep.dependent_version.clone(),
-        api_version: if dep.dependent_group.is_empty() {
-            dep.dependent_version.clone()
-        } else {
-            format!("{}/{}", dep.dependent_group, dep.dependent_version)
-        },
-        kind: dep.dependent_kind.clone(),
-        plural: dep.dependent_resource.clone(),
-    }
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            &dep.dependent_group,
+            &dep.dependent_version,
+            &dep.dependent_kind,
+        ),
+        &dep.dependent_resource,
+    )
 }
 
 /// Keeps one watch per dependent resource that some DependencyRule names, restarting

@@ -372,18 +372,17 @@ impl WebhookView {
 
     fn update_gauges(&self) {
         let m = &self.metrics;
-        m.registry_size
-            .with_label_values(&["DependencyRule"])
-            .set(self.registry.dependencies.len() as i64);
-        m.registry_size
-            .with_label_values(&["ResourceProtection"])
-            .set(self.registry.protections.len() as i64);
-        m.registry_size
-            .with_label_values(&["CriticalService"])
-            .set(self.registry.critical.len() as i64);
-        m.registry_size
-            .with_label_values(&["AnchorRule"])
-            .set(self.registry.anchors.len() as i64);
+        let reg = &self.registry;
+        for (kind, len) in [
+            ("DependencyRule", reg.dependencies.len()),
+            ("ResourceProtection", reg.protections.len()),
+            ("CriticalService", reg.critical.len()),
+            ("AnchorRule", reg.anchors.len()),
+        ] {
+            m.registry_size
+                .with_label_values(&[kind])
+                .set(i64::try_from(len).unwrap_or(i64::MAX));
+        }
         m.index_references.set(self.index.len() as i64);
         for e in self.synced.iter() {
             m.index_synced

@@ -36,16 +36,10 @@ trait WatchedPolicy:
 {
 }
 
-impl<K> WatchedPolicy for K where
-    K: PolicyObject<DynamicType = (), Scope = kube::core::ClusterResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
+impl WatchedPolicy for DependencyRule {}
+impl WatchedPolicy for ResourceProtection {}
+impl WatchedPolicy for CriticalService {}
+impl WatchedPolicy for AnchorRule {}
 
 impl WebhookView {
     pub(super) fn start_policy_watches(

@@ -12,11 +12,9 @@ use holdfast_shared::{
     registry::{CompiledCriterion, namespaces_gr},
     watch::NotFound,
 };
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-    time::Duration,
-};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// How often discovery runs while it is complete.
