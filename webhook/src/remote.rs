@@ -347,3 +347,74 @@ pub async fn manage(view: Arc<crate::view::WebhookView>, local: Client) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> watcher::Error {
+        let status = kube::core::Status::failure("refused", "").with_code(code);
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    fn anchor(name: &str) -> DynamicObject {
+        let mut o = DynamicObject::new(
+            name,
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+                "configmaps",
+            ),
+        );
+        o.metadata.namespace = Some("ops".into());
+        o
+    }
+
+    #[test]
+    fn a_remote_store_answers_only_while_synced() {
+        let key = RemoteKey {
+            source: AnchorSourceRef {
+                namespace: "holdfast-system".into(),
+                name: "far".into(),
+                key: "kubeconfig".into(),
+            },
+            gr: GroupResource::new("", "configmaps"),
+            version: "v1".into(),
+        };
+        let store = RemoteStore::default();
+        let mut feed = RemoteFeed {
+            key: &key,
+            store: &store,
+        };
+        let mut d = Driver::new(NotFound::Unknown);
+        let get = |s: &RemoteStore| {
+            s.get(&key.source, Some("ops"), "gate")
+                .map(|o| o.is_some())
+                .map_err(|e| e.0)
+        };
+        assert_eq!(
+            get(&store),
+            Err(format!("anchor source {} is not synced yet", key.source))
+        );
+        d.handle(&mut feed, Ok(watcher::Event::Init));
+        d.handle(&mut feed, Ok(watcher::Event::InitApply(anchor("gate"))));
+        d.handle(&mut feed, Ok(watcher::Event::InitDone));
+        assert_eq!(get(&store), Ok(true));
+        d.handle(&mut feed, Ok(watcher::Event::Delete(anchor("gate"))));
+        assert_eq!(get(&store), Ok(false));
+        // A 404 there proves nothing (maybe the wrong cluster): refused.
+        d.handle(&mut feed, Err(api_error(404)));
+        assert_eq!(
+            get(&store),
+            Err(format!(
+                "anchor source {} cannot be used: configmaps is not served there",
+                key.source
+            ))
+        );
+        // Any other failure: unreachable, refused.
+        d.handle(&mut feed, Err(api_error(500)));
+        assert_eq!(
+            get(&store),
+            Err(format!("anchor source {} is unreachable", key.source))
+        );
+    }
+}

@@ -432,6 +432,60 @@ mod tests {
         (c.into(), ns.into(), name.into())
     }
 
+    fn api_error(code: u16) -> watcher::Error {
+        let status = kube::core::Status::failure("refused", "").with_code(code);
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    fn meta_of(ns: &str, name: &str) -> Value {
+        json!({"metadata": {"namespace": ns, "name": name}})
+    }
+
+    #[test]
+    fn a_store_is_trusted_only_while_synced_and_reports_a_refusal_once() {
+        let ar = ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        };
+        let store = Arc::new(ResourceStore::new(ar, true));
+        let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = reports.clone();
+        let mut feed = StoreFeed {
+            store: store.clone(),
+            to_value: |v: Value| v,
+            on_forbidden: move |f: bool| seen.lock().expect("reports").push(f),
+        };
+        let mut d = Driver::new(NotFound::Empty);
+        // Refused twice: reported once, never synced, nothing read as empty.
+        d.handle(&mut feed, Err(api_error(403)));
+        d.handle(&mut feed, Err(api_error(403)));
+        assert!(!store.synced());
+        assert!(store.forbidden());
+        d.handle(&mut feed, Ok(watcher::Event::Init));
+        d.handle(&mut feed, Ok(watcher::Event::InitApply(meta_of("a", "x"))));
+        assert!(!store.synced(), "synced before the list completed");
+        d.handle(&mut feed, Ok(watcher::Event::InitDone));
+        assert!(store.synced());
+        assert!(!store.forbidden());
+        assert_eq!(*reports.lock().expect("reports"), [true, false]);
+        assert_eq!(store.in_namespace("", "a").len(), 1);
+        d.handle(&mut feed, Ok(watcher::Event::Delete(meta_of("a", "x"))));
+        assert!(store.is_empty());
+        // Any other failure: unsynced until listed again.
+        d.handle(&mut feed, Ok(watcher::Event::Apply(meta_of("a", "y"))));
+        d.handle(&mut feed, Err(api_error(500)));
+        assert!(!store.synced());
+        assert_eq!(store.len(), 1, "kept, not emptied");
+        // Kubernetes: a 404 (the type is not served) is an empty, synced store.
+        d.handle(&mut feed, Err(api_error(404)));
+        assert!(store.synced());
+        assert!(store.is_empty());
+        assert_eq!(reports.lock().expect("reports").len(), 2);
+    }
+
     #[test]
     fn indexes_follow_inserts_updates_and_removals() {
         let ar = ApiResource {

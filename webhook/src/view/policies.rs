@@ -146,3 +146,100 @@ async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client
     };
     watch::run(api, watcher::Config::default(), not_found, feed).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{metrics::Metrics, view::ViewOptions};
+    use holdfast_shared::{api::common::GroupResource, watch::Driver};
+    use kube::api::ObjectMeta;
+
+    fn protection(name: &str, spec: serde_json::Value) -> Decoded<ResourceProtection> {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap_or_else(|e| {
+            Decoded::Invalid(Box::new(holdfast_shared::watch::InvalidObject {
+                metadata: ObjectMeta::default(),
+                error: e.to_string(),
+            }))
+        })
+    }
+
+    #[test]
+    fn an_unreadable_policy_is_left_out_without_breaking_the_list() {
+        let view = WebhookView::build(
+            ViewOptions {
+                topology: Topology::Kubernetes,
+                kubeconfig: None,
+                label_only: false,
+                mode: super::super::DependentsMode::Live,
+                label_keys: Vec::new(),
+                apiexport: String::new(),
+                cascading_keys: Vec::new(),
+            },
+            None,
+            None,
+            Metrics::new().expect("metrics"),
+        );
+        let good = protection(
+            "good",
+            serde_json::json!({"resources": [{"version": "v1", "resource": "configmaps"}]}),
+        );
+        assert!(matches!(good, Decoded::Valid(_)), "{good:?}");
+        let bad = protection("bad", serde_json::json!({"resources": "not a list"}));
+        match &bad {
+            Decoded::Invalid(i) => assert_eq!(i.metadata.name.as_deref(), Some("bad")),
+            Decoded::Valid(_) => panic!("decoded an unreadable policy"),
+        }
+        let mut feed = PolicyFeed::<ResourceProtection> {
+            view: view.clone(),
+            kind: std::marker::PhantomData,
+        };
+        let mut d = Driver::new(NotFound::Empty);
+        assert!(!view.registry.protections.is_loaded());
+        d.handle(&mut feed, Ok(watcher::Event::Init));
+        d.handle(&mut feed, Ok(watcher::Event::InitApply(good)));
+        d.handle(&mut feed, Ok(watcher::Event::InitApply(bad)));
+        d.handle(&mut feed, Ok(watcher::Event::InitDone));
+        assert!(view.registry.protections.is_loaded());
+        assert_eq!(view.registry.protections.len(), 1);
+        assert!(
+            view.registry
+                .protections_for(&GroupResource::new("", "configmaps"))
+                .is_some_and(|l| l.len() == 1 && &*l[0].key.name == "good")
+        );
+    }
+
+    #[test]
+    fn on_kcp_a_policy_kind_not_served_never_loads() {
+        let view = WebhookView::build(
+            ViewOptions {
+                topology: Topology::Kcp,
+                kubeconfig: None,
+                label_only: false,
+                mode: super::super::DependentsMode::Live,
+                label_keys: Vec::new(),
+                apiexport: "holdfast".into(),
+                cascading_keys: Vec::new(),
+            },
+            None,
+            None,
+            Metrics::new().expect("metrics"),
+        );
+        let mut feed = PolicyFeed::<AnchorRule> {
+            view: view.clone(),
+            kind: std::marker::PhantomData,
+        };
+        let status = kube::core::Status::failure("not found", "NotFound").with_code(404);
+        let mut d = Driver::new(NotFound::Unknown);
+        d.handle(
+            &mut feed,
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(
+                Box::new(status),
+            ))),
+        );
+        assert!(!view.registry.anchors.is_loaded());
+    }
+}
