@@ -280,6 +280,24 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn clients_address_logical_clusters_through_the_front_proxy_only() {
+        let url: http::Uri = "https://kcp:6443/clusters/root:holdfast"
+            .parse()
+            .expect("url");
+        let clients = Clients::new(kube::Config::new(url), 8);
+        assert_eq!(clients.front_proxy(), "https://kcp:6443");
+        assert!(clients.cluster("root:org:network").is_ok());
+        for bad in ["*", "", "root/../x"] {
+            match clients.cluster(bad) {
+                Err(KcpError::BadCluster(lc)) => assert_eq!(lc, bad),
+                Err(e) => panic!("{bad}: {e}"),
+                Ok(_) => panic!("{bad} accepted"),
+            }
+        }
+        assert_eq!(clients.urls().cached_exactly(), 1);
+    }
+
     #[test]
     fn the_cluster_comes_from_the_annotation() {
         let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
