@@ -12,21 +12,18 @@
 //! who asked, the refusals while it waits (once per distinct reason) and the
 //! deletion.
 
-use futures::StreamExt as _;
 use holdfast_shared::{
     api::common::GroupResource,
     deferred::requested_by,
     names::{DELETE_REQUESTED_BY, DELETE_WHEN_UNBLOCKED},
+    watch::{Cache, NotFound, spawn_cache},
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Client,
     api::{Api, ApiResource, DynamicObject, PartialObjectMeta},
     runtime::{
-        WatchStreamExt as _,
         events::{Event, EventType, Recorder},
-        reflector,
-        reflector::Store,
         watcher,
     },
 };
@@ -55,7 +52,7 @@ pub struct DeferredType {
 pub type Types = watch::Receiver<BTreeMap<GroupResource, DeferredType>>;
 
 /// The metadata of requested objects of one type.
-type Objects = Store<PartialObjectMeta<DynamicObject>>;
+type Objects = Cache<PartialObjectMeta<DynamicObject>>;
 
 /// One type's watch: the type, its objects, the task feeding them.
 type Watch = (DeferredType, Objects, tokio::task::JoinHandle<()>);
@@ -198,28 +195,11 @@ fn spawn_watch(
     client: &Client,
     t: &DeferredType,
     notify: Arc<Notify>,
-) -> (
-    Store<PartialObjectMeta<DynamicObject>>,
-    tokio::task::JoinHandle<()>,
-) {
+) -> (Objects, tokio::task::JoinHandle<()>) {
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &t.resource);
-    let writer = reflector::store::Writer::new(t.resource.clone());
-    let store = writer.as_reader();
     let cfg = watcher::Config::default().labels(&format!("{DELETE_WHEN_UNBLOCKED}=true"));
-    let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
-    let what = format!("{}.{}", t.resource.plural, t.resource.group);
-    let task = tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(_) => notify.notify_one(),
-                Err(e) => {
-                    tracing::warn!(resource = %what, error = %e, "deferred deletion: watch failed; retrying")
-                }
-            }
-        }
-    });
-    (store, task)
+    // Each DELETE is judged by admission: what is acted on may be stale, never unsafe.
+    spawn_cache(api, cfg, NotFound::Empty, move || notify.notify_one())
 }
 
 fn describe(t: &DeferredType, obj: &PartialObjectMeta<DynamicObject>) -> String {

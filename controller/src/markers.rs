@@ -17,17 +17,14 @@ use std::{
 use futures::StreamExt as _;
 use holdfast_shared::{
     api::GroupResource,
+    watch::{Cache, NotFound, spawn_cache},
     webhookconfig::{CONTAINS_PROTECTED_LABEL, Containment, Route},
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, ResourceExt as _,
     api::{ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams},
-    runtime::{
-        WatchStreamExt as _,
-        reflector::{self, Store},
-        watcher,
-    },
+    runtime::watcher,
 };
 use serde_json::{Map, Value};
 use tokio::{sync::Notify, task::JoinHandle};
@@ -41,12 +38,12 @@ struct StoreKey {
     label: Option<String>,
 }
 
-struct ObjectStore {
-    store: Store<PartialObjectMeta<DynamicObject>>,
+struct ObjectStore<K = PartialObjectMeta<DynamicObject>> {
+    store: Cache<K>,
     task: JoinHandle<()>,
 }
 
-impl Drop for ObjectStore {
+impl<K> Drop for ObjectStore<K> {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -57,7 +54,24 @@ pub struct Markers {
     client: Client,
     notify: Arc<Notify>,
     stores: HashMap<StoreKey, ObjectStore>,
-    namespaces: Store<PartialObjectMeta<Namespace>>,
+    namespaces: ObjectStore<PartialObjectMeta<Namespace>>,
+}
+
+/// Watches `api` into a cache (a 404 means the type is not served: none), waking
+/// `notify` on every change.
+fn spawn_store<K>(api: Api<K>, cfg: watcher::Config, notify: &Arc<Notify>) -> ObjectStore<K>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let notify = notify.clone();
+    let (store, task) = spawn_cache(api, cfg, NotFound::Empty, move || notify.notify_one());
+    ObjectStore { store, task }
 }
 
 fn labels_map(labels: &std::collections::BTreeMap<String, String>) -> Map<String, Value> {
@@ -70,11 +84,10 @@ fn labels_map(labels: &std::collections::BTreeMap<String, String>) -> Map<String
 impl Markers {
     /// Starts the namespace watch; object watches follow what [`Markers::sync`] needs.
     pub fn new(client: Client, notify: Arc<Notify>) -> Self {
-        let namespaces = crate::kubernetes::spawn_reflector(
+        let namespaces = spawn_store(
             Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
             watcher::Config::default(),
-            notify.clone(),
-            None,
+            &notify,
         );
         Self {
             client,
@@ -85,28 +98,12 @@ impl Markers {
     }
 
     fn spawn(&self, ar: &ApiResource, label: Option<&str>) -> ObjectStore {
-        let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(ar.clone());
-        let store = writer.as_reader();
         let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), ar);
         let mut cfg = watcher::Config::default();
         if let Some(l) = label {
             cfg = cfg.labels(l);
         }
-        let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
-        let notify = self.notify.clone();
-        let plural = ar.plural.clone();
-        let task = tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(_) => notify.notify_one(),
-                    Err(e) => {
-                        tracing::warn!(resource = %plural, error = %e, "marker watch failed; retrying")
-                    }
-                }
-            }
-        });
-        ObjectStore { store, task }
+        spawn_store(api, cfg, &self.notify)
     }
 
     /// Keeps exactly the watches `routes` and the protection label `keys` need,
@@ -166,16 +163,12 @@ impl Markers {
     /// The namespaces that must carry the marker, or `None` while some watch has
     /// not listed yet.
     async fn wanted(&self, routes: &[Route]) -> Option<BTreeSet<String>> {
-        if !crate::kubernetes::is_ready(&self.namespaces).await {
+        if !self.namespaces.store.synced() || self.stores.values().any(|s| !s.store.synced()) {
             return None;
-        }
-        for s in self.stores.values() {
-            if !crate::kubernetes::is_ready(&s.store).await {
-                return None;
-            }
         }
         let ns_labels: HashMap<String, Map<String, Value>> = self
             .namespaces
+            .store
             .state()
             .iter()
             .map(|n| (n.name_any(), labels_map(n.labels())))
@@ -215,6 +208,7 @@ impl Markers {
         };
         let marked: BTreeSet<String> = self
             .namespaces
+            .store
             .state()
             .iter()
             .filter(|n| n.labels().contains_key(CONTAINS_PROTECTED_LABEL))

@@ -38,7 +38,16 @@
 //! The index hears of every change of status through [`Index::status`] (to report a
 //! refusal once, or flip a flag readers check).
 
-use std::{borrow::Cow, fmt, time::Duration};
+use std::{
+    borrow::Cow,
+    collections::BTreeMap,
+    fmt,
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -225,6 +234,117 @@ where
         &mut index,
     )
     .await;
+}
+
+/// The objects of one watch, keyed by (logical cluster, namespace, name), and whether
+/// they are synced: what kube-runtime's reflector store keeps, with this module's
+/// meaning of synced (a reflector store stays "ready" through failures).
+pub struct Cache<K> {
+    inner: Arc<CacheInner<K>>,
+}
+
+struct CacheInner<K> {
+    objects: RwLock<BTreeMap<(String, String, String), Arc<K>>>,
+    synced: AtomicBool,
+}
+
+impl<K> Clone for Cache<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> Default for Cache<K> {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(CacheInner {
+                objects: RwLock::new(BTreeMap::new()),
+                synced: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+impl<K> Cache<K> {
+    /// Every object, in key order.
+    pub fn state(&self) -> Vec<Arc<K>> {
+        crate::locks::read(&self.inner.objects)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether the cache is synced (see the module docs).
+    pub fn synced(&self) -> bool {
+        self.inner.synced.load(Ordering::Acquire)
+    }
+}
+
+fn cache_key<K: Resource>(o: &K) -> (String, String, String) {
+    let m = o.meta();
+    (
+        crate::kcp::cluster_of(o),
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone().unwrap_or_default(),
+    )
+}
+
+/// A [`Cache`] as an [`Index`]: every change wakes `on_change`.
+struct CacheFeed<K, F> {
+    cache: Cache<K>,
+    on_change: F,
+    what: String,
+}
+
+impl<K: Resource, F: Fn()> Index<K> for CacheFeed<K, F> {
+    fn reset(&mut self, objects: Vec<K>) {
+        *crate::locks::write(&self.cache.inner.objects) = objects
+            .into_iter()
+            .map(|o| (cache_key(&o), Arc::new(o)))
+            .collect();
+        (self.on_change)();
+    }
+
+    fn apply(&mut self, object: K) {
+        crate::locks::write(&self.cache.inner.objects).insert(cache_key(&object), Arc::new(object));
+        (self.on_change)();
+    }
+
+    fn delete(&mut self, object: K) {
+        crate::locks::write(&self.cache.inner.objects).remove(&cache_key(&object));
+        (self.on_change)();
+    }
+
+    fn status(&mut self, _from: &Status, to: &Status) {
+        self.cache.inner.synced.store(to.synced, Ordering::Release);
+        if let WatchState::Failed(e) | WatchState::Forbidden(e) = &to.state {
+            tracing::warn!(resource = %self.what, error = %e, "watch failed; listing again");
+        }
+        (self.on_change)();
+    }
+}
+
+/// Spawns a watch of `api` feeding a new [`Cache`]; every change (objects or status)
+/// calls `on_change`. The task runs until aborted.
+pub fn spawn_cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    not_found: NotFound,
+    on_change: impl Fn() + Send + 'static,
+) -> (Cache<K>, tokio::task::JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+{
+    let cache = Cache::default();
+    let feed = CacheFeed {
+        cache: cache.clone(),
+        on_change,
+        what: api.resource_url().to_string(),
+    };
+    let task = tokio::spawn(run(api, config, not_found, feed));
+    (cache, task)
 }
 
 /// First retry delay after a failed watch.
@@ -506,6 +626,55 @@ mod tests {
         );
         assert_eq!(watcher_status(&watcher::Error::NoResourceVersion), None);
         assert_eq!(watcher_status(&api_error(403)), Some(403));
+    }
+
+    #[test]
+    fn a_cache_keeps_objects_by_cluster_namespace_and_name_and_unsyncs_on_failure() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let cm = |lc: &str, ns: &str, name: &str| {
+            let mut c = ConfigMap::default();
+            c.metadata.name = Some(name.into());
+            c.metadata.namespace = Some(ns.into());
+            c.metadata.annotations = Some(
+                [(
+                    crate::names::KCP_CLUSTER_ANNOTATION.to_string(),
+                    lc.to_string(),
+                )]
+                .into(),
+            );
+            c
+        };
+        let changes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = changes.clone();
+        let mut feed = CacheFeed {
+            cache: Cache::default(),
+            on_change: move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+            },
+            what: "configmaps".into(),
+        };
+        let cache = feed.cache.clone();
+        let mut d = Driver::new(NotFound::Unknown);
+        d.handle(&mut feed, Ok(watcher::Event::Init));
+        d.handle(&mut feed, Ok(watcher::Event::InitApply(cm("a", "x", "n"))));
+        d.handle(&mut feed, Ok(watcher::Event::InitApply(cm("b", "x", "n"))));
+        assert!(!cache.synced());
+        assert!(cache.state().is_empty());
+        d.handle(&mut feed, Ok(watcher::Event::InitDone));
+        assert!(cache.synced());
+        assert_eq!(cache.state().len(), 2, "same name in two clusters");
+        d.handle(&mut feed, Ok(watcher::Event::Delete(cm("a", "x", "n"))));
+        let left: Vec<_> = cache
+            .state()
+            .iter()
+            .map(|c| crate::kcp::cluster_of(&**c))
+            .collect();
+        assert_eq!(left, ["b"]);
+        d.handle(&mut feed, Err(api_error(500)));
+        assert!(!cache.synced());
+        assert_eq!(cache.state().len(), 1, "kept while unsynced");
+        // reset, status, delete, status
+        assert_eq!(changes.load(Ordering::SeqCst), 4);
     }
 
     #[test]
