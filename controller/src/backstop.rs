@@ -4,17 +4,21 @@
 //! backstop is off (`--backstop=false`) or the API server does not serve
 //! `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicies.
 
-use holdfast_shared::{backstop::BACKSTOP_NAME, names::FIELD_MANAGER};
+use holdfast_shared::{
+    backstop::BACKSTOP_NAME,
+    names::FIELD_MANAGER,
+    watch::{Cache, NotFound, spawn_cache},
+};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams},
-    runtime::{reflector::Store, watcher},
+    runtime::watcher,
 };
 use std::sync::Arc;
-use tokio::sync::Notify;
+use tokio::{sync::Notify, task::JoinHandle};
 
 pub use holdfast_shared::backstop::Backstop;
 
@@ -23,27 +27,38 @@ pub const GROUP_VERSION: &str = "admissionregistration.k8s.io/v1";
 
 /// Watches of the backstop's two objects (their changes wake the reconciler).
 pub struct Watches {
-    policy: Store<ValidatingAdmissionPolicy>,
-    binding: Store<ValidatingAdmissionPolicyBinding>,
+    policy: Cache<ValidatingAdmissionPolicy>,
+    binding: Cache<ValidatingAdmissionPolicyBinding>,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
 }
 
 impl Watches {
     /// Starts the two watches (by name).
     pub fn start(client: &Client, notify: &Arc<Notify>) -> Self {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={BACKSTOP_NAME}"));
+        let wake = || {
+            let notify = notify.clone();
+            move || notify.notify_one()
+        };
+        let (policy, p) = spawn_cache(
+            Api::all(client.clone()),
+            cfg.clone(),
+            NotFound::Empty,
+            wake(),
+        );
+        let (binding, b) = spawn_cache(Api::all(client.clone()), cfg, NotFound::Empty, wake());
         Self {
-            policy: crate::kubernetes::spawn_reflector(
-                Api::all(client.clone()),
-                cfg.clone(),
-                notify.clone(),
-                None,
-            ),
-            binding: crate::kubernetes::spawn_reflector(
-                Api::all(client.clone()),
-                cfg,
-                notify.clone(),
-                None,
-            ),
+            policy,
+            binding,
+            tasks: [p, b],
         }
     }
 }
