@@ -295,3 +295,98 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
     };
     watch::run(api, watcher::Config::default(), not_found, feed).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{metrics::Metrics, view::ViewOptions};
+    use holdfast_shared::{
+        api::common::{Enforcement, GroupResource},
+        fieldpath::FieldPath,
+        registry::PolicyKey,
+        watch::Driver,
+    };
+
+    fn vm(name: &str, vpc: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.test.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": name, "namespace": "prod"},
+            "spec": {"vpc": vpc}
+        }))
+        .expect("vm")
+    }
+
+    #[test]
+    fn the_index_answers_only_while_synced() {
+        let view = WebhookView::build(
+            ViewOptions {
+                topology: Topology::Kubernetes,
+                kubeconfig: None,
+                label_only: false,
+                mode: super::super::DependentsMode::Watch,
+                label_keys: Vec::new(),
+                apiexport: String::new(),
+                cascading_keys: Vec::new(),
+            },
+            None,
+            None,
+            Metrics::new().expect("metrics"),
+        );
+        let dep = CompiledDependency {
+            rule: PolicyKey::new("", "vms-need-vpcs"),
+            enforcement: Enforcement::Enforce,
+            dependent_group: "compute.test.io".into(),
+            dependent_version: "v1".into(),
+            dependent_resource: "virtualmachines".into(),
+            dependent_kind: "VirtualMachine".into(),
+            dependent_export: None,
+            target: GroupResource::new("network.test.io", "vpcs"),
+            path: FieldPath::parse("spec.vpc").expect("path"),
+            namespace_path: None,
+        };
+        let key = dep.dependent_gr().to_string();
+        let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
+        let mut feed = DependentsFeed {
+            view: view.clone(),
+            key: key.clone(),
+            deps: vec![dep],
+            unreadable: unreadable.clone(),
+        };
+        let synced = |v: &WebhookView| v.synced.get(&key).is_some_and(|s| *s);
+        let referrers = |v: &WebhookView| {
+            v.index
+                .lookup("", "vpcs.network.test.io", "main", Some("prod"))
+                .iter()
+                .map(Referrer::describe)
+                .collect::<Vec<_>>()
+        };
+        let status = |code: u16| {
+            let s = kube::core::Status::failure("refused", "").with_code(code);
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(
+                Box::new(s),
+            )))
+        };
+        let mut d = Driver::new(NotFound::Empty);
+        d.handle(&mut feed, status(403));
+        assert!(!synced(&view));
+        assert_eq!(unreadable.get(), 1);
+        d.handle(&mut feed, Ok(watcher::Event::Init));
+        d.handle(&mut feed, Ok(watcher::Event::InitApply(vm("web", "main"))));
+        d.handle(&mut feed, Ok(watcher::Event::InitDone));
+        assert!(synced(&view));
+        assert_eq!(unreadable.get(), 0);
+        assert_eq!(referrers(&view), ["VirtualMachine prod/web"]);
+        d.handle(&mut feed, Ok(watcher::Event::Apply(vm("db", "main"))));
+        d.handle(&mut feed, Ok(watcher::Event::Delete(vm("web", "main"))));
+        assert_eq!(referrers(&view), ["VirtualMachine prod/db"]);
+        // A failure: unsynced (live lookups answer), what was known kept.
+        d.handle(&mut feed, status(500));
+        assert!(!synced(&view));
+        assert_eq!(referrers(&view), ["VirtualMachine prod/db"]);
+        // A relist drops what is gone.
+        d.handle(&mut feed, Ok(watcher::Event::Init));
+        d.handle(&mut feed, Ok(watcher::Event::InitDone));
+        assert!(synced(&view));
+        assert!(referrers(&view).is_empty());
+    }
+}
