@@ -299,11 +299,9 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{metrics::Metrics, view::ViewOptions};
+    use crate::view::{DependentsMode, test_view};
     use holdfast_shared::{
-        api::common::{Enforcement, GroupResource},
-        fieldpath::FieldPath,
-        registry::PolicyKey,
+        api::{common::GroupResource, dependency_rule::DependencyRule},
         watch::Driver,
     };
 
@@ -318,32 +316,25 @@ mod tests {
 
     #[test]
     fn the_index_answers_only_while_synced() {
-        let view = WebhookView::build(
-            ViewOptions {
-                topology: Topology::Kubernetes,
-                kubeconfig: None,
-                label_only: false,
-                mode: super::super::DependentsMode::Watch,
-                label_keys: Vec::new(),
-                apiexport: String::new(),
-                cascading_keys: Vec::new(),
-            },
-            None,
-            None,
-            Metrics::new().expect("metrics"),
-        );
-        let dep = CompiledDependency {
-            rule: PolicyKey::new("", "vms-need-vpcs"),
-            enforcement: Enforcement::Enforce,
-            dependent_group: "compute.test.io".into(),
-            dependent_version: "v1".into(),
-            dependent_resource: "virtualmachines".into(),
-            dependent_kind: "VirtualMachine".into(),
-            dependent_export: None,
-            target: GroupResource::new("network.test.io", "vpcs"),
-            path: FieldPath::parse("spec.vpc").expect("path"),
-            namespace_path: None,
-        };
+        let view = test_view(Topology::Kubernetes, DependentsMode::Watch);
+        let rule: DependencyRule = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
+            "metadata": {"name": "vms-need-vpcs"},
+            "spec": {
+                "dependent": {"group": "compute.test.io", "version": "v1",
+                              "kind": "VirtualMachine", "resource": "virtualmachines"},
+                "dependencies": [{"group": "network.test.io", "version": "v1", "resource": "vpcs",
+                                  "fieldRef": {"path": ".spec.vpc"}}]
+            }
+        }))
+        .expect("rule");
+        view.registry.apply("", &rule).expect("compiles");
+        let dep = view
+            .registry
+            .dependencies
+            .find(&GroupResource::new("network.test.io", "vpcs"))
+            .and_then(|rules| rules.first().and_then(|deps| deps.first().cloned()))
+            .expect("compiled dependency");
         let key = dep.dependent_gr().to_string();
         let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
         let mut feed = DependentsFeed {

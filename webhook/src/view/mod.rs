@@ -409,6 +409,25 @@ impl WebhookView {
     }
 }
 
+/// A view with no API server, for unit tests of its parts.
+#[cfg(test)]
+fn test_view(topology: Topology, mode: DependentsMode) -> Arc<WebhookView> {
+    WebhookView::build(
+        ViewOptions {
+            topology,
+            kubeconfig: None,
+            label_only: false,
+            mode,
+            label_keys: Vec::new(),
+            apiexport: "holdfast".into(),
+            cascading_keys: Vec::new(),
+        },
+        None,
+        None,
+        Metrics::new().unwrap_or_else(|e| panic!("metrics: {e}")),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -150,7 +150,7 @@ async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{metrics::Metrics, view::ViewOptions};
+    use crate::view::{DependentsMode, test_view};
     use holdfast_shared::{api::common::GroupResource, watch::Driver};
     use kube::api::ObjectMeta;
 
@@ -169,20 +169,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_policy_is_left_out_without_breaking_the_list() {
-        let view = WebhookView::build(
-            ViewOptions {
-                topology: Topology::Kubernetes,
-                kubeconfig: None,
-                label_only: false,
-                mode: super::super::DependentsMode::Live,
-                label_keys: Vec::new(),
-                apiexport: String::new(),
-                cascading_keys: Vec::new(),
-            },
-            None,
-            None,
-            Metrics::new().expect("metrics"),
-        );
+        let view = test_view(Topology::Kubernetes, DependentsMode::Live);
         let good = protection(
             "good",
             serde_json::json!({"resources": [{"version": "v1", "resource": "configmaps"}]}),
@@ -214,20 +201,7 @@ mod tests {
 
     #[test]
     fn on_kcp_a_policy_kind_not_served_never_loads() {
-        let view = WebhookView::build(
-            ViewOptions {
-                topology: Topology::Kcp,
-                kubeconfig: None,
-                label_only: false,
-                mode: super::super::DependentsMode::Live,
-                label_keys: Vec::new(),
-                apiexport: "holdfast".into(),
-                cascading_keys: Vec::new(),
-            },
-            None,
-            None,
-            Metrics::new().expect("metrics"),
-        );
+        let view = test_view(Topology::Kcp, DependentsMode::Live);
         let mut feed = PolicyFeed::<AnchorRule> {
             view: view.clone(),
             kind: std::marker::PhantomData,
