@@ -6,50 +6,7 @@ use std::{fmt, net::SocketAddr, path::PathBuf, str::FromStr};
 use holdfast_shared::{labels::ProtectionLabels, names::VALIDATE_PATH};
 use url::Url;
 
-/// Where the cluster(s) holdfast protects are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Topology {
-    /// Plain Kubernetes, or a Karmada control plane (a kube-apiserver).
-    Kubernetes,
-    /// kcp: rules are read through the holdfast APIExport's virtual workspace.
-    Kcp,
-}
-
-impl fmt::Display for Topology {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Topology::Kubernetes => "kubernetes",
-            Topology::Kcp => "kcp",
-        })
-    }
-}
-
-/// `failurePolicy` of the installed webhooks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum FailurePolicy {
-    /// The API server rejects the request when the webhook cannot be reached.
-    #[value(name = "Fail")]
-    Fail,
-    /// The API server lets the request through when the webhook cannot be reached.
-    #[value(name = "Ignore")]
-    Ignore,
-}
-
-impl FailurePolicy {
-    /// The value for `ValidatingWebhook.failurePolicy`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailurePolicy::Fail => "Fail",
-            FailurePolicy::Ignore => "Ignore",
-        }
-    }
-}
-
-impl fmt::Display for FailurePolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use holdfast_shared::{topology::Topology, webhookconfig::FailurePolicy};
 
 /// Checks a DNS-1123 label (namespace names, most object names).
 fn check_dns_label(what: &str, s: &str) -> Result<(), String> {

@@ -50,6 +50,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 
 use crate::{
+    reconcile::ReconcileError,
     cycles::{RuleEdges, find_cycles},
     markers::Markers,
     policies::{
@@ -59,6 +60,34 @@ use crate::{
     reads,
     status::{Outcome, desired_status, now_rfc3339},
 };
+
+/// How long a store gets to say it is ready when asked (it either is or is not).
+const READY_PROBE: Duration = Duration::from_millis(1);
+
+/// A policy kind whose watch has not synced this long after start is looked
+/// up in discovery: when its CRD is not installed, reconciling goes on without it.
+const CRD_GRACE: Duration = Duration::from_secs(3);
+
+/// How often the initial sync is checked.
+const SYNC_POLL: Duration = Duration::from_millis(100);
+
+/// A failed discovery is retried at most this often.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
+
+/// A reads role granted but not effective yet is looked at again after this.
+const READS_RECHECK: Duration = Duration::from_millis(250);
+
+/// Refused reads are checked again after this (nothing watched announces RBAC changes).
+const RBAC_RECHECK: Duration = Duration::from_secs(5);
+
+/// Starts a pass after `delay`.
+fn wake_after(notify: &Arc<Notify>, delay: Duration) {
+    let notify = notify.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        notify.notify_one();
+    });
+}
 
 /// Where the reconciler gets its install options (the CA bundle may rotate).
 pub type OptionsSource = watch::Receiver<InstallOptions>;
@@ -244,7 +273,7 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    tokio::time::timeout(Duration::from_millis(1), store.wait_until_ready())
+    tokio::time::timeout(READY_PROBE, store.wait_until_ready())
         .await
         .is_ok_and(|r| r.is_ok())
 }
@@ -310,6 +339,33 @@ pub struct Reconciler {
     /// Whether the API server serves ValidatingAdmissionPolicies (v1), and when
     /// that was last asked.
     backstop_served: Option<(bool, std::time::Instant)>,
+    /// When discovery last failed (retried at most every [`DISCOVERY_RETRY`]).
+    discovery_failed_at: Option<std::time::Instant>,
+}
+
+impl crate::reconcile::Reconcile for Reconciler {
+    const TOPOLOGY: &'static str = "kubernetes";
+
+    fn notify(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+
+    fn options(&self) -> OptionsSource {
+        self.options.clone()
+    }
+
+    fn idle_wait(&self) -> Duration {
+        self.settings.resync
+    }
+
+    fn on_resync(&mut self) {
+        self.discovery_dirty.store(true, Ordering::SeqCst);
+    }
+
+    async fn reconcile(&mut self) -> Result<(), ReconcileError> {
+        self.refresh_discovery().await;
+        self.reconcile_once().await
+    }
 }
 
 /// One policy, kind-erased.
@@ -391,11 +447,16 @@ impl Reconciler {
             ready,
             backstop: None,
             backstop_served: None,
+            discovery_failed_at: None,
         }
     }
 
-    /// Runs until `shutdown` turns true.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+    /// Runs until `shutdown` turns true, counting passes in `metrics`.
+    pub async fn run(
+        mut self,
+        mut shutdown: watch::Receiver<bool>,
+        metrics: crate::reconcile::Metrics,
+    ) -> anyhow::Result<()> {
         // Never compute from half-filled caches: an empty cache would remove webhooks.
         // A policy kind whose CRD is not installed at all cannot sync; once discovery
         // confirms that, go on without it (its watch keeps retrying and catches up
@@ -413,7 +474,7 @@ impl Reconciler {
             if unready.is_empty() && vwc_ready {
                 break;
             }
-            if vwc_ready && started.elapsed() > Duration::from_secs(3) {
+            if vwc_ready && started.elapsed() > CRD_GRACE {
                 match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
                     Ok(index) => {
                         let missing = unready
@@ -435,7 +496,7 @@ impl Reconciler {
                 }
             }
             tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                () = tokio::time::sleep(SYNC_POLL) => {}
                 _ = shutdown.changed() => return Ok(()),
             }
         }
@@ -446,62 +507,32 @@ impl Reconciler {
             self.deferred.subscribe(),
             shutdown.clone(),
         ));
-        let result = self.reconcile_loop(shutdown).await;
+        let ready = self.ready.clone();
+        crate::reconcile::run(&mut self, &metrics, &ready, shutdown).await;
         deferred.abort();
-        result
+        Ok(())
     }
 
-    async fn reconcile_loop(&mut self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
-        let mut retry = false;
-        let mut discovery_failed_at: Option<std::time::Instant> = None;
-        let mut options = self.options.clone();
-        loop {
-            if !retry {
-                tokio::select! {
-                    () = self.notify.notified() => {}
-                    _ = options.changed() => {}
-                    () = tokio::time::sleep(self.settings.resync) => {
-                        self.discovery_dirty.store(true, Ordering::SeqCst);
-                    }
-                    _ = shutdown.changed() => return Ok(()),
-                }
-                // Let a burst of events settle into one pass.
-                tokio::time::sleep(Duration::from_millis(10)).await;
+    /// Refreshes the discovery index when it is dirty. A failing discovery (an
+    /// unavailable aggregated API, say) is retried at most every
+    /// [`DISCOVERY_RETRY`], so it never slows every pass down.
+    async fn refresh_discovery(&mut self) {
+        let may_discover = self
+            .discovery_failed_at
+            .is_none_or(|t| t.elapsed() > DISCOVERY_RETRY);
+        if !may_discover || !self.discovery_dirty.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
+            Ok(index) => {
+                tracing::debug!(resources = index.len(), "discovery refreshed");
+                self.index = index;
+                self.discovery_failed_at = None;
             }
-            if *shutdown.borrow() {
-                return Ok(());
-            }
-            // A failing discovery (an unavailable aggregated API, say) is retried at
-            // most every 10 s, so it never slows every pass down.
-            let may_discover = discovery_failed_at
-                .is_none_or(|t: std::time::Instant| t.elapsed() > Duration::from_secs(10));
-            if may_discover && self.discovery_dirty.swap(false, Ordering::SeqCst) {
-                match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
-                    Ok(index) => {
-                        tracing::debug!(resources = index.len(), "discovery refreshed");
-                        self.index = index;
-                        discovery_failed_at = None;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "discovery failed; keeping the previous view");
-                        self.discovery_dirty.store(true, Ordering::SeqCst);
-                        discovery_failed_at = Some(std::time::Instant::now());
-                    }
-                }
-            }
-            match self.reconcile_once().await {
-                Ok(()) => {
-                    retry = false;
-                    self.ready.store(true, Ordering::SeqCst);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "reconcile failed; retrying");
-                    retry = true;
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_millis(500)) => {}
-                        _ = shutdown.changed() => return Ok(()),
-                    }
-                }
+            Err(e) => {
+                tracing::warn!(error = %e, "discovery failed; keeping the previous view");
+                self.discovery_dirty.store(true, Ordering::SeqCst);
+                self.discovery_failed_at = Some(std::time::Instant::now());
             }
         }
     }
@@ -706,11 +737,7 @@ impl Reconciler {
                     .collect();
                 // Look again shortly: nothing the controller watches announces a
                 // change of RBAC.
-                let notify = self.notify.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    notify.notify_one();
-                });
+                wake_after(&self.notify, RBAC_RECHECK);
                 // The marker watches still cover everything wanted: one refused
                 // keeps namespace DELETEs routed everywhere (fail closed).
                 (Some(wanted), Some((error, missing)))
@@ -805,7 +832,7 @@ impl Reconciler {
         }
     }
 
-    async fn reconcile_once(&mut self) -> anyhow::Result<()> {
+    async fn reconcile_once(&mut self) -> Result<(), ReconcileError> {
         if let Some(sp) = &self.settings.self_protection
             && let Err(e) = ensure_self_protection(&self.client, sp).await
         {
@@ -838,11 +865,7 @@ impl Reconciler {
             // Granted but not effective yet: route every namespace DELETE and look
             // again shortly.
             needs.containment = holdfast_shared::webhookconfig::Containment::Everywhere;
-            let notify = self.notify.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                notify.notify_one();
-            });
+            wake_after(&self.notify, READS_RECHECK);
         }
         self.publish_deferred_types(&needs.delete);
         let opts = self.options.borrow().clone();
@@ -868,7 +891,9 @@ impl Reconciler {
                     "{what} ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}; it routes:\n{}",
                     describe_configuration(&desired)
                 );
-                apply_configuration(&self.client, &desired).await?
+                apply_configuration(&self.client, &desired)
+                    .await
+                    .map_err(|e| ReconcileError::configuration(&e))?
             }
         };
         let cycles = find_cycles(&edges);
@@ -964,7 +989,9 @@ impl Reconciler {
             .count()
             .await;
         if failures > 0 {
-            anyhow::bail!("{failures} status update(s) failed");
+            return Err(ReconcileError::Status(format!(
+                "{failures} status update(s) failed"
+            )));
         }
         Ok(())
     }
