@@ -71,10 +71,13 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        use clap::{CommandFactory as _, FromArgMatches as _, error::ErrorKind, parser::ValueSource};
+        use clap::{
+            CommandFactory as _, FromArgMatches as _, error::ErrorKind, parser::ValueSource,
+        };
         let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
         // First without the environment of the run flags beside the subcommand.
-        let mut plain = Cli::command().mut_args(|a| if a.is_global_set() { a } else { a.env(None) });
+        let mut plain =
+            Cli::command().mut_args(|a| if a.is_global_set() { a } else { a.env(None) });
         let matches = match plain.try_get_matches_from_mut(&args) {
             Ok(m) => m,
             // Help as the complete command shows it (environment names included).

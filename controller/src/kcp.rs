@@ -42,9 +42,9 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use crate::{
-    reconcile::ReconcileError,
     cycles::{RuleEdges, find_cycles},
     policies::{Invalid, check_dependency_rule, reasons},
+    reconcile::ReconcileError,
     status::{Outcome, desired_status, now_rfc3339},
 };
 
@@ -951,7 +951,11 @@ fn status_writes(
     let edges: Vec<RuleEdges> = rules
         .iter()
         .filter(|r| r.eval.invalid.is_none())
-        .filter_map(|r| r.rule.as_ref().map(|rule| RuleEdges::of(r.eval.key(), rule)))
+        .filter_map(|r| {
+            r.rule
+                .as_ref()
+                .map(|rule| RuleEdges::of(r.eval.key(), rule))
+        })
         .collect();
     let cycles = find_cycles(&edges);
     let mut writes = Vec::with_capacity(rules.len());

@@ -50,7 +50,6 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 
 use crate::{
-    reconcile::ReconcileError,
     cycles::{RuleEdges, find_cycles},
     markers::Markers,
     policies::{
@@ -58,6 +57,7 @@ use crate::{
         check_resource_protection,
     },
     reads,
+    reconcile::ReconcileError,
     status::{Outcome, desired_status, now_rfc3339},
 };
 

@@ -230,7 +230,10 @@ mod tests {
     fn backoff_doubles_up_to_the_cap_and_resets() {
         let mut b = Backoff::default();
         let delays: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
-        assert_eq!(delays, vec![250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
+        assert_eq!(
+            delays,
+            vec![250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000]
+        );
         for _ in 0..100 {
             b.next_delay();
         }
@@ -312,7 +315,10 @@ mod tests {
         assert_eq!(metrics.reconciles.get(), 3);
         assert_eq!(metrics.duration.get_sample_count(), 3);
         assert_eq!(metrics.errors.with_label_values(&["status"]).get(), 1);
-        assert_eq!(metrics.errors.with_label_values(&["configuration"]).get(), 1);
+        assert_eq!(
+            metrics.errors.with_label_values(&["configuration"]).get(),
+            1
+        );
         assert_eq!(metrics.errors.with_label_values(&["internal"]).get(), 0);
         let text = metrics.render();
         for line in [

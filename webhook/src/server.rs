@@ -282,9 +282,7 @@ impl AppProbes {
         ) {
             Some("policy registry not loaded".into())
         } else if !app.admission.view().stores_built() {
-            Some(
-                "the object indexes namespace containment reads are not started yet".into(),
-            )
+            Some("the object indexes namespace containment reads are not started yet".into())
         } else {
             let p = app.admission.view().discovery_problem().unwrap_or_default();
             Some(format!(

@@ -59,10 +59,7 @@ pub fn route<P: Probes>(probes: &P, method: &Method, path: &str) -> Response<Bod
         "/healthz" | "/livez" => text(StatusCode::OK, "ok"),
         "/readyz" => match probes.readiness() {
             Ok(()) => text(StatusCode::OK, "ok"),
-            Err(why) => text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: {why}"),
-            ),
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")),
         },
         "/metrics" => {
             let mut resp = text(StatusCode::OK, probes.metrics());
@@ -123,7 +120,12 @@ mod tests {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
-        let body = resp.into_body().collect().await.expect("full body").to_bytes();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .expect("full body")
+            .to_bytes();
         (status, ct, String::from_utf8_lossy(&body).into_owned())
     }
 

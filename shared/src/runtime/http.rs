@@ -317,20 +317,22 @@ pub async fn serve<H: Handler>(
             let _slot = slot;
             match tls {
                 Some(acceptor) => {
-                    let stream =
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                            .await
-                        {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => {
-                                handler.closed("handshake_timeout");
-                                return;
-                            }
-                        };
+                    let stream = match tokio::time::timeout(
+                        HANDSHAKE_TIMEOUT,
+                        acceptor.accept(stream),
+                    )
+                    .await
+                    {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            handler.closed("handshake_timeout");
+                            return;
+                        }
+                    };
                     connection(stream, handler, builder, shutdown).await;
                 }
                 None => connection(stream, handler, builder, shutdown).await,

@@ -31,7 +31,8 @@ impl Shutdown {
 
     /// Triggers shutdown (idempotent).
     pub fn trigger(&self) {
-        self.tx.send_replace(true);
+        self.tx
+            .send_if_modified(|stop| !std::mem::replace(stop, true));
     }
 
     /// Whether shutdown was triggered.
@@ -83,6 +84,9 @@ mod tests {
         rx.changed().await.expect("sender alive");
         assert!(*rx.borrow() && token.triggered());
         token.trigger();
-        assert!(!rx.has_changed().expect("sender alive"), "a second trigger is no change");
+        assert!(
+            !rx.has_changed().expect("sender alive"),
+            "a second trigger is no change"
+        );
     }
 }
