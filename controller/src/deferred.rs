@@ -12,7 +12,6 @@
 //! who asked, the refusals while it waits (once per distinct reason) and the
 //! deletion.
 
-use futures::StreamExt as _;
 use holdfast_shared::{
     api::common::GroupResource,
     deferred::requested_by,
@@ -21,13 +20,10 @@ use holdfast_shared::{
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Client,
-    api::{Api, ApiResource, DynamicObject, PartialObjectMeta},
+    api::{ApiResource, DynamicObject, PartialObjectMeta},
     runtime::{
-        WatchStreamExt as _,
         events::{Event, EventType, Recorder},
-        reflector,
         reflector::Store,
-        watcher,
     },
 };
 use std::{
@@ -202,24 +198,16 @@ fn spawn_watch(
     Store<PartialObjectMeta<DynamicObject>>,
     tokio::task::JoinHandle<()>,
 ) {
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &t.resource);
-    let writer = reflector::store::Writer::new(t.resource.clone());
-    let store = writer.as_reader();
-    let cfg = watcher::Config::default().labels(&format!("{DELETE_WHEN_UNBLOCKED}=true"));
-    let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
-    let what = format!("{}.{}", t.resource.plural, t.resource.group);
-    let task = tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(_) => notify.notify_one(),
-                Err(e) => {
-                    tracing::warn!(resource = %what, error = %e, "deferred deletion: watch failed; retrying")
-                }
-            }
-        }
-    });
-    (store, task)
+    crate::kubernetes::spawn_metadata_reflector(
+        client,
+        &t.resource,
+        Some(&format!("{DELETE_WHEN_UNBLOCKED}=true")),
+        notify,
+        (
+            "deferred deletion:",
+            format!("{}.{}", t.resource.plural, t.resource.group),
+        ),
+    )
 }
 
 fn describe(t: &DeferredType, obj: &PartialObjectMeta<DynamicObject>) -> String {

@@ -447,12 +447,8 @@ struct StatusWrite {
 impl crate::reconcile::Reconcile for Reconciler {
     const TOPOLOGY: &'static str = "kcp";
 
-    fn notify(&self) -> Arc<Notify> {
-        self.notify.clone()
-    }
-
-    fn options(&self) -> watch::Receiver<InstallOptions> {
-        self.options.clone()
+    fn triggers(&self) -> crate::reconcile::Triggers {
+        crate::reconcile::Triggers::new(&self.notify, &self.options)
     }
 
     fn idle_wait(&self) -> Duration {

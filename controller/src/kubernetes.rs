@@ -37,7 +37,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt as _,
-    api::{ApiResource, DynamicObject},
+    api::{ApiResource, DynamicObject, PartialObjectMeta},
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
         WatchStreamExt as _,
@@ -61,24 +61,24 @@ use crate::{
     status::{Outcome, desired_status, now_rfc3339},
 };
 
-/// How long a store gets to say it is ready when asked (it either is or is not).
-const READY_PROBE: Duration = Duration::from_millis(1);
-
-/// A policy kind whose watch has not synced this long after start is looked
-/// up in discovery: when its CRD is not installed, reconciling goes on without it.
-const CRD_GRACE: Duration = Duration::from_secs(3);
-
-/// How often the initial sync is checked.
-const SYNC_POLL: Duration = Duration::from_millis(100);
-
-/// A failed discovery is retried at most this often.
-const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
-
-/// A reads role granted but not effective yet is looked at again after this.
-const READS_RECHECK: Duration = Duration::from_millis(250);
-
-/// Refused reads are checked again after this (nothing watched announces RBAC changes).
-const RBAC_RECHECK: Duration = Duration::from_secs(5);
+/// Timing of the Kubernetes reconciler.
+mod timing {
+    use std::time::Duration;
+    /// How long a store gets to say it is ready when asked (it either is or is not).
+    pub const READY_PROBE: Duration = Duration::from_millis(1);
+    /// A policy kind whose watch has not synced this long after start is looked up
+    /// in discovery: when its CRD is not installed, reconciling goes on without it.
+    pub const CRD_GRACE: Duration = Duration::from_secs(3);
+    /// How often the initial sync is checked.
+    pub const SYNC_POLL: Duration = Duration::from_millis(100);
+    /// A failed discovery is retried at most this often.
+    pub const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
+    /// A reads role granted but not effective yet is looked at again after this.
+    pub const READS_RECHECK: Duration = Duration::from_millis(250);
+    /// Refused reads are checked again after this (nothing watched announces RBAC changes).
+    pub const RBAC_RECHECK: Duration = Duration::from_secs(5);
+}
+use timing::*;
 
 /// Starts a pass after `delay`.
 fn wake_after(notify: &Arc<Notify>, delay: Duration) {
@@ -145,18 +145,12 @@ pub async fn self_protection(client: &Client, admin_groups: &[String]) -> Option
 /// Installs (or restores) the self-protection policy and its binding when they
 /// are missing or differ, with server-side apply.
 async fn ensure_self_protection(client: &Client, sp: &SelfProtection) -> anyhow::Result<()> {
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let want = sp.policy();
     let live = policies.get_opt(SELF_PROTECTION_NAME).await?;
     if live.as_ref().map(|l| &l.spec) != Some(&want.spec) {
-        let mut body = serde_json::to_value(&want)?;
-        body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
-        body["kind"] = "ValidatingAdmissionPolicy".into();
         tracing::info!("applying ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}");
-        policies
-            .patch(SELF_PROTECTION_NAME, &pp, &Patch::Apply(&body))
-            .await?;
+        crate::backstop::apply(client, SELF_PROTECTION_NAME, &want).await?;
     }
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let want = sp.binding();
@@ -168,37 +162,20 @@ async fn ensure_self_protection(client: &Client, sp: &SelfProtection) -> anyhow:
             && l.spec.param_ref.is_none()
     });
     if !same {
-        let mut body = serde_json::to_value(&want)?;
-        body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
-        body["kind"] = "ValidatingAdmissionPolicyBinding".into();
         tracing::info!("applying ValidatingAdmissionPolicyBinding {SELF_PROTECTION_NAME}");
-        bindings
-            .patch(SELF_PROTECTION_NAME, &pp, &Patch::Apply(&body))
-            .await?;
+        crate::backstop::apply(client, SELF_PROTECTION_NAME, &want).await?;
     }
     Ok(())
 }
 
 /// Deletes the self-protection binding and policy (cleanup on shutdown).
 pub async fn delete_self_protection(client: &Client) {
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    for result in [
-        bindings
-            .delete(SELF_PROTECTION_NAME, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-        policies
-            .delete(SELF_PROTECTION_NAME, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-    ] {
-        match result {
-            Ok(()) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => tracing::warn!(error = %e, "deleting the self-protection policy failed"),
-        }
-    }
+    crate::backstop::delete_policy_and_binding(
+        client,
+        SELF_PROTECTION_NAME,
+        "the self-protection policy",
+    )
+    .await;
 }
 
 /// Spawns a reflector for `api` whose every event wakes `notify`.
@@ -230,6 +207,41 @@ where
         }
     });
     reader
+}
+
+/// A metadata-only reflector of `ar` (objects matching `labels`, if any) whose
+/// every event wakes `notify`; a failure is logged as `"{what} watch failed;
+/// retrying"` with `resource`.
+pub(crate) fn spawn_metadata_reflector(
+    client: &Client,
+    ar: &ApiResource,
+    labels: Option<&str>,
+    notify: Arc<Notify>,
+    (what, resource): (&'static str, String),
+) -> (
+    Store<PartialObjectMeta<DynamicObject>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(ar.clone());
+    let store = writer.as_reader();
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), ar);
+    let mut cfg = watcher::Config::default();
+    if let Some(l) = labels {
+        cfg = cfg.labels(l);
+    }
+    let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(_) => notify.notify_one(),
+                Err(e) => {
+                    tracing::warn!(resource = %resource, error = %e, "{what} watch failed; retrying")
+                }
+            }
+        }
+    });
+    (store, task)
 }
 
 /// Index of DependencyRules in `Reconciler::kinds` (the kind with CycleDetected).
@@ -346,12 +358,8 @@ pub struct Reconciler {
 impl crate::reconcile::Reconcile for Reconciler {
     const TOPOLOGY: &'static str = "kubernetes";
 
-    fn notify(&self) -> Arc<Notify> {
-        self.notify.clone()
-    }
-
-    fn options(&self) -> OptionsSource {
-        self.options.clone()
+    fn triggers(&self) -> crate::reconcile::Triggers {
+        crate::reconcile::Triggers::new(&self.notify, &self.options)
     }
 
     fn idle_wait(&self) -> Duration {

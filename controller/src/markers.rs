@@ -23,11 +23,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, ResourceExt as _,
     api::{ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams},
-    runtime::{
-        WatchStreamExt as _,
-        reflector::{self, Store},
-        watcher,
-    },
+    runtime::{reflector::Store, watcher},
 };
 use serde_json::{Map, Value};
 use tokio::{sync::Notify, task::JoinHandle};
@@ -85,27 +81,13 @@ impl Markers {
     }
 
     fn spawn(&self, ar: &ApiResource, label: Option<&str>) -> ObjectStore {
-        let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(ar.clone());
-        let store = writer.as_reader();
-        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), ar);
-        let mut cfg = watcher::Config::default();
-        if let Some(l) = label {
-            cfg = cfg.labels(l);
-        }
-        let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
-        let notify = self.notify.clone();
-        let plural = ar.plural.clone();
-        let task = tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(_) => notify.notify_one(),
-                    Err(e) => {
-                        tracing::warn!(resource = %plural, error = %e, "marker watch failed; retrying")
-                    }
-                }
-            }
-        });
+        let (store, task) = crate::kubernetes::spawn_metadata_reflector(
+            &self.client,
+            ar,
+            label,
+            self.notify.clone(),
+            ("marker", ar.plural.clone()),
+        );
         ObjectStore { store, task }
     }
 

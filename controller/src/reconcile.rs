@@ -141,16 +141,31 @@ impl Backoff {
     }
 }
 
+/// What starts a pass besides the idle wait.
+pub struct Triggers {
+    /// Woken when a watched object changes.
+    pub notify: Arc<Notify>,
+    /// The install options (a change starts a pass).
+    pub options: watch::Receiver<InstallOptions>,
+}
+
+impl Triggers {
+    /// Wakes on `notify` and on changes of `options`.
+    pub fn new(notify: &Arc<Notify>, options: &watch::Receiver<InstallOptions>) -> Self {
+        Self {
+            notify: notify.clone(),
+            options: options.clone(),
+        }
+    }
+}
+
 /// One topology's reconciler, as the loop drives it.
 pub trait Reconcile: Send {
     /// Topology name in logs.
     const TOPOLOGY: &'static str;
 
-    /// Woken when a watched object changes.
-    fn notify(&self) -> Arc<Notify>;
-
-    /// The install options (a change starts a pass).
-    fn options(&self) -> watch::Receiver<InstallOptions>;
+    /// What starts a pass.
+    fn triggers(&self) -> Triggers;
 
     /// Longest wait for an event before a pass anyway.
     fn idle_wait(&self) -> Duration;
@@ -170,8 +185,10 @@ pub async fn run<R: Reconcile>(
     ready: &AtomicBool,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let notify = r.notify();
-    let mut options = r.options();
+    let Triggers {
+        notify,
+        mut options,
+    } = r.triggers();
     let mut backoff = Backoff::default();
     let mut retry = false;
     loop {
@@ -252,11 +269,8 @@ mod tests {
 
     impl Reconcile for Script {
         const TOPOLOGY: &'static str = "test";
-        fn notify(&self) -> Arc<Notify> {
-            self.notify.clone()
-        }
-        fn options(&self) -> watch::Receiver<InstallOptions> {
-            self.options.subscribe()
+        fn triggers(&self) -> Triggers {
+            Triggers::new(&self.notify, &self.options.subscribe())
         }
         fn idle_wait(&self) -> Duration {
             Duration::from_secs(3600)

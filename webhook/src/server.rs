@@ -77,6 +77,14 @@ impl App {
         }
     }
 
+    /// Counts a connection the server closed on `listener` for `reason`.
+    fn count_closed(&self, listener: &str, reason: &str) {
+        self.metrics
+            .closed
+            .with_label_values(&[listener, reason])
+            .inc();
+    }
+
     /// Ready: serving, every policy registry loaded, discovery complete and the object
     /// stores started (namespace containment can answer).
     pub fn ready(&self) -> bool {
@@ -306,11 +314,7 @@ impl Probes for AppProbes {
     }
 
     fn closed(&self, reason: &'static str) {
-        self.0
-            .metrics
-            .closed
-            .with_label_values(&["probes", reason])
-            .inc();
+        self.0.count_closed("probes", reason);
     }
 }
 
@@ -338,10 +342,6 @@ impl Handler for AdmissionListener {
     }
 
     fn closed(&self, reason: &'static str) {
-        self.0
-            .metrics
-            .closed
-            .with_label_values(&["admission", reason])
-            .inc();
+        self.0.count_closed(self.listener(), reason);
     }
 }

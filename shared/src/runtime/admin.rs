@@ -133,30 +133,36 @@ mod tests {
     async fn routes() {
         let ready = Fixed(Ok(()));
         let unready = Fixed(Err("not reconciled yet".into()));
-        let plain = "text/plain; charset=utf-8".to_string();
-        assert_eq!(
-            answer(&unready, Method::GET, "/healthz").await,
-            (200, plain.clone(), "ok\n".into())
-        );
-        assert_eq!(
-            answer(&ready, Method::GET, "/readyz").await,
-            (200, plain.clone(), "ok\n".into())
-        );
-        assert_eq!(
-            answer(&unready, Method::GET, "/readyz").await,
-            (503, plain.clone(), "not ready: not reconciled yet\n".into())
-        );
-        assert_eq!(
-            answer(&ready, Method::GET, "/metrics").await,
-            (200, METRICS_CONTENT_TYPE.into(), "holdfast_up 1\n\n".into())
-        );
-        assert_eq!(
-            answer(&ready, Method::GET, "/nope").await,
-            (404, plain.clone(), "no such path /nope\n".into())
-        );
-        assert_eq!(
-            answer(&ready, Method::POST, "/healthz").await,
-            (405, plain, "use GET\n".into())
-        );
+        let plain = "text/plain; charset=utf-8";
+        for (probes, method, path, want) in [
+            (&unready, Method::GET, "/healthz", (200, plain, "ok\n")),
+            (&ready, Method::GET, "/readyz", (200, plain, "ok\n")),
+            (
+                &unready,
+                Method::GET,
+                "/readyz",
+                (503, plain, "not ready: not reconciled yet\n"),
+            ),
+            (
+                &ready,
+                Method::GET,
+                "/metrics",
+                (200, METRICS_CONTENT_TYPE, "holdfast_up 1\n\n"),
+            ),
+            (
+                &ready,
+                Method::GET,
+                "/nope",
+                (404, plain, "no such path /nope\n"),
+            ),
+            (&ready, Method::POST, "/healthz", (405, plain, "use GET\n")),
+        ] {
+            let (status, ct, body) = answer(probes, method.clone(), path).await;
+            assert_eq!(
+                (status, ct.as_str(), body.as_str()),
+                want,
+                "{method} {path}"
+            );
+        }
     }
 }

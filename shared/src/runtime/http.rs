@@ -36,16 +36,6 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How often each connection checks its first-request and idle deadlines.
 const CONNECTION_TICK: Duration = Duration::from_millis(250);
 
-/// Longest TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// First pause after a failed accept; doubled per failure in a row, up to 32 times.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-
-/// HTTP/2 keep-alive ping interval, and how long the answer may take.
-const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
-const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Default read timeout (headers, then body).
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -128,6 +118,8 @@ pub trait Handler: Send + Sync + 'static {
 }
 
 fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    /// HTTP/2 keep-alive ping interval, and how long the answer may take.
+    const H2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
         .timer(TokioTimer::new())
@@ -136,8 +128,8 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
         .keep_alive(true);
     b.http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Some(H2_KEEP_ALIVE_INTERVAL))
-        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
+        .keep_alive_interval(Some(H2_KEEP_ALIVE.0))
+        .keep_alive_timeout(H2_KEEP_ALIVE.1)
         .max_concurrent_streams(limits.max_streams)
         .initial_stream_window_size(256 * 1024)
         .initial_connection_window_size(512 * 1024)
@@ -272,6 +264,10 @@ pub async fn serve<H: Handler>(
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
+    /// Longest TLS handshake.
+    const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+    /// First pause after a failed accept; doubled per failure in a row, up to 32 times.
+    const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
     let name = handler.listener();
     let builder = Arc::new(builder(handler.limits()));
     let max = handler.limits().max_connections.clamp(1, u32::MAX as usize);
