@@ -76,17 +76,24 @@ fn binding_same(
         && live.spec.param_ref.is_none()
 }
 
+/// The object named [`BACKSTOP_NAME`] in `store`.
+fn named<K>(store: &Store<K>) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .into_iter()
+        .find(|o| o.meta().name.as_deref() == Some(BACKSTOP_NAME))
+}
+
 /// Applies the policy and binding (server-side apply, field manager `holdfast`)
 /// when the watched live objects are missing or differ. Returns whether anything
 /// was written.
 pub async fn ensure(client: &Client, watches: &Watches, want: &Backstop) -> anyhow::Result<bool> {
     let mut wrote = false;
     let policy = want.policy();
-    let live = watches
-        .policy
-        .state()
-        .into_iter()
-        .find(|p| p.metadata.name.as_deref() == Some(BACKSTOP_NAME));
+    let live = named(&watches.policy);
     if live.as_ref().map(|l| &l.spec) != Some(&policy.spec) {
         tracing::info!(
             strict = want.strict,
@@ -96,11 +103,7 @@ pub async fn ensure(client: &Client, watches: &Watches, want: &Backstop) -> anyh
         wrote = true;
     }
     let binding = want.binding();
-    let live = watches
-        .binding
-        .state()
-        .into_iter()
-        .find(|b| b.metadata.name.as_deref() == Some(BACKSTOP_NAME));
+    let live = named(&watches.binding);
     if !live.is_some_and(|l| binding_same(&l, &binding)) {
         tracing::info!("applying ValidatingAdmissionPolicyBinding {BACKSTOP_NAME}");
         apply(client, BACKSTOP_NAME, &binding).await?;

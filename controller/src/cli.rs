@@ -564,6 +564,14 @@ mod tests {
         }
     }
 
+    /// A directory holding `ca.pem` with `content`.
+    fn ca_file(content: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, content).expect("write");
+        (dir, ca)
+    }
+
     #[test]
     fn routes_subcommand_takes_a_kubeconfig() {
         let cli = cli(&["p", "routes", "--kubeconfig", "/tmp/kc"]).expect("parses");
@@ -637,13 +645,7 @@ mod tests {
 
     #[test]
     fn all_flags() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ca = dir.path().join("ca.pem");
-        std::fs::write(
-            &ca,
-            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
-        )
-        .expect("write");
+        let (dir, ca) = ca_file("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, "apiVersion: v1\n").expect("write");
         let cfg = parse(&[
@@ -838,9 +840,7 @@ mod tests {
 
     #[test]
     fn ca_bundle_without_certificate_is_rejected() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ca = dir.path().join("ca.pem");
-        std::fs::write(&ca, "not a certificate").expect("write");
+        let (_dir, ca) = ca_file("not a certificate");
         let err = parse(&[
             "p",
             "--webhook-service",
