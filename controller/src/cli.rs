@@ -276,22 +276,22 @@ pub struct TuningArgs {
     )]
     pub leader_elect_lease: String,
     /// Lease duration in seconds.
-    #[arg(long, value_name = "S", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=300), hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::LEASE_DURATION.as_secs(), value_parser = clap::value_parser!(u64).range(2..=300), hide = true)]
     pub leader_elect_lease_duration_seconds: u64,
     /// Lease renew period in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..=60_000), hide = true)]
+    #[arg(long, value_name = "MS", default_value_t = crate::run::LEASE_RENEW.as_millis() as u64, value_parser = clap::value_parser!(u64).range(100..=60_000), hide = true)]
     pub leader_elect_renew_millis: u64,
     /// Full resync period in seconds.
-    #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600), hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::RESYNC.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600), hide = true)]
     pub resync_seconds: u64,
     /// Validity of the managed CA in seconds (default 10 years).
-    #[arg(long, value_name = "S", default_value_t = 10 * 365 * 24 * 3600, value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CA_VALIDITY_SECONDS", hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::CA_VALIDITY.as_secs(), value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CA_VALIDITY_SECONDS", hide = true)]
     pub ca_validity_seconds: u64,
     /// Validity of the managed serving certificate in seconds (default 1 year).
-    #[arg(long, value_name = "S", default_value_t = 365 * 24 * 3600, value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CERT_VALIDITY_SECONDS", hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::CERT_VALIDITY.as_secs(), value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CERT_VALIDITY_SECONDS", hide = true)]
     pub cert_validity_seconds: u64,
     /// Renew managed certificates this many seconds before expiry (default 30 days).
-    #[arg(long, value_name = "S", default_value_t = 30 * 24 * 3600, value_parser = clap::value_parser!(u64).range(1..), env = "HOLDFAST_CERT_RENEW_BEFORE_SECONDS", hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::CERT_RENEW_BEFORE.as_secs(), value_parser = clap::value_parser!(u64).range(1..), env = "HOLDFAST_CERT_RENEW_BEFORE_SECONDS", hide = true)]
     pub cert_renew_before_seconds: u64,
     /// Extra SAN (DNS name or IP) for the managed serving certificate (repeatable).
     #[arg(long, value_name = "NAME", action = ArgAction::Append, hide = true)]
