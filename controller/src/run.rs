@@ -362,3 +362,79 @@ pub async fn routes(kubeconfig: Option<&Path>) -> anyhow::Result<String> {
     ));
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// `GET path` over plain HTTP/1.1: status code and body.
+    async fn get(port: u16, path: &str) -> (u16, String) {
+        let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        sock.write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .expect("write");
+        let mut raw = String::new();
+        sock.read_to_string(&mut raw).await.expect("read");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("a complete response");
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status code");
+        (status, body.to_string())
+    }
+
+    #[tokio::test]
+    async fn admin_server_reports_readiness_and_reconcile_metrics() {
+        let ready = Arc::new(AtomicBool::new(false));
+        let metrics = Metrics::new().expect("metrics");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let stop = Shutdown::new();
+        let server = tokio::spawn(holdfast_shared::runtime::http::serve(
+            listener,
+            None,
+            Admin::new(
+                ControllerProbes {
+                    ready: ready.clone(),
+                    metrics: metrics.clone(),
+                },
+                Limits::default(),
+            ),
+            stop.receiver(),
+            ADMIN_GRACE,
+        ));
+        assert_eq!(get(port, "/healthz").await, (200, "ok\n".into()));
+        assert_eq!(
+            get(port, "/readyz").await,
+            (503, "not ready: not reconciled yet\n".into())
+        );
+        ready.store(true, Ordering::SeqCst);
+        assert_eq!(get(port, "/readyz").await, (200, "ok\n".into()));
+        metrics.reconciles.inc();
+        metrics.errors.with_label_values(&["status"]).inc();
+        let (status, body) = get(port, "/metrics").await;
+        assert_eq!(status, 200);
+        for line in [
+            "holdfast_controller_reconcile_total 1",
+            "holdfast_controller_reconcile_errors_total{error=\"status\"} 1",
+            "holdfast_controller_reconcile_duration_seconds_count 0",
+        ] {
+            assert!(body.lines().any(|l| l == line), "{line:?} not in:\n{body}");
+        }
+        assert_eq!(get(port, "/nope").await.0, 404);
+        stop.trigger();
+        tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .expect("the admin server stops on shutdown")
+            .expect("no panic");
+    }
+}
