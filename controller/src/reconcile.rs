@@ -208,10 +208,11 @@ pub async fn run<R: Reconcile>(
         let started = Instant::now();
         let result = r.reconcile().await;
         metrics.observe(started, &result);
+        // "kcp reconcile pass elapsed_ms=N": hack/bench-controller.sh reads these.
         tracing::debug!(
-            topology = R::TOPOLOGY,
             elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            "reconcile pass"
+            "{} reconcile pass",
+            R::TOPOLOGY
         );
         match result {
             Ok(()) => {
