@@ -13,10 +13,11 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use kube::{
-    Api, Client,
+    Api, Client, Resource,
     api::{DeleteParams, Patch, PatchParams},
     runtime::watcher,
 };
+use serde::{Serialize, de::DeserializeOwned};
 use std::sync::Arc;
 use tokio::{sync::Notify, task::JoinHandle};
 
@@ -90,43 +91,37 @@ fn binding_same(
         && live.spec.param_ref.is_none()
 }
 
+/// The object named [`BACKSTOP_NAME`] in `store`.
+fn named<K>(store: &Store<K>) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .into_iter()
+        .find(|o| o.meta().name.as_deref() == Some(BACKSTOP_NAME))
+}
+
 /// Applies the policy and binding (server-side apply, field manager `holdfast`)
 /// when the watched live objects are missing or differ. Returns whether anything
 /// was written.
 pub async fn ensure(client: &Client, watches: &Watches, want: &Backstop) -> anyhow::Result<bool> {
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
     let mut wrote = false;
     let policy = want.policy();
-    let live = watches
-        .policy
-        .state()
-        .into_iter()
-        .find(|p| p.metadata.name.as_deref() == Some(BACKSTOP_NAME));
+    let live = named(&watches.policy);
     if live.as_ref().map(|l| &l.spec) != Some(&policy.spec) {
-        let mut body = serde_json::to_value(&policy)?;
-        body["apiVersion"] = GROUP_VERSION.into();
-        body["kind"] = "ValidatingAdmissionPolicy".into();
         tracing::info!(
             strict = want.strict,
             "applying ValidatingAdmissionPolicy {BACKSTOP_NAME}"
         );
-        let api: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-        api.patch(BACKSTOP_NAME, &pp, &Patch::Apply(&body)).await?;
+        apply(client, BACKSTOP_NAME, &policy).await?;
         wrote = true;
     }
     let binding = want.binding();
-    let live = watches
-        .binding
-        .state()
-        .into_iter()
-        .find(|b| b.metadata.name.as_deref() == Some(BACKSTOP_NAME));
+    let live = named(&watches.binding);
     if !live.is_some_and(|l| binding_same(&l, &binding)) {
-        let mut body = serde_json::to_value(&binding)?;
-        body["apiVersion"] = GROUP_VERSION.into();
-        body["kind"] = "ValidatingAdmissionPolicyBinding".into();
         tracing::info!("applying ValidatingAdmissionPolicyBinding {BACKSTOP_NAME}");
-        let api: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-        api.patch(BACKSTOP_NAME, &pp, &Patch::Apply(&body)).await?;
+        apply(client, BACKSTOP_NAME, &binding).await?;
         wrote = true;
     }
     Ok(wrote)
@@ -137,20 +132,10 @@ pub async fn ensure(client: &Client, watches: &Watches, want: &Backstop) -> anyh
 pub async fn remove(client: &Client, watches: &Watches) -> anyhow::Result<bool> {
     let mut deleted = false;
     if !watches.binding.state().is_empty() {
-        let api: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-        deleted |= delete(
-            api.delete(BACKSTOP_NAME, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        )?;
+        deleted |= delete::<ValidatingAdmissionPolicyBinding>(client, BACKSTOP_NAME).await?;
     }
     if !watches.policy.state().is_empty() {
-        let api: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-        deleted |= delete(
-            api.delete(BACKSTOP_NAME, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        )?;
+        deleted |= delete::<ValidatingAdmissionPolicy>(client, BACKSTOP_NAME).await?;
     }
     if deleted {
         tracing::info!(
@@ -160,9 +145,33 @@ pub async fn remove(client: &Client, watches: &Watches) -> anyhow::Result<bool> 
     Ok(deleted)
 }
 
-fn delete(r: kube::Result<()>) -> anyhow::Result<bool> {
-    match r {
-        Ok(()) => Ok(true),
+/// Applies `obj` as `name` with server-side apply (holdfast's field manager,
+/// forced), naming its apiVersion and kind.
+pub(crate) async fn apply<K>(client: &Client, name: &str, obj: &K) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let mut body = serde_json::to_value(obj)?;
+    body["apiVersion"] = K::api_version(&()).into();
+    body["kind"] = K::kind(&()).into();
+    let api: Api<K> = Api::all(client.clone());
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletes the cluster-scoped `name`: whether it existed.
+pub(crate) async fn delete<K>(client: &Client, name: &str) -> anyhow::Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
         Err(e) => Err(e.into()),
     }
@@ -171,24 +180,19 @@ fn delete(r: kube::Result<()>) -> anyhow::Result<bool> {
 /// Deletes the binding and the policy without consulting the watches (cleanup
 /// on shutdown); absent is fine.
 pub async fn remove_now(client: &Client) {
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    delete_policy_and_binding(client, BACKSTOP_NAME, "the backstop").await;
+}
+
+/// Deletes the ValidatingAdmissionPolicyBinding and then the
+/// ValidatingAdmissionPolicy `name` (absent is fine); a failure is logged as
+/// deleting `what`.
+pub(crate) async fn delete_policy_and_binding(client: &Client, name: &str, what: &str) {
     for r in [
-        delete(
-            bindings
-                .delete(BACKSTOP_NAME, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        ),
-        delete(
-            policies
-                .delete(BACKSTOP_NAME, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        ),
+        delete::<ValidatingAdmissionPolicyBinding>(client, name).await,
+        delete::<ValidatingAdmissionPolicy>(client, name).await,
     ] {
         if let Err(e) = r {
-            tracing::warn!(error = %format!("{e:#}"), "deleting the backstop failed");
+            tracing::warn!(error = %format!("{e:#}"), "deleting {what} failed");
         }
     }
 }

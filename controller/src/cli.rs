@@ -12,21 +12,24 @@
 //! `HOLDFAST_TIMEOUT_SECONDS`; a flag given on the command line wins).
 //! `--protection-label` is repeatable; in `HOLDFAST_PROTECTION_LABELS` entries are
 //! separated by `;`. Without a subcommand `run` is assumed, so the `run` flags are
-//! accepted directly (`holdfast-controller --webhook-service ns/svc:443`).
+//! accepted directly (`holdfast-controller --webhook-service ns/svc:443`): clap's
+//! optional subcommand with the `run` flags flattened beside it.
 //!
 //! Exit codes: 0 success, 1 runtime failure, 2 invalid command line or configuration.
 
 use std::{
     ffi::OsString,
-    io::{IsTerminal as _, Write as _},
+    io::Write as _,
     net::SocketAddr,
     path::{Path, PathBuf},
     process::ExitCode,
 };
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum, builder::BoolishValueParser};
-use holdfast_shared::labels::{ProtectionLabel, ProtectionLabels};
-use tracing_subscriber::EnvFilter;
+use clap::{ArgAction, Args, Parser, Subcommand, builder::BoolishValueParser};
+use holdfast_shared::{
+    labels::{ProtectionLabel, ProtectionLabels},
+    runtime::{self, LogArgs},
+};
 use url::Url;
 
 use crate::config::{
@@ -34,10 +37,7 @@ use crate::config::{
     parse_api_export, parse_webhook_url,
 };
 
-/// Exit code for an invalid command line or configuration.
-pub const EXIT_USAGE: u8 = 2;
-/// Exit code for a runtime failure.
-pub const EXIT_FAILURE: u8 = 1;
+pub use holdfast_shared::runtime::{ConfigError, EXIT_FAILURE, EXIT_USAGE, LogFormat};
 
 /// holdfast controller: installs and heals the admission webhook configuration(s)
 /// that protect Kubernetes objects from deletion.
@@ -50,37 +50,67 @@ pub const EXIT_FAILURE: u8 = 1;
                   its HOLDFAST_* environment variable (shown in brackets in `run --help`)."
 )]
 pub struct Cli {
-    /// Command.
+    /// Command (default: `run` with the flags given beside it).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    /// The flags of `run` when no subcommand is named.
+    #[command(flatten)]
+    pub run: Box<RunArgs>,
     /// Logging flags.
     #[command(flatten)]
     pub log: LogArgs,
 }
 
-/// Inserts the default subcommand `run` when the command line names none: no
-/// arguments at all, or a first argument (after the global `--log-format`) that
-/// is a flag other than help/version.
-pub fn with_default_subcommand(mut args: Vec<OsString>) -> Vec<OsString> {
-    let mut i = 1;
-    loop {
-        match args.get(i).and_then(|a| a.to_str()) {
-            Some("--log-format") => i += 2,
-            Some(a) if a.starts_with("--log-format=") => i += 1,
-            _ => break,
+impl Cli {
+    /// Parses `args` (the first is the program name). The `run` flags beside
+    /// the subcommand read their environment only when no subcommand is named
+    /// (`crds` is not refused for a bad `HOLDFAST_TIMEOUT_SECONDS`), and are
+    /// refused on the command line before another subcommand.
+    pub fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        use clap::{
+            CommandFactory as _, FromArgMatches as _, error::ErrorKind, parser::ValueSource,
+        };
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        // First without the environment of the run flags beside the subcommand.
+        let mut plain =
+            Cli::command().mut_args(|a| if a.is_global_set() { a } else { a.env(None) });
+        let matches = match plain.try_get_matches_from_mut(&args) {
+            Ok(m) => m,
+            // Help as the complete command shows it (environment names included).
+            Err(e) if e.kind() == ErrorKind::DisplayHelp => {
+                return Err(Cli::try_parse_from(&args)
+                    .err()
+                    .filter(|full| full.kind() == e.kind())
+                    .unwrap_or(e));
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(name) = matches.subcommand_name() else {
+            // `run` by default: parse again with the environment.
+            return Cli::try_parse_from(&args);
+        };
+        let given = plain.get_arguments().find(|a| {
+            !a.is_global_set()
+                && matches.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine)
+        });
+        if let Some(arg) = given {
+            let flag = arg.get_long().unwrap_or(arg.get_id().as_str());
+            return Err(plain.error(
+                ErrorKind::ArgumentConflict,
+                format!("the subcommand '{name}' cannot be used with '--{flag}' (a flag of run)"),
+            ));
         }
+        Cli::from_arg_matches(&matches)
     }
-    let insert = match args.get(i) {
-        None => true,
-        Some(first) => first.to_str().is_some_and(|first| {
-            first.starts_with('-') && !matches!(first, "-h" | "--help" | "-V" | "--version")
-        }),
-    };
-    if insert {
-        let at = i.min(args.len());
-        args.insert(at, OsString::from("run"));
+
+    /// The command to run: the named one, else `run` with the flags given.
+    pub fn into_command(self) -> Command {
+        self.command.unwrap_or(Command::Run(self.run))
     }
-    args
 }
 
 /// Subcommands.
@@ -115,23 +145,6 @@ pub struct CrdsArgs {
     pub output_dir: Option<PathBuf>,
 }
 
-/// Log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Logging flags (the level comes from `RUST_LOG`, default `info`).
-#[derive(Args, Debug, Clone)]
-pub struct LogArgs {
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "HOLDFAST_LOG_FORMAT", global = true)]
-    pub log_format: LogFormat,
-}
-
 /// Flags of `run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
@@ -140,7 +153,7 @@ pub struct RunArgs {
     pub kubeconfig: Option<PathBuf>,
 
     /// Topology of the protected cluster(s).
-    #[arg(long, value_enum, default_value_t = Topology::Kubernetes, env = "HOLDFAST_TOPOLOGY")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = Topology::Kubernetes, env = "HOLDFAST_TOPOLOGY")]
     pub topology: Topology,
 
     /// URL the API server calls the webhook at (https; an empty path becomes /validate).
@@ -263,22 +276,22 @@ pub struct TuningArgs {
     )]
     pub leader_elect_lease: String,
     /// Lease duration in seconds.
-    #[arg(long, value_name = "S", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=300), hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::LEASE_DURATION.as_secs(), value_parser = clap::value_parser!(u64).range(2..=300), hide = true)]
     pub leader_elect_lease_duration_seconds: u64,
     /// Lease renew period in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..=60_000), hide = true)]
+    #[arg(long, value_name = "MS", default_value_t = crate::run::LEASE_RENEW.as_millis() as u64, value_parser = clap::value_parser!(u64).range(100..=60_000), hide = true)]
     pub leader_elect_renew_millis: u64,
     /// Full resync period in seconds.
-    #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600), hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::RESYNC.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600), hide = true)]
     pub resync_seconds: u64,
     /// Validity of the managed CA in seconds (default 10 years).
-    #[arg(long, value_name = "S", default_value_t = 10 * 365 * 24 * 3600, value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CA_VALIDITY_SECONDS", hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::CA_VALIDITY.as_secs(), value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CA_VALIDITY_SECONDS", hide = true)]
     pub ca_validity_seconds: u64,
     /// Validity of the managed serving certificate in seconds (default 1 year).
-    #[arg(long, value_name = "S", default_value_t = 365 * 24 * 3600, value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CERT_VALIDITY_SECONDS", hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::CERT_VALIDITY.as_secs(), value_parser = clap::value_parser!(u64).range(10..), env = "HOLDFAST_CERT_VALIDITY_SECONDS", hide = true)]
     pub cert_validity_seconds: u64,
     /// Renew managed certificates this many seconds before expiry (default 30 days).
-    #[arg(long, value_name = "S", default_value_t = 30 * 24 * 3600, value_parser = clap::value_parser!(u64).range(1..), env = "HOLDFAST_CERT_RENEW_BEFORE_SECONDS", hide = true)]
+    #[arg(long, value_name = "S", default_value_t = crate::run::CERT_RENEW_BEFORE.as_secs(), value_parser = clap::value_parser!(u64).range(1..), env = "HOLDFAST_CERT_RENEW_BEFORE_SECONDS", hide = true)]
     pub cert_renew_before_seconds: u64,
     /// Extra SAN (DNS name or IP) for the managed serving certificate (repeatable).
     #[arg(long, value_name = "NAME", action = ArgAction::Append, hide = true)]
@@ -316,13 +329,8 @@ impl TuningArgs {
     }
 }
 
-/// An invalid combination of flags or an unusable file named by a flag.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
-
 fn config_error(msg: impl Into<String>) -> ConfigError {
-    ConfigError(msg.into())
+    ConfigError::new(msg)
 }
 
 impl RunArgs {
@@ -416,39 +424,6 @@ fn check_ca_bundle(path: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The log filter without `RUST_LOG`: `info`, less the client library's own line
-/// for every failed request (holdfast reports the failure itself, with context).
-pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
-
-fn init_tracing(log: &LogArgs) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second initialisation (tests calling `main_from` twice) is harmless: ignore it.
-    let _ = match log.log_format {
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
-}
-
-/// Reports a fatal error: one line with all its causes (as a JSON log line under
-/// `--log-format json`), then the backtrace only when one was asked for
-/// (`RUST_BACKTRACE` or `RUST_LIB_BACKTRACE`).
-fn report_fatal(log: &LogArgs, err: &anyhow::Error) {
-    let line = holdfast_shared::report::one_line(err.chain().map(ToString::to_string));
-    match log.log_format {
-        LogFormat::Json => tracing::error!(error = %line, "fatal"),
-        LogFormat::Text => eprintln!("holdfast-controller: error: {line}"),
-    }
-    if err.backtrace().status() == std::backtrace::BacktraceStatus::Captured {
-        eprintln!("{}", err.backtrace());
-    }
-}
-
 /// Entry point of the binary: parses `std::env::args_os()`.
 pub fn main() -> ExitCode {
     main_from(std::env::args_os())
@@ -460,36 +435,30 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args = with_default_subcommand(args.into_iter().map(Into::into).collect());
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
-        Err(e) => {
-            // --help and --version are "errors" printed to stdout with success.
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(EXIT_USAGE)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
-    init_tracing(&cli.log);
-    let result = match cli.command {
-        Command::Crds(args) => crds(&args),
-        Command::KcpManifests(args) => kcp_manifests(&args),
-        Command::Routes(args) => routes(&args),
-        Command::Run(args) => run(*args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            report_fatal(&cli.log, &e);
-            if e.downcast_ref::<ConfigError>().is_some() {
-                ExitCode::from(EXIT_USAGE)
-            } else {
-                ExitCode::from(EXIT_FAILURE)
-            }
-        }
+    runtime::exit::main_parsed(
+        "holdfast-controller",
+        Cli::parse_args(args),
+        |cli: &Cli| cli.log,
+        |cli| match cli.into_command() {
+            Command::Crds(args) => crds(&args),
+            Command::KcpManifests(args) => kcp_manifests(&args),
+            Command::Routes(args) => routes(&args),
+            Command::Run(args) => run(*args),
+        },
+    )
+}
+
+/// Writes `out` to stdout; a closed pipe (`holdfast-controller crds | head`) is
+/// not an error.
+fn print(out: &str, what: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("writing {what} to stdout"))),
     }
 }
 
@@ -499,17 +468,7 @@ fn crds(args: &CrdsArgs) -> anyhow::Result<()> {
         tracing::info!(dir = %dir.display(), files = ?written, "wrote CRD manifests");
         return Ok(());
     }
-    let yaml = crate::crds::render_all()?;
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(yaml.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Ok(()) => Ok(()),
-        // `holdfast-controller crds | head` is not an error.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(anyhow::Error::new(e).context("writing CRDs to stdout")),
-    }
+    print(&crate::crds::render_all()?, "CRDs")
 }
 
 fn kcp_manifests(args: &CrdsArgs) -> anyhow::Result<()> {
@@ -524,32 +483,12 @@ fn kcp_manifests(args: &CrdsArgs) -> anyhow::Result<()> {
             out.push_str(content.trim_start_matches(crate::kcp_manifests::GENERATED_HEADER));
         }
     }
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(out.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(anyhow::Error::new(e).context("writing kcp manifests to stdout")),
-    }
+    print(&out, "kcp manifests")
 }
 
 fn routes(args: &RoutesArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| anyhow::Error::new(e).context("starting the async runtime"))?;
-    let out = runtime.block_on(crate::run::routes(&args.kubeconfig))?;
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(out.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
-    }
+    let out = runtime::exit::block_on_current(crate::run::routes(args.kubeconfig.as_deref()))?;
+    print(&out, "routes")
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -576,50 +515,48 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         probe_listen = %config.probe_listen,
         "configuration is valid"
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| anyhow::Error::new(e).context("starting the async runtime"))?;
-    runtime.block_on(crate::run::run(config, tuning))
+    runtime::exit::block_on(crate::run::run(config, tuning))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(a: &[&str]) -> Vec<OsString> {
-        a.iter().map(OsString::from).collect()
+    fn cli(a: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::parse_args(a)
     }
 
     #[test]
     fn default_subcommand_is_run() {
-        assert_eq!(with_default_subcommand(args(&["p"])), args(&["p", "run"]));
-        assert_eq!(
-            with_default_subcommand(args(&["p", "--strict"])),
-            args(&["p", "run", "--strict"])
-        );
-        assert_eq!(
-            with_default_subcommand(args(&["p", "--log-format", "json", "--strict"])),
-            args(&["p", "--log-format", "json", "run", "--strict"])
-        );
-        assert_eq!(
-            with_default_subcommand(args(&["p", "--log-format=json"])),
-            args(&["p", "--log-format=json", "run"])
-        );
-        for kept in [
-            &["p", "crds"][..],
-            &["p", "run", "--strict"],
-            &["p", "--help"],
-            &["p", "-V"],
-            &["p", "--log-format", "json", "crds"],
+        for (given, strict) in [
+            (&["p"][..], false),
+            (&["p", "--strict"], true),
+            (&["p", "--log-format", "json", "--strict"], true),
+            (&["p", "--log-format=json"], false),
+            (&["p", "run", "--strict"], true),
+            (&["p", "--log-format", "json", "run", "--strict"], true),
         ] {
-            assert_eq!(with_default_subcommand(args(kept)), args(kept));
+            match cli(given).expect("parses").into_command() {
+                Command::Run(r) => assert_eq!(r.strict, strict, "{given:?}"),
+                other => panic!("{given:?}: expected run, got {other:?}"),
+            }
+        }
+        let json = cli(&["p", "--log-format", "json", "crds"]).expect("parses");
+        assert_eq!(json.log.log_format, LogFormat::Json);
+        assert!(matches!(json.into_command(), Command::Crds(_)));
+        // The run flags belong to `run`: not beside another subcommand.
+        let err = cli(&["p", "--strict", "crds"]).expect_err("run flag before crds");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        for (help, kind) in [
+            (&["p", "--help"][..], clap::error::ErrorKind::DisplayHelp),
+            (&["p", "-V"], clap::error::ErrorKind::DisplayVersion),
+        ] {
+            assert_eq!(cli(help).expect_err("help").kind(), kind, "{help:?}");
         }
     }
 
     fn parse(a: &[&str]) -> Result<RunArgs, clap::Error> {
-        let cli = Cli::try_parse_from(with_default_subcommand(args(a)))?;
-        match cli.command {
+        match cli(a)?.into_command() {
             Command::Run(r) => Ok(*r),
             Command::Crds(_) | Command::KcpManifests(_) | Command::Routes(_) => {
                 panic!("expected run")
@@ -627,16 +564,18 @@ mod tests {
         }
     }
 
+    /// A directory holding `ca.pem` with `content`.
+    fn ca_file(content: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, content).expect("write");
+        (dir, ca)
+    }
+
     #[test]
     fn routes_subcommand_takes_a_kubeconfig() {
-        let cli = Cli::try_parse_from(with_default_subcommand(args(&[
-            "p",
-            "routes",
-            "--kubeconfig",
-            "/tmp/kc",
-        ])))
-        .expect("parses");
-        match cli.command {
+        let cli = cli(&["p", "routes", "--kubeconfig", "/tmp/kc"]).expect("parses");
+        match cli.into_command() {
             Command::Routes(r) => assert_eq!(r.kubeconfig, Some(PathBuf::from("/tmp/kc"))),
             other => panic!("expected routes, got {other:?}"),
         }
@@ -706,13 +645,7 @@ mod tests {
 
     #[test]
     fn all_flags() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ca = dir.path().join("ca.pem");
-        std::fs::write(
-            &ca,
-            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
-        )
-        .expect("write");
+        let (dir, ca) = ca_file("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, "apiVersion: v1\n").expect("write");
         let cfg = parse(&[
@@ -907,9 +840,7 @@ mod tests {
 
     #[test]
     fn ca_bundle_without_certificate_is_rejected() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ca = dir.path().join("ca.pem");
-        std::fs::write(&ca, "not a certificate").expect("write");
+        let (_dir, ca) = ca_file("not a certificate");
         let err = parse(&[
             "p",
             "--webhook-service",

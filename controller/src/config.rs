@@ -6,50 +6,7 @@ use std::{fmt, net::SocketAddr, path::PathBuf, str::FromStr};
 use holdfast_shared::{labels::ProtectionLabels, names::VALIDATE_PATH};
 use url::Url;
 
-/// Where the cluster(s) holdfast protects are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Topology {
-    /// Plain Kubernetes, or a Karmada control plane (a kube-apiserver).
-    Kubernetes,
-    /// kcp: rules are read through the holdfast APIExport's virtual workspace.
-    Kcp,
-}
-
-impl fmt::Display for Topology {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Topology::Kubernetes => "kubernetes",
-            Topology::Kcp => "kcp",
-        })
-    }
-}
-
-/// `failurePolicy` of the installed webhooks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum FailurePolicy {
-    /// The API server rejects the request when the webhook cannot be reached.
-    #[value(name = "Fail")]
-    Fail,
-    /// The API server lets the request through when the webhook cannot be reached.
-    #[value(name = "Ignore")]
-    Ignore,
-}
-
-impl FailurePolicy {
-    /// The value for `ValidatingWebhook.failurePolicy`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailurePolicy::Fail => "Fail",
-            FailurePolicy::Ignore => "Ignore",
-        }
-    }
-}
-
-impl fmt::Display for FailurePolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use holdfast_shared::{topology::Topology, webhookconfig::FailurePolicy};
 
 /// Checks a DNS-1123 label (namespace names, most object names).
 fn check_dns_label(what: &str, s: &str) -> Result<(), String> {
@@ -82,6 +39,16 @@ fn check_dns_subdomain(what: &str, s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `NAMESPACE/REST` split at the first '/', the namespace checked (`form`: the
+/// syntax, for the message).
+fn namespaced<'a>(s: &'a str, form: &str) -> Result<(&'a str, &'a str), String> {
+    let (namespace, rest) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?} is not of the form {form}"))?;
+    check_dns_label("namespace", namespace)?;
+    Ok((namespace, rest))
+}
+
 /// A Service named as `NAMESPACE/NAME:PORT` (`:PORT` optional, default 443).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceRef {
@@ -96,9 +63,7 @@ pub struct ServiceRef {
 impl FromStr for ServiceRef {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (namespace, rest) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not of the form NAMESPACE/NAME:PORT"))?;
+        let (namespace, rest) = namespaced(s, "NAMESPACE/NAME:PORT")?;
         let (name, port) = match rest.rsplit_once(':') {
             Some((name, port)) => {
                 let port: u16 = port
@@ -111,7 +76,6 @@ impl FromStr for ServiceRef {
             }
             None => (rest, 443),
         };
-        check_dns_label("namespace", namespace)?;
         check_dns_label("service name", name)?;
         if !name.as_bytes()[0].is_ascii_lowercase() {
             return Err(format!("service name {name:?} must start with a letter"));
@@ -142,10 +106,7 @@ pub struct SecretRef {
 impl FromStr for SecretRef {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (namespace, name) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not of the form NAMESPACE/NAME"))?;
-        check_dns_label("namespace", namespace)?;
+        let (namespace, name) = namespaced(s, "NAMESPACE/NAME")?;
         check_dns_subdomain("secret name", name)?;
         Ok(Self {
             namespace: namespace.to_string(),
@@ -272,6 +233,13 @@ pub struct RunConfig {
 mod tests {
     use super::*;
 
+    /// Every one of `bad` is refused by `parse`.
+    fn all_rejected<T: fmt::Debug>(parse: impl Fn(&str) -> Result<T, String>, bad: &[&str]) {
+        for b in bad {
+            assert!(parse(b).is_err(), "{b:?} should be rejected");
+        }
+    }
+
     #[test]
     fn service_ref() {
         let s: ServiceRef = "holdfast-system/holdfast-webhook:8443"
@@ -284,37 +252,33 @@ mod tests {
         assert_eq!(s.to_string(), "holdfast-system/holdfast-webhook:8443");
         let s: ServiceRef = "ns/svc".parse().expect("valid");
         assert_eq!(s.port, 443);
-        for bad in [
-            "",
-            "svc",
-            "/svc",
-            "ns/",
-            "ns/svc:",
-            "ns/svc:0",
-            "ns/svc:65536",
-            "ns/svc:x",
-            "ns/Svc",
-            "ns/1svc",
-            "n_s/svc",
-            "ns/svc/x",
-        ] {
-            assert!(
-                bad.parse::<ServiceRef>().is_err(),
-                "{bad:?} should be rejected"
-            );
-        }
+        all_rejected(
+            str::parse::<ServiceRef>,
+            &[
+                "",
+                "svc",
+                "/svc",
+                "ns/",
+                "ns/svc:",
+                "ns/svc:0",
+                "ns/svc:65536",
+                "ns/svc:x",
+                "ns/Svc",
+                "ns/1svc",
+                "n_s/svc",
+                "ns/svc/x",
+            ],
+        );
     }
 
     #[test]
     fn secret_ref() {
         let s: SecretRef = "holdfast-system/holdfast.ca".parse().expect("valid");
         assert_eq!(s.to_string(), "holdfast-system/holdfast.ca");
-        for bad in ["", "x", "/x", "ns/", "ns/X", "ns/a/b"] {
-            assert!(
-                bad.parse::<SecretRef>().is_err(),
-                "{bad:?} should be rejected"
-            );
-        }
+        all_rejected(
+            str::parse::<SecretRef>,
+            &["", "x", "/x", "ns/", "ns/X", "ns/a/b"],
+        );
     }
 
     #[test]
@@ -331,26 +295,22 @@ mod tests {
                 .as_str(),
             "https://h:8443/custom/validate"
         );
-        for bad in [
-            "http://h",
-            "https://u:p@h/",
-            "https://h/?a=b",
-            "https://h/#f",
-            "h:443",
-            "",
-        ] {
-            assert!(
-                parse_webhook_url(bad).is_err(),
-                "{bad:?} should be rejected"
-            );
-        }
+        all_rejected(
+            parse_webhook_url,
+            &[
+                "http://h",
+                "https://u:p@h/",
+                "https://h/?a=b",
+                "https://h/#f",
+                "h:443",
+                "",
+            ],
+        );
     }
 
     #[test]
     fn api_export_name() {
         assert!(parse_api_export("holdfast.dev").is_ok());
-        for bad in ["", "Holdfast", "a..b", "-a", "a_b"] {
-            assert!(parse_api_export(bad).is_err(), "{bad:?} should be rejected");
-        }
+        all_rejected(parse_api_export, &["", "Holdfast", "a..b", "-a", "a_b"]);
     }
 }

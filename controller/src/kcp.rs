@@ -49,6 +49,7 @@ use holdfast_shared::{
 use crate::{
     cycles::{RuleEdges, find_cycles},
     policies::{Invalid, check_dependency_rule, reasons},
+    reconcile::ReconcileError,
     status::{Outcome, desired_status, now_rfc3339},
 };
 
@@ -231,6 +232,12 @@ pub async fn virtual_workspace_url(
     Ok(holdfast_shared::kcp::virtual_workspace_url(home, name, shutdown).await)
 }
 
+/// How often the initial lists are checked for completion.
+const SYNC_POLL: Duration = Duration::from_millis(200);
+
+/// A pass runs this soon again while some workspace path is unresolved.
+const UNRESOLVED_RETRY: Duration = Duration::from_secs(2);
+
 /// The kcp reconciler.
 pub struct Reconciler {
     clients: Clients,
@@ -249,6 +256,8 @@ pub struct Reconciler {
     /// Per provider cluster: the live resourceVersion last seen matching, and the
     /// desired configuration it matched (skips re-serializing unchanged pairs).
     matched: Mutex<HashMap<String, (String, ValidatingWebhookConfiguration)>>,
+    /// Whether the last pass left some workspace path unresolved (retry soon).
+    unresolved: bool,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -276,14 +285,113 @@ impl Parsed {
     }
 }
 
+/// A provider workspace a rule names (`spec.dependencies[].apiExportRef`).
+struct WorkspaceRef {
+    /// Workspace path.
+    path: String,
+    /// APIExport name.
+    export: String,
+    /// Its logical cluster, once resolved.
+    logical_cluster: Option<String>,
+    /// Why it is not resolved.
+    message: Option<String>,
+}
+
+/// What one rule asks for.
 struct RuleEval {
     cluster: String,
     name: String,
     invalid: Option<Invalid>,
-    /// (path, export name, logical cluster if resolved, message)
-    workspaces: Vec<(String, String, Option<String>, Option<String>)>,
+    workspaces: Vec<WorkspaceRef>,
     /// provider cluster → resources
     targets: BTreeMap<String, BTreeSet<GroupResource>>,
+}
+
+impl RuleEval {
+    /// `cluster/name`.
+    fn key(&self) -> String {
+        format!("{}/{}", self.cluster, self.name)
+    }
+
+    /// Records the workspace of `path` and `export` once.
+    fn note_workspace(
+        &mut self,
+        path: &str,
+        export: &str,
+        logical_cluster: Option<String>,
+        message: Option<String>,
+    ) {
+        if !self
+            .workspaces
+            .iter()
+            .any(|w| w.path == path && w.export == export)
+        {
+            self.workspaces.push(WorkspaceRef {
+                path: path.to_string(),
+                export: export.to_string(),
+                logical_cluster,
+                message,
+            });
+        }
+    }
+}
+
+/// Phase 1 and 2 of a pass: a rule object, decoded and evaluated.
+struct RuleState {
+    obj: Arc<DynamicObject>,
+    parsed: Arc<Parsed>,
+    eval: RuleEval,
+    rule: Option<Arc<DependencyRule>>,
+}
+
+/// Phase 3: what one provider workspace's configuration routes.
+#[derive(Default)]
+struct ProviderTarget {
+    resources: BTreeSet<GroupResource>,
+    /// `cluster/name` of the rules asking.
+    rules: BTreeSet<String>,
+}
+
+/// Phase 4: the configurations installed after the writes, and what failed.
+struct Installed {
+    configurations: BTreeMap<String, ValidatingWebhookConfiguration>,
+    errors: Vec<String>,
+}
+
+/// Phase 5: one rule's status to write.
+struct StatusWrite {
+    key: String,
+    cluster: String,
+    obj: Arc<DynamicObject>,
+    parsed: Arc<Parsed>,
+    outcome: Outcome,
+    workspaces: Vec<serde_json::Value>,
+}
+
+impl crate::reconcile::Reconcile for Reconciler {
+    const TOPOLOGY: &'static str = "kcp";
+
+    fn triggers(&self) -> crate::reconcile::Triggers {
+        crate::reconcile::Triggers::new(&self.notify, &self.options)
+    }
+
+    fn idle_wait(&self) -> Duration {
+        if self.unresolved {
+            UNRESOLVED_RETRY
+        } else {
+            self.settings.resync
+        }
+    }
+
+    fn on_resync(&mut self) {
+        self.resolver.invalidate();
+    }
+
+    async fn reconcile(&mut self) -> Result<(), ReconcileError> {
+        self.workspace_changed.store(false, Ordering::SeqCst);
+        self.unresolved = self.reconcile_once().await?;
+        Ok(())
+    }
 }
 
 impl Reconciler {
@@ -350,6 +458,7 @@ impl Reconciler {
             workspace_changed,
             parsed: Mutex::new(HashMap::new()),
             matched: Mutex::new(HashMap::new()),
+            unresolved: false,
             ready,
         })
     }
@@ -359,89 +468,74 @@ impl Reconciler {
             .at(&format!("{}/clusters/{cluster}", self.vw_url))
     }
 
-    /// Runs until `shutdown`; with `cleanup`, deletes every installed configuration on the way out.
+    /// Whether both initial lists are complete.
+    fn synced(&self) -> bool {
+        self.rules.lock().map(|s| s.ready).unwrap_or(false)
+            && self.hooks.lock().map(|s| s.ready).unwrap_or(false)
+    }
+
+    /// The rule objects, keyed by (cluster, name).
+    fn rule_objects(&self) -> Vec<((String, String), Arc<DynamicObject>)> {
+        self.rules.lock().map(|s| s.snapshot()).unwrap_or_default()
+    }
+
+    /// The installed configurations named holdfast, by cluster.
+    fn live_configurations(&self) -> BTreeMap<String, Arc<ValidatingWebhookConfiguration>> {
+        self.hooks
+            .lock()
+            .map(|s| {
+                s.snapshot()
+                    .into_iter()
+                    .filter(|((_, n), _)| n == WEBHOOK_CONFIGURATION_NAME)
+                    .map(|((c, _), v)| (c, v))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Runs until `shutdown`, counting passes in `metrics`; with `cleanup`,
+    /// deletes every installed configuration on the way out.
     pub async fn run(
-        self,
+        mut self,
         mut shutdown: watch::Receiver<bool>,
         cleanup: bool,
+        metrics: crate::reconcile::Metrics,
     ) -> anyhow::Result<()> {
         // Wait for both initial lists.
-        loop {
-            let ready = self.rules.lock().map(|s| s.ready).unwrap_or(false)
-                && self.hooks.lock().map(|s| s.ready).unwrap_or(false);
-            if ready {
-                break;
-            }
+        while !self.synced() {
             tokio::select! {
                 () = self.notify.notified() => {}
-                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                () = tokio::time::sleep(SYNC_POLL) => {}
                 _ = shutdown.changed() => return Ok(()),
             }
         }
         tracing::info!(vw = %self.vw_url, "kcp caches synced; reconciling");
-        let mut options = self.options.clone();
-        let mut retry = false;
-        let mut unresolved = false;
-        loop {
-            if !retry {
-                let wait = if unresolved {
-                    Duration::from_secs(2)
-                } else {
-                    self.settings.resync
-                };
-                tokio::select! {
-                    () = self.notify.notified() => {}
-                    _ = options.changed() => {}
-                    () = tokio::time::sleep(wait) => { self.resolver.invalidate(); }
-                    _ = shutdown.changed() => break,
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            if *shutdown.borrow() {
-                break;
-            }
-            self.workspace_changed.store(false, Ordering::SeqCst);
-            let pass = std::time::Instant::now();
-            let result = self.reconcile_once().await;
-            tracing::debug!(
-                elapsed_ms = pass.elapsed().as_millis() as u64,
-                "kcp reconcile pass"
-            );
-            match result {
-                Ok(u) => {
-                    unresolved = u;
-                    retry = false;
-                    self.ready.store(true, Ordering::SeqCst);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "kcp reconcile failed; retrying");
-                    retry = true;
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_millis(500)) => {}
-                        _ = shutdown.changed() => break,
-                    }
-                }
-            }
-        }
+        let ready = self.ready.clone();
+        crate::reconcile::run(&mut self, &metrics, &ready, shutdown).await;
         if cleanup {
-            let live: Vec<String> = self
-                .hooks
-                .lock()
-                .map(|s| s.snapshot().into_iter().map(|((c, _), _)| c).collect())
-                .unwrap_or_default();
-            for cluster in live {
-                match self.delete_in(&cluster).await {
-                    Ok(()) => tracing::info!(
-                        cluster,
-                        "cleanup on shutdown: deleted ValidatingWebhookConfiguration holdfast"
-                    ),
-                    Err(e) => {
-                        tracing::error!(cluster, error = %format!("{e:#}"), "cleanup on shutdown failed")
-                    }
-                }
-            }
+            self.cleanup().await;
         }
         Ok(())
+    }
+
+    /// Deletes every installed configuration (cleanup on shutdown).
+    async fn cleanup(&self) {
+        let live: Vec<String> = self
+            .hooks
+            .lock()
+            .map(|s| s.snapshot().into_iter().map(|((c, _), _)| c).collect())
+            .unwrap_or_default();
+        for cluster in live {
+            match self.delete_in(&cluster).await {
+                Ok(()) => tracing::info!(
+                    cluster,
+                    "cleanup on shutdown: deleted ValidatingWebhookConfiguration holdfast"
+                ),
+                Err(e) => {
+                    tracing::error!(cluster, error = %format!("{e:#}"), "cleanup on shutdown failed")
+                }
+            }
+        }
     }
 
     async fn evaluate(
@@ -485,25 +579,11 @@ impl Reconciler {
                         .entry(lc.clone())
                         .or_default()
                         .insert(GroupResource::new(&d.group, &d.resource));
-                    if !eval
-                        .workspaces
-                        .iter()
-                        .any(|w| w.0 == r.path && w.1 == r.name)
-                    {
-                        eval.workspaces
-                            .push((r.path.clone(), r.name.clone(), Some(lc), None));
-                    }
+                    eval.note_workspace(&r.path, &r.name, Some(lc), None);
                 }
                 Err(msg) => {
                     problems.push(format!("spec.dependencies[{i}].apiExportRef.path: {msg}"));
-                    if !eval
-                        .workspaces
-                        .iter()
-                        .any(|w| w.0 == r.path && w.1 == r.name)
-                    {
-                        eval.workspaces
-                            .push((r.path.clone(), r.name.clone(), None, Some(msg)));
-                    }
+                    eval.note_workspace(&r.path, &r.name, None, Some(msg));
                 }
             }
         }
@@ -523,17 +603,41 @@ impl Reconciler {
     }
 
     /// One pass; returns whether some path is unresolved (to retry soon).
-    async fn reconcile_once(&self) -> anyhow::Result<bool> {
-        let rules = self.rules.lock().map(|s| s.snapshot()).unwrap_or_default();
+    async fn reconcile_once(&self) -> Result<bool, ReconcileError> {
+        let rules = self.evaluate_rules().await?;
+        let unresolved = rules.iter().any(|r| {
+            r.eval
+                .invalid
+                .as_ref()
+                .is_some_and(|i| i.reason == reasons::UNRESOLVED_WORKSPACE)
+        });
+        let desired = desired_targets(&rules);
+        let installed = self.install(&desired).await;
+        let writes = status_writes(&rules, &installed.configurations);
+        let status_errors = self.write_statuses(writes).await;
+        let mut errors = installed.errors;
+        let configuration_failed = !errors.is_empty();
+        errors.extend(status_errors);
+        match (errors.is_empty(), configuration_failed) {
+            (true, _) => Ok(unresolved),
+            (false, true) => Err(ReconcileError::Configuration(errors.join("; "))),
+            (false, false) => Err(ReconcileError::Status(errors.join("; "))),
+        }
+    }
+
+    /// Phases 1 and 2: every rule object decoded (cached per resourceVersion)
+    /// and evaluated.
+    async fn evaluate_rules(&self) -> Result<Vec<RuleState>, ReconcileError> {
+        let objects = self.rule_objects();
         let parsed: Vec<Arc<Parsed>> = {
             let mut cache = self
                 .parsed
                 .lock()
-                .map_err(|_| anyhow::anyhow!("parse cache poisoned"))?;
+                .map_err(|_| ReconcileError::Internal("parse cache poisoned".into()))?;
             let keep: std::collections::HashSet<&(String, String)> =
-                rules.iter().map(|(k, _)| k).collect();
+                objects.iter().map(|(k, _)| k).collect();
             cache.retain(|k, _| keep.contains(k));
-            rules
+            objects
                 .iter()
                 .map(|(key, obj)| {
                     let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
@@ -548,44 +652,31 @@ impl Reconciler {
                 })
                 .collect()
         };
-        let mut evals = Vec::with_capacity(rules.len());
-        for (((cluster, name), obj), p) in rules.iter().zip(&parsed) {
-            let (eval, rule) = self.evaluate(cluster, name, p).await;
-            evals.push((eval, obj.clone(), rule, p.clone()));
+        let mut rules = Vec::with_capacity(objects.len());
+        for (((cluster, name), obj), parsed) in objects.into_iter().zip(parsed) {
+            let (eval, rule) = self.evaluate(&cluster, &name, &parsed).await;
+            rules.push(RuleState {
+                obj,
+                parsed,
+                eval,
+                rule,
+            });
         }
-        let unresolved = evals.iter().any(|(e, _, _, _)| {
-            e.invalid
-                .as_ref()
-                .is_some_and(|i| i.reason == reasons::UNRESOLVED_WORKSPACE)
-        });
+        Ok(rules)
+    }
 
-        // Desired state per provider cluster, from scratch.
-        let mut desired: BTreeMap<String, (BTreeSet<GroupResource>, BTreeSet<String>)> =
-            BTreeMap::new();
-        for (e, _, _, _) in &evals {
-            for (lc, grs) in &e.targets {
-                let entry = desired.entry(lc.clone()).or_default();
-                entry.0.extend(grs.iter().cloned());
-                entry.1.insert(format!("{}/{}", e.cluster, e.name));
-            }
-        }
+    /// Phase 4: makes the installed configurations what `desired` says:
+    /// creates or updates those that differ, deletes those no rule targets.
+    async fn install(&self, desired: &BTreeMap<String, ProviderTarget>) -> Installed {
         let opts = self.options.borrow().clone();
-        let live: BTreeMap<String, Arc<ValidatingWebhookConfiguration>> = self
-            .hooks
-            .lock()
-            .map(|s| {
-                s.snapshot()
-                    .into_iter()
-                    .filter(|((_, n), _)| n == WEBHOOK_CONFIGURATION_NAME)
-                    .map(|((c, _), v)| (c, v))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut installed: BTreeMap<String, ValidatingWebhookConfiguration> = BTreeMap::new();
-        let mut errors = Vec::new();
+        let live = self.live_configurations();
+        let mut installed = Installed {
+            configurations: BTreeMap::new(),
+            errors: Vec::new(),
+        };
         let mut to_apply = Vec::new();
-        for (lc, (grs, rule_names)) in &desired {
-            let want = provider_configuration(grs, rule_names, &opts);
+        for (lc, target) in desired {
+            let want = provider_configuration(&target.resources, &target.rules, &opts);
             let live_rv = live
                 .get(lc)
                 .and_then(|l| l.metadata.resource_version.clone())
@@ -599,13 +690,13 @@ impl Reconciler {
                     if !known_match && let Ok(mut m) = self.matched.lock() {
                         m.insert(lc.clone(), (live_rv, want.clone()));
                     }
-                    installed.insert(lc.clone(), (**l).clone());
+                    installed.configurations.insert(lc.clone(), (**l).clone());
                 }
                 other => {
                     tracing::info!(
                         cluster = %lc,
-                        resources = grs.len(),
-                        rules = rule_names.len(),
+                        resources = target.resources.len(),
+                        rules = target.rules.len(),
                         "{} ValidatingWebhookConfiguration holdfast",
                         if other.is_some() { "updating" } else { "creating" }
                     );
@@ -628,9 +719,9 @@ impl Reconciler {
         for (lc, r) in applied {
             match r {
                 Ok(cfg) => {
-                    installed.insert(lc, cfg);
+                    installed.configurations.insert(lc, cfg);
                 }
-                Err(e) => errors.push(format!("{lc}: {e:#}")),
+                Err(e) => installed.errors.push(format!("{lc}: {e:#}")),
             }
         }
         let stale: Vec<String> = live
@@ -649,124 +740,38 @@ impl Reconciler {
             .await;
         for (lc, r) in deleted {
             if let Err(e) = r {
-                errors.push(format!("{lc}: {e:#}"));
+                installed.errors.push(format!("{lc}: {e:#}"));
             }
         }
+        installed
+    }
 
-        // Cycles over resource types, across all workspaces.
-        let edges: Vec<RuleEdges> = evals
-            .iter()
-            .filter(|(e, _, _, _)| e.invalid.is_none())
-            .filter_map(|(e, _, r, _)| {
-                r.as_ref()
-                    .map(|r| RuleEdges::of(format!("{}/{}", e.cluster, e.name), r))
-            })
-            .collect();
-        let cycles = find_cycles(&edges);
-
+    /// Phase 6: writes the statuses; returns what failed.
+    async fn write_statuses(&self, writes: Vec<StatusWrite>) -> Vec<String> {
         let now = now_rfc3339();
-        let mut writes = Vec::new();
-        for (e, obj, _, p) in &evals {
-            let mut ok = true;
-            let mut missing = Vec::new();
-            for (lc, grs) in &e.targets {
-                for gr in grs {
-                    let routed = installed
-                        .get(lc)
-                        .is_some_and(|c| routes(c, POLICIES_WEBHOOK, "DELETE", gr));
-                    if !routed {
-                        ok = false;
-                        missing.push(format!("{gr} in {lc}"));
-                    }
-                }
-            }
-            let key = format!("{}/{}", e.cluster, e.name);
-            let outcome = Outcome {
-                invalid: e.invalid.clone(),
-                installed: ok && e.invalid.is_none(),
-                installed_message: if ok {
-                    format!(
-                        "DELETEs of the dependencies reach webhook {POLICIES_WEBHOOK} in {} provider workspace(s)",
-                        e.targets.len()
-                    )
-                } else {
-                    format!("not yet installed: {}", missing.join(", "))
-                },
-                cycle: cycles.get(&key).map(|c| c.message()),
-                cycle_applies: true,
-                source: None,
-                not_admitted: None,
-            };
-            let workspaces: Vec<serde_json::Value> = e
-                .workspaces
-                .iter()
-                .map(|(path, name, lc, msg)| {
-                    let mut w = json!({
-                        "path": path,
-                        "name": name,
-                        "webhookInstalled": lc.as_ref().is_some_and(|lc| installed.contains_key(lc)),
-                    });
-                    if let Some(lc) = lc {
-                        w["logicalCluster"] = json!(lc);
-                    }
-                    if let Some(m) = msg {
-                        w["message"] = json!(m);
-                    }
-                    w
-                })
-                .collect();
-            if let Some(c) = &outcome.cycle
-                && !holdfast_shared::api::is_condition_true(
-                    &p.status.conditions,
-                    holdfast_shared::api::condition_types::CYCLE_DETECTED,
-                )
-            {
-                tracing::warn!(rule = %key, "{c}");
-            }
-            writes.push((
-                key,
-                e.cluster.clone(),
-                obj.clone(),
-                p.clone(),
-                outcome,
-                workspaces,
-            ));
-        }
         let now = &now;
         let results: Vec<Option<String>> = futures::stream::iter(writes)
-            .map(|(key, cluster, obj, p, outcome, workspaces)| async move {
-                self.write_status(&cluster, &obj, &p, &outcome, workspaces, now)
+            .map(|w| async move {
+                self.write_status(&w, now)
                     .await
                     .err()
-                    .map(|err| format!("status of {key}: {err:#}"))
+                    .map(|err| format!("status of {}: {err:#}", w.key))
             })
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        errors.extend(results.into_iter().flatten());
-        if !errors.is_empty() {
-            anyhow::bail!("{}", errors.join("; "));
-        }
-        Ok(unresolved)
+        results.into_iter().flatten().collect()
     }
 
-    async fn write_status(
-        &self,
-        cluster: &str,
-        obj: &DynamicObject,
-        parsed: &Parsed,
-        outcome: &Outcome,
-        workspaces: Vec<serde_json::Value>,
-        now: &str,
-    ) -> anyhow::Result<()> {
-        let current = &parsed.status;
-        let ws_same = parsed.workspaces == json!(workspaces);
-        let generation = obj.metadata.generation;
+    async fn write_status(&self, w: &StatusWrite, now: &str) -> anyhow::Result<()> {
+        let current = &w.parsed.status;
+        let ws_same = w.parsed.workspaces == json!(w.workspaces);
+        let generation = w.obj.metadata.generation;
         let status = desired_status(
             generation,
             current.observed_generation,
             &current.conditions,
-            outcome,
+            &w.outcome,
             now,
         );
         let mut status = match (status, ws_same) {
@@ -780,23 +785,19 @@ impl Reconciler {
                 s
             }
         };
-        status["workspaces"] = json!(workspaces);
+        status["workspaces"] = json!(w.workspaces);
         let api: Api<DynamicObject> = Api::all_with(
-            self.vw_client(cluster)?,
+            self.vw_client(&w.cluster)?,
             &ApiResource::erase::<DependencyRule>(&()),
         );
-        match api
-            .patch_status(
-                &obj.name_any(),
+        ignore_not_found(
+            api.patch_status(
+                &w.obj.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": status })),
             )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+            .await,
+        )
     }
 
     async fn apply_in(
@@ -831,15 +832,121 @@ impl Reconciler {
 
     async fn delete_in(&self, cluster: &str) -> anyhow::Result<()> {
         let api: Api<ValidatingWebhookConfiguration> = Api::all(self.vw_client(cluster)?);
-        match api
-            .delete(WEBHOOK_CONFIGURATION_NAME, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
+        ignore_not_found(
+            api.delete(WEBHOOK_CONFIGURATION_NAME, &DeleteParams::default())
+                .await,
+        )
+    }
+}
+
+/// A result whose 404 means the object is gone already: success.
+fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Phase 3: the desired configuration's contents per provider cluster, from
+/// scratch.
+fn desired_targets(rules: &[RuleState]) -> BTreeMap<String, ProviderTarget> {
+    let mut desired: BTreeMap<String, ProviderTarget> = BTreeMap::new();
+    for r in rules {
+        for (lc, grs) in &r.eval.targets {
+            let entry = desired.entry(lc.clone()).or_default();
+            entry.resources.extend(grs.iter().cloned());
+            entry.rules.insert(r.eval.key());
         }
     }
+    desired
+}
+
+/// Phase 5: each rule's outcome over what is installed (cycles over resource
+/// types are found across all workspaces).
+fn status_writes(
+    rules: &[RuleState],
+    installed: &BTreeMap<String, ValidatingWebhookConfiguration>,
+) -> Vec<StatusWrite> {
+    let edges: Vec<RuleEdges> = rules
+        .iter()
+        .filter(|r| r.eval.invalid.is_none())
+        .filter_map(|r| {
+            r.rule
+                .as_ref()
+                .map(|rule| RuleEdges::of(r.eval.key(), rule))
+        })
+        .collect();
+    let cycles = find_cycles(&edges);
+    let mut writes = Vec::with_capacity(rules.len());
+    for r in rules {
+        let e = &r.eval;
+        let mut ok = true;
+        let mut missing = Vec::new();
+        for (lc, grs) in &e.targets {
+            for gr in grs {
+                let routed = installed
+                    .get(lc)
+                    .is_some_and(|c| routes(c, POLICIES_WEBHOOK, "DELETE", gr));
+                if !routed {
+                    ok = false;
+                    missing.push(format!("{gr} in {lc}"));
+                }
+            }
+        }
+        let key = e.key();
+        let outcome = Outcome {
+            invalid: e.invalid.clone(),
+            installed: ok && e.invalid.is_none(),
+            installed_message: if ok {
+                format!(
+                    "DELETEs of the dependencies reach webhook {POLICIES_WEBHOOK} in {} provider workspace(s)",
+                    e.targets.len()
+                )
+            } else {
+                format!("not yet installed: {}", missing.join(", "))
+            },
+            cycle: cycles.get(&key).map(|c| c.message()),
+            cycle_applies: true,
+            source: None,
+            not_admitted: None,
+        };
+        let workspaces: Vec<serde_json::Value> = e
+            .workspaces
+            .iter()
+            .map(|w| {
+                let mut v = json!({
+                    "path": w.path,
+                    "name": w.export,
+                    "webhookInstalled": w.logical_cluster.as_ref().is_some_and(|lc| installed.contains_key(lc)),
+                });
+                if let Some(lc) = &w.logical_cluster {
+                    v["logicalCluster"] = json!(lc);
+                }
+                if let Some(m) = &w.message {
+                    v["message"] = json!(m);
+                }
+                v
+            })
+            .collect();
+        if let Some(c) = &outcome.cycle
+            && !holdfast_shared::api::is_condition_true(
+                &r.parsed.status.conditions,
+                holdfast_shared::api::condition_types::CYCLE_DETECTED,
+            )
+        {
+            tracing::warn!(rule = %key, "{c}");
+        }
+        writes.push(StatusWrite {
+            key,
+            cluster: e.cluster.clone(),
+            obj: r.obj.clone(),
+            parsed: r.parsed.clone(),
+            outcome,
+            workspaces,
+        });
+    }
+    writes
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt as _,
-    api::{ApiResource, DynamicObject},
+    api::{ApiResource, DynamicObject, PartialObjectMeta},
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
         WatchStreamExt as _,
@@ -57,8 +57,37 @@ use crate::{
         check_resource_protection,
     },
     reads,
+    reconcile::ReconcileError,
     status::{Outcome, desired_status, now_rfc3339},
 };
+
+/// Timing of the Kubernetes reconciler.
+mod timing {
+    use std::time::Duration;
+    /// How long a store gets to say it is ready when asked (it either is or is not).
+    pub const READY_PROBE: Duration = Duration::from_millis(1);
+    /// A policy kind whose watch has not synced this long after start is looked up
+    /// in discovery: when its CRD is not installed, reconciling goes on without it.
+    pub const CRD_GRACE: Duration = Duration::from_secs(3);
+    /// How often the initial sync is checked.
+    pub const SYNC_POLL: Duration = Duration::from_millis(100);
+    /// A failed discovery is retried at most this often.
+    pub const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
+    /// A reads role granted but not effective yet is looked at again after this.
+    pub const READS_RECHECK: Duration = Duration::from_millis(250);
+    /// Refused reads are checked again after this (nothing watched announces RBAC changes).
+    pub const RBAC_RECHECK: Duration = Duration::from_secs(5);
+}
+use timing::*;
+
+/// Starts a pass after `delay`.
+fn wake_after(notify: &Arc<Notify>, delay: Duration) {
+    let notify = notify.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        notify.notify_one();
+    });
+}
 
 /// Where the reconciler gets its install options (the CA bundle may rotate).
 pub type OptionsSource = watch::Receiver<InstallOptions>;
@@ -116,18 +145,12 @@ pub async fn self_protection(client: &Client, admin_groups: &[String]) -> Option
 /// Installs (or restores) the self-protection policy and its binding when they
 /// are missing or differ, with server-side apply.
 async fn ensure_self_protection(client: &Client, sp: &SelfProtection) -> anyhow::Result<()> {
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let want = sp.policy();
     let live = policies.get_opt(SELF_PROTECTION_NAME).await?;
     if live.as_ref().map(|l| &l.spec) != Some(&want.spec) {
-        let mut body = serde_json::to_value(&want)?;
-        body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
-        body["kind"] = "ValidatingAdmissionPolicy".into();
         tracing::info!("applying ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}");
-        policies
-            .patch(SELF_PROTECTION_NAME, &pp, &Patch::Apply(&body))
-            .await?;
+        crate::backstop::apply(client, SELF_PROTECTION_NAME, &want).await?;
     }
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let want = sp.binding();
@@ -139,37 +162,20 @@ async fn ensure_self_protection(client: &Client, sp: &SelfProtection) -> anyhow:
             && l.spec.param_ref.is_none()
     });
     if !same {
-        let mut body = serde_json::to_value(&want)?;
-        body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
-        body["kind"] = "ValidatingAdmissionPolicyBinding".into();
         tracing::info!("applying ValidatingAdmissionPolicyBinding {SELF_PROTECTION_NAME}");
-        bindings
-            .patch(SELF_PROTECTION_NAME, &pp, &Patch::Apply(&body))
-            .await?;
+        crate::backstop::apply(client, SELF_PROTECTION_NAME, &want).await?;
     }
     Ok(())
 }
 
 /// Deletes the self-protection binding and policy (cleanup on shutdown).
 pub async fn delete_self_protection(client: &Client) {
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    for result in [
-        bindings
-            .delete(SELF_PROTECTION_NAME, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-        policies
-            .delete(SELF_PROTECTION_NAME, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-    ] {
-        match result {
-            Ok(()) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => tracing::warn!(error = %e, "deleting the self-protection policy failed"),
-        }
-    }
+    crate::backstop::delete_policy_and_binding(
+        client,
+        SELF_PROTECTION_NAME,
+        "the self-protection policy",
+    )
+    .await;
 }
 
 /// Spawns a reflector for `api` whose every event wakes `notify`.
@@ -201,6 +207,41 @@ where
         }
     });
     reader
+}
+
+/// A metadata-only reflector of `ar` (objects matching `labels`, if any) whose
+/// every event wakes `notify`; a failure is logged as `"{what} watch failed;
+/// retrying"` with `resource`.
+pub(crate) fn spawn_metadata_reflector(
+    client: &Client,
+    ar: &ApiResource,
+    labels: Option<&str>,
+    notify: Arc<Notify>,
+    (what, resource): (&'static str, String),
+) -> (
+    Store<PartialObjectMeta<DynamicObject>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(ar.clone());
+    let store = writer.as_reader();
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), ar);
+    let mut cfg = watcher::Config::default();
+    if let Some(l) = labels {
+        cfg = cfg.labels(l);
+    }
+    let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(_) => notify.notify_one(),
+                Err(e) => {
+                    tracing::warn!(resource = %resource, error = %e, "{what} watch failed; retrying")
+                }
+            }
+        }
+    });
+    (store, task)
 }
 
 /// Index of DependencyRules in `Reconciler::kinds` (the kind with CycleDetected).
@@ -244,7 +285,7 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    tokio::time::timeout(Duration::from_millis(1), store.wait_until_ready())
+    tokio::time::timeout(READY_PROBE, store.wait_until_ready())
         .await
         .is_ok_and(|r| r.is_ok())
 }
@@ -310,6 +351,29 @@ pub struct Reconciler {
     /// Whether the API server serves ValidatingAdmissionPolicies (v1), and when
     /// that was last asked.
     backstop_served: Option<(bool, std::time::Instant)>,
+    /// When discovery last failed (retried at most every [`DISCOVERY_RETRY`]).
+    discovery_failed_at: Option<std::time::Instant>,
+}
+
+impl crate::reconcile::Reconcile for Reconciler {
+    const TOPOLOGY: &'static str = "kubernetes";
+
+    fn triggers(&self) -> crate::reconcile::Triggers {
+        crate::reconcile::Triggers::new(&self.notify, &self.options)
+    }
+
+    fn idle_wait(&self) -> Duration {
+        self.settings.resync
+    }
+
+    fn on_resync(&mut self) {
+        self.discovery_dirty.store(true, Ordering::SeqCst);
+    }
+
+    async fn reconcile(&mut self) -> Result<(), ReconcileError> {
+        self.refresh_discovery().await;
+        self.reconcile_once().await
+    }
 }
 
 /// One policy, kind-erased.
@@ -391,11 +455,16 @@ impl Reconciler {
             ready,
             backstop: None,
             backstop_served: None,
+            discovery_failed_at: None,
         }
     }
 
-    /// Runs until `shutdown` turns true.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+    /// Runs until `shutdown` turns true, counting passes in `metrics`.
+    pub async fn run(
+        mut self,
+        mut shutdown: watch::Receiver<bool>,
+        metrics: crate::reconcile::Metrics,
+    ) -> anyhow::Result<()> {
         // Never compute from half-filled caches: an empty cache would remove webhooks.
         // A policy kind whose CRD is not installed at all cannot sync; once discovery
         // confirms that, go on without it (its watch keeps retrying and catches up
@@ -413,7 +482,7 @@ impl Reconciler {
             if unready.is_empty() && vwc_ready {
                 break;
             }
-            if vwc_ready && started.elapsed() > Duration::from_secs(3) {
+            if vwc_ready && started.elapsed() > CRD_GRACE {
                 match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
                     Ok(index) => {
                         let missing = unready
@@ -435,7 +504,7 @@ impl Reconciler {
                 }
             }
             tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                () = tokio::time::sleep(SYNC_POLL) => {}
                 _ = shutdown.changed() => return Ok(()),
             }
         }
@@ -446,62 +515,32 @@ impl Reconciler {
             self.deferred.subscribe(),
             shutdown.clone(),
         ));
-        let result = self.reconcile_loop(shutdown).await;
+        let ready = self.ready.clone();
+        crate::reconcile::run(&mut self, &metrics, &ready, shutdown).await;
         deferred.abort();
-        result
+        Ok(())
     }
 
-    async fn reconcile_loop(&mut self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
-        let mut retry = false;
-        let mut discovery_failed_at: Option<std::time::Instant> = None;
-        let mut options = self.options.clone();
-        loop {
-            if !retry {
-                tokio::select! {
-                    () = self.notify.notified() => {}
-                    _ = options.changed() => {}
-                    () = tokio::time::sleep(self.settings.resync) => {
-                        self.discovery_dirty.store(true, Ordering::SeqCst);
-                    }
-                    _ = shutdown.changed() => return Ok(()),
-                }
-                // Let a burst of events settle into one pass.
-                tokio::time::sleep(Duration::from_millis(10)).await;
+    /// Refreshes the discovery index when it is dirty. A failing discovery (an
+    /// unavailable aggregated API, say) is retried at most every
+    /// [`DISCOVERY_RETRY`], so it never slows every pass down.
+    async fn refresh_discovery(&mut self) {
+        let may_discover = self
+            .discovery_failed_at
+            .is_none_or(|t| t.elapsed() > DISCOVERY_RETRY);
+        if !may_discover || !self.discovery_dirty.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
+            Ok(index) => {
+                tracing::debug!(resources = index.len(), "discovery refreshed");
+                self.index = index;
+                self.discovery_failed_at = None;
             }
-            if *shutdown.borrow() {
-                return Ok(());
-            }
-            // A failing discovery (an unavailable aggregated API, say) is retried at
-            // most every 10 s, so it never slows every pass down.
-            let may_discover = discovery_failed_at
-                .is_none_or(|t: std::time::Instant| t.elapsed() > Duration::from_secs(10));
-            if may_discover && self.discovery_dirty.swap(false, Ordering::SeqCst) {
-                match ApiIndex::discover(&self.client, &self.aggregated_groups()).await {
-                    Ok(index) => {
-                        tracing::debug!(resources = index.len(), "discovery refreshed");
-                        self.index = index;
-                        discovery_failed_at = None;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "discovery failed; keeping the previous view");
-                        self.discovery_dirty.store(true, Ordering::SeqCst);
-                        discovery_failed_at = Some(std::time::Instant::now());
-                    }
-                }
-            }
-            match self.reconcile_once().await {
-                Ok(()) => {
-                    retry = false;
-                    self.ready.store(true, Ordering::SeqCst);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "reconcile failed; retrying");
-                    retry = true;
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_millis(500)) => {}
-                        _ = shutdown.changed() => return Ok(()),
-                    }
-                }
+            Err(e) => {
+                tracing::warn!(error = %e, "discovery failed; keeping the previous view");
+                self.discovery_dirty.store(true, Ordering::SeqCst);
+                self.discovery_failed_at = Some(std::time::Instant::now());
             }
         }
     }
@@ -706,11 +745,7 @@ impl Reconciler {
                     .collect();
                 // Look again shortly: nothing the controller watches announces a
                 // change of RBAC.
-                let notify = self.notify.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    notify.notify_one();
-                });
+                wake_after(&self.notify, RBAC_RECHECK);
                 // The marker watches still cover everything wanted: one refused
                 // keeps namespace DELETEs routed everywhere (fail closed).
                 (Some(wanted), Some((error, missing)))
@@ -805,7 +840,7 @@ impl Reconciler {
         }
     }
 
-    async fn reconcile_once(&mut self) -> anyhow::Result<()> {
+    async fn reconcile_once(&mut self) -> Result<(), ReconcileError> {
         if let Some(sp) = &self.settings.self_protection
             && let Err(e) = ensure_self_protection(&self.client, sp).await
         {
@@ -838,11 +873,7 @@ impl Reconciler {
             // Granted but not effective yet: route every namespace DELETE and look
             // again shortly.
             needs.containment = holdfast_shared::webhookconfig::Containment::Everywhere;
-            let notify = self.notify.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                notify.notify_one();
-            });
+            wake_after(&self.notify, READS_RECHECK);
         }
         self.publish_deferred_types(&needs.delete);
         let opts = self.options.borrow().clone();
@@ -868,7 +899,9 @@ impl Reconciler {
                     "{what} ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}; it routes:\n{}",
                     describe_configuration(&desired)
                 );
-                apply_configuration(&self.client, &desired).await?
+                apply_configuration(&self.client, &desired)
+                    .await
+                    .map_err(|e| ReconcileError::configuration(&e))?
             }
         };
         let cycles = find_cycles(&edges);
@@ -964,7 +997,9 @@ impl Reconciler {
             .count()
             .await;
         if failures > 0 {
-            anyhow::bail!("{failures} status update(s) failed");
+            return Err(ReconcileError::Status(format!(
+                "{failures} status update(s) failed"
+            )));
         }
         Ok(())
     }

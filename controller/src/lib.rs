@@ -10,6 +10,8 @@
 //!   one configuration per provider workspace); [`kcp_manifests`]: holdfast's
 //!   APIResourceSchemas and APIExport.
 //! - [`policies`]: validity of policy objects (spec rules, selectors, discovery).
+//! - [`reconcile`]: the reconcile loop both topologies share (backoff, typed
+//!   errors, metrics).
 //! - [`cycles`]: rule-level dependency cycles; [`status`]: conditions.
 //! - [`markers`]: the containment marker on namespaces holding routed objects.
 //! - [`leader`]: Lease-based leader election; [`certs`]: managed CA and caBundle.
@@ -28,6 +30,7 @@ pub mod leader;
 pub mod markers;
 pub mod policies;
 pub mod reads;
+pub mod reconcile;
 pub mod run;
 pub mod sources;
 pub mod status;

@@ -423,34 +423,37 @@ mod tests {
 
     #[test]
     fn unknown_resource_and_version() {
-        let p = rp(
-            serde_json::json!({"resources": [{"group": "example.com", "version": "v1", "resource": "widgets"}]}),
+        /// The ResourceProtection of one resource.
+        fn one(group: &str, version: &str, resource: &str) -> ResourceProtection {
+            rp(serde_json::json!({"resources": [
+                {"group": group, "version": version, "resource": resource}
+            ]}))
+        }
+        for (p, reason, text) in [
+            (
+                one("example.com", "v1", "widgets"),
+                reasons::UNKNOWN_RESOURCE,
+                "widgets.example.com",
+            ),
+            (
+                one("apps", "v2", "deployments"),
+                reasons::UNKNOWN_RESOURCE,
+                "not served in version v2",
+            ),
+        ] {
+            let inv = check_resource_protection(&p, &index()).expect("invalid");
+            assert_eq!(inv.reason, reason, "{}", inv.message);
+            assert!(inv.message.contains(text), "{}", inv.message);
+        }
+        assert_eq!(
+            check_resource_protection(&one("apps", "v1", "deployments"), &index()),
+            None
         );
-        let inv = check_resource_protection(&p, &index()).expect("invalid");
-        assert_eq!(inv.reason, reasons::UNKNOWN_RESOURCE);
-        assert!(
-            inv.message.contains("widgets.example.com"),
-            "{}",
-            inv.message
-        );
-        let p = rp(
-            serde_json::json!({"resources": [{"group": "apps", "version": "v2", "resource": "deployments"}]}),
-        );
-        let inv = check_resource_protection(&p, &index()).expect("invalid");
-        assert!(
-            inv.message.contains("not served in version v2"),
-            "{}",
-            inv.message
-        );
-        let p = rp(
-            serde_json::json!({"resources": [{"group": "apps", "version": "v1", "resource": "deployments"}]}),
-        );
-        assert_eq!(check_resource_protection(&p, &index()), None);
         // Before discovery ran nothing is unknown.
-        let p = rp(
-            serde_json::json!({"resources": [{"group": "example.com", "version": "v1", "resource": "widgets"}]}),
+        assert_eq!(
+            check_resource_protection(&one("example.com", "v1", "widgets"), &ApiIndex::default()),
+            None
         );
-        assert_eq!(check_resource_protection(&p, &ApiIndex::default()), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! election and the topology's reconciler together, and handles shutdown.
 
 use std::{
-    path::PathBuf,
+    path::Path,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -11,23 +11,50 @@ use std::{
 };
 
 use anyhow::Context as _;
-use holdfast_shared::webhookconfig::{self, InstallOptions, WebhookTarget};
-use kube::Client;
-use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
-    sync::watch,
+use holdfast_shared::{
+    runtime::{
+        Shutdown,
+        admin::{Admin, Probes},
+        http::Limits,
+        kubeconfig,
+    },
+    webhookconfig::{InstallOptions, WebhookTarget},
 };
+use kube::Client;
+use tokio::sync::watch;
 
 use crate::{
     certs,
-    config::{CaSource, FailurePolicy, RunConfig, Topology, WebhookEndpoint},
+    config::{CaSource, RunConfig, Topology, WebhookEndpoint},
     kcp, kubernetes,
     leader::{LeaderElector, LeaseConfig},
+    reconcile::Metrics,
 };
 
 /// Name of the managed certificate Secret when neither `--ca-secret` nor
 /// `--ca-bundle-file` is given (in `$POD_NAMESPACE`, else `holdfast-system`).
 pub const DEFAULT_CA_SECRET: &str = "holdfast-webhook-tls";
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// Default leader-election Lease duration.
+pub const LEASE_DURATION: Duration = Duration::from_secs(10);
+/// Default Lease renew / retry period.
+pub const LEASE_RENEW: Duration = Duration::from_secs(2);
+/// Default full resync period.
+pub const RESYNC: Duration = Duration::from_secs(30);
+/// Default validity of the managed CA (10 years).
+pub const CA_VALIDITY: Duration = DAY.saturating_mul(10 * 365);
+/// Default validity of the managed serving certificate (1 year).
+pub const CERT_VALIDITY: Duration = DAY.saturating_mul(365);
+/// Default renewal margin of the managed certificates (30 days).
+pub const CERT_RENEW_BEFORE: Duration = DAY.saturating_mul(30);
+
+/// At most this many admin (probe and metrics) connections are open at once.
+const MAX_ADMIN_CONNECTIONS: usize = 64;
+
+/// Admin connections still open this long after shutdown are dropped.
+const ADMIN_GRACE: Duration = Duration::from_secs(5);
 
 /// Settings that are not user-facing flags (hidden flags and environment).
 #[derive(Clone, Debug)]
@@ -58,31 +85,15 @@ impl Default for Tuning {
             lease_namespace: std::env::var("POD_NAMESPACE")
                 .unwrap_or_else(|_| "holdfast-system".into()),
             lease_name: "holdfast-controller".into(),
-            lease_duration: Duration::from_secs(10),
-            renew_every: Duration::from_secs(2),
-            resync: Duration::from_secs(30),
-            ca_validity: Duration::from_secs(10 * 365 * 24 * 3600),
-            cert_validity: Duration::from_secs(365 * 24 * 3600),
-            renew_before: Duration::from_secs(30 * 24 * 3600),
+            lease_duration: LEASE_DURATION,
+            renew_every: LEASE_RENEW,
+            resync: RESYNC,
+            ca_validity: CA_VALIDITY,
+            cert_validity: CERT_VALIDITY,
+            renew_before: CERT_RENEW_BEFORE,
             extra_sans: Vec::new(),
         }
     }
-}
-
-pub(crate) async fn kube_config(kubeconfig: &Option<PathBuf>) -> anyhow::Result<kube::Config> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding a kubeconfig or in-cluster configuration")?,
-    };
-    Ok(config)
 }
 
 fn identity() -> String {
@@ -96,61 +107,24 @@ fn identity() -> String {
     )
 }
 
-/// Serves `/healthz` (always 200) and `/readyz` (200 once reconciled).
-/// At most this many probe connections are served at once; more are closed.
-const MAX_PROBE_CONNECTIONS: usize = 64;
-
-async fn serve_probes(listener: tokio::net::TcpListener, ready: Arc<AtomicBool>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PROBE_CONNECTIONS));
-    let mut errors = 0u32;
-    loop {
-        let mut sock = match listener.accept().await {
-            Ok((sock, _)) => {
-                errors = 0;
-                sock
-            }
-            Err(e) => {
-                // Out of file descriptors and the like: back off, never spin.
-                errors = errors.saturating_add(1);
-                tracing::warn!(error = %e, "probe listener: accept failed");
-                tokio::time::sleep(Duration::from_millis(50u64 << errors.min(5))).await;
-                continue;
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            continue; // dropping the socket closes it
-        };
-        let ready = ready.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let mut buf = [0u8; 1024];
-            let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or(0);
-            let req = String::from_utf8_lossy(&buf[..n]);
-            let path = req.split_whitespace().nth(1).unwrap_or("");
-            let (code, body) = match path {
-                "/healthz" => ("200 OK", "ok"),
-                "/readyz" if ready.load(Ordering::SeqCst) => ("200 OK", "ok"),
-                "/readyz" => ("503 Service Unavailable", "not reconciled yet"),
-                _ => ("404 Not Found", "not found"),
-            };
-            let resp = format!(
-                "HTTP/1.1 {code}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ =
-                tokio::time::timeout(Duration::from_secs(5), sock.write_all(resp.as_bytes())).await;
-        });
-    }
+/// What the controller's admin server reports: ready once a reconcile pass
+/// succeeded; the reconcile metrics.
+struct ControllerProbes {
+    ready: Arc<AtomicBool>,
+    metrics: Metrics,
 }
 
-fn failure_policy(p: FailurePolicy) -> webhookconfig::FailurePolicy {
-    match p {
-        FailurePolicy::Fail => webhookconfig::FailurePolicy::Fail,
-        FailurePolicy::Ignore => webhookconfig::FailurePolicy::Ignore,
+impl Probes for ControllerProbes {
+    fn readiness(&self) -> Result<(), String> {
+        if self.ready.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("not reconciled yet".into())
+        }
+    }
+
+    fn metrics(&self) -> String {
+        self.metrics.render()
     }
 }
 
@@ -165,46 +139,41 @@ fn target(w: &WebhookEndpoint) -> WebhookTarget {
     }
 }
 
-/// Waits for SIGTERM or SIGINT.
-async fn termination() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
 /// Runs the controller until SIGTERM/SIGINT (Ok) or a fatal error.
 pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let kube_config = kube_config(&config.kubeconfig).await?;
+    let kube_config = kubeconfig::load(config.kubeconfig.as_deref()).await?;
     let client = Client::try_from(kube_config.clone())?;
     let ready = Arc::new(AtomicBool::new(false));
+    let metrics = Metrics::new().context("registering metrics")?;
     let listener = tokio::net::TcpListener::bind(config.probe_listen)
         .await
         .with_context(|| format!("listening on {} for probes", config.probe_listen))?;
-    tokio::spawn(serve_probes(listener, ready.clone()));
-
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        termination().await;
-        tracing::info!("termination signal received; shutting down");
-        let _ = shutdown_tx.send(true);
-    });
+    let shutdown = Arc::new(Shutdown::new());
+    let shutdown_rx = shutdown.receiver();
+    let admin = Admin::new(
+        ControllerProbes {
+            ready: ready.clone(),
+            metrics: metrics.clone(),
+        },
+        Limits {
+            max_connections: MAX_ADMIN_CONNECTIONS,
+            ..Limits::default()
+        },
+    );
+    // The admin server answers until the very end (cleanup and Lease release included).
+    let admin_stop = Shutdown::new();
+    let admin_task = tokio::spawn(holdfast_shared::runtime::http::serve(
+        listener,
+        None,
+        admin,
+        admin_stop.receiver(),
+        ADMIN_GRACE,
+    ));
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { shutdown.on_signal().await });
+    }
 
     let mut elector = if config.leader_elect {
         let mut e = LeaderElector::new(
@@ -233,7 +202,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
     let base = InstallOptions {
         target: target(&config.webhook),
         ca_bundle: Vec::new(),
-        failure_policy: failure_policy(config.failure_policy),
+        failure_policy: config.failure_policy,
         timeout_seconds: config.timeout_seconds,
     };
     let (opts_tx, opts_rx) = watch::channel(base.clone());
@@ -264,12 +233,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
         }
     };
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut outer = shutdown_rx.clone();
-    tokio::spawn(async move {
-        let _ = outer.changed().await;
-        let _ = stop_tx.send(true);
-    });
+    let stop_rx = shutdown_rx.clone();
     let instance = elector
         .as_ref()
         .map_or_else(identity, |e| e.identity().to_string());
@@ -292,7 +256,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                     opts_rx,
                     ready.clone(),
                 );
-                Box::pin(reconciler.run(stop_rx.clone()))
+                Box::pin(reconciler.run(stop_rx.clone(), metrics.clone()))
             }
             Topology::Kcp => {
                 let Some(vw) =
@@ -312,7 +276,11 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                     opts_rx,
                     ready.clone(),
                 )?;
-                Box::pin(reconciler.run(stop_rx.clone(), config.cleanup_on_shutdown))
+                Box::pin(reconciler.run(
+                    stop_rx.clone(),
+                    config.cleanup_on_shutdown,
+                    metrics.clone(),
+                ))
             }
         };
     let mut lost = false;
@@ -329,9 +297,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
     if lost {
         anyhow::bail!("lost leadership; exiting so that a fresh replica can take over");
     }
-    if config.topology == Topology::Kubernetes
-        && config.cleanup_on_shutdown
-        && *shutdown_rx.borrow()
+    if config.topology == Topology::Kubernetes && config.cleanup_on_shutdown && shutdown.triggered()
     {
         kubernetes::delete_self_protection(&client).await;
         crate::backstop::remove_now(&client).await;
@@ -346,13 +312,15 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
     if let Some(e) = elector.as_mut() {
         e.release().await;
     }
+    admin_stop.trigger();
+    let _ = admin_task.await;
     result
 }
 
 /// `holdfast-controller routes`: what the live configuration `holdfast` routes
 /// to the webhook (the blast radius of a webhook outage), and which namespaces
 /// carry the containment marker.
-pub async fn routes(kubeconfig: &Option<PathBuf>) -> anyhow::Result<String> {
+pub async fn routes(kubeconfig: Option<&Path>) -> anyhow::Result<String> {
     use holdfast_shared::{
         names::WEBHOOK_CONFIGURATION_NAME,
         webhookconfig::{CONTAINS_PROTECTED_LABEL, describe_configuration},
@@ -360,7 +328,7 @@ pub async fn routes(kubeconfig: &Option<PathBuf>) -> anyhow::Result<String> {
     use k8s_openapi::api::{
         admissionregistration::v1::ValidatingWebhookConfiguration, core::v1::Namespace,
     };
-    let client = Client::try_from(kube_config(kubeconfig).await?)?;
+    let client = kubeconfig::client(kubeconfig).await?;
     let api: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());
     let Some(cfg) = api
         .get_opt(WEBHOOK_CONFIGURATION_NAME)
@@ -393,4 +361,80 @@ pub async fn routes(kubeconfig: &Option<PathBuf>) -> anyhow::Result<String> {
         }
     ));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// `GET path` over plain HTTP/1.1: status code and body.
+    async fn get(port: u16, path: &str) -> (u16, String) {
+        let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        sock.write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .expect("write");
+        let mut raw = String::new();
+        sock.read_to_string(&mut raw).await.expect("read");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("a complete response");
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status code");
+        (status, body.to_string())
+    }
+
+    #[tokio::test]
+    async fn admin_server_reports_readiness_and_reconcile_metrics() {
+        let ready = Arc::new(AtomicBool::new(false));
+        let metrics = Metrics::new().expect("metrics");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let stop = Shutdown::new();
+        let server = tokio::spawn(holdfast_shared::runtime::http::serve(
+            listener,
+            None,
+            Admin::new(
+                ControllerProbes {
+                    ready: ready.clone(),
+                    metrics: metrics.clone(),
+                },
+                Limits::default(),
+            ),
+            stop.receiver(),
+            ADMIN_GRACE,
+        ));
+        assert_eq!(get(port, "/healthz").await, (200, "ok\n".into()));
+        assert_eq!(
+            get(port, "/readyz").await,
+            (503, "not ready: not reconciled yet\n".into())
+        );
+        ready.store(true, Ordering::SeqCst);
+        assert_eq!(get(port, "/readyz").await, (200, "ok\n".into()));
+        metrics.reconciles.inc();
+        metrics.errors.with_label_values(&["status"]).inc();
+        let (status, body) = get(port, "/metrics").await;
+        assert_eq!(status, 200);
+        for line in [
+            "holdfast_controller_reconcile_total 1",
+            "holdfast_controller_reconcile_errors_total{error=\"status\"} 1",
+            "holdfast_controller_reconcile_duration_seconds_count 0",
+        ] {
+            assert!(body.lines().any(|l| l == line), "{line:?} not in:\n{body}");
+        }
+        assert_eq!(get(port, "/nope").await.0, 404);
+        stop.trigger();
+        tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .expect("the admin server stops on shutdown")
+            .expect("no panic");
+    }
 }

@@ -25,6 +25,8 @@ pub mod policy;
 pub mod registry;
 pub mod report;
 pub mod review;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 pub mod selector;
 pub mod selfprotection;
 pub mod topology;

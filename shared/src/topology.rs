@@ -4,9 +4,11 @@ use std::{fmt, str::FromStr};
 
 /// The deployment topology, `--topology kubernetes|kcp`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "runtime", derive(clap::ValueEnum))]
 pub enum Topology {
     /// One kube-apiserver (plain Kubernetes or a Karmada control plane).
     #[default]
+    #[cfg_attr(feature = "runtime", value(alias = "karmada"))]
     Kubernetes,
     /// kcp: workspaces, APIExports, virtual workspaces behind a front-proxy.
     Kcp,

@@ -46,11 +46,14 @@ pub enum WebhookTarget {
 
 /// `failurePolicy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "runtime", derive(clap::ValueEnum))]
 pub enum FailurePolicy {
     /// Reject the request when the webhook cannot be called (default).
     #[default]
+    #[cfg_attr(feature = "runtime", value(name = "Fail"))]
     Fail,
     /// Allow the request when the webhook cannot be called.
+    #[cfg_attr(feature = "runtime", value(name = "Ignore"))]
     Ignore,
 }
 

@@ -1,7 +1,11 @@
 //! Command-line flags (each with a `HOLDFAST_*` environment equivalent).
 
-use clap::{ArgAction, Parser, ValueEnum, builder::BoolishValueParser};
-use holdfast_shared::{labels::ProtectionLabel, topology::Topology};
+use clap::{ArgAction, Parser, builder::BoolishValueParser};
+use holdfast_shared::{
+    labels::ProtectionLabel,
+    runtime::{LogArgs, http::Limits},
+    topology::Topology,
+};
 use std::{net::SocketAddr, path::PathBuf};
 
 /// `30`, `30s`, `90m`, `24h`, `7d`: a positive duration of at most a year.
@@ -39,10 +43,10 @@ impl Args {
     }
 
     /// The admission and probe listeners' limits.
-    pub fn limits(&self) -> crate::server::Limits {
+    pub fn limits(&self) -> Limits {
         const MIB: u64 = 1024 * 1024;
         let mib = |n: u64| usize::try_from(n.saturating_mul(MIB)).unwrap_or(usize::MAX);
-        crate::server::Limits {
+        Limits {
             read_timeout: std::time::Duration::from_secs(self.read_timeout_seconds),
             idle_timeout: std::time::Duration::from_secs(self.idle_timeout_seconds),
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
@@ -53,14 +57,7 @@ impl Args {
     }
 }
 
-/// Log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+pub use holdfast_shared::runtime::LogFormat;
 
 /// holdfast admission webhook: refuses deletions that a protection forbids.
 #[derive(Parser, Debug, Clone)]
@@ -87,7 +84,7 @@ pub struct Args {
     pub kubeconfig: Option<PathBuf>,
 
     /// Deployment topology: kubernetes (also Karmada) or kcp.
-    #[arg(long, env = "HOLDFAST_TOPOLOGY", default_value = "kubernetes")]
+    #[arg(long, env = "HOLDFAST_TOPOLOGY", value_enum, ignore_case = true, default_value_t = Topology::Kubernetes)]
     pub topology: Topology,
 
     /// Extra protection label, KEY or KEY=VALUE[,VALUE...] (repeatable). A key alone
@@ -175,7 +172,7 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_SETTINGS_CHECK_INTERVAL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000), hide = true)]
     pub settings_check_interval_ms: u64,
 
-    /// Log format.
-    #[arg(long, env = "HOLDFAST_LOG_FORMAT", value_enum, default_value = "text")]
-    pub log_format: LogFormat,
+    /// Logging flags.
+    #[command(flatten)]
+    pub log: LogArgs,
 }

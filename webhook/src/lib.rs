@@ -19,70 +19,18 @@ pub mod view;
 pub use args::{Args, LogFormat};
 
 use anyhow::Context;
-use holdfast_shared::{labels::ProtectionLabels, policy::PolicyConfig};
+use holdfast_shared::{
+    labels::ProtectionLabels,
+    policy::PolicyConfig,
+    runtime::{Shutdown, admin::Admin, http},
+};
 use std::{
     sync::{Arc, atomic::Ordering},
     time::Duration,
 };
-use tokio::{net::TcpListener, sync::watch};
+use tokio::net::TcpListener;
 
-/// The log filter without `RUST_LOG`: `info`, less the client library's own line
-/// for every failed request (holdfast reports the failure itself, with context).
-pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
-
-/// Initialises `tracing` on stderr (RUST_LOG, default [`DEFAULT_LOG_FILTER`]):
-/// colours only when stderr is a terminal, or one JSON object per line.
-pub fn init_tracing(format: &LogFormat) {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second initialisation (tests) is harmless: ignore it.
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-    };
-}
-
-/// Reports a fatal error: one line with all its causes (as a JSON log line under
-/// `--log-format json`), then the backtrace only when one was asked for
-/// (`RUST_BACKTRACE` or `RUST_LIB_BACKTRACE`).
-pub fn report_fatal(format: &LogFormat, err: &anyhow::Error) {
-    let line = holdfast_shared::report::one_line(err.chain().map(ToString::to_string));
-    match format {
-        LogFormat::Json => tracing::error!(error = %line, "fatal"),
-        LogFormat::Text => eprintln!("holdfast-webhook: error: {line}"),
-    }
-    if err.backtrace().status() == std::backtrace::BacktraceStatus::Captured {
-        eprintln!("{}", err.backtrace());
-    }
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
+pub use holdfast_shared::runtime::log::DEFAULT_LOG_FILTER;
 
 /// Runs the webhook until SIGTERM/SIGINT.
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -143,7 +91,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.limits(),
     ));
 
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let shutdown = Shutdown::new();
+    let stop_rx = shutdown.receiver();
     view.start(stop_rx.clone());
     let probe_listener = TcpListener::bind(args.probe_listen)
         .await
@@ -168,19 +117,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         },
     ));
-    let probes = tokio::spawn(server::serve(
+    let probes = tokio::spawn(http::serve(
         probe_listener,
         None,
-        server::Role::Probes,
-        app.clone(),
+        Admin::new(server::AppProbes(app.clone()), app.limits.clone()),
         stop_rx.clone(),
         grace,
     ));
-    let admission = tokio::spawn(server::serve(
+    let admission = tokio::spawn(http::serve(
         listener,
         Some(tokio_rustls::TlsAcceptor::from(tls_config)),
-        server::Role::Admission,
-        app.clone(),
+        Arc::new(server::AdmissionListener(app.clone())),
         stop_rx.clone(),
         grace,
     ));
@@ -205,7 +152,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let disagreement = tokio::select! {
-        () = shutdown_signal() => None,
+        () = holdfast_shared::runtime::shutdown::signal() => None,
         r = settings_watch => r.err(),
     };
     if let Some(e) = &disagreement {
@@ -213,7 +160,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     tracing::info!("shutting down: draining in-flight reviews");
     app.serving.store(false, Ordering::Release);
-    let _ = stop_tx.send(true);
+    shutdown.trigger();
     let _ = admission.await;
     let _ = probes.await;
     let _ = reloader.await;

@@ -1,8 +1,8 @@
 //! Prometheus metrics of the webhook.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    core::Collector,
 };
 
 /// Every metric the webhook exports.
@@ -39,142 +39,111 @@ pub struct Metrics {
     pub unreadable: IntGaugeVec,
 }
 
+/// Registers `metric` in `registry` and returns it.
+fn register<M: Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: Result<M, prometheus::Error>,
+) -> Result<M, prometheus::Error> {
+    let metric = metric?;
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
+}
+
 impl Metrics {
     /// Creates and registers the metrics.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new_custom(Some("holdfast_webhook".to_string()), None)?;
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "admission_requests_total",
-                "Admission reviews answered, by operation, decision and deciding policy.",
-            ),
-            &["operation", "decision", "policy"],
-        )?;
-        let latency = HistogramVec::new(
-            HistogramOpts::new(
-                "admission_duration_seconds",
-                "Time from a complete request body to the written verdict.",
-            )
-            .buckets(vec![
-                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
-                0.1, 0.25, 0.5, 1.0, 2.5,
-            ]),
-            &["operation"],
-        )?;
-        let rejected = IntCounterVec::new(
-            Opts::new(
-                "http_rejected_total",
-                "HTTP requests refused before review, by reason.",
-            ),
-            &["reason"],
-        )?;
-        let tls_reloads = IntCounterVec::new(
-            Opts::new(
-                "tls_reloads_total",
-                "Serving certificate reloads, by result.",
-            ),
-            &["result"],
-        )?;
-        let ready = IntGauge::new("ready", "1 when the webhook reports ready.")?;
-        let registry_size = IntGaugeVec::new(
-            Opts::new(
-                "registry_policies",
-                "Policy objects in the registry, by kind.",
-            ),
-            &["kind"],
-        )?;
-        let index_references = IntGauge::new(
-            "dependents_index_references",
-            "References held by the dependents index.",
-        )?;
-        let index_synced = IntGaugeVec::new(
-            Opts::new(
-                "dependents_index_synced",
-                "1 when the dependents index of a resource is synced.",
-            ),
-            &["resource"],
-        )?;
-        let dependents_lookups = IntCounterVec::new(
-            Opts::new(
-                "dependents_lookups_total",
-                "Dependents lookups by source: index, live, failed.",
-            ),
-            &["source"],
-        )?;
-        let audited = IntCounterVec::new(
-            Opts::new(
-                "audited_total",
-                "Deletions that Audit-mode policies would have denied, by operation.",
-            ),
-            &["operation"],
-        )?;
-        let closed = IntCounterVec::new(
-            Opts::new(
-                "connections_closed_total",
-                "Connections the server closed, by listener and reason: connection_limit, \
-                 first_request_timeout, idle, handshake_timeout.",
-            ),
-            &["listener", "reason"],
-        )?;
-        let events = IntCounterVec::new(
-            Opts::new(
-                "events_total",
-                "Kubernetes Events, by outcome: queued, published, limited (rate limit), \
-                 dropped (queue full), failed.",
-            ),
-            &["outcome"],
-        )?;
-        let cluster_clients = IntGauge::new(
-            "cluster_clients",
-            "API clients held for logical clusters (kcp), bounded.",
-        )?;
-        let unreadable = IntGaugeVec::new(
-            Opts::new(
+        let r = &registry;
+        let counters = |name: &str, help: &str, labels: &[&str]| {
+            register(r, IntCounterVec::new(Opts::new(name, help), labels))
+        };
+        let gauges = |name: &str, help: &str, labels: &[&str]| {
+            register(r, IntGaugeVec::new(Opts::new(name, help), labels))
+        };
+        let gauge = |name: &str, help: &str| register(r, IntGauge::new(name, help));
+        Ok(Self {
+            unreadable: gauges(
                 "unreadable_resources",
                 "1 for a resource the webhook needs but may not list (403 from the API \
                  server); 0 once it can.",
-            ),
-            &["resource"],
-        )?;
-        registry.register(Box::new(unreadable.clone()))?;
-        registry.register(Box::new(closed.clone()))?;
-        registry.register(Box::new(events.clone()))?;
-        registry.register(Box::new(cluster_clients.clone()))?;
-        registry.register(Box::new(registry_size.clone()))?;
-        registry.register(Box::new(index_references.clone()))?;
-        registry.register(Box::new(index_synced.clone()))?;
-        registry.register(Box::new(dependents_lookups.clone()))?;
-        registry.register(Box::new(audited.clone()))?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(latency.clone()))?;
-        registry.register(Box::new(rejected.clone()))?;
-        registry.register(Box::new(tls_reloads.clone()))?;
-        registry.register(Box::new(ready.clone()))?;
-        Ok(Self {
+                &["resource"],
+            )?,
+            closed: counters(
+                "connections_closed_total",
+                "Connections the server closed, by listener and reason: connection_limit, \
+                 first_request_timeout, idle, handshake_timeout.",
+                &["listener", "reason"],
+            )?,
+            events: counters(
+                "events_total",
+                "Kubernetes Events, by outcome: queued, published, limited (rate limit), \
+                 dropped (queue full), failed.",
+                &["outcome"],
+            )?,
+            cluster_clients: gauge(
+                "cluster_clients",
+                "API clients held for logical clusters (kcp), bounded.",
+            )?,
+            registry_size: gauges(
+                "registry_policies",
+                "Policy objects in the registry, by kind.",
+                &["kind"],
+            )?,
+            index_references: gauge(
+                "dependents_index_references",
+                "References held by the dependents index.",
+            )?,
+            index_synced: gauges(
+                "dependents_index_synced",
+                "1 when the dependents index of a resource is synced.",
+                &["resource"],
+            )?,
+            dependents_lookups: counters(
+                "dependents_lookups_total",
+                "Dependents lookups by source: index, live, failed.",
+                &["source"],
+            )?,
+            audited: counters(
+                "audited_total",
+                "Deletions that Audit-mode policies would have denied, by operation.",
+                &["operation"],
+            )?,
+            requests: counters(
+                "admission_requests_total",
+                "Admission reviews answered, by operation, decision and deciding policy.",
+                &["operation", "decision", "policy"],
+            )?,
+            latency: register(
+                r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "admission_duration_seconds",
+                        "Time from a complete request body to the written verdict.",
+                    )
+                    .buckets(vec![
+                        0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+                        0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    ]),
+                    &["operation"],
+                ),
+            )?,
+            rejected: counters(
+                "http_rejected_total",
+                "HTTP requests refused before review, by reason.",
+                &["reason"],
+            )?,
+            tls_reloads: counters(
+                "tls_reloads_total",
+                "Serving certificate reloads, by result.",
+                &["result"],
+            )?,
+            ready: gauge("ready", "1 when the webhook reports ready.")?,
             registry,
-            requests,
-            latency,
-            rejected,
-            tls_reloads,
-            ready,
-            registry_size,
-            index_references,
-            index_synced,
-            dependents_lookups,
-            audited,
-            closed,
-            events,
-            cluster_clients,
-            unreadable,
         })
     }
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
-            tracing::warn!(error = %e, "cannot encode metrics");
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        holdfast_shared::runtime::admin::render(&self.registry)
     }
 }

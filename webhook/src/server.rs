@@ -1,32 +1,29 @@
-//! HTTP layer: the HTTPS admission server (HTTP/1.1 and HTTP/2 over rustls) and the
-//! plain-HTTP probe server. Bounded bodies, header and body read timeouts, graceful
-//! drain on shutdown.
+//! HTTP layer of the webhook: the admission listener (`POST /validate`, bounded
+//! bodies, body read timeout) and what the shared admin server reports (readiness,
+//! metrics). Both listeners run on the shared serving loop
+//! ([`holdfast_shared::runtime::http`]: connection limits, header read timeout,
+//! graceful drain on shutdown).
 
 use crate::{admission::Admission, metrics::Metrics};
 use bytes::Bytes;
 use bytes::BytesMut;
+use holdfast_shared::runtime::{
+    admin::Probes,
+    http::{Body, Handler, text},
+};
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::{
-    rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::conn::auto,
-};
-use std::{
-    convert::Infallible,
-    net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
 };
 use tokio::{
-    net::TcpListener,
-    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    sync::{OwnedSemaphorePermit, Semaphore},
     time::Instant,
 };
-use tokio_rustls::TlsAcceptor;
+
+pub use holdfast_shared::runtime::http::Limits;
 
 /// Largest AdmissionReview body accepted (the API server's own request limit is 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -34,46 +31,6 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// Bodies up to this size (declared by `Content-Length`) draw from the small-body
 /// budget, which large bodies cannot exhaust; everything else from the large one.
 pub const SMALL_BODY_BYTES: usize = 256 * 1024;
-
-/// How long an idle connection gets to close gracefully before it is dropped.
-const CLOSE_GRACE: Duration = Duration::from_secs(5);
-
-/// How often each connection checks its first-request and idle deadlines.
-const CONNECTION_TICK: Duration = Duration::from_millis(250);
-
-/// Longest TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Resource limits of a listener (see docs/decisions.md, "The admission port under load").
-#[derive(Clone, Debug)]
-pub struct Limits {
-    /// A client must send a request's headers within this time of connecting (or of
-    /// starting it), and then its body.
-    pub read_timeout: Duration,
-    /// A connection with no request in flight for this long is closed.
-    pub idle_timeout: Duration,
-    /// Connections open at once per listener; more are closed at accept.
-    pub max_connections: usize,
-    /// Bytes of request bodies held at once, all connections together.
-    pub body_budget: usize,
-    /// Bytes of request bodies one connection may hold at once.
-    pub connection_body_budget: usize,
-    /// HTTP/2 streams one connection may have open at once.
-    pub max_streams: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(120),
-            max_connections: 512,
-            body_budget: 128 * 1024 * 1024,
-            connection_body_budget: 8 * 1024 * 1024,
-            max_streams: 64,
-        }
-    }
-}
 
 /// Memory budgets for request bodies, shared by every connection of a listener.
 #[derive(Debug)]
@@ -120,6 +77,14 @@ impl App {
         }
     }
 
+    /// Counts a connection the server closed on `listener` for `reason`.
+    fn count_closed(&self, listener: &str, reason: &str) {
+        self.metrics
+            .closed
+            .with_label_values(&[listener, reason])
+            .inc();
+    }
+
     /// Ready: serving, every policy registry loaded, discovery complete and the object
     /// stores started (namespace containment can answer).
     pub fn ready(&self) -> bool {
@@ -128,20 +93,6 @@ impl App {
             && self.admission.view().discovery_problem().is_none()
             && self.admission.view().stores_built()
     }
-}
-
-type Body = Full<Bytes>;
-
-fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
-    let mut body = msg.into();
-    body.push('\n');
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
 }
 
 fn json(bytes: Vec<u8>) -> Response<Body> {
@@ -324,298 +275,73 @@ async fn admission_route(
     }
 }
 
-async fn probe_route(app: &App, req: Request<Incoming>) -> Response<Body> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "use GET");
-    }
-    match req.uri().path() {
-        "/healthz" | "/livez" => text(StatusCode::OK, "ok"),
-        "/readyz" => {
-            let ready = app.ready();
-            app.metrics.ready.set(i64::from(ready));
-            if ready {
-                text(StatusCode::OK, "ok")
-            } else if !app.serving.load(Ordering::Acquire) {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not ready: admission listener not serving",
-                )
-            } else if !holdfast_shared::policy::ClusterView::policies_loaded(
-                app.admission.view().as_ref(),
-            ) {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not ready: policy registry not loaded",
-                )
-            } else if !app.admission.view().stores_built() {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not ready: the object indexes namespace containment reads are not started yet",
-                )
-            } else {
-                let p = app.admission.view().discovery_problem().unwrap_or_default();
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "not ready: API discovery incomplete ({p}); namespace and \
-                         CustomResourceDefinition deletions are refused until it completes"
-                    ),
-                )
-            }
-        }
-        "/metrics" => {
-            app.metrics.ready.set(i64::from(app.ready()));
-            let mut resp = text(StatusCode::OK, app.metrics.render());
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("text/plain; version=0.0.4"),
-            );
-            resp
-        }
-        other => text(StatusCode::NOT_FOUND, format!("no such path {other}")),
-    }
-}
+/// The webhook's readiness and metrics, as the admin server reports them.
+pub struct AppProbes(pub Arc<App>);
 
-fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.read_timeout)
-        .max_buf_size(64 * 1024)
-        .keep_alive(true);
-    b.http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(Duration::from_secs(30)))
-        .keep_alive_timeout(Duration::from_secs(10))
-        .max_concurrent_streams(limits.max_streams)
-        .initial_stream_window_size(256 * 1024)
-        .initial_connection_window_size(512 * 1024)
-        .max_header_list_size(64 * 1024)
-        .max_send_buf_size(256 * 1024)
-        .max_pending_accept_reset_streams(Some(64))
-        .max_local_error_reset_streams(Some(256));
-    b
-}
-
-/// Which routes a listener serves.
-#[derive(Clone, Copy, Debug)]
-pub enum Role {
-    /// `/validate` over TLS.
-    Admission,
-    /// `/healthz`, `/readyz`, `/metrics` in plain HTTP.
-    Probes,
-}
-
-impl Role {
-    fn label(self) -> &'static str {
-        match self {
-            Role::Admission => "admission",
-            Role::Probes => "probes",
+impl AppProbes {
+    fn not_ready(&self) -> Option<String> {
+        let app = &self.0;
+        if app.ready() {
+            None
+        } else if !app.serving.load(Ordering::Acquire) {
+            Some("admission listener not serving".into())
+        } else if !holdfast_shared::policy::ClusterView::policies_loaded(
+            app.admission.view().as_ref(),
+        ) {
+            Some("policy registry not loaded".into())
+        } else if !app.admission.view().stores_built() {
+            Some("the object indexes namespace containment reads are not started yet".into())
+        } else {
+            let p = app.admission.view().discovery_problem().unwrap_or_default();
+            Some(format!(
+                "API discovery incomplete ({p}); namespace and \
+                 CustomResourceDefinition deletions are refused until it completes"
+            ))
         }
     }
 }
 
-/// What one connection has done, for its first-request and idle deadlines.
-#[derive(Debug)]
-struct Activity {
-    opened: Instant,
-    requests: AtomicU64,
-    in_flight: AtomicUsize,
-    /// Milliseconds after `opened` when the last request finished.
-    last_done_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Self {
-            opened: Instant::now(),
-            requests: AtomicU64::new(0),
-            in_flight: AtomicUsize::new(0),
-            last_done_ms: AtomicU64::new(0),
-        }
+impl Probes for AppProbes {
+    fn readiness(&self) -> Result<(), String> {
+        let why = self.not_ready();
+        self.0.metrics.ready.set(i64::from(why.is_none()));
+        why.map_or(Ok(()), Err)
     }
 
-    fn begin(self: &Arc<Self>) -> InFlight {
-        self.requests.fetch_add(1, Ordering::AcqRel);
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight(self.clone())
+    fn metrics(&self) -> String {
+        self.0.metrics.ready.set(i64::from(self.0.ready()));
+        self.0.metrics.render()
     }
 
-    /// `Some(reason)` when the connection should be closed now.
-    fn expired(&self, limits: &Limits) -> Option<&'static str> {
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        let age = self.opened.elapsed();
-        if self.requests.load(Ordering::Acquire) == 0 {
-            return (age > limits.read_timeout).then_some("first_request_timeout");
-        }
-        let idle_since = Duration::from_millis(self.last_done_ms.load(Ordering::Acquire));
-        (age.saturating_sub(idle_since) > limits.idle_timeout).then_some("idle")
+    fn closed(&self, reason: &'static str) {
+        self.0.count_closed("probes", reason);
     }
 }
 
-/// A request in flight on a connection; finishing it restarts the idle clock.
-struct InFlight(Arc<Activity>);
+/// The admission listener: `POST /validate` over TLS.
+pub struct AdmissionListener(pub Arc<App>);
 
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let ms = u64::try_from(self.0.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.0.last_done_ms.store(ms, Ordering::Release);
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+impl Handler for AdmissionListener {
+    /// The connection's request-body budget.
+    type Connection = Arc<Semaphore>;
 
-/// Serves one accepted connection until it ends, is idle too long, sends no request
-/// in time, or `shutdown` fires (then it closes gracefully).
-async fn connection<I>(
-    io: I,
-    role: Role,
-    app: Arc<App>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    mut shutdown: watch::Receiver<bool>,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let activity = Arc::new(Activity::new());
-    let budget = Arc::new(Semaphore::new(app.limits.connection_body_budget));
-    let service = {
-        let (app, activity) = (app.clone(), activity.clone());
-        hyper::service::service_fn(move |req| {
-            let (app, budget) = (app.clone(), budget.clone());
-            let in_flight = activity.begin();
-            async move {
-                let resp = match role {
-                    Role::Admission => admission_route(&app, &budget, req).await,
-                    Role::Probes => probe_route(&app, req).await,
-                };
-                drop(in_flight);
-                Ok::<_, Infallible>(resp)
-            }
-        })
-    };
-    let conn = builder.serve_connection(TokioIo::new(io), service);
-    tokio::pin!(conn);
-    let mut tick = tokio::time::interval(CONNECTION_TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut closing: Option<Instant> = None;
-    loop {
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-                return;
-            }
-            _ = shutdown.changed(), if closing.is_none() => {
-                conn.as_mut().graceful_shutdown();
-                closing = Some(Instant::now());
-            }
-            _ = tick.tick() => match closing {
-                Some(since) => {
-                    if since.elapsed() > CLOSE_GRACE && !*shutdown.borrow() {
-                        return; // an idle close the client ignores
-                    }
-                }
-                None => {
-                    if let Some(reason) = activity.expired(&app.limits) {
-                        app.metrics.closed.with_label_values(&[role.label(), reason]).inc();
-                        if reason == "first_request_timeout" {
-                            return;
-                        }
-                        conn.as_mut().graceful_shutdown();
-                        closing = Some(Instant::now());
-                    }
-                }
-            },
-        }
+    fn listener(&self) -> &'static str {
+        "admission"
     }
-}
 
-/// Serves `listener` until `shutdown` fires, then drains in-flight requests for at
-/// most `grace`. At most `limits.max_connections` connections are open at once;
-/// the accept loop closes the rest at once.
-pub async fn serve(
-    listener: TcpListener,
-    tls: Option<TlsAcceptor>,
-    role: Role,
-    app: Arc<App>,
-    mut shutdown: watch::Receiver<bool>,
-    grace: Duration,
-) {
-    let builder = Arc::new(builder(&app.limits));
-    let max = app.limits.max_connections.clamp(1, u32::MAX as usize);
-    let slots = Arc::new(Semaphore::new(max));
-    let mut accept_errors = 0u32;
-    loop {
-        let (stream, peer): (tokio::net::TcpStream, SocketAddr) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => {
-                    accept_errors = 0;
-                    a
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: back off, never spin.
-                    accept_errors = accept_errors.saturating_add(1);
-                    tracing::warn!(error = %e, "accept failed");
-                    let pause = Duration::from_millis(50u64 << accept_errors.min(5));
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => continue,
-                        _ = shutdown.changed() => break,
-                    }
-                }
-            },
-            _ = shutdown.changed() => break,
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            app.metrics
-                .closed
-                .with_label_values(&[role.label(), "connection_limit"])
-                .inc();
-            tracing::debug!(%peer, "connection limit reached; closing");
-            drop(stream);
-            continue;
-        };
-        // Reviews are small request/response pairs: never wait for Nagle.
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
-        }
-        let (app, builder, tls, shutdown) =
-            (app.clone(), builder.clone(), tls.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            match tls {
-                Some(acceptor) => {
-                    let stream = match tokio::time::timeout(
-                        HANDSHAKE_TIMEOUT,
-                        acceptor.accept(stream),
-                    )
-                    .await
-                    {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            app.metrics
-                                .closed
-                                .with_label_values(&[role.label(), "handshake_timeout"])
-                                .inc();
-                            return;
-                        }
-                    };
-                    connection(stream, role, app, builder, shutdown).await;
-                }
-                None => connection(stream, role, app, builder, shutdown).await,
-            }
-        });
+    fn limits(&self) -> &Limits {
+        &self.0.limits
     }
-    drop(listener);
-    // Every connection holds a slot until it ends: all slots back means drained.
-    let all = u32::try_from(max).unwrap_or(u32::MAX);
-    tokio::select! {
-        _ = slots.acquire_many(all) => tracing::debug!(?role, "connections drained"),
-        _ = tokio::time::sleep(grace) => tracing::warn!(?role, "shutdown grace elapsed with connections open"),
+
+    fn connection(&self) -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(self.0.limits.connection_body_budget))
+    }
+
+    async fn handle(&self, budget: &Arc<Semaphore>, req: Request<Incoming>) -> Response<Body> {
+        admission_route(&self.0, budget, req).await
+    }
+
+    fn closed(&self, reason: &'static str) {
+        self.0.count_closed(self.listener(), reason);
     }
 }

@@ -18,8 +18,11 @@ use holdfast_shared::{
     webhookconfig::{SETTINGS_ANNOTATION, settings_disagreement},
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use kube::{Api, Client};
+use kube::Api;
 use tokio::sync::watch;
+
+/// Longest wait for the configuration when checking it.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The webhook's settings disagree with the controller's.
 #[derive(Debug, thiserror::Error)]
@@ -31,18 +34,6 @@ pub struct Disagreement {
     pub configuration: String,
     /// What differs.
     pub detail: String,
-}
-
-async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(Client::try_from(config)?)
 }
 
 /// Checks the configuration against `labels` and `strict`.
@@ -69,7 +60,7 @@ impl SettingsCheck {
         labels: ProtectionLabels,
         strict: bool,
     ) -> Option<Self> {
-        let client = match client(kubeconfig).await {
+        let client = match holdfast_shared::runtime::kubeconfig::client(kubeconfig).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(
@@ -89,11 +80,12 @@ impl SettingsCheck {
     /// One check.
     pub async fn check(&self) -> Result<Outcome, Disagreement> {
         let get = self.api.get_opt(WEBHOOK_CONFIGURATION_NAME);
-        let live = match tokio::time::timeout(Duration::from_secs(5), get).await {
+        let live = match tokio::time::timeout(READ_TIMEOUT, get).await {
             Ok(Ok(live)) => live,
             Err(_) => {
                 return Ok(Outcome::Unknown(format!(
-                    "no answer within 5s reading the configuration \"{WEBHOOK_CONFIGURATION_NAME}\""
+                    "no answer within {}s reading the configuration \"{WEBHOOK_CONFIGURATION_NAME}\"",
+                    READ_TIMEOUT.as_secs()
                 )));
             }
             Ok(Err(e)) => {

@@ -56,6 +56,20 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
+/// The certificates of the PEM `pem` read from `path`: at least one.
+fn certificates(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::BadCertificate {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate(path.to_path_buf()));
+    }
+    Ok(certs)
+}
+
 /// Builds a `CertifiedKey` from PEM bytes.
 pub fn certified_key(
     cert_pem: &[u8],
@@ -63,15 +77,7 @@ pub fn certified_key(
     cert_path: &Path,
     key_path: &Path,
 ) -> Result<CertifiedKey, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::BadCertificate {
-            path: cert_path.to_path_buf(),
-            why: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate(cert_path.to_path_buf()));
-    }
+    let certs = certificates(cert_pem, cert_path)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::BadKey {
         path: key_path.to_path_buf(),
         why: e.to_string(),
@@ -197,15 +203,7 @@ fn client_verifier(
     provider: Arc<rustls::crypto::CryptoProvider>,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
     let pem = read(path)?;
-    let cas = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::BadCertificate {
-            path: path.to_path_buf(),
-            why: e.to_string(),
-        })?;
-    if cas.is_empty() {
-        return Err(TlsError::NoCertificate(path.to_path_buf()));
-    }
+    let cas = certificates(&pem, path)?;
     let mut roots = rustls::RootCertStore::empty();
     for ca in cas {
         roots.add(ca).map_err(|e| TlsError::BadCertificate {

@@ -1,0 +1,348 @@
+//! The reconcile loop both topologies share, its backoff, its typed errors and
+//! its metrics.
+//!
+//! A pass runs when a watched object changes, when the install options change
+//! (a new CA bundle), and at the latest after the topology's idle wait (the
+//! resync period). A failed pass is retried after an exponential backoff
+//! ([`Backoff`]: from [`BACKOFF_INITIAL`], doubling, capped at
+//! [`BACKOFF_MAX`]), reset by the next successful pass. Every pass is counted
+//! and timed, every failure counted by [`ReconcileError::metric_label`].
+
+use std::{
+    future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use holdfast_shared::webhookconfig::InstallOptions;
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
+use tokio::sync::{Notify, watch};
+
+/// First retry delay after a failed pass.
+pub const BACKOFF_INITIAL: Duration = Duration::from_millis(250);
+
+/// Longest retry delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// A burst of events settles this long into one pass.
+pub const SETTLE: Duration = Duration::from_millis(10);
+
+/// Why a reconcile pass failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Creating, updating or deleting a ValidatingWebhookConfiguration failed.
+    #[error("{0}")]
+    Configuration(String),
+    /// Writing the status of one or more policies failed.
+    #[error("{0}")]
+    Status(String),
+    /// The controller's own state is unusable (a poisoned lock).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ReconcileError {
+    /// The `error` label of `reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ReconcileError::Configuration(_) => "configuration",
+            ReconcileError::Status(_) => "status",
+            ReconcileError::Internal(_) => "internal",
+        }
+    }
+
+    /// A configuration write failure, with all its causes on one line.
+    pub fn configuration(e: &anyhow::Error) -> Self {
+        ReconcileError::Configuration(format!("{e:#}"))
+    }
+}
+
+/// The controller's metrics (prefix `holdfast_controller_`).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Reconcile passes run.
+    pub reconciles: IntCounter,
+    /// Failed passes, by [`ReconcileError::metric_label`].
+    pub errors: IntCounterVec,
+    /// Time a pass takes.
+    pub duration: Histogram,
+}
+
+impl Metrics {
+    /// Creates and registers the metrics.
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new_custom(Some("holdfast_controller".to_string()), None)?;
+        let reconciles = IntCounter::new("reconcile_total", "Reconcile passes run.")?;
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "reconcile_errors_total",
+                "Failed reconcile passes, by error: configuration, status, internal.",
+            ),
+            &["error"],
+        )?;
+        let duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "reconcile_duration_seconds",
+                "Time a reconcile pass takes, failed ones included.",
+            )
+            .buckets(vec![
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+        )?;
+        registry.register(Box::new(reconciles.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        Ok(Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+        })
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        holdfast_shared::runtime::admin::render(&self.registry)
+    }
+
+    fn observe(&self, started: Instant, result: &Result<(), ReconcileError>) {
+        self.reconciles.inc();
+        self.duration.observe(started.elapsed().as_secs_f64());
+        if let Err(e) = result {
+            self.errors.with_label_values(&[e.metric_label()]).inc();
+        }
+    }
+}
+
+/// Exponential retry delays: [`BACKOFF_INITIAL`], doubling, at most
+/// [`BACKOFF_MAX`]; [`Backoff::reset`] starts over.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    /// The delay before the next retry (and counts one more failure).
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = BACKOFF_INITIAL
+            .saturating_mul(1u32 << self.failures.min(16))
+            .min(BACKOFF_MAX);
+        self.failures = self.failures.saturating_add(1);
+        delay
+    }
+
+    /// After a success: the next failure waits [`BACKOFF_INITIAL`] again.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+/// What starts a pass besides the idle wait.
+pub struct Triggers {
+    /// Woken when a watched object changes.
+    pub notify: Arc<Notify>,
+    /// The install options (a change starts a pass).
+    pub options: watch::Receiver<InstallOptions>,
+}
+
+impl Triggers {
+    /// Wakes on `notify` and on changes of `options`.
+    pub fn new(notify: &Arc<Notify>, options: &watch::Receiver<InstallOptions>) -> Self {
+        Self {
+            notify: notify.clone(),
+            options: options.clone(),
+        }
+    }
+}
+
+/// One topology's reconciler, as the loop drives it.
+pub trait Reconcile: Send {
+    /// Topology name in logs.
+    const TOPOLOGY: &'static str;
+
+    /// What starts a pass.
+    fn triggers(&self) -> Triggers;
+
+    /// Longest wait for an event before a pass anyway.
+    fn idle_wait(&self) -> Duration;
+
+    /// The idle wait elapsed without an event: forget what a resync re-reads.
+    fn on_resync(&mut self);
+
+    /// One pass: computes the desired state from scratch and writes it.
+    fn reconcile(&mut self) -> impl Future<Output = Result<(), ReconcileError>> + Send;
+}
+
+/// Runs passes of `r` until `shutdown` turns true; `ready` is set after the
+/// first successful pass.
+pub async fn run<R: Reconcile>(
+    r: &mut R,
+    metrics: &Metrics,
+    ready: &AtomicBool,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Triggers {
+        notify,
+        mut options,
+    } = r.triggers();
+    let mut backoff = Backoff::default();
+    let mut retry = false;
+    loop {
+        if !retry {
+            tokio::select! {
+                () = notify.notified() => {}
+                _ = options.changed() => {}
+                () = tokio::time::sleep(r.idle_wait()) => r.on_resync(),
+                _ = shutdown.changed() => return,
+            }
+            // Let a burst of events settle into one pass.
+            tokio::time::sleep(SETTLE).await;
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        let started = Instant::now();
+        let result = r.reconcile().await;
+        metrics.observe(started, &result);
+        // "kcp reconcile pass elapsed_ms=N": hack/bench-controller.sh reads these.
+        tracing::debug!(
+            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "{} reconcile pass",
+            R::TOPOLOGY
+        );
+        match result {
+            Ok(()) => {
+                retry = false;
+                backoff.reset();
+                ready.store(true, Ordering::SeqCst);
+            }
+            Err(e) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(
+                    topology = R::TOPOLOGY,
+                    error = %e,
+                    kind = e.metric_label(),
+                    retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    "reconcile failed; retrying"
+                );
+                retry = true;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut b = Backoff::default();
+        let delays: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(
+            delays,
+            vec![250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000]
+        );
+        for _ in 0..100 {
+            b.next_delay();
+        }
+        assert_eq!(b.next_delay(), BACKOFF_MAX);
+        b.reset();
+        assert_eq!(b.next_delay(), BACKOFF_INITIAL);
+    }
+
+    /// Plays a script of results, reporting each pass on a channel.
+    struct Script {
+        notify: Arc<Notify>,
+        options: watch::Sender<InstallOptions>,
+        results: VecDeque<Result<(), ReconcileError>>,
+        passes: tokio::sync::mpsc::UnboundedSender<bool>,
+    }
+
+    impl Reconcile for Script {
+        const TOPOLOGY: &'static str = "test";
+        fn triggers(&self) -> Triggers {
+            Triggers::new(&self.notify, &self.options.subscribe())
+        }
+        fn idle_wait(&self) -> Duration {
+            Duration::from_secs(3600)
+        }
+        fn on_resync(&mut self) {}
+        async fn reconcile(&mut self) -> Result<(), ReconcileError> {
+            let result = self.results.pop_front().unwrap_or(Ok(()));
+            let _ = self.passes.send(result.is_ok());
+            result
+        }
+    }
+
+    #[tokio::test]
+    async fn failures_are_retried_counted_by_kind_and_timed() {
+        let metrics = Metrics::new().expect("metrics");
+        let (passes_tx, mut passes) = tokio::sync::mpsc::unbounded_channel();
+        let mut script = Script {
+            notify: Arc::new(Notify::new()),
+            options: watch::Sender::new(InstallOptions {
+                target: holdfast_shared::webhookconfig::WebhookTarget::Url(
+                    "https://h/validate".into(),
+                ),
+                ca_bundle: Vec::new(),
+                failure_policy: Default::default(),
+                timeout_seconds: 10,
+            }),
+            results: VecDeque::from([
+                Err(ReconcileError::Status("1 status update(s) failed".into())),
+                Err(ReconcileError::configuration(&anyhow::anyhow!("conflict"))),
+                Ok(()),
+            ]),
+            passes: passes_tx,
+        };
+        let notify = script.notify.clone();
+        let ready = Arc::new(AtomicBool::new(false));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (m, r) = (metrics.clone(), ready.clone());
+        let driver = tokio::spawn(async move { run(&mut script, &m, &r, stop_rx).await });
+        notify.notify_one();
+        let deadline = Duration::from_secs(30);
+        let mut seen = Vec::new();
+        while seen.last() != Some(&true) {
+            match tokio::time::timeout(deadline, passes.recv()).await {
+                Ok(Some(ok)) => seen.push(ok),
+                other => panic!("no pass within 30s after {seen:?}: {other:?}"),
+            }
+        }
+        // Two failures retried without any event, then a success.
+        assert_eq!(seen, vec![false, false, true]);
+        stop_tx.send(true).expect("driver alive");
+        tokio::time::timeout(deadline, driver)
+            .await
+            .expect("the loop stops on shutdown")
+            .expect("no panic");
+        assert!(ready.load(Ordering::SeqCst));
+        assert_eq!(metrics.reconciles.get(), 3);
+        assert_eq!(metrics.duration.get_sample_count(), 3);
+        assert_eq!(metrics.errors.with_label_values(&["status"]).get(), 1);
+        assert_eq!(
+            metrics.errors.with_label_values(&["configuration"]).get(),
+            1
+        );
+        assert_eq!(metrics.errors.with_label_values(&["internal"]).get(), 0);
+        let text = metrics.render();
+        for line in [
+            "holdfast_controller_reconcile_total 3",
+            "holdfast_controller_reconcile_errors_total{error=\"configuration\"} 1",
+            "holdfast_controller_reconcile_errors_total{error=\"status\"} 1",
+            "holdfast_controller_reconcile_duration_seconds_count 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} not in:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! The runtime skeleton both binaries share: log flags and initialisation
+//! ([`log`]), the plain-HTTP admin server with `/healthz`, `/readyz` and
+//! `/metrics` ([`admin`]) over one hardened HTTP serving loop ([`http`]), the
+//! shutdown token and signals ([`shutdown`]), kubeconfig loading
+//! ([`kubeconfig`]) and exit codes with one-line fatal errors ([`exit`]).
+//!
+//! Built with the `runtime` feature only: it pulls the server dependencies in,
+//! which the pure parts of this crate do not need.
+
+pub mod admin;
+pub mod exit;
+pub mod http;
+pub mod kubeconfig;
+pub mod log;
+pub mod shutdown;
+
+pub use exit::{ConfigError, EXIT_FAILURE, EXIT_USAGE};
+pub use log::{LogArgs, LogFormat};
+pub use shutdown::Shutdown;
