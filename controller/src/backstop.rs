@@ -92,9 +92,9 @@ fn binding_same(
 }
 
 /// The object named [`BACKSTOP_NAME`] in `store`.
-fn named<K>(store: &Store<K>) -> Option<Arc<K>>
+fn named<K>(store: &Cache<K>) -> Option<Arc<K>>
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: Resource,
 {
     store
         .state()

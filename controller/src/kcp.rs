@@ -35,7 +35,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::{
     Api, Client, Resource, ResourceExt as _,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
-    runtime::{WatchStreamExt as _, watcher},
+    runtime::watcher,
 };
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -160,6 +160,47 @@ where
         feed,
     ));
     store
+}
+
+/// Workspaces anywhere, as an [`Index`] that keeps nothing: any change invalidates
+/// the path cache and wakes the reconciler.
+struct PathInvalidator {
+    resolver: Resolver,
+    notify: Arc<Notify>,
+    changed: Arc<AtomicBool>,
+    warned: bool,
+}
+
+impl PathInvalidator {
+    fn changed(&self) {
+        self.resolver.invalidate();
+        self.changed.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+}
+
+impl Index<DynamicObject> for PathInvalidator {
+    fn reset(&mut self, _: Vec<DynamicObject>) {
+        self.changed();
+    }
+    fn apply(&mut self, _: DynamicObject) {
+        self.changed();
+    }
+    fn delete(&mut self, _: DynamicObject) {
+        self.changed();
+    }
+    fn status(&mut self, _: &WatchStatus, to: &WatchStatus) {
+        if to.synced || self.warned {
+            return;
+        }
+        let error = match &to.state {
+            WatchState::Failed(e) | WatchState::Forbidden(e) => e.as_str(),
+            WatchState::NotServed => "404 Not Found",
+            WatchState::Starting | WatchState::Listed => return,
+        };
+        self.warned = true;
+        tracing::warn!(%error, "cannot watch Workspaces across clusters; unresolved paths are retried periodically instead");
+    }
 }
 
 /// Builds clients for URLs derived from the kubeconfig (same credentials), one
@@ -419,33 +460,18 @@ impl Reconciler {
         let workspace_changed = Arc::new(AtomicBool::new(false));
         // Workspaces anywhere: a change invalidates the path cache.
         let ws_client = clients.at(&format!("{}/clusters/*", clients.front_proxy()))?;
-        let (r, n, flag) = (resolver.clone(), notify.clone(), workspace_changed.clone());
-        tokio::spawn(async move {
-            let api: Api<DynamicObject> = Api::all_with(ws_client, &workspace_resource());
-            let stream = watcher(api, watcher::Config::default()).default_backoff();
-            futures::pin_mut!(stream);
-            let mut failures = 0u32;
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(
-                        watcher::Event::Apply(_)
-                        | watcher::Event::Delete(_)
-                        | watcher::Event::InitDone,
-                    ) => {
-                        r.invalidate();
-                        flag.store(true, Ordering::SeqCst);
-                        n.notify_one();
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        failures += 1;
-                        if failures == 1 {
-                            tracing::warn!(error = %e, "cannot watch Workspaces across clusters; unresolved paths are retried periodically instead");
-                        }
-                    }
-                }
-            }
-        });
+        let api: Api<DynamicObject> = Api::all_with(ws_client, &workspace_resource());
+        tokio::spawn(holdfast_shared::watch::run(
+            api,
+            watcher::Config::default(),
+            NotFound::Unknown,
+            PathInvalidator {
+                resolver: resolver.clone(),
+                notify: notify.clone(),
+                changed: workspace_changed.clone(),
+                warned: false,
+            },
+        ));
         Ok(Self {
             clients,
             vw_url,

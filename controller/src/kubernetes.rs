@@ -22,6 +22,7 @@ use holdfast_shared::selfprotection::{SELF_PROTECTION_NAME, SelfProtection};
 use holdfast_shared::{
     api::{AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection},
     names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
+    watch::{Cache, NotFound, spawn_cache},
     webhookconfig::{
         InstallOptions, PolicyNeeds, anchor_rule_needs, critical_service_needs,
         dependency_rule_needs, describe_configuration, desired_configuration_for,
@@ -37,12 +38,10 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt as _,
-    api::{ApiResource, DynamicObject, PartialObjectMeta},
+    api::{ApiResource, DynamicObject},
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
-        WatchStreamExt as _,
         events::{Event, EventType, Recorder, Reporter},
-        reflector::{self, Store},
         watcher,
     },
 };
@@ -64,8 +63,6 @@ use crate::{
 /// Timing of the Kubernetes reconciler.
 mod timing {
     use std::time::Duration;
-    /// How long a store gets to say it is ready when asked (it either is or is not).
-    pub const READY_PROBE: Duration = Duration::from_millis(1);
     /// A policy kind whose watch has not synced this long after start is looked up
     /// in discovery: when its CRD is not installed, reconciling goes on without it.
     pub const CRD_GRACE: Duration = Duration::from_secs(3);
@@ -178,70 +175,26 @@ pub async fn delete_self_protection(client: &Client) {
     .await;
 }
 
-/// Spawns a reflector for `api` whose every event wakes `notify`.
-pub fn spawn_reflector<K>(
+/// Spawns a watch of `api` feeding a [`Cache`]; every change wakes `notify` and,
+/// when given, raises `on_event`. A 404 means "not served": the Kubernetes API
+/// server's discovery is authoritative.
+fn spawn_watch<K>(
     api: Api<K>,
     cfg: watcher::Config,
-    notify: Arc<Notify>,
+    notify: &Arc<Notify>,
     on_event: Option<Arc<AtomicBool>>,
-) -> Store<K>
+) -> Cache<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
-    tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(_) => {
-                    if let Some(flag) = &on_event {
-                        flag.store(true, Ordering::SeqCst);
-                    }
-                    notify.notify_one();
-                }
-                Err(e) => {
-                    tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying")
-                }
-            }
+    let notify = notify.clone();
+    let (cache, _task) = spawn_cache(api, cfg, NotFound::Empty, move || {
+        if let Some(flag) = &on_event {
+            flag.store(true, Ordering::SeqCst);
         }
+        notify.notify_one();
     });
-    reader
-}
-
-/// A metadata-only reflector of `ar` (objects matching `labels`, if any) whose
-/// every event wakes `notify`; a failure is logged as `"{what} watch failed;
-/// retrying"` with `resource`.
-pub(crate) fn spawn_metadata_reflector(
-    client: &Client,
-    ar: &ApiResource,
-    labels: Option<&str>,
-    notify: Arc<Notify>,
-    (what, resource): (&'static str, String),
-) -> (
-    Store<PartialObjectMeta<DynamicObject>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(ar.clone());
-    let store = writer.as_reader();
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), ar);
-    let mut cfg = watcher::Config::default();
-    if let Some(l) = labels {
-        cfg = cfg.labels(l);
-    }
-    let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
-    let task = tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(_) => notify.notify_one(),
-                Err(e) => {
-                    tracing::warn!(resource = %resource, error = %e, "{what} watch failed; retrying")
-                }
-            }
-        }
-    });
-    (store, task)
+    cache
 }
 
 /// Index of DependencyRules in `Reconciler::kinds` (the kind with CycleDetected).
@@ -250,7 +203,7 @@ const DEPENDENCY_RULES: usize = 2;
 /// One policy kind, watched as untyped objects.
 struct PolicyKind {
     ar: ApiResource,
-    store: Store<DynamicObject>,
+    store: Cache<DynamicObject>,
 }
 
 impl PolicyKind {
@@ -259,35 +212,10 @@ impl PolicyKind {
         K: Resource<DynamicType = ()>,
     {
         let ar = ApiResource::erase::<K>(&());
-        let writer = reflector::store::Writer::new(ar.clone());
-        let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff();
-        let notify = notify.clone();
-        let kind = ar.kind.clone();
-        tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(_) => notify.notify_one(),
-                    Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying"),
-                }
-            }
-        });
+        let store = spawn_watch(api, watcher::Config::default(), notify, None);
         Self { ar, store }
     }
-}
-
-/// Whether a reflector store has completed its initial list.
-pub(crate) async fn is_ready<K>(store: &Store<K>) -> bool
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    tokio::time::timeout(READY_PROBE, store.wait_until_ready())
-        .await
-        .is_ok_and(|r| r.is_ok())
 }
 
 /// Reads an untyped object as `K` (its status, which the controller owns and
@@ -325,13 +253,13 @@ pub struct Reconciler {
     /// The four policy kinds, watched untyped so that one object the Rust types
     /// cannot read is reported Invalid instead of breaking the whole watch.
     kinds: Vec<PolicyKind>,
-    vwc: Store<ValidatingWebhookConfiguration>,
+    vwc: Cache<ValidatingWebhookConfiguration>,
     notify: Arc<Notify>,
     discovery_dirty: Arc<AtomicBool>,
     index: ApiIndex,
     recorder: Recorder,
     markers: Markers,
-    crds: Store<CustomResourceDefinition>,
+    crds: Cache<CustomResourceDefinition>,
     /// The last failure to keep the reads role (logged once per change).
     reads_failure: Option<String>,
     /// Types the controller's identity was confirmed to list and watch (the
@@ -340,7 +268,7 @@ pub struct Reconciler {
     /// The last failure to keep the anchor-sources Role (logged once per change).
     sources_failure: Option<String>,
     sources: crate::sources::SourceProbes,
-    api_services: Store<APIService>,
+    api_services: Cache<APIService>,
     /// The types deferred deletion watches (those policies protect, namespaces).
     deferred: watch::Sender<BTreeMap<GroupResource, crate::deferred::DeferredType>>,
     /// Set once the first reconcile succeeded.
@@ -404,25 +332,25 @@ impl Reconciler {
             PolicyKind::new::<DependencyRule>(&client, &notify),
             PolicyKind::new::<CriticalService>(&client, &notify),
         ];
-        let vwc = spawn_reflector(
+        let vwc = spawn_watch(
             Api::all(client.clone()),
             watcher::Config::default()
                 .fields(&format!("metadata.name={WEBHOOK_CONFIGURATION_NAME}")),
-            notify.clone(),
+            &notify,
             None,
         );
         // CRDs coming and going change what discovery knows.
-        let crds: Store<CustomResourceDefinition> = spawn_reflector(
+        let crds: Cache<CustomResourceDefinition> = spawn_watch(
             Api::all(client.clone()),
             cfg.clone(),
-            notify.clone(),
+            &notify,
             Some(discovery_dirty.clone()),
         );
         // So do APIServices (aggregated APIs, whose requests no webhook sees).
-        let api_services: Store<APIService> = spawn_reflector(
+        let api_services: Cache<APIService> = spawn_watch(
             Api::all(client.clone()),
             cfg,
-            notify.clone(),
+            &notify,
             Some(discovery_dirty.clone()),
         );
         let recorder = Recorder::new(
@@ -473,12 +401,12 @@ impl Reconciler {
         loop {
             let mut unready = Vec::new();
             for k in &self.kinds {
-                if !is_ready(&k.store).await {
+                if !k.store.synced() {
                     unready.push(k.ar.clone());
                 }
             }
             // Discovery leaves aggregated APIs out: know them first.
-            let vwc_ready = is_ready(&self.vwc).await && is_ready(&self.api_services).await;
+            let vwc_ready = self.vwc.synced() && self.api_services.synced();
             if unready.is_empty() && vwc_ready {
                 break;
             }
@@ -1012,10 +940,7 @@ impl Reconciler {
         now: &str,
     ) -> anyhow::Result<()> {
         let pk = &self.kinds[kind];
-        let Some(obj) = pk
-            .store
-            .get(&reflector::ObjectRef::new_with(name, pk.ar.clone()))
-        else {
+        let Some(obj) = pk.store.get("", "", name) else {
             return Ok(());
         };
         let current = current_status(&obj);

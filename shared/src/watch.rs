@@ -276,6 +276,14 @@ impl<K> Cache<K> {
             .collect()
     }
 
+    /// The object `name` in `namespace` of logical cluster `cluster` (`""` for
+    /// cluster-scoped objects and outside kcp).
+    pub fn get(&self, cluster: &str, namespace: &str, name: &str) -> Option<Arc<K>> {
+        crate::locks::read(&self.inner.objects)
+            .get(&(cluster.to_owned(), namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
     /// Whether the cache is synced (see the module docs).
     pub fn synced(&self) -> bool {
         self.inner.synced.load(Ordering::Acquire)
