@@ -5,6 +5,7 @@
 pub mod controller;
 pub mod fixtures;
 pub mod kcp;
+pub mod steps;
 
 use anyhow::{Context, bail};
 use holdfast_shared::{

@@ -9,8 +9,10 @@
 use std::time::{Duration, Instant};
 
 use holdfast_e2e::{
-    Env, KubectlOutput,
-    controller::{ControllerProcess, start_controller},
+    Env,
+    steps::{
+        controller_as as controller, exists, install_controller_rbac, refused, run, start_webhook,
+    },
 };
 use holdfast_sim::SimConfig;
 use serde_json::Value;
@@ -22,43 +24,9 @@ const NAME: &str = "holdfast-backstop";
 async fn stack(webhook_args: &[&str]) -> (Env, String) {
     let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
-    run(&env, &["create", "namespace", "holdfast-system"]);
-    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
-        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../manifests/base")
-            .join(file);
-        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
-    }
-    let kubeconfig = env.dir.path().join("controller.kubeconfig");
-    env.sim
-        .write_kubeconfig(&kubeconfig, holdfast_e2e::CONTROLLER_SA)
-        .expect("controller kubeconfig");
-    env.start_webhook(webhook_args).await.expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    (env, kubeconfig.to_string_lossy().into_owned())
-}
-
-/// The controller as its ServiceAccount, pointing the configuration at `port`.
-async fn controller(
-    env: &Env,
-    port: u16,
-    name: &str,
-    kubeconfig: &str,
-    args: &[&str],
-) -> ControllerProcess {
-    let mut all = vec!["--kubeconfig", kubeconfig];
-    all.extend_from_slice(args);
-    let mut c = start_controller(env, name, port, &all).expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
-    c
-}
-
-fn run(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+    let kubeconfig = install_controller_rbac(&env);
+    start_webhook(&mut env, webhook_args).await;
+    (env, kubeconfig)
 }
 
 /// The live policy or binding (`kind`), None when absent; any other kubectl
@@ -119,10 +87,6 @@ fn installed_with(p: Option<&Value>, b: Option<&Value>, ops: &[&str]) -> bool {
         })
 }
 
-fn refused(out: &KubectlOutput, stderr: &str) {
-    assert_eq!((out.code, out.stderr.as_str()), (1, stderr), "{out:?}");
-}
-
 fn backstop_denial(resource: &str, name: &str, message: &str) -> String {
     format!(
         "Error from server (Forbidden): {resource} \"{name}\" is forbidden: ValidatingAdmissionPolicy '{NAME}' with binding '{NAME}' denied request: {message}\n"
@@ -133,14 +97,6 @@ fn webhook_down(name: &str, port: u16) -> String {
     format!(
         "Error from server (InternalError): Internal error occurred: failed calling webhook \"{name}\": failed to call webhook: Post \"https://127.0.0.1:{port}/validate?timeout=10s\": dial tcp 127.0.0.1:{port}: connect: connection refused\n"
     )
-}
-
-fn exists(env: &Env, args: &[&str]) {
-    let mut all = vec!["get"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["-o", "jsonpath={.metadata.name}"]);
-    let out = env.kubectl(&all).expect("kubectl");
-    assert_eq!((out.code, out.stdout.as_str()), (0, args[1]), "{out:?}");
 }
 
 const NS_MESSAGE: &str = "holdfast: Namespace guarded is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label namespaces guarded holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";

@@ -9,18 +9,14 @@ use std::{
 };
 
 use holdfast_e2e::{
-    Env, KubectlOutput, bin,
-    controller::{
-        ControllerProcess, condition, start_controller, wait_condition, wait_configuration,
-    },
+    Env, bin,
+    controller::{ControllerProcess, condition, wait_condition, wait_configuration},
+    steps::{controller_as, deleted, exists, install_controller_rbac, refused, run, start_webhook},
 };
 use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 const MARKER: &str = "holdfast.dev/contains-protected";
-
-/// The controller's ServiceAccount, as the manifests name it.
-const CONTROLLER_USER: &str = holdfast_e2e::CONTROLLER_SA;
 
 /// Sim, CRDs and webhook, and the controller running as its ServiceAccount with
 /// exactly the permissions `manifests/base/rbac-controller.yaml` and
@@ -28,33 +24,10 @@ const CONTROLLER_USER: &str = holdfast_e2e::CONTROLLER_SA;
 async fn full_stack() -> (Env, ControllerProcess) {
     let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
-    run(&env, &["create", "namespace", "holdfast-system"]);
-    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
-        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../manifests/base")
-            .join(file);
-        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
-    }
-    let kubeconfig = env.dir.path().join("controller.kubeconfig");
-    env.sim
-        .write_kubeconfig(&kubeconfig, CONTROLLER_USER)
-        .expect("controller kubeconfig");
-    env.start_webhook(&[]).await.expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &kubeconfig])
-        .expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
+    let kubeconfig = install_controller_rbac(&env);
+    let port = start_webhook(&mut env, &[]).await;
+    let c = controller_as(&env, port, "controller", &kubeconfig, &[]).await;
     (env, c)
-}
-
-fn run(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
 }
 
 /// The namespaces carrying the containment marker, sorted.
@@ -104,23 +77,6 @@ async fn wait_containment_narrowed(env: &Env) -> Value {
     .await
     .expect("containment narrowed to marked namespaces");
     cfg.expect("present")
-}
-
-fn refused(out: &KubectlOutput, stderr: &str) {
-    assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(out.stderr, stderr, "{out:?}");
-}
-
-fn deleted(out: &KubectlOutput, stdout: &str) {
-    assert_eq!((out.code, out.stdout.as_str()), (0, stdout), "{out:?}");
-}
-
-fn exists(env: &Env, args: &[&str]) {
-    let mut all = vec!["get"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["-o", "jsonpath={.metadata.name}"]);
-    let out = env.kubectl(&all).expect("kubectl");
-    assert_eq!((out.code, out.stdout.as_str()), (0, args[1]), "{out:?}");
 }
 
 const SHOP_CONFIG: &str = r#"

@@ -4,12 +4,11 @@
 //! delete the object; the controller deletes the object as that user once nothing
 //! blocks it, and Events record who asked.
 
-use std::time::{Duration, Instant};
-
 use holdfast_e2e::{
-    Env, KubectlOutput,
-    controller::{ControllerProcess, start_controller},
+    Env,
+    controller::ControllerProcess,
     fixtures,
+    steps::{self, as_user, controller_as, install_controller_rbac, run, start_webhook},
 };
 use holdfast_shared::deferred::request_patch;
 use holdfast_sim::{SimConfig, User};
@@ -65,14 +64,7 @@ async fn stack() -> (Env, ControllerProcess) {
         });
     }
     let mut env = Env::start_with(cfg).await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
-    run(&env, &["create", "namespace", "holdfast-system"]);
-    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
-        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../manifests/base")
-            .join(file);
-        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
-    }
+    let kubeconfig = install_controller_rbac(&env);
     env.apply(&fixtures::vpc_vm_crds()).expect("VPC/VM CRDs");
     env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
         .await
@@ -80,29 +72,9 @@ async fn stack() -> (Env, ControllerProcess) {
     env.apply(USERS_RBAC).expect("users' RBAC");
     env.apply(&fixtures::vm_vpc_rule(".spec.vpcRef.name"))
         .expect("rule");
-    let kubeconfig = env.dir.path().join("controller.kubeconfig");
-    env.sim
-        .write_kubeconfig(&kubeconfig, holdfast_e2e::CONTROLLER_SA)
-        .expect("controller kubeconfig");
-    env.start_webhook(&[]).await.expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &kubeconfig])
-        .expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
+    let port = start_webhook(&mut env, &[]).await;
+    let c = controller_as(&env, port, "controller", &kubeconfig, &[]).await;
     (env, c)
-}
-
-fn run(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-}
-
-fn as_user(env: &Env, user: &str, args: &[&str]) -> KubectlOutput {
-    env.kubectl_as(user, args).expect("kubectl runs")
 }
 
 fn vm(name: &str, vpc: &str) -> String {
@@ -117,21 +89,8 @@ fn vpc(name: &str) -> String {
     )
 }
 
-/// Waits until `kubectl args` fails with NotFound, printing what was last seen.
 async fn wait_gone(env: &Env, args: &[&str], c: &ControllerProcess) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = env.kubectl(args).expect("kubectl runs");
-        if out.is_not_found() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{args:?} still there after 60s: {out:?}\ncontroller log:\n{}",
-            c.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    steps::wait_gone(env, args, 60, c).await;
 }
 
 /// The notes of the Events with `reason` about `name`.
