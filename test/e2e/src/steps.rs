@@ -9,12 +9,29 @@ use crate::{
     controller::{ControllerProcess, start_controller},
 };
 
-/// `kubectl args` as the admin; the test fails unless kubectl exits 0.
-pub fn run(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+impl Env {
+    /// `kubectl args` as the admin; the test fails unless kubectl exits 0.
+    pub fn run(&self, args: &[&str]) -> KubectlOutput {
+        self.kubectl(args)
+            .expect("kubectl runs")
+            .ok()
+            .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+    }
+
+    /// Asserts `kubectl args` exits 0 printing exactly `stdout`.
+    pub fn prints(&self, args: &[&str], stdout: &str) {
+        deleted(&self.kubectl(args).expect("kubectl runs"), stdout);
+    }
+
+    /// Asserts `kubectl args` exits 1 printing exactly `stderr`.
+    pub fn refuses(&self, args: &[&str], stderr: &str) {
+        refused(&self.kubectl(args).expect("kubectl runs"), stderr);
+    }
+}
+
+/// The words of `line` (split at white space), as kubectl's arguments.
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 /// `kubectl args` as sim user `user` (any exit code).
@@ -77,12 +94,12 @@ pub async fn wait_gone(env: &Env, args: &[&str], secs: u64, c: &ControllerProces
 /// ServiceAccount (the sim must know it: [`crate::with_service_accounts`]).
 pub fn install_controller_rbac(env: &Env) -> String {
     env.install_crds().expect("holdfast CRDs");
-    run(env, &["create", "namespace", "holdfast-system"]);
+    env.run(&["create", "namespace", "holdfast-system"]);
     for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
         let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../manifests/base")
             .join(file);
-        run(env, &["apply", "-f", &rbac.to_string_lossy()]);
+        env.run(&["apply", "-f", &rbac.to_string_lossy()]);
     }
     let kubeconfig = env.dir.path().join("controller.kubeconfig");
     env.sim
@@ -112,4 +129,89 @@ pub async fn start_webhook(env: &mut Env, args: &[&str]) -> u16 {
     env.start_webhook(args).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     env.webhook.as_ref().map(|w| w.port).expect("port")
+}
+
+/// Runs `args` until kubectl's refusal contains `text` (see
+/// [`KubectlOutput::refused_with`]); fails printing the last output.
+pub async fn refused_until(env: &Env, args: &[&str], text: &str) -> KubectlOutput {
+    env.kubectl_until(args, 30, |o| o.refused_with(text))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{args:?} never refused with {text:?}: {e:#}\nwebhook: {}",
+                env.webhook_log()
+            )
+        })
+}
+
+/// Runs `args` until kubectl succeeds; fails printing the last output.
+pub async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
+    env.kubectl_until(args, 30, |o| o.code == 0)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{args:?} never allowed: {e:#}\nwebhook: {}",
+                env.webhook_log()
+            )
+        })
+}
+
+/// `cfg` with sim users `names` (token `<name>-token`) in `group`.
+pub fn with_users(
+    mut cfg: holdfast_sim::SimConfig,
+    names: &[&str],
+    group: &str,
+) -> holdfast_sim::SimConfig {
+    for name in names {
+        cfg.users.push(holdfast_sim::User {
+            name: name.to_string(),
+            token: format!("{name}-token"),
+            groups: vec![group.to_string()],
+        });
+    }
+    cfg
+}
+
+/// Applies `manifests/overlays/<overlay>` with `kubectl apply -k`, as the admin.
+pub fn apply_overlay(env: &Env, overlay: &str) -> KubectlOutput {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../manifests/overlays")
+        .join(overlay);
+    env.run(&["apply", "-k", &dir.to_string_lossy()])
+}
+
+/// Kubeconfigs for the shipped ServiceAccounts of the controller and of the
+/// webhook (in that order), written into the env's directory.
+pub fn service_account_kubeconfigs(env: &Env) -> (String, String) {
+    let write = |file: &str, user: &str| {
+        let path = env.dir.path().join(file);
+        env.sim.write_kubeconfig(&path, user).expect("kubeconfig");
+        path.to_string_lossy().into_owned()
+    };
+    (
+        write("controller.kubeconfig", crate::CONTROLLER_SA),
+        write("webhook.kubeconfig", crate::WEBHOOK_SA),
+    )
+}
+
+/// holdfast as `manifests/overlays/kubernetes` ships it, serving the certificate
+/// the controller issues: the overlay applied by the admin, the controller as
+/// its ServiceAccount managing the CA Secret the manifests name (`args` last),
+/// then the webhook as its ServiceAccount serving the certificate the controller
+/// issued into that Secret.
+pub async fn shipped_with_issued_certificate(env: &mut Env, args: &[&str]) -> ControllerProcess {
+    apply_overlay(env, "kubernetes");
+    let (controller_kc, webhook_kc) = service_account_kubeconfigs(env);
+    let port = crate::free_port().expect("port");
+    let mut all = vec!["--ca-secret", "holdfast-system/holdfast-webhook-tls"];
+    all.extend_from_slice(args);
+    let c = controller_as(env, port, "controller", &controller_kc, &all).await;
+    crate::controller::use_issued_certificate(env, &c)
+        .await
+        .expect("issued certificate");
+    env.start_webhook_on(port, &["--kubeconfig", &webhook_kc])
+        .await
+        .expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    c
 }

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use holdfast_e2e::{
     Env,
-    steps::{
-        controller_as as controller, exists, install_controller_rbac, refused, run, start_webhook,
-    },
+    steps::words,
+    steps::{controller_as as controller, exists, install_controller_rbac, refused, start_webhook},
 };
 use holdfast_sim::SimConfig;
 use serde_json::Value;
@@ -103,74 +102,33 @@ const NS_MESSAGE: &str = "holdfast: Namespace guarded is protected by label hold
 const CM_MESSAGE: &str = "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
 
 fn objects(env: &Env) {
-    run(env, &["create", "namespace", "guarded"]);
-    run(
-        env,
-        &[
-            "label",
-            "namespace",
-            "guarded",
-            "holdfast.dev/protected=true",
-        ],
-    );
-    run(env, &["create", "namespace", "shop"]);
+    env.run(&["create", "namespace", "guarded"]);
+    env.run(&words(
+        "label namespace guarded holdfast.dev/protected=true",
+    ));
+    env.run(&["create", "namespace", "shop"]);
     for cm in ["keep", "free", "glass", "casc"] {
-        run(
-            env,
-            &[
-                "create",
-                "configmap",
-                cm,
-                "-n",
-                "shop",
-                "--from-literal=a=b",
-            ],
-        );
+        env.run(&[
+            "create",
+            "configmap",
+            cm,
+            "-n",
+            "shop",
+            "--from-literal=a=b",
+        ]);
     }
-    run(
-        env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=Always",
-        ],
-    );
-    run(
-        env,
-        &[
-            "label",
-            "configmap",
-            "glass",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=true",
-        ],
-    );
-    run(
-        env,
-        &[
-            "annotate",
-            "configmap",
-            "glass",
-            "-n",
-            "shop",
-            "holdfast.dev/skip-protection=true",
-        ],
-    );
-    run(
-        env,
-        &[
-            "label",
-            "configmap",
-            "casc",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=Cascading",
-        ],
-    );
+    env.run(&words(
+        "label configmap keep -n shop holdfast.dev/protected=Always",
+    ));
+    env.run(&words(
+        "label configmap glass -n shop holdfast.dev/protected=true",
+    ));
+    env.run(&words(
+        "annotate configmap glass -n shop holdfast.dev/skip-protection=true",
+    ));
+    env.run(&words(
+        "label configmap casc -n shop holdfast.dev/protected=Cascading",
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -229,62 +187,43 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
     exists(&env, &["namespace", "guarded"]);
     exists(&env, &["configmap", "keep", "-n", "shop"]);
     // Unprotected objects are not held back.
-    let out = env
-        .kubectl(&["delete", "configmap", "free", "-n", "shop"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "configmap \"free\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "configmap", "free", "-n", "shop"],
+        "configmap \"free\" deleted\n",
     );
     // Without strict mode, removing the label is allowed by the backstop (the
     // label webhook does not see it either).
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ],
-    );
-    let out = env
-        .kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "configmap \"keep\" deleted\n"),
-        "{out:?}"
+    env.run(&words(
+        "label configmap keep -n shop holdfast.dev/protected-",
+    ));
+    env.prints(
+        &["delete", "configmap", "keep", "-n", "shop"],
+        "configmap \"keep\" deleted\n",
     );
 
     // Deleted: re-created. Changed: restored.
     let uid = p["metadata"]["uid"].clone();
-    run(&env, &["delete", "validatingadmissionpolicy", NAME]);
+    env.run(&["delete", "validatingadmissionpolicy", NAME]);
     let (p, _) = wait_backstop(&env, "re-created", |p, b| {
         installed_with(p, b, &["DELETE"]) && p.is_some_and(|p| p["metadata"]["uid"] != uid)
     })
     .await;
     let buid =
         live(&env, "validatingadmissionpolicybinding").expect("binding")["metadata"]["uid"].clone();
-    run(&env, &["delete", "validatingadmissionpolicybinding", NAME]);
+    env.run(&["delete", "validatingadmissionpolicybinding", NAME]);
     wait_backstop(&env, "re-bound", |p, b| {
         installed_with(p, b, &["DELETE"]) && b.is_some_and(|b| b["metadata"]["uid"] != buid)
     })
     .await;
     let expression = p.expect("policy")["spec"]["validations"][0]["expression"].clone();
-    run(
-        &env,
-        &[
-            "patch",
-            "validatingadmissionpolicy",
-            NAME,
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/validations/0/expression","value":"true"}]"#,
-        ],
-    );
+    env.run(&[
+        "patch",
+        "validatingadmissionpolicy",
+        NAME,
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/validations/0/expression","value":"true"}]"#,
+    ]);
     wait_backstop(&env, "restored", |p, _| {
         p.is_some_and(|p| p["spec"]["validations"][0]["expression"] == expression)
     })
@@ -325,30 +264,15 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     })
     .await;
     objects(&env);
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "free",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=true",
-            "holdfast.dev/strict-exempt=true",
-        ],
-    );
+    env.run(&words(
+        "label configmap free -n shop holdfast.dev/protected=true holdfast.dev/strict-exempt=true",
+    ));
     // A CRD whose instances strict mode leaves alone: their UPDATEs leave the backstop.
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("widget CRD");
-    run(
-        &env,
-        &[
-            "label",
-            "crd",
-            "widgets.example.com",
-            "holdfast.dev/strict-exempt=true",
-        ],
-    );
+    env.run(&words(
+        "label crd widgets.example.com holdfast.dev/strict-exempt=true",
+    ));
     wait_backstop(&env, "leaving widget UPDATEs out", |p, _| {
         p.is_some_and(|p| {
             p["spec"]["matchConstraints"]["excludeResourceRules"]
@@ -365,15 +289,8 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     .expect("widget");
     drop(env.webhook.take().expect("webhook running"));
     refused(
-        &env.kubectl(&[
-            "label",
-            "widget",
-            "w1",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ])
-        .expect("kubectl"),
+        &env.kubectl(&words("label widget w1 -n shop holdfast.dev/protected-"))
+            .expect("kubectl"),
         &webhook_down("strict-label-0.holdfast.dev", port),
     );
     refused(
@@ -392,14 +309,9 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         )
     };
     refused(
-        &env.kubectl(&[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ])
+        &env.kubectl(&words(
+            "label configmap keep -n shop holdfast.dev/protected-",
+        ))
         .expect("kubectl"),
         &backstop_denial(
             "configmaps",
@@ -413,14 +325,7 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         ),
     );
     refused(
-        &env.kubectl(&[
-            "label",
-            "--overwrite",
-            "namespace",
-            "guarded",
-            "holdfast.dev/protected=no",
-            "holdfast.dev/strict-exempt=true",
-        ])
+        &env.kubectl(&words("label --overwrite namespace guarded holdfast.dev/protected=no holdfast.dev/strict-exempt=true"))
         .expect("kubectl"),
         &backstop_denial(
             "namespaces",
@@ -435,14 +340,9 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     );
     // Cascading counts as protecting for strict mode too.
     refused(
-        &env.kubectl(&[
-            "label",
-            "configmap",
-            "casc",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ])
+        &env.kubectl(&words(
+            "label configmap casc -n shop holdfast.dev/protected-",
+        ))
         .expect("kubectl"),
         &backstop_denial(
             "configmaps",
@@ -457,14 +357,9 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     );
     // A stored exemption passes the backstop; the strict webhook (down) fails closed.
     refused(
-        &env.kubectl(&[
-            "label",
-            "configmap",
-            "free",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ])
+        &env.kubectl(&words(
+            "label configmap free -n shop holdfast.dev/protected-",
+        ))
         .expect("kubectl"),
         &webhook_down("strict-label-0.holdfast.dev", port),
     );
@@ -533,18 +428,15 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
             ))),
         "second validation guards {karmada}"
     );
-    run(&env, &["create", "configmap", "template", "-n", "shop"]);
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "template",
-            "-n",
-            "shop",
-            &format!("{karmada}=Always"),
-        ],
-    );
+    env.run(&["create", "configmap", "template", "-n", "shop"]);
+    env.run(&[
+        "label",
+        "configmap",
+        "template",
+        "-n",
+        "shop",
+        &format!("{karmada}=Always"),
+    ]);
     refused(
         &env.kubectl(&["delete", "configmap", "template", "-n", "shop"])
             .expect("kubectl"),

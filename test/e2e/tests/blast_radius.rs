@@ -11,7 +11,8 @@ use std::{
 use holdfast_e2e::{
     Env, bin,
     controller::{ControllerProcess, condition, wait_condition, wait_configuration},
-    steps::{controller_as, deleted, exists, install_controller_rbac, refused, run, start_webhook},
+    steps::words,
+    steps::{controller_as, deleted, exists, install_controller_rbac, refused, start_webhook},
 };
 use holdfast_sim::SimConfig;
 use serde_json::Value;
@@ -32,17 +33,14 @@ async fn full_stack() -> (Env, ControllerProcess) {
 
 /// The namespaces carrying the containment marker, sorted.
 fn marked(env: &Env) -> Vec<String> {
-    let out = run(
-        env,
-        &[
-            "get",
-            "namespaces",
-            "-l",
-            MARKER,
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ],
-    );
+    let out = env.run(&[
+        "get",
+        "namespaces",
+        "-l",
+        MARKER,
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ]);
     let mut v: Vec<String> = out.stdout.split_whitespace().map(str::to_string).collect();
     v.sort();
     v
@@ -105,52 +103,24 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     );
     let (mut env, controller) = full_stack().await;
     for ns in ["shop", "other", "scratch", "labelled"] {
-        run(&env, &["create", "namespace", ns]);
+        env.run(&["create", "namespace", ns]);
     }
-    run(
-        &env,
-        &[
-            "create",
-            "configmap",
-            "settings",
-            "-n",
-            "shop",
-            "--from-literal=a=b",
-        ],
-    );
+    env.run(&words(
+        "create configmap settings -n shop --from-literal=a=b",
+    ));
     for (name, ns) in [
         ("unrelated", "other"),
         ("keep", "labelled"),
         ("sys-cm", "kube-system"),
     ] {
-        run(
-            &env,
-            &["create", "configmap", name, "-n", ns, "--from-literal=a=b"],
-        );
+        env.run(&["create", "configmap", name, "-n", ns, "--from-literal=a=b"]);
     }
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "labelled",
-            "holdfast.dev/protected=true",
-        ],
-    );
-    run(
-        &env,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "sys-secret",
-            "-n",
-            "kube-system",
-            "--from-literal=a=b",
-        ],
-    );
+    env.run(&words(
+        "label configmap keep -n labelled holdfast.dev/protected=true",
+    ));
+    env.run(&words(
+        "create secret generic sys-secret -n kube-system --from-literal=a=b",
+    ));
     env.apply(SHOP_CONFIG).expect("policy applied");
     wait_condition(
         &env,
@@ -224,15 +194,8 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     };
     let shop_cm = "holdfast: ConfigMap shop/settings is protected by ResourceProtection/shop-config (selects configmaps in namespace shop), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection shop-config), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection. To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).";
     refused(
-        &env.kubectl(&[
-            "delete",
-            "configmap",
-            "settings",
-            "-n",
-            "shop",
-            "--dry-run=server",
-        ])
-        .expect("kubectl"),
+        &env.kubectl(&words("delete configmap settings -n shop --dry-run=server"))
+            .expect("kubectl"),
         &denial("policies-0.holdfast.dev", shop_cm),
     );
     let out = env
@@ -246,14 +209,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
         ),
     );
     let out = env
-        .kubectl(&[
-            "delete",
-            "configmap",
-            "keep",
-            "-n",
-            "labelled",
-            "--dry-run=server",
-        ])
+        .kubectl(&words("delete configmap keep -n labelled --dry-run=server"))
         .expect("kubectl");
     refused(
         &out,
@@ -304,10 +260,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     );
     exists(&env, &["configmap", "settings", "-n", "shop"]);
     exists(&env, &["configmap", "keep", "-n", "labelled"]);
-    let phase = run(
-        &env,
-        &["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"],
-    );
+    let phase = env.run(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"]);
     assert_eq!(phase.stdout, "Active");
 
     // Everything else goes: a ConfigMap elsewhere, an unprotected namespace,
@@ -345,66 +298,25 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
     );
     let (env, _controller) = full_stack().await;
     for ns in ["a", "b"] {
-        run(&env, &["create", "namespace", ns]);
+        env.run(&["create", "namespace", ns]);
     }
-    run(
-        &env,
-        &["create", "configmap", "c", "-n", "a", "--from-literal=k=v"],
-    );
+    env.run(&["create", "configmap", "c", "-n", "a", "--from-literal=k=v"]);
     wait_containment_narrowed(&env).await;
     // holdfast-system holds holdfast's own protected Role and RoleBinding.
     wait_marked(&env, &["holdfast-system"]).await;
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "c",
-            "-n",
-            "a",
-            "holdfast.dev/protected=Always",
-        ],
-    );
+    env.run(&words(
+        "label configmap c -n a holdfast.dev/protected=Always",
+    ));
     wait_marked(&env, &["a", "holdfast-system"]).await;
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "c",
-            "-n",
-            "a",
-            "holdfast.dev/protected-",
-        ],
-    );
+    env.run(&words("label configmap c -n a holdfast.dev/protected-"));
     wait_marked(&env, &["holdfast-system"]).await;
 
     // Every Secret, in any namespace: b and kube-system hold one; only b is marked
     // and routed.
-    run(
-        &env,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "s",
-            "-n",
-            "b",
-            "--from-literal=k=v",
-        ],
-    );
-    run(
-        &env,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "s",
-            "-n",
-            "kube-system",
-            "--from-literal=k=v",
-        ],
-    );
+    env.run(&words("create secret generic s -n b --from-literal=k=v"));
+    env.run(&words(
+        "create secret generic s -n kube-system --from-literal=k=v",
+    ));
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: all-secrets}\nspec:\n  resources:\n  - {group: \"\", version: v1, resource: secrets}\n",
     )
@@ -440,13 +352,9 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
         out.stderr,
         "Error from server (Forbidden): admission webhook \"policies-0.holdfast.dev\" denied the request: holdfast: Secret b/s is protected by ResourceProtection/all-secrets (selects secrets), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection all-secrets), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection. To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).\n"
     );
-    let out = env
-        .kubectl(&["delete", "secret", "s", "-n", "kube-system"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "secret \"s\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "secret", "s", "-n", "kube-system"],
+        "secret \"s\" deleted\n",
     );
 }
 
@@ -461,54 +369,30 @@ async fn marker_lag_never_loses_the_protected_object() {
         "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
     );
     let (env, mut controller) = full_stack().await;
-    run(&env, &["create", "namespace", "late"]);
+    env.run(&["create", "namespace", "late"]);
     for cm in ["plain", "precious"] {
-        run(
-            &env,
-            &[
-                "create",
-                "configmap",
-                cm,
-                "-n",
-                "late",
-                "--from-literal=k=v",
-            ],
-        );
+        env.run(&[
+            "create",
+            "configmap",
+            cm,
+            "-n",
+            "late",
+            "--from-literal=k=v",
+        ]);
     }
     wait_containment_narrowed(&env).await;
     wait_marked(&env, &["holdfast-system"]).await;
     controller.kill();
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "precious",
-            "-n",
-            "late",
-            "holdfast.dev/protected=true",
-        ],
-    );
-    let out = env
-        .kubectl(&["delete", "namespace", "late", "--wait=false"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "namespace \"late\" deleted\n"),
-        "{out:?}"
+    env.run(&words(
+        "label configmap precious -n late holdfast.dev/protected=true",
+    ));
+    env.prints(
+        &["delete", "namespace", "late", "--wait=false"],
+        "namespace \"late\" deleted\n",
     );
     // The namespace controller empties what it may; the labelled ConfigMap stays.
     env.kubectl_until(
-        &[
-            "get",
-            "configmap",
-            "plain",
-            "-n",
-            "late",
-            "--ignore-not-found",
-            "-o",
-            "name",
-        ],
+        &words("get configmap plain -n late --ignore-not-found -o name"),
         30,
         |o| o.code == 0 && o.stdout.is_empty(),
     )
@@ -528,32 +412,14 @@ async fn marker_lag_never_loses_the_protected_object() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     exists(&env, &["configmap", "precious", "-n", "late"]);
-    let phase = run(
-        &env,
-        &["get", "namespace", "late", "-o", "jsonpath={.status.phase}"],
-    );
+    let phase = env.run(&["get", "namespace", "late", "-o", "jsonpath={.status.phase}"]);
     assert_eq!(phase.stdout, "Terminating");
     // Lifting the protection lets the namespace finish.
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "precious",
-            "-n",
-            "late",
-            "holdfast.dev/protected-",
-        ],
-    );
+    env.run(&words(
+        "label configmap precious -n late holdfast.dev/protected-",
+    ));
     env.kubectl_until(
-        &[
-            "get",
-            "namespace",
-            "late",
-            "--ignore-not-found",
-            "-o",
-            "name",
-        ],
+        &words("get namespace late --ignore-not-found -o name"),
         30,
         |o| o.code == 0 && o.stdout.is_empty(),
     )

@@ -11,7 +11,7 @@
 //! refusing the removal of a `Cascading` label; under `--label-only` (no watches)
 //! `Cascading` protects like `Always`.
 
-use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration, fixtures};
+use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration, fixtures, steps::words};
 use holdfast_sim::{RbacRule, SimConfig, User};
 use std::time::Duration;
 
@@ -33,16 +33,9 @@ fn sim_config() -> SimConfig {
     cfg.rbac.push(RbacRule {
         users: s(&[ALICE]),
         groups: Vec::new(),
-        verbs: s(&[
-            "get",
-            "list",
-            "watch",
-            "create",
-            "update",
-            "patch",
-            "delete",
-            "deletecollection",
-        ]),
+        verbs: s(&words(
+            "get list watch create update patch delete deletecollection",
+        )),
         api_groups: s(&["*"]),
         resources: s(&["*", "*/*"]),
         namespaces: Vec::new(),
@@ -228,12 +221,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     apply(env, &pvc("shop", "data"));
     admin(
         env,
-        &[
-            "label",
-            "namespace",
-            "shop",
-            "holdfast.dev/protected=Cascading",
-        ],
+        &words("label namespace shop holdfast.dev/protected=Cascading"),
     );
     let delete_ns = ["delete", "namespace", "shop", "--wait=false"];
     refused_until(
@@ -363,12 +351,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     );
     admin(
         env,
-        &[
-            "label",
-            "crd",
-            "widgets.example.com",
-            "holdfast.dev/protected=Cascading",
-        ],
+        &words("label crd widgets.example.com holdfast.dev/protected=Cascading"),
     );
     let delete_crd = ["delete", "crd", "widgets.example.com", "--wait=false"];
     refused_until(
@@ -480,12 +463,7 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     apply(env, &pod("team", "worker"));
     admin(
         env,
-        &[
-            "label",
-            "namespace",
-            "team",
-            "policy.kruise.io/delete-protection=Cascading",
-        ],
+        &words("label namespace team policy.kruise.io/delete-protection=Cascading"),
     );
     let delete_ns = ["delete", "namespace", "team", "--wait=false"];
     refused_until(
@@ -521,14 +499,7 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     .await;
     admin(
         env,
-        &[
-            "label",
-            "configmap",
-            "settings",
-            "-n",
-            "team",
-            "policy.kruise.io/delete-protection-",
-        ],
+        &words("label configmap settings -n team policy.kruise.io/delete-protection-"),
     );
     let out = allowed_until(env, &delete_ns).await;
     assert_eq!(out.stdout.trim_end(), "namespace \"team\" deleted");
@@ -590,12 +561,7 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
     admin(env, &["create", "namespace", "vault"]);
     admin(
         env,
-        &[
-            "label",
-            "namespace",
-            "vault",
-            "holdfast.dev/protected=Cascading",
-        ],
+        &words("label namespace vault holdfast.dev/protected=Cascading"),
     );
     let out = as_alice(
         env,
@@ -621,13 +587,7 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
     // Cascading -> Always keeps it protected: allowed.
     let out = as_alice(
         env,
-        &[
-            "label",
-            "namespace",
-            "vault",
-            "holdfast.dev/protected=Always",
-            "--overwrite",
-        ],
+        &words("label namespace vault holdfast.dev/protected=Always --overwrite"),
     );
     assert_eq!(
         (out.code, out.stdout.trim_end()),
@@ -654,12 +614,7 @@ async fn label_only_mode_protects_cascading_like_always() {
     admin(&env, &["create", "namespace", "empty"]);
     admin(
         &env,
-        &[
-            "label",
-            "namespace",
-            "empty",
-            "holdfast.dev/protected=Cascading",
-        ],
+        &words("label namespace empty holdfast.dev/protected=Cascading"),
     );
     let out = env
         .kubectl(&["delete", "namespace", "empty", "--wait=false"])

@@ -10,6 +10,7 @@ use holdfast_e2e::{
         wait_configuration, webhook_names,
     },
     denied_by,
+    steps::words,
 };
 use serde_json::Value;
 
@@ -139,41 +140,18 @@ async fn resource_protection_drives_the_configuration() {
 
     // Labels and annotations others add to the configuration are left alone by the
     // reconciles that follow.
-    env.kubectl(&[
-        "label",
-        "validatingwebhookconfiguration",
-        "holdfast",
-        "team=platform",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labelled");
-    env.kubectl(&[
-        "annotate",
-        "validatingwebhookconfiguration",
-        "holdfast",
-        "example.com/owner=ops",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
+    env.run(&words(
+        "label validatingwebhookconfiguration holdfast team=platform",
+    ));
+    env.run(&words(
+        "annotate validatingwebhookconfiguration holdfast example.com/owner=ops",
+    ));
 
     // Apply: the policies webhook appears with exactly configmaps (+ namespaces for containment).
-    env.kubectl(&["create", "namespace", "shop"])
-        .expect("kubectl")
-        .ok()
-        .expect("namespace");
-    env.kubectl(&[
-        "create",
-        "configmap",
-        "settings",
-        "-n",
-        "shop",
-        "--from-literal=a=b",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("configmap");
+    env.run(&["create", "namespace", "shop"]);
+    env.run(&words(
+        "create configmap settings -n shop --from-literal=a=b",
+    ));
     env.apply(RP_CONFIGMAPS).expect("policy applied");
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
@@ -243,14 +221,7 @@ async fn resource_protection_drives_the_configuration() {
     // The protection works end to end.
     let out = env
         .kubectl_until(
-            &[
-                "delete",
-                "configmap",
-                "settings",
-                "-n",
-                "shop",
-                "--dry-run=server",
-            ],
+            &words("delete configmap settings -n shop --dry-run=server"),
             10,
             |o| o.code != 0,
         )
@@ -291,10 +262,7 @@ async fn resource_protection_drives_the_configuration() {
 
     // Delete: the policy's resources go away; label protection and namespace
     // containment stay.
-    env.kubectl(&["delete", "resourceprotection", "shop-config"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "resourceprotection", "shop-config"]);
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         c.is_some() && !has_rule(c, "", "configmaps") && !has_rule(c, "apps", "deployments")
     })
@@ -396,10 +364,7 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
     );
 
     // Deleted: recreated.
-    env.kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     let (cfg, took) = wait_configuration(&env, Duration::from_secs(30), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -421,13 +386,7 @@ async fn cleanup_on_shutdown_leaves_nothing_behind() {
     let mut c = controller(
         &env,
         "controller",
-        &[
-            "--cleanup-on-shutdown",
-            "--failure-policy",
-            "Ignore",
-            "--timeout-seconds",
-            "5",
-        ],
+        &words("--cleanup-on-shutdown --failure-policy Ignore --timeout-seconds 5"),
     )
     .await;
     env.apply(RP_CONFIGMAPS).expect("policy applied");
@@ -661,10 +620,7 @@ async fn dependency_cycle_is_reported_on_both_rules() {
     );
 
     // Break the cycle: the remaining rule reports no cycle.
-    env.kubectl(&["delete", "dependencyrule", "vpc-needs-vm"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "dependencyrule", "vpc-needs-vm"]);
     let c = wait_condition(
         &env,
         "dependencyrule",
@@ -741,10 +697,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     leader.kill();
     let killed = Instant::now();
     // Nobody heals now: the configuration stays deleted until the follower leads.
-    env.kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     wait_configuration(&env, Duration::from_secs(60), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -817,16 +770,7 @@ async fn managed_ca_rotation_keeps_admission_working() {
         &env,
         "controller",
         port,
-        &[
-            "--ca-secret",
-            "default/holdfast-webhook-tls",
-            "--ca-validity-seconds",
-            "24",
-            "--cert-validity-seconds",
-            "16",
-            "--cert-renew-before-seconds",
-            "10",
-        ],
+        &words("--ca-secret default/holdfast-webhook-tls --ca-validity-seconds 24 --cert-validity-seconds 16 --cert-renew-before-seconds 10"),
     )
     .expect("controller");
     c.wait_ready(30).await.expect("ready");
@@ -845,19 +789,10 @@ async fn managed_ca_rotation_keeps_admission_working() {
         "caBundle is the managed CA"
     );
 
-    env.kubectl(&["create", "namespace", "vault"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "label",
-        "namespace",
-        "vault",
-        "holdfast.dev/protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("label");
+    env.run(&["create", "namespace", "vault"]);
+    env.run(&words(
+        "label namespace vault holdfast.dev/protected=Always",
+    ));
 
     let check = |env: &Env| {
         let out = env
@@ -875,12 +810,9 @@ async fn managed_ca_rotation_keeps_admission_working() {
     check(&env);
     // Self-protection: the CA Secret carries the protection label.
     let out = env
-        .kubectl(&[
-            "delete",
-            "secret",
-            "holdfast-webhook-tls",
-            "--dry-run=server",
-        ])
+        .kubectl(&words(
+            "delete secret holdfast-webhook-tls --dry-run=server",
+        ))
         .expect("kubectl");
     assert!(
         out.code != 0
@@ -997,38 +929,26 @@ async fn managed_ca_serves_a_service_target() {
     );
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("crds");
-    env.kubectl(&["create", "namespace", "holdfast-system"])
-        .expect("kubectl")
-        .ok()
-        .expect("namespace");
+    env.run(&["create", "namespace", "holdfast-system"]);
     let mut c = start_controller(
         &env,
         "controller",
         port,
-        &[
-            "--webhook-service",
-            "holdfast-system/holdfast-webhook:443",
-            "--ca-secret",
-            "holdfast-system/webhook-tls",
-        ],
+        &words("--webhook-service holdfast-system/holdfast-webhook:443 --ca-secret holdfast-system/webhook-tls"),
     )
     .expect("controller");
     c.wait_ready(30).await.expect("ready");
     let read = |key: &str| -> String {
         let jsonpath = format!("jsonpath={{.data.{}}}", key.replace('.', "\\."));
-        let out = env
-            .kubectl(&[
-                "get",
-                "secret",
-                "webhook-tls",
-                "-n",
-                "holdfast-system",
-                "-o",
-                &jsonpath,
-            ])
-            .expect("kubectl")
-            .ok()
-            .expect("secret");
+        let out = env.run(&[
+            "get",
+            "secret",
+            "webhook-tls",
+            "-n",
+            "holdfast-system",
+            "-o",
+            &jsonpath,
+        ]);
         use base64::Engine as _;
         String::from_utf8(
             base64::engine::general_purpose::STANDARD
@@ -1053,19 +973,10 @@ async fn managed_ca_serves_a_service_target() {
         cfg["webhooks"][0]["clientConfig"]["service"]["path"],
         "/validate"
     );
-    env.kubectl(&["create", "namespace", "vault"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "label",
-        "namespace",
-        "vault",
-        "holdfast.dev/protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("label");
+    env.run(&["create", "namespace", "vault"]);
+    env.run(&words(
+        "label namespace vault holdfast.dev/protected=Always",
+    ));
     let out = env
         .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
         .expect("kubectl");
@@ -1140,19 +1051,10 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
         hook["objectSelector"]["matchExpressions"][0]["key"],
         "resourcetemplate.karmada.io/deletion-protected"
     );
-    env.kubectl(&["create", "namespace", "minio"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "label",
-        "namespace",
-        "minio",
-        "resourcetemplate.karmada.io/deletion-protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("label");
+    env.run(&["create", "namespace", "minio"]);
+    env.run(&words(
+        "label namespace minio resourcetemplate.karmada.io/deletion-protected=Always",
+    ));
     let out = env
         .kubectl(&["delete", "namespace", "minio", "--dry-run=server"])
         .expect("kubectl");
@@ -1205,7 +1107,7 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
         "renewTime": now,
     }})
     .to_string();
-    env.kubectl(&[
+    env.run(&[
         "patch",
         "lease",
         "holdfast-controller",
@@ -1214,10 +1116,7 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
         "--type=merge",
         "-p",
         &patch,
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("lease taken");
+    ]);
     let status = b.wait_exit(60).await.expect("exits once the Lease is lost");
     assert_eq!(status.code(), Some(1), "{status}: {}", b.log());
     assert!(b.log().contains("lost leadership"), "{}", b.log());
@@ -1264,14 +1163,8 @@ async fn ca_bundle_file_is_re_read() {
     .await
     .expect("the new bundle is installed in every webhook");
     // Admission still works: the webhook's CA is in the bundle.
-    env.kubectl(&["create", "namespace", "vault"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&["label", "namespace", "vault", "holdfast.dev/protected=true"])
-        .expect("kubectl")
-        .ok()
-        .expect("label");
+    env.run(&["create", "namespace", "vault"]);
+    env.run(&["label", "namespace", "vault", "holdfast.dev/protected=true"]);
     let out = env
         .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
         .expect("kubectl");

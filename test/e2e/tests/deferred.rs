@@ -8,10 +8,11 @@ use holdfast_e2e::{
     Env,
     controller::ControllerProcess,
     fixtures,
-    steps::{self, as_user, controller_as, install_controller_rbac, run, start_webhook},
+    steps::words,
+    steps::{self, as_user, controller_as, install_controller_rbac, start_webhook, with_users},
 };
 use holdfast_shared::deferred::request_patch;
-use holdfast_sim::{SimConfig, User};
+use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 /// Who may delete VPCs, VirtualMachines and namespaces (alice), and who may only
@@ -55,14 +56,11 @@ subjects:
 /// the VPC/VM types and their DependencyRule, the webhook, and the controller as
 /// its ServiceAccount; returns once VPC DELETEs are refused while referenced.
 async fn stack() -> (Env, ControllerProcess) {
-    let mut cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    for name in ["alice", "bob"] {
-        cfg.users.push(User {
-            name: name.to_string(),
-            token: format!("{name}-token"),
-            groups: vec!["system:authenticated".to_string()],
-        });
-    }
+    let cfg = with_users(
+        holdfast_e2e::with_service_accounts(SimConfig::default()),
+        &["alice", "bob"],
+        "system:authenticated",
+    );
     let mut env = Env::start_with(cfg).await.expect("sim");
     let kubeconfig = install_controller_rbac(&env);
     env.apply(&fixtures::vpc_vm_crds()).expect("VPC/VM CRDs");
@@ -151,19 +149,15 @@ async fn a_vpc_goes_right_after_its_last_vm() {
     // Only changes of the request reach the webhook: an unrelated label does not,
     // while changing the requester does (and is refused: bob is not alice).
     let updates = env.webhook_reviews("UPDATE").await.expect("metrics");
-    run(&env, &["label", "vpc", "my-vpc", "team=network"]);
+    env.run(&["label", "vpc", "my-vpc", "team=network"]);
     assert_eq!(
         env.webhook_reviews("UPDATE").await.expect("metrics"),
         updates
     );
     let out = env
-        .kubectl(&[
-            "annotate",
-            "--overwrite",
-            "vpc",
-            "my-vpc",
-            "holdfast.dev/delete-requested-by=bob",
-        ])
+        .kubectl(&words(
+            "annotate --overwrite vpc my-vpc holdfast.dev/delete-requested-by=bob",
+        ))
         .expect("kubectl runs");
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
@@ -198,7 +192,7 @@ async fn a_vpc_goes_right_after_its_last_vm() {
     assert!(still["metadata"]["deletionTimestamp"].is_null(), "{still}");
 
     // The last VM goes: the VPC follows, deleted as alice.
-    run(&env, &["delete", "virtualmachine", "my-vm"]);
+    env.run(&["delete", "virtualmachine", "my-vm"]);
     wait_gone(&env, &["get", "vpc", "my-vpc"], &c).await;
     let done = env
         .wait_events("DeferredDeletion", "my-vpc", 30)
@@ -217,29 +211,11 @@ async fn a_vpc_goes_right_after_its_last_vm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_waits_for_its_protected_contents() {
     let (env, c) = stack().await;
-    run(&env, &["create", "namespace", "shop"]);
-    run(
-        &env,
-        &[
-            "create",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "--from-literal=a=b",
-        ],
-    );
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=true",
-        ],
-    );
+    env.run(&["create", "namespace", "shop"]);
+    env.run(&words("create configmap keep -n shop --from-literal=a=b"));
+    env.run(&words(
+        "label configmap keep -n shop holdfast.dev/protected=true",
+    ));
     env.kubectl_until(
         &["delete", "namespace", "shop", "--dry-run=server"],
         30,
@@ -281,17 +257,9 @@ async fn a_namespace_waits_for_its_protected_contents() {
 
     // The protection of its content goes: the namespace follows (and takes the
     // ConfigMap with it).
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ],
-    );
+    env.run(&words(
+        "label configmap keep -n shop holdfast.dev/protected-",
+    ));
     wait_gone(&env, &["get", "namespace", "shop"], &c).await;
     let done = env
         .wait_events("DeferredDeletion", "shop", 30)

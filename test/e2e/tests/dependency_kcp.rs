@@ -7,6 +7,7 @@
 use holdfast_e2e::{
     controller::start_controller,
     kcp::{Kcp, NETWORK, dependency_rule, topology},
+    steps::words,
 };
 
 fn vm_rule(path: &str) -> String {
@@ -133,12 +134,7 @@ async fn seed_story(mode: &str) {
     // Break-glass with the seed's own annotation.
     let out = kcp.kubectl(
         "root:consumer",
-        &[
-            "annotate",
-            "vpc",
-            "disk-vpc",
-            "dependencies.opendefense.cloud/skip-protection=true",
-        ],
+        &words("annotate vpc disk-vpc dependencies.opendefense.cloud/skip-protection=true"),
     );
     assert_eq!(out.code, 0, "{out:?}");
     let out = kcp.kubectl("root:consumer", &["delete", "vpc", "disk-vpc"]);

@@ -2,6 +2,7 @@
 //! strategies: a VPC cannot be deleted while a VirtualMachine references it.
 
 use holdfast_e2e::Env;
+use holdfast_e2e::steps::words;
 
 use holdfast_e2e::fixtures::vm_vpc_rule as rule;
 
@@ -87,10 +88,7 @@ async fn vpc_story(mode: &str) {
     .await
     .expect("both named");
     // Delete the VMs: then the VPC goes.
-    env.kubectl(&["delete", "virtualmachine", "my-vm", "vm-2"])
-        .expect("kubectl")
-        .ok()
-        .expect("vms deleted");
+    env.run(&["delete", "virtualmachine", "my-vm", "vm-2"]);
     env.kubectl_until(&["delete", "vpc", "my-vpc"], 10, |o| o.code == 0)
         .await
         .expect("vpc deleted once unreferenced");
@@ -122,23 +120,14 @@ async fn vpc_story(mode: &str) {
     .expect("edited path takes effect");
 
     // Break-glass on exactly that object.
-    env.kubectl(&[
-        "annotate",
-        "vpc",
-        "net-a",
-        "holdfast.dev/skip-protection=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
+    env.run(&words(
+        "annotate vpc net-a holdfast.dev/skip-protection=true",
+    ));
     let out = env.kubectl(&["delete", "vpc", "net-a"]).expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
 
     // Cluster-scoped dependency referenced from namespaced claims in any namespace.
-    env.kubectl(&["create", "namespace", "team-a"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
+    env.run(&["create", "namespace", "team-a"]);
     env.apply("apiVersion: storage.test.io/v1\nkind: StorageProfile\nmetadata: {name: fast}\n")
         .expect("profile");
     env.apply("apiVersion: storage.test.io/v1\nkind: VolumeClaim\nmetadata: {name: data, namespace: team-a}\nspec: {profile: fast}\n")
@@ -155,10 +144,7 @@ async fn vpc_story(mode: &str) {
     )
     .await
     .expect("cluster-scoped dependency protected");
-    env.kubectl(&["delete", "volumeclaim", "data", "-n", "team-a"])
-        .expect("kubectl")
-        .ok()
-        .expect("claim deleted");
+    env.run(&["delete", "volumeclaim", "data", "-n", "team-a"]);
     env.kubectl_until(&["delete", "storageprofile", "fast"], 10, |o| o.code == 0)
         .await
         .expect("profile deleted");
@@ -228,10 +214,7 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
     })
     .await
     .expect("refused after reload");
-    env.kubectl(&["delete", "virtualmachine", "m"])
-        .expect("kubectl")
-        .ok()
-        .expect("vm deleted");
+    env.run(&["delete", "virtualmachine", "m"]);
     env.kubectl_until(&["delete", "vpc", "v"], 10, |o| o.code == 0)
         .await
         .expect("vpc deleted");

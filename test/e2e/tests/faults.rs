@@ -163,10 +163,7 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
     let mut env = Env::start().await.expect("sim");
     env.install_crds().expect("crds");
     for ns in ["vault", "scratch"] {
-        env.kubectl(&["create", "namespace", ns])
-            .expect("kubectl")
-            .ok()
-            .expect("namespace");
+        env.run(&["create", "namespace", ns]);
     }
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: vault-configmaps\n\

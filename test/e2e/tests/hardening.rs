@@ -8,7 +8,7 @@
 //! objects, new CRDs and containment, look-alike label values, and holdfast's own
 //! configuration guarded by a ValidatingAdmissionPolicy.
 
-use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration};
+use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration, steps::words};
 use holdfast_sim::{RbacRule, SimConfig, User};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -64,17 +64,11 @@ fn sim_config() -> SimConfig {
     };
     cfg.users.push(user(
         WEBHOOK_SA,
-        &[
-            "system:serviceaccounts",
-            "system:serviceaccounts:holdfast-system",
-        ],
+        &words("system:serviceaccounts system:serviceaccounts:holdfast-system"),
     ));
     cfg.users.push(user(
         CONTROLLER_SA,
-        &[
-            "system:serviceaccounts",
-            "system:serviceaccounts:holdfast-system",
-        ],
+        &words("system:serviceaccounts system:serviceaccounts:holdfast-system"),
     ));
     cfg.users.push(user(ALICE, &["dev"]));
     cfg.users.push(user(OPS, &["platform-admins"]));
@@ -308,15 +302,7 @@ async fn strict_mode_covers_subresources() {
     }
     let out = env
         .kubectl_stdin(
-            &[
-                "--token",
-                "alice-token",
-                "replace",
-                "--raw",
-                "/api/v1/namespaces/vault/finalize",
-                "-f",
-                "-",
-            ],
+            &words("--token alice-token replace --raw /api/v1/namespaces/vault/finalize -f -"),
             &ns.to_string(),
         )
         .expect("kubectl");
@@ -467,14 +453,7 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     // marker takes the bypass permission.
     let out = as_alice(
         env,
-        &[
-            "annotate",
-            "cm",
-            "settings",
-            "-n",
-            "shop",
-            "holdfast.dev/skip-protection=true",
-        ],
+        &words("annotate cm settings -n shop holdfast.dev/skip-protection=true"),
     );
     refused_with(
         &out,
@@ -487,12 +466,7 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     // Containment protects the namespace: its break-glass marker too.
     let out = as_alice(
         env,
-        &[
-            "annotate",
-            "ns",
-            "shop",
-            "holdfast.dev/skip-protection=true",
-        ],
+        &words("annotate ns shop holdfast.dev/skip-protection=true"),
     );
     refused_with(
         &out,
@@ -506,27 +480,13 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     ok(as_alice(env, &["create", "cm", "loose", "-n", "shop"]));
     ok(as_alice(
         env,
-        &[
-            "annotate",
-            "cm",
-            "loose",
-            "-n",
-            "shop",
-            "holdfast.dev/skip-protection=true",
-        ],
+        &words("annotate cm loose -n shop holdfast.dev/skip-protection=true"),
     ));
     // Someone allowed to bypass may.
     ok(env
         .kubectl_as(
             BREAKER,
-            &[
-                "annotate",
-                "cm",
-                "settings",
-                "-n",
-                "shop",
-                "holdfast.dev/skip-protection=true",
-            ],
+            &words("annotate cm settings -n shop holdfast.dev/skip-protection=true"),
         )
         .expect("kubectl"));
     // A strict DoesNotExist selector is not escaped by labelling an object that had
@@ -581,14 +541,7 @@ async fn a_new_crd_is_contained_at_once() {
     assert!(first == indexed || first == pending, "{first}");
     // And well before a 30 s discovery round, the refusal names the widget.
     env.kubectl_until(
-        &[
-            "--token",
-            "alice-token",
-            "delete",
-            "ns",
-            "fresh",
-            "--dry-run=server",
-        ],
+        &words("--token alice-token delete ns fresh --dry-run=server"),
         20,
         |o| o.code == 1 && o.stderr.trim_end() == indexed,
     )
@@ -613,14 +566,7 @@ async fn look_alike_protection_values_warn() {
         .expect("kubectl"));
     let out = ok(as_alice(
         env,
-        &[
-            "label",
-            "cm",
-            "almost",
-            "-n",
-            "default",
-            "holdfast.dev/protected=always",
-        ],
+        &words("label cm almost -n default holdfast.dev/protected=always"),
     ));
     assert_eq!(
         out.stderr.trim_end(),
@@ -635,14 +581,7 @@ async fn look_alike_protection_values_warn() {
     assert_eq!(out.stderr, "");
     let out = ok(as_alice(
         env,
-        &[
-            "label",
-            "cm",
-            "kept",
-            "-n",
-            "default",
-            "holdfast.dev/protected=Always",
-        ],
+        &words("label cm kept -n default holdfast.dev/protected=Always"),
     ));
     assert_eq!(out.stderr, "");
 }
@@ -655,11 +594,7 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
     let mut s = shipped_with(false, &["--admin-group", "platform-admins"]).await;
     s.env
         .kubectl_until(
-            &[
-                "get",
-                "validatingadmissionpolicybinding",
-                "holdfast-self-protection",
-            ],
+            &words("get validatingadmissionpolicybinding holdfast-self-protection"),
             30,
             |o| o.code == 0,
         )
@@ -675,14 +610,9 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
         .kubectl(&["create", "cm", "keep", "-n", "default"])
         .expect("kubectl"));
     ok(env
-        .kubectl(&[
-            "label",
-            "cm",
-            "keep",
-            "-n",
-            "default",
-            "holdfast.dev/protected=true",
-        ])
+        .kubectl(&words(
+            "label cm keep -n default holdfast.dev/protected=true",
+        ))
         .expect("kubectl"));
     let message = "ValidatingAdmissionPolicy 'holdfast-self-protection' with binding \
                    'holdfast-self-protection' denied request: holdfast: this object is part of \
@@ -713,14 +643,9 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
         ),
     );
     let out = env
-        .kubectl(&[
-            "scale",
-            "deployment",
-            "holdfast-webhook",
-            "-n",
-            "holdfast-system",
-            "--replicas=0",
-        ])
+        .kubectl(&words(
+            "scale deployment holdfast-webhook -n holdfast-system --replicas=0",
+        ))
         .expect("kubectl");
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.trim_end().ends_with(message), "{}", out.stderr);
@@ -746,12 +671,7 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
     ok(env
         .kubectl_as(
             OPS,
-            &[
-                "annotate",
-                "crd",
-                "resourceprotections.holdfast.dev",
-                "note=checked",
-            ],
+            &words("annotate crd resourceprotections.holdfast.dev note=checked"),
         )
         .expect("kubectl"));
     // Other objects of the same kinds are not concerned.
@@ -794,14 +714,9 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
         .kubectl(&["create", "secret", "generic", "creds", "-n", "victim"])
         .expect("kubectl"));
     ok(env
-        .kubectl(&[
-            "label",
-            "cm",
-            "precious",
-            "-n",
-            "victim",
-            "holdfast.dev/protected=Always",
-        ])
+        .kubectl(&words(
+            "label cm precious -n victim holdfast.dev/protected=Always",
+        ))
         .expect("kubectl"));
     let contained = "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" \
                      denied the request: holdfast: Namespace victim holds objects that are \
@@ -811,14 +726,7 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
                      or set the annotation holdfast.dev/skip-protection=true if you are allowed \
                      to bypass protection on the namespace.";
     env.kubectl_until(
-        &[
-            "--token",
-            "alice-token",
-            "delete",
-            "ns",
-            "victim",
-            "--dry-run=server",
-        ],
+        &words("--token alice-token delete ns victim --dry-run=server"),
         30,
         |o| o.code == 1 && o.stderr.trim_end() == contained,
     )

@@ -11,6 +11,8 @@ use std::{path::Path, process::Command, time::Duration};
 use holdfast_e2e::{
     Env,
     controller::{start_controller, wait_configuration},
+    steps::service_account_kubeconfigs,
+    steps::words,
 };
 use holdfast_sim::SimConfig;
 use serde_json::{Value, json};
@@ -185,9 +187,6 @@ fn each_object_goes_where_it_is_used() {
     assert!(c_args.iter().any(|a| a == label) && w_args.iter().any(|a| a == label));
 }
 
-const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
-const WEBHOOK: &str = holdfast_e2e::WEBHOOK_SA;
-
 /// Rendered flags minus those naming files or addresses of the pod.
 fn portable(args: &[String], drop: &[&str]) -> Vec<String> {
     args.iter()
@@ -210,27 +209,15 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     let host = render("host");
-    let controller_kc = env.dir.path().join("controller.kubeconfig");
-    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
-    env.sim
-        .write_kubeconfig(&controller_kc, CONTROLLER)
-        .expect("kc");
-    env.sim.write_kubeconfig(&webhook_kc, WEBHOOK).expect("kc");
+    let (controller_kc, webhook_kc) = service_account_kubeconfigs(&env);
     let ca = env.dir.path().join("ca.crt");
     std::fs::write(&ca, &env.pki.ca_pem).expect("ca");
 
     let webhook_args = portable(
         &args(find(&host, "Deployment", "holdfast-webhook")),
-        &[
-            "--kubeconfig",
-            "--listen",
-            "--probe-listen",
-            "--tls-cert",
-            "--tls-key",
-        ],
+        &words("--kubeconfig --listen --probe-listen --tls-cert --tls-key"),
     );
     let mut w: Vec<&str> = webhook_args.iter().map(String::as_str).collect();
-    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
     w.extend(["--kubeconfig", &webhook_kc]);
     env.start_webhook(&w).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
@@ -238,18 +225,12 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
 
     let controller_args = portable(
         &args(find(&host, "Deployment", "holdfast-controller")),
-        &[
-            "run",
-            "--kubeconfig",
-            "--webhook-url",
-            "--ca-bundle-file",
-            "--probe-listen",
-        ],
+        &words("run --kubeconfig --webhook-url --ca-bundle-file --probe-listen"),
     );
     let mut c: Vec<String> = controller_args;
     c.push(format!("--ca-bundle-file={}", ca.display()));
     c.push("--kubeconfig".to_string());
-    c.push(controller_kc.to_string_lossy().into_owned());
+    c.push(controller_kc);
     let c: Vec<&str> = c.iter().map(String::as_str).collect();
     let mut controller = start_controller(&env, "controller", port, &c).expect("controller");
     controller.wait_ready(30).await.expect("controller ready");
@@ -262,8 +243,8 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
         r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":false}"#
     );
     // Leader election ran in karmada-apiserver's holdfast-system.
-    let out = env
-        .kubectl(&[
+    env.prints(
+        &[
             "get",
             "lease",
             "holdfast-controller",
@@ -271,36 +252,16 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
             "holdfast-system",
             "-o",
             "jsonpath={.metadata.name}",
-        ])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "holdfast-controller"),
-        "{out:?}"
+        ],
+        "holdfast-controller",
     );
 
-    env.kubectl(&[
-        "create",
-        "configmap",
-        "plan",
-        "-n",
-        "default",
-        "--from-literal=a=b",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("created");
-    env.kubectl(&[
-        "label",
-        "configmap",
-        "plan",
-        "-n",
-        "default",
-        "resourcetemplate.karmada.io/deletion-protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labelled");
+    env.run(&words(
+        "create configmap plan -n default --from-literal=a=b",
+    ));
+    env.run(&words(
+        "label configmap plan -n default resourcetemplate.karmada.io/deletion-protected=Always",
+    ));
     let out = env
         .kubectl_until(&["delete", "configmap", "plan", "-n", "default"], 30, |o| {
             o.code != 0

@@ -6,7 +6,7 @@
 //! Runs on the cluster of `HOLDFAST_E2E_KUBECONFIG` when set (namespaces of its
 //! own, webhook configurations selecting only them, removed afterwards).
 
-use holdfast_e2e::{Env, denied_by};
+use holdfast_e2e::{Env, denied_by, steps::words};
 
 async fn env(webhook_args: &[&str], extra_labels: &[&str], strict: bool) -> Env {
     let mut env = Env::start().await.expect("sim starts");
@@ -23,17 +23,14 @@ async fn karmada_test_plan_for_labels() {
     let env = env(&[], &[], false).await;
     let minio = env.namespace("minio").expect("namespace");
     let minio = minio.as_str();
-    env.kubectl(&[
+    env.run(&[
         "create",
         "configmap",
         "cfg",
         "-n",
         minio,
         "--from-literal=a=b",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("created");
+    ]);
 
     // 1. No protection: deletion allowed.
     let out = env
@@ -43,10 +40,7 @@ async fn karmada_test_plan_for_labels() {
     assert_eq!(out.stdout, "configmap \"cfg\" deleted\n");
 
     // 2. With protection: denied, byte for byte as kubectl prints a webhook denial.
-    env.kubectl(&["label", "namespace", minio, "holdfast.dev/protected=Always"])
-        .expect("kubectl")
-        .ok()
-        .expect("labeled");
+    env.run(&["label", "namespace", minio, "holdfast.dev/protected=Always"]);
     let out = env
         .kubectl(&["delete", "namespace", minio])
         .expect("kubectl");
@@ -77,10 +71,7 @@ or set the annotation holdfast.dev/skip-protection=true if you are allowed to by
     assert_eq!(out.stdout, "Active");
 
     // 3. Protection removed: deletion allowed.
-    env.kubectl(&["label", "namespace", minio, "holdfast.dev/protected-"])
-        .expect("kubectl")
-        .ok()
-        .expect("unlabeled");
+    env.run(&["label", "namespace", minio, "holdfast.dev/protected-"]);
     let out = env
         .kubectl(&["delete", "namespace", minio, "--wait=false"])
         .expect("kubectl");
@@ -109,10 +100,7 @@ async fn karmada_and_orkestra_keys() {
     let env = env(&args, &labels, false).await;
     let ns = env.default_namespace().expect("namespace");
     for name in ["k-always", "k-true", "o-true", "o-false"] {
-        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
-            .expect("kubectl")
-            .ok()
-            .expect("created");
+        env.run(&["create", "configmap", name, "--from-literal=a=b"]);
     }
     for (name, label) in [
         (
@@ -126,10 +114,7 @@ async fn karmada_and_orkestra_keys() {
         ("o-true", "orkestra.io/deletion-protection=true"),
         ("o-false", "orkestra.io/deletion-protection=false"),
     ] {
-        env.kubectl(&["label", "configmap", name, label])
-            .expect("kubectl")
-            .ok()
-            .expect("labeled");
+        env.run(&["label", "configmap", name, label]);
     }
     // Karmada: only Always protects.
     let out = env
@@ -164,25 +149,13 @@ async fn karmada_and_orkestra_keys() {
 async fn strict_mode_end_to_end() {
     let env = env(&["--strict"], &[], true).await;
     let ns = env.default_namespace().expect("namespace");
-    env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
-        .expect("kubectl")
-        .ok()
-        .expect("created");
-    env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected=true"])
-        .expect("kubectl")
-        .ok()
-        .expect("labeled");
+    env.run(&["create", "configmap", "db", "--from-literal=a=b"]);
+    env.run(&["label", "configmap", "db", "holdfast.dev/protected=true"]);
     // Unrelated label changes pass, and the matchCondition keeps them away from the
     // webhook: it answers no UPDATE review for them.
     let before = env.webhook_reviews("UPDATE").await.expect("metrics");
-    env.kubectl(&["label", "configmap", "db", "team=shop"])
-        .expect("kubectl")
-        .ok()
-        .expect("unrelated label");
-    env.kubectl(&["annotate", "configmap", "db", "note=x"])
-        .expect("kubectl")
-        .ok()
-        .expect("unrelated annotation");
+    env.run(&["label", "configmap", "db", "team=shop"]);
+    env.run(&["annotate", "configmap", "db", "note=x"]);
     assert_eq!(
         env.webhook_reviews("UPDATE").await.expect("metrics"),
         before,
@@ -206,13 +179,9 @@ async fn strict_mode_end_to_end() {
         "the removal was reviewed"
     );
     let out = env
-        .kubectl(&[
-            "label",
-            "--overwrite",
-            "configmap",
-            "db",
-            "holdfast.dev/protected=no",
-        ])
+        .kubectl(&words(
+            "label --overwrite configmap db holdfast.dev/protected=no",
+        ))
         .expect("kubectl");
     assert!(
         out.refused_with(&format!(
@@ -223,40 +192,18 @@ async fn strict_mode_end_to_end() {
     );
     // One update adding the exemption and removing the label: refused.
     let out = env
-        .kubectl(&[
-            "label",
-            "configmap",
-            "db",
-            "holdfast.dev/protected-",
-            "holdfast.dev/strict-exempt=true",
-        ])
+        .kubectl(&words(
+            "label configmap db holdfast.dev/protected- holdfast.dev/strict-exempt=true",
+        ))
         .expect("kubectl");
     assert!(out.refused_with("must already be stored"), "{out:?}");
     // Changing between two protecting values is allowed.
-    env.kubectl(&[
-        "label",
-        "--overwrite",
-        "configmap",
-        "db",
-        "holdfast.dev/protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("Always and true both protect");
+    env.run(&words(
+        "label --overwrite configmap db holdfast.dev/protected=Always",
+    ));
     // Exemption first, then removal, then delete.
-    env.kubectl(&[
-        "label",
-        "configmap",
-        "db",
-        "holdfast.dev/strict-exempt=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("exempt");
-    env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
-        .expect("kubectl")
-        .ok()
-        .expect("removed");
+    env.run(&words("label configmap db holdfast.dev/strict-exempt=true"));
+    env.run(&["label", "configmap", "db", "holdfast.dev/protected-"]);
     let out = env
         .kubectl(&["delete", "configmap", "db"])
         .expect("kubectl");
@@ -268,24 +215,12 @@ async fn skip_annotation_allows_exactly_that_object() {
     let env = env(&[], &[], false).await;
     let ns = env.default_namespace().expect("namespace");
     for name in ["a", "b"] {
-        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
-            .expect("kubectl")
-            .ok()
-            .expect("created");
-        env.kubectl(&["label", "configmap", name, "holdfast.dev/protected=Always"])
-            .expect("kubectl")
-            .ok()
-            .expect("labeled");
+        env.run(&["create", "configmap", name, "--from-literal=a=b"]);
+        env.run(&["label", "configmap", name, "holdfast.dev/protected=Always"]);
     }
-    env.kubectl(&[
-        "annotate",
-        "configmap",
-        "a",
-        "holdfast.dev/skip-protection=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
+    env.run(&words(
+        "annotate configmap a holdfast.dev/skip-protection=true",
+    ));
     assert_eq!(
         env.kubectl(&["delete", "configmap", "a"])
             .expect("kubectl")
@@ -308,15 +243,9 @@ async fn skip_annotation_allows_exactly_that_object() {
     );
     // A break-glass time in the past does not count, and the refusal says so; one in
     // the future does.
-    env.kubectl(&[
-        "annotate",
-        "configmap",
-        "b",
-        "holdfast.dev/skip-protection=2020-01-01T00:00:00Z",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
+    env.run(&words(
+        "annotate configmap b holdfast.dev/skip-protection=2020-01-01T00:00:00Z",
+    ));
     let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
     assert!(
         out.refused_with(
@@ -326,16 +255,9 @@ async fn skip_annotation_allows_exactly_that_object() {
         "{out:?}"
     );
     // Further ahead than --max-break-glass (24h): ignored, and the refusal says so.
-    env.kubectl(&[
-        "annotate",
-        "--overwrite",
-        "configmap",
-        "b",
-        "holdfast.dev/skip-protection=2999-01-01T00:00:00Z",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
+    env.run(&words(
+        "annotate --overwrite configmap b holdfast.dev/skip-protection=2999-01-01T00:00:00Z",
+    ));
     let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
     assert!(
         out.refused_with(
@@ -348,16 +270,13 @@ async fn skip_annotation_allows_exactly_that_object() {
     // Within the window: it counts.
     let soon = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
     let soon = httpdate_rfc3339(soon);
-    env.kubectl(&[
+    env.run(&[
         "annotate",
         "--overwrite",
         "configmap",
         "b",
         &format!("holdfast.dev/skip-protection={soon}"),
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
+    ]);
     let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
     assert_eq!(
         out.code, 0,

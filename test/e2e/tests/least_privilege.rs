@@ -12,8 +12,9 @@ use std::{
 };
 
 use holdfast_e2e::{
-    Env, KubectlOutput,
-    controller::{ControllerProcess, condition, start_controller, wait_condition},
+    Env,
+    controller::{ControllerProcess, condition, wait_condition},
+    steps::{apply_overlay, controller_as, service_account_kubeconfigs, words},
 };
 use holdfast_sim::SimConfig;
 use serde_json::Value;
@@ -44,39 +45,20 @@ metadata: {name: creds, namespace: app, labels: {config: settings}}
 stringData: {password: hunter2}
 "#;
 
-fn ok(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-}
-
 /// The overlay applied as a user would; the webhook and the controller running
 /// as the ServiceAccounts it creates.
 async fn shipped() -> (Env, ControllerProcess) {
     let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let mut env = Env::start_with(cfg).await.expect("sim");
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    ok(&env, &["apply", "-k", &overlay.to_string_lossy()]);
-    let controller_kc = env.dir.path().join("controller.kubeconfig");
-    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
-    env.sim
-        .write_kubeconfig(&controller_kc, CONTROLLER)
-        .expect("kc");
-    env.sim.write_kubeconfig(&webhook_kc, WEBHOOK).expect("kc");
-    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
+    apply_overlay(&env, "kubernetes");
+    let (controller_kc, webhook_kc) = service_account_kubeconfigs(&env);
     env.start_webhook(&["--kubeconfig", &webhook_kc])
         .await
         .expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let controller_kc = controller_kc.to_string_lossy().into_owned();
-    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &controller_kc])
-        .expect("controller");
-    c.wait_ready(30)
-        .await
-        .unwrap_or_else(|e| panic!("controller not ready: {e}"));
-    ok(&env, &["create", "namespace", "app"]);
+    let c = controller_as(&env, port, "controller", &controller_kc, &[]).await;
+    env.run(&["create", "namespace", "app"]);
     (env, c)
 }
 
@@ -121,17 +103,8 @@ async fn wait_can_i(env: &Env, user: &str, verb: &str, resource: &str, want: boo
 /// The rules of the role the controller keeps.
 fn reads_role(env: &Env) -> Value {
     let role: Value = serde_json::from_str(
-        &ok(
-            env,
-            &[
-                "get",
-                "clusterrole",
-                "holdfast-reads-policies",
-                "-o",
-                "json",
-            ],
-        )
-        .stdout,
+        &env.run(&words("get clusterrole holdfast-reads-policies -o json"))
+            .stdout,
     )
     .expect("json");
     role["rules"].clone()
@@ -308,10 +281,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     )
     .await;
     // The rule goes: Secrets are taken away again.
-    ok(
-        &env,
-        &["delete", "dependencyrule", "secrets-use-configmaps"],
-    );
+    env.run(&["delete", "dependencyrule", "secrets-use-configmaps"]);
     wait_can_i(&env, WEBHOOK, "list", "secrets", false, &c.log()).await;
     assert!(
         !core_resources(&reads_role(&env))
@@ -330,11 +300,8 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     // Take escalate away from the controller: it can no longer grant what it
     // does not hold.
     let role: Value = serde_json::from_str(
-        &ok(
-            &env,
-            &["get", "clusterrole", "holdfast-controller", "-o", "json"],
-        )
-        .stdout,
+        &env.run(&["get", "clusterrole", "holdfast-controller", "-o", "json"])
+            .stdout,
     )
     .expect("json");
     let index = role["rules"]
@@ -346,17 +313,14 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     let verbs = format!(
         "[{{\"op\": \"replace\", \"path\": \"/rules/{index}/verbs\", \"value\": [\"get\", \"update\", \"patch\"]}}]"
     );
-    ok(
-        &env,
-        &[
-            "patch",
-            "clusterrole",
-            "holdfast-controller",
-            "--type=json",
-            "-p",
-            &verbs,
-        ],
-    );
+    env.run(&[
+        "patch",
+        "clusterrole",
+        "holdfast-controller",
+        "--type=json",
+        "-p",
+        &verbs,
+    ]);
     env.apply(OBJECTS).expect("objects");
     env.apply(SECRET_RULE).expect("rule");
     // The status names the missing permission and the API server's refusal.
@@ -403,14 +367,7 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     // The rule's DELETEs are refused, never allowed unseen.
     let out = env
         .kubectl_until(
-            &[
-                "delete",
-                "configmap",
-                "settings",
-                "-n",
-                "app",
-                "--dry-run=server",
-            ],
+            &words("delete configmap settings -n app --dry-run=server"),
             30,
             |o| o.code != 0 && o.stderr.contains("cannot verify dependents"),
         )

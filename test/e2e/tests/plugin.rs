@@ -4,30 +4,16 @@
 //! users who may read but neither delete nor bypass (`alice`), or who may also
 //! bypass (`breaker`).
 
-use std::{
-    path::{Path, PathBuf},
-    process::Stdio,
-    time::Duration,
-};
+use std::{path::PathBuf, process::Stdio, time::Duration};
 
 use holdfast_e2e::{
     Env,
-    controller::{ControllerProcess, start_controller},
+    controller::ControllerProcess,
     fixtures,
+    steps::{shipped_with_issued_certificate, with_users, words},
 };
-use holdfast_sim::{RbacRule, SimConfig, User};
+use holdfast_sim::{RbacRule, SimConfig};
 use serde_json::Value;
-
-const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
-const WEBHOOK: &str = holdfast_e2e::WEBHOOK_SA;
-
-fn ok(env: &Env, args: &[&str]) -> String {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-        .stdout
-}
 
 fn reader_rules(user: &str) -> RbacRule {
     RbacRule {
@@ -42,13 +28,12 @@ fn reader_rules(user: &str) -> RbacRule {
 /// The simulator with the shipped ServiceAccounts, `alice` (reads everything) and
 /// `breaker` (reads everything, may bypass protection).
 fn sim_config() -> SimConfig {
-    let mut cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
+    let mut cfg = with_users(
+        holdfast_e2e::with_service_accounts(SimConfig::default()),
+        &["alice", "breaker"],
+        "developers",
+    );
     for name in ["alice", "breaker"] {
-        cfg.users.push(User {
-            name: name.to_string(),
-            token: format!("{name}-token"),
-            groups: vec!["developers".to_string()],
-        });
         cfg.rbac.push(reader_rules(name));
     }
     cfg.rbac.push(RbacRule {
@@ -65,37 +50,7 @@ fn sim_config() -> SimConfig {
 /// ServiceAccounts, the webhook serving the certificate the controller issued.
 async fn shipped_stack() -> (Env, ControllerProcess) {
     let mut env = Env::start_with(sim_config()).await.expect("sim");
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    ok(&env, &["apply", "-k", &overlay.to_string_lossy()]);
-    let controller_kc = env.dir.path().join("controller.kubeconfig");
-    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
-    env.sim
-        .write_kubeconfig(&controller_kc, CONTROLLER)
-        .expect("kc");
-    env.sim.write_kubeconfig(&webhook_kc, WEBHOOK).expect("kc");
-    let port = holdfast_e2e::free_port().expect("port");
-    let controller_kc = controller_kc.to_string_lossy().into_owned();
-    let mut c = start_controller(
-        &env,
-        "controller",
-        port,
-        &[
-            "--kubeconfig",
-            &controller_kc,
-            "--ca-secret",
-            "holdfast-system/holdfast-webhook-tls",
-        ],
-    )
-    .expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
-    holdfast_e2e::controller::use_issued_certificate(&env, &c)
-        .await
-        .expect("issued certificate");
-    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
-    env.start_webhook_on(port, &["--kubeconfig", &webhook_kc])
-        .await
-        .expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
+    let c = shipped_with_issued_certificate(&mut env, &[]).await;
     (env, c)
 }
 
@@ -163,7 +118,7 @@ async fn why_names_every_protection_and_blocker() {
     env.kubectl_until(&["get", "vpcs", "-A"], 30, |o| o.code == 0)
         .await
         .expect("CRDs served");
-    ok(&env, &["create", "namespace", "shop"]);
+    env.run(&["create", "namespace", "shop"]);
     env.apply(&fixtures::vm_vpc_rule(".spec.vpcRef.name"))
         .expect("rule");
     env.apply(
@@ -225,14 +180,7 @@ async fn why_names_every_protection_and_blocker() {
     let run = holdfast(
         &env,
         "alice",
-        &[
-            "why",
-            "vpcs.network.test.io/my-vpc",
-            "-n",
-            "shop",
-            "-o",
-            "json",
-        ],
+        &words("why vpcs.network.test.io/my-vpc -n shop -o json"),
     )
     .await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
@@ -400,7 +348,7 @@ async fn check_reports_posture_and_findings() {
          spec:\n  resources:\n  - {group: ghost.test.io, version: v1, resource: ghosts}\n",
     )
     .expect("policy");
-    ok(&env, &["create", "namespace", "loose"]);
+    env.run(&["create", "namespace", "loose"]);
     env.apply(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: keep, namespace: loose, labels: {holdfast.dev/protected: Always}}\n",
     )
@@ -523,18 +471,10 @@ async fn check_reports_posture_and_findings() {
     // The configuration deleted (the controller stopped first, or it would heal it;
     // its self-protection lifted first, as an uninstall does).
     controller.terminate(30).await.expect("controller stops");
-    ok(
-        &env,
-        &[
-            "delete",
-            "validatingadmissionpolicybinding",
-            "holdfast-self-protection",
-        ],
-    );
-    ok(
-        &env,
-        &["delete", "validatingwebhookconfiguration", "holdfast"],
-    );
+    env.run(&words(
+        "delete validatingadmissionpolicybinding holdfast-self-protection",
+    ));
+    env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     let run = holdfast(&env, "alice", &["check"]).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(

@@ -7,6 +7,7 @@ use holdfast_e2e::{
     Env, KubectlOutput,
     controller::{ControllerProcess, start_controller, wait_configuration},
     http_get,
+    steps::words,
 };
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -120,10 +121,7 @@ async fn resource_protection_karmada_plan_for_a_crd() {
     );
 
     // Protection removed: allowed again.
-    env.kubectl(&["delete", "resourceprotection", "widgets"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "resourceprotection", "widgets"]);
     env.kubectl_until(&["delete", "widget", "w2"], 15, |o| o.code == 0)
         .await
         .expect("w2 deleted");
@@ -141,10 +139,7 @@ async fn enforcement_modes_warn_and_audit() {
     );
     let (env, _c) = full_stack().await;
     for name in ["warned", "audited", "enforced", "both"] {
-        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
-            .expect("kubectl")
-            .ok()
-            .expect("cm");
+        env.run(&["create", "configmap", name, "--from-literal=a=b"]);
     }
     // "both" is selected by a Warn and an Enforce policy: Enforce wins.
     for (policy, mode, object) in [
@@ -247,24 +242,18 @@ async fn namespace_containment_keeps_the_namespace_whole() {
         "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
     );
     let (env, _c) = full_stack().await;
-    env.kubectl(&["create", "namespace", "shop"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
+    env.run(&["create", "namespace", "shop"]);
     env.apply("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n")
         .expect("pvc");
     for cm in ["a", "b"] {
-        env.kubectl(&[
+        env.run(&[
             "create",
             "configmap",
             cm,
             "-n",
             "shop",
             "--from-literal=k=v",
-        ])
-        .expect("kubectl")
-        .ok()
-        .expect("cm");
+        ]);
     }
     let out = env
         .kubectl_until(&["delete", "namespace", "shop"], 20, |o| o.code != 0)
@@ -291,17 +280,9 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     assert_eq!(out.stdout, "Active");
     // Break-glass on the protected object lifts containment too (a server-side dry
     // run: the namespace is not deleted yet).
-    env.kubectl(&[
-        "annotate",
-        "pvc",
-        "data",
-        "-n",
-        "shop",
-        "holdfast.dev/skip-protection=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
+    env.run(&words(
+        "annotate pvc data -n shop holdfast.dev/skip-protection=true",
+    ));
     env.kubectl_until(
         &["delete", "namespace", "shop", "--dry-run=server"],
         30,
@@ -309,17 +290,9 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     )
     .await
     .expect("break-glass contents do not block the namespace");
-    env.kubectl(&[
-        "annotate",
-        "pvc",
-        "data",
-        "-n",
-        "shop",
-        "holdfast.dev/skip-protection-",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotation removed");
+    env.run(&words(
+        "annotate pvc data -n shop holdfast.dev/skip-protection-",
+    ));
     env.kubectl_until(&["delete", "namespace", "shop", "--dry-run=server"], 30, |o| {
         refused(
             o,
@@ -329,17 +302,7 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     .await
     .expect("refused again without break-glass");
     // Lift the protection: the namespace goes.
-    env.kubectl(&[
-        "label",
-        "pvc",
-        "data",
-        "-n",
-        "shop",
-        "holdfast.dev/protected-",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("unlabeled");
+    env.run(&words("label pvc data -n shop holdfast.dev/protected-"));
     env.kubectl_until(&["delete", "namespace", "shop", "--wait=false"], 15, |o| {
         o.code == 0
     })
@@ -419,30 +382,17 @@ async fn anchor_rule_composite_stories() {
         assert!(out.stderr.contains(protected_by), "{args:?}: {out:?}");
     }
     // The override label on exactly one PVC (a corrupted Galera node, say).
-    env.kubectl(&[
-        "label",
-        "pvc",
-        "data-1",
-        "-n",
-        "vshn-postgresql-pg-1",
-        "holdfast.dev/allow-deletion=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labeled");
+    env.run(&words(
+        "label pvc data-1 -n vshn-postgresql-pg-1 holdfast.dev/allow-deletion=true",
+    ));
     let out = env
         .kubectl(&["delete", "pvc", "data-1", "-n", "vshn-postgresql-pg-1"])
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     let out = env
-        .kubectl(&[
-            "delete",
-            "pvc",
-            "data-0",
-            "-n",
-            "vshn-postgresql-pg-1",
-            "--dry-run=server",
-        ])
+        .kubectl(&words(
+            "delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server",
+        ))
         .expect("kubectl");
     assert!(
         refused(&out, protected_by),
@@ -478,22 +428,14 @@ async fn anchor_rule_composite_stories() {
     .expect("protected again");
 
     // The anchor goes: everything is deletable (no deadlock).
-    env.kubectl(&["delete", "xvshnpostgresql", "pg-1"])
-        .expect("kubectl")
-        .ok()
-        .expect("anchor deleted");
+    env.run(&["delete", "xvshnpostgresql", "pg-1"]);
     env.kubectl_until(&["delete", "xobjectbucket", "pg-1-backup"], 10, |o| {
         o.code == 0
     })
     .await
     .expect("bucket deleted");
     env.kubectl_until(
-        &[
-            "delete",
-            "namespace",
-            "vshn-postgresql-pg-1",
-            "--wait=false",
-        ],
+        &words("delete namespace vshn-postgresql-pg-1 --wait=false"),
         10,
         |o| o.code == 0,
     )
@@ -532,15 +474,9 @@ fn finalizer_controller(
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
     };
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let alive = run(&[
-            "get",
-            "deployment",
-            "finalizer-deployment",
-            "-n",
-            "finalizer-namespace",
-            "-o",
-            "json",
-        ])
+        let alive = run(&words(
+            "get deployment finalizer-deployment -n finalizer-namespace -o json",
+        ))
         .and_then(|s| serde_json::from_str::<Value>(&s).ok())
         .is_some_and(|d| d["metadata"]["deletionTimestamp"].is_null());
         if alive && let Some(list) = run(&["get", "coolresources", "-o", "json"]) {
@@ -577,21 +513,8 @@ async fn critical_service_bulk_delete_converges_in_order() {
     env.kubectl_until(&["get", "coolresources"], 10, |o| o.code == 0)
         .await
         .expect("served");
-    env.kubectl(&["create", "namespace", "finalizer-namespace"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "create",
-        "deployment",
-        "finalizer-deployment",
-        "-n",
-        "finalizer-namespace",
-        "--image=registry.example/finalizer:1",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("deployment");
+    env.run(&["create", "namespace", "finalizer-namespace"]);
+    env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
     env.apply(&format!("apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {{name: some-instance, finalizers: [{FINALIZER}]}}\n"))
         .expect("instance");
     env.apply(CRITICAL).expect("critical service");
@@ -600,14 +523,9 @@ async fn critical_service_bulk_delete_converges_in_order() {
     // The provider is protected before the bulk delete starts.
     let out = env
         .kubectl_until(
-            &[
-                "delete",
-                "deployment",
-                "finalizer-deployment",
-                "-n",
-                "finalizer-namespace",
-                "--dry-run=server",
-            ],
+            &words(
+                "delete deployment finalizer-deployment -n finalizer-namespace --dry-run=server",
+            ),
             15,
             |o| o.code != 0,
         )
@@ -791,14 +709,8 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     .await
     .expect("strict configuration installed");
     for name in ["db", "other"] {
-        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
-            .expect("kubectl")
-            .ok()
-            .expect("cm");
-        env.kubectl(&["label", "configmap", name, "holdfast.dev/protected=true"])
-            .expect("kubectl")
-            .ok()
-            .expect("label");
+        env.run(&["create", "configmap", name, "--from-literal=a=b"]);
+        env.run(&["label", "configmap", name, "holdfast.dev/protected=true"]);
     }
     // Strict configuration in place: a developer cannot lift protection...
     let out = env
@@ -813,12 +725,7 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     let out = env
         .kubectl_as(
             "dev",
-            &[
-                "annotate",
-                "configmap",
-                "db",
-                "holdfast.dev/skip-protection=true",
-            ],
+            &words("annotate configmap db holdfast.dev/skip-protection=true"),
         )
         .expect("kubectl");
     assert!(
@@ -831,12 +738,7 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     let out = env
         .kubectl_as(
             "dev",
-            &[
-                "label",
-                "configmap",
-                "db",
-                "holdfast.dev/strict-exempt=true",
-            ],
+            &words("label configmap db holdfast.dev/strict-exempt=true"),
         )
         .expect("kubectl");
     assert!(
@@ -845,14 +747,8 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     );
     // A refused dry run leaves no Event (the webhook declares sideEffects: None);
     // the same refusal for real, by another user, does.
-    env.kubectl(&["create", "configmap", "dry", "--from-literal=a=b"])
-        .expect("kubectl")
-        .ok()
-        .expect("cm");
-    env.kubectl(&["label", "configmap", "dry", "holdfast.dev/protected=true"])
-        .expect("kubectl")
-        .ok()
-        .expect("label");
+    env.run(&["create", "configmap", "dry", "--from-literal=a=b"]);
+    env.run(&["label", "configmap", "dry", "holdfast.dev/protected=true"]);
     let out = env
         .kubectl_as("dev", &["delete", "configmap", "dry", "--dry-run=server"])
         .expect("kubectl");
@@ -887,12 +783,7 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     // A lead may set break-glass; then the deletion goes through.
     env.kubectl_as(
         "lead",
-        &[
-            "annotate",
-            "configmap",
-            "db",
-            "holdfast.dev/skip-protection=true",
-        ],
+        &words("annotate configmap db holdfast.dev/skip-protection=true"),
     )
     .expect("kubectl")
     .ok()
@@ -947,14 +838,8 @@ async fn strict_resource_protection_guards_its_selector() {
         "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
     );
     let (env, _c) = full_stack().await;
-    env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
-        .expect("kubectl")
-        .ok()
-        .expect("cm");
-    env.kubectl(&["label", "configmap", "db", "tier=data"])
-        .expect("kubectl")
-        .ok()
-        .expect("label");
+    env.run(&["create", "configmap", "db", "--from-literal=a=b"]);
+    env.run(&["label", "configmap", "db", "tier=data"]);
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: data-tier}\n\
          spec:\n  strict: true\n  resources:\n  - {group: \"\", version: v1, resource: configmaps, namespace: default, labelSelector: {matchLabels: {tier: data}}}\n",
@@ -987,24 +872,10 @@ async fn strict_resource_protection_guards_its_selector() {
         .expect("kubectl");
     assert!(refused(&out, "would no longer select it"), "{out:?}");
     // ...other label changes pass...
-    env.kubectl(&["label", "configmap", "db", "team=shop"])
-        .expect("kubectl")
-        .ok()
-        .expect("unrelated label");
+    env.run(&["label", "configmap", "db", "team=shop"]);
     // ...and with the exemption stored first, it can leave the selector.
-    env.kubectl(&[
-        "label",
-        "configmap",
-        "db",
-        "holdfast.dev/strict-exempt=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("exempt");
-    env.kubectl(&["label", "configmap", "db", "tier-"])
-        .expect("kubectl")
-        .ok()
-        .expect("relabelled");
+    env.run(&words("label configmap db holdfast.dev/strict-exempt=true"));
+    env.run(&["label", "configmap", "db", "tier-"]);
     let out = env
         .kubectl(&["delete", "configmap", "db"])
         .expect("kubectl");
@@ -1072,10 +943,7 @@ async fn anchor_is_the_topmost_composite() {
         "{out:?}"
     );
     // Deleting the nested composite does not lift the protection: the anchor is the top.
-    env.kubectl(&["delete", "xvshnpostgresql", "kc-1-pg"])
-        .expect("kubectl")
-        .ok()
-        .expect("nested deleted");
+    env.run(&["delete", "xvshnpostgresql", "kc-1-pg"]);
     let out = env.kubectl(&pvc).expect("kubectl");
     assert!(
         refused(
@@ -1085,10 +953,7 @@ async fn anchor_is_the_topmost_composite() {
         "{out:?}"
     );
     // Deleting the topmost composite does.
-    env.kubectl(&["delete", "xvshnkeycloak", "kc-1"])
-        .expect("kubectl")
-        .ok()
-        .expect("top deleted");
+    env.run(&["delete", "xvshnkeycloak", "kc-1"]);
     env.kubectl_until(&pvc, 10, |o| o.code == 0)
         .await
         .expect("deletable once the top is gone");

@@ -8,8 +8,10 @@
 //! refused on DELETE, and every metric the README lists.
 
 use holdfast_e2e::{
-    Env, KubectlOutput,
+    Env,
     controller::{ControllerProcess, start_controller, wait_condition, wait_configuration},
+    steps::words,
+    steps::{allowed_until, refused_until},
 };
 use std::time::Duration;
 
@@ -44,30 +46,6 @@ async fn covered(env: &Env, group: &str, resource: &str) {
     .expect("configuration covers the resource");
 }
 
-/// Runs `args` until kubectl's refusal contains `text`; fails printing the last output.
-async fn refused_until(env: &Env, args: &[&str], text: &str) -> KubectlOutput {
-    env.kubectl_until(args, 30, |o| o.refused_with(text))
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{args:?} never refused with {text:?}: {e:#}\nwebhook: {}",
-                env.webhook_log()
-            )
-        })
-}
-
-/// Runs `args` until kubectl succeeds; fails printing the last output.
-async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl_until(args, 30, |o| o.code == 0)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{args:?} never allowed: {e:#}\nwebhook: {}",
-                env.webhook_log()
-            )
-        })
-}
-
 /// Seed 002's CriticalService, exactly as the seed writes it (a comment header aside).
 const SEED_002_CRITICAL_SERVICE: &str = include_str!("../fixtures/seeds/002-critical-service.yaml");
 
@@ -81,21 +59,8 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     env.kubectl_until(&["get", "coolresources"], 30, |o| o.code == 0)
         .await
         .expect("served");
-    env.kubectl(&["create", "namespace", "finalizer-namespace"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "create",
-        "deployment",
-        "finalizer-deployment",
-        "-n",
-        "finalizer-namespace",
-        "--image=registry.example/finalizer:1",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("deployment");
+    env.run(&["create", "namespace", "finalizer-namespace"]);
+    env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
     env.apply(
         "apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {name: some-instance, finalizers: [my.crd.group/super-important]}\n",
     )
@@ -163,21 +128,15 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
         "{out:?}"
     );
     // The finalizer is processed and the instance goes: the CRD (named by kind) still holds.
-    env.kubectl(&[
+    env.run(&[
         "patch",
         "coolresource",
         "some-instance",
         "--type=merge",
         "-p",
         r#"{"metadata":{"finalizers":null}}"#,
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("finalizer removed");
-    env.kubectl(&["delete", "coolresource", "some-instance"])
-        .expect("kubectl")
-        .ok()
-        .expect("instance deleted");
+    ]);
+    env.run(&["delete", "coolresource", "some-instance"]);
     let out = refused_until(
         &env,
         &provider,
@@ -193,19 +152,10 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     )
     .await;
     // The CRD goes: nothing holds the provider any more, then the CriticalService.
-    env.kubectl(&["delete", "crd", "coolresources.my.crd.group"])
-        .expect("kubectl")
-        .ok()
-        .expect("crd deleted");
+    env.run(&["delete", "crd", "coolresources.my.crd.group"]);
     allowed_until(
         &env,
-        &[
-            "delete",
-            "deployment",
-            "finalizer-deployment",
-            "-n",
-            "finalizer-namespace",
-        ],
+        &words("delete deployment finalizer-deployment -n finalizer-namespace"),
     )
     .await;
     allowed_until(
@@ -282,15 +232,9 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     );
 
     // The widgets CRD opts out of strict mode.
-    env.kubectl(&[
-        "label",
-        "crd",
-        "widgets.example.com",
-        "holdfast.dev/strict-exempt=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("CRD labelled");
+    env.run(&words(
+        "label crd widgets.example.com holdfast.dev/strict-exempt=true",
+    ));
     // Its instances still cannot be deleted while labelled...
     let out = env
         .kubectl(&["delete", "widget", "w1", "--dry-run=server"])
@@ -318,10 +262,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
             .is_none(),
         "{w1}"
     );
-    env.kubectl(&["delete", "widget", "w1"])
-        .expect("kubectl")
-        .ok()
-        .expect("w1 deleted once unlabelled");
+    env.run(&["delete", "widget", "w1"]);
     // Every other CRD stays strict.
     let out = env.kubectl(&unlabel_c1).expect("kubectl");
     assert!(
@@ -330,24 +271,12 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     );
 
     // The opt-out taken back: the widgets are strict again.
-    env.kubectl(&[
-        "label",
-        "crd",
-        "widgets.example.com",
-        "holdfast.dev/strict-exempt-",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("CRD label removed");
+    env.run(&words(
+        "label crd widgets.example.com holdfast.dev/strict-exempt-",
+    ));
     refused_until(
         &env,
-        &[
-            "label",
-            "widget",
-            "w2",
-            "holdfast.dev/protected-",
-            "--dry-run=server",
-        ],
+        &words("label widget w2 holdfast.dev/protected- --dry-run=server"),
         &strict_refusal("Widget", "default/w2"),
     )
     .await;
@@ -470,10 +399,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     )
     .expect("anchor rule");
     for ns in ["team-a", "team-b"] {
-        env.kubectl(&["create", "namespace", ns])
-            .expect("kubectl")
-            .ok()
-            .expect("namespace");
+        env.run(&["create", "namespace", ns]);
     }
     env.apply(
         "apiVersion: vshn.appcat.vshn.io/v1\nkind: VSHNPostgreSQL\nmetadata: {name: pg-1, namespace: team-a}\n",
@@ -510,46 +436,25 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     )
     .await;
     // No claim pg-1 in team-b: that bucket is not protected.
-    let out = env
-        .kubectl(&["delete", "xobjectbucket", "bucket-b"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "xobjectbucket.appcat.vshn.io \"bucket-b\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "xobjectbucket", "bucket-b"],
+        "xobjectbucket.appcat.vshn.io \"bucket-b\" deleted\n",
     );
 
     // The override counts with the value `true` only.
-    env.kubectl(&[
-        "label",
-        "xobjectbucket",
-        "bucket-a",
-        "appcat.vshn.io/webhook-allowdeletion=yes",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labelled yes");
+    env.run(&words(
+        "label xobjectbucket bucket-a appcat.vshn.io/webhook-allowdeletion=yes",
+    ));
     let out = env
         .kubectl(&["delete", "xobjectbucket", "bucket-a", "--dry-run=server"])
         .expect("kubectl");
     assert!(out.refused_with(&refusal), "{out:?}");
-    env.kubectl(&[
-        "label",
-        "--overwrite",
-        "xobjectbucket",
-        "bucket-a",
-        "appcat.vshn.io/webhook-allowdeletion=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labelled true");
-    let out = env
-        .kubectl(&["delete", "xobjectbucket", "bucket-a"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "xobjectbucket.appcat.vshn.io \"bucket-a\" deleted\n"),
-        "{out:?}"
+    env.run(&words(
+        "label --overwrite xobjectbucket bucket-a appcat.vshn.io/webhook-allowdeletion=true",
+    ));
+    env.prints(
+        &["delete", "xobjectbucket", "bucket-a"],
+        "xobjectbucket.appcat.vshn.io \"bucket-a\" deleted\n",
     );
     assert!(
         !env.exists(&["xobjectbucket", "bucket-a"])
@@ -579,10 +484,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
          vshnpostgresqls.vshn.appcat.vshn.io team-a/pg-1 exists",
     )
     .await;
-    env.kubectl(&["delete", "vshnpostgresql", "pg-1", "-n", "team-a"])
-        .expect("kubectl")
-        .ok()
-        .expect("claim deleted");
+    env.run(&["delete", "vshnpostgresql", "pg-1", "-n", "team-a"]);
     allowed_until(&env, &["delete", "xobjectbucket", "bucket-c"]).await;
 }
 
@@ -606,10 +508,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     )
     .expect("rule");
     for ns in ["network", "apps"] {
-        env.kubectl(&["create", "namespace", ns])
-            .expect("kubectl")
-            .ok()
-            .expect("namespace");
+        env.run(&["create", "namespace", ns]);
         env.apply(&format!(
             "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: net, namespace: {ns}}}\n"
         ))
@@ -645,27 +544,13 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     )
     .await;
     // The VPC of the same name in the VM's own namespace is not the one referenced.
-    let out = env
-        .kubectl(&["delete", "vpc", "net", "-n", "apps"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "vpc.network.test.io \"net\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "vpc", "net", "-n", "apps"],
+        "vpc.network.test.io \"net\" deleted\n",
     );
 
     // The VM is being deleted but still exists (its finalizer holds it): it still blocks.
-    env.kubectl(&[
-        "delete",
-        "virtualmachine",
-        "vm-1",
-        "-n",
-        "apps",
-        "--wait=false",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("vm delete requested");
+    env.run(&words("delete virtualmachine vm-1 -n apps --wait=false"));
     let vm = env
         .get_json(&["virtualmachine", "vm-1", "-n", "apps"])
         .expect("vm still there");
@@ -678,7 +563,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     .await;
 
     // The finalizer done, the VM goes, and with it the reference.
-    env.kubectl(&[
+    env.run(&[
         "patch",
         "virtualmachine",
         "vm-1",
@@ -687,10 +572,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
         "--type=merge",
         "-p",
         r#"{"metadata":{"finalizers":null}}"#,
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("finalizer removed");
+    ]);
     env.kubectl_until(&["get", "virtualmachine", "vm-1", "-n", "apps"], 30, |o| {
         o.is_not_found()
     })
@@ -790,13 +672,9 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
         .expect("kubectl")
         .ok()
         .expect("label removed from the exempt object");
-    let out = env
-        .kubectl(&["delete", "configmap", "app"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "configmap \"app\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "configmap", "app"],
+        "configmap \"app\" deleted\n",
     );
 }
 

@@ -7,20 +7,14 @@
 //!   "service cluster" simulator holding the protected objects and holdfast).
 
 use holdfast_e2e::{
-    Env, KubectlOutput,
+    Env,
     controller::{ControllerProcess, condition, wait_condition},
+    steps::words,
+    steps::{allowed_until, refused_until},
 };
 use holdfast_sim::SimConfig;
 use serde_json::Value;
 use std::time::Duration;
-
-fn ok(env: &Env, args: &[&str]) -> String {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-        .stdout
-}
 
 /// A sim with the shipped manifests applied, and the webhook and the controller
 /// running as their ServiceAccounts.
@@ -33,30 +27,6 @@ async fn shipped_stack() -> (Env, ControllerProcess) {
     .await
     .expect("holdfast as shipped");
     (s.env, s.controller)
-}
-
-/// Runs `args` until kubectl's refusal is exactly `text`; fails printing the last output.
-async fn refused_until(env: &Env, args: &[&str], text: &str) -> KubectlOutput {
-    env.kubectl_until(args, 30, |o| o.refused_with(text))
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{args:?} never refused with {text:?}: {e:#}\nwebhook: {}",
-                env.webhook_log()
-            )
-        })
-}
-
-/// Runs `args` until kubectl succeeds; fails printing the last output.
-async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl_until(args, 30, |o| o.code == 0)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{args:?} never allowed: {e:#}\nwebhook: {}",
-                env.webhook_log()
-            )
-        })
 }
 
 /// Waits until condition `type_` of the policy has `reason`; returns it.
@@ -148,7 +118,7 @@ async fn seed_000_composite_in_another_cluster() {
     // The service cluster: holdfast, the protected objects, the kubeconfig Secret.
     let (env, controller) = shipped_stack().await;
     put_kubeconfig(&env, &control);
-    ok(&env, &["create", "namespace", "app"]);
+    env.run(&["create", "namespace", "app"]);
     env.apply(&configmap("cm-1", "pg-1")).expect("cm-1");
     env.apply(&configmap("cm-2", "pg-2")).expect("cm-2");
     env.apply(
@@ -208,29 +178,18 @@ async fn seed_000_composite_in_another_cluster() {
     );
     refused_until(
         &env,
-        &[
-            "delete",
-            "configmap",
-            "cm-1",
-            "-n",
-            "app",
-            "--dry-run=server",
-        ],
+        &words("delete configmap cm-1 -n app --dry-run=server"),
         &refusal,
     )
     .await;
     // No composite pg-2 there: that object is not protected.
-    let out = env
-        .kubectl(&["delete", "configmap", "cm-2", "-n", "app"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "configmap \"cm-2\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "configmap", "cm-2", "-n", "app"],
+        "configmap \"cm-2\" deleted\n",
     );
 
     // The composite deleted in the control cluster: the object may go.
-    ok(&control, &["delete", "xvshnpostgresql", "pg-1"]);
+    control.run(&["delete", "xvshnpostgresql", "pg-1"]);
     let out = allowed_until(&env, &["delete", "configmap", "cm-1", "-n", "app"]).await;
     assert_eq!(out.stdout, "configmap \"cm-1\" deleted\n", "{out:?}");
     assert!(
@@ -242,14 +201,7 @@ async fn seed_000_composite_in_another_cluster() {
     env.apply(&configmap("cm-3", "pg-1")).expect("cm-3");
     allowed_until(
         &env,
-        &[
-            "delete",
-            "configmap",
-            "cm-3",
-            "-n",
-            "app",
-            "--dry-run=server",
-        ],
+        &words("delete configmap cm-3 -n app --dry-run=server"),
     )
     .await;
     drop(control);
@@ -275,7 +227,7 @@ async fn seed_000_composite_in_another_cluster() {
     // An object naming no anchor is still deletable.
     env.apply("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: app}\n")
         .expect("plain");
-    ok(&env, &["delete", "configmap", "plain", "-n", "app"]);
+    env.run(&["delete", "configmap", "plain", "-n", "app"]);
     // The rule says so.
     let down = wait_condition(
         &env,
@@ -320,14 +272,7 @@ async fn seed_000_composite_in_another_cluster() {
     );
     refused_until(
         &env,
-        &[
-            "delete",
-            "configmap",
-            "cm-3",
-            "-n",
-            "app",
-            "--dry-run=server",
-        ],
+        &words("delete configmap cm-3 -n app --dry-run=server"),
         &protected,
     )
     .await;
@@ -346,21 +291,18 @@ async fn seed_000_composite_in_another_cluster() {
     drop(control2);
 
     // A Secret outside holdfast's namespace is never read.
-    ok(
-        &env,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "elsewhere",
-            "-n",
-            "app",
-            &format!(
-                "--from-file=kubeconfig={}",
-                env.kubeconfig.to_string_lossy()
-            ),
-        ],
-    );
+    env.run(&[
+        "create",
+        "secret",
+        "generic",
+        "elsewhere",
+        "-n",
+        "app",
+        &format!(
+            "--from-file=kubeconfig={}",
+            env.kubeconfig.to_string_lossy()
+        ),
+    ]);
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: foreign-secret}\nspec:\n  \
          anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}\n  \
@@ -454,9 +396,9 @@ async fn seed_001_protect_everything_in_a_namespace() {
         .await
         .expect("served");
     for ns in ["shop", "other"] {
-        ok(&env, &["create", "namespace", ns]);
-        ok(&env, &["create", "configmap", "cm", "-n", ns]);
-        ok(&env, &["create", "secret", "generic", "s", "-n", ns]);
+        env.run(&["create", "namespace", ns]);
+        env.run(&["create", "configmap", "cm", "-n", ns]);
+        env.run(&["create", "secret", "generic", "s", "-n", ns]);
     }
     env.apply("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop}\n")
         .expect("widget");
@@ -575,10 +517,7 @@ async fn seed_001_protect_everything_in_a_namespace() {
     .await;
     assert!(env.exists(&["namespace", "shop"]).expect("get"));
     // The policy itself stays deletable (holdfast's own types are never selected).
-    ok(
-        &env,
-        &["delete", "resourceprotection", "everything-in-shop"],
-    );
+    env.run(&["delete", "resourceprotection", "everything-in-shop"]);
     allowed_until(&env, &["delete", "configmap", "cm", "-n", "shop"]).await;
 }
 
@@ -601,11 +540,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     // Its requests are proxied, never admitted: the simulator, like an API server
     // with no reachable backend, answers 503 without any webhook being called.
     let out = env
-        .kubectl(&[
-            "get",
-            "--raw",
-            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
-        ])
+        .kubectl(&words(
+            "get --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
+        ))
         .expect("kubectl");
     assert_eq!(out.code, 1, "{out:?}");
     env.apply(
@@ -653,11 +590,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     // (unreachable) aggregated API without a review reaching the webhook.
     let before = env.webhook_reviews("DELETE").await.expect("metrics");
     let out = env
-        .kubectl(&[
-            "delete",
-            "--raw",
-            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
-        ])
+        .kubectl(&words(
+            "delete --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
+        ))
         .expect("kubectl");
     assert_eq!(
         (out.code, out.stderr.as_str()),
@@ -677,7 +612,7 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
         .expect("Invalid");
     assert_eq!(invalid["status"], "False", "{invalid}");
     // The configmaps it names are still protected.
-    ok(&env, &["create", "configmap", "kept"]);
+    env.run(&["create", "configmap", "kept"]);
     refused_until(
         &env,
         &["delete", "configmap", "kept"],
@@ -711,7 +646,7 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     );
     // The APIService gone, nothing serves pods.metrics.k8s.io: the policy names an
     // unknown resource, like any misspelled one.
-    ok(&env, &["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
+    env.run(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
     let invalid = wait_reason(
         &env,
         "resourceprotection",
