@@ -18,6 +18,24 @@ impl Env {
             .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
     }
 
+    /// Waits (at most 30 s) until `kubectl get args` succeeds: the resource is
+    /// served (a CRD just created) or the object exists.
+    pub async fn wait_served(&self, args: &[&str]) -> KubectlOutput {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        self.kubectl_until(&all, 30, |o| o.code == 0)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?} never served: {e:#}"))
+    }
+
+    /// Runs `kubectl args` until it fails (at most 30 s), and returns that
+    /// answer for the test to check whole.
+    pub async fn until_failed(&self, args: &[&str]) -> KubectlOutput {
+        self.kubectl_until(args, 30, |o| o.code != 0)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?} never failed: {e:#}"))
+    }
+
     /// Asserts `kubectl args` exits 0 printing exactly `stdout`.
     pub fn prints(&self, args: &[&str], stdout: &str) {
         deleted(&self.kubectl(args).expect("kubectl runs"), stdout);
@@ -214,4 +232,76 @@ pub async fn shipped_with_issued_certificate(env: &mut Env, args: &[&str]) -> Co
         .expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     c
+}
+
+/// Every verb an ordinary editor of objects holds.
+pub const EVERYDAY: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+
+/// Sim user `name` in `groups`; its token is `<name>-token` (`:` as `-`).
+pub fn sim_user(name: &str, groups: &[&str]) -> holdfast_sim::User {
+    holdfast_sim::User {
+        name: name.to_string(),
+        token: format!("{}-token", name.replace(':', "-")),
+        groups: strings(groups),
+    }
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// The sim's RBAC rule granting `users` `verbs` on `resources` of `api_groups`.
+pub fn allow(
+    users: &[&str],
+    verbs: &[&str],
+    api_groups: &[&str],
+    resources: &[&str],
+) -> holdfast_sim::RbacRule {
+    holdfast_sim::RbacRule {
+        users: strings(users),
+        verbs: strings(verbs),
+        api_groups: strings(api_groups),
+        resources: strings(resources),
+        ..Default::default()
+    }
+}
+
+/// `rule` granted to the members of `groups` instead of to users.
+pub fn for_groups(groups: &[&str], rule: holdfast_sim::RbacRule) -> holdfast_sim::RbacRule {
+    holdfast_sim::RbacRule {
+        groups: strings(groups),
+        users: Vec::new(),
+        ..rule
+    }
+}
+
+/// Waits (at most 30 s) until the live configuration has the webhook `name`.
+pub async fn wait_webhook_installed(env: &Env, name: &str) {
+    crate::controller::wait_configuration(env, Duration::from_secs(30), |cfg| {
+        cfg.is_some_and(|c| {
+            c["webhooks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|w| w["name"] == name)
+        })
+    })
+    .await
+    .unwrap_or_else(|e| panic!("webhook {name} never installed: {e:#}"));
+}
+
+/// A simulator that knows the shipped ServiceAccounts (and nobody else but its
+/// admin), with no webhook yet.
+pub async fn sim_with_service_accounts() -> Env {
+    let cfg = crate::with_service_accounts(holdfast_sim::SimConfig::default());
+    Env::start_with(cfg).await.expect("sim")
 }

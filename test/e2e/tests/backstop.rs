@@ -13,7 +13,6 @@ use holdfast_e2e::{
     steps::words,
     steps::{controller_as as controller, exists, install_controller_rbac, refused, start_webhook},
 };
-use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 const NAME: &str = "holdfast-backstop";
@@ -21,8 +20,7 @@ const NAME: &str = "holdfast-backstop";
 /// Sim, CRDs and webhook (with `webhook_args`), and the shipped RBAC; the
 /// controller's kubeconfig (its ServiceAccount) is returned.
 async fn stack(webhook_args: &[&str]) -> (Env, String) {
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     let kubeconfig = install_controller_rbac(&env);
     start_webhook(&mut env, webhook_args).await;
     (env, kubeconfig)
@@ -280,9 +278,7 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         })
     })
     .await;
-    env.kubectl_until(&["get", "widgets", "-n", "shop"], 30, |o| o.code == 0)
-        .await
-        .expect("widgets served");
+    env.wait_served(&["widgets", "-n", "shop"]).await;
     env.apply(
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\n",
     )

@@ -14,7 +14,6 @@ use holdfast_e2e::{
     steps::words,
     steps::{controller_as, deleted, exists, install_controller_rbac, refused, start_webhook},
 };
-use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 const MARKER: &str = "holdfast.dev/contains-protected";
@@ -23,8 +22,7 @@ const MARKER: &str = "holdfast.dev/contains-protected";
 /// exactly the permissions `manifests/base/rbac-controller.yaml` and
 /// `rbac-reads.yaml` grant.
 async fn full_stack() -> (Env, ControllerProcess) {
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     let kubeconfig = install_controller_rbac(&env);
     let port = start_webhook(&mut env, &[]).await;
     let c = controller_as(&env, port, "controller", &kubeconfig, &[]).await;

@@ -11,8 +11,11 @@
 //! refusing the removal of a `Cascading` label; under `--label-only` (no watches)
 //! `Cascading` protects like `Always`.
 
-use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration, fixtures, steps::words};
-use holdfast_sim::{RbacRule, SimConfig, User};
+use holdfast_e2e::{
+    Env, KubectlOutput, fixtures,
+    steps::{EVERYDAY, allow, sim_user, wait_webhook_installed, words},
+};
+use holdfast_sim::SimConfig;
 use std::time::Duration;
 
 /// May do anything to ordinary objects, but not bypass protection.
@@ -24,23 +27,9 @@ fn sim_config() -> SimConfig {
         authorize: true,
         ..SimConfig::default()
     });
-    cfg.users.push(User {
-        name: ALICE.to_string(),
-        token: "alice-token".to_string(),
-        groups: vec!["dev".to_string()],
-    });
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    cfg.rbac.push(RbacRule {
-        users: s(&[ALICE]),
-        groups: Vec::new(),
-        verbs: s(&words(
-            "get list watch create update patch delete deletecollection",
-        )),
-        api_groups: s(&["*"]),
-        resources: s(&["*", "*/*"]),
-        namespaces: Vec::new(),
-        resource_names: Vec::new(),
-    });
+    cfg.users.push(sim_user(ALICE, &["dev"]));
+    cfg.rbac
+        .push(allow(&[ALICE], EVERYDAY, &["*"], &["*", "*/*"]));
     cfg
 }
 
@@ -52,17 +41,7 @@ async fn shipped(args: &[&str]) -> Stack {
     let s = holdfast_e2e::controller::shipped_stack(sim_config(), args, args)
         .await
         .expect("holdfast as shipped");
-    wait_configuration(&s.env, Duration::from_secs(30), |cfg| {
-        cfg.is_some_and(|c| {
-            c["webhooks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|w| w["name"] == "eviction.holdfast.dev")
-        })
-    })
-    .await
-    .expect("configuration installed");
+    wait_webhook_installed(&s.env, "eviction.holdfast.dev").await;
     s
 }
 
@@ -304,9 +283,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     // A custom workload with a scale subresource, through its CRD's replica path
     // (scaling it through the scale subresource sets that path).
     apply(env, GADGET_CRD);
-    env.kubectl_until(&["get", "gadgets", "-A"], 30, |o| o.code == 0)
-        .await
-        .expect("gadgets served");
+    env.wait_served(&["gadgets", "-A"]).await;
     apply(
         env,
         "apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g1, namespace: apps, \
@@ -342,9 +319,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
 
     // A CustomResourceDefinition: refused while an instance exists.
     apply(env, &fixtures::widget_crd());
-    env.kubectl_until(&["get", "widgets", "-A"], 30, |o| o.code == 0)
-        .await
-        .expect("widgets served");
+    env.wait_served(&["widgets", "-A"]).await;
     apply(
         env,
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: apps}\n",

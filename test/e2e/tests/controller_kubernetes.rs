@@ -561,9 +561,7 @@ async fn dependency_cycle_is_reported_on_both_rules() {
     let env = env_with_webhook().await;
     env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("crds");
-    env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["vpcs"]).await;
     let _c = controller(&env, "controller", &[]).await;
     env.apply(CYCLE_RULES).expect("rules");
 
@@ -1007,9 +1005,7 @@ async fn label_protection_does_not_wait_for_the_crds() {
     assert!(c.log().contains("CRDs not installed"), "{}", c.log());
     // The CRDs arrive later: policies are picked up without a restart.
     env.install_crds().expect("crds");
-    env.kubectl_until(&["get", "resourceprotections"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["resourceprotections"]).await;
     let out = env
         .kubectl_stdin(&["apply", "-f", "-"], RP_CONFIGMAPS)
         .expect("kubectl");

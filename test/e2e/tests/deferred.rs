@@ -64,9 +64,7 @@ async fn stack() -> (Env, ControllerProcess) {
     let mut env = Env::start_with(cfg).await.expect("sim");
     let kubeconfig = install_controller_rbac(&env);
     env.apply(&fixtures::vpc_vm_crds()).expect("VPC/VM CRDs");
-    env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
-        .await
-        .expect("CRDs served");
+    env.wait_served(&["vpcs"]).await;
     env.apply(USERS_RBAC).expect("users' RBAC");
     env.apply(&fixtures::vm_vpc_rule(".spec.vpcRef.name"))
         .expect("rule");
@@ -110,11 +108,8 @@ async fn a_vpc_goes_right_after_its_last_vm() {
     env.apply(&vm("my-vm", "my-vpc")).expect("vm");
     // Protected while referenced, once the controller routes VPC DELETEs.
     let out = env
-        .kubectl_until(&["delete", "vpc", "my-vpc", "--dry-run=server"], 30, |o| {
-            o.code != 0
-        })
-        .await
-        .expect("refused");
+        .until_failed(&["delete", "vpc", "my-vpc", "--dry-run=server"])
+        .await;
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): admission webhook \"policies-0.holdfast.dev\" denied \
@@ -216,13 +211,8 @@ async fn a_namespace_waits_for_its_protected_contents() {
     env.run(&words(
         "label configmap keep -n shop holdfast.dev/protected=true",
     ));
-    env.kubectl_until(
-        &["delete", "namespace", "shop", "--dry-run=server"],
-        30,
-        |o| o.code != 0,
-    )
-    .await
-    .expect("namespace protected by its contents");
+    env.until_failed(&["delete", "namespace", "shop", "--dry-run=server"])
+        .await;
 
     let out = as_user(
         &env,

@@ -33,9 +33,7 @@ async fn setup(mode: &str) -> Env {
         holdfast_e2e::fixtures::storage_crds(),
     ]))
     .expect("test CRDs");
-    env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
-        .await
-        .expect("CRDs served");
+    env.wait_served(&["vpcs"]).await;
     env.apply(&rule(".spec.vpcRef.name")).expect("rule");
     env.apply(STORAGE_RULE).expect("storage rule");
     env.start_webhook(&["--dependents", mode])
@@ -67,11 +65,8 @@ async fn vpc_story(mode: &str) {
         .expect("vm");
 
     let out = env
-        .kubectl_until(&["delete", "vpc", "my-vpc", "--dry-run=server"], 10, |o| {
-            o.code != 0
-        })
-        .await
-        .expect("refused");
+        .until_failed(&["delete", "vpc", "my-vpc", "--dry-run=server"])
+        .await;
     assert!(
         out.stderr.contains("Error from server (Forbidden): admission webhook \"holdfast-test-policies.holdfast.dev\" denied the request: holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies"),
         "{out:?}"
@@ -227,43 +222,33 @@ async fn failed_live_lookup_refuses_and_is_counted() {
     );
     // The webhook's identity may read everything it needs except the dependents
     // (VirtualMachines): a live lookup fails, and the deletion is refused, not allowed.
-    use holdfast_sim::{RbacRule, SimConfig, User};
-    let mut cfg = SimConfig::default();
-    cfg.users.push(User {
-        name: "holdfast-webhook".into(),
-        token: "webhook-token".into(),
-        groups: vec![],
-    });
-    cfg.rbac.push(RbacRule {
-        users: vec!["holdfast-webhook".into()],
-        verbs: vec!["get".into(), "list".into(), "watch".into()],
-        api_groups: [
+    use holdfast_e2e::steps::{allow, sim_user};
+    let mut cfg = holdfast_sim::SimConfig::default();
+    cfg.users.push(sim_user("holdfast-webhook", &[]));
+    cfg.rbac.push(allow(
+        &["holdfast-webhook"],
+        &["get", "list", "watch"],
+        &[
             "",
             "holdfast.dev",
             "apiextensions.k8s.io",
             "network.test.io",
             "storage.test.io",
             "apps",
-        ]
-        .map(String::from)
-        .to_vec(),
-        resources: vec!["*".into()],
-        ..Default::default()
-    });
-    cfg.rbac.push(RbacRule {
-        users: vec!["holdfast-webhook".into()],
-        verbs: vec!["create".into(), "patch".into(), "update".into()],
-        api_groups: vec!["events.k8s.io".into()],
-        resources: vec!["events".into()],
-        ..Default::default()
-    });
+        ],
+        &["*"],
+    ));
+    cfg.rbac.push(allow(
+        &["holdfast-webhook"],
+        &["create", "patch", "update"],
+        &["events.k8s.io"],
+        &["events"],
+    ));
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
     env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("test CRDs");
-    env.kubectl_until(&["get", "vpcs"], 30, |o| o.code == 0)
-        .await
-        .expect("CRDs served");
+    env.wait_served(&["vpcs"]).await;
     env.apply(&rule(".spec.vpcRef.name")).expect("rule");
     let kubeconfig = env.dir.path().join("webhook.kubeconfig");
     env.sim

@@ -151,13 +151,8 @@ async fn dry_run_is_refused_without_an_event() {
         )
     };
     let out = env
-        .kubectl_until(
-            &["delete", "configmap", "dry", "-n", &ns, "--dry-run=server"],
-            30,
-            |o| o.code != 0,
-        )
-        .await
-        .expect("dry run refused");
+        .until_failed(&["delete", "configmap", "dry", "-n", &ns, "--dry-run=server"])
+        .await;
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.starts_with(&refusal("dry")), "{out:?}");
 

@@ -195,11 +195,8 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
     // Both protections hold before any fault.
     for (ns, name, by) in PROTECTED {
         let out = env
-            .kubectl_until(&["delete", "configmap", name, "-n", ns], 30, |o| {
-                o.code != 0
-            })
-            .await
-            .expect("refused");
+            .until_failed(&["delete", "configmap", name, "-n", ns])
+            .await;
         let expected = if *by == "label" {
             "is protected by label holdfast.dev/protected=Always"
         } else {

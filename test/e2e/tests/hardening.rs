@@ -8,8 +8,11 @@
 //! objects, new CRDs and containment, look-alike label values, and holdfast's own
 //! configuration guarded by a ValidatingAdmissionPolicy.
 
-use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration, steps::words};
-use holdfast_sim::{RbacRule, SimConfig, User};
+use holdfast_e2e::{
+    Env, KubectlOutput,
+    steps::{EVERYDAY, allow, sim_user, wait_webhook_installed, words},
+};
+use holdfast_sim::SimConfig;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -23,38 +26,6 @@ const OPS: &str = "ops";
 /// A user who also holds the bypass permission.
 const BREAKER: &str = "breaker";
 
-fn user(name: &str, groups: &[&str]) -> User {
-    User {
-        name: name.to_string(),
-        token: format!("{}-token", name.replace(':', "-")),
-        groups: groups.iter().map(|g| g.to_string()).collect(),
-    }
-}
-
-fn allow(users: &[&str], verbs: &[&str], groups: &[&str], resources: &[&str]) -> RbacRule {
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    RbacRule {
-        users: s(users),
-        groups: Vec::new(),
-        verbs: s(verbs),
-        api_groups: s(groups),
-        resources: s(resources),
-        namespaces: Vec::new(),
-        resource_names: Vec::new(),
-    }
-}
-
-const EVERYDAY: &[&str] = &[
-    "get",
-    "list",
-    "watch",
-    "create",
-    "update",
-    "patch",
-    "delete",
-    "deletecollection",
-];
-
 /// The sim with authorization on, its admin, the shipped service accounts, alice
 /// and breaker.
 fn sim_config() -> SimConfig {
@@ -62,19 +33,19 @@ fn sim_config() -> SimConfig {
         authorize: true,
         ..SimConfig::default()
     };
-    cfg.users.push(user(
+    cfg.users.push(sim_user(
         WEBHOOK_SA,
         &words("system:serviceaccounts system:serviceaccounts:holdfast-system"),
     ));
-    cfg.users.push(user(
+    cfg.users.push(sim_user(
         CONTROLLER_SA,
         &words("system:serviceaccounts system:serviceaccounts:holdfast-system"),
     ));
-    cfg.users.push(user(ALICE, &["dev"]));
-    cfg.users.push(user(OPS, &["platform-admins"]));
+    cfg.users.push(sim_user(ALICE, &["dev"]));
+    cfg.users.push(sim_user(OPS, &["platform-admins"]));
     cfg.rbac
         .push(allow(&[OPS], EVERYDAY, &["*"], &["*", "*/*"]));
-    cfg.users.push(user(BREAKER, &["dev"]));
+    cfg.users.push(sim_user(BREAKER, &["dev"]));
     cfg.rbac
         .push(allow(&[ALICE, BREAKER], EVERYDAY, &["*"], &["*", "*/*"]));
     cfg.rbac.push(allow(
@@ -101,17 +72,7 @@ async fn shipped_with(strict: bool, controller_args: &[&str]) -> Stack {
     let s = holdfast_e2e::controller::shipped_stack(sim_config(), strict_flag, &cargs)
         .await
         .expect("holdfast as shipped");
-    wait_configuration(&s.env, Duration::from_secs(30), |cfg| {
-        cfg.is_some_and(|c| {
-            c["webhooks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|w| w["name"] == "eviction.holdfast.dev")
-        })
-    })
-    .await
-    .expect("configuration installed");
+    wait_webhook_installed(&s.env, "eviction.holdfast.dev").await;
     s
 }
 
@@ -149,9 +110,7 @@ async fn crd_deletion_is_refused_while_an_instance_is_protected() {
     let env = &s.env;
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
-    env.kubectl_until(&["get", "widgets"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["widgets"]).await;
     env.apply(
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: precious, namespace: default, labels: {holdfast.dev/protected: Always}}\n",
     )
@@ -513,9 +472,7 @@ async fn a_new_crd_is_contained_at_once() {
     ok(env.kubectl(&["create", "ns", "fresh"]).expect("kubectl"));
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
-    env.kubectl_until(&["get", "widgets", "-n", "fresh"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["widgets", "-n", "fresh"]).await;
     env.apply(
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: new, namespace: fresh, labels: {holdfast.dev/protected: Always}}\n",
     )

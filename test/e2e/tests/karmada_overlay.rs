@@ -9,12 +9,9 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use holdfast_e2e::{
-    Env,
     controller::{start_controller, wait_configuration},
-    steps::service_account_kubeconfigs,
-    steps::words,
+    steps::{service_account_kubeconfigs, words},
 };
-use holdfast_sim::SimConfig;
 use serde_json::{Value, json};
 
 fn render(part: &str) -> Vec<Value> {
@@ -200,8 +197,7 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
     holdfast_e2e::needs_simulator!(
         "it runs the binaries with ServiceAccount tokens the simulator is configured with"
     );
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     let part = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../manifests/overlays/karmada/karmada-apiserver");
     let out = env
@@ -263,11 +259,8 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
         "label configmap plan -n default resourcetemplate.karmada.io/deletion-protected=Always",
     ));
     let out = env
-        .kubectl_until(&["delete", "configmap", "plan", "-n", "default"], 30, |o| {
-            o.code != 0
-        })
-        .await
-        .expect("refused");
+        .until_failed(&["delete", "configmap", "plan", "-n", "default"])
+        .await;
     assert_eq!(out.code, 1, "{out:?}");
     assert!(
         out.stderr.starts_with(

@@ -16,7 +16,6 @@ use holdfast_e2e::{
     controller::{ControllerProcess, condition, wait_condition},
     steps::{apply_overlay, controller_as, service_account_kubeconfigs, words},
 };
-use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
@@ -48,8 +47,7 @@ stringData: {password: hunter2}
 /// The overlay applied as a user would; the webhook and the controller running
 /// as the ServiceAccounts it creates.
 async fn shipped() -> (Env, ControllerProcess) {
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     apply_overlay(&env, "kubernetes");
     let (controller_kc, webhook_kc) = service_account_kubeconfigs(&env);
     env.start_webhook(&["--kubeconfig", &webhook_kc])

@@ -6,24 +6,15 @@
 
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
+use holdfast_e2e::steps::allow;
 use holdfast_e2e::{
     Env,
     controller::ControllerProcess,
     fixtures,
     steps::{shipped_with_issued_certificate, with_users, words},
 };
-use holdfast_sim::{RbacRule, SimConfig};
+use holdfast_sim::SimConfig;
 use serde_json::Value;
-
-fn reader_rules(user: &str) -> RbacRule {
-    RbacRule {
-        users: vec![user.to_string()],
-        verbs: vec!["get".into(), "list".into(), "watch".into()],
-        api_groups: vec!["*".into()],
-        resources: vec!["*".into()],
-        ..Default::default()
-    }
-}
 
 /// The simulator with the shipped ServiceAccounts, `alice` (reads everything) and
 /// `breaker` (reads everything, may bypass protection).
@@ -34,15 +25,15 @@ fn sim_config() -> SimConfig {
         "developers",
     );
     for name in ["alice", "breaker"] {
-        cfg.rbac.push(reader_rules(name));
+        cfg.rbac
+            .push(allow(&[name], &["get", "list", "watch"], &["*"], &["*"]));
     }
-    cfg.rbac.push(RbacRule {
-        users: vec!["breaker".into()],
-        verbs: vec!["bypass".into()],
-        api_groups: vec!["holdfast.dev".into()],
-        resources: vec!["protections".into()],
-        ..Default::default()
-    });
+    cfg.rbac.push(allow(
+        &["breaker"],
+        &["bypass"],
+        &["holdfast.dev"],
+        &["protections"],
+    ));
     cfg
 }
 
@@ -115,9 +106,7 @@ async fn why_names_every_protection_and_blocker() {
     holdfast_e2e::needs_simulator!("it runs users and ServiceAccounts the simulator defines");
     let (env, controller) = shipped_stack().await;
     env.apply(&fixtures::vpc_vm_crds()).expect("CRDs");
-    env.kubectl_until(&["get", "vpcs", "-A"], 30, |o| o.code == 0)
-        .await
-        .expect("CRDs served");
+    env.wait_served(&["vpcs", "-A"]).await;
     env.run(&["create", "namespace", "shop"]);
     env.apply(&fixtures::vm_vpc_rule(".spec.vpcRef.name"))
         .expect("rule");
@@ -354,9 +343,7 @@ async fn check_reports_posture_and_findings() {
     )
     .expect("cm");
     // A protected Widget: the CustomResourceDefinition itself protects nothing.
-    env.kubectl_until(&["get", "widgets", "-A"], 30, |o| o.code == 0)
-        .await
-        .expect("widgets served");
+    env.wait_served(&["widgets", "-A"]).await;
     env.apply(
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: loose, labels: {holdfast.dev/protected: Always}}\n",
     )

@@ -3,6 +3,7 @@
 //! plan for a CRD and its instances), enforcement modes, namespace containment,
 //! AnchorRule (the composite stories) and CriticalService (the bulk-delete story).
 
+use holdfast_e2e::steps::{allow, for_groups, sim_user};
 use holdfast_e2e::{
     Env, KubectlOutput,
     controller::{ControllerProcess, start_controller, wait_configuration},
@@ -74,9 +75,7 @@ async fn resource_protection_karmada_plan_for_a_crd() {
     let (env, _c) = full_stack().await;
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
-    env.kubectl_until(&["get", "widgets"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["widgets"]).await;
     for w in ["w1", "w2"] {
         env.apply(&format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {w}, namespace: default}}\n"))
             .expect("widget");
@@ -88,10 +87,7 @@ async fn resource_protection_karmada_plan_for_a_crd() {
     // With protection: instances and the CRD itself are refused, --force too.
     env.apply(WIDGET_PROTECTION).expect("protection");
     covered(&env, "example.com", "widgets").await;
-    let out = env
-        .kubectl_until(&["delete", "widget", "w2"], 15, |o| o.code != 0)
-        .await
-        .expect("refused");
+    let out = env.until_failed(&["delete", "widget", "w2"]).await;
     assert!(
         refused(
             &out,
@@ -107,11 +103,8 @@ async fn resource_protection_karmada_plan_for_a_crd() {
         "{out:?}"
     );
     let out = env
-        .kubectl_until(&["delete", "crd", "widgets.example.com"], 15, |o| {
-            o.code != 0
-        })
-        .await
-        .expect("crd refused");
+        .until_failed(&["delete", "crd", "widgets.example.com"])
+        .await;
     assert!(
         refused(
             &out,
@@ -157,13 +150,8 @@ async fn enforcement_modes_warn_and_audit() {
     }
     covered(&env, "", "configmaps").await;
     let out = env
-        .kubectl_until(
-            &["delete", "configmap", "enforced", "--dry-run=server"],
-            15,
-            |o| o.code != 0,
-        )
-        .await
-        .expect("enforced refused");
+        .until_failed(&["delete", "configmap", "enforced", "--dry-run=server"])
+        .await;
     assert!(
         refused(
             &out,
@@ -255,10 +243,7 @@ async fn namespace_containment_keeps_the_namespace_whole() {
             "--from-literal=k=v",
         ]);
     }
-    let out = env
-        .kubectl_until(&["delete", "namespace", "shop"], 20, |o| o.code != 0)
-        .await
-        .expect("refused");
+    let out = env.until_failed(&["delete", "namespace", "shop"]).await;
     assert!(
         refused(
             &out,
@@ -338,13 +323,9 @@ async fn anchor_rule_composite_stories() {
     let (env, _c) = full_stack().await;
     env.apply(&holdfast_e2e::fixtures::appcat_crds())
         .expect("appcat CRDs");
-    env.kubectl_until(&["get", "xvshnpostgresqls"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["xvshnpostgresqls"]).await;
     env.apply(ANCHOR_RULE).expect("anchor rule");
-    env.kubectl_until(&["get", "xobjectbuckets"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["xobjectbuckets"]).await;
     env.apply(&composite("true")).expect("composite");
     env.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: vshn-postgresql-pg-1, labels: {appcat.vshn.io/composite-name: pg-1}}\n")
         .expect("instance namespace");
@@ -510,9 +491,7 @@ async fn critical_service_bulk_delete_converges_in_order() {
     );
     let (env, _c) = full_stack().await;
     env.apply(&holdfast_e2e::fixtures::cool_crd()).expect("crd");
-    env.kubectl_until(&["get", "coolresources"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["coolresources"]).await;
     env.run(&["create", "namespace", "finalizer-namespace"]);
     env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
     env.apply(&format!("apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {{name: some-instance, finalizers: [{FINALIZER}]}}\n"))
@@ -661,32 +640,14 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     holdfast_e2e::needs_simulator!(
         "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
     );
-    use holdfast_sim::{RbacRule, SimConfig, User};
+    use holdfast_sim::SimConfig;
     let mut cfg = SimConfig::default();
-    cfg.users.push(User {
-        name: "dev".into(),
-        token: "dev-token".into(),
-        groups: vec!["devs".into()],
-    });
-    cfg.users.push(User {
-        name: "lead".into(),
-        token: "lead-token".into(),
-        groups: vec!["leads".into()],
-    });
-    cfg.rbac.push(RbacRule {
-        groups: vec!["leads".into()],
-        verbs: vec!["bypass".into()],
-        api_groups: vec!["holdfast.dev".into()],
-        resources: vec!["protections".into()],
-        ..Default::default()
-    });
-    cfg.rbac.push(RbacRule {
-        groups: vec!["devs".into(), "leads".into()],
-        verbs: vec!["*".into()],
-        api_groups: vec!["".into()],
-        resources: vec!["configmaps".into()],
-        ..Default::default()
-    });
+    cfg.users.push(sim_user("dev", &["devs"]));
+    cfg.users.push(sim_user("lead", &["leads"]));
+    let bypass = allow(&[], &["bypass"], &["holdfast.dev"], &["protections"]);
+    cfg.rbac.push(for_groups(&["leads"], bypass));
+    let edit = allow(&[], &["*"], &[""], &["configmaps"]);
+    cfg.rbac.push(for_groups(&["devs", "leads"], edit));
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("crds");
     // One window for the whole test: four refused retries make exactly one Event
@@ -714,13 +675,8 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     }
     // Strict configuration in place: a developer cannot lift protection...
     let out = env
-        .kubectl_until(
-            &["label", "configmap", "db", "holdfast.dev/protected-"],
-            15,
-            |o| o.code != 0,
-        )
-        .await
-        .expect("strict in place");
+        .until_failed(&["label", "configmap", "db", "holdfast.dev/protected-"])
+        .await;
     assert!(out.stderr.contains("strict mode is on"), "{out:?}");
     let out = env
         .kubectl_as(
@@ -847,13 +803,8 @@ async fn strict_resource_protection_guards_its_selector() {
     .expect("protection");
     covered(&env, "", "configmaps").await;
     let out = env
-        .kubectl_until(
-            &["delete", "configmap", "db", "--dry-run=server"],
-            15,
-            |o| o.code != 0,
-        )
-        .await
-        .expect("refused");
+        .until_failed(&["delete", "configmap", "db", "--dry-run=server"])
+        .await;
     assert!(
         refused(
             &out,
@@ -863,9 +814,8 @@ async fn strict_resource_protection_guards_its_selector() {
     );
     // Relabelling it out of the selector is refused under strict...
     let out = env
-        .kubectl_until(&["label", "configmap", "db", "tier-"], 15, |o| o.code != 0)
-        .await
-        .expect("relabel refused");
+        .until_failed(&["label", "configmap", "db", "tier-"])
+        .await;
     assert!(refused(&out, "would no longer select it"), "{out:?}");
     let out = env
         .kubectl(&["label", "--overwrite", "configmap", "db", "tier=web"])
@@ -906,9 +856,7 @@ async fn anchor_is_the_topmost_composite() {
         ),
     ]))
     .expect("crds");
-    env.kubectl_until(&["get", "xvshnkeycloaks"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["xvshnkeycloaks"]).await;
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: keycloak}\nspec:\n  \
          anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnkeycloaks}\n  \

@@ -56,9 +56,7 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     );
     let (env, _c) = full_stack(&[], &[]).await;
     env.apply(&holdfast_e2e::fixtures::cool_crd()).expect("crd");
-    env.kubectl_until(&["get", "coolresources"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["coolresources"]).await;
     env.run(&["create", "namespace", "finalizer-namespace"]);
     env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
     env.apply(
@@ -202,9 +200,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     ]))
     .expect("crds");
     for r in ["widgets", "coolresources"] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     strict_label_webhook_installed(&env).await;
     for w in ["w1", "w2"] {
@@ -303,9 +299,7 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
         "vpcs",
         "virtualmachines",
     ] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     env.apply(&holdfast_e2e::fixtures::documents(&[
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: widgets}\n\
@@ -387,9 +381,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     ]))
     .expect("crds");
     for r in ["vshnpostgresqls", "xobjectbuckets"] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: claims}\nspec:\n  \
@@ -496,9 +488,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("crds");
     for r in ["vpcs", "virtualmachines"] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {name: vm-vpcs}\nspec:\n  \
@@ -701,9 +691,7 @@ async fn every_metric_the_readme_lists() {
     ]))
     .expect("crds");
     for r in ["widgets", "vpcs", "virtualmachines"] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     env.apply(&holdfast_e2e::fixtures::documents(&[
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: widgets}\n\

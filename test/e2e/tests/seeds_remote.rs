@@ -71,10 +71,7 @@ async fn control_cluster(names: &[&str]) -> Env {
             false,
         ))
         .expect("composite CRD");
-    control
-        .kubectl_until(&["get", "xvshnpostgresqls"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
+    control.wait_served(&["xvshnpostgresqls"]).await;
     for name in names {
         control
             .apply(&format!(
@@ -392,9 +389,7 @@ async fn seed_001_protect_everything_in_a_namespace() {
         true,
     ))
     .expect("crd");
-    env.kubectl_until(&["get", "widgets"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["widgets"]).await;
     for ns in ["shop", "other"] {
         env.run(&["create", "namespace", ns]);
         env.run(&["create", "configmap", "cm", "-n", ns]);

@@ -8,9 +8,8 @@
 use std::time::Duration;
 
 use holdfast_e2e::{
-    Env, controller::wait_configuration, fixtures, steps::shipped_with_issued_certificate,
+    controller::wait_configuration, fixtures, steps::shipped_with_issued_certificate,
 };
-use holdfast_sim::SimConfig;
 
 const RP_WIDGETS: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
@@ -26,8 +25,7 @@ async fn both_binaries_run_as_the_shipped_service_accounts() {
     holdfast_e2e::needs_simulator!(
         "it runs the binaries with ServiceAccount tokens the simulator is configured with"
     );
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     // The controller as its ServiceAccount, managing the CA Secret the manifests
     // name; the webhook serves the certificate the controller issued.
     let c = shipped_with_issued_certificate(&mut env, &["--leader-elect"]).await;
