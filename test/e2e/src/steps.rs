@@ -305,3 +305,13 @@ pub async fn sim_with_service_accounts() -> Env {
     let cfg = crate::with_service_accounts(holdfast_sim::SimConfig::default());
     Env::start_with(cfg).await.expect("sim")
 }
+
+/// Waits (at most 30 s) until the controller has installed the configuration
+/// `holdfast`, and returns it.
+pub async fn installed_configuration(env: &Env) -> serde_json::Value {
+    let (cfg, _) =
+        crate::controller::wait_configuration(env, Duration::from_secs(30), |c| c.is_some())
+            .await
+            .unwrap_or_else(|e| panic!("no configuration installed: {e:#}"));
+    cfg.expect("present")
+}

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use holdfast_e2e::steps::installed_configuration;
 use holdfast_e2e::{
     Env,
     controller::{
@@ -103,10 +104,7 @@ async fn resource_protection_drives_the_configuration() {
 
     // Without policies: label protection, and namespace DELETEs for containment
     // (a namespace holding a label-protected object must not be half-deleted).
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| c.is_some())
-        .await
-        .expect("configuration installed");
-    let cfg = cfg.expect("present");
+    let cfg = installed_configuration(&env).await;
     assert_eq!(
         webhook_names(&cfg),
         vec![
@@ -778,14 +776,8 @@ async fn managed_ca_rotation_keeps_admission_working() {
         .await
         .expect("webhook serves the managed certificate");
     env.wait_webhook_ready().await.expect("webhook ready");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| c.is_some())
-        .await
-        .expect("installed");
-    assert_eq!(
-        ca_bundle(&cfg.expect("present")),
-        first_ca,
-        "caBundle is the managed CA"
-    );
+    let cfg = installed_configuration(&env).await;
+    assert_eq!(ca_bundle(&cfg), first_ca, "caBundle is the managed CA");
 
     env.run(&["create", "namespace", "vault"]);
     env.run(&words(
@@ -959,10 +951,7 @@ async fn managed_ca_serves_a_service_target() {
     std::fs::write(env.dir.path().join("tls.key"), read("tls.key")).expect("write");
     env.start_webhook_on(port, &[]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| c.is_some())
-        .await
-        .expect("installed");
-    let cfg = cfg.expect("present");
+    let cfg = installed_configuration(&env).await;
     assert_eq!(
         cfg["webhooks"][0]["clientConfig"]["service"]["name"],
         "holdfast-webhook"
@@ -1130,10 +1119,8 @@ async fn ca_bundle_file_is_re_read() {
     );
     let env = env_with_webhook().await;
     let c = controller(&env, "controller", &[]).await;
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())
-        .await
-        .expect("installed");
-    assert_eq!(ca_bundle(&cfg.expect("present")), env.pki.ca_pem);
+    let cfg = installed_configuration(&env).await;
+    assert_eq!(ca_bundle(&cfg), env.pki.ca_pem);
 
     // The file changes (a mounted Secret or ConfigMap updated): the new bundle, a
     // second CA beside the one the webhook's certificate comes from, is installed

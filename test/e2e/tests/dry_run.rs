@@ -30,12 +30,7 @@ impl Drop for Cleanup {
             return;
         }
         let mut steps: Vec<Vec<&str>> = vec![
-            vec![
-                "delete",
-                "validatingwebhookconfiguration",
-                "holdfast",
-                "--ignore-not-found",
-            ],
+            words("delete validatingwebhookconfiguration holdfast --ignore-not-found"),
             vec![
                 "delete",
                 "namespace",

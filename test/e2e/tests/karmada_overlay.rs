@@ -6,11 +6,11 @@
 //! started with the arguments of the rendered host Deployments, as the
 //! ServiceAccounts that part creates, enforce Karmada's protection label.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{path::Path, process::Command};
 
 use holdfast_e2e::{
-    controller::{start_controller, wait_configuration},
-    steps::{service_account_kubeconfigs, words},
+    controller::start_controller,
+    steps::{installed_configuration, service_account_kubeconfigs, words},
 };
 use serde_json::{Value, json};
 
@@ -89,42 +89,15 @@ fn each_object_goes_where_it_is_used() {
     let karmada = render("karmada-apiserver");
     assert_eq!(
         kinds(&host),
-        vec![
-            "Deployment/holdfast-controller",
-            "Deployment/holdfast-webhook",
-            "Namespace/holdfast-system",
-            "PodDisruptionBudget/holdfast-controller",
-            "PodDisruptionBudget/holdfast-webhook",
-            "Service/holdfast-webhook",
-            "ServiceAccount/holdfast-controller",
-            "ServiceAccount/holdfast-webhook",
-        ]
+        words(
+            "Deployment/holdfast-controller Deployment/holdfast-webhook Namespace/holdfast-system PodDisruptionBudget/holdfast-controller PodDisruptionBudget/holdfast-webhook Service/holdfast-webhook ServiceAccount/holdfast-controller ServiceAccount/holdfast-webhook"
+        )
     );
     assert_eq!(
         kinds(&karmada),
-        vec![
-            "ClusterRole/holdfast-bypass",
-            "ClusterRole/holdfast-controller",
-            "ClusterRole/holdfast-reads",
-            "ClusterRole/holdfast-reads-policies",
-            "ClusterRole/holdfast-webhook",
-            "ClusterRoleBinding/holdfast-controller",
-            "ClusterRoleBinding/holdfast-reads",
-            "ClusterRoleBinding/holdfast-webhook",
-            "CustomResourceDefinition/anchorrules.holdfast.dev",
-            "CustomResourceDefinition/criticalservices.holdfast.dev",
-            "CustomResourceDefinition/dependencyrules.holdfast.dev",
-            "CustomResourceDefinition/resourceprotections.holdfast.dev",
-            "Namespace/holdfast-system",
-            "Role/holdfast-anchor-sources",
-            "Role/holdfast-controller",
-            "RoleBinding/holdfast-anchor-sources",
-            "RoleBinding/holdfast-controller",
-            "Secret/holdfast-controller-token",
-            "Secret/holdfast-webhook-token",
-            "ServiceAccount/holdfast-controller",
-            "ServiceAccount/holdfast-webhook",
-        ]
+        words(
+            "ClusterRole/holdfast-bypass ClusterRole/holdfast-controller ClusterRole/holdfast-reads ClusterRole/holdfast-reads-policies ClusterRole/holdfast-webhook ClusterRoleBinding/holdfast-controller ClusterRoleBinding/holdfast-reads ClusterRoleBinding/holdfast-webhook CustomResourceDefinition/anchorrules.holdfast.dev CustomResourceDefinition/criticalservices.holdfast.dev CustomResourceDefinition/dependencyrules.holdfast.dev CustomResourceDefinition/resourceprotections.holdfast.dev Namespace/holdfast-system Role/holdfast-anchor-sources Role/holdfast-controller RoleBinding/holdfast-anchor-sources RoleBinding/holdfast-controller Secret/holdfast-controller-token Secret/holdfast-webhook-token ServiceAccount/holdfast-controller ServiceAccount/holdfast-webhook"
+        )
     );
     // Host pods read nothing of the host cluster: no token mounted.
     for sa in ["holdfast-controller", "holdfast-webhook"] {
@@ -230,10 +203,7 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
     let c: Vec<&str> = c.iter().map(String::as_str).collect();
     let mut controller = start_controller(&env, "controller", port, &c).expect("controller");
     controller.wait_ready(30).await.expect("controller ready");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())
-        .await
-        .expect("installed");
-    let cfg = cfg.expect("present");
+    let cfg = installed_configuration(&env).await;
     assert_eq!(
         cfg["metadata"]["annotations"]["holdfast.dev/settings"],
         r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":false}"#

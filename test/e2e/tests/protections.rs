@@ -340,21 +340,9 @@ async fn anchor_rule_composite_stories() {
 
     let protected_by = "is protected while its anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists and has .spec.parameters.backup.deletionProtection=true";
     for args in [
-        vec![
-            "delete",
-            "pvc",
-            "data-0",
-            "-n",
-            "vshn-postgresql-pg-1",
-            "--dry-run=server",
-        ],
+        words("delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server"),
         vec!["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        vec![
-            "delete",
-            "namespace",
-            "vshn-postgresql-pg-1",
-            "--dry-run=server",
-        ],
+        words("delete namespace vshn-postgresql-pg-1 --dry-run=server"),
     ] {
         let out = env
             .kubectl_until(&args, 15, |o| o.code != 0)
@@ -525,27 +513,10 @@ async fn critical_service_bulk_delete_converges_in_order() {
 
     // Every DELETE at once, in an order from a seed, each retried like a client.
     let mut deletes: Vec<Vec<&str>> = vec![
-        vec![
-            "delete",
-            "criticalservice",
-            "for-finalizer-deployment",
-            "--wait=false",
-        ],
+        words("delete criticalservice for-finalizer-deployment --wait=false"),
         vec!["delete", "namespace", "finalizer-namespace", "--wait=false"],
-        vec![
-            "delete",
-            "deployment",
-            "finalizer-deployment",
-            "-n",
-            "finalizer-namespace",
-            "--wait=false",
-        ],
-        vec![
-            "delete",
-            "crd",
-            "coolresources.my.crd.group",
-            "--wait=false",
-        ],
+        words("delete deployment finalizer-deployment -n finalizer-namespace --wait=false"),
+        words("delete crd coolresources.my.crd.group --wait=false"),
         vec!["delete", "coolresource", "some-instance", "--wait=false"],
     ];
     let seed = std::time::SystemTime::now()
@@ -570,13 +541,7 @@ async fn critical_service_bulk_delete_converges_in_order() {
         ("namespace", vec!["get", "namespace", "finalizer-namespace"]),
         (
             "deployment",
-            vec![
-                "get",
-                "deployment",
-                "finalizer-deployment",
-                "-n",
-                "finalizer-namespace",
-            ],
+            words("get deployment finalizer-deployment -n finalizer-namespace"),
         ),
         ("crd", vec!["get", "crd", "coolresources.my.crd.group"]),
         ("instance", vec!["get", "coolresource", "some-instance"]),

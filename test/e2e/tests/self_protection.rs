@@ -4,6 +4,7 @@
 //! webhook configuration (which the API server never sends to webhooks) alive by
 //! recreating it, and `--cleanup-on-shutdown` still removes it on a graceful stop.
 
+use holdfast_e2e::steps::words;
 use holdfast_e2e::{
     Env,
     controller::{start_controller, wait_configuration},
@@ -32,27 +33,9 @@ async fn holdfast_protects_its_own_installation() {
         .expect("installed");
 
     for args in [
-        vec![
-            "delete",
-            "deployment",
-            "holdfast-webhook",
-            "-n",
-            "holdfast-system",
-        ],
-        vec![
-            "delete",
-            "deployment",
-            "holdfast-controller",
-            "-n",
-            "holdfast-system",
-        ],
-        vec![
-            "delete",
-            "service",
-            "holdfast-webhook",
-            "-n",
-            "holdfast-system",
-        ],
+        words("delete deployment holdfast-webhook -n holdfast-system"),
+        words("delete deployment holdfast-controller -n holdfast-system"),
+        words("delete service holdfast-webhook -n holdfast-system"),
         vec!["delete", "crd", "dependencyrules.holdfast.dev"],
         vec!["delete", "clusterrole", "holdfast-webhook"],
         vec!["delete", "namespace", "holdfast-system"],

@@ -10,11 +10,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use holdfast_e2e::{
-    Env, bin,
-    controller::{start_controller, wait_configuration},
-    free_port, http_get,
-};
+use holdfast_e2e::steps::installed_configuration;
+use holdfast_e2e::{Env, bin, controller::start_controller, free_port, http_get};
 
 const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
 
@@ -110,10 +107,7 @@ async fn a_webhook_refuses_settings_the_controller_does_not_share() {
     // The controller installs strict webhooks and says so.
     let mut c = start_controller(&env, "controller", port, &["--strict"]).expect("controller");
     c.wait_ready(30).await.expect("controller ready");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())
-        .await
-        .expect("installed");
-    let cfg = cfg.expect("present");
+    let cfg = installed_configuration(&env).await;
     assert_eq!(
         cfg["metadata"]["annotations"]["holdfast.dev/settings"],
         r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true"],"strict":true}"#

@@ -199,6 +199,29 @@ async fn metric_sum(probe: u16, prefix: &str) -> f64 {
         .fold(0.0, |a, b| a + b)
 }
 
+/// `n` POSTs sent at once, each with the client and body `next` gives; counts
+/// in `done` those answered, and waits (at most 30 s each) for all of them.
+async fn at_once(
+    port: u16,
+    n: usize,
+    done: &Arc<AtomicU64>,
+    mut next: impl FnMut() -> anyhow::Result<(HttpsClient, Vec<u8>)>,
+) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let ((c, body), done) = (next()?, done.clone());
+        tasks.push(tokio::spawn(async move {
+            if post(&c, port, body).await.is_ok() {
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
+    }
+    Ok(())
+}
+
 async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Result<String> {
     let port = wh.port;
     let big = || vec![b' '; 3_000_000];
@@ -207,34 +230,15 @@ async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Re
         "h2-streams" => {
             let c = client(&pki.ca_pem, true)?;
             for _ in 0..4 {
-                let mut tasks = Vec::new();
-                for _ in 0..256 {
-                    let (c, body, done) = (c.clone(), big(), done.clone());
-                    tasks.push(tokio::spawn(async move {
-                        if post(&c, port, body).await.is_ok() {
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }));
-                }
-                for t in tasks {
-                    let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
-                }
+                at_once(port, 256, &done, || Ok((c.clone(), big()))).await?;
             }
         }
         "h1-bodies" => {
             for _ in 0..2 {
-                let mut tasks = Vec::new();
-                for _ in 0..250 {
-                    let (c, body, done) = (client(&pki.ca_pem, false)?, big(), done.clone());
-                    tasks.push(tokio::spawn(async move {
-                        if post(&c, port, body).await.is_ok() {
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }));
-                }
-                for t in tasks {
-                    let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
-                }
+                at_once(port, 250, &done, || {
+                    Ok((client(&pki.ca_pem, false)?, big()))
+                })
+                .await?;
             }
         }
         "idle" => {

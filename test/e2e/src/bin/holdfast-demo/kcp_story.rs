@@ -73,20 +73,16 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
         ],
     )?;
     demo.note("the controller installs the webhook in root:providers:network");
-    demo.settle(
-        &kcp.env,
-        &[
-            "--server",
-            &consumer,
-            "delete",
-            "vpc",
-            "my-vpc",
-            "--dry-run=server",
-        ],
-        20,
-        |o| o.code != 0,
-    )
-    .await;
+    let dry_run_delete_vpc = [
+        "--server",
+        &consumer,
+        "delete",
+        "vpc",
+        "my-vpc",
+        "--dry-run=server",
+    ];
+    demo.settle(&kcp.env, &dry_run_delete_vpc, 20, |o| o.code != 0)
+        .await;
 
     demo.say("The VPC is refused while the VM uses it");
     demo.run(
@@ -104,20 +100,8 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
         Expect::Succeeds,
         &["\"my-vm\" deleted"],
     )?;
-    demo.settle(
-        &kcp.env,
-        &[
-            "--server",
-            &consumer,
-            "delete",
-            "vpc",
-            "my-vpc",
-            "--dry-run=server",
-        ],
-        20,
-        |o| o.code == 0,
-    )
-    .await;
+    demo.settle(&kcp.env, &dry_run_delete_vpc, 20, |o| o.code == 0)
+        .await;
     demo.run(
         &kcp.env,
         &["--server", &consumer, "delete", "vpc", "my-vpc"],

@@ -3,6 +3,7 @@
 //! holdfast-webhook deciding.
 
 use crate::runner::{Demo, Expect};
+use holdfast_e2e::steps::words;
 use holdfast_e2e::{Env, http_get};
 
 fn refused(o: &holdfast_e2e::KubectlOutput) -> bool {
@@ -113,13 +114,7 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
     )?;
     demo.run(
         env,
-        &[
-            "delete",
-            "crd",
-            "widgets.example.com",
-            "--force",
-            "--grace-period=0",
-        ],
+        &words("delete crd widgets.example.com --force --grace-period=0"),
         Expect::Refused,
         &["is protected by ResourceProtection/widgets"],
     )?;
@@ -556,12 +551,7 @@ pub async fn anchor_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     )?;
     demo.run(
         env,
-        &[
-            "delete",
-            "namespace",
-            "vshn-postgresql-pg-1",
-            "--wait=false",
-        ],
+        &words("delete namespace vshn-postgresql-pg-1 --wait=false"),
         Expect::Succeeds,
         &["namespace \"vshn-postgresql-pg-1\" deleted"],
     )?;
@@ -612,14 +602,7 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
     )?;
     demo.run(
         env,
-        &[
-            "create",
-            "deployment",
-            "finalizer-deployment",
-            "-n",
-            "finalizer-namespace",
-            "--image=registry.example/finalizer:1",
-        ],
+        &words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"),
         Expect::Succeeds,
         &["deployment.apps/finalizer-deployment created"],
     )?;
@@ -702,12 +685,7 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
     )?;
     demo.settle(
         env,
-        &[
-            "delete",
-            "criticalservice",
-            "for-finalizer-deployment",
-            "--dry-run=server",
-        ],
+        &words("delete criticalservice for-finalizer-deployment --dry-run=server"),
         15,
         allowed,
     )
