@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+mod common;
+
 fn crds_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/crds")
 }
@@ -10,24 +12,13 @@ fn crds_dir() -> PathBuf {
 fn manifests_crds_match_the_generated_crds() {
     let dir = crds_dir();
     let files = holdfast_controller::crds::render_files().expect("CRDs render");
-    let mut problems = Vec::new();
-    for (name, want) in &files {
-        match std::fs::read_to_string(dir.join(name)) {
-            Ok(have) if &have == want => {}
-            Ok(_) => problems.push(format!("{name} differs from the generated CRD")),
-            Err(e) => problems.push(format!("{name}: {e}")),
-        }
-    }
-    let entries = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}; run hack/gen-crds.sh", dir.display()));
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let generated = std::fs::read_to_string(entry.path())
-            .is_ok_and(|c| c.starts_with(holdfast_controller::crds::GENERATED_HEADER));
-        if generated && !files.iter().any(|(n, _)| *n == name) {
-            problems.push(format!("{name} is a stale generated file"));
-        }
-    }
+    let problems = common::out_of_date(
+        &dir,
+        &files,
+        holdfast_controller::crds::GENERATED_HEADER,
+        "CRD",
+        "run hack/gen-crds.sh",
+    );
     assert!(
         problems.is_empty(),
         "manifests/crds is out of date with the API types in shared/src/api:\n  {}\n\

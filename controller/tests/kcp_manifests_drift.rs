@@ -2,29 +2,19 @@
 
 use std::path::PathBuf;
 
+mod common;
+
 #[test]
 fn manifests_kcp_match_the_generated_schemas_and_export() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/kcp");
     let files = holdfast_controller::kcp_manifests::render_files().expect("render");
-    let mut problems = Vec::new();
-    for (name, want) in &files {
-        match std::fs::read_to_string(dir.join(name)) {
-            Ok(have) if &have == want => {}
-            Ok(_) => problems.push(format!("{name} differs from the generated manifest")),
-            Err(e) => problems.push(format!("{name}: {e}")),
-        }
-    }
-    for entry in std::fs::read_dir(&dir)
-        .expect("manifests/kcp exists")
-        .flatten()
-    {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let generated = std::fs::read_to_string(entry.path())
-            .is_ok_and(|c| c.starts_with(holdfast_controller::kcp_manifests::GENERATED_HEADER));
-        if generated && !files.iter().any(|(n, _)| *n == name) {
-            problems.push(format!("{name} is a stale generated file"));
-        }
-    }
+    let problems = common::out_of_date(
+        &dir,
+        &files,
+        holdfast_controller::kcp_manifests::GENERATED_HEADER,
+        "manifest",
+        "manifests/kcp exists",
+    );
     assert!(
         problems.is_empty(),
         "manifests/kcp is out of date with shared/src/api:\n  {}\n\

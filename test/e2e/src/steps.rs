@@ -315,3 +315,37 @@ pub async fn installed_configuration(env: &Env) -> serde_json::Value {
             .unwrap_or_else(|e| panic!("no configuration installed: {e:#}"));
     cfg.expect("present")
 }
+
+/// Writes to `path` a kubeconfig whose API server nobody serves (port 1 of
+/// this host), for a process that must run without reaching one.
+pub fn write_unreachable_kubeconfig(path: &std::path::Path) -> std::io::Result<()> {
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "gone", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}],
+        "current-context": "gone",
+        "users": [{"name": "u", "user": {"token": "nope"}}],
+    });
+    std::fs::write(path, config.to_string())
+}
+
+/// What `kubectl kustomize dir` renders, as its documents; the test fails on
+/// a failed render or a document that does not parse.
+pub fn kustomize(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let kubectl = crate::kubectl_path().expect("kubectl");
+    let out = std::process::Command::new(kubectl)
+        .args([std::ffi::OsStr::new("kustomize"), dir.as_os_str()])
+        .output()
+        .expect("kubectl runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {stderr}",
+        dir.display()
+    );
+    serde_saphyr::from_multiple(&stdout).expect("rendered YAML parses")
+}

@@ -106,14 +106,9 @@ fn objects(env: &Env) {
     ));
     env.run(&["create", "namespace", "shop"]);
     for cm in ["keep", "free", "glass", "casc"] {
-        env.run(&[
-            "create",
-            "configmap",
-            cm,
-            "-n",
-            "shop",
-            "--from-literal=a=b",
-        ]);
+        env.run(&words(&format!(
+            "create configmap {cm} -n shop --from-literal=a=b"
+        )));
     }
     env.run(&words(
         "label configmap keep -n shop holdfast.dev/protected=Always",

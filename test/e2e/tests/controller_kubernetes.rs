@@ -206,13 +206,9 @@ async fn resource_protection_drives_the_configuration() {
         .expect("invalid condition");
     assert_eq!(invalid["status"], "False");
     let out = env
-        .kubectl(&[
-            "get",
-            "resourceprotection",
-            "shop-config",
-            "-o",
-            "jsonpath={.status.observedGeneration}",
-        ])
+        .kubectl(&words(
+            "get resourceprotection shop-config -o jsonpath={.status.observedGeneration}",
+        ))
         .expect("kubectl");
     assert_eq!(out.stdout, "1");
 
@@ -244,13 +240,7 @@ async fn resource_protection_drives_the_configuration() {
     assert!(has_rule(cfg.as_ref(), "", "configmaps"));
     let out = env
         .kubectl_until(
-            &[
-                "get",
-                "resourceprotection",
-                "shop-config",
-                "-o",
-                "jsonpath={.status.observedGeneration}",
-            ],
+            &words("get resourceprotection shop-config -o jsonpath={.status.observedGeneration}"),
             10,
             |o| o.stdout == "2",
         )

@@ -131,13 +131,9 @@ fn the_demo_refuses_to_touch_objects_it_did_not_create() {
          exists on this cluster (the demo creates and deletes it)\n"
     );
     assert_eq!(cluster.objects(), before);
-    let (code, labels, err) = cluster.kubectl(&[
-        "get",
-        "namespace",
-        "shop",
-        "-o",
-        "jsonpath={.metadata.labels.owner}",
-    ]);
+    let (code, labels, err) = cluster.kubectl(&words(
+        "get namespace shop -o jsonpath={.metadata.labels.owner}",
+    ));
     assert_eq!((code, labels.as_str()), (0, "someone-else"), "{err}");
 }
 

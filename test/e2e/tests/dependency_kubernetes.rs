@@ -182,13 +182,7 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
     let port = env.webhook.as_ref().map(|w| w.port).expect("running");
     env.webhook = None;
     let bad_kubeconfig = env.dir.path().join("unreachable");
-    std::fs::write(
-        &bad_kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1\n\
-         contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\ncurrent-context: gone\n\
-         users:\n- name: u\n  user:\n    token: nope\n",
-    )
-    .expect("kubeconfig");
+    holdfast_e2e::steps::write_unreachable_kubeconfig(&bad_kubeconfig).expect("kubeconfig");
     let bad = bad_kubeconfig.to_string_lossy().into_owned();
     env.start_webhook_on(port, &["--kubeconfig", &bad])
         .await

@@ -6,7 +6,7 @@
 //! started with the arguments of the rendered host Deployments, as the
 //! ServiceAccounts that part creates, enforce Karmada's protection label.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
 use holdfast_e2e::{
     controller::start_controller,
@@ -18,18 +18,7 @@ fn render(part: &str) -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../manifests/overlays/karmada")
         .join(part);
-    let out = Command::new(holdfast_e2e::kubectl_path().expect("kubectl"))
-        .arg("kustomize")
-        .arg(&dir)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_saphyr::from_multiple::<Value>(&String::from_utf8(out.stdout).expect("utf-8"))
-        .expect("YAML")
+    holdfast_e2e::steps::kustomize(&dir)
 }
 
 fn kinds(docs: &[Value]) -> Vec<String> {
@@ -210,15 +199,7 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
     );
     // Leader election ran in karmada-apiserver's holdfast-system.
     env.prints(
-        &[
-            "get",
-            "lease",
-            "holdfast-controller",
-            "-n",
-            "holdfast-system",
-            "-o",
-            "jsonpath={.metadata.name}",
-        ],
+        &words("get lease holdfast-controller -n holdfast-system -o jsonpath={.metadata.name}"),
         "holdfast-controller",
     );
 

@@ -234,14 +234,9 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     env.apply("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n")
         .expect("pvc");
     for cm in ["a", "b"] {
-        env.run(&[
-            "create",
-            "configmap",
-            cm,
-            "-n",
-            "shop",
-            "--from-literal=k=v",
-        ]);
+        env.run(&words(&format!(
+            "create configmap {cm} -n shop --from-literal=k=v"
+        )));
     }
     let out = env.until_failed(&["delete", "namespace", "shop"]).await;
     assert!(

@@ -11,6 +11,7 @@ use std::{
 };
 
 use holdfast_e2e::steps::installed_configuration;
+use holdfast_e2e::steps::words;
 use holdfast_e2e::{Env, bin, controller::start_controller, free_port, http_get};
 
 const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
@@ -163,13 +164,7 @@ async fn a_webhook_refuses_settings_the_controller_does_not_share() {
         "{out:?}"
     );
     env.prints(
-        &[
-            "get",
-            "configmap",
-            "db",
-            "-o",
-            "jsonpath={.metadata.labels}",
-        ],
+        &words("get configmap db -o jsonpath={.metadata.labels}"),
         r#"{"holdfast.dev/protected":"true"}"#,
     );
     // Still serving a while later (the check keeps agreeing).

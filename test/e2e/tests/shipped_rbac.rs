@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use holdfast_e2e::steps::words;
 use holdfast_e2e::{
     controller::wait_configuration, fixtures, steps::shipped_with_issued_certificate,
 };
@@ -63,29 +64,15 @@ async fn both_binaries_run_as_the_shipped_service_accounts() {
         "{out:?}"
     );
     assert_eq!(
-        env.run(&[
-            "get",
-            "widget",
-            "w1",
-            "-n",
-            "shop",
-            "-o",
-            "jsonpath={.metadata.name}"
-        ])
-        .stdout,
+        env.run(&words("get widget w1 -n shop -o jsonpath={.metadata.name}"))
+            .stdout,
         "w1"
     );
     // Label protection and the Lease work under the same identities.
     assert_eq!(
-        env.run(&[
-            "get",
-            "lease",
-            "holdfast-controller",
-            "-n",
-            "holdfast-system",
-            "-o",
-            "jsonpath={.metadata.name}"
-        ])
+        env.run(&words(
+            "get lease holdfast-controller -n holdfast-system -o jsonpath={.metadata.name}"
+        ))
         .stdout,
         "holdfast-controller"
     );

@@ -70,12 +70,7 @@ async fn start(pki: &holdfast_e2e::Pki, extra: &[&str]) -> anyhow::Result<Webhoo
     std::fs::write(dir.path().join("tls.crt"), &pki.cert_pem)?;
     std::fs::write(dir.path().join("tls.key"), &pki.key_pem)?;
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1\n\
-         contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\ncurrent-context: gone\n\
-         users:\n- name: u\n  user:\n    token: nope\n",
-    )?;
+    holdfast_e2e::steps::write_unreachable_kubeconfig(&kubeconfig)?;
     let (port, probe) = (holdfast_e2e::free_port()?, holdfast_e2e::free_port()?);
     let child = Command::new(holdfast_e2e::bin("holdfast-webhook")?)
         .args(["--listen", &format!("127.0.0.1:{port}")])
