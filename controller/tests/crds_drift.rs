@@ -1,30 +1,10 @@
 //! `manifests/crds/` must be exactly what the code generates.
 
-use std::path::PathBuf;
-
 mod common;
-
-fn crds_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/crds")
-}
 
 #[test]
 fn manifests_crds_match_the_generated_crds() {
-    let dir = crds_dir();
-    let files = holdfast_controller::crds::render_files().expect("CRDs render");
-    let problems = common::out_of_date(
-        &dir,
-        &files,
-        holdfast_controller::crds::GENERATED_HEADER,
-        "CRD",
-        "run hack/gen-crds.sh",
-    );
-    assert!(
-        problems.is_empty(),
-        "manifests/crds is out of date with the API types in shared/src/api:\n  {}\n\
-         Run hack/gen-crds.sh and commit the result.",
-        problems.join("\n  ")
-    );
+    common::assert_up_to_date(common::Generated::Crds);
 }
 
 #[test]

@@ -44,11 +44,13 @@ fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{kind}/{name} missing"))
 }
 
+/// The strings of a JSON array (none for anything else).
 fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.as_str().map(str::to_string))
+    let items = v.as_array().map(Vec::as_slice).unwrap_or_default();
+    items
+        .iter()
+        .filter_map(Value::as_str)
+        .map(String::from)
         .collect()
 }
 

@@ -36,14 +36,20 @@ impl Env {
             .unwrap_or_else(|e| panic!("{args:?} never failed: {e:#}"))
     }
 
+    /// `kubectl args` as the admin, whatever its exit code (the test fails only
+    /// when kubectl cannot be run at all).
+    pub fn attempt(&self, args: &[&str]) -> KubectlOutput {
+        self.kubectl(args).expect("kubectl runs")
+    }
+
     /// Asserts `kubectl args` exits 0 printing exactly `stdout`.
     pub fn prints(&self, args: &[&str], stdout: &str) {
-        deleted(&self.kubectl(args).expect("kubectl runs"), stdout);
+        deleted(&self.attempt(args), stdout);
     }
 
     /// Asserts `kubectl args` exits 1 printing exactly `stderr`.
     pub fn refuses(&self, args: &[&str], stderr: &str) {
-        refused(&self.kubectl(args).expect("kubectl runs"), stderr);
+        refused(&self.attempt(args), stderr);
     }
 }
 

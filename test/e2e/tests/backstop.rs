@@ -29,9 +29,7 @@ async fn stack(webhook_args: &[&str]) -> (Env, String) {
 /// The live policy or binding (`kind`), None when absent; any other kubectl
 /// failure fails the test.
 fn live(env: &Env, kind: &str) -> Option<Value> {
-    let out = env
-        .kubectl(&["get", kind, NAME, "-o", "json"])
-        .expect("kubectl runs");
+    let out = env.attempt(&["get", kind, NAME, "-o", "json"]);
     if out.code != 0 {
         assert!(
             out.stderr.contains("NotFound") || out.stderr.contains("not found"),
@@ -147,34 +145,29 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
     // Up or down, the API server refuses a labelled DELETE: the backstop is
     // evaluated before the webhooks.
     refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "keep", "-n", "shop"]),
         &backstop_denial("configmaps", "keep", CM_MESSAGE),
     );
 
     // The webhook process stops.
     drop(env.webhook.take().expect("webhook running"));
     refused(
-        &env.kubectl(&["delete", "namespace", "guarded"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "namespace", "guarded"]),
         &backstop_denial("namespaces", "guarded", NS_MESSAGE),
     );
     refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "keep", "-n", "shop"]),
         &backstop_denial("configmaps", "keep", CM_MESSAGE),
     );
     // Break-glass passes the backstop (it cannot ask who set it); the webhook,
     // which judges the marker, is down and fails closed.
     refused(
-        &env.kubectl(&["delete", "configmap", "glass", "-n", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "glass", "-n", "shop"]),
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     // Cascading is left to the webhook (the backstop cannot see live contents).
     refused(
-        &env.kubectl(&["delete", "configmap", "casc", "-n", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "casc", "-n", "shop"]),
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     exists(&env, &["namespace", "guarded"]);
@@ -222,8 +215,7 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
     })
     .await;
     refused(
-        &env.kubectl(&["delete", "namespace", "guarded"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "namespace", "guarded"]),
         &backstop_denial("namespaces", "guarded", NS_MESSAGE),
     );
     drop(c);
@@ -280,13 +272,11 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     .expect("widget");
     drop(env.webhook.take().expect("webhook running"));
     refused(
-        &env.kubectl(&words("label widget w1 -n shop holdfast.dev/protected-"))
-            .expect("kubectl"),
+        &env.attempt(&words("label widget w1 -n shop holdfast.dev/protected-")),
         &webhook_down("strict-label-0.holdfast.dev", port),
     );
     refused(
-        &env.kubectl(&["delete", "widget", "w1", "-n", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "widget", "w1", "-n", "shop"]),
         &backstop_denial(
             "widgets.example.com",
             "w1",
@@ -300,10 +290,9 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         )
     };
     refused(
-        &env.kubectl(&words(
+        &env.attempt(&words(
             "label configmap keep -n shop holdfast.dev/protected-",
-        ))
-        .expect("kubectl"),
+        )),
         &backstop_denial(
             "configmaps",
             "keep",
@@ -316,8 +305,7 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         ),
     );
     refused(
-        &env.kubectl(&words("label --overwrite namespace guarded holdfast.dev/protected=no holdfast.dev/strict-exempt=true"))
-        .expect("kubectl"),
+        &env.attempt(&words("label --overwrite namespace guarded holdfast.dev/protected=no holdfast.dev/strict-exempt=true")),
         &backstop_denial(
             "namespaces",
             "guarded",
@@ -331,10 +319,9 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     );
     // Cascading counts as protecting for strict mode too.
     refused(
-        &env.kubectl(&words(
+        &env.attempt(&words(
             "label configmap casc -n shop holdfast.dev/protected-",
-        ))
-        .expect("kubectl"),
+        )),
         &backstop_denial(
             "configmaps",
             "casc",
@@ -348,16 +335,14 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     );
     // A stored exemption passes the backstop; the strict webhook (down) fails closed.
     refused(
-        &env.kubectl(&words(
+        &env.attempt(&words(
             "label configmap free -n shop holdfast.dev/protected-",
-        ))
-        .expect("kubectl"),
+        )),
         &webhook_down("strict-label-0.holdfast.dev", port),
     );
     // Deletes under strict mode: the message tells how to unprotect first.
     refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "keep", "-n", "shop"]),
         &backstop_denial(
             "configmaps",
             "keep",
@@ -378,13 +363,11 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     .await;
     wait_backstop(&env, "removed", |p, b| p.is_none() && b.is_none()).await;
     refused(
-        &env.kubectl(&["delete", "namespace", "guarded"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "namespace", "guarded"]),
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "keep", "-n", "shop"]),
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     exists(&env, &["namespace", "guarded"]);
@@ -429,8 +412,7 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         &format!("{karmada}=Always"),
     ]);
     refused(
-        &env.kubectl(&["delete", "configmap", "template", "-n", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "template", "-n", "shop"]),
         &backstop_denial(
             "configmaps",
             "template",

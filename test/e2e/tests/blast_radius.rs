@@ -192,13 +192,10 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     };
     let shop_cm = "holdfast: ConfigMap shop/settings is protected by ResourceProtection/shop-config (selects configmaps in namespace shop), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection shop-config), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection. To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).";
     refused(
-        &env.kubectl(&words("delete configmap settings -n shop --dry-run=server"))
-            .expect("kubectl"),
+        &env.attempt(&words("delete configmap settings -n shop --dry-run=server")),
         &denial("policies-0.holdfast.dev", shop_cm),
     );
-    let out = env
-        .kubectl(&["delete", "namespace", "shop", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "shop", "--dry-run=server"]);
     refused(
         &out,
         &denial(
@@ -206,9 +203,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
             "holdfast: Namespace shop holds objects that are protected from deletion: ConfigMap shop/kube-root-ca.crt (ResourceProtection/shop-config), ConfigMap shop/settings (ResourceProtection/shop-config) (policy: containment), so it cannot be deleted: that would leave it half-deleted. To delete it, first lift the protection of those objects (or delete them), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection on the namespace.",
         ),
     );
-    let out = env
-        .kubectl(&words("delete configmap keep -n labelled --dry-run=server"))
-        .expect("kubectl");
+    let out = env.attempt(&words("delete configmap keep -n labelled --dry-run=server"));
     refused(
         &out,
         &denial(
@@ -216,9 +211,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
             "holdfast: ConfigMap labelled/keep is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps keep -n labelled holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
         ),
     );
-    let out = env
-        .kubectl(&["delete", "namespace", "labelled", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "labelled", "--dry-run=server"]);
     refused(
         &out,
         &denial(
@@ -237,23 +230,19 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     };
     // Protected objects, and the namespaces holding them, stay refused.
     refused(
-        &env.kubectl(&["delete", "configmap", "settings", "-n", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "settings", "-n", "shop"]),
         &down("policies-0.holdfast.dev"),
     );
     refused(
-        &env.kubectl(&["delete", "namespace", "shop"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "namespace", "shop"]),
         &down("containment.holdfast.dev"),
     );
     refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "labelled"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "keep", "-n", "labelled"]),
         &down("delete-label-0.holdfast.dev"),
     );
     refused(
-        &env.kubectl(&["delete", "namespace", "labelled"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "namespace", "labelled"]),
         &down("containment.holdfast.dev"),
     );
     exists(&env, &["configmap", "settings", "-n", "shop"]);
@@ -264,23 +253,19 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     // Everything else goes: a ConfigMap elsewhere, an unprotected namespace,
     // anything in kube-system.
     deleted(
-        &env.kubectl(&["delete", "configmap", "unrelated", "-n", "other"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "unrelated", "-n", "other"]),
         "configmap \"unrelated\" deleted\n",
     );
     deleted(
-        &env.kubectl(&["delete", "namespace", "scratch", "--wait=false"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "namespace", "scratch", "--wait=false"]),
         "namespace \"scratch\" deleted\n",
     );
     deleted(
-        &env.kubectl(&["delete", "configmap", "sys-cm", "-n", "kube-system"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "configmap", "sys-cm", "-n", "kube-system"]),
         "configmap \"sys-cm\" deleted\n",
     );
     deleted(
-        &env.kubectl(&["delete", "secret", "sys-secret", "-n", "kube-system"])
-            .expect("kubectl"),
+        &env.attempt(&["delete", "secret", "sys-secret", "-n", "kube-system"]),
         "secret \"sys-secret\" deleted\n",
     );
     drop(controller);
@@ -342,9 +327,7 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
         entry["namespaceSelector"],
         serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-node-lease", "kube-public", "kube-system"]}]})
     );
-    let out = env
-        .kubectl(&["delete", "secret", "s", "-n", "b", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "secret", "s", "-n", "b", "--dry-run=server"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         out.stderr,

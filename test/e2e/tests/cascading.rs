@@ -591,9 +591,7 @@ async fn label_only_mode_protects_cascading_like_always() {
         &env,
         &words("label namespace empty holdfast.dev/protected=Cascading"),
     );
-    let out = env
-        .kubectl(&["delete", "namespace", "empty", "--wait=false"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "empty", "--wait=false"]);
     assert_eq!(
         (out.code, out.stderr.trim_end()),
         (
@@ -615,9 +613,7 @@ async fn label_only_mode_protects_cascading_like_always() {
         &env,
         &deployment("empty", "idle", "holdfast.dev/protected=Cascading", 0),
     );
-    let out = env
-        .kubectl(&["delete", "deployment", "idle", "-n", "empty"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "deployment", "idle", "-n", "empty"]);
     assert_eq!(
         (out.code, out.stderr.trim_end()),
         (

@@ -205,11 +205,9 @@ async fn resource_protection_drives_the_configuration() {
         .expect("kubectl")
         .expect("invalid condition");
     assert_eq!(invalid["status"], "False");
-    let out = env
-        .kubectl(&words(
-            "get resourceprotection shop-config -o jsonpath={.status.observedGeneration}",
-        ))
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "get resourceprotection shop-config -o jsonpath={.status.observedGeneration}",
+    ));
     assert_eq!(out.stdout, "1");
 
     // The protection works end to end.
@@ -775,9 +773,7 @@ async fn managed_ca_rotation_keeps_admission_working() {
     ));
 
     let check = |env: &Env| {
-        let out = env
-            .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
-            .expect("kubectl");
+        let out = env.attempt(&["delete", "namespace", "vault", "--dry-run=server"]);
         assert_ne!(out.code, 0, "deletion must be refused: {out:?}");
         assert!(
             out.refused_with(&denied_by(
@@ -789,11 +785,9 @@ async fn managed_ca_rotation_keeps_admission_working() {
     };
     check(&env);
     // Self-protection: the CA Secret carries the protection label.
-    let out = env
-        .kubectl(&words(
-            "delete secret holdfast-webhook-tls --dry-run=server",
-        ))
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "delete secret holdfast-webhook-tls --dry-run=server",
+    ));
     assert!(
         out.code != 0
             && out
@@ -954,9 +948,7 @@ async fn managed_ca_serves_a_service_target() {
     env.run(&words(
         "label namespace vault holdfast.dev/protected=Always",
     ));
-    let out = env
-        .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "vault", "--dry-run=server"]);
     assert_ne!(out.code, 0, "{out:?}");
     assert!(
         out.refused_with(&denied_by(
@@ -1030,9 +1022,7 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
     env.run(&words(
         "label namespace minio resourcetemplate.karmada.io/deletion-protected=Always",
     ));
-    let out = env
-        .kubectl(&["delete", "namespace", "minio", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "minio", "--dry-run=server"]);
     assert_ne!(out.code, 0, "{out:?}");
     assert!(
         out.refused_with(&denied_by(
@@ -1138,9 +1128,7 @@ async fn ca_bundle_file_is_re_read() {
     // Admission still works: the webhook's CA is in the bundle.
     env.run(&["create", "namespace", "vault"]);
     env.run(&["label", "namespace", "vault", "holdfast.dev/protected=true"]);
-    let out = env
-        .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "vault", "--dry-run=server"]);
     assert!(
         out.refused_with(&denied_by(
             "delete-label-0.holdfast.dev",

@@ -149,11 +149,9 @@ async fn a_vpc_goes_right_after_its_last_vm() {
         env.webhook_reviews("UPDATE").await.expect("metrics"),
         updates
     );
-    let out = env
-        .kubectl(&words(
-            "annotate --overwrite vpc my-vpc holdfast.dev/delete-requested-by=bob",
-        ))
-        .expect("kubectl runs");
+    let out = env.attempt(&words(
+        "annotate --overwrite vpc my-vpc holdfast.dev/delete-requested-by=bob",
+    ));
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         env.webhook_reviews("UPDATE").await.expect("metrics"),

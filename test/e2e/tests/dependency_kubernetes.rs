@@ -99,9 +99,7 @@ async fn vpc_story(mode: &str) {
         "{disks: [{vpcRef: {name: other}}, {vpcRef: {name: net-a}}]}",
     ))
     .expect("vm");
-    let out = env
-        .kubectl(&["delete", "vpc", "net-a", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "vpc", "net-a", "--dry-run=server"]);
     assert_eq!(
         out.code, 0,
         "scalar path does not see list references yet: {out:?}"
@@ -118,7 +116,7 @@ async fn vpc_story(mode: &str) {
     env.run(&words(
         "annotate vpc net-a holdfast.dev/skip-protection=true",
     ));
-    let out = env.kubectl(&["delete", "vpc", "net-a"]).expect("kubectl");
+    let out = env.attempt(&["delete", "vpc", "net-a"]);
     assert_eq!(out.code, 0, "{out:?}");
 
     // Cluster-scoped dependency referenced from namespaced claims in any namespace.
@@ -187,9 +185,7 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
     env.start_webhook_on(port, &["--kubeconfig", &bad])
         .await
         .expect("restarted");
-    let out = env
-        .kubectl(&["delete", "vpc", "v", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "vpc", "v", "--dry-run=server"]);
     assert!(
         refused_with(&out, "holdfast: not ready yet, retry later"),
         "{out:?}"
@@ -259,9 +255,7 @@ async fn failed_live_lookup_refuses_and_is_counted() {
         "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n",
     )
     .expect("vpc");
-    let out = env
-        .kubectl(&["delete", "vpc", "my-vpc", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "vpc", "my-vpc", "--dry-run=server"]);
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
             "holdfast-test-policies.holdfast.dev",

@@ -82,11 +82,9 @@ fn blocked_events(env: &Env, ns: &str, name: &str) -> Vec<Value> {
 async fn dry_run_is_refused_without_an_event() {
     let mut env = Env::for_kubernetes_test().await.expect("env");
     // The configuration "holdfast" is cluster-wide: never take over someone's.
-    let out = env
-        .kubectl(&words(
-            "get validatingwebhookconfiguration holdfast -o name",
-        ))
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "get validatingwebhookconfiguration holdfast -o name",
+    ));
     assert!(
         out.code != 0 && out.stderr.contains("(NotFound)"),
         "a configuration \"holdfast\" already exists: {out:?}"
@@ -154,9 +152,7 @@ async fn dry_run_is_refused_without_an_event() {
     // The real attempt on another object is refused the same way and leaves an
     // Event. Events are published in order by one worker, so once this one is
     // visible, one for the dry run would be too.
-    let out = env
-        .kubectl(&["delete", "configmap", "real", "-n", &ns])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "real", "-n", &ns]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.starts_with(&refusal("real")), "{out:?}");
     let out = env

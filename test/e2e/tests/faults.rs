@@ -308,9 +308,7 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
         "a protected object was deleted"
     );
     for (ns, name, _) in PROTECTED {
-        let out = env
-            .kubectl(&["get", "configmap", name, "-n", ns, "-o", "name"])
-            .expect("kubectl");
+        let out = env.attempt(&["get", "configmap", name, "-n", ns, "-o", "name"]);
         assert_eq!(out.code, 0, "{ns}/{name} is gone: {out:?}");
         assert_eq!(out.stdout.trim(), format!("configmap/{name}"));
     }
@@ -324,9 +322,7 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
         c(&counts.protected_refused),
         c(&counts.unprotected_deleted)
     );
-    let rest = env
-        .kubectl(&["get", "configmaps", "-n", "scratch", "-o", "name"])
-        .expect("kubectl");
+    let rest = env.attempt(&["get", "configmaps", "-n", "scratch", "-o", "name"]);
     assert_eq!(rest.code, 0, "{rest:?}");
     assert!(
         !rest.stdout.contains("configmap/tmp-"),

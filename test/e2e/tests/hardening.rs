@@ -98,7 +98,7 @@ fn as_alice(env: &Env, args: &[&str]) -> KubectlOutput {
 fn get_json(env: &Env, args: &[&str]) -> Value {
     let mut a = args.to_vec();
     a.extend(["-o", "json"]);
-    serde_json::from_str(&ok(env.kubectl(&a).expect("kubectl")).stdout).expect("JSON")
+    serde_json::from_str(&ok(env.attempt(&a)).stdout).expect("JSON")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -131,9 +131,7 @@ async fn crd_deletion_is_refused_while_an_instance_is_protected() {
          CustomResourceDefinition.",
     );
     // Nothing was deleted.
-    let names = ok(env
-        .kubectl(&["get", "widgets", "-o", "name"])
-        .expect("kubectl"));
+    let names = ok(env.attempt(&["get", "widgets", "-o", "name"]));
     assert_eq!(
         names.stdout,
         "widget.example.com/plain\nwidget.example.com/precious\n"
@@ -194,18 +192,14 @@ async fn eviction_of_a_protected_pod_is_refused() {
          holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if \
          you are allowed to bypass protection.",
     );
-    ok(env
-        .kubectl(&["get", "pod", "pinned", "-n", "default"])
-        .expect("kubectl"));
+    ok(env.attempt(&["get", "pod", "pinned", "-n", "default"]));
     let out = ok(evict("free"));
     let status: Value = serde_json::from_str(&out.stdout).expect("Status");
     assert_eq!(
         status,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
     );
-    let out = env
-        .kubectl(&["get", "pod", "free", "-n", "default"])
-        .expect("kubectl");
+    let out = env.attempt(&["get", "pod", "free", "-n", "default"]);
     refused_with(
         &out,
         "Error from server (NotFound): pods \"free\" not found",
@@ -229,10 +223,8 @@ async fn strict_mode_covers_subresources() {
     );
     let s = shipped(true).await;
     let env = &s.env;
-    ok(env.kubectl(&["create", "ns", "vault"]).expect("kubectl"));
-    ok(env
-        .kubectl(&["label", "ns", "vault", "holdfast.dev/protected=Always"])
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "ns", "vault"]));
+    ok(env.attempt(&["label", "ns", "vault", "holdfast.dev/protected=Always"]));
     // namespaces/status: a merge patch dropping the label.
     let out = as_alice(
         env,
@@ -391,13 +383,9 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     );
     let s = shipped(true).await;
     let env = &s.env;
-    ok(env.kubectl(&["create", "ns", "shop"]).expect("kubectl"));
-    ok(env
-        .kubectl(&["create", "cm", "settings", "-n", "shop"])
-        .expect("kubectl"));
-    ok(env
-        .kubectl(&["create", "secret", "generic", "keys", "-n", "shop"])
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "ns", "shop"]));
+    ok(env.attempt(&["create", "cm", "settings", "-n", "shop"]));
+    ok(env.attempt(&["create", "secret", "generic", "keys", "-n", "shop"]));
     env.apply(GUARDED_CMS).expect("policy");
     env.apply(UNLABELLED_STRICT).expect("policy");
     // Wait until the policy protects the ConfigMap.
@@ -469,7 +457,7 @@ async fn a_new_crd_is_contained_at_once() {
     );
     let s = shipped(false).await;
     let env = &s.env;
-    ok(env.kubectl(&["create", "ns", "fresh"]).expect("kubectl"));
+    ok(env.attempt(&["create", "ns", "fresh"]));
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
     env.wait_served(&["widgets", "-n", "fresh"]).await;
@@ -506,9 +494,7 @@ async fn a_new_crd_is_contained_at_once() {
     .expect("contained");
     let phase = get_json(env, &["get", "ns", "fresh"])["status"]["phase"].clone();
     assert_eq!(phase, "Active");
-    ok(env
-        .kubectl(&["get", "widget", "new", "-n", "fresh"])
-        .expect("kubectl"));
+    ok(env.attempt(&["get", "widget", "new", "-n", "fresh"]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -518,9 +504,7 @@ async fn look_alike_protection_values_warn() {
     );
     let s = shipped(false).await;
     let env = &s.env;
-    ok(env
-        .kubectl(&["create", "cm", "almost", "-n", "default"])
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "cm", "almost", "-n", "default"]));
     let out = ok(as_alice(
         env,
         &words("label cm almost -n default holdfast.dev/protected=always"),
@@ -563,14 +547,10 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
         env.exists(&["deployment", "holdfast-webhook", "-n", "holdfast-system"])
             .expect("get")
     );
-    ok(env
-        .kubectl(&["create", "cm", "keep", "-n", "default"])
-        .expect("kubectl"));
-    ok(env
-        .kubectl(&words(
-            "label cm keep -n default holdfast.dev/protected=true",
-        ))
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "cm", "keep", "-n", "default"]));
+    ok(env.attempt(&words(
+        "label cm keep -n default holdfast.dev/protected=true",
+    )));
     let message = "ValidatingAdmissionPolicy 'holdfast-self-protection' with binding \
                    'holdfast-self-protection' denied request: holdfast: this object is part of \
                    holdfast's own installation; only the holdfast controller \
@@ -581,49 +561,37 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
                    with the controller stopped.";
     // The cluster admin (system:masters) is not the controller: refused, for the
     // configuration, a CRD, and scaling the webhook away.
-    let out = env
-        .kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     refused_with(
         &out,
         &format!(
             "Error from server (Forbidden): validatingwebhookconfigurations.admissionregistration.k8s.io \"holdfast\" is forbidden: {message}"
         ),
     );
-    let out = env
-        .kubectl(&["delete", "crd", "resourceprotections.holdfast.dev"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "crd", "resourceprotections.holdfast.dev"]);
     refused_with(
         &out,
         &format!(
             "Error from server (Forbidden): customresourcedefinitions.apiextensions.k8s.io \"resourceprotections.holdfast.dev\" is forbidden: {message}"
         ),
     );
-    let out = env
-        .kubectl(&words(
-            "scale deployment holdfast-webhook -n holdfast-system --replicas=0",
-        ))
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "scale deployment holdfast-webhook -n holdfast-system --replicas=0",
+    ));
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.trim_end().ends_with(message), "{}", out.stderr);
     // It holds while the webhook is down: the API server evaluates it.
     s.env.webhook = None;
     let env = &s.env;
-    let out = env
-        .kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.trim_end().ends_with(message), "{}", out.stderr);
     // So deleting the configuration and then a protected object back to back does
     // not get the object deleted (the webhook being down, the API server fails
     // closed).
-    let out = env
-        .kubectl(&["delete", "cm", "keep", "-n", "default"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "cm", "keep", "-n", "default"]);
     assert_eq!(out.code, 1, "{out:?}");
-    ok(env
-        .kubectl(&["get", "cm", "keep", "-n", "default"])
-        .expect("kubectl"));
+    ok(env.attempt(&["get", "cm", "keep", "-n", "default"]));
     // A member of the named admin group may change it.
     ok(env
         .kubectl_as(
@@ -632,12 +600,8 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
         )
         .expect("kubectl"));
     // Other objects of the same kinds are not concerned.
-    ok(env
-        .kubectl(&["create", "cm", "holdfast-webhook", "-n", "holdfast-system"])
-        .expect("kubectl"));
-    ok(env
-        .kubectl(&["delete", "cm", "holdfast-webhook", "-n", "holdfast-system"])
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "cm", "holdfast-webhook", "-n", "holdfast-system"]));
+    ok(env.attempt(&["delete", "cm", "holdfast-webhook", "-n", "holdfast-system"]));
 }
 
 const BROKEN_API: &str = r#"
@@ -661,20 +625,14 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
     let s = shipped(false).await;
     let env = &s.env;
     let probe = env.webhook.as_ref().map(|w| w.probe_port).expect("probe");
-    ok(env.kubectl(&["create", "ns", "victim"]).expect("kubectl"));
+    ok(env.attempt(&["create", "ns", "victim"]));
     for name in ["plain", "precious"] {
-        ok(env
-            .kubectl(&["create", "cm", name, "-n", "victim"])
-            .expect("kubectl"));
+        ok(env.attempt(&["create", "cm", name, "-n", "victim"]));
     }
-    ok(env
-        .kubectl(&["create", "secret", "generic", "creds", "-n", "victim"])
-        .expect("kubectl"));
-    ok(env
-        .kubectl(&words(
-            "label cm precious -n victim holdfast.dev/protected=Always",
-        ))
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "secret", "generic", "creds", "-n", "victim"]));
+    ok(env.attempt(&words(
+        "label cm precious -n victim holdfast.dev/protected=Always",
+    )));
     let contained = "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" \
                      denied the request: holdfast: Namespace victim holds objects that are \
                      protected from deletion: ConfigMap victim/precious (label) (policy: \
@@ -729,9 +687,7 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
     );
     let phase = get_json(env, &["get", "ns", "victim"])["status"]["phase"].clone();
     assert_eq!(phase, "Active");
-    let names = ok(env
-        .kubectl(&["get", "cm,secret", "-n", "victim", "-o", "name"])
-        .expect("kubectl"));
+    let names = ok(env.attempt(&["get", "cm,secret", "-n", "victim", "-o", "name"]));
     assert_eq!(
         names.stdout,
         "configmap/kube-root-ca.crt\nconfigmap/plain\nconfigmap/precious\nsecret/creds\n"
@@ -743,9 +699,7 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
 
     // The API comes back (its APIService removed): ready again, and the label store
     // was kept all along: containment names the protected object at once.
-    ok(env
-        .kubectl(&["delete", "apiservice", "v1beta1.metrics.k8s.io"])
-        .expect("kubectl"));
+    ok(env.attempt(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]));
     env.wait_webhook_ready().await.expect("ready again");
     let out = as_alice(env, &["delete", "ns", "victim", "--dry-run=server"]);
     refused_with(&out, contained);

@@ -162,9 +162,7 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
     let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     let part = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../manifests/overlays/karmada/karmada-apiserver");
-    let out = env
-        .kubectl(&["apply", "-k", &part.to_string_lossy()])
-        .expect("kubectl");
+    let out = env.attempt(&["apply", "-k", &part.to_string_lossy()]);
     assert_eq!(out.code, 0, "{out:?}");
     let host = render("host");
     let (controller_kc, webhook_kc) = service_account_kubeconfigs(&env);

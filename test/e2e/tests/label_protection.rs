@@ -33,17 +33,13 @@ async fn karmada_test_plan_for_labels() {
     ]);
 
     // 1. No protection: deletion allowed.
-    let out = env
-        .kubectl(&["delete", "configmap", "cfg", "-n", minio])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "cfg", "-n", minio]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout, "configmap \"cfg\" deleted\n");
 
     // 2. With protection: denied, byte for byte as kubectl prints a webhook denial.
     env.run(&["label", "namespace", minio, "holdfast.dev/protected=Always"]);
-    let out = env
-        .kubectl(&["delete", "namespace", minio])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", minio]);
     assert_eq!(out.code, 1, "{out:?}");
     let expected = format!(
         "Error from server (Forbidden): admission webhook \"delete-label-0.holdfast.dev\" denied the request: \
@@ -55,26 +51,18 @@ or set the annotation holdfast.dev/skip-protection=true if you are allowed to by
     assert_eq!(out.stderr, expected);
 
     // Force and server-side dry run are denied too.
-    let out = env
-        .kubectl(&["delete", "namespace", minio, "--force", "--grace-period=0"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", minio, "--force", "--grace-period=0"]);
     // (kubectl warns about --force first, then prints the same denial.)
     assert!(out.refused_with(expected), "{out:?}");
-    let out = env
-        .kubectl(&["delete", "namespace", minio, "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", minio, "--dry-run=server"]);
     assert!(out.refused_with(expected), "{out:?}");
     // Still there, not terminating.
-    let out = env
-        .kubectl(&["get", "namespace", minio, "-o", "jsonpath={.status.phase}"])
-        .expect("kubectl");
+    let out = env.attempt(&["get", "namespace", minio, "-o", "jsonpath={.status.phase}"]);
     assert_eq!(out.stdout, "Active");
 
     // 3. Protection removed: deletion allowed.
     env.run(&["label", "namespace", minio, "holdfast.dev/protected-"]);
-    let out = env
-        .kubectl(&["delete", "namespace", minio, "--wait=false"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", minio, "--wait=false"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         env.webhook_log().contains(&format!(
@@ -117,18 +105,12 @@ async fn karmada_and_orkestra_keys() {
         env.run(&["label", "configmap", name, label]);
     }
     // Karmada: only Always protects.
-    let out = env
-        .kubectl(&["delete", "configmap", "k-always"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "k-always"]);
     assert!(out.refused_with(&denied_by("delete-label-1.holdfast.dev", &format!("holdfast: ConfigMap {ns}/k-always is protected by label resourcetemplate.karmada.io/deletion-protected=Always (policy: label resourcetemplate.karmada.io/deletion-protected)"))), "{out:?}");
-    let out = env
-        .kubectl(&["delete", "configmap", "k-true"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "k-true"]);
     assert_eq!(out.code, 0, "{out:?}");
     // Orkestra: true protects, false does not.
-    let out = env
-        .kubectl(&["delete", "configmap", "o-true"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "o-true"]);
     assert!(
         out.refused_with(&denied_by(
             "delete-label-2.holdfast.dev",
@@ -139,9 +121,7 @@ async fn karmada_and_orkestra_keys() {
         )),
         "{out:?}"
     );
-    let out = env
-        .kubectl(&["delete", "configmap", "o-false"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "o-false"]);
     assert_eq!(out.code, 0, "{out:?}");
 }
 
@@ -162,9 +142,7 @@ async fn strict_mode_end_to_end() {
         "an unrelated change reached the webhook"
     );
     // Removing or downgrading the protection label is refused (and is reviewed).
-    let out = env
-        .kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
-        .expect("kubectl");
+    let out = env.attempt(&["label", "configmap", "db", "holdfast.dev/protected-"]);
     assert!(
         out.refused_with(&format!(
             "admission webhook \"strict-label-0.holdfast.dev\" denied the request: holdfast: \
@@ -178,11 +156,9 @@ async fn strict_mode_end_to_end() {
         before + 1,
         "the removal was reviewed"
     );
-    let out = env
-        .kubectl(&words(
-            "label --overwrite configmap db holdfast.dev/protected=no",
-        ))
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "label --overwrite configmap db holdfast.dev/protected=no",
+    ));
     assert!(
         out.refused_with(&format!(
             "holdfast: ConfigMap {ns}/db carries the protection label holdfast.dev/protected=true \
@@ -191,11 +167,9 @@ async fn strict_mode_end_to_end() {
         "{out:?}"
     );
     // One update adding the exemption and removing the label: refused.
-    let out = env
-        .kubectl(&words(
-            "label configmap db holdfast.dev/protected- holdfast.dev/strict-exempt=true",
-        ))
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "label configmap db holdfast.dev/protected- holdfast.dev/strict-exempt=true",
+    ));
     assert!(out.refused_with("must already be stored"), "{out:?}");
     // Changing between two protecting values is allowed.
     env.run(&words(
@@ -204,9 +178,7 @@ async fn strict_mode_end_to_end() {
     // Exemption first, then removal, then delete.
     env.run(&words("label configmap db holdfast.dev/strict-exempt=true"));
     env.run(&["label", "configmap", "db", "holdfast.dev/protected-"]);
-    let out = env
-        .kubectl(&["delete", "configmap", "db"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "db"]);
     assert_eq!(out.code, 0, "{out:?}");
 }
 
@@ -221,13 +193,8 @@ async fn skip_annotation_allows_exactly_that_object() {
     env.run(&words(
         "annotate configmap a holdfast.dev/skip-protection=true",
     ));
-    assert_eq!(
-        env.kubectl(&["delete", "configmap", "a"])
-            .expect("kubectl")
-            .code,
-        0
-    );
-    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    assert_eq!(env.attempt(&["delete", "configmap", "a"]).code, 0);
+    let out = env.attempt(&["delete", "configmap", "b"]);
     assert!(
         out.refused_with(&denied_by(
             "delete-label-0.holdfast.dev",
@@ -246,7 +213,7 @@ async fn skip_annotation_allows_exactly_that_object() {
     env.run(&words(
         "annotate configmap b holdfast.dev/skip-protection=2020-01-01T00:00:00Z",
     ));
-    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "b"]);
     assert!(
         out.refused_with(
             "so it cannot be deleted (break-glass \
@@ -258,7 +225,7 @@ async fn skip_annotation_allows_exactly_that_object() {
     env.run(&words(
         "annotate --overwrite configmap b holdfast.dev/skip-protection=2999-01-01T00:00:00Z",
     ));
-    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "b"]);
     assert!(
         out.refused_with(
             "so it cannot be deleted (break-glass \
@@ -277,7 +244,7 @@ async fn skip_annotation_allows_exactly_that_object() {
         "b",
         &format!("holdfast.dev/skip-protection={soon}"),
     ]);
-    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "b"]);
     assert_eq!(
         out.code, 0,
         "a break-glass time in the future counts: {out:?}"

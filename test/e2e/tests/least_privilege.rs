@@ -62,17 +62,15 @@ async fn shipped() -> (Env, ControllerProcess) {
 
 /// `kubectl auth can-i VERB RESOURCE --all-namespaces` as `user`: (exit code, answer).
 fn can_i(env: &Env, user: &str, verb: &str, resource: &str) -> (i32, String) {
-    let out = env
-        .kubectl(&[
-            "auth",
-            "can-i",
-            verb,
-            resource,
-            "--all-namespaces",
-            "--as",
-            user,
-        ])
-        .expect("kubectl runs");
+    let out = env.attempt(&[
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "--all-namespaces",
+        "--as",
+        user,
+    ]);
     (out.code, out.stdout.trim().to_string())
 }
 
@@ -185,19 +183,17 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     // (With the webhook's own kubeconfig: a ServiceAccount's user name has colons,
     // which a KUBECONFIG path cannot.)
     let webhook_kc = env.dir.path().join("webhook.kubeconfig");
-    let out = env
-        .kubectl(&[
-            "--kubeconfig",
-            &webhook_kc.to_string_lossy(),
-            "get",
-            "secret",
-            "token",
-            "-n",
-            "app",
-            "-o",
-            "json",
-        ])
-        .expect("kubectl runs");
+    let out = env.attempt(&[
+        "--kubeconfig",
+        &webhook_kc.to_string_lossy(),
+        "get",
+        "secret",
+        "token",
+        "-n",
+        "app",
+        "-o",
+        "json",
+    ]);
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         out.stderr.trim(),
@@ -222,9 +218,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     );
     // The labelled Secret is still protected from a direct DELETE (the label
     // decision needs no read).
-    let out = env
-        .kubectl(&["delete", "secret", "token", "-n", "app"])
-        .expect("kubectl runs");
+    let out = env.attempt(&["delete", "secret", "token", "-n", "app"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(
         out.stderr.contains(

@@ -81,7 +81,7 @@ async fn resource_protection_karmada_plan_for_a_crd() {
             .expect("widget");
     }
     // No protection: deletion allowed.
-    let out = env.kubectl(&["delete", "widget", "w1"]).expect("kubectl");
+    let out = env.attempt(&["delete", "widget", "w1"]);
     assert_eq!(out.code, 0, "{out:?}");
 
     // With protection: instances and the CRD itself are refused, --force too.
@@ -95,9 +95,7 @@ async fn resource_protection_karmada_plan_for_a_crd() {
         ),
         "{out:?}"
     );
-    let out = env
-        .kubectl(&["delete", "widget", "w2", "--force", "--grace-period=0"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "widget", "w2", "--force", "--grace-period=0"]);
     assert!(
         refused(&out, "is protected by ResourceProtection/widgets"),
         "{out:?}"
@@ -159,9 +157,7 @@ async fn enforcement_modes_warn_and_audit() {
         ),
         "{out:?}"
     );
-    let out = env
-        .kubectl(&["delete", "configmap", "both"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "both"]);
     assert!(
         refused(
             &out,
@@ -174,9 +170,7 @@ async fn enforcement_modes_warn_and_audit() {
         "still there"
     );
     // Warn: allowed, and kubectl prints the admission warning.
-    let out = env
-        .kubectl(&["delete", "configmap", "warned"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "warned"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         out.stderr.contains(
@@ -185,9 +179,7 @@ async fn enforcement_modes_warn_and_audit() {
         "{out:?}"
     );
     // Audit: allowed silently, counted.
-    let out = env
-        .kubectl(&["delete", "configmap", "audited"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "audited"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(!out.stderr.contains("Warning"), "{out:?}");
     let port = env.webhook.as_ref().map(|w| w.probe_port).expect("probe");
@@ -247,16 +239,12 @@ async fn namespace_containment_keeps_the_namespace_whole() {
         "{out:?}"
     );
     // Nothing inside was deleted and the namespace is not terminating.
-    let out = env
-        .kubectl(&["get", "configmaps", "-n", "shop", "-o", "name"])
-        .expect("kubectl");
+    let out = env.attempt(&["get", "configmaps", "-n", "shop", "-o", "name"]);
     assert!(
         out.stdout.contains("configmap/a") && out.stdout.contains("configmap/b"),
         "{out:?}"
     );
-    let out = env
-        .kubectl(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"])
-        .expect("kubectl");
+    let out = env.attempt(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"]);
     assert_eq!(out.stdout, "Active");
     // Break-glass on the protected object lifts containment too (a server-side dry
     // run: the namespace is not deleted yet).
@@ -349,15 +337,11 @@ async fn anchor_rule_composite_stories() {
     env.run(&words(
         "label pvc data-1 -n vshn-postgresql-pg-1 holdfast.dev/allow-deletion=true",
     ));
-    let out = env
-        .kubectl(&["delete", "pvc", "data-1", "-n", "vshn-postgresql-pg-1"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "pvc", "data-1", "-n", "vshn-postgresql-pg-1"]);
     assert_eq!(out.code, 0, "{out:?}");
-    let out = env
-        .kubectl(&words(
-            "delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server",
-        ))
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server",
+    ));
     assert!(
         refused(&out, protected_by),
         "the override is for exactly that object: {out:?}"
@@ -552,7 +536,7 @@ async fn critical_service_bulk_delete_converges_in_order() {
         round += 1;
         let mut still = Vec::new();
         for args in pending {
-            let out = env.kubectl(&args).expect("kubectl");
+            let out = env.attempt(&args);
             if out.code != 0
                 && !out.stderr.contains("NotFound")
                 && !out.stderr.contains("not found")
@@ -777,18 +761,14 @@ async fn strict_resource_protection_guards_its_selector() {
         .until_failed(&["label", "configmap", "db", "tier-"])
         .await;
     assert!(refused(&out, "would no longer select it"), "{out:?}");
-    let out = env
-        .kubectl(&["label", "--overwrite", "configmap", "db", "tier=web"])
-        .expect("kubectl");
+    let out = env.attempt(&["label", "--overwrite", "configmap", "db", "tier=web"]);
     assert!(refused(&out, "would no longer select it"), "{out:?}");
     // ...other label changes pass...
     env.run(&["label", "configmap", "db", "team=shop"]);
     // ...and with the exemption stored first, it can leave the selector.
     env.run(&words("label configmap db holdfast.dev/strict-exempt=true"));
     env.run(&["label", "configmap", "db", "tier-"]);
-    let out = env
-        .kubectl(&["delete", "configmap", "db"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "db"]);
     assert_eq!(out.code, 0, "{out:?}");
 }
 
@@ -852,7 +832,7 @@ async fn anchor_is_the_topmost_composite() {
     );
     // Deleting the nested composite does not lift the protection: the anchor is the top.
     env.run(&["delete", "xvshnpostgresql", "kc-1-pg"]);
-    let out = env.kubectl(&pvc).expect("kubectl");
+    let out = env.attempt(&pvc);
     assert!(
         refused(
             &out,

@@ -216,12 +216,12 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     let unlabel_w1 = ["label", "widget", "w1", "holdfast.dev/protected-"];
     let unlabel_c1 = ["label", "coolresource", "c1", "holdfast.dev/protected-"];
     // The whole installation is strict: neither label may go.
-    let out = env.kubectl(&unlabel_w1).expect("kubectl");
+    let out = env.attempt(&unlabel_w1);
     assert!(
         out.refused_with(&strict_refusal("Widget", "default/w1")),
         "{out:?}"
     );
-    let out = env.kubectl(&unlabel_c1).expect("kubectl");
+    let out = env.attempt(&unlabel_c1);
     assert!(
         out.refused_with(&strict_refusal("CoolResource", "c1")),
         "{out:?}"
@@ -232,9 +232,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
         "label crd widgets.example.com holdfast.dev/strict-exempt=true",
     ));
     // Its instances still cannot be deleted while labelled...
-    let out = env
-        .kubectl(&["delete", "widget", "w1", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "widget", "w1", "--dry-run=server"]);
     assert!(
         out.refused_with(
             "holdfast: Widget default/w1 is protected by label holdfast.dev/protected=true \
@@ -247,8 +245,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     let mut dry_run = unlabel_w1.to_vec();
     dry_run.push("--dry-run=server");
     allowed_until(&env, &dry_run).await;
-    env.kubectl(&unlabel_w1)
-        .expect("kubectl")
+    env.attempt(&unlabel_w1)
         .ok()
         .expect("label removed from an instance of the exempt CRD");
     let w1 = env.get_json(&["widget", "w1"]).expect("w1");
@@ -260,7 +257,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     );
     env.run(&["delete", "widget", "w1"]);
     // Every other CRD stays strict.
-    let out = env.kubectl(&unlabel_c1).expect("kubectl");
+    let out = env.attempt(&unlabel_c1);
     assert!(
         out.refused_with(&strict_refusal("CoolResource", "c1")),
         "{out:?}"
@@ -437,9 +434,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     env.run(&words(
         "label xobjectbucket bucket-a appcat.vshn.io/webhook-allowdeletion=yes",
     ));
-    let out = env
-        .kubectl(&["delete", "xobjectbucket", "bucket-a", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "xobjectbucket", "bucket-a", "--dry-run=server"]);
     assert!(out.refused_with(&refusal), "{out:?}");
     env.run(&words(
         "label --overwrite xobjectbucket bucket-a appcat.vshn.io/webhook-allowdeletion=true",
@@ -622,7 +617,7 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
         "app",
         "orkestra.io/deletion-protection-",
     ];
-    let out = env.kubectl(&unlabel).expect("kubectl");
+    let out = env.attempt(&unlabel);
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
             "strict-label-1.holdfast.dev",
@@ -641,10 +636,7 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
         "app",
         "holdfast.dev/strict-exempt=true",
     ];
-    env.kubectl(&exempt)
-        .expect("kubectl")
-        .ok()
-        .expect("marked exempt");
+    env.attempt(&exempt).ok().expect("marked exempt");
     // Exempt is not deletable: the DELETE is still refused while the label is there.
     let delete_refusal = holdfast_e2e::denied_by(
         "delete-label-1.holdfast.dev",
@@ -652,14 +644,11 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
          orkestra.io/deletion-protection=true (policy: label orkestra.io/deletion-protection), \
          so it cannot be deleted.",
     );
-    let out = env
-        .kubectl(&["delete", "configmap", "app"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "app"]);
     assert!(out.refused_with(&delete_refusal), "{out:?}");
     assert!(env.exists(&["configmap", "app"]).expect("kubectl get"));
     // The stored exemption lets the label go; then the DELETE passes.
-    env.kubectl(&unlabel)
-        .expect("kubectl")
+    env.attempt(&unlabel)
         .ok()
         .expect("label removed from the exempt object");
     env.prints(
@@ -755,14 +744,12 @@ async fn every_metric_the_readme_lists() {
         "holdfast: VPC default/net is still referenced by VirtualMachine default/vm",
     )
     .await;
-    let out = env
-        .kubectl(&["delete", "configmap", "locked"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "locked"]);
     assert!(
         out.refused_with("holdfast: ConfigMap default/locked is protected by label"),
         "{out:?}"
     );
-    let out = env.kubectl(&["delete", "widget", "w"]).expect("kubectl");
+    let out = env.attempt(&["delete", "widget", "w"]);
     assert_eq!(out.code, 0, "Audit allows: {out:?}");
     let dependency_denials = metric_value(
         probe,
@@ -823,9 +810,7 @@ async fn every_metric_the_readme_lists() {
         1.0,
     )
     .await;
-    let out = env
-        .kubectl(&["delete", "configmap", "locked", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "locked", "--dry-run=server"]);
     assert!(
         out.refused_with("holdfast: ConfigMap default/locked is protected by label"),
         "still serving: {out:?}"

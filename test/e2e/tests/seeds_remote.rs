@@ -483,7 +483,7 @@ async fn seed_001_protect_everything_in_a_namespace() {
         ("configmap/cm", "other"),
         ("secret/s", "other"),
     ] {
-        let out = env.kubectl(&["delete", kind, "-n", ns]).expect("kubectl");
+        let out = env.attempt(&["delete", kind, "-n", ns]);
         assert_eq!(out.code, 0, "{kind} in {ns}: {out:?}");
         assert!(
             !env.exists(&[kind, "-n", ns]).expect("get"),
@@ -534,11 +534,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     .expect("APIService");
     // Its requests are proxied, never admitted: the simulator, like an API server
     // with no reachable backend, answers 503 without any webhook being called.
-    let out = env
-        .kubectl(&words(
-            "get --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
-        ))
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "get --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
+    ));
     assert_eq!(out.code, 1, "{out:?}");
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: pod-metrics}\n\
@@ -584,11 +582,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     // And indeed: a DELETE there, routed by the configuration, is answered by the
     // (unreachable) aggregated API without a review reaching the webhook.
     let before = env.webhook_reviews("DELETE").await.expect("metrics");
-    let out = env
-        .kubectl(&words(
-            "delete --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
-        ))
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "delete --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
+    ));
     assert_eq!(
         (out.code, out.stderr.as_str()),
         (

@@ -18,9 +18,7 @@ async fn holdfast_protects_its_own_installation() {
     );
     let mut env = Env::start().await.expect("sim");
     let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    let out = env
-        .kubectl(&["apply", "-k", &overlay.to_string_lossy()])
-        .expect("kubectl");
+    let out = env.attempt(&["apply", "-k", &overlay.to_string_lossy()]);
     assert_eq!(out.code, 0, "{out:?}");
     env.start_webhook(&[]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");

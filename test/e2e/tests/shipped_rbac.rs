@@ -76,9 +76,7 @@ async fn both_binaries_run_as_the_shipped_service_accounts() {
         .stdout,
         "holdfast-controller"
     );
-    let out = env
-        .kubectl(&["delete", "namespace", "holdfast-system"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "holdfast-system"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(
         out.stderr
