@@ -355,3 +355,10 @@ pub fn kustomize(dir: &std::path::Path) -> Vec<serde_json::Value> {
     );
     serde_saphyr::from_multiple(&stdout).expect("rendered YAML parses")
 }
+
+/// A simulator with holdfast's CRDs installed, and no webhook yet.
+pub async fn sim_with_crds() -> Env {
+    let env = Env::start().await.expect("sim");
+    env.install_crds().expect("holdfast CRDs");
+    env
+}

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use holdfast_e2e::steps::eventually;
 use holdfast_e2e::steps::installed_configuration;
 use holdfast_e2e::{
     Env,
@@ -38,8 +39,7 @@ async fn env_with_webhook() -> Env {
 /// A sim with the CRDs and a webhook started with `args` (which must agree with the
 /// controller's strict and label settings: the webhook stops when they differ).
 async fn env_with_webhook_args(args: &[&str]) -> Env {
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.start_webhook(args).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     env
@@ -641,20 +641,14 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     let mut a = start_controller(&env, "controller-a", port, &args).expect("a");
     let mut b = start_controller(&env, "controller-b", port, &args).expect("b");
     // Exactly one leads.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (leader_is_a, _) = loop {
+    let leader_is_a = eventually(30, async || {
         let (ra, rb) = (a.is_ready().await, b.is_ready().await);
         if ra || rb {
-            break (ra, rb);
+            return Ok(ra);
         }
-        assert!(
-            Instant::now() < deadline,
-            "nobody leads: {}\n{}",
-            a.log(),
-            b.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        Err(format!("nobody leads: {}\n{}", a.log(), b.log()))
+    })
+    .await;
     env.apply(RP_CONFIGMAPS).expect("policy");
     wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
@@ -747,8 +741,7 @@ async fn managed_ca_rotation_keeps_admission_working() {
     holdfast_e2e::needs_simulator!(
         "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
     );
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("crds");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     let port = holdfast_e2e::free_port().expect("port");
     let mut c = start_controller(
         &env,
@@ -843,20 +836,18 @@ async fn managed_ca_rotation_keeps_admission_working() {
             cert_rotations += 1;
             // Hot reload: the running webhook serves the new certificate.
             let want = holdfast_e2e::pem_to_der(&cert).expect("pem");
-            let reload_deadline = Instant::now() + Duration::from_secs(30);
-            loop {
+            eventually(30, async || {
                 let bundle = secret_data(&env, "ca.crt").expect("ca.crt");
                 let served = holdfast_e2e::served_certificate(port, &bundle).await;
                 if served.as_ref().is_ok_and(|s| *s == want) {
-                    break;
+                    return Ok(());
                 }
-                assert!(
-                    Instant::now() < reload_deadline,
+                Err(format!(
                     "the webhook never served the new certificate; last: {served:?}\n{}",
                     env.webhook_log()
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+                ))
+            })
+            .await;
         }
         check(&env);
     }
@@ -995,8 +986,7 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
     );
     // A Karmada control plane is a kube-apiserver: same topology, Karmada's label.
     const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("crds");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.start_webhook(&["--protection-label", KARMADA])
         .await
         .expect("webhook");
@@ -1139,11 +1129,11 @@ async fn ca_bundle_file_is_re_read() {
     // An empty file keeps the bundle (never an empty caBundle).
     std::fs::write(&file, "").expect("truncate");
     let log = "CA bundle file is empty; keeping the previous bundle";
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !c.log().contains(log) {
-        assert!(Instant::now() < deadline, "{}", c.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(30, async || match c.log() {
+        l if l.contains(log) => Ok(()),
+        l => Err(l),
+    })
+    .await;
     let cfg = holdfast_e2e::controller::webhook_configuration(&env)
         .expect("kubectl")
         .expect("present");

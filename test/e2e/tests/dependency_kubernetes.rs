@@ -26,8 +26,7 @@ fn vm(name: &str, spec: &str) -> String {
 }
 
 async fn setup(mode: &str) -> Env {
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.apply(&holdfast_e2e::fixtures::documents(&[
         holdfast_e2e::fixtures::vpc_vm_crds(),
         holdfast_e2e::fixtures::storage_crds(),

@@ -8,10 +8,7 @@
 //! runs more rounds and prints the counts. The counts of one run are printed on
 //! stdout (`cargo test -- --nocapture`).
 
-use holdfast_e2e::{
-    Env,
-    controller::{start_controller, wait_configuration},
-};
+use holdfast_e2e::controller::{start_controller, wait_configuration};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
@@ -160,8 +157,7 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("crds");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     for ns in ["vault", "scratch"] {
         env.run(&["create", "namespace", ns]);
     }

@@ -6,15 +6,12 @@
 //! reported in the policy's status and the DELETEs that need it are refused until
 //! it is granted.
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::path::Path;
 
 use holdfast_e2e::{
     Env,
     controller::{ControllerProcess, condition, wait_condition},
-    steps::{apply_overlay, controller_as, service_account_kubeconfigs, words},
+    steps::{apply_overlay, controller_as, eventually, service_account_kubeconfigs, words},
 };
 use serde_json::Value;
 
@@ -76,24 +73,22 @@ fn can_i(env: &Env, user: &str, verb: &str, resource: &str) -> (i32, String) {
 
 /// Waits until `user` may (or may not) `verb` `resource` cluster-wide.
 async fn wait_can_i(env: &Env, user: &str, verb: &str, resource: &str, want: bool, log: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
     let want = if want {
         (0, "yes".to_string())
     } else {
         (1, "no".to_string())
     };
-    loop {
+    eventually(30, async || {
         let got = can_i(env, user, verb, resource);
         if got == want {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "can-i {verb} {resource} as {user}: {got:?}, want {want:?}\nroles: {}\n{log}",
-            reads_role(env)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let roles = reads_role(env);
+        Err(format!(
+            "can-i {verb} {resource} as {user}: {got:?}, want {want:?}\nroles: {roles}\n{log}"
+        ))
+    })
+    .await
 }
 
 /// The rules of the role the controller keeps.
@@ -130,19 +125,17 @@ fn core_resources(rules: &Value) -> Vec<String> {
 }
 
 async fn wait_metric(env: &Env, series: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(30, async || {
         let got = env.webhook_metric(series).await.expect("metrics");
         if got == Some(want) {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
+        Err(format!(
             "{series}: {got:?}, want {want}\n{}",
             env.webhook_log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        ))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -153,22 +146,16 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     let (env, c) = shipped().await;
     // The controller granted what label containment needs: ConfigMaps, Pods, ...
     // never Secrets.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let core = eventually(30, async || {
         let core = core_resources(&reads_role(&env));
         if core.iter().any(|r| r == "configmaps") {
-            assert!(!core.iter().any(|r| r == "secrets"), "{core:?}");
-            assert!(core.iter().any(|r| r == "pods"), "{core:?}");
-            break;
+            return Ok(core);
         }
-        assert!(
-            Instant::now() < deadline,
-            "reads role: {}\n{}",
-            reads_role(&env),
-            c.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Err(format!("reads role: {}\n{}", reads_role(&env), c.log()))
+    })
+    .await;
+    assert!(!core.iter().any(|r| r == "secrets"), "{core:?}");
+    assert!(core.iter().any(|r| r == "pods"), "{core:?}");
     let log = c.log();
     wait_can_i(&env, WEBHOOK, "list", "configmaps", true, &log).await;
     for who in [WEBHOOK, CONTROLLER] {
@@ -316,8 +303,7 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     env.apply(OBJECTS).expect("objects");
     env.apply(SECRET_RULE).expect("rule");
     // The status names the missing permission and the API server's refusal.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let installed = loop {
+    let installed = eventually(30, async || {
         let cond = condition(
             &env,
             "dependencyrule",
@@ -325,12 +311,10 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
             "Installed",
         )
         .expect("condition");
-        if let Some(c) = cond.filter(|c| c["status"] == "False") {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "no Installed=False\n{}", c.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        cond.filter(|c| c["status"] == "False")
+            .ok_or_else(|| format!("no Installed=False\n{}", c.log()))
+    })
+    .await;
     assert_eq!(installed["reason"], "NotInstalled");
     let message = installed["message"].as_str().expect("message");
     assert!(

@@ -14,8 +14,7 @@ use serde_json::Value;
 use std::time::{Duration, Instant};
 
 async fn full_stack() -> (Env, ControllerProcess) {
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.start_webhook(&[]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");

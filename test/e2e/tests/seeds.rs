@@ -16,8 +16,7 @@ use holdfast_e2e::{
 use std::time::Duration;
 
 async fn full_stack(webhook_args: &[&str], controller_args: &[&str]) -> (Env, ControllerProcess) {
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.start_webhook(webhook_args).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");

@@ -85,8 +85,7 @@ async fn a_webhook_refuses_settings_the_controller_does_not_share() {
     holdfast_e2e::needs_simulator!(
         "it starts and stops webhooks on fixed local ports against a configuration it owns"
     );
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("crds");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     let port = free_port().expect("port");
     std::fs::write(env.dir.path().join("tls.crt"), &env.pki.cert_pem).expect("cert");
     std::fs::write(env.dir.path().join("tls.key"), &env.pki.key_pem).expect("key");
