@@ -321,17 +321,14 @@ pub async fn wait_condition(
     status: &str,
     secs: u64,
 ) -> anyhow::Result<Value> {
-    wait_condition_at(env, None, kind, name, type_, status, secs).await
+    wait_condition_at(env, None, [kind, name, type_, status], secs).await
 }
 
-/// [`wait_condition`] at `server`.
+/// [`wait_condition`] at `server`: `[kind, name, type_, status]`.
 pub async fn wait_condition_at(
     env: &Env,
     server: Option<&str>,
-    kind: &str,
-    name: &str,
-    type_: &str,
-    status: &str,
+    [kind, name, type_, status]: [&str; 4],
     secs: u64,
 ) -> anyhow::Result<Value> {
     let secs = secs.max(crate::MIN_WAIT.as_secs());

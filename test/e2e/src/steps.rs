@@ -362,3 +362,15 @@ pub async fn sim_with_crds() -> Env {
     env.install_crds().expect("holdfast CRDs");
     env
 }
+
+/// kubectl's arguments for a JSON merge patch of `target` (the object and
+/// its flags, e.g. `pod p1 -n vault --subresource=status`) with `patch`.
+pub fn merge_patch<'a>(target: &'a str, patch: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["patch"];
+    args.extend(target.split_whitespace());
+    args.extend(["--type=merge", "-p", patch]);
+    args
+}
+
+/// The merge patch that clears an object's finalizers.
+pub const NO_FINALIZERS: &str = r#"{"metadata":{"finalizers":null}}"#;

@@ -11,6 +11,7 @@
 //! refusing the removal of a `Cascading` label; under `--label-only` (no watches)
 //! `Cascading` protects like `Always`.
 
+use holdfast_e2e::steps::merge_patch;
 use holdfast_e2e::{
     Env, KubectlOutput, fixtures,
     steps::{EVERYDAY, allow, sim_user, wait_webhook_installed, words},
@@ -185,17 +186,10 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     apply(env, &pod("shop", "done"));
     admin(
         env,
-        &[
-            "patch",
-            "pod",
-            "done",
-            "-n",
-            "shop",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
+        &merge_patch(
+            "pod done -n shop --subresource=status",
             r#"{"status":{"phase":"Succeeded"}}"#,
-        ],
+        ),
     );
     apply(env, &pvc("shop", "data"));
     admin(

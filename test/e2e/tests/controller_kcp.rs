@@ -119,10 +119,7 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     wait_condition_at(
         &kcp.env,
         Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-vpc",
-        "Ready",
-        "True",
+        ["dependencyrule", "vm-vpc", "Ready", "True"],
         10,
     )
     .await
@@ -233,10 +230,7 @@ async fn cycle_across_workspaces_is_reported_on_both_rules() {
     let a = wait_condition_at(
         &kcp.env,
         Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-needs-vpc",
-        "CycleDetected",
-        "True",
+        ["dependencyrule", "vm-needs-vpc", "CycleDetected", "True"],
         15,
     )
     .await
@@ -244,10 +238,7 @@ async fn cycle_across_workspaces_is_reported_on_both_rules() {
     let b = wait_condition_at(
         &kcp.env,
         Some(&kcp.ws(NETWORK)),
-        "dependencyrule",
-        "vpc-needs-vm",
-        "CycleDetected",
-        "True",
+        ["dependencyrule", "vpc-needs-vm", "CycleDetected", "True"],
         15,
     )
     .await
@@ -292,10 +283,7 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
     let inv = wait_condition_at(
         &kcp.env,
         Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-volume",
-        "Invalid",
-        "True",
+        ["dependencyrule", "vm-volume", "Invalid", "True"],
         10,
     )
     .await
@@ -323,10 +311,7 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
     wait_condition_at(
         &kcp.env,
         Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-volume",
-        "Invalid",
-        "False",
+        ["dependencyrule", "vm-volume", "Invalid", "False"],
         15,
     )
     .await

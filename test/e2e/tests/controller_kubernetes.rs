@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use holdfast_e2e::steps::eventually;
 use holdfast_e2e::steps::installed_configuration;
+use holdfast_e2e::steps::merge_patch;
 use holdfast_e2e::{
     Env,
     controller::{
@@ -1062,16 +1063,7 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
         "renewTime": now,
     }})
     .to_string();
-    env.run(&[
-        "patch",
-        "lease",
-        "holdfast-controller",
-        "-n",
-        "default",
-        "--type=merge",
-        "-p",
-        &patch,
-    ]);
+    env.run(&merge_patch("lease holdfast-controller -n default", &patch));
     let status = b.wait_exit(60).await.expect("exits once the Lease is lost");
     assert_eq!(status.code(), Some(1), "{status}: {}", b.log());
     assert!(b.log().contains("lost leadership"), "{}", b.log());

@@ -8,6 +8,7 @@
 //! objects, new CRDs and containment, look-alike label values, and holdfast's own
 //! configuration guarded by a ValidatingAdmissionPolicy.
 
+use holdfast_e2e::steps::merge_patch;
 use holdfast_e2e::{
     Env, KubectlOutput,
     steps::{EVERYDAY, allow, sim_user, wait_webhook_installed, words},
@@ -228,15 +229,10 @@ async fn strict_mode_covers_subresources() {
     // namespaces/status: a merge patch dropping the label.
     let out = as_alice(
         env,
-        &[
-            "patch",
-            "ns",
-            "vault",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
+        &merge_patch(
+            "ns vault --subresource=status",
             r#"{"metadata":{"labels":{"holdfast.dev/protected":null}}}"#,
-        ],
+        ),
     );
     refused_with(
         &out,
@@ -277,17 +273,10 @@ async fn strict_mode_covers_subresources() {
     env.apply(&pod.to_string()).expect("pod");
     let out = as_alice(
         env,
-        &[
-            "patch",
-            "pod",
-            "p1",
-            "-n",
-            "vault",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
+        &merge_patch(
+            "pod p1 -n vault --subresource=status",
             r#"{"metadata":{"labels":null}}"#,
-        ],
+        ),
     );
     refused_with(
         &out,
@@ -308,17 +297,7 @@ async fn strict_mode_covers_subresources() {
     let patch = r#"{"metadata":{"annotations":{"holdfast.dev/skip-protection":"true"}}}"#;
     let out = as_alice(
         env,
-        &[
-            "patch",
-            "deployment",
-            "web",
-            "-n",
-            "vault",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            patch,
-        ],
+        &merge_patch("deployment web -n vault --subresource=status", patch),
     );
     refused_with(
         &out,
@@ -331,17 +310,7 @@ async fn strict_mode_covers_subresources() {
     let out = env
         .kubectl_as(
             BREAKER,
-            &[
-                "patch",
-                "deployment",
-                "web",
-                "-n",
-                "vault",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                patch,
-            ],
+            &merge_patch("deployment web -n vault --subresource=status", patch),
         )
         .expect("kubectl");
     ok(out);

@@ -7,6 +7,7 @@
 //! terminating references, strict mode over an extra key and an exempt object still
 //! refused on DELETE, and every metric the README lists.
 
+use holdfast_e2e::steps::{NO_FINALIZERS, merge_patch};
 use holdfast_e2e::{
     Env,
     controller::{ControllerProcess, start_controller, wait_condition, wait_configuration},
@@ -125,14 +126,7 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
         "{out:?}"
     );
     // The finalizer is processed and the instance goes: the CRD (named by kind) still holds.
-    env.run(&[
-        "patch",
-        "coolresource",
-        "some-instance",
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":null}}"#,
-    ]);
+    env.run(&merge_patch("coolresource some-instance", NO_FINALIZERS));
     env.run(&["delete", "coolresource", "some-instance"]);
     let out = refused_until(
         &env,
@@ -547,16 +541,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     .await;
 
     // The finalizer done, the VM goes, and with it the reference.
-    env.run(&[
-        "patch",
-        "virtualmachine",
-        "vm-1",
-        "-n",
-        "apps",
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":null}}"#,
-    ]);
+    env.run(&merge_patch("virtualmachine vm-1 -n apps", NO_FINALIZERS));
     env.kubectl_until(&["get", "virtualmachine", "vm-1", "-n", "apps"], 30, |o| {
         o.is_not_found()
     })

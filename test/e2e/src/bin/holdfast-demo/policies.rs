@@ -4,6 +4,7 @@
 
 use crate::runner::{Demo, Expect};
 use holdfast_e2e::steps::words;
+use holdfast_e2e::steps::{NO_FINALIZERS, merge_patch};
 use holdfast_e2e::{Env, http_get};
 
 fn refused(o: &holdfast_e2e::KubectlOutput) -> bool {
@@ -645,14 +646,7 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
     )?;
     demo.run(
         env,
-        &[
-            "patch",
-            "coolresource",
-            "some-instance",
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ],
+        &merge_patch("coolresource some-instance", NO_FINALIZERS),
         Expect::Succeeds,
         &["patched"],
     )?;
