@@ -39,6 +39,23 @@ pub fn vm_vpc_rule(path: &str) -> String {
     )
 }
 
+/// A ResourceProtection `name` over `resources` (each a YAML flow mapping,
+/// e.g. `{group: "", version: v1, resource: configmaps, namespace: shop}`), with
+/// `spec` (further fields of the spec, one `key: value` a line; may be empty).
+pub fn resource_protection(name: &str, spec: &str, resources: &[&str]) -> String {
+    let mut yaml = format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: {name}}}\nspec:\n"
+    );
+    for line in spec.lines() {
+        yaml.push_str(&format!("  {line}\n"));
+    }
+    yaml.push_str("  resources:\n");
+    for r in resources {
+        yaml.push_str(&format!("  - {r}\n"));
+    }
+    yaml
+}
+
 /// Namespaced widgets.example.com.
 pub fn widget_crd() -> String {
     crd("example.com", "widgets", "Widget", true)

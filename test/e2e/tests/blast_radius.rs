@@ -8,6 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use holdfast_e2e::fixtures::resource_protection;
 use holdfast_e2e::{
     Env, bin,
     controller::{ControllerProcess, condition, wait_condition, wait_configuration},
@@ -75,14 +76,13 @@ async fn wait_containment_narrowed(env: &Env) -> Value {
     cfg.expect("present")
 }
 
-const SHOP_CONFIG: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: shop-config}
-spec:
-  resources:
-  - {group: "", version: v1, resource: configmaps, namespace: shop}
-"#;
+fn shop_config() -> String {
+    resource_protection(
+        "shop-config",
+        "",
+        &[r#"{group: "", version: v1, resource: configmaps, namespace: shop}"#],
+    )
+}
 
 fn routes_report(env: &Env) -> String {
     let out = Command::new(bin("holdfast-controller").expect("binary"))
@@ -119,7 +119,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     env.run(&words(
         "create secret generic sys-secret -n kube-system --from-literal=a=b",
     ));
-    env.apply(SHOP_CONFIG).expect("policy applied");
+    env.apply(&shop_config()).expect("policy applied");
     wait_condition(
         &env,
         "resourceprotection",

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use holdfast_e2e::fixtures::resource_protection;
 use holdfast_e2e::steps::eventually;
 use holdfast_e2e::steps::installed_configuration;
 use holdfast_e2e::steps::merge_patch;
@@ -76,24 +77,24 @@ fn has_rule(cfg: Option<&Value>, group: &str, resource: &str) -> bool {
     })
 }
 
-const RP_CONFIGMAPS: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: shop-config}
-spec:
-  resources:
-  - {group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}
-"#;
+fn rp_configmaps() -> String {
+    resource_protection(
+        "shop-config",
+        "",
+        &[r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#],
+    )
+}
 
-const RP_CONFIGMAPS_AND_DEPLOYMENTS: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: shop-config}
-spec:
-  resources:
-  - {group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}
-  - {group: apps, version: v1, resource: deployments, namespace: shop}
-"#;
+fn rp_configmaps_and_deployments() -> String {
+    resource_protection(
+        "shop-config",
+        "",
+        &[
+            r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#,
+            "{group: apps, version: v1, resource: deployments, namespace: shop}",
+        ],
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_drives_the_configuration() {
@@ -151,7 +152,7 @@ async fn resource_protection_drives_the_configuration() {
     env.run(&words(
         "create configmap settings -n shop --from-literal=a=b",
     ));
-    env.apply(RP_CONFIGMAPS).expect("policy applied");
+    env.apply(&rp_configmaps()).expect("policy applied");
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -229,7 +230,7 @@ async fn resource_protection_drives_the_configuration() {
     );
 
     // Edit: deployments added to the same policy.
-    env.apply(RP_CONFIGMAPS_AND_DEPLOYMENTS)
+    env.apply(&rp_configmaps_and_deployments())
         .expect("policy edited");
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "apps", "deployments")
@@ -286,7 +287,7 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
     );
     let env = env_with_webhook_args(&["--strict"]).await;
     let _c = controller(&env, "controller", &["--strict"]).await;
-    env.apply(RP_CONFIGMAPS).expect("policy applied");
+    env.apply(&rp_configmaps()).expect("policy applied");
     wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -376,7 +377,7 @@ async fn cleanup_on_shutdown_leaves_nothing_behind() {
         &words("--cleanup-on-shutdown --failure-policy Ignore --timeout-seconds 5"),
     )
     .await;
-    env.apply(RP_CONFIGMAPS).expect("policy applied");
+    env.apply(&rp_configmaps()).expect("policy applied");
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -413,14 +414,13 @@ async fn cleanup_on_shutdown_leaves_nothing_behind() {
     );
 }
 
-const RP_UNKNOWN: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: widgets}
-spec:
-  resources:
-  - {group: example.com, version: v1, resource: widgets}
-"#;
+fn rp_unknown() -> String {
+    resource_protection(
+        "widgets",
+        "",
+        &["{group: example.com, version: v1, resource: widgets}"],
+    )
+}
 
 const RP_BAD_SELECTOR: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
@@ -443,9 +443,9 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     );
     let env = env_with_webhook().await;
     let _c = controller(&env, "controller", &[]).await;
-    env.apply(RP_UNKNOWN).expect("applied");
+    env.apply(&rp_unknown()).expect("applied");
     env.apply(RP_BAD_SELECTOR).expect("applied");
-    env.apply(RP_CONFIGMAPS).expect("applied");
+    env.apply(&rp_configmaps()).expect("applied");
 
     let inv = wait_condition(&env, "resourceprotection", "widgets", "Invalid", "True", 10)
         .await
@@ -650,7 +650,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
         Err(format!("nobody leads: {}\n{}", a.log(), b.log()))
     })
     .await;
-    env.apply(RP_CONFIGMAPS).expect("policy");
+    env.apply(&rp_configmaps()).expect("policy");
     wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -970,7 +970,7 @@ async fn label_protection_does_not_wait_for_the_crds() {
     env.install_crds().expect("crds");
     env.wait_served(&["resourceprotections"]).await;
     let out = env
-        .kubectl_stdin(&["apply", "-f", "-"], RP_CONFIGMAPS)
+        .kubectl_stdin(&["apply", "-f", "-"], &rp_configmaps())
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     wait_configuration(&env, Duration::from_secs(30), |c| {

@@ -8,6 +8,7 @@
 //! objects, new CRDs and containment, look-alike label values, and holdfast's own
 //! configuration guarded by a ValidatingAdmissionPolicy.
 
+use holdfast_e2e::fixtures::resource_protection;
 use holdfast_e2e::steps::merge_patch;
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -320,30 +321,23 @@ async fn strict_mode_covers_subresources() {
     assert_eq!(ann, "true");
 }
 
-const GUARDED_CMS: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: guarded-configmaps}
-spec:
-  resources:
-  - {group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}
-"#;
+fn guarded_cms() -> String {
+    resource_protection(
+        "guarded-configmaps",
+        "",
+        &[r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#],
+    )
+}
 
-const UNLABELLED_STRICT: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: unlabelled-secrets}
-spec:
-  strict: true
-  resources:
-  - group: ""
-    version: v1
-    resource: secrets
-    namespace: shop
-    labelSelector:
-      matchExpressions:
-      - {key: tier, operator: DoesNotExist}
-"#;
+fn unlabelled_strict() -> String {
+    resource_protection(
+        "unlabelled-secrets",
+        "strict: true",
+        &[
+            r#"{group: "", version: v1, resource: secrets, namespace: shop, labelSelector: {matchExpressions: [{key: tier, operator: DoesNotExist}]}}"#,
+        ],
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors() {
@@ -355,8 +349,8 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     ok(env.attempt(&["create", "ns", "shop"]));
     ok(env.attempt(&["create", "cm", "settings", "-n", "shop"]));
     ok(env.attempt(&["create", "secret", "generic", "keys", "-n", "shop"]));
-    env.apply(GUARDED_CMS).expect("policy");
-    env.apply(UNLABELLED_STRICT).expect("policy");
+    env.apply(&guarded_cms()).expect("policy");
+    env.apply(&unlabelled_strict()).expect("policy");
     // Wait until the policy protects the ConfigMap.
     env.kubectl_until(
         &["delete", "cm", "settings", "-n", "shop", "--dry-run=server"],
