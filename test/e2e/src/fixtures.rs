@@ -56,6 +56,17 @@ pub fn resource_protection(name: &str, spec: &str, resources: &[&str]) -> String
     yaml
 }
 
+/// The VirtualMachines of [`vpc_vm_crds`], for a kube client.
+pub fn vm_resource() -> kube::discovery::ApiResource {
+    kube::discovery::ApiResource {
+        group: "compute.test.io".into(),
+        version: "v1".into(),
+        api_version: "compute.test.io/v1".into(),
+        kind: "VirtualMachine".into(),
+        plural: "virtualmachines".into(),
+    }
+}
+
 /// Namespaced widgets.example.com.
 pub fn widget_crd() -> String {
     crd("example.com", "widgets", "Widget", true)

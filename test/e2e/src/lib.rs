@@ -41,25 +41,7 @@ pub struct Pki {
 
 /// Makes a fresh PKI.
 pub fn pki(cn: &str) -> anyhow::Result<Pki> {
-    let ca_key = KeyPair::generate()?;
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, format!("{cn} CA"));
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate()?;
-    let mut params =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn.to_string());
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok(Pki {
-        ca_pem: ca_cert.pem(),
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
+    pki_for_host(cn, "localhost")
 }
 
 /// A free TCP port on 127.0.0.1.

@@ -374,3 +374,11 @@ pub fn merge_patch<'a>(target: &'a str, patch: &'a str) -> Vec<&'a str> {
 
 /// The merge patch that clears an object's finalizers.
 pub const NO_FINALIZERS: &str = r#"{"metadata":{"finalizers":null}}"#;
+
+/// Waits (at most 30 s) until the policy `kind`/`name` reports `Ready=True`, and
+/// returns that condition.
+pub async fn wait_ready(env: &Env, kind: &str, name: &str) -> serde_json::Value {
+    crate::controller::wait_condition(env, kind, name, "Ready", "True", 30)
+        .await
+        .unwrap_or_else(|e| panic!("{kind}/{name} never ready: {e:#}"))
+}

@@ -9,9 +9,10 @@ use std::{
 };
 
 use holdfast_e2e::fixtures::resource_protection;
+use holdfast_e2e::steps::wait_ready;
 use holdfast_e2e::{
     Env, bin,
-    controller::{ControllerProcess, condition, wait_condition, wait_configuration},
+    controller::{ControllerProcess, condition, wait_configuration},
     steps::words,
     steps::{controller_as, deleted, exists, install_controller_rbac, refused, start_webhook},
 };
@@ -120,16 +121,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
         "create secret generic sys-secret -n kube-system --from-literal=a=b",
     ));
     env.apply(&shop_config()).expect("policy applied");
-    wait_condition(
-        &env,
-        "resourceprotection",
-        "shop-config",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .expect("policy enforced");
+    wait_ready(&env, "resourceprotection", "shop-config").await;
     // holdfast-system holds holdfast's own protected Role and RoleBinding.
     wait_marked(&env, &["holdfast-system", "labelled", "shop"]).await;
     let cfg = wait_containment_narrowed(&env).await;
@@ -304,16 +296,7 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: all-secrets}\nspec:\n  resources:\n  - {group: \"\", version: v1, resource: secrets}\n",
     )
     .expect("policy applied");
-    wait_condition(
-        &env,
-        "resourceprotection",
-        "all-secrets",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .expect("policy enforced");
+    wait_ready(&env, "resourceprotection", "all-secrets").await;
     wait_marked(&env, &["b", "holdfast-system"]).await;
     let cfg = wait_containment_narrowed(&env).await;
     let entry = cfg["webhooks"]

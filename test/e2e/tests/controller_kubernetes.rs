@@ -7,6 +7,7 @@ use holdfast_e2e::fixtures::resource_protection;
 use holdfast_e2e::steps::eventually;
 use holdfast_e2e::steps::installed_configuration;
 use holdfast_e2e::steps::merge_patch;
+use holdfast_e2e::steps::wait_ready;
 use holdfast_e2e::{
     Env,
     controller::{
@@ -188,16 +189,7 @@ async fn resource_protection_drives_the_configuration() {
         )],
         "the policy's entry routes its ConfigMaps only"
     );
-    let ready = wait_condition(
-        &env,
-        "resourceprotection",
-        "shop-config",
-        "Ready",
-        "True",
-        10,
-    )
-    .await
-    .expect("ready");
+    let ready = wait_ready(&env, "resourceprotection", "shop-config").await;
     assert_eq!(ready["reason"], "Enforced");
     let installed = condition(&env, "resourceprotection", "shop-config", "Installed")
         .expect("kubectl")
@@ -474,16 +466,7 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     assert_eq!(ready["status"], "False");
 
     // The valid policy is enforced; the invalid ones add nothing.
-    wait_condition(
-        &env,
-        "resourceprotection",
-        "shop-config",
-        "Ready",
-        "True",
-        10,
-    )
-    .await
-    .expect("valid policy ready");
+    wait_ready(&env, "resourceprotection", "shop-config").await;
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -512,9 +495,7 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     // The CRD appears: the policy recovers on its own.
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
-    wait_condition(&env, "resourceprotection", "widgets", "Ready", "True", 15)
-        .await
-        .expect("recovered");
+    wait_ready(&env, "resourceprotection", "widgets").await;
     wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "example.com", "widgets")
     })

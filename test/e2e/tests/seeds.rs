@@ -7,6 +7,7 @@
 //! terminating references, strict mode over an extra key and an exempt object still
 //! refused on DELETE, and every metric the README lists.
 
+use holdfast_e2e::steps::wait_ready;
 use holdfast_e2e::steps::{NO_FINALIZERS, merge_patch};
 use holdfast_e2e::{
     Env,
@@ -92,16 +93,7 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     .await
     .expect("valid");
     assert_eq!(invalid["reason"], "Valid", "{invalid}");
-    wait_condition(
-        &env,
-        "criticalservice",
-        "for-finalizer-deployment",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .expect("ready");
+    wait_ready(&env, "criticalservice", "for-finalizer-deployment").await;
     covered(&env, "apps", "deployments").await;
 
     let provider = [
@@ -398,9 +390,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     // The same composite name in another namespace, where no claim lives.
     env.apply(&bucket("bucket-b", "team-b", ""))
         .expect("bucket b");
-    wait_condition(&env, "anchorrule", "claims", "Ready", "True", 30)
-        .await
-        .expect("ready");
+    wait_ready(&env, "anchorrule", "claims").await;
     covered(&env, "appcat.vshn.io", "xobjectbuckets").await;
 
     // The anchor is read in the namespace the label names.
@@ -498,9 +488,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
          finalizers: [compute.test.io/teardown]}\nspec: {vpcRef: {name: net, namespace: network}}\n",
     )
     .expect("vm");
-    wait_condition(&env, "dependencyrule", "vm-vpcs", "Ready", "True", 30)
-        .await
-        .expect("ready");
+    wait_ready(&env, "dependencyrule", "vm-vpcs").await;
     covered(&env, "network.test.io", "vpcs").await;
 
     let refusal = |note: &str| {
@@ -684,9 +672,7 @@ async fn every_metric_the_readme_lists() {
         ("resourceprotection", "widgets"),
         ("dependencyrule", "vm-dependencies"),
     ] {
-        wait_condition(&env, kind, name, "Ready", "True", 30)
-            .await
-            .expect("ready");
+        wait_ready(&env, kind, name).await;
     }
     covered(&env, "network.test.io", "vpcs").await;
     covered(&env, "example.com", "widgets").await;

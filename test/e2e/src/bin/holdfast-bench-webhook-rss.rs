@@ -64,13 +64,7 @@ async fn main() -> anyhow::Result<()> {
     for w in 0..workers {
         let client = client.clone();
         tasks.push(tokio::spawn(async move {
-            let vm = ApiResource {
-                group: "compute.test.io".into(),
-                version: "v1".into(),
-                api_version: "compute.test.io/v1".into(),
-                kind: "VirtualMachine".into(),
-                plural: "virtualmachines".into(),
-            };
+            let vm = holdfast_e2e::fixtures::vm_resource();
             let mut i = w;
             while i < total {
                 let ns = format!("t-{:04}", i % namespaces);
