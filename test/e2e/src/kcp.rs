@@ -143,6 +143,23 @@ pub fn dependency_rule(
     s
 }
 
+/// The DependencyRule `name` of seed 003 on kcp: VirtualMachines (compute)
+/// reference the network provider's VPCs at `.spec.vpcRef.name`.
+pub fn vm_vpc_rule(name: &str) -> String {
+    let vpcs = (
+        NETWORK,
+        "network.test.io",
+        "network.test.io",
+        "vpcs",
+        ".spec.vpcRef.name",
+    );
+    dependency_rule(
+        name,
+        ("compute.test.io", "VirtualMachine", "virtualmachines"),
+        &[vpcs],
+    )
+}
+
 /// Sets up the topology on a fresh sim.
 pub async fn topology() -> anyhow::Result<Kcp> {
     // kcp: always a sim of its own (HOLDFAST_E2E_KUBECONFIG is a Kubernetes cluster).

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use holdfast_e2e::kcp::vm_vpc_rule;
 use holdfast_e2e::{
     controller::{
         ControllerProcess, condition_at, rules_of, start_controller, wait_condition_at,
@@ -43,20 +44,7 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     let c = controller(&kcp, &[]).await;
     let network = kcp.ws(NETWORK);
 
-    kcp.apply(
-        "root:compute",
-        &dependency_rule(
-            "vm-vpc",
-            ("compute.test.io", "VirtualMachine", "virtualmachines"),
-            &[(
-                NETWORK,
-                "network.test.io",
-                "network.test.io",
-                "vpcs",
-                ".spec.vpcRef.name",
-            )],
-        ),
-    );
+    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
     kcp.apply(
         "root:compute",
         &dependency_rule(
@@ -199,20 +187,7 @@ async fn seed_003_topology_merged_per_provider_workspace() {
 async fn cycle_across_workspaces_is_reported_on_both_rules() {
     let kcp = topology().await;
     let _c = controller(&kcp, &[]).await;
-    kcp.apply(
-        "root:compute",
-        &dependency_rule(
-            "vm-needs-vpc",
-            ("compute.test.io", "VirtualMachine", "virtualmachines"),
-            &[(
-                NETWORK,
-                "network.test.io",
-                "network.test.io",
-                "vpcs",
-                ".spec.vpcRef.name",
-            )],
-        ),
-    );
+    kcp.apply("root:compute", &vm_vpc_rule("vm-needs-vpc"));
     kcp.apply(
         NETWORK,
         &dependency_rule(
@@ -340,20 +315,7 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
 async fn cleanup_on_shutdown_removes_every_provider_configuration() {
     let kcp = topology().await;
     let mut c = controller(&kcp, &["--cleanup-on-shutdown"]).await;
-    kcp.apply(
-        "root:compute",
-        &dependency_rule(
-            "vm-vpc",
-            ("compute.test.io", "VirtualMachine", "virtualmachines"),
-            &[(
-                NETWORK,
-                "network.test.io",
-                "network.test.io",
-                "vpcs",
-                ".spec.vpcRef.name",
-            )],
-        ),
-    );
+    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
     kcp.apply(
         NETWORK,
         &dependency_rule(
@@ -429,20 +391,7 @@ async fn leader_election_in_the_holdfast_workspace() {
         leader_log.contains(&holder),
         "the Lease names the leader: {holder}\n{leader_log}"
     );
-    kcp.apply(
-        "root:compute",
-        &dependency_rule(
-            "vm-vpc",
-            ("compute.test.io", "VirtualMachine", "virtualmachines"),
-            &[(
-                NETWORK,
-                "network.test.io",
-                "network.test.io",
-                "vpcs",
-                ".spec.vpcRef.name",
-            )],
-        ),
-    );
+    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
     let network = kcp.ws(NETWORK);
     wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(15), |c| {
         resources(c).len() == 1

@@ -321,24 +321,6 @@ async fn strict_mode_covers_subresources() {
     assert_eq!(ann, "true");
 }
 
-fn guarded_cms() -> String {
-    resource_protection(
-        "guarded-configmaps",
-        "",
-        &[r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#],
-    )
-}
-
-fn unlabelled_strict() -> String {
-    resource_protection(
-        "unlabelled-secrets",
-        "strict: true",
-        &[
-            r#"{group: "", version: v1, resource: secrets, namespace: shop, labelSelector: {matchExpressions: [{key: tier, operator: DoesNotExist}]}}"#,
-        ],
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors() {
     holdfast_e2e::needs_simulator!(
@@ -349,8 +331,17 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     ok(env.attempt(&["create", "ns", "shop"]));
     ok(env.attempt(&["create", "cm", "settings", "-n", "shop"]));
     ok(env.attempt(&["create", "secret", "generic", "keys", "-n", "shop"]));
-    env.apply(&guarded_cms()).expect("policy");
-    env.apply(&unlabelled_strict()).expect("policy");
+    let settings =
+        r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#;
+    env.apply(&resource_protection("guarded-configmaps", "", &[settings]))
+        .expect("policy");
+    let unlabelled = r#"{group: "", version: v1, resource: secrets, namespace: shop, labelSelector: {matchExpressions: [{key: tier, operator: DoesNotExist}]}}"#;
+    env.apply(&resource_protection(
+        "unlabelled-secrets",
+        "strict: true",
+        &[unlabelled],
+    ))
+    .expect("policy");
     // Wait until the policy protects the ConfigMap.
     env.kubectl_until(
         &["delete", "cm", "settings", "-n", "shop", "--dry-run=server"],

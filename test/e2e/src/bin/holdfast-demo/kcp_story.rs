@@ -4,7 +4,7 @@
 use crate::runner::{Demo, Expect};
 use holdfast_e2e::{
     controller::start_controller,
-    kcp::{NETWORK, dependency_rule, topology},
+    kcp::{NETWORK, topology, vm_vpc_rule},
 };
 
 /// Sets up the kcp topology, starts the webhook and controller for kcp, and tells
@@ -42,17 +42,7 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
     let compute = kcp.ws("root:compute");
     let consumer = kcp.ws("root:consumer");
     demo.say("The compute provider declares that VirtualMachines depend on VPCs");
-    let rule = dependency_rule(
-        "vm-dependencies",
-        ("compute.test.io", "VirtualMachine", "virtualmachines"),
-        &[(
-            NETWORK,
-            "network.test.io",
-            "network.test.io",
-            "vpcs",
-            ".spec.vpcRef.name",
-        )],
-    );
+    let rule = vm_vpc_rule("vm-dependencies");
     demo.apply(
         &kcp.env,
         Some(&compute),
