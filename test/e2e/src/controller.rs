@@ -103,6 +103,24 @@ impl ControllerProcess {
     }
 }
 
+/// Waits (at most 30 s) until one of two controllers electing a leader leads
+/// (never both); returns them as (leader, follower).
+pub async fn elect<'a>(
+    a: &'a mut ControllerProcess,
+    b: &'a mut ControllerProcess,
+) -> (&'a mut ControllerProcess, &'a mut ControllerProcess) {
+    let a_leads = crate::steps::eventually(30, async || {
+        let (ra, rb) = (a.is_ready().await, b.is_ready().await);
+        assert!(!(ra && rb), "two leaders:\n{}\n{}", a.log(), b.log());
+        if ra || rb {
+            return Ok(ra);
+        }
+        Err(format!("nobody leads:\n{}\n{}", a.log(), b.log()))
+    })
+    .await;
+    if a_leads { (a, b) } else { (b, a) }
+}
+
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
         self.kill();

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use holdfast_e2e::kcp::vm_vpc_rule;
+use holdfast_e2e::controller::elect;
+use holdfast_e2e::kcp::{gateway_vm_rule, vm_vpc_rule};
 use holdfast_e2e::{
     controller::{
-        ControllerProcess, condition_at, rules_of, start_controller, wait_condition_at,
-        wait_configuration_at,
+        ControllerProcess, condition_at, rules_of, start_controller, wait_configuration_at,
     },
     kcp::{Kcp, NETWORK, binding, dependency_rule, export, schema, workspace},
 };
@@ -17,6 +17,13 @@ use serde_json::Value;
 
 async fn topology() -> Kcp {
     holdfast_e2e::kcp::topology().await.expect("kcp topology")
+}
+
+/// The topology and the controller for kcp (with `extra` arguments) on it.
+async fn with_controller(extra: &[&str]) -> (Kcp, ControllerProcess) {
+    let kcp = topology().await;
+    let c = controller(&kcp, extra).await;
+    (kcp, c)
 }
 
 async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
@@ -40,8 +47,7 @@ fn resources(cfg: Option<&Value>) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_topology_merged_per_provider_workspace() {
-    let kcp = topology().await;
-    let c = controller(&kcp, &[]).await;
+    let (kcp, c) = with_controller(&[]).await;
     let network = kcp.ws(NETWORK);
 
     kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
@@ -104,14 +110,11 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     );
 
     // Status: resolved workspace recorded, Ready.
-    wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
+    kcp.wait_condition(
+        "root:compute",
         ["dependencyrule", "vm-vpc", "Ready", "True"],
-        10,
     )
-    .await
-    .expect("ready");
+    .await;
     let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-vpc"]);
     let lc = kcp.env.sim.logical_cluster(NETWORK).expect("network lc");
     assert_eq!(rule["status"]["workspaces"][0]["path"], NETWORK);
@@ -185,39 +188,24 @@ async fn seed_003_topology_merged_per_provider_workspace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cycle_across_workspaces_is_reported_on_both_rules() {
-    let kcp = topology().await;
-    let _c = controller(&kcp, &[]).await;
+    let (kcp, _c) = with_controller(&[]).await;
     kcp.apply("root:compute", &vm_vpc_rule("vm-needs-vpc"));
     kcp.apply(
         NETWORK,
-        &dependency_rule(
-            "vpc-needs-vm",
-            ("network.test.io", "VPC", "vpcs"),
-            &[(
-                "root:compute",
-                "compute.test.io",
-                "compute.test.io",
-                "virtualmachines",
-                ".spec.gatewayVm",
-            )],
-        ),
+        &gateway_vm_rule("vpc-needs-vm", ("network.test.io", "VPC", "vpcs")),
     );
-    let a = wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
-        ["dependencyrule", "vm-needs-vpc", "CycleDetected", "True"],
-        15,
-    )
-    .await
-    .expect("cycle on the VM rule");
-    let b = wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws(NETWORK)),
-        ["dependencyrule", "vpc-needs-vm", "CycleDetected", "True"],
-        15,
-    )
-    .await
-    .expect("cycle on the VPC rule");
+    let a = kcp
+        .wait_condition(
+            "root:compute",
+            ["dependencyrule", "vm-needs-vpc", "CycleDetected", "True"],
+        )
+        .await;
+    let b = kcp
+        .wait_condition(
+            NETWORK,
+            ["dependencyrule", "vpc-needs-vm", "CycleDetected", "True"],
+        )
+        .await;
     let msg = a["message"].as_str().expect("message");
     assert!(msg.contains("virtualmachines.compute.test.io → vpcs.network.test.io → virtualmachines.compute.test.io"), "{msg}");
     assert!(
@@ -238,8 +226,7 @@ async fn cycle_across_workspaces_is_reported_on_both_rules() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() {
-    let kcp = topology().await;
-    let _c = controller(&kcp, &[]).await;
+    let (kcp, _c) = with_controller(&[]).await;
     let deep = "root:providers:storage:block";
     kcp.apply(
         "root:compute",
@@ -255,21 +242,15 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
             )],
         ),
     );
-    let inv = wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
-        ["dependencyrule", "vm-volume", "Invalid", "True"],
-        10,
-    )
-    .await
-    .expect("invalid");
+    let inv = kcp
+        .wait_condition(
+            "root:compute",
+            ["dependencyrule", "vm-volume", "Invalid", "True"],
+        )
+        .await;
     assert_eq!(inv["reason"], "UnresolvedWorkspace");
-    assert!(
-        inv["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("storage")),
-        "{inv}"
-    );
+    let message = inv["message"].as_str().unwrap_or_default();
+    assert!(message.contains("storage"), "{inv}");
 
     // The workspaces appear (three levels below root): the rule recovers on its own.
     kcp.apply("root:providers", &workspace("storage"));
@@ -283,14 +264,11 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
         deep,
         &binding("holdfast", "root:holdfast", "holdfast.dev", true),
     );
-    wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
+    kcp.wait_condition(
+        "root:compute",
         ["dependencyrule", "vm-volume", "Invalid", "False"],
-        15,
     )
-    .await
-    .expect("recovered");
+    .await;
     wait_configuration_at(
         &kcp.env,
         Some(&kcp.ws(deep)),
@@ -313,22 +291,11 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cleanup_on_shutdown_removes_every_provider_configuration() {
-    let kcp = topology().await;
-    let mut c = controller(&kcp, &["--cleanup-on-shutdown"]).await;
+    let (kcp, mut c) = with_controller(&["--cleanup-on-shutdown"]).await;
     kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
     kcp.apply(
         NETWORK,
-        &dependency_rule(
-            "subnet-vm",
-            ("network.test.io", "Subnet", "subnets"),
-            &[(
-                "root:compute",
-                "compute.test.io",
-                "compute.test.io",
-                "virtualmachines",
-                ".spec.gatewayVm",
-            )],
-        ),
+        &gateway_vm_rule("subnet-vm", ("network.test.io", "Subnet", "subnets")),
     );
     for ws in [NETWORK, "root:compute"] {
         wait_configuration_at(&kcp.env, Some(&kcp.ws(ws)), Duration::from_secs(15), |c| {
@@ -367,16 +334,7 @@ async fn leader_election_in_the_holdfast_workspace() {
     ];
     let mut a = start_controller(&kcp.env, "controller-a", port, &args).expect("a");
     let mut b = start_controller(&kcp.env, "controller-b", port, &args).expect("b");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let a_leads = loop {
-        let (ra, rb) = (a.is_ready().await, b.is_ready().await);
-        assert!(!(ra && rb), "two leaders");
-        if ra || rb {
-            break ra;
-        }
-        assert!(std::time::Instant::now() < deadline, "nobody leads");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (leader, follower) = elect(&mut a, &mut b).await;
     let lease = kcp.get_json(
         "root:holdfast",
         &["lease", "holdfast-controller", "-n", "default"],
@@ -386,7 +344,7 @@ async fn leader_election_in_the_holdfast_workspace() {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| panic!("the Lease in the holdfast workspace names nobody: {lease}"))
         .to_string();
-    let leader_log = if a_leads { a.log() } else { b.log() };
+    let leader_log = leader.log();
     assert!(
         leader_log.contains(&holder),
         "the Lease names the leader: {holder}\n{leader_log}"
@@ -398,11 +356,6 @@ async fn leader_election_in_the_holdfast_workspace() {
     })
     .await
     .expect("installed");
-    let (leader, follower) = if a_leads {
-        (&mut a, &mut b)
-    } else {
-        (&mut b, &mut a)
-    };
     leader.kill();
     let killed = std::time::Instant::now();
     let out = kcp.kubectl(

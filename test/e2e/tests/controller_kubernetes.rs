@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use holdfast_e2e::controller::elect;
 use holdfast_e2e::fixtures::resource_protection;
 use holdfast_e2e::steps::eventually;
 use holdfast_e2e::steps::installed_configuration;
@@ -623,25 +624,13 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     let mut a = start_controller(&env, "controller-a", port, &args).expect("a");
     let mut b = start_controller(&env, "controller-b", port, &args).expect("b");
     // Exactly one leads.
-    let leader_is_a = eventually(30, async || {
-        let (ra, rb) = (a.is_ready().await, b.is_ready().await);
-        if ra || rb {
-            return Ok(ra);
-        }
-        Err(format!("nobody leads: {}\n{}", a.log(), b.log()))
-    })
-    .await;
+    let (leader, follower) = elect(&mut a, &mut b).await;
     env.apply(&rp_configmaps()).expect("policy");
     wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
     .await
     .expect("installed by the leader");
-    let (leader, follower) = if leader_is_a {
-        (&mut a, &mut b)
-    } else {
-        (&mut b, &mut a)
-    };
     assert!(
         !follower.is_ready().await,
         "the follower does not reconcile"
