@@ -535,34 +535,55 @@ impl Env {
         args: &[&str],
         log: &Path,
     ) -> anyhow::Result<WebhookProcess> {
-        let probe_port = free_port()?;
-        let mut cmd = Command::new(bin("holdfast-webhook")?);
-        if !args.contains(&"--kubeconfig") {
-            cmd.arg("--kubeconfig").arg(&self.kubeconfig);
-        }
         // On an external cluster the API server may be elsewhere: every address.
         let host = if self.cluster.is_some() {
             "0.0.0.0"
         } else {
             "127.0.0.1"
         };
-        let child = cmd
-            .arg("--listen")
-            .arg(format!("{host}:{port}"))
+        self.launch_webhook(&format!("{host}:{port}"), args, log)
+            .await
+    }
+
+    /// `holdfast-webhook` listening on `listen` with the env's TLS pair and a probe
+    /// port of its own (no other arguments).
+    pub fn webhook_command(&self, listen: &str, probe_port: u16) -> anyhow::Result<Command> {
+        let mut cmd = Command::new(bin("holdfast-webhook")?);
+        cmd.args(["--listen", listen])
             .arg("--probe-listen")
             .arg(format!("127.0.0.1:{probe_port}"))
             .arg("--tls-cert")
             .arg(self.dir.path().join("tls.crt"))
             .arg("--tls-key")
-            .arg(self.dir.path().join("tls.key"))
+            .arg(self.dir.path().join("tls.key"));
+        Ok(cmd)
+    }
+
+    /// [`Env::webhook_command`] with the env's kubeconfig unless `args` names
+    /// another, `args` last, appending to `log`; waits until it answers /healthz.
+    async fn launch_webhook(
+        &self,
+        listen: &str,
+        args: &[&str],
+        log: &Path,
+    ) -> anyhow::Result<WebhookProcess> {
+        let port = listen
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .with_context(|| format!("no port in {listen}"))?;
+        let probe_port = free_port()?;
+        let mut cmd = self.webhook_command(listen, probe_port)?;
+        if !args.contains(&"--kubeconfig") {
+            cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        }
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        let child = cmd
             .args(args)
             .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)?,
-            )
+            .stderr(stderr)
             .spawn()
             .context("starting holdfast-webhook")?;
         let mut w = WebhookProcess {
@@ -1062,45 +1083,10 @@ impl Env {
         listen: std::net::SocketAddr,
         args: &[&str],
     ) -> anyhow::Result<()> {
-        let probe_port = free_port()?;
         let log = self.dir.path().join("webhook.log");
-        let child = Command::new(bin("holdfast-webhook")?)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--probe-listen")
-            .arg(format!("127.0.0.1:{probe_port}"))
-            .arg("--tls-cert")
-            .arg(self.dir.path().join("tls.crt"))
-            .arg("--tls-key")
-            .arg(self.dir.path().join("tls.key"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("starting holdfast-webhook")?;
-        let mut w = WebhookProcess {
-            child,
-            port: listen.port(),
-            probe_port,
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if http_get(probe_port, "/healthz").await.map(|(s, _)| s) == Ok(200) {
-                self.webhook = Some(w);
-                return Ok(());
-            }
-            if let Ok(Some(status)) = w.child.try_wait() {
-                let log = std::fs::read_to_string(&w.log).unwrap_or_default();
-                bail!("holdfast-webhook exited with {status}: {log}");
-            }
-            if Instant::now() > deadline {
-                bail!("holdfast-webhook did not become healthy within 30s");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let w = self.launch_webhook(&listen.to_string(), args, &log).await?;
+        self.webhook = Some(w);
+        Ok(())
     }
 }
 

@@ -6,20 +6,25 @@
 
 use std::{
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     time::{Duration, Instant},
 };
 
-use holdfast_e2e::steps::installed_configuration;
-use holdfast_e2e::steps::words;
-use holdfast_e2e::{Env, bin, controller::start_controller, free_port, http_get};
+use holdfast_e2e::{
+    Env,
+    controller::start_controller,
+    free_port, http_get,
+    steps::{installed_configuration, words},
+};
 
 const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
 
 /// A webhook on the env's API server and certificate, logging to `log`.
 fn spawn_webhook(env: &Env, port: u16, args: &[&str], log: &Path) -> (Child, u16) {
     let probe = free_port().expect("port");
-    let mut cmd = Command::new(bin("holdfast-webhook").expect("binary"));
+    let mut cmd = env
+        .webhook_command(&format!("127.0.0.1:{port}"), probe)
+        .expect("binary");
     for (key, _) in std::env::vars() {
         if key.starts_with("HOLDFAST_") || key.ends_with("_BACKTRACE") {
             cmd.env_remove(key);
@@ -28,14 +33,6 @@ fn spawn_webhook(env: &Env, port: u16, args: &[&str], log: &Path) -> (Child, u16
     let child = cmd
         .arg("--kubeconfig")
         .arg(&env.kubeconfig)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--probe-listen")
-        .arg(format!("127.0.0.1:{probe}"))
-        .arg("--tls-cert")
-        .arg(env.dir.path().join("tls.crt"))
-        .arg("--tls-key")
-        .arg(env.dir.path().join("tls.key"))
         .args(["--settings-check-interval-ms", "200"])
         .args(args)
         .stdout(Stdio::null())
