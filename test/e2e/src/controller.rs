@@ -96,6 +96,14 @@ impl ControllerProcess {
         }
     }
 
+    /// Waits (at most 30 s) until the policy `kind`/`name` has condition `type_`
+    /// with `status`, and returns it; fails printing this controller's log.
+    pub async fn wait_condition(&self, env: &Env, [kind, name, type_, status]: [&str; 4]) -> Value {
+        wait_condition(env, kind, name, type_, status, 30)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", self.log()))
+    }
+
     /// Kills the process (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

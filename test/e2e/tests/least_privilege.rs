@@ -10,8 +10,10 @@ use std::path::Path;
 
 use holdfast_e2e::{
     Env,
-    controller::{ControllerProcess, condition, wait_condition},
-    steps::{apply_overlay, controller_as, eventually, service_account_kubeconfigs, words},
+    controller::{ControllerProcess, condition},
+    steps::{
+        apply_overlay, controller_as, eventually, refused_until, service_account_kubeconfigs, words,
+    },
 };
 use serde_json::Value;
 
@@ -138,6 +140,30 @@ async fn wait_metric(env: &Env, series: &str, want: f64) {
     .await
 }
 
+/// Once the rule is Ready, the DELETE of ConfigMap app/settings is refused (exit
+/// code 1, the webhook's exact refusal) while Secret app/creds references it.
+async fn settings_held_by_the_secret(env: &Env, c: &ControllerProcess) {
+    c.wait_condition(
+        env,
+        ["dependencyrule", "secrets-use-configmaps", "Ready", "True"],
+    )
+    .await;
+    let out = refused_until(
+        env,
+        &["delete", "configmap", "settings", "-n", "app"],
+        "still referenced",
+    )
+    .await;
+    assert!(
+        out.refused_with(&holdfast_e2e::denied_by(
+            "policies-0.holdfast.dev",
+            "holdfast: ConfigMap app/settings is still referenced by Secret app/creds (policy: \
+             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)"
+        )),
+        "{out:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn secrets_stay_unread_until_a_policy_names_them() {
     holdfast_e2e::needs_simulator!(
@@ -228,31 +254,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
             .iter()
             .any(|r| r == "secrets")
     );
-    wait_condition(
-        &env,
-        "dependencyrule",
-        "secrets-use-configmaps",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let out = env
-        .kubectl_until(&["delete", "configmap", "settings", "-n", "app"], 30, |o| {
-            o.code != 0 && o.stderr.contains("still referenced")
-        })
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
-    assert_eq!(out.code, 1, "{out:?}");
-    assert!(
-        out.refused_with(&holdfast_e2e::denied_by(
-            "policies-0.holdfast.dev",
-            "holdfast: ConfigMap app/settings is still referenced by Secret app/creds (policy: \
-             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)"
-        )),
-        "{out:?}"
-    );
+    settings_held_by_the_secret(&env, &c).await;
     wait_metric(
         &env,
         "holdfast_webhook_unreadable_resources{resource=\"secrets\"}",
@@ -341,14 +343,8 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
         (1, "no".to_string())
     );
     // The rule's DELETEs are refused, never allowed unseen.
-    let out = env
-        .kubectl_until(
-            &words("delete configmap settings -n app --dry-run=server"),
-            30,
-            |o| o.code != 0 && o.stderr.contains("cannot verify dependents"),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
+    let dry_run = words("delete configmap settings -n app --dry-run=server");
+    let out = refused_until(&env, &dry_run, "cannot verify dependents").await;
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
             "policies-0.holdfast.dev",
@@ -363,15 +359,8 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     // A namespace holding what a policy protects among a type holdfast may not
     // read: its DELETE is refused too (containment cannot see inside).
     env.apply(RP_CREDS).expect("protection");
-    let out = env
-        .kubectl_until(
-            &["delete", "namespace", "app", "--dry-run=server"],
-            30,
-            |o| o.code != 0 && o.stderr.contains("holdfast may not read secrets yet"),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
-    assert_eq!(out.code, 1, "{out:?}");
+    let ns_dry_run = words("delete namespace app --dry-run=server");
+    let out = refused_until(&env, &ns_dry_run, "holdfast may not read secrets yet").await;
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" denied \
@@ -388,44 +377,13 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     )
     .expect("grant");
     wait_can_i(&env, WEBHOOK, "list", "secrets", true, &c.log()).await;
-    wait_condition(
-        &env,
-        "dependencyrule",
-        "secrets-use-configmaps",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let out = env
-        .kubectl_until(&["delete", "configmap", "settings", "-n", "app"], 30, |o| {
-            o.code != 0 && o.stderr.contains("still referenced")
-        })
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
-    assert!(
-        out.refused_with(&holdfast_e2e::denied_by(
-            "policies-0.holdfast.dev",
-            "holdfast: ConfigMap app/settings is still referenced by Secret app/creds (policy: \
-             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)"
-        )),
-        "{out:?}"
-    );
+    settings_held_by_the_secret(&env, &c).await;
     assert!(
         env.exists(&["configmap", "settings", "-n", "app"])
             .expect("kubectl")
     );
     // Now containment sees the protected Secret.
-    let out = env
-        .kubectl_until(
-            &["delete", "namespace", "app", "--dry-run=server"],
-            30,
-            |o| o.code != 0 && o.stderr.contains("Secret app/creds"),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
-    assert_eq!(out.code, 1, "{out:?}");
+    let out = refused_until(&env, &ns_dry_run, "Secret app/creds").await;
     assert!(
         out.stderr
             .contains("Secret app/creds (ResourceProtection/creds)"),

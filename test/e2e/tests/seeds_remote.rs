@@ -8,7 +8,7 @@
 
 use holdfast_e2e::{
     Env,
-    controller::{ControllerProcess, condition, wait_condition},
+    controller::{ControllerProcess, condition},
     steps::words,
     steps::{allowed_until, refused_until},
 };
@@ -128,9 +128,9 @@ async fn seed_000_composite_in_another_cluster() {
     .expect("anchor rule");
 
     // Ready once the source is listed; the anchor type is served there only.
-    let ready = wait_condition(&env, "anchorrule", "remote-composites", "Ready", "True", 30)
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    let ready = controller
+        .wait_condition(&env, ["anchorrule", "remote-composites", "Ready", "True"])
+        .await;
     assert_eq!(ready["reason"], "Enforced", "{ready}");
     let reachable = condition(&env, "anchorrule", "remote-composites", "SourceReachable")
         .expect("kubectl")
@@ -226,16 +226,17 @@ async fn seed_000_composite_in_another_cluster() {
         .expect("plain");
     env.run(&["delete", "configmap", "plain", "-n", "app"]);
     // The rule says so.
-    let down = wait_condition(
-        &env,
-        "anchorrule",
-        "remote-composites",
-        "SourceReachable",
-        "False",
-        30,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    let down = controller
+        .wait_condition(
+            &env,
+            [
+                "anchorrule",
+                "remote-composites",
+                "SourceReachable",
+                "False",
+            ],
+        )
+        .await;
     assert_eq!(down["reason"], "Unreachable", "{down}");
     let message = down["message"].as_str().unwrap_or_default();
     assert!(
@@ -408,16 +409,12 @@ async fn seed_001_protect_everything_in_a_namespace() {
          exclude:\n    - {group: \"\", resource: secrets}\n",
     )
     .expect("policy");
-    let ready = wait_condition(
-        &env,
-        "resourceprotection",
-        "everything-in-shop",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    let ready = controller
+        .wait_condition(
+            &env,
+            ["resourceprotection", "everything-in-shop", "Ready", "True"],
+        )
+        .await;
     assert_eq!(ready["reason"], "Enforced", "{ready}");
 
     // One rule over every resource, no subresources, the never-selected types and
