@@ -9,6 +9,7 @@
 use holdfast_e2e::{
     Env,
     controller::{ControllerProcess, condition},
+    steps::eventually,
     steps::words,
     steps::{allowed_until, refused_until},
 };
@@ -30,17 +31,14 @@ async fn shipped_stack() -> (Env, ControllerProcess) {
 }
 
 /// Waits until condition `type_` of the policy has `reason`; returns it.
-async fn wait_reason(env: &Env, kind: &str, name: &str, type_: &str, reason: &str) -> Value {
-    wait_reason_or(env, kind, name, type_, reason, &|| String::new()).await
+async fn wait_reason(env: &Env, query: [&str; 4]) -> Value {
+    wait_reason_or(env, query, &|| String::new()).await
 }
 
 /// [`wait_reason`], printing `context()` (a log) when it never comes.
 async fn wait_reason_or(
     env: &Env,
-    kind: &str,
-    name: &str,
-    type_: &str,
-    reason: &str,
+    [kind, name, type_, reason]: [&str; 4],
     context: &dyn Fn() -> String,
 ) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -58,6 +56,23 @@ async fn wait_reason_or(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Waits until the DELETE of ConfigMap app/`cm` is refused (exactly) because its
+/// anchor, composite pg-1, exists in the control cluster.
+async fn refused_while_pg_1_exists(env: &Env, cm: &str) {
+    let refusal = holdfast_e2e::denied_by(
+        "policies-0.holdfast.dev",
+        &format!(
+            "holdfast: ConfigMap app/{cm} is protected while its anchor \
+             xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
+             Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so \
+             it cannot be deleted. To delete it, delete the anchor, or label this object \
+             holdfast.dev/allow-deletion=true."
+        ),
+    );
+    let dry_run = format!("delete configmap {cm} -n app --dry-run=server");
+    refused_until(env, &words(&dry_run), &refusal).await;
 }
 
 /// A control cluster serving the composites' CRD, holding composites `names`.
@@ -104,12 +119,9 @@ fn configmap(name: &str, composite: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_000_composite_in_another_cluster() {
-    if holdfast_e2e::skipped_on_cluster(
-        "seed_000_composite_in_another_cluster",
-        "it runs two simulators and the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs two simulators and the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     // The control cluster: the composites.
     let control = control_cluster(&["pg-1"]).await;
     // The service cluster: holdfast, the protected objects, the kubeconfig Secret.
@@ -165,20 +177,7 @@ async fn seed_000_composite_in_another_cluster() {
     );
 
     // Refused while the composite exists in the control cluster.
-    let refusal = holdfast_e2e::denied_by(
-        "policies-0.holdfast.dev",
-        "holdfast: ConfigMap app/cm-1 is protected while its anchor \
-         xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
-         Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so it \
-         cannot be deleted. To delete it, delete the anchor, or label this object \
-         holdfast.dev/allow-deletion=true.",
-    );
-    refused_until(
-        &env,
-        &words("delete configmap cm-1 -n app --dry-run=server"),
-        &refusal,
-    )
-    .await;
+    refused_while_pg_1_exists(&env, "cm-1").await;
     // No composite pg-2 there: that object is not protected.
     env.prints(
         &["delete", "configmap", "cm-2", "-n", "app"],
@@ -260,26 +259,15 @@ async fn seed_000_composite_in_another_cluster() {
     // the source is synced): listed again, allowed.
     let control2 = control_cluster(&["pg-1"]).await;
     put_kubeconfig(&env, &control2);
-    let protected = holdfast_e2e::denied_by(
-        "policies-0.holdfast.dev",
-        "holdfast: ConfigMap app/cm-3 is protected while its anchor \
-         xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
-         Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so it \
-         cannot be deleted. To delete it, delete the anchor, or label this object \
-         holdfast.dev/allow-deletion=true.",
-    );
-    refused_until(
-        &env,
-        &words("delete configmap cm-3 -n app --dry-run=server"),
-        &protected,
-    )
-    .await;
+    refused_while_pg_1_exists(&env, "cm-3").await;
     wait_reason(
         &env,
-        "anchorrule",
-        "remote-composites",
-        "SourceReachable",
-        "Synced",
+        [
+            "anchorrule",
+            "remote-composites",
+            "SourceReachable",
+            "Synced",
+        ],
     )
     .await;
     let control3 = control_cluster(&[]).await;
@@ -315,10 +303,12 @@ async fn seed_000_composite_in_another_cluster() {
     .expect("cm-4");
     let unusable = wait_reason(
         &env,
-        "anchorrule",
-        "foreign-secret",
-        "SourceReachable",
-        "Unusable",
+        [
+            "anchorrule",
+            "foreign-secret",
+            "SourceReachable",
+            "Unusable",
+        ],
     )
     .await;
     assert_eq!(
@@ -352,8 +342,7 @@ async fn seed_000_composite_in_another_cluster() {
 /// Waits until the live configuration has a policies webhook routing every
 /// resource (`*` of every group); returns that webhook.
 async fn wildcard_webhook(env: &Env) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(30, async || {
         let cfg = holdfast_e2e::controller::webhook_configuration(env).expect("kubectl");
         let hook = cfg.as_ref().and_then(|c| {
             c["webhooks"].as_array().into_iter().flatten().find(|w| {
@@ -363,25 +352,17 @@ async fn wildcard_webhook(env: &Env) -> Value {
                     && w["rules"][0]["apiGroups"] == serde_json::json!(["*"])
             })
         });
-        if let Some(h) = hook {
-            return h.clone();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no wildcard policies webhook; last: {cfg:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        hook.cloned()
+            .ok_or_else(|| format!("no wildcard policies webhook; last: {cfg:?}"))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_001_protect_everything_in_a_namespace() {
-    if holdfast_e2e::skipped_on_cluster(
-        "seed_001_protect_everything_in_a_namespace",
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let (env, controller) = shipped_stack().await;
     env.apply(&holdfast_e2e::fixtures::crd(
         "example.com",
@@ -515,12 +496,9 @@ async fn seed_001_protect_everything_in_a_namespace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
-    if holdfast_e2e::skipped_on_cluster(
-        "resources_never_sent_to_a_webhook_are_named_in_the_status",
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let (env, controller) = shipped_stack().await;
     // metrics.k8s.io served by an aggregated API, as metrics-server registers it.
     env.apply(
@@ -551,10 +529,12 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
                API whose requests the API server proxies without calling webhooks";
     let installed = wait_reason_or(
         &env,
-        "resourceprotection",
-        "pod-metrics",
-        "Installed",
-        "NotAdmissionControlled",
+        [
+            "resourceprotection",
+            "pod-metrics",
+            "Installed",
+            "NotAdmissionControlled",
+        ],
         &|| format!("controller: {}", controller.log()),
     )
     .await;
@@ -619,10 +599,12 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     // Events expire without a DELETE.
     let events = wait_reason(
         &env,
-        "resourceprotection",
-        "events",
-        "Installed",
-        "NotAdmissionControlled",
+        [
+            "resourceprotection",
+            "events",
+            "Installed",
+            "NotAdmissionControlled",
+        ],
     )
     .await;
     assert_eq!(
@@ -637,10 +619,12 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     env.run(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
     let invalid = wait_reason(
         &env,
-        "resourceprotection",
-        "pod-metrics",
-        "Invalid",
-        "UnknownResource",
+        [
+            "resourceprotection",
+            "pod-metrics",
+            "Invalid",
+            "UnknownResource",
+        ],
     )
     .await;
     assert_eq!(invalid["status"], "True", "{invalid}");
