@@ -67,6 +67,47 @@ pub fn vm_resource() -> kube::discovery::ApiResource {
     }
 }
 
+/// Seed 002's CriticalService as the API server takes it: the finalizer-processing
+/// Deployment is critical while coolresources carry its finalizer, and while
+/// their CRD exists.
+pub const FINALIZER_CRITICAL_SERVICE: &str = "apiVersion: holdfast.dev/v1alpha1
+kind: CriticalService
+metadata: {name: for-finalizer-deployment}
+spec:
+  provider: {group: apps, resource: deployments, namespace: finalizer-namespace, name: finalizer-deployment}
+  criteria:
+  - type: Finalizer
+    finalizer: {group: my.crd.group, resource: coolresources, finalizerName: my.crd.group/super-important}
+  - type: SpecificResource
+    specificResource: {group: apiextensions.k8s.io, resource: customresourcedefinitions, name: coolresources.my.crd.group}
+";
+
+/// Seed 000's AnchorRule: a database composite protects its namespace, the
+/// namespace's PersistentVolumeClaims and its object buckets while its
+/// `deletionProtection` toggle is on (the default).
+pub const APPCAT_ANCHOR_RULE: &str = "apiVersion: holdfast.dev/v1alpha1
+kind: AnchorRule
+metadata: {name: appcat}
+spec:
+  anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}
+  anchorLabels: {name: appcat.vshn.io/composite-name}
+  toggle: {fieldPath: .spec.parameters.backup.deletionProtection, default: true}
+  protects:
+  - {group: \"\", version: v1, resource: namespaces}
+  - {group: \"\", version: v1, resource: persistentvolumeclaims, inheritFromNamespace: true}
+  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}
+";
+
+/// Widgets and their CRD under one ResourceProtection.
+pub const WIDGET_PROTECTION: &str = "apiVersion: holdfast.dev/v1alpha1
+kind: ResourceProtection
+metadata: {name: widgets}
+spec:
+  resources:
+  - {group: example.com, version: v1, resource: widgets}
+  - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, names: [widgets.example.com]}
+";
+
 /// Namespaced widgets.example.com.
 pub fn widget_crd() -> String {
     crd("example.com", "widgets", "Widget", true)

@@ -56,15 +56,7 @@ async fn covered(env: &Env, group: &str, resource: &str) {
     .expect("configuration covers the resource");
 }
 
-const WIDGET_PROTECTION: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: widgets}
-spec:
-  resources:
-  - {group: example.com, version: v1, resource: widgets}
-  - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, names: [widgets.example.com]}
-"#;
+const WIDGET_PROTECTION: &str = holdfast_e2e::fixtures::WIDGET_PROTECTION;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_karmada_plan_for_a_crd() {
@@ -277,19 +269,7 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     .expect("namespace deleted");
 }
 
-const ANCHOR_RULE: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: AnchorRule
-metadata: {name: appcat}
-spec:
-  anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}
-  anchorLabels: {name: appcat.vshn.io/composite-name}
-  toggle: {fieldPath: .spec.parameters.backup.deletionProtection, default: true}
-  protects:
-  - {group: "", version: v1, resource: namespaces}
-  - {group: "", version: v1, resource: persistentvolumeclaims, inheritFromNamespace: true}
-  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}
-"#;
+const ANCHOR_RULE: &str = holdfast_e2e::fixtures::APPCAT_ANCHOR_RULE;
 
 fn composite(toggle: &str) -> String {
     format!(
@@ -390,18 +370,7 @@ async fn anchor_rule_composite_stories() {
     .expect("namespace deleted");
 }
 
-const CRITICAL: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: CriticalService
-metadata: {name: for-finalizer-deployment}
-spec:
-  provider: {group: apps, resource: deployments, namespace: finalizer-namespace, name: finalizer-deployment}
-  criteria:
-  - type: Finalizer
-    finalizer: {group: my.crd.group, resource: coolresources, finalizerName: my.crd.group/super-important}
-  - type: SpecificResource
-    specificResource: {group: apiextensions.k8s.io, resource: customresourcedefinitions, name: coolresources.my.crd.group}
-"#;
+const CRITICAL: &str = holdfast_e2e::fixtures::FINALIZER_CRITICAL_SERVICE;
 
 const FINALIZER: &str = "my.crd.group/super-important";
 

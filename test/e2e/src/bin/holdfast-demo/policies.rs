@@ -36,14 +36,7 @@ kind: Widget
 metadata: {name: w2, namespace: default}
 "#;
 
-const WIDGET_PROTECTION: &str = "apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: widgets}
-spec:
-  resources:
-  - {group: example.com, version: v1, resource: widgets}
-  - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, names: [widgets.example.com]}
-";
+const WIDGET_PROTECTION: &str = holdfast_e2e::fixtures::WIDGET_PROTECTION;
 
 /// ResourceProtection: every instance of a CRD and the CRD itself.
 pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
@@ -412,18 +405,7 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-const ANCHOR_RULE: &str = "apiVersion: holdfast.dev/v1alpha1
-kind: AnchorRule
-metadata: {name: appcat}
-spec:
-  anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}
-  anchorLabels: {name: appcat.vshn.io/composite-name}
-  toggle: {fieldPath: .spec.parameters.backup.deletionProtection, default: true}
-  protects:
-  - {group: \"\", version: v1, resource: namespaces}
-  - {group: \"\", version: v1, resource: persistentvolumeclaims, inheritFromNamespace: true}
-  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}
-";
+const ANCHOR_RULE: &str = holdfast_e2e::fixtures::APPCAT_ANCHOR_RULE;
 
 const INSTANCE: &str = "apiVersion: v1
 kind: Namespace
@@ -559,17 +541,7 @@ pub async fn anchor_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-const CRITICAL: &str = "apiVersion: holdfast.dev/v1alpha1
-kind: CriticalService
-metadata: {name: for-finalizer-deployment}
-spec:
-  provider: {group: apps, resource: deployments, namespace: finalizer-namespace, name: finalizer-deployment}
-  criteria:
-  - type: Finalizer
-    finalizer: {group: my.crd.group, resource: coolresources, finalizerName: my.crd.group/super-important}
-  - type: SpecificResource
-    specificResource: {group: apiextensions.k8s.io, resource: customresourcedefinitions, name: coolresources.my.crd.group}
-";
+const CRITICAL: &str = holdfast_e2e::fixtures::FINALIZER_CRITICAL_SERVICE;
 
 const PROVIDER: [&str; 5] = [
     "delete",
