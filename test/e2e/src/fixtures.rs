@@ -108,6 +108,20 @@ spec:
   - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, names: [widgets.example.com]}
 ";
 
+/// A ClusterRole `name` with `rules` (each a YAML flow mapping, e.g.
+/// `{apiGroups: [""], resources: [namespaces], verbs: [get, delete]}`) and the
+/// ClusterRoleBinding of the same name granting it to user `user`.
+pub fn user_cluster_role(name: &str, user: &str, rules: &[&str]) -> String {
+    let rules: String = rules.iter().map(|r| format!("- {r}\n")).collect();
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {name}}}\n\
+         rules:\n{rules}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata: {{name: {name}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}\n\
+         subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]\n"
+    )
+}
+
 /// Namespaced widgets.example.com.
 pub fn widget_crd() -> String {
     crd("example.com", "widgets", "Widget", true)

@@ -8,8 +8,10 @@ use holdfast_e2e::{
     Env,
     controller::ControllerProcess,
     fixtures,
-    steps::words,
-    steps::{self, as_user, controller_as, install_controller_rbac, start_webhook, with_users},
+    steps::{
+        self, as_user, controller_as, install_controller_rbac, merge_patch, refused, start_webhook,
+        with_users, words,
+    },
 };
 use holdfast_shared::deferred::request_patch;
 use holdfast_sim::SimConfig;
@@ -17,40 +19,28 @@ use serde_json::Value;
 
 /// Who may delete VPCs, VirtualMachines and namespaces (alice), and who may only
 /// create and edit VPCs (bob).
-const USERS_RBAC: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: e2e-owner}
-rules:
-- apiGroups: ["network.test.io", "compute.test.io"]
-  resources: ["vpcs", "virtualmachines"]
-  verbs: ["get", "list", "patch", "update", "delete"]
-- apiGroups: [""]
-  resources: ["namespaces", "configmaps"]
-  verbs: ["get", "list", "patch", "update", "delete"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: e2e-owner}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-owner}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: e2e-editor}
-rules:
-- apiGroups: ["network.test.io"]
-  resources: ["vpcs"]
-  verbs: ["get", "list", "create", "patch", "update"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: e2e-editor}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-editor}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}
-"#;
+fn users_rbac() -> String {
+    let everyday = "verbs: [get, list, patch, update, delete]";
+    fixtures::documents(&[
+        fixtures::user_cluster_role(
+            "e2e-owner",
+            "alice",
+            &[
+                &format!(
+                    "{{apiGroups: [network.test.io, compute.test.io], resources: [vpcs, virtualmachines], {everyday}}}"
+                ),
+                &format!("{{apiGroups: [\"\"], resources: [namespaces, configmaps], {everyday}}}"),
+            ],
+        ),
+        fixtures::user_cluster_role(
+            "e2e-editor",
+            "bob",
+            &[
+                "{apiGroups: [network.test.io], resources: [vpcs], verbs: [get, list, create, patch, update]}",
+            ],
+        ),
+    ])
+}
 
 /// Sim with the shipped ServiceAccounts and two users, holdfast's CRDs and RBAC,
 /// the VPC/VM types and their DependencyRule, the webhook, and the controller as
@@ -65,7 +55,7 @@ async fn stack() -> (Env, ControllerProcess) {
     let kubeconfig = install_controller_rbac(&env);
     env.apply(&fixtures::vpc_vm_crds()).expect("VPC/VM CRDs");
     env.wait_served(&["vpcs"]).await;
-    env.apply(USERS_RBAC).expect("users' RBAC");
+    env.apply(&users_rbac()).expect("users' RBAC");
     env.apply(&fixtures::vm_vpc_rule(".spec.vpcRef.name"))
         .expect("rule");
     let port = start_webhook(&mut env, &[]).await;
@@ -87,6 +77,24 @@ fn vpc(name: &str) -> String {
 
 async fn wait_gone(env: &Env, args: &[&str], c: &ControllerProcess) {
     steps::wait_gone(env, args, 60, c).await;
+}
+
+/// `user` asks for the deferred deletion of `target` (e.g. `vpc net`), naming
+/// `requester` as the one asking.
+fn ask(env: &Env, user: &str, target: &str, requester: &str) -> holdfast_e2e::KubectlOutput {
+    as_user(env, user, &merge_patch(target, &request_patch(requester)))
+}
+
+/// Waits for the one DeferredDeletion Event about `name` (of `kind`): holdfast
+/// deleted it as alice; returns the Events.
+async fn deleted_by_alice(env: &Env, name: &str, kind: &str) -> Vec<Value> {
+    let done = env
+        .wait_events("DeferredDeletion", name, 30)
+        .await
+        .expect("deletion event");
+    assert_eq!(notes(&done), vec![DELETED_BY_ALICE.to_string()]);
+    assert_eq!(done[0]["regarding"]["kind"], kind, "{done:?}");
+    done
 }
 
 /// The notes of the Events with `reason` about `name`.
@@ -122,23 +130,9 @@ async fn a_vpc_goes_right_after_its_last_vm() {
     );
 
     // Alice may delete it: her request is admitted.
-    let out = as_user(
-        &env,
-        "alice",
-        &[
-            "patch",
-            "vpc",
-            "my-vpc",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("alice"),
-        ],
-    );
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "vpc.network.test.io/my-vpc patched\n"),
-        "{out:?}"
+    steps::deleted(
+        &ask(&env, "alice", "vpc my-vpc", "alice"),
+        "vpc.network.test.io/my-vpc patched\n",
     );
 
     // Only changes of the request reach the webhook: an unrelated label does not,
@@ -187,12 +181,7 @@ async fn a_vpc_goes_right_after_its_last_vm() {
     // The last VM goes: the VPC follows, deleted as alice.
     env.run(&["delete", "virtualmachine", "my-vm"]);
     wait_gone(&env, &["get", "vpc", "my-vpc"], &c).await;
-    let done = env
-        .wait_events("DeferredDeletion", "my-vpc", 30)
-        .await
-        .expect("deletion event");
-    assert_eq!(notes(&done), vec![DELETED_BY_ALICE.to_string()]);
-    assert_eq!(done[0]["regarding"]["kind"], "VPC", "{done:?}");
+    let done = deleted_by_alice(&env, "my-vpc", "VPC").await;
     assert_eq!(done[0]["regarding"]["namespace"], "default", "{done:?}");
     assert_eq!(done[0]["type"], "Normal", "{done:?}");
     assert!(
@@ -212,23 +201,9 @@ async fn a_namespace_waits_for_its_protected_contents() {
     env.until_failed(&["delete", "namespace", "shop", "--dry-run=server"])
         .await;
 
-    let out = as_user(
-        &env,
-        "alice",
-        &[
-            "patch",
-            "namespace",
-            "shop",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("alice"),
-        ],
-    );
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "namespace/shop patched\n"),
-        "{out:?}"
+    steps::deleted(
+        &ask(&env, "alice", "namespace shop", "alice"),
+        "namespace/shop patched\n",
     );
     let waiting = env
         .wait_events("DeferredDeletionWaiting", "shop", 60)
@@ -249,12 +224,7 @@ async fn a_namespace_waits_for_its_protected_contents() {
         "label configmap keep -n shop holdfast.dev/protected-",
     ));
     wait_gone(&env, &["get", "namespace", "shop"], &c).await;
-    let done = env
-        .wait_events("DeferredDeletion", "shop", 30)
-        .await
-        .expect("deletion event");
-    assert_eq!(notes(&done), vec![DELETED_BY_ALICE.to_string()]);
-    assert_eq!(done[0]["regarding"]["kind"], "Namespace", "{done:?}");
+    deleted_by_alice(&env, "shop", "Namespace").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,57 +245,32 @@ async fn only_who_may_delete_can_ask() {
             1,
         )
     };
+    // The refusal when bob names alice as the one asking for VPC default/`vpc`.
+    let not_you = |vpc: &str| {
+        format!(
+            "cannot accept the deferred deletion request on VPC default/{vpc}: the annotation \
+             holdfast.dev/delete-requested-by must name you, \"bob\" (it is \"alice\"). Set all \
+             three in one request: kubectl patch vpcs.network.test.io {vpc} -n default --type \
+             merge -p '{{\"metadata\":{{\"annotations\":{{\"holdfast.dev/delete-requested-by\":\
+             \"bob\",\"holdfast.dev/delete-when-unblocked\":\"true\"}},\"labels\":{{\
+             \"holdfast.dev/delete-when-unblocked\":\"true\"}}}}}}'"
+        )
+    };
     // Bob may edit the VPC but not delete it.
-    let out = as_user(
-        &env,
-        "bob",
-        &[
-            "patch",
-            "vpc",
-            "net",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("bob"),
-        ],
-    );
-    assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(
-        out.stderr,
-        refusal(
+    let out = ask(&env, "bob", "vpc net", "bob");
+    refused(
+        &out,
+        &refusal(
             "user \"bob\" may not ask for the deferred deletion of VPC default/net: that takes \
              the permission to delete it (verb delete on vpcs.network.test.io in namespace \
              default), which \"bob\" does not hold as holdfast will use it: it deletes the \
              object later by impersonating the user name alone, without the groups of this \
-             request."
-        )
+             request.",
+        ),
     );
     // Naming someone who may delete it does not help.
-    let out = as_user(
-        &env,
-        "bob",
-        &[
-            "patch",
-            "vpc",
-            "net",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("alice"),
-        ],
-    );
-    assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(
-        out.stderr,
-        refusal(
-            "cannot accept the deferred deletion request on VPC default/net: the annotation \
-             holdfast.dev/delete-requested-by must name you, \"bob\" (it is \"alice\"). Set all \
-             three in one request: kubectl patch vpcs.network.test.io net -n default --type \
-             merge -p '{\"metadata\":{\"annotations\":{\"holdfast.dev/delete-requested-by\":\
-             \"bob\",\"holdfast.dev/delete-when-unblocked\":\"true\"},\"labels\":{\
-             \"holdfast.dev/delete-when-unblocked\":\"true\"}}}'"
-        )
-    );
+    let out = ask(&env, "bob", "vpc net", "alice");
+    refused(&out, &refusal(&not_you("net")));
     // Nor does creating an object with a request in it (the env's admin
     // impersonates bob: the API server judges the CREATE as bob).
     let mut manifest: Value = serde_json::from_str(&request_patch("alice")).expect("json");
@@ -336,18 +281,7 @@ async fn only_who_may_delete_can_ask() {
     let out = env
         .kubectl_stdin(&["create", "--as", "bob", "-f", "-"], &manifest.to_string())
         .expect("kubectl runs");
-    assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(
-        out.stderr,
-        refusal_on_create(
-            "cannot accept the deferred deletion request on VPC default/other: the annotation \
-             holdfast.dev/delete-requested-by must name you, \"bob\" (it is \"alice\"). Set all \
-             three in one request: kubectl patch vpcs.network.test.io other -n default --type \
-             merge -p '{\"metadata\":{\"annotations\":{\"holdfast.dev/delete-requested-by\":\
-             \"bob\",\"holdfast.dev/delete-when-unblocked\":\"true\"},\"labels\":{\
-             \"holdfast.dev/delete-when-unblocked\":\"true\"}}}'"
-        )
-    );
+    refused(&out, &refusal_on_create(&not_you("other")));
     assert!(env.get_json(&["vpc", "other"]).is_err(), "not created");
     // Nothing was marked, and the VPC is untouched.
     let net = env.get_json(&["vpc", "net"]).expect("vpc");

@@ -6,30 +6,20 @@ use crate::runner::{Demo, Expect};
 use holdfast_e2e::Env;
 use holdfast_shared::deferred::request_patch;
 
-const USERS: &str = "apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: vpc-owner}
-rules:
-- {apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch, delete]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: vpc-owner}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: vpc-owner}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: vpc-editor}
-rules:
-- {apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: vpc-editor}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: vpc-editor}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}]
-";
+fn users() -> String {
+    holdfast_e2e::fixtures::documents(&[
+        holdfast_e2e::fixtures::user_cluster_role(
+            "vpc-owner",
+            "alice",
+            &["{apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch, delete]}"],
+        ),
+        holdfast_e2e::fixtures::user_cluster_role(
+            "vpc-editor",
+            "bob",
+            &["{apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch]}"],
+        ),
+    ])
+}
 
 const NETWORK: &str = "apiVersion: network.test.io/v1
 kind: VPC
@@ -51,7 +41,7 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.apply(
         env,
         None,
-        USERS,
+        &users(),
         &[
             "clusterrole.rbac.authorization.k8s.io/vpc-owner created",
             "clusterrolebinding.rbac.authorization.k8s.io/vpc-editor created",
