@@ -3,7 +3,7 @@
 //! Runs after the DependencyRule story (its CRDs and rule `vm-dependencies`).
 
 use crate::runner::{Demo, Expect};
-use holdfast_e2e::Env;
+use holdfast_e2e::{Env, steps::merge_patch};
 use holdfast_shared::deferred::request_patch;
 
 fn users() -> String {
@@ -30,6 +30,19 @@ kind: VirtualMachine
 metadata: {name: app-vm, namespace: default}
 spec: {vpcRef: {name: shared-vpc}}
 ";
+
+/// kubectl's arguments for `user` asking, with `patch`, for the deferred deletion of
+/// VPC shared-vpc.
+fn asks<'a>(user: &'a str, patch: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["--as", user];
+    args.extend(merge_patch("vpc shared-vpc", patch));
+    args
+}
+
+/// kubectl's arguments printing the Events of namespace default with `output`.
+fn events_in_default(output: &str) -> [&str; 6] {
+    ["get", "events.events.k8s.io", "-n", "default", "-o", output]
+}
 
 /// Deferred deletion: asked while blocked, done once unblocked.
 pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
@@ -70,17 +83,7 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.say("bob cannot ask: he may not delete it himself");
     demo.run(
         env,
-        &[
-            "--as",
-            "bob",
-            "patch",
-            "vpc",
-            "shared-vpc",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("bob"),
-        ],
+        &asks("bob", &request_patch("bob")),
         Expect::Refused,
         &["holdfast: user \"bob\" may not ask for the deferred deletion of VPC default/shared-vpc: that takes the permission to delete it (verb delete on vpcs.network.test.io in namespace default)"],
     )?;
@@ -88,17 +91,7 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.say("alice asks for deferred deletion");
     demo.run(
         env,
-        &[
-            "--as",
-            "alice",
-            "patch",
-            "vpc",
-            "shared-vpc",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("alice"),
-        ],
+        &asks("alice", &request_patch("alice")),
         Expect::Succeeds,
         &["vpc.network.test.io/shared-vpc patched"],
     )?;
@@ -107,14 +100,9 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     );
     demo.settle(
         env,
-        &[
-            "get",
-            "events.events.k8s.io",
-            "-n",
-            "default",
-            "-o",
+        &events_in_default(
             "jsonpath={.items[?(@.reason==\"DeferredDeletionWaiting\")].regarding.name}",
-        ],
+        ),
         30,
         |o| o.code == 0 && o.stdout.split_whitespace().any(|n| n == "shared-vpc"),
     )
@@ -137,14 +125,7 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         .await;
     demo.run(
         env,
-        &[
-            "get",
-            "events.events.k8s.io",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={range .items[?(@.reason==\"DeferredDeletion\")]}{.regarding.kind}/{.regarding.name}: {.note}{\"\\n\"}{end}",
-        ],
+        &events_in_default("jsonpath={range .items[?(@.reason==\"DeferredDeletion\")]}{.regarding.kind}/{.regarding.name}: {.note}{\"\\n\"}{end}"),
         Expect::Succeeds,
         &["VPC/shared-vpc: deleted by holdfast as \"alice\", who asked for it with holdfast.dev/delete-when-unblocked"],
     )?;
