@@ -29,14 +29,31 @@ pub fn vpc_vm_crds() -> String {
     ])
 }
 
+/// A DependencyRule `name` on Kubernetes: `dependent` (group, kind, resource; version
+/// v1) references each of `deps` (group, resource, field path; version v1).
+pub fn dependency_rule(
+    name: &str,
+    (group, kind, resource): (&str, &str, &str),
+    deps: &[(&str, &str, &str)],
+) -> String {
+    let mut yaml = format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {{name: {name}}}\n\
+         spec:\n  dependent: {{group: {group}, version: v1, kind: {kind}, resource: {resource}}}\n  \
+         dependencies:\n"
+    );
+    for (group, resource, path) in deps {
+        yaml.push_str(&format!(
+            "  - {{group: {group}, version: v1, resource: {resource}, fieldRef: {{path: \"{path}\"}}}}\n"
+        ));
+    }
+    yaml
+}
+
 /// The DependencyRule of seed 003 on Kubernetes: VirtualMachines reference VPCs at
 /// `path`.
 pub fn vm_vpc_rule(path: &str) -> String {
-    format!(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {{name: vm-dependencies}}\n\
-         spec:\n  dependent: {{group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}}\n  \
-         dependencies:\n  - group: network.test.io\n    version: v1\n    resource: vpcs\n    fieldRef: {{path: \"{path}\"}}\n"
-    )
+    let vm = ("compute.test.io", "VirtualMachine", "virtualmachines");
+    dependency_rule("vm-dependencies", vm, &[("network.test.io", "vpcs", path)])
 }
 
 /// A ResourceProtection `name` over `resources` (each a YAML flow mapping,

@@ -504,23 +504,21 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     .expect("widgets now routed");
 }
 
-const CYCLE_RULES: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: vm-needs-vpc}
-spec:
-  dependent: {group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}
-  dependencies:
-  - {group: network.test.io, version: v1, resource: vpcs, fieldRef: {path: .spec.vpcRef.name}}
----
-apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: vpc-needs-vm}
-spec:
-  dependent: {group: network.test.io, version: v1, kind: VPC, resource: vpcs}
-  dependencies:
-  - {group: compute.test.io, version: v1, resource: virtualmachines, fieldRef: {path: .spec.gatewayVm}}
-"#;
+fn cycle_rules() -> String {
+    use holdfast_e2e::fixtures::{dependency_rule, documents};
+    documents(&[
+        dependency_rule(
+            "vm-needs-vpc",
+            ("compute.test.io", "VirtualMachine", "virtualmachines"),
+            &[("network.test.io", "vpcs", ".spec.vpcRef.name")],
+        ),
+        dependency_rule(
+            "vpc-needs-vm",
+            ("network.test.io", "VPC", "vpcs"),
+            &[("compute.test.io", "virtualmachines", ".spec.gatewayVm")],
+        ),
+    ])
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dependency_cycle_is_reported_on_both_rules() {
@@ -532,7 +530,7 @@ async fn dependency_cycle_is_reported_on_both_rules() {
         .expect("crds");
     env.wait_served(&["vpcs"]).await;
     let _c = controller(&env, "controller", &[]).await;
-    env.apply(CYCLE_RULES).expect("rules");
+    env.apply(&cycle_rules()).expect("rules");
 
     let a = wait_condition(
         &env,

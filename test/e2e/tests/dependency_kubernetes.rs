@@ -6,18 +6,13 @@ use holdfast_e2e::steps::words;
 
 use holdfast_e2e::fixtures::vm_vpc_rule as rule;
 
-const STORAGE_RULE: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: claims-need-profiles}
-spec:
-  dependent: {group: storage.test.io, version: v1, kind: VolumeClaim, resource: volumeclaims}
-  dependencies:
-  - group: storage.test.io
-    version: v1
-    resource: storageprofiles
-    fieldRef: {path: .spec.profile}
-"#;
+fn storage_rule() -> String {
+    holdfast_e2e::fixtures::dependency_rule(
+        "claims-need-profiles",
+        ("storage.test.io", "VolumeClaim", "volumeclaims"),
+        &[("storage.test.io", "storageprofiles", ".spec.profile")],
+    )
+}
 
 fn vm(name: &str, spec: &str) -> String {
     format!(
@@ -34,7 +29,7 @@ async fn setup(mode: &str) -> Env {
     .expect("test CRDs");
     env.wait_served(&["vpcs"]).await;
     env.apply(&rule(".spec.vpcRef.name")).expect("rule");
-    env.apply(STORAGE_RULE).expect("storage rule");
+    env.apply(&storage_rule()).expect("storage rule");
     env.start_webhook(&["--dependents", mode])
         .await
         .expect("webhook");

@@ -321,18 +321,6 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
     Ok(())
 }
 
-const VM_RULE: &str = "apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: vm-dependencies}
-spec:
-  dependent: {group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}
-  dependencies:
-  - group: network.test.io
-    version: v1
-    resource: vpcs
-    fieldRef: {path: .spec.vpcRef.name}
-";
-
 /// DependencyRule on Kubernetes: a VPC cannot go while a VM references it.
 pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.story(
@@ -352,7 +340,7 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.apply(
         env,
         None,
-        VM_RULE,
+        &holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"),
         &["dependencyrule.holdfast.dev/vm-dependencies created"],
     )?;
     demo.apply(
