@@ -139,6 +139,16 @@ pub fn user_cluster_role(name: &str, user: &str, rules: &[&str]) -> String {
     )
 }
 
+/// VirtualMachine `name` in `namespace` referencing VPC `vpc` (seed 003).
+pub fn vm_object(name: &str, namespace: &str, vpc: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "compute.test.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"vpcRef": {"name": vpc}},
+    })
+}
+
 /// Namespaced widgets.example.com.
 pub fn widget_crd() -> String {
     crd("example.com", "widgets", "Widget", true)

@@ -2,6 +2,7 @@
 //! strategies: a VPC cannot be deleted while a VirtualMachine references it.
 
 use holdfast_e2e::Env;
+use holdfast_e2e::steps::allowed_until;
 use holdfast_e2e::steps::words;
 
 use holdfast_e2e::fixtures::vm_vpc_rule as rule;
@@ -78,9 +79,7 @@ async fn vpc_story(mode: &str) {
     .expect("both named");
     // Delete the VMs: then the VPC goes.
     env.run(&["delete", "virtualmachine", "my-vm", "vm-2"]);
-    env.kubectl_until(&["delete", "vpc", "my-vpc"], 10, |o| o.code == 0)
-        .await
-        .expect("vpc deleted once unreferenced");
+    allowed_until(&env, &["delete", "vpc", "my-vpc"]).await;
     env.assert_dependents_source(mode).await;
 
     // List field path, edited in place on the live rule.
@@ -132,9 +131,7 @@ async fn vpc_story(mode: &str) {
     .await
     .expect("cluster-scoped dependency protected");
     env.run(&["delete", "volumeclaim", "data", "-n", "team-a"]);
-    env.kubectl_until(&["delete", "storageprofile", "fast"], 10, |o| o.code == 0)
-        .await
-        .expect("profile deleted");
+    allowed_until(&env, &["delete", "storageprofile", "fast"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -194,9 +191,7 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
     .await
     .expect("refused after reload");
     env.run(&["delete", "virtualmachine", "m"]);
-    env.kubectl_until(&["delete", "vpc", "v"], 10, |o| o.code == 0)
-        .await
-        .expect("vpc deleted");
+    allowed_until(&env, &["delete", "vpc", "v"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

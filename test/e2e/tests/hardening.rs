@@ -488,13 +488,11 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
     );
     let mut s = shipped_with(false, &["--admin-group", "platform-admins"]).await;
     s.env
-        .kubectl_until(
-            &words("get validatingadmissionpolicybinding holdfast-self-protection"),
-            30,
-            |o| o.code == 0,
-        )
-        .await
-        .expect("policy installed");
+        .wait_served(&[
+            "validatingadmissionpolicybinding",
+            "holdfast-self-protection",
+        ])
+        .await;
     let env = &s.env;
     // The webhook's Deployment, as the manifests ship it.
     assert!(

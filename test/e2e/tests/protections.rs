@@ -3,6 +3,7 @@
 //! plan for a CRD and its instances), enforcement modes, namespace containment,
 //! AnchorRule (the composite stories) and CriticalService (the bulk-delete story).
 
+use holdfast_e2e::steps::allowed_until;
 use holdfast_e2e::steps::{allow, for_groups, sim_user};
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -104,9 +105,7 @@ async fn resource_protection_karmada_plan_for_a_crd() {
 
     // Protection removed: allowed again.
     env.run(&["delete", "resourceprotection", "widgets"]);
-    env.kubectl_until(&["delete", "widget", "w2"], 15, |o| o.code == 0)
-        .await
-        .expect("w2 deleted");
+    allowed_until(&env, &["delete", "widget", "w2"]).await;
     env.kubectl_until(&["delete", "crd", "widgets.example.com"], 15, |o| {
         o.code == 0
     })
@@ -242,13 +241,7 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     env.run(&words(
         "annotate pvc data -n shop holdfast.dev/skip-protection=true",
     ));
-    env.kubectl_until(
-        &["delete", "namespace", "shop", "--dry-run=server"],
-        30,
-        |o| o.code == 0,
-    )
-    .await
-    .expect("break-glass contents do not block the namespace");
+    allowed_until(&env, &["delete", "namespace", "shop", "--dry-run=server"]).await;
     env.run(&words(
         "annotate pvc data -n shop holdfast.dev/skip-protection-",
     ));
@@ -328,13 +321,11 @@ async fn anchor_rule_composite_stories() {
 
     // Toggle off: deletable; back on: protected again.
     env.apply(&composite("false")).expect("toggle off");
-    env.kubectl_until(
+    allowed_until(
+        &env,
         &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        10,
-        |o| o.code == 0,
     )
-    .await
-    .expect("deletable with the toggle off");
+    .await;
     // A toggle that is not a boolean counts as absent: the default (true) protects.
     env.apply(&composite("\"off\""))
         .expect("toggle not a boolean");
@@ -361,13 +352,11 @@ async fn anchor_rule_composite_stories() {
     })
     .await
     .expect("bucket deleted");
-    env.kubectl_until(
+    allowed_until(
+        &env,
         &words("delete namespace vshn-postgresql-pg-1 --wait=false"),
-        10,
-        |o| o.code == 0,
     )
-    .await
-    .expect("namespace deleted");
+    .await;
 }
 
 const CRITICAL: &str = holdfast_e2e::fixtures::FINALIZER_CRITICAL_SERVICE;

@@ -92,11 +92,11 @@ async fn main() -> anyhow::Result<()> {
         env.kubectl(&["create", "namespace", &ns])?.ok()?;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &vm);
         for i in 0..n {
-            let obj: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": "compute.test.io/v1", "kind": "VirtualMachine",
-                "metadata": {"name": format!("vm-{i}"), "namespace": ns},
-                "spec": {"vpcRef": {"name": format!("vpc-{}", i % 10)}}
-            }))?;
+            let obj: DynamicObject = serde_json::from_value(holdfast_e2e::fixtures::vm_object(
+                &format!("vm-{i}"),
+                &ns,
+                &format!("vpc-{}", i % 10),
+            ))?;
             api.create(&PostParams::default(), &obj).await?;
         }
     }

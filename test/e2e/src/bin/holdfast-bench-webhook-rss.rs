@@ -69,11 +69,12 @@ async fn main() -> anyhow::Result<()> {
             while i < total {
                 let ns = format!("t-{:04}", i % namespaces);
                 let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &vm);
-                let obj: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "compute.test.io/v1", "kind": "VirtualMachine",
-                    "metadata": {"name": format!("vm-{i}"), "namespace": ns},
-                    "spec": {"vpcRef": {"name": format!("vpc-{}", i % 100)}}
-                }))?;
+                let obj: DynamicObject =
+                    serde_json::from_value(holdfast_e2e::fixtures::vm_object(
+                        &format!("vm-{i}"),
+                        &ns,
+                        &format!("vpc-{}", i % 100),
+                    ))?;
                 api.create(&PostParams::default(), &obj).await?;
                 i += workers;
             }
