@@ -96,14 +96,8 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     wait_ready(&env, "criticalservice", "for-finalizer-deployment").await;
     covered(&env, "apps", "deployments").await;
 
-    let provider = [
-        "delete",
-        "deployment",
-        "finalizer-deployment",
-        "-n",
-        "finalizer-namespace",
-        "--dry-run=server",
-    ];
+    let provider =
+        words("delete deployment finalizer-deployment -n finalizer-namespace --dry-run=server");
     // Both criteria hold: the finalizer on the instance, and the CRD named by kind.
     let out = refused_until(
         &env,
@@ -562,11 +556,7 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
     holdfast_e2e::needs_simulator!(
         "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
     );
-    let flags = [
-        "--strict",
-        "--protection-label",
-        "orkestra.io/deletion-protection=true",
-    ];
+    let flags = words("--strict --protection-label orkestra.io/deletion-protection=true");
     let (env, _c) = full_stack(&flags, &flags).await;
     wait_configuration(&env, Duration::from_secs(30), |cfg| {
         cfg.is_some_and(|c| {
@@ -583,12 +573,7 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: default, labels: {orkestra.io/deletion-protection: \"true\"}}\ndata: {a: b}\n",
     )
     .expect("configmap");
-    let unlabel = [
-        "label",
-        "configmap",
-        "app",
-        "orkestra.io/deletion-protection-",
-    ];
+    let unlabel = words("label configmap app orkestra.io/deletion-protection-");
     let out = env.attempt(&unlabel);
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
@@ -602,12 +587,7 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
     );
     // Marked exempt (by an administrator: it takes the bypass permission, as
     // `protections::break_glass_needs_the_bypass_permission_and_leaves_events` shows).
-    let exempt = [
-        "label",
-        "configmap",
-        "app",
-        "holdfast.dev/strict-exempt=true",
-    ];
+    let exempt = words("label configmap app holdfast.dev/strict-exempt=true");
     env.attempt(&exempt).ok().expect("marked exempt");
     // Exempt is not deletable: the DELETE is still refused while the label is there.
     let delete_refusal = holdfast_e2e::denied_by(
