@@ -28,6 +28,17 @@ impl Env {
             .unwrap_or_else(|e| panic!("{args:?} never served: {e:#}"))
     }
 
+    /// Waits (at most 30 s) until `kubectl get args --ignore-not-found -o name`
+    /// prints nothing: the object is gone.
+    pub async fn wait_absent(&self, args: &[&str]) {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ignore-not-found", "-o", "name"]);
+        self.kubectl_until(&all, 30, |o| o.code == 0 && o.stdout.is_empty())
+            .await
+            .unwrap_or_else(|e| panic!("{args:?} still there: {e:#}"));
+    }
+
     /// Runs `kubectl args` until it fails (at most 30 s), and returns that
     /// answer for the test to check whole.
     pub async fn until_failed(&self, args: &[&str]) -> KubectlOutput {

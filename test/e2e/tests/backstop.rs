@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use holdfast_e2e::{
     Env,
-    steps::words,
-    steps::{controller_as as controller, exists, install_controller_rbac, refused, start_webhook},
+    steps::{controller_as as controller, exists, install_controller_rbac, start_webhook, words},
 };
 use serde_json::Value;
 
@@ -144,30 +143,30 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
 
     // Up or down, the API server refuses a labelled DELETE: the backstop is
     // evaluated before the webhooks.
-    refused(
-        &env.attempt(&["delete", "configmap", "keep", "-n", "shop"]),
+    env.refuses(
+        &["delete", "configmap", "keep", "-n", "shop"],
         &backstop_denial("configmaps", "keep", CM_MESSAGE),
     );
 
     // The webhook process stops.
     drop(env.webhook.take().expect("webhook running"));
-    refused(
-        &env.attempt(&["delete", "namespace", "guarded"]),
+    env.refuses(
+        &["delete", "namespace", "guarded"],
         &backstop_denial("namespaces", "guarded", NS_MESSAGE),
     );
-    refused(
-        &env.attempt(&["delete", "configmap", "keep", "-n", "shop"]),
+    env.refuses(
+        &["delete", "configmap", "keep", "-n", "shop"],
         &backstop_denial("configmaps", "keep", CM_MESSAGE),
     );
     // Break-glass passes the backstop (it cannot ask who set it); the webhook,
     // which judges the marker, is down and fails closed.
-    refused(
-        &env.attempt(&["delete", "configmap", "glass", "-n", "shop"]),
+    env.refuses(
+        &["delete", "configmap", "glass", "-n", "shop"],
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     // Cascading is left to the webhook (the backstop cannot see live contents).
-    refused(
-        &env.attempt(&["delete", "configmap", "casc", "-n", "shop"]),
+    env.refuses(
+        &["delete", "configmap", "casc", "-n", "shop"],
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     exists(&env, &["namespace", "guarded"]);
@@ -214,8 +213,8 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
         p.is_some_and(|p| p["spec"]["validations"][0]["expression"] == expression)
     })
     .await;
-    refused(
-        &env.attempt(&["delete", "namespace", "guarded"]),
+    env.refuses(
+        &["delete", "namespace", "guarded"],
         &backstop_denial("namespaces", "guarded", NS_MESSAGE),
     );
     drop(c);
@@ -271,28 +270,23 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     )
     .expect("widget");
     drop(env.webhook.take().expect("webhook running"));
-    refused(
-        &env.attempt(&words("label widget w1 -n shop holdfast.dev/protected-")),
+    env.refuses(
+        &words("label widget w1 -n shop holdfast.dev/protected-"),
         &webhook_down("strict-label-0.holdfast.dev", port),
     );
-    refused(
-        &env.attempt(&["delete", "widget", "w1", "-n", "shop"]),
-        &backstop_denial(
+    env.refuses(&["delete", "widget", "w1", "-n", "shop"], &backstop_denial(
             "widgets.example.com",
             "w1",
             "holdfast: Widget shop/w1 is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label widgets.example.com w1 -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label widgets.example.com w1 -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
-        ),
-    );
+        ));
 
     let strict_message = |desc: &str, value: &str, target: &str, extra: &str| {
         format!(
             "holdfast: {desc} carries the protection label holdfast.dev/protected={value} and strict mode is on (policy: strict label holdfast.dev/protected), so the label cannot be removed or changed to a value that does not protect.{extra} To unprotect it, first mark it exempt in its own update (kubectl label {target} holdfast.dev/strict-exempt=true, which takes the bypass permission on protections.holdfast.dev), then remove the label."
         )
     };
-    refused(
-        &env.attempt(&words(
-            "label configmap keep -n shop holdfast.dev/protected-",
-        )),
+    env.refuses(
+        &words("label configmap keep -n shop holdfast.dev/protected-"),
         &backstop_denial(
             "configmaps",
             "keep",
@@ -304,9 +298,7 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
             ),
         ),
     );
-    refused(
-        &env.attempt(&words("label --overwrite namespace guarded holdfast.dev/protected=no holdfast.dev/strict-exempt=true")),
-        &backstop_denial(
+    env.refuses(&words("label --overwrite namespace guarded holdfast.dev/protected=no holdfast.dev/strict-exempt=true"), &backstop_denial(
             "namespaces",
             "guarded",
             &strict_message(
@@ -315,13 +307,10 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
                 "namespaces guarded",
                 " Adding the exemption in the same update does not count: it must already be stored.",
             ),
-        ),
-    );
+        ));
     // Cascading counts as protecting for strict mode too.
-    refused(
-        &env.attempt(&words(
-            "label configmap casc -n shop holdfast.dev/protected-",
-        )),
+    env.refuses(
+        &words("label configmap casc -n shop holdfast.dev/protected-"),
         &backstop_denial(
             "configmaps",
             "casc",
@@ -334,21 +323,16 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         ),
     );
     // A stored exemption passes the backstop; the strict webhook (down) fails closed.
-    refused(
-        &env.attempt(&words(
-            "label configmap free -n shop holdfast.dev/protected-",
-        )),
+    env.refuses(
+        &words("label configmap free -n shop holdfast.dev/protected-"),
         &webhook_down("strict-label-0.holdfast.dev", port),
     );
     // Deletes under strict mode: the message tells how to unprotect first.
-    refused(
-        &env.attempt(&["delete", "configmap", "keep", "-n", "shop"]),
-        &backstop_denial(
+    env.refuses(&["delete", "configmap", "keep", "-n", "shop"], &backstop_denial(
             "configmaps",
             "keep",
             "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label configmaps keep -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
-        ),
-    );
+        ));
     c.terminate(30).await.expect("controller stops");
 
     // --backstop=false removes it; the webhook outage then refuses by
@@ -362,12 +346,12 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     )
     .await;
     wait_backstop(&env, "removed", |p, b| p.is_none() && b.is_none()).await;
-    refused(
-        &env.attempt(&["delete", "namespace", "guarded"]),
+    env.refuses(
+        &["delete", "namespace", "guarded"],
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
-    refused(
-        &env.attempt(&["delete", "configmap", "keep", "-n", "shop"]),
+    env.refuses(
+        &["delete", "configmap", "keep", "-n", "shop"],
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     exists(&env, &["namespace", "guarded"]);
@@ -411,16 +395,13 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         "shop",
         &format!("{karmada}=Always"),
     ]);
-    refused(
-        &env.attempt(&["delete", "configmap", "template", "-n", "shop"]),
-        &backstop_denial(
+    env.refuses(&["delete", "configmap", "template", "-n", "shop"], &backstop_denial(
             "configmaps",
             "template",
             &format!(
                 "holdfast: ConfigMap shop/template is protected by label {karmada}=Always (policy: label {karmada}), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps template -n shop {karmada}-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
             ),
-        ),
-    );
+        ));
     drop(c);
 }
 

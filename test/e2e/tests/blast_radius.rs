@@ -9,12 +9,12 @@ use std::{
 };
 
 use holdfast_e2e::fixtures::resource_protection;
-use holdfast_e2e::steps::wait_ready;
 use holdfast_e2e::{
     Env, bin,
     controller::{ControllerProcess, condition, wait_configuration},
-    steps::words,
-    steps::{controller_as, deleted, exists, install_controller_rbac, refused, start_webhook},
+    steps::{
+        controller_as, exists, install_controller_rbac, refused, start_webhook, wait_ready, words,
+    },
 };
 use serde_json::Value;
 
@@ -183,8 +183,8 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
         )
     };
     let shop_cm = "holdfast: ConfigMap shop/settings is protected by ResourceProtection/shop-config (selects configmaps in namespace shop), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection shop-config), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection. To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).";
-    refused(
-        &env.attempt(&words("delete configmap settings -n shop --dry-run=server")),
+    env.refuses(
+        &words("delete configmap settings -n shop --dry-run=server"),
         &denial("policies-0.holdfast.dev", shop_cm),
     );
     let out = env.attempt(&["delete", "namespace", "shop", "--dry-run=server"]);
@@ -221,20 +221,20 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
         )
     };
     // Protected objects, and the namespaces holding them, stay refused.
-    refused(
-        &env.attempt(&["delete", "configmap", "settings", "-n", "shop"]),
+    env.refuses(
+        &["delete", "configmap", "settings", "-n", "shop"],
         &down("policies-0.holdfast.dev"),
     );
-    refused(
-        &env.attempt(&["delete", "namespace", "shop"]),
+    env.refuses(
+        &["delete", "namespace", "shop"],
         &down("containment.holdfast.dev"),
     );
-    refused(
-        &env.attempt(&["delete", "configmap", "keep", "-n", "labelled"]),
+    env.refuses(
+        &["delete", "configmap", "keep", "-n", "labelled"],
         &down("delete-label-0.holdfast.dev"),
     );
-    refused(
-        &env.attempt(&["delete", "namespace", "labelled"]),
+    env.refuses(
+        &["delete", "namespace", "labelled"],
         &down("containment.holdfast.dev"),
     );
     exists(&env, &["configmap", "settings", "-n", "shop"]);
@@ -244,20 +244,20 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
 
     // Everything else goes: a ConfigMap elsewhere, an unprotected namespace,
     // anything in kube-system.
-    deleted(
-        &env.attempt(&["delete", "configmap", "unrelated", "-n", "other"]),
+    env.prints(
+        &["delete", "configmap", "unrelated", "-n", "other"],
         "configmap \"unrelated\" deleted\n",
     );
-    deleted(
-        &env.attempt(&["delete", "namespace", "scratch", "--wait=false"]),
+    env.prints(
+        &["delete", "namespace", "scratch", "--wait=false"],
         "namespace \"scratch\" deleted\n",
     );
-    deleted(
-        &env.attempt(&["delete", "configmap", "sys-cm", "-n", "kube-system"]),
+    env.prints(
+        &["delete", "configmap", "sys-cm", "-n", "kube-system"],
         "configmap \"sys-cm\" deleted\n",
     );
-    deleted(
-        &env.attempt(&["delete", "secret", "sys-secret", "-n", "kube-system"]),
+    env.prints(
+        &["delete", "secret", "sys-secret", "-n", "kube-system"],
         "secret \"sys-secret\" deleted\n",
     );
     drop(controller);
@@ -355,13 +355,7 @@ async fn marker_lag_never_loses_the_protected_object() {
         "namespace \"late\" deleted\n",
     );
     // The namespace controller empties what it may; the labelled ConfigMap stays.
-    env.kubectl_until(
-        &words("get configmap plain -n late --ignore-not-found -o name"),
-        30,
-        |o| o.code == 0 && o.stdout.is_empty(),
-    )
-    .await
-    .expect("unprotected ConfigMap deleted by the namespace controller");
+    env.wait_absent(&words("configmap plain -n late")).await;
     // ... and its DELETE of the protected one was refused by the label webhook.
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env
@@ -382,11 +376,5 @@ async fn marker_lag_never_loses_the_protected_object() {
     env.run(&words(
         "label configmap precious -n late holdfast.dev/protected-",
     ));
-    env.kubectl_until(
-        &words("get namespace late --ignore-not-found -o name"),
-        30,
-        |o| o.code == 0 && o.stdout.is_empty(),
-    )
-    .await
-    .expect("namespace deleted once unprotected");
+    env.wait_absent(&words("namespace late")).await;
 }

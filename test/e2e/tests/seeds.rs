@@ -8,6 +8,7 @@
 //! refused on DELETE, and every metric the README lists.
 
 use holdfast_e2e::steps::wait_ready;
+use holdfast_e2e::steps::wait_webhook_installed;
 use holdfast_e2e::steps::{NO_FINALIZERS, merge_patch};
 use holdfast_e2e::{
     Env,
@@ -144,17 +145,7 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
 
 /// Waits until the live configuration has the strict label webhook for the first key.
 async fn strict_label_webhook_installed(env: &Env) {
-    wait_configuration(env, Duration::from_secs(30), |cfg| {
-        cfg.is_some_and(|c| {
-            c["webhooks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|w| w["name"] == "strict-label-0.holdfast.dev")
-        })
-    })
-    .await
-    .expect("strict label webhook installed");
+    wait_webhook_installed(env, "strict-label-0.holdfast.dev").await;
 }
 
 fn strict_refusal(kind: &str, name: &str) -> String {
@@ -558,17 +549,7 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
     );
     let flags = words("--strict --protection-label orkestra.io/deletion-protection=true");
     let (env, _c) = full_stack(&flags, &flags).await;
-    wait_configuration(&env, Duration::from_secs(30), |cfg| {
-        cfg.is_some_and(|c| {
-            c["webhooks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|w| w["name"] == "strict-label-1.holdfast.dev")
-        })
-    })
-    .await
-    .expect("strict webhook for the extra key");
+    wait_webhook_installed(&env, "strict-label-1.holdfast.dev").await;
     env.apply(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: default, labels: {orkestra.io/deletion-protection: \"true\"}}\ndata: {a: b}\n",
     )
