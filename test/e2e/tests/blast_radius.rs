@@ -221,22 +221,20 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
         )
     };
     // Protected objects, and the namespaces holding them, stay refused.
-    env.refuses(
-        &["delete", "configmap", "settings", "-n", "shop"],
-        &down("policies-0.holdfast.dev"),
-    );
-    env.refuses(
-        &["delete", "namespace", "shop"],
-        &down("containment.holdfast.dev"),
-    );
-    env.refuses(
-        &["delete", "configmap", "keep", "-n", "labelled"],
-        &down("delete-label-0.holdfast.dev"),
-    );
-    env.refuses(
-        &["delete", "namespace", "labelled"],
-        &down("containment.holdfast.dev"),
-    );
+    for (delete, webhook) in [
+        (
+            "delete configmap settings -n shop",
+            "policies-0.holdfast.dev",
+        ),
+        ("delete namespace shop", "containment.holdfast.dev"),
+        (
+            "delete configmap keep -n labelled",
+            "delete-label-0.holdfast.dev",
+        ),
+        ("delete namespace labelled", "containment.holdfast.dev"),
+    ] {
+        env.refuses(&words(delete), &down(webhook));
+    }
     exists(&env, &["configmap", "settings", "-n", "shop"]);
     exists(&env, &["configmap", "keep", "-n", "labelled"]);
     let phase = env.run(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"]);

@@ -35,6 +35,21 @@ async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
     c
 }
 
+/// The holder of the controller's Lease in the holdfast workspace; fails when
+/// it names nobody.
+fn lease_holder(kcp: &Kcp) -> String {
+    let lease = kcp.get_json(
+        "root:holdfast",
+        &["lease", "holdfast-controller", "-n", "default"],
+    );
+    let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
+    assert!(
+        !holder.is_empty(),
+        "the Lease in the holdfast workspace names nobody: {lease}"
+    );
+    holder.to_string()
+}
+
 fn resources(cfg: Option<&Value>) -> Vec<String> {
     cfg.map(|c| {
         rules_of(c, "policies.holdfast.dev")
@@ -335,15 +350,7 @@ async fn leader_election_in_the_holdfast_workspace() {
     let mut a = start_controller(&kcp.env, "controller-a", port, &args).expect("a");
     let mut b = start_controller(&kcp.env, "controller-b", port, &args).expect("b");
     let (leader, follower) = elect(&mut a, &mut b).await;
-    let lease = kcp.get_json(
-        "root:holdfast",
-        &["lease", "holdfast-controller", "-n", "default"],
-    );
-    let holder = lease["spec"]["holderIdentity"]
-        .as_str()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| panic!("the Lease in the holdfast workspace names nobody: {lease}"))
-        .to_string();
+    let holder = lease_holder(&kcp);
     let leader_log = leader.log();
     assert!(
         leader_log.contains(&holder),
@@ -370,16 +377,9 @@ async fn leader_election_in_the_holdfast_workspace() {
     .unwrap_or_else(|e| panic!("{e}\n{}", follower.log()));
     eprintln!("follower took over {:?} after the kill", killed.elapsed());
     assert!(follower.is_ready().await);
-    let lease = kcp.get_json(
-        "root:holdfast",
-        &["lease", "holdfast-controller", "-n", "default"],
-    );
-    let new_holder = lease["spec"]["holderIdentity"]
-        .as_str()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| panic!("the Lease names nobody: {lease}"));
+    let new_holder = lease_holder(&kcp);
     assert!(
-        new_holder != holder && follower.log().contains(new_holder),
-        "the Lease names the follower now: {lease}"
+        new_holder != holder && follower.log().contains(&new_holder),
+        "the Lease names the follower now: {new_holder}"
     );
 }
