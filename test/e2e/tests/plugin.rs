@@ -37,6 +37,18 @@ fn sim_config() -> SimConfig {
     cfg
 }
 
+/// The finding of the report `r` whose `field` is `value`; fails when none is.
+fn finding<'a>(r: &'a Value, field: &str, value: &str) -> &'a Value {
+    let findings = r["findings"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    findings
+        .iter()
+        .find(|f| f[field] == value)
+        .unwrap_or_else(|| panic!("no finding with {field} {value}: {r}"))
+}
+
 /// The shipped stack: overlay applied, controller and webhook as their
 /// ServiceAccounts, the webhook serving the certificate the controller issued.
 async fn shipped_stack() -> (Env, ControllerProcess) {
@@ -140,7 +152,7 @@ async fn why_names_every_protection_and_blocker() {
     assert!(refused.stderr.contains("and 2 more"), "{refused:?}");
 
     // A label-protected ConfigMap, KIND NAME form.
-    let run = holdfast(&env, "alice", &["why", "configmap", "cfg", "-n", "shop"]).await;
+    let run = holdfast(&env, "alice", &words("why configmap cfg -n shop")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(
         run.stdout.starts_with(
@@ -202,14 +214,14 @@ async fn why_names_every_protection_and_blocker() {
     );
 
     // The namespace: everything inside that blocks it.
-    let run = holdfast(&env, "alice", &["why", "ns", "shop", "-o", "yaml"]).await;
+    let run = holdfast(&env, "alice", &words("why ns shop -o yaml")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(
         run.stdout.contains("decidedBy: containment\n"),
         "{}",
         run.stdout
     );
-    let run = holdfast(&env, "alice", &["why", "namespace", "shop", "-o", "json"]).await;
+    let run = holdfast(&env, "alice", &words("why namespace shop -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let r = json(&run);
     let containment = r["protections"]
@@ -228,7 +240,7 @@ async fn why_names_every_protection_and_blocker() {
     );
 
     // Unprotected: exit 0, nothing to say.
-    let run = holdfast(&env, "alice", &["why", "cm/plain", "-n", "shop"]).await;
+    let run = holdfast(&env, "alice", &words("why cm/plain -n shop")).await;
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert_eq!(
         run.stdout,
@@ -282,23 +294,18 @@ async fn why_names_every_protection_and_blocker() {
     );
 
     // Bad input: exit 2, one line.
-    let run = holdfast(&env, "alice", &["why", "gizmos", "x"]).await;
+    let run = holdfast(&env, "alice", &words("why gizmos x")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert_eq!(
         run.stderr,
         "error: the server doesn't have a resource type \"gizmos\"\n"
     );
-    let run = holdfast(
-        &env,
-        "alice",
-        &["why", "configmap", "missing", "-n", "shop"],
-    )
-    .await;
+    let run = holdfast(&env, "alice", &words("why configmap missing -n shop")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert_eq!(run.stderr, "error: configmaps \"missing\" not found\n");
-    let run = holdfast(&env, "alice", &["why", "a/b/c"]).await;
+    let run = holdfast(&env, "alice", &words("why a/b/c")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
-    let run = holdfast(&env, "alice", &["why", "-o", "xml", "cm/plain"]).await;
+    let run = holdfast(&env, "alice", &words("why -o xml cm/plain")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
 }
 
@@ -308,7 +315,7 @@ async fn check_reports_posture_and_findings() {
     let (mut env, mut controller) = shipped_stack().await;
 
     // Healthy: exit 0; the backstop's absence is a warning.
-    let run = holdfast(&env, "alice", &["check", "-o", "json"]).await;
+    let run = holdfast(&env, "alice", &words("check -o json")).await;
     let r = json(&run);
     assert_eq!(run.code, 0, "{r}\n{}", run.stderr);
     assert_eq!(r["webhookConfiguration"], true);
@@ -351,7 +358,7 @@ async fn check_reports_posture_and_findings() {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let r =
         loop {
-            let run = holdfast(&env, "alice", &["check", "-o", "json"]).await;
+            let run = holdfast(&env, "alice", &words("check -o json")).await;
             let r = json(&run);
             let kinds: Vec<&str> = r["findings"]
                 .as_array()
@@ -375,12 +382,7 @@ async fn check_reports_posture_and_findings() {
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
-    let ns = r["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .find(|f| f["kind"] == "NamespaceUnprotected")
-        .expect("namespace finding");
+    let ns = finding(&r, "kind", "NamespaceUnprotected");
     assert_eq!(ns["subject"], "Namespace/loose");
     assert!(
         ns["message"].as_str().is_some_and(|m| m.starts_with(
@@ -389,12 +391,7 @@ async fn check_reports_posture_and_findings() {
         )),
         "{ns}"
     );
-    let ghosts = r["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .find(|f| f["subject"] == "ResourceProtection/ghosts")
-        .expect("policy finding");
+    let ghosts = finding(&r, "subject", "ResourceProtection/ghosts");
     assert_eq!(ghosts["kind"], "PolicyNotReady", "{ghosts}");
     assert!(
         ghosts["message"]
@@ -402,12 +399,7 @@ async fn check_reports_posture_and_findings() {
             .is_some_and(|m| m.starts_with("Invalid: the policy is invalid and not enforced: ")),
         "{ghosts}"
     );
-    let crd = r["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .find(|f| f["kind"] == "CrdUnprotected")
-        .expect("CRD finding");
+    let crd = finding(&r, "kind", "CrdUnprotected");
     assert_eq!(
         crd["subject"],
         "CustomResourceDefinition/widgets.example.com"
@@ -420,12 +412,7 @@ async fn check_reports_posture_and_findings() {
     );
 
     // The CRD itself: its instances are what would block its DELETE.
-    let run = holdfast(
-        &env,
-        "alice",
-        &["why", "crd", "widgets.example.com", "-o", "json"],
-    )
-    .await;
+    let run = holdfast(&env, "alice", &words("why crd widgets.example.com -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let w = json(&run);
     assert_eq!(w["object"]["kind"], "CustomResourceDefinition");
@@ -438,7 +425,7 @@ async fn check_reports_posture_and_findings() {
 
     // The webhook stopped: the configuration points at nothing that answers.
     env.webhook = None;
-    let run = holdfast(&env, "alice", &["check", "-o", "json"]).await;
+    let run = holdfast(&env, "alice", &words("check -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let r = json(&run);
     let down = r["findings"]
@@ -462,7 +449,7 @@ async fn check_reports_posture_and_findings() {
         "delete validatingadmissionpolicybinding holdfast-self-protection",
     ));
     env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
-    let run = holdfast(&env, "alice", &["check"]).await;
+    let run = holdfast(&env, "alice", &words("check")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(
         run.stdout
