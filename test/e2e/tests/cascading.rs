@@ -144,32 +144,43 @@ fn deployment(ns: &str, name: &str, label: &str, replicas: u32) -> String {
 
 /// A namespaced custom workload with a scale subresource whose replica count lives
 /// at `.spec.workers`.
-const GADGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: gadgets.workloads.test.io}
-spec:
-  group: workloads.test.io
-  scope: Namespaced
-  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources:
-      scale: {specReplicasPath: .spec.workers, statusReplicasPath: .status.workers}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            properties:
-              workers: {type: integer}
-          status:
-            type: object
-            properties:
-              workers: {type: integer}
-"#;
+fn gadget_crd() -> String {
+    let workers = serde_json::json!({
+        "type": "object",
+        "properties": {"workers": {"type": "integer"}},
+    });
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.workloads.test.io"},
+        "spec": {
+            "group": "workloads.test.io",
+            "scope": "Namespaced",
+            "names": {
+                "plural": "gadgets",
+                "singular": "gadget",
+                "kind": "Gadget",
+                "listKind": "GadgetList",
+            },
+            "versions": [{
+                "name": "v1",
+                "served": true,
+                "storage": true,
+                "subresources": {
+                    "scale": {
+                        "specReplicasPath": ".spec.workers",
+                        "statusReplicasPath": ".status.workers",
+                    },
+                },
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"spec": workers, "status": workers},
+                }},
+            }],
+        },
+    })
+    .to_string()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
@@ -276,7 +287,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
 
     // A custom workload with a scale subresource, through its CRD's replica path
     // (scaling it through the scale subresource sets that path).
-    apply(env, GADGET_CRD);
+    apply(env, &gadget_crd());
     env.wait_served(&["gadgets", "-A"]).await;
     apply(
         env,
