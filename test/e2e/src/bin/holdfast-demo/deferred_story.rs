@@ -107,19 +107,17 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         |o| o.code == 0 && o.stdout.split_whitespace().any(|n| n == "shared-vpc"),
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["get", "vpc", "shared-vpc", "-o", "name"],
-        Expect::Succeeds,
-        &["vpc.network.test.io/shared-vpc"],
+        "get vpc shared-vpc -o name",
+        "vpc.network.test.io/shared-vpc",
     )?;
 
     demo.say("The last VM goes: holdfast deletes the VPC as alice");
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "virtualmachine", "app-vm"],
-        Expect::Succeeds,
-        &["virtualmachine.compute.test.io \"app-vm\" deleted"],
+        "delete virtualmachine app-vm",
+        "virtualmachine.compute.test.io \"app-vm\" deleted",
     )?;
     demo.settle(env, &["get", "vpc", "shared-vpc"], 60, |o| o.is_not_found())
         .await;

@@ -55,12 +55,7 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
     .await;
     env.apply(WIDGETS)?;
     demo.run(env, &["get", "widgets"], Expect::Succeeds, &["w1", "w2"])?;
-    demo.run(
-        env,
-        &["delete", "widget", "w1"],
-        Expect::Succeeds,
-        &["widget.example.com \"w1\" deleted"],
-    )?;
+    demo.succeeds(env, "delete widget w1", "widget.example.com \"w1\" deleted")?;
 
     demo.say("Protect every Widget and the Widget CRD itself");
     demo.apply(
@@ -86,39 +81,28 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
     .await;
 
     demo.say("Instances and the CRD are refused, --force --grace-period=0 too");
-    demo.run(
+    demo.refused(
         env,
-        &["delete", "widget", "w2"],
-        Expect::Refused,
-        &["holdfast: Widget default/w2 is protected by ResourceProtection/widgets"],
+        "delete widget w2",
+        "holdfast: Widget default/w2 is protected by ResourceProtection/widgets",
     )?;
-    demo.run(
+    demo.refused(
         env,
-        &["delete", "widget", "w2", "--force", "--grace-period=0"],
-        Expect::Refused,
-        &["holdfast: Widget default/w2 is protected by ResourceProtection/widgets"],
+        "delete widget w2 --force --grace-period=0",
+        "holdfast: Widget default/w2 is protected by ResourceProtection/widgets",
     )?;
-    demo.run(
+    demo.refused(env, "delete crd widgets.example.com", "holdfast: CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets")?;
+    demo.refused(
         env,
-        &["delete", "crd", "widgets.example.com"],
-        Expect::Refused,
-        &[
-            "holdfast: CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets",
-        ],
-    )?;
-    demo.run(
-        env,
-        &words("delete crd widgets.example.com --force --grace-period=0"),
-        Expect::Refused,
-        &["is protected by ResourceProtection/widgets"],
+        "delete crd widgets.example.com --force --grace-period=0",
+        "is protected by ResourceProtection/widgets",
     )?;
 
     demo.say("Remove the policy: deletion is allowed again");
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "resourceprotection", "widgets"],
-        Expect::Succeeds,
-        &["resourceprotection.holdfast.dev \"widgets\" deleted"],
+        "delete resourceprotection widgets",
+        "resourceprotection.holdfast.dev \"widgets\" deleted",
     )?;
     demo.settle(
         env,
@@ -127,12 +111,7 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
         allowed,
     )
     .await;
-    demo.run(
-        env,
-        &["delete", "widget", "w2"],
-        Expect::Succeeds,
-        &["widget.example.com \"w2\" deleted"],
-    )?;
+    demo.succeeds(env, "delete widget w2", "widget.example.com \"w2\" deleted")?;
     demo.settle(
         env,
         &["delete", "crd", "widgets.example.com", "--dry-run=server"],
@@ -140,11 +119,10 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
         allowed,
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "crd", "widgets.example.com"],
-        Expect::Succeeds,
-        &["\"widgets.example.com\" deleted"],
+        "delete crd widgets.example.com",
+        "\"widgets.example.com\" deleted",
     )?;
     Ok(())
 }
@@ -206,11 +184,10 @@ pub async fn enforcement_modes(demo: &mut Demo, env: &Env) -> anyhow::Result<()>
     .await;
 
     demo.say("Enforce: refused");
-    demo.run(
+    demo.refused(
         env,
-        &["delete", "configmap", "enforced"],
-        Expect::Refused,
-        &["holdfast: ConfigMap default/enforced is protected by ResourceProtection/enforced"],
+        "delete configmap enforced",
+        "holdfast: ConfigMap default/enforced is protected by ResourceProtection/enforced",
     )?;
     demo.say("Warn: kubectl prints the warning, and the ConfigMap is deleted");
     demo.run(
@@ -261,12 +238,7 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
         "design contract: the seeds' half-deleted namespaces, beaten (a namespace holding a protected object is refused whole)",
     );
     demo.say("Namespace orders: a label-protected PVC and two ConfigMaps");
-    demo.run(
-        env,
-        &["create", "namespace", "orders"],
-        Expect::Succeeds,
-        &["namespace/orders created"],
-    )?;
+    demo.succeeds(env, "create namespace orders", "namespace/orders created")?;
     demo.apply(
         env,
         None,
@@ -297,14 +269,7 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
     .await;
 
     demo.say("Deleting the namespace is refused, naming the PVC");
-    demo.run(
-        env,
-        &["delete", "namespace", "orders"],
-        Expect::Refused,
-        &[
-            "holdfast: Namespace orders holds objects that are protected from deletion: PersistentVolumeClaim orders/data (label)",
-        ],
-    )?;
+    demo.refused(env, "delete namespace orders", "holdfast: Namespace orders holds objects that are protected from deletion: PersistentVolumeClaim orders/data (label)")?;
     demo.say("Nothing inside was deleted, and the namespace is not terminating");
     demo.run(
         env,
@@ -312,12 +277,7 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
         Expect::Succeeds,
         &["persistentvolumeclaim/data", "configmap/a", "configmap/b"],
     )?;
-    demo.run(
-        env,
-        &["get", "namespace", "orders"],
-        Expect::Succeeds,
-        &["Active"],
-    )?;
+    demo.succeeds(env, "get namespace orders", "Active")?;
     Ok(())
 }
 
@@ -362,20 +322,12 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     .await;
 
     demo.say("The VPC is refused while the VM uses it");
-    demo.run(
-        env,
-        &["delete", "vpc", "my-vpc"],
-        Expect::Refused,
-        &[
-            "holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies",
-        ],
-    )?;
+    demo.refused(env, "delete vpc my-vpc", "holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies")?;
     demo.say("Delete the VM first; then the VPC goes");
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "virtualmachine", "my-vm"],
-        Expect::Succeeds,
-        &["virtualmachine.compute.test.io \"my-vm\" deleted"],
+        "delete virtualmachine my-vm",
+        "virtualmachine.compute.test.io \"my-vm\" deleted",
     )?;
     demo.settle(
         env,
@@ -384,11 +336,10 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         allowed,
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "vpc", "my-vpc"],
-        Expect::Succeeds,
-        &["vpc.network.test.io \"my-vpc\" deleted"],
+        "delete vpc my-vpc",
+        "vpc.network.test.io \"my-vpc\" deleted",
     )?;
     Ok(())
 }
@@ -508,23 +459,20 @@ pub async fn anchor_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         allowed,
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "xobjectbucket", "pg-1-backup"],
-        Expect::Succeeds,
-        &["\"pg-1-backup\" deleted"],
+        "delete xobjectbucket pg-1-backup",
+        "\"pg-1-backup\" deleted",
     )?;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "pvc", "data-0", "-n", "vshn-postgresql-pg-1"],
-        Expect::Succeeds,
-        &["persistentvolumeclaim \"data-0\" deleted"],
+        "delete pvc data-0 -n vshn-postgresql-pg-1",
+        "persistentvolumeclaim \"data-0\" deleted",
     )?;
-    demo.run(
+    demo.succeeds(
         env,
-        &words("delete namespace vshn-postgresql-pg-1 --wait=false"),
-        Expect::Succeeds,
-        &["namespace \"vshn-postgresql-pg-1\" deleted"],
+        "delete namespace vshn-postgresql-pg-1 --wait=false",
+        "namespace \"vshn-postgresql-pg-1\" deleted",
     )?;
     Ok(())
 }
@@ -555,18 +503,8 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
     )
     .await;
     demo.say("A Deployment that processes the finalizer, an instance carrying it, and the CriticalService");
-    demo.run(
-        env,
-        &["create", "namespace", "finalizer-namespace"],
-        Expect::Succeeds,
-        &["created"],
-    )?;
-    demo.run(
-        env,
-        &words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"),
-        Expect::Succeeds,
-        &["deployment.apps/finalizer-deployment created"],
-    )?;
+    demo.succeeds(env, "create namespace finalizer-namespace", "created")?;
+    demo.succeeds(env, "create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1", "deployment.apps/finalizer-deployment created")?;
     demo.apply(
         env,
         None,
@@ -590,19 +528,17 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
         Expect::Refused,
         &["1 coolresources.my.crd.group still carries finalizer my.crd.group/super-important"],
     )?;
-    demo.run(
+    demo.refused(
         env,
-        &["delete", "criticalservice", "for-finalizer-deployment"],
-        Expect::Refused,
-        &["holdfast: CriticalService for-finalizer-deployment"],
+        "delete criticalservice for-finalizer-deployment",
+        "holdfast: CriticalService for-finalizer-deployment",
     )?;
 
     demo.say("Delete the instance; the provider's controller removes the finalizer");
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "coolresource", "some-instance", "--wait=false"],
-        Expect::Succeeds,
-        &["coolresource.my.crd.group \"some-instance\" deleted"],
+        "delete coolresource some-instance --wait=false",
+        "coolresource.my.crd.group \"some-instance\" deleted",
     )?;
     demo.run(
         env,
@@ -622,11 +558,10 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
         Expect::Refused,
         &["customresourcedefinitions", "coolresources.my.crd.group"],
     )?;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "crd", "coolresources.my.crd.group"],
-        Expect::Succeeds,
-        &["\"coolresources.my.crd.group\" deleted"],
+        "delete crd coolresources.my.crd.group",
+        "\"coolresources.my.crd.group\" deleted",
     )?;
 
     demo.say("Now, in order: the provider, then the CriticalService");
@@ -644,11 +579,10 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
         allowed,
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "criticalservice", "for-finalizer-deployment"],
-        Expect::Succeeds,
-        &["criticalservice.holdfast.dev \"for-finalizer-deployment\" deleted"],
+        "delete criticalservice for-finalizer-deployment",
+        "criticalservice.holdfast.dev \"for-finalizer-deployment\" deleted",
     )?;
     Ok(())
 }
