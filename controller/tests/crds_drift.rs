@@ -1,39 +1,10 @@
 //! `manifests/crds/` must be exactly what the code generates.
 
-use std::path::PathBuf;
-
-fn crds_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/crds")
-}
+mod common;
 
 #[test]
 fn manifests_crds_match_the_generated_crds() {
-    let dir = crds_dir();
-    let files = holdfast_controller::crds::render_files().expect("CRDs render");
-    let mut problems = Vec::new();
-    for (name, want) in &files {
-        match std::fs::read_to_string(dir.join(name)) {
-            Ok(have) if &have == want => {}
-            Ok(_) => problems.push(format!("{name} differs from the generated CRD")),
-            Err(e) => problems.push(format!("{name}: {e}")),
-        }
-    }
-    let entries = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}; run hack/gen-crds.sh", dir.display()));
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let generated = std::fs::read_to_string(entry.path())
-            .is_ok_and(|c| c.starts_with(holdfast_controller::crds::GENERATED_HEADER));
-        if generated && !files.iter().any(|(n, _)| *n == name) {
-            problems.push(format!("{name} is a stale generated file"));
-        }
-    }
-    assert!(
-        problems.is_empty(),
-        "manifests/crds is out of date with the API types in shared/src/api:\n  {}\n\
-         Run hack/gen-crds.sh and commit the result.",
-        problems.join("\n  ")
-    );
+    common::assert_up_to_date(common::Generated::Crds);
 }
 
 #[test]

@@ -1,37 +1,6 @@
 //! `manifests/kcp/` must be exactly what the code generates from the API types.
 
-use std::path::PathBuf;
-
-#[test]
-fn manifests_kcp_match_the_generated_schemas_and_export() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/kcp");
-    let files = holdfast_controller::kcp_manifests::render_files().expect("render");
-    let mut problems = Vec::new();
-    for (name, want) in &files {
-        match std::fs::read_to_string(dir.join(name)) {
-            Ok(have) if &have == want => {}
-            Ok(_) => problems.push(format!("{name} differs from the generated manifest")),
-            Err(e) => problems.push(format!("{name}: {e}")),
-        }
-    }
-    for entry in std::fs::read_dir(&dir)
-        .expect("manifests/kcp exists")
-        .flatten()
-    {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let generated = std::fs::read_to_string(entry.path())
-            .is_ok_and(|c| c.starts_with(holdfast_controller::kcp_manifests::GENERATED_HEADER));
-        if generated && !files.iter().any(|(n, _)| *n == name) {
-            problems.push(format!("{name} is a stale generated file"));
-        }
-    }
-    assert!(
-        problems.is_empty(),
-        "manifests/kcp is out of date with shared/src/api:\n  {}\n\
-         Run `cargo run -p holdfast-controller -- kcp-manifests --output-dir manifests/kcp`.",
-        problems.join("\n  ")
-    );
-}
+mod common;
 
 #[test]
 fn every_schema_matches_its_crd() {
@@ -49,4 +18,9 @@ fn every_schema_matches_its_crd() {
             crd.spec.names.plural
         );
     }
+}
+
+#[test]
+fn manifests_kcp_match_the_generated_schemas_and_export() {
+    common::assert_up_to_date(common::Generated::Kcp);
 }

@@ -2,7 +2,10 @@
 //! `kubectl kustomize`, and what it renders keeps the promises: least-privilege
 //! RBAC (no wildcard write verbs), both Deployments, the Service, the PDBs.
 
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use serde_json::Value;
 
@@ -11,10 +14,14 @@ fn manifests() -> PathBuf {
 }
 
 fn render(overlay: &str) -> Vec<Value> {
-    let dir = manifests().join("overlays").join(overlay);
+    kustomize(&manifests().join("overlays").join(overlay))
+}
+
+/// `kubectl kustomize dir`, parsed into its documents.
+fn kustomize(dir: &Path) -> Vec<Value> {
     let out = Command::new("kubectl")
         .arg("kustomize")
-        .arg(&dir)
+        .arg(dir)
         .output()
         .expect("kubectl is installed (hack/prereqs.sh)");
     assert!(
@@ -37,11 +44,13 @@ fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{kind}/{name} missing"))
 }
 
+/// The strings of a JSON array (none for anything else).
 fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.as_str().map(str::to_string))
+    let items = v.as_array().map(Vec::as_slice).unwrap_or_default();
+    items
+        .iter()
+        .filter_map(Value::as_str)
+        .map(String::from)
         .collect()
 }
 
@@ -201,38 +210,14 @@ fn kcp_overlay_renders() {
 
 #[test]
 fn kcp_workspace_rbac_renders() {
-    let dir = manifests().join("overlays/kcp/workspace");
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(&dir)
-        .output()
-        .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs =
-        serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout)).expect("yaml");
+    let docs = kustomize(&manifests().join("overlays/kcp/workspace"));
     check_rbac("kcp/workspace", &docs);
     assert_eq!(of_kind(&docs, "ClusterRoleBinding").len(), 2);
 }
 
 #[test]
 fn kcp_api_renders() {
-    let dir = manifests().join("kcp");
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(&dir)
-        .output()
-        .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs =
-        serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout)).expect("yaml");
+    let docs = kustomize(&manifests().join("kcp"));
     assert_eq!(of_kind(&docs, "APIResourceSchema").len(), 4);
     let export = named(&docs, "APIExport", "holdfast.dev");
     assert_eq!(

@@ -25,11 +25,9 @@ async fn label_and_strict_decisions_over_http1_and_http2() {
         };
 
         // Labeled Namespace DELETE: denied with the contract's shape.
-        let body = review(
+        let body = ns_review(
             "u-1",
             "DELETE",
-            "Namespace",
-            "namespaces",
             Value::Null,
             ns("prod", json!({"holdfast.dev/protected": "Always"})),
         );
@@ -50,14 +48,7 @@ async fn label_and_strict_decisions_over_http1_and_http2() {
         assert!(msg.contains("kubectl label"), "{msg}");
 
         // Unlabeled Namespace DELETE: allowed.
-        let body = review(
-            "u-2",
-            "DELETE",
-            "Namespace",
-            "namespaces",
-            Value::Null,
-            ns("dev", json!({})),
-        );
+        let body = ns_review("u-2", "DELETE", Value::Null, ns("dev", json!({})));
         let r = verdict(&send(&c, wh.port, "POST", "/validate?timeout=10s", body).await);
         assert_eq!(r["uid"], "u-2");
         assert_eq!(r["allowed"], true);
@@ -65,32 +56,14 @@ async fn label_and_strict_decisions_over_http1_and_http2() {
 
         // Strict: an UPDATE removing the label is denied.
         let old = ns("prod", json!({"holdfast.dev/protected": "Always"}));
-        let body = review(
-            "u-3",
-            "UPDATE",
-            "Namespace",
-            "namespaces",
-            ns("prod", json!({})),
-            old.clone(),
-        );
+        let body = ns_review("u-3", "UPDATE", ns("prod", json!({})), old.clone());
         let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
         assert_eq!(r["allowed"], false);
-        assert!(
-            r["status"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("strict mode")
-        );
+        assert!(message(&r).contains("strict mode"), "{r}");
 
         // Adding the exemption in the same update is not enough.
-        let body = review(
-            "u-4",
-            "UPDATE",
-            "Namespace",
-            "namespaces",
-            ns("prod", json!({"holdfast.dev/strict-exempt": "true"})),
-            old,
-        );
+        let exempt = || ns("prod", json!({"holdfast.dev/strict-exempt": "true"}));
+        let body = ns_review("u-4", "UPDATE", exempt(), old);
         let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
         assert_eq!(r["allowed"], false);
 
@@ -99,14 +72,7 @@ async fn label_and_strict_decisions_over_http1_and_http2() {
             "prod",
             json!({"holdfast.dev/protected": "Always", "holdfast.dev/strict-exempt": "true"}),
         );
-        let body = review(
-            "u-5",
-            "UPDATE",
-            "Namespace",
-            "namespaces",
-            ns("prod", json!({"holdfast.dev/strict-exempt": "true"})),
-            old,
-        );
+        let body = ns_review("u-5", "UPDATE", exempt(), old);
         let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
         assert_eq!(r["uid"], "u-5");
         assert_eq!(r["allowed"], true);
@@ -166,22 +132,15 @@ async fn bad_input_gets_clear_answers() {
         assert_eq!(r.status, 404);
 
         // An object without usable metadata is denied, never silently allowed.
-        let body = review(
+        let body = ns_review(
             "u-9",
             "DELETE",
-            "Namespace",
-            "namespaces",
             Value::Null,
             json!({"metadata": {"name": "x", "labels": ["not", "a", "map"]}}),
         );
         let v = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
         assert_eq!(v["allowed"], false);
-        assert!(
-            v["status"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .starts_with("holdfast: cannot evaluate")
-        );
+        assert!(message(&v).starts_with("holdfast: cannot evaluate"), "{v}");
     }
     // Over HTTP/1.1 the 413 comes before the body is read, so the client may see the
     // connection close while still writing: read the answer off the raw stream.
@@ -227,30 +186,33 @@ async fn bad_input_gets_clear_answers() {
     );
 }
 
+/// Sends the start of a request, never the rest, and reads (for at most 15 s)
+/// what the webhook answers until it closes: whether it closed in time, and
+/// what it sent.
+async fn partial(p: &Pki, port: u16, start: &[u8]) -> (bool, Vec<u8>) {
+    let mut s = tls_stream(&p.ca_pem, port).await;
+    s.write_all(start).await.expect("partial request");
+    let mut buf = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await;
+    (closed.is_ok(), buf)
+}
+
 #[tokio::test]
 async fn slow_clients_are_cut_off() {
     let p = pki("webhook");
     let wh = start(&p, &[]).await;
 
     // Headers that never finish: the connection is closed after the read timeout.
-    let mut s = tls_stream(&p.ca_pem, wh.port).await;
-    s.write_all(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")
-        .await
-        .expect("partial headers");
-    let mut buf = Vec::new();
-    let closed = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await;
-    assert!(
-        closed.is_ok(),
-        "connection with unfinished headers was held open"
-    );
+    let (closed, _) = partial(
+        &p,
+        wh.port,
+        b"POST /validate HTTP/1.1\r\nHost: localhost\r\n",
+    )
+    .await;
+    assert!(closed, "connection with unfinished headers was held open");
 
     // A body that never arrives: 408.
-    let mut s = tls_stream(&p.ca_pem, wh.port).await;
-    s.write_all(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\"")
-        .await
-        .expect("partial body");
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await;
+    let (_, buf) = partial(&p, wh.port, b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\"").await;
     let text = String::from_utf8_lossy(&buf);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
 }
@@ -281,36 +243,19 @@ async fn probes_and_readiness_with_api_server_down() {
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("policy registry not loaded"), "{body}");
     let c = client(&p.ca_pem, Proto::H1);
-    let body = review(
+    let body = ns_review(
         "u-a",
         "DELETE",
-        "Namespace",
-        "namespaces",
         Value::Null,
         ns("prod", json!({"holdfast.dev/protected": "true"})),
     );
     let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
-    assert!(
-        r["status"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("protected by label")
-    );
-    let body = review(
-        "u-b",
-        "DELETE",
-        "Namespace",
-        "namespaces",
-        Value::Null,
-        ns("dev", json!({})),
-    );
+    assert!(message(&r).contains("protected by label"), "{r}");
+    let body = ns_review("u-b", "DELETE", Value::Null, ns("dev", json!({})));
     let r = verdict(&send(&c, wh.port, "POST", "/validate", body).await);
     assert_eq!(r["allowed"], false);
     assert!(
-        r["status"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("holdfast: not ready yet, retry later"),
+        message(&r).starts_with("holdfast: not ready yet, retry later"),
         "{r}"
     );
     let (_, metrics) = probe(wh.probe_port, "/metrics").await.expect("metrics");
@@ -321,24 +266,8 @@ async fn probes_and_readiness_with_api_server_down() {
 async fn certificate_is_reloaded_without_restart() {
     let first = pki("first");
     let wh = start(&first, &["--label-only"]).await;
-    let body = review(
-        "u-r",
-        "DELETE",
-        "Namespace",
-        "namespaces",
-        Value::Null,
-        ns("a", json!({})),
-    );
-    let r = verdict(
-        &send(
-            &client(&first.ca_pem, Proto::H1),
-            wh.port,
-            "POST",
-            "/validate",
-            body.clone(),
-        )
-        .await,
-    );
+    let body = ns_review("u-r", "DELETE", Value::Null, ns("a", json!({})));
+    let r = validate(&first.ca_pem, Proto::H1, wh.port, body.clone()).await;
     assert_eq!(r["allowed"], true);
 
     // A broken pair is ignored: the old certificate keeps serving (once the webhook
@@ -356,16 +285,7 @@ async fn certificate_is_reloaded_without_restart() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let r = verdict(
-        &send(
-            &client(&first.ca_pem, Proto::H1),
-            wh.port,
-            "POST",
-            "/validate",
-            body.clone(),
-        )
-        .await,
-    );
+    let r = validate(&first.ca_pem, Proto::H1, wh.port, body.clone()).await;
     assert_eq!(r["allowed"], true);
 
     // A new pair from another CA is picked up.
@@ -384,16 +304,7 @@ async fn certificate_is_reloaded_without_restart() {
         assert!(Instant::now() < deadline, "new certificate was not served");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let r = verdict(
-        &send(
-            &client(&second.ca_pem, Proto::H2),
-            wh.port,
-            "POST",
-            "/validate",
-            body,
-        )
-        .await,
-    );
+    let r = validate(&second.ca_pem, Proto::H2, wh.port, body).await;
     assert_eq!(r["allowed"], true);
     let (_, metrics) = probe(wh.probe_port, "/metrics").await.expect("metrics");
     assert!(
@@ -409,16 +320,7 @@ async fn certificate_is_reloaded_without_restart() {
 #[tokio::test]
 async fn bad_flags_fail_cleanly() {
     let out = Command::new(env!("CARGO_BIN_EXE_holdfast-webhook"))
-        .args([
-            "--tls-cert",
-            "/nonexistent.crt",
-            "--tls-key",
-            "/nonexistent.key",
-            "--listen",
-            "127.0.0.1:0",
-            "--probe-listen",
-            "127.0.0.1:0",
-        ])
+        .args(words("--tls-cert /nonexistent.crt --tls-key /nonexistent.key --listen 127.0.0.1:0 --probe-listen 127.0.0.1:0"))
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1), "a runtime error exits 1");
@@ -449,11 +351,9 @@ async fn bad_flags_fail_cleanly() {
 async fn sigterm_drains_in_flight_reviews() {
     let p = pki("webhook");
     let mut wh = start(&p, &["--label-only", "--read-timeout-seconds", "60"]).await;
-    let body = review(
+    let body = ns_review(
         "u-drain",
         "DELETE",
-        "Namespace",
-        "namespaces",
         Value::Null,
         ns("prod", json!({"holdfast.dev/protected": "true"})),
     );

@@ -37,20 +37,29 @@ fn assert_denied(status: u16, body: &str, uid: &str) {
     assert_eq!(v["response"]["allowed"], false, "{body}");
 }
 
+/// The webhook under `--label-only` and `flags`.
+async fn label_only(p: &Pki, flags: &str) -> Webhook {
+    start(p, &words(&format!("--label-only {flags}"))).await
+}
+
+/// Connections of the admission listener closed for `reason`, so far.
+async fn closed(wh: &Webhook, reason: &str) -> f64 {
+    let series = format!(
+        r#"holdfast_webhook_connections_closed_total{{listener="admission",reason="{reason}"}}"#
+    );
+    metric(wh.probe_port, &series).await
+}
+
+/// Events with `outcome` (queued, limited), so far.
+async fn events(wh: &Webhook, outcome: &str) -> f64 {
+    let series = format!(r#"holdfast_webhook_events_total{{outcome="{outcome}"}}"#);
+    metric(wh.probe_port, &series).await
+}
+
 #[tokio::test]
 async fn silent_and_idle_connections_are_closed() {
     let p = pki_for("webhook", false);
-    let wh = start(
-        &p,
-        &[
-            "--label-only",
-            "--read-timeout-seconds",
-            "4",
-            "--idle-timeout-seconds",
-            "1",
-        ],
-    )
-    .await;
+    let wh = label_only(&p, "--read-timeout-seconds 4 --idle-timeout-seconds 1").await;
 
     // A TLS client that never sends a request.
     let mut silent = tls_connect(tls_config(&p.ca_pem, &[b"h2", b"http/1.1"]), wh.port)
@@ -59,14 +68,7 @@ async fn silent_and_idle_connections_are_closed() {
     closed_within(&mut silent, GENEROUS)
         .await
         .expect("a connection that sends nothing is closed");
-    assert!(
-        metric(
-            wh.probe_port,
-            r#"holdfast_webhook_connections_closed_total{listener="admission",reason="first_request_timeout"}"#
-        )
-        .await
-            >= 1.0
-    );
+    assert!(closed(&wh, "first_request_timeout").await >= 1.0);
 
     // The probe port too (plain TCP, nothing sent).
     let mut quiet = tokio::net::TcpStream::connect(("127.0.0.1", wh.probe_port))
@@ -87,30 +89,15 @@ async fn silent_and_idle_connections_are_closed() {
     closed_within(&mut idle, GENEROUS)
         .await
         .expect("an idle keep-alive connection is closed");
-    assert!(
-        metric(
-            wh.probe_port,
-            r#"holdfast_webhook_connections_closed_total{listener="admission",reason="idle"}"#
-        )
-        .await
-            >= 1.0
-    );
+    assert!(closed(&wh, "idle").await >= 1.0);
 }
 
 #[tokio::test]
 async fn connections_over_the_cap_are_closed_at_accept() {
     let p = pki_for("webhook", false);
-    let wh = start(
+    let wh = label_only(
         &p,
-        &[
-            "--label-only",
-            "--max-connections",
-            "3",
-            "--idle-timeout-seconds",
-            "300",
-            "--read-timeout-seconds",
-            "30",
-        ],
+        "--max-connections 3 --idle-timeout-seconds 300 --read-timeout-seconds 30",
     )
     .await;
     let cfg = || tls_config(&p.ca_pem, &[b"http/1.1"]);
@@ -136,14 +123,7 @@ async fn connections_over_the_cap_are_closed_at_accept() {
         refused.is_err(),
         "a connection over the cap was served: {refused:?}"
     );
-    assert!(
-        metric(
-            wh.probe_port,
-            r#"holdfast_webhook_connections_closed_total{listener="admission",reason="connection_limit"}"#
-        )
-        .await
-            >= 1.0
-    );
+    assert!(closed(&wh, "connection_limit").await >= 1.0);
     // Closing one frees a slot: a new connection is served again.
     drop(held.pop());
     let deadline = tokio::time::Instant::now() + GENEROUS;
@@ -179,17 +159,7 @@ async fn stall_h1<S: tokio::io::AsyncWrite + Unpin>(s: &mut S, len: usize) {
 async fn large_bodies_cannot_starve_small_reviews() {
     let p = pki_for("webhook", false);
     // 16 MiB: 4 MiB for small bodies, 12 MiB (four 3 MiB bodies) for large ones.
-    let wh = start(
-        &p,
-        &[
-            "--label-only",
-            "--max-body-budget-mib",
-            "16",
-            "--read-timeout-seconds",
-            "4",
-        ],
-    )
-    .await;
+    let wh = label_only(&p, "--max-body-budget-mib 16 --read-timeout-seconds 4").await;
     let cfg = || tls_config(&p.ca_pem, &[b"http/1.1"]);
     let len = 3 * 1024 * 1024 - 4096;
     let mut stalled = Vec::new();
@@ -278,17 +248,7 @@ fn post_h2(
 #[tokio::test]
 async fn one_http2_connection_holds_at_most_its_body_budget() {
     let p = pki_for("webhook", false);
-    let wh = start(
-        &p,
-        &[
-            "--label-only",
-            "--max-connection-body-mib",
-            "4",
-            "--read-timeout-seconds",
-            "8",
-        ],
-    )
-    .await;
+    let wh = label_only(&p, "--max-connection-body-mib 4 --read-timeout-seconds 8").await;
     let tls = tls_connect(tls_config(&p.ca_pem, &[b"h2"]), wh.port)
         .await
         .expect("handshake");
@@ -409,13 +369,9 @@ async fn client_certificates_are_enforced_with_a_client_ca() {
         .arg(wh.dir.path().join("tls.key"))
         .arg("--client-ca-file")
         .arg(&empty)
-        .args([
-            "--label-only",
-            "--listen",
-            "127.0.0.1:0",
-            "--probe-listen",
-            "127.0.0.1:0",
-        ])
+        .args(words(
+            "--label-only --listen 127.0.0.1:0 --probe-listen 127.0.0.1:0",
+        ))
         .output()
         .expect("run");
     assert!(!out.status.success());
@@ -441,16 +397,8 @@ async fn forged_reviews_cannot_flood_events() {
         assert_denied(status, &body, &uid);
     }
     let windows = (started.elapsed().as_secs() / 10) as f64 + 1.0;
-    let queued = metric(
-        wh.probe_port,
-        r#"holdfast_webhook_events_total{outcome="queued"}"#,
-    )
-    .await;
-    let limited = metric(
-        wh.probe_port,
-        r#"holdfast_webhook_events_total{outcome="limited"}"#,
-    )
-    .await;
+    let queued = events(&wh, "queued").await;
+    let limited = events(&wh, "limited").await;
     assert!(
         (1.0..=windows).contains(&queued),
         "one Event per object and reason per 10 s window, whatever the user: queued {queued}"
@@ -477,11 +425,7 @@ async fn forged_reviews_cannot_flood_events() {
         assert_denied(status, &reply, &uid);
     }
     let budget = 100.0 + 20.0 * started.elapsed().as_secs_f64().ceil() + windows;
-    let queued_now = metric(
-        wh.probe_port,
-        r#"holdfast_webhook_events_total{outcome="queued"}"#,
-    )
-    .await;
+    let queued_now = events(&wh, "queued").await;
     assert!(
         queued_now - queued <= budget,
         "{} Events queued for 400 forged reviews; the global limit allows {budget}",

@@ -96,11 +96,37 @@ impl ControllerProcess {
         }
     }
 
+    /// Waits (at most 30 s) until the policy `kind`/`name` has condition `type_`
+    /// with `status`, and returns it; fails printing this controller's log.
+    pub async fn wait_condition(&self, env: &Env, [kind, name, type_, status]: [&str; 4]) -> Value {
+        wait_condition(env, kind, name, type_, status, 30)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", self.log()))
+    }
+
     /// Kills the process (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits (at most 30 s) until one of two controllers electing a leader leads
+/// (never both); returns them as (leader, follower).
+pub async fn elect<'a>(
+    a: &'a mut ControllerProcess,
+    b: &'a mut ControllerProcess,
+) -> (&'a mut ControllerProcess, &'a mut ControllerProcess) {
+    let a_leads = crate::steps::eventually(30, async || {
+        let (ra, rb) = (a.is_ready().await, b.is_ready().await);
+        assert!(!(ra && rb), "two leaders:\n{}\n{}", a.log(), b.log());
+        if ra || rb {
+            return Ok(ra);
+        }
+        Err(format!("nobody leads:\n{}\n{}", a.log(), b.log()))
+    })
+    .await;
+    if a_leads { (a, b) } else { (b, a) }
 }
 
 impl Drop for ControllerProcess {
@@ -321,17 +347,14 @@ pub async fn wait_condition(
     status: &str,
     secs: u64,
 ) -> anyhow::Result<Value> {
-    wait_condition_at(env, None, kind, name, type_, status, secs).await
+    wait_condition_at(env, None, [kind, name, type_, status], secs).await
 }
 
-/// [`wait_condition`] at `server`.
+/// [`wait_condition`] at `server`: `[kind, name, type_, status]`.
 pub async fn wait_condition_at(
     env: &Env,
     server: Option<&str>,
-    kind: &str,
-    name: &str,
-    type_: &str,
-    status: &str,
+    [kind, name, type_, status]: [&str; 4],
     secs: u64,
 ) -> anyhow::Result<Value> {
     let secs = secs.max(crate::MIN_WAIT.as_secs());

@@ -29,14 +29,124 @@ pub fn vpc_vm_crds() -> String {
     ])
 }
 
+/// A DependencyRule `name` on Kubernetes: `dependent` (group, kind, resource; version
+/// v1) references each of `deps` (group, resource, field path; version v1).
+pub fn dependency_rule(
+    name: &str,
+    (group, kind, resource): (&str, &str, &str),
+    deps: &[(&str, &str, &str)],
+) -> String {
+    let mut yaml = format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {{name: {name}}}\n\
+         spec:\n  dependent: {{group: {group}, version: v1, kind: {kind}, resource: {resource}}}\n  \
+         dependencies:\n"
+    );
+    for (group, resource, path) in deps {
+        yaml.push_str(&format!(
+            "  - {{group: {group}, version: v1, resource: {resource}, fieldRef: {{path: \"{path}\"}}}}\n"
+        ));
+    }
+    yaml
+}
+
 /// The DependencyRule of seed 003 on Kubernetes: VirtualMachines reference VPCs at
 /// `path`.
 pub fn vm_vpc_rule(path: &str) -> String {
+    let vm = ("compute.test.io", "VirtualMachine", "virtualmachines");
+    dependency_rule("vm-dependencies", vm, &[("network.test.io", "vpcs", path)])
+}
+
+/// A ResourceProtection `name` over `resources` (each a YAML flow mapping,
+/// e.g. `{group: "", version: v1, resource: configmaps, namespace: shop}`), with
+/// `spec` (further fields of the spec, one `key: value` a line; may be empty).
+pub fn resource_protection(name: &str, spec: &str, resources: &[&str]) -> String {
+    let mut yaml = format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: {name}}}\nspec:\n"
+    );
+    for line in spec.lines() {
+        yaml.push_str(&format!("  {line}\n"));
+    }
+    yaml.push_str("  resources:\n");
+    for r in resources {
+        yaml.push_str(&format!("  - {r}\n"));
+    }
+    yaml
+}
+
+/// The VirtualMachines of [`vpc_vm_crds`], for a kube client.
+pub fn vm_resource() -> kube::discovery::ApiResource {
+    kube::discovery::ApiResource {
+        group: "compute.test.io".into(),
+        version: "v1".into(),
+        api_version: "compute.test.io/v1".into(),
+        kind: "VirtualMachine".into(),
+        plural: "virtualmachines".into(),
+    }
+}
+
+/// Seed 002's CriticalService as the API server takes it: the finalizer-processing
+/// Deployment is critical while coolresources carry its finalizer, and while
+/// their CRD exists.
+pub const FINALIZER_CRITICAL_SERVICE: &str = "apiVersion: holdfast.dev/v1alpha1
+kind: CriticalService
+metadata: {name: for-finalizer-deployment}
+spec:
+  provider: {group: apps, resource: deployments, namespace: finalizer-namespace, name: finalizer-deployment}
+  criteria:
+  - type: Finalizer
+    finalizer: {group: my.crd.group, resource: coolresources, finalizerName: my.crd.group/super-important}
+  - type: SpecificResource
+    specificResource: {group: apiextensions.k8s.io, resource: customresourcedefinitions, name: coolresources.my.crd.group}
+";
+
+/// Seed 000's AnchorRule: a database composite protects its namespace, the
+/// namespace's PersistentVolumeClaims and its object buckets while its
+/// `deletionProtection` toggle is on (the default).
+pub const APPCAT_ANCHOR_RULE: &str = "apiVersion: holdfast.dev/v1alpha1
+kind: AnchorRule
+metadata: {name: appcat}
+spec:
+  anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}
+  anchorLabels: {name: appcat.vshn.io/composite-name}
+  toggle: {fieldPath: .spec.parameters.backup.deletionProtection, default: true}
+  protects:
+  - {group: \"\", version: v1, resource: namespaces}
+  - {group: \"\", version: v1, resource: persistentvolumeclaims, inheritFromNamespace: true}
+  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}
+";
+
+/// Widgets and their CRD under one ResourceProtection.
+pub const WIDGET_PROTECTION: &str = "apiVersion: holdfast.dev/v1alpha1
+kind: ResourceProtection
+metadata: {name: widgets}
+spec:
+  resources:
+  - {group: example.com, version: v1, resource: widgets}
+  - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, names: [widgets.example.com]}
+";
+
+/// A ClusterRole `name` with `rules` (each a YAML flow mapping, e.g.
+/// `{apiGroups: [""], resources: [namespaces], verbs: [get, delete]}`) and the
+/// ClusterRoleBinding of the same name granting it to user `user`.
+pub fn user_cluster_role(name: &str, user: &str, rules: &[&str]) -> String {
+    let rules: String = rules.iter().map(|r| format!("- {r}\n")).collect();
     format!(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {{name: vm-dependencies}}\n\
-         spec:\n  dependent: {{group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}}\n  \
-         dependencies:\n  - group: network.test.io\n    version: v1\n    resource: vpcs\n    fieldRef: {{path: \"{path}\"}}\n"
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {name}}}\n\
+         rules:\n{rules}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata: {{name: {name}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}\n\
+         subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]\n"
     )
+}
+
+/// VirtualMachine `name` in `namespace` referencing VPC `vpc` (seed 003).
+pub fn vm_object(name: &str, namespace: &str, vpc: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "compute.test.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"vpcRef": {"name": vpc}},
+    })
 }
 
 /// Namespaced widgets.example.com.

@@ -57,6 +57,20 @@ impl Kcp {
             .unwrap_or_else(|e| panic!("in {path}: {e}"))
     }
 
+    /// Waits (at most 30 s) until, in workspace `path`, the policy `kind`/`name`
+    /// has condition `type_` with `status`; returns the condition.
+    pub async fn wait_condition(
+        &self,
+        path: &str,
+        [kind, name, type_, status]: [&str; 4],
+    ) -> serde_json::Value {
+        let at = self.ws(path);
+        let query = [kind, name, type_, status];
+        crate::controller::wait_condition_at(&self.env, Some(&at), query, 30)
+            .await
+            .unwrap_or_else(|e| panic!("in {path}: {e:#}"))
+    }
+
     /// Whether `kubectl get ARGS` in workspace `path` finds the object: NotFound is
     /// `false`, any other failure panics (a failing kubectl never reads as absent).
     pub fn exists(&self, path: &str, args: &[&str]) -> bool {
@@ -141,6 +155,37 @@ pub fn dependency_rule(
         ));
     }
     s
+}
+
+/// The DependencyRule `name` of seed 003 on kcp: VirtualMachines (compute)
+/// reference the network provider's VPCs at `.spec.vpcRef.name`.
+pub fn vm_vpc_rule(name: &str) -> String {
+    let vpcs = (
+        NETWORK,
+        "network.test.io",
+        "network.test.io",
+        "vpcs",
+        ".spec.vpcRef.name",
+    );
+    dependency_rule(
+        name,
+        ("compute.test.io", "VirtualMachine", "virtualmachines"),
+        &[vpcs],
+    )
+}
+
+/// A DependencyRule `name` in the network provider: `dependent` (group, kind,
+/// resource) references the compute provider's VirtualMachines at
+/// `.spec.gatewayVm`.
+pub fn gateway_vm_rule(name: &str, dependent: (&str, &str, &str)) -> String {
+    let vms = (
+        "root:compute",
+        "compute.test.io",
+        "compute.test.io",
+        "virtualmachines",
+        ".spec.gatewayVm",
+    );
+    dependency_rule(name, dependent, &[vms])
 }
 
 /// Sets up the topology on a fresh sim.

@@ -5,6 +5,7 @@
 pub mod controller;
 pub mod fixtures;
 pub mod kcp;
+pub mod steps;
 
 use anyhow::{Context, bail};
 use holdfast_shared::{
@@ -40,25 +41,7 @@ pub struct Pki {
 
 /// Makes a fresh PKI.
 pub fn pki(cn: &str) -> anyhow::Result<Pki> {
-    let ca_key = KeyPair::generate()?;
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, format!("{cn} CA"));
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate()?;
-    let mut params =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn.to_string());
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok(Pki {
-        ca_pem: ca_cert.pem(),
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
+    pki_for_host(cn, "localhost")
 }
 
 /// A free TCP port on 127.0.0.1.
@@ -552,34 +535,55 @@ impl Env {
         args: &[&str],
         log: &Path,
     ) -> anyhow::Result<WebhookProcess> {
-        let probe_port = free_port()?;
-        let mut cmd = Command::new(bin("holdfast-webhook")?);
-        if !args.contains(&"--kubeconfig") {
-            cmd.arg("--kubeconfig").arg(&self.kubeconfig);
-        }
         // On an external cluster the API server may be elsewhere: every address.
         let host = if self.cluster.is_some() {
             "0.0.0.0"
         } else {
             "127.0.0.1"
         };
-        let child = cmd
-            .arg("--listen")
-            .arg(format!("{host}:{port}"))
+        self.launch_webhook(&format!("{host}:{port}"), args, log)
+            .await
+    }
+
+    /// `holdfast-webhook` listening on `listen` with the env's TLS pair and a probe
+    /// port of its own (no other arguments).
+    pub fn webhook_command(&self, listen: &str, probe_port: u16) -> anyhow::Result<Command> {
+        let mut cmd = Command::new(bin("holdfast-webhook")?);
+        cmd.args(["--listen", listen])
             .arg("--probe-listen")
             .arg(format!("127.0.0.1:{probe_port}"))
             .arg("--tls-cert")
             .arg(self.dir.path().join("tls.crt"))
             .arg("--tls-key")
-            .arg(self.dir.path().join("tls.key"))
+            .arg(self.dir.path().join("tls.key"));
+        Ok(cmd)
+    }
+
+    /// [`Env::webhook_command`] with the env's kubeconfig unless `args` names
+    /// another, `args` last, appending to `log`; waits until it answers /healthz.
+    async fn launch_webhook(
+        &self,
+        listen: &str,
+        args: &[&str],
+        log: &Path,
+    ) -> anyhow::Result<WebhookProcess> {
+        let port = listen
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .with_context(|| format!("no port in {listen}"))?;
+        let probe_port = free_port()?;
+        let mut cmd = self.webhook_command(listen, probe_port)?;
+        if !args.contains(&"--kubeconfig") {
+            cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        }
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        let child = cmd
             .args(args)
             .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)?,
-            )
+            .stderr(stderr)
             .spawn()
             .context("starting holdfast-webhook")?;
         let mut w = WebhookProcess {
@@ -1079,45 +1083,10 @@ impl Env {
         listen: std::net::SocketAddr,
         args: &[&str],
     ) -> anyhow::Result<()> {
-        let probe_port = free_port()?;
         let log = self.dir.path().join("webhook.log");
-        let child = Command::new(bin("holdfast-webhook")?)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--probe-listen")
-            .arg(format!("127.0.0.1:{probe_port}"))
-            .arg("--tls-cert")
-            .arg(self.dir.path().join("tls.crt"))
-            .arg("--tls-key")
-            .arg(self.dir.path().join("tls.key"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("starting holdfast-webhook")?;
-        let mut w = WebhookProcess {
-            child,
-            port: listen.port(),
-            probe_port,
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if http_get(probe_port, "/healthz").await.map(|(s, _)| s) == Ok(200) {
-                self.webhook = Some(w);
-                return Ok(());
-            }
-            if let Ok(Some(status)) = w.child.try_wait() {
-                let log = std::fs::read_to_string(&w.log).unwrap_or_default();
-                bail!("holdfast-webhook exited with {status}: {log}");
-            }
-            if Instant::now() > deadline {
-                bail!("holdfast-webhook did not become healthy within 30s");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let w = self.launch_webhook(&listen.to_string(), args, &log).await?;
+        self.webhook = Some(w);
+        Ok(())
     }
 }
 

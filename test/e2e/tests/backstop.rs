@@ -9,10 +9,9 @@
 use std::time::{Duration, Instant};
 
 use holdfast_e2e::{
-    Env, KubectlOutput,
-    controller::{ControllerProcess, start_controller},
+    Env,
+    steps::{controller_as as controller, exists, install_controller_rbac, start_webhook, words},
 };
-use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 const NAME: &str = "holdfast-backstop";
@@ -20,53 +19,16 @@ const NAME: &str = "holdfast-backstop";
 /// Sim, CRDs and webhook (with `webhook_args`), and the shipped RBAC; the
 /// controller's kubeconfig (its ServiceAccount) is returned.
 async fn stack(webhook_args: &[&str]) -> (Env, String) {
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
-    run(&env, &["create", "namespace", "holdfast-system"]);
-    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
-        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../manifests/base")
-            .join(file);
-        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
-    }
-    let kubeconfig = env.dir.path().join("controller.kubeconfig");
-    env.sim
-        .write_kubeconfig(&kubeconfig, holdfast_e2e::CONTROLLER_SA)
-        .expect("controller kubeconfig");
-    env.start_webhook(webhook_args).await.expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    (env, kubeconfig.to_string_lossy().into_owned())
-}
-
-/// The controller as its ServiceAccount, pointing the configuration at `port`.
-async fn controller(
-    env: &Env,
-    port: u16,
-    name: &str,
-    kubeconfig: &str,
-    args: &[&str],
-) -> ControllerProcess {
-    let mut all = vec!["--kubeconfig", kubeconfig];
-    all.extend_from_slice(args);
-    let mut c = start_controller(env, name, port, &all).expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
-    c
-}
-
-fn run(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
+    let kubeconfig = install_controller_rbac(&env);
+    start_webhook(&mut env, webhook_args).await;
+    (env, kubeconfig)
 }
 
 /// The live policy or binding (`kind`), None when absent; any other kubectl
 /// failure fails the test.
 fn live(env: &Env, kind: &str) -> Option<Value> {
-    let out = env
-        .kubectl(&["get", kind, NAME, "-o", "json"])
-        .expect("kubectl runs");
+    let out = env.attempt(&["get", kind, NAME, "-o", "json"]);
     if out.code != 0 {
         assert!(
             out.stderr.contains("NotFound") || out.stderr.contains("not found"),
@@ -119,10 +81,6 @@ fn installed_with(p: Option<&Value>, b: Option<&Value>, ops: &[&str]) -> bool {
         })
 }
 
-fn refused(out: &KubectlOutput, stderr: &str) {
-    assert_eq!((out.code, out.stderr.as_str()), (1, stderr), "{out:?}");
-}
-
 fn backstop_denial(resource: &str, name: &str, message: &str) -> String {
     format!(
         "Error from server (Forbidden): {resource} \"{name}\" is forbidden: ValidatingAdmissionPolicy '{NAME}' with binding '{NAME}' denied request: {message}\n"
@@ -135,86 +93,32 @@ fn webhook_down(name: &str, port: u16) -> String {
     )
 }
 
-fn exists(env: &Env, args: &[&str]) {
-    let mut all = vec!["get"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["-o", "jsonpath={.metadata.name}"]);
-    let out = env.kubectl(&all).expect("kubectl");
-    assert_eq!((out.code, out.stdout.as_str()), (0, args[1]), "{out:?}");
-}
-
 const NS_MESSAGE: &str = "holdfast: Namespace guarded is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label namespaces guarded holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
 const CM_MESSAGE: &str = "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
 
 fn objects(env: &Env) {
-    run(env, &["create", "namespace", "guarded"]);
-    run(
-        env,
-        &[
-            "label",
-            "namespace",
-            "guarded",
-            "holdfast.dev/protected=true",
-        ],
-    );
-    run(env, &["create", "namespace", "shop"]);
+    env.run(&["create", "namespace", "guarded"]);
+    env.run(&words(
+        "label namespace guarded holdfast.dev/protected=true",
+    ));
+    env.run(&["create", "namespace", "shop"]);
     for cm in ["keep", "free", "glass", "casc"] {
-        run(
-            env,
-            &[
-                "create",
-                "configmap",
-                cm,
-                "-n",
-                "shop",
-                "--from-literal=a=b",
-            ],
-        );
+        env.run(&words(&format!(
+            "create configmap {cm} -n shop --from-literal=a=b"
+        )));
     }
-    run(
-        env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=Always",
-        ],
-    );
-    run(
-        env,
-        &[
-            "label",
-            "configmap",
-            "glass",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=true",
-        ],
-    );
-    run(
-        env,
-        &[
-            "annotate",
-            "configmap",
-            "glass",
-            "-n",
-            "shop",
-            "holdfast.dev/skip-protection=true",
-        ],
-    );
-    run(
-        env,
-        &[
-            "label",
-            "configmap",
-            "casc",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=Cascading",
-        ],
-    );
+    env.run(&words(
+        "label configmap keep -n shop holdfast.dev/protected=Always",
+    ));
+    env.run(&words(
+        "label configmap glass -n shop holdfast.dev/protected=true",
+    ));
+    env.run(&words(
+        "annotate configmap glass -n shop holdfast.dev/skip-protection=true",
+    ));
+    env.run(&words(
+        "label configmap casc -n shop holdfast.dev/protected=Cascading",
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -239,103 +143,78 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
 
     // Up or down, the API server refuses a labelled DELETE: the backstop is
     // evaluated before the webhooks.
-    refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-            .expect("kubectl"),
+    env.refuses(
+        &["delete", "configmap", "keep", "-n", "shop"],
         &backstop_denial("configmaps", "keep", CM_MESSAGE),
     );
 
     // The webhook process stops.
     drop(env.webhook.take().expect("webhook running"));
-    refused(
-        &env.kubectl(&["delete", "namespace", "guarded"])
-            .expect("kubectl"),
+    env.refuses(
+        &["delete", "namespace", "guarded"],
         &backstop_denial("namespaces", "guarded", NS_MESSAGE),
     );
-    refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-            .expect("kubectl"),
+    env.refuses(
+        &["delete", "configmap", "keep", "-n", "shop"],
         &backstop_denial("configmaps", "keep", CM_MESSAGE),
     );
     // Break-glass passes the backstop (it cannot ask who set it); the webhook,
     // which judges the marker, is down and fails closed.
-    refused(
-        &env.kubectl(&["delete", "configmap", "glass", "-n", "shop"])
-            .expect("kubectl"),
+    env.refuses(
+        &["delete", "configmap", "glass", "-n", "shop"],
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     // Cascading is left to the webhook (the backstop cannot see live contents).
-    refused(
-        &env.kubectl(&["delete", "configmap", "casc", "-n", "shop"])
-            .expect("kubectl"),
+    env.refuses(
+        &["delete", "configmap", "casc", "-n", "shop"],
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     exists(&env, &["namespace", "guarded"]);
     exists(&env, &["configmap", "keep", "-n", "shop"]);
     // Unprotected objects are not held back.
-    let out = env
-        .kubectl(&["delete", "configmap", "free", "-n", "shop"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "configmap \"free\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "configmap", "free", "-n", "shop"],
+        "configmap \"free\" deleted\n",
     );
     // Without strict mode, removing the label is allowed by the backstop (the
     // label webhook does not see it either).
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ],
-    );
-    let out = env
-        .kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "configmap \"keep\" deleted\n"),
-        "{out:?}"
+    env.run(&words(
+        "label configmap keep -n shop holdfast.dev/protected-",
+    ));
+    env.prints(
+        &["delete", "configmap", "keep", "-n", "shop"],
+        "configmap \"keep\" deleted\n",
     );
 
     // Deleted: re-created. Changed: restored.
     let uid = p["metadata"]["uid"].clone();
-    run(&env, &["delete", "validatingadmissionpolicy", NAME]);
+    env.run(&["delete", "validatingadmissionpolicy", NAME]);
     let (p, _) = wait_backstop(&env, "re-created", |p, b| {
         installed_with(p, b, &["DELETE"]) && p.is_some_and(|p| p["metadata"]["uid"] != uid)
     })
     .await;
     let buid =
         live(&env, "validatingadmissionpolicybinding").expect("binding")["metadata"]["uid"].clone();
-    run(&env, &["delete", "validatingadmissionpolicybinding", NAME]);
+    env.run(&["delete", "validatingadmissionpolicybinding", NAME]);
     wait_backstop(&env, "re-bound", |p, b| {
         installed_with(p, b, &["DELETE"]) && b.is_some_and(|b| b["metadata"]["uid"] != buid)
     })
     .await;
     let expression = p.expect("policy")["spec"]["validations"][0]["expression"].clone();
-    run(
-        &env,
-        &[
-            "patch",
-            "validatingadmissionpolicy",
-            NAME,
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/validations/0/expression","value":"true"}]"#,
-        ],
-    );
+    env.run(&[
+        "patch",
+        "validatingadmissionpolicy",
+        NAME,
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/validations/0/expression","value":"true"}]"#,
+    ]);
     wait_backstop(&env, "restored", |p, _| {
         p.is_some_and(|p| p["spec"]["validations"][0]["expression"] == expression)
     })
     .await;
-    refused(
-        &env.kubectl(&["delete", "namespace", "guarded"])
-            .expect("kubectl"),
+    env.refuses(
+        &["delete", "namespace", "guarded"],
         &backstop_denial("namespaces", "guarded", NS_MESSAGE),
     );
     drop(c);
@@ -369,30 +248,15 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     })
     .await;
     objects(&env);
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "free",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=true",
-            "holdfast.dev/strict-exempt=true",
-        ],
-    );
+    env.run(&words(
+        "label configmap free -n shop holdfast.dev/protected=true holdfast.dev/strict-exempt=true",
+    ));
     // A CRD whose instances strict mode leaves alone: their UPDATEs leave the backstop.
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("widget CRD");
-    run(
-        &env,
-        &[
-            "label",
-            "crd",
-            "widgets.example.com",
-            "holdfast.dev/strict-exempt=true",
-        ],
-    );
+    env.run(&words(
+        "label crd widgets.example.com holdfast.dev/strict-exempt=true",
+    ));
     wait_backstop(&env, "leaving widget UPDATEs out", |p, _| {
         p.is_some_and(|p| {
             p["spec"]["matchConstraints"]["excludeResourceRules"]
@@ -400,51 +264,29 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         })
     })
     .await;
-    env.kubectl_until(&["get", "widgets", "-n", "shop"], 30, |o| o.code == 0)
-        .await
-        .expect("widgets served");
+    env.wait_served(&["widgets", "-n", "shop"]).await;
     env.apply(
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\n",
     )
     .expect("widget");
     drop(env.webhook.take().expect("webhook running"));
-    refused(
-        &env.kubectl(&[
-            "label",
-            "widget",
-            "w1",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ])
-        .expect("kubectl"),
+    env.refuses(
+        &words("label widget w1 -n shop holdfast.dev/protected-"),
         &webhook_down("strict-label-0.holdfast.dev", port),
     );
-    refused(
-        &env.kubectl(&["delete", "widget", "w1", "-n", "shop"])
-            .expect("kubectl"),
-        &backstop_denial(
+    env.refuses(&["delete", "widget", "w1", "-n", "shop"], &backstop_denial(
             "widgets.example.com",
             "w1",
             "holdfast: Widget shop/w1 is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label widgets.example.com w1 -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label widgets.example.com w1 -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
-        ),
-    );
+        ));
 
     let strict_message = |desc: &str, value: &str, target: &str, extra: &str| {
         format!(
             "holdfast: {desc} carries the protection label holdfast.dev/protected={value} and strict mode is on (policy: strict label holdfast.dev/protected), so the label cannot be removed or changed to a value that does not protect.{extra} To unprotect it, first mark it exempt in its own update (kubectl label {target} holdfast.dev/strict-exempt=true, which takes the bypass permission on protections.holdfast.dev), then remove the label."
         )
     };
-    refused(
-        &env.kubectl(&[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ])
-        .expect("kubectl"),
+    env.refuses(
+        &words("label configmap keep -n shop holdfast.dev/protected-"),
         &backstop_denial(
             "configmaps",
             "keep",
@@ -456,17 +298,7 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
             ),
         ),
     );
-    refused(
-        &env.kubectl(&[
-            "label",
-            "--overwrite",
-            "namespace",
-            "guarded",
-            "holdfast.dev/protected=no",
-            "holdfast.dev/strict-exempt=true",
-        ])
-        .expect("kubectl"),
-        &backstop_denial(
+    env.refuses(&words("label --overwrite namespace guarded holdfast.dev/protected=no holdfast.dev/strict-exempt=true"), &backstop_denial(
             "namespaces",
             "guarded",
             &strict_message(
@@ -475,19 +307,10 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
                 "namespaces guarded",
                 " Adding the exemption in the same update does not count: it must already be stored.",
             ),
-        ),
-    );
+        ));
     // Cascading counts as protecting for strict mode too.
-    refused(
-        &env.kubectl(&[
-            "label",
-            "configmap",
-            "casc",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ])
-        .expect("kubectl"),
+    env.refuses(
+        &words("label configmap casc -n shop holdfast.dev/protected-"),
         &backstop_denial(
             "configmaps",
             "casc",
@@ -500,28 +323,16 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         ),
     );
     // A stored exemption passes the backstop; the strict webhook (down) fails closed.
-    refused(
-        &env.kubectl(&[
-            "label",
-            "configmap",
-            "free",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ])
-        .expect("kubectl"),
+    env.refuses(
+        &words("label configmap free -n shop holdfast.dev/protected-"),
         &webhook_down("strict-label-0.holdfast.dev", port),
     );
     // Deletes under strict mode: the message tells how to unprotect first.
-    refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-            .expect("kubectl"),
-        &backstop_denial(
+    env.refuses(&["delete", "configmap", "keep", "-n", "shop"], &backstop_denial(
             "configmaps",
             "keep",
             "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label configmaps keep -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
-        ),
-    );
+        ));
     c.terminate(30).await.expect("controller stops");
 
     // --backstop=false removes it; the webhook outage then refuses by
@@ -535,16 +346,12 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     )
     .await;
     wait_backstop(&env, "removed", |p, b| p.is_none() && b.is_none()).await;
-    refused(
-        &env.kubectl(&["delete", "namespace", "guarded"])
-            .expect("kubectl"),
-        &webhook_down("delete-label-0.holdfast.dev", port),
-    );
-    refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "shop"])
-            .expect("kubectl"),
-        &webhook_down("delete-label-0.holdfast.dev", port),
-    );
+    for delete in ["delete namespace guarded", "delete configmap keep -n shop"] {
+        env.refuses(
+            &words(delete),
+            &webhook_down("delete-label-0.holdfast.dev", port),
+        );
+    }
     exists(&env, &["namespace", "guarded"]);
     exists(&env, &["configmap", "keep", "-n", "shop"]);
     let mut c = c;
@@ -577,29 +384,22 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
             ))),
         "second validation guards {karmada}"
     );
-    run(&env, &["create", "configmap", "template", "-n", "shop"]);
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "template",
-            "-n",
-            "shop",
-            &format!("{karmada}=Always"),
-        ],
-    );
-    refused(
-        &env.kubectl(&["delete", "configmap", "template", "-n", "shop"])
-            .expect("kubectl"),
-        &backstop_denial(
+    env.run(&["create", "configmap", "template", "-n", "shop"]);
+    env.run(&[
+        "label",
+        "configmap",
+        "template",
+        "-n",
+        "shop",
+        &format!("{karmada}=Always"),
+    ]);
+    env.refuses(&["delete", "configmap", "template", "-n", "shop"], &backstop_denial(
             "configmaps",
             "template",
             &format!(
                 "holdfast: ConfigMap shop/template is protected by label {karmada}=Always (policy: label {karmada}), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps template -n shop {karmada}-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
             ),
-        ),
-    );
+        ));
     drop(c);
 }
 

@@ -8,68 +8,39 @@ use std::{
     time::{Duration, Instant},
 };
 
+use holdfast_e2e::fixtures::resource_protection;
 use holdfast_e2e::{
-    Env, KubectlOutput, bin,
-    controller::{
-        ControllerProcess, condition, start_controller, wait_condition, wait_configuration,
+    Env, bin,
+    controller::{ControllerProcess, condition, wait_configuration},
+    steps::{
+        controller_as, exists, install_controller_rbac, refused, start_webhook, wait_ready, words,
     },
 };
-use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 const MARKER: &str = "holdfast.dev/contains-protected";
-
-/// The controller's ServiceAccount, as the manifests name it.
-const CONTROLLER_USER: &str = holdfast_e2e::CONTROLLER_SA;
 
 /// Sim, CRDs and webhook, and the controller running as its ServiceAccount with
 /// exactly the permissions `manifests/base/rbac-controller.yaml` and
 /// `rbac-reads.yaml` grant.
 async fn full_stack() -> (Env, ControllerProcess) {
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
-    run(&env, &["create", "namespace", "holdfast-system"]);
-    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
-        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../manifests/base")
-            .join(file);
-        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
-    }
-    let kubeconfig = env.dir.path().join("controller.kubeconfig");
-    env.sim
-        .write_kubeconfig(&kubeconfig, CONTROLLER_USER)
-        .expect("controller kubeconfig");
-    env.start_webhook(&[]).await.expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &kubeconfig])
-        .expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
+    let kubeconfig = install_controller_rbac(&env);
+    let port = start_webhook(&mut env, &[]).await;
+    let c = controller_as(&env, port, "controller", &kubeconfig, &[]).await;
     (env, c)
-}
-
-fn run(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
 }
 
 /// The namespaces carrying the containment marker, sorted.
 fn marked(env: &Env) -> Vec<String> {
-    let out = run(
-        env,
-        &[
-            "get",
-            "namespaces",
-            "-l",
-            MARKER,
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ],
-    );
+    let out = env.run(&[
+        "get",
+        "namespaces",
+        "-l",
+        MARKER,
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ]);
     let mut v: Vec<String> = out.stdout.split_whitespace().map(str::to_string).collect();
     v.sort();
     v
@@ -106,31 +77,13 @@ async fn wait_containment_narrowed(env: &Env) -> Value {
     cfg.expect("present")
 }
 
-fn refused(out: &KubectlOutput, stderr: &str) {
-    assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(out.stderr, stderr, "{out:?}");
+fn shop_config() -> String {
+    resource_protection(
+        "shop-config",
+        "",
+        &[r#"{group: "", version: v1, resource: configmaps, namespace: shop}"#],
+    )
 }
-
-fn deleted(out: &KubectlOutput, stdout: &str) {
-    assert_eq!((out.code, out.stdout.as_str()), (0, stdout), "{out:?}");
-}
-
-fn exists(env: &Env, args: &[&str]) {
-    let mut all = vec!["get"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["-o", "jsonpath={.metadata.name}"]);
-    let out = env.kubectl(&all).expect("kubectl");
-    assert_eq!((out.code, out.stdout.as_str()), (0, args[1]), "{out:?}");
-}
-
-const SHOP_CONFIG: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: shop-config}
-spec:
-  resources:
-  - {group: "", version: v1, resource: configmaps, namespace: shop}
-"#;
 
 fn routes_report(env: &Env) -> String {
     let out = Command::new(bin("holdfast-controller").expect("binary"))
@@ -149,63 +102,26 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     );
     let (mut env, controller) = full_stack().await;
     for ns in ["shop", "other", "scratch", "labelled"] {
-        run(&env, &["create", "namespace", ns]);
+        env.run(&["create", "namespace", ns]);
     }
-    run(
-        &env,
-        &[
-            "create",
-            "configmap",
-            "settings",
-            "-n",
-            "shop",
-            "--from-literal=a=b",
-        ],
-    );
+    env.run(&words(
+        "create configmap settings -n shop --from-literal=a=b",
+    ));
     for (name, ns) in [
         ("unrelated", "other"),
         ("keep", "labelled"),
         ("sys-cm", "kube-system"),
     ] {
-        run(
-            &env,
-            &["create", "configmap", name, "-n", ns, "--from-literal=a=b"],
-        );
+        env.run(&["create", "configmap", name, "-n", ns, "--from-literal=a=b"]);
     }
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "labelled",
-            "holdfast.dev/protected=true",
-        ],
-    );
-    run(
-        &env,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "sys-secret",
-            "-n",
-            "kube-system",
-            "--from-literal=a=b",
-        ],
-    );
-    env.apply(SHOP_CONFIG).expect("policy applied");
-    wait_condition(
-        &env,
-        "resourceprotection",
-        "shop-config",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .expect("policy enforced");
+    env.run(&words(
+        "label configmap keep -n labelled holdfast.dev/protected=true",
+    ));
+    env.run(&words(
+        "create secret generic sys-secret -n kube-system --from-literal=a=b",
+    ));
+    env.apply(&shop_config()).expect("policy applied");
+    wait_ready(&env, "resourceprotection", "shop-config").await;
     // holdfast-system holds holdfast's own protected Role and RoleBinding.
     wait_marked(&env, &["holdfast-system", "labelled", "shop"]).await;
     let cfg = wait_containment_narrowed(&env).await;
@@ -267,21 +183,11 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
         )
     };
     let shop_cm = "holdfast: ConfigMap shop/settings is protected by ResourceProtection/shop-config (selects configmaps in namespace shop), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection shop-config), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection. To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).";
-    refused(
-        &env.kubectl(&[
-            "delete",
-            "configmap",
-            "settings",
-            "-n",
-            "shop",
-            "--dry-run=server",
-        ])
-        .expect("kubectl"),
+    env.refuses(
+        &words("delete configmap settings -n shop --dry-run=server"),
         &denial("policies-0.holdfast.dev", shop_cm),
     );
-    let out = env
-        .kubectl(&["delete", "namespace", "shop", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "shop", "--dry-run=server"]);
     refused(
         &out,
         &denial(
@@ -289,16 +195,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
             "holdfast: Namespace shop holds objects that are protected from deletion: ConfigMap shop/kube-root-ca.crt (ResourceProtection/shop-config), ConfigMap shop/settings (ResourceProtection/shop-config) (policy: containment), so it cannot be deleted: that would leave it half-deleted. To delete it, first lift the protection of those objects (or delete them), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection on the namespace.",
         ),
     );
-    let out = env
-        .kubectl(&[
-            "delete",
-            "configmap",
-            "keep",
-            "-n",
-            "labelled",
-            "--dry-run=server",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words("delete configmap keep -n labelled --dry-run=server"));
     refused(
         &out,
         &denial(
@@ -306,9 +203,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
             "holdfast: ConfigMap labelled/keep is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps keep -n labelled holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
         ),
     );
-    let out = env
-        .kubectl(&["delete", "namespace", "labelled", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "labelled", "--dry-run=server"]);
     refused(
         &out,
         &denial(
@@ -326,54 +221,41 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
         )
     };
     // Protected objects, and the namespaces holding them, stay refused.
-    refused(
-        &env.kubectl(&["delete", "configmap", "settings", "-n", "shop"])
-            .expect("kubectl"),
-        &down("policies-0.holdfast.dev"),
-    );
-    refused(
-        &env.kubectl(&["delete", "namespace", "shop"])
-            .expect("kubectl"),
-        &down("containment.holdfast.dev"),
-    );
-    refused(
-        &env.kubectl(&["delete", "configmap", "keep", "-n", "labelled"])
-            .expect("kubectl"),
-        &down("delete-label-0.holdfast.dev"),
-    );
-    refused(
-        &env.kubectl(&["delete", "namespace", "labelled"])
-            .expect("kubectl"),
-        &down("containment.holdfast.dev"),
-    );
+    for (delete, webhook) in [
+        (
+            "delete configmap settings -n shop",
+            "policies-0.holdfast.dev",
+        ),
+        ("delete namespace shop", "containment.holdfast.dev"),
+        (
+            "delete configmap keep -n labelled",
+            "delete-label-0.holdfast.dev",
+        ),
+        ("delete namespace labelled", "containment.holdfast.dev"),
+    ] {
+        env.refuses(&words(delete), &down(webhook));
+    }
     exists(&env, &["configmap", "settings", "-n", "shop"]);
     exists(&env, &["configmap", "keep", "-n", "labelled"]);
-    let phase = run(
-        &env,
-        &["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"],
-    );
+    let phase = env.run(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"]);
     assert_eq!(phase.stdout, "Active");
 
     // Everything else goes: a ConfigMap elsewhere, an unprotected namespace,
     // anything in kube-system.
-    deleted(
-        &env.kubectl(&["delete", "configmap", "unrelated", "-n", "other"])
-            .expect("kubectl"),
+    env.prints(
+        &["delete", "configmap", "unrelated", "-n", "other"],
         "configmap \"unrelated\" deleted\n",
     );
-    deleted(
-        &env.kubectl(&["delete", "namespace", "scratch", "--wait=false"])
-            .expect("kubectl"),
+    env.prints(
+        &["delete", "namespace", "scratch", "--wait=false"],
         "namespace \"scratch\" deleted\n",
     );
-    deleted(
-        &env.kubectl(&["delete", "configmap", "sys-cm", "-n", "kube-system"])
-            .expect("kubectl"),
+    env.prints(
+        &["delete", "configmap", "sys-cm", "-n", "kube-system"],
         "configmap \"sys-cm\" deleted\n",
     );
-    deleted(
-        &env.kubectl(&["delete", "secret", "sys-secret", "-n", "kube-system"])
-            .expect("kubectl"),
+    env.prints(
+        &["delete", "secret", "sys-secret", "-n", "kube-system"],
         "secret \"sys-secret\" deleted\n",
     );
     drop(controller);
@@ -389,80 +271,30 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
     );
     let (env, _controller) = full_stack().await;
     for ns in ["a", "b"] {
-        run(&env, &["create", "namespace", ns]);
+        env.run(&["create", "namespace", ns]);
     }
-    run(
-        &env,
-        &["create", "configmap", "c", "-n", "a", "--from-literal=k=v"],
-    );
+    env.run(&["create", "configmap", "c", "-n", "a", "--from-literal=k=v"]);
     wait_containment_narrowed(&env).await;
     // holdfast-system holds holdfast's own protected Role and RoleBinding.
     wait_marked(&env, &["holdfast-system"]).await;
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "c",
-            "-n",
-            "a",
-            "holdfast.dev/protected=Always",
-        ],
-    );
+    env.run(&words(
+        "label configmap c -n a holdfast.dev/protected=Always",
+    ));
     wait_marked(&env, &["a", "holdfast-system"]).await;
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "c",
-            "-n",
-            "a",
-            "holdfast.dev/protected-",
-        ],
-    );
+    env.run(&words("label configmap c -n a holdfast.dev/protected-"));
     wait_marked(&env, &["holdfast-system"]).await;
 
     // Every Secret, in any namespace: b and kube-system hold one; only b is marked
     // and routed.
-    run(
-        &env,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "s",
-            "-n",
-            "b",
-            "--from-literal=k=v",
-        ],
-    );
-    run(
-        &env,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "s",
-            "-n",
-            "kube-system",
-            "--from-literal=k=v",
-        ],
-    );
+    env.run(&words("create secret generic s -n b --from-literal=k=v"));
+    env.run(&words(
+        "create secret generic s -n kube-system --from-literal=k=v",
+    ));
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: all-secrets}\nspec:\n  resources:\n  - {group: \"\", version: v1, resource: secrets}\n",
     )
     .expect("policy applied");
-    wait_condition(
-        &env,
-        "resourceprotection",
-        "all-secrets",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .expect("policy enforced");
+    wait_ready(&env, "resourceprotection", "all-secrets").await;
     wait_marked(&env, &["b", "holdfast-system"]).await;
     let cfg = wait_containment_narrowed(&env).await;
     let entry = cfg["webhooks"]
@@ -476,21 +308,15 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
         entry["namespaceSelector"],
         serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-node-lease", "kube-public", "kube-system"]}]})
     );
-    let out = env
-        .kubectl(&["delete", "secret", "s", "-n", "b", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "secret", "s", "-n", "b", "--dry-run=server"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): admission webhook \"policies-0.holdfast.dev\" denied the request: holdfast: Secret b/s is protected by ResourceProtection/all-secrets (selects secrets), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection all-secrets), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection. To have holdfast delete it once nothing blocks it, ask for deferred deletion (holdfast.dev/delete-when-unblocked).\n"
     );
-    let out = env
-        .kubectl(&["delete", "secret", "s", "-n", "kube-system"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "secret \"s\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "secret", "s", "-n", "kube-system"],
+        "secret \"s\" deleted\n",
     );
 }
 
@@ -505,59 +331,29 @@ async fn marker_lag_never_loses_the_protected_object() {
         "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
     );
     let (env, mut controller) = full_stack().await;
-    run(&env, &["create", "namespace", "late"]);
+    env.run(&["create", "namespace", "late"]);
     for cm in ["plain", "precious"] {
-        run(
-            &env,
-            &[
-                "create",
-                "configmap",
-                cm,
-                "-n",
-                "late",
-                "--from-literal=k=v",
-            ],
-        );
+        env.run(&[
+            "create",
+            "configmap",
+            cm,
+            "-n",
+            "late",
+            "--from-literal=k=v",
+        ]);
     }
     wait_containment_narrowed(&env).await;
     wait_marked(&env, &["holdfast-system"]).await;
     controller.kill();
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "precious",
-            "-n",
-            "late",
-            "holdfast.dev/protected=true",
-        ],
-    );
-    let out = env
-        .kubectl(&["delete", "namespace", "late", "--wait=false"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "namespace \"late\" deleted\n"),
-        "{out:?}"
+    env.run(&words(
+        "label configmap precious -n late holdfast.dev/protected=true",
+    ));
+    env.prints(
+        &["delete", "namespace", "late", "--wait=false"],
+        "namespace \"late\" deleted\n",
     );
     // The namespace controller empties what it may; the labelled ConfigMap stays.
-    env.kubectl_until(
-        &[
-            "get",
-            "configmap",
-            "plain",
-            "-n",
-            "late",
-            "--ignore-not-found",
-            "-o",
-            "name",
-        ],
-        30,
-        |o| o.code == 0 && o.stdout.is_empty(),
-    )
-    .await
-    .expect("unprotected ConfigMap deleted by the namespace controller");
+    env.wait_absent(&words("configmap plain -n late")).await;
     // ... and its DELETE of the protected one was refused by the label webhook.
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env
@@ -572,35 +368,11 @@ async fn marker_lag_never_loses_the_protected_object() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     exists(&env, &["configmap", "precious", "-n", "late"]);
-    let phase = run(
-        &env,
-        &["get", "namespace", "late", "-o", "jsonpath={.status.phase}"],
-    );
+    let phase = env.run(&["get", "namespace", "late", "-o", "jsonpath={.status.phase}"]);
     assert_eq!(phase.stdout, "Terminating");
     // Lifting the protection lets the namespace finish.
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "precious",
-            "-n",
-            "late",
-            "holdfast.dev/protected-",
-        ],
-    );
-    env.kubectl_until(
-        &[
-            "get",
-            "namespace",
-            "late",
-            "--ignore-not-found",
-            "-o",
-            "name",
-        ],
-        30,
-        |o| o.code == 0 && o.stdout.is_empty(),
-    )
-    .await
-    .expect("namespace deleted once unprotected");
+    env.run(&words(
+        "label configmap precious -n late holdfast.dev/protected-",
+    ));
+    env.wait_absent(&words("namespace late")).await;
 }

@@ -11,8 +11,12 @@
 //! refusing the removal of a `Cascading` label; under `--label-only` (no watches)
 //! `Cascading` protects like `Always`.
 
-use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration, fixtures};
-use holdfast_sim::{RbacRule, SimConfig, User};
+use holdfast_e2e::steps::merge_patch;
+use holdfast_e2e::{
+    Env, KubectlOutput, fixtures,
+    steps::{EVERYDAY, allow, sim_user, wait_webhook_installed, words},
+};
+use holdfast_sim::SimConfig;
 use std::time::Duration;
 
 /// May do anything to ordinary objects, but not bypass protection.
@@ -24,30 +28,9 @@ fn sim_config() -> SimConfig {
         authorize: true,
         ..SimConfig::default()
     });
-    cfg.users.push(User {
-        name: ALICE.to_string(),
-        token: "alice-token".to_string(),
-        groups: vec!["dev".to_string()],
-    });
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    cfg.rbac.push(RbacRule {
-        users: s(&[ALICE]),
-        groups: Vec::new(),
-        verbs: s(&[
-            "get",
-            "list",
-            "watch",
-            "create",
-            "update",
-            "patch",
-            "delete",
-            "deletecollection",
-        ]),
-        api_groups: s(&["*"]),
-        resources: s(&["*", "*/*"]),
-        namespaces: Vec::new(),
-        resource_names: Vec::new(),
-    });
+    cfg.users.push(sim_user(ALICE, &["dev"]));
+    cfg.rbac
+        .push(allow(&[ALICE], EVERYDAY, &["*"], &["*", "*/*"]));
     cfg
 }
 
@@ -59,17 +42,7 @@ async fn shipped(args: &[&str]) -> Stack {
     let s = holdfast_e2e::controller::shipped_stack(sim_config(), args, args)
         .await
         .expect("holdfast as shipped");
-    wait_configuration(&s.env, Duration::from_secs(30), |cfg| {
-        cfg.is_some_and(|c| {
-            c["webhooks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|w| w["name"] == "eviction.holdfast.dev")
-        })
-    })
-    .await
-    .expect("configuration installed");
+    wait_webhook_installed(&s.env, "eviction.holdfast.dev").await;
     s
 }
 
@@ -171,32 +144,43 @@ fn deployment(ns: &str, name: &str, label: &str, replicas: u32) -> String {
 
 /// A namespaced custom workload with a scale subresource whose replica count lives
 /// at `.spec.workers`.
-const GADGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: gadgets.workloads.test.io}
-spec:
-  group: workloads.test.io
-  scope: Namespaced
-  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources:
-      scale: {specReplicasPath: .spec.workers, statusReplicasPath: .status.workers}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            properties:
-              workers: {type: integer}
-          status:
-            type: object
-            properties:
-              workers: {type: integer}
-"#;
+fn gadget_crd() -> String {
+    let workers = serde_json::json!({
+        "type": "object",
+        "properties": {"workers": {"type": "integer"}},
+    });
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.workloads.test.io"},
+        "spec": {
+            "group": "workloads.test.io",
+            "scope": "Namespaced",
+            "names": {
+                "plural": "gadgets",
+                "singular": "gadget",
+                "kind": "Gadget",
+                "listKind": "GadgetList",
+            },
+            "versions": [{
+                "name": "v1",
+                "served": true,
+                "storage": true,
+                "subresources": {
+                    "scale": {
+                        "specReplicasPath": ".spec.workers",
+                        "statusReplicasPath": ".status.workers",
+                    },
+                },
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"spec": workers, "status": workers},
+                }},
+            }],
+        },
+    })
+    .to_string()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
@@ -213,27 +197,15 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     apply(env, &pod("shop", "done"));
     admin(
         env,
-        &[
-            "patch",
-            "pod",
-            "done",
-            "-n",
-            "shop",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
+        &merge_patch(
+            "pod done -n shop --subresource=status",
             r#"{"status":{"phase":"Succeeded"}}"#,
-        ],
+        ),
     );
     apply(env, &pvc("shop", "data"));
     admin(
         env,
-        &[
-            "label",
-            "namespace",
-            "shop",
-            "holdfast.dev/protected=Cascading",
-        ],
+        &words("label namespace shop holdfast.dev/protected=Cascading"),
     );
     let delete_ns = ["delete", "namespace", "shop", "--wait=false"];
     refused_until(
@@ -315,10 +287,8 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
 
     // A custom workload with a scale subresource, through its CRD's replica path
     // (scaling it through the scale subresource sets that path).
-    apply(env, GADGET_CRD);
-    env.kubectl_until(&["get", "gadgets", "-A"], 30, |o| o.code == 0)
-        .await
-        .expect("gadgets served");
+    apply(env, &gadget_crd());
+    env.wait_served(&["gadgets", "-A"]).await;
     apply(
         env,
         "apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g1, namespace: apps, \
@@ -354,21 +324,14 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
 
     // A CustomResourceDefinition: refused while an instance exists.
     apply(env, &fixtures::widget_crd());
-    env.kubectl_until(&["get", "widgets", "-A"], 30, |o| o.code == 0)
-        .await
-        .expect("widgets served");
+    env.wait_served(&["widgets", "-A"]).await;
     apply(
         env,
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: apps}\n",
     );
     admin(
         env,
-        &[
-            "label",
-            "crd",
-            "widgets.example.com",
-            "holdfast.dev/protected=Cascading",
-        ],
+        &words("label crd widgets.example.com holdfast.dev/protected=Cascading"),
     );
     let delete_crd = ["delete", "crd", "widgets.example.com", "--wait=false"];
     refused_until(
@@ -480,12 +443,7 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     apply(env, &pod("team", "worker"));
     admin(
         env,
-        &[
-            "label",
-            "namespace",
-            "team",
-            "policy.kruise.io/delete-protection=Cascading",
-        ],
+        &words("label namespace team policy.kruise.io/delete-protection=Cascading"),
     );
     let delete_ns = ["delete", "namespace", "team", "--wait=false"];
     refused_until(
@@ -521,14 +479,7 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     .await;
     admin(
         env,
-        &[
-            "label",
-            "configmap",
-            "settings",
-            "-n",
-            "team",
-            "policy.kruise.io/delete-protection-",
-        ],
+        &words("label configmap settings -n team policy.kruise.io/delete-protection-"),
     );
     let out = allowed_until(env, &delete_ns).await;
     assert_eq!(out.stdout.trim_end(), "namespace \"team\" deleted");
@@ -590,12 +541,7 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
     admin(env, &["create", "namespace", "vault"]);
     admin(
         env,
-        &[
-            "label",
-            "namespace",
-            "vault",
-            "holdfast.dev/protected=Cascading",
-        ],
+        &words("label namespace vault holdfast.dev/protected=Cascading"),
     );
     let out = as_alice(
         env,
@@ -621,13 +567,7 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
     // Cascading -> Always keeps it protected: allowed.
     let out = as_alice(
         env,
-        &[
-            "label",
-            "namespace",
-            "vault",
-            "holdfast.dev/protected=Always",
-            "--overwrite",
-        ],
+        &words("label namespace vault holdfast.dev/protected=Always --overwrite"),
     );
     assert_eq!(
         (out.code, out.stdout.trim_end()),
@@ -654,16 +594,9 @@ async fn label_only_mode_protects_cascading_like_always() {
     admin(&env, &["create", "namespace", "empty"]);
     admin(
         &env,
-        &[
-            "label",
-            "namespace",
-            "empty",
-            "holdfast.dev/protected=Cascading",
-        ],
+        &words("label namespace empty holdfast.dev/protected=Cascading"),
     );
-    let out = env
-        .kubectl(&["delete", "namespace", "empty", "--wait=false"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", "empty", "--wait=false"]);
     assert_eq!(
         (out.code, out.stderr.trim_end()),
         (
@@ -685,9 +618,7 @@ async fn label_only_mode_protects_cascading_like_always() {
         &env,
         &deployment("empty", "idle", "holdfast.dev/protected=Cascading", 0),
     );
-    let out = env
-        .kubectl(&["delete", "deployment", "idle", "-n", "empty"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "deployment", "idle", "-n", "empty"]);
     assert_eq!(
         (out.code, out.stderr.trim_end()),
         (

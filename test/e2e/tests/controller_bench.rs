@@ -209,16 +209,13 @@ async fn bench_kcp_convergence_and_propagation() {
     })
     .await;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/kcp");
-    env.kubectl(&[
+    env.run(&[
         "--server",
         &format!("{url}/clusters/root:holdfast"),
         "apply",
         "-k",
         &dir.to_string_lossy(),
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("holdfast API");
+    ]);
     create(
         &client,
         "/clusters/root:holdfast/apis/apis.kcp.io/v1alpha1/apiexportendpointslices",

@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
+use holdfast_e2e::controller::elect;
+use holdfast_e2e::kcp::{gateway_vm_rule, vm_vpc_rule};
 use holdfast_e2e::{
     controller::{
-        ControllerProcess, condition_at, rules_of, start_controller, wait_condition_at,
-        wait_configuration_at,
+        ControllerProcess, condition_at, rules_of, start_controller, wait_configuration_at,
     },
     kcp::{Kcp, NETWORK, binding, dependency_rule, export, schema, workspace},
 };
@@ -18,6 +19,13 @@ async fn topology() -> Kcp {
     holdfast_e2e::kcp::topology().await.expect("kcp topology")
 }
 
+/// The topology and the controller for kcp (with `extra` arguments) on it.
+async fn with_controller(extra: &[&str]) -> (Kcp, ControllerProcess) {
+    let kcp = topology().await;
+    let c = controller(&kcp, extra).await;
+    (kcp, c)
+}
+
 async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
     let port = holdfast_e2e::free_port().expect("port");
     let mut args = vec!["--kubeconfig", kcp.kubeconfig.as_str(), "--topology", "kcp"];
@@ -25,6 +33,21 @@ async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
     let mut c = start_controller(&kcp.env, "controller", port, &args).expect("controller");
     c.wait_ready(30).await.expect("controller ready");
     c
+}
+
+/// The holder of the controller's Lease in the holdfast workspace; fails when
+/// it names nobody.
+fn lease_holder(kcp: &Kcp) -> String {
+    let lease = kcp.get_json(
+        "root:holdfast",
+        &["lease", "holdfast-controller", "-n", "default"],
+    );
+    let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
+    assert!(
+        !holder.is_empty(),
+        "the Lease in the holdfast workspace names nobody: {lease}"
+    );
+    holder.to_string()
 }
 
 fn resources(cfg: Option<&Value>) -> Vec<String> {
@@ -39,24 +62,10 @@ fn resources(cfg: Option<&Value>) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_topology_merged_per_provider_workspace() {
-    let kcp = topology().await;
-    let c = controller(&kcp, &[]).await;
+    let (kcp, c) = with_controller(&[]).await;
     let network = kcp.ws(NETWORK);
 
-    kcp.apply(
-        "root:compute",
-        &dependency_rule(
-            "vm-vpc",
-            ("compute.test.io", "VirtualMachine", "virtualmachines"),
-            &[(
-                NETWORK,
-                "network.test.io",
-                "network.test.io",
-                "vpcs",
-                ".spec.vpcRef.name",
-            )],
-        ),
-    );
+    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
     kcp.apply(
         "root:compute",
         &dependency_rule(
@@ -116,17 +125,11 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     );
 
     // Status: resolved workspace recorded, Ready.
-    wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-vpc",
-        "Ready",
-        "True",
-        10,
+    kcp.wait_condition(
+        "root:compute",
+        ["dependencyrule", "vm-vpc", "Ready", "True"],
     )
-    .await
-    .expect("ready");
+    .await;
     let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-vpc"]);
     let lc = kcp.env.sim.logical_cluster(NETWORK).expect("network lc");
     assert_eq!(rule["status"]["workspaces"][0]["path"], NETWORK);
@@ -200,58 +203,24 @@ async fn seed_003_topology_merged_per_provider_workspace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cycle_across_workspaces_is_reported_on_both_rules() {
-    let kcp = topology().await;
-    let _c = controller(&kcp, &[]).await;
-    kcp.apply(
-        "root:compute",
-        &dependency_rule(
-            "vm-needs-vpc",
-            ("compute.test.io", "VirtualMachine", "virtualmachines"),
-            &[(
-                NETWORK,
-                "network.test.io",
-                "network.test.io",
-                "vpcs",
-                ".spec.vpcRef.name",
-            )],
-        ),
-    );
+    let (kcp, _c) = with_controller(&[]).await;
+    kcp.apply("root:compute", &vm_vpc_rule("vm-needs-vpc"));
     kcp.apply(
         NETWORK,
-        &dependency_rule(
-            "vpc-needs-vm",
-            ("network.test.io", "VPC", "vpcs"),
-            &[(
-                "root:compute",
-                "compute.test.io",
-                "compute.test.io",
-                "virtualmachines",
-                ".spec.gatewayVm",
-            )],
-        ),
+        &gateway_vm_rule("vpc-needs-vm", ("network.test.io", "VPC", "vpcs")),
     );
-    let a = wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-needs-vpc",
-        "CycleDetected",
-        "True",
-        15,
-    )
-    .await
-    .expect("cycle on the VM rule");
-    let b = wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws(NETWORK)),
-        "dependencyrule",
-        "vpc-needs-vm",
-        "CycleDetected",
-        "True",
-        15,
-    )
-    .await
-    .expect("cycle on the VPC rule");
+    let a = kcp
+        .wait_condition(
+            "root:compute",
+            ["dependencyrule", "vm-needs-vpc", "CycleDetected", "True"],
+        )
+        .await;
+    let b = kcp
+        .wait_condition(
+            NETWORK,
+            ["dependencyrule", "vpc-needs-vm", "CycleDetected", "True"],
+        )
+        .await;
     let msg = a["message"].as_str().expect("message");
     assert!(msg.contains("virtualmachines.compute.test.io → vpcs.network.test.io → virtualmachines.compute.test.io"), "{msg}");
     assert!(
@@ -272,8 +241,7 @@ async fn cycle_across_workspaces_is_reported_on_both_rules() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() {
-    let kcp = topology().await;
-    let _c = controller(&kcp, &[]).await;
+    let (kcp, _c) = with_controller(&[]).await;
     let deep = "root:providers:storage:block";
     kcp.apply(
         "root:compute",
@@ -289,24 +257,15 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
             )],
         ),
     );
-    let inv = wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-volume",
-        "Invalid",
-        "True",
-        10,
-    )
-    .await
-    .expect("invalid");
+    let inv = kcp
+        .wait_condition(
+            "root:compute",
+            ["dependencyrule", "vm-volume", "Invalid", "True"],
+        )
+        .await;
     assert_eq!(inv["reason"], "UnresolvedWorkspace");
-    assert!(
-        inv["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("storage")),
-        "{inv}"
-    );
+    let message = inv["message"].as_str().unwrap_or_default();
+    assert!(message.contains("storage"), "{inv}");
 
     // The workspaces appear (three levels below root): the rule recovers on its own.
     kcp.apply("root:providers", &workspace("storage"));
@@ -320,17 +279,11 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
         deep,
         &binding("holdfast", "root:holdfast", "holdfast.dev", true),
     );
-    wait_condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-volume",
-        "Invalid",
-        "False",
-        15,
+    kcp.wait_condition(
+        "root:compute",
+        ["dependencyrule", "vm-volume", "Invalid", "False"],
     )
-    .await
-    .expect("recovered");
+    .await;
     wait_configuration_at(
         &kcp.env,
         Some(&kcp.ws(deep)),
@@ -353,35 +306,11 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cleanup_on_shutdown_removes_every_provider_configuration() {
-    let kcp = topology().await;
-    let mut c = controller(&kcp, &["--cleanup-on-shutdown"]).await;
-    kcp.apply(
-        "root:compute",
-        &dependency_rule(
-            "vm-vpc",
-            ("compute.test.io", "VirtualMachine", "virtualmachines"),
-            &[(
-                NETWORK,
-                "network.test.io",
-                "network.test.io",
-                "vpcs",
-                ".spec.vpcRef.name",
-            )],
-        ),
-    );
+    let (kcp, mut c) = with_controller(&["--cleanup-on-shutdown"]).await;
+    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
     kcp.apply(
         NETWORK,
-        &dependency_rule(
-            "subnet-vm",
-            ("network.test.io", "Subnet", "subnets"),
-            &[(
-                "root:compute",
-                "compute.test.io",
-                "compute.test.io",
-                "virtualmachines",
-                ".spec.gatewayVm",
-            )],
-        ),
+        &gateway_vm_rule("subnet-vm", ("network.test.io", "Subnet", "subnets")),
     );
     for ws in [NETWORK, "root:compute"] {
         wait_configuration_at(&kcp.env, Some(&kcp.ws(ws)), Duration::from_secs(15), |c| {
@@ -420,55 +349,20 @@ async fn leader_election_in_the_holdfast_workspace() {
     ];
     let mut a = start_controller(&kcp.env, "controller-a", port, &args).expect("a");
     let mut b = start_controller(&kcp.env, "controller-b", port, &args).expect("b");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let a_leads = loop {
-        let (ra, rb) = (a.is_ready().await, b.is_ready().await);
-        assert!(!(ra && rb), "two leaders");
-        if ra || rb {
-            break ra;
-        }
-        assert!(std::time::Instant::now() < deadline, "nobody leads");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let lease = kcp.get_json(
-        "root:holdfast",
-        &["lease", "holdfast-controller", "-n", "default"],
-    );
-    let holder = lease["spec"]["holderIdentity"]
-        .as_str()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| panic!("the Lease in the holdfast workspace names nobody: {lease}"))
-        .to_string();
-    let leader_log = if a_leads { a.log() } else { b.log() };
+    let (leader, follower) = elect(&mut a, &mut b).await;
+    let holder = lease_holder(&kcp);
+    let leader_log = leader.log();
     assert!(
         leader_log.contains(&holder),
         "the Lease names the leader: {holder}\n{leader_log}"
     );
-    kcp.apply(
-        "root:compute",
-        &dependency_rule(
-            "vm-vpc",
-            ("compute.test.io", "VirtualMachine", "virtualmachines"),
-            &[(
-                NETWORK,
-                "network.test.io",
-                "network.test.io",
-                "vpcs",
-                ".spec.vpcRef.name",
-            )],
-        ),
-    );
+    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
     let network = kcp.ws(NETWORK);
     wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(15), |c| {
         resources(c).len() == 1
     })
     .await
     .expect("installed");
-    let (leader, follower) = if a_leads {
-        (&mut a, &mut b)
-    } else {
-        (&mut b, &mut a)
-    };
     leader.kill();
     let killed = std::time::Instant::now();
     let out = kcp.kubectl(
@@ -483,16 +377,9 @@ async fn leader_election_in_the_holdfast_workspace() {
     .unwrap_or_else(|e| panic!("{e}\n{}", follower.log()));
     eprintln!("follower took over {:?} after the kill", killed.elapsed());
     assert!(follower.is_ready().await);
-    let lease = kcp.get_json(
-        "root:holdfast",
-        &["lease", "holdfast-controller", "-n", "default"],
-    );
-    let new_holder = lease["spec"]["holderIdentity"]
-        .as_str()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| panic!("the Lease names nobody: {lease}"));
+    let new_holder = lease_holder(&kcp);
     assert!(
-        new_holder != holder && follower.log().contains(new_holder),
-        "the Lease names the follower now: {lease}"
+        new_holder != holder && follower.log().contains(&new_holder),
+        "the Lease names the follower now: {new_holder}"
     );
 }

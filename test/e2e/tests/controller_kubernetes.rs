@@ -3,6 +3,12 @@
 
 use std::time::{Duration, Instant};
 
+use holdfast_e2e::controller::elect;
+use holdfast_e2e::fixtures::resource_protection;
+use holdfast_e2e::steps::eventually;
+use holdfast_e2e::steps::installed_configuration;
+use holdfast_e2e::steps::merge_patch;
+use holdfast_e2e::steps::wait_ready;
 use holdfast_e2e::{
     Env,
     controller::{
@@ -10,6 +16,7 @@ use holdfast_e2e::{
         wait_configuration, webhook_names,
     },
     denied_by,
+    steps::words,
 };
 use serde_json::Value;
 
@@ -36,8 +43,7 @@ async fn env_with_webhook() -> Env {
 /// A sim with the CRDs and a webhook started with `args` (which must agree with the
 /// controller's strict and label settings: the webhook stops when they differ).
 async fn env_with_webhook_args(args: &[&str]) -> Env {
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.start_webhook(args).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     env
@@ -73,24 +79,24 @@ fn has_rule(cfg: Option<&Value>, group: &str, resource: &str) -> bool {
     })
 }
 
-const RP_CONFIGMAPS: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: shop-config}
-spec:
-  resources:
-  - {group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}
-"#;
+fn rp_configmaps() -> String {
+    resource_protection(
+        "shop-config",
+        "",
+        &[r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#],
+    )
+}
 
-const RP_CONFIGMAPS_AND_DEPLOYMENTS: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: shop-config}
-spec:
-  resources:
-  - {group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}
-  - {group: apps, version: v1, resource: deployments, namespace: shop}
-"#;
+fn rp_configmaps_and_deployments() -> String {
+    resource_protection(
+        "shop-config",
+        "",
+        &[
+            r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#,
+            "{group: apps, version: v1, resource: deployments, namespace: shop}",
+        ],
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_drives_the_configuration() {
@@ -102,10 +108,7 @@ async fn resource_protection_drives_the_configuration() {
 
     // Without policies: label protection, and namespace DELETEs for containment
     // (a namespace holding a label-protected object must not be half-deleted).
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| c.is_some())
-        .await
-        .expect("configuration installed");
-    let cfg = cfg.expect("present");
+    let cfg = installed_configuration(&env).await;
     assert_eq!(
         webhook_names(&cfg),
         vec![
@@ -139,42 +142,19 @@ async fn resource_protection_drives_the_configuration() {
 
     // Labels and annotations others add to the configuration are left alone by the
     // reconciles that follow.
-    env.kubectl(&[
-        "label",
-        "validatingwebhookconfiguration",
-        "holdfast",
-        "team=platform",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labelled");
-    env.kubectl(&[
-        "annotate",
-        "validatingwebhookconfiguration",
-        "holdfast",
-        "example.com/owner=ops",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
+    env.run(&words(
+        "label validatingwebhookconfiguration holdfast team=platform",
+    ));
+    env.run(&words(
+        "annotate validatingwebhookconfiguration holdfast example.com/owner=ops",
+    ));
 
     // Apply: the policies webhook appears with exactly configmaps (+ namespaces for containment).
-    env.kubectl(&["create", "namespace", "shop"])
-        .expect("kubectl")
-        .ok()
-        .expect("namespace");
-    env.kubectl(&[
-        "create",
-        "configmap",
-        "settings",
-        "-n",
-        "shop",
-        "--from-literal=a=b",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("configmap");
-    env.apply(RP_CONFIGMAPS).expect("policy applied");
+    env.run(&["create", "namespace", "shop"]);
+    env.run(&words(
+        "create configmap settings -n shop --from-literal=a=b",
+    ));
+    env.apply(&rp_configmaps()).expect("policy applied");
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -210,16 +190,7 @@ async fn resource_protection_drives_the_configuration() {
         )],
         "the policy's entry routes its ConfigMaps only"
     );
-    let ready = wait_condition(
-        &env,
-        "resourceprotection",
-        "shop-config",
-        "Ready",
-        "True",
-        10,
-    )
-    .await
-    .expect("ready");
+    let ready = wait_ready(&env, "resourceprotection", "shop-config").await;
     assert_eq!(ready["reason"], "Enforced");
     let installed = condition(&env, "resourceprotection", "shop-config", "Installed")
         .expect("kubectl")
@@ -229,28 +200,15 @@ async fn resource_protection_drives_the_configuration() {
         .expect("kubectl")
         .expect("invalid condition");
     assert_eq!(invalid["status"], "False");
-    let out = env
-        .kubectl(&[
-            "get",
-            "resourceprotection",
-            "shop-config",
-            "-o",
-            "jsonpath={.status.observedGeneration}",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "get resourceprotection shop-config -o jsonpath={.status.observedGeneration}",
+    ));
     assert_eq!(out.stdout, "1");
 
     // The protection works end to end.
     let out = env
         .kubectl_until(
-            &[
-                "delete",
-                "configmap",
-                "settings",
-                "-n",
-                "shop",
-                "--dry-run=server",
-            ],
+            &words("delete configmap settings -n shop --dry-run=server"),
             10,
             |o| o.code != 0,
         )
@@ -265,7 +223,7 @@ async fn resource_protection_drives_the_configuration() {
     );
 
     // Edit: deployments added to the same policy.
-    env.apply(RP_CONFIGMAPS_AND_DEPLOYMENTS)
+    env.apply(&rp_configmaps_and_deployments())
         .expect("policy edited");
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "apps", "deployments")
@@ -275,13 +233,7 @@ async fn resource_protection_drives_the_configuration() {
     assert!(has_rule(cfg.as_ref(), "", "configmaps"));
     let out = env
         .kubectl_until(
-            &[
-                "get",
-                "resourceprotection",
-                "shop-config",
-                "-o",
-                "jsonpath={.status.observedGeneration}",
-            ],
+            &words("get resourceprotection shop-config -o jsonpath={.status.observedGeneration}"),
             10,
             |o| o.stdout == "2",
         )
@@ -291,10 +243,7 @@ async fn resource_protection_drives_the_configuration() {
 
     // Delete: the policy's resources go away; label protection and namespace
     // containment stay.
-    env.kubectl(&["delete", "resourceprotection", "shop-config"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "resourceprotection", "shop-config"]);
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         c.is_some() && !has_rule(c, "", "configmaps") && !has_rule(c, "apps", "deployments")
     })
@@ -331,7 +280,7 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
     );
     let env = env_with_webhook_args(&["--strict"]).await;
     let _c = controller(&env, "controller", &["--strict"]).await;
-    env.apply(RP_CONFIGMAPS).expect("policy applied");
+    env.apply(&rp_configmaps()).expect("policy applied");
     wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -396,10 +345,7 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
     );
 
     // Deleted: recreated.
-    env.kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     let (cfg, took) = wait_configuration(&env, Duration::from_secs(30), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -421,16 +367,10 @@ async fn cleanup_on_shutdown_leaves_nothing_behind() {
     let mut c = controller(
         &env,
         "controller",
-        &[
-            "--cleanup-on-shutdown",
-            "--failure-policy",
-            "Ignore",
-            "--timeout-seconds",
-            "5",
-        ],
+        &words("--cleanup-on-shutdown --failure-policy Ignore --timeout-seconds 5"),
     )
     .await;
-    env.apply(RP_CONFIGMAPS).expect("policy applied");
+    env.apply(&rp_configmaps()).expect("policy applied");
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -467,14 +407,13 @@ async fn cleanup_on_shutdown_leaves_nothing_behind() {
     );
 }
 
-const RP_UNKNOWN: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: widgets}
-spec:
-  resources:
-  - {group: example.com, version: v1, resource: widgets}
-"#;
+fn rp_unknown() -> String {
+    resource_protection(
+        "widgets",
+        "",
+        &["{group: example.com, version: v1, resource: widgets}"],
+    )
+}
 
 const RP_BAD_SELECTOR: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
@@ -497,9 +436,9 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     );
     let env = env_with_webhook().await;
     let _c = controller(&env, "controller", &[]).await;
-    env.apply(RP_UNKNOWN).expect("applied");
+    env.apply(&rp_unknown()).expect("applied");
     env.apply(RP_BAD_SELECTOR).expect("applied");
-    env.apply(RP_CONFIGMAPS).expect("applied");
+    env.apply(&rp_configmaps()).expect("applied");
 
     let inv = wait_condition(&env, "resourceprotection", "widgets", "Invalid", "True", 10)
         .await
@@ -528,16 +467,7 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     assert_eq!(ready["status"], "False");
 
     // The valid policy is enforced; the invalid ones add nothing.
-    wait_condition(
-        &env,
-        "resourceprotection",
-        "shop-config",
-        "Ready",
-        "True",
-        10,
-    )
-    .await
-    .expect("valid policy ready");
+    wait_ready(&env, "resourceprotection", "shop-config").await;
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -566,9 +496,7 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     // The CRD appears: the policy recovers on its own.
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
-    wait_condition(&env, "resourceprotection", "widgets", "Ready", "True", 15)
-        .await
-        .expect("recovered");
+    wait_ready(&env, "resourceprotection", "widgets").await;
     wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "example.com", "widgets")
     })
@@ -576,23 +504,21 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     .expect("widgets now routed");
 }
 
-const CYCLE_RULES: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: vm-needs-vpc}
-spec:
-  dependent: {group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}
-  dependencies:
-  - {group: network.test.io, version: v1, resource: vpcs, fieldRef: {path: .spec.vpcRef.name}}
----
-apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: vpc-needs-vm}
-spec:
-  dependent: {group: network.test.io, version: v1, kind: VPC, resource: vpcs}
-  dependencies:
-  - {group: compute.test.io, version: v1, resource: virtualmachines, fieldRef: {path: .spec.gatewayVm}}
-"#;
+fn cycle_rules() -> String {
+    use holdfast_e2e::fixtures::{dependency_rule, documents};
+    documents(&[
+        dependency_rule(
+            "vm-needs-vpc",
+            ("compute.test.io", "VirtualMachine", "virtualmachines"),
+            &[("network.test.io", "vpcs", ".spec.vpcRef.name")],
+        ),
+        dependency_rule(
+            "vpc-needs-vm",
+            ("network.test.io", "VPC", "vpcs"),
+            &[("compute.test.io", "virtualmachines", ".spec.gatewayVm")],
+        ),
+    ])
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dependency_cycle_is_reported_on_both_rules() {
@@ -602,11 +528,9 @@ async fn dependency_cycle_is_reported_on_both_rules() {
     let env = env_with_webhook().await;
     env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("crds");
-    env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["vpcs"]).await;
     let _c = controller(&env, "controller", &[]).await;
-    env.apply(CYCLE_RULES).expect("rules");
+    env.apply(&cycle_rules()).expect("rules");
 
     let a = wait_condition(
         &env,
@@ -661,10 +585,7 @@ async fn dependency_cycle_is_reported_on_both_rules() {
     );
 
     // Break the cycle: the remaining rule reports no cycle.
-    env.kubectl(&["delete", "dependencyrule", "vpc-needs-vm"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "dependencyrule", "vpc-needs-vm"]);
     let c = wait_condition(
         &env,
         "dependencyrule",
@@ -701,31 +622,13 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     let mut a = start_controller(&env, "controller-a", port, &args).expect("a");
     let mut b = start_controller(&env, "controller-b", port, &args).expect("b");
     // Exactly one leads.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (leader_is_a, _) = loop {
-        let (ra, rb) = (a.is_ready().await, b.is_ready().await);
-        if ra || rb {
-            break (ra, rb);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nobody leads: {}\n{}",
-            a.log(),
-            b.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    env.apply(RP_CONFIGMAPS).expect("policy");
+    let (leader, follower) = elect(&mut a, &mut b).await;
+    env.apply(&rp_configmaps()).expect("policy");
     wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
     .await
     .expect("installed by the leader");
-    let (leader, follower) = if leader_is_a {
-        (&mut a, &mut b)
-    } else {
-        (&mut b, &mut a)
-    };
     assert!(
         !follower.is_ready().await,
         "the follower does not reconcile"
@@ -741,10 +644,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     leader.kill();
     let killed = Instant::now();
     // Nobody heals now: the configuration stays deleted until the follower leads.
-    env.kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     wait_configuration(&env, Duration::from_secs(60), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -810,23 +710,13 @@ async fn managed_ca_rotation_keeps_admission_working() {
     holdfast_e2e::needs_simulator!(
         "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
     );
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("crds");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     let port = holdfast_e2e::free_port().expect("port");
     let mut c = start_controller(
         &env,
         "controller",
         port,
-        &[
-            "--ca-secret",
-            "default/holdfast-webhook-tls",
-            "--ca-validity-seconds",
-            "24",
-            "--cert-validity-seconds",
-            "16",
-            "--cert-renew-before-seconds",
-            "10",
-        ],
+        &words("--ca-secret default/holdfast-webhook-tls --ca-validity-seconds 24 --cert-validity-seconds 16 --cert-renew-before-seconds 10"),
     )
     .expect("controller");
     c.wait_ready(30).await.expect("ready");
@@ -836,33 +726,16 @@ async fn managed_ca_rotation_keeps_admission_working() {
         .await
         .expect("webhook serves the managed certificate");
     env.wait_webhook_ready().await.expect("webhook ready");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| c.is_some())
-        .await
-        .expect("installed");
-    assert_eq!(
-        ca_bundle(&cfg.expect("present")),
-        first_ca,
-        "caBundle is the managed CA"
-    );
+    let cfg = installed_configuration(&env).await;
+    assert_eq!(ca_bundle(&cfg), first_ca, "caBundle is the managed CA");
 
-    env.kubectl(&["create", "namespace", "vault"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "label",
-        "namespace",
-        "vault",
-        "holdfast.dev/protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("label");
+    env.run(&["create", "namespace", "vault"]);
+    env.run(&words(
+        "label namespace vault holdfast.dev/protected=Always",
+    ));
 
     let check = |env: &Env| {
-        let out = env
-            .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
-            .expect("kubectl");
+        let out = env.attempt(&["delete", "namespace", "vault", "--dry-run=server"]);
         assert_ne!(out.code, 0, "deletion must be refused: {out:?}");
         assert!(
             out.refused_with(&denied_by(
@@ -874,14 +747,9 @@ async fn managed_ca_rotation_keeps_admission_working() {
     };
     check(&env);
     // Self-protection: the CA Secret carries the protection label.
-    let out = env
-        .kubectl(&[
-            "delete",
-            "secret",
-            "holdfast-webhook-tls",
-            "--dry-run=server",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "delete secret holdfast-webhook-tls --dry-run=server",
+    ));
     assert!(
         out.code != 0
             && out
@@ -937,20 +805,18 @@ async fn managed_ca_rotation_keeps_admission_working() {
             cert_rotations += 1;
             // Hot reload: the running webhook serves the new certificate.
             let want = holdfast_e2e::pem_to_der(&cert).expect("pem");
-            let reload_deadline = Instant::now() + Duration::from_secs(30);
-            loop {
+            eventually(30, async || {
                 let bundle = secret_data(&env, "ca.crt").expect("ca.crt");
                 let served = holdfast_e2e::served_certificate(port, &bundle).await;
                 if served.as_ref().is_ok_and(|s| *s == want) {
-                    break;
+                    return Ok(());
                 }
-                assert!(
-                    Instant::now() < reload_deadline,
+                Err(format!(
                     "the webhook never served the new certificate; last: {served:?}\n{}",
                     env.webhook_log()
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+                ))
+            })
+            .await;
         }
         check(&env);
     }
@@ -997,38 +863,26 @@ async fn managed_ca_serves_a_service_target() {
     );
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("crds");
-    env.kubectl(&["create", "namespace", "holdfast-system"])
-        .expect("kubectl")
-        .ok()
-        .expect("namespace");
+    env.run(&["create", "namespace", "holdfast-system"]);
     let mut c = start_controller(
         &env,
         "controller",
         port,
-        &[
-            "--webhook-service",
-            "holdfast-system/holdfast-webhook:443",
-            "--ca-secret",
-            "holdfast-system/webhook-tls",
-        ],
+        &words("--webhook-service holdfast-system/holdfast-webhook:443 --ca-secret holdfast-system/webhook-tls"),
     )
     .expect("controller");
     c.wait_ready(30).await.expect("ready");
     let read = |key: &str| -> String {
         let jsonpath = format!("jsonpath={{.data.{}}}", key.replace('.', "\\."));
-        let out = env
-            .kubectl(&[
-                "get",
-                "secret",
-                "webhook-tls",
-                "-n",
-                "holdfast-system",
-                "-o",
-                &jsonpath,
-            ])
-            .expect("kubectl")
-            .ok()
-            .expect("secret");
+        let out = env.run(&[
+            "get",
+            "secret",
+            "webhook-tls",
+            "-n",
+            "holdfast-system",
+            "-o",
+            &jsonpath,
+        ]);
         use base64::Engine as _;
         String::from_utf8(
             base64::engine::general_purpose::STANDARD
@@ -1041,10 +895,7 @@ async fn managed_ca_serves_a_service_target() {
     std::fs::write(env.dir.path().join("tls.key"), read("tls.key")).expect("write");
     env.start_webhook_on(port, &[]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| c.is_some())
-        .await
-        .expect("installed");
-    let cfg = cfg.expect("present");
+    let cfg = installed_configuration(&env).await;
     assert_eq!(
         cfg["webhooks"][0]["clientConfig"]["service"]["name"],
         "holdfast-webhook"
@@ -1053,22 +904,11 @@ async fn managed_ca_serves_a_service_target() {
         cfg["webhooks"][0]["clientConfig"]["service"]["path"],
         "/validate"
     );
-    env.kubectl(&["create", "namespace", "vault"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "label",
-        "namespace",
-        "vault",
-        "holdfast.dev/protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("label");
-    let out = env
-        .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
-        .expect("kubectl");
+    env.run(&["create", "namespace", "vault"]);
+    env.run(&words(
+        "label namespace vault holdfast.dev/protected=Always",
+    ));
+    let out = env.attempt(&["delete", "namespace", "vault", "--dry-run=server"]);
     assert_ne!(out.code, 0, "{out:?}");
     assert!(
         out.refused_with(&denied_by(
@@ -1096,11 +936,9 @@ async fn label_protection_does_not_wait_for_the_crds() {
     assert!(c.log().contains("CRDs not installed"), "{}", c.log());
     // The CRDs arrive later: policies are picked up without a restart.
     env.install_crds().expect("crds");
-    env.kubectl_until(&["get", "resourceprotections"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["resourceprotections"]).await;
     let out = env
-        .kubectl_stdin(&["apply", "-f", "-"], RP_CONFIGMAPS)
+        .kubectl_stdin(&["apply", "-f", "-"], &rp_configmaps())
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     wait_configuration(&env, Duration::from_secs(30), |c| {
@@ -1117,8 +955,7 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
     );
     // A Karmada control plane is a kube-apiserver: same topology, Karmada's label.
     const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("crds");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.start_webhook(&["--protection-label", KARMADA])
         .await
         .expect("webhook");
@@ -1140,22 +977,11 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
         hook["objectSelector"]["matchExpressions"][0]["key"],
         "resourcetemplate.karmada.io/deletion-protected"
     );
-    env.kubectl(&["create", "namespace", "minio"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "label",
-        "namespace",
-        "minio",
-        "resourcetemplate.karmada.io/deletion-protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("label");
-    let out = env
-        .kubectl(&["delete", "namespace", "minio", "--dry-run=server"])
-        .expect("kubectl");
+    env.run(&["create", "namespace", "minio"]);
+    env.run(&words(
+        "label namespace minio resourcetemplate.karmada.io/deletion-protected=Always",
+    ));
+    let out = env.attempt(&["delete", "namespace", "minio", "--dry-run=server"]);
     assert_ne!(out.code, 0, "{out:?}");
     assert!(
         out.refused_with(&denied_by(
@@ -1205,19 +1031,7 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
         "renewTime": now,
     }})
     .to_string();
-    env.kubectl(&[
-        "patch",
-        "lease",
-        "holdfast-controller",
-        "-n",
-        "default",
-        "--type=merge",
-        "-p",
-        &patch,
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("lease taken");
+    env.run(&merge_patch("lease holdfast-controller -n default", &patch));
     let status = b.wait_exit(60).await.expect("exits once the Lease is lost");
     assert_eq!(status.code(), Some(1), "{status}: {}", b.log());
     assert!(b.log().contains("lost leadership"), "{}", b.log());
@@ -1235,10 +1049,8 @@ async fn ca_bundle_file_is_re_read() {
     );
     let env = env_with_webhook().await;
     let c = controller(&env, "controller", &[]).await;
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())
-        .await
-        .expect("installed");
-    assert_eq!(ca_bundle(&cfg.expect("present")), env.pki.ca_pem);
+    let cfg = installed_configuration(&env).await;
+    assert_eq!(ca_bundle(&cfg), env.pki.ca_pem);
 
     // The file changes (a mounted Secret or ConfigMap updated): the new bundle, a
     // second CA beside the one the webhook's certificate comes from, is installed
@@ -1264,17 +1076,9 @@ async fn ca_bundle_file_is_re_read() {
     .await
     .expect("the new bundle is installed in every webhook");
     // Admission still works: the webhook's CA is in the bundle.
-    env.kubectl(&["create", "namespace", "vault"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&["label", "namespace", "vault", "holdfast.dev/protected=true"])
-        .expect("kubectl")
-        .ok()
-        .expect("label");
-    let out = env
-        .kubectl(&["delete", "namespace", "vault", "--dry-run=server"])
-        .expect("kubectl");
+    env.run(&["create", "namespace", "vault"]);
+    env.run(&["label", "namespace", "vault", "holdfast.dev/protected=true"]);
+    let out = env.attempt(&["delete", "namespace", "vault", "--dry-run=server"]);
     assert!(
         out.refused_with(&denied_by(
             "delete-label-0.holdfast.dev",
@@ -1285,11 +1089,11 @@ async fn ca_bundle_file_is_re_read() {
     // An empty file keeps the bundle (never an empty caBundle).
     std::fs::write(&file, "").expect("truncate");
     let log = "CA bundle file is empty; keeping the previous bundle";
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !c.log().contains(log) {
-        assert!(Instant::now() < deadline, "{}", c.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(30, async || match c.log() {
+        l if l.contains(log) => Ok(()),
+        l => Err(l),
+    })
+    .await;
     let cfg = holdfast_e2e::controller::webhook_configuration(&env)
         .expect("kubectl")
         .expect("present");

@@ -4,105 +4,63 @@
 //! delete the object; the controller deletes the object as that user once nothing
 //! blocks it, and Events record who asked.
 
-use std::time::{Duration, Instant};
-
 use holdfast_e2e::{
-    Env, KubectlOutput,
-    controller::{ControllerProcess, start_controller},
+    Env,
+    controller::ControllerProcess,
     fixtures,
+    steps::{
+        self, as_user, controller_as, install_controller_rbac, merge_patch, refused, start_webhook,
+        with_users, words,
+    },
 };
 use holdfast_shared::deferred::request_patch;
-use holdfast_sim::{SimConfig, User};
+use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 /// Who may delete VPCs, VirtualMachines and namespaces (alice), and who may only
 /// create and edit VPCs (bob).
-const USERS_RBAC: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: e2e-owner}
-rules:
-- apiGroups: ["network.test.io", "compute.test.io"]
-  resources: ["vpcs", "virtualmachines"]
-  verbs: ["get", "list", "patch", "update", "delete"]
-- apiGroups: [""]
-  resources: ["namespaces", "configmaps"]
-  verbs: ["get", "list", "patch", "update", "delete"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: e2e-owner}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-owner}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: e2e-editor}
-rules:
-- apiGroups: ["network.test.io"]
-  resources: ["vpcs"]
-  verbs: ["get", "list", "create", "patch", "update"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: e2e-editor}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-editor}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}
-"#;
+fn users_rbac() -> String {
+    let everyday = "verbs: [get, list, patch, update, delete]";
+    fixtures::documents(&[
+        fixtures::user_cluster_role(
+            "e2e-owner",
+            "alice",
+            &[
+                &format!(
+                    "{{apiGroups: [network.test.io, compute.test.io], resources: [vpcs, virtualmachines], {everyday}}}"
+                ),
+                &format!("{{apiGroups: [\"\"], resources: [namespaces, configmaps], {everyday}}}"),
+            ],
+        ),
+        fixtures::user_cluster_role(
+            "e2e-editor",
+            "bob",
+            &[
+                "{apiGroups: [network.test.io], resources: [vpcs], verbs: [get, list, create, patch, update]}",
+            ],
+        ),
+    ])
+}
 
 /// Sim with the shipped ServiceAccounts and two users, holdfast's CRDs and RBAC,
 /// the VPC/VM types and their DependencyRule, the webhook, and the controller as
 /// its ServiceAccount; returns once VPC DELETEs are refused while referenced.
 async fn stack() -> (Env, ControllerProcess) {
-    let mut cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    for name in ["alice", "bob"] {
-        cfg.users.push(User {
-            name: name.to_string(),
-            token: format!("{name}-token"),
-            groups: vec!["system:authenticated".to_string()],
-        });
-    }
+    let cfg = with_users(
+        holdfast_e2e::with_service_accounts(SimConfig::default()),
+        &["alice", "bob"],
+        "system:authenticated",
+    );
     let mut env = Env::start_with(cfg).await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
-    run(&env, &["create", "namespace", "holdfast-system"]);
-    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
-        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../manifests/base")
-            .join(file);
-        run(&env, &["apply", "-f", &rbac.to_string_lossy()]);
-    }
+    let kubeconfig = install_controller_rbac(&env);
     env.apply(&fixtures::vpc_vm_crds()).expect("VPC/VM CRDs");
-    env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
-        .await
-        .expect("CRDs served");
-    env.apply(USERS_RBAC).expect("users' RBAC");
+    env.wait_served(&["vpcs"]).await;
+    env.apply(&users_rbac()).expect("users' RBAC");
     env.apply(&fixtures::vm_vpc_rule(".spec.vpcRef.name"))
         .expect("rule");
-    let kubeconfig = env.dir.path().join("controller.kubeconfig");
-    env.sim
-        .write_kubeconfig(&kubeconfig, holdfast_e2e::CONTROLLER_SA)
-        .expect("controller kubeconfig");
-    env.start_webhook(&[]).await.expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &kubeconfig])
-        .expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
+    let port = start_webhook(&mut env, &[]).await;
+    let c = controller_as(&env, port, "controller", &kubeconfig, &[]).await;
     (env, c)
-}
-
-fn run(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-}
-
-fn as_user(env: &Env, user: &str, args: &[&str]) -> KubectlOutput {
-    env.kubectl_as(user, args).expect("kubectl runs")
 }
 
 fn vm(name: &str, vpc: &str) -> String {
@@ -117,21 +75,26 @@ fn vpc(name: &str) -> String {
     )
 }
 
-/// Waits until `kubectl args` fails with NotFound, printing what was last seen.
 async fn wait_gone(env: &Env, args: &[&str], c: &ControllerProcess) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = env.kubectl(args).expect("kubectl runs");
-        if out.is_not_found() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{args:?} still there after 60s: {out:?}\ncontroller log:\n{}",
-            c.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    steps::wait_gone(env, args, 60, c).await;
+}
+
+/// `user` asks for the deferred deletion of `target` (e.g. `vpc net`), naming
+/// `requester` as the one asking.
+fn ask(env: &Env, user: &str, target: &str, requester: &str) -> holdfast_e2e::KubectlOutput {
+    as_user(env, user, &merge_patch(target, &request_patch(requester)))
+}
+
+/// Waits for the one DeferredDeletion Event about `name` (of `kind`): holdfast
+/// deleted it as alice; returns the Events.
+async fn deleted_by_alice(env: &Env, name: &str, kind: &str) -> Vec<Value> {
+    let done = env
+        .wait_events("DeferredDeletion", name, 30)
+        .await
+        .expect("deletion event");
+    assert_eq!(notes(&done), vec![DELETED_BY_ALICE.to_string()]);
+    assert_eq!(done[0]["regarding"]["kind"], kind, "{done:?}");
+    done
 }
 
 /// The notes of the Events with `reason` about `name`.
@@ -153,11 +116,8 @@ async fn a_vpc_goes_right_after_its_last_vm() {
     env.apply(&vm("my-vm", "my-vpc")).expect("vm");
     // Protected while referenced, once the controller routes VPC DELETEs.
     let out = env
-        .kubectl_until(&["delete", "vpc", "my-vpc", "--dry-run=server"], 30, |o| {
-            o.code != 0
-        })
-        .await
-        .expect("refused");
+        .until_failed(&["delete", "vpc", "my-vpc", "--dry-run=server"])
+        .await;
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): admission webhook \"policies-0.holdfast.dev\" denied \
@@ -170,42 +130,22 @@ async fn a_vpc_goes_right_after_its_last_vm() {
     );
 
     // Alice may delete it: her request is admitted.
-    let out = as_user(
-        &env,
-        "alice",
-        &[
-            "patch",
-            "vpc",
-            "my-vpc",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("alice"),
-        ],
-    );
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "vpc.network.test.io/my-vpc patched\n"),
-        "{out:?}"
+    steps::deleted(
+        &ask(&env, "alice", "vpc my-vpc", "alice"),
+        "vpc.network.test.io/my-vpc patched\n",
     );
 
     // Only changes of the request reach the webhook: an unrelated label does not,
     // while changing the requester does (and is refused: bob is not alice).
     let updates = env.webhook_reviews("UPDATE").await.expect("metrics");
-    run(&env, &["label", "vpc", "my-vpc", "team=network"]);
+    env.run(&["label", "vpc", "my-vpc", "team=network"]);
     assert_eq!(
         env.webhook_reviews("UPDATE").await.expect("metrics"),
         updates
     );
-    let out = env
-        .kubectl(&[
-            "annotate",
-            "--overwrite",
-            "vpc",
-            "my-vpc",
-            "holdfast.dev/delete-requested-by=bob",
-        ])
-        .expect("kubectl runs");
+    let out = env.attempt(&words(
+        "annotate --overwrite vpc my-vpc holdfast.dev/delete-requested-by=bob",
+    ));
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         env.webhook_reviews("UPDATE").await.expect("metrics"),
@@ -239,14 +179,9 @@ async fn a_vpc_goes_right_after_its_last_vm() {
     assert!(still["metadata"]["deletionTimestamp"].is_null(), "{still}");
 
     // The last VM goes: the VPC follows, deleted as alice.
-    run(&env, &["delete", "virtualmachine", "my-vm"]);
+    env.run(&["delete", "virtualmachine", "my-vm"]);
     wait_gone(&env, &["get", "vpc", "my-vpc"], &c).await;
-    let done = env
-        .wait_events("DeferredDeletion", "my-vpc", 30)
-        .await
-        .expect("deletion event");
-    assert_eq!(notes(&done), vec![DELETED_BY_ALICE.to_string()]);
-    assert_eq!(done[0]["regarding"]["kind"], "VPC", "{done:?}");
+    let done = deleted_by_alice(&env, "my-vpc", "VPC").await;
     assert_eq!(done[0]["regarding"]["namespace"], "default", "{done:?}");
     assert_eq!(done[0]["type"], "Normal", "{done:?}");
     assert!(
@@ -258,54 +193,17 @@ async fn a_vpc_goes_right_after_its_last_vm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_waits_for_its_protected_contents() {
     let (env, c) = stack().await;
-    run(&env, &["create", "namespace", "shop"]);
-    run(
-        &env,
-        &[
-            "create",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "--from-literal=a=b",
-        ],
-    );
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected=true",
-        ],
-    );
-    env.kubectl_until(
-        &["delete", "namespace", "shop", "--dry-run=server"],
-        30,
-        |o| o.code != 0,
-    )
-    .await
-    .expect("namespace protected by its contents");
+    env.run(&["create", "namespace", "shop"]);
+    env.run(&words("create configmap keep -n shop --from-literal=a=b"));
+    env.run(&words(
+        "label configmap keep -n shop holdfast.dev/protected=true",
+    ));
+    env.until_failed(&["delete", "namespace", "shop", "--dry-run=server"])
+        .await;
 
-    let out = as_user(
-        &env,
-        "alice",
-        &[
-            "patch",
-            "namespace",
-            "shop",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("alice"),
-        ],
-    );
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "namespace/shop patched\n"),
-        "{out:?}"
+    steps::deleted(
+        &ask(&env, "alice", "namespace shop", "alice"),
+        "namespace/shop patched\n",
     );
     let waiting = env
         .wait_events("DeferredDeletionWaiting", "shop", 60)
@@ -322,24 +220,11 @@ async fn a_namespace_waits_for_its_protected_contents() {
 
     // The protection of its content goes: the namespace follows (and takes the
     // ConfigMap with it).
-    run(
-        &env,
-        &[
-            "label",
-            "configmap",
-            "keep",
-            "-n",
-            "shop",
-            "holdfast.dev/protected-",
-        ],
-    );
+    env.run(&words(
+        "label configmap keep -n shop holdfast.dev/protected-",
+    ));
     wait_gone(&env, &["get", "namespace", "shop"], &c).await;
-    let done = env
-        .wait_events("DeferredDeletion", "shop", 30)
-        .await
-        .expect("deletion event");
-    assert_eq!(notes(&done), vec![DELETED_BY_ALICE.to_string()]);
-    assert_eq!(done[0]["regarding"]["kind"], "Namespace", "{done:?}");
+    deleted_by_alice(&env, "shop", "Namespace").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,57 +245,32 @@ async fn only_who_may_delete_can_ask() {
             1,
         )
     };
+    // The refusal when bob names alice as the one asking for VPC default/`vpc`.
+    let not_you = |vpc: &str| {
+        format!(
+            "cannot accept the deferred deletion request on VPC default/{vpc}: the annotation \
+             holdfast.dev/delete-requested-by must name you, \"bob\" (it is \"alice\"). Set all \
+             three in one request: kubectl patch vpcs.network.test.io {vpc} -n default --type \
+             merge -p '{{\"metadata\":{{\"annotations\":{{\"holdfast.dev/delete-requested-by\":\
+             \"bob\",\"holdfast.dev/delete-when-unblocked\":\"true\"}},\"labels\":{{\
+             \"holdfast.dev/delete-when-unblocked\":\"true\"}}}}}}'"
+        )
+    };
     // Bob may edit the VPC but not delete it.
-    let out = as_user(
-        &env,
-        "bob",
-        &[
-            "patch",
-            "vpc",
-            "net",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("bob"),
-        ],
-    );
-    assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(
-        out.stderr,
-        refusal(
+    let out = ask(&env, "bob", "vpc net", "bob");
+    refused(
+        &out,
+        &refusal(
             "user \"bob\" may not ask for the deferred deletion of VPC default/net: that takes \
              the permission to delete it (verb delete on vpcs.network.test.io in namespace \
              default), which \"bob\" does not hold as holdfast will use it: it deletes the \
              object later by impersonating the user name alone, without the groups of this \
-             request."
-        )
+             request.",
+        ),
     );
     // Naming someone who may delete it does not help.
-    let out = as_user(
-        &env,
-        "bob",
-        &[
-            "patch",
-            "vpc",
-            "net",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("alice"),
-        ],
-    );
-    assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(
-        out.stderr,
-        refusal(
-            "cannot accept the deferred deletion request on VPC default/net: the annotation \
-             holdfast.dev/delete-requested-by must name you, \"bob\" (it is \"alice\"). Set all \
-             three in one request: kubectl patch vpcs.network.test.io net -n default --type \
-             merge -p '{\"metadata\":{\"annotations\":{\"holdfast.dev/delete-requested-by\":\
-             \"bob\",\"holdfast.dev/delete-when-unblocked\":\"true\"},\"labels\":{\
-             \"holdfast.dev/delete-when-unblocked\":\"true\"}}}'"
-        )
-    );
+    let out = ask(&env, "bob", "vpc net", "alice");
+    refused(&out, &refusal(&not_you("net")));
     // Nor does creating an object with a request in it (the env's admin
     // impersonates bob: the API server judges the CREATE as bob).
     let mut manifest: Value = serde_json::from_str(&request_patch("alice")).expect("json");
@@ -421,18 +281,7 @@ async fn only_who_may_delete_can_ask() {
     let out = env
         .kubectl_stdin(&["create", "--as", "bob", "-f", "-"], &manifest.to_string())
         .expect("kubectl runs");
-    assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(
-        out.stderr,
-        refusal_on_create(
-            "cannot accept the deferred deletion request on VPC default/other: the annotation \
-             holdfast.dev/delete-requested-by must name you, \"bob\" (it is \"alice\"). Set all \
-             three in one request: kubectl patch vpcs.network.test.io other -n default --type \
-             merge -p '{\"metadata\":{\"annotations\":{\"holdfast.dev/delete-requested-by\":\
-             \"bob\",\"holdfast.dev/delete-when-unblocked\":\"true\"},\"labels\":{\
-             \"holdfast.dev/delete-when-unblocked\":\"true\"}}}'"
-        )
-    );
+    refused(&out, &refusal_on_create(&not_you("other")));
     assert!(env.get_json(&["vpc", "other"]).is_err(), "not created");
     // Nothing was marked, and the VPC is untouched.
     let net = env.get_json(&["vpc", "net"]).expect("vpc");

@@ -9,7 +9,7 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use holdfast_e2e::{bin, kubectl_path};
+use holdfast_e2e::{bin, kubectl_path, steps::words};
 
 /// A `holdfast-sim` process and the admin kubeconfig it wrote.
 struct Cluster {
@@ -57,12 +57,9 @@ impl Cluster {
 
     /// Everything a user can see of the kinds the demo touches, by name.
     fn objects(&self) -> String {
-        let (code, out, err) = self.kubectl(&[
-            "get",
-            "validatingwebhookconfigurations,customresourcedefinitions,namespaces",
-            "-o",
-            "name",
-        ]);
+        let (code, out, err) = self.kubectl(&words(
+            "get validatingwebhookconfigurations,customresourcedefinitions,namespaces -o name",
+        ));
         assert_eq!(code, 0, "{err}");
         out
     }
@@ -134,13 +131,9 @@ fn the_demo_refuses_to_touch_objects_it_did_not_create() {
          exists on this cluster (the demo creates and deletes it)\n"
     );
     assert_eq!(cluster.objects(), before);
-    let (code, labels, err) = cluster.kubectl(&[
-        "get",
-        "namespace",
-        "shop",
-        "-o",
-        "jsonpath={.metadata.labels.owner}",
-    ]);
+    let (code, labels, err) = cluster.kubectl(&words(
+        "get namespace shop -o jsonpath={.metadata.labels.owner}",
+    ));
     assert_eq!((code, labels.as_str()), (0, "someone-else"), "{err}");
 }
 

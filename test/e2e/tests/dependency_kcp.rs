@@ -7,6 +7,7 @@
 use holdfast_e2e::{
     controller::start_controller,
     kcp::{Kcp, NETWORK, dependency_rule, topology},
+    steps::words,
 };
 
 fn vm_rule(path: &str) -> String {
@@ -44,17 +45,15 @@ async fn until(
 async fn seed_story(mode: &str) {
     let mut kcp = topology().await.expect("topology");
     let kubeconfig = kcp.kubeconfig.clone();
-    kcp.env
-        .start_webhook(&[
-            "--topology",
-            "kcp",
-            "--kubeconfig",
-            &kubeconfig,
-            "--dependents",
-            mode,
-        ])
-        .await
-        .expect("webhook");
+    let webhook_args = [
+        "--topology",
+        "kcp",
+        "--kubeconfig",
+        &kubeconfig,
+        "--dependents",
+        mode,
+    ];
+    kcp.env.start_webhook(&webhook_args).await.expect("webhook");
     let port = kcp.env.webhook.as_ref().map(|w| w.port).expect("port");
     let mut c = start_controller(
         &kcp.env,
@@ -133,12 +132,7 @@ async fn seed_story(mode: &str) {
     // Break-glass with the seed's own annotation.
     let out = kcp.kubectl(
         "root:consumer",
-        &[
-            "annotate",
-            "vpc",
-            "disk-vpc",
-            "dependencies.opendefense.cloud/skip-protection=true",
-        ],
+        &words("annotate vpc disk-vpc dependencies.opendefense.cloud/skip-protection=true"),
     );
     assert_eq!(out.code, 0, "{out:?}");
     let out = kcp.kubectl("root:consumer", &["delete", "vpc", "disk-vpc"]);
@@ -180,17 +174,7 @@ async fn seed_story(mode: &str) {
     );
     kcp.env.webhook = None;
     kcp.env
-        .start_webhook_on(
-            port,
-            &[
-                "--topology",
-                "kcp",
-                "--kubeconfig",
-                &kubeconfig,
-                "--dependents",
-                mode,
-            ],
-        )
+        .start_webhook_on(port, &webhook_args)
         .await
         .expect("restarted");
     kcp.env.wait_webhook_ready().await.expect("ready again");

@@ -2,21 +2,18 @@
 //! strategies: a VPC cannot be deleted while a VirtualMachine references it.
 
 use holdfast_e2e::Env;
+use holdfast_e2e::steps::allowed_until;
+use holdfast_e2e::steps::words;
 
 use holdfast_e2e::fixtures::vm_vpc_rule as rule;
 
-const STORAGE_RULE: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: claims-need-profiles}
-spec:
-  dependent: {group: storage.test.io, version: v1, kind: VolumeClaim, resource: volumeclaims}
-  dependencies:
-  - group: storage.test.io
-    version: v1
-    resource: storageprofiles
-    fieldRef: {path: .spec.profile}
-"#;
+fn storage_rule() -> String {
+    holdfast_e2e::fixtures::dependency_rule(
+        "claims-need-profiles",
+        ("storage.test.io", "VolumeClaim", "volumeclaims"),
+        &[("storage.test.io", "storageprofiles", ".spec.profile")],
+    )
+}
 
 fn vm(name: &str, spec: &str) -> String {
     format!(
@@ -25,18 +22,15 @@ fn vm(name: &str, spec: &str) -> String {
 }
 
 async fn setup(mode: &str) -> Env {
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.apply(&holdfast_e2e::fixtures::documents(&[
         holdfast_e2e::fixtures::vpc_vm_crds(),
         holdfast_e2e::fixtures::storage_crds(),
     ]))
     .expect("test CRDs");
-    env.kubectl_until(&["get", "vpcs"], 10, |o| o.code == 0)
-        .await
-        .expect("CRDs served");
+    env.wait_served(&["vpcs"]).await;
     env.apply(&rule(".spec.vpcRef.name")).expect("rule");
-    env.apply(STORAGE_RULE).expect("storage rule");
+    env.apply(&storage_rule()).expect("storage rule");
     env.start_webhook(&["--dependents", mode])
         .await
         .expect("webhook");
@@ -66,11 +60,8 @@ async fn vpc_story(mode: &str) {
         .expect("vm");
 
     let out = env
-        .kubectl_until(&["delete", "vpc", "my-vpc", "--dry-run=server"], 10, |o| {
-            o.code != 0
-        })
-        .await
-        .expect("refused");
+        .until_failed(&["delete", "vpc", "my-vpc", "--dry-run=server"])
+        .await;
     assert!(
         out.stderr.contains("Error from server (Forbidden): admission webhook \"holdfast-test-policies.holdfast.dev\" denied the request: holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies"),
         "{out:?}"
@@ -87,13 +78,8 @@ async fn vpc_story(mode: &str) {
     .await
     .expect("both named");
     // Delete the VMs: then the VPC goes.
-    env.kubectl(&["delete", "virtualmachine", "my-vm", "vm-2"])
-        .expect("kubectl")
-        .ok()
-        .expect("vms deleted");
-    env.kubectl_until(&["delete", "vpc", "my-vpc"], 10, |o| o.code == 0)
-        .await
-        .expect("vpc deleted once unreferenced");
+    env.run(&["delete", "virtualmachine", "my-vm", "vm-2"]);
+    allowed_until(&env, &["delete", "vpc", "my-vpc"]).await;
     env.assert_dependents_source(mode).await;
 
     // List field path, edited in place on the live rule.
@@ -106,9 +92,7 @@ async fn vpc_story(mode: &str) {
         "{disks: [{vpcRef: {name: other}}, {vpcRef: {name: net-a}}]}",
     ))
     .expect("vm");
-    let out = env
-        .kubectl(&["delete", "vpc", "net-a", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "vpc", "net-a", "--dry-run=server"]);
     assert_eq!(
         out.code, 0,
         "scalar path does not see list references yet: {out:?}"
@@ -122,23 +106,14 @@ async fn vpc_story(mode: &str) {
     .expect("edited path takes effect");
 
     // Break-glass on exactly that object.
-    env.kubectl(&[
-        "annotate",
-        "vpc",
-        "net-a",
-        "holdfast.dev/skip-protection=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
-    let out = env.kubectl(&["delete", "vpc", "net-a"]).expect("kubectl");
+    env.run(&words(
+        "annotate vpc net-a holdfast.dev/skip-protection=true",
+    ));
+    let out = env.attempt(&["delete", "vpc", "net-a"]);
     assert_eq!(out.code, 0, "{out:?}");
 
     // Cluster-scoped dependency referenced from namespaced claims in any namespace.
-    env.kubectl(&["create", "namespace", "team-a"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
+    env.run(&["create", "namespace", "team-a"]);
     env.apply("apiVersion: storage.test.io/v1\nkind: StorageProfile\nmetadata: {name: fast}\n")
         .expect("profile");
     env.apply("apiVersion: storage.test.io/v1\nkind: VolumeClaim\nmetadata: {name: data, namespace: team-a}\nspec: {profile: fast}\n")
@@ -155,13 +130,8 @@ async fn vpc_story(mode: &str) {
     )
     .await
     .expect("cluster-scoped dependency protected");
-    env.kubectl(&["delete", "volumeclaim", "data", "-n", "team-a"])
-        .expect("kubectl")
-        .ok()
-        .expect("claim deleted");
-    env.kubectl_until(&["delete", "storageprofile", "fast"], 10, |o| o.code == 0)
-        .await
-        .expect("profile deleted");
+    env.run(&["delete", "volumeclaim", "data", "-n", "team-a"]);
+    allowed_until(&env, &["delete", "storageprofile", "fast"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -201,20 +171,12 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
     let port = env.webhook.as_ref().map(|w| w.port).expect("running");
     env.webhook = None;
     let bad_kubeconfig = env.dir.path().join("unreachable");
-    std::fs::write(
-        &bad_kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1\n\
-         contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\ncurrent-context: gone\n\
-         users:\n- name: u\n  user:\n    token: nope\n",
-    )
-    .expect("kubeconfig");
+    holdfast_e2e::steps::write_unreachable_kubeconfig(&bad_kubeconfig).expect("kubeconfig");
     let bad = bad_kubeconfig.to_string_lossy().into_owned();
     env.start_webhook_on(port, &["--kubeconfig", &bad])
         .await
         .expect("restarted");
-    let out = env
-        .kubectl(&["delete", "vpc", "v", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "vpc", "v", "--dry-run=server"]);
     assert!(
         refused_with(&out, "holdfast: not ready yet, retry later"),
         "{out:?}"
@@ -228,13 +190,8 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
     })
     .await
     .expect("refused after reload");
-    env.kubectl(&["delete", "virtualmachine", "m"])
-        .expect("kubectl")
-        .ok()
-        .expect("vm deleted");
-    env.kubectl_until(&["delete", "vpc", "v"], 10, |o| o.code == 0)
-        .await
-        .expect("vpc deleted");
+    env.run(&["delete", "virtualmachine", "m"]);
+    allowed_until(&env, &["delete", "vpc", "v"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -244,43 +201,33 @@ async fn failed_live_lookup_refuses_and_is_counted() {
     );
     // The webhook's identity may read everything it needs except the dependents
     // (VirtualMachines): a live lookup fails, and the deletion is refused, not allowed.
-    use holdfast_sim::{RbacRule, SimConfig, User};
-    let mut cfg = SimConfig::default();
-    cfg.users.push(User {
-        name: "holdfast-webhook".into(),
-        token: "webhook-token".into(),
-        groups: vec![],
-    });
-    cfg.rbac.push(RbacRule {
-        users: vec!["holdfast-webhook".into()],
-        verbs: vec!["get".into(), "list".into(), "watch".into()],
-        api_groups: [
+    use holdfast_e2e::steps::{allow, sim_user};
+    let mut cfg = holdfast_sim::SimConfig::default();
+    cfg.users.push(sim_user("holdfast-webhook", &[]));
+    cfg.rbac.push(allow(
+        &["holdfast-webhook"],
+        &["get", "list", "watch"],
+        &[
             "",
             "holdfast.dev",
             "apiextensions.k8s.io",
             "network.test.io",
             "storage.test.io",
             "apps",
-        ]
-        .map(String::from)
-        .to_vec(),
-        resources: vec!["*".into()],
-        ..Default::default()
-    });
-    cfg.rbac.push(RbacRule {
-        users: vec!["holdfast-webhook".into()],
-        verbs: vec!["create".into(), "patch".into(), "update".into()],
-        api_groups: vec!["events.k8s.io".into()],
-        resources: vec!["events".into()],
-        ..Default::default()
-    });
+        ],
+        &["*"],
+    ));
+    cfg.rbac.push(allow(
+        &["holdfast-webhook"],
+        &["create", "patch", "update"],
+        &["events.k8s.io"],
+        &["events"],
+    ));
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("holdfast CRDs");
     env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("test CRDs");
-    env.kubectl_until(&["get", "vpcs"], 30, |o| o.code == 0)
-        .await
-        .expect("CRDs served");
+    env.wait_served(&["vpcs"]).await;
     env.apply(&rule(".spec.vpcRef.name")).expect("rule");
     let kubeconfig = env.dir.path().join("webhook.kubeconfig");
     env.sim
@@ -297,9 +244,7 @@ async fn failed_live_lookup_refuses_and_is_counted() {
         "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n",
     )
     .expect("vpc");
-    let out = env
-        .kubectl(&["delete", "vpc", "my-vpc", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "vpc", "my-vpc", "--dry-run=server"]);
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
             "holdfast-test-policies.holdfast.dev",

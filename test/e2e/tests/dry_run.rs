@@ -11,7 +11,9 @@ use std::time::Duration;
 use holdfast_e2e::{
     Env,
     controller::{start_controller_for_url, wait_configuration},
-    e2e_cluster, unique_name,
+    e2e_cluster,
+    steps::words,
+    unique_name,
 };
 use serde_json::Value;
 
@@ -28,12 +30,7 @@ impl Drop for Cleanup {
             return;
         }
         let mut steps: Vec<Vec<&str>> = vec![
-            vec![
-                "delete",
-                "validatingwebhookconfiguration",
-                "holdfast",
-                "--ignore-not-found",
-            ],
+            words("delete validatingwebhookconfiguration holdfast --ignore-not-found"),
             vec![
                 "delete",
                 "namespace",
@@ -70,11 +67,7 @@ const HOLDFAST_CRDS: [&str; 4] = [
 ];
 
 fn blocked_events(env: &Env, ns: &str, name: &str) -> Vec<Value> {
-    let out = env
-        .kubectl(&["get", "events.events.k8s.io", "-n", ns, "-o", "json"])
-        .expect("kubectl")
-        .ok()
-        .expect("events listed");
+    let out = env.run(&["get", "events.events.k8s.io", "-n", ns, "-o", "json"]);
     let list: Value = serde_json::from_str(&out.stdout).expect("json");
     list["items"]
         .as_array()
@@ -89,15 +82,9 @@ fn blocked_events(env: &Env, ns: &str, name: &str) -> Vec<Value> {
 async fn dry_run_is_refused_without_an_event() {
     let mut env = Env::for_kubernetes_test().await.expect("env");
     // The configuration "holdfast" is cluster-wide: never take over someone's.
-    let out = env
-        .kubectl(&[
-            "get",
-            "validatingwebhookconfiguration",
-            "holdfast",
-            "-o",
-            "name",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "get validatingwebhookconfiguration holdfast -o name",
+    ));
     assert!(
         out.code != 0 && out.stderr.contains("(NotFound)"),
         "a configuration \"holdfast\" already exists: {out:?}"
@@ -113,10 +100,7 @@ async fn dry_run_is_refused_without_an_event() {
         crds: !crds_before,
     };
     env.install_crds().expect("crds");
-    env.kubectl(&["create", "namespace", &ns])
-        .expect("kubectl")
-        .ok()
-        .expect("namespace");
+    env.run(&["create", "namespace", &ns]);
     env.start_webhook_reachable(&[]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
     let url = env.webhook_url().expect("url");
@@ -141,21 +125,15 @@ async fn dry_run_is_refused_without_an_event() {
     );
 
     for name in ["dry", "real"] {
-        env.kubectl(&["create", "configmap", name, "-n", &ns, "--from-literal=a=b"])
-            .expect("kubectl")
-            .ok()
-            .expect("created");
-        env.kubectl(&[
+        env.run(&["create", "configmap", name, "-n", &ns, "--from-literal=a=b"]);
+        env.run(&[
             "label",
             "configmap",
             name,
             "-n",
             &ns,
             "holdfast.dev/protected=Always",
-        ])
-        .expect("kubectl")
-        .ok()
-        .expect("labelled");
+        ]);
     }
 
     let refusal = |name: &str| {
@@ -166,22 +144,15 @@ async fn dry_run_is_refused_without_an_event() {
         )
     };
     let out = env
-        .kubectl_until(
-            &["delete", "configmap", "dry", "-n", &ns, "--dry-run=server"],
-            30,
-            |o| o.code != 0,
-        )
-        .await
-        .expect("dry run refused");
+        .until_failed(&["delete", "configmap", "dry", "-n", &ns, "--dry-run=server"])
+        .await;
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.starts_with(&refusal("dry")), "{out:?}");
 
     // The real attempt on another object is refused the same way and leaves an
     // Event. Events are published in order by one worker, so once this one is
     // visible, one for the dry run would be too.
-    let out = env
-        .kubectl(&["delete", "configmap", "real", "-n", &ns])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "real", "-n", &ns]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.starts_with(&refusal("real")), "{out:?}");
     let out = env
@@ -199,8 +170,8 @@ async fn dry_run_is_refused_without_an_event() {
     let dry = blocked_events(&env, &ns, "dry");
     assert_eq!(dry, Vec::<Value>::new());
     for name in ["dry", "real"] {
-        let out = env
-            .kubectl(&[
+        env.prints(
+            &[
                 "get",
                 "configmap",
                 name,
@@ -208,8 +179,8 @@ async fn dry_run_is_refused_without_an_event() {
                 &ns,
                 "-o",
                 "jsonpath={.metadata.name}",
-            ])
-            .expect("kubectl");
-        assert_eq!((out.code, out.stdout.as_str()), (0, name), "{out:?}");
+            ],
+            name,
+        );
     }
 }

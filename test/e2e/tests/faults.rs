@@ -8,10 +8,7 @@
 //! runs more rounds and prints the counts. The counts of one run are printed on
 //! stdout (`cargo test -- --nocapture`).
 
-use holdfast_e2e::{
-    Env,
-    controller::{start_controller, wait_configuration},
-};
+use holdfast_e2e::controller::{start_controller, wait_configuration};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
@@ -160,13 +157,9 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("crds");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     for ns in ["vault", "scratch"] {
-        env.kubectl(&["create", "namespace", ns])
-            .expect("kubectl")
-            .ok()
-            .expect("namespace");
+        env.run(&["create", "namespace", ns]);
     }
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: vault-configmaps\n\
@@ -198,11 +191,8 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
     // Both protections hold before any fault.
     for (ns, name, by) in PROTECTED {
         let out = env
-            .kubectl_until(&["delete", "configmap", name, "-n", ns], 30, |o| {
-                o.code != 0
-            })
-            .await
-            .expect("refused");
+            .until_failed(&["delete", "configmap", name, "-n", ns])
+            .await;
         let expected = if *by == "label" {
             "is protected by label holdfast.dev/protected=Always"
         } else {
@@ -314,9 +304,7 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
         "a protected object was deleted"
     );
     for (ns, name, _) in PROTECTED {
-        let out = env
-            .kubectl(&["get", "configmap", name, "-n", ns, "-o", "name"])
-            .expect("kubectl");
+        let out = env.attempt(&["get", "configmap", name, "-n", ns, "-o", "name"]);
         assert_eq!(out.code, 0, "{ns}/{name} is gone: {out:?}");
         assert_eq!(out.stdout.trim(), format!("configmap/{name}"));
     }
@@ -330,9 +318,7 @@ async fn no_protected_object_is_lost_while_everything_restarts() {
         c(&counts.protected_refused),
         c(&counts.unprotected_deleted)
     );
-    let rest = env
-        .kubectl(&["get", "configmaps", "-n", "scratch", "-o", "name"])
-        .expect("kubectl");
+    let rest = env.attempt(&["get", "configmaps", "-n", "scratch", "-o", "name"]);
     assert_eq!(rest.code, 0, "{rest:?}");
     assert!(
         !rest.stdout.contains("configmap/tmp-"),

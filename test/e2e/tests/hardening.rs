@@ -8,8 +8,13 @@
 //! objects, new CRDs and containment, look-alike label values, and holdfast's own
 //! configuration guarded by a ValidatingAdmissionPolicy.
 
-use holdfast_e2e::{Env, KubectlOutput, controller::wait_configuration};
-use holdfast_sim::{RbacRule, SimConfig, User};
+use holdfast_e2e::fixtures::resource_protection;
+use holdfast_e2e::steps::merge_patch;
+use holdfast_e2e::{
+    Env, KubectlOutput,
+    steps::{EVERYDAY, allow, sim_user, wait_webhook_installed, words},
+};
+use holdfast_sim::SimConfig;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -23,38 +28,6 @@ const OPS: &str = "ops";
 /// A user who also holds the bypass permission.
 const BREAKER: &str = "breaker";
 
-fn user(name: &str, groups: &[&str]) -> User {
-    User {
-        name: name.to_string(),
-        token: format!("{}-token", name.replace(':', "-")),
-        groups: groups.iter().map(|g| g.to_string()).collect(),
-    }
-}
-
-fn allow(users: &[&str], verbs: &[&str], groups: &[&str], resources: &[&str]) -> RbacRule {
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    RbacRule {
-        users: s(users),
-        groups: Vec::new(),
-        verbs: s(verbs),
-        api_groups: s(groups),
-        resources: s(resources),
-        namespaces: Vec::new(),
-        resource_names: Vec::new(),
-    }
-}
-
-const EVERYDAY: &[&str] = &[
-    "get",
-    "list",
-    "watch",
-    "create",
-    "update",
-    "patch",
-    "delete",
-    "deletecollection",
-];
-
 /// The sim with authorization on, its admin, the shipped service accounts, alice
 /// and breaker.
 fn sim_config() -> SimConfig {
@@ -62,25 +35,19 @@ fn sim_config() -> SimConfig {
         authorize: true,
         ..SimConfig::default()
     };
-    cfg.users.push(user(
+    cfg.users.push(sim_user(
         WEBHOOK_SA,
-        &[
-            "system:serviceaccounts",
-            "system:serviceaccounts:holdfast-system",
-        ],
+        &words("system:serviceaccounts system:serviceaccounts:holdfast-system"),
     ));
-    cfg.users.push(user(
+    cfg.users.push(sim_user(
         CONTROLLER_SA,
-        &[
-            "system:serviceaccounts",
-            "system:serviceaccounts:holdfast-system",
-        ],
+        &words("system:serviceaccounts system:serviceaccounts:holdfast-system"),
     ));
-    cfg.users.push(user(ALICE, &["dev"]));
-    cfg.users.push(user(OPS, &["platform-admins"]));
+    cfg.users.push(sim_user(ALICE, &["dev"]));
+    cfg.users.push(sim_user(OPS, &["platform-admins"]));
     cfg.rbac
         .push(allow(&[OPS], EVERYDAY, &["*"], &["*", "*/*"]));
-    cfg.users.push(user(BREAKER, &["dev"]));
+    cfg.users.push(sim_user(BREAKER, &["dev"]));
     cfg.rbac
         .push(allow(&[ALICE, BREAKER], EVERYDAY, &["*"], &["*", "*/*"]));
     cfg.rbac.push(allow(
@@ -107,17 +74,7 @@ async fn shipped_with(strict: bool, controller_args: &[&str]) -> Stack {
     let s = holdfast_e2e::controller::shipped_stack(sim_config(), strict_flag, &cargs)
         .await
         .expect("holdfast as shipped");
-    wait_configuration(&s.env, Duration::from_secs(30), |cfg| {
-        cfg.is_some_and(|c| {
-            c["webhooks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|w| w["name"] == "eviction.holdfast.dev")
-        })
-    })
-    .await
-    .expect("configuration installed");
+    wait_webhook_installed(&s.env, "eviction.holdfast.dev").await;
     s
 }
 
@@ -143,7 +100,7 @@ fn as_alice(env: &Env, args: &[&str]) -> KubectlOutput {
 fn get_json(env: &Env, args: &[&str]) -> Value {
     let mut a = args.to_vec();
     a.extend(["-o", "json"]);
-    serde_json::from_str(&ok(env.kubectl(&a).expect("kubectl")).stdout).expect("JSON")
+    serde_json::from_str(&ok(env.attempt(&a)).stdout).expect("JSON")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -155,9 +112,7 @@ async fn crd_deletion_is_refused_while_an_instance_is_protected() {
     let env = &s.env;
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
-    env.kubectl_until(&["get", "widgets"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["widgets"]).await;
     env.apply(
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: precious, namespace: default, labels: {holdfast.dev/protected: Always}}\n",
     )
@@ -178,9 +133,7 @@ async fn crd_deletion_is_refused_while_an_instance_is_protected() {
          CustomResourceDefinition.",
     );
     // Nothing was deleted.
-    let names = ok(env
-        .kubectl(&["get", "widgets", "-o", "name"])
-        .expect("kubectl"));
+    let names = ok(env.attempt(&["get", "widgets", "-o", "name"]));
     assert_eq!(
         names.stdout,
         "widget.example.com/plain\nwidget.example.com/precious\n"
@@ -241,18 +194,14 @@ async fn eviction_of_a_protected_pod_is_refused() {
          holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if \
          you are allowed to bypass protection.",
     );
-    ok(env
-        .kubectl(&["get", "pod", "pinned", "-n", "default"])
-        .expect("kubectl"));
+    ok(env.attempt(&["get", "pod", "pinned", "-n", "default"]));
     let out = ok(evict("free"));
     let status: Value = serde_json::from_str(&out.stdout).expect("Status");
     assert_eq!(
         status,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
     );
-    let out = env
-        .kubectl(&["get", "pod", "free", "-n", "default"])
-        .expect("kubectl");
+    let out = env.attempt(&["get", "pod", "free", "-n", "default"]);
     refused_with(
         &out,
         "Error from server (NotFound): pods \"free\" not found",
@@ -276,22 +225,15 @@ async fn strict_mode_covers_subresources() {
     );
     let s = shipped(true).await;
     let env = &s.env;
-    ok(env.kubectl(&["create", "ns", "vault"]).expect("kubectl"));
-    ok(env
-        .kubectl(&["label", "ns", "vault", "holdfast.dev/protected=Always"])
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "ns", "vault"]));
+    ok(env.attempt(&["label", "ns", "vault", "holdfast.dev/protected=Always"]));
     // namespaces/status: a merge patch dropping the label.
     let out = as_alice(
         env,
-        &[
-            "patch",
-            "ns",
-            "vault",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
+        &merge_patch(
+            "ns vault --subresource=status",
             r#"{"metadata":{"labels":{"holdfast.dev/protected":null}}}"#,
-        ],
+        ),
     );
     refused_with(
         &out,
@@ -308,15 +250,7 @@ async fn strict_mode_covers_subresources() {
     }
     let out = env
         .kubectl_stdin(
-            &[
-                "--token",
-                "alice-token",
-                "replace",
-                "--raw",
-                "/api/v1/namespaces/vault/finalize",
-                "-f",
-                "-",
-            ],
+            &words("--token alice-token replace --raw /api/v1/namespaces/vault/finalize -f -"),
             &ns.to_string(),
         )
         .expect("kubectl");
@@ -340,17 +274,10 @@ async fn strict_mode_covers_subresources() {
     env.apply(&pod.to_string()).expect("pod");
     let out = as_alice(
         env,
-        &[
-            "patch",
-            "pod",
-            "p1",
-            "-n",
-            "vault",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
+        &merge_patch(
+            "pod p1 -n vault --subresource=status",
             r#"{"metadata":{"labels":null}}"#,
-        ],
+        ),
     );
     refused_with(
         &out,
@@ -371,17 +298,7 @@ async fn strict_mode_covers_subresources() {
     let patch = r#"{"metadata":{"annotations":{"holdfast.dev/skip-protection":"true"}}}"#;
     let out = as_alice(
         env,
-        &[
-            "patch",
-            "deployment",
-            "web",
-            "-n",
-            "vault",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            patch,
-        ],
+        &merge_patch("deployment web -n vault --subresource=status", patch),
     );
     refused_with(
         &out,
@@ -394,17 +311,7 @@ async fn strict_mode_covers_subresources() {
     let out = env
         .kubectl_as(
             BREAKER,
-            &[
-                "patch",
-                "deployment",
-                "web",
-                "-n",
-                "vault",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                patch,
-            ],
+            &merge_patch("deployment web -n vault --subresource=status", patch),
         )
         .expect("kubectl");
     ok(out);
@@ -414,31 +321,6 @@ async fn strict_mode_covers_subresources() {
     assert_eq!(ann, "true");
 }
 
-const GUARDED_CMS: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: guarded-configmaps}
-spec:
-  resources:
-  - {group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}
-"#;
-
-const UNLABELLED_STRICT: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: unlabelled-secrets}
-spec:
-  strict: true
-  resources:
-  - group: ""
-    version: v1
-    resource: secrets
-    namespace: shop
-    labelSelector:
-      matchExpressions:
-      - {key: tier, operator: DoesNotExist}
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors() {
     holdfast_e2e::needs_simulator!(
@@ -446,15 +328,20 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     );
     let s = shipped(true).await;
     let env = &s.env;
-    ok(env.kubectl(&["create", "ns", "shop"]).expect("kubectl"));
-    ok(env
-        .kubectl(&["create", "cm", "settings", "-n", "shop"])
-        .expect("kubectl"));
-    ok(env
-        .kubectl(&["create", "secret", "generic", "keys", "-n", "shop"])
-        .expect("kubectl"));
-    env.apply(GUARDED_CMS).expect("policy");
-    env.apply(UNLABELLED_STRICT).expect("policy");
+    ok(env.attempt(&["create", "ns", "shop"]));
+    ok(env.attempt(&["create", "cm", "settings", "-n", "shop"]));
+    ok(env.attempt(&["create", "secret", "generic", "keys", "-n", "shop"]));
+    let settings =
+        r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#;
+    env.apply(&resource_protection("guarded-configmaps", "", &[settings]))
+        .expect("policy");
+    let unlabelled = r#"{group: "", version: v1, resource: secrets, namespace: shop, labelSelector: {matchExpressions: [{key: tier, operator: DoesNotExist}]}}"#;
+    env.apply(&resource_protection(
+        "unlabelled-secrets",
+        "strict: true",
+        &[unlabelled],
+    ))
+    .expect("policy");
     // Wait until the policy protects the ConfigMap.
     env.kubectl_until(
         &["delete", "cm", "settings", "-n", "shop", "--dry-run=server"],
@@ -467,14 +354,7 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     // marker takes the bypass permission.
     let out = as_alice(
         env,
-        &[
-            "annotate",
-            "cm",
-            "settings",
-            "-n",
-            "shop",
-            "holdfast.dev/skip-protection=true",
-        ],
+        &words("annotate cm settings -n shop holdfast.dev/skip-protection=true"),
     );
     refused_with(
         &out,
@@ -487,12 +367,7 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     // Containment protects the namespace: its break-glass marker too.
     let out = as_alice(
         env,
-        &[
-            "annotate",
-            "ns",
-            "shop",
-            "holdfast.dev/skip-protection=true",
-        ],
+        &words("annotate ns shop holdfast.dev/skip-protection=true"),
     );
     refused_with(
         &out,
@@ -506,27 +381,13 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     ok(as_alice(env, &["create", "cm", "loose", "-n", "shop"]));
     ok(as_alice(
         env,
-        &[
-            "annotate",
-            "cm",
-            "loose",
-            "-n",
-            "shop",
-            "holdfast.dev/skip-protection=true",
-        ],
+        &words("annotate cm loose -n shop holdfast.dev/skip-protection=true"),
     ));
     // Someone allowed to bypass may.
     ok(env
         .kubectl_as(
             BREAKER,
-            &[
-                "annotate",
-                "cm",
-                "settings",
-                "-n",
-                "shop",
-                "holdfast.dev/skip-protection=true",
-            ],
+            &words("annotate cm settings -n shop holdfast.dev/skip-protection=true"),
         )
         .expect("kubectl"));
     // A strict DoesNotExist selector is not escaped by labelling an object that had
@@ -550,12 +411,10 @@ async fn a_new_crd_is_contained_at_once() {
     );
     let s = shipped(false).await;
     let env = &s.env;
-    ok(env.kubectl(&["create", "ns", "fresh"]).expect("kubectl"));
+    ok(env.attempt(&["create", "ns", "fresh"]));
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
-    env.kubectl_until(&["get", "widgets", "-n", "fresh"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["widgets", "-n", "fresh"]).await;
     env.apply(
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: new, namespace: fresh, labels: {holdfast.dev/protected: Always}}\n",
     )
@@ -581,14 +440,7 @@ async fn a_new_crd_is_contained_at_once() {
     assert!(first == indexed || first == pending, "{first}");
     // And well before a 30 s discovery round, the refusal names the widget.
     env.kubectl_until(
-        &[
-            "--token",
-            "alice-token",
-            "delete",
-            "ns",
-            "fresh",
-            "--dry-run=server",
-        ],
+        &words("--token alice-token delete ns fresh --dry-run=server"),
         20,
         |o| o.code == 1 && o.stderr.trim_end() == indexed,
     )
@@ -596,9 +448,7 @@ async fn a_new_crd_is_contained_at_once() {
     .expect("contained");
     let phase = get_json(env, &["get", "ns", "fresh"])["status"]["phase"].clone();
     assert_eq!(phase, "Active");
-    ok(env
-        .kubectl(&["get", "widget", "new", "-n", "fresh"])
-        .expect("kubectl"));
+    ok(env.attempt(&["get", "widget", "new", "-n", "fresh"]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -608,19 +458,10 @@ async fn look_alike_protection_values_warn() {
     );
     let s = shipped(false).await;
     let env = &s.env;
-    ok(env
-        .kubectl(&["create", "cm", "almost", "-n", "default"])
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "cm", "almost", "-n", "default"]));
     let out = ok(as_alice(
         env,
-        &[
-            "label",
-            "cm",
-            "almost",
-            "-n",
-            "default",
-            "holdfast.dev/protected=always",
-        ],
+        &words("label cm almost -n default holdfast.dev/protected=always"),
     ));
     assert_eq!(
         out.stderr.trim_end(),
@@ -635,14 +476,7 @@ async fn look_alike_protection_values_warn() {
     assert_eq!(out.stderr, "");
     let out = ok(as_alice(
         env,
-        &[
-            "label",
-            "cm",
-            "kept",
-            "-n",
-            "default",
-            "holdfast.dev/protected=Always",
-        ],
+        &words("label cm kept -n default holdfast.dev/protected=Always"),
     ));
     assert_eq!(out.stderr, "");
 }
@@ -654,36 +488,21 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
     );
     let mut s = shipped_with(false, &["--admin-group", "platform-admins"]).await;
     s.env
-        .kubectl_until(
-            &[
-                "get",
-                "validatingadmissionpolicybinding",
-                "holdfast-self-protection",
-            ],
-            30,
-            |o| o.code == 0,
-        )
-        .await
-        .expect("policy installed");
+        .wait_served(&[
+            "validatingadmissionpolicybinding",
+            "holdfast-self-protection",
+        ])
+        .await;
     let env = &s.env;
     // The webhook's Deployment, as the manifests ship it.
     assert!(
         env.exists(&["deployment", "holdfast-webhook", "-n", "holdfast-system"])
             .expect("get")
     );
-    ok(env
-        .kubectl(&["create", "cm", "keep", "-n", "default"])
-        .expect("kubectl"));
-    ok(env
-        .kubectl(&[
-            "label",
-            "cm",
-            "keep",
-            "-n",
-            "default",
-            "holdfast.dev/protected=true",
-        ])
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "cm", "keep", "-n", "default"]));
+    ok(env.attempt(&words(
+        "label cm keep -n default holdfast.dev/protected=true",
+    )));
     let message = "ValidatingAdmissionPolicy 'holdfast-self-protection' with binding \
                    'holdfast-self-protection' denied request: holdfast: this object is part of \
                    holdfast's own installation; only the holdfast controller \
@@ -694,73 +513,47 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
                    with the controller stopped.";
     // The cluster admin (system:masters) is not the controller: refused, for the
     // configuration, a CRD, and scaling the webhook away.
-    let out = env
-        .kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     refused_with(
         &out,
         &format!(
             "Error from server (Forbidden): validatingwebhookconfigurations.admissionregistration.k8s.io \"holdfast\" is forbidden: {message}"
         ),
     );
-    let out = env
-        .kubectl(&["delete", "crd", "resourceprotections.holdfast.dev"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "crd", "resourceprotections.holdfast.dev"]);
     refused_with(
         &out,
         &format!(
             "Error from server (Forbidden): customresourcedefinitions.apiextensions.k8s.io \"resourceprotections.holdfast.dev\" is forbidden: {message}"
         ),
     );
-    let out = env
-        .kubectl(&[
-            "scale",
-            "deployment",
-            "holdfast-webhook",
-            "-n",
-            "holdfast-system",
-            "--replicas=0",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "scale deployment holdfast-webhook -n holdfast-system --replicas=0",
+    ));
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.trim_end().ends_with(message), "{}", out.stderr);
     // It holds while the webhook is down: the API server evaluates it.
     s.env.webhook = None;
     let env = &s.env;
-    let out = env
-        .kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.trim_end().ends_with(message), "{}", out.stderr);
     // So deleting the configuration and then a protected object back to back does
     // not get the object deleted (the webhook being down, the API server fails
     // closed).
-    let out = env
-        .kubectl(&["delete", "cm", "keep", "-n", "default"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "cm", "keep", "-n", "default"]);
     assert_eq!(out.code, 1, "{out:?}");
-    ok(env
-        .kubectl(&["get", "cm", "keep", "-n", "default"])
-        .expect("kubectl"));
+    ok(env.attempt(&["get", "cm", "keep", "-n", "default"]));
     // A member of the named admin group may change it.
     ok(env
         .kubectl_as(
             OPS,
-            &[
-                "annotate",
-                "crd",
-                "resourceprotections.holdfast.dev",
-                "note=checked",
-            ],
+            &words("annotate crd resourceprotections.holdfast.dev note=checked"),
         )
         .expect("kubectl"));
     // Other objects of the same kinds are not concerned.
-    ok(env
-        .kubectl(&["create", "cm", "holdfast-webhook", "-n", "holdfast-system"])
-        .expect("kubectl"));
-    ok(env
-        .kubectl(&["delete", "cm", "holdfast-webhook", "-n", "holdfast-system"])
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "cm", "holdfast-webhook", "-n", "holdfast-system"]));
+    ok(env.attempt(&["delete", "cm", "holdfast-webhook", "-n", "holdfast-system"]));
 }
 
 const BROKEN_API: &str = r#"
@@ -784,25 +577,14 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
     let s = shipped(false).await;
     let env = &s.env;
     let probe = env.webhook.as_ref().map(|w| w.probe_port).expect("probe");
-    ok(env.kubectl(&["create", "ns", "victim"]).expect("kubectl"));
+    ok(env.attempt(&["create", "ns", "victim"]));
     for name in ["plain", "precious"] {
-        ok(env
-            .kubectl(&["create", "cm", name, "-n", "victim"])
-            .expect("kubectl"));
+        ok(env.attempt(&["create", "cm", name, "-n", "victim"]));
     }
-    ok(env
-        .kubectl(&["create", "secret", "generic", "creds", "-n", "victim"])
-        .expect("kubectl"));
-    ok(env
-        .kubectl(&[
-            "label",
-            "cm",
-            "precious",
-            "-n",
-            "victim",
-            "holdfast.dev/protected=Always",
-        ])
-        .expect("kubectl"));
+    ok(env.attempt(&["create", "secret", "generic", "creds", "-n", "victim"]));
+    ok(env.attempt(&words(
+        "label cm precious -n victim holdfast.dev/protected=Always",
+    )));
     let contained = "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" \
                      denied the request: holdfast: Namespace victim holds objects that are \
                      protected from deletion: ConfigMap victim/precious (label) (policy: \
@@ -811,14 +593,7 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
                      or set the annotation holdfast.dev/skip-protection=true if you are allowed \
                      to bypass protection on the namespace.";
     env.kubectl_until(
-        &[
-            "--token",
-            "alice-token",
-            "delete",
-            "ns",
-            "victim",
-            "--dry-run=server",
-        ],
+        &words("--token alice-token delete ns victim --dry-run=server"),
         30,
         |o| o.code == 1 && o.stderr.trim_end() == contained,
     )
@@ -864,9 +639,7 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
     );
     let phase = get_json(env, &["get", "ns", "victim"])["status"]["phase"].clone();
     assert_eq!(phase, "Active");
-    let names = ok(env
-        .kubectl(&["get", "cm,secret", "-n", "victim", "-o", "name"])
-        .expect("kubectl"));
+    let names = ok(env.attempt(&["get", "cm,secret", "-n", "victim", "-o", "name"]));
     assert_eq!(
         names.stdout,
         "configmap/kube-root-ca.crt\nconfigmap/plain\nconfigmap/precious\nsecret/creds\n"
@@ -878,9 +651,7 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
 
     // The API comes back (its APIService removed): ready again, and the label store
     // was kept all along: containment names the protected object at once.
-    ok(env
-        .kubectl(&["delete", "apiservice", "v1beta1.metrics.k8s.io"])
-        .expect("kubectl"));
+    ok(env.attempt(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]));
     env.wait_webhook_ready().await.expect("ready again");
     let out = as_alice(env, &["delete", "ns", "victim", "--dry-run=server"]);
     refused_with(&out, contained);

@@ -6,31 +6,19 @@
 //! started with the arguments of the rendered host Deployments, as the
 //! ServiceAccounts that part creates, enforce Karmada's protection label.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::path::Path;
 
 use holdfast_e2e::{
-    Env,
-    controller::{start_controller, wait_configuration},
+    controller::start_controller,
+    steps::{installed_configuration, service_account_kubeconfigs, words},
 };
-use holdfast_sim::SimConfig;
 use serde_json::{Value, json};
 
 fn render(part: &str) -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../manifests/overlays/karmada")
         .join(part);
-    let out = Command::new(holdfast_e2e::kubectl_path().expect("kubectl"))
-        .arg("kustomize")
-        .arg(&dir)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_saphyr::from_multiple::<Value>(&String::from_utf8(out.stdout).expect("utf-8"))
-        .expect("YAML")
+    holdfast_e2e::steps::kustomize(&dir)
 }
 
 fn kinds(docs: &[Value]) -> Vec<String> {
@@ -90,42 +78,15 @@ fn each_object_goes_where_it_is_used() {
     let karmada = render("karmada-apiserver");
     assert_eq!(
         kinds(&host),
-        vec![
-            "Deployment/holdfast-controller",
-            "Deployment/holdfast-webhook",
-            "Namespace/holdfast-system",
-            "PodDisruptionBudget/holdfast-controller",
-            "PodDisruptionBudget/holdfast-webhook",
-            "Service/holdfast-webhook",
-            "ServiceAccount/holdfast-controller",
-            "ServiceAccount/holdfast-webhook",
-        ]
+        words(
+            "Deployment/holdfast-controller Deployment/holdfast-webhook Namespace/holdfast-system PodDisruptionBudget/holdfast-controller PodDisruptionBudget/holdfast-webhook Service/holdfast-webhook ServiceAccount/holdfast-controller ServiceAccount/holdfast-webhook"
+        )
     );
     assert_eq!(
         kinds(&karmada),
-        vec![
-            "ClusterRole/holdfast-bypass",
-            "ClusterRole/holdfast-controller",
-            "ClusterRole/holdfast-reads",
-            "ClusterRole/holdfast-reads-policies",
-            "ClusterRole/holdfast-webhook",
-            "ClusterRoleBinding/holdfast-controller",
-            "ClusterRoleBinding/holdfast-reads",
-            "ClusterRoleBinding/holdfast-webhook",
-            "CustomResourceDefinition/anchorrules.holdfast.dev",
-            "CustomResourceDefinition/criticalservices.holdfast.dev",
-            "CustomResourceDefinition/dependencyrules.holdfast.dev",
-            "CustomResourceDefinition/resourceprotections.holdfast.dev",
-            "Namespace/holdfast-system",
-            "Role/holdfast-anchor-sources",
-            "Role/holdfast-controller",
-            "RoleBinding/holdfast-anchor-sources",
-            "RoleBinding/holdfast-controller",
-            "Secret/holdfast-controller-token",
-            "Secret/holdfast-webhook-token",
-            "ServiceAccount/holdfast-controller",
-            "ServiceAccount/holdfast-webhook",
-        ]
+        words(
+            "ClusterRole/holdfast-bypass ClusterRole/holdfast-controller ClusterRole/holdfast-reads ClusterRole/holdfast-reads-policies ClusterRole/holdfast-webhook ClusterRoleBinding/holdfast-controller ClusterRoleBinding/holdfast-reads ClusterRoleBinding/holdfast-webhook CustomResourceDefinition/anchorrules.holdfast.dev CustomResourceDefinition/criticalservices.holdfast.dev CustomResourceDefinition/dependencyrules.holdfast.dev CustomResourceDefinition/resourceprotections.holdfast.dev Namespace/holdfast-system Role/holdfast-anchor-sources Role/holdfast-controller RoleBinding/holdfast-anchor-sources RoleBinding/holdfast-controller Secret/holdfast-controller-token Secret/holdfast-webhook-token ServiceAccount/holdfast-controller ServiceAccount/holdfast-webhook"
+        )
     );
     // Host pods read nothing of the host cluster: no token mounted.
     for sa in ["holdfast-controller", "holdfast-webhook"] {
@@ -185,9 +146,6 @@ fn each_object_goes_where_it_is_used() {
     assert!(c_args.iter().any(|a| a == label) && w_args.iter().any(|a| a == label));
 }
 
-const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
-const WEBHOOK: &str = holdfast_e2e::WEBHOOK_SA;
-
 /// Rendered flags minus those naming files or addresses of the pod.
 fn portable(args: &[String], drop: &[&str]) -> Vec<String> {
     args.iter()
@@ -201,36 +159,21 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
     holdfast_e2e::needs_simulator!(
         "it runs the binaries with ServiceAccount tokens the simulator is configured with"
     );
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     let part = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../manifests/overlays/karmada/karmada-apiserver");
-    let out = env
-        .kubectl(&["apply", "-k", &part.to_string_lossy()])
-        .expect("kubectl");
+    let out = env.attempt(&["apply", "-k", &part.to_string_lossy()]);
     assert_eq!(out.code, 0, "{out:?}");
     let host = render("host");
-    let controller_kc = env.dir.path().join("controller.kubeconfig");
-    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
-    env.sim
-        .write_kubeconfig(&controller_kc, CONTROLLER)
-        .expect("kc");
-    env.sim.write_kubeconfig(&webhook_kc, WEBHOOK).expect("kc");
+    let (controller_kc, webhook_kc) = service_account_kubeconfigs(&env);
     let ca = env.dir.path().join("ca.crt");
     std::fs::write(&ca, &env.pki.ca_pem).expect("ca");
 
     let webhook_args = portable(
         &args(find(&host, "Deployment", "holdfast-webhook")),
-        &[
-            "--kubeconfig",
-            "--listen",
-            "--probe-listen",
-            "--tls-cert",
-            "--tls-key",
-        ],
+        &words("--kubeconfig --listen --probe-listen --tls-cert --tls-key"),
     );
     let mut w: Vec<&str> = webhook_args.iter().map(String::as_str).collect();
-    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
     w.extend(["--kubeconfig", &webhook_kc]);
     env.start_webhook(&w).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
@@ -238,75 +181,35 @@ async fn the_karmada_parts_protect_karmada_apiserver() {
 
     let controller_args = portable(
         &args(find(&host, "Deployment", "holdfast-controller")),
-        &[
-            "run",
-            "--kubeconfig",
-            "--webhook-url",
-            "--ca-bundle-file",
-            "--probe-listen",
-        ],
+        &words("run --kubeconfig --webhook-url --ca-bundle-file --probe-listen"),
     );
     let mut c: Vec<String> = controller_args;
     c.push(format!("--ca-bundle-file={}", ca.display()));
     c.push("--kubeconfig".to_string());
-    c.push(controller_kc.to_string_lossy().into_owned());
+    c.push(controller_kc);
     let c: Vec<&str> = c.iter().map(String::as_str).collect();
     let mut controller = start_controller(&env, "controller", port, &c).expect("controller");
     controller.wait_ready(30).await.expect("controller ready");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())
-        .await
-        .expect("installed");
-    let cfg = cfg.expect("present");
+    let cfg = installed_configuration(&env).await;
     assert_eq!(
         cfg["metadata"]["annotations"]["holdfast.dev/settings"],
         r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":false}"#
     );
     // Leader election ran in karmada-apiserver's holdfast-system.
-    let out = env
-        .kubectl(&[
-            "get",
-            "lease",
-            "holdfast-controller",
-            "-n",
-            "holdfast-system",
-            "-o",
-            "jsonpath={.metadata.name}",
-        ])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "holdfast-controller"),
-        "{out:?}"
+    env.prints(
+        &words("get lease holdfast-controller -n holdfast-system -o jsonpath={.metadata.name}"),
+        "holdfast-controller",
     );
 
-    env.kubectl(&[
-        "create",
-        "configmap",
-        "plan",
-        "-n",
-        "default",
-        "--from-literal=a=b",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("created");
-    env.kubectl(&[
-        "label",
-        "configmap",
-        "plan",
-        "-n",
-        "default",
-        "resourcetemplate.karmada.io/deletion-protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labelled");
+    env.run(&words(
+        "create configmap plan -n default --from-literal=a=b",
+    ));
+    env.run(&words(
+        "label configmap plan -n default resourcetemplate.karmada.io/deletion-protected=Always",
+    ));
     let out = env
-        .kubectl_until(&["delete", "configmap", "plan", "-n", "default"], 30, |o| {
-            o.code != 0
-        })
-        .await
-        .expect("refused");
+        .until_failed(&["delete", "configmap", "plan", "-n", "default"])
+        .await;
     assert_eq!(out.code, 1, "{out:?}");
     assert!(
         out.stderr.starts_with(

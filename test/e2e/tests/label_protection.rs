@@ -6,7 +6,7 @@
 //! Runs on the cluster of `HOLDFAST_E2E_KUBECONFIG` when set (namespaces of its
 //! own, webhook configurations selecting only them, removed afterwards).
 
-use holdfast_e2e::{Env, denied_by};
+use holdfast_e2e::{Env, denied_by, steps::words};
 
 async fn env(webhook_args: &[&str], extra_labels: &[&str], strict: bool) -> Env {
     let mut env = Env::start().await.expect("sim starts");
@@ -23,33 +23,23 @@ async fn karmada_test_plan_for_labels() {
     let env = env(&[], &[], false).await;
     let minio = env.namespace("minio").expect("namespace");
     let minio = minio.as_str();
-    env.kubectl(&[
+    env.run(&[
         "create",
         "configmap",
         "cfg",
         "-n",
         minio,
         "--from-literal=a=b",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("created");
+    ]);
 
     // 1. No protection: deletion allowed.
-    let out = env
-        .kubectl(&["delete", "configmap", "cfg", "-n", minio])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "cfg", "-n", minio]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout, "configmap \"cfg\" deleted\n");
 
     // 2. With protection: denied, byte for byte as kubectl prints a webhook denial.
-    env.kubectl(&["label", "namespace", minio, "holdfast.dev/protected=Always"])
-        .expect("kubectl")
-        .ok()
-        .expect("labeled");
-    let out = env
-        .kubectl(&["delete", "namespace", minio])
-        .expect("kubectl");
+    env.run(&["label", "namespace", minio, "holdfast.dev/protected=Always"]);
+    let out = env.attempt(&["delete", "namespace", minio]);
     assert_eq!(out.code, 1, "{out:?}");
     let expected = format!(
         "Error from server (Forbidden): admission webhook \"delete-label-0.holdfast.dev\" denied the request: \
@@ -61,29 +51,18 @@ or set the annotation holdfast.dev/skip-protection=true if you are allowed to by
     assert_eq!(out.stderr, expected);
 
     // Force and server-side dry run are denied too.
-    let out = env
-        .kubectl(&["delete", "namespace", minio, "--force", "--grace-period=0"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", minio, "--force", "--grace-period=0"]);
     // (kubectl warns about --force first, then prints the same denial.)
     assert!(out.refused_with(expected), "{out:?}");
-    let out = env
-        .kubectl(&["delete", "namespace", minio, "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "namespace", minio, "--dry-run=server"]);
     assert!(out.refused_with(expected), "{out:?}");
     // Still there, not terminating.
-    let out = env
-        .kubectl(&["get", "namespace", minio, "-o", "jsonpath={.status.phase}"])
-        .expect("kubectl");
+    let out = env.attempt(&["get", "namespace", minio, "-o", "jsonpath={.status.phase}"]);
     assert_eq!(out.stdout, "Active");
 
     // 3. Protection removed: deletion allowed.
-    env.kubectl(&["label", "namespace", minio, "holdfast.dev/protected-"])
-        .expect("kubectl")
-        .ok()
-        .expect("unlabeled");
-    let out = env
-        .kubectl(&["delete", "namespace", minio, "--wait=false"])
-        .expect("kubectl");
+    env.run(&["label", "namespace", minio, "holdfast.dev/protected-"]);
+    let out = env.attempt(&["delete", "namespace", minio, "--wait=false"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         env.webhook_log().contains(&format!(
@@ -96,10 +75,9 @@ or set the annotation holdfast.dev/skip-protection=true if you are allowed to by
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn karmada_and_orkestra_keys() {
-    let labels = [
-        "resourcetemplate.karmada.io/deletion-protected=Always",
-        "orkestra.io/deletion-protection=true",
-    ];
+    let labels = words(
+        "resourcetemplate.karmada.io/deletion-protected=Always orkestra.io/deletion-protection=true",
+    );
     let args = [
         "--protection-label",
         labels[0],
@@ -109,10 +87,7 @@ async fn karmada_and_orkestra_keys() {
     let env = env(&args, &labels, false).await;
     let ns = env.default_namespace().expect("namespace");
     for name in ["k-always", "k-true", "o-true", "o-false"] {
-        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
-            .expect("kubectl")
-            .ok()
-            .expect("created");
+        env.run(&["create", "configmap", name, "--from-literal=a=b"]);
     }
     for (name, label) in [
         (
@@ -126,24 +101,15 @@ async fn karmada_and_orkestra_keys() {
         ("o-true", "orkestra.io/deletion-protection=true"),
         ("o-false", "orkestra.io/deletion-protection=false"),
     ] {
-        env.kubectl(&["label", "configmap", name, label])
-            .expect("kubectl")
-            .ok()
-            .expect("labeled");
+        env.run(&["label", "configmap", name, label]);
     }
     // Karmada: only Always protects.
-    let out = env
-        .kubectl(&["delete", "configmap", "k-always"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "k-always"]);
     assert!(out.refused_with(&denied_by("delete-label-1.holdfast.dev", &format!("holdfast: ConfigMap {ns}/k-always is protected by label resourcetemplate.karmada.io/deletion-protected=Always (policy: label resourcetemplate.karmada.io/deletion-protected)"))), "{out:?}");
-    let out = env
-        .kubectl(&["delete", "configmap", "k-true"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "k-true"]);
     assert_eq!(out.code, 0, "{out:?}");
     // Orkestra: true protects, false does not.
-    let out = env
-        .kubectl(&["delete", "configmap", "o-true"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "o-true"]);
     assert!(
         out.refused_with(&denied_by(
             "delete-label-2.holdfast.dev",
@@ -154,9 +120,7 @@ async fn karmada_and_orkestra_keys() {
         )),
         "{out:?}"
     );
-    let out = env
-        .kubectl(&["delete", "configmap", "o-false"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "o-false"]);
     assert_eq!(out.code, 0, "{out:?}");
 }
 
@@ -164,34 +128,20 @@ async fn karmada_and_orkestra_keys() {
 async fn strict_mode_end_to_end() {
     let env = env(&["--strict"], &[], true).await;
     let ns = env.default_namespace().expect("namespace");
-    env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
-        .expect("kubectl")
-        .ok()
-        .expect("created");
-    env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected=true"])
-        .expect("kubectl")
-        .ok()
-        .expect("labeled");
+    env.run(&["create", "configmap", "db", "--from-literal=a=b"]);
+    env.run(&["label", "configmap", "db", "holdfast.dev/protected=true"]);
     // Unrelated label changes pass, and the matchCondition keeps them away from the
     // webhook: it answers no UPDATE review for them.
     let before = env.webhook_reviews("UPDATE").await.expect("metrics");
-    env.kubectl(&["label", "configmap", "db", "team=shop"])
-        .expect("kubectl")
-        .ok()
-        .expect("unrelated label");
-    env.kubectl(&["annotate", "configmap", "db", "note=x"])
-        .expect("kubectl")
-        .ok()
-        .expect("unrelated annotation");
+    env.run(&["label", "configmap", "db", "team=shop"]);
+    env.run(&["annotate", "configmap", "db", "note=x"]);
     assert_eq!(
         env.webhook_reviews("UPDATE").await.expect("metrics"),
         before,
         "an unrelated change reached the webhook"
     );
     // Removing or downgrading the protection label is refused (and is reviewed).
-    let out = env
-        .kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
-        .expect("kubectl");
+    let out = env.attempt(&["label", "configmap", "db", "holdfast.dev/protected-"]);
     assert!(
         out.refused_with(&format!(
             "admission webhook \"strict-label-0.holdfast.dev\" denied the request: holdfast: \
@@ -205,15 +155,9 @@ async fn strict_mode_end_to_end() {
         before + 1,
         "the removal was reviewed"
     );
-    let out = env
-        .kubectl(&[
-            "label",
-            "--overwrite",
-            "configmap",
-            "db",
-            "holdfast.dev/protected=no",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "label --overwrite configmap db holdfast.dev/protected=no",
+    ));
     assert!(
         out.refused_with(&format!(
             "holdfast: ConfigMap {ns}/db carries the protection label holdfast.dev/protected=true \
@@ -222,45 +166,18 @@ async fn strict_mode_end_to_end() {
         "{out:?}"
     );
     // One update adding the exemption and removing the label: refused.
-    let out = env
-        .kubectl(&[
-            "label",
-            "configmap",
-            "db",
-            "holdfast.dev/protected-",
-            "holdfast.dev/strict-exempt=true",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "label configmap db holdfast.dev/protected- holdfast.dev/strict-exempt=true",
+    ));
     assert!(out.refused_with("must already be stored"), "{out:?}");
     // Changing between two protecting values is allowed.
-    env.kubectl(&[
-        "label",
-        "--overwrite",
-        "configmap",
-        "db",
-        "holdfast.dev/protected=Always",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("Always and true both protect");
+    env.run(&words(
+        "label --overwrite configmap db holdfast.dev/protected=Always",
+    ));
     // Exemption first, then removal, then delete.
-    env.kubectl(&[
-        "label",
-        "configmap",
-        "db",
-        "holdfast.dev/strict-exempt=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("exempt");
-    env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
-        .expect("kubectl")
-        .ok()
-        .expect("removed");
-    let out = env
-        .kubectl(&["delete", "configmap", "db"])
-        .expect("kubectl");
-    assert_eq!(out.code, 0, "{out:?}");
+    env.run(&words("label configmap db holdfast.dev/strict-exempt=true"));
+    env.run(&["label", "configmap", "db", "holdfast.dev/protected-"]);
+    env.prints(&["delete", "configmap", "db"], "configmap \"db\" deleted\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -268,31 +185,14 @@ async fn skip_annotation_allows_exactly_that_object() {
     let env = env(&[], &[], false).await;
     let ns = env.default_namespace().expect("namespace");
     for name in ["a", "b"] {
-        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
-            .expect("kubectl")
-            .ok()
-            .expect("created");
-        env.kubectl(&["label", "configmap", name, "holdfast.dev/protected=Always"])
-            .expect("kubectl")
-            .ok()
-            .expect("labeled");
+        env.run(&["create", "configmap", name, "--from-literal=a=b"]);
+        env.run(&["label", "configmap", name, "holdfast.dev/protected=Always"]);
     }
-    env.kubectl(&[
-        "annotate",
-        "configmap",
-        "a",
-        "holdfast.dev/skip-protection=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
-    assert_eq!(
-        env.kubectl(&["delete", "configmap", "a"])
-            .expect("kubectl")
-            .code,
-        0
-    );
-    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    env.run(&words(
+        "annotate configmap a holdfast.dev/skip-protection=true",
+    ));
+    assert_eq!(env.attempt(&["delete", "configmap", "a"]).code, 0);
+    let out = env.attempt(&["delete", "configmap", "b"]);
     assert!(
         out.refused_with(&denied_by(
             "delete-label-0.holdfast.dev",
@@ -308,57 +208,36 @@ async fn skip_annotation_allows_exactly_that_object() {
     );
     // A break-glass time in the past does not count, and the refusal says so; one in
     // the future does.
-    env.kubectl(&[
-        "annotate",
-        "configmap",
-        "b",
-        "holdfast.dev/skip-protection=2020-01-01T00:00:00Z",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
-    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
-    assert!(
-        out.refused_with(
-            "so it cannot be deleted (break-glass \
-             holdfast.dev/skip-protection=2020-01-01T00:00:00Z has expired)"
-        ),
-        "{out:?}"
-    );
+    env.run(&words(
+        "annotate configmap b holdfast.dev/skip-protection=2020-01-01T00:00:00Z",
+    ));
+    // The DELETE of b is refused, and the refusal says why the break-glass
+    // annotation does not count.
+    let b_refused = |why: &str| {
+        let out = env.attempt(&["delete", "configmap", "b"]);
+        let text = format!("so it cannot be deleted (break-glass {why})");
+        assert!(out.refused_with(&text), "{out:?}");
+    };
+    b_refused("holdfast.dev/skip-protection=2020-01-01T00:00:00Z has expired");
     // Further ahead than --max-break-glass (24h): ignored, and the refusal says so.
-    env.kubectl(&[
-        "annotate",
-        "--overwrite",
-        "configmap",
-        "b",
-        "holdfast.dev/skip-protection=2999-01-01T00:00:00Z",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
-    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
-    assert!(
-        out.refused_with(
-            "so it cannot be deleted (break-glass \
-             holdfast.dev/skip-protection=2999-01-01T00:00:00Z is ignored: it lies more than 24h \
-             ahead, the longest break-glass window this installation allows)"
-        ),
-        "{out:?}"
+    env.run(&words(
+        "annotate --overwrite configmap b holdfast.dev/skip-protection=2999-01-01T00:00:00Z",
+    ));
+    b_refused(
+        "holdfast.dev/skip-protection=2999-01-01T00:00:00Z is ignored: it lies more than 24h \
+         ahead, the longest break-glass window this installation allows",
     );
     // Within the window: it counts.
     let soon = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
     let soon = httpdate_rfc3339(soon);
-    env.kubectl(&[
+    env.run(&[
         "annotate",
         "--overwrite",
         "configmap",
         "b",
         &format!("holdfast.dev/skip-protection={soon}"),
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
-    let out = env.kubectl(&["delete", "configmap", "b"]).expect("kubectl");
+    ]);
+    let out = env.attempt(&["delete", "configmap", "b"]);
     assert_eq!(
         out.code, 0,
         "a break-glass time in the future counts: {out:?}"

@@ -6,16 +6,15 @@
 //! reported in the policy's status and the DELETEs that need it are refused until
 //! it is granted.
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::path::Path;
 
 use holdfast_e2e::{
-    Env, KubectlOutput,
-    controller::{ControllerProcess, condition, start_controller, wait_condition},
+    Env,
+    controller::{ControllerProcess, condition},
+    steps::{
+        apply_overlay, controller_as, eventually, refused_until, service_account_kubeconfigs, words,
+    },
 };
-use holdfast_sim::SimConfig;
 use serde_json::Value;
 
 const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
@@ -44,94 +43,61 @@ metadata: {name: creds, namespace: app, labels: {config: settings}}
 stringData: {password: hunter2}
 "#;
 
-fn ok(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-}
-
 /// The overlay applied as a user would; the webhook and the controller running
 /// as the ServiceAccounts it creates.
 async fn shipped() -> (Env, ControllerProcess) {
-    let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
-    let mut env = Env::start_with(cfg).await.expect("sim");
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    ok(&env, &["apply", "-k", &overlay.to_string_lossy()]);
-    let controller_kc = env.dir.path().join("controller.kubeconfig");
-    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
-    env.sim
-        .write_kubeconfig(&controller_kc, CONTROLLER)
-        .expect("kc");
-    env.sim.write_kubeconfig(&webhook_kc, WEBHOOK).expect("kc");
-    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
+    apply_overlay(&env, "kubernetes");
+    let (controller_kc, webhook_kc) = service_account_kubeconfigs(&env);
     env.start_webhook(&["--kubeconfig", &webhook_kc])
         .await
         .expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
-    let controller_kc = controller_kc.to_string_lossy().into_owned();
-    let mut c = start_controller(&env, "controller", port, &["--kubeconfig", &controller_kc])
-        .expect("controller");
-    c.wait_ready(30)
-        .await
-        .unwrap_or_else(|e| panic!("controller not ready: {e}"));
-    ok(&env, &["create", "namespace", "app"]);
+    let c = controller_as(&env, port, "controller", &controller_kc, &[]).await;
+    env.run(&["create", "namespace", "app"]);
     (env, c)
 }
 
 /// `kubectl auth can-i VERB RESOURCE --all-namespaces` as `user`: (exit code, answer).
 fn can_i(env: &Env, user: &str, verb: &str, resource: &str) -> (i32, String) {
-    let out = env
-        .kubectl(&[
-            "auth",
-            "can-i",
-            verb,
-            resource,
-            "--all-namespaces",
-            "--as",
-            user,
-        ])
-        .expect("kubectl runs");
+    let out = env.attempt(&[
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "--all-namespaces",
+        "--as",
+        user,
+    ]);
     (out.code, out.stdout.trim().to_string())
 }
 
 /// Waits until `user` may (or may not) `verb` `resource` cluster-wide.
 async fn wait_can_i(env: &Env, user: &str, verb: &str, resource: &str, want: bool, log: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
     let want = if want {
         (0, "yes".to_string())
     } else {
         (1, "no".to_string())
     };
-    loop {
+    eventually(30, async || {
         let got = can_i(env, user, verb, resource);
         if got == want {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "can-i {verb} {resource} as {user}: {got:?}, want {want:?}\nroles: {}\n{log}",
-            reads_role(env)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let roles = reads_role(env);
+        Err(format!(
+            "can-i {verb} {resource} as {user}: {got:?}, want {want:?}\nroles: {roles}\n{log}"
+        ))
+    })
+    .await
 }
 
 /// The rules of the role the controller keeps.
 fn reads_role(env: &Env) -> Value {
     let role: Value = serde_json::from_str(
-        &ok(
-            env,
-            &[
-                "get",
-                "clusterrole",
-                "holdfast-reads-policies",
-                "-o",
-                "json",
-            ],
-        )
-        .stdout,
+        &env.run(&words("get clusterrole holdfast-reads-policies -o json"))
+            .stdout,
     )
     .expect("json");
     role["rules"].clone()
@@ -161,19 +127,41 @@ fn core_resources(rules: &Value) -> Vec<String> {
 }
 
 async fn wait_metric(env: &Env, series: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(30, async || {
         let got = env.webhook_metric(series).await.expect("metrics");
         if got == Some(want) {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
+        Err(format!(
             "{series}: {got:?}, want {want}\n{}",
             env.webhook_log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        ))
+    })
+    .await
+}
+
+/// Once the rule is Ready, the DELETE of ConfigMap app/settings is refused (exit
+/// code 1, the webhook's exact refusal) while Secret app/creds references it.
+async fn settings_held_by_the_secret(env: &Env, c: &ControllerProcess) {
+    c.wait_condition(
+        env,
+        ["dependencyrule", "secrets-use-configmaps", "Ready", "True"],
+    )
+    .await;
+    let out = refused_until(
+        env,
+        &["delete", "configmap", "settings", "-n", "app"],
+        "still referenced",
+    )
+    .await;
+    assert!(
+        out.refused_with(&holdfast_e2e::denied_by(
+            "policies-0.holdfast.dev",
+            "holdfast: ConfigMap app/settings is still referenced by Secret app/creds (policy: \
+             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)"
+        )),
+        "{out:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -184,22 +172,16 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     let (env, c) = shipped().await;
     // The controller granted what label containment needs: ConfigMaps, Pods, ...
     // never Secrets.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let core = eventually(30, async || {
         let core = core_resources(&reads_role(&env));
         if core.iter().any(|r| r == "configmaps") {
-            assert!(!core.iter().any(|r| r == "secrets"), "{core:?}");
-            assert!(core.iter().any(|r| r == "pods"), "{core:?}");
-            break;
+            return Ok(core);
         }
-        assert!(
-            Instant::now() < deadline,
-            "reads role: {}\n{}",
-            reads_role(&env),
-            c.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Err(format!("reads role: {}\n{}", reads_role(&env), c.log()))
+    })
+    .await;
+    assert!(!core.iter().any(|r| r == "secrets"), "{core:?}");
+    assert!(core.iter().any(|r| r == "pods"), "{core:?}");
     let log = c.log();
     wait_can_i(&env, WEBHOOK, "list", "configmaps", true, &log).await;
     for who in [WEBHOOK, CONTROLLER] {
@@ -214,19 +196,17 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     // (With the webhook's own kubeconfig: a ServiceAccount's user name has colons,
     // which a KUBECONFIG path cannot.)
     let webhook_kc = env.dir.path().join("webhook.kubeconfig");
-    let out = env
-        .kubectl(&[
-            "--kubeconfig",
-            &webhook_kc.to_string_lossy(),
-            "get",
-            "secret",
-            "token",
-            "-n",
-            "app",
-            "-o",
-            "json",
-        ])
-        .expect("kubectl runs");
+    let out = env.attempt(&[
+        "--kubeconfig",
+        &webhook_kc.to_string_lossy(),
+        "get",
+        "secret",
+        "token",
+        "-n",
+        "app",
+        "-o",
+        "json",
+    ]);
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         out.stderr.trim(),
@@ -251,9 +231,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     );
     // The labelled Secret is still protected from a direct DELETE (the label
     // decision needs no read).
-    let out = env
-        .kubectl(&["delete", "secret", "token", "-n", "app"])
-        .expect("kubectl runs");
+    let out = env.attempt(&["delete", "secret", "token", "-n", "app"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(
         out.stderr.contains(
@@ -276,31 +254,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
             .iter()
             .any(|r| r == "secrets")
     );
-    wait_condition(
-        &env,
-        "dependencyrule",
-        "secrets-use-configmaps",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let out = env
-        .kubectl_until(&["delete", "configmap", "settings", "-n", "app"], 30, |o| {
-            o.code != 0 && o.stderr.contains("still referenced")
-        })
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
-    assert_eq!(out.code, 1, "{out:?}");
-    assert!(
-        out.refused_with(&holdfast_e2e::denied_by(
-            "policies-0.holdfast.dev",
-            "holdfast: ConfigMap app/settings is still referenced by Secret app/creds (policy: \
-             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)"
-        )),
-        "{out:?}"
-    );
+    settings_held_by_the_secret(&env, &c).await;
     wait_metric(
         &env,
         "holdfast_webhook_unreadable_resources{resource=\"secrets\"}",
@@ -308,10 +262,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     )
     .await;
     // The rule goes: Secrets are taken away again.
-    ok(
-        &env,
-        &["delete", "dependencyrule", "secrets-use-configmaps"],
-    );
+    env.run(&["delete", "dependencyrule", "secrets-use-configmaps"]);
     wait_can_i(&env, WEBHOOK, "list", "secrets", false, &c.log()).await;
     assert!(
         !core_resources(&reads_role(&env))
@@ -330,11 +281,8 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     // Take escalate away from the controller: it can no longer grant what it
     // does not hold.
     let role: Value = serde_json::from_str(
-        &ok(
-            &env,
-            &["get", "clusterrole", "holdfast-controller", "-o", "json"],
-        )
-        .stdout,
+        &env.run(&["get", "clusterrole", "holdfast-controller", "-o", "json"])
+            .stdout,
     )
     .expect("json");
     let index = role["rules"]
@@ -346,22 +294,18 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     let verbs = format!(
         "[{{\"op\": \"replace\", \"path\": \"/rules/{index}/verbs\", \"value\": [\"get\", \"update\", \"patch\"]}}]"
     );
-    ok(
-        &env,
-        &[
-            "patch",
-            "clusterrole",
-            "holdfast-controller",
-            "--type=json",
-            "-p",
-            &verbs,
-        ],
-    );
+    env.run(&[
+        "patch",
+        "clusterrole",
+        "holdfast-controller",
+        "--type=json",
+        "-p",
+        &verbs,
+    ]);
     env.apply(OBJECTS).expect("objects");
     env.apply(SECRET_RULE).expect("rule");
     // The status names the missing permission and the API server's refusal.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let installed = loop {
+    let installed = eventually(30, async || {
         let cond = condition(
             &env,
             "dependencyrule",
@@ -369,12 +313,10 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
             "Installed",
         )
         .expect("condition");
-        if let Some(c) = cond.filter(|c| c["status"] == "False") {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "no Installed=False\n{}", c.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        cond.filter(|c| c["status"] == "False")
+            .ok_or_else(|| format!("no Installed=False\n{}", c.log()))
+    })
+    .await;
     assert_eq!(installed["reason"], "NotInstalled");
     let message = installed["message"].as_str().expect("message");
     assert!(
@@ -401,21 +343,8 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
         (1, "no".to_string())
     );
     // The rule's DELETEs are refused, never allowed unseen.
-    let out = env
-        .kubectl_until(
-            &[
-                "delete",
-                "configmap",
-                "settings",
-                "-n",
-                "app",
-                "--dry-run=server",
-            ],
-            30,
-            |o| o.code != 0 && o.stderr.contains("cannot verify dependents"),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
+    let dry_run = words("delete configmap settings -n app --dry-run=server");
+    let out = refused_until(&env, &dry_run, "cannot verify dependents").await;
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
             "policies-0.holdfast.dev",
@@ -430,15 +359,8 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     // A namespace holding what a policy protects among a type holdfast may not
     // read: its DELETE is refused too (containment cannot see inside).
     env.apply(RP_CREDS).expect("protection");
-    let out = env
-        .kubectl_until(
-            &["delete", "namespace", "app", "--dry-run=server"],
-            30,
-            |o| o.code != 0 && o.stderr.contains("holdfast may not read secrets yet"),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
-    assert_eq!(out.code, 1, "{out:?}");
+    let ns_dry_run = words("delete namespace app --dry-run=server");
+    let out = refused_until(&env, &ns_dry_run, "holdfast may not read secrets yet").await;
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" denied \
@@ -455,44 +377,13 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
     )
     .expect("grant");
     wait_can_i(&env, WEBHOOK, "list", "secrets", true, &c.log()).await;
-    wait_condition(
-        &env,
-        "dependencyrule",
-        "secrets-use-configmaps",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let out = env
-        .kubectl_until(&["delete", "configmap", "settings", "-n", "app"], 30, |o| {
-            o.code != 0 && o.stderr.contains("still referenced")
-        })
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
-    assert!(
-        out.refused_with(&holdfast_e2e::denied_by(
-            "policies-0.holdfast.dev",
-            "holdfast: ConfigMap app/settings is still referenced by Secret app/creds (policy: \
-             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)"
-        )),
-        "{out:?}"
-    );
+    settings_held_by_the_secret(&env, &c).await;
     assert!(
         env.exists(&["configmap", "settings", "-n", "app"])
             .expect("kubectl")
     );
     // Now containment sees the protected Secret.
-    let out = env
-        .kubectl_until(
-            &["delete", "namespace", "app", "--dry-run=server"],
-            30,
-            |o| o.code != 0 && o.stderr.contains("Secret app/creds"),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("not refused: {e}\n{}", env.webhook_log()));
-    assert_eq!(out.code, 1, "{out:?}");
+    let out = refused_until(&env, &ns_dry_run, "Secret app/creds").await;
     assert!(
         out.stderr
             .contains("Secret app/creds (ResourceProtection/creds)"),

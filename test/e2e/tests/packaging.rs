@@ -3,7 +3,7 @@
 //! requests/limits and a preStop delay that fits the termination grace period,
 //! and the optional components render and point at what they name.
 
-use std::{collections::BTreeMap, path::Path, process::Command};
+use std::{collections::BTreeMap, path::Path};
 
 use serde_json::{Value, json};
 
@@ -13,20 +13,7 @@ fn repo() -> &'static Path {
 
 /// `kubectl kustomize DIR` parsed into its documents.
 fn render(dir: &Path) -> Vec<Value> {
-    let kubectl = holdfast_e2e::kubectl_path().expect("kubectl");
-    let out = Command::new(kubectl)
-        .arg("kustomize")
-        .arg(dir)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    serde_saphyr::from_multiple::<Value>(&text).expect("rendered YAML parses")
+    holdfast_e2e::steps::kustomize(dir)
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {

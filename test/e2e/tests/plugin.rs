@@ -4,98 +4,56 @@
 //! users who may read but neither delete nor bypass (`alice`), or who may also
 //! bypass (`breaker`).
 
-use std::{
-    path::{Path, PathBuf},
-    process::Stdio,
-    time::Duration,
-};
+use std::{path::PathBuf, process::Stdio, time::Duration};
 
+use holdfast_e2e::steps::allow;
 use holdfast_e2e::{
     Env,
-    controller::{ControllerProcess, start_controller},
+    controller::ControllerProcess,
     fixtures,
+    steps::{shipped_with_issued_certificate, with_users, words},
 };
-use holdfast_sim::{RbacRule, SimConfig, User};
+use holdfast_sim::SimConfig;
 use serde_json::Value;
-
-const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
-const WEBHOOK: &str = holdfast_e2e::WEBHOOK_SA;
-
-fn ok(env: &Env, args: &[&str]) -> String {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-        .stdout
-}
-
-fn reader_rules(user: &str) -> RbacRule {
-    RbacRule {
-        users: vec![user.to_string()],
-        verbs: vec!["get".into(), "list".into(), "watch".into()],
-        api_groups: vec!["*".into()],
-        resources: vec!["*".into()],
-        ..Default::default()
-    }
-}
 
 /// The simulator with the shipped ServiceAccounts, `alice` (reads everything) and
 /// `breaker` (reads everything, may bypass protection).
 fn sim_config() -> SimConfig {
-    let mut cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
+    let mut cfg = with_users(
+        holdfast_e2e::with_service_accounts(SimConfig::default()),
+        &["alice", "breaker"],
+        "developers",
+    );
     for name in ["alice", "breaker"] {
-        cfg.users.push(User {
-            name: name.to_string(),
-            token: format!("{name}-token"),
-            groups: vec!["developers".to_string()],
-        });
-        cfg.rbac.push(reader_rules(name));
+        cfg.rbac
+            .push(allow(&[name], &["get", "list", "watch"], &["*"], &["*"]));
     }
-    cfg.rbac.push(RbacRule {
-        users: vec!["breaker".into()],
-        verbs: vec!["bypass".into()],
-        api_groups: vec!["holdfast.dev".into()],
-        resources: vec!["protections".into()],
-        ..Default::default()
-    });
+    cfg.rbac.push(allow(
+        &["breaker"],
+        &["bypass"],
+        &["holdfast.dev"],
+        &["protections"],
+    ));
     cfg
+}
+
+/// The finding of the report `r` whose `field` is `value`; fails when none is.
+fn finding<'a>(r: &'a Value, field: &str, value: &str) -> &'a Value {
+    let findings = r["findings"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    findings
+        .iter()
+        .find(|f| f[field] == value)
+        .unwrap_or_else(|| panic!("no finding with {field} {value}: {r}"))
 }
 
 /// The shipped stack: overlay applied, controller and webhook as their
 /// ServiceAccounts, the webhook serving the certificate the controller issued.
 async fn shipped_stack() -> (Env, ControllerProcess) {
     let mut env = Env::start_with(sim_config()).await.expect("sim");
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    ok(&env, &["apply", "-k", &overlay.to_string_lossy()]);
-    let controller_kc = env.dir.path().join("controller.kubeconfig");
-    let webhook_kc = env.dir.path().join("webhook.kubeconfig");
-    env.sim
-        .write_kubeconfig(&controller_kc, CONTROLLER)
-        .expect("kc");
-    env.sim.write_kubeconfig(&webhook_kc, WEBHOOK).expect("kc");
-    let port = holdfast_e2e::free_port().expect("port");
-    let controller_kc = controller_kc.to_string_lossy().into_owned();
-    let mut c = start_controller(
-        &env,
-        "controller",
-        port,
-        &[
-            "--kubeconfig",
-            &controller_kc,
-            "--ca-secret",
-            "holdfast-system/holdfast-webhook-tls",
-        ],
-    )
-    .expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
-    holdfast_e2e::controller::use_issued_certificate(&env, &c)
-        .await
-        .expect("issued certificate");
-    let webhook_kc = webhook_kc.to_string_lossy().into_owned();
-    env.start_webhook_on(port, &["--kubeconfig", &webhook_kc])
-        .await
-        .expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
+    let c = shipped_with_issued_certificate(&mut env, &[]).await;
     (env, c)
 }
 
@@ -160,10 +118,8 @@ async fn why_names_every_protection_and_blocker() {
     holdfast_e2e::needs_simulator!("it runs users and ServiceAccounts the simulator defines");
     let (env, controller) = shipped_stack().await;
     env.apply(&fixtures::vpc_vm_crds()).expect("CRDs");
-    env.kubectl_until(&["get", "vpcs", "-A"], 30, |o| o.code == 0)
-        .await
-        .expect("CRDs served");
-    ok(&env, &["create", "namespace", "shop"]);
+    env.wait_served(&["vpcs", "-A"]).await;
+    env.run(&["create", "namespace", "shop"]);
     env.apply(&fixtures::vm_vpc_rule(".spec.vpcRef.name"))
         .expect("rule");
     env.apply(
@@ -196,7 +152,7 @@ async fn why_names_every_protection_and_blocker() {
     assert!(refused.stderr.contains("and 2 more"), "{refused:?}");
 
     // A label-protected ConfigMap, KIND NAME form.
-    let run = holdfast(&env, "alice", &["why", "configmap", "cfg", "-n", "shop"]).await;
+    let run = holdfast(&env, "alice", &words("why configmap cfg -n shop")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(
         run.stdout.starts_with(
@@ -225,14 +181,7 @@ async fn why_names_every_protection_and_blocker() {
     let run = holdfast(
         &env,
         "alice",
-        &[
-            "why",
-            "vpcs.network.test.io/my-vpc",
-            "-n",
-            "shop",
-            "-o",
-            "json",
-        ],
+        &words("why vpcs.network.test.io/my-vpc -n shop -o json"),
     )
     .await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
@@ -265,14 +214,14 @@ async fn why_names_every_protection_and_blocker() {
     );
 
     // The namespace: everything inside that blocks it.
-    let run = holdfast(&env, "alice", &["why", "ns", "shop", "-o", "yaml"]).await;
+    let run = holdfast(&env, "alice", &words("why ns shop -o yaml")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(
         run.stdout.contains("decidedBy: containment\n"),
         "{}",
         run.stdout
     );
-    let run = holdfast(&env, "alice", &["why", "namespace", "shop", "-o", "json"]).await;
+    let run = holdfast(&env, "alice", &words("why namespace shop -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let r = json(&run);
     let containment = r["protections"]
@@ -291,7 +240,7 @@ async fn why_names_every_protection_and_blocker() {
     );
 
     // Unprotected: exit 0, nothing to say.
-    let run = holdfast(&env, "alice", &["why", "cm/plain", "-n", "shop"]).await;
+    let run = holdfast(&env, "alice", &words("why cm/plain -n shop")).await;
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert_eq!(
         run.stdout,
@@ -345,23 +294,18 @@ async fn why_names_every_protection_and_blocker() {
     );
 
     // Bad input: exit 2, one line.
-    let run = holdfast(&env, "alice", &["why", "gizmos", "x"]).await;
+    let run = holdfast(&env, "alice", &words("why gizmos x")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert_eq!(
         run.stderr,
         "error: the server doesn't have a resource type \"gizmos\"\n"
     );
-    let run = holdfast(
-        &env,
-        "alice",
-        &["why", "configmap", "missing", "-n", "shop"],
-    )
-    .await;
+    let run = holdfast(&env, "alice", &words("why configmap missing -n shop")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert_eq!(run.stderr, "error: configmaps \"missing\" not found\n");
-    let run = holdfast(&env, "alice", &["why", "a/b/c"]).await;
+    let run = holdfast(&env, "alice", &words("why a/b/c")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
-    let run = holdfast(&env, "alice", &["why", "-o", "xml", "cm/plain"]).await;
+    let run = holdfast(&env, "alice", &words("why -o xml cm/plain")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
 }
 
@@ -371,7 +315,7 @@ async fn check_reports_posture_and_findings() {
     let (mut env, mut controller) = shipped_stack().await;
 
     // Healthy: exit 0; the backstop's absence is a warning.
-    let run = holdfast(&env, "alice", &["check", "-o", "json"]).await;
+    let run = holdfast(&env, "alice", &words("check -o json")).await;
     let r = json(&run);
     assert_eq!(run.code, 0, "{r}\n{}", run.stderr);
     assert_eq!(r["webhookConfiguration"], true);
@@ -400,15 +344,13 @@ async fn check_reports_posture_and_findings() {
          spec:\n  resources:\n  - {group: ghost.test.io, version: v1, resource: ghosts}\n",
     )
     .expect("policy");
-    ok(&env, &["create", "namespace", "loose"]);
+    env.run(&["create", "namespace", "loose"]);
     env.apply(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: keep, namespace: loose, labels: {holdfast.dev/protected: Always}}\n",
     )
     .expect("cm");
     // A protected Widget: the CustomResourceDefinition itself protects nothing.
-    env.kubectl_until(&["get", "widgets", "-A"], 30, |o| o.code == 0)
-        .await
-        .expect("widgets served");
+    env.wait_served(&["widgets", "-A"]).await;
     env.apply(
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: loose, labels: {holdfast.dev/protected: Always}}\n",
     )
@@ -416,7 +358,7 @@ async fn check_reports_posture_and_findings() {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let r =
         loop {
-            let run = holdfast(&env, "alice", &["check", "-o", "json"]).await;
+            let run = holdfast(&env, "alice", &words("check -o json")).await;
             let r = json(&run);
             let kinds: Vec<&str> = r["findings"]
                 .as_array()
@@ -440,12 +382,7 @@ async fn check_reports_posture_and_findings() {
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
-    let ns = r["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .find(|f| f["kind"] == "NamespaceUnprotected")
-        .expect("namespace finding");
+    let ns = finding(&r, "kind", "NamespaceUnprotected");
     assert_eq!(ns["subject"], "Namespace/loose");
     assert!(
         ns["message"].as_str().is_some_and(|m| m.starts_with(
@@ -454,12 +391,7 @@ async fn check_reports_posture_and_findings() {
         )),
         "{ns}"
     );
-    let ghosts = r["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .find(|f| f["subject"] == "ResourceProtection/ghosts")
-        .expect("policy finding");
+    let ghosts = finding(&r, "subject", "ResourceProtection/ghosts");
     assert_eq!(ghosts["kind"], "PolicyNotReady", "{ghosts}");
     assert!(
         ghosts["message"]
@@ -467,12 +399,7 @@ async fn check_reports_posture_and_findings() {
             .is_some_and(|m| m.starts_with("Invalid: the policy is invalid and not enforced: ")),
         "{ghosts}"
     );
-    let crd = r["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .find(|f| f["kind"] == "CrdUnprotected")
-        .expect("CRD finding");
+    let crd = finding(&r, "kind", "CrdUnprotected");
     assert_eq!(
         crd["subject"],
         "CustomResourceDefinition/widgets.example.com"
@@ -485,12 +412,7 @@ async fn check_reports_posture_and_findings() {
     );
 
     // The CRD itself: its instances are what would block its DELETE.
-    let run = holdfast(
-        &env,
-        "alice",
-        &["why", "crd", "widgets.example.com", "-o", "json"],
-    )
-    .await;
+    let run = holdfast(&env, "alice", &words("why crd widgets.example.com -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let w = json(&run);
     assert_eq!(w["object"]["kind"], "CustomResourceDefinition");
@@ -503,7 +425,7 @@ async fn check_reports_posture_and_findings() {
 
     // The webhook stopped: the configuration points at nothing that answers.
     env.webhook = None;
-    let run = holdfast(&env, "alice", &["check", "-o", "json"]).await;
+    let run = holdfast(&env, "alice", &words("check -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let r = json(&run);
     let down = r["findings"]
@@ -523,19 +445,11 @@ async fn check_reports_posture_and_findings() {
     // The configuration deleted (the controller stopped first, or it would heal it;
     // its self-protection lifted first, as an uninstall does).
     controller.terminate(30).await.expect("controller stops");
-    ok(
-        &env,
-        &[
-            "delete",
-            "validatingadmissionpolicybinding",
-            "holdfast-self-protection",
-        ],
-    );
-    ok(
-        &env,
-        &["delete", "validatingwebhookconfiguration", "holdfast"],
-    );
-    let run = holdfast(&env, "alice", &["check"]).await;
+    env.run(&words(
+        "delete validatingadmissionpolicybinding holdfast-self-protection",
+    ));
+    env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
+    let run = holdfast(&env, "alice", &words("check")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(
         run.stdout

@@ -3,17 +3,19 @@
 //! plan for a CRD and its instances), enforcement modes, namespace containment,
 //! AnchorRule (the composite stories) and CriticalService (the bulk-delete story).
 
+use holdfast_e2e::steps::allowed_until;
+use holdfast_e2e::steps::{allow, for_groups, sim_user};
 use holdfast_e2e::{
     Env, KubectlOutput,
     controller::{ControllerProcess, start_controller, wait_configuration},
     http_get,
+    steps::words,
 };
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
 async fn full_stack() -> (Env, ControllerProcess) {
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.start_webhook(&[]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
@@ -55,15 +57,7 @@ async fn covered(env: &Env, group: &str, resource: &str) {
     .expect("configuration covers the resource");
 }
 
-const WIDGET_PROTECTION: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: widgets}
-spec:
-  resources:
-  - {group: example.com, version: v1, resource: widgets}
-  - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, names: [widgets.example.com]}
-"#;
+const WIDGET_PROTECTION: &str = holdfast_e2e::fixtures::WIDGET_PROTECTION;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_karmada_plan_for_a_crd() {
@@ -73,24 +67,19 @@ async fn resource_protection_karmada_plan_for_a_crd() {
     let (env, _c) = full_stack().await;
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
-    env.kubectl_until(&["get", "widgets"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["widgets"]).await;
     for w in ["w1", "w2"] {
         env.apply(&format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {w}, namespace: default}}\n"))
             .expect("widget");
     }
     // No protection: deletion allowed.
-    let out = env.kubectl(&["delete", "widget", "w1"]).expect("kubectl");
+    let out = env.attempt(&["delete", "widget", "w1"]);
     assert_eq!(out.code, 0, "{out:?}");
 
     // With protection: instances and the CRD itself are refused, --force too.
     env.apply(WIDGET_PROTECTION).expect("protection");
     covered(&env, "example.com", "widgets").await;
-    let out = env
-        .kubectl_until(&["delete", "widget", "w2"], 15, |o| o.code != 0)
-        .await
-        .expect("refused");
+    let out = env.until_failed(&["delete", "widget", "w2"]).await;
     assert!(
         refused(
             &out,
@@ -98,19 +87,14 @@ async fn resource_protection_karmada_plan_for_a_crd() {
         ),
         "{out:?}"
     );
-    let out = env
-        .kubectl(&["delete", "widget", "w2", "--force", "--grace-period=0"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "widget", "w2", "--force", "--grace-period=0"]);
     assert!(
         refused(&out, "is protected by ResourceProtection/widgets"),
         "{out:?}"
     );
     let out = env
-        .kubectl_until(&["delete", "crd", "widgets.example.com"], 15, |o| {
-            o.code != 0
-        })
-        .await
-        .expect("crd refused");
+        .until_failed(&["delete", "crd", "widgets.example.com"])
+        .await;
     assert!(
         refused(
             &out,
@@ -120,13 +104,8 @@ async fn resource_protection_karmada_plan_for_a_crd() {
     );
 
     // Protection removed: allowed again.
-    env.kubectl(&["delete", "resourceprotection", "widgets"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
-    env.kubectl_until(&["delete", "widget", "w2"], 15, |o| o.code == 0)
-        .await
-        .expect("w2 deleted");
+    env.run(&["delete", "resourceprotection", "widgets"]);
+    allowed_until(&env, &["delete", "widget", "w2"]).await;
     env.kubectl_until(&["delete", "crd", "widgets.example.com"], 15, |o| {
         o.code == 0
     })
@@ -141,10 +120,7 @@ async fn enforcement_modes_warn_and_audit() {
     );
     let (env, _c) = full_stack().await;
     for name in ["warned", "audited", "enforced", "both"] {
-        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
-            .expect("kubectl")
-            .ok()
-            .expect("cm");
+        env.run(&["create", "configmap", name, "--from-literal=a=b"]);
     }
     // "both" is selected by a Warn and an Enforce policy: Enforce wins.
     for (policy, mode, object) in [
@@ -162,13 +138,8 @@ async fn enforcement_modes_warn_and_audit() {
     }
     covered(&env, "", "configmaps").await;
     let out = env
-        .kubectl_until(
-            &["delete", "configmap", "enforced", "--dry-run=server"],
-            15,
-            |o| o.code != 0,
-        )
-        .await
-        .expect("enforced refused");
+        .until_failed(&["delete", "configmap", "enforced", "--dry-run=server"])
+        .await;
     assert!(
         refused(
             &out,
@@ -176,9 +147,7 @@ async fn enforcement_modes_warn_and_audit() {
         ),
         "{out:?}"
     );
-    let out = env
-        .kubectl(&["delete", "configmap", "both"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "both"]);
     assert!(
         refused(
             &out,
@@ -191,9 +160,7 @@ async fn enforcement_modes_warn_and_audit() {
         "still there"
     );
     // Warn: allowed, and kubectl prints the admission warning.
-    let out = env
-        .kubectl(&["delete", "configmap", "warned"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "warned"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         out.stderr.contains(
@@ -202,9 +169,7 @@ async fn enforcement_modes_warn_and_audit() {
         "{out:?}"
     );
     // Audit: allowed silently, counted.
-    let out = env
-        .kubectl(&["delete", "configmap", "audited"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "audited"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(!out.stderr.contains("Warning"), "{out:?}");
     let port = env.webhook.as_ref().map(|w| w.probe_port).expect("probe");
@@ -247,29 +212,15 @@ async fn namespace_containment_keeps_the_namespace_whole() {
         "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
     );
     let (env, _c) = full_stack().await;
-    env.kubectl(&["create", "namespace", "shop"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
+    env.run(&["create", "namespace", "shop"]);
     env.apply("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n")
         .expect("pvc");
     for cm in ["a", "b"] {
-        env.kubectl(&[
-            "create",
-            "configmap",
-            cm,
-            "-n",
-            "shop",
-            "--from-literal=k=v",
-        ])
-        .expect("kubectl")
-        .ok()
-        .expect("cm");
+        env.run(&words(&format!(
+            "create configmap {cm} -n shop --from-literal=k=v"
+        )));
     }
-    let out = env
-        .kubectl_until(&["delete", "namespace", "shop"], 20, |o| o.code != 0)
-        .await
-        .expect("refused");
+    let out = env.until_failed(&["delete", "namespace", "shop"]).await;
     assert!(
         refused(
             &out,
@@ -278,48 +229,22 @@ async fn namespace_containment_keeps_the_namespace_whole() {
         "{out:?}"
     );
     // Nothing inside was deleted and the namespace is not terminating.
-    let out = env
-        .kubectl(&["get", "configmaps", "-n", "shop", "-o", "name"])
-        .expect("kubectl");
+    let out = env.attempt(&["get", "configmaps", "-n", "shop", "-o", "name"]);
     assert!(
         out.stdout.contains("configmap/a") && out.stdout.contains("configmap/b"),
         "{out:?}"
     );
-    let out = env
-        .kubectl(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"])
-        .expect("kubectl");
+    let out = env.attempt(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"]);
     assert_eq!(out.stdout, "Active");
     // Break-glass on the protected object lifts containment too (a server-side dry
     // run: the namespace is not deleted yet).
-    env.kubectl(&[
-        "annotate",
-        "pvc",
-        "data",
-        "-n",
-        "shop",
-        "holdfast.dev/skip-protection=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotated");
-    env.kubectl_until(
-        &["delete", "namespace", "shop", "--dry-run=server"],
-        30,
-        |o| o.code == 0,
-    )
-    .await
-    .expect("break-glass contents do not block the namespace");
-    env.kubectl(&[
-        "annotate",
-        "pvc",
-        "data",
-        "-n",
-        "shop",
-        "holdfast.dev/skip-protection-",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("annotation removed");
+    env.run(&words(
+        "annotate pvc data -n shop holdfast.dev/skip-protection=true",
+    ));
+    allowed_until(&env, &["delete", "namespace", "shop", "--dry-run=server"]).await;
+    env.run(&words(
+        "annotate pvc data -n shop holdfast.dev/skip-protection-",
+    ));
     env.kubectl_until(&["delete", "namespace", "shop", "--dry-run=server"], 30, |o| {
         refused(
             o,
@@ -329,17 +254,7 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     .await
     .expect("refused again without break-glass");
     // Lift the protection: the namespace goes.
-    env.kubectl(&[
-        "label",
-        "pvc",
-        "data",
-        "-n",
-        "shop",
-        "holdfast.dev/protected-",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("unlabeled");
+    env.run(&words("label pvc data -n shop holdfast.dev/protected-"));
     env.kubectl_until(&["delete", "namespace", "shop", "--wait=false"], 15, |o| {
         o.code == 0
     })
@@ -347,19 +262,7 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     .expect("namespace deleted");
 }
 
-const ANCHOR_RULE: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: AnchorRule
-metadata: {name: appcat}
-spec:
-  anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}
-  anchorLabels: {name: appcat.vshn.io/composite-name}
-  toggle: {fieldPath: .spec.parameters.backup.deletionProtection, default: true}
-  protects:
-  - {group: "", version: v1, resource: namespaces}
-  - {group: "", version: v1, resource: persistentvolumeclaims, inheritFromNamespace: true}
-  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}
-"#;
+const ANCHOR_RULE: &str = holdfast_e2e::fixtures::APPCAT_ANCHOR_RULE;
 
 fn composite(toggle: &str) -> String {
     format!(
@@ -375,13 +278,9 @@ async fn anchor_rule_composite_stories() {
     let (env, _c) = full_stack().await;
     env.apply(&holdfast_e2e::fixtures::appcat_crds())
         .expect("appcat CRDs");
-    env.kubectl_until(&["get", "xvshnpostgresqls"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["xvshnpostgresqls"]).await;
     env.apply(ANCHOR_RULE).expect("anchor rule");
-    env.kubectl_until(&["get", "xobjectbuckets"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["xobjectbuckets"]).await;
     env.apply(&composite("true")).expect("composite");
     env.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: vshn-postgresql-pg-1, labels: {appcat.vshn.io/composite-name: pg-1}}\n")
         .expect("instance namespace");
@@ -396,21 +295,9 @@ async fn anchor_rule_composite_stories() {
 
     let protected_by = "is protected while its anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists and has .spec.parameters.backup.deletionProtection=true";
     for args in [
-        vec![
-            "delete",
-            "pvc",
-            "data-0",
-            "-n",
-            "vshn-postgresql-pg-1",
-            "--dry-run=server",
-        ],
+        words("delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server"),
         vec!["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        vec![
-            "delete",
-            "namespace",
-            "vshn-postgresql-pg-1",
-            "--dry-run=server",
-        ],
+        words("delete namespace vshn-postgresql-pg-1 --dry-run=server"),
     ] {
         let out = env
             .kubectl_until(&args, 15, |o| o.code != 0)
@@ -419,31 +306,14 @@ async fn anchor_rule_composite_stories() {
         assert!(out.stderr.contains(protected_by), "{args:?}: {out:?}");
     }
     // The override label on exactly one PVC (a corrupted Galera node, say).
-    env.kubectl(&[
-        "label",
-        "pvc",
-        "data-1",
-        "-n",
-        "vshn-postgresql-pg-1",
-        "holdfast.dev/allow-deletion=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labeled");
-    let out = env
-        .kubectl(&["delete", "pvc", "data-1", "-n", "vshn-postgresql-pg-1"])
-        .expect("kubectl");
+    env.run(&words(
+        "label pvc data-1 -n vshn-postgresql-pg-1 holdfast.dev/allow-deletion=true",
+    ));
+    let out = env.attempt(&["delete", "pvc", "data-1", "-n", "vshn-postgresql-pg-1"]);
     assert_eq!(out.code, 0, "{out:?}");
-    let out = env
-        .kubectl(&[
-            "delete",
-            "pvc",
-            "data-0",
-            "-n",
-            "vshn-postgresql-pg-1",
-            "--dry-run=server",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server",
+    ));
     assert!(
         refused(&out, protected_by),
         "the override is for exactly that object: {out:?}"
@@ -451,13 +321,11 @@ async fn anchor_rule_composite_stories() {
 
     // Toggle off: deletable; back on: protected again.
     env.apply(&composite("false")).expect("toggle off");
-    env.kubectl_until(
+    allowed_until(
+        &env,
         &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        10,
-        |o| o.code == 0,
     )
-    .await
-    .expect("deletable with the toggle off");
+    .await;
     // A toggle that is not a boolean counts as absent: the default (true) protects.
     env.apply(&composite("\"off\""))
         .expect("toggle not a boolean");
@@ -478,41 +346,20 @@ async fn anchor_rule_composite_stories() {
     .expect("protected again");
 
     // The anchor goes: everything is deletable (no deadlock).
-    env.kubectl(&["delete", "xvshnpostgresql", "pg-1"])
-        .expect("kubectl")
-        .ok()
-        .expect("anchor deleted");
+    env.run(&["delete", "xvshnpostgresql", "pg-1"]);
     env.kubectl_until(&["delete", "xobjectbucket", "pg-1-backup"], 10, |o| {
         o.code == 0
     })
     .await
     .expect("bucket deleted");
-    env.kubectl_until(
-        &[
-            "delete",
-            "namespace",
-            "vshn-postgresql-pg-1",
-            "--wait=false",
-        ],
-        10,
-        |o| o.code == 0,
+    allowed_until(
+        &env,
+        &words("delete namespace vshn-postgresql-pg-1 --wait=false"),
     )
-    .await
-    .expect("namespace deleted");
+    .await;
 }
 
-const CRITICAL: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: CriticalService
-metadata: {name: for-finalizer-deployment}
-spec:
-  provider: {group: apps, resource: deployments, namespace: finalizer-namespace, name: finalizer-deployment}
-  criteria:
-  - type: Finalizer
-    finalizer: {group: my.crd.group, resource: coolresources, finalizerName: my.crd.group/super-important}
-  - type: SpecificResource
-    specificResource: {group: apiextensions.k8s.io, resource: customresourcedefinitions, name: coolresources.my.crd.group}
-"#;
+const CRITICAL: &str = holdfast_e2e::fixtures::FINALIZER_CRITICAL_SERVICE;
 
 const FINALIZER: &str = "my.crd.group/super-important";
 
@@ -532,15 +379,9 @@ fn finalizer_controller(
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
     };
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let alive = run(&[
-            "get",
-            "deployment",
-            "finalizer-deployment",
-            "-n",
-            "finalizer-namespace",
-            "-o",
-            "json",
-        ])
+        let alive = run(&words(
+            "get deployment finalizer-deployment -n finalizer-namespace -o json",
+        ))
         .and_then(|s| serde_json::from_str::<Value>(&s).ok())
         .is_some_and(|d| d["metadata"]["deletionTimestamp"].is_null());
         if alive && let Some(list) = run(&["get", "coolresources", "-o", "json"]) {
@@ -574,24 +415,9 @@ async fn critical_service_bulk_delete_converges_in_order() {
     );
     let (env, _c) = full_stack().await;
     env.apply(&holdfast_e2e::fixtures::cool_crd()).expect("crd");
-    env.kubectl_until(&["get", "coolresources"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
-    env.kubectl(&["create", "namespace", "finalizer-namespace"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "create",
-        "deployment",
-        "finalizer-deployment",
-        "-n",
-        "finalizer-namespace",
-        "--image=registry.example/finalizer:1",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("deployment");
+    env.wait_served(&["coolresources"]).await;
+    env.run(&["create", "namespace", "finalizer-namespace"]);
+    env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
     env.apply(&format!("apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {{name: some-instance, finalizers: [{FINALIZER}]}}\n"))
         .expect("instance");
     env.apply(CRITICAL).expect("critical service");
@@ -600,14 +426,9 @@ async fn critical_service_bulk_delete_converges_in_order() {
     // The provider is protected before the bulk delete starts.
     let out = env
         .kubectl_until(
-            &[
-                "delete",
-                "deployment",
-                "finalizer-deployment",
-                "-n",
-                "finalizer-namespace",
-                "--dry-run=server",
-            ],
+            &words(
+                "delete deployment finalizer-deployment -n finalizer-namespace --dry-run=server",
+            ),
             15,
             |o| o.code != 0,
         )
@@ -628,27 +449,10 @@ async fn critical_service_bulk_delete_converges_in_order() {
 
     // Every DELETE at once, in an order from a seed, each retried like a client.
     let mut deletes: Vec<Vec<&str>> = vec![
-        vec![
-            "delete",
-            "criticalservice",
-            "for-finalizer-deployment",
-            "--wait=false",
-        ],
+        words("delete criticalservice for-finalizer-deployment --wait=false"),
         vec!["delete", "namespace", "finalizer-namespace", "--wait=false"],
-        vec![
-            "delete",
-            "deployment",
-            "finalizer-deployment",
-            "-n",
-            "finalizer-namespace",
-            "--wait=false",
-        ],
-        vec![
-            "delete",
-            "crd",
-            "coolresources.my.crd.group",
-            "--wait=false",
-        ],
+        words("delete deployment finalizer-deployment -n finalizer-namespace --wait=false"),
+        words("delete crd coolresources.my.crd.group --wait=false"),
         vec!["delete", "coolresource", "some-instance", "--wait=false"],
     ];
     let seed = std::time::SystemTime::now()
@@ -673,13 +477,7 @@ async fn critical_service_bulk_delete_converges_in_order() {
         ("namespace", vec!["get", "namespace", "finalizer-namespace"]),
         (
             "deployment",
-            vec![
-                "get",
-                "deployment",
-                "finalizer-deployment",
-                "-n",
-                "finalizer-namespace",
-            ],
+            words("get deployment finalizer-deployment -n finalizer-namespace"),
         ),
         ("crd", vec!["get", "crd", "coolresources.my.crd.group"]),
         ("instance", vec!["get", "coolresource", "some-instance"]),
@@ -695,7 +493,7 @@ async fn critical_service_bulk_delete_converges_in_order() {
         round += 1;
         let mut still = Vec::new();
         for args in pending {
-            let out = env.kubectl(&args).expect("kubectl");
+            let out = env.attempt(&args);
             if out.code != 0
                 && !out.stderr.contains("NotFound")
                 && !out.stderr.contains("not found")
@@ -743,32 +541,14 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     holdfast_e2e::needs_simulator!(
         "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
     );
-    use holdfast_sim::{RbacRule, SimConfig, User};
+    use holdfast_sim::SimConfig;
     let mut cfg = SimConfig::default();
-    cfg.users.push(User {
-        name: "dev".into(),
-        token: "dev-token".into(),
-        groups: vec!["devs".into()],
-    });
-    cfg.users.push(User {
-        name: "lead".into(),
-        token: "lead-token".into(),
-        groups: vec!["leads".into()],
-    });
-    cfg.rbac.push(RbacRule {
-        groups: vec!["leads".into()],
-        verbs: vec!["bypass".into()],
-        api_groups: vec!["holdfast.dev".into()],
-        resources: vec!["protections".into()],
-        ..Default::default()
-    });
-    cfg.rbac.push(RbacRule {
-        groups: vec!["devs".into(), "leads".into()],
-        verbs: vec!["*".into()],
-        api_groups: vec!["".into()],
-        resources: vec!["configmaps".into()],
-        ..Default::default()
-    });
+    cfg.users.push(sim_user("dev", &["devs"]));
+    cfg.users.push(sim_user("lead", &["leads"]));
+    let bypass = allow(&[], &["bypass"], &["holdfast.dev"], &["protections"]);
+    cfg.rbac.push(for_groups(&["leads"], bypass));
+    let edit = allow(&[], &["*"], &[""], &["configmaps"]);
+    cfg.rbac.push(for_groups(&["devs", "leads"], edit));
     let mut env = Env::start_with(cfg).await.expect("sim");
     env.install_crds().expect("crds");
     // One window for the whole test: four refused retries make exactly one Event
@@ -791,34 +571,18 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     .await
     .expect("strict configuration installed");
     for name in ["db", "other"] {
-        env.kubectl(&["create", "configmap", name, "--from-literal=a=b"])
-            .expect("kubectl")
-            .ok()
-            .expect("cm");
-        env.kubectl(&["label", "configmap", name, "holdfast.dev/protected=true"])
-            .expect("kubectl")
-            .ok()
-            .expect("label");
+        env.run(&["create", "configmap", name, "--from-literal=a=b"]);
+        env.run(&["label", "configmap", name, "holdfast.dev/protected=true"]);
     }
     // Strict configuration in place: a developer cannot lift protection...
     let out = env
-        .kubectl_until(
-            &["label", "configmap", "db", "holdfast.dev/protected-"],
-            15,
-            |o| o.code != 0,
-        )
-        .await
-        .expect("strict in place");
+        .until_failed(&["label", "configmap", "db", "holdfast.dev/protected-"])
+        .await;
     assert!(out.stderr.contains("strict mode is on"), "{out:?}");
     let out = env
         .kubectl_as(
             "dev",
-            &[
-                "annotate",
-                "configmap",
-                "db",
-                "holdfast.dev/skip-protection=true",
-            ],
+            &words("annotate configmap db holdfast.dev/skip-protection=true"),
         )
         .expect("kubectl");
     assert!(
@@ -831,12 +595,7 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     let out = env
         .kubectl_as(
             "dev",
-            &[
-                "label",
-                "configmap",
-                "db",
-                "holdfast.dev/strict-exempt=true",
-            ],
+            &words("label configmap db holdfast.dev/strict-exempt=true"),
         )
         .expect("kubectl");
     assert!(
@@ -845,14 +604,8 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     );
     // A refused dry run leaves no Event (the webhook declares sideEffects: None);
     // the same refusal for real, by another user, does.
-    env.kubectl(&["create", "configmap", "dry", "--from-literal=a=b"])
-        .expect("kubectl")
-        .ok()
-        .expect("cm");
-    env.kubectl(&["label", "configmap", "dry", "holdfast.dev/protected=true"])
-        .expect("kubectl")
-        .ok()
-        .expect("label");
+    env.run(&["create", "configmap", "dry", "--from-literal=a=b"]);
+    env.run(&["label", "configmap", "dry", "holdfast.dev/protected=true"]);
     let out = env
         .kubectl_as("dev", &["delete", "configmap", "dry", "--dry-run=server"])
         .expect("kubectl");
@@ -887,12 +640,7 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     // A lead may set break-glass; then the deletion goes through.
     env.kubectl_as(
         "lead",
-        &[
-            "annotate",
-            "configmap",
-            "db",
-            "holdfast.dev/skip-protection=true",
-        ],
+        &words("annotate configmap db holdfast.dev/skip-protection=true"),
     )
     .expect("kubectl")
     .ok()
@@ -947,14 +695,8 @@ async fn strict_resource_protection_guards_its_selector() {
         "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
     );
     let (env, _c) = full_stack().await;
-    env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
-        .expect("kubectl")
-        .ok()
-        .expect("cm");
-    env.kubectl(&["label", "configmap", "db", "tier=data"])
-        .expect("kubectl")
-        .ok()
-        .expect("label");
+    env.run(&["create", "configmap", "db", "--from-literal=a=b"]);
+    env.run(&["label", "configmap", "db", "tier=data"]);
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: data-tier}\n\
          spec:\n  strict: true\n  resources:\n  - {group: \"\", version: v1, resource: configmaps, namespace: default, labelSelector: {matchLabels: {tier: data}}}\n",
@@ -962,13 +704,8 @@ async fn strict_resource_protection_guards_its_selector() {
     .expect("protection");
     covered(&env, "", "configmaps").await;
     let out = env
-        .kubectl_until(
-            &["delete", "configmap", "db", "--dry-run=server"],
-            15,
-            |o| o.code != 0,
-        )
-        .await
-        .expect("refused");
+        .until_failed(&["delete", "configmap", "db", "--dry-run=server"])
+        .await;
     assert!(
         refused(
             &out,
@@ -978,37 +715,17 @@ async fn strict_resource_protection_guards_its_selector() {
     );
     // Relabelling it out of the selector is refused under strict...
     let out = env
-        .kubectl_until(&["label", "configmap", "db", "tier-"], 15, |o| o.code != 0)
-        .await
-        .expect("relabel refused");
+        .until_failed(&["label", "configmap", "db", "tier-"])
+        .await;
     assert!(refused(&out, "would no longer select it"), "{out:?}");
-    let out = env
-        .kubectl(&["label", "--overwrite", "configmap", "db", "tier=web"])
-        .expect("kubectl");
+    let out = env.attempt(&["label", "--overwrite", "configmap", "db", "tier=web"]);
     assert!(refused(&out, "would no longer select it"), "{out:?}");
     // ...other label changes pass...
-    env.kubectl(&["label", "configmap", "db", "team=shop"])
-        .expect("kubectl")
-        .ok()
-        .expect("unrelated label");
+    env.run(&["label", "configmap", "db", "team=shop"]);
     // ...and with the exemption stored first, it can leave the selector.
-    env.kubectl(&[
-        "label",
-        "configmap",
-        "db",
-        "holdfast.dev/strict-exempt=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("exempt");
-    env.kubectl(&["label", "configmap", "db", "tier-"])
-        .expect("kubectl")
-        .ok()
-        .expect("relabelled");
-    let out = env
-        .kubectl(&["delete", "configmap", "db"])
-        .expect("kubectl");
-    assert_eq!(out.code, 0, "{out:?}");
+    env.run(&words("label configmap db holdfast.dev/strict-exempt=true"));
+    env.run(&["label", "configmap", "db", "tier-"]);
+    env.prints(&["delete", "configmap", "db"], "configmap \"db\" deleted\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1035,9 +752,7 @@ async fn anchor_is_the_topmost_composite() {
         ),
     ]))
     .expect("crds");
-    env.kubectl_until(&["get", "xvshnkeycloaks"], 10, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["xvshnkeycloaks"]).await;
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: keycloak}\nspec:\n  \
          anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnkeycloaks}\n  \
@@ -1052,14 +767,7 @@ async fn anchor_is_the_topmost_composite() {
     env.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: vshn-postgresql-kc-1-pg, labels: {appcat.vshn.io/composite-name: kc-1}}\n").expect("ns");
     env.apply("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: vshn-postgresql-kc-1-pg}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n").expect("pvc");
     covered(&env, "", "persistentvolumeclaims").await;
-    let pvc = [
-        "delete",
-        "pvc",
-        "data",
-        "-n",
-        "vshn-postgresql-kc-1-pg",
-        "--dry-run=server",
-    ];
+    let pvc = words("delete pvc data -n vshn-postgresql-kc-1-pg --dry-run=server");
     let out = env
         .kubectl_until(&pvc, 15, |o| o.code != 0)
         .await
@@ -1072,11 +780,8 @@ async fn anchor_is_the_topmost_composite() {
         "{out:?}"
     );
     // Deleting the nested composite does not lift the protection: the anchor is the top.
-    env.kubectl(&["delete", "xvshnpostgresql", "kc-1-pg"])
-        .expect("kubectl")
-        .ok()
-        .expect("nested deleted");
-    let out = env.kubectl(&pvc).expect("kubectl");
+    env.run(&["delete", "xvshnpostgresql", "kc-1-pg"]);
+    let out = env.attempt(&pvc);
     assert!(
         refused(
             &out,
@@ -1085,10 +790,7 @@ async fn anchor_is_the_topmost_composite() {
         "{out:?}"
     );
     // Deleting the topmost composite does.
-    env.kubectl(&["delete", "xvshnkeycloak", "kc-1"])
-        .expect("kubectl")
-        .ok()
-        .expect("top deleted");
+    env.run(&["delete", "xvshnkeycloak", "kc-1"]);
     env.kubectl_until(&pvc, 10, |o| o.code == 0)
         .await
         .expect("deletable once the top is gone");

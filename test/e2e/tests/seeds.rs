@@ -7,15 +7,19 @@
 //! terminating references, strict mode over an extra key and an exempt object still
 //! refused on DELETE, and every metric the README lists.
 
+use holdfast_e2e::steps::wait_ready;
+use holdfast_e2e::steps::wait_webhook_installed;
+use holdfast_e2e::steps::{NO_FINALIZERS, merge_patch};
 use holdfast_e2e::{
-    Env, KubectlOutput,
+    Env,
     controller::{ControllerProcess, start_controller, wait_condition, wait_configuration},
+    steps::words,
+    steps::{allowed_until, refused_until},
 };
 use std::time::Duration;
 
 async fn full_stack(webhook_args: &[&str], controller_args: &[&str]) -> (Env, ControllerProcess) {
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     env.start_webhook(webhook_args).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
@@ -44,30 +48,6 @@ async fn covered(env: &Env, group: &str, resource: &str) {
     .expect("configuration covers the resource");
 }
 
-/// Runs `args` until kubectl's refusal contains `text`; fails printing the last output.
-async fn refused_until(env: &Env, args: &[&str], text: &str) -> KubectlOutput {
-    env.kubectl_until(args, 30, |o| o.refused_with(text))
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{args:?} never refused with {text:?}: {e:#}\nwebhook: {}",
-                env.webhook_log()
-            )
-        })
-}
-
-/// Runs `args` until kubectl succeeds; fails printing the last output.
-async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl_until(args, 30, |o| o.code == 0)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{args:?} never allowed: {e:#}\nwebhook: {}",
-                env.webhook_log()
-            )
-        })
-}
-
 /// Seed 002's CriticalService, exactly as the seed writes it (a comment header aside).
 const SEED_002_CRITICAL_SERVICE: &str = include_str!("../fixtures/seeds/002-critical-service.yaml");
 
@@ -78,24 +58,9 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     );
     let (env, _c) = full_stack(&[], &[]).await;
     env.apply(&holdfast_e2e::fixtures::cool_crd()).expect("crd");
-    env.kubectl_until(&["get", "coolresources"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
-    env.kubectl(&["create", "namespace", "finalizer-namespace"])
-        .expect("kubectl")
-        .ok()
-        .expect("ns");
-    env.kubectl(&[
-        "create",
-        "deployment",
-        "finalizer-deployment",
-        "-n",
-        "finalizer-namespace",
-        "--image=registry.example/finalizer:1",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("deployment");
+    env.wait_served(&["coolresources"]).await;
+    env.run(&["create", "namespace", "finalizer-namespace"]);
+    env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
     env.apply(
         "apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {name: some-instance, finalizers: [my.crd.group/super-important]}\n",
     )
@@ -129,26 +94,11 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     .await
     .expect("valid");
     assert_eq!(invalid["reason"], "Valid", "{invalid}");
-    wait_condition(
-        &env,
-        "criticalservice",
-        "for-finalizer-deployment",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .expect("ready");
+    wait_ready(&env, "criticalservice", "for-finalizer-deployment").await;
     covered(&env, "apps", "deployments").await;
 
-    let provider = [
-        "delete",
-        "deployment",
-        "finalizer-deployment",
-        "-n",
-        "finalizer-namespace",
-        "--dry-run=server",
-    ];
+    let provider =
+        words("delete deployment finalizer-deployment -n finalizer-namespace --dry-run=server");
     // Both criteria hold: the finalizer on the instance, and the CRD named by kind.
     let out = refused_until(
         &env,
@@ -163,21 +113,8 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
         "{out:?}"
     );
     // The finalizer is processed and the instance goes: the CRD (named by kind) still holds.
-    env.kubectl(&[
-        "patch",
-        "coolresource",
-        "some-instance",
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":null}}"#,
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("finalizer removed");
-    env.kubectl(&["delete", "coolresource", "some-instance"])
-        .expect("kubectl")
-        .ok()
-        .expect("instance deleted");
+    env.run(&merge_patch("coolresource some-instance", NO_FINALIZERS));
+    env.run(&["delete", "coolresource", "some-instance"]);
     let out = refused_until(
         &env,
         &provider,
@@ -193,19 +130,10 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     )
     .await;
     // The CRD goes: nothing holds the provider any more, then the CriticalService.
-    env.kubectl(&["delete", "crd", "coolresources.my.crd.group"])
-        .expect("kubectl")
-        .ok()
-        .expect("crd deleted");
+    env.run(&["delete", "crd", "coolresources.my.crd.group"]);
     allowed_until(
         &env,
-        &[
-            "delete",
-            "deployment",
-            "finalizer-deployment",
-            "-n",
-            "finalizer-namespace",
-        ],
+        &words("delete deployment finalizer-deployment -n finalizer-namespace"),
     )
     .await;
     allowed_until(
@@ -217,17 +145,7 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
 
 /// Waits until the live configuration has the strict label webhook for the first key.
 async fn strict_label_webhook_installed(env: &Env) {
-    wait_configuration(env, Duration::from_secs(30), |cfg| {
-        cfg.is_some_and(|c| {
-            c["webhooks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|w| w["name"] == "strict-label-0.holdfast.dev")
-        })
-    })
-    .await
-    .expect("strict label webhook installed");
+    wait_webhook_installed(env, "strict-label-0.holdfast.dev").await;
 }
 
 fn strict_refusal(kind: &str, name: &str) -> String {
@@ -252,9 +170,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     ]))
     .expect("crds");
     for r in ["widgets", "coolresources"] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     strict_label_webhook_installed(&env).await;
     for w in ["w1", "w2"] {
@@ -270,31 +186,23 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     let unlabel_w1 = ["label", "widget", "w1", "holdfast.dev/protected-"];
     let unlabel_c1 = ["label", "coolresource", "c1", "holdfast.dev/protected-"];
     // The whole installation is strict: neither label may go.
-    let out = env.kubectl(&unlabel_w1).expect("kubectl");
+    let out = env.attempt(&unlabel_w1);
     assert!(
         out.refused_with(&strict_refusal("Widget", "default/w1")),
         "{out:?}"
     );
-    let out = env.kubectl(&unlabel_c1).expect("kubectl");
+    let out = env.attempt(&unlabel_c1);
     assert!(
         out.refused_with(&strict_refusal("CoolResource", "c1")),
         "{out:?}"
     );
 
     // The widgets CRD opts out of strict mode.
-    env.kubectl(&[
-        "label",
-        "crd",
-        "widgets.example.com",
-        "holdfast.dev/strict-exempt=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("CRD labelled");
+    env.run(&words(
+        "label crd widgets.example.com holdfast.dev/strict-exempt=true",
+    ));
     // Its instances still cannot be deleted while labelled...
-    let out = env
-        .kubectl(&["delete", "widget", "w1", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "widget", "w1", "--dry-run=server"]);
     assert!(
         out.refused_with(
             "holdfast: Widget default/w1 is protected by label holdfast.dev/protected=true \
@@ -307,8 +215,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     let mut dry_run = unlabel_w1.to_vec();
     dry_run.push("--dry-run=server");
     allowed_until(&env, &dry_run).await;
-    env.kubectl(&unlabel_w1)
-        .expect("kubectl")
+    env.attempt(&unlabel_w1)
         .ok()
         .expect("label removed from an instance of the exempt CRD");
     let w1 = env.get_json(&["widget", "w1"]).expect("w1");
@@ -318,36 +225,21 @@ async fn seed_004_one_crd_out_of_strict_mode() {
             .is_none(),
         "{w1}"
     );
-    env.kubectl(&["delete", "widget", "w1"])
-        .expect("kubectl")
-        .ok()
-        .expect("w1 deleted once unlabelled");
+    env.run(&["delete", "widget", "w1"]);
     // Every other CRD stays strict.
-    let out = env.kubectl(&unlabel_c1).expect("kubectl");
+    let out = env.attempt(&unlabel_c1);
     assert!(
         out.refused_with(&strict_refusal("CoolResource", "c1")),
         "{out:?}"
     );
 
     // The opt-out taken back: the widgets are strict again.
-    env.kubectl(&[
-        "label",
-        "crd",
-        "widgets.example.com",
-        "holdfast.dev/strict-exempt-",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("CRD label removed");
+    env.run(&words(
+        "label crd widgets.example.com holdfast.dev/strict-exempt-",
+    ));
     refused_until(
         &env,
-        &[
-            "label",
-            "widget",
-            "w2",
-            "holdfast.dev/protected-",
-            "--dry-run=server",
-        ],
+        &words("label widget w2 holdfast.dev/protected- --dry-run=server"),
         &strict_refusal("Widget", "default/w2"),
     )
     .await;
@@ -374,9 +266,7 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
         "vpcs",
         "virtualmachines",
     ] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     env.apply(&holdfast_e2e::fixtures::documents(&[
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: widgets}\n\
@@ -458,9 +348,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     ]))
     .expect("crds");
     for r in ["vshnpostgresqls", "xobjectbuckets"] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: claims}\nspec:\n  \
@@ -470,10 +358,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     )
     .expect("anchor rule");
     for ns in ["team-a", "team-b"] {
-        env.kubectl(&["create", "namespace", ns])
-            .expect("kubectl")
-            .ok()
-            .expect("namespace");
+        env.run(&["create", "namespace", ns]);
     }
     env.apply(
         "apiVersion: vshn.appcat.vshn.io/v1\nkind: VSHNPostgreSQL\nmetadata: {name: pg-1, namespace: team-a}\n",
@@ -490,9 +375,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     // The same composite name in another namespace, where no claim lives.
     env.apply(&bucket("bucket-b", "team-b", ""))
         .expect("bucket b");
-    wait_condition(&env, "anchorrule", "claims", "Ready", "True", 30)
-        .await
-        .expect("ready");
+    wait_ready(&env, "anchorrule", "claims").await;
     covered(&env, "appcat.vshn.io", "xobjectbuckets").await;
 
     // The anchor is read in the namespace the label names.
@@ -510,46 +393,23 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     )
     .await;
     // No claim pg-1 in team-b: that bucket is not protected.
-    let out = env
-        .kubectl(&["delete", "xobjectbucket", "bucket-b"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "xobjectbucket.appcat.vshn.io \"bucket-b\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "xobjectbucket", "bucket-b"],
+        "xobjectbucket.appcat.vshn.io \"bucket-b\" deleted\n",
     );
 
     // The override counts with the value `true` only.
-    env.kubectl(&[
-        "label",
-        "xobjectbucket",
-        "bucket-a",
-        "appcat.vshn.io/webhook-allowdeletion=yes",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labelled yes");
-    let out = env
-        .kubectl(&["delete", "xobjectbucket", "bucket-a", "--dry-run=server"])
-        .expect("kubectl");
+    env.run(&words(
+        "label xobjectbucket bucket-a appcat.vshn.io/webhook-allowdeletion=yes",
+    ));
+    let out = env.attempt(&["delete", "xobjectbucket", "bucket-a", "--dry-run=server"]);
     assert!(out.refused_with(&refusal), "{out:?}");
-    env.kubectl(&[
-        "label",
-        "--overwrite",
-        "xobjectbucket",
-        "bucket-a",
-        "appcat.vshn.io/webhook-allowdeletion=true",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("labelled true");
-    let out = env
-        .kubectl(&["delete", "xobjectbucket", "bucket-a"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "xobjectbucket.appcat.vshn.io \"bucket-a\" deleted\n"),
-        "{out:?}"
+    env.run(&words(
+        "label --overwrite xobjectbucket bucket-a appcat.vshn.io/webhook-allowdeletion=true",
+    ));
+    env.prints(
+        &["delete", "xobjectbucket", "bucket-a"],
+        "xobjectbucket.appcat.vshn.io \"bucket-a\" deleted\n",
     );
     assert!(
         !env.exists(&["xobjectbucket", "bucket-a"])
@@ -579,10 +439,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
          vshnpostgresqls.vshn.appcat.vshn.io team-a/pg-1 exists",
     )
     .await;
-    env.kubectl(&["delete", "vshnpostgresql", "pg-1", "-n", "team-a"])
-        .expect("kubectl")
-        .ok()
-        .expect("claim deleted");
+    env.run(&["delete", "vshnpostgresql", "pg-1", "-n", "team-a"]);
     allowed_until(&env, &["delete", "xobjectbucket", "bucket-c"]).await;
 }
 
@@ -594,9 +451,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("crds");
     for r in ["vpcs", "virtualmachines"] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: DependencyRule\nmetadata: {name: vm-vpcs}\nspec:\n  \
@@ -606,10 +461,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     )
     .expect("rule");
     for ns in ["network", "apps"] {
-        env.kubectl(&["create", "namespace", ns])
-            .expect("kubectl")
-            .ok()
-            .expect("namespace");
+        env.run(&["create", "namespace", ns]);
         env.apply(&format!(
             "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: net, namespace: {ns}}}\n"
         ))
@@ -621,9 +473,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
          finalizers: [compute.test.io/teardown]}\nspec: {vpcRef: {name: net, namespace: network}}\n",
     )
     .expect("vm");
-    wait_condition(&env, "dependencyrule", "vm-vpcs", "Ready", "True", 30)
-        .await
-        .expect("ready");
+    wait_ready(&env, "dependencyrule", "vm-vpcs").await;
     covered(&env, "network.test.io", "vpcs").await;
 
     let refusal = |note: &str| {
@@ -645,27 +495,13 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     )
     .await;
     // The VPC of the same name in the VM's own namespace is not the one referenced.
-    let out = env
-        .kubectl(&["delete", "vpc", "net", "-n", "apps"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "vpc.network.test.io \"net\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "vpc", "net", "-n", "apps"],
+        "vpc.network.test.io \"net\" deleted\n",
     );
 
     // The VM is being deleted but still exists (its finalizer holds it): it still blocks.
-    env.kubectl(&[
-        "delete",
-        "virtualmachine",
-        "vm-1",
-        "-n",
-        "apps",
-        "--wait=false",
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("vm delete requested");
+    env.run(&words("delete virtualmachine vm-1 -n apps --wait=false"));
     let vm = env
         .get_json(&["virtualmachine", "vm-1", "-n", "apps"])
         .expect("vm still there");
@@ -678,19 +514,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     .await;
 
     // The finalizer done, the VM goes, and with it the reference.
-    env.kubectl(&[
-        "patch",
-        "virtualmachine",
-        "vm-1",
-        "-n",
-        "apps",
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":null}}"#,
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("finalizer removed");
+    env.run(&merge_patch("virtualmachine vm-1 -n apps", NO_FINALIZERS));
     env.kubectl_until(&["get", "virtualmachine", "vm-1", "-n", "apps"], 30, |o| {
         o.is_not_found()
     })
@@ -723,34 +547,15 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
     holdfast_e2e::needs_simulator!(
         "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
     );
-    let flags = [
-        "--strict",
-        "--protection-label",
-        "orkestra.io/deletion-protection=true",
-    ];
+    let flags = words("--strict --protection-label orkestra.io/deletion-protection=true");
     let (env, _c) = full_stack(&flags, &flags).await;
-    wait_configuration(&env, Duration::from_secs(30), |cfg| {
-        cfg.is_some_and(|c| {
-            c["webhooks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|w| w["name"] == "strict-label-1.holdfast.dev")
-        })
-    })
-    .await
-    .expect("strict webhook for the extra key");
+    wait_webhook_installed(&env, "strict-label-1.holdfast.dev").await;
     env.apply(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: default, labels: {orkestra.io/deletion-protection: \"true\"}}\ndata: {a: b}\n",
     )
     .expect("configmap");
-    let unlabel = [
-        "label",
-        "configmap",
-        "app",
-        "orkestra.io/deletion-protection-",
-    ];
-    let out = env.kubectl(&unlabel).expect("kubectl");
+    let unlabel = words("label configmap app orkestra.io/deletion-protection-");
+    let out = env.attempt(&unlabel);
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
             "strict-label-1.holdfast.dev",
@@ -763,16 +568,8 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
     );
     // Marked exempt (by an administrator: it takes the bypass permission, as
     // `protections::break_glass_needs_the_bypass_permission_and_leaves_events` shows).
-    let exempt = [
-        "label",
-        "configmap",
-        "app",
-        "holdfast.dev/strict-exempt=true",
-    ];
-    env.kubectl(&exempt)
-        .expect("kubectl")
-        .ok()
-        .expect("marked exempt");
+    let exempt = words("label configmap app holdfast.dev/strict-exempt=true");
+    env.attempt(&exempt).ok().expect("marked exempt");
     // Exempt is not deletable: the DELETE is still refused while the label is there.
     let delete_refusal = holdfast_e2e::denied_by(
         "delete-label-1.holdfast.dev",
@@ -780,23 +577,16 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
          orkestra.io/deletion-protection=true (policy: label orkestra.io/deletion-protection), \
          so it cannot be deleted.",
     );
-    let out = env
-        .kubectl(&["delete", "configmap", "app"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "app"]);
     assert!(out.refused_with(&delete_refusal), "{out:?}");
     assert!(env.exists(&["configmap", "app"]).expect("kubectl get"));
     // The stored exemption lets the label go; then the DELETE passes.
-    env.kubectl(&unlabel)
-        .expect("kubectl")
+    env.attempt(&unlabel)
         .ok()
         .expect("label removed from the exempt object");
-    let out = env
-        .kubectl(&["delete", "configmap", "app"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "configmap \"app\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "configmap", "app"],
+        "configmap \"app\" deleted\n",
     );
 }
 
@@ -823,9 +613,7 @@ async fn every_metric_the_readme_lists() {
     ]))
     .expect("crds");
     for r in ["widgets", "vpcs", "virtualmachines"] {
-        env.kubectl_until(&["get", r], 30, |o| o.code == 0)
-            .await
-            .expect("served");
+        env.wait_served(&[r]).await;
     }
     env.apply(&holdfast_e2e::fixtures::documents(&[
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: widgets}\n\
@@ -845,9 +633,7 @@ async fn every_metric_the_readme_lists() {
         ("resourceprotection", "widgets"),
         ("dependencyrule", "vm-dependencies"),
     ] {
-        wait_condition(&env, kind, name, "Ready", "True", 30)
-            .await
-            .expect("ready");
+        wait_ready(&env, kind, name).await;
     }
     covered(&env, "network.test.io", "vpcs").await;
     covered(&env, "example.com", "widgets").await;
@@ -889,14 +675,12 @@ async fn every_metric_the_readme_lists() {
         "holdfast: VPC default/net is still referenced by VirtualMachine default/vm",
     )
     .await;
-    let out = env
-        .kubectl(&["delete", "configmap", "locked"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "locked"]);
     assert!(
         out.refused_with("holdfast: ConfigMap default/locked is protected by label"),
         "{out:?}"
     );
-    let out = env.kubectl(&["delete", "widget", "w"]).expect("kubectl");
+    let out = env.attempt(&["delete", "widget", "w"]);
     assert_eq!(out.code, 0, "Audit allows: {out:?}");
     let dependency_denials = metric_value(
         probe,
@@ -957,9 +741,7 @@ async fn every_metric_the_readme_lists() {
         1.0,
     )
     .await;
-    let out = env
-        .kubectl(&["delete", "configmap", "locked", "--dry-run=server"])
-        .expect("kubectl");
+    let out = env.attempt(&["delete", "configmap", "locked", "--dry-run=server"]);
     assert!(
         out.refused_with("holdfast: ConfigMap default/locked is protected by label"),
         "still serving: {out:?}"

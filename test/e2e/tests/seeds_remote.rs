@@ -7,20 +7,15 @@
 //!   "service cluster" simulator holding the protected objects and holdfast).
 
 use holdfast_e2e::{
-    Env, KubectlOutput,
-    controller::{ControllerProcess, condition, wait_condition},
+    Env,
+    controller::{ControllerProcess, condition},
+    steps::eventually,
+    steps::words,
+    steps::{allowed_until, refused_until},
 };
 use holdfast_sim::SimConfig;
 use serde_json::Value;
 use std::time::Duration;
-
-fn ok(env: &Env, args: &[&str]) -> String {
-    env.kubectl(args)
-        .expect("kubectl runs")
-        .ok()
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-        .stdout
-}
 
 /// A sim with the shipped manifests applied, and the webhook and the controller
 /// running as their ServiceAccounts.
@@ -35,42 +30,15 @@ async fn shipped_stack() -> (Env, ControllerProcess) {
     (s.env, s.controller)
 }
 
-/// Runs `args` until kubectl's refusal is exactly `text`; fails printing the last output.
-async fn refused_until(env: &Env, args: &[&str], text: &str) -> KubectlOutput {
-    env.kubectl_until(args, 30, |o| o.refused_with(text))
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{args:?} never refused with {text:?}: {e:#}\nwebhook: {}",
-                env.webhook_log()
-            )
-        })
-}
-
-/// Runs `args` until kubectl succeeds; fails printing the last output.
-async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
-    env.kubectl_until(args, 30, |o| o.code == 0)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{args:?} never allowed: {e:#}\nwebhook: {}",
-                env.webhook_log()
-            )
-        })
-}
-
 /// Waits until condition `type_` of the policy has `reason`; returns it.
-async fn wait_reason(env: &Env, kind: &str, name: &str, type_: &str, reason: &str) -> Value {
-    wait_reason_or(env, kind, name, type_, reason, &|| String::new()).await
+async fn wait_reason(env: &Env, query: [&str; 4]) -> Value {
+    wait_reason_or(env, query, &|| String::new()).await
 }
 
 /// [`wait_reason`], printing `context()` (a log) when it never comes.
 async fn wait_reason_or(
     env: &Env,
-    kind: &str,
-    name: &str,
-    type_: &str,
-    reason: &str,
+    [kind, name, type_, reason]: [&str; 4],
     context: &dyn Fn() -> String,
 ) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -90,6 +58,23 @@ async fn wait_reason_or(
     }
 }
 
+/// Waits until the DELETE of ConfigMap app/`cm` is refused (exactly) because its
+/// anchor, composite pg-1, exists in the control cluster.
+async fn refused_while_pg_1_exists(env: &Env, cm: &str) {
+    let refusal = holdfast_e2e::denied_by(
+        "policies-0.holdfast.dev",
+        &format!(
+            "holdfast: ConfigMap app/{cm} is protected while its anchor \
+             xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
+             Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so \
+             it cannot be deleted. To delete it, delete the anchor, or label this object \
+             holdfast.dev/allow-deletion=true."
+        ),
+    );
+    let dry_run = format!("delete configmap {cm} -n app --dry-run=server");
+    refused_until(env, &words(&dry_run), &refusal).await;
+}
+
 /// A control cluster serving the composites' CRD, holding composites `names`.
 async fn control_cluster(names: &[&str]) -> Env {
     let control = Env::start().await.expect("control cluster");
@@ -101,10 +86,7 @@ async fn control_cluster(names: &[&str]) -> Env {
             false,
         ))
         .expect("composite CRD");
-    control
-        .kubectl_until(&["get", "xvshnpostgresqls"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
+    control.wait_served(&["xvshnpostgresqls"]).await;
     for name in names {
         control
             .apply(&format!(
@@ -137,18 +119,15 @@ fn configmap(name: &str, composite: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_000_composite_in_another_cluster() {
-    if holdfast_e2e::skipped_on_cluster(
-        "seed_000_composite_in_another_cluster",
-        "it runs two simulators and the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs two simulators and the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     // The control cluster: the composites.
     let control = control_cluster(&["pg-1"]).await;
     // The service cluster: holdfast, the protected objects, the kubeconfig Secret.
     let (env, controller) = shipped_stack().await;
     put_kubeconfig(&env, &control);
-    ok(&env, &["create", "namespace", "app"]);
+    env.run(&["create", "namespace", "app"]);
     env.apply(&configmap("cm-1", "pg-1")).expect("cm-1");
     env.apply(&configmap("cm-2", "pg-2")).expect("cm-2");
     env.apply(
@@ -161,9 +140,9 @@ async fn seed_000_composite_in_another_cluster() {
     .expect("anchor rule");
 
     // Ready once the source is listed; the anchor type is served there only.
-    let ready = wait_condition(&env, "anchorrule", "remote-composites", "Ready", "True", 30)
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    let ready = controller
+        .wait_condition(&env, ["anchorrule", "remote-composites", "Ready", "True"])
+        .await;
     assert_eq!(ready["reason"], "Enforced", "{ready}");
     let reachable = condition(&env, "anchorrule", "remote-composites", "SourceReachable")
         .expect("kubectl")
@@ -198,39 +177,15 @@ async fn seed_000_composite_in_another_cluster() {
     );
 
     // Refused while the composite exists in the control cluster.
-    let refusal = holdfast_e2e::denied_by(
-        "policies-0.holdfast.dev",
-        "holdfast: ConfigMap app/cm-1 is protected while its anchor \
-         xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
-         Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so it \
-         cannot be deleted. To delete it, delete the anchor, or label this object \
-         holdfast.dev/allow-deletion=true.",
-    );
-    refused_until(
-        &env,
-        &[
-            "delete",
-            "configmap",
-            "cm-1",
-            "-n",
-            "app",
-            "--dry-run=server",
-        ],
-        &refusal,
-    )
-    .await;
+    refused_while_pg_1_exists(&env, "cm-1").await;
     // No composite pg-2 there: that object is not protected.
-    let out = env
-        .kubectl(&["delete", "configmap", "cm-2", "-n", "app"])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "configmap \"cm-2\" deleted\n"),
-        "{out:?}"
+    env.prints(
+        &["delete", "configmap", "cm-2", "-n", "app"],
+        "configmap \"cm-2\" deleted\n",
     );
 
     // The composite deleted in the control cluster: the object may go.
-    ok(&control, &["delete", "xvshnpostgresql", "pg-1"]);
+    control.run(&["delete", "xvshnpostgresql", "pg-1"]);
     let out = allowed_until(&env, &["delete", "configmap", "cm-1", "-n", "app"]).await;
     assert_eq!(out.stdout, "configmap \"cm-1\" deleted\n", "{out:?}");
     assert!(
@@ -242,14 +197,7 @@ async fn seed_000_composite_in_another_cluster() {
     env.apply(&configmap("cm-3", "pg-1")).expect("cm-3");
     allowed_until(
         &env,
-        &[
-            "delete",
-            "configmap",
-            "cm-3",
-            "-n",
-            "app",
-            "--dry-run=server",
-        ],
+        &words("delete configmap cm-3 -n app --dry-run=server"),
     )
     .await;
     drop(control);
@@ -275,18 +223,19 @@ async fn seed_000_composite_in_another_cluster() {
     // An object naming no anchor is still deletable.
     env.apply("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: app}\n")
         .expect("plain");
-    ok(&env, &["delete", "configmap", "plain", "-n", "app"]);
+    env.run(&["delete", "configmap", "plain", "-n", "app"]);
     // The rule says so.
-    let down = wait_condition(
-        &env,
-        "anchorrule",
-        "remote-composites",
-        "SourceReachable",
-        "False",
-        30,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    let down = controller
+        .wait_condition(
+            &env,
+            [
+                "anchorrule",
+                "remote-composites",
+                "SourceReachable",
+                "False",
+            ],
+        )
+        .await;
     assert_eq!(down["reason"], "Unreachable", "{down}");
     let message = down["message"].as_str().unwrap_or_default();
     assert!(
@@ -310,33 +259,15 @@ async fn seed_000_composite_in_another_cluster() {
     // the source is synced): listed again, allowed.
     let control2 = control_cluster(&["pg-1"]).await;
     put_kubeconfig(&env, &control2);
-    let protected = holdfast_e2e::denied_by(
-        "policies-0.holdfast.dev",
-        "holdfast: ConfigMap app/cm-3 is protected while its anchor \
-         xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
-         Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so it \
-         cannot be deleted. To delete it, delete the anchor, or label this object \
-         holdfast.dev/allow-deletion=true.",
-    );
-    refused_until(
-        &env,
-        &[
-            "delete",
-            "configmap",
-            "cm-3",
-            "-n",
-            "app",
-            "--dry-run=server",
-        ],
-        &protected,
-    )
-    .await;
+    refused_while_pg_1_exists(&env, "cm-3").await;
     wait_reason(
         &env,
-        "anchorrule",
-        "remote-composites",
-        "SourceReachable",
-        "Synced",
+        [
+            "anchorrule",
+            "remote-composites",
+            "SourceReachable",
+            "Synced",
+        ],
     )
     .await;
     let control3 = control_cluster(&[]).await;
@@ -346,21 +277,18 @@ async fn seed_000_composite_in_another_cluster() {
     drop(control2);
 
     // A Secret outside holdfast's namespace is never read.
-    ok(
-        &env,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "elsewhere",
-            "-n",
-            "app",
-            &format!(
-                "--from-file=kubeconfig={}",
-                env.kubeconfig.to_string_lossy()
-            ),
-        ],
-    );
+    env.run(&[
+        "create",
+        "secret",
+        "generic",
+        "elsewhere",
+        "-n",
+        "app",
+        &format!(
+            "--from-file=kubeconfig={}",
+            env.kubeconfig.to_string_lossy()
+        ),
+    ]);
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: foreign-secret}\nspec:\n  \
          anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}\n  \
@@ -375,10 +303,12 @@ async fn seed_000_composite_in_another_cluster() {
     .expect("cm-4");
     let unusable = wait_reason(
         &env,
-        "anchorrule",
-        "foreign-secret",
-        "SourceReachable",
-        "Unusable",
+        [
+            "anchorrule",
+            "foreign-secret",
+            "SourceReachable",
+            "Unusable",
+        ],
     )
     .await;
     assert_eq!(
@@ -412,8 +342,7 @@ async fn seed_000_composite_in_another_cluster() {
 /// Waits until the live configuration has a policies webhook routing every
 /// resource (`*` of every group); returns that webhook.
 async fn wildcard_webhook(env: &Env) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(30, async || {
         let cfg = holdfast_e2e::controller::webhook_configuration(env).expect("kubectl");
         let hook = cfg.as_ref().and_then(|c| {
             c["webhooks"].as_array().into_iter().flatten().find(|w| {
@@ -423,25 +352,17 @@ async fn wildcard_webhook(env: &Env) -> Value {
                     && w["rules"][0]["apiGroups"] == serde_json::json!(["*"])
             })
         });
-        if let Some(h) = hook {
-            return h.clone();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no wildcard policies webhook; last: {cfg:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        hook.cloned()
+            .ok_or_else(|| format!("no wildcard policies webhook; last: {cfg:?}"))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_001_protect_everything_in_a_namespace() {
-    if holdfast_e2e::skipped_on_cluster(
-        "seed_001_protect_everything_in_a_namespace",
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let (env, controller) = shipped_stack().await;
     env.apply(&holdfast_e2e::fixtures::crd(
         "example.com",
@@ -450,13 +371,11 @@ async fn seed_001_protect_everything_in_a_namespace() {
         true,
     ))
     .expect("crd");
-    env.kubectl_until(&["get", "widgets"], 30, |o| o.code == 0)
-        .await
-        .expect("served");
+    env.wait_served(&["widgets"]).await;
     for ns in ["shop", "other"] {
-        ok(&env, &["create", "namespace", ns]);
-        ok(&env, &["create", "configmap", "cm", "-n", ns]);
-        ok(&env, &["create", "secret", "generic", "s", "-n", ns]);
+        env.run(&["create", "namespace", ns]);
+        env.run(&["create", "configmap", "cm", "-n", ns]);
+        env.run(&["create", "secret", "generic", "s", "-n", ns]);
     }
     env.apply("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop}\n")
         .expect("widget");
@@ -471,16 +390,12 @@ async fn seed_001_protect_everything_in_a_namespace() {
          exclude:\n    - {group: \"\", resource: secrets}\n",
     )
     .expect("policy");
-    let ready = wait_condition(
-        &env,
-        "resourceprotection",
-        "everything-in-shop",
-        "Ready",
-        "True",
-        30,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    let ready = controller
+        .wait_condition(
+            &env,
+            ["resourceprotection", "everything-in-shop", "Ready", "True"],
+        )
+        .await;
     assert_eq!(ready["reason"], "Enforced", "{ready}");
 
     // One rule over every resource, no subresources, the never-selected types and
@@ -546,7 +461,7 @@ async fn seed_001_protect_everything_in_a_namespace() {
         ("configmap/cm", "other"),
         ("secret/s", "other"),
     ] {
-        let out = env.kubectl(&["delete", kind, "-n", ns]).expect("kubectl");
+        let out = env.attempt(&["delete", kind, "-n", ns]);
         assert_eq!(out.code, 0, "{kind} in {ns}: {out:?}");
         assert!(
             !env.exists(&[kind, "-n", ns]).expect("get"),
@@ -575,21 +490,15 @@ async fn seed_001_protect_everything_in_a_namespace() {
     .await;
     assert!(env.exists(&["namespace", "shop"]).expect("get"));
     // The policy itself stays deletable (holdfast's own types are never selected).
-    ok(
-        &env,
-        &["delete", "resourceprotection", "everything-in-shop"],
-    );
+    env.run(&["delete", "resourceprotection", "everything-in-shop"]);
     allowed_until(&env, &["delete", "configmap", "cm", "-n", "shop"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
-    if holdfast_e2e::skipped_on_cluster(
-        "resources_never_sent_to_a_webhook_are_named_in_the_status",
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with",
-    ) {
-        return;
-    }
+    holdfast_e2e::needs_simulator!(
+        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+    );
     let (env, controller) = shipped_stack().await;
     // metrics.k8s.io served by an aggregated API, as metrics-server registers it.
     env.apply(
@@ -600,13 +509,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     .expect("APIService");
     // Its requests are proxied, never admitted: the simulator, like an API server
     // with no reachable backend, answers 503 without any webhook being called.
-    let out = env
-        .kubectl(&[
-            "get",
-            "--raw",
-            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "get --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
+    ));
     assert_eq!(out.code, 1, "{out:?}");
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: pod-metrics}\n\
@@ -624,10 +529,12 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
                API whose requests the API server proxies without calling webhooks";
     let installed = wait_reason_or(
         &env,
-        "resourceprotection",
-        "pod-metrics",
-        "Installed",
-        "NotAdmissionControlled",
+        [
+            "resourceprotection",
+            "pod-metrics",
+            "Installed",
+            "NotAdmissionControlled",
+        ],
         &|| format!("controller: {}", controller.log()),
     )
     .await;
@@ -652,13 +559,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     // And indeed: a DELETE there, routed by the configuration, is answered by the
     // (unreachable) aggregated API without a review reaching the webhook.
     let before = env.webhook_reviews("DELETE").await.expect("metrics");
-    let out = env
-        .kubectl(&[
-            "delete",
-            "--raw",
-            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
-        ])
-        .expect("kubectl");
+    let out = env.attempt(&words(
+        "delete --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
+    ));
     assert_eq!(
         (out.code, out.stderr.as_str()),
         (
@@ -677,7 +580,7 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
         .expect("Invalid");
     assert_eq!(invalid["status"], "False", "{invalid}");
     // The configmaps it names are still protected.
-    ok(&env, &["create", "configmap", "kept"]);
+    env.run(&["create", "configmap", "kept"]);
     refused_until(
         &env,
         &["delete", "configmap", "kept"],
@@ -696,10 +599,12 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     // Events expire without a DELETE.
     let events = wait_reason(
         &env,
-        "resourceprotection",
-        "events",
-        "Installed",
-        "NotAdmissionControlled",
+        [
+            "resourceprotection",
+            "events",
+            "Installed",
+            "NotAdmissionControlled",
+        ],
     )
     .await;
     assert_eq!(
@@ -711,13 +616,15 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     );
     // The APIService gone, nothing serves pods.metrics.k8s.io: the policy names an
     // unknown resource, like any misspelled one.
-    ok(&env, &["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
+    env.run(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
     let invalid = wait_reason(
         &env,
-        "resourceprotection",
-        "pod-metrics",
-        "Invalid",
-        "UnknownResource",
+        [
+            "resourceprotection",
+            "pod-metrics",
+            "Invalid",
+            "UnknownResource",
+        ],
     )
     .await;
     assert_eq!(invalid["status"], "True", "{invalid}");

@@ -4,6 +4,7 @@
 //! webhook configuration (which the API server never sends to webhooks) alive by
 //! recreating it, and `--cleanup-on-shutdown` still removes it on a graceful stop.
 
+use holdfast_e2e::steps::words;
 use holdfast_e2e::{
     Env,
     controller::{start_controller, wait_configuration},
@@ -17,9 +18,7 @@ async fn holdfast_protects_its_own_installation() {
     );
     let mut env = Env::start().await.expect("sim");
     let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    let out = env
-        .kubectl(&["apply", "-k", &overlay.to_string_lossy()])
-        .expect("kubectl");
+    let out = env.attempt(&["apply", "-k", &overlay.to_string_lossy()]);
     assert_eq!(out.code, 0, "{out:?}");
     env.start_webhook(&[]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
@@ -32,27 +31,9 @@ async fn holdfast_protects_its_own_installation() {
         .expect("installed");
 
     for args in [
-        vec![
-            "delete",
-            "deployment",
-            "holdfast-webhook",
-            "-n",
-            "holdfast-system",
-        ],
-        vec![
-            "delete",
-            "deployment",
-            "holdfast-controller",
-            "-n",
-            "holdfast-system",
-        ],
-        vec![
-            "delete",
-            "service",
-            "holdfast-webhook",
-            "-n",
-            "holdfast-system",
-        ],
+        words("delete deployment holdfast-webhook -n holdfast-system"),
+        words("delete deployment holdfast-controller -n holdfast-system"),
+        words("delete service holdfast-webhook -n holdfast-system"),
         vec!["delete", "crd", "dependencyrules.holdfast.dev"],
         vec!["delete", "clusterrole", "holdfast-webhook"],
         vec!["delete", "namespace", "holdfast-system"],
@@ -68,10 +49,7 @@ async fn holdfast_protects_its_own_installation() {
         );
     }
     // The configuration itself is never sent to webhooks: it is kept by recreation.
-    env.kubectl(&["delete", "validatingwebhookconfiguration", "holdfast"])
-        .expect("kubectl")
-        .ok()
-        .expect("deleted");
+    env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     wait_configuration(&env, Duration::from_secs(5), |cfg| cfg.is_some())
         .await
         .expect("recreated");

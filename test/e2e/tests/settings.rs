@@ -6,14 +6,15 @@
 
 use std::{
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     time::{Duration, Instant},
 };
 
 use holdfast_e2e::{
-    Env, bin,
-    controller::{start_controller, wait_configuration},
+    Env,
+    controller::start_controller,
     free_port, http_get,
+    steps::{installed_configuration, words},
 };
 
 const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
@@ -21,7 +22,9 @@ const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
 /// A webhook on the env's API server and certificate, logging to `log`.
 fn spawn_webhook(env: &Env, port: u16, args: &[&str], log: &Path) -> (Child, u16) {
     let probe = free_port().expect("port");
-    let mut cmd = Command::new(bin("holdfast-webhook").expect("binary"));
+    let mut cmd = env
+        .webhook_command(&format!("127.0.0.1:{port}"), probe)
+        .expect("binary");
     for (key, _) in std::env::vars() {
         if key.starts_with("HOLDFAST_") || key.ends_with("_BACKTRACE") {
             cmd.env_remove(key);
@@ -30,14 +33,6 @@ fn spawn_webhook(env: &Env, port: u16, args: &[&str], log: &Path) -> (Child, u16
     let child = cmd
         .arg("--kubeconfig")
         .arg(&env.kubeconfig)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--probe-listen")
-        .arg(format!("127.0.0.1:{probe}"))
-        .arg("--tls-cert")
-        .arg(env.dir.path().join("tls.crt"))
-        .arg("--tls-key")
-        .arg(env.dir.path().join("tls.key"))
         .args(["--settings-check-interval-ms", "200"])
         .args(args)
         .stdout(Stdio::null())
@@ -87,8 +82,7 @@ async fn a_webhook_refuses_settings_the_controller_does_not_share() {
     holdfast_e2e::needs_simulator!(
         "it starts and stops webhooks on fixed local ports against a configuration it owns"
     );
-    let mut env = Env::start().await.expect("sim");
-    env.install_crds().expect("crds");
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
     let port = free_port().expect("port");
     std::fs::write(env.dir.path().join("tls.crt"), &env.pki.cert_pem).expect("cert");
     std::fs::write(env.dir.path().join("tls.key"), &env.pki.key_pem).expect("key");
@@ -110,10 +104,7 @@ async fn a_webhook_refuses_settings_the_controller_does_not_share() {
     // The controller installs strict webhooks and says so.
     let mut c = start_controller(&env, "controller", port, &["--strict"]).expect("controller");
     c.wait_ready(30).await.expect("controller ready");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(30), |c| c.is_some())
-        .await
-        .expect("installed");
-    let cfg = cfg.expect("present");
+    let cfg = installed_configuration(&env).await;
     assert_eq!(
         cfg["metadata"]["annotations"]["holdfast.dev/settings"],
         r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true"],"strict":true}"#
@@ -155,17 +146,9 @@ async fn a_webhook_refuses_settings_the_controller_does_not_share() {
         .await
         .expect("strict webhook");
     env.wait_webhook_ready().await.expect("ready");
-    env.kubectl(&["create", "configmap", "db", "--from-literal=a=b"])
-        .expect("kubectl")
-        .ok()
-        .expect("created");
-    env.kubectl(&["label", "configmap", "db", "holdfast.dev/protected=true"])
-        .expect("kubectl")
-        .ok()
-        .expect("labelled");
-    let out = env
-        .kubectl(&["label", "configmap", "db", "holdfast.dev/protected-"])
-        .expect("kubectl");
+    env.run(&["create", "configmap", "db", "--from-literal=a=b"]);
+    env.run(&["label", "configmap", "db", "holdfast.dev/protected=true"]);
+    let out = env.attempt(&["label", "configmap", "db", "holdfast.dev/protected-"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(
         out.stderr.starts_with(
@@ -174,19 +157,9 @@ async fn a_webhook_refuses_settings_the_controller_does_not_share() {
         ) && out.stderr.contains("strict mode is on"),
         "{out:?}"
     );
-    let out = env
-        .kubectl(&[
-            "get",
-            "configmap",
-            "db",
-            "-o",
-            "jsonpath={.metadata.labels}",
-        ])
-        .expect("kubectl");
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, r#"{"holdfast.dev/protected":"true"}"#),
-        "{out:?}"
+    env.prints(
+        &words("get configmap db -o jsonpath={.metadata.labels}"),
+        r#"{"holdfast.dev/protected":"true"}"#,
     );
     // Still serving a while later (the check keeps agreeing).
     let log = env.webhook.as_ref().map(|w| w.log.clone()).expect("log");

@@ -220,15 +220,13 @@ pub async fn tls_connect(
 }
 
 /// An AdmissionReview body from user `alice`.
-pub fn review(
-    uid: &str,
-    op: &str,
-    kind: &str,
-    resource: &str,
-    object: Value,
-    old: Value,
-) -> Vec<u8> {
-    review_as(uid, op, kind, resource, object, old, "alice")
+pub fn review(uid: &str, op: &str, kind: &str, res: &str, obj: Value, old: Value) -> Vec<u8> {
+    review_as(uid, op, kind, res, obj, old, "alice")
+}
+
+/// An AdmissionReview body from user `alice` for a Namespace.
+pub fn ns_review(uid: &str, op: &str, obj: Value, old: Value) -> Vec<u8> {
+    review(uid, op, "Namespace", "namespaces", obj, old)
 }
 
 /// An AdmissionReview body from `user`.
@@ -394,6 +392,22 @@ pub async fn send(
         version,
         body,
     }
+}
+
+/// The `response` to `body` POSTed to `/validate` over `proto` (trusting
+/// `ca_pem`), which must be a 200 AdmissionReview reply.
+pub async fn validate(ca_pem: &str, proto: Proto, port: u16, body: impl Into<Bytes>) -> Value {
+    verdict(&send(&client(ca_pem, proto), port, "POST", "/validate", body).await)
+}
+
+/// The `status.message` of a verdict ("" when there is none).
+pub fn message(r: &Value) -> &str {
+    r["status"]["message"].as_str().unwrap_or_default()
+}
+
+/// The words of `line` (split at white space), as a command's arguments.
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 /// The `response` of a 200 AdmissionReview reply.

@@ -70,12 +70,7 @@ async fn start(pki: &holdfast_e2e::Pki, extra: &[&str]) -> anyhow::Result<Webhoo
     std::fs::write(dir.path().join("tls.crt"), &pki.cert_pem)?;
     std::fs::write(dir.path().join("tls.key"), &pki.key_pem)?;
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1\n\
-         contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\ncurrent-context: gone\n\
-         users:\n- name: u\n  user:\n    token: nope\n",
-    )?;
+    holdfast_e2e::steps::write_unreachable_kubeconfig(&kubeconfig)?;
     let (port, probe) = (holdfast_e2e::free_port()?, holdfast_e2e::free_port()?);
     let child = Command::new(holdfast_e2e::bin("holdfast-webhook")?)
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -199,6 +194,29 @@ async fn metric_sum(probe: u16, prefix: &str) -> f64 {
         .fold(0.0, |a, b| a + b)
 }
 
+/// `n` POSTs sent at once, each with the client and body `next` gives; counts
+/// in `done` those answered, and waits (at most 30 s each) for all of them.
+async fn at_once(
+    port: u16,
+    n: usize,
+    done: &Arc<AtomicU64>,
+    mut next: impl FnMut() -> anyhow::Result<(HttpsClient, Vec<u8>)>,
+) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let ((c, body), done) = (next()?, done.clone());
+        tasks.push(tokio::spawn(async move {
+            if post(&c, port, body).await.is_ok() {
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
+    }
+    Ok(())
+}
+
 async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Result<String> {
     let port = wh.port;
     let big = || vec![b' '; 3_000_000];
@@ -207,34 +225,15 @@ async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Re
         "h2-streams" => {
             let c = client(&pki.ca_pem, true)?;
             for _ in 0..4 {
-                let mut tasks = Vec::new();
-                for _ in 0..256 {
-                    let (c, body, done) = (c.clone(), big(), done.clone());
-                    tasks.push(tokio::spawn(async move {
-                        if post(&c, port, body).await.is_ok() {
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }));
-                }
-                for t in tasks {
-                    let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
-                }
+                at_once(port, 256, &done, || Ok((c.clone(), big()))).await?;
             }
         }
         "h1-bodies" => {
             for _ in 0..2 {
-                let mut tasks = Vec::new();
-                for _ in 0..250 {
-                    let (c, body, done) = (client(&pki.ca_pem, false)?, big(), done.clone());
-                    tasks.push(tokio::spawn(async move {
-                        if post(&c, port, body).await.is_ok() {
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }));
-                }
-                for t in tasks {
-                    let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
-                }
+                at_once(port, 250, &done, || {
+                    Ok((client(&pki.ca_pem, false)?, big()))
+                })
+                .await?;
             }
         }
         "idle" => {

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use holdfast_e2e::Env;
 use http_body_util::{BodyExt, Full};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use rustls_pki_types::{CertificateDer, pem::PemObject};
 use serde_json::json;
 use std::{
@@ -86,23 +86,17 @@ async fn main() -> anyhow::Result<()> {
         .await?;
 
     let client = env.sim.client().await?;
-    let vm = ApiResource {
-        group: "compute.test.io".into(),
-        version: "v1".into(),
-        api_version: "compute.test.io/v1".into(),
-        kind: "VirtualMachine".into(),
-        plural: "virtualmachines".into(),
-    };
+    let vm = holdfast_e2e::fixtures::vm_resource();
     for &n in &sizes {
         let ns = format!("bench-{n}");
         env.kubectl(&["create", "namespace", &ns])?.ok()?;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &vm);
         for i in 0..n {
-            let obj: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": "compute.test.io/v1", "kind": "VirtualMachine",
-                "metadata": {"name": format!("vm-{i}"), "namespace": ns},
-                "spec": {"vpcRef": {"name": format!("vpc-{}", i % 10)}}
-            }))?;
+            let obj: DynamicObject = serde_json::from_value(holdfast_e2e::fixtures::vm_object(
+                &format!("vm-{i}"),
+                &ns,
+                &format!("vpc-{}", i % 10),
+            ))?;
             api.create(&PostParams::default(), &obj).await?;
         }
     }

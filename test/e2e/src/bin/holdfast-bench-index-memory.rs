@@ -5,15 +5,7 @@
 use holdfast_shared::index::{DependentsIndex, ObjectId, Reference};
 
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    holdfast_e2e::rss_kib(std::process::id())
 }
 
 fn main() {

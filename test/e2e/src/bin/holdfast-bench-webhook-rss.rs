@@ -64,22 +64,17 @@ async fn main() -> anyhow::Result<()> {
     for w in 0..workers {
         let client = client.clone();
         tasks.push(tokio::spawn(async move {
-            let vm = ApiResource {
-                group: "compute.test.io".into(),
-                version: "v1".into(),
-                api_version: "compute.test.io/v1".into(),
-                kind: "VirtualMachine".into(),
-                plural: "virtualmachines".into(),
-            };
+            let vm = holdfast_e2e::fixtures::vm_resource();
             let mut i = w;
             while i < total {
                 let ns = format!("t-{:04}", i % namespaces);
                 let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &vm);
-                let obj: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "compute.test.io/v1", "kind": "VirtualMachine",
-                    "metadata": {"name": format!("vm-{i}"), "namespace": ns},
-                    "spec": {"vpcRef": {"name": format!("vpc-{}", i % 100)}}
-                }))?;
+                let obj: DynamicObject =
+                    serde_json::from_value(holdfast_e2e::fixtures::vm_object(
+                        &format!("vm-{i}"),
+                        &ns,
+                        &format!("vpc-{}", i % 100),
+                    ))?;
                 api.create(&PostParams::default(), &obj).await?;
                 i += workers;
             }

@@ -24,6 +24,7 @@ mod policies;
 mod runner;
 
 use anyhow::bail;
+use holdfast_e2e::steps::words;
 use holdfast_e2e::{Env, controller::start_controller};
 use runner::{Demo, Expect};
 use std::{process::ExitCode, time::Instant};
@@ -43,12 +44,7 @@ fn label_story(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     )?;
     demo.run(
         env,
-        &[
-            "label",
-            "namespace",
-            "shop",
-            "holdfast.dev/protected=Always",
-        ],
+        &words("label namespace shop holdfast.dev/protected=Always"),
         Expect::Succeeds,
         &["labeled"],
     )?;
@@ -72,13 +68,7 @@ fn label_story(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.say("Nor by adding the exemption in the same update");
     demo.run(
         env,
-        &[
-            "label",
-            "namespace",
-            "shop",
-            "holdfast.dev/protected-",
-            "holdfast.dev/strict-exempt=true",
-        ],
+        &words("label namespace shop holdfast.dev/protected- holdfast.dev/strict-exempt=true"),
         Expect::Refused,
         &["must already be stored"],
     )?;
@@ -86,12 +76,7 @@ fn label_story(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.say("Deliberately unprotect: mark exempt first, then remove the label");
     demo.run(
         env,
-        &[
-            "label",
-            "namespace",
-            "shop",
-            "holdfast.dev/strict-exempt=true",
-        ],
+        &words("label namespace shop holdfast.dev/strict-exempt=true"),
         Expect::Succeeds,
         &["labeled"],
     )?;

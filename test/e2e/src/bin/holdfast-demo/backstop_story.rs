@@ -3,6 +3,7 @@
 //! evaluates itself.
 
 use crate::runner::{Demo, Expect};
+use holdfast_e2e::steps::words;
 use holdfast_e2e::{Env, controller::start_controller};
 
 /// With the webhook stopped, a labelled namespace and ConfigMap still cannot be
@@ -24,11 +25,7 @@ pub async fn backstop(demo: &mut Demo) -> anyhow::Result<()> {
     demo.say("The controller installed the backstop next to the webhook configuration");
     demo.settle(
         &env,
-        &[
-            "get",
-            "validatingadmissionpolicybinding",
-            "holdfast-backstop",
-        ],
+        &words("get validatingadmissionpolicybinding holdfast-backstop"),
         30,
         |o| o.code == 0,
     )

@@ -66,35 +66,21 @@ pub async fn cascading(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         ],
     )?;
     demo.say("Scaled to 0, it may go");
-    demo.run(
+    demo.succeeds(
         env,
-        &["scale", "deployment", "api", "-n", "web", "--replicas=0"],
-        Expect::Succeeds,
-        &["deployment.apps/api scaled"],
+        "scale deployment api -n web --replicas=0",
+        "deployment.apps/api scaled",
     )?;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "deployment", "api", "-n", "web"],
-        Expect::Succeeds,
-        &["deployment.apps \"api\" deleted"],
+        "delete deployment api -n web",
+        "deployment.apps \"api\" deleted",
     )?;
 
     demo.say("The namespace still holds a live Pod: refused, naming it");
-    demo.run(
-        env,
-        &["delete", "namespace", "web"],
-        Expect::Refused,
-        &[
-            "holdfast: Namespace web is protected by label holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected) while it holds live Pods or PersistentVolumeClaims, and it still holds 1: Pod web/web-0",
-        ],
-    )?;
+    demo.refused(env, "delete namespace web", "holdfast: Namespace web is protected by label holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected) while it holds live Pods or PersistentVolumeClaims, and it still holds 1: Pod web/web-0")?;
     demo.say("Once the Pod is gone, the namespace may go");
-    demo.run(
-        env,
-        &["delete", "pod", "web-0", "-n", "web"],
-        Expect::Succeeds,
-        &["pod \"web-0\" deleted"],
-    )?;
+    demo.succeeds(env, "delete pod web-0 -n web", "pod \"web-0\" deleted")?;
     demo.settle(
         env,
         &["delete", "namespace", "web", "--dry-run=server"],
@@ -102,11 +88,6 @@ pub async fn cascading(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         |o| o.code == 0,
     )
     .await;
-    demo.run(
-        env,
-        &["delete", "namespace", "web"],
-        Expect::Succeeds,
-        &["namespace \"web\" deleted"],
-    )?;
+    demo.succeeds(env, "delete namespace web", "namespace \"web\" deleted")?;
     Ok(())
 }

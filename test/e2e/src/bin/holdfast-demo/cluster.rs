@@ -8,6 +8,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context, bail};
+use holdfast_e2e::steps::words;
 use holdfast_e2e::{
     Env,
     controller::{ControllerProcess, start_controller_for_url, wait_configuration},
@@ -135,40 +136,11 @@ pub async fn run(demo: &mut Demo, opts: &Options) -> anyhow::Result<()> {
         }
     }
     let steps: Vec<Vec<&str>> = vec![
-        vec![
-            "delete",
-            "validatingwebhookconfiguration",
-            "holdfast",
-            "--ignore-not-found",
-        ],
-        vec![
-            "delete",
-            "resourceprotection",
-            "widgets",
-            "--ignore-not-found",
-        ],
-        vec![
-            "delete",
-            "widget",
-            "w1",
-            "w2",
-            "-n",
-            "default",
-            "--ignore-not-found",
-        ],
-        vec![
-            "delete",
-            "customresourcedefinition",
-            "widgets.example.com",
-            "--ignore-not-found",
-        ],
-        vec![
-            "delete",
-            "namespace",
-            "shop",
-            "--ignore-not-found",
-            "--wait=false",
-        ],
+        words("delete validatingwebhookconfiguration holdfast --ignore-not-found"),
+        words("delete resourceprotection widgets --ignore-not-found"),
+        words("delete widget w1 w2 -n default --ignore-not-found"),
+        words("delete customresourcedefinition widgets.example.com --ignore-not-found"),
+        words("delete namespace shop --ignore-not-found --wait=false"),
     ];
     for step in steps {
         // Before the CRD exists or after it is gone, its kinds are unknown: fine.

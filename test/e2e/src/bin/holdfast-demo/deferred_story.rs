@@ -3,33 +3,23 @@
 //! Runs after the DependencyRule story (its CRDs and rule `vm-dependencies`).
 
 use crate::runner::{Demo, Expect};
-use holdfast_e2e::Env;
+use holdfast_e2e::{Env, steps::merge_patch};
 use holdfast_shared::deferred::request_patch;
 
-const USERS: &str = "apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: vpc-owner}
-rules:
-- {apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch, delete]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: vpc-owner}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: vpc-owner}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: vpc-editor}
-rules:
-- {apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: vpc-editor}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: vpc-editor}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}]
-";
+fn users() -> String {
+    holdfast_e2e::fixtures::documents(&[
+        holdfast_e2e::fixtures::user_cluster_role(
+            "vpc-owner",
+            "alice",
+            &["{apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch, delete]}"],
+        ),
+        holdfast_e2e::fixtures::user_cluster_role(
+            "vpc-editor",
+            "bob",
+            &["{apiGroups: [network.test.io], resources: [vpcs], verbs: [get, patch]}"],
+        ),
+    ])
+}
 
 const NETWORK: &str = "apiVersion: network.test.io/v1
 kind: VPC
@@ -41,6 +31,19 @@ metadata: {name: app-vm, namespace: default}
 spec: {vpcRef: {name: shared-vpc}}
 ";
 
+/// kubectl's arguments for `user` asking, with `patch`, for the deferred deletion of
+/// VPC shared-vpc.
+fn asks<'a>(user: &'a str, patch: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["--as", user];
+    args.extend(merge_patch("vpc shared-vpc", patch));
+    args
+}
+
+/// kubectl's arguments printing the Events of namespace default with `output`.
+fn events_in_default(output: &str) -> [&str; 6] {
+    ["get", "events.events.k8s.io", "-n", "default", "-o", output]
+}
+
 /// Deferred deletion: asked while blocked, done once unblocked.
 pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.story(
@@ -51,7 +54,7 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.apply(
         env,
         None,
-        USERS,
+        &users(),
         &[
             "clusterrole.rbac.authorization.k8s.io/vpc-owner created",
             "clusterrolebinding.rbac.authorization.k8s.io/vpc-editor created",
@@ -80,17 +83,7 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.say("bob cannot ask: he may not delete it himself");
     demo.run(
         env,
-        &[
-            "--as",
-            "bob",
-            "patch",
-            "vpc",
-            "shared-vpc",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("bob"),
-        ],
+        &asks("bob", &request_patch("bob")),
         Expect::Refused,
         &["holdfast: user \"bob\" may not ask for the deferred deletion of VPC default/shared-vpc: that takes the permission to delete it (verb delete on vpcs.network.test.io in namespace default)"],
     )?;
@@ -98,17 +91,7 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.say("alice asks for deferred deletion");
     demo.run(
         env,
-        &[
-            "--as",
-            "alice",
-            "patch",
-            "vpc",
-            "shared-vpc",
-            "--type",
-            "merge",
-            "-p",
-            &request_patch("alice"),
-        ],
+        &asks("alice", &request_patch("alice")),
         Expect::Succeeds,
         &["vpc.network.test.io/shared-vpc patched"],
     )?;
@@ -117,44 +100,30 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     );
     demo.settle(
         env,
-        &[
-            "get",
-            "events.events.k8s.io",
-            "-n",
-            "default",
-            "-o",
+        &events_in_default(
             "jsonpath={.items[?(@.reason==\"DeferredDeletionWaiting\")].regarding.name}",
-        ],
+        ),
         30,
         |o| o.code == 0 && o.stdout.split_whitespace().any(|n| n == "shared-vpc"),
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["get", "vpc", "shared-vpc", "-o", "name"],
-        Expect::Succeeds,
-        &["vpc.network.test.io/shared-vpc"],
+        "get vpc shared-vpc -o name",
+        "vpc.network.test.io/shared-vpc",
     )?;
 
     demo.say("The last VM goes: holdfast deletes the VPC as alice");
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "virtualmachine", "app-vm"],
-        Expect::Succeeds,
-        &["virtualmachine.compute.test.io \"app-vm\" deleted"],
+        "delete virtualmachine app-vm",
+        "virtualmachine.compute.test.io \"app-vm\" deleted",
     )?;
     demo.settle(env, &["get", "vpc", "shared-vpc"], 60, |o| o.is_not_found())
         .await;
     demo.run(
         env,
-        &[
-            "get",
-            "events.events.k8s.io",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={range .items[?(@.reason==\"DeferredDeletion\")]}{.regarding.kind}/{.regarding.name}: {.note}{\"\\n\"}{end}",
-        ],
+        &events_in_default("jsonpath={range .items[?(@.reason==\"DeferredDeletion\")]}{.regarding.kind}/{.regarding.name}: {.note}{\"\\n\"}{end}"),
         Expect::Succeeds,
         &["VPC/shared-vpc: deleted by holdfast as \"alice\", who asked for it with holdfast.dev/delete-when-unblocked"],
     )?;

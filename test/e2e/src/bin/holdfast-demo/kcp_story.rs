@@ -4,7 +4,7 @@
 use crate::runner::{Demo, Expect};
 use holdfast_e2e::{
     controller::start_controller,
-    kcp::{NETWORK, dependency_rule, topology},
+    kcp::{NETWORK, topology, vm_vpc_rule},
 };
 
 /// Sets up the kcp topology, starts the webhook and controller for kcp, and tells
@@ -42,17 +42,7 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
     let compute = kcp.ws("root:compute");
     let consumer = kcp.ws("root:consumer");
     demo.say("The compute provider declares that VirtualMachines depend on VPCs");
-    let rule = dependency_rule(
-        "vm-dependencies",
-        ("compute.test.io", "VirtualMachine", "virtualmachines"),
-        &[(
-            NETWORK,
-            "network.test.io",
-            "network.test.io",
-            "vpcs",
-            ".spec.vpcRef.name",
-        )],
-    );
+    let rule = vm_vpc_rule("vm-dependencies");
     demo.apply(
         &kcp.env,
         Some(&compute),
@@ -73,20 +63,16 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
         ],
     )?;
     demo.note("the controller installs the webhook in root:providers:network");
-    demo.settle(
-        &kcp.env,
-        &[
-            "--server",
-            &consumer,
-            "delete",
-            "vpc",
-            "my-vpc",
-            "--dry-run=server",
-        ],
-        20,
-        |o| o.code != 0,
-    )
-    .await;
+    let dry_run_delete_vpc = [
+        "--server",
+        &consumer,
+        "delete",
+        "vpc",
+        "my-vpc",
+        "--dry-run=server",
+    ];
+    demo.settle(&kcp.env, &dry_run_delete_vpc, 20, |o| o.code != 0)
+        .await;
 
     demo.say("The VPC is refused while the VM uses it");
     demo.run(
@@ -104,20 +90,8 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
         Expect::Succeeds,
         &["\"my-vm\" deleted"],
     )?;
-    demo.settle(
-        &kcp.env,
-        &[
-            "--server",
-            &consumer,
-            "delete",
-            "vpc",
-            "my-vpc",
-            "--dry-run=server",
-        ],
-        20,
-        |o| o.code == 0,
-    )
-    .await;
+    demo.settle(&kcp.env, &dry_run_delete_vpc, 20, |o| o.code == 0)
+        .await;
     demo.run(
         &kcp.env,
         &["--server", &consumer, "delete", "vpc", "my-vpc"],

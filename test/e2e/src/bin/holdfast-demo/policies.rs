@@ -3,6 +3,8 @@
 //! holdfast-webhook deciding.
 
 use crate::runner::{Demo, Expect};
+use holdfast_e2e::steps::words;
+use holdfast_e2e::steps::{NO_FINALIZERS, merge_patch};
 use holdfast_e2e::{Env, http_get};
 
 fn refused(o: &holdfast_e2e::KubectlOutput) -> bool {
@@ -34,14 +36,7 @@ kind: Widget
 metadata: {name: w2, namespace: default}
 "#;
 
-const WIDGET_PROTECTION: &str = "apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: widgets}
-spec:
-  resources:
-  - {group: example.com, version: v1, resource: widgets}
-  - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, names: [widgets.example.com]}
-";
+const WIDGET_PROTECTION: &str = holdfast_e2e::fixtures::WIDGET_PROTECTION;
 
 /// ResourceProtection: every instance of a CRD and the CRD itself.
 pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
@@ -60,12 +55,7 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
     .await;
     env.apply(WIDGETS)?;
     demo.run(env, &["get", "widgets"], Expect::Succeeds, &["w1", "w2"])?;
-    demo.run(
-        env,
-        &["delete", "widget", "w1"],
-        Expect::Succeeds,
-        &["widget.example.com \"w1\" deleted"],
-    )?;
+    demo.succeeds(env, "delete widget w1", "widget.example.com \"w1\" deleted")?;
 
     demo.say("Protect every Widget and the Widget CRD itself");
     demo.apply(
@@ -91,45 +81,28 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
     .await;
 
     demo.say("Instances and the CRD are refused, --force --grace-period=0 too");
-    demo.run(
+    demo.refused(
         env,
-        &["delete", "widget", "w2"],
-        Expect::Refused,
-        &["holdfast: Widget default/w2 is protected by ResourceProtection/widgets"],
+        "delete widget w2",
+        "holdfast: Widget default/w2 is protected by ResourceProtection/widgets",
     )?;
-    demo.run(
+    demo.refused(
         env,
-        &["delete", "widget", "w2", "--force", "--grace-period=0"],
-        Expect::Refused,
-        &["holdfast: Widget default/w2 is protected by ResourceProtection/widgets"],
+        "delete widget w2 --force --grace-period=0",
+        "holdfast: Widget default/w2 is protected by ResourceProtection/widgets",
     )?;
-    demo.run(
+    demo.refused(env, "delete crd widgets.example.com", "holdfast: CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets")?;
+    demo.refused(
         env,
-        &["delete", "crd", "widgets.example.com"],
-        Expect::Refused,
-        &[
-            "holdfast: CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets",
-        ],
-    )?;
-    demo.run(
-        env,
-        &[
-            "delete",
-            "crd",
-            "widgets.example.com",
-            "--force",
-            "--grace-period=0",
-        ],
-        Expect::Refused,
-        &["is protected by ResourceProtection/widgets"],
+        "delete crd widgets.example.com --force --grace-period=0",
+        "is protected by ResourceProtection/widgets",
     )?;
 
     demo.say("Remove the policy: deletion is allowed again");
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "resourceprotection", "widgets"],
-        Expect::Succeeds,
-        &["resourceprotection.holdfast.dev \"widgets\" deleted"],
+        "delete resourceprotection widgets",
+        "resourceprotection.holdfast.dev \"widgets\" deleted",
     )?;
     demo.settle(
         env,
@@ -138,12 +111,7 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
         allowed,
     )
     .await;
-    demo.run(
-        env,
-        &["delete", "widget", "w2"],
-        Expect::Succeeds,
-        &["widget.example.com \"w2\" deleted"],
-    )?;
+    demo.succeeds(env, "delete widget w2", "widget.example.com \"w2\" deleted")?;
     demo.settle(
         env,
         &["delete", "crd", "widgets.example.com", "--dry-run=server"],
@@ -151,11 +119,10 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
         allowed,
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "crd", "widgets.example.com"],
-        Expect::Succeeds,
-        &["\"widgets.example.com\" deleted"],
+        "delete crd widgets.example.com",
+        "\"widgets.example.com\" deleted",
     )?;
     Ok(())
 }
@@ -217,11 +184,10 @@ pub async fn enforcement_modes(demo: &mut Demo, env: &Env) -> anyhow::Result<()>
     .await;
 
     demo.say("Enforce: refused");
-    demo.run(
+    demo.refused(
         env,
-        &["delete", "configmap", "enforced"],
-        Expect::Refused,
-        &["holdfast: ConfigMap default/enforced is protected by ResourceProtection/enforced"],
+        "delete configmap enforced",
+        "holdfast: ConfigMap default/enforced is protected by ResourceProtection/enforced",
     )?;
     demo.say("Warn: kubectl prints the warning, and the ConfigMap is deleted");
     demo.run(
@@ -272,12 +238,7 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
         "design contract: the seeds' half-deleted namespaces, beaten (a namespace holding a protected object is refused whole)",
     );
     demo.say("Namespace orders: a label-protected PVC and two ConfigMaps");
-    demo.run(
-        env,
-        &["create", "namespace", "orders"],
-        Expect::Succeeds,
-        &["namespace/orders created"],
-    )?;
+    demo.succeeds(env, "create namespace orders", "namespace/orders created")?;
     demo.apply(
         env,
         None,
@@ -308,14 +269,7 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
     .await;
 
     demo.say("Deleting the namespace is refused, naming the PVC");
-    demo.run(
-        env,
-        &["delete", "namespace", "orders"],
-        Expect::Refused,
-        &[
-            "holdfast: Namespace orders holds objects that are protected from deletion: PersistentVolumeClaim orders/data (label)",
-        ],
-    )?;
+    demo.refused(env, "delete namespace orders", "holdfast: Namespace orders holds objects that are protected from deletion: PersistentVolumeClaim orders/data (label)")?;
     demo.say("Nothing inside was deleted, and the namespace is not terminating");
     demo.run(
         env,
@@ -323,26 +277,9 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
         Expect::Succeeds,
         &["persistentvolumeclaim/data", "configmap/a", "configmap/b"],
     )?;
-    demo.run(
-        env,
-        &["get", "namespace", "orders"],
-        Expect::Succeeds,
-        &["Active"],
-    )?;
+    demo.succeeds(env, "get namespace orders", "Active")?;
     Ok(())
 }
-
-const VM_RULE: &str = "apiVersion: holdfast.dev/v1alpha1
-kind: DependencyRule
-metadata: {name: vm-dependencies}
-spec:
-  dependent: {group: compute.test.io, version: v1, kind: VirtualMachine, resource: virtualmachines}
-  dependencies:
-  - group: network.test.io
-    version: v1
-    resource: vpcs
-    fieldRef: {path: .spec.vpcRef.name}
-";
 
 /// DependencyRule on Kubernetes: a VPC cannot go while a VM references it.
 pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
@@ -363,7 +300,7 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     demo.apply(
         env,
         None,
-        VM_RULE,
+        &holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"),
         &["dependencyrule.holdfast.dev/vm-dependencies created"],
     )?;
     demo.apply(
@@ -385,20 +322,12 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
     .await;
 
     demo.say("The VPC is refused while the VM uses it");
-    demo.run(
-        env,
-        &["delete", "vpc", "my-vpc"],
-        Expect::Refused,
-        &[
-            "holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies",
-        ],
-    )?;
+    demo.refused(env, "delete vpc my-vpc", "holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies")?;
     demo.say("Delete the VM first; then the VPC goes");
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "virtualmachine", "my-vm"],
-        Expect::Succeeds,
-        &["virtualmachine.compute.test.io \"my-vm\" deleted"],
+        "delete virtualmachine my-vm",
+        "virtualmachine.compute.test.io \"my-vm\" deleted",
     )?;
     demo.settle(
         env,
@@ -407,27 +336,15 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         allowed,
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "vpc", "my-vpc"],
-        Expect::Succeeds,
-        &["vpc.network.test.io \"my-vpc\" deleted"],
+        "delete vpc my-vpc",
+        "vpc.network.test.io \"my-vpc\" deleted",
     )?;
     Ok(())
 }
 
-const ANCHOR_RULE: &str = "apiVersion: holdfast.dev/v1alpha1
-kind: AnchorRule
-metadata: {name: appcat}
-spec:
-  anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}
-  anchorLabels: {name: appcat.vshn.io/composite-name}
-  toggle: {fieldPath: .spec.parameters.backup.deletionProtection, default: true}
-  protects:
-  - {group: \"\", version: v1, resource: namespaces}
-  - {group: \"\", version: v1, resource: persistentvolumeclaims, inheritFromNamespace: true}
-  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}
-";
+const ANCHOR_RULE: &str = holdfast_e2e::fixtures::APPCAT_ANCHOR_RULE;
 
 const INSTANCE: &str = "apiVersion: v1
 kind: Namespace
@@ -542,43 +459,25 @@ pub async fn anchor_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         allowed,
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "xobjectbucket", "pg-1-backup"],
-        Expect::Succeeds,
-        &["\"pg-1-backup\" deleted"],
+        "delete xobjectbucket pg-1-backup",
+        "\"pg-1-backup\" deleted",
     )?;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "pvc", "data-0", "-n", "vshn-postgresql-pg-1"],
-        Expect::Succeeds,
-        &["persistentvolumeclaim \"data-0\" deleted"],
+        "delete pvc data-0 -n vshn-postgresql-pg-1",
+        "persistentvolumeclaim \"data-0\" deleted",
     )?;
-    demo.run(
+    demo.succeeds(
         env,
-        &[
-            "delete",
-            "namespace",
-            "vshn-postgresql-pg-1",
-            "--wait=false",
-        ],
-        Expect::Succeeds,
-        &["namespace \"vshn-postgresql-pg-1\" deleted"],
+        "delete namespace vshn-postgresql-pg-1 --wait=false",
+        "namespace \"vshn-postgresql-pg-1\" deleted",
     )?;
     Ok(())
 }
 
-const CRITICAL: &str = "apiVersion: holdfast.dev/v1alpha1
-kind: CriticalService
-metadata: {name: for-finalizer-deployment}
-spec:
-  provider: {group: apps, resource: deployments, namespace: finalizer-namespace, name: finalizer-deployment}
-  criteria:
-  - type: Finalizer
-    finalizer: {group: my.crd.group, resource: coolresources, finalizerName: my.crd.group/super-important}
-  - type: SpecificResource
-    specificResource: {group: apiextensions.k8s.io, resource: customresourcedefinitions, name: coolresources.my.crd.group}
-";
+const CRITICAL: &str = holdfast_e2e::fixtures::FINALIZER_CRITICAL_SERVICE;
 
 const PROVIDER: [&str; 5] = [
     "delete",
@@ -604,25 +503,8 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
     )
     .await;
     demo.say("A Deployment that processes the finalizer, an instance carrying it, and the CriticalService");
-    demo.run(
-        env,
-        &["create", "namespace", "finalizer-namespace"],
-        Expect::Succeeds,
-        &["created"],
-    )?;
-    demo.run(
-        env,
-        &[
-            "create",
-            "deployment",
-            "finalizer-deployment",
-            "-n",
-            "finalizer-namespace",
-            "--image=registry.example/finalizer:1",
-        ],
-        Expect::Succeeds,
-        &["deployment.apps/finalizer-deployment created"],
-    )?;
+    demo.succeeds(env, "create namespace finalizer-namespace", "created")?;
+    demo.succeeds(env, "create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1", "deployment.apps/finalizer-deployment created")?;
     demo.apply(
         env,
         None,
@@ -646,30 +528,21 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
         Expect::Refused,
         &["1 coolresources.my.crd.group still carries finalizer my.crd.group/super-important"],
     )?;
-    demo.run(
+    demo.refused(
         env,
-        &["delete", "criticalservice", "for-finalizer-deployment"],
-        Expect::Refused,
-        &["holdfast: CriticalService for-finalizer-deployment"],
+        "delete criticalservice for-finalizer-deployment",
+        "holdfast: CriticalService for-finalizer-deployment",
     )?;
 
     demo.say("Delete the instance; the provider's controller removes the finalizer");
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "coolresource", "some-instance", "--wait=false"],
-        Expect::Succeeds,
-        &["coolresource.my.crd.group \"some-instance\" deleted"],
+        "delete coolresource some-instance --wait=false",
+        "coolresource.my.crd.group \"some-instance\" deleted",
     )?;
     demo.run(
         env,
-        &[
-            "patch",
-            "coolresource",
-            "some-instance",
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ],
+        &merge_patch("coolresource some-instance", NO_FINALIZERS),
         Expect::Succeeds,
         &["patched"],
     )?;
@@ -685,11 +558,10 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
         Expect::Refused,
         &["customresourcedefinitions", "coolresources.my.crd.group"],
     )?;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "crd", "coolresources.my.crd.group"],
-        Expect::Succeeds,
-        &["\"coolresources.my.crd.group\" deleted"],
+        "delete crd coolresources.my.crd.group",
+        "\"coolresources.my.crd.group\" deleted",
     )?;
 
     demo.say("Now, in order: the provider, then the CriticalService");
@@ -702,21 +574,15 @@ pub async fn critical_service(demo: &mut Demo, env: &Env) -> anyhow::Result<()> 
     )?;
     demo.settle(
         env,
-        &[
-            "delete",
-            "criticalservice",
-            "for-finalizer-deployment",
-            "--dry-run=server",
-        ],
+        &words("delete criticalservice for-finalizer-deployment --dry-run=server"),
         15,
         allowed,
     )
     .await;
-    demo.run(
+    demo.succeeds(
         env,
-        &["delete", "criticalservice", "for-finalizer-deployment"],
-        Expect::Succeeds,
-        &["criticalservice.holdfast.dev \"for-finalizer-deployment\" deleted"],
+        "delete criticalservice for-finalizer-deployment",
+        "criticalservice.holdfast.dev \"for-finalizer-deployment\" deleted",
     )?;
     Ok(())
 }

@@ -113,6 +113,20 @@ impl Demo {
         }
     }
 
+    /// [`Demo::run`] of `line` (kubectl's arguments, split at white space), which
+    /// must succeed and print `expected`.
+    pub fn succeeds(&mut self, env: &Env, line: &str, expected: &str) -> anyhow::Result<Printed> {
+        let args = holdfast_e2e::steps::words(line);
+        self.run(env, &args, Expect::Succeeds, &[expected])
+    }
+
+    /// [`Demo::run`] of `line` (kubectl's arguments, split at white space), which
+    /// the API server must refuse, printing `expected`.
+    pub fn refused(&mut self, env: &Env, line: &str, expected: &str) -> anyhow::Result<Printed> {
+        let args = holdfast_e2e::steps::words(line);
+        self.run(env, &args, Expect::Refused, &[expected])
+    }
+
     /// Waits (silently, at most `secs`) until `kubectl args` gives what `check` wants:
     /// the controller and the webhook pick changes up from watches, a moment later.
     pub async fn settle(
