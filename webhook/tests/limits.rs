@@ -249,7 +249,31 @@ fn post_h2(
 async fn one_http2_connection_holds_at_most_its_body_budget() {
     let p = pki_for("webhook", false);
     let wh = label_only(&p, "--max-connection-body-mib 4 --read-timeout-seconds 8").await;
-    let tls = tls_connect(tls_config(&p.ca_pem, &[b"h2"]), wh.port)
+    // Both stalled streams may run out of budget at the same moment and both be
+    // turned away (each waits for the other's share): the budget still holds, but
+    // the stream that keeps its share is not shown. Such a round is asserted and
+    // the scenario runs again on a new connection.
+    let mut outcomes = Vec::new();
+    for _ in 0..4 {
+        let other = h2_budget_round(&p, wh.port).await;
+        outcomes.push(other);
+        if other == 408 {
+            break;
+        }
+    }
+    assert_eq!(
+        outcomes.last(),
+        Some(&408),
+        "the stalled stream that kept its share ends with the read timeout (rounds: {outcomes:?})"
+    );
+}
+
+/// One connection, two stalled streams of 2.5 MiB against a 4 MiB budget: the
+/// first to end is turned away (503), a small review is then answered on the same
+/// connection, and the other stream's status is returned (408 when it kept its
+/// share until the read timeout, 503 when both ran out at once).
+async fn h2_budget_round(p: &Pki, port: u16) -> u16 {
+    let tls = tls_connect(tls_config(&p.ca_pem, &[b"h2"]), port)
         .await
         .expect("handshake");
     let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
@@ -257,16 +281,13 @@ async fn one_http2_connection_holds_at_most_its_body_budget() {
         .await
         .expect("h2 handshake");
     tokio::spawn(conn);
-    // Two streams of 2.5 MiB each (no declared length) that then stall, on one
-    // connection whose budget is 4 MiB: one is held until the read timeout (408),
-    // the other cannot grow its reservation and is turned away (503) first.
     let chunk = Bytes::from(vec![b' '; 2560 * 1024]);
     let mut keep = Vec::new();
     let mut pending = Vec::new();
     for _ in 0..2 {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         keep.push(tx);
-        pending.push(post_h2(&sender, wh.port, chunk.clone(), rx));
+        pending.push(post_h2(&sender, port, chunk.clone(), rx));
     }
     let first = loop {
         if let Some(i) = pending.iter().position(|t| t.is_finished()) {
@@ -278,12 +299,12 @@ async fn one_http2_connection_holds_at_most_its_body_budget() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(body, "too many request bodies in flight, retry later\n");
     // The refused stream's share is free again: a small review on the same
-    // connection is answered while the other stream still holds 2.5 MiB.
+    // connection is answered while the other stream may still hold 2.5 MiB.
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     drop(tx);
     let small = post_h2(
         &sender,
-        wh.port,
+        port,
         Bytes::from(protected_ns_delete("u-h2-small", "alice")),
         rx,
     );
@@ -295,19 +316,22 @@ async fn one_http2_connection_holds_at_most_its_body_budget() {
     assert_denied(status, &body, "u-h2-small");
     let mut rest = Vec::new();
     for task in pending {
-        let (status, _) = tokio::time::timeout(GENEROUS, task)
+        let (status, body) = tokio::time::timeout(GENEROUS, task)
             .await
             .expect("answered in time")
             .expect("task")
             .expect("response");
+        if status == 503 {
+            assert_eq!(body, "too many request bodies in flight, retry later\n");
+        }
         rest.push(status);
     }
-    assert_eq!(
-        rest,
-        vec![408],
-        "the stalled stream ends with the read timeout"
-    );
     drop(keep);
+    assert!(
+        rest == [408] || rest == [503],
+        "the other stream either kept its share until the read timeout or ran out with the first: {rest:?}"
+    );
+    rest[0]
 }
 
 #[tokio::test]
