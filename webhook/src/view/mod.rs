@@ -136,17 +136,6 @@ pub struct ViewOptions<'a> {
     pub cascading_keys: Vec<String>,
 }
 
-async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
-    Ok(match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?
-        }
-        None => kube::Config::infer().await?,
-    })
-}
-
 impl WebhookView {
     /// Builds the view. An API server that cannot be configured is logged, not fatal:
     /// label decisions do not need it (policy objects then never load).
@@ -169,29 +158,24 @@ impl WebhookView {
     }
 
     async fn clients(opts: &ViewOptions<'_>) -> (Option<Client>, Option<kube::Config>) {
-        if opts.label_only {
-            // Label protection needs no API server, but with one the webhook can
-            // also judge evictions (it reads the pod) and CRD deletions.
-            match load_config(opts.kubeconfig).await {
-                Ok(cfg) => match Client::try_from(cfg.clone()) {
-                    Ok(c) => (Some(c), Some(cfg)),
-                    Err(_) => (None, None),
-                },
-                Err(_) => (None, None),
-            }
-        } else {
-            match load_config(opts.kubeconfig).await {
-                Ok(cfg) => match Client::try_from(cfg.clone()) {
-                    Ok(c) => (Some(c), Some(cfg)),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot build an API client; policy objects cannot be loaded");
-                        (None, None)
-                    }
-                },
+        // Label protection needs no API server, but with one the webhook can also
+        // judge evictions (it reads the pod) and CRD deletions.
+        let quiet = opts.label_only;
+        match holdfast_shared::runtime::kubeconfig::load(opts.kubeconfig).await {
+            Ok(cfg) => match Client::try_from(cfg.clone()) {
+                Ok(c) => (Some(c), Some(cfg)),
                 Err(e) => {
-                    tracing::warn!(error = %e, "no API server configuration; policy objects cannot be loaded");
+                    if !quiet {
+                        tracing::warn!(error = %e, "cannot build an API client; policy objects cannot be loaded");
+                    }
                     (None, None)
                 }
+            },
+            Err(e) => {
+                if !quiet {
+                    tracing::warn!(error = %format!("{e:#}"), "no API server configuration; policy objects cannot be loaded");
+                }
+                (None, None)
             }
         }
     }
