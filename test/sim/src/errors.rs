@@ -13,6 +13,14 @@ pub struct ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// One cause of a 422 Invalid: field, reason (`FieldValueInvalid`, ...), message.
+pub type Cause = (String, String, String);
+
+/// A [`Cause`] from borrowed parts.
+pub fn cause(field: &str, reason: &str, message: impl Into<String>) -> Cause {
+    (field.to_string(), reason.to_string(), message.into())
+}
+
 fn details(info: &ResourceInfo, name: &str) -> Value {
     let mut d = json!({});
     if !name.is_empty() {
@@ -105,7 +113,7 @@ impl ApiError {
     }
 
     /// 422 Invalid: `Kind "name" is invalid: field: message`.
-    pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<(String, String, String)>) -> Self {
+    pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<Cause>) -> Self {
         let msgs: Vec<String> = causes
             .iter()
             .map(|(field, _, msg)| format!("{field}: {msg}"))
@@ -140,6 +148,11 @@ impl ApiError {
             message,
             details: Some(d),
         }
+    }
+
+    /// 422 Invalid with the whole message given (options, not objects, are invalid).
+    pub fn invalid_raw(message: &str) -> Self {
+        Self::new(422, "Invalid", message)
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {

@@ -1,0 +1,339 @@
+use super::Target;
+use super::filter::Filter;
+use super::request::{dry_run, key_for, list_item, meta, parse_body, typed};
+use crate::admission;
+use crate::admission::Attrs;
+use crate::errors::ApiError;
+use crate::errors::ApiResult;
+use crate::now_rfc3339;
+use crate::registry::ResourceInfo;
+use crate::server::Ctx;
+use crate::server::Resp;
+use crate::server::State;
+use crate::store;
+use crate::store::StoreError;
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::Value;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// DeleteOptions from the body and/or query, as passed on to admission.
+pub fn delete_options(
+    body: &Bytes,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+) -> ApiResult<Value> {
+    let mut o = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+    if !body.is_empty() {
+        let b: Value = parse_body(body, headers)?;
+        if let Some(m) = b.as_object() {
+            for (k, v) in m {
+                if k != "kind" && k != "apiVersion" && !v.is_null() {
+                    o[k] = v.clone();
+                }
+            }
+        }
+    }
+    if let Some(g) = query
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse::<i64>().ok())
+    {
+        o["gracePeriodSeconds"] = json!(g);
+    }
+    if let Some(p) = query.get("propagationPolicy") {
+        o["propagationPolicy"] = json!(p);
+    }
+    if let Some(p) = query.get("orphanDependents") {
+        o["orphanDependents"] = json!(p == "true");
+    }
+    if dry_run(query) {
+        o["dryRun"] = json!(["All"]);
+    }
+    if let Some(p) = o["propagationPolicy"].as_str()
+        && !["Foreground", "Background", "Orphan"].contains(&p)
+    {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+            ),
+        ));
+    }
+    Ok(o)
+}
+
+pub(super) fn success_status(info: &ResourceInfo, name: &str, uid: &str) -> Value {
+    let mut d = json!({"name": name});
+    if !info.group.is_empty() {
+        d["group"] = json!(info.group);
+    }
+    d["kind"] = json!(info.resource);
+    d["uid"] = json!(uid);
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": d})
+}
+
+/// Deletes one object. `named` = false for DeleteCollection (admission sees no name).
+/// How a DELETE reaches the registry, which decides what admission sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteCall {
+    /// A named DELETE (a client's, or the garbage collector's): reviewed with its name.
+    Named,
+    /// One item of a DeleteCollection (the namespace controller's): reviewed without
+    /// `request.name`.
+    Nameless,
+    /// Straight from storage, as the CRD finalizer (`DeleteCollection` with
+    /// `rest.ValidateAllObjectFunc`) and pod eviction do: no DELETE review at all.
+    Unadmitted,
+}
+
+pub async fn delete(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    cluster: &str,
+    name: &str,
+    opts: &Value,
+    how: DeleteCall,
+) -> ApiResult<Resp> {
+    let info = &t.info;
+    let key = key_for(cluster, info, t.namespace.as_deref(), name);
+    let dry = opts["dryRun"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|x| x == "All"));
+    for _ in 0..16 {
+        let old = state
+            .store
+            .get(&info.gr(), &key)
+            .ok_or_else(|| ApiError::not_found(info, name))?;
+        if let Some(uid) = opts["preconditions"]["uid"].as_str()
+            && uid != meta(&old, "uid")
+        {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta(&old, "uid")
+                ),
+            ));
+        }
+        if let Some(rv) = opts["preconditions"]["resourceVersion"].as_str()
+            && rv != meta(&old, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta(&old, "resourceVersion")
+                ),
+            ));
+        }
+        if info.group.is_empty()
+            && info.resource == "namespaces"
+            && !old["metadata"]["deletionTimestamp"].is_null()
+        {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                "The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system.",
+            ));
+        }
+        let old_typed = typed(info, &t.version, &old);
+        let mut opts = opts.clone();
+        let uid_precondition = (info.group.is_empty() && info.resource == "namespaces")
+            || (info.group == "apiextensions.k8s.io"
+                && info.resource == "customresourcedefinitions");
+        if uid_precondition && opts["preconditions"]["uid"].is_null() {
+            // The namespace and CRD registries always delete with a UID precondition.
+            opts["preconditions"]["uid"] = old["metadata"]["uid"].clone();
+        }
+        if how != DeleteCall::Unadmitted {
+            admission::validate(
+                state,
+                ctx,
+                Attrs {
+                    info,
+                    version: &t.version,
+                    sub: "",
+                    op: "DELETE",
+                    name: (how == DeleteCall::Named).then_some(name),
+                    namespace: t.namespace.as_deref().unwrap_or(""),
+                    cluster,
+                    object: None,
+                    old: Some(&old_typed),
+                    dry_run: dry,
+                    options: opts.clone(),
+                },
+            )
+            .await?;
+        }
+        let mut new = old_typed.clone();
+        let mut finalizers: Vec<Value> = old["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let policy = opts["propagationPolicy"].as_str().unwrap_or("");
+        let orphan = policy == "Orphan" || opts["orphanDependents"] == json!(true);
+        let mut graceful = false;
+        if info.resource == "namespaces" && info.group.is_empty() {
+            graceful = true;
+            new["status"]["phase"] = json!("Terminating");
+        } else if info.resource == "customresourcedefinitions" {
+            let f = json!("customresourcecleanup.apiextensions.k8s.io");
+            if !finalizers.contains(&f) {
+                finalizers.push(f);
+            }
+        }
+        let already_deleting = !old["metadata"]["deletionTimestamp"].is_null();
+        if !already_deleting {
+            if policy == "Foreground" && !finalizers.contains(&json!("foregroundDeletion")) {
+                finalizers.push(json!("foregroundDeletion"));
+            } else if orphan && !finalizers.contains(&json!("orphan")) {
+                finalizers.push(json!("orphan"));
+            }
+        }
+        if !finalizers.is_empty() || graceful {
+            if already_deleting {
+                return Ok(Resp::Json(200, old_typed));
+            }
+            new["metadata"]["finalizers"] = json!(finalizers);
+            if finalizers.is_empty()
+                && let Some(m) = new["metadata"].as_object_mut()
+            {
+                m.remove("finalizers");
+            }
+            new["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            new["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            // Marking an object as deleting bumps its generation (when it has one).
+            if let Some(g) = new["metadata"]["generation"].as_i64()
+                && g > 0
+            {
+                new["metadata"]["generation"] = json!(g + 1);
+            }
+            if info.resource == "customresourcedefinitions" {
+                crate::controllers::set_condition(
+                    &mut new,
+                    "Terminating",
+                    "True",
+                    "InstanceDeletionPending",
+                    "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
+                );
+            }
+            if dry {
+                return Ok(Resp::Json(200, new));
+            }
+            match state
+                .store
+                .update(&info.gr(), &key, new, store::rv_of(&old))
+            {
+                Ok(stored) => {
+                    crate::controllers::after_write(
+                        state,
+                        info,
+                        cluster,
+                        Some(&old),
+                        Some(&stored),
+                    )
+                    .await;
+                    return Ok(Resp::Json(200, typed(info, &t.version, &stored)));
+                }
+                Err(StoreError::Conflict) => continue,
+                Err(_) => return Err(ApiError::not_found(info, name)),
+            }
+        }
+        if dry {
+            return Ok(Resp::Json(
+                200,
+                success_status(info, name, meta(&old, "uid")),
+            ));
+        }
+        match state
+            .store
+            .delete(&info.gr(), &key, Some(store::rv_of(&old)))
+        {
+            Ok(_) => {
+                crate::controllers::after_write(state, info, cluster, Some(&old), None).await;
+                return Ok(Resp::Json(
+                    200,
+                    success_status(info, name, meta(&old, "uid")),
+                ));
+            }
+            Err(StoreError::Conflict) => continue,
+            Err(_) => return Err(ApiError::not_found(info, name)),
+        }
+    }
+    Err(ApiError::stale(info, name))
+}
+
+pub async fn delete_collection(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    cluster: &str,
+    query: &HashMap<String, String>,
+    opts: &Value,
+) -> ApiResult<Resp> {
+    let f = Filter::new(state, ctx, t, query)?;
+    let (all, _) = state
+        .store
+        .list_keyed(&t.info.gr(), Some(cluster), t.namespace.as_deref());
+    let mut deleted = vec![];
+    let mut first_err: Option<ApiError> = None;
+    for (k, v) in all {
+        if !f.key_ok(&k) || !f.obj_ok(&v) {
+            continue;
+        }
+        let mut tt = Target {
+            info: t.info.clone(),
+            version: t.version.clone(),
+            namespace: t.namespace.clone(),
+            name: Some(k.name.clone()),
+            sub: None,
+        };
+        if t.info.namespaced {
+            tt.namespace = Some(k.namespace.clone());
+        }
+        match delete(
+            state,
+            ctx,
+            &tt,
+            cluster,
+            &k.name,
+            opts,
+            DeleteCall::Nameless,
+        )
+        .await
+        {
+            Ok(Resp::Json(_, body)) => {
+                if body["kind"] == "Status" {
+                    deleted.push(list_item(&t.info, &t.version, &v));
+                } else {
+                    deleted.push(list_item(&t.info, &t.version, &body));
+                }
+            }
+            Ok(_) => {}
+            Err(e) if e.code == 404 => {}
+            Err(e) => {
+                if first_err.is_none() {
+                    first_err = Some(e);
+                }
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    Ok(Resp::Json(
+        200,
+        json!({
+            "kind": t.info.list_kind,
+            "apiVersion": t.info.api_version(&t.version),
+            "metadata": {"resourceVersion": state.store.current_rv().to_string()},
+            "items": deleted,
+        }),
+    ))
+}
