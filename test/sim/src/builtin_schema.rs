@@ -23,89 +23,45 @@ fn gen_schema<T: JsonSchema>() -> Value {
 
 type Table = HashMap<(&'static str, &'static str), Value>;
 
+/// The built-in kinds whose fields are checked: (group, resource, schema).
+#[rustfmt::skip]
+const KINDS: &[(&str, &str, fn() -> Value)] = &[
+    ("", "configmaps", gen_schema::<core::ConfigMap>),
+    ("", "secrets", gen_schema::<core::Secret>),
+    ("", "namespaces", gen_schema::<core::Namespace>),
+    ("", "serviceaccounts", gen_schema::<core::ServiceAccount>),
+    ("", "services", gen_schema::<core::Service>),
+    ("", "pods", gen_schema::<core::Pod>),
+    ("", "persistentvolumeclaims", gen_schema::<core::PersistentVolumeClaim>),
+    ("", "events", gen_schema::<core::Event>),
+    ("events.k8s.io", "events", gen_schema::<events::Event>),
+    ("apps", "deployments", gen_schema::<apps::Deployment>),
+    ("apps", "statefulsets", gen_schema::<apps::StatefulSet>),
+    ("apps", "daemonsets", gen_schema::<apps::DaemonSet>),
+    ("apps", "replicasets", gen_schema::<apps::ReplicaSet>),
+    ("batch", "jobs", gen_schema::<batch::Job>),
+    ("batch", "cronjobs", gen_schema::<batch::CronJob>),
+    ("rbac.authorization.k8s.io", "roles", gen_schema::<rbac::Role>),
+    ("rbac.authorization.k8s.io", "rolebindings", gen_schema::<rbac::RoleBinding>),
+    ("rbac.authorization.k8s.io", "clusterroles", gen_schema::<rbac::ClusterRole>),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", gen_schema::<rbac::ClusterRoleBinding>),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations", gen_schema::<admreg::ValidatingWebhookConfiguration>),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies", gen_schema::<admreg::ValidatingAdmissionPolicy>),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings", gen_schema::<admreg::ValidatingAdmissionPolicyBinding>),
+    ("coordination.k8s.io", "leases", gen_schema::<coord::Lease>),
+    ("networking.k8s.io", "networkpolicies", gen_schema::<net::NetworkPolicy>),
+    ("networking.k8s.io", "ingresses", gen_schema::<net::Ingress>),
+    ("policy", "poddisruptionbudgets", gen_schema::<policy::PodDisruptionBudget>),
+    ("scheduling.k8s.io", "priorityclasses", gen_schema::<sched::PriorityClass>),
+];
+
 fn table() -> &'static Table {
     static T: OnceLock<Table> = OnceLock::new();
     T.get_or_init(|| {
-        let mut t: Table = HashMap::new();
-        t.insert(("", "configmaps"), gen_schema::<core::ConfigMap>());
-        t.insert(("", "secrets"), gen_schema::<core::Secret>());
-        t.insert(("", "namespaces"), gen_schema::<core::Namespace>());
-        t.insert(
-            ("", "serviceaccounts"),
-            gen_schema::<core::ServiceAccount>(),
-        );
-        t.insert(("", "services"), gen_schema::<core::Service>());
-        t.insert(("", "pods"), gen_schema::<core::Pod>());
-        t.insert(
-            ("", "persistentvolumeclaims"),
-            gen_schema::<core::PersistentVolumeClaim>(),
-        );
-        t.insert(("", "events"), gen_schema::<core::Event>());
-        t.insert(("events.k8s.io", "events"), gen_schema::<events::Event>());
-        t.insert(("apps", "deployments"), gen_schema::<apps::Deployment>());
-        t.insert(("apps", "statefulsets"), gen_schema::<apps::StatefulSet>());
-        t.insert(("apps", "daemonsets"), gen_schema::<apps::DaemonSet>());
-        t.insert(("apps", "replicasets"), gen_schema::<apps::ReplicaSet>());
-        t.insert(("batch", "jobs"), gen_schema::<batch::Job>());
-        t.insert(("batch", "cronjobs"), gen_schema::<batch::CronJob>());
-        t.insert(
-            ("rbac.authorization.k8s.io", "roles"),
-            gen_schema::<rbac::Role>(),
-        );
-        t.insert(
-            ("rbac.authorization.k8s.io", "rolebindings"),
-            gen_schema::<rbac::RoleBinding>(),
-        );
-        t.insert(
-            ("rbac.authorization.k8s.io", "clusterroles"),
-            gen_schema::<rbac::ClusterRole>(),
-        );
-        t.insert(
-            ("rbac.authorization.k8s.io", "clusterrolebindings"),
-            gen_schema::<rbac::ClusterRoleBinding>(),
-        );
-        t.insert(
-            (
-                "admissionregistration.k8s.io",
-                "validatingwebhookconfigurations",
-            ),
-            gen_schema::<admreg::ValidatingWebhookConfiguration>(),
-        );
-        t.insert(
-            (
-                "admissionregistration.k8s.io",
-                "validatingadmissionpolicies",
-            ),
-            gen_schema::<admreg::ValidatingAdmissionPolicy>(),
-        );
-        t.insert(
-            (
-                "admissionregistration.k8s.io",
-                "validatingadmissionpolicybindings",
-            ),
-            gen_schema::<admreg::ValidatingAdmissionPolicyBinding>(),
-        );
-        t.insert(
-            ("coordination.k8s.io", "leases"),
-            gen_schema::<coord::Lease>(),
-        );
-        t.insert(
-            ("networking.k8s.io", "networkpolicies"),
-            gen_schema::<net::NetworkPolicy>(),
-        );
-        t.insert(
-            ("networking.k8s.io", "ingresses"),
-            gen_schema::<net::Ingress>(),
-        );
-        t.insert(
-            ("policy", "poddisruptionbudgets"),
-            gen_schema::<policy::PodDisruptionBudget>(),
-        );
-        t.insert(
-            ("scheduling.k8s.io", "priorityclasses"),
-            gen_schema::<sched::PriorityClass>(),
-        );
-        t
+        KINDS
+            .iter()
+            .map(|(g, r, schema)| ((*g, *r), schema()))
+            .collect()
     })
 }
 

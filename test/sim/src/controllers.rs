@@ -70,6 +70,38 @@ fn target(info: &Arc<ResourceInfo>, ns: Option<&str>, name: Option<&str>) -> Tar
     }
 }
 
+/// A change the simulator's controllers make to a stored object (its result is theirs
+/// to ignore: the next event retries).
+async fn change(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    cluster: &str,
+    f: impl Fn(&mut Value) + Send + Sync + 'static,
+) {
+    let _ = api::update(
+        state,
+        ctx,
+        t,
+        cluster,
+        &HashMap::new(),
+        Mutation::Func(Box::new(f)),
+    )
+    .await;
+}
+
+/// Keeps the items of the list at `pointer` in `o` that `keep` accepts.
+fn retain(o: &mut Value, pointer: &str, keep: impl FnMut(&Value) -> bool) {
+    if let Some(a) = o.pointer_mut(pointer).and_then(|a| a.as_array_mut()) {
+        a.retain(keep);
+    }
+}
+
+/// The DeleteOptions a controller deletes with.
+fn delete_options(propagation: &str) -> Value {
+    json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": propagation})
+}
+
 pub fn set_condition(obj: &mut Value, ty: &str, status: &str, reason: &str, message: &str) {
     let now = now_rfc3339();
     if !obj.is_object() {
@@ -411,41 +443,34 @@ async fn workload_status(
     let mut t = target(info, Some(ns), Some(name));
     t.sub = Some("status".into());
     let resource = info.resource.clone();
-    let _ = api::update(
-        state,
-        &ctx,
-        &t,
-        cluster,
-        &HashMap::new(),
-        Mutation::Func(Box::new(move |o: &mut Value| {
-            let replicas = o["spec"]["replicas"].as_i64().unwrap_or(1);
-            let generation = o["metadata"]["generation"].clone();
-            if !o["status"].is_object() {
-                o["status"] = json!({});
+    change(state, &ctx, &t, cluster, move |o: &mut Value| {
+        let replicas = o["spec"]["replicas"].as_i64().unwrap_or(1);
+        let generation = o["metadata"]["generation"].clone();
+        if !o["status"].is_object() {
+            o["status"] = json!({});
+        }
+        let st = &mut o["status"];
+        st["observedGeneration"] = generation;
+        if resource == "daemonsets" {
+            for f in ["currentNumberScheduled", "desiredNumberScheduled", "numberAvailable", "numberReady", "updatedNumberScheduled"] {
+                st[f] = json!(1);
             }
-            let st = &mut o["status"];
-            st["observedGeneration"] = generation;
-            if resource == "daemonsets" {
-                for f in ["currentNumberScheduled", "desiredNumberScheduled", "numberAvailable", "numberReady", "updatedNumberScheduled"] {
-                    st[f] = json!(1);
-                }
-                st["numberMisscheduled"] = json!(0);
-                return;
-            }
-            for f in ["replicas", "readyReplicas", "availableReplicas", "updatedReplicas"] {
-                st[f] = json!(replicas);
-            }
-            if resource == "deployments" {
-                let now = now_rfc3339();
-                st["conditions"] = json!([
-                    {"type": "Available", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
-                     "reason": "MinimumReplicasAvailable", "message": "Deployment has minimum availability."},
-                    {"type": "Progressing", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
-                     "reason": "NewReplicaSetAvailable", "message": "ReplicaSet has successfully progressed."}
-                ]);
-            }
-        })),
-    )
+            st["numberMisscheduled"] = json!(0);
+            return;
+        }
+        for f in ["replicas", "readyReplicas", "availableReplicas", "updatedReplicas"] {
+            st[f] = json!(replicas);
+        }
+        if resource == "deployments" {
+            let now = now_rfc3339();
+            st["conditions"] = json!([
+                {"type": "Available", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
+                 "reason": "MinimumReplicasAvailable", "message": "Deployment has minimum availability."},
+                {"type": "Progressing", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
+                 "reason": "NewReplicaSetAvailable", "message": "ReplicaSet has successfully progressed."}
+            ]);
+        }
+    })
     .await;
 }
 
@@ -467,16 +492,9 @@ async fn aggregate_cluster_roles(state: &Arc<State>, cluster: &str) {
     for (name, rules) in crate::rbac::aggregation_updates(state, cluster) {
         let t = target(&info, None, Some(&name));
         let rules = Value::Array(rules);
-        let _ = api::update(
-            state,
-            &ctx,
-            &t,
-            cluster,
-            &HashMap::new(),
-            Mutation::Func(Box::new(move |o: &mut Value| {
-                o["rules"] = rules.clone();
-            })),
-        )
+        change(state, &ctx, &t, cluster, move |o: &mut Value| {
+            o["rules"] = rules.clone();
+        })
         .await;
     }
 }
@@ -574,7 +592,7 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
                 info.namespaced.then_some(k.namespace.as_str()),
                 Some(&k.name),
             );
-            let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": "Background"});
+            let opts = delete_options("Background");
             let res = api::delete(
                 state,
                 &ctx,
@@ -598,21 +616,9 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
     };
     let t = target(&crd_info, None, Some(&key.name));
     let f = fin.to_string();
-    let _ = api::update(
-        state,
-        &ctx,
-        &t,
-        &key.cluster,
-        &HashMap::new(),
-        Mutation::Func(Box::new(move |o: &mut Value| {
-            if let Some(a) = o
-                .pointer_mut("/metadata/finalizers")
-                .and_then(|a| a.as_array_mut())
-            {
-                a.retain(|x| x != f.as_str());
-            }
-        })),
-    )
+    change(state, &ctx, &t, &key.cluster, move |o: &mut Value| {
+        retain(o, "/metadata/finalizers", |x| x != f.as_str());
+    })
     .await;
     refresh_dynamic(state, &key.cluster);
 }
@@ -620,7 +626,7 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
 /// One pass of the namespace controller; true when the namespace is gone.
 async fn drain_namespace(state: &Arc<State>, key: &Key, ns: &Arc<Value>) -> bool {
     let ctx = Ctx::internal(controller_user(state), &key.cluster);
-    let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": "Background"});
+    let opts = delete_options("Background");
     let mut failures = vec![];
     let mut grs = state.store.grs_with_objects_in(&key.cluster, &key.name);
     grs.sort();
@@ -655,16 +661,9 @@ async fn drain_namespace(state: &Arc<State>, key: &Key, ns: &Arc<Value>) -> bool
         }
         let mut t = t;
         t.sub = Some("finalize".into());
-        let _ = api::update(
-            state,
-            &ctx,
-            &t,
-            &key.cluster,
-            &HashMap::new(),
-            Mutation::Func(Box::new(|o: &mut Value| {
-                o["spec"]["finalizers"] = json!([]);
-            })),
-        )
+        change(state, &ctx, &t, &key.cluster, |o: &mut Value| {
+            o["spec"]["finalizers"] = json!([]);
+        })
         .await;
         return false;
     }
@@ -760,21 +759,9 @@ async fn gc(state: &Arc<State>) {
             let t = target(&dinfo, ns, Some(&dkey.name));
             if orphan {
                 let u = uid.clone();
-                let _ = api::update(
-                    state,
-                    &ctx,
-                    &t,
-                    &dkey.cluster,
-                    &HashMap::new(),
-                    Mutation::Func(Box::new(move |o: &mut Value| {
-                        if let Some(a) = o
-                            .pointer_mut("/metadata/ownerReferences")
-                            .and_then(|a| a.as_array_mut())
-                        {
-                            a.retain(|r| r["uid"] != u.as_str());
-                        }
-                    })),
-                )
+                change(state, &ctx, &t, &dkey.cluster, move |o: &mut Value| {
+                    retain(o, "/metadata/ownerReferences", |r| r["uid"] != u.as_str());
+                })
                 .await;
                 continue;
             }
@@ -800,7 +787,7 @@ async fn gc(state: &Arc<State>) {
             } else {
                 "Background"
             };
-            let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": policy});
+            let opts = delete_options(policy);
             let _ = api::delete(
                 state,
                 &ctx,
@@ -820,21 +807,11 @@ async fn gc(state: &Arc<State>) {
                 info.namespaced.then_some(key.namespace.as_str()),
                 Some(&key.name),
             );
-            let _ = api::update(
-                state,
-                &ctx,
-                &t,
-                &key.cluster,
-                &HashMap::new(),
-                Mutation::Func(Box::new(|o: &mut Value| {
-                    if let Some(a) = o
-                        .pointer_mut("/metadata/finalizers")
-                        .and_then(|a| a.as_array_mut())
-                    {
-                        a.retain(|f| f != "orphan" && f != "foregroundDeletion");
-                    }
-                })),
-            )
+            change(state, &ctx, &t, &key.cluster, |o: &mut Value| {
+                retain(o, "/metadata/finalizers", |f| {
+                    f != "orphan" && f != "foregroundDeletion"
+                });
+            })
             .await;
         } else if still_there.is_some() || !state.store.dependents(&uid).is_empty() {
             state.gc_requeue(gr, key, obj);

@@ -1,23 +1,21 @@
+//! POST (create): a new object, with generateName, system metadata, defaulting,
+//! validation and admission.
+
 use super::Target;
-use super::request::{dry_run, field_validation, key_for, meta, options, strip_system_meta, typed};
+use super::request::{
+    dry_run, field_validation, key_for, meta, options, review, strip_system_meta, typed,
+};
 use super::validate::{
     apply_schema, builtin_field_validation, check_api_version, check_namespace, check_shape,
     validate_meta, validate_name,
 };
-use crate::admission;
 use crate::admission::Attrs;
 use crate::errors::{ApiError, ApiResult, cause};
-use crate::kcp;
-use crate::now_rfc3339;
-use crate::rbac;
 use crate::registry::ResourceInfo;
-use crate::server::Ctx;
-use crate::server::Resp;
-use crate::server::State;
-use crate::store::Key;
-use crate::store::StoreError;
-use serde_json::Value;
-use serde_json::json;
+use crate::server::{Ctx, Resp, State};
+use crate::store::{Key, StoreError};
+use crate::{admission, kcp, now_rfc3339, rbac};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -87,24 +85,21 @@ pub async fn create(
     validate_meta(info, &name, &obj)?;
     let namespace = ns.as_deref().unwrap_or("");
     rbac::check_escalation(state, ctx, info, cluster, namespace, &name, &obj, None)?;
-    admission::validate(
-        state,
-        ctx,
-        Attrs {
-            info,
-            version: &t.version,
-            sub: "",
-            op: "CREATE",
-            name: Some(&name),
-            namespace,
-            cluster,
-            object: Some(&obj),
-            old: None,
-            dry_run: dry_run(query),
-            options: options("CreateOptions", query),
-        },
-    )
-    .await?;
+    let base = review(
+        t,
+        cluster,
+        "CREATE",
+        dry_run(query),
+        options("CreateOptions", query),
+    );
+    let attrs = Attrs {
+        sub: "",
+        name: Some(&name),
+        namespace,
+        object: Some(&obj),
+        ..base
+    };
+    admission::validate(state, ctx, attrs).await?;
     if dry_run(query) {
         return Ok(Resp::Json(201, obj));
     }

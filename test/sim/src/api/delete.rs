@@ -1,21 +1,19 @@
+//! DELETE and DELETE on a collection: DeleteOptions, preconditions, finalizers,
+//! propagation policies and what admission sees of each.
+
 use super::Target;
 use super::filter::Filter;
-use super::request::{dry_run, key_for, list_item, meta, parse_body, typed};
-use crate::admission;
+use super::request::{dry_run, key_for, list_item, meta, parse_body, review, typed};
+use super::validate::uid_precondition_failed;
 use crate::admission::Attrs;
-use crate::errors::ApiError;
-use crate::errors::ApiResult;
-use crate::now_rfc3339;
+use crate::errors::{ApiError, ApiResult};
 use crate::registry::ResourceInfo;
-use crate::server::Ctx;
-use crate::server::Resp;
-use crate::server::State;
-use crate::store;
+use crate::server::{Ctx, Resp, State};
 use crate::store::StoreError;
+use crate::{admission, now_rfc3339, store};
 use bytes::Bytes;
 use http::HeaderMap;
-use serde_json::Value;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -75,7 +73,6 @@ pub(super) fn success_status(info: &ResourceInfo, name: &str, uid: &str) -> Valu
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": d})
 }
 
-/// Deletes one object. `named` = false for DeleteCollection (admission sees no name).
 /// How a DELETE reaches the registry, which decides what admission sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeleteCall {
@@ -89,6 +86,8 @@ pub enum DeleteCall {
     Unadmitted,
 }
 
+/// DELETE of one object: preconditions, admission (as `how` says), then either marks
+/// it as deleting (finalizers to wait for, a namespace to empty) or removes it.
 pub async fn delete(
     state: &Arc<State>,
     ctx: &Ctx,
@@ -108,40 +107,7 @@ pub async fn delete(
             .store
             .get(&info.gr(), &key)
             .ok_or_else(|| ApiError::not_found(info, name))?;
-        if let Some(uid) = opts["preconditions"]["uid"].as_str()
-            && uid != meta(&old, "uid")
-        {
-            return Err(ApiError::conflict(
-                info,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta(&old, "uid")
-                ),
-            ));
-        }
-        if let Some(rv) = opts["preconditions"]["resourceVersion"].as_str()
-            && rv != meta(&old, "resourceVersion")
-        {
-            return Err(ApiError::conflict(
-                info,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta(&old, "resourceVersion")
-                ),
-            ));
-        }
-        if info.group.is_empty()
-            && info.resource == "namespaces"
-            && !old["metadata"]["deletionTimestamp"].is_null()
-        {
-            return Err(ApiError::conflict(
-                info,
-                name,
-                "The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system.",
-            ));
-        }
+        check_preconditions(info, name, opts, &old)?;
         let old_typed = typed(info, &t.version, &old);
         let mut opts = opts.clone();
         let uid_precondition = (info.group.is_empty() && info.resource == "namespaces")
@@ -152,121 +118,153 @@ pub async fn delete(
             opts["preconditions"]["uid"] = old["metadata"]["uid"].clone();
         }
         if how != DeleteCall::Unadmitted {
-            admission::validate(
-                state,
-                ctx,
-                Attrs {
-                    info,
-                    version: &t.version,
-                    sub: "",
-                    op: "DELETE",
-                    name: (how == DeleteCall::Named).then_some(name),
-                    namespace: t.namespace.as_deref().unwrap_or(""),
-                    cluster,
-                    object: None,
-                    old: Some(&old_typed),
-                    dry_run: dry,
-                    options: opts.clone(),
-                },
-            )
-            .await?;
+            let base = review(t, cluster, "DELETE", dry, opts.clone());
+            let attrs = Attrs {
+                sub: "",
+                name: (how == DeleteCall::Named).then_some(name),
+                old: Some(&old_typed),
+                ..base
+            };
+            admission::validate(state, ctx, attrs).await?;
         }
-        let mut new = old_typed.clone();
-        let mut finalizers: Vec<Value> = old["metadata"]["finalizers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let policy = opts["propagationPolicy"].as_str().unwrap_or("");
-        let orphan = policy == "Orphan" || opts["orphanDependents"] == json!(true);
-        let mut graceful = false;
-        if info.resource == "namespaces" && info.group.is_empty() {
-            graceful = true;
-            new["status"]["phase"] = json!("Terminating");
-        } else if info.resource == "customresourcedefinitions" {
-            let f = json!("customresourcecleanup.apiextensions.k8s.io");
-            if !finalizers.contains(&f) {
-                finalizers.push(f);
-            }
-        }
-        let already_deleting = !old["metadata"]["deletionTimestamp"].is_null();
-        if !already_deleting {
-            if policy == "Foreground" && !finalizers.contains(&json!("foregroundDeletion")) {
-                finalizers.push(json!("foregroundDeletion"));
-            } else if orphan && !finalizers.contains(&json!("orphan")) {
-                finalizers.push(json!("orphan"));
-            }
-        }
-        if !finalizers.is_empty() || graceful {
-            if already_deleting {
-                return Ok(Resp::Json(200, old_typed));
-            }
-            new["metadata"]["finalizers"] = json!(finalizers);
-            if finalizers.is_empty()
-                && let Some(m) = new["metadata"].as_object_mut()
-            {
-                m.remove("finalizers");
-            }
-            new["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
-            new["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-            // Marking an object as deleting bumps its generation (when it has one).
-            if let Some(g) = new["metadata"]["generation"].as_i64()
-                && g > 0
-            {
-                new["metadata"]["generation"] = json!(g + 1);
-            }
-            if info.resource == "customresourcedefinitions" {
-                crate::controllers::set_condition(
-                    &mut new,
-                    "Terminating",
-                    "True",
-                    "InstanceDeletionPending",
-                    "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
-                );
-            }
-            if dry {
-                return Ok(Resp::Json(200, new));
-            }
-            match state
+        let gone = || Resp::Json(200, success_status(info, name, meta(&old, "uid")));
+        let written = match mark_deleting(info, &old, &old_typed, &opts) {
+            Marked::AlreadyDeleting => return Ok(Resp::Json(200, old_typed)),
+            Marked::Now(new) if dry => return Ok(Resp::Json(200, new)),
+            Marked::Remove if dry => return Ok(gone()),
+            Marked::Now(new) => state
                 .store
                 .update(&info.gr(), &key, new, store::rv_of(&old))
-            {
-                Ok(stored) => {
-                    crate::controllers::after_write(
-                        state,
-                        info,
-                        cluster,
-                        Some(&old),
-                        Some(&stored),
-                    )
+                .map(Some),
+            Marked::Remove => state
+                .store
+                .delete(&info.gr(), &key, Some(store::rv_of(&old)))
+                .map(|_| None),
+        };
+        match written {
+            Ok(Some(stored)) => {
+                crate::controllers::after_write(state, info, cluster, Some(&old), Some(&stored))
                     .await;
-                    return Ok(Resp::Json(200, typed(info, &t.version, &stored)));
-                }
-                Err(StoreError::Conflict) => continue,
-                Err(_) => return Err(ApiError::not_found(info, name)),
+                return Ok(Resp::Json(200, typed(info, &t.version, &stored)));
             }
-        }
-        if dry {
-            return Ok(Resp::Json(
-                200,
-                success_status(info, name, meta(&old, "uid")),
-            ));
-        }
-        match state
-            .store
-            .delete(&info.gr(), &key, Some(store::rv_of(&old)))
-        {
-            Ok(_) => {
+            Ok(None) => {
                 crate::controllers::after_write(state, info, cluster, Some(&old), None).await;
-                return Ok(Resp::Json(
-                    200,
-                    success_status(info, name, meta(&old, "uid")),
-                ));
+                return Ok(gone());
             }
             Err(StoreError::Conflict) => continue,
             Err(_) => return Err(ApiError::not_found(info, name)),
         }
     }
     Err(ApiError::stale(info, name))
+}
+
+/// The DeleteOptions preconditions (UID, resourceVersion), and a namespace already
+/// being emptied: 409.
+fn check_preconditions(
+    info: &ResourceInfo,
+    name: &str,
+    opts: &Value,
+    old: &Value,
+) -> ApiResult<()> {
+    if let Some(uid) = opts["preconditions"]["uid"].as_str()
+        && uid != meta(old, "uid")
+    {
+        return Err(uid_precondition_failed(info, name, uid, old));
+    }
+    if let Some(rv) = opts["preconditions"]["resourceVersion"].as_str()
+        && rv != meta(old, "resourceVersion")
+    {
+        return Err(ApiError::conflict(
+            info,
+            name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                meta(old, "resourceVersion")
+            ),
+        ));
+    }
+    if info.group.is_empty()
+        && info.resource == "namespaces"
+        && !old["metadata"]["deletionTimestamp"].is_null()
+    {
+        return Err(ApiError::conflict(
+            info,
+            name,
+            "The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system.",
+        ));
+    }
+    Ok(())
+}
+
+/// What a DELETE does to the object.
+enum Marked {
+    /// Nothing: it is already being deleted and waits for its finalizers.
+    AlreadyDeleting,
+    /// It is marked as deleting (this new object) and waits for finalizers.
+    Now(Value),
+    /// It goes at once.
+    Remove,
+}
+
+/// Whether the object waits before it goes (its finalizers, those the propagation
+/// policy adds, the CRD cleanup finalizer, a namespace's Terminating phase), and the
+/// object marked as deleting if so.
+fn mark_deleting(info: &ResourceInfo, old: &Value, old_typed: &Value, opts: &Value) -> Marked {
+    let mut new = old_typed.clone();
+    let mut finalizers: Vec<Value> = old["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let policy = opts["propagationPolicy"].as_str().unwrap_or("");
+    let orphan = policy == "Orphan" || opts["orphanDependents"] == json!(true);
+    let mut graceful = false;
+    if info.resource == "namespaces" && info.group.is_empty() {
+        graceful = true;
+        new["status"]["phase"] = json!("Terminating");
+    } else if info.resource == "customresourcedefinitions" {
+        let f = json!("customresourcecleanup.apiextensions.k8s.io");
+        if !finalizers.contains(&f) {
+            finalizers.push(f);
+        }
+    }
+    let already_deleting = !old["metadata"]["deletionTimestamp"].is_null();
+    if !already_deleting {
+        if policy == "Foreground" && !finalizers.contains(&json!("foregroundDeletion")) {
+            finalizers.push(json!("foregroundDeletion"));
+        } else if orphan && !finalizers.contains(&json!("orphan")) {
+            finalizers.push(json!("orphan"));
+        }
+    }
+    if finalizers.is_empty() && !graceful {
+        return Marked::Remove;
+    }
+    if already_deleting {
+        return Marked::AlreadyDeleting;
+    }
+    new["metadata"]["finalizers"] = json!(finalizers);
+    if finalizers.is_empty()
+        && let Some(m) = new["metadata"].as_object_mut()
+    {
+        m.remove("finalizers");
+    }
+    new["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+    new["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    // Marking an object as deleting bumps its generation (when it has one).
+    if let Some(g) = new["metadata"]["generation"].as_i64()
+        && g > 0
+    {
+        new["metadata"]["generation"] = json!(g + 1);
+    }
+    if info.resource == "customresourcedefinitions" {
+        crate::controllers::set_condition(
+            &mut new,
+            "Terminating",
+            "True",
+            "InstanceDeletionPending",
+            "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
+        );
+    }
+    Marked::Now(new)
 }
 
 pub async fn delete_collection(

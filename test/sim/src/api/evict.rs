@@ -1,15 +1,13 @@
+//! `POST pods/NAME/eviction`.
+
 use super::Target;
 use super::delete::{DeleteCall, delete};
-use super::request::{dry_run, key_for, meta, options};
+use super::request::{dry_run, key_for, meta, options, review};
 use crate::admission;
 use crate::admission::Attrs;
-use crate::errors::ApiError;
-use crate::errors::ApiResult;
-use crate::server::Ctx;
-use crate::server::Resp;
-use crate::server::State;
-use serde_json::Value;
-use serde_json::json;
+use crate::errors::{ApiError, ApiResult};
+use crate::server::{Ctx, Resp, State};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -47,24 +45,15 @@ pub(super) async fn evict(
     let mut object = eviction.clone();
     object["metadata"]["namespace"] = json!(ns);
     let dry = dry_run(query);
-    admission::validate(
-        state,
-        ctx,
-        Attrs {
-            info,
-            version: &t.version,
-            sub: "eviction",
-            op: "CREATE",
-            name: Some(&name),
-            namespace: &ns,
-            cluster,
-            object: Some(&object),
-            old: None,
-            dry_run: dry,
-            options: options("CreateOptions", query),
-        },
-    )
-    .await?;
+    let base = review(t, cluster, "CREATE", dry, options("CreateOptions", query));
+    let attrs = Attrs {
+        sub: "eviction",
+        name: Some(&name),
+        namespace: &ns,
+        object: Some(&object),
+        ..base
+    };
+    admission::validate(state, ctx, attrs).await?;
     let mut opts = if eviction["deleteOptions"].is_object() {
         eviction["deleteOptions"].clone()
     } else {

@@ -1,13 +1,12 @@
+//! Which objects a list, watch or deletecollection sees: logical cluster (and
+//! APIExport binding), namespace, label and field selectors.
+
 use super::Target;
-use crate::errors::ApiError;
-use crate::errors::ApiResult;
+use crate::errors::{ApiError, ApiResult};
 use crate::kcp;
 use crate::registry::ResourceInfo;
-use crate::selectors::FieldSelector;
-use crate::selectors::Selector;
-use crate::server::ClusterSel;
-use crate::server::Ctx;
-use crate::server::State;
+use crate::selectors::{FieldSelector, Selector};
+use crate::server::{ClusterSel, Ctx, State};
 use crate::store::Key;
 use serde_json::Value;
 use std::collections::HashMap;

@@ -1,11 +1,10 @@
+//! GET of one object (or its scale subresource, or its metadata only).
+
 use super::Target;
 use super::request::{key_for, partial, typed};
 use super::scale::scale_of;
-use crate::errors::ApiError;
-use crate::errors::ApiResult;
-use crate::server::Ctx;
-use crate::server::Resp;
-use crate::server::State;
+use crate::errors::{ApiError, ApiResult};
+use crate::server::{Ctx, Resp, State};
 
 pub(super) fn get(
     state: &State,

@@ -1,17 +1,15 @@
+//! LIST: selectors, limit/continue, remainingItemCount, Table and metadata-only output.
+
 use super::Target;
 use super::filter::Filter;
 use super::request::{list_item, partial, wants_meta, wants_table};
 use super::table::table;
-use crate::errors::ApiError;
-use crate::errors::ApiResult;
-use crate::server::Ctx;
-use crate::server::Resp;
-use crate::server::State;
+use crate::errors::{ApiError, ApiResult};
+use crate::server::{Ctx, Resp, State};
 use crate::store::Key;
 use base64::Engine;
 use http::HeaderMap;
-use serde_json::Value;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 

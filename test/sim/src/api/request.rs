@@ -1,12 +1,15 @@
-use crate::errors::ApiError;
-use crate::errors::ApiResult;
+//! Shapes every verb shares: body decoding, storage keys, objects as served,
+//! metadata-only and Table requests, and the `*Options` admission sees.
+
+use super::Target;
+use crate::admission::Attrs;
+use crate::errors::{ApiError, ApiResult};
 use crate::kcp;
 use crate::registry::ResourceInfo;
 use crate::store::Key;
 use bytes::Bytes;
 use http::HeaderMap;
-use serde_json::Value;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 
 pub fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
@@ -137,5 +140,29 @@ pub(super) fn strip_system_meta(obj: &mut Value) {
                 m.remove(k);
             }
         }
+    }
+}
+
+/// The attributes of an admission review of a request on `t` in `cluster`: the
+/// target's subresource, name and namespace, no objects (the verb adds them).
+pub(super) fn review<'a>(
+    t: &'a Target,
+    cluster: &'a str,
+    op: &'a str,
+    dry_run: bool,
+    options: Value,
+) -> Attrs<'a> {
+    Attrs {
+        info: &t.info,
+        version: &t.version,
+        sub: t.sub.as_deref().unwrap_or(""),
+        op,
+        name: t.name.as_deref(),
+        namespace: t.namespace.as_deref().unwrap_or(""),
+        cluster,
+        object: None,
+        old: None,
+        dry_run,
+        options,
     }
 }

@@ -1,6 +1,7 @@
+//! The scale subresource: where a resource keeps its replicas, and its `Scale`.
+
 use crate::registry::ResourceInfo;
-use serde_json::Value;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// The `.spec.replicas`-style paths of `info`'s scale subresource.
 pub(super) fn scale_paths(info: &ResourceInfo) -> (&str, &str) {

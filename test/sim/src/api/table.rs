@@ -1,7 +1,8 @@
+//! `as=Table` output: the columns kube-apiserver prints for each kind.
+
 use super::request::meta;
 use crate::registry::ResourceInfo;
-use serde_json::Value;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
 
 pub(super) fn age(ts: &str) -> String {

@@ -1,28 +1,28 @@
+//! PUT and PATCH (and the simulator's own changes) through one update in named
+//! steps: mutate, keep what the client cannot change, the subresource's share,
+//! defaulting, validation, admission, storage.
+
 use super::Target;
 use super::create::create;
-use super::request::{dry_run, field_validation, key_for, meta, options, strip_system_meta, typed};
+use super::request::{
+    dry_run, field_validation, key_for, meta, options, review, strip_system_meta, typed,
+};
 use super::scale::{scale_of, scale_paths, set_path};
 use super::validate::{
     apply_schema, builtin_field_validation, check_api_version, check_shape,
     uid_precondition_failed, validate_meta,
 };
-use crate::admission;
 use crate::admission::Attrs;
 use crate::errors::{ApiError, ApiResult, cause};
-use crate::kcp;
-use crate::patch;
-use crate::rbac;
 use crate::registry::ResourceInfo;
-use crate::server::Ctx;
-use crate::server::Resp;
-use crate::server::State;
-use crate::store;
+use crate::server::{Ctx, Resp, State};
 use crate::store::{Key, StoreError};
-use serde_json::Value;
-use serde_json::json;
+use crate::{admission, kcp, patch, rbac, store};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// How an update changes the stored object.
 pub enum Mutation {
     Replace(Value),
     Merge(Value),
@@ -406,24 +406,16 @@ impl Update<'_> {
         if apply && let Some(o) = opts.as_object_mut() {
             o.remove("fieldValidation");
         }
-        admission::validate(
-            self.state,
-            self.ctx,
-            Attrs {
-                info,
-                version: &t.version,
-                sub: &self.sub,
-                op: "UPDATE",
-                name: Some(&self.name),
-                namespace,
-                cluster: self.cluster,
-                object: Some(new),
-                old: Some(old_typed),
-                dry_run: dry_run(self.query),
-                options: opts,
-            },
-        )
-        .await
+        let base = review(t, self.cluster, "UPDATE", dry_run(self.query), opts);
+        let attrs = Attrs {
+            sub: &self.sub,
+            name: Some(&self.name),
+            namespace,
+            object: Some(new),
+            old: Some(old_typed),
+            ..base
+        };
+        admission::validate(self.state, self.ctx, attrs).await
     }
 
     /// The response to an update: the object, or its Scale through `/scale`.

@@ -1,11 +1,13 @@
+//! What kube-apiserver checks of an object before storing it: names, the namespace,
+//! the Go types' shapes, labels/annotations/finalizers/ownerReferences, unknown
+//! fields (`fieldValidation`) and custom resource schemas.
+
 use crate::errors::{ApiError, ApiResult, cause};
 use crate::registry;
 use crate::registry::ResourceInfo;
-use crate::server::Ctx;
-use crate::server::State;
+use crate::server::{Ctx, State};
 use crate::store::Key;
-use serde_json::Value;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
 
 pub fn is_dns1123_subdomain(s: &str) -> bool {

@@ -1,17 +1,14 @@
+//! WATCH: history replay, initial events, bookmarks, 410 Expired, selector transitions.
+
 use super::Target;
 use super::filter::Filter;
 use super::request::{meta, partial, typed};
-use crate::errors::ApiError;
-use crate::errors::ApiResult;
-use crate::server::Ctx;
-use crate::server::Resp;
-use crate::server::State;
+use crate::errors::{ApiError, ApiResult};
+use crate::server::{Ctx, Resp, State};
 use crate::store;
-use crate::store::EventType;
-use crate::store::Key;
+use crate::store::{EventType, Key};
 use bytes::Bytes;
-use serde_json::Value;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
