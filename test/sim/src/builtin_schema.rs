@@ -82,40 +82,53 @@ fn resolve<'a>(root: &'a Value, s: &'a Value) -> &'a Value {
     cur
 }
 
+/// What a (resolved) object schema says of one field.
+enum Field<'a> {
+    /// A known field, with its schema.
+    Known(&'a Value),
+    /// A field the type does not have.
+    Unknown,
+    /// Anything goes (a free-form object, or no object schema at all).
+    Unchecked,
+}
+
+fn field<'a>(s: &'a Value, k: &str) -> Field<'a> {
+    let additional = s.get("additionalProperties");
+    if let Some(props) = s.get("properties").and_then(|p| p.as_object()) {
+        if additional.is_some_and(|a| a.is_object() || a == true) {
+            return Field::Unchecked;
+        }
+        return props.get(k).map_or(Field::Unknown, Field::Known);
+    }
+    additional
+        .filter(|a| a.is_object())
+        .map_or(Field::Unchecked, Field::Known)
+}
+
+/// The schema of a (resolved) array schema's items.
+fn items(s: &Value) -> Option<&Value> {
+    s.get("items").filter(|i| i.is_object())
+}
+
 fn walk(root: &Value, v: &Value, s: &Value, path: &str, out: &mut Vec<String>) {
     let s = resolve(root, s);
     match v {
         Value::Object(m) => {
-            if let Some(props) = s.get("properties").and_then(|p| p.as_object()) {
-                if s.get("additionalProperties")
-                    .is_some_and(|a| a.is_object() || a == true)
-                {
-                    return;
-                }
-                for (k, x) in m {
-                    let p = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    match props.get(k) {
-                        Some(ps) => walk(root, x, ps, &p, out),
-                        None => out.push(p),
-                    }
-                }
-            } else if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
-                for (k, x) in m {
-                    let p = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    walk(root, x, ap, &p, out);
+            for (k, x) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match field(s, k) {
+                    Field::Known(fs) => walk(root, x, fs, &p, out),
+                    Field::Unknown => out.push(p),
+                    Field::Unchecked => {}
                 }
             }
         }
         Value::Array(a) => {
-            if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+            if let Some(items) = items(s) {
                 for (i, x) in a.iter().enumerate() {
                     walk(root, x, items, &format!("{path}[{i}]"), out);
                 }
@@ -129,26 +142,15 @@ fn prune_walk(root: &Value, v: &mut Value, s: &Value) {
     let s = resolve(root, s);
     match v {
         Value::Object(m) => {
-            if let Some(props) = s.get("properties").and_then(|p| p.as_object()) {
-                if s.get("additionalProperties")
-                    .is_some_and(|a| a.is_object() || a == true)
-                {
-                    return;
-                }
-                m.retain(|k, _| props.contains_key(k));
-                for (k, x) in m.iter_mut() {
-                    if let Some(ps) = props.get(k) {
-                        prune_walk(root, x, ps);
-                    }
-                }
-            } else if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
-                for (_, x) in m.iter_mut() {
-                    prune_walk(root, x, ap);
+            m.retain(|k, _| !matches!(field(s, k), Field::Unknown));
+            for (k, x) in m.iter_mut() {
+                if let Field::Known(fs) = field(s, k) {
+                    prune_walk(root, x, fs);
                 }
             }
         }
         Value::Array(a) => {
-            if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+            if let Some(items) = items(s) {
                 for x in a.iter_mut() {
                     prune_walk(root, x, items);
                 }

@@ -102,26 +102,23 @@ fn stored_allows(state: &State, a: &Attributes) -> bool {
             .and_then(|r| r["rules"].as_array().cloned())
             .unwrap_or_default()
     };
-    let crbs = state
-        .store
-        .list(&rbac_gr("clusterrolebindings"), Some(a.cluster), None)
-        .0;
-    for b in crbs {
-        if b["subjects"]
+    // A binding grants when it names the user and its role's rules allow.
+    let grants = |b: &Value, kind: &str, ns: &str| {
+        b["subjects"]
             .as_array()
             .into_iter()
             .flatten()
             .any(|s| subject_matches(s, a))
-        {
-            let rules = role_rules(
-                "ClusterRole",
-                b["roleRef"]["name"].as_str().unwrap_or(""),
-                "",
-            );
-            if rules.iter().any(|r| policy_rule_allows(r, a)) {
-                return true;
-            }
-        }
+            && role_rules(kind, b["roleRef"]["name"].as_str().unwrap_or(""), ns)
+                .iter()
+                .any(|r| policy_rule_allows(r, a))
+    };
+    let crbs = state
+        .store
+        .list(&rbac_gr("clusterrolebindings"), Some(a.cluster), None)
+        .0;
+    if crbs.iter().any(|b| grants(b, "ClusterRole", "")) {
+        return true;
     }
     if a.namespace.is_empty() {
         return false;
@@ -130,24 +127,10 @@ fn stored_allows(state: &State, a: &Attributes) -> bool {
         .store
         .list(&rbac_gr("rolebindings"), Some(a.cluster), Some(a.namespace))
         .0;
-    for b in rbs {
-        if b["subjects"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| subject_matches(s, a))
-        {
-            let rules = role_rules(
-                b["roleRef"]["kind"].as_str().unwrap_or("Role"),
-                b["roleRef"]["name"].as_str().unwrap_or(""),
-                a.namespace,
-            );
-            if rules.iter().any(|r| policy_rule_allows(r, a)) {
-                return true;
-            }
-        }
-    }
-    false
+    rbs.iter().any(|b| {
+        let kind = b["roleRef"]["kind"].as_str().unwrap_or("Role");
+        grants(b, kind, a.namespace)
+    })
 }
 
 pub fn allowed(state: &State, a: &Attributes) -> bool {
