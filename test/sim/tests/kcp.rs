@@ -85,7 +85,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
 
     // kubectl against a nested workspace path.
     let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:org"), "admin"));
-    let out = k.run(&["get", "workspaces", "-o", "name"]);
+    let out = k.sh("get workspaces -o name");
     assert_eq!(
         out.stdout,
         "workspace.tenancy.kcp.io/other\nworkspace.tenancy.kcp.io/provider\nworkspace.tenancy.kcp.io/team\n",
@@ -467,7 +467,7 @@ async fn deleting_a_workspace_removes_its_logical_cluster() {
     );
     // Requests to the removed workspace path fail.
     let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:gone"), "admin"));
-    let out = k.run(&["get", "cm", "-n", "default"]);
+    let out = k.sh("get cm -n default");
     assert_ne!(out.code, 0, "{out:?}");
     sim.shutdown().await;
 }

@@ -1014,35 +1014,17 @@ async fn rbac_model_and_subject_access_reviews() {
     );
     // Impersonation (kubectl --as) and SelfSubjectAccessReview (kubectl auth can-i).
     let k = common::Kubectl::new(&sim.kubeconfig("admin"));
-    let out = k.run(&[
-        "auth",
-        "can-i",
-        "list",
-        "configmaps",
-        "--as",
-        "alice",
-        "--as-group",
-        "dev",
-    ]);
+    let out = k.sh("auth can-i list configmaps --as alice --as-group dev");
     assert_eq!((out.stdout.as_str(), out.code), ("yes\n", 0), "{out:?}");
-    let out = k.run(&[
-        "auth",
-        "can-i",
-        "create",
-        "configmaps",
-        "--as",
-        "alice",
-        "--as-group",
-        "dev",
-    ]);
+    let out = k.sh("auth can-i create configmaps --as alice --as-group dev");
     assert_eq!((out.stdout.as_str(), out.code), ("no\n", 1), "{out:?}");
-    let out = k.run(&["get", "secrets", "--as", "bob"]);
+    let out = k.sh("get secrets --as bob");
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): secrets is forbidden: User \"bob\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\"\n"
     );
     let alice_k = common::Kubectl::new(&sim.kubeconfig("alice"));
-    let out = alice_k.run(&["get", "cm", "--as", "admin"]);
+    let out = alice_k.sh("get cm --as admin");
     assert_eq!(out.code, 1, "alice may not impersonate: {out:?}");
     // A service account's user name: checked on serviceaccounts in its namespace,
     // and given the service account groups (as kube-apiserver does).
@@ -1061,15 +1043,8 @@ async fn rbac_model_and_subject_access_reviews() {
     );
     assert_eq!(out.code, 0, "{out:?}");
     // kubectl create clusterrole sends protobuf: the rule reads back as sent.
-    let out = k.run(&[
-        "create",
-        "clusterrole",
-        "cm-getter",
-        "--verb=get",
-        "--resource=configmaps",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = k.run(&["get", "clusterrole", "cm-getter", "-o", "jsonpath={.rules}"]);
+    k.ok("create clusterrole cm-getter --verb=get --resource=configmaps");
+    let out = k.sh("get clusterrole cm-getter -o jsonpath={.rules}");
     assert_eq!(
         out.stdout, r#"[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get"]}]"#,
         "{out:?}"
@@ -1089,13 +1064,8 @@ async fn rbac_model_and_subject_access_reviews() {
             "{who}: {out:?}"
         );
     }
-    let out = alice_k.run(&[
-        "get",
-        "--raw",
-        "/api/v1/namespaces/default/configmaps",
-        "--as",
-        "system:serviceaccount:team:ci",
-    ]);
+    let out = alice_k
+        .sh("get --raw /api/v1/namespaces/default/configmaps --as system:serviceaccount:team:ci");
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): serviceaccounts \"ci\" is forbidden: User \"alice\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"team\"\n",

@@ -5,7 +5,7 @@ mod common;
 
 use holdfast_sim::{Sim, SimConfig, User};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -48,6 +48,35 @@ fn binding(name: &str, role: &str) -> ClusterRoleBinding {
     .expect("binding")
 }
 
+fn rules(v: Value) -> Option<Vec<PolicyRule>> {
+    Some(serde_json::from_value(v).expect("rules"))
+}
+
+/// Adds `rule` to the keeper's own ClusterRole (as the admin).
+async fn grant_keeper(admin_roles: &Api<ClusterRole>, rule: Value) {
+    let mut keeper_role = admin_roles.get("keeper").await.expect("get");
+    keeper_role
+        .rules
+        .get_or_insert_with(Vec::new)
+        .push(serde_json::from_value(rule).expect("rule"));
+    admin_roles
+        .replace("keeper", &PostParams::default(), &keeper_role)
+        .await
+        .expect("keeper role updated");
+}
+
+/// The keeper creates the role "other" with a rule it does not hold: refused.
+async fn create_other(roles: &Api<ClusterRole>) -> kube::core::Status {
+    let secrets = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]);
+    let other = role("other", json!({}), secrets);
+    api_err(
+        roles
+            .create(&PostParams::default(), &other)
+            .await
+            .expect_err("a role with rules not held"),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn granting_rules_not_held_is_refused_unless_escalate() {
     let sim = Sim::start(cfg()).await.expect("sim");
@@ -87,12 +116,8 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
 
     // Rules it holds: allowed.
     let mut held = roles.get("reads").await.expect("get");
-    held.rules = Some(
-        serde_json::from_value(
-            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]),
-        )
-        .expect("rules"),
-    );
+    held.rules =
+        rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]));
     let held = roles
         .replace("reads", &pp, &held)
         .await
@@ -100,14 +125,11 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
 
     // Rules it does not hold: refused with kube-apiserver's text.
     let mut more = held.clone();
-    more.rules = Some(
-        serde_json::from_value(json!([
-            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
-            {"apiGroups": ["", "apps"], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["delete"]}
-        ]))
-        .expect("rules"),
-    );
+    more.rules = rules(json!([
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+        {"apiGroups": ["", "apps"], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["delete"]}
+    ]));
     let s = api_err(
         roles
             .replace("reads", &pp, &more)
@@ -127,19 +149,7 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
          {APIGroups:[\"apps\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\"]}"
     );
     // Creating a role with rules not held: refused the same way.
-    let s = api_err(
-        roles
-            .create(
-                &pp,
-                &role(
-                    "other",
-                    json!({}),
-                    json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]),
-                ),
-            )
-            .await
-            .expect_err("escalation on create"),
-    );
+    let s = create_other(&roles).await;
     assert_eq!(s.code, 403);
     assert!(
         s.message.starts_with(
@@ -153,57 +163,22 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
 
     // escalate on the one role: the same update goes through; the role's rules are
     // then held by whoever is bound to it.
-    let mut keeper_role = admin_roles.get("keeper").await.expect("get");
-    keeper_role
-        .rules
-        .get_or_insert_with(Vec::new)
-        .push(
-            serde_json::from_value(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["reads"], "verbs": ["escalate"]}))
-                .expect("rule"),
-        );
-    admin_roles
-        .replace("keeper", &pp, &keeper_role)
-        .await
-        .expect("escalate granted");
+    grant_keeper(&admin_roles, json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["reads"], "verbs": ["escalate"]})).await;
     let mut more = roles.get("reads").await.expect("get");
-    more.rules = Some(
-        serde_json::from_value(json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]))
-            .expect("rules"),
+    more.rules = rules(
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]),
     );
     roles
         .replace("reads", &pp, &more)
         .await
         .expect("escalate allows it");
     // Only on that role: another name is still checked.
-    let s = api_err(
-        roles
-            .create(
-                &pp,
-                &role(
-                    "other",
-                    json!({}),
-                    json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]),
-                ),
-            )
-            .await
-            .expect_err("escalate is per name"),
-    );
+    let s = create_other(&roles).await;
     assert_eq!(s.code, 403);
 
     // Binding: needs the rules or bind. The keeper may create bindings but holds
     // nothing of "reads".
-    let mut keeper_role = admin_roles.get("keeper").await.expect("get");
-    keeper_role
-        .rules
-        .get_or_insert_with(Vec::new)
-        .push(
-            serde_json::from_value(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]}))
-                .expect("rule"),
-        );
-    admin_roles
-        .replace("keeper", &pp, &keeper_role)
-        .await
-        .expect("create bindings");
+    grant_keeper(&admin_roles, json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]})).await;
     let bindings: Api<ClusterRoleBinding> = Api::all(keeper.clone());
     let s = api_err(
         bindings

@@ -187,6 +187,11 @@ pub fn capture_policy() -> Decide {
     })
 }
 
+/// A webhook decision that allows everything.
+pub fn allow_all() -> Decide {
+    Arc::new(|_: &Value| json!({"allowed": true}))
+}
+
 pub fn kubectl_path() -> PathBuf {
     let p = PathBuf::from("/usr/bin/kubectl");
     if p.exists() {
@@ -226,6 +231,35 @@ impl Kubectl {
     }
     pub fn run(&self, args: &[&str]) -> Out {
         self.run_stdin(args, None)
+    }
+    /// kubectl with the words of `line` (split at whitespace) as its arguments.
+    pub fn sh(&self, line: &str) -> Out {
+        self.run(&line.split_whitespace().collect::<Vec<_>>())
+    }
+    /// [`Kubectl::sh`], asserting that kubectl succeeded.
+    pub fn ok(&self, line: &str) -> Out {
+        let out = self.sh(line);
+        assert_eq!(out.code, 0, "kubectl {line}: {out:?}");
+        out
+    }
+    /// `kubectl LINE -o json`, asserting success: the parsed output.
+    pub fn json(&self, line: &str) -> Value {
+        let out = self.ok(&format!("{line} -o json"));
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("kubectl {line}: {e}: {out:?}"))
+    }
+    /// `kubectl VERB --raw PATH -f -` with `body` on stdin.
+    pub fn raw(&self, verb: &str, path: &str, body: &Value) -> Out {
+        self.run_stdin(&[verb, "--raw", path, "-f", "-"], Some(&body.to_string()))
+    }
+    /// `kubectl apply -f -` of `manifest`.
+    pub fn apply(&self, manifest: &str) -> Out {
+        self.run_stdin(&["apply", "-f", "-"], Some(manifest))
+    }
+    /// [`Kubectl::apply`], asserting that kubectl succeeded.
+    pub fn apply_ok(&self, manifest: &str) -> Out {
+        let out = self.apply(manifest);
+        assert_eq!(out.code, 0, "kubectl apply of {manifest}: {out:?}");
+        out
     }
     pub fn run_stdin(&self, args: &[&str], stdin: Option<&str>) -> Out {
         use std::io::Write;
