@@ -294,8 +294,7 @@ async fn namespace_cascade_retries_denied_deletes_and_keeps_namespace() {
     .await;
     let out = k.sh("get cm -n held -o name");
     assert_eq!(out.stdout, "configmap/keep\n");
-    let ns = k.sh("get ns held -o json");
-    let v: Value = serde_json::from_str(&ns.stdout).expect("ns json");
+    let v: Value = k.json("get ns held");
     assert_eq!(v["status"]["phase"], "Terminating");
     assert!(v["metadata"]["deletionTimestamp"].is_string());
     // New content is refused in a terminating namespace.
@@ -416,16 +415,12 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
         )
         .await
         .expect_err("status patch is denied");
-    match err {
-        kube::Error::Api(s) => {
-            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
-            assert_eq!(
-                s.message,
-                "admission webhook \"svc.example.com\" denied the request: no status updates"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_status(
+        err,
+        422,
+        "Invalid",
+        "admission webhook \"svc.example.com\" denied the request: no status updates",
+    );
     let r = hook.reviews();
     assert_eq!(r[0].review["request"]["subResource"], "status");
     assert_eq!(r[0].review["request"]["requestSubResource"], "status");
@@ -564,16 +559,12 @@ async fn validating_admission_policies() {
         .delete("x", &Default::default())
         .await
         .expect_err("denied");
-    match err {
-        kube::Error::Api(s) => {
-            assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
-            assert_eq!(
-                s.message,
-                "configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_status(
+        err,
+        403,
+        "Forbidden",
+        "configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected",
+    );
     let out = k.sh("delete cm x -n default");
     assert_eq!(
         out.stderr,

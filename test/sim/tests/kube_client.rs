@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::wait_until;
+use common::{create_obj, merge_patch, wait_until};
 use futures::StreamExt;
 use holdfast_sim::{RbacRule, Sim, SimConfig, User};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -29,12 +29,7 @@ fn api_err(e: kube::Error) -> kube::core::Status {
 
 async fn create_ns(client: &kube::Client, name: &str) {
     let nss: Api<Namespace> = Api::all(client.clone());
-    nss.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns"),
-    )
-    .await
-    .expect("create namespace");
+    create_obj(&nss, json!({"metadata": {"name": name}})).await;
     // Like a real cluster, kube-root-ca.crt and the default ServiceAccount appear shortly
     // after; wait so tests see a settled namespace.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), name);
@@ -308,12 +303,7 @@ async fn watcher_sees_changes_and_recovers_from_410() {
     let client = sim.client().await.expect("client");
     create_ns(&client, "w").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "w");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "a"}})).expect("cm"),
-    )
-    .await
-    .expect("create a");
+    create_obj(&api, json!({"metadata": {"name": "a"}})).await;
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let w = api.clone();
@@ -358,12 +348,7 @@ async fn watcher_sees_changes_and_recovers_from_410() {
     }
     let seen = expect(&mut rx, "initdone").await;
     assert!(seen.contains(&"initapply a".to_string()), "{seen:?}");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "b"}})).expect("cm"),
-    )
-    .await
-    .expect("create b");
+    create_obj(&api, json!({"metadata": {"name": "b"}})).await;
     expect(&mut rx, "apply b").await;
     api.delete("a", &DeleteParams::default())
         .await
@@ -373,13 +358,7 @@ async fn watcher_sees_changes_and_recovers_from_410() {
     // Compact history beyond the watcher's resourceVersion: its next watch gets 410
     // Expired and it must re-list.
     let other: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    other
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "elsewhere"}})).expect("cm"),
-        )
-        .await
-        .expect("create elsewhere");
+    create_obj(&other, json!({"metadata": {"name": "elsewhere"}})).await;
     sim.compact();
     let seen = expect(&mut rx, "initdone").await;
     assert!(
@@ -387,12 +366,7 @@ async fn watcher_sees_changes_and_recovers_from_410() {
         "re-list after 410: {seen:?}"
     );
     assert!(seen.contains(&"initapply b".to_string()), "{seen:?}");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "c"}})).expect("cm"),
-    )
-    .await
-    .expect("create c");
+    create_obj(&api, json!({"metadata": {"name": "c"}})).await;
     expect(&mut rx, "apply c").await;
     task.abort();
     sim.shutdown().await;
@@ -410,19 +384,8 @@ async fn raw_watch_wire_format() {
     create_ns(&client, "cap").await;
     let rv = sim.resource_version();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "cap");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "watched"}})).expect("cm"),
-    )
-    .await
-    .expect("create");
-    api.patch(
-        "watched",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"w": "1"}}})),
-    )
-    .await
-    .expect("label");
+    create_obj(&api, json!({"metadata": {"name": "watched"}})).await;
+    merge_patch(&api, "watched", json!({"metadata": {"labels": {"w": "1"}}})).await;
     api.delete("watched", &DeleteParams::default())
         .await
         .expect("delete");
@@ -577,13 +540,7 @@ async fn server_side_apply_and_finalizers() {
         .expect_err("no new finalizers"),
     );
     assert_eq!(s.code, 403);
-    api.patch(
-        "fin",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .expect("remove finalizer");
+    merge_patch(&api, "fin", json!({"metadata": {"finalizers": null}})).await;
     assert!(api.get_opt("fin").await.expect("get").is_none());
     sim.shutdown().await;
 }
@@ -595,12 +552,7 @@ async fn namespace_cascade_and_owner_gc() {
     create_ns(&client, "doomed").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "doomed");
     for n in ["one", "two"] {
-        api.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": n}})).expect("cm"),
-        )
-        .await
-        .expect("create");
+        create_obj(&api, json!({"metadata": {"name": n}})).await;
     }
     // Owner references: deleting the owner removes the dependent in the background.
     let owner = api.get("one").await.expect("owner");
@@ -629,13 +581,11 @@ async fn namespace_cascade_and_owner_gc() {
         "GC deleted the dependent"
     );
 
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "held", "finalizers": ["test/hold"]}}))
-            .expect("cm"),
+    create_obj(
+        &api,
+        json!({"metadata": {"name": "held", "finalizers": ["test/hold"]}}),
     )
-    .await
-    .expect("create held");
+    .await;
     let nss: Api<Namespace> = Api::all(client.clone());
     let res = nss
         .delete("doomed", &DeleteParams::default())
@@ -674,13 +624,7 @@ async fn namespace_cascade_and_owner_gc() {
         ns.status.and_then(|s| s.phase).as_deref(),
         Some("Terminating")
     );
-    api.patch(
-        "held",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .expect("release");
+    merge_patch(&api, "held", json!({"metadata": {"finalizers": null}})).await;
     for _ in 0..200 {
         if nss.get_opt("doomed").await.expect("get").is_none() {
             break;
@@ -786,14 +730,12 @@ async fn crd_serving_status_and_cleanup() {
     assert_eq!(s.data["status"]["ready"], true);
     assert_eq!(s.data["spec"]["size"], 1);
     assert_eq!(s.metadata.generation, Some(1));
-    let s = widgets
-        .patch(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"ready": false}, "spec": {"size": 2}})),
-        )
-        .await
-        .expect("patch spec");
+    let s = merge_patch(
+        &widgets,
+        "w1",
+        json!({"status": {"ready": false}, "spec": {"size": 2}}),
+    )
+    .await;
     assert_eq!(s.data["status"]["ready"], true);
     assert_eq!(s.data["spec"]["size"], 2);
     assert_eq!(
@@ -801,14 +743,7 @@ async fn crd_serving_status_and_cleanup() {
         Some(2),
         "spec change bumps generation"
     );
-    let s = widgets
-        .patch(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
-        )
-        .await
-        .expect("patch meta");
+    let s = merge_patch(&widgets, "w1", json!({"metadata": {"labels": {"a": "b"}}})).await;
     assert_eq!(
         s.metadata.generation,
         Some(2),
@@ -845,14 +780,12 @@ async fn crd_serving_status_and_cleanup() {
 
     // Deleting the CRD deletes its instances, then the CRD. An instance with a finalizer
     // holds the CRD in Terminating, where new instances are refused.
-    widgets
-        .patch(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": ["test/hold"]}})),
-        )
-        .await
-        .expect("add finalizer");
+    merge_patch(
+        &widgets,
+        "w1",
+        json!({"metadata": {"finalizers": ["test/hold"]}}),
+    )
+    .await;
     crds.delete("widgets.example.io", &DeleteParams::default())
         .await
         .expect("delete crd");
@@ -886,14 +819,7 @@ async fn crd_serving_status_and_cleanup() {
             .expect_err("terminating"),
     );
     assert_eq!(s.code, 405);
-    widgets
-        .patch(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("release");
+    merge_patch(&widgets, "w1", json!({"metadata": {"finalizers": null}})).await;
     for _ in 0..200 {
         if c2
             .get_opt("widgets.example.io")
@@ -1130,13 +1056,11 @@ async fn streaming_list_and_metadata_watch() {
     let client = sim.client().await.expect("client");
     create_ns(&client, "s").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "s");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "pre", "labels": {"k": "v"}}}))
-            .expect("cm"),
+    create_obj(
+        &api,
+        json!({"metadata": {"name": "pre", "labels": {"k": "v"}}}),
     )
-    .await
-    .expect("create");
+    .await;
     // sendInitialEvents=true watch-list: initial ADDED events then a bookmark with the
     // k8s.io/initial-events-end annotation.
     let mut s = watcher(
@@ -1173,13 +1097,11 @@ async fn streaming_list_and_metadata_watch() {
     }
     assert_eq!(names, ["kube-root-ca.crt", "pre"]);
     // Deleting a terminating namespace again is a Conflict.
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "hold", "finalizers": ["t/h"]}}))
-            .expect("cm"),
+    create_obj(
+        &api,
+        json!({"metadata": {"name": "hold", "finalizers": ["t/h"]}}),
     )
-    .await
-    .expect("create");
+    .await;
     let nss: Api<Namespace> = Api::all(client.clone());
     nss.delete("s", &DeleteParams::default())
         .await
@@ -1277,9 +1199,7 @@ async fn label_and_annotation_validation() {
     );
     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
     assert!(s.message.starts_with("ConfigMap \"x\" is invalid: metadata.labels: Invalid value: \"not ok\": a valid label must be an empty string"), "{}", s.message);
-    api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "x", "labels": {"holdfast.dev/protected": "Always"}, "annotations": {"holdfast.dev/skip-protection": "true"}}})).expect("cm"))
-        .await
-        .expect("valid labels");
+    create_obj(&api, json!({"metadata": {"name": "x", "labels": {"holdfast.dev/protected": "Always"}, "annotations": {"holdfast.dev/skip-protection": "true"}}})).await;
     let s = api_err(
         api.patch(
             "x",
@@ -1332,14 +1252,7 @@ async fn builtin_defaulting_and_method_not_allowed() {
         port.target_port,
         Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80))
     );
-    let again = svcs
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
-        )
-        .await
-        .expect("patch");
+    let again = merge_patch(&svcs, "web", json!({"metadata": {"labels": {"a": "b"}}})).await;
     assert_eq!(
         again.spec.and_then(|s| s.cluster_ip),
         Some(ip),
@@ -1383,13 +1296,12 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
         s.message,
         "ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set"
     );
-    api.patch(
+    merge_patch(
+        &api,
         "frozen",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"ok": "yes"}}})),
+        json!({"metadata": {"labels": {"ok": "yes"}}}),
     )
-    .await
-    .expect("metadata stays mutable");
+    .await;
     let s = api_err(
         api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "o", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "frozen"}]}})).expect("cm"))
             .await
@@ -1421,33 +1333,10 @@ async fn watch_selector_transitions() {
     let client = sim.client().await.expect("client");
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let rv = sim.resource_version();
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "t"}})).expect("cm"),
-    )
-    .await
-    .expect("create");
-    api.patch(
-        "t",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"a": "1"}}})),
-    )
-    .await
-    .expect("label");
-    api.patch(
-        "t",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"x": "y"}})),
-    )
-    .await
-    .expect("change");
-    api.patch(
-        "t",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": null}})),
-    )
-    .await
-    .expect("unlabel");
+    create_obj(&api, json!({"metadata": {"name": "t"}})).await;
+    merge_patch(&api, "t", json!({"metadata": {"labels": {"a": "1"}}})).await;
+    merge_patch(&api, "t", json!({"data": {"x": "y"}})).await;
+    merge_patch(&api, "t", json!({"metadata": {"labels": null}})).await;
     api.delete("t", &DeleteParams::default())
         .await
         .expect("delete");

@@ -63,6 +63,25 @@ fn check_capture(k: &Kubectl, name: &str) {
     assert_eq!(out.code, want_code, "exit code of `{cmd}` ({name})");
 }
 
+/// kubectl's default (strict server-side) validation refuses `manifest` for its unknown
+/// `field`, with kube-apiserver's text.
+fn assert_unknown_field_refused(
+    k: &Kubectl,
+    manifest: &str,
+    kind: &str,
+    version: &str,
+    field: &str,
+) {
+    let out = k.apply(manifest);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "Error from server (BadRequest): error when creating \"STDIN\": {kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: unknown field \"{field}\"\n"
+        ),
+        "{out:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_matches_captured_transcripts() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");
@@ -133,8 +152,7 @@ async fn kubectl_matches_captured_transcripts() {
     let w1 = "apiVersion: capture.test/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: cap\nspec:\n  size: 3\n";
     let out = k.apply(w1);
     assert_eq!(out.stdout, "widget.capture.test/w1 created\n", "{out:?}");
-    let out = k.sh("get widget w1 -n cap -o json");
-    let v: Value = serde_json::from_str(&out.stdout).expect("widget json");
+    let v: Value = k.json("get widget w1 -n cap");
     assert_eq!(v["spec"]["size"], 3);
     assert_eq!(v["metadata"]["generation"], 1);
     check_capture(&k, "11-delete-cr.txt");
@@ -175,8 +193,7 @@ async fn kubectl_apply_get_label_delete() {
         "namespace/shop unchanged\nconfigmap/settings configured\ndeployment.apps/db unchanged\n",
         "{out:?}"
     );
-    let out = k.sh("get cm settings -n shop -o json");
-    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    let v: Value = k.json("get cm settings -n shop");
     assert_eq!(v["data"]["color"], "red");
     assert_eq!(v["kind"], "ConfigMap");
     assert!(
@@ -184,48 +201,29 @@ async fn kubectl_apply_get_label_delete() {
             .is_string()
     );
 
-    let out = k.sh("label cm settings -n shop tier=backend");
-    assert_eq!(out.stdout, "configmap/settings labeled\n", "{out:?}");
-    let out = k.run(&[
-        "get",
-        "cm",
-        "-n",
-        "shop",
-        "-l",
-        "tier in (backend,frontend),app=shop",
-        "-o",
-        "name",
-    ]);
-    assert_eq!(out.stdout, "configmap/settings\n", "{out:?}");
-    let out = k.sh("get cm -n shop -l tier!=backend -o name");
-    assert_eq!(out.stdout, "configmap/kube-root-ca.crt\n", "{out:?}");
-    let out = k.run(&[
-        "get",
-        "deploy",
-        "-n",
-        "shop",
-        "-o",
-        "jsonpath={.items[0].metadata.generation}",
-    ]);
-    assert_eq!(out.stdout, "1", "{out:?}");
+    #[rustfmt::skip]
+    let selected: [(&[&str], &str); 4] = [
+        (&["label", "cm", "settings", "-n", "shop", "tier=backend"], "configmap/settings labeled\n"),
+        (&["get", "cm", "-n", "shop", "-l", "tier in (backend,frontend),app=shop", "-o", "name"], "configmap/settings\n"),
+        (&["get", "cm", "-n", "shop", "-l", "tier!=backend", "-o", "name"], "configmap/kube-root-ca.crt\n"),
+        (&["get", "deploy", "-n", "shop", "-o", "jsonpath={.items[0].metadata.generation}"], "1"),
+    ];
+    for (args, stdout) in selected {
+        let out = k.run(args);
+        assert_eq!(out.stdout, stdout, "kubectl {args:?}: {out:?}");
+    }
     // Strict server-side field validation of built-in kinds (kubectl's default).
     let typo = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\n  namespace: shop\n  lables: {a: b}\ndata: {k: v}\n";
-    let out = k.apply(typo);
-    assert_eq!(
-        out.stderr,
-        "Error from server (BadRequest): error when creating \"STDIN\": ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"metadata.lables\"\n",
-        "{out:?}"
-    );
+    assert_unknown_field_refused(&k, typo, "ConfigMap", "v1", "metadata.lables");
     let out = k.run_stdin(&["apply", "--validate=warn", "-f", "-"], Some(typo));
     assert_eq!(
         out.stderr, "Warning: unknown field \"metadata.lables\"\n",
         "{out:?}"
     );
-    let out = k.sh("get cm typo -n shop -o json");
-    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    let v: Value = k.json("get cm typo -n shop");
     assert!(
         v["metadata"].get("lables").is_none(),
-        "unknown fields are dropped: {out:?}"
+        "unknown fields are dropped: {v}"
     );
     assert_eq!(v["data"]["k"], "v");
     let out = k.sh("rollout status deploy/db -n shop --timeout=10s");
@@ -294,20 +292,15 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
     );
     let good = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: db\nspec:\n  unknownField: x\n  resources:\n  - {version: v1, resource: configmaps, namespace: shop, names: [db]}\n";
     // kubectl validates strictly on the server by default: unknown fields are refused...
-    let out = k.apply(good);
-    assert_eq!(
-        out.stderr,
-        "Error from server (BadRequest): error when creating \"STDIN\": ResourceProtection in version \"v1alpha1\" cannot be handled as a ResourceProtection: strict decoding error: unknown field \"spec.unknownField\"\n",
-        "{out:?}"
-    );
+    let kind = "ResourceProtection";
+    assert_unknown_field_refused(&k, good, kind, "v1alpha1", "spec.unknownField");
     // ...and pruned without validation.
     let out = k.run_stdin(&["apply", "--validate=false", "-f", "-"], Some(good));
     assert_eq!(
         out.stdout, "resourceprotection.holdfast.dev/db created\n",
         "{out:?}"
     );
-    let out = k.sh("get rp db -o json");
-    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    let v: Value = k.json("get rp db");
     assert_eq!(v["spec"]["enforcement"], "Enforce", "defaulted");
     assert_eq!(v["spec"]["strict"], false, "defaulted");
     assert_eq!(v["spec"]["mode"], "Always", "defaulted");
@@ -407,11 +400,7 @@ spec:
         assert!(std::time::Instant::now() < deadline, "gadgets never served");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let out = k.run_stdin(
-        &["apply", "-f", "-"],
-        Some("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: default}\nspec: {size: {count: 3}}\n"),
-    );
-    assert_eq!(out.code, 0, "{out:?}");
+    k.apply_ok("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: default}\nspec: {size: {count: 3}}\n");
     let scale = |k: &Kubectl| -> Value {
         let out = k.ok("get gadget g -n default --subresource=scale -o json");
         serde_json::from_str(&out.stdout).expect("json")
@@ -427,16 +416,11 @@ spec:
         (0, "gadget.workloads.test.io/g scaled\n"),
         "{out:?}"
     );
-    let out = k.sh("get gadget g -n default -o json");
-    let g: Value = serde_json::from_str(&out.stdout).expect("json");
+    let g: Value = k.json("get gadget g -n default");
     assert_eq!(g["spec"], json!({"size": {"count": 0}}), "{g}");
     assert_eq!(scale(&k)["spec"]["replicas"], json!(0));
     // Nothing at the path: 0.
-    let out = k.run_stdin(
-        &["apply", "-f", "-"],
-        Some("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: empty, namespace: default}\nspec: {}\n"),
-    );
-    assert_eq!(out.code, 0, "{out:?}");
+    k.apply_ok("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: empty, namespace: default}\nspec: {}\n");
     let out = k.sh("get gadget empty -n default --subresource=scale -o jsonpath={.spec.replicas}");
     assert_eq!((out.code, out.stdout.as_str()), (0, "0"), "{out:?}");
 }

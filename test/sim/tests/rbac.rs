@@ -3,19 +3,14 @@
 
 mod common;
 
+use common::{api_status, merge_patch};
+
 use holdfast_sim::{Sim, SimConfig, User};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-fn api_err(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
 
 fn cfg() -> SimConfig {
     let mut cfg = SimConfig::default();
@@ -69,7 +64,7 @@ async fn grant_keeper(admin_roles: &Api<ClusterRole>, rule: Value) {
 async fn create_other(roles: &Api<ClusterRole>) -> kube::core::Status {
     let secrets = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]);
     let other = role("other", json!({}), secrets);
-    api_err(
+    api_status(
         roles
             .create(&PostParams::default(), &other)
             .await
@@ -77,14 +72,20 @@ async fn create_other(roles: &Api<ClusterRole>) -> kube::core::Status {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn granting_rules_not_held_is_refused_unless_escalate() {
+/// The simulator with the keeper service account, and admin and keeper clients.
+async fn start() -> (holdfast_sim::SimHandle, kube::Client, kube::Client) {
     let sim = Sim::start(cfg()).await.expect("sim");
     let admin = sim.client().await.expect("admin");
     let keeper = sim
         .client_as("system:serviceaccount:ops:keeper")
         .await
         .expect("keeper");
+    (sim, admin, keeper)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn granting_rules_not_held_is_refused_unless_escalate() {
+    let (sim, admin, keeper) = start().await;
     let admin_roles: Api<ClusterRole> = Api::all(admin.clone());
     let admin_bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
     let pp = PostParams::default();
@@ -130,7 +131,7 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
         {"apiGroups": ["", "apps"], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["delete"]}
     ]));
-    let s = api_err(
+    let s = api_status(
         roles
             .replace("reads", &pp, &more)
             .await
@@ -180,7 +181,7 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
     // nothing of "reads".
     grant_keeper(&admin_roles, json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]})).await;
     let bindings: Api<ClusterRoleBinding> = Api::all(keeper.clone());
-    let s = api_err(
+    let s = api_status(
         bindings
             .create(&pp, &binding("self-reads", "reads"))
             .await
@@ -195,7 +196,7 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
          permissions not currently held:\n\
          {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\"]}"
     );
-    let s = api_err(
+    let s = api_status(
         bindings
             .create(&pp, &binding("missing", "no-such-role"))
             .await
@@ -222,12 +223,7 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aggregated_cluster_roles_follow_the_roles_they_select() {
-    let sim = Sim::start(cfg()).await.expect("sim");
-    let admin = sim.client().await.expect("admin");
-    let keeper = sim
-        .client_as("system:serviceaccount:ops:keeper")
-        .await
-        .expect("keeper");
+    let (sim, admin, keeper) = start().await;
     let roles: Api<ClusterRole> = Api::all(admin.clone());
     let pp = PostParams::default();
     let aggregated: ClusterRole = serde_json::from_value(json!({
@@ -294,16 +290,9 @@ async fn aggregated_cluster_roles_follow_the_roles_they_select() {
         )
         .await
         .expect("unlabel");
-    roles
-        .patch(
-            "a-secrets",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": [cm]})),
-        )
-        .await
-        .expect("change");
+    merge_patch(&roles, "a-secrets", json!({"rules": [cm]})).await;
     wait_rules(json!([cm])).await;
-    let s = api_err(
+    let s = api_status(
         secrets
             .list(&ListParams::default())
             .await
@@ -329,7 +318,7 @@ async fn aggregated_cluster_roles_follow_the_roles_they_select() {
         .create(&pp, &binding("keeper-creates", "keeper-creates"))
         .await
         .expect("binding");
-    let s = api_err(
+    let s = api_status(
         keeper_roles
             .create(&pp, &mine)
             .await

@@ -187,6 +187,48 @@ pub fn capture_policy() -> Decide {
     })
 }
 
+/// The Status of a refused request; panics on any other error.
+pub fn api_status(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Asserts that a request was refused with this code, reason and message.
+pub fn assert_status(e: kube::Error, code: u16, reason: &str, message: &str) {
+    let s = api_status(e);
+    assert_eq!(
+        (s.code, s.reason.as_str(), s.message.as_str()),
+        (code, reason, message)
+    );
+}
+
+/// Creates the object `v` through `api`.
+pub async fn create_obj<K>(api: &kube::Api<K>, v: Value) -> K
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let obj: K = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{v}: {e}"));
+    api.create(&kube::api::PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {v}: {e}"))
+}
+
+/// Applies the merge patch `patch` to `name` through `api`.
+pub async fn merge_patch<K>(api: &kube::Api<K>, name: &str, patch: Value) -> K
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("merge patch {patch} of {name}: {e}"))
+}
+
 /// A webhook decision that allows everything.
 pub fn allow_all() -> Decide {
     Arc::new(|_: &Value| json!({"allowed": true}))
