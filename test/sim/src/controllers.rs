@@ -1,7 +1,7 @@
 //! Background controllers: namespace lifecycle, garbage collection, CRD
 //! establishment and cleanup, root CA publishing; plus post-write hooks.
 
-use crate::api::{self, Mutation, Target};
+use crate::api::{self, Call, Mutation, Target};
 use crate::registry::{self, Gr, ResourceInfo};
 use crate::server::{Ctx, State, UserInfo};
 use crate::store::Key;
@@ -80,10 +80,7 @@ async fn change(
     f: impl Fn(&mut Value) + Send + Sync + 'static,
 ) {
     let _ = api::update(
-        state,
-        ctx,
-        t,
-        cluster,
+        Call::new(state, ctx, t, cluster),
         &HashMap::new(),
         Mutation::Func(Box::new(f)),
     )
@@ -427,7 +424,7 @@ async fn publish_root_ca(state: &Arc<State>, ns: &str) {
         "data": {"ca.crt": state.ca_pem},
     });
     let t = target(&info, Some(ns), None);
-    let _ = api::create(state, &ctx, &t, "", obj, &HashMap::new()).await;
+    let _ = api::create(Call::new(state, &ctx, &t, ""), obj, &HashMap::new()).await;
 }
 
 /// What the workload controllers would report once all replicas run: observedGeneration,
@@ -515,7 +512,7 @@ async fn create_default_sa(state: &Arc<State>, cluster: &str, ns: &str) {
     let obj =
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
     let t = target(&info, Some(ns), None);
-    let _ = api::create(state, &ctx, &t, cluster, obj, &HashMap::new()).await;
+    let _ = api::create(Call::new(state, &ctx, &t, cluster), obj, &HashMap::new()).await;
 }
 
 pub fn spawn(state: Arc<State>) {
@@ -594,10 +591,7 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
             );
             let opts = delete_options("Background");
             let res = api::delete(
-                state,
-                &ctx,
-                &t,
-                &key.cluster,
+                Call::new(state, &ctx, &t, &key.cluster),
                 &k.name,
                 &opts,
                 api::DeleteCall::Unadmitted,
@@ -638,8 +632,12 @@ async fn drain_namespace(state: &Arc<State>, key: &Key, ns: &Arc<Value>) -> bool
             continue;
         }
         let t = target(&info, Some(&key.name), None);
-        if let Err(e) =
-            api::delete_collection(state, &ctx, &t, &key.cluster, &HashMap::new(), &opts).await
+        if let Err(e) = api::delete_collection(
+            Call::new(state, &ctx, &t, &key.cluster),
+            &HashMap::new(),
+            &opts,
+        )
+        .await
         {
             failures.push(format!(
                 "Failed to delete all resource types, 1 remaining: {}",
@@ -789,10 +787,7 @@ async fn gc(state: &Arc<State>) {
             };
             let opts = delete_options(policy);
             let _ = api::delete(
-                state,
-                &ctx,
-                &t,
-                &dkey.cluster,
+                Call::new(state, &ctx, &t, &dkey.cluster),
                 &dkey.name,
                 &opts,
                 api::DeleteCall::Named,

@@ -76,6 +76,15 @@ fn subject_matches(s: &Value, a: &Attributes) -> bool {
     }
 }
 
+/// Whether binding `b` names the requester among its subjects.
+fn binds(b: &Value, a: &Attributes) -> bool {
+    b["subjects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| subject_matches(s, a))
+}
+
 fn rbac_gr(resource: &str) -> Gr {
     Gr {
         group: "rbac.authorization.k8s.io".into(),
@@ -83,35 +92,40 @@ fn rbac_gr(resource: &str) -> Gr {
     }
 }
 
+/// The rules of the Role (in `ns`) or ClusterRole `name` stored in `cluster` (none
+/// when it does not exist).
+fn role_rules(state: &State, cluster: &str, kind: &str, name: &str, ns: &str) -> Vec<Value> {
+    let (gr, key_ns) = if kind == "ClusterRole" {
+        (rbac_gr("clusterroles"), "")
+    } else {
+        (rbac_gr("roles"), ns)
+    };
+    let key = crate::store::Key {
+        cluster: cluster.to_string(),
+        namespace: key_ns.to_string(),
+        name: name.to_string(),
+    };
+    state
+        .store
+        .get(&gr, &key)
+        .and_then(|r| r["rules"].as_array().cloned())
+        .unwrap_or_default()
+}
+
 /// Evaluates stored ClusterRoleBindings / RoleBindings.
 fn stored_allows(state: &State, a: &Attributes) -> bool {
-    let role_rules = |kind: &str, name: &str, ns: &str| -> Vec<Value> {
-        let (gr, key_ns) = if kind == "ClusterRole" {
-            (rbac_gr("clusterroles"), "")
-        } else {
-            (rbac_gr("roles"), ns)
-        };
-        let key = crate::store::Key {
-            cluster: a.cluster.to_string(),
-            namespace: key_ns.to_string(),
-            name: name.to_string(),
-        };
-        state
-            .store
-            .get(&gr, &key)
-            .and_then(|r| r["rules"].as_array().cloned())
-            .unwrap_or_default()
-    };
     // A binding grants when it names the user and its role's rules allow.
     let grants = |b: &Value, kind: &str, ns: &str| {
-        b["subjects"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| subject_matches(s, a))
-            && role_rules(kind, b["roleRef"]["name"].as_str().unwrap_or(""), ns)
-                .iter()
-                .any(|r| policy_rule_allows(r, a))
+        binds(b, a)
+            && role_rules(
+                state,
+                a.cluster,
+                kind,
+                b["roleRef"]["name"].as_str().unwrap_or(""),
+                ns,
+            )
+            .iter()
+            .any(|r| policy_rule_allows(r, a))
     };
     let crbs = state
         .store
@@ -375,38 +389,16 @@ fn owner_rules(state: &State, ctx: &Ctx, cluster: &str, namespace: &str) -> Vec<
         name: "",
         cluster,
     };
-    let role_rules = |kind: &str, name: &str, ns: &str| -> Vec<Value> {
-        let (gr, key_ns) = if kind == "ClusterRole" {
-            (rbac_gr("clusterroles"), "")
-        } else {
-            (rbac_gr("roles"), ns)
-        };
-        let key = crate::store::Key {
-            cluster: cluster.to_string(),
-            namespace: key_ns.to_string(),
-            name: name.to_string(),
-        };
-        state
-            .store
-            .get(&gr, &key)
-            .and_then(|r| r["rules"].as_array().cloned())
-            .unwrap_or_default()
-    };
     let mut out = Vec::new();
-    let bound = |b: &Value| {
-        b["subjects"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| subject_matches(s, &a))
-    };
     for b in state
         .store
         .list(&rbac_gr("clusterrolebindings"), Some(cluster), None)
         .0
     {
-        if bound(&b) {
+        if binds(&b, &a) {
             out.extend(role_rules(
+                state,
+                cluster,
                 "ClusterRole",
                 b["roleRef"]["name"].as_str().unwrap_or(""),
                 "",
@@ -419,8 +411,10 @@ fn owner_rules(state: &State, ctx: &Ctx, cluster: &str, namespace: &str) -> Vec<
             .list(&rbac_gr("rolebindings"), Some(cluster), Some(namespace))
             .0
         {
-            if bound(&b) {
+            if binds(&b, &a) {
                 out.extend(role_rules(
+                    state,
+                    cluster,
                     b["roleRef"]["kind"].as_str().unwrap_or("Role"),
                     b["roleRef"]["name"].as_str().unwrap_or(""),
                     namespace,

@@ -311,6 +311,14 @@ impl Store {
         Ok(Self::put(&mut inner, gr, key, obj, None))
     }
 
+    fn stored(inner: &Inner, gr: &Gr, key: &Key) -> Result<Arc<Value>, StoreError> {
+        inner
+            .data
+            .get(gr)
+            .and_then(|d| d.objects.get(key).cloned())
+            .ok_or(StoreError::NotFound)
+    }
+
     /// Replaces the object if its stored resourceVersion equals `expected_rv`.
     pub fn update(
         &self,
@@ -320,11 +328,7 @@ impl Store {
         expected_rv: u64,
     ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
-        let old = inner
-            .data
-            .get(gr)
-            .and_then(|d| d.objects.get(key).cloned())
-            .ok_or(StoreError::NotFound)?;
+        let old = Self::stored(&inner, gr, key)?;
         if rv_of(&old) != expected_rv {
             return Err(StoreError::Conflict);
         }
@@ -339,11 +343,7 @@ impl Store {
         expected_rv: Option<u64>,
     ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
-        let old = inner
-            .data
-            .get(gr)
-            .and_then(|d| d.objects.get(key).cloned())
-            .ok_or(StoreError::NotFound)?;
+        let old = Self::stored(&inner, gr, key)?;
         if let Some(e) = expected_rv
             && rv_of(&old) != e
         {

@@ -1,23 +1,21 @@
 //! POST (create): a new object, with generateName, system metadata, defaulting,
 //! validation and admission.
 
-use super::Target;
 use super::request::{
     dry_run, field_validation, key_for, meta, options, review, strip_system_meta, typed,
 };
 use super::validate::{
-    apply_schema, builtin_field_validation, check_api_version, check_namespace, check_shape,
-    validate_meta, validate_name,
+    Decoding, check_api_version, check_namespace, check_shape, validate_meta, validate_name,
 };
+use super::{Call, Target};
 use crate::admission::Attrs;
 use crate::errors::{ApiError, ApiResult, cause};
 use crate::registry::ResourceInfo;
-use crate::server::{Ctx, Resp, State};
+use crate::server::{Resp, State};
 use crate::store::{Key, StoreError};
 use crate::{admission, kcp, now_rfc3339, rbac};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 const NAME_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
@@ -33,13 +31,11 @@ fn random_suffix(n: usize) -> String {
 /// checked against the target, named, placed in its namespace, stamped with the
 /// system metadata, defaulted, validated, admitted and stored.
 pub async fn create(
-    state: &Arc<State>,
-    ctx: &Ctx,
-    t: &Target,
-    cluster: &str,
+    c: Call<'_>,
     mut obj: Value,
     query: &HashMap<String, String>,
 ) -> ApiResult<Resp> {
+    let (state, ctx, t, cluster) = (c.state, c.ctx, c.t, c.cluster);
     let info = &t.info;
     check_api_version(info, &t.version, &obj)?;
     if let Some(k) = obj["kind"].as_str()
@@ -52,14 +48,13 @@ pub async fn create(
         )));
     }
     check_shape(info, &obj)?;
-    builtin_field_validation(
+    let decoding = Decoding {
         ctx,
         info,
-        &t.version,
-        &mut obj,
-        None,
-        field_validation(query),
-    )?;
+        version: &t.version,
+        field_validation: field_validation(query),
+    };
+    decoding.builtin_fields(&mut obj, None)?;
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
     }
@@ -73,15 +68,7 @@ pub async fn create(
     }
     stamp(t, cluster, &mut obj)?;
     prepare_create(state, info, cluster, &mut obj)?;
-    apply_schema(
-        ctx,
-        info,
-        &t.version,
-        &name,
-        &mut obj,
-        None,
-        field_validation(query),
-    )?;
+    decoding.schema(&name, &mut obj, None)?;
     validate_meta(info, &name, &obj)?;
     let namespace = ns.as_deref().unwrap_or("");
     rbac::check_escalation(state, ctx, info, cluster, namespace, &name, &obj, None)?;

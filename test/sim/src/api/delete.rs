@@ -1,21 +1,20 @@
 //! DELETE and DELETE on a collection: DeleteOptions, preconditions, finalizers,
 //! propagation policies and what admission sees of each.
 
-use super::Target;
 use super::filter::Filter;
 use super::request::{dry_run, key_for, list_item, meta, parse_body, review, typed};
 use super::validate::uid_precondition_failed;
+use super::{Call, Target};
 use crate::admission::Attrs;
 use crate::errors::{ApiError, ApiResult};
 use crate::registry::ResourceInfo;
-use crate::server::{Ctx, Resp, State};
+use crate::server::Resp;
 use crate::store::StoreError;
 use crate::{admission, now_rfc3339, store};
 use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// DeleteOptions from the body and/or query, as passed on to admission.
 pub fn delete_options(
@@ -88,15 +87,8 @@ pub enum DeleteCall {
 
 /// DELETE of one object: preconditions, admission (as `how` says), then either marks
 /// it as deleting (finalizers to wait for, a namespace to empty) or removes it.
-pub async fn delete(
-    state: &Arc<State>,
-    ctx: &Ctx,
-    t: &Target,
-    cluster: &str,
-    name: &str,
-    opts: &Value,
-    how: DeleteCall,
-) -> ApiResult<Resp> {
+pub async fn delete(c: Call<'_>, name: &str, opts: &Value, how: DeleteCall) -> ApiResult<Resp> {
+    let (state, ctx, t, cluster) = (c.state, c.ctx, c.t, c.cluster);
     let info = &t.info;
     let key = key_for(cluster, info, t.namespace.as_deref(), name);
     let dry = opts["dryRun"]
@@ -268,23 +260,16 @@ fn mark_deleting(info: &ResourceInfo, old: &Value, old_typed: &Value, opts: &Val
 }
 
 pub async fn delete_collection(
-    state: &Arc<State>,
-    ctx: &Ctx,
-    t: &Target,
-    cluster: &str,
+    c: Call<'_>,
     query: &HashMap<String, String>,
     opts: &Value,
 ) -> ApiResult<Resp> {
+    let (state, ctx, t, cluster) = (c.state, c.ctx, c.t, c.cluster);
     let f = Filter::new(state, ctx, t, query)?;
-    let (all, _) = state
-        .store
-        .list_keyed(&t.info.gr(), Some(cluster), t.namespace.as_deref());
+    let (selected, _) = f.select(state, t, Some(cluster));
     let mut deleted = vec![];
     let mut first_err: Option<ApiError> = None;
-    for (k, v) in all {
-        if !f.key_ok(&k) || !f.obj_ok(&v) {
-            continue;
-        }
+    for (k, v) in selected {
         let mut tt = Target {
             info: t.info.clone(),
             version: t.version.clone(),
@@ -296,10 +281,7 @@ pub async fn delete_collection(
             tt.namespace = Some(k.namespace.clone());
         }
         match delete(
-            state,
-            ctx,
-            &tt,
-            cluster,
+            Call::new(state, ctx, &tt, cluster),
             &k.name,
             opts,
             DeleteCall::Nameless,

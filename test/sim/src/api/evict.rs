@@ -1,28 +1,25 @@
 //! `POST pods/NAME/eviction`.
 
-use super::Target;
+use super::Call;
 use super::delete::{DeleteCall, delete};
 use super::request::{dry_run, key_for, meta, options, review};
 use crate::admission;
 use crate::admission::Attrs;
 use crate::errors::{ApiError, ApiResult};
-use crate::server::{Ctx, Resp, State};
+use crate::server::Resp;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// `POST pods/NAME/eviction`, as kube-apiserver's eviction REST does it: one CREATE
 /// review of the Eviction (`subResource: eviction`, `name` the pod), then the pod is
 /// deleted without a DELETE review; `201` with a `Success` Status. (No
 /// PodDisruptionBudgets are modelled: every eviction is allowed by them.)
 pub(super) async fn evict(
-    state: &Arc<State>,
-    ctx: &Ctx,
-    t: &Target,
-    cluster: &str,
+    c: Call<'_>,
     eviction: Value,
     query: &HashMap<String, String>,
 ) -> ApiResult<Resp> {
+    let (state, ctx, t, cluster) = (c.state, c.ctx, c.t, c.cluster);
     let info = &t.info;
     let name = t.name.clone().unwrap_or_default();
     let ns = t.namespace.clone().unwrap_or_default();
@@ -62,7 +59,7 @@ pub(super) async fn evict(
     if dry {
         opts["dryRun"] = json!(["All"]);
     }
-    delete(state, ctx, t, cluster, &name, &opts, DeleteCall::Unadmitted).await?;
+    delete(c, &name, &opts, DeleteCall::Unadmitted).await?;
     Ok(Resp::Json(
         201,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),

@@ -53,6 +53,24 @@ impl Filter {
         })
     }
 
+    /// The stored objects of the target this filter selects (in `cluster`, or in
+    /// every cluster when None), in key order, and the store's resourceVersion.
+    pub(super) fn select(
+        &self,
+        state: &State,
+        t: &Target,
+        cluster: Option<&str>,
+    ) -> (Vec<(Key, Arc<Value>)>, u64) {
+        let (all, rv) = state
+            .store
+            .list_keyed(&t.info.gr(), cluster, t.namespace.as_deref());
+        let selected = all
+            .into_iter()
+            .filter(|(k, v)| self.key_ok(k) && self.obj_ok(v))
+            .collect();
+        (selected, rv)
+    }
+
     pub(super) fn key_ok(&self, k: &Key) -> bool {
         let c = match &self.cluster {
             ClusterSel::Plain => k.cluster.is_empty(),

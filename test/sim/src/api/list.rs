@@ -45,9 +45,7 @@ pub(super) fn list(
     headers: &HeaderMap,
 ) -> ApiResult<Resp> {
     let f = Filter::new(state, ctx, t, query)?;
-    let (all, rv) = state
-        .store
-        .list_keyed(&t.info.gr(), ctx.cluster.key(), t.namespace.as_deref());
+    let (selected, rv) = f.select(state, t, ctx.cluster.key());
     let start = match query.get("continue").filter(|c| !c.is_empty()) {
         Some(c) => Some(decode_continue(c)?),
         None => None,
@@ -61,13 +59,10 @@ pub(super) fn list(
     let mut last_key = None;
     let mut remaining = 0usize;
     let mut more = false;
-    for (k, v) in all.iter() {
+    for (k, v) in &selected {
         if let Some(s) = &start
             && k <= s
         {
-            continue;
-        }
-        if !f.key_ok(k) || !f.obj_ok(v) {
             continue;
         }
         if items.len() >= limit {

@@ -52,6 +52,26 @@ pub struct Target {
     pub sub: Option<String>,
 }
 
+/// A write's context: the server, the caller, the target and its logical cluster.
+#[derive(Clone, Copy)]
+pub struct Call<'a> {
+    pub state: &'a Arc<State>,
+    pub ctx: &'a Ctx,
+    pub t: &'a Target,
+    pub cluster: &'a str,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(state: &'a Arc<State>, ctx: &'a Ctx, t: &'a Target, cluster: &'a str) -> Self {
+        Call {
+            state,
+            ctx,
+            t,
+            cluster,
+        }
+    }
+}
+
 /// What kube-apiserver answers a method the resource does not serve.
 const METHOD_NOT_ALLOWED: &str = "the server does not allow this method on the requested resource";
 
@@ -105,31 +125,31 @@ pub async fn handle(
         },
         "create" if t.sub.as_deref() == Some("eviction") => {
             let obj = parse_body(&body, headers)?;
-            evict(state, ctx, &t, need_cluster()?, obj, query).await
+            evict(Call::new(state, ctx, &t, need_cluster()?), obj, query).await
         }
         "create" => {
             let obj = parse_body(&body, headers)?;
-            create(state, ctx, &t, need_cluster()?, obj, query).await
+            create(Call::new(state, ctx, &t, need_cluster()?), obj, query).await
         }
         "update" => {
             let obj = parse_body(&body, headers)?;
             let m = Mutation::Replace(obj);
-            update(state, ctx, &t, need_cluster()?, query, m).await
+            update(Call::new(state, ctx, &t, need_cluster()?), query, m).await
         }
         "patch" => {
             let cluster = need_cluster()?;
             let m = patch::mutation(&t.info, headers, query, &body)?;
-            update(state, ctx, &t, cluster, query, m).await
+            update(Call::new(state, ctx, &t, cluster), query, m).await
         }
         "delete" => {
             let opts = delete_options(&body, headers, query)?;
             let name = t.name.as_deref().unwrap_or("");
             let how = DeleteCall::Named;
-            delete(state, ctx, &t, need_cluster()?, name, &opts, how).await
+            delete(Call::new(state, ctx, &t, need_cluster()?), name, &opts, how).await
         }
         "deletecollection" => {
             let opts = delete_options(&body, headers, query)?;
-            delete_collection(state, ctx, &t, need_cluster()?, query, &opts).await
+            delete_collection(Call::new(state, ctx, &t, need_cluster()?), query, &opts).await
         }
         _ => Err(ApiError::path_not_found()),
     }

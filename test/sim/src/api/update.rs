@@ -2,20 +2,19 @@
 //! steps: mutate, keep what the client cannot change, the subresource's share,
 //! defaulting, validation, admission, storage.
 
-use super::Target;
 use super::create::create;
 use super::request::{
     dry_run, field_validation, key_for, meta, options, review, strip_system_meta, typed,
 };
 use super::scale::{scale_of, scale_paths, set_path};
 use super::validate::{
-    apply_schema, builtin_field_validation, check_api_version, check_shape,
-    uid_precondition_failed, validate_meta,
+    Decoding, check_api_version, check_shape, uid_precondition_failed, validate_meta,
 };
+use super::{Call, Target};
 use crate::admission::Attrs;
 use crate::errors::{ApiError, ApiResult, cause};
 use crate::registry::ResourceInfo;
-use crate::server::{Ctx, Resp, State};
+use crate::server::Resp;
 use crate::store::{Key, StoreError};
 use crate::{admission, kcp, patch, rbac, store};
 use serde_json::{Value, json};
@@ -255,100 +254,87 @@ fn default_and_count(info: &ResourceInfo, old: &Value, old_typed: &Value, new: &
     }
 }
 
-/// What kube-apiserver refuses of the updated object: new finalizers on an object being
-/// deleted, invalid webhook configurations, kcp rules, schema and metadata errors, and
-/// changes to an immutable ConfigMap or Secret.
-fn validate_update(
-    state: &State,
-    ctx: &Ctx,
-    t: &Target,
-    u: &Update<'_>,
-    old: &Value,
-    old_typed: &Value,
-    new: &mut Value,
-) -> ApiResult<()> {
-    let info = &t.info;
-    let name = u.name.as_str();
-    if !old["metadata"]["deletionTimestamp"].is_null() {
-        // Finalizers may only be removed once deletion started.
-        let finalizers = |v: &Value| {
-            v["metadata"]["finalizers"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        };
-        let old_f = finalizers(old);
-        if finalizers(new).iter().any(|f| !old_f.contains(f)) {
-            return Err(ApiError::forbidden(
-                info,
-                name,
-                "no new finalizers can be added if the object is being deleted",
-            ));
-        }
-    }
-    if info.group == "admissionregistration.k8s.io"
-        && info.resource == "validatingwebhookconfigurations"
-    {
-        admission::validate_config(info, new)?;
-        admission::default_config(new);
-    }
-    kcp::prepare_update(state, info, u.cluster, old, new)?;
-    apply_schema(
-        ctx,
-        info,
-        &t.version,
-        name,
-        new,
-        Some(old_typed),
-        u.field_validation(),
-    )?;
-    validate_meta(info, name, new)?;
-    if info.group.is_empty()
-        && (info.resource == "configmaps" || info.resource == "secrets")
-        && old["immutable"] == json!(true)
-    {
-        let forbidden = |f: &str| {
-            cause(
-                f,
-                "FieldValueForbidden",
-                "Forbidden: field is immutable when `immutable` is set",
-            )
-        };
-        let mut causes = vec![];
-        if new["immutable"] != json!(true) {
-            causes.push(forbidden("immutable"));
-        }
-        for f in ["data", "binaryData"] {
-            if new.get(f) != old.get(f) {
-                causes.push(forbidden(f));
-            }
-        }
-        if !causes.is_empty() {
-            return Err(ApiError::invalid(info, name, causes));
-        }
-    }
-    Ok(())
-}
-
 /// One update (PUT or PATCH) of one object.
 struct Update<'a> {
-    state: &'a Arc<State>,
-    ctx: &'a Ctx,
-    t: &'a Target,
-    cluster: &'a str,
+    c: Call<'a>,
     query: &'a HashMap<String, String>,
     name: String,
     sub: String,
 }
 
 impl Update<'_> {
-    fn field_validation(&self) -> &str {
-        field_validation(self.query)
+    fn decoding(&self) -> Decoding<'_> {
+        Decoding {
+            ctx: self.c.ctx,
+            info: &self.c.t.info,
+            version: &self.c.t.version,
+            field_validation: field_validation(self.query),
+        }
+    }
+
+    /// What kube-apiserver refuses of the updated object: new finalizers on an object being
+    /// deleted, invalid webhook configurations, kcp rules, schema and metadata errors, and
+    /// changes to an immutable ConfigMap or Secret.
+    fn validate(&self, old: &Value, old_typed: &Value, new: &mut Value) -> ApiResult<()> {
+        let (state, t, cluster) = (self.c.state, self.c.t, self.c.cluster);
+        let info = &t.info;
+        let name = self.name.as_str();
+        if !old["metadata"]["deletionTimestamp"].is_null() {
+            // Finalizers may only be removed once deletion started.
+            let finalizers = |v: &Value| {
+                v["metadata"]["finalizers"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let old_f = finalizers(old);
+            if finalizers(new).iter().any(|f| !old_f.contains(f)) {
+                return Err(ApiError::forbidden(
+                    info,
+                    name,
+                    "no new finalizers can be added if the object is being deleted",
+                ));
+            }
+        }
+        if info.group == "admissionregistration.k8s.io"
+            && info.resource == "validatingwebhookconfigurations"
+        {
+            admission::validate_config(info, new)?;
+            admission::default_config(new);
+        }
+        kcp::prepare_update(state, info, cluster, old, new)?;
+        self.decoding().schema(name, new, Some(old_typed))?;
+        validate_meta(info, name, new)?;
+        if info.group.is_empty()
+            && (info.resource == "configmaps" || info.resource == "secrets")
+            && old["immutable"] == json!(true)
+        {
+            let forbidden = |f: &str| {
+                cause(
+                    f,
+                    "FieldValueForbidden",
+                    "Forbidden: field is immutable when `immutable` is set",
+                )
+            };
+            let mut causes = vec![];
+            if new["immutable"] != json!(true) {
+                causes.push(forbidden("immutable"));
+            }
+            for f in ["data", "binaryData"] {
+                if new.get(f) != old.get(f) {
+                    causes.push(forbidden(f));
+                }
+            }
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(info, name, causes));
+            }
+        }
+        Ok(())
     }
 
     /// Server-side apply of an object that does not exist creates it.
     async fn create_on_apply(&self, obj: &Value) -> ApiResult<Resp> {
-        check_shape(&self.t.info, obj)?;
+        check_shape(&self.c.t.info, obj)?;
         let mut obj = obj.clone();
         if !obj["metadata"].is_object() {
             obj["metadata"] = json!({});
@@ -356,7 +342,7 @@ impl Update<'_> {
         obj["metadata"]["name"] = json!(self.name);
         let mut q = self.query.clone();
         q.remove("force");
-        create(self.state, self.ctx, self.t, self.cluster, obj, &q).await
+        create(self.c, obj, &q).await
     }
 
     /// Rejects a change whose UID or resourceVersion is not that of the stored object.
@@ -366,7 +352,7 @@ impl Update<'_> {
         new: &Value,
         client_rv: Option<&str>,
     ) -> ApiResult<()> {
-        let info = &self.t.info;
+        let info = &self.c.t.info;
         if let Some(uid) = new["metadata"]["uid"].as_str()
             && !uid.is_empty()
             && uid != meta(old, "uid")
@@ -389,14 +375,14 @@ impl Update<'_> {
         old_typed: &Value,
         new: &Value,
     ) -> ApiResult<()> {
-        let t = self.t;
+        let t = self.c.t;
         let info = &t.info;
         let namespace = t.namespace.as_deref().unwrap_or("");
         rbac::check_escalation(
-            self.state,
-            self.ctx,
+            self.c.state,
+            self.c.ctx,
             info,
-            self.cluster,
+            self.c.cluster,
             namespace,
             &self.name,
             new,
@@ -406,7 +392,7 @@ impl Update<'_> {
         if apply && let Some(o) = opts.as_object_mut() {
             o.remove("fieldValidation");
         }
-        let base = review(t, self.cluster, "UPDATE", dry_run(self.query), opts);
+        let base = review(t, self.c.cluster, "UPDATE", dry_run(self.query), opts);
         let attrs = Attrs {
             sub: &self.sub,
             name: Some(&self.name),
@@ -415,23 +401,23 @@ impl Update<'_> {
             old: Some(old_typed),
             ..base
         };
-        admission::validate(self.state, self.ctx, attrs).await
+        admission::validate(self.c.state, self.c.ctx, attrs).await
     }
 
     /// The response to an update: the object, or its Scale through `/scale`.
     fn respond(&self, stored: &Value) -> Resp {
-        let info = &self.t.info;
+        let info = &self.c.t.info;
         if self.sub == "scale" {
             Resp::Json(200, scale_of(info, stored))
         } else {
-            Resp::Json(200, typed(info, &self.t.version, stored))
+            Resp::Json(200, typed(info, &self.c.t.version, stored))
         }
     }
 
     /// Stores the change (or deletes the object when it was waiting only for the
     /// finalizers this update removed); `Err(StoreError)` when the store refused it.
     async fn store(&self, key: &Key, old: &Arc<Value>, new: Value) -> Result<Resp, StoreError> {
-        let (state, info, cluster) = (self.state, &self.t.info, self.cluster);
+        let (state, info, cluster) = (self.c.state, &self.c.t.info, self.c.cluster);
         let finalizing = !new["metadata"]["deletionTimestamp"].is_null()
             && new["metadata"]["finalizers"]
                 .as_array()
@@ -461,20 +447,11 @@ impl Update<'_> {
 /// PUT and PATCH (and the simulator's own changes): mutates the stored object, keeps
 /// what the client cannot change, validates, admits and stores, retrying on a
 /// conflict unless the client named the resourceVersion it updates from.
-pub async fn update(
-    state: &Arc<State>,
-    ctx: &Ctx,
-    t: &Target,
-    cluster: &str,
-    query: &HashMap<String, String>,
-    m: Mutation,
-) -> ApiResult<Resp> {
+pub async fn update(c: Call<'_>, query: &HashMap<String, String>, m: Mutation) -> ApiResult<Resp> {
+    let (state, t, cluster) = (c.state, c.t, c.cluster);
     let info = &t.info;
     let u = Update {
-        state,
-        ctx,
-        t,
-        cluster,
+        c,
         query,
         name: t.name.clone().unwrap_or_default(),
         sub: t.sub.clone().unwrap_or_default(),
@@ -495,19 +472,12 @@ pub async fn update(
         let old_typed = typed(info, &t.version, &old);
         let (mut new, client_rv) = mutate(&m, t, name, &old_typed)?;
         check_shape(info, &new)?;
-        builtin_field_validation(
-            ctx,
-            info,
-            &t.version,
-            &mut new,
-            Some(&old_typed),
-            u.field_validation(),
-        )?;
+        u.decoding().builtin_fields(&mut new, Some(&old_typed))?;
         u.check_preconditions(&old, &new, client_rv.as_deref())?;
         keep_system_meta(t, cluster, name, &old, &mut new);
         apply_subresource(info, &u.sub, &old, &old_typed, &mut new);
         default_and_count(info, &old, &old_typed, &mut new);
-        validate_update(state, ctx, t, &u, &old, &old_typed, &mut new)?;
+        u.validate(&old, &old_typed, &mut new)?;
         u.admit(apply, &old, &old_typed, &new).await?;
         let unchanged = {
             let mut cmp_new = new.clone();

@@ -315,87 +315,82 @@ pub(super) fn validate_meta(info: &ResourceInfo, name: &str, obj: &Value) -> Api
     }
 }
 
-/// `fieldValidation` for built-in kinds: unknown fields (not already stored in `old`).
-pub(super) fn builtin_field_validation(
-    ctx: &Ctx,
-    info: &ResourceInfo,
-    version: &str,
-    obj: &mut Value,
-    old: Option<&Value>,
-    field_validation: &str,
-) -> ApiResult<()> {
-    if !info.builtin {
-        return Ok(());
-    }
-    if field_validation == "Strict" || field_validation == "Warn" {
-        let mut unknown = crate::builtin_schema::unknown_fields(&info.group, &info.resource, obj);
-        if let Some(o) = old {
-            let before = crate::builtin_schema::unknown_fields(&info.group, &info.resource, o);
-            unknown.retain(|u| !before.contains(u));
-        }
-        report_unknown_fields(ctx, info, version, &unknown, field_validation)?;
-    }
-    crate::builtin_schema::prune_unknown(&info.group, &info.resource, obj);
-    Ok(())
+/// How a write decodes its object: the caller (who gets the warnings), the kind and
+/// version, and the request's `fieldValidation`.
+pub(super) struct Decoding<'a> {
+    pub ctx: &'a Ctx,
+    pub info: &'a ResourceInfo,
+    pub version: &'a str,
+    pub field_validation: &'a str,
 }
 
-/// Pruning, defaulting and validation of custom resources against their schema, with
-/// `fieldValidation` (Strict: unknown fields are an error; Warn: a warning each).
-pub(super) fn apply_schema(
-    ctx: &Ctx,
-    info: &ResourceInfo,
-    version: &str,
-    name: &str,
-    obj: &mut Value,
-    old: Option<&Value>,
-    field_validation: &str,
-) -> ApiResult<()> {
-    if info.builtin {
-        return Ok(());
-    }
-    let Some((_, schema)) = info.schemas.iter().find(|(v, _)| v == version) else {
-        return Ok(());
-    };
-    let (causes, removed) = crate::schema::process(obj, old, schema);
-    report_unknown_fields(ctx, info, version, &removed, field_validation)?;
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(info, name, causes))
-    }
-}
-
-/// Unknown fields under `fieldValidation`: Strict refuses them (a strict decoding
-/// error), Warn warns of each, anything else drops them silently.
-fn report_unknown_fields(
-    ctx: &Ctx,
-    info: &ResourceInfo,
-    version: &str,
-    unknown: &[String],
-    field_validation: &str,
-) -> ApiResult<()> {
-    if unknown.is_empty() {
-        return Ok(());
-    }
-    match field_validation {
-        "Strict" => {
-            let list: Vec<String> = unknown
-                .iter()
-                .map(|p| format!("unknown field \"{p}\""))
-                .collect();
-            Err(ApiError::bad_request(format!(
-                "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
-                list.join(", "),
-                kind = info.kind
-            )))
+impl Decoding<'_> {
+    /// `fieldValidation` for built-in kinds: unknown fields (not already stored in
+    /// `old`) are reported, then dropped.
+    pub(super) fn builtin_fields(&self, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
+        let info = self.info;
+        if !info.builtin {
+            return Ok(());
         }
-        "Warn" => {
-            for p in unknown {
-                ctx.warn(format!("unknown field \"{p}\""));
+        if self.field_validation == "Strict" || self.field_validation == "Warn" {
+            let mut unknown =
+                crate::builtin_schema::unknown_fields(&info.group, &info.resource, obj);
+            if let Some(o) = old {
+                let before = crate::builtin_schema::unknown_fields(&info.group, &info.resource, o);
+                unknown.retain(|u| !before.contains(u));
             }
-            Ok(())
+            self.report_unknown(&unknown)?;
         }
-        _ => Ok(()),
+        crate::builtin_schema::prune_unknown(&info.group, &info.resource, obj);
+        Ok(())
+    }
+
+    /// Pruning, defaulting and validation of custom resources against their schema,
+    /// unknown fields reported as `fieldValidation` says.
+    pub(super) fn schema(&self, name: &str, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
+        let info = self.info;
+        if info.builtin {
+            return Ok(());
+        }
+        let Some((_, schema)) = info.schemas.iter().find(|(v, _)| v == self.version) else {
+            return Ok(());
+        };
+        let (causes, removed) = crate::schema::process(obj, old, schema);
+        self.report_unknown(&removed)?;
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(info, name, causes))
+        }
+    }
+
+    /// Unknown fields under `fieldValidation`: Strict refuses them (a strict decoding
+    /// error), Warn warns of each, anything else drops them silently.
+    fn report_unknown(&self, unknown: &[String]) -> ApiResult<()> {
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        match self.field_validation {
+            "Strict" => {
+                let list: Vec<String> = unknown
+                    .iter()
+                    .map(|p| format!("unknown field \"{p}\""))
+                    .collect();
+                Err(ApiError::bad_request(format!(
+                    "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+                    list.join(", "),
+                    kind = self.info.kind,
+                    version = self.version,
+                )))
+            }
+            "Warn" => {
+                for p in unknown {
+                    self.ctx.warn(format!("unknown field \"{p}\""));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 }
 
