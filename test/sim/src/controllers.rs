@@ -1,9 +1,10 @@
 //! Background controllers: namespace lifecycle, garbage collection, CRD
 //! establishment and cleanup, root CA publishing; plus post-write hooks.
 
-use crate::api::{self, Call, Mutation, Target};
+use crate::api::{self, Call, DeleteCall, Mutation, Target};
+use crate::errors::ApiResult;
 use crate::registry::{self, Gr, ResourceInfo};
-use crate::server::{Ctx, State, UserInfo};
+use crate::server::{Ctx, Resp, State, UserInfo};
 use crate::store::Key;
 use crate::{kcp, now_rfc3339};
 use serde_json::{Value, json};
@@ -85,6 +86,11 @@ async fn change(
         Mutation::Func(Box::new(f)),
     )
     .await;
+}
+
+/// A controller's DELETE of `name` with propagation policy `propagation`.
+async fn remove(c: Call<'_>, name: &str, propagation: &str, how: DeleteCall) -> ApiResult<Resp> {
+    api::delete(c, name, &delete_options(propagation), how).await
 }
 
 /// Keeps the items of the list at `pointer` in `o` that `keep` accepts.
@@ -219,106 +225,98 @@ pub fn after_write<'a>(
     old: Option<&'a Arc<Value>>,
     new: Option<&'a Arc<Value>>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Arc<Value>>> + Send + 'a>> {
-    Box::pin(after_write_inner(state, info, cluster, old, new))
-}
-
-async fn after_write_inner(
-    state: &Arc<State>,
-    info: &ResourceInfo,
-    cluster: &str,
-    old: Option<&Arc<Value>>,
-    new: Option<&Arc<Value>>,
-) -> Option<Arc<Value>> {
-    let mut out = None;
-    match (info.group.as_str(), info.resource.as_str()) {
-        ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            if let Some(n) = new
-                && n["metadata"]["deletionTimestamp"].is_null()
-            {
-                out = establish_crd(state, cluster, n);
+    Box::pin(async move {
+        let mut out = None;
+        match (info.group.as_str(), info.resource.as_str()) {
+            ("apiextensions.k8s.io", "customresourcedefinitions") => {
+                if let Some(n) = new
+                    && n["metadata"]["deletionTimestamp"].is_null()
+                {
+                    out = establish_crd(state, cluster, n);
+                }
+                refresh_dynamic(state, cluster);
             }
-            refresh_dynamic(state, cluster);
-        }
-        ("rbac.authorization.k8s.io", "clusterroles") => {
-            let st = state.clone();
-            let cluster = cluster.to_string();
-            tokio::spawn(async move { aggregate_cluster_roles(&st, &cluster).await });
-        }
-        ("", "namespaces") => {
-            if old.is_none()
-                && let Some(n) = new
-            {
+            ("rbac.authorization.k8s.io", "clusterroles") => {
                 let st = state.clone();
-                let ns = n["metadata"]["name"].as_str().unwrap_or("").to_string();
                 let cluster = cluster.to_string();
-                tokio::spawn(async move {
-                    if cluster.is_empty() && st.cfg.root_ca_configmap {
-                        publish_root_ca(&st, &ns).await;
-                    }
-                    if st.cfg.default_service_accounts {
-                        create_default_sa(&st, &cluster, &ns).await;
-                    }
-                });
+                tokio::spawn(async move { aggregate_cluster_roles(&st, &cluster).await });
             }
+            ("", "namespaces") => {
+                if old.is_none()
+                    && let Some(n) = new
+                {
+                    let st = state.clone();
+                    let ns = n["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    let cluster = cluster.to_string();
+                    tokio::spawn(async move {
+                        if cluster.is_empty() && st.cfg.root_ca_configmap {
+                            publish_root_ca(&st, &ns).await;
+                        }
+                        if st.cfg.default_service_accounts {
+                            create_default_sa(&st, &cluster, &ns).await;
+                        }
+                    });
+                }
+            }
+            ("apps", "deployments" | "statefulsets" | "replicasets" | "daemonsets") => {
+                if let Some(n) = new
+                    && state.cfg.workload_status
+                    && n["metadata"]["deletionTimestamp"].is_null()
+                    && n["metadata"]["generation"] != n["status"]["observedGeneration"]
+                {
+                    let st = state.clone();
+                    let info = Arc::new(info.clone());
+                    let cluster = cluster.to_string();
+                    let ns = n["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string();
+                    let name = n["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    tokio::spawn(
+                        async move { workload_status(&st, &info, &cluster, &ns, &name).await },
+                    );
+                }
+            }
+            _ => {}
         }
-        ("apps", "deployments" | "statefulsets" | "replicasets" | "daemonsets") => {
-            if let Some(n) = new
-                && state.cfg.workload_status
-                && n["metadata"]["deletionTimestamp"].is_null()
-                && n["metadata"]["generation"] != n["status"]["observedGeneration"]
+        // Garbage collection follow-ups.
+        let gc_obj = match (old, new) {
+            (Some(o), None) => Some(o.clone()),
+            (_, Some(n))
+                if n["metadata"]["finalizers"].as_array().is_some_and(|f| {
+                    f.iter().any(|x| x == "orphan" || x == "foregroundDeletion")
+                }) =>
             {
-                let st = state.clone();
-                let info = Arc::new(info.clone());
-                let cluster = cluster.to_string();
-                let ns = n["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string();
-                let name = n["metadata"]["name"].as_str().unwrap_or("").to_string();
-                tokio::spawn(
-                    async move { workload_status(&st, &info, &cluster, &ns, &name).await },
-                );
+                Some(n.clone())
             }
-        }
-        _ => {}
-    }
-    // Garbage collection follow-ups.
-    let gc_obj = match (old, new) {
-        (Some(o), None) => Some(o.clone()),
-        (_, Some(n))
-            if n["metadata"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "orphan" || x == "foregroundDeletion")) =>
-        {
-            Some(n.clone())
-        }
-        _ => None,
-    };
-    if let Some(o) = gc_obj {
-        let key = Key {
-            cluster: cluster.to_string(),
-            namespace: if info.namespaced {
-                o["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string()
-            } else {
-                String::new()
-            },
-            name: o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            _ => None,
         };
-        let uid = o["metadata"]["uid"].as_str().unwrap_or("");
-        if !state.store.dependents(uid).is_empty() || new.is_some() {
-            state.gc_requeue(info.gr(), key, o);
+        if let Some(o) = gc_obj {
+            let key = Key {
+                cluster: cluster.to_string(),
+                namespace: if info.namespaced {
+                    o["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string()
+                } else {
+                    String::new()
+                },
+                name: o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            };
+            let uid = o["metadata"]["uid"].as_str().unwrap_or("");
+            if !state.store.dependents(uid).is_empty() || new.is_some() {
+                state.gc_requeue(info.gr(), key, o);
+            }
         }
-    }
-    if let Some(o) = kcp::after_write(state, info, cluster, old, new).await {
-        out = Some(o);
-    }
-    if new.is_none_or(|n| !n["metadata"]["deletionTimestamp"].is_null()) {
-        state.kick.notify_one();
-    }
-    out
+        if let Some(o) = kcp::after_write(state, info, cluster, old, new).await {
+            out = Some(o);
+        }
+        if new.is_none_or(|n| !n["metadata"]["deletionTimestamp"].is_null()) {
+            state.kick.notify_one();
+        }
+        out
+    })
 }
 
 fn establish_crd(state: &State, cluster: &str, crd: &Arc<Value>) -> Option<Arc<Value>> {
@@ -589,14 +587,8 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
                 info.namespaced.then_some(k.namespace.as_str()),
                 Some(&k.name),
             );
-            let opts = delete_options("Background");
-            let res = api::delete(
-                Call::new(state, &ctx, &t, &key.cluster),
-                &k.name,
-                &opts,
-                api::DeleteCall::Unadmitted,
-            )
-            .await;
+            let c = Call::new(state, &ctx, &t, &key.cluster);
+            let res = remove(c, &k.name, "Background", DeleteCall::Unadmitted).await;
             if res.is_err() || state.store.get(&info.gr(), &k).is_some() {
                 remaining += 1;
             }
@@ -785,14 +777,8 @@ async fn gc(state: &Arc<State>) {
             } else {
                 "Background"
             };
-            let opts = delete_options(policy);
-            let _ = api::delete(
-                Call::new(state, &ctx, &t, &dkey.cluster),
-                &dkey.name,
-                &opts,
-                api::DeleteCall::Named,
-            )
-            .await;
+            let c = Call::new(state, &ctx, &t, &dkey.cluster);
+            let _ = remove(c, &dkey.name, policy, DeleteCall::Named).await;
         }
         if still_there.is_some()
             && (orphan || (foreground && !pending && state.store.dependents(&uid).is_empty()))

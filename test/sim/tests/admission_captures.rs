@@ -8,21 +8,9 @@ use holdfast_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
 
 fn config(hook: &TestWebhook) -> Value {
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "record"},
-        "webhooks": [{
-            "name": "record.capture.test",
-            "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
-            "rules": [{"operations": ["CREATE", "UPDATE", "DELETE"], "apiGroups": ["", "apps"],
-                       "apiVersions": ["*"], "resources": ["namespaces", "configmaps", "deployments"]}],
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-            "failurePolicy": "Fail"
-        }]
-    })
+    let rules = json!([{"operations": ["CREATE", "UPDATE", "DELETE"], "apiGroups": ["", "apps"],
+                        "apiVersions": ["*"], "resources": ["namespaces", "configmaps", "deployments"]}]);
+    recording_config("record", "record.capture.test", hook, rules)
 }
 
 /// Compares one recorded review with a capture file, ignoring uids, timestamps,

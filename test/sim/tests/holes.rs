@@ -12,30 +12,18 @@ use serde_json::{Value, json};
 const HOLES: &str = "../holes";
 
 fn hook_config(hook: &TestWebhook) -> Value {
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "record-holes"},
-        "webhooks": [{
-            "name": "record.holes.capture.test",
-            "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
-            "rules": [
-                {"operations": ["*"], "apiGroups": [""], "apiVersions": ["*"],
-                 "resources": ["namespaces", "namespaces/status", "namespaces/finalize",
-                               "pods", "pods/eviction", "pods/status"]},
-                {"operations": ["*"], "apiGroups": ["apps"], "apiVersions": ["*"],
-                 "resources": ["deployments", "deployments/status"]},
-                {"operations": ["*"], "apiGroups": ["apiextensions.k8s.io"], "apiVersions": ["*"],
-                 "resources": ["customresourcedefinitions"]},
-                {"operations": ["*"], "apiGroups": ["holes.capture.test"], "apiVersions": ["*"],
-                 "resources": ["gadgets"]}
-            ],
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-            "failurePolicy": "Fail"
-        }]
-    })
+    let rules = json!([
+        {"operations": ["*"], "apiGroups": [""], "apiVersions": ["*"],
+         "resources": ["namespaces", "namespaces/status", "namespaces/finalize",
+                       "pods", "pods/eviction", "pods/status"]},
+        {"operations": ["*"], "apiGroups": ["apps"], "apiVersions": ["*"],
+         "resources": ["deployments", "deployments/status"]},
+        {"operations": ["*"], "apiGroups": ["apiextensions.k8s.io"], "apiVersions": ["*"],
+         "resources": ["customresourcedefinitions"]},
+        {"operations": ["*"], "apiGroups": ["holes.capture.test"], "apiVersions": ["*"],
+         "resources": ["gadgets"]}
+    ]);
+    recording_config("record-holes", "record.holes.capture.test", hook, rules)
 }
 
 fn capture(name: &str) -> Value {

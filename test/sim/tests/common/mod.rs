@@ -229,6 +229,26 @@ where
     .unwrap_or_else(|e| panic!("merge patch {patch} of {name}: {e}"))
 }
 
+/// A ValidatingWebhookConfiguration `name` sending the requests `rules` select to
+/// `hook` (path /validate) as webhook `webhook`: no side effects, v1 reviews, 5 s,
+/// failing closed.
+pub fn recording_config(name: &str, webhook: &str, hook: &TestWebhook, rules: Value) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": webhook,
+            "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
+            "rules": rules,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "failurePolicy": "Fail"
+        }]
+    })
+}
+
 /// A webhook decision that allows everything.
 pub fn allow_all() -> Decide {
     Arc::new(|_: &Value| json!({"allowed": true}))
