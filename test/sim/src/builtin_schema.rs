@@ -23,9 +23,12 @@ fn gen_schema<T: JsonSchema>() -> Value {
 
 type Table = HashMap<(&'static str, &'static str), Value>;
 
-/// The built-in kinds whose fields are checked: (group, resource, schema).
+/// A built-in kind whose fields are checked: group, resource, its schema.
+type Kind = (&'static str, &'static str, fn() -> Value);
+
+/// The built-in kinds whose fields are checked.
 #[rustfmt::skip]
-const KINDS: &[(&str, &str, fn() -> Value)] = &[
+const KINDS: &[Kind] = &[
     ("", "configmaps", gen_schema::<core::ConfigMap>),
     ("", "secrets", gen_schema::<core::Secret>),
     ("", "namespaces", gen_schema::<core::Namespace>),
