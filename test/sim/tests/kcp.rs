@@ -64,6 +64,11 @@ async fn next_name(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Str
         .expect("the watch is running")
 }
 
+/// An object with just a name.
+fn name(name: &str) -> Value {
+    json!({"metadata": {"name": name}})
+}
+
 fn ws() -> ApiResource {
     ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces")
 }
@@ -75,7 +80,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     let root = client_at(&sim, &format!("{url}/clusters/root")).await;
 
     // Nested workspaces.
-    let org = create(&root, &ws(), None, json!({"metadata": {"name": "org"}})).await;
+    let org = create(&root, &ws(), None, name("org")).await;
     assert_eq!(org.data["status"]["phase"], "Ready");
     let org_lc = org.data["spec"]["cluster"]
         .as_str()
@@ -253,17 +258,11 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     });
     let first = next_name(&mut rx).await;
     assert_eq!(first, "w1");
-    create(
-        &team,
-        &widget,
-        Some("default"),
-        json!({"metadata": {"name": "w2"}}),
-    )
-    .await;
+    create(&team, &widget, Some("default"), name("w2")).await;
     let second = next_name(&mut rx).await;
     assert_eq!(second, "w2");
     // A workspace that binds after the watch started is visible too.
-    create(&org_c, &ws(), None, json!({"metadata": {"name": "late"}})).await;
+    create(&org_c, &ws(), None, name("late")).await;
     let late = client_at(&sim, &format!("{url}/clusters/root:org:late")).await;
     create(
         &late,
@@ -275,13 +274,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         }),
     )
     .await;
-    create(
-        &late,
-        &widget,
-        Some("default"),
-        json!({"metadata": {"name": "w3"}}),
-    )
-    .await;
+    create(&late, &widget, Some("default"), name("w3")).await;
     let third = next_name(&mut rx).await;
     assert_eq!(third, "w3");
     watch_task.abort();
@@ -365,16 +358,16 @@ async fn deleting_a_workspace_removes_its_logical_cluster() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");
     let url = sim.url();
     let root = client_at(&sim, &format!("{url}/clusters/root")).await;
-    create(&root, &ws(), None, json!({"metadata": {"name": "gone"}})).await;
+    create(&root, &ws(), None, name("gone")).await;
     let gone = client_at(&sim, &format!("{url}/clusters/root:gone")).await;
-    create(&gone, &ws(), None, json!({"metadata": {"name": "child"}})).await;
+    create(&gone, &ws(), None, name("child")).await;
     let lc = sim.logical_cluster("root:gone").expect("lc");
     let child_lc = sim.logical_cluster("root:gone:child").expect("child lc");
     create(
         &gone,
         &ar("", "v1", "ConfigMap", "configmaps"),
         Some("default"),
-        json!({"metadata": {"name": "x"}}),
+        name("x"),
     )
     .await;
     let wss: Api<DynamicObject> = Api::all_with(root.clone(), &ws());

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{create_obj, merge_patch, wait_until};
+use common::{api_status, create_obj, merge_patch, wait_until};
 use futures::StreamExt;
 use holdfast_sim::{RbacRule, Sim, SimConfig, User};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -20,11 +20,13 @@ fn cm_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "ConfigMap"), "configmaps")
 }
 
-fn api_err(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
+/// The body of `GET path` (a watch: its event lines).
+async fn get_text(client: &kube::Client, path: &str) -> String {
+    let req = http::Request::get(path).body(Vec::new()).expect("request");
+    client
+        .request_text(req)
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 async fn create_ns(client: &kube::Client, name: &str) {
@@ -81,7 +83,7 @@ async fn dynamic_crud_errors_and_paging() {
     // Duplicate create.
     let mut dup = DynamicObject::new(&name, &cm_resource()).within("cap");
     dup.data = json!({});
-    let s = api_err(
+    let s = api_status(
         api.create(&PostParams::default(), &dup)
             .await
             .expect_err("duplicate"),
@@ -90,7 +92,7 @@ async fn dynamic_crud_errors_and_paging() {
     assert_eq!(s.message, format!("configmaps \"{name}\" already exists"));
 
     // Missing object.
-    let s = api_err(api.get("nope").await.expect_err("missing"));
+    let s = api_status(api.get("nope").await.expect_err("missing"));
     assert_eq!(
         (s.code, s.reason.as_str(), s.message.as_str()),
         (404, "NotFound", "configmaps \"nope\" not found")
@@ -103,7 +105,7 @@ async fn dynamic_crud_errors_and_paging() {
             "deployments",
         ),
     );
-    let s = api_err(deploys.get("nope").await.expect_err("missing"));
+    let s = api_status(deploys.get("nope").await.expect_err("missing"));
     assert_eq!(s.message, "deployments.apps \"nope\" not found");
     let d = s.details.expect("details");
     assert_eq!(
@@ -126,7 +128,7 @@ async fn dynamic_crud_errors_and_paging() {
         .parse()
         .expect("rv");
     assert!(rv2 > rv1);
-    let s = api_err(
+    let s = api_status(
         api.replace(&name, &PostParams::default(), &upd)
             .await
             .expect_err("stale"),
@@ -228,7 +230,7 @@ async fn dynamic_crud_errors_and_paging() {
         .expect("fields");
     assert_eq!(by_name.items.len(), 1);
     assert_eq!(by_name.items[0].metadata.name.as_deref(), Some("page-3"));
-    let s = api_err(
+    let s = api_status(
         api.list(&ListParams::default().fields("spec.foo=bar"))
             .await
             .expect_err("bad field"),
@@ -256,7 +258,7 @@ async fn dynamic_crud_errors_and_paging() {
         }),
         ..Default::default()
     };
-    let s = api_err(api.delete("page-1", &dp).await.expect_err("precondition"));
+    let s = api_status(api.delete("page-1", &dp).await.expect_err("precondition"));
     assert_eq!(s.code, 409);
 
     // deletecollection with a selector.
@@ -283,7 +285,7 @@ async fn dynamic_crud_errors_and_paging() {
         .await
         .expect("cfg");
     let bad_client = kube::Client::try_from(cfg).expect("client");
-    let s = api_err(
+    let s = api_status(
         Api::<ConfigMap>::namespaced(bad_client, "cap")
             .get("x")
             .await
@@ -389,12 +391,10 @@ async fn raw_watch_wire_format() {
     api.delete("watched", &DeleteParams::default())
         .await
         .expect("delete");
-    let req = http::Request::get(format!(
+    let path = format!(
         "/api/v1/namespaces/cap/configmaps?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=1&fieldSelector=metadata.name%3Dwatched"
-    ))
-    .body(Vec::new())
-    .expect("request");
-    let text = client.request_text(req).await.expect("watch");
+    );
+    let text = get_text(&client, &path).await;
     let events: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).expect("event line"))
@@ -433,10 +433,8 @@ async fn raw_watch_wire_format() {
 
     // Expired resourceVersion: HTTP 200 with a single ERROR event.
     sim.compact();
-    let req = http::Request::get("/api/v1/namespaces/cap/configmaps?watch=true&resourceVersion=1")
-        .body(Vec::new())
-        .expect("request");
-    let text = client.request_text(req).await.expect("expired watch");
+    let path = "/api/v1/namespaces/cap/configmaps?watch=true&resourceVersion=1";
+    let text = get_text(&client, path).await;
     let ev: Value = serde_json::from_str(text.trim()).expect("one event");
     assert_eq!(ev["type"], "ERROR");
     assert_eq!(ev["object"]["code"], 410);
@@ -496,7 +494,7 @@ async fn server_side_apply_and_finalizers() {
     );
     assert_eq!(again.metadata.uid, applied.metadata.uid);
     // fieldManager is required for apply.
-    let s = api_err(
+    let s = api_status(
         api.patch(
             "applied",
             &PatchParams::default(),
@@ -530,7 +528,7 @@ async fn server_side_apply_and_finalizers() {
         Some(vec!["capture.test/hold".to_string()])
     );
     // Adding finalizers during deletion is forbidden; removing them completes it.
-    let s = api_err(
+    let s = api_status(
         api.patch(
             "fin",
             &PatchParams::default(),
@@ -596,7 +594,7 @@ async fn namespace_cascade_and_owner_gc() {
         ns.status.and_then(|s| s.phase).as_deref(),
         Some("Terminating")
     );
-    let s = api_err(
+    let s = api_status(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "late"}})).expect("cm"),
@@ -642,7 +640,7 @@ async fn namespace_cascade_and_owner_gc() {
         .expect("list");
     assert!(left.items.is_empty());
     // Creating in a missing namespace.
-    let s = api_err(
+    let s = api_status(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("cm"),
@@ -812,7 +810,7 @@ async fn crd_serving_status_and_cleanup() {
     );
     let mut w2 = DynamicObject::new("w2", &ar);
     w2.data = json!({"spec": {"size": 1}});
-    let s = api_err(
+    let s = api_status(
         widgets
             .create(&PostParams::default(), &w2)
             .await
@@ -838,7 +836,7 @@ async fn crd_serving_status_and_cleanup() {
             .is_none()
     );
     let err = widgets.get("w1").await.expect_err("no longer served");
-    assert_eq!(api_err(err).code, 404);
+    assert_eq!(api_status(err).code, 404);
     sim.shutdown().await;
 }
 
@@ -925,7 +923,7 @@ async fn rbac_model_and_subject_access_reviews() {
     cms.list(&ListParams::default())
         .await
         .expect("alice may list configmaps");
-    let s = api_err(
+    let s = api_status(
         cms.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("cm"),
@@ -1106,7 +1104,7 @@ async fn streaming_list_and_metadata_watch() {
     nss.delete("s", &DeleteParams::default())
         .await
         .expect("first delete");
-    let s = api_err(
+    let s = api_status(
         nss.delete("s", &DeleteParams::default())
             .await
             .expect_err("second delete"),
@@ -1186,7 +1184,7 @@ async fn label_and_annotation_validation() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");
     let client = sim.client().await.expect("client");
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
-    let s = api_err(
+    let s = api_status(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(
@@ -1200,7 +1198,7 @@ async fn label_and_annotation_validation() {
     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
     assert!(s.message.starts_with("ConfigMap \"x\" is invalid: metadata.labels: Invalid value: \"not ok\": a valid label must be an empty string"), "{}", s.message);
     create_obj(&api, json!({"metadata": {"name": "x", "labels": {"holdfast.dev/protected": "Always"}, "annotations": {"holdfast.dev/skip-protection": "true"}}})).await;
-    let s = api_err(
+    let s = api_status(
         api.patch(
             "x",
             &PatchParams::default(),
@@ -1264,7 +1262,7 @@ async fn builtin_defaulting_and_method_not_allowed() {
         .body(serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}})).expect("body"))
         .expect("req");
     let err = client.request_text(req).await.expect_err("405");
-    assert_eq!(api_err(err).code, 405);
+    assert_eq!(api_status(err).code, 405);
     sim.shutdown().await;
 }
 
@@ -1282,7 +1280,7 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
     )
     .await
     .expect("create");
-    let s = api_err(
+    let s = api_status(
         api.patch(
             "frozen",
             &PatchParams::default(),
@@ -1302,7 +1300,7 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
         json!({"metadata": {"labels": {"ok": "yes"}}}),
     )
     .await;
-    let s = api_err(
+    let s = api_status(
         api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "o", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "frozen"}]}})).expect("cm"))
             .await
             .expect_err("owner uid"),
@@ -1311,7 +1309,7 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
         s.message,
         "ConfigMap \"o\" is invalid: metadata.ownerReferences.uid: Invalid value: \"\": uid must not be empty"
     );
-    let s = api_err(
+    let s = api_status(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(
@@ -1340,12 +1338,10 @@ async fn watch_selector_transitions() {
     api.delete("t", &DeleteParams::default())
         .await
         .expect("delete");
-    let req = http::Request::get(format!(
+    let path = format!(
         "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}&timeoutSeconds=1&labelSelector=a%3D1"
-    ))
-    .body(Vec::new())
-    .expect("request");
-    let text = client.request_text(req).await.expect("watch");
+    );
+    let text = get_text(&client, &path).await;
     let types: Vec<String> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

@@ -47,6 +47,11 @@ fn rules(v: Value) -> Option<Vec<PolicyRule>> {
     Some(serde_json::from_value(v).expect("rules"))
 }
 
+/// The Status of a request that must have been refused (`what` it was).
+fn refused<T: std::fmt::Debug>(r: kube::Result<T>, what: &str) -> kube::core::Status {
+    api_status(r.expect_err(what))
+}
+
 /// Adds `rule` to the keeper's own ClusterRole (as the admin).
 async fn grant_keeper(admin_roles: &Api<ClusterRole>, rule: Value) {
     let mut keeper_role = admin_roles.get("keeper").await.expect("get");
@@ -181,11 +186,9 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
     // nothing of "reads".
     grant_keeper(&admin_roles, json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]})).await;
     let bindings: Api<ClusterRoleBinding> = Api::all(keeper.clone());
-    let s = api_status(
-        bindings
-            .create(&pp, &binding("self-reads", "reads"))
-            .await
-            .expect_err("binding a role whose rules are not held"),
+    let s = refused(
+        bindings.create(&pp, &binding("self-reads", "reads")).await,
+        "binding a role whose rules are not held",
     );
     assert_eq!(s.code, 403);
     assert_eq!(
@@ -196,11 +199,11 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
          permissions not currently held:\n\
          {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\"]}"
     );
-    let s = api_status(
+    let s = refused(
         bindings
             .create(&pp, &binding("missing", "no-such-role"))
-            .await
-            .expect_err("unknown role"),
+            .await,
+        "unknown role",
     );
     assert_eq!(s.code, 404);
     assert_eq!(
