@@ -21,7 +21,9 @@ pub fn cause(field: &str, reason: &str, message: impl Into<String>) -> Cause {
     (field.to_string(), reason.to_string(), message.into())
 }
 
-fn details(info: &ResourceInfo, name: &str) -> Value {
+/// Status details: name, group and `kind` (kube-apiserver puts the resource there,
+/// except in Invalid errors, which name the kind).
+fn details_as(info: &ResourceInfo, name: &str, kind: &str) -> Value {
     let mut d = json!({});
     if !name.is_empty() {
         d["name"] = json!(name);
@@ -29,8 +31,12 @@ fn details(info: &ResourceInfo, name: &str) -> Value {
     if !info.group.is_empty() {
         d["group"] = json!(info.group);
     }
-    d["kind"] = json!(info.resource);
+    d["kind"] = json!(kind);
     d
+}
+
+fn details(info: &ResourceInfo, name: &str) -> Value {
+    details_as(info, name, &info.resource)
 }
 
 impl ApiError {
@@ -128,14 +134,7 @@ impl ApiError {
         } else {
             format!("{} \"{}\" is invalid: [{}]", gk, name, msgs.join(", "))
         };
-        let mut d = json!({});
-        if !name.is_empty() {
-            d["name"] = json!(name);
-        }
-        if !info.group.is_empty() {
-            d["group"] = json!(info.group);
-        }
-        d["kind"] = json!(info.kind);
+        let mut d = details_as(info, name, &info.kind);
         d["causes"] = Value::Array(
             causes
                 .into_iter()

@@ -137,9 +137,8 @@ fn find<'a>(reviews: &'a [Recorded], op: &str, resource: &str, name: &str) -> &'
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_reviews_match_real_apiserver() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], capture_policy()).await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
     k.apply_ok(&config(&hook).to_string());
 
     // CREATE namespace (+ the kube-root-ca.crt ConfigMap kube-controller-manager publishes).
@@ -261,9 +260,8 @@ async fn admission_reviews_match_real_apiserver() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_cascade_retries_denied_deletes_and_keeps_namespace() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], capture_policy()).await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
     k.apply_ok(&config(&hook).to_string());
     k.ok("create ns held");
     k.ok("create cm keep -n held");
@@ -418,9 +416,8 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn object_selector_match_policy_and_namespace_selector() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], allow_all()).await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
     let crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "gadgets.example.io"},
@@ -500,8 +497,7 @@ async fn object_selector_match_policy_and_namespace_selector() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validating_admission_policies() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (sim, k) = start_with_kubectl().await;
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": "protect"},

@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use holdfast_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
 
 const HOLES: &str = "../holes";
@@ -97,9 +96,8 @@ fn labels_and_annotation(v: &Value) -> (Value, Value) {
 }
 
 async fn start() -> (holdfast_sim::SimHandle, TestWebhook, Kubectl) {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], capture_policy()).await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
     k.apply_ok(&hook_config(&hook).to_string());
     (sim, hook, k)
 }
@@ -287,8 +285,7 @@ async fn eviction_deletes_without_a_delete_review() {
 /// that rule only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_policies_cover_webhook_configurations_by_rule() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (_sim, k) = start_with_kubectl().await;
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -344,8 +341,7 @@ async fn admission_policies_cover_webhook_configurations_by_rule() {
 /// APIService (kubectl: "the server is currently unable to handle the request").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_aggregated_api_answers_503() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (_sim, k) = start_with_kubectl().await;
     let api = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
         "metadata": {"name": "v1beta1.metrics.k8s.io"},
         "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,

@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use holdfast_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
 
 fn webhook_config(hook: &TestWebhook) -> Value {
@@ -84,9 +83,8 @@ fn assert_unknown_field_refused(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_matches_captured_transcripts() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], capture_policy()).await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
 
     let out = k.apply(&webhook_config(&hook).to_string());
     assert_eq!(out.code, 0, "apply webhook config: {out:?}");
@@ -176,8 +174,7 @@ async fn kubectl_matches_captured_transcripts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_get_label_delete() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (sim, k) = start_with_kubectl().await;
     let manifest = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: shop\n  labels:\n    app: shop\ndata:\n  color: blue\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n  namespace: shop\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: db}\n  template:\n    metadata:\n      labels: {app: db}\n    spec:\n      containers:\n      - name: db\n        image: postgres\n";
     let out = k.apply(manifest);
     assert_eq!(
@@ -280,8 +277,7 @@ async fn kubectl_apply_get_label_delete() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holdfast_crds_schema_defaulting_and_validation() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../manifests/crds");
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (sim, k) = start_with_kubectl().await;
     let crd = std::fs::read_to_string(format!("{dir}/holdfast.dev_resourceprotections.yaml"))
         .expect("manifests/crds/holdfast.dev_resourceprotections.yaml");
     let out = k.apply(&crd);
@@ -362,8 +358,7 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
 /// value missing at the path scales as 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resource_scale_follows_the_crd_replica_paths() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (_sim, k) = start_with_kubectl().await;
     let crd = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: gadgets.workloads.test.io}
@@ -430,8 +425,7 @@ spec:
 /// `/status` only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_pods_are_pending_with_their_qos_class() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (_sim, k) = start_with_kubectl().await;
     let pod = |name: &str, resources: &str| {
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\

@@ -249,6 +249,15 @@ pub fn recording_config(name: &str, webhook: &str, hook: &TestWebhook, rules: Va
     })
 }
 
+/// A simulator with the default configuration, and kubectl as its admin.
+pub async fn start_with_kubectl() -> (holdfast_sim::SimHandle, Kubectl) {
+    let sim = holdfast_sim::Sim::start(holdfast_sim::SimConfig::default())
+        .await
+        .expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    (sim, k)
+}
+
 /// A webhook decision that allows everything.
 pub fn allow_all() -> Decide {
     Arc::new(|_: &Value| json!({"allowed": true}))
