@@ -278,17 +278,12 @@ async fn namespace_cascade_retries_denied_deletes_and_keeps_namespace() {
             >= 2
     })
     .await;
-    let out = k.sh("get cm -n held -o name");
-    assert_eq!(out.stdout, "configmap/keep\n");
+    k.expect_stdout("get cm -n held -o name", "configmap/keep\n");
     let v: Value = k.json("get ns held");
     assert_eq!(v["status"]["phase"], "Terminating");
     assert!(v["metadata"]["deletionTimestamp"].is_string());
     // New content is refused in a terminating namespace.
-    let out = k.sh("create cm late -n held");
-    assert_eq!(
-        out.stderr,
-        "error: failed to create configmap: configmaps \"late\" is forbidden: unable to create new content in namespace held because it is being terminated\n"
-    );
+    k.expect_stderr("create cm late -n held", "error: failed to create configmap: configmaps \"late\" is forbidden: unable to create new content in namespace held because it is being terminated\n");
     // Lifting the protection lets the namespace go.
     k.ok("label cm keep -n held capture/deny-");
     wait_until("namespace removed", || k.sh("get ns held").code != 0).await;
@@ -364,11 +359,7 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
     );
     assert_eq!(r[0].review["request"]["object"]["data"]["a"], "Yg==");
     hook.clear();
-    let out = k.sh("create secret generic denied -n default");
-    assert_eq!(
-        out.stderr,
-        "error: failed to create secret admission webhook \"svc.example.com\" denied the request without explanation\n"
-    );
+    k.expect_stderr("create secret generic denied -n default", "error: failed to create secret admission webhook \"svc.example.com\" denied the request without explanation\n");
     // Timeout: the API server gives up after timeoutSeconds. (kubectl prints "failed to
     // create secret" without a colon.)
     let out = k.sh("create secret generic slow -n default");
@@ -549,11 +540,7 @@ async fn validating_admission_policies() {
         "Forbidden",
         "configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected",
     );
-    let out = k.sh("delete cm x -n default");
-    assert_eq!(
-        out.stderr,
-        "Error from server (Forbidden): configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected\n"
-    );
+    k.expect_stderr("delete cm x -n default", "Error from server (Forbidden): configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected\n");
     // Other namespaces are outside the binding's matchResources.
     k.ok("create ns other");
     k.ok("create cm y -n other");

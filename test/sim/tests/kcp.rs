@@ -101,12 +101,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
 
     // kubectl against a nested workspace path.
     let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:org"), "admin"));
-    let out = k.sh("get workspaces -o name");
-    assert_eq!(
-        out.stdout,
-        "workspace.tenancy.kcp.io/other\nworkspace.tenancy.kcp.io/provider\nworkspace.tenancy.kcp.io/team\n",
-        "{out:?}"
-    );
+    k.expect_stdout("get workspaces -o name", "workspace.tenancy.kcp.io/other\nworkspace.tenancy.kcp.io/provider\nworkspace.tenancy.kcp.io/team\n");
     let out = k.sh(&format!(
         "--server {url}/clusters/root:org:team create cm hello -n default"
     ));

@@ -163,10 +163,9 @@ async fn kubectl_matches_captured_transcripts() {
     k.ok("create ns cascade");
     k.ok("create cm inside -n cascade");
     check_capture(&k, "14-delete-ns-cascade.txt");
-    let out = k.sh("get ns cascade");
-    assert_eq!(
-        out.stderr,
-        "Error from server (NotFound): namespaces \"cascade\" not found\n"
+    k.expect_stderr(
+        "get ns cascade",
+        "Error from server (NotFound): namespaces \"cascade\" not found\n",
     );
 
     sim.shutdown().await;
@@ -223,18 +222,19 @@ async fn kubectl_apply_get_label_delete() {
         "unknown fields are dropped: {v}"
     );
     assert_eq!(v["data"]["k"], "v");
-    let out = k.sh("rollout status deploy/db -n shop --timeout=10s");
-    assert_eq!(
-        out.stdout, "deployment \"db\" successfully rolled out\n",
-        "{out:?}"
+    k.expect_stdout(
+        "rollout status deploy/db -n shop --timeout=10s",
+        "deployment \"db\" successfully rolled out\n",
     );
     let out = k.sh("get svc kubernetes -n default");
     assert!(
         out.stdout.starts_with("NAME         TYPE        CLUSTER-IP   EXTERNAL-IP   PORT(S)   AGE\nkubernetes   ClusterIP   10.96.0.1    <none>        443/TCP   "),
         "{out:?}"
     );
-    let out = k.sh("scale deploy db -n shop --replicas=3");
-    assert_eq!(out.stdout, "deployment.apps/db scaled\n", "{out:?}");
+    k.expect_stdout(
+        "scale deploy db -n shop --replicas=3",
+        "deployment.apps/db scaled\n",
+    );
     let out = k.run(&[
         "get",
         "deploy",
@@ -245,29 +245,24 @@ async fn kubectl_apply_get_label_delete() {
         "jsonpath={.spec.replicas} {.metadata.generation}",
     ]);
     assert_eq!(out.stdout, "3 2", "{out:?}");
-    let out = k.sh("get cm nope -n shop");
-    assert_eq!(
-        out.stderr,
-        "Error from server (NotFound): configmaps \"nope\" not found\n"
+    k.expect_stderr(
+        "get cm nope -n shop",
+        "Error from server (NotFound): configmaps \"nope\" not found\n",
     );
-    let out = k.sh("get deploy nope -n shop");
-    assert_eq!(
-        out.stderr,
-        "Error from server (NotFound): deployments.apps \"nope\" not found\n"
+    k.expect_stderr(
+        "get deploy nope -n shop",
+        "Error from server (NotFound): deployments.apps \"nope\" not found\n",
     );
     let out = k.sh("delete cm settings deploy/db -n shop");
     assert_eq!(out.code, 1, "{out:?}");
-    let out = k.sh("delete cm/settings deploy/db -n shop");
-    assert_eq!(
-        out.stdout, "configmap \"settings\" deleted\ndeployment.apps \"db\" deleted\n",
-        "{out:?}"
+    k.expect_stdout(
+        "delete cm/settings deploy/db -n shop",
+        "configmap \"settings\" deleted\ndeployment.apps \"db\" deleted\n",
     );
-    let out = k.sh("delete ns shop");
-    assert_eq!(out.stdout, "namespace \"shop\" deleted\n", "{out:?}");
-    let out = k.sh("get ns shop");
-    assert_eq!(
-        out.stderr, "Error from server (NotFound): namespaces \"shop\" not found\n",
-        "{out:?}"
+    k.expect_stdout("delete ns shop", "namespace \"shop\" deleted\n");
+    k.expect_stderr(
+        "get ns shop",
+        "Error from server (NotFound): namespaces \"shop\" not found\n",
     );
     sim.shutdown().await;
 }
@@ -470,6 +465,8 @@ async fn new_pods_are_pending_with_their_qos_class() {
         r#"{"status":{"phase":"Succeeded"}}"#,
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    let out = k.sh("get pod best -n default -o jsonpath={.status.phase}");
-    assert_eq!(out.stdout, "Succeeded", "{out:?}");
+    k.expect_stdout(
+        "get pod best -n default -o jsonpath={.status.phase}",
+        "Succeeded",
+    );
 }

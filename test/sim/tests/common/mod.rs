@@ -313,6 +313,16 @@ impl Kubectl {
         assert_eq!(out.code, 0, "kubectl {line}: {out:?}");
         out
     }
+    /// [`Kubectl::sh`], asserting what kubectl printed on stdout.
+    pub fn expect_stdout(&self, line: &str, want: &str) {
+        let out = self.sh(line);
+        assert_eq!(out.stdout, want, "kubectl {line}: {out:?}");
+    }
+    /// [`Kubectl::sh`], asserting what kubectl printed on stderr.
+    pub fn expect_stderr(&self, line: &str, want: &str) {
+        let out = self.sh(line);
+        assert_eq!(out.stderr, want, "kubectl {line}: {out:?}");
+    }
     /// `kubectl LINE -o json`, asserting success: the parsed output.
     pub fn json(&self, line: &str) -> Value {
         let out = self.ok(&format!("{line} -o json"));
