@@ -23,89 +23,48 @@ fn gen_schema<T: JsonSchema>() -> Value {
 
 type Table = HashMap<(&'static str, &'static str), Value>;
 
+/// A built-in kind whose fields are checked: group, resource, its schema.
+type Kind = (&'static str, &'static str, fn() -> Value);
+
+/// The built-in kinds whose fields are checked.
+#[rustfmt::skip]
+const KINDS: &[Kind] = &[
+    ("", "configmaps", gen_schema::<core::ConfigMap>),
+    ("", "secrets", gen_schema::<core::Secret>),
+    ("", "namespaces", gen_schema::<core::Namespace>),
+    ("", "serviceaccounts", gen_schema::<core::ServiceAccount>),
+    ("", "services", gen_schema::<core::Service>),
+    ("", "pods", gen_schema::<core::Pod>),
+    ("", "persistentvolumeclaims", gen_schema::<core::PersistentVolumeClaim>),
+    ("", "events", gen_schema::<core::Event>),
+    ("events.k8s.io", "events", gen_schema::<events::Event>),
+    ("apps", "deployments", gen_schema::<apps::Deployment>),
+    ("apps", "statefulsets", gen_schema::<apps::StatefulSet>),
+    ("apps", "daemonsets", gen_schema::<apps::DaemonSet>),
+    ("apps", "replicasets", gen_schema::<apps::ReplicaSet>),
+    ("batch", "jobs", gen_schema::<batch::Job>),
+    ("batch", "cronjobs", gen_schema::<batch::CronJob>),
+    ("rbac.authorization.k8s.io", "roles", gen_schema::<rbac::Role>),
+    ("rbac.authorization.k8s.io", "rolebindings", gen_schema::<rbac::RoleBinding>),
+    ("rbac.authorization.k8s.io", "clusterroles", gen_schema::<rbac::ClusterRole>),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", gen_schema::<rbac::ClusterRoleBinding>),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations", gen_schema::<admreg::ValidatingWebhookConfiguration>),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies", gen_schema::<admreg::ValidatingAdmissionPolicy>),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings", gen_schema::<admreg::ValidatingAdmissionPolicyBinding>),
+    ("coordination.k8s.io", "leases", gen_schema::<coord::Lease>),
+    ("networking.k8s.io", "networkpolicies", gen_schema::<net::NetworkPolicy>),
+    ("networking.k8s.io", "ingresses", gen_schema::<net::Ingress>),
+    ("policy", "poddisruptionbudgets", gen_schema::<policy::PodDisruptionBudget>),
+    ("scheduling.k8s.io", "priorityclasses", gen_schema::<sched::PriorityClass>),
+];
+
 fn table() -> &'static Table {
     static T: OnceLock<Table> = OnceLock::new();
     T.get_or_init(|| {
-        let mut t: Table = HashMap::new();
-        t.insert(("", "configmaps"), gen_schema::<core::ConfigMap>());
-        t.insert(("", "secrets"), gen_schema::<core::Secret>());
-        t.insert(("", "namespaces"), gen_schema::<core::Namespace>());
-        t.insert(
-            ("", "serviceaccounts"),
-            gen_schema::<core::ServiceAccount>(),
-        );
-        t.insert(("", "services"), gen_schema::<core::Service>());
-        t.insert(("", "pods"), gen_schema::<core::Pod>());
-        t.insert(
-            ("", "persistentvolumeclaims"),
-            gen_schema::<core::PersistentVolumeClaim>(),
-        );
-        t.insert(("", "events"), gen_schema::<core::Event>());
-        t.insert(("events.k8s.io", "events"), gen_schema::<events::Event>());
-        t.insert(("apps", "deployments"), gen_schema::<apps::Deployment>());
-        t.insert(("apps", "statefulsets"), gen_schema::<apps::StatefulSet>());
-        t.insert(("apps", "daemonsets"), gen_schema::<apps::DaemonSet>());
-        t.insert(("apps", "replicasets"), gen_schema::<apps::ReplicaSet>());
-        t.insert(("batch", "jobs"), gen_schema::<batch::Job>());
-        t.insert(("batch", "cronjobs"), gen_schema::<batch::CronJob>());
-        t.insert(
-            ("rbac.authorization.k8s.io", "roles"),
-            gen_schema::<rbac::Role>(),
-        );
-        t.insert(
-            ("rbac.authorization.k8s.io", "rolebindings"),
-            gen_schema::<rbac::RoleBinding>(),
-        );
-        t.insert(
-            ("rbac.authorization.k8s.io", "clusterroles"),
-            gen_schema::<rbac::ClusterRole>(),
-        );
-        t.insert(
-            ("rbac.authorization.k8s.io", "clusterrolebindings"),
-            gen_schema::<rbac::ClusterRoleBinding>(),
-        );
-        t.insert(
-            (
-                "admissionregistration.k8s.io",
-                "validatingwebhookconfigurations",
-            ),
-            gen_schema::<admreg::ValidatingWebhookConfiguration>(),
-        );
-        t.insert(
-            (
-                "admissionregistration.k8s.io",
-                "validatingadmissionpolicies",
-            ),
-            gen_schema::<admreg::ValidatingAdmissionPolicy>(),
-        );
-        t.insert(
-            (
-                "admissionregistration.k8s.io",
-                "validatingadmissionpolicybindings",
-            ),
-            gen_schema::<admreg::ValidatingAdmissionPolicyBinding>(),
-        );
-        t.insert(
-            ("coordination.k8s.io", "leases"),
-            gen_schema::<coord::Lease>(),
-        );
-        t.insert(
-            ("networking.k8s.io", "networkpolicies"),
-            gen_schema::<net::NetworkPolicy>(),
-        );
-        t.insert(
-            ("networking.k8s.io", "ingresses"),
-            gen_schema::<net::Ingress>(),
-        );
-        t.insert(
-            ("policy", "poddisruptionbudgets"),
-            gen_schema::<policy::PodDisruptionBudget>(),
-        );
-        t.insert(
-            ("scheduling.k8s.io", "priorityclasses"),
-            gen_schema::<sched::PriorityClass>(),
-        );
-        t
+        KINDS
+            .iter()
+            .map(|(g, r, schema)| ((*g, *r), schema()))
+            .collect()
     })
 }
 
@@ -126,40 +85,53 @@ fn resolve<'a>(root: &'a Value, s: &'a Value) -> &'a Value {
     cur
 }
 
+/// What a (resolved) object schema says of one field.
+enum Field<'a> {
+    /// A known field, with its schema.
+    Known(&'a Value),
+    /// A field the type does not have.
+    Unknown,
+    /// Anything goes (a free-form object, or no object schema at all).
+    Unchecked,
+}
+
+fn field<'a>(s: &'a Value, k: &str) -> Field<'a> {
+    let additional = s.get("additionalProperties");
+    if let Some(props) = s.get("properties").and_then(|p| p.as_object()) {
+        if additional.is_some_and(|a| a.is_object() || a == true) {
+            return Field::Unchecked;
+        }
+        return props.get(k).map_or(Field::Unknown, Field::Known);
+    }
+    additional
+        .filter(|a| a.is_object())
+        .map_or(Field::Unchecked, Field::Known)
+}
+
+/// The schema of a (resolved) array schema's items.
+fn items(s: &Value) -> Option<&Value> {
+    s.get("items").filter(|i| i.is_object())
+}
+
 fn walk(root: &Value, v: &Value, s: &Value, path: &str, out: &mut Vec<String>) {
     let s = resolve(root, s);
     match v {
         Value::Object(m) => {
-            if let Some(props) = s.get("properties").and_then(|p| p.as_object()) {
-                if s.get("additionalProperties")
-                    .is_some_and(|a| a.is_object() || a == true)
-                {
-                    return;
-                }
-                for (k, x) in m {
-                    let p = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    match props.get(k) {
-                        Some(ps) => walk(root, x, ps, &p, out),
-                        None => out.push(p),
-                    }
-                }
-            } else if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
-                for (k, x) in m {
-                    let p = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    walk(root, x, ap, &p, out);
+            for (k, x) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match field(s, k) {
+                    Field::Known(fs) => walk(root, x, fs, &p, out),
+                    Field::Unknown => out.push(p),
+                    Field::Unchecked => {}
                 }
             }
         }
         Value::Array(a) => {
-            if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+            if let Some(items) = items(s) {
                 for (i, x) in a.iter().enumerate() {
                     walk(root, x, items, &format!("{path}[{i}]"), out);
                 }
@@ -173,26 +145,15 @@ fn prune_walk(root: &Value, v: &mut Value, s: &Value) {
     let s = resolve(root, s);
     match v {
         Value::Object(m) => {
-            if let Some(props) = s.get("properties").and_then(|p| p.as_object()) {
-                if s.get("additionalProperties")
-                    .is_some_and(|a| a.is_object() || a == true)
-                {
-                    return;
-                }
-                m.retain(|k, _| props.contains_key(k));
-                for (k, x) in m.iter_mut() {
-                    if let Some(ps) = props.get(k) {
-                        prune_walk(root, x, ps);
-                    }
-                }
-            } else if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
-                for (_, x) in m.iter_mut() {
-                    prune_walk(root, x, ap);
+            m.retain(|k, _| !matches!(field(s, k), Field::Unknown));
+            for (k, x) in m.iter_mut() {
+                if let Field::Known(fs) = field(s, k) {
+                    prune_walk(root, x, fs);
                 }
             }
         }
         Value::Array(a) => {
-            if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+            if let Some(items) = items(s) {
                 for x in a.iter_mut() {
                     prune_walk(root, x, items);
                 }

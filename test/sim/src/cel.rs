@@ -201,35 +201,21 @@ impl Parser {
         Ok(l)
     }
     fn add(&mut self) -> Result<Expr, CelError> {
-        let mut l = self.mul()?;
-        loop {
-            let op = if self.is_p("+") {
-                "+"
-            } else if self.is_p("-") {
-                "-"
-            } else {
-                break;
-            };
-            self.i += 1;
-            let r = self.mul()?;
-            l = Expr::Bin(op, Box::new(l), Box::new(r));
-        }
-        Ok(l)
+        self.binary(&["+", "-"], Self::mul)
     }
     fn mul(&mut self) -> Result<Expr, CelError> {
-        let mut l = self.unary()?;
-        loop {
-            let op = if self.is_p("*") {
-                "*"
-            } else if self.is_p("/") {
-                "/"
-            } else if self.is_p("%") {
-                "%"
-            } else {
-                break;
-            };
+        self.binary(&["*", "/", "%"], Self::unary)
+    }
+    /// A left-associative chain of `next` operands joined by any of `ops`.
+    fn binary(
+        &mut self,
+        ops: &[&'static str],
+        next: fn(&mut Self) -> Result<Expr, CelError>,
+    ) -> Result<Expr, CelError> {
+        let mut l = next(self)?;
+        while let Some(op) = ops.iter().copied().find(|op| self.is_p(op)) {
             self.i += 1;
-            let r = self.unary()?;
+            let r = next(self)?;
             l = Expr::Bin(op, Box::new(l), Box::new(r));
         }
         Ok(l)

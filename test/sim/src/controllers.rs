@@ -1,9 +1,10 @@
 //! Background controllers: namespace lifecycle, garbage collection, CRD
 //! establishment and cleanup, root CA publishing; plus post-write hooks.
 
-use crate::api::{self, Mutation, Target};
+use crate::api::{self, Call, DeleteCall, Mutation, Target};
+use crate::errors::ApiResult;
 use crate::registry::{self, Gr, ResourceInfo};
-use crate::server::{Ctx, State, UserInfo};
+use crate::server::{Ctx, Resp, State, UserInfo};
 use crate::store::Key;
 use crate::{kcp, now_rfc3339};
 use serde_json::{Value, json};
@@ -68,6 +69,40 @@ fn target(info: &Arc<ResourceInfo>, ns: Option<&str>, name: Option<&str>) -> Tar
         name: name.map(str::to_string),
         sub: None,
     }
+}
+
+/// A change the simulator's controllers make to a stored object (its result is theirs
+/// to ignore: the next event retries).
+async fn change(
+    state: &Arc<State>,
+    ctx: &Ctx,
+    t: &Target,
+    cluster: &str,
+    f: impl Fn(&mut Value) + Send + Sync + 'static,
+) {
+    let _ = api::update(
+        Call::new(state, ctx, t, cluster),
+        &HashMap::new(),
+        Mutation::Func(Box::new(f)),
+    )
+    .await;
+}
+
+/// A controller's DELETE of `name` with propagation policy `propagation`.
+async fn remove(c: Call<'_>, name: &str, propagation: &str, how: DeleteCall) -> ApiResult<Resp> {
+    api::delete(c, name, &delete_options(propagation), how).await
+}
+
+/// Keeps the items of the list at `pointer` in `o` that `keep` accepts.
+fn retain(o: &mut Value, pointer: &str, keep: impl FnMut(&Value) -> bool) {
+    if let Some(a) = o.pointer_mut(pointer).and_then(|a| a.as_array_mut()) {
+        a.retain(keep);
+    }
+}
+
+/// The DeleteOptions a controller deletes with.
+fn delete_options(propagation: &str) -> Value {
+    json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": propagation})
 }
 
 pub fn set_condition(obj: &mut Value, ty: &str, status: &str, reason: &str, message: &str) {
@@ -190,106 +225,98 @@ pub fn after_write<'a>(
     old: Option<&'a Arc<Value>>,
     new: Option<&'a Arc<Value>>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Arc<Value>>> + Send + 'a>> {
-    Box::pin(after_write_inner(state, info, cluster, old, new))
-}
-
-async fn after_write_inner(
-    state: &Arc<State>,
-    info: &ResourceInfo,
-    cluster: &str,
-    old: Option<&Arc<Value>>,
-    new: Option<&Arc<Value>>,
-) -> Option<Arc<Value>> {
-    let mut out = None;
-    match (info.group.as_str(), info.resource.as_str()) {
-        ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            if let Some(n) = new
-                && n["metadata"]["deletionTimestamp"].is_null()
-            {
-                out = establish_crd(state, cluster, n);
+    Box::pin(async move {
+        let mut out = None;
+        match (info.group.as_str(), info.resource.as_str()) {
+            ("apiextensions.k8s.io", "customresourcedefinitions") => {
+                if let Some(n) = new
+                    && n["metadata"]["deletionTimestamp"].is_null()
+                {
+                    out = establish_crd(state, cluster, n);
+                }
+                refresh_dynamic(state, cluster);
             }
-            refresh_dynamic(state, cluster);
-        }
-        ("rbac.authorization.k8s.io", "clusterroles") => {
-            let st = state.clone();
-            let cluster = cluster.to_string();
-            tokio::spawn(async move { aggregate_cluster_roles(&st, &cluster).await });
-        }
-        ("", "namespaces") => {
-            if old.is_none()
-                && let Some(n) = new
-            {
+            ("rbac.authorization.k8s.io", "clusterroles") => {
                 let st = state.clone();
-                let ns = n["metadata"]["name"].as_str().unwrap_or("").to_string();
                 let cluster = cluster.to_string();
-                tokio::spawn(async move {
-                    if cluster.is_empty() && st.cfg.root_ca_configmap {
-                        publish_root_ca(&st, &ns).await;
-                    }
-                    if st.cfg.default_service_accounts {
-                        create_default_sa(&st, &cluster, &ns).await;
-                    }
-                });
+                tokio::spawn(async move { aggregate_cluster_roles(&st, &cluster).await });
             }
+            ("", "namespaces") => {
+                if old.is_none()
+                    && let Some(n) = new
+                {
+                    let st = state.clone();
+                    let ns = n["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    let cluster = cluster.to_string();
+                    tokio::spawn(async move {
+                        if cluster.is_empty() && st.cfg.root_ca_configmap {
+                            publish_root_ca(&st, &ns).await;
+                        }
+                        if st.cfg.default_service_accounts {
+                            create_default_sa(&st, &cluster, &ns).await;
+                        }
+                    });
+                }
+            }
+            ("apps", "deployments" | "statefulsets" | "replicasets" | "daemonsets") => {
+                if let Some(n) = new
+                    && state.cfg.workload_status
+                    && n["metadata"]["deletionTimestamp"].is_null()
+                    && n["metadata"]["generation"] != n["status"]["observedGeneration"]
+                {
+                    let st = state.clone();
+                    let info = Arc::new(info.clone());
+                    let cluster = cluster.to_string();
+                    let ns = n["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string();
+                    let name = n["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    tokio::spawn(
+                        async move { workload_status(&st, &info, &cluster, &ns, &name).await },
+                    );
+                }
+            }
+            _ => {}
         }
-        ("apps", "deployments" | "statefulsets" | "replicasets" | "daemonsets") => {
-            if let Some(n) = new
-                && state.cfg.workload_status
-                && n["metadata"]["deletionTimestamp"].is_null()
-                && n["metadata"]["generation"] != n["status"]["observedGeneration"]
+        // Garbage collection follow-ups.
+        let gc_obj = match (old, new) {
+            (Some(o), None) => Some(o.clone()),
+            (_, Some(n))
+                if n["metadata"]["finalizers"].as_array().is_some_and(|f| {
+                    f.iter().any(|x| x == "orphan" || x == "foregroundDeletion")
+                }) =>
             {
-                let st = state.clone();
-                let info = Arc::new(info.clone());
-                let cluster = cluster.to_string();
-                let ns = n["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string();
-                let name = n["metadata"]["name"].as_str().unwrap_or("").to_string();
-                tokio::spawn(
-                    async move { workload_status(&st, &info, &cluster, &ns, &name).await },
-                );
+                Some(n.clone())
             }
-        }
-        _ => {}
-    }
-    // Garbage collection follow-ups.
-    let gc_obj = match (old, new) {
-        (Some(o), None) => Some(o.clone()),
-        (_, Some(n))
-            if n["metadata"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "orphan" || x == "foregroundDeletion")) =>
-        {
-            Some(n.clone())
-        }
-        _ => None,
-    };
-    if let Some(o) = gc_obj {
-        let key = Key {
-            cluster: cluster.to_string(),
-            namespace: if info.namespaced {
-                o["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string()
-            } else {
-                String::new()
-            },
-            name: o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            _ => None,
         };
-        let uid = o["metadata"]["uid"].as_str().unwrap_or("");
-        if !state.store.dependents(uid).is_empty() || new.is_some() {
-            state.gc_requeue(info.gr(), key, o);
+        if let Some(o) = gc_obj {
+            let key = Key {
+                cluster: cluster.to_string(),
+                namespace: if info.namespaced {
+                    o["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string()
+                } else {
+                    String::new()
+                },
+                name: o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            };
+            let uid = o["metadata"]["uid"].as_str().unwrap_or("");
+            if !state.store.dependents(uid).is_empty() || new.is_some() {
+                state.gc_requeue(info.gr(), key, o);
+            }
         }
-    }
-    if let Some(o) = kcp::after_write(state, info, cluster, old, new).await {
-        out = Some(o);
-    }
-    if new.is_none_or(|n| !n["metadata"]["deletionTimestamp"].is_null()) {
-        state.kick.notify_one();
-    }
-    out
+        if let Some(o) = kcp::after_write(state, info, cluster, old, new).await {
+            out = Some(o);
+        }
+        if new.is_none_or(|n| !n["metadata"]["deletionTimestamp"].is_null()) {
+            state.kick.notify_one();
+        }
+        out
+    })
 }
 
 fn establish_crd(state: &State, cluster: &str, crd: &Arc<Value>) -> Option<Arc<Value>> {
@@ -395,7 +422,7 @@ async fn publish_root_ca(state: &Arc<State>, ns: &str) {
         "data": {"ca.crt": state.ca_pem},
     });
     let t = target(&info, Some(ns), None);
-    let _ = api::create(state, &ctx, &t, "", obj, &HashMap::new()).await;
+    let _ = api::create(Call::new(state, &ctx, &t, ""), obj, &HashMap::new()).await;
 }
 
 /// What the workload controllers would report once all replicas run: observedGeneration,
@@ -411,41 +438,34 @@ async fn workload_status(
     let mut t = target(info, Some(ns), Some(name));
     t.sub = Some("status".into());
     let resource = info.resource.clone();
-    let _ = api::update(
-        state,
-        &ctx,
-        &t,
-        cluster,
-        &HashMap::new(),
-        Mutation::Func(Box::new(move |o: &mut Value| {
-            let replicas = o["spec"]["replicas"].as_i64().unwrap_or(1);
-            let generation = o["metadata"]["generation"].clone();
-            if !o["status"].is_object() {
-                o["status"] = json!({});
+    change(state, &ctx, &t, cluster, move |o: &mut Value| {
+        let replicas = o["spec"]["replicas"].as_i64().unwrap_or(1);
+        let generation = o["metadata"]["generation"].clone();
+        if !o["status"].is_object() {
+            o["status"] = json!({});
+        }
+        let st = &mut o["status"];
+        st["observedGeneration"] = generation;
+        if resource == "daemonsets" {
+            for f in ["currentNumberScheduled", "desiredNumberScheduled", "numberAvailable", "numberReady", "updatedNumberScheduled"] {
+                st[f] = json!(1);
             }
-            let st = &mut o["status"];
-            st["observedGeneration"] = generation;
-            if resource == "daemonsets" {
-                for f in ["currentNumberScheduled", "desiredNumberScheduled", "numberAvailable", "numberReady", "updatedNumberScheduled"] {
-                    st[f] = json!(1);
-                }
-                st["numberMisscheduled"] = json!(0);
-                return;
-            }
-            for f in ["replicas", "readyReplicas", "availableReplicas", "updatedReplicas"] {
-                st[f] = json!(replicas);
-            }
-            if resource == "deployments" {
-                let now = now_rfc3339();
-                st["conditions"] = json!([
-                    {"type": "Available", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
-                     "reason": "MinimumReplicasAvailable", "message": "Deployment has minimum availability."},
-                    {"type": "Progressing", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
-                     "reason": "NewReplicaSetAvailable", "message": "ReplicaSet has successfully progressed."}
-                ]);
-            }
-        })),
-    )
+            st["numberMisscheduled"] = json!(0);
+            return;
+        }
+        for f in ["replicas", "readyReplicas", "availableReplicas", "updatedReplicas"] {
+            st[f] = json!(replicas);
+        }
+        if resource == "deployments" {
+            let now = now_rfc3339();
+            st["conditions"] = json!([
+                {"type": "Available", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
+                 "reason": "MinimumReplicasAvailable", "message": "Deployment has minimum availability."},
+                {"type": "Progressing", "status": "True", "lastUpdateTime": now, "lastTransitionTime": now,
+                 "reason": "NewReplicaSetAvailable", "message": "ReplicaSet has successfully progressed."}
+            ]);
+        }
+    })
     .await;
 }
 
@@ -467,16 +487,9 @@ async fn aggregate_cluster_roles(state: &Arc<State>, cluster: &str) {
     for (name, rules) in crate::rbac::aggregation_updates(state, cluster) {
         let t = target(&info, None, Some(&name));
         let rules = Value::Array(rules);
-        let _ = api::update(
-            state,
-            &ctx,
-            &t,
-            cluster,
-            &HashMap::new(),
-            Mutation::Func(Box::new(move |o: &mut Value| {
-                o["rules"] = rules.clone();
-            })),
-        )
+        change(state, &ctx, &t, cluster, move |o: &mut Value| {
+            o["rules"] = rules.clone();
+        })
         .await;
     }
 }
@@ -497,7 +510,7 @@ async fn create_default_sa(state: &Arc<State>, cluster: &str, ns: &str) {
     let obj =
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
     let t = target(&info, Some(ns), None);
-    let _ = api::create(state, &ctx, &t, cluster, obj, &HashMap::new()).await;
+    let _ = api::create(Call::new(state, &ctx, &t, cluster), obj, &HashMap::new()).await;
 }
 
 pub fn spawn(state: Arc<State>) {
@@ -574,17 +587,8 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
                 info.namespaced.then_some(k.namespace.as_str()),
                 Some(&k.name),
             );
-            let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": "Background"});
-            let res = api::delete(
-                state,
-                &ctx,
-                &t,
-                &key.cluster,
-                &k.name,
-                &opts,
-                api::DeleteCall::Unadmitted,
-            )
-            .await;
+            let c = Call::new(state, &ctx, &t, &key.cluster);
+            let res = remove(c, &k.name, "Background", DeleteCall::Unadmitted).await;
             if res.is_err() || state.store.get(&info.gr(), &k).is_some() {
                 remaining += 1;
             }
@@ -598,21 +602,9 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
     };
     let t = target(&crd_info, None, Some(&key.name));
     let f = fin.to_string();
-    let _ = api::update(
-        state,
-        &ctx,
-        &t,
-        &key.cluster,
-        &HashMap::new(),
-        Mutation::Func(Box::new(move |o: &mut Value| {
-            if let Some(a) = o
-                .pointer_mut("/metadata/finalizers")
-                .and_then(|a| a.as_array_mut())
-            {
-                a.retain(|x| x != f.as_str());
-            }
-        })),
-    )
+    change(state, &ctx, &t, &key.cluster, move |o: &mut Value| {
+        retain(o, "/metadata/finalizers", |x| x != f.as_str());
+    })
     .await;
     refresh_dynamic(state, &key.cluster);
 }
@@ -620,7 +612,7 @@ async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {
 /// One pass of the namespace controller; true when the namespace is gone.
 async fn drain_namespace(state: &Arc<State>, key: &Key, ns: &Arc<Value>) -> bool {
     let ctx = Ctx::internal(controller_user(state), &key.cluster);
-    let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": "Background"});
+    let opts = delete_options("Background");
     let mut failures = vec![];
     let mut grs = state.store.grs_with_objects_in(&key.cluster, &key.name);
     grs.sort();
@@ -632,8 +624,12 @@ async fn drain_namespace(state: &Arc<State>, key: &Key, ns: &Arc<Value>) -> bool
             continue;
         }
         let t = target(&info, Some(&key.name), None);
-        if let Err(e) =
-            api::delete_collection(state, &ctx, &t, &key.cluster, &HashMap::new(), &opts).await
+        if let Err(e) = api::delete_collection(
+            Call::new(state, &ctx, &t, &key.cluster),
+            &HashMap::new(),
+            &opts,
+        )
+        .await
         {
             failures.push(format!(
                 "Failed to delete all resource types, 1 remaining: {}",
@@ -655,16 +651,9 @@ async fn drain_namespace(state: &Arc<State>, key: &Key, ns: &Arc<Value>) -> bool
         }
         let mut t = t;
         t.sub = Some("finalize".into());
-        let _ = api::update(
-            state,
-            &ctx,
-            &t,
-            &key.cluster,
-            &HashMap::new(),
-            Mutation::Func(Box::new(|o: &mut Value| {
-                o["spec"]["finalizers"] = json!([]);
-            })),
-        )
+        change(state, &ctx, &t, &key.cluster, |o: &mut Value| {
+            o["spec"]["finalizers"] = json!([]);
+        })
         .await;
         return false;
     }
@@ -760,21 +749,9 @@ async fn gc(state: &Arc<State>) {
             let t = target(&dinfo, ns, Some(&dkey.name));
             if orphan {
                 let u = uid.clone();
-                let _ = api::update(
-                    state,
-                    &ctx,
-                    &t,
-                    &dkey.cluster,
-                    &HashMap::new(),
-                    Mutation::Func(Box::new(move |o: &mut Value| {
-                        if let Some(a) = o
-                            .pointer_mut("/metadata/ownerReferences")
-                            .and_then(|a| a.as_array_mut())
-                        {
-                            a.retain(|r| r["uid"] != u.as_str());
-                        }
-                    })),
-                )
+                change(state, &ctx, &t, &dkey.cluster, move |o: &mut Value| {
+                    retain(o, "/metadata/ownerReferences", |r| r["uid"] != u.as_str());
+                })
                 .await;
                 continue;
             }
@@ -800,17 +777,8 @@ async fn gc(state: &Arc<State>) {
             } else {
                 "Background"
             };
-            let opts = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": policy});
-            let _ = api::delete(
-                state,
-                &ctx,
-                &t,
-                &dkey.cluster,
-                &dkey.name,
-                &opts,
-                api::DeleteCall::Named,
-            )
-            .await;
+            let c = Call::new(state, &ctx, &t, &dkey.cluster);
+            let _ = remove(c, &dkey.name, policy, DeleteCall::Named).await;
         }
         if still_there.is_some()
             && (orphan || (foreground && !pending && state.store.dependents(&uid).is_empty()))
@@ -820,21 +788,11 @@ async fn gc(state: &Arc<State>) {
                 info.namespaced.then_some(key.namespace.as_str()),
                 Some(&key.name),
             );
-            let _ = api::update(
-                state,
-                &ctx,
-                &t,
-                &key.cluster,
-                &HashMap::new(),
-                Mutation::Func(Box::new(|o: &mut Value| {
-                    if let Some(a) = o
-                        .pointer_mut("/metadata/finalizers")
-                        .and_then(|a| a.as_array_mut())
-                    {
-                        a.retain(|f| f != "orphan" && f != "foregroundDeletion");
-                    }
-                })),
-            )
+            change(state, &ctx, &t, &key.cluster, |o: &mut Value| {
+                retain(o, "/metadata/finalizers", |f| {
+                    f != "orphan" && f != "foregroundDeletion"
+                });
+            })
             .await;
         } else if still_there.is_some() || !state.store.dependents(&uid).is_empty() {
             state.gc_requeue(gr, key, obj);

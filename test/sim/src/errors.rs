@@ -13,7 +13,17 @@ pub struct ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
-fn details(info: &ResourceInfo, name: &str) -> Value {
+/// One cause of a 422 Invalid: field, reason (`FieldValueInvalid`, ...), message.
+pub type Cause = (String, String, String);
+
+/// A [`Cause`] from borrowed parts.
+pub fn cause(field: &str, reason: &str, message: impl Into<String>) -> Cause {
+    (field.to_string(), reason.to_string(), message.into())
+}
+
+/// Status details: name, group and `kind` (kube-apiserver puts the resource there,
+/// except in Invalid errors, which name the kind).
+fn details_as(info: &ResourceInfo, name: &str, kind: &str) -> Value {
     let mut d = json!({});
     if !name.is_empty() {
         d["name"] = json!(name);
@@ -21,8 +31,12 @@ fn details(info: &ResourceInfo, name: &str) -> Value {
     if !info.group.is_empty() {
         d["group"] = json!(info.group);
     }
-    d["kind"] = json!(info.resource);
+    d["kind"] = json!(kind);
     d
+}
+
+fn details(info: &ResourceInfo, name: &str) -> Value {
+    details_as(info, name, &info.resource)
 }
 
 impl ApiError {
@@ -105,7 +119,7 @@ impl ApiError {
     }
 
     /// 422 Invalid: `Kind "name" is invalid: field: message`.
-    pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<(String, String, String)>) -> Self {
+    pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<Cause>) -> Self {
         let msgs: Vec<String> = causes
             .iter()
             .map(|(field, _, msg)| format!("{field}: {msg}"))
@@ -120,14 +134,7 @@ impl ApiError {
         } else {
             format!("{} \"{}\" is invalid: [{}]", gk, name, msgs.join(", "))
         };
-        let mut d = json!({});
-        if !name.is_empty() {
-            d["name"] = json!(name);
-        }
-        if !info.group.is_empty() {
-            d["group"] = json!(info.group);
-        }
-        d["kind"] = json!(info.kind);
+        let mut d = details_as(info, name, &info.kind);
         d["causes"] = Value::Array(
             causes
                 .into_iter()
@@ -140,6 +147,11 @@ impl ApiError {
             message,
             details: Some(d),
         }
+    }
+
+    /// 422 Invalid with the whole message given (options, not objects, are invalid).
+    pub fn invalid_raw(message: &str) -> Self {
+        Self::new(422, "Invalid", message)
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {

@@ -76,6 +76,15 @@ fn subject_matches(s: &Value, a: &Attributes) -> bool {
     }
 }
 
+/// Whether binding `b` names the requester among its subjects.
+fn binds(b: &Value, a: &Attributes) -> bool {
+    b["subjects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| subject_matches(s, a))
+}
+
 fn rbac_gr(resource: &str) -> Gr {
     Gr {
         group: "rbac.authorization.k8s.io".into(),
@@ -83,45 +92,47 @@ fn rbac_gr(resource: &str) -> Gr {
     }
 }
 
+/// The rules of the Role (in `ns`) or ClusterRole `name` stored in `cluster` (none
+/// when it does not exist).
+fn role_rules(state: &State, cluster: &str, kind: &str, name: &str, ns: &str) -> Vec<Value> {
+    let (gr, key_ns) = if kind == "ClusterRole" {
+        (rbac_gr("clusterroles"), "")
+    } else {
+        (rbac_gr("roles"), ns)
+    };
+    let key = crate::store::Key {
+        cluster: cluster.to_string(),
+        namespace: key_ns.to_string(),
+        name: name.to_string(),
+    };
+    state
+        .store
+        .get(&gr, &key)
+        .and_then(|r| r["rules"].as_array().cloned())
+        .unwrap_or_default()
+}
+
 /// Evaluates stored ClusterRoleBindings / RoleBindings.
 fn stored_allows(state: &State, a: &Attributes) -> bool {
-    let role_rules = |kind: &str, name: &str, ns: &str| -> Vec<Value> {
-        let (gr, key_ns) = if kind == "ClusterRole" {
-            (rbac_gr("clusterroles"), "")
-        } else {
-            (rbac_gr("roles"), ns)
-        };
-        let key = crate::store::Key {
-            cluster: a.cluster.to_string(),
-            namespace: key_ns.to_string(),
-            name: name.to_string(),
-        };
-        state
-            .store
-            .get(&gr, &key)
-            .and_then(|r| r["rules"].as_array().cloned())
-            .unwrap_or_default()
+    // A binding grants when it names the user and its role's rules allow.
+    let grants = |b: &Value, kind: &str, ns: &str| {
+        binds(b, a)
+            && role_rules(
+                state,
+                a.cluster,
+                kind,
+                b["roleRef"]["name"].as_str().unwrap_or(""),
+                ns,
+            )
+            .iter()
+            .any(|r| policy_rule_allows(r, a))
     };
     let crbs = state
         .store
         .list(&rbac_gr("clusterrolebindings"), Some(a.cluster), None)
         .0;
-    for b in crbs {
-        if b["subjects"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| subject_matches(s, a))
-        {
-            let rules = role_rules(
-                "ClusterRole",
-                b["roleRef"]["name"].as_str().unwrap_or(""),
-                "",
-            );
-            if rules.iter().any(|r| policy_rule_allows(r, a)) {
-                return true;
-            }
-        }
+    if crbs.iter().any(|b| grants(b, "ClusterRole", "")) {
+        return true;
     }
     if a.namespace.is_empty() {
         return false;
@@ -130,24 +141,10 @@ fn stored_allows(state: &State, a: &Attributes) -> bool {
         .store
         .list(&rbac_gr("rolebindings"), Some(a.cluster), Some(a.namespace))
         .0;
-    for b in rbs {
-        if b["subjects"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| subject_matches(s, a))
-        {
-            let rules = role_rules(
-                b["roleRef"]["kind"].as_str().unwrap_or("Role"),
-                b["roleRef"]["name"].as_str().unwrap_or(""),
-                a.namespace,
-            );
-            if rules.iter().any(|r| policy_rule_allows(r, a)) {
-                return true;
-            }
-        }
-    }
-    false
+    rbs.iter().any(|b| {
+        let kind = b["roleRef"]["kind"].as_str().unwrap_or("Role");
+        grants(b, kind, a.namespace)
+    })
 }
 
 pub fn allowed(state: &State, a: &Attributes) -> bool {
@@ -392,38 +389,16 @@ fn owner_rules(state: &State, ctx: &Ctx, cluster: &str, namespace: &str) -> Vec<
         name: "",
         cluster,
     };
-    let role_rules = |kind: &str, name: &str, ns: &str| -> Vec<Value> {
-        let (gr, key_ns) = if kind == "ClusterRole" {
-            (rbac_gr("clusterroles"), "")
-        } else {
-            (rbac_gr("roles"), ns)
-        };
-        let key = crate::store::Key {
-            cluster: cluster.to_string(),
-            namespace: key_ns.to_string(),
-            name: name.to_string(),
-        };
-        state
-            .store
-            .get(&gr, &key)
-            .and_then(|r| r["rules"].as_array().cloned())
-            .unwrap_or_default()
-    };
     let mut out = Vec::new();
-    let bound = |b: &Value| {
-        b["subjects"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| subject_matches(s, &a))
-    };
     for b in state
         .store
         .list(&rbac_gr("clusterrolebindings"), Some(cluster), None)
         .0
     {
-        if bound(&b) {
+        if binds(&b, &a) {
             out.extend(role_rules(
+                state,
+                cluster,
                 "ClusterRole",
                 b["roleRef"]["name"].as_str().unwrap_or(""),
                 "",
@@ -436,8 +411,10 @@ fn owner_rules(state: &State, ctx: &Ctx, cluster: &str, namespace: &str) -> Vec<
             .list(&rbac_gr("rolebindings"), Some(cluster), Some(namespace))
             .0
         {
-            if bound(&b) {
+            if binds(&b, &a) {
                 out.extend(role_rules(
+                    state,
+                    cluster,
                     b["roleRef"]["kind"].as_str().unwrap_or("Role"),
                     b["roleRef"]["name"].as_str().unwrap_or(""),
                     namespace,

@@ -362,34 +362,29 @@ impl Registry {
 
     /// All kinds served in `cluster` ("" = the plain Kubernetes cluster).
     pub fn resources(&self, cluster: &str) -> Vec<Arc<ResourceInfo>> {
-        let mut out = if cluster.is_empty() {
-            self.kube.clone()
+        let base = if cluster.is_empty() {
+            &self.kube
         } else {
-            self.kcp.clone()
+            &self.kcp
         };
-        if let Ok(d) = self.dynamic.read()
-            && let Some(extra) = d.get(cluster)
-        {
-            for e in extra {
-                if !out
-                    .iter()
-                    .any(|o| o.group == e.group && o.resource == e.resource)
-                {
-                    out.push(e.clone());
-                }
-            }
-        }
-        out
+        self.with_dynamic(base, |c| c == cluster)
     }
 
     /// Kinds served in any kcp logical cluster (for wildcard requests).
     pub fn resources_any_kcp(&self) -> Vec<Arc<ResourceInfo>> {
-        let mut out = self.kcp.clone();
+        self.with_dynamic(&self.kcp, |c| !c.is_empty())
+    }
+
+    /// `base` and the dynamic kinds (CRDs, bound APIs) of the clusters `clusters`
+    /// accepts that `base` does not have yet.
+    fn with_dynamic(
+        &self,
+        base: &[Arc<ResourceInfo>],
+        clusters: impl Fn(&str) -> bool,
+    ) -> Vec<Arc<ResourceInfo>> {
+        let mut out = base.to_vec();
         if let Ok(d) = self.dynamic.read() {
-            for (c, extra) in d.iter() {
-                if c.is_empty() {
-                    continue;
-                }
+            for (_, extra) in d.iter().filter(|(c, _)| clusters(c)) {
                 for e in extra {
                     if !out
                         .iter()

@@ -1,7 +1,7 @@
 //! HTTPS server, authentication, path routing and discovery.
 
 use crate::errors::{ApiError, ApiResult};
-use crate::registry::{self, Registry};
+use crate::registry::{self, Registry, ResourceInfo};
 use crate::store::Store;
 use crate::{SimConfig, User, kcp, tls};
 use bytes::Bytes;
@@ -563,6 +563,17 @@ fn unavailable_api_services(
     out
 }
 
+/// Aggregated discovery (`/api` when `legacy`, else `/apis`) at `v` (v2 or v2beta1).
+fn aggregated(resources: &[Arc<ResourceInfo>], legacy: bool, v: &str) -> Resp {
+    let doc = registry::aggregated(resources, legacy, &format!("apidiscovery.k8s.io/{v}"));
+    let content_type = if v == "v2" {
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    } else {
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+    };
+    Resp::Text(200, content_type, doc.to_string())
+}
+
 async fn route(
     state: &Arc<State>,
     ctx: &Ctx,
@@ -616,17 +627,7 @@ async fn route(
         ["openapi", ..] => Err(ApiError::path_not_found()),
         ["api"] if is_get => {
             if let Some(v) = wants_aggregated(headers) {
-                let doc =
-                    registry::aggregated(&resources, true, &format!("apidiscovery.k8s.io/{v}"));
-                return Ok(Resp::Text(
-                    200,
-                    if v == "v2" {
-                        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-                    } else {
-                        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
-                    },
-                    doc.to_string(),
-                ));
+                return Ok(aggregated(&resources, true, v));
             }
             Ok(Resp::Json(
                 200,
@@ -635,17 +636,7 @@ async fn route(
         }
         ["apis"] if is_get => {
             if let Some(v) = wants_aggregated(headers) {
-                let doc =
-                    registry::aggregated(&resources, false, &format!("apidiscovery.k8s.io/{v}"));
-                return Ok(Resp::Text(
-                    200,
-                    if v == "v2" {
-                        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-                    } else {
-                        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
-                    },
-                    doc.to_string(),
-                ));
+                return Ok(aggregated(&resources, false, v));
             }
             let mut list = registry::api_group_list(&resources);
             if let Some(groups) = list["groups"].as_array_mut() {

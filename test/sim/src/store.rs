@@ -255,7 +255,51 @@ impl Store {
             .unwrap_or_default()
     }
 
-    pub fn create(&self, gr: &Gr, key: Key, mut obj: Value) -> Result<Arc<Value>, StoreError> {
+    /// Stores `obj` (new, or replacing `old`) at the next resourceVersion, indexes its
+    /// owners and emits its watch event.
+    fn put(
+        inner: &mut Inner,
+        gr: &Gr,
+        key: Key,
+        mut obj: Value,
+        old: Option<Arc<Value>>,
+    ) -> Arc<Value> {
+        inner.rv += 1;
+        let rv = inner.rv;
+        obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+        let obj = Arc::new(obj);
+        if old.is_none()
+            && let Some(u) = obj["metadata"]["uid"].as_str()
+        {
+            inner.uids.insert(u.to_string());
+        }
+        Self::index_owners(inner, gr, &key, old.as_deref(), Some(&obj));
+        inner
+            .data
+            .entry(gr.clone())
+            .or_default()
+            .objects
+            .insert(key.clone(), obj.clone());
+        let kind = if old.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        Self::emit(
+            inner,
+            gr,
+            Event {
+                kind,
+                rv,
+                key,
+                obj: obj.clone(),
+                old,
+            },
+        );
+        obj
+    }
+
+    pub fn create(&self, gr: &Gr, key: Key, obj: Value) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
         if inner
             .data
@@ -264,32 +308,15 @@ impl Store {
         {
             return Err(StoreError::AlreadyExists);
         }
-        inner.rv += 1;
-        let rv = inner.rv;
-        obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-        let obj = Arc::new(obj);
-        if let Some(u) = obj["metadata"]["uid"].as_str() {
-            inner.uids.insert(u.to_string());
-        }
-        Self::index_owners(&mut inner, gr, &key, None, Some(&obj));
+        Ok(Self::put(&mut inner, gr, key, obj, None))
+    }
+
+    fn stored(inner: &Inner, gr: &Gr, key: &Key) -> Result<Arc<Value>, StoreError> {
         inner
             .data
-            .entry(gr.clone())
-            .or_default()
-            .objects
-            .insert(key.clone(), obj.clone());
-        Self::emit(
-            &mut inner,
-            gr,
-            Event {
-                kind: EventType::Added,
-                rv,
-                key,
-                obj: obj.clone(),
-                old: None,
-            },
-        );
-        Ok(obj)
+            .get(gr)
+            .and_then(|d| d.objects.get(key).cloned())
+            .ok_or(StoreError::NotFound)
     }
 
     /// Replaces the object if its stored resourceVersion equals `expected_rv`.
@@ -297,41 +324,15 @@ impl Store {
         &self,
         gr: &Gr,
         key: &Key,
-        mut obj: Value,
+        obj: Value,
         expected_rv: u64,
     ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
-        let old = inner
-            .data
-            .get(gr)
-            .and_then(|d| d.objects.get(key).cloned())
-            .ok_or(StoreError::NotFound)?;
+        let old = Self::stored(&inner, gr, key)?;
         if rv_of(&old) != expected_rv {
             return Err(StoreError::Conflict);
         }
-        inner.rv += 1;
-        let rv = inner.rv;
-        obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-        let obj = Arc::new(obj);
-        Self::index_owners(&mut inner, gr, key, Some(&old), Some(&obj));
-        inner
-            .data
-            .entry(gr.clone())
-            .or_default()
-            .objects
-            .insert(key.clone(), obj.clone());
-        Self::emit(
-            &mut inner,
-            gr,
-            Event {
-                kind: EventType::Modified,
-                rv,
-                key: key.clone(),
-                obj: obj.clone(),
-                old: Some(old),
-            },
-        );
-        Ok(obj)
+        Ok(Self::put(&mut inner, gr, key.clone(), obj, Some(old)))
     }
 
     /// Removes the object (if `expected_rv` is Some, only when it matches).
@@ -342,11 +343,7 @@ impl Store {
         expected_rv: Option<u64>,
     ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
-        let old = inner
-            .data
-            .get(gr)
-            .and_then(|d| d.objects.get(key).cloned())
-            .ok_or(StoreError::NotFound)?;
+        let old = Self::stored(&inner, gr, key)?;
         if let Some(e) = expected_rv
             && rv_of(&old) != e
         {

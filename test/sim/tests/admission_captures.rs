@@ -8,21 +8,9 @@ use holdfast_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
 
 fn config(hook: &TestWebhook) -> Value {
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "record"},
-        "webhooks": [{
-            "name": "record.capture.test",
-            "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
-            "rules": [{"operations": ["CREATE", "UPDATE", "DELETE"], "apiGroups": ["", "apps"],
-                       "apiVersions": ["*"], "resources": ["namespaces", "configmaps", "deployments"]}],
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-            "failurePolicy": "Fail"
-        }]
-    })
+    let rules = json!([{"operations": ["CREATE", "UPDATE", "DELETE"], "apiGroups": ["", "apps"],
+                        "apiVersions": ["*"], "resources": ["namespaces", "configmaps", "deployments"]}]);
+    recording_config("record", "record.capture.test", hook, rules)
 }
 
 /// Compares one recorded review with a capture file, ignoring uids, timestamps,
@@ -85,6 +73,54 @@ async fn take(hook: &TestWebhook, n: usize) -> Vec<Recorded> {
     r
 }
 
+/// Runs kubectl `line`, expecting exit `code`, and compares the one review it caused
+/// with `capture`.
+async fn reviewed(k: &Kubectl, hook: &TestWebhook, line: &str, code: i32, capture: &str) {
+    let out = k.sh(line);
+    assert_eq!(out.code, code, "kubectl {line}: {out:?}");
+    assert_matches(&take(hook, 1).await[0], capture);
+}
+
+/// Creates namespace `ns` and compares its CREATE review and that of its
+/// kube-root-ca.crt ConfigMap (which kube-controller-manager publishes) with the
+/// captures numbered `ns_capture` and `ca_capture`.
+async fn namespace_created(
+    k: &Kubectl,
+    hook: &TestWebhook,
+    ns: &str,
+    ns_capture: &str,
+    ca_capture: &str,
+) {
+    k.ok(&format!("create ns {ns}"));
+    let r = take(hook, 2).await;
+    assert_matches(
+        find(&r, "CREATE", "namespaces", ns),
+        &format!("{ns_capture}-create-namespaces-{ns}.json"),
+    );
+    assert_matches(
+        find(&r, "CREATE", "configmaps", "kube-root-ca.crt"),
+        &format!("{ca_capture}-create-configmaps-kube-root-ca.crt.json"),
+    );
+}
+
+/// Compares the request fields a review's object does not change with capture `n`.
+fn assert_request_fields(got: &Recorded, want: &Value, n: &str) {
+    for f in [
+        "options",
+        "name",
+        "namespace",
+        "kind",
+        "resource",
+        "userInfo",
+        "dryRun",
+    ] {
+        assert_eq!(
+            got.review["request"][f], want["review"]["request"][f],
+            "{n}: request.{f}"
+        );
+    }
+}
+
 fn find<'a>(reviews: &'a [Recorded], op: &str, resource: &str, name: &str) -> &'a Recorded {
     reviews
         .iter()
@@ -101,94 +137,34 @@ fn find<'a>(reviews: &'a [Recorded], op: &str, resource: &str, name: &str) -> &'
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_reviews_match_real_apiserver() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], capture_policy()).await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(&config(&hook).to_string()));
-    assert_eq!(out.code, 0, "{out:?}");
+    k.apply_ok(&config(&hook).to_string());
 
     // CREATE namespace (+ the kube-root-ca.crt ConfigMap kube-controller-manager publishes).
-    assert_eq!(k.run(&["create", "ns", "cap"]).code, 0);
-    let r = take(&hook, 2).await;
-    assert_matches(
-        find(&r, "CREATE", "namespaces", "cap"),
-        "005-create-namespaces-cap.json",
-    );
-    assert_matches(
-        find(&r, "CREATE", "configmaps", "kube-root-ca.crt"),
-        "007-create-configmaps-kube-root-ca.crt.json",
-    );
+    namespace_created(&k, &hook, "cap", "005", "007").await;
 
-    // CREATE / UPDATE (label, unlabel) / DELETE of a ConfigMap.
-    assert_eq!(
-        k.run(&["create", "cm", "plain", "-n", "cap", "--from-literal=a=b"])
-            .code,
-        0
-    );
-    assert_matches(&take(&hook, 1).await[0], "008-create-configmaps-plain.json");
-    assert_eq!(
-        k.run(&["label", "cm", "plain", "-n", "cap", "team=x"]).code,
-        0
-    );
-    assert_matches(&take(&hook, 1).await[0], "009-update-configmaps-plain.json");
-    assert_eq!(
-        k.run(&["label", "cm", "plain", "-n", "cap", "team-"]).code,
-        0
-    );
-    assert_matches(&take(&hook, 1).await[0], "010-update-configmaps-plain.json");
-    assert_eq!(k.run(&["delete", "cm", "plain", "-n", "cap"]).code, 0);
-    assert_matches(&take(&hook, 1).await[0], "011-delete-configmaps-plain.json");
-
-    // Denied deletes: plain, --force --grace-period=0, --dry-run=server.
-    assert_eq!(k.run(&["create", "cm", "protected", "-n", "cap"]).code, 0);
-    assert_matches(
-        &take(&hook, 1).await[0],
-        "012-create-configmaps-protected.json",
-    );
-    assert_eq!(
-        k.run(&["label", "cm", "protected", "-n", "cap", "capture/deny=true"])
-            .code,
-        0
-    );
-    assert_matches(
-        &take(&hook, 1).await[0],
-        "013-update-configmaps-protected.json",
-    );
-    assert_eq!(k.run(&["delete", "cm", "protected", "-n", "cap"]).code, 1);
-    assert_matches(
-        &take(&hook, 1).await[0],
-        "014-delete-configmaps-protected.json",
-    );
-    assert_eq!(
-        k.run(&[
-            "delete",
-            "cm",
-            "protected",
-            "-n",
-            "cap",
-            "--force",
-            "--grace-period=0"
-        ])
-        .code,
-        1
-    );
-    assert_matches(
-        &take(&hook, 1).await[0],
-        "015-delete-configmaps-protected.json",
-    );
-    assert_eq!(
-        k.run(&["delete", "cm", "protected", "-n", "cap", "--dry-run=server"])
-            .code,
-        1
-    );
-    assert_matches(
-        &take(&hook, 1).await[0],
-        "020-delete-configmaps-protected.json",
-    );
+    // CREATE / UPDATE (label, unlabel) / DELETE of a ConfigMap; denied deletes: plain,
+    // --force --grace-period=0, --dry-run=server.
+    #[rustfmt::skip]
+    let steps = [
+        ("create cm plain -n cap --from-literal=a=b", 0, "008-create-configmaps-plain.json"),
+        ("label cm plain -n cap team=x", 0, "009-update-configmaps-plain.json"),
+        ("label cm plain -n cap team-", 0, "010-update-configmaps-plain.json"),
+        ("delete cm plain -n cap", 0, "011-delete-configmaps-plain.json"),
+        ("create cm protected -n cap", 0, "012-create-configmaps-protected.json"),
+        ("label cm protected -n cap capture/deny=true", 0, "013-update-configmaps-protected.json"),
+        ("delete cm protected -n cap", 1, "014-delete-configmaps-protected.json"),
+        ("delete cm protected -n cap --force --grace-period=0", 1, "015-delete-configmaps-protected.json"),
+        ("delete cm protected -n cap --dry-run=server", 1, "020-delete-configmaps-protected.json"),
+    ];
+    for (line, code, capture) in steps {
+        reviewed(&k, &hook, line, code, capture).await;
+    }
 
     // Finalizers: apply, DELETE (sets deletionTimestamp), UPDATE removing the finalizer.
     let fin = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fin\n  namespace: cap\n  finalizers: [capture.test/hold]\n";
-    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(fin)).code, 0);
+    k.apply_ok(fin);
     assert_matches(&take(&hook, 1).await[0], "030-create-configmaps-fin.json");
     let client = sim.client().await.expect("client");
     let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
@@ -222,65 +198,16 @@ async fn admission_reviews_match_real_apiserver() {
 
     // Deployments: server-side defaulting; foreground deletion (finalizer, generation bump,
     // and the garbage collector's UPDATE removing the finalizer).
-    assert_eq!(
-        k.run(&[
-            "create",
-            "deployment",
-            "web",
-            "-n",
-            "cap",
-            "--image=busybox"
-        ])
-        .code,
-        0
-    );
+    k.ok("create deployment web -n cap --image=busybox");
     assert_matches(&take(&hook, 1).await[0], "027-create-deployments-web.json");
-    assert_eq!(
-        k.run(&[
-            "delete",
-            "deployment",
-            "web",
-            "-n",
-            "cap",
-            "--cascade=foreground",
-            "--wait=false"
-        ])
-        .code,
-        0
-    );
+    k.ok("delete deployment web -n cap --cascade=foreground --wait=false");
     let r = take(&hook, 2).await;
     let del = find(&r, "DELETE", "deployments", "web");
     let want = admission_capture("028-delete-deployments-web.json");
-    for f in [
-        "options",
-        "name",
-        "namespace",
-        "kind",
-        "resource",
-        "userInfo",
-        "dryRun",
-    ] {
-        assert_eq!(
-            del.review["request"][f], want["review"]["request"][f],
-            "028: request.{f}"
-        );
-    }
+    assert_request_fields(del, &want, "028");
     let upd = find(&r, "UPDATE", "deployments", "web");
     let want = admission_capture("029-update-deployments-web.json");
-    for f in [
-        "options",
-        "name",
-        "namespace",
-        "kind",
-        "resource",
-        "userInfo",
-        "dryRun",
-    ] {
-        assert_eq!(
-            upd.review["request"][f], want["review"]["request"][f],
-            "029: request.{f}"
-        );
-    }
+    assert_request_fields(upd, &want, "029");
     let (o, w) = (
         &upd.review["request"]["object"],
         &want["review"]["request"]["object"],
@@ -305,22 +232,10 @@ async fn admission_reviews_match_real_apiserver() {
     assert_eq!(o["spec"], w["spec"], "029: defaulted spec");
 
     // Namespace cascade: DELETE namespace, then nameless DeleteCollection reviews.
-    assert_eq!(k.run(&["create", "ns", "cascade"]).code, 0);
-    let r = take(&hook, 2).await;
-    assert_matches(
-        find(&r, "CREATE", "namespaces", "cascade"),
-        "051-create-namespaces-cascade.json",
-    );
-    assert_matches(
-        find(&r, "CREATE", "configmaps", "kube-root-ca.crt"),
-        "052-create-configmaps-kube-root-ca.crt.json",
-    );
-    assert_eq!(k.run(&["create", "cm", "inside", "-n", "cascade"]).code, 0);
-    assert_matches(
-        &take(&hook, 1).await[0],
-        "054-create-configmaps-inside.json",
-    );
-    assert_eq!(k.run(&["delete", "ns", "cascade"]).code, 0);
+    namespace_created(&k, &hook, "cascade", "051", "052").await;
+    let capture = "054-create-configmaps-inside.json";
+    reviewed(&k, &hook, "create cm inside -n cascade", 0, capture).await;
+    k.ok("delete ns cascade");
     let r = take(&hook, 3).await;
     assert_matches(
         find(&r, "DELETE", "namespaces", "cascade"),
@@ -345,23 +260,14 @@ async fn admission_reviews_match_real_apiserver() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_cascade_retries_denied_deletes_and_keeps_namespace() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], capture_policy()).await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&config(&hook).to_string()))
-            .code,
-        0
-    );
-    assert_eq!(k.run(&["create", "ns", "held"]).code, 0);
-    assert_eq!(k.run(&["create", "cm", "keep", "-n", "held"]).code, 0);
-    assert_eq!(k.run(&["create", "cm", "drop", "-n", "held"]).code, 0);
-    assert_eq!(
-        k.run(&["label", "cm", "keep", "-n", "held", "capture/deny=true"])
-            .code,
-        0
-    );
-    assert_eq!(k.run(&["delete", "ns", "held", "--wait=false"]).code, 0);
+    k.apply_ok(&config(&hook).to_string());
+    k.ok("create ns held");
+    k.ok("create cm keep -n held");
+    k.ok("create cm drop -n held");
+    k.ok("label cm keep -n held capture/deny=true");
+    k.ok("delete ns held --wait=false");
     hook.clear();
     // The namespace controller keeps retrying the denied object (nameless reviews).
     wait_until("retried nameless deletes of keep", || {
@@ -372,28 +278,15 @@ async fn namespace_cascade_retries_denied_deletes_and_keeps_namespace() {
             >= 2
     })
     .await;
-    let out = k.run(&["get", "cm", "-n", "held", "-o", "name"]);
-    assert_eq!(out.stdout, "configmap/keep\n");
-    let ns = k.run(&["get", "ns", "held", "-o", "json"]);
-    let v: Value = serde_json::from_str(&ns.stdout).expect("ns json");
+    k.expect_stdout("get cm -n held -o name", "configmap/keep\n");
+    let v: Value = k.json("get ns held");
     assert_eq!(v["status"]["phase"], "Terminating");
     assert!(v["metadata"]["deletionTimestamp"].is_string());
     // New content is refused in a terminating namespace.
-    let out = k.run(&["create", "cm", "late", "-n", "held"]);
-    assert_eq!(
-        out.stderr,
-        "error: failed to create configmap: configmaps \"late\" is forbidden: unable to create new content in namespace held because it is being terminated\n"
-    );
+    k.expect_stderr("create cm late -n held", "error: failed to create configmap: configmaps \"late\" is forbidden: unable to create new content in namespace held because it is being terminated\n");
     // Lifting the protection lets the namespace go.
-    assert_eq!(
-        k.run(&["label", "cm", "keep", "-n", "held", "capture/deny-"])
-            .code,
-        0
-    );
-    wait_until("namespace removed", || {
-        k.run(&["get", "ns", "held"]).code != 0
-    })
-    .await;
+    k.ok("label cm keep -n held capture/deny-");
+    wait_until("namespace removed", || k.sh("get ns held").code != 0).await;
     sim.shutdown().await;
 }
 
@@ -431,7 +324,7 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
         "webhooks": [{"name": "bad.example.com", "clientConfig": {"url": "https://127.0.0.1:1/x?y=z"},
                       "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
     });
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(&bad.to_string()));
+    let out = k.apply(&bad.to_string());
     assert_eq!(out.code, 1);
     assert!(
         out.stderr.contains("webhooks[0].clientConfig.url: Invalid value: \"https://127.0.0.1:1/x?y=z\": query parameters are not allowed"),
@@ -453,26 +346,10 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
              "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore"}
         ]
     });
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&cfg.to_string()))
-            .code,
-        0
-    );
+    k.apply_ok(&cfg.to_string());
 
     // Service resolution: POSTed to the service path, TLS verified for hook.hooks.svc.
-    assert_eq!(
-        k.run(&[
-            "create",
-            "secret",
-            "generic",
-            "ok",
-            "-n",
-            "default",
-            "--from-literal=a=b"
-        ])
-        .code,
-        0
-    );
+    k.ok("create secret generic ok -n default --from-literal=a=b");
     let r = hook.reviews();
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].path, "/check?timeout=1s");
@@ -482,14 +359,10 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
     );
     assert_eq!(r[0].review["request"]["object"]["data"]["a"], "Yg==");
     hook.clear();
-    let out = k.run(&["create", "secret", "generic", "denied", "-n", "default"]);
-    assert_eq!(
-        out.stderr,
-        "error: failed to create secret admission webhook \"svc.example.com\" denied the request without explanation\n"
-    );
+    k.expect_stderr("create secret generic denied -n default", "error: failed to create secret admission webhook \"svc.example.com\" denied the request without explanation\n");
     // Timeout: the API server gives up after timeoutSeconds. (kubectl prints "failed to
     // create secret" without a colon.)
-    let out = k.run(&["create", "secret", "generic", "slow", "-n", "default"]);
+    let out = k.sh("create secret generic slow -n default");
     assert_eq!(
         out.stderr,
         format!(
@@ -498,11 +371,7 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
     );
     // Subresource rules: only deployments/status updates are sent.
     hook.clear();
-    assert_eq!(
-        k.run(&["create", "deployment", "d", "-n", "default", "--image=x"])
-            .code,
-        0
-    );
+    k.ok("create deployment d -n default --image=x");
     let client = sim.client().await.expect("client");
     let deploys: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(client, "default");
@@ -523,16 +392,12 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
         )
         .await
         .expect_err("status patch is denied");
-    match err {
-        kube::Error::Api(s) => {
-            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
-            assert_eq!(
-                s.message,
-                "admission webhook \"svc.example.com\" denied the request: no status updates"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_status(
+        err,
+        422,
+        "Invalid",
+        "admission webhook \"svc.example.com\" denied the request: no status updates",
+    );
     let r = hook.reviews();
     assert_eq!(r[0].review["request"]["subResource"], "status");
     assert_eq!(r[0].review["request"]["requestSubResource"], "status");
@@ -542,13 +407,8 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn object_selector_match_policy_and_namespace_selector() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let hook = TestWebhook::start(
-        &[],
-        std::sync::Arc::new(|_req: &Value| json!({"allowed": true})),
-    )
-    .await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (sim, k) = start_with_kubectl().await;
+    let hook = TestWebhook::start(&[], allow_all()).await;
     let crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "gadgets.example.io"},
@@ -557,11 +417,7 @@ async fn object_selector_match_policy_and_namespace_selector() {
                     {"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
                     {"name": "v1beta1", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
     });
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&crd.to_string()))
-            .code,
-        0
-    );
+    k.apply_ok(&crd.to_string());
     let cfg = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": "sel"},
@@ -576,40 +432,14 @@ async fn object_selector_match_policy_and_namespace_selector() {
              "sideEffects": "None", "admissionReviewVersions": ["v1"]}
         ]
     });
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&cfg.to_string()))
-            .code,
-        0
-    );
-    assert_eq!(k.run(&["create", "cm", "p", "-n", "default"]).code, 0);
+    k.apply_ok(&cfg.to_string());
+    k.ok("create cm p -n default");
     assert!(hook.reviews().is_empty(), "unlabelled object: no review");
-    assert_eq!(
-        k.run(&[
-            "label",
-            "cm",
-            "p",
-            "-n",
-            "default",
-            "holdfast.dev/protected=Always"
-        ])
-        .code,
-        0
-    );
+    k.ok("label cm p -n default holdfast.dev/protected=Always");
     assert_eq!(hook.reviews().len(), 1, "UPDATE: the new object matches");
     hook.clear();
     // Removing the label: only oldObject matches, the webhook is still called.
-    assert_eq!(
-        k.run(&[
-            "label",
-            "cm",
-            "p",
-            "-n",
-            "default",
-            "holdfast.dev/protected-"
-        ])
-        .code,
-        0
-    );
+    k.ok("label cm p -n default holdfast.dev/protected-");
     let r = hook.reviews();
     assert_eq!(r.len(), 1, "UPDATE: the old object matches");
     assert_eq!(
@@ -622,7 +452,7 @@ async fn object_selector_match_policy_and_namespace_selector() {
             .is_none()
     );
     hook.clear();
-    assert_eq!(k.run(&["delete", "cm", "p", "-n", "default"]).code, 0);
+    k.ok("delete cm p -n default");
     assert!(
         hook.reviews().is_empty(),
         "DELETE: evaluated on oldObject, which no longer matches"
@@ -630,20 +460,20 @@ async fn object_selector_match_policy_and_namespace_selector() {
 
     // matchPolicy Equivalent: a v1 request is sent to a v1beta1-only rule as v1beta1;
     // namespaceSelector uses the namespace's labels.
-    assert_eq!(k.run(&["create", "ns", "ta"]).code, 0);
-    assert_eq!(k.run(&["label", "ns", "ta", "team=a"]).code, 0);
-    assert_eq!(k.run(&["create", "ns", "tb"]).code, 0);
+    k.ok("create ns ta");
+    k.ok("label ns ta team=a");
+    k.ok("create ns tb");
     let g = |ns: &str| {
         format!(
             "apiVersion: example.io/v1\nkind: Gadget\nmetadata:\n  name: g\n  namespace: {ns}\n"
         )
     };
-    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(&g("tb"))).code, 0);
+    k.apply_ok(&g("tb"));
     assert!(
         hook.reviews().is_empty(),
         "namespace tb does not match the namespaceSelector"
     );
-    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(&g("ta"))).code, 0);
+    k.apply_ok(&g("ta"));
     let r = hook.reviews();
     assert_eq!(r.len(), 1);
     let req = &r[0].review["request"];
@@ -658,8 +488,7 @@ async fn object_selector_match_policy_and_namespace_selector() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validating_admission_policies() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (sim, k) = start_with_kubectl().await;
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": "protect"},
@@ -679,29 +508,10 @@ async fn validating_admission_policies() {
                  "paramRef": {"name": "holdfast-params", "namespace": "default", "parameterNotFoundAction": "Deny"},
                  "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "default"}}}}
     });
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&policy.to_string()))
-            .code,
-        0
-    );
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&binding.to_string()))
-            .code,
-        0
-    );
-    assert_eq!(k.run(&["create", "cm", "x", "-n", "default"]).code, 0);
-    assert_eq!(
-        k.run(&[
-            "label",
-            "cm",
-            "x",
-            "-n",
-            "default",
-            "holdfast.dev/protected=Always"
-        ])
-        .code,
-        0
-    );
+    k.apply_ok(&policy.to_string());
+    k.apply_ok(&binding.to_string());
+    k.ok("create cm x -n default");
+    k.ok("label cm x -n default holdfast.dev/protected=Always");
     // Parameters missing: parameterNotFoundAction Deny.
     let client = sim.client().await.expect("client");
     let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
@@ -719,53 +529,23 @@ async fn validating_admission_policies() {
         ),
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        k.run(&[
-            "create",
-            "cm",
-            "holdfast-params",
-            "-n",
-            "default",
-            "--from-literal=value=Always"
-        ])
-        .code,
-        0
-    );
+    k.ok("create cm holdfast-params -n default --from-literal=value=Always");
     let err = cms
         .delete("x", &Default::default())
         .await
         .expect_err("denied");
-    match err {
-        kube::Error::Api(s) => {
-            assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
-            assert_eq!(
-                s.message,
-                "configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
-    let out = k.run(&["delete", "cm", "x", "-n", "default"]);
-    assert_eq!(
-        out.stderr,
-        "Error from server (Forbidden): configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected\n"
+    assert_status(
+        err,
+        403,
+        "Forbidden",
+        "configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected",
     );
+    k.expect_stderr("delete cm x -n default", "Error from server (Forbidden): configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'protect' with binding 'protect-binding' denied request: holdfast: x is protected\n");
     // Other namespaces are outside the binding's matchResources.
-    assert_eq!(k.run(&["create", "ns", "other"]).code, 0);
-    assert_eq!(k.run(&["create", "cm", "y", "-n", "other"]).code, 0);
-    assert_eq!(
-        k.run(&[
-            "label",
-            "cm",
-            "y",
-            "-n",
-            "other",
-            "holdfast.dev/protected=Always"
-        ])
-        .code,
-        0
-    );
-    assert_eq!(k.run(&["delete", "cm", "y", "-n", "other"]).code, 0);
+    k.ok("create ns other");
+    k.ok("create cm y -n other");
+    k.ok("label cm y -n other holdfast.dev/protected=Always");
+    k.ok("delete cm y -n other");
     // Warn action: allowed with a warning.
     let warn = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
@@ -773,13 +553,8 @@ async fn validating_admission_policies() {
         "spec": {"policyName": "protect", "validationActions": ["Warn"],
                  "paramRef": {"name": "holdfast-params", "namespace": "default", "parameterNotFoundAction": "Deny"}}
     });
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&warn.to_string()))
-            .code,
-        0
-    );
-    let out = k.run(&["delete", "cm", "x", "-n", "default"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    k.apply_ok(&warn.to_string());
+    let out = k.ok("delete cm x -n default");
     assert_eq!(
         out.stderr,
         "Warning: Validation failed for ValidatingAdmissionPolicy 'protect' with binding 'protect-binding': holdfast: x is protected\n"
@@ -790,16 +565,8 @@ async fn validating_admission_policies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_tls_is_verified_against_ca_bundle() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let hook = TestWebhook::start(
-        &[],
-        std::sync::Arc::new(|_r: &Value| json!({"allowed": true})),
-    )
-    .await;
-    let other = TestWebhook::start(
-        &[],
-        std::sync::Arc::new(|_r: &Value| json!({"allowed": true})),
-    )
-    .await;
+    let hook = TestWebhook::start(&[], allow_all()).await;
+    let other = TestWebhook::start(&[], allow_all()).await;
     let k = Kubectl::new(&sim.kubeconfig("admin"));
     let cfg = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
@@ -809,12 +576,8 @@ async fn webhook_tls_is_verified_against_ca_bundle() {
                       "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
                       "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 3}]
     });
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&cfg.to_string()))
-            .code,
-        0
-    );
-    let out = k.run(&["create", "cm", "x", "-n", "default"]);
+    k.apply_ok(&cfg.to_string());
+    let out = k.sh("create cm x -n default");
     assert_eq!(
         out.stderr,
         format!(
@@ -825,10 +588,8 @@ async fn webhook_tls_is_verified_against_ca_bundle() {
     assert!(hook.reviews().is_empty());
     // With the right bundle it goes through.
     let fixed = cfg.to_string().replace(&other.ca_b64(), &hook.ca_b64());
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(&fixed));
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = k.run(&["create", "cm", "x", "-n", "default"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    k.apply_ok(&fixed);
+    k.ok("create cm x -n default");
     assert_eq!(hook.reviews().len(), 1);
     sim.shutdown().await;
 }

@@ -6,36 +6,23 @@
 mod common;
 
 use common::*;
-use holdfast_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
 
 const HOLES: &str = "../holes";
 
 fn hook_config(hook: &TestWebhook) -> Value {
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "record-holes"},
-        "webhooks": [{
-            "name": "record.holes.capture.test",
-            "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
-            "rules": [
-                {"operations": ["*"], "apiGroups": [""], "apiVersions": ["*"],
-                 "resources": ["namespaces", "namespaces/status", "namespaces/finalize",
-                               "pods", "pods/eviction", "pods/status"]},
-                {"operations": ["*"], "apiGroups": ["apps"], "apiVersions": ["*"],
-                 "resources": ["deployments", "deployments/status"]},
-                {"operations": ["*"], "apiGroups": ["apiextensions.k8s.io"], "apiVersions": ["*"],
-                 "resources": ["customresourcedefinitions"]},
-                {"operations": ["*"], "apiGroups": ["holes.capture.test"], "apiVersions": ["*"],
-                 "resources": ["gadgets"]}
-            ],
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-            "failurePolicy": "Fail"
-        }]
-    })
+    let rules = json!([
+        {"operations": ["*"], "apiGroups": [""], "apiVersions": ["*"],
+         "resources": ["namespaces", "namespaces/status", "namespaces/finalize",
+                       "pods", "pods/eviction", "pods/status"]},
+        {"operations": ["*"], "apiGroups": ["apps"], "apiVersions": ["*"],
+         "resources": ["deployments", "deployments/status"]},
+        {"operations": ["*"], "apiGroups": ["apiextensions.k8s.io"], "apiVersions": ["*"],
+         "resources": ["customresourcedefinitions"]},
+        {"operations": ["*"], "apiGroups": ["holes.capture.test"], "apiVersions": ["*"],
+         "resources": ["gadgets"]}
+    ]);
+    recording_config("record-holes", "record.holes.capture.test", hook, rules)
 }
 
 fn capture(name: &str) -> Value {
@@ -74,6 +61,13 @@ fn assert_same_request(got: &Value, want_file: &str) {
     assert_eq!(opts(got), opts(want), "{want_file}: request.options");
 }
 
+/// Exactly one review was recorded, of the request in capture `want_file`.
+fn assert_one_review(hook: &TestWebhook, want_file: &str) {
+    let r = hook.reviews();
+    assert_eq!(r.len(), 1, "{r:#?}");
+    assert_same_request(&r[0].review["request"], want_file);
+}
+
 fn transcript(k: &Kubectl, name: &str) {
     let (cmd, out, code) = kubectl_capture(&format!("{HOLES}/kubectl/{name}"));
     let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
@@ -85,6 +79,15 @@ fn transcript(k: &Kubectl, name: &str) {
     );
 }
 
+/// `kubectl patch TARGET --subresource=status --type=merge -p PATCH`, asserting success.
+fn patch_status(k: &Kubectl, target: &str, patch: &str) {
+    let mut args = vec!["patch"];
+    args.extend(target.split_whitespace());
+    args.extend(["--subresource=status", "--type=merge", "-p", patch]);
+    let out = k.run(&args);
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
 fn labels_and_annotation(v: &Value) -> (Value, Value) {
     (
         v["metadata"]["labels"].clone(),
@@ -93,11 +96,9 @@ fn labels_and_annotation(v: &Value) -> (Value, Value) {
 }
 
 async fn start() -> (holdfast_sim::SimHandle, TestWebhook, Kubectl) {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], capture_policy()).await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(&hook_config(&hook).to_string()));
-    assert_eq!(out.code, 0, "{out:?}");
+    k.apply_ok(&hook_config(&hook).to_string());
     (sim, hook, k)
 }
 
@@ -110,17 +111,16 @@ async fn crd_deletion_removes_instances_without_delete_reviews() {
         .as_str()
         .expect("CRD")
         .to_string();
-    assert_eq!(k.run_stdin(&["apply", "-f", "-"], Some(&crd)).code, 0);
-    wait_until("CRD served", || k.run(&["get", "gadgets", "-A"]).code == 0).await;
-    assert_eq!(k.run(&["create", "ns", "holes"]).code, 0);
+    k.apply_ok(&crd);
+    wait_until("CRD served", || k.sh("get gadgets -A").code == 0).await;
+    k.ok("create ns holes");
     for (name, labels) in [
         ("precious", json!({"capture/deny": "true"})),
         ("plain", json!({})),
     ] {
         let g = json!({"apiVersion": "holes.capture.test/v1", "kind": "Gadget",
                        "metadata": {"name": name, "namespace": "holes", "labels": labels}});
-        let out = k.run_stdin(&["apply", "-f", "-"], Some(&g.to_string()));
-        assert_eq!(out.code, 0, "{out:?}");
+        k.apply_ok(&g.to_string());
     }
     transcript(&k, "10-delete-protected-gadget.txt");
     hook.clear();
@@ -162,60 +162,36 @@ async fn sim_get(sim: &holdfast_sim::SimHandle, path: &str) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_through_subresources_follows_the_strategies() {
     let (_sim, hook, k) = start().await;
-    assert_eq!(k.run(&["create", "ns", "holes-status"]).code, 0);
-    assert_eq!(k.run(&["label", "ns", "holes-status", "keep=me"]).code, 0);
+    k.ok("create ns holes-status");
+    k.ok("label ns holes-status keep=me");
     hook.clear();
 
     // namespaces/status: label removed, annotation added.
-    let out = k.run(&[
-        "patch",
-        "ns",
-        "holes-status",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
+    patch_status(
+        &k,
+        "ns holes-status",
         r#"{"metadata":{"labels":{"keep":null},"annotations":{"added-through":"status"}}}"#,
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let r = hook.reviews();
-    assert_eq!(r.len(), 1, "{r:#?}");
-    assert_same_request(
-        &r[0].review["request"],
-        "009-update-namespaces-holes-status.json",
     );
-    let got = get_json(&k, &["get", "ns", "holes-status"]);
+    assert_one_review(&hook, "009-update-namespaces-holes-status.json");
+    let got = k.json("get ns holes-status");
     assert_eq!(
         labels_and_annotation(&got),
         labels_and_annotation(&rest_body("20-patch-namespace-status-remove-label.body"))
     );
 
     // namespaces/finalize: a PUT without the label removes it.
-    assert_eq!(k.run(&["label", "ns", "holes-status", "keep=me"]).code, 0);
+    k.ok("label ns holes-status keep=me");
     hook.clear();
-    let mut body: Value = get_json(&k, &["get", "ns", "holes-status"]);
+    let mut body: Value = k.json("get ns holes-status");
     body["metadata"]["labels"]
         .as_object_mut()
         .expect("labels")
         .remove("keep");
     body["metadata"]["annotations"]["added-through"] = json!("finalize");
-    let out = k.run_stdin(
-        &[
-            "replace",
-            "--raw",
-            "/api/v1/namespaces/holes-status/finalize",
-            "-f",
-            "-",
-        ],
-        Some(&body.to_string()),
-    );
+    let out = k.raw("replace", "/api/v1/namespaces/holes-status/finalize", &body);
     assert_eq!(out.code, 0, "{out:?}");
-    let r = hook.reviews();
-    assert_eq!(r.len(), 1, "{r:#?}");
-    assert_same_request(
-        &r[0].review["request"],
-        "011-update-namespaces-holes-status.json",
-    );
-    let got = get_json(&k, &["get", "ns", "holes-status"]);
+    assert_one_review(&hook, "011-update-namespaces-holes-status.json");
+    let got = k.json("get ns holes-status");
     assert_eq!(
         labels_and_annotation(&got),
         labels_and_annotation(&rest_body("21-put-namespace-finalize-without-label.body"))
@@ -225,27 +201,16 @@ async fn metadata_through_subresources_follows_the_strategies() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "p1", "namespace": "holes-status", "labels": {"keep": "me"}},
         "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}});
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&pod.to_string()))
-            .code,
-        0
-    );
+    k.apply_ok(&pod.to_string());
     hook.clear();
-    let out = k.run(&[
-        "patch",
-        "pod",
-        "p1",
-        "-n",
-        "holes-status",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
+    patch_status(
+        &k,
+        "pod p1 -n holes-status",
         r#"{"metadata":{"labels":{"keep":null},"annotations":{"added-through":"status"}}}"#,
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
+    );
     let r = hook.reviews();
     assert_same_request(&r[0].review["request"], "022-update-pods-p1.json");
-    let got = get_json(&k, &["get", "pod", "p1", "-n", "holes-status"]);
+    let got = k.json("get pod p1 -n holes-status");
     assert_eq!(
         labels_and_annotation(&got),
         labels_and_annotation(&rest_body("23-patch-pod-status-metadata.body"))
@@ -257,24 +222,13 @@ async fn metadata_through_subresources_follows_the_strategies() {
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
                  "template": {"metadata": {"labels": {"app": "web"}},
                               "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}}}});
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&dep.to_string()))
-            .code,
-        0
-    );
-    let out = k.run(&[
-        "patch",
-        "deployment",
-        "web",
-        "-n",
-        "holes-status",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
+    k.apply_ok(&dep.to_string());
+    patch_status(
+        &k,
+        "deployment web -n holes-status",
         r#"{"metadata":{"labels":{"app":null},"annotations":{"added-through":"status"}}}"#,
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let got = get_json(&k, &["get", "deployment", "web", "-n", "holes-status"]);
+    );
+    let got = k.json("get deployment web -n holes-status");
     let want = rest_body("22-patch-deployment-status-metadata.body");
     assert_eq!(got["metadata"]["labels"], want["metadata"]["labels"]);
     assert_eq!(
@@ -283,39 +237,22 @@ async fn metadata_through_subresources_follows_the_strategies() {
     );
 }
 
-fn get_json(k: &Kubectl, args: &[&str]) -> Value {
-    let mut a = args.to_vec();
-    a.extend(["-o", "json"]);
-    let out = k.run(&a);
-    assert_eq!(out.code, 0, "{out:?}");
-    serde_json::from_str(&out.stdout).expect("JSON")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eviction_deletes_without_a_delete_review() {
     let (_sim, hook, k) = start().await;
-    assert_eq!(k.run(&["create", "ns", "holes-status"]).code, 0);
+    k.ok("create ns holes-status");
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "pinned", "namespace": "holes-status", "labels": {"capture/deny": "true"}},
         "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}});
-    assert_eq!(
-        k.run_stdin(&["apply", "-f", "-"], Some(&pod.to_string()))
-            .code,
-        0
-    );
+    k.apply_ok(&pod.to_string());
     transcript(&k, "30-delete-protected-pod.txt");
     hook.clear();
     let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
         "metadata": {"name": "pinned", "namespace": "holes-status"}});
-    let out = k.run_stdin(
-        &[
-            "create",
-            "--raw",
-            "/api/v1/namespaces/holes-status/pods/pinned/eviction",
-            "-f",
-            "-",
-        ],
-        Some(&eviction.to_string()),
+    let out = k.raw(
+        "create",
+        "/api/v1/namespaces/holes-status/pods/pinned/eviction",
+        &eviction,
     );
     assert_eq!(out.code, 0, "{out:?}");
     let body: Value = serde_json::from_str(&out.stdout).expect("Status");
@@ -329,21 +266,16 @@ async fn eviction_deletes_without_a_delete_review() {
         capture("025-create-pods-pinned.json")["review"]["request"]["object"]
     );
     assert_eq!(req["oldObject"], Value::Null);
-    let out = k.run(&["get", "pod", "pinned", "-n", "holes-status"]);
+    let out = k.sh("get pod pinned -n holes-status");
     assert_eq!(
         (out.code, out.stderr.trim_end()),
         (1, "Error from server (NotFound): pods \"pinned\" not found")
     );
     // A mismatched name is a 400, as the eviction REST answers.
-    let out = k.run_stdin(
-        &[
-            "create",
-            "--raw",
-            "/api/v1/namespaces/holes-status/pods/other/eviction",
-            "-f",
-            "-",
-        ],
-        Some(&eviction.to_string()),
+    let out = k.raw(
+        "create",
+        "/api/v1/namespaces/holes-status/pods/other/eviction",
+        &eviction,
     );
     assert_eq!(out.code, 1, "{out:?}");
 }
@@ -353,8 +285,7 @@ async fn eviction_deletes_without_a_delete_review() {
 /// that rule only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_policies_cover_webhook_configurations_by_rule() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (_sim, k) = start_with_kubectl().await;
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -378,16 +309,14 @@ async fn admission_policies_cover_webhook_configurations_by_rule() {
         "spec": {"policyName": "guard", "validationActions": ["Deny"]}
     });
     for o in [&policy, &binding] {
-        let out = k.run_stdin(&["apply", "-f", "-"], Some(&o.to_string()));
-        assert_eq!(out.code, 0, "{out:?}");
+        k.apply_ok(&o.to_string());
     }
     for name in ["guarded", "free"] {
         let vwc = json!({"apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration", "metadata": {"name": name}, "webhooks": []});
-        let out = k.run_stdin(&["apply", "-f", "-"], Some(&vwc.to_string()));
-        assert_eq!(out.code, 0, "{out:?}");
+        k.apply_ok(&vwc.to_string());
     }
-    let out = k.run(&["delete", "validatingwebhookconfiguration", "guarded"]);
+    let out = k.sh("delete validatingwebhookconfiguration guarded");
     assert_eq!(
         (out.code, out.stderr.trim_end()),
         (
@@ -395,19 +324,16 @@ async fn admission_policies_cover_webhook_configurations_by_rule() {
             "Error from server (Forbidden): validatingwebhookconfigurations.admissionregistration.k8s.io \"guarded\" is forbidden: ValidatingAdmissionPolicy 'guard' with binding 'guard' denied request: guarded"
         )
     );
-    let out = k.run(&["delete", "validatingwebhookconfiguration", "free"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    k.ok("delete validatingwebhookconfiguration free");
     // A ConfigMap named like the guarded configuration is not matched: the names
     // belong to the rule that lists them.
-    assert_eq!(k.run(&["create", "cm", "guarded", "-n", "default"]).code, 0);
-    let out = k.run(&["delete", "cm", "guarded", "-n", "default"]);
-    assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(k.run(&["create", "cm", "other", "-n", "default"]).code, 0);
-    let out = k.run(&["delete", "cm", "other", "-n", "default"]);
+    k.ok("create cm guarded -n default");
+    k.ok("delete cm guarded -n default");
+    k.ok("create cm other -n default");
+    let out = k.sh("delete cm other -n default");
     assert_eq!(out.code, 1, "{out:?}");
     // Policies and bindings themselves are never subject to admission policies.
-    let out = k.run(&["delete", "validatingadmissionpolicybinding", "guard"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    k.ok("delete validatingadmissionpolicybinding guard");
 }
 
 /// An aggregated API whose service the simulator cannot reach: listed in the legacy
@@ -415,16 +341,14 @@ async fn admission_policies_cover_webhook_configurations_by_rule() {
 /// APIService (kubectl: "the server is currently unable to handle the request").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_aggregated_api_answers_503() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (_sim, k) = start_with_kubectl().await;
     let api = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
         "metadata": {"name": "v1beta1.metrics.k8s.io"},
         "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
                  "versionPriority": 100, "insecureSkipTLSVerify": true,
                  "service": {"name": "unreachable-api", "namespace": "kube-system"}}});
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(&api.to_string()));
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = k.run(&["get", "--raw", "/apis"]);
+    k.apply_ok(&api.to_string());
+    let out = k.sh("get --raw /apis");
     let groups: Value = serde_json::from_str(&out.stdout).expect("APIGroupList");
     let listed = groups["groups"]
         .as_array()
@@ -438,7 +362,7 @@ async fn unreachable_aggregated_api_answers_503() {
             "versions": [{"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}],
             "preferredVersion": {"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}}))
     );
-    let out = k.run(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1"]);
+    let out = k.sh("get --raw /apis/metrics.k8s.io/v1beta1");
     assert_eq!(
         (out.code, out.stderr.trim_end()),
         (
@@ -447,9 +371,8 @@ async fn unreachable_aggregated_api_answers_503() {
         )
     );
     // Gone with its APIService.
-    let out = k.run(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = k.run(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1"]);
+    k.ok("delete apiservice v1beta1.metrics.k8s.io");
+    let out = k.sh("get --raw /apis/metrics.k8s.io/v1beta1");
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         out.stderr.trim_end(),

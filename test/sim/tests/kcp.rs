@@ -40,6 +40,35 @@ async fn create(
         .expect("create")
 }
 
+/// An admin client for `server` (a workspace path, a virtual workspace, `*`).
+async fn client_at(sim: &holdfast_sim::SimHandle, server: &str) -> kube::Client {
+    sim.client_for_server(server, "admin")
+        .await
+        .unwrap_or_else(|e| panic!("client for {server}: {e}"))
+}
+
+/// The logical cluster an object is stored in (its `kcp.io/cluster` annotation).
+fn cluster_of(o: &DynamicObject) -> Option<&str> {
+    o.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kcp.io/cluster"))
+        .map(String::as_str)
+}
+
+/// The name of the next object a watch reported (30 s at the most).
+async fn next_name(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("a watch event within 30 s")
+        .expect("the watch is running")
+}
+
+/// An object with just a name.
+fn name(name: &str) -> Value {
+    json!({"metadata": {"name": name}})
+}
+
 fn ws() -> ApiResource {
     ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces")
 }
@@ -48,31 +77,18 @@ fn ws() -> ApiResource {
 async fn workspaces_exports_bindings_and_virtual_workspace() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");
     let url = sim.url();
-    let root = sim
-        .client_for_server(&format!("{url}/clusters/root"), "admin")
-        .await
-        .expect("root");
+    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
 
     // Nested workspaces.
-    let org = create(&root, &ws(), None, json!({"metadata": {"name": "org"}})).await;
+    let org = create(&root, &ws(), None, name("org")).await;
     assert_eq!(org.data["status"]["phase"], "Ready");
     let org_lc = org.data["spec"]["cluster"]
         .as_str()
         .expect("spec.cluster")
         .to_string();
     assert_eq!(org.data["spec"]["URL"], format!("{url}/clusters/root:org"));
-    assert_eq!(
-        org.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("kcp.io/cluster"))
-            .map(String::as_str),
-        Some("root")
-    );
-    let org_c = sim
-        .client_for_server(&format!("{url}/clusters/root:org"), "admin")
-        .await
-        .expect("org");
+    assert_eq!(cluster_of(&org), Some("root"));
+    let org_c = client_at(&sim, &format!("{url}/clusters/root:org")).await;
     for name in ["provider", "team", "other"] {
         create(&org_c, &ws(), None, json!({"metadata": {"name": name}})).await;
     }
@@ -85,57 +101,29 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
 
     // kubectl against a nested workspace path.
     let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:org"), "admin"));
-    let out = k.run(&["get", "workspaces", "-o", "name"]);
-    assert_eq!(
-        out.stdout,
-        "workspace.tenancy.kcp.io/other\nworkspace.tenancy.kcp.io/provider\nworkspace.tenancy.kcp.io/team\n",
-        "{out:?}"
-    );
-    let out = k.run(&[
-        "--server",
-        &format!("{url}/clusters/root:org:team"),
-        "create",
-        "cm",
-        "hello",
-        "-n",
-        "default",
-    ]);
+    k.expect_stdout("get workspaces -o name", "workspace.tenancy.kcp.io/other\nworkspace.tenancy.kcp.io/provider\nworkspace.tenancy.kcp.io/team\n");
+    let out = k.sh(&format!(
+        "--server {url}/clusters/root:org:team create cm hello -n default"
+    ));
     assert_eq!(out.stdout, "configmap/hello created\n", "{out:?}");
-    let out = k.run(&[
-        "--server",
-        &format!("{url}/clusters/root:org:team"),
-        "get",
-        "cm",
-        "hello",
-        "-n",
-        "default",
-        "-o",
-        "json",
-    ]);
+    let out = k.sh(&format!(
+        "--server {url}/clusters/root:org:team get cm hello -n default -o json"
+    ));
     let cm: Value = serde_json::from_str(&out.stdout).expect("cm json");
     assert_eq!(
         cm["metadata"]["annotations"]["kcp.io/cluster"],
         team_lc.as_str()
     );
-    let out = k.run(&[
-        "--server",
-        &format!("{url}/clusters/root:org:other"),
-        "get",
-        "cm",
-        "hello",
-        "-n",
-        "default",
-    ]);
+    let out = k.sh(&format!(
+        "--server {url}/clusters/root:org:other get cm hello -n default"
+    ));
     assert_eq!(
         out.stderr, "Error from server (NotFound): configmaps \"hello\" not found\n",
         "workspaces are isolated"
     );
 
     // Provider: schema + export (+ webhook configuration claimed by the export).
-    let provider = sim
-        .client_for_server(&format!("{url}/clusters/root:org:provider"), "admin")
-        .await
-        .expect("provider");
+    let provider = client_at(&sim, &format!("{url}/clusters/root:org:provider")).await;
     create(&provider, &ar("apis.kcp.io", "v1alpha1", "APIResourceSchema", "apiresourceschemas"), None, json!({
         "metadata": {"name": "v1.widgets.example.io"},
         "spec": {"group": "example.io", "scope": "Namespaced",
@@ -177,10 +165,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     );
 
     // Consumer binds (v1alpha2 form), accepting the claims.
-    let team = sim
-        .client_for_server(&format!("{url}/clusters/root:org:team"), "admin")
-        .await
-        .expect("team");
+    let team = client_at(&sim, &format!("{url}/clusters/root:org:team")).await;
     create(&team, &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"), None, json!({
         "metadata": {"name": "example.io"},
         "spec": {"reference": {"export": {"path": "root:org:provider", "name": "example.io"}},
@@ -234,18 +219,8 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         json!({"metadata": {"name": "w1"}, "spec": {"size": 1}}),
     )
     .await;
-    assert_eq!(
-        w.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("kcp.io/cluster"))
-            .cloned(),
-        Some(team_lc.clone())
-    );
-    let other = sim
-        .client_for_server(&format!("{url}/clusters/root:org:other"), "admin")
-        .await
-        .expect("other");
+    assert_eq!(cluster_of(&w), Some(team_lc.as_str()));
+    let other = client_at(&sim, &format!("{url}/clusters/root:org:other")).await;
     let other_widgets: Api<DynamicObject> = Api::namespaced_with(other.clone(), "default", &widget);
     assert!(
         other_widgets.list(&ListParams::default()).await.is_err(),
@@ -253,10 +228,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     );
 
     // Virtual workspace: wildcard list and watch across binding workspaces.
-    let vw_all = sim
-        .client_for_server(&format!("{vw_url}/clusters/*"), "admin")
-        .await
-        .expect("vw");
+    let vw_all = client_at(&sim, &format!("{vw_url}/clusters/*")).await;
     let all: Api<DynamicObject> = Api::all_with(vw_all.clone(), &widget);
     let listed = all
         .list(&ListParams::default())
@@ -269,15 +241,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
             .await
             .is_err()
     );
-    assert_eq!(
-        listed.items[0]
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("kcp.io/cluster"))
-            .cloned(),
-        Some(team_lc.clone())
-    );
+    assert_eq!(cluster_of(&listed.items[0]), Some(team_lc.as_str()));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let watch_task = tokio::spawn(async move {
         let mut s = watcher(all, watcher::Config::default()).boxed();
@@ -287,29 +251,14 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
             }
         }
     });
-    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("initial")
-        .expect("event");
+    let first = next_name(&mut rx).await;
     assert_eq!(first, "w1");
-    create(
-        &team,
-        &widget,
-        Some("default"),
-        json!({"metadata": {"name": "w2"}}),
-    )
-    .await;
-    let second = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("watch event")
-        .expect("event");
+    create(&team, &widget, Some("default"), name("w2")).await;
+    let second = next_name(&mut rx).await;
     assert_eq!(second, "w2");
     // A workspace that binds after the watch started is visible too.
-    create(&org_c, &ws(), None, json!({"metadata": {"name": "late"}})).await;
-    let late = sim
-        .client_for_server(&format!("{url}/clusters/root:org:late"), "admin")
-        .await
-        .expect("late");
+    create(&org_c, &ws(), None, name("late")).await;
+    let late = client_at(&sim, &format!("{url}/clusters/root:org:late")).await;
     create(
         &late,
         &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
@@ -320,25 +269,13 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         }),
     )
     .await;
-    create(
-        &late,
-        &widget,
-        Some("default"),
-        json!({"metadata": {"name": "w3"}}),
-    )
-    .await;
-    let third = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("watch event")
-        .expect("event");
+    create(&late, &widget, Some("default"), name("w3")).await;
+    let third = next_name(&mut rx).await;
     assert_eq!(third, "w3");
     watch_task.abort();
 
     // Claimed resources through the virtual workspace: allowed where the claim was accepted.
-    let vw_team = sim
-        .client_for_server(&format!("{vw_url}/clusters/{team_lc}"), "admin")
-        .await
-        .expect("vw team");
+    let vw_team = client_at(&sim, &format!("{vw_url}/clusters/{team_lc}")).await;
     let cms: Api<DynamicObject> = Api::namespaced_with(
         vw_team.clone(),
         "default",
@@ -354,10 +291,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         .collect();
     assert_eq!(names, ["hello"]);
     let other_lc = sim.logical_cluster("root:org:other").expect("other lc");
-    let vw_other = sim
-        .client_for_server(&format!("{vw_url}/clusters/{other_lc}"), "admin")
-        .await
-        .expect("vw other");
+    let vw_other = client_at(&sim, &format!("{vw_url}/clusters/{other_lc}")).await;
     let denied: Api<DynamicObject> = Api::namespaced_with(
         vw_other,
         "default",
@@ -384,15 +318,9 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
                       "rules": [{"operations": ["DELETE"], "apiGroups": ["example.io"], "apiVersions": ["v1"], "resources": ["widgets"]}],
                       "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
     })).await;
-    let out = k.run(&[
-        "--server",
-        &format!("{url}/clusters/root:org:team"),
-        "delete",
-        "widget",
-        "w1",
-        "-n",
-        "default",
-    ]);
+    let out = k.sh(&format!(
+        "--server {url}/clusters/root:org:team delete widget w1 -n default"
+    ));
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): admission webhook \"widgets.holdfast.dev\" denied the request: holdfast: Widget is protected\n",
@@ -406,10 +334,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     );
 
     // Front-proxy wildcard for system:masters.
-    let star = sim
-        .client_for_server(&format!("{url}/clusters/*"), "admin")
-        .await
-        .expect("star");
+    let star = client_at(&sim, &format!("{url}/clusters/*")).await;
     let all_cms: Api<DynamicObject> = Api::all_with(star, &ar("", "v1", "ConfigMap", "configmaps"));
     let names: Vec<String> = all_cms
         .list(&ListParams::default())
@@ -427,23 +352,17 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
 async fn deleting_a_workspace_removes_its_logical_cluster() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");
     let url = sim.url();
-    let root = sim
-        .client_for_server(&format!("{url}/clusters/root"), "admin")
-        .await
-        .expect("root");
-    create(&root, &ws(), None, json!({"metadata": {"name": "gone"}})).await;
-    let gone = sim
-        .client_for_server(&format!("{url}/clusters/root:gone"), "admin")
-        .await
-        .expect("gone");
-    create(&gone, &ws(), None, json!({"metadata": {"name": "child"}})).await;
+    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    create(&root, &ws(), None, name("gone")).await;
+    let gone = client_at(&sim, &format!("{url}/clusters/root:gone")).await;
+    create(&gone, &ws(), None, name("child")).await;
     let lc = sim.logical_cluster("root:gone").expect("lc");
     let child_lc = sim.logical_cluster("root:gone:child").expect("child lc");
     create(
         &gone,
         &ar("", "v1", "ConfigMap", "configmaps"),
         Some("default"),
-        json!({"metadata": {"name": "x"}}),
+        name("x"),
     )
     .await;
     let wss: Api<DynamicObject> = Api::all_with(root.clone(), &ws());
@@ -453,10 +372,7 @@ async fn deleting_a_workspace_removes_its_logical_cluster() {
     assert!(sim.logical_cluster("root:gone").is_none());
     assert!(sim.logical_cluster(&lc).is_none());
     assert!(sim.logical_cluster(&child_lc).is_none());
-    let star = sim
-        .client_for_server(&format!("{url}/clusters/*"), "admin")
-        .await
-        .expect("star");
+    let star = client_at(&sim, &format!("{url}/clusters/*")).await;
     let cms: Api<DynamicObject> = Api::all_with(star, &ar("", "v1", "ConfigMap", "configmaps"));
     assert!(
         cms.list(&ListParams::default())
@@ -467,7 +383,7 @@ async fn deleting_a_workspace_removes_its_logical_cluster() {
     );
     // Requests to the removed workspace path fail.
     let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:gone"), "admin"));
-    let out = k.run(&["get", "cm", "-n", "default"]);
+    let out = k.sh("get cm -n default");
     assert_ne!(out.code, 0, "{out:?}");
     sim.shutdown().await;
 }

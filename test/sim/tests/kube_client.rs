@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::wait_until;
+use common::{api_status, create_obj, merge_patch, wait_until};
 use futures::StreamExt;
 use holdfast_sim::{RbacRule, Sim, SimConfig, User};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -20,21 +20,18 @@ fn cm_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "ConfigMap"), "configmaps")
 }
 
-fn api_err(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
+/// The body of `GET path` (a watch: its event lines).
+async fn get_text(client: &kube::Client, path: &str) -> String {
+    let req = http::Request::get(path).body(Vec::new()).expect("request");
+    client
+        .request_text(req)
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 async fn create_ns(client: &kube::Client, name: &str) {
     let nss: Api<Namespace> = Api::all(client.clone());
-    nss.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns"),
-    )
-    .await
-    .expect("create namespace");
+    create_obj(&nss, json!({"metadata": {"name": name}})).await;
     // Like a real cluster, kube-root-ca.crt and the default ServiceAccount appear shortly
     // after; wait so tests see a settled namespace.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), name);
@@ -86,7 +83,7 @@ async fn dynamic_crud_errors_and_paging() {
     // Duplicate create.
     let mut dup = DynamicObject::new(&name, &cm_resource()).within("cap");
     dup.data = json!({});
-    let s = api_err(
+    let s = api_status(
         api.create(&PostParams::default(), &dup)
             .await
             .expect_err("duplicate"),
@@ -95,7 +92,7 @@ async fn dynamic_crud_errors_and_paging() {
     assert_eq!(s.message, format!("configmaps \"{name}\" already exists"));
 
     // Missing object.
-    let s = api_err(api.get("nope").await.expect_err("missing"));
+    let s = api_status(api.get("nope").await.expect_err("missing"));
     assert_eq!(
         (s.code, s.reason.as_str(), s.message.as_str()),
         (404, "NotFound", "configmaps \"nope\" not found")
@@ -108,7 +105,7 @@ async fn dynamic_crud_errors_and_paging() {
             "deployments",
         ),
     );
-    let s = api_err(deploys.get("nope").await.expect_err("missing"));
+    let s = api_status(deploys.get("nope").await.expect_err("missing"));
     assert_eq!(s.message, "deployments.apps \"nope\" not found");
     let d = s.details.expect("details");
     assert_eq!(
@@ -131,7 +128,7 @@ async fn dynamic_crud_errors_and_paging() {
         .parse()
         .expect("rv");
     assert!(rv2 > rv1);
-    let s = api_err(
+    let s = api_status(
         api.replace(&name, &PostParams::default(), &upd)
             .await
             .expect_err("stale"),
@@ -233,7 +230,7 @@ async fn dynamic_crud_errors_and_paging() {
         .expect("fields");
     assert_eq!(by_name.items.len(), 1);
     assert_eq!(by_name.items[0].metadata.name.as_deref(), Some("page-3"));
-    let s = api_err(
+    let s = api_status(
         api.list(&ListParams::default().fields("spec.foo=bar"))
             .await
             .expect_err("bad field"),
@@ -261,7 +258,7 @@ async fn dynamic_crud_errors_and_paging() {
         }),
         ..Default::default()
     };
-    let s = api_err(api.delete("page-1", &dp).await.expect_err("precondition"));
+    let s = api_status(api.delete("page-1", &dp).await.expect_err("precondition"));
     assert_eq!(s.code, 409);
 
     // deletecollection with a selector.
@@ -288,7 +285,7 @@ async fn dynamic_crud_errors_and_paging() {
         .await
         .expect("cfg");
     let bad_client = kube::Client::try_from(cfg).expect("client");
-    let s = api_err(
+    let s = api_status(
         Api::<ConfigMap>::namespaced(bad_client, "cap")
             .get("x")
             .await
@@ -308,12 +305,7 @@ async fn watcher_sees_changes_and_recovers_from_410() {
     let client = sim.client().await.expect("client");
     create_ns(&client, "w").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "w");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "a"}})).expect("cm"),
-    )
-    .await
-    .expect("create a");
+    create_obj(&api, json!({"metadata": {"name": "a"}})).await;
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let w = api.clone();
@@ -358,12 +350,7 @@ async fn watcher_sees_changes_and_recovers_from_410() {
     }
     let seen = expect(&mut rx, "initdone").await;
     assert!(seen.contains(&"initapply a".to_string()), "{seen:?}");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "b"}})).expect("cm"),
-    )
-    .await
-    .expect("create b");
+    create_obj(&api, json!({"metadata": {"name": "b"}})).await;
     expect(&mut rx, "apply b").await;
     api.delete("a", &DeleteParams::default())
         .await
@@ -373,13 +360,7 @@ async fn watcher_sees_changes_and_recovers_from_410() {
     // Compact history beyond the watcher's resourceVersion: its next watch gets 410
     // Expired and it must re-list.
     let other: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    other
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "elsewhere"}})).expect("cm"),
-        )
-        .await
-        .expect("create elsewhere");
+    create_obj(&other, json!({"metadata": {"name": "elsewhere"}})).await;
     sim.compact();
     let seen = expect(&mut rx, "initdone").await;
     assert!(
@@ -387,12 +368,7 @@ async fn watcher_sees_changes_and_recovers_from_410() {
         "re-list after 410: {seen:?}"
     );
     assert!(seen.contains(&"initapply b".to_string()), "{seen:?}");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "c"}})).expect("cm"),
-    )
-    .await
-    .expect("create c");
+    create_obj(&api, json!({"metadata": {"name": "c"}})).await;
     expect(&mut rx, "apply c").await;
     task.abort();
     sim.shutdown().await;
@@ -410,28 +386,15 @@ async fn raw_watch_wire_format() {
     create_ns(&client, "cap").await;
     let rv = sim.resource_version();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "cap");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "watched"}})).expect("cm"),
-    )
-    .await
-    .expect("create");
-    api.patch(
-        "watched",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"w": "1"}}})),
-    )
-    .await
-    .expect("label");
+    create_obj(&api, json!({"metadata": {"name": "watched"}})).await;
+    merge_patch(&api, "watched", json!({"metadata": {"labels": {"w": "1"}}})).await;
     api.delete("watched", &DeleteParams::default())
         .await
         .expect("delete");
-    let req = http::Request::get(format!(
+    let path = format!(
         "/api/v1/namespaces/cap/configmaps?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=1&fieldSelector=metadata.name%3Dwatched"
-    ))
-    .body(Vec::new())
-    .expect("request");
-    let text = client.request_text(req).await.expect("watch");
+    );
+    let text = get_text(&client, &path).await;
     let events: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).expect("event line"))
@@ -470,10 +433,8 @@ async fn raw_watch_wire_format() {
 
     // Expired resourceVersion: HTTP 200 with a single ERROR event.
     sim.compact();
-    let req = http::Request::get("/api/v1/namespaces/cap/configmaps?watch=true&resourceVersion=1")
-        .body(Vec::new())
-        .expect("request");
-    let text = client.request_text(req).await.expect("expired watch");
+    let path = "/api/v1/namespaces/cap/configmaps?watch=true&resourceVersion=1";
+    let text = get_text(&client, path).await;
     let ev: Value = serde_json::from_str(text.trim()).expect("one event");
     assert_eq!(ev["type"], "ERROR");
     assert_eq!(ev["object"]["code"], 410);
@@ -533,7 +494,7 @@ async fn server_side_apply_and_finalizers() {
     );
     assert_eq!(again.metadata.uid, applied.metadata.uid);
     // fieldManager is required for apply.
-    let s = api_err(
+    let s = api_status(
         api.patch(
             "applied",
             &PatchParams::default(),
@@ -567,7 +528,7 @@ async fn server_side_apply_and_finalizers() {
         Some(vec!["capture.test/hold".to_string()])
     );
     // Adding finalizers during deletion is forbidden; removing them completes it.
-    let s = api_err(
+    let s = api_status(
         api.patch(
             "fin",
             &PatchParams::default(),
@@ -577,13 +538,7 @@ async fn server_side_apply_and_finalizers() {
         .expect_err("no new finalizers"),
     );
     assert_eq!(s.code, 403);
-    api.patch(
-        "fin",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .expect("remove finalizer");
+    merge_patch(&api, "fin", json!({"metadata": {"finalizers": null}})).await;
     assert!(api.get_opt("fin").await.expect("get").is_none());
     sim.shutdown().await;
 }
@@ -595,12 +550,7 @@ async fn namespace_cascade_and_owner_gc() {
     create_ns(&client, "doomed").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "doomed");
     for n in ["one", "two"] {
-        api.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": n}})).expect("cm"),
-        )
-        .await
-        .expect("create");
+        create_obj(&api, json!({"metadata": {"name": n}})).await;
     }
     // Owner references: deleting the owner removes the dependent in the background.
     let owner = api.get("one").await.expect("owner");
@@ -629,13 +579,11 @@ async fn namespace_cascade_and_owner_gc() {
         "GC deleted the dependent"
     );
 
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "held", "finalizers": ["test/hold"]}}))
-            .expect("cm"),
+    create_obj(
+        &api,
+        json!({"metadata": {"name": "held", "finalizers": ["test/hold"]}}),
     )
-    .await
-    .expect("create held");
+    .await;
     let nss: Api<Namespace> = Api::all(client.clone());
     let res = nss
         .delete("doomed", &DeleteParams::default())
@@ -646,7 +594,7 @@ async fn namespace_cascade_and_owner_gc() {
         ns.status.and_then(|s| s.phase).as_deref(),
         Some("Terminating")
     );
-    let s = api_err(
+    let s = api_status(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "late"}})).expect("cm"),
@@ -674,13 +622,7 @@ async fn namespace_cascade_and_owner_gc() {
         ns.status.and_then(|s| s.phase).as_deref(),
         Some("Terminating")
     );
-    api.patch(
-        "held",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .expect("release");
+    merge_patch(&api, "held", json!({"metadata": {"finalizers": null}})).await;
     for _ in 0..200 {
         if nss.get_opt("doomed").await.expect("get").is_none() {
             break;
@@ -698,7 +640,7 @@ async fn namespace_cascade_and_owner_gc() {
         .expect("list");
     assert!(left.items.is_empty());
     // Creating in a missing namespace.
-    let s = api_err(
+    let s = api_status(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("cm"),
@@ -786,14 +728,12 @@ async fn crd_serving_status_and_cleanup() {
     assert_eq!(s.data["status"]["ready"], true);
     assert_eq!(s.data["spec"]["size"], 1);
     assert_eq!(s.metadata.generation, Some(1));
-    let s = widgets
-        .patch(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"ready": false}, "spec": {"size": 2}})),
-        )
-        .await
-        .expect("patch spec");
+    let s = merge_patch(
+        &widgets,
+        "w1",
+        json!({"status": {"ready": false}, "spec": {"size": 2}}),
+    )
+    .await;
     assert_eq!(s.data["status"]["ready"], true);
     assert_eq!(s.data["spec"]["size"], 2);
     assert_eq!(
@@ -801,14 +741,7 @@ async fn crd_serving_status_and_cleanup() {
         Some(2),
         "spec change bumps generation"
     );
-    let s = widgets
-        .patch(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
-        )
-        .await
-        .expect("patch meta");
+    let s = merge_patch(&widgets, "w1", json!({"metadata": {"labels": {"a": "b"}}})).await;
     assert_eq!(
         s.metadata.generation,
         Some(2),
@@ -845,14 +778,12 @@ async fn crd_serving_status_and_cleanup() {
 
     // Deleting the CRD deletes its instances, then the CRD. An instance with a finalizer
     // holds the CRD in Terminating, where new instances are refused.
-    widgets
-        .patch(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": ["test/hold"]}})),
-        )
-        .await
-        .expect("add finalizer");
+    merge_patch(
+        &widgets,
+        "w1",
+        json!({"metadata": {"finalizers": ["test/hold"]}}),
+    )
+    .await;
     crds.delete("widgets.example.io", &DeleteParams::default())
         .await
         .expect("delete crd");
@@ -879,21 +810,14 @@ async fn crd_serving_status_and_cleanup() {
     );
     let mut w2 = DynamicObject::new("w2", &ar);
     w2.data = json!({"spec": {"size": 1}});
-    let s = api_err(
+    let s = api_status(
         widgets
             .create(&PostParams::default(), &w2)
             .await
             .expect_err("terminating"),
     );
     assert_eq!(s.code, 405);
-    widgets
-        .patch(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("release");
+    merge_patch(&widgets, "w1", json!({"metadata": {"finalizers": null}})).await;
     for _ in 0..200 {
         if c2
             .get_opt("widgets.example.io")
@@ -912,7 +836,7 @@ async fn crd_serving_status_and_cleanup() {
             .is_none()
     );
     let err = widgets.get("w1").await.expect_err("no longer served");
-    assert_eq!(api_err(err).code, 404);
+    assert_eq!(api_status(err).code, 404);
     sim.shutdown().await;
 }
 
@@ -999,7 +923,7 @@ async fn rbac_model_and_subject_access_reviews() {
     cms.list(&ListParams::default())
         .await
         .expect("alice may list configmaps");
-    let s = api_err(
+    let s = api_status(
         cms.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("cm"),
@@ -1014,35 +938,17 @@ async fn rbac_model_and_subject_access_reviews() {
     );
     // Impersonation (kubectl --as) and SelfSubjectAccessReview (kubectl auth can-i).
     let k = common::Kubectl::new(&sim.kubeconfig("admin"));
-    let out = k.run(&[
-        "auth",
-        "can-i",
-        "list",
-        "configmaps",
-        "--as",
-        "alice",
-        "--as-group",
-        "dev",
-    ]);
+    let out = k.sh("auth can-i list configmaps --as alice --as-group dev");
     assert_eq!((out.stdout.as_str(), out.code), ("yes\n", 0), "{out:?}");
-    let out = k.run(&[
-        "auth",
-        "can-i",
-        "create",
-        "configmaps",
-        "--as",
-        "alice",
-        "--as-group",
-        "dev",
-    ]);
+    let out = k.sh("auth can-i create configmaps --as alice --as-group dev");
     assert_eq!((out.stdout.as_str(), out.code), ("no\n", 1), "{out:?}");
-    let out = k.run(&["get", "secrets", "--as", "bob"]);
+    let out = k.sh("get secrets --as bob");
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): secrets is forbidden: User \"bob\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\"\n"
     );
     let alice_k = common::Kubectl::new(&sim.kubeconfig("alice"));
-    let out = alice_k.run(&["get", "cm", "--as", "admin"]);
+    let out = alice_k.sh("get cm --as admin");
     assert_eq!(out.code, 1, "alice may not impersonate: {out:?}");
     // A service account's user name: checked on serviceaccounts in its namespace,
     // and given the service account groups (as kube-apiserver does).
@@ -1061,15 +967,8 @@ async fn rbac_model_and_subject_access_reviews() {
     );
     assert_eq!(out.code, 0, "{out:?}");
     // kubectl create clusterrole sends protobuf: the rule reads back as sent.
-    let out = k.run(&[
-        "create",
-        "clusterrole",
-        "cm-getter",
-        "--verb=get",
-        "--resource=configmaps",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = k.run(&["get", "clusterrole", "cm-getter", "-o", "jsonpath={.rules}"]);
+    k.ok("create clusterrole cm-getter --verb=get --resource=configmaps");
+    let out = k.sh("get clusterrole cm-getter -o jsonpath={.rules}");
     assert_eq!(
         out.stdout, r#"[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get"]}]"#,
         "{out:?}"
@@ -1089,13 +988,8 @@ async fn rbac_model_and_subject_access_reviews() {
             "{who}: {out:?}"
         );
     }
-    let out = alice_k.run(&[
-        "get",
-        "--raw",
-        "/api/v1/namespaces/default/configmaps",
-        "--as",
-        "system:serviceaccount:team:ci",
-    ]);
+    let out = alice_k
+        .sh("get --raw /api/v1/namespaces/default/configmaps --as system:serviceaccount:team:ci");
     assert_eq!(
         out.stderr,
         "Error from server (Forbidden): serviceaccounts \"ci\" is forbidden: User \"alice\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"team\"\n",
@@ -1160,13 +1054,11 @@ async fn streaming_list_and_metadata_watch() {
     let client = sim.client().await.expect("client");
     create_ns(&client, "s").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "s");
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "pre", "labels": {"k": "v"}}}))
-            .expect("cm"),
+    create_obj(
+        &api,
+        json!({"metadata": {"name": "pre", "labels": {"k": "v"}}}),
     )
-    .await
-    .expect("create");
+    .await;
     // sendInitialEvents=true watch-list: initial ADDED events then a bookmark with the
     // k8s.io/initial-events-end annotation.
     let mut s = watcher(
@@ -1203,18 +1095,16 @@ async fn streaming_list_and_metadata_watch() {
     }
     assert_eq!(names, ["kube-root-ca.crt", "pre"]);
     // Deleting a terminating namespace again is a Conflict.
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "hold", "finalizers": ["t/h"]}}))
-            .expect("cm"),
+    create_obj(
+        &api,
+        json!({"metadata": {"name": "hold", "finalizers": ["t/h"]}}),
     )
-    .await
-    .expect("create");
+    .await;
     let nss: Api<Namespace> = Api::all(client.clone());
     nss.delete("s", &DeleteParams::default())
         .await
         .expect("first delete");
-    let s = api_err(
+    let s = api_status(
         nss.delete("s", &DeleteParams::default())
             .await
             .expect_err("second delete"),
@@ -1294,7 +1184,7 @@ async fn label_and_annotation_validation() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");
     let client = sim.client().await.expect("client");
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
-    let s = api_err(
+    let s = api_status(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(
@@ -1307,10 +1197,8 @@ async fn label_and_annotation_validation() {
     );
     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
     assert!(s.message.starts_with("ConfigMap \"x\" is invalid: metadata.labels: Invalid value: \"not ok\": a valid label must be an empty string"), "{}", s.message);
-    api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "x", "labels": {"holdfast.dev/protected": "Always"}, "annotations": {"holdfast.dev/skip-protection": "true"}}})).expect("cm"))
-        .await
-        .expect("valid labels");
-    let s = api_err(
+    create_obj(&api, json!({"metadata": {"name": "x", "labels": {"holdfast.dev/protected": "Always"}, "annotations": {"holdfast.dev/skip-protection": "true"}}})).await;
+    let s = api_status(
         api.patch(
             "x",
             &PatchParams::default(),
@@ -1362,14 +1250,7 @@ async fn builtin_defaulting_and_method_not_allowed() {
         port.target_port,
         Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80))
     );
-    let again = svcs
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
-        )
-        .await
-        .expect("patch");
+    let again = merge_patch(&svcs, "web", json!({"metadata": {"labels": {"a": "b"}}})).await;
     assert_eq!(
         again.spec.and_then(|s| s.cluster_ip),
         Some(ip),
@@ -1381,7 +1262,7 @@ async fn builtin_defaulting_and_method_not_allowed() {
         .body(serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}})).expect("body"))
         .expect("req");
     let err = client.request_text(req).await.expect_err("405");
-    assert_eq!(api_err(err).code, 405);
+    assert_eq!(api_status(err).code, 405);
     sim.shutdown().await;
 }
 
@@ -1399,7 +1280,7 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
     )
     .await
     .expect("create");
-    let s = api_err(
+    let s = api_status(
         api.patch(
             "frozen",
             &PatchParams::default(),
@@ -1413,14 +1294,13 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
         s.message,
         "ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set"
     );
-    api.patch(
+    merge_patch(
+        &api,
         "frozen",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"ok": "yes"}}})),
+        json!({"metadata": {"labels": {"ok": "yes"}}}),
     )
-    .await
-    .expect("metadata stays mutable");
-    let s = api_err(
+    .await;
+    let s = api_status(
         api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "o", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "frozen"}]}})).expect("cm"))
             .await
             .expect_err("owner uid"),
@@ -1429,7 +1309,7 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
         s.message,
         "ConfigMap \"o\" is invalid: metadata.ownerReferences.uid: Invalid value: \"\": uid must not be empty"
     );
-    let s = api_err(
+    let s = api_status(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(
@@ -1451,42 +1331,17 @@ async fn watch_selector_transitions() {
     let client = sim.client().await.expect("client");
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let rv = sim.resource_version();
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "t"}})).expect("cm"),
-    )
-    .await
-    .expect("create");
-    api.patch(
-        "t",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"a": "1"}}})),
-    )
-    .await
-    .expect("label");
-    api.patch(
-        "t",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"x": "y"}})),
-    )
-    .await
-    .expect("change");
-    api.patch(
-        "t",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": null}})),
-    )
-    .await
-    .expect("unlabel");
+    create_obj(&api, json!({"metadata": {"name": "t"}})).await;
+    merge_patch(&api, "t", json!({"metadata": {"labels": {"a": "1"}}})).await;
+    merge_patch(&api, "t", json!({"data": {"x": "y"}})).await;
+    merge_patch(&api, "t", json!({"metadata": {"labels": null}})).await;
     api.delete("t", &DeleteParams::default())
         .await
         .expect("delete");
-    let req = http::Request::get(format!(
+    let path = format!(
         "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}&timeoutSeconds=1&labelSelector=a%3D1"
-    ))
-    .body(Vec::new())
-    .expect("request");
-    let text = client.request_text(req).await.expect("watch");
+    );
+    let text = get_text(&client, &path).await;
     let types: Vec<String> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

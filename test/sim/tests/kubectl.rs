@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use holdfast_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
 
 fn webhook_config(hook: &TestWebhook) -> Value {
@@ -63,16 +62,31 @@ fn check_capture(k: &Kubectl, name: &str) {
     assert_eq!(out.code, want_code, "exit code of `{cmd}` ({name})");
 }
 
+/// kubectl's default (strict server-side) validation refuses `manifest` for its unknown
+/// `field`, with kube-apiserver's text.
+fn assert_unknown_field_refused(
+    k: &Kubectl,
+    manifest: &str,
+    kind: &str,
+    version: &str,
+    field: &str,
+) {
+    let out = k.apply(manifest);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "Error from server (BadRequest): error when creating \"STDIN\": {kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: unknown field \"{field}\"\n"
+        ),
+        "{out:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_matches_captured_transcripts() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], capture_policy()).await;
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
 
-    let out = k.run_stdin(
-        &["apply", "-f", "-"],
-        Some(&webhook_config(&hook).to_string()),
-    );
+    let out = k.apply(&webhook_config(&hook).to_string());
     assert_eq!(out.code, 0, "apply webhook config: {out:?}");
     assert_eq!(
         out.stdout,
@@ -86,73 +100,36 @@ async fn kubectl_matches_captured_transcripts() {
     check_capture(&k, "05-delete-cm.txt");
 
     // Denied without a reason, with --force, with reason Forbidden, with --dry-run=server.
-    assert_eq!(k.run(&["create", "cm", "protected", "-n", "cap"]).code, 0);
-    assert_eq!(
-        k.run(&["label", "cm", "protected", "-n", "cap", "capture/deny=true"])
-            .code,
-        0
-    );
+    k.ok("create cm protected -n cap");
+    k.ok("label cm protected -n cap capture/deny=true");
     check_capture(&k, "06-delete-denied.txt");
     check_capture(&k, "07-delete-denied-force.txt");
-    assert_eq!(k.run(&["create", "cm", "protected2", "-n", "cap"]).code, 0);
-    assert_eq!(
-        k.run(&[
-            "label",
-            "cm",
-            "protected2",
-            "-n",
-            "cap",
-            "capture/deny=true",
-            "capture/reason=Forbidden"
-        ])
-        .code,
-        0
-    );
+    k.ok("create cm protected2 -n cap");
+    k.ok("label cm protected2 -n cap capture/deny=true capture/reason=Forbidden");
     check_capture(&k, "07b-delete-denied-with-reason.txt");
     check_capture(&k, "08-delete-dry-run-server.txt");
     assert_eq!(
-        k.run(&["get", "cm", "protected", "-n", "cap", "-o", "name"])
-            .stdout,
+        k.sh("get cm protected -n cap -o name").stdout,
         "configmap/protected\n"
     );
 
     // Warnings.
-    assert_eq!(k.run(&["create", "cm", "warned", "-n", "cap"]).code, 0);
-    assert_eq!(
-        k.run(&["label", "cm", "warned", "-n", "cap", "capture/warn=true"])
-            .code,
-        0
-    );
+    k.ok("create cm warned -n cap");
+    k.ok("label cm warned -n cap capture/warn=true");
     check_capture(&k, "09-delete-warned.txt");
 
     // matchCondition false -> webhook not called.
-    assert_eq!(k.run(&["create", "cm", "skipped", "-n", "cap"]).code, 0);
-    assert_eq!(
-        k.run(&[
-            "label",
-            "cm",
-            "skipped",
-            "-n",
-            "cap",
-            "capture/skip=true",
-            "capture/deny=true"
-        ])
-        .code,
-        0
-    );
+    k.ok("create cm skipped -n cap");
+    k.ok("label cm skipped -n cap capture/skip=true capture/deny=true");
     check_capture(&k, "10-delete-matchcondition-false.txt");
 
     // Webhook down, failurePolicy Fail.
-    assert_eq!(k.run(&["create", "cm", "downed", "-n", "cap"]).code, 0);
-    assert_eq!(
-        k.run(&["label", "cm", "downed", "-n", "cap", "capture/down=true"])
-            .code,
-        0
-    );
+    k.ok("create cm downed -n cap");
+    k.ok("label cm downed -n cap capture/down=true");
     check_capture(&k, "13-delete-webhook-down.txt");
 
     // matchCondition error on CREATE (oldObject is null).
-    assert_eq!(k.run(&["create", "ns", "nomatch"]).code, 0);
+    k.ok("create ns nomatch");
     check_capture(&k, "00-matchcondition-error-on-create.txt");
 
     // A custom resource.
@@ -165,43 +142,30 @@ async fn kubectl_matches_captured_transcripts() {
                                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
                                "subresources": {"status": {}}}]}
     });
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(&crd.to_string()));
+    let out = k.apply(&crd.to_string());
     assert_eq!(
         out.stdout, "customresourcedefinition.apiextensions.k8s.io/widgets.capture.test created\n",
         "{out:?}"
     );
     let w1 = "apiVersion: capture.test/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: cap\nspec:\n  size: 3\n";
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(w1));
+    let out = k.apply(w1);
     assert_eq!(out.stdout, "widget.capture.test/w1 created\n", "{out:?}");
-    let out = k.run(&["get", "widget", "w1", "-n", "cap", "-o", "json"]);
-    let v: Value = serde_json::from_str(&out.stdout).expect("widget json");
+    let v: Value = k.json("get widget w1 -n cap");
     assert_eq!(v["spec"]["size"], 3);
     assert_eq!(v["metadata"]["generation"], 1);
     check_capture(&k, "11-delete-cr.txt");
 
     // Deployment with foreground cascading deletion.
-    assert_eq!(
-        k.run(&[
-            "create",
-            "deployment",
-            "web",
-            "-n",
-            "cap",
-            "--image=busybox"
-        ])
-        .code,
-        0
-    );
+    k.ok("create deployment web -n cap --image=busybox");
     check_capture(&k, "12-delete-deploy-foreground.txt");
 
     // Namespace cascade.
-    assert_eq!(k.run(&["create", "ns", "cascade"]).code, 0);
-    assert_eq!(k.run(&["create", "cm", "inside", "-n", "cascade"]).code, 0);
+    k.ok("create ns cascade");
+    k.ok("create cm inside -n cascade");
     check_capture(&k, "14-delete-ns-cascade.txt");
-    let out = k.run(&["get", "ns", "cascade"]);
-    assert_eq!(
-        out.stderr,
-        "Error from server (NotFound): namespaces \"cascade\" not found\n"
+    k.expect_stderr(
+        "get ns cascade",
+        "Error from server (NotFound): namespaces \"cascade\" not found\n",
     );
 
     sim.shutdown().await;
@@ -209,10 +173,9 @@ async fn kubectl_matches_captured_transcripts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_get_label_delete() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (sim, k) = start_with_kubectl().await;
     let manifest = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: shop\n  labels:\n    app: shop\ndata:\n  color: blue\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n  namespace: shop\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: db}\n  template:\n    metadata:\n      labels: {app: db}\n    spec:\n      containers:\n      - name: db\n        image: postgres\n";
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(manifest));
+    let out = k.apply(manifest);
     assert_eq!(
         out.stdout,
         "namespace/shop created\nconfigmap/settings created\ndeployment.apps/db created\n",
@@ -220,14 +183,13 @@ async fn kubectl_apply_get_label_delete() {
     );
     // Re-apply with a change: configured / unchanged.
     let changed = manifest.replace("color: blue", "color: red");
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(&changed));
+    let out = k.apply(&changed);
     assert_eq!(
         out.stdout,
         "namespace/shop unchanged\nconfigmap/settings configured\ndeployment.apps/db unchanged\n",
         "{out:?}"
     );
-    let out = k.run(&["get", "cm", "settings", "-n", "shop", "-o", "json"]);
-    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    let v: Value = k.json("get cm settings -n shop");
     assert_eq!(v["data"]["color"], "red");
     assert_eq!(v["kind"], "ConfigMap");
     assert!(
@@ -235,78 +197,44 @@ async fn kubectl_apply_get_label_delete() {
             .is_string()
     );
 
-    let out = k.run(&["label", "cm", "settings", "-n", "shop", "tier=backend"]);
-    assert_eq!(out.stdout, "configmap/settings labeled\n", "{out:?}");
-    let out = k.run(&[
-        "get",
-        "cm",
-        "-n",
-        "shop",
-        "-l",
-        "tier in (backend,frontend),app=shop",
-        "-o",
-        "name",
-    ]);
-    assert_eq!(out.stdout, "configmap/settings\n", "{out:?}");
-    let out = k.run(&[
-        "get",
-        "cm",
-        "-n",
-        "shop",
-        "-l",
-        "tier!=backend",
-        "-o",
-        "name",
-    ]);
-    assert_eq!(out.stdout, "configmap/kube-root-ca.crt\n", "{out:?}");
-    let out = k.run(&[
-        "get",
-        "deploy",
-        "-n",
-        "shop",
-        "-o",
-        "jsonpath={.items[0].metadata.generation}",
-    ]);
-    assert_eq!(out.stdout, "1", "{out:?}");
+    #[rustfmt::skip]
+    let selected: [(&[&str], &str); 4] = [
+        (&["label", "cm", "settings", "-n", "shop", "tier=backend"], "configmap/settings labeled\n"),
+        (&["get", "cm", "-n", "shop", "-l", "tier in (backend,frontend),app=shop", "-o", "name"], "configmap/settings\n"),
+        (&["get", "cm", "-n", "shop", "-l", "tier!=backend", "-o", "name"], "configmap/kube-root-ca.crt\n"),
+        (&["get", "deploy", "-n", "shop", "-o", "jsonpath={.items[0].metadata.generation}"], "1"),
+    ];
+    for (args, stdout) in selected {
+        let out = k.run(args);
+        assert_eq!(out.stdout, stdout, "kubectl {args:?}: {out:?}");
+    }
     // Strict server-side field validation of built-in kinds (kubectl's default).
     let typo = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\n  namespace: shop\n  lables: {a: b}\ndata: {k: v}\n";
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(typo));
-    assert_eq!(
-        out.stderr,
-        "Error from server (BadRequest): error when creating \"STDIN\": ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"metadata.lables\"\n",
-        "{out:?}"
-    );
+    assert_unknown_field_refused(&k, typo, "ConfigMap", "v1", "metadata.lables");
     let out = k.run_stdin(&["apply", "--validate=warn", "-f", "-"], Some(typo));
     assert_eq!(
         out.stderr, "Warning: unknown field \"metadata.lables\"\n",
         "{out:?}"
     );
-    let out = k.run(&["get", "cm", "typo", "-n", "shop", "-o", "json"]);
-    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    let v: Value = k.json("get cm typo -n shop");
     assert!(
         v["metadata"].get("lables").is_none(),
-        "unknown fields are dropped: {out:?}"
+        "unknown fields are dropped: {v}"
     );
     assert_eq!(v["data"]["k"], "v");
-    let out = k.run(&[
-        "rollout",
-        "status",
-        "deploy/db",
-        "-n",
-        "shop",
-        "--timeout=10s",
-    ]);
-    assert_eq!(
-        out.stdout, "deployment \"db\" successfully rolled out\n",
-        "{out:?}"
+    k.expect_stdout(
+        "rollout status deploy/db -n shop --timeout=10s",
+        "deployment \"db\" successfully rolled out\n",
     );
-    let out = k.run(&["get", "svc", "kubernetes", "-n", "default"]);
+    let out = k.sh("get svc kubernetes -n default");
     assert!(
         out.stdout.starts_with("NAME         TYPE        CLUSTER-IP   EXTERNAL-IP   PORT(S)   AGE\nkubernetes   ClusterIP   10.96.0.1    <none>        443/TCP   "),
         "{out:?}"
     );
-    let out = k.run(&["scale", "deploy", "db", "-n", "shop", "--replicas=3"]);
-    assert_eq!(out.stdout, "deployment.apps/db scaled\n", "{out:?}");
+    k.expect_stdout(
+        "scale deploy db -n shop --replicas=3",
+        "deployment.apps/db scaled\n",
+    );
     let out = k.run(&[
         "get",
         "deploy",
@@ -317,29 +245,24 @@ async fn kubectl_apply_get_label_delete() {
         "jsonpath={.spec.replicas} {.metadata.generation}",
     ]);
     assert_eq!(out.stdout, "3 2", "{out:?}");
-    let out = k.run(&["get", "cm", "nope", "-n", "shop"]);
-    assert_eq!(
-        out.stderr,
-        "Error from server (NotFound): configmaps \"nope\" not found\n"
+    k.expect_stderr(
+        "get cm nope -n shop",
+        "Error from server (NotFound): configmaps \"nope\" not found\n",
     );
-    let out = k.run(&["get", "deploy", "nope", "-n", "shop"]);
-    assert_eq!(
-        out.stderr,
-        "Error from server (NotFound): deployments.apps \"nope\" not found\n"
+    k.expect_stderr(
+        "get deploy nope -n shop",
+        "Error from server (NotFound): deployments.apps \"nope\" not found\n",
     );
-    let out = k.run(&["delete", "cm", "settings", "deploy/db", "-n", "shop"]);
+    let out = k.sh("delete cm settings deploy/db -n shop");
     assert_eq!(out.code, 1, "{out:?}");
-    let out = k.run(&["delete", "cm/settings", "deploy/db", "-n", "shop"]);
-    assert_eq!(
-        out.stdout, "configmap \"settings\" deleted\ndeployment.apps \"db\" deleted\n",
-        "{out:?}"
+    k.expect_stdout(
+        "delete cm/settings deploy/db -n shop",
+        "configmap \"settings\" deleted\ndeployment.apps \"db\" deleted\n",
     );
-    let out = k.run(&["delete", "ns", "shop"]);
-    assert_eq!(out.stdout, "namespace \"shop\" deleted\n", "{out:?}");
-    let out = k.run(&["get", "ns", "shop"]);
-    assert_eq!(
-        out.stderr, "Error from server (NotFound): namespaces \"shop\" not found\n",
-        "{out:?}"
+    k.expect_stdout("delete ns shop", "namespace \"shop\" deleted\n");
+    k.expect_stderr(
+        "get ns shop",
+        "Error from server (NotFound): namespaces \"shop\" not found\n",
     );
     sim.shutdown().await;
 }
@@ -349,11 +272,10 @@ async fn kubectl_apply_get_label_delete() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holdfast_crds_schema_defaulting_and_validation() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../manifests/crds");
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (sim, k) = start_with_kubectl().await;
     let crd = std::fs::read_to_string(format!("{dir}/holdfast.dev_resourceprotections.yaml"))
         .expect("manifests/crds/holdfast.dev_resourceprotections.yaml");
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(&crd));
+    let out = k.apply(&crd);
     assert_eq!(
         out.stdout,
         "customresourcedefinition.apiextensions.k8s.io/resourceprotections.holdfast.dev created\n",
@@ -361,27 +283,22 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
     );
     let good = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: db\nspec:\n  unknownField: x\n  resources:\n  - {version: v1, resource: configmaps, namespace: shop, names: [db]}\n";
     // kubectl validates strictly on the server by default: unknown fields are refused...
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(good));
-    assert_eq!(
-        out.stderr,
-        "Error from server (BadRequest): error when creating \"STDIN\": ResourceProtection in version \"v1alpha1\" cannot be handled as a ResourceProtection: strict decoding error: unknown field \"spec.unknownField\"\n",
-        "{out:?}"
-    );
+    let kind = "ResourceProtection";
+    assert_unknown_field_refused(&k, good, kind, "v1alpha1", "spec.unknownField");
     // ...and pruned without validation.
     let out = k.run_stdin(&["apply", "--validate=false", "-f", "-"], Some(good));
     assert_eq!(
         out.stdout, "resourceprotection.holdfast.dev/db created\n",
         "{out:?}"
     );
-    let out = k.run(&["get", "rp", "db", "-o", "json"]);
-    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    let v: Value = k.json("get rp db");
     assert_eq!(v["spec"]["enforcement"], "Enforce", "defaulted");
     assert_eq!(v["spec"]["strict"], false, "defaulted");
     assert_eq!(v["spec"]["mode"], "Always", "defaulted");
     assert_eq!(v["spec"]["resources"][0]["group"], "", "defaulted");
     assert!(v["spec"].get("unknownField").is_none(), "pruned");
     // additionalPrinterColumns (incl. a JSONPath filter) drive `kubectl get`.
-    let out = k.run(&["get", "rp"]);
+    let out = k.sh("get rp");
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(
         lines[0], "NAME   ENFORCEMENT   STRICT   MODE     READY    AGE",
@@ -404,7 +321,7 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
     )
     .await
     .expect("status");
-    let out = k.run(&["get", "rp"]);
+    let out = k.sh("get rp");
     assert!(
         out.stdout
             .lines()
@@ -414,14 +331,14 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
     );
 
     let bad = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: bad\nspec:\n  enforcement: Sometimes\n  resources:\n  - {version: v1, resource: namespaces, namespace: shop}\n";
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(bad));
+    let out = k.apply(bad);
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         out.stderr,
         "The ResourceProtection \"bad\" is invalid: \n* spec.enforcement: Unsupported value: \"Sometimes\": supported values: \"Enforce\", \"Warn\", \"Audit\"\n* spec.resources[0].namespace: Invalid value: \"object\": namespace must not be set for a cluster-scoped resource (namespaces, nodes, persistentvolumes, customresourcedefinitions); select them by names\n"
     );
     let empty = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata:\n  name: empty\nspec:\n  resources: []\n";
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(empty));
+    let out = k.apply(empty);
     assert!(
         out.stderr.contains(
             "spec.resources: Invalid value: 0: spec.resources in body should have at least 1 items"
@@ -436,8 +353,7 @@ async fn holdfast_crds_schema_defaulting_and_validation() {
 /// value missing at the path scales as 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resource_scale_follows_the_crd_replica_paths() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (_sim, k) = start_with_kubectl().await;
     let crd = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: gadgets.workloads.test.io}
@@ -468,30 +384,15 @@ spec:
             properties:
               running: {type: integer}
 "#;
-    let out = k.run_stdin(&["apply", "-f", "-"], Some(crd));
-    assert_eq!(out.code, 0, "{out:?}");
+    k.apply_ok(crd);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while k.run(&["get", "gadgets", "-A"]).code != 0 {
+    while k.sh("get gadgets -A").code != 0 {
         assert!(std::time::Instant::now() < deadline, "gadgets never served");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let out = k.run_stdin(
-        &["apply", "-f", "-"],
-        Some("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: default}\nspec: {size: {count: 3}}\n"),
-    );
-    assert_eq!(out.code, 0, "{out:?}");
+    k.apply_ok("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: default}\nspec: {size: {count: 3}}\n");
     let scale = |k: &Kubectl| -> Value {
-        let out = k.run(&[
-            "get",
-            "gadget",
-            "g",
-            "-n",
-            "default",
-            "--subresource=scale",
-            "-o",
-            "json",
-        ]);
-        assert_eq!(out.code, 0, "{out:?}");
+        let out = k.ok("get gadget g -n default --subresource=scale -o json");
         serde_json::from_str(&out.stdout).expect("json")
     };
     let s = scale(&k);
@@ -499,32 +400,18 @@ spec:
         (&s["kind"], &s["spec"]["replicas"], &s["status"]["replicas"]),
         (&json!("Scale"), &json!(3), &json!(0))
     );
-    let out = k.run(&["scale", "gadget", "g", "-n", "default", "--replicas=0"]);
+    let out = k.sh("scale gadget g -n default --replicas=0");
     assert_eq!(
         (out.code, out.stdout.as_str()),
         (0, "gadget.workloads.test.io/g scaled\n"),
         "{out:?}"
     );
-    let out = k.run(&["get", "gadget", "g", "-n", "default", "-o", "json"]);
-    let g: Value = serde_json::from_str(&out.stdout).expect("json");
+    let g: Value = k.json("get gadget g -n default");
     assert_eq!(g["spec"], json!({"size": {"count": 0}}), "{g}");
     assert_eq!(scale(&k)["spec"]["replicas"], json!(0));
     // Nothing at the path: 0.
-    let out = k.run_stdin(
-        &["apply", "-f", "-"],
-        Some("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: empty, namespace: default}\nspec: {}\n"),
-    );
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = k.run(&[
-        "get",
-        "gadget",
-        "empty",
-        "-n",
-        "default",
-        "--subresource=scale",
-        "-o",
-        "jsonpath={.spec.replicas}",
-    ]);
+    k.apply_ok("apiVersion: workloads.test.io/v1\nkind: Gadget\nmetadata: {name: empty, namespace: default}\nspec: {}\n");
+    let out = k.sh("get gadget empty -n default --subresource=scale -o jsonpath={.spec.replicas}");
     assert_eq!((out.code, out.stdout.as_str()), (0, "0"), "{out:?}");
 }
 
@@ -533,8 +420,7 @@ spec:
 /// `/status` only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_pods_are_pending_with_their_qos_class() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let (_sim, k) = start_with_kubectl().await;
     let pod = |name: &str, resources: &str| {
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
@@ -579,14 +465,8 @@ async fn new_pods_are_pending_with_their_qos_class() {
         r#"{"status":{"phase":"Succeeded"}}"#,
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    let out = k.run(&[
-        "get",
-        "pod",
-        "best",
-        "-n",
-        "default",
-        "-o",
-        "jsonpath={.status.phase}",
-    ]);
-    assert_eq!(out.stdout, "Succeeded", "{out:?}");
+    k.expect_stdout(
+        "get pod best -n default -o jsonpath={.status.phase}",
+        "Succeeded",
+    );
 }

@@ -3,19 +3,14 @@
 
 mod common;
 
+use common::{api_status, merge_patch};
+
 use holdfast_sim::{Sim, SimConfig, User};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-fn api_err(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
 
 fn cfg() -> SimConfig {
     let mut cfg = SimConfig::default();
@@ -48,14 +43,54 @@ fn binding(name: &str, role: &str) -> ClusterRoleBinding {
     .expect("binding")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn granting_rules_not_held_is_refused_unless_escalate() {
+fn rules(v: Value) -> Option<Vec<PolicyRule>> {
+    Some(serde_json::from_value(v).expect("rules"))
+}
+
+/// The Status of a request that must have been refused (`what` it was).
+fn refused<T: std::fmt::Debug>(r: kube::Result<T>, what: &str) -> kube::core::Status {
+    api_status(r.expect_err(what))
+}
+
+/// Adds `rule` to the keeper's own ClusterRole (as the admin).
+async fn grant_keeper(admin_roles: &Api<ClusterRole>, rule: Value) {
+    let mut keeper_role = admin_roles.get("keeper").await.expect("get");
+    keeper_role
+        .rules
+        .get_or_insert_with(Vec::new)
+        .push(serde_json::from_value(rule).expect("rule"));
+    admin_roles
+        .replace("keeper", &PostParams::default(), &keeper_role)
+        .await
+        .expect("keeper role updated");
+}
+
+/// The keeper creates the role "other" with a rule it does not hold: refused.
+async fn create_other(roles: &Api<ClusterRole>) -> kube::core::Status {
+    let secrets = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]);
+    let other = role("other", json!({}), secrets);
+    api_status(
+        roles
+            .create(&PostParams::default(), &other)
+            .await
+            .expect_err("a role with rules not held"),
+    )
+}
+
+/// The simulator with the keeper service account, and admin and keeper clients.
+async fn start() -> (holdfast_sim::SimHandle, kube::Client, kube::Client) {
     let sim = Sim::start(cfg()).await.expect("sim");
     let admin = sim.client().await.expect("admin");
     let keeper = sim
         .client_as("system:serviceaccount:ops:keeper")
         .await
         .expect("keeper");
+    (sim, admin, keeper)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn granting_rules_not_held_is_refused_unless_escalate() {
+    let (sim, admin, keeper) = start().await;
     let admin_roles: Api<ClusterRole> = Api::all(admin.clone());
     let admin_bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
     let pp = PostParams::default();
@@ -87,12 +122,8 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
 
     // Rules it holds: allowed.
     let mut held = roles.get("reads").await.expect("get");
-    held.rules = Some(
-        serde_json::from_value(
-            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]),
-        )
-        .expect("rules"),
-    );
+    held.rules =
+        rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]));
     let held = roles
         .replace("reads", &pp, &held)
         .await
@@ -100,15 +131,12 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
 
     // Rules it does not hold: refused with kube-apiserver's text.
     let mut more = held.clone();
-    more.rules = Some(
-        serde_json::from_value(json!([
-            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
-            {"apiGroups": ["", "apps"], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["delete"]}
-        ]))
-        .expect("rules"),
-    );
-    let s = api_err(
+    more.rules = rules(json!([
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+        {"apiGroups": ["", "apps"], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["delete"]}
+    ]));
+    let s = api_status(
         roles
             .replace("reads", &pp, &more)
             .await
@@ -127,19 +155,7 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
          {APIGroups:[\"apps\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\"]}"
     );
     // Creating a role with rules not held: refused the same way.
-    let s = api_err(
-        roles
-            .create(
-                &pp,
-                &role(
-                    "other",
-                    json!({}),
-                    json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]),
-                ),
-            )
-            .await
-            .expect_err("escalation on create"),
-    );
+    let s = create_other(&roles).await;
     assert_eq!(s.code, 403);
     assert!(
         s.message.starts_with(
@@ -153,63 +169,26 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
 
     // escalate on the one role: the same update goes through; the role's rules are
     // then held by whoever is bound to it.
-    let mut keeper_role = admin_roles.get("keeper").await.expect("get");
-    keeper_role
-        .rules
-        .get_or_insert_with(Vec::new)
-        .push(
-            serde_json::from_value(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["reads"], "verbs": ["escalate"]}))
-                .expect("rule"),
-        );
-    admin_roles
-        .replace("keeper", &pp, &keeper_role)
-        .await
-        .expect("escalate granted");
+    grant_keeper(&admin_roles, json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["reads"], "verbs": ["escalate"]})).await;
     let mut more = roles.get("reads").await.expect("get");
-    more.rules = Some(
-        serde_json::from_value(json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]))
-            .expect("rules"),
+    more.rules = rules(
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]),
     );
     roles
         .replace("reads", &pp, &more)
         .await
         .expect("escalate allows it");
     // Only on that role: another name is still checked.
-    let s = api_err(
-        roles
-            .create(
-                &pp,
-                &role(
-                    "other",
-                    json!({}),
-                    json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]),
-                ),
-            )
-            .await
-            .expect_err("escalate is per name"),
-    );
+    let s = create_other(&roles).await;
     assert_eq!(s.code, 403);
 
     // Binding: needs the rules or bind. The keeper may create bindings but holds
     // nothing of "reads".
-    let mut keeper_role = admin_roles.get("keeper").await.expect("get");
-    keeper_role
-        .rules
-        .get_or_insert_with(Vec::new)
-        .push(
-            serde_json::from_value(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]}))
-                .expect("rule"),
-        );
-    admin_roles
-        .replace("keeper", &pp, &keeper_role)
-        .await
-        .expect("create bindings");
+    grant_keeper(&admin_roles, json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]})).await;
     let bindings: Api<ClusterRoleBinding> = Api::all(keeper.clone());
-    let s = api_err(
-        bindings
-            .create(&pp, &binding("self-reads", "reads"))
-            .await
-            .expect_err("binding a role whose rules are not held"),
+    let s = refused(
+        bindings.create(&pp, &binding("self-reads", "reads")).await,
+        "binding a role whose rules are not held",
     );
     assert_eq!(s.code, 403);
     assert_eq!(
@@ -220,11 +199,11 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
          permissions not currently held:\n\
          {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\"]}"
     );
-    let s = api_err(
+    let s = refused(
         bindings
             .create(&pp, &binding("missing", "no-such-role"))
-            .await
-            .expect_err("unknown role"),
+            .await,
+        "unknown role",
     );
     assert_eq!(s.code, 404);
     assert_eq!(
@@ -247,12 +226,7 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aggregated_cluster_roles_follow_the_roles_they_select() {
-    let sim = Sim::start(cfg()).await.expect("sim");
-    let admin = sim.client().await.expect("admin");
-    let keeper = sim
-        .client_as("system:serviceaccount:ops:keeper")
-        .await
-        .expect("keeper");
+    let (sim, admin, keeper) = start().await;
     let roles: Api<ClusterRole> = Api::all(admin.clone());
     let pp = PostParams::default();
     let aggregated: ClusterRole = serde_json::from_value(json!({
@@ -319,16 +293,9 @@ async fn aggregated_cluster_roles_follow_the_roles_they_select() {
         )
         .await
         .expect("unlabel");
-    roles
-        .patch(
-            "a-secrets",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": [cm]})),
-        )
-        .await
-        .expect("change");
+    merge_patch(&roles, "a-secrets", json!({"rules": [cm]})).await;
     wait_rules(json!([cm])).await;
-    let s = api_err(
+    let s = api_status(
         secrets
             .list(&ListParams::default())
             .await
@@ -354,7 +321,7 @@ async fn aggregated_cluster_roles_follow_the_roles_they_select() {
         .create(&pp, &binding("keeper-creates", "keeper-creates"))
         .await
         .expect("binding");
-    let s = api_err(
+    let s = api_status(
         keeper_roles
             .create(&pp, &mine)
             .await

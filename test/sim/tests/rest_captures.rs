@@ -57,6 +57,34 @@ async fn call(
 }
 
 /// Drops what legitimately differs between clusters and runs.
+/// `METHOD PATH` (with `body`) answers as kube-apiserver did in capture `name`: the
+/// same code and (normalized) body. The body.
+async fn assert_like_capture(
+    c: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    name: &str,
+) -> Value {
+    let (code, got, _) = call(c, method, path, None, body).await;
+    assert_eq!(
+        (code, norm(&got)),
+        (capture_status(name), norm(&capture(name))),
+        "{method} {path}"
+    );
+    got
+}
+
+/// The names of a list's items, in order.
+fn item_names(list: &Value) -> Vec<&str> {
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect()
+}
+
 fn norm(v: &Value) -> Value {
     let mut v = v.clone();
     fn strip(v: &mut Value) {
@@ -200,18 +228,8 @@ async fn statuses_and_lists_match_real_apiserver() {
     assert_eq!(code, 200);
     assert_eq!(page1["kind"], real1["kind"]);
     assert_eq!(page1["apiVersion"], real1["apiVersion"]);
-    let names1: Vec<&str> = page1["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["metadata"]["name"].as_str())
-        .collect();
-    let real_names1: Vec<&str> = real1["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["metadata"]["name"].as_str())
-        .collect();
+    let names1: Vec<&str> = item_names(&page1);
+    let real_names1: Vec<&str> = item_names(&real1);
     assert_eq!(names1, real_names1);
     assert_eq!(
         page1["metadata"]["remainingItemCount"],
@@ -235,19 +253,9 @@ async fn statuses_and_lists_match_real_apiserver() {
         None,
     )
     .await;
-    let names: Vec<&str> = page2["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["metadata"]["name"].as_str())
-        .collect();
+    let names: Vec<&str> = item_names(&page2);
     let real2 = capture("04-list-continue");
-    let real_names: Vec<&str> = real2["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["metadata"]["name"].as_str())
-        .collect();
+    let real_names: Vec<&str> = item_names(&real2);
     assert_eq!(names, real_names, "same ordering by name as etcd");
     assert_eq!(
         page2["metadata"]["remainingItemCount"],
@@ -255,71 +263,43 @@ async fn statuses_and_lists_match_real_apiserver() {
     );
 
     // 05: GET of a missing object.
-    let (code, got, _) = call(
+    assert_like_capture(
         &c,
         "GET",
         "/api/v1/namespaces/cap/configmaps/nope",
         None,
-        None,
+        "05-get-missing",
     )
     .await;
-    assert_eq!(
-        (code, norm(&got)),
-        (
-            capture_status("05-get-missing"),
-            norm(&capture("05-get-missing"))
-        )
-    );
     // 06: duplicate create.
-    let (code, got, _) = call(
+    assert_like_capture(
         &c,
         "POST",
         "/api/v1/namespaces/cap/configmaps",
-        None,
         Some(cm("r1")),
+        "06-create-duplicate",
     )
     .await;
-    assert_eq!(
-        (code, norm(&got)),
-        (
-            capture_status("06-create-duplicate"),
-            norm(&capture("06-create-duplicate"))
-        )
-    );
     // 07: update with a stale resourceVersion.
     let mut stale = cm("r1");
     stale["metadata"]["resourceVersion"] = json!("1");
-    let (code, got, _) = call(
+    assert_like_capture(
         &c,
         "PUT",
         "/api/v1/namespaces/cap/configmaps/r1",
-        None,
         Some(stale),
+        "07-update-stale",
     )
     .await;
-    assert_eq!(
-        (code, norm(&got)),
-        (
-            capture_status("07-update-stale"),
-            norm(&capture("07-update-stale"))
-        )
-    );
     // 08: immediate delete returns a Success Status with details.
-    let (code, got, _) = call(
+    let got = assert_like_capture(
         &c,
         "DELETE",
         "/api/v1/namespaces/cap/configmaps/r3",
         None,
-        None,
+        "08-delete-plain",
     )
     .await;
-    assert_eq!(
-        (code, norm(&got)),
-        (
-            capture_status("08-delete-plain"),
-            norm(&capture("08-delete-plain"))
-        )
-    );
     assert!(got["details"]["uid"].is_string());
 
     call(
@@ -359,21 +339,14 @@ async fn statuses_and_lists_match_real_apiserver() {
     );
 
     // 16: deletecollection with a selector matching nothing.
-    let (code, got, _) = call(
+    assert_like_capture(
         &c,
         "DELETE",
         "/api/v1/namespaces/cap/configmaps?labelSelector=nothing%3Dhere",
         None,
-        None,
+        "16-deletecollection",
     )
     .await;
-    assert_eq!(
-        (code, norm(&got)),
-        (
-            capture_status("16-deletecollection"),
-            norm(&capture("16-deletecollection"))
-        )
-    );
 
     // 01/02: DELETE of an object with finalizers returns it, marked for deletion.
     let mut fin = cm("fin");
@@ -490,18 +463,14 @@ async fn statuses_and_lists_match_real_apiserver() {
     let sar = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                      "spec": {"resourceAttributes": {"namespace": "cap", "verb": "bypass", "group": "holdfast.dev", "resource": "protections"},
                               "user": "alice", "groups": ["dev"]}});
-    let (code, got, _) = call(
+    assert_like_capture(
         &c,
         "POST",
         "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        None,
         Some(sar),
+        "24-sar",
     )
     .await;
-    assert_eq!(
-        (code, norm(&got)),
-        (capture_status("24-sar"), norm(&capture("24-sar")))
-    );
     sim.shutdown().await;
 }
 

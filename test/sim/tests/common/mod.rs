@@ -187,6 +187,82 @@ pub fn capture_policy() -> Decide {
     })
 }
 
+/// The Status of a refused request; panics on any other error.
+pub fn api_status(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Asserts that a request was refused with this code, reason and message.
+pub fn assert_status(e: kube::Error, code: u16, reason: &str, message: &str) {
+    let s = api_status(e);
+    assert_eq!(
+        (s.code, s.reason.as_str(), s.message.as_str()),
+        (code, reason, message)
+    );
+}
+
+/// Creates the object `v` through `api`.
+pub async fn create_obj<K>(api: &kube::Api<K>, v: Value) -> K
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let obj: K = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{v}: {e}"));
+    api.create(&kube::api::PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {v}: {e}"))
+}
+
+/// Applies the merge patch `patch` to `name` through `api`.
+pub async fn merge_patch<K>(api: &kube::Api<K>, name: &str, patch: Value) -> K
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("merge patch {patch} of {name}: {e}"))
+}
+
+/// A ValidatingWebhookConfiguration `name` sending the requests `rules` select to
+/// `hook` (path /validate) as webhook `webhook`: no side effects, v1 reviews, 5 s,
+/// failing closed.
+pub fn recording_config(name: &str, webhook: &str, hook: &TestWebhook, rules: Value) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": webhook,
+            "clientConfig": {"url": hook.url("/validate"), "caBundle": hook.ca_b64()},
+            "rules": rules,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "failurePolicy": "Fail"
+        }]
+    })
+}
+
+/// A simulator with the default configuration, and kubectl as its admin.
+pub async fn start_with_kubectl() -> (holdfast_sim::SimHandle, Kubectl) {
+    let sim = holdfast_sim::Sim::start(holdfast_sim::SimConfig::default())
+        .await
+        .expect("sim");
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    (sim, k)
+}
+
+/// A webhook decision that allows everything.
+pub fn allow_all() -> Decide {
+    Arc::new(|_: &Value| json!({"allowed": true}))
+}
+
 pub fn kubectl_path() -> PathBuf {
     let p = PathBuf::from("/usr/bin/kubectl");
     if p.exists() {
@@ -226,6 +302,45 @@ impl Kubectl {
     }
     pub fn run(&self, args: &[&str]) -> Out {
         self.run_stdin(args, None)
+    }
+    /// kubectl with the words of `line` (split at whitespace) as its arguments.
+    pub fn sh(&self, line: &str) -> Out {
+        self.run(&line.split_whitespace().collect::<Vec<_>>())
+    }
+    /// [`Kubectl::sh`], asserting that kubectl succeeded.
+    pub fn ok(&self, line: &str) -> Out {
+        let out = self.sh(line);
+        assert_eq!(out.code, 0, "kubectl {line}: {out:?}");
+        out
+    }
+    /// [`Kubectl::sh`], asserting what kubectl printed on stdout.
+    pub fn expect_stdout(&self, line: &str, want: &str) {
+        let out = self.sh(line);
+        assert_eq!(out.stdout, want, "kubectl {line}: {out:?}");
+    }
+    /// [`Kubectl::sh`], asserting what kubectl printed on stderr.
+    pub fn expect_stderr(&self, line: &str, want: &str) {
+        let out = self.sh(line);
+        assert_eq!(out.stderr, want, "kubectl {line}: {out:?}");
+    }
+    /// `kubectl LINE -o json`, asserting success: the parsed output.
+    pub fn json(&self, line: &str) -> Value {
+        let out = self.ok(&format!("{line} -o json"));
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("kubectl {line}: {e}: {out:?}"))
+    }
+    /// `kubectl VERB --raw PATH -f -` with `body` on stdin.
+    pub fn raw(&self, verb: &str, path: &str, body: &Value) -> Out {
+        self.run_stdin(&[verb, "--raw", path, "-f", "-"], Some(&body.to_string()))
+    }
+    /// `kubectl apply -f -` of `manifest`.
+    pub fn apply(&self, manifest: &str) -> Out {
+        self.run_stdin(&["apply", "-f", "-"], Some(manifest))
+    }
+    /// [`Kubectl::apply`], asserting that kubectl succeeded.
+    pub fn apply_ok(&self, manifest: &str) -> Out {
+        let out = self.apply(manifest);
+        assert_eq!(out.code, 0, "kubectl apply of {manifest}: {out:?}");
+        out
     }
     pub fn run_stdin(&self, args: &[&str], stdin: Option<&str>) -> Out {
         use std::io::Write;

@@ -1,0 +1,146 @@
+//! Which objects a list, watch or deletecollection sees: logical cluster (and
+//! APIExport binding), namespace, label and field selectors.
+
+use super::Target;
+use crate::errors::{ApiError, ApiResult};
+use crate::kcp;
+use crate::registry::ResourceInfo;
+use crate::selectors::{FieldSelector, Selector};
+use crate::server::{ClusterSel, Ctx, State};
+use crate::store::Key;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub(super) struct Filter {
+    pub(super) cluster: ClusterSel,
+    /// APIExport virtual workspace wildcard: clusters are checked against bindings.
+    pub(super) vw: Option<(Arc<State>, crate::server::VwCtx, Arc<ResourceInfo>)>,
+    /// Per-request memo of the binding check (lists); watches re-check every event.
+    pub(super) vw_cache: Option<std::sync::Mutex<HashMap<String, bool>>>,
+    pub(super) namespace: Option<String>,
+    pub(super) labels: Selector,
+    pub(super) fields: FieldSelector,
+}
+
+impl Filter {
+    pub(super) fn new(
+        state: &Arc<State>,
+        ctx: &Ctx,
+        t: &Target,
+        query: &HashMap<String, String>,
+    ) -> ApiResult<Filter> {
+        let labels = Selector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let mut labels_ok = field_labels(&t.info);
+        labels_ok.extend(t.info.selectable_fields.iter().map(String::as_str));
+        let fields = FieldSelector::parse(
+            query.get("fieldSelector").map(String::as_str).unwrap_or(""),
+            &labels_ok,
+        )
+        .map_err(ApiError::bad_request)?;
+        let vw = match (&ctx.vw, &ctx.cluster) {
+            (Some(vw), ClusterSel::Wildcard) => Some((state.clone(), vw.clone(), t.info.clone())),
+            _ => None,
+        };
+        Ok(Filter {
+            cluster: ctx.cluster.clone(),
+            vw,
+            vw_cache: Some(std::sync::Mutex::new(HashMap::new())),
+            namespace: t.namespace.clone(),
+            labels,
+            fields,
+        })
+    }
+
+    /// The stored objects of the target this filter selects (in `cluster`, or in
+    /// every cluster when None), in key order, and the store's resourceVersion.
+    pub(super) fn select(
+        &self,
+        state: &State,
+        t: &Target,
+        cluster: Option<&str>,
+    ) -> (Vec<(Key, Arc<Value>)>, u64) {
+        let (all, rv) = state
+            .store
+            .list_keyed(&t.info.gr(), cluster, t.namespace.as_deref());
+        let selected = all
+            .into_iter()
+            .filter(|(k, v)| self.key_ok(k) && self.obj_ok(v))
+            .collect();
+        (selected, rv)
+    }
+
+    pub(super) fn key_ok(&self, k: &Key) -> bool {
+        let c = match &self.cluster {
+            ClusterSel::Plain => k.cluster.is_empty(),
+            ClusterSel::Lc(c) => &k.cluster == c,
+            ClusterSel::Wildcard => !k.cluster.is_empty() && self.vw_allows(&k.cluster),
+        };
+        c && self.namespace.as_ref().is_none_or(|n| &k.namespace == n)
+    }
+
+    pub(super) fn vw_allows(&self, cluster: &str) -> bool {
+        let Some((state, vw, info)) = &self.vw else {
+            return true;
+        };
+        if let Some(c) = &self.vw_cache
+            && let Ok(m) = c.lock()
+            && let Some(b) = m.get(cluster)
+        {
+            return *b;
+        }
+        let ok = kcp::vw_cluster_allowed(state, vw, info, cluster);
+        if let Some(c) = &self.vw_cache
+            && let Ok(mut m) = c.lock()
+        {
+            m.insert(cluster.to_string(), ok);
+        }
+        ok
+    }
+
+    pub(super) fn obj_ok(&self, v: &Value) -> bool {
+        self.labels.matches(v) && self.fields.matches(v)
+    }
+}
+
+/// Field selectors each kind supports besides metadata.name / metadata.namespace.
+pub(super) fn field_labels(info: &ResourceInfo) -> Vec<&'static str> {
+    match (info.group.as_str(), info.resource.as_str()) {
+        ("", "pods") => vec![
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "events") | ("events.k8s.io", "events") => vec![
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "reason",
+            "reportingComponent",
+            "reportingController",
+            "source",
+            "type",
+        ],
+        ("", "secrets") => vec!["type"],
+        ("", "namespaces") => vec!["status.phase"],
+        ("", "nodes") => vec!["spec.unschedulable"],
+        ("", "replicationcontrollers") => vec!["status.replicas"],
+        ("batch", "jobs") => vec!["status.successful"],
+        ("certificates.k8s.io", "certificatesigningrequests") => vec!["spec.signerName"],
+        _ => vec![],
+    }
+}
