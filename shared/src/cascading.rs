@@ -217,8 +217,10 @@ mod tests {
     use super::*;
     use crate::{
         api::{common::Enforcement, resource_protection::ResourceSelector},
-        labels::{ProtectionLabel, ProtectionLabels},
-        policy::{Decision, DenialKind, Evaluation, PolicyConfig, evaluate},
+        policy::{
+            Decider, Decision, DenialKind, Evaluation, PolicyConfig, PolicyKind, evaluate,
+            tests::{cfg, label, now, policy},
+        },
         registry::{CompiledProtection, PolicyKey},
         review::parse_review,
     };
@@ -285,12 +287,6 @@ mod tests {
         }
     }
 
-    fn now() -> chrono::DateTime<chrono::Utc> {
-        chrono::DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
-            .map(|t| t.with_timezone(&chrono::Utc))
-            .unwrap_or_default()
-    }
-
     /// A review of `op` on `group/resource` (kind `kind`) named `name` in `ns`.
     fn review(
         op: &str,
@@ -323,26 +319,14 @@ mod tests {
     );
     const KRUISE: &str = "policy.kruise.io/delete-protection";
 
-    fn cfg(strict: bool, extra: &[&str]) -> PolicyConfig {
-        PolicyConfig {
-            labels: ProtectionLabels::with_extra(
-                extra
-                    .iter()
-                    .map(|s| s.parse::<ProtectionLabel>().expect("valid label")),
-            ),
-            strict,
-            ..PolicyConfig::default()
-        }
-    }
-
     fn run(req: &AdmissionRequest, cfg: &PolicyConfig, view: &View) -> Evaluation {
         futures::executor::block_on(evaluate(req, cfg, view, now()))
     }
 
-    fn refusal(e: &Evaluation) -> (&str, DenialKind, &str, Vec<String>) {
+    fn refusal(e: &Evaluation) -> (Decider, DenialKind, &str, Vec<String>) {
         match &e.decision {
             Decision::Deny(d) => (
-                e.policy.as_str(),
+                e.decider.clone(),
                 d.kind,
                 d.message.as_str(),
                 d.blockers.clone(),
@@ -385,7 +369,7 @@ mod tests {
         assert_eq!(
             refusal(&e),
             (
-                "label",
+                label("holdfast.dev/protected"),
                 DenialKind::Protected,
                 "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \
                  (policy: label holdfast.dev/protected) while it holds live Pods or \
@@ -413,7 +397,7 @@ mod tests {
         assert_eq!(
             refusal(&e),
             (
-                "label",
+                label("holdfast.dev/protected"),
                 DenialKind::LookupFailed,
                 "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \
                  (policy: label holdfast.dev/protected) while it has live contents, and cannot \
@@ -449,7 +433,7 @@ mod tests {
         assert_eq!(
             refusal(&e),
             (
-                "label",
+                label(KRUISE),
                 DenialKind::Protected,
                 "holdfast: Deployment shop/web is protected by label \
                  policy.kruise.io/delete-protection=Cascading (policy: label \
@@ -615,7 +599,7 @@ mod tests {
         assert_eq!(
             refusal(&e),
             (
-                "ResourceProtection/empty-namespaces-may-go",
+                policy(PolicyKind::ResourceProtection, "empty-namespaces-may-go"),
                 DenialKind::Protected,
                 "holdfast: Namespace shop is protected by \
                  ResourceProtection/empty-namespaces-may-go (selects namespaces named shop, mode \
@@ -647,7 +631,7 @@ mod tests {
         let req = review("UPDATE", DEPLOYMENT, Some("shop"), new, old.clone());
         let e = run(&req, &cfg(true, &[]), &View::default());
         let (policy, kind, message, blockers) = refusal(&e);
-        assert_eq!((policy, kind), ("strict", DenialKind::Protected));
+        assert_eq!((policy, kind), (Decider::Strict, DenialKind::Protected));
         assert_eq!(
             blockers,
             vec!["label holdfast.dev/protected=Cascading".to_string()]

@@ -24,7 +24,9 @@ use holdfast_shared::{
     },
     labels::ProtectionLabels,
     names::{API_GROUP, WEBHOOK_CONFIGURATION_NAME},
-    policy::{ClusterView as _, Decision, DenialKind, Explanation, PolicyConfig, explain_delete},
+    policy::{
+        ClusterView as _, Decider, Decision, DenialKind, Explanation, PolicyConfig, explain_delete,
+    },
     review::{AdmissionRequest, UserInfo},
     topology::Topology,
     webhookconfig::{
@@ -776,11 +778,14 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
             let name = item["metadata"]["name"].as_str().unwrap_or("?").to_string();
             let req = delete_review(&res, item, UserInfo::default());
             let e = explain_until(&req, &cfg, &view, deadline).await;
-            let own = e
+            let own = e.findings.iter().any(|f| {
+                f.decider != Decider::Containment && f.enforcement == Enforcement::Enforce
+            });
+            let Some(contained) = e
                 .findings
                 .iter()
-                .any(|f| f.policy != "containment" && f.enforcement == Enforcement::Enforce);
-            let Some(contained) = e.findings.iter().find(|f| f.policy == "containment") else {
+                .find(|f| f.decider == Decider::Containment)
+            else {
                 continue;
             };
             if own || contained.blockers.is_empty() {
