@@ -19,21 +19,21 @@ pub(crate) async fn evaluate<V: ClusterView>(
     let cluster = logical_cluster(obj);
     let (container, contents) = if req.is_namespace() {
         let contents = cx.view.namespace_contents(cluster, name).await;
-        (Container::namespace(name), contents)
+        (Container::Namespace(name), contents)
     } else if req.is_crd() {
         let contents = cx.view.custom_resources(cluster, obj).await;
-        (Container::crd(name), contents)
+        (Container::Crd(name), contents)
     } else {
         return None;
     };
-    Some(judge(req, &container, contents, cx).await)
+    Some(judge(req, container, contents, cx).await)
 }
 
 /// Judges a container by `contents`, what it holds, or why that could not be read
 /// (refused: fail closed).
 async fn judge<V: ClusterView>(
     req: &AdmissionRequest,
-    container: &Container<'_>,
+    container: Container<'_>,
     contents: Result<Vec<ContainedObject>, LookupError>,
     cx: &Context<'_, V>,
 ) -> Evaluation {

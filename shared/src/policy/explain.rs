@@ -1,21 +1,11 @@
 //! Everything that concerns one DELETE, for `kubectl holdfast why`.
 
 use super::{
-    ClusterView, Context, Decider, Decision, Evaluation, Finding, PolicyConfig, break_glass,
-    containment, evaluate, label, messages, objects,
+    BreakGlassState, ClusterView, Context, Decider, Decision, Evaluation, Finding, PolicyConfig,
+    break_glass, containment, evaluate, label, messages, objects,
 };
 use crate::review::{AdmissionRequest, check_metadata};
 use chrono::{DateTime, Utc};
-
-/// The state of the break-glass markers on an object.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BreakGlassState {
-    /// The marker that counts (`annotation KEY`, `label KEY`), if one does.
-    pub active: Option<String>,
-    /// Why a marker present does not count (expired, bad value, too far ahead).
-    pub ignored: Option<String>,
-}
 
 /// Everything that concerns the DELETE of one object, for `kubectl holdfast why`:
 /// the webhook's own verdict, and every protection met, uncapped and whatever its

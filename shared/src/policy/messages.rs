@@ -104,16 +104,12 @@ pub fn label_alive(
     skip_note: &str,
     unprotect: &str,
 ) -> String {
-    let Alive {
-        condition,
-        still,
-        drain,
-    } = alive;
     format!(
         "{MESSAGE_PREFIX} {what} is protected by label {key}={value} (policy: label \
-         {key}) {condition}, and {still}, so it cannot be deleted{skip_note}. \
-         To delete it, first {drain}; or {unprotect}, or set the annotation \
-         {SKIP_ANNOTATION}=true if you are allowed to bypass protection."
+         {key}) {}, and {}, so it cannot be deleted{skip_note}. \
+         To delete it, first {}; or {unprotect}, or set the annotation \
+         {SKIP_ANNOTATION}=true if you are allowed to bypass protection.",
+        alive.condition, alive.still, alive.drain
     )
 }
 
@@ -302,16 +298,12 @@ pub fn protection_alive(
     alive: Alive<'_>,
     name: &str,
 ) -> String {
-    let Alive {
-        condition,
-        still,
-        drain,
-    } = alive;
     format!(
         "{MESSAGE_PREFIX} {what} is protected by {policy} (selects {scope}, \
-         mode Cascading) {condition}, and {still}, so it cannot be deleted. \
-         To delete it, first {drain}; or remove it from the policy \
-         (kubectl edit resourceprotection {name}), {BYPASS_HINT}."
+         mode Cascading) {}, and {}, so it cannot be deleted. \
+         To delete it, first {}; or remove it from the policy \
+         (kubectl edit resourceprotection {name}), {BYPASS_HINT}.",
+        alive.condition, alive.still, alive.drain
     )
 }
 
@@ -476,53 +468,28 @@ pub fn anchor_unread(anchor: &str, what: &str, policy: &str, e: &str) -> String 
 
 // --- Containment ------------------------------------------------------------------
 
-/// What a containment refusal says about its container.
-pub struct Container<'a> {
-    /// "Namespace prod", "CustomResourceDefinition widgets.example.com".
-    pub what: String,
-    /// "holds objects", "has instances".
-    pub holds: &'a str,
-    /// What could not be verified when the contents cannot be read: "what Namespace
-    /// prod holds".
-    pub unverified: String,
-    /// Why unchecked contents matter: the tail of "Refusing rather than risk ...".
-    pub risk: &'a str,
-    /// What deleting it anyway would do.
-    pub consequence: &'a str,
-    /// How the bypass hint names it.
-    pub bypass_on: &'a str,
+/// A container whose DELETE takes what it holds with it.
+#[derive(Clone, Copy, Debug)]
+pub enum Container<'a> {
+    /// The Namespace of this name (it holds objects).
+    Namespace(&'a str),
+    /// The CustomResourceDefinition of this name (it has instances).
+    Crd(&'a str),
 }
 
 impl Container<'_> {
-    /// A Namespace `name`.
-    pub fn namespace(name: &str) -> Self {
-        Container {
-            what: format!("Namespace {name}"),
-            holds: "holds objects",
-            unverified: format!("what Namespace {name} holds"),
-            risk: "a half-deleted namespace",
-            consequence: "that would leave it half-deleted",
-            bypass_on: "namespace",
-        }
-    }
-
-    /// A CustomResourceDefinition `name`.
-    pub fn crd(name: &str) -> Self {
-        Container {
-            what: format!("CustomResourceDefinition {name}"),
-            holds: "has instances",
-            unverified: format!("what instances CustomResourceDefinition {name} has"),
-            risk: "deleting protected objects with it",
-            consequence: "that would delete them all, unchecked",
-            bypass_on: "CustomResourceDefinition",
-        }
-    }
-
     /// Its contents could not be read.
-    pub fn unverified(&self, e: &str) -> String {
-        let Container {
-            unverified, risk, ..
-        } = self;
+    pub fn unverified(self, e: &str) -> String {
+        let (unverified, risk) = match self {
+            Self::Namespace(n) => (
+                format!("what Namespace {n} holds"),
+                "a half-deleted namespace",
+            ),
+            Self::Crd(n) => (
+                format!("what instances CustomResourceDefinition {n} has"),
+                "deleting protected objects with it",
+            ),
+        };
         format!(
             "{MESSAGE_PREFIX} cannot verify {unverified}: {e}. Refusing rather than \
              risk {risk}; retry later, {BYPASS_HINT}."
@@ -530,14 +497,21 @@ impl Container<'_> {
     }
 
     /// It holds protected objects (`protected`: the capped list).
-    pub fn protected(&self, protected: &str) -> String {
-        let Container {
-            what,
-            holds,
-            consequence,
-            bypass_on,
-            ..
-        } = self;
+    pub fn protected(self, protected: &str) -> String {
+        let (what, holds, consequence, bypass_on) = match self {
+            Self::Namespace(n) => (
+                format!("Namespace {n}"),
+                "holds objects",
+                "that would leave it half-deleted",
+                "namespace",
+            ),
+            Self::Crd(n) => (
+                format!("CustomResourceDefinition {n}"),
+                "has instances",
+                "that would delete them all, unchecked",
+                "CustomResourceDefinition",
+            ),
+        };
         format!(
             "{MESSAGE_PREFIX} {what} {holds} that are protected from deletion: {protected} \
              (policy: containment), so it cannot be deleted: {consequence}. To delete it, \

@@ -36,11 +36,12 @@ mod view;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use explain::{BreakGlassState, Explanation, explain_delete};
+pub use explain::{Explanation, explain_delete};
 pub use label::{BreakGlass, SkipProblem, break_glass, look_alike_warnings};
 pub use messages::DEFERRED_HINT;
 pub use outcome::{
-    Decider, Decision, Denial, DenialKind, Evaluation, Finding, PolicyKind, PolicyRef,
+    BreakGlassState, Decider, Decision, Denial, DenialKind, Evaluation, Finding, PolicyKind,
+    PolicyRef,
 };
 pub use view::{ClusterView, ContainedObject, DependentsQuery, LookupError, NoPolicies};
 

@@ -238,6 +238,16 @@ impl Evaluation {
     }
 }
 
+/// The state of the break-glass markers on an object.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakGlassState {
+    /// The marker that counts (`annotation KEY`, `label KEY`), if one does.
+    pub active: Option<String>,
+    /// Why a marker present does not count (expired, bad value, too far ahead).
+    pub ignored: Option<String>,
+}
+
 /// One protection that concerns a DELETE, whatever its mode: what `explain` lists.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -255,7 +255,7 @@ fn strict_covers_label_removal_through_subresources() {
     let new = cm(json!({}), json!({}));
     let mut r = update(old, new);
     r.sub_resource = Some("status".into());
-    let e = evaluate(&r, &cfg(true, &[]), &NoPolicies, now());
+    let e = judge(&r, &cfg(true, &[]));
     assert_decided(&e, Decider::Strict, "strict");
     assert_eq!(
         denied(&e).blockers,
@@ -270,7 +270,7 @@ fn look_alike_labels_warn_on_create_and_update() {
         &["resourcetemplate.karmada.io/deletion-protected=Always"],
     );
     let obj = cm(json!({"holdfast.dev/protected": "always"}), json!({}));
-    let e = evaluate(
+    let e = judge(
         &review(
             "CREATE",
             "ConfigMap",
@@ -279,8 +279,6 @@ fn look_alike_labels_warn_on_create_and_update() {
             Value::Null,
         ),
         &c,
-        &NoPolicies,
-        now(),
     );
     assert_eq!(
         e.decision,
@@ -295,12 +293,7 @@ fn look_alike_labels_warn_on_create_and_update() {
         json!({"resourcetemplate.karmada.io/deletion-protected": "true"}),
         json!({}),
     );
-    let e = evaluate(
-        &update(cm(json!({}), json!({})), karmada.clone()),
-        &c,
-        &NoPolicies,
-        now(),
-    );
+    let e = judge(&update(cm(json!({}), json!({})), karmada.clone()), &c);
     assert_eq!(
         e.decision,
         Decision::Allow,
@@ -310,13 +303,13 @@ fn look_alike_labels_warn_on_create_and_update() {
         json!({"resourcetemplate.karmada.io/deletion-protected": "ALWAYS"}),
         json!({}),
     );
-    let e = evaluate(&update(karmada, bad.clone()), &c, &NoPolicies, now());
+    let e = judge(&update(karmada, bad.clone()), &c);
     assert!(
         matches!(&e.decision, Decision::Warn(w) if w.len() == 1),
         "{e:?}"
     );
     // Unchanged on a later update: no repeated warning.
-    let e = evaluate(&update(bad.clone(), bad), &c, &NoPolicies, now());
+    let e = judge(&update(bad.clone(), bad), &c);
     assert_eq!(e.decision, Decision::Allow);
 }
 

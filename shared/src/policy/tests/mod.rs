@@ -85,6 +85,17 @@ pub(crate) fn policy(kind: PolicyKind, name: &str) -> Decider {
     ))
 }
 
+/// `req` judged under `cfg` with no policy objects.
+fn judge(req: &AdmissionRequest, cfg: &PolicyConfig) -> Evaluation {
+    evaluate(req, cfg, &NoPolicies, now())
+}
+
+/// The DELETE of a ConfigMap carrying `labels` and `annotations`, under the default
+/// configuration and no policy objects.
+fn plain_delete(labels: Value, annotations: Value) -> Evaluation {
+    judge(&delete(cm(labels, annotations)), &cfg(false, &[]))
+}
+
 pub(crate) fn denied(e: &Evaluation) -> &Denial {
     match &e.decision {
         Decision::Deny(d) => d,
@@ -95,12 +106,7 @@ pub(crate) fn denied(e: &Evaluation) -> &Denial {
 #[test]
 fn delete_with_protecting_values_is_denied() {
     for value in ["Always", "true"] {
-        let e = evaluate(
-            &delete(cm(json!({"holdfast.dev/protected": value}), json!({}))),
-            &cfg(false, &[]),
-            &NoPolicies,
-            now(),
-        );
+        let e = plain_delete(json!({"holdfast.dev/protected": value}), json!({}));
         let d = denied(&e);
         assert_decided(&e, label("holdfast.dev/protected"), "label");
         assert!(
@@ -125,12 +131,7 @@ fn delete_without_protection_is_allowed() {
         json!({"holdfast.dev/protected": "false"}),
         json!(null),
     ] {
-        let e = evaluate(
-            &delete(cm(labels, json!({}))),
-            &cfg(false, &[]),
-            &NoPolicies,
-            now(),
-        );
+        let e = plain_delete(labels, json!({}));
         assert_eq!(e.decision, Decision::Allow);
     }
 }
@@ -139,7 +140,7 @@ fn delete_without_protection_is_allowed() {
 fn nameless_namespace_cleanup_delete_is_named_from_old_object() {
     let mut req = delete(cm(json!({"holdfast.dev/protected": "true"}), json!({})));
     req.name = None;
-    let e = evaluate(&req, &cfg(false, &[]), &NoPolicies, now());
+    let e = judge(&req, &cfg(false, &[]));
     assert!(denied(&e).message.contains("ConfigMap ns/obj"));
 }
 
@@ -150,33 +151,21 @@ fn karmada_key_protects_only_with_always() {
         &["resourcetemplate.karmada.io/deletion-protected=Always"],
     );
     let key = "resourcetemplate.karmada.io/deletion-protected";
-    let e = evaluate(
-        &delete(cm(json!({key: "Always"}), json!({}))),
-        &c,
-        &NoPolicies,
-        now(),
-    );
+    let e = judge(&delete(cm(json!({key: "Always"}), json!({}))), &c);
     assert!(denied(&e).message.contains(key));
-    let e = evaluate(
-        &delete(cm(json!({key: "true"}), json!({}))),
-        &c,
-        &NoPolicies,
-        now(),
-    );
+    let e = judge(&delete(cm(json!({key: "true"}), json!({}))), &c);
     assert_eq!(e.decision, Decision::Allow);
 }
 
 #[test]
 fn orkestra_key_protects_with_true() {
     let c = cfg(false, &["orkestra.io/deletion-protection=true"]);
-    let e = evaluate(
+    let e = judge(
         &delete(cm(
             json!({"orkestra.io/deletion-protection": "true"}),
             json!({}),
         )),
         &c,
-        &NoPolicies,
-        now(),
     );
     assert!(
         denied(&e)
@@ -184,11 +173,9 @@ fn orkestra_key_protects_with_true() {
             .contains("orkestra.io/deletion-protection=true")
     );
     // The built-in key keeps working next to the extra one.
-    let e = evaluate(
+    let e = judge(
         &delete(cm(json!({"holdfast.dev/protected": "Always"}), json!({}))),
         &c,
-        &NoPolicies,
-        now(),
     );
     assert!(matches!(e.decision, Decision::Deny(_)));
 }
@@ -201,23 +188,13 @@ fn skip_annotation_and_aliases_allow() {
         json!({"dependencies.opendefense.cloud/skip-protection": "true"}),
         json!({"holdfast.dev/skip-protection": "2026-11-22T09:00:00Z"}),
     ] {
-        let e = evaluate(
-            &delete(cm(protected.clone(), ann)),
-            &cfg(false, &[]),
-            &NoPolicies,
-            now(),
-        );
+        let e = plain_delete(protected.clone(), ann);
         assert_eq!(e.decision, Decision::Allow);
         assert_decided(&e, Decider::BreakGlass, "break-glass");
     }
     let with_label =
         json!({"holdfast.dev/protected": "true", "appcat.vshn.io/webhook-allowdeletion": "true"});
-    let e = evaluate(
-        &delete(cm(with_label, json!({}))),
-        &cfg(false, &[]),
-        &NoPolicies,
-        now(),
-    );
+    let e = plain_delete(with_label, json!({}));
     assert_eq!(e.decision, Decision::Allow);
 }
 
@@ -231,22 +208,12 @@ fn skip_with_other_values_does_not_allow() {
             "has expired",
         ),
     ] {
-        let e = evaluate(
-            &delete(cm(protected.clone(), ann)),
-            &cfg(false, &[]),
-            &NoPolicies,
-            now(),
-        );
+        let e = plain_delete(protected.clone(), ann);
         assert!(denied(&e).message.contains(note), "{}", denied(&e).message);
     }
     let label_false =
         json!({"holdfast.dev/protected": "true", "appcat.vshn.io/webhook-allowdeletion": "True"});
-    let e = evaluate(
-        &delete(cm(label_false, json!({}))),
-        &cfg(false, &[]),
-        &NoPolicies,
-        now(),
-    );
+    let e = plain_delete(label_false, json!({}));
     assert!(matches!(e.decision, Decision::Deny(_)));
 }
 
@@ -255,12 +222,7 @@ fn break_glass_further_ahead_than_the_cap_does_not_count() {
     let protected = json!({"holdfast.dev/protected": "true"});
     // now() is 2026-11-22T08:00Z; the default cap is 24h.
     let far = json!({"holdfast.dev/skip-protection": "9999-12-31T00:00:00Z"});
-    let e = evaluate(
-        &delete(cm(protected.clone(), far)),
-        &cfg(false, &[]),
-        &NoPolicies,
-        now(),
-    );
+    let e = plain_delete(protected.clone(), far);
     let msg = &denied(&e).message;
     assert!(
         msg.contains(
@@ -271,18 +233,13 @@ fn break_glass_further_ahead_than_the_cap_does_not_count() {
     );
     // Just inside the cap counts; a shorter configured cap refuses it.
     let inside = json!({"holdfast.dev/skip-protection": "2026-11-23T07:59:00Z"});
-    let e = evaluate(
-        &delete(cm(protected.clone(), inside.clone())),
-        &cfg(false, &[]),
-        &NoPolicies,
-        now(),
-    );
+    let e = plain_delete(protected.clone(), inside.clone());
     assert_decided(&e, Decider::BreakGlass, "break-glass");
     let short = PolicyConfig {
         max_break_glass: chrono::TimeDelta::hours(1),
         ..cfg(false, &[])
     };
-    let e = evaluate(&delete(cm(protected, inside)), &short, &NoPolicies, now());
+    let e = judge(&delete(cm(protected, inside)), &short);
     assert!(denied(&e).message.contains("more than 1h ahead"));
 }
 
@@ -292,12 +249,7 @@ fn strict_update_removing_label_is_denied() {
     let removed = cm(json!({}), json!({}));
     let downgraded = cm(json!({"holdfast.dev/protected": "false"}), json!({}));
     for new in [removed, downgraded] {
-        let e = evaluate(
-            &update(old.clone(), new),
-            &cfg(true, &[]),
-            &NoPolicies,
-            now(),
-        );
+        let e = judge(&update(old.clone(), new), &cfg(true, &[]));
         let d = denied(&e);
         assert_decided(&e, Decider::Strict, "strict");
         assert!(d.message.contains("strict mode is on"));
@@ -307,12 +259,7 @@ fn strict_update_removing_label_is_denied() {
 #[test]
 fn strict_off_allows_label_removal() {
     let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
-    let e = evaluate(
-        &update(old, cm(json!({}), json!({}))),
-        &cfg(false, &[]),
-        &NoPolicies,
-        now(),
-    );
+    let e = judge(&update(old, cm(json!({}), json!({}))), &cfg(false, &[]));
     assert_eq!(e.decision, Decision::Allow);
 }
 
@@ -320,7 +267,7 @@ fn strict_off_allows_label_removal() {
 fn strict_exemption_must_already_be_stored() {
     let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
     let new = cm(json!({"holdfast.dev/strict-exempt": "true"}), json!({}));
-    let e = evaluate(&update(old, new), &cfg(true, &[]), &NoPolicies, now());
+    let e = judge(&update(old, new), &cfg(true, &[]));
     assert!(denied(&e).message.contains("must already be stored"));
 
     let old = cm(
@@ -328,7 +275,7 @@ fn strict_exemption_must_already_be_stored() {
         json!({}),
     );
     let new = cm(json!({"holdfast.dev/strict-exempt": "true"}), json!({}));
-    let e = evaluate(&update(old, new), &cfg(true, &[]), &NoPolicies, now());
+    let e = judge(&update(old, new), &cfg(true, &[]));
     assert_eq!(e.decision, Decision::Allow);
 }
 
@@ -448,12 +395,7 @@ fn strict_allows_unrelated_updates_and_guards_the_exemption() {
         json!({"holdfast.dev/protected": "true", "x": "y"}),
         json!({}),
     );
-    let e = evaluate(
-        &update(old.clone(), new),
-        &cfg(true, &[]),
-        &NoPolicies,
-        now(),
-    );
+    let e = judge(&update(old.clone(), new), &cfg(true, &[]));
     assert_eq!(e.decision, Decision::Allow);
     // Adding the exemption or a break-glass marker needs the bypass permission.
     let exempt = cm(
@@ -488,12 +430,7 @@ fn strict_allows_unrelated_updates_and_guards_the_exemption() {
             d.message
         );
         // No way to ask: refused, not allowed.
-        let e = evaluate(
-            &update(old.clone(), new),
-            &cfg(true, &[]),
-            &NoPolicies,
-            now(),
-        );
+        let e = judge(&update(old.clone(), new), &cfg(true, &[]));
         assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
     }
     // Without strict mode nothing is checked.
@@ -501,7 +438,7 @@ fn strict_allows_unrelated_updates_and_guards_the_exemption() {
         json!({"holdfast.dev/protected": "Always"}),
         json!({"holdfast.dev/skip-protection": "true"}),
     );
-    let e = evaluate(&update(old, skip), &cfg(false, &[]), &NoPolicies, now());
+    let e = judge(&update(old, skip), &cfg(false, &[]));
     assert_eq!(e.decision, Decision::Allow);
 }
 
@@ -519,28 +456,21 @@ fn strict_applies_to_extra_keys() {
         json!({"resourcetemplate.karmada.io/deletion-protected": "true"}),
         json!({}),
     );
-    let e = evaluate(&update(old, new), &c, &NoPolicies, now());
+    let e = judge(&update(old, new), &c);
     assert!(matches!(e.decision, Decision::Deny(_)));
 }
 
 #[test]
 fn unreadable_objects_are_denied_not_allowed() {
-    let e = evaluate(&delete(Value::Null), &cfg(false, &[]), &NoPolicies, now());
+    let e = judge(&delete(Value::Null), &cfg(false, &[]));
     assert_eq!(denied(&e).kind, DenialKind::Unreadable);
-    let e = evaluate(
+    let e = judge(
         &delete(json!({"metadata": {"labels": "x"}})),
         &cfg(false, &[]),
-        &NoPolicies,
-        now(),
     );
     assert_eq!(denied(&e).kind, DenialKind::Unreadable);
     let old = cm(json!({"holdfast.dev/protected": "Always"}), json!({}));
-    let e = evaluate(
-        &update(old, json!({"metadata": 3})),
-        &cfg(true, &[]),
-        &NoPolicies,
-        now(),
-    );
+    let e = judge(&update(old, json!({"metadata": 3})), &cfg(true, &[]));
     assert_eq!(denied(&e).kind, DenialKind::Unreadable);
 }
 
@@ -579,7 +509,7 @@ fn not_ready_denies_governed_deletes_but_label_decisions_still_work() {
 
 #[test]
 fn creates_are_allowed() {
-    let e = evaluate(
+    let e = judge(
         &review(
             "CREATE",
             "ConfigMap",
@@ -588,8 +518,6 @@ fn creates_are_allowed() {
             Value::Null,
         ),
         &cfg(true, &[]),
-        &NoPolicies,
-        now(),
     );
     assert_eq!(e.decision, Decision::Allow);
 }
