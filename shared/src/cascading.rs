@@ -219,7 +219,7 @@ mod tests {
         api::{common::Enforcement, resource_protection::ResourceSelector},
         policy::{
             Decider, Decision, DenialKind, Evaluation, PolicyConfig, PolicyKind, evaluate,
-            tests::{cfg, label, now, policy},
+            tests::{CRD, DEPLOYMENT, NAMESPACE, cfg, label, now, policy},
         },
         registry::{CompiledProtection, PolicyKey},
         review::parse_review,
@@ -310,13 +310,6 @@ mod tests {
         }
     }
 
-    const NAMESPACE: (&str, &str, &str) = ("", "namespaces", "Namespace");
-    const DEPLOYMENT: (&str, &str, &str) = ("apps", "deployments", "Deployment");
-    const CRD: (&str, &str, &str) = (
-        "apiextensions.k8s.io",
-        "customresourcedefinitions",
-        "CustomResourceDefinition",
-    );
     const KRUISE: &str = "policy.kruise.io/delete-protection";
 
     fn run(req: &AdmissionRequest, cfg: &PolicyConfig, view: &View) -> Evaluation {

@@ -12,6 +12,16 @@ struct View {
     bypass_asked: AtomicBool,
 }
 
+impl View {
+    /// `found`, or the error `why` while lookups fail.
+    fn unless_failing<T>(&self, why: &str, found: T) -> Result<T, LookupError> {
+        match self.lookup_fails {
+            true => Err(LookupError(why.into())),
+            false => Ok(found),
+        }
+    }
+}
+
 impl ClusterView for View {
     fn policies_loaded(&self) -> bool {
         true
@@ -19,45 +29,20 @@ impl ClusterView for View {
     fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
         self.registry.protections_for(gr)
     }
-    fn object(
-        &self,
-        _c: &str,
-        _gr: &GroupResource,
-        ns: Option<&str>,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
-        let found = self
-            .pods
-            .iter()
-            .find(|p| {
-                crate::review::meta_str(p, "name") == Some(name)
-                    && crate::review::meta_str(p, "namespace") == ns
-            })
-            .cloned()
-            .map(Arc::new);
-        let fails = self.lookup_fails;
-        async move {
-            if fails {
-                Err(LookupError("boom".into()))
-            } else {
-                Ok(found)
-            }
-        }
+    async fn object(&self, _: &str, _: &GroupResource, ns: Option<&str>, name: &str) -> Found {
+        let found = self.pods.iter().find(|p| {
+            crate::review::meta_str(p, "name") == Some(name)
+                && crate::review::meta_str(p, "namespace") == ns
+        });
+        self.unless_failing("boom", found.cloned().map(Arc::new))
     }
-    fn custom_resources(
+    async fn custom_resources(
         &self,
-        _c: &str,
-        _crd: &Value,
-    ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send {
-        let items = self.instances.clone();
-        let fails = self.lookup_fails;
-        async move {
-            if fails {
-                Err(LookupError("discovery of example.com/v1 failed".into()))
-            } else {
-                Ok(items)
-            }
-        }
+        _: &str,
+        _: &Value,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        let why = "discovery of example.com/v1 failed";
+        self.unless_failing(why, self.instances.clone())
     }
     fn can_bypass(
         &self,

@@ -36,22 +36,12 @@ impl ClusterView for View {
             .unwrap_or(0);
         async move { Ok(n) }
     }
-    fn object(
-        &self,
-        _c: &str,
-        gr: &GroupResource,
-        ns: Option<&str>,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
-        let o = self
+    async fn object(&self, _: &str, gr: &GroupResource, ns: Option<&str>, name: &str) -> Found {
+        let key = (gr.to_string(), ns.unwrap_or_default(), name);
+        Ok(self
             .objects
-            .get(&(
-                gr.to_string(),
-                ns.unwrap_or_default().to_string(),
-                name.to_string(),
-            ))
-            .cloned();
-        async move { Ok(o) }
+            .get(&(key.0, key.1.into(), key.2.into()))
+            .cloned())
     }
     fn namespace_contents(
         &self,
@@ -68,24 +58,10 @@ impl ClusterView for View {
     }
 }
 
-fn del(
-    group: &str,
-    kind: &str,
-    resource: &str,
-    ns: Option<&str>,
-    name: &str,
-    labels: Value,
-) -> AdmissionRequest {
-    let mut meta = json!({"name": name, "labels": labels});
-    if let Some(ns) = ns {
-        meta["namespace"] = json!(ns);
-    }
-    let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
-        "uid":"u","kind":{"group":group,"version":"v1","kind":kind},
-        "resource":{"group":group,"version":"v1","resource":resource},
-        "name":name,"namespace":ns.unwrap_or(name),"operation":"DELETE","userInfo":{"username":"bob"},
-        "object":null,"oldObject":{"metadata": meta}}});
-    parse_review(body.to_string().as_bytes()).expect("review")
+/// The DELETE of an object as user bob (a cluster-scoped one reviewed with its own
+/// name as the request's namespace, as for a Namespace).
+fn del(what: (&str, &str, &str), ns: Option<&str>, name: &str, labels: Value) -> AdmissionRequest {
+    delete_review(what, ns, ns.or(Some(name)), name, labels)
 }
 
 fn critical_view() -> View {
@@ -107,25 +83,14 @@ fn critical_service_orders_deletion() {
     let mut v = critical_view();
     let c = cfg(false, &[]);
     let provider = del(
-        "apps",
-        "Deployment",
-        "deployments",
+        DEPLOYMENT,
         Some("finalizer-namespace"),
         "finalizer-deployment",
         json!({}),
     );
-    let ns = del(
-        "",
-        "Namespace",
-        "namespaces",
-        None,
-        "finalizer-namespace",
-        json!({}),
-    );
+    let ns = del(NAMESPACE, None, "finalizer-namespace", json!({}));
     let itself = del(
-        "holdfast.dev",
-        "CriticalService",
-        "criticalservices",
+        ("holdfast.dev", "criticalservices", "CriticalService"),
         None,
         "for-finalizer-deployment",
         json!({}),
@@ -204,14 +169,7 @@ fn critical_service_orders_deletion() {
     v.objects.clear();
     assert_eq!(evaluate(&itself, &c, &v, now()).decision, Decision::Allow);
     // Another deployment in the namespace is not the provider.
-    let other = del(
-        "apps",
-        "Deployment",
-        "deployments",
-        Some("finalizer-namespace"),
-        "web",
-        json!({}),
-    );
+    let other = del(DEPLOYMENT, Some("finalizer-namespace"), "web", json!({}));
     assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
 }
 
@@ -259,9 +217,7 @@ fn anchors_in_another_cluster_are_never_read_locally_and_fail_closed() {
         Arc::new(json!({"metadata": {"name": "pg-1"}})),
     );
     let bucket = del(
-        "",
-        "ConfigMap",
-        "configmaps",
+        CONFIGMAP,
         Some("app"),
         "b",
         json!({"appcat.vshn.io/composite-name": "pg-1"}),
@@ -294,25 +250,14 @@ fn anchor_rule_lifecycle() {
     v.objects.insert(ns_key, Arc::new(json!({"metadata": {"name": "vshn-postgresql-pg-1", "labels": {"appcat.vshn.io/composite-name": "pg-1"}}})));
     v.objects.insert(anchor_key.clone(), Arc::new(json!({"metadata": {"name": "pg-1"}, "spec": {"parameters": {"backup": {"deletionProtection": true}}}})));
     let ns = del(
-        "",
-        "Namespace",
-        "namespaces",
+        NAMESPACE,
         None,
         "vshn-postgresql-pg-1",
         json!({"appcat.vshn.io/composite-name": "pg-1"}),
     );
-    let pvc = del(
-        "",
-        "PersistentVolumeClaim",
-        "persistentvolumeclaims",
-        Some("vshn-postgresql-pg-1"),
-        "data",
-        json!({}),
-    );
+    let pvc = del(PVC, Some("vshn-postgresql-pg-1"), "data", json!({}));
     let bucket = del(
-        "appcat.vshn.io",
-        "XObjectBucket",
-        "xobjectbuckets",
+        ("appcat.vshn.io", "xobjectbuckets", "XObjectBucket"),
         None,
         "b",
         json!({"appcat.vshn.io/composite-name": "pg-1"}),
@@ -323,9 +268,7 @@ fn anchor_rule_lifecycle() {
     }
     // Override label on exactly that object.
     let pvc_override = del(
-        "",
-        "PersistentVolumeClaim",
-        "persistentvolumeclaims",
+        PVC,
         Some("vshn-postgresql-pg-1"),
         "data",
         json!({"holdfast.dev/allow-deletion": "true"}),
@@ -335,9 +278,7 @@ fn anchor_rule_lifecycle() {
         Decision::Allow
     );
     let pvc_wrong = del(
-        "",
-        "PersistentVolumeClaim",
-        "persistentvolumeclaims",
+        PVC,
         Some("vshn-postgresql-pg-1"),
         "data",
         json!({"holdfast.dev/allow-deletion": "yes"}),
@@ -384,7 +325,7 @@ fn containment_denies_namespace_with_protected_contents() {
         object: Arc::new(json!({"metadata": {"name": "plain", "namespace": "shop"}})),
     });
     let c = cfg(false, &[]);
-    let ns = del("", "Namespace", "namespaces", None, "shop", json!({}));
+    let ns = del(NAMESPACE, None, "shop", json!({}));
     let e = evaluate(&ns, &c, &v, now());
     let d = denied(&e);
     assert_decided(&e, Decider::Containment, "containment");
@@ -394,7 +335,7 @@ fn containment_denies_namespace_with_protected_contents() {
     );
     assert!(d.message.starts_with("holdfast: Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)"), "{}", d.message);
     // Another namespace is unaffected.
-    let other = del("", "Namespace", "namespaces", None, "dev", json!({}));
+    let other = del(NAMESPACE, None, "dev", json!({}));
     assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
     // Break-glass on the contained object lifts it.
     v.contents[0].object = Arc::new(

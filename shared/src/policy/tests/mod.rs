@@ -85,6 +85,9 @@ pub(crate) fn policy(kind: PolicyKind, name: &str) -> Decider {
     ))
 }
 
+/// What a test view's `object` answers.
+pub(crate) type Found = Result<Option<Arc<Value>>, LookupError>;
+
 /// `req` judged under `cfg` with no policy objects.
 fn judge(req: &AdmissionRequest, cfg: &PolicyConfig) -> Evaluation {
     evaluate(req, cfg, &NoPolicies, now())
@@ -94,6 +97,39 @@ fn judge(req: &AdmissionRequest, cfg: &PolicyConfig) -> Evaluation {
 /// configuration and no policy objects.
 fn plain_delete(labels: Value, annotations: Value) -> Evaluation {
     judge(&delete(cm(labels, annotations)), &cfg(false, &[]))
+}
+
+/// Resources as the reviews name them: (group, resource, kind).
+pub(crate) const NAMESPACE: (&str, &str, &str) = ("", "namespaces", "Namespace");
+pub(crate) const DEPLOYMENT: (&str, &str, &str) = ("apps", "deployments", "Deployment");
+pub(crate) const CONFIGMAP: (&str, &str, &str) = ("", "configmaps", "ConfigMap");
+pub(crate) const PVC: (&str, &str, &str) = ("", "persistentvolumeclaims", "PersistentVolumeClaim");
+pub(crate) const VPC: (&str, &str, &str) = ("network.test.io", "vpcs", "VPC");
+pub(crate) const CRD: (&str, &str, &str) = (
+    "apiextensions.k8s.io",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+);
+
+/// The DELETE, as user bob, of `kind` `name` (in `ns`) of `group`/`resource`, carrying
+/// `labels`; `request_ns` is the namespace the review names.
+pub(crate) fn delete_review(
+    (group, resource, kind): (&str, &str, &str),
+    ns: Option<&str>,
+    request_ns: Option<&str>,
+    name: &str,
+    labels: Value,
+) -> AdmissionRequest {
+    let mut meta = json!({"name": name, "labels": labels});
+    if let Some(ns) = ns {
+        meta["namespace"] = json!(ns);
+    }
+    let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+        "uid":"u","kind":{"group":group,"version":"v1","kind":kind},
+        "resource":{"group":group,"version":"v1","resource":resource},
+        "name":name,"namespace":request_ns,"operation":"DELETE","userInfo":{"username":"bob"},
+        "object":null,"oldObject":{"metadata": meta}}});
+    parse_review(body.to_string().as_bytes()).expect("review")
 }
 
 pub(crate) fn denied(e: &Evaluation) -> &Denial {
@@ -305,23 +341,16 @@ fn deferred_requests_need_the_requester_and_the_delete_permission() {
         )
     };
     let plain = cm(json!({}), json!({}));
+    let ask = |old: Value, new: Value, view: &MayDelete| {
+        evaluate(&update(old, new), &cfg(false, &[]), view, now())
+    };
     let yes = MayDelete(Ok(true), Default::default());
-    let e = evaluate(
-        &update(plain.clone(), request("alice")),
-        &cfg(false, &[]),
-        &yes,
-        now(),
-    );
+    let e = ask(plain.clone(), request("alice"), &yes);
     assert_eq!(e.decision, Decision::Allow);
     assert_eq!(*yes.1.lock().expect("lock"), vec!["alice".to_string()]);
 
     // Someone else named: refused before any SubjectAccessReview.
-    let e = evaluate(
-        &update(plain.clone(), request("bob")),
-        &cfg(false, &[]),
-        &yes,
-        now(),
-    );
+    let e = ask(plain.clone(), request("bob"), &yes);
     assert_eq!(
         denied(&e).message,
         "holdfast: cannot accept the deferred deletion request on ConfigMap ns/obj: the \
@@ -334,12 +363,7 @@ fn deferred_requests_need_the_requester_and_the_delete_permission() {
     assert_eq!(yes.1.lock().expect("lock").len(), 1);
 
     let no = MayDelete(Ok(false), Default::default());
-    let e = evaluate(
-        &update(plain.clone(), request("alice")),
-        &cfg(false, &[]),
-        &no,
-        now(),
-    );
+    let e = ask(plain.clone(), request("alice"), &no);
     assert_eq!(
         denied(&e).message,
         "holdfast: user \"alice\" may not ask for the deferred deletion of ConfigMap ns/obj: \
@@ -348,12 +372,7 @@ fn deferred_requests_need_the_requester_and_the_delete_permission() {
          by impersonating the user name alone, without the groups of this request."
     );
     let failing = MayDelete(Err(LookupError("down".into())), Default::default());
-    let e = evaluate(
-        &update(plain.clone(), request("alice")),
-        &cfg(false, &[]),
-        &failing,
-        now(),
-    );
+    let e = ask(plain.clone(), request("alice"), &failing);
     assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
 
     // On kcp nothing carries a request out: not judged there.
@@ -361,19 +380,14 @@ fn deferred_requests_need_the_requester_and_the_delete_permission() {
     on_kcp["metadata"]["annotations"]["kcp.io/cluster"] = json!("root:team");
     let mut kcp_before = plain.clone();
     kcp_before["metadata"]["annotations"] = json!({"kcp.io/cluster": "root:team"});
-    let e = evaluate(&update(kcp_before, on_kcp), &cfg(false, &[]), &no, now());
+    let e = ask(kcp_before, on_kcp, &no);
     assert_eq!(e.decision, Decision::Allow);
     // Unrelated updates of a requested object, and withdrawing it: not judged.
     let mut touched = request("bob");
     touched["metadata"]["labels"]["x"] = json!("y");
-    let e = evaluate(
-        &update(request("bob"), touched),
-        &cfg(false, &[]),
-        &no,
-        now(),
-    );
+    let e = ask(request("bob"), touched, &no);
     assert_eq!(e.decision, Decision::Allow);
-    let e = evaluate(&update(request("bob"), plain), &cfg(false, &[]), &no, now());
+    let e = ask(request("bob"), plain, &no);
     assert_eq!(e.decision, Decision::Allow);
     assert!(no.1.lock().expect("lock").len() == 1);
 }

@@ -72,24 +72,14 @@ fn vm_rule(path: &str) -> Value {
                  "dependencies": [{"group": "network.test.io", "version": "v1", "resource": "vpcs", "fieldRef": {"path": path}}]}})
 }
 
+/// The DELETE of an object as user bob.
 fn delete_of(
-    group: &str,
-    kind: &str,
-    resource: &str,
+    what: (&str, &str, &str),
     ns: Option<&str>,
     name: &str,
     labels: Value,
 ) -> AdmissionRequest {
-    let mut meta = json!({"name": name, "labels": labels});
-    if let Some(ns) = ns {
-        meta["namespace"] = json!(ns);
-    }
-    let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
-        "uid":"u","kind":{"group":group,"version":"v1","kind":kind},
-        "resource":{"group":group,"version":"v1","resource":resource},
-        "name":name,"namespace":ns,"operation":"DELETE","userInfo":{"username":"bob"},
-        "object":null,"oldObject":{"metadata": meta}}});
-    parse_review(body.to_string().as_bytes()).expect("review")
+    delete_review(what, ns, ns, name, labels)
 }
 
 #[test]
@@ -121,14 +111,7 @@ fn resource_protection_selectors_and_modes() {
     );
     let c = cfg(false, &[]);
     let e = evaluate(
-        &delete_of(
-            "apps",
-            "Deployment",
-            "deployments",
-            Some("shop"),
-            "db",
-            json!({}),
-        ),
+        &delete_of(DEPLOYMENT, Some("shop"), "db", json!({})),
         &c,
         &v,
         now(),
@@ -142,14 +125,7 @@ fn resource_protection_selectors_and_modes() {
     assert!(d.message.starts_with("holdfast: Deployment shop/db is protected by ResourceProtection/shop-db (selects deployments.apps in namespace shop named db)"), "{}", d.message);
     for (ns, name) in [("shop", "web"), ("other", "db")] {
         let e = evaluate(
-            &delete_of(
-                "apps",
-                "Deployment",
-                "deployments",
-                Some(ns),
-                name,
-                json!({}),
-            ),
+            &delete_of(DEPLOYMENT, Some(ns), name, json!({})),
             &c,
             &v,
             now(),
@@ -157,14 +133,7 @@ fn resource_protection_selectors_and_modes() {
         assert_eq!(e.decision, Decision::Allow, "{ns}/{name}");
     }
     let e = evaluate(
-        &delete_of(
-            "apiextensions.k8s.io",
-            "CustomResourceDefinition",
-            "customresourcedefinitions",
-            None,
-            "widgets.example.com",
-            json!({}),
-        ),
+        &delete_of(CRD, None, "widgets.example.com", json!({})),
         &c,
         &v,
         now(),
@@ -175,14 +144,7 @@ fn resource_protection_selectors_and_modes() {
             .contains("CustomResourceDefinition widgets.example.com")
     );
     let e = evaluate(
-        &delete_of(
-            "",
-            "ConfigMap",
-            "configmaps",
-            Some("x"),
-            "cfg",
-            json!({"tier": "data"}),
-        ),
+        &delete_of(CONFIGMAP, Some("x"), "cfg", json!({"tier": "data"})),
         &c,
         &v,
         now(),
@@ -192,21 +154,14 @@ fn resource_protection_selectors_and_modes() {
         other => panic!("{other:?}"),
     }
     let e = evaluate(
-        &delete_of(
-            "",
-            "ConfigMap",
-            "configmaps",
-            Some("x"),
-            "cfg",
-            json!({"tier": "web"}),
-        ),
+        &delete_of(CONFIGMAP, Some("x"), "cfg", json!({"tier": "web"})),
         &c,
         &v,
         now(),
     );
     assert_eq!(e.decision, Decision::Allow);
     let e = evaluate(
-        &delete_of("", "Secret", "secrets", Some("x"), "s", json!({})),
+        &delete_of(("", "secrets", "Secret"), Some("x"), "s", json!({})),
         &c,
         &v,
         now(),
@@ -234,14 +189,7 @@ fn vm(idx: &DependentsIndex, v: &View, name: &str, spec: Value, terminating: boo
 fn dependency_rule_blocks_while_referenced() {
     let mut v = view(&[], &[vm_rule(".spec.vpcRef.name")]);
     let c = cfg(false, &[]);
-    let del = delete_of(
-        "network.test.io",
-        "VPC",
-        "vpcs",
-        Some("default"),
-        "my-vpc",
-        json!({}),
-    );
+    let del = delete_of(VPC, Some("default"), "my-vpc", json!({}));
     assert_eq!(evaluate(&del, &c, &v, now()).decision, Decision::Allow);
     let idx = v.index.clone();
     vm(
@@ -269,14 +217,7 @@ fn dependency_rule_blocks_while_referenced() {
         d.message
     );
     // Another namespace's VPC of the same name is not referenced.
-    let other = delete_of(
-        "network.test.io",
-        "VPC",
-        "vpcs",
-        Some("prod"),
-        "my-vpc",
-        json!({}),
-    );
+    let other = delete_of(VPC, Some("prod"), "my-vpc", json!({}));
     assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
     // Lookup failure: fail closed.
     v.broken = true;
@@ -307,9 +248,7 @@ fn explain_lists_every_protection_and_every_blocker() {
         );
     }
     let del = delete_of(
-        "network.test.io",
-        "VPC",
-        "vpcs",
+        VPC,
         Some("default"),
         "my-vpc",
         json!({"holdfast.dev/protected": "Always"}),
@@ -380,14 +319,7 @@ fn not_loaded_registry_denies_retry_later() {
         index: DependentsIndex::default(),
         broken: false,
     };
-    let del = delete_of(
-        "network.test.io",
-        "VPC",
-        "vpcs",
-        Some("default"),
-        "my-vpc",
-        json!({}),
-    );
+    let del = delete_of(VPC, Some("default"), "my-vpc", json!({}));
     let d = denied(&evaluate(&del, &cfg(false, &[]), &v, now())).clone();
     assert_eq!(d.kind, DenialKind::NotReady);
 }
