@@ -1084,31 +1084,28 @@ pub fn resource_protection_routes(rp: &ResourceProtection) -> Vec<Route> {
                             .map(|x| GroupResource::new(&x.group, &x.resource)),
                     )
                     .collect();
-                if let Some(names) = &sel.names {
-                    r = r.with_names(names);
-                }
-                r.labels = sel
-                    .label_selector
-                    .clone()
-                    .filter(|s| *s != LabelSelector::default());
-                return r;
+                return narrowed(r, sel);
             }
             let namespaces = if is_namespaces(&gr) {
                 NamespaceScope::Any
             } else {
                 ns_or_any(sel.namespace.as_ref())
             };
-            let mut r = Route::new(policy.clone(), gr, namespaces);
-            if let Some(names) = &sel.names {
-                r = r.with_names(names);
-            }
-            r.labels = sel
-                .label_selector
-                .clone()
-                .filter(|s| *s != LabelSelector::default());
-            r
+            narrowed(Route::new(policy.clone(), gr, namespaces), sel)
         })
         .collect()
+}
+
+/// `r` narrowed by the names and the label selector of `sel`.
+fn narrowed(mut r: Route, sel: &crate::api::ResourceSelector) -> Route {
+    if let Some(names) = &sel.names {
+        r = r.with_names(names);
+    }
+    r.labels = sel
+        .label_selector
+        .clone()
+        .filter(|s| *s != LabelSelector::default());
+    r
 }
 
 fn is_namespaces(gr: &GroupResource) -> bool {
