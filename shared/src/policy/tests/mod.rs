@@ -545,4 +545,5 @@ fn blockers_are_capped() {
 
 mod hardening;
 mod lifecycle;
+mod outcome;
 mod policy_objects;
