@@ -92,6 +92,20 @@ fn alive(condition: &str, still: String, blockers: Vec<String>, drain: String) -
     }
 }
 
+/// The live contents `found` of a container, or drained when there are none: "it
+/// still `holds` N: ...".
+fn alive_unless_empty(condition: &str, holds: &str, found: Vec<String>, drain: &str) -> Live {
+    if found.is_empty() {
+        return Live::Drained;
+    }
+    let still = format!(
+        "it still {holds} {}: {}",
+        found.len(),
+        crate::policy::list_blockers(&found)
+    );
+    alive(condition, still, found, drain.to_string())
+}
+
 /// The replica count at `path` in `obj`: `Ok(n)`, or why it cannot be read.
 fn replicas_at(obj: &Value, path: &str) -> Result<i64, String> {
     let parsed = FieldPath::parse(path)
@@ -112,18 +126,12 @@ pub async fn live_contents<V: ClusterView>(req: &AdmissionRequest, obj: &Value, 
     let name = req.object_name().unwrap_or_default();
     if req.is_namespace() {
         return match view.live_in_namespace(cluster, name).await {
-            Ok(found) if found.is_empty() => Live::Drained,
-            Ok(found) => alive(
+            Ok(found) => alive_unless_empty(
                 "while it holds live Pods or PersistentVolumeClaims",
-                format!(
-                    "it still holds {}: {}",
-                    found.len(),
-                    crate::policy::list_blockers(&found)
-                ),
+                "holds",
                 found,
                 "delete those Pods and PersistentVolumeClaims (scale their workloads to 0 \
-                 first)"
-                    .to_string(),
+                 first)",
             ),
             Err(LookupError(e)) => Live::Unknown(format!(
                 "cannot tell whether Namespace {name} still holds live Pods or \
@@ -148,16 +156,11 @@ pub async fn live_contents<V: ClusterView>(req: &AdmissionRequest, obj: &Value, 
             "--all --all-namespaces"
         };
         return match view.live_instances(cluster, obj).await {
-            Ok(found) if found.is_empty() => Live::Drained,
-            Ok(found) => alive(
+            Ok(found) => alive_unless_empty(
                 "while it has instances",
-                format!(
-                    "it still has {}: {}",
-                    found.len(),
-                    crate::policy::list_blockers(&found)
-                ),
+                "has",
                 found,
-                format!("delete its instances (kubectl delete {resource} {all})"),
+                &format!("delete its instances (kubectl delete {resource} {all})"),
             ),
             Err(LookupError(e)) => Live::Unknown(format!(
                 "cannot tell whether CustomResourceDefinition {name} still has instances: {e}"

@@ -62,64 +62,59 @@ fn dns_label(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
+/// `Ok` when `ok`, else why `s` is not `what`.
+fn is(ok: bool, s: &str, what: &str) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{s:?} is not {what}"))
+    }
+}
+
 fn dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(dns_label)
 }
 
 fn group(s: &str) -> Result<(), String> {
-    if s.is_empty() || dns_subdomain(s) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not an API group (empty for the core group, or a lowercase DNS subdomain)"
-        ))
-    }
+    is(
+        s.is_empty() || dns_subdomain(s),
+        s,
+        "an API group (empty for the core group, or a lowercase DNS subdomain)",
+    )
 }
 
 fn version(s: &str) -> Result<(), String> {
-    if dns_label(s) {
-        Ok(())
-    } else {
-        Err(format!("{s:?} is not an API version (e.g. v1)"))
-    }
+    is(dns_label(s), s, "an API version (e.g. v1)")
 }
 
 fn resource(s: &str) -> Result<(), String> {
-    if dns_label(s) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a resource (lowercase plural as in the REST path, e.g. deployments)"
-        ))
-    }
+    is(
+        dns_label(s),
+        s,
+        "a resource (lowercase plural as in the REST path, e.g. deployments)",
+    )
 }
 
 /// A resource by its plural or by its kind (CriticalService criteria).
 fn resource_or_kind(s: &str) -> Result<(), String> {
-    if dns_label(s) || kind(s).is_ok() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a resource (lowercase plural, e.g. customresourcedefinitions) \
-             or a kind (e.g. CustomResourceDefinition)"
-        ))
-    }
+    is(
+        dns_label(s) || kind(s).is_ok(),
+        s,
+        "a resource (lowercase plural, e.g. customresourcedefinitions) \
+             or a kind (e.g. CustomResourceDefinition)",
+    )
 }
 
 fn namespace(s: &str) -> Result<(), String> {
-    if dns_label(s) {
-        Ok(())
-    } else {
-        Err(format!("{s:?} is not a namespace name"))
-    }
+    is(dns_label(s), s, "a namespace name")
 }
 
 fn object_name(s: &str) -> Result<(), String> {
-    if !s.is_empty() && s.len() <= 253 && !s.contains('/') && !s.chars().any(char::is_whitespace) {
-        Ok(())
-    } else {
-        Err(format!("{s:?} is not an object name"))
-    }
+    is(
+        !s.is_empty() && s.len() <= 253 && !s.contains('/') && !s.chars().any(char::is_whitespace),
+        s,
+        "an object name",
+    )
 }
 
 fn kind(s: &str) -> Result<(), String> {
@@ -148,13 +143,12 @@ fn qualified_name(s: &str) -> Result<(), String> {
         && b[b.len() - 1].is_ascii_alphanumeric()
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
-    if name_ok && prefix.is_none_or(dns_subdomain) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a qualified name ([prefix/]name, the prefix a DNS subdomain)"
-        ))
-    }
+    let ok = name_ok && prefix.is_none_or(dns_subdomain);
+    is(
+        ok,
+        s,
+        "a qualified name ([prefix/]name, the prefix a DNS subdomain)",
+    )
 }
 
 fn field_path(s: &str) -> Result<(), String> {
@@ -166,21 +160,16 @@ fn field_path(s: &str) -> Result<(), String> {
 
 fn workspace_path(s: &str) -> Result<(), String> {
     let mut parts = s.split(':');
-    if parts.next() == Some("root") && parts.all(dns_label) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a workspace path (root, root:org, root:org:team, ...)"
-        ))
-    }
+    let ok = parts.next() == Some("root") && parts.all(dns_label);
+    is(
+        ok,
+        s,
+        "a workspace path (root, root:org, root:org:team, ...)",
+    )
 }
 
 fn api_export_name(s: &str) -> Result<(), String> {
-    if dns_subdomain(s) {
-        Ok(())
-    } else {
-        Err(format!("{s:?} is not an APIExport name (a DNS subdomain)"))
-    }
+    is(dns_subdomain(s), s, "an APIExport name (a DNS subdomain)")
 }
 
 fn list_len(errors: &mut Errors, field: &str, len: usize, max: usize) {

@@ -8,19 +8,13 @@ fn on_kcp(kind: PolicyKind, name: &str) -> PolicyRef {
 
 #[test]
 fn deciders_name_themselves_for_metrics_and_for_why() {
+    #[rustfmt::skip]
     let fixed = [
-        (Decider::None, "none"),
-        (Decider::Strict, "strict"),
-        (Decider::BreakGlass, "break-glass"),
-        (Decider::BreakGlassRefused, "break-glass"),
-        (Decider::BreakGlassAuthorized, "break-glass-authorized"),
-        (Decider::NotReady, "not-ready"),
-        (Decider::Unreadable, "unreadable"),
-        (Decider::Deferred, "deferred"),
-        (Decider::Eviction, "eviction"),
-        (Decider::Containment, "containment"),
-        (Decider::Warn, "warn"),
-        (Decider::Audit, "audit"),
+        (Decider::None, "none"), (Decider::Strict, "strict"), (Decider::BreakGlass, "break-glass"),
+        (Decider::BreakGlassRefused, "break-glass"), (Decider::NotReady, "not-ready"),
+        (Decider::BreakGlassAuthorized, "break-glass-authorized"), (Decider::Warn, "warn"),
+        (Decider::Unreadable, "unreadable"), (Decider::Deferred, "deferred"),
+        (Decider::Eviction, "eviction"), (Decider::Containment, "containment"), (Decider::Audit, "audit"),
     ];
     for (decider, name) in fixed {
         assert!(matches!(
