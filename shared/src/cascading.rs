@@ -331,6 +331,12 @@ mod tests {
         }
     }
 
+    /// The DELETE of Namespace shop labelled `holdfast.dev/protected: value`.
+    fn protected_namespace(value: &str) -> AdmissionRequest {
+        let labels = json!({"holdfast.dev/protected": value});
+        delete(NAMESPACE, None, namespace(labels))
+    }
+
     fn namespace(labels: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "Namespace",
                "metadata": {"name": "shop", "labels": labels}})
@@ -356,11 +362,7 @@ mod tests {
             in_namespace: Ok(live.clone()),
             ..View::default()
         };
-        let req = delete(
-            NAMESPACE,
-            None,
-            namespace(json!({"holdfast.dev/protected": "Cascading"})),
-        );
+        let req = protected_namespace("Cascading");
         let e = run(&req, &cfg(false, &[]), &view);
         assert_eq!(
             refusal(&e),
@@ -405,11 +407,7 @@ mod tests {
             )
         );
         // Always still protects always, whatever lives inside.
-        let always = delete(
-            NAMESPACE,
-            None,
-            namespace(json!({"holdfast.dev/protected": "Always"})),
-        );
+        let always = protected_namespace("Always");
         let e = run(&always, &cfg(false, &[]), &drained);
         assert_eq!(
             refusal(&e).3,
@@ -521,11 +519,7 @@ mod tests {
             judged: false,
             ..View::default()
         };
-        let ns = delete(
-            NAMESPACE,
-            None,
-            namespace(json!({"holdfast.dev/protected": "Cascading"})),
-        );
+        let ns = protected_namespace("Cascading");
         assert_eq!(
             refusal(&run(&ns, &cfg(false, &[]), &label_only)).2,
             "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \

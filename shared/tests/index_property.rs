@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 mod common;
-use common::Rng;
+use common::{Rng, seed};
 
 fn dep(path: &str, ns_path: Option<&str>) -> CompiledDependency {
     CompiledDependency {
@@ -56,16 +56,7 @@ fn random_vm(rng: &mut Rng, ns: &str) -> Value {
 
 #[test]
 fn index_matches_a_fresh_scan_after_every_step() {
-    let seed: u64 = std::env::var("HOLDFAST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(42)
-                | 1
-        });
+    let seed = seed();
     let result = std::panic::catch_unwind(|| run(seed));
     if result.is_err() {
         panic!("index property failed; replay with HOLDFAST_SEED={seed}");

@@ -19,20 +19,7 @@ use holdfast_shared::{
 use serde_json::{Map, Value, json};
 
 mod common;
-use common::Rng;
-
-fn seed() -> u64 {
-    std::env::var("HOLDFAST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(42)
-                | 1
-        })
-}
+use common::{Rng, seed};
 
 fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")

@@ -27,3 +27,17 @@ impl Rng {
         self.below(one_in) == 0
     }
 }
+
+/// The seed of a run: `HOLDFAST_SEED` when set (to replay one), else the time.
+pub fn seed() -> u64 {
+    std::env::var("HOLDFAST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(42)
+                | 1
+        })
+}
