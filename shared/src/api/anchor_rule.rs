@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     FIELD_PATH_PATTERN, GROUP_PATTERN, NAMESPACE_PATTERN, PolicyStatus, QUALIFIED_NAME_PATTERN,
-    RESOURCE_PATTERN, ResourceType, VERSION_PATTERN, policy_spec,
+    RESOURCE_PATTERN, ResourceType, VERSION_PATTERN, distinct, policy_spec,
 };
 
 policy_spec! {
@@ -152,13 +152,6 @@ impl ProtectedType {
 impl AnchorRule {
     /// The resource types this rule protects, in spec order, without duplicates.
     pub fn targets(&self) -> Vec<ResourceType> {
-        let mut out: Vec<ResourceType> = Vec::new();
-        for p in &self.spec.protects {
-            let t = p.resource_type();
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
-        out
+        distinct(self.spec.protects.iter().map(|p| p.resource_type()))
     }
 }

@@ -156,6 +156,17 @@ impl fmt::Display for GroupResource {
     }
 }
 
+/// `items` in their order, each once.
+pub(crate) fn distinct<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for t in items {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
 /// A resource type: API group, version and resource (the REST path segments).
 #[derive(
     Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     FIELD_PATH_PATTERN, GROUP_PATTERN, KIND_PATTERN, RESOURCE_PATTERN, ResourceType,
-    VERSION_PATTERN, WORKSPACE_PATH_PATTERN, policy_spec,
+    VERSION_PATTERN, WORKSPACE_PATH_PATTERN, distinct, policy_spec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -126,14 +126,7 @@ pub struct FieldRef {
 impl DependencyRule {
     /// The protected (referenced) resource types, in spec order, without duplicates.
     pub fn targets(&self) -> Vec<ResourceType> {
-        let mut out: Vec<ResourceType> = Vec::new();
-        for d in &self.spec.dependencies {
-            let t = d.resource_type();
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
-        out
+        distinct(self.spec.dependencies.iter().map(|d| d.resource_type()))
     }
 
     /// The distinct APIExport references of the dependencies (kcp), in spec order.

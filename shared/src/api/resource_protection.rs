@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     GROUP_PATTERN, GroupResource, NAME_PATTERN, NAMESPACE_PATTERN, PolicyStatus, ResourceType,
-    policy_spec,
+    distinct, policy_spec,
 };
 
 /// A group, or `*` for every group (with resource `*`).
@@ -212,13 +212,6 @@ impl ResourceSelector {
 impl ResourceProtection {
     /// The resource types this policy selects, in spec order, without duplicates.
     pub fn targets(&self) -> Vec<ResourceType> {
-        let mut out: Vec<ResourceType> = Vec::new();
-        for sel in &self.spec.resources {
-            let t = sel.resource_type();
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
-        out
+        distinct(self.spec.resources.iter().map(|sel| sel.resource_type()))
     }
 }
