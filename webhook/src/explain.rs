@@ -53,11 +53,7 @@ pub struct ApiResourceInfo {
 impl ApiResourceInfo {
     /// `apiVersion` of its objects.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        holdfast_shared::api::api_version(&self.group, &self.version)
     }
 }
 
