@@ -45,6 +45,13 @@ impl Errors {
         });
     }
 
+    /// Checks the group, version and resource of a type, each at `at(name)`.
+    fn check_type(&mut self, at: impl Fn(&str) -> String, (g, v, r): (&str, &str, &str)) {
+        self.check(at("group"), group(g));
+        self.check(at("version"), version(v));
+        self.check(at("resource"), resource(r));
+    }
+
     fn check(&mut self, field: impl Into<String>, result: Result<(), String>) {
         if let Err(message) = result {
             self.push(field, message);
@@ -210,9 +217,7 @@ impl ResourceProtectionSpec {
                     }
                 }
             } else {
-                e.check(f("group"), group(&r.group));
-                e.check(f("version"), version(&r.version));
-                e.check(f("resource"), resource(&r.resource));
+                e.check_type(f, (&r.group, &r.version, &r.resource));
                 if r.group == "*" || r.version == "*" {
                     e.push(
                         f("resource"),
@@ -247,9 +252,11 @@ impl AnchorRuleSpec {
     /// The problems of this spec (empty when valid).
     pub fn validate(&self) -> Vec<ValidationError> {
         let mut e = Errors::default();
-        e.check("spec.anchor.group", group(&self.anchor.group));
-        e.check("spec.anchor.version", version(&self.anchor.version));
-        e.check("spec.anchor.resource", resource(&self.anchor.resource));
+        let a = &self.anchor;
+        e.check_type(
+            |n| format!("spec.anchor.{n}"),
+            (&a.group, &a.version, &a.resource),
+        );
         e.check(
             "spec.anchorLabels.name",
             qualified_name(&self.anchor_labels.name),
@@ -279,9 +286,7 @@ impl AnchorRuleSpec {
         list_len(&mut e, "spec.protects", self.protects.len(), 64);
         for (i, p) in self.protects.iter().enumerate() {
             let f = |name: &str| format!("spec.protects[{i}].{name}");
-            e.check(f("group"), group(&p.group));
-            e.check(f("version"), version(&p.version));
-            e.check(f("resource"), resource(&p.resource));
+            e.check_type(f, (&p.group, &p.version, &p.resource));
             if p.group.is_empty() && p.resource == "namespaces" && p.inherit_from_namespace {
                 e.push(
                     f("inheritFromNamespace"),
@@ -318,9 +323,7 @@ impl DependencyRuleSpec {
                 e.check(f("apiExportRef.path"), workspace_path(&r.path));
                 e.check(f("apiExportRef.name"), api_export_name(&r.name));
             }
-            e.check(f("group"), group(&dep.group));
-            e.check(f("version"), version(&dep.version));
-            e.check(f("resource"), resource(&dep.resource));
+            e.check_type(f, (&dep.group, &dep.version, &dep.resource));
             e.check(f("fieldRef.path"), field_path(&dep.field_ref.path));
             if let Some(n) = &dep.namespace_field_ref {
                 e.check(f("namespaceFieldRef.path"), field_path(&n.path));
