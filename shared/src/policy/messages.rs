@@ -4,6 +4,7 @@
 //! them byte for byte): change one only on purpose. Each function takes the pieces
 //! its text names and nothing else.
 
+use super::MAX_BLOCKERS_SHOWN;
 use crate::names::{ALLOW_DELETION_LABEL, MESSAGE_PREFIX, SKIP_ANNOTATION, STRICT_EXEMPT_LABEL};
 
 /// The tail of most refusals: how someone allowed to may break glass.
@@ -12,6 +13,33 @@ pub const BYPASS_HINT: &str = "or set the annotation holdfast.dev/skip-protectio
 /// The sentence a policy's refusal of a DELETE ends with: the deferred option.
 pub const DEFERRED_HINT: &str = "To have holdfast delete it once nothing blocks it, \
      ask for deferred deletion (holdfast.dev/delete-when-unblocked).";
+
+/// `24h`, `90m`, `45s`: the largest whole unit.
+pub fn human_duration(d: chrono::TimeDelta) -> String {
+    let secs = d.num_seconds();
+    if secs > 0 && secs % 3600 == 0 {
+        format!("{}h", secs / 3600)
+    } else if secs > 0 && secs % 60 == 0 {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// Formats up to [`MAX_BLOCKERS_SHOWN`] blockers, then "and N more".
+pub fn list_blockers(blockers: &[String]) -> String {
+    let shown = blockers
+        .iter()
+        .take(MAX_BLOCKERS_SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if blockers.len() > MAX_BLOCKERS_SHOWN {
+        format!("{shown} and {} more", blockers.len() - MAX_BLOCKERS_SHOWN)
+    } else {
+        shown
+    }
+}
 
 // --- Requests holdfast cannot judge -------------------------------------------------
 
@@ -45,7 +73,7 @@ pub fn skip_note(problem: &super::SkipProblem) -> String {
         SkipProblem::TooFar(v, max) => format!(
             " (break-glass {v} is ignored: it lies more than {} ahead, the longest \
              break-glass window this installation allows)",
-            super::human_duration(*max)
+            human_duration(*max)
         ),
     }
 }
@@ -58,7 +86,7 @@ pub fn skip_ignored(problem: &super::SkipProblem) -> String {
         SkipProblem::BadValue(v) => format!("{v} is neither \"true\" nor an RFC 3339 time"),
         SkipProblem::TooFar(v, max) => format!(
             "{v} lies more than {} ahead, the longest break-glass window allowed",
-            super::human_duration(*max)
+            human_duration(*max)
         ),
     }
 }

@@ -38,7 +38,7 @@ pub(crate) mod tests;
 
 pub use explain::{Explanation, explain_delete};
 pub use label::{BreakGlass, SkipProblem, break_glass, look_alike_warnings};
-pub use messages::DEFERRED_HINT;
+pub use messages::{DEFERRED_HINT, human_duration, list_blockers};
 pub use outcome::{
     BreakGlassState, Decider, Decision, Denial, DenialKind, Evaluation, Finding, PolicyKind,
     PolicyRef,
@@ -86,33 +86,6 @@ pub(crate) struct Context<'a, V> {
     pub(crate) cfg: &'a PolicyConfig,
     pub(crate) view: &'a V,
     pub(crate) now: DateTime<Utc>,
-}
-
-/// `24h`, `90m`, `45s`: the largest whole unit.
-pub fn human_duration(d: chrono::TimeDelta) -> String {
-    let secs = d.num_seconds();
-    if secs > 0 && secs % 3600 == 0 {
-        format!("{}h", secs / 3600)
-    } else if secs > 0 && secs % 60 == 0 {
-        format!("{}m", secs / 60)
-    } else {
-        format!("{secs}s")
-    }
-}
-
-/// Formats up to [`MAX_BLOCKERS_SHOWN`] blockers, then "and N more".
-pub fn list_blockers(blockers: &[String]) -> String {
-    let shown = blockers
-        .iter()
-        .take(MAX_BLOCKERS_SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if blockers.len() > MAX_BLOCKERS_SHOWN {
-        format!("{shown} and {} more", blockers.len() - MAX_BLOCKERS_SHOWN)
-    } else {
-        shown
-    }
 }
 
 /// `<resource> <name> [-n ns]`: what a `kubectl <verb>` hint names.
