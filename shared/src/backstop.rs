@@ -223,14 +223,20 @@ impl Backstop {
 
     /// Its binding (Deny).
     pub fn binding(&self) -> ValidatingAdmissionPolicyBinding {
-        ValidatingAdmissionPolicyBinding {
-            metadata: meta(),
-            spec: ValidatingAdmissionPolicyBindingSpec {
-                policy_name: BACKSTOP_NAME.to_string(),
-                validation_actions: vec!["Deny".to_string()],
-                ..Default::default()
-            },
-        }
+        deny_binding(meta(), BACKSTOP_NAME)
+    }
+}
+
+/// The binding named by `metadata` that makes the ValidatingAdmissionPolicy
+/// `policy` deny what it refuses.
+pub(crate) fn deny_binding(metadata: ObjectMeta, policy: &str) -> ValidatingAdmissionPolicyBinding {
+    ValidatingAdmissionPolicyBinding {
+        metadata,
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: policy.to_string(),
+            validation_actions: vec!["Deny".to_string()],
+            ..Default::default()
+        },
     }
 }
 

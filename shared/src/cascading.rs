@@ -92,6 +92,20 @@ fn alive(condition: &str, still: String, blockers: Vec<String>, drain: String) -
     }
 }
 
+/// The live contents `found` of a container, or drained when there are none: "it
+/// still `holds` N: ...".
+fn alive_unless_empty(condition: &str, holds: &str, found: Vec<String>, drain: &str) -> Live {
+    if found.is_empty() {
+        return Live::Drained;
+    }
+    let still = format!(
+        "it still {holds} {}: {}",
+        found.len(),
+        crate::policy::list_blockers(&found)
+    );
+    alive(condition, still, found, drain.to_string())
+}
+
 /// The replica count at `path` in `obj`: `Ok(n)`, or why it cannot be read.
 fn replicas_at(obj: &Value, path: &str) -> Result<i64, String> {
     let parsed = FieldPath::parse(path)
@@ -112,18 +126,12 @@ pub async fn live_contents<V: ClusterView>(req: &AdmissionRequest, obj: &Value, 
     let name = req.object_name().unwrap_or_default();
     if req.is_namespace() {
         return match view.live_in_namespace(cluster, name).await {
-            Ok(found) if found.is_empty() => Live::Drained,
-            Ok(found) => alive(
+            Ok(found) => alive_unless_empty(
                 "while it holds live Pods or PersistentVolumeClaims",
-                format!(
-                    "it still holds {}: {}",
-                    found.len(),
-                    crate::policy::list_blockers(&found)
-                ),
+                "holds",
                 found,
                 "delete those Pods and PersistentVolumeClaims (scale their workloads to 0 \
-                 first)"
-                    .to_string(),
+                 first)",
             ),
             Err(LookupError(e)) => Live::Unknown(format!(
                 "cannot tell whether Namespace {name} still holds live Pods or \
@@ -148,16 +156,11 @@ pub async fn live_contents<V: ClusterView>(req: &AdmissionRequest, obj: &Value, 
             "--all --all-namespaces"
         };
         return match view.live_instances(cluster, obj).await {
-            Ok(found) if found.is_empty() => Live::Drained,
-            Ok(found) => alive(
+            Ok(found) => alive_unless_empty(
                 "while it has instances",
-                format!(
-                    "it still has {}: {}",
-                    found.len(),
-                    crate::policy::list_blockers(&found)
-                ),
+                "has",
                 found,
-                format!("delete its instances (kubectl delete {resource} {all})"),
+                &format!("delete its instances (kubectl delete {resource} {all})"),
             ),
             Err(LookupError(e)) => Live::Unknown(format!(
                 "cannot tell whether CustomResourceDefinition {name} still has instances: {e}"
@@ -217,8 +220,10 @@ mod tests {
     use super::*;
     use crate::{
         api::{common::Enforcement, resource_protection::ResourceSelector},
-        labels::{ProtectionLabel, ProtectionLabels},
-        policy::{Decision, DenialKind, Evaluation, PolicyConfig, evaluate},
+        policy::{
+            Decider, Decision, DenialKind, Evaluation, PolicyConfig, PolicyKind, evaluate,
+            tests::{CRD, DEPLOYMENT, NAMESPACE, cfg, label, now, policy},
+        },
         registry::{CompiledProtection, PolicyKey},
         review::parse_review,
     };
@@ -285,12 +290,6 @@ mod tests {
         }
     }
 
-    fn now() -> chrono::DateTime<chrono::Utc> {
-        chrono::DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
-            .map(|t| t.with_timezone(&chrono::Utc))
-            .unwrap_or_default()
-    }
-
     /// A review of `op` on `group/resource` (kind `kind`) named `name` in `ns`.
     fn review(
         op: &str,
@@ -314,41 +313,28 @@ mod tests {
         }
     }
 
-    const NAMESPACE: (&str, &str, &str) = ("", "namespaces", "Namespace");
-    const DEPLOYMENT: (&str, &str, &str) = ("apps", "deployments", "Deployment");
-    const CRD: (&str, &str, &str) = (
-        "apiextensions.k8s.io",
-        "customresourcedefinitions",
-        "CustomResourceDefinition",
-    );
     const KRUISE: &str = "policy.kruise.io/delete-protection";
-
-    fn cfg(strict: bool, extra: &[&str]) -> PolicyConfig {
-        PolicyConfig {
-            labels: ProtectionLabels::with_extra(
-                extra
-                    .iter()
-                    .map(|s| s.parse::<ProtectionLabel>().expect("valid label")),
-            ),
-            strict,
-            ..PolicyConfig::default()
-        }
-    }
 
     fn run(req: &AdmissionRequest, cfg: &PolicyConfig, view: &View) -> Evaluation {
         futures::executor::block_on(evaluate(req, cfg, view, now()))
     }
 
-    fn refusal(e: &Evaluation) -> (&str, DenialKind, &str, Vec<String>) {
+    fn refusal(e: &Evaluation) -> (Decider, DenialKind, &str, Vec<String>) {
         match &e.decision {
             Decision::Deny(d) => (
-                e.policy.as_str(),
+                e.decider.clone(),
                 d.kind,
                 d.message.as_str(),
                 d.blockers.clone(),
             ),
             other => panic!("expected a denial, got {other:?}"),
         }
+    }
+
+    /// The DELETE of Namespace shop labelled `holdfast.dev/protected: value`.
+    fn protected_namespace(value: &str) -> AdmissionRequest {
+        let labels = json!({"holdfast.dev/protected": value});
+        delete(NAMESPACE, None, namespace(labels))
     }
 
     fn namespace(labels: Value) -> Value {
@@ -376,16 +362,12 @@ mod tests {
             in_namespace: Ok(live.clone()),
             ..View::default()
         };
-        let req = delete(
-            NAMESPACE,
-            None,
-            namespace(json!({"holdfast.dev/protected": "Cascading"})),
-        );
+        let req = protected_namespace("Cascading");
         let e = run(&req, &cfg(false, &[]), &view);
         assert_eq!(
             refusal(&e),
             (
-                "label",
+                label("holdfast.dev/protected"),
                 DenialKind::Protected,
                 "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \
                  (policy: label holdfast.dev/protected) while it holds live Pods or \
@@ -413,7 +395,7 @@ mod tests {
         assert_eq!(
             refusal(&e),
             (
-                "label",
+                label("holdfast.dev/protected"),
                 DenialKind::LookupFailed,
                 "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \
                  (policy: label holdfast.dev/protected) while it has live contents, and cannot \
@@ -425,11 +407,7 @@ mod tests {
             )
         );
         // Always still protects always, whatever lives inside.
-        let always = delete(
-            NAMESPACE,
-            None,
-            namespace(json!({"holdfast.dev/protected": "Always"})),
-        );
+        let always = protected_namespace("Always");
         let e = run(&always, &cfg(false, &[]), &drained);
         assert_eq!(
             refusal(&e).3,
@@ -449,7 +427,7 @@ mod tests {
         assert_eq!(
             refusal(&e),
             (
-                "label",
+                label(KRUISE),
                 DenialKind::Protected,
                 "holdfast: Deployment shop/web is protected by label \
                  policy.kruise.io/delete-protection=Cascading (policy: label \
@@ -541,11 +519,7 @@ mod tests {
             judged: false,
             ..View::default()
         };
-        let ns = delete(
-            NAMESPACE,
-            None,
-            namespace(json!({"holdfast.dev/protected": "Cascading"})),
-        );
+        let ns = protected_namespace("Cascading");
         assert_eq!(
             refusal(&run(&ns, &cfg(false, &[]), &label_only)).2,
             "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \
@@ -615,7 +589,7 @@ mod tests {
         assert_eq!(
             refusal(&e),
             (
-                "ResourceProtection/empty-namespaces-may-go",
+                policy(PolicyKind::ResourceProtection, "empty-namespaces-may-go"),
                 DenialKind::Protected,
                 "holdfast: Namespace shop is protected by \
                  ResourceProtection/empty-namespaces-may-go (selects namespaces named shop, mode \
@@ -647,7 +621,7 @@ mod tests {
         let req = review("UPDATE", DEPLOYMENT, Some("shop"), new, old.clone());
         let e = run(&req, &cfg(true, &[]), &View::default());
         let (policy, kind, message, blockers) = refusal(&e);
-        assert_eq!((policy, kind), ("strict", DenialKind::Protected));
+        assert_eq!((policy, kind), (Decider::Strict, DenialKind::Protected));
         assert_eq!(
             blockers,
             vec!["label holdfast.dev/protected=Cascading".to_string()]

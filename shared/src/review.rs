@@ -68,11 +68,7 @@ pub struct Gvr {
 impl Gvr {
     /// `resource.group` (or `resource` for the core group), as Kubernetes names it.
     pub fn group_resource(&self) -> String {
-        if self.group.is_empty() {
-            self.resource.clone()
-        } else {
-            format!("{}.{}", self.resource, self.group)
-        }
+        crate::api::common::GroupResource::new(&self.group, &self.resource).to_string()
     }
 }
 

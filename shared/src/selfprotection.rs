@@ -13,8 +13,7 @@ use crate::webhookconfig::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use k8s_openapi::{
     api::admissionregistration::v1::{
         MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-        ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-        ValidatingAdmissionPolicySpec, Validation,
+        ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicySpec, Validation,
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -146,14 +145,7 @@ impl SelfProtection {
 
     /// Its binding (Deny).
     pub fn binding(&self) -> ValidatingAdmissionPolicyBinding {
-        ValidatingAdmissionPolicyBinding {
-            metadata: meta(),
-            spec: ValidatingAdmissionPolicyBindingSpec {
-                policy_name: SELF_PROTECTION_NAME.to_string(),
-                validation_actions: vec!["Deny".to_string()],
-                ..Default::default()
-            },
-        }
+        crate::backstop::deny_binding(meta(), SELF_PROTECTION_NAME)
     }
 }
 

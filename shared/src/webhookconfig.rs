@@ -702,20 +702,26 @@ pub fn desired_configuration_for(
         }]);
         hooks.push(h);
     }
+    configuration(
+        (SETTINGS_ANNOTATION, settings_annotation(labels, strict)),
+        hooks,
+    )
+}
+
+/// The configuration `holdfast`, managed by holdfast, annotated with `annotation`,
+/// holding `webhooks`.
+fn configuration(
+    (key, value): (&str, String),
+    webhooks: Vec<ValidatingWebhook>,
+) -> ValidatingWebhookConfiguration {
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(WEBHOOK_CONFIGURATION_NAME.to_string()),
             labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string())].into()),
-            annotations: Some(
-                [(
-                    SETTINGS_ANNOTATION.to_string(),
-                    settings_annotation(labels, strict),
-                )]
-                .into(),
-            ),
+            annotations: Some([(key.to_string(), value)].into()),
             ..Default::default()
         },
-        webhooks: Some(hooks),
+        webhooks: Some(webhooks),
     }
 }
 
@@ -1081,31 +1087,28 @@ pub fn resource_protection_routes(rp: &ResourceProtection) -> Vec<Route> {
                             .map(|x| GroupResource::new(&x.group, &x.resource)),
                     )
                     .collect();
-                if let Some(names) = &sel.names {
-                    r = r.with_names(names);
-                }
-                r.labels = sel
-                    .label_selector
-                    .clone()
-                    .filter(|s| *s != LabelSelector::default());
-                return r;
+                return narrowed(r, sel);
             }
             let namespaces = if is_namespaces(&gr) {
                 NamespaceScope::Any
             } else {
                 ns_or_any(sel.namespace.as_ref())
             };
-            let mut r = Route::new(policy.clone(), gr, namespaces);
-            if let Some(names) = &sel.names {
-                r = r.with_names(names);
-            }
-            r.labels = sel
-                .label_selector
-                .clone()
-                .filter(|s| *s != LabelSelector::default());
-            r
+            narrowed(Route::new(policy.clone(), gr, namespaces), sel)
         })
         .collect()
+}
+
+/// `r` narrowed by the names and the label selector of `sel`.
+fn narrowed(mut r: Route, sel: &crate::api::ResourceSelector) -> Route {
+    if let Some(names) = &sel.names {
+        r = r.with_names(names);
+    }
+    r.labels = sel
+        .label_selector
+        .clone()
+        .filter(|s| *s != LabelSelector::default());
+    r
 }
 
 fn is_namespaces(gr: &GroupResource) -> bool {
@@ -1262,27 +1265,12 @@ fn merge_exact(routes: Vec<Route>) -> Vec<Route> {
 pub fn merge_routes(routes: Vec<Route>, max: usize) -> Vec<Route> {
     let max = max.max(1);
     let mut routes = merge_exact(routes);
-    if routes.len() > max {
-        routes = merge_exact(
-            routes
-                .into_iter()
-                .map(|mut r| {
-                    r.names = None;
-                    r
-                })
-                .collect(),
-        );
-    }
-    if routes.len() > max {
-        routes = merge_exact(
-            routes
-                .into_iter()
-                .map(|mut r| {
-                    r.labels = None;
-                    r
-                })
-                .collect(),
-        );
+    let widenings: [fn(&mut Route); 2] = [|r| r.names = None, |r| r.labels = None];
+    for widen in widenings {
+        if routes.len() > max {
+            routes.iter_mut().for_each(widen);
+            routes = merge_exact(routes);
+        }
     }
     if routes.len() > max {
         let mut it = routes.into_iter();
@@ -1427,21 +1415,8 @@ pub fn provider_configuration(
             })
             .collect(),
     );
-    ValidatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(WEBHOOK_CONFIGURATION_NAME.to_string()),
-            labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string())].into()),
-            annotations: Some(
-                [(
-                    RULES_ANNOTATION.to_string(),
-                    rules.iter().cloned().collect::<Vec<_>>().join(","),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        webhooks: Some(vec![h]),
-    }
+    let listed = rules.iter().cloned().collect::<Vec<_>>().join(",");
+    configuration((RULES_ANNOTATION, listed), vec![h])
 }
 
 /// Whether `live` routes `operation` on `gr` to the webhook named `webhook`.
@@ -1527,6 +1502,33 @@ const SELECTOR_FIELDS: [&str; 5] = [
 mod tests {
     use super::*;
     use crate::labels::ProtectionLabel;
+
+    /// The configuration for `needs` with the default labels, not strict.
+    fn plain_configuration(needs: &PolicyNeeds) -> ValidatingWebhookConfiguration {
+        desired_configuration_for(&ProtectionLabels::default(), false, needs, &opts())
+    }
+
+    /// Whether `cfg` has the webhook `name`.
+    fn has_hook(cfg: &ValidatingWebhookConfiguration, name: &str) -> bool {
+        let hooks = cfg.webhooks.as_ref().expect("webhooks");
+        hooks.iter().any(|h| h.name == name)
+    }
+
+    /// The merged DELETE rules for the resources `grs` (group, resource).
+    fn delete_rules(grs: &[(&str, &str)]) -> Vec<RuleWithOperations> {
+        let set: BTreeSet<GroupResource> =
+            grs.iter().map(|&(g, r)| GroupResource::new(g, r)).collect();
+        merged_rules("DELETE", &set)
+    }
+
+    /// (API groups, resources) of each rule.
+    fn groups_and_resources(rules: &[RuleWithOperations]) -> Vec<(Vec<String>, Vec<String>)> {
+        let pair = |r: &RuleWithOperations| {
+            let groups = r.api_groups.clone().unwrap_or_default();
+            (groups, r.resources.clone().unwrap_or_default())
+        };
+        rules.iter().map(pair).collect()
+    }
 
     fn opts() -> InstallOptions {
         InstallOptions {
@@ -1644,13 +1646,7 @@ mod tests {
         let cond = &bg.match_conditions.as_ref().expect("condition")[0].expression;
         assert!(cond.ends_with(LABELS_CHANGED), "{cond}");
         // Not strict, no strict policy: no break-glass webhook.
-        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
-        assert!(
-            cfg.webhooks
-                .expect("webhooks")
-                .iter()
-                .all(|h| h.name != BREAK_GLASS_WEBHOOK)
-        );
+        assert!(!has_hook(&plain_configuration(&needs), BREAK_GLASS_WEBHOOK));
     }
 
     #[test]
@@ -1697,7 +1693,7 @@ mod tests {
             &[("network.test.io", "vpcs"), ("network.test.io", "subnets")],
         ));
         let needs = needs.with_containment(well_known_scope);
-        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let cfg = plain_configuration(&needs);
         let hooks = cfg.webhooks.clone().expect("webhooks");
         let names: Vec<_> = hooks.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(
@@ -1715,15 +1711,7 @@ mod tests {
         // Every namespace but the system ones: the CRD (cluster-scoped, no namespace
         // narrowing), deployments and the dependency types.
         let rules = hooks[3].rules.clone().expect("rules");
-        let flat: Vec<(Vec<String>, Vec<String>)> = rules
-            .iter()
-            .map(|r| {
-                (
-                    r.api_groups.clone().unwrap_or_default(),
-                    r.resources.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
+        let flat = groups_and_resources(&rules);
         assert_eq!(
             flat,
             vec![
@@ -1815,7 +1803,7 @@ mod tests {
             containment: Containment::Marked,
             ..Default::default()
         };
-        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let cfg = plain_configuration(&needs);
         let hooks = cfg.webhooks.expect("webhooks");
         assert_eq!(
             hooks[1].namespace_selector,
@@ -1825,13 +1813,7 @@ mod tests {
 
     #[test]
     fn identical_resource_lists_share_a_rule() {
-        let set: BTreeSet<GroupResource> = [
-            GroupResource::new("a.io", "things"),
-            GroupResource::new("b.io", "things"),
-            GroupResource::new("c.io", "others"),
-        ]
-        .into();
-        let rules = merged_rules("DELETE", &set);
+        let rules = delete_rules(&[("a.io", "things"), ("b.io", "things"), ("c.io", "others")]);
         assert_eq!(rules.len(), 2);
         assert_eq!(
             rules[0].api_groups,
@@ -1843,22 +1825,8 @@ mod tests {
     fn wildcards_become_lone_star_rules_and_leave_types_out() {
         // A wildcard over a group swallows that group's other resources; every
         // group swallows everything; `*` never becomes `*/*` for DELETE.
-        let set: BTreeSet<GroupResource> = [
-            GroupResource::new("apps", "*"),
-            GroupResource::new("apps", "deployments"),
-            GroupResource::new("", "configmaps"),
-        ]
-        .into();
-        let rules = merged_rules("DELETE", &set);
-        let view: Vec<(Vec<String>, Vec<String>)> = rules
-            .iter()
-            .map(|r| {
-                (
-                    r.api_groups.clone().unwrap_or_default(),
-                    r.resources.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
+        let rules = delete_rules(&[("apps", "*"), ("apps", "deployments"), ("", "configmaps")]);
+        let view = groups_and_resources(&rules);
         assert_eq!(
             view,
             vec![
@@ -1935,7 +1903,7 @@ mod tests {
         needs.add_resource_protection(&rp(
             "strict: true\nresources:\n- {group: \"\", version: v1, resource: configmaps}\n",
         ));
-        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let cfg = plain_configuration(&needs);
         let hooks = cfg.webhooks.expect("webhooks");
         let names: Vec<_> = hooks.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(
@@ -1960,13 +1928,7 @@ mod tests {
         needs.add_resource_protection(&rp(
             "resources:\n- {group: \"\", version: v1, resource: configmaps}\n",
         ));
-        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
-        assert!(
-            cfg.webhooks
-                .expect("webhooks")
-                .iter()
-                .all(|h| h.name != BREAK_GLASS_WEBHOOK)
-        );
+        assert!(!has_hook(&plain_configuration(&needs), BREAK_GLASS_WEBHOOK));
     }
 
     #[test]
@@ -2109,7 +2071,7 @@ mod tests {
             routes,
             ..Default::default()
         };
-        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let cfg = plain_configuration(&needs);
         let h = &cfg.webhooks.expect("webhooks")[2];
         assert_eq!(h.name, "policies-0.holdfast.dev");
         assert_eq!(
@@ -2298,7 +2260,7 @@ mod tests {
             routes,
             ..Default::default()
         };
-        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let cfg = plain_configuration(&needs);
         let n = cfg
             .webhooks
             .expect("webhooks")
@@ -2362,7 +2324,7 @@ mod tests {
             containment: Containment::Marked,
             ..Default::default()
         };
-        let cfg = desired_configuration_for(&ProtectionLabels::default(), false, &needs, &opts());
+        let cfg = plain_configuration(&needs);
         assert_eq!(
             describe_configuration(&cfg),
             format!(

@@ -15,6 +15,13 @@ fn fields(errors: &[ValidationError]) -> Vec<&str> {
     errors.iter().map(|e| e.field.as_str()).collect()
 }
 
+/// Asserts the fields `errors` name, in order (`expected`, separated by spaces),
+/// printing the errors otherwise.
+fn assert_fields(errors: &[ValidationError], expected: &str) {
+    let expected: Vec<&str> = expected.split_whitespace().collect();
+    assert_eq!(fields(errors), expected, "{}", join_errors(errors));
+}
+
 fn rp() -> Value {
     json!({"enforcement": "Enforce", "strict": false, "resources": [
         {"group": "apps", "version": "v1", "resource": "deployments", "namespace": "shop", "names": ["db"],
@@ -78,18 +85,9 @@ fn resource_protection_rules() {
     v["resources"][0]["group"] = json!("Apps");
     v["resources"][3]["names"] = json!(["a/b", ""]);
     let errors = spec::<ResourceProtectionSpec>(v).validate();
-    assert_eq!(
-        fields(&errors),
-        vec![
-            "spec.resources[0].group",
-            "spec.resources[0].resource",
-            "spec.resources[1].namespace",
-            "spec.resources[2].namespace",
-            "spec.resources[3].names[0]",
-            "spec.resources[3].names[1]",
-        ],
-        "{}",
-        join_errors(&errors)
+    assert_fields(
+        &errors,
+        "spec.resources[0].group spec.resources[0].resource spec.resources[1].namespace spec.resources[2].namespace spec.resources[3].names[0] spec.resources[3].names[1]",
     );
     let empty = spec::<ResourceProtectionSpec>(json!({"resources": []})).validate();
     assert_eq!(fields(&empty), vec!["spec.resources"]);
@@ -110,16 +108,9 @@ fn anchor_rule_rules() {
     v["toggle"]["fieldPath"] = json!("spec.parameters");
     v["anchorLabels"]["name"] = json!("Not A Key");
     let errors = spec::<AnchorRuleSpec>(v).validate();
-    assert_eq!(
-        fields(&errors),
-        vec![
-            "spec.anchorLabels.name",
-            "spec.toggle.fieldPath",
-            "spec.protects[0].inheritFromNamespace",
-            "spec.protects[2]",
-        ],
-        "{}",
-        join_errors(&errors)
+    assert_fields(
+        &errors,
+        "spec.anchorLabels.name spec.toggle.fieldPath spec.protects[0].inheritFromNamespace spec.protects[2]",
     );
     let mut v = ar();
     v["toggle"]["fieldPath"] = json!(".spec..x");
@@ -137,15 +128,9 @@ fn dependency_rule_rules() {
     let dup = v["dependencies"][1].clone();
     v["dependencies"].as_array_mut().expect("list").push(dup);
     let errors = spec::<DependencyRuleSpec>(v).validate();
-    assert_eq!(
-        fields(&errors),
-        vec![
-            "spec.dependent.kind",
-            "spec.dependencies[0].apiExportRef.path",
-            "spec.dependencies[2]",
-        ],
-        "{}",
-        join_errors(&errors)
+    assert_fields(
+        &errors,
+        "spec.dependent.kind spec.dependencies[0].apiExportRef.path spec.dependencies[2]",
     );
     // Workspace paths of any depth.
     for path in ["root", "root:a", "root:org:team:network-provider"] {
@@ -170,15 +155,9 @@ fn critical_service_rules() {
         .remove("specificResource");
     v["provider"]["namespace"] = json!("Bad_NS");
     let errors = spec::<CriticalServiceSpec>(v).validate();
-    assert_eq!(
-        fields(&errors),
-        vec![
-            "spec.provider.namespace",
-            "spec.criteria[0]",
-            "spec.criteria[1]",
-        ],
-        "{}",
-        join_errors(&errors)
+    assert_fields(
+        &errors,
+        "spec.provider.namespace spec.criteria[0] spec.criteria[1]",
     );
     assert!(errors[1].message.contains("forbids specificResource"));
     assert!(errors[2].message.contains("requires specificResource"));
@@ -197,15 +176,9 @@ fn critical_service_criteria_name_resources_by_plural_or_kind() {
     v["criteria"][0]["finalizer"]["resource"] = json!("Cool-Resource");
     v["provider"]["resource"] = json!("Deployment");
     let errors = spec::<CriticalServiceSpec>(v).validate();
-    assert_eq!(
-        fields(&errors),
-        vec![
-            "spec.provider.resource",
-            "spec.criteria[0].finalizer.resource",
-            "spec.criteria[1].specificResource.resource",
-        ],
-        "{}",
-        join_errors(&errors)
+    assert_fields(
+        &errors,
+        "spec.provider.resource spec.criteria[0].finalizer.resource spec.criteria[1].specificResource.resource",
     );
     assert_eq!(
         errors[2].message,

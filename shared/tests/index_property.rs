@@ -13,19 +13,8 @@ use holdfast_shared::{
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+mod common;
+use common::{Rng, seed};
 
 fn dep(path: &str, ns_path: Option<&str>) -> CompiledDependency {
     CompiledDependency {
@@ -49,17 +38,17 @@ const VPCS: [&str; 4] = ["v0", "v1", "v2", "v3"];
 fn random_vm(rng: &mut Rng, ns: &str) -> Value {
     let mut spec = json!({});
     if rng.below(3) > 0 {
-        spec["vpcRef"] = json!({"name": VPCS[rng.below(4) as usize]});
-        if rng.below(4) == 0 {
-            spec["vpcRef"]["namespace"] = json!(NAMESPACES[rng.below(3) as usize]);
+        spec["vpcRef"] = json!({"name": *rng.pick(&VPCS)});
+        if rng.chance(4) {
+            spec["vpcRef"]["namespace"] = json!(*rng.pick(&NAMESPACES));
         }
     }
     let disks: Vec<Value> = (0..rng.below(3))
-        .map(|_| json!({"vpcRef": {"name": VPCS[rng.below(4) as usize]}}))
+        .map(|_| json!({"vpcRef": {"name": *rng.pick(&VPCS)}}))
         .collect();
     spec["disks"] = json!(disks);
     let mut meta = json!({"namespace": ns, "name": "x"});
-    if rng.below(5) == 0 {
+    if rng.chance(5) {
         meta["deletionTimestamp"] = json!("2026-11-22T00:00:00Z");
     }
     json!({"metadata": meta, "spec": spec})
@@ -67,16 +56,7 @@ fn random_vm(rng: &mut Rng, ns: &str) -> Value {
 
 #[test]
 fn index_matches_a_fresh_scan_after_every_step() {
-    let seed: u64 = std::env::var("HOLDFAST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(42)
-                | 1
-        });
+    let seed = seed();
     let result = std::panic::catch_unwind(|| run(seed));
     if result.is_err() {
         panic!("index property failed; replay with HOLDFAST_SEED={seed}");
@@ -91,8 +71,8 @@ fn run(seed: u64) {
     let index = DependentsIndex::default();
     let mut live: BTreeMap<(String, String, String), Value> = BTreeMap::new();
     for step in 0..2000 {
-        let cluster = CLUSTERS[rng.below(2) as usize];
-        let ns = NAMESPACES[rng.below(3) as usize];
+        let cluster = *rng.pick(&CLUSTERS);
+        let ns = *rng.pick(&NAMESPACES);
         let name = format!("vm-{}", rng.below(12));
         let key = (cluster.to_string(), ns.to_string(), name.clone());
         let id = ObjectId {
@@ -101,7 +81,7 @@ fn run(seed: u64) {
             namespace: ns.into(),
             name: name.as_str().into(),
         };
-        if rng.below(4) == 0 {
+        if rng.chance(4) {
             live.remove(&key);
             index.delete(&id);
         } else {

@@ -4,7 +4,7 @@
 use crate::{events::EventSink, metrics::Metrics, view::WebhookView};
 use chrono::Utc;
 use holdfast_shared::{
-    policy::{self, Decision, PolicyConfig},
+    policy::{self, Decider, Decision, PolicyConfig},
     review::{self, AdmissionResponse, ReviewError},
 };
 use std::{sync::Arc, time::Instant};
@@ -111,7 +111,7 @@ impl Admission {
                 format!("{user} deleted it; in Enforce mode this would have been refused: {audit}"),
             );
         }
-        match (&eval.decision, eval.policy.as_str()) {
+        match (&eval.decision, &eval.decider) {
             (Decision::Deny(d), _) if req.operation == review::Operation::Delete => {
                 self.events.emit(
                     &req,
@@ -122,7 +122,9 @@ impl Admission {
             }
             // (Evictions are judged as the pod's DELETE but reviewed as an Eviction:
             // no Event names the Eviction as if it were the pod.)
-            (Decision::Allow, "break-glass") if req.operation == review::Operation::Delete => {
+            (Decision::Allow, Decider::BreakGlass)
+                if req.operation == review::Operation::Delete =>
+            {
                 tracing::info!(uid = %req.uid, object = %req.describe(), user = %user, "break-glass honoured");
                 self.events.emit(
                     &req,
@@ -131,7 +133,7 @@ impl Admission {
                     format!("{user} deleted it past its protection with the break-glass marker"),
                 );
             }
-            (Decision::Allow, "break-glass-authorized") => {
+            (Decision::Allow, Decider::BreakGlassAuthorized) => {
                 self.events.emit(&req, true, "BreakGlassGranted", format!("{user}, allowed to bypass protection, added a break-glass marker or the strict exemption"));
             }
             (Decision::Warn(w), _) if req.operation == review::Operation::Delete => {
@@ -144,27 +146,25 @@ impl Admission {
             }
             _ => {}
         }
+        let decided_by = eval.decider.metric_label();
         let response = match &eval.decision {
             Decision::Allow => {
-                tracing::debug!(uid = %req.uid, operation = op, object = %req.describe(), policy = %eval.policy, "allowed");
+                tracing::debug!(uid = %req.uid, operation = op, object = %req.describe(), policy = %decided_by, "allowed");
                 AdmissionResponse::allow(&req.uid, Vec::new())
             }
             Decision::Warn(warnings) => {
-                tracing::info!(uid = %req.uid, operation = op, object = %req.describe(), policy = %eval.policy, "allowed with warnings");
+                tracing::info!(uid = %req.uid, operation = op, object = %req.describe(), policy = %decided_by, "allowed with warnings");
                 AdmissionResponse::allow(&req.uid, warnings.clone())
             }
             Decision::Deny(denial) => {
                 let object = req.describe();
-                if self
-                    .denials
-                    .first(format!("{op} {object} ({})", eval.policy))
-                {
+                if self.denials.first(format!("{op} {object} ({decided_by})")) {
                     tracing::info!(
                         uid = %req.uid,
                         operation = op,
                         object = %object,
                         user = %req.user_info.username,
-                        policy = %eval.policy,
+                        policy = %decided_by,
                         dry_run = req.dry_run.unwrap_or(false),
                         "denied: {}", denial.message
                     );
@@ -176,7 +176,7 @@ impl Admission {
         };
         self.metrics
             .requests
-            .with_label_values(&[op, eval.decision_label(), eval.policy.as_str()])
+            .with_label_values(&[op, eval.decision_label(), &decided_by])
             .inc();
         self.metrics
             .latency

@@ -10,7 +10,7 @@ use holdfast_shared::{
     api::common::Enforcement,
     labels::{ProtectionLabel, ProtectionLabels},
     names::{SKIP_ANNOTATION, STRICT_EXEMPT_LABEL},
-    policy::{Decision, Explanation, Finding},
+    policy::{Decider, Decision, Explanation, Finding, PolicyKind},
     review::{AdmissionRequest, Gvk, Gvr, Operation, UserInfo},
 };
 use serde::Serialize;
@@ -53,11 +53,7 @@ pub struct ApiResourceInfo {
 impl ApiResourceInfo {
     /// `apiVersion` of its objects.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        holdfast_shared::api::api_version(&self.group, &self.version)
     }
 }
 
@@ -229,7 +225,7 @@ pub fn why_report(
     };
     WhyReport {
         decision: eval.decision_label().to_string(),
-        decided_by: eval.policy.clone(),
+        decided_by: eval.decider.metric_label().into_owned(),
         object,
         user: user.0,
         groups: user.1,
@@ -255,34 +251,27 @@ fn ways_out(
     let target = object.kubectl_target();
     let mut out = Vec::new();
     for f in findings.iter().filter(|f| blocks(f)) {
-        let way = if f.lookup_failed {
-            format!("{}: could not be checked; retry later", f.policy)
-        } else if let Some(key) = f.policy.strip_prefix("label ")
-            && strict
-        {
-            format!(
+        let way = match &f.decider {
+            _ if f.lookup_failed => format!("{}: could not be checked; retry later", f.decider),
+            Decider::Label { key } if strict => format!(
                 "strict mode: mark it exempt first (kubectl label {target} \
                  {STRICT_EXEMPT_LABEL}=true, which takes the bypass permission), then remove \
                  the label: kubectl label {target} {key}-"
-            )
-        } else if let Some(key) = f.policy.strip_prefix("label ") {
-            format!("remove the label: kubectl label {target} {key}-")
-        } else if let Some(name) = f.policy.strip_prefix("ResourceProtection/") {
-            let name = name.split(' ').next().unwrap_or(name);
-            format!("remove the object from the policy: kubectl edit resourceprotection {name}")
-        } else if f.policy.starts_with("DependencyRule/") {
-            format!(
-                "delete or change its {} dependent(s) first ({})",
-                f.blockers.len(),
-                f.policy
-            )
-        } else if f.policy == "containment" {
-            format!(
+            ),
+            Decider::Label { key } => format!("remove the label: kubectl label {target} {key}-"),
+            Decider::Policy(p) if p.kind == PolicyKind::ResourceProtection => format!(
+                "remove the object from the policy: kubectl edit resourceprotection {}",
+                p.key.name
+            ),
+            Decider::Policy(p) if p.kind == PolicyKind::DependencyRule => format!(
+                "delete or change its {} dependent(s) first ({p})",
+                f.blockers.len()
+            ),
+            Decider::Containment => format!(
                 "lift the protection of (or delete) the {} protected object(s) it contains",
                 f.blockers.len()
-            )
-        } else {
-            format!("satisfy {}: {}", f.policy, f.message)
+            ),
+            other => format!("satisfy {other}: {}", f.message),
         };
         if !out.contains(&way) {
             out.push(way);
@@ -334,7 +323,7 @@ pub fn render_why(r: &WhyReport) -> String {
             let _ = writeln!(
                 s,
                 "  - {} (mode {}{state})",
-                f.policy,
+                f.decider,
                 f.enforcement.as_str()
             );
             if !f.blockers.is_empty() {
@@ -534,7 +523,10 @@ pub fn delete_review(res: &ApiResourceInfo, object: Value, user: UserInfo) -> Ad
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_shared::policy::{BreakGlassState, Evaluation};
+    use holdfast_shared::{
+        policy::{BreakGlassState, Evaluation, PolicyRef},
+        registry::PolicyKey,
+    };
     use serde_json::json;
 
     fn res(group: &str, resource: &str, kind: &str, short: &[&str]) -> ApiResourceInfo {
@@ -636,14 +628,18 @@ mod tests {
         assert!(parse_settings(r#"{"strict":false,"protectionLabels":["bad key!"]}"#).is_err());
     }
 
-    fn finding(policy: &str, enforcement: Enforcement, blockers: usize) -> Finding {
+    fn finding(decider: Decider, enforcement: Enforcement, blockers: usize) -> Finding {
         Finding {
-            policy: policy.to_string(),
+            message: format!("holdfast: {decider}"),
+            decider,
             enforcement,
             lookup_failed: false,
-            message: format!("holdfast: {policy}"),
             blockers: (0..blockers).map(|i| format!("VM ns/vm-{i}")).collect(),
         }
+    }
+
+    fn policy(kind: PolicyKind, name: &str) -> Decider {
+        Decider::Policy(PolicyRef::new(kind, &PolicyKey::new("", name)))
     }
 
     fn object() -> ObjectRef {
@@ -664,15 +660,31 @@ mod tests {
                 blockers: Vec::new(),
                 kind: holdfast_shared::policy::DenialKind::Protected,
             }),
-            policy: "label".to_string(),
+            decider: Decider::Label {
+                key: "holdfast.dev/protected".to_string(),
+            },
             audits: Vec::new(),
         };
         let explanation = Explanation {
             evaluation: deny,
             findings: vec![
-                finding("label holdfast.dev/protected", Enforcement::Enforce, 1),
-                finding("DependencyRule/vms", Enforcement::Enforce, 7),
-                finding("ResourceProtection/audit-only", Enforcement::Audit, 1),
+                finding(
+                    Decider::Label {
+                        key: "holdfast.dev/protected".to_string(),
+                    },
+                    Enforcement::Enforce,
+                    1,
+                ),
+                finding(
+                    policy(PolicyKind::DependencyRule, "vms"),
+                    Enforcement::Enforce,
+                    7,
+                ),
+                finding(
+                    policy(PolicyKind::ResourceProtection, "audit-only"),
+                    Enforcement::Audit,
+                    1,
+                ),
             ],
             break_glass: BreakGlassState {
                 active: None,
@@ -730,6 +742,12 @@ mod tests {
         );
         let json = serde_json::to_value(&r).expect("serializes");
         assert_eq!(json["protections"][1]["enforcement"], "Enforce");
+        assert_eq!(
+            json["protections"][0]["policy"],
+            "label holdfast.dev/protected"
+        );
+        assert_eq!(json["protections"][1]["policy"], "DependencyRule/vms");
+        assert_eq!(json["decidedBy"], "label");
         assert_eq!(json["breakGlass"]["callerMayBypass"], false);
         assert_eq!(json["object"]["namespace"], "shop");
     }
@@ -739,7 +757,7 @@ mod tests {
         let explanation = Explanation {
             evaluation: Evaluation {
                 decision: Decision::Allow,
-                policy: "none".to_string(),
+                decider: Decider::None,
                 audits: Vec::new(),
             },
             findings: Vec::new(),

@@ -4,82 +4,42 @@
 // mistakes for a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Enforcement, FIELD_PATH_PATTERN, GROUP_PATTERN, NAMESPACE_PATTERN, PolicyStatus,
-    QUALIFIED_NAME_PATTERN, RESOURCE_PATTERN, ResourceType, VERSION_PATTERN,
+    FIELD_PATH_PATTERN, GROUP_PATTERN, NAMESPACE_PATTERN, PolicyStatus, QUALIFIED_NAME_PATTERN,
+    RESOURCE_PATTERN, ResourceType, VERSION_PATTERN, distinct, policy_spec,
 };
 
-/// Desired state of an AnchorRule: objects of the listed types are protected
-/// while their anchor exists, is not being deleted, and its toggle is true.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[kube(
-    group = "holdfast.dev",
-    version = "v1alpha1",
-    kind = "AnchorRule",
-    plural = "anchorrules",
-    shortname = "ar",
-    category = "holdfast",
-    status = "PolicyStatus",
-    derive = "PartialEq",
-    doc = "AnchorRule protects objects while the anchor object named by their labels (or their namespace's labels) exists, is not being deleted and has its toggle field set.",
-    printcolumn(
-        name = "Enforcement",
-        type_ = "string",
-        json_path = ".spec.enforcement",
-        description = "Enforce, Warn or Audit"
+policy_spec! {
+    /// Desired state of an AnchorRule: objects of the listed types are protected
+    /// while their anchor exists, is not being deleted, and its toggle is true.
+    kind("AnchorRule", "anchorrules", "ar", "PolicyStatus"), doc("AnchorRule protects objects while the anchor object named by their labels (or their namespace's labels) exists, is not being deleted and has its toggle field set."),
+    columns(
+        ("Anchor", "string", ".spec.anchor.resource", "Resource of the anchor objects"),
+        ("Toggle", "string", ".spec.toggle.fieldPath", "Field of the anchor that switches protection on", 1),
     ),
-    printcolumn(
-        name = "Anchor",
-        type_ = "string",
-        json_path = ".spec.anchor.resource",
-        description = "Resource of the anchor objects"
-    ),
-    printcolumn(
-        name = "Toggle",
-        type_ = "string",
-        json_path = ".spec.toggle.fieldPath",
-        description = "Field of the anchor that switches protection on",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Whether the policy is loaded and enforced"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(
-    "self.protects.all(p, !(p.group == self.anchor.group && p.resource == self.anchor.resource))"
-).message("protects must not list the anchor's own type: the anchor could never be deleted").field_path(".protects"))]
-pub struct AnchorRuleSpec {
-    /// What happens when a DELETE is blocked: Enforce (deny), Warn (allow with a
-    /// warning) or Audit (allow, count and emit an Event).
-    #[serde(default)]
-    pub enforcement: Enforcement,
-    /// Type of the anchor objects (the topmost composites).
-    pub anchor: ResourceType,
-    /// Label keys that name an object's anchor.
-    pub anchor_labels: AnchorLabels,
-    /// Field of the anchor that switches protection on or off. Unset: protection
-    /// is on whenever the anchor exists and is not being deleted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub toggle: Option<Toggle>,
-    /// Types of the objects protected by their anchor.
-    #[schemars(length(min = 1, max = 64))]
-    pub protects: Vec<ProtectedType>,
-    /// Where the anchor objects live. Unset: in the cluster of the protected objects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub anchor_source: Option<AnchorSource>,
+    #[x_kube(validation = Rule::new(
+        "self.protects.all(p, !(p.group == self.anchor.group && p.resource == self.anchor.resource))"
+    ).message("protects must not list the anchor's own type: the anchor could never be deleted").field_path(".protects"))]
+    pub struct AnchorRuleSpec {
+        /// Type of the anchor objects (the topmost composites).
+        pub anchor: ResourceType,
+        /// Label keys that name an object's anchor.
+        pub anchor_labels: AnchorLabels,
+        /// Field of the anchor that switches protection on or off. Unset: protection
+        /// is on whenever the anchor exists and is not being deleted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub toggle: Option<Toggle>,
+        /// Types of the objects protected by their anchor.
+        #[schemars(length(min = 1, max = 64))]
+        pub protects: Vec<ProtectedType>,
+        /// Where the anchor objects live. Unset: in the cluster of the protected objects.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub anchor_source: Option<AnchorSource>,
+    }
 }
 
 /// Another cluster holding the anchor objects (e.g. a control cluster holding the
@@ -192,13 +152,6 @@ impl ProtectedType {
 impl AnchorRule {
     /// The resource types this rule protects, in spec order, without duplicates.
     pub fn targets(&self) -> Vec<ResourceType> {
-        let mut out: Vec<ResourceType> = Vec::new();
-        for p in &self.spec.protects {
-            let t = p.resource_type();
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
-        out
+        distinct(self.spec.protects.iter().map(|p| p.resource_type()))
     }
 }

@@ -3,6 +3,59 @@
 
 use std::fmt;
 
+/// Declares the spec of a policy kind and, through its `CustomResource` derive, the
+/// kind itself: group `holdfast.dev`, version `v1alpha1`, category `holdfast`,
+/// `PartialEq`, fields in camelCase, with `kind(KIND, PLURAL, SHORTNAME, STATUS)` and
+/// `doc(...)`. Its
+/// printer columns are Enforcement, its own (`columns`: name, type, JSON path,
+/// description, optionally a priority), Ready and Age; its first field is
+/// `enforcement`.
+macro_rules! policy_spec {
+    (
+        $(#[doc = $doc:expr])*
+        kind($kind:literal, $plural:literal, $short:literal, $status:literal), doc($crd_doc:literal),
+        columns($(($name:literal, $type:literal, $path:literal, $what:literal $(, $prio:literal)?)),* $(,)?),
+        $(#[$attr:meta])*
+        pub struct $spec:ident { $($fields:tt)* }
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(
+            kube::CustomResource,
+            kube::KubeSchema,
+            serde::Serialize,
+            serde::Deserialize,
+            Clone,
+            Debug,
+            PartialEq,
+        )]
+        #[kube(
+            group = "holdfast.dev",
+            version = "v1alpha1",
+            kind = $kind,
+            plural = $plural,
+            shortname = $short,
+            category = "holdfast",
+            status = $status,
+            derive = "PartialEq",
+            doc = $crd_doc,
+            printcolumn(name = "Enforcement", type_ = "string", json_path = ".spec.enforcement", description = "Enforce, Warn or Audit"),
+            $(printcolumn(name = $name, type_ = $type, json_path = $path, description = $what $(, priority = $prio)?),)*
+            printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the policy is loaded and enforced"),
+            printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+        )]
+        #[serde(rename_all = "camelCase")]
+        $(#[$attr])*
+        pub struct $spec {
+            /// What happens when a DELETE is blocked: Enforce (deny), Warn (allow with a
+            /// warning) or Audit (allow, count and emit an Event).
+            #[serde(default)]
+            pub enforcement: $crate::api::common::Enforcement,
+            $($fields)*
+        }
+    };
+}
+pub(crate) use policy_spec;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::KubeSchema;
 use schemars::JsonSchema;
@@ -101,6 +154,17 @@ impl fmt::Display for GroupResource {
             write!(f, "{}.{}", self.resource, self.group)
         }
     }
+}
+
+/// `items` in their order, each once.
+pub(crate) fn distinct<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for t in items {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
 }
 
 /// A resource type: API group, version and resource (the REST path segments).

@@ -5,77 +5,32 @@
 // mistakes for a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Enforcement, GROUP_PATTERN, GroupResource, NAME_PATTERN, NAMESPACE_PATTERN, PolicyStatus,
-    QUALIFIED_NAME_PATTERN, RESOURCE_OR_KIND_PATTERN, RESOURCE_PATTERN,
+    GROUP_PATTERN, GroupResource, NAME_PATTERN, NAMESPACE_PATTERN, PolicyStatus,
+    QUALIFIED_NAME_PATTERN, RESOURCE_OR_KIND_PATTERN, RESOURCE_PATTERN, policy_spec,
 };
 
-/// Desired state of a CriticalService: the provider (and its namespace) may not
-/// be deleted while any criterion still holds.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[kube(
-    group = "holdfast.dev",
-    version = "v1alpha1",
-    kind = "CriticalService",
-    plural = "criticalservices",
-    shortname = "cs",
-    category = "holdfast",
-    status = "PolicyStatus",
-    derive = "PartialEq",
-    doc = "CriticalService keeps a provider (e.g. the Deployment running a finalizer or webhook) and its namespace from being deleted while objects still depend on it; the CriticalService itself cannot be deleted while its provider exists.",
-    printcolumn(
-        name = "Enforcement",
-        type_ = "string",
-        json_path = ".spec.enforcement",
-        description = "Enforce, Warn or Audit"
+policy_spec! {
+    /// Desired state of a CriticalService: the provider (and its namespace) may not
+    /// be deleted while any criterion still holds.
+    kind("CriticalService", "criticalservices", "cs", "PolicyStatus"), doc("CriticalService keeps a provider (e.g. the Deployment running a finalizer or webhook) and its namespace from being deleted while objects still depend on it; the CriticalService itself cannot be deleted while its provider exists."),
+    columns(
+        ("Provider", "string", ".spec.provider.name", "Name of the provider object"),
+        ("Provider-Namespace", "string", ".spec.provider.namespace", "Namespace of the provider object"),
+        ("Provider-Resource", "string", ".spec.provider.resource", "Resource of the provider object", 1),
     ),
-    printcolumn(
-        name = "Provider",
-        type_ = "string",
-        json_path = ".spec.provider.name",
-        description = "Name of the provider object"
-    ),
-    printcolumn(
-        name = "Provider-Namespace",
-        type_ = "string",
-        json_path = ".spec.provider.namespace",
-        description = "Namespace of the provider object"
-    ),
-    printcolumn(
-        name = "Provider-Resource",
-        type_ = "string",
-        json_path = ".spec.provider.resource",
-        description = "Resource of the provider object",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Whether the policy is loaded and enforced"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct CriticalServiceSpec {
-    /// What happens when a DELETE is blocked: Enforce (deny), Warn (allow with a
-    /// warning) or Audit (allow, count and emit an Event).
-    #[serde(default)]
-    pub enforcement: Enforcement,
-    /// The object providing the critical service, e.g. a Deployment running a finalizer.
-    pub provider: Provider,
-    /// Conditions that keep the provider alive; the provider may be deleted only
-    /// when none holds.
-    #[schemars(length(min = 1, max = 32))]
-    pub criteria: Vec<Criterion>,
+    pub struct CriticalServiceSpec {
+        /// The object providing the critical service, e.g. a Deployment running a finalizer.
+        pub provider: Provider,
+        /// Conditions that keep the provider alive; the provider may be deleted only
+        /// when none holds.
+        #[schemars(length(min = 1, max = 32))]
+        pub criteria: Vec<Criterion>,
+    }
 }
 
 /// The provider object, by group, resource, namespace and name.

@@ -4,13 +4,13 @@
 // mistakes for a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Enforcement, FIELD_PATH_PATTERN, GROUP_PATTERN, KIND_PATTERN, RESOURCE_PATTERN, ResourceType,
-    VERSION_PATTERN, WORKSPACE_PATH_PATTERN,
+    FIELD_PATH_PATTERN, GROUP_PATTERN, KIND_PATTERN, RESOURCE_PATTERN, ResourceType,
+    VERSION_PATTERN, WORKSPACE_PATH_PATTERN, distinct, policy_spec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -18,64 +18,24 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 pub const API_EXPORT_NAME_PATTERN: &str =
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
-/// Desired state of a DependencyRule: objects of each dependency type are
-/// protected while an object of the dependent type references them by name.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[kube(
-    group = "holdfast.dev",
-    version = "v1alpha1",
-    kind = "DependencyRule",
-    plural = "dependencyrules",
-    shortname = "dr",
-    category = "holdfast",
-    status = "DependencyRuleStatus",
-    derive = "PartialEq",
-    doc = "DependencyRule protects objects from deletion while objects of the dependent type in the same logical cluster (and namespace) reference them by name.",
-    printcolumn(
-        name = "Enforcement",
-        type_ = "string",
-        json_path = ".spec.enforcement",
-        description = "Enforce, Warn or Audit"
+policy_spec! {
+    /// Desired state of a DependencyRule: objects of each dependency type are
+    /// protected while an object of the dependent type references them by name.
+    kind("DependencyRule", "dependencyrules", "dr", "DependencyRuleStatus"), doc("DependencyRule protects objects from deletion while objects of the dependent type in the same logical cluster (and namespace) reference them by name."),
+    columns(
+        ("Dependent", "string", ".spec.dependent.kind", "Kind of the objects holding references"),
+        ("Group", "string", ".spec.dependent.group", "API group of the dependent kind", 1),
     ),
-    printcolumn(
-        name = "Dependent",
-        type_ = "string",
-        json_path = ".spec.dependent.kind",
-        description = "Kind of the objects holding references"
-    ),
-    printcolumn(
-        name = "Group",
-        type_ = "string",
-        json_path = ".spec.dependent.group",
-        description = "API group of the dependent kind",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Whether the policy is loaded and enforced"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(
-    "self.dependencies.all(d, self.dependencies.exists_one(e, e.group == d.group && e.resource == d.resource && e.fieldRef.path == d.fieldRef.path))"
-).message("dependencies must not repeat the same group, resource and fieldRef.path").field_path(".dependencies"))]
-pub struct DependencyRuleSpec {
-    /// What happens when a DELETE is blocked: Enforce (deny), Warn (allow with a
-    /// warning) or Audit (allow, count and emit an Event).
-    #[serde(default)]
-    pub enforcement: Enforcement,
-    /// The type whose objects hold the references (queried when a dependency is deleted).
-    pub dependent: Dependent,
-    /// The referenced types, protected while referenced.
-    #[schemars(length(min = 1, max = 32))]
-    pub dependencies: Vec<Dependency>,
+    #[x_kube(validation = Rule::new(
+        "self.dependencies.all(d, self.dependencies.exists_one(e, e.group == d.group && e.resource == d.resource && e.fieldRef.path == d.fieldRef.path))"
+    ).message("dependencies must not repeat the same group, resource and fieldRef.path").field_path(".dependencies"))]
+    pub struct DependencyRuleSpec {
+        /// The type whose objects hold the references (queried when a dependency is deleted).
+        pub dependent: Dependent,
+        /// The referenced types, protected while referenced.
+        #[schemars(length(min = 1, max = 32))]
+        pub dependencies: Vec<Dependency>,
+    }
 }
 
 /// The resource type that holds references.
@@ -166,14 +126,7 @@ pub struct FieldRef {
 impl DependencyRule {
     /// The protected (referenced) resource types, in spec order, without duplicates.
     pub fn targets(&self) -> Vec<ResourceType> {
-        let mut out: Vec<ResourceType> = Vec::new();
-        for d in &self.spec.dependencies {
-            let t = d.resource_type();
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
-        out
+        distinct(self.spec.dependencies.iter().map(|d| d.resource_type()))
     }
 
     /// The distinct APIExport references of the dependencies (kcp), in spec order.

@@ -5,12 +5,12 @@
 #![allow(clippy::duplicated_attributes)]
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Enforcement, GROUP_PATTERN, GroupResource, NAME_PATTERN, NAMESPACE_PATTERN, PolicyStatus,
-    ResourceType,
+    GROUP_PATTERN, GroupResource, NAME_PATTERN, NAMESPACE_PATTERN, PolicyStatus, ResourceType,
+    distinct, policy_spec,
 };
 
 /// A group, or `*` for every group (with resource `*`).
@@ -50,70 +50,31 @@ pub fn never_selected_by_wildcard(gr: &GroupResource) -> bool {
         .any(|(g, r)| *g == gr.group && (*r == "*" || *r == gr.resource))
 }
 
-/// Desired state of a ResourceProtection: which objects may not be deleted.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[kube(
-    group = "holdfast.dev",
-    version = "v1alpha1",
-    kind = "ResourceProtection",
-    plural = "resourceprotections",
-    shortname = "rp",
-    category = "holdfast",
-    status = "PolicyStatus",
-    derive = "PartialEq",
-    doc = "ResourceProtection protects the objects its selectors choose from deletion (and, when strict, from losing their protection label).",
-    printcolumn(
-        name = "Enforcement",
-        type_ = "string",
-        json_path = ".spec.enforcement",
-        description = "Enforce, Warn or Audit"
+policy_spec! {
+    /// Desired state of a ResourceProtection: which objects may not be deleted.
+    kind("ResourceProtection", "resourceprotections", "rp", "PolicyStatus"), doc("ResourceProtection protects the objects its selectors choose from deletion (and, when strict, from losing their protection label)."),
+    columns(
+        ("Strict", "boolean", ".spec.strict", "Whether removing the protection label is denied"),
+        ("Mode", "string", ".spec.mode", "Always, or Cascading: only while live contents remain"),
     ),
-    printcolumn(
-        name = "Strict",
-        type_ = "boolean",
-        json_path = ".spec.strict",
-        description = "Whether removing the protection label is denied"
-    ),
-    printcolumn(
-        name = "Mode",
-        type_ = "string",
-        json_path = ".spec.mode",
-        description = "Always, or Cascading: only while live contents remain"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Whether the policy is loaded and enforced"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct ResourceProtectionSpec {
-    /// What happens when a DELETE is blocked: Enforce (deny), Warn (allow with a
-    /// warning) or Audit (allow, count and emit an Event).
-    #[serde(default)]
-    pub enforcement: Enforcement,
-    /// Strict mode: an UPDATE that removes the protection label from a selected
-    /// object (or sets it to a non-protecting value) is denied unless the stored
-    /// object already carries `holdfast.dev/strict-exempt: "true"`.
-    #[serde(default)]
-    pub strict: bool,
-    /// Selectors of the objects to protect; an object is protected when any entry selects it.
-    #[schemars(length(min = 1, max = 64))]
-    pub resources: Vec<ResourceSelector>,
-    /// Always (the default): a selected object is protected as long as it is
-    /// selected. Cascading: only while it still has live contents — a Namespace while
-    /// it holds a Pod that is neither Succeeded, Failed nor terminating, or any
-    /// PersistentVolumeClaim; a CustomResourceDefinition while an instance that is not
-    /// terminating exists; an object with a scale subresource while `spec.replicas`
-    /// is above 0. An object of any other kind is protected always.
-    #[serde(default)]
-    pub mode: ProtectionMode,
+    pub struct ResourceProtectionSpec {
+        /// Strict mode: an UPDATE that removes the protection label from a selected
+        /// object (or sets it to a non-protecting value) is denied unless the stored
+        /// object already carries `holdfast.dev/strict-exempt: "true"`.
+        #[serde(default)]
+        pub strict: bool,
+        /// Selectors of the objects to protect; an object is protected when any entry selects it.
+        #[schemars(length(min = 1, max = 64))]
+        pub resources: Vec<ResourceSelector>,
+        /// Always (the default): a selected object is protected as long as it is
+        /// selected. Cascading: only while it still has live contents — a Namespace while
+        /// it holds a Pod that is neither Succeeded, Failed nor terminating, or any
+        /// PersistentVolumeClaim; a CustomResourceDefinition while an instance that is not
+        /// terminating exists; an object with a scale subresource while `spec.replicas`
+        /// is above 0. An object of any other kind is protected always.
+        #[serde(default)]
+        pub mode: ProtectionMode,
+    }
 }
 
 /// How long a ResourceProtection protects what it selects.
@@ -251,13 +212,6 @@ impl ResourceSelector {
 impl ResourceProtection {
     /// The resource types this policy selects, in spec order, without duplicates.
     pub fn targets(&self) -> Vec<ResourceType> {
-        let mut out: Vec<ResourceType> = Vec::new();
-        for sel in &self.spec.resources {
-            let t = sel.resource_type();
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
-        out
+        distinct(self.spec.resources.iter().map(|sel| sel.resource_type()))
     }
 }

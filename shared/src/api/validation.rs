@@ -45,6 +45,13 @@ impl Errors {
         });
     }
 
+    /// Checks the group, version and resource of a type, each at `at(name)`.
+    fn check_type(&mut self, at: impl Fn(&str) -> String, (g, v, r): (&str, &str, &str)) {
+        self.check(at("group"), group(g));
+        self.check(at("version"), version(v));
+        self.check(at("resource"), resource(r));
+    }
+
     fn check(&mut self, field: impl Into<String>, result: Result<(), String>) {
         if let Err(message) = result {
             self.push(field, message);
@@ -62,64 +69,59 @@ fn dns_label(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
+/// `Ok` when `ok`, else why `s` is not `what`.
+fn is(ok: bool, s: &str, what: &str) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{s:?} is not {what}"))
+    }
+}
+
 fn dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(dns_label)
 }
 
 fn group(s: &str) -> Result<(), String> {
-    if s.is_empty() || dns_subdomain(s) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not an API group (empty for the core group, or a lowercase DNS subdomain)"
-        ))
-    }
+    is(
+        s.is_empty() || dns_subdomain(s),
+        s,
+        "an API group (empty for the core group, or a lowercase DNS subdomain)",
+    )
 }
 
 fn version(s: &str) -> Result<(), String> {
-    if dns_label(s) {
-        Ok(())
-    } else {
-        Err(format!("{s:?} is not an API version (e.g. v1)"))
-    }
+    is(dns_label(s), s, "an API version (e.g. v1)")
 }
 
 fn resource(s: &str) -> Result<(), String> {
-    if dns_label(s) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a resource (lowercase plural as in the REST path, e.g. deployments)"
-        ))
-    }
+    is(
+        dns_label(s),
+        s,
+        "a resource (lowercase plural as in the REST path, e.g. deployments)",
+    )
 }
 
 /// A resource by its plural or by its kind (CriticalService criteria).
 fn resource_or_kind(s: &str) -> Result<(), String> {
-    if dns_label(s) || kind(s).is_ok() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a resource (lowercase plural, e.g. customresourcedefinitions) \
-             or a kind (e.g. CustomResourceDefinition)"
-        ))
-    }
+    is(
+        dns_label(s) || kind(s).is_ok(),
+        s,
+        "a resource (lowercase plural, e.g. customresourcedefinitions) \
+             or a kind (e.g. CustomResourceDefinition)",
+    )
 }
 
 fn namespace(s: &str) -> Result<(), String> {
-    if dns_label(s) {
-        Ok(())
-    } else {
-        Err(format!("{s:?} is not a namespace name"))
-    }
+    is(dns_label(s), s, "a namespace name")
 }
 
 fn object_name(s: &str) -> Result<(), String> {
-    if !s.is_empty() && s.len() <= 253 && !s.contains('/') && !s.chars().any(char::is_whitespace) {
-        Ok(())
-    } else {
-        Err(format!("{s:?} is not an object name"))
-    }
+    is(
+        !s.is_empty() && s.len() <= 253 && !s.contains('/') && !s.chars().any(char::is_whitespace),
+        s,
+        "an object name",
+    )
 }
 
 fn kind(s: &str) -> Result<(), String> {
@@ -148,13 +150,12 @@ fn qualified_name(s: &str) -> Result<(), String> {
         && b[b.len() - 1].is_ascii_alphanumeric()
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
-    if name_ok && prefix.is_none_or(dns_subdomain) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a qualified name ([prefix/]name, the prefix a DNS subdomain)"
-        ))
-    }
+    let ok = name_ok && prefix.is_none_or(dns_subdomain);
+    is(
+        ok,
+        s,
+        "a qualified name ([prefix/]name, the prefix a DNS subdomain)",
+    )
 }
 
 fn field_path(s: &str) -> Result<(), String> {
@@ -166,21 +167,16 @@ fn field_path(s: &str) -> Result<(), String> {
 
 fn workspace_path(s: &str) -> Result<(), String> {
     let mut parts = s.split(':');
-    if parts.next() == Some("root") && parts.all(dns_label) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a workspace path (root, root:org, root:org:team, ...)"
-        ))
-    }
+    let ok = parts.next() == Some("root") && parts.all(dns_label);
+    is(
+        ok,
+        s,
+        "a workspace path (root, root:org, root:org:team, ...)",
+    )
 }
 
 fn api_export_name(s: &str) -> Result<(), String> {
-    if dns_subdomain(s) {
-        Ok(())
-    } else {
-        Err(format!("{s:?} is not an APIExport name (a DNS subdomain)"))
-    }
+    is(dns_subdomain(s), s, "an APIExport name (a DNS subdomain)")
 }
 
 fn list_len(errors: &mut Errors, field: &str, len: usize, max: usize) {
@@ -221,9 +217,7 @@ impl ResourceProtectionSpec {
                     }
                 }
             } else {
-                e.check(f("group"), group(&r.group));
-                e.check(f("version"), version(&r.version));
-                e.check(f("resource"), resource(&r.resource));
+                e.check_type(f, (&r.group, &r.version, &r.resource));
                 if r.group == "*" || r.version == "*" {
                     e.push(
                         f("resource"),
@@ -258,9 +252,11 @@ impl AnchorRuleSpec {
     /// The problems of this spec (empty when valid).
     pub fn validate(&self) -> Vec<ValidationError> {
         let mut e = Errors::default();
-        e.check("spec.anchor.group", group(&self.anchor.group));
-        e.check("spec.anchor.version", version(&self.anchor.version));
-        e.check("spec.anchor.resource", resource(&self.anchor.resource));
+        let a = &self.anchor;
+        e.check_type(
+            |n| format!("spec.anchor.{n}"),
+            (&a.group, &a.version, &a.resource),
+        );
         e.check(
             "spec.anchorLabels.name",
             qualified_name(&self.anchor_labels.name),
@@ -290,9 +286,7 @@ impl AnchorRuleSpec {
         list_len(&mut e, "spec.protects", self.protects.len(), 64);
         for (i, p) in self.protects.iter().enumerate() {
             let f = |name: &str| format!("spec.protects[{i}].{name}");
-            e.check(f("group"), group(&p.group));
-            e.check(f("version"), version(&p.version));
-            e.check(f("resource"), resource(&p.resource));
+            e.check_type(f, (&p.group, &p.version, &p.resource));
             if p.group.is_empty() && p.resource == "namespaces" && p.inherit_from_namespace {
                 e.push(
                     f("inheritFromNamespace"),
@@ -329,9 +323,7 @@ impl DependencyRuleSpec {
                 e.check(f("apiExportRef.path"), workspace_path(&r.path));
                 e.check(f("apiExportRef.name"), api_export_name(&r.name));
             }
-            e.check(f("group"), group(&dep.group));
-            e.check(f("version"), version(&dep.version));
-            e.check(f("resource"), resource(&dep.resource));
+            e.check_type(f, (&dep.group, &dep.version, &dep.resource));
             e.check(f("fieldRef.path"), field_path(&dep.field_ref.path));
             if let Some(n) = &dep.namespace_field_ref {
                 e.check(f("namespaceFieldRef.path"), field_path(&n.path));

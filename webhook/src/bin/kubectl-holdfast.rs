@@ -24,7 +24,9 @@ use holdfast_shared::{
     },
     labels::ProtectionLabels,
     names::{API_GROUP, WEBHOOK_CONFIGURATION_NAME},
-    policy::{ClusterView as _, Decision, DenialKind, Explanation, PolicyConfig, explain_delete},
+    policy::{
+        ClusterView as _, Decider, Decision, DenialKind, Explanation, PolicyConfig, explain_delete,
+    },
     review::{AdmissionRequest, UserInfo},
     topology::Topology,
     webhookconfig::{
@@ -366,6 +368,24 @@ async fn settings(
 
 /// The webhook's view of the cluster, read with the caller's credentials, once its
 /// policies have loaded (or the deadline passed).
+/// The configuration to judge with (`labels`, `strict`) and the webhook's own view
+/// of the cluster, with the sender that stops its watches.
+async fn open_judge(
+    config: kube::Config,
+    labels: &ProtectionLabels,
+    strict: bool,
+    deadline: Instant,
+) -> anyhow::Result<(PolicyConfig, Arc<WebhookView>, watch::Sender<bool>)> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let view = open_view(config, labels, deadline, stop_rx).await?;
+    let cfg = PolicyConfig {
+        labels: labels.clone(),
+        strict,
+        ..PolicyConfig::default()
+    };
+    Ok((cfg, view, stop_tx))
+}
+
 async fn open_view(
     config: kube::Config,
     labels: &ProtectionLabels,
@@ -445,13 +465,7 @@ async fn why(
         Err(e) if problems.is_empty() => bail!("{e}"),
         Err(e) => bail!("{e} (discovery was incomplete: {})", problems.join("; ")),
     };
-    let ar = ApiResource {
-        group: res.group.clone(),
-        version: res.version.clone(),
-        api_version: res.api_version(),
-        kind: res.kind.clone(),
-        plural: res.resource.clone(),
-    };
+    let ar = api_resource(&res);
     let ns = namespace
         .map(str::to_string)
         .unwrap_or_else(|| config.default_namespace.clone());
@@ -478,13 +492,7 @@ async fn why(
         }
     };
     let (labels, strict, _) = settings(&client, &mut notes).await;
-    let cfg = PolicyConfig {
-        labels: labels.clone(),
-        strict,
-        ..PolicyConfig::default()
-    };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let view = open_view(config, &labels, deadline, stop_rx).await?;
+    let (cfg, view, stop_tx) = open_judge(config, &labels, strict, deadline).await?;
     if !view.policies_loaded() {
         notes.push(
             "the policy objects did not load in time (may you list and watch them?)".to_string(),
@@ -534,6 +542,12 @@ async fn list_json(client: &Client, ar: &ApiResource) -> Result<Vec<Value>, Stri
         })
 }
 
+/// The resource discovery found, as the API client names it.
+fn api_resource(res: &ApiResourceInfo) -> ApiResource {
+    let gvk = kube::api::GroupVersionKind::gvk(&res.group, &res.version, &res.kind);
+    ApiResource::from_gvk_with_plural(&gvk, &res.resource)
+}
+
 fn holdfast_ar(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: API_GROUP.to_string(),
@@ -546,22 +560,20 @@ fn holdfast_ar(kind: &str, plural: &str) -> ApiResource {
 
 /// The resources a policy object names (whose DELETEs must reach the webhook).
 fn policy_needs(kind: &str, v: &Value) -> Vec<holdfast_shared::api::common::GroupResource> {
-    fn typed<T: serde::de::DeserializeOwned>(v: &Value) -> Option<T> {
-        serde_json::from_value(v.clone()).ok()
+    use holdfast_shared::api::common::GroupResource;
+    fn needs<T: serde::de::DeserializeOwned>(
+        v: &Value,
+        of: fn(&T) -> Vec<GroupResource>,
+    ) -> Vec<GroupResource> {
+        serde_json::from_value(v.clone())
+            .map(|p| of(&p))
+            .unwrap_or_default()
     }
     match kind {
-        "ResourceProtection" => typed::<ResourceProtection>(v)
-            .map(|p| resource_protection_needs(&p))
-            .unwrap_or_default(),
-        "DependencyRule" => typed::<DependencyRule>(v)
-            .map(|p| dependency_rule_needs(&p))
-            .unwrap_or_default(),
-        "CriticalService" => typed::<CriticalService>(v)
-            .map(|p| critical_service_needs(&p))
-            .unwrap_or_default(),
-        "AnchorRule" => typed::<AnchorRule>(v)
-            .map(|p| anchor_rule_needs(&p))
-            .unwrap_or_default(),
+        "ResourceProtection" => needs::<ResourceProtection>(v, resource_protection_needs),
+        "DependencyRule" => needs::<DependencyRule>(v, dependency_rule_needs),
+        "CriticalService" => needs::<CriticalService>(v, critical_service_needs),
+        "AnchorRule" => needs::<AnchorRule>(v, anchor_rule_needs),
         _ => Vec::new(),
     }
 }
@@ -720,13 +732,7 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
     }
     // What nothing protects: containers whose own DELETE nothing refuses, holding
     // protected objects (the webhook's containment, judged as an admin would be).
-    let cfg = PolicyConfig {
-        labels: labels.clone(),
-        strict,
-        ..PolicyConfig::default()
-    };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let view = open_view(config, &labels, deadline, stop_rx).await?;
+    let (cfg, view, stop_tx) = open_judge(config, &labels, strict, deadline).await?;
     let containers = [
         (
             ApiResourceInfo {
@@ -754,13 +760,7 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
         ),
     ];
     for (res, finding) in containers {
-        let ar = ApiResource {
-            group: res.group.clone(),
-            version: res.version.clone(),
-            api_version: res.api_version(),
-            kind: res.kind.clone(),
-            plural: res.resource.clone(),
-        };
+        let ar = api_resource(&res);
         let items = match list_json(&client, &ar).await {
             Ok(i) => i,
             Err(e) => {
@@ -772,11 +772,14 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
             let name = item["metadata"]["name"].as_str().unwrap_or("?").to_string();
             let req = delete_review(&res, item, UserInfo::default());
             let e = explain_until(&req, &cfg, &view, deadline).await;
-            let own = e
+            let own = e.findings.iter().any(|f| {
+                f.decider != Decider::Containment && f.enforcement == Enforcement::Enforce
+            });
+            let Some(contained) = e
                 .findings
                 .iter()
-                .any(|f| f.policy != "containment" && f.enforcement == Enforcement::Enforce);
-            let Some(contained) = e.findings.iter().find(|f| f.policy == "containment") else {
+                .find(|f| f.decider == Decider::Containment)
+            else {
                 continue;
             };
             if own || contained.blockers.is_empty() {

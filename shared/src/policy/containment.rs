@@ -1,0 +1,113 @@
+//! Containment: a Namespace holding any object whose own DELETE would be denied
+//! cannot be deleted; nor can a CustomResourceDefinition (deleting it deletes every
+//! instance from storage without a DELETE review).
+
+use super::{
+    ClusterView, ContainedObject, Context, Decider, Decision, DenialKind, Evaluation, LookupError,
+    break_glass, label, list_blockers, logical_cluster, messages::Container,
+};
+use crate::review::{AdmissionRequest, Gvk, Operation, check_metadata, meta_str};
+use serde_json::Value;
+
+/// Containment of a Namespace or CustomResourceDefinition (`None` for anything else).
+pub(crate) async fn evaluate<V: ClusterView>(
+    req: &AdmissionRequest,
+    obj: &Value,
+    cx: &Context<'_, V>,
+) -> Option<Evaluation> {
+    let name = req.object_name().unwrap_or_default();
+    let cluster = logical_cluster(obj);
+    let (container, contents) = if req.is_namespace() {
+        let contents = cx.view.namespace_contents(cluster, name).await;
+        (Container::Namespace(name), contents)
+    } else if req.is_crd() {
+        let contents = cx.view.custom_resources(cluster, obj).await;
+        (Container::Crd(name), contents)
+    } else {
+        return None;
+    };
+    Some(judge(req, container, contents, cx).await)
+}
+
+/// Judges a container by `contents`, what it holds, or why that could not be read
+/// (refused: fail closed).
+async fn judge<V: ClusterView>(
+    req: &AdmissionRequest,
+    container: Container<'_>,
+    contents: Result<Vec<ContainedObject>, LookupError>,
+    cx: &Context<'_, V>,
+) -> Evaluation {
+    let contents = match contents {
+        Ok(c) => c,
+        Err(e) => {
+            return Evaluation::deny(
+                Decider::Containment,
+                DenialKind::LookupFailed,
+                container.unverified(&e.0),
+                Vec::new(),
+            );
+        }
+    };
+    let blockers = protected_among(req, contents, cx).await;
+    if blockers.is_empty() {
+        return Evaluation::allow(Decider::None);
+    }
+    let message = container.protected(&list_blockers(&blockers));
+    Evaluation::deny(
+        Decider::Containment,
+        DenialKind::Protected,
+        message,
+        blockers,
+    )
+}
+
+/// The objects among `contents` whose own DELETE would be denied, as
+/// `Kind ns/name (policy)`, sorted.
+async fn protected_among<V: ClusterView>(
+    req: &AdmissionRequest,
+    contents: Vec<ContainedObject>,
+    cx: &Context<'_, V>,
+) -> Vec<String> {
+    let mut blockers = Vec::new();
+    for item in contents {
+        if check_metadata(&item.object).is_err() {
+            continue;
+        }
+        if let Ok(Some(_)) = break_glass(&item.object, cx.now, cx.cfg.max_break_glass) {
+            continue;
+        }
+        let inner = AdmissionRequest {
+            uid: req.uid.clone(),
+            kind: Gvk {
+                group: item.resource.group.clone(),
+                version: item.resource.version.clone(),
+                kind: item.kind.clone(),
+            },
+            resource: item.resource.clone(),
+            sub_resource: None,
+            request_kind: None,
+            request_resource: None,
+            request_sub_resource: None,
+            name: meta_str(&item.object, "name").map(str::to_string),
+            namespace: meta_str(&item.object, "namespace")
+                .filter(|n| !n.is_empty())
+                .map(str::to_string),
+            operation: Operation::Delete,
+            user_info: req.user_info.clone(),
+            object: None,
+            old_object: Some((*item.object).clone()),
+            dry_run: req.dry_run,
+            options: None,
+        };
+        let e = label::evaluate_single(&inner, &item.object, cx, "").await;
+        if let Decision::Deny(_) = e.decision {
+            blockers.push(format!(
+                "{} ({})",
+                inner.describe(),
+                e.decider.metric_label()
+            ));
+        }
+    }
+    blockers.sort();
+    blockers
+}

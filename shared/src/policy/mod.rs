@@ -1,0 +1,193 @@
+//! Policy evaluation: pure functions over an admission request and a view of
+//! cluster state. No I/O happens here; the webhook implements [`ClusterView`].
+//!
+//! Order of evaluation for a DELETE:
+//! 1. an object holdfast cannot read is denied (fail closed);
+//! 2. break-glass (the skip annotation, its alias, or the allow-deletion label) allows;
+//! 3. a protection label with a protecting value denies;
+//! 4. if policy objects could govern the request but their registry has not loaded,
+//!    the request is denied with "retry later";
+//! 5. otherwise allowed.
+//!
+//! For an UPDATE under strict mode, removing a protection label (or changing it to a
+//! value that does not protect) is denied unless the *stored* object already carries
+//! `holdfast.dev/strict-exempt: "true"`.
+//!
+//! One module per protection: `label` (and break-glass), `strict` (UPDATEs),
+//! `protection`, `dependency`, `critical` and `anchor` (the policy objects, gathered
+//! by `objects`), `containment` (Namespaces and CRDs), `deferred` and `eviction`;
+//! every text they write is in [`messages`]; what they produce is in [`outcome`].
+
+mod anchor;
+mod containment;
+mod critical;
+mod deferred;
+mod dependency;
+mod eviction;
+mod explain;
+mod label;
+pub mod messages;
+mod objects;
+pub mod outcome;
+mod protection;
+mod strict;
+mod view;
+
+#[cfg(test)]
+pub(crate) mod tests;
+
+pub use explain::{Explanation, explain_delete};
+pub use label::{BreakGlass, SkipProblem, break_glass, look_alike_warnings};
+pub use messages::{DEFERRED_HINT, human_duration, list_blockers};
+pub use outcome::{
+    BreakGlassState, Decider, Decision, Denial, DenialKind, Evaluation, Finding, PolicyKind,
+    PolicyRef,
+};
+pub use view::{ClusterView, ContainedObject, DependentsQuery, LookupError, NoPolicies};
+
+use crate::{
+    labels::ProtectionLabels,
+    review::{AdmissionRequest, Operation, annotations, check_metadata},
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+/// How many blockers a message names before "and N more".
+pub const MAX_BLOCKERS_SHOWN: usize = 5;
+
+/// Longest break-glass window an RFC 3339 skip annotation may open, by default.
+pub const DEFAULT_MAX_BREAK_GLASS: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
+/// Static configuration of the label policy.
+#[derive(Clone, Debug)]
+pub struct PolicyConfig {
+    /// Protection labels in force.
+    pub labels: ProtectionLabels,
+    /// Global strict mode (`--strict`).
+    pub strict: bool,
+    /// A skip annotation dated further ahead than this does not count
+    /// (`--max-break-glass`).
+    pub max_break_glass: chrono::TimeDelta,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        Self {
+            labels: ProtectionLabels::default(),
+            strict: false,
+            max_break_glass: DEFAULT_MAX_BREAK_GLASS,
+        }
+    }
+}
+
+/// What one evaluation runs with besides the request: the configuration, the view
+/// of the cluster and the time.
+pub(crate) struct Context<'a, V> {
+    pub(crate) cfg: &'a PolicyConfig,
+    pub(crate) view: &'a V,
+    pub(crate) now: DateTime<Utc>,
+}
+
+/// `<resource> <name> [-n ns]`: what a `kubectl <verb>` hint names.
+pub(crate) fn kubectl_target(req: &AdmissionRequest) -> String {
+    let resource = req.resource.group_resource();
+    let name = req.object_name().unwrap_or("NAME");
+    match req.object_namespace() {
+        Some(ns) => format!("{resource} {name} -n {ns}"),
+        None => format!("{resource} {name}"),
+    }
+}
+
+/// The logical cluster of an object (kcp), or "".
+pub fn logical_cluster(obj: &Value) -> &str {
+    annotations(obj)
+        .and_then(|a| a.get(crate::names::KCP_CLUSTER_ANNOTATION))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// Evaluates the label policy, strict mode and break-glass; see the module docs.
+pub async fn evaluate<V: ClusterView>(
+    req: &AdmissionRequest,
+    cfg: &PolicyConfig,
+    view: &V,
+    now: DateTime<Utc>,
+) -> Evaluation {
+    let cx = Context { cfg, view, now };
+    if matches!(req.operation, Operation::Create | Operation::Update)
+        && !req.is_eviction()
+        && crate::deferred::request_changed(req)
+        && req
+            .object
+            .as_ref()
+            .is_some_and(|o| logical_cluster(o).is_empty())
+        && let Some(denied) = deferred::evaluate_request(req, view).await
+    {
+        return denied;
+    }
+    let eval = match req.operation {
+        Operation::Delete => deferred::with_hint(req, evaluate_delete(req, &cx).await),
+        Operation::Create if req.is_eviction() => eviction::evaluate(req, &cx).await,
+        Operation::Update => strict::evaluate_update(req, &cx).await,
+        Operation::Create | Operation::Connect => Evaluation::allow(Decider::None),
+    };
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return eval;
+    }
+    with_warnings(eval, look_alike_warnings(req, cfg))
+}
+
+/// Adds `warnings` to an allowing verdict (a denial needs none).
+fn with_warnings(mut eval: Evaluation, warnings: Vec<String>) -> Evaluation {
+    if warnings.is_empty() {
+        return eval;
+    }
+    eval.decision = match eval.decision {
+        Decision::Allow => Decision::Warn(warnings),
+        Decision::Warn(mut w) => {
+            w.extend(warnings);
+            Decision::Warn(w)
+        }
+        deny @ Decision::Deny(_) => deny,
+    };
+    eval
+}
+
+/// The refusal of a request whose object cannot be read (fail closed).
+pub(crate) fn unreadable(req: &AdmissionRequest, why: &str) -> Evaluation {
+    Evaluation::deny(
+        Decider::Unreadable,
+        DenialKind::Unreadable,
+        messages::unreadable(req.operation.as_str(), &req.describe(), why),
+        Vec::new(),
+    )
+}
+
+/// A DELETE: break-glass, then every protection of the object, then containment.
+pub(crate) async fn evaluate_delete<V: ClusterView>(
+    req: &AdmissionRequest,
+    cx: &Context<'_, V>,
+) -> Evaluation {
+    let Some(obj) = req.subject() else {
+        return unreadable(req, "the request carries no oldObject");
+    };
+    if let Err(why) = check_metadata(obj) {
+        return unreadable(req, &why);
+    }
+    let skip_note = match break_glass(obj, cx.now, cx.cfg.max_break_glass) {
+        Ok(Some(_)) => return Evaluation::allow(Decider::BreakGlass),
+        Ok(None) => String::new(),
+        Err(problem) => messages::skip_note(&problem),
+    };
+    let single = label::evaluate_single(req, obj, cx, &skip_note).await;
+    if matches!(single.decision, Decision::Deny(_)) {
+        return single;
+    }
+    let Some(contained) = containment::evaluate(req, obj, cx).await else {
+        return single;
+    };
+    match contained.decision {
+        Decision::Allow => single,
+        _ => contained,
+    }
+}

@@ -1,0 +1,325 @@
+use super::*;
+use crate::{
+    api::{dependency_rule::DependencyRule, resource_protection::ResourceProtection},
+    index::{DependentsIndex, ObjectId, Reference},
+    registry::Registry,
+};
+
+struct View {
+    registry: Registry,
+    index: DependentsIndex,
+    broken: bool,
+}
+
+impl ClusterView for View {
+    fn policies_loaded(&self) -> bool {
+        self.registry.loaded()
+    }
+    fn may_govern_delete(&self, _req: &AdmissionRequest) -> bool {
+        true
+    }
+    fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
+        self.registry.protections_for(gr)
+    }
+    fn dependencies(&self, gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
+        self.registry.dependencies.find(gr)
+    }
+    fn dependents(
+        &self,
+        q: DependentsQuery<'_>,
+    ) -> impl Future<Output = Result<Vec<Referrer>, LookupError>> + Send {
+        let r = if self.broken {
+            Err(LookupError("connection refused".into()))
+        } else {
+            Ok(self
+                .index
+                .lookup(q.cluster, &q.dep.target.to_string(), q.name, q.namespace))
+        };
+        async move { r }
+    }
+}
+
+fn view(rps: &[Value], rules: &[Value]) -> View {
+    let registry = Registry::default();
+    for rp in rps {
+        let rp: ResourceProtection = serde_json::from_value(rp.clone()).expect("rp");
+        registry.apply("", &rp).expect("compiles");
+    }
+    for r in rules {
+        let r: DependencyRule = serde_json::from_value(r.clone()).expect("rule");
+        registry.apply("", &r).expect("compiles");
+    }
+    registry.protections.set_loaded();
+    registry.dependencies.set_loaded();
+    registry.critical.set_loaded();
+    registry.anchors.set_loaded();
+    View {
+        registry,
+        index: DependentsIndex::default(),
+        broken: false,
+    }
+}
+
+fn rp(name: &str, enforcement: &str, sel: Value) -> Value {
+    json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+        "metadata": {"name": name}, "spec": {"enforcement": enforcement, "resources": [sel]}})
+}
+
+fn vm_rule(path: &str) -> Value {
+    json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
+        "metadata": {"name": "vm-dependencies"},
+        "spec": {"dependent": {"group": "compute.test.io", "version": "v1", "kind": "VirtualMachine", "resource": "virtualmachines"},
+                 "dependencies": [{"group": "network.test.io", "version": "v1", "resource": "vpcs", "fieldRef": {"path": path}}]}})
+}
+
+/// The DELETE of an object as user bob.
+fn delete_of(
+    what: (&str, &str, &str),
+    ns: Option<&str>,
+    name: &str,
+    labels: Value,
+) -> AdmissionRequest {
+    delete_review(what, ns, ns, name, labels)
+}
+
+#[test]
+fn resource_protection_selectors_and_modes() {
+    let v = view(
+        &[
+            rp(
+                "shop-db",
+                "Enforce",
+                json!({"group": "apps", "version": "v1", "resource": "deployments", "namespace": "shop", "names": ["db"]}),
+            ),
+            rp(
+                "crds",
+                "Enforce",
+                json!({"group": "apiextensions.k8s.io", "version": "v1", "resource": "customresourcedefinitions", "names": ["widgets.example.com"]}),
+            ),
+            rp(
+                "labelled",
+                "Warn",
+                json!({"group": "", "version": "v1", "resource": "configmaps", "labelSelector": {"matchLabels": {"tier": "data"}}}),
+            ),
+            rp(
+                "audit",
+                "Audit",
+                json!({"group": "", "version": "v1", "resource": "secrets"}),
+            ),
+        ],
+        &[],
+    );
+    let c = cfg(false, &[]);
+    let e = evaluate(
+        &delete_of(DEPLOYMENT, Some("shop"), "db", json!({})),
+        &c,
+        &v,
+        now(),
+    );
+    let d = denied(&e);
+    assert_decided(
+        &e,
+        policy(PolicyKind::ResourceProtection, "shop-db"),
+        "ResourceProtection/shop-db",
+    );
+    assert!(d.message.starts_with("holdfast: Deployment shop/db is protected by ResourceProtection/shop-db (selects deployments.apps in namespace shop named db)"), "{}", d.message);
+    for (ns, name) in [("shop", "web"), ("other", "db")] {
+        let e = evaluate(
+            &delete_of(DEPLOYMENT, Some(ns), name, json!({})),
+            &c,
+            &v,
+            now(),
+        );
+        assert_eq!(e.decision, Decision::Allow, "{ns}/{name}");
+    }
+    let e = evaluate(
+        &delete_of(CRD, None, "widgets.example.com", json!({})),
+        &c,
+        &v,
+        now(),
+    );
+    assert!(
+        denied(&e)
+            .message
+            .contains("CustomResourceDefinition widgets.example.com")
+    );
+    let e = evaluate(
+        &delete_of(CONFIGMAP, Some("x"), "cfg", json!({"tier": "data"})),
+        &c,
+        &v,
+        now(),
+    );
+    match &e.decision {
+        Decision::Warn(w) => assert!(w[0].contains("ResourceProtection/labelled")),
+        other => panic!("{other:?}"),
+    }
+    let e = evaluate(
+        &delete_of(CONFIGMAP, Some("x"), "cfg", json!({"tier": "web"})),
+        &c,
+        &v,
+        now(),
+    );
+    assert_eq!(e.decision, Decision::Allow);
+    let e = evaluate(
+        &delete_of(("", "secrets", "Secret"), Some("x"), "s", json!({})),
+        &c,
+        &v,
+        now(),
+    );
+    assert_eq!(e.decision, Decision::Allow);
+    assert_decided(&e, Decider::Audit, "audit");
+    assert_eq!(e.audits.len(), 1);
+}
+
+fn vm(idx: &DependentsIndex, v: &View, name: &str, spec: Value, terminating: bool) {
+    let obj = json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec});
+    let rules = v.registry.dependencies.entries();
+    let deps: Vec<&CompiledDependency> = rules.iter().flat_map(|r| r.iter()).collect();
+    let refs: Vec<Reference> = crate::index::references(&obj, &deps);
+    let id = ObjectId {
+        cluster: "".into(),
+        resource: "virtualmachines.compute.test.io".into(),
+        namespace: "default".into(),
+        name: name.into(),
+    };
+    idx.apply(&id, "VirtualMachine", terminating, &refs);
+}
+
+#[test]
+fn dependency_rule_blocks_while_referenced() {
+    let mut v = view(&[], &[vm_rule(".spec.vpcRef.name")]);
+    let c = cfg(false, &[]);
+    let del = delete_of(VPC, Some("default"), "my-vpc", json!({}));
+    assert_eq!(evaluate(&del, &c, &v, now()).decision, Decision::Allow);
+    let idx = v.index.clone();
+    vm(
+        &idx,
+        &v,
+        "my-vm",
+        json!({"vpcRef": {"name": "my-vpc"}}),
+        false,
+    );
+    let e = evaluate(&del, &c, &v, now());
+    let d = denied(&e);
+    assert!(d.message.starts_with("holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies"), "{}", d.message);
+    vm(
+        &idx,
+        &v,
+        "vm-2",
+        json!({"vpcRef": {"name": "my-vpc"}}),
+        true,
+    );
+    let d = denied(&evaluate(&del, &c, &v, now())).clone();
+    assert!(
+        d.message
+            .contains("VirtualMachine default/my-vm, VirtualMachine default/vm-2 (terminating)"),
+        "{}",
+        d.message
+    );
+    // Another namespace's VPC of the same name is not referenced.
+    let other = delete_of(VPC, Some("prod"), "my-vpc", json!({}));
+    assert_eq!(evaluate(&other, &c, &v, now()).decision, Decision::Allow);
+    // Lookup failure: fail closed.
+    v.broken = true;
+    let d = denied(&evaluate(&del, &c, &v, now())).clone();
+    assert_eq!(d.kind, DenialKind::LookupFailed);
+    assert!(d.message.starts_with("holdfast: cannot verify dependents"));
+}
+
+#[test]
+fn explain_lists_every_protection_and_every_blocker() {
+    let v = view(
+        &[rp(
+            "vpcs-audited",
+            "Audit",
+            json!({"group": "network.test.io", "version": "v1", "resource": "vpcs"}),
+        )],
+        &[vm_rule(".spec.vpcRef.name")],
+    );
+    let c = cfg(false, &[]);
+    let idx = v.index.clone();
+    for i in 0..7 {
+        vm(
+            &idx,
+            &v,
+            &format!("vm-{i}"),
+            json!({"vpcRef": {"name": "my-vpc"}}),
+            false,
+        );
+    }
+    let del = delete_of(
+        VPC,
+        Some("default"),
+        "my-vpc",
+        json!({"holdfast.dev/protected": "Always"}),
+    );
+    let x = futures::executor::block_on(explain_delete(&del, &c, &v, now()));
+    // The verdict is the webhook's: the label decides, its message names it.
+    assert_eq!(x.evaluation, evaluate(&del, &c, &v, now()));
+    assert_decided(&x.evaluation, label("holdfast.dev/protected"), "label");
+    let deciders: Vec<(&Decider, Enforcement)> = x
+        .findings
+        .iter()
+        .map(|f| (&f.decider, f.enforcement))
+        .collect();
+    assert_eq!(
+        deciders,
+        [
+            (&label("holdfast.dev/protected"), Enforcement::Enforce),
+            (
+                &policy(PolicyKind::ResourceProtection, "vpcs-audited"),
+                Enforcement::Audit
+            ),
+            (
+                &policy(PolicyKind::DependencyRule, "vm-dependencies"),
+                Enforcement::Enforce
+            ),
+        ]
+    );
+    // As `kubectl holdfast why` names them.
+    let policies: Vec<String> = x.findings.iter().map(|f| f.decider.to_string()).collect();
+    assert_eq!(
+        policies,
+        [
+            "label holdfast.dev/protected",
+            "ResourceProtection/vpcs-audited",
+            "DependencyRule/vm-dependencies",
+        ]
+    );
+    let dep = &x.findings[2];
+    assert_eq!(dep.blockers.len(), 7);
+    assert!(dep.message.contains("and 2 more"), "{}", dep.message);
+    assert_eq!(x.break_glass.active, None);
+    // Break-glass: allowed, and what it overrides is still listed.
+    let mut glass = del.clone();
+    if let Some(old) = glass.old_object.as_mut() {
+        old["metadata"]["annotations"] =
+            json!({"holdfast.dev/skip-protection": "2000-01-01T00:00:00Z"});
+    }
+    let x = futures::executor::block_on(explain_delete(&glass, &c, &v, now()));
+    assert_eq!(
+        x.break_glass.ignored.as_deref(),
+        Some("holdfast.dev/skip-protection=2000-01-01T00:00:00Z has expired")
+    );
+    glass.old_object.as_mut().expect("old")["metadata"]["annotations"] =
+        json!({"holdfast.dev/skip-protection": "true"});
+    let x = futures::executor::block_on(explain_delete(&glass, &c, &v, now()));
+    assert_eq!(x.evaluation.decision, Decision::Allow);
+    assert_eq!(
+        x.break_glass.active.as_deref(),
+        Some("annotation holdfast.dev/skip-protection")
+    );
+    assert_eq!(x.findings.len(), 3);
+}
+
+#[test]
+fn not_loaded_registry_denies_retry_later() {
+    let v = View {
+        registry: Registry::default(),
+        index: DependentsIndex::default(),
+        broken: false,
+    };
+    let del = delete_of(VPC, Some("default"), "my-vpc", json!({}));
+    let d = denied(&evaluate(&del, &cfg(false, &[]), &v, now())).clone();
+    assert_eq!(d.kind, DenialKind::NotReady);
+}

@@ -1,0 +1,240 @@
+//! What the policies need to know about the cluster: the [`ClusterView`] the
+//! webhook implements (and the plugin, over the same view).
+
+use crate::{
+    api::common::GroupResource,
+    index::Referrer,
+    registry::{
+        AnchorSourceRef, CompiledAnchor, CompiledCritical, CompiledDependency, CompiledProtection,
+    },
+    review::AdmissionRequest,
+};
+use serde_json::Value;
+use std::{
+    future::{Future, Ready, ready},
+    sync::Arc,
+};
+
+/// A question for the dependents lookup: who references `name` of `dep.target`?
+#[derive(Clone, Copy, Debug)]
+pub struct DependentsQuery<'a> {
+    /// Logical cluster of the deleted object ("" on plain Kubernetes).
+    pub cluster: &'a str,
+    /// The dependency being checked.
+    pub dep: &'a CompiledDependency,
+    /// Name of the object being deleted.
+    pub name: &'a str,
+    /// Its namespace (None when cluster-scoped: references from every namespace count).
+    pub namespace: Option<&'a str>,
+}
+
+/// Why dependents could not be looked up.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct LookupError(pub String);
+
+/// The answer of a view that knows nothing of what is asked: empty, none, zero.
+fn nothing<T: Default>() -> Ready<Result<T, LookupError>> {
+    ready(Ok(T::default()))
+}
+
+/// The answer of a view that cannot ask: an error (the caller refuses).
+fn unavailable<T>(why: impl Into<String>) -> Ready<Result<T, LookupError>> {
+    ready(Err(LookupError(why.into())))
+}
+
+/// Declares the lookups of [`ClusterView`] whose default answers nothing (empty,
+/// none, zero): `fn name(args) -> T;` declares
+/// `fn name(&self, args) -> impl Future<Output = Result<T, LookupError>> + Send`,
+/// which an implementor writes as `async fn name(&self, args) -> Result<T, LookupError>`.
+macro_rules! lookups {
+    ($($(#[doc = $doc:expr])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $out:ty;)*) => {
+        $(
+            $(#[doc = $doc])*
+            fn $name(&self, $($arg: $ty),*) -> impl Future<Output = Result<$out, LookupError>> + Send {
+                nothing()
+            }
+        )*
+    };
+}
+
+/// Declares the registry lists of [`ClusterView`] (none by default):
+/// `fn name -> T;` declares `fn name(&self, gr: &GroupResource) -> Option<Arc<[Arc<T>]>>`.
+macro_rules! policy_lists {
+    ($($(#[doc = $doc:expr])* fn $name:ident -> $item:ty;)*) => {
+        $(
+            $(#[doc = $doc])*
+            fn $name(&self, _gr: &GroupResource) -> Option<Arc<[Arc<$item>]>> {
+                None
+            }
+        )*
+    };
+}
+
+/// What the webhook knows about the cluster, as the policies need it.
+///
+/// Label and strict-mode decisions need nothing from here except the registry state.
+/// Lookups that may need I/O (dependents) are async; everything else answers from
+/// watch-fed indexes.
+pub trait ClusterView: Send + Sync {
+    /// Whether every registry of policy objects has completed its initial load.
+    fn policies_loaded(&self) -> bool;
+
+    /// Whether some policy object may govern a DELETE of this object. Before the
+    /// registry has loaded, a view that has policy sources must answer `true`
+    /// (it cannot know otherwise).
+    fn may_govern_delete(&self, _req: &AdmissionRequest) -> bool {
+        false
+    }
+
+    /// Whether a strict policy object covers this object (beyond `--strict`).
+    fn strict_for(&self, _req: &AdmissionRequest) -> bool {
+        false
+    }
+
+    policy_lists! {
+        /// ResourceProtections that select objects of `gr`.
+        fn protections -> CompiledProtection;
+
+        /// DependencyRules (their dependencies) protecting `gr`.
+        fn dependencies -> Vec<CompiledDependency>;
+
+        /// CriticalServices concerned by a DELETE of `gr` (provider resource, namespaces,
+        /// criticalservices).
+        fn critical -> CompiledCritical;
+
+        /// AnchorRules protecting `gr`.
+        fn anchors -> CompiledAnchor;
+    }
+
+    /// The ResourceProtections of `gr` that could select an object in `namespace`
+    /// (`None`: cluster-scoped): those for every namespace and those naming it, in the
+    /// registry's order. The default visits every one; a view with an index answers
+    /// from it.
+    fn protection_candidates(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<CompiledProtection>> {
+        self.protections(gr)
+            .map(|list| {
+                list.iter()
+                    .filter(|p| {
+                        p.selectors
+                            .iter()
+                            .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The anchor `name` (in `namespace`) of `gr` in the cluster of anchor source
+    /// `source`, if it exists. Fails (and so refuses) while the source is not synced
+    /// or unreachable.
+    fn remote_object(
+        &self,
+        source: &AnchorSourceRef,
+        _gr: &GroupResource,
+        _namespace: Option<&str>,
+        _name: &str,
+    ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
+        unavailable(format!("anchor source {source} is not available here"))
+    }
+
+    /// Whether the requesting user may bypass protection of this object (a
+    /// SubjectAccessReview: verb `bypass`, group `holdfast.dev`, resource
+    /// `protections`, the object's namespace).
+    fn can_bypass(
+        &self,
+        _req: &AdmissionRequest,
+    ) -> impl Future<Output = Result<bool, LookupError>> + Send {
+        unavailable("no API server is available to check the bypass permission")
+    }
+
+    /// Whether `user` alone, with the groups the API server gives an impersonated
+    /// user ([`crate::deferred::impersonated_groups`]), may delete the object of
+    /// `req` (a SubjectAccessReview: verb `delete` on its resource, name and
+    /// namespace). Deferred deletion is carried out so.
+    fn can_delete_as(
+        &self,
+        _req: &AdmissionRequest,
+        _user: &str,
+    ) -> impl Future<Output = Result<bool, LookupError>> + Send {
+        unavailable("no API server is available to check the delete permission")
+    }
+
+    /// A strict ResourceProtection that selects the stored object but would no
+    /// longer select the updated one (its labels changed), by name.
+    fn strict_selection_lost(&self, _req: &AdmissionRequest) -> Option<String> {
+        None
+    }
+
+    /// Whether this view can tell live contents (Cascading protection). A view that
+    /// cannot (`--label-only`) makes `Cascading` protect like `Always`.
+    fn cascading_judged(&self) -> bool {
+        false
+    }
+
+    lookups! {
+        /// The objects that reference the deleted object through `q.dep`.
+        fn dependents(_q: DependentsQuery<'_>) -> Vec<Referrer>;
+
+        /// How many objects of `gr` in `cluster` carry `finalizer`.
+        fn count_finalizer(_cluster: &str, _gr: &GroupResource, _finalizer: &str) -> usize;
+
+        /// The object `name` (in `namespace`) of `gr` in `cluster`, if it exists. Anchors
+        /// come back whole enough to read their toggle; others at least with metadata.
+        fn object(
+            _cluster: &str,
+            _gr: &GroupResource,
+            _namespace: Option<&str>,
+            _name: &str,
+        ) -> Option<Arc<Value>>;
+
+        /// Every object in namespace `ns` of `cluster` that some protection could cover
+        /// (labelled objects, and objects of every resource a policy object protects).
+        fn namespace_contents(_cluster: &str, _ns: &str) -> Vec<ContainedObject>;
+
+        /// Every instance of the custom resource the CustomResourceDefinition `crd`
+        /// defines, in `cluster` (at least their metadata): deleting the CRD deletes them
+        /// all from storage, without a DELETE review for any of them.
+        fn custom_resources(_cluster: &str, _crd: &Value) -> Vec<ContainedObject>;
+
+        /// The live contents of namespace `ns` in `cluster`: every Pod neither Succeeded,
+        /// Failed nor terminating, and every PersistentVolumeClaim, as `Kind ns/name`,
+        /// sorted. An error while they cannot be told (fail closed).
+        fn live_in_namespace(_cluster: &str, _ns: &str) -> Vec<String>;
+
+        /// The instances of the CustomResourceDefinition `crd` in `cluster` that are not
+        /// terminating, as `Kind ns/name`, sorted.
+        fn live_instances(_cluster: &str, _crd: &Value) -> Vec<String>;
+
+        /// The replica path of custom resource `resource` in `group` (its CRD's
+        /// `scale.specReplicasPath`), or `None` when it has no scale subresource (or is no
+        /// custom resource).
+        fn replicas_path(_cluster: &str, _group: &str, _resource: &str) -> Option<String>;
+    }
+}
+
+/// An object inside a namespace, for containment checks.
+#[derive(Clone, Debug)]
+pub struct ContainedObject {
+    /// Its group/version/resource.
+    pub resource: crate::review::Gvr,
+    /// Its kind.
+    pub kind: String,
+    /// The object (at least its metadata).
+    pub object: Arc<Value>,
+}
+
+/// A view for a webhook that has no policy sources: always loaded, governs nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPolicies;
+
+impl ClusterView for NoPolicies {
+    fn policies_loaded(&self) -> bool {
+        true
+    }
+}
