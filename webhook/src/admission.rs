@@ -1,7 +1,12 @@
 //! The admission handler: AdmissionReview in, verdict out. Pure apart from metrics
 //! and logs; the HTTP layer lives in `server`.
 
-use crate::{events::EventSink, metrics::Metrics, view::WebhookView};
+use crate::{
+    events::EventSink,
+    metrics::Metrics,
+    recent::{Recent, Sighting},
+    view::WebhookView,
+};
 use chrono::Utc;
 use holdfast_shared::{
     policy::{self, Decider, Decision, PolicyConfig},
@@ -14,49 +19,36 @@ use std::{sync::Arc, time::Instant};
 const DENIAL_LOG_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Objects whose denials are being aggregated at most.
-const DENIAL_LOG_CAPACITY: u64 = 10_000;
+const DENIAL_LOG_CAPACITY: usize = 10_000;
 
 /// Logs denials without a synchronous write per request: the first denial of an
-/// object (per policy) in a window is logged at INFO, repeats only at DEBUG, and when
-/// the window closes one line says how many more there were. Metrics and Events count
-/// every one as before.
+/// object (per policy) in a window is logged at INFO, repeats only at DEBUG, and once
+/// the window has closed one line says how many more there were. Metrics and Events
+/// count every one as before.
 struct DenialLog {
-    recent: moka::sync::Cache<String, Arc<std::sync::atomic::AtomicU64>>,
+    recent: Recent,
 }
 
 impl DenialLog {
     fn new() -> Self {
-        let recent = moka::sync::Cache::builder()
-            .max_capacity(DENIAL_LOG_CAPACITY)
-            .time_to_live(DENIAL_LOG_WINDOW)
-            .eviction_listener(
-                |key: Arc<String>, more: Arc<std::sync::atomic::AtomicU64>, _cause| {
-                    let more = more.load(std::sync::atomic::Ordering::Relaxed);
-                    if more > 0 {
-                        tracing::info!(
-                            object = %key,
-                            repeats = more,
-                            "denied {more} more time(s) in the last {}s",
-                            DENIAL_LOG_WINDOW.as_secs()
-                        );
-                    }
-                },
-            )
-            .build();
-        Self { recent }
+        Self {
+            recent: Recent::new(DENIAL_LOG_WINDOW, DENIAL_LOG_CAPACITY),
+        }
     }
 
     /// True when this denial should be logged at INFO (the first in its window).
-    fn first(&self, key: String) -> bool {
-        let entry = self.recent.entry(key).or_default();
-        if entry.is_fresh() {
-            true
-        } else {
-            entry
-                .value()
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            false
-        }
+    fn first(&self, key: &str) -> bool {
+        let sighting = self.recent.see(key, Instant::now(), |key, more| {
+            if more > 0 {
+                tracing::info!(
+                    object = %key,
+                    repeats = more,
+                    "denied {more} more time(s) in the last {}s",
+                    DENIAL_LOG_WINDOW.as_secs()
+                );
+            }
+        });
+        sighting == Sighting::First
     }
 }
 
@@ -158,7 +150,7 @@ impl Admission {
             }
             Decision::Deny(denial) => {
                 let object = req.describe();
-                if self.denials.first(format!("{op} {object} ({decided_by})")) {
+                if self.denials.first(&format!("{op} {object} ({decided_by})")) {
                     tracing::info!(
                         uid = %req.uid,
                         operation = op,
@@ -193,16 +185,12 @@ mod tests {
     #[test]
     fn a_repeated_denial_is_logged_once_per_window_and_counted() {
         let log = DenialLog::new();
-        assert!(log.first("DELETE ConfigMap a/b (label)".into()));
-        assert!(!log.first("DELETE ConfigMap a/b (label)".into()));
-        assert!(!log.first("DELETE ConfigMap a/b (label)".into()));
+        assert!(log.first("DELETE ConfigMap a/b (label)"));
+        assert!(!log.first("DELETE ConfigMap a/b (label)"));
+        assert!(!log.first("DELETE ConfigMap a/b (label)"));
         // Another object, or the same one under another policy, is logged.
-        assert!(log.first("DELETE ConfigMap a/c (label)".into()));
-        assert!(log.first("DELETE ConfigMap a/b (ResourceProtection/x)".into()));
-        let repeats = log
-            .recent
-            .get("DELETE ConfigMap a/b (label)")
-            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed));
-        assert_eq!(repeats, Some(2));
+        assert!(log.first("DELETE ConfigMap a/c (label)"));
+        assert!(log.first("DELETE ConfigMap a/b (ResourceProtection/x)"));
+        assert_eq!(log.recent.repeats("DELETE ConfigMap a/b (label)"), Some(2));
     }
 }

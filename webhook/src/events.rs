@@ -10,7 +10,11 @@
 //! and a bounded queue ([`QUEUE`]) whose overflow is dropped and counted. Dry-run
 //! requests emit nothing.
 
-use crate::{metrics::Metrics, view::WebhookView};
+use crate::{
+    metrics::Metrics,
+    recent::{Recent, Sighting},
+    view::WebhookView,
+};
 use holdfast_shared::{policy::logical_cluster, review::AdmissionRequest};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
@@ -36,7 +40,7 @@ pub const GLOBAL_BURST: f64 = 100.0;
 pub const GLOBAL_PER_SECOND: f64 = 20.0;
 
 /// Objects remembered for the per-object window.
-const RECENT_CAPACITY: u64 = 100_000;
+const RECENT_CAPACITY: usize = 100_000;
 
 /// A token bucket: `burst` tokens, refilled at `rate` per second.
 #[derive(Debug)]
@@ -82,7 +86,7 @@ struct Pending {
 pub struct EventSink {
     view: Arc<WebhookView>,
     metrics: Metrics,
-    recent: moka::sync::Cache<String, ()>,
+    recent: Recent,
     bucket: Mutex<TokenBucket>,
     queue: mpsc::Sender<Pending>,
 }
@@ -96,10 +100,7 @@ impl EventSink {
         Self {
             view,
             metrics,
-            recent: moka::sync::Cache::builder()
-                .time_to_live(window)
-                .max_capacity(RECENT_CAPACITY)
-                .build(),
+            recent: Recent::new(window, RECENT_CAPACITY),
             bucket: Mutex::new(TokenBucket::new(GLOBAL_BURST, GLOBAL_PER_SECOND)),
             queue,
         }
@@ -125,19 +126,19 @@ impl EventSink {
             req.resource.group_resource(),
             namespace.as_deref().unwrap_or_default(),
         );
-        if self.recent.contains_key(&key) {
+        let now = Instant::now();
+        if self.recent.see(&key, now, |_, _| {}) == Sighting::Repeat {
             self.count("limited");
             return;
         }
         let allowed = match self.bucket.lock() {
-            Ok(mut bucket) => bucket.take(Instant::now()),
-            Err(poisoned) => poisoned.into_inner().take(Instant::now()),
+            Ok(mut bucket) => bucket.take(now),
+            Err(poisoned) => poisoned.into_inner().take(now),
         };
         if !allowed {
             self.count("limited");
             return;
         }
-        self.recent.insert(key, ());
         let Some(client) = self.view.client_for(logical_cluster(obj)) else {
             self.count("failed");
             return;

@@ -9,6 +9,7 @@ pub mod args;
 pub mod events;
 pub mod explain;
 pub mod metrics;
+pub mod recent;
 pub mod remote;
 pub mod server;
 pub mod settings;
