@@ -436,6 +436,18 @@ impl Reconciler {
                 _ = shutdown.changed() => return Ok(()),
             }
         }
+        let absent: Vec<&str> = self
+            .kinds
+            .iter()
+            .filter(|k| k.store.not_served())
+            .map(|k| k.ar.kind.as_str())
+            .collect();
+        if !absent.is_empty() {
+            tracing::warn!(
+                kinds = ?absent,
+                "holdfast CRDs not installed: reconciling without these kinds until they appear"
+            );
+        }
         tracing::info!("caches synced; reconciling");
         let deferred = tokio::spawn(crate::deferred::run(
             self.client.clone(),

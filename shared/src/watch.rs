@@ -246,6 +246,7 @@ pub struct Cache<K> {
 struct CacheInner<K> {
     objects: RwLock<BTreeMap<(String, String, String), Arc<K>>>,
     synced: AtomicBool,
+    not_served: AtomicBool,
 }
 
 impl<K> Clone for Cache<K> {
@@ -262,6 +263,7 @@ impl<K> Default for Cache<K> {
             inner: Arc::new(CacheInner {
                 objects: RwLock::new(BTreeMap::new()),
                 synced: AtomicBool::new(false),
+                not_served: AtomicBool::new(false),
             }),
         }
     }
@@ -282,6 +284,11 @@ impl<K> Cache<K> {
         crate::locks::read(&self.inner.objects)
             .get(&(cluster.to_owned(), namespace.to_owned(), name.to_owned()))
             .cloned()
+    }
+
+    /// Whether the last answer of the watched URL was 404 (the type is not served).
+    pub fn not_served(&self) -> bool {
+        self.inner.not_served.load(Ordering::Acquire)
     }
 
     /// Whether the cache is synced (see the module docs).
@@ -326,6 +333,10 @@ impl<K: Resource, F: Fn()> Index<K> for CacheFeed<K, F> {
     }
 
     fn status(&mut self, _from: &Status, to: &Status) {
+        self.cache
+            .inner
+            .not_served
+            .store(to.state == WatchState::NotServed, Ordering::Release);
         self.cache.inner.synced.store(to.synced, Ordering::Release);
         if let WatchState::Failed(e) | WatchState::Forbidden(e) = &to.state {
             tracing::warn!(resource = %self.what, error = %e, "watch failed; listing again");
