@@ -14,10 +14,9 @@
 use holdfast_e2e::steps::merge_patch;
 use holdfast_e2e::{
     Env, KubectlOutput, fixtures,
-    steps::{EVERYDAY, allow, sim_user, wait_webhook_installed, words},
+    steps::{EVERYDAY, allow, eventually, sim_user, wait_webhook_installed, words},
 };
 use holdfast_sim::SimConfig;
-use std::time::Duration;
 
 /// Why most of these tests need the simulator.
 const SA_TOKENS: &str =
@@ -74,48 +73,34 @@ fn as_alice(env: &Env, args: &[&str]) -> KubectlOutput {
 /// Cascading reads start, or name objects whose removal the watches have not
 /// delivered yet.
 async fn refused_until(env: &Env, args: &[&str], webhook: &str, message: &str) {
-    let stderr = &denied(webhook, message);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let stderr = denied(webhook, message);
+    let line = args.join(" ");
+    eventually(30, async || {
         let out = as_alice(env, args);
+        assert_ne!(out.code, 0, "kubectl {line} was allowed; expected {stderr}");
         if out.code == 1 && out.stderr.trim_end() == stderr {
-            return;
+            return Ok(());
         }
-        assert_ne!(
-            out.code,
-            0,
-            "kubectl {} was allowed; expected {stderr}",
-            args.join(" ")
-        );
-        if std::time::Instant::now() > deadline {
-            panic!(
-                "kubectl {} never refused with\n{stderr}\nlast: {out:?}\nwebhook log:\n{}",
-                args.join(" "),
-                env.webhook_log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        Err(format!(
+            "kubectl {line} never refused with\n{stderr}\nlast: {out:?}\nwebhook log:\n{}",
+            env.webhook_log()
+        ))
+    })
+    .await;
 }
 
 /// `kubectl` as alice, repeated (up to 30 s) until it succeeds (the watches have
 /// seen the contents go); returns its output.
 async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = as_alice(env, args);
-        if out.code == 0 {
-            return out;
-        }
-        if std::time::Instant::now() > deadline {
-            panic!(
-                "kubectl {} was never allowed; last: {out:?}\nwebhook log:\n{}",
-                args.join(" "),
-                env.webhook_log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let line = args.join(" ");
+    eventually(30, async || match as_alice(env, args) {
+        out if out.code == 0 => Ok(out),
+        out => Err(format!(
+            "kubectl {line} was never allowed; last: {out:?}\nwebhook log:\n{}",
+            env.webhook_log()
+        )),
+    })
+    .await
 }
 
 /// Namespace `ns`'s refusal while it still `holds` live contents, protected `by`
@@ -153,6 +138,11 @@ fn refused_exactly(out: &KubectlOutput, webhook: &str, message: &str) {
 /// Asserts kubectl's answer `out` succeeded printing exactly the line `stdout`.
 fn succeeded(out: &KubectlOutput, stdout: &str) {
     assert_eq!((out.code, out.stdout.trim_end()), (0, stdout), "{out:?}");
+}
+
+/// Asserts alice's `kubectl args` deletes `what` (`kind "name"`), exactly.
+fn alice_deletes(env: &Env, args: &[&str], what: &str) {
+    succeeded(&as_alice(env, args), &format!("{what} deleted"));
 }
 
 /// `kubectl` as alice; the test fails unless it exits 0.
@@ -286,14 +276,8 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
                  holdfast.dev/protected-), or set the annotation \
                  holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
     );
-    ok_as_alice(
-        env,
-        &["scale", "deployment", "web", "-n", "apps", "--replicas=0"],
-    );
-    succeeded(
-        &as_alice(env, &delete_web),
-        "deployment.apps \"web\" deleted",
-    );
+    ok_as_alice(env, &words("scale deployment web -n apps --replicas=0"));
+    alice_deletes(env, &delete_web, r#"deployment.apps "web""#);
 
     // A custom workload with a scale subresource, through its CRD's replica path
     // (scaling it through the scale subresource sets that path).
@@ -318,14 +302,8 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
              if you are allowed to bypass protection.",
     )
     .await;
-    ok_as_alice(
-        env,
-        &["scale", "gadget", "g1", "-n", "apps", "--replicas=0"],
-    );
-    succeeded(
-        &as_alice(env, &delete_gadget),
-        "gadget.workloads.test.io \"g1\" deleted",
-    );
+    ok_as_alice(env, &words("scale gadget g1 -n apps --replicas=0"));
+    alice_deletes(env, &delete_gadget, r#"gadget.workloads.test.io "g1""#);
 
     // A CustomResourceDefinition: refused while an instance exists.
     apply(env, &fixtures::widget_crd());
@@ -411,14 +389,8 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
                  policy.kruise.io/delete-protection-), or set the annotation \
                  holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
     );
-    admin(
-        env,
-        &["scale", "statefulset", "api", "-n", "team", "--replicas=0"],
-    );
-    succeeded(
-        &as_alice(env, &delete_sts),
-        "statefulset.apps \"api\" deleted",
-    );
+    admin(env, &words("scale statefulset api -n team --replicas=0"));
+    alice_deletes(env, &delete_sts, r#"statefulset.apps "api""#);
 
     // A Namespace with Kruise's Cascading: refused while a Pod runs.
     apply(env, &pod("team", "worker"));
