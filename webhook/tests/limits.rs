@@ -17,6 +17,32 @@ use tokio::io::AsyncWriteExt;
 
 const GENEROUS: Duration = Duration::from_secs(20);
 
+/// Asserts a connection with `config` to `port` is closed or refused (within
+/// GENEROUS) before the webhook answers `review`; `who` names the client in the
+/// failure.
+async fn never_served(config: rustls::ClientConfig, port: u16, review: &[u8], who: &str) {
+    let attempt = async {
+        let mut s = tls_connect(config, port).await?;
+        h1_exchange(&mut s, review).await
+    };
+    let outcome = tokio::time::timeout(GENEROUS, attempt)
+        .await
+        .expect("answered or closed in time");
+    assert!(outcome.is_err(), "{who} was served: {outcome:?}");
+}
+
+/// Sends the protected namespace's DELETE `uid` by `user` over `s`; asserts
+/// the webhook denies it.
+async fn denied_over<S>(s: &mut S, uid: &str, user: &str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (status, body) = h1_exchange(s, &protected_ns_delete(uid, user))
+        .await
+        .expect("exchange");
+    assert_denied(status, &body, uid);
+}
+
 fn protected_ns_delete(uid: &str, user: &str) -> Vec<u8> {
     review_as(
         uid,
@@ -82,10 +108,7 @@ async fn silent_and_idle_connections_are_closed() {
     let mut idle = tls_connect(tls_config(&p.ca_pem, &[b"http/1.1"]), wh.port)
         .await
         .expect("handshake");
-    let (status, body) = h1_exchange(&mut idle, &protected_ns_delete("u-idle", "alice"))
-        .await
-        .expect("exchange");
-    assert_denied(status, &body, "u-idle");
+    denied_over(&mut idle, "u-idle", "alice").await;
     closed_within(&mut idle, GENEROUS)
         .await
         .expect("an idle keep-alive connection is closed");
@@ -105,24 +128,12 @@ async fn connections_over_the_cap_are_closed_at_accept() {
     for i in 0..3 {
         let mut s = tls_connect(cfg(), wh.port).await.expect("handshake");
         let uid = format!("u-held-{i}");
-        let (status, body) = h1_exchange(&mut s, &protected_ns_delete(&uid, "alice"))
-            .await
-            .expect("exchange");
-        assert_denied(status, &body, &uid);
+        denied_over(&mut s, &uid, "alice").await;
         held.push(s);
     }
     // The fourth is closed before TLS completes (or right after it).
-    let fourth = async {
-        let mut s = tls_connect(cfg(), wh.port).await?;
-        h1_exchange(&mut s, &protected_ns_delete("u-4", "alice")).await
-    };
-    let refused = tokio::time::timeout(GENEROUS, fourth)
-        .await
-        .expect("the fourth connection is answered or closed in time");
-    assert!(
-        refused.is_err(),
-        "a connection over the cap was served: {refused:?}"
-    );
+    let fourth = protected_ns_delete("u-4", "alice");
+    never_served(cfg(), wh.port, &fourth, "a connection over the cap").await;
     assert!(closed(&wh, "connection_limit").await >= 1.0);
     // Closing one frees a slot: a new connection is served again.
     drop(held.pop());
@@ -362,25 +373,19 @@ async fn client_certificates_are_enforced_with_a_client_ca() {
     )
     .await
     .expect("handshake with a client certificate");
-    let (status, body) = h1_exchange(&mut s, &protected_ns_delete("u-mtls", "alice"))
-        .await
-        .expect("exchange");
-    assert_denied(status, &body, "u-mtls");
+    denied_over(&mut s, "u-mtls", "alice").await;
 
     // Without one, or with one from another CA: never answered.
     for identity in [None, Some(&stranger)] {
-        let attempt = async {
-            let mut s =
-                tls_connect(tls_config_as(&p.ca_pem, &[b"http/1.1"], identity), wh.port).await?;
-            h1_exchange(&mut s, &protected_ns_delete("u-anon", "mallory")).await
-        };
-        let outcome = tokio::time::timeout(GENEROUS, attempt)
-            .await
-            .expect("refused in time");
-        assert!(
-            outcome.is_err(),
-            "a client without a trusted certificate was answered: {outcome:?}"
-        );
+        let config = tls_config_as(&p.ca_pem, &[b"http/1.1"], identity);
+        let review = protected_ns_delete("u-anon", "mallory");
+        never_served(
+            config,
+            wh.port,
+            &review,
+            "a client without a trusted certificate",
+        )
+        .await;
     }
 
     // A client CA file without certificates stops the binary with a clear error.
@@ -415,10 +420,7 @@ async fn forged_reviews_cannot_flood_events() {
     let started = std::time::Instant::now();
     for i in 0..200 {
         let uid = format!("u-same-{i}");
-        let (status, body) = h1_exchange(&mut s, &protected_ns_delete(&uid, &format!("user-{i}")))
-            .await
-            .expect("exchange");
-        assert_denied(status, &body, &uid);
+        denied_over(&mut s, &uid, &format!("user-{i}")).await;
     }
     let windows = (started.elapsed().as_secs() / 10) as f64 + 1.0;
     let queued = events(&wh, "queued").await;

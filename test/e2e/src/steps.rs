@@ -62,11 +62,25 @@ impl Env {
     pub fn refuses(&self, args: &[&str], stderr: &str) {
         refused(&self.attempt(args), stderr);
     }
+
+    /// Asserts `kubectl args` exits 1 with `text` in its refusal (see
+    /// [`KubectlOutput::refused_with`]); fails printing the answer.
+    pub fn refuses_with(&self, args: &[&str], text: &str) {
+        let out = self.attempt(args);
+        assert!(out.refused_with(text), "{out:?}");
+    }
 }
 
 /// The words of `line` (split at white space), as kubectl's arguments.
 pub fn words(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
+}
+
+/// A condition query, `"kind name type status"` (or `reason` for the waits that
+/// match a reason), as the four words the condition waits take.
+pub fn query(line: &str) -> [&str; 4] {
+    <[&str; 4]>::try_from(words(line))
+        .unwrap_or_else(|w| panic!("a condition query is four words, not {w:?}"))
 }
 
 /// `kubectl args` as sim user `user` (any exit code).

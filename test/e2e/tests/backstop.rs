@@ -270,34 +270,45 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     )
     .expect("widget");
     drop(env.webhook.take().expect("webhook running"));
+    let strict_down = webhook_down("strict-label-0.holdfast.dev", port);
     env.refuses(
         &words("label widget w1 -n shop holdfast.dev/protected-"),
-        &webhook_down("strict-label-0.holdfast.dev", port),
+        &strict_down,
     );
-    env.refuses(&["delete", "widget", "w1", "-n", "shop"], &backstop_denial(
-            "widgets.example.com",
-            "w1",
-            "holdfast: Widget shop/w1 is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label widgets.example.com w1 -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label widgets.example.com w1 -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
-        ));
+    // Deletes under strict mode: the message tells how to unprotect first.
+    let strict_delete = |kind: &str, resource: &str, name: &str, value: &str| {
+        let target = format!("{resource} {name} -n shop");
+        let message = format!(
+            "holdfast: {kind} shop/{name} is protected by label holdfast.dev/protected={value} (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label {target} holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label {target} holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+        );
+        let kind = kind.to_lowercase();
+        env.refuses(
+            &["delete", &kind, name, "-n", "shop"],
+            &backstop_denial(resource, name, &message),
+        );
+    };
+    strict_delete("Widget", "widgets.example.com", "w1", "true");
 
     let strict_message = |desc: &str, value: &str, target: &str, extra: &str| {
         format!(
             "holdfast: {desc} carries the protection label holdfast.dev/protected={value} and strict mode is on (policy: strict label holdfast.dev/protected), so the label cannot be removed or changed to a value that does not protect.{extra} To unprotect it, first mark it exempt in its own update (kubectl label {target} holdfast.dev/strict-exempt=true, which takes the bypass permission on protections.holdfast.dev), then remove the label."
         )
     };
-    env.refuses(
-        &words("label configmap keep -n shop holdfast.dev/protected-"),
-        &backstop_denial(
-            "configmaps",
-            "keep",
-            &strict_message(
-                "ConfigMap shop/keep",
-                "Always",
-                "configmaps keep -n shop",
-                "",
-            ),
-        ),
-    );
+    // Cascading counts as protecting for strict mode too.
+    for (name, value) in [("keep", "Always"), ("casc", "Cascading")] {
+        let message = strict_message(
+            &format!("ConfigMap shop/{name}"),
+            value,
+            &format!("configmaps {name} -n shop"),
+            "",
+        );
+        env.refuses(
+            &words(&format!(
+                "label configmap {name} -n shop holdfast.dev/protected-"
+            )),
+            &backstop_denial("configmaps", name, &message),
+        );
+    }
     env.refuses(&words("label --overwrite namespace guarded holdfast.dev/protected=no holdfast.dev/strict-exempt=true"), &backstop_denial(
             "namespaces",
             "guarded",
@@ -308,31 +319,12 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
                 " Adding the exemption in the same update does not count: it must already be stored.",
             ),
         ));
-    // Cascading counts as protecting for strict mode too.
-    env.refuses(
-        &words("label configmap casc -n shop holdfast.dev/protected-"),
-        &backstop_denial(
-            "configmaps",
-            "casc",
-            &strict_message(
-                "ConfigMap shop/casc",
-                "Cascading",
-                "configmaps casc -n shop",
-                "",
-            ),
-        ),
-    );
     // A stored exemption passes the backstop; the strict webhook (down) fails closed.
     env.refuses(
         &words("label configmap free -n shop holdfast.dev/protected-"),
-        &webhook_down("strict-label-0.holdfast.dev", port),
+        &strict_down,
     );
-    // Deletes under strict mode: the message tells how to unprotect first.
-    env.refuses(&["delete", "configmap", "keep", "-n", "shop"], &backstop_denial(
-            "configmaps",
-            "keep",
-            "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label configmaps keep -n shop holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
-        ));
+    strict_delete("ConfigMap", "configmaps", "keep", "Always");
     c.terminate(30).await.expect("controller stops");
 
     // --backstop=false removes it; the webhook outage then refuses by
@@ -547,42 +539,62 @@ mod parity {
         ]
     }
 
+    /// The webhook's and the backstop's settings for `labels` and `strict`.
+    fn both(labels: &ProtectionLabels, strict: bool) -> (PolicyConfig, Backstop) {
+        let cfg = PolicyConfig {
+            labels: labels.clone(),
+            strict,
+            ..PolicyConfig::default()
+        };
+        let b = Backstop {
+            labels: labels.clone(),
+            strict,
+            strict_exempt: Default::default(),
+        };
+        (cfg, b)
+    }
+
+    /// How many requests were compared, and how many of them refused.
+    #[derive(Default)]
+    struct Tally {
+        compared: usize,
+        refusals: usize,
+    }
+
+    impl Tally {
+        /// Asserts the backstop and the webhook give `r` the same verdict (`what`
+        /// names the case), and counts it.
+        async fn same(&mut self, cfg: &PolicyConfig, b: &Backstop, r: &Value, what: String) {
+            let ours = backstop_verdict(b, r);
+            assert_eq!(ours, webhook_verdict(cfg, r).await, "{what}");
+            self.compared += 1;
+            self.refusals += usize::from(ours.is_some());
+        }
+    }
+
     const VALUES: [&str; 5] = ["Always", "true", "Cascading", "always", "no"];
 
     #[tokio::test]
     async fn deletes_are_refused_with_the_webhooks_message() {
-        let mut compared = 0;
-        let mut refusals = 0;
+        let mut tally = Tally::default();
         for labels in label_sets() {
             for strict in [false, true] {
-                let cfg = PolicyConfig {
-                    labels: labels.clone(),
-                    strict,
-                    ..PolicyConfig::default()
-                };
-                let b = Backstop {
-                    labels: labels.clone(),
-                    strict,
-                    strict_exempt: Default::default(),
-                };
+                let (cfg, b) = both(&labels, strict);
                 for t in &TARGETS {
                     for l in labels.iter() {
                         for value in VALUES {
                             let old = object(t, &json!({l.key.clone(): value}), &json!({}));
                             let r = request(t, "DELETE", old, Value::Null);
-                            let ours = backstop_verdict(&b, &r);
-                            let theirs = webhook_verdict(&cfg, &r).await;
                             if value == "Cascading" {
-                                assert_eq!(ours, None, "Cascading is left to the webhook");
+                                assert_eq!(
+                                    backstop_verdict(&b, &r),
+                                    None,
+                                    "Cascading is left to the webhook"
+                                );
                                 continue;
                             }
-                            assert_eq!(
-                                ours, theirs,
-                                "{} {value} strict={strict} {}",
-                                l.key, t.resource
-                            );
-                            compared += 1;
-                            refusals += usize::from(ours.is_some());
+                            let what = format!("{} {value} strict={strict} {}", l.key, t.resource);
+                            tally.same(&cfg, &b, &r, what).await;
                             // A break-glass marker: the backstop lets it through,
                             // whatever its value; the webhook judges it.
                             for marker in [
@@ -607,26 +619,16 @@ mod parity {
                 }
             }
         }
-        assert_eq!(compared, 2 * (4 * 4) + 2 * (4 * 4 * 3));
+        assert_eq!(tally.compared, 2 * (4 * 4) + 2 * (4 * 4 * 3));
         // Always and true on the built-in key, Always on the two extra keys.
-        assert_eq!(refusals, 2 * 4 * 2 + 2 * 4 * 4);
+        assert_eq!(tally.refusals, 2 * 4 * 2 + 2 * 4 * 4);
     }
 
     #[tokio::test]
     async fn strict_label_removals_are_refused_with_the_webhooks_message() {
-        let mut compared = 0;
-        let mut refusals = 0;
+        let mut tally = Tally::default();
         for labels in label_sets() {
-            let cfg = PolicyConfig {
-                labels: labels.clone(),
-                strict: true,
-                ..PolicyConfig::default()
-            };
-            let b = Backstop {
-                labels: labels.clone(),
-                strict: true,
-                strict_exempt: Default::default(),
-            };
+            let (cfg, b) = both(&labels, true);
             for t in &TARGETS {
                 for l in labels.iter() {
                     for before in VALUES {
@@ -646,26 +648,22 @@ mod parity {
                                 let old = object(t, &old_labels, &json!({}));
                                 let new = object(t, &after, &json!({}));
                                 let r = request(t, "UPDATE", old, new);
-                                let ours = backstop_verdict(&b, &r);
-                                let theirs = webhook_verdict(&cfg, &r).await;
-                                assert_eq!(
-                                    ours, theirs,
+                                let what = format!(
                                     "{}: {before} -> {after} exempt={exempt} {}",
                                     l.key, t.resource
                                 );
-                                compared += 1;
-                                refusals += usize::from(ours.is_some());
+                                tally.same(&cfg, &b, &r, what).await;
                             }
                         }
                     }
                 }
             }
         }
-        assert_eq!(compared, (1 + 3) * 4 * 5 * 5 * 2);
+        assert_eq!(tally.compared, (1 + 3) * 4 * 5 * 5 * 2);
         // Per target: each protecting value before (3 on the built-in key, 1 on
         // the Karmada key, 2 on the Kruise key; the built-in key twice), times
         // three removals (the label gone, "no", blank with the exemption added),
         // none when the exemption is stored.
-        assert_eq!(refusals, 4 * ((3 + 3 + 1 + 2) * 3));
+        assert_eq!(tally.refusals, 4 * ((3 + 3 + 1 + 2) * 3));
     }
 }

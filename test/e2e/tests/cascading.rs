@@ -14,10 +14,13 @@
 use holdfast_e2e::steps::merge_patch;
 use holdfast_e2e::{
     Env, KubectlOutput, fixtures,
-    steps::{EVERYDAY, allow, sim_user, wait_webhook_installed, words},
+    steps::{EVERYDAY, allow, eventually, sim_user, wait_webhook_installed, words},
 };
 use holdfast_sim::SimConfig;
-use std::time::Duration;
+
+/// Why most of these tests need the simulator.
+const SA_TOKENS: &str =
+    "it runs the binaries with ServiceAccount tokens the simulator is configured with";
 
 /// May do anything to ordinary objects, but not bypass protection.
 const ALICE: &str = "alice";
@@ -37,12 +40,13 @@ fn sim_config() -> SimConfig {
 use holdfast_e2e::controller::Shipped as Stack;
 
 /// holdfast as the manifests ship it, both binaries started with `args`
-/// (`--strict`, `--protection-label ...`).
-async fn shipped(args: &[&str]) -> Stack {
+/// (`--strict`, `--protection-label ...`), and namespace `ns` created.
+async fn shipped(args: &[&str], ns: &str) -> Stack {
     let s = holdfast_e2e::controller::shipped_stack(sim_config(), args, args)
         .await
         .expect("holdfast as shipped");
     wait_webhook_installed(&s.env, "eviction.holdfast.dev").await;
+    admin(&s.env, &["create", "namespace", ns]);
     s
 }
 
@@ -63,52 +67,88 @@ fn as_alice(env: &Env, args: &[&str]) -> KubectlOutput {
     env.kubectl_as(ALICE, args).expect("kubectl")
 }
 
-/// `kubectl` as alice, repeated (up to 30 s) until it gives exactly `stderr` with
+/// `kubectl` as alice, repeated (up to 30 s) until it gives exactly the refusal
+/// of `webhook` with `message` ([`denied`]) and
 /// exit code 1: the first answers may be "not ready, retry later" while the stores
 /// Cascading reads start, or name objects whose removal the watches have not
 /// delivered yet.
-async fn refused_until(env: &Env, args: &[&str], stderr: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+async fn refused_until(env: &Env, args: &[&str], webhook: &str, message: &str) {
+    let stderr = denied(webhook, message);
+    let line = args.join(" ");
+    eventually(30, async || {
         let out = as_alice(env, args);
+        assert_ne!(out.code, 0, "kubectl {line} was allowed; expected {stderr}");
         if out.code == 1 && out.stderr.trim_end() == stderr {
-            return;
+            return Ok(());
         }
-        assert_ne!(
-            out.code,
-            0,
-            "kubectl {} was allowed; expected {stderr}",
-            args.join(" ")
-        );
-        if std::time::Instant::now() > deadline {
-            panic!(
-                "kubectl {} never refused with\n{stderr}\nlast: {out:?}\nwebhook log:\n{}",
-                args.join(" "),
-                env.webhook_log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        Err(format!(
+            "kubectl {line} never refused with\n{stderr}\nlast: {out:?}\nwebhook log:\n{}",
+            env.webhook_log()
+        ))
+    })
+    .await;
 }
 
 /// `kubectl` as alice, repeated (up to 30 s) until it succeeds (the watches have
 /// seen the contents go); returns its output.
 async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = as_alice(env, args);
-        if out.code == 0 {
-            return out;
-        }
-        if std::time::Instant::now() > deadline {
-            panic!(
-                "kubectl {} was never allowed; last: {out:?}\nwebhook log:\n{}",
-                args.join(" "),
-                env.webhook_log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let line = args.join(" ");
+    eventually(30, async || match as_alice(env, args) {
+        out if out.code == 0 => Ok(out),
+        out => Err(format!(
+            "kubectl {line} was never allowed; last: {out:?}\nwebhook log:\n{}",
+            env.webhook_log()
+        )),
+    })
+    .await
+}
+
+/// Namespace `ns`'s refusal while it still `holds` live contents, protected `by`
+/// a policy (as the message describes it) that `unprotect` lifts.
+fn holds_live(ns: &str, by: &str, holds: &str, unprotect: &str) -> String {
+    format!(
+        "holdfast: Namespace {ns} is protected by {by} while it holds live Pods or \
+         PersistentVolumeClaims, and it still holds {holds}, so it cannot be deleted. To \
+         delete it, first delete those Pods and PersistentVolumeClaims (scale their \
+         workloads to 0 first); or {unprotect}, or set the annotation \
+         holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+    )
+}
+
+/// [`holds_live`] for a namespace labelled `key=Cascading`.
+fn holds_live_by_label(ns: &str, key: &str, holds: &str) -> String {
+    holds_live(
+        ns,
+        &format!("label {key}=Cascading (policy: label {key})"),
+        holds,
+        &format!("remove the label (kubectl label namespaces {ns} {key}-)"),
+    )
+}
+
+/// Asserts kubectl's answer `out` is exactly the refusal of `webhook` with
+/// `message` ([`denied`]), exit code 1.
+fn refused_exactly(out: &KubectlOutput, webhook: &str, message: &str) {
+    assert_eq!(
+        (out.code, out.stderr.trim_end()),
+        (1, denied(webhook, message).as_str()),
+        "{out:?}"
+    );
+}
+
+/// Asserts kubectl's answer `out` succeeded printing exactly the line `stdout`.
+fn succeeded(out: &KubectlOutput, stdout: &str) {
+    assert_eq!((out.code, out.stdout.trim_end()), (0, stdout), "{out:?}");
+}
+
+/// Asserts alice's `kubectl args` deletes `what` (`kind "name"`), exactly.
+fn alice_deletes(env: &Env, args: &[&str], what: &str) {
+    succeeded(&as_alice(env, args), &format!("{what} deleted"));
+}
+
+/// `kubectl` as alice; the test fails unless it exits 0.
+fn ok_as_alice(env: &Env, args: &[&str]) {
+    let out = as_alice(env, args);
+    assert_eq!(out.code, 0, "{out:?}");
 }
 
 fn denied(webhook: &str, message: &str) -> String {
@@ -184,15 +224,11 @@ fn gadget_crd() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(&[]).await;
-    let env = &s.env;
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(&[], "shop").await.env;
 
     // A Namespace: refused while a Pod runs or a PVC exists; a Succeeded Pod is not
     // live.
-    admin(env, &["create", "namespace", "shop"]);
     apply(env, &pod("shop", "web-0"));
     apply(env, &pod("shop", "done"));
     admin(
@@ -208,38 +244,13 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
         &words("label namespace shop holdfast.dev/protected=Cascading"),
     );
     let delete_ns = ["delete", "namespace", "shop", "--wait=false"];
-    refused_until(
-        env,
-        &delete_ns,
-        &denied(
-            "delete-label-0.holdfast.dev",
-            "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \
-             (policy: label holdfast.dev/protected) while it holds live Pods or \
-             PersistentVolumeClaims, and it still holds 2: Pod shop/web-0, \
-             PersistentVolumeClaim shop/data, so it cannot be deleted. To delete it, first \
-             delete those Pods and PersistentVolumeClaims (scale their workloads to 0 first); \
-             or remove the label (kubectl label namespaces shop holdfast.dev/protected-), or \
-             set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass \
-             protection.",
-        ),
-    )
-    .await;
+    let still_holds = async |holds: &str| {
+        let refusal = holds_live_by_label("shop", "holdfast.dev/protected", holds);
+        refused_until(env, &delete_ns, "delete-label-0.holdfast.dev", &refusal).await;
+    };
+    still_holds("2: Pod shop/web-0, PersistentVolumeClaim shop/data").await;
     admin(env, &["delete", "pod", "web-0", "-n", "shop"]);
-    refused_until(
-        env,
-        &delete_ns,
-        &denied(
-            "delete-label-0.holdfast.dev",
-            "holdfast: Namespace shop is protected by label holdfast.dev/protected=Cascading \
-             (policy: label holdfast.dev/protected) while it holds live Pods or \
-             PersistentVolumeClaims, and it still holds 1: PersistentVolumeClaim shop/data, so \
-             it cannot be deleted. To delete it, first delete those Pods and \
-             PersistentVolumeClaims (scale their workloads to 0 first); or remove the label \
-             (kubectl label namespaces shop holdfast.dev/protected-), or set the annotation \
-             holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
-        ),
-    )
-    .await;
+    still_holds("1: PersistentVolumeClaim shop/data").await;
     admin(
         env,
         &["delete", "pvc", "data", "-n", "shop", "--wait=false"],
@@ -254,36 +265,19 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
         &deployment("apps", "web", "holdfast.dev/protected=Cascading", 2),
     );
     let delete_web = ["delete", "deployment", "web", "-n", "apps"];
-    let out = as_alice(env, &delete_web);
-    assert_eq!(
-        (out.code, out.stderr.trim_end()),
-        (
-            1,
-            denied(
-                "delete-label-0.holdfast.dev",
-                "holdfast: Deployment apps/web is protected by label \
+    refused_exactly(
+        &as_alice(env, &delete_web),
+        "delete-label-0.holdfast.dev",
+        "holdfast: Deployment apps/web is protected by label \
                  holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected) while \
                  it has replicas, and it still has .spec.replicas=2, so it cannot be deleted. \
                  To delete it, first scale it to 0 (kubectl scale deployments.apps web -n apps \
                  --replicas=0); or remove the label (kubectl label deployments.apps web -n apps \
                  holdfast.dev/protected-), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
-            )
-            .as_str()
-        ),
-        "{out:?}"
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
     );
-    let out = as_alice(
-        env,
-        &["scale", "deployment", "web", "-n", "apps", "--replicas=0"],
-    );
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = as_alice(env, &delete_web);
-    assert_eq!(
-        (out.code, out.stdout.trim_end()),
-        (0, "deployment.apps \"web\" deleted"),
-        "{out:?}"
-    );
+    ok_as_alice(env, &words("scale deployment web -n apps --replicas=0"));
+    alice_deletes(env, &delete_web, r#"deployment.apps "web""#);
 
     // A custom workload with a scale subresource, through its CRD's replica path
     // (scaling it through the scale subresource sets that path).
@@ -298,29 +292,18 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     refused_until(
         env,
         &delete_gadget,
-        &denied(
-            "delete-label-0.holdfast.dev",
-            "holdfast: Gadget apps/g1 is protected by label holdfast.dev/protected=Cascading \
+        "delete-label-0.holdfast.dev",
+        "holdfast: Gadget apps/g1 is protected by label holdfast.dev/protected=Cascading \
              (policy: label holdfast.dev/protected) while it has replicas, and it still has \
              .spec.workers=3, so it cannot be deleted. To delete it, first scale it to 0 \
              (kubectl scale gadgets.workloads.test.io g1 -n apps --replicas=0); or remove the \
              label (kubectl label gadgets.workloads.test.io g1 -n apps \
              holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true \
              if you are allowed to bypass protection.",
-        ),
     )
     .await;
-    let out = as_alice(
-        env,
-        &["scale", "gadget", "g1", "-n", "apps", "--replicas=0"],
-    );
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = as_alice(env, &delete_gadget);
-    assert_eq!(
-        (out.code, out.stdout.trim_end()),
-        (0, "gadget.workloads.test.io \"g1\" deleted"),
-        "{out:?}"
-    );
+    ok_as_alice(env, &words("scale gadget g1 -n apps --replicas=0"));
+    alice_deletes(env, &delete_gadget, r#"gadget.workloads.test.io "g1""#);
 
     // A CustomResourceDefinition: refused while an instance exists.
     apply(env, &fixtures::widget_crd());
@@ -337,9 +320,8 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     refused_until(
         env,
         &delete_crd,
-        &denied(
-            "delete-label-0.holdfast.dev",
-            "holdfast: CustomResourceDefinition widgets.example.com is protected by label \
+        "delete-label-0.holdfast.dev",
+        "holdfast: CustomResourceDefinition widgets.example.com is protected by label \
              holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected) while it \
              has instances, and it still has 1: Widget apps/w1, so it cannot be deleted. To \
              delete it, first delete its instances (kubectl delete widgets.example.com --all \
@@ -347,7 +329,6 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
              customresourcedefinitions.apiextensions.k8s.io widgets.example.com \
              holdfast.dev/protected-), or set the annotation \
              holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
-        ),
     )
     .await;
     admin(env, &["delete", "widget", "w1", "-n", "apps"]);
@@ -365,12 +346,8 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kruise_key_and_values_behave_as_kruise_users_expect() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(&["--protection-label", KRUISE]).await;
-    let env = &s.env;
-    admin(env, &["create", "namespace", "team"]);
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(&["--protection-label", KRUISE], "team").await.env;
 
     // Always protects always, Cascading while replicas remain.
     apply(
@@ -378,23 +355,15 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: team, \
          labels: {policy.kruise.io/delete-protection: Always}}\n",
     );
-    let out = as_alice(env, &["delete", "configmap", "settings", "-n", "team"]);
-    assert_eq!(
-        (out.code, out.stderr.trim_end()),
-        (
-            1,
-            denied(
-                "delete-label-1.holdfast.dev",
-                "holdfast: ConfigMap team/settings is protected by label \
+    refused_exactly(
+        &as_alice(env, &["delete", "configmap", "settings", "-n", "team"]),
+        "delete-label-1.holdfast.dev",
+        "holdfast: ConfigMap team/settings is protected by label \
                  policy.kruise.io/delete-protection=Always (policy: label \
                  policy.kruise.io/delete-protection), so it cannot be deleted. To delete it, \
                  remove the label (kubectl label configmaps settings -n team \
                  policy.kruise.io/delete-protection-), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
-            )
-            .as_str()
-        ),
-        "{out:?}"
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
     );
     apply(
         env,
@@ -408,36 +377,20 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
         .replace("  selector:", "  serviceName: api\n  selector:"),
     );
     let delete_sts = ["delete", "statefulset", "api", "-n", "team"];
-    let out = as_alice(env, &delete_sts);
-    assert_eq!(
-        (out.code, out.stderr.trim_end()),
-        (
-            1,
-            denied(
-                "delete-label-1.holdfast.dev",
-                "holdfast: StatefulSet team/api is protected by label \
+    refused_exactly(
+        &as_alice(env, &delete_sts),
+        "delete-label-1.holdfast.dev",
+        "holdfast: StatefulSet team/api is protected by label \
                  policy.kruise.io/delete-protection=Cascading (policy: label \
                  policy.kruise.io/delete-protection) while it has replicas, and it still has \
                  .spec.replicas=1, so it cannot be deleted. To delete it, first scale it to 0 \
                  (kubectl scale statefulsets.apps api -n team --replicas=0); or remove the \
                  label (kubectl label statefulsets.apps api -n team \
                  policy.kruise.io/delete-protection-), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
-            )
-            .as_str()
-        ),
-        "{out:?}"
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
     );
-    admin(
-        env,
-        &["scale", "statefulset", "api", "-n", "team", "--replicas=0"],
-    );
-    let out = as_alice(env, &delete_sts);
-    assert_eq!(
-        (out.code, out.stdout.trim_end()),
-        (0, "statefulset.apps \"api\" deleted"),
-        "{out:?}"
-    );
+    admin(env, &words("scale statefulset api -n team --replicas=0"));
+    alice_deletes(env, &delete_sts, r#"statefulset.apps "api""#);
 
     // A Namespace with Kruise's Cascading: refused while a Pod runs.
     apply(env, &pod("team", "worker"));
@@ -449,16 +402,11 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     refused_until(
         env,
         &delete_ns,
-        &denied(
-            "delete-label-1.holdfast.dev",
-            "holdfast: Namespace team is protected by label \
-             policy.kruise.io/delete-protection=Cascading (policy: label \
-             policy.kruise.io/delete-protection) while it holds live Pods or \
-             PersistentVolumeClaims, and it still holds 1: Pod team/worker, so it cannot be \
-             deleted. To delete it, first delete those Pods and PersistentVolumeClaims (scale \
-             their workloads to 0 first); or remove the label (kubectl label namespaces team \
-             policy.kruise.io/delete-protection-), or set the annotation \
-             holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        "delete-label-1.holdfast.dev",
+        &holds_live_by_label(
+            "team",
+            "policy.kruise.io/delete-protection",
+            "1: Pod team/worker",
         ),
     )
     .await;
@@ -467,14 +415,12 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     refused_until(
         env,
         &delete_ns,
-        &denied(
-            "delete-label-1.holdfast.dev",
-            "holdfast: Namespace team holds objects that are protected from deletion: \
+        "delete-label-1.holdfast.dev",
+        "holdfast: Namespace team holds objects that are protected from deletion: \
              ConfigMap team/settings (label) (policy: containment), so it cannot be deleted: \
              that would leave it half-deleted. To delete it, first lift the protection of those \
              objects (or delete them), or set the annotation holdfast.dev/skip-protection=true \
              if you are allowed to bypass protection on the namespace.",
-        ),
     )
     .await;
     admin(
@@ -487,12 +433,8 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(&[]).await;
-    let env = &s.env;
-    admin(env, &["create", "namespace", "scratch"]);
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(&[], "scratch").await.env;
     apply(env, &pvc("scratch", "cache"));
     apply(
         env,
@@ -506,23 +448,14 @@ async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
         .expect("policy");
     assert_eq!(rp["spec"]["mode"], "Cascading");
     let delete_ns = ["delete", "namespace", "scratch", "--wait=false"];
-    refused_until(
-        env,
-        &delete_ns,
-        &denied(
-            "policies-0.holdfast.dev",
-            "holdfast: Namespace scratch is protected by ResourceProtection/scratch-while-used \
-             (selects namespaces named scratch, mode Cascading) while it holds live Pods or \
-             PersistentVolumeClaims, and it still holds 1: PersistentVolumeClaim \
-             scratch/cache, so it cannot be deleted. To delete it, first delete those Pods and \
-             PersistentVolumeClaims (scale their workloads to 0 first); or remove it from the \
-             policy (kubectl edit resourceprotection scratch-while-used), or set the \
-             annotation holdfast.dev/skip-protection=true if you are allowed to bypass \
-             protection. To have holdfast delete it once nothing blocks it, ask for deferred \
-             deletion (holdfast.dev/delete-when-unblocked).",
-        ),
-    )
-    .await;
+    let scratch_refusal = holds_live(
+        "scratch",
+        "ResourceProtection/scratch-while-used (selects namespaces named scratch, mode Cascading)",
+        "1: PersistentVolumeClaim scratch/cache",
+        "remove it from the policy (kubectl edit resourceprotection scratch-while-used)",
+    ) + " To have holdfast delete it once nothing blocks it, ask for deferred deletion \
+         (holdfast.dev/delete-when-unblocked).";
+    refused_until(env, &delete_ns, "policies-0.holdfast.dev", &scratch_refusal).await;
     admin(
         env,
         &["delete", "pvc", "cache", "-n", "scratch", "--wait=false"],
@@ -533,46 +466,32 @@ async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_mode_refuses_removing_a_cascading_label() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(&["--strict"]).await;
-    let env = &s.env;
-    admin(env, &["create", "namespace", "vault"]);
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(&["--strict"], "vault").await.env;
     admin(
         env,
         &words("label namespace vault holdfast.dev/protected=Cascading"),
     );
-    let out = as_alice(
-        env,
-        &["label", "namespace", "vault", "holdfast.dev/protected-"],
-    );
-    assert_eq!(
-        (out.code, out.stderr.trim_end()),
-        (
-            1,
-            denied(
-                "strict-label-0.holdfast.dev",
-                "holdfast: Namespace vault carries the protection label \
+    refused_exactly(
+        &as_alice(
+            env,
+            &["label", "namespace", "vault", "holdfast.dev/protected-"],
+        ),
+        "strict-label-0.holdfast.dev",
+        "holdfast: Namespace vault carries the protection label \
                  holdfast.dev/protected=Cascading and strict mode is on (policy: strict label \
                  holdfast.dev/protected), so the label cannot be removed or changed to a value \
                  that does not protect. To unprotect it, first mark it exempt in its own update \
                  (kubectl label namespaces vault holdfast.dev/strict-exempt=true, which takes \
-                 the bypass permission on protections.holdfast.dev), then remove the label."
-            )
-            .as_str()
-        ),
-        "{out:?}"
+                 the bypass permission on protections.holdfast.dev), then remove the label.",
     );
     // Cascading -> Always keeps it protected: allowed.
-    let out = as_alice(
-        env,
-        &words("label namespace vault holdfast.dev/protected=Always --overwrite"),
-    );
-    assert_eq!(
-        (out.code, out.stdout.trim_end()),
-        (0, "namespace/vault labeled"),
-        "{out:?}"
+    succeeded(
+        &as_alice(
+            env,
+            &words("label namespace vault holdfast.dev/protected=Always --overwrite"),
+        ),
+        "namespace/vault labeled",
     );
     let labels = env.get_json(&["namespace", "vault"]).expect("namespace");
     assert_eq!(
@@ -596,44 +515,28 @@ async fn label_only_mode_protects_cascading_like_always() {
         &env,
         &words("label namespace empty holdfast.dev/protected=Cascading"),
     );
-    let out = env.attempt(&["delete", "namespace", "empty", "--wait=false"]);
-    assert_eq!(
-        (out.code, out.stderr.trim_end()),
-        (
-            1,
-            denied(
-                "delete-label-0.holdfast.dev",
-                "holdfast: Namespace empty is protected by label \
+    refused_exactly(
+        &env.attempt(&["delete", "namespace", "empty", "--wait=false"]),
+        "delete-label-0.holdfast.dev",
+        "holdfast: Namespace empty is protected by label \
                  holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
                  cannot be deleted (this webhook does not watch live contents, so Cascading \
                  protects like Always here). To delete it, remove the label (kubectl label \
                  namespaces empty holdfast.dev/protected-), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
-            )
-            .as_str()
-        ),
-        "{out:?}"
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
     );
     apply(
         &env,
         &deployment("empty", "idle", "holdfast.dev/protected=Cascading", 0),
     );
-    let out = env.attempt(&["delete", "deployment", "idle", "-n", "empty"]);
-    assert_eq!(
-        (out.code, out.stderr.trim_end()),
-        (
-            1,
-            denied(
-                "delete-label-0.holdfast.dev",
-                "holdfast: Deployment empty/idle is protected by label \
+    refused_exactly(
+        &env.attempt(&["delete", "deployment", "idle", "-n", "empty"]),
+        "delete-label-0.holdfast.dev",
+        "holdfast: Deployment empty/idle is protected by label \
                  holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
                  cannot be deleted (this webhook does not watch live contents, so Cascading \
                  protects like Always here). To delete it, remove the label (kubectl label \
                  deployments.apps idle -n empty holdfast.dev/protected-), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection."
-            )
-            .as_str()
-        ),
-        "{out:?}"
+                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
     );
 }

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use holdfast_e2e::controller::elect;
 use holdfast_e2e::fixtures::resource_protection;
+use holdfast_e2e::steps;
 use holdfast_e2e::steps::eventually;
 use holdfast_e2e::steps::installed_configuration;
 use holdfast_e2e::steps::merge_patch;
@@ -12,7 +13,7 @@ use holdfast_e2e::steps::wait_ready;
 use holdfast_e2e::{
     Env,
     controller::{
-        ControllerProcess, condition, rules_of, start_controller, wait_condition,
+        ControllerProcess, condition, rules_of, start_controller, wait_condition_at,
         wait_configuration, webhook_names,
     },
     denied_by,
@@ -21,19 +22,104 @@ use holdfast_e2e::{
 use serde_json::Value;
 
 const POLICIES: &str = "policies-0.holdfast.dev";
+const LABEL: &str = "delete-label-0.holdfast.dev";
 const CONTAINMENT: &str = "containment.holdfast.dev";
 
 /// The webhook receiving pod evictions.
 const EVICTION: &str = "eviction.holdfast.dev";
 const DEFERRED: &str = "deferred.holdfast.dev";
 
-/// CRD DELETEs always reach the containment webhook (CRD containment).
-fn crd_rule() -> (Vec<String>, Vec<String>, Vec<String>) {
+/// A webhook rule sending the DELETEs of `group`/`resource`.
+fn delete_rule(group: &str, resource: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
     (
-        vec!["apiextensions.k8s.io".to_string()],
-        vec!["customresourcedefinitions".to_string()],
+        vec![group.to_string()],
+        vec![resource.to_string()],
         vec!["DELETE".to_string()],
     )
+}
+
+/// CRD DELETEs always reach the containment webhook (CRD containment).
+fn crd_rule() -> (Vec<String>, Vec<String>, Vec<String>) {
+    delete_rule("apiextensions.k8s.io", "customresourcedefinitions")
+}
+
+/// Asserts `cfg` holds no policy's webhook: label protection, containment of
+/// namespaces and CRDs, eviction and deferred deletion only.
+fn assert_without_policies(cfg: &Value, context: &str) {
+    assert_eq!(
+        webhook_names(cfg),
+        [LABEL, CONTAINMENT, EVICTION, DEFERRED],
+        "{context}"
+    );
+    assert_eq!(
+        rules_of(cfg, CONTAINMENT),
+        vec![delete_rule("", "namespaces"), crd_rule()],
+        "{context}"
+    );
+}
+
+/// Why these tests need the simulator.
+const OWNS_CLUSTER: &str = "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test";
+
+/// Waits (at most `secs`) until the configuration sends DELETEs of
+/// `group`/`resource` ([`has_rule`]), failing with `what`; returns it and logs
+/// how long that took.
+async fn routing(env: &Env, secs: u64, group: &str, resource: &str, what: &str) -> Value {
+    let (cfg, took) = wait_configuration(env, Duration::from_secs(secs), |c| {
+        has_rule(c, group, resource)
+    })
+    .await
+    .expect(what);
+    eprintln!("{what} after {took:?}");
+    cfg.expect("present")
+}
+
+/// Waits (at most `secs`) until the condition `query` names (`"kind name type
+/// status"`) has that status, failing with `what`; returns the condition.
+async fn condition_becomes(env: &Env, query: &str, secs: u64, what: &str) -> Value {
+    wait_condition_at(env, None, steps::query(query), secs)
+        .await
+        .expect(what)
+}
+
+/// Applies the JSON patch `patch` to the configuration holdfast by hand, as
+/// the admin.
+fn patch_configuration(env: &Env, patch: &str) {
+    env.kubectl(&[
+        "patch",
+        "validatingwebhookconfiguration",
+        "holdfast",
+        "--type=json",
+        "-p",
+        patch,
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("patched");
+}
+
+/// Creates namespace `ns` labelled `label` (`KEY=VALUE`).
+fn labelled_namespace(env: &Env, ns: &str, label: &str) {
+    env.run(&["create", "namespace", ns]);
+    env.run(&["label", "namespace", ns, label]);
+}
+
+/// Asserts the (dry-run) DELETE of namespace `ns` is refused by `webhook` with
+/// `text`; `why` says what the refusal shows.
+fn namespace_refused(env: &Env, ns: &str, webhook: &str, text: &str, why: &str) {
+    let out = env.attempt(&["delete", "namespace", ns, "--dry-run=server"]);
+    assert_ne!(out.code, 0, "{why}: {out:?}");
+    assert!(
+        out.refused_with(&denied_by(webhook, text)),
+        "{why}: {out:?}"
+    );
+}
+
+/// [`env_with_webhook`] and the controller, started without flags.
+async fn stack() -> (Env, ControllerProcess) {
+    let env = env_with_webhook().await;
+    let c = controller(&env, "controller", &[]).await;
+    (env, c)
 }
 
 async fn env_with_webhook() -> Env {
@@ -100,35 +186,13 @@ fn rp_configmaps_and_deployments() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_drives_the_configuration() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
-    let env = env_with_webhook().await;
-    let _c = controller(&env, "controller", &[]).await;
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
+    let (env, _c) = stack().await;
 
     // Without policies: label protection, and namespace DELETEs for containment
     // (a namespace holding a label-protected object must not be half-deleted).
     let cfg = installed_configuration(&env).await;
-    assert_eq!(
-        webhook_names(&cfg),
-        vec![
-            "delete-label-0.holdfast.dev",
-            CONTAINMENT,
-            EVICTION,
-            DEFERRED
-        ]
-    );
-    assert_eq!(
-        rules_of(&cfg, CONTAINMENT),
-        vec![
-            (
-                vec!["".to_string()],
-                vec!["namespaces".to_string()],
-                vec!["DELETE".to_string()]
-            ),
-            crd_rule()
-        ]
-    );
+    assert_without_policies(&cfg, "before any policy");
     assert_eq!(cfg["webhooks"][0]["failurePolicy"], "Fail");
     assert_eq!(
         cfg["webhooks"][0]["clientConfig"]["url"],
@@ -155,21 +219,10 @@ async fn resource_protection_drives_the_configuration() {
         "create configmap settings -n shop --from-literal=a=b",
     ));
     env.apply(&rp_configmaps()).expect("policy applied");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
-        has_rule(c, "", "configmaps")
-    })
-    .await
-    .expect("rule installed");
-    let cfg = cfg.expect("present");
+    let cfg = routing(&env, 10, "", "configmaps", "rule installed").await;
     assert_eq!(
         webhook_names(&cfg),
-        vec![
-            "delete-label-0.holdfast.dev",
-            CONTAINMENT,
-            POLICIES,
-            EVICTION,
-            DEFERRED
-        ]
+        [LABEL, CONTAINMENT, POLICIES, EVICTION, DEFERRED]
     );
     assert_eq!(cfg["metadata"]["labels"]["team"], "platform", "{cfg}");
     assert_eq!(
@@ -183,11 +236,7 @@ async fn resource_protection_drives_the_configuration() {
     let rules = rules_of(&cfg, POLICIES);
     assert_eq!(
         rules,
-        vec![(
-            vec!["".to_string()],
-            vec!["configmaps".to_string()],
-            vec!["DELETE".to_string()]
-        )],
+        vec![delete_rule("", "configmaps")],
         "the policy's entry routes its ConfigMaps only"
     );
     let ready = wait_ready(&env, "resourceprotection", "shop-config").await;
@@ -250,56 +299,23 @@ async fn resource_protection_drives_the_configuration() {
     .await
     .expect("rule removed");
     let cfg = cfg.expect("present");
-    assert_eq!(
-        webhook_names(&cfg),
-        vec![
-            "delete-label-0.holdfast.dev",
-            CONTAINMENT,
-            EVICTION,
-            DEFERRED
-        ]
-    );
-    assert_eq!(
-        rules_of(&cfg, CONTAINMENT),
-        vec![
-            (
-                vec!["".to_string()],
-                vec!["namespaces".to_string()],
-                vec!["DELETE".to_string()]
-            ),
-            crd_rule()
-        ],
-        "only namespaces and CRDs left"
-    );
+    assert_without_policies(&cfg, "only namespaces and CRDs left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn manual_edits_are_reverted_and_deletion_recreates() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook_args(&["--strict"]).await;
     let _c = controller(&env, "controller", &["--strict"]).await;
     env.apply(&rp_configmaps()).expect("policy applied");
-    wait_configuration(&env, Duration::from_secs(10), |c| {
-        has_rule(c, "", "configmaps")
-    })
-    .await
-    .expect("installed");
+    routing(&env, 10, "", "configmaps", "installed").await;
 
     // A manual edit (failure policy and rules) is reverted (how fast is a benchmark's
     // business: docs/testing.md).
-    env.kubectl(&[
-        "patch",
-        "validatingwebhookconfiguration",
-        "holdfast",
-        "--type=json",
-        "-p",
+    patch_configuration(
+        &env,
         r#"[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Ignore"},{"op":"replace","path":"/webhooks/3/rules/0/resources","value":["secrets"]}]"#,
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("patched");
+    );
     let (cfg, took) = wait_configuration(&env, Duration::from_secs(30), |c| {
         c.is_some_and(|c| c["webhooks"][0]["failurePolicy"] == "Fail")
             && has_rule(c, "", "configmaps")
@@ -314,27 +330,12 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
     );
 
     // A webhook removed by hand comes back.
-    env.kubectl(&[
-        "patch",
-        "validatingwebhookconfiguration",
-        "holdfast",
-        "--type=json",
-        "-p",
-        r#"[{"op":"remove","path":"/webhooks/3"}]"#,
-    ])
-    .expect("kubectl")
-    .ok()
-    .expect("patched");
-    let (cfg, took) = wait_configuration(&env, Duration::from_secs(30), |c| {
-        has_rule(c, "", "configmaps")
-    })
-    .await
-    .expect("webhook restored");
-    eprintln!("removed webhook restored after {took:?}");
+    patch_configuration(&env, r#"[{"op":"remove","path":"/webhooks/3"}]"#);
+    let cfg = routing(&env, 30, "", "configmaps", "removed webhook restored").await;
     assert_eq!(
-        webhook_names(&cfg.expect("present")),
+        webhook_names(&cfg),
         vec![
-            "delete-label-0.holdfast.dev",
+            LABEL,
             "strict-label-0.holdfast.dev",
             CONTAINMENT,
             POLICIES,
@@ -346,23 +347,23 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
 
     // Deleted: recreated.
     env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
-    let (cfg, took) = wait_configuration(&env, Duration::from_secs(30), |c| {
-        has_rule(c, "", "configmaps")
-    })
-    .await
-    .expect("recreated");
-    eprintln!("deleted configuration recreated after {took:?}");
+    let cfg = routing(
+        &env,
+        30,
+        "",
+        "configmaps",
+        "deleted configuration recreated",
+    )
+    .await;
     assert_eq!(
-        cfg.expect("present")["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        cfg["metadata"]["labels"]["app.kubernetes.io/managed-by"],
         "holdfast-controller"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cleanup_on_shutdown_leaves_nothing_behind() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
     let mut c = controller(
         &env,
@@ -371,12 +372,7 @@ async fn cleanup_on_shutdown_leaves_nothing_behind() {
     )
     .await;
     env.apply(&rp_configmaps()).expect("policy applied");
-    let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
-        has_rule(c, "", "configmaps")
-    })
-    .await
-    .expect("installed");
-    let cfg = cfg.expect("present");
+    let cfg = routing(&env, 10, "", "configmaps", "installed").await;
     for hook in cfg["webhooks"].as_array().expect("webhooks") {
         assert_eq!(hook["failurePolicy"], "Ignore");
         assert_eq!(hook["timeoutSeconds"], 5);
@@ -431,18 +427,14 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
-    let env = env_with_webhook().await;
-    let _c = controller(&env, "controller", &[]).await;
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
+    let (env, _c) = stack().await;
     env.apply(&rp_unknown()).expect("applied");
     env.apply(RP_BAD_SELECTOR).expect("applied");
     env.apply(&rp_configmaps()).expect("applied");
 
-    let inv = wait_condition(&env, "resourceprotection", "widgets", "Invalid", "True", 10)
-        .await
-        .expect("unknown resource reported");
+    let widgets = "resourceprotection widgets Invalid True";
+    let inv = condition_becomes(&env, widgets, 10, "unknown resource reported").await;
     assert_eq!(inv["reason"], "UnknownResource");
     assert!(
         inv["message"]
@@ -450,16 +442,13 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
             .is_some_and(|m| m.contains("widgets.example.com")),
         "{inv}"
     );
-    let inv = wait_condition(
+    let inv = condition_becomes(
         &env,
-        "resourceprotection",
-        "bad-selector",
-        "Invalid",
-        "True",
+        "resourceprotection bad-selector Invalid True",
         10,
+        "bad selector reported",
     )
-    .await
-    .expect("bad selector reported");
+    .await;
     assert_eq!(inv["reason"], "InvalidSelector");
     let ready = condition(&env, "resourceprotection", "widgets", "Ready")
         .expect("kubectl")
@@ -522,9 +511,7 @@ fn cycle_rules() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dependency_cycle_is_reported_on_both_rules() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
     env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("crds");
@@ -532,26 +519,20 @@ async fn dependency_cycle_is_reported_on_both_rules() {
     let _c = controller(&env, "controller", &[]).await;
     env.apply(&cycle_rules()).expect("rules");
 
-    let a = wait_condition(
+    let a = condition_becomes(
         &env,
-        "dependencyrule",
-        "vm-needs-vpc",
-        "CycleDetected",
-        "True",
+        "dependencyrule vm-needs-vpc CycleDetected True",
         10,
+        "cycle on the first rule",
     )
-    .await
-    .expect("cycle on the first rule");
-    let b = wait_condition(
+    .await;
+    let b = condition_becomes(
         &env,
-        "dependencyrule",
-        "vpc-needs-vm",
-        "CycleDetected",
-        "True",
+        "dependencyrule vpc-needs-vm CycleDetected True",
         10,
+        "cycle on the second rule",
     )
-    .await
-    .expect("cycle on the second rule");
+    .await;
     let msg = a["message"].as_str().expect("message");
     assert!(
         msg.contains("virtualmachines.compute.test.io → vpcs.network.test.io → virtualmachines.compute.test.io"),
@@ -586,16 +567,13 @@ async fn dependency_cycle_is_reported_on_both_rules() {
 
     // Break the cycle: the remaining rule reports no cycle.
     env.run(&["delete", "dependencyrule", "vpc-needs-vm"]);
-    let c = wait_condition(
+    let c = condition_becomes(
         &env,
-        "dependencyrule",
-        "vm-needs-vpc",
-        "CycleDetected",
-        "False",
+        "dependencyrule vm-needs-vpc CycleDetected False",
         10,
+        "cycle gone",
     )
-    .await
-    .expect("cycle gone");
+    .await;
     assert_eq!(c["reason"], "NoCycle");
 }
 
@@ -613,9 +591,7 @@ fn lease_holder(env: &Env) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_election_hands_over_when_the_leader_dies() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
     let args = ["--leader-elect", "--leader-elect-namespace", "default"];
     let port = webhook_port(&env);
@@ -707,9 +683,7 @@ fn sync_files(env: &Env) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_rotation_keeps_admission_working() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let mut env = holdfast_e2e::steps::sim_with_crds().await;
     let port = holdfast_e2e::free_port().expect("port");
     let mut c = start_controller(
@@ -729,20 +703,15 @@ async fn managed_ca_rotation_keeps_admission_working() {
     let cfg = installed_configuration(&env).await;
     assert_eq!(ca_bundle(&cfg), first_ca, "caBundle is the managed CA");
 
-    env.run(&["create", "namespace", "vault"]);
-    env.run(&words(
-        "label namespace vault holdfast.dev/protected=Always",
-    ));
+    labelled_namespace(&env, "vault", "holdfast.dev/protected=Always");
 
     let check = |env: &Env| {
-        let out = env.attempt(&["delete", "namespace", "vault", "--dry-run=server"]);
-        assert_ne!(out.code, 0, "deletion must be refused: {out:?}");
-        assert!(
-            out.refused_with(&denied_by(
-                "delete-label-0.holdfast.dev",
-                "holdfast: Namespace vault is protected by label holdfast.dev/protected=Always"
-            )),
-            "admission must keep working (no TLS failure): {out:?}"
+        namespace_refused(
+            env,
+            "vault",
+            LABEL,
+            "holdfast: Namespace vault is protected by label holdfast.dev/protected=Always",
+            "admission must keep working (no TLS failure)",
         );
     };
     check(&env);
@@ -850,9 +819,7 @@ fn ca_bundle(cfg: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_serves_a_service_target() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     // The API server reaches the webhook through Service holdfast-system/holdfast-webhook
     // and verifies its certificate for holdfast-webhook.holdfast-system.svc.
     let port = holdfast_e2e::free_port().expect("port");
@@ -904,26 +871,19 @@ async fn managed_ca_serves_a_service_target() {
         cfg["webhooks"][0]["clientConfig"]["service"]["path"],
         "/validate"
     );
-    env.run(&["create", "namespace", "vault"]);
-    env.run(&words(
-        "label namespace vault holdfast.dev/protected=Always",
-    ));
-    let out = env.attempt(&["delete", "namespace", "vault", "--dry-run=server"]);
-    assert_ne!(out.code, 0, "{out:?}");
-    assert!(
-        out.refused_with(&denied_by(
-            "delete-label-0.holdfast.dev",
-            "holdfast: Namespace vault is protected by label holdfast.dev/protected=Always"
-        )),
-        "the API server trusts the managed certificate for the Service name: {out:?}"
+    labelled_namespace(&env, "vault", "holdfast.dev/protected=Always");
+    namespace_refused(
+        &env,
+        "vault",
+        LABEL,
+        "holdfast: Namespace vault is protected by label holdfast.dev/protected=Always",
+        "the API server trusts the managed certificate for the Service name",
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn label_protection_does_not_wait_for_the_crds() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let mut env = Env::start().await.expect("sim");
     env.start_webhook(&["--label-only"]).await.expect("webhook");
     let c = start_controller(&env, "controller", webhook_port(&env), &[]).expect("controller");
@@ -950,9 +910,7 @@ async fn label_protection_does_not_wait_for_the_crds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn karmada_control_plane_label_is_installed_and_enforced() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     // A Karmada control plane is a kube-apiserver: same topology, Karmada's label.
     const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
     let mut env = holdfast_e2e::steps::sim_with_crds().await;
@@ -977,28 +935,23 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
         hook["objectSelector"]["matchExpressions"][0]["key"],
         "resourcetemplate.karmada.io/deletion-protected"
     );
-    env.run(&["create", "namespace", "minio"]);
-    env.run(&words(
-        "label namespace minio resourcetemplate.karmada.io/deletion-protected=Always",
-    ));
-    let out = env.attempt(&["delete", "namespace", "minio", "--dry-run=server"]);
-    assert_ne!(out.code, 0, "{out:?}");
-    assert!(
-        out.refused_with(&denied_by(
-            "delete-label-1.holdfast.dev",
-            "holdfast: Namespace minio is protected by label \
-             resourcetemplate.karmada.io/deletion-protected=Always \
-             (policy: label resourcetemplate.karmada.io/deletion-protected)"
-        )),
-        "{out:?}"
+    let karmada = "resourcetemplate.karmada.io/deletion-protected";
+    labelled_namespace(&env, "minio", &format!("{karmada}=Always"));
+    namespace_refused(
+        &env,
+        "minio",
+        "delete-label-1.holdfast.dev",
+        &format!(
+            "holdfast: Namespace minio is protected by label {karmada}=Always (policy: label \
+             {karmada})"
+        ),
+        "the Karmada key protects",
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
     let args = ["--leader-elect", "--leader-elect-namespace", "default"];
     let mut a = controller(&env, "controller-a", &args).await;
@@ -1044,11 +997,8 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ca_bundle_file_is_re_read() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test"
-    );
-    let env = env_with_webhook().await;
-    let c = controller(&env, "controller", &[]).await;
+    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
+    let (env, c) = stack().await;
     let cfg = installed_configuration(&env).await;
     assert_eq!(ca_bundle(&cfg), env.pki.ca_pem);
 
@@ -1076,15 +1026,13 @@ async fn ca_bundle_file_is_re_read() {
     .await
     .expect("the new bundle is installed in every webhook");
     // Admission still works: the webhook's CA is in the bundle.
-    env.run(&["create", "namespace", "vault"]);
-    env.run(&["label", "namespace", "vault", "holdfast.dev/protected=true"]);
-    let out = env.attempt(&["delete", "namespace", "vault", "--dry-run=server"]);
-    assert!(
-        out.refused_with(&denied_by(
-            "delete-label-0.holdfast.dev",
-            "holdfast: Namespace vault is protected by label holdfast.dev/protected=true"
-        )),
-        "{out:?}"
+    labelled_namespace(&env, "vault", "holdfast.dev/protected=true");
+    namespace_refused(
+        &env,
+        "vault",
+        LABEL,
+        "holdfast: Namespace vault is protected by label holdfast.dev/protected=true",
+        "the webhook's CA is in the new bundle",
     );
     // An empty file keeps the bundle (never an empty caBundle).
     std::fs::write(&file, "").expect("truncate");

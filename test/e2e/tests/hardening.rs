@@ -61,6 +61,10 @@ fn sim_config() -> SimConfig {
 
 use holdfast_e2e::controller::Shipped as Stack;
 
+/// Why these tests need the simulator.
+const SA_TOKENS: &str =
+    "it runs the binaries with ServiceAccount tokens the simulator is configured with";
+
 /// holdfast as the manifests ship it: namespace, service accounts, RBAC and CRDs
 /// applied by the admin; webhook and controller running as their service accounts.
 async fn shipped(strict: bool) -> Stack {
@@ -88,6 +92,30 @@ fn refused_with(out: &KubectlOutput, stderr: &str) {
     );
 }
 
+/// Asserts `kubectl <line>` as alice fails with exactly `stderr`.
+fn alice_refused(env: &Env, line: &str, stderr: &str) {
+    refused_with(&as_alice(env, &words(line)), stderr);
+}
+
+/// Waits (at most `secs`) until alice's dry-run DELETE of namespace `ns` fails
+/// with exactly `stderr`.
+async fn namespace_refused_until(env: &Env, ns: &str, secs: u64, stderr: &str) {
+    env.kubectl_until(
+        &[
+            "--token",
+            "alice-token",
+            "delete",
+            "ns",
+            ns,
+            "--dry-run=server",
+        ],
+        secs,
+        |o| o.code == 1 && o.stderr.trim_end() == stderr,
+    )
+    .await
+    .expect("contained");
+}
+
 fn ok(out: KubectlOutput) -> KubectlOutput {
     assert_eq!(out.code, 0, "kubectl failed: {out:?}");
     out
@@ -105,11 +133,8 @@ fn get_json(env: &Env, args: &[&str]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crd_deletion_is_refused_while_an_instance_is_protected() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(false).await;
-    let env = &s.env;
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(false).await.env;
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
     env.wait_served(&["widgets"]).await;
@@ -153,11 +178,8 @@ async fn crd_deletion_is_refused_while_an_instance_is_protected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eviction_of_a_protected_pod_is_refused() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(false).await;
-    let env = &s.env;
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(false).await.env;
     for (name, labels) in [
         ("pinned", json!({"holdfast.dev/protected": "true"})),
         ("free", json!({})),
@@ -218,30 +240,33 @@ fn strict_denial(what: &str, target: &str, value: &str) -> String {
     )
 }
 
+/// [`strict_denial`] as kubectl prints it.
+fn strict_refusal(what: &str, target: &str, value: &str) -> String {
+    format!(
+        "Error from server (Forbidden): admission webhook \"strict-label-0.holdfast.dev\" \
+         denied the request: {}",
+        strict_denial(what, target, value)
+    )
+}
+
+/// Alice's merge patch `patch` of `object`'s status subresource.
+fn alice_patches_status(env: &Env, object: &str, patch: &str) -> KubectlOutput {
+    let target = format!("{object} --subresource=status");
+    as_alice(env, &merge_patch(&target, patch))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_mode_covers_subresources() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(true).await;
-    let env = &s.env;
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(true).await.env;
     ok(env.attempt(&["create", "ns", "vault"]));
     ok(env.attempt(&["label", "ns", "vault", "holdfast.dev/protected=Always"]));
     // namespaces/status: a merge patch dropping the label.
-    let out = as_alice(
-        env,
-        &merge_patch(
-            "ns vault --subresource=status",
-            r#"{"metadata":{"labels":{"holdfast.dev/protected":null}}}"#,
-        ),
-    );
+    let drop_label = r#"{"metadata":{"labels":{"holdfast.dev/protected":null}}}"#;
+    let out = alice_patches_status(env, "ns vault", drop_label);
     refused_with(
         &out,
-        &format!(
-            "Error from server (Forbidden): admission webhook \"strict-label-0.holdfast.dev\" \
-             denied the request: {}",
-            strict_denial("Namespace vault", "namespaces vault", "Always")
-        ),
+        &strict_refusal("Namespace vault", "namespaces vault", "Always"),
     );
     // namespaces/finalize: a PUT without the label.
     let mut ns = get_json(env, &["get", "ns", "vault"]);
@@ -272,20 +297,10 @@ async fn strict_mode_covers_subresources() {
         "metadata": {"name": "p1", "namespace": "vault", "labels": {"holdfast.dev/protected": "true"}},
         "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}]}});
     env.apply(&pod.to_string()).expect("pod");
-    let out = as_alice(
-        env,
-        &merge_patch(
-            "pod p1 -n vault --subresource=status",
-            r#"{"metadata":{"labels":null}}"#,
-        ),
-    );
+    let out = alice_patches_status(env, "pod p1 -n vault", r#"{"metadata":{"labels":null}}"#);
     refused_with(
         &out,
-        &format!(
-            "Error from server (Forbidden): admission webhook \"strict-label-0.holdfast.dev\" \
-             denied the request: {}",
-            strict_denial("Pod vault/p1", "pods p1 -n vault", "true")
-        ),
+        &strict_refusal("Pod vault/p1", "pods p1 -n vault", "true"),
     );
     // deployments/status: a break-glass marker added through /status (annotations
     // are kept there) takes the bypass permission.
@@ -323,11 +338,8 @@ async fn strict_mode_covers_subresources() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(true).await;
-    let env = &s.env;
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(true).await.env;
     ok(env.attempt(&["create", "ns", "shop"]));
     ok(env.attempt(&["create", "cm", "settings", "-n", "shop"]));
     ok(env.attempt(&["create", "secret", "generic", "keys", "-n", "shop"]));
@@ -352,12 +364,9 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     .expect("policy in force");
     // A ResourceProtection that is not strict, under --strict: adding the break-glass
     // marker takes the bypass permission.
-    let out = as_alice(
+    alice_refused(
         env,
-        &words("annotate cm settings -n shop holdfast.dev/skip-protection=true"),
-    );
-    refused_with(
-        &out,
+        "annotate cm settings -n shop holdfast.dev/skip-protection=true",
         "Error from server (Forbidden): admission webhook \"break-glass.holdfast.dev\" denied the \
          request: holdfast: user \"alice\" may not add annotation holdfast.dev/skip-protection \
          to ConfigMap shop/settings: it is protected in strict mode, and lifting that protection \
@@ -365,12 +374,9 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
          shop). Ask someone who holds it.",
     );
     // Containment protects the namespace: its break-glass marker too.
-    let out = as_alice(
+    alice_refused(
         env,
-        &words("annotate ns shop holdfast.dev/skip-protection=true"),
-    );
-    refused_with(
-        &out,
+        "annotate ns shop holdfast.dev/skip-protection=true",
         "Error from server (Forbidden): admission webhook \"break-glass.holdfast.dev\" denied the \
          request: holdfast: user \"alice\" may not add annotation holdfast.dev/skip-protection \
          to Namespace shop: it is protected in strict mode, and lifting that protection needs \
@@ -406,11 +412,8 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_crd_is_contained_at_once() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(false).await;
-    let env = &s.env;
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(false).await.env;
     ok(env.attempt(&["create", "ns", "fresh"]));
     env.apply(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
@@ -439,13 +442,7 @@ async fn a_new_crd_is_contained_at_once() {
     let first = out.stderr.trim_end().to_string();
     assert!(first == indexed || first == pending, "{first}");
     // And well before a 30 s discovery round, the refusal names the widget.
-    env.kubectl_until(
-        &words("--token alice-token delete ns fresh --dry-run=server"),
-        20,
-        |o| o.code == 1 && o.stderr.trim_end() == indexed,
-    )
-    .await
-    .expect("contained");
+    namespace_refused_until(env, "fresh", 20, indexed).await;
     let phase = get_json(env, &["get", "ns", "fresh"])["status"]["phase"].clone();
     assert_eq!(phase, "Active");
     ok(env.attempt(&["get", "widget", "new", "-n", "fresh"]));
@@ -453,11 +450,8 @@ async fn a_new_crd_is_contained_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn look_alike_protection_values_warn() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(false).await;
-    let env = &s.env;
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(false).await.env;
     ok(env.attempt(&["create", "cm", "almost", "-n", "default"]));
     let out = ok(as_alice(
         env,
@@ -483,9 +477,7 @@ async fn look_alike_protection_values_warn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn own_installation_is_guarded_by_an_admission_policy() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
     let mut s = shipped_with(false, &["--admin-group", "platform-admins"]).await;
     s.env
         .wait_served(&[
@@ -571,11 +563,8 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_broken_aggregated_api_keeps_containment_closed() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let s = shipped(false).await;
-    let env = &s.env;
+    holdfast_e2e::needs_simulator!(SA_TOKENS);
+    let env = &shipped(false).await.env;
     let probe = env.webhook.as_ref().map(|w| w.probe_port).expect("probe");
     ok(env.attempt(&["create", "ns", "victim"]));
     for name in ["plain", "precious"] {
@@ -592,13 +581,7 @@ async fn a_broken_aggregated_api_keeps_containment_closed() {
                      To delete it, first lift the protection of those objects (or delete them), \
                      or set the annotation holdfast.dev/skip-protection=true if you are allowed \
                      to bypass protection on the namespace.";
-    env.kubectl_until(
-        &words("--token alice-token delete ns victim --dry-run=server"),
-        30,
-        |o| o.code == 1 && o.stderr.trim_end() == contained,
-    )
-    .await
-    .expect("contained");
+    namespace_refused_until(env, "victim", 30, contained).await;
 
     // One aggregated API breaks: its discovery answers 503.
     env.apply(BROKEN_API).expect("APIService");

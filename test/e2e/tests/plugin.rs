@@ -39,14 +39,22 @@ fn sim_config() -> SimConfig {
 
 /// The finding of the report `r` whose `field` is `value`; fails when none is.
 fn finding<'a>(r: &'a Value, field: &str, value: &str) -> &'a Value {
-    let findings = r["findings"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    findings
+    entry(r, "findings", field, value)
+}
+
+/// The entry of list `list` of the report `r` whose `field` is `value`; fails when
+/// none is (or the list is missing).
+fn entry<'a>(r: &'a Value, list: &str, field: &str, value: &str) -> &'a Value {
+    let entries = r[list].as_array().map(Vec::as_slice).unwrap_or_default();
+    entries
         .iter()
         .find(|f| f[field] == value)
-        .unwrap_or_else(|| panic!("no finding with {field} {value}: {r}"))
+        .unwrap_or_else(|| panic!("no {list} entry with {field} {value}: {r}"))
+}
+
+/// Asserts `text` (one stream of a run) starts with `prefix`; fails printing it.
+fn starts(text: &str, prefix: &str) {
+    assert!(text.starts_with(prefix), "{text}");
 }
 
 /// The shipped stack: overlay applied, controller and webhook as their
@@ -154,14 +162,11 @@ async fn why_names_every_protection_and_blocker() {
     // A label-protected ConfigMap, KIND NAME form.
     let run = holdfast(&env, "alice", &words("why configmap cfg -n shop")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
-    assert!(
-        run.stdout.starts_with(
-            "ConfigMap shop/cfg: DELETE would be REFUSED (decided by: label) for user alice\n\
+    starts(
+        &run.stdout,
+        "ConfigMap shop/cfg: DELETE would be REFUSED (decided by: label) for user alice\n\
              Protections:\n  - label holdfast.dev/protected (mode Enforce)\n    blockers (1):\n      \
-             label holdfast.dev/protected=Always\n"
-        ),
-        "{}",
-        run.stdout
+             label holdfast.dev/protected=Always\n",
     );
     assert!(
         run.stdout
@@ -224,13 +229,7 @@ async fn why_names_every_protection_and_blocker() {
     let run = holdfast(&env, "alice", &words("why namespace shop -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let r = json(&run);
-    let containment = r["protections"]
-        .as_array()
-        .expect("protections")
-        .iter()
-        .find(|p| p["policy"] == "containment")
-        .unwrap_or_else(|| panic!("no containment: {r}"))
-        .clone();
+    let containment = entry(&r, "protections", "policy", "containment").clone();
     assert_eq!(
         containment["blockers"],
         serde_json::json!([
@@ -286,12 +285,7 @@ async fn why_names_every_protection_and_blocker() {
     )
     .await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
-    assert!(
-        run.stderr
-            .starts_with("error: --server \"not a url\" is not a URL"),
-        "{}",
-        run.stderr
-    );
+    starts(&run.stderr, "error: --server \"not a url\" is not a URL");
 
     // Bad input: exit 2, one line.
     let run = holdfast(&env, "alice", &words("why gizmos x")).await;
@@ -428,12 +422,7 @@ async fn check_reports_posture_and_findings() {
     let run = holdfast(&env, "alice", &words("check -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let r = json(&run);
-    let down = r["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .find(|f| f["kind"] == "WebhookNotReady")
-        .unwrap_or_else(|| panic!("webhook not reported down: {r}"));
+    let down = finding(&r, "kind", "WebhookNotReady");
     assert_eq!(down["severity"], "error");
     assert!(
         down["message"].as_str().is_some_and(
@@ -451,12 +440,7 @@ async fn check_reports_posture_and_findings() {
     env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
     let run = holdfast(&env, "alice", &words("check")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
-    assert!(
-        run.stdout
-            .starts_with("Webhook configuration holdfast: MISSING\n"),
-        "{}",
-        run.stdout
-    );
+    starts(&run.stdout, "Webhook configuration holdfast: MISSING\n");
     assert!(
         run.stdout.contains(
             "error: WebhookConfigurationMissing ValidatingWebhookConfiguration/holdfast: no \

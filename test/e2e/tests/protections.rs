@@ -3,8 +3,8 @@
 //! plan for a CRD and its instances), enforcement modes, namespace containment,
 //! AnchorRule (the composite stories) and CriticalService (the bulk-delete story).
 
-use holdfast_e2e::steps::allowed_until;
 use holdfast_e2e::steps::{allow, for_groups, sim_user};
+use holdfast_e2e::steps::{allowed_until, refused_until};
 use holdfast_e2e::{
     Env, KubectlOutput,
     controller::{ControllerProcess, start_controller, wait_configuration},
@@ -24,8 +24,25 @@ async fn full_stack() -> (Env, ControllerProcess) {
     (env, c)
 }
 
-fn refused(out: &KubectlOutput, text: &str) -> bool {
-    out.refused_with(text)
+/// Asserts kubectl's answer `out` is a refusal containing `text` (see
+/// [`KubectlOutput::refused_with`]); fails printing it.
+fn refused_with(out: &KubectlOutput, text: &str) {
+    assert!(out.refused_with(text), "{out:?}");
+}
+
+/// [`full_stack`] with the CRDs `crds` applied and `resource` served.
+async fn stack_serving(crds: &str, resource: &str) -> (Env, ControllerProcess) {
+    let (env, c) = full_stack().await;
+    env.apply(crds).expect("crds");
+    env.wait_served(&[resource]).await;
+    (env, c)
+}
+
+/// Waits until `kubectl <line>` fails; asserts that failure is a refusal
+/// containing `text`.
+async fn refused_once_failing(env: &Env, line: &str, text: &str) {
+    let out = env.until_failed(&words(line)).await;
+    refused_with(&out, text);
 }
 
 /// Waits until the live configuration sends DELETEs of `resource` to the webhook.
@@ -57,17 +74,15 @@ async fn covered(env: &Env, group: &str, resource: &str) {
     .expect("configuration covers the resource");
 }
 
+/// Why these tests need the simulator.
+const OWN_CRDS: &str = "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own";
+
 const WIDGET_PROTECTION: &str = holdfast_e2e::fixtures::WIDGET_PROTECTION;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_karmada_plan_for_a_crd() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
-    let (env, _c) = full_stack().await;
-    env.apply(&holdfast_e2e::fixtures::widget_crd())
-        .expect("crd");
-    env.wait_served(&["widgets"]).await;
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    let (env, _c) = stack_serving(&holdfast_e2e::fixtures::widget_crd(), "widgets").await;
     for w in ["w1", "w2"] {
         env.apply(&format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {w}, namespace: default}}\n"))
             .expect("widget");
@@ -79,29 +94,22 @@ async fn resource_protection_karmada_plan_for_a_crd() {
     // With protection: instances and the CRD itself are refused, --force too.
     env.apply(WIDGET_PROTECTION).expect("protection");
     covered(&env, "example.com", "widgets").await;
-    let out = env.until_failed(&["delete", "widget", "w2"]).await;
-    assert!(
-        refused(
-            &out,
-            "holdfast: Widget default/w2 is protected by ResourceProtection/widgets"
+    for (line, refusal) in [
+        (
+            "delete widget w2",
+            "holdfast: Widget default/w2 is protected by ResourceProtection/widgets",
         ),
-        "{out:?}"
-    );
-    let out = env.attempt(&["delete", "widget", "w2", "--force", "--grace-period=0"]);
-    assert!(
-        refused(&out, "is protected by ResourceProtection/widgets"),
-        "{out:?}"
-    );
-    let out = env
-        .until_failed(&["delete", "crd", "widgets.example.com"])
-        .await;
-    assert!(
-        refused(
-            &out,
-            "CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets"
+        (
+            "delete widget w2 --force --grace-period=0",
+            "is protected by ResourceProtection/widgets",
         ),
-        "{out:?}"
-    );
+        (
+            "delete crd widgets.example.com",
+            "CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets",
+        ),
+    ] {
+        refused_once_failing(&env, line, refusal).await;
+    }
 
     // Protection removed: allowed again.
     env.run(&["delete", "resourceprotection", "widgets"]);
@@ -115,9 +123,7 @@ async fn resource_protection_karmada_plan_for_a_crd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn enforcement_modes_warn_and_audit() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack().await;
     for name in ["warned", "audited", "enforced", "both"] {
         env.run(&["create", "configmap", name, "--from-literal=a=b"]);
@@ -137,20 +143,15 @@ async fn enforcement_modes_warn_and_audit() {
         .expect("protection");
     }
     covered(&env, "", "configmaps").await;
-    let out = env
-        .until_failed(&["delete", "configmap", "enforced", "--dry-run=server"])
-        .await;
-    assert!(
-        refused(
-            &out,
-            "holdfast: ConfigMap default/enforced is protected by ResourceProtection/enforced"
-        ),
-        "{out:?}"
-    );
+    refused_once_failing(
+        &env,
+        "delete configmap enforced --dry-run=server",
+        "holdfast: ConfigMap default/enforced is protected by ResourceProtection/enforced",
+    )
+    .await;
     let out = env.attempt(&["delete", "configmap", "both"]);
     assert!(
-        refused(
-            &out,
+        out.refused_with(
             "holdfast: ConfigMap default/both is protected by ResourceProtection/both-enforce"
         ),
         "Enforce beats Warn on one object: {out:?}"
@@ -208,9 +209,7 @@ async fn enforcement_modes_warn_and_audit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn namespace_containment_keeps_the_namespace_whole() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack().await;
     env.run(&["create", "namespace", "shop"]);
     env.apply("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n")
@@ -220,14 +219,7 @@ async fn namespace_containment_keeps_the_namespace_whole() {
             "create configmap {cm} -n shop --from-literal=k=v"
         )));
     }
-    let out = env.until_failed(&["delete", "namespace", "shop"]).await;
-    assert!(
-        refused(
-            &out,
-            "holdfast: Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)"
-        ),
-        "{out:?}"
-    );
+    refused_once_failing(&env, "delete namespace shop", "holdfast: Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)").await;
     // Nothing inside was deleted and the namespace is not terminating.
     let out = env.attempt(&["get", "configmaps", "-n", "shop", "-o", "name"]);
     assert!(
@@ -246,9 +238,7 @@ async fn namespace_containment_keeps_the_namespace_whole() {
         "annotate pvc data -n shop holdfast.dev/skip-protection-",
     ));
     env.kubectl_until(&["delete", "namespace", "shop", "--dry-run=server"], 30, |o| {
-        refused(
-            o,
-            "Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)",
+        o.refused_with("Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)",
         )
     })
     .await
@@ -272,13 +262,8 @@ fn composite(toggle: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn anchor_rule_composite_stories() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
-    let (env, _c) = full_stack().await;
-    env.apply(&holdfast_e2e::fixtures::appcat_crds())
-        .expect("appcat CRDs");
-    env.wait_served(&["xvshnpostgresqls"]).await;
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    let (env, _c) = stack_serving(&holdfast_e2e::fixtures::appcat_crds(), "xvshnpostgresqls").await;
     env.apply(ANCHOR_RULE).expect("anchor rule");
     env.wait_served(&["xobjectbuckets"]).await;
     env.apply(&composite("true")).expect("composite");
@@ -315,35 +300,21 @@ async fn anchor_rule_composite_stories() {
         "delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server",
     ));
     assert!(
-        refused(&out, protected_by),
+        out.refused_with(protected_by),
         "the override is for exactly that object: {out:?}"
     );
 
     // Toggle off: deletable; back on: protected again.
     env.apply(&composite("false")).expect("toggle off");
-    allowed_until(
-        &env,
-        &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-    )
-    .await;
+    let backup_dry_run = words("delete xobjectbucket pg-1-backup --dry-run=server");
+    allowed_until(&env, &backup_dry_run).await;
     // A toggle that is not a boolean counts as absent: the default (true) protects.
     env.apply(&composite("\"off\""))
         .expect("toggle not a boolean");
-    env.kubectl_until(
-        &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        30,
-        |o| refused(o, protected_by),
-    )
-    .await
-    .expect("a non-boolean toggle falls back to the default");
+    refused_until(&env, &backup_dry_run, protected_by).await;
+    // Back on: protected again.
     env.apply(&composite("true")).expect("toggle on");
-    env.kubectl_until(
-        &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        30,
-        |o| refused(o, protected_by),
-    )
-    .await
-    .expect("protected again");
+    refused_until(&env, &backup_dry_run, protected_by).await;
 
     // The anchor goes: everything is deletable (no deadlock).
     env.run(&["delete", "xvshnpostgresql", "pg-1"]);
@@ -410,12 +381,8 @@ fn finalizer_controller(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn critical_service_bulk_delete_converges_in_order() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
-    let (env, _c) = full_stack().await;
-    env.apply(&holdfast_e2e::fixtures::cool_crd()).expect("crd");
-    env.wait_served(&["coolresources"]).await;
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    let (env, _c) = stack_serving(&holdfast_e2e::fixtures::cool_crd(), "coolresources").await;
     env.run(&["create", "namespace", "finalizer-namespace"]);
     env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
     env.apply(&format!("apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {{name: some-instance, finalizers: [{FINALIZER}]}}\n"))
@@ -514,22 +481,18 @@ async fn critical_service_bulk_delete_converges_in_order() {
     fin.join()
         .expect("the finalizer controller thread panicked");
     let at = |w: &str| gone.iter().find(|g| g.0 == w).map(|g| g.1).expect("gone");
-    assert!(
-        at("instance") <= at("deployment"),
-        "instance finalized before the provider went (seed {seed}): {gone:?}"
-    );
-    assert!(
-        at("crd") <= at("deployment"),
-        "CRD gone before the provider (seed {seed}): {gone:?}"
-    );
-    assert!(
-        at("deployment") <= at("criticalservice"),
-        "CriticalService last (seed {seed}): {gone:?}"
-    );
-    assert!(
-        at("deployment") <= at("namespace"),
-        "namespace after its provider (seed {seed}): {gone:?}"
-    );
+    for (first, then, what) in [
+        (
+            "instance",
+            "deployment",
+            "instance finalized before the provider went",
+        ),
+        ("crd", "deployment", "CRD gone before the provider"),
+        ("deployment", "criticalservice", "CriticalService last"),
+        ("deployment", "namespace", "namespace after its provider"),
+    ] {
+        assert!(at(first) <= at(then), "{what} (seed {seed}): {gone:?}");
+    }
 }
 
 fn events(env: &Env, reason: &str, name: &str) -> Vec<Value> {
@@ -538,9 +501,7 @@ fn events(env: &Env, reason: &str, name: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     use holdfast_sim::SimConfig;
     let mut cfg = SimConfig::default();
     cfg.users.push(sim_user("dev", &["devs"]));
@@ -585,12 +546,9 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
             &words("annotate configmap db holdfast.dev/skip-protection=true"),
         )
         .expect("kubectl");
-    assert!(
-        refused(
-            &out,
-            "holdfast: user \"dev\" may not add annotation holdfast.dev/skip-protection to ConfigMap default/db"
-        ),
-        "{out:?}"
+    refused_with(
+        &out,
+        "holdfast: user \"dev\" may not add annotation holdfast.dev/skip-protection to ConfigMap default/db",
     );
     let out = env
         .kubectl_as(
@@ -598,10 +556,7 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
             &words("label configmap db holdfast.dev/strict-exempt=true"),
         )
         .expect("kubectl");
-    assert!(
-        refused(&out, "may not add label holdfast.dev/strict-exempt"),
-        "{out:?}"
-    );
+    refused_with(&out, "may not add label holdfast.dev/strict-exempt");
     // A refused dry run leaves no Event (the webhook declares sideEffects: None);
     // the same refusal for real, by another user, does.
     env.run(&["create", "configmap", "dry", "--from-literal=a=b"]);
@@ -609,17 +564,11 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     let out = env
         .kubectl_as("dev", &["delete", "configmap", "dry", "--dry-run=server"])
         .expect("kubectl");
-    assert!(
-        refused(&out, "ConfigMap default/dry is protected by label"),
-        "{out:?}"
-    );
+    refused_with(&out, "ConfigMap default/dry is protected by label");
     let out = env
         .kubectl_as("lead", &["delete", "configmap", "dry"])
         .expect("kubectl");
-    assert!(
-        refused(&out, "ConfigMap default/dry is protected by label"),
-        "{out:?}"
-    );
+    refused_with(&out, "ConfigMap default/dry is protected by label");
     let dry = env
         .wait_events("DeletionBlocked", "dry", 30)
         .await
@@ -635,7 +584,7 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
         let out = env
             .kubectl_as("dev", &["delete", "configmap", "other"])
             .expect("kubectl");
-        assert!(refused(&out, "protected by label"), "{out:?}");
+        refused_with(&out, "protected by label");
     }
     // A lead may set break-glass; then the deletion goes through.
     env.kubectl_as(
@@ -691,9 +640,7 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_resource_protection_guards_its_selector() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack().await;
     env.run(&["create", "configmap", "db", "--from-literal=a=b"]);
     env.run(&["label", "configmap", "db", "tier=data"]);
@@ -703,23 +650,14 @@ async fn strict_resource_protection_guards_its_selector() {
     )
     .expect("protection");
     covered(&env, "", "configmaps").await;
-    let out = env
-        .until_failed(&["delete", "configmap", "db", "--dry-run=server"])
-        .await;
-    assert!(
-        refused(
-            &out,
-            "ResourceProtection/data-tier (selects configmaps in namespace default matching its label selector)"
-        ),
-        "{out:?}"
-    );
+    refused_once_failing(&env, "delete configmap db --dry-run=server", "ResourceProtection/data-tier (selects configmaps in namespace default matching its label selector)").await;
     // Relabelling it out of the selector is refused under strict...
-    let out = env
-        .until_failed(&["label", "configmap", "db", "tier-"])
-        .await;
-    assert!(refused(&out, "would no longer select it"), "{out:?}");
-    let out = env.attempt(&["label", "--overwrite", "configmap", "db", "tier=web"]);
-    assert!(refused(&out, "would no longer select it"), "{out:?}");
+    for line in [
+        "label configmap db tier-",
+        "label --overwrite configmap db tier=web",
+    ] {
+        refused_once_failing(&env, line, "would no longer select it").await;
+    }
     // ...other label changes pass...
     env.run(&["label", "configmap", "db", "team=shop"]);
     // ...and with the exemption stored first, it can leave the selector.
@@ -730,9 +668,7 @@ async fn strict_resource_protection_guards_its_selector() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn anchor_is_the_topmost_composite() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     use holdfast_e2e::fixtures::{crd, documents};
     let (env, _c) = full_stack().await;
     // A Keycloak composite (topmost) owns a nested PostgreSQL composite; its backend
@@ -772,22 +708,15 @@ async fn anchor_is_the_topmost_composite() {
         .kubectl_until(&pvc, 15, |o| o.code != 0)
         .await
         .expect("refused");
-    assert!(
-        refused(
-            &out,
-            "its anchor xvshnkeycloaks.vshn.appcat.vshn.io kc-1 exists"
-        ),
-        "{out:?}"
+    refused_with(
+        &out,
+        "its anchor xvshnkeycloaks.vshn.appcat.vshn.io kc-1 exists",
     );
     // Deleting the nested composite does not lift the protection: the anchor is the top.
     env.run(&["delete", "xvshnpostgresql", "kc-1-pg"]);
-    let out = env.attempt(&pvc);
-    assert!(
-        refused(
-            &out,
-            "its anchor xvshnkeycloaks.vshn.appcat.vshn.io kc-1 exists"
-        ),
-        "{out:?}"
+    env.refuses_with(
+        &pvc,
+        "its anchor xvshnkeycloaks.vshn.appcat.vshn.io kc-1 exists",
     );
     // Deleting the topmost composite does.
     env.run(&["delete", "xvshnkeycloak", "kc-1"]);

@@ -7,6 +7,7 @@
 //! terminating references, strict mode over an extra key and an exempt object still
 //! refused on DELETE, and every metric the README lists.
 
+use holdfast_e2e::fixtures;
 use holdfast_e2e::steps::wait_ready;
 use holdfast_e2e::steps::wait_webhook_installed;
 use holdfast_e2e::steps::{NO_FINALIZERS, merge_patch};
@@ -25,6 +26,25 @@ async fn full_stack(webhook_args: &[&str], controller_args: &[&str]) -> (Env, Co
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
     let mut c = start_controller(&env, "controller", port, controller_args).expect("controller");
     c.wait_ready(30).await.expect("controller ready");
+    (env, c)
+}
+
+/// Why these tests need the simulator.
+const OWN_CRDS: &str = "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own";
+
+/// Applies the CRDs `crds` and waits until each of `resources` is served.
+async fn install_crds(env: &Env, crds: &[String], resources: &[&str]) {
+    env.apply(&fixtures::documents(crds)).expect("crds");
+    for r in resources {
+        env.wait_served(&[r]).await;
+    }
+}
+
+/// [`full_stack`] without flags, with the CRDs `crds` installed and each of
+/// `resources` served.
+async fn stack_with_crds(crds: &[String], resources: &[&str]) -> (Env, ControllerProcess) {
+    let (env, c) = full_stack(&[], &[]).await;
+    install_crds(&env, crds, resources).await;
     (env, c)
 }
 
@@ -53,11 +73,9 @@ const SEED_002_CRITICAL_SERVICE: &str = include_str!("../fixtures/seeds/002-crit
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack(&[], &[]).await;
-    env.apply(&holdfast_e2e::fixtures::cool_crd()).expect("crd");
+    env.apply(&fixtures::cool_crd()).expect("crd");
     env.wait_served(&["coolresources"]).await;
     env.run(&["create", "namespace", "finalizer-namespace"]);
     env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
@@ -160,18 +178,14 @@ fn strict_refusal(kind: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_004_one_crd_out_of_strict_mode() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack(&["--strict"], &["--strict"]).await;
-    env.apply(&holdfast_e2e::fixtures::documents(&[
-        holdfast_e2e::fixtures::widget_crd(),
-        holdfast_e2e::fixtures::cool_crd(),
-    ]))
-    .expect("crds");
-    for r in ["widgets", "coolresources"] {
-        env.wait_served(&[r]).await;
-    }
+    install_crds(
+        &env,
+        &[fixtures::widget_crd(), fixtures::cool_crd()],
+        &["widgets", "coolresources"],
+    )
+    .await;
     strict_label_webhook_installed(&env).await;
     for w in ["w1", "w2"] {
         env.apply(&format!(
@@ -186,29 +200,18 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     let unlabel_w1 = ["label", "widget", "w1", "holdfast.dev/protected-"];
     let unlabel_c1 = ["label", "coolresource", "c1", "holdfast.dev/protected-"];
     // The whole installation is strict: neither label may go.
-    let out = env.attempt(&unlabel_w1);
-    assert!(
-        out.refused_with(&strict_refusal("Widget", "default/w1")),
-        "{out:?}"
-    );
-    let out = env.attempt(&unlabel_c1);
-    assert!(
-        out.refused_with(&strict_refusal("CoolResource", "c1")),
-        "{out:?}"
-    );
+    env.refuses_with(&unlabel_w1, &strict_refusal("Widget", "default/w1"));
+    env.refuses_with(&unlabel_c1, &strict_refusal("CoolResource", "c1"));
 
     // The widgets CRD opts out of strict mode.
     env.run(&words(
         "label crd widgets.example.com holdfast.dev/strict-exempt=true",
     ));
     // Its instances still cannot be deleted while labelled...
-    let out = env.attempt(&["delete", "widget", "w1", "--dry-run=server"]);
-    assert!(
-        out.refused_with(
-            "holdfast: Widget default/w1 is protected by label holdfast.dev/protected=true \
-             (policy: label holdfast.dev/protected), so it cannot be deleted."
-        ),
-        "{out:?}"
+    env.refuses_with(
+        &["delete", "widget", "w1", "--dry-run=server"],
+        "holdfast: Widget default/w1 is protected by label holdfast.dev/protected=true \
+             (policy: label holdfast.dev/protected), so it cannot be deleted.",
     );
     // ...but the label may be removed (the webhook reads the CRD's label), and then
     // the widget deleted.
@@ -227,11 +230,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     );
     env.run(&["delete", "widget", "w1"]);
     // Every other CRD stays strict.
-    let out = env.attempt(&unlabel_c1);
-    assert!(
-        out.refused_with(&strict_refusal("CoolResource", "c1")),
-        "{out:?}"
-    );
+    env.refuses_with(&unlabel_c1, &strict_refusal("CoolResource", "c1"));
 
     // The opt-out taken back: the widgets are strict again.
     env.run(&words(
@@ -249,26 +248,23 @@ async fn seed_004_one_crd_out_of_strict_mode() {
 /// `observedGeneration`) on every policy object, `CycleDetected` on DependencyRules only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conditions_on_every_policy_kind_as_the_readme_says() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
-    let (env, _c) = full_stack(&[], &[]).await;
-    env.apply(&holdfast_e2e::fixtures::documents(&[
-        holdfast_e2e::fixtures::widget_crd(),
-        holdfast_e2e::fixtures::appcat_crds(),
-        holdfast_e2e::fixtures::vpc_vm_crds(),
-    ]))
-    .expect("crds");
-    for r in [
-        "widgets",
-        "xvshnpostgresqls",
-        "xobjectbuckets",
-        "vpcs",
-        "virtualmachines",
-    ] {
-        env.wait_served(&[r]).await;
-    }
-    env.apply(&holdfast_e2e::fixtures::documents(&[
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    let (env, _c) = stack_with_crds(
+        &[
+            fixtures::widget_crd(),
+            fixtures::appcat_crds(),
+            fixtures::vpc_vm_crds(),
+        ],
+        &[
+            "widgets",
+            "xvshnpostgresqls",
+            "xobjectbuckets",
+            "vpcs",
+            "virtualmachines",
+        ],
+    )
+    .await;
+    env.apply(&fixtures::documents(&[
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: widgets}\n\
          spec:\n  resources:\n  - {group: example.com, version: v1, resource: widgets}\n"
             .to_string(),
@@ -277,7 +273,7 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
          anchorLabels: {name: appcat.vshn.io/composite-name}\n  \
          protects:\n  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}\n"
             .to_string(),
-        holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"),
+        fixtures::vm_vpc_rule(".spec.vpcRef.name"),
         "apiVersion: holdfast.dev/v1alpha1\nkind: CriticalService\nmetadata: {name: provider}\n\
          spec:\n  provider: {group: apps, resource: deployments, namespace: default, name: provider}\n  \
          criteria:\n  - type: SpecificResource\n    specificResource: {group: example.com, resource: Widget, namespace: default, name: w}\n"
@@ -333,23 +329,20 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
 /// AnchorRule's protection for exactly that object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
-    let (env, _c) = full_stack(&[], &[]).await;
-    env.apply(&holdfast_e2e::fixtures::documents(&[
-        holdfast_e2e::fixtures::crd(
-            "vshn.appcat.vshn.io",
-            "vshnpostgresqls",
-            "VSHNPostgreSQL",
-            true,
-        ),
-        holdfast_e2e::fixtures::crd("appcat.vshn.io", "xobjectbuckets", "XObjectBucket", false),
-    ]))
-    .expect("crds");
-    for r in ["vshnpostgresqls", "xobjectbuckets"] {
-        env.wait_served(&[r]).await;
-    }
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    let (env, _c) = stack_with_crds(
+        &[
+            fixtures::crd(
+                "vshn.appcat.vshn.io",
+                "vshnpostgresqls",
+                "VSHNPostgreSQL",
+                true,
+            ),
+            fixtures::crd("appcat.vshn.io", "xobjectbuckets", "XObjectBucket", false),
+        ],
+        &["vshnpostgresqls", "xobjectbuckets"],
+    )
+    .await;
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: claims}\nspec:\n  \
          anchor: {group: vshn.appcat.vshn.io, version: v1, resource: vshnpostgresqls}\n  \
@@ -402,8 +395,10 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     env.run(&words(
         "label xobjectbucket bucket-a appcat.vshn.io/webhook-allowdeletion=yes",
     ));
-    let out = env.attempt(&["delete", "xobjectbucket", "bucket-a", "--dry-run=server"]);
-    assert!(out.refused_with(&refusal), "{out:?}");
+    env.refuses_with(
+        &["delete", "xobjectbucket", "bucket-a", "--dry-run=server"],
+        &refusal,
+    );
     env.run(&words(
         "label --overwrite xobjectbucket bucket-a appcat.vshn.io/webhook-allowdeletion=true",
     ));
@@ -448,8 +443,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
 /// finalizer) still blocks until it is gone. Run with both dependents strategies.
 async fn cross_namespace_and_terminating_references(mode: &str) {
     let (env, _c) = full_stack(&["--dependents", mode], &[]).await;
-    env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
-        .expect("crds");
+    env.apply(&fixtures::vpc_vm_crds()).expect("crds");
     for r in ["vpcs", "virtualmachines"] {
         env.wait_served(&[r]).await;
     }
@@ -525,17 +519,13 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_cross_namespace_and_terminating_references_watch() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     cross_namespace_and_terminating_references("watch").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_cross_namespace_and_terminating_references_live() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     cross_namespace_and_terminating_references("live").await;
 }
 
@@ -544,9 +534,7 @@ async fn seed_003_cross_namespace_and_terminating_references_live() {
 /// marked exempt may lose the label but is still refused on DELETE while it has it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protected() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let flags = words("--strict --protection-label orkestra.io/deletion-protection=true");
     let (env, _c) = full_stack(&flags, &flags).await;
     wait_webhook_installed(&env, "strict-label-1.holdfast.dev").await;
@@ -555,16 +543,15 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
     )
     .expect("configmap");
     let unlabel = words("label configmap app orkestra.io/deletion-protection-");
-    let out = env.attempt(&unlabel);
-    assert!(
-        out.refused_with(&holdfast_e2e::denied_by(
+    env.refuses_with(
+        &unlabel,
+        &holdfast_e2e::denied_by(
             "strict-label-1.holdfast.dev",
             "holdfast: ConfigMap default/app carries the protection label \
              orkestra.io/deletion-protection=true and strict mode is on (policy: strict label \
              orkestra.io/deletion-protection), so the label cannot be removed or changed to a \
-             value that does not protect."
-        )),
-        "{out:?}"
+             value that does not protect.",
+        ),
     );
     // Marked exempt (by an administrator: it takes the bypass permission, as
     // `protections::break_glass_needs_the_bypass_permission_and_leaves_events` shows).
@@ -577,8 +564,7 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
          orkestra.io/deletion-protection=true (policy: label orkestra.io/deletion-protection), \
          so it cannot be deleted.",
     );
-    let out = env.attempt(&["delete", "configmap", "app"]);
-    assert!(out.refused_with(&delete_refusal), "{out:?}");
+    env.refuses_with(&["delete", "configmap", "app"], &delete_refusal);
     assert!(env.exists(&["configmap", "app"]).expect("kubectl get"));
     // The stored exemption lets the label go; then the DELETE passes.
     env.attempt(&unlabel)
@@ -594,9 +580,7 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
 /// test does and read back by its exact series.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_metric_the_readme_lists() {
-    holdfast_e2e::needs_simulator!(
-        "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own"
-    );
+    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack(
         &["--dependents", "watch", "--read-timeout-seconds", "1"],
         &[],
@@ -607,22 +591,20 @@ async fn every_metric_the_readme_lists() {
         .as_ref()
         .map(|w| (w.port, w.probe_port))
         .expect("webhook");
-    env.apply(&holdfast_e2e::fixtures::documents(&[
-        holdfast_e2e::fixtures::widget_crd(),
-        holdfast_e2e::fixtures::vpc_vm_crds(),
-    ]))
-    .expect("crds");
-    for r in ["widgets", "vpcs", "virtualmachines"] {
-        env.wait_served(&[r]).await;
-    }
-    env.apply(&holdfast_e2e::fixtures::documents(&[
+    install_crds(
+        &env,
+        &[fixtures::widget_crd(), fixtures::vpc_vm_crds()],
+        &["widgets", "vpcs", "virtualmachines"],
+    )
+    .await;
+    env.apply(&fixtures::documents(&[
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: widgets}\n\
          spec:\n  enforcement: Audit\n  resources:\n  - {group: example.com, version: v1, resource: widgets}\n"
             .to_string(),
-        holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"),
+        fixtures::vm_vpc_rule(".spec.vpcRef.name"),
     ]))
     .expect("policies");
-    env.apply(&holdfast_e2e::fixtures::documents(&[
+    env.apply(&fixtures::documents(&[
         "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: net, namespace: default}\n".to_string(),
         "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm, namespace: default}\nspec: {vpcRef: {name: net}}\n".to_string(),
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: default}\n".to_string(),
@@ -675,10 +657,9 @@ async fn every_metric_the_readme_lists() {
         "holdfast: VPC default/net is still referenced by VirtualMachine default/vm",
     )
     .await;
-    let out = env.attempt(&["delete", "configmap", "locked"]);
-    assert!(
-        out.refused_with("holdfast: ConfigMap default/locked is protected by label"),
-        "{out:?}"
+    env.refuses_with(
+        &["delete", "configmap", "locked"],
+        "holdfast: ConfigMap default/locked is protected by label",
     );
     let out = env.attempt(&["delete", "widget", "w"]);
     assert_eq!(out.code, 0, "Audit allows: {out:?}");

@@ -10,6 +10,7 @@ use holdfast_e2e::{
     Env,
     controller::{ControllerProcess, condition},
     steps::eventually,
+    steps::query,
     steps::words,
     steps::{allowed_until, refused_until},
 };
@@ -228,12 +229,7 @@ async fn seed_000_composite_in_another_cluster() {
     let down = controller
         .wait_condition(
             &env,
-            [
-                "anchorrule",
-                "remote-composites",
-                "SourceReachable",
-                "False",
-            ],
+            query("anchorrule remote-composites SourceReachable False"),
         )
         .await;
     assert_eq!(down["reason"], "Unreachable", "{down}");
@@ -262,12 +258,7 @@ async fn seed_000_composite_in_another_cluster() {
     refused_while_pg_1_exists(&env, "cm-3").await;
     wait_reason(
         &env,
-        [
-            "anchorrule",
-            "remote-composites",
-            "SourceReachable",
-            "Synced",
-        ],
+        query("anchorrule remote-composites SourceReachable Synced"),
     )
     .await;
     let control3 = control_cluster(&[]).await;
@@ -303,12 +294,7 @@ async fn seed_000_composite_in_another_cluster() {
     .expect("cm-4");
     let unusable = wait_reason(
         &env,
-        [
-            "anchorrule",
-            "foreign-secret",
-            "SourceReachable",
-            "Unusable",
-        ],
+        query("anchorrule foreign-secret SourceReachable Unusable"),
     )
     .await;
     assert_eq!(
@@ -529,12 +515,7 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
                API whose requests the API server proxies without calling webhooks";
     let installed = wait_reason_or(
         &env,
-        [
-            "resourceprotection",
-            "pod-metrics",
-            "Installed",
-            "NotAdmissionControlled",
-        ],
+        query("resourceprotection pod-metrics Installed NotAdmissionControlled"),
         &|| format!("controller: {}", controller.log()),
     )
     .await;
@@ -599,12 +580,7 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     // Events expire without a DELETE.
     let events = wait_reason(
         &env,
-        [
-            "resourceprotection",
-            "events",
-            "Installed",
-            "NotAdmissionControlled",
-        ],
+        query("resourceprotection events Installed NotAdmissionControlled"),
     )
     .await;
     assert_eq!(
@@ -619,12 +595,7 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     env.run(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
     let invalid = wait_reason(
         &env,
-        [
-            "resourceprotection",
-            "pod-metrics",
-            "Invalid",
-            "UnknownResource",
-        ],
+        query("resourceprotection pod-metrics Invalid UnknownResource"),
     )
     .await;
     assert_eq!(invalid["status"], "True", "{invalid}");

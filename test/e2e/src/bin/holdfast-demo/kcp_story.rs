@@ -1,6 +1,7 @@
 //! The seed 003 story on kcp: a compute provider's DependencyRule protects VPCs (of a
 //! network provider nested at root:providers:network) in a consumer workspace.
 
+use crate::policies::{VPC_AND_VM, VPC_AND_VM_CREATED};
 use crate::runner::{Demo, Expect};
 use holdfast_e2e::{
     controller::start_controller,
@@ -52,16 +53,7 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
     kcp.env.wait_webhook_ready().await?;
 
     demo.say("In the consumer workspace: a VPC and a VirtualMachine using it");
-    demo.apply(
-        &kcp.env,
-        Some(&consumer),
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n---\n\
-         apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n",
-        &[
-            "vpc.network.test.io/my-vpc created",
-            "virtualmachine.compute.test.io/my-vm created",
-        ],
-    )?;
+    demo.apply(&kcp.env, Some(&consumer), VPC_AND_VM, &VPC_AND_VM_CREATED)?;
     demo.note("the controller installs the webhook in root:providers:network");
     let dry_run_delete_vpc = [
         "--server",

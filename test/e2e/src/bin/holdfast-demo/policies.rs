@@ -65,20 +65,9 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
         &["resourceprotection.holdfast.dev/widgets created"],
     )?;
     demo.note("the controller routes DELETEs of widgets and of that CRD to the webhook");
-    demo.settle(
-        env,
-        &["delete", "widget", "w2", "--dry-run=server"],
-        15,
-        refused,
-    )
-    .await;
-    demo.settle(
-        env,
-        &["delete", "crd", "widgets.example.com", "--dry-run=server"],
-        15,
-        refused,
-    )
-    .await;
+    demo.settle_refused(env, "delete widget w2").await;
+    demo.settle_refused(env, "delete crd widgets.example.com")
+        .await;
 
     demo.say("Instances and the CRD are refused, --force --grace-period=0 too");
     demo.refused(
@@ -104,21 +93,10 @@ pub async fn resource_protection(demo: &mut Demo, env: &Env) -> anyhow::Result<(
         "delete resourceprotection widgets",
         "resourceprotection.holdfast.dev \"widgets\" deleted",
     )?;
-    demo.settle(
-        env,
-        &["delete", "widget", "w2", "--dry-run=server"],
-        15,
-        allowed,
-    )
-    .await;
+    demo.settle_allowed(env, "delete widget w2").await;
     demo.succeeds(env, "delete widget w2", "widget.example.com \"w2\" deleted")?;
-    demo.settle(
-        env,
-        &["delete", "crd", "widgets.example.com", "--dry-run=server"],
-        15,
-        allowed,
-    )
-    .await;
+    demo.settle_allowed(env, "delete crd widgets.example.com")
+        .await;
     demo.succeeds(
         env,
         "delete crd widgets.example.com",
@@ -168,13 +146,7 @@ pub async fn enforcement_modes(demo: &mut Demo, env: &Env) -> anyhow::Result<()>
         ],
     )?;
     // Policies reach the webhook in order: once the last one acts, all do.
-    demo.settle(
-        env,
-        &["delete", "configmap", "enforced", "--dry-run=server"],
-        15,
-        refused,
-    )
-    .await;
+    demo.settle_refused(env, "delete configmap enforced").await;
     demo.settle(
         env,
         &["delete", "configmap", "warned", "--dry-run=server"],
@@ -260,16 +232,8 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
             &["created"],
         )?;
     }
-    demo.settle(
-        env,
-        &["delete", "namespace", "orders", "--dry-run=server"],
-        15,
-        refused,
-    )
-    .await;
-
     demo.say("Deleting the namespace is refused, naming the PVC");
-    demo.refused(env, "delete namespace orders", "holdfast: Namespace orders holds objects that are protected from deletion: PersistentVolumeClaim orders/data (label)")?;
+    demo.settled_refusal(env, "delete namespace orders", "holdfast: Namespace orders holds objects that are protected from deletion: PersistentVolumeClaim orders/data (label)").await?;
     demo.say("Nothing inside was deleted, and the namespace is not terminating");
     demo.run(
         env,
@@ -280,6 +244,15 @@ pub async fn namespace_containment(demo: &mut Demo, env: &Env) -> anyhow::Result
     demo.succeeds(env, "get namespace orders", "Active")?;
     Ok(())
 }
+
+/// A VPC and a VirtualMachine using it (in namespace default), and what kubectl
+/// prints applying them.
+pub const VPC_AND_VM: &str = "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n---\n\
+     apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n";
+pub const VPC_AND_VM_CREATED: [&str; 2] = [
+    "vpc.network.test.io/my-vpc created",
+    "virtualmachine.compute.test.io/my-vm created",
+];
 
 /// DependencyRule on Kubernetes: a VPC cannot go while a VM references it.
 pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
@@ -303,39 +276,16 @@ pub async fn dependency_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         &holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"),
         &["dependencyrule.holdfast.dev/vm-dependencies created"],
     )?;
-    demo.apply(
-        env,
-        None,
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n---\n\
-         apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n",
-        &[
-            "vpc.network.test.io/my-vpc created",
-            "virtualmachine.compute.test.io/my-vm created",
-        ],
-    )?;
-    demo.settle(
-        env,
-        &["delete", "vpc", "my-vpc", "--dry-run=server"],
-        15,
-        refused,
-    )
-    .await;
-
+    demo.apply(env, None, VPC_AND_VM, &VPC_AND_VM_CREATED)?;
     demo.say("The VPC is refused while the VM uses it");
-    demo.refused(env, "delete vpc my-vpc", "holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies")?;
+    demo.settled_refusal(env, "delete vpc my-vpc", "holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies").await?;
     demo.say("Delete the VM first; then the VPC goes");
     demo.succeeds(
         env,
         "delete virtualmachine my-vm",
         "virtualmachine.compute.test.io \"my-vm\" deleted",
     )?;
-    demo.settle(
-        env,
-        &["delete", "vpc", "my-vpc", "--dry-run=server"],
-        15,
-        allowed,
-    )
-    .await;
+    demo.settle_allowed(env, "delete vpc my-vpc").await;
     demo.succeeds(
         env,
         "delete vpc my-vpc",
@@ -452,13 +402,8 @@ pub async fn anchor_rule(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         &composite("false"),
         &["xvshnpostgresql.vshn.appcat.vshn.io/pg-1 configured"],
     )?;
-    demo.settle(
-        env,
-        &["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        15,
-        allowed,
-    )
-    .await;
+    demo.settle_allowed(env, "delete xobjectbucket pg-1-backup")
+        .await;
     demo.succeeds(
         env,
         "delete xobjectbucket pg-1-backup",

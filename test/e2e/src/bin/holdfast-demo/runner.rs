@@ -127,6 +127,32 @@ impl Demo {
         self.run(env, &args, Expect::Refused, &[expected])
     }
 
+    /// Waits (silently, at most 15 s) until the server-side dry run of `line`
+    /// (kubectl's arguments, split at white space) is refused.
+    pub async fn settle_refused(&mut self, env: &Env, line: &str) {
+        let args = dry_run(line);
+        self.settle(env, &args, 15, |o| o.code != 0).await;
+    }
+
+    /// [`Demo::refused`] of `line`, once its server-side dry run is refused
+    /// ([`Demo::settle_refused`]).
+    pub async fn settled_refusal(
+        &mut self,
+        env: &Env,
+        line: &str,
+        expected: &str,
+    ) -> anyhow::Result<Printed> {
+        self.settle_refused(env, line).await;
+        self.refused(env, line, expected)
+    }
+
+    /// Waits (silently, at most 15 s) until the server-side dry run of `line` is
+    /// allowed.
+    pub async fn settle_allowed(&mut self, env: &Env, line: &str) {
+        let args = dry_run(line);
+        self.settle(env, &args, 15, |o| o.code == 0).await;
+    }
+
     /// Waits (silently, at most `secs`) until `kubectl args` gives what `check` wants:
     /// the controller and the webhook pick changes up from watches, a moment later.
     pub async fn settle(
@@ -251,4 +277,11 @@ pub fn kubectl_merged(env: &Env, args: &[&str], stdin: Option<&str>) -> anyhow::
             )
         }
     }
+}
+
+/// kubectl's arguments for the server-side dry run of `line`.
+fn dry_run(line: &str) -> Vec<&str> {
+    let mut args = holdfast_e2e::steps::words(line);
+    args.push("--dry-run=server");
+    args
 }
