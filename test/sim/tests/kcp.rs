@@ -281,14 +281,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         "default",
         &ar("", "v1", "ConfigMap", "configmaps"),
     );
-    let names: Vec<String> = cms
-        .list(&ListParams::default())
-        .await
-        .expect("claimed list")
-        .items
-        .into_iter()
-        .filter_map(|o| o.metadata.name)
-        .collect();
+    let names = list_names(&cms, "claimed list").await;
     assert_eq!(names, ["hello"]);
     let other_lc = sim.logical_cluster("root:org:other").expect("other lc");
     let vw_other = client_at(&sim, &format!("{vw_url}/clusters/{other_lc}")).await;
@@ -336,14 +329,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     // Front-proxy wildcard for system:masters.
     let star = client_at(&sim, &format!("{url}/clusters/*")).await;
     let all_cms: Api<DynamicObject> = Api::all_with(star, &ar("", "v1", "ConfigMap", "configmaps"));
-    let names: Vec<String> = all_cms
-        .list(&ListParams::default())
-        .await
-        .expect("wildcard")
-        .items
-        .into_iter()
-        .filter_map(|o| o.metadata.name)
-        .collect();
+    let names = list_names(&all_cms, "wildcard").await;
     assert_eq!(names, ["hello"]);
     sim.shutdown().await;
 }
@@ -386,4 +372,15 @@ async fn deleting_a_workspace_removes_its_logical_cluster() {
     let out = k.sh("get cm -n default");
     assert_ne!(out.code, 0, "{out:?}");
     sim.shutdown().await;
+}
+
+/// The names of the objects `api` lists (`what` names the list in a failure).
+async fn list_names(api: &Api<DynamicObject>, what: &str) -> Vec<String> {
+    api.list(&ListParams::default())
+        .await
+        .expect(what)
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect()
 }
