@@ -75,13 +75,14 @@ impl ApiError {
         s
     }
 
+    /// `resource "name" <what>`, with the object's details.
+    fn about(info: &ResourceInfo, name: &str, code: u16, reason: &str, what: &str) -> Self {
+        let message = format!("{} \"{}\" {what}", info.qualified(), name);
+        Self::new(code, reason, message).with_details(details(info, name))
+    }
+
     pub fn not_found(info: &ResourceInfo, name: &str) -> Self {
-        Self::new(
-            404,
-            "NotFound",
-            format!("{} \"{}\" not found", info.qualified(), name),
-        )
-        .with_details(details(info, name))
+        Self::about(info, name, 404, "NotFound", "not found")
     }
 
     pub fn path_not_found() -> Self {
@@ -94,12 +95,7 @@ impl ApiError {
     }
 
     pub fn already_exists(info: &ResourceInfo, name: &str) -> Self {
-        Self::new(
-            409,
-            "AlreadyExists",
-            format!("{} \"{}\" already exists", info.qualified(), name),
-        )
-        .with_details(details(info, name))
+        Self::about(info, name, 409, "AlreadyExists", "already exists")
     }
 
     pub fn conflict(info: &ResourceInfo, name: &str, why: &str) -> Self {
