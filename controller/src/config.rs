@@ -3,21 +3,14 @@
 
 use std::{fmt, net::SocketAddr, path::PathBuf, str::FromStr};
 
-use holdfast_shared::{labels::ProtectionLabels, names::VALIDATE_PATH};
+use holdfast_shared::{api::validation::dns_label, labels::ProtectionLabels, names::VALIDATE_PATH};
 use url::Url;
 
 pub use holdfast_shared::{topology::Topology, webhookconfig::FailurePolicy};
 
 /// Checks a DNS-1123 label (namespace names, most object names).
 fn check_dns_label(what: &str, s: &str) -> Result<(), String> {
-    let b = s.as_bytes();
-    let ok = !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
-    if ok {
+    if dns_label(s) {
         Ok(())
     } else {
         Err(format!(

@@ -277,6 +277,14 @@ impl ProtectionLabels {
     }
 }
 
+/// The extra Karmada key `resourcetemplate.karmada.io/deletion-protected=Always` alone.
+#[cfg(test)]
+pub(crate) fn karmada_always() -> ProtectionLabels {
+    ProtectionLabels::with_extra(["resourcetemplate.karmada.io/deletion-protected=Always"
+        .parse::<ProtectionLabel>()
+        .expect("valid")])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,10 +382,7 @@ mod tests {
 
     #[test]
     fn karmada_key_only_always_protects() {
-        let set =
-            ProtectionLabels::with_extra(["resourcetemplate.karmada.io/deletion-protected=Always"
-                .parse::<ProtectionLabel>()
-                .expect("valid")]);
+        let set = karmada_always();
         let always = map(json!({"resourcetemplate.karmada.io/deletion-protected": "Always"}));
         let truthy = map(json!({"resourcetemplate.karmada.io/deletion-protected": "true"}));
         assert!(set.protecting(Some(&always)).is_some());
@@ -413,10 +418,7 @@ mod tests {
             ("policy.kruise.io/delete-protection", "Always", false)
         );
         // A key that does not list Cascading is not protected by it.
-        let karmada =
-            ProtectionLabels::with_extra(["resourcetemplate.karmada.io/deletion-protected=Always"
-                .parse::<ProtectionLabel>()
-                .expect("valid")]);
+        let karmada = karmada_always();
         let l = map(json!({"resourcetemplate.karmada.io/deletion-protected": "Cascading"}));
         assert!(karmada.protecting(Some(&l)).is_none());
         // Strict mode: removing Cascading is a removal; Always -> Cascading is not.

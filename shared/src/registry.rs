@@ -682,34 +682,28 @@ impl PolicyObject for DependencyRule {
     }
 }
 
-impl PolicyObject for ResourceProtection {
-    type Compiled = CompiledProtection;
-    fn index(reg: &Registry) -> &TargetIndex<Self::Compiled> {
-        &reg.protections
-    }
-    fn compile(&self, cluster: &str) -> Result<(Vec<GroupResource>, Self::Compiled), CompileError> {
-        compile_protection(cluster, self)
-    }
+/// `impl PolicyObject` for a kind whose compiler returns its targets with its compiled form.
+macro_rules! policy_object {
+    ($($kind:ty => $compiled:ty, $index:ident, $compile:expr;)*) => {$(
+        impl PolicyObject for $kind {
+            type Compiled = $compiled;
+            fn index(reg: &Registry) -> &TargetIndex<Self::Compiled> {
+                &reg.$index
+            }
+            fn compile(
+                &self,
+                cluster: &str,
+            ) -> Result<(Vec<GroupResource>, Self::Compiled), CompileError> {
+                $compile(cluster, self)
+            }
+        }
+    )*};
 }
 
-impl PolicyObject for CriticalService {
-    type Compiled = CompiledCritical;
-    fn index(reg: &Registry) -> &TargetIndex<Self::Compiled> {
-        &reg.critical
-    }
-    fn compile(&self, cluster: &str) -> Result<(Vec<GroupResource>, Self::Compiled), CompileError> {
-        Ok(compile_critical(cluster, self))
-    }
-}
-
-impl PolicyObject for AnchorRule {
-    type Compiled = CompiledAnchor;
-    fn index(reg: &Registry) -> &TargetIndex<Self::Compiled> {
-        &reg.anchors
-    }
-    fn compile(&self, cluster: &str) -> Result<(Vec<GroupResource>, Self::Compiled), CompileError> {
-        compile_anchor(cluster, self)
-    }
+policy_object! {
+    ResourceProtection => CompiledProtection, protections, compile_protection;
+    CriticalService => CompiledCritical, critical, |c, p| Ok(compile_critical(c, p));
+    AnchorRule => CompiledAnchor, anchors, compile_anchor;
 }
 
 fn key_of<P: PolicyObject>(cluster: &str, obj: &P) -> PolicyKey {

@@ -1501,7 +1501,6 @@ const SELECTOR_FIELDS: [&str; 5] = [
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labels::ProtectionLabel;
 
     /// The configuration for `needs` with the default labels, not strict.
     fn plain_configuration(needs: &PolicyNeeds) -> ValidatingWebhookConfiguration {
@@ -1541,10 +1540,7 @@ mod tests {
 
     #[test]
     fn one_delete_webhook_per_key_and_strict_updates() {
-        let labels =
-            ProtectionLabels::with_extra(["resourcetemplate.karmada.io/deletion-protected=Always"
-                .parse::<ProtectionLabel>()
-                .expect("valid")]);
+        let labels = crate::labels::karmada_always();
         let hooks = label_webhooks(&labels, false, &opts());
         assert_eq!(hooks.len(), 2);
         for (h, want) in hooks

@@ -59,14 +59,22 @@ impl Errors {
     }
 }
 
-fn dns_label(s: &str) -> bool {
+/// 1 to 63 characters of `allowed`, starting and ending with a letter or digit.
+fn name_of(s: &str, allowed: impl Fn(u8) -> bool) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().all(|c| allowed(*c))
+}
+
+/// Whether `s` is a DNS-1123 label (lowercase letters, digits and '-', at most
+/// 63 characters, starting and ending with a letter or digit).
+pub fn dns_label(s: &str) -> bool {
+    name_of(s, |c| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'
+    })
 }
 
 /// `Ok` when `ok`, else why `s` is not `what`.
@@ -143,13 +151,9 @@ fn qualified_name(s: &str) -> Result<(), String> {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
     };
-    let b = name.as_bytes();
-    let name_ok = !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+    let name_ok = name_of(name, |c| {
+        c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')
+    });
     let ok = name_ok && prefix.is_none_or(dns_subdomain);
     is(
         ok,

@@ -171,18 +171,21 @@ impl Parser {
         Ok(c)
     }
     fn or(&mut self) -> Result<Expr, CelError> {
-        let mut l = self.and()?;
-        while self.eat("||") {
-            let r = self.and()?;
-            l = Expr::Bin("||", Box::new(l), Box::new(r));
-        }
-        Ok(l)
+        self.logical("||", Self::and)
     }
     fn and(&mut self) -> Result<Expr, CelError> {
-        let mut l = self.rel()?;
-        while self.eat("&&") {
-            let r = self.rel()?;
-            l = Expr::Bin("&&", Box::new(l), Box::new(r));
+        self.logical("&&", Self::rel)
+    }
+    /// A left-associative chain of `op` over operands parsed by `operand`.
+    fn logical(
+        &mut self,
+        op: &'static str,
+        operand: fn(&mut Self) -> Result<Expr, CelError>,
+    ) -> Result<Expr, CelError> {
+        let mut l = operand(self)?;
+        while self.eat(op) {
+            let r = operand(self)?;
+            l = Expr::Bin(op, Box::new(l), Box::new(r));
         }
         Ok(l)
     }

@@ -49,6 +49,12 @@ impl ApiError {
         }
     }
 
+    /// The same error with a `details` object.
+    fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
     pub fn to_status(&self) -> Value {
         let mut s = json!({
             "kind": "Status",
@@ -69,45 +75,41 @@ impl ApiError {
         s
     }
 
+    /// `resource "name" <what>`, with the object's details.
+    fn about(info: &ResourceInfo, name: &str, code: u16, reason: &str, what: &str) -> Self {
+        let message = format!("{} \"{}\" {what}", info.qualified(), name);
+        Self::new(code, reason, message).with_details(details(info, name))
+    }
+
     pub fn not_found(info: &ResourceInfo, name: &str) -> Self {
-        ApiError {
-            code: 404,
-            reason: "NotFound".into(),
-            message: format!("{} \"{}\" not found", info.qualified(), name),
-            details: Some(details(info, name)),
-        }
+        Self::about(info, name, 404, "NotFound", "not found")
     }
 
     pub fn path_not_found() -> Self {
-        ApiError {
-            code: 404,
-            reason: "NotFound".into(),
-            message: "the server could not find the requested resource".into(),
-            details: Some(json!({})),
-        }
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(json!({}))
     }
 
     pub fn already_exists(info: &ResourceInfo, name: &str) -> Self {
-        ApiError {
-            code: 409,
-            reason: "AlreadyExists".into(),
-            message: format!("{} \"{}\" already exists", info.qualified(), name),
-            details: Some(details(info, name)),
-        }
+        Self::about(info, name, 409, "AlreadyExists", "already exists")
     }
 
     pub fn conflict(info: &ResourceInfo, name: &str, why: &str) -> Self {
-        ApiError {
-            code: 409,
-            reason: "Conflict".into(),
-            message: format!(
+        Self::new(
+            409,
+            "Conflict",
+            format!(
                 "Operation cannot be fulfilled on {} \"{}\": {}",
                 info.qualified(),
                 name,
                 why
             ),
-            details: Some(details(info, name)),
-        }
+        )
+        .with_details(details(info, name))
     }
 
     pub fn stale(info: &ResourceInfo, name: &str) -> Self {
@@ -141,12 +143,7 @@ impl ApiError {
                 .map(|(field, reason, msg)| json!({"reason": reason, "message": msg, "field": field}))
                 .collect(),
         );
-        ApiError {
-            code: 422,
-            reason: "Invalid".into(),
-            message,
-            details: Some(d),
-        }
+        Self::new(422, "Invalid", message).with_details(d)
     }
 
     /// 422 Invalid with the whole message given (options, not objects, are invalid).
@@ -159,9 +156,7 @@ impl ApiError {
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        let mut e = Self::new(405, "MethodNotAllowed", message);
-        e.details = Some(json!({}));
-        e
+        Self::new(405, "MethodNotAllowed", message).with_details(json!({}))
     }
 
     pub fn unauthorized() -> Self {
@@ -175,21 +170,16 @@ impl ApiError {
         } else {
             format!("{} \"{}\" is forbidden: {}", info.qualified(), name, err)
         };
-        ApiError {
-            code: 403,
-            reason: "Forbidden".into(),
-            message,
-            details: Some(details(info, name)),
-        }
+        Self::new(403, "Forbidden", message).with_details(details(info, name))
     }
 
     pub fn internal(err: &str) -> Self {
-        ApiError {
-            code: 500,
-            reason: "InternalError".into(),
-            message: format!("Internal error occurred: {err}"),
-            details: Some(json!({"causes": [{"message": err}]})),
-        }
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {err}"),
+        )
+        .with_details(json!({"causes": [{"message": err}]}))
     }
 
     pub fn expired(message: impl Into<String>) -> Self {

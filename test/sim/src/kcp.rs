@@ -694,14 +694,9 @@ pub fn convert(info: &ResourceInfo, to: &str, obj: &mut Value) {
     };
     if info.resource == "apiexports" {
         if to == "v1alpha2" {
-            if let Some(schemas) = obj["spec"]
-                .as_object_mut()
-                .and_then(|m| m.remove("latestResourceSchemas"))
-            {
+            if let Some(schemas) = take_array(&mut obj["spec"], "latestResourceSchemas") {
                 let resources: Vec<Value> = schemas
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                    .iter()
                     .filter_map(|s| s.as_str())
                     .map(|s| {
                         // <prefix>.<plural>.<group>
@@ -714,16 +709,8 @@ pub fn convert(info: &ResourceInfo, to: &str, obj: &mut Value) {
                     .collect();
                 obj["spec"]["resources"] = json!(resources);
             }
-        } else if let Some(resources) = obj["spec"]
-            .as_object_mut()
-            .and_then(|m| m.remove("resources"))
-        {
-            let schemas: Vec<Value> = resources
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|r| r["schema"].clone())
-                .collect();
+        } else if let Some(resources) = take_array(&mut obj["spec"], "resources") {
+            let schemas: Vec<Value> = resources.iter().map(|r| r["schema"].clone()).collect();
             obj["spec"]["latestResourceSchemas"] = json!(schemas);
         }
     }
@@ -736,4 +723,15 @@ pub fn convert(info: &ResourceInfo, to: &str, obj: &mut Value) {
     {
         claims_to(claims, to);
     }
+}
+
+/// Removes `key` from the object `v`: its items (none when it is not an array),
+/// or `None` where it is absent.
+fn take_array(v: &mut Value, key: &str) -> Option<Vec<Value>> {
+    v.as_object_mut()
+        .and_then(|m| m.remove(key))
+        .map(|removed| match removed {
+            Value::Array(items) => items,
+            _ => Vec::new(),
+        })
 }

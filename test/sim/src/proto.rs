@@ -29,294 +29,153 @@ enum K {
 
 type F = (u32, &'static str, K);
 
+/// A field table: `NUMBER "jsonName" Kind` per field, in protobuf field-number order.
+macro_rules! fields {
+    ($($n:literal $name:literal $k:ident $(($of:ident))?),* $(,)?) => {
+        &[$(($n, $name, K::$k $(($of))?)),*]
+    };
+}
+
 const TIME_FIELDS: &[F] = &[];
-const OWNER_REF: &[F] = &[
-    (1, "kind", K::Str),
-    (3, "name", K::Str),
-    (4, "uid", K::Str),
-    (5, "apiVersion", K::Str),
-    (6, "controller", K::BoolP),
-    (7, "blockOwnerDeletion", K::BoolP),
+const OWNER_REF: &[F] = fields![
+    1 "kind" Str, 3 "name" Str, 4 "uid" Str, 5 "apiVersion" Str, 6 "controller" BoolP,
+    7 "blockOwnerDeletion" BoolP,
 ];
-const OBJECT_META: &[F] = &[
-    (1, "name", K::Str),
-    (2, "generateName", K::Str),
-    (3, "namespace", K::Str),
-    (5, "uid", K::Str),
-    (6, "resourceVersion", K::Str),
-    (7, "generation", K::Int),
-    (8, "creationTimestamp", K::Time),
-    (9, "deletionTimestamp", K::Time),
-    (10, "deletionGracePeriodSeconds", K::IntP),
-    (11, "labels", K::MapStr),
-    (12, "annotations", K::MapStr),
-    (13, "ownerReferences", K::RepMsg(OWNER_REF)),
-    (14, "finalizers", K::RepStr),
+const OBJECT_META: &[F] = fields![
+    1 "name" Str, 2 "generateName" Str, 3 "namespace" Str, 5 "uid" Str, 6 "resourceVersion" Str,
+    7 "generation" Int, 8 "creationTimestamp" Time, 9 "deletionTimestamp" Time,
+    10 "deletionGracePeriodSeconds" IntP, 11 "labels" MapStr, 12 "annotations" MapStr,
+    13 "ownerReferences" RepMsg(OWNER_REF), 14 "finalizers" RepStr,
 ];
-const LS_REQ: &[F] = &[
-    (1, "key", K::Str),
-    (2, "operator", K::Str),
-    (3, "values", K::RepStr),
+const LS_REQ: &[F] = fields![1 "key" Str, 2 "operator" Str, 3 "values" RepStr];
+const LABEL_SELECTOR: &[F] = fields![1 "matchLabels" MapStr, 2 "matchExpressions" RepMsg(LS_REQ)];
+const NS_SPEC: &[F] = fields![1 "finalizers" RepStr];
+const NS_STATUS: &[F] = fields![1 "phase" Str];
+const NAMESPACE: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(NS_SPEC), 3 "status" Msg(NS_STATUS),
 ];
-const LABEL_SELECTOR: &[F] = &[
-    (1, "matchLabels", K::MapStr),
-    (2, "matchExpressions", K::RepMsg(LS_REQ)),
+const CONFIGMAP: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "data" MapStr, 3 "binaryData" MapBytes, 4 "immutable" BoolP,
 ];
-const NS_SPEC: &[F] = &[(1, "finalizers", K::RepStr)];
-const NS_STATUS: &[F] = &[(1, "phase", K::Str)];
-const NAMESPACE: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(NS_SPEC)),
-    (3, "status", K::Msg(NS_STATUS)),
+const SECRET: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "data" MapBytes, 3 "type" Str, 4 "stringData" MapStr,
+    5 "immutable" BoolP,
 ];
-const CONFIGMAP: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "data", K::MapStr),
-    (3, "binaryData", K::MapBytes),
-    (4, "immutable", K::BoolP),
+const OBJECT_REF: &[F] = fields![
+    1 "kind" Str, 2 "namespace" Str, 3 "name" Str, 4 "uid" Str, 5 "apiVersion" Str,
+    6 "resourceVersion" Str, 7 "fieldPath" Str,
 ];
-const SECRET: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "data", K::MapBytes),
-    (3, "type", K::Str),
-    (4, "stringData", K::MapStr),
-    (5, "immutable", K::BoolP),
+const LOCAL_REF: &[F] = fields![1 "name" Str];
+const SERVICE_ACCOUNT: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "secrets" RepMsg(OBJECT_REF),
+    3 "imagePullSecrets" RepMsg(LOCAL_REF), 4 "automountServiceAccountToken" BoolP,
 ];
-const OBJECT_REF: &[F] = &[
-    (1, "kind", K::Str),
-    (2, "namespace", K::Str),
-    (3, "name", K::Str),
-    (4, "uid", K::Str),
-    (5, "apiVersion", K::Str),
-    (6, "resourceVersion", K::Str),
-    (7, "fieldPath", K::Str),
+const SERVICE_PORT: &[F] = fields![
+    1 "name" Str, 2 "protocol" Str, 3 "port" Int, 4 "targetPort" IntOrStr, 5 "nodePort" Int,
+    6 "appProtocol" Str,
 ];
-const LOCAL_REF: &[F] = &[(1, "name", K::Str)];
-const SERVICE_ACCOUNT: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "secrets", K::RepMsg(OBJECT_REF)),
-    (3, "imagePullSecrets", K::RepMsg(LOCAL_REF)),
-    (4, "automountServiceAccountToken", K::BoolP),
+const SERVICE_SPEC: &[F] = fields![
+    1 "ports" RepMsg(SERVICE_PORT), 2 "selector" MapStr, 3 "clusterIP" Str, 4 "type" Str,
+    5 "externalIPs" RepStr, 7 "sessionAffinity" Str, 11 "externalName" Str,
 ];
-const SERVICE_PORT: &[F] = &[
-    (1, "name", K::Str),
-    (2, "protocol", K::Str),
-    (3, "port", K::Int),
-    (4, "targetPort", K::IntOrStr),
-    (5, "nodePort", K::Int),
-    (6, "appProtocol", K::Str),
+const SERVICE: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(SERVICE_SPEC), 3 "status" Msg(TIME_FIELDS),
 ];
-const SERVICE_SPEC: &[F] = &[
-    (1, "ports", K::RepMsg(SERVICE_PORT)),
-    (2, "selector", K::MapStr),
-    (3, "clusterIP", K::Str),
-    (4, "type", K::Str),
-    (5, "externalIPs", K::RepStr),
-    (7, "sessionAffinity", K::Str),
-    (11, "externalName", K::Str),
+const CONTAINER_PORT: &[F] = fields![
+    1 "name" Str, 2 "hostPort" Int, 3 "containerPort" Int, 4 "protocol" Str, 5 "hostIP" Str,
 ];
-const SERVICE: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(SERVICE_SPEC)),
-    (3, "status", K::Msg(TIME_FIELDS)),
+const ENV_VAR: &[F] = fields![1 "name" Str, 2 "value" Str];
+const RESOURCES: &[F] = fields![1 "limits" MapQuantity, 2 "requests" MapQuantity];
+const CONTAINER: &[F] = fields![
+    1 "name" Str, 2 "image" Str, 3 "command" RepStr, 4 "args" RepStr, 5 "workingDir" Str,
+    6 "ports" RepMsg(CONTAINER_PORT), 7 "env" RepMsg(ENV_VAR), 8 "resources" Msg(RESOURCES),
+    13 "terminationMessagePath" Str, 14 "imagePullPolicy" Str, 16 "stdin" Bool, 17 "stdinOnce" Bool,
+    18 "tty" Bool, 20 "terminationMessagePolicy" Str,
 ];
-const CONTAINER_PORT: &[F] = &[
-    (1, "name", K::Str),
-    (2, "hostPort", K::Int),
-    (3, "containerPort", K::Int),
-    (4, "protocol", K::Str),
-    (5, "hostIP", K::Str),
+const POD_SPEC: &[F] = fields![
+    2 "containers" RepMsg(CONTAINER), 3 "restartPolicy" Str, 4 "terminationGracePeriodSeconds" IntP,
+    6 "dnsPolicy" Str, 7 "nodeSelector" MapStr, 8 "serviceAccountName" Str, 10 "nodeName" Str,
+    14 "securityContext" Msg(TIME_FIELDS), 19 "schedulerName" Str,
+    20 "initContainers" RepMsg(CONTAINER),
 ];
-const ENV_VAR: &[F] = &[(1, "name", K::Str), (2, "value", K::Str)];
-const RESOURCES: &[F] = &[
-    (1, "limits", K::MapQuantity),
-    (2, "requests", K::MapQuantity),
+const POD_TEMPLATE: &[F] = fields![1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(POD_SPEC)];
+const ROLLING: &[F] = fields![1 "maxUnavailable" IntOrStr, 2 "maxSurge" IntOrStr];
+const STRATEGY: &[F] = fields![1 "type" Str, 2 "rollingUpdate" Msg(ROLLING)];
+const DEPLOY_SPEC: &[F] = fields![
+    1 "replicas" IntP, 2 "selector" Msg(LABEL_SELECTOR), 3 "template" Msg(POD_TEMPLATE),
+    4 "strategy" Msg(STRATEGY), 5 "minReadySeconds" Int, 6 "revisionHistoryLimit" IntP,
+    7 "paused" Bool, 9 "progressDeadlineSeconds" IntP,
 ];
-const CONTAINER: &[F] = &[
-    (1, "name", K::Str),
-    (2, "image", K::Str),
-    (3, "command", K::RepStr),
-    (4, "args", K::RepStr),
-    (5, "workingDir", K::Str),
-    (6, "ports", K::RepMsg(CONTAINER_PORT)),
-    (7, "env", K::RepMsg(ENV_VAR)),
-    (8, "resources", K::Msg(RESOURCES)),
-    (13, "terminationMessagePath", K::Str),
-    (14, "imagePullPolicy", K::Str),
-    (16, "stdin", K::Bool),
-    (17, "stdinOnce", K::Bool),
-    (18, "tty", K::Bool),
-    (20, "terminationMessagePolicy", K::Str),
+const DEPLOYMENT: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(DEPLOY_SPEC), 3 "status" Msg(TIME_FIELDS),
 ];
-const POD_SPEC: &[F] = &[
-    (2, "containers", K::RepMsg(CONTAINER)),
-    (3, "restartPolicy", K::Str),
-    (4, "terminationGracePeriodSeconds", K::IntP),
-    (6, "dnsPolicy", K::Str),
-    (7, "nodeSelector", K::MapStr),
-    (8, "serviceAccountName", K::Str),
-    (10, "nodeName", K::Str),
-    (14, "securityContext", K::Msg(TIME_FIELDS)),
-    (19, "schedulerName", K::Str),
-    (20, "initContainers", K::RepMsg(CONTAINER)),
+const POD: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(POD_SPEC), 3 "status" Msg(TIME_FIELDS),
 ];
-const POD_TEMPLATE: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(POD_SPEC)),
-];
-const ROLLING: &[F] = &[
-    (1, "maxUnavailable", K::IntOrStr),
-    (2, "maxSurge", K::IntOrStr),
-];
-const STRATEGY: &[F] = &[(1, "type", K::Str), (2, "rollingUpdate", K::Msg(ROLLING))];
-const DEPLOY_SPEC: &[F] = &[
-    (1, "replicas", K::IntP),
-    (2, "selector", K::Msg(LABEL_SELECTOR)),
-    (3, "template", K::Msg(POD_TEMPLATE)),
-    (4, "strategy", K::Msg(STRATEGY)),
-    (5, "minReadySeconds", K::Int),
-    (6, "revisionHistoryLimit", K::IntP),
-    (7, "paused", K::Bool),
-    (9, "progressDeadlineSeconds", K::IntP),
-];
-const DEPLOYMENT: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(DEPLOY_SPEC)),
-    (3, "status", K::Msg(TIME_FIELDS)),
-];
-const POD: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(POD_SPEC)),
-    (3, "status", K::Msg(TIME_FIELDS)),
-];
-const PRECONDITIONS: &[F] = &[(1, "uid", K::Str), (2, "resourceVersion", K::Str)];
-const DELETE_OPTIONS: &[F] = &[
-    (1, "gracePeriodSeconds", K::IntP),
-    (2, "preconditions", K::Msg(PRECONDITIONS)),
-    (3, "orphanDependents", K::BoolP),
-    (4, "propagationPolicy", K::Str),
-    (5, "dryRun", K::RepStr),
+const PRECONDITIONS: &[F] = fields![1 "uid" Str, 2 "resourceVersion" Str];
+const DELETE_OPTIONS: &[F] = fields![
+    1 "gracePeriodSeconds" IntP, 2 "preconditions" Msg(PRECONDITIONS), 3 "orphanDependents" BoolP,
+    4 "propagationPolicy" Str, 5 "dryRun" RepStr,
 ];
 // k8s.io/api/rbac/v1 PolicyRule: verbs 1, apiGroups 2, resources 3,
 // resourceNames 4, nonResourceURLs 5.
-const POLICY_RULE: &[F] = &[
-    (1, "verbs", K::RepStr),
-    (2, "apiGroups", K::RepStr),
-    (3, "resources", K::RepStr),
-    (4, "resourceNames", K::RepStr),
-    (5, "nonResourceURLs", K::RepStr),
+const POLICY_RULE: &[F] = fields![
+    1 "verbs" RepStr, 2 "apiGroups" RepStr, 3 "resources" RepStr, 4 "resourceNames" RepStr,
+    5 "nonResourceURLs" RepStr,
 ];
-const ROLE: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "rules", K::RepMsg(POLICY_RULE)),
-];
-const SUBJECT: &[F] = &[
-    (1, "kind", K::Str),
-    (2, "apiGroup", K::Str),
-    (3, "name", K::Str),
-    (4, "namespace", K::Str),
-];
-const ROLE_REF: &[F] = &[
-    (1, "apiGroup", K::Str),
-    (2, "kind", K::Str),
-    (3, "name", K::Str),
-];
-const ROLE_BINDING: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "subjects", K::RepMsg(SUBJECT)),
-    (3, "roleRef", K::Msg(ROLE_REF)),
+const ROLE: &[F] = fields![1 "metadata" Msg(OBJECT_META), 2 "rules" RepMsg(POLICY_RULE)];
+const SUBJECT: &[F] = fields![1 "kind" Str, 2 "apiGroup" Str, 3 "name" Str, 4 "namespace" Str];
+const ROLE_REF: &[F] = fields![1 "apiGroup" Str, 2 "kind" Str, 3 "name" Str];
+const ROLE_BINDING: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "subjects" RepMsg(SUBJECT), 3 "roleRef" Msg(ROLE_REF),
 ];
 
-const RESOURCE_ATTRS: &[F] = &[
-    (1, "namespace", K::Str),
-    (2, "verb", K::Str),
-    (3, "group", K::Str),
-    (4, "version", K::Str),
-    (5, "resource", K::Str),
-    (6, "subresource", K::Str),
-    (7, "name", K::Str),
+const RESOURCE_ATTRS: &[F] = fields![
+    1 "namespace" Str, 2 "verb" Str, 3 "group" Str, 4 "version" Str, 5 "resource" Str,
+    6 "subresource" Str, 7 "name" Str,
 ];
-const NON_RESOURCE_ATTRS: &[F] = &[(1, "path", K::Str), (2, "verb", K::Str)];
-const SAR_SPEC: &[F] = &[
-    (1, "resourceAttributes", K::Msg(RESOURCE_ATTRS)),
-    (2, "nonResourceAttributes", K::Msg(NON_RESOURCE_ATTRS)),
-    (3, "user", K::Str),
-    (4, "groups", K::RepStr),
-    (6, "uid", K::Str),
+const NON_RESOURCE_ATTRS: &[F] = fields![1 "path" Str, 2 "verb" Str];
+const SAR_SPEC: &[F] = fields![
+    1 "resourceAttributes" Msg(RESOURCE_ATTRS), 2 "nonResourceAttributes" Msg(NON_RESOURCE_ATTRS),
+    3 "user" Str, 4 "groups" RepStr, 6 "uid" Str,
 ];
-const SELF_SAR_SPEC: &[F] = &[
-    (1, "resourceAttributes", K::Msg(RESOURCE_ATTRS)),
-    (2, "nonResourceAttributes", K::Msg(NON_RESOURCE_ATTRS)),
+const SELF_SAR_SPEC: &[F] = fields![
+    1 "resourceAttributes" Msg(RESOURCE_ATTRS), 2 "nonResourceAttributes" Msg(NON_RESOURCE_ATTRS),
 ];
-const SAR: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(SAR_SPEC)),
-];
-const SELF_SAR: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(SELF_SAR_SPEC)),
-];
-const SSRR_SPEC: &[F] = &[(1, "namespace", K::Str)];
-const SSRR: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(SSRR_SPEC)),
-];
-const TOKEN_REVIEW_SPEC: &[F] = &[(1, "token", K::Str), (2, "audiences", K::RepStr)];
-const TOKEN_REVIEW: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(TOKEN_REVIEW_SPEC)),
-];
+const SAR: &[F] = fields![1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(SAR_SPEC)];
+const SELF_SAR: &[F] = fields![1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(SELF_SAR_SPEC)];
+const SSRR_SPEC: &[F] = fields![1 "namespace" Str];
+const SSRR: &[F] = fields![1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(SSRR_SPEC)];
+const TOKEN_REVIEW_SPEC: &[F] = fields![1 "token" Str, 2 "audiences" RepStr];
+const TOKEN_REVIEW: &[F] = fields![1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(TOKEN_REVIEW_SPEC)];
 
-const JOB_SPEC: &[F] = &[
-    (1, "parallelism", K::IntP),
-    (2, "completions", K::IntP),
-    (3, "activeDeadlineSeconds", K::IntP),
-    (4, "selector", K::Msg(LABEL_SELECTOR)),
-    (5, "manualSelector", K::BoolP),
-    (6, "template", K::Msg(POD_TEMPLATE)),
-    (7, "backoffLimit", K::IntP),
-    (8, "ttlSecondsAfterFinished", K::IntP),
-    (9, "completionMode", K::Str),
-    (10, "suspend", K::BoolP),
+const JOB_SPEC: &[F] = fields![
+    1 "parallelism" IntP, 2 "completions" IntP, 3 "activeDeadlineSeconds" IntP,
+    4 "selector" Msg(LABEL_SELECTOR), 5 "manualSelector" BoolP, 6 "template" Msg(POD_TEMPLATE),
+    7 "backoffLimit" IntP, 8 "ttlSecondsAfterFinished" IntP, 9 "completionMode" Str,
+    10 "suspend" BoolP,
 ];
-const JOB: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(JOB_SPEC)),
-    (3, "status", K::Msg(TIME_FIELDS)),
+const JOB: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(JOB_SPEC), 3 "status" Msg(TIME_FIELDS),
 ];
-const JOB_TEMPLATE: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(JOB_SPEC)),
+const JOB_TEMPLATE: &[F] = fields![1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(JOB_SPEC)];
+const CRONJOB_SPEC: &[F] = fields![
+    1 "schedule" Str, 2 "startingDeadlineSeconds" IntP, 3 "concurrencyPolicy" Str,
+    4 "suspend" BoolP, 5 "jobTemplate" Msg(JOB_TEMPLATE), 6 "successfulJobsHistoryLimit" IntP,
+    7 "failedJobsHistoryLimit" IntP, 8 "timeZone" Str,
 ];
-const CRONJOB_SPEC: &[F] = &[
-    (1, "schedule", K::Str),
-    (2, "startingDeadlineSeconds", K::IntP),
-    (3, "concurrencyPolicy", K::Str),
-    (4, "suspend", K::BoolP),
-    (5, "jobTemplate", K::Msg(JOB_TEMPLATE)),
-    (6, "successfulJobsHistoryLimit", K::IntP),
-    (7, "failedJobsHistoryLimit", K::IntP),
-    (8, "timeZone", K::Str),
+const CRONJOB: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(CRONJOB_SPEC), 3 "status" Msg(TIME_FIELDS),
 ];
-const CRONJOB: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(CRONJOB_SPEC)),
-    (3, "status", K::Msg(TIME_FIELDS)),
+const PRIORITY_CLASS: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "value" IntP, 3 "globalDefault" Bool, 4 "description" Str,
+    5 "preemptionPolicy" Str,
 ];
-const PRIORITY_CLASS: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "value", K::IntP),
-    (3, "globalDefault", K::Bool),
-    (4, "description", K::Str),
-    (5, "preemptionPolicy", K::Str),
+const QUOTA_SPEC: &[F] = fields![1 "hard" MapQuantity, 2 "scopes" RepStr];
+const QUOTA: &[F] = fields![
+    1 "metadata" Msg(OBJECT_META), 2 "spec" Msg(QUOTA_SPEC), 3 "status" Msg(TIME_FIELDS),
 ];
-const QUOTA_SPEC: &[F] = &[(1, "hard", K::MapQuantity), (2, "scopes", K::RepStr)];
-const QUOTA: &[F] = &[
-    (1, "metadata", K::Msg(OBJECT_META)),
-    (2, "spec", K::Msg(QUOTA_SPEC)),
-    (3, "status", K::Msg(TIME_FIELDS)),
-];
-const METADATA_ONLY: &[F] = &[(1, "metadata", K::Msg(OBJECT_META))];
+const METADATA_ONLY: &[F] = fields![1 "metadata" Msg(OBJECT_META)];
 
 fn schema_for(kind: &str) -> Option<&'static [F]> {
     Some(match kind {

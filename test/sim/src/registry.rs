@@ -600,12 +600,7 @@ pub fn api_resource_list(list: &[Arc<ResourceInfo>], group: &str, version: &str)
             "kind": i.kind,
             "verbs": i.verbs,
         });
-        if !i.short_names.is_empty() {
-            r["shortNames"] = json!(i.short_names);
-        }
-        if !i.categories.is_empty() {
-            r["categories"] = json!(i.categories);
-        }
+        names(&mut r, i);
         resources.push(r);
         for s in &i.subresources {
             let mut r = json!({
@@ -638,6 +633,16 @@ pub fn api_resource_list(list: &[Arc<ResourceInfo>], group: &str, version: &str)
     Some(list)
 }
 
+/// The short names and categories of a discovery entry, where there are any.
+fn names(r: &mut Value, i: &ResourceInfo) {
+    if !i.short_names.is_empty() {
+        r["shortNames"] = json!(i.short_names);
+    }
+    if !i.categories.is_empty() {
+        r["categories"] = json!(i.categories);
+    }
+}
+
 fn aggregated_resource(i: &ResourceInfo) -> Value {
     let mut r = json!({
         "resource": i.resource,
@@ -646,12 +651,7 @@ fn aggregated_resource(i: &ResourceInfo) -> Value {
         "singularResource": i.singular,
         "verbs": i.verbs,
     });
-    if !i.short_names.is_empty() {
-        r["shortNames"] = json!(i.short_names);
-    }
-    if !i.categories.is_empty() {
-        r["categories"] = json!(i.categories);
-    }
+    names(&mut r, i);
     if !i.subresources.is_empty() {
         r["subresources"] = Value::Array(
             i.subresources

@@ -247,15 +247,7 @@ pub fn validate(
             }
         }
         Value::Array(a) => {
-            if let Some(n) = s["maxItems"].as_u64()
-                && a.len() as u64 > n
-            {
-                out.push((
-                    path.into(),
-                    "FieldValueTooMany".into(),
-                    format!("Too many: {}: must have at most {n} items", a.len()),
-                ));
-            }
+            too_many(s, "maxItems", a.len(), path, out);
             if let Some(n) = s["minItems"].as_u64()
                 && (a.len() as u64) < n
             {
@@ -315,15 +307,7 @@ pub fn validate(
                     );
                 }
             }
-            if let Some(n) = s["maxProperties"].as_u64()
-                && m.len() as u64 > n
-            {
-                out.push((
-                    path.into(),
-                    "FieldValueTooMany".into(),
-                    format!("Too many: {}: must have at most {n} items", m.len()),
-                ));
-            }
+            too_many(s, "maxProperties", m.len(), path, out);
         }
         _ => {}
     }
@@ -459,6 +443,19 @@ pub fn unescape_field(f: &str) -> String {
         .replace("__dash__", "-")
         .replace("__slash__", "/")
         .replace('\u{0}', "__")
+}
+
+/// `FieldValueTooMany` when `len` exceeds the schema's `key` (maxItems, maxProperties).
+fn too_many(s: &Value, key: &str, len: usize, path: &str, out: &mut Vec<Cause>) {
+    if let Some(n) = s[key].as_u64()
+        && len as u64 > n
+    {
+        out.push((
+            path.into(),
+            "FieldValueTooMany".into(),
+            format!("Too many: {len}: must have at most {n} items"),
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -375,21 +375,15 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
     let client = sim.client().await.expect("client");
     let deploys: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(client, "default");
+    let pp = kube::api::PatchParams::default();
+    let merge = kube::api::Patch::Merge;
     deploys
-        .patch(
-            "d",
-            &Default::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"replicas": 2}})),
-        )
+        .patch("d", &pp, &merge(json!({"spec": {"replicas": 2}})))
         .await
         .expect("spec patch is not reviewed");
     assert!(hook.reviews().is_empty());
     let err = deploys
-        .patch_status(
-            "d",
-            &Default::default(),
-            &kube::api::Patch::Merge(json!({"status": {"replicas": 2}})),
-        )
+        .patch_status("d", &pp, &merge(json!({"status": {"replicas": 2}})))
         .await
         .expect_err("status patch is denied");
     assert_status(

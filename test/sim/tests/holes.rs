@@ -95,6 +95,16 @@ fn labels_and_annotation(v: &Value) -> (Value, Value) {
     )
 }
 
+/// `kubectl get <object>` shows the labels and `added-through` annotation of the body
+/// of REST capture `capture` (`<capture>.body`).
+fn assert_metadata_as(k: &Kubectl, object: &str, capture: &str) {
+    assert_eq!(
+        labels_and_annotation(&k.json(&format!("get {object}"))),
+        labels_and_annotation(&rest_body(&format!("{capture}.body"))),
+        "{object} against {capture}"
+    );
+}
+
 async fn start() -> (holdfast_sim::SimHandle, TestWebhook, Kubectl) {
     let (sim, k) = start_with_kubectl().await;
     let hook = TestWebhook::start(&[], capture_policy()).await;
@@ -173,10 +183,10 @@ async fn metadata_through_subresources_follows_the_strategies() {
         r#"{"metadata":{"labels":{"keep":null},"annotations":{"added-through":"status"}}}"#,
     );
     assert_one_review(&hook, "009-update-namespaces-holes-status.json");
-    let got = k.json("get ns holes-status");
-    assert_eq!(
-        labels_and_annotation(&got),
-        labels_and_annotation(&rest_body("20-patch-namespace-status-remove-label.body"))
+    assert_metadata_as(
+        &k,
+        "ns holes-status",
+        "20-patch-namespace-status-remove-label",
     );
 
     // namespaces/finalize: a PUT without the label removes it.
@@ -191,10 +201,10 @@ async fn metadata_through_subresources_follows_the_strategies() {
     let out = k.raw("replace", "/api/v1/namespaces/holes-status/finalize", &body);
     assert_eq!(out.code, 0, "{out:?}");
     assert_one_review(&hook, "011-update-namespaces-holes-status.json");
-    let got = k.json("get ns holes-status");
-    assert_eq!(
-        labels_and_annotation(&got),
-        labels_and_annotation(&rest_body("21-put-namespace-finalize-without-label.body"))
+    assert_metadata_as(
+        &k,
+        "ns holes-status",
+        "21-put-namespace-finalize-without-label",
     );
 
     // pods/status: labels and annotations change.
@@ -210,11 +220,7 @@ async fn metadata_through_subresources_follows_the_strategies() {
     );
     let r = hook.reviews();
     assert_same_request(&r[0].review["request"], "022-update-pods-p1.json");
-    let got = k.json("get pod p1 -n holes-status");
-    assert_eq!(
-        labels_and_annotation(&got),
-        labels_and_annotation(&rest_body("23-patch-pod-status-metadata.body"))
-    );
+    assert_metadata_as(&k, "pod p1 -n holes-status", "23-patch-pod-status-metadata");
 
     // deployments/status: label changes ignored, annotation changes kept.
     let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment",

@@ -182,14 +182,8 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     assert_eq!(b.data["status"]["boundResources"][0]["resource"], "widgets");
 
     // v1alpha1 <-> v1alpha2 conversion of exports and bindings.
-    let exports2: Api<DynamicObject> = Api::all_with(
-        provider.clone(),
-        &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
-    );
-    let e2 = exports2
-        .get("example.io")
-        .await
-        .expect("export as v1alpha2");
+    let export = ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports");
+    let e2 = get_as(&provider, &export, "example.io").await;
     assert_eq!(
         e2.data["spec"]["resources"][0],
         json!({"group": "example.io", "name": "widgets", "schema": "v1.widgets.example.io", "storage": {"crd": {}}})
@@ -199,14 +193,8 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         e2.data["spec"]["permissionClaims"][0]["selector"],
         json!({"matchAll": true})
     );
-    let bindings1: Api<DynamicObject> = Api::all_with(
-        team.clone(),
-        &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
-    );
-    let b1 = bindings1
-        .get("example.io")
-        .await
-        .expect("binding as v1alpha1");
+    let binding = ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings");
+    let b1 = get_as(&team, &binding, "example.io").await;
     assert_eq!(b1.data["spec"]["permissionClaims"][0]["all"], true);
     assert_eq!(b1.data["spec"]["permissionClaims"][0]["state"], "Accepted");
 
@@ -281,14 +269,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         "default",
         &ar("", "v1", "ConfigMap", "configmaps"),
     );
-    let names: Vec<String> = cms
-        .list(&ListParams::default())
-        .await
-        .expect("claimed list")
-        .items
-        .into_iter()
-        .filter_map(|o| o.metadata.name)
-        .collect();
+    let names = list_names(&cms, "claimed list").await;
     assert_eq!(names, ["hello"]);
     let other_lc = sim.logical_cluster("root:org:other").expect("other lc");
     let vw_other = client_at(&sim, &format!("{vw_url}/clusters/{other_lc}")).await;
@@ -336,14 +317,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     // Front-proxy wildcard for system:masters.
     let star = client_at(&sim, &format!("{url}/clusters/*")).await;
     let all_cms: Api<DynamicObject> = Api::all_with(star, &ar("", "v1", "ConfigMap", "configmaps"));
-    let names: Vec<String> = all_cms
-        .list(&ListParams::default())
-        .await
-        .expect("wildcard")
-        .items
-        .into_iter()
-        .filter_map(|o| o.metadata.name)
-        .collect();
+    let names = list_names(&all_cms, "wildcard").await;
     assert_eq!(names, ["hello"]);
     sim.shutdown().await;
 }
@@ -386,4 +360,23 @@ async fn deleting_a_workspace_removes_its_logical_cluster() {
     let out = k.sh("get cm -n default");
     assert_ne!(out.code, 0, "{out:?}");
     sim.shutdown().await;
+}
+
+/// The names of the objects `api` lists (`what` names the list in a failure).
+async fn list_names(api: &Api<DynamicObject>, what: &str) -> Vec<String> {
+    api.list(&ListParams::default())
+        .await
+        .expect(what)
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect()
+}
+
+/// The cluster-scoped object `name`, read as `ar` (its group version and kind).
+async fn get_as(client: &kube::Client, ar: &ApiResource, name: &str) -> DynamicObject {
+    Api::<DynamicObject>::all_with(client.clone(), ar)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("{} {name} as {}: {e}", ar.kind, ar.api_version))
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{api_status, create_obj, merge_patch, wait_until};
+use common::{api_status, create_obj, merge_patch, refused, wait_until};
 use futures::StreamExt;
 use holdfast_sim::{RbacRule, Sim, SimConfig, User};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -83,11 +83,7 @@ async fn dynamic_crud_errors_and_paging() {
     // Duplicate create.
     let mut dup = DynamicObject::new(&name, &cm_resource()).within("cap");
     dup.data = json!({});
-    let s = api_status(
-        api.create(&PostParams::default(), &dup)
-            .await
-            .expect_err("duplicate"),
-    );
+    let s = refused(api.create(&PostParams::default(), &dup), "duplicate").await;
     assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists"));
     assert_eq!(s.message, format!("configmaps \"{name}\" already exists"));
 
@@ -128,11 +124,7 @@ async fn dynamic_crud_errors_and_paging() {
         .parse()
         .expect("rv");
     assert!(rv2 > rv1);
-    let s = api_status(
-        api.replace(&name, &PostParams::default(), &upd)
-            .await
-            .expect_err("stale"),
-    );
+    let s = refused(api.replace(&name, &PostParams::default(), &upd), "stale").await;
     assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
     assert_eq!(
         s.message,
@@ -230,11 +222,11 @@ async fn dynamic_crud_errors_and_paging() {
         .expect("fields");
     assert_eq!(by_name.items.len(), 1);
     assert_eq!(by_name.items[0].metadata.name.as_deref(), Some("page-3"));
-    let s = api_status(
-        api.list(&ListParams::default().fields("spec.foo=bar"))
-            .await
-            .expect_err("bad field"),
-    );
+    let s = refused(
+        api.list(&ListParams::default().fields("spec.foo=bar")),
+        "bad field",
+    )
+    .await;
     assert_eq!(s.code, 400);
 
     // Delete returns a Status for immediate deletion.
@@ -285,12 +277,11 @@ async fn dynamic_crud_errors_and_paging() {
         .await
         .expect("cfg");
     let bad_client = kube::Client::try_from(cfg).expect("client");
-    let s = api_status(
-        Api::<ConfigMap>::namespaced(bad_client, "cap")
-            .get("x")
-            .await
-            .expect_err("401"),
-    );
+    let s = refused(
+        Api::<ConfigMap>::namespaced(bad_client, "cap").get("x"),
+        "401",
+    )
+    .await;
     assert_eq!((s.code, s.reason.as_str()), (401, "Unauthorized"));
     sim.shutdown().await;
 }
@@ -494,15 +485,15 @@ async fn server_side_apply_and_finalizers() {
     );
     assert_eq!(again.metadata.uid, applied.metadata.uid);
     // fieldManager is required for apply.
-    let s = api_status(
+    let s = refused(
         api.patch(
             "applied",
             &PatchParams::default(),
             &Patch::Apply(json!({"metadata": {"name": "applied"}})),
-        )
-        .await
-        .expect_err("no field manager"),
-    );
+        ),
+        "no field manager",
+    )
+    .await;
     assert_eq!(s.code, 422);
 
     // Finalizers hold the object after DELETE.
@@ -528,15 +519,15 @@ async fn server_side_apply_and_finalizers() {
         Some(vec!["capture.test/hold".to_string()])
     );
     // Adding finalizers during deletion is forbidden; removing them completes it.
-    let s = api_status(
+    let s = refused(
         api.patch(
             "fin",
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"finalizers": ["capture.test/hold", "other"]}})),
-        )
-        .await
-        .expect_err("no new finalizers"),
-    );
+        ),
+        "no new finalizers",
+    )
+    .await;
     assert_eq!(s.code, 403);
     merge_patch(&api, "fin", json!({"metadata": {"finalizers": null}})).await;
     assert!(api.get_opt("fin").await.expect("get").is_none());
@@ -594,14 +585,14 @@ async fn namespace_cascade_and_owner_gc() {
         ns.status.and_then(|s| s.phase).as_deref(),
         Some("Terminating")
     );
-    let s = api_status(
+    let s = refused(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "late"}})).expect("cm"),
-        )
-        .await
-        .expect_err("terminating"),
-    );
+        ),
+        "terminating",
+    )
+    .await;
     assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
     assert_eq!(
         s.message,
@@ -640,14 +631,14 @@ async fn namespace_cascade_and_owner_gc() {
         .expect("list");
     assert!(left.items.is_empty());
     // Creating in a missing namespace.
-    let s = api_status(
+    let s = refused(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("cm"),
-        )
-        .await
-        .expect_err("missing ns"),
-    );
+        ),
+        "missing ns",
+    )
+    .await;
     assert_eq!(
         (s.code, s.message.as_str()),
         (404, "namespaces \"doomed\" not found")
@@ -810,12 +801,7 @@ async fn crd_serving_status_and_cleanup() {
     );
     let mut w2 = DynamicObject::new("w2", &ar);
     w2.data = json!({"spec": {"size": 1}});
-    let s = api_status(
-        widgets
-            .create(&PostParams::default(), &w2)
-            .await
-            .expect_err("terminating"),
-    );
+    let s = refused(widgets.create(&PostParams::default(), &w2), "terminating").await;
     assert_eq!(s.code, 405);
     merge_patch(&widgets, "w1", json!({"metadata": {"finalizers": null}})).await;
     for _ in 0..200 {
@@ -923,14 +909,14 @@ async fn rbac_model_and_subject_access_reviews() {
     cms.list(&ListParams::default())
         .await
         .expect("alice may list configmaps");
-    let s = api_status(
+    let s = refused(
         cms.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("cm"),
-        )
-        .await
-        .expect_err("alice may not create"),
-    );
+        ),
+        "alice may not create",
+    )
+    .await;
     assert_eq!(s.code, 403);
     assert_eq!(
         s.message,
@@ -1104,11 +1090,7 @@ async fn streaming_list_and_metadata_watch() {
     nss.delete("s", &DeleteParams::default())
         .await
         .expect("first delete");
-    let s = api_status(
-        nss.delete("s", &DeleteParams::default())
-            .await
-            .expect_err("second delete"),
-    );
+    let s = refused(nss.delete("s", &DeleteParams::default()), "second delete").await;
     assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
     sim.shutdown().await;
 }
@@ -1184,29 +1166,29 @@ async fn label_and_annotation_validation() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");
     let client = sim.client().await.expect("client");
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
-    let s = api_status(
+    let s = refused(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(
                 json!({"metadata": {"name": "x", "labels": {"holdfast.dev/protected": "not ok"}}}),
             )
             .expect("cm"),
-        )
-        .await
-        .expect_err("invalid label value"),
-    );
+        ),
+        "invalid label value",
+    )
+    .await;
     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
     assert!(s.message.starts_with("ConfigMap \"x\" is invalid: metadata.labels: Invalid value: \"not ok\": a valid label must be an empty string"), "{}", s.message);
     create_obj(&api, json!({"metadata": {"name": "x", "labels": {"holdfast.dev/protected": "Always"}, "annotations": {"holdfast.dev/skip-protection": "true"}}})).await;
-    let s = api_status(
+    let s = refused(
         api.patch(
             "x",
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"annotations": {"a/b/c": "1"}}})),
-        )
-        .await
-        .expect_err("invalid annotation key"),
-    );
+        ),
+        "invalid annotation key",
+    )
+    .await;
     assert_eq!(s.code, 422);
     sim.shutdown().await;
 }
@@ -1280,15 +1262,15 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
     )
     .await
     .expect("create");
-    let s = api_status(
+    let s = refused(
         api.patch(
             "frozen",
             &PatchParams::default(),
             &Patch::Merge(json!({"data": {"a": "2"}})),
-        )
-        .await
-        .expect_err("immutable"),
-    );
+        ),
+        "immutable",
+    )
+    .await;
     assert_eq!(s.code, 422);
     assert_eq!(
         s.message,
@@ -1300,26 +1282,26 @@ async fn immutable_configmaps_owner_references_and_finalizer_names() {
         json!({"metadata": {"labels": {"ok": "yes"}}}),
     )
     .await;
-    let s = api_status(
-        api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "o", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "frozen"}]}})).expect("cm"))
-            .await
-            .expect_err("owner uid"),
-    );
+    let s = refused(
+        api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "o", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "frozen"}]}})).expect("cm")),
+        "owner uid",
+)
+.await;
     assert_eq!(
         s.message,
         "ConfigMap \"o\" is invalid: metadata.ownerReferences.uid: Invalid value: \"\": uid must not be empty"
     );
-    let s = api_status(
+    let s = refused(
         api.create(
             &PostParams::default(),
             &serde_json::from_value(
                 json!({"metadata": {"name": "f", "finalizers": ["not a/valid name"]}}),
             )
             .expect("cm"),
-        )
-        .await
-        .expect_err("finalizer"),
-    );
+        ),
+        "finalizer",
+    )
+    .await;
     assert_eq!(s.code, 422);
     sim.shutdown().await;
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{api_status, merge_patch};
+use common::{merge_patch, refused};
 
 use holdfast_sim::{Sim, SimConfig, User};
 use k8s_openapi::api::core::v1::Secret;
@@ -47,11 +47,6 @@ fn rules(v: Value) -> Option<Vec<PolicyRule>> {
     Some(serde_json::from_value(v).expect("rules"))
 }
 
-/// The Status of a request that must have been refused (`what` it was).
-fn refused<T: std::fmt::Debug>(r: kube::Result<T>, what: &str) -> kube::core::Status {
-    api_status(r.expect_err(what))
-}
-
 /// Adds `rule` to the keeper's own ClusterRole (as the admin).
 async fn grant_keeper(admin_roles: &Api<ClusterRole>, rule: Value) {
     let mut keeper_role = admin_roles.get("keeper").await.expect("get");
@@ -69,12 +64,11 @@ async fn grant_keeper(admin_roles: &Api<ClusterRole>, rule: Value) {
 async fn create_other(roles: &Api<ClusterRole>) -> kube::core::Status {
     let secrets = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]);
     let other = role("other", json!({}), secrets);
-    api_status(
-        roles
-            .create(&PostParams::default(), &other)
-            .await
-            .expect_err("a role with rules not held"),
+    refused(
+        roles.create(&PostParams::default(), &other),
+        "a role with rules not held",
     )
+    .await
 }
 
 /// The simulator with the keeper service account, and admin and keeper clients.
@@ -136,12 +130,7 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
         {"apiGroups": ["", "apps"], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["delete"]}
     ]));
-    let s = api_status(
-        roles
-            .replace("reads", &pp, &more)
-            .await
-            .expect_err("escalation"),
-    );
+    let s = refused(roles.replace("reads", &pp, &more), "escalation").await;
     assert_eq!(s.code, 403, "{s:?}");
     assert_eq!(s.reason, "Forbidden");
     assert_eq!(
@@ -187,9 +176,10 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
     grant_keeper(&admin_roles, json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]})).await;
     let bindings: Api<ClusterRoleBinding> = Api::all(keeper.clone());
     let s = refused(
-        bindings.create(&pp, &binding("self-reads", "reads")).await,
+        bindings.create(&pp, &binding("self-reads", "reads")),
         "binding a role whose rules are not held",
-    );
+    )
+    .await;
     assert_eq!(s.code, 403);
     assert_eq!(
         s.message,
@@ -200,11 +190,10 @@ async fn granting_rules_not_held_is_refused_unless_escalate() {
          {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\"]}"
     );
     let s = refused(
-        bindings
-            .create(&pp, &binding("missing", "no-such-role"))
-            .await,
+        bindings.create(&pp, &binding("missing", "no-such-role")),
         "unknown role",
-    );
+    )
+    .await;
     assert_eq!(s.code, 404);
     assert_eq!(
         s.message,
@@ -295,12 +284,7 @@ async fn aggregated_cluster_roles_follow_the_roles_they_select() {
         .expect("unlabel");
     merge_patch(&roles, "a-secrets", json!({"rules": [cm]})).await;
     wait_rules(json!([cm])).await;
-    let s = api_status(
-        secrets
-            .list(&ListParams::default())
-            .await
-            .expect_err("no longer granted"),
-    );
+    let s = refused(secrets.list(&ListParams::default()), "no longer granted").await;
     assert_eq!(s.code, 403);
     // A non-admin may not create an aggregated role at all.
     let keeper_roles: Api<ClusterRole> = Api::all(keeper.clone());
@@ -321,12 +305,11 @@ async fn aggregated_cluster_roles_follow_the_roles_they_select() {
         .create(&pp, &binding("keeper-creates", "keeper-creates"))
         .await
         .expect("binding");
-    let s = api_status(
-        keeper_roles
-            .create(&pp, &mine)
-            .await
-            .expect_err("aggregationRule needs full authority"),
-    );
+    let s = refused(
+        keeper_roles.create(&pp, &mine),
+        "aggregationRule needs full authority",
+    )
+    .await;
     assert_eq!(s.code, 403);
     assert_eq!(
         s.message,

@@ -56,6 +56,23 @@ async fn call(
     )
 }
 
+/// PATCH `path` with `body` of `content_type`; the response, whatever its status.
+async fn patch(
+    client: &kube::Client,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> http::Response<kube::client::Body> {
+    let req = http::Request::patch(path)
+        .header("content-type", content_type)
+        .body(body.to_vec())
+        .expect("request");
+    client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap_or_else(|e| panic!("PATCH {path} ({content_type}): {e}"))
+}
+
 /// Drops what legitimately differs between clusters and runs.
 /// `METHOD PATH` (with `body`) answers as kube-apiserver did in capture `name`: the
 /// same code and (normalized) body. The body.
@@ -396,37 +413,33 @@ async fn statuses_and_lists_match_real_apiserver() {
     );
 
     // 11-13: server-side apply (201 on create), merge patch, JSON patch.
-    let apply =
-        http::Request::patch("/api/v1/namespaces/cap/configmaps/applied2?fieldManager=capture")
-            .header("content-type", "application/apply-patch+yaml")
-            .body(
-                b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied2\ndata:\n  k: v\n"
-                    .to_vec(),
-            )
-            .expect("req");
-    let resp = c
-        .send(apply.map(kube::client::Body::from))
-        .await
-        .expect("apply");
-    assert_eq!(resp.status().as_u16(), capture_status("11-ssa"));
-    let merge = http::Request::patch("/api/v1/namespaces/cap/configmaps/applied2")
-        .header("content-type", "application/merge-patch+json")
-        .body(br#"{"metadata":{"labels":{"m":"1"}}}"#.to_vec())
-        .expect("req");
-    let resp = c
-        .send(merge.map(kube::client::Body::from))
-        .await
-        .expect("merge");
-    assert_eq!(resp.status().as_u16(), capture_status("12-merge-patch"));
-    let jp = http::Request::patch("/api/v1/namespaces/cap/configmaps/applied2")
-        .header("content-type", "application/json-patch+json")
-        .body(br#"[{"op":"add","path":"/data/j","value":"2"}]"#.to_vec())
-        .expect("req");
-    let resp = c
-        .send(jp.map(kube::client::Body::from))
-        .await
-        .expect("json patch");
-    assert_eq!(resp.status().as_u16(), capture_status("13-json-patch"));
+    let mut last = None;
+    for (cap, query, content_type, body) in [
+        (
+            "11-ssa",
+            "?fieldManager=capture",
+            "application/apply-patch+yaml",
+            &b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied2\ndata:\n  k: v\n"[..],
+        ),
+        (
+            "12-merge-patch",
+            "",
+            "application/merge-patch+json",
+            br#"{"metadata":{"labels":{"m":"1"}}}"#,
+        ),
+        (
+            "13-json-patch",
+            "",
+            "application/json-patch+json",
+            br#"[{"op":"add","path":"/data/j","value":"2"}]"#,
+        ),
+    ] {
+        let path = format!("/api/v1/namespaces/cap/configmaps/applied2{query}");
+        let resp = patch(&c, &path, content_type, body).await;
+        assert_eq!(resp.status().as_u16(), capture_status(cap), "{cap}");
+        last = Some(resp);
+    }
+    let resp = last.expect("the JSON patch answered");
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     let mut got: Value = serde_json::from_slice(&bytes).expect("json");
     got["metadata"]["name"] = json!("applied");

@@ -195,6 +195,14 @@ pub fn api_status(e: kube::Error) -> kube::core::Status {
     }
 }
 
+/// The Status a request that must fail (`what`, for the message if it does not) was refused with.
+pub async fn refused<T: std::fmt::Debug>(
+    request: impl std::future::Future<Output = kube::Result<T>>,
+    what: &str,
+) -> kube::core::Status {
+    api_status(request.await.expect_err(what))
+}
+
 /// Asserts that a request was refused with this code, reason and message.
 pub fn assert_status(e: kube::Error, code: u16, reason: &str, message: &str) {
     let s = api_status(e);
