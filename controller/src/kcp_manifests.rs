@@ -37,15 +37,29 @@ pub fn schema_for(crd: &CustomResourceDefinition) -> anyhow::Result<Value> {
     let mut versions = spec["versions"].clone();
     if let Some(vs) = versions.as_array_mut() {
         for v in vs {
-            // kcp's APIResourceVersion: same fields as the CRD's, schema inline.
+            // kcp's APIResourceVersion: the CRD version's fields, but `schema` is the
+            // OpenAPI v3 schema itself (no `openAPIV3Schema` wrapper) and there are
+            // no selectable fields.
             if let Some(m) = v.as_object_mut() {
                 m.remove("selectableFields");
+                if let Some(inner) = m
+                    .get_mut("schema")
+                    .and_then(|s| s.get_mut("openAPIV3Schema"))
+                    .map(Value::take)
+                {
+                    m.insert("schema".into(), inner);
+                }
             }
         }
     }
+    // kcp requires listKind (a CRD defaults it; an APIResourceSchema does not).
+    let mut names = spec["names"].clone();
+    if names["listKind"].as_str().is_none_or(str::is_empty) {
+        names["listKind"] = json!(format!("{}List", crd.spec.names.kind));
+    }
     let body = json!({
         "group": spec["group"],
-        "names": spec["names"],
+        "names": names,
         "scope": spec["scope"],
         "versions": versions,
     });

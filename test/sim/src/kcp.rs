@@ -217,6 +217,12 @@ pub fn prepare_create(
         return Ok(());
     }
     match (info.group.as_str(), info.resource.as_str()) {
+        ("apis.kcp.io", "apiresourceschemas") => {
+            let causes = schema_causes(&name, obj);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(info, &name, causes));
+            }
+        }
         ("tenancy.kcp.io", "workspaces") => {
             let lc = random_lc_name();
             let parent = path_of(state, cluster).unwrap_or_else(|| cluster.to_string());
@@ -275,6 +281,66 @@ pub fn prepare_update(
         new["spec"]["URL"] = old["spec"]["URL"].clone();
     }
     Ok(())
+}
+
+/// What kcp's APIResourceSchema admission refuses on create: the name is
+/// `<prefix>.<plural>.<group>` (prefix a DNS label starting with a letter); plural,
+/// singular, kind and listKind are required; each version's `schema` is the OpenAPI v3
+/// schema itself, structural (`type: object` at the root), never a CRD's
+/// `{openAPIV3Schema: ...}` wrapper.
+fn schema_causes(name: &str, obj: &Value) -> Vec<crate::errors::Cause> {
+    use crate::errors::cause;
+    let spec = &obj["spec"];
+    let group = spec["group"].as_str().unwrap_or("");
+    let plural = spec["names"]["plural"].as_str().unwrap_or("");
+    let mut causes = vec![];
+    let suffix = if group.is_empty() {
+        format!(".{plural}.core")
+    } else {
+        format!(".{plural}.{group}")
+    };
+    let prefix_ok = name.strip_suffix(&suffix).is_some_and(|p| {
+        p.starts_with(|c: char| c.is_ascii_lowercase()) && crate::api::validate::is_dns1123_label(p)
+    });
+    if !prefix_ok {
+        causes.push(cause(
+            "metadata.name",
+            "FieldValueInvalid",
+            format!("Invalid value: \"{name}\": must be prefix.{plural}.{group} with a prefix matching ^[a-z]([-a-z0-9]*[a-z0-9])?$"),
+        ));
+    }
+    for field in ["plural", "singular", "kind", "listKind"] {
+        if spec["names"][field].as_str().is_none_or(str::is_empty) {
+            causes.push(cause(
+                &format!("spec.names.{field}"),
+                "FieldValueRequired",
+                "Required value",
+            ));
+        }
+    }
+    for (i, v) in spec["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let schema = &v["schema"];
+        if schema.get("openAPIV3Schema").is_some() {
+            causes.push(cause(
+                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                "FieldValueForbidden",
+                "Forbidden: the schema is the OpenAPI v3 schema itself, not a CustomResourceDefinition's openAPIV3Schema wrapper",
+            ));
+        }
+        if schema["type"].as_str().is_none_or(str::is_empty) {
+            causes.push(cause(
+                &format!("spec.versions[{i}].schema.type"),
+                "FieldValueRequired",
+                "Required value: must not be empty at the root",
+            ));
+        }
+    }
+    causes
 }
 
 /// Names of the APIResourceSchemas an APIExport publishes (v1alpha1 and v1alpha2 forms).

@@ -380,3 +380,67 @@ async fn get_as(client: &kube::Client, ar: &ApiResource, name: &str) -> DynamicO
         .await
         .unwrap_or_else(|e| panic!("{} {name} as {}: {e}", ar.kind, ar.api_version))
 }
+
+/// kcp's APIResourceSchema admission: the shipped `manifests/kcp` install with
+/// `kubectl apply -k`; a CRD-style schema (wrapped in `openAPIV3Schema`, no
+/// `listKind`) and a name without a valid prefix are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_resource_schemas_are_validated_as_kcp_does() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let url = sim.url();
+    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    create(&root, &ws(), None, name("hf")).await;
+    let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:hf"), "admin"));
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../manifests/kcp");
+    let out = k.ok(&format!("apply -k {dir}"));
+    let created: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.ends_with(" created"))
+        .collect();
+    assert_eq!(created.len(), 5, "four schemas and the export: {out:?}");
+
+    let hf = client_at(&sim, &format!("{url}/clusters/root:hf")).await;
+    let schemas = ar(
+        "apis.kcp.io",
+        "v1alpha1",
+        "APIResourceSchema",
+        "apiresourceschemas",
+    );
+    let api: Api<DynamicObject> = Api::all_with(hf, &schemas);
+    let crd_style = json!({
+        "metadata": {"name": "v1.gadgets.example.io"},
+        "spec": {"group": "example.io", "scope": "Namespaced",
+                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+    });
+    let s = refused(
+        api.create(&PostParams::default(), &obj(&schemas, crd_style)),
+        "a CRD-style schema",
+    )
+    .await;
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        s.message,
+        "APIResourceSchema.apis.kcp.io \"v1.gadgets.example.io\" is invalid: [\
+         spec.names.listKind: Required value, \
+         spec.versions[0].schema.openAPIV3Schema: Forbidden: the schema is the OpenAPI v3 schema itself, not a CustomResourceDefinition's openAPIV3Schema wrapper, \
+         spec.versions[0].schema.type: Required value: must not be empty at the root]"
+    );
+    let bad_prefix = json!({
+        "metadata": {"name": "1x.gadgets.example.io"},
+        "spec": {"group": "example.io", "scope": "Namespaced",
+                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"type": "object"}}]}
+    });
+    let s = refused(
+        api.create(&PostParams::default(), &obj(&schemas, bad_prefix)),
+        "a name without a valid prefix",
+    )
+    .await;
+    assert_eq!(
+        s.message,
+        "APIResourceSchema.apis.kcp.io \"1x.gadgets.example.io\" is invalid: metadata.name: Invalid value: \"1x.gadgets.example.io\": must be prefix.gadgets.example.io with a prefix matching ^[a-z]([-a-z0-9]*[a-z0-9])?$"
+    );
+}

@@ -17,7 +17,7 @@ mod request;
 mod scale;
 mod table;
 mod update;
-mod validate;
+pub(crate) mod validate;
 mod watch;
 
 pub use self::create::create;
