@@ -39,6 +39,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         labels: ProtectionLabels::with_extra(args.protection_labels.clone()),
         strict: args.strict,
         max_break_glass: args.max_break_glass(),
+        kcp: args.topology == holdfast_shared::topology::Topology::Kcp,
     };
     let metrics = metrics::Metrics::new().context("registering metrics")?;
     let certs = tls::CertStore::load(&args.tls_cert, &args.tls_key)

@@ -421,3 +421,41 @@ async fn sigterm_drains_in_flight_reviews() {
             .is_err()
     );
 }
+
+/// On kcp every object carries `kcp.io/cluster`; the webhook refuses the DELETE of
+/// one without it (its workspace, and so its protections, are unknown) and judges one
+/// with it as usual.
+#[tokio::test]
+async fn on_kcp_a_delete_without_its_logical_cluster_is_refused() {
+    let p = pki("webhook");
+    let wh = start(&p, &["--topology", "kcp", "--label-only"]).await;
+    let bare = ns("team", json!({}));
+    let r = validate(
+        &p.ca_pem,
+        Proto::H1,
+        wh.port,
+        ns_review("u-kcp-1", "DELETE", Value::Null, bare),
+    )
+    .await;
+    assert_eq!(
+        (r["uid"].as_str(), r["allowed"].as_bool()),
+        (Some("u-kcp-1"), Some(false))
+    );
+    assert_eq!(
+        message(&r),
+        "holdfast: cannot evaluate DELETE of Namespace team: the object carries no \
+         kcp.io/cluster annotation, so its workspace (and every protection that applies \
+         there) is unknown; refusing rather than risk removing a protected object. Retry \
+         the request; if it keeps failing, check the object with kubectl get -o yaml."
+    );
+    let mut annotated = ns("team", json!({}));
+    annotated["metadata"]["annotations"] = json!({"kcp.io/cluster": "2x8kq9"});
+    let r = validate(
+        &p.ca_pem,
+        Proto::H1,
+        wh.port,
+        ns_review("u-kcp-2", "DELETE", Value::Null, annotated),
+    )
+    .await;
+    assert_eq!(r["allowed"], true, "{r}");
+}

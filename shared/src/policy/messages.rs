@@ -43,6 +43,10 @@ pub fn list_blockers(blockers: &[String]) -> String {
 
 // --- Requests holdfast cannot judge -------------------------------------------------
 
+/// Why a DELETE on kcp of an object without `kcp.io/cluster` is not evaluated.
+pub const NO_LOGICAL_CLUSTER: &str = "the object carries no kcp.io/cluster annotation, so its \
+     workspace (and every protection that applies there) is unknown";
+
 /// The object of `op` on `what` cannot be read.
 pub fn unreadable(op: &str, what: &str, why: &str) -> String {
     format!(

@@ -68,6 +68,10 @@ pub struct PolicyConfig {
     /// A skip annotation dated further ahead than this does not count
     /// (`--max-break-glass`).
     pub max_break_glass: chrono::TimeDelta,
+    /// The requests come from kcp (`--topology kcp`): every object carries the
+    /// `kcp.io/cluster` annotation, and a DELETE of one without it is refused (its
+    /// workspace, and so every protection of it, is unknown).
+    pub kcp: bool,
 }
 
 impl Default for PolicyConfig {
@@ -76,6 +80,7 @@ impl Default for PolicyConfig {
             labels: ProtectionLabels::default(),
             strict: false,
             max_break_glass: DEFAULT_MAX_BREAK_GLASS,
+            kcp: false,
         }
     }
 }
@@ -173,6 +178,9 @@ pub(crate) async fn evaluate_delete<V: ClusterView>(
     };
     if let Err(why) = check_metadata(obj) {
         return unreadable(req, &why);
+    }
+    if cx.cfg.kcp && logical_cluster(obj).is_empty() {
+        return unreadable(req, messages::NO_LOGICAL_CLUSTER);
     }
     let skip_note = match break_glass(obj, cx.now, cx.cfg.max_break_glass) {
         Ok(Some(_)) => return Evaluation::allow(Decider::BreakGlass),

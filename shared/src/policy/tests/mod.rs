@@ -547,3 +547,32 @@ mod hardening;
 mod lifecycle;
 mod outcome;
 mod policy_objects;
+
+#[test]
+fn on_kcp_a_delete_without_its_logical_cluster_is_refused() {
+    let kcp = PolicyConfig {
+        kcp: true,
+        ..cfg(false, &[])
+    };
+    // No kcp.io/cluster: its workspace is unknown, so nothing about it can be judged.
+    let e = judge(&delete(cm(json!({}), json!({}))), &kcp);
+    assert_decided(&e, Decider::Unreadable, "unreadable");
+    let d = denied(&e);
+    assert_eq!(d.kind, DenialKind::Unreadable);
+    assert_eq!(
+        d.message,
+        "holdfast: cannot evaluate DELETE of ConfigMap ns/obj: the object carries no \
+         kcp.io/cluster annotation, so its workspace (and every protection that applies \
+         there) is unknown; refusing rather than risk removing a protected object. Retry \
+         the request; if it keeps failing, check the object with kubectl get -o yaml."
+    );
+    // With it, the DELETE is judged as usual (nothing protects this one).
+    let e = judge(
+        &delete(cm(json!({}), json!({"kcp.io/cluster": "2x8kq9"}))),
+        &kcp,
+    );
+    assert!(matches!(e.decision, Decision::Allow), "{e:?}");
+    // Outside kcp the annotation means nothing.
+    let e = judge(&delete(cm(json!({}), json!({}))), &cfg(false, &[]));
+    assert!(matches!(e.decision, Decision::Allow), "{e:?}");
+}
