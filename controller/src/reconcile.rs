@@ -4,7 +4,7 @@
 //! A pass runs when a watched object changes, when the install options change
 //! (a new CA bundle), and at the latest after the topology's idle wait (the
 //! resync period). A failed pass is retried after an exponential backoff
-//! ([`Backoff`]: from [`BACKOFF_INITIAL`], doubling, capped at
+//! ([`backoff`]: from [`BACKOFF_INITIAL`], doubling, capped at
 //! [`BACKOFF_MAX`]), reset by the next successful pass. Every pass is counted
 //! and timed, every failure counted by [`ReconcileError::metric_label`].
 
@@ -17,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use holdfast_shared::webhookconfig::InstallOptions;
+use holdfast_shared::{backoff::ExponentialBackoff, webhookconfig::InstallOptions};
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
 use tokio::sync::{Notify, watch};
 
@@ -118,27 +118,10 @@ impl Metrics {
     }
 }
 
-/// Exponential retry delays: [`BACKOFF_INITIAL`], doubling, at most
-/// [`BACKOFF_MAX`]; [`Backoff::reset`] starts over.
-#[derive(Debug, Default)]
-pub struct Backoff {
-    failures: u32,
-}
-
-impl Backoff {
-    /// The delay before the next retry (and counts one more failure).
-    pub fn next_delay(&mut self) -> Duration {
-        let delay = BACKOFF_INITIAL
-            .saturating_mul(1u32 << self.failures.min(16))
-            .min(BACKOFF_MAX);
-        self.failures = self.failures.saturating_add(1);
-        delay
-    }
-
-    /// After a success: the next failure waits [`BACKOFF_INITIAL`] again.
-    pub fn reset(&mut self) {
-        self.failures = 0;
-    }
+/// The reconcile loop's retry delays: [`BACKOFF_INITIAL`], doubling, at most
+/// [`BACKOFF_MAX`], back to the first after a successful pass.
+pub fn backoff() -> ExponentialBackoff {
+    ExponentialBackoff::new(BACKOFF_INITIAL, BACKOFF_MAX)
 }
 
 /// What starts a pass besides the idle wait.
@@ -189,7 +172,7 @@ pub async fn run<R: Reconcile>(
         notify,
         mut options,
     } = r.triggers();
-    let mut backoff = Backoff::default();
+    let mut backoff = backoff();
     let mut retry = false;
     loop {
         if !retry {
@@ -246,7 +229,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_resets() {
-        let mut b = Backoff::default();
+        let mut b = backoff();
         let delays: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
         assert_eq!(
             delays,

@@ -11,6 +11,7 @@
 
 pub mod anchorsource;
 pub mod api;
+pub mod backoff;
 pub mod backstop;
 pub mod cascading;
 pub mod clients;

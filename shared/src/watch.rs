@@ -19,7 +19,7 @@
 //! # What each failure means
 //!
 //! Every failure makes the index unsynced at once, and the driver lists again from
-//! scratch after [`WatchBackoff`] (500 ms doubling up to 5 s, back to 500 ms after a
+//! scratch after [`backoff`] (500 ms doubling up to 5 s, back to 500 ms after a
 //! complete list). The watch is never resumed from an old resource version after a
 //! failure: kube-runtime's watcher resumes a broken watch without a new list, which
 //! would leave nothing to mark the index synced again.
@@ -50,11 +50,10 @@ use std::{
 };
 
 use futures::{Stream, StreamExt as _};
+
+use crate::backoff::ExponentialBackoff;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{
-    Api, Resource,
-    runtime::{utils::Backoff, watcher},
-};
+use kube::{Api, Resource, runtime::watcher};
 use serde::de::DeserializeOwned;
 
 /// A cache fed by a watch.
@@ -195,7 +194,7 @@ impl<K> Driver<K> {
 
 /// Feeds `index` through `driver` from the streams `watch` makes (each a fresh watch,
 /// starting with a list) until the task is dropped; after a failure waits for
-/// [`WatchBackoff`] and starts a new stream.
+/// [`backoff`] and starts a new stream.
 pub async fn run_streams<K, I, S>(
     mut watch: impl FnMut() -> S,
     driver: &mut Driver<K>,
@@ -204,7 +203,7 @@ pub async fn run_streams<K, I, S>(
     I: Index<K>,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Unpin,
 {
-    let mut backoff = WatchBackoff::default();
+    let mut backoff = backoff();
     loop {
         let mut stream = watch();
         while let Some(item) = stream.next().await {
@@ -374,25 +373,8 @@ pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// The retry delays of every watch: [`WATCH_RETRY_FIRST`] doubling up to
 /// [`WATCH_RETRY_MAX`], back to the first after a complete list.
-#[derive(Clone, Debug, Default)]
-pub struct WatchBackoff {
-    next: Option<Duration>,
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let d = self.next.unwrap_or(WATCH_RETRY_FIRST).min(WATCH_RETRY_MAX);
-        self.next = Some(d * 2);
-        Some(d)
-    }
-}
-
-impl Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = None;
-    }
+pub fn backoff() -> ExponentialBackoff {
+    ExponentialBackoff::new(WATCH_RETRY_FIRST, WATCH_RETRY_MAX)
 }
 
 /// The HTTP status an API error carries, if it is one.
@@ -698,7 +680,7 @@ mod tests {
 
     #[test]
     fn watch_backoff_doubles_to_five_seconds_and_resets() {
-        let mut b = WatchBackoff::default();
+        let mut b = backoff();
         let first: Vec<Duration> = (&mut b).take(6).collect();
         assert_eq!(
             first,

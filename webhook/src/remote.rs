@@ -13,13 +13,13 @@ use holdfast_shared::{
     locks,
     policy::LookupError,
     registry::AnchorSourceRef,
-    watch::{Driver, Index, NotFound, Status, Step, WatchBackoff, WatchState},
+    watch::{self, Driver, Index, NotFound, Status, Step, WatchState},
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, GroupVersionKind},
-    runtime::{utils::Backoff as _, watcher},
+    runtime::watcher,
 };
 use serde_json::Value;
 use std::{
@@ -251,7 +251,7 @@ async fn run_remote(
         &GroupVersionKind::gvk(&key.gr.group, &key.version, ""),
         &key.gr.resource,
     );
-    let mut backoff = WatchBackoff::default();
+    let mut backoff = watch::backoff();
     let mut feed = RemoteFeed {
         key: &key,
         store: &store,

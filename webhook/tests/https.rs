@@ -429,14 +429,15 @@ async fn sigterm_drains_in_flight_reviews() {
 async fn on_kcp_a_delete_without_its_logical_cluster_is_refused() {
     let p = pki("webhook");
     let wh = start(&p, &["--topology", "kcp", "--label-only"]).await;
-    let bare = ns("team", json!({}));
-    let r = validate(
-        &p.ca_pem,
-        Proto::H1,
-        wh.port,
-        ns_review("u-kcp-1", "DELETE", Value::Null, bare),
-    )
-    .await;
+    let delete = |uid: &'static str, obj: Value| {
+        validate(
+            &p.ca_pem,
+            Proto::H1,
+            wh.port,
+            ns_review(uid, "DELETE", Value::Null, obj),
+        )
+    };
+    let r = delete("u-kcp-1", ns("team", json!({}))).await;
     assert_eq!(
         (r["uid"].as_str(), r["allowed"].as_bool()),
         (Some("u-kcp-1"), Some(false))
@@ -450,12 +451,6 @@ async fn on_kcp_a_delete_without_its_logical_cluster_is_refused() {
     );
     let mut annotated = ns("team", json!({}));
     annotated["metadata"]["annotations"] = json!({"kcp.io/cluster": "2x8kq9"});
-    let r = validate(
-        &p.ca_pem,
-        Proto::H1,
-        wh.port,
-        ns_review("u-kcp-2", "DELETE", Value::Null, annotated),
-    )
-    .await;
+    let r = delete("u-kcp-2", annotated).await;
     assert_eq!(r["allowed"], true, "{r}");
 }
