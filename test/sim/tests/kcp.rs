@@ -137,32 +137,22 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
                  "permissionClaims": [{"group": "admissionregistration.k8s.io", "resource": "validatingwebhookconfigurations", "all": true},
                                       {"group": "", "resource": "configmaps", "all": true}]}
     })).await;
-    let slice = create(
-        &provider,
-        &ar(
-            "apis.kcp.io",
-            "v1alpha1",
-            "APIExportEndpointSlice",
-            "apiexportendpointslices",
-        ),
-        None,
-        json!({
-            "metadata": {"name": "example.io"},
-            "spec": {"export": {"path": "root:org:provider", "name": "example.io"}}
-        }),
-    )
-    .await;
+    // kcp made the endpoint slice named like the export; no shard holds a binding yet.
+    let slices = ar(
+        "apis.kcp.io",
+        "v1alpha1",
+        "APIExportEndpointSlice",
+        "apiexportendpointslices",
+    );
+    let slice = get_as(&provider, &slices, "example.io").await;
     let provider_lc = sim
         .logical_cluster("root:org:provider")
         .expect("provider lc");
-    let vw_url = slice.data["status"]["endpoints"][0]["url"]
-        .as_str()
-        .expect("endpoint url")
-        .to_string();
     assert_eq!(
-        vw_url,
-        format!("{url}/services/apiexport/{provider_lc}/example.io")
+        slice.data["spec"]["export"],
+        json!({"path": provider_lc, "name": "example.io"})
     );
+    assert_eq!(slice.data["status"]["endpoints"], json!([]));
 
     // Consumer binds (v1alpha2 form), accepting the claims.
     let team = client_at(&sim, &format!("{url}/clusters/root:org:team")).await;
@@ -180,6 +170,17 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     let b = bindings.get("example.io").await.expect("binding");
     assert_eq!(b.data["status"]["phase"], "Bound", "{:?}", b.data);
     assert_eq!(b.data["status"]["boundResources"][0]["resource"], "widgets");
+    // The one shard now holds a binding: its virtual workspace URL is in the slice.
+    let shard_url = sim.shards()[0].1.clone();
+    let slice = get_as(&provider, &slices, "example.io").await;
+    let vw_url = slice.data["status"]["endpoints"][0]["url"]
+        .as_str()
+        .expect("endpoint url")
+        .to_string();
+    assert_eq!(
+        slice.data["status"]["endpoints"],
+        json!([{"url": format!("{shard_url}/services/apiexport/{provider_lc}/example.io")}])
+    );
 
     // v1alpha1 <-> v1alpha2 conversion of exports and bindings.
     let export = ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports");
@@ -314,11 +315,24 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
         team_lc.as_str()
     );
 
-    // Front-proxy wildcard for system:masters.
-    let star = client_at(&sim, &format!("{url}/clusters/*")).await;
+    // The wildcard for system:masters is a shard's (the front-proxy refuses it).
+    let star = client_at(&sim, &format!("{shard_url}/clusters/*")).await;
     let all_cms: Api<DynamicObject> = Api::all_with(star, &ar("", "v1", "ConfigMap", "configmaps"));
     let names = list_names(&all_cms, "wildcard").await;
     assert_eq!(names, ["hello"]);
+    let fp_star = client_at(&sim, &format!("{url}/clusters/*")).await;
+    let fp_cms: Api<DynamicObject> =
+        Api::all_with(fp_star, &ar("", "v1", "ConfigMap", "configmaps"));
+    match fp_cms.list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(
+            (s.code, s.message.as_str()),
+            (
+                403,
+                "configmaps is forbidden: User \"admin\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope: workspace access not permitted"
+            )
+        ),
+        other => panic!("expected 403 at the front-proxy, got {other:?}"),
+    }
     sim.shutdown().await;
 }
 
@@ -346,7 +360,7 @@ async fn deleting_a_workspace_removes_its_logical_cluster() {
     assert!(sim.logical_cluster("root:gone").is_none());
     assert!(sim.logical_cluster(&lc).is_none());
     assert!(sim.logical_cluster(&child_lc).is_none());
-    let star = client_at(&sim, &format!("{url}/clusters/*")).await;
+    let star = client_at(&sim, &format!("{}/clusters/*", sim.shards()[0].1)).await;
     let cms: Api<DynamicObject> = Api::all_with(star, &ar("", "v1", "ConfigMap", "configmaps"));
     assert!(
         cms.list(&ListParams::default())
@@ -358,7 +372,27 @@ async fn deleting_a_workspace_removes_its_logical_cluster() {
     // Requests to the removed workspace path fail.
     let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:gone"), "admin"));
     let out = k.sh("get cm -n default");
-    assert_ne!(out.code, 0, "{out:?}");
+    // kubectl's discovery meets the front-proxy's 403 first.
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.lines().last(),
+        Some("Error from server (Forbidden): unknown"),
+        "{out:?}"
+    );
+    let gone_c = client_at(&sim, &format!("{url}/clusters/root:gone")).await;
+    let gone_cms: Api<DynamicObject> =
+        Api::namespaced_with(gone_c, "default", &ar("", "v1", "ConfigMap", "configmaps"));
+    match gone_cms.list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(
+            (s.code, s.reason.as_str(), s.message.as_str()),
+            (
+                403,
+                "Forbidden",
+                "configmaps is forbidden: User \"admin\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\": workspace access not permitted"
+            )
+        ),
+        other => panic!("expected 403 for a removed workspace, got {other:?}"),
+    }
     sim.shutdown().await;
 }
 
