@@ -478,3 +478,285 @@ async fn api_resource_schemas_are_validated_as_kcp_does() {
         "APIResourceSchema.apis.kcp.io \"1x.gadgets.example.io\" is invalid: metadata.name: Invalid value: \"1x.gadgets.example.io\": must be prefix.gadgets.example.io with a prefix matching ^[a-z]([-a-z0-9]*[a-z0-9])?$"
     );
 }
+
+// ---- Shards behind a front-proxy (docs/kcp-facts.md facts 1-3, 7, 8, 11-13, 15) ----
+
+/// A sim with two shards (`root`, `shard-1`) and a user outside `system:masters`.
+async fn two_shards() -> holdfast_sim::SimHandle {
+    let mut cfg = SimConfig {
+        shards: 2,
+        ..SimConfig::default()
+    };
+    cfg.users.push(holdfast_sim::User {
+        name: "alice".into(),
+        token: "alice-token".into(),
+        groups: vec![],
+    });
+    Sim::start(cfg).await.expect("sim")
+}
+
+/// The base URL of shard `name`.
+fn shard_url(sim: &holdfast_sim::SimHandle, name: &str) -> String {
+    sim.shards()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, u)| u)
+        .unwrap_or_else(|| panic!("no shard {name}"))
+}
+
+/// A Workspace placed through `spec.location.selector` (None: no selector).
+fn ws_at(name: &str, selector: Option<Value>) -> Value {
+    match selector {
+        Some(s) => json!({"metadata": {"name": name}, "spec": {"location": {"selector": s}}}),
+        None => json!({"metadata": {"name": name}}),
+    }
+}
+
+/// The Status a list through `api` is refused with.
+async fn list_refused(api: &Api<DynamicObject>, what: &str) -> kube::core::Status {
+    refused(api.list(&ListParams::default()), what).await
+}
+
+fn cm_ar() -> ApiResource {
+    ar("", "v1", "ConfigMap", "configmaps")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
+    let sim = two_shards().await;
+    let url = sim.url();
+    let names: Vec<String> = sim.shards().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["root", "shard-1"]);
+    let (root_url, s1_url) = (shard_url(&sim, "root"), shard_url(&sim, "shard-1"));
+    assert!(
+        root_url != s1_url && root_url != url,
+        "{root_url} {s1_url} {url}"
+    );
+    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+
+    // Shard objects in root, one per shard.
+    let shards = ar("core.kcp.io", "v1alpha1", "Shard", "shards");
+    let s1 = get_as(&root, &shards, "shard-1").await;
+    assert_eq!(
+        s1.metadata.labels.clone().unwrap_or_default().get("name"),
+        Some(&"shard-1".to_string())
+    );
+    assert_eq!(
+        s1.data["spec"],
+        json!({"baseURL": s1_url, "externalURL": url, "virtualWorkspaceURL": s1_url})
+    );
+    let listed = list_names(&Api::all_with(root.clone(), &shards), "shards").await;
+    assert_eq!(listed, ["root", "shard-1"]);
+    assert_eq!(sim.shard_of("root").as_deref(), Some("root"));
+
+    // Placement: by selector (matchLabels, matchExpressions), else round-robin.
+    let on_s1 = create(
+        &root,
+        &ws(),
+        None,
+        ws_at("b", Some(json!({"matchLabels": {"name": "shard-1"}}))),
+    )
+    .await;
+    let b_lc = on_s1.data["spec"]["cluster"]
+        .as_str()
+        .expect("cluster")
+        .to_string();
+    assert_eq!(on_s1.data["spec"]["URL"], format!("{url}/clusters/root:b"));
+    let annotation = |o: &DynamicObject| {
+        o.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("internal.tenancy.kcp.io/shard").cloned())
+    };
+    assert_eq!(annotation(&on_s1).as_deref(), Some("shard-1"));
+    assert_eq!(sim.shard_of(&b_lc).as_deref(), Some("shard-1"));
+    assert_eq!(sim.shard_of("root:b").as_deref(), Some("shard-1"));
+    let on_root = create(&root, &ws(), None, ws_at("a", Some(json!({"matchExpressions": [{"key": "name", "operator": "In", "values": ["root"]}]})))).await;
+    assert_eq!(annotation(&on_root).as_deref(), Some("root"));
+    let x = create(&root, &ws(), None, ws_at("x", None)).await;
+    let y = create(&root, &ws(), None, ws_at("y", None)).await;
+    let mut xy = [
+        annotation(&x).expect("x placed"),
+        annotation(&y).expect("y placed"),
+    ];
+    xy.sort();
+    assert_eq!(xy, ["root", "shard-1"], "round-robin over the shards");
+
+    // No shard matches: the Workspace waits in Scheduling, without a logical cluster.
+    let nowhere = create(
+        &root,
+        &ws(),
+        None,
+        ws_at("nowhere", Some(json!({"matchLabels": {"name": "nope"}}))),
+    )
+    .await;
+    assert_eq!(nowhere.data["status"]["phase"], "Scheduling");
+    assert_eq!(
+        nowhere.data["status"]["conditions"][0]["type"],
+        "WorkspaceScheduled"
+    );
+    assert_eq!(nowhere.data["status"]["conditions"][0]["status"], "False");
+    assert_eq!(
+        nowhere.data["status"]["conditions"][0]["reason"],
+        "Unschedulable"
+    );
+    assert!(
+        nowhere.data["spec"].get("cluster").is_none(),
+        "{:?}",
+        nowhere.data
+    );
+    assert_eq!(annotation(&nowhere), None);
+    assert_eq!(sim.logical_cluster("root:nowhere"), None);
+
+    // Front-proxy: a path may start with any logical cluster's name.
+    let b = client_at(&sim, &format!("{url}/clusters/root:b")).await;
+    create(
+        &b,
+        &ws(),
+        None,
+        ws_at("child", Some(json!({"matchLabels": {"name": "root"}}))),
+    )
+    .await;
+    let child_lc = sim.logical_cluster("root:b:child").expect("child");
+    let via_lc = client_at(&sim, &format!("{url}/clusters/{b_lc}:child")).await;
+    let lcs = ar(
+        "core.kcp.io",
+        "v1alpha1",
+        "LogicalCluster",
+        "logicalclusters",
+    );
+    let lc = get_as(&via_lc, &lcs, "cluster").await;
+    assert_eq!(cluster_of(&lc), Some(child_lc.as_str()));
+    let lc = get_as(
+        &client_at(&sim, &format!("{url}/clusters/root:b:child")).await,
+        &lcs,
+        "cluster",
+    )
+    .await;
+    assert_eq!(cluster_of(&lc), Some(child_lc.as_str()));
+    let by_name = client_at(&sim, &format!("{url}/clusters/{b_lc}")).await;
+    assert_eq!(
+        list_names(&Api::all_with(by_name, &ws()), "workspaces of b").await,
+        ["child"]
+    );
+
+    // Unknown clusters and `*` at the front-proxy: 403, masters included.
+    for x in ["root:nope", "nope", "root:nowhere", "*"] {
+        let c = client_at(&sim, &format!("{url}/clusters/{x}")).await;
+        let s = list_refused(&Api::all_with(c, &cm_ar()), x).await;
+        assert_eq!(
+            (s.code, s.reason.as_str(), s.message.as_str()),
+            (
+                403,
+                "Forbidden",
+                "configmaps is forbidden: User \"admin\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope: workspace access not permitted"
+            ),
+            "{x}"
+        );
+    }
+    let c = client_at(&sim, &format!("{url}/clusters/root:nope")).await;
+    let s = refused(
+        Api::<DynamicObject>::namespaced_with(c, "default", &cm_ar()).get("x"),
+        "get",
+    )
+    .await;
+    assert_eq!(
+        s.message,
+        "configmaps \"x\" is forbidden: User \"admin\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\": workspace access not permitted"
+    );
+    // Virtual workspaces are a shard's, never the front-proxy's.
+    let k = Kubectl::new(&sim.kubeconfig("admin"));
+    let out = k.sh(&format!(
+        "get --raw /services/apiexport/{b_lc}/e/clusters/*/api/v1/configmaps"
+    ));
+    assert_eq!(
+        (out.code, out.stderr.as_str()),
+        (
+            1,
+            "Error from server (NotFound): the server could not find the requested resource\n"
+        ),
+        "{out:?}"
+    );
+    // Plain paths keep serving the Kubernetes cluster.
+    k.expect_stdout("get ns default -o name", "namespace/default\n");
+
+    // A shard serves only its own logical clusters.
+    let at_root = client_at(&sim, &format!("{root_url}/clusters/{b_lc}")).await;
+    let s = list_refused(&Api::all_with(at_root, &ws()), "b at shard root").await;
+    assert_eq!(
+        s.message,
+        "workspaces.tenancy.kcp.io is forbidden: User \"admin\" cannot list resource \"workspaces\" in API group \"tenancy.kcp.io\" at the cluster scope: workspace access not permitted"
+    );
+    let at_s1 = client_at(&sim, &format!("{s1_url}/clusters/root:b")).await;
+    assert_eq!(
+        list_names(&Api::all_with(at_s1, &ws()), "b at shard-1").await,
+        ["child"]
+    );
+    // Shards are served in root only.
+    let s = list_refused(&Api::all_with(b.clone(), &shards), "shards in b").await;
+    assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+
+    // The shard wildcard: system:masters only, list and watch only, this shard's clusters.
+    create(&b, &cm_ar(), Some("default"), name("in-b")).await;
+    let root_c = client_at(&sim, &format!("{url}/clusters/root")).await;
+    create(&root_c, &cm_ar(), Some("default"), name("in-root")).await;
+    let star = |u: &str| format!("{u}/clusters/*");
+    let s1_all = Api::<DynamicObject>::all_with(client_at(&sim, &star(&s1_url)).await, &cm_ar());
+    assert_eq!(list_names(&s1_all, "shard-1 wildcard").await, ["in-b"]);
+    let root_all =
+        Api::<DynamicObject>::all_with(client_at(&sim, &star(&root_url)).await, &cm_ar());
+    assert_eq!(list_names(&root_all, "root wildcard").await, ["in-root"]);
+    let in_ns = Api::<DynamicObject>::namespaced_with(
+        client_at(&sim, &star(&s1_url)).await,
+        "default",
+        &cm_ar(),
+    );
+    let s = refused(
+        in_ns.create(&PostParams::default(), &obj(&cm_ar(), name("no"))),
+        "create at *",
+    )
+    .await;
+    assert_eq!(
+        (s.code, s.reason.as_str(), s.message.as_str()),
+        (
+            405,
+            "MethodNotAllowed",
+            "create is not supported on resources of kind \"configmaps\" in the `*` logical cluster"
+        )
+    );
+    let alice = sim
+        .client_for_server(&star(&s1_url), "alice")
+        .await
+        .expect("alice");
+    let s = list_refused(&Api::all_with(alice, &cm_ar()), "alice at *").await;
+    assert_eq!(
+        (s.code, s.message.as_str()),
+        (
+            403,
+            "forbidden: User \"alice\" cannot get path \"/clusters/*/api/v1/configmaps\""
+        )
+    );
+    let hashed = Api::<DynamicObject>::all_with(
+        client_at(&sim, &star(&s1_url)).await,
+        &ar("", "v1", "ConfigMap", "configmaps:0123"),
+    );
+    let s = list_refused(&hashed, "a built-in type with an identity").await;
+    assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+
+    // An outage cuts the front-proxy and every shard; all serve again after it.
+    sim.outage(Duration::from_millis(200))
+        .await
+        .expect("outage");
+    assert_eq!(
+        list_names(&s1_all, "shard-1 after the outage").await,
+        ["in-b"]
+    );
+    sim.shard_outage("shard-1", Duration::from_millis(100))
+        .await
+        .expect("shard outage");
+    assert_eq!(
+        list_names(&root_all, "root after shard-1's outage").await,
+        ["in-root"]
+    );
+    sim.shutdown().await;
+}
