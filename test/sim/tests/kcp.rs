@@ -512,6 +512,15 @@ fn ws_at(name: &str, selector: Option<Value>) -> Value {
     }
 }
 
+/// `ar` across the cluster (or virtual workspace) at `server`.
+async fn all_at(
+    sim: &holdfast_sim::SimHandle,
+    server: &str,
+    ar: &ApiResource,
+) -> Api<DynamicObject> {
+    Api::all_with(client_at(sim, server).await, ar)
+}
+
 /// The Status a list through `api` is refused with.
 async fn list_refused(api: &Api<DynamicObject>, what: &str) -> kube::core::Status {
     refused(api.list(&ListParams::default()), what).await
@@ -758,5 +767,431 @@ async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
         list_names(&root_all, "root after shard-1's outage").await,
         ["in-root"]
     );
+    sim.shutdown().await;
+}
+
+fn slice_ar() -> ApiResource {
+    ar(
+        "apis.kcp.io",
+        "v1alpha1",
+        "APIExportEndpointSlice",
+        "apiexportendpointslices",
+    )
+}
+
+/// Exports `example.io` widgets from the workspace `c` (annotations on the export);
+/// returns the export's identity hash.
+async fn export_widgets(c: &kube::Client, annotations: Value) -> String {
+    create(c, &ar("apis.kcp.io", "v1alpha1", "APIResourceSchema", "apiresourceschemas"), None, json!({
+        "metadata": {"name": "v1.widgets.example.io"},
+        "spec": {"group": "example.io", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}]}
+    })).await;
+    let e = create(c, &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"), None, json!({
+        "metadata": {"name": "widgets", "annotations": annotations},
+        "spec": {"resources": [{"group": "example.io", "name": "widgets", "schema": "v1.widgets.example.io", "storage": {"crd": {}}}]}
+    })).await;
+    e.data["status"]["identityHash"]
+        .as_str()
+        .expect("identity")
+        .to_string()
+}
+
+fn binding_ar() -> ApiResource {
+    ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings")
+}
+
+/// Binds the export `widgets` of workspace `path` in `c`, as APIBinding `widgets`.
+async fn bind_widgets(c: &kube::Client, path: &str) -> DynamicObject {
+    create(
+        c,
+        &binding_ar(),
+        None,
+        json!({
+            "metadata": {"name": "widgets"},
+            "spec": {"reference": {"export": {"path": path, "name": "widgets"}}}
+        }),
+    )
+    .await
+}
+
+fn widget() -> ApiResource {
+    ar("example.io", "v1", "Widget", "widgets")
+}
+
+/// The endpoint URLs of the next MODIFIED event of a slice watch (30 s at the most).
+async fn next_endpoints(
+    events: &mut (
+             impl futures::Stream<Item = kube::Result<kube::api::WatchEvent<DynamicObject>>> + Unpin
+         ),
+) -> Vec<String> {
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await
+            .expect("a slice event within 30 s")
+            .expect("the watch is running")
+            .expect("a watch event");
+        match ev {
+            kube::api::WatchEvent::Modified(o) => {
+                return o.data["status"]["endpoints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e["url"].as_str().map(str::to_string))
+                    .collect();
+            }
+            kube::api::WatchEvent::Bookmark(_) => continue,
+            other => panic!("expected MODIFIED, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_slices_wildcard_identities_and_virtual_workspaces_per_shard() {
+    let sim = two_shards().await;
+    let url = sim.url();
+    let (root_url, s1_url) = (shard_url(&sim, "root"), shard_url(&sim, "shard-1"));
+    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    let on = |s: &str| Some(json!({"matchLabels": {"name": s}}));
+    for (n, s) in [
+        ("p1", "root"),
+        ("p2", "shard-1"),
+        ("c0", "root"),
+        ("c1", "shard-1"),
+        ("c2", "shard-1"),
+        ("quiet", "root"),
+    ] {
+        create(&root, &ws(), None, ws_at(n, on(s))).await;
+    }
+    let at = |p: &str| format!("{url}/clusters/root:{p}");
+    let lc = |p: &str| sim.logical_cluster(&format!("root:{p}")).expect("lc");
+    let (p1, p2) = (
+        client_at(&sim, &at("p1")).await,
+        client_at(&sim, &at("p2")).await,
+    );
+    // Two exports of one group/resource, told apart by identity (fact 11).
+    let h1 = export_widgets(&p1, json!({})).await;
+    let h2 = export_widgets(&p2, json!({})).await;
+    assert_ne!(h1, h2);
+    // An export that opts out of the endpoint slice.
+    let quiet = client_at(&sim, &at("quiet")).await;
+    export_widgets(
+        &quiet,
+        json!({"apiexports.apis.kcp.io/skip-endpointslice": "true"}),
+    )
+    .await;
+    let s = refused(
+        Api::<DynamicObject>::all_with(quiet, &slice_ar()).get("widgets"),
+        "no slice",
+    )
+    .await;
+    assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+
+    // kcp's slice for p1's export: no URL before a binding; a user-made one follows too.
+    let slices: Api<DynamicObject> = Api::all_with(p1.clone(), &slice_ar());
+    let slice = slices.get("widgets").await.expect("kcp's slice");
+    assert_eq!(slice.data["status"]["endpoints"], json!([]));
+    create(&p1, &slice_ar(), None, json!({"metadata": {"name": "mine"}, "spec": {"export": {"path": "root:p1", "name": "widgets"}}})).await;
+    let rv = slice.metadata.resource_version.clone().expect("rv");
+    let mut events = slices
+        .watch(
+            &kube::api::WatchParams::default().fields("metadata.name=widgets"),
+            &rv,
+        )
+        .await
+        .expect("watch the slice")
+        .boxed();
+    let p1_lc = lc("p1");
+    let vw = |shard: &str| format!("{shard}/services/apiexport/{p1_lc}/widgets");
+    let c0 = client_at(&sim, &at("c0")).await;
+    let b = bind_widgets(&c0, "root:p1").await;
+    assert_eq!(
+        b.data["status"]["boundResources"][0]["schema"]["identityHash"],
+        h1.as_str()
+    );
+    assert_eq!(next_endpoints(&mut events).await, [vw(&root_url)]);
+    let c1 = client_at(&sim, &at("c1")).await;
+    bind_widgets(&c1, "root:p1").await;
+    assert_eq!(
+        next_endpoints(&mut events).await,
+        [vw(&root_url), vw(&s1_url)]
+    );
+    let mine = get_as(&p1, &slice_ar(), "mine").await;
+    assert_eq!(
+        mine.data["status"]["endpoints"],
+        json!([{"url": vw(&root_url)}, {"url": vw(&s1_url)}])
+    );
+    let c2 = client_at(&sim, &at("c2")).await;
+    let b = bind_widgets(&c2, "root:p2").await;
+    assert_eq!(
+        b.data["status"]["boundResources"][0]["schema"]["identityHash"],
+        h2.as_str()
+    );
+    for (c, n) in [(&c0, "w-c0"), (&c1, "w-c1"), (&c2, "w-c2")] {
+        create(c, &widget(), Some("default"), name(n)).await;
+    }
+
+    // The shard wildcard names an export's type with its identity; each shard sees its own.
+    let star = |u: &str| format!("{u}/clusters/*");
+    let w_as = |res: &str| ar("example.io", "v1", "Widget", res);
+    let s = list_refused(
+        &all_at(&sim, &star(&root_url), &w_as("widgets")).await,
+        "no identity",
+    )
+    .await;
+    assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+    let s = list_refused(
+        &all_at(&sim, &star(&root_url), &w_as("widgets:0000")).await,
+        "an unknown identity",
+    )
+    .await;
+    assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+    let w1 = format!("widgets:{h1}");
+    let w2 = format!("widgets:{h2}");
+    assert_eq!(
+        list_names(
+            &all_at(&sim, &star(&root_url), &w_as(&w1)).await,
+            "root, h1"
+        )
+        .await,
+        ["w-c0"]
+    );
+    assert_eq!(
+        list_names(
+            &all_at(&sim, &star(&s1_url), &w_as(&w1)).await,
+            "shard-1, h1"
+        )
+        .await,
+        ["w-c1"]
+    );
+    assert_eq!(
+        list_names(
+            &all_at(&sim, &star(&s1_url), &w_as(&w2)).await,
+            "shard-1, h2"
+        )
+        .await,
+        ["w-c2"]
+    );
+    assert!(
+        list_names(
+            &all_at(&sim, &star(&root_url), &w_as(&w2)).await,
+            "root, h2"
+        )
+        .await
+        .is_empty()
+    );
+    let s = list_refused(&all_at(&sim, &star(&url), &w_as(&w1)).await, "front-proxy").await;
+    assert_eq!(s.code, 403);
+
+    // Virtual workspaces: at each shard, that shard's binders only; no paths.
+    assert_eq!(
+        list_names(
+            &all_at(
+                &sim,
+                &format!("{}/clusters/{}", vw(&root_url), "*"),
+                &widget()
+            )
+            .await,
+            "root vw"
+        )
+        .await,
+        ["w-c0"]
+    );
+    assert_eq!(
+        list_names(
+            &all_at(
+                &sim,
+                &format!("{}/clusters/{}", vw(&s1_url), "*"),
+                &widget()
+            )
+            .await,
+            "shard-1 vw"
+        )
+        .await,
+        ["w-c1"]
+    );
+    assert_eq!(
+        list_names(
+            &all_at(
+                &sim,
+                &format!("{}/clusters/{}", vw(&s1_url), lc("c1")),
+                &widget()
+            )
+            .await,
+            "c1 at shard-1"
+        )
+        .await,
+        ["w-c1"]
+    );
+    let s = list_refused(
+        &all_at(
+            &sim,
+            &format!("{}/clusters/{}", vw(&root_url), lc("c1")),
+            &widget(),
+        )
+        .await,
+        "c1 at shard root",
+    )
+    .await;
+    assert_eq!(
+        (s.code, s.message.as_str()),
+        (
+            403,
+            format!(
+                "widgets.example.io is forbidden: workspace {} does not bind APIExport widgets",
+                lc("c1")
+            )
+            .as_str()
+        )
+    );
+    let s = list_refused(
+        &all_at(
+            &sim,
+            &format!("{}/clusters/{}", vw(&s1_url), lc("c2")),
+            &widget(),
+        )
+        .await,
+        "c2 binds p2's export",
+    )
+    .await;
+    assert_eq!(s.code, 403);
+    let s = list_refused(
+        &all_at(
+            &sim,
+            &format!("{}/clusters/{}", vw(&s1_url), "root:c1"),
+            &widget(),
+        )
+        .await,
+        "a path",
+    )
+    .await;
+    assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+    // p2's export is served at shard-1 only through its own slice URL.
+    let p2_lc = lc("p2");
+    let p2_vw = format!("{s1_url}/services/apiexport/{p2_lc}/widgets");
+    assert_eq!(
+        list_names(
+            &all_at(&sim, &format!("{p2_vw}/clusters/*"), &widget()).await,
+            "p2 vw"
+        )
+        .await,
+        ["w-c2"]
+    );
+
+    // Bindings going away remove their shard's URL.
+    let drop_binding = |c: kube::Client| async move {
+        Api::<DynamicObject>::all_with(c, &binding_ar())
+            .delete("widgets", &Default::default())
+            .await
+            .expect("delete binding");
+    };
+    drop_binding(c1.clone()).await;
+    assert_eq!(next_endpoints(&mut events).await, [vw(&root_url)]);
+    drop_binding(c0.clone()).await;
+    assert!(next_endpoints(&mut events).await.is_empty());
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_come_from_the_export_or_the_workspace_never_both() {
+    let sim = two_shards().await;
+    let url = sim.url();
+    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    for (n, s) in [
+        ("p1", "root"),
+        ("p2", "root"),
+        ("c0", "shard-1"),
+        ("c2", "root"),
+    ] {
+        create(
+            &root,
+            &ws(),
+            None,
+            ws_at(n, Some(json!({"matchLabels": {"name": s}}))),
+        )
+        .await;
+    }
+    let at = |p: &str| format!("{url}/clusters/root:{p}");
+    let (p1, p2) = (
+        client_at(&sim, &at("p1")).await,
+        client_at(&sim, &at("p2")).await,
+    );
+    export_widgets(&p1, json!({})).await;
+    export_widgets(&p2, json!({})).await;
+    let (c0, c2) = (
+        client_at(&sim, &at("c0")).await,
+        client_at(&sim, &at("c2")).await,
+    );
+    bind_widgets(&c0, "root:p1").await;
+    bind_widgets(&c2, "root:p2").await;
+
+    // Every source denies DELETE of widgets and configmaps, naming itself.
+    let hook = TestWebhook::start(&[], Arc::new(|_: &Value| {
+        json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "denied"}})
+    }))
+    .await;
+    let vwc = ar(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+    );
+    for (c, who) in [(&p1, "p1"), (&p2, "p2"), (&c0, "c0"), (&c2, "c2")] {
+        create(c, &vwc, None, json!({
+            "metadata": {"name": format!("from-{who}")},
+            "webhooks": [{"name": format!("{who}.holdfast.dev"), "clientConfig": {"url": hook.url(&format!("/{who}")), "caBundle": hook.ca_b64()},
+                          "rules": [{"operations": ["DELETE"], "apiGroups": ["example.io", ""], "apiVersions": ["v1"], "resources": ["widgets", "configmaps"]}],
+                          "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
+        })).await;
+    }
+    let paths = || {
+        hook.reviews()
+            .into_iter()
+            .map(|r| r.path.split('?').next().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    for (c, n, want) in [(&c0, "c0", "/p1"), (&c2, "c2", "/p2")] {
+        // A bound resource: the export's workspace's configurations only.
+        create(c, &widget(), Some("default"), name("w")).await;
+        let s = refused(
+            Api::<DynamicObject>::namespaced_with(c.clone(), "default", &widget())
+                .delete("w", &Default::default()),
+            "widget",
+        )
+        .await;
+        assert_eq!(
+            s.message,
+            format!(
+                "admission webhook \"{}.holdfast.dev\" denied the request: denied",
+                &want[1..]
+            ),
+            "{n}"
+        );
+        assert_eq!(paths(), [want], "{n}");
+        hook.clear();
+        // A resource of its own: its own configurations only.
+        create(c, &cm_ar(), Some("default"), name("cm")).await;
+        let s = refused(
+            Api::<DynamicObject>::namespaced_with(c.clone(), "default", &cm_ar())
+                .delete("cm", &Default::default()),
+            "configmap",
+        )
+        .await;
+        assert_eq!(
+            s.message,
+            format!("admission webhook \"{n}.holdfast.dev\" denied the request: denied")
+        );
+        assert_eq!(paths(), [format!("/{n}")], "{n}");
+        let review = &hook.reviews()[0].review;
+        assert_eq!(
+            review["request"]["oldObject"]["metadata"]["annotations"]["kcp.io/cluster"],
+            sim.logical_cluster(&format!("root:{n}"))
+                .expect("lc")
+                .as_str()
+        );
+        hook.clear();
+    }
     sim.shutdown().await;
 }
