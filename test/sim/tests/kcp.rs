@@ -1195,3 +1195,55 @@ async fn webhooks_come_from_the_export_or_the_workspace_never_both() {
     }
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_names_another_exports_type_by_identity() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let url = sim.url();
+    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    for n in ["p1", "p2", "pc", "c", "d"] {
+        create(&root, &ws(), None, name(n)).await;
+    }
+    let at = |p: &str| format!("{url}/clusters/root:{p}");
+    let h1 = export_widgets(&client_at(&sim, &at("p1")).await, json!({})).await;
+    export_widgets(&client_at(&sim, &at("p2")).await, json!({})).await;
+    // An export that claims p1's widgets (not p2's, although group/resource are the same).
+    let pc = client_at(&sim, &at("pc")).await;
+    let claim = json!({"group": "example.io", "resource": "widgets", "identityHash": h1, "verbs": ["list", "watch"]});
+    create(
+        &pc,
+        &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
+        None,
+        json!({
+            "metadata": {"name": "watcher"}, "spec": {"permissionClaims": [claim]}
+        }),
+    )
+    .await;
+    let mut accepted = claim.clone();
+    accepted["selector"] = json!({"matchAll": true});
+    accepted["state"] = json!("Accepted");
+    for (n, provider) in [("c", "root:p1"), ("d", "root:p2")] {
+        let c = client_at(&sim, &at(n)).await;
+        bind_widgets(&c, provider).await;
+        create(&c, &binding_ar(), None, json!({
+            "metadata": {"name": "watcher"},
+            "spec": {"reference": {"export": {"path": "root:pc", "name": "watcher"}}, "permissionClaims": [accepted]}
+        })).await;
+        create(&c, &widget(), Some("default"), name(&format!("w-{n}"))).await;
+    }
+    let pc_lc = sim.logical_cluster("root:pc").expect("pc");
+    let vw = format!("{}/services/apiexport/{pc_lc}/watcher", sim.shards()[0].1);
+    let all = all_at(&sim, &format!("{vw}/clusters/*"), &widget()).await;
+    assert_eq!(list_names(&all, "claimed widgets").await, ["w-c"]);
+    let d_lc = sim.logical_cluster("root:d").expect("d");
+    let s = list_refused(
+        &all_at(&sim, &format!("{vw}/clusters/{d_lc}"), &widget()).await,
+        "d's widgets have another identity",
+    )
+    .await;
+    assert_eq!(
+        (s.code, s.message.as_str()),
+        (403, format!("widgets.example.io is forbidden: permission claim for widgets.example.io not accepted in workspace {d_lc}").as_str())
+    );
+    sim.shutdown().await;
+}
