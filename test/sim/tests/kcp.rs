@@ -69,15 +69,21 @@ fn name(name: &str) -> Value {
     json!({"metadata": {"name": name}})
 }
 
+/// A sim, its front-proxy URL and an admin client for the `root` workspace.
+async fn at_root(cfg: SimConfig) -> (holdfast_sim::SimHandle, String, kube::Client) {
+    let sim = Sim::start(cfg).await.expect("sim");
+    let url = sim.url();
+    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    (sim, url, root)
+}
+
 fn ws() -> ApiResource {
     ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workspaces_exports_bindings_and_virtual_workspace() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let url = sim.url();
-    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    let (sim, url, root) = at_root(SimConfig::default()).await;
 
     // Nested workspaces.
     let org = create(&root, &ws(), None, name("org")).await;
@@ -138,12 +144,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
                                       {"group": "", "resource": "configmaps", "all": true}]}
     })).await;
     // kcp made the endpoint slice named like the export; no shard holds a binding yet.
-    let slices = ar(
-        "apis.kcp.io",
-        "v1alpha1",
-        "APIExportEndpointSlice",
-        "apiexportendpointslices",
-    );
+    let slices = slice_ar();
     let slice = get_as(&provider, &slices, "example.io").await;
     let provider_lc = sim
         .logical_cluster("root:org:provider")
@@ -338,9 +339,7 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_workspace_removes_its_logical_cluster() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let url = sim.url();
-    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    let (sim, url, root) = at_root(SimConfig::default()).await;
     create(&root, &ws(), None, name("gone")).await;
     let gone = client_at(&sim, &format!("{url}/clusters/root:gone")).await;
     create(&gone, &ws(), None, name("child")).await;
@@ -420,9 +419,7 @@ async fn get_as(client: &kube::Client, ar: &ApiResource, name: &str) -> DynamicO
 /// `listKind`) and a name without a valid prefix are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_resource_schemas_are_validated_as_kcp_does() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let url = sim.url();
-    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    let (sim, url, root) = at_root(SimConfig::default()).await;
     create(&root, &ws(), None, name("hf")).await;
     let k = Kubectl::new(&sim.kubeconfig_for_server(&format!("{url}/clusters/root:hf"), "admin"));
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../manifests/kcp");
@@ -481,8 +478,8 @@ async fn api_resource_schemas_are_validated_as_kcp_does() {
 
 // ---- Shards behind a front-proxy (docs/kcp-facts.md facts 1-3, 7, 8, 11-13, 15) ----
 
-/// A sim with two shards (`root`, `shard-1`) and a user outside `system:masters`.
-async fn two_shards() -> holdfast_sim::SimHandle {
+/// Two shards (`root`, `shard-1`) and a user outside `system:masters`.
+fn two_shards() -> SimConfig {
     let mut cfg = SimConfig {
         shards: 2,
         ..SimConfig::default()
@@ -492,7 +489,7 @@ async fn two_shards() -> holdfast_sim::SimHandle {
         token: "alice-token".into(),
         groups: vec![],
     });
-    Sim::start(cfg).await.expect("sim")
+    cfg
 }
 
 /// The base URL of shard `name`.
@@ -521,9 +518,24 @@ async fn all_at(
     Api::all_with(client_at(sim, server).await, ar)
 }
 
+/// Creates Workspace `name` in `c`, placed on `shard` by its selector.
+async fn ws_on(c: &kube::Client, name: &str, shard: &str) -> DynamicObject {
+    let selector = json!({"matchLabels": {"name": shard}});
+    create(c, &ws(), None, ws_at(name, Some(selector))).await
+}
+
 /// The Status a list through `api` is refused with.
 async fn list_refused(api: &Api<DynamicObject>, what: &str) -> kube::core::Status {
     refused(api.list(&ListParams::default()), what).await
+}
+
+fn lc_ar() -> ApiResource {
+    ar(
+        "core.kcp.io",
+        "v1alpha1",
+        "LogicalCluster",
+        "logicalclusters",
+    )
 }
 
 fn cm_ar() -> ApiResource {
@@ -532,8 +544,7 @@ fn cm_ar() -> ApiResource {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
-    let sim = two_shards().await;
-    let url = sim.url();
+    let (sim, url, root) = at_root(two_shards()).await;
     let names: Vec<String> = sim.shards().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["root", "shard-1"]);
     let (root_url, s1_url) = (shard_url(&sim, "root"), shard_url(&sim, "shard-1"));
@@ -541,7 +552,6 @@ async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
         root_url != s1_url && root_url != url,
         "{root_url} {s1_url} {url}"
     );
-    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
 
     // Shard objects in root, one per shard.
     let shards = ar("core.kcp.io", "v1alpha1", "Shard", "shards");
@@ -559,13 +569,7 @@ async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
     assert_eq!(sim.shard_of("root").as_deref(), Some("root"));
 
     // Placement: by selector (matchLabels, matchExpressions), else round-robin.
-    let on_s1 = create(
-        &root,
-        &ws(),
-        None,
-        ws_at("b", Some(json!({"matchLabels": {"name": "shard-1"}}))),
-    )
-    .await;
+    let on_s1 = ws_on(&root, "b", "shard-1").await;
     let b_lc = on_s1.data["spec"]["cluster"]
         .as_str()
         .expect("cluster")
@@ -592,22 +596,17 @@ async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
     assert_eq!(xy, ["root", "shard-1"], "round-robin over the shards");
 
     // No shard matches: the Workspace waits in Scheduling, without a logical cluster.
-    let nowhere = create(
-        &root,
-        &ws(),
-        None,
-        ws_at("nowhere", Some(json!({"matchLabels": {"name": "nope"}}))),
-    )
-    .await;
-    assert_eq!(nowhere.data["status"]["phase"], "Scheduling");
+    let nowhere = ws_on(&root, "nowhere", "nope").await;
+    let status = &nowhere.data["status"];
+    let cond = &status["conditions"][0];
     assert_eq!(
-        nowhere.data["status"]["conditions"][0]["type"],
-        "WorkspaceScheduled"
-    );
-    assert_eq!(nowhere.data["status"]["conditions"][0]["status"], "False");
-    assert_eq!(
-        nowhere.data["status"]["conditions"][0]["reason"],
-        "Unschedulable"
+        [
+            &status["phase"],
+            &cond["type"],
+            &cond["status"],
+            &cond["reason"]
+        ],
+        ["Scheduling", "WorkspaceScheduled", "False", "Unschedulable"]
     );
     assert!(
         nowhere.data["spec"].get("cluster").is_none(),
@@ -619,21 +618,10 @@ async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
 
     // Front-proxy: a path may start with any logical cluster's name.
     let b = client_at(&sim, &format!("{url}/clusters/root:b")).await;
-    create(
-        &b,
-        &ws(),
-        None,
-        ws_at("child", Some(json!({"matchLabels": {"name": "root"}}))),
-    )
-    .await;
+    ws_on(&b, "child", "root").await;
     let child_lc = sim.logical_cluster("root:b:child").expect("child");
     let via_lc = client_at(&sim, &format!("{url}/clusters/{b_lc}:child")).await;
-    let lcs = ar(
-        "core.kcp.io",
-        "v1alpha1",
-        "LogicalCluster",
-        "logicalclusters",
-    );
+    let lcs = lc_ar();
     let lc = get_as(&via_lc, &lcs, "cluster").await;
     assert_eq!(cluster_of(&lc), Some(child_lc.as_str()));
     let lc = get_as(
@@ -850,10 +838,8 @@ async fn next_endpoints(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_slices_wildcard_identities_and_virtual_workspaces_per_shard() {
-    let sim = two_shards().await;
-    let url = sim.url();
+    let (sim, url, root) = at_root(two_shards()).await;
     let (root_url, s1_url) = (shard_url(&sim, "root"), shard_url(&sim, "shard-1"));
-    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
     let on = |s: &str| Some(json!({"matchLabels": {"name": s}}));
     for (n, s) in [
         ("p1", "root"),
@@ -950,124 +936,46 @@ async fn endpoint_slices_wildcard_identities_and_virtual_workspaces_per_shard() 
     assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
     let w1 = format!("widgets:{h1}");
     let w2 = format!("widgets:{h2}");
-    assert_eq!(
-        list_names(
-            &all_at(&sim, &star(&root_url), &w_as(&w1)).await,
-            "root, h1"
-        )
-        .await,
-        ["w-c0"]
-    );
-    assert_eq!(
-        list_names(
-            &all_at(&sim, &star(&s1_url), &w_as(&w1)).await,
-            "shard-1, h1"
-        )
-        .await,
-        ["w-c1"]
-    );
-    assert_eq!(
-        list_names(
-            &all_at(&sim, &star(&s1_url), &w_as(&w2)).await,
-            "shard-1, h2"
-        )
-        .await,
-        ["w-c2"]
-    );
-    assert!(
-        list_names(
-            &all_at(&sim, &star(&root_url), &w_as(&w2)).await,
-            "root, h2"
-        )
-        .await
-        .is_empty()
-    );
+    let no: [&str; 0] = [];
+    for (base, res, want) in [
+        (&root_url, &w1, &["w-c0"][..]),
+        (&s1_url, &w1, &["w-c1"]),
+        (&s1_url, &w2, &["w-c2"]),
+        (&root_url, &w2, &no),
+    ] {
+        let api = all_at(&sim, &star(base), &w_as(res)).await;
+        assert_eq!(list_names(&api, res).await, want, "{base} {res}");
+    }
     let s = list_refused(&all_at(&sim, &star(&url), &w_as(&w1)).await, "front-proxy").await;
     assert_eq!(s.code, 403);
 
     // Virtual workspaces: at each shard, that shard's binders only; no paths.
-    assert_eq!(
-        list_names(
-            &all_at(
-                &sim,
-                &format!("{}/clusters/{}", vw(&root_url), "*"),
-                &widget()
-            )
-            .await,
-            "root vw"
-        )
-        .await,
-        ["w-c0"]
-    );
-    assert_eq!(
-        list_names(
-            &all_at(
-                &sim,
-                &format!("{}/clusters/{}", vw(&s1_url), "*"),
-                &widget()
-            )
-            .await,
-            "shard-1 vw"
-        )
-        .await,
-        ["w-c1"]
-    );
-    assert_eq!(
-        list_names(
-            &all_at(
-                &sim,
-                &format!("{}/clusters/{}", vw(&s1_url), lc("c1")),
-                &widget()
-            )
-            .await,
-            "c1 at shard-1"
-        )
-        .await,
-        ["w-c1"]
-    );
-    let s = list_refused(
-        &all_at(
-            &sim,
-            &format!("{}/clusters/{}", vw(&root_url), lc("c1")),
-            &widget(),
-        )
-        .await,
-        "c1 at shard root",
-    )
-    .await;
-    assert_eq!(
-        (s.code, s.message.as_str()),
+    let (c1_lc, c2_lc) = (lc("c1"), lc("c2"));
+    for (base, x, want) in [
+        (vw(&root_url), "*", &["w-c0"][..]),
+        (vw(&s1_url), "*", &["w-c1"]),
+        (vw(&s1_url), c1_lc.as_str(), &["w-c1"]),
+    ] {
+        let api = all_at(&sim, &format!("{base}/clusters/{x}"), &widget()).await;
+        assert_eq!(list_names(&api, x).await, want, "{base} {x}");
+    }
+    let not_bound = |c: &str| {
+        format!("widgets.example.io is forbidden: workspace {c} does not bind APIExport widgets")
+    };
+    for (base, x, code, message) in [
+        (vw(&root_url), c1_lc.as_str(), 403, not_bound(&c1_lc)),
+        (vw(&s1_url), c2_lc.as_str(), 403, not_bound(&c2_lc)),
         (
-            403,
-            format!(
-                "widgets.example.io is forbidden: workspace {} does not bind APIExport widgets",
-                lc("c1")
-            )
-            .as_str()
-        )
-    );
-    let s = list_refused(
-        &all_at(
-            &sim,
-            &format!("{}/clusters/{}", vw(&s1_url), lc("c2")),
-            &widget(),
-        )
-        .await,
-        "c2 binds p2's export",
-    )
-    .await;
-    assert_eq!(s.code, 403);
-    let s = list_refused(
-        &all_at(
-            &sim,
-            &format!("{}/clusters/{}", vw(&s1_url), "root:c1"),
-            &widget(),
-        )
-        .await,
-        "a path",
-    )
-    .await;
-    assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+            vw(&s1_url),
+            "root:c1",
+            404,
+            "the server could not find the requested resource".into(),
+        ),
+    ] {
+        let api = all_at(&sim, &format!("{base}/clusters/{x}"), &widget()).await;
+        let s = list_refused(&api, x).await;
+        assert_eq!((s.code, s.message), (code, message), "{base} {x}");
+    }
     // p2's export is served at shard-1 only through its own slice URL.
     let p2_lc = lc("p2");
     let p2_vw = format!("{s1_url}/services/apiexport/{p2_lc}/widgets");
@@ -1096,9 +1004,7 @@ async fn endpoint_slices_wildcard_identities_and_virtual_workspaces_per_shard() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_come_from_the_export_or_the_workspace_never_both() {
-    let sim = two_shards().await;
-    let url = sim.url();
-    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    let (sim, url, root) = at_root(two_shards()).await;
     for (n, s) in [
         ("p1", "root"),
         ("p2", "root"),
@@ -1152,55 +1058,36 @@ async fn webhooks_come_from_the_export_or_the_workspace_never_both() {
             .map(|r| r.path.split('?').next().unwrap_or("").to_string())
             .collect::<Vec<_>>()
     };
-    for (c, n, want) in [(&c0, "c0", "/p1"), (&c2, "c2", "/p2")] {
-        // A bound resource: the export's workspace's configurations only.
-        create(c, &widget(), Some("default"), name("w")).await;
-        let s = refused(
-            Api::<DynamicObject>::namespaced_with(c.clone(), "default", &widget())
-                .delete("w", &Default::default()),
-            "widget",
-        )
-        .await;
-        assert_eq!(
-            s.message,
-            format!(
-                "admission webhook \"{}.holdfast.dev\" denied the request: denied",
-                &want[1..]
-            ),
-            "{n}"
-        );
-        assert_eq!(paths(), [want], "{n}");
-        hook.clear();
-        // A resource of its own: its own configurations only.
-        create(c, &cm_ar(), Some("default"), name("cm")).await;
-        let s = refused(
-            Api::<DynamicObject>::namespaced_with(c.clone(), "default", &cm_ar())
-                .delete("cm", &Default::default()),
-            "configmap",
-        )
-        .await;
-        assert_eq!(
-            s.message,
-            format!("admission webhook \"{n}.holdfast.dev\" denied the request: denied")
-        );
-        assert_eq!(paths(), [format!("/{n}")], "{n}");
-        let review = &hook.reviews()[0].review;
-        assert_eq!(
-            review["request"]["oldObject"]["metadata"]["annotations"]["kcp.io/cluster"],
-            sim.logical_cluster(&format!("root:{n}"))
-                .expect("lc")
-                .as_str()
-        );
-        hook.clear();
+    for (c, n, provider) in [(&c0, "c0", "p1"), (&c2, "c2", "p2")] {
+        let lc = sim.logical_cluster(&format!("root:{n}")).expect("lc");
+        // A bound resource: the export's workspace's configurations only; a resource
+        // of its own: its own configurations only.
+        for (res, source) in [(widget(), provider), (cm_ar(), n)] {
+            create(c, &res, Some("default"), name("x")).await;
+            let api = Api::<DynamicObject>::namespaced_with(c.clone(), "default", &res);
+            let s = refused(api.delete("x", &Default::default()), n).await;
+            let what = format!("{n}: {}", res.plural);
+            assert_eq!(
+                s.message,
+                format!("admission webhook \"{source}.holdfast.dev\" denied the request: denied"),
+                "{what}"
+            );
+            assert_eq!(paths(), [format!("/{source}")], "{what}");
+            let review = &hook.reviews()[0].review;
+            assert_eq!(
+                review["request"]["oldObject"]["metadata"]["annotations"]["kcp.io/cluster"],
+                lc.as_str(),
+                "{what}"
+            );
+            hook.clear();
+        }
     }
     sim.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_names_another_exports_type_by_identity() {
-    let sim = Sim::start(SimConfig::default()).await.expect("sim");
-    let url = sim.url();
-    let root = client_at(&sim, &format!("{url}/clusters/root")).await;
+    let (sim, url, root) = at_root(SimConfig::default()).await;
     for n in ["p1", "p2", "pc", "c", "d"] {
         create(&root, &ws(), None, name(n)).await;
     }
