@@ -19,26 +19,17 @@ fn gr(group: &str, resource: &str) -> Gr {
     }
 }
 
-fn ws_gr() -> Gr {
-    gr("tenancy.kcp.io", "workspaces")
-}
-fn lc_gr() -> Gr {
-    gr("core.kcp.io", "logicalclusters")
-}
-fn export_gr() -> Gr {
-    gr("apis.kcp.io", "apiexports")
-}
-fn binding_gr() -> Gr {
-    gr("apis.kcp.io", "apibindings")
-}
-fn schema_gr() -> Gr {
-    gr("apis.kcp.io", "apiresourceschemas")
-}
-fn slice_gr() -> Gr {
-    gr("apis.kcp.io", "apiexportendpointslices")
-}
-fn shard_gr() -> Gr {
-    gr("core.kcp.io", "shards")
+/// kcp's kinds, as (group, resource) for [`kind`].
+const WORKSPACES: (&str, &str) = ("tenancy.kcp.io", "workspaces");
+const LOGICAL_CLUSTERS: (&str, &str) = ("core.kcp.io", "logicalclusters");
+const EXPORTS: (&str, &str) = ("apis.kcp.io", "apiexports");
+const BINDINGS: (&str, &str) = ("apis.kcp.io", "apibindings");
+const SCHEMAS: (&str, &str) = ("apis.kcp.io", "apiresourceschemas");
+const SLICES: (&str, &str) = ("apis.kcp.io", "apiexportendpointslices");
+const SHARDS: (&str, &str) = ("core.kcp.io", "shards");
+
+fn kind((group, resource): (&str, &str)) -> Gr {
+    gr(group, resource)
 }
 
 /// The annotation kcp records a Workspace's shard in.
@@ -67,7 +58,9 @@ fn create_logical_cluster(state: &State, name: &str, path: &str, shard: &str) {
         "spec": {"initializers": []},
         "status": {"phase": "Ready", "URL": format!("{}/clusters/{}", state.url, path)},
     });
-    let _ = state.store.create(&lc_gr(), ckey(name, "cluster"), lc);
+    let _ = state
+        .store
+        .create(&kind(LOGICAL_CLUSTERS), ckey(name, "cluster"), lc);
     let ns = json!({
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "default", "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now,
@@ -83,7 +76,7 @@ fn create_logical_cluster(state: &State, name: &str, path: &str, shard: &str) {
 
 /// Removes a logical cluster with everything in it (nested workspaces included).
 fn delete_logical_cluster(state: &State, lc: &str) {
-    for (k, w) in state.store.all_objects(&ws_gr()) {
+    for (k, w) in state.store.all_objects(&kind(WORKSPACES)) {
         if k.cluster == lc
             && let Some(child) = w["spec"]["cluster"].as_str()
         {
@@ -117,7 +110,9 @@ pub fn bootstrap(state: &State) {
                          "annotations": {"kcp.io/cluster": ROOT}},
             "spec": {"baseURL": sh.url, "externalURL": state.url, "virtualWorkspaceURL": sh.url},
         });
-        let _ = state.store.create(&shard_gr(), ckey(ROOT, &sh.name), shard);
+        let _ = state
+            .store
+            .create(&kind(SHARDS), ckey(ROOT, &sh.name), shard);
     }
 }
 
@@ -133,7 +128,7 @@ fn place(state: &State, ws: &Value) -> Option<String> {
         .filter(|sh| {
             let labels = state
                 .store
-                .get(&shard_gr(), &ckey(ROOT, &sh.name))
+                .get(&kind(SHARDS), &ckey(ROOT, &sh.name))
                 .map(|o| o["metadata"]["labels"].clone())
                 .unwrap_or_else(|| json!({"name": sh.name}));
             selector.matches_labels(&labels)
@@ -150,14 +145,17 @@ fn place(state: &State, ws: &Value) -> Option<String> {
 }
 
 pub fn cluster_exists(state: &State, name: &str) -> bool {
-    state.store.get(&lc_gr(), &ckey(name, "cluster")).is_some()
+    state
+        .store
+        .get(&kind(LOGICAL_CLUSTERS), &ckey(name, "cluster"))
+        .is_some()
 }
 
 /// The workspace path (`root:org`) of a logical cluster.
 pub fn path_of(state: &State, cluster: &str) -> Option<String> {
     state
         .store
-        .get(&lc_gr(), &ckey(cluster, "cluster"))
+        .get(&kind(LOGICAL_CLUSTERS), &ckey(cluster, "cluster"))
         .and_then(|o| {
             o["metadata"]["annotations"]["kcp.io/path"]
                 .as_str()
@@ -178,7 +176,7 @@ pub fn resolve_path(state: &State, path: &str) -> Option<String> {
         return None;
     };
     for s in segs {
-        let ws = state.store.get(&ws_gr(), &ckey(&cur, s))?;
+        let ws = state.store.get(&kind(WORKSPACES), &ckey(&cur, s))?;
         cur = ws["spec"]["cluster"].as_str()?.to_string();
     }
     Some(cur)
@@ -410,7 +408,7 @@ pub fn parse_prefix(state: &State, req: &Request) -> ApiResult<Prefix> {
             rest @ ..,
         ] if shard.is_some() => {
             let rest = format!("/{}", rest.join("/"));
-            if state.store.get(&export_gr(), &ckey(lc, export)).is_none()
+            if state.store.get(&kind(EXPORTS), &ckey(lc, export)).is_none()
                 || (*name != "*" && !is_lc_name(name))
             {
                 return Err(ApiError::path_not_found());
@@ -463,7 +461,7 @@ fn wildcard_identity(state: &State, rest: &str) -> ApiResult<(String, Option<Str
         .kcp
         .iter()
         .any(|i| i.group == group && i.resource == resource);
-    let exports = state.store.all_objects(&export_gr());
+    let exports = state.store.all_objects(&kind(EXPORTS));
     let from_export = |hash: Option<&str>| {
         exports.iter().any(|(k, e)| {
             hash.is_none_or(|h| e["status"]["identityHash"].as_str() == Some(h))
@@ -747,7 +745,7 @@ impl SchemaInfos {
 fn export_infos(state: &State, export_cluster: &str, export: &Value) -> Vec<Arc<ResourceInfo>> {
     let mut out = vec![];
     for s in export_schema_names(export) {
-        if let Some(schema) = state.store.get(&schema_gr(), &ckey(export_cluster, &s))
+        if let Some(schema) = state.store.get(&kind(SCHEMAS), &ckey(export_cluster, &s))
             && let Some(i) = state.schema_infos.get(export_cluster, &s, &schema)
         {
             out.push(i);
@@ -805,7 +803,7 @@ fn info_by_identity(
 ) -> Option<Arc<ResourceInfo>> {
     state
         .store
-        .all_objects(&export_gr())
+        .all_objects(&kind(EXPORTS))
         .iter()
         .filter(|(_, e)| e["status"]["identityHash"].as_str() == Some(hash))
         .flat_map(|(k, e)| export_infos(state, &k.cluster, e))
@@ -826,7 +824,7 @@ fn binding_export(state: &State, cluster: &str, binding: &Value) -> Option<(Stri
 }
 
 fn bindings_in(state: &State, cluster: &str) -> Vec<Arc<Value>> {
-    state.store.list(&binding_gr(), Some(cluster), None).0
+    state.store.list(&kind(BINDINGS), Some(cluster), None).0
 }
 
 pub fn bound_infos(state: &State, cluster: &str) -> Vec<Arc<ResourceInfo>> {
@@ -835,7 +833,7 @@ pub fn bound_infos(state: &State, cluster: &str) -> Vec<Arc<ResourceInfo>> {
         let Some((ec, en)) = binding_export(state, cluster, &b) else {
             continue;
         };
-        if let Some(export) = state.store.get(&export_gr(), &ckey(&ec, &en)) {
+        if let Some(export) = state.store.get(&kind(EXPORTS), &ckey(&ec, &en)) {
             out.extend(export_infos(state, &ec, &export));
         }
     }
@@ -851,7 +849,7 @@ pub fn vw_resources(
 ) -> Vec<Arc<ResourceInfo>> {
     let Some(export) = state
         .store
-        .get(&export_gr(), &ckey(&vw.export_cluster, &vw.export_name))
+        .get(&kind(EXPORTS), &ckey(&vw.export_cluster, &vw.export_name))
     else {
         return vec![];
     };
@@ -887,7 +885,7 @@ fn binding_for_export(state: &State, cluster: &str, vw: &VwCtx) -> Option<Arc<Va
 fn is_exported(state: &State, vw: &VwCtx, info: &ResourceInfo) -> bool {
     state
         .store
-        .get(&export_gr(), &ckey(&vw.export_cluster, &vw.export_name))
+        .get(&kind(EXPORTS), &ckey(&vw.export_cluster, &vw.export_name))
         .is_some_and(|e| {
             export_infos(state, &vw.export_cluster, &e)
                 .iter()
@@ -953,11 +951,12 @@ fn slice_endpoints(state: &State, cluster: &str, slice: &Value) -> Vec<Value> {
     } else {
         resolve_path(state, path)
     };
-    let Some(ec) = ec.filter(|ec| state.store.get(&export_gr(), &ckey(ec, name)).is_some()) else {
+    let Some(ec) = ec.filter(|ec| state.store.get(&kind(EXPORTS), &ckey(ec, name)).is_some())
+    else {
         return vec![];
     };
     let mut shards: Vec<String> = vec![];
-    for (k, b) in state.store.all_objects(&binding_gr()) {
+    for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
         if binding_export(state, &k.cluster, &b).is_some_and(|(c, n)| c == ec && n == name)
             && let Some(sh) = shard_of(state, &k.cluster)
         {
@@ -975,7 +974,7 @@ fn slice_endpoints(state: &State, cluster: &str, slice: &Value) -> Vec<Value> {
 /// Recomputes every endpoint slice's URLs (a status update where they changed, so
 /// watchers see MODIFIED).
 fn refresh_slices(state: &State) {
-    for (k, slice) in state.store.all_objects(&slice_gr()) {
+    for (k, slice) in state.store.all_objects(&kind(SLICES)) {
         let endpoints = json!(slice_endpoints(state, &k.cluster, &slice));
         if slice["status"]["endpoints"] == endpoints {
             continue;
@@ -987,7 +986,7 @@ fn refresh_slices(state: &State) {
         n["status"]["endpoints"] = endpoints;
         let _ = state
             .store
-            .update(&slice_gr(), &k, n, crate::store::rv_of(&slice));
+            .update(&kind(SLICES), &k, n, crate::store::rv_of(&slice));
     }
 }
 
@@ -1010,7 +1009,9 @@ fn create_export_slice(state: &State, cluster: &str, export: &Value) {
         "spec": {"export": {"path": cluster, "name": name}},
     });
     slice["status"] = json!({"endpoints": slice_endpoints(state, cluster, &slice)});
-    let _ = state.store.create(&slice_gr(), ckey(cluster, name), slice);
+    let _ = state
+        .store
+        .create(&kind(SLICES), ckey(cluster, name), slice);
 }
 
 fn bind(state: &State, cluster: &str, b: &Arc<Value>) -> Option<Value> {
@@ -1019,7 +1020,7 @@ fn bind(state: &State, cluster: &str, b: &Arc<Value>) -> Option<Value> {
         n["status"] = json!({});
     }
     let (ec, en) = binding_export(state, cluster, b)?;
-    let export = state.store.get(&export_gr(), &ckey(&ec, &en));
+    let export = state.store.get(&kind(EXPORTS), &ckey(&ec, &en));
     match export {
         None => {
             n["status"]["phase"] = json!("Binding");
@@ -1107,7 +1108,7 @@ pub async fn after_write(
                 let key = ckey(cluster, n["metadata"]["name"].as_str().unwrap_or(""));
                 out = state
                     .store
-                    .update(&binding_gr(), &key, bound, crate::store::rv_of(n))
+                    .update(&kind(BINDINGS), &key, bound, crate::store::rv_of(n))
                     .ok();
             }
             crate::controllers::refresh_dynamic(state, cluster);
@@ -1143,11 +1144,11 @@ pub async fn after_write(
 
 fn rebind_all(state: &State) {
     let mut clusters = vec![];
-    for (k, b) in state.store.all_objects(&binding_gr()) {
+    for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
         if let Some(n) = bind(state, &k.cluster, &b) {
             let _ = state
                 .store
-                .update(&binding_gr(), &k, n, crate::store::rv_of(&b));
+                .update(&kind(BINDINGS), &k, n, crate::store::rv_of(&b));
         }
         if !clusters.contains(&k.cluster) {
             clusters.push(k.cluster.clone());
@@ -1161,7 +1162,7 @@ fn rebind_all(state: &State) {
 pub async fn reconcile(state: &Arc<State>) {
     let pending = state
         .store
-        .all_objects(&binding_gr())
+        .all_objects(&kind(BINDINGS))
         .iter()
         .any(|(_, b)| b["status"]["phase"] != "Bound");
     if pending {
