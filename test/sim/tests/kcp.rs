@@ -1134,3 +1134,67 @@ async fn a_claim_names_another_exports_type_by_identity() {
     );
     sim.shutdown().await;
 }
+
+/// `holdfast-sim --shards 2`: the front-proxy's ready line, one line per shard, Shard
+/// objects naming those URLs; `--shards 0` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_serves_shards() {
+    use tokio::io::AsyncBufReadExt;
+    let bin = env!("CARGO_BIN_EXE_holdfast-sim");
+    let dir = tempfile::tempdir().expect("dir");
+    let kc = dir.path().join("kubeconfig");
+    let mut child = tokio::process::Command::new(bin)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--shards",
+            "2",
+            "--kubeconfig-out",
+        ])
+        .arg(&kc)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn holdfast-sim");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut printed = vec![];
+    for _ in 0..3 {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("a line in time")
+            .expect("read")
+            .expect("a line");
+        printed.push(line);
+    }
+    let url = printed[0]
+        .strip_prefix("holdfast-sim listening on ")
+        .unwrap_or_else(|| panic!("{printed:?}"));
+    let shard = |i: usize, name: &str| {
+        printed[i]
+            .strip_prefix(&format!("holdfast-sim shard {name} on "))
+            .unwrap_or_else(|| panic!("{printed:?}"))
+    };
+    let k = Kubectl::new(&std::fs::read_to_string(&kc).expect("kubeconfig"));
+    let shards = k.json(&format!("--server {url}/clusters/root get shards -o json"));
+    let base: Vec<&str> = shards["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["spec"]["baseURL"].as_str())
+        .collect();
+    assert_eq!(base, [shard(1, "root"), shard(2, "shard-1")]);
+    child.kill().await.expect("stop");
+    let out = std::process::Command::new(bin)
+        .args(["--shards", "0"])
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0")
+        .output()
+        .expect("run");
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).as_ref()
+        ),
+        (Some(1), "Error: --shards must be at least 1\n")
+    );
+}
