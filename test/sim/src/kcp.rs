@@ -610,7 +610,8 @@ pub fn prepare_create(
             obj["status"] = json!({"identityHash": hash});
         }
         ("apis.kcp.io", "apiexportendpointslices") => {
-            obj["status"] = json!({"endpoints": slice_endpoints(state, cluster, obj)});
+            let endpoints = slice_endpoints(state, &bound_shards(state), cluster, obj);
+            obj["status"] = json!({"endpoints": endpoints});
         }
         ("apis.kcp.io", "apibindings") => {
             obj["status"] = json!({"phase": "Binding"});
@@ -939,10 +940,26 @@ pub fn vw_authorize(
     ))
 }
 
+/// The shards holding at least one APIBinding, by the (export logical cluster,
+/// export name) bound.
+type BoundShards = HashMap<(String, String), Vec<String>>;
+
+fn bound_shards(state: &State) -> BoundShards {
+    let mut out: BoundShards = HashMap::new();
+    for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
+        if let Some(export) = binding_export(state, &k.cluster, &b)
+            && let Some(sh) = shard_of(state, &k.cluster)
+        {
+            out.entry(export).or_default().push(sh);
+        }
+    }
+    out
+}
+
 /// `status.endpoints` of an endpoint slice in `cluster`: one URL per shard (in shard
 /// order) holding at least one APIBinding to the slice's export,
 /// `<shard virtualWorkspaceURL>/services/apiexport/<export lc>/<export name>`.
-fn slice_endpoints(state: &State, cluster: &str, slice: &Value) -> Vec<Value> {
+fn slice_endpoints(state: &State, bound: &BoundShards, cluster: &str, slice: &Value) -> Vec<Value> {
     let export = &slice["spec"]["export"];
     let name = export["name"].as_str().unwrap_or("");
     let path = export["path"].as_str().unwrap_or("");
@@ -955,14 +972,9 @@ fn slice_endpoints(state: &State, cluster: &str, slice: &Value) -> Vec<Value> {
     else {
         return vec![];
     };
-    let mut shards: Vec<String> = vec![];
-    for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
-        if binding_export(state, &k.cluster, &b).is_some_and(|(c, n)| c == ec && n == name)
-            && let Some(sh) = shard_of(state, &k.cluster)
-        {
-            shards.push(sh);
-        }
-    }
+    let Some(shards) = bound.get(&(ec.clone(), name.to_string())) else {
+        return vec![];
+    };
     state
         .shards
         .iter()
@@ -974,8 +986,9 @@ fn slice_endpoints(state: &State, cluster: &str, slice: &Value) -> Vec<Value> {
 /// Recomputes every endpoint slice's URLs (a status update where they changed, so
 /// watchers see MODIFIED).
 fn refresh_slices(state: &State) {
+    let bound = bound_shards(state);
     for (k, slice) in state.store.all_objects(&kind(SLICES)) {
-        let endpoints = json!(slice_endpoints(state, &k.cluster, &slice));
+        let endpoints = json!(slice_endpoints(state, &bound, &k.cluster, &slice));
         if slice["status"]["endpoints"] == endpoints {
             continue;
         }
@@ -1008,7 +1021,8 @@ fn create_export_slice(state: &State, cluster: &str, export: &Value) {
                      "annotations": {"kcp.io/cluster": cluster}},
         "spec": {"export": {"path": cluster, "name": name}},
     });
-    slice["status"] = json!({"endpoints": slice_endpoints(state, cluster, &slice)});
+    let endpoints = slice_endpoints(state, &bound_shards(state), cluster, &slice);
+    slice["status"] = json!({"endpoints": endpoints});
     let _ = state
         .store
         .create(&kind(SLICES), ckey(cluster, name), slice);
