@@ -65,12 +65,19 @@ async fn main() -> anyhow::Result<()> {
     if let Some(p) = &args.kubeconfig_out {
         sim.write_kubeconfig(p, &user)?;
     }
-    println!("holdfast-sim listening on {}", sim.url());
-    for (name, url) in sim.shards() {
-        println!("holdfast-sim shard {name} on {url}");
+    // One write: a reader that stops after the first line never meets a closed pipe.
+    let mut ready = format!("holdfast-sim listening on {}\n", sim.url());
+    let shards = sim.shards();
+    if shards.len() > 1 {
+        for (name, url) in shards {
+            ready.push_str(&format!("holdfast-sim shard {name} on {url}\n"));
+        }
     }
     use std::io::Write;
-    let _ = std::io::stdout().flush();
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(ready.as_bytes());
+    let _ = stdout.flush();
+    drop(stdout);
     tokio::select! {
         _ = int.recv() => {}
         _ = term.recv() => {}
