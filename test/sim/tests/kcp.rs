@@ -999,6 +999,14 @@ async fn endpoint_slices_wildcard_identities_and_virtual_workspaces_per_shard() 
     assert_eq!(next_endpoints(&mut events).await, [vw(&root_url)]);
     drop_binding(c0.clone()).await;
     assert!(next_endpoints(&mut events).await.is_empty());
+    // So does a binding's workspace going away.
+    bind_widgets(&c1, "root:p1").await;
+    assert_eq!(next_endpoints(&mut events).await, [vw(&s1_url)]);
+    Api::<DynamicObject>::all_with(root.clone(), &ws())
+        .delete("c1", &Default::default())
+        .await
+        .expect("delete workspace c1");
+    assert!(next_endpoints(&mut events).await.is_empty());
     sim.shutdown().await;
 }
 
