@@ -90,6 +90,7 @@ fn delete_logical_cluster(state: &State, lc: &str) {
 
 pub fn bootstrap(state: &State) {
     create_logical_cluster(state, ROOT, ROOT);
+    crate::authz::bootstrap_root(state, ROOT);
 }
 
 pub fn cluster_exists(state: &State, name: &str) -> bool {
@@ -657,6 +658,7 @@ pub async fn after_write(
                 let parent = path_of(state, cluster).unwrap_or_else(|| cluster.to_string());
                 let name = n["metadata"]["name"].as_str().unwrap_or("");
                 create_logical_cluster(state, &lc, &format!("{parent}:{name}"));
+                crate::authz::init_workspace(state, &lc, n);
             }
             if new.is_none()
                 && let Some(o) = old

@@ -1,4 +1,4 @@
-//! `holdfast-sim --listen 127.0.0.1:PORT --kubeconfig-out FILE [--config FILE]`
+//! `holdfast-sim --listen 127.0.0.1:PORT --kubeconfig-out FILE [--config FILE] [--token-auth-file FILE]`
 
 use clap::Parser;
 use holdfast_sim::{Sim, SimConfig};
@@ -23,6 +23,10 @@ struct Args {
     /// YAML config: users [{name, token, groups}], rbac rules, services.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Static token file (kube-apiserver's CSV: token,user,uid,"group1,group2"); its users
+    /// join the config's.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -41,6 +45,9 @@ async fn main() -> anyhow::Result<()> {
     };
     if let Some(l) = args.listen {
         cfg.listen = l;
+    }
+    if let Some(f) = &args.token_auth_file {
+        cfg.token_auth_file = Some(f.clone());
     }
     let user = args.kubeconfig_user.clone().unwrap_or_else(|| {
         cfg.users

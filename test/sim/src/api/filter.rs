@@ -18,6 +18,8 @@ pub(super) struct Filter {
     pub(super) vw: Option<(Arc<State>, crate::server::VwCtx, Arc<ResourceInfo>)>,
     /// Per-request memo of the binding check (lists); watches re-check every event.
     pub(super) vw_cache: Option<std::sync::Mutex<HashMap<String, bool>>>,
+    /// The verb the objects are selected for (list, watch, deletecollection).
+    pub(super) verb: &'static str,
     pub(super) namespace: Option<String>,
     pub(super) labels: Selector,
     pub(super) fields: FieldSelector,
@@ -47,6 +49,7 @@ impl Filter {
             cluster: ctx.cluster.clone(),
             vw,
             vw_cache: Some(std::sync::Mutex::new(HashMap::new())),
+            verb: "list",
             namespace: t.namespace.clone(),
             labels,
             fields,
@@ -90,7 +93,8 @@ impl Filter {
         {
             return *b;
         }
-        let ok = kcp::vw_cluster_allowed(state, vw, info, cluster);
+        let ok = kcp::vw_cluster_allowed(state, vw, info, cluster)
+            && crate::authz::vw_cluster_visible(state, vw, info, cluster, self.verb);
         if let Some(c) = &self.vw_cache
             && let Ok(mut m) = c.lock()
         {
