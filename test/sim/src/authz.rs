@@ -301,12 +301,12 @@ fn forbidden_path(user: &UserInfo, verb: &str, path: &str, reason: &str) -> ApiE
 /// Authorizes a non-resource request (discovery, `/version`, ...) on its way in:
 /// inside a kcp workspace it needs `access` there; in an APIExport virtual workspace
 /// `apiexports/content` on the export. Resource requests pass here and are
-/// authorized with their attributes by `authorize_resource`.
+/// authorized with their attributes by `authorize_resource`. `rest` is the path
+/// below the cluster prefix, the path kcp authorizes (it strips `/clusters/<x>`).
 pub fn authorize_path(
     state: &State,
     ctx: &Ctx,
     method: &http::Method,
-    path: &str,
     rest: &str,
 ) -> ApiResult<()> {
     if !state.cfg.authorize || ctx.user.is_master() || is_resource_path(rest) {
@@ -315,12 +315,12 @@ pub fn authorize_path(
     let verb = method.as_str().to_ascii_lowercase();
     if let Some(vw) = &ctx.vw {
         return content_allowed(state, &ctx.user, vw, &verb)
-            .map_err(|reason| forbidden_path(&ctx.user, &verb, path, &reason));
+            .map_err(|reason| forbidden_path(&ctx.user, &verb, rest, &reason));
     }
     if let ClusterSel::Lc(lc) = &ctx.cluster
         && !has_access(state, &ctx.user.name, &ctx.user.groups, lc)
     {
-        return Err(forbidden_path(&ctx.user, &verb, path, NO_ACCESS));
+        return Err(forbidden_path(&ctx.user, &verb, rest, NO_ACCESS));
     }
     Ok(())
 }

@@ -458,7 +458,7 @@ async fn handle_inner(state: Arc<State>, req: Request<Incoming>) -> Response<Bod
         vw,
         warnings: Mutex::new(vec![]),
     };
-    if let Err(e) = crate::authz::authorize_path(&state, &ctx, &method, &path, &rest) {
+    if let Err(e) = crate::authz::authorize_path(&state, &ctx, &method, &rest) {
         return error_response(&e, &[], pretty);
     }
     let res = route(&state, &ctx, &method, &rest, &query, &headers, body).await;
