@@ -309,7 +309,7 @@ pub fn authorize_path(
     method: &http::Method,
     rest: &str,
 ) -> ApiResult<()> {
-    if !state.cfg.authorize || ctx.user.is_master() || is_resource_path(rest) {
+    if !enforced(state, ctx) || is_resource_path(rest) {
         return Ok(());
     }
     let verb = method.as_str().to_ascii_lowercase();
@@ -325,11 +325,17 @@ pub fn authorize_path(
     Ok(())
 }
 
+/// Whether authorization applies to the caller (it is on and the caller is not in
+/// system:masters).
+pub fn enforced(state: &State, ctx: &Ctx) -> bool {
+    state.cfg.authorize && !ctx.user.is_master()
+}
+
 /// Authorizes a resource request: system:masters always; in an APIExport virtual
 /// workspace the content and binding authorizers; inside a kcp workspace `access`
 /// there, then its RBAC; elsewhere RBAC.
 pub fn authorize_resource(state: &State, ctx: &Ctx, verb: &str, t: &Target) -> ApiResult<()> {
-    if !state.cfg.authorize || ctx.user.is_master() {
+    if !enforced(state, ctx) {
         return Ok(());
     }
     if let Some(vw) = &ctx.vw {
@@ -492,7 +498,8 @@ fn binding_allows(
 
 /// Whether the objects of `cluster` are visible to a `verb` (list, watch) on the
 /// virtual workspace's wildcard: the cluster binds the export and the binding allows
-/// the verb on the kind, as for a request naming that cluster.
+/// the verb on the kind, as for a request naming that cluster (system:masters, who
+/// bypass that check there, see every binding cluster).
 pub fn vw_cluster_visible(
     state: &State,
     vw: &VwCtx,
@@ -583,7 +590,7 @@ pub fn admit_create(
     if is_kcp(info, "tenancy.kcp.io", "workspaces") {
         record_owner(ctx, obj);
     }
-    if is_kcp(info, "apis.kcp.io", "apibindings") && state.cfg.authorize && !ctx.user.is_master() {
+    if is_kcp(info, "apis.kcp.io", "apibindings") && enforced(state, ctx) {
         check_bind(state, ctx, info, cluster, obj, "create")?;
     }
     Ok(())
@@ -601,8 +608,7 @@ pub fn admit_update(
 ) -> ApiResult<()> {
     if cluster.is_empty()
         || !is_kcp(info, "apis.kcp.io", "apibindings")
-        || !state.cfg.authorize
-        || ctx.user.is_master()
+        || !enforced(state, ctx)
         || binding_reference(new) == binding_reference(old)
     {
         return Ok(());

@@ -18,8 +18,9 @@ pub(super) struct Filter {
     pub(super) vw: Option<(Arc<State>, crate::server::VwCtx, Arc<ResourceInfo>)>,
     /// Per-request memo of the binding check (lists); watches re-check every event.
     pub(super) vw_cache: Option<std::sync::Mutex<HashMap<String, bool>>>,
-    /// The verb the objects are selected for (list, watch, deletecollection).
-    pub(super) verb: &'static str,
+    /// The verb the objects are selected for (list, watch) where the virtual
+    /// workspace's binding rules apply (None: the caller bypasses them).
+    pub(super) verb: Option<&'static str>,
     pub(super) namespace: Option<String>,
     pub(super) labels: Selector,
     pub(super) fields: FieldSelector,
@@ -49,7 +50,7 @@ impl Filter {
             cluster: ctx.cluster.clone(),
             vw,
             vw_cache: Some(std::sync::Mutex::new(HashMap::new())),
-            verb: "list",
+            verb: crate::authz::enforced(state, ctx).then_some("list"),
             namespace: t.namespace.clone(),
             labels,
             fields,
@@ -94,7 +95,9 @@ impl Filter {
             return *b;
         }
         let ok = kcp::vw_cluster_allowed(state, vw, info, cluster)
-            && crate::authz::vw_cluster_visible(state, vw, info, cluster, self.verb);
+            && self.verb.is_none_or(|verb| {
+                crate::authz::vw_cluster_visible(state, vw, info, cluster, verb)
+            });
         if let Some(c) = &self.vw_cache
             && let Ok(mut m) = c.lock()
         {
