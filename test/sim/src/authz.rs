@@ -6,7 +6,7 @@
 
 use crate::api::Target;
 use crate::errors::{ApiError, ApiResult};
-use crate::rbac;
+use crate::rbac::{self, strs};
 use crate::registry::{Gr, ResourceInfo};
 use crate::server::{ClusterSel, Ctx, State, UserInfo, VwCtx};
 use crate::store::Key;
@@ -370,29 +370,34 @@ fn kcp_gr(resource: &str) -> Gr {
     }
 }
 
-fn strs(v: &Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|x| x.as_str().map(str::to_string))
-        .collect()
+/// Whether RBAC in `export_cluster` allows `user` `verb` on APIExport `export`
+/// (or its `subresource`).
+fn export_allows(
+    state: &State,
+    user: &UserInfo,
+    export_cluster: &str,
+    export: &str,
+    verb: &str,
+    subresource: &str,
+) -> bool {
+    let what = ("apis.kcp.io", "apiexports", subresource);
+    rbac::allowed(
+        state,
+        &rbac::Attributes::cluster_scoped(user, export_cluster, verb, what, export),
+    )
 }
 
 /// kcp's content authorizer: `apiexports/content` with the request's verb on the
 /// export, in the export's workspace (a deep review: no `access` needed there).
 fn content_allowed(state: &State, user: &UserInfo, vw: &VwCtx, verb: &str) -> Result<(), String> {
-    let a = rbac::Attributes {
-        user: &user.name,
-        groups: &user.groups,
+    if export_allows(
+        state,
+        user,
+        &vw.export_cluster,
+        &vw.export_name,
         verb,
-        group: "apis.kcp.io",
-        resource: "apiexports",
-        subresource: "content",
-        namespace: "",
-        name: &vw.export_name,
-        cluster: &vw.export_cluster,
-    };
-    if rbac::allowed(state, &a) {
+        "content",
+    ) {
         return Ok(());
     }
     Err(format!(
@@ -540,22 +545,8 @@ fn check_bind(
     } else {
         crate::kcp::resolve_path(state, &path)
     };
-    let allowed = export_cluster.is_some_and(|ec| {
-        rbac::allowed(
-            state,
-            &rbac::Attributes {
-                user: &ctx.user.name,
-                groups: &ctx.user.groups,
-                verb: "bind",
-                group: "apis.kcp.io",
-                resource: "apiexports",
-                subresource: "",
-                namespace: "",
-                name: &name,
-                cluster: &ec,
-            },
-        )
-    });
+    let allowed =
+        export_cluster.is_some_and(|ec| export_allows(state, &ctx.user, &ec, &name, "bind", ""));
     if allowed {
         return Ok(());
     }
@@ -575,8 +566,8 @@ fn is_kcp(info: &ResourceInfo, group: &str, resource: &str) -> bool {
     info.group == group && info.resource == resource
 }
 
-/// kcp's admission on a create in logical cluster `cluster`: `bind` for APIBindings,
-/// the owner annotation on Workspaces.
+/// kcp's admission on a create in logical cluster `cluster` (none on the plain
+/// cluster): `bind` for APIBindings, the owner annotation on Workspaces.
 pub fn admit_create(
     state: &State,
     ctx: &Ctx,
@@ -584,16 +575,15 @@ pub fn admit_create(
     cluster: &str,
     obj: &mut Value,
 ) -> ApiResult<()> {
-    if cluster.is_empty() {
-        return Ok(());
-    }
-    if is_kcp(info, "tenancy.kcp.io", "workspaces") {
+    let kcp = !cluster.is_empty();
+    if kcp && is_kcp(info, "tenancy.kcp.io", "workspaces") {
         record_owner(ctx, obj);
     }
-    if is_kcp(info, "apis.kcp.io", "apibindings") && enforced(state, ctx) {
-        check_bind(state, ctx, info, cluster, obj, "create")?;
+    let binds = kcp && is_kcp(info, "apis.kcp.io", "apibindings");
+    match binds && enforced(state, ctx) {
+        true => check_bind(state, ctx, info, cluster, obj, "create"),
+        false => Ok(()),
     }
-    Ok(())
 }
 
 /// kcp's admission on an update: changing an APIBinding's reference needs `bind`

@@ -20,6 +20,30 @@ pub struct Attributes<'a> {
     pub cluster: &'a str,
 }
 
+impl<'a> Attributes<'a> {
+    /// `user`'s request on the cluster-scoped `resource` (`group`, `subresource`)
+    /// object `name` in logical cluster `cluster`.
+    pub fn cluster_scoped(
+        user: &'a crate::server::UserInfo,
+        cluster: &'a str,
+        verb: &'a str,
+        (group, resource, subresource): (&'a str, &'a str, &'a str),
+        name: &'a str,
+    ) -> Self {
+        Attributes {
+            user: &user.name,
+            groups: &user.groups,
+            verb,
+            group,
+            resource,
+            subresource,
+            namespace: "",
+            name,
+            cluster,
+        }
+    }
+}
+
 fn any(list: &[String], v: &str) -> bool {
     list.iter().any(|x| x == "*" || x == v)
 }
@@ -39,7 +63,7 @@ fn static_allows(rule: &RbacRule, a: &Attributes) -> bool {
         && (rule.resource_names.is_empty() || any(&rule.resource_names, a.name))
 }
 
-fn strs(v: &Value) -> Vec<String> {
+pub(crate) fn strs(v: &Value) -> Vec<String> {
     v.as_array()
         .into_iter()
         .flatten()
@@ -460,15 +484,8 @@ fn rule_covers(owner: &Value, atom: &Atom) -> bool {
 /// RoleBindings of `namespace`): what `RulesFor` resolves.
 fn owner_rules(state: &State, ctx: &Ctx, cluster: &str, namespace: &str) -> Vec<Value> {
     let a = Attributes {
-        user: &ctx.user.name,
-        groups: &ctx.user.groups,
-        verb: "",
-        group: "",
-        resource: "",
-        subresource: "",
         namespace,
-        name: "",
-        cluster,
+        ..Attributes::cluster_scoped(&ctx.user, cluster, "", ("", "", ""), "")
     };
     let mut out = Vec::new();
     for b in state

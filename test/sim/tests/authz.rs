@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Kubectl, api_status, assert_status};
+use common::{Kubectl, assert_status};
 use holdfast_sim::{Sim, SimConfig, SimHandle, parse_token_auth_file};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -91,6 +91,78 @@ async fn bind_user(client: &kube::Client, name: &str, role: &str, user: &str) {
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }))
     .await;
+}
+
+/// kcp's reason for a user without `access` in the workspace.
+const NO_ACCESS: &str = ": no verb=access permission on /";
+
+/// Asserts that a request was refused with 403 Forbidden and exactly `message`.
+fn forbidden<T: std::fmt::Debug>(result: kube::Result<T>, message: &str) {
+    assert_status(result.expect_err(message), 403, "Forbidden", message);
+}
+
+/// Asserts that kubectl failed with exactly `stderr`.
+fn kubectl_refused(out: &common::Out, stderr: &str) {
+    assert_eq!((out.code, out.stderr.as_str()), (1, stderr), "{out:?}");
+}
+
+/// Lists the ConfigMaps of namespace default.
+async fn list_cms(client: &kube::Client) -> kube::Result<kube::api::ObjectList<DynamicObject>> {
+    api(client, &cm(), Some("default"))
+        .list(&ListParams::default())
+        .await
+}
+
+/// kube-apiserver's refusal of `user` listing ConfigMaps in default, with kcp's reason.
+fn cannot_list_cms(user: &str, reason: &str) -> String {
+    format!(
+        "configmaps is forbidden: User \"{user}\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"{reason}"
+    )
+}
+
+/// Creates an object `name` of `ar` in namespace default.
+async fn in_default(client: &kube::Client, ar: &ApiResource, name: &str) {
+    create(
+        client,
+        ar,
+        Some("default"),
+        json!({"metadata": {"name": name}}),
+    )
+    .await;
+}
+
+/// Gets the object `name` of `ar` in namespace default, which must be there.
+async fn get_in_default(client: &kube::Client, ar: &ApiResource, name: &str, what: &str) {
+    let o = api(client, ar, Some("default"))
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(o.metadata.name.as_deref(), Some(name));
+}
+
+/// A ClusterRole `name` granting `user` `apiexports/content` on example.io with `verbs`.
+async fn grant_content(client: &kube::Client, name: &str, user: &str, verbs: Value) {
+    let rule = json!([{"apiGroups": ["apis.kcp.io"], "resources": ["apiexports/content"],
+                       "resourceNames": ["example.io"], "verbs": verbs}]);
+    grant(client, name, user, rule).await;
+}
+
+/// Lets `user` enter the workspace of `client` (kcp's pre-defined access role).
+async fn give_access(client: &kube::Client, user: &str) {
+    let name = format!("{user}-access");
+    bind_user(client, &name, "system:kcp:workspace:access", user).await;
+}
+
+/// Creates root:org and the workspaces `children` in it (as admin); admin clients of
+/// root and root:org.
+async fn org_with(sim: &SimHandle, children: &[&str]) -> (kube::Client, kube::Client) {
+    let root = client(sim, "/clusters/root", "admin").await;
+    create(&root, &ws(), None, json!({"metadata": {"name": "org"}})).await;
+    let org = client(sim, "/clusters/root:org", "admin").await;
+    for name in children {
+        create(&org, &ws(), None, json!({"metadata": {"name": name}})).await;
+    }
+    (root, org)
 }
 
 /// The token file every test here starts with.
@@ -232,14 +304,12 @@ async fn token_file_users_authenticate_with_their_uid_and_groups() {
         json!({"username": "erin", "uid": "1002", "groups": ["dev", "ops", "system:authenticated"]})
     );
     // Plain Kubernetes topology: no binding, no access; a Role grants exactly it.
-    let out = k.sh("get configmaps -n default");
-    assert_eq!(
-        (out.code, out.stderr.as_str()),
-        (
-            1,
-            "Error from server (Forbidden): configmaps is forbidden: User \"erin\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"\n"
+    kubectl_refused(
+        &k.sh("get configmaps -n default"),
+        &format!(
+            "Error from server (Forbidden): {}\n",
+            cannot_list_cms("erin", "")
         ),
-        "{out:?}"
     );
     let admin = client(&sim, "", "admin").await;
     let roles = ar("rbac.authorization.k8s.io", "v1", "Role", "roles");
@@ -271,59 +341,30 @@ async fn token_file_users_authenticate_with_their_uid_and_groups() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workspace_access_and_rbac_per_logical_cluster() {
     let (sim, _dir) = start().await;
-    let root = client(&sim, "/clusters/root", "admin").await;
-    create(&root, &ws(), None, json!({"metadata": {"name": "org"}})).await;
-    let org = client(&sim, "/clusters/root:org", "admin").await;
-    create(&org, &ws(), None, json!({"metadata": {"name": "team"}})).await;
+    let (_root, org) = org_with(&sim, &["team"]).await;
 
     // root: every authenticated user enters; RBAC decides the rest.
     let dave_root = client(&sim, "/clusters/root", "dave").await;
-    assert_status(
-        api(&dave_root, &cm(), Some("default"))
-            .list(&ListParams::default())
-            .await
-            .expect_err("no RBAC in root"),
-        403,
-        "Forbidden",
-        "configmaps is forbidden: User \"dave\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"",
-    );
+    forbidden(list_cms(&dave_root).await, &cannot_list_cms("dave", ""));
     // root:org: no access at all, for resources and discovery alike.
     let dave_org = client(&sim, "/clusters/root:org", "dave").await;
-    assert_status(
-        api(&dave_org, &cm(), Some("default"))
-            .list(&ListParams::default())
-            .await
-            .expect_err("no access in root:org"),
-        403,
-        "Forbidden",
-        "configmaps is forbidden: User \"dave\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\": no verb=access permission on /",
+    forbidden(
+        list_cms(&dave_org).await,
+        &cannot_list_cms("dave", NO_ACCESS),
     );
     // (`--raw` takes the whole path, whatever the kubeconfig's server path.)
     let k = Kubectl::new(&sim.kubeconfig("dave"));
-    let out = k.sh("get --raw /clusters/root:org/api");
-    assert_eq!(
-        (out.code, out.stderr.as_str()),
-        (
-            1,
-            "Error from server (Forbidden): forbidden: User \"dave\" cannot get path \"/api\": no verb=access permission on /\n"
-        ),
-        "{out:?}"
+    kubectl_refused(
+        &k.sh("get --raw /clusters/root:org/api"),
+        "Error from server (Forbidden): forbidden: User \"dave\" cannot get path \"/api\": no verb=access permission on /\n",
     );
 
     // access in root:org (kcp's pre-defined ClusterRole, no local copy needed).
-    bind_user(&org, "dave-access", "system:kcp:workspace:access", "dave").await;
+    give_access(&org, "dave").await;
     let out = k.ok("get --raw /clusters/root:org/api");
     let v: Value = serde_json::from_str(&out.stdout).expect("APIVersions");
     assert_eq!(v["kind"], "APIVersions");
-    assert_status(
-        api(&dave_org, &cm(), Some("default"))
-            .list(&ListParams::default())
-            .await
-            .expect_err("access, no RBAC"),
-        403,
-        "Forbidden",
-        "configmaps is forbidden: User \"dave\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"",
-    );
+    forbidden(list_cms(&dave_org).await, &cannot_list_cms("dave", ""));
     // A ClusterRole bound in root:org grants in root:org only.
     grant(
         &org,
@@ -335,10 +376,7 @@ async fn workspace_access_and_rbac_per_logical_cluster() {
         ]),
     )
     .await;
-    let listed = api(&dave_org, &cm(), Some("default"))
-        .list(&ListParams::default())
-        .await
-        .expect("list in root:org");
+    let listed = list_cms(&dave_org).await.expect("list in root:org");
     assert_eq!(listed.items.len(), 0);
     // Reading the child Workspace is RBAC in the parent; entering it is access there.
     let team = api(&dave_org, &ws(), None)
@@ -347,45 +385,23 @@ async fn workspace_access_and_rbac_per_logical_cluster() {
         .expect("get team");
     assert_eq!(team.data["status"]["phase"], "Ready");
     let dave_team = client(&sim, "/clusters/root:org:team", "dave").await;
-    let s = api_status(
-        api(&dave_team, &cm(), Some("default"))
-            .list(&ListParams::default())
-            .await
-            .expect_err("no access in root:org:team"),
+    forbidden(
+        list_cms(&dave_team).await,
+        &cannot_list_cms("dave", NO_ACCESS),
     );
-    assert_eq!(
-        s.message,
-        "configmaps is forbidden: User \"dave\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\": no verb=access permission on /"
-    );
-    assert_status(
-        api(&dave_root, &cm(), Some("default"))
-            .list(&ListParams::default())
-            .await
-            .expect_err("root:org's role does not reach root"),
-        403,
-        "Forbidden",
-        "configmaps is forbidden: User \"dave\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"",
-    );
+    forbidden(list_cms(&dave_root).await, &cannot_list_cms("dave", ""));
 
     // system:masters bypasses access and RBAC (a token-file user in the group too).
     let masters = client(&sim, "/clusters/root:org:team", "root-user").await;
-    create(
-        &masters,
-        &cm(),
-        Some("default"),
-        json!({"metadata": {"name": "by-masters"}}),
-    )
-    .await;
+    in_default(&masters, &cm(), "by-masters").await;
     sim.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_creator_of_a_workspace_is_its_admin() {
     let (sim, _dir) = start().await;
-    let root = client(&sim, "/clusters/root", "admin").await;
-    create(&root, &ws(), None, json!({"metadata": {"name": "org"}})).await;
-    let org = client(&sim, "/clusters/root:org", "admin").await;
-    bind_user(&org, "dave-access", "system:kcp:workspace:access", "dave").await;
+    let (_root, org) = org_with(&sim, &[]).await;
+    give_access(&org, "dave").await;
     grant(&org, "ws-creator", "dave", json!([
         {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaces"], "verbs": ["create", "get"]},
     ]))
@@ -416,13 +432,7 @@ async fn the_creator_of_a_workspace_is_its_admin() {
     );
 
     let dave_mine = client(&sim, "/clusters/root:org:mine", "dave").await;
-    create(
-        &dave_mine,
-        &cm(),
-        Some("default"),
-        json!({"metadata": {"name": "mine"}}),
-    )
-    .await;
+    in_default(&dave_mine, &cm(), "mine").await;
     let crb = api(&dave_mine, &cluster_role_bindings(), None)
         .get("workspace-admin")
         .await
@@ -433,95 +443,54 @@ async fn the_creator_of_a_workspace_is_its_admin() {
         json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dave"}])
     );
     // Another user with access to root:org has none in root:org:mine.
-    bind_user(&org, "erin-access", "system:kcp:workspace:access", "erin").await;
+    give_access(&org, "erin").await;
     let erin_mine = client(&sim, "/clusters/root:org:mine", "erin").await;
-    let s = api_status(
-        api(&erin_mine, &cm(), Some("default"))
-            .get("mine")
-            .await
-            .expect_err("erin has no access in mine"),
-    );
-    assert_eq!(
-        (s.code, s.message.as_str()),
-        (
-            403,
-            "configmaps \"mine\" is forbidden: User \"erin\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\": no verb=access permission on /"
-        )
+    forbidden(
+        api(&erin_mine, &cm(), Some("default")).get("mine").await,
+        "configmaps \"mine\" is forbidden: User \"erin\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\": no verb=access permission on /",
     );
     sim.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn subject_access_reviews_use_the_workspace_rbac() {
-    let (sim, _dir) = start().await;
-    let root = client(&sim, "/clusters/root", "admin").await;
-    create(&root, &ws(), None, json!({"metadata": {"name": "org"}})).await;
-    let org = client(&sim, "/clusters/root:org", "admin").await;
+/// `status.allowed` of a SubjectAccessReview with `spec` posted through `client`.
+async fn reviewed(client: &kube::Client, spec: Value) -> bool {
     let sar = ar(
         "authorization.k8s.io",
         "v1",
         "SubjectAccessReview",
         "subjectaccessreviews",
     );
-    let review = |user: &str| json!({"spec": {"user": user, "resourceAttributes": {"verb": "delete", "resource": "configmaps", "namespace": "default"}}});
-    let allowed = |client: kube::Client, user: String| {
-        let sar = sar.clone();
-        let body = review(&user);
-        async move {
-            let o = try_create(&client, &sar, None, body).await.expect("review");
-            o.data["status"]["allowed"]
-                .as_bool()
-                .expect("status.allowed")
-        }
-    };
-    grant(
-        &org,
-        "deleter",
-        "dave",
-        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["delete"]}]),
-    )
-    .await;
+    let o = try_create(client, &sar, None, json!({"spec": spec}))
+        .await
+        .expect("review");
+    o.data["status"]["allowed"]
+        .as_bool()
+        .expect("status.allowed")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subject_access_reviews_use_the_workspace_rbac() {
+    let (sim, _dir) = start().await;
+    let (root, org) = org_with(&sim, &[]).await;
+    let delete = |user: &str| json!({"user": user, "resourceAttributes": {"verb": "delete", "resource": "configmaps", "namespace": "default"}});
+    let rule = json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["delete"]}]);
+    grant(&org, "deleter", "dave", rule).await;
     assert!(
-        !allowed(org.clone(), "dave".into()).await,
+        !reviewed(&org, delete("dave")).await,
         "no access in root:org"
     );
-    bind_user(&org, "dave-access", "system:kcp:workspace:access", "dave").await;
+    give_access(&org, "dave").await;
+    assert!(reviewed(&org, delete("dave")).await, "access and RBAC");
     assert!(
-        allowed(org.clone(), "dave".into()).await,
-        "access and RBAC in root:org"
-    );
-    assert!(
-        !allowed(root.clone(), "dave".into()).await,
+        !reviewed(&root, delete("dave")).await,
         "root:org's role in root"
     );
-    assert!(
-        !allowed(org.clone(), "erin".into()).await,
-        "erin holds nothing"
-    );
-    // Non-resource attributes: `access` on `/`.
-    let o = try_create(
-        &root,
-        &sar,
-        None,
-        json!({"spec": {"user": "erin", "groups": ["system:authenticated"],
-        "nonResourceAttributes": {"verb": "access", "path": "/"}}}),
-    )
-    .await
-    .expect("review");
-    assert_eq!(
-        o.data["status"]["allowed"], true,
-        "root grants access to system:authenticated"
-    );
-    let o = try_create(
-        &org,
-        &sar,
-        None,
-        json!({"spec": {"user": "erin", "groups": ["system:authenticated"],
-        "nonResourceAttributes": {"verb": "access", "path": "/"}}}),
-    )
-    .await
-    .expect("review");
-    assert_eq!(o.data["status"]["allowed"], false, "root:org does not");
+    assert!(!reviewed(&org, delete("erin")).await, "erin holds nothing");
+    // Non-resource attributes: `access` on `/`, granted in root to system:authenticated.
+    let access = json!({"user": "erin", "groups": ["system:authenticated"],
+        "nonResourceAttributes": {"verb": "access", "path": "/"}});
+    assert!(reviewed(&root, access.clone()).await, "root");
+    assert!(!reviewed(&org, access).await, "root:org");
     sim.shutdown().await;
 }
 
@@ -529,15 +498,17 @@ async fn subject_access_reviews_use_the_workspace_rbac() {
 // APIExports: bind, virtual workspace
 // ---------------------------------------------------------------------------
 
-/// root:org:provider exports widgets (`example.io`) and claims configmaps with
-/// `claim_verbs`; root:org:a and root:org:b exist. Returns the provider's logical cluster.
-async fn provider(sim: &SimHandle, claim_verbs: Value) -> String {
-    let root = client(sim, "/clusters/root", "admin").await;
-    create(&root, &ws(), None, json!({"metadata": {"name": "org"}})).await;
-    let org = client(sim, "/clusters/root:org", "admin").await;
-    for name in ["provider", "a", "b"] {
-        create(&org, &ws(), None, json!({"metadata": {"name": name}})).await;
-    }
+/// A simulator where root:org:provider exports widgets (`example.io`, and `other.io`
+/// alike) and claims configmaps with `claim_verbs`, and root:org:a and root:org:b
+/// exist; with the provider's logical cluster.
+async fn provider(claim_verbs: Value) -> (SimHandle, tempfile::TempDir, String) {
+    let (sim, dir) = start().await;
+    let plc = export_widgets(&sim, claim_verbs).await;
+    (sim, dir, plc)
+}
+
+async fn export_widgets(sim: &SimHandle, claim_verbs: Value) -> String {
+    org_with(sim, &["provider", "a", "b"]).await;
     let p = client(sim, "/clusters/root:org:provider", "admin").await;
     create(&p, &ar("apis.kcp.io", "v1alpha1", "APIResourceSchema", "apiresourceschemas"), None, json!({
         "metadata": {"name": "v1.widgets.example.io"},
@@ -570,34 +541,26 @@ fn binding(export: &str, accepted_verbs: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binding_needs_bind_on_the_export_in_its_workspace() {
-    let (sim, _dir) = start().await;
-    provider(&sim, json!(["get"])).await;
+    let (sim, _dir, _) = provider(json!(["get"])).await;
     let a = client(&sim, "/clusters/root:org:a", "admin").await;
-    bind_user(&a, "dave-access", "system:kcp:workspace:access", "dave").await;
+    give_access(&a, "dave").await;
     grant(&a, "binder", "dave", json!([{"apiGroups": ["apis.kcp.io"], "resources": ["apibindings"], "verbs": ["create", "update", "get"]}])).await;
     let dave_a = client(&sim, "/clusters/root:org:a", "dave").await;
-    assert_status(
+    forbidden(
         try_create(
             &dave_a,
             &bindings(),
             None,
             binding("example.io", json!(["get"])),
         )
-        .await
-        .expect_err("no bind"),
-        403,
-        "Forbidden",
+        .await,
         "apibindings.apis.kcp.io \"example\" is forbidden: unable to create APIBinding: no permission to bind to export root:org:provider:example.io",
     );
     // The same refusal for an export path that does not resolve.
     let mut missing = binding("example.io", json!(["get"]));
     missing["spec"]["reference"]["export"]["path"] = json!("root:org:nowhere");
-    assert_status(
-        try_create(&dave_a, &bindings(), None, missing)
-            .await
-            .expect_err("nowhere"),
-        403,
-        "Forbidden",
+    forbidden(
+        try_create(&dave_a, &bindings(), None, missing).await,
         "apibindings.apis.kcp.io \"example\" is forbidden: unable to create APIBinding: no permission to bind to export root:org:nowhere:example.io",
     );
     // `bind` on example.io in the provider's workspace (not in the consumer's).
@@ -614,12 +577,8 @@ async fn binding_needs_bind_on_the_export_in_its_workspace() {
     let b = api(&dave_a, &bindings(), None);
     let mut current = b.get("example").await.expect("binding");
     current.data["spec"]["reference"]["export"]["name"] = json!("other.io");
-    assert_status(
-        b.replace("example", &PostParams::default(), &current)
-            .await
-            .expect_err("no bind on other.io"),
-        403,
-        "Forbidden",
+    forbidden(
+        b.replace("example", &PostParams::default(), &current).await,
         "apibindings.apis.kcp.io \"example\" is forbidden: unable to update APIBinding: no permission to bind to export root:org:provider:other.io",
     );
     sim.shutdown().await;
@@ -627,8 +586,7 @@ async fn binding_needs_bind_on_the_export_in_its_workspace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtual_workspace_needs_apiexports_content_with_the_same_verb() {
-    let (sim, _dir) = start().await;
-    let plc = provider(&sim, json!(["get", "list"])).await;
+    let (sim, _dir, plc) = provider(json!(["get", "list"])).await;
     let a = client(&sim, "/clusters/root:org:a", "admin").await;
     create(
         &a,
@@ -637,18 +595,12 @@ async fn virtual_workspace_needs_apiexports_content_with_the_same_verb() {
         binding("example.io", json!(["get", "list"])),
     )
     .await;
-    create(
-        &a,
-        &widgets(),
-        Some("default"),
-        json!({"metadata": {"name": "w1"}}),
-    )
-    .await;
+    in_default(&a, &widgets(), "w1").await;
     let a_lc = sim.logical_cluster("root:org:a").expect("a");
     let vw = format!("/services/apiexport/{plc}/example.io/clusters");
 
     let p = client(&sim, "/clusters/root:org:provider", "admin").await;
-    grant(&p, "content-list", "erin", json!([{"apiGroups": ["apis.kcp.io"], "resources": ["apiexports/content"], "resourceNames": ["example.io"], "verbs": ["list"]}])).await;
+    grant_content(&p, "content-list", "erin", json!(["list"])).await;
     let all = client(&sim, &format!("{vw}/*"), "erin").await;
     let listed = api(&all, &widgets(), None)
         .list(&ListParams::default())
@@ -656,64 +608,39 @@ async fn virtual_workspace_needs_apiexports_content_with_the_same_verb() {
         .expect("list with content list");
     assert_eq!(listed.items.len(), 1);
     let one = client(&sim, &format!("{vw}/{a_lc}"), "erin").await;
-    assert_status(
-        api(&one, &widgets(), Some("default"))
-            .get("w1")
-            .await
-            .expect_err("no get on content"),
-        403,
-        "Forbidden",
+    forbidden(
+        api(&one, &widgets(), Some("default")).get("w1").await,
         &format!(
             "widgets.example.io \"w1\" is forbidden: User \"erin\" cannot get resource \"widgets\" in API group \"example.io\" in the namespace \"default\": API export: \"example.io\", workspace: \"{plc}\" RBAC decision: "
         ),
     );
     // dave holds nothing: discovery in the virtual workspace is refused too.
     let k = Kubectl::new(&sim.kubeconfig("dave"));
-    let out = k.sh(&format!("get --raw {vw}/*/apis"));
-    assert_eq!(
-        (out.code, out.stderr.as_str()),
-        (1, format!("Error from server (Forbidden): forbidden: User \"dave\" cannot get path \"/apis\": API export: \"example.io\", workspace: \"{plc}\" RBAC decision: \n").as_str()),
-        "{out:?}"
+    kubectl_refused(
+        &k.sh(&format!("get --raw {vw}/*/apis")),
+        &format!(
+            "Error from server (Forbidden): forbidden: User \"dave\" cannot get path \"/apis\": API export: \"example.io\", workspace: \"{plc}\" RBAC decision: \n"
+        ),
     );
-    grant(&p, "content-get", "erin", json!([{"apiGroups": ["apis.kcp.io"], "resources": ["apiexports/content"], "resourceNames": ["example.io"], "verbs": ["get"]}])).await;
-    let w = api(&one, &widgets(), Some("default"))
-        .get("w1")
-        .await
-        .expect("get with content get");
-    assert_eq!(w.metadata.name.as_deref(), Some("w1"));
+    grant_content(&p, "content-get", "erin", json!(["get"])).await;
     // A cluster that does not bind the export.
     let b_lc = sim.logical_cluster("root:org:b").expect("b");
     let other = client(&sim, &format!("{vw}/{b_lc}"), "erin").await;
-    let s = api_status(
-        api(&other, &widgets(), Some("default"))
-            .get("w1")
-            .await
-            .expect_err("b does not bind"),
+    forbidden(
+        api(&other, &widgets(), Some("default")).get("w1").await,
+        "widgets.example.io \"w1\" is forbidden: User \"erin\" cannot get resource \"widgets\" in API group \"example.io\" in the namespace \"default\": could not find suitable APIBinding in target logical cluster",
     );
-    assert_eq!(
-        (s.code, s.message.as_str()),
-        (
-            403,
-            "widgets.example.io \"w1\" is forbidden: User \"erin\" cannot get resource \"widgets\" in API group \"example.io\" in the namespace \"default\": could not find suitable APIBinding in target logical cluster"
-        )
-    );
+    get_in_default(&one, &widgets(), "w1", "get with content get").await;
     sim.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claimed_resources_allow_the_intersection_of_claim_verbs() {
-    let (sim, _dir) = start().await;
-    let plc = provider(&sim, json!(["get", "list"])).await;
+    let (sim, _dir, plc) = provider(json!(["get", "list"])).await;
     // a accepts with ["*"]: grants nothing (the export lists explicit verbs).
     let a = client(&sim, "/clusters/root:org:a", "admin").await;
     create(&a, &bindings(), None, binding("example.io", json!(["*"]))).await;
-    create(
-        &a,
-        &cm(),
-        Some("default"),
-        json!({"metadata": {"name": "in-a"}}),
-    )
-    .await;
+    in_default(&a, &cm(), "in-a").await;
     // b accepts get, list and delete: get and list are granted, delete is not.
     let b = client(&sim, "/clusters/root:org:b", "admin").await;
     create(
@@ -723,52 +650,26 @@ async fn claimed_resources_allow_the_intersection_of_claim_verbs() {
         binding("example.io", json!(["get", "list", "delete"])),
     )
     .await;
-    create(
-        &b,
-        &cm(),
-        Some("default"),
-        json!({"metadata": {"name": "in-b"}}),
-    )
-    .await;
+    in_default(&b, &cm(), "in-b").await;
     let (a_lc, b_lc) = (
         sim.logical_cluster("root:org:a").expect("a"),
         sim.logical_cluster("root:org:b").expect("b"),
     );
     let p = client(&sim, "/clusters/root:org:provider", "admin").await;
-    grant(&p, "content", "erin", json!([{"apiGroups": ["apis.kcp.io"], "resources": ["apiexports/content"], "resourceNames": ["example.io"], "verbs": ["*"]}])).await;
+    grant_content(&p, "content", "erin", json!(["*"])).await;
     let vw = format!("/services/apiexport/{plc}/example.io/clusters");
     let in_a = client(&sim, &format!("{vw}/{a_lc}"), "erin").await;
-    let s = api_status(
-        api(&in_a, &cm(), Some("default"))
-            .get("in-a")
-            .await
-            .expect_err("[*] grants nothing"),
-    );
-    assert_eq!(
-        (s.code, s.message.as_str()),
-        (
-            403,
-            "configmaps \"in-a\" is forbidden: User \"erin\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\": failed to find suitable reason to allow access in APIBinding"
-        )
+    forbidden(
+        api(&in_a, &cm(), Some("default")).get("in-a").await,
+        "configmaps \"in-a\" is forbidden: User \"erin\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\": failed to find suitable reason to allow access in APIBinding",
     );
     let in_b = client(&sim, &format!("{vw}/{b_lc}"), "erin").await;
-    let got = api(&in_b, &cm(), Some("default"))
-        .get("in-b")
-        .await
-        .expect("get in b");
-    assert_eq!(got.metadata.name.as_deref(), Some("in-b"));
-    let s = api_status(
+    get_in_default(&in_b, &cm(), "in-b", "get in b").await;
+    forbidden(
         api(&in_b, &cm(), Some("default"))
             .delete("in-b", &Default::default())
-            .await
-            .expect_err("delete is not in the export's verbs"),
-    );
-    assert_eq!(
-        (s.code, s.message.as_str()),
-        (
-            403,
-            "configmaps \"in-b\" is forbidden: User \"erin\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"default\": failed to find suitable reason to allow access in APIBinding"
-        )
+            .await,
+        "configmaps \"in-b\" is forbidden: User \"erin\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"default\": failed to find suitable reason to allow access in APIBinding",
     );
     // The wildcard shows the configmaps of b only; the export's own widgets need no claim.
     let all = client(&sim, &format!("{vw}/*"), "erin").await;
@@ -782,17 +683,7 @@ async fn claimed_resources_allow_the_intersection_of_claim_verbs() {
         .filter(|n| n.starts_with("in-"))
         .collect();
     assert_eq!(names, vec!["in-b".to_string()]);
-    create(
-        &a,
-        &widgets(),
-        Some("default"),
-        json!({"metadata": {"name": "w-a"}}),
-    )
-    .await;
-    let w = api(&in_a, &widgets(), Some("default"))
-        .get("w-a")
-        .await
-        .expect("own resource");
-    assert_eq!(w.metadata.name.as_deref(), Some("w-a"));
+    in_default(&a, &widgets(), "w-a").await;
+    get_in_default(&in_a, &widgets(), "w-a", "own resource").await;
     sim.shutdown().await;
 }
