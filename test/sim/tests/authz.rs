@@ -294,6 +294,51 @@ fn the_binary_refuses_a_malformed_token_file_at_startup() {
     );
 }
 
+/// A child process, killed when dropped (a failed assertion does not leave it running).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_binary_serves_token_file_users() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tokens, kubeconfig) = (dir.path().join("tokens.csv"), dir.path().join("kubeconfig"));
+    std::fs::write(&tokens, TOKENS).expect("token file");
+    let mut sim = Running(
+        std::process::Command::new(env!("CARGO_BIN_EXE_holdfast-sim"))
+            .args(["--listen", "127.0.0.1:0", "--kubeconfig-user", "erin"])
+            .arg("--token-auth-file")
+            .arg(&tokens)
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start holdfast-sim"),
+    );
+    let mut ready = String::new();
+    let out = sim.0.stdout.take().expect("stdout");
+    std::io::BufReader::new(out)
+        .read_line(&mut ready)
+        .expect("read stdout");
+    assert!(
+        ready.starts_with("holdfast-sim listening on https://127.0.0.1:"),
+        "{ready:?}"
+    );
+    let kubeconfig = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written");
+    let me = Kubectl::new(&kubeconfig).json("auth whoami");
+    assert_eq!(
+        me["status"]["userInfo"],
+        json!({"username": "erin", "uid": "1002", "groups": ["dev", "ops", "system:authenticated"]})
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_file_users_authenticate_with_their_uid_and_groups() {
     let (sim, _dir) = start().await;
