@@ -1333,6 +1333,7 @@ pub fn with_service_accounts(mut cfg: SimConfig) -> SimConfig {
                 "system:serviceaccounts:holdfast-system".to_string(),
                 "system:authenticated".to_string(),
             ],
+            uid: None,
         });
     }
     cfg

@@ -216,6 +216,7 @@ pub fn with_users(
             name: name.to_string(),
             token: format!("{name}-token"),
             groups: vec![group.to_string()],
+            uid: None,
         });
     }
     cfg
@@ -283,6 +284,7 @@ pub fn sim_user(name: &str, groups: &[&str]) -> holdfast_sim::User {
         name: name.to_string(),
         token: format!("{}-token", name.replace(':', "-")),
         groups: strings(groups),
+        uid: None,
     }
 }
 

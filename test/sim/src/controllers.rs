@@ -41,6 +41,7 @@ pub fn controller_user(state: &State) -> UserInfo {
             name: "admin".into(),
             token: String::new(),
             groups: vec!["system:masters".into()],
+            uid: None,
         });
     let mut groups = u.groups.clone();
     if !groups.iter().any(|g| g == "system:authenticated") {

@@ -101,6 +101,7 @@ fn delete_logical_cluster(state: &State, lc: &str) {
 /// The root logical cluster (on shard `root`) and one `Shard` object per shard in it.
 pub fn bootstrap(state: &State) {
     create_logical_cluster(state, ROOT, ROOT, ROOT);
+    crate::authz::bootstrap_root(state, ROOT);
     for sh in &state.shards {
         let shard = json!({
             "apiVersion": "core.kcp.io/v1alpha1", "kind": "Shard",
@@ -362,7 +363,13 @@ fn is_lc_name(name: &str) -> bool {
 ///
 /// Plain paths are the Kubernetes cluster on every listener.
 pub fn parse_prefix(state: &State, req: &Request) -> ApiResult<Prefix> {
-    let segs: Vec<&str> = req.path.split('/').filter(|s| !s.is_empty()).collect();
+    // Servers decode the path before routing: `%2A` is the wildcard `*`.
+    let segs: Vec<&str> = req
+        .path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| if s.eq_ignore_ascii_case("%2A") { "*" } else { s })
+        .collect();
     let shard = match req.which {
         Listener::FrontProxy => None,
         Listener::Shard(i) => state.shards.get(i).map(|s| s.name.clone()),
@@ -1104,6 +1111,7 @@ pub async fn after_write(
                     .as_str()
                     .unwrap_or(ROOT);
                 create_logical_cluster(state, lc, &format!("{parent}:{name}"), shard);
+                crate::authz::init_workspace(state, lc, n);
             }
             if new.is_none()
                 && let Some(o) = old

@@ -13,6 +13,7 @@
 
 mod admission;
 mod api;
+mod authz;
 mod builtin_schema;
 /// The CEL subset the simulator evaluates (admission policies, matchConditions, CRD
 /// validation rules); public so tests can evaluate expressions exactly as it does.
@@ -32,6 +33,8 @@ mod store;
 mod tls;
 mod vap;
 
+pub use authz::{TokenFileError, parse_token_auth_file};
+
 use anyhow::Context;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -42,13 +45,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A user authenticated by bearer token. Its uid (as seen in AdmissionReview
-/// `userInfo.uid`) is `<name>-uid`; `system:authenticated` is added to its groups.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// `userInfo.uid`) is `uid` when given (a token file's third column), else
+/// `<name>-uid`; `system:authenticated` is added to its groups.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct User {
     pub name: String,
     pub token: String,
     #[serde(default)]
     pub groups: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+impl User {
+    /// The uid the user authenticates with.
+    pub fn effective_uid(&self) -> String {
+        self.uid.clone().unwrap_or_else(|| user_uid(&self.name))
+    }
 }
 
 /// One allow rule of the static RBAC model; `*` wildcards everywhere, empty lists mean
@@ -95,6 +108,9 @@ pub struct SimConfig {
     /// kcp shards behind the front-proxy (`listen`): `root`, `shard-1`, ... each with a
     /// listener of its own on 127.0.0.1 (a free port). 0 counts as 1.
     pub shards: usize,
+    /// kube-apiserver's `--token-auth-file`: a CSV of `token,user,uid,"group1,group2"`
+    /// whose users join `users` when the simulator starts.
+    pub token_auth_file: Option<std::path::PathBuf>,
 }
 
 mod millis {
@@ -116,6 +132,7 @@ impl Default for SimConfig {
                 name: "admin".into(),
                 token: "admin-token".into(),
                 groups: vec!["system:masters".into()],
+                uid: None,
             }],
             rbac: vec![],
             authorize: true,
@@ -127,6 +144,7 @@ impl Default for SimConfig {
             workload_status: true,
             extra_sans: vec![],
             shards: 1,
+            token_auth_file: None,
         }
     }
 }
@@ -146,8 +164,9 @@ impl SimConfig {
 pub struct Sim;
 
 impl Sim {
-    pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
+    pub async fn start(mut cfg: SimConfig) -> anyhow::Result<SimHandle> {
         let _ = rustls::crypto::ring::default_provider().install_default();
+        authz::load_token_auth_file(&mut cfg)?;
         let (state, join, outage) = server::start(cfg).await?;
         Ok(SimHandle {
             state,

@@ -1,4 +1,4 @@
-//! `holdfast-sim --listen 127.0.0.1:PORT --kubeconfig-out FILE [--config FILE] [--shards N]`
+//! `holdfast-sim --listen 127.0.0.1:PORT --kubeconfig-out FILE [--config FILE] [--shards N] [--token-auth-file FILE]`
 
 use clap::Parser;
 use holdfast_sim::{Sim, SimConfig};
@@ -27,6 +27,10 @@ struct Args {
     /// on 127.0.0.1 at a free port, printed at start.
     #[arg(long)]
     shards: Option<usize>,
+    /// Static token file (kube-apiserver's CSV: token,user,uid,"group1,group2"); its users
+    /// join the config's.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -49,6 +53,9 @@ async fn main() -> anyhow::Result<()> {
     if let Some(n) = args.shards {
         anyhow::ensure!(n >= 1, "--shards must be at least 1");
         cfg.shards = n;
+    }
+    if let Some(f) = &args.token_auth_file {
+        cfg.token_auth_file = Some(f.clone());
     }
     let user = args.kubeconfig_user.clone().unwrap_or_else(|| {
         cfg.users

@@ -20,6 +20,30 @@ pub struct Attributes<'a> {
     pub cluster: &'a str,
 }
 
+impl<'a> Attributes<'a> {
+    /// `user`'s request on the cluster-scoped `resource` (`group`, `subresource`)
+    /// object `name` in logical cluster `cluster`.
+    pub fn cluster_scoped(
+        user: &'a crate::server::UserInfo,
+        cluster: &'a str,
+        verb: &'a str,
+        (group, resource, subresource): (&'a str, &'a str, &'a str),
+        name: &'a str,
+    ) -> Self {
+        Attributes {
+            user: &user.name,
+            groups: &user.groups,
+            verb,
+            group,
+            resource,
+            subresource,
+            namespace: "",
+            name,
+            cluster,
+        }
+    }
+}
+
 fn any(list: &[String], v: &str) -> bool {
     list.iter().any(|x| x == "*" || x == v)
 }
@@ -39,7 +63,7 @@ fn static_allows(rule: &RbacRule, a: &Attributes) -> bool {
         && (rule.resource_names.is_empty() || any(&rule.resource_names, a.name))
 }
 
-fn strs(v: &Value) -> Vec<String> {
+pub(crate) fn strs(v: &Value) -> Vec<String> {
     v.as_array()
         .into_iter()
         .flatten()
@@ -54,10 +78,33 @@ fn policy_rule_allows(rule: &Value, a: &Attributes) -> bool {
         format!("{}/{}", a.resource, a.subresource)
     };
     let names = strs(&rule["resourceNames"]);
+    let resources = strs(&rule["resources"]);
+    // ResourceMatches: `*`, the resource (with its subresource), or `*/<subresource>`.
+    let resource_ok = any(&resources, &res)
+        || (!a.subresource.is_empty()
+            && resources
+                .iter()
+                .any(|r| *r == format!("*/{}", a.subresource)));
     any(&strs(&rule["verbs"]), a.verb)
         && any(&strs(&rule["apiGroups"]), a.group)
-        && any(&strs(&rule["resources"]), &res)
+        && resource_ok
         && (names.is_empty() || names.iter().any(|n| n == a.name))
+}
+
+/// NonResourceURLMatches: `*`, the path, or a prefix ending in `*`.
+fn url_matches(pattern: &str, path: &str) -> bool {
+    pattern == "*"
+        || pattern == path
+        || pattern
+            .strip_suffix('*')
+            .is_some_and(|prefix| path.starts_with(prefix))
+}
+
+fn non_resource_rule_allows(rule: &Value, verb: &str, path: &str) -> bool {
+    any(&strs(&rule["verbs"]), verb)
+        && strs(&rule["nonResourceURLs"])
+            .iter()
+            .any(|u| url_matches(u, path))
 }
 
 fn subject_matches(s: &Value, a: &Attributes) -> bool {
@@ -105,15 +152,23 @@ fn role_rules(state: &State, cluster: &str, kind: &str, name: &str, ns: &str) ->
         namespace: key_ns.to_string(),
         name: name.to_string(),
     };
-    state
-        .store
-        .get(&gr, &key)
-        .and_then(|r| r["rules"].as_array().cloned())
-        .unwrap_or_default()
+    match state.store.get(&gr, &key) {
+        Some(r) => r["rules"].as_array().cloned().unwrap_or_default(),
+        None if kind == "ClusterRole" && !cluster.is_empty() => {
+            crate::authz::predefined_cluster_role(name).unwrap_or_default()
+        }
+        None => Vec::new(),
+    }
 }
 
 /// Evaluates stored ClusterRoleBindings / RoleBindings.
 fn stored_allows(state: &State, a: &Attributes) -> bool {
+    stored_grants(state, a, &|r| policy_rule_allows(r, a))
+}
+
+/// Whether a ClusterRoleBinding, or a RoleBinding of `a.namespace`, of `a.cluster`
+/// names the requester and binds a role with a rule `rule_ok` accepts.
+fn stored_grants(state: &State, a: &Attributes, rule_ok: &dyn Fn(&Value) -> bool) -> bool {
     // A binding grants when it names the user and its role's rules allow.
     let grants = |b: &Value, kind: &str, ns: &str| {
         binds(b, a)
@@ -125,7 +180,7 @@ fn stored_allows(state: &State, a: &Attributes) -> bool {
                 ns,
             )
             .iter()
-            .any(|r| policy_rule_allows(r, a))
+            .any(rule_ok)
     };
     let crbs = state
         .store
@@ -152,6 +207,33 @@ pub fn allowed(state: &State, a: &Attributes) -> bool {
         return true;
     }
     state.cfg.rbac.iter().any(|r| static_allows(r, a)) || stored_allows(state, a)
+}
+
+/// Whether `verb` on the non-resource path `path` is allowed in `cluster`: only
+/// ClusterRoles bound by ClusterRoleBindings grant non-resource URLs.
+pub fn non_resource_allowed(
+    state: &State,
+    user: &str,
+    groups: &[String],
+    cluster: &str,
+    verb: &str,
+    path: &str,
+) -> bool {
+    if groups.iter().any(|g| g == "system:masters") {
+        return true;
+    }
+    let a = Attributes {
+        user,
+        groups,
+        verb,
+        group: "",
+        resource: "",
+        subresource: "",
+        namespace: "",
+        name: "",
+        cluster,
+    };
+    stored_grants(state, &a, &|r| non_resource_rule_allows(r, verb, path))
 }
 
 pub fn authorize_request(state: &State, ctx: &Ctx, verb: &str, t: &Target) -> ApiResult<()> {
@@ -182,21 +264,31 @@ pub fn authorize_request(state: &State, ctx: &Ctx, verb: &str, t: &Target) -> Ap
     if allowed(state, &a) {
         return Ok(());
     }
-    let res = if a.subresource.is_empty() {
-        a.resource.to_string()
-    } else {
-        format!("{}/{}", a.resource, a.subresource)
+    Err(forbidden(ctx, verb, t, None))
+}
+
+/// kube-apiserver's refusal of a resource request (`responsewriters.Forbidden`),
+/// with the authorizer's reason appended when there is one.
+pub fn forbidden(ctx: &Ctx, verb: &str, t: &Target, reason: Option<&str>) -> ApiError {
+    let ns = t.namespace.clone().unwrap_or_default();
+    let name = t.name.clone().unwrap_or_default();
+    let res = match t.sub.as_deref() {
+        None | Some("") => t.info.resource.clone(),
+        Some(sub) => format!("{}/{}", t.info.resource, sub),
     };
     let scope = if ns.is_empty() {
         "at the cluster scope".to_string()
     } else {
         format!("in the namespace \"{ns}\"")
     };
-    let err = format!(
+    let mut err = format!(
         "User \"{}\" cannot {} resource \"{}\" in API group \"{}\" {}",
         ctx.user.name, verb, res, t.info.group, scope
     );
-    Err(ApiError::forbidden(&t.info, &name, &err))
+    if let Some(reason) = reason {
+        err = format!("{err}: {reason}");
+    }
+    ApiError::forbidden(&t.info, &name, &err)
 }
 
 /// POST of SubjectAccessReview / SelfSubjectAccessReview / LocalSubjectAccessReview
@@ -214,7 +306,7 @@ pub async fn review(
             Some(u) => {
                 let mut groups = u.groups.clone();
                 groups.push("system:authenticated".into());
-                json!({"authenticated": true, "user": {"username": u.name, "uid": crate::user_uid(&u.name), "groups": groups}})
+                json!({"authenticated": true, "user": {"username": u.name, "uid": u.effective_uid(), "groups": groups}})
             }
             None => json!({"authenticated": false}),
         };
@@ -264,11 +356,27 @@ pub async fn review(
         name: ra["name"].as_str().unwrap_or(""),
         cluster: ctx.cluster.key().unwrap_or(""),
     };
+    let nra = &spec["nonResourceAttributes"];
+    let masters = groups.iter().any(|g| g == "system:masters");
     let ok = if ra.is_object() {
         allowed(state, &a)
+    } else if nra.is_object() {
+        non_resource_allowed(
+            state,
+            &user,
+            &groups,
+            a.cluster,
+            nra["verb"].as_str().unwrap_or(""),
+            nra["path"].as_str().unwrap_or(""),
+        )
     } else {
-        groups.iter().any(|g| g == "system:masters")
+        masters
     };
+    // Inside a kcp workspace the reviewed user must also be able to enter it.
+    let ok = ok
+        && (masters
+            || a.cluster.is_empty()
+            || crate::authz::has_access(state, &user, &groups, a.cluster));
     let mut status = json!({"allowed": ok});
     if ok {
         status["reason"] = json!(if groups.iter().any(|g| g == "system:masters") {
@@ -350,12 +458,9 @@ fn rule_covers(owner: &Value, atom: &Atom) -> bool {
         return false;
     }
     if let Some(url) = &atom.url {
-        return strs(&owner["nonResourceURLs"]).iter().any(|u| {
-            u == "*"
-                || u == url
-                || u.strip_suffix('*')
-                    .is_some_and(|prefix| url.starts_with(prefix))
-        });
+        return strs(&owner["nonResourceURLs"])
+            .iter()
+            .any(|u| url_matches(u, url));
     }
     let (Some(group), Some(resource)) = (&atom.group, &atom.resource) else {
         return false;
@@ -379,15 +484,8 @@ fn rule_covers(owner: &Value, atom: &Atom) -> bool {
 /// RoleBindings of `namespace`): what `RulesFor` resolves.
 fn owner_rules(state: &State, ctx: &Ctx, cluster: &str, namespace: &str) -> Vec<Value> {
     let a = Attributes {
-        user: &ctx.user.name,
-        groups: &ctx.user.groups,
-        verb: "",
-        group: "",
-        resource: "",
-        subresource: "",
         namespace,
-        name: "",
-        cluster,
+        ..Attributes::cluster_scoped(&ctx.user, cluster, "", ("", "", ""), "")
     };
     let mut out = Vec::new();
     for b in state
@@ -616,15 +714,22 @@ pub fn check_escalation(
                 namespace: role_ns.to_string(),
                 name: role.to_string(),
             };
-            let Some(stored) = state.store.get(&rbac_gr(role_resource), &key) else {
-                let role_info = crate::registry::ResourceInfo {
-                    group: "rbac.authorization.k8s.io".into(),
-                    resource: role_resource.into(),
-                    ..info.clone()
-                };
-                return Err(ApiError::not_found(&role_info, role));
+            // kcp's pre-defined ClusterRoles are there in every logical cluster.
+            let predefined = (kind == "ClusterRole" && !cluster.is_empty())
+                .then(|| crate::authz::predefined_cluster_role(role))
+                .flatten();
+            let rules = match (state.store.get(&rbac_gr(role_resource), &key), predefined) {
+                (Some(stored), _) => stored["rules"].as_array().cloned().unwrap_or_default(),
+                (None, Some(rules)) => rules,
+                (None, None) => {
+                    let role_info = crate::registry::ResourceInfo {
+                        group: "rbac.authorization.k8s.io".into(),
+                        resource: role_resource.into(),
+                        ..info.clone()
+                    };
+                    return Err(ApiError::not_found(&role_info, role));
+                }
             };
-            let rules = stored["rules"].as_array().cloned().unwrap_or_default();
             confirm_no_escalation(state, ctx, cluster, namespace, &rules)
                 .map_err(|msg| ApiError::forbidden(info, name, &msg))
         }

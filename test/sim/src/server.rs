@@ -341,7 +341,7 @@ fn authenticate(state: &State, headers: &HeaderMap) -> Option<UserInfo> {
     }
     Some(UserInfo {
         name: u.name.clone(),
-        uid: crate::user_uid(&u.name),
+        uid: u.effective_uid(),
         groups,
     })
 }
@@ -544,6 +544,9 @@ async fn handle_inner(
         warnings: Mutex::new(vec![]),
     };
     let rest = prefix.rest;
+    if let Err(e) = crate::authz::authorize_path(&state, &ctx, &method, &rest) {
+        return error_response(&e, &[], pretty);
+    }
     let res = route(&state, &ctx, &method, &rest, &query, &headers, body).await;
     let warnings = ctx.warnings.lock().map(|w| w.clone()).unwrap_or_default();
     match res {

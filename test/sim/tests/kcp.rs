@@ -488,6 +488,7 @@ fn two_shards() -> SimConfig {
         name: "alice".into(),
         token: "alice-token".into(),
         groups: vec![],
+        uid: None,
     });
     cfg
 }

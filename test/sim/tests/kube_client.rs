@@ -834,16 +834,19 @@ async fn rbac_model_and_subject_access_reviews() {
                 name: "admin".into(),
                 token: "admin-token".into(),
                 groups: vec!["system:masters".into()],
+                uid: None,
             },
             User {
                 name: "alice".into(),
                 token: "alice-token".into(),
                 groups: vec!["dev".into()],
+                uid: None,
             },
             User {
                 name: "bob".into(),
                 token: "bob-token".into(),
                 groups: vec![],
+                uid: None,
             },
         ],
         rbac: vec![

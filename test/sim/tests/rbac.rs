@@ -22,6 +22,7 @@ fn cfg() -> SimConfig {
             "system:serviceaccounts:ops".into(),
             "system:authenticated".into(),
         ],
+        uid: None,
     });
     cfg
 }

@@ -72,6 +72,7 @@ pub async fn create(
     validate_meta(info, &name, &obj)?;
     let namespace = ns.as_deref().unwrap_or("");
     rbac::check_escalation(state, ctx, info, cluster, namespace, &name, &obj, None)?;
+    crate::authz::admit_create(state, ctx, info, cluster, &mut obj)?;
     let base = review(
         t,
         cluster,

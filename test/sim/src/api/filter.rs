@@ -29,6 +29,9 @@ pub(super) struct Filter {
     pub(super) vw: Option<Wild>,
     /// Per-request memo of the binding check (lists); watches re-check every event.
     pub(super) vw_cache: Option<std::sync::Mutex<HashMap<String, bool>>>,
+    /// The verb the objects are selected for (list, watch) where the virtual
+    /// workspace's binding rules apply (None: the caller bypasses them).
+    pub(super) verb: Option<&'static str>,
     pub(super) namespace: Option<String>,
     pub(super) labels: Selector,
     pub(super) fields: FieldSelector,
@@ -61,6 +64,7 @@ impl Filter {
             cluster: ctx.cluster.clone(),
             vw,
             vw_cache: Some(std::sync::Mutex::new(HashMap::new())),
+            verb: crate::authz::enforced(state, ctx).then_some("list"),
             namespace: t.namespace.clone(),
             labels,
             fields,
@@ -105,7 +109,12 @@ impl Filter {
             return *b;
         }
         let ok = match &w.vw {
-            Some(vw) => kcp::vw_cluster_allowed(&w.state, vw, &w.info, cluster),
+            Some(vw) => {
+                kcp::vw_cluster_allowed(&w.state, vw, &w.info, cluster)
+                    && self.verb.is_none_or(|verb| {
+                        crate::authz::vw_cluster_visible(&w.state, vw, &w.info, cluster, verb)
+                    })
+            }
             None => kcp::wildcard_cluster_allowed(
                 &w.state,
                 w.shard.as_deref(),

@@ -92,7 +92,7 @@ pub async fn handle(
 ) -> ApiResult<Resp> {
     let t = target(resources, group, version, segs)?;
     let verb = verb(&t, method, query)?;
-    rbac::authorize_request(state, ctx, verb, &t)?;
+    crate::authz::authorize_resource(state, ctx, verb, &t)?;
     if let Some(vw) = &ctx.vw {
         kcp::vw_authorize(state, vw, &ctx.cluster, &t.info)?;
     }

@@ -388,6 +388,7 @@ impl Update<'_> {
             new,
             Some(old),
         )?;
+        crate::authz::admit_update(self.c.state, self.c.ctx, info, self.c.cluster, new, old)?;
         let mut opts = options("UpdateOptions", self.query);
         if apply && let Some(o) = opts.as_object_mut() {
             o.remove("fieldValidation");

@@ -144,6 +144,7 @@ pub(super) fn watch_stream(
 ) -> ApiResult<Resp> {
     let mut f = Filter::new(state, ctx, t, query)?;
     f.vw_cache = None;
+    f.verb = f.verb.map(|_| "watch");
     let params = Params::parse(query)?;
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     let start = match state.store.watch(&t.info.gr(), params.from) {
