@@ -411,7 +411,7 @@ pub type Starter<K, I> =
     Box<dyn FnMut(EndpointFeed<K, I>) -> Option<tokio::task::JoinHandle<()>> + Send>;
 
 /// The slice's watch, as an [`Index`]: starts and stops the endpoints' watches.
-pub struct SliceFeed<K, I> {
+pub struct SliceFeed<K: Resource, I: Partitioned<K>> {
     endpoints: Endpoints<K, I>,
     name: String,
     start: Starter<K, I>,
@@ -464,10 +464,16 @@ impl<K: Resource, I: Partitioned<K>> SliceFeed<K, I> {
     }
 }
 
-impl<K, I> Drop for SliceFeed<K, I> {
+impl<K: Resource, I: Partitioned<K>> Drop for SliceFeed<K, I> {
+    /// Stops every endpoint's watch; what they contributed leaves the merged index
+    /// (late events of a watch still running are ignored).
     fn drop(&mut self) {
-        for task in self.running.values().flatten() {
-            task.abort();
+        self.endpoints.slice(|s| *s = Slice::default());
+        for (url, task) in std::mem::take(&mut self.running) {
+            if let Some(task) = task {
+                task.abort();
+            }
+            self.endpoints.stop(&url);
         }
     }
 }
@@ -506,42 +512,63 @@ pub fn endpoint_client(
     clients.at(&format!("{url}/clusters/*"))
 }
 
-/// Watches APIExportEndpointSlice `slice` in `home`'s workspace and every endpoint it
-/// lists (`api` makes the watched API from an endpoint's `/clusters/*` client),
-/// feeding `index`. The watches run until the returned task is aborted.
-pub fn spawn<K, I>(
-    home: Client,
-    slice: &str,
-    clients: Clients,
-    api: impl Fn(Client) -> Api<K> + Send + 'static,
-    config: watcher::Config,
-    index: I,
-) -> (Endpoints<K, I>, tokio::task::JoinHandle<()>)
+/// Where a merged index's slice is and how its endpoints are watched.
+pub struct Source<K> {
+    /// A client for the workspace of the slice (through the front-proxy).
+    pub home: Client,
+    /// The slice's name (the APIExport's).
+    pub slice: String,
+    /// Clients for the endpoint URLs.
+    pub clients: Clients,
+    /// The watched API, from an endpoint's `/clusters/*` client.
+    pub api: Box<dyn Fn(Client) -> Api<K> + Send>,
+    /// The endpoints' watch configuration.
+    pub config: watcher::Config,
+}
+
+impl<K, I> Endpoints<K, I>
 where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
     I: Partitioned<K> + Send + Sync + 'static,
 {
-    let endpoints = Endpoints::new(index);
-    let start: Starter<K, I> = Box::new(move |feed: EndpointFeed<K, I>| {
-        match endpoint_client(&clients, feed.url()) {
-            Ok(client) => Some(tokio::spawn(watch::run(
-                api(client),
-                config.clone(),
-                // Through a virtual workspace a 404 proves nothing: fail closed.
-                NotFound::Unknown,
-                feed,
-            ))),
-            Err(e) => {
-                tracing::error!(endpoint = %feed.url(), error = %e, "cannot build a client for the endpoint; it stays unsynced");
-                None
+    /// Watches the slice of `source` and every endpoint it lists, feeding this merged
+    /// index, until the future is dropped (the endpoints' watches stop with it).
+    pub async fn run(self, source: Source<K>) {
+        let Source {
+            home,
+            slice,
+            clients,
+            api,
+            config,
+        } = source;
+        let start: Starter<K, I> = Box::new(move |feed: EndpointFeed<K, I>| {
+            match endpoint_client(&clients, feed.url()) {
+                Ok(client) => Some(tokio::spawn(watch::run(
+                    api(client),
+                    config.clone(),
+                    // Through a virtual workspace a 404 proves nothing: fail closed.
+                    NotFound::Unknown,
+                    feed,
+                ))),
+                Err(e) => {
+                    tracing::error!(endpoint = %feed.url(), error = %e, "cannot build a client for the endpoint; it stays unsynced");
+                    None
+                }
             }
-        }
-    });
-    let feed = SliceFeed::new(endpoints.clone(), slice, start);
-    let slices: Api<DynamicObject> = Api::all_with(home, &endpoint_slice_resource());
-    let config = watcher::Config::default().fields(&format!("metadata.name={slice}"));
-    let task = tokio::spawn(watch::run(slices, config, NotFound::Unknown, feed));
-    (endpoints, task)
+        });
+        let feed = SliceFeed::new(self, &slice, start);
+        let slices: Api<DynamicObject> = Api::all_with(home, &endpoint_slice_resource());
+        let config = watcher::Config::default().fields(&format!("metadata.name={slice}"));
+        watch::run(slices, config, NotFound::Unknown, feed).await;
+    }
+
+    /// A merged index over `index`, fed from `source` by a task of its own (stopped
+    /// by aborting the returned handle).
+    pub fn spawn(index: I, source: Source<K>) -> (Self, tokio::task::JoinHandle<()>) {
+        let endpoints = Self::new(index);
+        let task = tokio::spawn(endpoints.clone().run(source));
+        (endpoints, task)
+    }
 }
 
 #[cfg(test)]
@@ -800,6 +827,23 @@ mod tests {
         sd.handle(&mut sf, Ok(watcher::Event::Apply(slice(&[]))));
         assert!(e.synced());
         assert!(objects(&e).is_empty());
+    }
+
+    #[test]
+    fn dropping_the_slice_watch_stops_everything_and_unsyncs() {
+        let (e, mut sf, started) = setup();
+        let mut sd = Driver::new(NotFound::Unknown);
+        list(&mut sd, &mut sf, vec![slice(&["https://a/vw"])]);
+        let mut a = take(&started, "https://a/vw");
+        let mut da = Driver::new(NotFound::Unknown);
+        list(&mut da, &mut a, vec![cm("lc1", "x", "1")]);
+        assert!(e.synced());
+        drop(sf);
+        assert!(!e.synced());
+        assert!(e.urls().is_empty());
+        assert!(objects(&e).is_empty());
+        da.handle(&mut a, Ok(watcher::Event::Apply(cm("lc1", "late", "9"))));
+        assert!(objects(&e).is_empty(), "a stopped watch changes nothing");
     }
 
     #[test]

@@ -83,9 +83,17 @@ impl ClusterView for WebhookView {
 
     async fn dependents(&self, q: DependentsQuery<'_>) -> Result<Vec<Referrer>, LookupError> {
         let key = q.dep.dependent_gr().to_string();
-        let synced =
-            self.mode == DependentsMode::Watch && self.synced.get(&key).is_some_and(|s| *s);
-        let result = if synced {
+        let indexed = self.mode == DependentsMode::Watch
+            && match self.topology {
+                Topology::Kubernetes => self.synced.get(&key).is_some_and(|s| *s),
+                // Only a consumer cluster a synced endpoint covers: the index cannot
+                // see the others.
+                Topology::Kcp => self
+                    .dependents_endpoints
+                    .get(&key)
+                    .is_some_and(|e| e.covers(q.cluster)),
+            };
+        let result = if indexed {
             self.metrics
                 .dependents_lookups
                 .with_label_values(&["index"])

@@ -2,14 +2,19 @@
 //! through the shared driver, restarted when the rules for that resource change; and
 //! live lookups where the index is not synced (or in `--dependents live` mode).
 //!
-//! On kcp a dependent type is watched through the virtual workspace of its own
-//! APIExport when the rule names one holdfast may read; otherwise (and until synced)
-//! every check is a live list in the consumer's workspace. A 404 there proves nothing
-//! (fail closed: unsynced, live lookups); on Kubernetes it means the type is not
-//! served, so nothing references anything.
+//! On kcp a dependent type is watched through every endpoint of its own APIExport's
+//! APIExportEndpointSlice (in the rule's workspace) when the rule names the export
+//! ([`holdfast_shared::endpoints`]). A consumer's logical cluster that no synced
+//! endpoint covers (no object of it seen, its shard's URL not in the slice yet, its
+//! endpoint failing, no export named) is checked by a live list in the consumer's
+//! workspace through the front-proxy. A 404 through a virtual workspace proves nothing
+//! (fail closed); a 404 of a live list means "not served" only when discovery of that
+//! workspace says so. On Kubernetes a 404 means the type is not served, so nothing
+//! references anything.
 
 use super::WebhookView;
 use holdfast_shared::{
+    endpoints::{Endpoints, ObjectKey, Partitioned},
     index::{ObjectId, Referrer},
     policy::{DependentsQuery, LookupError, logical_cluster},
     registry::CompiledDependency,
@@ -56,7 +61,19 @@ impl WebhookView {
             loop {
                 let list = match api.list(&params).await {
                     Ok(l) => l,
-                    Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
+                    Err(e) if crate::stores::is_not_found(&e) => {
+                        if self.topology == Topology::Kcp {
+                            super::kcp::not_served(
+                                &client,
+                                q.cluster,
+                                &dep.dependent_group,
+                                &dep.dependent_version,
+                                &dep.dependent_resource,
+                            )
+                            .await?;
+                        }
+                        return Ok(out);
+                    }
                     Err(e) => {
                         return Err(crate::stores::lookup_error(
                             &dep.dependent_gr().to_string(),
@@ -166,6 +183,7 @@ pub(super) async fn manage_dependents(view: Arc<WebhookView>, shutdown: signal::
             });
             if !keep && let Some((_, handle)) = running.remove(&key) {
                 handle.abort();
+                view.dependents_endpoints.remove(&key);
                 view.synced.insert(key.clone(), false);
                 view.index.clear_resource(&key);
                 tracing::info!(resource = %key, "stopped watching dependents");
@@ -194,7 +212,7 @@ pub(super) async fn manage_dependents(view: Arc<WebhookView>, shutdown: signal::
 }
 
 /// The dependents index's part for one dependent resource.
-struct DependentsFeed {
+pub(super) struct DependentsFeed {
     view: Arc<WebhookView>,
     /// `resource.group` of the dependent.
     key: String,
@@ -226,6 +244,17 @@ impl DependentsFeed {
             .index
             .apply(&id, kind, obj.metadata.deletion_timestamp.is_some(), &refs);
         Some(id)
+    }
+}
+
+impl Partitioned<DynamicObject> for DependentsFeed {
+    fn remove(&mut self, key: &ObjectKey) {
+        self.view.index.delete(&ObjectId {
+            cluster: key.cluster.as_str().into(),
+            resource: self.key.as_str().into(),
+            namespace: key.namespace.as_str().into(),
+            name: key.name.as_str().into(),
+        });
     }
 }
 
@@ -274,26 +303,37 @@ impl Index<DynamicObject> for DependentsFeed {
 
 async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<CompiledDependency>) {
     let Some(first) = deps.first() else { return };
-    let (client, not_found) = match view.topology {
-        Topology::Kubernetes => (view.client.clone(), NotFound::Empty),
-        Topology::Kcp => match view.dependent_export_client(first).await {
-            Some(c) => (Some(c), NotFound::Unknown),
+    let ar = dependent_resource(first);
+    let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
+    let export = match view.topology {
+        Topology::Kubernetes => None,
+        Topology::Kcp => match view.dependent_export(first) {
+            Some(e) => Some(e),
             None => {
-                tracing::info!(resource = %key, "no APIExport virtual workspace to watch dependents through; every check lists them live");
-                (None, NotFound::Unknown)
+                tracing::info!(resource = %key, "no APIExport names the dependent type; every check lists them live");
+                return;
             }
         },
     };
-    let Some(client) = client else { return };
-    let api: Api<DynamicObject> = Api::all_with(client, &dependent_resource(first));
-    let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
     let feed = DependentsFeed {
-        view,
-        key,
+        view: view.clone(),
+        key: key.clone(),
         deps,
         unreadable,
     };
-    watch::run(api, watcher::Config::default(), not_found, feed).await;
+    match (export, view.client.clone()) {
+        (Some((home, export)), _) => {
+            let endpoints = Endpoints::new(feed);
+            view.dependents_endpoints.insert(key, endpoints.clone());
+            view.watch_endpoints(endpoints, home, &export, move |c| Api::all_with(c, &ar))
+                .await;
+        }
+        (None, Some(client)) => {
+            let api: Api<DynamicObject> = Api::all_with(client, &ar);
+            watch::run(api, watcher::Config::default(), NotFound::Empty, feed).await;
+        }
+        (None, None) => {}
+    }
 }
 
 #[cfg(test)]

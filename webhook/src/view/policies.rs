@@ -8,6 +8,10 @@
 //! kcp a 404 through the virtual workspace proves nothing, so a kind that is not served
 //! there never loads (fail closed), while on Kubernetes a 404 means the CRD is not
 //! installed: no such policy exists.
+//!
+//! On kcp each kind is read from every endpoint of the holdfast APIExportEndpointSlice
+//! ([`holdfast_shared::endpoints`]): the registry holds the rules of every shard, and a
+//! kind loads once the slice is read and every endpoint's watch has listed.
 
 use super::WebhookView;
 use holdfast_shared::{
@@ -15,6 +19,7 @@ use holdfast_shared::{
         anchor_rule::AnchorRule, critical_service::CriticalService,
         dependency_rule::DependencyRule, resource_protection::ResourceProtection,
     },
+    endpoints::{Endpoints, ObjectKey, Partitioned},
     kcp::cluster_of,
     registry::{PolicyKey, PolicyObject},
     topology::Topology,
@@ -110,6 +115,10 @@ impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
     }
 
     fn status(&mut self, from: &Status, to: &Status) {
+        if to.synced {
+            // On kcp the merged index is never reset: synced is what loads it.
+            K::index(&self.view.registry).set_loaded();
+        }
         match &to.state {
             WatchState::NotServed if from.state != WatchState::NotServed => {
                 if to.synced {
@@ -126,6 +135,15 @@ impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
     }
 }
 
+impl<K: WatchedPolicy> Partitioned<Decoded<K>> for PolicyFeed<K> {
+    fn remove(&mut self, key: &ObjectKey) {
+        self.view
+            .registry
+            .delete::<K>(&PolicyKey::new(&key.cluster, &key.name));
+        self.view.changed.notify_one();
+    }
+}
+
 /// The registry key of a policy object.
 fn policy_key<K: Resource>(obj: &K) -> PolicyKey {
     PolicyKey::new(
@@ -134,17 +152,24 @@ fn policy_key<K: Resource>(obj: &K) -> PolicyKey {
     )
 }
 
+/// Watches kind `K`: on Kubernetes through `client`; on kcp through every endpoint
+/// of the holdfast APIExportEndpointSlice in `client`'s workspace.
 async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client) {
-    let api: Api<Decoded<K>> = Api::all(client);
-    let not_found = match view.topology {
-        Topology::Kubernetes => NotFound::Empty,
-        Topology::Kcp => NotFound::Unknown,
-    };
     let feed = PolicyFeed::<K> {
-        view,
+        view: view.clone(),
         kind: std::marker::PhantomData,
     };
-    watch::run(api, watcher::Config::default(), not_found, feed).await;
+    match view.topology {
+        Topology::Kubernetes => {
+            let api: Api<Decoded<K>> = Api::all(client);
+            watch::run(api, watcher::Config::default(), NotFound::Empty, feed).await;
+        }
+        Topology::Kcp => {
+            let export = view.apiexport.clone();
+            view.watch_endpoints(Endpoints::new(feed), client, &export, Api::all)
+                .await;
+        }
+    }
 }
 
 #[cfg(test)]
