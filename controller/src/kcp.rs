@@ -1,9 +1,14 @@
 //! The kcp topology.
 //!
 //! The controller's kubeconfig points at the holdfast workspace. The virtual
-//! workspace URL comes from the APIExportEndpointSlice of the holdfast APIExport;
-//! through it (`/clusters/*`) the controller watches DependencyRules in every
-//! binding workspace and the configurations it installed. Each rule's
+//! workspace URLs (one per shard that holds a binding) come from the
+//! APIExportEndpointSlice of the holdfast APIExport; through every one of them
+//! (`/clusters/*`, see [`holdfast_shared::endpoints`]) the controller watches
+//! DependencyRules in every binding workspace and the configurations it installed.
+//! A write to workspace X goes through the endpoint of X's shard (a virtual
+//! workspace serves only its shard's clusters): the one remembered for X, else one
+//! whose watch has seen objects of X, else each in turn (a 403 or 404 means "not
+//! this shard"). Each rule's
 //! `apiExportRef.path` (any depth, e.g. `root:org:team:network`) is resolved to
 //! a logical cluster by walking Workspaces segment by segment from `root`, with
 //! a moka cache invalidated whenever a Workspace changes. For every provider
@@ -42,6 +47,7 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use holdfast_shared::{
+    endpoints::{Endpoints, ObjectKey, Partitioned, Source},
     kcp::workspace_resource,
     watch::{Index, NotFound, Status as WatchStatus, WatchState},
 };
@@ -143,7 +149,24 @@ impl<K: Resource> Index<K> for SharedFeed<K> {
     }
 }
 
-fn spawn_store<K>(api: Api<K>, cfg: watcher::Config, notify: Arc<Notify>) -> Shared<K>
+impl<K: Resource> Partitioned<K> for SharedFeed<K> {
+    fn remove(&mut self, key: &ObjectKey) {
+        self.with(|s| {
+            s.objects.remove(&(key.cluster.clone(), key.name.clone()));
+        });
+    }
+}
+
+/// A store fed from every endpoint of the holdfast APIExportEndpointSlice.
+struct EndpointStore<K: Resource> {
+    store: Shared<K>,
+    endpoints: Endpoints<K, SharedFeed<K>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Watches `api` on every endpoint of `source` (a 404 through a virtual workspace
+/// proves nothing: fail closed) into a new store.
+fn spawn_store<K>(source: Source<K>, notify: Arc<Notify>) -> EndpointStore<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
@@ -152,14 +175,12 @@ where
         store: store.clone(),
         notify,
     };
-    // Through a virtual workspace a 404 proves nothing: fail closed.
-    tokio::spawn(holdfast_shared::watch::run(
-        api,
-        cfg,
-        NotFound::Unknown,
-        feed,
-    ));
-    store
+    let (endpoints, task) = Endpoints::spawn(feed, source);
+    EndpointStore {
+        store,
+        endpoints,
+        task,
+    }
 }
 
 /// Workspaces anywhere, as an [`Index`] that keeps nothing: any change invalidates
@@ -263,16 +284,6 @@ pub struct Settings {
     pub resync: Duration,
 }
 
-/// Finds the virtual workspace URL in the APIExportEndpointSlice `name` of the
-/// holdfast workspace; waits until it has an endpoint (`None`: shut down first).
-pub async fn virtual_workspace_url(
-    home: &Client,
-    name: &str,
-    shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<Option<String>> {
-    Ok(holdfast_shared::kcp::virtual_workspace_url(home, name, shutdown).await)
-}
-
 /// How often the initial lists are checked for completion.
 const SYNC_POLL: Duration = Duration::from_millis(200);
 
@@ -282,13 +293,20 @@ const UNRESOLVED_RETRY: Duration = Duration::from_secs(2);
 /// The kcp reconciler.
 pub struct Reconciler {
     clients: Clients,
-    vw_url: String,
     settings: Settings,
     options: watch::Receiver<InstallOptions>,
     /// DependencyRules, untyped: one the types cannot read is reported Invalid
     /// instead of breaking the watch.
     rules: Shared<DynamicObject>,
     hooks: Shared<ValidatingWebhookConfiguration>,
+    rule_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
+    hook_endpoints:
+        Endpoints<ValidatingWebhookConfiguration, SharedFeed<ValidatingWebhookConfiguration>>,
+    /// The endpoint a write to a workspace last went through (forgotten when a write
+    /// through it fails).
+    shard_of: Mutex<HashMap<String, String>>,
+    /// The watch tasks (stopped with the reconciler).
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     resolver: Resolver,
     notify: Arc<Notify>,
     workspace_changed: Arc<AtomicBool>,
@@ -436,24 +454,52 @@ impl crate::reconcile::Reconcile for Reconciler {
 }
 
 impl Reconciler {
-    /// Starts the watches through the virtual workspace at `vw_url`.
+    /// Starts the watches through every endpoint of the APIExportEndpointSlice of
+    /// the holdfast APIExport in `home`'s workspace (the holdfast workspace).
     pub fn new(
         clients: Clients,
-        vw_url: String,
+        home: Client,
         settings: Settings,
         options: watch::Receiver<InstallOptions>,
         ready: Arc<AtomicBool>,
     ) -> anyhow::Result<Self> {
         let notify = Arc::new(Notify::new());
-        let all = clients.at(&format!("{vw_url}/clusters/*"))?;
+        fn source<K>(
+            home: &Client,
+            export: &str,
+            clients: &Clients,
+            api: Box<dyn Fn(Client) -> Api<K> + Send>,
+            config: watcher::Config,
+        ) -> Source<K> {
+            Source {
+                home: home.clone(),
+                slice: export.to_string(),
+                clients: clients.inner.clone(),
+                api,
+                config,
+            }
+        }
         let rules = spawn_store(
-            Api::<DynamicObject>::all_with(all.clone(), &ApiResource::erase::<DependencyRule>(&())),
-            watcher::Config::default(),
+            source(
+                &home,
+                &settings.api_export,
+                &clients,
+                Box::new(|c| {
+                    Api::<DynamicObject>::all_with(c, &ApiResource::erase::<DependencyRule>(&()))
+                }),
+                watcher::Config::default(),
+            ),
             notify.clone(),
         );
         let hooks = spawn_store(
-            Api::<ValidatingWebhookConfiguration>::all(all),
-            watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")),
+            source(
+                &home,
+                &settings.api_export,
+                &clients,
+                Box::new(Api::<ValidatingWebhookConfiguration>::all),
+                watcher::Config::default()
+                    .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")),
+            ),
             notify.clone(),
         );
         let resolver = Resolver::new(clients.clone());
@@ -474,11 +520,14 @@ impl Reconciler {
         ));
         Ok(Self {
             clients,
-            vw_url,
             settings,
             options,
-            rules,
-            hooks,
+            rules: rules.store,
+            hooks: hooks.store,
+            rule_endpoints: rules.endpoints,
+            hook_endpoints: hooks.endpoints,
+            shard_of: Mutex::new(HashMap::new()),
+            tasks: vec![rules.task, hooks.task],
             resolver,
             notify,
             workspace_changed,
@@ -489,9 +538,81 @@ impl Reconciler {
         })
     }
 
+    /// The endpoints to try for a write to `cluster`, most likely first: the one
+    /// remembered, one whose watch has seen objects of it, then every other.
+    fn shard_candidates(&self, cluster: &str) -> Vec<String> {
+        let remembered = self
+            .shard_of
+            .lock()
+            .ok()
+            .and_then(|m| m.get(cluster).cloned());
+        let mut out: Vec<String> = Vec::new();
+        let all = remembered
+            .into_iter()
+            .chain(self.rule_endpoints.seen_at(cluster))
+            .chain(self.hook_endpoints.seen_at(cluster))
+            .chain(self.rule_endpoints.urls())
+            .chain(self.hook_endpoints.urls());
+        for url in all {
+            if !out.contains(&url) {
+                out.push(url);
+            }
+        }
+        out
+    }
+
+    /// A client for `cluster` through the endpoint most likely to serve it.
     fn vw_client(&self, cluster: &str) -> anyhow::Result<Client> {
-        self.clients
-            .at(&format!("{}/clusters/{cluster}", self.vw_url))
+        let Some(url) = self.shard_candidates(cluster).into_iter().next() else {
+            anyhow::bail!(
+                "APIExportEndpointSlice {} lists no endpoint",
+                self.settings.api_export
+            );
+        };
+        self.clients.at(&format!("{url}/clusters/{cluster}"))
+    }
+
+    /// Runs `op` with a client for `cluster` through the endpoint of its shard: each
+    /// candidate in turn while they answer 403 or 404 ("not this shard"). Remembers
+    /// the endpoint that answered, forgets it on failure. When none answers, the
+    /// error is the most likely endpoint's.
+    async fn on_shard<T, F, Fut>(&self, cluster: &str, op: F) -> anyhow::Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    {
+        let forget = || {
+            if let Ok(mut m) = self.shard_of.lock() {
+                m.remove(cluster);
+            }
+        };
+        let mut first_error = None;
+        for url in self.shard_candidates(cluster) {
+            let client = self.clients.at(&format!("{url}/clusters/{cluster}"))?;
+            match op(client).await {
+                Ok(v) => {
+                    if let Ok(mut m) = self.shard_of.lock() {
+                        m.insert(cluster.to_string(), url);
+                    }
+                    return Ok(v);
+                }
+                Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
+                    forget();
+                    first_error.get_or_insert(kube::Error::Api(e));
+                }
+                Err(e) => {
+                    forget();
+                    return Err(e.into());
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e.into()),
+            None => anyhow::bail!(
+                "APIExportEndpointSlice {} lists no endpoint",
+                self.settings.api_export
+            ),
+        }
     }
 
     /// Whether both initial lists are complete.
@@ -535,7 +656,7 @@ impl Reconciler {
                 _ = shutdown.changed() => return Ok(()),
             }
         }
-        tracing::info!(vw = %self.vw_url, "kcp caches synced; reconciling");
+        tracing::info!(endpoints = ?self.rule_endpoints.urls(), "kcp caches synced; reconciling");
         let ready = self.ready.clone();
         crate::reconcile::run(&mut self, &metrics, &ready, shutdown).await;
         if cleanup {
@@ -831,37 +952,58 @@ impl Reconciler {
         cluster: &str,
         desired: &ValidatingWebhookConfiguration,
     ) -> anyhow::Result<ValidatingWebhookConfiguration> {
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.vw_client(cluster)?);
         let mut body = serde_json::to_value(desired)?;
         body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
         body["kind"] = "ValidatingWebhookConfiguration".into();
-        let applied = api
-            .patch(
-                WEBHOOK_CONFIGURATION_NAME,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await?;
-        if matches_desired(&applied, desired) {
-            return Ok(applied);
-        }
-        let mut replacement = desired.clone();
-        replacement.metadata.resource_version = applied.metadata.resource_version.clone();
-        Ok(api
-            .replace(
+        let body = &body;
+        self.on_shard(cluster, |client| async move {
+            let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
+            let applied = api
+                .patch(
+                    WEBHOOK_CONFIGURATION_NAME,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(body),
+                )
+                .await?;
+            if matches_desired(&applied, desired) {
+                return Ok(applied);
+            }
+            let mut replacement = desired.clone();
+            replacement.metadata.resource_version = applied.metadata.resource_version.clone();
+            api.replace(
                 WEBHOOK_CONFIGURATION_NAME,
                 &Default::default(),
                 &replacement,
             )
-            .await?)
+            .await
+        })
+        .await
     }
 
     async fn delete_in(&self, cluster: &str) -> anyhow::Result<()> {
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.vw_client(cluster)?);
-        ignore_not_found(
-            api.delete(WEBHOOK_CONFIGURATION_NAME, &DeleteParams::default())
-                .await,
-        )
+        let deleted = self
+            .on_shard(cluster, |client| async move {
+                let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
+                api.delete(WEBHOOK_CONFIGURATION_NAME, &DeleteParams::default())
+                    .await
+                    .map(|_| ())
+            })
+            .await;
+        // A 404 from the most likely endpoint (the one that saw it): gone already.
+        match deleted {
+            Err(e) if matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 404) => {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+impl Drop for Reconciler {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
