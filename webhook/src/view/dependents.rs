@@ -342,6 +342,7 @@ mod tests {
     use crate::view::{DependentsMode, test_view};
     use holdfast_shared::{
         api::{common::GroupResource, dependency_rule::DependencyRule},
+        policy::LookupError,
         watch::Driver,
     };
 
@@ -354,9 +355,20 @@ mod tests {
         .expect("vm")
     }
 
-    #[test]
-    fn the_index_answers_only_while_synced() {
-        let view = test_view(Topology::Kubernetes, DependentsMode::Watch);
+    /// A VM of logical cluster `lc` (as a virtual workspace delivers it).
+    fn vm_in(lc: &str, name: &str, vpc: &str) -> DynamicObject {
+        let mut o = vm(name, vpc);
+        o.metadata.annotations = Some(
+            [(
+                holdfast_shared::names::KCP_CLUSTER_ANNOTATION.to_string(),
+                lc.to_string(),
+            )]
+            .into(),
+        );
+        o
+    }
+
+    fn vms_rule(view: &WebhookView, cluster: &str) -> CompiledDependency {
         let rule: DependencyRule = serde_json::from_value(serde_json::json!({
             "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
             "metadata": {"name": "vms-need-vpcs"},
@@ -368,13 +380,114 @@ mod tests {
             }
         }))
         .expect("rule");
-        view.registry.apply("", &rule).expect("compiles");
-        let dep = view
-            .registry
+        view.registry.apply(cluster, &rule).expect("compiles");
+        view.registry
             .dependencies
             .find(&GroupResource::new("network.test.io", "vpcs"))
             .and_then(|rules| rules.first().and_then(|deps| deps.first().cloned()))
-            .expect("compiled dependency");
+            .expect("compiled dependency")
+    }
+
+    #[tokio::test]
+    async fn on_kcp_only_a_covered_consumer_is_answered_from_the_index() {
+        use holdfast_shared::{
+            endpoints::{EndpointFeed, SliceFeed},
+            policy::ClusterView,
+        };
+        let view = test_view(Topology::Kcp, DependentsMode::Watch);
+        let dep = vms_rule(&view, "compute");
+        let key = dep.dependent_gr().to_string();
+        let feed = DependentsFeed {
+            view: view.clone(),
+            key: key.clone(),
+            deps: vec![dep.clone()],
+            unreadable: view.metrics.unreadable.with_label_values(&[key.as_str()]),
+        };
+        let endpoints = Endpoints::new(feed);
+        view.dependents_endpoints
+            .insert(key.clone(), endpoints.clone());
+        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = started.clone();
+        let mut slice = SliceFeed::new(
+            endpoints.clone(),
+            "compute.test.io",
+            Box::new(move |f: EndpointFeed<DynamicObject, DependentsFeed>| {
+                sink.lock().expect("lock").push(f);
+                None
+            }),
+        );
+        let slice_object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExportEndpointSlice",
+            "metadata": {"name": "compute.test.io"},
+            "status": {"endpoints": [{"url": "https://shard-a/vw"}, {"url": "https://shard-b/vw"}]}
+        }))
+        .expect("slice");
+        let mut sd = Driver::new(NotFound::Unknown);
+        sd.handle(&mut slice, Ok(watcher::Event::Init));
+        sd.handle(&mut slice, Ok(watcher::Event::InitApply(slice_object)));
+        sd.handle(&mut slice, Ok(watcher::Event::InitDone));
+        let mut feeds = std::mem::take(&mut *started.lock().expect("lock"));
+        assert_eq!(feeds.len(), 2);
+        // Shard a lists a VM of consumer lc-a; shard b's watch has not listed yet.
+        let mut da = Driver::new(NotFound::Unknown);
+        da.handle(&mut feeds[0], Ok(watcher::Event::Init));
+        da.handle(
+            &mut feeds[0],
+            Ok(watcher::Event::InitApply(vm_in("lc-a", "web", "main"))),
+        );
+        da.handle(&mut feeds[0], Ok(watcher::Event::InitDone));
+        let lookups = |source: &str| {
+            view.metrics
+                .dependents_lookups
+                .with_label_values(&[source])
+                .get()
+        };
+        let ask = |cluster: &'static str| {
+            let view = view.clone();
+            let dep = dep.clone();
+            async move {
+                view.dependents(DependentsQuery {
+                    cluster,
+                    dep: &dep,
+                    name: "main",
+                    namespace: Some("prod"),
+                })
+                .await
+                .map(|r| r.iter().map(Referrer::describe).collect::<Vec<_>>())
+            }
+        };
+        // Covered: from the index, no API call.
+        assert_eq!(
+            ask("lc-a").await,
+            Ok(vec!["VirtualMachine prod/web".to_string()])
+        );
+        assert_eq!((lookups("index"), lookups("live")), (1, 0));
+        // Not covered (on shard b, or nowhere): live, through the front-proxy (this
+        // view has no API server, so the live lookup fails: refused, never allowed).
+        assert_eq!(
+            ask("lc-b").await,
+            Err(LookupError(
+                "no API server client is configured".to_string()
+            ))
+        );
+        assert_eq!((lookups("index"), lookups("live")), (1, 1));
+        // Shard a fails: it covers nothing until it lists again.
+        da.handle(
+            &mut feeds[0],
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(
+                Box::new(kube::core::Status::failure("boom", "").with_code(500)),
+            ))),
+        );
+        assert!(ask("lc-a").await.is_err());
+        assert_eq!((lookups("index"), lookups("live")), (1, 2));
+        // Shard b never listed, shard a failed: the merged index is not synced.
+        assert!(!endpoints.synced());
+    }
+
+    #[test]
+    fn the_index_answers_only_while_synced() {
+        let view = test_view(Topology::Kubernetes, DependentsMode::Watch);
+        let dep = vms_rule(&view, "");
         let key = dep.dependent_gr().to_string();
         let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
         let mut feed = DependentsFeed {

@@ -96,3 +96,80 @@ pub(super) async fn not_served(
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+    use serde_json::json;
+
+    /// An API server whose discovery serves `vms.compute.io/v1` virtualmachines,
+    /// `empty.io/v1` with no resource, fails for `broken.io`, and knows no other group.
+    fn discovery() -> Client {
+        let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
+            let list = |gv: &str, names: &[&str]| {
+                let resources: Vec<_> = names
+                    .iter()
+                    .map(|n| json!({"name": n, "singularName": "", "namespaced": true, "kind": "X", "verbs": ["list"]}))
+                    .collect();
+                json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+            };
+            let status = |code: u16| json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "no", "code": code});
+            let (code, body) = match req.uri().path() {
+                "/apis/compute.io/v1" => (200, list("compute.io/v1", &["virtualmachines"])),
+                "/apis/empty.io/v1" => (200, list("empty.io/v1", &[])),
+                "/api/v1" => (200, list("v1", &["configmaps"])),
+                "/apis/broken.io/v1" => (503, status(503)),
+                _ => (404, status(404)),
+            };
+            let resp = http::Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Full::new(bytes::Bytes::from(body.to_string())))
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(resp)
+        });
+        Client::new(svc, "default")
+    }
+
+    #[tokio::test]
+    async fn a_404_is_not_served_only_when_discovery_says_so() {
+        let c = discovery();
+        // The group/version is 404 too, or does not list the resource: not served.
+        assert!(
+            not_served(&c, "lc", "other.io", "v1", "things")
+                .await
+                .is_ok()
+        );
+        assert!(
+            not_served(&c, "lc", "empty.io", "v1", "things")
+                .await
+                .is_ok()
+        );
+        assert!(not_served(&c, "lc", "", "v1", "secrets").await.is_ok());
+        // Discovery serves it: the 404 proves nothing.
+        let served = not_served(&c, "lc", "compute.io", "v1", "virtualmachines").await;
+        assert_eq!(
+            served.err().map(|e| e.0).as_deref(),
+            Some(
+                "listing virtualmachines.compute.io (compute.io/v1) in workspace lc answered 404 although its discovery serves the type; retry later"
+            )
+        );
+        let core = not_served(&c, "lc", "", "v1", "configmaps").await;
+        assert_eq!(
+            core.err().map(|e| e.0).as_deref(),
+            Some(
+                "listing configmaps (v1) in workspace lc answered 404 although its discovery serves the type; retry later"
+            )
+        );
+        // Discovery fails: fail closed.
+        let broken = not_served(&c, "lc", "broken.io", "v1", "gizmos").await;
+        let message = broken.err().map(|e| e.0).unwrap_or_default();
+        assert!(
+            message.starts_with(
+                "listing gizmos.broken.io (broken.io/v1) in workspace lc answered 404 and its discovery failed ("
+            ) && message.ends_with("); retry later"),
+            "{message}"
+        );
+    }
+}

@@ -225,6 +225,106 @@ mod tests {
     }
 
     #[test]
+    fn on_kcp_the_registry_holds_every_endpoints_rules_and_loads_when_all_listed() {
+        use holdfast_shared::endpoints::{EndpointFeed, SliceFeed};
+        let view = test_view(Topology::Kcp, DependentsMode::Live);
+        let feed = PolicyFeed::<ResourceProtection> {
+            view: view.clone(),
+            kind: std::marker::PhantomData,
+        };
+        let endpoints = Endpoints::new(feed);
+        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = started.clone();
+        let mut slice = SliceFeed::new(
+            endpoints,
+            "holdfast.dev",
+            Box::new(
+                move |f: EndpointFeed<
+                    Decoded<ResourceProtection>,
+                    PolicyFeed<ResourceProtection>,
+                >| {
+                    sink.lock().expect("lock").push(f);
+                    None
+                },
+            ),
+        );
+        let slice_object = |urls: &[&str]| -> kube::api::DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExportEndpointSlice",
+                "metadata": {"name": "holdfast.dev"},
+                "status": {"endpoints": urls.iter().map(|u| serde_json::json!({"url": u})).collect::<Vec<_>>()}
+            }))
+            .expect("slice")
+        };
+        let in_cluster = |lc: &str, name: &str| {
+            let mut p = protection(
+                name,
+                serde_json::json!({"resources": [{"version": "v1", "resource": "configmaps"}]}),
+            );
+            p.meta_mut().annotations = Some(
+                [(
+                    holdfast_shared::names::KCP_CLUSTER_ANNOTATION.to_string(),
+                    lc.to_string(),
+                )]
+                .into(),
+            );
+            p
+        };
+        let names = || {
+            let mut n: Vec<String> = view
+                .registry
+                .protections_for(&GroupResource::new("", "configmaps"))
+                .map(|l| {
+                    l.iter()
+                        .map(|p| format!("{}/{}", p.key.cluster, p.key.name))
+                        .collect()
+                })
+                .unwrap_or_default();
+            n.sort();
+            n
+        };
+        let mut sd = Driver::new(NotFound::Unknown);
+        sd.handle(&mut slice, Ok(watcher::Event::Init));
+        sd.handle(
+            &mut slice,
+            Ok(watcher::Event::InitApply(slice_object(&[
+                "https://a/vw",
+                "https://b/vw",
+            ]))),
+        );
+        sd.handle(&mut slice, Ok(watcher::Event::InitDone));
+        let mut feeds = std::mem::take(&mut *started.lock().expect("lock"));
+        let (mut da, mut db) = (
+            Driver::new(NotFound::Unknown),
+            Driver::new(NotFound::Unknown),
+        );
+        let mut list = |d: &mut Driver<_>, f: &mut EndpointFeed<_, _>, items: Vec<_>| {
+            d.handle(f, Ok(watcher::Event::Init));
+            for i in items {
+                d.handle(f, Ok(watcher::Event::InitApply(i)));
+            }
+            d.handle(f, Ok(watcher::Event::InitDone));
+        };
+        let (fa, fb) = feeds.split_at_mut(1);
+        list(&mut da, &mut fa[0], vec![in_cluster("lc-a", "p1")]);
+        assert!(
+            !view.registry.protections.is_loaded(),
+            "shard b not listed yet"
+        );
+        list(&mut db, &mut fb[0], vec![in_cluster("lc-b", "p2")]);
+        assert!(view.registry.protections.is_loaded());
+        assert_eq!(names(), ["lc-a/p1", "lc-b/p2"]);
+        // Shard b relists without p2; then its URL leaves the slice with what it held.
+        list(&mut db, &mut fb[0], vec![in_cluster("lc-b", "p3")]);
+        assert_eq!(names(), ["lc-a/p1", "lc-b/p3"]);
+        sd.handle(
+            &mut slice,
+            Ok(watcher::Event::Apply(slice_object(&["https://a/vw"]))),
+        );
+        assert_eq!(names(), ["lc-a/p1"]);
+    }
+
+    #[test]
     fn on_kcp_a_policy_kind_not_served_never_loads() {
         let view = test_view(Topology::Kcp, DependentsMode::Live);
         let mut feed = PolicyFeed::<AnchorRule> {
