@@ -298,7 +298,7 @@ mod tests {
             Driver::new(NotFound::Unknown),
             Driver::new(NotFound::Unknown),
         );
-        let mut list = |d: &mut Driver<_>, f: &mut EndpointFeed<_, _>, items: Vec<_>| {
+        let list = |d: &mut Driver<_>, f: &mut EndpointFeed<_, _>, items: Vec<_>| {
             d.handle(f, Ok(watcher::Event::Init));
             for i in items {
                 d.handle(f, Ok(watcher::Event::InitApply(i)));
