@@ -572,43 +572,33 @@ impl Reconciler {
         self.clients.at(&format!("{url}/clusters/{cluster}"))
     }
 
-    /// Runs `op` with a client for `cluster` through the endpoint of its shard: each
-    /// candidate in turn while they answer 403 or 404 ("not this shard"). Remembers
-    /// the endpoint that answered, forgets it on failure. When none answers, the
-    /// error is the most likely endpoint's.
+    /// Runs `op` with a client for `cluster` through the endpoint of its shard (see
+    /// [`in_turn`]). Remembers the endpoint that answered, forgets it on failure.
     async fn on_shard<T, F, Fut>(&self, cluster: &str, op: F) -> anyhow::Result<T>
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
-        let forget = || {
-            if let Ok(mut m) = self.shard_of.lock() {
-                m.remove(cluster);
-            }
-        };
-        let mut first_error = None;
+        let mut candidates = Vec::new();
         for url in self.shard_candidates(cluster) {
             let client = self.clients.at(&format!("{url}/clusters/{cluster}"))?;
-            match op(client).await {
-                Ok(v) => {
-                    if let Ok(mut m) = self.shard_of.lock() {
-                        m.insert(cluster.to_string(), url);
-                    }
-                    return Ok(v);
+            candidates.push((url, client));
+        }
+        let result = in_turn(candidates, op).await;
+        if let Ok(mut m) = self.shard_of.lock() {
+            match &result {
+                Ok((url, _)) => {
+                    m.insert(cluster.to_string(), url.clone());
                 }
-                Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
-                    forget();
-                    first_error.get_or_insert(kube::Error::Api(e));
-                }
-                Err(e) => {
-                    forget();
-                    return Err(e.into());
+                Err(_) => {
+                    m.remove(cluster);
                 }
             }
         }
-        match first_error {
-            Some(e) => Err(e.into()),
-            None => anyhow::bail!(
+        match result {
+            Ok((_, v)) => Ok(v),
+            Err(Some(e)) => Err(e.into()),
+            Err(None) => anyhow::bail!(
                 "APIExportEndpointSlice {} lists no endpoint",
                 self.settings.api_export
             ),
@@ -1007,6 +997,31 @@ impl Drop for Reconciler {
     }
 }
 
+/// Runs `op` on each `(endpoint, client)` in turn while it answers 403 or 404 (a
+/// virtual workspace serves only its shard's clusters: "not this shard"); returns the
+/// endpoint that answered and the result, or the error: any other at once, else the
+/// first candidate's (the most likely shard's), `None` without candidates.
+async fn in_turn<C, T, F, Fut>(
+    candidates: Vec<(String, C)>,
+    op: F,
+) -> Result<(String, T), Option<kube::Error>>
+where
+    F: Fn(C) -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut first_error = None;
+    for (url, client) in candidates {
+        match op(client).await {
+            Ok(v) => return Ok((url, v)),
+            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
+                first_error.get_or_insert(kube::Error::Api(e));
+            }
+            Err(e) => return Err(Some(e)),
+        }
+    }
+    Err(first_error)
+}
+
 /// A result whose 404 means the object is gone already: success.
 fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
     match result {
@@ -1120,6 +1135,57 @@ fn status_writes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure(&format!("code {code}"), "").with_code(code),
+        ))
+    }
+
+    /// Answers per endpoint, as a virtual workspace would: `a` does not serve the
+    /// cluster (403), `b` does not either (404), `c` does, `d` fails.
+    async fn answer(url: String) -> Result<String, kube::Error> {
+        match url.as_str() {
+            "a" => Err(api_error(403)),
+            "b" => Err(api_error(404)),
+            "c" => Ok(format!("written through {url}")),
+            _ => Err(api_error(500)),
+        }
+    }
+
+    fn candidates(urls: &[&str]) -> Vec<(String, String)> {
+        urls.iter()
+            .map(|u| (u.to_string(), u.to_string()))
+            .collect()
+    }
+
+    fn code(e: Option<kube::Error>) -> Option<u16> {
+        match e {
+            Some(kube::Error::Api(s)) => Some(s.code),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_goes_through_the_first_endpoint_that_serves_the_cluster() {
+        // 403 and 404 mean "not this shard": the next endpoint is tried.
+        let r = in_turn(candidates(&["a", "b", "c", "d"]), answer).await;
+        assert_eq!(
+            r.ok(),
+            Some(("c".to_string(), "written through c".to_string()))
+        );
+        // Any other error stops at once (and is the answer).
+        let r = in_turn(candidates(&["d", "c"]), answer).await;
+        assert_eq!(r.err().map(code), Some(Some(500)));
+        // No endpoint serves it: the most likely endpoint's answer.
+        let r = in_turn(candidates(&["b", "a"]), answer).await;
+        assert_eq!(r.err().map(code), Some(Some(404)));
+        let r = in_turn(candidates(&["a", "b"]), answer).await;
+        assert_eq!(r.err().map(code), Some(Some(403)));
+        // No endpoint at all.
+        let r = in_turn(candidates(&[]), answer).await;
+        assert_eq!(r.err().map(code), Some(None));
+    }
 
     #[test]
     fn cluster_store_keys_by_cluster_and_name() {
