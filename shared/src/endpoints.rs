@@ -681,6 +681,59 @@ mod tests {
         d.handle(ix, Ok(watcher::Event::InitDone));
     }
 
+    /// A slice with endpoints a and b, a holding lc1/x=1 and b `on_b`, all listed.
+    struct Two {
+        e: Endpoints<ConfigMap, Merged>,
+        sf: SliceFeed<ConfigMap, Merged>,
+        started: Started,
+        sd: Driver<DynamicObject>,
+        a: EndpointFeed<ConfigMap, Merged>,
+        b: EndpointFeed<ConfigMap, Merged>,
+        da: Driver<ConfigMap>,
+        db: Driver<ConfigMap>,
+    }
+
+    /// Endpoints a and b, their watches not listed yet.
+    type Ab = (
+        EndpointFeed<ConfigMap, Merged>,
+        EndpointFeed<ConfigMap, Merged>,
+        Driver<ConfigMap>,
+        Driver<ConfigMap>,
+    );
+
+    /// Lists a slice with endpoints a (with a trailing `/`) and b.
+    fn ab(
+        sd: &mut Driver<DynamicObject>,
+        sf: &mut SliceFeed<ConfigMap, Merged>,
+        started: &Started,
+    ) -> Ab {
+        list(sd, sf, vec![slice(&["https://a/vw/", "https://b/vw"])]);
+        (
+            take(started, "https://a/vw"),
+            take(started, "https://b/vw"),
+            Driver::new(NotFound::Unknown),
+            Driver::new(NotFound::Unknown),
+        )
+    }
+
+    fn two(on_b: ConfigMap) -> Two {
+        let (e, mut sf, started) = setup();
+        let mut sd = Driver::new(NotFound::Unknown);
+        let (mut a, mut b, mut da, mut db) = ab(&mut sd, &mut sf, &started);
+        list(&mut da, &mut a, vec![cm("lc1", "x", "1")]);
+        list(&mut db, &mut b, vec![on_b]);
+        Two {
+            e,
+            sf,
+            started,
+            sd,
+            a,
+            b,
+            da,
+            db,
+        }
+    }
+
     fn objects(e: &Endpoints<ConfigMap, Merged>) -> Vec<String> {
         e.with_index(|m| {
             m.objects
@@ -695,20 +748,8 @@ mod tests {
         let (e, mut sf, started) = setup();
         let mut sd = Driver::new(NotFound::Unknown);
         assert!(!e.synced());
-        list(
-            &mut sd,
-            &mut sf,
-            vec![slice(&["https://a/vw/", "https://b/vw"])],
-        );
+        let (mut a, mut b, mut da, mut db) = ab(&mut sd, &mut sf, &started);
         assert_eq!(e.urls(), ["https://a/vw", "https://b/vw"]);
-        let (mut a, mut b) = (
-            take(&started, "https://a/vw"),
-            take(&started, "https://b/vw"),
-        );
-        let (mut da, mut db) = (
-            Driver::new(NotFound::Unknown),
-            Driver::new(NotFound::Unknown),
-        );
         list(&mut da, &mut a, vec![cm("lc1", "x", "1")]);
         // One endpoint synced is not enough.
         assert!(!e.synced());
@@ -782,23 +823,15 @@ mod tests {
 
     #[test]
     fn a_url_disappearing_takes_its_objects_and_stops_its_watch() {
-        let (e, mut sf, started) = setup();
-        let mut sd = Driver::new(NotFound::Unknown);
-        list(
-            &mut sd,
-            &mut sf,
-            vec![slice(&["https://a/vw", "https://b/vw"])],
-        );
-        let (mut a, mut b) = (
-            take(&started, "https://a/vw"),
-            take(&started, "https://b/vw"),
-        );
-        let (mut da, mut db) = (
-            Driver::new(NotFound::Unknown),
-            Driver::new(NotFound::Unknown),
-        );
-        list(&mut da, &mut a, vec![cm("lc1", "x", "1")]);
-        list(&mut db, &mut b, vec![cm("lc2", "x", "2")]);
+        let Two {
+            e,
+            mut sf,
+            started,
+            mut sd,
+            mut b,
+            mut db,
+            ..
+        } = two(cm("lc2", "x", "2"));
         sd.handle(&mut sf, Ok(watcher::Event::Apply(slice(&["https://a/vw"]))));
         assert_eq!(e.urls(), ["https://a/vw"]);
         assert_eq!(objects(&e), ["lc1/x=1"]);
@@ -831,40 +864,34 @@ mod tests {
 
     #[test]
     fn dropping_the_slice_watch_stops_everything_and_unsyncs() {
-        let (e, mut sf, started) = setup();
-        let mut sd = Driver::new(NotFound::Unknown);
-        list(&mut sd, &mut sf, vec![slice(&["https://a/vw"])]);
-        let mut a = take(&started, "https://a/vw");
-        let mut da = Driver::new(NotFound::Unknown);
-        list(&mut da, &mut a, vec![cm("lc1", "x", "1")]);
+        let Two {
+            e,
+            sf,
+            mut b,
+            mut db,
+            ..
+        } = two(cm("lc2", "x", "2"));
         assert!(e.synced());
         drop(sf);
         assert!(!e.synced());
         assert!(e.urls().is_empty());
         assert!(objects(&e).is_empty());
-        da.handle(&mut a, Ok(watcher::Event::Apply(cm("lc1", "late", "9"))));
+        db.handle(&mut b, Ok(watcher::Event::Apply(cm("lc2", "late", "9"))));
         assert!(objects(&e).is_empty(), "a stopped watch changes nothing");
     }
 
     #[test]
     fn one_endpoint_failing_unsyncs_the_merged_index_and_uncovers_its_clusters() {
-        let (e, mut sf, started) = setup();
-        let mut sd = Driver::new(NotFound::Unknown);
-        list(
-            &mut sd,
-            &mut sf,
-            vec![slice(&["https://a/vw", "https://b/vw"])],
-        );
-        let (mut a, mut b) = (
-            take(&started, "https://a/vw"),
-            take(&started, "https://b/vw"),
-        );
-        let (mut da, mut db) = (
-            Driver::new(NotFound::Unknown),
-            Driver::new(NotFound::Unknown),
-        );
-        list(&mut da, &mut a, vec![cm("lc1", "x", "1")]);
-        list(&mut db, &mut b, vec![cm("lc2", "x", "2")]);
+        let Two {
+            e,
+            mut a,
+            mut b,
+            mut da,
+            mut db,
+            // Kept alive: dropping the slice's watch stops every endpoint.
+            sf: _sf,
+            ..
+        } = two(cm("lc2", "x", "2"));
         assert!(e.synced());
         db.handle(&mut b, Err(failure(500)));
         assert!(!e.synced());
@@ -943,27 +970,12 @@ mod tests {
 
     #[test]
     fn a_key_two_endpoints_list_stays_until_neither_does() {
-        let (e, mut sf, started) = setup();
-        let mut sd = Driver::new(NotFound::Unknown);
-        list(
-            &mut sd,
-            &mut sf,
-            vec![slice(&["https://a/vw", "https://b/vw"])],
-        );
-        let (mut a, mut b) = (
-            take(&started, "https://a/vw"),
-            take(&started, "https://b/vw"),
-        );
-        let (mut da, mut db) = (
-            Driver::new(NotFound::Unknown),
-            Driver::new(NotFound::Unknown),
-        );
-        list(&mut da, &mut a, vec![cm("lc1", "x", "1")]);
-        list(&mut db, &mut b, vec![cm("lc1", "x", "1")]);
-        list(&mut da, &mut a, Vec::new());
-        assert_eq!(objects(&e), ["lc1/x=1"]);
-        db.handle(&mut b, Ok(watcher::Event::Delete(cm("lc1", "x", "1"))));
-        assert!(objects(&e).is_empty());
+        let mut t = two(cm("lc1", "x", "1"));
+        list(&mut t.da, &mut t.a, Vec::new());
+        assert_eq!(objects(&t.e), ["lc1/x=1"]);
+        let gone = cm("lc1", "x", "1");
+        t.db.handle(&mut t.b, Ok(watcher::Event::Delete(gone)));
+        assert!(objects(&t.e).is_empty());
     }
 
     #[test]

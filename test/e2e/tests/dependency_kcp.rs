@@ -118,12 +118,10 @@ async fn seed_story(mode: &str) {
             let (_, before) = lookups(&kcp).await;
             let out = kcp.kubectl(
                 "root:consumer",
-                &["delete", "vpc", "my-vpc", "--dry-run=server"],
+                &words("delete vpc my-vpc --dry-run=server"),
             );
-            assert!(
-                refused(&out, "still referenced by VirtualMachine default/my-vm"),
-                "{out:?}"
-            );
+            let text = "still referenced by VirtualMachine default/my-vm";
+            assert!(refused(&out, text), "{out:?}");
             if lookups(&kcp).await.1 > before {
                 break;
             }

@@ -100,7 +100,6 @@ pub(super) async fn not_served(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http_body_util::Full;
     use serde_json::json;
 
     /// An API server whose discovery serves `vms.compute.io/v1` virtualmachines,
@@ -122,12 +121,7 @@ mod tests {
                 "/apis/broken.io/v1" => (503, status(503)),
                 _ => (404, status(404)),
             };
-            let resp = http::Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(Full::new(bytes::Bytes::from(body.to_string())))
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(resp)
+            super::super::json_response(code, &body)
         });
         Client::new(svc, "default")
     }

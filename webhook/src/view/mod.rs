@@ -413,11 +413,25 @@ fn test_view(topology: Topology, mode: DependentsMode) -> Arc<WebhookView> {
     )
 }
 
+/// An API server's JSON answer, for the fake servers of unit tests.
+#[cfg(test)]
+fn json_response(
+    status: u16,
+    body: &serde_json::Value,
+) -> Result<http::Response<http_body_util::Full<bytes::Bytes>>, String> {
+    http::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
+        .map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use holdfast_shared::policy::ClusterView;
-    use http_body_util::Full;
     use serde_json::json;
     use std::collections::HashMap;
 
@@ -452,12 +466,7 @@ mod tests {
                     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "boom", "code": 500}),
                 ),
             };
-            let resp = http::Response::builder()
-                .status(status)
-                .header("content-type", "application/json")
-                .body(Full::new(bytes::Bytes::from(body.to_string())))
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(resp)
+            json_response(status, &body)
         });
         Client::new(svc, "default")
     }
