@@ -86,12 +86,16 @@ struct Part {
     keys: HashSet<ObjectKey>,
     /// Objects per logical cluster.
     clusters: HashMap<String, usize>,
+    /// Whether its set of clusters or its status changed since readers last saw it.
+    reshaped: bool,
 }
 
 impl Part {
     fn add(&mut self, key: ObjectKey) {
         if !self.keys.contains(&key) {
-            *self.clusters.entry(key.cluster.clone()).or_default() += 1;
+            let n = self.clusters.entry(key.cluster.clone()).or_default();
+            *n += 1;
+            self.reshaped |= *n == 1;
             self.keys.insert(key);
         }
     }
@@ -104,6 +108,7 @@ impl Part {
             *n -= 1;
             if *n == 0 {
                 self.clusters.remove(&key.cluster);
+                self.reshaped = true;
             }
         }
         true
@@ -125,6 +130,8 @@ struct State<I> {
     /// The merged status last reported to `index`.
     status: Status,
     next_id: u64,
+    /// Whether the endpoints or the slice changed since readers last saw them.
+    reshaped: bool,
 }
 
 /// Which logical clusters synced endpoints cover, and where objects were seen:
@@ -165,6 +172,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
                 parts: BTreeMap::new(),
                 status: Status::default(),
                 next_id: 0,
+                reshaped: true,
             })),
             seen: Arc::new(RwLock::new(Seen::default())),
             kind: PhantomData,
@@ -217,6 +225,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
                 status: Status::default(),
                 keys: HashSet::new(),
                 clusters: HashMap::new(),
+                reshaped: true,
             },
         );
         self.settle(&mut st);
@@ -232,6 +241,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
         let mut st = locks::write(&self.state);
         if let Some(part) = st.parts.remove(url) {
             drop_part(&mut st, part);
+            st.reshaped = true;
         }
         self.settle(&mut st);
     }
@@ -240,6 +250,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
     fn slice(&self, f: impl FnOnce(&mut Slice)) {
         let mut st = locks::write(&self.state);
         f(&mut st.slice);
+        st.reshaped = true;
         self.settle(&mut st);
     }
 
@@ -258,12 +269,21 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
     }
 
     /// Reports a change of the merged status to the index, and refreshes what
-    /// readers see.
+    /// readers see when a partition's clusters or status, or the slice, changed (not
+    /// on every object).
     fn settle(&self, st: &mut State<I>) {
         let to = merged_status(&st.slice, &st.parts);
         if to != st.status {
             let from = std::mem::replace(&mut st.status, to);
             st.index.status(&from, &st.status);
+            st.reshaped = true;
+        }
+        let mut reshaped = std::mem::take(&mut st.reshaped);
+        for part in st.parts.values_mut() {
+            reshaped |= std::mem::take(&mut part.reshaped);
+        }
+        if !reshaped {
+            return;
         }
         let mut seen = Seen {
             synced: st.status.synced,
@@ -385,6 +405,7 @@ impl<K: Resource, I: Partitioned<K>> Index<K> for EndpointFeed<K, I> {
         }
         self.endpoints.part(&self.url, self.id, |part, _, _| {
             part.status = to.clone();
+            part.reshaped = true;
         });
     }
 }

@@ -117,7 +117,11 @@ impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
     fn status(&mut self, from: &Status, to: &Status) {
         if to.synced {
             // On kcp the merged index is never reset: synced is what loads it.
-            K::index(&self.view.registry).set_loaded();
+            let index = K::index(&self.view.registry);
+            if !from.synced && self.view.topology == Topology::Kcp {
+                tracing::info!(kind = %K::kind(&()), count = index.len(), "policy objects loaded from every endpoint");
+            }
+            index.set_loaded();
         }
         match &to.state {
             WatchState::NotServed if from.state != WatchState::NotServed => {
