@@ -1213,5 +1213,22 @@ mod tests {
         d.handle(&mut s, Ok(watcher::Event::Delete(mk("a", "x"))));
         let keys: Vec<_> = s.snapshot().into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, vec![("b".to_string(), "x".to_string())]);
+        // Fed by several endpoints: an endpoint's object leaves by its key.
+        let store = Arc::new(Mutex::new(s));
+        let mut feed = SharedFeed {
+            store: store.clone(),
+            notify: Arc::new(Notify::new()),
+        };
+        feed.remove(&ObjectKey {
+            cluster: "b".into(),
+            namespace: String::new(),
+            name: "x".into(),
+        });
+        assert!(
+            store
+                .lock()
+                .map(|s| s.snapshot().is_empty())
+                .unwrap_or(false)
+        );
     }
 }
