@@ -386,15 +386,29 @@ impl ClusterView for WebhookView {
             return Ok(objects.into_iter().map(|o| contained(&ar, o)).collect());
         }
         let client = self.cluster_client(cluster)?;
-        let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+        let api: Api<kube::core::PartialObjectMeta<DynamicObject>> =
+            Api::all_with(client.clone(), &ar);
         let list_all = async {
             let mut out = Vec::new();
             let mut params = ListParams::default().limit(500);
             loop {
                 let list = match api.list_metadata(&params).await {
                     Ok(l) => l,
-                    // Not served (not established yet, or already going): no instances.
-                    Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
+                    // Not served (not established yet, or already going): no instances;
+                    // on kcp only when discovery of the workspace says so.
+                    Err(e) if crate::stores::is_not_found(&e) => {
+                        if self.topology == Topology::Kcp {
+                            super::kcp::not_served(
+                                &client,
+                                cluster,
+                                &ar.group,
+                                &ar.version,
+                                &ar.plural,
+                            )
+                            .await?;
+                        }
+                        return Ok(out);
+                    }
                     Err(e) => return Err(crate::stores::lookup_error(&gr.to_string(), &e)),
                 };
                 for item in &list.items {
