@@ -1,9 +1,14 @@
 //! The kcp topology.
 //!
 //! The controller's kubeconfig points at the holdfast workspace. The virtual
-//! workspace URL comes from the APIExportEndpointSlice of the holdfast APIExport;
-//! through it (`/clusters/*`) the controller watches DependencyRules in every
-//! binding workspace and the configurations it installed. Each rule's
+//! workspace URLs (one per shard that holds a binding) come from the
+//! APIExportEndpointSlice of the holdfast APIExport; through every one of them
+//! (`/clusters/*`, see [`holdfast_shared::endpoints`]) the controller watches
+//! DependencyRules in every binding workspace and the configurations it installed.
+//! A write to workspace X goes through the endpoint of X's shard (a virtual
+//! workspace serves only its shard's clusters): the one remembered for X, else one
+//! whose watch has seen objects of X, else each in turn (a 403 or 404 means "not
+//! this shard"). Each rule's
 //! `apiExportRef.path` (any depth, e.g. `root:org:team:network`) is resolved to
 //! a logical cluster by walking Workspaces segment by segment from `root`, with
 //! a moka cache invalidated whenever a Workspace changes. For every provider
@@ -42,6 +47,7 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use holdfast_shared::{
+    endpoints::{Endpoints, ObjectKey, Partitioned, Source},
     kcp::workspace_resource,
     watch::{Index, NotFound, Status as WatchStatus, WatchState},
 };
@@ -143,7 +149,24 @@ impl<K: Resource> Index<K> for SharedFeed<K> {
     }
 }
 
-fn spawn_store<K>(api: Api<K>, cfg: watcher::Config, notify: Arc<Notify>) -> Shared<K>
+impl<K: Resource> Partitioned<K> for SharedFeed<K> {
+    fn remove(&mut self, key: &ObjectKey) {
+        self.with(|s| {
+            s.objects.remove(&(key.cluster.clone(), key.name.clone()));
+        });
+    }
+}
+
+/// A store fed from every endpoint of the holdfast APIExportEndpointSlice.
+struct EndpointStore<K: Resource> {
+    store: Shared<K>,
+    endpoints: Endpoints<K, SharedFeed<K>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Watches `api` on every endpoint of `source` (a 404 through a virtual workspace
+/// proves nothing: fail closed) into a new store.
+fn spawn_store<K>(source: Source<K>, notify: Arc<Notify>) -> EndpointStore<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
@@ -152,14 +175,12 @@ where
         store: store.clone(),
         notify,
     };
-    // Through a virtual workspace a 404 proves nothing: fail closed.
-    tokio::spawn(holdfast_shared::watch::run(
-        api,
-        cfg,
-        NotFound::Unknown,
-        feed,
-    ));
-    store
+    let (endpoints, task) = Endpoints::spawn(feed, source);
+    EndpointStore {
+        store,
+        endpoints,
+        task,
+    }
 }
 
 /// Workspaces anywhere, as an [`Index`] that keeps nothing: any change invalidates
@@ -263,16 +284,6 @@ pub struct Settings {
     pub resync: Duration,
 }
 
-/// Finds the virtual workspace URL in the APIExportEndpointSlice `name` of the
-/// holdfast workspace; waits until it has an endpoint (`None`: shut down first).
-pub async fn virtual_workspace_url(
-    home: &Client,
-    name: &str,
-    shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<Option<String>> {
-    Ok(holdfast_shared::kcp::virtual_workspace_url(home, name, shutdown).await)
-}
-
 /// How often the initial lists are checked for completion.
 const SYNC_POLL: Duration = Duration::from_millis(200);
 
@@ -282,13 +293,20 @@ const UNRESOLVED_RETRY: Duration = Duration::from_secs(2);
 /// The kcp reconciler.
 pub struct Reconciler {
     clients: Clients,
-    vw_url: String,
     settings: Settings,
     options: watch::Receiver<InstallOptions>,
     /// DependencyRules, untyped: one the types cannot read is reported Invalid
     /// instead of breaking the watch.
     rules: Shared<DynamicObject>,
     hooks: Shared<ValidatingWebhookConfiguration>,
+    rule_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
+    hook_endpoints:
+        Endpoints<ValidatingWebhookConfiguration, SharedFeed<ValidatingWebhookConfiguration>>,
+    /// The endpoint a write to a workspace last went through (forgotten when a write
+    /// through it fails).
+    shard_of: Mutex<HashMap<String, String>>,
+    /// The watch tasks (stopped with the reconciler).
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     resolver: Resolver,
     notify: Arc<Notify>,
     workspace_changed: Arc<AtomicBool>,
@@ -436,24 +454,52 @@ impl crate::reconcile::Reconcile for Reconciler {
 }
 
 impl Reconciler {
-    /// Starts the watches through the virtual workspace at `vw_url`.
+    /// Starts the watches through every endpoint of the APIExportEndpointSlice of
+    /// the holdfast APIExport in `home`'s workspace (the holdfast workspace).
     pub fn new(
         clients: Clients,
-        vw_url: String,
+        home: Client,
         settings: Settings,
         options: watch::Receiver<InstallOptions>,
         ready: Arc<AtomicBool>,
     ) -> anyhow::Result<Self> {
         let notify = Arc::new(Notify::new());
-        let all = clients.at(&format!("{vw_url}/clusters/*"))?;
+        fn source<K>(
+            home: &Client,
+            export: &str,
+            clients: &Clients,
+            api: Box<dyn Fn(Client) -> Api<K> + Send>,
+            config: watcher::Config,
+        ) -> Source<K> {
+            Source {
+                home: home.clone(),
+                slice: export.to_string(),
+                clients: clients.inner.clone(),
+                api,
+                config,
+            }
+        }
         let rules = spawn_store(
-            Api::<DynamicObject>::all_with(all.clone(), &ApiResource::erase::<DependencyRule>(&())),
-            watcher::Config::default(),
+            source(
+                &home,
+                &settings.api_export,
+                &clients,
+                Box::new(|c| {
+                    Api::<DynamicObject>::all_with(c, &ApiResource::erase::<DependencyRule>(&()))
+                }),
+                watcher::Config::default(),
+            ),
             notify.clone(),
         );
         let hooks = spawn_store(
-            Api::<ValidatingWebhookConfiguration>::all(all),
-            watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")),
+            source(
+                &home,
+                &settings.api_export,
+                &clients,
+                Box::new(Api::<ValidatingWebhookConfiguration>::all),
+                watcher::Config::default()
+                    .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")),
+            ),
             notify.clone(),
         );
         let resolver = Resolver::new(clients.clone());
@@ -474,11 +520,14 @@ impl Reconciler {
         ));
         Ok(Self {
             clients,
-            vw_url,
             settings,
             options,
-            rules,
-            hooks,
+            rules: rules.store,
+            hooks: hooks.store,
+            rule_endpoints: rules.endpoints,
+            hook_endpoints: hooks.endpoints,
+            shard_of: Mutex::new(HashMap::new()),
+            tasks: vec![rules.task, hooks.task],
             resolver,
             notify,
             workspace_changed,
@@ -489,9 +538,71 @@ impl Reconciler {
         })
     }
 
+    /// The endpoints to try for a write to `cluster`, most likely first: the one
+    /// remembered, one whose watch has seen objects of it, then every other.
+    fn shard_candidates(&self, cluster: &str) -> Vec<String> {
+        let remembered = self
+            .shard_of
+            .lock()
+            .ok()
+            .and_then(|m| m.get(cluster).cloned());
+        let mut out: Vec<String> = Vec::new();
+        let all = remembered
+            .into_iter()
+            .chain(self.rule_endpoints.seen_at(cluster))
+            .chain(self.hook_endpoints.seen_at(cluster))
+            .chain(self.rule_endpoints.urls())
+            .chain(self.hook_endpoints.urls());
+        for url in all {
+            if !out.contains(&url) {
+                out.push(url);
+            }
+        }
+        out
+    }
+
+    /// A client for `cluster` through the endpoint most likely to serve it.
     fn vw_client(&self, cluster: &str) -> anyhow::Result<Client> {
-        self.clients
-            .at(&format!("{}/clusters/{cluster}", self.vw_url))
+        let Some(url) = self.shard_candidates(cluster).into_iter().next() else {
+            anyhow::bail!(
+                "APIExportEndpointSlice {} lists no endpoint",
+                self.settings.api_export
+            );
+        };
+        self.clients.at(&format!("{url}/clusters/{cluster}"))
+    }
+
+    /// Runs `op` with a client for `cluster` through the endpoint of its shard (see
+    /// [`in_turn`]). Remembers the endpoint that answered, forgets it on failure.
+    async fn on_shard<T, F, Fut>(&self, cluster: &str, op: F) -> anyhow::Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    {
+        let mut candidates = Vec::new();
+        for url in self.shard_candidates(cluster) {
+            let client = self.clients.at(&format!("{url}/clusters/{cluster}"))?;
+            candidates.push((url, client));
+        }
+        let result = in_turn(candidates, op).await;
+        if let Ok(mut m) = self.shard_of.lock() {
+            match &result {
+                Ok((url, _)) => {
+                    m.insert(cluster.to_string(), url.clone());
+                }
+                Err(_) => {
+                    m.remove(cluster);
+                }
+            }
+        }
+        match result {
+            Ok((_, v)) => Ok(v),
+            Err(Some(e)) => Err(e.into()),
+            Err(None) => anyhow::bail!(
+                "APIExportEndpointSlice {} lists no endpoint",
+                self.settings.api_export
+            ),
+        }
     }
 
     /// Whether both initial lists are complete.
@@ -535,7 +646,7 @@ impl Reconciler {
                 _ = shutdown.changed() => return Ok(()),
             }
         }
-        tracing::info!(vw = %self.vw_url, "kcp caches synced; reconciling");
+        tracing::info!(endpoints = ?self.rule_endpoints.urls(), "kcp caches synced; reconciling");
         let ready = self.ready.clone();
         crate::reconcile::run(&mut self, &metrics, &ready, shutdown).await;
         if cleanup {
@@ -831,38 +942,84 @@ impl Reconciler {
         cluster: &str,
         desired: &ValidatingWebhookConfiguration,
     ) -> anyhow::Result<ValidatingWebhookConfiguration> {
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.vw_client(cluster)?);
         let mut body = serde_json::to_value(desired)?;
         body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
         body["kind"] = "ValidatingWebhookConfiguration".into();
-        let applied = api
-            .patch(
-                WEBHOOK_CONFIGURATION_NAME,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await?;
-        if matches_desired(&applied, desired) {
-            return Ok(applied);
-        }
-        let mut replacement = desired.clone();
-        replacement.metadata.resource_version = applied.metadata.resource_version.clone();
-        Ok(api
-            .replace(
+        let body = &body;
+        self.on_shard(cluster, |client| async move {
+            let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
+            let applied = api
+                .patch(
+                    WEBHOOK_CONFIGURATION_NAME,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(body),
+                )
+                .await?;
+            if matches_desired(&applied, desired) {
+                return Ok(applied);
+            }
+            let mut replacement = desired.clone();
+            replacement.metadata.resource_version = applied.metadata.resource_version.clone();
+            api.replace(
                 WEBHOOK_CONFIGURATION_NAME,
                 &Default::default(),
                 &replacement,
             )
-            .await?)
+            .await
+        })
+        .await
     }
 
     async fn delete_in(&self, cluster: &str) -> anyhow::Result<()> {
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.vw_client(cluster)?);
-        ignore_not_found(
-            api.delete(WEBHOOK_CONFIGURATION_NAME, &DeleteParams::default())
-                .await,
-        )
+        let deleted = self
+            .on_shard(cluster, |client| async move {
+                let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
+                api.delete(WEBHOOK_CONFIGURATION_NAME, &DeleteParams::default())
+                    .await
+                    .map(|_| ())
+            })
+            .await;
+        // A 404 from the most likely endpoint (the one that saw it): gone already.
+        match deleted {
+            Err(e) if matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 404) => {
+                Ok(())
+            }
+            other => other,
+        }
     }
+}
+
+impl Drop for Reconciler {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Runs `op` on each `(endpoint, client)` in turn while it answers 403 or 404 (a
+/// virtual workspace serves only its shard's clusters: "not this shard"); returns the
+/// endpoint that answered and the result, or the error: any other at once, else the
+/// first candidate's (the most likely shard's), `None` without candidates.
+async fn in_turn<C, T, F, Fut>(
+    candidates: Vec<(String, C)>,
+    op: F,
+) -> Result<(String, T), Option<kube::Error>>
+where
+    F: Fn(C) -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut first_error = None;
+    for (url, client) in candidates {
+        match op(client).await {
+            Ok(v) => return Ok((url, v)),
+            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
+                first_error.get_or_insert(kube::Error::Api(e));
+            }
+            Err(e) => return Err(Some(e)),
+        }
+    }
+    Err(first_error)
 }
 
 /// A result whose 404 means the object is gone already: success.
@@ -979,6 +1136,57 @@ fn status_writes(
 mod tests {
     use super::*;
 
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure(&format!("code {code}"), "").with_code(code),
+        ))
+    }
+
+    /// Answers per endpoint, as a virtual workspace would: `a` does not serve the
+    /// cluster (403), `b` does not either (404), `c` does, `d` fails.
+    async fn answer(url: String) -> Result<String, kube::Error> {
+        match url.as_str() {
+            "a" => Err(api_error(403)),
+            "b" => Err(api_error(404)),
+            "c" => Ok(format!("written through {url}")),
+            _ => Err(api_error(500)),
+        }
+    }
+
+    fn candidates(urls: &[&str]) -> Vec<(String, String)> {
+        urls.iter()
+            .map(|u| (u.to_string(), u.to_string()))
+            .collect()
+    }
+
+    fn code(e: Option<kube::Error>) -> Option<u16> {
+        match e {
+            Some(kube::Error::Api(s)) => Some(s.code),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_goes_through_the_first_endpoint_that_serves_the_cluster() {
+        // 403 and 404 mean "not this shard": the next endpoint is tried.
+        let r = in_turn(candidates(&["a", "b", "c", "d"]), answer).await;
+        assert_eq!(
+            r.ok(),
+            Some(("c".to_string(), "written through c".to_string()))
+        );
+        // Any other error stops at once (and is the answer).
+        let r = in_turn(candidates(&["d", "c"]), answer).await;
+        assert_eq!(r.err().map(code), Some(Some(500)));
+        // No endpoint serves it: the most likely endpoint's answer.
+        let r = in_turn(candidates(&["b", "a"]), answer).await;
+        assert_eq!(r.err().map(code), Some(Some(404)));
+        let r = in_turn(candidates(&["a", "b"]), answer).await;
+        assert_eq!(r.err().map(code), Some(Some(403)));
+        // No endpoint at all.
+        let r = in_turn(candidates(&[]), answer).await;
+        assert_eq!(r.err().map(code), Some(None));
+    }
+
     #[test]
     fn cluster_store_keys_by_cluster_and_name() {
         let mk = |c: &str, n: &str| {
@@ -1005,5 +1213,22 @@ mod tests {
         d.handle(&mut s, Ok(watcher::Event::Delete(mk("a", "x"))));
         let keys: Vec<_> = s.snapshot().into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, vec![("b".to_string(), "x".to_string())]);
+        // Fed by several endpoints: an endpoint's object leaves by its key.
+        let store = Arc::new(Mutex::new(s));
+        let mut feed = SharedFeed {
+            store: store.clone(),
+            notify: Arc::new(Notify::new()),
+        };
+        feed.remove(&ObjectKey {
+            cluster: "b".into(),
+            namespace: String::new(),
+            name: "x".into(),
+        });
+        assert!(
+            store
+                .lock()
+                .map(|s| s.snapshot().is_empty())
+                .unwrap_or(false)
+        );
     }
 }

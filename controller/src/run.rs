@@ -259,16 +259,10 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                 Box::pin(reconciler.run(stop_rx.clone(), metrics.clone()))
             }
             Topology::Kcp => {
-                let Some(vw) =
-                    kcp::virtual_workspace_url(&client, &config.api_export, stop_rx.clone())
-                        .await?
-                else {
-                    return Ok(());
-                };
-                tracing::info!(url = %vw, apiexport = %config.api_export, "found the virtual workspace");
+                tracing::info!(apiexport = %config.api_export, "watching every endpoint of the APIExportEndpointSlice");
                 let reconciler = kcp::Reconciler::new(
                     kcp::Clients::new(kube_config.clone()),
-                    vw,
+                    client.clone(),
                     kcp::Settings {
                         api_export: config.api_export.clone(),
                         resync: tuning.resync,

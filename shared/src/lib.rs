@@ -16,6 +16,7 @@ pub mod backstop;
 pub mod cascading;
 pub mod clients;
 pub mod deferred;
+pub mod endpoints;
 pub mod fieldpath;
 pub mod index;
 pub mod kcp;

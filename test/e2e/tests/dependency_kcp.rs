@@ -2,7 +2,9 @@
 //! (VirtualMachine → VPC of a network provider nested at root:providers:network)
 //! protects VPCs in a consumer workspace; the real controller installs the webhook
 //! through the virtual workspace, the real webhook reads rules through the holdfast
-//! APIExport's virtual workspace and dependents through the front-proxy.
+//! APIExport's virtual workspaces and dependents through every endpoint of the
+//! compute export's APIExportEndpointSlice, or live through the front-proxy for a
+//! consumer no synced endpoint covers.
 
 use holdfast_e2e::{
     controller::start_controller,
@@ -42,6 +44,17 @@ async fn until(
     }
 }
 
+/// The webhook's dependents lookups so far: (live, index).
+async fn lookups(kcp: &Kcp) -> (f64, f64) {
+    let series = |s: &str| format!("holdfast_webhook_dependents_lookups_total{{source=\"{s}\"}}");
+    let live = kcp.env.webhook_metric(&series("live")).await;
+    let index = kcp.env.webhook_metric(&series("index")).await;
+    match (live, index) {
+        (Ok(l), Ok(i)) => (l.unwrap_or(0.0), i.unwrap_or(0.0)),
+        (l, i) => panic!("metrics unreadable: {l:?} {i:?}"),
+    }
+}
+
 async fn seed_story(mode: &str) {
     let mut kcp = topology().await.expect("topology");
     let kubeconfig = kcp.kubeconfig.clone();
@@ -63,12 +76,6 @@ async fn seed_story(mode: &str) {
     )
     .expect("controller");
     c.wait_ready(30).await.expect("controller ready");
-    // The compute provider publishes its export's endpoint: holdfast watches VMs
-    // through that virtual workspace rather than the front-proxy wildcard.
-    kcp.apply(
-        "root:compute",
-        "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExportEndpointSlice\nmetadata: {name: compute.test.io}\nspec: {export: {path: \"root:compute\", name: compute.test.io}}\n",
-    );
     kcp.apply("root:compute", &vm_rule(".spec.vpcRef.name"));
     kcp.env.wait_webhook_ready().await.expect("webhook ready");
 
@@ -90,16 +97,38 @@ async fn seed_story(mode: &str) {
         ),
         "{out:?}"
     );
+    // The compute export has no APIExportEndpointSlice yet: no endpoint covers the
+    // consumer, so every check was live, in both modes.
+    let (live, index) = lookups(&kcp).await;
+    assert!(
+        live >= 1.0 && index == 0.0,
+        "lookups live {live}, index {index}"
+    );
+    // The compute provider publishes its export's endpoints: holdfast watches VMs
+    // through every one of them rather than the front-proxy wildcard.
+    kcp.apply(
+        "root:compute",
+        "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExportEndpointSlice\nmetadata: {name: compute.test.io}\nspec: {export: {path: \"root:compute\", name: compute.test.io}}\n",
+    );
     if mode == "watch" {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !kcp
-            .env
-            .webhook_log()
-            .contains("watching dependents through the virtual workspace of their APIExport")
-        {
+        // Once an endpoint's synced watch covers the consumer, its checks come from
+        // the index (no API call), still refused.
+        let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
+        loop {
+            let (_, before) = lookups(&kcp).await;
+            let out = kcp.kubectl(
+                "root:consumer",
+                &words("delete vpc my-vpc --dry-run=server"),
+            );
+            let text = "still referenced by VirtualMachine default/my-vm";
+            assert!(refused(&out, text), "{out:?}");
+            if lookups(&kcp).await.1 > before {
+                break;
+            }
             assert!(
                 std::time::Instant::now() < deadline,
-                "{}",
+                "the index never answered: {:?}\nwebhook: {}",
+                lookups(&kcp).await,
                 kcp.env.webhook_log()
             );
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -192,6 +221,35 @@ async fn seed_story(mode: &str) {
     assert_eq!(out.code, 0, "{out:?}");
     kcp.env.assert_dependents_source(mode).await;
     until(&kcp, &["delete", "vpc", "my-vpc"], |o| o.code == 0).await;
+    if mode == "watch" {
+        // The last VM gone, no endpoint's watch holds an object of the consumer any
+        // more: its checks are live (an index that cannot see it never answers).
+        let out = kcp.kubectl("root:consumer", &["delete", "virtualmachine", "vm-disks"]);
+        assert_eq!(out.code, 0, "{out:?}");
+        kcp.apply(
+            "root:consumer",
+            "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: spare, namespace: default}\n",
+        );
+        let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
+        loop {
+            let (live, index) = lookups(&kcp).await;
+            let out = kcp.kubectl(
+                "root:consumer",
+                &["delete", "vpc", "spare", "--dry-run=server"],
+            );
+            assert_eq!(out.code, 0, "{out:?}");
+            let after = lookups(&kcp).await;
+            if after == (live + 1.0, index) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never looked up live: {after:?}\nwebhook: {}",
+                kcp.env.webhook_log()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -83,9 +83,17 @@ impl ClusterView for WebhookView {
 
     async fn dependents(&self, q: DependentsQuery<'_>) -> Result<Vec<Referrer>, LookupError> {
         let key = q.dep.dependent_gr().to_string();
-        let synced =
-            self.mode == DependentsMode::Watch && self.synced.get(&key).is_some_and(|s| *s);
-        let result = if synced {
+        let indexed = self.mode == DependentsMode::Watch
+            && match self.topology {
+                Topology::Kubernetes => self.synced.get(&key).is_some_and(|s| *s),
+                // Only a consumer cluster a synced endpoint covers: the index cannot
+                // see the others.
+                Topology::Kcp => self
+                    .dependents_endpoints
+                    .get(&key)
+                    .is_some_and(|e| e.covers(q.cluster)),
+            };
+        let result = if indexed {
             self.metrics
                 .dependents_lookups
                 .with_label_values(&["index"])
@@ -378,15 +386,29 @@ impl ClusterView for WebhookView {
             return Ok(objects.into_iter().map(|o| contained(&ar, o)).collect());
         }
         let client = self.cluster_client(cluster)?;
-        let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+        let api: Api<kube::core::PartialObjectMeta<DynamicObject>> =
+            Api::all_with(client.clone(), &ar);
         let list_all = async {
             let mut out = Vec::new();
             let mut params = ListParams::default().limit(500);
             loop {
                 let list = match api.list_metadata(&params).await {
                     Ok(l) => l,
-                    // Not served (not established yet, or already going): no instances.
-                    Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
+                    // Not served (not established yet, or already going): no instances;
+                    // on kcp only when discovery of the workspace says so.
+                    Err(e) if crate::stores::is_not_found(&e) => {
+                        if self.topology == Topology::Kcp {
+                            super::kcp::not_served(
+                                &client,
+                                cluster,
+                                &ar.group,
+                                &ar.version,
+                                &ar.plural,
+                            )
+                            .await?;
+                        }
+                        return Ok(out);
+                    }
                     Err(e) => return Err(crate::stores::lookup_error(&gr.to_string(), &e)),
                 };
                 for item in &list.items {

@@ -2,14 +2,19 @@
 //! through the shared driver, restarted when the rules for that resource change; and
 //! live lookups where the index is not synced (or in `--dependents live` mode).
 //!
-//! On kcp a dependent type is watched through the virtual workspace of its own
-//! APIExport when the rule names one holdfast may read; otherwise (and until synced)
-//! every check is a live list in the consumer's workspace. A 404 there proves nothing
-//! (fail closed: unsynced, live lookups); on Kubernetes it means the type is not
-//! served, so nothing references anything.
+//! On kcp a dependent type is watched through every endpoint of its own APIExport's
+//! APIExportEndpointSlice (in the rule's workspace) when the rule names the export
+//! ([`holdfast_shared::endpoints`]). A consumer's logical cluster that no synced
+//! endpoint covers (no object of it seen, its shard's URL not in the slice yet, its
+//! endpoint failing, no export named) is checked by a live list in the consumer's
+//! workspace through the front-proxy. A 404 through a virtual workspace proves nothing
+//! (fail closed); a 404 of a live list means "not served" only when discovery of that
+//! workspace says so. On Kubernetes a 404 means the type is not served, so nothing
+//! references anything.
 
 use super::WebhookView;
 use holdfast_shared::{
+    endpoints::{Endpoints, ObjectKey, Partitioned},
     index::{ObjectId, Referrer},
     policy::{DependentsQuery, LookupError, logical_cluster},
     registry::CompiledDependency,
@@ -56,7 +61,19 @@ impl WebhookView {
             loop {
                 let list = match api.list(&params).await {
                     Ok(l) => l,
-                    Err(e) if crate::stores::is_not_found(&e) => return Ok(out),
+                    Err(e) if crate::stores::is_not_found(&e) => {
+                        if self.topology == Topology::Kcp {
+                            super::kcp::not_served(
+                                &client,
+                                q.cluster,
+                                &dep.dependent_group,
+                                &dep.dependent_version,
+                                &dep.dependent_resource,
+                            )
+                            .await?;
+                        }
+                        return Ok(out);
+                    }
                     Err(e) => {
                         return Err(crate::stores::lookup_error(
                             &dep.dependent_gr().to_string(),
@@ -166,6 +183,7 @@ pub(super) async fn manage_dependents(view: Arc<WebhookView>, shutdown: signal::
             });
             if !keep && let Some((_, handle)) = running.remove(&key) {
                 handle.abort();
+                view.dependents_endpoints.remove(&key);
                 view.synced.insert(key.clone(), false);
                 view.index.clear_resource(&key);
                 tracing::info!(resource = %key, "stopped watching dependents");
@@ -194,7 +212,7 @@ pub(super) async fn manage_dependents(view: Arc<WebhookView>, shutdown: signal::
 }
 
 /// The dependents index's part for one dependent resource.
-struct DependentsFeed {
+pub(super) struct DependentsFeed {
     view: Arc<WebhookView>,
     /// `resource.group` of the dependent.
     key: String,
@@ -226,6 +244,17 @@ impl DependentsFeed {
             .index
             .apply(&id, kind, obj.metadata.deletion_timestamp.is_some(), &refs);
         Some(id)
+    }
+}
+
+impl Partitioned<DynamicObject> for DependentsFeed {
+    fn remove(&mut self, key: &ObjectKey) {
+        self.view.index.delete(&ObjectId {
+            cluster: key.cluster.as_str().into(),
+            resource: self.key.as_str().into(),
+            namespace: key.namespace.as_str().into(),
+            name: key.name.as_str().into(),
+        });
     }
 }
 
@@ -274,26 +303,37 @@ impl Index<DynamicObject> for DependentsFeed {
 
 async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<CompiledDependency>) {
     let Some(first) = deps.first() else { return };
-    let (client, not_found) = match view.topology {
-        Topology::Kubernetes => (view.client.clone(), NotFound::Empty),
-        Topology::Kcp => match view.dependent_export_client(first).await {
-            Some(c) => (Some(c), NotFound::Unknown),
+    let ar = dependent_resource(first);
+    let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
+    let export = match view.topology {
+        Topology::Kubernetes => None,
+        Topology::Kcp => match view.dependent_export(first) {
+            Some(e) => Some(e),
             None => {
-                tracing::info!(resource = %key, "no APIExport virtual workspace to watch dependents through; every check lists them live");
-                (None, NotFound::Unknown)
+                tracing::info!(resource = %key, "no APIExport names the dependent type; every check lists them live");
+                return;
             }
         },
     };
-    let Some(client) = client else { return };
-    let api: Api<DynamicObject> = Api::all_with(client, &dependent_resource(first));
-    let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
     let feed = DependentsFeed {
-        view,
-        key,
+        view: view.clone(),
+        key: key.clone(),
         deps,
         unreadable,
     };
-    watch::run(api, watcher::Config::default(), not_found, feed).await;
+    match (export, view.client.clone()) {
+        (Some((home, export)), _) => {
+            let endpoints = Endpoints::new(feed);
+            view.dependents_endpoints.insert(key, endpoints.clone());
+            view.watch_endpoints(endpoints, home, &export, move |c| Api::all_with(c, &ar))
+                .await;
+        }
+        (None, Some(client)) => {
+            let api: Api<DynamicObject> = Api::all_with(client, &ar);
+            watch::run(api, watcher::Config::default(), NotFound::Empty, feed).await;
+        }
+        (None, None) => {}
+    }
 }
 
 #[cfg(test)]
@@ -302,6 +342,7 @@ mod tests {
     use crate::view::{DependentsMode, test_view};
     use holdfast_shared::{
         api::{common::GroupResource, dependency_rule::DependencyRule},
+        policy::LookupError,
         watch::Driver,
     };
 
@@ -314,9 +355,20 @@ mod tests {
         .expect("vm")
     }
 
-    #[test]
-    fn the_index_answers_only_while_synced() {
-        let view = test_view(Topology::Kubernetes, DependentsMode::Watch);
+    /// A VM of logical cluster `lc` (as a virtual workspace delivers it).
+    fn vm_in(lc: &str, name: &str, vpc: &str) -> DynamicObject {
+        let mut o = vm(name, vpc);
+        o.metadata.annotations = Some(
+            [(
+                holdfast_shared::names::KCP_CLUSTER_ANNOTATION.to_string(),
+                lc.to_string(),
+            )]
+            .into(),
+        );
+        o
+    }
+
+    fn vms_rule(view: &WebhookView, cluster: &str) -> CompiledDependency {
         let rule: DependencyRule = serde_json::from_value(serde_json::json!({
             "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
             "metadata": {"name": "vms-need-vpcs"},
@@ -328,13 +380,114 @@ mod tests {
             }
         }))
         .expect("rule");
-        view.registry.apply("", &rule).expect("compiles");
-        let dep = view
-            .registry
+        view.registry.apply(cluster, &rule).expect("compiles");
+        view.registry
             .dependencies
             .find(&GroupResource::new("network.test.io", "vpcs"))
             .and_then(|rules| rules.first().and_then(|deps| deps.first().cloned()))
-            .expect("compiled dependency");
+            .expect("compiled dependency")
+    }
+
+    #[tokio::test]
+    async fn on_kcp_only_a_covered_consumer_is_answered_from_the_index() {
+        use holdfast_shared::{
+            endpoints::{EndpointFeed, SliceFeed},
+            policy::ClusterView,
+        };
+        let view = test_view(Topology::Kcp, DependentsMode::Watch);
+        let dep = vms_rule(&view, "compute");
+        let key = dep.dependent_gr().to_string();
+        let feed = DependentsFeed {
+            view: view.clone(),
+            key: key.clone(),
+            deps: vec![dep.clone()],
+            unreadable: view.metrics.unreadable.with_label_values(&[key.as_str()]),
+        };
+        let endpoints = Endpoints::new(feed);
+        view.dependents_endpoints
+            .insert(key.clone(), endpoints.clone());
+        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = started.clone();
+        let mut slice = SliceFeed::new(
+            endpoints.clone(),
+            "compute.test.io",
+            Box::new(move |f: EndpointFeed<DynamicObject, DependentsFeed>| {
+                sink.lock().expect("lock").push(f);
+                None
+            }),
+        );
+        let slice_object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExportEndpointSlice",
+            "metadata": {"name": "compute.test.io"},
+            "status": {"endpoints": [{"url": "https://shard-a/vw"}, {"url": "https://shard-b/vw"}]}
+        }))
+        .expect("slice");
+        let mut sd = Driver::new(NotFound::Unknown);
+        sd.handle(&mut slice, Ok(watcher::Event::Init));
+        sd.handle(&mut slice, Ok(watcher::Event::InitApply(slice_object)));
+        sd.handle(&mut slice, Ok(watcher::Event::InitDone));
+        let mut feeds = std::mem::take(&mut *started.lock().expect("lock"));
+        assert_eq!(feeds.len(), 2);
+        // Shard a lists a VM of consumer lc-a; shard b's watch has not listed yet.
+        let mut da = Driver::new(NotFound::Unknown);
+        da.handle(&mut feeds[0], Ok(watcher::Event::Init));
+        da.handle(
+            &mut feeds[0],
+            Ok(watcher::Event::InitApply(vm_in("lc-a", "web", "main"))),
+        );
+        da.handle(&mut feeds[0], Ok(watcher::Event::InitDone));
+        let lookups = |source: &str| {
+            view.metrics
+                .dependents_lookups
+                .with_label_values(&[source])
+                .get()
+        };
+        let ask = |cluster: &'static str| {
+            let view = view.clone();
+            let dep = dep.clone();
+            async move {
+                view.dependents(DependentsQuery {
+                    cluster,
+                    dep: &dep,
+                    name: "main",
+                    namespace: Some("prod"),
+                })
+                .await
+                .map(|r| r.iter().map(Referrer::describe).collect::<Vec<_>>())
+            }
+        };
+        // Covered: from the index, no API call.
+        assert_eq!(
+            ask("lc-a").await,
+            Ok(vec!["VirtualMachine prod/web".to_string()])
+        );
+        assert_eq!((lookups("index"), lookups("live")), (1, 0));
+        // Not covered (on shard b, or nowhere): live, through the front-proxy (this
+        // view has no API server, so the live lookup fails: refused, never allowed).
+        assert_eq!(
+            ask("lc-b").await,
+            Err(LookupError(
+                "no API server client is configured".to_string()
+            ))
+        );
+        assert_eq!((lookups("index"), lookups("live")), (1, 1));
+        // Shard a fails: it covers nothing until it lists again.
+        da.handle(
+            &mut feeds[0],
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(
+                Box::new(kube::core::Status::failure("boom", "").with_code(500)),
+            ))),
+        );
+        assert!(ask("lc-a").await.is_err());
+        assert_eq!((lookups("index"), lookups("live")), (1, 2));
+        // Shard b never listed, shard a failed: the merged index is not synced.
+        assert!(!endpoints.synced());
+    }
+
+    #[test]
+    fn the_index_answers_only_while_synced() {
+        let view = test_view(Topology::Kubernetes, DependentsMode::Watch);
+        let dep = vms_rule(&view, "");
         let key = dep.dependent_gr().to_string();
         let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
         let mut feed = DependentsFeed {

@@ -1,68 +1,169 @@
-//! kcp: clients for the virtual workspaces of APIExports (the holdfast export, whose
-//! virtual workspace serves the policy objects of every binding workspace, and a
-//! dependent type's own export), found through APIExportEndpointSlices.
+//! kcp: every endpoint of an APIExport's virtual workspace (the holdfast export, whose
+//! virtual workspaces serve the policy objects of every binding workspace, and a
+//! dependent type's own export), found through the APIExportEndpointSlice of the
+//! export's name and watched into one merged index
+//! ([`holdfast_shared::endpoints`]); and what a 404 of a live read means there.
 
 use super::WebhookView;
-use holdfast_shared::registry::CompiledDependency;
-use kube::Client;
-use std::time::Duration;
-
-/// First and longest delay between reads of the holdfast APIExportEndpointSlice.
-const SLICE_RETRY_FIRST: Duration = Duration::from_millis(200);
-const SLICE_RETRY_MAX: Duration = Duration::from_secs(10);
+use holdfast_shared::{
+    endpoints::{Endpoints, Partitioned, Source},
+    policy::LookupError,
+    registry::CompiledDependency,
+};
+use kube::{Api, Client, Resource};
+use std::fmt;
 
 impl WebhookView {
-    /// kcp: a client for `/clusters/*` of the holdfast APIExport's virtual workspace,
-    /// whose URL comes from the APIExportEndpointSlice of the same name in the
-    /// workspace the kubeconfig points at. Retries until the slice has an endpoint.
-    pub(super) async fn virtual_workspace_client(&self, client: &Client) -> Client {
-        let mut delay = SLICE_RETRY_FIRST;
-        loop {
-            match self.export_client(client, &self.apiexport).await {
-                Ok((c, url)) => {
-                    tracing::info!(%url, apiexport = %self.apiexport, "reading policy objects through the APIExport virtual workspace");
-                    return c;
-                }
-                Err(why) => tracing::warn!(apiexport = %self.apiexport, "{why}; retrying"),
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(SLICE_RETRY_MAX);
-        }
-    }
-
-    /// A client for `/clusters/*` of the virtual workspace of APIExport `export`, whose
-    /// URL is in the APIExportEndpointSlice of the same name in `client`'s workspace;
-    /// with that URL.
-    async fn export_client(
+    /// Feeds `index` from every endpoint of APIExportEndpointSlice `export` in the
+    /// workspace of `home`, until the future is dropped.
+    pub(super) async fn watch_endpoints<K, I>(
         &self,
-        client: &Client,
+        endpoints: Endpoints<K, I>,
+        home: Client,
         export: &str,
-    ) -> Result<(Client, String), String> {
-        let url = holdfast_shared::kcp::endpoint_url(client, export)
-            .await
-            .map_err(|e| e.to_string())?;
-        let clients = self
-            .cluster_clients
-            .as_ref()
-            .ok_or_else(|| "no API server configuration".to_string())?;
-        let c = clients
-            .at(&format!("{url}/clusters/*"))
-            .map_err(|e| format!("cannot build the client: {e}"))?;
-        Ok((c, url))
+        api: impl Fn(Client) -> Api<K> + Send + 'static,
+    ) where
+        K: Resource + Clone + serde::de::DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        I: Partitioned<K> + Send + Sync + 'static,
+    {
+        let Some(clients) = self.cluster_clients.clone() else {
+            tracing::warn!(
+                apiexport = export,
+                "no API server configuration; its endpoints are not watched"
+            );
+            return;
+        };
+        tracing::info!(
+            apiexport = export,
+            "watching every endpoint of the APIExportEndpointSlice"
+        );
+        endpoints
+            .run(Source {
+                home,
+                slice: export.to_string(),
+                clients,
+                api: Box::new(api),
+                config: kube::runtime::watcher::Config::default(),
+            })
+            .await;
     }
 
-    /// On kcp: a client for `/clusters/*` of the dependent type's own APIExport
-    /// virtual workspace (every workspace binding that export), when the export has an
-    /// APIExportEndpointSlice of its name in the rule's workspace that holdfast may
-    /// read; `None` otherwise (the dependents are then read live, per request).
-    pub(super) async fn dependent_export_client(&self, dep: &CompiledDependency) -> Option<Client> {
+    /// On kcp: the workspace whose APIExportEndpointSlice lists the virtual
+    /// workspaces of the dependent type's own APIExport (the rule's workspace), and
+    /// the export; `None` when the rule names no export (the dependents are then read
+    /// live, per request).
+    pub(super) fn dependent_export(&self, dep: &CompiledDependency) -> Option<(Client, String)> {
         let export = dep.dependent_export.as_deref()?;
         if dep.rule.cluster.is_empty() {
             return None;
         }
         let client = self.cluster_client(&dep.rule.cluster).ok()?;
-        let (client, url) = self.export_client(&client, export).await.ok()?;
-        tracing::info!(resource = %dep.dependent_gr(), apiexport = export, %url, "watching dependents through the virtual workspace of their APIExport");
-        Some(client)
+        Some((client, export.to_string()))
+    }
+}
+
+/// What a 404 of a live read of `group/version` `resource` in a kcp workspace means:
+/// `Ok(())` when discovery of that workspace says the type is not served there (the
+/// group/version is 404 too, or does not list the resource), else a lookup error (fail
+/// closed: a 404 for a served type proves nothing).
+pub(super) async fn not_served(
+    client: &Client,
+    cluster: &str,
+    group: &str,
+    version: &str,
+    resource: &str,
+) -> Result<(), LookupError> {
+    let listed = if group.is_empty() {
+        client.list_core_api_resources(version).await
+    } else {
+        client
+            .list_api_group_resources(&format!("{group}/{version}"))
+            .await
+    };
+    let gvr = if group.is_empty() {
+        format!("{resource} ({version})")
+    } else {
+        format!("{resource}.{group} ({group}/{version})")
+    };
+    match listed {
+        Ok(list) if !list.resources.iter().any(|r| r.name == resource) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Ok(_) => Err(LookupError(format!(
+            "listing {gvr} in workspace {cluster} answered 404 although its discovery serves the type; retry later"
+        ))),
+        Err(e) => Err(LookupError(format!(
+            "listing {gvr} in workspace {cluster} answered 404 and its discovery failed ({e}); retry later"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// An API server whose discovery serves `vms.compute.io/v1` virtualmachines,
+    /// `empty.io/v1` with no resource, fails for `broken.io`, and knows no other group.
+    fn discovery() -> Client {
+        let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
+            let list = |gv: &str, names: &[&str]| {
+                let resources: Vec<_> = names
+                    .iter()
+                    .map(|n| json!({"name": n, "singularName": "", "namespaced": true, "kind": "X", "verbs": ["list"]}))
+                    .collect();
+                json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+            };
+            let status = |code: u16| json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "no", "code": code});
+            let (code, body) = match req.uri().path() {
+                "/apis/compute.io/v1" => (200, list("compute.io/v1", &["virtualmachines"])),
+                "/apis/empty.io/v1" => (200, list("empty.io/v1", &[])),
+                "/api/v1" => (200, list("v1", &["configmaps"])),
+                "/apis/broken.io/v1" => (503, status(503)),
+                _ => (404, status(404)),
+            };
+            super::super::json_response(code, &body)
+        });
+        Client::new(svc, "default")
+    }
+
+    #[tokio::test]
+    async fn a_404_is_not_served_only_when_discovery_says_so() {
+        let c = discovery();
+        // The group/version is 404 too, or does not list the resource: not served.
+        assert!(
+            not_served(&c, "lc", "other.io", "v1", "things")
+                .await
+                .is_ok()
+        );
+        assert!(
+            not_served(&c, "lc", "empty.io", "v1", "things")
+                .await
+                .is_ok()
+        );
+        assert!(not_served(&c, "lc", "", "v1", "secrets").await.is_ok());
+        // Discovery serves it: the 404 proves nothing.
+        let served = not_served(&c, "lc", "compute.io", "v1", "virtualmachines").await;
+        assert_eq!(
+            served.err().map(|e| e.0).as_deref(),
+            Some(
+                "listing virtualmachines.compute.io (compute.io/v1) in workspace lc answered 404 although its discovery serves the type; retry later"
+            )
+        );
+        let core = not_served(&c, "lc", "", "v1", "configmaps").await;
+        assert_eq!(
+            core.err().map(|e| e.0).as_deref(),
+            Some(
+                "listing configmaps (v1) in workspace lc answered 404 although its discovery serves the type; retry later"
+            )
+        );
+        // Discovery fails: fail closed.
+        let broken = not_served(&c, "lc", "broken.io", "v1", "gizmos").await;
+        let message = broken.err().map(|e| e.0).unwrap_or_default();
+        assert!(
+            message.starts_with(
+                "listing gizmos.broken.io (broken.io/v1) in workspace lc answered 404 and its discovery failed ("
+            ) && message.ends_with("); retry later"),
+            "{message}"
+        );
     }
 }

@@ -15,7 +15,7 @@
 //! - [`crds`]: CustomResourceDefinitions and APIServices (what discovery must see);
 //! - [`discovery`]: the namespaced resources the label stores cover;
 //! - [`cluster`]: [`ClusterView`] over all of it;
-//! - [`kcp`]: virtual workspaces of APIExports.
+//! - [`kcp`]: every endpoint of an APIExport's virtual workspace; 404s of live reads.
 
 mod cluster;
 pub mod crds;
@@ -73,6 +73,12 @@ pub struct WebhookView {
     registry: Arc<Registry>,
     index: DependentsIndex,
     synced: DashMap<String, bool>,
+    /// kcp: the merged index of every endpoint of a dependent type's APIExport, per
+    /// dependent resource (which consumer clusters the index covers).
+    dependents_endpoints: DashMap<
+        String,
+        holdfast_shared::endpoints::Endpoints<kube::api::DynamicObject, dependents::DependentsFeed>,
+    >,
     changed: Notify,
     metrics: Metrics,
     label_keys: Vec<String>,
@@ -197,6 +203,7 @@ impl WebhookView {
             registry: Arc::new(Registry::default()),
             index: DependentsIndex::default(),
             synced: DashMap::new(),
+            dependents_endpoints: DashMap::new(),
             changed: Notify::new(),
             metrics,
             label_keys: opts.label_keys,
@@ -296,15 +303,9 @@ impl WebhookView {
             return;
         };
         let crd_client = client.clone();
-        let this = self.clone();
-        let policy_shutdown = shutdown.clone();
-        self.spawn(shutdown.clone(), async move {
-            let pc = match this.topology {
-                Topology::Kubernetes => client.clone(),
-                Topology::Kcp => this.virtual_workspace_client(&client).await,
-            };
-            this.start_policy_watches(pc, policy_shutdown);
-        });
+        // kcp: `client` is at the holdfast workspace, whose APIExportEndpointSlice
+        // lists the virtual workspaces the policies are read through.
+        self.start_policy_watches(client.clone(), shutdown.clone());
         if self.topology == Topology::Kubernetes {
             // kcp: no object stores (they would need a wildcard through the
             // front-proxy, which kcp refuses); reads there are live.
@@ -412,11 +413,25 @@ fn test_view(topology: Topology, mode: DependentsMode) -> Arc<WebhookView> {
     )
 }
 
+/// An API server's JSON answer, for the fake servers of unit tests.
+#[cfg(test)]
+fn json_response(
+    status: u16,
+    body: &serde_json::Value,
+) -> Result<http::Response<http_body_util::Full<bytes::Bytes>>, String> {
+    http::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
+        .map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use holdfast_shared::policy::ClusterView;
-    use http_body_util::Full;
     use serde_json::json;
     use std::collections::HashMap;
 
@@ -451,12 +466,7 @@ mod tests {
                     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "boom", "code": 500}),
                 ),
             };
-            let resp = http::Response::builder()
-                .status(status)
-                .header("content-type", "application/json")
-                .body(Full::new(bytes::Bytes::from(body.to_string())))
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(resp)
+            json_response(status, &body)
         });
         Client::new(svc, "default")
     }

@@ -8,6 +8,10 @@
 //! kcp a 404 through the virtual workspace proves nothing, so a kind that is not served
 //! there never loads (fail closed), while on Kubernetes a 404 means the CRD is not
 //! installed: no such policy exists.
+//!
+//! On kcp each kind is read from every endpoint of the holdfast APIExportEndpointSlice
+//! ([`holdfast_shared::endpoints`]): the registry holds the rules of every shard, and a
+//! kind loads once the slice is read and every endpoint's watch has listed.
 
 use super::WebhookView;
 use holdfast_shared::{
@@ -15,6 +19,7 @@ use holdfast_shared::{
         anchor_rule::AnchorRule, critical_service::CriticalService,
         dependency_rule::DependencyRule, resource_protection::ResourceProtection,
     },
+    endpoints::{Endpoints, ObjectKey, Partitioned},
     kcp::cluster_of,
     registry::{PolicyKey, PolicyObject},
     topology::Topology,
@@ -110,6 +115,14 @@ impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
     }
 
     fn status(&mut self, from: &Status, to: &Status) {
+        if to.synced {
+            // On kcp the merged index is never reset: synced is what loads it.
+            let index = K::index(&self.view.registry);
+            if !from.synced && self.view.topology == Topology::Kcp {
+                tracing::info!(kind = %K::kind(&()), count = index.len(), "policy objects loaded from every endpoint");
+            }
+            index.set_loaded();
+        }
         match &to.state {
             WatchState::NotServed if from.state != WatchState::NotServed => {
                 if to.synced {
@@ -126,6 +139,15 @@ impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
     }
 }
 
+impl<K: WatchedPolicy> Partitioned<Decoded<K>> for PolicyFeed<K> {
+    fn remove(&mut self, key: &ObjectKey) {
+        self.view
+            .registry
+            .delete::<K>(&PolicyKey::new(&key.cluster, &key.name));
+        self.view.changed.notify_one();
+    }
+}
+
 /// The registry key of a policy object.
 fn policy_key<K: Resource>(obj: &K) -> PolicyKey {
     PolicyKey::new(
@@ -134,17 +156,24 @@ fn policy_key<K: Resource>(obj: &K) -> PolicyKey {
     )
 }
 
+/// Watches kind `K`: on Kubernetes through `client`; on kcp through every endpoint
+/// of the holdfast APIExportEndpointSlice in `client`'s workspace.
 async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client) {
-    let api: Api<Decoded<K>> = Api::all(client);
-    let not_found = match view.topology {
-        Topology::Kubernetes => NotFound::Empty,
-        Topology::Kcp => NotFound::Unknown,
-    };
     let feed = PolicyFeed::<K> {
-        view,
+        view: view.clone(),
         kind: std::marker::PhantomData,
     };
-    watch::run(api, watcher::Config::default(), not_found, feed).await;
+    match view.topology {
+        Topology::Kubernetes => {
+            let api: Api<Decoded<K>> = Api::all(client);
+            watch::run(api, watcher::Config::default(), NotFound::Empty, feed).await;
+        }
+        Topology::Kcp => {
+            let export = view.apiexport.clone();
+            view.watch_endpoints(Endpoints::new(feed), client, &export, Api::all)
+                .await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -197,6 +226,106 @@ mod tests {
                 .protections_for(&GroupResource::new("", "configmaps"))
                 .is_some_and(|l| l.len() == 1 && &*l[0].key.name == "good")
         );
+    }
+
+    #[test]
+    fn on_kcp_the_registry_holds_every_endpoints_rules_and_loads_when_all_listed() {
+        use holdfast_shared::endpoints::{EndpointFeed, SliceFeed};
+        let view = test_view(Topology::Kcp, DependentsMode::Live);
+        let feed = PolicyFeed::<ResourceProtection> {
+            view: view.clone(),
+            kind: std::marker::PhantomData,
+        };
+        let endpoints = Endpoints::new(feed);
+        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = started.clone();
+        let mut slice = SliceFeed::new(
+            endpoints,
+            "holdfast.dev",
+            Box::new(
+                move |f: EndpointFeed<
+                    Decoded<ResourceProtection>,
+                    PolicyFeed<ResourceProtection>,
+                >| {
+                    sink.lock().expect("lock").push(f);
+                    None
+                },
+            ),
+        );
+        let slice_object = |urls: &[&str]| -> kube::api::DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExportEndpointSlice",
+                "metadata": {"name": "holdfast.dev"},
+                "status": {"endpoints": urls.iter().map(|u| serde_json::json!({"url": u})).collect::<Vec<_>>()}
+            }))
+            .expect("slice")
+        };
+        let in_cluster = |lc: &str, name: &str| {
+            let mut p = protection(
+                name,
+                serde_json::json!({"resources": [{"version": "v1", "resource": "configmaps"}]}),
+            );
+            p.meta_mut().annotations = Some(
+                [(
+                    holdfast_shared::names::KCP_CLUSTER_ANNOTATION.to_string(),
+                    lc.to_string(),
+                )]
+                .into(),
+            );
+            p
+        };
+        let names = || {
+            let mut n: Vec<String> = view
+                .registry
+                .protections_for(&GroupResource::new("", "configmaps"))
+                .map(|l| {
+                    l.iter()
+                        .map(|p| format!("{}/{}", p.key.cluster, p.key.name))
+                        .collect()
+                })
+                .unwrap_or_default();
+            n.sort();
+            n
+        };
+        let mut sd = Driver::new(NotFound::Unknown);
+        sd.handle(&mut slice, Ok(watcher::Event::Init));
+        sd.handle(
+            &mut slice,
+            Ok(watcher::Event::InitApply(slice_object(&[
+                "https://a/vw",
+                "https://b/vw",
+            ]))),
+        );
+        sd.handle(&mut slice, Ok(watcher::Event::InitDone));
+        let mut feeds = std::mem::take(&mut *started.lock().expect("lock"));
+        let (mut da, mut db) = (
+            Driver::new(NotFound::Unknown),
+            Driver::new(NotFound::Unknown),
+        );
+        let list = |d: &mut Driver<_>, f: &mut EndpointFeed<_, _>, items: Vec<_>| {
+            d.handle(f, Ok(watcher::Event::Init));
+            for i in items {
+                d.handle(f, Ok(watcher::Event::InitApply(i)));
+            }
+            d.handle(f, Ok(watcher::Event::InitDone));
+        };
+        let (fa, fb) = feeds.split_at_mut(1);
+        list(&mut da, &mut fa[0], vec![in_cluster("lc-a", "p1")]);
+        assert!(
+            !view.registry.protections.is_loaded(),
+            "shard b not listed yet"
+        );
+        list(&mut db, &mut fb[0], vec![in_cluster("lc-b", "p2")]);
+        assert!(view.registry.protections.is_loaded());
+        assert_eq!(names(), ["lc-a/p1", "lc-b/p2"]);
+        // Shard b relists without p2; then its URL leaves the slice with what it held.
+        list(&mut db, &mut fb[0], vec![in_cluster("lc-b", "p3")]);
+        assert_eq!(names(), ["lc-a/p1", "lc-b/p3"]);
+        sd.handle(
+            &mut slice,
+            Ok(watcher::Event::Apply(slice_object(&["https://a/vw"]))),
+        );
+        assert_eq!(names(), ["lc-a/p1"]);
     }
 
     #[test]
