@@ -57,6 +57,15 @@ async fn lookups(kcp: &Kcp) -> (f64, f64) {
 
 async fn seed_story(mode: &str) {
     let mut kcp = topology().await.expect("topology");
+    // The compute export starts without an APIExportEndpointSlice (kcp makes one
+    // unless told not to): its provider publishes one later in the story.
+    for args in [
+        "annotate apiexport compute.test.io apiexports.apis.kcp.io/skip-endpointslice=true",
+        "delete apiexportendpointslice compute.test.io",
+    ] {
+        let out = kcp.kubectl("root:compute", &words(args));
+        assert_eq!(out.code, 0, "{args}: {out:?}");
+    }
     let kubeconfig = kcp.kubeconfig.clone();
     let webhook_args = [
         "--topology",
