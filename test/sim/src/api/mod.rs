@@ -44,6 +44,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The resource (and object, subresource) a request is about.
+#[derive(Clone)]
 pub struct Target {
     pub info: Arc<ResourceInfo>,
     pub version: String,
@@ -72,6 +73,30 @@ impl<'a> Call<'a> {
     }
 }
 
+/// A list or watch whose field selector requires `metadata.name` to be one valid
+/// name is authorized as a request for that name (kube-apiserver's
+/// `RequestInfoFactory`), so `resourceNames` in RBAC rules apply to it.
+fn named_collection(t: &Target, verb: &str, query: &HashMap<String, String>) -> Option<Target> {
+    if t.name.is_some() || !matches!(verb, "list" | "watch") {
+        return None;
+    }
+    let selector = query.get("fieldSelector")?;
+    let name = selector.split(',').find_map(|term| {
+        let term = term.trim();
+        term.strip_prefix("metadata.name==")
+            .or_else(|| term.strip_prefix("metadata.name="))
+    })?;
+    let valid = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('%');
+    valid.then(|| Target {
+        name: Some(name.to_string()),
+        ..t.clone()
+    })
+}
+
 /// What kube-apiserver answers a method the resource does not serve.
 const METHOD_NOT_ALLOWED: &str = "the server does not allow this method on the requested resource";
 
@@ -92,7 +117,10 @@ pub async fn handle(
 ) -> ApiResult<Resp> {
     let t = target(resources, group, version, segs)?;
     let verb = verb(&t, method, query)?;
-    crate::authz::authorize_resource(state, ctx, verb, &t)?;
+    match named_collection(&t, verb, query) {
+        Some(named) => crate::authz::authorize_resource(state, ctx, verb, &named)?,
+        None => crate::authz::authorize_resource(state, ctx, verb, &t)?,
+    }
     if let Some(vw) = &ctx.vw {
         kcp::vw_authorize(state, vw, &ctx.cluster, &t.info)?;
     }
