@@ -15,10 +15,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{
-        Arc, Mutex,
-        atomic::AtomicBool,
-    },
+    sync::{Arc, Mutex, atomic::AtomicBool},
     time::Duration,
 };
 
@@ -647,7 +644,10 @@ impl Reconciler {
                     eval.note_workspace(&r.path, &r.name, lc, identity, None);
                 }
                 Err((reason, msg)) => {
-                    problems.push((reason, format!("spec.dependencies[{i}].apiExportRef: {msg}")));
+                    problems.push((
+                        reason,
+                        format!("spec.dependencies[{i}].apiExportRef: {msg}"),
+                    ));
                     eval.note_workspace(&r.path, &r.name, lc, identity, Some(msg));
                 }
             }
@@ -698,7 +698,12 @@ impl Reconciler {
             }
         };
         let mut read = self.exports.get(&lc, at, name).await;
-        if kind == Where::Path && matches!(read, Err(ExportError::NotFound { .. } | ExportError::Forbidden { .. })) {
+        if kind == Where::Path
+            && matches!(
+                read,
+                Err(ExportError::NotFound { .. } | ExportError::Forbidden { .. })
+            )
+        {
             // The workspace may have been deleted or replaced under the same
             // path: resolve it afresh before believing the answer.
             self.forget_cluster(&lc).await;
@@ -709,7 +714,11 @@ impl Reconciler {
                 }
                 Ok(_) => {}
                 Err(e) if e.is_definite() => {
-                    return ExportLookup::failed(None, reasons::UNRESOLVED_WORKSPACE, e.to_string());
+                    return ExportLookup::failed(
+                        None,
+                        reasons::UNRESOLVED_WORKSPACE,
+                        e.to_string(),
+                    );
                 }
                 Err(_) => {}
             }
@@ -737,7 +746,11 @@ impl Reconciler {
                 self.or_last_good(
                     &key,
                     definite,
-                    ExportLookup::failed(Some(lc), reason, format!("{e} (logical cluster {})", key.0)),
+                    ExportLookup::failed(
+                        Some(lc),
+                        reason,
+                        format!("{e} (logical cluster {})", key.0),
+                    ),
                 )
             }
         }
@@ -745,7 +758,12 @@ impl Reconciler {
 
     /// `failed`, unless it is not definite and an earlier lookup succeeded: then
     /// that answer (a passing failure keeps protection as it was).
-    fn or_last_good(&self, key: &(String, String), definite: bool, failed: ExportLookup) -> ExportLookup {
+    fn or_last_good(
+        &self,
+        key: &(String, String),
+        definite: bool,
+        failed: ExportLookup,
+    ) -> ExportLookup {
         let mut last = self.last_good.lock().ok();
         if definite {
             if let Some(g) = last.as_mut() {
@@ -755,7 +773,12 @@ impl Reconciler {
         }
         match last.as_ref().and_then(|g| g.get(key)) {
             Some(found) => {
-                let reason = failed.export.as_ref().err().map(|(_, m)| m.clone()).unwrap_or_default();
+                let reason = failed
+                    .export
+                    .as_ref()
+                    .err()
+                    .map(|(_, m)| m.clone())
+                    .unwrap_or_default();
                 tracing::warn!(path = %key.0, export = %key.1, error = %reason, "lookup failed; keeping the last answer");
                 ExportLookup {
                     lc: Some(found.lc.clone()),

@@ -266,8 +266,12 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                     return Ok(());
                 };
                 tracing::info!(url = %vw, apiexport = %config.api_export, "found the virtual workspace");
+                let vw_config = match &config.virtual_workspace_kubeconfig {
+                    Some(path) => Some(kubeconfig::load(Some(path)).await?),
+                    None => None,
+                };
                 let reconciler = kcp::Reconciler::new(
-                    kcp::Clients::new(kube_config.clone()),
+                    kcp::Clients::new(kube_config.clone()).with_virtual_workspace_config(vw_config),
                     vw,
                     kcp::Settings {
                         api_export: config.api_export.clone(),

@@ -469,7 +469,13 @@ impl ExportInfo {
     /// Reads an APIExport object (v1alpha2; v1alpha1's `latestResourceSchemas`
     /// names are parsed as kcp converts them).
     pub fn of(export: &DynamicObject) -> Self {
-        let norm = |g: &str| if g == "core" { String::new() } else { g.to_string() };
+        let norm = |g: &str| {
+            if g == "core" {
+                String::new()
+            } else {
+                g.to_string()
+            }
+        };
         let mut resources = BTreeSet::new();
         for r in export.data["spec"]["resources"]
             .as_array()
@@ -616,7 +622,12 @@ impl Exports {
     }
 
     /// APIExport `name` in logical cluster `lc` (`workspace` names it in errors).
-    pub async fn get(&self, lc: &str, workspace: &str, name: &str) -> Result<ExportInfo, ExportError> {
+    pub async fn get(
+        &self,
+        lc: &str,
+        workspace: &str,
+        name: &str,
+    ) -> Result<ExportInfo, ExportError> {
         let key = (lc.to_string(), name.to_string());
         if let Some(info) = self.cache.get(&key).await {
             return Ok(info);

@@ -146,7 +146,9 @@ fn dependency_rule_rules() {
         v["dependencies"][0]["apiExportRef"]["path"] = json!(path);
         assert_eq!(spec::<DependencyRuleSpec>(v).validate(), vec![], "{path}");
     }
-    for path in ["", "root:", "root::a", "root:A", ":a", "-x:a", "Root", "root/a"] {
+    for path in [
+        "", "root:", "root::a", "root:A", ":a", "-x:a", "Root", "root/a",
+    ] {
         let mut v = dr();
         v["dependencies"][0]["apiExportRef"]["path"] = json!(path);
         assert_eq!(spec::<DependencyRuleSpec>(v).validate().len(), 1, "{path}");

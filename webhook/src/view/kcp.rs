@@ -46,7 +46,7 @@ impl WebhookView {
             .as_ref()
             .ok_or_else(|| "no API server configuration".to_string())?;
         let c = clients
-            .at(&format!("{url}/clusters/*"))
+            .virtual_workspace(&format!("{url}/clusters/*"))
             .map_err(|e| format!("cannot build the client: {e}"))?;
         Ok((c, url))
     }
