@@ -246,6 +246,8 @@ pub struct Reconciler {
     /// with something other than a definite 403/404 (a blip must not drop
     /// protection).
     last_good: Mutex<HashMap<(String, String), ExportFound>>,
+    /// When the caches were last dropped.
+    last_resync: std::time::Instant,
     notify: Arc<Notify>,
     /// Decoding results per rule, reused while its resourceVersion is unchanged.
     parsed: Mutex<HashMap<(String, String), Arc<Parsed>>>,
@@ -283,9 +285,10 @@ impl Parsed {
 
 /// Invalid reasons that may clear without the rule changing: the pass is
 /// retried soon ([`UNRESOLVED_RETRY`]).
-const RETRIED: [&str; 4] = [
+const RETRIED: [&str; 5] = [
     reasons::UNRESOLVED_WORKSPACE,
     reasons::API_EXPORT_NOT_FOUND,
+    reasons::RESOURCE_NOT_EXPORTED,
     reasons::API_EXPORT_FORBIDDEN,
     reasons::API_EXPORT_UNREADABLE,
 ];
@@ -459,8 +462,13 @@ impl crate::reconcile::Reconcile for Reconciler {
     }
 
     fn on_resync(&mut self) {
-        self.resolver.invalidate();
-        self.exports.invalidate();
+        // The short retry of unresolved rules is no resync: only their failed
+        // lookups are read again (failures are never cached).
+        if self.last_resync.elapsed() >= self.settings.resync {
+            self.resolver.invalidate();
+            self.exports.invalidate();
+            self.last_resync = std::time::Instant::now();
+        }
     }
 
     async fn reconcile(&mut self) -> Result<(), ReconcileError> {
@@ -502,6 +510,7 @@ impl Reconciler {
             resolver,
             exports,
             last_good: Mutex::new(HashMap::new()),
+            last_resync: std::time::Instant::now(),
             notify,
             parsed: Mutex::new(HashMap::new()),
             matched: Mutex::new(HashMap::new()),
@@ -621,6 +630,8 @@ impl Reconciler {
             let found = self.lookup(memo, cluster, export, Where::Cluster).await;
             let gr = GroupResource::new(&dependent.group, &dependent.resource);
             if let Err((reason, msg)) = found.exporting(&gr, cluster, export) {
+                self.reread_if_lacking(reason, found.lc.as_deref(), export)
+                    .await;
                 problems.push((reason, format!("spec.dependent.apiExportName: {msg}")));
             }
         }
@@ -644,6 +655,7 @@ impl Reconciler {
                     eval.note_workspace(&r.path, &r.name, lc, identity, None);
                 }
                 Err((reason, msg)) => {
+                    self.reread_if_lacking(reason, lc.as_deref(), &r.name).await;
                     problems.push((
                         reason,
                         format!("spec.dependencies[{i}].apiExportRef: {msg}"),
@@ -714,11 +726,9 @@ impl Reconciler {
                 }
                 Ok(_) => {}
                 Err(e) if e.is_definite() => {
-                    return ExportLookup::failed(
-                        None,
-                        reasons::UNRESOLVED_WORKSPACE,
-                        e.to_string(),
-                    );
+                    let gone =
+                        ExportLookup::failed(None, reasons::UNRESOLVED_WORKSPACE, e.to_string());
+                    return self.or_last_good(&key, true, gone);
                 }
                 Err(_) => {}
             }
@@ -743,14 +753,14 @@ impl Reconciler {
                     ExportError::Forbidden { .. } => (reasons::API_EXPORT_FORBIDDEN, true),
                     ExportError::Failed { .. } => (reasons::API_EXPORT_UNREADABLE, false),
                 };
+                let message = match kind {
+                    Where::Path => format!("{e} (logical cluster {lc})"),
+                    Where::Cluster => e.to_string(),
+                };
                 self.or_last_good(
                     &key,
                     definite,
-                    ExportLookup::failed(
-                        Some(lc),
-                        reason,
-                        format!("{e} (logical cluster {})", key.0),
-                    ),
+                    ExportLookup::failed(Some(lc), reason, message),
                 )
             }
         }
@@ -786,6 +796,16 @@ impl Reconciler {
                 }
             }
             None => failed,
+        }
+    }
+
+    /// An export found without a resource is read afresh next pass (the retry
+    /// notices the resource added without waiting for the cache to expire).
+    async fn reread_if_lacking(&self, reason: &str, lc: Option<&str>, export: &str) {
+        if reason == reasons::RESOURCE_NOT_EXPORTED
+            && let Some(lc) = lc
+        {
+            self.exports.forget_export(lc, export).await;
         }
     }
 

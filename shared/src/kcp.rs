@@ -484,7 +484,7 @@ impl ExportInfo {
         {
             if let Some(name) = r["name"].as_str() {
                 resources.insert(GroupResource::new(
-                    &norm(r["group"].as_str().unwrap_or_default()),
+                    norm(r["group"].as_str().unwrap_or_default()),
                     name,
                 ));
             }
@@ -498,7 +498,7 @@ impl ExportInfo {
             let mut parts = s.splitn(3, '.');
             if let (Some(_), Some(plural), Some(group)) = (parts.next(), parts.next(), parts.next())
             {
-                resources.insert(GroupResource::new(&norm(group), plural));
+                resources.insert(GroupResource::new(norm(group), plural));
             }
         }
         Self {
@@ -619,6 +619,14 @@ impl Exports {
         for k in stale {
             self.cache.invalidate(k.as_ref()).await;
         }
+    }
+
+    /// Forgets APIExport `name` of logical cluster `lc` (it lacked something: read
+    /// it afresh next time).
+    pub async fn forget_export(&self, lc: &str, name: &str) {
+        self.cache
+            .invalidate(&(lc.to_string(), name.to_string()))
+            .await;
     }
 
     /// APIExport `name` in logical cluster `lc` (`workspace` names it in errors).
