@@ -4,9 +4,13 @@
 //! workspace URL comes from the APIExportEndpointSlice of the holdfast APIExport;
 //! through it (`/clusters/*`) the controller watches DependencyRules in every
 //! binding workspace and the configurations it installed. Each rule's
-//! `apiExportRef.path` (any depth, e.g. `root:org:team:network`) is resolved to
-//! a logical cluster by walking Workspaces segment by segment from `root`, with
-//! a moka cache invalidated whenever a Workspace changes. For every provider
+//! `apiExportRef.path` (any depth, starting at any logical cluster, e.g.
+//! `root:org:team:network`) is resolved to a logical cluster through its
+//! LogicalCluster object (see [`holdfast_shared::kcp::Resolver`]; no Workspace
+//! watch: the cache expires, is dropped on every resync and per logical cluster
+//! when a read or write there answers 403 or 404), and the named APIExport is
+//! read there: a rule is Ready only when every export exists and exports its
+//! resource (the dependent's export too, in the rule's own workspace). For every provider
 //! workspace it installs one configuration `holdfast` through the virtual
 //! workspace (authorised by the permission claim), with one rules entry per
 //! protected resource, recomputed from scratch from all rules on every change:
