@@ -210,20 +210,22 @@ pub async fn virtual_workspace_url(
     }
 }
 
+/// The resource `plural` of kind `gvk` (`[group, version, kind]`).
+fn kcp_resource([group, version, kind]: [&str; 3], plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
 /// `core.kcp.io/v1alpha1` LogicalClusters (one per workspace, always named `cluster`).
 pub fn logical_cluster_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("core.kcp.io", "v1alpha1", "LogicalCluster"),
+    kcp_resource(
+        ["core.kcp.io", "v1alpha1", "LogicalCluster"],
         "logicalclusters",
     )
 }
 
 /// `apis.kcp.io/v1alpha2` APIExports (the storage version).
 pub fn api_export_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("apis.kcp.io", "v1alpha2", "APIExport"),
-        "apiexports",
-    )
+    kcp_resource(["apis.kcp.io", "v1alpha2", "APIExport"], "apiexports")
 }
 
 /// Why a workspace path did not resolve.
@@ -299,10 +301,7 @@ impl Resolver {
     pub fn new(clients: Clients) -> Self {
         Self {
             clients,
-            cache: moka::future::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(PATH_TTL)
-                .build(),
+            cache: answers(PATH_TTL),
         }
     }
 
@@ -429,6 +428,18 @@ impl Resolver {
         }
         Ok(cur_lc)
     }
+}
+
+/// A cache of lookup answers, each kept for `ttl`.
+fn answers<K, V>(ttl: Duration) -> moka::future::Cache<K, V>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    moka::future::Cache::builder()
+        .max_capacity(100_000)
+        .time_to_live(ttl)
+        .build()
 }
 
 /// How one read went.
@@ -596,10 +607,7 @@ impl Exports {
     pub fn new(clients: Clients) -> Self {
         Self {
             clients,
-            cache: moka::future::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(EXPORT_TTL)
-                .build(),
+            cache: answers(EXPORT_TTL),
         }
     }
 

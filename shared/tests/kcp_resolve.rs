@@ -63,17 +63,43 @@ async fn workspace(admin: &Clients, parent: &str, name: &str) {
     .await;
 }
 
+/// The message of an `Unknown` path error (anything else fails the test).
+fn unknown(answer: Result<String, PathError>) -> String {
+    match answer {
+        Err(e @ PathError::Unknown { .. }) => {
+            assert!(e.is_definite());
+            e.to_string()
+        }
+        other => panic!("not an unknown path: {other:?}"),
+    }
+}
+
 fn lc(sim: &SimHandle, path: &str) -> String {
     sim.logical_cluster(path)
         .unwrap_or_else(|| panic!("{path} has no logical cluster"))
 }
 
-#[tokio::test]
-async fn paths_resolve_through_their_logical_cluster_from_any_first_segment() {
+/// A sim with workspace `root:<name>`, admin's clients and its logical cluster.
+async fn with_workspace(name: &str) -> (SimHandle, Clients, String) {
+    let sim = sim().await;
+    let admin = clients(&sim, "admin").await;
+    workspace(&admin, "root", name).await;
+    let lc = lc(&sim, &format!("root:{name}"));
+    (sim, admin, lc)
+}
+
+/// A sim with workspaces `root:org` and `root:org:team`, and admin's clients.
+async fn org_team() -> (SimHandle, Clients) {
     let sim = sim().await;
     let admin = clients(&sim, "admin").await;
     workspace(&admin, "root", "org").await;
     workspace(&admin, "root:org", "team").await;
+    (sim, admin)
+}
+
+#[tokio::test]
+async fn paths_resolve_through_their_logical_cluster_from_any_first_segment() {
+    let (sim, admin) = org_team().await;
     let (org, team) = (lc(&sim, "root:org"), lc(&sim, "root:org:team"));
     assert_ne!(org, team);
 
@@ -85,19 +111,13 @@ async fn paths_resolve_through_their_logical_cluster_from_any_first_segment() {
     assert_eq!(r.resolve(&team).await, Ok(team.clone()));
 
     // Unknown: unresolved, saying so (kcp answers 403 or 404 alike here).
-    match r.resolve("root:org:nope").await {
-        Err(e @ PathError::Unknown { .. }) => {
-            let msg = e.to_string();
-            assert!(
-                msg.starts_with(
-                    "workspace root:org:nope does not exist or holdfast may not access it (verb access on / there, get logicalclusters): "
-                ),
-                "{msg}"
-            );
-            assert!(e.is_definite());
-        }
-        other => panic!("{other:?}"),
-    }
+    let msg = unknown(r.resolve("root:org:nope").await);
+    assert!(
+        msg.starts_with(
+            "workspace root:org:nope does not exist or holdfast may not access it (verb access on / there, get logicalclusters): "
+        ),
+        "{msg}"
+    );
     for bad in ["", "Root", "root::a", "root:a/b", "root:-a"] {
         assert_eq!(
             r.resolve(bad).await,
@@ -109,59 +129,41 @@ async fn paths_resolve_through_their_logical_cluster_from_any_first_segment() {
 
 #[tokio::test]
 async fn the_walk_is_the_fallback_where_the_logical_cluster_is_forbidden() {
-    let sim = sim().await;
-    let admin = clients(&sim, "admin").await;
-    workspace(&admin, "root", "org").await;
-    workspace(&admin, "root:org", "team").await;
+    let (sim, _) = org_team().await;
     let team = lc(&sim, "root:org:team");
 
     // May read Workspaces but not LogicalClusters: resolved by the walk.
     let walker = Resolver::new(clients(&sim, "walker").await);
     assert_eq!(walker.resolve("root:org:team").await, Ok(team));
-    match walker.resolve("root:org:nope").await {
-        Err(e @ PathError::Unknown { .. }) => {
-            let msg = e.to_string();
-            assert!(
-                msg.starts_with(
-                    "workspace root:org:nope does not exist or holdfast may not access it"
-                ),
-                "{msg}"
-            );
-            // kcp's front-proxy answers 403 for an unknown path, so the walk runs
-            // and names the missing segment (a 404 needs no walk).
-            if msg.contains("reading its LogicalCluster: ") {
-                assert!(
-                    msg.contains("walking Workspaces: workspace \"nope\" in root:org: "),
-                    "{msg}"
-                );
-            }
-        }
-        other => panic!("{other:?}"),
+    let msg = unknown(walker.resolve("root:org:nope").await);
+    assert!(
+        msg.starts_with("workspace root:org:nope does not exist or holdfast may not access it"),
+        "{msg}"
+    );
+    // kcp's front-proxy answers 403 for an unknown path, so the walk runs and
+    // names the missing segment (a 404 needs no walk).
+    if msg.contains("reading its LogicalCluster: ") {
+        assert!(
+            msg.contains("walking Workspaces: workspace \"nope\" in root:org: "),
+            "{msg}"
+        );
     }
 
     // May read neither: both attempts named in the error.
     let nobody = Resolver::new(clients(&sim, "nobody").await);
-    match nobody.resolve("root:org:team").await {
-        Err(e @ PathError::Unknown { .. }) => {
-            let msg = e.to_string();
-            assert!(
-                msg.contains("reading its LogicalCluster: ")
-                    && msg.contains("logicalclusters")
-                    && msg.contains("walking Workspaces: workspace \"org\" in root: ")
-                    && msg.contains("cannot get resource \"workspaces\""),
-                "{msg}"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    let msg = unknown(nobody.resolve("root:org:team").await);
+    assert!(
+        msg.contains("reading its LogicalCluster: ")
+            && msg.contains("logicalclusters")
+            && msg.contains("walking Workspaces: workspace \"org\" in root: ")
+            && msg.contains("cannot get resource \"workspaces\""),
+        "{msg}"
+    );
 }
 
 #[tokio::test]
 async fn a_workspace_recreated_under_the_same_path_is_followed_once_forgotten() {
-    let sim = sim().await;
-    let admin = clients(&sim, "admin").await;
-    workspace(&admin, "root", "team").await;
-    let first = lc(&sim, "root:team");
+    let (sim, admin, first) = with_workspace("team").await;
     let r = Resolver::new(admin.clone());
     assert_eq!(r.resolve("root:team").await, Ok(first.clone()));
 
@@ -190,10 +192,7 @@ async fn a_workspace_recreated_under_the_same_path_is_followed_once_forgotten() 
 
 #[tokio::test]
 async fn exports_are_read_with_their_resources_and_identity() {
-    let sim = sim().await;
-    let admin = clients(&sim, "admin").await;
-    workspace(&admin, "root", "net").await;
-    let net = lc(&sim, "root:net");
+    let (sim, admin, net) = with_workspace("net").await;
     let export = kube::api::ApiResource::from_gvk_with_plural(
         &kube::api::GroupVersionKind::gvk("apis.kcp.io", "v1alpha1", "APIExport"),
         "apiexports",

@@ -13,7 +13,7 @@ use holdfast_e2e::{
     },
     kcp::{Kcp, NETWORK, binding, dependency_rule, export, schema, workspace},
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 async fn topology() -> Kcp {
     holdfast_e2e::kcp::topology().await.expect("kcp topology")
@@ -58,6 +58,27 @@ fn resources(cfg: Option<&Value>) -> Vec<String> {
             .collect()
     })
     .unwrap_or_default()
+}
+
+/// Condition `type_` of DependencyRule `name` in workspace `path` now; fails when
+/// kubectl does or the condition is absent.
+fn rule_condition(kcp: &Kcp, path: &str, name: &str, type_: &str) -> Value {
+    condition_at(&kcp.env, Some(&kcp.ws(path)), "dependencyrule", name, type_)
+        .expect("kubectl")
+        .unwrap_or_else(|| panic!("{path}/{name} has no {type_} condition"))
+}
+
+/// Waits (at most 60 s) until the configuration in workspace `path` routes
+/// exactly `expected` to the policies webhook; fails with the controller's log.
+async fn wait_routed(kcp: &Kcp, c: &ControllerProcess, path: &str, expected: &[&str]) {
+    wait_configuration_at(
+        &kcp.env,
+        Some(&kcp.ws(path)),
+        Duration::from_secs(60),
+        |cfg| resources(cfg) == expected,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -241,7 +262,7 @@ async fn cycle_across_workspaces_is_reported_on_both_rules() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() {
-    let (kcp, _c) = with_controller(&[]).await;
+    let (kcp, c) = with_controller(&[]).await;
     let deep = "root:providers:storage:block";
     kcp.apply(
         "root:compute",
@@ -269,38 +290,15 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
 
     // The workspaces appear (three levels below root): the rule recovers on its own.
     kcp.apply("root:providers", &workspace("storage"));
-    kcp.apply("root:providers:storage", &workspace("block"));
-    kcp.apply(deep, &schema("storage.test.io", "volumes", "Volume"));
-    kcp.apply(
-        deep,
-        &export("storage.test.io", &["v1.volumes.storage.test.io"]),
-    );
-    kcp.apply(
-        deep,
-        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
-    );
+    let volumes = [("volumes", "Volume")];
+    provider(&kcp, deep, "storage.test.io", "storage.test.io", &volumes);
     kcp.wait_condition(
         "root:compute",
         ["dependencyrule", "vm-volume", "Invalid", "False"],
     )
     .await;
-    wait_configuration_at(
-        &kcp.env,
-        Some(&kcp.ws(deep)),
-        Duration::from_secs(10),
-        |c| resources(c) == vec!["volumes.storage.test.io"],
-    )
-    .await
-    .expect("installed in the deep workspace");
-    let ready = condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-volume",
-        "Ready",
-    )
-    .expect("kubectl")
-    .expect("ready condition");
+    wait_routed(&kcp, &c, deep, &["volumes.storage.test.io"]).await;
+    let ready = rule_condition(&kcp, "root:compute", "vm-volume", "Ready");
     assert_eq!(ready["status"], "True", "{ready}");
 }
 
@@ -480,13 +478,13 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
         "{}",
         c.log()
     );
-    let ready = kcp
-        .wait_condition(
-            "root:compute",
-            ["dependencyrule", "vm-disk", "Ready", "False"],
-        )
-        .await;
-    assert_eq!(ready["reason"], "Invalid");
+    // Written with the Invalid condition, in the same status.
+    let ready = rule_condition(&kcp, "root:compute", "vm-disk", "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("Invalid")),
+        "{ready}"
+    );
     assert!(
         !kcp.exists(storage, &["validatingwebhookconfiguration", "holdfast"]),
         "nothing installed for an export that does not exist"
@@ -522,14 +520,7 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
         ["dependencyrule", "vm-disk", "Ready", "True"],
     )
     .await;
-    wait_configuration_at(
-        &kcp.env,
-        Some(&kcp.ws(storage)),
-        Duration::from_secs(30),
-        |c| resources(c) == vec!["disks.storage.test.io"],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    wait_routed(&kcp, &c, storage, &["disks.storage.test.io"]).await;
     let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-disk"]);
     let ws = &rule["status"]["workspaces"][0];
     assert_eq!(ws["logicalCluster"], storage_lc.as_str(), "{rule}");
@@ -594,14 +585,7 @@ async fn exports_of_one_group_resource_are_told_apart_by_identity() {
         rule["status"]["workspaces"][0]["identityHash"],
         ours.as_str()
     );
-    wait_configuration_at(
-        &kcp.env,
-        Some(&kcp.ws(NETWORK)),
-        Duration::from_secs(30),
-        |c| resources(c) == vec!["vpcs.network.test.io"],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    wait_routed(&kcp, &c, NETWORK, &["vpcs.network.test.io"]).await;
     // Only the named export's workspace is routed.
     assert!(
         !kcp.exists(
@@ -639,14 +623,7 @@ async fn a_path_may_start_at_any_logical_cluster() {
         rule["status"]["workspaces"][0]["logicalCluster"],
         network.as_str()
     );
-    wait_configuration_at(
-        &kcp.env,
-        Some(&kcp.ws(NETWORK)),
-        Duration::from_secs(30),
-        |c| resources(c) == vec!["vpcs.network.test.io"],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    wait_routed(&kcp, &c, NETWORK, &["vpcs.network.test.io"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -672,14 +649,7 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
 
     // No Workspace watch: the failed reads and writes there, the retry and the
     // resync make the rule follow.
-    wait_configuration_at(
-        &kcp.env,
-        Some(&kcp.ws(edge)),
-        Duration::from_secs(60),
-        |c| resources(c) == vec!["gateways.edge.test.io"],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    wait_routed(&kcp, &c, edge, &["gateways.edge.test.io"]).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-gw"]);
