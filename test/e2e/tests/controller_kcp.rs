@@ -667,3 +667,62 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
     kcp.wait_condition("root:compute", ["dependencyrule", "vm-gw", "Ready", "True"])
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn virtual_workspace_urls_take_the_virtual_workspace_kubeconfig() {
+    let kcp = topology().await;
+    let front_proxy = kcp.env.sim.kubeconfig_for_server(&kcp.url, "admin");
+    // Its server is never used (the endpoint slice names the URLs).
+    let usable = front_proxy.replace(&kcp.url, "https://127.0.0.1:1");
+    let wrong = front_proxy.replace("token: admin-token", "token: not-a-token");
+    assert_ne!(usable, front_proxy);
+    assert_ne!(wrong, front_proxy);
+    let file = |name: &str, text: &str| {
+        let path = kcp.env.dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path.to_string_lossy().into_owned()
+    };
+    let (usable, wrong) = (
+        file("vw.kubeconfig", &usable),
+        file("vw-wrong.kubeconfig", &wrong),
+    );
+
+    let mut c = controller(&kcp, &["--virtual-workspace-kubeconfig", &usable]).await;
+    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
+    kcp.wait_condition(
+        "root:compute",
+        ["dependencyrule", "vm-vpc", "Ready", "True"],
+    )
+    .await;
+    let status = c.terminate(15).await.expect("exits");
+    assert!(status.success(), "{status}: {}", c.log());
+
+    // A token the server does not know: the front-proxy reads still work (the slice
+    // is found), the virtual workspace answers 401.
+    let port = holdfast_e2e::free_port().expect("port");
+    let args = [
+        "--kubeconfig",
+        kcp.kubeconfig.as_str(),
+        "--topology",
+        "kcp",
+        "--virtual-workspace-kubeconfig",
+        &wrong,
+    ];
+    let c = start_controller(&kcp.env, "controller-wrong-vw", port, &args).expect("controller");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = c.log();
+        if log.contains("found the virtual workspace")
+            && log.contains("kcp watch failed")
+            && log.contains("401")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no 401 from the virtual workspace: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!c.is_ready().await, "ready without the virtual workspace");
+}
