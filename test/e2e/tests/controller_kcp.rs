@@ -27,12 +27,17 @@ async fn with_controller(extra: &[&str]) -> (Kcp, ControllerProcess) {
 }
 
 async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
+    let mut c = spawn_controller(kcp, "controller", extra);
+    c.wait_ready(30).await.expect("controller ready");
+    c
+}
+
+/// The controller for kcp (with `extra` arguments), not waited for.
+fn spawn_controller(kcp: &Kcp, name: &str, extra: &[&str]) -> ControllerProcess {
     let port = holdfast_e2e::free_port().expect("port");
     let mut args = vec!["--kubeconfig", kcp.kubeconfig.as_str(), "--topology", "kcp"];
     args.extend_from_slice(extra);
-    let mut c = start_controller(&kcp.env, "controller", port, &args).expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
-    c
+    start_controller(&kcp.env, name, port, &args).expect("controller")
 }
 
 /// The holder of the controller's Lease in the holdfast workspace; fails when
@@ -699,16 +704,8 @@ async fn virtual_workspace_urls_take_the_virtual_workspace_kubeconfig() {
 
     // A token the server does not know: the front-proxy reads still work (the slice
     // is found), the virtual workspace answers 401.
-    let port = holdfast_e2e::free_port().expect("port");
-    let args = [
-        "--kubeconfig",
-        kcp.kubeconfig.as_str(),
-        "--topology",
-        "kcp",
-        "--virtual-workspace-kubeconfig",
-        &wrong,
-    ];
-    let c = start_controller(&kcp.env, "controller-wrong-vw", port, &args).expect("controller");
+    let wrong_vw = ["--virtual-workspace-kubeconfig", wrong.as_str()];
+    let c = spawn_controller(&kcp, "controller-wrong-vw", &wrong_vw);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let log = c.log();
