@@ -1204,6 +1204,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_export_must_export_the_resource() {
+        let export = |resources: &[(&str, &str)]| ExportLookup {
+            lc: Some("lc1".into()),
+            export: Ok(ExportInfo {
+                identity_hash: "h".into(),
+                resources: resources
+                    .iter()
+                    .map(|(g, r)| GroupResource::new(*g, *r))
+                    .collect(),
+            }),
+        };
+        let vpcs = GroupResource::new("network.test.io", "vpcs");
+        let both = export(&[("network.test.io", "vpcs"), ("network.test.io", "subnets")]);
+        assert_eq!(both.exporting(&vpcs, "root:net", "network.test.io"), Ok(()));
+        assert_eq!(
+            export(&[("network.test.io", "subnets")]).exporting(&vpcs, "root:net", "net.io"),
+            Err((
+                reasons::RESOURCE_NOT_EXPORTED,
+                "APIExport net.io in workspace root:net does not export vpcs.network.test.io (it exports: subnets.network.test.io)".to_string()
+            ))
+        );
+        assert_eq!(
+            export(&[]).exporting(&vpcs, "root:net", "net.io"),
+            Err((
+                reasons::RESOURCE_NOT_EXPORTED,
+                "APIExport net.io in workspace root:net does not export vpcs.network.test.io (it exports: nothing)".to_string()
+            ))
+        );
+        // A failed lookup is passed on as it is.
+        let missing = ExportLookup::failed(None, reasons::API_EXPORT_NOT_FOUND, "gone".into());
+        assert_eq!(
+            missing.exporting(&vpcs, "root:net", "net.io"),
+            Err((reasons::API_EXPORT_NOT_FOUND, "gone".to_string()))
+        );
+    }
+
+    #[test]
     fn cluster_store_keys_by_cluster_and_name() {
         let mk = |c: &str, n: &str| {
             let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
