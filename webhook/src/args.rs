@@ -182,3 +182,22 @@ pub struct Args {
     #[command(flatten)]
     pub log: LogArgs,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_virtual_workspace_kubeconfig_is_optional() {
+        let base = ["holdfast-webhook", "--tls-cert", "c", "--tls-key", "k"];
+        let args = Args::try_parse_from(base).expect("parses");
+        assert_eq!(args.virtual_workspace_kubeconfig, None);
+        let mut with = base.to_vec();
+        with.extend(["--virtual-workspace-kubeconfig", "/etc/holdfast/vw"]);
+        let args = Args::try_parse_from(with).expect("parses");
+        assert_eq!(
+            args.virtual_workspace_kubeconfig,
+            Some(PathBuf::from("/etc/holdfast/vw"))
+        );
+    }
+}
