@@ -65,13 +65,13 @@ fn rule_key(rule: &Value) -> String {
 
 /// How many objects of `collection` are Ready, kept current by a watch: polling with
 /// full lists of 10,000 rules would load the simulator the controller writes to.
-fn ready_count(client: Client, collection: &'static str) -> Arc<AtomicUsize> {
+fn ready_count(client: Client, collection: String) -> Arc<AtomicUsize> {
     let count = Arc::new(AtomicUsize::new(0));
     let out = count.clone();
     tokio::spawn(async move {
         let mut ready: HashMap<String, bool> = HashMap::new();
         loop {
-            let Ok(req) = Request::new(collection).list(&ListParams::default()) else {
+            let Ok(req) = Request::new(&collection).list(&ListParams::default()) else {
                 return;
             };
             let Ok(list) = client.request::<Value>(req).await else {
@@ -87,7 +87,7 @@ fn ready_count(client: Client, collection: &'static str) -> Arc<AtomicUsize> {
                 .as_str()
                 .unwrap_or("0")
                 .to_string();
-            let Ok(req) = Request::new(collection).watch(&WatchParams::default(), &rv) else {
+            let Ok(req) = Request::new(&collection).watch(&WatchParams::default(), &rv) else {
                 return;
             };
             let events = match client.request_events::<Value>(req).await {
@@ -216,14 +216,26 @@ async fn bench_kcp_convergence_and_propagation() {
         "-k",
         &dir.to_string_lossy(),
     ]);
-    create(
+    // kcp makes the endpoint slice `holdfast.dev` itself. The bench reads across
+    // workspaces with the wildcard, served by a shard (never the front-proxy), where
+    // holdfast's exported types are named with the export's identity.
+    let exports = list(
         &client,
-        "/clusters/root:holdfast/apis/apis.kcp.io/v1alpha1/apiexportendpointslices",
-        &json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExportEndpointSlice", "metadata": {"name": "holdfast.dev"},
-                "spec": {"export": {"path": "root:holdfast", "name": "holdfast.dev"}}}),
+        "/clusters/root:holdfast/apis/apis.kcp.io/v1alpha2/apiexports",
     )
     .await
-    .expect("endpoint slice");
+    .expect("exports");
+    let identity = exports
+        .iter()
+        .find(|e| e["metadata"]["name"] == "holdfast.dev")
+        .and_then(|e| e["status"]["identityHash"].as_str())
+        .expect("holdfast.dev identity")
+        .to_string();
+    let shard = env
+        .sim
+        .client_for_server(&env.sim.shards()[0].1, "admin")
+        .await
+        .expect("shard client");
     // Every provider binds holdfast (accepting the webhook claim) and holds `per` rules.
     each(n, 32, |i| {
             let client = client.clone();
@@ -284,8 +296,8 @@ async fn bench_kcp_convergence_and_propagation() {
     .expect("kubeconfig");
     let port = holdfast_e2e::free_port().expect("port");
     let ready_rules = ready_count(
-        client.clone(),
-        "/clusters/*/apis/holdfast.dev/v1alpha1/dependencyrules",
+        shard.clone(),
+        format!("/clusters/*/apis/holdfast.dev/v1alpha1/dependencyrules:{identity}"),
     );
     let start = Instant::now();
     let mut c = start_controller(
@@ -303,7 +315,7 @@ async fn bench_kcp_convergence_and_propagation() {
     let vwc_all =
         "/clusters/*/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
     let installed_at = loop {
-        let items = list(&client, vwc_all).await.unwrap_or_default();
+        let items = list(&shard, vwc_all).await.unwrap_or_default();
         let complete = items
             .iter()
             .filter(|v| v["webhooks"][0]["rules"].as_array().map_or(0, Vec::len) == per)

@@ -261,10 +261,14 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
     if exempt(a.info) {
         return Ok(());
     }
-    let mut configs: Vec<Arc<Value>> = state.store.list(&vwc_gr(), Some(a.cluster), None).0;
-    if !a.cluster.is_empty() {
-        configs.extend(kcp::export_webhook_configs(state, a.cluster, a.info));
-    }
+    // kcp calls the configurations of exactly one workspace: the export's for a
+    // resource the cluster gets through an APIBinding, else the cluster's own.
+    let source = if a.cluster.is_empty() {
+        String::new()
+    } else {
+        kcp::webhook_source(state, a.cluster, a.info)
+    };
+    let mut configs: Vec<Arc<Value>> = state.store.list(&vwc_gr(), Some(&source), None).0;
     configs.sort_by(|x, y| {
         x["metadata"]["name"]
             .as_str()

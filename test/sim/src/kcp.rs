@@ -4,7 +4,7 @@
 use crate::errors::{ApiError, ApiResult};
 use crate::now_rfc3339;
 use crate::registry::{self, Gr, ResourceInfo};
-use crate::server::{ClusterSel, State, UserInfo, VwCtx};
+use crate::server::{ClusterSel, Listener, State, UserInfo, VwCtx};
 use crate::store::Key;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -19,21 +19,23 @@ fn gr(group: &str, resource: &str) -> Gr {
     }
 }
 
-fn ws_gr() -> Gr {
-    gr("tenancy.kcp.io", "workspaces")
+/// kcp's kinds, as (group, resource) for [`kind`].
+const WORKSPACES: (&str, &str) = ("tenancy.kcp.io", "workspaces");
+const LOGICAL_CLUSTERS: (&str, &str) = ("core.kcp.io", "logicalclusters");
+const EXPORTS: (&str, &str) = ("apis.kcp.io", "apiexports");
+const BINDINGS: (&str, &str) = ("apis.kcp.io", "apibindings");
+const SCHEMAS: (&str, &str) = ("apis.kcp.io", "apiresourceschemas");
+const SLICES: (&str, &str) = ("apis.kcp.io", "apiexportendpointslices");
+const SHARDS: (&str, &str) = ("core.kcp.io", "shards");
+
+fn kind((group, resource): (&str, &str)) -> Gr {
+    gr(group, resource)
 }
-fn lc_gr() -> Gr {
-    gr("core.kcp.io", "logicalclusters")
-}
-fn export_gr() -> Gr {
-    gr("apis.kcp.io", "apiexports")
-}
-fn binding_gr() -> Gr {
-    gr("apis.kcp.io", "apibindings")
-}
-fn schema_gr() -> Gr {
-    gr("apis.kcp.io", "apiresourceschemas")
-}
+
+/// The annotation kcp records a Workspace's shard in.
+const SHARD_ANNOTATION: &str = "internal.tenancy.kcp.io/shard";
+/// An APIExport with this annotation gets no endpoint slice from kcp.
+const SKIP_SLICE_ANNOTATION: &str = "apiexports.apis.kcp.io/skip-endpointslice";
 
 fn ckey(cluster: &str, name: &str) -> Key {
     Key {
@@ -43,7 +45,10 @@ fn ckey(cluster: &str, name: &str) -> Key {
     }
 }
 
-fn create_logical_cluster(state: &State, name: &str, path: &str) {
+fn create_logical_cluster(state: &State, name: &str, path: &str, shard: &str) {
+    if let Ok(mut m) = state.lc_shards.write() {
+        m.insert(name.to_string(), shard.to_string());
+    }
     let now = now_rfc3339();
     let lc = json!({
         "apiVersion": "core.kcp.io/v1alpha1", "kind": "LogicalCluster",
@@ -53,7 +58,9 @@ fn create_logical_cluster(state: &State, name: &str, path: &str) {
         "spec": {"initializers": []},
         "status": {"phase": "Ready", "URL": format!("{}/clusters/{}", state.url, path)},
     });
-    let _ = state.store.create(&lc_gr(), ckey(name, "cluster"), lc);
+    let _ = state
+        .store
+        .create(&kind(LOGICAL_CLUSTERS), ckey(name, "cluster"), lc);
     let ns = json!({
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "default", "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now,
@@ -69,7 +76,7 @@ fn create_logical_cluster(state: &State, name: &str, path: &str) {
 
 /// Removes a logical cluster with everything in it (nested workspaces included).
 fn delete_logical_cluster(state: &State, lc: &str) {
-    for (k, w) in state.store.all_objects(&ws_gr()) {
+    for (k, w) in state.store.all_objects(&kind(WORKSPACES)) {
         if k.cluster == lc
             && let Some(child) = w["spec"]["cluster"].as_str()
         {
@@ -86,21 +93,69 @@ fn delete_logical_cluster(state: &State, lc: &str) {
     if let Ok(mut d) = state.registry.dynamic.write() {
         d.remove(lc);
     }
+    if let Ok(mut m) = state.lc_shards.write() {
+        m.remove(lc);
+    }
 }
 
+/// The root logical cluster (on shard `root`) and one `Shard` object per shard in it.
 pub fn bootstrap(state: &State) {
-    create_logical_cluster(state, ROOT, ROOT);
+    create_logical_cluster(state, ROOT, ROOT, ROOT);
+    for sh in &state.shards {
+        let shard = json!({
+            "apiVersion": "core.kcp.io/v1alpha1", "kind": "Shard",
+            "metadata": {"name": sh.name, "uid": uuid::Uuid::new_v4().to_string(),
+                         "creationTimestamp": now_rfc3339(), "generation": 1,
+                         "labels": {"name": sh.name},
+                         "annotations": {"kcp.io/cluster": ROOT}},
+            "spec": {"baseURL": sh.url, "externalURL": state.url, "virtualWorkspaceURL": sh.url},
+        });
+        let _ = state
+            .store
+            .create(&kind(SHARDS), ckey(ROOT, &sh.name), shard);
+    }
+}
+
+/// The shard a new Workspace lands on: among the shards whose `Shard` labels its
+/// `spec.location.selector` matches (all without a selector), in shard order, the
+/// next in a round-robin over every placement so far. None: no shard matches.
+fn place(state: &State, ws: &Value) -> Option<String> {
+    let selector = &ws["spec"]["location"]["selector"];
+    let selector = crate::selectors::Selector::from_label_selector(selector);
+    let candidates: Vec<&str> = state
+        .shards
+        .iter()
+        .filter(|sh| {
+            let labels = state
+                .store
+                .get(&kind(SHARDS), &ckey(ROOT, &sh.name))
+                .map(|o| o["metadata"]["labels"].clone())
+                .unwrap_or_else(|| json!({"name": sh.name}));
+            selector.matches_labels(&labels)
+        })
+        .map(|sh| sh.name.as_str())
+        .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    let n = state
+        .placements
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Some(candidates[n % candidates.len()].to_string())
 }
 
 pub fn cluster_exists(state: &State, name: &str) -> bool {
-    state.store.get(&lc_gr(), &ckey(name, "cluster")).is_some()
+    state
+        .store
+        .get(&kind(LOGICAL_CLUSTERS), &ckey(name, "cluster"))
+        .is_some()
 }
 
 /// The workspace path (`root:org`) of a logical cluster.
 pub fn path_of(state: &State, cluster: &str) -> Option<String> {
     state
         .store
-        .get(&lc_gr(), &ckey(cluster, "cluster"))
+        .get(&kind(LOGICAL_CLUSTERS), &ckey(cluster, "cluster"))
         .and_then(|o| {
             o["metadata"]["annotations"]["kcp.io/path"]
                 .as_str()
@@ -121,7 +176,7 @@ pub fn resolve_path(state: &State, path: &str) -> Option<String> {
         return None;
     };
     for s in segs {
-        let ws = state.store.get(&ws_gr(), &ckey(&cur, s))?;
+        let ws = state.store.get(&kind(WORKSPACES), &ckey(&cur, s))?;
         cur = ws["spec"]["cluster"].as_str()?.to_string();
     }
     Some(cur)
@@ -140,29 +195,207 @@ fn forbidden_path(user: &UserInfo, path: &str) -> ApiError {
     e
 }
 
-/// Splits `/clusters/<x>/...` and `/services/apiexport/<lc>/<export>/clusters/<x>/...`.
-pub fn parse_prefix(
-    state: &State,
-    user: &UserInfo,
-    path: &str,
-) -> ApiResult<(ClusterSel, Option<VwCtx>, String)> {
-    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+/// The name of the `i`-th shard: `root`, then `shard-1`, `shard-2`, ...
+pub fn shard_name(i: usize) -> String {
+    if i == 0 {
+        ROOT.to_string()
+    } else {
+        format!("shard-{i}")
+    }
+}
+
+/// The shard a logical cluster lives on.
+pub fn shard_of(state: &State, lc: &str) -> Option<String> {
+    state.lc_shards.read().ok()?.get(lc).cloned()
+}
+
+fn on_shard(state: &State, lc: &str, shard: &str) -> bool {
+    shard_of(state, lc).as_deref() == Some(shard)
+}
+
+/// What `parse_prefix` looks at in a request.
+pub struct Request<'a> {
+    pub which: Listener,
+    pub user: &'a UserInfo,
+    pub method: &'a http::Method,
+    pub path: &'a str,
+    pub query: &'a HashMap<String, String>,
+}
+
+/// Where a request goes: the logical cluster (or wildcard, or the plain cluster), the
+/// virtual workspace, the shard reached directly, a wildcard identity and the path
+/// below the prefix.
+pub struct Prefix {
+    pub cluster: ClusterSel,
+    pub vw: Option<VwCtx>,
+    pub shard: Option<String>,
+    pub identity: Option<String>,
+    pub rest: String,
+}
+
+/// The authorizer attributes of a request (as kube-apiserver's RequestInfo reads
+/// `rest`, the path below `/clusters/<x>`): (verb, group, resource, subresource,
+/// namespace, name), None for a non-resource request.
+fn resource_attributes(req: &Request, rest: &str) -> Option<[String; 6]> {
+    let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, mut parts) = match segs.as_slice() {
+        ["api", _v, parts @ ..] if !parts.is_empty() => ("", parts.to_vec()),
+        ["apis", g, _v, parts @ ..] if !parts.is_empty() => (*g, parts.to_vec()),
+        _ => return None,
+    };
+    let mut namespace = "";
+    if parts[0] == "namespaces" && parts.len() > 1 {
+        namespace = parts[1];
+        if parts.len() > 2 && !matches!(parts[2], "status" | "finalize") {
+            parts = parts[2..].to_vec();
+        }
+    }
+    let resource = parts[0];
+    let name = parts.get(1).copied().unwrap_or("");
+    let sub = parts.get(2).copied().unwrap_or("");
+    let watch = req
+        .query
+        .get("watch")
+        .is_some_and(|w| w == "true" || w == "1");
+    let verb = match (req.method.as_str(), name.is_empty()) {
+        ("GET", false) => "get",
+        ("GET", true) if watch => "watch",
+        ("GET", true) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", false) => "delete",
+        ("DELETE", true) => "deletecollection",
+        (m, _) => {
+            return Some([
+                m.to_lowercase(),
+                group.into(),
+                resource.into(),
+                sub.into(),
+                namespace.into(),
+                name.into(),
+            ]);
+        }
+    };
+    Some([
+        verb.into(),
+        group.into(),
+        resource.into(),
+        sub.into(),
+        namespace.into(),
+        name.into(),
+    ])
+}
+
+/// 403 as kcp answers a logical cluster the caller may not enter (the front-proxy for
+/// an unknown cluster or `*`, a shard's workspace authorizer for a cluster it does not
+/// hold): kube-apiserver's `Forbidden` writer with reason "workspace access not permitted".
+fn workspace_forbidden(req: &Request, rest: &str) -> ApiError {
+    const REASON: &str = "workspace access not permitted";
+    let user = &req.user.name;
+    let Some([verb, group, resource, sub, namespace, name]) = resource_attributes(req, rest) else {
+        let verb = req.method.as_str().to_lowercase();
+        let mut e = ApiError::new(
+            403,
+            "Forbidden",
+            format!(
+                "forbidden: User {user:?} cannot {verb} path {:?}: {REASON}",
+                req.path
+            ),
+        );
+        e.details = Some(json!({}));
+        return e;
+    };
+    let full = if sub.is_empty() {
+        resource.clone()
+    } else {
+        format!("{resource}/{sub}")
+    };
+    let scope = if namespace.is_empty() {
+        "at the cluster scope".to_string()
+    } else {
+        format!("in the namespace {namespace:?}")
+    };
+    let err = format!(
+        "User {user:?} cannot {verb} resource {full:?} in API group {group:?} {scope}: {REASON}"
+    );
+    let qualified = if group.is_empty() {
+        resource.clone()
+    } else {
+        format!("{resource}.{group}")
+    };
+    let message = if name.is_empty() {
+        format!("{qualified} is forbidden: {err}")
+    } else {
+        format!("{qualified} {name:?} is forbidden: {err}")
+    };
+    let mut details = json!({"kind": resource});
+    if !name.is_empty() {
+        details["name"] = json!(name);
+    }
+    if !group.is_empty() {
+        details["group"] = json!(group);
+    }
+    let mut e = ApiError::new(403, "Forbidden", message);
+    e.details = Some(details);
+    e
+}
+
+/// A logical-cluster name as kcp validates one (`*` aside): no path, no upper case.
+fn is_lc_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// Splits `/clusters/<x>/...` and `/services/apiexport/<lc>/<export>/clusters/<x>/...`
+/// as the listener the request came in on serves them:
+/// - the front-proxy resolves `<x>` (a logical-cluster name or a path whose first
+///   segment is one) and refuses unknown clusters and `*` with 403; it serves no
+///   virtual workspace (`/services/...` is 404);
+/// - a shard serves only its own logical clusters (others 403), the wildcard for
+///   `system:masters` (APIExport types named `resource:identityHash`), and the
+///   APIExport virtual workspaces for its logical clusters.
+///
+/// Plain paths are the Kubernetes cluster on every listener.
+pub fn parse_prefix(state: &State, req: &Request) -> ApiResult<Prefix> {
+    let segs: Vec<&str> = req.path.split('/').filter(|s| !s.is_empty()).collect();
+    let shard = match req.which {
+        Listener::FrontProxy => None,
+        Listener::Shard(i) => state.shards.get(i).map(|s| s.name.clone()),
+    };
+    let prefix = |cluster, vw, rest| Prefix {
+        cluster,
+        vw,
+        shard: shard.clone(),
+        identity: None,
+        rest,
+    };
     match segs.as_slice() {
         ["clusters", name, rest @ ..] => {
             let rest = format!("/{}", rest.join("/"));
+            let Some(sh) = &shard else {
+                // The front-proxy.
+                return match resolve_path(state, name) {
+                    Some(lc) if *name != "*" => Ok(prefix(ClusterSel::Lc(lc), None, rest)),
+                    _ => Err(workspace_forbidden(req, &rest)),
+                };
+            };
             if *name == "*" {
-                if !user.is_master() {
-                    return Err(forbidden_path(user, path));
+                if !req.user.is_master() {
+                    return Err(forbidden_path(req.user, req.path));
                 }
-                return Ok((ClusterSel::Wildcard, None, rest));
+                let (rest, identity) = wildcard_identity(state, &rest)?;
+                let mut p = prefix(ClusterSel::Wildcard, None, rest);
+                p.identity = identity;
+                return Ok(p);
             }
             match resolve_path(state, name) {
-                Some(lc) => Ok((ClusterSel::Lc(lc), None, rest)),
-                None => Err(ApiError::new(
-                    404,
-                    "NotFound",
-                    format!("workspace or logical cluster {name:?} not found"),
-                )),
+                Some(lc) if on_shard(state, &lc, sh) => Ok(prefix(ClusterSel::Lc(lc), None, rest)),
+                _ => Err(workspace_forbidden(req, &rest)),
             }
         }
         [
@@ -173,24 +406,145 @@ pub fn parse_prefix(
             "clusters",
             name,
             rest @ ..,
-        ] => {
+        ] if shard.is_some() => {
             let rest = format!("/{}", rest.join("/"));
-            if state.store.get(&export_gr(), &ckey(lc, export)).is_none() {
+            if state.store.get(&kind(EXPORTS), &ckey(lc, export)).is_none()
+                || (*name != "*" && !is_lc_name(name))
+            {
                 return Err(ApiError::path_not_found());
             }
             let vw = VwCtx {
                 export_cluster: lc.to_string(),
                 export_name: export.to_string(),
+                shard: shard.clone().unwrap_or_default(),
             };
             let sel = if *name == "*" {
                 ClusterSel::Wildcard
             } else {
-                ClusterSel::Lc(resolve_path(state, name).unwrap_or_else(|| name.to_string()))
+                ClusterSel::Lc(name.to_string())
             };
-            Ok((sel, Some(vw), rest))
+            Ok(prefix(sel, Some(vw), rest))
         }
         ["services", ..] => Err(ApiError::path_not_found()),
-        _ => Ok((ClusterSel::Plain, None, path.to_string())),
+        _ => Ok(prefix(ClusterSel::Plain, None, req.path.to_string())),
+    }
+}
+
+/// A wildcard request's resource as a shard names it: an APIExport's type must be
+/// `resource:identityHash` (the identity of an export that provides it), built-in
+/// and kcp system types must not carry one; anything else is 404. Returns the path
+/// with the plain resource and the identity.
+fn wildcard_identity(state: &State, rest: &str) -> ApiResult<(String, Option<String>)> {
+    let mut segs: Vec<String> = rest
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let (group, at) = match segs
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["api", _, "namespaces", _, _, ..] => (String::new(), 4),
+        ["api", _, _, ..] => (String::new(), 2),
+        ["apis", g, _, "namespaces", _, _, ..] => (g.to_string(), 5),
+        ["apis", g, _, _, ..] => (g.to_string(), 3),
+        _ => return Ok((rest.to_string(), None)),
+    };
+    let (resource, identity) = match segs[at].split_once(':') {
+        Some((r, h)) => (r.to_string(), Some(h.to_string())),
+        None => (segs[at].clone(), None),
+    };
+    let system = state
+        .registry
+        .kcp
+        .iter()
+        .any(|i| i.group == group && i.resource == resource);
+    let exports = state.store.all_objects(&kind(EXPORTS));
+    let from_export = |hash: Option<&str>| {
+        exports.iter().any(|(k, e)| {
+            hash.is_none_or(|h| e["status"]["identityHash"].as_str() == Some(h))
+                && export_infos(state, &k.cluster, e)
+                    .iter()
+                    .any(|i| i.group == group && i.resource == resource)
+        })
+    };
+    let ok = match &identity {
+        None => system || !from_export(None),
+        Some(h) => !system && from_export(Some(h)),
+    };
+    if !ok {
+        return Err(ApiError::path_not_found());
+    }
+    segs[at] = resource;
+    Ok((format!("/{}", segs.join("/")), identity))
+}
+
+/// Whether a wildcard request at a shard sees objects of `cluster`: it must be on that
+/// shard and, for `resource:identityHash`, bind the type with that identity.
+pub fn wildcard_cluster_allowed(
+    state: &State,
+    shard: Option<&str>,
+    identity: Option<&str>,
+    info: &ResourceInfo,
+    cluster: &str,
+) -> bool {
+    shard.is_none_or(|s| on_shard(state, cluster, s))
+        && identity.is_none_or(|h| {
+            bound_identity(state, cluster, &info.group, &info.resource).as_deref() == Some(h)
+        })
+}
+
+/// The identity hash of the APIExport a cluster binds `group`/`resource` from
+/// (its APIBindings' `status.boundResources`), None for a type it does not bind.
+pub fn bound_identity(state: &State, cluster: &str, group: &str, resource: &str) -> Option<String> {
+    bound_source(state, cluster, group, resource).map(|(_, h)| h)
+}
+
+/// (export logical cluster, identity hash) a cluster binds `group`/`resource` from.
+fn bound_source(
+    state: &State,
+    cluster: &str,
+    group: &str,
+    resource: &str,
+) -> Option<(String, String)> {
+    bindings_in(state, cluster).iter().find_map(|b| {
+        let bound = b["status"]["boundResources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["group"].as_str().unwrap_or("") == group && r["resource"] == resource)?;
+        Some((
+            b["status"]["apiExportClusterName"].as_str()?.to_string(),
+            bound["schema"]["identityHash"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        ))
+    })
+}
+
+/// The logical cluster whose ValidatingWebhookConfigurations apply to a request in
+/// `cluster` on `info`: the export's workspace when the cluster gets the resource
+/// through an APIBinding (its `status.boundResources`), else the cluster itself.
+pub fn webhook_source(state: &State, cluster: &str, info: &ResourceInfo) -> String {
+    bound_source(state, cluster, &info.group, &info.resource)
+        .map(|(ec, _)| ec)
+        .unwrap_or_else(|| cluster.to_string())
+}
+
+/// Sets an annotation where `metadata.annotations` is an object or absent.
+fn set_annotation(obj: &mut Value, key: &str, value: Value) {
+    if !obj["metadata"].is_object() {
+        return;
+    }
+    let annotations = &mut obj["metadata"]["annotations"];
+    if annotations.is_null() {
+        *annotations = json!({});
+    }
+    if let Some(m) = annotations.as_object_mut() {
+        m.insert(key.to_string(), value);
     }
 }
 
@@ -224,14 +578,24 @@ pub fn prepare_create(
             }
         }
         ("tenancy.kcp.io", "workspaces") => {
-            let lc = random_lc_name();
-            let parent = path_of(state, cluster).unwrap_or_else(|| cluster.to_string());
-            let path = format!("{parent}:{name}");
-            obj["spec"]["cluster"] = json!(lc);
-            obj["spec"]["URL"] = json!(format!("{}/clusters/{}", state.url, path));
             if obj["spec"]["type"].is_null() {
                 obj["spec"]["type"] = json!({"name": "universal", "path": "root"});
             }
+            let Some(shard) = place(state, obj) else {
+                // As kcp's scheduler: no shard matches, the Workspace waits unscheduled.
+                obj["status"] = json!({"phase": "Scheduling", "conditions": [
+                    {"type": "WorkspaceScheduled", "status": "False", "severity": "Error",
+                     "reason": "Unschedulable", "message": "No available shards to schedule the workspace",
+                     "lastTransitionTime": now_rfc3339()},
+                ]});
+                return Ok(());
+            };
+            let lc = random_lc_name();
+            let parent = path_of(state, cluster).unwrap_or_else(|| cluster.to_string());
+            let path = format!("{parent}:{name}");
+            set_annotation(obj, SHARD_ANNOTATION, json!(shard));
+            obj["spec"]["cluster"] = json!(lc);
+            obj["spec"]["URL"] = json!(format!("{}/clusters/{}", state.url, path));
             obj["status"] = json!({"phase": "Ready", "conditions": [
                 {"type": "WorkspaceScheduled", "status": "True", "lastTransitionTime": now_rfc3339()},
                 {"type": "WorkspaceInitialized", "status": "True", "lastTransitionTime": now_rfc3339()},
@@ -246,20 +610,8 @@ pub fn prepare_create(
             obj["status"] = json!({"identityHash": hash});
         }
         ("apis.kcp.io", "apiexportendpointslices") => {
-            let export = &obj["spec"]["export"];
-            let ename = export["name"].as_str().unwrap_or("").to_string();
-            let epath = export["path"].as_str().unwrap_or("");
-            let ecluster = if epath.is_empty() {
-                Some(cluster.to_string())
-            } else {
-                resolve_path(state, epath)
-            };
-            obj["status"] = match ecluster {
-                Some(ec) => {
-                    json!({"endpoints": [{"url": format!("{}/services/apiexport/{}/{}", state.url, ec, ename)}]})
-                }
-                None => json!({"endpoints": []}),
-            };
+            let endpoints = slice_endpoints(state, &bound_shards(state), cluster, obj);
+            obj["status"] = json!({"endpoints": endpoints});
         }
         ("apis.kcp.io", "apibindings") => {
             obj["status"] = json!({"phase": "Binding"});
@@ -279,6 +631,9 @@ pub fn prepare_update(
     if info.group == "tenancy.kcp.io" && info.resource == "workspaces" {
         new["spec"]["cluster"] = old["spec"]["cluster"].clone();
         new["spec"]["URL"] = old["spec"]["URL"].clone();
+        if let Some(shard) = old["metadata"]["annotations"].get(SHARD_ANNOTATION) {
+            set_annotation(new, SHARD_ANNOTATION, shard.clone());
+        }
     }
     Ok(())
 }
@@ -391,7 +746,7 @@ impl SchemaInfos {
 fn export_infos(state: &State, export_cluster: &str, export: &Value) -> Vec<Arc<ResourceInfo>> {
     let mut out = vec![];
     for s in export_schema_names(export) {
-        if let Some(schema) = state.store.get(&schema_gr(), &ckey(export_cluster, &s))
+        if let Some(schema) = state.store.get(&kind(SCHEMAS), &ckey(export_cluster, &s))
             && let Some(i) = state.schema_infos.get(export_cluster, &s, &schema)
         {
             out.push(i);
@@ -400,33 +755,60 @@ fn export_infos(state: &State, export_cluster: &str, export: &Value) -> Vec<Arc<
     out
 }
 
-fn claims_of(v: &Value) -> Vec<(String, String)> {
+/// A permission claim: group, resource and identity hash ("" for a built-in type).
+type Claim = (String, String, String);
+
+fn claim(c: &Value) -> Claim {
+    (
+        c["group"].as_str().unwrap_or("").to_string(),
+        c["resource"].as_str().unwrap_or("").to_string(),
+        c["identityHash"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+fn claims_of(v: &Value) -> Vec<Claim> {
     v["spec"]["permissionClaims"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|c| {
-            (
-                c["group"].as_str().unwrap_or("").to_string(),
-                c["resource"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(claim)
         .collect()
 }
 
-fn accepted_claims(binding: &Value) -> Vec<(String, String)> {
+fn accepted_claims(binding: &Value) -> Vec<Claim> {
     binding["spec"]["permissionClaims"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|c| c["state"].as_str() == Some("Accepted"))
-        .map(|c| {
-            (
-                c["group"].as_str().unwrap_or("").to_string(),
-                c["resource"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(claim)
         .collect()
+}
+
+/// Whether an accepted claim covers `info` in `cluster`: same group/resource, and the
+/// identity of the export the cluster binds it from ("" for a type not bound there).
+fn claim_covers(state: &State, claims: &[Claim], info: &ResourceInfo, cluster: &str) -> bool {
+    claims.iter().any(|(g, r, h)| {
+        *g == info.group
+            && *r == info.resource
+            && *h == bound_identity(state, cluster, g, r).unwrap_or_default()
+    })
+}
+
+/// The kind of `group`/`resource` the APIExport with identity `hash` provides.
+fn info_by_identity(
+    state: &State,
+    hash: &str,
+    group: &str,
+    resource: &str,
+) -> Option<Arc<ResourceInfo>> {
+    state
+        .store
+        .all_objects(&kind(EXPORTS))
+        .iter()
+        .filter(|(_, e)| e["status"]["identityHash"].as_str() == Some(hash))
+        .flat_map(|(k, e)| export_infos(state, &k.cluster, e))
+        .find(|i| i.group == group && i.resource == resource)
 }
 
 /// (export cluster, export name) a binding references.
@@ -443,7 +825,7 @@ fn binding_export(state: &State, cluster: &str, binding: &Value) -> Option<(Stri
 }
 
 fn bindings_in(state: &State, cluster: &str) -> Vec<Arc<Value>> {
-    state.store.list(&binding_gr(), Some(cluster), None).0
+    state.store.list(&kind(BINDINGS), Some(cluster), None).0
 }
 
 pub fn bound_infos(state: &State, cluster: &str) -> Vec<Arc<ResourceInfo>> {
@@ -452,7 +834,7 @@ pub fn bound_infos(state: &State, cluster: &str) -> Vec<Arc<ResourceInfo>> {
         let Some((ec, en)) = binding_export(state, cluster, &b) else {
             continue;
         };
-        if let Some(export) = state.store.get(&export_gr(), &ckey(&ec, &en)) {
+        if let Some(export) = state.store.get(&kind(EXPORTS), &ckey(&ec, &en)) {
             out.extend(export_infos(state, &ec, &export));
         }
     }
@@ -468,22 +850,28 @@ pub fn vw_resources(
 ) -> Vec<Arc<ResourceInfo>> {
     let Some(export) = state
         .store
-        .get(&export_gr(), &ckey(&vw.export_cluster, &vw.export_name))
+        .get(&kind(EXPORTS), &ckey(&vw.export_cluster, &vw.export_name))
     else {
         return vec![];
     };
     let mut out = export_infos(state, &vw.export_cluster, &export);
-    for (g, r) in claims_of(&export) {
+    for (g, r, h) in claims_of(&export) {
         if out.iter().any(|i| i.group == g && i.resource == r) {
             continue;
         }
-        if let Some(i) = all
-            .iter()
-            .chain(state.registry.kcp.iter())
-            .find(|i| i.group == g && i.resource == r)
-        {
-            out.push(i.clone());
-        }
+        // Another export's type is named by its identity (group/resource is not unique).
+        let found = if h.is_empty() {
+            state
+                .registry
+                .kcp
+                .iter()
+                .chain(all.iter())
+                .find(|i| i.group == g && i.resource == r)
+                .cloned()
+        } else {
+            info_by_identity(state, &h, &g, &r)
+        };
+        out.extend(found);
     }
     out
 }
@@ -498,7 +886,7 @@ fn binding_for_export(state: &State, cluster: &str, vw: &VwCtx) -> Option<Arc<Va
 fn is_exported(state: &State, vw: &VwCtx, info: &ResourceInfo) -> bool {
     state
         .store
-        .get(&export_gr(), &ckey(&vw.export_cluster, &vw.export_name))
+        .get(&kind(EXPORTS), &ckey(&vw.export_cluster, &vw.export_name))
         .is_some_and(|e| {
             export_infos(state, &vw.export_cluster, &e)
                 .iter()
@@ -506,15 +894,16 @@ fn is_exported(state: &State, vw: &VwCtx, info: &ResourceInfo) -> bool {
         })
 }
 
-/// Whether objects of a kind in `cluster` are visible through the virtual workspace.
+/// Whether objects of a kind in `cluster` are visible through the virtual workspace
+/// (the shard's logical clusters that bind the export).
 pub fn vw_cluster_allowed(state: &State, vw: &VwCtx, info: &ResourceInfo, cluster: &str) -> bool {
+    if !on_shard(state, cluster, &vw.shard) {
+        return false;
+    }
     let Some(b) = binding_for_export(state, cluster, vw) else {
         return false;
     };
-    is_exported(state, vw, info)
-        || accepted_claims(&b)
-            .iter()
-            .any(|(g, r)| *g == info.group && *r == info.resource)
+    is_exported(state, vw, info) || claim_covers(state, &accepted_claims(&b), info, cluster)
 }
 
 pub fn vw_authorize(
@@ -526,7 +915,9 @@ pub fn vw_authorize(
     let ClusterSel::Lc(c) = sel else {
         return Ok(());
     };
-    let Some(b) = binding_for_export(state, c, vw) else {
+    // A logical cluster on another shard is one this virtual workspace has no binding of.
+    let binding = binding_for_export(state, c, vw).filter(|_| on_shard(state, c, &vw.shard));
+    let Some(b) = binding else {
         return Err(ApiError::forbidden(
             info,
             "",
@@ -536,10 +927,7 @@ pub fn vw_authorize(
     if is_exported(state, vw, info) {
         return Ok(());
     }
-    if accepted_claims(&b)
-        .iter()
-        .any(|(g, r)| *g == info.group && *r == info.resource)
-    {
+    if claim_covers(state, &accepted_claims(&b), info, c) {
         return Ok(());
     }
     Err(ApiError::forbidden(
@@ -552,36 +940,92 @@ pub fn vw_authorize(
     ))
 }
 
-/// ValidatingWebhookConfigurations of the exports bound in `cluster` that provide `info`.
-pub fn export_webhook_configs(
-    state: &State,
-    cluster: &str,
-    info: &ResourceInfo,
-) -> Vec<Arc<Value>> {
-    let mut out = vec![];
-    for b in bindings_in(state, cluster) {
-        let Some((ec, en)) = binding_export(state, cluster, &b) else {
-            continue;
-        };
-        if ec == cluster {
-            continue;
-        }
-        let Some(export) = state.store.get(&export_gr(), &ckey(&ec, &en)) else {
-            continue;
-        };
-        let provides = export_infos(state, &ec, &export)
-            .iter()
-            .any(|i| i.group == info.group && i.resource == info.resource);
-        if provides {
-            out.extend(
-                state
-                    .store
-                    .list(&crate::admission::vwc_gr(), Some(&ec), None)
-                    .0,
-            );
+/// The shards holding at least one APIBinding, by the (export logical cluster,
+/// export name) bound.
+type BoundShards = HashMap<(String, String), Vec<String>>;
+
+fn bound_shards(state: &State) -> BoundShards {
+    let mut out: BoundShards = HashMap::new();
+    for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
+        if let Some(export) = binding_export(state, &k.cluster, &b)
+            && let Some(sh) = shard_of(state, &k.cluster)
+        {
+            out.entry(export).or_default().push(sh);
         }
     }
     out
+}
+
+/// `status.endpoints` of an endpoint slice in `cluster`: one URL per shard (in shard
+/// order) holding at least one APIBinding to the slice's export,
+/// `<shard virtualWorkspaceURL>/services/apiexport/<export lc>/<export name>`.
+fn slice_endpoints(state: &State, bound: &BoundShards, cluster: &str, slice: &Value) -> Vec<Value> {
+    let export = &slice["spec"]["export"];
+    let name = export["name"].as_str().unwrap_or("");
+    let path = export["path"].as_str().unwrap_or("");
+    let ec = if path.is_empty() {
+        Some(cluster.to_string())
+    } else {
+        resolve_path(state, path)
+    };
+    let Some(ec) = ec.filter(|ec| state.store.get(&kind(EXPORTS), &ckey(ec, name)).is_some())
+    else {
+        return vec![];
+    };
+    let Some(shards) = bound.get(&(ec.clone(), name.to_string())) else {
+        return vec![];
+    };
+    state
+        .shards
+        .iter()
+        .filter(|sh| shards.contains(&sh.name))
+        .map(|sh| json!({"url": format!("{}/services/apiexport/{ec}/{name}", sh.url)}))
+        .collect()
+}
+
+/// Recomputes every endpoint slice's URLs (a status update where they changed, so
+/// watchers see MODIFIED).
+fn refresh_slices(state: &State) {
+    let bound = bound_shards(state);
+    for (k, slice) in state.store.all_objects(&kind(SLICES)) {
+        let endpoints = json!(slice_endpoints(state, &bound, &k.cluster, &slice));
+        if slice["status"]["endpoints"] == endpoints {
+            continue;
+        }
+        let mut n = (*slice).clone();
+        if !n["status"].is_object() {
+            n["status"] = json!({});
+        }
+        n["status"]["endpoints"] = endpoints;
+        let _ = state
+            .store
+            .update(&kind(SLICES), &k, n, crate::store::rv_of(&slice));
+    }
+}
+
+/// As kcp's APIExport controller: an endpoint slice named like a new APIExport in its
+/// workspace, unless the export opts out (or a slice of that name exists already).
+fn create_export_slice(state: &State, cluster: &str, export: &Value) {
+    let name = export["metadata"]["name"].as_str().unwrap_or("");
+    if name.is_empty()
+        || export["metadata"]["annotations"]
+            .get(SKIP_SLICE_ANNOTATION)
+            .is_some()
+    {
+        return;
+    }
+    let mut slice = json!({
+        "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExportEndpointSlice",
+        "metadata": {"name": name, "uid": uuid::Uuid::new_v4().to_string(),
+                     "creationTimestamp": now_rfc3339(), "generation": 1,
+                     "annotations": {"kcp.io/cluster": cluster}},
+        "spec": {"export": {"path": cluster, "name": name}},
+    });
+    let endpoints = slice_endpoints(state, &bound_shards(state), cluster, &slice);
+    slice["status"] = json!({"endpoints": endpoints});
+    let _ = state
+        .store
+        .create(&kind(SLICES), ckey(cluster, name), slice);
 }
 
 fn bind(state: &State, cluster: &str, b: &Arc<Value>) -> Option<Value> {
@@ -590,7 +1034,7 @@ fn bind(state: &State, cluster: &str, b: &Arc<Value>) -> Option<Value> {
         n["status"] = json!({});
     }
     let (ec, en) = binding_export(state, cluster, b)?;
-    let export = state.store.get(&export_gr(), &ckey(&ec, &en));
+    let export = state.store.get(&kind(EXPORTS), &ckey(&ec, &en));
     match export {
         None => {
             n["status"]["phase"] = json!("Binding");
@@ -652,17 +1096,21 @@ pub async fn after_write(
         ("tenancy.kcp.io", "workspaces") => {
             if old.is_none()
                 && let Some(n) = new
+                && let Some(lc) = n["spec"]["cluster"].as_str()
             {
-                let lc = n["spec"]["cluster"].as_str().unwrap_or("").to_string();
                 let parent = path_of(state, cluster).unwrap_or_else(|| cluster.to_string());
                 let name = n["metadata"]["name"].as_str().unwrap_or("");
-                create_logical_cluster(state, &lc, &format!("{parent}:{name}"));
+                let shard = n["metadata"]["annotations"][SHARD_ANNOTATION]
+                    .as_str()
+                    .unwrap_or(ROOT);
+                create_logical_cluster(state, lc, &format!("{parent}:{name}"), shard);
             }
             if new.is_none()
                 && let Some(o) = old
                 && let Some(lc) = o["spec"]["cluster"].as_str()
             {
                 delete_logical_cluster(state, lc);
+                refresh_slices(state);
             }
             None
         }
@@ -674,14 +1122,34 @@ pub async fn after_write(
                 let key = ckey(cluster, n["metadata"]["name"].as_str().unwrap_or(""));
                 out = state
                     .store
-                    .update(&binding_gr(), &key, bound, crate::store::rv_of(n))
+                    .update(&kind(BINDINGS), &key, bound, crate::store::rv_of(n))
                     .ok();
             }
             crate::controllers::refresh_dynamic(state, cluster);
+            if old.is_none() || new.is_none() {
+                refresh_slices(state);
+            }
             out
         }
-        ("apis.kcp.io", "apiexports") | ("apis.kcp.io", "apiresourceschemas") => {
+        ("apis.kcp.io", "apiexports") => {
+            if old.is_none()
+                && let Some(n) = new
+            {
+                create_export_slice(state, cluster, n);
+            }
             rebind_all(state);
+            refresh_slices(state);
+            None
+        }
+        ("apis.kcp.io", "apiresourceschemas") => {
+            rebind_all(state);
+            None
+        }
+        ("apis.kcp.io", "apiexportendpointslices") => {
+            // A spec change (another export) moves the URLs.
+            if old.is_some() && new.is_some() {
+                refresh_slices(state);
+            }
             None
         }
         _ => None,
@@ -690,11 +1158,11 @@ pub async fn after_write(
 
 fn rebind_all(state: &State) {
     let mut clusters = vec![];
-    for (k, b) in state.store.all_objects(&binding_gr()) {
+    for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
         if let Some(n) = bind(state, &k.cluster, &b) {
             let _ = state
                 .store
-                .update(&binding_gr(), &k, n, crate::store::rv_of(&b));
+                .update(&kind(BINDINGS), &k, n, crate::store::rv_of(&b));
         }
         if !clusters.contains(&k.cluster) {
             clusters.push(k.cluster.clone());
@@ -708,7 +1176,7 @@ fn rebind_all(state: &State) {
 pub async fn reconcile(state: &Arc<State>) {
     let pending = state
         .store
-        .all_objects(&binding_gr())
+        .all_objects(&kind(BINDINGS))
         .iter()
         .any(|(_, b)| b["status"]["phase"] != "Bound");
     if pending {

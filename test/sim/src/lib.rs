@@ -92,6 +92,9 @@ pub struct SimConfig {
     pub workload_status: bool,
     /// Extra DNS names for the serving certificate.
     pub extra_sans: Vec<String>,
+    /// kcp shards behind the front-proxy (`listen`): `root`, `shard-1`, ... each with a
+    /// listener of its own on 127.0.0.1 (a free port). 0 counts as 1.
+    pub shards: usize,
 }
 
 mod millis {
@@ -123,6 +126,7 @@ impl Default for SimConfig {
             default_service_accounts: true,
             workload_status: true,
             extra_sans: vec![],
+            shards: 1,
         }
     }
 }
@@ -156,11 +160,12 @@ impl Sim {
 pub struct SimHandle {
     state: Arc<server::State>,
     join: tokio::task::JoinHandle<()>,
-    outage: server::OutageSender,
+    /// The front-proxy's outage sender first, then each shard's.
+    outage: Vec<server::OutageSender>,
 }
 
 impl SimHandle {
-    /// `https://127.0.0.1:PORT`
+    /// `https://127.0.0.1:PORT`: the plain Kubernetes endpoint and kcp's front-proxy.
     pub fn url(&self) -> String {
         self.state.url.clone()
     }
@@ -253,17 +258,67 @@ impl SimHandle {
         kcp::resolve_path(&self.state, path)
     }
 
-    /// An API-server outage of `length`, as in a restart: the port closes and every
-    /// open connection (watches included) is cut; stored objects survive; then it
-    /// serves again on the same address. Returns once it serves again.
+    /// kcp shards in order: (name, base URL). The first is `root`.
+    pub fn shards(&self) -> Vec<(String, String)> {
+        self.state
+            .shards
+            .iter()
+            .map(|s| (s.name.clone(), s.url.clone()))
+            .collect()
+    }
+
+    /// The shard a logical cluster (name or path) lives on.
+    pub fn shard_of(&self, logical_cluster: &str) -> Option<String> {
+        let lc = kcp::resolve_path(&self.state, logical_cluster)?;
+        kcp::shard_of(&self.state, &lc)
+    }
+
+    /// An outage of `length` of the whole simulator, as in a restart: every listener
+    /// (the front-proxy and every kcp shard) closes its port and cuts every open
+    /// connection (watches included); stored objects survive; then each serves again
+    /// on the same address. Returns once all serve again.
     pub async fn outage(&self, length: std::time::Duration) -> anyhow::Result<()> {
-        let (done, serving) = tokio::sync::oneshot::channel();
-        self.outage
-            .send((length, done))
-            .map_err(|_| anyhow::anyhow!("the sim is not serving"))?;
-        serving
-            .await
-            .map_err(|_| anyhow::anyhow!("the sim stopped during the outage"))
+        let all: Vec<usize> = (0..self.outage.len()).collect();
+        self.outage_of(&all, length).await
+    }
+
+    /// An outage of one kcp shard's listener only (see [`SimHandle::outage`]); the
+    /// front-proxy and the other shards keep serving.
+    pub async fn shard_outage(
+        &self,
+        shard: &str,
+        length: std::time::Duration,
+    ) -> anyhow::Result<()> {
+        let i = self
+            .state
+            .shards
+            .iter()
+            .position(|s| s.name == shard)
+            .ok_or_else(|| anyhow::anyhow!("no shard {shard:?}"))?;
+        self.outage_of(&[i + 1], length).await
+    }
+
+    async fn outage_of(
+        &self,
+        listeners: &[usize],
+        length: std::time::Duration,
+    ) -> anyhow::Result<()> {
+        let mut waits = vec![];
+        for i in listeners {
+            let (done, serving) = tokio::sync::oneshot::channel();
+            self.outage
+                .get(*i)
+                .ok_or_else(|| anyhow::anyhow!("no listener {i}"))?
+                .send((length, done))
+                .map_err(|_| anyhow::anyhow!("the sim is not serving"))?;
+            waits.push(serving);
+        }
+        for serving in waits {
+            serving
+                .await
+                .map_err(|_| anyhow::anyhow!("the sim stopped during the outage"))?;
+        }
+        Ok(())
     }
 
     pub async fn shutdown(mut self) {

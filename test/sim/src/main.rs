@@ -1,4 +1,4 @@
-//! `holdfast-sim --listen 127.0.0.1:PORT --kubeconfig-out FILE [--config FILE]`
+//! `holdfast-sim --listen 127.0.0.1:PORT --kubeconfig-out FILE [--config FILE] [--shards N]`
 
 use clap::Parser;
 use holdfast_sim::{Sim, SimConfig};
@@ -23,6 +23,10 @@ struct Args {
     /// YAML config: users [{name, token, groups}], rbac rules, services.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// kcp shards behind the front-proxy (default: the config's, else 1); each listens
+    /// on 127.0.0.1 at a free port, printed at start.
+    #[arg(long)]
+    shards: Option<usize>,
 }
 
 #[tokio::main]
@@ -42,6 +46,10 @@ async fn main() -> anyhow::Result<()> {
     if let Some(l) = args.listen {
         cfg.listen = l;
     }
+    if let Some(n) = args.shards {
+        anyhow::ensure!(n >= 1, "--shards must be at least 1");
+        cfg.shards = n;
+    }
     let user = args.kubeconfig_user.clone().unwrap_or_else(|| {
         cfg.users
             .iter()
@@ -57,9 +65,19 @@ async fn main() -> anyhow::Result<()> {
     if let Some(p) = &args.kubeconfig_out {
         sim.write_kubeconfig(p, &user)?;
     }
-    println!("holdfast-sim listening on {}", sim.url());
+    // One write: a reader that stops after the first line never meets a closed pipe.
+    let mut ready = format!("holdfast-sim listening on {}\n", sim.url());
+    let shards = sim.shards();
+    if shards.len() > 1 {
+        for (name, url) in shards {
+            ready.push_str(&format!("holdfast-sim shard {name} on {url}\n"));
+        }
+    }
     use std::io::Write;
-    let _ = std::io::stdout().flush();
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(ready.as_bytes());
+    let _ = stdout.flush();
+    drop(stdout);
     tokio::select! {
         _ = int.recv() => {}
         _ = term.recv() => {}

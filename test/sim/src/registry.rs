@@ -314,6 +314,16 @@ impl Registry {
             true,
         ));
         kcp.push(kcp_info(
+            "core.kcp.io",
+            &["v1alpha1"],
+            "shards",
+            "Shard",
+            "shard",
+            false,
+            &[],
+            true,
+        ));
+        kcp.push(kcp_info(
             a,
             &["v1alpha2", "v1alpha1"],
             "apiexports",
@@ -367,7 +377,12 @@ impl Registry {
         } else {
             &self.kcp
         };
-        self.with_dynamic(base, |c| c == cluster)
+        let mut out = self.with_dynamic(base, |c| c == cluster);
+        if cluster != "root" {
+            // kcp serves Shards in the root workspace only.
+            out.retain(|i| !(i.group == "core.kcp.io" && i.resource == "shards"));
+        }
+        out
     }
 
     /// Kinds served in any kcp logical cluster (for wildcard requests).

@@ -38,6 +38,27 @@ pub struct State {
     /// Kinds decoded from APIResourceSchemas, by (cluster, schema name), with the
     /// resourceVersion they were decoded at (kcp; saves a decode per request).
     pub schema_infos: crate::kcp::SchemaInfos,
+    /// kcp shards, in order (the first is `root`); each has a listener of its own.
+    pub shards: Vec<ShardInfo>,
+    /// The shard each logical cluster lives on.
+    pub lc_shards: RwLock<HashMap<String, String>>,
+    /// Workspaces placed without a shard selector so far (round-robin over the shards).
+    pub placements: std::sync::atomic::AtomicUsize,
+}
+
+/// One kcp shard: its name (`root`, `shard-1`, ...) and its own listener.
+#[derive(Clone, Debug)]
+pub struct ShardInfo {
+    pub name: String,
+    pub url: String,
+}
+
+/// Which listener a request came in on: the front-proxy (`SimConfig.listen`, also the
+/// plain Kubernetes endpoint) or a kcp shard (index into `State::shards`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Listener {
+    FrontProxy,
+    Shard(usize),
 }
 
 impl State {
@@ -102,12 +123,18 @@ impl ClusterSel {
 pub struct VwCtx {
     pub export_cluster: String,
     pub export_name: String,
+    /// The shard serving this virtual workspace: only its logical clusters are visible.
+    pub shard: String,
 }
 
 pub struct Ctx {
     pub user: UserInfo,
     pub cluster: ClusterSel,
     pub vw: Option<VwCtx>,
+    /// The shard a request reached directly (None: the front-proxy).
+    pub shard: Option<String>,
+    /// `resource:identityHash` of a wildcard request at a shard: the identity.
+    pub identity: Option<String>,
     pub warnings: Mutex<Vec<String>>,
 }
 
@@ -121,6 +148,8 @@ impl Ctx {
                 ClusterSel::Lc(cluster.to_string())
             },
             vw: None,
+            shard: None,
+            identity: None,
             warnings: Mutex::new(vec![]),
         }
     }
@@ -161,16 +190,31 @@ pub fn warning_header(text: &str) -> String {
     format!("299 - \"{escaped}\"")
 }
 
-/// Asks the serving loop for an outage of the given length: see `SimHandle::outage`.
+/// Asks a serving loop for an outage of the given length: see `SimHandle::outage`.
 pub type OutageSender =
     tokio::sync::mpsc::UnboundedSender<(std::time::Duration, tokio::sync::oneshot::Sender<()>)>;
+type OutageReceiver =
+    tokio::sync::mpsc::UnboundedReceiver<(std::time::Duration, tokio::sync::oneshot::Sender<()>)>;
 
+/// Starts the front-proxy listener and one listener per kcp shard (all sharing one
+/// state); the outage senders are the front-proxy's first, then the shards' in order.
 pub async fn start(
     cfg: SimConfig,
-) -> anyhow::Result<(Arc<State>, tokio::task::JoinHandle<()>, OutageSender)> {
+) -> anyhow::Result<(Arc<State>, tokio::task::JoinHandle<()>, Vec<OutageSender>)> {
     let pki = tls::generate(&cfg.extra_sans)?;
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
+    let mut listeners = vec![(Listener::FrontProxy, listener, addr)];
+    let mut shards = vec![];
+    for i in 0..cfg.shards.max(1) {
+        let l = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let a = l.local_addr()?;
+        shards.push(ShardInfo {
+            name: crate::kcp::shard_name(i),
+            url: format!("https://{a}"),
+        });
+        listeners.push((Listener::Shard(i), l, a));
+    }
     let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(&pki)?));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let tokens = cfg
@@ -192,59 +236,87 @@ pub async fn start(
         kick: Notify::new(),
         gc_queue: Mutex::new(vec![]),
         schema_infos: crate::kcp::SchemaInfos::default(),
+        shards,
+        lc_shards: RwLock::new(HashMap::new()),
+        placements: std::sync::atomic::AtomicUsize::new(0),
         cfg,
     });
     crate::controllers::bootstrap(&state).await;
     crate::controllers::spawn(state.clone());
-    let st = state.clone();
-    let (outage_tx, mut outage_rx) = tokio::sync::mpsc::unbounded_channel::<(
-        std::time::Duration,
-        tokio::sync::oneshot::Sender<()>,
-    )>();
-    let join = tokio::spawn(async move {
-        let mut conns = tokio::task::JoinSet::new();
-        let mut shutdown = st.shutdown_rx.clone();
-        let mut listener = listener;
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => break,
-                Some((length, done)) = outage_rx.recv() => {
-                    // Like an API server restart: the port closes, every connection
-                    // (watches included) is cut, state survives (as in etcd).
-                    drop(listener);
-                    conns.abort_all();
-                    while conns.join_next().await.is_some() {}
-                    tokio::time::sleep(length).await;
-                    listener = loop {
-                        match TcpListener::bind(addr).await {
-                            Ok(l) => break l,
-                            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-                        }
-                    };
-                    let _ = done.send(());
-                }
-                acc = listener.accept() => {
-                    let Ok((tcp, _)) = acc else { continue };
-                    let _ = tcp.set_nodelay(true);
-                    let acceptor = acceptor.clone();
-                    let st = st.clone();
-                    conns.spawn(async move {
-                        let Ok(tls) = acceptor.accept(tcp).await else { return };
-                        let svc = hyper::service::service_fn(move |req| {
-                            let st = st.clone();
-                            async move { Ok::<_, Infallible>(handle(st, req).await) }
-                        });
-                        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                            .serve_connection(TokioIo::new(tls), svc)
-                            .await;
-                    });
-                }
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+    let mut outages = vec![];
+    let mut loops = tokio::task::JoinSet::new();
+    for (which, listener, addr) in listeners {
+        let (outage_tx, outage_rx) = tokio::sync::mpsc::unbounded_channel();
+        outages.push(outage_tx);
+        let served = Served {
+            state: state.clone(),
+            which,
+            addr,
+            acceptor: acceptor.clone(),
+        };
+        loops.spawn(serve(served, listener, outage_rx));
+    }
+    let join = tokio::spawn(async move { while loops.join_next().await.is_some() {} });
+    Ok((state, join, outages))
+}
+
+/// What one listener serves.
+struct Served {
+    state: Arc<State>,
+    which: Listener,
+    addr: SocketAddr,
+    acceptor: TlsAcceptor,
+}
+
+/// The accept loop of one listener, with its outages.
+async fn serve(served: Served, listener: TcpListener, mut outage_rx: OutageReceiver) {
+    let Served {
+        state: st,
+        which,
+        addr,
+        acceptor,
+    } = served;
+    let mut conns = tokio::task::JoinSet::new();
+    let mut shutdown = st.shutdown_rx.clone();
+    let mut listener = listener;
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            Some((length, done)) = outage_rx.recv() => {
+                // Like an API server restart: the port closes, every connection
+                // (watches included) is cut, state survives (as in etcd).
+                drop(listener);
+                conns.abort_all();
+                while conns.join_next().await.is_some() {}
+                tokio::time::sleep(length).await;
+                listener = loop {
+                    match TcpListener::bind(addr).await {
+                        Ok(l) => break l,
+                        Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+                    }
+                };
+                let _ = done.send(());
             }
+            acc = listener.accept() => {
+                let Ok((tcp, _)) = acc else { continue };
+                let _ = tcp.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let st = st.clone();
+                conns.spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let svc = hyper::service::service_fn(move |req| {
+                        let st = st.clone();
+                        async move { Ok::<_, Infallible>(handle(st, which, req).await) }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
-        conns.abort_all();
-    });
-    Ok((state, join, outage_tx))
+    }
+    conns.abort_all();
 }
 
 pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
@@ -386,9 +458,9 @@ fn trace_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("HOLDFAST_SIM_TRACE").is_ok_and(|v| !v.is_empty() && v != "0"))
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+async fn handle(state: Arc<State>, which: Listener, req: Request<Incoming>) -> Response<Body> {
     if !trace_enabled() {
-        return handle_inner(state, req).await;
+        return handle_inner(state, which, req).await;
     }
     let start = std::time::Instant::now();
     let line = format!(
@@ -396,7 +468,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         req.method(),
         req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("")
     );
-    let resp = handle_inner(state, req).await;
+    let resp = handle_inner(state, which, req).await;
     eprintln!(
         "holdfast-sim: {line} -> {} in {:?}",
         resp.status().as_u16(),
@@ -405,7 +477,11 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     resp
 }
 
-async fn handle_inner(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+async fn handle_inner(
+    state: Arc<State>,
+    which: Listener,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let pretty = req
         .headers()
         .get(http::header::USER_AGENT)
@@ -448,16 +524,26 @@ async fn handle_inner(state: Arc<State>, req: Request<Incoming>) -> Response<Bod
             return error_response(&ApiError::bad_request(e.to_string()), &[], pretty);
         }
     };
-    let (cluster, vw, rest) = match kcp::parse_prefix(&state, &user, &path) {
+    let request = kcp::Request {
+        which,
+        user: &user,
+        method: &method,
+        path: &path,
+        query: &query,
+    };
+    let prefix = match kcp::parse_prefix(&state, &request) {
         Ok(x) => x,
         Err(e) => return error_response(&e, &[], pretty),
     };
     let ctx = Ctx {
         user,
-        cluster,
-        vw,
+        cluster: prefix.cluster,
+        vw: prefix.vw,
+        shard: prefix.shard,
+        identity: prefix.identity,
         warnings: Mutex::new(vec![]),
     };
+    let rest = prefix.rest;
     let res = route(&state, &ctx, &method, &rest, &query, &headers, body).await;
     let warnings = ctx.warnings.lock().map(|w| w.clone()).unwrap_or_default();
     match res {

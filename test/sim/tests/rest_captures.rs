@@ -608,12 +608,13 @@ async fn bad_requests_get_statuses() {
             400,
         ),
         ("GET", "/apis/nope/v1/things".into(), "", vec![], 404),
+        // kcp's front-proxy: an unknown logical cluster is 403, not 404.
         (
             "GET",
             "/clusters/nope/api/v1/namespaces".into(),
             "",
             vec![],
-            404,
+            403,
         ),
         (
             "POST",

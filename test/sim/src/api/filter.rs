@@ -12,10 +12,21 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// What a wildcard request may see: the shard it reached, a `resource:identityHash`
+/// identity and the APIExport virtual workspace it is in.
+pub(super) struct Wild {
+    state: Arc<State>,
+    vw: Option<crate::server::VwCtx>,
+    shard: Option<String>,
+    identity: Option<String>,
+    info: Arc<ResourceInfo>,
+}
+
 pub(super) struct Filter {
     pub(super) cluster: ClusterSel,
-    /// APIExport virtual workspace wildcard: clusters are checked against bindings.
-    pub(super) vw: Option<(Arc<State>, crate::server::VwCtx, Arc<ResourceInfo>)>,
+    /// Wildcard: clusters are checked against the shard, the identity and (APIExport
+    /// virtual workspace) the bindings.
+    pub(super) vw: Option<Wild>,
     /// Per-request memo of the binding check (lists); watches re-check every event.
     pub(super) vw_cache: Option<std::sync::Mutex<HashMap<String, bool>>>,
     pub(super) namespace: Option<String>,
@@ -39,10 +50,13 @@ impl Filter {
             &labels_ok,
         )
         .map_err(ApiError::bad_request)?;
-        let vw = match (&ctx.vw, &ctx.cluster) {
-            (Some(vw), ClusterSel::Wildcard) => Some((state.clone(), vw.clone(), t.info.clone())),
-            _ => None,
-        };
+        let vw = (ctx.cluster == ClusterSel::Wildcard).then(|| Wild {
+            state: state.clone(),
+            vw: ctx.vw.clone(),
+            shard: ctx.shard.clone(),
+            identity: ctx.identity.clone(),
+            info: t.info.clone(),
+        });
         Ok(Filter {
             cluster: ctx.cluster.clone(),
             vw,
@@ -81,7 +95,7 @@ impl Filter {
     }
 
     pub(super) fn vw_allows(&self, cluster: &str) -> bool {
-        let Some((state, vw, info)) = &self.vw else {
+        let Some(w) = &self.vw else {
             return true;
         };
         if let Some(c) = &self.vw_cache
@@ -90,7 +104,16 @@ impl Filter {
         {
             return *b;
         }
-        let ok = kcp::vw_cluster_allowed(state, vw, info, cluster);
+        let ok = match &w.vw {
+            Some(vw) => kcp::vw_cluster_allowed(&w.state, vw, &w.info, cluster),
+            None => kcp::wildcard_cluster_allowed(
+                &w.state,
+                w.shard.as_deref(),
+                w.identity.as_deref(),
+                &w.info,
+                cluster,
+            ),
+        };
         if let Some(c) = &self.vw_cache
             && let Ok(mut m) = c.lock()
         {

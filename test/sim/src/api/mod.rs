@@ -112,7 +112,17 @@ pub async fn handle(
     // after decoding the body).
     let need_cluster = || {
         ctx.cluster.key().ok_or_else(|| {
-            ApiError::method_not_allowed(format!("{verb} is not supported on the wildcard cluster"))
+            // kcp's wildcard guard: NewMethodNotSupported(resource, verb) + " in the `*` logical cluster".
+            let mut e = ApiError::method_not_allowed(format!(
+                "{verb} is not supported on resources of kind {:?} in the `*` logical cluster",
+                t.info.qualified()
+            ));
+            let mut d = json!({"kind": t.info.resource});
+            if !t.info.group.is_empty() {
+                d["group"] = json!(t.info.group);
+            }
+            e.details = Some(d);
+            e
         })
     };
     match verb {
