@@ -141,13 +141,12 @@ async fn the_walk_is_the_fallback_where_the_logical_cluster_is_forbidden() {
         "{msg}"
     );
     // kcp's front-proxy answers 403 for an unknown path, so the walk runs and
-    // names the missing segment (a 404 needs no walk).
-    if msg.contains("reading its LogicalCluster: ") {
-        assert!(
-            msg.contains("walking Workspaces: workspace \"nope\" in root:org: "),
-            "{msg}"
-        );
-    }
+    // names the missing segment.
+    assert!(
+        msg.contains("reading its LogicalCluster: ")
+            && msg.contains("walking Workspaces: workspace \"nope\" in root:org: "),
+        "{msg}"
+    );
 
     // May read neither: both attempts named in the error.
     let nobody = Resolver::new(clients(&sim, "nobody").await);
