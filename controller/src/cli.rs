@@ -241,6 +241,16 @@ pub struct RunArgs {
     #[arg(long = "apiexport", value_name = "NAME", default_value = "holdfast.dev", value_parser = parse_api_export, env = "HOLDFAST_APIEXPORT")]
     pub api_export: String,
 
+    /// kcp: kubeconfig whose credentials and CA are used for virtual-workspace URLs
+    /// (from APIExportEndpointSlices) when they differ from the front-proxy's; its
+    /// server is not used (default: the --kubeconfig credentials).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "HOLDFAST_VIRTUAL_WORKSPACE_KUBECONFIG"
+    )]
+    pub virtual_workspace_kubeconfig: Option<PathBuf>,
+
     /// Listen address of /healthz and /readyz.
     #[arg(
         long,
@@ -368,13 +378,21 @@ impl RunArgs {
             (None, Some(secret)) => CaSource::Secret(secret),
             (None, None) => CaSource::Managed,
         };
-        if let Some(kubeconfig) = &self.kubeconfig
-            && !kubeconfig.is_file()
-        {
-            return Err(config_error(format!(
-                "--kubeconfig {}: no such file",
-                kubeconfig.display()
-            )));
+        for (flag, file) in [
+            ("--kubeconfig", &self.kubeconfig),
+            (
+                "--virtual-workspace-kubeconfig",
+                &self.virtual_workspace_kubeconfig,
+            ),
+        ] {
+            if let Some(file) = file
+                && !file.is_file()
+            {
+                return Err(config_error(format!(
+                    "{flag} {}: no such file",
+                    file.display()
+                )));
+            }
         }
         let mut seen: Vec<&str> = Vec::new();
         for label in &self.protection_label {
@@ -406,6 +424,7 @@ impl RunArgs {
                 .filter(|g| !g.is_empty())
                 .collect(),
             api_export: self.api_export,
+            virtual_workspace_kubeconfig: self.virtual_workspace_kubeconfig,
             probe_listen: self.probe_listen,
         })
     }
@@ -672,6 +691,8 @@ mod tests {
             "--leader-elect",
             "--apiexport",
             "holdfast.example.dev",
+            "--virtual-workspace-kubeconfig",
+            kubeconfig.to_str().expect("utf8"),
             "--probe-listen",
             "127.0.0.1:9000",
         ])
@@ -690,6 +711,7 @@ mod tests {
         assert_eq!(cfg.timeout_seconds, 30);
         assert!(cfg.strict && cfg.leader_elect && cfg.cleanup_on_shutdown);
         assert_eq!(cfg.api_export, "holdfast.example.dev");
+        assert_eq!(cfg.virtual_workspace_kubeconfig, Some(kubeconfig.clone()));
         let labels: Vec<_> = cfg
             .protection_labels
             .iter()

@@ -218,6 +218,9 @@ pub struct RunConfig {
     pub admin_groups: Vec<String>,
     /// Name of the holdfast APIExport (kcp).
     pub api_export: String,
+    /// kcp: kubeconfig for virtual-workspace URLs (credentials and CA), when
+    /// they differ from the front-proxy's.
+    pub virtual_workspace_kubeconfig: Option<PathBuf>,
     /// Listen address of `/healthz` and `/readyz`.
     pub probe_listen: SocketAddr,
 }

@@ -8,10 +8,13 @@
 //! A write to workspace X goes through the endpoint of X's shard (a virtual
 //! workspace serves only its shard's clusters): the one remembered for X, else one
 //! whose watch has seen objects of X, else each in turn (a 403 or 404 means "not
-//! this shard"). Each rule's
-//! `apiExportRef.path` (any depth, e.g. `root:org:team:network`) is resolved to
-//! a logical cluster by walking Workspaces segment by segment from `root`, with
-//! a moka cache invalidated whenever a Workspace changes. For every provider
+//! this shard"). Each rule's `apiExportRef.path` (any depth, starting at any
+//! logical cluster, e.g. `root:org:team:network`) is resolved to a logical cluster
+//! through its LogicalCluster object (see [`holdfast_shared::kcp::Resolver`]; no
+//! Workspace watch: the cache expires, is dropped on every resync and per logical
+//! cluster when a read or write there answers 403 or 404), and the named APIExport
+//! is read there: a rule is Ready only when every export exists and exports its
+//! resource (the dependent's export too, in the rule's own workspace). For every provider
 //! workspace it installs one configuration `holdfast` through the virtual
 //! workspace (authorised by the permission claim), with one rules entry per
 //! protected resource, recomputed from scratch from all rules on every change:
@@ -20,10 +23,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex, atomic::AtomicBool},
     time::Duration,
 };
 
@@ -48,8 +48,8 @@ use tokio::sync::{Notify, watch};
 
 use holdfast_shared::{
     endpoints::{Endpoints, ObjectKey, Partitioned, Source},
-    kcp::workspace_resource,
-    watch::{Index, NotFound, Status as WatchStatus, WatchState},
+    kcp::{ExportError, ExportInfo},
+    watch::{Index, Status as WatchStatus, WatchState},
 };
 
 use crate::{
@@ -183,47 +183,6 @@ where
     }
 }
 
-/// Workspaces anywhere, as an [`Index`] that keeps nothing: any change invalidates
-/// the path cache and wakes the reconciler.
-struct PathInvalidator {
-    resolver: Resolver,
-    notify: Arc<Notify>,
-    changed: Arc<AtomicBool>,
-    warned: bool,
-}
-
-impl PathInvalidator {
-    fn changed(&self) {
-        self.resolver.invalidate();
-        self.changed.store(true, Ordering::SeqCst);
-        self.notify.notify_one();
-    }
-}
-
-impl Index<DynamicObject> for PathInvalidator {
-    fn reset(&mut self, _: Vec<DynamicObject>) {
-        self.changed();
-    }
-    fn apply(&mut self, _: DynamicObject) {
-        self.changed();
-    }
-    fn delete(&mut self, _: DynamicObject) {
-        self.changed();
-    }
-    fn status(&mut self, _: &WatchStatus, to: &WatchStatus) {
-        if to.synced || self.warned {
-            return;
-        }
-        let error = match &to.state {
-            WatchState::Failed(e) | WatchState::Forbidden(e) => e.as_str(),
-            WatchState::NotServed => "404 Not Found",
-            WatchState::Starting | WatchState::Listed => return,
-        };
-        self.warned = true;
-        tracing::warn!(%error, "cannot watch Workspaces across clusters; unresolved paths are retried periodically instead");
-    }
-}
-
 /// Builds clients for URLs derived from the kubeconfig (same credentials), one
 /// connection pool per server (see [`holdfast_shared::kcp::Clients`]).
 #[derive(Clone)]
@@ -239,36 +198,28 @@ impl Clients {
         }
     }
 
+    /// The same, with `vw`'s credentials and CA for virtual-workspace URLs
+    /// (`--virtual-workspace-kubeconfig`).
+    pub fn with_virtual_workspace_config(self, vw: Option<kube::Config>) -> Self {
+        Self {
+            inner: self.inner.with_virtual_workspace_config(vw),
+        }
+    }
+
     /// A client whose base URL is `url`.
     pub fn at(&self, url: &str) -> anyhow::Result<Client> {
         Ok(self.inner.at(url)?)
     }
 
+    /// A client for a virtual-workspace URL (see
+    /// [`holdfast_shared::kcp::Clients::virtual_workspace`]).
+    pub fn virtual_workspace(&self, url: &str) -> anyhow::Result<Client> {
+        Ok(self.inner.virtual_workspace(url)?)
+    }
+
     /// The front-proxy base URL: the kubeconfig's server without `/clusters/...`.
     pub fn front_proxy(&self) -> String {
         self.inner.front_proxy().to_string()
-    }
-}
-
-/// Resolves workspace paths of any depth to logical cluster names (see
-/// [`holdfast_shared::kcp::Resolver`]).
-#[derive(Clone)]
-pub struct Resolver(holdfast_shared::kcp::Resolver);
-
-impl Resolver {
-    /// A resolver walking Workspaces through the front-proxy.
-    pub fn new(clients: Clients) -> Self {
-        Self(holdfast_shared::kcp::Resolver::new(clients.inner))
-    }
-
-    /// Forgets everything (a Workspace changed).
-    pub fn invalidate(&self) {
-        self.0.invalidate();
-    }
-
-    /// The logical cluster of `path` (`root:org:network`), walking one segment at a time.
-    pub async fn resolve(&self, path: &str) -> Result<String, String> {
-        self.0.resolve(path).await.map_err(|e| e.to_string())
     }
 }
 
@@ -307,9 +258,18 @@ pub struct Reconciler {
     shard_of: Mutex<HashMap<String, String>>,
     /// The watch tasks (stopped with the reconciler).
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    resolver: Resolver,
+    /// Workspace paths → logical clusters (no watch: TTL, dropped on every resync,
+    /// and per logical cluster when a read there answers 403 or 404).
+    resolver: holdfast_shared::kcp::Resolver,
+    /// APIExports read through the front-proxy (same invalidation).
+    exports: holdfast_shared::kcp::Exports,
+    /// Per (path, export): the last complete answer, used while a lookup fails
+    /// with something other than a definite 403/404 (a blip must not drop
+    /// protection).
+    last_good: Mutex<HashMap<(String, String), ExportFound>>,
+    /// When the caches were last dropped.
+    last_resync: std::time::Instant,
     notify: Arc<Notify>,
-    workspace_changed: Arc<AtomicBool>,
     /// Decoding results per rule, reused while its resourceVersion is unchanged.
     parsed: Mutex<HashMap<(String, String), Arc<Parsed>>>,
     /// Per provider cluster: the live resourceVersion last seen matching, and the
@@ -344,6 +304,76 @@ impl Parsed {
     }
 }
 
+/// Invalid reasons that may clear without the rule changing: the pass is
+/// retried soon ([`UNRESOLVED_RETRY`]).
+const RETRIED: [&str; 5] = [
+    reasons::UNRESOLVED_WORKSPACE,
+    reasons::API_EXPORT_NOT_FOUND,
+    reasons::RESOURCE_NOT_EXPORTED,
+    reasons::API_EXPORT_FORBIDDEN,
+    reasons::API_EXPORT_UNREADABLE,
+];
+
+/// Whether an export is named by workspace path (an `apiExportRef`) or sits in
+/// a known logical cluster (the dependent's, in the rule's own workspace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Where {
+    Path,
+    Cluster,
+}
+
+/// An APIExport found, and the logical cluster it is in.
+#[derive(Clone)]
+struct ExportFound {
+    lc: String,
+    export: ExportInfo,
+}
+
+/// What looking up one APIExport came to: its logical cluster (once resolved)
+/// and the export, or why not (an `Invalid` reason and message).
+#[derive(Clone)]
+struct ExportLookup {
+    lc: Option<String>,
+    export: Result<ExportInfo, (&'static str, String)>,
+}
+
+impl ExportLookup {
+    fn failed(lc: Option<String>, reason: &'static str, message: String) -> Self {
+        Self {
+            lc,
+            export: Err((reason, message)),
+        }
+    }
+
+    /// Ok when the export was found and exports `gr`.
+    fn exporting(
+        &self,
+        gr: &GroupResource,
+        workspace: &str,
+        name: &str,
+    ) -> Result<(), (&'static str, String)> {
+        let export = self.export.as_ref().map_err(|e| e.clone())?;
+        if export.resources.contains(gr) {
+            return Ok(());
+        }
+        let exported: Vec<String> = export.resources.iter().map(|r| r.to_string()).collect();
+        Err((
+            reasons::RESOURCE_NOT_EXPORTED,
+            format!(
+                "APIExport {name} in workspace {workspace} does not export {gr} (it exports: {})",
+                if exported.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    exported.join(", ")
+                }
+            ),
+        ))
+    }
+}
+
+/// The lookups of one pass, shared by its rules: each export read once.
+type PassLookups = Mutex<HashMap<(String, String, Where), ExportLookup>>;
+
 /// A provider workspace a rule names (`spec.dependencies[].apiExportRef`).
 struct WorkspaceRef {
     /// Workspace path.
@@ -352,7 +382,9 @@ struct WorkspaceRef {
     export: String,
     /// Its logical cluster, once resolved.
     logical_cluster: Option<String>,
-    /// Why it is not resolved.
+    /// The export's identity hash, once read.
+    identity_hash: Option<String>,
+    /// Why it is not resolved, or what the export lacks.
     message: Option<String>,
 }
 
@@ -372,25 +404,33 @@ impl RuleEval {
         format!("{}/{}", self.cluster, self.name)
     }
 
-    /// Records the workspace of `path` and `export` once.
+    /// Records the workspace of `path` and `export` once (the first problem
+    /// found with it is kept).
     fn note_workspace(
         &mut self,
         path: &str,
         export: &str,
         logical_cluster: Option<String>,
+        identity_hash: Option<String>,
         message: Option<String>,
     ) {
-        if !self
+        match self
             .workspaces
-            .iter()
-            .any(|w| w.path == path && w.export == export)
+            .iter_mut()
+            .find(|w| w.path == path && w.export == export)
         {
-            self.workspaces.push(WorkspaceRef {
+            Some(w) => {
+                if w.message.is_none() {
+                    w.message = message;
+                }
+            }
+            None => self.workspaces.push(WorkspaceRef {
                 path: path.to_string(),
                 export: export.to_string(),
                 logical_cluster,
+                identity_hash: identity_hash.filter(|h| !h.is_empty()),
                 message,
-            });
+            }),
         }
     }
 }
@@ -443,11 +483,16 @@ impl crate::reconcile::Reconcile for Reconciler {
     }
 
     fn on_resync(&mut self) {
-        self.resolver.invalidate();
+        // The short retry of unresolved rules is no resync: only their failed
+        // lookups are read again (failures are never cached).
+        if self.last_resync.elapsed() >= self.settings.resync {
+            self.resolver.invalidate();
+            self.exports.invalidate();
+            self.last_resync = std::time::Instant::now();
+        }
     }
 
     async fn reconcile(&mut self) -> Result<(), ReconcileError> {
-        self.workspace_changed.store(false, Ordering::SeqCst);
         self.unresolved = self.reconcile_once().await?;
         Ok(())
     }
@@ -502,22 +547,8 @@ impl Reconciler {
             ),
             notify.clone(),
         );
-        let resolver = Resolver::new(clients.clone());
-        let workspace_changed = Arc::new(AtomicBool::new(false));
-        // Workspaces anywhere: a change invalidates the path cache.
-        let ws_client = clients.at(&format!("{}/clusters/*", clients.front_proxy()))?;
-        let api: Api<DynamicObject> = Api::all_with(ws_client, &workspace_resource());
-        tokio::spawn(holdfast_shared::watch::run(
-            api,
-            watcher::Config::default(),
-            NotFound::Unknown,
-            PathInvalidator {
-                resolver: resolver.clone(),
-                notify: notify.clone(),
-                changed: workspace_changed.clone(),
-                warned: false,
-            },
-        ));
+        let resolver = holdfast_shared::kcp::Resolver::new(clients.inner.clone());
+        let exports = holdfast_shared::kcp::Exports::new(clients.inner.clone());
         Ok(Self {
             clients,
             settings,
@@ -529,8 +560,10 @@ impl Reconciler {
             shard_of: Mutex::new(HashMap::new()),
             tasks: vec![rules.task, hooks.task],
             resolver,
+            exports,
+            last_good: Mutex::new(HashMap::new()),
+            last_resync: std::time::Instant::now(),
             notify,
-            workspace_changed,
             parsed: Mutex::new(HashMap::new()),
             matched: Mutex::new(HashMap::new()),
             unresolved: false,
@@ -569,7 +602,7 @@ impl Reconciler {
                 self.settings.api_export
             );
         };
-        self.clients.at(&format!("{url}/clusters/{cluster}"))
+        self.clients.virtual_workspace(&format!("{url}/clusters/{cluster}"))
     }
 
     /// Runs `op` with a client for `cluster` through the endpoint of its shard (see
@@ -581,7 +614,7 @@ impl Reconciler {
     {
         let mut candidates = Vec::new();
         for url in self.shard_candidates(cluster) {
-            let client = self.clients.at(&format!("{url}/clusters/{cluster}"))?;
+            let client = self.clients.virtual_workspace(&format!("{url}/clusters/{cluster}"))?;
             candidates.push((url, client));
         }
         let result = in_turn(candidates, op).await;
@@ -680,6 +713,7 @@ impl Reconciler {
         cluster: &str,
         name: &str,
         parsed: &Parsed,
+        memo: &PassLookups,
     ) -> (RuleEval, Option<Arc<DependencyRule>>) {
         let mut eval = RuleEval {
             cluster: cluster.to_string(),
@@ -702,41 +736,198 @@ impl Reconciler {
         if eval.invalid.is_some() {
             return (eval, Some(rule));
         }
-        let mut problems = Vec::new();
+        // (reason, message) per problem, in spec order.
+        let mut problems: Vec<(&'static str, String)> = Vec::new();
+        let dependent = &rule.spec.dependent;
+        if let Some(export) = &dependent.api_export_name {
+            // The dependent's export lives in the rule's own workspace.
+            let found = self.lookup(memo, cluster, export, Where::Cluster).await;
+            let gr = GroupResource::new(&dependent.group, &dependent.resource);
+            if let Err((reason, msg)) = found.exporting(&gr, cluster, export) {
+                self.reread_if_lacking(reason, found.lc.as_deref(), export)
+                    .await;
+                problems.push((reason, format!("spec.dependent.apiExportName: {msg}")));
+            }
+        }
         for (i, d) in rule.spec.dependencies.iter().enumerate() {
             let Some(r) = &d.api_export_ref else {
-                problems.push(format!(
-                    "spec.dependencies[{i}].apiExportRef is required on kcp"
+                problems.push((
+                    reasons::INVALID_SPEC,
+                    format!("spec.dependencies[{i}].apiExportRef is required on kcp"),
                 ));
                 continue;
             };
-            match self.resolver.resolve(&r.path).await {
-                Ok(lc) => {
-                    eval.targets
-                        .entry(lc.clone())
-                        .or_default()
-                        .insert(GroupResource::new(&d.group, &d.resource));
-                    eval.note_workspace(&r.path, &r.name, Some(lc), None);
+            let found = self.lookup(memo, &r.path, &r.name, Where::Path).await;
+            let gr = GroupResource::new(&d.group, &d.resource);
+            let lc = found.lc.clone();
+            let identity = found.export.as_ref().ok().map(|e| e.identity_hash.clone());
+            match found.exporting(&gr, &r.path, &r.name) {
+                Ok(()) => {
+                    if let Some(lc) = &lc {
+                        eval.targets.entry(lc.clone()).or_default().insert(gr);
+                    }
+                    eval.note_workspace(&r.path, &r.name, lc, identity, None);
                 }
-                Err(msg) => {
-                    problems.push(format!("spec.dependencies[{i}].apiExportRef.path: {msg}"));
-                    eval.note_workspace(&r.path, &r.name, None, Some(msg));
+                Err((reason, msg)) => {
+                    self.reread_if_lacking(reason, lc.as_deref(), &r.name).await;
+                    problems.push((
+                        reason,
+                        format!("spec.dependencies[{i}].apiExportRef: {msg}"),
+                    ));
+                    eval.note_workspace(&r.path, &r.name, lc, identity, Some(msg));
                 }
             }
         }
-        if !problems.is_empty() {
-            let missing_ref = problems.iter().all(|p| p.contains("is required on kcp"));
+        if let Some((reason, _)) = problems.first() {
             eval.invalid = Some(Invalid {
-                reason: if missing_ref {
-                    reasons::INVALID_SPEC
-                } else {
-                    reasons::UNRESOLVED_WORKSPACE
-                },
-                message: problems.join("; "),
+                reason,
+                message: problems
+                    .iter()
+                    .map(|(_, m)| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
             });
             eval.targets.clear();
         }
         (eval, Some(rule))
+    }
+
+    /// APIExport `name` at `at` (a workspace path, or the rule's own logical
+    /// cluster), looked up once per pass.
+    async fn lookup(&self, memo: &PassLookups, at: &str, name: &str, kind: Where) -> ExportLookup {
+        let key = (at.to_string(), name.to_string(), kind);
+        if let Some(found) = memo.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return found;
+        }
+        let found = self.lookup_now(at, name, kind).await;
+        if let Ok(mut m) = memo.lock() {
+            m.insert(key, found.clone());
+        }
+        found
+    }
+
+    async fn lookup_now(&self, at: &str, name: &str, kind: Where) -> ExportLookup {
+        let key = (at.to_string(), name.to_string());
+        let resolved = match kind {
+            Where::Cluster => Ok(at.to_string()),
+            Where::Path => self.resolver.resolve(at).await,
+        };
+        let mut lc = match resolved {
+            Ok(lc) => lc,
+            Err(e) => {
+                let definite = e.is_definite();
+                return self.or_last_good(
+                    &key,
+                    definite,
+                    ExportLookup::failed(None, reasons::UNRESOLVED_WORKSPACE, e.to_string()),
+                );
+            }
+        };
+        let mut read = self.exports.get(&lc, at, name).await;
+        if kind == Where::Path
+            && matches!(
+                read,
+                Err(ExportError::NotFound { .. } | ExportError::Forbidden { .. })
+            )
+        {
+            // The workspace may have been deleted or replaced under the same
+            // path: resolve it afresh before believing the answer.
+            self.forget_cluster(&lc).await;
+            match self.resolver.resolve(at).await {
+                Ok(fresh) if fresh != lc => {
+                    lc = fresh;
+                    read = self.exports.get(&lc, at, name).await;
+                }
+                Ok(_) => {}
+                Err(e) if e.is_definite() => {
+                    let gone =
+                        ExportLookup::failed(None, reasons::UNRESOLVED_WORKSPACE, e.to_string());
+                    return self.or_last_good(&key, true, gone);
+                }
+                Err(_) => {}
+            }
+        }
+        match read {
+            Ok(export) => {
+                let found = ExportFound {
+                    lc: lc.clone(),
+                    export,
+                };
+                if let Ok(mut g) = self.last_good.lock() {
+                    g.insert(key, found.clone());
+                }
+                ExportLookup {
+                    lc: Some(found.lc),
+                    export: Ok(found.export),
+                }
+            }
+            Err(e) => {
+                let (reason, definite) = match &e {
+                    ExportError::NotFound { .. } => (reasons::API_EXPORT_NOT_FOUND, true),
+                    ExportError::Forbidden { .. } => (reasons::API_EXPORT_FORBIDDEN, true),
+                    ExportError::Failed { .. } => (reasons::API_EXPORT_UNREADABLE, false),
+                };
+                let message = match kind {
+                    Where::Path => format!("{e} (logical cluster {lc})"),
+                    Where::Cluster => e.to_string(),
+                };
+                self.or_last_good(
+                    &key,
+                    definite,
+                    ExportLookup::failed(Some(lc), reason, message),
+                )
+            }
+        }
+    }
+
+    /// `failed`, unless it is not definite and an earlier lookup succeeded: then
+    /// that answer (a passing failure keeps protection as it was).
+    fn or_last_good(
+        &self,
+        key: &(String, String),
+        definite: bool,
+        failed: ExportLookup,
+    ) -> ExportLookup {
+        let mut last = self.last_good.lock().ok();
+        if definite {
+            if let Some(g) = last.as_mut() {
+                g.remove(key);
+            }
+            return failed;
+        }
+        match last.as_ref().and_then(|g| g.get(key)) {
+            Some(found) => {
+                let reason = failed
+                    .export
+                    .as_ref()
+                    .err()
+                    .map(|(_, m)| m.clone())
+                    .unwrap_or_default();
+                tracing::warn!(path = %key.0, export = %key.1, error = %reason, "lookup failed; keeping the last answer");
+                ExportLookup {
+                    lc: Some(found.lc.clone()),
+                    export: Ok(found.export.clone()),
+                }
+            }
+            None => failed,
+        }
+    }
+
+    /// An export found without a resource is read afresh next pass (the retry
+    /// notices the resource added without waiting for the cache to expire).
+    async fn reread_if_lacking(&self, reason: &str, lc: Option<&str>, export: &str) {
+        if reason == reasons::RESOURCE_NOT_EXPORTED
+            && let Some(lc) = lc
+        {
+            self.exports.forget_export(lc, export).await;
+        }
+    }
+
+    /// Forgets what is cached for logical cluster `lc` (a read or write there
+    /// answered 403 or 404).
+    async fn forget_cluster(&self, lc: &str) {
+        self.resolver.forget(lc).await;
+        self.exports.forget(lc).await;
     }
 
     /// One pass; returns whether some path is unresolved (to retry soon).
@@ -746,8 +937,22 @@ impl Reconciler {
             r.eval
                 .invalid
                 .as_ref()
-                .is_some_and(|i| i.reason == reasons::UNRESOLVED_WORKSPACE)
+                .is_some_and(|i| RETRIED.contains(&i.reason))
         });
+        if let Ok(mut g) = self.last_good.lock() {
+            // Keep the answers some rule still needs.
+            let mut named = std::collections::HashSet::new();
+            for r in &rules {
+                let Some(rule) = &r.rule else { continue };
+                if let Some(e) = &rule.spec.dependent.api_export_name {
+                    named.insert((r.eval.cluster.clone(), e.clone()));
+                }
+                for x in rule.api_export_refs() {
+                    named.insert((x.path.clone(), x.name.clone()));
+                }
+            }
+            g.retain(|k, _| named.contains(k));
+        }
         let desired = desired_targets(&rules);
         let installed = self.install(&desired).await;
         let writes = status_writes(&rules, &installed.configurations);
@@ -790,8 +995,9 @@ impl Reconciler {
                 .collect()
         };
         let mut rules = Vec::with_capacity(objects.len());
+        let memo = PassLookups::default();
         for (((cluster, name), obj), parsed) in objects.into_iter().zip(parsed) {
-            let (eval, rule) = self.evaluate(&cluster, &name, &parsed).await;
+            let (eval, rule) = self.evaluate(&cluster, &name, &parsed, &memo).await;
             rules.push(RuleState {
                 obj,
                 parsed,
@@ -858,7 +1064,13 @@ impl Reconciler {
                 Ok(cfg) => {
                     installed.configurations.insert(lc, cfg);
                 }
-                Err(e) => installed.errors.push(format!("{lc}: {e:#}")),
+                Err(e) => {
+                    if gone_or_forbidden(&e) {
+                        // The workspace may be gone or replaced: resolve again.
+                        self.forget_cluster(&lc).await;
+                    }
+                    installed.errors.push(format!("{lc}: {e:#}"));
+                }
             }
         }
         let stale: Vec<String> = live
@@ -1022,6 +1234,14 @@ where
     Err(first_error)
 }
 
+/// Whether `e` is kcp's 403 or 404 (a logical cluster gone, replaced, or no
+/// longer accessible).
+fn gone_or_forbidden(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<kube::Error>()
+        .and_then(holdfast_shared::kcp::status_of)
+        .is_some_and(|c| c == 403 || c == 404)
+}
+
 /// A result whose 404 means the object is gone already: success.
 fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
     match result {
@@ -1106,6 +1326,9 @@ fn status_writes(
                 if let Some(lc) = &w.logical_cluster {
                     v["logicalCluster"] = json!(lc);
                 }
+                if let Some(h) = &w.identity_hash {
+                    v["identityHash"] = json!(h);
+                }
                 if let Some(m) = &w.message {
                     v["message"] = json!(m);
                 }
@@ -1188,6 +1411,43 @@ mod tests {
     }
 
     #[test]
+    fn an_export_must_export_the_resource() {
+        let export = |resources: &[(&str, &str)]| ExportLookup {
+            lc: Some("lc1".into()),
+            export: Ok(ExportInfo {
+                identity_hash: "h".into(),
+                resources: resources
+                    .iter()
+                    .map(|(g, r)| GroupResource::new(*g, *r))
+                    .collect(),
+            }),
+        };
+        let vpcs = GroupResource::new("network.test.io", "vpcs");
+        let both = export(&[("network.test.io", "vpcs"), ("network.test.io", "subnets")]);
+        assert_eq!(both.exporting(&vpcs, "root:net", "network.test.io"), Ok(()));
+        assert_eq!(
+            export(&[("network.test.io", "subnets")]).exporting(&vpcs, "root:net", "net.io"),
+            Err((
+                reasons::RESOURCE_NOT_EXPORTED,
+                "APIExport net.io in workspace root:net does not export vpcs.network.test.io (it exports: subnets.network.test.io)".to_string()
+            ))
+        );
+        assert_eq!(
+            export(&[]).exporting(&vpcs, "root:net", "net.io"),
+            Err((
+                reasons::RESOURCE_NOT_EXPORTED,
+                "APIExport net.io in workspace root:net does not export vpcs.network.test.io (it exports: nothing)".to_string()
+            ))
+        );
+        // A failed lookup is passed on as it is.
+        let missing = ExportLookup::failed(None, reasons::API_EXPORT_NOT_FOUND, "gone".into());
+        assert_eq!(
+            missing.exporting(&vpcs, "root:net", "net.io"),
+            Err((reasons::API_EXPORT_NOT_FOUND, "gone".to_string()))
+        );
+    }
+
+    #[test]
     fn cluster_store_keys_by_cluster_and_name() {
         let mk = |c: &str, n: &str| {
             let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
@@ -1202,7 +1462,7 @@ mod tests {
             cm
         };
         let mut s = ClusterStore::default();
-        let mut d = holdfast_shared::watch::Driver::new(NotFound::Unknown);
+        let mut d = holdfast_shared::watch::Driver::new(holdfast_shared::watch::NotFound::Unknown);
         d.handle(&mut s, Ok(watcher::Event::Init));
         d.handle(&mut s, Ok(watcher::Event::InitApply(mk("a", "x"))));
         d.handle(&mut s, Ok(watcher::Event::InitApply(mk("b", "x"))));

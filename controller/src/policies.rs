@@ -24,6 +24,14 @@ pub mod reasons {
     pub const UNKNOWN_RESOURCE: &str = "UnknownResource";
     /// A kcp workspace path cannot be resolved.
     pub const UNRESOLVED_WORKSPACE: &str = "UnresolvedWorkspace";
+    /// kcp: a named APIExport does not exist.
+    pub const API_EXPORT_NOT_FOUND: &str = "APIExportNotFound";
+    /// kcp: a named APIExport does not export the named resource.
+    pub const RESOURCE_NOT_EXPORTED: &str = "ResourceNotExported";
+    /// kcp: holdfast may not read a named APIExport (`get apiexports` there).
+    pub const API_EXPORT_FORBIDDEN: &str = "APIExportForbidden";
+    /// kcp: reading a named APIExport failed otherwise (retried).
+    pub const API_EXPORT_UNREADABLE: &str = "APIExportUnreadable";
     /// The policy is valid.
     pub const VALID: &str = "Valid";
 }

@@ -260,8 +260,12 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
             }
             Topology::Kcp => {
                 tracing::info!(apiexport = %config.api_export, "watching every endpoint of the APIExportEndpointSlice");
+                let vw_config = match &config.virtual_workspace_kubeconfig {
+                    Some(path) => Some(kubeconfig::load(Some(path)).await?),
+                    None => None,
+                };
                 let reconciler = kcp::Reconciler::new(
-                    kcp::Clients::new(kube_config.clone()),
+                    kcp::Clients::new(kube_config.clone()).with_virtual_workspace_config(vw_config),
                     client.clone(),
                     kcp::Settings {
                         api_export: config.api_export.clone(),

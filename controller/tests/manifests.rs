@@ -211,10 +211,19 @@ fn kcp_overlay_renders() {
 #[test]
 fn kcp_workspace_rbac_renders() {
     // One kustomization per kind of workspace, each with the bindings it documents.
-    for (dir, bindings) in [("holdfast", 4), ("provider", 3), ("consumer", 1), ("root", 1)] {
+    for (dir, bindings) in [
+        ("holdfast", 4),
+        ("provider", 3),
+        ("consumer", 1),
+        ("root", 1),
+    ] {
         let docs = kustomize(&manifests().join("overlays/kcp/workspace").join(dir));
         check_rbac(&format!("kcp/workspace/{dir}"), &docs);
-        assert_eq!(of_kind(&docs, "ClusterRoleBinding").len(), bindings, "{dir}");
+        assert_eq!(
+            of_kind(&docs, "ClusterRoleBinding").len(),
+            bindings,
+            "{dir}"
+        );
     }
 }
 

@@ -47,6 +47,7 @@ pub const CLIENT_IDLE: Duration = Duration::from_secs(600);
 #[derive(Clone)]
 pub struct UrlClients {
     base: kube::Config,
+    capacity: u64,
     servers: moka::sync::Cache<String, Client>,
     urls: moka::sync::Cache<String, Client>,
 }
@@ -63,9 +64,15 @@ impl UrlClients {
         };
         Self {
             base,
+            capacity,
             servers: cache(),
             urls: cache(),
         }
+    }
+
+    /// How many URLs (and servers) are kept at most.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
     }
 
     /// The configuration the clients are built from.

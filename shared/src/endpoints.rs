@@ -530,7 +530,7 @@ pub fn endpoint_client(
     clients: &Clients,
     url: &str,
 ) -> Result<Client, crate::clients::ClientError> {
-    clients.at(&format!("{url}/clusters/*"))
+    clients.virtual_workspace(&format!("{url}/clusters/*"))
 }
 
 /// Where a merged index's slice is and how its endpoints are watched.

@@ -2,7 +2,7 @@
 //! kubeconfig points at, clients per logical cluster, the URL an APIExportEndpointSlice
 //! lists, and workspace paths resolved to logical clusters.
 
-use std::time::Duration;
+use std::{collections::BTreeSet, time::Duration};
 
 use kube::{
     Api, Client, Resource,
@@ -11,6 +11,7 @@ use kube::{
 use tokio::sync::watch;
 
 use crate::{
+    api::GroupResource,
     clients::{ClientError, UrlClients},
     names::KCP_CLUSTER_ANNOTATION,
 };
@@ -102,6 +103,9 @@ pub enum KcpError {
 pub struct Clients {
     urls: UrlClients,
     front_proxy: String,
+    /// Clients for virtual-workspace URLs when they take other credentials or
+    /// another CA than the front-proxy (`--virtual-workspace-kubeconfig`).
+    virtual_workspaces: Option<UrlClients>,
 }
 
 impl Clients {
@@ -111,7 +115,32 @@ impl Clients {
         Self {
             urls: UrlClients::new(base, capacity),
             front_proxy,
+            virtual_workspaces: None,
         }
+    }
+
+    /// The same, with `vw`'s credentials and CA for virtual-workspace URLs (those an
+    /// APIExportEndpointSlice lists); its server is not used (the URLs name theirs).
+    pub fn with_virtual_workspace_config(mut self, vw: Option<kube::Config>) -> Self {
+        let capacity = self.urls_capacity();
+        self.virtual_workspaces = vw.map(|c| UrlClients::new(c, capacity));
+        self
+    }
+
+    fn urls_capacity(&self) -> u64 {
+        self.urls.capacity()
+    }
+
+    /// A client for a virtual-workspace URL (from an APIExportEndpointSlice): with
+    /// the virtual-workspace kubeconfig's credentials and CA when one was given,
+    /// else the front-proxy's.
+    pub fn virtual_workspace(&self, url: &str) -> Result<Client, ClientError> {
+        self.virtual_workspace_clients().at(url)
+    }
+
+    /// The per-URL clients virtual-workspace URLs use.
+    pub fn virtual_workspace_clients(&self) -> &UrlClients {
+        self.virtual_workspaces.as_ref().unwrap_or(&self.urls)
     }
 
     /// A client whose base URL is `url`.
@@ -181,7 +210,86 @@ pub async fn virtual_workspace_url(
     }
 }
 
-/// Resolves workspace paths of any depth to logical cluster names.
+/// The resource `plural` of kind `gvk` (`[group, version, kind]`).
+fn kcp_resource([group, version, kind]: [&str; 3], plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// `core.kcp.io/v1alpha1` LogicalClusters (one per workspace, always named `cluster`).
+pub fn logical_cluster_resource() -> ApiResource {
+    kcp_resource(
+        ["core.kcp.io", "v1alpha1", "LogicalCluster"],
+        "logicalclusters",
+    )
+}
+
+/// `apis.kcp.io/v1alpha2` APIExports (the storage version).
+pub fn api_export_resource() -> ApiResource {
+    kcp_resource(["apis.kcp.io", "v1alpha2", "APIExport"], "apiexports")
+}
+
+/// Why a workspace path did not resolve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// Not a workspace path (`<logical cluster>(:<workspace>)*`).
+    #[error("{0:?} is not a workspace path")]
+    Malformed(String),
+    /// kcp answered 403 (an unknown workspace and one holdfast may not enter look
+    /// alike) or 404.
+    #[error(
+        "workspace {path} does not exist or holdfast may not access it (verb access on / there, get logicalclusters): {detail}"
+    )]
+    Unknown {
+        /// The path.
+        path: String,
+        /// What each attempt answered.
+        detail: String,
+    },
+    /// Another failure (network, 5xx, an answer without the annotation).
+    #[error("resolving workspace {path}: {detail}")]
+    Failed {
+        /// The path.
+        path: String,
+        /// What failed.
+        detail: String,
+    },
+}
+
+impl PathError {
+    /// Whether the answer was definite (the path is unknown or not accessible), as
+    /// opposed to a failure worth riding out with the last known answer.
+    pub fn is_definite(&self) -> bool {
+        !matches!(self, Self::Failed { .. })
+    }
+}
+
+/// The HTTP status of an API error, if `e` is one.
+pub fn status_of(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Whether `path` is `<logical cluster>(:<workspace name>)*`, each segment a DNS label.
+pub fn is_workspace_path(path: &str) -> bool {
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    path.len() <= 1024 && path.split(':').all(label)
+}
+
+/// Resolves workspace paths of any depth to logical cluster names, as kcp's
+/// front-proxy does (fact 2, 15): one GET of the path's LogicalCluster, whose
+/// `kcp.io/cluster` annotation names it; where that is forbidden, a walk of
+/// Workspaces from the first segment (itself a logical cluster name). Answers are
+/// cached for [`PATH_TTL`]; [`Resolver::invalidate`] drops them all and
+/// [`Resolver::forget`] those of one logical cluster.
 #[derive(Clone)]
 pub struct Resolver {
     clients: Clients,
@@ -189,36 +297,108 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// A resolver walking Workspaces through the front-proxy.
+    /// A resolver reading through the front-proxy of `clients`.
     pub fn new(clients: Clients) -> Self {
         Self {
             clients,
-            cache: moka::future::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(PATH_TTL)
-                .build(),
+            cache: answers(PATH_TTL),
         }
     }
 
-    /// Forgets everything (a Workspace changed).
+    /// Forgets everything (a resync).
     pub fn invalidate(&self) {
         self.cache.invalidate_all();
     }
 
-    /// The logical cluster of `path` (`root:org:network`), walking one segment at a time.
-    pub async fn resolve(&self, path: &str) -> Result<String, KcpError> {
+    /// Forgets every path that resolved to logical cluster `lc` (a read or write
+    /// there answered 403 or 404: the workspace may be gone or replaced).
+    pub async fn forget(&self, lc: &str) {
+        let stale: Vec<std::sync::Arc<String>> = self
+            .cache
+            .iter()
+            .filter(|(_, v)| v == lc)
+            .map(|(k, _)| k)
+            .collect();
+        for k in stale {
+            self.cache.invalidate(k.as_str()).await;
+        }
+    }
+
+    /// The cached answer for `path`, if any.
+    pub async fn cached(&self, path: &str) -> Option<String> {
+        self.cache.get(path).await
+    }
+
+    /// The logical cluster of `path` (`root:org:network`, `2x8kq9:child`).
+    pub async fn resolve(&self, path: &str) -> Result<String, PathError> {
+        if !is_workspace_path(path) {
+            return Err(PathError::Malformed(path.to_string()));
+        }
         if let Some(lc) = self.cache.get(path).await {
             return Ok(lc);
         }
-        let fail = |s: String| KcpError::Path(s);
-        let mut segs = path.split(':');
-        if segs.next() != Some("root") {
-            return Err(fail(format!(
-                "workspace path {path:?} does not start at root"
-            )));
+        let lc = match self.logical_cluster(path).await {
+            Ok(lc) => lc,
+            Err(Lookup::Forbidden(direct)) => match self.walk(path).await {
+                Ok(lc) => lc,
+                Err(Lookup::Forbidden(walk) | Lookup::NotFound(walk)) => {
+                    return Err(PathError::Unknown {
+                        path: path.to_string(),
+                        detail: format!(
+                            "reading its LogicalCluster: {direct}; walking Workspaces: {walk}"
+                        ),
+                    });
+                }
+                Err(Lookup::Failed(walk)) => {
+                    return Err(PathError::Failed {
+                        path: path.to_string(),
+                        detail: format!(
+                            "reading its LogicalCluster: {direct}; walking Workspaces: {walk}"
+                        ),
+                    });
+                }
+            },
+            Err(Lookup::NotFound(detail)) => {
+                return Err(PathError::Unknown {
+                    path: path.to_string(),
+                    detail,
+                });
+            }
+            Err(Lookup::Failed(detail)) => {
+                return Err(PathError::Failed {
+                    path: path.to_string(),
+                    detail,
+                });
+            }
+        };
+        self.cache.insert(path.to_string(), lc.clone()).await;
+        Ok(lc)
+    }
+
+    /// One GET of `/clusters/<path>/apis/core.kcp.io/v1alpha1/logicalclusters/cluster`.
+    async fn logical_cluster(&self, path: &str) -> Result<String, Lookup> {
+        let client = self
+            .clients
+            .cluster(path)
+            .map_err(|e| Lookup::Failed(e.to_string()))?;
+        let api: Api<DynamicObject> = Api::all_with(client, &logical_cluster_resource());
+        let obj = api.get("cluster").await.map_err(Lookup::of)?;
+        let lc = cluster_of(&obj);
+        if is_logical_cluster_name(&lc) && !lc.contains(':') {
+            Ok(lc)
+        } else {
+            Err(Lookup::Failed(format!(
+                "its LogicalCluster carries no usable kcp.io/cluster annotation ({lc:?})"
+            )))
         }
-        let mut cur_path = "root".to_string();
-        let mut cur_lc = "root".to_string();
+    }
+
+    /// Walks Workspaces from the first segment (a logical cluster name), reading
+    /// `spec.cluster` of each child in its parent.
+    async fn walk(&self, path: &str) -> Result<String, Lookup> {
+        let mut segs = path.split(':');
+        let mut cur_path = segs.next().unwrap_or_default().to_string();
+        let mut cur_lc = cur_path.clone();
         for seg in segs {
             let next = format!("{cur_path}:{seg}");
             if let Some(lc) = self.cache.get(&next).await {
@@ -226,22 +406,19 @@ impl Resolver {
                 cur_lc = lc;
                 continue;
             }
-            let client = self.clients.cluster(&cur_lc)?;
+            let client = self
+                .clients
+                .cluster(&cur_lc)
+                .map_err(|e| Lookup::Failed(e.to_string()))?;
             let api: Api<DynamicObject> = Api::all_with(client, &workspace_resource());
-            let ws = match api.get_opt(seg).await {
-                Ok(Some(ws)) => ws,
-                Ok(None) => return Err(fail(format!("workspace {seg:?} not found in {cur_path}"))),
-                Err(e) => {
-                    return Err(fail(format!(
-                        "reading workspace {seg:?} in {cur_path}: {e}"
-                    )));
-                }
-            };
+            let ws = api.get(seg).await.map_err(|e| {
+                Lookup::of(e).map(|m| format!("workspace {seg:?} in {cur_path}: {m}"))
+            })?;
             let Some(lc) = ws.data["spec"]["cluster"]
                 .as_str()
-                .filter(|s| !s.is_empty())
+                .filter(|s| is_logical_cluster_name(s) && !s.contains(':'))
             else {
-                return Err(fail(format!(
+                return Err(Lookup::NotFound(format!(
                     "workspace {next} is not scheduled yet (no spec.cluster)"
                 )));
             };
@@ -250,6 +427,230 @@ impl Resolver {
             cur_lc = lc.to_string();
         }
         Ok(cur_lc)
+    }
+}
+
+/// A cache of lookup answers, each kept for `ttl`.
+fn answers<K, V>(ttl: Duration) -> moka::future::Cache<K, V>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    moka::future::Cache::builder()
+        .max_capacity(100_000)
+        .time_to_live(ttl)
+        .build()
+}
+
+/// How one read went.
+enum Lookup {
+    Forbidden(String),
+    NotFound(String),
+    Failed(String),
+}
+
+impl Lookup {
+    fn of(e: kube::Error) -> Self {
+        match status_of(&e) {
+            Some(403) => Self::Forbidden(e.to_string()),
+            Some(404) => Self::NotFound(e.to_string()),
+            _ => Self::Failed(e.to_string()),
+        }
+    }
+
+    fn map(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            Self::Forbidden(m) => Self::Forbidden(f(m)),
+            Self::NotFound(m) => Self::NotFound(f(m)),
+            Self::Failed(m) => Self::Failed(f(m)),
+        }
+    }
+}
+
+/// What an APIExport exports: its identity hash and group/resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportInfo {
+    /// `status.identityHash` ("" until kcp sets it).
+    pub identity_hash: String,
+    /// `spec.resources[]` as group/resource (group `core` read as "").
+    pub resources: BTreeSet<GroupResource>,
+}
+
+impl ExportInfo {
+    /// Reads an APIExport object (v1alpha2; v1alpha1's `latestResourceSchemas`
+    /// names are parsed as kcp converts them).
+    pub fn of(export: &DynamicObject) -> Self {
+        let norm = |g: &str| {
+            if g == "core" {
+                String::new()
+            } else {
+                g.to_string()
+            }
+        };
+        let mut resources = BTreeSet::new();
+        for r in export.data["spec"]["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(name) = r["name"].as_str() {
+                resources.insert(GroupResource::new(
+                    norm(r["group"].as_str().unwrap_or_default()),
+                    name,
+                ));
+            }
+        }
+        for s in export.data["spec"]["latestResourceSchemas"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str())
+        {
+            let mut parts = s.splitn(3, '.');
+            if let (Some(_), Some(plural), Some(group)) = (parts.next(), parts.next(), parts.next())
+            {
+                resources.insert(GroupResource::new(norm(group), plural));
+            }
+        }
+        Self {
+            identity_hash: export.data["status"]["identityHash"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            resources,
+        }
+    }
+}
+
+/// Why an APIExport could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExportError {
+    /// 404: there is no such APIExport.
+    #[error("APIExport {name} not found in workspace {workspace}")]
+    NotFound {
+        /// Export name.
+        name: String,
+        /// Workspace path or logical cluster.
+        workspace: String,
+    },
+    /// 403: holdfast may not read it.
+    #[error(
+        "holdfast may not read APIExport {name} in workspace {workspace} (it needs get apiexports there): {detail}"
+    )]
+    Forbidden {
+        /// Export name.
+        name: String,
+        /// Workspace path or logical cluster.
+        workspace: String,
+        /// kcp's answer.
+        detail: String,
+    },
+    /// Anything else (network, 5xx).
+    #[error("reading APIExport {name} in workspace {workspace}: {detail}")]
+    Failed {
+        /// Export name.
+        name: String,
+        /// Workspace path or logical cluster.
+        workspace: String,
+        /// What failed.
+        detail: String,
+    },
+}
+
+/// Reads APIExport `name` in logical cluster `lc` through the front-proxy;
+/// `workspace` names it in errors.
+pub async fn read_export(
+    clients: &Clients,
+    lc: &str,
+    workspace: &str,
+    name: &str,
+) -> Result<ExportInfo, ExportError> {
+    let failed = |detail: String| ExportError::Failed {
+        name: name.to_string(),
+        workspace: workspace.to_string(),
+        detail,
+    };
+    let client = clients.cluster(lc).map_err(|e| failed(e.to_string()))?;
+    let api: Api<DynamicObject> = Api::all_with(client, &api_export_resource());
+    match tokio::time::timeout(SLICE_READ_TIMEOUT, api.get(name)).await {
+        Err(_) => Err(failed("timed out".into())),
+        Ok(Ok(obj)) => Ok(ExportInfo::of(&obj)),
+        Ok(Err(e)) => Err(match status_of(&e) {
+            Some(404) => ExportError::NotFound {
+                name: name.to_string(),
+                workspace: workspace.to_string(),
+            },
+            Some(403) => ExportError::Forbidden {
+                name: name.to_string(),
+                workspace: workspace.to_string(),
+                detail: e.to_string(),
+            },
+            _ => failed(e.to_string()),
+        }),
+    }
+}
+
+/// How long an APIExport read is trusted (its resources or identity changing is
+/// noticed at the latest after this, or at the next resync, which drops the cache).
+pub const EXPORT_TTL: Duration = Duration::from_secs(60);
+
+/// APIExports read through the front-proxy, each answer kept for [`EXPORT_TTL`]
+/// (failures are not kept: they are read again next time).
+#[derive(Clone)]
+pub struct Exports {
+    clients: Clients,
+    cache: moka::future::Cache<(String, String), ExportInfo>,
+}
+
+impl Exports {
+    /// A cache reading through the front-proxy of `clients`.
+    pub fn new(clients: Clients) -> Self {
+        Self {
+            clients,
+            cache: answers(EXPORT_TTL),
+        }
+    }
+
+    /// Forgets everything (a resync).
+    pub fn invalidate(&self) {
+        self.cache.invalidate_all();
+    }
+
+    /// Forgets the exports of logical cluster `lc`.
+    pub async fn forget(&self, lc: &str) {
+        let stale: Vec<std::sync::Arc<(String, String)>> = self
+            .cache
+            .iter()
+            .filter(|(k, _)| k.0 == lc)
+            .map(|(k, _)| k)
+            .collect();
+        for k in stale {
+            self.cache.invalidate(k.as_ref()).await;
+        }
+    }
+
+    /// Forgets APIExport `name` of logical cluster `lc` (it lacked something: read
+    /// it afresh next time).
+    pub async fn forget_export(&self, lc: &str, name: &str) {
+        self.cache
+            .invalidate(&(lc.to_string(), name.to_string()))
+            .await;
+    }
+
+    /// APIExport `name` in logical cluster `lc` (`workspace` names it in errors).
+    pub async fn get(
+        &self,
+        lc: &str,
+        workspace: &str,
+        name: &str,
+    ) -> Result<ExportInfo, ExportError> {
+        let key = (lc.to_string(), name.to_string());
+        if let Some(info) = self.cache.get(&key).await {
+            return Ok(info);
+        }
+        let info = read_export(&self.clients, lc, workspace, name).await?;
+        self.cache.insert(key, info.clone()).await;
+        Ok(info)
     }
 }
 

@@ -123,7 +123,7 @@ fn anchor_rule_rules() {
 #[test]
 fn dependency_rule_rules() {
     let mut v = dr();
-    v["dependencies"][0]["apiExportRef"]["path"] = json!("org:network");
+    v["dependencies"][0]["apiExportRef"]["path"] = json!("Org:network");
     v["dependent"]["kind"] = json!("virtualMachine");
     let dup = v["dependencies"][1].clone();
     v["dependencies"].as_array_mut().expect("list").push(dup);
@@ -132,13 +132,23 @@ fn dependency_rule_rules() {
         &errors,
         "spec.dependent.kind spec.dependencies[0].apiExportRef.path spec.dependencies[2]",
     );
-    // Workspace paths of any depth.
-    for path in ["root", "root:a", "root:org:team:network-provider"] {
+    // Workspace paths of any depth, starting at any logical cluster (kcp resolves
+    // `<logical cluster>:<workspace>...`).
+    for path in [
+        "root",
+        "root:a",
+        "root:org:team:network-provider",
+        "org:network",
+        "2x8kq9mzl1b0v7fa",
+        "2x8kq9mzl1b0v7fa:child",
+    ] {
         let mut v = dr();
         v["dependencies"][0]["apiExportRef"]["path"] = json!(path);
         assert_eq!(spec::<DependencyRuleSpec>(v).validate(), vec![], "{path}");
     }
-    for path in ["", "root:", "root::a", "root:A", "rootx:a"] {
+    for path in [
+        "", "root:", "root::a", "root:A", ":a", "-x:a", "Root", "root/a",
+    ] {
         let mut v = dr();
         v["dependencies"][0]["apiExportRef"]["path"] = json!(path);
         assert_eq!(spec::<DependencyRuleSpec>(v).validate().len(), 1, "{path}");

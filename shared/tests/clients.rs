@@ -1,5 +1,7 @@
 //! `UrlClients` against a local HTTP/1.1 server: every URL's path is put before the
-//! request path, and clients for URLs on one server share its connections.
+//! request path, and clients for URLs on one server share its connections; kcp's
+//! `Clients` send virtual-workspace URLs the virtual-workspace kubeconfig's
+//! credentials.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,7 +10,8 @@ use holdfast_shared::clients::UrlClients;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
-/// Answers every request with its own path as JSON; counts accepted connections.
+/// Answers every request with its own path and `Authorization` header as JSON;
+/// counts accepted connections.
 async fn echo_server() -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
@@ -26,7 +29,8 @@ async fn echo_server() -> (String, Arc<AtomicUsize>) {
                         return;
                     }
                     let path = line.split(' ').nth(1).unwrap_or("").to_string();
-                    // Skip the headers (requests here have no body).
+                    // Read the headers (requests here have no body).
+                    let mut authorization = String::new();
                     loop {
                         let mut h = String::new();
                         if r.read_line(&mut h).await.unwrap_or(0) == 0 {
@@ -35,8 +39,14 @@ async fn echo_server() -> (String, Arc<AtomicUsize>) {
                         if h == "\r\n" {
                             break;
                         }
+                        if let Some((name, value)) = h.split_once(':')
+                            && name.eq_ignore_ascii_case("authorization")
+                        {
+                            authorization = value.trim().to_string();
+                        }
                     }
-                    let body = serde_json::json!({ "path": path }).to_string();
+                    let body = serde_json::json!({ "path": path, "authorization": authorization })
+                        .to_string();
                     let resp = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
@@ -122,4 +132,62 @@ async fn bad_urls_are_errors() {
             .unwrap_or_default();
         assert!(err.starts_with("bad API server URL"), "{bad}: {err}");
     }
+}
+
+/// What the echo server saw for one GET of `request` through `client`.
+async fn seen(client: kube::Client, request: &str) -> serde_json::Value {
+    let req = http::Request::get(request)
+        .body(Vec::new())
+        .expect("request");
+    client.request(req).await.expect("response")
+}
+
+fn with_token(url: &str, token: &str, ca: Option<Vec<u8>>) -> kube::Config {
+    let mut c = kube::Config::new(url.parse().expect("url"));
+    c.auth_info.token = Some(token.to_string().into());
+    c.root_cert = ca.map(|der| vec![der]);
+    c
+}
+
+#[tokio::test]
+async fn virtual_workspace_urls_take_the_virtual_workspace_kubeconfig() {
+    let (front_proxy, _) = echo_server().await;
+    let (vw, _) = echo_server().await;
+    let base = with_token(
+        &format!("{front_proxy}/clusters/root:holdfast"),
+        "front",
+        None,
+    );
+    // Its server is never used: the slice's URLs name theirs.
+    let vw_config = with_token("https://unused.example:1", "virtual", None);
+    let slice_url = format!("{vw}/services/apiexport/lc1/holdfast.dev/clusters/*");
+
+    let plain = holdfast_shared::kcp::Clients::new(base.clone(), 8);
+    let split = holdfast_shared::kcp::Clients::new(base.clone(), 8)
+        .with_virtual_workspace_config(Some(vw_config));
+
+    // Without the separate kubeconfig, virtual workspaces get the front-proxy's.
+    let v = seen(plain.virtual_workspace(&slice_url).expect("client"), "/api").await;
+    assert_eq!(v["authorization"], "Bearer front");
+    assert_eq!(
+        v["path"],
+        "/services/apiexport/lc1/holdfast.dev/clusters/*/api"
+    );
+    assert_eq!(plain.virtual_workspace_clients().config().root_cert, None);
+
+    // With it: its token (and CA) for virtual-workspace URLs only.
+    let v = seen(split.virtual_workspace(&slice_url).expect("client"), "/api").await;
+    assert_eq!(v["authorization"], "Bearer virtual");
+    let v = seen(split.cluster("root:org").expect("client"), "/api").await;
+    assert_eq!(v["authorization"], "Bearer front");
+    assert_eq!(v["path"], "/clusters/root:org/api");
+
+    // The CA goes with it (configuration only: no TLS server here).
+    let with_ca = holdfast_shared::kcp::Clients::new(base, 8).with_virtual_workspace_config(Some(
+        with_token("https://unused.example:1", "virtual", Some(vec![1, 2, 3])),
+    ));
+    let cfg = with_ca.virtual_workspace_clients().config();
+    assert_eq!(cfg.root_cert, Some(vec![vec![1, 2, 3]]));
+    assert_eq!(cfg.cluster_url.to_string(), "https://unused.example:1/");
+    assert_eq!(with_ca.urls().config().root_cert, None);
 }

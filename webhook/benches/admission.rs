@@ -37,6 +37,7 @@ fn admission(c: &mut Criterion) {
     let missing = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/no-such-kubeconfig");
     let view = rt.block_on(view::WebhookView::new(
         view::ViewOptions {
+            virtual_workspace_kubeconfig: None,
             topology: Topology::Kubernetes,
             kubeconfig: Some(&missing),
             label_only: true,

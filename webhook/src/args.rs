@@ -118,6 +118,12 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_APIEXPORT", default_value = "holdfast.dev")]
     pub apiexport: String,
 
+    /// kcp: kubeconfig whose credentials and CA are used for virtual-workspace URLs
+    /// (from APIExportEndpointSlices) when they differ from the front-proxy's; its
+    /// server is not used (default: the --kubeconfig credentials).
+    #[arg(long, env = "HOLDFAST_VIRTUAL_WORKSPACE_KUBECONFIG")]
+    pub virtual_workspace_kubeconfig: Option<PathBuf>,
+
     /// Seconds a client may take to send request headers, and then the body.
     #[arg(long, env = "HOLDFAST_READ_TIMEOUT_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub read_timeout_seconds: u64,
@@ -175,4 +181,23 @@ pub struct Args {
     /// Logging flags.
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_virtual_workspace_kubeconfig_is_optional() {
+        let base = ["holdfast-webhook", "--tls-cert", "c", "--tls-key", "k"];
+        let args = Args::try_parse_from(base).expect("parses");
+        assert_eq!(args.virtual_workspace_kubeconfig, None);
+        let mut with = base.to_vec();
+        with.extend(["--virtual-workspace-kubeconfig", "/etc/holdfast/vw"]);
+        let args = Args::try_parse_from(with).expect("parses");
+        assert_eq!(
+            args.virtual_workspace_kubeconfig,
+            Some(PathBuf::from("/etc/holdfast/vw"))
+        );
+    }
 }

@@ -66,6 +66,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let view = view::WebhookView::new(
         view::ViewOptions {
+            virtual_workspace_kubeconfig: args.virtual_workspace_kubeconfig.as_deref(),
             topology: args.topology,
             kubeconfig: args.kubeconfig.as_deref(),
             label_only: args.label_only,

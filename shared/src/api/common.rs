@@ -89,8 +89,11 @@ pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-
 /// `.metadata.labels['app.kubernetes.io/name']`.
 pub const FIELD_PATH_PATTERN: &str =
     r#"^\.[^.\[\]\s'"]+(\.[^.\[\]\s'"]+|\[(\*|[0-9]+|'[^']+'|"[^"]+")\])*$"#;
-/// Pattern of a kcp workspace path of any depth, e.g. `root:org:network`.
-pub const WORKSPACE_PATH_PATTERN: &str = r"^root(:[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// Pattern of a kcp workspace path of any depth: a logical cluster name (`root`,
+/// or any other) followed by Workspace names, e.g. `root:org:network`,
+/// `2x8kq9mzl1b0v7fa:child`.
+pub const WORKSPACE_PATH_PATTERN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(:[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
 /// What happens when a policy would block an operation.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]

@@ -106,8 +106,9 @@ impl Dependency {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApiExportRef {
-    /// Workspace path of any depth, e.g. `root:org:network`.
-    #[schemars(length(min = 4, max = 1024), pattern(WORKSPACE_PATH_PATTERN))]
+    /// Workspace path of any depth: a logical cluster name (e.g. `root`) followed by
+    /// workspace names, e.g. `root:org:network`.
+    #[schemars(length(min = 1, max = 1024), pattern(WORKSPACE_PATH_PATTERN))]
     pub path: String,
     /// Name of the APIExport, e.g. `network.test.io`.
     #[schemars(length(min = 1, max = 253), pattern(API_EXPORT_NAME_PATTERN))]
@@ -183,6 +184,10 @@ pub struct ResolvedWorkspace {
     /// Logical cluster name the path resolved to; unset while unresolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logical_cluster: Option<String>,
+    /// kcp: the APIExport's identity hash (`status.identityHash`), once read; two
+    /// exports of one group/resource differ in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_hash: Option<String>,
     /// Whether the merged webhook is installed in that workspace.
     #[serde(default)]
     pub webhook_installed: bool,

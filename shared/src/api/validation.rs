@@ -170,12 +170,11 @@ fn field_path(s: &str) -> Result<(), String> {
 }
 
 fn workspace_path(s: &str) -> Result<(), String> {
-    let mut parts = s.split(':');
-    let ok = parts.next() == Some("root") && parts.all(dns_label);
+    let ok = s.split(':').all(dns_label);
     is(
         ok,
         s,
-        "a workspace path (root, root:org, root:org:team, ...)",
+        "a workspace path (a logical cluster name, then workspace names: root, root:org, 2x8kq9:team, ...)",
     )
 }
 

@@ -5,6 +5,7 @@
 pub mod controller;
 pub mod fixtures;
 pub mod kcp;
+pub mod kcp_sharded;
 pub mod steps;
 
 use anyhow::{Context, bail};

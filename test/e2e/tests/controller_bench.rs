@@ -251,6 +251,26 @@ async fn bench_kcp_convergence_and_propagation() {
                 )
                 .await
                 .expect("binding");
+                // The APIExport the rules of the workspace before it name (a rule is
+                // Ready only when its export exists and exports the resource).
+                // Also the resources the propagation changes below switch to.
+                let changed = (0..changes)
+                    .filter(|k| ((k * 37) % n + 1) % n == i)
+                    .map(|k| format!("widgets{}v{k}", k % per));
+                let resources: Vec<Value> = (0..per)
+                    .map(|j| format!("widgets{j}"))
+                    .chain(changed)
+                    .map(|r| json!({"group": format!("{}.test", ws_name(i)), "name": r,
+                                    "schema": format!("v1.{r}.{}.test", ws_name(i)), "storage": {"crd": {}}}))
+                    .collect();
+                create(
+                    &client,
+                    &format!("{base}/apis/apis.kcp.io/v1alpha2/apiexports"),
+                    &json!({"apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIExport", "metadata": {"name": "widgets"},
+                            "spec": {"resources": resources}}),
+                )
+                .await
+                .expect("export");
                 for j in 0..per {
                     create(
                         &client,

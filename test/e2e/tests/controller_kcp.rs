@@ -13,7 +13,7 @@ use holdfast_e2e::{
     },
     kcp::{Kcp, NETWORK, binding, dependency_rule, export, schema, workspace},
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 async fn topology() -> Kcp {
     holdfast_e2e::kcp::topology().await.expect("kcp topology")
@@ -27,12 +27,17 @@ async fn with_controller(extra: &[&str]) -> (Kcp, ControllerProcess) {
 }
 
 async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
+    let mut c = spawn_controller(kcp, "controller", extra);
+    c.wait_ready(30).await.expect("controller ready");
+    c
+}
+
+/// The controller for kcp (with `extra` arguments), not waited for.
+fn spawn_controller(kcp: &Kcp, name: &str, extra: &[&str]) -> ControllerProcess {
     let port = holdfast_e2e::free_port().expect("port");
     let mut args = vec!["--kubeconfig", kcp.kubeconfig.as_str(), "--topology", "kcp"];
     args.extend_from_slice(extra);
-    let mut c = start_controller(&kcp.env, "controller", port, &args).expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
-    c
+    start_controller(&kcp.env, name, port, &args).expect("controller")
 }
 
 /// The holder of the controller's Lease in the holdfast workspace; fails when
@@ -58,6 +63,27 @@ fn resources(cfg: Option<&Value>) -> Vec<String> {
             .collect()
     })
     .unwrap_or_default()
+}
+
+/// Condition `type_` of DependencyRule `name` in workspace `path` now; fails when
+/// kubectl does or the condition is absent.
+fn rule_condition(kcp: &Kcp, path: &str, name: &str, type_: &str) -> Value {
+    condition_at(&kcp.env, Some(&kcp.ws(path)), "dependencyrule", name, type_)
+        .expect("kubectl")
+        .unwrap_or_else(|| panic!("{path}/{name} has no {type_} condition"))
+}
+
+/// Waits (at most 60 s) until the configuration in workspace `path` routes
+/// exactly `expected` to the policies webhook; fails with the controller's log.
+async fn wait_routed(kcp: &Kcp, c: &ControllerProcess, path: &str, expected: &[&str]) {
+    wait_configuration_at(
+        &kcp.env,
+        Some(&kcp.ws(path)),
+        Duration::from_secs(60),
+        |cfg| resources(cfg) == expected,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -241,7 +267,7 @@ async fn cycle_across_workspaces_is_reported_on_both_rules() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() {
-    let (kcp, _c) = with_controller(&[]).await;
+    let (kcp, c) = with_controller(&[]).await;
     let deep = "root:providers:storage:block";
     kcp.apply(
         "root:compute",
@@ -269,38 +295,15 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
 
     // The workspaces appear (three levels below root): the rule recovers on its own.
     kcp.apply("root:providers", &workspace("storage"));
-    kcp.apply("root:providers:storage", &workspace("block"));
-    kcp.apply(deep, &schema("storage.test.io", "volumes", "Volume"));
-    kcp.apply(
-        deep,
-        &export("storage.test.io", &["v1.volumes.storage.test.io"]),
-    );
-    kcp.apply(
-        deep,
-        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
-    );
+    let volumes = [("volumes", "Volume")];
+    provider(&kcp, deep, "storage.test.io", "storage.test.io", &volumes);
     kcp.wait_condition(
         "root:compute",
         ["dependencyrule", "vm-volume", "Invalid", "False"],
     )
     .await;
-    wait_configuration_at(
-        &kcp.env,
-        Some(&kcp.ws(deep)),
-        Duration::from_secs(10),
-        |c| resources(c) == vec!["volumes.storage.test.io"],
-    )
-    .await
-    .expect("installed in the deep workspace");
-    let ready = condition_at(
-        &kcp.env,
-        Some(&kcp.ws("root:compute")),
-        "dependencyrule",
-        "vm-volume",
-        "Ready",
-    )
-    .expect("kubectl")
-    .expect("ready condition");
+    wait_routed(&kcp, &c, deep, &["volumes.storage.test.io"]).await;
+    let ready = rule_condition(&kcp, "root:compute", "vm-volume", "Ready");
     assert_eq!(ready["status"], "True", "{ready}");
 }
 
@@ -382,4 +385,341 @@ async fn leader_election_in_the_holdfast_workspace() {
         new_holder != holder && follower.log().contains(&new_holder),
         "the Lease names the follower now: {new_holder}"
     );
+}
+
+/// Waits (at most 30 s) until rule `name` in `path` is Invalid with `reason`;
+/// returns the condition, failing with the last one seen.
+async fn wait_invalid(kcp: &Kcp, path: &str, name: &str, reason: &str) -> Value {
+    let at = kcp.ws(path);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let c =
+            condition_at(&kcp.env, Some(&at), "dependencyrule", name, "Invalid").expect("kubectl");
+        if let Some(c) = &c
+            && c["status"] == "True"
+            && c["reason"] == reason
+        {
+            return c.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path}/{name}: never Invalid with reason {reason}; last: {c:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `status.identityHash` of APIExport `name` in `path`.
+fn identity_of(kcp: &Kcp, path: &str, name: &str) -> String {
+    let export = kcp.get_json(path, &["apiexports.apis.kcp.io", name]);
+    let hash = export["status"]["identityHash"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(hash.len(), 64, "{export}");
+    hash.to_string()
+}
+
+/// A provider workspace `path` (created under its parent) with schemas for
+/// `resources` of `group`, exported as `export`, bound to holdfast.
+fn provider(kcp: &Kcp, path: &str, group: &str, export_name: &str, resources: &[(&str, &str)]) {
+    let (parent, name) = path.rsplit_once(':').expect("a nested path");
+    kcp.apply(parent, &workspace(name));
+    provider_content(kcp, path, group, export_name, resources);
+}
+
+fn provider_content(
+    kcp: &Kcp,
+    path: &str,
+    group: &str,
+    export_name: &str,
+    resources: &[(&str, &str)],
+) {
+    let mut names = Vec::new();
+    for (plural, kind) in resources {
+        kcp.apply(path, &schema(group, plural, kind));
+        names.push(format!("v1.{plural}.{group}"));
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    kcp.apply(path, &export(export_name, &names));
+    kcp.apply(
+        path,
+        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
+    );
+}
+
+/// A VirtualMachine rule depending on `resource` of `group` through `path`/`export`.
+fn vm_rule(name: &str, path: &str, export: &str, group: &str, resource: &str) -> String {
+    dependency_rule(
+        name,
+        ("compute.test.io", "VirtualMachine", "virtualmachines"),
+        &[(path, export, group, resource, ".spec.ref")],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ready_only_when_the_export_exists_and_exports_the_resource() {
+    let (kcp, c) = with_controller(&[]).await;
+    let storage = "root:storage";
+    kcp.apply("root", &workspace("storage"));
+    let storage_lc = kcp.env.sim.logical_cluster(storage).expect("storage lc");
+
+    // The export does not exist: not Ready, naming it and its workspace.
+    kcp.apply(
+        "root:compute",
+        &vm_rule(
+            "vm-disk",
+            storage,
+            "storage.test.io",
+            "storage.test.io",
+            "disks",
+        ),
+    );
+    let inv = wait_invalid(&kcp, "root:compute", "vm-disk", "APIExportNotFound").await;
+    assert_eq!(
+        inv["message"],
+        format!(
+            "spec.dependencies[0].apiExportRef: APIExport storage.test.io not found in workspace {storage} (logical cluster {storage_lc})"
+        ),
+        "{}",
+        c.log()
+    );
+    // Written with the Invalid condition, in the same status.
+    let ready = rule_condition(&kcp, "root:compute", "vm-disk", "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("Invalid")),
+        "{ready}"
+    );
+    assert!(
+        !kcp.exists(storage, &["validatingwebhookconfiguration", "holdfast"]),
+        "nothing installed for an export that does not exist"
+    );
+
+    // Created later (without the resource first): the rule names what is missing.
+    provider_content(
+        &kcp,
+        storage,
+        "storage.test.io",
+        "storage.test.io",
+        &[("volumes", "Volume")],
+    );
+    let inv = wait_invalid(&kcp, "root:compute", "vm-disk", "ResourceNotExported").await;
+    assert_eq!(
+        inv["message"],
+        format!(
+            "spec.dependencies[0].apiExportRef: APIExport storage.test.io in workspace {storage} does not export disks.storage.test.io (it exports: volumes.storage.test.io)"
+        )
+    );
+
+    // The export gains the resource: Ready, with the export's identity recorded.
+    kcp.apply(storage, &schema("storage.test.io", "disks", "Disk"));
+    kcp.apply(
+        storage,
+        &export(
+            "storage.test.io",
+            &["v1.volumes.storage.test.io", "v1.disks.storage.test.io"],
+        ),
+    );
+    kcp.wait_condition(
+        "root:compute",
+        ["dependencyrule", "vm-disk", "Ready", "True"],
+    )
+    .await;
+    wait_routed(&kcp, &c, storage, &["disks.storage.test.io"]).await;
+    let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-disk"]);
+    let ws = &rule["status"]["workspaces"][0];
+    assert_eq!(ws["logicalCluster"], storage_lc.as_str(), "{rule}");
+    assert_eq!(
+        ws["identityHash"],
+        identity_of(&kcp, storage, "storage.test.io").as_str(),
+        "{rule}"
+    );
+
+    // The dependent's export (in the rule's own workspace) must export it too.
+    kcp.apply(
+        "root:compute",
+        &dependency_rule(
+            "gadget-vpc",
+            ("gadgets.test.io", "Gadget", "gadgets"),
+            &[(
+                NETWORK,
+                "network.test.io",
+                "network.test.io",
+                "vpcs",
+                ".spec.vpc",
+            )],
+        ),
+    );
+    let compute_lc = kcp
+        .env
+        .sim
+        .logical_cluster("root:compute")
+        .expect("compute lc");
+    let inv = wait_invalid(&kcp, "root:compute", "gadget-vpc", "APIExportNotFound").await;
+    assert_eq!(
+        inv["message"],
+        format!(
+            "spec.dependent.apiExportName: APIExport gadgets.test.io not found in workspace {compute_lc}"
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exports_of_one_group_resource_are_told_apart_by_identity() {
+    let (kcp, c) = with_controller(&[]).await;
+    // A second export of vpcs.network.test.io, in another workspace.
+    provider(
+        &kcp,
+        "root:other-network",
+        "network.test.io",
+        "network.test.io",
+        &[("vpcs", "VPC")],
+    );
+    let ours = identity_of(&kcp, NETWORK, "network.test.io");
+    let theirs = identity_of(&kcp, "root:other-network", "network.test.io");
+    assert_ne!(ours, theirs);
+
+    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
+    kcp.wait_condition(
+        "root:compute",
+        ["dependencyrule", "vm-vpc", "Ready", "True"],
+    )
+    .await;
+    let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-vpc"]);
+    assert_eq!(
+        rule["status"]["workspaces"][0]["identityHash"],
+        ours.as_str()
+    );
+    wait_routed(&kcp, &c, NETWORK, &["vpcs.network.test.io"]).await;
+    // Only the named export's workspace is routed.
+    assert!(
+        !kcp.exists(
+            "root:other-network",
+            &["validatingwebhookconfiguration", "holdfast"]
+        ),
+        "the other export of the same group/resource got a configuration"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_path_may_start_at_any_logical_cluster() {
+    let (kcp, c) = with_controller(&[]).await;
+    let providers = kcp.env.sim.logical_cluster("root:providers").expect("lc");
+    let network = kcp.env.sim.logical_cluster(NETWORK).expect("lc");
+    let path = format!("{providers}:network");
+    kcp.apply(
+        "root:compute",
+        &vm_rule(
+            "vm-vpc",
+            &path,
+            "network.test.io",
+            "network.test.io",
+            "vpcs",
+        ),
+    );
+    kcp.wait_condition(
+        "root:compute",
+        ["dependencyrule", "vm-vpc", "Ready", "True"],
+    )
+    .await;
+    let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-vpc"]);
+    assert_eq!(rule["status"]["workspaces"][0]["path"], path.as_str());
+    assert_eq!(
+        rule["status"]["workspaces"][0]["logicalCluster"],
+        network.as_str()
+    );
+    wait_routed(&kcp, &c, NETWORK, &["vpcs.network.test.io"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_workspace_recreated_under_the_same_path_is_followed() {
+    let (kcp, c) = with_controller(&[]).await;
+    let edge = "root:edge";
+    let gateways = [("gateways", "Gateway")];
+    provider(&kcp, edge, "edge.test.io", "edge.test.io", &gateways);
+    let first = kcp.env.sim.logical_cluster(edge).expect("lc");
+    kcp.apply(
+        "root:compute",
+        &vm_rule("vm-gw", edge, "edge.test.io", "edge.test.io", "gateways"),
+    );
+    kcp.wait_condition("root:compute", ["dependencyrule", "vm-gw", "Ready", "True"])
+        .await;
+
+    // Deleted and created again: a new logical cluster under the same path.
+    let out = kcp.kubectl("root", &["delete", "workspace", "edge"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    provider(&kcp, edge, "edge.test.io", "edge.test.io", &gateways);
+    let second = kcp.env.sim.logical_cluster(edge).expect("lc");
+    assert_ne!(first, second);
+
+    // No Workspace watch: the failed reads and writes there, the retry and the
+    // resync make the rule follow.
+    wait_routed(&kcp, &c, edge, &["gateways.edge.test.io"]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-gw"]);
+        let ws = &rule["status"]["workspaces"][0];
+        if ws["logicalCluster"] == second.as_str() && ws["webhookInstalled"] == true {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rule never followed to {second}: {rule}\n{}",
+            c.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    kcp.wait_condition("root:compute", ["dependencyrule", "vm-gw", "Ready", "True"])
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn virtual_workspace_urls_take_the_virtual_workspace_kubeconfig() {
+    let kcp = topology().await;
+    let front_proxy = kcp.env.sim.kubeconfig_for_server(&kcp.url, "admin");
+    // Its server is never used (the endpoint slice names the URLs).
+    let usable = front_proxy.replace(&kcp.url, "https://127.0.0.1:1");
+    let wrong = front_proxy.replace("token: admin-token", "token: not-a-token");
+    assert_ne!(usable, front_proxy);
+    assert_ne!(wrong, front_proxy);
+    let file = |name: &str, text: &str| {
+        let path = kcp.env.dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path.to_string_lossy().into_owned()
+    };
+    let (usable, wrong) = (
+        file("vw.kubeconfig", &usable),
+        file("vw-wrong.kubeconfig", &wrong),
+    );
+
+    let mut c = controller(&kcp, &["--virtual-workspace-kubeconfig", &usable]).await;
+    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
+    kcp.wait_condition(
+        "root:compute",
+        ["dependencyrule", "vm-vpc", "Ready", "True"],
+    )
+    .await;
+    let status = c.terminate(15).await.expect("exits");
+    assert!(status.success(), "{status}: {}", c.log());
+
+    // A token the server does not know: the front-proxy reads still work (the slice
+    // is found), the virtual workspace answers 401.
+    let wrong_vw = ["--virtual-workspace-kubeconfig", wrong.as_str()];
+    let c = spawn_controller(&kcp, "controller-wrong-vw", &wrong_vw);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = c.log();
+        if log.contains("found the virtual workspace")
+            && log.contains("kcp watch failed")
+            && log.contains("401")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no 401 from the virtual workspace: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!c.is_ready().await, "ready without the virtual workspace");
 }

@@ -395,6 +395,7 @@ async fn open_view(
     let metrics = Metrics::new().map_err(|e| anyhow!("metrics: {e}"))?;
     let view = WebhookView::with_config(
         ViewOptions {
+            virtual_workspace_kubeconfig: None,
             topology: Topology::Kubernetes,
             kubeconfig: None,
             label_only: false,

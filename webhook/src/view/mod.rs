@@ -138,6 +138,9 @@ pub struct ViewOptions<'a> {
     pub label_keys: Vec<String>,
     /// kcp: the holdfast APIExport whose virtual workspace serves the policy objects.
     pub apiexport: String,
+    /// kcp: kubeconfig for virtual-workspace URLs (credentials and CA), when they
+    /// differ from the front-proxy's.
+    pub virtual_workspace_kubeconfig: Option<&'a Path>,
     /// Protection label keys that list the value `Cascading`.
     pub cascading_keys: Vec<String>,
 }
@@ -147,7 +150,19 @@ impl WebhookView {
     /// label decisions do not need it (policy objects then never load).
     pub async fn new(opts: ViewOptions<'_>, metrics: Metrics) -> Arc<Self> {
         let (client, base_config) = Self::clients(&opts).await;
-        Self::build(opts, client, base_config, metrics)
+        let vw_config = match opts.virtual_workspace_kubeconfig {
+            Some(path) => match holdfast_shared::runtime::kubeconfig::load(Some(path)).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    // Without it the virtual workspaces would be reached with the wrong
+                    // credentials: build no kcp clients (every kcp read fails closed).
+                    tracing::error!(error = %format!("{e:#}"), "cannot load --virtual-workspace-kubeconfig");
+                    return Self::build(opts, client, None, metrics);
+                }
+            },
+            None => None,
+        };
+        Self::build_with(opts, client, base_config, vw_config, metrics)
     }
 
     /// Builds the view over an API server configuration already loaded (the plugin:
@@ -192,14 +207,26 @@ impl WebhookView {
         base_config: Option<kube::Config>,
         metrics: Metrics,
     ) -> Arc<Self> {
+        Self::build_with(opts, client, base_config, None, metrics)
+    }
+
+    fn build_with(
+        opts: ViewOptions<'_>,
+        client: Option<Client>,
+        base_config: Option<kube::Config>,
+        vw_config: Option<kube::Config>,
+        metrics: Metrics,
+    ) -> Arc<Self> {
         Arc::new(Self {
             topology: opts.topology,
             label_only: opts.label_only,
             mode: opts.mode,
             client,
             partitions: DashMap::new(),
-            cluster_clients: base_config
-                .map(|c| holdfast_shared::kcp::Clients::new(c, MAX_CLUSTER_CLIENTS)),
+            cluster_clients: base_config.map(|c| {
+                holdfast_shared::kcp::Clients::new(c, MAX_CLUSTER_CLIENTS)
+                    .with_virtual_workspace_config(vw_config)
+            }),
             registry: Arc::new(Registry::default()),
             index: DependentsIndex::default(),
             synced: DashMap::new(),
@@ -399,6 +426,7 @@ impl WebhookView {
 fn test_view(topology: Topology, mode: DependentsMode) -> Arc<WebhookView> {
     WebhookView::build(
         ViewOptions {
+            virtual_workspace_kubeconfig: None,
             topology,
             kubeconfig: None,
             label_only: false,
@@ -473,6 +501,7 @@ mod tests {
 
     fn options(label_only: bool) -> ViewOptions<'static> {
         ViewOptions {
+            virtual_workspace_kubeconfig: None,
             topology: Topology::Kubernetes,
             kubeconfig: None,
             label_only,

@@ -1,0 +1,334 @@
+//! The seed 003 topology on a kcp of two shards behind a front-proxy, where nobody
+//! but the platform team is `system:masters`: holdfast runs as the users
+//! `holdfast-controller` and `holdfast-webhook` with exactly the RBAC that
+//! `manifests/overlays/kcp/workspace` ships plus the two per-export grants
+//! `docs/kcp.md` tells providers and consumers to make; providers and consumers act
+//! as users of their own.
+//!
+//! Placement: `root:holdfast`, `root:compute` and `root:providers` on shard `root`;
+//! `root:providers:network` on `shard-1`; consumers on the shard the test names.
+
+use crate::{Env, KubectlOutput};
+use holdfast_sim::{SimConfig, User};
+use std::path::{Path, PathBuf};
+
+/// The network provider's workspace path.
+pub const NETWORK: &str = "root:providers:network";
+/// The compute provider's workspace path.
+pub const COMPUTE: &str = "root:compute";
+/// The holdfast workspace.
+pub const HOLDFAST: &str = "root:holdfast";
+
+/// The users of the topology: (name, groups).
+const USERS: &[(&str, &[&str])] = &[
+    ("platform", &["system:masters"]),
+    ("provider", &["holdfast:providers"]),
+    ("consumer", &[]),
+    ("holdfast-controller", &[]),
+    ("holdfast-webhook", &[]),
+];
+
+/// A two-shard sim with the topology set up.
+pub struct Sharded {
+    /// The environment (sim, webhook...).
+    pub env: Env,
+    /// The front-proxy's base URL.
+    pub url: String,
+    /// The controller's kubeconfig (user holdfast-controller, holdfast workspace).
+    pub controller_kubeconfig: String,
+    /// The webhook's kubeconfig (user holdfast-webhook, holdfast workspace).
+    pub webhook_kubeconfig: String,
+}
+
+fn sim_config() -> SimConfig {
+    SimConfig {
+        shards: 2,
+        users: USERS
+            .iter()
+            .map(|(name, groups)| User {
+                name: (*name).into(),
+                token: format!("{name}-token"),
+                groups: groups.iter().map(|g| (*g).to_string()).collect(),
+                ..Default::default()
+            })
+            .collect(),
+        ..SimConfig::default()
+    }
+}
+
+/// A Workspace placed on `shard`.
+pub fn workspace_on(name: &str, shard: &str) -> String {
+    format!(
+        "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {{name: {name}}}\nspec:\n  location: {{selector: {{matchLabels: {{name: {shard}}}}}}}\n"
+    )
+}
+
+/// Everything `user` may do in a workspace (a ClusterRole and its binding).
+fn admin_of(user: &str) -> String {
+    format!(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {user}-admin}}
+rules:
+- {{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}}
+- {{nonResourceURLs: ["*"], verbs: ["*"]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {user}-admin}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {user}-admin}}
+subjects:
+- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}
+"#
+    )
+}
+
+/// `bind` on APIExport `export` for every authenticated user.
+fn bindable(export: &str) -> String {
+    format!(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: bind-{export}}}
+rules:
+- {{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [{export}], verbs: [bind]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: bind-{export}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bind-{export}}}
+subjects:
+- {{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "system:authenticated"}}
+"#
+    )
+}
+
+/// The binding to holdfast.dev a provider makes: the webhook-configuration claim
+/// accepted with exactly the verbs the export claims.
+fn holdfast_binding() -> &'static str {
+    r#"apiVersion: apis.kcp.io/v1alpha2
+kind: APIBinding
+metadata: {name: holdfast}
+spec:
+  reference: {export: {path: "root:holdfast", name: holdfast.dev}}
+  permissionClaims:
+  - group: admissionregistration.k8s.io
+    resource: validatingwebhookconfigurations
+    selector: {matchAll: true}
+    verbs: [get, list, watch, create, update, patch, delete]
+    state: Accepted
+"#
+}
+
+fn manifests(dir: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../manifests")
+        .join(dir)
+        .to_string_lossy()
+        .into_owned()
+}
+
+impl Sharded {
+    /// URL of workspace `path` at the front-proxy.
+    pub fn ws(&self, path: &str) -> String {
+        format!("{}/clusters/{path}", self.url)
+    }
+
+    /// kubectl as `user` in workspace `path`.
+    pub fn kubectl(&self, user: &str, path: &str, args: &[&str]) -> KubectlOutput {
+        let server = self.ws(path);
+        let mut all = vec!["--server", server.as_str()];
+        all.extend_from_slice(args);
+        self.env
+            .kubectl_as(user, &all)
+            .unwrap_or_else(|e| panic!("kubectl: {e}"))
+    }
+
+    /// `kubectl apply` of `manifest` as `user` in workspace `path`; panics on failure.
+    pub fn apply(&self, user: &str, path: &str, manifest: &str) {
+        let file = self.manifest_file(manifest);
+        let out = self.kubectl(user, path, &["apply", "-f", &file]);
+        assert_eq!(out.code, 0, "apply as {user} in {path}: {out:?}\n{manifest}");
+    }
+
+    /// `kubectl apply -k manifests/<dir>` as `user` in workspace `path`.
+    pub fn apply_k(&self, user: &str, path: &str, dir: &str) {
+        let out = self.kubectl(user, path, &["apply", "-k", &manifests(dir)]);
+        assert_eq!(out.code, 0, "apply -k {dir} as {user} in {path}: {out:?}");
+    }
+
+    fn manifest_file(&self, manifest: &str) -> String {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let path = self.env.dir.path().join(format!("manifest-{n}.yaml"));
+        std::fs::write(&path, manifest).unwrap_or_else(|e| panic!("writing {path:?}: {e}"));
+        path.to_string_lossy().into_owned()
+    }
+
+    /// The endpoint URLs of APIExportEndpointSlice `name` in workspace `path`.
+    pub fn endpoints(&self, path: &str, name: &str) -> Vec<String> {
+        let out = self.kubectl(
+            "platform",
+            path,
+            &["get", "apiexportendpointslice", name, "-o", "json"],
+        );
+        let v = out
+            .json()
+            .unwrap_or_else(|e| panic!("slice {name} in {path}: {e}"));
+        v["status"]["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["url"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// A consumer workspace `name` on `shard`, owned by user `consumer`, binding both
+    /// providers' exports, with the consumer RBAC holdfast's docs recommend.
+    pub fn consumer(&self, name: &str, shard: &str) -> String {
+        self.apply("platform", "root", &workspace_on(name, shard));
+        let path = format!("root:{name}");
+        self.apply("platform", &path, &admin_of("consumer"));
+        self.apply(
+            "consumer",
+            &path,
+            &crate::kcp::binding("compute", COMPUTE, "compute.test.io", false),
+        );
+        self.apply(
+            "consumer",
+            &path,
+            &crate::kcp::binding("network", NETWORK, "network.test.io", false),
+        );
+        // docs/kcp.md, consumer guide: access, discovery, and list on the dependents.
+        self.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
+        let out = self.kubectl(
+            "consumer",
+            &path,
+            &[
+                "create",
+                "clusterrole",
+                "holdfast-dependents",
+                "--verb=list",
+                "--resource=virtualmachines.compute.test.io",
+            ],
+        );
+        assert_eq!(out.code, 0, "{out:?}");
+        let out = self.kubectl(
+            "consumer",
+            &path,
+            &[
+                "create",
+                "clusterrolebinding",
+                "holdfast-dependents",
+                "--clusterrole=holdfast-dependents",
+                "--user=holdfast-webhook",
+            ],
+        );
+        assert_eq!(out.code, 0, "{out:?}");
+        path
+    }
+
+    /// Runs kubectl as `user` in `path` until `check` accepts its output (at most
+    /// [`crate::MIN_WAIT`]); the last output otherwise.
+    pub async fn until(
+        &self,
+        user: &str,
+        path: &str,
+        args: &[&str],
+        check: impl Fn(&KubectlOutput) -> bool,
+    ) -> anyhow::Result<KubectlOutput> {
+        let deadline = std::time::Instant::now() + crate::MIN_WAIT;
+        loop {
+            let out = self.kubectl(user, path, args);
+            if check(&out) {
+                return Ok(out);
+            }
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("kubectl {args:?} as {user} in {path}: last {out:?}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
+    fn kubeconfig_for(&self, user: &str) -> anyhow::Result<String> {
+        let path: PathBuf = self.env.dir.path().join(format!("{user}.kubeconfig"));
+        std::fs::write(
+            &path,
+            self.env.sim.kubeconfig_for_server(&self.ws(HOLDFAST), user),
+        )?;
+        Ok(path.to_string_lossy().into_owned())
+    }
+}
+
+/// Sets up the two-shard topology on a fresh sim (no consumer yet).
+pub async fn sharded() -> anyhow::Result<Sharded> {
+    let env = Env::start_with(sim_config()).await?;
+    let url = env.sim.url();
+    let mut t = Sharded {
+        env,
+        url,
+        controller_kubeconfig: String::new(),
+        webhook_kubeconfig: String::new(),
+    };
+    // The platform team: workspaces, holdfast's API and holdfast's RBAC.
+    t.apply("platform", "root", &workspace_on("holdfast", "root"));
+    t.apply("platform", "root", &workspace_on("compute", "root"));
+    t.apply("platform", "root", &workspace_on("providers", "root"));
+    t.apply("platform", "root:providers", &workspace_on("network", "shard-1"));
+    t.apply_k("platform", HOLDFAST, "kcp");
+    t.apply_k("platform", HOLDFAST, "overlays/kcp/workspace/holdfast");
+    for p in [COMPUTE, NETWORK] {
+        t.apply("platform", p, &admin_of("provider"));
+    }
+
+    // Providers: their types, their exports (bindable by anyone), their binding to
+    // holdfast.dev, holdfast's provider RBAC and the webhook's read of the dependent
+    // export's virtual workspace (docs/kcp.md, provider guide).
+    use crate::kcp::{export, schema};
+    t.apply(
+        "provider",
+        COMPUTE,
+        &schema("compute.test.io", "virtualmachines", "VirtualMachine"),
+    );
+    t.apply(
+        "provider",
+        COMPUTE,
+        &export("compute.test.io", &["v1.virtualmachines.compute.test.io"]),
+    );
+    t.apply("provider", NETWORK, &schema("network.test.io", "vpcs", "VPC"));
+    t.apply(
+        "provider",
+        NETWORK,
+        &export("network.test.io", &["v1.vpcs.network.test.io"]),
+    );
+    for (p, e) in [(COMPUTE, "compute.test.io"), (NETWORK, "network.test.io")] {
+        t.apply("provider", p, &bindable(e));
+        t.apply("provider", p, holdfast_binding());
+        t.apply_k("provider", p, "overlays/kcp/workspace/provider");
+    }
+    for args in [
+        &[
+            "create",
+            "clusterrole",
+            "holdfast-webhook-content",
+            "--verb=list,watch",
+            "--resource=apiexports.apis.kcp.io/content",
+            "--resource-name=compute.test.io",
+        ][..],
+        &[
+            "create",
+            "clusterrolebinding",
+            "holdfast-webhook-content",
+            "--clusterrole=holdfast-webhook-content",
+            "--user=holdfast-webhook",
+        ][..],
+    ] {
+        let out = t.kubectl("provider", COMPUTE, args);
+        anyhow::ensure!(out.code == 0, "{args:?}: {out:?}");
+    }
+    t.until("provider", COMPUTE, &["get", "dependencyrules"], |o| o.code == 0)
+        .await?;
+    t.controller_kubeconfig = t.kubeconfig_for("holdfast-controller")?;
+    t.webhook_kubeconfig = t.kubeconfig_for("holdfast-webhook")?;
+    Ok(t)
+}

@@ -1,0 +1,161 @@
+//! Seed 003 on a kcp of two shards, holdfast under the identities and RBAC it ships
+//! (never `system:masters`): the compute provider's DependencyRule protects VPCs of
+//! the network provider (nested at `root:providers:network`, on the other shard than
+//! the rule) in consumers on either shard, with both `--dependents` strategies; a
+//! consumer that is the first to bind the compute export on its shard is protected
+//! from its first object on, before and after the shard's URL appears in the slice.
+
+use holdfast_e2e::{
+    controller::{ControllerProcess, start_controller},
+    kcp::vm_vpc_rule,
+    kcp_sharded::{COMPUTE, NETWORK, Sharded, sharded},
+};
+
+const VPC: &str = "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n";
+const VM: &str = "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n";
+
+async fn holdfast(t: &mut Sharded, mode: &str) -> ControllerProcess {
+    let webhook_kubeconfig = t.webhook_kubeconfig.clone();
+    t.env
+        .start_webhook(&[
+            "--topology",
+            "kcp",
+            "--kubeconfig",
+            &webhook_kubeconfig,
+            "--dependents",
+            mode,
+        ])
+        .await
+        .expect("webhook");
+    let port = t.env.webhook.as_ref().map(|w| w.port).expect("port");
+    let controller_kubeconfig = t.controller_kubeconfig.clone();
+    let mut c = start_controller(
+        &t.env,
+        "controller",
+        port,
+        &["--kubeconfig", &controller_kubeconfig, "--topology", "kcp"],
+    )
+    .expect("controller");
+    c.wait_ready(30).await.unwrap_or_else(|e| {
+        panic!("controller ready: {e:#}\ncontroller: {}", c.log())
+    });
+    c
+}
+
+/// Waits until `kubectl delete vpc my-vpc` as the consumer in `path` gives an
+/// outcome `check` accepts; returns it.
+async fn delete_vpc_until(
+    t: &Sharded,
+    c: &ControllerProcess,
+    path: &str,
+    check: impl Fn(&holdfast_e2e::KubectlOutput) -> bool,
+) -> holdfast_e2e::KubectlOutput {
+    let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
+    loop {
+        let out = t.kubectl(
+            "consumer",
+            path,
+            &["delete", "vpc", "my-vpc", "-n", "default", "--wait=false"],
+        );
+        if check(&out) {
+            return out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "delete vpc in {path}: {out:?}\nwebhook: {}\ncontroller: {}",
+            t.env.webhook_log(),
+            c.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+fn refused_for_vm(out: &holdfast_e2e::KubectlOutput) -> bool {
+    out.code != 0
+        && out.stderr.contains("Forbidden")
+        && out.stderr.contains("VirtualMachine")
+        && out.stderr.contains("my-vm")
+}
+
+/// The seed 003 story in consumer `path`: refused while the VM references the VPC,
+/// allowed once it is gone.
+async fn story(t: &Sharded, c: &ControllerProcess, path: &str) {
+    t.apply("consumer", path, VPC);
+    t.apply("consumer", path, VM);
+    let out = delete_vpc_until(t, c, path, refused_for_vm).await;
+    assert!(
+        out.stderr.contains("my-vpc"),
+        "the refusal names the VPC: {out:?}"
+    );
+    let vpc = t.kubectl("consumer", path, &["get", "vpc", "my-vpc", "-n", "default"]);
+    assert_eq!(vpc.code, 0, "the VPC survived the refused delete: {vpc:?}");
+    let out = t.kubectl("consumer", path, &["delete", "virtualmachine", "my-vm", "-n", "default"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = delete_vpc_until(t, c, path, |o| o.code == 0).await;
+    assert!(out.stdout.contains("deleted"), "{out:?}");
+}
+
+async fn two_shards(mode: &str) {
+    let mut t = sharded().await.expect("topology");
+    // A consumer on the rule's shard before holdfast starts.
+    let near = t.consumer("consumer-a", "root");
+    let c = holdfast(&mut t, mode).await;
+    t.apply("provider", COMPUTE, &vm_rule());
+    let cond = t
+        .until(
+            "provider",
+            COMPUTE,
+            &[
+                "get",
+                "dependencyrule",
+                "vm-dependencies",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            |o| o.stdout.trim() == "True",
+        )
+        .await;
+    assert!(cond.is_ok(), "rule Ready: {cond:?}\ncontroller: {}", c.log());
+    // The controller installed the provider's webhook configuration on the network
+    // provider's shard (through that shard's endpoint of holdfast.dev).
+    let out = t.kubectl(
+        "provider",
+        NETWORK,
+        &["get", "validatingwebhookconfiguration", "holdfast"],
+    );
+    assert_eq!(out.code, 0, "{out:?}\ncontroller: {}", c.log());
+    assert_eq!(
+        t.env.sim.shard_of(&t.env.sim.logical_cluster(NETWORK).expect("network")),
+        Some("shard-1".to_string())
+    );
+    story(&t, &c, &near).await;
+
+    // A consumer on the other shard: the first binding of compute.test.io there, so
+    // that shard's URL joins the compute slice only now.
+    assert_eq!(t.endpoints(COMPUTE, "compute.test.io").len(), 1);
+    let far = t.consumer("consumer-b", "shard-1");
+    assert_eq!(
+        t.env.sim.shard_of(&t.env.sim.logical_cluster(&far).expect("consumer-b")),
+        Some("shard-1".to_string())
+    );
+    story(&t, &c, &far).await;
+    let urls = t.endpoints(COMPUTE, "compute.test.io");
+    assert_eq!(urls.len(), 2, "one URL per shard with a binding: {urls:?}");
+    // Once both endpoints are watched, the index answers for both consumers.
+    story(&t, &c, &near).await;
+    story(&t, &c, &far).await;
+}
+
+fn vm_rule() -> String {
+    vm_vpc_rule("vm-dependencies")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_003_across_two_shards_with_the_watched_index() {
+    two_shards("watch").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_003_across_two_shards_with_live_lookups() {
+    two_shards("live").await;
+}
