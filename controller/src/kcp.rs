@@ -602,7 +602,8 @@ impl Reconciler {
                 self.settings.api_export
             );
         };
-        self.clients.virtual_workspace(&format!("{url}/clusters/{cluster}"))
+        self.clients
+            .virtual_workspace(&format!("{url}/clusters/{cluster}"))
     }
 
     /// Runs `op` with a client for `cluster` through the endpoint of its shard (see
@@ -614,7 +615,9 @@ impl Reconciler {
     {
         let mut candidates = Vec::new();
         for url in self.shard_candidates(cluster) {
-            let client = self.clients.virtual_workspace(&format!("{url}/clusters/{cluster}"))?;
+            let client = self
+                .clients
+                .virtual_workspace(&format!("{url}/clusters/{cluster}"))?;
             candidates.push((url, client));
         }
         let result = in_turn(candidates, op).await;

@@ -147,7 +147,10 @@ impl Sharded {
     pub fn apply(&self, user: &str, path: &str, manifest: &str) {
         let file = self.manifest_file(manifest);
         let out = self.kubectl(user, path, &["apply", "-f", &file]);
-        assert_eq!(out.code, 0, "apply as {user} in {path}: {out:?}\n{manifest}");
+        assert_eq!(
+            out.code, 0,
+            "apply as {user} in {path}: {out:?}\n{manifest}"
+        );
     }
 
     /// `kubectl apply -k manifests/<dir>` as `user` in workspace `path`.
@@ -274,7 +277,11 @@ pub async fn sharded() -> anyhow::Result<Sharded> {
     t.apply("platform", "root", &workspace_on("holdfast", "root"));
     t.apply("platform", "root", &workspace_on("compute", "root"));
     t.apply("platform", "root", &workspace_on("providers", "root"));
-    t.apply("platform", "root:providers", &workspace_on("network", "shard-1"));
+    t.apply(
+        "platform",
+        "root:providers",
+        &workspace_on("network", "shard-1"),
+    );
     t.apply_k("platform", HOLDFAST, "kcp");
     t.apply_k("platform", HOLDFAST, "overlays/kcp/workspace/holdfast");
     for p in [COMPUTE, NETWORK] {
@@ -295,7 +302,11 @@ pub async fn sharded() -> anyhow::Result<Sharded> {
         COMPUTE,
         &export("compute.test.io", &["v1.virtualmachines.compute.test.io"]),
     );
-    t.apply("provider", NETWORK, &schema("network.test.io", "vpcs", "VPC"));
+    t.apply(
+        "provider",
+        NETWORK,
+        &schema("network.test.io", "vpcs", "VPC"),
+    );
     t.apply(
         "provider",
         NETWORK,
@@ -326,8 +337,10 @@ pub async fn sharded() -> anyhow::Result<Sharded> {
         let out = t.kubectl("provider", COMPUTE, args);
         anyhow::ensure!(out.code == 0, "{args:?}: {out:?}");
     }
-    t.until("provider", COMPUTE, &["get", "dependencyrules"], |o| o.code == 0)
-        .await?;
+    t.until("provider", COMPUTE, &["get", "dependencyrules"], |o| {
+        o.code == 0
+    })
+    .await?;
     t.controller_kubeconfig = t.kubeconfig_for("holdfast-controller")?;
     t.webhook_kubeconfig = t.kubeconfig_for("holdfast-webhook")?;
     Ok(t)

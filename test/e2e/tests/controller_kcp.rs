@@ -709,8 +709,8 @@ async fn virtual_workspace_urls_take_the_virtual_workspace_kubeconfig() {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let log = c.log();
-        if log.contains("found the virtual workspace")
-            && log.contains("kcp watch failed")
+        if log.contains("watching an endpoint of the APIExportEndpointSlice")
+            && log.contains("endpoint watch failed")
             && log.contains("401")
         {
             break;

@@ -11,7 +11,8 @@ use holdfast_e2e::{
     kcp_sharded::{COMPUTE, NETWORK, Sharded, sharded},
 };
 
-const VPC: &str = "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n";
+const VPC: &str =
+    "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n";
 const VM: &str = "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n";
 
 async fn holdfast(t: &mut Sharded, mode: &str) -> ControllerProcess {
@@ -36,9 +37,9 @@ async fn holdfast(t: &mut Sharded, mode: &str) -> ControllerProcess {
         &["--kubeconfig", &controller_kubeconfig, "--topology", "kcp"],
     )
     .expect("controller");
-    c.wait_ready(30).await.unwrap_or_else(|e| {
-        panic!("controller ready: {e:#}\ncontroller: {}", c.log())
-    });
+    c.wait_ready(30)
+        .await
+        .unwrap_or_else(|e| panic!("controller ready: {e:#}\ncontroller: {}", c.log()));
     c
 }
 
@@ -77,11 +78,58 @@ fn refused_for_vm(out: &holdfast_e2e::KubectlOutput) -> bool {
         && out.stderr.contains("my-vm")
 }
 
-/// The seed 003 story in consumer `path`: refused while the VM references the VPC,
-/// allowed once it is gone.
-async fn story(t: &Sharded, c: &ControllerProcess, path: &str) {
+/// The webhook's dependents lookups so far: (live, index).
+async fn lookups(t: &Sharded) -> (f64, f64) {
+    let series = |s: &str| format!("holdfast_webhook_dependents_lookups_total{{source=\"{s}\"}}");
+    let live = t.env.webhook_metric(&series("live")).await;
+    let index = t.env.webhook_metric(&series("index")).await;
+    match (live, index) {
+        (Ok(l), Ok(i)) => (l.unwrap_or(0.0), i.unwrap_or(0.0)),
+        (l, i) => panic!("metrics unreadable: {l:?} {i:?}"),
+    }
+}
+
+/// Waits until a refused dry-run DELETE of the VPC in `path` is answered from the
+/// dependents index (no API call): the index counter moves and the live one not.
+async fn answered_from_the_index(t: &Sharded, c: &ControllerProcess, path: &str) {
+    let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
+    loop {
+        let before = lookups(t).await;
+        let out = t.kubectl(
+            "consumer",
+            path,
+            &[
+                "delete",
+                "vpc",
+                "my-vpc",
+                "-n",
+                "default",
+                "--dry-run=server",
+            ],
+        );
+        assert!(refused_for_vm(&out), "{out:?}");
+        let after = lookups(t).await;
+        if after.1 > before.1 && after.0 == before.0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path}: never answered from the index (lookups {before:?} -> {after:?})\nwebhook: {}\ncontroller: {}",
+            t.env.webhook_log(),
+            c.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The seed 003 story in consumer `path`: refused while the VM references the VPC
+/// (from the index once `indexed`), allowed once it is gone.
+async fn story(t: &Sharded, c: &ControllerProcess, path: &str, indexed: bool) {
     t.apply("consumer", path, VPC);
     t.apply("consumer", path, VM);
+    if indexed {
+        answered_from_the_index(t, c, path).await;
+    }
     let out = delete_vpc_until(t, c, path, refused_for_vm).await;
     assert!(
         out.stderr.contains("my-vpc"),
@@ -89,7 +137,11 @@ async fn story(t: &Sharded, c: &ControllerProcess, path: &str) {
     );
     let vpc = t.kubectl("consumer", path, &["get", "vpc", "my-vpc", "-n", "default"]);
     assert_eq!(vpc.code, 0, "the VPC survived the refused delete: {vpc:?}");
-    let out = t.kubectl("consumer", path, &["delete", "virtualmachine", "my-vm", "-n", "default"]);
+    let out = t.kubectl(
+        "consumer",
+        path,
+        &["delete", "virtualmachine", "my-vm", "-n", "default"],
+    );
     assert_eq!(out.code, 0, "{out:?}");
     let out = delete_vpc_until(t, c, path, |o| o.code == 0).await;
     assert!(out.stdout.contains("deleted"), "{out:?}");
@@ -115,7 +167,11 @@ async fn two_shards(mode: &str) {
             |o| o.stdout.trim() == "True",
         )
         .await;
-    assert!(cond.is_ok(), "rule Ready: {cond:?}\ncontroller: {}", c.log());
+    assert!(
+        cond.is_ok(),
+        "rule Ready: {cond:?}\ncontroller: {}",
+        c.log()
+    );
     // The controller installed the provider's webhook configuration on the network
     // provider's shard (through that shard's endpoint of holdfast.dev).
     let out = t.kubectl(
@@ -125,25 +181,38 @@ async fn two_shards(mode: &str) {
     );
     assert_eq!(out.code, 0, "{out:?}\ncontroller: {}", c.log());
     assert_eq!(
-        t.env.sim.shard_of(&t.env.sim.logical_cluster(NETWORK).expect("network")),
+        t.env
+            .sim
+            .shard_of(&t.env.sim.logical_cluster(NETWORK).expect("network")),
         Some("shard-1".to_string())
     );
-    story(&t, &c, &near).await;
+    story(&t, &c, &near, false).await;
 
     // A consumer on the other shard: the first binding of compute.test.io there, so
     // that shard's URL joins the compute slice only now.
     assert_eq!(t.endpoints(COMPUTE, "compute.test.io").len(), 1);
     let far = t.consumer("consumer-b", "shard-1");
     assert_eq!(
-        t.env.sim.shard_of(&t.env.sim.logical_cluster(&far).expect("consumer-b")),
+        t.env
+            .sim
+            .shard_of(&t.env.sim.logical_cluster(&far).expect("consumer-b")),
         Some("shard-1".to_string())
     );
-    story(&t, &c, &far).await;
+    story(&t, &c, &far, false).await;
     let urls = t.endpoints(COMPUTE, "compute.test.io");
     assert_eq!(urls.len(), 2, "one URL per shard with a binding: {urls:?}");
-    // Once both endpoints are watched, the index answers for both consumers.
-    story(&t, &c, &near).await;
-    story(&t, &c, &far).await;
+    let shards: Vec<String> = t.env.sim.shards().into_iter().map(|(_, url)| url).collect();
+    for (url, shard) in urls.iter().zip(&shards) {
+        assert!(url.starts_with(shard.as_str()), "{url} is not at {shard}");
+    }
+    // Once both endpoints are watched, the index answers for both consumers (with
+    // `--dependents live` every check stays a live list).
+    let indexed = mode == "watch";
+    story(&t, &c, &near, indexed).await;
+    story(&t, &c, &far, indexed).await;
+    if !indexed {
+        assert_eq!(lookups(&t).await.1, 0.0, "live mode never reads the index");
+    }
 }
 
 fn vm_rule() -> String {

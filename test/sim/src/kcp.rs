@@ -368,7 +368,13 @@ pub fn parse_prefix(state: &State, req: &Request) -> ApiResult<Prefix> {
         .path
         .split('/')
         .filter(|s| !s.is_empty())
-        .map(|s| if s.eq_ignore_ascii_case("%2A") { "*" } else { s })
+        .map(|s| {
+            if s.eq_ignore_ascii_case("%2A") {
+                "*"
+            } else {
+                s
+            }
+        })
         .collect();
     let shard = match req.which {
         Listener::FrontProxy => None,

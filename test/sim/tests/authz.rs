@@ -665,7 +665,11 @@ async fn virtual_workspace_needs_apiexports_content_with_the_same_verb() {
         ),
     );
     // dave holds nothing: discovery in the virtual workspace is refused too.
-    let shard = sim.shards().first().map(|(_, url)| url.clone()).expect("a shard");
+    let shard = sim
+        .shards()
+        .first()
+        .map(|(_, url)| url.clone())
+        .expect("a shard");
     let k = Kubectl::new(&sim.kubeconfig_for_server(&shard, "dave"));
     kubectl_refused(
         &k.sh(&format!("get --raw {vw}/*/apis")),
