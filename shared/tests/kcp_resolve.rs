@@ -95,6 +95,21 @@ async fn org_team() -> (SimHandle, Clients) {
     let admin = clients(&sim, "admin").await;
     workspace(&admin, "root", "org").await;
     workspace(&admin, "root:org", "team").await;
+    // Entering root:org (to read its Workspaces) needs `access` there (kcp fact 14).
+    let crb = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+        "clusterrolebindings",
+    );
+    create(
+        &admin,
+        "root:org",
+        &crb,
+        r#"{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "walker-access"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kcp:workspace:access"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "walker"}]}"#,
+    )
+    .await;
     (sim, admin)
 }
 
