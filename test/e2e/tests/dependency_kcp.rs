@@ -4,11 +4,13 @@
 //! through the virtual workspace, the real webhook reads rules through the holdfast
 //! APIExport's virtual workspaces and dependents through every endpoint of the
 //! compute export's APIExportEndpointSlice, or live through the front-proxy for a
-//! consumer no synced endpoint covers.
+//! consumer no synced endpoint covers. On two shards, holdfast under its
+//! identities and the RBAC it ships (`holdfast_e2e::kcp::topology`); the provider
+//! and the consumer act as their own users.
 
 use holdfast_e2e::{
     controller::start_controller,
-    kcp::{Kcp, NETWORK, dependency_rule, topology},
+    kcp::{COMPUTE, CONSUMER, Kcp, NETWORK, dependency_rule, topology},
     steps::words,
 };
 
@@ -31,7 +33,7 @@ async fn until(
 ) -> holdfast_e2e::KubectlOutput {
     let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
     loop {
-        let out = kcp.kubectl("root:consumer", args);
+        let out = kcp.kubectl("consumer", CONSUMER, args);
         if check(&out) {
             return out;
         }
@@ -63,15 +65,18 @@ async fn seed_story(mode: &str) {
         "annotate apiexport compute.test.io apiexports.apis.kcp.io/skip-endpointslice=true",
         "delete apiexportendpointslice compute.test.io",
     ] {
-        let out = kcp.kubectl("root:compute", &words(args));
+        let out = kcp.kubectl("provider", COMPUTE, &words(args));
         assert_eq!(out.code, 0, "{args}: {out:?}");
     }
-    let kubeconfig = kcp.kubeconfig.clone();
+    let (controller_kubeconfig, webhook_kubeconfig) = (
+        kcp.controller_kubeconfig.clone(),
+        kcp.webhook_kubeconfig.clone(),
+    );
     let webhook_args = [
         "--topology",
         "kcp",
         "--kubeconfig",
-        &kubeconfig,
+        &webhook_kubeconfig,
         "--dependents",
         mode,
     ];
@@ -81,18 +86,19 @@ async fn seed_story(mode: &str) {
         &kcp.env,
         "controller",
         port,
-        &["--kubeconfig", &kubeconfig, "--topology", "kcp"],
+        &["--kubeconfig", &controller_kubeconfig, "--topology", "kcp"],
     )
     .expect("controller");
     c.wait_ready(30).await.expect("controller ready");
-    kcp.apply("root:compute", &vm_rule(".spec.vpcRef.name"));
+    kcp.apply("provider", COMPUTE, &vm_rule(".spec.vpcRef.name"));
     kcp.env.wait_webhook_ready().await.expect("webhook ready");
 
     kcp.apply(
-        "root:consumer",
+        "consumer",
+        CONSUMER,
         "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n",
     );
-    kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
+    kcp.apply("consumer", CONSUMER, "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
     let out = until(
         &kcp,
         &["delete", "vpc", "my-vpc", "--dry-run=server"],
@@ -115,8 +121,7 @@ async fn seed_story(mode: &str) {
     );
     // The compute provider publishes its export's endpoints: holdfast watches VMs
     // through every one of them rather than the front-proxy wildcard.
-    kcp.apply(
-        "root:compute",
+    kcp.apply("provider", COMPUTE,
         "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExportEndpointSlice\nmetadata: {name: compute.test.io}\nspec: {export: {path: \"root:compute\", name: compute.test.io}}\n",
     );
     if mode == "watch" {
@@ -126,7 +131,8 @@ async fn seed_story(mode: &str) {
         loop {
             let (_, before) = lookups(&kcp).await;
             let out = kcp.kubectl(
-                "root:consumer",
+                "consumer",
+                CONSUMER,
                 &words("delete vpc my-vpc --dry-run=server"),
             );
             let text = "still referenced by VirtualMachine default/my-vm";
@@ -144,7 +150,7 @@ async fn seed_story(mode: &str) {
         }
     }
     // Two VMs: both named.
-    kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-2, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
+    kcp.apply("consumer", CONSUMER, "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-2, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
     until(
         &kcp,
         &["delete", "vpc", "my-vpc", "--dry-run=server"],
@@ -157,23 +163,24 @@ async fn seed_story(mode: &str) {
     )
     .await;
     // A list field path, edited in place on the live rule.
-    kcp.apply("root:consumer", "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: disk-vpc, namespace: default}\n");
-    kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-disks, namespace: default}\nspec: {disks: [{vpcRef: {name: disk-vpc}}]}\n");
-    kcp.apply("root:compute", &vm_rule(".spec.disks[*].vpcRef.name"));
+    kcp.apply("consumer", CONSUMER, "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: disk-vpc, namespace: default}\n");
+    kcp.apply("consumer", CONSUMER, "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-disks, namespace: default}\nspec: {disks: [{vpcRef: {name: disk-vpc}}]}\n");
+    kcp.apply("provider", COMPUTE, &vm_rule(".spec.disks[*].vpcRef.name"));
     until(
         &kcp,
         &["delete", "vpc", "disk-vpc", "--dry-run=server"],
         |o| refused(o, "still referenced by VirtualMachine default/vm-disks"),
     )
     .await;
-    kcp.apply("root:compute", &vm_rule(".spec.vpcRef.name"));
+    kcp.apply("provider", COMPUTE, &vm_rule(".spec.vpcRef.name"));
     // Break-glass with the seed's own annotation.
     let out = kcp.kubectl(
-        "root:consumer",
+        "consumer",
+        CONSUMER,
         &words("annotate vpc disk-vpc dependencies.opendefense.cloud/skip-protection=true"),
     );
     assert_eq!(out.code, 0, "{out:?}");
-    let out = kcp.kubectl("root:consumer", &["delete", "vpc", "disk-vpc"]);
+    let out = kcp.kubectl("consumer", CONSUMER, &["delete", "vpc", "disk-vpc"]);
     assert_eq!(out.code, 0, "break-glass: {out:?}");
     // The webhook restarted with the API server out of its reach: "not ready, retry
     // later", never an allow; restarted normally, it decides correctly again.
@@ -203,7 +210,8 @@ async fn seed_story(mode: &str) {
         .await
         .expect("restarted");
     let out = kcp.kubectl(
-        "root:consumer",
+        "consumer",
+        CONSUMER,
         &["delete", "vpc", "my-vpc", "--dry-run=server"],
     );
     assert!(
@@ -224,7 +232,8 @@ async fn seed_story(mode: &str) {
     .await;
     // Delete the VMs, then the VPC goes.
     let out = kcp.kubectl(
-        "root:consumer",
+        "consumer",
+        CONSUMER,
         &["delete", "virtualmachine", "my-vm", "vm-2"],
     );
     assert_eq!(out.code, 0, "{out:?}");
@@ -233,17 +242,21 @@ async fn seed_story(mode: &str) {
     if mode == "watch" {
         // The last VM gone, no endpoint's watch holds an object of the consumer any
         // more: its checks are live (an index that cannot see it never answers).
-        let out = kcp.kubectl("root:consumer", &["delete", "virtualmachine", "vm-disks"]);
+        let out = kcp.kubectl(
+            "consumer",
+            CONSUMER,
+            &["delete", "virtualmachine", "vm-disks"],
+        );
         assert_eq!(out.code, 0, "{out:?}");
-        kcp.apply(
-            "root:consumer",
+        kcp.apply("consumer", CONSUMER,
             "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: spare, namespace: default}\n",
         );
         let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
         loop {
             let (live, index) = lookups(&kcp).await;
             let out = kcp.kubectl(
-                "root:consumer",
+                "consumer",
+                CONSUMER,
                 &["delete", "vpc", "spare", "--dry-run=server"],
             );
             assert_eq!(out.code, 0, "{out:?}");
