@@ -6,6 +6,8 @@
 //! both (`root:consumer`, shard `shard-1`). Providers and the consumer act as users
 //! of their own (`provider`, `consumer`); `platform` is the platform team.
 
+use anyhow::Context as _;
+
 pub use crate::kcp_sharded::{COMPUTE, HOLDFAST, NETWORK, Sharded as Kcp};
 
 /// The consumer workspace of the topology (on shard `shard-1`).
@@ -35,6 +37,48 @@ impl Kcp {
         crate::controller::wait_condition_at(&self.env, Some(&at), query, 30)
             .await
             .unwrap_or_else(|e| panic!("in {path}: {e:#}"))
+    }
+
+    /// The webhook's arguments: `--topology kcp`, the `holdfast-webhook` identity's
+    /// kubeconfig, `--dependents mode`.
+    pub fn webhook_args(&self, mode: &str) -> Vec<String> {
+        let kubeconfig = self.webhook_kubeconfig.as_str();
+        [
+            "--topology",
+            "kcp",
+            "--kubeconfig",
+            kubeconfig,
+            "--dependents",
+            mode,
+        ]
+        .map(str::to_string)
+        .to_vec()
+    }
+
+    /// Starts the webhook (`--dependents mode`) and the controller (process `name`)
+    /// as holdfast's identities and waits until the controller is ready.
+    pub async fn start_holdfast(
+        &mut self,
+        name: &str,
+        mode: &str,
+    ) -> anyhow::Result<crate::controller::ControllerProcess> {
+        let args = self.webhook_args(mode);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.env.start_webhook(&args).await?;
+        let Some(port) = self.env.webhook.as_ref().map(|w| w.port) else {
+            anyhow::bail!("the webhook did not start");
+        };
+        let kubeconfig = self.controller_kubeconfig.as_str();
+        let mut c = crate::controller::start_controller(
+            &self.env,
+            name,
+            port,
+            &["--kubeconfig", kubeconfig, "--topology", "kcp"],
+        )?;
+        c.wait_ready(30)
+            .await
+            .with_context(|| format!("controller {name} not ready: {}", c.log()))?;
+        Ok(c)
     }
 
     /// Whether `kubectl get ARGS` as `user` in workspace `path` finds the object:

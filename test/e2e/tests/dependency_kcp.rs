@@ -9,7 +9,7 @@
 //! and the consumer act as their own users.
 
 use holdfast_e2e::{
-    controller::start_controller,
+    KubectlOutput,
     kcp::{COMPUTE, CONSUMER, Kcp, NETWORK, dependency_rule, topology},
     steps::words,
 };
@@ -22,38 +22,43 @@ fn vm_rule(path: &str) -> String {
     )
 }
 
-fn refused(out: &holdfast_e2e::KubectlOutput, text: &str) -> bool {
+fn refused(out: &KubectlOutput, text: &str) -> bool {
     out.refused_with(text)
 }
 
-async fn until(
+/// Runs kubectl as the consumer until `check` accepts its output; fails with the
+/// last output and the webhook's log.
+async fn until(kcp: &Kcp, args: &[&str], check: impl Fn(&KubectlOutput) -> bool) -> KubectlOutput {
+    kcp.until("consumer", CONSUMER, args, check)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nwebhook: {}", kcp.env.webhook_log()))
+}
+
+/// Repeats `kubectl delete vpc VPC --dry-run=server` as the consumer, asserting
+/// `outcome` on every answer, until the webhook's dependents lookups (live, index)
+/// before and after the answer satisfy `counted`.
+async fn dry_run_until(
     kcp: &Kcp,
-    args: &[&str],
-    check: impl Fn(&holdfast_e2e::KubectlOutput) -> bool,
-) -> holdfast_e2e::KubectlOutput {
+    vpc: &str,
+    outcome: impl Fn(&KubectlOutput) -> bool,
+    counted: impl Fn((f64, f64), (f64, f64)) -> bool,
+) {
     let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
     loop {
-        let out = kcp.kubectl("consumer", CONSUMER, args);
-        if check(&out) {
-            return out;
+        let before = kcp.env.dependents_lookups().await;
+        let args = ["delete", "vpc", vpc, "--dry-run=server"];
+        let out = kcp.kubectl("consumer", CONSUMER, &args);
+        assert!(outcome(&out), "{out:?}");
+        let after = kcp.env.dependents_lookups().await;
+        if counted(before, after) {
+            return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "kubectl {args:?}: {out:?}\nwebhook: {}",
+            "delete vpc {vpc}: lookups never counted as expected ({before:?} -> {after:?})\nwebhook: {}",
             kcp.env.webhook_log()
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
-/// The webhook's dependents lookups so far: (live, index).
-async fn lookups(kcp: &Kcp) -> (f64, f64) {
-    let series = |s: &str| format!("holdfast_webhook_dependents_lookups_total{{source=\"{s}\"}}");
-    let live = kcp.env.webhook_metric(&series("live")).await;
-    let index = kcp.env.webhook_metric(&series("index")).await;
-    match (live, index) {
-        (Ok(l), Ok(i)) => (l.unwrap_or(0.0), i.unwrap_or(0.0)),
-        (l, i) => panic!("metrics unreadable: {l:?} {i:?}"),
     }
 }
 
@@ -68,28 +73,10 @@ async fn seed_story(mode: &str) {
         let out = kcp.kubectl("provider", COMPUTE, &words(args));
         assert_eq!(out.code, 0, "{args}: {out:?}");
     }
-    let (controller_kubeconfig, webhook_kubeconfig) = (
-        kcp.controller_kubeconfig.clone(),
-        kcp.webhook_kubeconfig.clone(),
-    );
-    let webhook_args = [
-        "--topology",
-        "kcp",
-        "--kubeconfig",
-        &webhook_kubeconfig,
-        "--dependents",
-        mode,
-    ];
-    kcp.env.start_webhook(&webhook_args).await.expect("webhook");
-    let port = kcp.env.webhook.as_ref().map(|w| w.port).expect("port");
-    let mut c = start_controller(
-        &kcp.env,
-        "controller",
-        port,
-        &["--kubeconfig", &controller_kubeconfig, "--topology", "kcp"],
-    )
-    .expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
+    let _c = kcp
+        .start_holdfast("controller", mode)
+        .await
+        .expect("holdfast");
     kcp.apply("provider", COMPUTE, &vm_rule(".spec.vpcRef.name"));
     kcp.env.wait_webhook_ready().await.expect("webhook ready");
 
@@ -114,40 +101,29 @@ async fn seed_story(mode: &str) {
     );
     // The compute export has no APIExportEndpointSlice yet: no endpoint covers the
     // consumer, so every check was live, in both modes.
-    let (live, index) = lookups(&kcp).await;
+    let (live, index) = kcp.env.dependents_lookups().await;
     assert!(
         live >= 1.0 && index == 0.0,
         "lookups live {live}, index {index}"
     );
     // The compute provider publishes its export's endpoints: holdfast watches VMs
     // through every one of them rather than the front-proxy wildcard.
-    kcp.apply("provider", COMPUTE,
+    kcp.apply(
+        "provider",
+        COMPUTE,
         "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExportEndpointSlice\nmetadata: {name: compute.test.io}\nspec: {export: {path: \"root:compute\", name: compute.test.io}}\n",
     );
     if mode == "watch" {
         // Once an endpoint's synced watch covers the consumer, its checks come from
         // the index (no API call), still refused.
-        let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
-        loop {
-            let (_, before) = lookups(&kcp).await;
-            let out = kcp.kubectl(
-                "consumer",
-                CONSUMER,
-                &words("delete vpc my-vpc --dry-run=server"),
-            );
-            let text = "still referenced by VirtualMachine default/my-vm";
-            assert!(refused(&out, text), "{out:?}");
-            if lookups(&kcp).await.1 > before {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the index never answered: {:?}\nwebhook: {}",
-                lookups(&kcp).await,
-                kcp.env.webhook_log()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        let text = "still referenced by VirtualMachine default/my-vm";
+        dry_run_until(
+            &kcp,
+            "my-vpc",
+            |o| refused(o, text),
+            |before, after| after.1 > before.1,
+        )
+        .await;
     }
     // Two VMs: both named.
     kcp.apply("consumer", CONSUMER, "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-2, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
@@ -219,8 +195,10 @@ async fn seed_story(mode: &str) {
         "{out:?}"
     );
     kcp.env.webhook = None;
+    let args = kcp.webhook_args(mode);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     kcp.env
-        .start_webhook_on(port, &webhook_args)
+        .start_webhook_on(port, &args)
         .await
         .expect("restarted");
     kcp.env.wait_webhook_ready().await.expect("ready again");
@@ -248,29 +226,18 @@ async fn seed_story(mode: &str) {
             &["delete", "virtualmachine", "vm-disks"],
         );
         assert_eq!(out.code, 0, "{out:?}");
-        kcp.apply("consumer", CONSUMER,
+        kcp.apply(
+            "consumer",
+            CONSUMER,
             "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: spare, namespace: default}\n",
         );
-        let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
-        loop {
-            let (live, index) = lookups(&kcp).await;
-            let out = kcp.kubectl(
-                "consumer",
-                CONSUMER,
-                &["delete", "vpc", "spare", "--dry-run=server"],
-            );
-            assert_eq!(out.code, 0, "{out:?}");
-            let after = lookups(&kcp).await;
-            if after == (live + 1.0, index) {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never looked up live: {after:?}\nwebhook: {}",
-                kcp.env.webhook_log()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        dry_run_until(
+            &kcp,
+            "spare",
+            |o| o.code == 0,
+            |(live, index), after| after == (live + 1.0, index),
+        )
+        .await;
     }
 }
 

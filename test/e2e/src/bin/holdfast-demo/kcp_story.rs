@@ -4,10 +4,7 @@
 
 use crate::policies::{VPC_AND_VM, VPC_AND_VM_CREATED};
 use crate::runner::{Demo, Expect};
-use holdfast_e2e::{
-    controller::start_controller,
-    kcp::{COMPUTE, CONSUMER, NETWORK, topology, vm_vpc_rule},
-};
+use holdfast_e2e::kcp::{COMPUTE, CONSUMER, NETWORK, topology, vm_vpc_rule};
 
 /// Sets up the kcp topology, starts the webhook and controller for kcp, and tells
 /// the story. Every process it started is stopped when it returns.
@@ -17,23 +14,10 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
         "seed 003 (kcp dependency-controller: rule in a provider workspace, webhook through the virtual workspace, objects in a consumer workspace)",
     );
     let mut kcp = topology().await?;
-    let (controller_kubeconfig, webhook_kubeconfig) = (
-        kcp.controller_kubeconfig.clone(),
-        kcp.webhook_kubeconfig.clone(),
-    );
-    kcp.env
-        .start_webhook(&["--topology", "kcp", "--kubeconfig", &webhook_kubeconfig])
-        .await?;
+    let _controller = kcp.start_holdfast("controller-kcp", "watch").await?;
     let Some(port) = kcp.env.webhook.as_ref().map(|w| w.port) else {
         anyhow::bail!("the kcp webhook did not start");
     };
-    let mut controller = start_controller(
-        &kcp.env,
-        "controller-kcp",
-        port,
-        &["--kubeconfig", &controller_kubeconfig, "--topology", "kcp"],
-    )?;
-    controller.wait_ready(30).await?;
     demo.note(&format!(
         "a second simulator, modelling kcp with two shards behind a front-proxy at {}: \
          root:holdfast (holdfast's APIExport) and {COMPUTE} (VirtualMachines) on shard root, \
