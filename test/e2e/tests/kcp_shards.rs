@@ -6,7 +6,7 @@
 //! from its first object on, before and after the shard's URL appears in the slice.
 
 use holdfast_e2e::{
-    controller::{ControllerProcess, start_controller},
+    controller::ControllerProcess,
     kcp::vm_vpc_rule,
     kcp_sharded::{COMPUTE, NETWORK, Sharded, sharded},
 };
@@ -16,31 +16,9 @@ const VPC: &str =
 const VM: &str = "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n";
 
 async fn holdfast(t: &mut Sharded, mode: &str) -> ControllerProcess {
-    let webhook_kubeconfig = t.webhook_kubeconfig.clone();
-    t.env
-        .start_webhook(&[
-            "--topology",
-            "kcp",
-            "--kubeconfig",
-            &webhook_kubeconfig,
-            "--dependents",
-            mode,
-        ])
+    t.start_holdfast("controller", mode)
         .await
-        .expect("webhook");
-    let port = t.env.webhook.as_ref().map(|w| w.port).expect("port");
-    let controller_kubeconfig = t.controller_kubeconfig.clone();
-    let mut c = start_controller(
-        &t.env,
-        "controller",
-        port,
-        &["--kubeconfig", &controller_kubeconfig, "--topology", "kcp"],
-    )
-    .expect("controller");
-    c.wait_ready(30)
-        .await
-        .unwrap_or_else(|e| panic!("controller ready: {e:#}\ncontroller: {}", c.log()));
-    c
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// Waits until `kubectl delete vpc my-vpc` as the consumer in `path` gives an
@@ -80,13 +58,7 @@ fn refused_for_vm(out: &holdfast_e2e::KubectlOutput) -> bool {
 
 /// The webhook's dependents lookups so far: (live, index).
 async fn lookups(t: &Sharded) -> (f64, f64) {
-    let series = |s: &str| format!("holdfast_webhook_dependents_lookups_total{{source=\"{s}\"}}");
-    let live = t.env.webhook_metric(&series("live")).await;
-    let index = t.env.webhook_metric(&series("index")).await;
-    match (live, index) {
-        (Ok(l), Ok(i)) => (l.unwrap_or(0.0), i.unwrap_or(0.0)),
-        (l, i) => panic!("metrics unreadable: {l:?} {i:?}"),
-    }
+    t.env.dependents_lookups().await
 }
 
 /// Waits until a refused dry-run DELETE of the VPC in `path` is answered from the
