@@ -143,7 +143,16 @@ struct Seen {
     /// watch is synced.
     clusters: HashMap<String, (String, bool)>,
     urls: Vec<String>,
+    /// The endpoints whose watch is synced.
+    synced_urls: Vec<String>,
+    /// Cluster → endpoint that answered for it when asked directly (see
+    /// [`Endpoints::mark_served`]); kept across rebuilds, dropped with the endpoint.
+    served: HashMap<String, String>,
 }
+
+/// Clusters remembered as served by an endpoint at most; past it the memory starts
+/// over (each is asked again once).
+const MAX_SERVED: usize = 100_000;
 
 /// A handle on a merged index fed by every endpoint of a slice.
 pub struct Endpoints<K, I> {
@@ -184,12 +193,35 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
         locks::read(&self.seen).synced
     }
 
-    /// Whether a synced endpoint's watch holds objects of logical cluster `cluster`.
+    /// Whether a synced endpoint's watch holds objects of logical cluster `cluster`,
+    /// or a synced endpoint serves `cluster` (it answered for it when asked: a virtual
+    /// workspace serves only the clusters of its shard that bind the export, and its
+    /// wildcard watch then holds every object of them, none included).
     pub fn covers(&self, cluster: &str) -> bool {
-        locks::read(&self.seen)
-            .clusters
+        let seen = locks::read(&self.seen);
+        seen.clusters
             .get(cluster)
             .is_some_and(|(_, synced)| *synced)
+            || seen
+                .served
+                .get(cluster)
+                .is_some_and(|url| seen.synced_urls.contains(url))
+    }
+
+    /// The endpoints whose watch is synced now.
+    pub fn synced_urls(&self) -> Vec<String> {
+        locks::read(&self.seen).synced_urls.clone()
+    }
+
+    /// Remembers that endpoint `url` answered a request for `cluster` (so its watch
+    /// sees every object of `cluster`): [`Endpoints::covers`] holds while `url` is
+    /// watched and synced.
+    pub fn mark_served(&self, cluster: &str, url: &str) {
+        let mut seen = locks::write(&self.seen);
+        if seen.served.len() >= MAX_SERVED {
+            seen.served.clear();
+        }
+        seen.served.insert(cluster.to_string(), url.to_string());
     }
 
     /// The URL of an endpoint whose watch holds objects of `cluster` (synced or not).
@@ -285,10 +317,20 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
         if !reshaped {
             return;
         }
+        let urls: Vec<String> = st.parts.keys().cloned().collect();
+        let mut served = std::mem::take(&mut locks::write(&self.seen).served);
+        served.retain(|_, url| urls.contains(url));
         let mut seen = Seen {
             synced: st.status.synced,
             clusters: HashMap::new(),
-            urls: st.parts.keys().cloned().collect(),
+            synced_urls: st
+                .parts
+                .iter()
+                .filter(|(_, p)| p.status.synced)
+                .map(|(u, _)| u.clone())
+                .collect(),
+            urls,
+            served,
         };
         for (url, part) in &st.parts {
             for cluster in part.clusters.keys() {
@@ -899,6 +941,31 @@ mod tests {
         assert!(objects(&e).is_empty());
         db.handle(&mut b, Ok(watcher::Event::Apply(cm("lc2", "late", "9"))));
         assert!(objects(&e).is_empty(), "a stopped watch changes nothing");
+    }
+
+    #[test]
+    fn a_cluster_an_endpoint_serves_is_covered_while_that_endpoint_is_synced() {
+        let Two {
+            e,
+            mut b,
+            mut db,
+            sf: _sf,
+            ..
+        } = two(cm("lc2", "x", "2"));
+        // lc3 has no object anywhere: not covered until an endpoint says it serves it.
+        assert!(!e.covers("lc3"));
+        assert_eq!(e.synced_urls(), ["https://a/vw", "https://b/vw"]);
+        e.mark_served("lc3", "https://b/vw");
+        assert!(e.covers("lc3"));
+        // That endpoint failing uncovers it; listing again covers it again.
+        db.handle(&mut b, Err(failure(500)));
+        assert!(!e.covers("lc3"));
+        assert_eq!(e.synced_urls(), ["https://a/vw"]);
+        list(&mut db, &mut b, vec![cm("lc2", "x", "2")]);
+        assert!(e.covers("lc3"));
+        // An endpoint that is not watched serves nothing.
+        e.mark_served("lc4", "https://c/vw");
+        assert!(!e.covers("lc4"));
     }
 
     #[test]

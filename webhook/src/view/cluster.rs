@@ -88,10 +88,7 @@ impl ClusterView for WebhookView {
                 Topology::Kubernetes => self.synced.get(&key).is_some_and(|s| *s),
                 // Only a consumer cluster a synced endpoint covers: the index cannot
                 // see the others.
-                Topology::Kcp => self
-                    .dependents_endpoints
-                    .get(&key)
-                    .is_some_and(|e| e.covers(q.cluster)),
+                Topology::Kcp => self.kcp_covered(&key, &q).await,
             };
         let result = if indexed {
             self.metrics

@@ -35,6 +35,8 @@ use tokio::sync::watch as signal;
 
 /// How long a live dependents lookup may take.
 const LIVE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(8);
+/// How long asking an endpoint whether it serves a cluster may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The dependents manager's pass when nothing wakes it.
 const PASS_PERIOD: Duration = Duration::from_secs(2);
 
@@ -123,6 +125,57 @@ impl WebhookView {
                 "the API server did not answer in time".to_string(),
             )),
         }
+    }
+}
+
+impl WebhookView {
+    /// kcp: whether the dependents index can answer for the consumer cluster of `q`:
+    /// a synced endpoint's watch holds objects of it, or a synced endpoint serves it.
+    /// The second is asked once per cluster (then remembered): a list of at most one
+    /// dependent of the cluster through each synced endpoint until one answers (a
+    /// virtual workspace serves only the clusters of its shard that bind the export,
+    /// and its wildcard watch holds every object of those, none included). No endpoint
+    /// answering: not covered (a live lookup follows).
+    pub(super) async fn kcp_covered(&self, key: &str, q: &DependentsQuery<'_>) -> bool {
+        let Some(endpoints) = self.dependents_endpoints.get(key).map(|e| e.clone()) else {
+            return false;
+        };
+        if endpoints.covers(q.cluster) {
+            return true;
+        }
+        let Some(clients) = &self.cluster_clients else {
+            return false;
+        };
+        if !holdfast_shared::kcp::is_logical_cluster_name(q.cluster) || q.cluster.contains(':') {
+            return false;
+        }
+        let ar = dependent_resource(q.dep);
+        for url in endpoints.synced_urls() {
+            let Ok(client) = clients.virtual_workspace(&format!("{url}/clusters/{}", q.cluster))
+            else {
+                continue;
+            };
+            let api: Api<DynamicObject> = Api::all_with(client, &ar);
+            let one = ListParams::default().limit(1);
+            match tokio::time::timeout(PROBE_TIMEOUT, api.list(&one)).await {
+                Ok(Ok(_)) => {
+                    self.metrics
+                        .dependents_lookups
+                        .with_label_values(&["probe"])
+                        .inc();
+                    tracing::debug!(cluster = q.cluster, endpoint = %url, resource = key, "the endpoint serves the cluster: answered from the index from now on");
+                    endpoints.mark_served(q.cluster, &url);
+                    return true;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(cluster = q.cluster, endpoint = %url, error = %e, "the endpoint does not serve the cluster");
+                }
+                Err(_) => {
+                    tracing::debug!(cluster = q.cluster, endpoint = %url, "the endpoint did not answer in time");
+                }
+            }
+        }
+        false
     }
 }
 
