@@ -14,6 +14,7 @@ use crate::{
         resource_protection::{ResourceProtection, ResourceSelector},
     },
     fieldpath::{FieldPath, FieldPathError},
+    review::ExportRoute,
     selector,
 };
 use dashmap::DashMap;
@@ -254,9 +255,34 @@ pub struct CompiledDependency {
     pub path: FieldPath,
     /// Where the reference's namespace is (cross-namespace references).
     pub namespace_path: Option<FieldPath>,
+    /// kcp: the APIExport serving the protected resource (`apiExportRef`).
+    pub export: Option<DependencyExport>,
+}
+
+/// The APIExport a dependency names (kcp), as the rule's status resolved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DependencyExport {
+    /// `apiExportRef.name`.
+    pub name: String,
+    /// The logical cluster `apiExportRef.path` resolved to
+    /// (`status.workspaces[].logicalCluster`); `None` until the controller says.
+    pub cluster: Option<String>,
 }
 
 impl CompiledDependency {
+    /// Whether this dependency governs a review sent for `via` (`None`: a review
+    /// through plain `/validate`, which every dependency governs). A review sent for
+    /// an export is governed only by dependencies naming that export in that logical
+    /// cluster; one whose path is not resolved in the rule's status yet governs every
+    /// export of that name (refusing too much for a moment, never too little).
+    pub fn serves(&self, via: Option<&ExportRoute>) -> bool {
+        let Some(via) = via else { return true };
+        self.export.as_ref().is_some_and(|e| {
+            e.name == via.name && e.cluster.as_deref().is_none_or(|c| c == via.cluster)
+        })
+    }
+
+
     /// The dependent group/resource.
     pub fn dependent_gr(&self) -> GroupResource {
         GroupResource::new(&self.dependent_group, &self.dependent_resource)
@@ -270,6 +296,11 @@ pub fn compile_dependency_rule(
 ) -> Result<Vec<CompiledDependency>, CompileError> {
     let key = PolicyKey::new(cluster, rule.metadata.name.as_deref().unwrap_or_default());
     let d = &rule.spec.dependent;
+    let resolved = rule
+        .status
+        .as_ref()
+        .map(|s| s.workspaces.as_slice())
+        .unwrap_or_default();
     rule.spec
         .dependencies
         .iter()
@@ -301,6 +332,14 @@ pub fn compile_dependency_rule(
                 target: GroupResource::new(&dep.group, &dep.resource),
                 path,
                 namespace_path,
+                export: dep.api_export_ref.as_ref().map(|r| DependencyExport {
+                    name: r.name.clone(),
+                    cluster: resolved
+                        .iter()
+                        .find(|w| w.path == r.path && w.name == r.name)
+                        .and_then(|w| w.logical_cluster.clone())
+                        .filter(|c| !c.is_empty()),
+                }),
             })
         })
         .collect()

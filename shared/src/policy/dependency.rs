@@ -9,8 +9,9 @@ use crate::index::Referrer;
 /// What every DependencyRule protecting the object's resource says about its DELETE.
 pub(crate) async fn evaluate<V: ClusterView>(s: &Subject<'_>, view: &V, out: &mut Outcome) {
     let what = &s.what;
+    let via = s.req.via_export.as_ref();
     for rule in view.dependencies(&s.gr).iter().flat_map(|l| l.iter()) {
-        for dep in rule.iter().filter(|d| d.target == s.gr) {
+        for dep in rule.iter().filter(|d| d.target == s.gr && d.serves(via)) {
             let policy = PolicyRef::new(PolicyKind::DependencyRule, &dep.rule);
             let q = DependentsQuery {
                 cluster: s.cluster,
