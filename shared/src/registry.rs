@@ -894,6 +894,83 @@ mod tests {
         assert_eq!(idx.find(&gr("vpcs")).map(|l| *l[0]), Some("x"));
     }
 
+    /// A rule over VPCs of export `net-a` at `root:net` (and subnets of `net-b`),
+    /// with `status` as its status.
+    fn kcp_rule(status: serde_json::Value) -> DependencyRule {
+        let dep = |resource: &str, export: &str| {
+            serde_json::json!({
+                "group": "network.test.io", "version": "v1", "resource": resource,
+                "fieldRef": {"path": ".spec.ref"},
+                "apiExportRef": {"path": "root:net", "name": export},
+            })
+        };
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
+            "metadata": {"name": "vm"},
+            "spec": {
+                "dependent": {"group": "compute.test.io", "version": "v1",
+                              "resource": "virtualmachines", "kind": "VirtualMachine"},
+                "dependencies": [dep("vpcs", "net-a"), dep("subnets", "net-b")],
+            },
+            "status": status,
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn route(cluster: &str, name: &str) -> ExportRoute {
+        ExportRoute {
+            cluster: cluster.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_dependency_serves_reviews_of_its_resolved_export_only() {
+        let rule = kcp_rule(serde_json::json!({"workspaces": [
+            {"path": "root:net", "name": "net-a", "logicalCluster": "lc1", "webhookInstalled": true},
+            {"path": "root:net", "name": "net-b", "webhookInstalled": false},
+        ]}));
+        let deps = compile_dependency_rule("c", &rule).unwrap_or_else(|e| panic!("{e}"));
+        let exports: Vec<_> = deps.iter().map(|d| d.export.clone()).collect();
+        assert_eq!(
+            exports,
+            vec![
+                Some(DependencyExport {
+                    name: "net-a".into(),
+                    cluster: Some("lc1".into())
+                }),
+                Some(DependencyExport {
+                    name: "net-b".into(),
+                    cluster: None
+                }),
+            ]
+        );
+        let (vpcs, subnets) = (&deps[0], &deps[1]);
+        // Plain /validate: every dependency, as before.
+        assert!(vpcs.serves(None) && subnets.serves(None));
+        assert!(vpcs.serves(Some(&route("lc1", "net-a"))));
+        // Another export of the same workspace, or the same name elsewhere: not this one.
+        assert!(!vpcs.serves(Some(&route("lc1", "net-b"))));
+        assert!(!vpcs.serves(Some(&route("lc2", "net-a"))));
+        // Not resolved in the status yet: every export of that name (fail closed).
+        assert!(subnets.serves(Some(&route("lc1", "net-b"))));
+        assert!(subnets.serves(Some(&route("lc9", "net-b"))));
+        assert!(!subnets.serves(Some(&route("lc1", "net-a"))));
+    }
+
+    #[test]
+    fn a_dependency_without_status_or_export_ref() {
+        let deps =
+            compile_dependency_rule("c", &kcp_rule(serde_json::json!({}))).unwrap_or_default();
+        assert_eq!(deps.len(), 2);
+        assert!(deps.iter().all(|d| d.export.as_ref().is_some_and(|e| e.cluster.is_none())));
+        // Without apiExportRef (Kubernetes), it serves plain /validate only.
+        let mut plain = deps[0].clone();
+        plain.export = None;
+        assert!(plain.serves(None));
+        assert!(!plain.serves(Some(&route("lc1", "net-a"))));
+    }
+
     #[test]
     fn same_name_in_two_clusters_is_two_rules() {
         let idx: TargetIndex<u8> = TargetIndex::default();
