@@ -282,7 +282,6 @@ impl CompiledDependency {
         })
     }
 
-
     /// The dependent group/resource.
     pub fn dependent_gr(&self) -> GroupResource {
         GroupResource::new(&self.dependent_group, &self.dependent_resource)
@@ -963,7 +962,10 @@ mod tests {
         let deps =
             compile_dependency_rule("c", &kcp_rule(serde_json::json!({}))).unwrap_or_default();
         assert_eq!(deps.len(), 2);
-        assert!(deps.iter().all(|d| d.export.as_ref().is_some_and(|e| e.cluster.is_none())));
+        assert!(
+            deps.iter()
+                .all(|d| d.export.as_ref().is_some_and(|e| e.cluster.is_none()))
+        );
         // Without apiExportRef (Kubernetes), it serves plain /validate only.
         let mut plain = deps[0].clone();
         plain.export = None;

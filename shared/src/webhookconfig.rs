@@ -2078,9 +2078,24 @@ mod tests {
                 ),
             ]
         );
-        assert!(routes(&cfg, "net-a.policies.holdfast.dev", "DELETE", &gr("subnets")));
-        assert!(!routes(&cfg, "net-b.policies.holdfast.dev", "DELETE", &gr("subnets")));
-        assert!(routes(&cfg, "net-b.policies.holdfast.dev", "DELETE", &gr("vpcs")));
+        assert!(routes(
+            &cfg,
+            "net-a.policies.holdfast.dev",
+            "DELETE",
+            &gr("subnets")
+        ));
+        assert!(!routes(
+            &cfg,
+            "net-b.policies.holdfast.dev",
+            "DELETE",
+            &gr("subnets")
+        ));
+        assert!(routes(
+            &cfg,
+            "net-b.policies.holdfast.dev",
+            "DELETE",
+            &gr("vpcs")
+        ));
         assert_eq!(
             cfg.metadata
                 .annotations
@@ -2108,7 +2123,12 @@ mod tests {
             .webhooks
             .iter()
             .flatten()
-            .map(|h| h.client_config.service.as_ref().and_then(|s| s.path.clone()))
+            .map(|h| {
+                h.client_config
+                    .service
+                    .as_ref()
+                    .and_then(|s| s.path.clone())
+            })
             .collect();
         assert_eq!(
             paths,
@@ -2125,7 +2145,13 @@ mod tests {
             export_policies_webhook("network.test.io"),
             "network.test.io.policies.holdfast.dev"
         );
-        let long = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61));
+        let long = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
         assert_eq!(long.len(), 253);
         let name = export_policies_webhook(&long);
         assert!(name.len() <= 253, "{name}");

@@ -441,7 +441,14 @@ mod tests {
 
     #[test]
     fn other_paths_are_not_found() {
-        for p in ["/", "/validatex", "/validate/", "/validate/kcp", "/kcp/a/b", "/healthz"] {
+        for p in [
+            "/",
+            "/validatex",
+            "/validate/",
+            "/validate/kcp",
+            "/kcp/a/b",
+            "/healthz",
+        ] {
             assert_eq!(route_of(p), Err(BadPath::NotFound), "{p}");
         }
     }
@@ -454,12 +461,24 @@ mod tests {
             ("/validate/kcp/lc/net/extra", "two segments required"),
             ("/validate/kcp/lc/net/", "two segments required"),
             ("/validate/kcp//net", "\"\" is not a logical cluster name"),
-            ("/validate/kcp/root:org/net", "\"root:org\" is not a logical cluster name"),
-            ("/validate/kcp/Root/net", "\"Root\" is not a logical cluster name"),
+            (
+                "/validate/kcp/root:org/net",
+                "\"root:org\" is not a logical cluster name",
+            ),
+            (
+                "/validate/kcp/Root/net",
+                "\"Root\" is not a logical cluster name",
+            ),
             ("/validate/kcp/lc/", "\"\" is not an APIExport name"),
-            ("/validate/kcp/lc/Net_A", "\"Net_A\" is not an APIExport name"),
+            (
+                "/validate/kcp/lc/Net_A",
+                "\"Net_A\" is not an APIExport name",
+            ),
             ("/validate/kcp/lc/-net", "\"-net\" is not an APIExport name"),
-            ("/validate/kcp/lc/%2e%2e", "\"%2e%2e\" is not an APIExport name"),
+            (
+                "/validate/kcp/lc/%2e%2e",
+                "\"%2e%2e\" is not an APIExport name",
+            ),
         ];
         for (p, why) in cases {
             assert_eq!(route_of(p), malformed(p, why), "{p}");
