@@ -84,7 +84,7 @@ subjects:
 }
 
 /// `bind` on APIExport `export` for every authenticated user.
-fn bindable(export: &str) -> String {
+pub fn bindable(export: &str) -> String {
     format!(
         r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -189,6 +189,11 @@ impl Sharded {
     /// A consumer workspace `name` on `shard`, owned by user `consumer`, binding both
     /// providers' exports, with the consumer RBAC holdfast's docs recommend.
     pub fn consumer(&self, name: &str, shard: &str) -> String {
+        self.consumer_of(name, shard, "network.test.io")
+    }
+
+    /// [`Sharded::consumer`], binding the network provider's export `network_export`.
+    pub fn consumer_of(&self, name: &str, shard: &str, network_export: &str) -> String {
         self.apply("platform", "root", &workspace_on(name, shard));
         let path = format!("root:{name}");
         self.apply("platform", &path, &admin_of("consumer"));
@@ -200,7 +205,7 @@ impl Sharded {
         self.apply(
             "consumer",
             &path,
-            &crate::kcp::binding("network", NETWORK, "network.test.io", false),
+            &crate::kcp::binding("network", NETWORK, network_export, false),
         );
         // docs/kcp.md, consumer guide: access, discovery, and list on the dependents.
         self.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
@@ -251,6 +256,36 @@ impl Sharded {
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
+    }
+
+    /// Starts the webhook (`--dependents mode`) and the controller under their
+    /// identities; waits until the controller is ready.
+    pub async fn holdfast(&mut self, mode: &str) -> crate::controller::ControllerProcess {
+        let webhook_kubeconfig = self.webhook_kubeconfig.clone();
+        self.env
+            .start_webhook(&[
+                "--topology",
+                "kcp",
+                "--kubeconfig",
+                &webhook_kubeconfig,
+                "--dependents",
+                mode,
+            ])
+            .await
+            .expect("webhook");
+        let port = self.env.webhook.as_ref().map(|w| w.port).expect("port");
+        let controller_kubeconfig = self.controller_kubeconfig.clone();
+        let mut c = crate::controller::start_controller(
+            &self.env,
+            "controller",
+            port,
+            &["--kubeconfig", &controller_kubeconfig, "--topology", "kcp"],
+        )
+        .expect("controller");
+        c.wait_ready(30)
+            .await
+            .unwrap_or_else(|e| panic!("controller ready: {e:#}\ncontroller: {}", c.log()));
+        c
     }
 
     fn kubeconfig_for(&self, user: &str) -> anyhow::Result<String> {

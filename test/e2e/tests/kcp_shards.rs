@@ -6,7 +6,7 @@
 //! from its first object on, before and after the shard's URL appears in the slice.
 
 use holdfast_e2e::{
-    controller::{ControllerProcess, start_controller},
+    controller::ControllerProcess,
     kcp::vm_vpc_rule,
     kcp_sharded::{COMPUTE, NETWORK, Sharded, sharded},
 };
@@ -14,34 +14,6 @@ use holdfast_e2e::{
 const VPC: &str =
     "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n";
 const VM: &str = "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n";
-
-async fn holdfast(t: &mut Sharded, mode: &str) -> ControllerProcess {
-    let webhook_kubeconfig = t.webhook_kubeconfig.clone();
-    t.env
-        .start_webhook(&[
-            "--topology",
-            "kcp",
-            "--kubeconfig",
-            &webhook_kubeconfig,
-            "--dependents",
-            mode,
-        ])
-        .await
-        .expect("webhook");
-    let port = t.env.webhook.as_ref().map(|w| w.port).expect("port");
-    let controller_kubeconfig = t.controller_kubeconfig.clone();
-    let mut c = start_controller(
-        &t.env,
-        "controller",
-        port,
-        &["--kubeconfig", &controller_kubeconfig, "--topology", "kcp"],
-    )
-    .expect("controller");
-    c.wait_ready(30)
-        .await
-        .unwrap_or_else(|e| panic!("controller ready: {e:#}\ncontroller: {}", c.log()));
-    c
-}
 
 /// Waits until `kubectl delete vpc my-vpc` as the consumer in `path` gives an
 /// outcome `check` accepts; returns it.
@@ -151,7 +123,7 @@ async fn two_shards(mode: &str) {
     let mut t = sharded().await.expect("topology");
     // A consumer on the rule's shard before holdfast starts.
     let near = t.consumer("consumer-a", "root");
-    let c = holdfast(&mut t, mode).await;
+    let c = t.holdfast(mode).await;
     t.apply("provider", COMPUTE, &vm_rule());
     let cond = t
         .until(
