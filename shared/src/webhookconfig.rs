@@ -2119,23 +2119,15 @@ mod tests {
             ..opts()
         };
         let cfg = provider_configuration("lc1", &exports, &rules, &svc);
-        let paths: Vec<Option<String>> = cfg
+        let paths: Vec<String> = cfg
             .webhooks
             .iter()
             .flatten()
-            .map(|h| {
-                h.client_config
-                    .service
-                    .as_ref()
-                    .and_then(|s| s.path.clone())
-            })
+            .filter_map(|h| h.client_config.service.as_ref()?.path.clone())
             .collect();
         assert_eq!(
             paths,
-            vec![
-                Some("/validate/kcp/lc1/net-a".to_string()),
-                Some("/validate/kcp/lc1/net-b".to_string())
-            ]
+            ["/validate/kcp/lc1/net-a", "/validate/kcp/lc1/net-b"]
         );
     }
 

@@ -288,6 +288,15 @@ impl Sharded {
         c
     }
 
+    /// Waits until DependencyRule `rule` in workspace `path` is Ready (as the
+    /// provider); the last kubectl output otherwise.
+    pub async fn rule_ready(&self, path: &str, rule: &str) -> anyhow::Result<KubectlOutput> {
+        let ready = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
+        let args = ["get", "dependencyrule", rule, "-o", ready];
+        self.until("provider", path, &args, |o| o.stdout.trim() == "True")
+            .await
+    }
+
     fn kubeconfig_for(&self, user: &str) -> anyhow::Result<String> {
         let path: PathBuf = self.env.dir.path().join(format!("{user}.kubeconfig"));
         std::fs::write(

@@ -122,20 +122,7 @@ async fn exports_of_one_group_resource_in_one_workspace_are_told_apart() {
     let c = t.holdfast("watch").await;
     t.apply("provider", COMPUTE, &rules());
     for rule in ["vm-dependencies", "vm-backups"] {
-        let ready = t
-            .until(
-                "provider",
-                COMPUTE,
-                &[
-                    "get",
-                    "dependencyrule",
-                    rule,
-                    "-o",
-                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-                ],
-                |o| o.stdout.trim() == "True",
-            )
-            .await;
+        let ready = t.rule_ready(COMPUTE, rule).await;
         assert!(
             ready.is_ok(),
             "{rule} Ready: {ready:?}\ncontroller: {}",
@@ -147,8 +134,7 @@ async fn exports_of_one_group_resource_in_one_workspace_are_told_apart() {
     let network = t.env.sim.logical_cluster(NETWORK).expect("network");
     let args = [
         "get",
-        "validatingwebhookconfiguration",
-        "holdfast",
+        "validatingwebhookconfiguration/holdfast",
         "-o",
         "json",
     ];

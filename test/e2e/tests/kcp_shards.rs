@@ -125,20 +125,7 @@ async fn two_shards(mode: &str) {
     let near = t.consumer("consumer-a", "root");
     let c = t.holdfast(mode).await;
     t.apply("provider", COMPUTE, &vm_rule());
-    let cond = t
-        .until(
-            "provider",
-            COMPUTE,
-            &[
-                "get",
-                "dependencyrule",
-                "vm-dependencies",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
-            |o| o.stdout.trim() == "True",
-        )
-        .await;
+    let cond = t.rule_ready(COMPUTE, "vm-dependencies").await;
     assert!(
         cond.is_ok(),
         "rule Ready: {cond:?}\ncontroller: {}",
