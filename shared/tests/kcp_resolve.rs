@@ -51,6 +51,20 @@ async fn create(admin: &Clients, at: &str, ar: &kube::api::ApiResource, obj: &st
         .unwrap_or_else(|e| panic!("create in {at}: {e}\n{obj}"));
 }
 
+/// Creates `obj` of (group, version, kind, plural) in workspace `at`.
+async fn create_kind(
+    admin: &Clients,
+    at: &str,
+    (g, v, k, plural): (&str, &str, &str, &str),
+    obj: &str,
+) {
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk(g, v, k),
+        plural,
+    );
+    create(admin, at, &ar, obj).await;
+}
+
 async fn workspace(admin: &Clients, parent: &str, name: &str) {
     let ws = format!(
         r#"{{"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {{"name": "{name}"}}}}"#
@@ -95,6 +109,23 @@ async fn org_team() -> (SimHandle, Clients) {
     let admin = clients(&sim, "admin").await;
     workspace(&admin, "root", "org").await;
     workspace(&admin, "root:org", "team").await;
+    // Entering root:org (to read its Workspaces) needs `access` there (kcp fact 14).
+    let access = r#"{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "walker-access"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kcp:workspace:access"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "walker"}]}"#;
+    create_kind(
+        &admin,
+        "root:org",
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+        ),
+        access,
+    )
+    .await;
     (sim, admin)
 }
 
@@ -193,14 +224,10 @@ async fn a_workspace_recreated_under_the_same_path_is_followed_once_forgotten() 
 #[tokio::test]
 async fn exports_are_read_with_their_resources_and_identity() {
     let (sim, admin, net) = with_workspace("net").await;
-    let export = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("apis.kcp.io", "v1alpha1", "APIExport"),
-        "apiexports",
-    );
-    create(
+    create_kind(
         &admin,
         "root:net",
-        &export,
+        ("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
         r#"{"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport", "metadata": {"name": "net.test.io"},
             "spec": {"latestResourceSchemas": ["v1.vpcs.net.test.io", "v2.subnets.net.test.io"]}}"#,
     )
@@ -236,6 +263,10 @@ async fn exports_are_read_with_their_resources_and_identity() {
     assert_eq!(
         exports.get(&net, "root:net", "net.test.io").await,
         Ok(info.clone())
+    );
+    let export = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("apis.kcp.io", "v1alpha1", "APIExport"),
+        "apiexports",
     );
     let api: Api<DynamicObject> =
         Api::all_with(admin.cluster("root:net").expect("client"), &export);

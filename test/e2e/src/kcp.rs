@@ -1,58 +1,26 @@
-//! The seed 003 kcp topology on the sim, shared by the kcp end-to-end tests: a
-//! holdfast workspace with holdfast's APIExport (deployed from manifests/kcp with
-//! `kubectl apply -k`), a compute provider (`root:compute`), a network provider
-//! nested two levels deep (`root:providers:network`), and a consumer binding both.
+//! The seed 003 kcp topology shared by the kcp end-to-end tests and the demo, on a
+//! kcp of two shards (`crate::kcp_sharded`): holdfast runs as the users
+//! `holdfast-controller` and `holdfast-webhook` with only the RBAC it ships; a
+//! compute provider (`root:compute`, shard `root`), a network provider nested two
+//! levels deep (`root:providers:network`, shard `shard-1`), and a consumer binding
+//! both (`root:consumer`, shard `shard-1`). Providers and the consumer act as users
+//! of their own (`provider`, `consumer`); `platform` is the platform team.
 
-use crate::{Env, KubectlOutput};
-use std::path::Path;
+use anyhow::Context as _;
 
-/// The network provider's workspace path.
-pub const NETWORK: &str = "root:providers:network";
+pub use crate::kcp_sharded::{COMPUTE, HOLDFAST, NETWORK, Sharded as Kcp};
 
-/// A sim with the topology set up.
-pub struct Kcp {
-    /// The environment (sim, webhook...).
-    pub env: Env,
-    /// The sim's base URL (front-proxy).
-    pub url: String,
-    /// A kubeconfig pointing at the holdfast workspace.
-    pub kubeconfig: String,
-}
+/// The consumer workspace of the topology (on shard `shard-1`).
+pub const CONSUMER: &str = "root:consumer";
 
 impl Kcp {
-    /// URL of workspace `path`.
-    pub fn ws(&self, path: &str) -> String {
-        format!("{}/clusters/{path}", self.url)
-    }
-
-    /// `kubectl apply` in workspace `path`; panics on failure (test helper).
-    pub fn apply(&self, path: &str, manifest: &str) {
-        let server = self.ws(path);
-        let out = self
-            .env
-            .kubectl_stdin(&["--server", &server, "apply", "-f", "-"], manifest)
-            .unwrap_or_else(|e| panic!("kubectl: {e}"));
-        assert_eq!(out.code, 0, "apply in {path}: {out:?}\n{manifest}");
-    }
-
-    /// kubectl in workspace `path`.
-    pub fn kubectl(&self, path: &str, args: &[&str]) -> KubectlOutput {
-        let server = self.ws(path);
-        let mut all = vec!["--server", server.as_str()];
-        all.extend_from_slice(args);
-        self.env
-            .kubectl(&all)
-            .unwrap_or_else(|e| panic!("kubectl: {e}"))
-    }
-}
-
-impl Kcp {
-    /// `kubectl get ARGS -o json` in workspace `path`; panics unless kubectl exits 0.
-    pub fn get_json(&self, path: &str, args: &[&str]) -> serde_json::Value {
+    /// `kubectl get ARGS -o json` as `user` in workspace `path`; panics unless
+    /// kubectl exits 0.
+    pub fn get_json(&self, user: &str, path: &str, args: &[&str]) -> serde_json::Value {
         let mut all = vec!["get"];
         all.extend_from_slice(args);
         all.extend_from_slice(&["-o", "json"]);
-        self.kubectl(path, &all)
+        self.kubectl(user, path, &all)
             .json()
             .unwrap_or_else(|e| panic!("in {path}: {e}"))
     }
@@ -71,12 +39,55 @@ impl Kcp {
             .unwrap_or_else(|e| panic!("in {path}: {e:#}"))
     }
 
-    /// Whether `kubectl get ARGS` in workspace `path` finds the object: NotFound is
-    /// `false`, any other failure panics (a failing kubectl never reads as absent).
-    pub fn exists(&self, path: &str, args: &[&str]) -> bool {
+    /// The webhook's arguments: `--topology kcp`, the `holdfast-webhook` identity's
+    /// kubeconfig, `--dependents mode`.
+    pub fn webhook_args(&self, mode: &str) -> Vec<String> {
+        let kubeconfig = self.webhook_kubeconfig.as_str();
+        [
+            "--topology",
+            "kcp",
+            "--kubeconfig",
+            kubeconfig,
+            "--dependents",
+            mode,
+        ]
+        .map(str::to_string)
+        .to_vec()
+    }
+
+    /// Starts the webhook (`--dependents mode`) and the controller (process `name`)
+    /// as holdfast's identities and waits until the controller is ready.
+    pub async fn start_holdfast(
+        &mut self,
+        name: &str,
+        mode: &str,
+    ) -> anyhow::Result<crate::controller::ControllerProcess> {
+        let args = self.webhook_args(mode);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.env.start_webhook(&args).await?;
+        let Some(port) = self.env.webhook.as_ref().map(|w| w.port) else {
+            anyhow::bail!("the webhook did not start");
+        };
+        let kubeconfig = self.controller_kubeconfig.as_str();
+        let mut c = crate::controller::start_controller(
+            &self.env,
+            name,
+            port,
+            &["--kubeconfig", kubeconfig, "--topology", "kcp"],
+        )?;
+        c.wait_ready(30)
+            .await
+            .with_context(|| format!("controller {name} not ready: {}", c.log()))?;
+        Ok(c)
+    }
+
+    /// Whether `kubectl get ARGS` as `user` in workspace `path` finds the object:
+    /// NotFound is `false`, any other failure panics (a failing kubectl never reads
+    /// as absent).
+    pub fn exists(&self, user: &str, path: &str, args: &[&str]) -> bool {
         let mut all = vec!["get"];
         all.extend_from_slice(args);
-        let out = self.kubectl(path, &all);
+        let out = self.kubectl(user, path, &all);
         if out.code == 0 {
             true
         } else if out.is_not_found() {
@@ -124,17 +135,10 @@ pub fn export(name: &str, schemas: &[&str]) -> String {
     )
 }
 
-/// An APIBinding to `path`/`export`, optionally accepting the webhook claim.
-pub fn binding(name: &str, path: &str, export: &str, accept_webhooks: bool) -> String {
-    let claims = if accept_webhooks {
-        r#"
-  permissionClaims:
-  - {group: admissionregistration.k8s.io, resource: validatingwebhookconfigurations, selector: {matchAll: true}, verbs: ["*"], state: Accepted}"#
-    } else {
-        ""
-    };
+/// An APIBinding to `path`/`export` (a consumer's: no permission claims).
+pub fn binding(name: &str, path: &str, export: &str) -> String {
     format!(
-        "apiVersion: apis.kcp.io/v1alpha2\nkind: APIBinding\nmetadata: {{name: {name}}}\nspec:\n  reference: {{export: {{path: \"{path}\", name: {export}}}}}{claims}\n"
+        "apiVersion: apis.kcp.io/v1alpha2\nkind: APIBinding\nmetadata: {{name: {name}}}\nspec:\n  reference: {{export: {{path: \"{path}\", name: {export}}}}}\n"
     )
 }
 
@@ -188,86 +192,17 @@ pub fn gateway_vm_rule(name: &str, dependent: (&str, &str, &str)) -> String {
     dependency_rule(name, dependent, &[vms])
 }
 
-/// Sets up the topology on a fresh sim.
+/// Sets up the topology on a fresh sim: [`crate::kcp_sharded::sharded`] (two
+/// shards, holdfast's identities with the shipped RBAC, providers on both shards)
+/// and the consumer [`CONSUMER`] on `shard-1`. Plain `kubectl` of the environment
+/// (`env.kubectl`, the `*_at` helpers) acts as the platform team.
 pub async fn topology() -> anyhow::Result<Kcp> {
     // kcp: always a sim of its own (HOLDFAST_E2E_KUBECONFIG is a Kubernetes cluster).
-    let env = Env::start_with(holdfast_sim::SimConfig::default()).await?;
-    let url = env.sim.url();
-    let kcp = Kcp {
-        kubeconfig: String::new(),
-        env,
-        url,
-    };
-    for ws in ["holdfast", "compute", "providers", "consumer"] {
-        kcp.apply("root", &workspace(ws));
-    }
-    kcp.apply("root:providers", &workspace("network"));
-
-    // holdfast's API, as a user deploys it.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/kcp");
-    let out = kcp.kubectl("root:holdfast", &["apply", "-k", &dir.to_string_lossy()]);
-    anyhow::ensure!(out.code == 0, "apply -k manifests/kcp: {out:?}");
-    kcp.apply(
-        "root:holdfast",
-        "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExportEndpointSlice\nmetadata: {name: holdfast.dev}\nspec: {export: {path: \"root:holdfast\", name: holdfast.dev}}\n",
-    );
-
-    // Providers export their types and bind holdfast (accepting the webhook claim).
-    kcp.apply(
-        "root:compute",
-        &schema("compute.test.io", "virtualmachines", "VirtualMachine"),
-    );
-    kcp.apply(
-        "root:compute",
-        &export("compute.test.io", &["v1.virtualmachines.compute.test.io"]),
-    );
-    kcp.apply(
-        "root:compute",
-        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
-    );
-    kcp.apply(NETWORK, &schema("network.test.io", "vpcs", "VPC"));
-    kcp.apply(NETWORK, &schema("network.test.io", "subnets", "Subnet"));
-    kcp.apply(
-        NETWORK,
-        &export(
-            "network.test.io",
-            &["v1.vpcs.network.test.io", "v1.subnets.network.test.io"],
-        ),
-    );
-    kcp.apply(
-        NETWORK,
-        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
-    );
-    // The consumer binds both providers.
-    kcp.apply(
-        "root:consumer",
-        &binding("compute", "root:compute", "compute.test.io", false),
-    );
-    kcp.apply(
-        "root:consumer",
-        &binding("network", NETWORK, "network.test.io", false),
-    );
+    let kcp = crate::kcp_sharded::sharded().await?;
     kcp.env
-        .kubectl_until(
-            &[
-                "--server",
-                &kcp.ws("root:compute"),
-                "get",
-                "dependencyrules",
-            ],
-            10,
-            |o| o.code == 0,
-        )
-        .await?;
-    let kubeconfig = kcp.env.dir.path().join("holdfast-ws.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        kcp.env
-            .sim
-            .kubeconfig_for_server(&kcp.ws("root:holdfast"), "admin"),
-    )?;
-    Ok(Kcp {
-        kubeconfig: kubeconfig.to_string_lossy().into_owned(),
-        ..kcp
-    })
+        .sim
+        .write_kubeconfig(&kcp.env.kubeconfig, "platform")?;
+    let name = CONSUMER.trim_start_matches("root:");
+    anyhow::ensure!(kcp.consumer(name, "shard-1") == CONSUMER);
+    Ok(kcp)
 }

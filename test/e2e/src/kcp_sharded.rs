@@ -200,12 +200,12 @@ impl Sharded {
         self.apply(
             "consumer",
             &path,
-            &crate::kcp::binding("compute", COMPUTE, "compute.test.io", false),
+            &crate::kcp::binding("compute", COMPUTE, "compute.test.io"),
         );
         self.apply(
             "consumer",
             &path,
-            &crate::kcp::binding("network", NETWORK, network_export, false),
+            &crate::kcp::binding("network", NETWORK, network_export),
         );
         // docs/kcp.md, consumer guide: access, discovery, and list on the dependents.
         self.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
@@ -258,36 +258,6 @@ impl Sharded {
         }
     }
 
-    /// Starts the webhook (`--dependents mode`) and the controller under their
-    /// identities; waits until the controller is ready.
-    pub async fn holdfast(&mut self, mode: &str) -> crate::controller::ControllerProcess {
-        let webhook_kubeconfig = self.webhook_kubeconfig.clone();
-        self.env
-            .start_webhook(&[
-                "--topology",
-                "kcp",
-                "--kubeconfig",
-                &webhook_kubeconfig,
-                "--dependents",
-                mode,
-            ])
-            .await
-            .expect("webhook");
-        let port = self.env.webhook.as_ref().map(|w| w.port).expect("port");
-        let controller_kubeconfig = self.controller_kubeconfig.clone();
-        let mut c = crate::controller::start_controller(
-            &self.env,
-            "controller",
-            port,
-            &["--kubeconfig", &controller_kubeconfig, "--topology", "kcp"],
-        )
-        .expect("controller");
-        c.wait_ready(30)
-            .await
-            .unwrap_or_else(|e| panic!("controller ready: {e:#}\ncontroller: {}", c.log()));
-        c
-    }
-
     /// Waits until DependencyRule `rule` in workspace `path` is Ready (as the
     /// provider); the last kubectl output otherwise.
     pub async fn rule_ready(&self, path: &str, rule: &str) -> anyhow::Result<KubectlOutput> {
@@ -295,6 +265,31 @@ impl Sharded {
         let args = ["get", "dependencyrule", rule, "-o", ready];
         self.until("provider", path, &args, |o| o.stdout.trim() == "True")
             .await
+    }
+
+    /// A provider workspace `path` created by the platform team on `shard` (its
+    /// parent exists), owned by user `provider`, with holdfast's provider RBAC
+    /// (docs/kcp.md, provider guide, step 2).
+    pub fn provider_workspace(&self, path: &str, shard: &str) {
+        let (parent, name) = path.rsplit_once(':').unwrap_or(("root", path));
+        self.apply("platform", parent, &workspace_on(name, shard));
+        self.apply("platform", path, &admin_of("provider"));
+        self.apply_k("provider", path, "overlays/kcp/workspace/provider");
+    }
+
+    /// As the provider in `path`: schemas for `resources` (plural, kind) of group
+    /// `group`, exported as APIExport `group` (bindable by anyone), and the binding to
+    /// holdfast.dev accepting the claim (docs/kcp.md, provider guide, step 1).
+    pub fn provider_export(&self, path: &str, group: &str, resources: &[(&str, &str)]) {
+        let mut names = Vec::new();
+        for (plural, kind) in resources {
+            self.apply("provider", path, &crate::kcp::schema(group, plural, kind));
+            names.push(format!("v1.{plural}.{group}"));
+        }
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.apply("provider", path, &crate::kcp::export(group, &names));
+        self.apply("provider", path, &bindable(group));
+        self.apply("provider", path, holdfast_binding());
     }
 
     fn kubeconfig_for(&self, user: &str) -> anyhow::Result<String> {
@@ -319,48 +314,25 @@ pub async fn sharded() -> anyhow::Result<Sharded> {
     };
     // The platform team: workspaces, holdfast's API and holdfast's RBAC.
     t.apply("platform", "root", &workspace_on("holdfast", "root"));
-    t.apply("platform", "root", &workspace_on("compute", "root"));
     t.apply("platform", "root", &workspace_on("providers", "root"));
-    t.apply(
-        "platform",
-        "root:providers",
-        &workspace_on("network", "shard-1"),
-    );
     t.apply_k("platform", HOLDFAST, "kcp");
     t.apply_k("platform", HOLDFAST, "overlays/kcp/workspace/holdfast");
-    for p in [COMPUTE, NETWORK] {
-        t.apply("platform", p, &admin_of("provider"));
-    }
+    t.provider_workspace(COMPUTE, "root");
+    t.provider_workspace(NETWORK, "shard-1");
 
     // Providers: their types, their exports (bindable by anyone), their binding to
-    // holdfast.dev, holdfast's provider RBAC and the webhook's read of the dependent
-    // export's virtual workspace (docs/kcp.md, provider guide).
-    use crate::kcp::{export, schema};
-    t.apply(
-        "provider",
+    // holdfast.dev and the webhook's read of the dependent export's virtual
+    // workspace (docs/kcp.md, provider guide).
+    t.provider_export(
         COMPUTE,
-        &schema("compute.test.io", "virtualmachines", "VirtualMachine"),
+        "compute.test.io",
+        &[("virtualmachines", "VirtualMachine")],
     );
-    t.apply(
-        "provider",
-        COMPUTE,
-        &export("compute.test.io", &["v1.virtualmachines.compute.test.io"]),
-    );
-    t.apply(
-        "provider",
+    t.provider_export(
         NETWORK,
-        &schema("network.test.io", "vpcs", "VPC"),
+        "network.test.io",
+        &[("vpcs", "VPC"), ("subnets", "Subnet")],
     );
-    t.apply(
-        "provider",
-        NETWORK,
-        &export("network.test.io", &["v1.vpcs.network.test.io"]),
-    );
-    for (p, e) in [(COMPUTE, "compute.test.io"), (NETWORK, "network.test.io")] {
-        t.apply("provider", p, &bindable(e));
-        t.apply("provider", p, holdfast_binding());
-        t.apply_k("provider", p, "overlays/kcp/workspace/provider");
-    }
     for args in [
         &[
             "create",

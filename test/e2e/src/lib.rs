@@ -782,14 +782,7 @@ impl Env {
     /// is a live LIST and the index is never consulted; with `watch` the index
     /// answers. A `--dependents` flag the webhook ignored fails here.
     pub async fn assert_dependents_source(&self, mode: &str) {
-        let series =
-            |s: &str| format!("holdfast_webhook_dependents_lookups_total{{source=\"{s}\"}}");
-        let live = self.webhook_metric(&series("live")).await;
-        let index = self.webhook_metric(&series("index")).await;
-        let (live, index) = match (live, index) {
-            (Ok(l), Ok(i)) => (l.unwrap_or(0.0), i.unwrap_or(0.0)),
-            (l, i) => panic!("metrics unreadable: {l:?} {i:?}"),
-        };
+        let (live, index) = self.dependents_lookups().await;
         match mode {
             "live" => assert!(
                 live >= 1.0 && index == 0.0,
@@ -800,6 +793,20 @@ impl Env {
                 "--dependents watch: lookups live {live}, index {index}"
             ),
             other => panic!("unknown --dependents mode {other}"),
+        }
+    }
+
+    /// The webhook's dependents lookups so far, (live, index): the series of
+    /// `holdfast_webhook_dependents_lookups_total` (an absent series is 0); panics
+    /// when the metrics cannot be read.
+    pub async fn dependents_lookups(&self) -> (f64, f64) {
+        let series =
+            |s: &str| format!("holdfast_webhook_dependents_lookups_total{{source=\"{s}\"}}");
+        let live = self.webhook_metric(&series("live")).await;
+        let index = self.webhook_metric(&series("index")).await;
+        match (live, index) {
+            (Ok(l), Ok(i)) => (l.unwrap_or(0.0), i.unwrap_or(0.0)),
+            (l, i) => panic!("metrics unreadable: {l:?} {i:?}"),
         }
     }
 

@@ -1,7 +1,8 @@
-//! holdfast-controller on kcp, end to end, in the seed 003 topology: a holdfast
-//! workspace with holdfast's APIExport (deployed from manifests/kcp with
-//! `kubectl apply -k`), a compute provider (root:compute), a network provider
-//! nested two levels deep (root:providers:network), and a consumer binding both.
+//! holdfast-controller on kcp, end to end, in the seed 003 topology on two shards
+//! (`holdfast_e2e::kcp::topology`): the controller runs as the user
+//! `holdfast-controller` with only the RBAC holdfast ships; providers act as the
+//! user `provider`, the platform team (creating and deleting workspaces) as
+//! `platform`.
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use holdfast_e2e::{
         ControllerProcess, condition_at, rules_of, start_controller, wait_configuration_at,
         webhook_names,
     },
-    kcp::{Kcp, NETWORK, binding, dependency_rule, export, schema, workspace},
+    kcp::{COMPUTE, HOLDFAST, Kcp, NETWORK, dependency_rule, workspace},
 };
 use serde_json::{Value, json};
 
@@ -36,7 +37,12 @@ async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
 /// The controller for kcp (with `extra` arguments), not waited for.
 fn spawn_controller(kcp: &Kcp, name: &str, extra: &[&str]) -> ControllerProcess {
     let port = holdfast_e2e::free_port().expect("port");
-    let mut args = vec!["--kubeconfig", kcp.kubeconfig.as_str(), "--topology", "kcp"];
+    let mut args = vec![
+        "--kubeconfig",
+        kcp.controller_kubeconfig.as_str(),
+        "--topology",
+        "kcp",
+    ];
     args.extend_from_slice(extra);
     start_controller(&kcp.env, name, port, &args).expect("controller")
 }
@@ -45,7 +51,8 @@ fn spawn_controller(kcp: &Kcp, name: &str, extra: &[&str]) -> ControllerProcess 
 /// it names nobody.
 fn lease_holder(kcp: &Kcp) -> String {
     let lease = kcp.get_json(
-        "root:holdfast",
+        "platform",
+        HOLDFAST,
         &["lease", "holdfast-controller", "-n", "default"],
     );
     let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
@@ -95,9 +102,10 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     let (kcp, c) = with_controller(&[]).await;
     let network = kcp.ws(NETWORK);
 
-    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
+    kcp.apply("provider", COMPUTE, &vm_vpc_rule("vm-vpc"));
     kcp.apply(
-        "root:compute",
+        "provider",
+        COMPUTE,
         &dependency_rule(
             "vm-subnet",
             ("compute.test.io", "VirtualMachine", "virtualmachines"),
@@ -130,6 +138,7 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     );
     // Self-healing on kcp too: deleted by hand in the provider workspace, recreated.
     let out = kcp.kubectl(
+        "provider",
         NETWORK,
         &["delete", "validatingwebhookconfiguration", "holdfast"],
     );
@@ -148,19 +157,17 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     // Nothing installed where nothing is protected.
     assert!(
         !kcp.exists(
-            "root:compute",
+            "provider",
+            COMPUTE,
             &["validatingwebhookconfiguration", "holdfast"]
         ),
         "no configuration in the compute workspace"
     );
 
     // Status: resolved workspace recorded, Ready.
-    kcp.wait_condition(
-        "root:compute",
-        ["dependencyrule", "vm-vpc", "Ready", "True"],
-    )
-    .await;
-    let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-vpc"]);
+    kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-vpc", "Ready", "True"])
+        .await;
+    let rule = kcp.get_json("provider", COMPUTE, &["dependencyrule", "vm-vpc"]);
     let lc = kcp.env.sim.logical_cluster(NETWORK).expect("network lc");
     assert_eq!(rule["status"]["workspaces"][0]["path"], NETWORK);
     assert_eq!(
@@ -171,7 +178,8 @@ async fn seed_003_topology_merged_per_provider_workspace() {
 
     // fieldRef edit: propagates in place (status follows the generation), no delete/recreate.
     kcp.apply(
-        "root:compute",
+        "provider",
+        COMPUTE,
         &dependency_rule(
             "vm-vpc",
             ("compute.test.io", "VirtualMachine", "virtualmachines"),
@@ -184,22 +192,20 @@ async fn seed_003_topology_merged_per_provider_workspace() {
             )],
         ),
     );
-    kcp.env
-        .kubectl_until(
-            &[
-                "--server",
-                &kcp.ws("root:compute"),
-                "get",
-                "dependencyrule",
-                "vm-vpc",
-                "-o",
-                "jsonpath={.status.observedGeneration}",
-            ],
-            10,
-            |o| o.stdout == "2",
-        )
-        .await
-        .expect("edit observed");
+    kcp.until(
+        "provider",
+        COMPUTE,
+        &[
+            "get",
+            "dependencyrule",
+            "vm-vpc",
+            "-o",
+            "jsonpath={.status.observedGeneration}",
+        ],
+        |o| o.stdout == "2",
+    )
+    .await
+    .expect("edit observed");
     let (cfg, _) = wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(5), |c| {
         resources(c).len() == 2
     })
@@ -212,7 +218,11 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     );
 
     // Delete one rule: only its entry goes.
-    let out = kcp.kubectl("root:compute", &["delete", "dependencyrule", "vm-subnet"]);
+    let out = kcp.kubectl(
+        "provider",
+        COMPUTE,
+        &["delete", "dependencyrule", "vm-subnet"],
+    );
     assert_eq!(out.code, 0, "{out:?}");
     let (cfg, _) = wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(10), |c| {
         resources(c).len() == 1
@@ -222,7 +232,7 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     assert_eq!(resources(cfg.as_ref()), vec!["vpcs.network.test.io"]);
 
     // Delete the last: the configuration goes.
-    let out = kcp.kubectl("root:compute", &["delete", "dependencyrule", "vm-vpc"]);
+    let out = kcp.kubectl("provider", COMPUTE, &["delete", "dependencyrule", "vm-vpc"]);
     assert_eq!(out.code, 0, "{out:?}");
     wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(10), |c| {
         c.is_none()
@@ -234,14 +244,15 @@ async fn seed_003_topology_merged_per_provider_workspace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cycle_across_workspaces_is_reported_on_both_rules() {
     let (kcp, _c) = with_controller(&[]).await;
-    kcp.apply("root:compute", &vm_vpc_rule("vm-needs-vpc"));
+    kcp.apply("provider", COMPUTE, &vm_vpc_rule("vm-needs-vpc"));
     kcp.apply(
+        "provider",
         NETWORK,
         &gateway_vm_rule("vpc-needs-vm", ("network.test.io", "VPC", "vpcs")),
     );
     let a = kcp
         .wait_condition(
-            "root:compute",
+            COMPUTE,
             ["dependencyrule", "vm-needs-vpc", "CycleDetected", "True"],
         )
         .await;
@@ -261,7 +272,7 @@ async fn cycle_across_workspaces_is_reported_on_both_rules() {
     // Each provider workspace got its configuration.
     wait_configuration_at(
         &kcp.env,
-        Some(&kcp.ws("root:compute")),
+        Some(&kcp.ws(COMPUTE)),
         Duration::from_secs(10),
         |c| resources(c) == vec!["virtualmachines.compute.test.io"],
     )
@@ -274,7 +285,8 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
     let (kcp, c) = with_controller(&[]).await;
     let deep = "root:providers:storage:block";
     kcp.apply(
-        "root:compute",
+        "provider",
+        COMPUTE,
         &dependency_rule(
             "vm-volume",
             ("compute.test.io", "VirtualMachine", "virtualmachines"),
@@ -288,38 +300,33 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
         ),
     );
     let inv = kcp
-        .wait_condition(
-            "root:compute",
-            ["dependencyrule", "vm-volume", "Invalid", "True"],
-        )
+        .wait_condition(COMPUTE, ["dependencyrule", "vm-volume", "Invalid", "True"])
         .await;
     assert_eq!(inv["reason"], "UnresolvedWorkspace");
     let message = inv["message"].as_str().unwrap_or_default();
     assert!(message.contains("storage"), "{inv}");
 
     // The workspaces appear (three levels below root): the rule recovers on its own.
-    kcp.apply("root:providers", &workspace("storage"));
+    kcp.apply("platform", "root:providers", &workspace("storage"));
     let volumes = [("volumes", "Volume")];
-    provider(&kcp, deep, "storage.test.io", "storage.test.io", &volumes);
-    kcp.wait_condition(
-        "root:compute",
-        ["dependencyrule", "vm-volume", "Invalid", "False"],
-    )
-    .await;
+    provider(&kcp, deep, "shard-1", "storage.test.io", &volumes);
+    kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-volume", "Invalid", "False"])
+        .await;
     wait_routed(&kcp, &c, deep, &["volumes.storage.test.io"]).await;
-    let ready = rule_condition(&kcp, "root:compute", "vm-volume", "Ready");
+    let ready = rule_condition(&kcp, COMPUTE, "vm-volume", "Ready");
     assert_eq!(ready["status"], "True", "{ready}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cleanup_on_shutdown_removes_every_provider_configuration() {
     let (kcp, mut c) = with_controller(&["--cleanup-on-shutdown"]).await;
-    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
+    kcp.apply("provider", COMPUTE, &vm_vpc_rule("vm-vpc"));
     kcp.apply(
+        "provider",
         NETWORK,
         &gateway_vm_rule("subnet-vm", ("network.test.io", "Subnet", "subnets")),
     );
-    for ws in [NETWORK, "root:compute"] {
+    for ws in [NETWORK, COMPUTE] {
         wait_configuration_at(&kcp.env, Some(&kcp.ws(ws)), Duration::from_secs(15), |c| {
             resources(c).len() == 1
         })
@@ -328,9 +335,13 @@ async fn cleanup_on_shutdown_removes_every_provider_configuration() {
     }
     let status = c.terminate(15).await.expect("exits");
     assert!(status.success(), "{status}: {}", c.log());
-    for ws in [NETWORK, "root:compute"] {
+    for ws in [NETWORK, COMPUTE] {
         assert!(
-            !kcp.exists(ws, &["validatingwebhookconfiguration", "holdfast"]),
+            !kcp.exists(
+                "provider",
+                ws,
+                &["validatingwebhookconfiguration", "holdfast"]
+            ),
             "{ws}: configuration left behind"
         );
     }
@@ -347,7 +358,7 @@ async fn leader_election_in_the_holdfast_workspace() {
     let port = holdfast_e2e::free_port().expect("port");
     let args = [
         "--kubeconfig",
-        kcp.kubeconfig.as_str(),
+        kcp.controller_kubeconfig.as_str(),
         "--topology",
         "kcp",
         "--leader-elect",
@@ -363,7 +374,7 @@ async fn leader_election_in_the_holdfast_workspace() {
         leader_log.contains(&holder),
         "the Lease names the leader: {holder}\n{leader_log}"
     );
-    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
+    kcp.apply("provider", COMPUTE, &vm_vpc_rule("vm-vpc"));
     let network = kcp.ws(NETWORK);
     wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(15), |c| {
         resources(c).len() == 1
@@ -373,6 +384,7 @@ async fn leader_election_in_the_holdfast_workspace() {
     leader.kill();
     let killed = std::time::Instant::now();
     let out = kcp.kubectl(
+        "provider",
         NETWORK,
         &["delete", "validatingwebhookconfiguration", "holdfast"],
     );
@@ -415,7 +427,7 @@ async fn wait_invalid(kcp: &Kcp, path: &str, name: &str, reason: &str) -> Value 
 
 /// The `status.identityHash` of APIExport `name` in `path`.
 fn identity_of(kcp: &Kcp, path: &str, name: &str) -> String {
-    let export = kcp.get_json(path, &["apiexports.apis.kcp.io", name]);
+    let export = kcp.get_json("provider", path, &["apiexports.apis.kcp.io", name]);
     let hash = export["status"]["identityHash"]
         .as_str()
         .unwrap_or_default();
@@ -423,32 +435,12 @@ fn identity_of(kcp: &Kcp, path: &str, name: &str) -> String {
     hash.to_string()
 }
 
-/// A provider workspace `path` (created under its parent) with schemas for
-/// `resources` of `group`, exported as `export`, bound to holdfast.
-fn provider(kcp: &Kcp, path: &str, group: &str, export_name: &str, resources: &[(&str, &str)]) {
-    let (parent, name) = path.rsplit_once(':').expect("a nested path");
-    kcp.apply(parent, &workspace(name));
-    provider_content(kcp, path, group, export_name, resources);
-}
-
-fn provider_content(
-    kcp: &Kcp,
-    path: &str,
-    group: &str,
-    export_name: &str,
-    resources: &[(&str, &str)],
-) {
-    let mut names = Vec::new();
-    for (plural, kind) in resources {
-        kcp.apply(path, &schema(group, plural, kind));
-        names.push(format!("v1.{plural}.{group}"));
-    }
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    kcp.apply(path, &export(export_name, &names));
-    kcp.apply(
-        path,
-        &binding("holdfast", "root:holdfast", "holdfast.dev", true),
-    );
+/// A provider workspace `path` on `shard` (its parent exists) with schemas for
+/// `resources` of `group`, exported as APIExport `group`, bound to holdfast: the
+/// provider guide of docs/kcp.md followed.
+fn provider(kcp: &Kcp, path: &str, shard: &str, group: &str, resources: &[(&str, &str)]) {
+    kcp.provider_workspace(path, shard);
+    kcp.provider_export(path, group, resources);
 }
 
 /// A VirtualMachine rule depending on `resource` of `group` through `path`/`export`.
@@ -464,12 +456,13 @@ fn vm_rule(name: &str, path: &str, export: &str, group: &str, resource: &str) ->
 async fn ready_only_when_the_export_exists_and_exports_the_resource() {
     let (kcp, c) = with_controller(&[]).await;
     let storage = "root:storage";
-    kcp.apply("root", &workspace("storage"));
+    kcp.provider_workspace(storage, "shard-1");
     let storage_lc = kcp.env.sim.logical_cluster(storage).expect("storage lc");
 
     // The export does not exist: not Ready, naming it and its workspace.
     kcp.apply(
-        "root:compute",
+        "provider",
+        COMPUTE,
         &vm_rule(
             "vm-disk",
             storage,
@@ -478,7 +471,7 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
             "disks",
         ),
     );
-    let inv = wait_invalid(&kcp, "root:compute", "vm-disk", "APIExportNotFound").await;
+    let inv = wait_invalid(&kcp, COMPUTE, "vm-disk", "APIExportNotFound").await;
     assert_eq!(
         inv["message"],
         format!(
@@ -488,26 +481,24 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
         c.log()
     );
     // Written with the Invalid condition, in the same status.
-    let ready = rule_condition(&kcp, "root:compute", "vm-disk", "Ready");
+    let ready = rule_condition(&kcp, COMPUTE, "vm-disk", "Ready");
     assert_eq!(
         (&ready["status"], &ready["reason"]),
         (&json!("False"), &json!("Invalid")),
         "{ready}"
     );
     assert!(
-        !kcp.exists(storage, &["validatingwebhookconfiguration", "holdfast"]),
+        !kcp.exists(
+            "provider",
+            storage,
+            &["validatingwebhookconfiguration", "holdfast"]
+        ),
         "nothing installed for an export that does not exist"
     );
 
     // Created later (without the resource first): the rule names what is missing.
-    provider_content(
-        &kcp,
-        storage,
-        "storage.test.io",
-        "storage.test.io",
-        &[("volumes", "Volume")],
-    );
-    let inv = wait_invalid(&kcp, "root:compute", "vm-disk", "ResourceNotExported").await;
+    kcp.provider_export(storage, "storage.test.io", &[("volumes", "Volume")]);
+    let inv = wait_invalid(&kcp, COMPUTE, "vm-disk", "ResourceNotExported").await;
     assert_eq!(
         inv["message"],
         format!(
@@ -516,21 +507,15 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
     );
 
     // The export gains the resource: Ready, with the export's identity recorded.
-    kcp.apply(storage, &schema("storage.test.io", "disks", "Disk"));
-    kcp.apply(
+    kcp.provider_export(
         storage,
-        &export(
-            "storage.test.io",
-            &["v1.volumes.storage.test.io", "v1.disks.storage.test.io"],
-        ),
+        "storage.test.io",
+        &[("volumes", "Volume"), ("disks", "Disk")],
     );
-    kcp.wait_condition(
-        "root:compute",
-        ["dependencyrule", "vm-disk", "Ready", "True"],
-    )
-    .await;
+    kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-disk", "Ready", "True"])
+        .await;
     wait_routed(&kcp, &c, storage, &["disks.storage.test.io"]).await;
-    let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-disk"]);
+    let rule = kcp.get_json("provider", COMPUTE, &["dependencyrule", "vm-disk"]);
     let ws = &rule["status"]["workspaces"][0];
     assert_eq!(ws["logicalCluster"], storage_lc.as_str(), "{rule}");
     assert_eq!(
@@ -541,7 +526,8 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
 
     // The dependent's export (in the rule's own workspace) must export it too.
     kcp.apply(
-        "root:compute",
+        "provider",
+        COMPUTE,
         &dependency_rule(
             "gadget-vpc",
             ("gadgets.test.io", "Gadget", "gadgets"),
@@ -554,12 +540,8 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
             )],
         ),
     );
-    let compute_lc = kcp
-        .env
-        .sim
-        .logical_cluster("root:compute")
-        .expect("compute lc");
-    let inv = wait_invalid(&kcp, "root:compute", "gadget-vpc", "APIExportNotFound").await;
+    let compute_lc = kcp.env.sim.logical_cluster(COMPUTE).expect("compute lc");
+    let inv = wait_invalid(&kcp, COMPUTE, "gadget-vpc", "APIExportNotFound").await;
     assert_eq!(
         inv["message"],
         format!(
@@ -570,26 +552,18 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exports_of_one_group_resource_are_told_apart_by_identity() {
+    const OTHER: &str = "root:other-network";
     let (kcp, c) = with_controller(&[]).await;
     // A second export of vpcs.network.test.io, in another workspace.
-    provider(
-        &kcp,
-        "root:other-network",
-        "network.test.io",
-        "network.test.io",
-        &[("vpcs", "VPC")],
-    );
+    provider(&kcp, OTHER, "root", "network.test.io", &[("vpcs", "VPC")]);
     let ours = identity_of(&kcp, NETWORK, "network.test.io");
-    let theirs = identity_of(&kcp, "root:other-network", "network.test.io");
+    let theirs = identity_of(&kcp, OTHER, "network.test.io");
     assert_ne!(ours, theirs);
 
-    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
-    kcp.wait_condition(
-        "root:compute",
-        ["dependencyrule", "vm-vpc", "Ready", "True"],
-    )
-    .await;
-    let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-vpc"]);
+    kcp.apply("provider", COMPUTE, &vm_vpc_rule("vm-vpc"));
+    kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-vpc", "Ready", "True"])
+        .await;
+    let rule = kcp.get_json("provider", COMPUTE, &["dependencyrule", "vm-vpc"]);
     assert_eq!(
         rule["status"]["workspaces"][0]["identityHash"],
         ours.as_str()
@@ -598,7 +572,8 @@ async fn exports_of_one_group_resource_are_told_apart_by_identity() {
     // Only the named export's workspace is routed.
     assert!(
         !kcp.exists(
-            "root:other-network",
+            "provider",
+            OTHER,
             &["validatingwebhookconfiguration", "holdfast"]
         ),
         "the other export of the same group/resource got a configuration"
@@ -612,7 +587,8 @@ async fn a_path_may_start_at_any_logical_cluster() {
     let network = kcp.env.sim.logical_cluster(NETWORK).expect("lc");
     let path = format!("{providers}:network");
     kcp.apply(
-        "root:compute",
+        "provider",
+        COMPUTE,
         &vm_rule(
             "vm-vpc",
             &path,
@@ -621,12 +597,9 @@ async fn a_path_may_start_at_any_logical_cluster() {
             "vpcs",
         ),
     );
-    kcp.wait_condition(
-        "root:compute",
-        ["dependencyrule", "vm-vpc", "Ready", "True"],
-    )
-    .await;
-    let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-vpc"]);
+    kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-vpc", "Ready", "True"])
+        .await;
+    let rule = kcp.get_json("provider", COMPUTE, &["dependencyrule", "vm-vpc"]);
     assert_eq!(rule["status"]["workspaces"][0]["path"], path.as_str());
     assert_eq!(
         rule["status"]["workspaces"][0]["logicalCluster"],
@@ -640,19 +613,20 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
     let (kcp, c) = with_controller(&[]).await;
     let edge = "root:edge";
     let gateways = [("gateways", "Gateway")];
-    provider(&kcp, edge, "edge.test.io", "edge.test.io", &gateways);
+    provider(&kcp, edge, "shard-1", "edge.test.io", &gateways);
     let first = kcp.env.sim.logical_cluster(edge).expect("lc");
     kcp.apply(
-        "root:compute",
+        "provider",
+        COMPUTE,
         &vm_rule("vm-gw", edge, "edge.test.io", "edge.test.io", "gateways"),
     );
-    kcp.wait_condition("root:compute", ["dependencyrule", "vm-gw", "Ready", "True"])
+    kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-gw", "Ready", "True"])
         .await;
 
     // Deleted and created again: a new logical cluster under the same path.
-    let out = kcp.kubectl("root", &["delete", "workspace", "edge"]);
+    let out = kcp.kubectl("platform", "root", &["delete", "workspace", "edge"]);
     assert_eq!(out.code, 0, "{out:?}");
-    provider(&kcp, edge, "edge.test.io", "edge.test.io", &gateways);
+    provider(&kcp, edge, "shard-1", "edge.test.io", &gateways);
     let second = kcp.env.sim.logical_cluster(edge).expect("lc");
     assert_ne!(first, second);
 
@@ -661,7 +635,7 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
     wait_routed(&kcp, &c, edge, &["gateways.edge.test.io"]).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let rule = kcp.get_json("root:compute", &["dependencyrule", "vm-gw"]);
+        let rule = kcp.get_json("provider", COMPUTE, &["dependencyrule", "vm-gw"]);
         let ws = &rule["status"]["workspaces"][0];
         if ws["logicalCluster"] == second.as_str() && ws["webhookInstalled"] == true {
             break;
@@ -673,17 +647,20 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    kcp.wait_condition("root:compute", ["dependencyrule", "vm-gw", "Ready", "True"])
+    kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-gw", "Ready", "True"])
         .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn virtual_workspace_urls_take_the_virtual_workspace_kubeconfig() {
     let kcp = topology().await;
-    let front_proxy = kcp.env.sim.kubeconfig_for_server(&kcp.url, "admin");
+    let front_proxy = kcp
+        .env
+        .sim
+        .kubeconfig_for_server(&kcp.url, "holdfast-controller");
     // Its server is never used (the endpoint slice names the URLs).
     let usable = front_proxy.replace(&kcp.url, "https://127.0.0.1:1");
-    let wrong = front_proxy.replace("token: admin-token", "token: not-a-token");
+    let wrong = front_proxy.replace("token: holdfast-controller-token", "token: not-a-token");
     assert_ne!(usable, front_proxy);
     assert_ne!(wrong, front_proxy);
     let file = |name: &str, text: &str| {
@@ -697,12 +674,9 @@ async fn virtual_workspace_urls_take_the_virtual_workspace_kubeconfig() {
     );
 
     let mut c = controller(&kcp, &["--virtual-workspace-kubeconfig", &usable]).await;
-    kcp.apply("root:compute", &vm_vpc_rule("vm-vpc"));
-    kcp.wait_condition(
-        "root:compute",
-        ["dependencyrule", "vm-vpc", "Ready", "True"],
-    )
-    .await;
+    kcp.apply("provider", COMPUTE, &vm_vpc_rule("vm-vpc"));
+    kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-vpc", "Ready", "True"])
+        .await;
     let status = c.terminate(15).await.expect("exits");
     assert!(status.success(), "{status}: {}", c.log());
 

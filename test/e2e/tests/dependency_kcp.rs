@@ -4,11 +4,13 @@
 //! through the virtual workspace, the real webhook reads rules through the holdfast
 //! APIExport's virtual workspaces and dependents through every endpoint of the
 //! compute export's APIExportEndpointSlice, or live through the front-proxy for a
-//! consumer no synced endpoint covers.
+//! consumer no synced endpoint covers. On two shards, holdfast under its
+//! identities and the RBAC it ships (`holdfast_e2e::kcp::topology`); the provider
+//! and the consumer act as their own users.
 
 use holdfast_e2e::{
-    controller::start_controller,
-    kcp::{Kcp, NETWORK, dependency_rule, topology},
+    KubectlOutput,
+    kcp::{COMPUTE, CONSUMER, Kcp, NETWORK, dependency_rule, topology},
     steps::words,
 };
 
@@ -20,38 +22,43 @@ fn vm_rule(path: &str) -> String {
     )
 }
 
-fn refused(out: &holdfast_e2e::KubectlOutput, text: &str) -> bool {
+fn refused(out: &KubectlOutput, text: &str) -> bool {
     out.refused_with(text)
 }
 
-async fn until(
+/// Runs kubectl as the consumer until `check` accepts its output; fails with the
+/// last output and the webhook's log.
+async fn until(kcp: &Kcp, args: &[&str], check: impl Fn(&KubectlOutput) -> bool) -> KubectlOutput {
+    kcp.until("consumer", CONSUMER, args, check)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nwebhook: {}", kcp.env.webhook_log()))
+}
+
+/// Repeats `kubectl delete vpc VPC --dry-run=server` as the consumer, asserting
+/// `outcome` on every answer, until the webhook's dependents lookups (live, index)
+/// before and after the answer satisfy `counted`.
+async fn dry_run_until(
     kcp: &Kcp,
-    args: &[&str],
-    check: impl Fn(&holdfast_e2e::KubectlOutput) -> bool,
-) -> holdfast_e2e::KubectlOutput {
+    vpc: &str,
+    outcome: impl Fn(&KubectlOutput) -> bool,
+    counted: impl Fn((f64, f64), (f64, f64)) -> bool,
+) {
     let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
     loop {
-        let out = kcp.kubectl("root:consumer", args);
-        if check(&out) {
-            return out;
+        let before = kcp.env.dependents_lookups().await;
+        let args = ["delete", "vpc", vpc, "--dry-run=server"];
+        let out = kcp.kubectl("consumer", CONSUMER, &args);
+        assert!(outcome(&out), "{out:?}");
+        let after = kcp.env.dependents_lookups().await;
+        if counted(before, after) {
+            return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "kubectl {args:?}: {out:?}\nwebhook: {}",
+            "delete vpc {vpc}: lookups never counted as expected ({before:?} -> {after:?})\nwebhook: {}",
             kcp.env.webhook_log()
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
-/// The webhook's dependents lookups so far: (live, index).
-async fn lookups(kcp: &Kcp) -> (f64, f64) {
-    let series = |s: &str| format!("holdfast_webhook_dependents_lookups_total{{source=\"{s}\"}}");
-    let live = kcp.env.webhook_metric(&series("live")).await;
-    let index = kcp.env.webhook_metric(&series("index")).await;
-    match (live, index) {
-        (Ok(l), Ok(i)) => (l.unwrap_or(0.0), i.unwrap_or(0.0)),
-        (l, i) => panic!("metrics unreadable: {l:?} {i:?}"),
     }
 }
 
@@ -63,36 +70,22 @@ async fn seed_story(mode: &str) {
         "annotate apiexport compute.test.io apiexports.apis.kcp.io/skip-endpointslice=true",
         "delete apiexportendpointslice compute.test.io",
     ] {
-        let out = kcp.kubectl("root:compute", &words(args));
+        let out = kcp.kubectl("provider", COMPUTE, &words(args));
         assert_eq!(out.code, 0, "{args}: {out:?}");
     }
-    let kubeconfig = kcp.kubeconfig.clone();
-    let webhook_args = [
-        "--topology",
-        "kcp",
-        "--kubeconfig",
-        &kubeconfig,
-        "--dependents",
-        mode,
-    ];
-    kcp.env.start_webhook(&webhook_args).await.expect("webhook");
-    let port = kcp.env.webhook.as_ref().map(|w| w.port).expect("port");
-    let mut c = start_controller(
-        &kcp.env,
-        "controller",
-        port,
-        &["--kubeconfig", &kubeconfig, "--topology", "kcp"],
-    )
-    .expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
-    kcp.apply("root:compute", &vm_rule(".spec.vpcRef.name"));
+    let _c = kcp
+        .start_holdfast("controller", mode)
+        .await
+        .expect("holdfast");
+    kcp.apply("provider", COMPUTE, &vm_rule(".spec.vpcRef.name"));
     kcp.env.wait_webhook_ready().await.expect("webhook ready");
 
     kcp.apply(
-        "root:consumer",
+        "consumer",
+        CONSUMER,
         "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n",
     );
-    kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
+    kcp.apply("consumer", CONSUMER, "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
     let out = until(
         &kcp,
         &["delete", "vpc", "my-vpc", "--dry-run=server"],
@@ -108,7 +101,7 @@ async fn seed_story(mode: &str) {
     );
     // The compute export has no APIExportEndpointSlice yet: no endpoint covers the
     // consumer, so every check was live, in both modes.
-    let (live, index) = lookups(&kcp).await;
+    let (live, index) = kcp.env.dependents_lookups().await;
     assert!(
         live >= 1.0 && index == 0.0,
         "lookups live {live}, index {index}"
@@ -116,35 +109,24 @@ async fn seed_story(mode: &str) {
     // The compute provider publishes its export's endpoints: holdfast watches VMs
     // through every one of them rather than the front-proxy wildcard.
     kcp.apply(
-        "root:compute",
+        "provider",
+        COMPUTE,
         "apiVersion: apis.kcp.io/v1alpha1\nkind: APIExportEndpointSlice\nmetadata: {name: compute.test.io}\nspec: {export: {path: \"root:compute\", name: compute.test.io}}\n",
     );
     if mode == "watch" {
         // Once an endpoint's synced watch covers the consumer, its checks come from
         // the index (no API call), still refused.
-        let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
-        loop {
-            let (_, before) = lookups(&kcp).await;
-            let out = kcp.kubectl(
-                "root:consumer",
-                &words("delete vpc my-vpc --dry-run=server"),
-            );
-            let text = "still referenced by VirtualMachine default/my-vm";
-            assert!(refused(&out, text), "{out:?}");
-            if lookups(&kcp).await.1 > before {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the index never answered: {:?}\nwebhook: {}",
-                lookups(&kcp).await,
-                kcp.env.webhook_log()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        let text = "still referenced by VirtualMachine default/my-vm";
+        dry_run_until(
+            &kcp,
+            "my-vpc",
+            |o| refused(o, text),
+            |before, after| after.1 > before.1,
+        )
+        .await;
     }
     // Two VMs: both named.
-    kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-2, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
+    kcp.apply("consumer", CONSUMER, "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-2, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n");
     until(
         &kcp,
         &["delete", "vpc", "my-vpc", "--dry-run=server"],
@@ -157,23 +139,24 @@ async fn seed_story(mode: &str) {
     )
     .await;
     // A list field path, edited in place on the live rule.
-    kcp.apply("root:consumer", "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: disk-vpc, namespace: default}\n");
-    kcp.apply("root:consumer", "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-disks, namespace: default}\nspec: {disks: [{vpcRef: {name: disk-vpc}}]}\n");
-    kcp.apply("root:compute", &vm_rule(".spec.disks[*].vpcRef.name"));
+    kcp.apply("consumer", CONSUMER, "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: disk-vpc, namespace: default}\n");
+    kcp.apply("consumer", CONSUMER, "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-disks, namespace: default}\nspec: {disks: [{vpcRef: {name: disk-vpc}}]}\n");
+    kcp.apply("provider", COMPUTE, &vm_rule(".spec.disks[*].vpcRef.name"));
     until(
         &kcp,
         &["delete", "vpc", "disk-vpc", "--dry-run=server"],
         |o| refused(o, "still referenced by VirtualMachine default/vm-disks"),
     )
     .await;
-    kcp.apply("root:compute", &vm_rule(".spec.vpcRef.name"));
+    kcp.apply("provider", COMPUTE, &vm_rule(".spec.vpcRef.name"));
     // Break-glass with the seed's own annotation.
     let out = kcp.kubectl(
-        "root:consumer",
+        "consumer",
+        CONSUMER,
         &words("annotate vpc disk-vpc dependencies.opendefense.cloud/skip-protection=true"),
     );
     assert_eq!(out.code, 0, "{out:?}");
-    let out = kcp.kubectl("root:consumer", &["delete", "vpc", "disk-vpc"]);
+    let out = kcp.kubectl("consumer", CONSUMER, &["delete", "vpc", "disk-vpc"]);
     assert_eq!(out.code, 0, "break-glass: {out:?}");
     // The webhook restarted with the API server out of its reach: "not ready, retry
     // later", never an allow; restarted normally, it decides correctly again.
@@ -203,7 +186,8 @@ async fn seed_story(mode: &str) {
         .await
         .expect("restarted");
     let out = kcp.kubectl(
-        "root:consumer",
+        "consumer",
+        CONSUMER,
         &["delete", "vpc", "my-vpc", "--dry-run=server"],
     );
     assert!(
@@ -211,8 +195,10 @@ async fn seed_story(mode: &str) {
         "{out:?}"
     );
     kcp.env.webhook = None;
+    let args = kcp.webhook_args(mode);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     kcp.env
-        .start_webhook_on(port, &webhook_args)
+        .start_webhook_on(port, &args)
         .await
         .expect("restarted");
     kcp.env.wait_webhook_ready().await.expect("ready again");
@@ -224,7 +210,8 @@ async fn seed_story(mode: &str) {
     .await;
     // Delete the VMs, then the VPC goes.
     let out = kcp.kubectl(
-        "root:consumer",
+        "consumer",
+        CONSUMER,
         &["delete", "virtualmachine", "my-vm", "vm-2"],
     );
     assert_eq!(out.code, 0, "{out:?}");
@@ -233,31 +220,24 @@ async fn seed_story(mode: &str) {
     if mode == "watch" {
         // The last VM gone, no endpoint's watch holds an object of the consumer any
         // more: its checks are live (an index that cannot see it never answers).
-        let out = kcp.kubectl("root:consumer", &["delete", "virtualmachine", "vm-disks"]);
+        let out = kcp.kubectl(
+            "consumer",
+            CONSUMER,
+            &["delete", "virtualmachine", "vm-disks"],
+        );
         assert_eq!(out.code, 0, "{out:?}");
         kcp.apply(
-            "root:consumer",
+            "consumer",
+            CONSUMER,
             "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: spare, namespace: default}\n",
         );
-        let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
-        loop {
-            let (live, index) = lookups(&kcp).await;
-            let out = kcp.kubectl(
-                "root:consumer",
-                &["delete", "vpc", "spare", "--dry-run=server"],
-            );
-            assert_eq!(out.code, 0, "{out:?}");
-            let after = lookups(&kcp).await;
-            if after == (live + 1.0, index) {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never looked up live: {after:?}\nwebhook: {}",
-                kcp.env.webhook_log()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        dry_run_until(
+            &kcp,
+            "spare",
+            |o| o.code == 0,
+            |(live, index), after| after == (live + 1.0, index),
+        )
+        .await;
     }
 }
 

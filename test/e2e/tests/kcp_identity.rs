@@ -119,7 +119,10 @@ async fn exports_of_one_group_resource_in_one_workspace_are_told_apart() {
     t.apply("provider", NETWORK, &bindable("net-b"));
     let a = t.consumer("consumer-a", "root");
     let b = t.consumer_of("consumer-b", "shard-1", "net-b");
-    let c = t.holdfast("watch").await;
+    let c = t
+        .start_holdfast("controller", "watch")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
     t.apply("provider", COMPUTE, &rules());
     for rule in ["vm-dependencies", "vm-backups"] {
         let ready = t.rule_ready(COMPUTE, rule).await;

@@ -9,11 +9,19 @@ use holdfast_e2e::{
     controller::ControllerProcess,
     kcp::vm_vpc_rule,
     kcp_sharded::{COMPUTE, NETWORK, Sharded, sharded},
+    steps::eventually,
 };
 
+const MIN_WAIT_SECS: u64 = holdfast_e2e::MIN_WAIT.as_secs();
 const VPC: &str =
     "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n";
 const VM: &str = "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n";
+
+async fn holdfast(t: &mut Sharded, mode: &str) -> ControllerProcess {
+    t.start_holdfast("controller", mode)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"))
+}
 
 /// Waits until `kubectl delete vpc my-vpc` as the consumer in `path` gives an
 /// outcome `check` accepts; returns it.
@@ -23,24 +31,24 @@ async fn delete_vpc_until(
     path: &str,
     check: impl Fn(&holdfast_e2e::KubectlOutput) -> bool,
 ) -> holdfast_e2e::KubectlOutput {
-    let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
-    loop {
-        let out = t.kubectl(
-            "consumer",
-            path,
-            &["delete", "vpc", "my-vpc", "-n", "default", "--wait=false"],
-        );
+    let args = ["delete", "vpc", "my-vpc", "-n", "default", "--wait=false"];
+    eventually(MIN_WAIT_SECS, async || {
+        let out = t.kubectl("consumer", path, &args);
         if check(&out) {
-            return out;
+            return Ok(out);
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "delete vpc in {path}: {out:?}\nwebhook: {}\ncontroller: {}",
-            t.env.webhook_log(),
-            c.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+        Err(context(t, c, format!("delete vpc in {path}: {out:?}")))
+    })
+    .await
+}
+
+/// `what`, then the webhook's and the controller's logs.
+fn context(t: &Sharded, c: &ControllerProcess, what: String) -> String {
+    format!(
+        "{what}\nwebhook: {}\ncontroller: {}",
+        t.env.webhook_log(),
+        c.log()
+    )
 }
 
 fn refused_for_vm(out: &holdfast_e2e::KubectlOutput) -> bool {
@@ -52,46 +60,35 @@ fn refused_for_vm(out: &holdfast_e2e::KubectlOutput) -> bool {
 
 /// The webhook's dependents lookups so far: (live, index).
 async fn lookups(t: &Sharded) -> (f64, f64) {
-    let series = |s: &str| format!("holdfast_webhook_dependents_lookups_total{{source=\"{s}\"}}");
-    let live = t.env.webhook_metric(&series("live")).await;
-    let index = t.env.webhook_metric(&series("index")).await;
-    match (live, index) {
-        (Ok(l), Ok(i)) => (l.unwrap_or(0.0), i.unwrap_or(0.0)),
-        (l, i) => panic!("metrics unreadable: {l:?} {i:?}"),
-    }
+    t.env.dependents_lookups().await
 }
 
 /// Waits until a refused dry-run DELETE of the VPC in `path` is answered from the
 /// dependents index (no API call): the index counter moves and the live one not.
 async fn answered_from_the_index(t: &Sharded, c: &ControllerProcess, path: &str) {
-    let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
-    loop {
+    let args = [
+        "delete",
+        "vpc",
+        "my-vpc",
+        "-n",
+        "default",
+        "--dry-run=server",
+    ];
+    eventually(MIN_WAIT_SECS, async || {
         let before = lookups(t).await;
-        let out = t.kubectl(
-            "consumer",
-            path,
-            &[
-                "delete",
-                "vpc",
-                "my-vpc",
-                "-n",
-                "default",
-                "--dry-run=server",
-            ],
-        );
+        let out = t.kubectl("consumer", path, &args);
         assert!(refused_for_vm(&out), "{out:?}");
         let after = lookups(t).await;
         if after.1 > before.1 && after.0 == before.0 {
-            return;
+            return Ok(());
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{path}: never answered from the index (lookups {before:?} -> {after:?})\nwebhook: {}\ncontroller: {}",
-            t.env.webhook_log(),
-            c.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+        Err(context(
+            t,
+            c,
+            format!("{path}: not answered from the index (lookups {before:?} -> {after:?})"),
+        ))
+    })
+    .await
 }
 
 /// The seed 003 story in consumer `path`: refused while the VM references the VPC
@@ -123,9 +120,22 @@ async fn two_shards(mode: &str) {
     let mut t = sharded().await.expect("topology");
     // A consumer on the rule's shard before holdfast starts.
     let near = t.consumer("consumer-a", "root");
-    let c = t.holdfast(mode).await;
+    let c = holdfast(&mut t, mode).await;
     t.apply("provider", COMPUTE, &vm_rule());
-    let cond = t.rule_ready(COMPUTE, "vm-dependencies").await;
+    let cond = t
+        .until(
+            "provider",
+            COMPUTE,
+            &[
+                "get",
+                "dependencyrule",
+                "vm-dependencies",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            |o| o.stdout.trim() == "True",
+        )
+        .await;
     assert!(
         cond.is_ok(),
         "rule Ready: {cond:?}\ncontroller: {}",

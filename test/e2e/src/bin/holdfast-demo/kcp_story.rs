@@ -1,12 +1,10 @@
 //! The seed 003 story on kcp: a compute provider's DependencyRule protects VPCs (of a
-//! network provider nested at root:providers:network) in a consumer workspace.
+//! network provider nested at root:providers:network) in a consumer workspace, on a
+//! kcp of two shards with holdfast under its own identities and shipped RBAC.
 
 use crate::policies::{VPC_AND_VM, VPC_AND_VM_CREATED};
 use crate::runner::{Demo, Expect};
-use holdfast_e2e::{
-    controller::start_controller,
-    kcp::{NETWORK, topology, vm_vpc_rule},
-};
+use holdfast_e2e::kcp::{COMPUTE, CONSUMER, NETWORK, topology, vm_vpc_rule};
 
 /// Sets up the kcp topology, starts the webhook and controller for kcp, and tells
 /// the story. Every process it started is stopped when it returns.
@@ -16,32 +14,25 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
         "seed 003 (kcp dependency-controller: rule in a provider workspace, webhook through the virtual workspace, objects in a consumer workspace)",
     );
     let mut kcp = topology().await?;
-    let kubeconfig = kcp.kubeconfig.clone();
-    kcp.env
-        .start_webhook(&["--topology", "kcp", "--kubeconfig", &kubeconfig])
-        .await?;
+    let _controller = kcp.start_holdfast("controller-kcp", "watch").await?;
     let Some(port) = kcp.env.webhook.as_ref().map(|w| w.port) else {
         anyhow::bail!("the kcp webhook did not start");
     };
-    let mut controller = start_controller(
-        &kcp.env,
-        "controller-kcp",
-        port,
-        &["--kubeconfig", &kubeconfig, "--topology", "kcp"],
-    )?;
-    controller.wait_ready(30).await?;
     demo.note(&format!(
-        "a second simulator, modelling kcp at {}: workspaces root:holdfast (holdfast's APIExport), \
-         root:compute (VirtualMachines), {NETWORK} (VPCs), root:consumer binding both",
+        "a second simulator, modelling kcp with two shards behind a front-proxy at {}: \
+         root:holdfast (holdfast's APIExport) and {COMPUTE} (VirtualMachines) on shard root, \
+         {NETWORK} (VPCs) and {CONSUMER} (binding both) on shard-1",
         kcp.url
     ));
     demo.note(&format!(
         "holdfast-webhook --topology kcp --kubeconfig <root:holdfast> (webhook port {port}) and \
-         holdfast-controller --topology kcp, installing the webhook into provider workspaces"
+         holdfast-controller --topology kcp, installing the webhook into provider workspaces; \
+         they run as the users holdfast-webhook and holdfast-controller with only the RBAC \
+         manifests/overlays/kcp/workspace ships (never system:masters)"
     ));
 
-    let compute = kcp.ws("root:compute");
-    let consumer = kcp.ws("root:consumer");
+    let compute = kcp.ws(COMPUTE);
+    let consumer = kcp.ws(CONSUMER);
     demo.say("The compute provider declares that VirtualMachines depend on VPCs");
     let rule = vm_vpc_rule("vm-dependencies");
     demo.apply(
