@@ -199,11 +199,8 @@ async fn exports_of_one_group_resource_in_one_workspace_are_told_apart() {
 
     // Without the rule of net-b, nothing protects B's VPC, although the remaining
     // webhook (network.test.io's) is called for it.
-    let out = t.kubectl(
-        "provider",
-        COMPUTE,
-        &["delete", "dependencyrule", "vm-backups"],
-    );
+    let drop_rule = ["delete", "dependencyrule", "vm-backups"];
+    let out = t.kubectl("provider", COMPUTE, &drop_rule);
     assert_eq!(out.code, 0, "{out:?}");
     t.until("provider", NETWORK, &args, |o| {
         serde_json::from_str::<Value>(&o.stdout).is_ok_and(|cfg| hooks(&cfg).len() == 1)
