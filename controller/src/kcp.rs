@@ -16,8 +16,10 @@
 //! is read there: a rule is Ready only when every export exists and exports its
 //! resource (the dependent's export too, in the rule's own workspace). For every provider
 //! workspace it installs one configuration `holdfast` through the virtual
-//! workspace (authorised by the permission claim), with one rules entry per
-//! protected resource, recomputed from scratch from all rules on every change:
+//! workspace (authorised by the permission claim), with one webhook per APIExport
+//! (`<export>.policies.holdfast.dev`, calling `<webhook URL>/kcp/<cluster>/<export>`
+//! so that two exports of one group/resource are told apart) and one rules entry
+//! per protected resource, recomputed from scratch from all rules on every change:
 //! deleting a rule removes only its part, deleting the last one removes the
 //! configuration.
 
@@ -32,8 +34,8 @@ use holdfast_shared::{
     api::{DependencyRule, GroupResource},
     names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
     webhookconfig::{
-        InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICIES_WEBHOOK, matches_desired,
-        provider_configuration, routes,
+        InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, export_policies_webhook,
+        matches_desired, provider_configuration, routes,
     },
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -394,8 +396,8 @@ struct RuleEval {
     name: String,
     invalid: Option<Invalid>,
     workspaces: Vec<WorkspaceRef>,
-    /// provider cluster → resources
-    targets: BTreeMap<String, BTreeSet<GroupResource>>,
+    /// provider cluster → APIExport name → resources
+    targets: BTreeMap<String, ExportTargets>,
 }
 
 impl RuleEval {
@@ -443,10 +445,13 @@ struct RuleState {
     rule: Option<Arc<DependencyRule>>,
 }
 
+/// APIExport name → the resources of it some rule protects.
+type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
+
 /// Phase 3: what one provider workspace's configuration routes.
 #[derive(Default)]
 struct ProviderTarget {
-    resources: BTreeSet<GroupResource>,
+    exports: ExportTargets,
     /// `cluster/name` of the rules asking.
     rules: BTreeSet<String>,
 }
@@ -767,7 +772,12 @@ impl Reconciler {
             match found.exporting(&gr, &r.path, &r.name) {
                 Ok(()) => {
                     if let Some(lc) = &lc {
-                        eval.targets.entry(lc.clone()).or_default().insert(gr);
+                        eval.targets
+                            .entry(lc.clone())
+                            .or_default()
+                            .entry(r.name.clone())
+                            .or_default()
+                            .insert(gr);
                     }
                     eval.note_workspace(&r.path, &r.name, lc, identity, None);
                 }
@@ -1022,7 +1032,7 @@ impl Reconciler {
         };
         let mut to_apply = Vec::new();
         for (lc, target) in desired {
-            let want = provider_configuration(&target.resources, &target.rules, &opts);
+            let want = provider_configuration(lc, &target.exports, &target.rules, &opts);
             let live_rv = live
                 .get(lc)
                 .and_then(|l| l.metadata.resource_version.clone())
@@ -1041,7 +1051,7 @@ impl Reconciler {
                 other => {
                     tracing::info!(
                         cluster = %lc,
-                        resources = target.resources.len(),
+                        exports = target.exports.len(),
                         rules = target.rules.len(),
                         "{} ValidatingWebhookConfiguration holdfast",
                         if other.is_some() { "updating" } else { "creating" }
@@ -1259,9 +1269,12 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
 fn desired_targets(rules: &[RuleState]) -> BTreeMap<String, ProviderTarget> {
     let mut desired: BTreeMap<String, ProviderTarget> = BTreeMap::new();
     for r in rules {
-        for (lc, grs) in &r.eval.targets {
+        for (lc, exports) in &r.eval.targets {
             let entry = desired.entry(lc.clone()).or_default();
-            entry.resources.extend(grs.iter().cloned());
+            for (export, grs) in exports {
+                let routed = entry.exports.entry(export.clone()).or_default();
+                routed.extend(grs.iter().cloned());
+            }
             entry.rules.insert(r.eval.key());
         }
     }
@@ -1289,14 +1302,17 @@ fn status_writes(
         let e = &r.eval;
         let mut ok = true;
         let mut missing = Vec::new();
-        for (lc, grs) in &e.targets {
-            for gr in grs {
-                let routed = installed
-                    .get(lc)
-                    .is_some_and(|c| routes(c, POLICIES_WEBHOOK, "DELETE", gr));
-                if !routed {
-                    ok = false;
-                    missing.push(format!("{gr} in {lc}"));
+        for (lc, exports) in &e.targets {
+            for (export, grs) in exports {
+                let hook = export_policies_webhook(export);
+                for gr in grs {
+                    let routed = installed
+                        .get(lc)
+                        .is_some_and(|c| routes(c, &hook, "DELETE", gr));
+                    if !routed {
+                        ok = false;
+                        missing.push(format!("{gr} of APIExport {export} in {lc}"));
+                    }
                 }
             }
         }
@@ -1306,7 +1322,15 @@ fn status_writes(
             installed: ok && e.invalid.is_none(),
             installed_message: if ok {
                 format!(
-                    "DELETEs of the dependencies reach webhook {POLICIES_WEBHOOK} in {} provider workspace(s)",
+                    "DELETEs of the dependencies reach webhook(s) {} in {} provider workspace(s)",
+                    e.targets
+                        .values()
+                        .flat_map(|x| x.keys())
+                        .map(|x| export_policies_webhook(x))
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     e.targets.len()
                 )
             } else {

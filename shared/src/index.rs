@@ -506,6 +506,7 @@ mod tests {
             target: GroupResource::new("network.test.io", "vpcs"),
             path: FieldPath::parse(path).expect("path"),
             namespace_path: ns_path.map(|p| FieldPath::parse(p).expect("ns path")),
+            export: None,
         }
     }
 

@@ -14,6 +14,7 @@ use crate::{
         resource_protection::{ResourceProtection, ResourceSelector},
     },
     fieldpath::{FieldPath, FieldPathError},
+    review::ExportRoute,
     selector,
 };
 use dashmap::DashMap;
@@ -254,9 +255,33 @@ pub struct CompiledDependency {
     pub path: FieldPath,
     /// Where the reference's namespace is (cross-namespace references).
     pub namespace_path: Option<FieldPath>,
+    /// kcp: the APIExport serving the protected resource (`apiExportRef`).
+    pub export: Option<DependencyExport>,
+}
+
+/// The APIExport a dependency names (kcp), as the rule's status resolved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DependencyExport {
+    /// `apiExportRef.name`.
+    pub name: String,
+    /// The logical cluster `apiExportRef.path` resolved to
+    /// (`status.workspaces[].logicalCluster`); `None` until the controller says.
+    pub cluster: Option<String>,
 }
 
 impl CompiledDependency {
+    /// Whether this dependency governs a review sent for `via` (`None`: a review
+    /// through plain `/validate`, which every dependency governs). A review sent for
+    /// an export is governed only by dependencies naming that export in that logical
+    /// cluster; one whose path is not resolved in the rule's status yet governs every
+    /// export of that name (refusing too much for a moment, never too little).
+    pub fn serves(&self, via: Option<&ExportRoute>) -> bool {
+        let Some(via) = via else { return true };
+        self.export.as_ref().is_some_and(|e| {
+            e.name == via.name && e.cluster.as_deref().is_none_or(|c| c == via.cluster)
+        })
+    }
+
     /// The dependent group/resource.
     pub fn dependent_gr(&self) -> GroupResource {
         GroupResource::new(&self.dependent_group, &self.dependent_resource)
@@ -270,6 +295,11 @@ pub fn compile_dependency_rule(
 ) -> Result<Vec<CompiledDependency>, CompileError> {
     let key = PolicyKey::new(cluster, rule.metadata.name.as_deref().unwrap_or_default());
     let d = &rule.spec.dependent;
+    let resolved = rule
+        .status
+        .as_ref()
+        .map(|s| s.workspaces.as_slice())
+        .unwrap_or_default();
     rule.spec
         .dependencies
         .iter()
@@ -301,6 +331,14 @@ pub fn compile_dependency_rule(
                 target: GroupResource::new(&dep.group, &dep.resource),
                 path,
                 namespace_path,
+                export: dep.api_export_ref.as_ref().map(|r| DependencyExport {
+                    name: r.name.clone(),
+                    cluster: resolved
+                        .iter()
+                        .find(|w| w.path == r.path && w.name == r.name)
+                        .and_then(|w| w.logical_cluster.clone())
+                        .filter(|c| !c.is_empty()),
+                }),
             })
         })
         .collect()
@@ -853,6 +891,86 @@ mod tests {
         assert!(idx.is_loaded());
         assert!(idx.find(&gr("disks")).is_none());
         assert_eq!(idx.find(&gr("vpcs")).map(|l| *l[0]), Some("x"));
+    }
+
+    /// A rule over VPCs of export `net-a` at `root:net` (and subnets of `net-b`),
+    /// with `status` as its status.
+    fn kcp_rule(status: serde_json::Value) -> DependencyRule {
+        let dep = |resource: &str, export: &str| {
+            serde_json::json!({
+                "group": "network.test.io", "version": "v1", "resource": resource,
+                "fieldRef": {"path": ".spec.ref"},
+                "apiExportRef": {"path": "root:net", "name": export},
+            })
+        };
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
+            "metadata": {"name": "vm"},
+            "spec": {
+                "dependent": {"group": "compute.test.io", "version": "v1",
+                              "resource": "virtualmachines", "kind": "VirtualMachine"},
+                "dependencies": [dep("vpcs", "net-a"), dep("subnets", "net-b")],
+            },
+            "status": status,
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn route(cluster: &str, name: &str) -> ExportRoute {
+        ExportRoute {
+            cluster: cluster.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_dependency_serves_reviews_of_its_resolved_export_only() {
+        let rule = kcp_rule(serde_json::json!({"workspaces": [
+            {"path": "root:net", "name": "net-a", "logicalCluster": "lc1", "webhookInstalled": true},
+            {"path": "root:net", "name": "net-b", "webhookInstalled": false},
+        ]}));
+        let deps = compile_dependency_rule("c", &rule).unwrap_or_else(|e| panic!("{e}"));
+        let exports: Vec<_> = deps.iter().map(|d| d.export.clone()).collect();
+        assert_eq!(
+            exports,
+            vec![
+                Some(DependencyExport {
+                    name: "net-a".into(),
+                    cluster: Some("lc1".into())
+                }),
+                Some(DependencyExport {
+                    name: "net-b".into(),
+                    cluster: None
+                }),
+            ]
+        );
+        let (vpcs, subnets) = (&deps[0], &deps[1]);
+        // Plain /validate: every dependency, as before.
+        assert!(vpcs.serves(None) && subnets.serves(None));
+        assert!(vpcs.serves(Some(&route("lc1", "net-a"))));
+        // Another export of the same workspace, or the same name elsewhere: not this one.
+        assert!(!vpcs.serves(Some(&route("lc1", "net-b"))));
+        assert!(!vpcs.serves(Some(&route("lc2", "net-a"))));
+        // Not resolved in the status yet: every export of that name (fail closed).
+        assert!(subnets.serves(Some(&route("lc1", "net-b"))));
+        assert!(subnets.serves(Some(&route("lc9", "net-b"))));
+        assert!(!subnets.serves(Some(&route("lc1", "net-a"))));
+    }
+
+    #[test]
+    fn a_dependency_without_status_or_export_ref() {
+        let deps =
+            compile_dependency_rule("c", &kcp_rule(serde_json::json!({}))).unwrap_or_default();
+        assert_eq!(deps.len(), 2);
+        assert!(
+            deps.iter()
+                .all(|d| d.export.as_ref().is_some_and(|e| e.cluster.is_none()))
+        );
+        // Without apiExportRef (Kubernetes), it serves plain /validate only.
+        let mut plain = deps[0].clone();
+        plain.export = None;
+        assert!(plain.serves(None));
+        assert!(!plain.serves(Some(&route("lc1", "net-a"))));
     }
 
     #[test]

@@ -160,6 +160,21 @@ pub struct AdmissionRequest {
     /// CreateOptions / UpdateOptions / DeleteOptions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<Value>,
+    /// kcp: the APIExport the review was sent for, named by the webhook URL's path
+    /// (`/validate/kcp/<logical cluster>/<export>`); never read from the body.
+    #[serde(skip)]
+    pub via_export: Option<ExportRoute>,
+}
+
+/// The APIExport a review was sent for (kcp): the export's logical cluster and name.
+/// A provider workspace's configuration has one entry per export, each calling a
+/// URL naming its export, so two exports of one group/resource are told apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportRoute {
+    /// Logical cluster of the export's workspace.
+    pub cluster: String,
+    /// APIExport name.
+    pub name: String,
 }
 
 #[derive(Deserialize)]

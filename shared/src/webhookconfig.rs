@@ -1393,30 +1393,72 @@ pub fn describe_configuration(cfg: &ValidatingWebhookConfiguration) -> String {
 /// (`<logical cluster>/<name>`) that contributed to it.
 pub const RULES_ANNOTATION: &str = "holdfast.dev/rules";
 
-/// The configuration `holdfast` for one kcp provider workspace: one webhook
-/// ([`POLICIES_WEBHOOK`]) with one rules entry per protected resource (DELETE,
-/// versions `*`), recomputed from every rule targeting the workspace; `rules`
-/// (the contributing rules) are recorded in [`RULES_ANNOTATION`].
+/// The configuration `holdfast` for kcp provider workspace `cluster`: one webhook
+/// per APIExport of `exports` (named by [`export_policies_webhook`]) with one rules
+/// entry per protected resource (DELETE, versions `*`), calling
+/// `<webhook URL>/kcp/<cluster>/<export>` so the webhook knows which export a
+/// review came for (two exports of one workspace may export one group/resource);
+/// recomputed from every rule targeting the workspace; `rules` (the contributing
+/// rules) are recorded in [`RULES_ANNOTATION`].
 pub fn provider_configuration(
-    resources: &BTreeSet<GroupResource>,
+    cluster: &str,
+    exports: &BTreeMap<String, BTreeSet<GroupResource>>,
     rules: &BTreeSet<String>,
     opts: &InstallOptions,
 ) -> ValidatingWebhookConfiguration {
-    let mut h = webhook(POLICIES_WEBHOOK.to_string(), opts, all_resources("DELETE"));
-    h.rules = Some(
-        resources
-            .iter()
-            .map(|gr| RuleWithOperations {
-                operations: Some(vec!["DELETE".to_string()]),
-                api_groups: Some(vec![gr.group.clone()]),
-                api_versions: Some(vec!["*".to_string()]),
-                resources: Some(vec![gr.resource.clone()]),
-                scope: Some("*".to_string()),
-            })
-            .collect(),
-    );
+    let hooks = exports
+        .iter()
+        .map(|(export, resources)| {
+            let mut h = webhook(
+                export_policies_webhook(export),
+                opts,
+                all_resources("DELETE"),
+            );
+            let suffix = format!("/kcp/{cluster}/{export}");
+            if let Some(url) = h.client_config.url.as_mut() {
+                *url = format!("{}{suffix}", url.trim_end_matches('/'));
+            }
+            if let Some(path) = h
+                .client_config
+                .service
+                .as_mut()
+                .and_then(|s| s.path.as_mut())
+            {
+                path.push_str(&suffix);
+            }
+            h.rules = Some(
+                resources
+                    .iter()
+                    .map(|gr| RuleWithOperations {
+                        operations: Some(vec!["DELETE".to_string()]),
+                        api_groups: Some(vec![gr.group.clone()]),
+                        api_versions: Some(vec!["*".to_string()]),
+                        resources: Some(vec![gr.resource.clone()]),
+                        scope: Some("*".to_string()),
+                    })
+                    .collect(),
+            );
+            h
+        })
+        .collect();
     let listed = rules.iter().cloned().collect::<Vec<_>>().join(",");
-    configuration((RULES_ANNOTATION, listed), vec![h])
+    configuration((RULES_ANNOTATION, listed), hooks)
+}
+
+/// Name of the webhook receiving the DELETEs of APIExport `export`'s resources in a
+/// kcp provider workspace: `<export>.policies.holdfast.dev` (export names are DNS
+/// subdomains, unique in their workspace), or, where that would pass the 253
+/// characters a webhook name may have, `x<hash of the name>.policies.holdfast.dev`.
+pub fn export_policies_webhook(export: &str) -> String {
+    let name = format!("{export}.{POLICIES_WEBHOOK}");
+    if name.len() <= 253 {
+        return name;
+    }
+    // FNV-1a: stable across builds and platforms.
+    let hash = export.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("x{hash:016x}.{POLICIES_WEBHOOK}")
 }
 
 /// Whether `live` routes `operation` on `gr` to the webhook named `webhook`.
@@ -2001,22 +2043,58 @@ mod tests {
     }
 
     #[test]
-    fn provider_configuration_has_one_entry_per_resource() {
-        let res: BTreeSet<GroupResource> = [
-            GroupResource::new("network.test.io", "subnets"),
-            GroupResource::new("network.test.io", "vpcs"),
+    fn provider_configuration_has_one_webhook_per_export_and_one_entry_per_resource() {
+        let gr = |r: &str| GroupResource::new("network.test.io", r);
+        let exports: BTreeMap<String, BTreeSet<GroupResource>> = [
+            ("net-a".to_string(), [gr("subnets"), gr("vpcs")].into()),
+            ("net-b".to_string(), [gr("vpcs")].into()),
         ]
         .into();
         let rules: BTreeSet<String> = ["c1/a".to_string(), "c1/b".to_string()].into();
-        let cfg = provider_configuration(&res, &rules, &opts());
+        let cfg = provider_configuration("lc1", &exports, &rules, &opts());
         let hooks = cfg.webhooks.clone().expect("webhooks");
-        assert_eq!(hooks.len(), 1);
-        assert_eq!(hooks[0].rules.as_ref().map(Vec::len), Some(2));
+        let shape: Vec<(String, Option<String>, Option<usize>)> = hooks
+            .iter()
+            .map(|h| {
+                (
+                    h.name.clone(),
+                    h.client_config.url.clone(),
+                    h.rules.as_ref().map(Vec::len),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (
+                    "net-a.policies.holdfast.dev".to_string(),
+                    Some("https://127.0.0.1:8443/validate/kcp/lc1/net-a".to_string()),
+                    Some(2)
+                ),
+                (
+                    "net-b.policies.holdfast.dev".to_string(),
+                    Some("https://127.0.0.1:8443/validate/kcp/lc1/net-b".to_string()),
+                    Some(1)
+                ),
+            ]
+        );
         assert!(routes(
             &cfg,
-            POLICIES_WEBHOOK,
+            "net-a.policies.holdfast.dev",
             "DELETE",
-            &GroupResource::new("network.test.io", "vpcs")
+            &gr("subnets")
+        ));
+        assert!(!routes(
+            &cfg,
+            "net-b.policies.holdfast.dev",
+            "DELETE",
+            &gr("subnets")
+        ));
+        assert!(routes(
+            &cfg,
+            "net-b.policies.holdfast.dev",
+            "DELETE",
+            &gr("vpcs")
         ));
         assert_eq!(
             cfg.metadata
@@ -2027,8 +2105,52 @@ mod tests {
             Some("c1/a,c1/b")
         );
         assert!(matches_desired(&cfg, &cfg));
-        let fewer = provider_configuration(&res, &["c1/a".to_string()].into(), &opts());
+        let fewer = provider_configuration("lc1", &exports, &["c1/a".to_string()].into(), &opts());
         assert!(!matches_desired(&cfg, &fewer), "the annotation is compared");
+        let elsewhere = provider_configuration("lc2", &exports, &rules, &opts());
+        assert!(!matches_desired(&cfg, &elsewhere), "the URL is compared");
+        // A Service target gets the same path.
+        let svc = InstallOptions {
+            target: WebhookTarget::Service {
+                namespace: "holdfast".into(),
+                name: "holdfast-webhook".into(),
+                port: 443,
+            },
+            ..opts()
+        };
+        let cfg = provider_configuration("lc1", &exports, &rules, &svc);
+        let paths: Vec<String> = cfg
+            .webhooks
+            .iter()
+            .flatten()
+            .filter_map(|h| h.client_config.service.as_ref()?.path.clone())
+            .collect();
+        assert_eq!(
+            paths,
+            ["/validate/kcp/lc1/net-a", "/validate/kcp/lc1/net-b"]
+        );
+    }
+
+    #[test]
+    fn export_webhook_names_are_fully_qualified_and_bounded() {
+        assert_eq!(
+            export_policies_webhook("network.test.io"),
+            "network.test.io.policies.holdfast.dev"
+        );
+        let long = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
+        assert_eq!(long.len(), 253);
+        let name = export_policies_webhook(&long);
+        assert!(name.len() <= 253, "{name}");
+        assert!(crate::api::validation::dns_subdomain(&name), "{name}");
+        assert_eq!(name, export_policies_webhook(&long), "stable");
+        let other = format!("{}e", &long[..252]);
+        assert_ne!(name, export_policies_webhook(&other));
     }
 
     fn rp_named(name: &str, yaml: &str) -> ResourceProtection {

@@ -28,6 +28,7 @@ fn dep(path: &str, ns_path: Option<&str>) -> CompiledDependency {
         target: GroupResource::new("network.test.io", "vpcs"),
         path: FieldPath::parse(path).unwrap_or_else(|e| panic!("{e}")),
         namespace_path: ns_path.map(|p| FieldPath::parse(p).unwrap_or_else(|e| panic!("{e}"))),
+        export: None,
     }
 }
 

@@ -62,7 +62,7 @@ fn admission(c: &mut Criterion) {
     ] {
         c.bench_function(&format!("review {name}"), |b| {
             b.iter(|| {
-                rt.block_on(handler.review(black_box(body)))
+                rt.block_on(handler.review(black_box(body), None))
                     .expect("a review")
             })
         });

@@ -10,7 +10,7 @@ use crate::{
 use chrono::Utc;
 use holdfast_shared::{
     policy::{self, Decider, Decision, PolicyConfig},
-    review::{self, AdmissionResponse, ReviewError},
+    review::{self, AdmissionResponse, ExportRoute, ReviewError},
 };
 use std::{sync::Arc, time::Instant};
 
@@ -84,11 +84,17 @@ impl Admission {
         &self.view
     }
 
-    /// Reviews one body into the response body; `Err` means the body is not an
+    /// Reviews one body, sent for APIExport `via` (kcp; `None` through plain
+    /// `/validate`), into the response body; `Err` means the body is not an
     /// AdmissionReview (HTTP 400).
-    pub async fn review(&self, body: &[u8]) -> Result<Vec<u8>, ReviewError> {
+    pub async fn review(
+        &self,
+        body: &[u8],
+        via: Option<ExportRoute>,
+    ) -> Result<Vec<u8>, ReviewError> {
         let started = Instant::now();
-        let req = review::parse_review(body)?;
+        let mut req = review::parse_review(body)?;
+        req.via_export = via;
         tracing::debug!(uid = %req.uid, operation = req.operation.as_str(), object = %req.describe(), "reviewing");
         let eval = policy::evaluate(&req, &self.config, self.view.as_ref(), Utc::now()).await;
         let op = req.operation.as_str();

@@ -517,6 +517,7 @@ pub fn delete_review(res: &ApiResourceInfo, object: Value, user: UserInfo) -> Ad
         old_object: Some(object),
         dry_run: Some(false),
         options: None,
+        via_export: None,
     }
 }
 

@@ -7,9 +7,13 @@
 use crate::{admission::Admission, metrics::Metrics};
 use bytes::Bytes;
 use bytes::BytesMut;
-use holdfast_shared::runtime::{
-    admin::Probes,
-    http::{Body, Handler, text},
+use holdfast_shared::{
+    api::validation::dns_subdomain,
+    review::ExportRoute,
+    runtime::{
+        admin::Probes,
+        http::{Body, Handler, text},
+    },
 };
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
@@ -180,18 +184,73 @@ async fn read_body(
     Ok((buf.freeze(), held))
 }
 
+/// Why a request path names no review endpoint.
+#[derive(Debug, PartialEq, Eq)]
+enum BadPath {
+    /// Not `/validate` nor under `/validate/kcp/` (404).
+    NotFound,
+    /// Under `/validate/kcp/` but not `<logical cluster>/<export>` (400).
+    Malformed(String),
+}
+
+/// The review endpoint `path` names: `/validate` (`None`: every policy applies) or
+/// `/validate/kcp/<logical cluster>/<APIExport name>`, where a provider
+/// workspace's configuration sends the reviews of one export (only that export's
+/// dependencies apply).
+fn route_of(path: &str) -> Result<Option<ExportRoute>, BadPath> {
+    let validate = holdfast_shared::names::VALIDATE_PATH;
+    if path == validate {
+        return Ok(None);
+    }
+    let Some(rest) = path
+        .strip_prefix(validate)
+        .and_then(|p| p.strip_prefix(KCP_SEGMENT))
+    else {
+        return Err(BadPath::NotFound);
+    };
+    let malformed = |why: &str| {
+        Err(BadPath::Malformed(format!(
+            "bad path {path}: expected {validate}{KCP_SEGMENT}<logical cluster>/<APIExport name>: {why}"
+        )))
+    };
+    let mut parts = rest.split('/');
+    let (Some(cluster), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
+        return malformed("two segments required");
+    };
+    if cluster.contains(':') || !holdfast_shared::kcp::is_logical_cluster_name(cluster) {
+        return malformed(&format!("{cluster:?} is not a logical cluster name"));
+    }
+    if !dns_subdomain(name) {
+        return malformed(&format!("{name:?} is not an APIExport name"));
+    }
+    Ok(Some(ExportRoute {
+        cluster: cluster.to_string(),
+        name: name.to_string(),
+    }))
+}
+
+/// What follows [`holdfast_shared::names::VALIDATE_PATH`] in an export's URL.
+const KCP_SEGMENT: &str = "/kcp/";
+
 async fn admission_route(
     app: &App,
     connection: &Arc<Semaphore>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    if req.uri().path() != holdfast_shared::names::VALIDATE_PATH {
-        app.metrics.rejected.with_label_values(&["not_found"]).inc();
-        return text(
-            StatusCode::NOT_FOUND,
-            format!("no such path {}", req.uri().path()),
-        );
-    }
+    let via = match route_of(req.uri().path()) {
+        Ok(via) => via,
+        Err(BadPath::NotFound) => {
+            app.metrics.rejected.with_label_values(&["not_found"]).inc();
+            return text(
+                StatusCode::NOT_FOUND,
+                format!("no such path {}", req.uri().path()),
+            );
+        }
+        Err(BadPath::Malformed(why)) => {
+            app.metrics.rejected.with_label_values(&["bad_path"]).inc();
+            return text(StatusCode::BAD_REQUEST, why);
+        }
+    };
     if req.method() != Method::POST {
         app.metrics
             .rejected
@@ -258,7 +317,7 @@ async fn admission_route(
             return text(StatusCode::BAD_REQUEST, format!("cannot read body: {e}"));
         }
     };
-    match app.admission.review(&body).await {
+    match app.admission.review(&body, via).await {
         Ok(review) => json(review),
         Err(e) => {
             app.metrics
@@ -318,7 +377,7 @@ impl Probes for AppProbes {
     }
 }
 
-/// The admission listener: `POST /validate` over TLS.
+/// The admission listener: `POST /validate` (and `/validate/kcp/<lc>/<export>`) over TLS.
 pub struct AdmissionListener(pub Arc<App>);
 
 impl Handler for AdmissionListener {
@@ -343,5 +402,86 @@ impl Handler for AdmissionListener {
 
     fn closed(&self, reason: &'static str) {
         self.0.count_closed(self.listener(), reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn via(cluster: &str, name: &str) -> Result<Option<ExportRoute>, BadPath> {
+        Ok(Some(ExportRoute {
+            cluster: cluster.into(),
+            name: name.into(),
+        }))
+    }
+
+    fn malformed(path: &str, why: &str) -> Result<Option<ExportRoute>, BadPath> {
+        Err(BadPath::Malformed(format!(
+            "bad path {path}: expected /validate/kcp/<logical cluster>/<APIExport name>: {why}"
+        )))
+    }
+
+    #[test]
+    fn plain_validate_names_no_export() {
+        assert_eq!(route_of("/validate"), Ok(None));
+    }
+
+    #[test]
+    fn an_export_path_names_its_logical_cluster_and_export() {
+        assert_eq!(
+            route_of("/validate/kcp/2x8kq1/net-a"),
+            via("2x8kq1", "net-a")
+        );
+        assert_eq!(
+            route_of("/validate/kcp/root/network.test.io"),
+            via("root", "network.test.io")
+        );
+    }
+
+    #[test]
+    fn other_paths_are_not_found() {
+        for p in [
+            "/",
+            "/validatex",
+            "/validate/",
+            "/validate/kcp",
+            "/kcp/a/b",
+            "/healthz",
+        ] {
+            assert_eq!(route_of(p), Err(BadPath::NotFound), "{p}");
+        }
+    }
+
+    #[test]
+    fn bad_segments_are_malformed() {
+        let cases = [
+            ("/validate/kcp/", "two segments required"),
+            ("/validate/kcp/lc", "two segments required"),
+            ("/validate/kcp/lc/net/extra", "two segments required"),
+            ("/validate/kcp/lc/net/", "two segments required"),
+            ("/validate/kcp//net", "\"\" is not a logical cluster name"),
+            (
+                "/validate/kcp/root:org/net",
+                "\"root:org\" is not a logical cluster name",
+            ),
+            (
+                "/validate/kcp/Root/net",
+                "\"Root\" is not a logical cluster name",
+            ),
+            ("/validate/kcp/lc/", "\"\" is not an APIExport name"),
+            (
+                "/validate/kcp/lc/Net_A",
+                "\"Net_A\" is not an APIExport name",
+            ),
+            ("/validate/kcp/lc/-net", "\"-net\" is not an APIExport name"),
+            (
+                "/validate/kcp/lc/%2e%2e",
+                "\"%2e%2e\" is not an APIExport name",
+            ),
+        ];
+        for (p, why) in cases {
+            assert_eq!(route_of(p), malformed(p, why), "{p}");
+        }
     }
 }

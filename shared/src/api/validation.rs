@@ -86,7 +86,8 @@ fn is(ok: bool, s: &str, what: &str) -> Result<(), String> {
     }
 }
 
-fn dns_subdomain(s: &str) -> bool {
+/// Whether `s` is a DNS-1123 subdomain (dot-separated labels, at most 253 characters).
+pub fn dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(dns_label)
 }
 

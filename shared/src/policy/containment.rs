@@ -98,6 +98,7 @@ async fn protected_among<V: ClusterView>(
             old_object: Some((*item.object).clone()),
             dry_run: req.dry_run,
             options: None,
+            via_export: req.via_export.clone(),
         };
         let e = label::evaluate_single(&inner, &item.object, cx, "").await;
         if let Decision::Deny(_) = e.decision {

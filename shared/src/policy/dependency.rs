@@ -9,8 +9,26 @@ use crate::index::Referrer;
 /// What every DependencyRule protecting the object's resource says about its DELETE.
 pub(crate) async fn evaluate<V: ClusterView>(s: &Subject<'_>, view: &V, out: &mut Outcome) {
     let what = &s.what;
+    let via = s.req.via_export.as_ref();
+    // kcp calls every webhook of the export's workspace whose rules match the
+    // group/resource, so a review sent for one export also comes for a consumer of
+    // another export of the same group/resource in that workspace: which export the
+    // object's workspace binds decides (looked up once, only when some dependency
+    // names the export). A failed lookup keeps the dependency (fail closed).
+    let mut bound: Option<Option<crate::review::ExportRoute>> = None;
     for rule in view.dependencies(&s.gr).iter().flat_map(|l| l.iter()) {
-        for dep in rule.iter().filter(|d| d.target == s.gr) {
+        for dep in rule.iter().filter(|d| d.target == s.gr && d.serves(via)) {
+            if let Some(via) = via {
+                if bound.is_none() {
+                    bound = Some(view.bound_export(s.cluster, &s.gr).await.ok().flatten());
+                }
+                if bound
+                    .as_ref()
+                    .is_some_and(|b| b.as_ref().is_some_and(|b| b != via))
+                {
+                    continue;
+                }
+            }
             let policy = PolicyRef::new(PolicyKind::DependencyRule, &dep.rule);
             let q = DependentsQuery {
                 cluster: s.cluster,

@@ -215,6 +215,11 @@ pub trait ClusterView: Send + Sync {
         /// `scale.specReplicasPath`), or `None` when it has no scale subresource (or is no
         /// custom resource).
         fn replicas_path(_cluster: &str, _group: &str, _resource: &str) -> Option<String>;
+
+        /// kcp: the APIExport `cluster`'s APIBindings bind `gr` from (its
+        /// `status.apiExportClusterName` and `spec.reference.export.name`), `None` when
+        /// no binding of `cluster` provides `gr`.
+        fn bound_export(_cluster: &str, _gr: &GroupResource) -> Option<crate::review::ExportRoute>;
     }
 }
 

@@ -84,7 +84,7 @@ subjects:
 }
 
 /// `bind` on APIExport `export` for every authenticated user.
-fn bindable(export: &str) -> String {
+pub fn bindable(export: &str) -> String {
     format!(
         r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -189,6 +189,11 @@ impl Sharded {
     /// A consumer workspace `name` on `shard`, owned by user `consumer`, binding both
     /// providers' exports, with the consumer RBAC holdfast's docs recommend.
     pub fn consumer(&self, name: &str, shard: &str) -> String {
+        self.consumer_of(name, shard, "network.test.io")
+    }
+
+    /// [`Sharded::consumer`], binding the network provider's export `network_export`.
+    pub fn consumer_of(&self, name: &str, shard: &str, network_export: &str) -> String {
         self.apply("platform", "root", &workspace_on(name, shard));
         let path = format!("root:{name}");
         self.apply("platform", &path, &admin_of("consumer"));
@@ -200,7 +205,7 @@ impl Sharded {
         self.apply(
             "consumer",
             &path,
-            &crate::kcp::binding("network", NETWORK, "network.test.io"),
+            &crate::kcp::binding("network", NETWORK, network_export),
         );
         // docs/kcp.md, consumer guide: access, discovery, and list on the dependents.
         self.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
@@ -251,6 +256,15 @@ impl Sharded {
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
+    }
+
+    /// Waits until DependencyRule `rule` in workspace `path` is Ready (as the
+    /// provider); the last kubectl output otherwise.
+    pub async fn rule_ready(&self, path: &str, rule: &str) -> anyhow::Result<KubectlOutput> {
+        let ready = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
+        let args = ["get", "dependencyrule", rule, "-o", ready];
+        self.until("provider", path, &args, |o| o.stdout.trim() == "True")
+            .await
     }
 
     /// A provider workspace `path` created by the platform team on `shard` (its

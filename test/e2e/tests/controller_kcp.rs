@@ -11,6 +11,7 @@ use holdfast_e2e::kcp::{gateway_vm_rule, vm_vpc_rule};
 use holdfast_e2e::{
     controller::{
         ControllerProcess, condition_at, rules_of, start_controller, wait_configuration_at,
+        webhook_names,
     },
     kcp::{COMPUTE, HOLDFAST, Kcp, NETWORK, dependency_rule, workspace},
 };
@@ -64,8 +65,11 @@ fn lease_holder(kcp: &Kcp) -> String {
 
 fn resources(cfg: Option<&Value>) -> Vec<String> {
     cfg.map(|c| {
-        rules_of(c, "policies.holdfast.dev")
-            .into_iter()
+        // One webhook per APIExport: `<export>.policies.holdfast.dev`.
+        webhook_names(c)
+            .iter()
+            .filter(|n| n.ends_with(".policies.holdfast.dev"))
+            .flat_map(|n| rules_of(c, n))
             .map(|(g, r, _)| format!("{}.{}", r.join(","), g.join(",")))
             .collect()
     })

@@ -14,7 +14,7 @@ use holdfast_shared::{
         CompiledAnchor, CompiledCritical, CompiledDependency, CompiledProtection,
         ProtectionPartition,
     },
-    review::{AdmissionRequest, Gvr},
+    review::{AdmissionRequest, ExportRoute, Gvr},
     topology::Topology,
 };
 use k8s_openapi::api::authorization::v1::{
@@ -452,6 +452,14 @@ impl ClusterView for WebhookView {
         claims.sort();
         live_pods.extend(claims);
         Ok(live_pods)
+    }
+
+    async fn bound_export(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+    ) -> Result<Option<ExportRoute>, LookupError> {
+        self.bound_export_of(cluster, gr).await
     }
 
     async fn replicas_path(

@@ -6,12 +6,26 @@
 
 use super::WebhookView;
 use holdfast_shared::{
+    api::common::GroupResource,
     endpoints::{Endpoints, Partitioned, Source},
     policy::LookupError,
     registry::CompiledDependency,
+    review::ExportRoute,
 };
-use kube::{Api, Client, Resource};
-use std::fmt;
+use kube::{
+    Api, Client, Resource,
+    api::{ApiResource, DynamicObject, ListParams},
+};
+use serde_json::Value;
+use std::{fmt, time::Duration};
+
+/// How long an answer of [`WebhookView::bound_export_of`] is kept (a workspace
+/// rarely rebinds a type; a stale answer only holds for this long).
+const BINDING_TTL: Duration = Duration::from_secs(30);
+/// Consumer workspaces whose bindings are kept at most (then all are dropped).
+const BINDING_CAPACITY: usize = 10_000;
+/// How long a read of a workspace's APIBindings may take.
+const BINDING_READ_TIMEOUT: Duration = Duration::from_secs(8);
 
 impl WebhookView {
     /// Feeds `index` from every endpoint of APIExportEndpointSlice `export` in the
@@ -60,6 +74,67 @@ impl WebhookView {
         let client = self.cluster_client(&dep.rule.cluster).ok()?;
         Some((client, export.to_string()))
     }
+
+    /// The APIExport workspace `cluster` binds `gr` from: its APIBindings read
+    /// through the front-proxy (`list apibindings` there), kept [`BINDING_TTL`].
+    pub(super) async fn bound_export_of(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+    ) -> Result<Option<ExportRoute>, LookupError> {
+        let key = (cluster.to_string(), gr.clone());
+        if let Some(hit) = self.bindings.get(&key)
+            && hit.0.elapsed() < BINDING_TTL
+        {
+            return Ok(hit.1.clone());
+        }
+        let client = self.cluster_client(cluster)?;
+        let ar = ApiResource {
+            group: "apis.kcp.io".into(),
+            version: "v1alpha2".into(),
+            api_version: "apis.kcp.io/v1alpha2".into(),
+            kind: "APIBinding".into(),
+            plural: "apibindings".into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client, &ar);
+        let list = tokio::time::timeout(BINDING_READ_TIMEOUT, api.list(&ListParams::default()))
+            .await
+            .map_err(|_| {
+                LookupError(format!(
+                    "reading the APIBindings of workspace {cluster} timed out"
+                ))
+            })?
+            .map_err(|e| {
+                LookupError(format!(
+                    "reading the APIBindings of workspace {cluster}: {e}"
+                ))
+            })?;
+        let found = list.items.iter().find_map(|b| binding_of(&b.data, gr));
+        if self.bindings.len() >= BINDING_CAPACITY {
+            self.bindings.clear();
+        }
+        self.bindings
+            .insert(key, (std::time::Instant::now(), found.clone()));
+        Ok(found)
+    }
+}
+
+/// The export an APIBinding (`data`: everything but its metadata) binds `gr` from,
+/// if its `status.boundResources` lists `gr`.
+fn binding_of(data: &Value, gr: &GroupResource) -> Option<ExportRoute> {
+    let binds = data["status"]["boundResources"]
+        .as_array()?
+        .iter()
+        .any(|r| r["group"] == gr.group.as_str() && r["resource"] == gr.resource.as_str());
+    if !binds {
+        return None;
+    }
+    Some(ExportRoute {
+        cluster: data["status"]["apiExportClusterName"].as_str()?.to_string(),
+        name: data["spec"]["reference"]["export"]["name"]
+            .as_str()?
+            .to_string(),
+    })
 }
 
 /// What a 404 of a live read of `group/version` `resource` in a kcp workspace means:
@@ -101,6 +176,36 @@ pub(super) async fn not_served(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_binding_names_the_export_of_the_resources_it_binds() {
+        let vpcs = GroupResource::new("network.test.io", "vpcs");
+        let b = json!({
+            "spec": {"reference": {"export": {"path": "root:net", "name": "net-b"}}},
+            "status": {"apiExportClusterName": "lc1",
+                       "boundResources": [{"group": "network.test.io", "resource": "vpcs"}]},
+        });
+        assert_eq!(
+            binding_of(&b, &vpcs),
+            Some(ExportRoute {
+                cluster: "lc1".into(),
+                name: "net-b".into()
+            })
+        );
+        assert_eq!(
+            binding_of(&b, &GroupResource::new("network.test.io", "subnets")),
+            None
+        );
+        assert_eq!(
+            binding_of(&b, &GroupResource::new("other.test.io", "vpcs")),
+            None
+        );
+        // Not bound yet (no status), or no export cluster: nothing.
+        assert_eq!(binding_of(&json!({"spec": b["spec"]}), &vpcs), None);
+        let mut no_cluster = b.clone();
+        no_cluster["status"]["apiExportClusterName"] = json!(null);
+        assert_eq!(binding_of(&no_cluster, &vpcs), None);
+    }
 
     /// An API server whose discovery serves `vms.compute.io/v1` virtualmachines,
     /// `empty.io/v1` with no resource, fails for `broken.io`, and knows no other group.

@@ -35,6 +35,7 @@ use holdfast_shared::{
     index::DependentsIndex,
     policy::LookupError,
     registry::{ProtectionPartition, Registry},
+    review::ExportRoute,
     topology::Topology,
 };
 use kube::Client;
@@ -111,6 +112,9 @@ pub struct WebhookView {
     remotes: crate::remote::RemoteStores,
     /// Passes of the store manager completed (every wanted store started).
     store_passes: std::sync::atomic::AtomicU64,
+    /// kcp: which APIExport a consumer workspace binds a group/resource from, as
+    /// last read (see `bound_export`), with when it was read.
+    bindings: DashMap<(String, GroupResource), (std::time::Instant, Option<ExportRoute>)>,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -248,6 +252,7 @@ impl WebhookView {
             refused: DashMap::new(),
             remotes: crate::remote::RemoteStores::default(),
             store_passes: std::sync::atomic::AtomicU64::new(0),
+            bindings: DashMap::new(),
         })
     }
 
