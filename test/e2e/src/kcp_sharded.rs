@@ -207,7 +207,29 @@ impl Sharded {
             &path,
             &crate::kcp::binding("network", NETWORK, network_export),
         );
-        // docs/kcp.md, consumer guide: access, discovery, and list on the dependents.
+        self.grant_consumer_reads(&path);
+        path
+    }
+
+    /// A consumer workspace `name` on `shard` binding both providers' exports, with
+    /// none of the consumer RBAC holdfast's docs recommend.
+    pub fn bare_consumer(&self, name: &str, shard: &str) -> String {
+        self.apply("platform", "root", &workspace_on(name, shard));
+        let path = format!("root:{name}");
+        self.apply("platform", &path, &admin_of("consumer"));
+        for (binding, at, export) in [
+            ("compute", COMPUTE, "compute.test.io"),
+            ("network", NETWORK, "network.test.io"),
+        ] {
+            self.apply("consumer", &path, &crate::kcp::binding(binding, at, export));
+        }
+        path
+    }
+
+    /// docs/kcp.md, consumer guide: access, discovery, and list on the dependents for
+    /// the webhook in consumer workspace `path`.
+    pub fn grant_consumer_reads(&self, path: &str) {
+        let path = path.to_string();
         self.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
         let out = self.kubectl(
             "consumer",
@@ -233,7 +255,6 @@ impl Sharded {
             ],
         );
         assert_eq!(out.code, 0, "{out:?}");
-        path
     }
 
     /// Runs kubectl as `user` in `path` until `check` accepts its output (at most

@@ -182,6 +182,43 @@ async fn two_shards(mode: &str) {
     if !indexed {
         assert_eq!(lookups(&t).await.1, 0.0, "live mode never reads the index");
     }
+
+    // A consumer that granted holdfast nothing, on a shard the slice covers, with a
+    // VPC and no VM: with the watched index the endpoint of its shard is asked once
+    // whether it serves the consumer, and the index answers (allowed, no live list);
+    // every live list there is refused, so `--dependents live` refuses ("retry
+    // later"), never allows unchecked.
+    let bare = t.bare_consumer("consumer-c", "root");
+    t.apply("consumer", &bare, VPC);
+    let dry_run = [
+        "delete",
+        "vpc",
+        "my-vpc",
+        "-n",
+        "default",
+        "--dry-run=server",
+    ];
+    if indexed {
+        let before = lookups(&t).await;
+        let out = t.kubectl("consumer", &bare, &dry_run);
+        assert_eq!(out.code, 0, "{}", context(&t, &c, format!("{out:?}")));
+        let after = lookups(&t).await;
+        assert_eq!(after.0, before.0, "no live list for a served consumer");
+        assert!(
+            after.1 > before.1,
+            "answered from the index: {before:?} -> {after:?}"
+        );
+        // Then a VM there is seen through the same endpoint: refused from the index.
+        t.apply("consumer", &bare, VM);
+        answered_from_the_index(&t, &c, &bare).await;
+    } else {
+        let out = t.kubectl("consumer", &bare, &dry_run);
+        assert!(
+            out.code != 0 && out.stderr.contains("cannot verify dependents"),
+            "{}",
+            context(&t, &c, format!("{out:?}"))
+        );
+    }
 }
 
 fn vm_rule() -> String {
