@@ -308,12 +308,22 @@ impl Inner {
 /// One reference found in a dependent object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reference {
-    /// `resource.group` of the referenced type.
+    /// The dependency's key ([`index_target`]): the referenced type and the fields.
     pub target: String,
     /// Referenced name.
     pub name: String,
     /// Namespace the reference points into ("" for cluster-scoped references).
     pub namespace: String,
+}
+
+/// The key of dependency `dep`'s references in the index: the referenced type with
+/// the fields the reference is read from, so two rules naming the same types through
+/// different fields never answer for each other.
+pub fn index_target(dep: &CompiledDependency) -> String {
+    match &dep.namespace_path {
+        Some(ns) => format!("{}#{}#{}", dep.target, dep.path, ns),
+        None => format!("{}#{}", dep.target, dep.path),
+    }
 }
 
 /// The references `obj` (an object of the dependent type of `deps`) makes.
@@ -335,7 +345,7 @@ pub fn references(obj: &Value, deps: &[&CompiledDependency]) -> Vec<Reference> {
         };
         d.path.for_each_string(obj, &mut |name| {
             let r = Reference {
-                target: d.target.to_string(),
+                target: index_target(d),
                 name: name.to_string(),
                 namespace: ns.to_string(),
             };
@@ -531,10 +541,39 @@ mod tests {
         assert_eq!(
             refs[1],
             Reference {
-                target: "vpcs.network.test.io".into(),
+                target: index_target(&d2),
                 name: "b".into(),
                 namespace: "net".into()
             }
+        );
+        assert_eq!(
+            index_target(&d2),
+            "vpcs.network.test.io#.spec.disks[*].vpcRef.name#.spec.vpcRef.namespace"
+        );
+    }
+
+    #[test]
+    fn two_rules_on_the_same_types_through_different_fields_stay_apart() {
+        let by_ref = dep(".spec.vpcRef.name", None);
+        let by_backup = dep(".spec.backupVpc", None);
+        let vm = json!({"metadata": {"name": "vm", "namespace": "default"},
+            "spec": {"vpcRef": {"name": "a"}}});
+        let idx = DependentsIndex::default();
+        idx.apply(
+            &id("default", "vm"),
+            "VirtualMachine",
+            false,
+            &references(&vm, &[&by_ref, &by_backup]),
+        );
+        let found = |d: &CompiledDependency| {
+            idx.lookup("lc1", &index_target(d), "a", Some("default"))
+                .len()
+        };
+        assert_eq!(found(&by_ref), 1);
+        assert_eq!(
+            found(&by_backup),
+            0,
+            "the backup rule's field names nothing"
         );
     }
 

@@ -7,7 +7,7 @@
 use holdfast_shared::{
     api::common::{Enforcement, GroupResource},
     fieldpath::FieldPath,
-    index::{DependentsIndex, ObjectId, references},
+    index::{DependentsIndex, ObjectId, index_target, references},
     registry::{CompiledDependency, PolicyKey},
 };
 use serde_json::{Value, json};
@@ -113,12 +113,14 @@ fn run(seed: u64) {
                         })
                         .collect();
                     expected.sort();
-                    let mut got: Vec<String> = index
-                        .lookup(c, "vpcs.network.test.io", v, q_ns)
+                    // A rule asks for its own dependency; the scan reads both fields.
+                    let mut got: Vec<String> = deps
                         .iter()
+                        .flat_map(|d| index.lookup(c, &index_target(d), v, q_ns))
                         .map(|r| r.describe())
                         .collect();
                     got.sort();
+                    got.dedup();
                     assert_eq!(got, expected, "step {step}: {c} {v} {q_ns:?}");
                 }
             }

@@ -95,9 +95,12 @@ impl ClusterView for WebhookView {
                 .dependents_lookups
                 .with_label_values(&["index"])
                 .inc();
-            Ok(self
-                .index
-                .lookup(q.cluster, &q.dep.target.to_string(), q.name, q.namespace))
+            Ok(self.index.lookup(
+                q.cluster,
+                &holdfast_shared::index::index_target(q.dep),
+                q.name,
+                q.namespace,
+            ))
         } else {
             self.live_dependents(q).await
         };

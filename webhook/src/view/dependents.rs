@@ -542,6 +542,7 @@ mod tests {
         let view = test_view(Topology::Kubernetes, DependentsMode::Watch);
         let dep = vms_rule(&view, "");
         let key = dep.dependent_gr().to_string();
+        let target = holdfast_shared::index::index_target(&dep);
         let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
         let mut feed = DependentsFeed {
             view: view.clone(),
@@ -552,7 +553,7 @@ mod tests {
         let synced = |v: &WebhookView| v.synced.get(&key).is_some_and(|s| *s);
         let referrers = |v: &WebhookView| {
             v.index
-                .lookup("", "vpcs.network.test.io", "main", Some("prod"))
+                .lookup("", &target, "main", Some("prod"))
                 .iter()
                 .map(Referrer::describe)
                 .collect::<Vec<_>>()

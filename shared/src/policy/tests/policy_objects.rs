@@ -31,9 +31,12 @@ impl ClusterView for View {
         let r = if self.broken {
             Err(LookupError("connection refused".into()))
         } else {
-            Ok(self
-                .index
-                .lookup(q.cluster, &q.dep.target.to_string(), q.name, q.namespace))
+            Ok(self.index.lookup(
+                q.cluster,
+                &crate::index::index_target(q.dep),
+                q.name,
+                q.namespace,
+            ))
         };
         async move { r }
     }
