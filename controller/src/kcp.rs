@@ -274,9 +274,16 @@ pub struct Reconciler {
     notify: Arc<Notify>,
     /// Decoding results per rule, reused while its resourceVersion is unchanged.
     parsed: Mutex<HashMap<(String, String), Arc<Parsed>>>,
-    /// Per provider cluster: the live resourceVersion last seen matching, and the
-    /// desired configuration it matched (skips re-serializing unchanged pairs).
-    matched: Mutex<HashMap<String, (String, ValidatingWebhookConfiguration)>>,
+    /// Per provider cluster: the live resourceVersion last seen matching, and what
+    /// the desired configuration it matched was built from (skips building and
+    /// comparing unchanged pairs).
+    matched: Mutex<HashMap<String, Matched>>,
+    /// The previous pass's lookups (see [`PassLookups`]).
+    lookups: Mutex<PassLookups>,
+    /// Per rule: its last evaluation (see [`CachedEval`]).
+    evals: Mutex<HashMap<(String, String), CachedEval>>,
+    /// Per rule (`cluster/name`): what its status was last found up to date with.
+    statuses: Mutex<HashMap<String, StatusInputs>>,
     /// Whether the last pass left some workspace path unresolved (retry soon).
     unresolved: bool,
     /// Set once the first reconcile succeeded.
@@ -288,15 +295,24 @@ pub struct Reconciler {
 struct Parsed {
     rv: String,
     rule: Result<Arc<DependencyRule>, String>,
+    /// The spec's own problems ([`check_dependency_rule`], a function of the
+    /// rule alone).
+    invalid: Option<Invalid>,
     status: holdfast_shared::api::PolicyStatus,
     workspaces: serde_json::Value,
 }
 
 impl Parsed {
     fn of(obj: &DynamicObject) -> Self {
+        let rule = crate::kubernetes::decode::<DependencyRule>(obj).map(Arc::new);
+        let invalid = match &rule {
+            Ok(r) => check_dependency_rule(r, &Default::default(), false),
+            Err(_) => None,
+        };
         Self {
             rv: obj.metadata.resource_version.clone().unwrap_or_default(),
-            rule: crate::kubernetes::decode::<DependencyRule>(obj).map(Arc::new),
+            rule,
+            invalid,
             status: crate::kubernetes::current_status(obj),
             workspaces: match &obj.data["status"]["workspaces"] {
                 serde_json::Value::Null => json!([]),
@@ -333,7 +349,7 @@ struct ExportFound {
 
 /// What looking up one APIExport came to: its logical cluster (once resolved)
 /// and the export, or why not (an `Invalid` reason and message).
-#[derive(Clone)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct ExportLookup {
     lc: Option<String>,
     export: Result<ExportInfo, (&'static str, String)>,
@@ -373,8 +389,57 @@ impl ExportLookup {
     }
 }
 
-/// The lookups of one pass, shared by its rules: each export read once.
-type PassLookups = Mutex<HashMap<(String, String, Where), ExportLookup>>;
+/// The lookups of one pass, shared by its rules: each export read once. An
+/// answer equal to the previous pass's is that pass's `Arc`, so a rule's
+/// evaluation can be reused when its object and every answer it used are the
+/// same (compared by pointer).
+#[derive(Default)]
+struct PassLookups {
+    /// Where → workspace path or logical cluster → export name → answer.
+    answers: HashMap<Where, HashMap<String, HashMap<String, Arc<ExportLookup>>>>,
+}
+
+impl PassLookups {
+    fn get(&self, kind: Where, at: &str, name: &str) -> Option<&Arc<ExportLookup>> {
+        self.answers.get(&kind)?.get(at)?.get(name)
+    }
+
+    fn insert(&mut self, kind: Where, at: &str, name: &str, found: Arc<ExportLookup>) {
+        self.answers
+            .entry(kind)
+            .or_default()
+            .entry(at.to_string())
+            .or_default()
+            .insert(name.to_string(), found);
+    }
+}
+
+/// A rule's evaluation and what it was computed from.
+struct CachedEval {
+    parsed: Arc<Parsed>,
+    /// The answers used, in the order [`Reconciler::evaluate`] asks for them.
+    used: Vec<Arc<ExportLookup>>,
+    eval: Arc<RuleEval>,
+}
+
+/// What a rule's status was last found up to date with: the same evaluation,
+/// object, installed configurations (by resourceVersion) and cycle give the
+/// same status, so the comparison is skipped.
+struct StatusInputs {
+    eval: Arc<RuleEval>,
+    parsed: Arc<Parsed>,
+    installed: Vec<Option<String>>,
+    cycle: Option<String>,
+}
+
+impl StatusInputs {
+    fn same(&self, other: &StatusInputs) -> bool {
+        Arc::ptr_eq(&self.eval, &other.eval)
+            && Arc::ptr_eq(&self.parsed, &other.parsed)
+            && self.installed == other.installed
+            && self.cycle == other.cycle
+    }
+}
 
 /// A provider workspace a rule names (`spec.dependencies[].apiExportRef`).
 struct WorkspaceRef {
@@ -393,7 +458,8 @@ struct WorkspaceRef {
 /// What one rule asks for.
 struct RuleEval {
     cluster: String,
-    name: String,
+    /// `cluster/name`.
+    key: String,
     invalid: Option<Invalid>,
     workspaces: Vec<WorkspaceRef>,
     /// provider cluster → APIExport name → resources
@@ -402,8 +468,8 @@ struct RuleEval {
 
 impl RuleEval {
     /// `cluster/name`.
-    fn key(&self) -> String {
-        format!("{}/{}", self.cluster, self.name)
+    fn key(&self) -> &str {
+        &self.key
     }
 
     /// Records the workspace of `path` and `export` once (the first problem
@@ -441,7 +507,7 @@ impl RuleEval {
 struct RuleState {
     obj: Arc<DynamicObject>,
     parsed: Arc<Parsed>,
-    eval: RuleEval,
+    eval: Arc<RuleEval>,
     rule: Option<Arc<DependencyRule>>,
 }
 
@@ -449,16 +515,20 @@ struct RuleState {
 type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
 
 /// Phase 3: what one provider workspace's configuration routes.
-#[derive(Default)]
+#[derive(Clone, Default, PartialEq)]
 struct ProviderTarget {
     exports: ExportTargets,
     /// `cluster/name` of the rules asking.
     rules: BTreeSet<String>,
 }
 
+/// A live configuration's resourceVersion, and the target and options of the
+/// desired configuration it matched.
+type Matched = (String, ProviderTarget, Arc<InstallOptions>);
+
 /// Phase 4: the configurations installed after the writes, and what failed.
 struct Installed {
-    configurations: BTreeMap<String, ValidatingWebhookConfiguration>,
+    configurations: BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
     errors: Vec<String>,
 }
 
@@ -470,6 +540,8 @@ struct StatusWrite {
     parsed: Arc<Parsed>,
     outcome: Outcome,
     workspaces: Vec<serde_json::Value>,
+    /// Remembered when the status turns out to be up to date.
+    inputs: Option<StatusInputs>,
 }
 
 impl crate::reconcile::Reconcile for Reconciler {
@@ -571,6 +643,9 @@ impl Reconciler {
             notify,
             parsed: Mutex::new(HashMap::new()),
             matched: Mutex::new(HashMap::new()),
+            lookups: Mutex::new(PassLookups::default()),
+            evals: Mutex::new(HashMap::new()),
+            statuses: Mutex::new(HashMap::new()),
             unresolved: false,
             ready,
         })
@@ -716,16 +791,20 @@ impl Reconciler {
         }
     }
 
+    /// One rule's evaluation: the spec's problems, then every APIExport it names
+    /// (looked up once per pass). Reused from the previous pass when the rule
+    /// object and every lookup answer it used are the same.
     async fn evaluate(
         &self,
-        cluster: &str,
-        name: &str,
-        parsed: &Parsed,
-        memo: &PassLookups,
-    ) -> (RuleEval, Option<Arc<DependencyRule>>) {
+        key: &(String, String),
+        parsed: &Arc<Parsed>,
+        memo: &mut PassLookups,
+        prev: &PassLookups,
+    ) -> (Arc<RuleEval>, Option<Arc<DependencyRule>>) {
+        let (cluster, name) = (key.0.as_str(), key.1.as_str());
         let mut eval = RuleEval {
             cluster: cluster.to_string(),
-            name: name.to_string(),
+            key: format!("{cluster}/{name}"),
             invalid: None,
             workspaces: Vec::new(),
             targets: BTreeMap::new(),
@@ -737,19 +816,46 @@ impl Reconciler {
                     reason: reasons::INVALID_SPEC,
                     message: message.clone(),
                 });
-                return (eval, None);
+                return (Arc::new(eval), None);
             }
         };
-        eval.invalid = check_dependency_rule(&rule, &Default::default(), false);
-        if eval.invalid.is_some() {
-            return (eval, Some(rule));
+        if parsed.invalid.is_some() {
+            eval.invalid = parsed.invalid.clone();
+            return (Arc::new(eval), Some(rule));
+        }
+        // Every answer the rule depends on, in spec order.
+        let dependent = &rule.spec.dependent;
+        let dependent_found = match &dependent.api_export_name {
+            Some(export) => Some(
+                self.lookup(memo, prev, cluster, export, Where::Cluster)
+                    .await,
+            ),
+            None => None,
+        };
+        let mut found_refs = Vec::with_capacity(rule.spec.dependencies.len());
+        for d in &rule.spec.dependencies {
+            found_refs.push(match &d.api_export_ref {
+                Some(r) => Some(self.lookup(memo, prev, &r.path, &r.name, Where::Path).await),
+                None => None,
+            });
+        }
+        let used: Vec<Arc<ExportLookup>> = dependent_found
+            .iter()
+            .chain(found_refs.iter().flatten())
+            .cloned()
+            .collect();
+        if let Ok(cache) = self.evals.lock()
+            && let Some(c) = cache.get(key)
+            && Arc::ptr_eq(&c.parsed, parsed)
+            && c.used.len() == used.len()
+            && c.used.iter().zip(&used).all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return (c.eval.clone(), Some(rule));
         }
         // (reason, message) per problem, in spec order.
         let mut problems: Vec<(&'static str, String)> = Vec::new();
-        let dependent = &rule.spec.dependent;
-        if let Some(export) = &dependent.api_export_name {
+        if let (Some(export), Some(found)) = (&dependent.api_export_name, &dependent_found) {
             // The dependent's export lives in the rule's own workspace.
-            let found = self.lookup(memo, cluster, export, Where::Cluster).await;
             let gr = GroupResource::new(&dependent.group, &dependent.resource);
             if let Err((reason, msg)) = found.exporting(&gr, cluster, export) {
                 self.reread_if_lacking(reason, found.lc.as_deref(), export)
@@ -757,15 +863,14 @@ impl Reconciler {
                 problems.push((reason, format!("spec.dependent.apiExportName: {msg}")));
             }
         }
-        for (i, d) in rule.spec.dependencies.iter().enumerate() {
-            let Some(r) = &d.api_export_ref else {
+        for (i, (d, found)) in rule.spec.dependencies.iter().zip(&found_refs).enumerate() {
+            let (Some(r), Some(found)) = (&d.api_export_ref, found) else {
                 problems.push((
                     reasons::INVALID_SPEC,
                     format!("spec.dependencies[{i}].apiExportRef is required on kcp"),
                 ));
                 continue;
             };
-            let found = self.lookup(memo, &r.path, &r.name, Where::Path).await;
             let gr = GroupResource::new(&d.group, &d.resource);
             let lc = found.lc.clone();
             let identity = found.export.as_ref().ok().map(|e| e.identity_hash.clone());
@@ -802,20 +907,46 @@ impl Reconciler {
             });
             eval.targets.clear();
         }
+        let eval = Arc::new(eval);
+        if let Ok(mut cache) = self.evals.lock() {
+            if eval.invalid.is_none() {
+                cache.insert(
+                    key.clone(),
+                    CachedEval {
+                        parsed: parsed.clone(),
+                        used,
+                        eval: eval.clone(),
+                    },
+                );
+            } else {
+                // A problem found may clear without any answer changing (an
+                // export re-read): evaluate it afresh next pass.
+                cache.remove(key);
+            }
+        }
         (eval, Some(rule))
     }
 
     /// APIExport `name` at `at` (a workspace path, or the rule's own logical
-    /// cluster), looked up once per pass.
-    async fn lookup(&self, memo: &PassLookups, at: &str, name: &str, kind: Where) -> ExportLookup {
-        let key = (at.to_string(), name.to_string(), kind);
-        if let Some(found) = memo.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return found;
+    /// cluster), looked up once per pass; an answer equal to the previous pass's
+    /// is that pass's `Arc`.
+    async fn lookup(
+        &self,
+        memo: &mut PassLookups,
+        prev: &PassLookups,
+        at: &str,
+        name: &str,
+        kind: Where,
+    ) -> Arc<ExportLookup> {
+        if let Some(found) = memo.get(kind, at, name) {
+            return found.clone();
         }
         let found = self.lookup_now(at, name, kind).await;
-        if let Ok(mut m) = memo.lock() {
-            m.insert(key, found.clone());
-        }
+        let found = match prev.get(kind, at, name) {
+            Some(before) if **before == found => before.clone(),
+            _ => Arc::new(found),
+        };
+        memo.insert(kind, at, name, found.clone());
         found
     }
 
@@ -954,21 +1085,22 @@ impl Reconciler {
         });
         if let Ok(mut g) = self.last_good.lock() {
             // Keep the answers some rule still needs.
-            let mut named = std::collections::HashSet::new();
+            let mut named: std::collections::HashSet<(&str, &str)> =
+                std::collections::HashSet::new();
             for r in &rules {
                 let Some(rule) = &r.rule else { continue };
                 if let Some(e) = &rule.spec.dependent.api_export_name {
-                    named.insert((r.eval.cluster.clone(), e.clone()));
+                    named.insert((r.eval.cluster.as_str(), e.as_str()));
                 }
                 for x in rule.api_export_refs() {
-                    named.insert((x.path.clone(), x.name.clone()));
+                    named.insert((x.path.as_str(), x.name.as_str()));
                 }
             }
-            g.retain(|k, _| named.contains(k));
+            g.retain(|k, _| named.contains(&(k.0.as_str(), k.1.as_str())));
         }
         let desired = desired_targets(&rules);
         let installed = self.install(&desired).await;
-        let writes = status_writes(&rules, &installed.configurations);
+        let writes = self.status_writes(&rules, &installed.configurations);
         let status_errors = self.write_statuses(writes).await;
         let mut errors = installed.errors;
         let configuration_failed = !errors.is_empty();
@@ -992,6 +1124,9 @@ impl Reconciler {
             let keep: std::collections::HashSet<&(String, String)> =
                 objects.iter().map(|(k, _)| k).collect();
             cache.retain(|k, _| keep.contains(k));
+            if let Ok(mut evals) = self.evals.lock() {
+                evals.retain(|k, _| keep.contains(k));
+            }
             objects
                 .iter()
                 .map(|(key, obj)| {
@@ -1008,9 +1143,14 @@ impl Reconciler {
                 .collect()
         };
         let mut rules = Vec::with_capacity(objects.len());
-        let memo = PassLookups::default();
-        for (((cluster, name), obj), parsed) in objects.into_iter().zip(parsed) {
-            let (eval, rule) = self.evaluate(&cluster, &name, &parsed, &memo).await;
+        let prev = self
+            .lookups
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default();
+        let mut memo = PassLookups::default();
+        for ((key, obj), parsed) in objects.into_iter().zip(parsed) {
+            let (eval, rule) = self.evaluate(&key, &parsed, &mut memo, &prev).await;
             rules.push(RuleState {
                 obj,
                 parsed,
@@ -1018,13 +1158,16 @@ impl Reconciler {
                 rule,
             });
         }
+        if let Ok(mut l) = self.lookups.lock() {
+            *l = memo;
+        }
         Ok(rules)
     }
 
     /// Phase 4: makes the installed configurations what `desired` says:
     /// creates or updates those that differ, deletes those no rule targets.
     async fn install(&self, desired: &BTreeMap<String, ProviderTarget>) -> Installed {
-        let opts = self.options.borrow().clone();
+        let opts = Arc::new(self.options.borrow().clone());
         let live = self.live_configurations();
         let mut installed = Installed {
             configurations: BTreeMap::new(),
@@ -1032,21 +1175,34 @@ impl Reconciler {
         };
         let mut to_apply = Vec::new();
         for (lc, target) in desired {
-            let want = provider_configuration(lc, &target.exports, &target.rules, &opts);
             let live_rv = live
                 .get(lc)
-                .and_then(|l| l.metadata.resource_version.clone())
+                .and_then(|l| l.metadata.resource_version.as_deref())
                 .unwrap_or_default();
+            // The desired configuration is a function of (cluster, target,
+            // options): the same inputs matched this live object before.
             let known_match = self.matched.lock().ok().is_some_and(|m| {
-                m.get(lc)
-                    .is_some_and(|(rv, d)| *rv == live_rv && *d == want)
+                m.get(lc).is_some_and(|(rv, t, o)| {
+                    !live_rv.is_empty()
+                        && rv == live_rv
+                        && t == target
+                        && (Arc::ptr_eq(o, &opts) || **o == *opts)
+                })
             });
+            if known_match && let Some(l) = live.get(lc) {
+                installed.configurations.insert(lc.clone(), l.clone());
+                continue;
+            }
+            let want = provider_configuration(lc, &target.exports, &target.rules, &opts);
             match live.get(lc) {
-                Some(l) if known_match || matches_desired(l, &want) => {
-                    if !known_match && let Ok(mut m) = self.matched.lock() {
-                        m.insert(lc.clone(), (live_rv, want.clone()));
+                Some(l) if matches_desired(l, &want) => {
+                    if let Ok(mut m) = self.matched.lock() {
+                        m.insert(
+                            lc.clone(),
+                            (live_rv.to_string(), target.clone(), opts.clone()),
+                        );
                     }
-                    installed.configurations.insert(lc.clone(), (**l).clone());
+                    installed.configurations.insert(lc.clone(), l.clone());
                 }
                 other => {
                     tracing::info!(
@@ -1075,7 +1231,7 @@ impl Reconciler {
         for (lc, r) in applied {
             match r {
                 Ok(cfg) => {
-                    installed.configurations.insert(lc, cfg);
+                    installed.configurations.insert(lc, Arc::new(cfg));
                 }
                 Err(e) => {
                     if gone_or_forbidden(&e) {
@@ -1108,24 +1264,51 @@ impl Reconciler {
         installed
     }
 
-    /// Phase 6: writes the statuses; returns what failed.
+    /// Phase 6: writes the statuses; returns what failed. A status found up to
+    /// date is remembered with its inputs (see [`StatusInputs`]).
     async fn write_statuses(&self, writes: Vec<StatusWrite>) -> Vec<String> {
         let now = now_rfc3339();
         let now = &now;
-        let results: Vec<Option<String>> = futures::stream::iter(writes)
-            .map(|w| async move {
-                self.write_status(&w, now)
-                    .await
-                    .err()
-                    .map(|err| format!("status of {}: {err:#}", w.key))
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
-        results.into_iter().flatten().collect()
+        let results: Vec<(String, Result<Option<StatusInputs>, String>)> =
+            futures::stream::iter(writes)
+                .map(|mut w| async move {
+                    let r = match self.write_status(&w, now).await {
+                        Ok(false) => Ok(w.inputs.take()),
+                        Ok(true) => Ok(None),
+                        Err(err) => Err(format!("status of {}: {err:#}", w.key)),
+                    };
+                    (w.key, r)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+        let mut errors = Vec::new();
+        let mut seen = self.statuses.lock().ok();
+        for (key, r) in results {
+            match r {
+                Ok(Some(inputs)) => {
+                    if let Some(s) = seen.as_mut() {
+                        s.insert(key, inputs);
+                    }
+                }
+                Ok(None) => {
+                    if let Some(s) = seen.as_mut() {
+                        s.remove(&key);
+                    }
+                }
+                Err(e) => {
+                    if let Some(s) = seen.as_mut() {
+                        s.remove(&key);
+                    }
+                    errors.push(e);
+                }
+            }
+        }
+        errors
     }
 
-    async fn write_status(&self, w: &StatusWrite, now: &str) -> anyhow::Result<()> {
+    /// Writes one rule's status if it differs; returns whether it wrote.
+    async fn write_status(&self, w: &StatusWrite, now: &str) -> anyhow::Result<bool> {
         let current = &w.parsed.status;
         let ws_same = w.parsed.workspaces == json!(w.workspaces);
         let generation = w.obj.metadata.generation;
@@ -1137,7 +1320,7 @@ impl Reconciler {
             now,
         );
         let mut status = match (status, ws_same) {
-            (None, true) => return Ok(()),
+            (None, true) => return Ok(false),
             (Some(s), _) => s,
             (None, false) => {
                 let mut s = json!({"conditions": serde_json::to_value(&current.conditions)?});
@@ -1159,7 +1342,8 @@ impl Reconciler {
                 &Patch::Merge(json!({ "status": status })),
             )
             .await,
-        )
+        )?;
+        Ok(true)
     }
 
     async fn apply_in(
@@ -1275,111 +1459,167 @@ fn desired_targets(rules: &[RuleState]) -> BTreeMap<String, ProviderTarget> {
                 let routed = entry.exports.entry(export.clone()).or_default();
                 routed.extend(grs.iter().cloned());
             }
-            entry.rules.insert(r.eval.key());
+            entry.rules.insert(r.eval.key().to_string());
         }
     }
     desired
 }
 
-/// Phase 5: each rule's outcome over what is installed (cycles over resource
-/// types are found across all workspaces).
-fn status_writes(
-    rules: &[RuleState],
-    installed: &BTreeMap<String, ValidatingWebhookConfiguration>,
-) -> Vec<StatusWrite> {
-    let edges: Vec<RuleEdges> = rules
-        .iter()
-        .filter(|r| r.eval.invalid.is_none())
-        .filter_map(|r| {
-            r.rule
-                .as_ref()
-                .map(|rule| RuleEdges::of(r.eval.key(), rule))
-        })
-        .collect();
-    let cycles = find_cycles(&edges);
-    let mut writes = Vec::with_capacity(rules.len());
-    for r in rules {
-        let e = &r.eval;
-        let mut ok = true;
-        let mut missing = Vec::new();
-        for (lc, exports) in &e.targets {
-            for (export, grs) in exports {
-                let hook = export_policies_webhook(export);
-                for gr in grs {
-                    let routed = installed
-                        .get(lc)
-                        .is_some_and(|c| routes(c, &hook, "DELETE", gr));
-                    if !routed {
-                        ok = false;
-                        missing.push(format!("{gr} of APIExport {export} in {lc}"));
-                    }
+/// What a rule's status depends on besides its evaluation: the installed
+/// configuration (by resourceVersion) of every logical cluster it names; `None`
+/// when one has no resourceVersion (not comparable).
+fn installed_inputs(
+    e: &RuleEval,
+    installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+) -> Option<Vec<Option<String>>> {
+    let lcs = e.targets.keys().chain(
+        e.workspaces
+            .iter()
+            .filter_map(|w| w.logical_cluster.as_ref()),
+    );
+    let mut out = Vec::new();
+    for lc in lcs {
+        out.push(match installed.get(lc) {
+            Some(c) => Some(c.metadata.resource_version.clone()?),
+            None => None,
+        });
+    }
+    Some(out)
+}
+
+impl Reconciler {
+    /// Phase 5: each rule's outcome over what is installed (cycles over resource
+    /// types are found across all workspaces). A rule whose status was found up
+    /// to date with the same inputs needs no write and is left out.
+    fn status_writes(
+        &self,
+        rules: &[RuleState],
+        installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+    ) -> Vec<StatusWrite> {
+        let edges: Vec<RuleEdges> = rules
+            .iter()
+            .filter(|r| r.eval.invalid.is_none())
+            .filter_map(|r| {
+                r.rule
+                    .as_ref()
+                    .map(|rule| RuleEdges::of(r.eval.key(), rule))
+            })
+            .collect();
+        let cycles = find_cycles(&edges);
+        let mut seen = self.statuses.lock().ok();
+        if let Some(s) = seen.as_mut() {
+            let keep: std::collections::HashSet<&str> =
+                rules.iter().map(|r| r.eval.key()).collect();
+            s.retain(|k, _| keep.contains(k.as_str()));
+        }
+        let mut writes = Vec::new();
+        for r in rules {
+            let e = &r.eval;
+            let cycle = cycles.get(e.key()).map(|c| c.message());
+            let inputs = installed_inputs(e, installed).map(|installed| StatusInputs {
+                eval: r.eval.clone(),
+                parsed: r.parsed.clone(),
+                installed,
+                cycle: cycle.clone(),
+            });
+            if let (Some(inputs), Some(s)) = (&inputs, seen.as_ref())
+                && s.get(e.key()).is_some_and(|before| before.same(inputs))
+            {
+                continue;
+            }
+            writes.push(status_write(r, installed, cycle, inputs));
+        }
+        writes
+    }
+}
+
+/// One rule's outcome and status workspaces over what is installed.
+fn status_write(
+    r: &RuleState,
+    installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+    cycle: Option<String>,
+    inputs: Option<StatusInputs>,
+) -> StatusWrite {
+    let e = &r.eval;
+    let mut ok = true;
+    let mut missing = Vec::new();
+    for (lc, exports) in &e.targets {
+        for (export, grs) in exports {
+            let hook = export_policies_webhook(export);
+            for gr in grs {
+                let routed = installed
+                    .get(lc)
+                    .is_some_and(|c| routes(c, &hook, "DELETE", gr));
+                if !routed {
+                    ok = false;
+                    missing.push(format!("{gr} of APIExport {export} in {lc}"));
                 }
             }
         }
-        let key = e.key();
-        let outcome = Outcome {
-            invalid: e.invalid.clone(),
-            installed: ok && e.invalid.is_none(),
-            installed_message: if ok {
-                format!(
-                    "DELETEs of the dependencies reach webhook(s) {} in {} provider workspace(s)",
-                    e.targets
-                        .values()
-                        .flat_map(|x| x.keys())
-                        .map(|x| export_policies_webhook(x))
-                        .collect::<BTreeSet<_>>()
-                        .into_iter()
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    e.targets.len()
-                )
-            } else {
-                format!("not yet installed: {}", missing.join(", "))
-            },
-            cycle: cycles.get(&key).map(|c| c.message()),
-            cycle_applies: true,
-            source: None,
-            not_admitted: None,
-        };
-        let workspaces: Vec<serde_json::Value> = e
-            .workspaces
-            .iter()
-            .map(|w| {
-                let mut v = json!({
-                    "path": w.path,
-                    "name": w.export,
-                    "webhookInstalled": w.logical_cluster.as_ref().is_some_and(|lc| installed.contains_key(lc)),
-                });
-                if let Some(lc) = &w.logical_cluster {
-                    v["logicalCluster"] = json!(lc);
-                }
-                if let Some(h) = &w.identity_hash {
-                    v["identityHash"] = json!(h);
-                }
-                if let Some(m) = &w.message {
-                    v["message"] = json!(m);
-                }
-                v
-            })
-            .collect();
-        if let Some(c) = &outcome.cycle
-            && !holdfast_shared::api::is_condition_true(
-                &r.parsed.status.conditions,
-                holdfast_shared::api::condition_types::CYCLE_DETECTED,
-            )
-        {
-            tracing::warn!(rule = %key, "{c}");
-        }
-        writes.push(StatusWrite {
-            key,
-            cluster: e.cluster.clone(),
-            obj: r.obj.clone(),
-            parsed: r.parsed.clone(),
-            outcome,
-            workspaces,
-        });
     }
-    writes
+    let key = e.key().to_string();
+    let outcome = Outcome {
+        invalid: e.invalid.clone(),
+        installed: ok && e.invalid.is_none(),
+        installed_message: if ok {
+            format!(
+                "DELETEs of the dependencies reach webhook(s) {} in {} provider workspace(s)",
+                e.targets
+                    .values()
+                    .flat_map(|x| x.keys())
+                    .map(|x| export_policies_webhook(x))
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                e.targets.len()
+            )
+        } else {
+            format!("not yet installed: {}", missing.join(", "))
+        },
+        cycle,
+        cycle_applies: true,
+        source: None,
+        not_admitted: None,
+    };
+    let workspaces: Vec<serde_json::Value> = e
+        .workspaces
+        .iter()
+        .map(|w| {
+            let mut v = json!({
+                "path": w.path,
+                "name": w.export,
+                "webhookInstalled": w.logical_cluster.as_ref().is_some_and(|lc| installed.contains_key(lc)),
+            });
+            if let Some(lc) = &w.logical_cluster {
+                v["logicalCluster"] = json!(lc);
+            }
+            if let Some(h) = &w.identity_hash {
+                v["identityHash"] = json!(h);
+            }
+            if let Some(m) = &w.message {
+                v["message"] = json!(m);
+            }
+            v
+        })
+        .collect();
+    if let Some(c) = &outcome.cycle
+        && !holdfast_shared::api::is_condition_true(
+            &r.parsed.status.conditions,
+            holdfast_shared::api::condition_types::CYCLE_DETECTED,
+        )
+    {
+        tracing::warn!(rule = %key, "{c}");
+    }
+    StatusWrite {
+        key,
+        cluster: e.cluster.clone(),
+        obj: r.obj.clone(),
+        parsed: r.parsed.clone(),
+        outcome,
+        workspaces,
+        inputs,
+    }
 }
 
 #[cfg(test)]
