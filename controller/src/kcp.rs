@@ -433,11 +433,41 @@ struct StatusInputs {
 }
 
 impl StatusInputs {
-    fn same(&self, other: &StatusInputs) -> bool {
-        Arc::ptr_eq(&self.eval, &other.eval)
-            && Arc::ptr_eq(&self.parsed, &other.parsed)
-            && self.installed == other.installed
-            && self.cycle == other.cycle
+    /// Whether `r` over `installed` with `cycle` has these inputs (compared in
+    /// place: the common case, nothing changed, allocates nothing).
+    fn hold_for(
+        &self,
+        r: &RuleState,
+        installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+        cycle: Option<&str>,
+    ) -> bool {
+        if !(Arc::ptr_eq(&self.eval, &r.eval)
+            && Arc::ptr_eq(&self.parsed, &r.parsed)
+            && self.cycle.as_deref() == cycle)
+        {
+            return false;
+        }
+        let mut lcs = status_clusters(&r.eval);
+        let mut before = self.installed.iter();
+        loop {
+            match (lcs.next(), before.next()) {
+                (None, None) => return true,
+                (Some(lc), Some(rv)) => {
+                    let now = installed
+                        .get(lc)
+                        .map(|c| c.metadata.resource_version.as_deref());
+                    let same = match (now, rv) {
+                        (None, None) => true,
+                        (Some(Some(now)), Some(rv)) => now == rv,
+                        _ => false,
+                    };
+                    if !same {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+        }
     }
 }
 
@@ -802,7 +832,7 @@ impl Reconciler {
         prev: &PassLookups,
     ) -> (Arc<RuleEval>, Option<Arc<DependencyRule>>) {
         let (cluster, name) = (key.0.as_str(), key.1.as_str());
-        let mut eval = RuleEval {
+        let new_eval = || RuleEval {
             cluster: cluster.to_string(),
             key: format!("{cluster}/{name}"),
             invalid: None,
@@ -812,6 +842,7 @@ impl Reconciler {
         let rule = match &parsed.rule {
             Ok(r) => r.clone(),
             Err(message) => {
+                let mut eval = new_eval();
                 eval.invalid = Some(Invalid {
                     reason: reasons::INVALID_SPEC,
                     message: message.clone(),
@@ -820,6 +851,7 @@ impl Reconciler {
             }
         };
         if parsed.invalid.is_some() {
+            let mut eval = new_eval();
             eval.invalid = parsed.invalid.clone();
             return (Arc::new(eval), Some(rule));
         }
@@ -852,6 +884,7 @@ impl Reconciler {
         {
             return (c.eval.clone(), Some(rule));
         }
+        let mut eval = new_eval();
         // (reason, message) per problem, in spec order.
         let mut problems: Vec<(&'static str, String)> = Vec::new();
         if let (Some(export), Some(found)) = (&dependent.api_export_name, &dependent_found) {
@@ -1465,6 +1498,15 @@ fn desired_targets(rules: &[RuleState]) -> BTreeMap<String, ProviderTarget> {
     desired
 }
 
+/// The logical clusters whose configurations a rule's status reads.
+fn status_clusters(e: &RuleEval) -> impl Iterator<Item = &String> {
+    e.targets.keys().chain(
+        e.workspaces
+            .iter()
+            .filter_map(|w| w.logical_cluster.as_ref()),
+    )
+}
+
 /// What a rule's status depends on besides its evaluation: the installed
 /// configuration (by resourceVersion) of every logical cluster it names; `None`
 /// when one has no resourceVersion (not comparable).
@@ -1472,13 +1514,8 @@ fn installed_inputs(
     e: &RuleEval,
     installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
 ) -> Option<Vec<Option<String>>> {
-    let lcs = e.targets.keys().chain(
-        e.workspaces
-            .iter()
-            .filter_map(|w| w.logical_cluster.as_ref()),
-    );
     let mut out = Vec::new();
-    for lc in lcs {
+    for lc in status_clusters(e) {
         out.push(match installed.get(lc) {
             Some(c) => Some(c.metadata.resource_version.clone()?),
             None => None,
@@ -1516,17 +1553,18 @@ impl Reconciler {
         for r in rules {
             let e = &r.eval;
             let cycle = cycles.get(e.key()).map(|c| c.message());
+            if seen.as_ref().is_some_and(|s| {
+                s.get(e.key())
+                    .is_some_and(|before| before.hold_for(r, installed, cycle.as_deref()))
+            }) {
+                continue;
+            }
             let inputs = installed_inputs(e, installed).map(|installed| StatusInputs {
                 eval: r.eval.clone(),
                 parsed: r.parsed.clone(),
                 installed,
                 cycle: cycle.clone(),
             });
-            if let (Some(inputs), Some(s)) = (&inputs, seen.as_ref())
-                && s.get(e.key()).is_some_and(|before| before.same(inputs))
-            {
-                continue;
-            }
             writes.push(status_write(r, installed, cycle, inputs));
         }
         writes
