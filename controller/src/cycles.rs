@@ -288,14 +288,6 @@ mod tests {
 
     #[test]
     fn the_acyclic_check_sees_every_kind_of_cycle() {
-        // A chain and a diamond: no cycle.
-        let diamond = vec![
-            rule("a", "a.x", &["b.x", "c.x"]),
-            rule("b", "b.x", &["d.x"]),
-            rule("c", "c.x", &["d.x"]),
-        ];
-        assert!(acyclic(&diamond));
-        assert_eq!(find_cycles(&diamond), BTreeMap::new());
         // A self-edge, a two-type cycle, a cycle behind an acyclic part.
         for rules in [
             vec![rule("s", "s.x", &["s.x"])],
@@ -409,6 +401,7 @@ mod tests {
             rule("r2", "b.x", &["c.x"]),
             rule("r3", "d.x", &["a.x"]),
         ];
+        assert!(acyclic(&rules));
         assert!(find_cycles(&rules).is_empty());
     }
 }
