@@ -1753,6 +1753,92 @@ mod tests {
     }
 
     #[test]
+    fn a_status_found_up_to_date_is_skipped_only_while_its_inputs_hold() {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "holdfast.dev/v1alpha1",
+            "kind": "DependencyRule",
+            "metadata": {"name": "r", "resourceVersion": "7"},
+            "spec": {},
+        }))
+        .expect("object");
+        let parsed = Arc::new(Parsed::of(&obj));
+        let gr = GroupResource::new("p.test", "widgets");
+        let eval = Arc::new(RuleEval {
+            cluster: "c1".into(),
+            key: "c1/r".into(),
+            invalid: None,
+            workspaces: vec![WorkspaceRef {
+                path: "root:p".into(),
+                export: "widgets".into(),
+                logical_cluster: Some("lc2".into()),
+                identity_hash: None,
+                message: None,
+            }],
+            targets: [(
+                "lc1".to_string(),
+                [("widgets".to_string(), [gr].into())].into(),
+            )]
+            .into(),
+        });
+        let rule = RuleState {
+            obj: Arc::new(obj.clone()),
+            parsed: parsed.clone(),
+            eval: eval.clone(),
+            rule: None,
+        };
+        let config = |rv: Option<&str>| {
+            let mut c = ValidatingWebhookConfiguration::default();
+            c.metadata.resource_version = rv.map(str::to_string);
+            Arc::new(c)
+        };
+        let installed: BTreeMap<String, Arc<ValidatingWebhookConfiguration>> =
+            [("lc1".to_string(), config(Some("5")))].into();
+        // lc1 (a target) installed at 5, lc2 (a workspace) not installed.
+        let inputs = StatusInputs {
+            eval: eval.clone(),
+            parsed: parsed.clone(),
+            installed: installed_inputs(&eval, &installed).expect("comparable"),
+            cycle: None,
+        };
+        assert_eq!(inputs.installed, vec![Some("5".to_string()), None]);
+        assert!(inputs.hold_for(&rule, &installed, None));
+        // Any input changed: compared again.
+        let mut other = installed.clone();
+        other.insert("lc1".into(), config(Some("6")));
+        assert!(!inputs.hold_for(&rule, &other, None));
+        other.insert("lc1".into(), config(None));
+        assert!(!inputs.hold_for(&rule, &other, None));
+        assert_eq!(installed_inputs(&eval, &other), None, "no resourceVersion");
+        let mut other = installed.clone();
+        other.remove("lc1");
+        assert!(!inputs.hold_for(&rule, &other, None));
+        let mut other = installed.clone();
+        other.insert("lc2".into(), config(Some("1")));
+        assert!(!inputs.hold_for(&rule, &other, None));
+        assert!(!inputs.hold_for(&rule, &installed, Some("a → a")));
+        let reparsed = RuleState {
+            parsed: Arc::new(Parsed::of(&obj)),
+            obj: rule.obj.clone(),
+            eval: eval.clone(),
+            rule: None,
+        };
+        assert!(!inputs.hold_for(&reparsed, &installed, None));
+        let reevaluated = RuleState {
+            eval: Arc::new(RuleEval {
+                cluster: "c1".into(),
+                key: "c1/r".into(),
+                invalid: None,
+                workspaces: Vec::new(),
+                targets: eval.targets.clone(),
+            }),
+            obj: rule.obj.clone(),
+            parsed: parsed.clone(),
+            rule: None,
+        };
+        assert!(!inputs.hold_for(&reevaluated, &installed, None));
+    }
+
+    #[test]
     fn cluster_store_keys_by_cluster_and_name() {
         let mk = |c: &str, n: &str| {
             let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
