@@ -68,7 +68,19 @@ pub struct Gvr {
 impl Gvr {
     /// `resource.group` (or `resource` for the core group), as Kubernetes names it.
     pub fn group_resource(&self) -> String {
-        crate::api::common::GroupResource::new(&self.group, &self.resource).to_string()
+        self.write_group_resource(String::with_capacity(
+            self.resource.len() + self.group.len() + 1,
+        ))
+    }
+
+    /// Appends [`Gvr::group_resource`] to `out` (no allocation of its own).
+    pub fn write_group_resource(&self, mut out: String) -> String {
+        out.push_str(&self.resource);
+        if !self.group.is_empty() {
+            out.push('.');
+            out.push_str(&self.group);
+        }
+        out
     }
 }
 
@@ -261,16 +273,23 @@ impl AdmissionRequest {
 
     /// `Kind namespace/name` (or `Kind name` when cluster-scoped), for messages.
     pub fn describe(&self) -> String {
-        let kind = if self.kind.kind.is_empty() {
-            self.resource.group_resource()
+        self.write_description(String::with_capacity(64))
+    }
+
+    /// Appends [`AdmissionRequest::describe`] to `out` (no allocation of its own).
+    pub fn write_description(&self, mut out: String) -> String {
+        if self.kind.kind.is_empty() {
+            out = self.resource.write_group_resource(out);
         } else {
-            self.kind.kind.clone()
-        };
-        let name = self.object_name().unwrap_or("<unnamed>");
-        match self.object_namespace() {
-            Some(ns) => format!("{kind} {ns}/{name}"),
-            None => format!("{kind} {name}"),
+            out.push_str(&self.kind.kind);
         }
+        out.push(' ');
+        if let Some(ns) = self.object_namespace() {
+            out.push_str(ns);
+            out.push('/');
+        }
+        out.push_str(self.object_name().unwrap_or("<unnamed>"));
+        out
     }
 }
 
@@ -377,13 +396,26 @@ impl AdmissionResponse {
             kind: &'static str,
             response: &'a AdmissionResponse,
         }
+        // The envelope, the uid and the status take under 256 bytes; the message and
+        // the warnings are sized up front so the buffer grows at most rarely.
+        let text = self.status.as_ref().and_then(|s| s.message.as_ref());
+        let size = 256
+            + self.uid.len()
+            + text.map_or(0, String::len)
+            + self.warnings.iter().map(|w| w.len() + 3).sum::<usize>();
+        let mut out = Vec::with_capacity(size);
         // Plain strings, booleans and numbers: serialization cannot fail.
-        serde_json::to_vec(&ReviewOut {
-            api_version: ADMISSION_API_VERSION,
-            kind: "AdmissionReview",
-            response: self,
-        })
-        .unwrap_or_default()
+        match serde_json::to_writer(
+            &mut out,
+            &ReviewOut {
+                api_version: ADMISSION_API_VERSION,
+                kind: "AdmissionReview",
+                response: self,
+            },
+        ) {
+            Ok(()) => out,
+            Err(_) => Vec::new(),
+        }
     }
 
     /// The full AdmissionReview JSON body carrying this response.

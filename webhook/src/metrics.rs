@@ -1,9 +1,11 @@
 //! Prometheus metrics of the webhook.
 
+use holdfast_shared::review::Operation;
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    core::Collector,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, core::Collector,
 };
+use std::sync::{Arc, OnceLock};
 
 /// Every metric the webhook exports.
 #[derive(Clone, Debug)]
@@ -37,6 +39,58 @@ pub struct Metrics {
     pub cluster_clients: IntGauge,
     /// 1 per resource the webhook's identity may not list (403), else 0.
     pub unreadable: IntGaugeVec,
+    /// Handles of the series every review updates, looked up once.
+    hot: Arc<Hot>,
+}
+
+/// The operations a review can carry, in [`Operation`] order.
+const OPERATIONS: [Operation; 4] = [
+    Operation::Create,
+    Operation::Update,
+    Operation::Delete,
+    Operation::Connect,
+];
+
+/// The decisions of `admission_requests_total`.
+const DECISIONS: [&str; 3] = ["allow", "warn", "deny"];
+
+/// The deciders of `admission_requests_total` that name no policy object (those that
+/// do are looked up by name each time).
+const DECIDERS: [&str; 12] = [
+    "none",
+    "label",
+    "strict",
+    "break-glass",
+    "break-glass-authorized",
+    "not-ready",
+    "unreadable",
+    "deferred",
+    "eviction",
+    "containment",
+    "warn",
+    "audit",
+];
+
+/// The outcomes of `events_total`.
+const EVENT_OUTCOMES: [&str; 5] = ["queued", "published", "limited", "dropped", "failed"];
+
+/// Series handles, each created (and so exported) on its first use as
+/// `with_label_values` would, then reused: no label hashing, map lock or handle
+/// clone on the request.
+#[derive(Debug, Default)]
+struct Hot {
+    latency: [OnceLock<Histogram>; OPERATIONS.len()],
+    requests: [[[OnceLock<IntCounter>; DECIDERS.len()]; DECISIONS.len()]; OPERATIONS.len()],
+    events: [OnceLock<IntCounter>; EVENT_OUTCOMES.len()],
+}
+
+fn op_index(op: Operation) -> usize {
+    match op {
+        Operation::Create => 0,
+        Operation::Update => 1,
+        Operation::Delete => 2,
+        Operation::Connect => 3,
+    }
 }
 
 /// Registers `metric` in `registry` and returns it.
@@ -139,7 +193,47 @@ impl Metrics {
             )?,
             ready: gauge("ready", "1 when the webhook reports ready.")?,
             registry,
+            hot: Arc::default(),
         })
+    }
+
+    /// Counts one review of `op` answered with `decision` (`allow`, `warn`, `deny`),
+    /// decided by `policy`.
+    pub fn count_review(&self, op: Operation, decision: &str, policy: &str) {
+        let cached = DECISIONS
+            .iter()
+            .position(|d| *d == decision)
+            .zip(DECIDERS.iter().position(|d| *d == policy));
+        match cached {
+            Some((d, p)) => self.hot.requests[op_index(op)][d][p]
+                .get_or_init(|| {
+                    self.requests
+                        .with_label_values(&[op.as_str(), DECISIONS[d], DECIDERS[p]])
+                })
+                .inc(),
+            None => self
+                .requests
+                .with_label_values(&[op.as_str(), decision, policy])
+                .inc(),
+        }
+    }
+
+    /// Records how long a review of `op` took.
+    pub fn observe_review(&self, op: Operation, seconds: f64) {
+        self.hot.latency[op_index(op)]
+            .get_or_init(|| self.latency.with_label_values(&[op.as_str()]))
+            .observe(seconds);
+    }
+
+    /// Counts one Event with `outcome` (`queued`, `published`, `limited`, `dropped`,
+    /// `failed`).
+    pub fn count_event(&self, outcome: &str) {
+        match EVENT_OUTCOMES.iter().position(|o| *o == outcome) {
+            Some(i) => self.hot.events[i]
+                .get_or_init(|| self.events.with_label_values(&[EVENT_OUTCOMES[i]]))
+                .inc(),
+            None => self.events.with_label_values(&[outcome]).inc(),
+        }
     }
 
     /// The text exposition of every metric.
