@@ -506,4 +506,40 @@ mod tests {
         assert_eq!(body["response"]["status"]["reason"], "Forbidden");
         assert!(body["response"].get("warnings").is_none());
     }
+
+    #[test]
+    fn long_messages_and_warnings_encode_as_the_value_does() {
+        let message = format!("holdfast: \"quoted\"\n{}", "ß".repeat(400));
+        let denial = AdmissionResponse::deny("u", message.clone());
+        let bytes = denial.to_review_bytes();
+        let parsed: Value = serde_json::from_slice(&bytes).expect("bytes are JSON");
+        assert_eq!(parsed["response"]["status"]["message"], message.as_str());
+        assert_eq!(parsed, denial.into_review());
+        let warned = AdmissionResponse::allow("u", vec!["a \"b\"".into(), "c".repeat(300)]);
+        let parsed: Value =
+            serde_json::from_slice(&warned.to_review_bytes()).expect("bytes are JSON");
+        assert_eq!(parsed, warned.into_review());
+        assert_eq!(parsed["response"]["warnings"][0], "a \"b\"");
+    }
+
+    #[test]
+    fn a_kindless_request_is_described_by_its_group_resource() {
+        let review = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+            "uid":"u1","kind":{"group":"","version":"","kind":""},
+            "resource":{"group":"network.test.io","version":"v1","resource":"vpcs"},
+            "name":"v1","operation":"DELETE","oldObject":{"metadata":{"name":"v1"}}}});
+        let req = parse_review(review.to_string().as_bytes()).expect("parses");
+        assert_eq!(req.resource.group_resource(), "vpcs.network.test.io");
+        assert_eq!(req.describe(), "vpcs.network.test.io v1");
+        assert_eq!(
+            req.write_description("DELETE ".to_string()),
+            "DELETE vpcs.network.test.io v1"
+        );
+        let core = Gvr {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+        };
+        assert_eq!(core.group_resource(), "configmaps");
+    }
 }

@@ -241,3 +241,44 @@ impl Metrics {
         holdfast_shared::runtime::admin::render(&self.registry)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, series: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(series))
+    }
+
+    #[test]
+    fn cached_series_count_as_labelled_ones_and_appear_on_first_use() {
+        let m = Metrics::new().expect("metrics");
+        let deny = r#"holdfast_webhook_admission_requests_total{decision="deny",operation="DELETE",policy="label"}"#;
+        let policy = r#"holdfast_webhook_admission_requests_total{decision="deny",operation="DELETE",policy="ResourceProtection/p"}"#;
+        let limited = r#"holdfast_webhook_events_total{outcome="limited"}"#;
+        let latency = r#"holdfast_webhook_admission_duration_seconds_count{operation="DELETE"}"#;
+        let text = m.render();
+        for series in [deny, policy, limited, latency] {
+            assert_eq!(line(&text, series), None, "{series} before any use");
+        }
+        m.count_review(Operation::Delete, "deny", "label");
+        m.count_review(Operation::Delete, "deny", "label");
+        m.count_review(Operation::Delete, "deny", "ResourceProtection/p");
+        m.count_event("limited");
+        m.observe_review(Operation::Delete, 0.001);
+        m.observe_review(Operation::Delete, 0.002);
+        // The cached handle and a lookup by labels reach the same series.
+        m.requests
+            .with_label_values(&["DELETE", "deny", "label"])
+            .inc();
+        m.events.with_label_values(&["limited"]).inc();
+        let text = m.render();
+        assert_eq!(line(&text, deny), Some(format!("{deny} 3").as_str()));
+        assert_eq!(line(&text, policy), Some(format!("{policy} 1").as_str()));
+        assert_eq!(line(&text, limited), Some(format!("{limited} 2").as_str()));
+        assert_eq!(line(&text, latency), Some(format!("{latency} 2").as_str()));
+        // A clone shares the handles and the counts.
+        m.clone().count_review(Operation::Delete, "deny", "label");
+        assert_eq!(line(&m.render(), deny), Some(format!("{deny} 4").as_str()));
+    }
+}
