@@ -98,13 +98,17 @@ impl Admission {
         req.via_export = via;
         tracing::debug!(uid = %req.uid, operation = req.operation.as_str(), object = %req.describe(), "reviewing");
         let eval = policy::evaluate(&req, &self.config, self.view.as_ref(), Utc::now()).await;
+        // One clock read, once decided (an evaluation may wait on a live lookup), for
+        // the Event window and the denial log, and none when neither is involved.
+        let decided = std::cell::OnceCell::new();
+        let decided = || *decided.get_or_init(Instant::now);
         let op = req.operation.as_str();
         let user = &req.user_info.username;
         for audit in &eval.audits {
             self.metrics.audited.with_label_values(&[op]).inc();
             tracing::info!(uid = %req.uid, operation = op, object = %req.describe(), user = %user, "audit: {audit}");
             self.events
-                .emit(&req, started, false, "DeletionAudited", || {
+                .emit(&req, decided(), false, "DeletionAudited", || {
                     format!(
                         "{user} deleted it; in Enforce mode this would have been refused: {audit}"
                     )
@@ -113,7 +117,7 @@ impl Admission {
         match (&eval.decision, &eval.decider) {
             (Decision::Deny(d), _) if req.operation == review::Operation::Delete => {
                 self.events
-                    .emit(&req, started, true, "DeletionBlocked", || {
+                    .emit(&req, decided(), true, "DeletionBlocked", || {
                         format!("{user} tried to delete it: {}", d.message)
                     });
             }
@@ -123,17 +127,18 @@ impl Admission {
                 if req.operation == review::Operation::Delete =>
             {
                 tracing::info!(uid = %req.uid, object = %req.describe(), user = %user, "break-glass honoured");
-                self.events.emit(&req, started, true, "BreakGlass", || {
+                self.events.emit(&req, decided(), true, "BreakGlass", || {
                     format!("{user} deleted it past its protection with the break-glass marker")
                 });
             }
             (Decision::Allow, Decider::BreakGlassAuthorized) => {
-                self.events.emit(&req, started, true, "BreakGlassGranted", || format!("{user}, allowed to bypass protection, added a break-glass marker or the strict exemption"));
+                self.events.emit(&req, decided(), true, "BreakGlassGranted", || format!("{user}, allowed to bypass protection, added a break-glass marker or the strict exemption"));
             }
             (Decision::Warn(w), _) if req.operation == review::Operation::Delete => {
-                self.events.emit(&req, started, true, "DeletionWarned", || {
-                    format!("{user} deleted it despite: {}", w.join("; "))
-                });
+                self.events
+                    .emit(&req, decided(), true, "DeletionWarned", || {
+                        format!("{user} deleted it despite: {}", w.join("; "))
+                    });
             }
             _ => {}
         }
@@ -160,7 +165,7 @@ impl Admission {
                 key.push_str(&decided_by);
                 key.push(')');
                 let object = key.get(object).unwrap_or_default();
-                if self.denials.first(&key, started) {
+                if self.denials.first(&key, decided()) {
                     tracing::info!(
                         uid = %req.uid,
                         operation = op,
