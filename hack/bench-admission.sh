@@ -7,5 +7,6 @@
 #   hack/bench-admission.sh                         # release build
 #   HOLDFAST_BENCH_REQUESTS=40000 HOLDFAST_BENCH_CONNECTIONS=16 hack/bench-admission.sh
 #   HOLDFAST_BENCH_LOADED=0 hack/bench-admission.sh  # empty registry only
+#   HOLDFAST_BENCH_BASELINE=/path/to/older/holdfast-webhook hack/bench-admission.sh  # A/B, same rounds
 source "$(dirname "$0")/lib.sh"
 run_driver holdfast-bench-admission

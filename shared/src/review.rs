@@ -68,7 +68,19 @@ pub struct Gvr {
 impl Gvr {
     /// `resource.group` (or `resource` for the core group), as Kubernetes names it.
     pub fn group_resource(&self) -> String {
-        crate::api::common::GroupResource::new(&self.group, &self.resource).to_string()
+        self.write_group_resource(String::with_capacity(
+            self.resource.len() + self.group.len() + 1,
+        ))
+    }
+
+    /// Appends [`Gvr::group_resource`] to `out` (no allocation of its own).
+    pub fn write_group_resource(&self, mut out: String) -> String {
+        out.push_str(&self.resource);
+        if !self.group.is_empty() {
+            out.push('.');
+            out.push_str(&self.group);
+        }
+        out
     }
 }
 
@@ -261,16 +273,23 @@ impl AdmissionRequest {
 
     /// `Kind namespace/name` (or `Kind name` when cluster-scoped), for messages.
     pub fn describe(&self) -> String {
-        let kind = if self.kind.kind.is_empty() {
-            self.resource.group_resource()
+        self.write_description(String::with_capacity(64))
+    }
+
+    /// Appends [`AdmissionRequest::describe`] to `out` (no allocation of its own).
+    pub fn write_description(&self, mut out: String) -> String {
+        if self.kind.kind.is_empty() {
+            out = self.resource.write_group_resource(out);
         } else {
-            self.kind.kind.clone()
-        };
-        let name = self.object_name().unwrap_or("<unnamed>");
-        match self.object_namespace() {
-            Some(ns) => format!("{kind} {ns}/{name}"),
-            None => format!("{kind} {name}"),
+            out.push_str(&self.kind.kind);
         }
+        out.push(' ');
+        if let Some(ns) = self.object_namespace() {
+            out.push_str(ns);
+            out.push('/');
+        }
+        out.push_str(self.object_name().unwrap_or("<unnamed>"));
+        out
     }
 }
 
@@ -377,13 +396,26 @@ impl AdmissionResponse {
             kind: &'static str,
             response: &'a AdmissionResponse,
         }
+        // The envelope, the uid and the status take under 256 bytes; the message and
+        // the warnings are sized up front so the buffer grows at most rarely.
+        let text = self.status.as_ref().and_then(|s| s.message.as_ref());
+        let size = 256
+            + self.uid.len()
+            + text.map_or(0, String::len)
+            + self.warnings.iter().map(|w| w.len() + 3).sum::<usize>();
+        let mut out = Vec::with_capacity(size);
         // Plain strings, booleans and numbers: serialization cannot fail.
-        serde_json::to_vec(&ReviewOut {
-            api_version: ADMISSION_API_VERSION,
-            kind: "AdmissionReview",
-            response: self,
-        })
-        .unwrap_or_default()
+        match serde_json::to_writer(
+            &mut out,
+            &ReviewOut {
+                api_version: ADMISSION_API_VERSION,
+                kind: "AdmissionReview",
+                response: self,
+            },
+        ) {
+            Ok(()) => out,
+            Err(_) => Vec::new(),
+        }
     }
 
     /// The full AdmissionReview JSON body carrying this response.
@@ -473,5 +505,41 @@ mod tests {
         assert_eq!(body["response"]["status"]["code"], 403);
         assert_eq!(body["response"]["status"]["reason"], "Forbidden");
         assert!(body["response"].get("warnings").is_none());
+    }
+
+    #[test]
+    fn long_messages_and_warnings_encode_as_the_value_does() {
+        let message = format!("holdfast: \"quoted\"\n{}", "ß".repeat(400));
+        let denial = AdmissionResponse::deny("u", message.clone());
+        let bytes = denial.to_review_bytes();
+        let parsed: Value = serde_json::from_slice(&bytes).expect("bytes are JSON");
+        assert_eq!(parsed["response"]["status"]["message"], message.as_str());
+        assert_eq!(parsed, denial.into_review());
+        let warned = AdmissionResponse::allow("u", vec!["a \"b\"".into(), "c".repeat(300)]);
+        let parsed: Value =
+            serde_json::from_slice(&warned.to_review_bytes()).expect("bytes are JSON");
+        assert_eq!(parsed, warned.into_review());
+        assert_eq!(parsed["response"]["warnings"][0], "a \"b\"");
+    }
+
+    #[test]
+    fn a_kindless_request_is_described_by_its_group_resource() {
+        let review = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+            "uid":"u1","kind":{"group":"","version":"","kind":""},
+            "resource":{"group":"network.test.io","version":"v1","resource":"vpcs"},
+            "name":"v1","operation":"DELETE","oldObject":{"metadata":{"name":"v1"}}}});
+        let req = parse_review(review.to_string().as_bytes()).expect("parses");
+        assert_eq!(req.resource.group_resource(), "vpcs.network.test.io");
+        assert_eq!(req.describe(), "vpcs.network.test.io v1");
+        assert_eq!(
+            req.write_description("DELETE ".to_string()),
+            "DELETE vpcs.network.test.io v1"
+        );
+        let core = Gvr {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+        };
+        assert_eq!(core.group_resource(), "configmaps");
     }
 }

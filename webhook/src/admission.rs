@@ -36,9 +36,10 @@ impl DenialLog {
         }
     }
 
-    /// True when this denial should be logged at INFO (the first in its window).
-    fn first(&self, key: &str) -> bool {
-        let sighting = self.recent.see(key, Instant::now(), |key, more| {
+    /// True when this denial, at `now`, should be logged at INFO (the first in its
+    /// window).
+    fn first(&self, key: &str, now: Instant) -> bool {
+        let sighting = self.recent.see(key, now, |key, more| {
             if more > 0 {
                 tracing::info!(
                     object = %key,
@@ -97,26 +98,28 @@ impl Admission {
         req.via_export = via;
         tracing::debug!(uid = %req.uid, operation = req.operation.as_str(), object = %req.describe(), "reviewing");
         let eval = policy::evaluate(&req, &self.config, self.view.as_ref(), Utc::now()).await;
+        // One clock read, once decided (an evaluation may wait on a live lookup), for
+        // the Event window and the denial log, and none when neither is involved.
+        let decided = std::cell::OnceCell::new();
+        let decided = || *decided.get_or_init(Instant::now);
         let op = req.operation.as_str();
         let user = &req.user_info.username;
         for audit in &eval.audits {
             self.metrics.audited.with_label_values(&[op]).inc();
             tracing::info!(uid = %req.uid, operation = op, object = %req.describe(), user = %user, "audit: {audit}");
-            self.events.emit(
-                &req,
-                false,
-                "DeletionAudited",
-                format!("{user} deleted it; in Enforce mode this would have been refused: {audit}"),
-            );
+            self.events
+                .emit(&req, decided(), false, "DeletionAudited", || {
+                    format!(
+                        "{user} deleted it; in Enforce mode this would have been refused: {audit}"
+                    )
+                });
         }
         match (&eval.decision, &eval.decider) {
             (Decision::Deny(d), _) if req.operation == review::Operation::Delete => {
-                self.events.emit(
-                    &req,
-                    true,
-                    "DeletionBlocked",
-                    format!("{user} tried to delete it: {}", d.message),
-                );
+                self.events
+                    .emit(&req, decided(), true, "DeletionBlocked", || {
+                        format!("{user} tried to delete it: {}", d.message)
+                    });
             }
             // (Evictions are judged as the pod's DELETE but reviewed as an Eviction:
             // no Event names the Eviction as if it were the pod.)
@@ -124,39 +127,45 @@ impl Admission {
                 if req.operation == review::Operation::Delete =>
             {
                 tracing::info!(uid = %req.uid, object = %req.describe(), user = %user, "break-glass honoured");
-                self.events.emit(
-                    &req,
-                    true,
-                    "BreakGlass",
-                    format!("{user} deleted it past its protection with the break-glass marker"),
-                );
+                self.events.emit(&req, decided(), true, "BreakGlass", || {
+                    format!("{user} deleted it past its protection with the break-glass marker")
+                });
             }
             (Decision::Allow, Decider::BreakGlassAuthorized) => {
-                self.events.emit(&req, true, "BreakGlassGranted", format!("{user}, allowed to bypass protection, added a break-glass marker or the strict exemption"));
+                self.events.emit(&req, decided(), true, "BreakGlassGranted", || format!("{user}, allowed to bypass protection, added a break-glass marker or the strict exemption"));
             }
             (Decision::Warn(w), _) if req.operation == review::Operation::Delete => {
-                self.events.emit(
-                    &req,
-                    true,
-                    "DeletionWarned",
-                    format!("{user} deleted it despite: {}", w.join("; ")),
-                );
+                self.events
+                    .emit(&req, decided(), true, "DeletionWarned", || {
+                        format!("{user} deleted it despite: {}", w.join("; "))
+                    });
             }
             _ => {}
         }
         let decided_by = eval.decider.metric_label();
-        let response = match &eval.decision {
+        self.metrics
+            .count_review(req.operation, eval.decision_label(), &decided_by);
+        let response = match eval.decision {
             Decision::Allow => {
                 tracing::debug!(uid = %req.uid, operation = op, object = %req.describe(), policy = %decided_by, "allowed");
                 AdmissionResponse::allow(&req.uid, Vec::new())
             }
             Decision::Warn(warnings) => {
                 tracing::info!(uid = %req.uid, operation = op, object = %req.describe(), policy = %decided_by, "allowed with warnings");
-                AdmissionResponse::allow(&req.uid, warnings.clone())
+                AdmissionResponse::allow(&req.uid, warnings)
             }
             Decision::Deny(denial) => {
-                let object = req.describe();
-                if self.denials.first(&format!("{op} {object} ({decided_by})")) {
+                // The key names the operation, the object and the policy.
+                let mut key = String::with_capacity(96);
+                key.push_str(op);
+                key.push(' ');
+                let mut key = req.write_description(key);
+                let object = op.len() + 1..key.len();
+                key.push_str(" (");
+                key.push_str(&decided_by);
+                key.push(')');
+                let object = key.get(object).unwrap_or_default();
+                if self.denials.first(&key, decided()) {
                     tracing::info!(
                         uid = %req.uid,
                         operation = op,
@@ -169,17 +178,11 @@ impl Admission {
                 } else {
                     tracing::debug!(uid = %req.uid, operation = op, object = %object, user = %req.user_info.username, "denied again");
                 }
-                AdmissionResponse::deny(&req.uid, denial.message.clone())
+                AdmissionResponse::deny(&req.uid, denial.message)
             }
         };
         self.metrics
-            .requests
-            .with_label_values(&[op, eval.decision_label(), &decided_by])
-            .inc();
-        self.metrics
-            .latency
-            .with_label_values(&[op])
-            .observe(started.elapsed().as_secs_f64());
+            .observe_review(req.operation, started.elapsed().as_secs_f64());
         Ok(response.to_review_bytes())
     }
 }
@@ -191,12 +194,13 @@ mod tests {
     #[test]
     fn a_repeated_denial_is_logged_once_per_window_and_counted() {
         let log = DenialLog::new();
-        assert!(log.first("DELETE ConfigMap a/b (label)"));
-        assert!(!log.first("DELETE ConfigMap a/b (label)"));
-        assert!(!log.first("DELETE ConfigMap a/b (label)"));
+        let now = Instant::now();
+        assert!(log.first("DELETE ConfigMap a/b (label)", now));
+        assert!(!log.first("DELETE ConfigMap a/b (label)", now));
+        assert!(!log.first("DELETE ConfigMap a/b (label)", now));
         // Another object, or the same one under another policy, is logged.
-        assert!(log.first("DELETE ConfigMap a/c (label)"));
-        assert!(log.first("DELETE ConfigMap a/b (ResourceProtection/x)"));
+        assert!(log.first("DELETE ConfigMap a/c (label)", now));
+        assert!(log.first("DELETE ConfigMap a/b (ResourceProtection/x)", now));
         assert_eq!(log.recent.repeats("DELETE ConfigMap a/b (label)"), Some(2));
     }
 }

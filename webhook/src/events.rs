@@ -107,26 +107,47 @@ impl EventSink {
     }
 
     fn count(&self, outcome: &str) {
-        self.metrics.events.with_label_values(&[outcome]).inc();
+        self.metrics.count_event(outcome);
     }
 
-    /// Records `reason` on the object of `req` (unless limited or dry-run).
-    pub fn emit(&self, req: &AdmissionRequest, warning: bool, reason: &'static str, note: String) {
+    /// Records `reason` on the object of `req` (unless limited or dry-run), with the
+    /// note `note` makes (only for an Event that is sent), as of `now`.
+    pub fn emit(
+        &self,
+        req: &AdmissionRequest,
+        now: Instant,
+        warning: bool,
+        reason: &'static str,
+        note: impl FnOnce() -> String,
+    ) {
         if req.dry_run.unwrap_or(false) {
             return;
         }
         let Some(obj) = req.subject().or(req.old_object.as_ref()) else {
             return;
         };
-        let name = req.object_name().unwrap_or_default().to_string();
-        let namespace = req.object_namespace().map(str::to_string);
-        let key = format!(
-            "{reason}/{}/{}/{}/{name}",
-            logical_cluster(obj),
-            req.resource.group_resource(),
-            namespace.as_deref().unwrap_or_default(),
-        );
-        let now = Instant::now();
+        let name = req.object_name().unwrap_or_default();
+        let namespace = req.object_namespace();
+        let cluster = logical_cluster(obj);
+        // `reason/cluster/resource.group/namespace/name`, in one buffer.
+        let parts = [
+            reason,
+            cluster,
+            &req.resource.resource,
+            &req.resource.group,
+            namespace.unwrap_or_default(),
+            name,
+        ];
+        let mut key = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+        key.push_str(reason);
+        key.push('/');
+        key.push_str(cluster);
+        key.push('/');
+        let mut key = req.resource.write_group_resource(key);
+        key.push('/');
+        key.push_str(namespace.unwrap_or_default());
+        key.push('/');
+        key.push_str(name);
         if self.recent.see(&key, now, |_, _| {}) == Sighting::Repeat {
             self.count("limited");
             return;
@@ -139,10 +160,11 @@ impl EventSink {
             self.count("limited");
             return;
         }
-        let Some(client) = self.view.client_for(logical_cluster(obj)) else {
+        let Some(client) = self.view.client_for(cluster) else {
             self.count("failed");
             return;
         };
+        let (name, namespace) = (name.to_string(), namespace.map(str::to_string));
         let api_version = if req.kind.group.is_empty() {
             req.kind.version.clone()
         } else {
@@ -156,7 +178,7 @@ impl EventSink {
             uid: holdfast_shared::review::meta_str(obj, "uid").map(str::to_string),
             ..Default::default()
         };
-        let mut note = note;
+        let mut note = note();
         if note.len() > MAX_NOTE {
             let mut cut = MAX_NOTE;
             while !note.is_char_boundary(cut) {
@@ -195,9 +217,9 @@ async fn publish(mut rx: mpsc::Receiver<Pending>, metrics: Metrics) {
     while let Some(p) = rx.recv().await {
         let recorder = Recorder::new(p.client, reporter.clone());
         match recorder.publish(&p.event, &p.reference).await {
-            Ok(()) => metrics.events.with_label_values(&["published"]).inc(),
+            Ok(()) => metrics.count_event("published"),
             Err(e) => {
-                metrics.events.with_label_values(&["failed"]).inc();
+                metrics.count_event("failed");
                 tracing::debug!(error = %e, reason = p.event.reason, "cannot publish event");
             }
         }

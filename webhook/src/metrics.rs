@@ -1,9 +1,11 @@
 //! Prometheus metrics of the webhook.
 
+use holdfast_shared::review::Operation;
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    core::Collector,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, core::Collector,
 };
+use std::sync::{Arc, OnceLock};
 
 /// Every metric the webhook exports.
 #[derive(Clone, Debug)]
@@ -37,6 +39,58 @@ pub struct Metrics {
     pub cluster_clients: IntGauge,
     /// 1 per resource the webhook's identity may not list (403), else 0.
     pub unreadable: IntGaugeVec,
+    /// Handles of the series every review updates, looked up once.
+    hot: Arc<Hot>,
+}
+
+/// The operations a review can carry, in [`Operation`] order.
+const OPERATIONS: [Operation; 4] = [
+    Operation::Create,
+    Operation::Update,
+    Operation::Delete,
+    Operation::Connect,
+];
+
+/// The decisions of `admission_requests_total`.
+const DECISIONS: [&str; 3] = ["allow", "warn", "deny"];
+
+/// The deciders of `admission_requests_total` that name no policy object (those that
+/// do are looked up by name each time).
+const DECIDERS: [&str; 12] = [
+    "none",
+    "label",
+    "strict",
+    "break-glass",
+    "break-glass-authorized",
+    "not-ready",
+    "unreadable",
+    "deferred",
+    "eviction",
+    "containment",
+    "warn",
+    "audit",
+];
+
+/// The outcomes of `events_total`.
+const EVENT_OUTCOMES: [&str; 5] = ["queued", "published", "limited", "dropped", "failed"];
+
+/// Series handles, each created (and so exported) on its first use as
+/// `with_label_values` would, then reused: no label hashing, map lock or handle
+/// clone on the request.
+#[derive(Debug, Default)]
+struct Hot {
+    latency: [OnceLock<Histogram>; OPERATIONS.len()],
+    requests: [[[OnceLock<IntCounter>; DECIDERS.len()]; DECISIONS.len()]; OPERATIONS.len()],
+    events: [OnceLock<IntCounter>; EVENT_OUTCOMES.len()],
+}
+
+fn op_index(op: Operation) -> usize {
+    match op {
+        Operation::Create => 0,
+        Operation::Update => 1,
+        Operation::Delete => 2,
+        Operation::Connect => 3,
+    }
 }
 
 /// Registers `metric` in `registry` and returns it.
@@ -139,11 +193,92 @@ impl Metrics {
             )?,
             ready: gauge("ready", "1 when the webhook reports ready.")?,
             registry,
+            hot: Arc::default(),
         })
+    }
+
+    /// Counts one review of `op` answered with `decision` (`allow`, `warn`, `deny`),
+    /// decided by `policy`.
+    pub fn count_review(&self, op: Operation, decision: &str, policy: &str) {
+        let cached = DECISIONS
+            .iter()
+            .position(|d| *d == decision)
+            .zip(DECIDERS.iter().position(|d| *d == policy));
+        match cached {
+            Some((d, p)) => self.hot.requests[op_index(op)][d][p]
+                .get_or_init(|| {
+                    self.requests
+                        .with_label_values(&[op.as_str(), DECISIONS[d], DECIDERS[p]])
+                })
+                .inc(),
+            None => self
+                .requests
+                .with_label_values(&[op.as_str(), decision, policy])
+                .inc(),
+        }
+    }
+
+    /// Records how long a review of `op` took.
+    pub fn observe_review(&self, op: Operation, seconds: f64) {
+        self.hot.latency[op_index(op)]
+            .get_or_init(|| self.latency.with_label_values(&[op.as_str()]))
+            .observe(seconds);
+    }
+
+    /// Counts one Event with `outcome` (`queued`, `published`, `limited`, `dropped`,
+    /// `failed`).
+    pub fn count_event(&self, outcome: &str) {
+        match EVENT_OUTCOMES.iter().position(|o| *o == outcome) {
+            Some(i) => self.hot.events[i]
+                .get_or_init(|| self.events.with_label_values(&[EVENT_OUTCOMES[i]]))
+                .inc(),
+            None => self.events.with_label_values(&[outcome]).inc(),
+        }
     }
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         holdfast_shared::runtime::admin::render(&self.registry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, series: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(series))
+    }
+
+    #[test]
+    fn cached_series_count_as_labelled_ones_and_appear_on_first_use() {
+        let m = Metrics::new().expect("metrics");
+        let deny = r#"holdfast_webhook_admission_requests_total{decision="deny",operation="DELETE",policy="label"}"#;
+        let policy = r#"holdfast_webhook_admission_requests_total{decision="deny",operation="DELETE",policy="ResourceProtection/p"}"#;
+        let limited = r#"holdfast_webhook_events_total{outcome="limited"}"#;
+        let latency = r#"holdfast_webhook_admission_duration_seconds_count{operation="DELETE"}"#;
+        let text = m.render();
+        for series in [deny, policy, limited, latency] {
+            assert_eq!(line(&text, series), None, "{series} before any use");
+        }
+        m.count_review(Operation::Delete, "deny", "label");
+        m.count_review(Operation::Delete, "deny", "label");
+        m.count_review(Operation::Delete, "deny", "ResourceProtection/p");
+        m.count_event("limited");
+        m.observe_review(Operation::Delete, 0.001);
+        m.observe_review(Operation::Delete, 0.002);
+        // The cached handle and a lookup by labels reach the same series.
+        m.requests
+            .with_label_values(&["DELETE", "deny", "label"])
+            .inc();
+        m.events.with_label_values(&["limited"]).inc();
+        let text = m.render();
+        assert_eq!(line(&text, deny), Some(format!("{deny} 3").as_str()));
+        assert_eq!(line(&text, policy), Some(format!("{policy} 1").as_str()));
+        assert_eq!(line(&text, limited), Some(format!("{limited} 2").as_str()));
+        assert_eq!(line(&text, latency), Some(format!("{latency} 2").as_str()));
+        // A clone shares the handles and the counts.
+        m.clone().count_review(Operation::Delete, "deny", "label");
+        assert_eq!(line(&m.render(), deny), Some(format!("{deny} 4").as_str()));
     }
 }

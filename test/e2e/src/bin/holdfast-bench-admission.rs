@@ -11,6 +11,9 @@
 //! (16), `HOLDFAST_BENCH_STREAMS` per HTTP/2 connection (4), `HOLDFAST_BENCH_LOADED=0`
 //! to skip the loaded registry, `HOLDFAST_BENCH_ROUNDS` (5): every row alternates bare
 //! and holdfast rounds (the order flipping each round) and reports medians.
+//! `HOLDFAST_BENCH_BASELINE=PATH` runs a second `holdfast-webhook` binary (an older
+//! build, say) with the same flags in the same rounds (the order rotating each round)
+//! and adds its figures to each row, for an A/B on one harness.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -19,6 +22,7 @@ use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::{Value, json};
 use std::{
     net::SocketAddr,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
         Arc,
@@ -350,17 +354,17 @@ async fn metric(probe: u16, series: &str) -> f64 {
 
 /// Waits until the webhook holds every policy and has gone quiet (under 5 % of a core
 /// for 2 s): measuring while it still digests the load would measure the load.
-async fn settle(w: &holdfast_e2e::WebhookProcess, loaded: bool) -> anyhow::Result<()> {
+async fn settle(pid: u32, probe: u16, loaded: bool) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     if loaded {
         loop {
             let rp = metric(
-                w.probe_port,
+                probe,
                 r#"holdfast_webhook_registry_policies{kind="ResourceProtection"}"#,
             )
             .await;
             let dr = metric(
-                w.probe_port,
+                probe,
                 r#"holdfast_webhook_registry_policies{kind="DependencyRule"}"#,
             )
             .await;
@@ -375,14 +379,58 @@ async fn settle(w: &holdfast_e2e::WebhookProcess, loaded: bool) -> anyhow::Resul
         }
     }
     loop {
-        let before = cpu_ticks(w.pid());
+        let before = cpu_ticks(pid);
         tokio::time::sleep(Duration::from_secs(2)).await;
         // 100 ticks a second: 5 % of a core for 2 s is 10 ticks.
-        if cpu_ticks(w.pid()).saturating_sub(before) <= 10 {
+        if cpu_ticks(pid).saturating_sub(before) <= 10 {
             return Ok(());
         }
         anyhow::ensure!(Instant::now() < deadline, "webhook never went quiet");
     }
+}
+
+/// The baseline binary at `path` with the flags the env's webhook gets (its TLS pair,
+/// the sim's kubeconfig, `flags`), once ready: (process, admission port).
+async fn start_baseline(
+    env: &holdfast_e2e::Env,
+    path: &Path,
+    flags: &[&str],
+    loaded: bool,
+) -> anyhow::Result<(Proc, u16)> {
+    let (port, probe) = (holdfast_e2e::free_port()?, holdfast_e2e::free_port()?);
+    let log = std::fs::File::create(env.dir.path().join("baseline.log"))?;
+    let proc = Proc(
+        Command::new(path)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--probe-listen")
+            .arg(format!("127.0.0.1:{probe}"))
+            .arg("--tls-cert")
+            .arg(env.dir.path().join("tls.crt"))
+            .arg("--tls-key")
+            .arg(env.dir.path().join("tls.key"))
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .args(flags)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while holdfast_e2e::http_get(probe, "/readyz")
+        .await
+        .map(|(s, _)| s)
+        != Ok(200)
+    {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "baseline {} not ready within 60 s",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    settle(proc.0.id(), probe, loaded).await?;
+    Ok((proc, port))
 }
 
 #[tokio::main]
@@ -396,6 +444,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let total = env_num("HOLDFAST_BENCH_REQUESTS", 20_000);
     let rounds = env_num("HOLDFAST_BENCH_ROUNDS", 5).max(1);
+    let baseline = std::env::var_os("HOLDFAST_BENCH_BASELINE").map(PathBuf::from);
     let allowed = capture("011-delete-configmaps-plain.json")?;
     let denied = capture("014-delete-configmaps-protected.json")?;
 
@@ -421,10 +470,22 @@ async fn main() -> anyhow::Result<()> {
         env_num("HOLDFAST_BENCH_CONNECTIONS", 16),
         env_num("HOLDFAST_BENCH_STREAMS", 4)
     );
+    let baseline_head = if baseline.is_some() {
+        " baseline req/s | baseline ratio | baseline p99 ratio |"
+    } else {
+        ""
+    };
     println!(
-        "| registry | review | protocol | bare req/s | holdfast req/s | ratio | bare p99 | holdfast p99 | p99 ratio | holdfast p50 | errors |"
+        "| registry | review | protocol | bare req/s | holdfast req/s | ratio | bare p99 | holdfast p99 | p99 ratio | holdfast p50 | errors |{baseline_head}"
     );
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+        if baseline.is_some() {
+            "---:|---:|---:|"
+        } else {
+            ""
+        }
+    );
     let mut registries = vec!["empty"];
     if env_num("HOLDFAST_BENCH_LOADED", 1) == 1 {
         registries.push("1,000 RP + 10,000 DR");
@@ -441,45 +502,61 @@ async fn main() -> anyhow::Result<()> {
         env.start_webhook(&wflags).await?;
         env.wait_webhook_ready().await?;
         if let Some(w) = env.webhook.as_ref() {
-            settle(w, registry != "empty").await?;
+            settle(w.pid(), w.probe_port, registry != "empty").await?;
         }
         let hf_port = env.webhook.as_ref().map(|w| w.port).unwrap_or_default();
+        let base = match &baseline {
+            Some(path) => Some(start_baseline(&env, path, &wflags, registry != "empty").await?),
+            None => None,
+        };
+        // The servers measured: bare, holdfast, then the baseline when there is one.
+        let mut ports = vec![bare_port, hf_port];
+        ports.extend(base.as_ref().map(|(_, port)| *port));
         for (review, body) in [("allowed", &allowed), ("denied", &denied)] {
             for proto in [Proto::H1, Proto::H2] {
-                // Warm both up, then measure them in alternating rounds (the order
-                // flips every round), so drift in the machine's load hits both alike;
+                // Warm every server up, then measure them in rounds whose order rotates
+                // (flips, for two), so drift in the machine's load hits them alike;
                 // each figure is the median over the rounds.
-                load(&ca, bare_port, proto, body, total / 10).await?;
-                load(&ca, hf_port, proto, body, total / 10).await?;
-                let mut bare_rounds = Vec::new();
-                let mut hf_rounds = Vec::new();
+                for port in &ports {
+                    load(&ca, *port, proto, body, total / 10).await?;
+                }
+                let mut rounds_of: Vec<Vec<Row>> = ports.iter().map(|_| Vec::new()).collect();
+                let per = (total / rounds).max(1);
                 for round in 0..rounds {
-                    let per = (total / rounds).max(1);
-                    if round % 2 == 0 {
-                        bare_rounds.push(load(&ca, bare_port, proto, body, per).await?);
-                        hf_rounds.push(load(&ca, hf_port, proto, body, per).await?);
-                    } else {
-                        hf_rounds.push(load(&ca, hf_port, proto, body, per).await?);
-                        bare_rounds.push(load(&ca, bare_port, proto, body, per).await?);
+                    for i in 0..ports.len() {
+                        let at = (i + round as usize) % ports.len();
+                        rounds_of[at].push(load(&ca, ports[at], proto, body, per).await?);
                     }
                 }
-                let ratio = median(
-                    bare_rounds
-                        .iter()
-                        .zip(&hf_rounds)
-                        .map(|(b, h)| h.rps / b.rps)
-                        .collect(),
-                );
-                let p99_ratio = median(
-                    bare_rounds
-                        .iter()
-                        .zip(&hf_rounds)
-                        .map(|(b, h)| h.p99.as_secs_f64() / b.p99.as_secs_f64().max(1e-9))
-                        .collect(),
-                );
-                let (b, h) = (Row::median(&bare_rounds), Row::median(&hf_rounds));
+                let ratios = |of: &[Row]| {
+                    let rps = median(
+                        rounds_of[0]
+                            .iter()
+                            .zip(of)
+                            .map(|(b, h)| h.rps / b.rps)
+                            .collect(),
+                    );
+                    let p99 = median(
+                        rounds_of[0]
+                            .iter()
+                            .zip(of)
+                            .map(|(b, h)| h.p99.as_secs_f64() / b.p99.as_secs_f64().max(1e-9))
+                            .collect(),
+                    );
+                    (rps, p99)
+                };
+                let (ratio, p99_ratio) = ratios(&rounds_of[1]);
+                let (b, h) = (Row::median(&rounds_of[0]), Row::median(&rounds_of[1]));
+                let base_cols = match rounds_of.get(2) {
+                    Some(of) => {
+                        let (ratio, p99_ratio) = ratios(of);
+                        let a = Row::median(of);
+                        format!(" {:.0} | {ratio:.2} | {p99_ratio:.2} |", a.rps)
+                    }
+                    None => String::new(),
+                };
                 println!(
-                    "| {registry} | {review} | {} | {:.0} | {:.0} | {:.2} | {:.2} ms | {:.2} ms | {:.2} | {:.2} ms | {} |",
+                    "| {registry} | {review} | {} | {:.0} | {:.0} | {:.2} | {:.2} ms | {:.2} ms | {:.2} | {:.2} ms | {} |{base_cols}",
                     if proto == Proto::H1 {
                         "HTTP/1.1"
                     } else {
@@ -492,10 +569,15 @@ async fn main() -> anyhow::Result<()> {
                     h.p99.as_secs_f64() * 1e3,
                     p99_ratio,
                     h.p50.as_secs_f64() * 1e3,
-                    b.errors + h.errors,
+                    b.errors
+                        + h.errors
+                        + rounds_of
+                            .get(2)
+                            .map_or(0, |of| of.iter().map(|r| r.errors).sum()),
                 );
             }
         }
+        drop(base);
         drop(env.webhook.take());
     }
     Ok(())
