@@ -481,6 +481,8 @@ struct WorkspaceRef {
     logical_cluster: Option<String>,
     /// The export's identity hash, once read.
     identity_hash: Option<String>,
+    /// Its resources another export of the workspace exports too, once listed.
+    shared_resources: Option<Vec<String>>,
     /// Why it is not resolved, or what the export lacks.
     message: Option<String>,
 }
@@ -509,7 +511,7 @@ impl RuleEval {
         path: &str,
         export: &str,
         logical_cluster: Option<String>,
-        identity_hash: Option<String>,
+        info: Option<&ExportInfo>,
         message: Option<String>,
     ) {
         match self
@@ -526,7 +528,12 @@ impl RuleEval {
                 path: path.to_string(),
                 export: export.to_string(),
                 logical_cluster,
-                identity_hash: identity_hash.filter(|h| !h.is_empty()),
+                identity_hash: info
+                    .map(|e| e.identity_hash.clone())
+                    .filter(|h| !h.is_empty()),
+                shared_resources: info
+                    .and_then(|e| e.shared.as_ref())
+                    .map(|shared| shared.iter().map(ToString::to_string).collect()),
                 message,
             }),
         }
@@ -906,7 +913,7 @@ impl Reconciler {
             };
             let gr = GroupResource::new(&d.group, &d.resource);
             let lc = found.lc.clone();
-            let identity = found.export.as_ref().ok().map(|e| e.identity_hash.clone());
+            let info = found.export.as_ref().ok();
             match found.exporting(&gr, &r.path, &r.name) {
                 Ok(()) => {
                     if let Some(lc) = &lc {
@@ -917,7 +924,7 @@ impl Reconciler {
                             .or_default()
                             .insert(gr);
                     }
-                    eval.note_workspace(&r.path, &r.name, lc, identity, None);
+                    eval.note_workspace(&r.path, &r.name, lc, info, None);
                 }
                 Err((reason, msg)) => {
                     self.reread_if_lacking(reason, lc.as_deref(), &r.name).await;
@@ -925,7 +932,7 @@ impl Reconciler {
                         reason,
                         format!("spec.dependencies[{i}].apiExportRef: {msg}"),
                     ));
-                    eval.note_workspace(&r.path, &r.name, lc, identity, Some(msg));
+                    eval.note_workspace(&r.path, &r.name, lc, info, Some(msg));
                 }
             }
         }
@@ -1635,6 +1642,9 @@ fn status_write(
             if let Some(h) = &w.identity_hash {
                 v["identityHash"] = json!(h);
             }
+            if let Some(shared) = &w.shared_resources {
+                v["sharedResources"] = json!(shared);
+            }
             if let Some(m) = &w.message {
                 v["message"] = json!(m);
             }
@@ -1725,6 +1735,7 @@ mod tests {
                     .iter()
                     .map(|(g, r)| GroupResource::new(*g, *r))
                     .collect(),
+                shared: None,
             }),
         };
         let vpcs = GroupResource::new("network.test.io", "vpcs");
@@ -1772,6 +1783,7 @@ mod tests {
                 export: "widgets".into(),
                 logical_cluster: Some("lc2".into()),
                 identity_hash: None,
+                shared_resources: None,
                 message: None,
             }],
             targets: [(

@@ -474,6 +474,10 @@ pub struct ExportInfo {
     pub identity_hash: String,
     /// `spec.resources[]` as group/resource (group `core` read as "").
     pub resources: BTreeSet<GroupResource>,
+    /// Those of `resources` another APIExport of the same workspace exports too (kcp
+    /// then calls this export's webhooks for that one's consumers as well); `None`
+    /// when the workspace's APIExports could not be listed.
+    pub shared: Option<BTreeSet<GroupResource>>,
 }
 
 impl ExportInfo {
@@ -518,7 +522,24 @@ impl ExportInfo {
                 .unwrap_or_default()
                 .to_string(),
             resources,
+            shared: None,
         }
+    }
+
+    /// This export among `all` (the APIExports of its workspace, itself included),
+    /// with what it shares with the others.
+    fn among(name: &str, all: &[DynamicObject]) -> Option<Self> {
+        let this = all
+            .iter()
+            .find(|e| e.metadata.name.as_deref() == Some(name))?;
+        let mut info = Self::of(this);
+        let others: BTreeSet<GroupResource> = all
+            .iter()
+            .filter(|e| e.metadata.name.as_deref() != Some(name))
+            .flat_map(|e| Self::of(e).resources)
+            .collect();
+        info.shared = Some(info.resources.intersection(&others).cloned().collect());
+        Some(info)
     }
 }
 
@@ -572,6 +593,19 @@ pub async fn read_export(
     };
     let client = clients.cluster(lc).map_err(|e| failed(e.to_string()))?;
     let api: Api<DynamicObject> = Api::all_with(client, &api_export_resource());
+    // Every export of the workspace, to tell which resources this one shares with
+    // another; where listing is forbidden, this one alone (sharing unknown).
+    match tokio::time::timeout(SLICE_READ_TIMEOUT, api.list(&Default::default())).await {
+        Err(_) => return Err(failed("timed out".into())),
+        Ok(Ok(list)) => {
+            return ExportInfo::among(name, &list.items).ok_or_else(|| ExportError::NotFound {
+                name: name.to_string(),
+                workspace: workspace.to_string(),
+            });
+        }
+        Ok(Err(e)) if status_of(&e) == Some(403) => {}
+        Ok(Err(e)) => return Err(failed(e.to_string())),
+    }
     match tokio::time::timeout(SLICE_READ_TIMEOUT, api.get(name)).await {
         Err(_) => Err(failed("timed out".into())),
         Ok(Ok(obj)) => Ok(ExportInfo::of(&obj)),

@@ -267,6 +267,11 @@ pub struct DependencyExport {
     /// The logical cluster `apiExportRef.path` resolved to
     /// (`status.workspaces[].logicalCluster`); `None` until the controller says.
     pub cluster: Option<String>,
+    /// Whether another APIExport of that workspace may export the protected resource
+    /// too (`status.workspaces[].sharedResources` lists it, or the status does not say):
+    /// then kcp sends this export's reviews for that export's consumers as well, and
+    /// the consumer's binding decides which applies.
+    pub shared: bool,
 }
 
 impl CompiledDependency {
@@ -331,13 +336,20 @@ pub fn compile_dependency_rule(
                 target: GroupResource::new(&dep.group, &dep.resource),
                 path,
                 namespace_path,
-                export: dep.api_export_ref.as_ref().map(|r| DependencyExport {
-                    name: r.name.clone(),
-                    cluster: resolved
+                export: dep.api_export_ref.as_ref().map(|r| {
+                    let entry = resolved
                         .iter()
-                        .find(|w| w.path == r.path && w.name == r.name)
-                        .and_then(|w| w.logical_cluster.clone())
-                        .filter(|c| !c.is_empty()),
+                        .find(|w| w.path == r.path && w.name == r.name);
+                    let target = GroupResource::new(&dep.group, &dep.resource).to_string();
+                    DependencyExport {
+                        name: r.name.clone(),
+                        cluster: entry
+                            .and_then(|w| w.logical_cluster.clone())
+                            .filter(|c| !c.is_empty()),
+                        shared: entry
+                            .and_then(|w| w.shared_resources.as_ref())
+                            .is_none_or(|shared| shared.contains(&target)),
+                    }
                 }),
             })
         })
@@ -926,7 +938,8 @@ mod tests {
     #[test]
     fn a_dependency_serves_reviews_of_its_resolved_export_only() {
         let rule = kcp_rule(serde_json::json!({"workspaces": [
-            {"path": "root:net", "name": "net-a", "logicalCluster": "lc1", "webhookInstalled": true},
+            {"path": "root:net", "name": "net-a", "logicalCluster": "lc1", "webhookInstalled": true,
+             "sharedResources": ["subnets.network.test.io"]},
             {"path": "root:net", "name": "net-b", "webhookInstalled": false},
         ]}));
         let deps = compile_dependency_rule("c", &rule).unwrap_or_else(|e| panic!("{e}"));
@@ -934,13 +947,18 @@ mod tests {
         assert_eq!(
             exports,
             vec![
+                // net-a shares subnets, not vpcs, with another export: its reviews
+                // of VPCs are its own consumers'.
                 Some(DependencyExport {
                     name: "net-a".into(),
-                    cluster: Some("lc1".into())
+                    cluster: Some("lc1".into()),
+                    shared: false,
                 }),
+                // Unknown (no status yet): maybe shared (the binding decides).
                 Some(DependencyExport {
                     name: "net-b".into(),
-                    cluster: None
+                    cluster: None,
+                    shared: true,
                 }),
             ]
         );

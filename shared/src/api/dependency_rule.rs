@@ -188,6 +188,11 @@ pub struct ResolvedWorkspace {
     /// exports of one group/resource differ in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity_hash: Option<String>,
+    /// kcp: the resources (`resource.group`) of that APIExport another APIExport of the
+    /// same workspace also exports; unset while unknown (the workspace's APIExports
+    /// could not be listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_resources: Option<Vec<String>>,
     /// Whether the merged webhook is installed in that workspace.
     #[serde(default)]
     pub webhook_installed: bool,

@@ -11,14 +11,16 @@ pub(crate) async fn evaluate<V: ClusterView>(s: &Subject<'_>, view: &V, out: &mu
     let what = &s.what;
     let via = s.req.via_export.as_ref();
     // kcp calls every webhook of the export's workspace whose rules match the
-    // group/resource, so a review sent for one export also comes for a consumer of
-    // another export of the same group/resource in that workspace: which export the
-    // object's workspace binds decides (looked up once, only when some dependency
-    // names the export). A failed lookup keeps the dependency (fail closed).
+    // group/resource, so where another export of that workspace exports the same
+    // group/resource, a review sent for one export also comes for the other's
+    // consumers: which export the object's workspace binds decides (looked up once,
+    // only for a dependency whose export shares the resource; the rule's status says
+    // which do). A failed lookup keeps the dependency (fail closed).
     let mut bound: Option<Option<crate::review::ExportRoute>> = None;
     for rule in view.dependencies(&s.gr).iter().flat_map(|l| l.iter()) {
         for dep in rule.iter().filter(|d| d.target == s.gr && d.serves(via)) {
-            if let Some(via) = via {
+            let shared = dep.export.as_ref().is_some_and(|e| e.shared);
+            if let Some(via) = via.filter(|_| shared) {
                 if bound.is_none() {
                     bound = Some(view.bound_export(s.cluster, &s.gr).await.ok().flatten());
                 }

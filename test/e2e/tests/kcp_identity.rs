@@ -131,6 +131,19 @@ async fn exports_of_one_group_resource_in_one_workspace_are_told_apart() {
             "{rule} Ready: {ready:?}\ncontroller: {}",
             c.log()
         );
+        // Both exports export VPCs: the status says so, and the webhook reads a
+        // consumer's bindings to tell which export's rules apply.
+        let out = t.kubectl(
+            "provider",
+            COMPUTE,
+            &["get", "dependencyrule", rule, "-o", "json"],
+        );
+        let status = out.json().expect("rule")["status"].clone();
+        assert_eq!(
+            status["workspaces"][0]["sharedResources"],
+            serde_json::json!(["vpcs.network.test.io"]),
+            "{status}"
+        );
     }
 
     // One webhook per export, each calling the URL that names its export.

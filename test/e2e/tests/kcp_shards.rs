@@ -13,6 +13,15 @@ use holdfast_e2e::{
 };
 
 const MIN_WAIT_SECS: u64 = holdfast_e2e::MIN_WAIT.as_secs();
+/// A server-side dry run of the VPC's DELETE.
+const DRY_RUN_DELETE_VPC: [&str; 6] = [
+    "delete",
+    "vpc",
+    "my-vpc",
+    "-n",
+    "default",
+    "--dry-run=server",
+];
 const VPC: &str =
     "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n";
 const VM: &str = "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: my-vm, namespace: default}\nspec: {vpcRef: {name: my-vpc}}\n";
@@ -66,14 +75,7 @@ async fn lookups(t: &Sharded) -> (f64, f64) {
 /// Waits until a refused dry-run DELETE of the VPC in `path` is answered from the
 /// dependents index (no API call): the index counter moves and the live one not.
 async fn answered_from_the_index(t: &Sharded, c: &ControllerProcess, path: &str) {
-    let args = [
-        "delete",
-        "vpc",
-        "my-vpc",
-        "-n",
-        "default",
-        "--dry-run=server",
-    ];
+    let args = DRY_RUN_DELETE_VPC;
     eventually(MIN_WAIT_SECS, async || {
         let before = lookups(t).await;
         let out = t.kubectl("consumer", path, &args);
@@ -141,6 +143,19 @@ async fn two_shards(mode: &str) {
         "rule Ready: {cond:?}\ncontroller: {}",
         c.log()
     );
+    // network.test.io is the only export of VPCs in its workspace: the webhook need
+    // not read a consumer's bindings to tell which export's rules apply.
+    let rule = t.kubectl(
+        "provider",
+        COMPUTE,
+        &["get", "dependencyrule", "vm-dependencies", "-o", "json"],
+    );
+    let rule = rule.json().expect("rule");
+    assert_eq!(
+        rule["status"]["workspaces"][0]["sharedResources"],
+        serde_json::json!([]),
+        "{rule}"
+    );
     // The controller installed the provider's webhook configuration on the network
     // provider's shard (through that shard's endpoint of holdfast.dev).
     let out = t.kubectl(
@@ -190,14 +205,7 @@ async fn two_shards(mode: &str) {
     // later"), never allows unchecked.
     let bare = t.bare_consumer("consumer-c", "root");
     t.apply("consumer", &bare, VPC);
-    let dry_run = [
-        "delete",
-        "vpc",
-        "my-vpc",
-        "-n",
-        "default",
-        "--dry-run=server",
-    ];
+    let dry_run = DRY_RUN_DELETE_VPC;
     if indexed {
         let before = lookups(&t).await;
         let out = t.kubectl("consumer", &bare, &dry_run);

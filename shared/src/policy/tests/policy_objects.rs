@@ -9,6 +9,10 @@ struct View {
     registry: Registry,
     index: DependentsIndex,
     broken: bool,
+    /// kcp: the export the object's workspace binds its type from, and how often
+    /// that was asked.
+    bound: Option<crate::review::ExportRoute>,
+    asked: std::sync::atomic::AtomicUsize,
 }
 
 impl ClusterView for View {
@@ -40,6 +44,15 @@ impl ClusterView for View {
         };
         async move { r }
     }
+    fn bound_export(
+        &self,
+        _cluster: &str,
+        _gr: &GroupResource,
+    ) -> impl Future<Output = Result<Option<crate::review::ExportRoute>, LookupError>> + Send {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let bound = self.bound.clone();
+        async move { Ok(bound) }
+    }
 }
 
 fn view(rps: &[Value], rules: &[Value]) -> View {
@@ -60,6 +73,8 @@ fn view(rps: &[Value], rules: &[Value]) -> View {
         registry,
         index: DependentsIndex::default(),
         broken: false,
+        bound: None,
+        asked: Default::default(),
     }
 }
 
@@ -321,8 +336,72 @@ fn not_loaded_registry_denies_retry_later() {
         registry: Registry::default(),
         index: DependentsIndex::default(),
         broken: false,
+        bound: None,
+        asked: Default::default(),
     };
     let del = delete_of(VPC, Some("default"), "my-vpc", json!({}));
     let d = denied(&evaluate(&del, &cfg(false, &[]), &v, now())).clone();
     assert_eq!(d.kind, DenialKind::NotReady);
+}
+
+/// The VM rule of export `net-a` at `root:net` (logical cluster `lc1`), whose status
+/// says which of its resources another export of that workspace exports too.
+fn export_rule(shared: Value) -> Value {
+    let mut r = vm_rule(".spec.vpcRef.name");
+    r["spec"]["dependencies"][0]["apiExportRef"] = json!({"path": "root:net", "name": "net-a"});
+    r["status"] = json!({"workspaces": [{"path": "root:net", "name": "net-a",
+        "logicalCluster": "lc1", "webhookInstalled": true, "sharedResources": shared}]});
+    r
+}
+
+#[test]
+fn the_binding_is_asked_only_where_another_export_shares_the_resource() {
+    let via = crate::review::ExportRoute {
+        cluster: "lc1".into(),
+        name: "net-a".into(),
+    };
+    let c = cfg(false, &[]);
+    let mut del = delete_of(VPC, Some("default"), "my-vpc", json!({}));
+    del.via_export = Some(via);
+    let asked = |v: &View| v.asked.load(std::sync::atomic::Ordering::SeqCst);
+
+    // net-a alone exports VPCs in root:net: a review sent for it is its consumers';
+    // no binding read.
+    let mut v = view(&[], &[export_rule(json!(["subnets.network.test.io"]))]);
+    vm(
+        &v.index.clone(),
+        &v,
+        "my-vm",
+        json!({"vpcRef": {"name": "my-vpc"}}),
+        false,
+    );
+    v.bound = Some(crate::review::ExportRoute {
+        cluster: "lc1".into(),
+        name: "net-b".into(),
+    });
+    denied(&evaluate(&del, &c, &v, now()));
+    assert_eq!(asked(&v), 0);
+
+    // Another export shares VPCs: the object's workspace binds net-b, so net-a's rule
+    // does not govern it; asked once.
+    let mut v = view(&[], &[export_rule(json!(["vpcs.network.test.io"]))]);
+    vm(
+        &v.index.clone(),
+        &v,
+        "my-vm",
+        json!({"vpcRef": {"name": "my-vpc"}}),
+        false,
+    );
+    v.bound = Some(crate::review::ExportRoute {
+        cluster: "lc1".into(),
+        name: "net-b".into(),
+    });
+    assert_eq!(evaluate(&del, &c, &v, now()).decision, Decision::Allow);
+    assert_eq!(asked(&v), 1);
+    // Bound from net-a itself: refused.
+    v.bound = Some(crate::review::ExportRoute {
+        cluster: "lc1".into(),
+        name: "net-a".into(),
+    });
+    denied(&evaluate(&del, &c, &v, now()));
 }
