@@ -185,45 +185,9 @@ where
     }
 }
 
-/// Builds clients for URLs derived from the kubeconfig (same credentials), one
-/// connection pool per server (see [`holdfast_shared::kcp::Clients`]).
-#[derive(Clone)]
-pub struct Clients {
-    inner: holdfast_shared::kcp::Clients,
-}
-
-impl Clients {
-    /// Clients sharing `base`'s credentials and TLS settings.
-    pub fn new(base: kube::Config) -> Self {
-        Self {
-            inner: holdfast_shared::kcp::Clients::new(base, holdfast_shared::kcp::MAX_CLIENTS),
-        }
-    }
-
-    /// The same, with `vw`'s credentials and CA for virtual-workspace URLs
-    /// (`--virtual-workspace-kubeconfig`).
-    pub fn with_virtual_workspace_config(self, vw: Option<kube::Config>) -> Self {
-        Self {
-            inner: self.inner.with_virtual_workspace_config(vw),
-        }
-    }
-
-    /// A client whose base URL is `url`.
-    pub fn at(&self, url: &str) -> anyhow::Result<Client> {
-        Ok(self.inner.at(url)?)
-    }
-
-    /// A client for a virtual-workspace URL (see
-    /// [`holdfast_shared::kcp::Clients::virtual_workspace`]).
-    pub fn virtual_workspace(&self, url: &str) -> anyhow::Result<Client> {
-        Ok(self.inner.virtual_workspace(url)?)
-    }
-
-    /// The front-proxy base URL: the kubeconfig's server without `/clusters/...`.
-    pub fn front_proxy(&self) -> String {
-        self.inner.front_proxy().to_string()
-    }
-}
+/// Clients for the front-proxy and virtual-workspace URLs (one connection pool per
+/// server, bounded).
+pub use holdfast_shared::kcp::Clients;
 
 /// Requests in flight at once when many workspaces or rules need writes.
 const CONCURRENCY: usize = 32;
@@ -633,7 +597,7 @@ impl Reconciler {
             Source {
                 home: home.clone(),
                 slice: export.to_string(),
-                clients: clients.inner.clone(),
+                clients: clients.clone(),
                 api,
                 config,
             }
@@ -661,8 +625,8 @@ impl Reconciler {
             ),
             notify.clone(),
         );
-        let resolver = holdfast_shared::kcp::Resolver::new(clients.inner.clone());
-        let exports = holdfast_shared::kcp::Exports::new(clients.inner.clone());
+        let resolver = holdfast_shared::kcp::Resolver::new(clients.clone());
+        let exports = holdfast_shared::kcp::Exports::new(clients.clone());
         Ok(Self {
             clients,
             settings,
@@ -719,8 +683,9 @@ impl Reconciler {
                 self.settings.api_export
             );
         };
-        self.clients
-            .virtual_workspace(&format!("{url}/clusters/{cluster}"))
+        Ok(self
+            .clients
+            .virtual_workspace(&format!("{url}/clusters/{cluster}"))?)
     }
 
     /// Runs `op` with a client for `cluster` through the endpoint of its shard (see

@@ -265,7 +265,8 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                     None => None,
                 };
                 let reconciler = kcp::Reconciler::new(
-                    kcp::Clients::new(kube_config.clone()).with_virtual_workspace_config(vw_config),
+                    kcp::Clients::new(kube_config.clone(), holdfast_shared::kcp::MAX_CLIENTS)
+                        .with_virtual_workspace_config(vw_config),
                     client.clone(),
                     kcp::Settings {
                         api_export: config.api_export.clone(),

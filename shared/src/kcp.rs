@@ -1,6 +1,6 @@
 //! kcp plumbing both binaries use: the logical cluster of an object, the front-proxy a
-//! kubeconfig points at, clients per logical cluster, the URL an APIExportEndpointSlice
-//! lists, and workspace paths resolved to logical clusters.
+//! kubeconfig points at, clients per logical cluster and per virtual-workspace URL,
+//! workspace paths resolved to logical clusters, and APIExports read.
 
 use std::{collections::BTreeSet, time::Duration};
 
@@ -8,7 +8,6 @@ use kube::{
     Api, Client, Resource,
     api::{ApiResource, DynamicObject, GroupVersionKind},
 };
-use tokio::sync::watch;
 
 use crate::{
     api::GroupResource,
@@ -22,8 +21,8 @@ pub const MAX_CLIENTS: u64 = 4096;
 /// How long a resolved workspace path is trusted.
 pub const PATH_TTL: Duration = Duration::from_secs(300);
 
-/// How long one read of an APIExportEndpointSlice may take.
-pub const SLICE_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one read of APIExports may take.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The logical cluster an object lives in (its `kcp.io/cluster` annotation; "" when it
 /// has none, as on Kubernetes).
@@ -80,18 +79,6 @@ pub enum KcpError {
     /// No client could be built.
     #[error(transparent)]
     Client(#[from] ClientError),
-    /// The APIExportEndpointSlice was not read in time.
-    #[error("the APIExportEndpointSlice was not read in time")]
-    SliceTimeout,
-    /// Reading the APIExportEndpointSlice failed.
-    #[error("cannot read the APIExportEndpointSlice: {0}")]
-    SliceRead(#[source] kube::Error),
-    /// The APIExportEndpointSlice does not exist.
-    #[error("APIExportEndpointSlice not found")]
-    SliceMissing,
-    /// The APIExportEndpointSlice lists no endpoint yet.
-    #[error("APIExportEndpointSlice has no endpoint yet")]
-    NoEndpoint,
     /// A workspace path could not be resolved.
     #[error("{0}")]
     Path(String),
@@ -165,48 +152,6 @@ impl Clients {
     /// The per-URL clients underneath.
     pub fn urls(&self) -> &UrlClients {
         &self.urls
-    }
-}
-
-/// The first endpoint URL (without a trailing `/`) of APIExportEndpointSlice `name` in
-/// `client`'s workspace.
-pub async fn endpoint_url(client: &Client, name: &str) -> Result<String, KcpError> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &endpoint_slice_resource());
-    let slice = tokio::time::timeout(SLICE_READ_TIMEOUT, api.get_opt(name))
-        .await
-        .map_err(|_| KcpError::SliceTimeout)?
-        .map_err(KcpError::SliceRead)?
-        .ok_or(KcpError::SliceMissing)?;
-    slice.data["status"]["endpoints"][0]["url"]
-        .as_str()
-        .map(|u| u.trim_end_matches('/').to_string())
-        .ok_or(KcpError::NoEndpoint)
-}
-
-/// The virtual workspace URL in APIExportEndpointSlice `name` of `home`'s workspace;
-/// waits (polling every second) until it lists one, or `shutdown` fires (`None`).
-pub async fn virtual_workspace_url(
-    home: &Client,
-    name: &str,
-    mut shutdown: watch::Receiver<bool>,
-) -> Option<String> {
-    let mut warned = false;
-    loop {
-        match endpoint_url(home, name).await {
-            Ok(url) => return Some(url),
-            Err(e) => tracing::debug!(error = %e, "reading the APIExportEndpointSlice failed"),
-        }
-        if !warned {
-            tracing::warn!(
-                slice = name,
-                "waiting for APIExportEndpointSlice {name} to list an endpoint"
-            );
-            warned = true;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = shutdown.changed() => return None,
-        }
     }
 }
 
@@ -595,7 +540,7 @@ pub async fn read_export(
     let api: Api<DynamicObject> = Api::all_with(client, &api_export_resource());
     // Every export of the workspace, to tell which resources this one shares with
     // another; where listing is forbidden, this one alone (sharing unknown).
-    match tokio::time::timeout(SLICE_READ_TIMEOUT, api.list(&Default::default())).await {
+    match tokio::time::timeout(READ_TIMEOUT, api.list(&Default::default())).await {
         Err(_) => return Err(failed("timed out".into())),
         Ok(Ok(list)) => {
             return ExportInfo::among(name, &list.items).ok_or_else(|| ExportError::NotFound {
@@ -606,7 +551,7 @@ pub async fn read_export(
         Ok(Err(e)) if status_of(&e) == Some(403) => {}
         Ok(Err(e)) => return Err(failed(e.to_string())),
     }
-    match tokio::time::timeout(SLICE_READ_TIMEOUT, api.get(name)).await {
+    match tokio::time::timeout(READ_TIMEOUT, api.get(name)).await {
         Err(_) => Err(failed("timed out".into())),
         Ok(Ok(obj)) => Ok(ExportInfo::of(&obj)),
         Ok(Err(e)) => Err(match status_of(&e) {
