@@ -1,7 +1,6 @@
 //! holdfast's kcp API: one APIResourceSchema per CRD (generated from the same
 //! Rust types as the CRDs) and the APIExport `holdfast.dev` publishing them, with
-//! the permission claim for validatingwebhookconfigurations (the controller
-//! installs webhooks in binding workspaces through the virtual workspace) —
+//! its permission claims ([`PERMISSION_CLAIMS`]) —
 //! `holdfast-controller kcp-manifests [--output-dir manifests/kcp]`.
 //!
 //! APIResourceSchemas are immutable in kcp, so a schema's name carries a hash of
@@ -73,7 +72,27 @@ pub fn schema_for(crd: &CustomResourceDefinition) -> anyhow::Result<Value> {
     }))
 }
 
-/// The APIExport publishing `schemas`, with the webhook-configuration claim.
+/// The permission claims of `holdfast.dev`, each with exactly the verbs holdfast
+/// uses (a binding accepts them with the same verbs: kcp grants the intersection):
+/// - `validatingwebhookconfigurations`: the controller installs the configuration
+///   `holdfast` in every binding workspace through the virtual workspace;
+/// - `events` (`events.k8s.io`): the webhook records refused, warned, audited and
+///   break-glass deletions as Events in the workspace of the object;
+/// - `apibindings` (`apis.kcp.io`): which APIExport each binding workspace gets a
+///   type from (kcp calls only that export's workspace's configurations for it).
+pub const PERMISSION_CLAIMS: &[(&str, &str, &[&str])] = &[
+    (
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
+    ),
+    ("events.k8s.io", "events", &["create", "patch"]),
+    ("apis.kcp.io", "apibindings", &["list", "watch"]),
+];
+
+/// The APIExport publishing `schemas`, with [`PERMISSION_CLAIMS`].
 pub fn export_for(schemas: &[Value]) -> Value {
     let resources: Vec<Value> = schemas
         .iter()
@@ -92,11 +111,12 @@ pub fn export_for(schemas: &[Value]) -> Value {
         "metadata": {"name": API_EXPORT_NAME},
         "spec": {
             "resources": resources,
-            "permissionClaims": [{
-                "group": "admissionregistration.k8s.io",
-                "resource": "validatingwebhookconfigurations",
-                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-            }],
+            "permissionClaims": PERMISSION_CLAIMS
+                .iter()
+                .map(|(group, resource, verbs)| {
+                    json!({"group": group, "resource": resource, "verbs": verbs})
+                })
+                .collect::<Vec<Value>>(),
         },
     })
 }
@@ -190,9 +210,36 @@ mod tests {
             .filter_map(|r| r["schema"].as_str())
             .collect();
         assert_eq!(schemas, names);
+        let claims: Vec<(&str, &str, Vec<&str>)> = export["spec"]["permissionClaims"]
+            .as_array()
+            .expect("claims")
+            .iter()
+            .map(|c| {
+                (
+                    c["group"].as_str().unwrap_or_default(),
+                    c["resource"].as_str().unwrap_or_default(),
+                    c["verbs"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect(),
+                )
+            })
+            .collect();
         assert_eq!(
-            export["spec"]["permissionClaims"][0]["resource"],
-            "validatingwebhookconfigurations"
+            claims,
+            [
+                (
+                    "admissionregistration.k8s.io",
+                    "validatingwebhookconfigurations",
+                    vec![
+                        "get", "list", "watch", "create", "update", "patch", "delete"
+                    ]
+                ),
+                ("events.k8s.io", "events", vec!["create", "patch"]),
+                ("apis.kcp.io", "apibindings", vec!["list", "watch"]),
+            ]
         );
         // The status subresource and printer columns survive.
         assert!(docs[0]["spec"]["versions"][0]["subresources"]["status"].is_object());

@@ -102,9 +102,9 @@ subjects:
     )
 }
 
-/// The binding to holdfast.dev a provider makes: the webhook-configuration claim
-/// accepted with exactly the verbs the export claims.
-fn holdfast_binding() -> &'static str {
+/// The binding to holdfast.dev a provider or consumer makes (docs/kcp.md): every
+/// claim accepted with exactly the verbs the export claims.
+pub fn holdfast_binding() -> &'static str {
     r#"apiVersion: apis.kcp.io/v1alpha2
 kind: APIBinding
 metadata: {name: holdfast}
@@ -115,6 +115,16 @@ spec:
     resource: validatingwebhookconfigurations
     selector: {matchAll: true}
     verbs: [get, list, watch, create, update, patch, delete]
+    state: Accepted
+  - group: events.k8s.io
+    resource: events
+    selector: {matchAll: true}
+    verbs: [create, patch]
+    state: Accepted
+  - group: apis.kcp.io
+    resource: apibindings
+    selector: {matchAll: true}
+    verbs: [list, watch]
     state: Accepted
 "#
 }
