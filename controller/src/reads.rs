@@ -27,7 +27,7 @@ use kube::{Api, Client, api::PostParams};
 use crate::policies::ApiIndex;
 
 /// The ClusterRole the controller keeps.
-pub const READS_ROLE: &str = "holdfast-reads-policies";
+pub const READS_ROLE: &str = holdfast_shared::selfprotection::READS_POLICIES_ROLE;
 
 /// The label that makes a ClusterRole part of `holdfast-reads`.
 pub const AGGREGATE_LABEL: &str = "holdfast.dev/aggregate-to-reads";
@@ -217,7 +217,7 @@ pub async fn keep(client: &Client, types: &BTreeSet<GroupResource>) -> Kept {
 }
 
 /// The Role (in holdfast's namespace) granting `get` on the anchor-source Secrets.
-pub const SOURCES_ROLE: &str = "holdfast-anchor-sources";
+pub const SOURCES_ROLE: &str = holdfast_shared::selfprotection::ANCHOR_SOURCES_ROLE;
 
 /// The rules granting `get` on exactly `secrets` (none for none).
 pub fn source_rules(secrets: &BTreeSet<String>) -> Vec<PolicyRule> {

@@ -1,7 +1,10 @@
 //! holdfast's own installation, guarded by a ValidatingAdmissionPolicy the
 //! controller installs: the ValidatingWebhookConfiguration `holdfast`, holdfast's
 //! CRDs, the webhook and controller Deployments (and their scale), the webhook
-//! Service and the certificate Secret may be changed or deleted only by the
+//! Service, the certificate Secret and the two roles the controller keeps equal to
+//! what the policies need read (ClusterRole [`READS_POLICIES_ROLE`], aggregated into
+//! the webhook's reads, and Role [`ANCHOR_SOURCES_ROLE`]: whoever could edit them
+//! could widen holdfast's reads, e.g. to every Secret) may be changed or deleted only by the
 //! controller's own identity and by explicitly named admin groups. The API server
 //! evaluates the policy itself, so it holds while the webhook is down.
 //!
@@ -28,6 +31,15 @@ pub const CRD_NAMES: [&str; 4] = [
     "dependencyrules.holdfast.dev",
     "criticalservices.holdfast.dev",
 ];
+
+/// The ClusterRole the controller keeps equal to what the policies and label
+/// containment need read (aggregated into `holdfast-reads`, which the API server's
+/// aggregation keeps and so is not guarded here).
+pub const READS_POLICIES_ROLE: &str = "holdfast-reads-policies";
+
+/// The Role (in holdfast's namespace) granting `get` on the anchor-source Secrets
+/// the AnchorRules name.
+pub const ANCHOR_SOURCES_ROLE: &str = "holdfast-anchor-sources";
 
 /// What is guarded and who may change it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +133,16 @@ impl SelfProtection {
                         ),
                         rule("", &["services"], &["holdfast-webhook"]),
                         rule("", &["secrets"], &["holdfast-webhook-tls"]),
+                        rule(
+                            "rbac.authorization.k8s.io",
+                            &["clusterroles"],
+                            &[READS_POLICIES_ROLE],
+                        ),
+                        rule(
+                            "rbac.authorization.k8s.io",
+                            &["roles"],
+                            &[ANCHOR_SOURCES_ROLE],
+                        ),
                     ]),
                     ..Default::default()
                 }),
@@ -181,7 +203,9 @@ mod tests {
                 "holdfast-webhook",
                 "holdfast-controller",
                 "holdfast-webhook",
-                "holdfast-webhook-tls"
+                "holdfast-webhook-tls",
+                "holdfast-reads-policies",
+                "holdfast-anchor-sources"
             ]
         );
         assert!(
