@@ -49,7 +49,7 @@ impl ClusterView for WebhookView {
         let name = req.object_name().unwrap_or_default();
         let labels = holdfast_shared::review::labels(old);
         let namespace = req.object_namespace();
-        self.protection_candidates(&gr, namespace)
+        self.protection_candidates(logical_cluster(old), &gr, namespace)
             .iter()
             .any(|p| p.strict && p.selecting(&gr, namespace, name, labels).next().is_some())
     }
@@ -60,12 +60,13 @@ impl ClusterView for WebhookView {
 
     fn protection_candidates(
         &self,
+        cluster: &str,
         gr: &GroupResource,
         namespace: Option<&str>,
     ) -> Vec<Arc<CompiledProtection>> {
-        let mut out = self.exact_protection_candidates(gr, namespace);
+        let mut out = self.exact_protection_candidates(cluster, gr, namespace);
         // Wildcard selectors (`resource: "*"`): few policies, visited directly.
-        for p in self.registry.wildcard_protections(gr) {
+        for p in self.registry.wildcard_protections_in(cluster, gr) {
             if !out.iter().any(|q| q.key == p.key)
                 && p.selectors
                     .iter()
@@ -158,8 +159,8 @@ impl ClusterView for WebhookView {
 
     fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
         let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
-        let list = self.registry.protections_for(&gr)?;
         let old = req.old_object.as_ref()?;
+        let list = self.registry.protections_in(logical_cluster(old), &gr)?;
         let new = req.object.as_ref()?;
         let name = req.object_name().unwrap_or_default();
         let ns = req.object_namespace();
@@ -551,25 +552,34 @@ impl WebhookView {
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 
-    /// The ResourceProtections naming `gr` that could select an object in
-    /// `namespace`, from the partition of the registry's list.
+    /// The ResourceProtections of logical cluster `cluster` naming `gr` that could
+    /// select an object in `namespace`, from the partition of the registry's list
+    /// for (cluster, group/resource). A cluster with no such policy is answered
+    /// without one (so the partitions are at most one per cluster and resource a
+    /// policy names).
     fn exact_protection_candidates(
         &self,
+        cluster: &str,
         gr: &GroupResource,
         namespace: Option<&str>,
     ) -> Vec<Arc<CompiledProtection>> {
         let Some(list) = self.registry.protections.find(gr) else {
             return Vec::new();
         };
-        if let Some(p) = self.partitions.get(gr)
+        let key = (Arc::<str>::from(cluster), gr.clone());
+        if let Some(p) = self.partitions.get(&key)
             && p.is_of(&list)
         {
             return p.candidates(namespace);
         }
+        if holdfast_shared::registry::cluster_range(&list, cluster).is_empty() {
+            self.partitions.remove(&key);
+            return Vec::new();
+        }
         // The list changed (or was never split): split it once for every later check.
-        let p = Arc::new(ProtectionPartition::new(gr, list));
+        let p = Arc::new(ProtectionPartition::of_cluster(gr, list, cluster));
         let out = p.candidates(namespace);
-        self.partitions.insert(gr.clone(), p);
+        self.partitions.insert(key, p);
         out
     }
 }

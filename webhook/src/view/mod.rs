@@ -65,9 +65,10 @@ pub struct WebhookView {
     label_only: bool,
     mode: DependentsMode,
     client: Option<Client>,
-    /// ResourceProtections split by namespace, per resource (rebuilt when the
-    /// registry's list for the resource changes).
-    partitions: DashMap<GroupResource, Arc<ProtectionPartition>>,
+    /// ResourceProtections split by namespace, per logical cluster ("" on
+    /// Kubernetes) and resource (rebuilt when the registry's list for the resource
+    /// changes).
+    partitions: DashMap<(Arc<str>, GroupResource), Arc<ProtectionPartition>>,
     /// Per-URL clients (kcp), one connection pool per server, bounded: a review names
     /// its logical cluster, so the set of names is the caller's choice.
     cluster_clients: Option<holdfast_shared::kcp::Clients>,
@@ -464,7 +465,7 @@ fn json_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_shared::policy::ClusterView;
+    use holdfast_shared::{policy::ClusterView, review::AdmissionRequest};
     use serde_json::json;
     use std::collections::HashMap;
 
@@ -543,6 +544,58 @@ mod tests {
         // Label-only mode keeps no stores and waits for none.
         let label_only = WebhookView::build(options(true), None, None, metrics);
         assert!(label_only.stores_built());
+    }
+
+    /// An UPDATE of ConfigMap shop/cfg in logical cluster `lc`, its labels going
+    /// from `old` to `new`.
+    fn update_in(lc: &str, old: serde_json::Value, new: serde_json::Value) -> AdmissionRequest {
+        let meta = |labels: serde_json::Value| {
+            json!({"metadata": {"name": "cfg", "namespace": "shop", "labels": labels,
+                                "annotations": {"kcp.io/cluster": lc}}})
+        };
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "cfg", "namespace": "shop", "operation": "UPDATE", "userInfo": {"username": "bob"},
+            "object": meta(new), "oldObject": meta(old)}});
+        holdfast_shared::review::parse_review(body.to_string().as_bytes()).expect("review")
+    }
+
+    #[test]
+    fn strict_protections_answer_for_their_own_workspace_only() {
+        use holdfast_shared::api::resource_protection::ResourceProtection;
+        let view = test_view(Topology::Kcp, DependentsMode::Live);
+        for (lc, name) in [("lc-a", "strict-a"), ("lc-c", "strict-c")] {
+            let rp: ResourceProtection = serde_json::from_value(json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+                "metadata": {"name": name, "annotations": {"kcp.io/cluster": lc}},
+                "spec": {"strict": true, "resources": [{"version": "v1", "resource": "configmaps",
+                         "labelSelector": {"matchLabels": {"tier": "data"}}}]}}))
+            .expect("rp");
+            view.registry.apply(lc, &rp).expect("compiles");
+        }
+        let cms = GroupResource::new("", "configmaps");
+        let names = |lc: &str, ns: Option<&str>| -> Vec<String> {
+            view.protection_candidates(lc, &cms, ns)
+                .iter()
+                .map(|p| p.key.to_string())
+                .collect()
+        };
+        assert_eq!(names("lc-a", Some("shop")), ["lc-a|strict-a"]);
+        assert_eq!(names("lc-c", Some("shop")), ["lc-c|strict-c"]);
+        assert_eq!(names("lc-b", Some("shop")), Vec::<String>::new());
+        // Asked again (the partition of each cluster is kept), the same answers.
+        assert_eq!(names("lc-a", None), ["lc-a|strict-a"]);
+        assert_eq!(names("lc-b", None), Vec::<String>::new());
+        let lose = |lc: &str| update_in(lc, json!({"tier": "data"}), json!({"tier": "web"}));
+        assert!(view.strict_for(&lose("lc-a")));
+        assert_eq!(
+            view.strict_selection_lost(&lose("lc-a")).as_deref(),
+            Some("ResourceProtection/strict-a")
+        );
+        // The same labels in a workspace without a strict policy: nothing applies.
+        assert!(!view.strict_for(&lose("lc-b")));
+        assert_eq!(view.strict_selection_lost(&lose("lc-b")), None);
     }
 
     #[tokio::test]

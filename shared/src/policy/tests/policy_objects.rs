@@ -405,3 +405,58 @@ fn the_binding_is_asked_only_where_another_export_shares_the_resource() {
     });
     denied(&evaluate(&del, &c, &v, now()));
 }
+
+/// `review` with its object in logical cluster `cluster` (kcp).
+fn in_cluster(mut review: AdmissionRequest, cluster: &str) -> AdmissionRequest {
+    if let Some(old) = review.old_object.as_mut() {
+        old["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
+    }
+    review
+}
+
+#[test]
+fn a_resource_protection_protects_its_own_workspace_only() {
+    let registry = Registry::default();
+    for (cluster, name, enforcement) in [("lc-a", "keep", "Enforce"), ("lc-b", "warn", "Warn")] {
+        let mut p = rp(
+            name,
+            enforcement,
+            json!({"version": "v1", "resource": "configmaps"}),
+        );
+        p["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
+        let p: ResourceProtection = serde_json::from_value(p).expect("rp");
+        registry.apply(cluster, &p).expect("compiles");
+    }
+    registry.protections.set_loaded();
+    registry.dependencies.set_loaded();
+    registry.critical.set_loaded();
+    registry.anchors.set_loaded();
+    let v = View {
+        registry,
+        index: DependentsIndex::default(),
+        broken: false,
+        bound: None,
+        asked: Default::default(),
+    };
+    let mut c = cfg(false, &[]);
+    c.kcp = true;
+    let cm = || delete_of(CONFIGMAP, Some("shop"), "cfg", json!({}));
+    // Workspace A: its Enforce policy refuses; B's Warn policy plays no part.
+    let e = evaluate(&in_cluster(cm(), "lc-a"), &c, &v, now());
+    assert_eq!(
+        denied(&e).message,
+        "holdfast: ConfigMap shop/cfg is protected by ResourceProtection/keep (logical cluster lc-a) (selects configmaps), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection keep), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+    );
+    // Workspace B: only its Warn policy.
+    let e = evaluate(&in_cluster(cm(), "lc-b"), &c, &v, now());
+    match &e.decision {
+        Decision::Warn(w) => assert_eq!(
+            w,
+            &vec!["holdfast: ConfigMap shop/cfg is protected by ResourceProtection/warn (logical cluster lc-b) (selects configmaps), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection warn), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.".to_string()]
+        ),
+        other => panic!("expected a warning, got {other:?}"),
+    }
+    // A workspace with no policy: allowed.
+    let e = evaluate(&in_cluster(cm(), "lc-c"), &c, &v, now());
+    assert_eq!(e.decision, Decision::Allow);
+}
