@@ -142,6 +142,26 @@ pub async fn evaluate<V: ClusterView>(
     with_warnings(eval, look_alike_warnings(req, cfg))
 }
 
+/// kcp: the refusal of a review that came through the route of workspace `route`
+/// (`/validate/kcp/<logical cluster>`) for an object of another workspace (its
+/// oldObject for a DELETE, else its object): that workspace's configuration may
+/// not speak for others. `None` when the object is of `route`.
+pub fn foreign_workspace(req: &AdmissionRequest, route: &str) -> Option<Evaluation> {
+    let object = req
+        .subject()
+        .or(req.old_object.as_ref())
+        .map_or("", logical_cluster);
+    if object == route {
+        return None;
+    }
+    Some(Evaluation::deny(
+        Decider::Unreadable,
+        DenialKind::Unreadable,
+        messages::foreign_workspace(req.operation.as_str(), &req.describe(), route, object),
+        Vec::new(),
+    ))
+}
+
 /// Adds `warnings` to an allowing verdict (a denial needs none).
 fn with_warnings(mut eval: Evaluation, warnings: Vec<String>) -> Evaluation {
     if warnings.is_empty() {

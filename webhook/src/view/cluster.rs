@@ -209,7 +209,7 @@ impl ClusterView for WebhookView {
             tokio::time::timeout(LIVE_READ_TIMEOUT, api.list_metadata(&ListParams::default()))
                 .await
                 .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-                .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
+                .map_err(|e| self.read_error(cluster, gr, &e))?;
         Ok(list
             .items
             .iter()
@@ -255,7 +255,7 @@ impl ClusterView for WebhookView {
         let got = tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(name))
             .await
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-            .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
+            .map_err(|e| self.read_error(cluster, gr, &e))?;
         Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
     }
 
@@ -286,6 +286,9 @@ impl ClusterView for WebhookView {
         cluster: &str,
         ns: &str,
     ) -> Result<Vec<ContainedObject>, LookupError> {
+        if self.topology == Topology::Kcp && self.client.is_some() {
+            return self.kcp_namespace_contents(cluster, ns).await;
+        }
         if !self.stores_built() {
             return Err(LookupError(
                 "holdfast has just started and is still building the indexes of what namespaces hold"
@@ -410,7 +413,7 @@ impl ClusterView for WebhookView {
                         }
                         return Ok(out);
                     }
-                    Err(e) => return Err(crate::stores::lookup_error(&gr.to_string(), &e)),
+                    Err(e) => return Err(self.read_error(cluster, &gr, &e)),
                 };
                 for item in &list.items {
                     let meta = serde_json::to_value(&item.metadata)
@@ -530,6 +533,24 @@ impl ClusterView for WebhookView {
 }
 
 impl WebhookView {
+    /// The lookup error of a failed read of `gr` in `cluster`. On kcp a 403 names the
+    /// grant the consumer gives in that workspace (on Kubernetes, the ClusterRole the
+    /// controller keeps).
+    pub(super) fn read_error(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+        e: &kube::Error,
+    ) -> LookupError {
+        if self.topology == Topology::Kcp && crate::stores::is_forbidden(e) {
+            return LookupError(format!(
+                "holdfast-webhook may not read {gr} in workspace {cluster}: grant it get and \
+                 list on {gr} there (docs/kcp.md, Consumer guide)"
+            ));
+        }
+        crate::stores::lookup_error(&gr.to_string(), e)
+    }
+
     /// Asks logical cluster `cluster` whether `spec` is allowed (a SubjectAccessReview).
     async fn access_review(
         &self,

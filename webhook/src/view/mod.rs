@@ -22,6 +22,7 @@ pub mod crds;
 mod dependents;
 pub mod discovery;
 mod kcp;
+mod kcp_contents;
 mod policies;
 mod store_manager;
 
@@ -116,6 +117,9 @@ pub struct WebhookView {
     /// kcp: which APIExport a consumer workspace binds a group/resource from, as
     /// last read (see `bound_export`), with when it was read.
     bindings: DashMap<(String, GroupResource), (std::time::Instant, Option<ExportRoute>)>,
+    /// kcp: the namespaced types of each workspace, as last discovered (namespace
+    /// containment reads them live).
+    workspace_types: DashMap<String, kcp_contents::Discovered>,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -254,6 +258,7 @@ impl WebhookView {
             remotes: crate::remote::RemoteStores::default(),
             store_passes: std::sync::atomic::AtomicU64::new(0),
             bindings: DashMap::new(),
+            workspace_types: DashMap::new(),
         })
     }
 
@@ -298,8 +303,8 @@ impl WebhookView {
     /// store-manager pass completed). Before that the set of stores is empty, and an
     /// empty set must not read as "the namespace holds nothing". Label-only mode (and a
     /// webhook without an API client) keeps no stores, so nothing is waited for; nor
-    /// on kcp, where the stores depend on a wildcard client that may never exist (the
-    /// kcp rework decides how containment reads workspaces there).
+    /// on kcp, where containment reads no store: it lists the namespace's contents
+    /// live in the object's workspace (`kcp_contents`).
     pub fn stores_built(&self) -> bool {
         self.label_only
             || self.client.is_none()
@@ -596,6 +601,25 @@ mod tests {
         // The same labels in a workspace without a strict policy: nothing applies.
         assert!(!view.strict_for(&lose("lc-b")));
         assert_eq!(view.strict_selection_lost(&lose("lc-b")), None);
+    }
+
+    #[test]
+    fn a_forbidden_read_on_kcp_names_the_consumer_grant() {
+        let e = kube::Error::Api(Box::new(
+            kube::core::Status::failure("refused", "").with_code(403),
+        ));
+        let pvcs = GroupResource::new("", "persistentvolumeclaims");
+        let kcp = test_view(Topology::Kcp, DependentsMode::Live);
+        assert_eq!(
+            kcp.read_error("lc-a", &pvcs, &e).0,
+            "holdfast-webhook may not read persistentvolumeclaims in workspace lc-a: grant it \
+             get and list on persistentvolumeclaims there (docs/kcp.md, Consumer guide)"
+        );
+        let kubernetes = test_view(Topology::Kubernetes, DependentsMode::Live);
+        assert_eq!(
+            kubernetes.read_error("", &pvcs, &e),
+            crate::stores::unreadable_error("persistentvolumeclaims")
+        );
     }
 
     #[tokio::test]

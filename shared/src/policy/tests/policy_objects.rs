@@ -460,3 +460,28 @@ fn a_resource_protection_protects_its_own_workspace_only() {
     let e = evaluate(&in_cluster(cm(), "lc-c"), &c, &v, now());
     assert_eq!(e.decision, Decision::Allow);
 }
+
+#[test]
+fn a_workspace_route_answers_for_its_own_objects_only() {
+    let cm = || delete_of(CONFIGMAP, Some("shop"), "cfg", json!({}));
+    assert!(crate::policy::foreign_workspace(&in_cluster(cm(), "lc-a"), "lc-a").is_none());
+    let e = crate::policy::foreign_workspace(&in_cluster(cm(), "lc-b"), "lc-a")
+        .unwrap_or_else(|| panic!("refused"));
+    assert_decided(&e, Decider::Unreadable, "unreadable");
+    assert_eq!(denied(&e).kind, DenialKind::Unreadable);
+    assert_eq!(
+        denied(&e).message,
+        "holdfast: refused DELETE of ConfigMap shop/cfg: it came through the webhook route of \
+         workspace lc-a, but the object is of workspace lc-b; a workspace's webhook \
+         configuration answers for that workspace's objects only (check the clientConfig.url \
+         of the configuration that sent it)"
+    );
+    let e = crate::policy::foreign_workspace(&cm(), "lc-a").unwrap_or_else(|| panic!("refused"));
+    assert_eq!(
+        denied(&e).message,
+        "holdfast: refused DELETE of ConfigMap shop/cfg: it came through the webhook route of \
+         workspace lc-a, but the object carries no kcp.io/cluster annotation; a workspace's \
+         webhook configuration answers for that workspace's objects only (check the \
+         clientConfig.url of the configuration that sent it)"
+    );
+}
