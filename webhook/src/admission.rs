@@ -69,6 +69,10 @@ pub enum Route {
 /// Answers AdmissionReviews.
 pub struct Admission {
     config: PolicyConfig,
+    /// kcp: `config` without protection labels and strict mode, for the objects of a
+    /// workspace that does not bind holdfast reviewed through a provider's export
+    /// route (only the provider's DependencyRules apply to them).
+    unbound: PolicyConfig,
     view: Arc<WebhookView>,
     metrics: Metrics,
     events: EventSink,
@@ -84,8 +88,14 @@ impl Admission {
         metrics: Metrics,
         event_window: std::time::Duration,
     ) -> Self {
+        let unbound = PolicyConfig {
+            labels: holdfast_shared::labels::ProtectionLabels::none(),
+            strict: false,
+            ..config.clone()
+        };
         Self {
             config,
+            unbound,
             events: EventSink::new(view.clone(), metrics.clone(), event_window),
             view,
             metrics,
@@ -115,9 +125,15 @@ impl Admission {
         let foreign = workspace
             .as_deref()
             .and_then(|lc| policy::foreign_workspace(&req, lc));
+        let config = match (&req.via_export, req.subject().or(req.old_object.as_ref())) {
+            (Some(_), Some(obj)) if !self.view.binds_holdfast(policy::logical_cluster(obj)) => {
+                &self.unbound
+            }
+            _ => &self.config,
+        };
         let eval = match foreign {
             Some(refused) => refused,
-            None => policy::evaluate(&req, &self.config, self.view.as_ref(), Utc::now()).await,
+            None => policy::evaluate(&req, config, self.view.as_ref(), Utc::now()).await,
         };
         // One clock read, once decided (an evaluation may wait on a live lookup), for
         // the Event window and the denial log, and none when neither is involved.

@@ -22,6 +22,7 @@ pub mod crds;
 mod dependents;
 pub mod discovery;
 mod kcp;
+mod kcp_bindings;
 mod kcp_contents;
 mod policies;
 mod store_manager;
@@ -120,6 +121,12 @@ pub struct WebhookView {
     /// kcp: the namespaced types of each workspace, as last discovered (namespace
     /// containment reads them live).
     workspace_types: DashMap<String, kcp_contents::Discovered>,
+    /// kcp: the APIBindings of every workspace that binds the holdfast export, from
+    /// every endpoint of its virtual workspace.
+    apibindings: holdfast_shared::endpoints::Endpoints<
+        kube::api::DynamicObject,
+        kcp_bindings::BindingsIndex,
+    >,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -259,6 +266,9 @@ impl WebhookView {
             store_passes: std::sync::atomic::AtomicU64::new(0),
             bindings: DashMap::new(),
             workspace_types: DashMap::new(),
+            apibindings: holdfast_shared::endpoints::Endpoints::new(
+                kcp_bindings::BindingsIndex::default(),
+            ),
         })
     }
 
@@ -363,6 +373,18 @@ impl WebhookView {
                 shutdown.clone(),
                 crds::watch_api_services(self.clone(), crd_client),
             );
+        }
+        if self.topology == Topology::Kcp {
+            let this = self.clone();
+            let home = client.clone();
+            self.spawn(shutdown.clone(), async move {
+                let ar = kcp_bindings::apibinding_resource();
+                let export = this.apiexport.clone();
+                this.watch_endpoints(this.apibindings.clone(), home, &export, move |c| {
+                    kube::Api::all_with(c, &ar)
+                })
+                .await;
+            });
         }
         if self.mode == DependentsMode::Watch {
             self.spawn(
