@@ -489,6 +489,25 @@ impl ProtectionPartition {
     }
 }
 
+/// The policies of `exact`, then those of `wild` not among them: `exact` itself
+/// when there is no wildcard (no allocation).
+fn with_wildcards(
+    exact: Option<Arc<[Arc<CompiledProtection>]>>,
+    wild: Vec<Arc<CompiledProtection>>,
+) -> Option<Arc<[Arc<CompiledProtection>]>> {
+    if wild.is_empty() {
+        return exact;
+    }
+    let mut out: Vec<Arc<CompiledProtection>> =
+        exact.iter().flat_map(|l| l.iter().cloned()).collect();
+    for p in wild {
+        if !out.iter().any(|q| q.key == p.key) {
+            out.push(p);
+        }
+    }
+    Some(out.into())
+}
+
 /// The range of `list` (sorted by key, as every [`TargetIndex`] list is) holding the
 /// policies of logical cluster `cluster`.
 pub fn cluster_range(list: &[Arc<CompiledProtection>], cluster: &str) -> std::ops::Range<usize> {
@@ -907,36 +926,13 @@ impl Registry {
                 list.get(range).map(Arc::from)
             }
         });
-        let wild = self.wildcard_protections_in(cluster, gr);
-        if wild.is_empty() {
-            return exact;
-        }
-        let mut out: Vec<Arc<CompiledProtection>> =
-            exact.iter().flat_map(|l| l.iter().cloned()).collect();
-        for p in wild {
-            if !out.iter().any(|q| q.key == p.key) {
-                out.push(p);
-            }
-        }
-        Some(out.into())
+        with_wildcards(exact, self.wildcard_protections_in(cluster, gr))
     }
 
     /// ResourceProtections that could select objects of `gr`: those naming it, then
     /// the wildcard ones. Without wildcards, the index's own list (no allocation).
     pub fn protections_for(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
-        let exact = self.protections.find(gr);
-        let wild = self.wildcard_protections(gr);
-        if wild.is_empty() {
-            return exact;
-        }
-        let mut out: Vec<Arc<CompiledProtection>> =
-            exact.iter().flat_map(|l| l.iter().cloned()).collect();
-        for p in wild {
-            if !out.iter().any(|q| q.key == p.key) {
-                out.push(p);
-            }
-        }
-        Some(out.into())
+        with_wildcards(self.protections.find(gr), self.wildcard_protections(gr))
     }
 
     /// Whether any policy object protects `gr` (namespaces count when a namespaced

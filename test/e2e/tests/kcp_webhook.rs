@@ -25,53 +25,48 @@ use holdfast_shared::{
 
 const MIN_WAIT_SECS: u64 = holdfast_e2e::MIN_WAIT.as_secs();
 
+/// A ClusterRole `name` with `rules` (YAML flow items) and its binding to the
+/// consumer.
+fn consumer_role(name: &str, rules: &[&str]) -> String {
+    let rules: String = rules.iter().map(|r| format!("- {r}\n")).collect();
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {name}}}\n\
+         rules:\n{rules}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata: {{name: {name}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}\n\
+         subjects:\n- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: consumer}}\n"
+    )
+}
+
 /// The consumer in its workspace: everything but bypassing holdfast's protection
 /// (an admin of the workspace would hold `bypass` through `*`).
-const CONSUMER_ROLE: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: consumer-edit}
-rules:
-- {apiGroups: ["", apps, apis.kcp.io, admissionregistration.k8s.io, rbac.authorization.k8s.io, events.k8s.io], resources: ["*"], verbs: ["*"]}
-- {apiGroups: [holdfast.dev], resources: [resourceprotections, anchorrules, dependencyrules, criticalservices], verbs: ["*"]}
-- {nonResourceURLs: ["*"], verbs: ["*"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: consumer-edit}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: consumer-edit}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: consumer}
-"#;
+fn consumer_edit() -> String {
+    consumer_role(
+        "consumer-edit",
+        &[
+            r#"{apiGroups: ["", apps, apis.kcp.io, admissionregistration.k8s.io, rbac.authorization.k8s.io, events.k8s.io], resources: ["*"], verbs: ["*"]}"#,
+            "{apiGroups: [holdfast.dev], resources: [resourceprotections, anchorrules, dependencyrules, criticalservices], verbs: [\"*\"]}",
+            r#"{nonResourceURLs: ["*"], verbs: ["*"]}"#,
+        ],
+    )
+}
 
 /// `bind` on holdfast.dev for the consumer (in the holdfast workspace).
-const CONSUMER_MAY_BIND: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: bind-holdfast-consumers}
-rules:
-- {apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [holdfast.dev], verbs: [bind]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: bind-holdfast-consumers}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bind-holdfast-consumers}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: consumer}
-"#;
+fn consumer_may_bind() -> String {
+    consumer_role(
+        "bind-holdfast-consumers",
+        &[
+            "{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [holdfast.dev], verbs: [bind]}",
+        ],
+    )
+}
 
 /// The permission to bypass holdfast's protection, for the consumer.
-const CONSUMER_MAY_BYPASS: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: holdfast-bypass}
-rules:
-- {apiGroups: [holdfast.dev], resources: [protections], verbs: [bypass]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: holdfast-bypass}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: holdfast-bypass}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: consumer}
-"#;
+fn consumer_may_bypass() -> String {
+    consumer_role(
+        "holdfast-bypass",
+        &["{apiGroups: [holdfast.dev], resources: [protections], verbs: [bypass]}"],
+    )
+}
 
 /// A ResourceProtection `name` over ConfigMaps in namespace `ns`.
 fn configmaps_protection(name: &str, ns: &str, enforcement: &str) -> String {
@@ -104,7 +99,7 @@ fn log(t: &Sharded) -> String {
 async fn consumer(t: &Sharded, name: &str, shard: &str) -> (String, String) {
     t.apply("platform", "root", &workspace_on(name, shard));
     let path = format!("root:{name}");
-    t.apply("platform", &path, CONSUMER_ROLE);
+    t.apply("platform", &path, &consumer_edit());
     t.apply("consumer", &path, holdfast_binding());
     t.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
     let lc = t.kubectl(
@@ -262,7 +257,7 @@ const PROTECTED: &str = "{holdfast.dev/protected: \"true\"}";
 #[tokio::test]
 async fn every_protection_in_every_consumer_workspace() {
     let mut t = sharded().await.unwrap_or_else(|e| panic!("{e:#}"));
-    t.apply("platform", HOLDFAST, CONSUMER_MAY_BIND);
+    t.apply("platform", HOLDFAST, &consumer_may_bind());
     let mut args = t.webhook_args("watch");
     args.push("--strict".into());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -410,7 +405,7 @@ async fn every_protection_in_every_consumer_workspace() {
         message,
     )
     .await;
-    t.apply("platform", &a, CONSUMER_MAY_BYPASS);
+    t.apply("platform", &a, &consumer_may_bypass());
     until(&t, &a, &annotate("default", "keep"), |o| o.code == 0).await;
     let out = ok(&t, &a, &["delete", "configmap", "keep", "-n", "default"]);
     c.same(
@@ -439,7 +434,7 @@ async fn every_protection_in_every_consumer_workspace() {
     // A workspace that does not bind holdfast.dev is untouched.
     t.apply("platform", "root", &workspace_on("team-c", "shard-1"));
     let cpath = "root:team-c".to_string();
-    t.apply("platform", &cpath, CONSUMER_ROLE);
+    t.apply("platform", &cpath, &consumer_edit());
     t.apply("consumer", &cpath, &configmap("default", "keep", PROTECTED));
     let out = ok(
         &t,

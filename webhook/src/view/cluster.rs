@@ -393,41 +393,34 @@ impl ClusterView for WebhookView {
         let api: Api<kube::core::PartialObjectMeta<DynamicObject>> =
             Api::all_with(client.clone(), &ar);
         let list_all = async {
-            let mut out = Vec::new();
-            let mut params = ListParams::default().limit(500);
-            loop {
-                let list = match api.list_metadata(&params).await {
-                    Ok(l) => l,
-                    // Not served (not established yet, or already going): no instances;
-                    // on kcp only when discovery of the workspace says so.
-                    Err(e) if crate::stores::is_not_found(&e) => {
-                        if self.topology == Topology::Kcp {
-                            super::kcp::not_served(
-                                &client,
-                                cluster,
-                                &ar.group,
-                                &ar.version,
-                                &ar.plural,
-                            )
-                            .await?;
-                        }
-                        return Ok(out);
+            let items = match super::kcp_contents::list_metadata(&api).await {
+                Ok(items) => items,
+                // Not served (not established yet, or already going): no instances;
+                // on kcp only when discovery of the workspace says so.
+                Err(e) if crate::stores::is_not_found(&e) => {
+                    if self.topology == Topology::Kcp {
+                        super::kcp::not_served(
+                            &client,
+                            cluster,
+                            &ar.group,
+                            &ar.version,
+                            &ar.plural,
+                        )
+                        .await?;
                     }
-                    Err(e) => return Err(self.read_error(cluster, &gr, &e)),
-                };
-                for item in &list.items {
-                    let meta = serde_json::to_value(&item.metadata)
-                        .map_err(|e| LookupError(e.to_string()))?;
-                    out.push(contained(
-                        &ar,
-                        Arc::new(serde_json::json!({ "metadata": meta })),
-                    ));
+                    return Ok(Vec::new());
                 }
-                match list.metadata.continue_.filter(|c| !c.is_empty()) {
-                    Some(token) => params = params.continue_token(&token),
-                    None => return Ok(out),
-                }
+                Err(e) => return Err(self.read_error(cluster, &gr, &e)),
+            };
+            let mut out = Vec::with_capacity(items.len());
+            for meta in items {
+                let meta = serde_json::to_value(&meta).map_err(|e| LookupError(e.to_string()))?;
+                out.push(contained(
+                    &ar,
+                    Arc::new(serde_json::json!({ "metadata": meta })),
+                ));
             }
+            Ok(out)
         };
         tokio::time::timeout(LIVE_READ_TIMEOUT, list_all)
             .await

@@ -15,9 +15,11 @@ use holdfast_shared::{
     policy::{ContainedObject, LookupError},
     review::Gvr,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, ListParams},
+    core::PartialObjectMeta,
 };
 use std::{
     sync::Arc,
@@ -175,52 +177,60 @@ async fn list_in(
     secrets_named: bool,
 ) -> Result<Vec<ContainedObject>, LookupError> {
     let gr = GroupResource::new(&ar.group, &ar.plural);
-    let api: Api<kube::core::PartialObjectMeta<DynamicObject>> =
-        Api::namespaced_with(client.clone(), ns, ar);
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::namespaced_with(client.clone(), ns, ar);
+    let items = match list_metadata(&api).await {
+        Ok(items) => items,
+        Err(e) if crate::stores::is_forbidden(&e) => {
+            if gr.group.is_empty() && gr.resource == "secrets" && !secrets_named {
+                return Ok(Vec::new());
+            }
+            return Err(LookupError(format!(
+                "holdfast-webhook may not list {gr} in workspace {cluster}, so what \
+                 namespace {ns} holds cannot be checked: grant it list on {gr} there \
+                 (docs/kcp.md, Consumer guide)"
+            )));
+        }
+        Err(e) if crate::stores::is_not_found(&e) => {
+            // Gone since discovery, or not served yet: only when discovery says so.
+            not_served(client, cluster, &ar.group, &ar.version, &ar.plural).await?;
+            return Ok(Vec::new());
+        }
+        Err(e) => {
+            return Err(LookupError(format!(
+                "listing {gr} in namespace {ns} of workspace {cluster} failed ({e}); \
+                 retry later"
+            )));
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for mut meta in items {
+        meta.annotations
+            .get_or_insert_with(Default::default)
+            .entry(KCP_CLUSTER_ANNOTATION.to_string())
+            .or_insert_with(|| cluster.to_string());
+        let meta = serde_json::to_value(&meta).map_err(|e| LookupError(e.to_string()))?;
+        out.push(ContainedObject {
+            resource: Gvr {
+                group: ar.group.clone(),
+                version: ar.version.clone(),
+                resource: ar.plural.clone(),
+            },
+            kind: ar.kind.clone(),
+            object: Arc::new(serde_json::json!({ "metadata": meta })),
+        });
+    }
+    Ok(out)
+}
+
+/// The metadata of every object `api` lists, page by page (500 a page).
+pub(super) async fn list_metadata(
+    api: &Api<PartialObjectMeta<DynamicObject>>,
+) -> Result<Vec<ObjectMeta>, kube::Error> {
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(500);
     loop {
-        let list = match api.list_metadata(&params).await {
-            Ok(l) => l,
-            Err(e) if crate::stores::is_forbidden(&e) => {
-                if gr.group.is_empty() && gr.resource == "secrets" && !secrets_named {
-                    return Ok(Vec::new());
-                }
-                return Err(LookupError(format!(
-                    "holdfast-webhook may not list {gr} in workspace {cluster}, so what \
-                     namespace {ns} holds cannot be checked: grant it list on {gr} there \
-                     (docs/kcp.md, Consumer guide)"
-                )));
-            }
-            Err(e) if crate::stores::is_not_found(&e) => {
-                // Gone since discovery, or not served yet: only when discovery says so.
-                not_served(client, cluster, &ar.group, &ar.version, &ar.plural).await?;
-                return Ok(out);
-            }
-            Err(e) => {
-                return Err(LookupError(format!(
-                    "listing {gr} in namespace {ns} of workspace {cluster} failed ({e}); \
-                     retry later"
-                )));
-            }
-        };
-        for item in list.items {
-            let mut meta = item.metadata;
-            meta.annotations
-                .get_or_insert_with(Default::default)
-                .entry(KCP_CLUSTER_ANNOTATION.to_string())
-                .or_insert_with(|| cluster.to_string());
-            let meta = serde_json::to_value(&meta).map_err(|e| LookupError(e.to_string()))?;
-            out.push(ContainedObject {
-                resource: Gvr {
-                    group: ar.group.clone(),
-                    version: ar.version.clone(),
-                    resource: ar.plural.clone(),
-                },
-                kind: ar.kind.clone(),
-                object: Arc::new(serde_json::json!({ "metadata": meta })),
-            });
-        }
+        let list = api.list_metadata(&params).await?;
+        out.extend(list.items.into_iter().map(|i| i.metadata));
         match list.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(out),
@@ -301,6 +311,16 @@ mod tests {
         Client::new(svc, "default")
     }
 
+    /// The refusal of a namespace DELETE in `ns` of lc-a when `resource` may not
+    /// be listed.
+    fn forbidden(resource: &str, ns: &str) -> String {
+        format!(
+            "holdfast-webhook may not list {resource} in workspace lc-a, so what namespace \
+             {ns} holds cannot be checked: grant it list on {resource} there (docs/kcp.md, \
+             Consumer guide)"
+        )
+    }
+
     fn ar(group: &str, plural: &str, kind: &str) -> ApiResource {
         ApiResource {
             group: group.into(),
@@ -350,28 +370,16 @@ mod tests {
         // One group's discovery failing fails the whole: a type not discovered
         // would be a type not checked.
         let failed = namespaced_types(&workspace(true), "lc-a").await;
-        let message = failed.err().map(|e| e.0).unwrap_or_default();
-        assert!(
-            message.starts_with("the discovery of workspace lc-a failed (apps/v1: ")
-                && message.ends_with("); retry later"),
-            "{message}"
+        crate::view::assert_retry_later(
+            failed.map(|_| ()),
+            "the discovery of workspace lc-a failed (apps/v1: ",
         );
     }
 
     #[tokio::test]
-    async fn contents_are_listed_page_by_page_with_their_workspace() {
+    async fn contents_are_listed_page_by_page_secrets_left_out_unless_named() {
         let c = workspace(false);
-        let cms = [ar("", "configmaps", "ConfigMap")];
-        let found = contents(&c, "lc-a", "shop", &cms, false).await;
-        assert_eq!(
-            names(&found.unwrap_or_else(|e| panic!("{e}"))),
-            ["ConfigMap cfg lc-a", "ConfigMap more lc-a"]
-        );
-    }
-
-    #[tokio::test]
-    async fn secrets_are_left_out_unless_a_policy_names_them() {
-        let c = workspace(false);
+        // Every page, each object with its workspace; forbidden Secrets left out.
         let types = [
             ar("", "configmaps", "ConfigMap"),
             ar("", "secrets", "Secret"),
@@ -383,12 +391,8 @@ mod tests {
         );
         let refused = contents(&c, "lc-a", "shop", &types, true).await;
         assert_eq!(
-            refused.err().map(|e| e.0).as_deref(),
-            Some(
-                "holdfast-webhook may not list secrets in workspace lc-a, so what namespace \
-                 shop holds cannot be checked: grant it list on secrets there (docs/kcp.md, \
-                 Consumer guide)"
-            )
+            refused.err().map(|e| e.0),
+            Some(forbidden("secrets", "shop"))
         );
     }
 
@@ -397,14 +401,10 @@ mod tests {
         let c = workspace(false);
         // Forbidden (not Secrets): the type and the grant are named.
         let cms = [ar("", "configmaps", "ConfigMap")];
-        let forbidden = contents(&c, "lc-a", "locked", &cms, false).await;
+        let refused = contents(&c, "lc-a", "locked", &cms, false).await;
         assert_eq!(
-            forbidden.err().map(|e| e.0).as_deref(),
-            Some(
-                "holdfast-webhook may not list configmaps in workspace lc-a, so what namespace \
-                 locked holds cannot be checked: grant it list on configmaps there (docs/kcp.md, \
-                 Consumer guide)"
-            )
+            refused.err().map(|e| e.0),
+            Some(forbidden("configmaps", "locked"))
         );
         // Any other failure: retry later.
         let deployments = [
@@ -412,12 +412,9 @@ mod tests {
             ar("apps", "deployments", "Deployment"),
         ];
         let failed = contents(&c, "lc-a", "shop", &deployments, false).await;
-        let message = failed.err().map(|e| e.0).unwrap_or_default();
-        assert!(
-            message.starts_with(
-                "listing deployments.apps in namespace shop of workspace lc-a failed ("
-            ) && message.ends_with("); retry later"),
-            "{message}"
+        crate::view::assert_retry_later(
+            failed.map(|_| ()),
+            "listing deployments.apps in namespace shop of workspace lc-a failed (",
         );
         // A 404 for a type discovery still serves proves nothing.
         let gone = contents(&c, "lc-a", "gone", &cms, false).await;

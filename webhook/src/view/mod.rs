@@ -474,6 +474,17 @@ fn test_view(topology: Topology, mode: DependentsMode) -> Arc<WebhookView> {
     )
 }
 
+/// Asserts that `result` failed with a message starting with `start` and ending
+/// with `); retry later` (the middle is a client error's own text).
+#[cfg(test)]
+fn assert_retry_later(result: Result<(), LookupError>, start: &str) {
+    let message = result.err().map(|e| e.0).unwrap_or_default();
+    assert!(
+        message.starts_with(start) && message.ends_with("); retry later"),
+        "{message}"
+    );
+}
+
 /// An API server's JSON answer, for the fake servers of unit tests.
 #[cfg(test)]
 fn json_response(
