@@ -11,7 +11,8 @@
 
 use holdfast_e2e::{
     KubectlOutput,
-    kcp_sharded::{HOLDFAST, Sharded, holdfast_binding, sharded, workspace_on},
+    kcp::vm_vpc_rule,
+    kcp_sharded::{COMPUTE, HOLDFAST, Sharded, holdfast_binding, sharded, workspace_on},
     steps::eventually,
 };
 use holdfast_shared::{
@@ -452,5 +453,86 @@ async fn every_protection_in_every_consumer_workspace() {
         "configmap \"keep\" deleted",
         out.stdout.trim(),
     );
+    c.done(&t);
+}
+
+/// On a provider's export route (`/kcp/<lc>/<export>`), label protection applies
+/// only to the objects of workspaces that bind holdfast.dev (known from the
+/// APIBindings index); a workspace that binds only the provider's export gets the
+/// provider's DependencyRules and nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_an_export_route_labels_protect_only_workspaces_that_bind_holdfast() {
+    let mut t = sharded().await.unwrap_or_else(|e| panic!("{e:#}"));
+    t.apply("platform", HOLDFAST, &consumer_may_bind());
+    let with = t.consumer("with-holdfast", "root");
+    t.apply("consumer", &with, holdfast_binding());
+    let without = t.consumer("without-holdfast", "shard-1");
+    let controller = t
+        .start_holdfast("controller", "watch")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    t.apply("provider", COMPUTE, &vm_vpc_rule("vm-dependencies"));
+    t.rule_ready(COMPUTE, "vm-dependencies")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
+    let vpc = "apiVersion: network.test.io/v1\nkind: VPC\n\
+               metadata: {name: tagged, namespace: default, labels: {holdfast.dev/protected: \"true\"}}\n";
+    let compute = t.env.sim.logical_cluster(COMPUTE).unwrap_or_default();
+    let mut c = Checks::default();
+    for path in [&with, &without] {
+        t.apply("consumer", path, vpc);
+    }
+    let delete = ["delete", "vpc", "tagged", "-n", "default"];
+    let message = "holdfast: VPC default/tagged is protected by label \
+         holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be \
+         deleted. To delete it, remove the label (kubectl label vpcs.network.test.io tagged -n \
+         default holdfast.dev/protected-), or set the annotation \
+         holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+    c.refused(
+        &t,
+        &with,
+        &delete,
+        "network.test.io.policies.holdfast.dev",
+        message,
+    )
+    .await;
+    // The workspace without holdfast: allowed once the index has listed every
+    // endpoint (until then it counts as binding: refused, never skipped).
+    let dry_run = [
+        "delete",
+        "vpc",
+        "tagged",
+        "-n",
+        "default",
+        "--dry-run=server",
+    ];
+    until(&t, &without, &dry_run, |o| o.code == 0).await;
+    let out = ok(&t, &without, &delete);
+    c.same(
+        "delete without holdfast",
+        "vpc.network.test.io \"tagged\" deleted",
+        out.stdout.trim(),
+    );
+    // The provider's rule still applies there: a VM referencing a VPC refuses.
+    t.apply("consumer", &without, &vpc.replace("tagged", "used"));
+    t.apply(
+        "consumer",
+        &without,
+        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm, namespace: default}\nspec: {vpcRef: {name: used}}\n",
+    );
+    c.refused(
+        &t,
+        &without,
+        &["delete", "vpc", "used", "-n", "default"],
+        "network.test.io.policies.holdfast.dev",
+        &format!(
+            "holdfast: VPC default/used is still referenced by VirtualMachine default/vm \
+             (policy: DependencyRule/vm-dependencies (logical cluster {compute}), field \
+             .spec.vpcRef.name of virtualmachines.compute.test.io), so it cannot be deleted. To \
+             delete it, delete or change the dependents first, or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+        ),
+    )
+    .await;
     c.done(&t);
 }
