@@ -344,14 +344,6 @@ fn containment_denies_namespace_with_protected_contents() {
     assert_eq!(evaluate(&ns, &c, &v, now()).decision, Decision::Allow);
 }
 
-/// `review` with its object in logical cluster `cluster` (kcp).
-fn of_cluster(mut review: AdmissionRequest, cluster: &str) -> AdmissionRequest {
-    if let Some(old) = review.old_object.as_mut() {
-        old["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
-    }
-    review
-}
-
 #[test]
 fn anchor_rules_and_critical_services_answer_for_their_own_workspace_only() {
     let mut v = View::default();
@@ -383,7 +375,7 @@ fn anchor_rules_and_critical_services_answer_for_their_own_workspace_only() {
     let pvc = || del(PVC, Some("shop"), "data", json!({"app.test/anchor": "web"}));
     // Workspace A: both policies refuse.
     for (what, r) in [("provider", provider()), ("pvc", pvc())] {
-        let e = evaluate(&of_cluster(r, "lc-a"), &c, &v, now());
+        let e = evaluate(&in_cluster(r, "lc-a"), &c, &v, now());
         assert!(matches!(e.decision, Decision::Deny(_)), "{what}: {e:?}");
     }
     let of_a = |kind, name| {
@@ -392,7 +384,7 @@ fn anchor_rules_and_critical_services_answer_for_their_own_workspace_only() {
             &crate::registry::PolicyKey::new("lc-a", name),
         ))
     };
-    let e = evaluate(&of_cluster(provider(), "lc-a"), &c, &v, now());
+    let e = evaluate(&in_cluster(provider(), "lc-a"), &c, &v, now());
     assert_eq!(e.decider, of_a(PolicyKind::CriticalService, "db"));
     assert_eq!(
         denied(&e).message,
@@ -401,11 +393,11 @@ fn anchor_rules_and_critical_services_answer_for_their_own_workspace_only() {
          exists. To delete it, wait until those are gone (the service finalizes them), or set \
          the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
     );
-    let e = evaluate(&of_cluster(pvc(), "lc-a"), &c, &v, now());
+    let e = evaluate(&in_cluster(pvc(), "lc-a"), &c, &v, now());
     assert_eq!(e.decider, of_a(PolicyKind::AnchorRule, "app"));
     // The same objects in workspace B: neither policy is B's.
     for (what, r) in [("provider", provider()), ("pvc", pvc())] {
-        let e = evaluate(&of_cluster(r, "lc-b"), &c, &v, now());
+        let e = evaluate(&in_cluster(r, "lc-b"), &c, &v, now());
         assert_eq!(e.decision, Decision::Allow, "{what}");
     }
 }

@@ -132,6 +132,14 @@ pub(crate) fn delete_review(
     parse_review(body.to_string().as_bytes()).expect("review")
 }
 
+/// `review` with its object in logical cluster `cluster` (kcp).
+pub(crate) fn in_cluster(mut review: AdmissionRequest, cluster: &str) -> AdmissionRequest {
+    if let Some(old) = review.old_object.as_mut() {
+        old["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
+    }
+    review
+}
+
 pub(crate) fn denied(e: &Evaluation) -> &Denial {
     match &e.decision {
         Decision::Deny(d) => d,

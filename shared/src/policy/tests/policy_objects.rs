@@ -406,14 +406,6 @@ fn the_binding_is_asked_only_where_another_export_shares_the_resource() {
     denied(&evaluate(&del, &c, &v, now()));
 }
 
-/// `review` with its object in logical cluster `cluster` (kcp).
-fn in_cluster(mut review: AdmissionRequest, cluster: &str) -> AdmissionRequest {
-    if let Some(old) = review.old_object.as_mut() {
-        old["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
-    }
-    review
-}
-
 #[test]
 fn a_resource_protection_protects_its_own_workspace_only() {
     let registry = Registry::default();
