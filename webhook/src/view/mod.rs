@@ -636,6 +636,17 @@ mod tests {
         assert_eq!(view.strict_selection_lost(&lose("lc-b")), None);
     }
 
+    #[tokio::test]
+    async fn on_kcp_a_namespace_without_an_api_client_is_never_empty() {
+        let view = test_view(Topology::Kcp, DependentsMode::Live);
+        assert!(view.stores_built());
+        let contents = view.namespace_contents("lc-a", "shop").await;
+        assert_eq!(
+            contents.err(),
+            Some(LookupError("no API server client is configured".into()))
+        );
+    }
+
     #[test]
     fn a_forbidden_read_on_kcp_names_the_consumer_grant() {
         let e = kube::Error::Api(Box::new(
