@@ -582,20 +582,31 @@ impl WebhookView {
         let Some(list) = self.registry.protections.find(gr) else {
             return Vec::new();
         };
-        let key = (Arc::<str>::from(cluster), gr.clone());
-        if let Some(p) = self.partitions.get(&key)
+        if let Some(by_cluster) = self.partitions.get(gr)
+            && let Some(p) = by_cluster.get(cluster)
             && p.is_of(&list)
         {
             return p.candidates(namespace);
         }
         if holdfast_shared::registry::cluster_range(&list, cluster).is_empty() {
-            self.partitions.remove(&key);
+            // Its last policy of `gr` went: forget its partition.
+            if self
+                .partitions
+                .get(gr)
+                .is_some_and(|m| m.contains_key(cluster))
+                && let Some(mut m) = self.partitions.get_mut(gr)
+            {
+                m.remove(cluster);
+            }
             return Vec::new();
         }
         // The list changed (or was never split): split it once for every later check.
         let p = Arc::new(ProtectionPartition::of_cluster(gr, list, cluster));
         let out = p.candidates(namespace);
-        self.partitions.insert(key, p);
+        self.partitions
+            .entry(gr.clone())
+            .or_default()
+            .insert(cluster.into(), p);
         out
     }
 }

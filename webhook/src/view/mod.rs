@@ -70,7 +70,8 @@ pub struct WebhookView {
     /// ResourceProtections split by namespace, per logical cluster ("" on
     /// Kubernetes) and resource (rebuilt when the registry's list for the resource
     /// changes).
-    partitions: DashMap<(Arc<str>, GroupResource), Arc<ProtectionPartition>>,
+    partitions:
+        DashMap<GroupResource, std::collections::HashMap<Arc<str>, Arc<ProtectionPartition>>>,
     /// Per-URL clients (kcp), one connection pool per server, bounded: a review names
     /// its logical cluster, so the set of names is the caller's choice.
     cluster_clients: Option<holdfast_shared::kcp::Clients>,
@@ -625,6 +626,13 @@ mod tests {
         // Asked again (the partition of each cluster is kept), the same answers.
         assert_eq!(names("lc-a", None), ["lc-a|strict-a"]);
         assert_eq!(names("lc-b", None), Vec::<String>::new());
+        // The list changes: each cluster's partition follows it.
+        view.registry
+            .delete::<ResourceProtection>(&holdfast_shared::registry::PolicyKey::new(
+                "lc-c", "strict-c",
+            ));
+        assert_eq!(names("lc-c", Some("shop")), Vec::<String>::new());
+        assert_eq!(names("lc-a", Some("shop")), ["lc-a|strict-a"]);
         let lose = |lc: &str| update_in(lc, json!({"tier": "data"}), json!({"tier": "web"}));
         assert!(view.strict_for(&lose("lc-a")));
         assert_eq!(
