@@ -132,10 +132,13 @@ pub(crate) fn delete_review(
     parse_review(body.to_string().as_bytes()).expect("review")
 }
 
-/// `review` with its object in logical cluster `cluster` (kcp).
+/// `review` with its objects (old and new) in logical cluster `cluster` (kcp).
 pub(crate) fn in_cluster(mut review: AdmissionRequest, cluster: &str) -> AdmissionRequest {
-    if let Some(old) = review.old_object.as_mut() {
-        old["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
+    for o in [review.old_object.as_mut(), review.object.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        o["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
     }
     review
 }

@@ -453,16 +453,16 @@ fn a_resource_protection_protects_its_own_workspace_only() {
     assert_eq!(e.decision, Decision::Allow);
 }
 
-/// `review` with its new object in logical cluster `cluster`.
-fn in_cluster_new(mut review: AdmissionRequest, cluster: &str) -> AdmissionRequest {
-    if let Some(new) = review.object.as_mut() {
-        new["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
-    }
-    review
-}
-
 #[test]
 fn a_workspace_route_answers_for_its_own_objects_only() {
+    let refusal = |op: &str, of: &str| {
+        format!(
+            "holdfast: refused {op} of ConfigMap shop/cfg: it came through the webhook route \
+             of workspace lc-a, but the object {of}; a workspace's webhook configuration \
+             answers for that workspace's objects only (check the clientConfig.url of the \
+             configuration that sent it)"
+        )
+    };
     let cm = || delete_of(CONFIGMAP, Some("shop"), "cfg", json!({}));
     assert!(crate::policy::foreign_workspace(&in_cluster(cm(), "lc-a"), "lc-a").is_none());
     let e = crate::policy::foreign_workspace(&in_cluster(cm(), "lc-b"), "lc-a")
@@ -471,10 +471,13 @@ fn a_workspace_route_answers_for_its_own_objects_only() {
     assert_eq!(denied(&e).kind, DenialKind::Unreadable);
     assert_eq!(
         denied(&e).message,
-        "holdfast: refused DELETE of ConfigMap shop/cfg: it came through the webhook route of \
-         workspace lc-a, but the object is of workspace lc-b; a workspace's webhook \
-         configuration answers for that workspace's objects only (check the clientConfig.url \
-         of the configuration that sent it)"
+        refusal("DELETE", "is of workspace lc-b")
+    );
+    // A stored object always carries its workspace: without it, refused.
+    let e = crate::policy::foreign_workspace(&cm(), "lc-a").unwrap_or_else(|| panic!("refused"));
+    assert_eq!(
+        denied(&e).message,
+        refusal("DELETE", "carries no kcp.io/cluster annotation")
     );
     // A CREATE: the new object may not carry its workspace yet (taken as the
     // route's), but one of another workspace is refused.
@@ -482,22 +485,10 @@ fn a_workspace_route_answers_for_its_own_objects_only() {
     create.operation = crate::review::Operation::Create;
     create.object = create.old_object.take();
     assert!(crate::policy::foreign_workspace(&create, "lc-a").is_none());
-    let e = crate::policy::foreign_workspace(&in_cluster_new(create, "lc-b"), "lc-a")
+    let e = crate::policy::foreign_workspace(&in_cluster(create, "lc-b"), "lc-a")
         .unwrap_or_else(|| panic!("refused"));
     assert_eq!(
         denied(&e).message,
-        "holdfast: refused CREATE of ConfigMap shop/cfg: it came through the webhook route of \
-         workspace lc-a, but the object is of workspace lc-b; a workspace's webhook \
-         configuration answers for that workspace's objects only (check the clientConfig.url \
-         of the configuration that sent it)"
-    );
-    // A stored object always carries its workspace: without it, refused.
-    let e = crate::policy::foreign_workspace(&cm(), "lc-a").unwrap_or_else(|| panic!("refused"));
-    assert_eq!(
-        denied(&e).message,
-        "holdfast: refused DELETE of ConfigMap shop/cfg: it came through the webhook route of \
-         workspace lc-a, but the object carries no kcp.io/cluster annotation; a workspace's \
-         webhook configuration answers for that workspace's objects only (check the \
-         clientConfig.url of the configuration that sent it)"
+        refusal("CREATE", "is of workspace lc-b")
     );
 }
