@@ -6,8 +6,9 @@
 //! webhook runs as `holdfast-webhook` with `--strict`. Everything is asserted with
 //! the real kubectl as the consumer: label protection (objects and namespaces),
 //! strict mode, a ResourceProtection of one workspace that never answers for the
-//! other, a Warn policy, namespace containment, break-glass asked in the consumer's
-//! workspace, the Events there, and a workspace that does not bind holdfast.dev.
+//! other, a Warn policy, an AnchorRule and a CriticalService read live in the
+//! workspace, namespace containment, break-glass asked in the consumer's workspace,
+//! the Events there, and a workspace that does not bind holdfast.dev.
 
 use holdfast_e2e::{
     KubectlOutput,
@@ -300,6 +301,15 @@ async fn every_protection_in_every_consumer_workspace() {
              bypass permission on protections.holdfast.dev), then remove the label.";
         c.refused(&t, path, &unlabel, "strict-label-0.holdfast.dev", message)
             .await;
+        let unlabel = ["label", "namespace", "vault", "holdfast.dev/protected-"];
+        let message = "holdfast: Namespace vault carries the protection label \
+             holdfast.dev/protected=true and strict mode is on (policy: strict label \
+             holdfast.dev/protected), so the label cannot be removed or changed to a value that \
+             does not protect. To unprotect it, first mark it exempt in its own update (kubectl \
+             label namespaces vault holdfast.dev/strict-exempt=true, which takes the bypass \
+             permission on protections.holdfast.dev), then remove the label.";
+        c.refused(&t, path, &unlabel, "strict-label-0.holdfast.dev", message)
+            .await;
     }
 
     // A ResourceProtection of team-a protects team-a's ConfigMaps only.
@@ -362,6 +372,98 @@ async fn every_protection_in_every_consumer_workspace() {
     c.same(
         "warned delete (stdout)",
         "configmap \"memo\" deleted",
+        out.stdout.trim(),
+    );
+
+    // An AnchorRule (team-b): ConfigMaps naming an anchor ServiceAccount are
+    // protected while it exists, read live in team-b.
+    t.apply("consumer", &b, &namespace("app", "{}"));
+    t.apply(
+        "consumer",
+        &b,
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: composite, namespace: app}\n",
+    );
+    let anchored = "{app.test/composite: composite, app.test/composite-namespace: app}";
+    t.apply("consumer", &b, &configmap("app", "data", anchored));
+    t.apply(
+        "consumer",
+        &b,
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: composite}\n\
+         spec:\n  anchor: {version: v1, resource: serviceaccounts}\n  \
+         anchorLabels: {name: app.test/composite, namespace: app.test/composite-namespace}\n  \
+         protects:\n  - {version: v1, resource: configmaps}\n",
+    );
+    let delete_data = ["delete", "configmap", "data", "-n", "app"];
+    let message = format!(
+        "holdfast: ConfigMap app/data is protected while its anchor serviceaccounts \
+         app/composite exists (policy: AnchorRule/composite (logical cluster {lc_b})), so it \
+         cannot be deleted. To delete it, delete the anchor, or label this object \
+         holdfast.dev/allow-deletion=true."
+    );
+    c.refused(&t, &b, &delete_data, "policies-0.holdfast.dev", &message)
+        .await;
+    ok(
+        &t,
+        &b,
+        &["delete", "serviceaccount", "composite", "-n", "app"],
+    );
+    let out = until(&t, &b, &delete_data, |o| o.code == 0).await;
+    c.same(
+        "anchor gone",
+        "configmap \"data\" deleted",
+        out.stdout.trim(),
+    );
+
+    // A CriticalService (team-b): its provider stays while ConfigMaps carry its
+    // finalizer (counted live in team-b).
+    t.apply("consumer", &b, &configmap("app", "provider", "{}"));
+    t.apply(
+        "consumer",
+        &b,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: held, namespace: app, finalizers: [app.test/cleanup]}\n",
+    );
+    t.apply(
+        "consumer",
+        &b,
+        "apiVersion: holdfast.dev/v1alpha1\nkind: CriticalService\nmetadata: {name: cleanup}\n\
+         spec:\n  provider: {group: \"\", resource: configmaps, namespace: app, name: provider}\n  \
+         criteria:\n  - type: Finalizer\n    finalizer: {group: \"\", resource: configmaps, finalizerName: app.test/cleanup}\n",
+    );
+    let delete_provider = ["delete", "configmap", "provider", "-n", "app"];
+    let message = format!(
+        "holdfast: ConfigMap app/provider provides a critical service (policy: \
+         CriticalService/cleanup (logical cluster {lc_b})) and cannot be deleted while 1 \
+         configmaps still carries finalizer app.test/cleanup. To delete it, wait until those \
+         are gone (the service finalizes them), or set the annotation \
+         holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+    );
+    c.refused(
+        &t,
+        &b,
+        &delete_provider,
+        "policies-0.holdfast.dev",
+        &message,
+    )
+    .await;
+    let unfinalize = r#"{"metadata":{"finalizers":null}}"#;
+    ok(
+        &t,
+        &b,
+        &[
+            "patch",
+            "configmap",
+            "held",
+            "-n",
+            "app",
+            "--type=merge",
+            "-p",
+            unfinalize,
+        ],
+    );
+    let out = until(&t, &b, &delete_provider, |o| o.code == 0).await;
+    c.same(
+        "criteria met",
+        "configmap \"provider\" deleted",
         out.stdout.trim(),
     );
 
