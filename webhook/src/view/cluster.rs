@@ -287,8 +287,9 @@ impl ClusterView for WebhookView {
         ns: &str,
     ) -> Result<Vec<ContainedObject>, LookupError> {
         // kcp: read live in the workspace (without an API client that fails, and
-        // the DELETE is refused: never "the namespace holds nothing").
-        if self.topology == Topology::Kcp {
+        // the DELETE is refused: never "the namespace holds nothing"). Label-only
+        // mode judges no containment, as on Kubernetes.
+        if self.topology == Topology::Kcp && !self.label_only {
             return self.kcp_namespace_contents(cluster, ns).await;
         }
         if !self.stores_built() {
