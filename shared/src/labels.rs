@@ -187,6 +187,12 @@ impl ProtectingLabel<'_> {
 }
 
 impl ProtectionLabels {
+    /// No protection label at all (kcp: the objects of a workspace that does not bind
+    /// holdfast, reviewed through a provider's export route).
+    pub fn none() -> Self {
+        Self { labels: Vec::new() }
+    }
+
     /// The built-in key plus `extra` (an extra entry for the built-in key replaces
     /// its values; a repeated key keeps its last values).
     pub fn with_extra(extra: impl IntoIterator<Item = ProtectionLabel>) -> Self {

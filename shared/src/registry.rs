@@ -408,10 +408,33 @@ pub struct ProtectionPartition {
 impl ProtectionPartition {
     /// Splits `list` (the policies protecting `gr`) by namespace.
     pub fn new(gr: &GroupResource, list: Arc<[Arc<CompiledProtection>]>) -> Self {
+        let range = 0..list.len();
+        Self::of_range(gr, list, range)
+    }
+
+    /// Splits the policies of logical cluster `cluster` in `list` (the policies
+    /// protecting `gr`, of every cluster) by namespace: a partition per (cluster,
+    /// group/resource), so a review in one of a thousand workspaces visits only its
+    /// own workspace's policies.
+    pub fn of_cluster(
+        gr: &GroupResource,
+        list: Arc<[Arc<CompiledProtection>]>,
+        cluster: &str,
+    ) -> Self {
+        let range = cluster_range(&list, cluster);
+        Self::of_range(gr, list, range)
+    }
+
+    fn of_range(
+        gr: &GroupResource,
+        list: Arc<[Arc<CompiledProtection>]>,
+        range: std::ops::Range<usize>,
+    ) -> Self {
         let mut any = Vec::new();
         let mut by_namespace: HashMap<String, Vec<u32>> = HashMap::new();
-        for (i, p) in list.iter().enumerate() {
-            let i = u32::try_from(i).unwrap_or(u32::MAX);
+        let offset = range.start;
+        for (i, p) in list.get(range).unwrap_or_default().iter().enumerate() {
+            let i = u32::try_from(i + offset).unwrap_or(u32::MAX);
             let mut all = false;
             let mut named: Vec<&str> = Vec::new();
             for s in p.selectors.iter().filter(|s| s.selects_resource(gr)) {
@@ -464,6 +487,36 @@ impl ProtectionPartition {
         }
         out
     }
+}
+
+/// The policies of `exact`, then those of `wild` not among them: `exact` itself
+/// when there is no wildcard (no allocation).
+fn with_wildcards(
+    exact: Option<Arc<[Arc<CompiledProtection>]>>,
+    wild: Vec<Arc<CompiledProtection>>,
+) -> Option<Arc<[Arc<CompiledProtection>]>> {
+    if wild.is_empty() {
+        return exact;
+    }
+    let mut out: Vec<Arc<CompiledProtection>> =
+        exact.iter().flat_map(|l| l.iter().cloned()).collect();
+    for p in wild {
+        if !out.iter().any(|q| q.key == p.key) {
+            out.push(p);
+        }
+    }
+    Some(out.into())
+}
+
+/// The range of `list` (sorted by key, as every [`TargetIndex`] list is) holding the
+/// policies of logical cluster `cluster`.
+pub fn cluster_range(list: &[Arc<CompiledProtection>], cluster: &str) -> std::ops::Range<usize> {
+    let start = list.partition_point(|p| &*p.key.cluster < cluster);
+    let len = list
+        .get(start..)
+        .unwrap_or_default()
+        .partition_point(|p| &*p.key.cluster == cluster);
+    start..start + len
 }
 
 /// Compiles a ResourceProtection.
@@ -814,8 +867,22 @@ impl Registry {
 
     /// The ResourceProtections wildcard selectors (`resource: "*"`) put in charge of
     /// `gr`: those over its group and those over every group (empty for a type
-    /// never selected by a wildcard).
+    /// never selected by a wildcard), of every logical cluster.
     pub fn wildcard_protections(&self, gr: &GroupResource) -> Vec<Arc<CompiledProtection>> {
+        self.wildcards(None, gr)
+    }
+
+    /// [`Self::wildcard_protections`] of logical cluster `cluster` only ("" on plain
+    /// Kubernetes): a policy protects the objects of its own workspace.
+    pub fn wildcard_protections_in(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+    ) -> Vec<Arc<CompiledProtection>> {
+        self.wildcards(Some(cluster), gr)
+    }
+
+    fn wildcards(&self, cluster: Option<&str>, gr: &GroupResource) -> Vec<Arc<CompiledProtection>> {
         if gr.resource == "*" || crate::api::resource_protection::never_selected_by_wildcard(gr) {
             return Vec::new();
         }
@@ -824,7 +891,11 @@ impl Registry {
             GroupResource::new(&gr.group, "*"),
             GroupResource::new("*", "*"),
         ] {
-            for p in self.protections.find(&w).iter().flat_map(|l| l.iter()) {
+            let Some(list) = self.protections.find(&w) else {
+                continue;
+            };
+            let range = cluster.map_or(0..list.len(), |c| cluster_range(&list, c));
+            for p in list.get(range).unwrap_or_default() {
                 if p.selectors.iter().any(|s| s.selects_resource(gr))
                     && !out.iter().any(|q| q.key == p.key)
                 {
@@ -835,22 +906,33 @@ impl Registry {
         out
     }
 
+    /// The ResourceProtections of logical cluster `cluster` ("" on plain Kubernetes)
+    /// that could select objects of `gr`: those naming it, then the wildcard ones. A
+    /// policy never protects an object of another workspace. Every index list is
+    /// sorted by key (cluster first), so a cluster's policies are one range of it,
+    /// found by binary search: on Kubernetes (one cluster) the list itself.
+    pub fn protections_in(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+    ) -> Option<Arc<[Arc<CompiledProtection>]>> {
+        let exact = self.protections.find(gr).and_then(|list| {
+            let range = cluster_range(&list, cluster);
+            if range.is_empty() {
+                None
+            } else if range.len() == list.len() {
+                Some(list)
+            } else {
+                list.get(range).map(Arc::from)
+            }
+        });
+        with_wildcards(exact, self.wildcard_protections_in(cluster, gr))
+    }
+
     /// ResourceProtections that could select objects of `gr`: those naming it, then
     /// the wildcard ones. Without wildcards, the index's own list (no allocation).
     pub fn protections_for(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
-        let exact = self.protections.find(gr);
-        let wild = self.wildcard_protections(gr);
-        if wild.is_empty() {
-            return exact;
-        }
-        let mut out: Vec<Arc<CompiledProtection>> =
-            exact.iter().flat_map(|l| l.iter().cloned()).collect();
-        for p in wild {
-            if !out.iter().any(|q| q.key == p.key) {
-                out.push(p);
-            }
-        }
-        Some(out.into())
+        with_wildcards(self.protections.find(gr), self.wildcard_protections(gr))
     }
 
     /// Whether any policy object protects `gr` (namespaces count when a namespaced
@@ -999,6 +1081,100 @@ mod tests {
         assert_eq!(idx.find(&gr("vpcs")).map(|l| l.len()), Some(2));
         idx.delete(&PolicyKey::new("c1", "r"));
         assert_eq!(idx.find(&gr("vpcs")).map(|l| *l[0]), Some(2));
+    }
+
+    /// A ResourceProtection `name` of logical cluster `cluster` selecting `resource`
+    /// (core group, `"*"` for every core type) in `namespace`.
+    fn rp_in(
+        cluster: &str,
+        name: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> ResourceProtection {
+        let mut sel = serde_json::json!({"version": "v1", "resource": resource});
+        if let Some(ns) = namespace {
+            sel["namespace"] = serde_json::json!(ns);
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+            "metadata": {"name": name, "annotations": {"kcp.io/cluster": cluster}},
+            "spec": {"resources": [sel]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn keys(list: Option<Arc<[Arc<CompiledProtection>]>>) -> Vec<String> {
+        list.iter()
+            .flat_map(|l| l.iter())
+            .map(|p| p.key.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_protection_answers_for_its_own_workspace_only() {
+        let reg = Registry::default();
+        let cms = GroupResource::new("", "configmaps");
+        for (cluster, name, resource, ns) in [
+            ("lc-b", "b-cms", "configmaps", None),
+            ("lc-a", "a-cms", "configmaps", None),
+            ("lc-a", "a-shop", "configmaps", Some("shop")),
+            ("lc-c", "c-core", "*", None),
+            ("lc-a", "a-secrets", "secrets", None),
+        ] {
+            reg.apply(cluster, &rp_in(cluster, name, resource, ns))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        // Exact and wildcard lists, each of its own cluster only.
+        assert_eq!(
+            keys(reg.protections_in("lc-a", &cms)),
+            ["lc-a|a-cms", "lc-a|a-shop"]
+        );
+        assert_eq!(keys(reg.protections_in("lc-b", &cms)), ["lc-b|b-cms"]);
+        assert_eq!(keys(reg.protections_in("lc-c", &cms)), ["lc-c|c-core"]);
+        assert_eq!(keys(reg.protections_in("lc-d", &cms)), Vec::<String>::new());
+        assert!(reg.protections_in("lc-d", &cms).is_none());
+        assert_eq!(keys(reg.protections_in("", &cms)), Vec::<String>::new());
+        assert!(reg.wildcard_protections_in("lc-a", &cms).is_empty());
+        assert_eq!(reg.wildcard_protections(&cms).len(), 1);
+        // Every cluster together (store management): all of them.
+        assert_eq!(
+            keys(reg.protections_for(&cms)),
+            ["lc-a|a-cms", "lc-a|a-shop", "lc-b|b-cms", "lc-c|c-core"]
+        );
+        // The partition of one cluster holds that cluster's policies only.
+        let list = reg
+            .protections
+            .find(&cms)
+            .unwrap_or_else(|| panic!("listed"));
+        let part = ProtectionPartition::of_cluster(&cms, list.clone(), "lc-a");
+        assert!(part.is_of(&list));
+        let names = |part: &ProtectionPartition, ns: Option<&str>| -> Vec<String> {
+            part.candidates(ns)
+                .iter()
+                .map(|p| p.key.to_string())
+                .collect()
+        };
+        assert_eq!(names(&part, Some("shop")), ["lc-a|a-cms", "lc-a|a-shop"]);
+        assert_eq!(names(&part, Some("other")), ["lc-a|a-cms"]);
+        let part = ProtectionPartition::of_cluster(&cms, list.clone(), "lc-b");
+        assert_eq!(names(&part, Some("shop")), ["lc-b|b-cms"]);
+        let part = ProtectionPartition::of_cluster(&cms, list, "lc-z");
+        assert_eq!(names(&part, Some("shop")), Vec::<String>::new());
+    }
+
+    #[test]
+    fn on_kubernetes_the_one_cluster_is_the_whole_list() {
+        let reg = Registry::default();
+        let cms = GroupResource::new("", "configmaps");
+        for name in ["x", "y"] {
+            let mut p = rp_in("", name, "configmaps", None);
+            p.metadata.annotations = None;
+            reg.apply("", &p).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let (scoped, all) = (reg.protections_in("", &cms), reg.protections.find(&cms));
+        // The index's own list, not a copy.
+        assert!(matches!((&scoped, &all), (Some(a), Some(b)) if Arc::ptr_eq(a, b)));
+        assert_eq!(keys(scoped), ["x", "y"]);
     }
 
     #[test]

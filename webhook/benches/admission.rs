@@ -62,8 +62,10 @@ fn admission(c: &mut Criterion) {
     ] {
         c.bench_function(&format!("review {name}"), |b| {
             b.iter(|| {
-                rt.block_on(handler.review(black_box(body), None))
-                    .expect("a review")
+                rt.block_on(
+                    handler.review(black_box(body), holdfast_webhook::admission::Route::Plain),
+                )
+                .expect("a review")
             })
         });
     }

@@ -53,9 +53,26 @@ impl DenialLog {
     }
 }
 
+/// The webhook route a review came through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `/validate`: every policy applies (Kubernetes, Karmada).
+    Plain,
+    /// `/validate/kcp/<logical cluster>`: the configuration of that workspace, for
+    /// its own objects (any other is refused).
+    Workspace(String),
+    /// `/validate/kcp/<logical cluster>/<export>`: a provider workspace's
+    /// configuration, for the consumers of one of its APIExports.
+    Export(ExportRoute),
+}
+
 /// Answers AdmissionReviews.
 pub struct Admission {
     config: PolicyConfig,
+    /// kcp: `config` without protection labels and strict mode, for the objects of a
+    /// workspace that does not bind holdfast reviewed through a provider's export
+    /// route (only the provider's DependencyRules apply to them).
+    unbound: PolicyConfig,
     view: Arc<WebhookView>,
     metrics: Metrics,
     events: EventSink,
@@ -71,8 +88,14 @@ impl Admission {
         metrics: Metrics,
         event_window: std::time::Duration,
     ) -> Self {
+        let unbound = PolicyConfig {
+            labels: holdfast_shared::labels::ProtectionLabels::none(),
+            strict: false,
+            ..config.clone()
+        };
         Self {
             config,
+            unbound,
             events: EventSink::new(view.clone(), metrics.clone(), event_window),
             view,
             metrics,
@@ -85,19 +108,33 @@ impl Admission {
         &self.view
     }
 
-    /// Reviews one body, sent for APIExport `via` (kcp; `None` through plain
-    /// `/validate`), into the response body; `Err` means the body is not an
-    /// AdmissionReview (HTTP 400).
-    pub async fn review(
-        &self,
-        body: &[u8],
-        via: Option<ExportRoute>,
-    ) -> Result<Vec<u8>, ReviewError> {
+    /// Reviews one body, sent through `route`, into the response body; `Err` means
+    /// the body is not an AdmissionReview (HTTP 400).
+    pub async fn review(&self, body: &[u8], route: Route) -> Result<Vec<u8>, ReviewError> {
         let started = Instant::now();
         let mut req = review::parse_review(body)?;
-        req.via_export = via;
+        let workspace = match route {
+            Route::Plain => None,
+            Route::Workspace(lc) => Some(lc),
+            Route::Export(via) => {
+                req.via_export = Some(via);
+                None
+            }
+        };
         tracing::debug!(uid = %req.uid, operation = req.operation.as_str(), object = %req.describe(), "reviewing");
-        let eval = policy::evaluate(&req, &self.config, self.view.as_ref(), Utc::now()).await;
+        let foreign = workspace
+            .as_deref()
+            .and_then(|lc| policy::foreign_workspace(&req, lc));
+        let config = match (&req.via_export, req.subject().or(req.old_object.as_ref())) {
+            (Some(_), Some(obj)) if !self.view.binds_holdfast(policy::logical_cluster(obj)) => {
+                &self.unbound
+            }
+            _ => &self.config,
+        };
+        let eval = match foreign {
+            Some(refused) => refused,
+            None => policy::evaluate(&req, config, self.view.as_ref(), Utc::now()).await,
+        };
         // One clock read, once decided (an evaluation may wait on a live lookup), for
         // the Event window and the denial log, and none when neither is involved.
         let decided = std::cell::OnceCell::new();

@@ -160,7 +160,7 @@ impl EventSink {
             self.count("limited");
             return;
         }
-        let Some(client) = self.view.client_for(cluster) else {
+        let Some(client) = self.view.event_client(cluster) else {
             self.count("failed");
             return;
         };

@@ -4,7 +4,10 @@
 //! ([`holdfast_shared::runtime::http`]: connection limits, header read timeout,
 //! graceful drain on shutdown).
 
-use crate::{admission::Admission, metrics::Metrics};
+use crate::{
+    admission::{Admission, Route},
+    metrics::Metrics,
+};
 use bytes::Bytes;
 use bytes::BytesMut;
 use holdfast_shared::{
@@ -189,18 +192,19 @@ async fn read_body(
 enum BadPath {
     /// Not `/validate` nor under `/validate/kcp/` (404).
     NotFound,
-    /// Under `/validate/kcp/` but not `<logical cluster>/<export>` (400).
+    /// Under `/validate/kcp/` but not `<logical cluster>[/<export>]` (400).
     Malformed(String),
 }
 
-/// The review endpoint `path` names: `/validate` (`None`: every policy applies) or
-/// `/validate/kcp/<logical cluster>/<APIExport name>`, where a provider
-/// workspace's configuration sends the reviews of one export (only that export's
-/// dependencies apply).
-fn route_of(path: &str) -> Result<Option<ExportRoute>, BadPath> {
+/// The review endpoint `path` names: `/validate` (every policy applies),
+/// `/validate/kcp/<logical cluster>`, where a workspace's own configuration sends
+/// the reviews of its objects, or `/validate/kcp/<logical cluster>/<APIExport
+/// name>`, where a provider workspace's configuration sends the reviews of one
+/// export (only that export's dependencies apply).
+fn route_of(path: &str) -> Result<Route, BadPath> {
     let validate = holdfast_shared::names::VALIDATE_PATH;
     if path == validate {
-        return Ok(None);
+        return Ok(Route::Plain);
     }
     let Some(rest) = path
         .strip_prefix(validate)
@@ -210,20 +214,23 @@ fn route_of(path: &str) -> Result<Option<ExportRoute>, BadPath> {
     };
     let malformed = |why: &str| {
         Err(BadPath::Malformed(format!(
-            "bad path {path}: expected {validate}{KCP_SEGMENT}<logical cluster>/<APIExport name>: {why}"
+            "bad path {path}: expected {validate}{KCP_SEGMENT}<logical cluster>[/<APIExport name>]: {why}"
         )))
     };
     let mut parts = rest.split('/');
-    let (Some(cluster), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
-        return malformed("two segments required");
+    let (Some(cluster), name, None) = (parts.next(), parts.next(), parts.next()) else {
+        return malformed("one or two segments required");
     };
     if cluster.contains(':') || !holdfast_shared::kcp::is_logical_cluster_name(cluster) {
         return malformed(&format!("{cluster:?} is not a logical cluster name"));
     }
+    let Some(name) = name else {
+        return Ok(Route::Workspace(cluster.to_string()));
+    };
     if !dns_subdomain(name) {
         return malformed(&format!("{name:?} is not an APIExport name"));
     }
-    Ok(Some(ExportRoute {
+    Ok(Route::Export(ExportRoute {
         cluster: cluster.to_string(),
         name: name.to_string(),
     }))
@@ -237,8 +244,8 @@ async fn admission_route(
     connection: &Arc<Semaphore>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let via = match route_of(req.uri().path()) {
-        Ok(via) => via,
+    let route = match route_of(req.uri().path()) {
+        Ok(route) => route,
         Err(BadPath::NotFound) => {
             app.metrics.rejected.with_label_values(&["not_found"]).inc();
             return text(
@@ -317,7 +324,7 @@ async fn admission_route(
             return text(StatusCode::BAD_REQUEST, format!("cannot read body: {e}"));
         }
     };
-    match app.admission.review(&body, via).await {
+    match app.admission.review(&body, route).await {
         Ok(review) => json(review),
         Err(e) => {
             app.metrics
@@ -377,7 +384,7 @@ impl Probes for AppProbes {
     }
 }
 
-/// The admission listener: `POST /validate` (and `/validate/kcp/<lc>/<export>`) over TLS.
+/// The admission listener: `POST /validate` (and `/validate/kcp/<lc>[/<export>]`) over TLS.
 pub struct AdmissionListener(pub Arc<App>);
 
 impl Handler for AdmissionListener {
@@ -409,22 +416,22 @@ impl Handler for AdmissionListener {
 mod tests {
     use super::*;
 
-    fn via(cluster: &str, name: &str) -> Result<Option<ExportRoute>, BadPath> {
-        Ok(Some(ExportRoute {
+    fn via(cluster: &str, name: &str) -> Result<Route, BadPath> {
+        Ok(Route::Export(ExportRoute {
             cluster: cluster.into(),
             name: name.into(),
         }))
     }
 
-    fn malformed(path: &str, why: &str) -> Result<Option<ExportRoute>, BadPath> {
+    fn malformed(path: &str, why: &str) -> Result<Route, BadPath> {
         Err(BadPath::Malformed(format!(
-            "bad path {path}: expected /validate/kcp/<logical cluster>/<APIExport name>: {why}"
+            "bad path {path}: expected /validate/kcp/<logical cluster>[/<APIExport name>]: {why}"
         )))
     }
 
     #[test]
     fn plain_validate_names_no_export() {
-        assert_eq!(route_of("/validate"), Ok(None));
+        assert_eq!(route_of("/validate"), Ok(Route::Plain));
     }
 
     #[test]
@@ -440,6 +447,18 @@ mod tests {
     }
 
     #[test]
+    fn a_workspace_path_names_its_logical_cluster() {
+        assert_eq!(
+            route_of("/validate/kcp/2x8kq1"),
+            Ok(Route::Workspace("2x8kq1".into()))
+        );
+        assert_eq!(
+            route_of("/validate/kcp/root"),
+            Ok(Route::Workspace("root".into()))
+        );
+    }
+
+    #[test]
     fn other_paths_are_not_found() {
         for p in [
             "/",
@@ -447,6 +466,7 @@ mod tests {
             "/validate/",
             "/validate/kcp",
             "/kcp/a/b",
+            "/kcp/a",
             "/healthz",
         ] {
             assert_eq!(route_of(p), Err(BadPath::NotFound), "{p}");
@@ -456,11 +476,14 @@ mod tests {
     #[test]
     fn bad_segments_are_malformed() {
         let cases = [
-            ("/validate/kcp/", "two segments required"),
-            ("/validate/kcp/lc", "two segments required"),
-            ("/validate/kcp/lc/net/extra", "two segments required"),
-            ("/validate/kcp/lc/net/", "two segments required"),
+            ("/validate/kcp/", "\"\" is not a logical cluster name"),
+            ("/validate/kcp/lc/net/extra", "one or two segments required"),
+            ("/validate/kcp/lc/net/", "one or two segments required"),
             ("/validate/kcp//net", "\"\" is not a logical cluster name"),
+            (
+                "/validate/kcp/root:org",
+                "\"root:org\" is not a logical cluster name",
+            ),
             (
                 "/validate/kcp/root:org/net",
                 "\"root:org\" is not a logical cluster name",
@@ -468,6 +491,14 @@ mod tests {
             (
                 "/validate/kcp/Root/net",
                 "\"Root\" is not a logical cluster name",
+            ),
+            (
+                "/validate/kcp/Root",
+                "\"Root\" is not a logical cluster name",
+            ),
+            (
+                "/validate/kcp/%2e%2e",
+                "\"%2e%2e\" is not a logical cluster name",
             ),
             ("/validate/kcp/lc/", "\"\" is not an APIExport name"),
             (

@@ -47,6 +47,22 @@ pub fn list_blockers(blockers: &[String]) -> String {
 pub const NO_LOGICAL_CLUSTER: &str = "the object carries no kcp.io/cluster annotation, so its \
      workspace (and every protection that applies there) is unknown";
 
+/// A review sent through the webhook route of workspace `route` (kcp) whose object
+/// is of workspace `object` ("" when it carries no `kcp.io/cluster` annotation).
+pub fn foreign_workspace(op: &str, what: &str, route: &str, object: &str) -> String {
+    let of = if object.is_empty() {
+        "carries no kcp.io/cluster annotation".to_string()
+    } else {
+        format!("is of workspace {object}")
+    };
+    format!(
+        "{MESSAGE_PREFIX} refused {op} of {what}: it came through the webhook route of \
+         workspace {route}, but the object {of}; a workspace's webhook configuration \
+         answers for that workspace's objects only (check the clientConfig.url of the \
+         configuration that sent it)"
+    )
+}
+
 /// The object of `op` on `what` cannot be read.
 pub fn unreadable(op: &str, what: &str, why: &str) -> String {
     format!(

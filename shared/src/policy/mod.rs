@@ -142,6 +142,28 @@ pub async fn evaluate<V: ClusterView>(
     with_warnings(eval, look_alike_warnings(req, cfg))
 }
 
+/// kcp: the refusal of a review that came through the route of workspace `route`
+/// (`/validate/kcp/<logical cluster>`) for an object of another workspace: that
+/// workspace's configuration may not speak for others. The stored object
+/// (oldObject: UPDATE, DELETE) always carries its workspace, so one without it is
+/// refused too; a new object (CREATE) without it is taken as the route's. `None`
+/// when the object is of `route`.
+pub fn foreign_workspace(req: &AdmissionRequest, route: &str) -> Option<Evaluation> {
+    let (object, stored) = match req.old_object.as_ref().filter(|v| !v.is_null()) {
+        Some(old) => (logical_cluster(old), true),
+        None => (req.object.as_ref().map_or("", logical_cluster), false),
+    };
+    if object == route || (object.is_empty() && !stored) {
+        return None;
+    }
+    Some(Evaluation::deny(
+        Decider::Unreadable,
+        DenialKind::Unreadable,
+        messages::foreign_workspace(req.operation.as_str(), &req.describe(), route, object),
+        Vec::new(),
+    ))
+}
+
 /// Adds `warnings` to an allowing verdict (a denial needs none).
 fn with_warnings(mut eval: Evaluation, warnings: Vec<String>) -> Evaluation {
     if warnings.is_empty() {

@@ -20,7 +20,7 @@ pub(crate) async fn evaluate<V: ClusterView>(s: &Subject<'_>, view: &V, out: &mu
     } = s;
     // Live contents are asked at most once, by the first Cascading policy.
     let mut live: Option<Live> = None;
-    for rp in view.protection_candidates(gr, *namespace) {
+    for rp in view.protection_candidates(s.cluster, gr, *namespace) {
         let Some(sel) = rp.selecting(gr, *namespace, name, s.labels()).next() else {
             continue;
         };

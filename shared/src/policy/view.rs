@@ -107,12 +107,14 @@ pub trait ClusterView: Send + Sync {
         fn anchors -> CompiledAnchor;
     }
 
-    /// The ResourceProtections of `gr` that could select an object in `namespace`
-    /// (`None`: cluster-scoped): those for every namespace and those naming it, in the
-    /// registry's order. The default visits every one; a view with an index answers
-    /// from it.
+    /// The ResourceProtections of logical cluster `cluster` ("" on plain Kubernetes)
+    /// and `gr` that could select an object in `namespace` (`None`: cluster-scoped):
+    /// those for every namespace and those naming it, in the registry's order. A
+    /// policy of another workspace never does. The default visits every one; a view
+    /// with an index answers from it.
     fn protection_candidates(
         &self,
+        cluster: &str,
         gr: &GroupResource,
         namespace: Option<&str>,
     ) -> Vec<Arc<CompiledProtection>> {
@@ -120,9 +122,10 @@ pub trait ClusterView: Send + Sync {
             .map(|list| {
                 list.iter()
                     .filter(|p| {
-                        p.selectors
-                            .iter()
-                            .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
+                        &*p.key.cluster == cluster
+                            && p.selectors
+                                .iter()
+                                .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
                     })
                     .cloned()
                     .collect()

@@ -49,7 +49,7 @@ impl ClusterView for WebhookView {
         let name = req.object_name().unwrap_or_default();
         let labels = holdfast_shared::review::labels(old);
         let namespace = req.object_namespace();
-        self.protection_candidates(&gr, namespace)
+        self.protection_candidates(logical_cluster(old), &gr, namespace)
             .iter()
             .any(|p| p.strict && p.selecting(&gr, namespace, name, labels).next().is_some())
     }
@@ -60,12 +60,13 @@ impl ClusterView for WebhookView {
 
     fn protection_candidates(
         &self,
+        cluster: &str,
         gr: &GroupResource,
         namespace: Option<&str>,
     ) -> Vec<Arc<CompiledProtection>> {
-        let mut out = self.exact_protection_candidates(gr, namespace);
+        let mut out = self.exact_protection_candidates(cluster, gr, namespace);
         // Wildcard selectors (`resource: "*"`): few policies, visited directly.
-        for p in self.registry.wildcard_protections(gr) {
+        for p in self.registry.wildcard_protections_in(cluster, gr) {
             if !out.iter().any(|q| q.key == p.key)
                 && p.selectors
                     .iter()
@@ -158,8 +159,8 @@ impl ClusterView for WebhookView {
 
     fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
         let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
-        let list = self.registry.protections_for(&gr)?;
         let old = req.old_object.as_ref()?;
+        let list = self.registry.protections_in(logical_cluster(old), &gr)?;
         let new = req.object.as_ref()?;
         let name = req.object_name().unwrap_or_default();
         let ns = req.object_namespace();
@@ -208,7 +209,7 @@ impl ClusterView for WebhookView {
             tokio::time::timeout(LIVE_READ_TIMEOUT, api.list_metadata(&ListParams::default()))
                 .await
                 .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-                .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
+                .map_err(|e| self.read_error(cluster, gr, &e))?;
         Ok(list
             .items
             .iter()
@@ -254,7 +255,7 @@ impl ClusterView for WebhookView {
         let got = tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(name))
             .await
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-            .map_err(|e| crate::stores::lookup_error(&gr.to_string(), &e))?;
+            .map_err(|e| self.read_error(cluster, gr, &e))?;
         Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
     }
 
@@ -285,6 +286,12 @@ impl ClusterView for WebhookView {
         cluster: &str,
         ns: &str,
     ) -> Result<Vec<ContainedObject>, LookupError> {
+        // kcp: read live in the workspace (without an API client that fails, and
+        // the DELETE is refused: never "the namespace holds nothing"). Label-only
+        // mode judges no containment, as on Kubernetes.
+        if self.topology == Topology::Kcp && !self.label_only {
+            return self.kcp_namespace_contents(cluster, ns).await;
+        }
         if !self.stores_built() {
             return Err(LookupError(
                 "holdfast has just started and is still building the indexes of what namespaces hold"
@@ -389,41 +396,34 @@ impl ClusterView for WebhookView {
         let api: Api<kube::core::PartialObjectMeta<DynamicObject>> =
             Api::all_with(client.clone(), &ar);
         let list_all = async {
-            let mut out = Vec::new();
-            let mut params = ListParams::default().limit(500);
-            loop {
-                let list = match api.list_metadata(&params).await {
-                    Ok(l) => l,
-                    // Not served (not established yet, or already going): no instances;
-                    // on kcp only when discovery of the workspace says so.
-                    Err(e) if crate::stores::is_not_found(&e) => {
-                        if self.topology == Topology::Kcp {
-                            super::kcp::not_served(
-                                &client,
-                                cluster,
-                                &ar.group,
-                                &ar.version,
-                                &ar.plural,
-                            )
-                            .await?;
-                        }
-                        return Ok(out);
+            let items = match super::kcp_contents::list_metadata(&api).await {
+                Ok(items) => items,
+                // Not served (not established yet, or already going): no instances;
+                // on kcp only when discovery of the workspace says so.
+                Err(e) if crate::stores::is_not_found(&e) => {
+                    if self.topology == Topology::Kcp {
+                        super::kcp::not_served(
+                            &client,
+                            cluster,
+                            &ar.group,
+                            &ar.version,
+                            &ar.plural,
+                        )
+                        .await?;
                     }
-                    Err(e) => return Err(crate::stores::lookup_error(&gr.to_string(), &e)),
-                };
-                for item in &list.items {
-                    let meta = serde_json::to_value(&item.metadata)
-                        .map_err(|e| LookupError(e.to_string()))?;
-                    out.push(contained(
-                        &ar,
-                        Arc::new(serde_json::json!({ "metadata": meta })),
-                    ));
+                    return Ok(Vec::new());
                 }
-                match list.metadata.continue_.filter(|c| !c.is_empty()) {
-                    Some(token) => params = params.continue_token(&token),
-                    None => return Ok(out),
-                }
+                Err(e) => return Err(self.read_error(cluster, &gr, &e)),
+            };
+            let mut out = Vec::with_capacity(items.len());
+            for meta in items {
+                let meta = serde_json::to_value(&meta).map_err(|e| LookupError(e.to_string()))?;
+                out.push(contained(
+                    &ar,
+                    Arc::new(serde_json::json!({ "metadata": meta })),
+                ));
             }
+            Ok(out)
         };
         tokio::time::timeout(LIVE_READ_TIMEOUT, list_all)
             .await
@@ -529,6 +529,24 @@ impl ClusterView for WebhookView {
 }
 
 impl WebhookView {
+    /// The lookup error of a failed read of `gr` in `cluster`. On kcp a 403 names the
+    /// grant the consumer gives in that workspace (on Kubernetes, the ClusterRole the
+    /// controller keeps).
+    pub(super) fn read_error(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+        e: &kube::Error,
+    ) -> LookupError {
+        if self.topology == Topology::Kcp && crate::stores::is_forbidden(e) {
+            return LookupError(format!(
+                "holdfast-webhook may not read {gr} in workspace {cluster}: grant it get and \
+                 list on {gr} there (docs/kcp.md, Consumer guide)"
+            ));
+        }
+        crate::stores::lookup_error(&gr.to_string(), e)
+    }
+
     /// Asks logical cluster `cluster` whether `spec` is allowed (a SubjectAccessReview).
     async fn access_review(
         &self,
@@ -551,25 +569,45 @@ impl WebhookView {
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 
-    /// The ResourceProtections naming `gr` that could select an object in
-    /// `namespace`, from the partition of the registry's list.
+    /// The ResourceProtections of logical cluster `cluster` naming `gr` that could
+    /// select an object in `namespace`, from the partition of the registry's list
+    /// for (cluster, group/resource). A cluster with no such policy is answered
+    /// without one (so the partitions are at most one per cluster and resource a
+    /// policy names).
     fn exact_protection_candidates(
         &self,
+        cluster: &str,
         gr: &GroupResource,
         namespace: Option<&str>,
     ) -> Vec<Arc<CompiledProtection>> {
         let Some(list) = self.registry.protections.find(gr) else {
             return Vec::new();
         };
-        if let Some(p) = self.partitions.get(gr)
+        if let Some(by_cluster) = self.partitions.get(gr)
+            && let Some(p) = by_cluster.get(cluster)
             && p.is_of(&list)
         {
             return p.candidates(namespace);
         }
+        if holdfast_shared::registry::cluster_range(&list, cluster).is_empty() {
+            // Its last policy of `gr` went: forget its partition.
+            if self
+                .partitions
+                .get(gr)
+                .is_some_and(|m| m.contains_key(cluster))
+                && let Some(mut m) = self.partitions.get_mut(gr)
+            {
+                m.remove(cluster);
+            }
+            return Vec::new();
+        }
         // The list changed (or was never split): split it once for every later check.
-        let p = Arc::new(ProtectionPartition::new(gr, list));
+        let p = Arc::new(ProtectionPartition::of_cluster(gr, list, cluster));
         let out = p.candidates(namespace);
-        self.partitions.insert(gr.clone(), p);
+        self.partitions
+            .entry(gr.clone())
+            .or_default()
+            .insert(cluster.into(), p);
         out
     }
 }

@@ -14,7 +14,7 @@ use holdfast_shared::{
 };
 use kube::{
     Api, Client, Resource,
-    api::{ApiResource, DynamicObject, ListParams},
+    api::{DynamicObject, ListParams},
 };
 use serde_json::Value;
 use std::{fmt, time::Duration};
@@ -75,13 +75,17 @@ impl WebhookView {
         Some((client, export.to_string()))
     }
 
-    /// The APIExport workspace `cluster` binds `gr` from: its APIBindings read
-    /// through the front-proxy (`list apibindings` there), kept [`BINDING_TTL`].
+    /// The APIExport workspace `cluster` binds `gr` from: from the APIBindings index
+    /// when an endpoint of the holdfast export covers `cluster`, else its APIBindings
+    /// read through the front-proxy (`list apibindings` there), kept [`BINDING_TTL`].
     pub(super) async fn bound_export_of(
         &self,
         cluster: &str,
         gr: &GroupResource,
     ) -> Result<Option<ExportRoute>, LookupError> {
+        if let Some(indexed) = self.indexed_binding(cluster, gr) {
+            return Ok(indexed);
+        }
         let key = (cluster.to_string(), gr.clone());
         if let Some(hit) = self.bindings.get(&key)
             && hit.0.elapsed() < BINDING_TTL
@@ -89,14 +93,8 @@ impl WebhookView {
             return Ok(hit.1.clone());
         }
         let client = self.cluster_client(cluster)?;
-        let ar = ApiResource {
-            group: "apis.kcp.io".into(),
-            version: "v1alpha2".into(),
-            api_version: "apis.kcp.io/v1alpha2".into(),
-            kind: "APIBinding".into(),
-            plural: "apibindings".into(),
-        };
-        let api: Api<DynamicObject> = Api::all_with(client, &ar);
+        let api: Api<DynamicObject> =
+            Api::all_with(client, &super::kcp_bindings::apibinding_resource());
         let list = tokio::time::timeout(BINDING_READ_TIMEOUT, api.list(&ListParams::default()))
             .await
             .map_err(|_| {
@@ -122,19 +120,12 @@ impl WebhookView {
 /// The export an APIBinding (`data`: everything but its metadata) binds `gr` from,
 /// if its `status.boundResources` lists `gr`.
 fn binding_of(data: &Value, gr: &GroupResource) -> Option<ExportRoute> {
-    let binds = data["status"]["boundResources"]
-        .as_array()?
-        .iter()
-        .any(|r| r["group"] == gr.group.as_str() && r["resource"] == gr.resource.as_str());
-    if !binds {
-        return None;
+    let bound = super::kcp_bindings::Bound::of(data);
+    if bound.resources.contains(gr) {
+        bound.export
+    } else {
+        None
     }
-    Some(ExportRoute {
-        cluster: data["status"]["apiExportClusterName"].as_str()?.to_string(),
-        name: data["spec"]["reference"]["export"]["name"]
-            .as_str()?
-            .to_string(),
-    })
 }
 
 /// What a 404 of a live read of `group/version` `resource` in a kcp workspace means:
@@ -263,12 +254,9 @@ mod tests {
         );
         // Discovery fails: fail closed.
         let broken = not_served(&c, "lc", "broken.io", "v1", "gizmos").await;
-        let message = broken.err().map(|e| e.0).unwrap_or_default();
-        assert!(
-            message.starts_with(
-                "listing gizmos.broken.io (broken.io/v1) in workspace lc answered 404 and its discovery failed ("
-            ) && message.ends_with("); retry later"),
-            "{message}"
+        crate::view::assert_retry_later(
+            broken,
+            "listing gizmos.broken.io (broken.io/v1) in workspace lc answered 404 and its discovery failed (",
         );
     }
 }

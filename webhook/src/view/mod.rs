@@ -22,6 +22,8 @@ pub mod crds;
 mod dependents;
 pub mod discovery;
 mod kcp;
+mod kcp_bindings;
+mod kcp_contents;
 mod policies;
 mod store_manager;
 
@@ -65,9 +67,11 @@ pub struct WebhookView {
     label_only: bool,
     mode: DependentsMode,
     client: Option<Client>,
-    /// ResourceProtections split by namespace, per resource (rebuilt when the
-    /// registry's list for the resource changes).
-    partitions: DashMap<GroupResource, Arc<ProtectionPartition>>,
+    /// ResourceProtections split by namespace, per logical cluster ("" on
+    /// Kubernetes) and resource (rebuilt when the registry's list for the resource
+    /// changes).
+    partitions:
+        DashMap<GroupResource, std::collections::HashMap<Arc<str>, Arc<ProtectionPartition>>>,
     /// Per-URL clients (kcp), one connection pool per server, bounded: a review names
     /// its logical cluster, so the set of names is the caller's choice.
     cluster_clients: Option<holdfast_shared::kcp::Clients>,
@@ -115,6 +119,15 @@ pub struct WebhookView {
     /// kcp: which APIExport a consumer workspace binds a group/resource from, as
     /// last read (see `bound_export`), with when it was read.
     bindings: DashMap<(String, GroupResource), (std::time::Instant, Option<ExportRoute>)>,
+    /// kcp: the namespaced types of each workspace, as last discovered (namespace
+    /// containment reads them live).
+    workspace_types: DashMap<String, kcp_contents::Discovered>,
+    /// kcp: the APIBindings of every workspace that binds the holdfast export, from
+    /// every endpoint of its virtual workspace.
+    apibindings: holdfast_shared::endpoints::Endpoints<
+        kube::api::DynamicObject,
+        kcp_bindings::BindingsIndex,
+    >,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -253,6 +266,10 @@ impl WebhookView {
             remotes: crate::remote::RemoteStores::default(),
             store_passes: std::sync::atomic::AtomicU64::new(0),
             bindings: DashMap::new(),
+            workspace_types: DashMap::new(),
+            apibindings: holdfast_shared::endpoints::Endpoints::new(
+                kcp_bindings::BindingsIndex::default(),
+            ),
         })
     }
 
@@ -297,8 +314,8 @@ impl WebhookView {
     /// store-manager pass completed). Before that the set of stores is empty, and an
     /// empty set must not read as "the namespace holds nothing". Label-only mode (and a
     /// webhook without an API client) keeps no stores, so nothing is waited for; nor
-    /// on kcp, where the stores depend on a wildcard client that may never exist (the
-    /// kcp rework decides how containment reads workspaces there).
+    /// on kcp, where containment reads no store: it lists the namespace's contents
+    /// live in the object's workspace (`kcp_contents`).
     pub fn stores_built(&self) -> bool {
         self.label_only
             || self.client.is_none()
@@ -357,6 +374,18 @@ impl WebhookView {
                 shutdown.clone(),
                 crds::watch_api_services(self.clone(), crd_client),
             );
+        }
+        if self.topology == Topology::Kcp {
+            let this = self.clone();
+            let home = client.clone();
+            self.spawn(shutdown.clone(), async move {
+                let ar = kcp_bindings::apibinding_resource();
+                let export = this.apiexport.clone();
+                this.watch_endpoints(this.apibindings.clone(), home, &export, move |c| {
+                    kube::Api::all_with(c, &ar)
+                })
+                .await;
+            });
         }
         if self.mode == DependentsMode::Watch {
             self.spawn(
@@ -446,6 +475,17 @@ fn test_view(topology: Topology, mode: DependentsMode) -> Arc<WebhookView> {
     )
 }
 
+/// Asserts that `result` failed with a message starting with `start` and ending
+/// with `); retry later` (the middle is a client error's own text).
+#[cfg(test)]
+fn assert_retry_later(result: Result<(), LookupError>, start: &str) {
+    let message = result.err().map(|e| e.0).unwrap_or_default();
+    assert!(
+        message.starts_with(start) && message.ends_with("); retry later"),
+        "{message}"
+    );
+}
+
 /// An API server's JSON answer, for the fake servers of unit tests.
 #[cfg(test)]
 fn json_response(
@@ -464,7 +504,7 @@ fn json_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_shared::policy::ClusterView;
+    use holdfast_shared::{policy::ClusterView, review::AdmissionRequest};
     use serde_json::json;
     use std::collections::HashMap;
 
@@ -543,6 +583,95 @@ mod tests {
         // Label-only mode keeps no stores and waits for none.
         let label_only = WebhookView::build(options(true), None, None, metrics);
         assert!(label_only.stores_built());
+    }
+
+    /// An UPDATE of ConfigMap shop/cfg in logical cluster `lc`, its labels going
+    /// from `old` to `new`.
+    fn update_in(lc: &str, old: serde_json::Value, new: serde_json::Value) -> AdmissionRequest {
+        let meta = |labels: serde_json::Value| {
+            json!({"metadata": {"name": "cfg", "namespace": "shop", "labels": labels,
+                                "annotations": {"kcp.io/cluster": lc}}})
+        };
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "cfg", "namespace": "shop", "operation": "UPDATE", "userInfo": {"username": "bob"},
+            "object": meta(new), "oldObject": meta(old)}});
+        holdfast_shared::review::parse_review(body.to_string().as_bytes()).expect("review")
+    }
+
+    #[test]
+    fn strict_protections_answer_for_their_own_workspace_only() {
+        use holdfast_shared::api::resource_protection::ResourceProtection;
+        let view = test_view(Topology::Kcp, DependentsMode::Live);
+        for (lc, name) in [("lc-a", "strict-a"), ("lc-c", "strict-c")] {
+            let rp: ResourceProtection = serde_json::from_value(json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+                "metadata": {"name": name, "annotations": {"kcp.io/cluster": lc}},
+                "spec": {"strict": true, "resources": [{"version": "v1", "resource": "configmaps",
+                         "labelSelector": {"matchLabels": {"tier": "data"}}}]}}))
+            .expect("rp");
+            view.registry.apply(lc, &rp).expect("compiles");
+        }
+        let cms = GroupResource::new("", "configmaps");
+        let names = |lc: &str, ns: Option<&str>| -> Vec<String> {
+            view.protection_candidates(lc, &cms, ns)
+                .iter()
+                .map(|p| p.key.to_string())
+                .collect()
+        };
+        assert_eq!(names("lc-a", Some("shop")), ["lc-a|strict-a"]);
+        assert_eq!(names("lc-c", Some("shop")), ["lc-c|strict-c"]);
+        assert_eq!(names("lc-b", Some("shop")), Vec::<String>::new());
+        // Asked again (the partition of each cluster is kept), the same answers.
+        assert_eq!(names("lc-a", None), ["lc-a|strict-a"]);
+        assert_eq!(names("lc-b", None), Vec::<String>::new());
+        // The list changes: each cluster's partition follows it.
+        view.registry
+            .delete::<ResourceProtection>(&holdfast_shared::registry::PolicyKey::new(
+                "lc-c", "strict-c",
+            ));
+        assert_eq!(names("lc-c", Some("shop")), Vec::<String>::new());
+        assert_eq!(names("lc-a", Some("shop")), ["lc-a|strict-a"]);
+        let lose = |lc: &str| update_in(lc, json!({"tier": "data"}), json!({"tier": "web"}));
+        assert!(view.strict_for(&lose("lc-a")));
+        assert_eq!(
+            view.strict_selection_lost(&lose("lc-a")).as_deref(),
+            Some("ResourceProtection/strict-a")
+        );
+        // The same labels in a workspace without a strict policy: nothing applies.
+        assert!(!view.strict_for(&lose("lc-b")));
+        assert_eq!(view.strict_selection_lost(&lose("lc-b")), None);
+    }
+
+    #[tokio::test]
+    async fn on_kcp_a_namespace_without_an_api_client_is_never_empty() {
+        let view = test_view(Topology::Kcp, DependentsMode::Live);
+        assert!(view.stores_built());
+        let contents = view.namespace_contents("lc-a", "shop").await;
+        assert_eq!(
+            contents.err(),
+            Some(LookupError("no API server client is configured".into()))
+        );
+    }
+
+    #[test]
+    fn a_forbidden_read_on_kcp_names_the_consumer_grant() {
+        let e = kube::Error::Api(Box::new(
+            kube::core::Status::failure("refused", "").with_code(403),
+        ));
+        let pvcs = GroupResource::new("", "persistentvolumeclaims");
+        let kcp = test_view(Topology::Kcp, DependentsMode::Live);
+        assert_eq!(
+            kcp.read_error("lc-a", &pvcs, &e).0,
+            "holdfast-webhook may not read persistentvolumeclaims in workspace lc-a: grant it \
+             get and list on persistentvolumeclaims there (docs/kcp.md, Consumer guide)"
+        );
+        let kubernetes = test_view(Topology::Kubernetes, DependentsMode::Live);
+        assert_eq!(
+            kubernetes.read_error("", &pvcs, &e),
+            crate::stores::unreadable_error("persistentvolumeclaims")
+        );
     }
 
     #[tokio::test]

@@ -343,3 +343,61 @@ fn containment_denies_namespace_with_protected_contents() {
     );
     assert_eq!(evaluate(&ns, &c, &v, now()).decision, Decision::Allow);
 }
+
+#[test]
+fn anchor_rules_and_critical_services_answer_for_their_own_workspace_only() {
+    let mut v = View::default();
+    let cs: CriticalService = serde_json::from_value(json!({
+        "apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService",
+        "metadata": {"name": "db", "annotations": {"kcp.io/cluster": "lc-a"}},
+        "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "shop", "name": "db"},
+            "criteria": [{"type": "SpecificResource", "specificResource": {"group": "", "resource": "configmaps", "namespace": "shop", "name": "needs-db"}}]}}))
+    .expect("cs");
+    v.registry.apply("lc-a", &cs).expect("compiles");
+    let ar: AnchorRule = serde_json::from_value(json!({
+        "apiVersion": "holdfast.dev/v1alpha1", "kind": "AnchorRule",
+        "metadata": {"name": "app", "annotations": {"kcp.io/cluster": "lc-a"}},
+        "spec": {"anchor": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "anchorLabels": {"name": "app.test/anchor"},
+            "protects": [{"group": "", "version": "v1", "resource": "persistentvolumeclaims"}]}}))
+    .expect("ar");
+    v.registry.apply("lc-a", &ar).expect("compiles");
+    v.objects.insert(
+        ("configmaps".into(), "shop".into(), "needs-db".into()),
+        Arc::new(json!({})),
+    );
+    v.objects.insert(
+        ("deployments.apps".into(), String::new(), "web".into()),
+        Arc::new(json!({"metadata": {"name": "web"}})),
+    );
+    let c = cfg(false, &[]);
+    let provider = || del(DEPLOYMENT, Some("shop"), "db", json!({}));
+    let pvc = || del(PVC, Some("shop"), "data", json!({"app.test/anchor": "web"}));
+    // Workspace A: both policies refuse.
+    for (what, r) in [("provider", provider()), ("pvc", pvc())] {
+        let e = evaluate(&in_cluster(r, "lc-a"), &c, &v, now());
+        assert!(matches!(e.decision, Decision::Deny(_)), "{what}: {e:?}");
+    }
+    let of_a = |kind, name| {
+        Decider::Policy(PolicyRef::new(
+            kind,
+            &crate::registry::PolicyKey::new("lc-a", name),
+        ))
+    };
+    let e = evaluate(&in_cluster(provider(), "lc-a"), &c, &v, now());
+    assert_eq!(e.decider, of_a(PolicyKind::CriticalService, "db"));
+    assert_eq!(
+        denied(&e).message,
+        "holdfast: Deployment shop/db provides a critical service (policy: CriticalService/db \
+         (logical cluster lc-a)) and cannot be deleted while configmaps shop/needs-db still \
+         exists. To delete it, wait until those are gone (the service finalizes them), or set \
+         the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+    );
+    let e = evaluate(&in_cluster(pvc(), "lc-a"), &c, &v, now());
+    assert_eq!(e.decider, of_a(PolicyKind::AnchorRule, "app"));
+    // The same objects in workspace B: neither policy is B's.
+    for (what, r) in [("provider", provider()), ("pvc", pvc())] {
+        let e = evaluate(&in_cluster(r, "lc-b"), &c, &v, now());
+        assert_eq!(e.decision, Decision::Allow, "{what}");
+    }
+}

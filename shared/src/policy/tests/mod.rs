@@ -132,6 +132,17 @@ pub(crate) fn delete_review(
     parse_review(body.to_string().as_bytes()).expect("review")
 }
 
+/// `review` with its objects (old and new) in logical cluster `cluster` (kcp).
+pub(crate) fn in_cluster(mut review: AdmissionRequest, cluster: &str) -> AdmissionRequest {
+    for o in [review.old_object.as_mut(), review.object.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        o["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
+    }
+    review
+}
+
 pub(crate) fn denied(e: &Evaluation) -> &Denial {
     match &e.decision {
         Decision::Deny(d) => d,

@@ -405,3 +405,90 @@ fn the_binding_is_asked_only_where_another_export_shares_the_resource() {
     });
     denied(&evaluate(&del, &c, &v, now()));
 }
+
+#[test]
+fn a_resource_protection_protects_its_own_workspace_only() {
+    let registry = Registry::default();
+    for (cluster, name, enforcement) in [("lc-a", "keep", "Enforce"), ("lc-b", "warn", "Warn")] {
+        let mut p = rp(
+            name,
+            enforcement,
+            json!({"version": "v1", "resource": "configmaps"}),
+        );
+        p["metadata"]["annotations"] = json!({"kcp.io/cluster": cluster});
+        let p: ResourceProtection = serde_json::from_value(p).expect("rp");
+        registry.apply(cluster, &p).expect("compiles");
+    }
+    registry.protections.set_loaded();
+    registry.dependencies.set_loaded();
+    registry.critical.set_loaded();
+    registry.anchors.set_loaded();
+    let v = View {
+        registry,
+        index: DependentsIndex::default(),
+        broken: false,
+        bound: None,
+        asked: Default::default(),
+    };
+    let mut c = cfg(false, &[]);
+    c.kcp = true;
+    let cm = || delete_of(CONFIGMAP, Some("shop"), "cfg", json!({}));
+    // Workspace A: its Enforce policy refuses; B's Warn policy plays no part.
+    let e = evaluate(&in_cluster(cm(), "lc-a"), &c, &v, now());
+    assert_eq!(
+        denied(&e).message,
+        "holdfast: ConfigMap shop/cfg is protected by ResourceProtection/keep (logical cluster lc-a) (selects configmaps), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection keep), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+    );
+    // Workspace B: only its Warn policy.
+    let e = evaluate(&in_cluster(cm(), "lc-b"), &c, &v, now());
+    match &e.decision {
+        Decision::Warn(w) => assert_eq!(
+            w,
+            &vec!["holdfast: ConfigMap shop/cfg is protected by ResourceProtection/warn (logical cluster lc-b) (selects configmaps), so it cannot be deleted. To delete it, remove it from the policy (kubectl edit resourceprotection warn), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.".to_string()]
+        ),
+        other => panic!("expected a warning, got {other:?}"),
+    }
+    // A workspace with no policy: allowed.
+    let e = evaluate(&in_cluster(cm(), "lc-c"), &c, &v, now());
+    assert_eq!(e.decision, Decision::Allow);
+}
+
+#[test]
+fn a_workspace_route_answers_for_its_own_objects_only() {
+    let refusal = |op: &str, of: &str| {
+        format!(
+            "holdfast: refused {op} of ConfigMap shop/cfg: it came through the webhook route \
+             of workspace lc-a, but the object {of}; a workspace's webhook configuration \
+             answers for that workspace's objects only (check the clientConfig.url of the \
+             configuration that sent it)"
+        )
+    };
+    let cm = || delete_of(CONFIGMAP, Some("shop"), "cfg", json!({}));
+    assert!(crate::policy::foreign_workspace(&in_cluster(cm(), "lc-a"), "lc-a").is_none());
+    let e = crate::policy::foreign_workspace(&in_cluster(cm(), "lc-b"), "lc-a")
+        .unwrap_or_else(|| panic!("refused"));
+    assert_decided(&e, Decider::Unreadable, "unreadable");
+    assert_eq!(denied(&e).kind, DenialKind::Unreadable);
+    assert_eq!(
+        denied(&e).message,
+        refusal("DELETE", "is of workspace lc-b")
+    );
+    // A stored object always carries its workspace: without it, refused.
+    let e = crate::policy::foreign_workspace(&cm(), "lc-a").unwrap_or_else(|| panic!("refused"));
+    assert_eq!(
+        denied(&e).message,
+        refusal("DELETE", "carries no kcp.io/cluster annotation")
+    );
+    // A CREATE: the new object may not carry its workspace yet (taken as the
+    // route's), but one of another workspace is refused.
+    let mut create = cm();
+    create.operation = crate::review::Operation::Create;
+    create.object = create.old_object.take();
+    assert!(crate::policy::foreign_workspace(&create, "lc-a").is_none());
+    let e = crate::policy::foreign_workspace(&in_cluster(create, "lc-b"), "lc-a")
+        .unwrap_or_else(|| panic!("refused"));
+    assert_eq!(
+        denied(&e).message,
+        refusal("CREATE", "is of workspace lc-b")
+    );
+}
