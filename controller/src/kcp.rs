@@ -1591,6 +1591,7 @@ fn status_write(
         cycle_applies: true,
         source: None,
         not_admitted: None,
+        blocked: None,
     };
     let workspaces: Vec<serde_json::Value> = e
         .workspaces
