@@ -34,8 +34,8 @@ use holdfast_shared::{
     api::{DependencyRule, GroupResource},
     names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
     webhookconfig::{
-        InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, export_policies_webhook,
-        matches_desired, provider_configuration, routes,
+        InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, WorkspaceTarget,
+        export_policies_webhook, matches_desired, routes, workspace_configuration,
     },
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -199,6 +199,10 @@ pub struct Settings {
     pub api_export: String,
     /// Full resync period.
     pub resync: Duration,
+    /// Protection labels in force (every workspace binding holdfast).
+    pub labels: holdfast_shared::labels::ProtectionLabels,
+    /// Global strict mode.
+    pub strict: bool,
 }
 
 /// How often the initial lists are checked for completion.
@@ -219,6 +223,13 @@ pub struct Reconciler {
     rule_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
     hook_endpoints:
         Endpoints<ValidatingWebhookConfiguration, SharedFeed<ValidatingWebhookConfiguration>>,
+    /// APIBindings of every workspace binding holdfast (which binds holdfast, where
+    /// each type comes from).
+    bindings: Shared<DynamicObject>,
+    binding_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
+    /// ResourceProtections, AnchorRules and CriticalServices (the order of
+    /// [`crate::kcp_kinds::kinds`]), untyped.
+    kinds: [Shared<DynamicObject>; 3],
     /// The endpoint a write to a workspace last went through (forgotten when a write
     /// through it fails).
     shard_of: Mutex<HashMap<String, String>>,
@@ -515,17 +526,9 @@ struct RuleState {
 /// APIExport name → the resources of it some rule protects.
 type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
 
-/// Phase 3: what one provider workspace's configuration routes.
-#[derive(Clone, Default, PartialEq)]
-struct ProviderTarget {
-    exports: ExportTargets,
-    /// `cluster/name` of the rules asking.
-    rules: BTreeSet<String>,
-}
-
 /// A live configuration's resourceVersion, and the target and options of the
 /// desired configuration it matched.
-type Matched = (String, ProviderTarget, Arc<InstallOptions>);
+type Matched = (String, WorkspaceTarget, Arc<InstallOptions>);
 
 /// Phase 4: the configurations installed after the writes, and what failed.
 struct Installed {
@@ -625,6 +628,36 @@ impl Reconciler {
             ),
             notify.clone(),
         );
+        let untyped = |ar: ApiResource| -> Box<dyn Fn(Client) -> Api<DynamicObject> + Send> {
+            Box::new(move |c| Api::<DynamicObject>::all_with(c, &ar))
+        };
+        let bindings = spawn_store(
+            source(
+                &home,
+                &settings.api_export,
+                &clients,
+                untyped(crate::kcp_kinds::apibindings()),
+                watcher::Config::default(),
+            ),
+            notify.clone(),
+        );
+        let kinds = crate::kcp_kinds::kinds().map(|ar| {
+            spawn_store(
+                source(
+                    &home,
+                    &settings.api_export,
+                    &clients,
+                    untyped(ar),
+                    watcher::Config::default(),
+                ),
+                notify.clone(),
+            )
+        });
+        let mut tasks = vec![rules.task, hooks.task, bindings.task];
+        let kinds = kinds.map(|k| {
+            tasks.push(k.task);
+            k.store
+        });
         let resolver = holdfast_shared::kcp::Resolver::new(clients.clone());
         let exports = holdfast_shared::kcp::Exports::new(clients.clone());
         Ok(Self {
@@ -635,8 +668,11 @@ impl Reconciler {
             hooks: hooks.store,
             rule_endpoints: rules.endpoints,
             hook_endpoints: hooks.endpoints,
+            bindings: bindings.store,
+            binding_endpoints: bindings.endpoints,
+            kinds,
             shard_of: Mutex::new(HashMap::new()),
-            tasks: vec![rules.task, hooks.task],
+            tasks,
             resolver,
             exports,
             last_good: Mutex::new(HashMap::new()),
@@ -665,6 +701,7 @@ impl Reconciler {
             .into_iter()
             .chain(self.rule_endpoints.seen_at(cluster))
             .chain(self.hook_endpoints.seen_at(cluster))
+            .chain(self.binding_endpoints.seen_at(cluster))
             .chain(self.rule_endpoints.urls())
             .chain(self.hook_endpoints.urls());
         for url in all {
@@ -725,8 +762,11 @@ impl Reconciler {
 
     /// Whether both initial lists are complete.
     fn synced(&self) -> bool {
-        self.rules.lock().map(|s| s.ready).unwrap_or(false)
+        let ready = |s: &Shared<DynamicObject>| s.lock().map(|s| s.ready).unwrap_or(false);
+        ready(&self.rules)
             && self.hooks.lock().map(|s| s.ready).unwrap_or(false)
+            && ready(&self.bindings)
+            && self.kinds.iter().all(ready)
     }
 
     /// The rule objects, keyed by (cluster, name).
@@ -1103,10 +1143,24 @@ impl Reconciler {
             }
             g.retain(|k, _| named.contains(&(k.0.as_str(), k.1.as_str())));
         }
-        let desired = desired_targets(&rules);
+        let mut desired = desired_targets(&rules);
+        let (plan, objects) = self.plan();
+        for (lc, t) in plan.targets {
+            let entry = desired.entry(lc).or_default();
+            entry.binds |= t.binds;
+            entry.local = t.local;
+            for (export, grs) in t.exports {
+                entry.exports.entry(export).or_default().extend(grs);
+            }
+            entry.rules.extend(t.rules);
+        }
         let installed = self.install(&desired).await;
         let writes = self.status_writes(&rules, &installed.configurations);
-        let status_errors = self.write_statuses(writes).await;
+        let mut status_errors = self.write_statuses(writes).await;
+        status_errors.extend(
+            self.write_kind_statuses(&plan.policies, &objects, &installed.configurations)
+                .await,
+        );
         let mut errors = installed.errors;
         let configuration_failed = !errors.is_empty();
         errors.extend(status_errors);
@@ -1171,7 +1225,7 @@ impl Reconciler {
 
     /// Phase 4: makes the installed configurations what `desired` says:
     /// creates or updates those that differ, deletes those no rule targets.
-    async fn install(&self, desired: &BTreeMap<String, ProviderTarget>) -> Installed {
+    async fn install(&self, desired: &BTreeMap<String, WorkspaceTarget>) -> Installed {
         let opts = Arc::new(self.options.borrow().clone());
         let live = self.live_configurations();
         let mut installed = Installed {
@@ -1198,7 +1252,15 @@ impl Reconciler {
                 installed.configurations.insert(lc.clone(), l.clone());
                 continue;
             }
-            let want = provider_configuration(lc, &target.exports, &target.rules, &opts);
+            let Some(want) = workspace_configuration(
+                lc,
+                &self.settings.labels,
+                self.settings.strict,
+                target,
+                &opts,
+            ) else {
+                continue;
+            };
             match live.get(lc) {
                 Some(l) if matches_desired(l, &want) => {
                     if let Ok(mut m) = self.matched.lock() {
@@ -1212,6 +1274,7 @@ impl Reconciler {
                 other => {
                     tracing::info!(
                         cluster = %lc,
+                        binds = target.binds,
                         exports = target.exports.len(),
                         rules = target.rules.len(),
                         "{} ValidatingWebhookConfiguration holdfast",
@@ -1267,6 +1330,89 @@ impl Reconciler {
             }
         }
         installed
+    }
+
+    /// The policies of [`crate::kcp_kinds::kinds`] planned over the APIBindings
+    /// (from the watches: no API read), and their objects (flattened in the
+    /// plan's order).
+    fn plan(&self) -> (crate::kcp_kinds::Plan, Vec<Arc<DynamicObject>>) {
+        use crate::kcp_kinds::{Bindings, export_cluster_of, plan};
+        let objects = self
+            .kinds
+            .each_ref()
+            .map(|k| k.lock().map(|s| s.snapshot()).unwrap_or_default());
+        let bindings = self
+            .bindings
+            .lock()
+            .map(|s| s.snapshot())
+            .unwrap_or_default();
+        let export = &self.settings.api_export;
+        // holdfast's own logical cluster, from the URLs of its slice.
+        let home = self
+            .binding_endpoints
+            .urls()
+            .iter()
+            .chain(self.rule_endpoints.urls().iter())
+            .find_map(|u| export_cluster_of(u, export));
+        let bindings = Bindings::of(
+            bindings.iter().map(|((c, _), b)| (c.as_str(), b.as_ref())),
+            home.as_deref(),
+            export,
+        );
+        let planned = plan(&objects, &bindings, export);
+        let flat = objects.into_iter().flatten().map(|(_, obj)| obj).collect();
+        (planned, flat)
+    }
+
+    /// Writes the status of every policy of [`crate::kcp_kinds::kinds`] whose
+    /// conditions differ from what it has; returns what failed.
+    async fn write_kind_statuses(
+        &self,
+        policies: &[crate::kcp_kinds::PolicyEval],
+        objects: &[Arc<DynamicObject>],
+        installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+    ) -> Vec<String> {
+        let now = now_rfc3339();
+        let kinds = crate::kcp_kinds::kinds();
+        let mut writes = Vec::new();
+        for (e, obj) in policies.iter().zip(objects) {
+            let outcome = crate::kcp_kinds::outcome(e, installed);
+            let current = crate::kubernetes::current_status(obj);
+            if let Some(status) = desired_status(
+                obj.metadata.generation,
+                current.observed_generation,
+                &current.conditions,
+                &outcome,
+                &now,
+            ) {
+                writes.push((e.kind, e.cluster.clone(), e.name.clone(), status));
+            }
+        }
+        let kinds = &kinds;
+        futures::stream::iter(writes)
+            .map(|(kind, cluster, name, status): (usize, String, String, serde_json::Value)| async move {
+                let ar = &kinds[kind];
+                let body = Patch::Merge(json!({ "status": status }));
+                let (name, body) = (&name, &body);
+                let written = self
+                    .on_shard(&cluster, |client| async move {
+                        Api::<DynamicObject>::all_with(client, ar)
+                            .patch_status(name, &PatchParams::default(), body)
+                            .await
+                            .map(|_| ())
+                    })
+                    .await;
+                // A 404 from the most likely endpoint: the object is gone already.
+                match written {
+                    Err(e) if e.downcast_ref::<kube::Error>().and_then(holdfast_shared::kcp::status_of) == Some(404) => Ok(()),
+                    other => other,
+                }
+                .map_err(|err| anyhow::anyhow!("status of {} {cluster}/{name}: {err:#}", ar.kind))
+            })
+            .buffer_unordered(CONCURRENCY)
+            .filter_map(|r| futures::future::ready(r.err().map(|e| format!("{e:#}"))))
+            .collect()
+            .await
     }
 
     /// Phase 6: writes the statuses; returns what failed. A status found up to
@@ -1455,8 +1601,8 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
 
 /// Phase 3: the desired configuration's contents per provider cluster, from
 /// scratch.
-fn desired_targets(rules: &[RuleState]) -> BTreeMap<String, ProviderTarget> {
-    let mut desired: BTreeMap<String, ProviderTarget> = BTreeMap::new();
+fn desired_targets(rules: &[RuleState]) -> BTreeMap<String, WorkspaceTarget> {
+    let mut desired: BTreeMap<String, WorkspaceTarget> = BTreeMap::new();
     for r in rules {
         for (lc, exports) in &r.eval.targets {
             let entry = desired.entry(lc.clone()).or_default();
