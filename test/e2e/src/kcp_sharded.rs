@@ -129,6 +129,36 @@ spec:
 "#
 }
 
+/// The webhooks of configuration `cfg`: (name, path of its URL), e.g.
+/// `("containment.holdfast.dev", "/validate/kcp/<lc>")`; a webhook without a URL
+/// has path "".
+pub fn workspace_webhooks(cfg: &serde_json::Value) -> Vec<(String, String)> {
+    cfg["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| {
+            let url = h["clientConfig"]["url"].as_str().unwrap_or_default();
+            let path = url
+                .split_once("://")
+                .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
+                .unwrap_or_default();
+            (h["name"].as_str().unwrap_or_default().to_string(), path)
+        })
+        .collect()
+}
+
+/// What [`workspace_webhooks`] reads in the configuration of a workspace `lc`
+/// binding holdfast.dev, without strict mode or policies: label protection and
+/// containment, calling the workspace's route.
+pub fn own_webhooks(lc: &str) -> Vec<(String, String)> {
+    let path = format!("/validate/kcp/{lc}");
+    vec![
+        ("delete-label-0.holdfast.dev".to_string(), path.clone()),
+        ("containment.holdfast.dev".to_string(), path),
+    ]
+}
+
 fn manifests(dir: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../manifests")

@@ -14,6 +14,7 @@ use holdfast_e2e::{
         webhook_names,
     },
     kcp::{COMPUTE, HOLDFAST, Kcp, NETWORK, dependency_rule, workspace},
+    kcp_sharded::{own_webhooks, workspace_webhooks},
 };
 use serde_json::{Value, json};
 
@@ -154,14 +155,20 @@ async fn seed_003_topology_merged_per_provider_workspace() {
         .as_str()
         .expect("uid")
         .to_string();
-    // Nothing installed where nothing is protected.
-    assert!(
-        !kcp.exists(
-            "provider",
-            COMPUTE,
-            &["validatingwebhookconfiguration", "holdfast"]
-        ),
-        "no configuration in the compute workspace"
+    // The compute workspace binds holdfast.dev: its own types are protected
+    // (labels, containment), no export of it is routed.
+    let compute = kcp.env.sim.logical_cluster(COMPUTE).expect("compute lc");
+    let (cfg, _) = wait_configuration_at(
+        &kcp.env,
+        Some(&kcp.ws(COMPUTE)),
+        Duration::from_secs(15),
+        |c| c.is_some(),
+    )
+    .await
+    .expect("compute configuration");
+    assert_eq!(
+        workspace_webhooks(&cfg.expect("present")),
+        own_webhooks(&compute)
     );
 
     // Status: resolved workspace recorded, Ready.
@@ -231,14 +238,19 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     .expect("one entry left");
     assert_eq!(resources(cfg.as_ref()), vec!["vpcs.network.test.io"]);
 
-    // Delete the last: the configuration goes.
+    // Delete the last: the export's webhook goes, the workspace's own stay (it
+    // binds holdfast.dev).
     let out = kcp.kubectl("provider", COMPUTE, &["delete", "dependencyrule", "vm-vpc"]);
     assert_eq!(out.code, 0, "{out:?}");
-    wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(10), |c| {
-        c.is_none()
+    let (cfg, _) = wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(10), |c| {
+        c.is_some_and(|c| resources(Some(c)).is_empty())
     })
     .await
-    .expect("configuration removed");
+    .expect("export webhook removed");
+    assert_eq!(
+        workspace_webhooks(&cfg.expect("present")),
+        own_webhooks(&lc)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -569,14 +581,21 @@ async fn exports_of_one_group_resource_are_told_apart_by_identity() {
         ours.as_str()
     );
     wait_routed(&kcp, &c, NETWORK, &["vpcs.network.test.io"]).await;
-    // Only the named export's workspace is routed.
-    assert!(
-        !kcp.exists(
-            "provider",
-            OTHER,
-            &["validatingwebhookconfiguration", "holdfast"]
-        ),
-        "the other export of the same group/resource got a configuration"
+    // Only the named export's workspace is routed: the other one (binding
+    // holdfast.dev) holds its own webhooks only.
+    let other = kcp.env.sim.logical_cluster(OTHER).expect("other lc");
+    let (cfg, _) = wait_configuration_at(
+        &kcp.env,
+        Some(&kcp.ws(OTHER)),
+        Duration::from_secs(15),
+        |c| c.is_some(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    assert_eq!(
+        workspace_webhooks(&cfg.expect("present")),
+        own_webhooks(&other),
+        "the other export of the same group/resource is routed"
     );
 }
 
