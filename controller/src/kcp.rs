@@ -261,6 +261,8 @@ pub struct Reconciler {
     statuses: Mutex<HashMap<String, StatusInputs>>,
     /// Whether the last pass left some workspace path unresolved (retry soon).
     unresolved: bool,
+    /// Workspaces whose configuration holdfast may no longer delete (said once).
+    abandoned: Mutex<BTreeSet<String>>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -684,6 +686,7 @@ impl Reconciler {
             evals: Mutex::new(HashMap::new()),
             statuses: Mutex::new(HashMap::new()),
             unresolved: false,
+            abandoned: Mutex::new(BTreeSet::new()),
             ready,
         })
     }
@@ -1324,9 +1327,22 @@ impl Reconciler {
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
+        let mut abandoned = self.abandoned.lock().ok();
+        if let Some(a) = abandoned.as_mut() {
+            a.retain(|lc| !desired.contains_key(lc));
+        }
         for (lc, r) in deleted {
-            if let Err(e) = r {
-                installed.errors.push(format!("{lc}: {e:#}"));
+            match r {
+                // The workspace no longer binds holdfast (or is gone): holdfast's
+                // access ended with the binding; the configuration is its owner's
+                // to delete. Said once, not retried as a failure.
+                Err(e) if gone_or_forbidden(&e) => {
+                    if abandoned.as_mut().is_some_and(|a| a.insert(lc.clone())) {
+                        tracing::warn!(cluster = %lc, error = %format!("{e:#}"), "holdfast may no longer delete ValidatingWebhookConfiguration holdfast there (the workspace no longer binds holdfast with its claims accepted); its owner may delete it");
+                    }
+                }
+                Err(e) => installed.errors.push(format!("{lc}: {e:#}")),
+                Ok(()) => {}
             }
         }
         installed

@@ -221,6 +221,9 @@ pub struct Plan {
     pub policies: Vec<PolicyEval>,
 }
 
+/// The objects of one kind, keyed by (logical cluster, name).
+pub type Objects = Vec<((String, String), Arc<DynamicObject>)>;
+
 /// A decoded policy of one of [`kinds`].
 enum Policy {
     Rp(ResourceProtection),
@@ -305,7 +308,7 @@ fn not_bound_message(export: &str, unbound: &[(&GroupResource, &BoundFrom)]) -> 
 /// Every workspace binding holdfast gets a target; the exports' targets hold the
 /// types consumers' policies govern.
 pub fn plan(
-    objects: &[Vec<((String, String), Arc<DynamicObject>)>; 3],
+    objects: &[Objects; 3],
     bindings: &Bindings,
     export: &str,
 ) -> Plan {
@@ -389,7 +392,11 @@ pub fn plan(
         let Some(target) = out.targets.get_mut(&cluster).filter(|t| t.binds) else {
             continue;
         };
-        retain_local(&mut needs, |gr| bindings.source(&cluster, gr).is_none());
+        // holdfast's own types come from holdfast's export: kcp never calls this
+        // workspace's configurations for them.
+        retain_local(&mut needs, |gr| {
+            gr.group != API_GROUP && bindings.source(&cluster, gr).is_none()
+        });
         target.local = needs.with_containment(well_known_scope);
     }
     out

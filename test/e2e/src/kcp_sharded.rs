@@ -251,6 +251,47 @@ impl Sharded {
         path
     }
 
+    /// As the platform team: lets `user` bind holdfast.dev (the shipped
+    /// ClusterRole `holdfast-bind` in the holdfast workspace; docs/kcp.md: grant it
+    /// to whoever may publish policies).
+    pub fn let_bind_holdfast(&self, user: &str) {
+        let out = self.kubectl(
+            "platform",
+            HOLDFAST,
+            &[
+                "create",
+                "clusterrolebinding",
+                &format!("holdfast-bind-{user}"),
+                "--clusterrole=holdfast-bind",
+                &format!("--user={user}"),
+            ],
+        );
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+
+    /// A workspace `name` on `shard` owned by user `consumer`, binding each
+    /// `(binding, export path, export)` of `bindings` and, when `holdfast`,
+    /// holdfast.dev with its claims accepted ([`holdfast_binding`]; the consumer
+    /// needs [`Sharded::let_bind_holdfast`] first). Returns its path.
+    pub fn workspace_binding(
+        &self,
+        name: &str,
+        shard: &str,
+        holdfast: bool,
+        bindings: &[(&str, &str, &str)],
+    ) -> String {
+        self.apply("platform", "root", &workspace_on(name, shard));
+        let path = format!("root:{name}");
+        self.apply("platform", &path, &admin_of("consumer"));
+        for (binding, at, export) in bindings {
+            self.apply("consumer", &path, &crate::kcp::binding(binding, at, export));
+        }
+        if holdfast {
+            self.apply("consumer", &path, holdfast_binding());
+        }
+        path
+    }
+
     /// A consumer workspace `name` on `shard` binding both providers' exports, with
     /// none of the consumer RBAC holdfast's docs recommend.
     pub fn bare_consumer(&self, name: &str, shard: &str) -> String {

@@ -1139,6 +1139,9 @@ pub async fn after_write(
                     .update(&kind(BINDINGS), &key, bound, crate::store::rv_of(n))
                     .ok();
             }
+            if let Some(n) = new {
+                touch_claimed(state, cluster, old.map(|o| accepted_claims(o)), n);
+            }
             crate::controllers::refresh_dynamic(state, cluster);
             if old.is_none() || new.is_none() {
                 refresh_slices(state);
@@ -1167,6 +1170,33 @@ pub async fn after_write(
             None
         }
         _ => None,
+    }
+}
+
+/// kcp's permission-claim labeler labels every object of a resource whose claim a
+/// binding newly accepts, so a virtual workspace's watch sees the objects that
+/// were there before the claim (as MODIFIED, ADDED through its label filter).
+/// Modelled by rewriting each such object of `cluster` (a new resourceVersion):
+/// a watcher of the virtual workspace, to which they become visible now, receives
+/// them. `before`: the claims accepted before this write.
+fn touch_claimed(state: &State, cluster: &str, before: Option<Vec<Claim>>, binding: &Value) {
+    let before = before.unwrap_or_default();
+    for (g, r, _) in accepted_claims(binding) {
+        if before.iter().any(|(bg, br, _)| *bg == g && *br == r) {
+            continue;
+        }
+        let gr = gr(&g, &r);
+        let objects = state.store.list_keyed(&gr, Some(cluster), None).0;
+        let this = binding["metadata"]["name"].as_str().unwrap_or_default();
+        for (key, obj) in objects {
+            // The binding itself was just written.
+            if (g.as_str(), r.as_str()) == BINDINGS && key.name == this {
+                continue;
+            }
+            let _ = state
+                .store
+                .update(&gr, &key, (*obj).clone(), crate::store::rv_of(&obj));
+        }
     }
 }
 
