@@ -886,7 +886,53 @@ pub fn vw_resources(
         };
         out.extend(found);
     }
+    // kcp-facts 16: APIBindings are always served (the fallback when not claimed).
+    if !out
+        .iter()
+        .any(|i| (i.group.as_str(), i.resource.as_str()) == BINDINGS)
+    {
+        out.extend(
+            state
+                .registry
+                .kcp
+                .iter()
+                .filter(|i| (i.group.as_str(), i.resource.as_str()) == BINDINGS)
+                .cloned(),
+        );
+    }
     out
+}
+
+/// Whether the virtual workspace's export claims APIBindings.
+fn claims_bindings(state: &State, vw: &VwCtx) -> bool {
+    state
+        .store
+        .get(&kind(EXPORTS), &ckey(&vw.export_cluster, &vw.export_name))
+        .is_some_and(|e| {
+            claims_of(&e)
+                .iter()
+                .any(|(g, r, _)| (g.as_str(), r.as_str()) == BINDINGS)
+        })
+}
+
+/// kcp-facts 16: the virtual workspace of an export that does not claim APIBindings
+/// serves them anyway, read only, restricted to the bindings to this export
+/// (`Some((export cluster, export name))`); `None` where `info` is not APIBindings
+/// or the export claims them (then the claim decides, as for every claimed type).
+pub fn bindings_fallback(
+    state: &State,
+    vw: &VwCtx,
+    info: &ResourceInfo,
+) -> Option<(String, String)> {
+    ((info.group.as_str(), info.resource.as_str()) == BINDINGS && !claims_bindings(state, vw))
+        .then(|| (vw.export_cluster.clone(), vw.export_name.clone()))
+}
+
+/// Whether APIBinding `b` binds the export `(cluster, name)` (kcp's label
+/// `internal.apis.kcp.io/export`, set once it is bound).
+pub fn binds_export(b: &Value, (cluster, name): &(String, String)) -> bool {
+    b["status"]["apiExportClusterName"].as_str() == Some(cluster.as_str())
+        && b["spec"]["reference"]["export"]["name"].as_str() == Some(name.as_str())
 }
 
 fn binding_for_export(state: &State, cluster: &str, vw: &VwCtx) -> Option<Arc<Value>> {
@@ -916,7 +962,9 @@ pub fn vw_cluster_allowed(state: &State, vw: &VwCtx, info: &ResourceInfo, cluste
     let Some(b) = binding_for_export(state, cluster, vw) else {
         return false;
     };
-    is_exported(state, vw, info) || claim_covers(state, &accepted_claims(&b), info, cluster)
+    is_exported(state, vw, info)
+        || bindings_fallback(state, vw, info).is_some()
+        || claim_covers(state, &accepted_claims(&b), info, cluster)
 }
 
 pub fn vw_authorize(
@@ -937,7 +985,7 @@ pub fn vw_authorize(
             &format!("workspace {c} does not bind APIExport {}", vw.export_name),
         ));
     };
-    if is_exported(state, vw, info) {
+    if is_exported(state, vw, info) || bindings_fallback(state, vw, info).is_some() {
         return Ok(());
     }
     if claim_covers(state, &accepted_claims(&b), info, c) {
