@@ -307,11 +307,7 @@ fn not_bound_message(export: &str, unbound: &[(&GroupResource, &BoundFrom)]) -> 
 /// (logical cluster, name)) over `bindings`; `export` is holdfast's APIExport.
 /// Every workspace binding holdfast gets a target; the exports' targets hold the
 /// types consumers' policies govern.
-pub fn plan(
-    objects: &[Objects; 3],
-    bindings: &Bindings,
-    export: &str,
-) -> Plan {
+pub fn plan(objects: &[Objects; 3], bindings: &Bindings, export: &str) -> Plan {
     let mut out = Plan::default();
     let mut local_needs: BTreeMap<String, PolicyNeeds> = BTreeMap::new();
     for cluster in &bindings.holdfast {

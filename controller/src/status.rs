@@ -395,24 +395,19 @@ mod tests {
         });
         assert_eq!(find(&o, "Ready"), ("True".into(), "Enforced".into()));
         o.source = None;
-        o.not_admitted = Some("DELETEs of pods.metrics.k8s.io never reach a webhook".into());
-        assert_eq!(
-            find(&o, "Installed"),
-            ("False".into(), NOT_ADMISSION_CONTROLLED.into())
-        );
-        assert_eq!(
-            find(&o, "Ready"),
-            ("False".into(), NOT_ADMISSION_CONTROLLED.into())
-        );
-        o.not_admitted = None;
-        o.blocked = Some(("ExportWorkspaceNotBound", "bind it".into()));
-        assert_eq!(
-            find(&o, "Installed"),
-            ("False".into(), "ExportWorkspaceNotBound".into())
-        );
-        assert_eq!(
-            find(&o, "Ready"),
-            ("False".into(), "ExportWorkspaceNotBound".into())
-        );
+        let never = "DELETEs of pods.metrics.k8s.io never reach a webhook";
+        let blocked = Outcome {
+            blocked: Some(("ExportWorkspaceNotBound", "bind it".into())),
+            ..o.clone()
+        };
+        o.not_admitted = Some(never.into());
+        for (o, reason) in [
+            (&o, NOT_ADMISSION_CONTROLLED),
+            (&blocked, "ExportWorkspaceNotBound"),
+        ] {
+            for t in ["Installed", "Ready"] {
+                assert_eq!(find(o, t), ("False".into(), reason.into()), "{t}");
+            }
+        }
     }
 }

@@ -2308,14 +2308,12 @@ mod tests {
         // Strict: the strict label webhook and break-glass too.
         let strict =
             workspace_configuration("lc1", &labels, true, &target, &opts()).expect("configuration");
-        let names: Vec<&str> = strict
-            .webhooks
-            .iter()
-            .flatten()
-            .map(|h| h.name.as_str())
-            .collect();
+        let names = |cfg: &ValidatingWebhookConfiguration| -> Vec<String> {
+            let hooks = cfg.webhooks.iter().flatten();
+            hooks.map(|h| h.name.clone()).collect()
+        };
         assert_eq!(
-            names,
+            names(&strict),
             [
                 "delete-label-0.holdfast.dev",
                 "strict-label-0.holdfast.dev",
@@ -2346,13 +2344,10 @@ mod tests {
             ..WorkspaceTarget::default()
         };
         let cfg = workspace_configuration("lc9", &labels, false, &bare, &opts()).expect("cfg");
-        let names: Vec<&str> = cfg
-            .webhooks
-            .iter()
-            .flatten()
-            .map(|h| h.name.as_str())
-            .collect();
-        assert_eq!(names, ["delete-label-0.holdfast.dev", CONTAINMENT_WEBHOOK]);
+        assert_eq!(
+            names(&cfg),
+            ["delete-label-0.holdfast.dev", CONTAINMENT_WEBHOOK]
+        );
     }
 
     #[test]

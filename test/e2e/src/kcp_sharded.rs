@@ -251,6 +251,17 @@ impl Sharded {
         path
     }
 
+    /// The arguments that run holdfast-controller on this topology as
+    /// `holdfast-controller`.
+    pub fn controller_args(&self) -> Vec<&str> {
+        vec![
+            "--kubeconfig",
+            self.controller_kubeconfig.as_str(),
+            "--topology",
+            "kcp",
+        ]
+    }
+
     /// As the platform team: lets `user` bind holdfast.dev (the shipped
     /// ClusterRole `holdfast-bind` in the holdfast workspace; docs/kcp.md: grant it
     /// to whoever may publish policies).

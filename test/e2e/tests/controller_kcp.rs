@@ -38,12 +38,7 @@ async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
 /// The controller for kcp (with `extra` arguments), not waited for.
 fn spawn_controller(kcp: &Kcp, name: &str, extra: &[&str]) -> ControllerProcess {
     let port = holdfast_e2e::free_port().expect("port");
-    let mut args = vec![
-        "--kubeconfig",
-        kcp.controller_kubeconfig.as_str(),
-        "--topology",
-        "kcp",
-    ];
+    let mut args = kcp.controller_args();
     args.extend_from_slice(extra);
     start_controller(&kcp.env, name, port, &args).expect("controller")
 }
@@ -75,6 +70,25 @@ fn resources(cfg: Option<&Value>) -> Vec<String> {
             .collect()
     })
     .unwrap_or_default()
+}
+
+/// Waits until workspace `path` (binding holdfast.dev) holds a configuration, and
+/// asserts that it holds the workspace's own webhooks only (no export routed).
+async fn assert_own_configuration(kcp: &Kcp, c: &ControllerProcess, path: &str) {
+    let lc = kcp.env.sim.logical_cluster(path).expect("lc");
+    let (cfg, _) = wait_configuration_at(
+        &kcp.env,
+        Some(&kcp.ws(path)),
+        Duration::from_secs(15),
+        |c| c.is_some(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    assert_eq!(
+        workspace_webhooks(&cfg.expect("present")),
+        own_webhooks(&lc),
+        "{path}"
+    );
 }
 
 /// Condition `type_` of DependencyRule `name` in workspace `path` now; fails when
@@ -157,19 +171,7 @@ async fn seed_003_topology_merged_per_provider_workspace() {
         .to_string();
     // The compute workspace binds holdfast.dev: its own types are protected
     // (labels, containment), no export of it is routed.
-    let compute = kcp.env.sim.logical_cluster(COMPUTE).expect("compute lc");
-    let (cfg, _) = wait_configuration_at(
-        &kcp.env,
-        Some(&kcp.ws(COMPUTE)),
-        Duration::from_secs(15),
-        |c| c.is_some(),
-    )
-    .await
-    .expect("compute configuration");
-    assert_eq!(
-        workspace_webhooks(&cfg.expect("present")),
-        own_webhooks(&compute)
-    );
+    assert_own_configuration(&kcp, &c, COMPUTE).await;
 
     // Status: resolved workspace recorded, Ready.
     kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-vpc", "Ready", "True"])
@@ -368,15 +370,8 @@ async fn cleanup_on_shutdown_removes_every_provider_configuration() {
 async fn leader_election_in_the_holdfast_workspace() {
     let kcp = topology().await;
     let port = holdfast_e2e::free_port().expect("port");
-    let args = [
-        "--kubeconfig",
-        kcp.controller_kubeconfig.as_str(),
-        "--topology",
-        "kcp",
-        "--leader-elect",
-        "--leader-elect-namespace",
-        "default",
-    ];
+    let mut args = kcp.controller_args();
+    args.extend(["--leader-elect", "--leader-elect-namespace", "default"]);
     let mut a = start_controller(&kcp.env, "controller-a", port, &args).expect("a");
     let mut b = start_controller(&kcp.env, "controller-b", port, &args).expect("b");
     let (leader, follower) = elect(&mut a, &mut b).await;
@@ -583,20 +578,7 @@ async fn exports_of_one_group_resource_are_told_apart_by_identity() {
     wait_routed(&kcp, &c, NETWORK, &["vpcs.network.test.io"]).await;
     // Only the named export's workspace is routed: the other one (binding
     // holdfast.dev) holds its own webhooks only.
-    let other = kcp.env.sim.logical_cluster(OTHER).expect("other lc");
-    let (cfg, _) = wait_configuration_at(
-        &kcp.env,
-        Some(&kcp.ws(OTHER)),
-        Duration::from_secs(15),
-        |c| c.is_some(),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    assert_eq!(
-        workspace_webhooks(&cfg.expect("present")),
-        own_webhooks(&other),
-        "the other export of the same group/resource is routed"
-    );
+    assert_own_configuration(&kcp, &c, OTHER).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -17,12 +17,7 @@ async fn setup() -> (Sharded, ControllerProcess) {
     let t = sharded().await.expect("kcp topology");
     t.let_bind_holdfast("consumer");
     let port = holdfast_e2e::free_port().expect("port");
-    let args = [
-        "--kubeconfig",
-        t.controller_kubeconfig.as_str(),
-        "--topology",
-        "kcp",
-    ];
+    let args = t.controller_args();
     let mut c = start_controller(&t.env, "controller", port, &args).expect("controller");
     c.wait_ready(30).await.expect("controller ready");
     (t, c)
@@ -37,13 +32,7 @@ async fn configuration(
     path: &str,
     check: impl Fn(Option<&Value>) -> bool,
 ) -> Option<Value> {
-    let args = [
-        "get",
-        "validatingwebhookconfiguration",
-        "holdfast",
-        "-o",
-        "json",
-    ];
+    let args = ["get", "validatingwebhookconfiguration/holdfast", "-o=json"];
     let out = t
         .until(user, path, &args, |o| {
             let cfg = (o.code == 0)
@@ -103,14 +92,7 @@ spec:
 const RP_BAD_SELECTOR: &str = r#"apiVersion: holdfast.dev/v1alpha1
 kind: ResourceProtection
 metadata: {name: bad-selector}
-spec:
-  resources:
-  - group: ""
-    version: v1
-    resource: secrets
-    labelSelector:
-      matchExpressions:
-      - {key: tier, operator: In}
+spec: {resources: [{group: "", version: v1, resource: secrets, labelSelector: {matchExpressions: [{key: tier, operator: In}]}}]}
 "#;
 
 const ANCHOR_RULE: &str = r#"apiVersion: holdfast.dev/v1alpha1
