@@ -1155,6 +1155,7 @@ impl Reconciler {
             for (export, grs) in t.exports {
                 entry.exports.entry(export).or_default().extend(grs);
             }
+            entry.strict_exports = t.strict_exports;
             entry.rules.extend(t.rules);
         }
         let installed = self.install(&desired).await;

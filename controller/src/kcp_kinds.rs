@@ -266,6 +266,12 @@ impl Policy {
         }
     }
 
+    /// Whether label changes and break-glass markers on what it protects are
+    /// judged too (a strict ResourceProtection).
+    fn strict(&self) -> bool {
+        matches!(self, Self::Rp(p) if p.spec.strict)
+    }
+
     fn add_to(&self, needs: &mut PolicyNeeds) {
         match self {
             Self::Rp(p) => needs.add_resource_protection(p),
@@ -354,6 +360,13 @@ pub fn plan(objects: &[Objects; 3], bindings: &Bindings, export: &str) -> Plan {
                                 .entry(from.export.clone())
                                 .or_default()
                                 .insert(gr.clone());
+                            if policy.strict() {
+                                target
+                                    .strict_exports
+                                    .entry(from.export.clone())
+                                    .or_default()
+                                    .insert(gr.clone());
+                            }
                             target.rules.insert(eval.key());
                         }
                         eval.exported
@@ -628,6 +641,24 @@ mod tests {
             .into()
         );
         assert_eq!(comp.rules, ["c1/both".to_string()].into());
+        assert!(comp.strict_exports.is_empty(), "not a strict policy");
+        // A strict one: the export's webhook takes its label-changing UPDATEs too.
+        let strict = policy(
+            "c1",
+            "ResourceProtection",
+            "strict",
+            json!({"strict": true, "resources": [{"group": "apps", "version": "v1", "resource": "deployments"}]}),
+        );
+        let with_strict = [vec![strict], Vec::new(), Vec::new()];
+        let p2 = plan(&with_strict, &bindings(&list), "holdfast.dev");
+        assert_eq!(
+            p2.targets["comp"].strict_exports,
+            [(
+                "kubernetes".to_string(),
+                [GroupResource::new("apps", "deployments")].into()
+            )]
+            .into()
+        );
         // Installed only once both configurations route them.
         let opts = InstallOptions {
             target: WebhookTarget::Url("https://w/validate".into()),

@@ -1407,10 +1407,8 @@ pub fn provider_configuration(
     opts: &InstallOptions,
 ) -> ValidatingWebhookConfiguration {
     let listed = rules.iter().cloned().collect::<Vec<_>>().join(",");
-    configuration(
-        (RULES_ANNOTATION, listed),
-        export_webhooks(cluster, exports, opts),
-    )
+    let hooks = export_webhooks(cluster, exports, &BTreeMap::new(), opts);
+    configuration((RULES_ANNOTATION, listed), hooks)
 }
 
 /// Appends `suffix` to the webhook's URL (or its Service path).
@@ -1444,6 +1442,11 @@ pub struct WorkspaceTarget {
     /// binding the export alike (kcp calls only this workspace's configurations
     /// for them).
     pub exports: BTreeMap<String, BTreeSet<GroupResource>>,
+    /// Per APIExport of this workspace: the resources some strict policy (of a
+    /// consumer) protects, whose break-glass and label-changing UPDATEs the export's
+    /// webhook receives too (under strict mode, every resource of
+    /// [`WorkspaceTarget::exports`]).
+    pub strict_exports: BTreeMap<String, BTreeSet<GroupResource>>,
     /// The policies (`<logical cluster>/<name>`) routed through
     /// [`WorkspaceTarget::exports`], recorded in [`RULES_ANNOTATION`].
     pub rules: BTreeSet<String>,
@@ -1485,7 +1488,19 @@ pub fn workspace_configuration(
             hooks.push(h);
         }
     }
-    hooks.extend(export_webhooks(cluster, &target.exports, opts));
+    let mut strict_exports = target.strict_exports.clone();
+    if strict {
+        for (export, resources) in &target.exports {
+            let set = strict_exports.entry(export.clone()).or_default();
+            set.extend(resources.iter().cloned());
+        }
+    }
+    hooks.extend(export_webhooks(
+        cluster,
+        &target.exports,
+        &strict_exports,
+        opts,
+    ));
     let listed = target.rules.iter().cloned().collect::<Vec<_>>().join(",");
     let mut cfg = configuration((RULES_ANNOTATION, listed), hooks);
     if target.binds
@@ -1501,9 +1516,14 @@ pub fn workspace_configuration(
 
 /// One `<export>.policies.holdfast.dev` webhook per export of `exports`, with one
 /// DELETE rules entry per resource, calling `<webhook URL>/kcp/<cluster>/<export>`.
+/// Where `strict` lists resources of the export, the webhook also receives their
+/// UPDATEs (subresources included) that add a break-glass marker or change labels,
+/// as [`BREAK_GLASS_WEBHOOK`] does for a workspace's own types (kcp calls only the
+/// export workspace's configurations for them).
 fn export_webhooks(
     cluster: &str,
     exports: &BTreeMap<String, BTreeSet<GroupResource>>,
+    strict: &BTreeMap<String, BTreeSet<GroupResource>>,
     opts: &InstallOptions,
 ) -> Vec<ValidatingWebhook> {
     exports
@@ -1527,6 +1547,19 @@ fn export_webhooks(
                     })
                     .collect(),
             );
+            if let Some(updates) = strict.get(export).filter(|u| !u.is_empty())
+                && let Some(rules) = h.rules.as_mut()
+            {
+                rules.extend(with_subresources(merged_rules("UPDATE", updates)));
+                h.match_conditions = Some(vec![MatchCondition {
+                    name: "delete-or-break-glass-marker-added-or-labels-changed".to_string(),
+                    expression: format!(
+                        "request.operation == 'DELETE' || {} || {}",
+                        break_glass_condition(),
+                        LABELS_CHANGED
+                    ),
+                }]);
+            }
             h
         })
         .collect()
@@ -2241,6 +2274,7 @@ mod tests {
             local,
             exports: [("kubernetes".to_string(), [gr("apps", "deployments")].into())].into(),
             rules: ["lc2/deploys".to_string()].into(),
+            ..WorkspaceTarget::default()
         };
         let cfg = workspace_configuration("lc1", &labels, false, &target, &opts())
             .expect("configuration");
@@ -2322,6 +2356,50 @@ mod tests {
                 BREAK_GLASS_WEBHOOK,
                 "kubernetes.policies.holdfast.dev",
             ]
+        );
+        // Strict: the export's webhook also takes the break-glass and label-changing
+        // UPDATEs of its resources (as it does for a consumer's strict policy).
+        let deployments = gr("apps", "deployments");
+        assert!(routes(
+            &strict,
+            "kubernetes.policies.holdfast.dev",
+            "UPDATE",
+            &deployments
+        ));
+        assert!(!routes(
+            &cfg,
+            "kubernetes.policies.holdfast.dev",
+            "UPDATE",
+            &deployments
+        ));
+        let strict_rp = WorkspaceTarget {
+            strict_exports: [("kubernetes".to_string(), [deployments.clone()].into())].into(),
+            ..target.clone()
+        };
+        let cfg = workspace_configuration("lc1", &labels, false, &strict_rp, &opts()).expect("cfg");
+        let hook = cfg
+            .webhooks
+            .iter()
+            .flatten()
+            .last()
+            .expect("export webhook");
+        assert_eq!(
+            hook.rules.as_ref().map(|r| groups_and_resources(r)),
+            Some(vec![
+                (vec!["apps".to_string()], vec!["deployments".to_string()]),
+                (
+                    vec!["apps".to_string()],
+                    vec!["deployments".to_string(), "deployments/*".to_string()]
+                ),
+            ])
+        );
+        let condition = &hook.match_conditions.as_ref().expect("condition")[0].expression;
+        assert_eq!(
+            condition,
+            &format!(
+                "request.operation == 'DELETE' || {} || {LABELS_CHANGED}",
+                break_glass_condition()
+            )
         );
         // A provider workspace that does not bind holdfast: its exports only, exactly
         // as provider_configuration builds them.
