@@ -261,6 +261,9 @@ pub struct Reconciler {
     statuses: Mutex<HashMap<String, StatusInputs>>,
     /// Whether the last pass left some workspace path unresolved (retry soon).
     unresolved: bool,
+    /// ResourceProtections, AnchorRules and CriticalServices decoded and checked,
+    /// by (kind, cluster, name), with the resourceVersion they were read at.
+    decoded: Mutex<HashMap<DecodedKey, (String, Arc<crate::kcp_kinds::Decoded>)>>,
     /// Workspaces whose configuration holdfast may no longer delete (said once).
     abandoned: Mutex<BTreeSet<String>>,
     /// Set once the first reconcile succeeded.
@@ -528,6 +531,9 @@ struct RuleState {
 /// APIExport name → the resources of it some rule protects.
 type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
 
+/// A policy of [`crate::kcp_kinds::kinds`]: (kind, logical cluster, name).
+type DecodedKey = (usize, String, String);
+
 /// A live configuration's resourceVersion, and the target and options of the
 /// desired configuration it matched.
 type Matched = (String, WorkspaceTarget, Arc<InstallOptions>);
@@ -687,6 +693,7 @@ impl Reconciler {
             statuses: Mutex::new(HashMap::new()),
             unresolved: false,
             abandoned: Mutex::new(BTreeSet::new()),
+            decoded: Mutex::new(HashMap::new()),
             ready,
         })
     }
@@ -1376,7 +1383,35 @@ impl Reconciler {
             home.as_deref(),
             export,
         );
-        let planned = plan(&objects, &bindings, export);
+        // Decoding and checking reused per object while its resourceVersion holds.
+        let decoded = Mutex::new(
+            self.decoded
+                .lock()
+                .map(|mut c| std::mem::take(&mut *c))
+                .unwrap_or_default(),
+        );
+        let next = Mutex::new(HashMap::new());
+        let decode = |kind: usize, obj: &Arc<DynamicObject>| {
+            let key = (kind, cluster_of(obj.as_ref()), obj.name_any());
+            let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+            let known = decoded
+                .lock()
+                .ok()
+                .and_then(|mut c| c.remove(&key))
+                .filter(|(was, _)| *was == rv && !rv.is_empty());
+            let d = match known {
+                Some((_, d)) => d,
+                None => Arc::new(crate::kcp_kinds::decode_policy(kind, obj)),
+            };
+            if let Ok(mut n) = next.lock() {
+                n.insert(key, (rv, d.clone()));
+            }
+            d
+        };
+        let planned = plan(&objects, &decode, &bindings, export);
+        if let (Ok(mut c), Ok(n)) = (self.decoded.lock(), next.into_inner()) {
+            *c = n;
+        }
         let flat = objects.into_iter().flatten().map(|(_, obj)| obj).collect();
         (planned, flat)
     }

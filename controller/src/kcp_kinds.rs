@@ -224,6 +224,26 @@ pub struct Plan {
 /// The objects of one kind, keyed by (logical cluster, name).
 pub type Objects = Vec<((String, String), Arc<DynamicObject>)>;
 
+/// One policy object, decoded and checked: a function of the object alone, so the
+/// caller may reuse it while the object's resourceVersion is unchanged.
+pub struct Decoded {
+    policy: Result<Policy, String>,
+    invalid: Option<Invalid>,
+}
+
+/// Decodes and checks an object of `kinds()[kind]`.
+pub fn decode_policy(kind: usize, obj: &DynamicObject) -> Decoded {
+    let policy = Policy::decode(kind, obj);
+    let invalid = match &policy {
+        Ok(p) => p.check(),
+        Err(message) => Some(Invalid {
+            reason: reasons::INVALID_SPEC,
+            message: message.clone(),
+        }),
+    };
+    Decoded { policy, invalid }
+}
+
 /// A decoded policy of one of [`kinds`].
 enum Policy {
     Rp(ResourceProtection),
@@ -313,7 +333,13 @@ fn not_bound_message(export: &str, unbound: &[(&GroupResource, &BoundFrom)]) -> 
 /// (logical cluster, name)) over `bindings`; `export` is holdfast's APIExport.
 /// Every workspace binding holdfast gets a target; the exports' targets hold the
 /// types consumers' policies govern.
-pub fn plan(objects: &[Objects; 3], bindings: &Bindings, export: &str) -> Plan {
+/// `decode` gives each object's [`Decoded`] (see [`decode_policy`]).
+pub fn plan(
+    objects: &[Objects; 3],
+    decode: &dyn Fn(usize, &Arc<DynamicObject>) -> Arc<Decoded>,
+    bindings: &Bindings,
+    export: &str,
+) -> Plan {
     let mut out = Plan::default();
     let mut local_needs: BTreeMap<String, PolicyNeeds> = BTreeMap::new();
     for cluster in &bindings.holdfast {
@@ -330,22 +356,12 @@ pub fn plan(objects: &[Objects; 3], bindings: &Bindings, export: &str) -> Plan {
                 local: Vec::new(),
                 exported: Vec::new(),
             };
-            let policy = match Policy::decode(kind, obj) {
-                Ok(p) => p,
-                Err(message) => {
-                    eval.invalid = Some(Invalid {
-                        reason: reasons::INVALID_SPEC,
-                        message,
-                    });
-                    out.policies.push(eval);
-                    continue;
-                }
-            };
-            eval.invalid = policy.check();
-            if eval.invalid.is_some() {
+            let decoded = decode(kind, obj);
+            eval.invalid = decoded.invalid.clone();
+            let (Ok(policy), None) = (&decoded.policy, &eval.invalid) else {
                 out.policies.push(eval);
                 continue;
-            }
+            };
             let mut unbound = Vec::new();
             for gr in policy.needs() {
                 match bindings.source(cluster, &gr) {
@@ -522,6 +538,10 @@ mod tests {
         ((cluster.to_string(), name.to_string()), Arc::new(obj))
     }
 
+    fn fresh(kind: usize, obj: &Arc<DynamicObject>) -> Arc<Decoded> {
+        Arc::new(decode_policy(kind, obj))
+    }
+
     fn bindings(list: &[(String, DynamicObject)]) -> Bindings {
         Bindings::of(
             list.iter().map(|(c, b)| (c.as_str(), b)),
@@ -599,7 +619,7 @@ mod tests {
         let objects = [vec![rp, bad], Vec::new(), Vec::new()];
         // The provider does not bind holdfast: blocked, nothing for it.
         let list = vec![holdfast_binding("c1", true), compute_binding("c1")];
-        let p = plan(&objects, &bindings(&list), "holdfast.dev");
+        let p = plan(&objects, &fresh, &bindings(&list), "holdfast.dev");
         assert_eq!(p.targets.keys().collect::<Vec<_>>(), ["c1"]);
         let t = &p.targets["c1"];
         assert!(t.binds && t.exports.is_empty());
@@ -628,7 +648,7 @@ mod tests {
         // The provider binds: its configuration routes the consumer's type.
         let mut list = list;
         list.push(holdfast_binding("comp", true));
-        let p = plan(&objects, &bindings(&list), "holdfast.dev");
+        let p = plan(&objects, &fresh, &bindings(&list), "holdfast.dev");
         assert_eq!(p.policies[0].blocked, None);
         let comp = &p.targets["comp"];
         assert!(comp.binds);
@@ -650,7 +670,7 @@ mod tests {
             json!({"strict": true, "resources": [{"group": "apps", "version": "v1", "resource": "deployments"}]}),
         );
         let with_strict = [vec![strict], Vec::new(), Vec::new()];
-        let p2 = plan(&with_strict, &bindings(&list), "holdfast.dev");
+        let p2 = plan(&with_strict, &fresh, &bindings(&list), "holdfast.dev");
         assert_eq!(
             p2.targets["comp"].strict_exports,
             [(
@@ -706,6 +726,7 @@ mod tests {
         let list = [holdfast_binding("c2", false)];
         let p = plan(
             &[Vec::new(), Vec::new(), vec![cs]],
+            &fresh,
             &bindings(&list),
             "holdfast.dev",
         );
