@@ -264,6 +264,9 @@ pub struct Reconciler {
     /// ResourceProtections, AnchorRules and CriticalServices decoded and checked,
     /// by (kind, cluster, name), with the resourceVersion they were read at.
     decoded: Mutex<HashMap<DecodedKey, (String, Arc<crate::kcp_kinds::Decoded>)>>,
+    /// Per policy of [`crate::kcp_kinds::kinds`]: what its status was last found up
+    /// to date with (its comparison is skipped while they hold).
+    kind_statuses: Mutex<HashMap<DecodedKey, KindStatusInputs>>,
     /// Workspaces whose configuration holdfast may no longer delete (said once).
     abandoned: Mutex<BTreeSet<String>>,
     /// Set once the first reconcile succeeded.
@@ -534,6 +537,14 @@ type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
 /// A policy of [`crate::kcp_kinds::kinds`]: (kind, logical cluster, name).
 type DecodedKey = (usize, String, String);
 
+/// What the status of a policy of [`crate::kcp_kinds::kinds`] is computed from.
+#[derive(PartialEq)]
+struct KindStatusInputs {
+    rv: String,
+    eval: crate::kcp_kinds::PolicyEval,
+    installed: Vec<Option<String>>,
+}
+
 /// A live configuration's resourceVersion, and the target and options of the
 /// desired configuration it matched.
 type Matched = (String, WorkspaceTarget, Arc<InstallOptions>);
@@ -694,6 +705,7 @@ impl Reconciler {
             unresolved: false,
             abandoned: Mutex::new(BTreeSet::new()),
             decoded: Mutex::new(HashMap::new()),
+            kind_statuses: Mutex::new(HashMap::new()),
             ready,
         })
     }
@@ -1426,20 +1438,53 @@ impl Reconciler {
     ) -> Vec<String> {
         let now = now_rfc3339();
         let kinds = crate::kcp_kinds::kinds();
-        let mut writes = Vec::new();
-        for (e, obj) in policies.iter().zip(objects) {
-            let outcome = crate::kcp_kinds::outcome(e, installed);
-            let current = crate::kubernetes::current_status(obj);
-            if let Some(status) = desired_status(
-                obj.metadata.generation,
-                current.observed_generation,
-                &current.conditions,
-                &outcome,
-                &now,
-            ) {
-                writes.push((e.kind, e.cluster.clone(), e.name.clone(), status));
+        let writes = {
+            let mut writes = Vec::new();
+            let mut seen = self.kind_statuses.lock().ok();
+            let mut next = HashMap::with_capacity(policies.len());
+            for (e, obj) in policies.iter().zip(objects) {
+                let key = (e.kind, e.cluster.clone(), e.name.clone());
+                // What the status is a function of: the object, its evaluation and the
+                // configurations (by resourceVersion) it is routed through.
+                let inputs = KindStatusInputs {
+                    rv: obj.metadata.resource_version.clone().unwrap_or_default(),
+                    eval: e.clone(),
+                    installed: std::iter::once(&e.cluster)
+                        .chain(e.exported.iter().map(|(_, lc, _)| lc))
+                        .map(|lc| {
+                            installed
+                                .get(lc)
+                                .and_then(|c| c.metadata.resource_version.clone())
+                        })
+                        .collect(),
+                };
+                let before = seen.as_mut().and_then(|s| s.remove(&key));
+                if !inputs.rv.is_empty() && before.as_ref() == Some(&inputs) {
+                    next.insert(key, inputs);
+                    continue;
+                }
+                let outcome = crate::kcp_kinds::outcome(e, installed);
+                let current = crate::kubernetes::current_status(obj);
+                match desired_status(
+                    obj.metadata.generation,
+                    current.observed_generation,
+                    &current.conditions,
+                    &outcome,
+                    &now,
+                ) {
+                    Some(status) => {
+                        writes.push((e.kind, e.cluster.clone(), e.name.clone(), status))
+                    }
+                    None => {
+                        next.insert(key, inputs);
+                    }
+                }
             }
-        }
+            if let Some(s) = seen.as_mut() {
+                **s = next;
+            }
+            writes
+        };
         let kinds = &kinds;
         futures::stream::iter(writes)
             .map(|(kind, cluster, name, status): (usize, String, String, serde_json::Value)| async move {

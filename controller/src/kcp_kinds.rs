@@ -186,7 +186,7 @@ impl Bindings {
 }
 
 /// One policy object of [`kinds`], evaluated.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PolicyEval {
     /// Index into [`kinds`].
     pub kind: usize,
@@ -229,6 +229,10 @@ pub type Objects = Vec<((String, String), Arc<DynamicObject>)>;
 pub struct Decoded {
     policy: Result<Policy, String>,
     invalid: Option<Invalid>,
+    /// What the policy governs ([`Policy::needs`]) and needs from a configuration
+    /// ([`Policy::add_to`]), built once.
+    needs: Vec<GroupResource>,
+    alone: PolicyNeeds,
 }
 
 /// Decodes and checks an object of `kinds()[kind]`.
@@ -241,7 +245,20 @@ pub fn decode_policy(kind: usize, obj: &DynamicObject) -> Decoded {
             message: message.clone(),
         }),
     };
-    Decoded { policy, invalid }
+    let (needs, alone) = match &policy {
+        Ok(p) if invalid.is_none() => {
+            let mut alone = PolicyNeeds::default();
+            p.add_to(&mut alone);
+            (p.needs(), alone)
+        }
+        _ => (Vec::new(), PolicyNeeds::default()),
+    };
+    Decoded {
+        policy,
+        invalid,
+        needs,
+        alone,
+    }
 }
 
 /// A decoded policy of one of [`kinds`].
@@ -363,13 +380,12 @@ pub fn plan(
                 continue;
             };
             let mut unbound = Vec::new();
-            for gr in policy.needs() {
+            for gr in decoded.needs.iter().cloned() {
                 match bindings.source(cluster, &gr) {
                     Some(from) => {
                         if !bindings.holdfast.contains(&from.cluster) {
                             unbound.push((gr.clone(), from));
-                        }
-                        if bindings.holdfast.contains(&from.cluster) {
+                        } else {
                             let target = out.targets.entry(from.cluster.clone()).or_default();
                             target
                                 .exports
@@ -392,7 +408,10 @@ pub fn plan(
                 }
             }
             if !eval.local.is_empty() {
-                policy.add_to(local_needs.entry(cluster.clone()).or_default());
+                local_needs
+                    .entry(cluster.clone())
+                    .or_default()
+                    .merge(&decoded.alone);
                 if !bindings.holdfast.contains(cluster) {
                     eval.blocked = Some((
                         WEBHOOK_CLAIM_NOT_ACCEPTED,

@@ -466,6 +466,14 @@ impl PolicyNeeds {
         self.routes.extend(dependency_rule_routes(dr));
     }
 
+    /// Adds what `other` needs (the union, as if its policies had been added here).
+    pub fn merge(&mut self, other: &PolicyNeeds) {
+        self.delete.extend(other.delete.iter().cloned());
+        self.strict.extend(other.strict.iter().cloned());
+        self.strict_labels |= other.strict_labels;
+        self.routes.extend(other.routes.iter().cloned());
+    }
+
     /// Adds what a CriticalService needs.
     pub fn add_critical_service(&mut self, cs: &CriticalService) {
         self.delete.extend(critical_service_needs(cs));
@@ -2426,6 +2434,28 @@ mod tests {
             names(&cfg),
             ["delete-label-0.holdfast.dev", CONTAINMENT_WEBHOOK]
         );
+    }
+
+    #[test]
+    fn merged_needs_are_the_needs_of_both_policies() {
+        let rp = |name: &str, strict: bool, resource: &str| -> ResourceProtection {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+                "metadata": {"name": name},
+                "spec": {"strict": strict, "resources": [{"version": "v1", "resource": resource}]}
+            }))
+            .expect("rp")
+        };
+        let (a, b) = (rp("a", false, "configmaps"), rp("b", true, "secrets"));
+        let mut both = PolicyNeeds::default();
+        both.add_resource_protection(&a);
+        both.add_resource_protection(&b);
+        let (mut merged, mut alone) = (PolicyNeeds::default(), PolicyNeeds::default());
+        merged.add_resource_protection(&a);
+        alone.add_resource_protection(&b);
+        merged.merge(&alone);
+        assert_eq!(merged, both);
+        assert!(merged.strict_labels);
     }
 
     #[test]
