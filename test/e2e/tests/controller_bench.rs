@@ -8,7 +8,8 @@
 //! for one rule change to reach its configuration (p50/p99 over 100 changes).
 //!
 //! Sizes can be reduced with HOLDFAST_BENCH_WORKSPACES / HOLDFAST_BENCH_RULES_PER_WORKSPACE
-//! / HOLDFAST_BENCH_CHANGES; HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (600).
+//! / HOLDFAST_BENCH_CHANGES; HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (600);
+//! HOLDFAST_BENCH_OTHER_KINDS=0 leaves the three other kinds out.
 
 use std::{
     collections::HashMap,
@@ -239,6 +240,9 @@ async fn bench_kcp_convergence_and_propagation() {
     let per = env_usize("HOLDFAST_BENCH_RULES_PER_WORKSPACE", 10);
     let changes = env_usize("HOLDFAST_BENCH_CHANGES", 100);
     let wait = Duration::from_secs(env_usize("HOLDFAST_BENCH_WAIT_SECONDS", 600) as u64);
+    // 0: DependencyRules only (the other three kinds left out, for comparison).
+    let others = env_usize("HOLDFAST_BENCH_OTHER_KINDS", 1) != 0;
+    let other_policies = if others { 3 * n } else { 0 };
     // kcp on the sim, whatever HOLDFAST_E2E_KUBECONFIG says.
     let env = Env::start_with(holdfast_sim::SimConfig {
         shards: 2,
@@ -346,7 +350,7 @@ async fn bench_kcp_convergence_and_propagation() {
                     .await
                     .expect("rule");
                 }
-                for (collection, policy) in local_policies() {
+                for (collection, policy) in local_policies().into_iter().filter(|_| others) {
                     let at = format!("{base}/apis/holdfast.dev/v1alpha1/{collection}");
                     create(&client, &at, &policy).await.expect("policy");
                 }
@@ -354,11 +358,11 @@ async fn bench_kcp_convergence_and_propagation() {
         })
         .await;
     let setup = t0.elapsed();
-    let policies = n * per + 3 * n;
+    let policies = n * per + other_policies;
     eprintln!(
         "setup: {n} workspaces on 2 shards, {} DependencyRules and {} other policies in {setup:?}",
         n * per,
-        3 * n
+        other_policies
     );
 
     // The controller, against the holdfast workspace.
@@ -412,7 +416,7 @@ async fn bench_kcp_convergence_and_propagation() {
             let items = list(shard, vwc_all).await.unwrap_or_default();
             complete += items
                 .iter()
-                .filter(|v| export_rules(v).len() == per && has_own_policies(v))
+                .filter(|v| export_rules(v).len() == per && (!others || has_own_policies(v)))
                 .count();
         }
         if complete == n {
@@ -515,7 +519,7 @@ async fn bench_kcp_convergence_and_propagation() {
     println!(
         "{}",
         json!({
-            "workspaces": n, "shards": 2, "rules": n * per, "other_policies": 3 * n, "changes": changes,
+            "workspaces": n, "shards": 2, "rules": n * per, "other_policies": other_policies, "changes": changes,
             "setup_seconds": setup.as_secs_f64(),
             "all_configurations_installed_seconds": installed_at.as_secs_f64(),
             "all_policies_ready_seconds": ready_at.as_secs_f64(),
