@@ -1333,9 +1333,13 @@ impl Reconciler {
                 }
             }
         }
+        // A configuration holdfast may no longer delete is not asked again every
+        // pass (until the workspace needs one again, or the controller restarts).
+        let abandoned: BTreeSet<String> =
+            self.abandoned.lock().map(|a| a.clone()).unwrap_or_default();
         let stale: Vec<String> = live
             .keys()
-            .filter(|lc| !desired.contains_key(*lc))
+            .filter(|lc| !desired.contains_key(*lc) && !abandoned.contains(*lc))
             .cloned()
             .collect();
         let deleted: Vec<(String, anyhow::Result<()>)> = futures::stream::iter(stale)
