@@ -1493,6 +1493,15 @@ pub fn workspace_configuration(
                 continue;
             }
             with_path_suffix(&mut h, &suffix);
+            // kcp calls this workspace's configurations for the consumers' objects
+            // of its exported types too (kcp-facts 12): these webhooks are for the
+            // workspace's own objects only.
+            h.match_conditions
+                .get_or_insert_with(Vec::new)
+                .push(MatchCondition {
+                    name: "object-of-this-workspace".to_string(),
+                    expression: of_workspace_condition(cluster),
+                });
             hooks.push(h);
         }
     }
@@ -1520,6 +1529,20 @@ pub fn workspace_configuration(
         );
     }
     Some(cfg)
+}
+
+/// The matchCondition passing only requests on objects of logical cluster `cluster`
+/// (kcp's `kcp.io/cluster` annotation; an object without it passes: fail closed).
+pub fn of_workspace_condition(cluster: &str) -> String {
+    let k = cel_str(crate::names::KCP_CLUSTER_ANNOTATION);
+    let lc = cel_str(cluster);
+    let of = |o: &str| {
+        format!(
+            "({o} == null || !has({o}.metadata.annotations) || !({k} in {o}.metadata.annotations) \
+             || {o}.metadata.annotations[{k}] == {lc})"
+        )
+    };
+    format!("{} && {}", of("oldObject"), of("object"))
 }
 
 /// One `<export>.policies.holdfast.dev` webhook per export of `exports`, with one
@@ -2306,6 +2329,29 @@ mod tests {
             ]
         );
         let hooks = cfg.webhooks.as_ref().expect("webhooks");
+        // Each is for the workspace's own objects only (kcp calls it for the
+        // consumers' objects of its exported types too).
+        for h in &hooks[..3] {
+            let conditions = h.match_conditions.as_ref().expect("conditions");
+            assert_eq!(
+                conditions
+                    .last()
+                    .map(|c| (c.name.as_str(), c.expression.clone())),
+                Some(("object-of-this-workspace", of_workspace_condition("lc1"))),
+                "{}",
+                h.name
+            );
+        }
+        assert_eq!(hooks[3].match_conditions, None, "the export webhook");
+        assert_eq!(
+            of_workspace_condition("lc1"),
+            "(oldObject == null || !has(oldObject.metadata.annotations) \
+             || !('kcp.io/cluster' in oldObject.metadata.annotations) \
+             || oldObject.metadata.annotations['kcp.io/cluster'] == 'lc1') \
+             && (object == null || !has(object.metadata.annotations) \
+             || !('kcp.io/cluster' in object.metadata.annotations) \
+             || object.metadata.annotations['kcp.io/cluster'] == 'lc1')"
+        );
         // Containment routes every namespace (no markers on kcp).
         assert_eq!(hooks[1].namespace_selector, Some(LabelSelector::default()));
         assert!(routes(
