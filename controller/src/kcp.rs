@@ -34,8 +34,8 @@ use holdfast_shared::{
     api::{DependencyRule, GroupResource},
     names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
     webhookconfig::{
-        InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, export_policies_webhook,
-        matches_desired, provider_configuration, routes,
+        InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, WorkspaceTarget,
+        export_policies_webhook, matches_desired, routes, workspace_configuration,
     },
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -199,6 +199,10 @@ pub struct Settings {
     pub api_export: String,
     /// Full resync period.
     pub resync: Duration,
+    /// Protection labels in force (every workspace binding holdfast).
+    pub labels: holdfast_shared::labels::ProtectionLabels,
+    /// Global strict mode.
+    pub strict: bool,
 }
 
 /// How often the initial lists are checked for completion.
@@ -219,6 +223,13 @@ pub struct Reconciler {
     rule_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
     hook_endpoints:
         Endpoints<ValidatingWebhookConfiguration, SharedFeed<ValidatingWebhookConfiguration>>,
+    /// APIBindings of every workspace binding holdfast (which binds holdfast, where
+    /// each type comes from).
+    bindings: Shared<DynamicObject>,
+    binding_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
+    /// ResourceProtections, AnchorRules and CriticalServices (the order of
+    /// [`crate::kcp_kinds::kinds`]), untyped.
+    kinds: [Shared<DynamicObject>; 3],
     /// The endpoint a write to a workspace last went through (forgotten when a write
     /// through it fails).
     shard_of: Mutex<HashMap<String, String>>,
@@ -250,6 +261,14 @@ pub struct Reconciler {
     statuses: Mutex<HashMap<String, StatusInputs>>,
     /// Whether the last pass left some workspace path unresolved (retry soon).
     unresolved: bool,
+    /// ResourceProtections, AnchorRules and CriticalServices decoded and checked,
+    /// by (kind, cluster, name), with the resourceVersion they were read at.
+    decoded: Mutex<HashMap<DecodedKey, (String, Arc<crate::kcp_kinds::Decoded>)>>,
+    /// Per policy of [`crate::kcp_kinds::kinds`]: what its status was last found up
+    /// to date with (its comparison is skipped while they hold).
+    kind_statuses: Mutex<HashMap<DecodedKey, KindStatusInputs>>,
+    /// Workspaces whose configuration holdfast may no longer delete (said once).
+    abandoned: Mutex<BTreeSet<String>>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -515,17 +534,20 @@ struct RuleState {
 /// APIExport name → the resources of it some rule protects.
 type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
 
-/// Phase 3: what one provider workspace's configuration routes.
-#[derive(Clone, Default, PartialEq)]
-struct ProviderTarget {
-    exports: ExportTargets,
-    /// `cluster/name` of the rules asking.
-    rules: BTreeSet<String>,
+/// A policy of [`crate::kcp_kinds::kinds`]: (kind, logical cluster, name).
+type DecodedKey = (usize, String, String);
+
+/// What the status of a policy of [`crate::kcp_kinds::kinds`] is computed from.
+#[derive(PartialEq)]
+struct KindStatusInputs {
+    rv: String,
+    eval: crate::kcp_kinds::PolicyEval,
+    installed: Vec<Option<String>>,
 }
 
 /// A live configuration's resourceVersion, and the target and options of the
 /// desired configuration it matched.
-type Matched = (String, ProviderTarget, Arc<InstallOptions>);
+type Matched = (String, WorkspaceTarget, Arc<InstallOptions>);
 
 /// Phase 4: the configurations installed after the writes, and what failed.
 struct Installed {
@@ -625,6 +647,36 @@ impl Reconciler {
             ),
             notify.clone(),
         );
+        let untyped = |ar: ApiResource| -> Box<dyn Fn(Client) -> Api<DynamicObject> + Send> {
+            Box::new(move |c| Api::<DynamicObject>::all_with(c, &ar))
+        };
+        let bindings = spawn_store(
+            source(
+                &home,
+                &settings.api_export,
+                &clients,
+                untyped(crate::kcp_kinds::apibindings()),
+                watcher::Config::default(),
+            ),
+            notify.clone(),
+        );
+        let kinds = crate::kcp_kinds::kinds().map(|ar| {
+            spawn_store(
+                source(
+                    &home,
+                    &settings.api_export,
+                    &clients,
+                    untyped(ar),
+                    watcher::Config::default(),
+                ),
+                notify.clone(),
+            )
+        });
+        let mut tasks = vec![rules.task, hooks.task, bindings.task];
+        let kinds = kinds.map(|k| {
+            tasks.push(k.task);
+            k.store
+        });
         let resolver = holdfast_shared::kcp::Resolver::new(clients.clone());
         let exports = holdfast_shared::kcp::Exports::new(clients.clone());
         Ok(Self {
@@ -635,8 +687,11 @@ impl Reconciler {
             hooks: hooks.store,
             rule_endpoints: rules.endpoints,
             hook_endpoints: hooks.endpoints,
+            bindings: bindings.store,
+            binding_endpoints: bindings.endpoints,
+            kinds,
             shard_of: Mutex::new(HashMap::new()),
-            tasks: vec![rules.task, hooks.task],
+            tasks,
             resolver,
             exports,
             last_good: Mutex::new(HashMap::new()),
@@ -648,6 +703,9 @@ impl Reconciler {
             evals: Mutex::new(HashMap::new()),
             statuses: Mutex::new(HashMap::new()),
             unresolved: false,
+            abandoned: Mutex::new(BTreeSet::new()),
+            decoded: Mutex::new(HashMap::new()),
+            kind_statuses: Mutex::new(HashMap::new()),
             ready,
         })
     }
@@ -665,6 +723,7 @@ impl Reconciler {
             .into_iter()
             .chain(self.rule_endpoints.seen_at(cluster))
             .chain(self.hook_endpoints.seen_at(cluster))
+            .chain(self.binding_endpoints.seen_at(cluster))
             .chain(self.rule_endpoints.urls())
             .chain(self.hook_endpoints.urls());
         for url in all {
@@ -725,8 +784,11 @@ impl Reconciler {
 
     /// Whether both initial lists are complete.
     fn synced(&self) -> bool {
-        self.rules.lock().map(|s| s.ready).unwrap_or(false)
+        let ready = |s: &Shared<DynamicObject>| s.lock().map(|s| s.ready).unwrap_or(false);
+        ready(&self.rules)
             && self.hooks.lock().map(|s| s.ready).unwrap_or(false)
+            && ready(&self.bindings)
+            && self.kinds.iter().all(ready)
     }
 
     /// The rule objects, keyed by (cluster, name).
@@ -1103,10 +1165,25 @@ impl Reconciler {
             }
             g.retain(|k, _| named.contains(&(k.0.as_str(), k.1.as_str())));
         }
-        let desired = desired_targets(&rules);
+        let mut desired = desired_targets(&rules);
+        let (plan, objects) = self.plan();
+        for (lc, t) in plan.targets {
+            let entry = desired.entry(lc).or_default();
+            entry.binds |= t.binds;
+            entry.local = t.local;
+            for (export, grs) in t.exports {
+                entry.exports.entry(export).or_default().extend(grs);
+            }
+            entry.strict_exports = t.strict_exports;
+            entry.rules.extend(t.rules);
+        }
         let installed = self.install(&desired).await;
         let writes = self.status_writes(&rules, &installed.configurations);
-        let status_errors = self.write_statuses(writes).await;
+        let mut status_errors = self.write_statuses(writes).await;
+        status_errors.extend(
+            self.write_kind_statuses(&plan.policies, &objects, &installed.configurations)
+                .await,
+        );
         let mut errors = installed.errors;
         let configuration_failed = !errors.is_empty();
         errors.extend(status_errors);
@@ -1171,7 +1248,7 @@ impl Reconciler {
 
     /// Phase 4: makes the installed configurations what `desired` says:
     /// creates or updates those that differ, deletes those no rule targets.
-    async fn install(&self, desired: &BTreeMap<String, ProviderTarget>) -> Installed {
+    async fn install(&self, desired: &BTreeMap<String, WorkspaceTarget>) -> Installed {
         let opts = Arc::new(self.options.borrow().clone());
         let live = self.live_configurations();
         let mut installed = Installed {
@@ -1198,7 +1275,15 @@ impl Reconciler {
                 installed.configurations.insert(lc.clone(), l.clone());
                 continue;
             }
-            let want = provider_configuration(lc, &target.exports, &target.rules, &opts);
+            let Some(want) = workspace_configuration(
+                lc,
+                &self.settings.labels,
+                self.settings.strict,
+                target,
+                &opts,
+            ) else {
+                continue;
+            };
             match live.get(lc) {
                 Some(l) if matches_desired(l, &want) => {
                     if let Ok(mut m) = self.matched.lock() {
@@ -1212,6 +1297,7 @@ impl Reconciler {
                 other => {
                     tracing::info!(
                         cluster = %lc,
+                        binds = target.binds,
                         exports = target.exports.len(),
                         rules = target.rules.len(),
                         "{} ValidatingWebhookConfiguration holdfast",
@@ -1247,9 +1333,13 @@ impl Reconciler {
                 }
             }
         }
+        // A configuration holdfast may no longer delete is not asked again every
+        // pass (until the workspace needs one again, or the controller restarts).
+        let abandoned: BTreeSet<String> =
+            self.abandoned.lock().map(|a| a.clone()).unwrap_or_default();
         let stale: Vec<String> = live
             .keys()
-            .filter(|lc| !desired.contains_key(*lc))
+            .filter(|lc| !desired.contains_key(*lc) && !abandoned.contains(*lc))
             .cloned()
             .collect();
         let deleted: Vec<(String, anyhow::Result<()>)> = futures::stream::iter(stale)
@@ -1261,12 +1351,169 @@ impl Reconciler {
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
+        let mut abandoned = self.abandoned.lock().ok();
+        if let Some(a) = abandoned.as_mut() {
+            a.retain(|lc| !desired.contains_key(lc));
+        }
         for (lc, r) in deleted {
-            if let Err(e) = r {
-                installed.errors.push(format!("{lc}: {e:#}"));
+            match r {
+                // The workspace no longer binds holdfast (or is gone): holdfast's
+                // access ended with the binding; the configuration is its owner's
+                // to delete. Said once, not retried as a failure.
+                Err(e) if gone_or_forbidden(&e) => {
+                    if abandoned.as_mut().is_some_and(|a| a.insert(lc.clone())) {
+                        tracing::warn!(cluster = %lc, error = %format!("{e:#}"), "holdfast may no longer delete ValidatingWebhookConfiguration holdfast there (the workspace no longer binds holdfast with its claims accepted); its owner may delete it");
+                    }
+                }
+                Err(e) => installed.errors.push(format!("{lc}: {e:#}")),
+                Ok(()) => {}
             }
         }
         installed
+    }
+
+    /// The policies of [`crate::kcp_kinds::kinds`] planned over the APIBindings
+    /// (from the watches: no API read), and their objects (flattened in the
+    /// plan's order).
+    fn plan(&self) -> (crate::kcp_kinds::Plan, Vec<Arc<DynamicObject>>) {
+        use crate::kcp_kinds::{Bindings, export_cluster_of, plan};
+        let objects = self
+            .kinds
+            .each_ref()
+            .map(|k| k.lock().map(|s| s.snapshot()).unwrap_or_default());
+        let bindings = self
+            .bindings
+            .lock()
+            .map(|s| s.snapshot())
+            .unwrap_or_default();
+        let export = &self.settings.api_export;
+        // holdfast's own logical cluster, from the URLs of its slice.
+        let home = self
+            .binding_endpoints
+            .urls()
+            .iter()
+            .chain(self.rule_endpoints.urls().iter())
+            .find_map(|u| export_cluster_of(u, export));
+        let bindings = Bindings::of(
+            bindings.iter().map(|((c, _), b)| (c.as_str(), b.as_ref())),
+            home.as_deref(),
+            export,
+        );
+        // Decoding and checking reused per object while its resourceVersion holds.
+        let decoded = Mutex::new(
+            self.decoded
+                .lock()
+                .map(|mut c| std::mem::take(&mut *c))
+                .unwrap_or_default(),
+        );
+        let next = Mutex::new(HashMap::new());
+        let decode = |kind: usize, obj: &Arc<DynamicObject>| {
+            let key = (kind, cluster_of(obj.as_ref()), obj.name_any());
+            let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+            let known = decoded
+                .lock()
+                .ok()
+                .and_then(|mut c| c.remove(&key))
+                .filter(|(was, _)| *was == rv && !rv.is_empty());
+            let d = match known {
+                Some((_, d)) => d,
+                None => Arc::new(crate::kcp_kinds::decode_policy(kind, obj)),
+            };
+            if let Ok(mut n) = next.lock() {
+                n.insert(key, (rv, d.clone()));
+            }
+            d
+        };
+        let planned = plan(&objects, &decode, &bindings, export);
+        if let (Ok(mut c), Ok(n)) = (self.decoded.lock(), next.into_inner()) {
+            *c = n;
+        }
+        let flat = objects.into_iter().flatten().map(|(_, obj)| obj).collect();
+        (planned, flat)
+    }
+
+    /// Writes the status of every policy of [`crate::kcp_kinds::kinds`] whose
+    /// conditions differ from what it has; returns what failed.
+    async fn write_kind_statuses(
+        &self,
+        policies: &[crate::kcp_kinds::PolicyEval],
+        objects: &[Arc<DynamicObject>],
+        installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+    ) -> Vec<String> {
+        let now = now_rfc3339();
+        let kinds = crate::kcp_kinds::kinds();
+        let writes = {
+            let mut writes = Vec::new();
+            let mut seen = self.kind_statuses.lock().ok();
+            let mut next = HashMap::with_capacity(policies.len());
+            for (e, obj) in policies.iter().zip(objects) {
+                let key = (e.kind, e.cluster.clone(), e.name.clone());
+                // What the status is a function of: the object, its evaluation and the
+                // configurations (by resourceVersion) it is routed through.
+                let inputs = KindStatusInputs {
+                    rv: obj.metadata.resource_version.clone().unwrap_or_default(),
+                    eval: e.clone(),
+                    installed: std::iter::once(&e.cluster)
+                        .chain(e.exported.iter().map(|(_, lc, _)| lc))
+                        .map(|lc| {
+                            installed
+                                .get(lc)
+                                .and_then(|c| c.metadata.resource_version.clone())
+                        })
+                        .collect(),
+                };
+                let before = seen.as_mut().and_then(|s| s.remove(&key));
+                if !inputs.rv.is_empty() && before.as_ref() == Some(&inputs) {
+                    next.insert(key, inputs);
+                    continue;
+                }
+                let outcome = crate::kcp_kinds::outcome(e, installed);
+                let current = crate::kubernetes::current_status(obj);
+                match desired_status(
+                    obj.metadata.generation,
+                    current.observed_generation,
+                    &current.conditions,
+                    &outcome,
+                    &now,
+                ) {
+                    Some(status) => {
+                        writes.push((e.kind, e.cluster.clone(), e.name.clone(), status))
+                    }
+                    None => {
+                        next.insert(key, inputs);
+                    }
+                }
+            }
+            if let Some(s) = seen.as_mut() {
+                **s = next;
+            }
+            writes
+        };
+        let kinds = &kinds;
+        futures::stream::iter(writes)
+            .map(|(kind, cluster, name, status): (usize, String, String, serde_json::Value)| async move {
+                let ar = &kinds[kind];
+                let body = Patch::Merge(json!({ "status": status }));
+                let (name, body) = (&name, &body);
+                let written = self
+                    .on_shard(&cluster, |client| async move {
+                        Api::<DynamicObject>::all_with(client, ar)
+                            .patch_status(name, &PatchParams::default(), body)
+                            .await
+                            .map(|_| ())
+                    })
+                    .await;
+                // A 404 from the most likely endpoint: the object is gone already.
+                match written {
+                    Err(e) if e.downcast_ref::<kube::Error>().and_then(holdfast_shared::kcp::status_of) == Some(404) => Ok(()),
+                    other => other,
+                }
+                .map_err(|err| anyhow::anyhow!("status of {} {cluster}/{name}: {err:#}", ar.kind))
+            })
+            .buffer_unordered(CONCURRENCY)
+            .filter_map(|r| futures::future::ready(r.err().map(|e| format!("{e:#}"))))
+            .collect()
+            .await
     }
 
     /// Phase 6: writes the statuses; returns what failed. A status found up to
@@ -1455,8 +1702,8 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
 
 /// Phase 3: the desired configuration's contents per provider cluster, from
 /// scratch.
-fn desired_targets(rules: &[RuleState]) -> BTreeMap<String, ProviderTarget> {
-    let mut desired: BTreeMap<String, ProviderTarget> = BTreeMap::new();
+fn desired_targets(rules: &[RuleState]) -> BTreeMap<String, WorkspaceTarget> {
+    let mut desired: BTreeMap<String, WorkspaceTarget> = BTreeMap::new();
     for r in rules {
         for (lc, exports) in &r.eval.targets {
             let entry = desired.entry(lc.clone()).or_default();
@@ -1591,6 +1838,7 @@ fn status_write(
         cycle_applies: true,
         source: None,
         not_admitted: None,
+        blocked: None,
     };
     let workspaces: Vec<serde_json::Value> = e
         .workspaces

@@ -891,16 +891,9 @@ impl Reconciler {
                     reads::AGGREGATE_LABEL
                 )
             } else if installed {
-                format!(
-                    "DELETEs of {} reach webhook(s) {} of ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}",
-                    set.into_iter().collect::<Vec<_>>().join(", "),
-                    via.into_iter().collect::<Vec<_>>().join(", ")
-                )
+                crate::status::routed_message(set, via)
             } else {
-                format!(
-                    "not yet routed to a policies webhook: {}",
-                    missing.join(", ")
-                )
+                crate::status::not_routed_message(&missing)
             };
             let cycle = cycles
                 .get(&item.name)
@@ -919,6 +912,7 @@ impl Reconciler {
                 cycle,
                 cycle_applies: item.kind == DEPENDENCY_RULES,
                 source: item.source.clone(),
+                blocked: None,
             };
             writes.push((item.kind, item.name.clone(), outcome));
         }

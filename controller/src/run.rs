@@ -271,6 +271,8 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                     kcp::Settings {
                         api_export: config.api_export.clone(),
                         resync: tuning.resync,
+                        labels: config.protection_labels.clone(),
+                        strict: config.strict,
                     },
                     opts_rx,
                     ready.clone(),

@@ -31,6 +31,31 @@ pub struct Outcome {
     /// APIs, expiring Events): why. Installed and Ready are then False with
     /// reason NotAdmissionControlled.
     pub not_admitted: Option<String>,
+    /// Why the configuration that would route the policy's DELETEs cannot be
+    /// installed (kcp: the export workspace of a type does not bind holdfast):
+    /// `(reason, message)`. Installed and Ready are then False with that reason.
+    pub blocked: Option<(&'static str, String)>,
+}
+
+/// The Installed message of a policy whose DELETEs of `resources` reach `webhooks`.
+pub fn routed_message<'a>(
+    resources: impl IntoIterator<Item = String>,
+    webhooks: impl IntoIterator<Item = &'a str>,
+) -> String {
+    format!(
+        "DELETEs of {} reach webhook(s) {} of ValidatingWebhookConfiguration {}",
+        resources.into_iter().collect::<Vec<_>>().join(", "),
+        webhooks.into_iter().collect::<Vec<_>>().join(", "),
+        holdfast_shared::names::WEBHOOK_CONFIGURATION_NAME
+    )
+}
+
+/// The Installed message of a policy some of whose resources no webhook routes yet.
+pub fn not_routed_message(missing: &[String]) -> String {
+    format!(
+        "not yet routed to a policies webhook: {}",
+        missing.join(", ")
+    )
 }
 
 /// The SourceReachable condition of an AnchorRule with an anchor source.
@@ -62,6 +87,14 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             "Invalid".to_string(),
             format!("the policy is invalid and not enforced: {}", inv.message),
         ),
+        (None, _) if o.blocked.is_some() => {
+            let (reason, message) = o.blocked.clone().unwrap_or_default();
+            (
+                false,
+                reason.to_string(),
+                format!("the policy is not enforced: {message}"),
+            )
+        }
         (None, false) => (
             false,
             "NotInstalled".to_string(),
@@ -105,6 +138,15 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             reason: "Invalid".into(),
             message: "not installed: the policy is invalid".into(),
         },
+        None if o.blocked.is_some() => {
+            let (reason, message) = o.blocked.clone().unwrap_or_default();
+            Cond {
+                type_: INSTALLED,
+                status: false,
+                reason: reason.into(),
+                message,
+            }
+        }
         None if o.installed && o.not_admitted.is_some() => Cond {
             type_: INSTALLED,
             status: false,
@@ -253,6 +295,7 @@ mod tests {
             cycle_applies: true,
             source: None,
             not_admitted: None,
+            blocked: None,
         }
     }
 
@@ -352,14 +395,19 @@ mod tests {
         });
         assert_eq!(find(&o, "Ready"), ("True".into(), "Enforced".into()));
         o.source = None;
-        o.not_admitted = Some("DELETEs of pods.metrics.k8s.io never reach a webhook".into());
-        assert_eq!(
-            find(&o, "Installed"),
-            ("False".into(), NOT_ADMISSION_CONTROLLED.into())
-        );
-        assert_eq!(
-            find(&o, "Ready"),
-            ("False".into(), NOT_ADMISSION_CONTROLLED.into())
-        );
+        let never = "DELETEs of pods.metrics.k8s.io never reach a webhook";
+        let blocked = Outcome {
+            blocked: Some(("ExportWorkspaceNotBound", "bind it".into())),
+            ..o.clone()
+        };
+        o.not_admitted = Some(never.into());
+        for (o, reason) in [
+            (&o, NOT_ADMISSION_CONTROLLED),
+            (&blocked, "ExportWorkspaceNotBound"),
+        ] {
+            for t in ["Installed", "Ready"] {
+                assert_eq!(find(o, t), ("False".into(), reason.into()), "{t}");
+            }
+        }
     }
 }

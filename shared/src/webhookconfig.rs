@@ -466,6 +466,14 @@ impl PolicyNeeds {
         self.routes.extend(dependency_rule_routes(dr));
     }
 
+    /// Adds what `other` needs (the union, as if its policies had been added here).
+    pub fn merge(&mut self, other: &PolicyNeeds) {
+        self.delete.extend(other.delete.iter().cloned());
+        self.strict.extend(other.strict.iter().cloned());
+        self.strict_labels |= other.strict_labels;
+        self.routes.extend(other.routes.iter().cloned());
+    }
+
     /// Adds what a CriticalService needs.
     pub fn add_critical_service(&mut self, cs: &CriticalService) {
         self.delete.extend(critical_service_needs(cs));
@@ -1406,7 +1414,150 @@ pub fn provider_configuration(
     rules: &BTreeSet<String>,
     opts: &InstallOptions,
 ) -> ValidatingWebhookConfiguration {
-    let hooks = exports
+    let listed = rules.iter().cloned().collect::<Vec<_>>().join(",");
+    let hooks = export_webhooks(cluster, exports, &BTreeMap::new(), opts);
+    configuration((RULES_ANNOTATION, listed), hooks)
+}
+
+/// Appends `suffix` to the webhook's URL (or its Service path).
+fn with_path_suffix(h: &mut ValidatingWebhook, suffix: &str) {
+    if let Some(url) = h.client_config.url.as_mut() {
+        *url = format!("{}{suffix}", url.trim_end_matches('/'));
+    }
+    if let Some(path) = h
+        .client_config
+        .service
+        .as_mut()
+        .and_then(|s| s.path.as_mut())
+    {
+        path.push_str(suffix);
+    }
+}
+
+/// What the configuration `holdfast` of one kcp workspace routes (see
+/// [`workspace_configuration`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkspaceTarget {
+    /// The workspace binds holdfast's APIExport and accepts the claim on
+    /// validating webhook configurations: its own types get label protection,
+    /// containment and what its own policies need ([`WorkspaceTarget::local`]).
+    pub binds: bool,
+    /// What the workspace's own policies need on the workspace's own types (kcp
+    /// calls the workspace's own configurations for them, kcp-facts 12).
+    pub local: PolicyNeeds,
+    /// Per APIExport of this workspace: the resources whose DELETEs some policy
+    /// governs, the provider's DependencyRules and the policies of the consumers
+    /// binding the export alike (kcp calls only this workspace's configurations
+    /// for them).
+    pub exports: BTreeMap<String, BTreeSet<GroupResource>>,
+    /// Per APIExport of this workspace: the resources some strict policy (of a
+    /// consumer) protects, whose break-glass and label-changing UPDATEs the export's
+    /// webhook receives too (under strict mode, every resource of
+    /// [`WorkspaceTarget::exports`]).
+    pub strict_exports: BTreeMap<String, BTreeSet<GroupResource>>,
+    /// The policies (`<logical cluster>/<name>`) routed through
+    /// [`WorkspaceTarget::exports`], recorded in [`RULES_ANNOTATION`].
+    pub rules: BTreeSet<String>,
+}
+
+/// The configuration `holdfast` of kcp workspace `cluster`, or `None` when it
+/// would route nothing (the workspace does not bind holdfast and no policy
+/// routes through one of its exports).
+///
+/// When the workspace binds holdfast ([`WorkspaceTarget::binds`]): what
+/// [`desired_configuration_for`] installs on Kubernetes for its own types, with
+/// namespace containment for every namespace (kcp has no namespace markers) and
+/// without the eviction webhook (kcp serves no pods) and the deferred-deletion
+/// webhook (deferred deletion is off on kcp); these call
+/// `<webhook URL>/kcp/<cluster>`. Then one `<export>.policies.holdfast.dev` webhook
+/// per export of [`WorkspaceTarget::exports`], as [`provider_configuration`] builds
+/// them. Annotated with the settings and the contributing policies.
+pub fn workspace_configuration(
+    cluster: &str,
+    labels: &ProtectionLabels,
+    strict: bool,
+    target: &WorkspaceTarget,
+    opts: &InstallOptions,
+) -> Option<ValidatingWebhookConfiguration> {
+    if !target.binds && target.exports.is_empty() {
+        return None;
+    }
+    let mut hooks = Vec::new();
+    if target.binds {
+        let mut needs = target.local.clone();
+        needs.containment = Containment::Everywhere;
+        let local = desired_configuration_for(labels, strict, &needs, opts);
+        let suffix = format!("/kcp/{cluster}");
+        for mut h in local.webhooks.into_iter().flatten() {
+            if h.name == EVICTION_WEBHOOK || h.name == DEFERRED_WEBHOOK {
+                continue;
+            }
+            with_path_suffix(&mut h, &suffix);
+            // kcp calls this workspace's configurations for the consumers' objects
+            // of its exported types too (kcp-facts 12): these webhooks are for the
+            // workspace's own objects only.
+            h.match_conditions
+                .get_or_insert_with(Vec::new)
+                .push(MatchCondition {
+                    name: "object-of-this-workspace".to_string(),
+                    expression: of_workspace_condition(cluster),
+                });
+            hooks.push(h);
+        }
+    }
+    let mut strict_exports = target.strict_exports.clone();
+    if strict {
+        for (export, resources) in &target.exports {
+            let set = strict_exports.entry(export.clone()).or_default();
+            set.extend(resources.iter().cloned());
+        }
+    }
+    hooks.extend(export_webhooks(
+        cluster,
+        &target.exports,
+        &strict_exports,
+        opts,
+    ));
+    let listed = target.rules.iter().cloned().collect::<Vec<_>>().join(",");
+    let mut cfg = configuration((RULES_ANNOTATION, listed), hooks);
+    if target.binds
+        && let Some(a) = cfg.metadata.annotations.as_mut()
+    {
+        a.insert(
+            SETTINGS_ANNOTATION.to_string(),
+            settings_annotation(labels, strict),
+        );
+    }
+    Some(cfg)
+}
+
+/// The matchCondition passing only requests on objects of logical cluster `cluster`
+/// (kcp's `kcp.io/cluster` annotation; an object without it passes: fail closed).
+pub fn of_workspace_condition(cluster: &str) -> String {
+    let k = cel_str(crate::names::KCP_CLUSTER_ANNOTATION);
+    let lc = cel_str(cluster);
+    let of = |o: &str| {
+        format!(
+            "({o} == null || !has({o}.metadata.annotations) || !({k} in {o}.metadata.annotations) \
+             || {o}.metadata.annotations[{k}] == {lc})"
+        )
+    };
+    format!("{} && {}", of("oldObject"), of("object"))
+}
+
+/// One `<export>.policies.holdfast.dev` webhook per export of `exports`, with one
+/// DELETE rules entry per resource, calling `<webhook URL>/kcp/<cluster>/<export>`.
+/// Where `strict` lists resources of the export, the webhook also receives their
+/// UPDATEs (subresources included) that add a break-glass marker or change labels,
+/// as [`BREAK_GLASS_WEBHOOK`] does for a workspace's own types (kcp calls only the
+/// export workspace's configurations for them).
+fn export_webhooks(
+    cluster: &str,
+    exports: &BTreeMap<String, BTreeSet<GroupResource>>,
+    strict: &BTreeMap<String, BTreeSet<GroupResource>>,
+    opts: &InstallOptions,
+) -> Vec<ValidatingWebhook> {
+    exports
         .iter()
         .map(|(export, resources)| {
             let mut h = webhook(
@@ -1414,18 +1565,7 @@ pub fn provider_configuration(
                 opts,
                 all_resources("DELETE"),
             );
-            let suffix = format!("/kcp/{cluster}/{export}");
-            if let Some(url) = h.client_config.url.as_mut() {
-                *url = format!("{}{suffix}", url.trim_end_matches('/'));
-            }
-            if let Some(path) = h
-                .client_config
-                .service
-                .as_mut()
-                .and_then(|s| s.path.as_mut())
-            {
-                path.push_str(&suffix);
-            }
+            with_path_suffix(&mut h, &format!("/kcp/{cluster}/{export}"));
             h.rules = Some(
                 resources
                     .iter()
@@ -1438,11 +1578,22 @@ pub fn provider_configuration(
                     })
                     .collect(),
             );
+            if let Some(updates) = strict.get(export).filter(|u| !u.is_empty())
+                && let Some(rules) = h.rules.as_mut()
+            {
+                rules.extend(with_subresources(merged_rules("UPDATE", updates)));
+                h.match_conditions = Some(vec![MatchCondition {
+                    name: "delete-or-break-glass-marker-added-or-labels-changed".to_string(),
+                    expression: format!(
+                        "request.operation == 'DELETE' || {} || {}",
+                        break_glass_condition(),
+                        LABELS_CHANGED
+                    ),
+                }]);
+            }
             h
         })
-        .collect();
-    let listed = rules.iter().cloned().collect::<Vec<_>>().join(",");
-    configuration((RULES_ANNOTATION, listed), hooks)
+        .collect()
 }
 
 /// Name of the webhook receiving the DELETEs of APIExport `export`'s resources in a
@@ -2129,6 +2280,228 @@ mod tests {
             paths,
             ["/validate/kcp/lc1/net-a", "/validate/kcp/lc1/net-b"]
         );
+    }
+
+    #[test]
+    fn workspace_configuration_holds_the_workspace_types_and_its_exports() {
+        let labels = ProtectionLabels::default();
+        let gr = |g: &str, r: &str| GroupResource::new(g, r);
+        // Neither binding holdfast nor routing for consumers: nothing.
+        assert_eq!(
+            workspace_configuration("lc1", &labels, false, &WorkspaceTarget::default(), &opts()),
+            None
+        );
+        let rp: ResourceProtection = serde_json::from_value(serde_json::json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+            "metadata": {"name": "cms"},
+            "spec": {"resources": [{"version": "v1", "resource": "configmaps"}]}
+        }))
+        .expect("rp");
+        let mut local = PolicyNeeds::default();
+        local.add_resource_protection(&rp);
+        let local = local.with_containment(well_known_scope);
+        let target = WorkspaceTarget {
+            binds: true,
+            local,
+            exports: [("kubernetes".to_string(), [gr("apps", "deployments")].into())].into(),
+            rules: ["lc2/deploys".to_string()].into(),
+            ..WorkspaceTarget::default()
+        };
+        let cfg = workspace_configuration("lc1", &labels, false, &target, &opts())
+            .expect("configuration");
+        let shape: Vec<(String, Option<String>)> = cfg
+            .webhooks
+            .iter()
+            .flatten()
+            .map(|h| (h.name.clone(), h.client_config.url.clone()))
+            .collect();
+        let url = |s: &str| Some(format!("https://127.0.0.1:8443/validate/kcp/{s}"));
+        assert_eq!(
+            shape,
+            vec![
+                ("delete-label-0.holdfast.dev".to_string(), url("lc1")),
+                (CONTAINMENT_WEBHOOK.to_string(), url("lc1")),
+                ("policies-0.holdfast.dev".to_string(), url("lc1")),
+                (
+                    "kubernetes.policies.holdfast.dev".to_string(),
+                    url("lc1/kubernetes")
+                ),
+            ]
+        );
+        let hooks = cfg.webhooks.as_ref().expect("webhooks");
+        // Each is for the workspace's own objects only (kcp calls it for the
+        // consumers' objects of its exported types too).
+        for h in &hooks[..3] {
+            let conditions = h.match_conditions.as_ref().expect("conditions");
+            assert_eq!(
+                conditions
+                    .last()
+                    .map(|c| (c.name.as_str(), c.expression.clone())),
+                Some(("object-of-this-workspace", of_workspace_condition("lc1"))),
+                "{}",
+                h.name
+            );
+        }
+        assert_eq!(hooks[3].match_conditions, None, "the export webhook");
+        assert_eq!(
+            of_workspace_condition("lc1"),
+            "(oldObject == null || !has(oldObject.metadata.annotations) \
+             || !('kcp.io/cluster' in oldObject.metadata.annotations) \
+             || oldObject.metadata.annotations['kcp.io/cluster'] == 'lc1') \
+             && (object == null || !has(object.metadata.annotations) \
+             || !('kcp.io/cluster' in object.metadata.annotations) \
+             || object.metadata.annotations['kcp.io/cluster'] == 'lc1')"
+        );
+        // Containment routes every namespace (no markers on kcp).
+        assert_eq!(hooks[1].namespace_selector, Some(LabelSelector::default()));
+        assert!(routes(
+            &cfg,
+            CONTAINMENT_WEBHOOK,
+            "DELETE",
+            &gr("", "namespaces")
+        ));
+        assert!(routes(
+            &cfg,
+            CONTAINMENT_WEBHOOK,
+            "DELETE",
+            &gr("apiextensions.k8s.io", "customresourcedefinitions")
+        ));
+        assert!(routes(
+            &cfg,
+            "policies-0.holdfast.dev",
+            "DELETE",
+            &gr("", "configmaps")
+        ));
+        assert!(!routes(
+            &cfg,
+            "policies-0.holdfast.dev",
+            "DELETE",
+            &gr("apps", "deployments")
+        ));
+        assert!(routes(
+            &cfg,
+            "kubernetes.policies.holdfast.dev",
+            "DELETE",
+            &gr("apps", "deployments")
+        ));
+        let annotations = cfg.metadata.annotations.clone().expect("annotations");
+        assert_eq!(
+            annotations.get(RULES_ANNOTATION).map(String::as_str),
+            Some("lc2/deploys")
+        );
+        assert_eq!(
+            annotations.get(SETTINGS_ANNOTATION),
+            Some(&settings_annotation(&labels, false))
+        );
+        // Strict: the strict label webhook and break-glass too.
+        let strict =
+            workspace_configuration("lc1", &labels, true, &target, &opts()).expect("configuration");
+        let names = |cfg: &ValidatingWebhookConfiguration| -> Vec<String> {
+            let hooks = cfg.webhooks.iter().flatten();
+            hooks.map(|h| h.name.clone()).collect()
+        };
+        assert_eq!(
+            names(&strict),
+            [
+                "delete-label-0.holdfast.dev",
+                "strict-label-0.holdfast.dev",
+                CONTAINMENT_WEBHOOK,
+                "policies-0.holdfast.dev",
+                BREAK_GLASS_WEBHOOK,
+                "kubernetes.policies.holdfast.dev",
+            ]
+        );
+        // Strict: the export's webhook also takes the break-glass and label-changing
+        // UPDATEs of its resources (as it does for a consumer's strict policy).
+        let deployments = gr("apps", "deployments");
+        assert!(routes(
+            &strict,
+            "kubernetes.policies.holdfast.dev",
+            "UPDATE",
+            &deployments
+        ));
+        assert!(!routes(
+            &cfg,
+            "kubernetes.policies.holdfast.dev",
+            "UPDATE",
+            &deployments
+        ));
+        let strict_rp = WorkspaceTarget {
+            strict_exports: [("kubernetes".to_string(), [deployments.clone()].into())].into(),
+            ..target.clone()
+        };
+        let cfg = workspace_configuration("lc1", &labels, false, &strict_rp, &opts()).expect("cfg");
+        let hook = cfg
+            .webhooks
+            .iter()
+            .flatten()
+            .last()
+            .expect("export webhook");
+        assert_eq!(
+            hook.rules.as_ref().map(|r| groups_and_resources(r)),
+            Some(vec![
+                (vec!["apps".to_string()], vec!["deployments".to_string()]),
+                (
+                    vec!["apps".to_string()],
+                    vec!["deployments".to_string(), "deployments/*".to_string()]
+                ),
+            ])
+        );
+        let condition = &hook.match_conditions.as_ref().expect("condition")[0].expression;
+        assert_eq!(
+            condition,
+            &format!(
+                "request.operation == 'DELETE' || {} || {LABELS_CHANGED}",
+                break_glass_condition()
+            )
+        );
+        // A provider workspace that does not bind holdfast: its exports only, exactly
+        // as provider_configuration builds them.
+        let provider = WorkspaceTarget {
+            binds: false,
+            ..target.clone()
+        };
+        assert_eq!(
+            workspace_configuration("lc1", &labels, false, &provider, &opts()),
+            Some(provider_configuration(
+                "lc1",
+                &provider.exports,
+                &provider.rules,
+                &opts()
+            ))
+        );
+        // Bound, nothing else: label protection and containment only.
+        let bare = WorkspaceTarget {
+            binds: true,
+            ..WorkspaceTarget::default()
+        };
+        let cfg = workspace_configuration("lc9", &labels, false, &bare, &opts()).expect("cfg");
+        assert_eq!(
+            names(&cfg),
+            ["delete-label-0.holdfast.dev", CONTAINMENT_WEBHOOK]
+        );
+    }
+
+    #[test]
+    fn merged_needs_are_the_needs_of_both_policies() {
+        let rp = |name: &str, strict: bool, resource: &str| -> ResourceProtection {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+                "metadata": {"name": name},
+                "spec": {"strict": strict, "resources": [{"version": "v1", "resource": resource}]}
+            }))
+            .expect("rp")
+        };
+        let (a, b) = (rp("a", false, "configmaps"), rp("b", true, "secrets"));
+        let mut both = PolicyNeeds::default();
+        both.add_resource_protection(&a);
+        both.add_resource_protection(&b);
+        let (mut merged, mut alone) = (PolicyNeeds::default(), PolicyNeeds::default());
+        merged.add_resource_protection(&a);
+        alone.add_resource_protection(&b);
+        merged.merge(&alone);
+        assert_eq!(merged, both);
+        assert!(merged.strict_labels);
     }
 
     #[test]

@@ -129,6 +129,36 @@ spec:
 "#
 }
 
+/// The webhooks of configuration `cfg`: (name, path of its URL), e.g.
+/// `("containment.holdfast.dev", "/validate/kcp/<lc>")`; a webhook without a URL
+/// has path "".
+pub fn workspace_webhooks(cfg: &serde_json::Value) -> Vec<(String, String)> {
+    cfg["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| {
+            let url = h["clientConfig"]["url"].as_str().unwrap_or_default();
+            let path = url
+                .split_once("://")
+                .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
+                .unwrap_or_default();
+            (h["name"].as_str().unwrap_or_default().to_string(), path)
+        })
+        .collect()
+}
+
+/// What [`workspace_webhooks`] reads in the configuration of a workspace `lc`
+/// binding holdfast.dev, without strict mode or policies: label protection and
+/// containment, calling the workspace's route.
+pub fn own_webhooks(lc: &str) -> Vec<(String, String)> {
+    let path = format!("/validate/kcp/{lc}");
+    vec![
+        ("delete-label-0.holdfast.dev".to_string(), path.clone()),
+        ("containment.holdfast.dev".to_string(), path),
+    ]
+}
+
 fn manifests(dir: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../manifests")
@@ -218,6 +248,58 @@ impl Sharded {
             &crate::kcp::binding("network", NETWORK, network_export),
         );
         self.grant_consumer_reads(&path);
+        path
+    }
+
+    /// The arguments that run holdfast-controller on this topology as
+    /// `holdfast-controller`.
+    pub fn controller_args(&self) -> Vec<&str> {
+        vec![
+            "--kubeconfig",
+            self.controller_kubeconfig.as_str(),
+            "--topology",
+            "kcp",
+        ]
+    }
+
+    /// As the platform team: lets `user` bind holdfast.dev (the shipped
+    /// ClusterRole `holdfast-bind` in the holdfast workspace; docs/kcp.md: grant it
+    /// to whoever may publish policies).
+    pub fn let_bind_holdfast(&self, user: &str) {
+        let out = self.kubectl(
+            "platform",
+            HOLDFAST,
+            &[
+                "create",
+                "clusterrolebinding",
+                &format!("holdfast-bind-{user}"),
+                "--clusterrole=holdfast-bind",
+                &format!("--user={user}"),
+            ],
+        );
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+
+    /// A workspace `name` on `shard` owned by user `consumer`, binding each
+    /// `(binding, export path, export)` of `bindings` and, when `holdfast`,
+    /// holdfast.dev with its claims accepted ([`holdfast_binding`]; the consumer
+    /// needs [`Sharded::let_bind_holdfast`] first). Returns its path.
+    pub fn workspace_binding(
+        &self,
+        name: &str,
+        shard: &str,
+        holdfast: bool,
+        bindings: &[(&str, &str, &str)],
+    ) -> String {
+        self.apply("platform", "root", &workspace_on(name, shard));
+        let path = format!("root:{name}");
+        self.apply("platform", &path, &admin_of("consumer"));
+        for (binding, at, export) in bindings {
+            self.apply("consumer", &path, &crate::kcp::binding(binding, at, export));
+        }
+        if holdfast {
+            self.apply("consumer", &path, holdfast_binding());
+        }
         path
     }
 

@@ -1,11 +1,15 @@
 //! Benchmark (not a timed test; ignored by default, run by hack/bench-controller.sh):
-//! the real holdfast-controller on the sim's kcp model with 10,000 DependencyRules
-//! across 1,000 provider workspaces. Measures the time until every provider
-//! workspace has its configuration (and every rule is Ready), then the time for
-//! one rule change to reach its configuration (p50/p99 over 100 changes).
+//! the real holdfast-controller on the sim's kcp model of two shards with all four
+//! kinds across 1,000 workspaces: 10,000 DependencyRules (10 per workspace, each
+//! protecting a resource of the next workspace's export) and, in every workspace, a
+//! ResourceProtection, an AnchorRule and a CriticalService on its own types.
+//! Measures the time until every workspace has its configuration (its export's
+//! webhook and its own policies' webhooks) and every policy is Ready, then the time
+//! for one rule change to reach its configuration (p50/p99 over 100 changes).
 //!
 //! Sizes can be reduced with HOLDFAST_BENCH_WORKSPACES / HOLDFAST_BENCH_RULES_PER_WORKSPACE
-//! / HOLDFAST_BENCH_CHANGES.
+//! / HOLDFAST_BENCH_CHANGES; HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (600);
+//! HOLDFAST_BENCH_OTHER_KINDS=0 leaves the three other kinds out.
 
 use std::{
     collections::HashMap,
@@ -149,6 +153,55 @@ where
     }
 }
 
+/// The policies of every workspace besides its DependencyRules: a
+/// ResourceProtection, an AnchorRule and a CriticalService on its own types, as
+/// (collection, object).
+fn local_policies() -> [(&'static str, Value); 3] {
+    [
+        (
+            "resourceprotections",
+            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+                   "metadata": {"name": "config"},
+                   "spec": {"resources": [{"group": "", "version": "v1", "resource": "configmaps"}]}}),
+        ),
+        (
+            "anchorrules",
+            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "AnchorRule",
+                   "metadata": {"name": "secrets"},
+                   "spec": {"anchor": {"group": "", "version": "v1", "resource": "configmaps"},
+                            "anchorLabels": {"name": "example.io/app"},
+                            "protects": [{"group": "", "version": "v1", "resource": "secrets"}]}}),
+        ),
+        (
+            "criticalservices",
+            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService",
+                   "metadata": {"name": "registry"},
+                   "spec": {"provider": {"group": "", "resource": "serviceaccounts", "namespace": "default", "name": "registry"},
+                            "criteria": [{"type": "Finalizer", "finalizer": {"group": "", "resource": "configmaps", "finalizerName": "example.io/in-use"}}]}}),
+        ),
+    ]
+}
+
+/// The rules of the export webhook of a workspace's configuration.
+fn export_rules(cfg: &Value) -> Vec<Value> {
+    cfg["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|h| h["name"] == "widgets.policies.holdfast.dev")
+        .and_then(|h| h["rules"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// Whether a workspace's configuration holds its own policies' webhooks.
+fn has_own_policies(cfg: &Value) -> bool {
+    cfg["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|h| h["name"] == "policies-0.holdfast.dev")
+}
+
 fn ws_name(i: usize) -> String {
     format!("p{i:04}")
 }
@@ -186,10 +239,17 @@ async fn bench_kcp_convergence_and_propagation() {
     let n = env_usize("HOLDFAST_BENCH_WORKSPACES", 1000);
     let per = env_usize("HOLDFAST_BENCH_RULES_PER_WORKSPACE", 10);
     let changes = env_usize("HOLDFAST_BENCH_CHANGES", 100);
+    let wait = Duration::from_secs(env_usize("HOLDFAST_BENCH_WAIT_SECONDS", 600) as u64);
+    // 0: DependencyRules only (the other three kinds left out, for comparison).
+    let others = env_usize("HOLDFAST_BENCH_OTHER_KINDS", 1) != 0;
+    let other_policies = if others { 3 * n } else { 0 };
     // kcp on the sim, whatever HOLDFAST_E2E_KUBECONFIG says.
-    let env = Env::start_with(holdfast_sim::SimConfig::default())
-        .await
-        .expect("sim");
+    let env = Env::start_with(holdfast_sim::SimConfig {
+        shards: 2,
+        ..holdfast_sim::SimConfig::default()
+    })
+    .await
+    .expect("sim");
     let url = env.sim.url();
     let client = env.sim.client().await.expect("client");
     let t0 = Instant::now();
@@ -202,7 +262,10 @@ async fn bench_kcp_convergence_and_propagation() {
     each(n, 32, |i| {
         let client = client.clone();
         async move {
-            create(&client, ws_coll, &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws_name(i)}}))
+            // Spread over both shards.
+            let shard = if i % 2 == 0 { "root" } else { "shard-1" };
+            create(&client, ws_coll, &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws_name(i)},
+                                             "spec": {"location": {"selector": {"matchLabels": {"name": shard}}}}}))
                 .await
                 .expect("workspace");
         }
@@ -231,14 +294,22 @@ async fn bench_kcp_convergence_and_propagation() {
         .and_then(|e| e["status"]["identityHash"].as_str())
         .expect("holdfast.dev identity")
         .to_string();
-    let shard = env
-        .sim
-        .client_for_server(&env.sim.shards()[0].1, "admin")
-        .await
-        .expect("shard client");
-    // Every provider binds holdfast (accepting the webhook claim) and holds `per` rules.
+    let mut shards = Vec::new();
+    for (_, shard_url) in env.sim.shards() {
+        let c = env.sim.client_for_server(&shard_url, "admin").await;
+        shards.push(c.expect("shard client"));
+    }
+    // Every workspace binds holdfast accepting its claims (docs/kcp.md), exports
+    // `widgets` and holds `per` rules and one policy of each other kind.
+    let claims = json!([
+        {"group": "admissionregistration.k8s.io", "resource": "validatingwebhookconfigurations",
+         "selector": {"matchAll": true}, "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"], "state": "Accepted"},
+        {"group": "events.k8s.io", "resource": "events", "selector": {"matchAll": true}, "verbs": ["create", "patch"], "state": "Accepted"},
+        {"group": "apis.kcp.io", "resource": "apibindings", "selector": {"matchAll": true}, "verbs": ["list", "watch"], "state": "Accepted"},
+    ]);
     each(n, 32, |i| {
             let client = client.clone();
+            let claims = claims.clone();
             async move {
                 let base = format!("/clusters/root:{}", ws_name(i));
                 create(
@@ -246,8 +317,7 @@ async fn bench_kcp_convergence_and_propagation() {
                     &format!("{base}/apis/apis.kcp.io/v1alpha2/apibindings"),
                     &json!({"apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIBinding", "metadata": {"name": "holdfast"},
                             "spec": {"reference": {"export": {"path": "root:holdfast", "name": "holdfast.dev"}},
-                                     "permissionClaims": [{"group": "admissionregistration.k8s.io", "resource": "validatingwebhookconfigurations",
-                                                           "selector": {"matchAll": true}, "verbs": ["*"], "state": "Accepted"}]}}),
+                                     "permissionClaims": claims}}),
                 )
                 .await
                 .expect("binding");
@@ -280,11 +350,20 @@ async fn bench_kcp_convergence_and_propagation() {
                     .await
                     .expect("rule");
                 }
+                for (collection, policy) in local_policies().into_iter().filter(|_| others) {
+                    let at = format!("{base}/apis/holdfast.dev/v1alpha1/{collection}");
+                    create(&client, &at, &policy).await.expect("policy");
+                }
             }
         })
         .await;
     let setup = t0.elapsed();
-    eprintln!("setup: {n} workspaces, {} rules in {setup:?}", n * per);
+    let policies = n * per + other_policies;
+    eprintln!(
+        "setup: {n} workspaces on 2 shards, {} DependencyRules and {} other policies in {setup:?}",
+        n * per,
+        other_policies
+    );
 
     // The controller, against the holdfast workspace.
     let kubeconfig = env.dir.path().join("holdfast-ws.kubeconfig");
@@ -295,10 +374,27 @@ async fn bench_kcp_convergence_and_propagation() {
     )
     .expect("kubeconfig");
     let port = holdfast_e2e::free_port().expect("port");
-    let ready_rules = ready_count(
-        shard.clone(),
-        format!("/clusters/*/apis/holdfast.dev/v1alpha1/dependencyrules:{identity}"),
-    );
+    // Every kind on every shard.
+    let mut ready_counts = Vec::new();
+    for shard in &shards {
+        for kind in [
+            "dependencyrules",
+            "resourceprotections",
+            "anchorrules",
+            "criticalservices",
+        ] {
+            ready_counts.push(ready_count(
+                shard.clone(),
+                format!("/clusters/*/apis/holdfast.dev/v1alpha1/{kind}:{identity}"),
+            ));
+        }
+    }
+    let ready_now = || {
+        ready_counts
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .sum::<usize>()
+    };
     let start = Instant::now();
     let mut c = start_controller(
         &env,
@@ -315,16 +411,19 @@ async fn bench_kcp_convergence_and_propagation() {
     let vwc_all =
         "/clusters/*/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
     let installed_at = loop {
-        let items = list(&shard, vwc_all).await.unwrap_or_default();
-        let complete = items
-            .iter()
-            .filter(|v| v["webhooks"][0]["rules"].as_array().map_or(0, Vec::len) == per)
-            .count();
+        let mut complete = 0;
+        for shard in &shards {
+            let items = list(shard, vwc_all).await.unwrap_or_default();
+            complete += items
+                .iter()
+                .filter(|v| export_rules(v).len() == per && (!others || has_own_policies(v)))
+                .count();
+        }
         if complete == n {
             break start.elapsed();
         }
         assert!(
-            start.elapsed() < Duration::from_secs(600),
+            start.elapsed() < wait,
             "no convergence: {complete}/{n}\n{}",
             c.log()
         );
@@ -332,18 +431,17 @@ async fn bench_kcp_convergence_and_propagation() {
     };
     eprintln!("every configuration installed after {installed_at:?}");
     let ready_at = loop {
-        let ready = ready_rules.load(Ordering::SeqCst);
-        if ready == n * per {
+        let ready = ready_now();
+        if ready == policies {
             break start.elapsed();
         }
         assert!(
-            start.elapsed() < Duration::from_secs(600),
-            "rules not ready: {ready}/{}",
-            n * per
+            start.elapsed() < wait,
+            "policies not ready: {ready}/{policies}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    eprintln!("every rule Ready after {ready_at:?}");
+    eprintln!("every policy Ready after {ready_at:?}");
     c.wait_ready(10).await.expect("ready");
 
     // Single-change propagation.
@@ -371,10 +469,8 @@ async fn bench_kcp_convergence_and_propagation() {
                 .get("holdfast", &GetParams::default())
                 .expect("request");
             let cfg: Value = client.request(req).await.unwrap_or_default();
-            let has = cfg["webhooks"][0]["rules"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            let has = export_rules(&cfg)
+                .iter()
                 .any(|r| r["resources"][0] == resource.as_str());
             if has {
                 samples.push(t.elapsed());
@@ -423,10 +519,10 @@ async fn bench_kcp_convergence_and_propagation() {
     println!(
         "{}",
         json!({
-            "workspaces": n, "rules": n * per, "changes": changes,
+            "workspaces": n, "shards": 2, "rules": n * per, "other_policies": other_policies, "changes": changes,
             "setup_seconds": setup.as_secs_f64(),
             "all_configurations_installed_seconds": installed_at.as_secs_f64(),
-            "all_rules_ready_seconds": ready_at.as_secs_f64(),
+            "all_policies_ready_seconds": ready_at.as_secs_f64(),
             "change_p50_ms": p50.as_secs_f64() * 1000.0,
             "change_p99_ms": p99.as_secs_f64() * 1000.0,
             "change_max_ms": max.as_secs_f64() * 1000.0,

@@ -90,11 +90,17 @@ fn refusal(webhook: &str, (lc, rule): (&str, &str)) -> String {
 }
 
 /// (name, clientConfig.url) of each webhook of a configuration.
+/// The export webhooks (`<export>.policies.holdfast.dev`) of `cfg`: (name, URL).
 fn hooks(cfg: &Value) -> Vec<(String, String)> {
     cfg["webhooks"]
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|w| {
+            w["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(".policies.holdfast.dev"))
+        })
         .map(|w| {
             (
                 w["name"].as_str().unwrap_or_default().to_string(),
@@ -161,6 +167,12 @@ async fn exports_of_one_group_resource_in_one_workspace_are_told_apart() {
         .await
         .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", c.log()));
     let cfg = out.json().expect("configuration");
+    // The provider workspace binds holdfast.dev: its own webhooks come first.
+    let own: Vec<(String, String)> = holdfast_e2e::kcp_sharded::workspace_webhooks(&cfg)
+        .into_iter()
+        .filter(|(n, _)| !n.ends_with(".policies.holdfast.dev"))
+        .collect();
+    assert_eq!(own, holdfast_e2e::kcp_sharded::own_webhooks(&network));
     let port = t.env.webhook.as_ref().map(|w| w.port).expect("port");
     let url = |export: &str| format!("https://127.0.0.1:{port}/validate/kcp/{network}/{export}");
     assert_eq!(

@@ -886,7 +886,53 @@ pub fn vw_resources(
         };
         out.extend(found);
     }
+    // kcp-facts 16: APIBindings are always served (the fallback when not claimed).
+    if !out
+        .iter()
+        .any(|i| (i.group.as_str(), i.resource.as_str()) == BINDINGS)
+    {
+        out.extend(
+            state
+                .registry
+                .kcp
+                .iter()
+                .filter(|i| (i.group.as_str(), i.resource.as_str()) == BINDINGS)
+                .cloned(),
+        );
+    }
     out
+}
+
+/// Whether the virtual workspace's export claims APIBindings.
+fn claims_bindings(state: &State, vw: &VwCtx) -> bool {
+    state
+        .store
+        .get(&kind(EXPORTS), &ckey(&vw.export_cluster, &vw.export_name))
+        .is_some_and(|e| {
+            claims_of(&e)
+                .iter()
+                .any(|(g, r, _)| (g.as_str(), r.as_str()) == BINDINGS)
+        })
+}
+
+/// kcp-facts 16: the virtual workspace of an export that does not claim APIBindings
+/// serves them anyway, read only, restricted to the bindings to this export
+/// (`Some((export cluster, export name))`); `None` where `info` is not APIBindings
+/// or the export claims them (then the claim decides, as for every claimed type).
+pub fn bindings_fallback(
+    state: &State,
+    vw: &VwCtx,
+    info: &ResourceInfo,
+) -> Option<(String, String)> {
+    ((info.group.as_str(), info.resource.as_str()) == BINDINGS && !claims_bindings(state, vw))
+        .then(|| (vw.export_cluster.clone(), vw.export_name.clone()))
+}
+
+/// Whether APIBinding `b` binds the export `(cluster, name)` (kcp's label
+/// `internal.apis.kcp.io/export`, set once it is bound).
+pub fn binds_export(b: &Value, (cluster, name): &(String, String)) -> bool {
+    b["status"]["apiExportClusterName"].as_str() == Some(cluster.as_str())
+        && b["spec"]["reference"]["export"]["name"].as_str() == Some(name.as_str())
 }
 
 fn binding_for_export(state: &State, cluster: &str, vw: &VwCtx) -> Option<Arc<Value>> {
@@ -916,7 +962,9 @@ pub fn vw_cluster_allowed(state: &State, vw: &VwCtx, info: &ResourceInfo, cluste
     let Some(b) = binding_for_export(state, cluster, vw) else {
         return false;
     };
-    is_exported(state, vw, info) || claim_covers(state, &accepted_claims(&b), info, cluster)
+    is_exported(state, vw, info)
+        || bindings_fallback(state, vw, info).is_some()
+        || claim_covers(state, &accepted_claims(&b), info, cluster)
 }
 
 pub fn vw_authorize(
@@ -937,7 +985,7 @@ pub fn vw_authorize(
             &format!("workspace {c} does not bind APIExport {}", vw.export_name),
         ));
     };
-    if is_exported(state, vw, info) {
+    if is_exported(state, vw, info) || bindings_fallback(state, vw, info).is_some() {
         return Ok(());
     }
     if claim_covers(state, &accepted_claims(&b), info, c) {
@@ -1139,6 +1187,9 @@ pub async fn after_write(
                     .update(&kind(BINDINGS), &key, bound, crate::store::rv_of(n))
                     .ok();
             }
+            if let Some(n) = new {
+                touch_claimed(state, cluster, old.map(|o| accepted_claims(o)), n);
+            }
             crate::controllers::refresh_dynamic(state, cluster);
             if old.is_none() || new.is_none() {
                 refresh_slices(state);
@@ -1167,6 +1218,33 @@ pub async fn after_write(
             None
         }
         _ => None,
+    }
+}
+
+/// kcp's permission-claim labeler labels every object of a resource whose claim a
+/// binding newly accepts, so a virtual workspace's watch sees the objects that
+/// were there before the claim (as MODIFIED, ADDED through its label filter).
+/// Modelled by rewriting each such object of `cluster` (a new resourceVersion):
+/// a watcher of the virtual workspace, to which they become visible now, receives
+/// them. `before`: the claims accepted before this write.
+fn touch_claimed(state: &State, cluster: &str, before: Option<Vec<Claim>>, binding: &Value) {
+    let before = before.unwrap_or_default();
+    for (g, r, _) in accepted_claims(binding) {
+        if before.iter().any(|(bg, br, _)| *bg == g && *br == r) {
+            continue;
+        }
+        let gr = gr(&g, &r);
+        let objects = state.store.list_keyed(&gr, Some(cluster), None).0;
+        let this = binding["metadata"]["name"].as_str().unwrap_or_default();
+        for (key, obj) in objects {
+            // The binding itself was just written.
+            if (g.as_str(), r.as_str()) == BINDINGS && key.name == this {
+                continue;
+            }
+            let _ = state
+                .store
+                .update(&gr, &key, (*obj).clone(), crate::store::rv_of(&obj));
+        }
     }
 }
 

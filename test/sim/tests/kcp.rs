@@ -788,6 +788,21 @@ async fn export_widgets(c: &kube::Client, annotations: Value) -> String {
         .to_string()
 }
 
+/// Admin clients of `root:p1` and `root:p2`, each exporting widgets.
+async fn two_widget_exports(
+    sim: &holdfast_sim::SimHandle,
+    url: &str,
+) -> (kube::Client, kube::Client) {
+    let mut out = Vec::new();
+    for p in ["p1", "p2"] {
+        let c = client_at(sim, &format!("{url}/clusters/root:{p}")).await;
+        export_widgets(&c, json!({})).await;
+        out.push(c);
+    }
+    let p2 = out.pop().expect("p2");
+    (out.pop().expect("p1"), p2)
+}
+
 fn binding_ar() -> ApiResource {
     ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings")
 }
@@ -1029,12 +1044,7 @@ async fn webhooks_come_from_the_export_or_the_workspace_never_both() {
         .await;
     }
     let at = |p: &str| format!("{url}/clusters/root:{p}");
-    let (p1, p2) = (
-        client_at(&sim, &at("p1")).await,
-        client_at(&sim, &at("p2")).await,
-    );
-    export_widgets(&p1, json!({})).await;
-    export_widgets(&p2, json!({})).await;
+    let (p1, p2) = two_widget_exports(&sim, &url).await;
     let (c0, c2) = (
         client_at(&sim, &at("c0")).await,
         client_at(&sim, &at("c2")).await,
@@ -1206,4 +1216,171 @@ async fn binary_serves_shards() {
         ),
         (Some(1), "Error: --shards must be at least 1\n")
     );
+}
+
+/// The names of the objects a list through `api` returns, as `<cluster>/<name>`.
+async fn cluster_names(api: &Api<DynamicObject>, what: &str) -> Vec<String> {
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    list.items
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                cluster_of(o).unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// `<cluster>/<name>` of the APIBindings listed at `<base>/clusters/*`.
+async fn bindings_through(sim: &holdfast_sim::SimHandle, base: &str) -> Vec<String> {
+    let api = all_at(sim, &format!("{base}/clusters/*"), &binding_ar()).await;
+    cluster_names(&api, base).await
+}
+
+/// kcp-facts 16: an APIExport's virtual workspace always serves APIBindings; without
+/// a claim, read only and only the bindings to that export; with an accepted claim,
+/// every binding of the claiming workspace, those that existed before included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apibindings_are_always_served_by_a_virtual_workspace() {
+    let (sim, url, root) = at_root(two_shards()).await;
+    let (root_url, s1_url) = (shard_url(&sim, "root"), shard_url(&sim, "shard-1"));
+    for (n, s) in [
+        ("p1", "root"),
+        ("p2", "root"),
+        ("c0", "root"),
+        ("c1", "shard-1"),
+    ] {
+        ws_on(&root, n, s).await;
+    }
+    let at = |p: &str| format!("{url}/clusters/root:{p}");
+    let lc = |p: &str| sim.logical_cluster(&format!("root:{p}")).expect("lc");
+    let (p1, _p2) = two_widget_exports(&sim, &url).await;
+    let c0 = client_at(&sim, &at("c0")).await;
+    let c1 = client_at(&sim, &at("c1")).await;
+    for c in [&c0, &c1] {
+        bind_widgets(c, "root:p1").await;
+    }
+    // c0 binds p2's export too, as APIBinding "other".
+    create(
+        &c0,
+        &binding_ar(),
+        None,
+        json!({"metadata": {"name": "other"},
+               "spec": {"reference": {"export": {"path": "root:p2", "name": "widgets"}}}}),
+    )
+    .await;
+    let (p1_lc, c0_lc, c1_lc) = (lc("p1"), lc("c0"), lc("c1"));
+    let vw = |shard: &str| format!("{shard}/services/apiexport/{p1_lc}/widgets");
+
+    // Not claimed: the bindings to this export, each shard its own clusters.
+    for (base, x, want) in [
+        (vw(&root_url), "*", vec![format!("{c0_lc}/widgets")]),
+        (vw(&s1_url), "*", vec![format!("{c1_lc}/widgets")]),
+        (
+            vw(&root_url),
+            c0_lc.as_str(),
+            vec![format!("{c0_lc}/widgets")],
+        ),
+    ] {
+        let api = all_at(&sim, &format!("{base}/clusters/{x}"), &binding_ar()).await;
+        assert_eq!(cluster_names(&api, x).await, want, "{base} {x}");
+    }
+    let in_c0 = all_at(
+        &sim,
+        &format!("{}/clusters/{c0_lc}", vw(&root_url)),
+        &binding_ar(),
+    )
+    .await;
+    let s = refused(in_c0.get("other"), "a binding to another export").await;
+    assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+    assert_eq!(
+        in_c0
+            .get("widgets")
+            .await
+            .expect("its own binding")
+            .metadata
+            .name
+            .as_deref(),
+        Some("widgets")
+    );
+    // Read only.
+    let new = json!({"metadata": {"name": "new"},
+                     "spec": {"reference": {"export": {"path": "root:p2", "name": "widgets"}}}});
+    let (new, pp) = (obj(&binding_ar(), new), PostParams::default());
+    let s = refused(in_c0.create(&pp, &new), "a write").await;
+    let what = "the server does not allow this method on the requested resource";
+    assert_eq!(
+        (s.code, s.reason, s.message),
+        (405, "MethodNotAllowed".into(), what.into())
+    );
+
+    // Claimed (list, watch): nothing of a workspace until it accepts; then every
+    // binding there, those made before the claim included (a watch sees them).
+    let exports: Api<DynamicObject> = Api::all_with(
+        p1.clone(),
+        &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
+    );
+    let claim =
+        json!({"group": "apis.kcp.io", "resource": "apibindings", "verbs": ["list", "watch"]});
+    exports
+        .patch(
+            "widgets",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"permissionClaims": [claim.clone()]}})),
+        )
+        .await
+        .expect("claim apibindings");
+    let none: Vec<String> = Vec::new();
+    assert_eq!(bindings_through(&sim, &vw(&root_url)).await, none);
+    let star = all_at(
+        &sim,
+        &format!("{}/clusters/*", vw(&root_url)),
+        &binding_ar(),
+    )
+    .await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let watch = tokio::spawn(async move {
+        let mut events = watcher::watcher(star, watcher::Config::default()).boxed();
+        while let Some(Ok(ev)) = events.next().await {
+            if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = ev {
+                let _ = tx.send(format!(
+                    "{}/{}",
+                    cluster_of(&o).unwrap_or_default(),
+                    o.metadata.name.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+    });
+    let mut accepted = claim;
+    accepted["selector"] = json!({"matchAll": true});
+    accepted["state"] = json!("Accepted");
+    Api::<DynamicObject>::all_with(c0.clone(), &binding_ar())
+        .patch(
+            "widgets",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"permissionClaims": [accepted]}})),
+        )
+        .await
+        .expect("accept the claim");
+    // The binding accepting is seen (once or more); so is the one made before.
+    let seen = vec![format!("{c0_lc}/other"), format!("{c0_lc}/widgets")];
+    let mut got = std::collections::BTreeSet::new();
+    while got.len() < seen.len() {
+        let name = next_name(&mut rx).await;
+        assert!(seen.contains(&name), "{name}");
+        got.insert(name);
+    }
+    watch.abort();
+    assert_eq!(bindings_through(&sim, &vw(&root_url)).await, seen);
+    assert_eq!(
+        bindings_through(&sim, &vw(&s1_url)).await,
+        none,
+        "c1 did not accept"
+    );
+    sim.shutdown().await;
 }

@@ -33,6 +33,9 @@ pub(super) struct Filter {
     /// workspace's binding rules apply (None: the caller bypasses them).
     pub(super) verb: Option<&'static str>,
     pub(super) namespace: Option<String>,
+    /// kcp-facts 16: APIBindings served without a claim show only the bindings to
+    /// the virtual workspace's export (cluster, name).
+    pub(super) export_only: Option<(String, String)>,
     pub(super) labels: Selector,
     pub(super) fields: FieldSelector,
 }
@@ -66,6 +69,10 @@ impl Filter {
             vw_cache: Some(std::sync::Mutex::new(HashMap::new())),
             verb: crate::authz::enforced(state, ctx).then_some("list"),
             namespace: t.namespace.clone(),
+            export_only: ctx
+                .vw
+                .as_ref()
+                .and_then(|vw| kcp::bindings_fallback(state, vw, &t.info)),
             labels,
             fields,
         })
@@ -132,7 +139,12 @@ impl Filter {
     }
 
     pub(super) fn obj_ok(&self, v: &Value) -> bool {
-        self.labels.matches(v) && self.fields.matches(v)
+        self.labels.matches(v)
+            && self.fields.matches(v)
+            && self
+                .export_only
+                .as_ref()
+                .is_none_or(|e| kcp::binds_export(v, e))
     }
 }
 

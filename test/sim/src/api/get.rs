@@ -8,7 +8,7 @@ use crate::server::{Ctx, Resp, State};
 
 pub(super) fn get(
     state: &State,
-    _ctx: &Ctx,
+    ctx: &Ctx,
     t: &Target,
     cluster: &str,
     meta_only: bool,
@@ -19,6 +19,15 @@ pub(super) fn get(
         .store
         .get(&t.info.gr(), &key)
         .ok_or_else(|| ApiError::not_found(&t.info, name))?;
+    // kcp-facts 16: only the bindings to the export, where APIBindings are not claimed.
+    if let Some(e) = ctx
+        .vw
+        .as_ref()
+        .and_then(|vw| crate::kcp::bindings_fallback(state, vw, &t.info))
+        && !crate::kcp::binds_export(&obj, &e)
+    {
+        return Err(ApiError::not_found(&t.info, name));
+    }
     if t.sub.as_deref() == Some("scale") {
         return Ok(Resp::Json(200, scale_of(&t.info, &obj)));
     }

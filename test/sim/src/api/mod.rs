@@ -123,6 +123,12 @@ pub async fn handle(
     }
     if let Some(vw) = &ctx.vw {
         kcp::vw_authorize(state, vw, &ctx.cluster, &t.info)?;
+        // kcp-facts 16: unclaimed APIBindings are served by a read-only storage.
+        if kcp::bindings_fallback(state, vw, &t.info).is_some()
+            && !matches!(verb, "get" | "list" | "watch")
+        {
+            return Err(ApiError::method_not_allowed(METHOD_NOT_ALLOWED));
+        }
     }
     if t.info.virtual_only {
         let obj = parse_body(&body, headers)?;

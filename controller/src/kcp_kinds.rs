@@ -1,0 +1,768 @@
+//! kcp: ResourceProtections, AnchorRules and CriticalServices in every workspace.
+//!
+//! A workspace "binds holdfast" when one of its APIBindings references holdfast's
+//! APIExport in the holdfast workspace and accepts the claim on validating webhook
+//! configurations. Such a workspace gets the configuration `holdfast`
+//! ([`workspace_configuration`]) for its own types: label protection, containment
+//! and what its own policies need. A type a workspace gets from another APIExport
+//! is admitted by kcp only through the export workspace's configurations
+//! (kcp-facts 12): its DELETEs are routed by the `<export>.policies.holdfast.dev`
+//! webhook of that workspace, which needs that workspace to bind holdfast too;
+//! where it does not, the policy says so in its status
+//! ([`EXPORT_WORKSPACE_NOT_BOUND`]).
+//!
+//! Everything here is pure: the APIBindings and policy objects come from the
+//! watches (no API read per pass), the result is recomputed from scratch.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
+};
+
+use holdfast_shared::{
+    api::{AnchorRule, CriticalService, GroupResource, ResourceProtection},
+    names::API_GROUP,
+    webhookconfig::{
+        PolicyNeeds, WorkspaceTarget, anchor_rule_needs, critical_service_needs,
+        export_policies_webhook, is_policies_webhook, resource_protection_needs, routes,
+        well_known_scope,
+    },
+};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::api::{ApiResource, DynamicObject};
+use serde_json::Value;
+
+use crate::{
+    kubernetes::decode,
+    policies::{
+        ApiIndex, Invalid, check_anchor_rule, check_critical_service, check_resource_protection,
+        reasons,
+    },
+    status::{Outcome, not_routed_message, routed_message},
+};
+
+/// Reason of Installed and Ready when a policy names a type its workspace gets from
+/// an APIExport whose workspace does not bind holdfast.
+pub const EXPORT_WORKSPACE_NOT_BOUND: &str = "ExportWorkspaceNotBound";
+/// Reason of Installed and Ready when the policy's own workspace binds holdfast
+/// without accepting the claim on validating webhook configurations.
+pub const WEBHOOK_CLAIM_NOT_ACCEPTED: &str = "WebhookClaimNotAccepted";
+
+/// The claim holdfast needs accepted to install a workspace's configuration.
+const WEBHOOK_CLAIM: (&str, &str) = (
+    "admissionregistration.k8s.io",
+    "validatingwebhookconfigurations",
+);
+
+/// The kinds this module handles, in the order of every per-kind array.
+pub fn kinds() -> [ApiResource; 3] {
+    [
+        ApiResource::erase::<ResourceProtection>(&()),
+        ApiResource::erase::<AnchorRule>(&()),
+        ApiResource::erase::<CriticalService>(&()),
+    ]
+}
+
+/// The APIBindings resource (`apis.kcp.io/v1alpha2`, kcp's storage version).
+pub fn apibindings() -> ApiResource {
+    ApiResource {
+        group: "apis.kcp.io".into(),
+        version: "v1alpha2".into(),
+        api_version: "apis.kcp.io/v1alpha2".into(),
+        kind: "APIBinding".into(),
+        plural: "apibindings".into(),
+    }
+}
+
+/// The logical cluster of the APIExport an endpoint URL of its slice serves:
+/// `<shard>/services/apiexport/<export's logical cluster>/<export>` (kcp-facts 7).
+pub fn export_cluster_of(url: &str, export: &str) -> Option<String> {
+    let rest = url.trim_end_matches('/').strip_suffix(export)?;
+    let rest = rest.strip_suffix('/')?;
+    let (before, lc) = rest.rsplit_once('/')?;
+    before
+        .ends_with("/services/apiexport")
+        .then(|| lc.to_string())
+        .filter(|lc| !lc.is_empty())
+}
+
+/// Where a workspace gets a resource from: an APIExport of another workspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundFrom {
+    /// The export's logical cluster (`status.apiExportClusterName`).
+    pub cluster: String,
+    /// The export's name.
+    pub export: String,
+    /// How the binding names the export's workspace (its path; the logical
+    /// cluster when the binding gives none).
+    pub path: String,
+}
+
+/// What the APIBindings of every workspace say.
+#[derive(Debug, Default)]
+pub struct Bindings {
+    /// Workspaces binding holdfast with the webhook-configuration claim accepted.
+    pub holdfast: BTreeSet<String>,
+    /// Workspaces binding holdfast without accepting it.
+    pub unclaimed: BTreeSet<String>,
+    /// Per workspace: the resources it gets from another workspace's APIExport.
+    pub bound: HashMap<String, HashMap<GroupResource, BoundFrom>>,
+}
+
+/// Whether `binding` accepts the claim on `group`/`resource`.
+fn accepts(binding: &Value, (group, resource): (&str, &str)) -> bool {
+    binding["spec"]["permissionClaims"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["group"].as_str().unwrap_or_default() == group
+                && c["resource"].as_str() == Some(resource)
+                && c["state"].as_str() == Some("Accepted")
+        })
+}
+
+impl Bindings {
+    /// Reads `bindings` (logical cluster, APIBinding); `home` is the logical
+    /// cluster of holdfast's APIExport `export`. A binding not bound yet (no
+    /// `status.apiExportClusterName`) says nothing.
+    pub fn of<'a>(
+        bindings: impl IntoIterator<Item = (&'a str, &'a DynamicObject)>,
+        home: Option<&str>,
+        export: &str,
+    ) -> Self {
+        let mut out = Self::default();
+        for (cluster, b) in bindings {
+            let (spec, status) = (&b.data["spec"], &b.data["status"]);
+            let name = spec["reference"]["export"]["name"].as_str();
+            let Some(from) = status["apiExportClusterName"]
+                .as_str()
+                .filter(|c| !c.is_empty())
+            else {
+                continue;
+            };
+            if name == Some(export) && Some(from) == home {
+                if accepts(&b.data, WEBHOOK_CLAIM) {
+                    out.holdfast.insert(cluster.to_string());
+                } else {
+                    out.unclaimed.insert(cluster.to_string());
+                }
+                continue;
+            }
+            // A workspace binding its own export: kcp calls its own configurations.
+            if from == cluster {
+                continue;
+            }
+            let path = spec["reference"]["export"]["path"]
+                .as_str()
+                .filter(|p| !p.is_empty())
+                .unwrap_or(from);
+            for r in status["boundResources"].as_array().into_iter().flatten() {
+                let group = match r["group"].as_str().unwrap_or_default() {
+                    "core" => "",
+                    g => g,
+                };
+                let Some(resource) = r["resource"].as_str() else {
+                    continue;
+                };
+                out.bound.entry(cluster.to_string()).or_default().insert(
+                    GroupResource::new(group, resource),
+                    BoundFrom {
+                        cluster: from.to_string(),
+                        export: name.unwrap_or_default().to_string(),
+                        path: path.to_string(),
+                    },
+                );
+            }
+        }
+        out.unclaimed.retain(|c| !out.holdfast.contains(c));
+        out
+    }
+
+    /// The APIExport of another workspace `cluster` gets `gr` from.
+    pub fn source(&self, cluster: &str, gr: &GroupResource) -> Option<&BoundFrom> {
+        self.bound.get(cluster)?.get(gr)
+    }
+}
+
+/// One policy object of [`kinds`], evaluated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyEval {
+    /// Index into [`kinds`].
+    pub kind: usize,
+    /// Its logical cluster.
+    pub cluster: String,
+    /// Its name.
+    pub name: String,
+    /// Why it is invalid.
+    pub invalid: Option<Invalid>,
+    /// Why its configuration cannot be installed.
+    pub blocked: Option<(&'static str, String)>,
+    /// Resources its own workspace's `policies-<i>` webhooks route.
+    pub local: Vec<GroupResource>,
+    /// Resources routed by an export webhook: (resource, export cluster, export).
+    pub exported: Vec<(GroupResource, String, String)>,
+}
+
+impl PolicyEval {
+    /// `<logical cluster>/<name>`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.cluster, self.name)
+    }
+}
+
+/// The configurations every workspace needs for the policies of [`kinds`], and
+/// each policy's evaluation.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Per logical cluster.
+    pub targets: BTreeMap<String, WorkspaceTarget>,
+    /// Per policy, in input order.
+    pub policies: Vec<PolicyEval>,
+}
+
+/// The objects of one kind, keyed by (logical cluster, name).
+pub type Objects = Vec<((String, String), Arc<DynamicObject>)>;
+
+/// One policy object, decoded and checked: a function of the object alone, so the
+/// caller may reuse it while the object's resourceVersion is unchanged.
+pub struct Decoded {
+    policy: Result<Policy, String>,
+    invalid: Option<Invalid>,
+    /// What the policy governs ([`Policy::needs`]) and needs from a configuration
+    /// ([`Policy::add_to`]), built once.
+    needs: Vec<GroupResource>,
+    alone: PolicyNeeds,
+}
+
+/// Decodes and checks an object of `kinds()[kind]`.
+pub fn decode_policy(kind: usize, obj: &DynamicObject) -> Decoded {
+    let policy = Policy::decode(kind, obj);
+    let invalid = match &policy {
+        Ok(p) => p.check(),
+        Err(message) => Some(Invalid {
+            reason: reasons::INVALID_SPEC,
+            message: message.clone(),
+        }),
+    };
+    let (needs, alone) = match &policy {
+        Ok(p) if invalid.is_none() => {
+            let mut alone = PolicyNeeds::default();
+            p.add_to(&mut alone);
+            (p.needs(), alone)
+        }
+        _ => (Vec::new(), PolicyNeeds::default()),
+    };
+    Decoded {
+        policy,
+        invalid,
+        needs,
+        alone,
+    }
+}
+
+/// A decoded policy of one of [`kinds`].
+enum Policy {
+    Rp(ResourceProtection),
+    Ar(AnchorRule),
+    Cs(CriticalService),
+}
+
+impl Policy {
+    fn decode(kind: usize, obj: &DynamicObject) -> Result<Self, String> {
+        Ok(match kind {
+            0 => Self::Rp(decode(obj)?),
+            1 => Self::Ar(decode(obj)?),
+            _ => Self::Cs(decode(obj)?),
+        })
+    }
+
+    /// The spec's problems (kcp: no discovery per workspace, so the types are not
+    /// looked up; an unknown type routes DELETEs nobody makes).
+    fn check(&self) -> Option<Invalid> {
+        let index = ApiIndex::default();
+        match self {
+            Self::Rp(p) => check_resource_protection(p, &index),
+            Self::Ar(p) => check_anchor_rule(p, &index),
+            Self::Cs(p) => check_critical_service(p, &index),
+        }
+    }
+
+    /// The resources whose DELETEs it governs. A CriticalService's guard of
+    /// itself is left out: kcp admits DELETEs of `criticalservices.holdfast.dev`
+    /// through the holdfast workspace's configurations, which holdfast does not
+    /// install.
+    fn needs(&self) -> Vec<GroupResource> {
+        match self {
+            Self::Rp(p) => resource_protection_needs(p),
+            Self::Ar(p) => anchor_rule_needs(p),
+            Self::Cs(p) => critical_service_needs(p)
+                .into_iter()
+                .filter(|gr| gr.group != API_GROUP)
+                .collect(),
+        }
+    }
+
+    /// Whether label changes and break-glass markers on what it protects are
+    /// judged too (a strict ResourceProtection).
+    fn strict(&self) -> bool {
+        matches!(self, Self::Rp(p) if p.spec.strict)
+    }
+
+    fn add_to(&self, needs: &mut PolicyNeeds) {
+        match self {
+            Self::Rp(p) => needs.add_resource_protection(p),
+            Self::Ar(p) => needs.add_anchor_rule(p),
+            Self::Cs(p) => needs.add_critical_service(p),
+        }
+    }
+}
+
+/// Keeps in `needs` only what `local` says is the workspace's own.
+fn retain_local(needs: &mut PolicyNeeds, local: impl Fn(&GroupResource) -> bool) {
+    needs.delete.retain(&local);
+    needs.strict.retain(&local);
+    for r in &mut needs.routes {
+        r.resources.retain(&local);
+    }
+    needs.routes.retain(|r| !r.resources.is_empty());
+}
+
+/// The message of a policy whose types come from exports whose workspaces do not
+/// bind holdfast: which, and what their provider must do.
+fn not_bound_message(export: &str, unbound: &[(&GroupResource, &BoundFrom)]) -> String {
+    unbound
+        .iter()
+        .map(|(gr, from)| {
+            format!(
+                "{gr} comes from APIExport {} in workspace {} (logical cluster {}), whose workspace \
+                 does not bind {export} with its claims accepted, and kcp admits its DELETEs only \
+                 through that workspace's webhook configurations: the provider must bind {export} \
+                 in {} and accept its claims (docs/kcp.md, provider guide)",
+                from.export, from.path, from.cluster, from.path
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Evaluates every policy (`objects[k]`: the objects of `kinds()[k]`, keyed by
+/// (logical cluster, name)) over `bindings`; `export` is holdfast's APIExport.
+/// Every workspace binding holdfast gets a target; the exports' targets hold the
+/// types consumers' policies govern.
+/// `decode` gives each object's [`Decoded`] (see [`decode_policy`]).
+pub fn plan(
+    objects: &[Objects; 3],
+    decode: &dyn Fn(usize, &Arc<DynamicObject>) -> Arc<Decoded>,
+    bindings: &Bindings,
+    export: &str,
+) -> Plan {
+    let mut out = Plan::default();
+    let mut local_needs: BTreeMap<String, PolicyNeeds> = BTreeMap::new();
+    for cluster in &bindings.holdfast {
+        out.targets.entry(cluster.clone()).or_default().binds = true;
+    }
+    for (kind, list) in objects.iter().enumerate() {
+        for ((cluster, name), obj) in list {
+            let mut eval = PolicyEval {
+                kind,
+                cluster: cluster.clone(),
+                name: name.clone(),
+                invalid: None,
+                blocked: None,
+                local: Vec::new(),
+                exported: Vec::new(),
+            };
+            let decoded = decode(kind, obj);
+            eval.invalid = decoded.invalid.clone();
+            let (Ok(policy), None) = (&decoded.policy, &eval.invalid) else {
+                out.policies.push(eval);
+                continue;
+            };
+            let mut unbound = Vec::new();
+            for gr in decoded.needs.iter().cloned() {
+                match bindings.source(cluster, &gr) {
+                    Some(from) => {
+                        if !bindings.holdfast.contains(&from.cluster) {
+                            unbound.push((gr.clone(), from));
+                        } else {
+                            let target = out.targets.entry(from.cluster.clone()).or_default();
+                            target
+                                .exports
+                                .entry(from.export.clone())
+                                .or_default()
+                                .insert(gr.clone());
+                            if policy.strict() {
+                                target
+                                    .strict_exports
+                                    .entry(from.export.clone())
+                                    .or_default()
+                                    .insert(gr.clone());
+                            }
+                            target.rules.insert(eval.key());
+                        }
+                        eval.exported
+                            .push((gr, from.cluster.clone(), from.export.clone()));
+                    }
+                    None => eval.local.push(gr),
+                }
+            }
+            if !eval.local.is_empty() {
+                local_needs
+                    .entry(cluster.clone())
+                    .or_default()
+                    .merge(&decoded.alone);
+                if !bindings.holdfast.contains(cluster) {
+                    eval.blocked = Some((
+                        WEBHOOK_CLAIM_NOT_ACCEPTED,
+                        format!(
+                            "the APIBinding of {export} in this workspace does not accept the \
+                             permission claim on {}.{} (with the verbs the export claims), so holdfast \
+                             cannot install its webhook configuration here: accept it (docs/kcp.md)",
+                            WEBHOOK_CLAIM.1, WEBHOOK_CLAIM.0
+                        ),
+                    ));
+                }
+            }
+            if eval.blocked.is_none() && !unbound.is_empty() {
+                let refs: Vec<(&GroupResource, &BoundFrom)> =
+                    unbound.iter().map(|(gr, f)| (gr, *f)).collect();
+                eval.blocked = Some((EXPORT_WORKSPACE_NOT_BOUND, not_bound_message(export, &refs)));
+            }
+            out.policies.push(eval);
+        }
+    }
+    for (cluster, mut needs) in local_needs {
+        let Some(target) = out.targets.get_mut(&cluster).filter(|t| t.binds) else {
+            continue;
+        };
+        // holdfast's own types come from holdfast's export: kcp never calls this
+        // workspace's configurations for them.
+        retain_local(&mut needs, |gr| {
+            gr.group != API_GROUP && bindings.source(&cluster, gr).is_none()
+        });
+        target.local = needs.with_containment(well_known_scope);
+    }
+    out
+}
+
+/// A policy's outcome over the installed configurations (by logical cluster).
+pub fn outcome(
+    e: &PolicyEval,
+    installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+) -> Outcome {
+    let mut via: BTreeSet<String> = BTreeSet::new();
+    let mut missing: Vec<String> = Vec::new();
+    let mut set: BTreeSet<String> = BTreeSet::new();
+    for gr in &e.local {
+        set.insert(gr.to_string());
+        let hooks: Vec<String> = installed
+            .get(&e.cluster)
+            .into_iter()
+            .flat_map(|c| {
+                c.webhooks
+                    .iter()
+                    .flatten()
+                    .map(|h| h.name.as_str())
+                    .filter(|n| is_policies_webhook(n) && routes(c, n, "DELETE", gr))
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if hooks.is_empty() {
+            missing.push(gr.to_string());
+        }
+        via.extend(hooks);
+    }
+    for (gr, cluster, export) in &e.exported {
+        set.insert(gr.to_string());
+        let hook = export_policies_webhook(export);
+        if installed
+            .get(cluster)
+            .is_some_and(|c| routes(c, &hook, "DELETE", gr))
+        {
+            via.insert(format!("{hook} (workspace {cluster})"));
+        } else {
+            missing.push(format!("{gr} (APIExport {export} in {cluster})"));
+        }
+    }
+    let installed_ok = missing.is_empty();
+    Outcome {
+        invalid: e.invalid.clone(),
+        installed: installed_ok && e.invalid.is_none() && e.blocked.is_none(),
+        installed_message: if installed_ok {
+            routed_message(set, via.iter().map(String::as_str))
+        } else {
+            not_routed_message(&missing)
+        },
+        cycle: None,
+        cycle_applies: false,
+        source: None,
+        not_admitted: None,
+        blocked: e.blocked.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_shared::webhookconfig::{InstallOptions, WebhookTarget, workspace_configuration};
+    use serde_json::json;
+
+    fn binding(cluster: &str, name: &str, spec: Value, status: Value) -> (String, DynamicObject) {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIBinding",
+            "metadata": {"name": name, "annotations": {"kcp.io/cluster": cluster}},
+            "spec": spec, "status": status,
+        }))
+        .expect("binding");
+        (cluster.to_string(), obj)
+    }
+
+    fn holdfast_binding(cluster: &str, accepted: bool) -> (String, DynamicObject) {
+        binding(
+            cluster,
+            "holdfast",
+            json!({"reference": {"export": {"path": "root:holdfast", "name": "holdfast.dev"}},
+                   "permissionClaims": [{"group": "admissionregistration.k8s.io",
+                       "resource": "validatingwebhookconfigurations", "verbs": ["*"],
+                       "state": if accepted { "Accepted" } else { "Rejected" }}]}),
+            json!({"apiExportClusterName": "hf"}),
+        )
+    }
+
+    fn compute_binding(cluster: &str) -> (String, DynamicObject) {
+        binding(
+            cluster,
+            "kubernetes",
+            json!({"reference": {"export": {"path": "root:compute", "name": "kubernetes"}}}),
+            json!({"apiExportClusterName": "comp", "boundResources": [
+                {"group": "core", "resource": "persistentvolumeclaims"},
+                {"group": "apps", "resource": "deployments"}]}),
+        )
+    }
+
+    fn policy(
+        cluster: &str,
+        kind: &str,
+        name: &str,
+        spec: Value,
+    ) -> ((String, String), Arc<DynamicObject>) {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "holdfast.dev/v1alpha1", "kind": kind,
+            "metadata": {"name": name, "annotations": {"kcp.io/cluster": cluster}},
+            "spec": spec,
+        }))
+        .expect("policy");
+        ((cluster.to_string(), name.to_string()), Arc::new(obj))
+    }
+
+    fn fresh(kind: usize, obj: &Arc<DynamicObject>) -> Arc<Decoded> {
+        Arc::new(decode_policy(kind, obj))
+    }
+
+    fn bindings(list: &[(String, DynamicObject)]) -> Bindings {
+        Bindings::of(
+            list.iter().map(|(c, b)| (c.as_str(), b)),
+            Some("hf"),
+            "holdfast.dev",
+        )
+    }
+
+    #[test]
+    fn the_export_cluster_is_read_from_an_endpoint_url() {
+        assert_eq!(
+            export_cluster_of(
+                "https://shard:6443/services/apiexport/hf/holdfast.dev",
+                "holdfast.dev"
+            ),
+            Some("hf".to_string())
+        );
+        assert_eq!(
+            export_cluster_of("https://shard/services/apiexport/hf/other", "holdfast.dev"),
+            None
+        );
+        assert_eq!(
+            export_cluster_of("https://shard/clusters/hf/holdfast.dev", "holdfast.dev"),
+            None
+        );
+    }
+
+    #[test]
+    fn bindings_tell_who_binds_holdfast_and_where_types_come_from() {
+        let list = [
+            holdfast_binding("c1", true),
+            compute_binding("c1"),
+            holdfast_binding("c2", false),
+            // Another export named holdfast.dev elsewhere is not holdfast's.
+            binding(
+                "c3",
+                "fake",
+                json!({"reference": {"export": {"path": "root:fake", "name": "holdfast.dev"}},
+                       "permissionClaims": [{"group": "admissionregistration.k8s.io",
+                           "resource": "validatingwebhookconfigurations", "state": "Accepted"}]}),
+                json!({"apiExportClusterName": "fake"}),
+            ),
+            // Not bound yet.
+            binding(
+                "c4",
+                "holdfast",
+                json!({"reference": {"export": {"name": "holdfast.dev"}}}),
+                json!({}),
+            ),
+        ];
+        let b = bindings(&list);
+        assert_eq!(b.holdfast, ["c1".to_string()].into());
+        assert_eq!(b.unclaimed, ["c2".to_string()].into());
+        assert_eq!(
+            b.source("c1", &GroupResource::new("", "persistentvolumeclaims")),
+            Some(&BoundFrom {
+                cluster: "comp".into(),
+                export: "kubernetes".into(),
+                path: "root:compute".into()
+            })
+        );
+        assert_eq!(b.source("c1", &GroupResource::new("", "configmaps")), None);
+    }
+
+    #[test]
+    fn policies_route_local_types_locally_and_bound_types_through_their_export() {
+        let rp = policy(
+            "c1",
+            "ResourceProtection",
+            "both",
+            json!({"resources": [{"version": "v1", "resource": "configmaps"},
+                                 {"group": "apps", "version": "v1", "resource": "deployments"}]}),
+        );
+        let bad = policy("c1", "ResourceProtection", "bad", json!({"resources": []}));
+        let objects = [vec![rp, bad], Vec::new(), Vec::new()];
+        // The provider does not bind holdfast: blocked, nothing for it.
+        let list = vec![holdfast_binding("c1", true), compute_binding("c1")];
+        let p = plan(&objects, &fresh, &bindings(&list), "holdfast.dev");
+        assert_eq!(p.targets.keys().collect::<Vec<_>>(), ["c1"]);
+        let t = &p.targets["c1"];
+        assert!(t.binds && t.exports.is_empty());
+        assert_eq!(
+            t.local.delete,
+            [
+                GroupResource::new("", "configmaps"),
+                GroupResource::new("", "namespaces")
+            ]
+            .into()
+        );
+        let (reason, message) = p.policies[0].blocked.clone().expect("blocked");
+        assert_eq!(reason, EXPORT_WORKSPACE_NOT_BOUND);
+        assert_eq!(
+            message,
+            "deployments.apps comes from APIExport kubernetes in workspace root:compute (logical \
+             cluster comp), whose workspace does not bind holdfast.dev with its claims accepted, and \
+             kcp admits its DELETEs only through that workspace's webhook configurations: the \
+             provider must bind holdfast.dev in root:compute and accept its claims (docs/kcp.md, \
+             provider guide)"
+        );
+        assert_eq!(
+            p.policies[1].invalid.as_ref().map(|i| i.reason),
+            Some(reasons::INVALID_SPEC)
+        );
+        // The provider binds: its configuration routes the consumer's type.
+        let mut list = list;
+        list.push(holdfast_binding("comp", true));
+        let p = plan(&objects, &fresh, &bindings(&list), "holdfast.dev");
+        assert_eq!(p.policies[0].blocked, None);
+        let comp = &p.targets["comp"];
+        assert!(comp.binds);
+        assert_eq!(
+            comp.exports,
+            [(
+                "kubernetes".to_string(),
+                [GroupResource::new("apps", "deployments")].into()
+            )]
+            .into()
+        );
+        assert_eq!(comp.rules, ["c1/both".to_string()].into());
+        assert!(comp.strict_exports.is_empty(), "not a strict policy");
+        // A strict one: the export's webhook takes its label-changing UPDATEs too.
+        let strict = policy(
+            "c1",
+            "ResourceProtection",
+            "strict",
+            json!({"strict": true, "resources": [{"group": "apps", "version": "v1", "resource": "deployments"}]}),
+        );
+        let with_strict = [vec![strict], Vec::new(), Vec::new()];
+        let p2 = plan(&with_strict, &fresh, &bindings(&list), "holdfast.dev");
+        assert_eq!(
+            p2.targets["comp"].strict_exports,
+            [(
+                "kubernetes".to_string(),
+                [GroupResource::new("apps", "deployments")].into()
+            )]
+            .into()
+        );
+        // Installed only once both configurations route them.
+        let opts = InstallOptions {
+            target: WebhookTarget::Url("https://w/validate".into()),
+            ca_bundle: Vec::new(),
+            failure_policy: holdfast_shared::webhookconfig::FailurePolicy::Fail,
+            timeout_seconds: 10,
+        };
+        let labels = holdfast_shared::labels::ProtectionLabels::default();
+        let cfg = |lc: &str| {
+            Arc::new(
+                workspace_configuration(lc, &labels, false, &p.targets[lc], &opts)
+                    .expect("configuration"),
+            )
+        };
+        let mut installed: BTreeMap<String, Arc<ValidatingWebhookConfiguration>> =
+            [("c1".to_string(), cfg("c1"))].into();
+        let o = outcome(&p.policies[0], &installed);
+        assert!(!o.installed);
+        assert_eq!(
+            o.installed_message,
+            "not yet routed to a policies webhook: deployments.apps (APIExport kubernetes in comp)"
+        );
+        installed.insert("comp".to_string(), cfg("comp"));
+        let o = outcome(&p.policies[0], &installed);
+        assert!(o.installed, "{o:?}");
+        assert_eq!(
+            o.installed_message,
+            "DELETEs of configmaps, deployments.apps reach webhook(s) \
+             kubernetes.policies.holdfast.dev (workspace comp), policies-0.holdfast.dev of \
+             ValidatingWebhookConfiguration holdfast"
+        );
+    }
+
+    #[test]
+    fn a_workspace_without_the_claim_is_told_so() {
+        let cs = policy(
+            "c2",
+            "CriticalService",
+            "dns",
+            json!({"provider": {"group": "apps", "resource": "deployments",
+                                "namespace": "kube-system", "name": "coredns"},
+                   "criteria": [{"type": "Finalizer", "finalizer": {"group": "example.io",
+                       "resource": "widgets", "finalizerName": "example.io/keep"}}]}),
+        );
+        let list = [holdfast_binding("c2", false)];
+        let p = plan(
+            &[Vec::new(), Vec::new(), vec![cs]],
+            &fresh,
+            &bindings(&list),
+            "holdfast.dev",
+        );
+        assert!(p.targets.is_empty(), "{:?}", p.targets);
+        let e = &p.policies[0];
+        assert_eq!(e.invalid, None, "{e:?}");
+        assert_eq!(
+            e.blocked.as_ref().map(|b| b.0),
+            Some(WEBHOOK_CLAIM_NOT_ACCEPTED)
+        );
+        // Its own guard is left out on kcp.
+        assert_eq!(
+            e.local,
+            [
+                GroupResource::new("apps", "deployments"),
+                GroupResource::new("", "namespaces")
+            ]
+        );
+    }
+}
