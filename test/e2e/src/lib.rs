@@ -261,6 +261,18 @@ impl KubectlOutput {
         self.code == 1 && self.stderr.contains(text)
     }
 
+    /// Whether kubectl refused with exactly one of `texts` (the possible refusals when
+    /// several webhooks refuse, [`denied_by_any`]): exit code 1 and that text in
+    /// standard error.
+    pub fn refused_with_one_of(&self, texts: &[String]) -> bool {
+        self.code == 1
+            && texts
+                .iter()
+                .filter(|t| self.stderr.contains(t.as_str()))
+                .count()
+                == 1
+    }
+
     /// Whether this is kubectl's answer for an object that does not exist
     /// (`Error from server (NotFound)`, exit code 1).
     pub fn is_not_found(&self) -> bool {
@@ -279,6 +291,13 @@ impl KubectlOutput {
 /// prints when webhook `name` refuses with `message`.
 pub fn denied_by(name: &str, message: &str) -> String {
     format!("admission webhook \"{name}\" denied the request: {message}")
+}
+
+/// The refusals kubectl may print when every one of `webhooks` refuses with
+/// `message`: kube-apiserver calls the matching webhooks at once and returns the
+/// refusal that reaches it first, so which of them is named varies from run to run.
+pub fn denied_by_any(webhooks: &[&str], message: &str) -> Vec<String> {
+    webhooks.iter().map(|w| denied_by(w, message)).collect()
 }
 
 /// A running `holdfast-webhook`.

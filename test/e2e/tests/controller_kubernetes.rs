@@ -823,14 +823,23 @@ async fn managed_ca_serves_a_service_target() {
     // The API server reaches the webhook through Service holdfast-system/holdfast-webhook
     // and verifies its certificate for holdfast-webhook.holdfast-system.svc.
     let port = holdfast_e2e::free_port().expect("port");
-    let mut cfg = holdfast_sim::SimConfig::default();
-    cfg.services.insert(
-        "holdfast-webhook.holdfast-system:443".to_string(),
-        format!("127.0.0.1:{port}"),
-    );
-    let mut env = Env::start_with(cfg).await.expect("sim");
+    let mut env = Env::start_with(holdfast_sim::SimConfig::default())
+        .await
+        .expect("sim");
     env.install_crds().expect("crds");
     env.run(&["create", "namespace", "holdfast-system"]);
+    // As on a real cluster, the Service and its endpoints lead to the webhook (here
+    // a local process, which the EndpointSlice names).
+    let service = holdfast_e2e::fixtures::service_to(
+        "holdfast-system",
+        "holdfast-webhook",
+        "127.0.0.1",
+        port,
+    );
+    env.kubectl_stdin(&["apply", "-f", "-"], &service)
+        .expect("kubectl")
+        .ok()
+        .expect("service and endpoints");
     let mut c = start_controller(
         &env,
         "controller",

@@ -3,7 +3,7 @@
 //! plan for a CRD and its instances), enforcement modes, namespace containment,
 //! AnchorRule (the composite stories) and CriticalService (the bulk-delete story).
 
-use holdfast_e2e::steps::{allow, for_groups, sim_user};
+use holdfast_e2e::steps::sim_user;
 use holdfast_e2e::steps::{allowed_until, refused_until};
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -506,11 +506,25 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
     let mut cfg = SimConfig::default();
     cfg.users.push(sim_user("dev", &["devs"]));
     cfg.users.push(sim_user("lead", &["leads"]));
-    let bypass = allow(&[], &["bypass"], &["holdfast.dev"], &["protections"]);
-    cfg.rbac.push(for_groups(&["leads"], bypass));
-    let edit = allow(&[], &["*"], &[""], &["configmaps"]);
-    cfg.rbac.push(for_groups(&["devs", "leads"], edit));
     let mut env = Env::start_with(cfg).await.expect("sim");
+    // Nobody holds a permission the cluster's RBAC does not grant: developers and
+    // leads edit ConfigMaps, leads may also bypass protection.
+    let rbac = holdfast_e2e::fixtures::documents(&[
+        holdfast_e2e::fixtures::cluster_role_for(
+            "e2e-edit-configmaps",
+            &[("Group", "devs"), ("Group", "leads")],
+            &[r#"{apiGroups: [""], resources: [configmaps], verbs: ["*"]}"#],
+        ),
+        holdfast_e2e::fixtures::cluster_role_for(
+            "e2e-bypass",
+            &[("Group", "leads")],
+            &["{apiGroups: [holdfast.dev], resources: [protections], verbs: [bypass]}"],
+        ),
+    ]);
+    env.kubectl_stdin(&["apply", "-f", "-"], &rbac)
+        .expect("kubectl")
+        .ok()
+        .expect("RBAC applied");
     env.install_crds().expect("crds");
     // One window for the whole test: four refused retries make exactly one Event
     // however slowly kubectl runs.
