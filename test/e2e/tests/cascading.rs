@@ -467,7 +467,13 @@ async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
         "remove it from the policy (kubectl edit resourceprotection scratch-while-used)",
     ) + " To have holdfast delete it once nothing blocks it, ask for deferred deletion \
          (holdfast.dev/delete-when-unblocked).";
-    refused_until(env, &delete_ns, "policies-0.holdfast.dev", &scratch_refusal).await;
+    refused_until(
+        env,
+        &delete_ns,
+        &["policies-0.holdfast.dev"],
+        &scratch_refusal,
+    )
+    .await;
     admin(
         env,
         &["delete", "pvc", "cache", "-n", "scratch", "--wait=false"],
