@@ -892,8 +892,22 @@ impl Env {
         self.kubectl_io(args, Some(stdin))
     }
 
-    /// Runs kubectl as sim user `user` (its kubeconfig is written on first use).
+    /// Runs kubectl as sim user `user` (its kubeconfig is written on first use). On
+    /// the cluster of [`E2E_KUBECONFIG`] as `user` by impersonation (`--as`), with
+    /// the groups the API server gives such a user: `system:authenticated`, and for
+    /// a ServiceAccount `system:serviceaccounts` and `system:serviceaccounts:NS`.
     pub fn kubectl_as(&self, user: &str, args: &[&str]) -> anyhow::Result<KubectlOutput> {
+        if self.cluster.is_some() {
+            let mut with = vec![format!("--as={user}")];
+            with.extend(
+                impersonated_groups(user)
+                    .iter()
+                    .map(|g| format!("--as-group={g}")),
+            );
+            with.extend(args.iter().map(|a| a.to_string()));
+            let with: Vec<&str> = with.iter().map(String::as_str).collect();
+            return self.kubectl_io(&with, None);
+        }
         let path = self.dir.path().join(format!("kubeconfig-{user}"));
         if !path.exists() {
             self.sim.write_kubeconfig(&path, user)?;
@@ -1331,6 +1345,23 @@ impl Env {
     }
 }
 
+/// The groups kube-apiserver gives an authenticated `user`: `system:authenticated`,
+/// and for a ServiceAccount (`system:serviceaccount:NS:NAME`) also
+/// `system:serviceaccounts` and `system:serviceaccounts:NS`.
+pub fn impersonated_groups(user: &str) -> Vec<String> {
+    let mut groups = vec![];
+    if let Some(ns) = user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(ns, _)| ns)
+    {
+        groups.push("system:serviceaccounts".to_string());
+        groups.push(format!("system:serviceaccounts:{ns}"));
+    }
+    groups.push("system:authenticated".to_string());
+    groups
+}
+
 fn webhook_host() -> String {
     std::env::var(E2E_WEBHOOK_HOST)
         .ok()
@@ -1368,6 +1399,19 @@ pub fn with_service_accounts(mut cfg: SimConfig) -> SimConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn impersonated_groups_are_what_the_api_server_gives() {
+        assert_eq!(super::impersonated_groups("dev"), ["system:authenticated"]);
+        assert_eq!(
+            super::impersonated_groups(super::WEBHOOK_SA),
+            [
+                "system:serviceaccounts",
+                "system:serviceaccounts:holdfast-system",
+                "system:authenticated"
+            ]
+        );
+    }
+
     #[test]
     fn needs_simulator_names_the_test() {
         fn here() {}
