@@ -542,13 +542,7 @@ fn resolve_service(
         .iter()
         .filter(|s| s["metadata"]["labels"]["kubernetes.io/service-name"].as_str() == Some(name))
     {
-        for p in slice["ports"].as_array().into_iter().flatten() {
-            if p["name"].as_str().unwrap_or("") != port_name {
-                continue;
-            }
-            let Some(target) = p["port"].as_u64() else {
-                continue;
-            };
+        for target in ports_named(&slice["ports"], port_name) {
             for ep in slice["endpoints"].as_array().into_iter().flatten() {
                 if ep["conditions"]["ready"].as_bool() == Some(false) {
                     continue;
@@ -565,13 +559,7 @@ fn resolve_service(
         && let Some(eps) = state.store.get(&core("endpoints"), &key(name))
     {
         for subset in eps["subsets"].as_array().into_iter().flatten() {
-            for p in subset["ports"].as_array().into_iter().flatten() {
-                if p["name"].as_str().unwrap_or("") != port_name {
-                    continue;
-                }
-                let Some(target) = p["port"].as_u64() else {
-                    continue;
-                };
+            for target in ports_named(&subset["ports"], port_name) {
                 for a in subset["addresses"].as_array().into_iter().flatten() {
                     if let Some(ip) = a["ip"].as_str() {
                         let addr = join_host_port(ip, target);
@@ -593,6 +581,16 @@ fn resolve_service(
         h.finish() as usize % addresses.len()
     };
     Ok(addresses.swap_remove(pick))
+}
+
+/// The port numbers of the endpoint ports in `ports` named `name` (no name: "").
+fn ports_named<'a>(ports: &'a Value, name: &'a str) -> impl Iterator<Item = u64> + 'a {
+    ports
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(move |p| p["name"].as_str().unwrap_or("") == name)
+        .filter_map(|p| p["port"].as_u64())
 }
 
 /// Go's `net.JoinHostPort`: an IPv6 address in brackets.
