@@ -145,7 +145,14 @@ pub fn start_controller(
     webhook_port: u16,
     args: &[&str],
 ) -> anyhow::Result<ControllerProcess> {
-    let url = format!("https://127.0.0.1:{webhook_port}/validate");
+    // On a cluster, the address that cluster's API server reaches this host at.
+    let url = match &env.cluster {
+        Some(_) => format!(
+            "https://{}:{webhook_port}/validate",
+            crate::e2e_webhook_host()
+        ),
+        None => format!("https://127.0.0.1:{webhook_port}/validate"),
+    };
     let url = (!args.contains(&"--webhook-service")).then_some(url.as_str());
     spawn_controller(env, name, url, args)
 }
@@ -163,6 +170,7 @@ fn spawn_controller(
     url: Option<&str>,
     args: &[&str],
 ) -> anyhow::Result<ControllerProcess> {
+    env.own_installation()?;
     let probe_port = free_port()?;
     let log = env.dir.path().join(format!("{name}.log"));
     let mut cmd = Command::new(bin("holdfast-controller")?);
@@ -195,6 +203,7 @@ fn spawn_controller(
         .stderr(std::fs::File::create(&log)?)
         .spawn()
         .context("starting holdfast-controller")?;
+    env.register_controller(child.id());
     Ok(ControllerProcess {
         child,
         probe_port,

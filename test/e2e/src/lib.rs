@@ -385,7 +385,30 @@ pub struct ClusterRun {
     pub id: String,
     namespaces: std::sync::Mutex<Vec<String>>,
     objects: std::sync::Mutex<Vec<Vec<String>>>,
+    /// Held while the test owns holdfast's cluster-wide objects
+    /// ([`Env::own_installation`]).
+    installation: std::sync::Mutex<Option<std::fs::File>>,
+    /// The controllers the test started (process ids), stopped before the
+    /// installation's objects are removed so that none recreates them.
+    controllers: std::sync::Mutex<Vec<u32>>,
 }
+
+/// The cluster-scoped objects holdfast's controller writes (configuration,
+/// admission policies and their bindings, the reads ClusterRoles), as `(kind,
+/// name)`: a test owning the installation removes them when it ends, and finds
+/// none when it starts.
+pub const INSTALLATION_OBJECTS: [(&str, &str); 7] = [
+    ("validatingwebhookconfiguration", "holdfast"),
+    ("validatingadmissionpolicybinding", "holdfast-backstop"),
+    ("validatingadmissionpolicy", "holdfast-backstop"),
+    (
+        "validatingadmissionpolicybinding",
+        "holdfast-self-protection",
+    ),
+    ("validatingadmissionpolicy", "holdfast-self-protection"),
+    ("clusterrole", "holdfast-reads-policies"),
+    ("clusterrole", "holdfast-anchor-sources"),
+];
 
 /// The label marking a test's namespaces on an external cluster.
 pub const E2E_RUN_LABEL: &str = "holdfast.dev/e2e-run";
@@ -411,6 +434,25 @@ impl Drop for Env {
         let Some(run) = self.cluster.take() else {
             return;
         };
+        let owned = run.installation.lock().map(|l| l.is_some()).unwrap_or(true);
+        if owned {
+            // No controller left to recreate what goes now; the configuration and
+            // the admission policies go before anything they could refuse.
+            for pid in run
+                .controllers
+                .lock()
+                .map(|c| c.clone())
+                .unwrap_or_default()
+            {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+            for (kind, name) in INSTALLATION_OBJECTS {
+                match self.kubectl(&["delete", kind, name, "--ignore-not-found"]) {
+                    Ok(out) if out.code == 0 => {}
+                    other => eprintln!("cleanup: kubectl delete {kind} {name}: {other:?}"),
+                }
+            }
+        }
         // The webhook first: nothing of the test stays protected by it.
         self.webhook = None;
         let objects = run.objects.lock().map(|o| o.clone()).unwrap_or_default();
@@ -444,6 +486,21 @@ impl Drop for Env {
                 other => eprintln!("cleanup: kubectl {}: {other:?}", step.join(" ")),
             }
         }
+        if owned {
+            // The CRDs last, waited for: the next test owning the installation
+            // installs them again.
+            match self.kubectl(&[
+                "delete",
+                "crd",
+                "-l",
+                &format!("{E2E_RUN_LABEL}={}", run.id),
+                "--ignore-not-found",
+            ]) {
+                Ok(out) if out.code == 0 => {}
+                other => eprintln!("cleanup: kubectl delete crd: {other:?}"),
+            }
+        }
+        // Dropping `run` releases the installation lock.
     }
 }
 
@@ -661,7 +718,11 @@ impl Env {
     }
 
     /// Installs holdfast's CRDs from `manifests/crds/` with kubectl, as a user would.
+    /// On the cluster of [`E2E_KUBECONFIG`] the test owns the installation first
+    /// ([`Env::own_installation`]) and labels the CRDs with its run id (removed when
+    /// the env drops).
     pub fn install_crds(&self) -> anyhow::Result<()> {
+        self.own_installation()?;
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/crds");
         for entry in std::fs::read_dir(&dir)? {
             let path = entry?.path();
@@ -672,6 +733,11 @@ impl Env {
             if name.starts_with("holdfast.dev_") && name.ends_with(".yaml") {
                 let file = path.to_string_lossy().into_owned();
                 self.kubectl(&["apply", "-f", &file])?.ok()?;
+                if let Some(run) = &self.cluster {
+                    let label = format!("{E2E_RUN_LABEL}={}", run.id);
+                    self.kubectl(&["label", "-f", &file, &label, "--overwrite"])?
+                        .ok()?;
+                }
             }
         }
         Ok(())
@@ -1246,7 +1312,7 @@ impl Env {
     pub async fn for_kubernetes_test() -> anyhow::Result<Self> {
         match e2e_cluster() {
             Some(kubeconfig) => {
-                let host = webhook_host();
+                let host = e2e_webhook_host();
                 // libtest names each test's thread after the test.
                 let test = std::thread::current()
                     .name()
@@ -1303,6 +1369,86 @@ impl Env {
         Ok(out.stdout.trim().to_string())
     }
 
+    /// For a test that starts the controller, which owns cluster-wide objects (the
+    /// configuration `holdfast`, the admission policies, the reads ClusterRoles,
+    /// holdfast's CRDs): on the cluster of [`E2E_KUBECONFIG`], waits for the lock
+    /// the suite takes on that cluster (one such test at a time, across test
+    /// processes on this host), then refuses to go on if any of those objects is
+    /// there (an installation the suite did not create). Everything of it is
+    /// removed when the env drops. Nothing to do on a sim (the test's own).
+    pub fn own_installation(&self) -> anyhow::Result<()> {
+        let Some(run) = &self.cluster else {
+            return Ok(());
+        };
+        let mut held = run
+            .installation
+            .lock()
+            .map_err(|_| anyhow::anyhow!("installation lock poisoned"))?;
+        if held.is_some() {
+            return Ok(());
+        }
+        let server = self
+            .kubectl(&[
+                "config",
+                "view",
+                "--minify",
+                "-o",
+                "jsonpath={.clusters[0].cluster.server}",
+            ])?
+            .ok()?
+            .stdout;
+        let key = {
+            use std::hash::{Hash as _, Hasher as _};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            server.trim().hash(&mut h);
+            h.finish()
+        };
+        let path = std::env::temp_dir().join(format!("holdfast-e2e-installation-{key:016x}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("lock file {}", path.display()))?;
+        file.lock()
+            .with_context(|| format!("locking {}", path.display()))?;
+        let mut found = vec![];
+        for (kind, name) in INSTALLATION_OBJECTS {
+            let out = self
+                .kubectl(&["get", kind, name, "--ignore-not-found", "-o", "name"])?
+                .ok()?;
+            found.extend(out.stdout.lines().map(str::to_string));
+        }
+        let crds = self.kubectl(&["get", "crd", "-o", "name"])?.ok()?;
+        found.extend(
+            crds.stdout
+                .lines()
+                .filter(|l| l.ends_with(".holdfast.dev"))
+                .map(str::to_string),
+        );
+        if !found.is_empty() {
+            bail!(
+                "holdfast is installed on the cluster of {E2E_KUBECONFIG} ({}), and not by this \
+                 test: the tests that start the controller own those cluster-wide objects and \
+                 will not touch an installation they did not create; run them against a \
+                 cluster without holdfast, or remove it",
+                found.join(", ")
+            );
+        }
+        *held = Some(file);
+        Ok(())
+    }
+
+    /// Registers a controller the test started (on a cluster it is stopped before
+    /// the installation's objects are removed).
+    pub fn register_controller(&self, pid: u32) {
+        if let Some(run) = &self.cluster
+            && let Ok(mut c) = run.controllers.lock()
+        {
+            c.push(pid);
+        }
+    }
+
     /// A webhook configuration of the harness, fitted to where it runs: on a
     /// cluster renamed `NAME-<run id>`, restricted to the test's namespaces, called
     /// at [`E2E_WEBHOOK_HOST`], and removed when the env drops.
@@ -1341,7 +1487,11 @@ impl Env {
         let Some(w) = &self.webhook else {
             bail!("start the webhook first")
         };
-        Ok(format!("https://{}:{}/validate", webhook_host(), w.port))
+        Ok(format!(
+            "https://{}:{}/validate",
+            e2e_webhook_host(),
+            w.port
+        ))
     }
 }
 
@@ -1362,7 +1512,9 @@ pub fn impersonated_groups(user: &str) -> Vec<String> {
     groups
 }
 
-fn webhook_host() -> String {
+/// The address the cluster of [`E2E_KUBECONFIG`] reaches this host at
+/// ([`E2E_WEBHOOK_HOST`], default 127.0.0.1).
+pub fn e2e_webhook_host() -> String {
     std::env::var(E2E_WEBHOOK_HOST)
         .ok()
         .filter(|h| !h.is_empty())
