@@ -444,7 +444,11 @@ impl Drop for Env {
                 .map(|c| c.clone())
                 .unwrap_or_default()
             {
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+                let _ = Command::new("kill")
+                    .arg("-9")
+                    .arg(pid.to_string())
+                    .stderr(Stdio::null())
+                    .status();
             }
             for (kind, name) in INSTALLATION_OBJECTS {
                 match self.kubectl(&["delete", kind, name, "--ignore-not-found"]) {
@@ -486,9 +490,10 @@ impl Drop for Env {
                 other => eprintln!("cleanup: kubectl {}: {other:?}", step.join(" ")),
             }
         }
-        if owned {
-            // The CRDs last, waited for: the next test owning the installation
-            // installs them again.
+        {
+            // The CRDs last (holdfast's, when the test owned the installation, and
+            // any of the test's own), waited for: the next test may install them
+            // again.
             match self.kubectl(&[
                 "delete",
                 "crd",
@@ -781,6 +786,19 @@ impl Env {
         Ok(())
     }
 
+    /// Applies `manifest`, CustomResourceDefinitions only, with kubectl; on the
+    /// cluster of [`E2E_KUBECONFIG`] labels them with the run's id, which removes
+    /// them when the env drops.
+    pub fn apply_crds(&self, manifest: &str) -> anyhow::Result<()> {
+        self.kubectl_stdin(&["apply", "-f", "-"], manifest)?.ok()?;
+        if let Some(run) = &self.cluster {
+            let label = format!("{E2E_RUN_LABEL}={}", run.id);
+            self.kubectl_stdin(&["label", "-f", "-", &label, "--overwrite"], manifest)?
+                .ok()?;
+        }
+        Ok(())
+    }
+
     /// Applies `manifest` (YAML or JSON) with kubectl.
     pub fn apply(&self, manifest: &str) -> anyhow::Result<KubectlOutput> {
         self.kubectl_stdin(&["apply", "-f", "-"], manifest)?.ok()
@@ -1021,7 +1039,11 @@ impl Env {
                 Ok(KubectlOutput::from(out?))
             }
             Err(_) => {
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+                let _ = Command::new("kill")
+                    .arg("-9")
+                    .arg(pid.to_string())
+                    .stderr(Stdio::null())
+                    .status();
                 bail!(
                     "kubectl {} did not finish within {KUBECTL_TIMEOUT:?}",
                     args.join(" ")

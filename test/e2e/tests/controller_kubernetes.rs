@@ -59,7 +59,10 @@ fn assert_without_policies(cfg: &Value, context: &str) {
 }
 
 /// Why these tests need the simulator.
-const OWNS_CLUSTER: &str = "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test";
+/// Why the managed-CA tests need the simulator.
+const MANAGED_CA: &str =
+    "its managed CA Secret is kept in namespace default, not in a namespace of the test's own";
+const SERVICE_TARGET: &str = "it reaches the webhook through Service holdfast-system/holdfast-webhook (an installation's namespace) and an EndpointSlice at 127.0.0.1, an address a real API server refuses in an endpoint";
 
 /// Waits (at most `secs`) until the configuration sends DELETEs of
 /// `group`/`resource` ([`has_rule`]), failing with `what`; returns it and logs
@@ -493,7 +496,7 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     );
 
     // The CRD appears: the policy recovers on its own.
-    env.apply(&holdfast_e2e::fixtures::widget_crd())
+    env.apply_crds(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
     wait_ready(&env, "resourceprotection", "widgets").await;
     wait_configuration(&env, Duration::from_secs(10), |c| {
@@ -522,7 +525,7 @@ fn cycle_rules() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dependency_cycle_is_reported_on_both_rules() {
     let env = env_with_webhook().await;
-    env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
+    env.apply_crds(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("crds");
     env.wait_served(&["vpcs"]).await;
     let _c = controller(&env, "controller", &[]).await;
@@ -587,9 +590,9 @@ async fn dependency_cycle_is_reported_on_both_rules() {
 }
 
 /// The Lease's holder; fails when kubectl fails or the Lease names nobody.
-fn lease_holder(env: &Env) -> String {
+fn lease_holder(env: &Env, ns: &str) -> String {
     let lease = env
-        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .get_json(&["lease", "holdfast-controller", "-n", ns])
         .expect("the Lease exists");
     lease["spec"]["holderIdentity"]
         .as_str()
@@ -600,9 +603,10 @@ fn lease_holder(env: &Env) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_election_hands_over_when_the_leader_dies() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
-    let args = ["--leader-elect", "--leader-elect-namespace", "default"];
+    // The Lease in a namespace of the test's own.
+    let ns = env.default_namespace().expect("namespace");
+    let args = ["--leader-elect", "--leader-elect-namespace", &ns];
     let port = webhook_port(&env);
     let mut a = start_controller(&env, "controller-a", port, &args).expect("a");
     let mut b = start_controller(&env, "controller-b", port, &args).expect("b");
@@ -618,7 +622,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
         !follower.is_ready().await,
         "the follower does not reconcile"
     );
-    let holder = lease_holder(&env);
+    let holder = lease_holder(&env, &ns);
     assert!(
         leader.log().contains(&holder),
         "the lease names the leader: {holder}\n{}",
@@ -637,7 +641,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     .expect("the follower took over");
     eprintln!("follower took over {:?} after the kill", killed.elapsed());
     assert!(follower.is_ready().await);
-    let new_holder = lease_holder(&env);
+    let new_holder = lease_holder(&env, &ns);
     assert_ne!(new_holder, holder);
     assert!(
         follower.log().contains(&new_holder),
@@ -692,7 +696,7 @@ fn sync_files(env: &Env) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_rotation_keeps_admission_working() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
+    holdfast_e2e::needs_simulator!(MANAGED_CA);
     let mut env = holdfast_e2e::steps::sim_with_crds().await;
     let port = holdfast_e2e::free_port().expect("port");
     let mut c = start_controller(
@@ -828,7 +832,7 @@ fn ca_bundle(cfg: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_serves_a_service_target() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
+    holdfast_e2e::needs_simulator!(SERVICE_TARGET);
     // The API server reaches the webhook through Service holdfast-system/holdfast-webhook
     // and verifies its certificate for holdfast-webhook.holdfast-system.svc.
     let port = holdfast_e2e::free_port().expect("port");
@@ -967,11 +971,12 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
-    let args = ["--leader-elect", "--leader-elect-namespace", "default"];
+    // The Lease in a namespace of the test's own.
+    let ns = env.default_namespace().expect("namespace");
+    let args = ["--leader-elect", "--leader-elect-namespace", &ns];
     let mut a = controller(&env, "controller-a", &args).await;
-    let holder = lease_holder(&env);
+    let holder = lease_holder(&env, &ns);
     assert!(a.log().contains(&holder), "{holder}\n{}", a.log());
 
     // SIGTERM: a clean exit that gives the Lease up, so a successor need not wait
@@ -979,7 +984,7 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
     let status = a.terminate(30).await.expect("exits on SIGTERM");
     assert!(status.success(), "{status}: {}", a.log());
     let lease = env
-        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .get_json(&["lease", "holdfast-controller", "-n", &ns])
         .expect("the Lease stays");
     assert!(
         lease["spec"]["holderIdentity"].is_null(),
@@ -988,10 +993,10 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
 
     // A leader whose Lease another replica takes exits 1 (a fresh replica takes over).
     let mut b = controller(&env, "controller-b", &args).await;
-    let holder = lease_holder(&env);
+    let holder = lease_holder(&env, &ns);
     assert!(b.log().contains(&holder), "{holder}\n{}", b.log());
     let now = env
-        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .get_json(&["lease", "holdfast-controller", "-n", &ns])
         .expect("lease")["spec"]["renewTime"]
         .clone();
     let patch = serde_json::json!({"spec": {
@@ -1000,12 +1005,13 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
         "renewTime": now,
     }})
     .to_string();
-    env.run(&merge_patch("lease holdfast-controller -n default", &patch));
+    let target = format!("lease holdfast-controller -n {ns}");
+    env.run(&merge_patch(&target, &patch));
     let status = b.wait_exit(60).await.expect("exits once the Lease is lost");
     assert_eq!(status.code(), Some(1), "{status}: {}", b.log());
     assert!(b.log().contains("lost leadership"), "{}", b.log());
     assert_eq!(
-        lease_holder(&env),
+        lease_holder(&env, &ns),
         "intruder",
         "a replica that lost the Lease does not release it"
     );
