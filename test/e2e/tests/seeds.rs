@@ -30,7 +30,7 @@ async fn full_stack(webhook_args: &[&str], controller_args: &[&str]) -> (Env, Co
 }
 
 /// Why some of these tests need the simulator.
-const FIXED_NAMESPACES: &str = "its story names its namespaces (finalizer-namespace, team-a, network, apps), names a shared cluster may hold already";
+const FIXED_NAMESPACES: &str = "its story names its namespaces (finalizer-namespace, team-a), names a shared cluster may hold already";
 
 /// Applies the CRDs `crds` and waits until each of `resources` is served.
 async fn install_crds(env: &Env, crds: &[String], resources: &[&str]) {
@@ -446,7 +446,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
 /// finalizer) still blocks until it is gone. Run with both dependents strategies.
 async fn cross_namespace_and_terminating_references(mode: &str) {
     let (env, _c) = full_stack(&["--dependents", mode], &[]).await;
-    env.apply(&fixtures::vpc_vm_crds()).expect("crds");
+    env.apply_crds(&fixtures::vpc_vm_crds()).expect("crds");
     for r in ["vpcs", "virtualmachines"] {
         env.wait_served(&[r]).await;
     }
@@ -457,18 +457,19 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
          fieldRef: {path: .spec.vpcRef.name}\n    namespaceFieldRef: {path: .spec.vpcRef.namespace}\n",
     )
     .expect("rule");
-    for ns in ["network", "apps"] {
-        env.run(&["create", "namespace", ns]);
+    let network = env.namespace("network").expect("namespace");
+    let apps = env.namespace("apps").expect("namespace");
+    for ns in [&network, &apps] {
         env.apply(&format!(
             "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: net, namespace: {ns}}}\n"
         ))
         .expect("vpc");
     }
     // A VM in apps referencing the VPC in network, held by a finalizer.
-    env.apply(
-        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-1, namespace: apps, \
-         finalizers: [compute.test.io/teardown]}\nspec: {vpcRef: {name: net, namespace: network}}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {{name: vm-1, namespace: {apps}, \
+         finalizers: [compute.test.io/teardown]}}\nspec: {{vpcRef: {{name: net, namespace: {network}}}}}\n",
+    ))
     .expect("vm");
     wait_ready(&env, "dependencyrule", "vm-vpcs").await;
     covered(&env, "network.test.io", "vpcs").await;
@@ -477,7 +478,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
         holdfast_e2e::denied_by(
             "policies-0.holdfast.dev",
             &format!(
-                "holdfast: VPC network/net is still referenced by VirtualMachine apps/vm-1{note} \
+                "holdfast: VPC {network}/net is still referenced by VirtualMachine {apps}/vm-1{note} \
                  (policy: DependencyRule/vm-vpcs, field .spec.vpcRef.name of \
                  virtualmachines.compute.test.io), so it cannot be deleted. To delete it, delete \
                  or change the dependents first, or set the annotation \
@@ -487,48 +488,54 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     };
     refused_until(
         &env,
-        &["delete", "vpc", "net", "-n", "network", "--dry-run=server"],
+        &["delete", "vpc", "net", "-n", &network, "--dry-run=server"],
         &refusal(""),
     )
     .await;
     // The VPC of the same name in the VM's own namespace is not the one referenced.
     env.prints(
-        &["delete", "vpc", "net", "-n", "apps"],
+        &["delete", "vpc", "net", "-n", &apps],
         "vpc.network.test.io \"net\" deleted\n",
     );
 
     // The VM is being deleted but still exists (its finalizer holds it): it still blocks.
-    env.run(&words("delete virtualmachine vm-1 -n apps --wait=false"));
+    env.run(&[
+        "delete",
+        "virtualmachine",
+        "vm-1",
+        "-n",
+        &apps,
+        "--wait=false",
+    ]);
     let vm = env
-        .get_json(&["virtualmachine", "vm-1", "-n", "apps"])
+        .get_json(&["virtualmachine", "vm-1", "-n", &apps])
         .expect("vm still there");
     assert!(vm["metadata"]["deletionTimestamp"].is_string(), "{vm}");
     refused_until(
         &env,
-        &["delete", "vpc", "net", "-n", "network", "--dry-run=server"],
+        &["delete", "vpc", "net", "-n", &network, "--dry-run=server"],
         &refusal(" (terminating)"),
     )
     .await;
 
     // The finalizer done, the VM goes, and with it the reference.
-    env.run(&merge_patch("virtualmachine vm-1 -n apps", NO_FINALIZERS));
-    env.kubectl_until(&["get", "virtualmachine", "vm-1", "-n", "apps"], 30, |o| {
+    let vm_target = format!("virtualmachine vm-1 -n {apps}");
+    env.run(&merge_patch(&vm_target, NO_FINALIZERS));
+    env.kubectl_until(&["get", "virtualmachine", "vm-1", "-n", &apps], 30, |o| {
         o.is_not_found()
     })
     .await
     .expect("vm gone");
-    allowed_until(&env, &["delete", "vpc", "net", "-n", "network"]).await;
+    allowed_until(&env, &["delete", "vpc", "net", "-n", &network]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_cross_namespace_and_terminating_references_watch() {
-    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     cross_namespace_and_terminating_references("watch").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_cross_namespace_and_terminating_references_live() {
-    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     cross_namespace_and_terminating_references("live").await;
 }
 
