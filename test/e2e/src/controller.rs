@@ -412,19 +412,15 @@ pub async fn shipped_stack(
     webhook_args: &[&str],
     controller_args: &[&str],
 ) -> anyhow::Result<Shipped> {
-    let mut env = Env::start_with(cfg).await?;
-    let overlay =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    env.kubectl(&["apply", "-k", &overlay.to_string_lossy()])?
-        .ok()
-        .context("applying manifests/overlays/kubernetes")?;
-    let kubeconfig = |file: &str, user: &str| -> anyhow::Result<String> {
-        let path = env.dir.path().join(file);
-        env.sim.write_kubeconfig(&path, user)?;
-        Ok(path.to_string_lossy().into_owned())
+    // On the cluster of `HOLDFAST_E2E_KUBECONFIG` (`cfg` is the simulator's and
+    // does not apply there) the ServiceAccounts are impersonated.
+    let mut env = match crate::e2e_cluster() {
+        Some(_) => Env::for_kubernetes_test().await?,
+        None => Env::start_with(cfg).await?,
     };
-    let webhook_kc = kubeconfig("kubeconfig-webhook-sa", crate::WEBHOOK_SA)?;
-    let controller_kc = kubeconfig("kubeconfig-controller-sa", crate::CONTROLLER_SA)?;
+    env.install_overlay("kubernetes")?;
+    let webhook_kc = env.kubeconfig_for("kubeconfig-webhook-sa", crate::WEBHOOK_SA)?;
+    let controller_kc = env.kubeconfig_for("kubeconfig-controller-sa", crate::CONTROLLER_SA)?;
     let mut wargs = vec!["--kubeconfig", webhook_kc.as_str()];
     wargs.extend(webhook_args);
     env.start_webhook(&wargs).await?;

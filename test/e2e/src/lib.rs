@@ -393,19 +393,21 @@ pub struct ClusterRun {
     controllers: std::sync::Mutex<Vec<u32>>,
 }
 
-/// The cluster-scoped objects holdfast's controller writes (configuration,
-/// admission policies and their bindings, the reads ClusterRoles), as `(kind,
-/// name)`: a test owning the installation removes them when it ends, and finds
-/// none when it starts.
+/// The cluster-scoped objects holdfast's controller writes (admission policies
+/// and their bindings, configuration, the reads ClusterRoles), as `(kind,
+/// name)`, in the order they are removed: a test owning the installation removes
+/// them when it ends, and finds none when it starts. The admission policies go
+/// first (the self-protection policy refuses deleting the configuration), then
+/// the configuration (its webhooks refuse deleting labelled objects).
 pub const INSTALLATION_OBJECTS: [(&str, &str); 7] = [
-    ("validatingwebhookconfiguration", "holdfast"),
-    ("validatingadmissionpolicybinding", "holdfast-backstop"),
-    ("validatingadmissionpolicy", "holdfast-backstop"),
     (
         "validatingadmissionpolicybinding",
         "holdfast-self-protection",
     ),
     ("validatingadmissionpolicy", "holdfast-self-protection"),
+    ("validatingadmissionpolicybinding", "holdfast-backstop"),
+    ("validatingadmissionpolicy", "holdfast-backstop"),
+    ("validatingwebhookconfiguration", "holdfast"),
     ("clusterrole", "holdfast-reads-policies"),
     ("clusterrole", "holdfast-anchor-sources"),
 ];
@@ -976,27 +978,44 @@ impl Env {
         self.kubectl_io(args, Some(stdin))
     }
 
-    /// Runs kubectl as sim user `user` (its kubeconfig is written on first use). On
-    /// the cluster of [`E2E_KUBECONFIG`] as `user` by impersonation (`--as`), with
-    /// the groups the API server gives such a user: `system:authenticated`, and for
-    /// a ServiceAccount `system:serviceaccounts` and `system:serviceaccounts:NS`.
+    /// Runs kubectl as `user` with [`Env::kubeconfig_for`] (written on first use).
     pub fn kubectl_as(&self, user: &str, args: &[&str]) -> anyhow::Result<KubectlOutput> {
-        if self.cluster.is_some() {
-            let mut with = vec![format!("--as={user}")];
-            with.extend(
-                impersonated_groups(user)
-                    .iter()
-                    .map(|g| format!("--as-group={g}")),
-            );
-            with.extend(args.iter().map(|a| a.to_string()));
-            let with: Vec<&str> = with.iter().map(String::as_str).collect();
-            return self.kubectl_io(&with, None);
-        }
-        let path = self.dir.path().join(format!("kubeconfig-{user}"));
+        let path = self
+            .dir
+            .path()
+            .join(format!("kubeconfig-{}", user.replace(':', "-")));
         if !path.exists() {
-            self.sim.write_kubeconfig(&path, user)?;
+            self.write_kubeconfig_for(&path, user)?;
         }
         self.kubectl_io_with(&path, args, None)
+    }
+
+    /// A kubeconfig acting as `user`, written to `file` in the env's directory (its
+    /// path returned): on a sim with that user's bearer token; on the cluster of
+    /// [`E2E_KUBECONFIG`] the env's kubeconfig with `as: USER` and `as-groups` (the
+    /// groups the API server gives such a user, [`impersonated_groups`]), so
+    /// kubectl and the binaries act as `user` by impersonation (the kubeconfig's
+    /// own user needs the `impersonate` verb).
+    pub fn kubeconfig_for(&self, file: &str, user: &str) -> anyhow::Result<String> {
+        let path = self.dir.path().join(file);
+        self.write_kubeconfig_for(&path, user)?;
+        Ok(path.to_string_lossy().into_owned())
+    }
+
+    fn write_kubeconfig_for(&self, path: &Path, user: &str) -> anyhow::Result<()> {
+        if self.cluster.is_none() {
+            return self.sim.write_kubeconfig(path, user);
+        }
+        let mut config = self
+            .kubectl(&["config", "view", "--minify", "--flatten", "-o", "json"])?
+            .json()?;
+        let Some(entry) = config["users"].as_array_mut().and_then(|u| u.first_mut()) else {
+            bail!("the kubeconfig of {E2E_KUBECONFIG} names no user");
+        };
+        entry["user"]["as"] = user.into();
+        entry["user"]["as-groups"] = impersonated_groups(user).into();
+        std::fs::write(path, serde_json::to_vec_pretty(&config)?)
+            .with_context(|| format!("writing {}", path.display()))
     }
 
     fn kubectl_io(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<KubectlOutput> {
@@ -1458,6 +1477,71 @@ impl Env {
             );
         }
         *held = Some(file);
+        Ok(())
+    }
+
+    /// Applies `manifests/overlays/<overlay>` as an administrator would. On the
+    /// cluster of [`E2E_KUBECONFIG`] the test owns the installation
+    /// ([`Env::own_installation`]; namespace `holdfast-system` must not exist
+    /// either), the rendered Deployments and PodDisruptionBudgets are left out (the
+    /// binaries run here, as the ServiceAccounts by impersonation,
+    /// [`Env::kubeconfig_for`]), and every cluster-scoped object applied is removed
+    /// when the env drops (the namespace with its contents; CRDs by the run label).
+    pub fn install_overlay(&self, overlay: &str) -> anyhow::Result<()> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../manifests/overlays")
+            .join(overlay);
+        let Some(run) = &self.cluster else {
+            self.kubectl(&["apply", "-k", &dir.to_string_lossy()])?
+                .ok()
+                .with_context(|| format!("applying manifests/overlays/{overlay}"))?;
+            return Ok(());
+        };
+        self.own_installation()?;
+        let rendered = self
+            .kubectl(&["kustomize", &dir.to_string_lossy()])?
+            .ok()?
+            .stdout;
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered)
+            .with_context(|| format!("rendering manifests/overlays/{overlay}"))?;
+        let docs: Vec<serde_json::Value> = docs
+            .into_iter()
+            .filter(|d| {
+                !matches!(
+                    d["kind"].as_str(),
+                    Some("Deployment" | "PodDisruptionBudget")
+                )
+            })
+            .collect();
+        for d in &docs {
+            if d["kind"] == "Namespace"
+                && let Some(name) = d["metadata"]["name"].as_str()
+                && self.exists(&["namespace", name])?
+            {
+                bail!(
+                    "namespace {name} exists on the cluster of {E2E_KUBECONFIG}: holdfast may be \
+                     installed there, and this test installs it itself; run it against a cluster \
+                     without holdfast, or remove it"
+                );
+            }
+        }
+        let mut docs = docs;
+        for d in &mut docs {
+            if d["kind"] == "CustomResourceDefinition" {
+                d["metadata"]["labels"][E2E_RUN_LABEL] = run.id.clone().into();
+            } else if d["metadata"]["namespace"].is_null()
+                && let (Some(kind), Some(name)) =
+                    (d["kind"].as_str(), d["metadata"]["name"].as_str())
+            {
+                run.remove_later(kind, name);
+            }
+        }
+        // One document at a time, in the rendered order (the namespace first).
+        for d in &docs {
+            self.kubectl_stdin(&["apply", "-f", "-"], &d.to_string())?
+                .ok()
+                .with_context(|| format!("applying manifests/overlays/{overlay}"))?;
+        }
         Ok(())
     }
 
