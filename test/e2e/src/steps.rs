@@ -150,11 +150,8 @@ pub fn install_controller_rbac(env: &Env) -> String {
             .join(file);
         env.run(&["apply", "-f", &rbac.to_string_lossy()]);
     }
-    let kubeconfig = env.dir.path().join("controller.kubeconfig");
-    env.sim
-        .write_kubeconfig(&kubeconfig, crate::CONTROLLER_SA)
-        .expect("controller kubeconfig");
-    kubeconfig.to_string_lossy().into_owned()
+    env.kubeconfig_for("controller.kubeconfig", crate::CONTROLLER_SA)
+        .expect("controller kubeconfig")
 }
 
 /// The controller (logging to `<name>.log`) with `kubeconfig`, pointing the

@@ -19,8 +19,7 @@ use holdfast_e2e::{
 use holdfast_sim::SimConfig;
 
 /// Why most of these tests need the simulator.
-const SA_TOKENS: &str =
-    "it runs the binaries with ServiceAccount tokens the simulator is configured with";
+const SA_TOKENS: &str = "its user alice holds her permissions from the simulator's static rules, and its expectations name fixed namespaces";
 
 /// May do anything to ordinary objects, but not bypass protection.
 const ALICE: &str = "alice";

@@ -62,8 +62,7 @@ fn sim_config() -> SimConfig {
 use holdfast_e2e::controller::Shipped as Stack;
 
 /// Why these tests need the simulator.
-const SA_TOKENS: &str =
-    "it runs the binaries with ServiceAccount tokens the simulator is configured with";
+const SA_TOKENS: &str = "its users alice, ops and breaker hold their permissions from the simulator's static rules, and its expectations name fixed namespaces";
 
 /// holdfast as the manifests ship it: namespace, service accounts, RBAC and CRDs
 /// applied by the admin; webhook and controller running as their service accounts.
