@@ -121,7 +121,7 @@ fn configmap(name: &str, composite: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_000_composite_in_another_cluster() {
     holdfast_e2e::needs_simulator!(
-        "it runs a second simulator as the anchor source's control cluster, and its users are the simulator's"
+        "it runs a second simulator as the anchor source's control cluster"
     );
     // The control cluster: the composites.
     let control = control_cluster(&["pg-1"]).await;
