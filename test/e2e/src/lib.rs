@@ -385,8 +385,12 @@ pub struct ClusterRun {
     pub id: String,
     namespaces: std::sync::Mutex<Vec<String>>,
     objects: std::sync::Mutex<Vec<Vec<String>>>,
-    /// Held while the test owns holdfast's cluster-wide objects
-    /// ([`Env::own_installation`]).
+    /// The suite's lock for the cluster, held shared while the test runs there:
+    /// a test owning holdfast's cluster-wide objects (its configuration covers every
+    /// namespace) waits for no other test to run.
+    shared: std::sync::Mutex<Option<std::fs::File>>,
+    /// The same lock held exclusively while the test owns holdfast's cluster-wide
+    /// objects ([`Env::own_installation`]).
     installation: std::sync::Mutex<Option<std::fs::File>>,
     /// The controllers the test started (process ids), stopped before the
     /// installation's objects are removed so that none recreates them.
@@ -1365,6 +1369,15 @@ impl Env {
                 std::fs::copy(&env.kubeconfig, &copy)
                     .with_context(|| format!("copying {}", env.kubeconfig.display()))?;
                 env.kubeconfig = copy;
+                // Shared: no test owning the installation runs meanwhile.
+                let file = env.cluster_lock_file()?;
+                file.lock_shared()
+                    .context("locking the suite's cluster lock")?;
+                if let Some(run) = &env.cluster
+                    && let Ok(mut shared) = run.shared.lock()
+                {
+                    *shared = Some(file);
+                }
                 let ns = env.namespace("default")?;
                 env.kubectl(&["config", "set-context", "--current", "--namespace", &ns])?
                     .ok()?;
@@ -1428,31 +1441,13 @@ impl Env {
         if held.is_some() {
             return Ok(());
         }
-        let server = self
-            .kubectl(&[
-                "config",
-                "view",
-                "--minify",
-                "-o",
-                "jsonpath={.clusters[0].cluster.server}",
-            ])?
-            .ok()?
-            .stdout;
-        let key = {
-            use std::hash::{Hash as _, Hasher as _};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            server.trim().hash(&mut h);
-            h.finish()
-        };
-        let path = std::env::temp_dir().join(format!("holdfast-e2e-installation-{key:016x}.lock"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("lock file {}", path.display()))?;
-        file.lock()
-            .with_context(|| format!("locking {}", path.display()))?;
+        // Exclusive: first give up this test's shared hold (a lock of its own
+        // would wait for itself).
+        if let Ok(mut shared) = run.shared.lock() {
+            *shared = None;
+        }
+        let file = self.cluster_lock_file()?;
+        file.lock().context("locking the suite's cluster lock")?;
         let mut found = vec![];
         for (kind, name) in INSTALLATION_OBJECTS {
             let out = self
@@ -1543,6 +1538,35 @@ impl Env {
                 .with_context(|| format!("applying manifests/overlays/{overlay}"))?;
         }
         Ok(())
+    }
+
+    /// The file whose lock serializes, on this host, the tests that own holdfast's
+    /// installation on the cluster of [`E2E_KUBECONFIG`] against every other test
+    /// there: in the temporary directory, named after the API server's URL.
+    fn cluster_lock_file(&self) -> anyhow::Result<std::fs::File> {
+        let server = self
+            .kubectl(&[
+                "config",
+                "view",
+                "--minify",
+                "-o",
+                "jsonpath={.clusters[0].cluster.server}",
+            ])?
+            .ok()?
+            .stdout;
+        let key = {
+            use std::hash::{Hash as _, Hasher as _};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            server.trim().hash(&mut h);
+            h.finish()
+        };
+        let path = std::env::temp_dir().join(format!("holdfast-e2e-installation-{key:016x}.lock"));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("lock file {}", path.display()))
     }
 
     /// Registers a controller the test started (on a cluster it is stopped before
