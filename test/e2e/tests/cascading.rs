@@ -519,7 +519,6 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn label_only_mode_protects_cascading_like_always() {
-    holdfast_e2e::needs_simulator!("it names its namespace and installs the label webhooks itself");
     let mut env = Env::start().await.expect("sim");
     env.start_webhook(&["--label-only"]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
@@ -527,33 +526,42 @@ async fn label_only_mode_protects_cascading_like_always() {
         .expect("configuration");
     // An empty namespace and a workload scaled to 0: drained, yet refused, because
     // a webhook that watches nothing cannot tell.
-    admin(&env, &["create", "namespace", "empty"]);
+    let empty = env.namespace("empty").expect("namespace");
     admin(
         &env,
-        &words("label namespace empty holdfast.dev/protected=Cascading"),
+        &[
+            "label",
+            "namespace",
+            &empty,
+            "holdfast.dev/protected=Cascading",
+        ],
     );
     refused_exactly(
-        &env.attempt(&["delete", "namespace", "empty", "--wait=false"]),
+        &env.attempt(&["delete", "namespace", &empty, "--wait=false"]),
         &[LABEL_0, CONTAINMENT],
-        "holdfast: Namespace empty is protected by label \
-                 holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
-                 cannot be deleted (this webhook does not watch live contents, so Cascading \
-                 protects like Always here). To delete it, remove the label (kubectl label \
-                 namespaces empty holdfast.dev/protected-), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        &format!(
+            "holdfast: Namespace {empty} is protected by label \
+             holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
+             cannot be deleted (this webhook does not watch live contents, so Cascading \
+             protects like Always here). To delete it, remove the label (kubectl label \
+             namespaces {empty} holdfast.dev/protected-), or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+        ),
     );
     apply(
         &env,
-        &deployment("empty", "idle", "holdfast.dev/protected=Cascading", 0),
+        &deployment(&empty, "idle", "holdfast.dev/protected=Cascading", 0),
     );
     refused_exactly(
-        &env.attempt(&["delete", "deployment", "idle", "-n", "empty"]),
+        &env.attempt(&["delete", "deployment", "idle", "-n", &empty]),
         &[LABEL_0],
-        "holdfast: Deployment empty/idle is protected by label \
-                 holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
-                 cannot be deleted (this webhook does not watch live contents, so Cascading \
-                 protects like Always here). To delete it, remove the label (kubectl label \
-                 deployments.apps idle -n empty holdfast.dev/protected-), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        &format!(
+            "holdfast: Deployment {empty}/idle is protected by label \
+             holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
+             cannot be deleted (this webhook does not watch live contents, so Cascading \
+             protects like Always here). To delete it, remove the label (kubectl label \
+             deployments.apps idle -n {empty} holdfast.dev/protected-), or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+        ),
     );
 }
