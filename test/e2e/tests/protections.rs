@@ -45,6 +45,26 @@ async fn refused_once_failing(env: &Env, line: &str, text: &str) {
     refused_with(&out, text);
 }
 
+/// Asserts `out` is the refusal of one of `webhooks` (each refuses alike when
+/// several match; the API server returns whichever answers first; kubectl may
+/// print a warning first), its message holding `text`.
+fn refused_by_one_of(out: &KubectlOutput, webhooks: &[&str], text: &str) {
+    assert!(
+        out.code == 1
+            && webhooks.iter().any(|w| out.stderr.contains(&format!(
+                "Error from server (Forbidden): {}",
+                holdfast_e2e::denied_by(w, "holdfast: ")
+            )))
+            && out.stderr.contains(text),
+        "{out:?}\nexpected a refusal by one of {webhooks:?} holding {text:?}"
+    );
+}
+
+/// The `policies-<i>` webhooks, as the controller splits the policies' routes.
+const POLICIES_0: &str = "policies-0.holdfast.dev";
+const POLICIES_1: &str = "policies-1.holdfast.dev";
+const CONTAINMENT: &str = "containment.holdfast.dev";
+
 /// Waits until the live configuration sends DELETEs of `resource` to the webhook.
 async fn covered(env: &Env, group: &str, resource: &str) {
     wait_configuration(env, Duration::from_secs(15), |cfg| {
@@ -99,18 +119,22 @@ async fn resource_protection_karmada_plan_for_a_crd() {
     env.apply(WIDGET_PROTECTION).expect("protection");
     covered(&env, "example.com", "widgets").await;
     let w2 = format!("holdfast: Widget {ns}/w2 is protected by ResourceProtection/widgets");
-    for (line, refusal) in [
-        ("delete widget w2", w2.as_str()),
+    // The CRD's DELETE reaches containment too, which refuses it alike.
+    for (line, webhooks, refusal) in [
+        ("delete widget w2", &[POLICIES_1][..], w2.as_str()),
         (
             "delete widget w2 --force --grace-period=0",
-            "is protected by ResourceProtection/widgets",
+            &[POLICIES_1],
+            w2.as_str(),
         ),
         (
             "delete crd widgets.example.com",
-            "CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets",
+            &[POLICIES_0, CONTAINMENT],
+            "holdfast: CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets",
         ),
     ] {
-        refused_once_failing(&env, line, refusal).await;
+        let out = env.until_failed(&words(line)).await;
+        refused_by_one_of(&out, webhooks, refusal);
     }
 
     // Protection removed: allowed again.
@@ -291,16 +315,26 @@ async fn anchor_rule_composite_stories() {
     covered(&env, "", "persistentvolumeclaims").await;
 
     let protected_by = "is protected while its anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists and has .spec.parameters.backup.deletionProtection=true";
-    for args in [
-        words("delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server"),
-        vec!["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        words("delete namespace vshn-postgresql-pg-1 --dry-run=server"),
+    // The namespace's DELETE reaches containment too, which refuses it alike.
+    for (args, webhooks) in [
+        (
+            words("delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server"),
+            &[POLICIES_1][..],
+        ),
+        (
+            vec!["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
+            &[POLICIES_0],
+        ),
+        (
+            words("delete namespace vshn-postgresql-pg-1 --dry-run=server"),
+            &[POLICIES_0, CONTAINMENT],
+        ),
     ] {
         let out = env
             .kubectl_until(&args, 15, |o| o.code != 0)
             .await
             .expect("refused");
-        assert!(out.stderr.contains(protected_by), "{args:?}: {out:?}");
+        refused_by_one_of(&out, webhooks, protected_by);
     }
     // The override label on exactly one PVC (a corrupted Galera node, say).
     env.run(&words(
