@@ -145,7 +145,14 @@ pub fn start_controller(
     webhook_port: u16,
     args: &[&str],
 ) -> anyhow::Result<ControllerProcess> {
-    let url = format!("https://127.0.0.1:{webhook_port}/validate");
+    // On a cluster, the address that cluster's API server reaches this host at.
+    let url = match &env.cluster {
+        Some(_) => format!(
+            "https://{}:{webhook_port}/validate",
+            crate::e2e_webhook_host()
+        ),
+        None => format!("https://127.0.0.1:{webhook_port}/validate"),
+    };
     let url = (!args.contains(&"--webhook-service")).then_some(url.as_str());
     spawn_controller(env, name, url, args)
 }
@@ -163,6 +170,7 @@ fn spawn_controller(
     url: Option<&str>,
     args: &[&str],
 ) -> anyhow::Result<ControllerProcess> {
+    env.own_installation()?;
     let probe_port = free_port()?;
     let log = env.dir.path().join(format!("{name}.log"));
     let mut cmd = Command::new(bin("holdfast-controller")?);
@@ -195,6 +203,7 @@ fn spawn_controller(
         .stderr(std::fs::File::create(&log)?)
         .spawn()
         .context("starting holdfast-controller")?;
+    env.register_controller(child.id());
     Ok(ControllerProcess {
         child,
         probe_port,
@@ -403,19 +412,15 @@ pub async fn shipped_stack(
     webhook_args: &[&str],
     controller_args: &[&str],
 ) -> anyhow::Result<Shipped> {
-    let mut env = Env::start_with(cfg).await?;
-    let overlay =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    env.kubectl(&["apply", "-k", &overlay.to_string_lossy()])?
-        .ok()
-        .context("applying manifests/overlays/kubernetes")?;
-    let kubeconfig = |file: &str, user: &str| -> anyhow::Result<String> {
-        let path = env.dir.path().join(file);
-        env.sim.write_kubeconfig(&path, user)?;
-        Ok(path.to_string_lossy().into_owned())
+    // On the cluster of `HOLDFAST_E2E_KUBECONFIG` (`cfg` is the simulator's and
+    // does not apply there) the ServiceAccounts are impersonated.
+    let mut env = match crate::e2e_cluster() {
+        Some(_) => Env::for_kubernetes_test().await?,
+        None => Env::start_with(cfg).await?,
     };
-    let webhook_kc = kubeconfig("kubeconfig-webhook-sa", crate::WEBHOOK_SA)?;
-    let controller_kc = kubeconfig("kubeconfig-controller-sa", crate::CONTROLLER_SA)?;
+    env.install_overlay("kubernetes")?;
+    let webhook_kc = env.kubeconfig_for("kubeconfig-webhook-sa", crate::WEBHOOK_SA)?;
+    let controller_kc = env.kubeconfig_for("kubeconfig-controller-sa", crate::CONTROLLER_SA)?;
     let mut wargs = vec!["--kubeconfig", webhook_kc.as_str()];
     wargs.extend(webhook_args);
     env.start_webhook(&wargs).await?;

@@ -129,13 +129,27 @@ spec:
 /// `{apiGroups: [""], resources: [namespaces], verbs: [get, delete]}`) and the
 /// ClusterRoleBinding of the same name granting it to user `user`.
 pub fn user_cluster_role(name: &str, user: &str, rules: &[&str]) -> String {
+    cluster_role_for(name, &[("User", user)], rules)
+}
+
+/// A ClusterRole `name` with `rules` (as for [`user_cluster_role`]) and the
+/// ClusterRoleBinding of the same name granting it to `subjects` (`(kind, name)`,
+/// kind `User` or `Group`).
+pub fn cluster_role_for(name: &str, subjects: &[(&str, &str)], rules: &[&str]) -> String {
     let rules: String = rules.iter().map(|r| format!("- {r}\n")).collect();
+    let subjects: Vec<String> = subjects
+        .iter()
+        .map(|(kind, who)| {
+            format!("{{apiGroup: rbac.authorization.k8s.io, kind: {kind}, name: \"{who}\"}}")
+        })
+        .collect();
+    let subjects = subjects.join(", ");
     format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {name}}}\n\
          rules:\n{rules}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
          metadata: {{name: {name}}}\n\
          roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}\n\
-         subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]\n"
+         subjects: [{subjects}]\n"
     )
 }
 
@@ -182,6 +196,32 @@ pub fn storage_crds() -> String {
             false,
         ),
         crd("storage.test.io", "volumeclaims", "VolumeClaim", true),
+    ])
+}
+
+/// Service `namespace/name` without a selector, port 443 named `https` forwarding
+/// to `port`, and an EndpointSlice for it with one ready endpoint at `address:port`:
+/// what a Deployment behind the Service gives a real cluster (the API server
+/// resolves a webhook's `clientConfig.service` through them), standing in for the
+/// webhook running as a local process.
+pub fn service_to(namespace: &str, name: &str, address: &str, port: u16) -> String {
+    let address_type = if address.contains(':') {
+        "IPv6"
+    } else {
+        "IPv4"
+    };
+    documents(&[
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+             spec:\n  ports:\n  - {{name: https, port: 443, targetPort: {port}}}\n"
+        ),
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: {name}-local, namespace: {namespace}, \
+             labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: {address_type}\n\
+             endpoints:\n- addresses: [\"{address}\"]\n  conditions: {{ready: true}}\n\
+             ports:\n- {{name: https, port: {port}, protocol: TCP}}\n"
+        ),
     ])
 }
 

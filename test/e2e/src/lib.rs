@@ -261,6 +261,18 @@ impl KubectlOutput {
         self.code == 1 && self.stderr.contains(text)
     }
 
+    /// Whether kubectl refused with exactly one of `texts` (the possible refusals when
+    /// several webhooks refuse, [`denied_by_any`]): exit code 1 and that text in
+    /// standard error.
+    pub fn refused_with_one_of(&self, texts: &[String]) -> bool {
+        self.code == 1
+            && texts
+                .iter()
+                .filter(|t| self.stderr.contains(t.as_str()))
+                .count()
+                == 1
+    }
+
     /// Whether this is kubectl's answer for an object that does not exist
     /// (`Error from server (NotFound)`, exit code 1).
     pub fn is_not_found(&self) -> bool {
@@ -279,6 +291,13 @@ impl KubectlOutput {
 /// prints when webhook `name` refuses with `message`.
 pub fn denied_by(name: &str, message: &str) -> String {
     format!("admission webhook \"{name}\" denied the request: {message}")
+}
+
+/// The refusals kubectl may print when every one of `webhooks` refuses with
+/// `message`: kube-apiserver calls the matching webhooks at once and returns the
+/// refusal that reaches it first, so which of them is named varies from run to run.
+pub fn denied_by_any(webhooks: &[&str], message: &str) -> Vec<String> {
+    webhooks.iter().map(|w| denied_by(w, message)).collect()
 }
 
 /// A running `holdfast-webhook`.
@@ -366,7 +385,36 @@ pub struct ClusterRun {
     pub id: String,
     namespaces: std::sync::Mutex<Vec<String>>,
     objects: std::sync::Mutex<Vec<Vec<String>>>,
+    /// The suite's lock for the cluster, held shared while the test runs there:
+    /// a test owning holdfast's cluster-wide objects (its configuration covers every
+    /// namespace) waits for no other test to run.
+    shared: std::sync::Mutex<Option<std::fs::File>>,
+    /// The same lock held exclusively while the test owns holdfast's cluster-wide
+    /// objects ([`Env::own_installation`]).
+    installation: std::sync::Mutex<Option<std::fs::File>>,
+    /// The controllers the test started (process ids), stopped before the
+    /// installation's objects are removed so that none recreates them.
+    controllers: std::sync::Mutex<Vec<u32>>,
 }
+
+/// The cluster-scoped objects holdfast's controller writes (admission policies
+/// and their bindings, configuration, the reads ClusterRoles), as `(kind,
+/// name)`, in the order they are removed: a test owning the installation removes
+/// them when it ends, and finds none when it starts. The admission policies go
+/// first (the self-protection policy refuses deleting the configuration), then
+/// the configuration (its webhooks refuse deleting labelled objects).
+pub const INSTALLATION_OBJECTS: [(&str, &str); 7] = [
+    (
+        "validatingadmissionpolicybinding",
+        "holdfast-self-protection",
+    ),
+    ("validatingadmissionpolicy", "holdfast-self-protection"),
+    ("validatingadmissionpolicybinding", "holdfast-backstop"),
+    ("validatingadmissionpolicy", "holdfast-backstop"),
+    ("validatingwebhookconfiguration", "holdfast"),
+    ("clusterrole", "holdfast-reads-policies"),
+    ("clusterrole", "holdfast-anchor-sources"),
+];
 
 /// The label marking a test's namespaces on an external cluster.
 pub const E2E_RUN_LABEL: &str = "holdfast.dev/e2e-run";
@@ -392,6 +440,29 @@ impl Drop for Env {
         let Some(run) = self.cluster.take() else {
             return;
         };
+        let owned = run.installation.lock().map(|l| l.is_some()).unwrap_or(true);
+        if owned {
+            // No controller left to recreate what goes now; the configuration and
+            // the admission policies go before anything they could refuse.
+            for pid in run
+                .controllers
+                .lock()
+                .map(|c| c.clone())
+                .unwrap_or_default()
+            {
+                let _ = Command::new("kill")
+                    .arg("-9")
+                    .arg(pid.to_string())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+            for (kind, name) in INSTALLATION_OBJECTS {
+                match self.kubectl(&["delete", kind, name, "--ignore-not-found"]) {
+                    Ok(out) if out.code == 0 => {}
+                    other => eprintln!("cleanup: kubectl delete {kind} {name}: {other:?}"),
+                }
+            }
+        }
         // The webhook first: nothing of the test stays protected by it.
         self.webhook = None;
         let objects = run.objects.lock().map(|o| o.clone()).unwrap_or_default();
@@ -425,6 +496,22 @@ impl Drop for Env {
                 other => eprintln!("cleanup: kubectl {}: {other:?}", step.join(" ")),
             }
         }
+        {
+            // The CRDs last (holdfast's, when the test owned the installation, and
+            // any of the test's own), waited for: the next test may install them
+            // again.
+            match self.kubectl(&[
+                "delete",
+                "crd",
+                "-l",
+                &format!("{E2E_RUN_LABEL}={}", run.id),
+                "--ignore-not-found",
+            ]) {
+                Ok(out) if out.code == 0 => {}
+                other => eprintln!("cleanup: kubectl delete crd: {other:?}"),
+            }
+        }
+        // Dropping `run` releases the installation lock.
     }
 }
 
@@ -642,7 +729,11 @@ impl Env {
     }
 
     /// Installs holdfast's CRDs from `manifests/crds/` with kubectl, as a user would.
+    /// On the cluster of [`E2E_KUBECONFIG`] the test owns the installation first
+    /// ([`Env::own_installation`]) and labels the CRDs with its run id (removed when
+    /// the env drops).
     pub fn install_crds(&self) -> anyhow::Result<()> {
+        self.own_installation()?;
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/crds");
         for entry in std::fs::read_dir(&dir)? {
             let path = entry?.path();
@@ -653,6 +744,11 @@ impl Env {
             if name.starts_with("holdfast.dev_") && name.ends_with(".yaml") {
                 let file = path.to_string_lossy().into_owned();
                 self.kubectl(&["apply", "-f", &file])?.ok()?;
+                if let Some(run) = &self.cluster {
+                    let label = format!("{E2E_RUN_LABEL}={}", run.id);
+                    self.kubectl(&["label", "-f", &file, &label, "--overwrite"])?
+                        .ok()?;
+                }
             }
         }
         Ok(())
@@ -693,6 +789,19 @@ impl Env {
         self.fit_configuration(&mut cfg)?;
         self.kubectl_stdin(&["apply", "-f", "-"], &cfg.to_string())?
             .ok()?;
+        Ok(())
+    }
+
+    /// Applies `manifest`, CustomResourceDefinitions only, with kubectl; on the
+    /// cluster of [`E2E_KUBECONFIG`] labels them with the run's id, which removes
+    /// them when the env drops.
+    pub fn apply_crds(&self, manifest: &str) -> anyhow::Result<()> {
+        self.kubectl_stdin(&["apply", "-f", "-"], manifest)?.ok()?;
+        if let Some(run) = &self.cluster {
+            let label = format!("{E2E_RUN_LABEL}={}", run.id);
+            self.kubectl_stdin(&["label", "-f", "-", &label, "--overwrite"], manifest)?
+                .ok()?;
+        }
         Ok(())
     }
 
@@ -873,13 +982,44 @@ impl Env {
         self.kubectl_io(args, Some(stdin))
     }
 
-    /// Runs kubectl as sim user `user` (its kubeconfig is written on first use).
+    /// Runs kubectl as `user` with [`Env::kubeconfig_for`] (written on first use).
     pub fn kubectl_as(&self, user: &str, args: &[&str]) -> anyhow::Result<KubectlOutput> {
-        let path = self.dir.path().join(format!("kubeconfig-{user}"));
+        let path = self
+            .dir
+            .path()
+            .join(format!("kubeconfig-{}", user.replace(':', "-")));
         if !path.exists() {
-            self.sim.write_kubeconfig(&path, user)?;
+            self.write_kubeconfig_for(&path, user)?;
         }
         self.kubectl_io_with(&path, args, None)
+    }
+
+    /// A kubeconfig acting as `user`, written to `file` in the env's directory (its
+    /// path returned): on a sim with that user's bearer token; on the cluster of
+    /// [`E2E_KUBECONFIG`] the env's kubeconfig with `as: USER` and `as-groups` (the
+    /// groups the API server gives such a user, [`impersonated_groups`]), so
+    /// kubectl and the binaries act as `user` by impersonation (the kubeconfig's
+    /// own user needs the `impersonate` verb).
+    pub fn kubeconfig_for(&self, file: &str, user: &str) -> anyhow::Result<String> {
+        let path = self.dir.path().join(file);
+        self.write_kubeconfig_for(&path, user)?;
+        Ok(path.to_string_lossy().into_owned())
+    }
+
+    fn write_kubeconfig_for(&self, path: &Path, user: &str) -> anyhow::Result<()> {
+        if self.cluster.is_none() {
+            return self.sim.write_kubeconfig(path, user);
+        }
+        let mut config = self
+            .kubectl(&["config", "view", "--minify", "--flatten", "-o", "json"])?
+            .json()?;
+        let Some(entry) = config["users"].as_array_mut().and_then(|u| u.first_mut()) else {
+            bail!("the kubeconfig of {E2E_KUBECONFIG} names no user");
+        };
+        entry["user"]["as"] = user.into();
+        entry["user"]["as-groups"] = impersonated_groups(user).into();
+        std::fs::write(path, serde_json::to_vec_pretty(&config)?)
+            .with_context(|| format!("writing {}", path.display()))
     }
 
     fn kubectl_io(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<KubectlOutput> {
@@ -922,7 +1062,11 @@ impl Env {
                 Ok(KubectlOutput::from(out?))
             }
             Err(_) => {
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+                let _ = Command::new("kill")
+                    .arg("-9")
+                    .arg(pid.to_string())
+                    .stderr(Stdio::null())
+                    .status();
                 bail!(
                     "kubectl {} did not finish within {KUBECTL_TIMEOUT:?}",
                     args.join(" ")
@@ -1213,7 +1357,7 @@ impl Env {
     pub async fn for_kubernetes_test() -> anyhow::Result<Self> {
         match e2e_cluster() {
             Some(kubeconfig) => {
-                let host = webhook_host();
+                let host = e2e_webhook_host();
                 // libtest names each test's thread after the test.
                 let test = std::thread::current()
                     .name()
@@ -1225,6 +1369,15 @@ impl Env {
                 std::fs::copy(&env.kubeconfig, &copy)
                     .with_context(|| format!("copying {}", env.kubeconfig.display()))?;
                 env.kubeconfig = copy;
+                // Shared: no test owning the installation runs meanwhile.
+                let file = env.cluster_lock_file()?;
+                file.lock_shared()
+                    .context("locking the suite's cluster lock")?;
+                if let Some(run) = &env.cluster
+                    && let Ok(mut shared) = run.shared.lock()
+                {
+                    *shared = Some(file);
+                }
                 let ns = env.namespace("default")?;
                 env.kubectl(&["config", "set-context", "--current", "--namespace", &ns])?
                     .ok()?;
@@ -1270,6 +1423,162 @@ impl Env {
         Ok(out.stdout.trim().to_string())
     }
 
+    /// For a test that starts the controller, which owns cluster-wide objects (the
+    /// configuration `holdfast`, the admission policies, the reads ClusterRoles,
+    /// holdfast's CRDs): on the cluster of [`E2E_KUBECONFIG`], waits for the lock
+    /// the suite takes on that cluster (one such test at a time, across test
+    /// processes on this host), then refuses to go on if any of those objects is
+    /// there (an installation the suite did not create). Everything of it is
+    /// removed when the env drops. Nothing to do on a sim (the test's own).
+    pub fn own_installation(&self) -> anyhow::Result<()> {
+        let Some(run) = &self.cluster else {
+            return Ok(());
+        };
+        let mut held = run
+            .installation
+            .lock()
+            .map_err(|_| anyhow::anyhow!("installation lock poisoned"))?;
+        if held.is_some() {
+            return Ok(());
+        }
+        // Exclusive: first give up this test's shared hold (a lock of its own
+        // would wait for itself).
+        if let Ok(mut shared) = run.shared.lock() {
+            *shared = None;
+        }
+        let file = self.cluster_lock_file()?;
+        file.lock().context("locking the suite's cluster lock")?;
+        let mut found = vec![];
+        for (kind, name) in INSTALLATION_OBJECTS {
+            let out = self
+                .kubectl(&["get", kind, name, "--ignore-not-found", "-o", "name"])?
+                .ok()?;
+            found.extend(out.stdout.lines().map(str::to_string));
+        }
+        let crds = self.kubectl(&["get", "crd", "-o", "name"])?.ok()?;
+        found.extend(
+            crds.stdout
+                .lines()
+                .filter(|l| l.ends_with(".holdfast.dev"))
+                .map(str::to_string),
+        );
+        if !found.is_empty() {
+            bail!(
+                "holdfast is installed on the cluster of {E2E_KUBECONFIG} ({}), and not by this \
+                 test: the tests that start the controller own those cluster-wide objects and \
+                 will not touch an installation they did not create; run them against a \
+                 cluster without holdfast, or remove it",
+                found.join(", ")
+            );
+        }
+        *held = Some(file);
+        Ok(())
+    }
+
+    /// Applies `manifests/overlays/<overlay>` as an administrator would. On the
+    /// cluster of [`E2E_KUBECONFIG`] the test owns the installation
+    /// ([`Env::own_installation`]; namespace `holdfast-system` must not exist
+    /// either), the rendered Deployments and PodDisruptionBudgets are left out (the
+    /// binaries run here, as the ServiceAccounts by impersonation,
+    /// [`Env::kubeconfig_for`]), and every cluster-scoped object applied is removed
+    /// when the env drops (the namespace with its contents; CRDs by the run label).
+    pub fn install_overlay(&self, overlay: &str) -> anyhow::Result<()> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../manifests/overlays")
+            .join(overlay);
+        let Some(run) = &self.cluster else {
+            self.kubectl(&["apply", "-k", &dir.to_string_lossy()])?
+                .ok()
+                .with_context(|| format!("applying manifests/overlays/{overlay}"))?;
+            return Ok(());
+        };
+        self.own_installation()?;
+        let rendered = self
+            .kubectl(&["kustomize", &dir.to_string_lossy()])?
+            .ok()?
+            .stdout;
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered)
+            .with_context(|| format!("rendering manifests/overlays/{overlay}"))?;
+        let docs: Vec<serde_json::Value> = docs
+            .into_iter()
+            .filter(|d| {
+                !matches!(
+                    d["kind"].as_str(),
+                    Some("Deployment" | "PodDisruptionBudget")
+                )
+            })
+            .collect();
+        for d in &docs {
+            if d["kind"] == "Namespace"
+                && let Some(name) = d["metadata"]["name"].as_str()
+                && self.exists(&["namespace", name])?
+            {
+                bail!(
+                    "namespace {name} exists on the cluster of {E2E_KUBECONFIG}: holdfast may be \
+                     installed there, and this test installs it itself; run it against a cluster \
+                     without holdfast, or remove it"
+                );
+            }
+        }
+        let mut docs = docs;
+        for d in &mut docs {
+            if d["kind"] == "CustomResourceDefinition" {
+                d["metadata"]["labels"][E2E_RUN_LABEL] = run.id.clone().into();
+            } else if d["metadata"]["namespace"].is_null()
+                && let (Some(kind), Some(name)) =
+                    (d["kind"].as_str(), d["metadata"]["name"].as_str())
+            {
+                run.remove_later(kind, name);
+            }
+        }
+        // One document at a time, in the rendered order (the namespace first).
+        for d in &docs {
+            self.kubectl_stdin(&["apply", "-f", "-"], &d.to_string())?
+                .ok()
+                .with_context(|| format!("applying manifests/overlays/{overlay}"))?;
+        }
+        Ok(())
+    }
+
+    /// The file whose lock serializes, on this host, the tests that own holdfast's
+    /// installation on the cluster of [`E2E_KUBECONFIG`] against every other test
+    /// there: in the temporary directory, named after the API server's URL.
+    fn cluster_lock_file(&self) -> anyhow::Result<std::fs::File> {
+        let server = self
+            .kubectl(&[
+                "config",
+                "view",
+                "--minify",
+                "-o",
+                "jsonpath={.clusters[0].cluster.server}",
+            ])?
+            .ok()?
+            .stdout;
+        let key = {
+            use std::hash::{Hash as _, Hasher as _};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            server.trim().hash(&mut h);
+            h.finish()
+        };
+        let path = std::env::temp_dir().join(format!("holdfast-e2e-installation-{key:016x}.lock"));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("lock file {}", path.display()))
+    }
+
+    /// Registers a controller the test started (on a cluster it is stopped before
+    /// the installation's objects are removed).
+    pub fn register_controller(&self, pid: u32) {
+        if let Some(run) = &self.cluster
+            && let Ok(mut c) = run.controllers.lock()
+        {
+            c.push(pid);
+        }
+    }
+
     /// A webhook configuration of the harness, fitted to where it runs: on a
     /// cluster renamed `NAME-<run id>`, restricted to the test's namespaces, called
     /// at [`E2E_WEBHOOK_HOST`], and removed when the env drops.
@@ -1308,11 +1617,34 @@ impl Env {
         let Some(w) = &self.webhook else {
             bail!("start the webhook first")
         };
-        Ok(format!("https://{}:{}/validate", webhook_host(), w.port))
+        Ok(format!(
+            "https://{}:{}/validate",
+            e2e_webhook_host(),
+            w.port
+        ))
     }
 }
 
-fn webhook_host() -> String {
+/// The groups kube-apiserver gives an authenticated `user`: `system:authenticated`,
+/// and for a ServiceAccount (`system:serviceaccount:NS:NAME`) also
+/// `system:serviceaccounts` and `system:serviceaccounts:NS`.
+pub fn impersonated_groups(user: &str) -> Vec<String> {
+    let mut groups = vec![];
+    if let Some(ns) = user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(ns, _)| ns)
+    {
+        groups.push("system:serviceaccounts".to_string());
+        groups.push(format!("system:serviceaccounts:{ns}"));
+    }
+    groups.push("system:authenticated".to_string());
+    groups
+}
+
+/// The address the cluster of [`E2E_KUBECONFIG`] reaches this host at
+/// ([`E2E_WEBHOOK_HOST`], default 127.0.0.1).
+pub fn e2e_webhook_host() -> String {
     std::env::var(E2E_WEBHOOK_HOST)
         .ok()
         .filter(|h| !h.is_empty())
@@ -1349,6 +1681,19 @@ pub fn with_service_accounts(mut cfg: SimConfig) -> SimConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn impersonated_groups_are_what_the_api_server_gives() {
+        assert_eq!(super::impersonated_groups("dev"), ["system:authenticated"]);
+        assert_eq!(
+            super::impersonated_groups(super::WEBHOOK_SA),
+            [
+                "system:serviceaccounts",
+                "system:serviceaccounts:holdfast-system",
+                "system:authenticated"
+            ]
+        );
+    }
+
     #[test]
     fn needs_simulator_names_the_test() {
         fn here() {}

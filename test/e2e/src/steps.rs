@@ -150,11 +150,8 @@ pub fn install_controller_rbac(env: &Env) -> String {
             .join(file);
         env.run(&["apply", "-f", &rbac.to_string_lossy()]);
     }
-    let kubeconfig = env.dir.path().join("controller.kubeconfig");
-    env.sim
-        .write_kubeconfig(&kubeconfig, crate::CONTROLLER_SA)
-        .expect("controller kubeconfig");
-    kubeconfig.to_string_lossy().into_owned()
+    env.kubeconfig_for("controller.kubeconfig", crate::CONTROLLER_SA)
+        .expect("controller kubeconfig")
 }
 
 /// The controller (logging to `<name>.log`) with `kubeconfig`, pointing the
@@ -222,22 +219,15 @@ pub fn with_users(
     cfg
 }
 
-/// Applies `manifests/overlays/<overlay>` with `kubectl apply -k`, as the admin.
-pub fn apply_overlay(env: &Env, overlay: &str) -> KubectlOutput {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../manifests/overlays")
-        .join(overlay);
-    env.run(&["apply", "-k", &dir.to_string_lossy()])
+/// Applies `manifests/overlays/<overlay>` as the admin ([`Env::install_overlay`]).
+pub fn apply_overlay(env: &Env, overlay: &str) {
+    env.install_overlay(overlay).expect("overlay applied");
 }
 
 /// Kubeconfigs for the shipped ServiceAccounts of the controller and of the
 /// webhook (in that order), written into the env's directory.
 pub fn service_account_kubeconfigs(env: &Env) -> (String, String) {
-    let write = |file: &str, user: &str| {
-        let path = env.dir.path().join(file);
-        env.sim.write_kubeconfig(&path, user).expect("kubeconfig");
-        path.to_string_lossy().into_owned()
-    };
+    let write = |file: &str, user: &str| env.kubeconfig_for(file, user).expect("kubeconfig");
     (
         write("controller.kubeconfig", crate::CONTROLLER_SA),
         write("webhook.kubeconfig", crate::WEBHOOK_SA),
@@ -335,6 +325,10 @@ pub async fn wait_webhook_installed(env: &Env, name: &str) {
 /// A simulator that knows the shipped ServiceAccounts (and nobody else but its
 /// admin), with no webhook yet.
 pub async fn sim_with_service_accounts() -> Env {
+    if crate::e2e_cluster().is_some() {
+        // The ServiceAccounts are impersonated there (`Env::kubeconfig_for`).
+        return Env::for_kubernetes_test().await.expect("cluster");
+    }
     let cfg = crate::with_service_accounts(holdfast_sim::SimConfig::default());
     Env::start_with(cfg).await.expect("sim")
 }

@@ -124,7 +124,7 @@ fn objects(env: &Env) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() {
     holdfast_e2e::needs_simulator!(
-        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+        "its expectations name fixed namespaces a shared cluster may hold already, and it installs the controller's RBAC into namespace holdfast-system itself"
     );
     let (mut env, kubeconfig) = stack(&[]).await;
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
@@ -223,7 +223,7 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     holdfast_e2e::needs_simulator!(
-        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+        "its expectations name fixed namespaces a shared cluster may hold already, and it installs the controller's RBAC into namespace holdfast-system itself"
     );
     let (mut env, kubeconfig) = stack(&["--strict"]).await;
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");

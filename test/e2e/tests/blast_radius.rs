@@ -98,7 +98,7 @@ fn routes_report(env: &Env) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_outage_blocks_only_what_holdfast_protects() {
     holdfast_e2e::needs_simulator!(
-        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+        "its expectations name fixed namespaces a shared cluster may hold already, and it installs the controller's RBAC into namespace holdfast-system itself"
     );
     let (mut env, controller) = full_stack().await;
     for ns in ["shop", "other", "scratch", "labelled"] {
@@ -267,7 +267,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
     holdfast_e2e::needs_simulator!(
-        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+        "its expectations name fixed namespaces a shared cluster may hold already, and it installs the controller's RBAC into namespace holdfast-system itself"
     );
     let (env, _controller) = full_stack().await;
     for ns in ["a", "b"] {
@@ -328,7 +328,7 @@ async fn markers_follow_protected_objects_and_system_namespaces_stay_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn marker_lag_never_loses_the_protected_object() {
     holdfast_e2e::needs_simulator!(
-        "it runs the controller with a ServiceAccount token the simulator is configured with, and stops the webhook"
+        "its expectations name fixed namespaces a shared cluster may hold already, and it installs the controller's RBAC into namespace holdfast-system itself"
     );
     let (env, mut controller) = full_stack().await;
     env.run(&["create", "namespace", "late"]);

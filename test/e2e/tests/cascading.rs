@@ -19,12 +19,18 @@ use holdfast_e2e::{
 use holdfast_sim::SimConfig;
 
 /// Why most of these tests need the simulator.
-const SA_TOKENS: &str =
-    "it runs the binaries with ServiceAccount tokens the simulator is configured with";
+const SA_TOKENS: &str = "its user alice holds her permissions from the simulator's static rules, and its expectations name fixed namespaces";
 
 /// May do anything to ordinary objects, but not bypass protection.
 const ALICE: &str = "alice";
 const KRUISE: &str = "policy.kruise.io/delete-protection=Always,Cascading";
+
+/// The label webhooks of the built-in key and of the extra key.
+const LABEL_0: &str = "delete-label-0.holdfast.dev";
+const LABEL_1: &str = "delete-label-1.holdfast.dev";
+/// Namespace and CRD containment: it refuses a namespace or CRD DELETE a label
+/// webhook refuses, with the same message.
+const CONTAINMENT: &str = "containment.holdfast.dev";
 
 fn sim_config() -> SimConfig {
     let mut cfg = holdfast_e2e::with_service_accounts(SimConfig {
@@ -68,21 +74,25 @@ fn as_alice(env: &Env, args: &[&str]) -> KubectlOutput {
 }
 
 /// `kubectl` as alice, repeated (up to 30 s) until it gives exactly the refusal
-/// of `webhook` with `message` ([`denied`]) and
+/// of one of `webhooks` with `message` ([`denied`]; all of them refuse when
+/// several match, and the API server returns the refusal that reaches it first) and
 /// exit code 1: the first answers may be "not ready, retry later" while the stores
 /// Cascading reads start, or name objects whose removal the watches have not
 /// delivered yet.
-async fn refused_until(env: &Env, args: &[&str], webhook: &str, message: &str) {
-    let stderr = denied(webhook, message);
+async fn refused_until(env: &Env, args: &[&str], webhooks: &[&str], message: &str) {
+    let stderr: Vec<String> = webhooks.iter().map(|w| denied(w, message)).collect();
     let line = args.join(" ");
     eventually(30, async || {
         let out = as_alice(env, args);
-        assert_ne!(out.code, 0, "kubectl {line} was allowed; expected {stderr}");
-        if out.code == 1 && out.stderr.trim_end() == stderr {
+        assert_ne!(
+            out.code, 0,
+            "kubectl {line} was allowed; expected {stderr:?}"
+        );
+        if out.code == 1 && stderr.iter().any(|s| out.stderr.trim_end() == s) {
             return Ok(());
         }
         Err(format!(
-            "kubectl {line} never refused with\n{stderr}\nlast: {out:?}\nwebhook log:\n{}",
+            "kubectl {line} never refused with one of\n{stderr:?}\nlast: {out:?}\nwebhook log:\n{}",
             env.webhook_log()
         ))
     })
@@ -125,13 +135,14 @@ fn holds_live_by_label(ns: &str, key: &str, holds: &str) -> String {
     )
 }
 
-/// Asserts kubectl's answer `out` is exactly the refusal of `webhook` with
-/// `message` ([`denied`]), exit code 1.
-fn refused_exactly(out: &KubectlOutput, webhook: &str, message: &str) {
-    assert_eq!(
-        (out.code, out.stderr.trim_end()),
-        (1, denied(webhook, message).as_str()),
-        "{out:?}"
+/// Asserts kubectl's answer `out` is exactly the refusal of one of `webhooks`
+/// with `message` ([`denied`]), exit code 1 (several webhooks refusing: the API
+/// server returns the refusal that reaches it first).
+fn refused_exactly(out: &KubectlOutput, webhooks: &[&str], message: &str) {
+    let possible: Vec<String> = webhooks.iter().map(|w| denied(w, message)).collect();
+    assert!(
+        out.code == 1 && possible.iter().any(|p| out.stderr.trim_end() == p),
+        "{out:?}\nexpected one of {possible:?}"
     );
 }
 
@@ -246,7 +257,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     let delete_ns = ["delete", "namespace", "shop", "--wait=false"];
     let still_holds = async |holds: &str| {
         let refusal = holds_live_by_label("shop", "holdfast.dev/protected", holds);
-        refused_until(env, &delete_ns, "delete-label-0.holdfast.dev", &refusal).await;
+        refused_until(env, &delete_ns, &[LABEL_0, CONTAINMENT], &refusal).await;
     };
     still_holds("2: Pod shop/web-0, PersistentVolumeClaim shop/data").await;
     admin(env, &["delete", "pod", "web-0", "-n", "shop"]);
@@ -267,7 +278,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     let delete_web = ["delete", "deployment", "web", "-n", "apps"];
     refused_exactly(
         &as_alice(env, &delete_web),
-        "delete-label-0.holdfast.dev",
+        &[LABEL_0],
         "holdfast: Deployment apps/web is protected by label \
                  holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected) while \
                  it has replicas, and it still has .spec.replicas=2, so it cannot be deleted. \
@@ -292,7 +303,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     refused_until(
         env,
         &delete_gadget,
-        "delete-label-0.holdfast.dev",
+        &[LABEL_0],
         "holdfast: Gadget apps/g1 is protected by label holdfast.dev/protected=Cascading \
              (policy: label holdfast.dev/protected) while it has replicas, and it still has \
              .spec.workers=3, so it cannot be deleted. To delete it, first scale it to 0 \
@@ -320,7 +331,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     refused_until(
         env,
         &delete_crd,
-        "delete-label-0.holdfast.dev",
+        &[LABEL_0, CONTAINMENT],
         "holdfast: CustomResourceDefinition widgets.example.com is protected by label \
              holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected) while it \
              has instances, and it still has 1: Widget apps/w1, so it cannot be deleted. To \
@@ -357,7 +368,7 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     );
     refused_exactly(
         &as_alice(env, &["delete", "configmap", "settings", "-n", "team"]),
-        "delete-label-1.holdfast.dev",
+        &[LABEL_1],
         "holdfast: ConfigMap team/settings is protected by label \
                  policy.kruise.io/delete-protection=Always (policy: label \
                  policy.kruise.io/delete-protection), so it cannot be deleted. To delete it, \
@@ -379,7 +390,7 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     let delete_sts = ["delete", "statefulset", "api", "-n", "team"];
     refused_exactly(
         &as_alice(env, &delete_sts),
-        "delete-label-1.holdfast.dev",
+        &[LABEL_1],
         "holdfast: StatefulSet team/api is protected by label \
                  policy.kruise.io/delete-protection=Cascading (policy: label \
                  policy.kruise.io/delete-protection) while it has replicas, and it still has \
@@ -402,7 +413,7 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     refused_until(
         env,
         &delete_ns,
-        "delete-label-1.holdfast.dev",
+        &[LABEL_1, CONTAINMENT],
         &holds_live_by_label(
             "team",
             "policy.kruise.io/delete-protection",
@@ -415,7 +426,7 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
     refused_until(
         env,
         &delete_ns,
-        "delete-label-1.holdfast.dev",
+        &[LABEL_1, CONTAINMENT],
         "holdfast: Namespace team holds objects that are protected from deletion: \
              ConfigMap team/settings (label) (policy: containment), so it cannot be deleted: \
              that would leave it half-deleted. To delete it, first lift the protection of those \
@@ -455,7 +466,13 @@ async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
         "remove it from the policy (kubectl edit resourceprotection scratch-while-used)",
     ) + " To have holdfast delete it once nothing blocks it, ask for deferred deletion \
          (holdfast.dev/delete-when-unblocked).";
-    refused_until(env, &delete_ns, "policies-0.holdfast.dev", &scratch_refusal).await;
+    refused_until(
+        env,
+        &delete_ns,
+        &["policies-0.holdfast.dev"],
+        &scratch_refusal,
+    )
+    .await;
     admin(
         env,
         &["delete", "pvc", "cache", "-n", "scratch", "--wait=false"],
@@ -477,7 +494,7 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
             env,
             &["label", "namespace", "vault", "holdfast.dev/protected-"],
         ),
-        "strict-label-0.holdfast.dev",
+        &["strict-label-0.holdfast.dev", "break-glass.holdfast.dev"],
         "holdfast: Namespace vault carries the protection label \
                  holdfast.dev/protected=Cascading and strict mode is on (policy: strict label \
                  holdfast.dev/protected), so the label cannot be removed or changed to a value \
@@ -502,7 +519,6 @@ async fn strict_mode_refuses_removing_a_cascading_label() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn label_only_mode_protects_cascading_like_always() {
-    holdfast_e2e::needs_simulator!("it names its namespace and installs the label webhooks itself");
     let mut env = Env::start().await.expect("sim");
     env.start_webhook(&["--label-only"]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("ready");
@@ -510,33 +526,42 @@ async fn label_only_mode_protects_cascading_like_always() {
         .expect("configuration");
     // An empty namespace and a workload scaled to 0: drained, yet refused, because
     // a webhook that watches nothing cannot tell.
-    admin(&env, &["create", "namespace", "empty"]);
+    let empty = env.namespace("empty").expect("namespace");
     admin(
         &env,
-        &words("label namespace empty holdfast.dev/protected=Cascading"),
+        &[
+            "label",
+            "namespace",
+            &empty,
+            "holdfast.dev/protected=Cascading",
+        ],
     );
     refused_exactly(
-        &env.attempt(&["delete", "namespace", "empty", "--wait=false"]),
-        "delete-label-0.holdfast.dev",
-        "holdfast: Namespace empty is protected by label \
-                 holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
-                 cannot be deleted (this webhook does not watch live contents, so Cascading \
-                 protects like Always here). To delete it, remove the label (kubectl label \
-                 namespaces empty holdfast.dev/protected-), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        &env.attempt(&["delete", "namespace", &empty, "--wait=false"]),
+        &[LABEL_0, CONTAINMENT],
+        &format!(
+            "holdfast: Namespace {empty} is protected by label \
+             holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
+             cannot be deleted (this webhook does not watch live contents, so Cascading \
+             protects like Always here). To delete it, remove the label (kubectl label \
+             namespaces {empty} holdfast.dev/protected-), or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+        ),
     );
     apply(
         &env,
-        &deployment("empty", "idle", "holdfast.dev/protected=Cascading", 0),
+        &deployment(&empty, "idle", "holdfast.dev/protected=Cascading", 0),
     );
     refused_exactly(
-        &env.attempt(&["delete", "deployment", "idle", "-n", "empty"]),
-        "delete-label-0.holdfast.dev",
-        "holdfast: Deployment empty/idle is protected by label \
-                 holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
-                 cannot be deleted (this webhook does not watch live contents, so Cascading \
-                 protects like Always here). To delete it, remove the label (kubectl label \
-                 deployments.apps idle -n empty holdfast.dev/protected-), or set the annotation \
-                 holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
+        &env.attempt(&["delete", "deployment", "idle", "-n", &empty]),
+        &[LABEL_0],
+        &format!(
+            "holdfast: Deployment {empty}/idle is protected by label \
+             holdfast.dev/protected=Cascading (policy: label holdfast.dev/protected), so it \
+             cannot be deleted (this webhook does not watch live contents, so Cascading \
+             protects like Always here). To delete it, remove the label (kubectl label \
+             deployments.apps idle -n {empty} holdfast.dev/protected-), or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+        ),
     );
 }

@@ -59,7 +59,10 @@ fn assert_without_policies(cfg: &Value, context: &str) {
 }
 
 /// Why these tests need the simulator.
-const OWNS_CLUSTER: &str = "the controller owns the cluster-wide configuration holdfast and holdfast's CRDs, which a shared cluster cannot lend one test";
+/// Why the managed-CA tests need the simulator.
+const MANAGED_CA: &str =
+    "its managed CA Secret is kept in namespace default, not in a namespace of the test's own";
+const SERVICE_TARGET: &str = "it reaches the webhook through Service holdfast-system/holdfast-webhook (an installation's namespace) and an EndpointSlice at 127.0.0.1, an address a real API server refuses in an endpoint";
 
 /// Waits (at most `secs`) until the configuration sends DELETEs of
 /// `group`/`resource` ([`has_rule`]), failing with `what`; returns it and logs
@@ -99,9 +102,10 @@ fn patch_configuration(env: &Env, patch: &str) {
 }
 
 /// Creates namespace `ns` labelled `label` (`KEY=VALUE`).
-fn labelled_namespace(env: &Env, ns: &str, label: &str) {
-    env.run(&["create", "namespace", ns]);
-    env.run(&["label", "namespace", ns, label]);
+fn labelled_namespace(env: &Env, ns: &str, label: &str) -> String {
+    let ns = env.namespace(ns).expect("namespace");
+    env.run(&["label", "namespace", &ns, label]);
+    ns
 }
 
 /// Asserts the (dry-run) DELETE of namespace `ns` is refused by `webhook` with
@@ -165,28 +169,26 @@ fn has_rule(cfg: Option<&Value>, group: &str, resource: &str) -> bool {
     })
 }
 
-fn rp_configmaps() -> String {
-    resource_protection(
-        "shop-config",
-        "",
-        &[r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#],
-    )
+/// ResourceProtection shop-config: ConfigMap `settings` in namespace `shop`.
+fn rp_configmaps(shop: &str) -> String {
+    let configmaps = format!(
+        r#"{{group: "", version: v1, resource: configmaps, namespace: {shop}, names: [settings]}}"#
+    );
+    resource_protection("shop-config", "", &[&configmaps])
 }
 
-fn rp_configmaps_and_deployments() -> String {
-    resource_protection(
-        "shop-config",
-        "",
-        &[
-            r#"{group: "", version: v1, resource: configmaps, namespace: shop, names: [settings]}"#,
-            "{group: apps, version: v1, resource: deployments, namespace: shop}",
-        ],
-    )
+/// [`rp_configmaps`] and every Deployment in `shop`.
+fn rp_configmaps_and_deployments(shop: &str) -> String {
+    let configmaps = format!(
+        r#"{{group: "", version: v1, resource: configmaps, namespace: {shop}, names: [settings]}}"#
+    );
+    let deployments =
+        format!("{{group: apps, version: v1, resource: deployments, namespace: {shop}}}");
+    resource_protection("shop-config", "", &[&configmaps, &deployments])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_drives_the_configuration() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let (env, _c) = stack().await;
 
     // Without policies: label protection, and namespace DELETEs for containment
@@ -196,7 +198,7 @@ async fn resource_protection_drives_the_configuration() {
     assert_eq!(cfg["webhooks"][0]["failurePolicy"], "Fail");
     assert_eq!(
         cfg["webhooks"][0]["clientConfig"]["url"],
-        format!("https://127.0.0.1:{}/validate", webhook_port(&env))
+        env.webhook_url().expect("webhook url")
     );
     assert!(
         cfg["webhooks"][0]["clientConfig"]["caBundle"]
@@ -214,11 +216,16 @@ async fn resource_protection_drives_the_configuration() {
     ));
 
     // Apply: the policies webhook appears with exactly configmaps (+ namespaces for containment).
-    env.run(&["create", "namespace", "shop"]);
-    env.run(&words(
-        "create configmap settings -n shop --from-literal=a=b",
-    ));
-    env.apply(&rp_configmaps()).expect("policy applied");
+    let shop = env.namespace("shop").expect("namespace");
+    env.run(&[
+        "create",
+        "configmap",
+        "settings",
+        "-n",
+        &shop,
+        "--from-literal=a=b",
+    ]);
+    env.apply(&rp_configmaps(&shop)).expect("policy applied");
     let cfg = routing(&env, 10, "", "configmaps", "rule installed").await;
     assert_eq!(
         webhook_names(&cfg),
@@ -257,7 +264,14 @@ async fn resource_protection_drives_the_configuration() {
     // The protection works end to end.
     let out = env
         .kubectl_until(
-            &words("delete configmap settings -n shop --dry-run=server"),
+            &[
+                "delete",
+                "configmap",
+                "settings",
+                "-n",
+                &shop,
+                "--dry-run=server",
+            ],
             10,
             |o| o.code != 0,
         )
@@ -266,13 +280,15 @@ async fn resource_protection_drives_the_configuration() {
     assert!(
         out.refused_with(&denied_by(
             POLICIES,
-            "holdfast: ConfigMap shop/settings is protected by ResourceProtection/shop-config"
+            &format!(
+                "holdfast: ConfigMap {shop}/settings is protected by ResourceProtection/shop-config"
+            )
         )),
         "{out:?}"
     );
 
     // Edit: deployments added to the same policy.
-    env.apply(&rp_configmaps_and_deployments())
+    env.apply(&rp_configmaps_and_deployments(&shop))
         .expect("policy edited");
     let (cfg, _) = wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "apps", "deployments")
@@ -304,10 +320,9 @@ async fn resource_protection_drives_the_configuration() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn manual_edits_are_reverted_and_deletion_recreates() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook_args(&["--strict"]).await;
     let _c = controller(&env, "controller", &["--strict"]).await;
-    env.apply(&rp_configmaps()).expect("policy applied");
+    env.apply(&rp_configmaps("shop")).expect("policy applied");
     routing(&env, 10, "", "configmaps", "installed").await;
 
     // A manual edit (failure policy and rules) is reverted (how fast is a benchmark's
@@ -363,7 +378,6 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cleanup_on_shutdown_leaves_nothing_behind() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
     let mut c = controller(
         &env,
@@ -371,7 +385,7 @@ async fn cleanup_on_shutdown_leaves_nothing_behind() {
         &words("--cleanup-on-shutdown --failure-policy Ignore --timeout-seconds 5"),
     )
     .await;
-    env.apply(&rp_configmaps()).expect("policy applied");
+    env.apply(&rp_configmaps("shop")).expect("policy applied");
     let cfg = routing(&env, 10, "", "configmaps", "installed").await;
     for hook in cfg["webhooks"].as_array().expect("webhooks") {
         assert_eq!(hook["failurePolicy"], "Ignore");
@@ -427,11 +441,10 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let (env, _c) = stack().await;
     env.apply(&rp_unknown()).expect("applied");
     env.apply(RP_BAD_SELECTOR).expect("applied");
-    env.apply(&rp_configmaps()).expect("applied");
+    env.apply(&rp_configmaps("shop")).expect("applied");
 
     let widgets = "resourceprotection widgets Invalid True";
     let inv = condition_becomes(&env, widgets, 10, "unknown resource reported").await;
@@ -483,7 +496,7 @@ async fn invalid_policies_are_reported_and_valid_ones_keep_working() {
     );
 
     // The CRD appears: the policy recovers on its own.
-    env.apply(&holdfast_e2e::fixtures::widget_crd())
+    env.apply_crds(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
     wait_ready(&env, "resourceprotection", "widgets").await;
     wait_configuration(&env, Duration::from_secs(10), |c| {
@@ -511,9 +524,8 @@ fn cycle_rules() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dependency_cycle_is_reported_on_both_rules() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
-    env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
+    env.apply_crds(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("crds");
     env.wait_served(&["vpcs"]).await;
     let _c = controller(&env, "controller", &[]).await;
@@ -578,9 +590,9 @@ async fn dependency_cycle_is_reported_on_both_rules() {
 }
 
 /// The Lease's holder; fails when kubectl fails or the Lease names nobody.
-fn lease_holder(env: &Env) -> String {
+fn lease_holder(env: &Env, ns: &str) -> String {
     let lease = env
-        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .get_json(&["lease", "holdfast-controller", "-n", ns])
         .expect("the Lease exists");
     lease["spec"]["holderIdentity"]
         .as_str()
@@ -591,15 +603,16 @@ fn lease_holder(env: &Env) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_election_hands_over_when_the_leader_dies() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
-    let args = ["--leader-elect", "--leader-elect-namespace", "default"];
+    // The Lease in a namespace of the test's own.
+    let ns = env.default_namespace().expect("namespace");
+    let args = ["--leader-elect", "--leader-elect-namespace", &ns];
     let port = webhook_port(&env);
     let mut a = start_controller(&env, "controller-a", port, &args).expect("a");
     let mut b = start_controller(&env, "controller-b", port, &args).expect("b");
     // Exactly one leads.
     let (leader, follower) = elect(&mut a, &mut b).await;
-    env.apply(&rp_configmaps()).expect("policy");
+    env.apply(&rp_configmaps("shop")).expect("policy");
     wait_configuration(&env, Duration::from_secs(10), |c| {
         has_rule(c, "", "configmaps")
     })
@@ -609,7 +622,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
         !follower.is_ready().await,
         "the follower does not reconcile"
     );
-    let holder = lease_holder(&env);
+    let holder = lease_holder(&env, &ns);
     assert!(
         leader.log().contains(&holder),
         "the lease names the leader: {holder}\n{}",
@@ -628,7 +641,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     .expect("the follower took over");
     eprintln!("follower took over {:?} after the kill", killed.elapsed());
     assert!(follower.is_ready().await);
-    let new_holder = lease_holder(&env);
+    let new_holder = lease_holder(&env, &ns);
     assert_ne!(new_holder, holder);
     assert!(
         follower.log().contains(&new_holder),
@@ -683,7 +696,7 @@ fn sync_files(env: &Env) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_rotation_keeps_admission_working() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
+    holdfast_e2e::needs_simulator!(MANAGED_CA);
     let mut env = holdfast_e2e::steps::sim_with_crds().await;
     let port = holdfast_e2e::free_port().expect("port");
     let mut c = start_controller(
@@ -819,18 +832,27 @@ fn ca_bundle(cfg: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_serves_a_service_target() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
+    holdfast_e2e::needs_simulator!(SERVICE_TARGET);
     // The API server reaches the webhook through Service holdfast-system/holdfast-webhook
     // and verifies its certificate for holdfast-webhook.holdfast-system.svc.
     let port = holdfast_e2e::free_port().expect("port");
-    let mut cfg = holdfast_sim::SimConfig::default();
-    cfg.services.insert(
-        "holdfast-webhook.holdfast-system:443".to_string(),
-        format!("127.0.0.1:{port}"),
-    );
-    let mut env = Env::start_with(cfg).await.expect("sim");
+    let mut env = Env::start_with(holdfast_sim::SimConfig::default())
+        .await
+        .expect("sim");
     env.install_crds().expect("crds");
     env.run(&["create", "namespace", "holdfast-system"]);
+    // As on a real cluster, the Service and its endpoints lead to the webhook (here
+    // a local process, which the EndpointSlice names).
+    let service = holdfast_e2e::fixtures::service_to(
+        "holdfast-system",
+        "holdfast-webhook",
+        "127.0.0.1",
+        port,
+    );
+    env.kubectl_stdin(&["apply", "-f", "-"], &service)
+        .expect("kubectl")
+        .ok()
+        .expect("service and endpoints");
     let mut c = start_controller(
         &env,
         "controller",
@@ -883,7 +905,6 @@ async fn managed_ca_serves_a_service_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn label_protection_does_not_wait_for_the_crds() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let mut env = Env::start().await.expect("sim");
     env.start_webhook(&["--label-only"]).await.expect("webhook");
     let c = start_controller(&env, "controller", webhook_port(&env), &[]).expect("controller");
@@ -898,7 +919,7 @@ async fn label_protection_does_not_wait_for_the_crds() {
     env.install_crds().expect("crds");
     env.wait_served(&["resourceprotections"]).await;
     let out = env
-        .kubectl_stdin(&["apply", "-f", "-"], &rp_configmaps())
+        .kubectl_stdin(&["apply", "-f", "-"], &rp_configmaps("shop"))
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
     wait_configuration(&env, Duration::from_secs(30), |c| {
@@ -910,7 +931,6 @@ async fn label_protection_does_not_wait_for_the_crds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn karmada_control_plane_label_is_installed_and_enforced() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     // A Karmada control plane is a kube-apiserver: same topology, Karmada's label.
     const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
     let mut env = holdfast_e2e::steps::sim_with_crds().await;
@@ -936,13 +956,13 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
         "resourcetemplate.karmada.io/deletion-protected"
     );
     let karmada = "resourcetemplate.karmada.io/deletion-protected";
-    labelled_namespace(&env, "minio", &format!("{karmada}=Always"));
+    let minio = labelled_namespace(&env, "minio", &format!("{karmada}=Always"));
     namespace_refused(
         &env,
-        "minio",
+        &minio,
         "delete-label-1.holdfast.dev",
         &format!(
-            "holdfast: Namespace minio is protected by label {karmada}=Always (policy: label \
+            "holdfast: Namespace {minio} is protected by label {karmada}=Always (policy: label \
              {karmada})"
         ),
         "the Karmada key protects",
@@ -951,11 +971,12 @@ async fn karmada_control_plane_label_is_installed_and_enforced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let env = env_with_webhook().await;
-    let args = ["--leader-elect", "--leader-elect-namespace", "default"];
+    // The Lease in a namespace of the test's own.
+    let ns = env.default_namespace().expect("namespace");
+    let args = ["--leader-elect", "--leader-elect-namespace", &ns];
     let mut a = controller(&env, "controller-a", &args).await;
-    let holder = lease_holder(&env);
+    let holder = lease_holder(&env, &ns);
     assert!(a.log().contains(&holder), "{holder}\n{}", a.log());
 
     // SIGTERM: a clean exit that gives the Lease up, so a successor need not wait
@@ -963,7 +984,7 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
     let status = a.terminate(30).await.expect("exits on SIGTERM");
     assert!(status.success(), "{status}: {}", a.log());
     let lease = env
-        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .get_json(&["lease", "holdfast-controller", "-n", &ns])
         .expect("the Lease stays");
     assert!(
         lease["spec"]["holderIdentity"].is_null(),
@@ -972,10 +993,10 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
 
     // A leader whose Lease another replica takes exits 1 (a fresh replica takes over).
     let mut b = controller(&env, "controller-b", &args).await;
-    let holder = lease_holder(&env);
+    let holder = lease_holder(&env, &ns);
     assert!(b.log().contains(&holder), "{holder}\n{}", b.log());
     let now = env
-        .get_json(&["lease", "holdfast-controller", "-n", "default"])
+        .get_json(&["lease", "holdfast-controller", "-n", &ns])
         .expect("lease")["spec"]["renewTime"]
         .clone();
     let patch = serde_json::json!({"spec": {
@@ -984,12 +1005,13 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
         "renewTime": now,
     }})
     .to_string();
-    env.run(&merge_patch("lease holdfast-controller -n default", &patch));
+    let target = format!("lease holdfast-controller -n {ns}");
+    env.run(&merge_patch(&target, &patch));
     let status = b.wait_exit(60).await.expect("exits once the Lease is lost");
     assert_eq!(status.code(), Some(1), "{status}: {}", b.log());
     assert!(b.log().contains("lost leadership"), "{}", b.log());
     assert_eq!(
-        lease_holder(&env),
+        lease_holder(&env, &ns),
         "intruder",
         "a replica that lost the Lease does not release it"
     );
@@ -997,7 +1019,6 @@ async fn leader_releases_its_lease_on_sigterm_and_exits_1_when_it_loses_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ca_bundle_file_is_re_read() {
-    holdfast_e2e::needs_simulator!(OWNS_CLUSTER);
     let (env, c) = stack().await;
     let cfg = installed_configuration(&env).await;
     assert_eq!(ca_bundle(&cfg), env.pki.ca_pem);
@@ -1026,12 +1047,12 @@ async fn ca_bundle_file_is_re_read() {
     .await
     .expect("the new bundle is installed in every webhook");
     // Admission still works: the webhook's CA is in the bundle.
-    labelled_namespace(&env, "vault", "holdfast.dev/protected=true");
+    let vault = labelled_namespace(&env, "vault", "holdfast.dev/protected=true");
     namespace_refused(
         &env,
-        "vault",
+        &vault,
         LABEL,
-        "holdfast: Namespace vault is protected by label holdfast.dev/protected=true",
+        &format!("holdfast: Namespace {vault} is protected by label holdfast.dev/protected=true"),
         "the webhook's CA is in the new bundle",
     );
     // An empty file keeps the bundle (never an empty caBundle).

@@ -15,15 +15,23 @@ fn storage_rule() -> String {
     )
 }
 
-fn vm(name: &str, spec: &str) -> String {
+/// VirtualMachine `name` in namespace `ns` with `spec`.
+fn vm(name: &str, ns: &str, spec: &str) -> String {
     format!(
-        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec}\n"
+        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {spec}\n"
+    )
+}
+
+/// VPC `name` in namespace `ns`.
+fn vpc(name: &str, ns: &str) -> String {
+    format!(
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: {name}, namespace: {ns}}}\n"
     )
 }
 
 async fn setup(mode: &str) -> Env {
     let mut env = holdfast_e2e::steps::sim_with_crds().await;
-    env.apply(&holdfast_e2e::fixtures::documents(&[
+    env.apply_crds(&holdfast_e2e::fixtures::documents(&[
         holdfast_e2e::fixtures::vpc_vm_crds(),
         holdfast_e2e::fixtures::storage_crds(),
     ]))
@@ -52,27 +60,25 @@ fn refused_with(out: &holdfast_e2e::KubectlOutput, text: &str) -> bool {
 
 async fn vpc_story(mode: &str) {
     let env = setup(mode).await;
-    env.apply(
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n",
-    )
-    .expect("vpc");
-    env.apply(&vm("my-vm", "{vpcRef: {name: my-vpc}}"))
+    let ns = env.default_namespace().expect("namespace");
+    env.apply(&vpc("my-vpc", &ns)).expect("vpc");
+    env.apply(&vm("my-vm", &ns, "{vpcRef: {name: my-vpc}}"))
         .expect("vm");
 
     let out = env
         .until_failed(&["delete", "vpc", "my-vpc", "--dry-run=server"])
         .await;
     assert!(
-        out.stderr.contains("Error from server (Forbidden): admission webhook \"holdfast-test-policies.holdfast.dev\" denied the request: holdfast: VPC default/my-vpc is still referenced by VirtualMachine default/my-vm (policy: DependencyRule/vm-dependencies"),
+        out.stderr.contains(&format!("Error from server (Forbidden): admission webhook \"holdfast-test-policies.holdfast.dev\" denied the request: holdfast: VPC {ns}/my-vpc is still referenced by VirtualMachine {ns}/my-vm (policy: DependencyRule/vm-dependencies")),
         "{out:?}"
     );
     // Two VMs: both named.
-    env.apply(&vm("vm-2", "{vpcRef: {name: my-vpc}}"))
+    env.apply(&vm("vm-2", &ns, "{vpcRef: {name: my-vpc}}"))
         .expect("vm-2");
     env.kubectl_until(&["delete", "vpc", "my-vpc"], 10, |o| {
         refused_with(
             o,
-            "VirtualMachine default/my-vm, VirtualMachine default/vm-2",
+            &format!("VirtualMachine {ns}/my-vm, VirtualMachine {ns}/vm-2"),
         )
     })
     .await
@@ -83,12 +89,10 @@ async fn vpc_story(mode: &str) {
     env.assert_dependents_source(mode).await;
 
     // List field path, edited in place on the live rule.
-    env.apply(
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: net-a, namespace: default}\n",
-    )
-    .expect("vpc");
+    env.apply(&vpc("net-a", &ns)).expect("vpc");
     env.apply(&vm(
         "vm-disks",
+        &ns,
         "{disks: [{vpcRef: {name: other}}, {vpcRef: {name: net-a}}]}",
     ))
     .expect("vm");
@@ -100,7 +104,10 @@ async fn vpc_story(mode: &str) {
     env.apply(&rule(".spec.disks[*].vpcRef.name"))
         .expect("rule edited");
     env.kubectl_until(&["delete", "vpc", "net-a", "--dry-run=server"], 15, |o| {
-        refused_with(o, "still referenced by VirtualMachine default/vm-disks")
+        refused_with(
+            o,
+            &format!("still referenced by VirtualMachine {ns}/vm-disks"),
+        )
     })
     .await
     .expect("edited path takes effect");
@@ -113,10 +120,10 @@ async fn vpc_story(mode: &str) {
     assert_eq!(out.code, 0, "{out:?}");
 
     // Cluster-scoped dependency referenced from namespaced claims in any namespace.
-    env.run(&["create", "namespace", "team-a"]);
+    let team = env.namespace("team-a").expect("namespace");
     env.apply("apiVersion: storage.test.io/v1\nkind: StorageProfile\nmetadata: {name: fast}\n")
         .expect("profile");
-    env.apply("apiVersion: storage.test.io/v1\nkind: VolumeClaim\nmetadata: {name: data, namespace: team-a}\nspec: {profile: fast}\n")
+    env.apply(&format!("apiVersion: storage.test.io/v1\nkind: VolumeClaim\nmetadata: {{name: data, namespace: {team}}}\nspec: {{profile: fast}}\n"))
         .expect("claim");
     env.kubectl_until(
         &["delete", "storageprofile", "fast", "--dry-run=server"],
@@ -124,45 +131,34 @@ async fn vpc_story(mode: &str) {
         |o| {
             refused_with(
                 o,
-                "StorageProfile fast is still referenced by VolumeClaim team-a/data",
+                &format!("StorageProfile fast is still referenced by VolumeClaim {team}/data"),
             )
         },
     )
     .await
     .expect("cluster-scoped dependency protected");
-    env.run(&["delete", "volumeclaim", "data", "-n", "team-a"]);
+    env.run(&["delete", "volumeclaim", "data", "-n", &team]);
     allowed_until(&env, &["delete", "storageprofile", "fast"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vpc_story_watch() {
-    holdfast_e2e::needs_simulator!(
-        "it installs CRDs of its own (cluster-wide), restarts the webhook, or uses sim users"
-    );
     vpc_story("watch").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vpc_story_live() {
-    holdfast_e2e::needs_simulator!(
-        "it installs CRDs of its own (cluster-wide), restarts the webhook, or uses sim users"
-    );
     vpc_story("live").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restarted_webhook_denies_until_loaded_then_decides() {
-    holdfast_e2e::needs_simulator!(
-        "it installs CRDs of its own (cluster-wide), restarts the webhook, or uses sim users"
-    );
     let mut env = setup("watch").await;
-    env.apply(
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: v, namespace: default}\n",
-    )
-    .expect("vpc");
-    env.apply(&vm("m", "{vpcRef: {name: v}}")).expect("vm");
+    let ns = env.default_namespace().expect("namespace");
+    env.apply(&vpc("v", &ns)).expect("vpc");
+    env.apply(&vm("m", &ns, "{vpcRef: {name: v}}")).expect("vm");
     env.kubectl_until(&["delete", "vpc", "v", "--dry-run=server"], 10, |o| {
-        refused_with(o, "still referenced by VirtualMachine default/m")
+        refused_with(o, &format!("still referenced by VirtualMachine {ns}/m"))
     })
     .await
     .expect("refused");
@@ -186,7 +182,7 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
     env.start_webhook_on(port, &[]).await.expect("restarted");
     env.wait_webhook_ready().await.expect("ready");
     env.kubectl_until(&["delete", "vpc", "v", "--dry-run=server"], 10, |o| {
-        refused_with(o, "still referenced by VirtualMachine default/m")
+        refused_with(o, &format!("still referenced by VirtualMachine {ns}/m"))
     })
     .await
     .expect("refused after reload");
@@ -197,7 +193,7 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failed_live_lookup_refuses_and_is_counted() {
     holdfast_e2e::needs_simulator!(
-        "it installs CRDs of its own (cluster-wide), restarts the webhook, or uses sim users"
+        "its webhook runs as a user of the simulator that may read everything but VirtualMachines"
     );
     // The webhook's identity may read everything it needs except the dependents
     // (VirtualMachines): a live lookup fails, and the deletion is refused, not allowed.

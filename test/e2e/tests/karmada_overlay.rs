@@ -157,7 +157,7 @@ fn portable(args: &[String], drop: &[&str]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_karmada_parts_protect_karmada_apiserver() {
     holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+        "it treats the API server as a karmada-apiserver and applies the Karmada overlay's parts to it as they are"
     );
     let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     let part = Path::new(env!("CARGO_MANIFEST_DIR"))

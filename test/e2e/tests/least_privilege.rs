@@ -20,7 +20,7 @@ use serde_json::Value;
 const CONTROLLER: &str = holdfast_e2e::CONTROLLER_SA;
 const WEBHOOK: &str = holdfast_e2e::WEBHOOK_SA;
 
-/// Secrets of namespace `app` referencing a ConfigMap by their label `config`.
+/// Secrets referencing a ConfigMap by their label `config`.
 const SECRET_RULE: &str = r#"
 apiVersion: holdfast.dev/v1alpha1
 kind: DependencyRule
@@ -31,21 +31,19 @@ spec:
   - {group: "", version: v1, resource: configmaps, fieldRef: {path: .metadata.labels.config}}
 "#;
 
-const OBJECTS: &str = r#"
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: settings, namespace: app}
-data: {mode: strict}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: creds, namespace: app, labels: {config: settings}}
-stringData: {password: hunter2}
-"#;
+/// ConfigMap `settings` and Secret `creds` (referencing it) in namespace `app`.
+fn objects(app: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: {app}}}\n\
+         data: {{mode: strict}}\n---\napiVersion: v1\nkind: Secret\n\
+         metadata: {{name: creds, namespace: {app}, labels: {{config: settings}}}}\n\
+         stringData: {{password: hunter2}}\n"
+    )
+}
 
 /// The overlay applied as a user would; the webhook and the controller running
-/// as the ServiceAccounts it creates.
-async fn shipped() -> (Env, ControllerProcess) {
+/// as the ServiceAccounts it creates; namespace `app` (its name returned).
+async fn shipped() -> (Env, ControllerProcess, String) {
     let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     apply_overlay(&env, "kubernetes");
     let (controller_kc, webhook_kc) = service_account_kubeconfigs(&env);
@@ -55,8 +53,8 @@ async fn shipped() -> (Env, ControllerProcess) {
     env.wait_webhook_ready().await.expect("webhook ready");
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
     let c = controller_as(&env, port, "controller", &controller_kc, &[]).await;
-    env.run(&["create", "namespace", "app"]);
-    (env, c)
+    let app = env.namespace("app").expect("namespace");
+    (env, c, app)
 }
 
 /// `kubectl auth can-i VERB RESOURCE --all-namespaces` as `user`: (exit code, answer).
@@ -140,9 +138,9 @@ async fn wait_metric(env: &Env, series: &str, want: f64) {
     .await
 }
 
-/// Once the rule is Ready, the DELETE of ConfigMap app/settings is refused (exit
-/// code 1, the webhook's exact refusal) while Secret app/creds references it.
-async fn settings_held_by_the_secret(env: &Env, c: &ControllerProcess) {
+/// Once the rule is Ready, the DELETE of ConfigMap `app`/settings is refused (exit
+/// code 1, the webhook's exact refusal) while Secret `app`/creds references it.
+async fn settings_held_by_the_secret(env: &Env, c: &ControllerProcess, app: &str) {
     c.wait_condition(
         env,
         ["dependencyrule", "secrets-use-configmaps", "Ready", "True"],
@@ -150,15 +148,15 @@ async fn settings_held_by_the_secret(env: &Env, c: &ControllerProcess) {
     .await;
     let out = refused_until(
         env,
-        &["delete", "configmap", "settings", "-n", "app"],
+        &["delete", "configmap", "settings", "-n", app],
         "still referenced",
     )
     .await;
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
             "policies-0.holdfast.dev",
-            "holdfast: ConfigMap app/settings is still referenced by Secret app/creds (policy: \
-             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)"
+            &format!("holdfast: ConfigMap {app}/settings is still referenced by Secret {app}/creds (policy: \
+             DependencyRule/secrets-use-configmaps, field .metadata.labels.config of secrets)")
         )),
         "{out:?}"
     );
@@ -166,10 +164,7 @@ async fn settings_held_by_the_secret(env: &Env, c: &ControllerProcess) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn secrets_stay_unread_until_a_policy_names_them() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let (env, c) = shipped().await;
+    let (env, c, app) = shipped().await;
     // The controller granted what label containment needs: ConfigMaps, Pods, ...
     // never Secrets.
     let core = eventually(30, async || {
@@ -190,7 +185,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     }
     // A labelled Secret: its data is not readable with the webhook's own token.
     env.apply(
-        "apiVersion: v1\nkind: Secret\nmetadata: {name: token, namespace: app, labels: {holdfast.dev/protected: \"true\"}}\nstringData: {key: value}\n",
+        &format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: token, namespace: {app}, labels: {{holdfast.dev/protected: \"true\"}}}}\nstringData: {{key: value}}\n"),
     )
     .expect("secret");
     // (With the webhook's own kubeconfig: a ServiceAccount's user name has colons,
@@ -203,16 +198,18 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
         "secret",
         "token",
         "-n",
-        "app",
+        &app,
         "-o",
         "json",
     ]);
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(
         out.stderr.trim(),
-        "Error from server (Forbidden): secrets \"token\" is forbidden: User \
-         \"system:serviceaccount:holdfast-system:holdfast-webhook\" cannot get resource \"secrets\" \
-         in API group \"\" in the namespace \"app\""
+        format!(
+            "Error from server (Forbidden): secrets \"token\" is forbidden: User \
+             \"system:serviceaccount:holdfast-system:holdfast-webhook\" cannot get resource \
+             \"secrets\" in API group \"\" in the namespace \"{app}\""
+        )
     );
     // The webhook says which type it may not read (once, as a metric and a log line).
     wait_metric(
@@ -231,18 +228,18 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     );
     // The labelled Secret is still protected from a direct DELETE (the label
     // decision needs no read).
-    let out = env.attempt(&["delete", "secret", "token", "-n", "app"]);
+    let out = env.attempt(&["delete", "secret", "token", "-n", &app]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(
-        out.stderr.contains(
-            "holdfast: Secret app/token is protected by label holdfast.dev/protected=true"
-        ),
+        out.stderr.contains(&format!(
+            "holdfast: Secret {app}/token is protected by label holdfast.dev/protected=true"
+        )),
         "{out:?}"
     );
 
     // A policy added at run time needs Secrets: the role grows, the webhook reads
     // them, and the rule holds.
-    env.apply(OBJECTS).expect("objects");
+    env.apply(&objects(&app)).expect("objects");
     env.apply(SECRET_RULE).expect("rule");
     wait_can_i(&env, WEBHOOK, "list", "secrets", true, &c.log()).await;
     assert_eq!(
@@ -254,7 +251,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
             .iter()
             .any(|r| r == "secrets")
     );
-    settings_held_by_the_secret(&env, &c).await;
+    settings_held_by_the_secret(&env, &c, &app).await;
     wait_metric(
         &env,
         "holdfast_webhook_unreadable_resources{resource=\"secrets\"}",
@@ -273,10 +270,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_granted() {
-    holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
-    );
-    let (env, c) = shipped().await;
+    let (env, c, app) = shipped().await;
     wait_can_i(&env, WEBHOOK, "list", "configmaps", true, &c.log()).await;
     // Take escalate away from the controller: it can no longer grant what it
     // does not hold.
@@ -302,7 +296,7 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
         "-p",
         &verbs,
     ]);
-    env.apply(OBJECTS).expect("objects");
+    env.apply(&objects(&app)).expect("objects");
     env.apply(SECRET_RULE).expect("rule");
     // The status names the missing permission and the API server's refusal.
     let installed = eventually(30, async || {
@@ -343,62 +337,75 @@ async fn a_read_the_controller_cannot_grant_is_reported_and_refused_until_grante
         (1, "no".to_string())
     );
     // The rule's DELETEs are refused, never allowed unseen.
-    let dry_run = words("delete configmap settings -n app --dry-run=server");
+    let dry_run = [
+        "delete",
+        "configmap",
+        "settings",
+        "-n",
+        &app,
+        "--dry-run=server",
+    ];
     let out = refused_until(&env, &dry_run, "cannot verify dependents").await;
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
             "policies-0.holdfast.dev",
-            "holdfast: cannot verify dependents of ConfigMap app/settings (policy: \
+            &format!(
+                "holdfast: cannot verify dependents of ConfigMap {app}/settings (policy: \
              DependencyRule/secrets-use-configmaps, secrets referencing it at \
              .metadata.labels.config): holdfast may not read secrets yet (get, list, watch on \
              secrets is not granted to its ServiceAccount; the controller grants what the \
              policies name through ClusterRole holdfast-reads)"
+            )
         )),
         "{out:?}"
     );
     // A namespace holding what a policy protects among a type holdfast may not
     // read: its DELETE is refused too (containment cannot see inside).
-    env.apply(RP_CREDS).expect("protection");
-    let ns_dry_run = words("delete namespace app --dry-run=server");
+    env.apply(&rp_creds(&app)).expect("protection");
+    let ns_dry_run = ["delete", "namespace", &app, "--dry-run=server"];
     let out = refused_until(&env, &ns_dry_run, "holdfast may not read secrets yet").await;
     assert_eq!(
         out.stderr,
-        "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" denied \
-         the request: holdfast: cannot verify what Namespace app holds: holdfast may not read \
+        format!(
+            "Error from server (Forbidden): admission webhook \"containment.holdfast.dev\" denied \
+         the request: holdfast: cannot verify what Namespace {app} holds: holdfast may not read \
          secrets yet (get, list, watch on secrets is not granted to its ServiceAccount; the \
          controller grants what the policies name through ClusterRole holdfast-reads). Refusing \
          rather than risk a half-deleted namespace; retry later, or set the annotation \
          holdfast.dev/skip-protection=true if you are allowed to bypass protection.\n"
+        )
     );
     // An administrator grants Secrets by a labelled ClusterRole of their own: the
     // aggregated role picks it up, the rule holds.
+    if let Some(run) = &env.cluster {
+        run.remove_later("clusterrole", "holdfast-reads-secrets");
+    }
     env.apply(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: holdfast-reads-secrets\n  labels: {holdfast.dev/aggregate-to-reads: \"true\"}\nrules:\n- {apiGroups: [\"\"], resources: [secrets], verbs: [get, list, watch]}\n",
     )
     .expect("grant");
     wait_can_i(&env, WEBHOOK, "list", "secrets", true, &c.log()).await;
-    settings_held_by_the_secret(&env, &c).await;
+    settings_held_by_the_secret(&env, &c, &app).await;
     assert!(
-        env.exists(&["configmap", "settings", "-n", "app"])
+        env.exists(&["configmap", "settings", "-n", &app])
             .expect("kubectl")
     );
     // Now containment sees the protected Secret.
-    let out = refused_until(&env, &ns_dry_run, "Secret app/creds").await;
+    let out = refused_until(&env, &ns_dry_run, &format!("Secret {app}/creds")).await;
     assert!(
         out.stderr
-            .contains("Secret app/creds (ResourceProtection/creds)"),
+            .contains(&format!("Secret {app}/creds (ResourceProtection/creds)")),
         "{out:?}"
     );
 }
 
-const RP_CREDS: &str = r#"
-apiVersion: holdfast.dev/v1alpha1
-kind: ResourceProtection
-metadata: {name: creds}
-spec:
-  resources:
-  - {group: "", version: v1, resource: secrets, namespace: app}
-"#;
+/// ResourceProtection creds: every Secret in namespace `app`.
+fn rp_creds(app: &str) -> String {
+    format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: creds}}\n\
+         spec:\n  resources:\n  - {{group: \"\", version: v1, resource: secrets, namespace: {app}}}\n"
+    )
+}
 
 /// Every read rule of every shipped overlay names its types: no `*` in the groups
 /// or resources of a rule granting get, list or watch, and no read of Secrets

@@ -3,7 +3,7 @@
 //! plan for a CRD and its instances), enforcement modes, namespace containment,
 //! AnchorRule (the composite stories) and CriticalService (the bulk-delete story).
 
-use holdfast_e2e::steps::{allow, for_groups, sim_user};
+use holdfast_e2e::steps::sim_user;
 use holdfast_e2e::steps::{allowed_until, refused_until};
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -33,7 +33,7 @@ fn refused_with(out: &KubectlOutput, text: &str) {
 /// [`full_stack`] with the CRDs `crds` applied and `resource` served.
 async fn stack_serving(crds: &str, resource: &str) -> (Env, ControllerProcess) {
     let (env, c) = full_stack().await;
-    env.apply(crds).expect("crds");
+    env.apply_crds(crds).expect("crds");
     env.wait_served(&[resource]).await;
     (env, c)
 }
@@ -44,6 +44,26 @@ async fn refused_once_failing(env: &Env, line: &str, text: &str) {
     let out = env.until_failed(&words(line)).await;
     refused_with(&out, text);
 }
+
+/// Asserts `out` is the refusal of one of `webhooks` (each refuses alike when
+/// several match; the API server returns whichever answers first; kubectl may
+/// print a warning first), its message holding `text`.
+fn refused_by_one_of(out: &KubectlOutput, webhooks: &[&str], text: &str) {
+    assert!(
+        out.code == 1
+            && webhooks.iter().any(|w| out.stderr.contains(&format!(
+                "Error from server (Forbidden): {}",
+                holdfast_e2e::denied_by(w, "holdfast: ")
+            )))
+            && out.stderr.contains(text),
+        "{out:?}\nexpected a refusal by one of {webhooks:?} holding {text:?}"
+    );
+}
+
+/// The `policies-<i>` webhooks, as the controller splits the policies' routes.
+const POLICIES_0: &str = "policies-0.holdfast.dev";
+const POLICIES_1: &str = "policies-1.holdfast.dev";
+const CONTAINMENT: &str = "containment.holdfast.dev";
 
 /// Waits until the live configuration sends DELETEs of `resource` to the webhook.
 async fn covered(env: &Env, group: &str, resource: &str) {
@@ -74,18 +94,22 @@ async fn covered(env: &Env, group: &str, resource: &str) {
     .expect("configuration covers the resource");
 }
 
-/// Why these tests need the simulator.
-const OWN_CRDS: &str = "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own";
+/// Why some of these tests need the simulator.
+const FIXED_NAMESPACES: &str = "its story names its namespaces (vshn-postgresql-..., finalizer-namespace), names a shared cluster may hold already";
+const SIM_GROUPS: &str =
+    "its users dev and lead carry the groups devs and leads that the simulator's tokens give them";
 
 const WIDGET_PROTECTION: &str = holdfast_e2e::fixtures::WIDGET_PROTECTION;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resource_protection_karmada_plan_for_a_crd() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = stack_serving(&holdfast_e2e::fixtures::widget_crd(), "widgets").await;
+    let ns = env.default_namespace().expect("namespace");
     for w in ["w1", "w2"] {
-        env.apply(&format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {w}, namespace: default}}\n"))
-            .expect("widget");
+        env.apply(&format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {w}, namespace: {ns}}}\n"
+        ))
+        .expect("widget");
     }
     // No protection: deletion allowed.
     let out = env.attempt(&["delete", "widget", "w1"]);
@@ -94,21 +118,23 @@ async fn resource_protection_karmada_plan_for_a_crd() {
     // With protection: instances and the CRD itself are refused, --force too.
     env.apply(WIDGET_PROTECTION).expect("protection");
     covered(&env, "example.com", "widgets").await;
-    for (line, refusal) in [
-        (
-            "delete widget w2",
-            "holdfast: Widget default/w2 is protected by ResourceProtection/widgets",
-        ),
+    let w2 = format!("holdfast: Widget {ns}/w2 is protected by ResourceProtection/widgets");
+    // The CRD's DELETE reaches containment too, which refuses it alike.
+    for (line, webhooks, refusal) in [
+        ("delete widget w2", &[POLICIES_1][..], w2.as_str()),
         (
             "delete widget w2 --force --grace-period=0",
-            "is protected by ResourceProtection/widgets",
+            &[POLICIES_1],
+            w2.as_str(),
         ),
         (
             "delete crd widgets.example.com",
-            "CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets",
+            &[POLICIES_0, CONTAINMENT],
+            "holdfast: CustomResourceDefinition widgets.example.com is protected by ResourceProtection/widgets",
         ),
     ] {
-        refused_once_failing(&env, line, refusal).await;
+        let out = env.until_failed(&words(line)).await;
+        refused_by_one_of(&out, webhooks, refusal);
     }
 
     // Protection removed: allowed again.
@@ -123,8 +149,8 @@ async fn resource_protection_karmada_plan_for_a_crd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn enforcement_modes_warn_and_audit() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack().await;
+    let ns = env.default_namespace().expect("namespace");
     for name in ["warned", "audited", "enforced", "both"] {
         env.run(&["create", "configmap", name, "--from-literal=a=b"]);
     }
@@ -138,7 +164,7 @@ async fn enforcement_modes_warn_and_audit() {
     ] {
         env.apply(&format!(
             "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: {policy}}}\n\
-             spec:\n  enforcement: {mode}\n  resources:\n  - {{group: \"\", version: v1, resource: configmaps, namespace: default, names: [{object}]}}\n"
+             spec:\n  enforcement: {mode}\n  resources:\n  - {{group: \"\", version: v1, resource: configmaps, namespace: {ns}, names: [{object}]}}\n"
         ))
         .expect("protection");
     }
@@ -146,14 +172,14 @@ async fn enforcement_modes_warn_and_audit() {
     refused_once_failing(
         &env,
         "delete configmap enforced --dry-run=server",
-        "holdfast: ConfigMap default/enforced is protected by ResourceProtection/enforced",
+        &format!("holdfast: ConfigMap {ns}/enforced is protected by ResourceProtection/enforced"),
     )
     .await;
     let out = env.attempt(&["delete", "configmap", "both"]);
     assert!(
-        out.refused_with(
-            "holdfast: ConfigMap default/both is protected by ResourceProtection/both-enforce"
-        ),
+        out.refused_with(&format!(
+            "holdfast: ConfigMap {ns}/both is protected by ResourceProtection/both-enforce"
+        )),
         "Enforce beats Warn on one object: {out:?}"
     );
     assert!(
@@ -164,9 +190,9 @@ async fn enforcement_modes_warn_and_audit() {
     let out = env.attempt(&["delete", "configmap", "warned"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
-        out.stderr.contains(
-            "Warning: holdfast: ConfigMap default/warned is protected by ResourceProtection/warned"
-        ),
+        out.stderr.contains(&format!(
+            "Warning: holdfast: ConfigMap {ns}/warned is protected by ResourceProtection/warned"
+        )),
         "{out:?}"
     );
     // Audit: allowed silently, counted.
@@ -181,7 +207,7 @@ async fn enforcement_modes_warn_and_audit() {
     );
     assert!(
         env.webhook_log()
-            .contains("audit: holdfast: ConfigMap default/audited"),
+            .contains(&format!("audit: holdfast: ConfigMap {ns}/audited")),
         "{}",
         env.webhook_log()
     );
@@ -209,43 +235,53 @@ async fn enforcement_modes_warn_and_audit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn namespace_containment_keeps_the_namespace_whole() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack().await;
-    env.run(&["create", "namespace", "shop"]);
-    env.apply("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n")
+    let shop = env.namespace("shop").expect("namespace");
+    env.apply(&format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: data, namespace: {shop}, labels: {{holdfast.dev/protected: \"true\"}}}}\nspec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"))
         .expect("pvc");
     for cm in ["a", "b"] {
         env.run(&words(&format!(
-            "create configmap {cm} -n shop --from-literal=k=v"
+            "create configmap {cm} -n {shop} --from-literal=k=v"
         )));
     }
-    refused_once_failing(&env, "delete namespace shop", "holdfast: Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)").await;
+    let holds = format!(
+        "Namespace {shop} holds objects that are protected from deletion: PersistentVolumeClaim {shop}/data (label)"
+    );
+    refused_once_failing(
+        &env,
+        &format!("delete namespace {shop}"),
+        &format!("holdfast: {holds}"),
+    )
+    .await;
     // Nothing inside was deleted and the namespace is not terminating.
-    let out = env.attempt(&["get", "configmaps", "-n", "shop", "-o", "name"]);
+    let out = env.attempt(&["get", "configmaps", "-n", &shop, "-o", "name"]);
     assert!(
         out.stdout.contains("configmap/a") && out.stdout.contains("configmap/b"),
         "{out:?}"
     );
-    let out = env.attempt(&["get", "namespace", "shop", "-o", "jsonpath={.status.phase}"]);
+    let out = env.attempt(&["get", "namespace", &shop, "-o", "jsonpath={.status.phase}"]);
     assert_eq!(out.stdout, "Active");
     // Break-glass on the protected object lifts containment too (a server-side dry
     // run: the namespace is not deleted yet).
-    env.run(&words(
-        "annotate pvc data -n shop holdfast.dev/skip-protection=true",
-    ));
-    allowed_until(&env, &["delete", "namespace", "shop", "--dry-run=server"]).await;
-    env.run(&words(
-        "annotate pvc data -n shop holdfast.dev/skip-protection-",
-    ));
-    env.kubectl_until(&["delete", "namespace", "shop", "--dry-run=server"], 30, |o| {
-        o.refused_with("Namespace shop holds objects that are protected from deletion: PersistentVolumeClaim shop/data (label)",
-        )
-    })
+    env.run(&words(&format!(
+        "annotate pvc data -n {shop} holdfast.dev/skip-protection=true"
+    )));
+    allowed_until(&env, &["delete", "namespace", &shop, "--dry-run=server"]).await;
+    env.run(&words(&format!(
+        "annotate pvc data -n {shop} holdfast.dev/skip-protection-"
+    )));
+    env.kubectl_until(
+        &["delete", "namespace", &shop, "--dry-run=server"],
+        30,
+        |o| o.refused_with(&holds),
+    )
     .await
     .expect("refused again without break-glass");
     // Lift the protection: the namespace goes.
-    env.run(&words("label pvc data -n shop holdfast.dev/protected-"));
-    env.kubectl_until(&["delete", "namespace", "shop", "--wait=false"], 15, |o| {
+    env.run(&words(&format!(
+        "label pvc data -n {shop} holdfast.dev/protected-"
+    )));
+    env.kubectl_until(&["delete", "namespace", &shop, "--wait=false"], 15, |o| {
         o.code == 0
     })
     .await
@@ -262,7 +298,7 @@ fn composite(toggle: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn anchor_rule_composite_stories() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     let (env, _c) = stack_serving(&holdfast_e2e::fixtures::appcat_crds(), "xvshnpostgresqls").await;
     env.apply(ANCHOR_RULE).expect("anchor rule");
     env.wait_served(&["xobjectbuckets"]).await;
@@ -279,16 +315,26 @@ async fn anchor_rule_composite_stories() {
     covered(&env, "", "persistentvolumeclaims").await;
 
     let protected_by = "is protected while its anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists and has .spec.parameters.backup.deletionProtection=true";
-    for args in [
-        words("delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server"),
-        vec!["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
-        words("delete namespace vshn-postgresql-pg-1 --dry-run=server"),
+    // The namespace's DELETE reaches containment too, which refuses it alike.
+    for (args, webhooks) in [
+        (
+            words("delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server"),
+            &[POLICIES_1][..],
+        ),
+        (
+            vec!["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
+            &[POLICIES_0],
+        ),
+        (
+            words("delete namespace vshn-postgresql-pg-1 --dry-run=server"),
+            &[POLICIES_0, CONTAINMENT],
+        ),
     ] {
         let out = env
             .kubectl_until(&args, 15, |o| o.code != 0)
             .await
             .expect("refused");
-        assert!(out.stderr.contains(protected_by), "{args:?}: {out:?}");
+        refused_by_one_of(&out, webhooks, protected_by);
     }
     // The override label on exactly one PVC (a corrupted Galera node, say).
     env.run(&words(
@@ -381,7 +427,7 @@ fn finalizer_controller(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn critical_service_bulk_delete_converges_in_order() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     let (env, _c) = stack_serving(&holdfast_e2e::fixtures::cool_crd(), "coolresources").await;
     env.run(&["create", "namespace", "finalizer-namespace"]);
     env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
@@ -501,16 +547,30 @@ fn events(env: &Env, reason: &str, name: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    holdfast_e2e::needs_simulator!(SIM_GROUPS);
     use holdfast_sim::SimConfig;
     let mut cfg = SimConfig::default();
     cfg.users.push(sim_user("dev", &["devs"]));
     cfg.users.push(sim_user("lead", &["leads"]));
-    let bypass = allow(&[], &["bypass"], &["holdfast.dev"], &["protections"]);
-    cfg.rbac.push(for_groups(&["leads"], bypass));
-    let edit = allow(&[], &["*"], &[""], &["configmaps"]);
-    cfg.rbac.push(for_groups(&["devs", "leads"], edit));
     let mut env = Env::start_with(cfg).await.expect("sim");
+    // Nobody holds a permission the cluster's RBAC does not grant: developers and
+    // leads edit ConfigMaps, leads may also bypass protection.
+    let rbac = holdfast_e2e::fixtures::documents(&[
+        holdfast_e2e::fixtures::cluster_role_for(
+            "e2e-edit-configmaps",
+            &[("Group", "devs"), ("Group", "leads")],
+            &[r#"{apiGroups: [""], resources: [configmaps], verbs: ["*"]}"#],
+        ),
+        holdfast_e2e::fixtures::cluster_role_for(
+            "e2e-bypass",
+            &[("Group", "leads")],
+            &["{apiGroups: [holdfast.dev], resources: [protections], verbs: [bypass]}"],
+        ),
+    ]);
+    env.kubectl_stdin(&["apply", "-f", "-"], &rbac)
+        .expect("kubectl")
+        .ok()
+        .expect("RBAC applied");
     env.install_crds().expect("crds");
     // One window for the whole test: four refused retries make exactly one Event
     // however slowly kubectl runs.
@@ -640,17 +700,17 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_resource_protection_guards_its_selector() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack().await;
+    let ns = env.default_namespace().expect("namespace");
     env.run(&["create", "configmap", "db", "--from-literal=a=b"]);
     env.run(&["label", "configmap", "db", "tier=data"]);
-    env.apply(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: data-tier}\n\
-         spec:\n  strict: true\n  resources:\n  - {group: \"\", version: v1, resource: configmaps, namespace: default, labelSelector: {matchLabels: {tier: data}}}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: data-tier}}\n\
+         spec:\n  strict: true\n  resources:\n  - {{group: \"\", version: v1, resource: configmaps, namespace: {ns}, labelSelector: {{matchLabels: {{tier: data}}}}}}\n",
+    ))
     .expect("protection");
     covered(&env, "", "configmaps").await;
-    refused_once_failing(&env, "delete configmap db --dry-run=server", "ResourceProtection/data-tier (selects configmaps in namespace default matching its label selector)").await;
+    refused_once_failing(&env, "delete configmap db --dry-run=server", &format!("ResourceProtection/data-tier (selects configmaps in namespace {ns} matching its label selector)")).await;
     // Relabelling it out of the selector is refused under strict...
     for line in [
         "label configmap db tier-",
@@ -668,7 +728,7 @@ async fn strict_resource_protection_guards_its_selector() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn anchor_is_the_topmost_composite() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     use holdfast_e2e::fixtures::{crd, documents};
     let (env, _c) = full_stack().await;
     // A Keycloak composite (topmost) owns a nested PostgreSQL composite; its backend

@@ -29,12 +29,12 @@ async fn full_stack(webhook_args: &[&str], controller_args: &[&str]) -> (Env, Co
     (env, c)
 }
 
-/// Why these tests need the simulator.
-const OWN_CRDS: &str = "the controller owns the cluster-wide configuration holdfast, and the test installs CRDs of its own";
+/// Why some of these tests need the simulator.
+const FIXED_NAMESPACES: &str = "its story names its namespaces (finalizer-namespace, team-a), names a shared cluster may hold already";
 
 /// Applies the CRDs `crds` and waits until each of `resources` is served.
 async fn install_crds(env: &Env, crds: &[String], resources: &[&str]) {
-    env.apply(&fixtures::documents(crds)).expect("crds");
+    env.apply_crds(&fixtures::documents(crds)).expect("crds");
     for r in resources {
         env.wait_served(&[r]).await;
     }
@@ -73,7 +73,7 @@ const SEED_002_CRITICAL_SERVICE: &str = include_str!("../fixtures/seeds/002-crit
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     let (env, _c) = full_stack(&[], &[]).await;
     env.apply(&fixtures::cool_crd()).expect("crd");
     env.wait_served(&["coolresources"]).await;
@@ -178,8 +178,8 @@ fn strict_refusal(kind: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_004_one_crd_out_of_strict_mode() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack(&["--strict"], &["--strict"]).await;
+    let ns = env.default_namespace().expect("namespace");
     install_crds(
         &env,
         &[fixtures::widget_crd(), fixtures::cool_crd()],
@@ -189,7 +189,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     strict_label_webhook_installed(&env).await;
     for w in ["w1", "w2"] {
         env.apply(&format!(
-            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {w}, namespace: default, labels: {{holdfast.dev/protected: \"true\"}}}}\n"
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {w}, namespace: {ns}, labels: {{holdfast.dev/protected: \"true\"}}}}\n"
         ))
         .expect("widget");
     }
@@ -200,7 +200,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     let unlabel_w1 = ["label", "widget", "w1", "holdfast.dev/protected-"];
     let unlabel_c1 = ["label", "coolresource", "c1", "holdfast.dev/protected-"];
     // The whole installation is strict: neither label may go.
-    env.refuses_with(&unlabel_w1, &strict_refusal("Widget", "default/w1"));
+    env.refuses_with(&unlabel_w1, &strict_refusal("Widget", &format!("{ns}/w1")));
     env.refuses_with(&unlabel_c1, &strict_refusal("CoolResource", "c1"));
 
     // The widgets CRD opts out of strict mode.
@@ -210,8 +210,10 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     // Its instances still cannot be deleted while labelled...
     env.refuses_with(
         &["delete", "widget", "w1", "--dry-run=server"],
-        "holdfast: Widget default/w1 is protected by label holdfast.dev/protected=true \
-             (policy: label holdfast.dev/protected), so it cannot be deleted.",
+        &format!(
+            "holdfast: Widget {ns}/w1 is protected by label holdfast.dev/protected=true \
+             (policy: label holdfast.dev/protected), so it cannot be deleted."
+        ),
     );
     // ...but the label may be removed (the webhook reads the CRD's label), and then
     // the widget deleted.
@@ -239,7 +241,7 @@ async fn seed_004_one_crd_out_of_strict_mode() {
     refused_until(
         &env,
         &words("label widget w2 holdfast.dev/protected- --dry-run=server"),
-        &strict_refusal("Widget", "default/w2"),
+        &strict_refusal("Widget", &format!("{ns}/w2")),
     )
     .await;
 }
@@ -248,7 +250,6 @@ async fn seed_004_one_crd_out_of_strict_mode() {
 /// `observedGeneration`) on every policy object, `CycleDetected` on DependencyRules only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conditions_on_every_policy_kind_as_the_readme_says() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = stack_with_crds(
         &[
             fixtures::widget_crd(),
@@ -264,6 +265,7 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
         ],
     )
     .await;
+    let ns = env.default_namespace().expect("namespace");
     env.apply(&fixtures::documents(&[
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: widgets}\n\
          spec:\n  resources:\n  - {group: example.com, version: v1, resource: widgets}\n"
@@ -274,10 +276,11 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
          protects:\n  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}\n"
             .to_string(),
         fixtures::vm_vpc_rule(".spec.vpcRef.name"),
-        "apiVersion: holdfast.dev/v1alpha1\nkind: CriticalService\nmetadata: {name: provider}\n\
-         spec:\n  provider: {group: apps, resource: deployments, namespace: default, name: provider}\n  \
-         criteria:\n  - type: SpecificResource\n    specificResource: {group: example.com, resource: Widget, namespace: default, name: w}\n"
-            .to_string(),
+        format!(
+            "apiVersion: holdfast.dev/v1alpha1\nkind: CriticalService\nmetadata: {{name: provider}}\n\
+             spec:\n  provider: {{group: apps, resource: deployments, namespace: {ns}, name: provider}}\n  \
+             criteria:\n  - type: SpecificResource\n    specificResource: {{group: example.com, resource: Widget, namespace: {ns}, name: w}}\n"
+        ),
     ]))
     .expect("policies");
     let policies = [
@@ -329,7 +332,7 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
 /// AnchorRule's protection for exactly that object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
+    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     let (env, _c) = stack_with_crds(
         &[
             fixtures::crd(
@@ -443,7 +446,7 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
 /// finalizer) still blocks until it is gone. Run with both dependents strategies.
 async fn cross_namespace_and_terminating_references(mode: &str) {
     let (env, _c) = full_stack(&["--dependents", mode], &[]).await;
-    env.apply(&fixtures::vpc_vm_crds()).expect("crds");
+    env.apply_crds(&fixtures::vpc_vm_crds()).expect("crds");
     for r in ["vpcs", "virtualmachines"] {
         env.wait_served(&[r]).await;
     }
@@ -454,18 +457,19 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
          fieldRef: {path: .spec.vpcRef.name}\n    namespaceFieldRef: {path: .spec.vpcRef.namespace}\n",
     )
     .expect("rule");
-    for ns in ["network", "apps"] {
-        env.run(&["create", "namespace", ns]);
+    let network = env.namespace("network").expect("namespace");
+    let apps = env.namespace("apps").expect("namespace");
+    for ns in [&network, &apps] {
         env.apply(&format!(
             "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: net, namespace: {ns}}}\n"
         ))
         .expect("vpc");
     }
     // A VM in apps referencing the VPC in network, held by a finalizer.
-    env.apply(
-        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm-1, namespace: apps, \
-         finalizers: [compute.test.io/teardown]}\nspec: {vpcRef: {name: net, namespace: network}}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {{name: vm-1, namespace: {apps}, \
+         finalizers: [compute.test.io/teardown]}}\nspec: {{vpcRef: {{name: net, namespace: {network}}}}}\n",
+    ))
     .expect("vm");
     wait_ready(&env, "dependencyrule", "vm-vpcs").await;
     covered(&env, "network.test.io", "vpcs").await;
@@ -474,7 +478,7 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
         holdfast_e2e::denied_by(
             "policies-0.holdfast.dev",
             &format!(
-                "holdfast: VPC network/net is still referenced by VirtualMachine apps/vm-1{note} \
+                "holdfast: VPC {network}/net is still referenced by VirtualMachine {apps}/vm-1{note} \
                  (policy: DependencyRule/vm-vpcs, field .spec.vpcRef.name of \
                  virtualmachines.compute.test.io), so it cannot be deleted. To delete it, delete \
                  or change the dependents first, or set the annotation \
@@ -484,48 +488,54 @@ async fn cross_namespace_and_terminating_references(mode: &str) {
     };
     refused_until(
         &env,
-        &["delete", "vpc", "net", "-n", "network", "--dry-run=server"],
+        &["delete", "vpc", "net", "-n", &network, "--dry-run=server"],
         &refusal(""),
     )
     .await;
     // The VPC of the same name in the VM's own namespace is not the one referenced.
     env.prints(
-        &["delete", "vpc", "net", "-n", "apps"],
+        &["delete", "vpc", "net", "-n", &apps],
         "vpc.network.test.io \"net\" deleted\n",
     );
 
     // The VM is being deleted but still exists (its finalizer holds it): it still blocks.
-    env.run(&words("delete virtualmachine vm-1 -n apps --wait=false"));
+    env.run(&[
+        "delete",
+        "virtualmachine",
+        "vm-1",
+        "-n",
+        &apps,
+        "--wait=false",
+    ]);
     let vm = env
-        .get_json(&["virtualmachine", "vm-1", "-n", "apps"])
+        .get_json(&["virtualmachine", "vm-1", "-n", &apps])
         .expect("vm still there");
     assert!(vm["metadata"]["deletionTimestamp"].is_string(), "{vm}");
     refused_until(
         &env,
-        &["delete", "vpc", "net", "-n", "network", "--dry-run=server"],
+        &["delete", "vpc", "net", "-n", &network, "--dry-run=server"],
         &refusal(" (terminating)"),
     )
     .await;
 
     // The finalizer done, the VM goes, and with it the reference.
-    env.run(&merge_patch("virtualmachine vm-1 -n apps", NO_FINALIZERS));
-    env.kubectl_until(&["get", "virtualmachine", "vm-1", "-n", "apps"], 30, |o| {
+    let vm_target = format!("virtualmachine vm-1 -n {apps}");
+    env.run(&merge_patch(&vm_target, NO_FINALIZERS));
+    env.kubectl_until(&["get", "virtualmachine", "vm-1", "-n", &apps], 30, |o| {
         o.is_not_found()
     })
     .await
     .expect("vm gone");
-    allowed_until(&env, &["delete", "vpc", "net", "-n", "network"]).await;
+    allowed_until(&env, &["delete", "vpc", "net", "-n", &network]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_cross_namespace_and_terminating_references_watch() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     cross_namespace_and_terminating_references("watch").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_003_cross_namespace_and_terminating_references_live() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     cross_namespace_and_terminating_references("live").await;
 }
 
@@ -534,23 +544,25 @@ async fn seed_003_cross_namespace_and_terminating_references_live() {
 /// marked exempt may lose the label but is still refused on DELETE while it has it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protected() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let flags = words("--strict --protection-label orkestra.io/deletion-protection=true");
     let (env, _c) = full_stack(&flags, &flags).await;
     wait_webhook_installed(&env, "strict-label-1.holdfast.dev").await;
-    env.apply(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: default, labels: {orkestra.io/deletion-protection: \"true\"}}\ndata: {a: b}\n",
-    )
+    let ns = env.default_namespace().expect("namespace");
+    env.apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app, namespace: {ns}, labels: {{orkestra.io/deletion-protection: \"true\"}}}}\ndata: {{a: b}}\n",
+    ))
     .expect("configmap");
     let unlabel = words("label configmap app orkestra.io/deletion-protection-");
     env.refuses_with(
         &unlabel,
         &holdfast_e2e::denied_by(
             "strict-label-1.holdfast.dev",
-            "holdfast: ConfigMap default/app carries the protection label \
-             orkestra.io/deletion-protection=true and strict mode is on (policy: strict label \
-             orkestra.io/deletion-protection), so the label cannot be removed or changed to a \
-             value that does not protect.",
+            &format!(
+                "holdfast: ConfigMap {ns}/app carries the protection label \
+                 orkestra.io/deletion-protection=true and strict mode is on (policy: strict label \
+                 orkestra.io/deletion-protection), so the label cannot be removed or changed to a \
+                 value that does not protect."
+            ),
         ),
     );
     // Marked exempt (by an administrator: it takes the bypass permission, as
@@ -560,9 +572,11 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
     // Exempt is not deletable: the DELETE is still refused while the label is there.
     let delete_refusal = holdfast_e2e::denied_by(
         "delete-label-1.holdfast.dev",
-        "holdfast: ConfigMap default/app is protected by label \
-         orkestra.io/deletion-protection=true (policy: label orkestra.io/deletion-protection), \
-         so it cannot be deleted.",
+        &format!(
+            "holdfast: ConfigMap {ns}/app is protected by label \
+             orkestra.io/deletion-protection=true (policy: label orkestra.io/deletion-protection), \
+             so it cannot be deleted."
+        ),
     );
     env.refuses_with(&["delete", "configmap", "app"], &delete_refusal);
     assert!(env.exists(&["configmap", "app"]).expect("kubectl get"));
@@ -580,7 +594,6 @@ async fn seed_004_strict_mode_over_an_extra_key_and_exempt_objects_still_protect
 /// test does and read back by its exact series.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_metric_the_readme_lists() {
-    holdfast_e2e::needs_simulator!(OWN_CRDS);
     let (env, _c) = full_stack(
         &["--dependents", "watch", "--read-timeout-seconds", "1"],
         &[],
@@ -604,11 +617,12 @@ async fn every_metric_the_readme_lists() {
         fixtures::vm_vpc_rule(".spec.vpcRef.name"),
     ]))
     .expect("policies");
+    let ns = env.default_namespace().expect("namespace");
     env.apply(&fixtures::documents(&[
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: net, namespace: default}\n".to_string(),
-        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm, namespace: default}\nspec: {vpcRef: {name: net}}\n".to_string(),
-        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: default}\n".to_string(),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: locked, namespace: default, labels: {holdfast.dev/protected: \"true\"}}\n".to_string(),
+        format!("apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: net, namespace: {ns}}}\n"),
+        format!("apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {{name: vm, namespace: {ns}}}\nspec: {{vpcRef: {{name: net}}}}\n"),
+        format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w, namespace: {ns}}}\n"),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: locked, namespace: {ns}, labels: {{holdfast.dev/protected: \"true\"}}}}\n"),
     ]))
     .expect("objects");
     for (kind, name) in [
@@ -654,12 +668,12 @@ async fn every_metric_the_readme_lists() {
     refused_until(
         &env,
         &["delete", "vpc", "net", "--dry-run=server"],
-        "holdfast: VPC default/net is still referenced by VirtualMachine default/vm",
+        &format!("holdfast: VPC {ns}/net is still referenced by VirtualMachine {ns}/vm"),
     )
     .await;
     env.refuses_with(
         &["delete", "configmap", "locked"],
-        "holdfast: ConfigMap default/locked is protected by label",
+        &format!("holdfast: ConfigMap {ns}/locked is protected by label"),
     );
     let out = env.attempt(&["delete", "widget", "w"]);
     assert_eq!(out.code, 0, "Audit allows: {out:?}");
@@ -724,7 +738,9 @@ async fn every_metric_the_readme_lists() {
     .await;
     let out = env.attempt(&["delete", "configmap", "locked", "--dry-run=server"]);
     assert!(
-        out.refused_with("holdfast: ConfigMap default/locked is protected by label"),
+        out.refused_with(&format!(
+            "holdfast: ConfigMap {ns}/locked is protected by label"
+        )),
         "still serving: {out:?}"
     );
 }

@@ -121,7 +121,7 @@ fn configmap(name: &str, composite: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_000_composite_in_another_cluster() {
     holdfast_e2e::needs_simulator!(
-        "it runs two simulators and the binaries with ServiceAccount tokens the simulator is configured with"
+        "it runs a second simulator as the anchor source's control cluster"
     );
     // The control cluster: the composites.
     let control = control_cluster(&["pg-1"]).await;
@@ -347,7 +347,7 @@ async fn wildcard_webhook(env: &Env) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_001_protect_everything_in_a_namespace() {
     holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+        "its expectations name its namespace (shop), a name a shared cluster may hold already"
     );
     let (env, controller) = shipped_stack().await;
     env.apply(&holdfast_e2e::fixtures::crd(
@@ -483,7 +483,7 @@ async fn seed_001_protect_everything_in_a_namespace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     holdfast_e2e::needs_simulator!(
-        "it runs the binaries with ServiceAccount tokens the simulator is configured with"
+        "it registers the APIService of metrics.k8s.io, which a cluster's metrics server may own"
     );
     let (env, controller) = shipped_stack().await;
     // metrics.k8s.io served by an aggregated API, as metrics-server registers it.

@@ -275,7 +275,7 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
             .cmp(&y["metadata"]["name"].as_str())
     });
     // Select the webhooks to call (rules, selectors, matchConditions), then call them
-    // concurrently like kube-apiserver; results are looked at in configuration order.
+    // concurrently like kube-apiserver (see below for which refusal is returned).
     let mut calls: Vec<(String, bool, Value, Value)> = vec![];
     for cfg in &configs {
         for wh in cfg["webhooks"].as_array().into_iter().flatten() {
@@ -321,23 +321,31 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
                 }
                 continue;
             }
-            if a.dry_run
-                && wh["sideEffects"]
-                    .as_str()
-                    .is_some_and(|s| s == "Some" || s == "Unknown")
-            {
-                return Err(ApiError::bad_request(format!(
-                    "admission webhook \"{name}\" has side effects and does not support dry run"
-                )));
-            }
             calls.push((name, fail_closed, wh.clone(), request));
         }
     }
     let trace = std::env::var("HOLDFAST_SIM_TRACE").is_ok_and(|v| !v.is_empty() && v != "0");
-    let results =
-        futures::future::join_all(calls.iter().map(|(name, _, wh, request)| async move {
+    // kube-apiserver's validating dispatcher
+    // (staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/validating/dispatcher.go)
+    // runs one goroutine per hook, sends each refusal to a channel and returns the
+    // first one received: the refusal of the hook that answered first, not the first
+    // in configuration order. The dry-run check is part of each hook's call there.
+    let source = source.as_str();
+    let mut pending: futures::stream::FuturesUnordered<_> = calls
+        .iter()
+        .map(|(name, fail_closed, wh, request)| async move {
             let started = std::time::Instant::now();
-            let result = call_webhook(state, wh, request).await;
+            let result = if a.dry_run
+                && wh["sideEffects"]
+                    .as_str()
+                    .is_some_and(|s| s == "Some" || s == "Unknown")
+            {
+                Err(Refusal::DryRun)
+            } else {
+                call_webhook(state, source, wh, request)
+                    .await
+                    .map_err(Refusal::Call)
+            };
             if trace {
                 eprintln!(
                     "holdfast-sim: webhook {name} {} {}/{} -> {} in {:?}",
@@ -346,44 +354,53 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
                     a.name.unwrap_or(""),
                     match &result {
                         Ok(r) => format!("allowed={}", r["allowed"]),
-                        Err(e) => e.clone(),
+                        Err(Refusal::Call(e)) => e.clone(),
+                        Err(Refusal::DryRun) => "no dry run".to_string(),
                     },
                     started.elapsed()
                 );
             }
-            result
-        }))
-        .await;
+            (name, *fail_closed, result)
+        })
+        .collect();
     let mut first_err: Option<ApiError> = None;
-    for ((name, fail_closed, _, _), result) in calls.iter().zip(results) {
-        match result {
+    while let Some((name, fail_closed, result)) = futures::StreamExt::next(&mut pending).await {
+        let err = match result {
             Ok(resp) => {
                 for w in resp["warnings"].as_array().into_iter().flatten() {
                     if let Some(w) = w.as_str() {
                         ctx.warn(w.to_string());
                     }
                 }
-                if resp["allowed"].as_bool() != Some(true) && first_err.is_none() {
-                    first_err = Some(denied(name, &resp["status"]));
-                }
+                (resp["allowed"].as_bool() != Some(true)).then(|| denied(name, &resp["status"]))
             }
-            Err(e) => {
-                if *fail_closed {
-                    if first_err.is_none() {
-                        first_err = Some(ApiError::internal(&format!(
-                            "failed calling webhook \"{name}\": {e}"
-                        )));
-                    }
-                } else {
-                    tracing::warn!("failed calling webhook {name:?} (failurePolicy Ignore): {e}");
-                }
+            Err(Refusal::DryRun) => Some(ApiError::bad_request(format!(
+                "admission webhook \"{name}\" has side effects and does not support dry run"
+            ))),
+            Err(Refusal::Call(e)) if fail_closed => Some(ApiError::internal(&format!(
+                "failed calling webhook \"{name}\": {e}"
+            ))),
+            Err(Refusal::Call(e)) => {
+                tracing::warn!("failed calling webhook {name:?} (failurePolicy Ignore): {e}");
+                None
             }
+        };
+        if first_err.is_none() {
+            first_err = err;
         }
     }
     match first_err {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Why a hook refused without an answer of its own.
+enum Refusal {
+    /// A dry run of a hook with side effects.
+    DryRun,
+    /// The call failed (the text after `failed calling webhook "NAME": `).
+    Call(String),
 }
 
 /// webhookerrors.ToStatusErr
@@ -418,7 +435,7 @@ struct Endpoint {
     path: String,
 }
 
-fn endpoint(state: &State, cc: &Value, timeout: u64) -> Result<Endpoint, String> {
+fn endpoint(state: &State, cluster: &str, cc: &Value, timeout: u64) -> Result<Endpoint, String> {
     if let Some(u) = cc["url"].as_str() {
         let parsed = url::Url::parse(u).map_err(|e| format!("invalid url {u:?}: {e}"))?;
         let host = parsed.host_str().unwrap_or("").to_string();
@@ -456,19 +473,133 @@ fn endpoint(state: &State, cc: &Value, timeout: u64) -> Result<Endpoint, String>
     let p = svc["path"].as_str().unwrap_or("/");
     let path = format!("{}?timeout={timeout}s", if p.is_empty() { "/" } else { p });
     let host = format!("{name}.{ns}.svc");
-    let services = state.services.read().map(|m| m.clone()).unwrap_or_default();
-    let connect = services
-        .get(&format!("{name}.{ns}:{port}"))
-        .or_else(|| services.get(&format!("{name}.{ns}")))
-        .cloned()
-        .unwrap_or_else(|| format!("{host}:{port}"));
+    let url = format!("https://{host}:{port}{path}");
+    let connect = resolve_service(state, cluster, ns, name, port)
+        .map_err(|e| format!("failed to call webhook: Post \"{url}\": {e}"))?;
     Ok(Endpoint {
-        url: format!("https://{host}:{port}{path}"),
+        url,
         connect,
         server_name: host.clone(),
         host_header: format!("{host}:{port}"),
         path,
     })
+}
+
+/// The address a `clientConfig.service` reference leads to, resolved as
+/// kube-apiserver's endpoint service resolver does
+/// (`staging/src/k8s.io/kube-aggregator/pkg/apiserver/resolvers.go`,
+/// `staging/src/k8s.io/apiserver/pkg/util/proxy/proxy.go`): the Service must exist
+/// and declare the port, its type must be ClusterIP, NodePort or LoadBalancer, and
+/// one of its ready endpoints (EndpointSlices labelled `kubernetes.io/service-name`;
+/// for a Service without selector also its Endpoints, which kube-controller-manager
+/// mirrors into slices) serving the port's name is picked at random. Errors carry
+/// the resolver's texts.
+fn resolve_service(
+    state: &State,
+    cluster: &str,
+    namespace: &str,
+    name: &str,
+    port: u64,
+) -> Result<String, String> {
+    let key = |n: &str| Key {
+        cluster: cluster.to_string(),
+        namespace: namespace.to_string(),
+        name: n.to_string(),
+    };
+    let core = |resource: &str| Gr {
+        group: String::new(),
+        resource: resource.into(),
+    };
+    let Some(svc) = state.store.get(&core("services"), &key(name)) else {
+        return Err(format!("service \"{name}\" not found"));
+    };
+    let Some(svc_port) = svc["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["port"].as_u64() == Some(port))
+    else {
+        return Err(format!(
+            "no service port {port} found for service \"{name}\""
+        ));
+    };
+    let port_name = svc_port["name"].as_str().unwrap_or("");
+    let kind = svc["spec"]["type"].as_str().unwrap_or("ClusterIP");
+    if !matches!(kind, "ClusterIP" | "NodePort" | "LoadBalancer") {
+        return Err(format!("unsupported service type \"{kind}\""));
+    }
+    let mut addresses: Vec<String> = vec![];
+    let slices = state.store.list(
+        &Gr {
+            group: "discovery.k8s.io".into(),
+            resource: "endpointslices".into(),
+        },
+        Some(cluster),
+        Some(namespace),
+    );
+    for slice in slices
+        .0
+        .iter()
+        .filter(|s| s["metadata"]["labels"]["kubernetes.io/service-name"].as_str() == Some(name))
+    {
+        for target in ports_named(&slice["ports"], port_name) {
+            for ep in slice["endpoints"].as_array().into_iter().flatten() {
+                if ep["conditions"]["ready"].as_bool() == Some(false) {
+                    continue;
+                }
+                for ip in ep["addresses"].as_array().into_iter().flatten() {
+                    if let Some(ip) = ip.as_str() {
+                        addresses.push(join_host_port(ip, target));
+                    }
+                }
+            }
+        }
+    }
+    if svc["spec"]["selector"].is_null()
+        && let Some(eps) = state.store.get(&core("endpoints"), &key(name))
+    {
+        for subset in eps["subsets"].as_array().into_iter().flatten() {
+            for target in ports_named(&subset["ports"], port_name) {
+                for a in subset["addresses"].as_array().into_iter().flatten() {
+                    if let Some(ip) = a["ip"].as_str() {
+                        let addr = join_host_port(ip, target);
+                        if !addresses.contains(&addr) {
+                            addresses.push(addr);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if addresses.is_empty() {
+        return Err(format!("no endpoints available for service \"{name}\""));
+    }
+    let pick = {
+        use std::hash::{BuildHasher as _, Hasher as _};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(addresses.len());
+        h.finish() as usize % addresses.len()
+    };
+    Ok(addresses.swap_remove(pick))
+}
+
+/// The port numbers of the endpoint ports in `ports` named `name` (no name: "").
+fn ports_named<'a>(ports: &'a Value, name: &'a str) -> impl Iterator<Item = u64> + 'a {
+    ports
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(move |p| p["name"].as_str().unwrap_or("") == name)
+        .filter_map(|p| p["port"].as_u64())
+}
+
+/// Go's `net.JoinHostPort`: an IPv6 address in brackets.
+fn join_host_port(host: &str, port: u64) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 fn go_io_error(addr: &str, e: &std::io::Error) -> String {
@@ -508,9 +639,14 @@ fn go_tls_error(e: &std::io::Error, server_name: &str) -> String {
     }
 }
 
-async fn call_webhook(state: &State, wh: &Value, request: &Value) -> Result<Value, String> {
+async fn call_webhook(
+    state: &State,
+    cluster: &str,
+    wh: &Value,
+    request: &Value,
+) -> Result<Value, String> {
     let timeout = wh["timeoutSeconds"].as_u64().unwrap_or(10).clamp(1, 30);
-    let ep = endpoint(state, &wh["clientConfig"], timeout)?;
+    let ep = endpoint(state, cluster, &wh["clientConfig"], timeout)?;
     let ca = wh["clientConfig"]["caBundle"]
         .as_str()
         .map(|b| {

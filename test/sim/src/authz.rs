@@ -322,7 +322,51 @@ pub fn authorize_path(
     {
         return Err(forbidden_path(&ctx.user, &verb, rest, NO_ACCESS));
     }
+    if matches!(ctx.cluster, ClusterSel::Plain)
+        && !(verb == "get" && bootstrap_non_resource(rest))
+        && !crate::rbac::non_resource_allowed(
+            state,
+            &ctx.user.name,
+            &ctx.user.groups,
+            "",
+            &verb,
+            rest,
+        )
+    {
+        let mut e = ApiError::new(
+            403,
+            "Forbidden",
+            format!(
+                "forbidden: User \"{}\" cannot {verb} path \"{rest}\"",
+                ctx.user.name
+            ),
+        );
+        e.details = Some(json!({}));
+        return Err(e);
+    }
     Ok(())
+}
+
+/// The non-resource URLs every authenticated user may get on a Kubernetes cluster:
+/// the bootstrap ClusterRoles `system:discovery` and `system:public-info-viewer`,
+/// bound to `system:authenticated`
+/// (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`). Anything else
+/// needs a ClusterRole of the cluster's RBAC granting it.
+fn bootstrap_non_resource(path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or(path);
+    matches!(
+        path,
+        "/healthz"
+            | "/livez"
+            | "/readyz"
+            | "/version"
+            | "/version/"
+            | "/openapi"
+            | "/api"
+            | "/apis"
+    ) || ["/openapi/", "/api/", "/apis/"]
+        .iter()
+        .any(|p| path.starts_with(p))
 }
 
 /// Whether authorization applies to the caller (it is on and the caller is not in

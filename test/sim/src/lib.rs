@@ -38,7 +38,6 @@ pub use authz::{TokenFileError, parse_token_auth_file};
 use anyhow::Context;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -87,10 +86,6 @@ pub struct SimConfig {
     pub rbac: Vec<RbacRule>,
     /// Enforce the RBAC model on every request (system:masters is always allowed).
     pub authorize: bool,
-    /// Webhook `clientConfig.service` targets: key `<name>.<namespace>` (optionally
-    /// `:<port>`), value the real address to dial (TLS is still verified against
-    /// `<name>.<namespace>.svc`).
-    pub services: HashMap<String, String>,
     /// Watch events kept per resource for resumption (older resourceVersions get 410).
     pub watch_history: usize,
     /// Interval of BOOKMARK events on watches that allow them.
@@ -136,7 +131,6 @@ impl Default for SimConfig {
             }],
             rbac: vec![],
             authorize: true,
-            services: HashMap::new(),
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(1),
             root_ca_configmap: true,
@@ -150,7 +144,7 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
-    /// Parses the YAML config file format of the binary (`users`, `rbac`, `services`, ...).
+    /// Parses the YAML config file format of the binary (`users`, `rbac`, ...).
     pub fn from_yaml(text: &str) -> anyhow::Result<SimConfig> {
         let v: serde_json::Value = serde_saphyr::from_str(text).context("parsing YAML")?;
         let mut cfg: SimConfig = serde_json::from_value(v).context("invalid config")?;
@@ -253,13 +247,6 @@ impl SimHandle {
         let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_for_server(server, user))?;
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
         Ok(kube::Client::try_from(config)?)
-    }
-
-    /// Maps a webhook `clientConfig.service` (`name`.`namespace`) to a local address.
-    pub fn set_service_endpoint(&self, namespace: &str, name: &str, addr: SocketAddr) {
-        if let Ok(mut m) = self.state.services.write() {
-            m.insert(format!("{name}.{namespace}"), addr.to_string());
-        }
     }
 
     /// Drops all watch history: watches resuming from an older resourceVersion get 410 Expired.

@@ -20,7 +20,7 @@ struct Args {
     /// User whose credentials go into the kubeconfig (default: the first system:masters user).
     #[arg(long)]
     kubeconfig_user: Option<String>,
-    /// YAML config: users [{name, token, groups}], rbac rules, services.
+    /// YAML config: users [{name, token, groups}], rbac rules, ...
     #[arg(long)]
     config: Option<PathBuf>,
     /// kcp shards behind the front-proxy (default: the config's, else 1); each listens

@@ -28,7 +28,6 @@ pub struct State {
     pub store: Store,
     pub registry: Registry,
     pub tokens: HashMap<String, User>,
-    pub services: RwLock<HashMap<String, String>>,
     pub shutdown_tx: watch::Sender<bool>,
     pub shutdown_rx: watch::Receiver<bool>,
     /// Wakes the background controllers (namespace, GC, CRD cleanup, kcp).
@@ -222,7 +221,6 @@ pub async fn start(
         .iter()
         .map(|u| (u.token.clone(), u.clone()))
         .collect();
-    let services = RwLock::new(cfg.services.clone());
     let state = Arc::new(State {
         url: format!("https://{addr}"),
         addr,
@@ -230,7 +228,6 @@ pub async fn start(
         store: Store::new(cfg.watch_history),
         registry: Registry::new(),
         tokens,
-        services,
         shutdown_tx,
         shutdown_rx,
         kick: Notify::new(),

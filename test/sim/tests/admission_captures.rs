@@ -310,11 +310,6 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
         json!({"allowed": name != "denied"})
     });
     let hook = TestWebhook::start(&["hook.hooks.svc"], decide).await;
-    sim.set_service_endpoint(
-        "hooks",
-        "hook",
-        format!("127.0.0.1:{}", hook.port).parse().expect("addr"),
-    );
     let k = Kubectl::new(&sim.kubeconfig("admin"));
 
     // clientConfig.url with a query string is rejected like kube-apiserver does.
@@ -348,6 +343,55 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
     });
     k.apply_ok(&cfg.to_string());
 
+    // Service resolution as kube-apiserver's service resolver does it: the Service,
+    // its port, then a ready endpoint of that port, each with the resolver's error.
+    let refused = |why: &str| {
+        format!(
+            "error: failed to create secret Internal error occurred: failed calling webhook \"svc.example.com\": failed to call webhook: Post \"https://hook.hooks.svc:443/check?timeout=1s\": {why}\n"
+        )
+    };
+    k.expect_stderr(
+        "create secret generic early -n default",
+        &refused("service \"hook\" not found"),
+    );
+    let service = |port: u16| {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hook", "namespace": "hooks"},
+               "spec": {"ports": [{"name": "https", "port": port, "targetPort": hook.port}]}})
+        .to_string()
+    };
+    k.ok("create namespace hooks");
+    k.apply_ok(&service(8443));
+    k.expect_stderr(
+        "create secret generic early -n default",
+        &refused("no service port 443 found for service \"hook\""),
+    );
+    k.apply_ok(&service(443));
+    k.expect_stderr(
+        "create secret generic early -n default",
+        &refused("no endpoints available for service \"hook\""),
+    );
+    let slice = |ready: bool, port_name: &str| {
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "hook-1", "namespace": "hooks", "labels": {"kubernetes.io/service-name": "hook"}},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": ready}}],
+               "ports": [{"name": port_name, "port": hook.port, "protocol": "TCP"}]})
+        .to_string()
+    };
+    // Not ready, or serving another port name: no endpoint either.
+    k.apply_ok(&slice(false, "https"));
+    k.expect_stderr(
+        "create secret generic early -n default",
+        &refused("no endpoints available for service \"hook\""),
+    );
+    k.apply_ok(&slice(true, "metrics"));
+    k.expect_stderr(
+        "create secret generic early -n default",
+        &refused("no endpoints available for service \"hook\""),
+    );
+    assert!(hook.reviews().is_empty());
+    k.apply_ok(&slice(true, "https"));
+
     // Service resolution: POSTed to the service path, TLS verified for hook.hooks.svc.
     k.ok("create secret generic ok -n default --from-literal=a=b");
     let r = hook.reviews();
@@ -363,12 +407,7 @@ async fn webhook_dispatch_rules_service_and_failure_policies() {
     // Timeout: the API server gives up after timeoutSeconds. (kubectl prints "failed to
     // create secret" without a colon.)
     let out = k.sh("create secret generic slow -n default");
-    assert_eq!(
-        out.stderr,
-        format!(
-            "error: failed to create secret Internal error occurred: failed calling webhook \"svc.example.com\": failed to call webhook: Post \"https://hook.hooks.svc:443/check?timeout=1s\": context deadline exceeded\n"
-        )
-    );
+    assert_eq!(out.stderr, refused("context deadline exceeded"));
     // Subresource rules: only deployments/status updates are sent.
     hook.clear();
     k.ok("create deployment d -n default --image=x");
@@ -585,5 +624,45 @@ async fn webhook_tls_is_verified_against_ca_bundle() {
     k.apply_ok(&fixed);
     k.ok("create cm x -n default");
     assert_eq!(hook.reviews().len(), 1);
+    sim.shutdown().await;
+}
+
+/// Two webhooks refuse the same request: like kube-apiserver's validating dispatcher
+/// (one goroutine per hook, the first refusal received is returned), the refusal of
+/// the hook that answers first wins, whatever the configuration order; once the
+/// slow one answers first, its refusal is returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_refusal_to_arrive_is_returned() {
+    let (sim, k) = start_with_kubectl().await;
+    let deny = |message: &'static str, slow_for: &'static str| -> Decide {
+        std::sync::Arc::new(move |req: &Value| {
+            let mut r = json!({"allowed": false, "status": {"message": message, "code": 403}});
+            if req["name"] == slow_for {
+                r["__sleep_ms"] = json!(1500);
+            }
+            r
+        })
+    };
+    let first = TestWebhook::start(&[], deny("from a", "a-waits")).await;
+    let second = TestWebhook::start(&[], deny("from b", "b-waits")).await;
+    let hook = |name: &str, h: &TestWebhook| {
+        json!({"name": name, "clientConfig": {"url": h.url("/"), "caBundle": h.ca_b64()},
+               "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+               "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail"})
+    };
+    let cfg = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "two"},
+        "webhooks": [hook("a.example.com", &first), hook("b.example.com", &second)]
+    });
+    k.apply_ok(&cfg.to_string());
+    k.expect_stderr(
+        "create configmap a-waits -n default",
+        "error: failed to create configmap: admission webhook \"b.example.com\" denied the request: from b\n",
+    );
+    k.expect_stderr(
+        "create configmap b-waits -n default",
+        "error: failed to create configmap: admission webhook \"a.example.com\" denied the request: from a\n",
+    );
     sim.shutdown().await;
 }

@@ -361,7 +361,36 @@ async fn token_file_users_authenticate_with_their_uid_and_groups() {
             cannot_list_cms("erin", "")
         ),
     );
+    // Non-resource URLs: discovery, version and health for every authenticated user
+    // (the bootstrap roles system:discovery and system:public-info-viewer); any
+    // other path only by a ClusterRole bound to the user.
+    for path in ["/api", "/apis", "/version", "/healthz", "/openapi/v3"] {
+        k.ok(&format!("get --raw {path}"));
+    }
+    kubectl_refused(
+        &k.sh("get --raw /metrics"),
+        "Error from server (Forbidden): forbidden: User \"erin\" cannot get path \"/metrics\"\n",
+    );
     let admin = client(&sim, "", "admin").await;
+    create(
+        &admin,
+        &cluster_roles(),
+        None,
+        json!({"metadata": {"name": "metrics-reader"},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}),
+    )
+    .await;
+    create(&admin, &cluster_role_bindings(), None, json!({
+        "metadata": {"name": "metrics-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "erin"}],
+    }))
+    .await;
+    // Granted: past authorization, to a path the simulator does not serve.
+    kubectl_refused(
+        &k.sh("get --raw /metrics"),
+        "Error from server (NotFound): the server could not find the requested resource\n",
+    );
     let roles = ar("rbac.authorization.k8s.io", "v1", "Role", "roles");
     create(
         &admin,

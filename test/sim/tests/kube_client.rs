@@ -1101,16 +1101,12 @@ async fn streaming_list_and_metadata_watch() {
 #[test]
 fn yaml_config_file() {
     let cfg = SimConfig::from_yaml(
-        "users:\n- name: admin\n  token: t0\n  groups: [system:masters]\n- name: alice\n  token: t1\n  groups: [dev]\nrbac:\n- users: [alice]\n  verbs: [bypass]\n  apiGroups: [holdfast.dev]\n  resources: [protections]\nservices:\n  holdfast-webhook.holdfast-system: 127.0.0.1:8443\nbookmarkIntervalMs: 250\n",
+        "users:\n- name: admin\n  token: t0\n  groups: [system:masters]\n- name: alice\n  token: t1\n  groups: [dev]\nrbac:\n- users: [alice]\n  verbs: [bypass]\n  apiGroups: [holdfast.dev]\n  resources: [protections]\nbookmarkIntervalMs: 250\n",
     )
     .expect("config");
     assert_eq!(cfg.users.len(), 2);
     assert_eq!(cfg.users[1].groups, ["dev"]);
     assert_eq!(cfg.rbac[0].api_groups, ["holdfast.dev"]);
-    assert_eq!(
-        cfg.services["holdfast-webhook.holdfast-system"],
-        "127.0.0.1:8443"
-    );
     assert_eq!(cfg.bookmark_interval, Duration::from_millis(250));
     assert!(SimConfig::from_yaml("users: 3").is_err());
 }
