@@ -184,14 +184,39 @@ impl Checks {
     /// Waits until the webhook refuses `kubectl args` as the consumer in `path`;
     /// its message must be `message`, from webhook `hook`.
     async fn refused(&mut self, t: &Sharded, path: &str, args: &[&str], hook: &str, message: &str) {
+        self.refused_by_one_of(t, path, args, &[hook], message)
+            .await;
+    }
+
+    /// Like [`Checks::refused`] where several matching webhooks refuse: the API server
+    /// calls them in parallel and reports the refusal that reaches it first, so the
+    /// refusal must come from exactly one of `hooks`.
+    async fn refused_by_one_of(
+        &mut self,
+        t: &Sharded,
+        path: &str,
+        args: &[&str],
+        hooks: &[&str],
+        message: &str,
+    ) {
         let out = until(t, path, args, |o| {
             o.code != 0 && o.stderr.contains("denied the request")
         })
         .await;
-        let expected = format!(
-            "Error from server (Forbidden): admission webhook \"{hook}\" denied the request: {message}"
-        );
-        self.same(&format!("{args:?} in {path}"), &expected, out.stderr.trim());
+        let actual = out.stderr.trim();
+        let expected: Vec<String> = hooks
+            .iter()
+            .map(|hook| {
+                format!(
+                    "Error from server (Forbidden): admission webhook \"{hook}\" denied the request: {message}"
+                )
+            })
+            .collect();
+        if !expected.iter().any(|e| e == actual) {
+            self.differences.push(format!(
+                "{args:?} in {path}:\n  expected one of: {expected:?}\n  actual:   {actual:?}"
+            ));
+        }
     }
 
     fn done(self, t: &Sharded) {
@@ -279,12 +304,21 @@ async fn every_protection_in_every_consumer_workspace() {
         t.apply("consumer", path, &namespace("vault", PROTECTED));
         t.apply("consumer", path, &configmap("default", "keep", PROTECTED));
         let delete_keep = ["delete", "configmap", "keep", "-n", "default"];
-        let hook = "delete-label-0.holdfast.dev";
+        // The label webhook and the ResourceProtections' webhook (every ConfigMap
+        // DELETE) both refuse a labelled ConfigMap; the label webhook and containment a
+        // labelled namespace.
+        let hooks = ["delete-label-0.holdfast.dev", "policies-0.holdfast.dev"];
         let message = label_refusal("ConfigMap default/keep", "configmaps keep -n default");
-        c.refused(&t, path, &delete_keep, hook, &message).await;
-        let message = label_refusal("Namespace vault", "namespaces vault");
-        c.refused(&t, path, &["delete", "namespace", "vault"], hook, &message)
+        c.refused_by_one_of(&t, path, &delete_keep, &hooks, &message)
             .await;
+        let hooks = ["delete-label-0.holdfast.dev", "containment.holdfast.dev"];
+        let message = label_refusal("Namespace vault", "namespaces vault");
+        let delete_vault = ["delete", "namespace", "vault"];
+        c.refused_by_one_of(&t, path, &delete_vault, &hooks, &message)
+            .await;
+        // Label changes of strictly protected objects reach both the strict label
+        // webhook and the break-glass webhook (under --strict).
+        let strict_hooks = ["strict-label-0.holdfast.dev", "break-glass.holdfast.dev"];
         let unlabel = [
             "label",
             "configmap",
@@ -299,7 +333,7 @@ async fn every_protection_in_every_consumer_workspace() {
              does not protect. To unprotect it, first mark it exempt in its own update (kubectl \
              label configmaps keep -n default holdfast.dev/strict-exempt=true, which takes the \
              bypass permission on protections.holdfast.dev), then remove the label.";
-        c.refused(&t, path, &unlabel, "strict-label-0.holdfast.dev", message)
+        c.refused_by_one_of(&t, path, &unlabel, &strict_hooks, message)
             .await;
         let unlabel = ["label", "namespace", "vault", "holdfast.dev/protected-"];
         let message = "holdfast: Namespace vault carries the protection label \
@@ -308,7 +342,7 @@ async fn every_protection_in_every_consumer_workspace() {
              does not protect. To unprotect it, first mark it exempt in its own update (kubectl \
              label namespaces vault holdfast.dev/strict-exempt=true, which takes the bypass \
              permission on protections.holdfast.dev), then remove the label.";
-        c.refused(&t, path, &unlabel, "strict-label-0.holdfast.dev", message)
+        c.refused_by_one_of(&t, path, &unlabel, &strict_hooks, message)
             .await;
     }
 
@@ -500,11 +534,12 @@ async fn every_protection_in_every_consumer_workspace() {
          holdfast.dev/skip-protection to ConfigMap default/keep: it is protected in strict mode, \
          and lifting that protection needs the permission to bypass it (verb bypass on \
          protections.holdfast.dev in namespace default). Ask someone who holds it.";
-    c.refused(
+    // Both the strict label webhook and the break-glass webhook see the marker added.
+    c.refused_by_one_of(
         &t,
         &a,
         &annotate("default", "keep"),
-        "strict-label-0.holdfast.dev",
+        &["strict-label-0.holdfast.dev", "break-glass.holdfast.dev"],
         message,
     )
     .await;
