@@ -1175,6 +1175,7 @@ impl Reconciler {
                 entry.exports.entry(export).or_default().extend(grs);
             }
             entry.strict_exports = t.strict_exports;
+            entry.label_exports = t.label_exports;
             entry.rules.extend(t.rules);
         }
         let installed = self.install(&desired).await;

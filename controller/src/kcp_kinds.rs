@@ -362,6 +362,22 @@ pub fn plan(
     for cluster in &bindings.holdfast {
         out.targets.entry(cluster.clone()).or_default().binds = true;
     }
+    // Label protection of what holdfast-binding workspaces get from an export whose
+    // workspace binds holdfast too: kcp calls only that workspace's configurations
+    // for those objects (kcp-facts 12).
+    for cluster in &bindings.holdfast {
+        for (gr, from) in bindings.bound.get(cluster).into_iter().flatten() {
+            if bindings.holdfast.contains(&from.cluster) {
+                out.targets
+                    .entry(from.cluster.clone())
+                    .or_default()
+                    .label_exports
+                    .entry(from.export.clone())
+                    .or_default()
+                    .insert(gr.clone());
+            }
+        }
+    }
     for (kind, list) in objects.iter().enumerate() {
         for ((cluster, name), obj) in list {
             let mut eval = PolicyEval {

@@ -1458,6 +1458,11 @@ pub struct WorkspaceTarget {
     /// The policies (`<logical cluster>/<name>`) routed through
     /// [`WorkspaceTarget::exports`], recorded in [`RULES_ANNOTATION`].
     pub rules: BTreeSet<String>,
+    /// Per APIExport of this workspace: the resources workspaces that bind holdfast
+    /// get from it. Their objects are label-protected (and, under strict mode, their
+    /// labels guarded) through this workspace's configuration, since kcp calls only
+    /// the export's workspace's configurations for them.
+    pub label_exports: BTreeMap<String, BTreeSet<GroupResource>>,
 }
 
 /// The configuration `holdfast` of kcp workspace `cluster`, or `None` when it
@@ -1479,7 +1484,7 @@ pub fn workspace_configuration(
     target: &WorkspaceTarget,
     opts: &InstallOptions,
 ) -> Option<ValidatingWebhookConfiguration> {
-    if !target.binds && target.exports.is_empty() {
+    if !target.binds && target.exports.is_empty() && target.label_exports.is_empty() {
         return None;
     }
     let mut hooks = Vec::new();
@@ -1518,6 +1523,11 @@ pub fn workspace_configuration(
         &strict_exports,
         opts,
     ));
+    for (export, resources) in target.label_exports.iter().filter(|(_, r)| !r.is_empty()) {
+        hooks.extend(export_label_webhooks(
+            cluster, export, resources, labels, strict, opts,
+        ));
+    }
     let listed = target.rules.iter().cloned().collect::<Vec<_>>().join(",");
     let mut cfg = configuration((RULES_ANNOTATION, listed), hooks);
     if target.binds
@@ -1596,20 +1606,58 @@ fn export_webhooks(
         .collect()
 }
 
-/// Name of the webhook receiving the DELETEs of APIExport `export`'s resources in a
-/// kcp provider workspace: `<export>.policies.holdfast.dev` (export names are DNS
-/// subdomains, unique in their workspace), or, where that would pass the 253
-/// characters a webhook name may have, `x<hash of the name>.policies.holdfast.dev`.
-pub fn export_policies_webhook(export: &str) -> String {
-    let name = format!("{export}.{POLICIES_WEBHOOK}");
-    if name.len() <= 253 {
-        return name;
+/// The label webhooks of [`label_webhooks`] for the objects of `resources` that
+/// consumers get from APIExport `export` of workspace `cluster`: the same
+/// objectSelectors and matchConditions, only those resources, named
+/// `<export>.<name>` (see [`export_scoped_webhook`]) and calling
+/// `<webhook URL>/kcp/<cluster>/<export>` (the webhook applies them to workspaces
+/// that bind holdfast only).
+fn export_label_webhooks(
+    cluster: &str,
+    export: &str,
+    resources: &BTreeSet<GroupResource>,
+    labels: &ProtectionLabels,
+    strict: bool,
+    opts: &InstallOptions,
+) -> Vec<ValidatingWebhook> {
+    label_webhooks(labels, strict, opts)
+        .into_iter()
+        .map(|mut h| {
+            h.rules = Some(if h.name.starts_with("strict-label-") {
+                with_subresources(merged_rules("UPDATE", resources))
+            } else {
+                let mut rules = merged_rules("DELETE", resources);
+                rules.extend(merged_rules("CREATE", resources));
+                rules.extend(with_subresources(merged_rules("UPDATE", resources)));
+                rules
+            });
+            h.name = export_scoped_webhook(export, &h.name);
+            with_path_suffix(&mut h, &format!("/kcp/{cluster}/{export}"));
+            h
+        })
+        .collect()
+}
+
+/// `<export>.<name>`, or, where that would pass the 253 characters a webhook name
+/// may have, `x<hash of the export name>.<name>`.
+pub fn export_scoped_webhook(export: &str, name: &str) -> String {
+    let scoped = format!("{export}.{name}");
+    if scoped.len() <= 253 {
+        return scoped;
     }
     // FNV-1a: stable across builds and platforms.
     let hash = export.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    format!("x{hash:016x}.{POLICIES_WEBHOOK}")
+    format!("x{hash:016x}.{name}")
+}
+
+/// Name of the webhook receiving the DELETEs of APIExport `export`'s resources in a
+/// kcp provider workspace: `<export>.policies.holdfast.dev` (export names are DNS
+/// subdomains, unique in their workspace), or, where that would pass the 253
+/// characters a webhook name may have, `x<hash of the name>.policies.holdfast.dev`.
+pub fn export_policies_webhook(export: &str) -> String {
+    export_scoped_webhook(export, POLICIES_WEBHOOK)
 }
 
 /// Whether `live` routes `operation` on `gr` to the webhook named `webhook`.

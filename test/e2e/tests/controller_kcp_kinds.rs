@@ -354,17 +354,34 @@ async fn a_type_from_a_provider_is_protected_once_the_provider_binds_holdfast() 
     // The provider binds holdfast.dev: its configuration routes the consumer's
     // type through its export's webhook, and the policy becomes Ready untouched.
     t.apply("provider", &kube, holdfast_binding());
+    // Besides: label protection of the objects the holdfast-binding consumer gets
+    // from the export (kcp calls only this workspace's configurations for them).
     let cfg = configuration(&t, &c, "provider", &kube, |c| {
-        c.is_some_and(|c| workspace_webhooks(c).len() == 3)
+        c.is_some_and(|c| workspace_webhooks(c).len() == 4)
     })
     .await
     .expect("present");
     let mut want_hooks = own_webhooks(&kube_lc);
-    want_hooks.push((
-        "kubernetes.policies.holdfast.dev".to_string(),
-        format!("/validate/kcp/{kube_lc}/kubernetes"),
-    ));
+    for hook in ["policies", "delete-label-0"] {
+        want_hooks.push((
+            format!("kubernetes.{hook}.holdfast.dev"),
+            format!("/validate/kcp/{kube_lc}/kubernetes"),
+        ));
+    }
     assert_eq!(workspace_webhooks(&cfg), want_hooks);
+    let ops = |op: &str| {
+        (
+            vec!["apps".to_string()],
+            vec!["deployments".to_string()],
+            vec![op.to_string()],
+        )
+    };
+    let mut update = ops("UPDATE");
+    update.1.push("deployments/*".to_string());
+    assert_eq!(
+        rules_of(&cfg, "kubernetes.delete-label-0.holdfast.dev"),
+        vec![ops("DELETE"), ops("CREATE"), update]
+    );
     assert_eq!(
         rules_of(&cfg, "kubernetes.policies.holdfast.dev"),
         vec![(
@@ -397,15 +414,21 @@ async fn a_type_from_a_provider_is_protected_once_the_provider_binds_holdfast() 
         .expect("present");
     assert_eq!(workspace_webhooks(&own), own_webhooks(&a_lc));
 
-    // The policy deleted: the provider's export webhook goes, its own stay.
+    // The policy deleted: the provider's export webhook goes; its own webhooks and
+    // the label protection of the consumer's deployments stay.
     let out = t.kubectl(
         "consumer",
         &a,
         &["delete", "resourceprotection", "deployments"],
     );
     assert_eq!(out.code, 0, "{out:?}");
+    let mut want_hooks = own_webhooks(&kube_lc);
+    want_hooks.push((
+        "kubernetes.delete-label-0.holdfast.dev".to_string(),
+        format!("/validate/kcp/{kube_lc}/kubernetes"),
+    ));
     configuration(&t, &c, "provider", &kube, |c| {
-        c.is_some_and(|c| workspace_webhooks(c) == own_webhooks(&kube_lc))
+        c.is_some_and(|c| workspace_webhooks(c) == want_hooks)
     })
     .await;
 }

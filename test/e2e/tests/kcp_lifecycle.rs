@@ -241,6 +241,52 @@ async fn composites_and_their_operator_on_two_shards_converge_in_order() {
         let out = t.kubectl("consumer", &path, &delete_operator);
         assert_eq!(out.stderr.trim(), refused_by_export(&critical), "{path}");
 
+        // Label protection of a bound type: the provider's configuration carries it
+        // for workspaces that bind holdfast.dev (the CriticalService's route sees
+        // the DELETE too; the first refusal to arrive is reported).
+        t.apply(
+            "consumer",
+            &path,
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ledger\n  namespace: app\n  \
+             labels: {holdfast.dev/protected: \"true\"}\nspec: {replicas: 1}\n",
+        );
+        let label = "holdfast: Deployment app/ledger is protected by label \
+             holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be \
+             deleted. To delete it, remove the label (kubectl label deployments.apps ledger -n app \
+             holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if \
+             you are allowed to bypass protection.";
+        let delete_ledger = ["delete", "deployment", "ledger", "-n", "app"];
+        let out = t
+            .until("consumer", &path, &delete_ledger, |o| o.code != 0)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}\nwebhook: {}", t.env.webhook_log()));
+        let expected: Vec<String> = ["kubernetes.delete-label-0", "kubernetes.policies"]
+            .iter()
+            .map(|hook| {
+                format!(
+                    "Error from server (Forbidden): admission webhook \"{hook}.holdfast.dev\" \
+                     denied the request: {label}"
+                )
+            })
+            .collect();
+        assert!(
+            expected.iter().any(|e| e == out.stderr.trim()),
+            "{path}: {out:?}, expected one of {expected:?}"
+        );
+        ok(
+            &t,
+            &path,
+            &[
+                "label",
+                "deployment",
+                "ledger",
+                "-n",
+                "app",
+                "holdfast.dev/protected-",
+            ],
+        );
+        ok(&t, &path, &delete_ledger);
+
         // Everything at once: the composite is being deleted (its finalizer holds
         // it), which releases the claim it anchors; the operator stays while the
         // composite carries its finalizer.
