@@ -625,14 +625,15 @@ async fn on_an_export_route_labels_protect_only_workspaces_that_bind_holdfast() 
          deleted. To delete it, remove the label (kubectl label vpcs.network.test.io tagged -n \
          default holdfast.dev/protected-), or set the annotation \
          holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
-    c.refused(
-        &t,
-        &with,
-        &delete,
+    // The provider binds holdfast.dev: its configuration has the export's label
+    // webhook (for workspaces binding holdfast) beside the rules' webhook, and both
+    // see a labelled VPC's DELETE.
+    let hooks = [
         "network.test.io.policies.holdfast.dev",
-        message,
-    )
-    .await;
+        "network.test.io.delete-label-0.holdfast.dev",
+    ];
+    c.refused_by_one_of(&t, &with, &delete, &hooks, message)
+        .await;
     // The workspace without holdfast: allowed once the index has listed every
     // endpoint (until then it counts as binding: refused, never skipped).
     let dry_run = [
@@ -657,11 +658,11 @@ async fn on_an_export_route_labels_protect_only_workspaces_that_bind_holdfast() 
         &without,
         "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {name: vm, namespace: default}\nspec: {vpcRef: {name: used}}\n",
     );
-    c.refused(
+    c.refused_by_one_of(
         &t,
         &without,
         &["delete", "vpc", "used", "-n", "default"],
-        "network.test.io.policies.holdfast.dev",
+        &hooks,
         &format!(
             "holdfast: VPC default/used is still referenced by VirtualMachine default/vm \
              (policy: DependencyRule/vm-dependencies (logical cluster {compute}), field \
