@@ -655,7 +655,7 @@ impl Reconciler {
                 &home,
                 &settings.api_export,
                 &clients,
-                untyped(crate::kcp_kinds::apibindings()),
+                untyped(holdfast_shared::kcp::api_binding_resource()),
                 watcher::Config::default(),
             ),
             notify.clone(),

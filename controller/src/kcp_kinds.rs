@@ -63,17 +63,6 @@ pub fn kinds() -> [ApiResource; 3] {
     ]
 }
 
-/// The APIBindings resource (`apis.kcp.io/v1alpha2`, kcp's storage version).
-pub fn apibindings() -> ApiResource {
-    ApiResource {
-        group: "apis.kcp.io".into(),
-        version: "v1alpha2".into(),
-        api_version: "apis.kcp.io/v1alpha2".into(),
-        kind: "APIBinding".into(),
-        plural: "apibindings".into(),
-    }
-}
-
 /// The logical cluster of the APIExport an endpoint URL of its slice serves:
 /// `<shard>/services/apiexport/<export's logical cluster>/<export>` (kcp-facts 7).
 pub fn export_cluster_of(url: &str, export: &str) -> Option<String> {

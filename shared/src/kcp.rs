@@ -168,6 +168,11 @@ pub fn logical_cluster_resource() -> ApiResource {
     )
 }
 
+/// `apis.kcp.io/v1alpha2` APIBindings (the storage version).
+pub fn api_binding_resource() -> ApiResource {
+    kcp_resource(["apis.kcp.io", "v1alpha2", "APIBinding"], "apibindings")
+}
+
 /// `apis.kcp.io/v1alpha2` APIExports (the storage version).
 pub fn api_export_resource() -> ApiResource {
     kcp_resource(["apis.kcp.io", "v1alpha2", "APIExport"], "apiexports")

@@ -94,7 +94,7 @@ impl WebhookView {
         }
         let client = self.cluster_client(cluster)?;
         let api: Api<DynamicObject> =
-            Api::all_with(client, &super::kcp_bindings::apibinding_resource());
+            Api::all_with(client, &holdfast_shared::kcp::api_binding_resource());
         let list = tokio::time::timeout(BINDING_READ_TIMEOUT, api.list(&ListParams::default()))
             .await
             .map_err(|_| {

@@ -15,20 +15,9 @@ use holdfast_shared::{
     review::ExportRoute,
     watch::Index,
 };
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::DynamicObject;
 use serde_json::Value;
 use std::collections::HashMap;
-
-/// The APIBinding type (`apis.kcp.io/v1alpha2`, kcp's storage version).
-pub(super) fn apibinding_resource() -> ApiResource {
-    ApiResource {
-        group: "apis.kcp.io".into(),
-        version: "v1alpha2".into(),
-        api_version: "apis.kcp.io/v1alpha2".into(),
-        kind: "APIBinding".into(),
-        plural: "apibindings".into(),
-    }
-}
 
 /// What one APIBinding binds: the export, and the group/resources it lists in
 /// `status.boundResources`.

@@ -379,7 +379,7 @@ impl WebhookView {
             let this = self.clone();
             let home = client.clone();
             self.spawn(shutdown.clone(), async move {
-                let ar = kcp_bindings::apibinding_resource();
+                let ar = holdfast_shared::kcp::api_binding_resource();
                 let export = this.apiexport.clone();
                 this.watch_endpoints(this.apibindings.clone(), home, &export, move |c| {
                     kube::Api::all_with(c, &ar)

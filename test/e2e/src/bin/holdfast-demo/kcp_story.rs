@@ -49,14 +49,7 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
     demo.say("In the consumer workspace: a VPC and a VirtualMachine using it");
     demo.apply(&kcp.env, Some(&consumer), VPC_AND_VM, &VPC_AND_VM_CREATED)?;
     demo.note("the controller installs the webhook in root:providers:network");
-    let dry_run_delete_vpc = [
-        "--server",
-        &consumer,
-        "delete",
-        "vpc",
-        "my-vpc",
-        "--dry-run=server",
-    ];
+    let dry_run_delete_vpc = dry_run_delete(&consumer, "vpc", "my-vpc");
     demo.settle(&kcp.env, &dry_run_delete_vpc, 20, |o| o.code != 0)
         .await;
 
@@ -102,14 +95,7 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n  labels: {holdfast.dev/protected: \"true\"}\n",
         &["namespace/shop created"],
     )?;
-    let dry_run_delete_shop = [
-        "--server",
-        &consumer,
-        "delete",
-        "namespace",
-        "shop",
-        "--dry-run=server",
-    ];
+    let dry_run_delete_shop = dry_run_delete(&consumer, "namespace", "shop");
     demo.settle(&kcp.env, &dry_run_delete_shop, 20, |o| o.code != 0)
         .await;
     demo.run(
@@ -193,6 +179,11 @@ pub async fn story(demo: &mut Demo) -> anyhow::Result<()> {
         &["configmap \"prices\" deleted"],
     )?;
     Ok(())
+}
+
+/// `kubectl --server SERVER delete KIND NAME --dry-run=server`'s arguments.
+fn dry_run_delete<'a>(server: &'a str, kind: &'a str, name: &'a str) -> [&'a str; 6] {
+    ["--server", server, "delete", kind, name, "--dry-run=server"]
 }
 
 /// The consumer's namespace `orders`, a ConfigMap in it and a ResourceProtection
