@@ -20,8 +20,8 @@ use holdfast_shared::{
     api::resource_protection::ResourceProtection,
     labels::ProtectionLabels,
     webhookconfig::{
-        FailurePolicy, InstallOptions, PolicyNeeds, WebhookTarget, desired_configuration_for,
-        well_known_scope,
+        FailurePolicy, InstallOptions, PolicyNeeds, WebhookTarget, WorkspaceTarget,
+        well_known_scope, workspace_configuration,
     },
 };
 
@@ -119,9 +119,12 @@ async fn consumer(t: &Sharded, name: &str, shard: &str) -> (String, String) {
     (path, lc.stdout.trim().to_string())
 }
 
-/// The configuration `holdfast` for workspace `lc`, as the controller builds it
-/// (labels, strict mode, containment, the ResourceProtections' DELETEs of
-/// ConfigMaps), calling the webhook's workspace route; applied as the consumer.
+/// The configuration `holdfast` for workspace `lc`, built by the controller's own
+/// builder (`workspace_configuration`: labels, strict mode, containment of every
+/// namespace, the workspace route and its matchCondition) for a workspace whose
+/// policies route every ConfigMap DELETE; applied as the consumer. (The controller
+/// installing it is tested in controller_kcp_kinds.rs, kcp_lifecycle.rs and the
+/// demo; here every policy applies at once, without waiting for routes.)
 fn install_configuration(t: &Sharded, path: &str, lc: &str) {
     let port = t.env.webhook.as_ref().map(|w| w.port).unwrap_or_default();
     let rp: ResourceProtection = serde_json::from_value(serde_json::json!({
@@ -133,12 +136,18 @@ fn install_configuration(t: &Sharded, path: &str, lc: &str) {
     needs.add_resource_protection(&rp);
     let needs = needs.with_containment(well_known_scope);
     let opts = InstallOptions {
-        target: WebhookTarget::Url(format!("https://127.0.0.1:{port}/validate/kcp/{lc}")),
+        target: WebhookTarget::Url(format!("https://127.0.0.1:{port}/validate")),
         ca_bundle: t.env.pki.ca_pem.as_bytes().to_vec(),
         failure_policy: FailurePolicy::Fail,
         timeout_seconds: 10,
     };
-    let cfg = desired_configuration_for(&ProtectionLabels::default(), true, &needs, &opts);
+    let target = WorkspaceTarget {
+        binds: true,
+        local: needs,
+        ..WorkspaceTarget::default()
+    };
+    let cfg = workspace_configuration(lc, &ProtectionLabels::default(), true, &target, &opts)
+        .unwrap_or_else(|| panic!("a workspace binding holdfast has a configuration"));
     let mut json = serde_json::to_value(&cfg).unwrap_or_else(|e| panic!("{e}"));
     json["apiVersion"] = "admissionregistration.k8s.io/v1".into();
     json["kind"] = "ValidatingWebhookConfiguration".into();
