@@ -89,7 +89,6 @@ fn refusal(webhook: &str, (lc, rule): (&str, &str)) -> String {
     )
 }
 
-/// (name, clientConfig.url) of each webhook of a configuration.
 /// The export webhooks (`<export>.policies.holdfast.dev`) of `cfg`: (name, URL).
 fn hooks(cfg: &Value) -> Vec<(String, String)> {
     cfg["webhooks"]

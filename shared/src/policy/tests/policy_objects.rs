@@ -365,37 +365,31 @@ fn the_binding_is_asked_only_where_another_export_shares_the_resource() {
     del.via_export = Some(via);
     let asked = |v: &View| v.asked.load(std::sync::atomic::Ordering::SeqCst);
 
+    // A VM using my-vpc; the object's workspace binds VPCs from net-b.
+    let with_vm = |exports: serde_json::Value| {
+        let mut v = view(&[], &[export_rule(exports)]);
+        vm(
+            &v.index.clone(),
+            &v,
+            "my-vm",
+            json!({"vpcRef": {"name": "my-vpc"}}),
+            false,
+        );
+        v.bound = Some(crate::review::ExportRoute {
+            cluster: "lc1".into(),
+            name: "net-b".into(),
+        });
+        v
+    };
     // net-a alone exports VPCs in root:net: a review sent for it is its consumers';
     // no binding read.
-    let mut v = view(&[], &[export_rule(json!(["subnets.network.test.io"]))]);
-    vm(
-        &v.index.clone(),
-        &v,
-        "my-vm",
-        json!({"vpcRef": {"name": "my-vpc"}}),
-        false,
-    );
-    v.bound = Some(crate::review::ExportRoute {
-        cluster: "lc1".into(),
-        name: "net-b".into(),
-    });
+    let v = with_vm(json!(["subnets.network.test.io"]));
     denied(&evaluate(&del, &c, &v, now()));
     assert_eq!(asked(&v), 0);
 
     // Another export shares VPCs: the object's workspace binds net-b, so net-a's rule
     // does not govern it; asked once.
-    let mut v = view(&[], &[export_rule(json!(["vpcs.network.test.io"]))]);
-    vm(
-        &v.index.clone(),
-        &v,
-        "my-vm",
-        json!({"vpcRef": {"name": "my-vpc"}}),
-        false,
-    );
-    v.bound = Some(crate::review::ExportRoute {
-        cluster: "lc1".into(),
-        name: "net-b".into(),
-    });
+    let mut v = with_vm(json!(["vpcs.network.test.io"]));
     assert_eq!(evaluate(&del, &c, &v, now()).decision, Decision::Allow);
     assert_eq!(asked(&v), 1);
     // Bound from net-a itself: refused.
