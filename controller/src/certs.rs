@@ -36,10 +36,17 @@ pub const CERT_NOT_AFTER: &str = "holdfast.dev/cert-not-after";
 /// Annotation with the previous CA's expiry (RFC 3339), while it is still in `ca.crt`.
 pub const PREVIOUS_CA_NOT_AFTER: &str = "holdfast.dev/previous-ca-not-after";
 
-/// Follows a CA bundle file: re-reads it every 2 s and publishes changes.
+/// How often a `--ca-bundle-file` is re-read.
+const CA_FILE_POLL: Duration = Duration::from_secs(2);
+/// How far before "now" a new certificate's validity starts, for clocks slightly behind.
+const CLOCK_SKEW: Duration = Duration::from_secs(60);
+/// Bounds of the managed CA Secret's re-check period (a quarter of `renew_before`).
+const SECRET_CHECK_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+
+/// Follows a CA bundle file: re-reads it every [`CA_FILE_POLL`] and publishes changes.
 pub async fn follow_file(path: PathBuf, tx: watch::Sender<InstallOptions>) {
     loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(CA_FILE_POLL).await;
         match std::fs::read(&path) {
             Ok(bundle) if !bundle.is_empty() => {
                 tx.send_if_modified(|o| {
@@ -140,7 +147,7 @@ pub fn make_ca(validity: Duration) -> anyhow::Result<Ca> {
     let key = KeyPair::generate()?;
     let mut params = ca_params()?;
     let now = SystemTime::now();
-    params.not_before = offset(now - Duration::from_secs(60));
+    params.not_before = offset(now - CLOCK_SKEW);
     let not_after = now + validity;
     params.not_after = offset(not_after);
     let cert = params.self_signed(&key)?;
@@ -175,7 +182,7 @@ pub fn make_serving(
     ];
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let now = SystemTime::now();
-    params.not_before = offset(now - Duration::from_secs(60));
+    params.not_before = offset(now - CLOCK_SKEW);
     let not_after = (now + validity).min(ca_not_after);
     params.not_after = offset(not_after);
     let cert = params.signed_by(&key, &issuer)?;
@@ -335,7 +342,7 @@ impl CertManager {
 
     /// Re-checks the Secret periodically (renewal, deletion, tampering).
     pub async fn run(self, tx: watch::Sender<InstallOptions>) {
-        let every = (self.renew_before / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let every = (self.renew_before / 4).clamp(SECRET_CHECK_BOUNDS.0, SECRET_CHECK_BOUNDS.1);
         loop {
             tokio::time::sleep(every).await;
             if let Err(e) = self.ensure_once(&tx).await {

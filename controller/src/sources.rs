@@ -137,12 +137,14 @@ async fn probe(local: &Client, allowed: &str, (source, anchor): &Key) -> Probe {
         return Probe::Unusable(why);
     }
     let api: Api<Secret> = Api::namespaced(local.clone(), &source.namespace);
-    let secret = match tokio::time::timeout(Duration::from_secs(5), api.get_opt(&source.name)).await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Probe::Unreachable(format!("reading the Secret failed: {e}")),
-        Err(_) => return Probe::Unreachable("the Secret was not read in time".to_string()),
-    };
+    let secret =
+        match tokio::time::timeout(anchorsource::SOURCE_CALL_TIMEOUT, api.get_opt(&source.name))
+            .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Probe::Unreachable(format!("reading the Secret failed: {e}")),
+            Err(_) => return Probe::Unreachable("the Secret was not read in time".to_string()),
+        };
     let kubeconfig = match anchorsource::kubeconfig(source, secret.as_ref()) {
         Ok(k) => k,
         Err(e) => return Probe::Unusable(e),
@@ -169,7 +171,7 @@ async fn probe(local: &Client, allowed: &str, (source, anchor): &Key) -> Probe {
     };
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     match tokio::time::timeout(
-        Duration::from_secs(5),
+        anchorsource::SOURCE_CALL_TIMEOUT,
         api.list(&ListParams::default().limit(1)),
     )
     .await

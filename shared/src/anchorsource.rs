@@ -5,6 +5,11 @@
 
 use crate::registry::AnchorSourceRef;
 use k8s_openapi::api::core::v1::Secret;
+use std::time::Duration;
+
+/// How long reading an anchor source's kubeconfig Secret, or probing the source with
+/// it, may take before the source counts as unreachable.
+pub const SOURCE_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The namespace anchor-source Secrets must be in: `$POD_NAMESPACE`, else
 /// `holdfast-system`.

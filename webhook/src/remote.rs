@@ -9,6 +9,7 @@
 use dashmap::DashMap;
 use futures::StreamExt;
 use holdfast_shared::{
+    anchorsource,
     api::common::GroupResource,
     locks,
     policy::LookupError,
@@ -33,6 +34,9 @@ const SECRET_RECHECK: Duration = Duration::from_secs(10);
 
 /// How long a source that cannot be used waits before its Secret is read again.
 const SOURCE_RETRY: Duration = Duration::from_secs(5);
+/// How often the set of anchor sources the rules name is re-read: rules change
+/// rarely, and a new source is picked up within this.
+const SOURCE_RESCAN: Duration = Duration::from_secs(1);
 
 /// What is known of one remote store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,7 +142,7 @@ async fn secret_version(
     source: &AnchorSourceRef,
 ) -> Result<Option<String>, String> {
     let api: Api<Secret> = Api::namespaced(local.clone(), &source.namespace);
-    tokio::time::timeout(Duration::from_secs(5), api.get_opt(&source.name))
+    tokio::time::timeout(anchorsource::SOURCE_CALL_TIMEOUT, api.get_opt(&source.name))
         .await
         .map_err(|_| "the Secret was not read in time".to_string())?
         .map(|s| s.map(|s| s.metadata.resource_version.unwrap_or_default()))
@@ -152,12 +156,11 @@ async fn remote_client(
     allowed_namespace: &str,
     source: &AnchorSourceRef,
 ) -> Result<(Client, String), SourceState> {
-    use holdfast_shared::anchorsource;
     if let Some(why) = anchorsource::namespace_problem(source, allowed_namespace) {
         return Err(SourceState::Unusable(why));
     }
     let api: Api<Secret> = Api::namespaced(local.clone(), &source.namespace);
-    let secret = tokio::time::timeout(Duration::from_secs(5), api.get_opt(&source.name))
+    let secret = tokio::time::timeout(anchorsource::SOURCE_CALL_TIMEOUT, api.get_opt(&source.name))
         .await
         .map_err(|_| SourceState::Unreachable("the Secret was not read in time".to_string()))?
         .map_err(|e| SourceState::Unreachable(format!("reading the Secret failed: {e}")))?;
@@ -343,8 +346,7 @@ pub async fn manage(view: Arc<crate::view::WebhookView>, local: Client) {
                 tokio::spawn(run_remote(local.clone(), allowed.clone(), key, store)),
             );
         }
-        // Rules change rarely; a new source is picked up within a second.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(SOURCE_RESCAN).await;
     }
 }
 

@@ -417,17 +417,24 @@ async fn open_view(
     while Instant::now() < deadline
         && !(view.policies_loaded() && view.crds_listed() && view.discovery_problem().is_none())
     {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(LOAD_POLL).await;
     }
     let passes = view.store_passes();
     for more in 1..=2 {
         view.wake_stores();
         while Instant::now() < deadline && view.store_passes() < passes + more {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(LOAD_POLL / 2).await;
         }
     }
     Ok(view)
 }
+
+/// How often the view's loading is checked while the plugin waits for it.
+const LOAD_POLL: Duration = Duration::from_millis(100);
+/// How long an explanation that still waits on something loading waits to be asked again.
+const EXPLAIN_RETRY: Duration = Duration::from_millis(200);
+/// How long `check` waits for a TCP connection to the webhook.
+const REACH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Whether an explanation still waits on something loading (retry until the deadline).
 fn unsettled(e: &Explanation) -> bool {
@@ -447,7 +454,7 @@ async fn explain_until(
         if !unsettled(&e) || Instant::now() >= deadline {
             return e;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(EXPLAIN_RETRY).await;
     }
 }
 
@@ -589,7 +596,7 @@ async fn webhook_reachable(client: &Client, hook: &Value) -> Result<(), String> 
         let host = parsed.host_str().unwrap_or_default().to_string();
         let port = parsed.port_or_known_default().unwrap_or(443);
         return match tokio::time::timeout(
-            Duration::from_secs(3),
+            REACH_TIMEOUT,
             tokio::net::TcpStream::connect((host.as_str(), port)),
         )
         .await
