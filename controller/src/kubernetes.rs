@@ -8,7 +8,7 @@
 //! and writes each policy's status when it changed.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet},
     fmt::Debug,
     sync::{
         Arc,
@@ -199,6 +199,8 @@ where
 
 /// Index of DependencyRules in `Reconciler::kinds` (the kind with CycleDetected).
 const DEPENDENCY_RULES: usize = 2;
+/// How many status writes a pass has in flight at once.
+const STATUS_WRITES_IN_FLIGHT: usize = 32;
 
 /// One policy kind, watched as untyped objects.
 struct PolicyKind {
@@ -311,8 +313,41 @@ struct Item {
     name: String,
     invalid: Option<Invalid>,
     needs: Vec<GroupResource>,
+    /// The types it needs read (also while invalid, when it decodes).
+    reads: BTreeSet<GroupResource>,
     /// The anchor source's condition (AnchorRules naming another cluster).
     source: Option<crate::status::SourceCondition>,
+}
+
+/// What one policy object asks for, as [`Reconciler::check`] finds it.
+struct Checked {
+    invalid: Option<Invalid>,
+    needs: Vec<GroupResource>,
+    reads: Vec<GroupResource>,
+}
+
+/// Phase one of a pass: every policy object, what the valid ones need routed and
+/// the DependencyRules' edges.
+struct Gathered {
+    items: Vec<Item>,
+    needs: PolicyNeeds,
+    edges: Vec<RuleEdges>,
+}
+
+/// Phase two: what holdfast may read.
+#[derive(Default)]
+struct Reads {
+    /// What the marker watches cover (`None`: every type, the reads role is not in use).
+    covered: Option<BTreeSet<GroupResource>>,
+    /// The reads role could not be kept: why, and the wanted types it does not grant.
+    refused: Option<(String, BTreeSet<GroupResource>)>,
+}
+
+/// Phase four's result for one policy object: the status to write.
+struct StatusWrite {
+    kind: usize,
+    name: String,
+    outcome: Outcome,
 }
 
 impl Reconciler {
@@ -500,7 +535,8 @@ impl Reconciler {
         self.aggregated().into_iter().map(|(g, _)| g).collect()
     }
 
-    fn items(&self) -> (Vec<Item>, PolicyNeeds, Vec<RuleEdges>) {
+    /// Phase one: decodes and checks every policy object (see [`Gathered`]).
+    fn gather(&self) -> Gathered {
         let mut items = Vec::new();
         let mut needs = PolicyNeeds::default();
         let mut edges = Vec::new();
@@ -509,13 +545,17 @@ impl Reconciler {
             for obj in kind.store.state() {
                 let name = obj.name_any();
                 let mut source = None;
-                let (invalid, gr_needs) = match k {
+                let checked = match k {
                     0 => self.check(&obj, &mut needs, |p: &ResourceProtection, index, needs| {
                         let invalid = check_resource_protection(p, index);
                         if invalid.is_none() {
                             needs.add_resource_protection(p);
                         }
-                        (invalid, resource_protection_needs(p))
+                        Checked {
+                            invalid,
+                            needs: resource_protection_needs(p),
+                            reads: reads::resource_protection_reads(p),
+                        }
                     }),
                     1 => self.check(&obj, &mut needs, |p: &AnchorRule, index, needs| {
                         let invalid = check_anchor_rule(p, index);
@@ -535,7 +575,11 @@ impl Reconciler {
                                 probes.insert(key);
                             }
                         }
-                        (invalid, anchor_rule_needs(p))
+                        Checked {
+                            invalid,
+                            needs: anchor_rule_needs(p),
+                            reads: reads::anchor_rule_reads(p),
+                        }
                     }),
                     2 => self.check(&obj, &mut needs, |p: &DependencyRule, index, needs| {
                         let invalid = check_dependency_rule(p, index, true);
@@ -543,53 +587,41 @@ impl Reconciler {
                             needs.add_dependency_rule(p);
                             edges.push(RuleEdges::of(p.name_any(), p));
                         }
-                        (invalid, dependency_rule_needs(p))
+                        Checked {
+                            invalid,
+                            needs: dependency_rule_needs(p),
+                            reads: reads::dependency_rule_reads(p),
+                        }
                     }),
                     _ => self.check(&obj, &mut needs, |p: &CriticalService, index, needs| {
                         let invalid = check_critical_service(p, index);
                         if invalid.is_none() {
                             needs.add_critical_service(p);
                         }
-                        (invalid, critical_service_needs(p))
+                        Checked {
+                            invalid,
+                            needs: critical_service_needs(p),
+                            reads: reads::critical_service_reads(p, index),
+                        }
                     }),
                 };
                 items.push(Item {
                     kind: k,
                     name,
-                    invalid,
-                    needs: gr_needs,
+                    invalid: checked.invalid,
+                    needs: checked.needs,
+                    reads: checked.reads.into_iter().collect(),
                     source,
                 });
             }
         }
         self.sources.want(&probes);
         let index = &self.index;
-        (items, needs.with_containment(|gr| index.scope(gr)), edges)
-    }
-
-    /// The types each policy needs read, by (kind index, name).
-    fn policy_reads(&self) -> HashMap<(usize, String), BTreeSet<GroupResource>> {
-        let mut out = HashMap::new();
-        for (k, kind) in self.kinds.iter().enumerate() {
-            for obj in kind.store.state() {
-                let types: Vec<GroupResource> = match k {
-                    0 => decode::<ResourceProtection>(&obj)
-                        .map(|p| reads::resource_protection_reads(&p))
-                        .unwrap_or_default(),
-                    1 => decode::<AnchorRule>(&obj)
-                        .map(|p| reads::anchor_rule_reads(&p))
-                        .unwrap_or_default(),
-                    2 => decode::<DependencyRule>(&obj)
-                        .map(|p| reads::dependency_rule_reads(&p))
-                        .unwrap_or_default(),
-                    _ => decode::<CriticalService>(&obj)
-                        .map(|p| reads::critical_service_reads(&p, &self.index))
-                        .unwrap_or_default(),
-                };
-                out.insert((k, obj.name_any()), types.into_iter().collect());
-            }
+        Gathered {
+            items,
+            needs: needs.with_containment(|gr| index.scope(gr)),
+            edges,
         }
-        out
     }
 
     /// The types served by CRDs (their instances are read when a CRD is deleted).
@@ -620,15 +652,9 @@ impl Reconciler {
     /// Keeps the reads role; returns what the marker watches cover (None: every
     /// type, the role is not in use) and, when the role could not be kept, why and
     /// the wanted types it does not grant.
-    async fn keep_reads(
-        &mut self,
-        policy: &BTreeSet<GroupResource>,
-    ) -> (
-        Option<BTreeSet<GroupResource>>,
-        Option<(String, BTreeSet<GroupResource>)>,
-    ) {
+    async fn keep_reads(&mut self, policy: &BTreeSet<GroupResource>) -> Reads {
         if !self.index.loaded {
-            return (None, None);
+            return Reads::default();
         }
         let wanted = reads::wanted(
             &self.index,
@@ -639,7 +665,7 @@ impl Reconciler {
         match reads::keep(&self.client, &wanted).await {
             reads::Kept::Unmanaged => {
                 self.reads_failure = None;
-                (None, None)
+                Reads::default()
             }
             reads::Kept::Granted => {
                 self.reads_failure = None;
@@ -661,7 +687,10 @@ impl Reconciler {
                         self.confirmed.insert(gr);
                     }
                 }
-                (Some(self.confirmed.clone()), None)
+                Reads {
+                    covered: Some(self.confirmed.clone()),
+                    refused: None,
+                }
             }
             reads::Kept::Failed { error, held } => {
                 if self.reads_failure.as_ref() != Some(&error) {
@@ -688,32 +717,31 @@ impl Reconciler {
                 wake_after(&self.notify, RBAC_RECHECK);
                 // The marker watches still cover everything wanted: one refused
                 // keeps namespace DELETEs routed everywhere (fail closed).
-                (Some(wanted), Some((error, missing)))
+                Reads {
+                    covered: Some(wanted),
+                    refused: Some((error, missing)),
+                }
             }
         }
     }
 
     /// Decodes `obj` as `K` and runs `f` on it; an object the types cannot read is
     /// invalid (and needs nothing).
-    fn check<K, F>(
-        &self,
-        obj: &DynamicObject,
-        needs: &mut PolicyNeeds,
-        mut f: F,
-    ) -> (Option<Invalid>, Vec<GroupResource>)
+    fn check<K, F>(&self, obj: &DynamicObject, needs: &mut PolicyNeeds, mut f: F) -> Checked
     where
         K: DeserializeOwned,
-        F: FnMut(&K, &ApiIndex, &mut PolicyNeeds) -> (Option<Invalid>, Vec<GroupResource>),
+        F: FnMut(&K, &ApiIndex, &mut PolicyNeeds) -> Checked,
     {
         match decode::<K>(obj) {
             Ok(p) => f(&p, &self.index, needs),
-            Err(message) => (
-                Some(Invalid {
+            Err(message) => Checked {
+                invalid: Some(Invalid {
                     reason: crate::policies::reasons::INVALID_SPEC,
                     message,
                 }),
-                Vec::new(),
-            ),
+                needs: Vec::new(),
+                reads: Vec::new(),
+            },
         }
     }
 
@@ -780,26 +808,48 @@ impl Reconciler {
         }
     }
 
+    /// One pass, in phases: holdfast's own guards; [`Self::gather`] the policies;
+    /// [`Self::keep_all_reads`]; [`Self::keep_configuration`]; the
+    /// [`Self::status_writes`], written by [`Self::write_statuses`].
     async fn reconcile_once(&mut self) -> Result<(), ReconcileError> {
+        self.keep_guards().await;
+        let aggregated = self.aggregated();
+        self.index.set_aggregated(aggregated);
+        let mut gathered = self.gather();
+        let reads = self
+            .keep_all_reads(&gathered.items, &mut gathered.needs)
+            .await;
+        self.publish_deferred_types(&gathered.needs.delete);
+        let live = self.keep_configuration(&gathered.needs).await?;
+        let writes = self.status_writes(&gathered, &live, &reads);
+        self.write_statuses(writes).await
+    }
+
+    /// Keeps holdfast's own guards: the self-protection policy and the backstop.
+    /// Failures are logged; the webhook still protects.
+    async fn keep_guards(&mut self) {
         if let Some(sp) = &self.settings.self_protection
             && let Err(e) = ensure_self_protection(&self.client, sp).await
         {
             tracing::warn!(error = %format!("{e:#}"), "cannot install ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}; holdfast's installation is not guarded");
         }
         self.keep_backstop().await;
-        let aggregated = self.aggregated();
-        self.index.set_aggregated(aggregated);
-        let (items, mut needs, edges) = self.items();
+    }
+
+    /// Phase two: keeps the roles that let holdfast read what the policies name,
+    /// and the marker watches over what it may read (which decide the namespace
+    /// containment routed in `needs`).
+    async fn keep_all_reads(&mut self, items: &[Item], needs: &mut PolicyNeeds) -> Reads {
         self.keep_source_reads().await;
-        let item_reads = self.policy_reads();
-        let policy: BTreeSet<GroupResource> = item_reads.values().flatten().cloned().collect();
-        let (readable, unreadable) = self.keep_reads(&policy).await;
+        let policy: BTreeSet<GroupResource> =
+            items.iter().flat_map(|i| i.reads.iter().cloned()).collect();
+        let reads = self.keep_reads(&policy).await;
         let keys: Vec<String> = self.settings.labels.iter().map(|l| l.key.clone()).collect();
         needs.containment = self
             .markers
-            .sync(&self.index, &needs.routes, &keys, readable.as_ref())
+            .sync(&self.index, &needs.routes, &keys, reads.covered.as_ref())
             .await;
-        let pending = readable.as_ref().is_some_and(|r| {
+        let pending = reads.covered.as_ref().is_some_and(|r| {
             reads::wanted(
                 &self.index,
                 &policy,
@@ -809,23 +859,31 @@ impl Reconciler {
             .iter()
             .any(|gr| !r.contains(gr))
         });
-        if pending && unreadable.is_none() {
+        if pending && reads.refused.is_none() {
             // Granted but not effective yet: route every namespace DELETE and look
             // again shortly.
             needs.containment = holdfast_shared::webhookconfig::Containment::Everywhere;
             wake_after(&self.notify, READS_RECHECK);
         }
-        self.publish_deferred_types(&needs.delete);
+        reads
+    }
+
+    /// Phase three: the configuration `holdfast` as the policies need it, applied
+    /// when the live one differs; returns the live configuration.
+    async fn keep_configuration(
+        &self,
+        needs: &PolicyNeeds,
+    ) -> Result<ValidatingWebhookConfiguration, ReconcileError> {
         let opts = self.options.borrow().clone();
         let desired =
-            desired_configuration_for(&self.settings.labels, self.settings.strict, &needs, &opts);
+            desired_configuration_for(&self.settings.labels, self.settings.strict, needs, &opts);
         let live = self
             .vwc
             .state()
             .into_iter()
             .find(|c| c.name_any() == WEBHOOK_CONFIGURATION_NAME);
-        let live = match live {
-            Some(l) if matches_desired(&l, &desired) => (*l).clone(),
+        match live {
+            Some(l) if matches_desired(&l, &desired) => Ok((*l).clone()),
             other => {
                 let what = if other.is_some() {
                     "updating (drift or change)"
@@ -841,12 +899,20 @@ impl Reconciler {
                 );
                 apply_configuration(&self.client, &desired)
                     .await
-                    .map_err(|e| ReconcileError::configuration(&e))?
+                    .map_err(|e| ReconcileError::configuration(&e))
             }
-        };
-        let cycles = find_cycles(&edges);
-        let now = now_rfc3339();
-        let mut writes = Vec::with_capacity(items.len());
+        }
+    }
+
+    /// Phase four: each policy object's outcome (valid, routed by the live
+    /// configuration, readable, in a cycle, ...).
+    fn status_writes(
+        &self,
+        gathered: &Gathered,
+        live: &ValidatingWebhookConfiguration,
+        reads: &Reads,
+    ) -> Vec<StatusWrite> {
+        let cycles = find_cycles(&gathered.edges);
         let policies_webhooks: Vec<&str> = live
             .webhooks
             .iter()
@@ -854,25 +920,25 @@ impl Reconciler {
             .map(|h| h.name.as_str())
             .filter(|n| is_policies_webhook(n))
             .collect();
-        for item in &items {
+        let mut writes = Vec::with_capacity(gathered.items.len());
+        for item in &gathered.items {
             let mut via: BTreeSet<&str> = BTreeSet::new();
             let mut missing: Vec<String> = Vec::new();
             for gr in &item.needs {
                 let hooks: Vec<&str> = policies_webhooks
                     .iter()
                     .copied()
-                    .filter(|h| routes(&live, h, "DELETE", gr))
+                    .filter(|h| routes(live, h, "DELETE", gr))
                     .collect();
                 if hooks.is_empty() {
                     missing.push(gr.to_string());
                 }
                 via.extend(hooks);
             }
-            let cannot_read: Vec<String> = match &unreadable {
-                Some((_, missing)) => item_reads
-                    .get(&(item.kind, item.name.clone()))
-                    .into_iter()
-                    .flatten()
+            let cannot_read: Vec<String> = match &reads.refused {
+                Some((_, missing)) => item
+                    .reads
+                    .iter()
                     .filter(|gr| missing.contains(*gr))
                     .map(ToString::to_string)
                     .collect(),
@@ -881,7 +947,7 @@ impl Reconciler {
             let installed = missing.is_empty() && cannot_read.is_empty();
             let set: BTreeSet<String> = item.needs.iter().map(ToString::to_string).collect();
             let installed_message = if let (false, Some((error, _))) =
-                (cannot_read.is_empty(), &unreadable)
+                (cannot_read.is_empty(), &reads.refused)
             {
                 format!(
                     "holdfast may not read {} (get, list, watch), so its DELETEs are refused: {error}; \
@@ -914,19 +980,27 @@ impl Reconciler {
                 source: item.source.clone(),
                 blocked: None,
             };
-            writes.push((item.kind, item.name.clone(), outcome));
+            writes.push(StatusWrite {
+                kind: item.kind,
+                name: item.name.clone(),
+                outcome,
+            });
         }
-        let now = &now;
-        let this = &*self;
+        writes
+    }
+
+    /// Phase five: writes the statuses that changed, a bounded number at a time.
+    async fn write_statuses(&self, writes: Vec<StatusWrite>) -> Result<(), ReconcileError> {
+        let now = &now_rfc3339();
         let failures = futures::stream::iter(writes)
-            .map(|(kind, name, outcome): (usize, String, Outcome)| async move {
-                let result = this.write_status(kind, &name, &outcome, now).await;
+            .map(|w| async move {
+                let result = self.write_status(w.kind, &w.name, &w.outcome, now).await;
                 if let Err(e) = &result {
-                    tracing::warn!(kind = %this.kinds[kind].ar.kind, name = %name, error = %e, "writing status failed");
+                    tracing::warn!(kind = %self.kinds[w.kind].ar.kind, name = %w.name, error = %e, "writing status failed");
                 }
                 result.is_err()
             })
-            .buffer_unordered(32)
+            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
             .filter(|failed| futures::future::ready(*failed))
             .count()
             .await;
