@@ -359,62 +359,111 @@ fn service_account_user(name: &str) -> Option<(&str, &str)> {
 
 /// `Impersonate-User` / `Impersonate-Group` / `Impersonate-Uid` (kubectl --as/--as-group).
 ///
-/// As kube-apiserver: a service account user name is checked as `impersonate` on
+/// As kube-apiserver (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`):
+/// groups, extra or a uid without a user are a 400 (`requested [...] without
+/// impersonating a user`); a service account user name is checked as `impersonate` on
 /// `serviceaccounts` NAME in its namespace and, without `Impersonate-Group`, gets
 /// the groups `system:serviceaccounts` and `system:serviceaccounts:NS`; any other
-/// name is checked on `users`. `system:authenticated` is added unless given.
+/// name is checked on `users`; each group on `groups`, each extra value on
+/// `userextras/KEY` and a uid on `uids` (group `authentication.k8s.io`), in that
+/// order. `system:authenticated` is added unless given.
 fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<UserInfo> {
-    let Some(name) = headers
-        .get("impersonate-user")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-    else {
-        return Ok(user);
+    let text = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_string))
+            .collect()
     };
-    let allowed = |resource: &str, namespace: &str, n: &str| {
-        crate::rbac::allowed(
-            state,
-            &crate::rbac::Attributes {
-                user: &user.name,
-                groups: &user.groups,
-                verb: "impersonate",
-                group: "",
-                resource,
-                subresource: "",
-                namespace,
-                name: n,
-                cluster: "",
-            },
-        )
-    };
-    let mut groups: Vec<String> = headers
-        .get_all("impersonate-group")
-        .iter()
-        .filter_map(|v| v.to_str().ok().map(str::to_string))
-        .collect();
-    let forbid = |what: &str, namespace: &str, n: &str| {
+    let requested_user = text("impersonate-user")
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let mut groups = text("impersonate-group");
+    let uid = text("impersonate-uid")
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let mut extra: Vec<(String, String)> = Vec::new();
+    for (name, value) in headers {
+        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-") {
+            let key = percent_decode(key);
+            if let Ok(v) = value.to_str() {
+                extra.push((key, v.to_string()));
+            }
+        }
+    }
+    if requested_user.is_empty() {
+        if groups.is_empty() && extra.is_empty() && uid.is_empty() {
+            return Ok(user);
+        }
+        // Go's %v of the ObjectReferences asked for (Kind Namespace Name UID
+        // APIVersion ResourceVersion FieldPath).
+        let mut refs: Vec<String> = groups
+            .iter()
+            .map(|g| format!("{{Group  {g}     }}"))
+            .collect();
+        refs.extend(
+            extra
+                .iter()
+                .map(|(k, v)| format!("{{UserExtra  {v}  authentication.k8s.io/v1  {k}}}")),
+        );
+        if !uid.is_empty() {
+            refs.push(format!("{{UID  {uid}  authentication.k8s.io/v1  }}"));
+        }
+        return Err(ApiError::new(
+            400,
+            "BadRequest",
+            format!(
+                "requested [{}] without impersonating a user",
+                refs.join(" ")
+            ),
+        ));
+    }
+    let name = requested_user;
+    let check = |group: &str, resource: &str, subresource: &str, namespace: &str, n: &str| {
+        let attrs = crate::rbac::Attributes {
+            user: &user.name,
+            groups: &user.groups,
+            verb: "impersonate",
+            group,
+            resource,
+            subresource,
+            namespace,
+            name: n,
+            cluster: "",
+        };
+        if crate::rbac::allowed(state, &attrs) {
+            return Ok(());
+        }
         let scope = if namespace.is_empty() {
             "at the cluster scope".to_string()
         } else {
             format!("in the namespace \"{namespace}\"")
         };
+        let what = if subresource.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}/{subresource}")
+        };
         let mut e = ApiError::new(
             403,
             "Forbidden",
             format!(
-                "{what} \"{n}\" is forbidden: User \"{}\" cannot impersonate resource \"{what}\" in API group \"\" {scope}",
+                "{resource} \"{n}\" is forbidden: User \"{}\" cannot impersonate resource \"{what}\" in API group \"{group}\" {scope}",
                 user.name
             ),
         );
-        e.details = Some(json!({"name": n, "kind": what}));
-        e
+        e.details = Some(json!({"name": n, "group": group, "kind": resource}));
+        if group.is_empty() {
+            e.details = Some(json!({"name": n, "kind": resource}));
+        }
+        Err(e)
     };
     let groups_given = !groups.is_empty();
     match service_account_user(&name) {
         Some((ns, sa)) => {
-            if !allowed("serviceaccounts", ns, sa) {
-                return Err(forbid("serviceaccounts", ns, sa));
-            }
+            check("", "serviceaccounts", "", ns, sa)?;
             if !groups_given {
                 groups = vec![
                     "system:serviceaccounts".to_string(),
@@ -422,18 +471,18 @@ fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<
                 ];
             }
         }
-        None => {
-            if !allowed("users", "", &name) {
-                return Err(forbid("users", "", &name));
-            }
-        }
+        None => check("", "users", "", "", &name)?,
     }
     if groups_given {
         for g in &groups {
-            if !allowed("groups", "", g) {
-                return Err(forbid("groups", "", g));
-            }
+            check("", "groups", "", "", g)?;
         }
+    }
+    for (k, v) in &extra {
+        check("authentication.k8s.io", "userextras", k, "", v)?;
+    }
+    if !uid.is_empty() {
+        check("authentication.k8s.io", "uids", "", "", &uid)?;
     }
     if !groups
         .iter()
@@ -441,12 +490,32 @@ fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<
     {
         groups.push("system:authenticated".into());
     }
-    let uid = headers
-        .get("impersonate-uid")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
     Ok(UserInfo { name, uid, groups })
+}
+
+/// `%XX` escapes decoded (an impersonated extra key travels percent-encoded in its
+/// header name); with a malformed escape the key is kept as written, as
+/// kube-apiserver does.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            match s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                Some(b) => out.push(b),
+                None => return s.to_string(),
+            }
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
 }
 
 /// `HOLDFAST_SIM_TRACE=1`: one stderr line per request (method, path, status, duration).

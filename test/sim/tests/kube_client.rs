@@ -987,6 +987,93 @@ async fn rbac_model_and_subject_access_reviews() {
     sim.shutdown().await;
 }
 
+/// Impersonation headers as kube-apiserver's impersonation filter reads them: no
+/// group, extra or uid without a user (400), and each of them authorized on its own
+/// resource (`groups`, `userextras/KEY`, `uids`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_needs_a_user_and_checks_every_part() {
+    let sim = Sim::start(SimConfig {
+        users: vec![User {
+            name: "imp".into(),
+            token: "imp-token".into(),
+            ..User::default()
+        }],
+        rbac: vec![RbacRule {
+            users: vec!["imp".into()],
+            verbs: vec!["impersonate".into()],
+            api_groups: vec!["".into()],
+            resources: vec!["users".into()],
+            ..RbacRule::default()
+        }],
+        authorize: true,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("sim");
+    let raw = |headers: &[(&str, &str)]| {
+        let mut req = http::Request::get("/api/v1/namespaces/default/configmaps");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.body(Vec::new()).expect("request")
+    };
+    let admin = sim.client().await.expect("admin");
+    for (headers, message) in [
+        (
+            vec![("Impersonate-Group", "devs")],
+            "requested [{Group  devs     }] without impersonating a user",
+        ),
+        (
+            vec![("Impersonate-Uid", "1234")],
+            "requested [{UID  1234  authentication.k8s.io/v1  }] without impersonating a user",
+        ),
+    ] {
+        let s = api_status(
+            admin
+                .request_text(raw(&headers))
+                .await
+                .expect_err("refused without a user"),
+        );
+        assert_eq!(
+            (s.code, s.reason.as_str(), s.message.as_str()),
+            (400, "BadRequest", message)
+        );
+    }
+    // A user may be impersonated by imp; a group, an extra value or a uid may not.
+    let imp = sim.client_as("imp").await.expect("imp");
+    imp.request_text(raw(&[("Impersonate-User", "someone")]))
+        .await
+        .expect_err("someone may not list configmaps");
+    for (headers, message) in [
+        (
+            vec![
+                ("Impersonate-User", "someone"),
+                ("Impersonate-Group", "devs"),
+            ],
+            "groups \"devs\" is forbidden: User \"imp\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope",
+        ),
+        (
+            vec![("Impersonate-User", "someone"), ("Impersonate-Uid", "1234")],
+            "uids \"1234\" is forbidden: User \"imp\" cannot impersonate resource \"uids\" in API group \"authentication.k8s.io\" at the cluster scope",
+        ),
+        (
+            vec![
+                ("Impersonate-User", "someone"),
+                ("Impersonate-Extra-Scopes", "view"),
+            ],
+            "userextras \"view\" is forbidden: User \"imp\" cannot impersonate resource \"userextras/scopes\" in API group \"authentication.k8s.io\" at the cluster scope",
+        ),
+    ] {
+        let s = api_status(
+            imp.request_text(raw(&headers))
+                .await
+                .expect_err("not allowed to impersonate that part"),
+        );
+        assert_eq!((s.code, s.message.as_str()), (403, message), "{headers:?}");
+    }
+    sim.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_objects_and_watchers_stay_fast() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");
