@@ -21,6 +21,7 @@ pub mod cel;
 mod controllers;
 mod defaults;
 mod errors;
+mod eventsview;
 mod kcp;
 mod patch;
 mod proto;

@@ -1,7 +1,10 @@
 //! In-memory object store: one global resourceVersion counter, objects indexed by
 //! (group/resource) then (cluster, namespace, name), per-resource broadcast of watch
 //! events and a bounded per-resource event history for watch resumption.
+//! `events.k8s.io` Events are stored as core Events and converted on the way in and
+//! out ([`eventsview`]), as kube-apiserver keeps both in one place.
 
+use crate::eventsview;
 use crate::registry::Gr;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -110,10 +113,12 @@ impl Store {
     }
 
     pub fn get(&self, gr: &Gr, key: &Key) -> Option<Arc<Value>> {
-        self.lock()
+        let stored = self
+            .lock()
             .data
-            .get(gr)
-            .and_then(|d| d.objects.get(key).cloned())
+            .get(&eventsview::storage(gr))
+            .and_then(|d| d.objects.get(key).cloned())?;
+        Some(present(gr, stored))
     }
 
     /// Objects of `gr` in `cluster` (None = all clusters except the plain one when
@@ -136,10 +141,10 @@ impl Store {
     ) -> (Vec<(Key, Arc<Value>)>, u64) {
         let inner = self.lock();
         let rv = inner.rv;
-        let Some(d) = inner.data.get(gr) else {
+        let Some(d) = inner.data.get(&eventsview::storage(gr)) else {
             return (vec![], rv);
         };
-        let out = match (cluster, namespace) {
+        let out: Vec<(Key, Arc<Value>)> = match (cluster, namespace) {
             (Some(c), Some(ns)) => {
                 let start = Key {
                     cluster: c.to_string(),
@@ -171,6 +176,10 @@ impl Store {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         };
+        if eventsview::is_view(gr) {
+            let out = out.into_iter().map(|(k, v)| (k, present(gr, v))).collect();
+            return (out, rv);
+        }
         (out, rv)
     }
 
@@ -300,6 +309,7 @@ impl Store {
     }
 
     pub fn create(&self, gr: &Gr, key: Key, obj: Value) -> Result<Arc<Value>, StoreError> {
+        let (view, gr, obj) = (gr, &eventsview::storage(gr), stored_form(gr, obj));
         let mut inner = self.lock();
         if inner
             .data
@@ -308,7 +318,7 @@ impl Store {
         {
             return Err(StoreError::AlreadyExists);
         }
-        Ok(Self::put(&mut inner, gr, key, obj, None))
+        Ok(present(view, Self::put(&mut inner, gr, key, obj, None)))
     }
 
     fn stored(inner: &Inner, gr: &Gr, key: &Key) -> Result<Arc<Value>, StoreError> {
@@ -327,12 +337,16 @@ impl Store {
         obj: Value,
         expected_rv: u64,
     ) -> Result<Arc<Value>, StoreError> {
+        let (view, gr, obj) = (gr, &eventsview::storage(gr), stored_form(gr, obj));
         let mut inner = self.lock();
         let old = Self::stored(&inner, gr, key)?;
         if rv_of(&old) != expected_rv {
             return Err(StoreError::Conflict);
         }
-        Ok(Self::put(&mut inner, gr, key.clone(), obj, Some(old)))
+        Ok(present(
+            view,
+            Self::put(&mut inner, gr, key.clone(), obj, Some(old)),
+        ))
     }
 
     /// Removes the object (if `expected_rv` is Some, only when it matches).
@@ -342,6 +356,7 @@ impl Store {
         key: &Key,
         expected_rv: Option<u64>,
     ) -> Result<Arc<Value>, StoreError> {
+        let (view, gr) = (gr, &eventsview::storage(gr));
         let mut inner = self.lock();
         let old = Self::stored(&inner, gr, key)?;
         if let Some(e) = expected_rv
@@ -372,16 +387,20 @@ impl Store {
                 old: Some(old),
             },
         );
-        Ok(gone)
+        Ok(present(view, gone))
     }
 
     /// Subscribes to `gr`. With `from` = Some(rv): returns the history after rv
     /// (Err(oldest available) if expired). With None: the current objects.
+    /// The initial objects are as `gr` reads them; the events (of the history, and
+    /// later through the receiver) are in the stored form: pass them through
+    /// [`present_event`].
     pub fn watch(&self, gr: &Gr, from: Option<u64>) -> Result<WatchStart, u64> {
+        let view = gr;
         let mut inner = self.lock();
         let compacted = inner.compacted_rv;
         let rv_now = inner.rv;
-        let d = inner.data.entry(gr.clone()).or_default();
+        let d = inner.data.entry(eventsview::storage(gr)).or_default();
         let rx = match &d.tx {
             Some(tx) => tx.subscribe(),
             None => {
@@ -400,7 +419,11 @@ impl Store {
                 Ok((evs, vec![], rx, rv_now))
             }
             None => {
-                let objs = d.objects.values().cloned().collect();
+                let objs = d
+                    .objects
+                    .values()
+                    .map(|o| present(view, o.clone()))
+                    .collect();
                 Ok((vec![], objs, rx, rv_now))
             }
         }
@@ -455,4 +478,39 @@ impl Store {
             })
             .unwrap_or_default()
     }
+}
+
+/// `obj` as it is stored for `gr` (an `events.k8s.io` Event in its core form; a
+/// core Event with its unset fields as kube-apiserver serializes them).
+fn stored_form(gr: &Gr, mut obj: Value) -> Value {
+    if eventsview::is_view(gr) {
+        return eventsview::to_core(&obj);
+    }
+    if eventsview::is_core(gr) {
+        eventsview::normalize_core(&mut obj);
+    }
+    obj
+}
+
+/// A stored object as read through `gr`.
+fn present(gr: &Gr, stored: Arc<Value>) -> Arc<Value> {
+    if eventsview::is_view(gr) {
+        Arc::new(eventsview::to_view(&stored))
+    } else {
+        stored
+    }
+}
+
+/// A stored watch event as a watch of `gr` sees it.
+pub fn present_event(gr: &Gr, e: Arc<Event>) -> Arc<Event> {
+    if !eventsview::is_view(gr) {
+        return e;
+    }
+    Arc::new(Event {
+        kind: e.kind,
+        rv: e.rv,
+        key: e.key.clone(),
+        obj: present(gr, e.obj.clone()),
+        old: e.old.clone().map(|o| present(gr, o)),
+    })
 }

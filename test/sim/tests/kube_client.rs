@@ -1074,6 +1074,144 @@ async fn impersonation_needs_a_user_and_checks_every_part() {
     sim.shutdown().await;
 }
 
+/// One Event, two APIs: written through `events.k8s.io/v1` it is read through core
+/// `v1` (`kubectl get events` lists it) and the other way round, watches of either
+/// see writes through the other, and deleting it through one removes it from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_k8s_io_and_core_events_are_one_store() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event as NewEvent;
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await.expect("client");
+    let new: Api<NewEvent> = Api::namespaced(client.clone(), "default");
+    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let mut watch = watcher(new.clone(), watcher::Config::default()).boxed();
+    create_obj(
+        &new,
+        json!({"metadata": {"name": "blocked"}, "eventTime": "2026-11-23T04:00:00.000000Z",
+               "reportingController": "holdfast.dev/webhook", "reportingInstance": "w-1",
+               "action": "Delete", "reason": "DeletionBlocked", "type": "Warning",
+               "regarding": {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "namespace": "default"},
+               "note": "refused: c is protected"}),
+    )
+    .await;
+    let read = core.get("blocked").await.expect("read through core v1");
+    assert_eq!(read.message.as_deref(), Some("refused: c is protected"));
+    assert_eq!(
+        read.reporting_component.as_deref(),
+        Some("holdfast.dev/webhook")
+    );
+    assert_eq!(read.involved_object.name.as_deref(), Some("c"));
+    assert_eq!(read.first_timestamp, None);
+    let raw = get_text(&client, "/api/v1/namespaces/default/events/blocked").await;
+    let raw: Value = serde_json::from_str(&raw).expect("json");
+    assert_eq!(
+        (
+            &raw["source"],
+            &raw["firstTimestamp"],
+            &raw["lastTimestamp"]
+        ),
+        (&json!({}), &Value::Null, &Value::Null),
+        "unset fields as kube-apiserver serializes them: {raw}"
+    );
+    let k = common::Kubectl::new(&sim.kubeconfig("admin"));
+    k.expect_stdout(
+        "get events -n default -o jsonpath={.items[*].message}",
+        "refused: c is protected",
+    );
+    // kubectl's table: the Event columns kube-apiserver prints (wide ones hidden).
+    let table = k.ok("get events -n default").stdout;
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines.first().map(Vec::as_slice),
+        Some(&["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"][..]),
+        "{table}"
+    );
+    assert_eq!(
+        lines.get(1).map(|l| l[1..].join(" ")).as_deref(),
+        Some("Warning DeletionBlocked configmap/c refused: c is protected"),
+        "{table}"
+    );
+    let wide = k.ok("get events -n default -o wide").stdout;
+    assert!(
+        wide.lines()
+            .next()
+            .is_some_and(|h| h.split_whitespace().collect::<Vec<_>>()
+                == [
+                    "LAST",
+                    "SEEN",
+                    "TYPE",
+                    "REASON",
+                    "OBJECT",
+                    "SUBOBJECT",
+                    "SOURCE",
+                    "MESSAGE",
+                    "FIRST",
+                    "SEEN",
+                    "COUNT",
+                    "NAME"
+                ]),
+        "{wide}"
+    );
+    assert!(
+        wide.lines()
+            .nth(1)
+            .is_some_and(|r| r.contains("holdfast.dev/webhook, w-1")
+                && r.split_whitespace().rev().take(2).eq(["blocked", "1"])),
+        "source and count of the wide row: {wide}"
+    );
+    // A core Event reads through events.k8s.io with the deprecated fields.
+    create_obj(
+        &core,
+        json!({"metadata": {"name": "old-style"}, "reason": "Pulled", "message": "pulled",
+               "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+               "source": {"component": "kubelet"}, "count": 2,
+               "firstTimestamp": "2026-11-23T04:00:00Z", "lastTimestamp": "2026-11-23T04:01:00Z"}),
+    )
+    .await;
+    let read = new
+        .get("old-style")
+        .await
+        .expect("read through events.k8s.io");
+    assert_eq!(read.note.as_deref(), Some("pulled"));
+    assert_eq!(read.deprecated_count, Some(2));
+    assert_eq!(
+        read.deprecated_source.and_then(|s| s.component).as_deref(),
+        Some("kubelet")
+    );
+    // The events.k8s.io watch saw both, the core one converted.
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let next = tokio::time::timeout(Duration::from_secs(30), watch.next())
+            .await
+            .expect("watch event in time")
+            .expect("watch open")
+            .expect("watch event");
+        if let watcher::Event::Apply(e) | watcher::Event::InitApply(e) = next {
+            seen.push((
+                e.metadata.name.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            ));
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            ("blocked".to_string(), "refused: c is protected".to_string()),
+            ("old-style".to_string(), "pulled".to_string())
+        ]
+    );
+    new.delete("old-style", &Default::default())
+        .await
+        .expect("delete through events.k8s.io");
+    let s = refused(core.get("old-style"), "gone from core v1 too").await;
+    assert_eq!(s.code, 404);
+    sim.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_objects_and_watchers_stay_fast() {
     let sim = Sim::start(SimConfig::default()).await.expect("sim");

@@ -171,7 +171,105 @@ pub(super) fn builtin_columns(info: &ResourceInfo) -> Vec<(&'static str, Cell)> 
     }
 }
 
+/// `(name, type, priority)` of kube-apiserver's Event columns (`printers` package:
+/// the server generates the wide table, kubectl hides priority 1 without `-o wide`).
+const EVENT_COLUMNS: [(&str, &str, u8); 10] = [
+    ("Last Seen", "string", 0),
+    ("Type", "string", 0),
+    ("Reason", "string", 0),
+    ("Object", "string", 0),
+    ("Subobject", "string", 1),
+    ("Source", "string", 1),
+    ("Message", "string", 0),
+    ("First Seen", "string", 1),
+    ("Count", "string", 1),
+    ("Name", "string", 1),
+];
+
+/// One Event's cells, from its core form, as kube-apiserver's `printEvent` makes them.
+fn event_cells(o: &Value) -> Vec<Value> {
+    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let set = |v: &Value| v.as_str().is_some_and(|t| !t.is_empty());
+    let first = if set(&o["firstTimestamp"]) {
+        age(&text(&o["firstTimestamp"]))
+    } else {
+        age(&text(&o["eventTime"]))
+    };
+    let mut last = if set(&o["lastTimestamp"]) {
+        age(&text(&o["lastTimestamp"]))
+    } else {
+        first.clone()
+    };
+    let mut count = o["count"].as_i64().unwrap_or(0);
+    if o["series"].is_object() {
+        last = age(&text(&o["series"]["lastObservedTime"]));
+        count = o["series"]["count"].as_i64().unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
+    }
+    let involved = &o["involvedObject"];
+    let kind = text(&involved["kind"]).to_lowercase();
+    let target = match involved["name"].as_str() {
+        Some(name) if !name.is_empty() => format!("{kind}/{name}"),
+        _ => kind,
+    };
+    let or = |a: &Value, b: &Value| if set(a) { text(a) } else { text(b) };
+    let component = or(&o["source"]["component"], &o["reportingComponent"]);
+    let instance = or(&o["source"]["host"], &o["reportingInstance"]);
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        o["type"].clone(),
+        o["reason"].clone(),
+        json!(target),
+        json!(text(&involved["fieldPath"])),
+        json!(source),
+        json!(text(&o["message"]).trim()),
+        json!(first),
+        json!(count),
+        json!(meta(o, "name")),
+    ]
+}
+
+/// A Table row: its cells and the object's metadata (without managedFields).
+fn row(cells: Vec<Value>, o: &Value) -> Value {
+    let mut pm = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"].clone()});
+    if let Some(m) = pm["metadata"].as_object_mut() {
+        m.remove("managedFields");
+    }
+    json!({"cells": cells, "object": pm})
+}
+
+/// The Table of Events (core or `events.k8s.io`, both printed from the core form).
+fn event_table(info: &ResourceInfo, items: &[Arc<Value>], md: Value) -> Value {
+    let cols: Vec<Value> = EVENT_COLUMNS
+        .iter()
+        .map(|(name, ty, priority)| json!({"name": name, "type": ty, "format": "", "description": "", "priority": priority}))
+        .collect();
+    let view = crate::eventsview::is_view(&info.gr());
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|o| {
+            let cells = if view {
+                event_cells(&crate::eventsview::to_core(o))
+            } else {
+                event_cells(o)
+            };
+            row(cells, o)
+        })
+        .collect();
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": md, "columnDefinitions": cols, "rows": rows})
+}
+
 pub(super) fn table(info: &ResourceInfo, items: &[Arc<Value>], md: Value) -> Value {
+    let gr = info.gr();
+    if crate::eventsview::is_core(&gr) || crate::eventsview::is_view(&gr) {
+        return event_table(info, items, md);
+    }
     let crd_table =
         info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions";
     let mut cols = vec![
@@ -212,11 +310,7 @@ pub(super) fn table(info: &ResourceInfo, items: &[Arc<Value>], md: Value) -> Val
             } else if info.printer_columns.is_empty() {
                 cells.push(json!(age(meta(o, "creationTimestamp"))));
             }
-            let mut pm = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"].clone()});
-            if let Some(m) = pm["metadata"].as_object_mut() {
-                m.remove("managedFields");
-            }
-            json!({"cells": cells, "object": pm})
+            row(cells, o)
         })
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": md, "columnDefinitions": cols, "rows": rows})

@@ -113,10 +113,11 @@ impl Events {
 
     /// The line of a stored event as this watch sees it: objects entering or leaving
     /// its selectors are ADDED or DELETED.
-    fn event(&self, e: &store::Event) -> Option<Bytes> {
+    fn event(&self, e: &Arc<store::Event>) -> Option<Bytes> {
         if !self.f.key_ok(&e.key) {
             return None;
         }
+        let e = store::present_event(&self.info.gr(), e.clone());
         let old_ok = || e.old.as_ref().is_some_and(|o| self.f.obj_ok(o));
         let kind = match e.kind {
             EventType::Added => self.f.obj_ok(&e.obj).then_some("ADDED"),
