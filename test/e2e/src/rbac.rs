@@ -47,6 +47,17 @@ pub fn bypass() -> Value {
     rule(&["bypass"], &["holdfast.dev"], &["protections"])
 }
 
+/// A name of the test's own for something a shared cluster may know already (a
+/// group, a user): `name` on a sim, `name-<8 hex digits>` on the cluster of
+/// [`crate::E2E_KUBECONFIG`].
+pub fn own_name(name: &str) -> String {
+    if crate::e2e_cluster().is_some() {
+        unique_name(name)
+    } else {
+        name.to_string()
+    }
+}
+
 /// A binding subject: user `name` (a ServiceAccount's user name included).
 pub fn user(name: &str) -> Value {
     json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name})
@@ -64,11 +75,7 @@ impl Env {
     /// every such user ([`impersonated_groups`]). It holds nothing until granted
     /// ([`Env::grant_cluster`], [`Env::grant_in`]).
     pub fn test_user(&self, name: &str, groups: &[&str]) -> anyhow::Result<TestUser> {
-        let name = if self.cluster.is_some() {
-            unique_name(name)
-        } else {
-            name.to_string()
-        };
+        let name = own_name(name);
         let mut all: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
         all.extend(impersonated_groups(&name));
         let mut config = self
