@@ -1,7 +1,9 @@
 //! Cascading protection end to end: the real `holdfast-webhook` and
 //! `holdfast-controller` run as the service accounts the manifests ship (their RBAC,
-//! authorization on) against the simulator, driven by the real `kubectl` as a user
-//! who may delete anything but not bypass protection.
+//! authorization on) against the simulator or the cluster of
+//! `HOLDFAST_E2E_KUBECONFIG`, driven by the real `kubectl` as a user of the test's
+//! own who may delete anything (an RBAC grant the test creates) but not bypass
+//! protection.
 //!
 //! A Namespace labelled `Cascading` is refused while it holds live Pods or PVCs, a
 //! CustomResourceDefinition while it has instances, a Deployment (and a custom

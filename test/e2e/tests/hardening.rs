@@ -1,7 +1,8 @@
 //! The holes a real API server and a hostile client open, closed end to end: the real
 //! `holdfast-webhook` and `holdfast-controller` run as the service accounts the
-//! manifests ship (with their RBAC, authorization on), against the simulator, driven
-//! by the real `kubectl`.
+//! manifests ship (with their RBAC, authorization on), against the simulator or the
+//! cluster of `HOLDFAST_E2E_KUBECONFIG`, driven by the real `kubectl` as users of the
+//! test's own, who hold what RBAC the test creates grants them.
 //!
 //! CRD deletion (instances go without a DELETE review), pod eviction (no DELETE
 //! review), strict mode through subresources and break-glass on policy-protected

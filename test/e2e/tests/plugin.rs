@@ -413,14 +413,12 @@ async fn check_reports_posture_and_findings() {
     let ns = finding(&r, "subject", &namespace_subject);
     assert_eq!(ns["kind"], "NamespaceUnprotected", "{ns}");
     assert!(
-        ns["message"]
-            .as_str()
-            .is_some_and(|m| {
-                m.starts_with(&format!(
+        ns["message"].as_str().is_some_and(|m| {
+            m.starts_with(&format!(
             "not protected itself, yet holds protected objects: ConfigMap {loose}/keep (label), \
              Widget {loose}/w1 (label);"
         ))
-            }),
+        }),
         "{ns}"
     );
     let ghosts = finding(&r, "subject", "ResourceProtection/ghosts");
