@@ -104,16 +104,6 @@ impl Env {
         self.kubectl_io_with(&user.kubeconfig, args, None)
     }
 
-    /// Runs kubectl as `user` with `stdin` fed to it.
-    pub fn kubectl_by_stdin(
-        &self,
-        user: &TestUser,
-        args: &[&str],
-        stdin: &str,
-    ) -> anyhow::Result<KubectlOutput> {
-        self.kubectl_io_with(&user.kubeconfig, args, Some(stdin))
-    }
-
     /// Grants `subjects` ([`user`], [`group`]) `rules` ([`rule`]) cluster-wide: a
     /// ClusterRole and a ClusterRoleBinding named `prefix-<8 hex digits>`, removed
     /// when the env drops (on a cluster; a sim goes with them). Returns the name.

@@ -157,6 +157,13 @@ fn succeeded(out: &KubectlOutput, stdout: &str) {
     assert_eq!((out.code, out.stdout.trim_end()), (0, stdout), "{out:?}");
 }
 
+/// Alice's deletion of namespace `ns`, repeated until allowed ([`allowed_until`]);
+/// asserts kubectl printed exactly that it deleted it.
+async fn alice_deletes_namespace(t: &Cascading, ns: &str) {
+    let out = allowed_until(t, &["delete", "namespace", ns, "--wait=false"]).await;
+    assert_eq!(out.stdout.trim_end(), format!("namespace \"{ns}\" deleted"));
+}
+
 /// Asserts alice's `kubectl args` deletes `what` (`kind "name"`), exactly.
 fn alice_deletes(t: &Cascading, args: &[&str], what: &str) {
     succeeded(&as_alice(t, args), &format!("{what} deleted"));
@@ -277,11 +284,7 @@ async fn each_kind_is_refused_while_alive_and_allowed_once_drained() {
     admin(env, &["delete", "pod", "web-0", "-n", shop]);
     still_holds(&format!("1: PersistentVolumeClaim {shop}/data")).await;
     admin(env, &["delete", "pvc", "data", "-n", shop, "--wait=false"]);
-    let out = allowed_until(t, &delete_ns).await;
-    assert_eq!(
-        out.stdout.trim_end(),
-        format!("namespace \"{shop}\" deleted")
-    );
+    alice_deletes_namespace(t, shop).await;
 
     // A Deployment: refused while it has replicas, allowed once scaled to 0.
     let apps = env.namespace("apps").expect("namespace");
@@ -489,11 +492,7 @@ async fn kruise_key_and_values_behave_as_kruise_users_expect() {
             "policy.kruise.io/delete-protection-",
         ],
     );
-    let out = allowed_until(t, &delete_ns).await;
-    assert_eq!(
-        out.stdout.trim_end(),
-        format!("namespace \"{team}\" deleted")
-    );
+    alice_deletes_namespace(t, team).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -537,11 +536,7 @@ async fn a_cascading_resource_protection_lets_an_empty_namespace_go() {
         env,
         &["delete", "pvc", "cache", "-n", scratch, "--wait=false"],
     );
-    let out = allowed_until(t, &delete_ns).await;
-    assert_eq!(
-        out.stdout.trim_end(),
-        format!("namespace \"{scratch}\" deleted")
-    );
+    alice_deletes_namespace(t, scratch).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -34,6 +34,8 @@ struct Hardening {
     ops: TestUser,
     /// That group.
     admins: String,
+    /// The namespace objects created without `-n` land in ([`Env::default_namespace`]).
+    ns: String,
 }
 
 impl Hardening {
@@ -78,12 +80,14 @@ async fn shipped_with(strict: bool, admin_group: bool) -> Hardening {
     .expect("grant");
     env.grant_cluster("bypass", &[rbac::user(&breaker.name)], &[rbac::bypass()])
         .expect("grant");
+    let ns = env.default_namespace().expect("namespace");
     Hardening {
         s,
         alice,
         breaker,
         ops,
         admins,
+        ns,
     }
 }
 
@@ -126,6 +130,14 @@ fn as_alice(t: &Hardening, args: &[&str]) -> KubectlOutput {
     t.env().kubectl_by(&t.alice, args).expect("kubectl")
 }
 
+/// `kubectl VERB --raw PATH` as alice with `body` (written to a file of the env's).
+fn alice_raw(t: &Hardening, verb: &str, path: &str, body: &Value) -> KubectlOutput {
+    let file = t.env().dir.path().join("raw-body.json");
+    std::fs::write(&file, body.to_string()).expect("body written");
+    let file = file.to_string_lossy();
+    as_alice(t, &[verb, "--raw", path, "-f", &file])
+}
+
 fn get_json(env: &Env, args: &[&str]) -> Value {
     let mut a = args.to_vec();
     a.extend(["-o", "json"]);
@@ -135,8 +147,7 @@ fn get_json(env: &Env, args: &[&str]) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crd_deletion_is_refused_while_an_instance_is_protected() {
     let t = &shipped(false).await;
-    let env = t.env();
-    let ns = env.default_namespace().expect("namespace");
+    let (env, ns) = (t.env(), t.ns.as_str());
     env.apply_crds(&holdfast_e2e::fixtures::widget_crd())
         .expect("crd");
     env.wait_served(&["widgets"]).await;
@@ -183,9 +194,7 @@ async fn crd_deletion_is_refused_while_an_instance_is_protected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eviction_of_a_protected_pod_is_refused() {
     let t = &shipped(false).await;
-    let env = t.env();
-    let ns = env.default_namespace().expect("namespace");
-    let ns = ns.as_str();
+    let (env, ns) = (t.env(), t.ns.as_str());
     for (name, labels) in [
         ("pinned", json!({"holdfast.dev/protected": "true"})),
         ("free", json!({})),
@@ -198,18 +207,12 @@ async fn eviction_of_a_protected_pod_is_refused() {
     let evict = |name: &str| {
         let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
             "metadata": {"name": name, "namespace": ns}});
-        env.kubectl_by_stdin(
-            &t.alice,
-            &[
-                "create",
-                "--raw",
-                &format!("/api/v1/namespaces/{ns}/pods/{name}/eviction"),
-                "-f",
-                "-",
-            ],
-            &body.to_string(),
+        alice_raw(
+            t,
+            "create",
+            &format!("/api/v1/namespaces/{ns}/pods/{name}/eviction"),
+            &body,
         )
-        .expect("kubectl")
     };
     let out = evict("pinned");
     refused_with(
@@ -315,13 +318,7 @@ async fn strict_mode_covers_subresources() {
         l.remove("holdfast.dev/protected");
     }
     let finalize = format!("/api/v1/namespaces/{vault}/finalize");
-    let out = env
-        .kubectl_by_stdin(
-            &t.alice,
-            &["replace", "--raw", &finalize, "-f", "-"],
-            &ns.to_string(),
-        )
-        .expect("kubectl");
+    let out = alice_raw(t, "replace", &finalize, &ns);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.trim_end().ends_with(&denial), "{}", out.stderr);
     let labels = get_json(env, &["get", "ns", vault])["metadata"]["labels"].clone();
@@ -407,16 +404,10 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     .expect("policy in force");
     // A ResourceProtection that is not strict, under --strict: adding the break-glass
     // marker takes the bypass permission.
+    let mark = |cm: &str| format!("annotate cm {cm} -n {shop} holdfast.dev/skip-protection=true");
     alice_refused(
         t,
-        &[
-            "annotate",
-            "cm",
-            "settings",
-            "-n",
-            shop,
-            "holdfast.dev/skip-protection=true",
-        ],
+        &words(&mark("settings")),
         &break_glass_refusal(
             "break-glass.holdfast.dev",
             &t.alice.name,
@@ -437,30 +428,10 @@ async fn strict_break_glass_on_policy_protected_objects_and_unlabelled_selectors
     );
     // An unprotected object: no permission needed.
     ok(as_alice(t, &["create", "cm", "loose", "-n", shop]));
-    ok(as_alice(
-        t,
-        &[
-            "annotate",
-            "cm",
-            "loose",
-            "-n",
-            shop,
-            "holdfast.dev/skip-protection=true",
-        ],
-    ));
+    ok(as_alice(t, &words(&mark("loose"))));
     // Someone allowed to bypass may.
     ok(env
-        .kubectl_by(
-            &t.breaker,
-            &[
-                "annotate",
-                "cm",
-                "settings",
-                "-n",
-                shop,
-                "holdfast.dev/skip-protection=true",
-            ],
-        )
+        .kubectl_by(&t.breaker, &words(&mark("settings")))
         .expect("kubectl"));
     // A strict DoesNotExist selector is not escaped by labelling an object that had
     // no labels at all.
@@ -523,9 +494,7 @@ async fn a_new_crd_is_contained_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn look_alike_protection_values_warn() {
     let t = &shipped(false).await;
-    let env = t.env();
-    let ns = env.default_namespace().expect("namespace");
-    let ns = ns.as_str();
+    let (env, ns) = (t.env(), t.ns.as_str());
     ok(env.attempt(&["create", "cm", "almost", "-n", ns]));
     let out = ok(as_alice(
         t,
@@ -593,8 +562,7 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
         env.exists(&["deployment", "holdfast-webhook", "-n", "holdfast-system"])
             .expect("get")
     );
-    let ns = env.default_namespace().expect("namespace");
-    let ns = ns.as_str();
+    let ns = t.ns.as_str();
     ok(env.attempt(&["create", "cm", "keep", "-n", ns]));
     ok(env.attempt(&[
         "label",
