@@ -43,7 +43,7 @@ struct Plugin {
     controller: ControllerProcess,
     /// Reads everything.
     alice: TestUser,
-    /// Reads everything, may bypass protection.
+    /// Reads everything; may bypass protection where the test grants it.
     breaker: TestUser,
 }
 
@@ -58,8 +58,6 @@ async fn shipped_stack() -> Plugin {
         &[rbac::rule(&["get", "list", "watch"], &["*"], &["*"])],
     )
     .expect("grant");
-    env.grant_cluster("bypass", &[rbac::user(&breaker.name)], &[rbac::bypass()])
-        .expect("grant");
     Plugin {
         env,
         controller,
@@ -129,6 +127,14 @@ async fn why_names_every_protection_and_blocker() {
     env.wait_served(&["vpcs", "-A"]).await;
     let shop = env.namespace("shop").expect("namespace");
     let shop = shop.as_str();
+    // breaker may bypass protection in that namespace (a Role and RoleBinding there).
+    env.grant_in(
+        shop,
+        "bypass",
+        &[rbac::user(&t.breaker.name)],
+        &[rbac::bypass()],
+    )
+    .expect("grant");
     env.apply(&fixtures::vm_vpc_rule(".spec.vpcRef.name"))
         .expect("rule");
     env.apply(&format!(
