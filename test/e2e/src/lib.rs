@@ -6,6 +6,7 @@ pub mod controller;
 pub mod fixtures;
 pub mod kcp;
 pub mod kcp_sharded;
+pub mod rbac;
 pub mod steps;
 
 use anyhow::{Context, bail};

@@ -192,60 +192,59 @@ async fn restarted_webhook_denies_until_loaded_then_decides() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failed_live_lookup_refuses_and_is_counted() {
-    holdfast_e2e::needs_simulator!(
-        "its webhook runs as a user of the simulator that may read everything but VirtualMachines"
-    );
-    // The webhook's identity may read everything it needs except the dependents
-    // (VirtualMachines): a live lookup fails, and the deletion is refused, not allowed.
-    use holdfast_e2e::steps::{allow, sim_user};
-    let mut cfg = holdfast_sim::SimConfig::default();
-    cfg.users.push(sim_user("holdfast-webhook", &[]));
-    cfg.rbac.push(allow(
-        &["holdfast-webhook"],
-        &["get", "list", "watch"],
-        &[
-            "",
-            "holdfast.dev",
-            "apiextensions.k8s.io",
-            "network.test.io",
-            "storage.test.io",
-            "apps",
-        ],
-        &["*"],
-    ));
-    cfg.rbac.push(allow(
-        &["holdfast-webhook"],
-        &["create", "patch", "update"],
-        &["events.k8s.io"],
-        &["events"],
-    ));
-    let mut env = Env::start_with(cfg).await.expect("sim");
-    env.install_crds().expect("holdfast CRDs");
-    env.apply(&holdfast_e2e::fixtures::vpc_vm_crds())
+    // The webhook's identity (a user of the test's own, granted by RBAC the test
+    // creates) may read everything it needs except the dependents
+    // (VirtualMachines): a live lookup fails, and the deletion is refused, not
+    // allowed.
+    use holdfast_e2e::rbac;
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
+    env.apply_crds(&holdfast_e2e::fixtures::vpc_vm_crds())
         .expect("test CRDs");
     env.wait_served(&["vpcs"]).await;
     env.apply(&rule(".spec.vpcRef.name")).expect("rule");
-    let kubeconfig = env.dir.path().join("webhook.kubeconfig");
-    env.sim
-        .write_kubeconfig(&kubeconfig, "holdfast-webhook")
-        .expect("kubeconfig");
-    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-    env.start_webhook(&["--kubeconfig", &kubeconfig, "--dependents", "live"])
+    let webhook = env.test_user("holdfast-webhook", &[]).expect("user");
+    env.grant_cluster(
+        "webhook-reads-but-vms",
+        &[rbac::user(&webhook.name)],
+        &[
+            rbac::rule(
+                &["get", "list", "watch"],
+                &[
+                    "",
+                    "holdfast.dev",
+                    "apiextensions.k8s.io",
+                    "network.test.io",
+                    "storage.test.io",
+                    "apps",
+                ],
+                &["*"],
+            ),
+            rbac::rule(
+                &["create", "patch", "update"],
+                &["events.k8s.io"],
+                &["events"],
+            ),
+        ],
+    )
+    .expect("the webhook's grant");
+    let kubeconfig = webhook.kubeconfig_arg();
+    env.start_webhook_reachable(&["--kubeconfig", &kubeconfig, "--dependents", "live"])
         .await
         .expect("webhook");
     env.install_delete_webhook("holdfast-test-policies", &[("network.test.io", "vpcs")])
         .expect("webhook configuration");
     env.wait_webhook_ready().await.expect("ready");
-    env.apply(
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: default}\n",
-    )
-    .expect("vpc");
+    let ns = env.default_namespace().expect("namespace");
+    env.apply(&vpc("my-vpc", &ns)).expect("vpc");
     let out = env.attempt(&["delete", "vpc", "my-vpc", "--dry-run=server"]);
     assert!(
         out.refused_with(&holdfast_e2e::denied_by(
             "holdfast-test-policies.holdfast.dev",
-            "holdfast: cannot verify dependents of VPC default/my-vpc (policy: DependencyRule/vm-dependencies, \
-             virtualmachines.compute.test.io referencing it at .spec.vpcRef.name)"
+            &format!(
+                "holdfast: cannot verify dependents of VPC {ns}/my-vpc (policy: \
+                 DependencyRule/vm-dependencies, virtualmachines.compute.test.io referencing \
+                 it at .spec.vpcRef.name)"
+            )
         )),
         "{out:?}\n{}",
         env.webhook_log()

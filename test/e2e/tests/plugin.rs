@@ -1,41 +1,20 @@
 //! `kubectl holdfast` end to end: the real kubectl runs the plugin (`kubectl-holdfast`
-//! on PATH) against the simulator, where the shipped stack runs (the overlay
-//! applied, controller and webhook under their ServiceAccounts). The callers are
-//! users who may read but neither delete nor bypass (`alice`), or who may also
-//! bypass (`breaker`).
+//! on PATH) against the simulator or the cluster of `HOLDFAST_E2E_KUBECONFIG`, where
+//! the shipped stack runs (the overlay applied, controller and webhook under their
+//! ServiceAccounts). The callers are users of the test's own who may read but
+//! neither delete nor bypass (`alice`), or who may also bypass (`breaker`), as RBAC
+//! the test creates grants them.
 
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
-use holdfast_e2e::steps::allow;
+use holdfast_e2e::rbac::{self, TestUser};
 use holdfast_e2e::{
     Env,
     controller::ControllerProcess,
     fixtures,
-    steps::{shipped_with_issued_certificate, with_users, words},
+    steps::{shipped_with_issued_certificate, words},
 };
-use holdfast_sim::SimConfig;
 use serde_json::Value;
-
-/// The simulator with the shipped ServiceAccounts, `alice` (reads everything) and
-/// `breaker` (reads everything, may bypass protection).
-fn sim_config() -> SimConfig {
-    let mut cfg = with_users(
-        holdfast_e2e::with_service_accounts(SimConfig::default()),
-        &["alice", "breaker"],
-        "developers",
-    );
-    for name in ["alice", "breaker"] {
-        cfg.rbac
-            .push(allow(&[name], &["get", "list", "watch"], &["*"], &["*"]));
-    }
-    cfg.rbac.push(allow(
-        &["breaker"],
-        &["bypass"],
-        &["holdfast.dev"],
-        &["protections"],
-    ));
-    cfg
-}
 
 /// The finding of the report `r` whose `field` is `value`; fails when none is.
 fn finding<'a>(r: &'a Value, field: &str, value: &str) -> &'a Value {
@@ -59,13 +38,35 @@ fn starts(text: &str, prefix: &str) {
 
 /// The shipped stack: overlay applied, controller and webhook as their
 /// ServiceAccounts, the webhook serving the certificate the controller issued.
-async fn shipped_stack() -> (Env, ControllerProcess) {
-    let mut env = Env::start_with(sim_config()).await.expect("sim");
-    let c = shipped_with_issued_certificate(&mut env, &[]).await;
-    (env, c)
+struct Plugin {
+    env: Env,
+    controller: ControllerProcess,
+    /// Reads everything.
+    alice: TestUser,
+    /// Reads everything; may bypass protection where the test grants it.
+    breaker: TestUser,
 }
 
-/// What `kubectl holdfast ARGS` printed, run as sim user `user`.
+async fn shipped_stack() -> Plugin {
+    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
+    let controller = shipped_with_issued_certificate(&mut env, &[]).await;
+    let alice = env.test_user("alice", &["developers"]).expect("alice");
+    let breaker = env.test_user("breaker", &["developers"]).expect("breaker");
+    env.grant_cluster(
+        "reads-everything",
+        &[rbac::user(&alice.name), rbac::user(&breaker.name)],
+        &[rbac::rule(&["get", "list", "watch"], &["*"], &["*"])],
+    )
+    .expect("grant");
+    Plugin {
+        env,
+        controller,
+        alice,
+        breaker,
+    }
+}
+
+/// What `kubectl holdfast ARGS` printed, run as `user`.
 struct Run {
     code: i32,
     stdout: String,
@@ -80,18 +81,15 @@ fn plugin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-async fn holdfast(env: &Env, user: &str, args: &[&str]) -> Run {
-    let kubeconfig = env.dir.path().join(format!("kubeconfig-{user}"));
-    if !kubeconfig.exists() {
-        env.sim.write_kubeconfig(&kubeconfig, user).expect("kc");
-    }
+async fn holdfast(user: &TestUser, args: &[&str]) -> Run {
+    let kubeconfig = &user.kubeconfig;
     let path = format!(
         "{}:{}",
         plugin_dir().display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let mut cmd = tokio::process::Command::new(holdfast_e2e::kubectl_path().expect("kubectl"));
-    cmd.env("KUBECONFIG", &kubeconfig)
+    cmd.env("KUBECONFIG", kubeconfig)
         .env("PATH", path)
         .arg("holdfast")
         .args(args)
@@ -115,43 +113,54 @@ fn json(run: &Run) -> Value {
         .unwrap_or_else(|e| panic!("no JSON ({e}): {}\n{}", run.stdout, run.stderr))
 }
 
-fn vm(name: &str) -> String {
+fn vm(name: &str, ns: &str) -> String {
     format!(
-        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {{name: {name}, namespace: shop}}\nspec: {{vpcRef: {{name: my-vpc}}}}\n"
+        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{vpcRef: {{name: my-vpc}}}}\n"
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn why_names_every_protection_and_blocker() {
-    holdfast_e2e::needs_simulator!("it runs users and ServiceAccounts the simulator defines");
-    let (env, controller) = shipped_stack().await;
-    env.apply(&fixtures::vpc_vm_crds()).expect("CRDs");
+    let t = &shipped_stack().await;
+    let (env, controller, alice) = (&t.env, &t.controller, &t.alice);
+    env.apply_crds(&fixtures::vpc_vm_crds()).expect("CRDs");
     env.wait_served(&["vpcs", "-A"]).await;
-    env.run(&["create", "namespace", "shop"]);
+    let shop = env.namespace("shop").expect("namespace");
+    let shop = shop.as_str();
+    // breaker may bypass protection in that namespace (a Role and RoleBinding there).
+    env.grant_in(
+        shop,
+        "bypass",
+        &[rbac::user(&t.breaker.name)],
+        &[rbac::bypass()],
+    )
+    .expect("grant");
     env.apply(&fixtures::vm_vpc_rule(".spec.vpcRef.name"))
         .expect("rule");
-    env.apply(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: shop, labels: {holdfast.dev/protected: Always}}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg, namespace: {shop}, labels: {{holdfast.dev/protected: Always}}}}\n",
+    ))
     .expect("cm");
-    env.apply(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: glass, namespace: shop, labels: {holdfast.dev/protected: Always}, annotations: {holdfast.dev/skip-protection: \"true\"}}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: glass, namespace: {shop}, labels: {{holdfast.dev/protected: Always}}, annotations: {{holdfast.dev/skip-protection: \"true\"}}}}\n",
+    ))
     .expect("cm");
-    env.apply("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: shop}\n")
-        .expect("cm");
-    env.apply(
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {name: my-vpc, namespace: shop}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: plain, namespace: {shop}}}\n"
+    ))
+    .expect("cm");
+    env.apply(&format!(
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: my-vpc, namespace: {shop}}}\n",
+    ))
     .expect("vpc");
     let vms: Vec<String> = (0..7).map(|i| format!("vm-{i}")).collect();
     for name in &vms {
-        env.apply(&vm(name)).expect("vm");
+        env.apply(&vm(name, shop)).expect("vm");
     }
     // The webhook itself refuses the VPC (the rule is routed): the plugin must agree.
     let refused = env
         .kubectl_until(
-            &["delete", "vpc", "my-vpc", "-n", "shop", "--dry-run=server"],
+            &["delete", "vpc", "my-vpc", "-n", shop, "--dry-run=server"],
             30,
             |o| o.code != 0,
         )
@@ -160,13 +169,16 @@ async fn why_names_every_protection_and_blocker() {
     assert!(refused.stderr.contains("and 2 more"), "{refused:?}");
 
     // A label-protected ConfigMap, KIND NAME form.
-    let run = holdfast(&env, "alice", &words("why configmap cfg -n shop")).await;
+    let run = holdfast(alice, &["why", "configmap", "cfg", "-n", shop]).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     starts(
         &run.stdout,
-        "ConfigMap shop/cfg: DELETE would be REFUSED (decided by: label) for user alice\n\
+        &format!(
+            "ConfigMap {shop}/cfg: DELETE would be REFUSED (decided by: label) for user {}\n\
              Protections:\n  - label holdfast.dev/protected (mode Enforce)\n    blockers (1):\n      \
              label holdfast.dev/protected=Always\n",
+            alice.name
+        ),
     );
     assert!(
         run.stdout
@@ -175,24 +187,30 @@ async fn why_names_every_protection_and_blocker() {
         run.stdout
     );
     assert!(
-        run.stdout.contains(
-            "  - remove the label: kubectl label configmaps cfg -n shop holdfast.dev/protected-\n"
-        ),
+        run.stdout.contains(&format!(
+            "  - remove the label: kubectl label configmaps cfg -n {shop} holdfast.dev/protected-\n"
+        )),
         "{}",
         run.stdout
     );
 
     // The VPC referenced by seven VMs, TYPE/NAME form with the group: all seven named.
     let run = holdfast(
-        &env,
-        "alice",
-        &words("why vpcs.network.test.io/my-vpc -n shop -o json"),
+        alice,
+        &[
+            "why",
+            "vpcs.network.test.io/my-vpc",
+            "-n",
+            shop,
+            "-o",
+            "json",
+        ],
     )
     .await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let r = json(&run);
     assert_eq!(r["allowed"], false);
-    assert_eq!(r["user"], "alice");
+    assert_eq!(r["user"], alice.name.as_str());
     assert_eq!(r["decidedBy"], "DependencyRule/vm-dependencies");
     assert_eq!(r["object"]["kind"], "VPC");
     assert_eq!(r["object"]["resource"], "vpcs.network.test.io");
@@ -208,7 +226,7 @@ async fn why_names_every_protection_and_blocker() {
     blockers.sort();
     let want: Vec<String> = vms
         .iter()
-        .map(|n| format!("VirtualMachine shop/{n}"))
+        .map(|n| format!("VirtualMachine {shop}/{n}"))
         .collect();
     assert_eq!(blockers, want);
     assert!(
@@ -219,40 +237,42 @@ async fn why_names_every_protection_and_blocker() {
     );
 
     // The namespace: everything inside that blocks it.
-    let run = holdfast(&env, "alice", &words("why ns shop -o yaml")).await;
+    let run = holdfast(alice, &["why", "ns", shop, "-o", "yaml"]).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(
         run.stdout.contains("decidedBy: containment\n"),
         "{}",
         run.stdout
     );
-    let run = holdfast(&env, "alice", &words("why namespace shop -o json")).await;
+    let run = holdfast(alice, &["why", "namespace", shop, "-o", "json"]).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let r = json(&run);
     let containment = entry(&r, "protections", "policy", "containment").clone();
     assert_eq!(
         containment["blockers"],
         serde_json::json!([
-            "ConfigMap shop/cfg (label)",
-            "VPC shop/my-vpc (DependencyRule/vm-dependencies)"
+            format!("ConfigMap {shop}/cfg (label)"),
+            format!("VPC {shop}/my-vpc (DependencyRule/vm-dependencies)")
         ])
     );
 
     // Unprotected: exit 0, nothing to say.
-    let run = holdfast(&env, "alice", &words("why cm/plain -n shop")).await;
+    let run = holdfast(alice, &["why", "cm/plain", "-n", shop]).await;
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert_eq!(
         run.stdout,
-        "ConfigMap shop/plain: DELETE would be ALLOWED (decided by: none) for user alice\n\
-         Protections: none\nBreak-glass: not set; you may not bypass protection\n"
+        format!(
+            "ConfigMap {shop}/plain: DELETE would be ALLOWED (decided by: none) for user {}\n\
+             Protections: none\nBreak-glass: not set; you may not bypass protection\n",
+            alice.name
+        )
     );
 
     // Break-glass set: allowed, the protection it overrides still listed; who may use it.
-    for (user, may) in [("alice", false), ("breaker", true)] {
+    for (user, may) in [(alice, false), (&t.breaker, true)] {
         let run = holdfast(
-            &env,
             user,
-            &["why", "configmap", "glass", "-n", "shop", "-o", "json"],
+            &["why", "configmap", "glass", "-n", shop, "-o", "json"],
         )
         .await;
         assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
@@ -262,7 +282,11 @@ async fn why_names_every_protection_and_blocker() {
             r["breakGlass"]["active"],
             "annotation holdfast.dev/skip-protection"
         );
-        assert_eq!(r["breakGlass"]["callerMayBypass"], may, "{user}: {r}");
+        assert_eq!(
+            r["breakGlass"]["callerMayBypass"], may,
+            "{}: {r}",
+            user.name
+        );
         assert_eq!(
             r["protections"][0]["policy"],
             "label holdfast.dev/protected"
@@ -270,46 +294,57 @@ async fn why_names_every_protection_and_blocker() {
     }
 
     // --server overrides the kubeconfig's URL (a kcp workspace URL works the same way).
-    let server = env.sim.url();
+    let server = env
+        .run(&[
+            "config",
+            "view",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ])
+        .stdout;
     let run = holdfast(
-        &env,
-        "alice",
-        &["--server", &server, "why", "cm", "plain", "-n", "shop"],
+        alice,
+        &["--server", server.trim(), "why", "cm", "plain", "-n", shop],
     )
     .await;
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     let run = holdfast(
-        &env,
-        "alice",
-        &["why", "cm", "plain", "-n", "shop", "--server", "not a url"],
+        alice,
+        &["why", "cm", "plain", "-n", shop, "--server", "not a url"],
     )
     .await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     starts(&run.stderr, "error: --server \"not a url\" is not a URL");
 
     // Bad input: exit 2, one line.
-    let run = holdfast(&env, "alice", &words("why gizmos x")).await;
+    let run = holdfast(alice, &words("why gizmos x")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert_eq!(
         run.stderr,
         "error: the server doesn't have a resource type \"gizmos\"\n"
     );
-    let run = holdfast(&env, "alice", &words("why configmap missing -n shop")).await;
+    let run = holdfast(alice, &["why", "configmap", "missing", "-n", shop]).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert_eq!(run.stderr, "error: configmaps \"missing\" not found\n");
-    let run = holdfast(&env, "alice", &words("why a/b/c")).await;
+    let run = holdfast(alice, &words("why a/b/c")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
-    let run = holdfast(&env, "alice", &words("why -o xml cm/plain")).await;
+    let run = holdfast(alice, &words("why -o xml cm/plain")).await;
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn check_reports_posture_and_findings() {
-    holdfast_e2e::needs_simulator!("it runs users and ServiceAccounts the simulator defines");
-    let (mut env, mut controller) = shipped_stack().await;
+    let Plugin {
+        mut env,
+        mut controller,
+        alice,
+        ..
+    } = shipped_stack().await;
+    let alice = &alice;
 
     // Healthy: exit 0; the backstop's absence is a warning.
-    let run = holdfast(&env, "alice", &words("check -o json")).await;
+    let run = holdfast(alice, &words("check -o json")).await;
     let r = json(&run);
     assert_eq!(run.code, 0, "{r}\n{}", run.stderr);
     assert_eq!(r["webhookConfiguration"], true);
@@ -332,36 +367,41 @@ async fn check_reports_posture_and_findings() {
 
     // A policy that cannot be Ready (it names a resource no API serves), and a
     // label-protected object in a namespace nothing protects.
-    env.apply(&fixtures::widget_crd()).expect("crd");
+    env.apply_crds(&fixtures::widget_crd()).expect("crd");
     env.apply(
         "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: ghosts}\n\
          spec:\n  resources:\n  - {group: ghost.test.io, version: v1, resource: ghosts}\n",
     )
     .expect("policy");
-    env.run(&["create", "namespace", "loose"]);
-    env.apply(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: keep, namespace: loose, labels: {holdfast.dev/protected: Always}}\n",
-    )
+    let loose = env.namespace("loose").expect("namespace");
+    let loose = loose.as_str();
+    env.apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: keep, namespace: {loose}, labels: {{holdfast.dev/protected: Always}}}}\n",
+    ))
     .expect("cm");
     // A protected Widget: the CustomResourceDefinition itself protects nothing.
     env.wait_served(&["widgets", "-A"]).await;
-    env.apply(
-        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: loose, labels: {holdfast.dev/protected: Always}}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w1, namespace: {loose}, labels: {{holdfast.dev/protected: Always}}}}\n",
+    ))
     .expect("widget");
+    // The findings of the test's own subjects (a cluster may hold others).
+    let namespace_subject = format!("Namespace/{loose}");
+    let crd_subject = "CustomResourceDefinition/widgets.example.com";
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let r =
         loop {
-            let run = holdfast(&env, "alice", &words("check -o json")).await;
+            let run = holdfast(alice, &words("check -o json")).await;
             let r = json(&run);
-            let kinds: Vec<&str> = r["findings"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|f| f["kind"].as_str())
-                .collect();
-            if kinds.contains(&"NamespaceUnprotected")
-                && kinds.contains(&"CrdUnprotected")
+            let found = |kind: &str, subject: &str| {
+                r["findings"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|f| f["kind"] == kind && f["subject"] == subject)
+            };
+            if found("NamespaceUnprotected", &namespace_subject)
+                && found("CrdUnprotected", crd_subject)
                 && r["findings"].as_array().into_iter().flatten().any(|f| {
                     f["subject"] == "ResourceProtection/ghosts" && f["severity"] == "error"
                 })
@@ -376,13 +416,15 @@ async fn check_reports_posture_and_findings() {
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
-    let ns = finding(&r, "kind", "NamespaceUnprotected");
-    assert_eq!(ns["subject"], "Namespace/loose");
+    let ns = finding(&r, "subject", &namespace_subject);
+    assert_eq!(ns["kind"], "NamespaceUnprotected", "{ns}");
     assert!(
-        ns["message"].as_str().is_some_and(|m| m.starts_with(
-            "not protected itself, yet holds protected objects: ConfigMap loose/keep (label), \
-             Widget loose/w1 (label);"
-        )),
+        ns["message"].as_str().is_some_and(|m| {
+            m.starts_with(&format!(
+            "not protected itself, yet holds protected objects: ConfigMap {loose}/keep (label), \
+             Widget {loose}/w1 (label);"
+        ))
+        }),
         "{ns}"
     );
     let ghosts = finding(&r, "subject", "ResourceProtection/ghosts");
@@ -393,20 +435,19 @@ async fn check_reports_posture_and_findings() {
             .is_some_and(|m| m.starts_with("Invalid: the policy is invalid and not enforced: ")),
         "{ghosts}"
     );
-    let crd = finding(&r, "kind", "CrdUnprotected");
-    assert_eq!(
-        crd["subject"],
-        "CustomResourceDefinition/widgets.example.com"
-    );
+    let crd = finding(&r, "subject", crd_subject);
+    assert_eq!(crd["kind"], "CrdUnprotected", "{crd}");
     assert!(
-        crd["message"].as_str().is_some_and(|m| m.starts_with(
-            "not protected itself, yet holds protected objects: Widget loose/w1 (label);"
-        )),
+        crd["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&format!(
+                "not protected itself, yet holds protected objects: Widget {loose}/w1 (label);"
+            ))),
         "{crd}"
     );
 
     // The CRD itself: its instances are what would block its DELETE.
-    let run = holdfast(&env, "alice", &words("why crd widgets.example.com -o json")).await;
+    let run = holdfast(alice, &words("why crd widgets.example.com -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let w = json(&run);
     assert_eq!(w["object"]["kind"], "CustomResourceDefinition");
@@ -414,20 +455,26 @@ async fn check_reports_posture_and_findings() {
     assert_eq!(w["protections"][0]["policy"], "containment");
     assert_eq!(
         w["protections"][0]["blockers"],
-        serde_json::json!(["Widget loose/w1 (label)"])
+        serde_json::json!([format!("Widget {loose}/w1 (label)")])
     );
 
     // The webhook stopped: the configuration points at nothing that answers.
     env.webhook = None;
-    let run = holdfast(&env, "alice", &words("check -o json")).await;
+    let run = holdfast(alice, &words("check -o json")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let r = json(&run);
     let down = finding(&r, "kind", "WebhookNotReady");
     assert_eq!(down["severity"], "error");
+    // The configuration calls the webhook where the API server reaches this host.
+    let host = match env.cluster {
+        Some(_) => holdfast_e2e::e2e_webhook_host(),
+        None => "127.0.0.1".to_string(),
+    };
     assert!(
-        down["message"].as_str().is_some_and(
-            |m| m.starts_with("https://127.0.0.1:") && m.contains("/validate does not answer")
-        ),
+        down["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&format!("https://{host}:"))
+                && m.contains("/validate does not answer")),
         "{down}"
     );
 
@@ -438,7 +485,7 @@ async fn check_reports_posture_and_findings() {
         "delete validatingadmissionpolicybinding holdfast-self-protection",
     ));
     env.run(&["delete", "validatingwebhookconfiguration", "holdfast"]);
-    let run = holdfast(&env, "alice", &words("check")).await;
+    let run = holdfast(alice, &words("check")).await;
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     starts(&run.stdout, "Webhook configuration holdfast: MISSING\n");
     assert!(
