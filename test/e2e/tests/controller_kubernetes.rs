@@ -60,9 +60,6 @@ fn assert_without_policies(cfg: &Value, context: &str) {
 
 /// Why these tests need the simulator.
 /// Why the managed-CA tests need the simulator.
-const MANAGED_CA: &str =
-    "its managed CA Secret is kept in namespace default, not in a namespace of the test's own";
-const SERVICE_TARGET: &str = "it reaches the webhook through Service holdfast-system/holdfast-webhook (an installation's namespace) and an EndpointSlice at 127.0.0.1, an address a real API server refuses in an endpoint";
 
 /// Waits (at most `secs`) until the configuration sends DELETEs of
 /// `group`/`resource` ([`has_rule`]), failing with `what`; returns it and logs
@@ -654,18 +651,14 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     );
 }
 
-/// `data[key]` of Secret default/holdfast-webhook-tls, decoded; `None` while the
+/// `data[key]` of Secret `ns`/holdfast-webhook-tls, decoded; `None` while the
 /// Secret or the key does not exist. A failing kubectl fails the test.
-fn secret_data(env: &Env, key: &str) -> Option<String> {
-    if !env
-        .exists(&["secret", "holdfast-webhook-tls", "-n", "default"])
-        .expect("kubectl get secret")
-    {
+fn secret_data(env: &Env, ns: &str, key: &str) -> Option<String> {
+    let secret = ["secret", "holdfast-webhook-tls", "-n", ns];
+    if !env.exists(&secret).expect("kubectl get secret") {
         return None;
     }
-    let secret = env
-        .get_json(&["secret", "holdfast-webhook-tls", "-n", "default"])
-        .expect("kubectl get secret");
+    let secret = env.get_json(&secret).expect("kubectl get secret");
     let b64 = secret["data"][key].as_str()?;
     use base64::Engine as _;
     let bytes = base64::engine::general_purpose::STANDARD
@@ -676,9 +669,9 @@ fn secret_data(env: &Env, key: &str) -> Option<String> {
 
 /// Writes the Secret's serving pair to the files the webhook reads (what the
 /// kubelet does for a mounted Secret); returns the certificate written.
-fn sync_files(env: &Env) -> Option<String> {
-    let cert = secret_data(env, "tls.crt")?;
-    let key = secret_data(env, "tls.key")?;
+fn sync_files(env: &Env, ns: &str) -> Option<String> {
+    let cert = secret_data(env, ns, "tls.crt")?;
+    let key = secret_data(env, ns, "tls.key")?;
     std::fs::write(env.dir.path().join("tls.key.new"), &key).ok()?;
     std::fs::write(env.dir.path().join("tls.crt.new"), &cert).ok()?;
     std::fs::rename(
@@ -696,19 +689,20 @@ fn sync_files(env: &Env) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_rotation_keeps_admission_working() {
-    holdfast_e2e::needs_simulator!(MANAGED_CA);
     let mut env = holdfast_e2e::steps::sim_with_crds().await;
     let port = holdfast_e2e::free_port().expect("port");
+    // The CA Secret in the test's own namespace (default on a sim).
+    let ns = env.default_namespace().expect("namespace");
     let mut c = start_controller(
         &env,
         "controller",
         port,
-        &words("--ca-secret default/holdfast-webhook-tls --ca-validity-seconds 24 --cert-validity-seconds 16 --cert-renew-before-seconds 10"),
+        &words(&format!("--ca-secret {ns}/holdfast-webhook-tls --ca-validity-seconds 24 --cert-validity-seconds 16 --cert-renew-before-seconds 10")),
     )
     .expect("controller");
     c.wait_ready(30).await.expect("ready");
-    let first_ca = secret_data(&env, "ca.crt").expect("CA created");
-    let mut cert = sync_files(&env).expect("serving pair created");
+    let first_ca = secret_data(&env, &ns, "ca.crt").expect("CA created");
+    let mut cert = sync_files(&env, &ns).expect("serving pair created");
     env.start_webhook_on(port, &[])
         .await
         .expect("webhook serves the managed certificate");
@@ -716,14 +710,15 @@ async fn managed_ca_rotation_keeps_admission_working() {
     let cfg = installed_configuration(&env).await;
     assert_eq!(ca_bundle(&cfg), first_ca, "caBundle is the managed CA");
 
-    labelled_namespace(&env, "vault", "holdfast.dev/protected=Always");
-
+    let vault = labelled_namespace(&env, "vault", "holdfast.dev/protected=Always");
+    let refusal =
+        format!("holdfast: Namespace {vault} is protected by label holdfast.dev/protected=Always");
     let check = |env: &Env| {
         namespace_refused(
             env,
-            "vault",
+            &vault,
             LABEL,
-            "holdfast: Namespace vault is protected by label holdfast.dev/protected=Always",
+            &refusal,
             "admission must keep working (no TLS failure)",
         );
     };
@@ -734,9 +729,9 @@ async fn managed_ca_rotation_keeps_admission_working() {
     ));
     assert!(
         out.code != 0
-            && out
-                .stderr
-                .contains("Secret default/holdfast-webhook-tls is protected by label holdfast.dev/protected=Always"),
+            && out.stderr.contains(&format!(
+                "Secret {ns}/holdfast-webhook-tls is protected by label holdfast.dev/protected=Always"
+            )),
         "{out:?}"
     );
 
@@ -756,7 +751,7 @@ async fn managed_ca_rotation_keeps_admission_working() {
         );
         // Polling interval of the kubelet-like follower, not a synchronisation point.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let new_ca = secret_data(&env, "ca.crt").expect("ca.crt");
+        let new_ca = secret_data(&env, &ns, "ca.crt").expect("ca.crt");
         if new_ca != ca {
             if first_pem(&new_ca) != first_pem(&ca) {
                 assert!(
@@ -780,15 +775,15 @@ async fn managed_ca_rotation_keeps_admission_working() {
             check(&env);
             ca = new_ca;
         }
-        if let Some(new) = secret_data(&env, "tls.crt")
+        if let Some(new) = secret_data(&env, &ns, "tls.crt")
             && new != cert
         {
-            cert = sync_files(&env).expect("files written");
+            cert = sync_files(&env, &ns).expect("files written");
             cert_rotations += 1;
             // Hot reload: the running webhook serves the new certificate.
             let want = holdfast_e2e::pem_to_der(&cert).expect("pem");
             eventually(30, async || {
-                let bundle = secret_data(&env, "ca.crt").expect("ca.crt");
+                let bundle = secret_data(&env, &ns, "ca.crt").expect("ca.crt");
                 let served = holdfast_e2e::served_certificate(port, &bundle).await;
                 if served.as_ref().is_ok_and(|s| *s == want) {
                     return Ok(());
@@ -832,21 +827,19 @@ fn ca_bundle(cfg: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_ca_serves_a_service_target() {
-    holdfast_e2e::needs_simulator!(SERVICE_TARGET);
-    // The API server reaches the webhook through Service holdfast-system/holdfast-webhook
-    // and verifies its certificate for holdfast-webhook.holdfast-system.svc.
+    // The API server reaches the webhook through a Service of the test's own
+    // (holdfast-system/holdfast-webhook on a sim, in a namespace named after it on
+    // a cluster) and verifies its certificate for holdfast-webhook.NAMESPACE.svc.
     let port = holdfast_e2e::free_port().expect("port");
-    let mut env = Env::start_with(holdfast_sim::SimConfig::default())
-        .await
-        .expect("sim");
-    env.install_crds().expect("crds");
-    env.run(&["create", "namespace", "holdfast-system"]);
+    let mut env = holdfast_e2e::steps::sim_with_crds().await;
+    let ns = env.namespace("holdfast-system").expect("namespace");
     // As on a real cluster, the Service and its endpoints lead to the webhook (here
-    // a local process, which the EndpointSlice names).
+    // a local process, which the EndpointSlice names at the address the API
+    // server reaches this host at: 127.0.0.1 on a sim).
     let service = holdfast_e2e::fixtures::service_to(
-        "holdfast-system",
+        &ns,
         "holdfast-webhook",
-        "127.0.0.1",
+        &holdfast_e2e::e2e_webhook_host(),
         port,
     );
     env.kubectl_stdin(&["apply", "-f", "-"], &service)
@@ -857,21 +850,15 @@ async fn managed_ca_serves_a_service_target() {
         &env,
         "controller",
         port,
-        &words("--webhook-service holdfast-system/holdfast-webhook:443 --ca-secret holdfast-system/webhook-tls"),
+        &words(&format!(
+            "--webhook-service {ns}/holdfast-webhook:443 --ca-secret {ns}/webhook-tls"
+        )),
     )
     .expect("controller");
     c.wait_ready(30).await.expect("ready");
     let read = |key: &str| -> String {
         let jsonpath = format!("jsonpath={{.data.{}}}", key.replace('.', "\\."));
-        let out = env.run(&[
-            "get",
-            "secret",
-            "webhook-tls",
-            "-n",
-            "holdfast-system",
-            "-o",
-            &jsonpath,
-        ]);
+        let out = env.run(&["get", "secret", "webhook-tls", "-n", &ns, "-o", &jsonpath]);
         use base64::Engine as _;
         String::from_utf8(
             base64::engine::general_purpose::STANDARD
@@ -893,12 +880,16 @@ async fn managed_ca_serves_a_service_target() {
         cfg["webhooks"][0]["clientConfig"]["service"]["path"],
         "/validate"
     );
-    labelled_namespace(&env, "vault", "holdfast.dev/protected=Always");
+    assert_eq!(
+        cfg["webhooks"][0]["clientConfig"]["service"]["namespace"],
+        ns
+    );
+    let vault = labelled_namespace(&env, "vault", "holdfast.dev/protected=Always");
     namespace_refused(
         &env,
-        "vault",
+        &vault,
         LABEL,
-        "holdfast: Namespace vault is protected by label holdfast.dev/protected=Always",
+        &format!("holdfast: Namespace {vault} is protected by label holdfast.dev/protected=Always"),
         "the API server trusts the managed certificate for the Service name",
     );
 }
