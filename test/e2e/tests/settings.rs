@@ -19,11 +19,18 @@ use holdfast_e2e::{
 
 const KARMADA: &str = "resourcetemplate.karmada.io/deletion-protected=Always";
 
-/// A webhook on the env's API server and certificate, logging to `log`.
+/// A webhook on the env's API server and certificate, logging to `log`: on a
+/// sim at 127.0.0.1, on a cluster at every address of this host (its API server
+/// calls it at `HOLDFAST_E2E_WEBHOOK_HOST`).
 fn spawn_webhook(env: &Env, port: u16, args: &[&str], log: &Path) -> (Child, u16) {
     let probe = free_port().expect("port");
+    let host = if env.cluster.is_some() {
+        "0.0.0.0"
+    } else {
+        "127.0.0.1"
+    };
     let mut cmd = env
-        .webhook_command(&format!("127.0.0.1:{port}"), probe)
+        .webhook_command(&format!("{host}:{port}"), probe)
         .expect("binary");
     for (key, _) in std::env::vars() {
         if key.starts_with("HOLDFAST_") || key.ends_with("_BACKTRACE") {
@@ -79,13 +86,13 @@ fn refusal(detail: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_webhook_refuses_settings_the_controller_does_not_share() {
-    holdfast_e2e::needs_simulator!(
-        "it starts and stops webhooks on fixed local ports against a configuration it owns"
-    );
+    // On a cluster the controller owns the configuration "holdfast" there (the
+    // suite's lock, `Env::own_installation`, taken with the CRDs): no other test
+    // runs meanwhile, and an installation the suite did not create is refused.
     let mut env = holdfast_e2e::steps::sim_with_crds().await;
+    // The HTTPS port every webhook of the test takes in turn (the configuration
+    // calls it there), free when the test starts.
     let port = free_port().expect("port");
-    std::fs::write(env.dir.path().join("tls.crt"), &env.pki.cert_pem).expect("cert");
-    std::fs::write(env.dir.path().join("tls.key"), &env.pki.key_pem).expect("key");
 
     // Nothing installed yet: a webhook without --strict serves.
     let log = env.dir.path().join("plain.log");
