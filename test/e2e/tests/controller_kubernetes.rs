@@ -58,9 +58,6 @@ fn assert_without_policies(cfg: &Value, context: &str) {
     );
 }
 
-/// Why these tests need the simulator.
-/// Why the managed-CA tests need the simulator.
-
 /// Waits (at most `secs`) until the configuration sends DELETEs of
 /// `group`/`resource` ([`has_rule`]), failing with `what`; returns it and logs
 /// how long that took.
