@@ -63,6 +63,19 @@ impl Env {
         refused(&self.attempt(args), stderr);
     }
 
+    /// The user name the API server gives the env's kubeconfig (`kubectl auth
+    /// whoami`): `admin` on a simulator, whoever the kubeconfig names on a
+    /// cluster.
+    pub fn whoami(&self) -> String {
+        self.run(&[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .stdout
+    }
+
     /// Asserts `kubectl args` exits 1 with `text` in its refusal (see
     /// [`KubectlOutput::refused_with`]); fails printing the answer.
     pub fn refuses_with(&self, args: &[&str], text: &str) {
