@@ -1679,6 +1679,20 @@ pub fn with_service_accounts(mut cfg: SimConfig) -> SimConfig {
     cfg
 }
 
+impl Env {
+    /// On the cluster of [`E2E_KUBECONFIG`]: removes `kind`/`name` in
+    /// `namespace` (a namespace not of the test's own, e.g. `kube-system`) when
+    /// the env drops, should the test not get to delete it itself. Nothing to do
+    /// on a sim (the test's own).
+    pub fn remove_later_in(&self, namespace: &str, kind: &str, name: &str) {
+        if let Some(run) = &self.cluster
+            && let Ok(mut o) = run.objects.lock()
+        {
+            o.push([kind, name, "-n", namespace].map(str::to_string).to_vec());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

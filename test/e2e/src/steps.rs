@@ -203,6 +203,20 @@ pub async fn refused_until(env: &Env, args: &[&str], text: &str) -> KubectlOutpu
         })
 }
 
+/// Runs `args` until kubectl exits 1 printing exactly `stderr` (at most 30 s: a
+/// webhook running as its ServiceAccount refuses, failing closed, until it may
+/// read what it decides on); fails printing the last output.
+pub async fn refused_exactly_until(env: &Env, args: &[&str], stderr: &str) -> KubectlOutput {
+    env.kubectl_until(args, 30, |o| o.code == 1 && o.stderr == stderr)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{args:?} never refused with exactly {stderr:?}: {e:#}\nwebhook: {}",
+                env.webhook_log()
+            )
+        })
+}
+
 /// Runs `args` until kubectl succeeds; fails printing the last output.
 pub async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
     env.kubectl_until(args, 30, |o| o.code == 0)
