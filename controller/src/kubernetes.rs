@@ -326,6 +326,16 @@ struct Checked {
     reads: Vec<GroupResource>,
 }
 
+impl Checked {
+    fn new(invalid: Option<Invalid>, needs: Vec<GroupResource>, reads: Vec<GroupResource>) -> Self {
+        Self {
+            invalid,
+            needs,
+            reads,
+        }
+    }
+}
+
 /// Phase one of a pass: every policy object, what the valid ones need routed and
 /// the DependencyRules' edges.
 struct Gathered {
@@ -551,11 +561,11 @@ impl Reconciler {
                         if invalid.is_none() {
                             needs.add_resource_protection(p);
                         }
-                        Checked {
+                        Checked::new(
                             invalid,
-                            needs: resource_protection_needs(p),
-                            reads: reads::resource_protection_reads(p),
-                        }
+                            resource_protection_needs(p),
+                            reads::resource_protection_reads(p),
+                        )
                     }),
                     1 => self.check(&obj, &mut needs, |p: &AnchorRule, index, needs| {
                         let invalid = check_anchor_rule(p, index);
@@ -575,11 +585,7 @@ impl Reconciler {
                                 probes.insert(key);
                             }
                         }
-                        Checked {
-                            invalid,
-                            needs: anchor_rule_needs(p),
-                            reads: reads::anchor_rule_reads(p),
-                        }
+                        Checked::new(invalid, anchor_rule_needs(p), reads::anchor_rule_reads(p))
                     }),
                     2 => self.check(&obj, &mut needs, |p: &DependencyRule, index, needs| {
                         let invalid = check_dependency_rule(p, index, true);
@@ -587,22 +593,22 @@ impl Reconciler {
                             needs.add_dependency_rule(p);
                             edges.push(RuleEdges::of(p.name_any(), p));
                         }
-                        Checked {
+                        Checked::new(
                             invalid,
-                            needs: dependency_rule_needs(p),
-                            reads: reads::dependency_rule_reads(p),
-                        }
+                            dependency_rule_needs(p),
+                            reads::dependency_rule_reads(p),
+                        )
                     }),
                     _ => self.check(&obj, &mut needs, |p: &CriticalService, index, needs| {
                         let invalid = check_critical_service(p, index);
                         if invalid.is_none() {
                             needs.add_critical_service(p);
                         }
-                        Checked {
+                        Checked::new(
                             invalid,
-                            needs: critical_service_needs(p),
-                            reads: reads::critical_service_reads(p, index),
-                        }
+                            critical_service_needs(p),
+                            reads::critical_service_reads(p, index),
+                        )
                     }),
                 };
                 items.push(Item {

@@ -412,21 +412,10 @@ pub async fn shipped_stack(
     webhook_args: &[&str],
     controller_args: &[&str],
 ) -> anyhow::Result<Shipped> {
-    // On the cluster of `HOLDFAST_E2E_KUBECONFIG` (`cfg` is the simulator's and
-    // does not apply there) the ServiceAccounts are impersonated.
-    let mut env = match crate::e2e_cluster() {
-        Some(_) => Env::for_kubernetes_test().await?,
-        None => Env::start_with(cfg).await?,
-    };
-    env.install_overlay("kubernetes")?;
-    let webhook_kc = env.kubeconfig_for("kubeconfig-webhook-sa", crate::WEBHOOK_SA)?;
-    let controller_kc = env.kubeconfig_for("kubeconfig-controller-sa", crate::CONTROLLER_SA)?;
-    let mut wargs = vec!["--kubeconfig", webhook_kc.as_str()];
-    wargs.extend(webhook_args);
-    env.start_webhook(&wargs).await?;
-    env.wait_webhook_ready().await?;
+    let installed = shipped_installation(cfg, webhook_args).await?;
+    let env = installed.env;
     let port = env.webhook.as_ref().map(|w| w.port).context("no webhook")?;
-    let mut cargs = vec!["--kubeconfig", controller_kc.as_str()];
+    let mut cargs = vec!["--kubeconfig", installed.controller_kubeconfig.as_str()];
     cargs.extend(controller_args);
     let mut controller = start_controller(&env, "controller", port, &cargs)?;
     if let Err(e) = controller.wait_ready(30).await {
@@ -436,6 +425,46 @@ pub async fn shipped_stack(
         .await
         .context("the controller installed no configuration")?;
     Ok(Shipped { env, controller })
+}
+
+/// holdfast installed as the manifests ship it, the controller not started yet
+/// (see [`shipped_installation`]).
+pub struct ShippedInstallation {
+    /// The simulator (or the cluster of `HOLDFAST_E2E_KUBECONFIG`) and the webhook.
+    pub env: Env,
+    /// A kubeconfig acting as the controller's ServiceAccount, for the test to
+    /// start the controller with (`--kubeconfig`).
+    pub controller_kubeconfig: String,
+}
+
+/// [`shipped_stack`] up to the controller: `manifests/overlays/kubernetes`
+/// applied by the admin ([`Env::install_overlay`]: on the cluster of
+/// `HOLDFAST_E2E_KUBECONFIG` under the suite's lock, everything of it removed
+/// when the env drops) and the webhook (with `webhook_args`) running as its
+/// ServiceAccount, ready; for a test that starts the controller itself, with
+/// flags of its own or more than once.
+pub async fn shipped_installation(
+    cfg: holdfast_sim::SimConfig,
+    webhook_args: &[&str],
+) -> anyhow::Result<ShippedInstallation> {
+    // On the cluster of `HOLDFAST_E2E_KUBECONFIG` (`cfg` is the simulator's and
+    // does not apply there) the ServiceAccounts are impersonated.
+    let mut env = match crate::e2e_cluster() {
+        Some(_) => Env::for_kubernetes_test().await?,
+        None => Env::start_with(cfg).await?,
+    };
+    env.install_overlay("kubernetes")?;
+    let webhook_kc = env.kubeconfig_for("kubeconfig-webhook-sa", crate::WEBHOOK_SA)?;
+    let controller_kubeconfig =
+        env.kubeconfig_for("kubeconfig-controller-sa", crate::CONTROLLER_SA)?;
+    let mut wargs = vec!["--kubeconfig", webhook_kc.as_str()];
+    wargs.extend(webhook_args);
+    env.start_webhook(&wargs).await?;
+    env.wait_webhook_ready().await?;
+    Ok(ShippedInstallation {
+        env,
+        controller_kubeconfig,
+    })
 }
 
 /// Waits (up to 30 s) for the serving certificate the controller issues into the

@@ -99,6 +99,15 @@ spec:
     specificResource: {group: apiextensions.k8s.io, resource: customresourcedefinitions, name: coolresources.my.crd.group}
 ";
 
+/// [`FINALIZER_CRITICAL_SERVICE`] with its provider in namespace `namespace`
+/// (a namespace of the test's own) instead of `finalizer-namespace`.
+pub fn finalizer_critical_service(namespace: &str) -> String {
+    FINALIZER_CRITICAL_SERVICE.replace(
+        "namespace: finalizer-namespace,",
+        &format!("namespace: {namespace},"),
+    )
+}
+
 /// Seed 000's AnchorRule: a database composite protects its namespace, the
 /// namespace's PersistentVolumeClaims and its object buckets while its
 /// `deletionProtection` toggle is on (the default).
@@ -236,6 +245,11 @@ mod tests {
         assert!(c.contains("singular: widget, kind: Widget, listKind: WidgetList"));
         assert!(c.contains("scope: Namespaced"));
         assert!(crd("a.io", "xs", "X", false).contains("scope: Cluster"));
+        assert_eq!(
+            finalizer_critical_service("fin-1234abcd"),
+            FINALIZER_CRITICAL_SERVICE.replace("finalizer-namespace", "fin-1234abcd")
+        );
+        assert!(finalizer_critical_service("fin-1234abcd").contains("namespace: fin-1234abcd,"));
         assert_eq!(
             vpc_vm_crds()
                 .matches("kind: CustomResourceDefinition")

@@ -797,6 +797,7 @@ impl Env {
     /// cluster of [`E2E_KUBECONFIG`] labels them with the run's id, which removes
     /// them when the env drops.
     pub fn apply_crds(&self, manifest: &str) -> anyhow::Result<()> {
+        self.refuse_foreign_crds(manifest)?;
         self.kubectl_stdin(&["apply", "-f", "-"], manifest)?.ok()?;
         if let Some(run) = &self.cluster {
             let label = format!("{E2E_RUN_LABEL}={}", run.id);
@@ -1680,6 +1681,58 @@ pub fn with_service_accounts(mut cfg: SimConfig) -> SimConfig {
     cfg
 }
 
+impl Env {
+    /// On the cluster of [`E2E_KUBECONFIG`]: removes `kind`/`name` in
+    /// `namespace` (a namespace not of the test's own, e.g. `kube-system`) when
+    /// the env drops, should the test not get to delete it itself. Nothing to do
+    /// on a sim (the test's own).
+    pub fn remove_later_in(&self, namespace: &str, kind: &str, name: &str) {
+        if let Some(run) = &self.cluster
+            && let Ok(mut o) = run.objects.lock()
+        {
+            o.push([kind, name, "-n", namespace].map(str::to_string).to_vec());
+        }
+    }
+}
+
+impl Env {
+    /// On the cluster of [`E2E_KUBECONFIG`]: refuses to go on when a
+    /// CustomResourceDefinition of `manifest` is there already and not labelled
+    /// with this run's id: the cluster's own (its instances would go with it when
+    /// the env drops), or another run's. Nothing to check on a sim (the test's own).
+    pub fn refuse_foreign_crds(&self, manifest: &str) -> anyhow::Result<()> {
+        let Some(run) = &self.cluster else {
+            return Ok(());
+        };
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(manifest).context("the CRDs' manifest")?;
+        for doc in docs
+            .iter()
+            .filter(|d| d["kind"] == "CustomResourceDefinition")
+        {
+            let Some(name) = doc["metadata"]["name"].as_str() else {
+                continue;
+            };
+            let out = self
+                .kubectl(&["get", "crd", name, "--ignore-not-found", "-o", "json"])?
+                .ok()?;
+            if out.stdout.trim().is_empty() {
+                continue;
+            }
+            let live: serde_json::Value = serde_json::from_str(&out.stdout)
+                .with_context(|| format!("kubectl printed no JSON: {}", out.stdout))?;
+            if live["metadata"]["labels"][E2E_RUN_LABEL] != run.id.as_str() {
+                bail!(
+                    "CustomResourceDefinition {name} exists on the cluster of {E2E_KUBECONFIG}, \
+                     and not by this test: the test would change it and remove it (with its \
+                     objects) when it ends; run it against a cluster without that CRD"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -1692,6 +1745,50 @@ mod tests {
                 "system:serviceaccounts:holdfast-system",
                 "system:authenticated"
             ]
+        );
+    }
+
+    /// On a cluster, a CRD that is there already and not the run's own is never
+    /// taken over (changed now, removed with its objects when the test ends);
+    /// the run's own is applied again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crd_the_cluster_holds_is_not_taken_over() {
+        let sim = super::Env::start_with(holdfast_sim::SimConfig::default())
+            .await
+            .expect("sim");
+        let widgets = crate::fixtures::widget_crd();
+        sim.apply(&widgets).expect("the cluster's own CRD");
+        let cluster = super::Env::on_cluster(&sim.kubeconfig, "127.0.0.1")
+            .await
+            .expect("env on the cluster");
+        let refused = cluster
+            .apply_crds(&widgets)
+            .expect_err("the cluster's own CRD taken over");
+        assert_eq!(
+            refused.to_string(),
+            "CustomResourceDefinition widgets.example.com exists on the cluster of \
+             HOLDFAST_E2E_KUBECONFIG, and not by this test: the test would change it and \
+             remove it (with its objects) when it ends; run it against a cluster without that CRD"
+        );
+        let live = sim
+            .get_json(&["crd", "widgets.example.com"])
+            .expect("still there");
+        assert!(
+            live["metadata"]["labels"][super::E2E_RUN_LABEL].is_null(),
+            "{live}"
+        );
+        // A CRD of the run's own: applied, and again.
+        let cool = crate::fixtures::cool_crd();
+        cluster.apply_crds(&cool).expect("the run's own CRD");
+        cluster.apply_crds(&cool).expect("the run's own CRD again");
+        drop(cluster);
+        assert!(
+            !sim.exists(&["crd", "coolresources.my.crd.group"])
+                .expect("kubectl")
+        );
+        assert!(
+            sim.exists(&["crd", "widgets.example.com"])
+                .expect("kubectl")
         );
     }
 

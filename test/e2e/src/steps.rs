@@ -63,6 +63,19 @@ impl Env {
         refused(&self.attempt(args), stderr);
     }
 
+    /// The user name the API server gives the env's kubeconfig (`kubectl auth
+    /// whoami`): `admin` on a simulator, whoever the kubeconfig names on a
+    /// cluster.
+    pub fn whoami(&self) -> String {
+        self.run(&[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .stdout
+    }
+
     /// Asserts `kubectl args` exits 1 with `text` in its refusal (see
     /// [`KubectlOutput::refused_with`]); fails printing the answer.
     pub fn refuses_with(&self, args: &[&str], text: &str) {
@@ -185,6 +198,20 @@ pub async fn refused_until(env: &Env, args: &[&str], text: &str) -> KubectlOutpu
         .unwrap_or_else(|e| {
             panic!(
                 "{args:?} never refused with {text:?}: {e:#}\nwebhook: {}",
+                env.webhook_log()
+            )
+        })
+}
+
+/// Runs `args` until kubectl exits 1 printing exactly `stderr` (at most 30 s: a
+/// webhook running as its ServiceAccount refuses, failing closed, until it may
+/// read what it decides on); fails printing the last output.
+pub async fn refused_exactly_until(env: &Env, args: &[&str], stderr: &str) -> KubectlOutput {
+    env.kubectl_until(args, 30, |o| o.code == 1 && o.stderr == stderr)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{args:?} never refused with exactly {stderr:?}: {e:#}\nwebhook: {}",
                 env.webhook_log()
             )
         })

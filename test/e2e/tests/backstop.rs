@@ -10,19 +10,24 @@ use std::time::{Duration, Instant};
 
 use holdfast_e2e::{
     Env,
-    steps::{controller_as as controller, exists, install_controller_rbac, start_webhook, words},
+    steps::{controller_as as controller, exists, words},
 };
 use serde_json::Value;
 
 const NAME: &str = "holdfast-backstop";
 
-/// Sim, CRDs and webhook (with `webhook_args`), and the shipped RBAC; the
-/// controller's kubeconfig (its ServiceAccount) is returned.
+/// holdfast installed as `manifests/overlays/kubernetes` ships it, the webhook
+/// (with `webhook_args`) running as its ServiceAccount
+/// ([`holdfast_e2e::controller::shipped_installation`]); the controller's
+/// kubeconfig (its ServiceAccount) is returned for the test to start it with.
 async fn stack(webhook_args: &[&str]) -> (Env, String) {
-    let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
-    let kubeconfig = install_controller_rbac(&env);
-    start_webhook(&mut env, webhook_args).await;
-    (env, kubeconfig)
+    let installed = holdfast_e2e::controller::shipped_installation(
+        holdfast_e2e::with_service_accounts(holdfast_sim::SimConfig::default()),
+        webhook_args,
+    )
+    .await
+    .expect("holdfast installed as shipped");
+    (installed.env, installed.controller_kubeconfig)
 }
 
 /// The live policy or binding (`kind`), None when absent; any other kubectl
@@ -87,45 +92,59 @@ fn backstop_denial(resource: &str, name: &str, message: &str) -> String {
     )
 }
 
+/// What kubectl prints when the API server cannot reach webhook `name` at
+/// `port` (where the webhook listened, at the address that API server reaches
+/// this host at): the process is gone.
 fn webhook_down(name: &str, port: u16) -> String {
+    let host = holdfast_e2e::e2e_webhook_host();
     format!(
-        "Error from server (InternalError): Internal error occurred: failed calling webhook \"{name}\": failed to call webhook: Post \"https://127.0.0.1:{port}/validate?timeout=10s\": dial tcp 127.0.0.1:{port}: connect: connection refused\n"
+        "Error from server (InternalError): Internal error occurred: failed calling webhook \"{name}\": failed to call webhook: Post \"https://{host}:{port}/validate?timeout=10s\": dial tcp {host}:{port}: connect: connection refused\n"
     )
 }
 
-const NS_MESSAGE: &str = "holdfast: Namespace guarded is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label namespaces guarded holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
-const CM_MESSAGE: &str = "holdfast: ConfigMap shop/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps keep -n shop holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.";
+/// The label refusal of protected Namespace `guarded`.
+fn ns_message(guarded: &str) -> String {
+    format!(
+        "holdfast: Namespace {guarded} is protected by label holdfast.dev/protected=true (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label namespaces {guarded} holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+    )
+}
 
-fn objects(env: &Env) {
-    env.run(&["create", "namespace", "guarded"]);
-    env.run(&words(
-        "label namespace guarded holdfast.dev/protected=true",
-    ));
-    env.run(&["create", "namespace", "shop"]);
+/// The label refusal of ConfigMap `keep` in namespace `shop`.
+fn cm_message(shop: &str) -> String {
+    format!(
+        "holdfast: ConfigMap {shop}/keep is protected by label holdfast.dev/protected=Always (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps keep -n {shop} holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+    )
+}
+
+/// The test's namespaces `guarded` (itself protected) and `shop` (ConfigMaps
+/// keep, free, glass and casc) with their labels; returns their names.
+fn objects(env: &Env) -> (String, String) {
+    let guarded = env.namespace("guarded").expect("namespace");
+    env.run(&[
+        "label",
+        "namespace",
+        &guarded,
+        "holdfast.dev/protected=true",
+    ]);
+    let shop = env.namespace("shop").expect("namespace");
     for cm in ["keep", "free", "glass", "casc"] {
         env.run(&words(&format!(
-            "create configmap {cm} -n shop --from-literal=a=b"
+            "create configmap {cm} -n {shop} --from-literal=a=b"
         )));
     }
-    env.run(&words(
-        "label configmap keep -n shop holdfast.dev/protected=Always",
-    ));
-    env.run(&words(
-        "label configmap glass -n shop holdfast.dev/protected=true",
-    ));
-    env.run(&words(
-        "annotate configmap glass -n shop holdfast.dev/skip-protection=true",
-    ));
-    env.run(&words(
-        "label configmap casc -n shop holdfast.dev/protected=Cascading",
-    ));
+    for change in [
+        "label configmap keep holdfast.dev/protected=Always",
+        "label configmap glass holdfast.dev/protected=true",
+        "annotate configmap glass holdfast.dev/skip-protection=true",
+        "label configmap casc holdfast.dev/protected=Cascading",
+    ] {
+        env.run(&words(&format!("{change} -n {shop}")));
+    }
+    (guarded, shop)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() {
-    holdfast_e2e::needs_simulator!(
-        "its expectations name fixed namespaces a shared cluster may hold already, and it installs the controller's RBAC into namespace holdfast-system itself"
-    );
     let (mut env, kubeconfig) = stack(&[]).await;
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
     let c = controller(&env, port, "controller", &kubeconfig, &["--backstop=true"]).await;
@@ -139,50 +158,50 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
         p["metadata"]["labels"]["app.kubernetes.io/managed-by"],
         "holdfast-controller"
     );
-    objects(&env);
+    let (guarded, shop) = objects(&env);
 
     // Up or down, the API server refuses a labelled DELETE: the backstop is
     // evaluated before the webhooks.
     env.refuses(
-        &["delete", "configmap", "keep", "-n", "shop"],
-        &backstop_denial("configmaps", "keep", CM_MESSAGE),
+        &["delete", "configmap", "keep", "-n", &shop],
+        &backstop_denial("configmaps", "keep", &cm_message(&shop)),
     );
 
     // The webhook process stops.
     drop(env.webhook.take().expect("webhook running"));
     env.refuses(
-        &["delete", "namespace", "guarded"],
-        &backstop_denial("namespaces", "guarded", NS_MESSAGE),
+        &["delete", "namespace", &guarded],
+        &backstop_denial("namespaces", &guarded, &ns_message(&guarded)),
     );
     env.refuses(
-        &["delete", "configmap", "keep", "-n", "shop"],
-        &backstop_denial("configmaps", "keep", CM_MESSAGE),
+        &["delete", "configmap", "keep", "-n", &shop],
+        &backstop_denial("configmaps", "keep", &cm_message(&shop)),
     );
     // Break-glass passes the backstop (it cannot ask who set it); the webhook,
     // which judges the marker, is down and fails closed.
     env.refuses(
-        &["delete", "configmap", "glass", "-n", "shop"],
+        &["delete", "configmap", "glass", "-n", &shop],
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
     // Cascading is left to the webhook (the backstop cannot see live contents).
     env.refuses(
-        &["delete", "configmap", "casc", "-n", "shop"],
+        &["delete", "configmap", "casc", "-n", &shop],
         &webhook_down("delete-label-0.holdfast.dev", port),
     );
-    exists(&env, &["namespace", "guarded"]);
-    exists(&env, &["configmap", "keep", "-n", "shop"]);
+    exists(&env, &["namespace", &guarded]);
+    exists(&env, &["configmap", "keep", "-n", &shop]);
     // Unprotected objects are not held back.
     env.prints(
-        &["delete", "configmap", "free", "-n", "shop"],
+        &["delete", "configmap", "free", "-n", &shop],
         "configmap \"free\" deleted\n",
     );
     // Without strict mode, removing the label is allowed by the backstop (the
     // label webhook does not see it either).
-    env.run(&words(
-        "label configmap keep -n shop holdfast.dev/protected-",
-    ));
+    env.run(&words(&format!(
+        "label configmap keep -n {shop} holdfast.dev/protected-"
+    )));
     env.prints(
-        &["delete", "configmap", "keep", "-n", "shop"],
+        &["delete", "configmap", "keep", "-n", &shop],
         "configmap \"keep\" deleted\n",
     );
 
@@ -214,17 +233,14 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
     })
     .await;
     env.refuses(
-        &["delete", "namespace", "guarded"],
-        &backstop_denial("namespaces", "guarded", NS_MESSAGE),
+        &["delete", "namespace", &guarded],
+        &backstop_denial("namespaces", &guarded, &ns_message(&guarded)),
     );
     drop(c);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
-    holdfast_e2e::needs_simulator!(
-        "its expectations name fixed namespaces a shared cluster may hold already, and it installs the controller's RBAC into namespace holdfast-system itself"
-    );
     let (mut env, kubeconfig) = stack(&["--strict"]).await;
     let port = env.webhook.as_ref().map(|w| w.port).expect("port");
     // Without --strict first: DELETE only.
@@ -247,12 +263,12 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         installed_with(p, b, &["DELETE", "UPDATE"])
     })
     .await;
-    objects(&env);
-    env.run(&words(
-        "label configmap free -n shop holdfast.dev/protected=true holdfast.dev/strict-exempt=true",
-    ));
+    let (guarded, shop) = objects(&env);
+    env.run(&words(&format!(
+        "label configmap free -n {shop} holdfast.dev/protected=true holdfast.dev/strict-exempt=true"
+    )));
     // A CRD whose instances strict mode leaves alone: their UPDATEs leave the backstop.
-    env.apply(&holdfast_e2e::fixtures::widget_crd())
+    env.apply_crds(&holdfast_e2e::fixtures::widget_crd())
         .expect("widget CRD");
     env.run(&words(
         "label crd widgets.example.com holdfast.dev/strict-exempt=true",
@@ -264,26 +280,28 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         })
     })
     .await;
-    env.wait_served(&["widgets", "-n", "shop"]).await;
-    env.apply(
-        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop, labels: {holdfast.dev/protected: \"true\"}}\n",
-    )
+    env.wait_served(&["widgets", "-n", &shop]).await;
+    env.apply(&format!(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w1, namespace: {shop}, labels: {{holdfast.dev/protected: \"true\"}}}}\n",
+    ))
     .expect("widget");
     drop(env.webhook.take().expect("webhook running"));
     let strict_down = webhook_down("strict-label-0.holdfast.dev", port);
     env.refuses(
-        &words("label widget w1 -n shop holdfast.dev/protected-"),
+        &words(&format!(
+            "label widget w1 -n {shop} holdfast.dev/protected-"
+        )),
         &strict_down,
     );
     // Deletes under strict mode: the message tells how to unprotect first.
     let strict_delete = |kind: &str, resource: &str, name: &str, value: &str| {
-        let target = format!("{resource} {name} -n shop");
+        let target = format!("{resource} {name} -n {shop}");
         let message = format!(
-            "holdfast: {kind} shop/{name} is protected by label holdfast.dev/protected={value} (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label {target} holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label {target} holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+            "holdfast: {kind} {shop}/{name} is protected by label holdfast.dev/protected={value} (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first mark it exempt in its own update, as strict mode is on (kubectl label {target} holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the label (kubectl label {target} holdfast.dev/protected-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
         );
         let kind = kind.to_lowercase();
         env.refuses(
-            &["delete", &kind, name, "-n", "shop"],
+            &["delete", &kind, name, "-n", &shop],
             &backstop_denial(resource, name, &message),
         );
     };
@@ -297,31 +315,33 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     // Cascading counts as protecting for strict mode too.
     for (name, value) in [("keep", "Always"), ("casc", "Cascading")] {
         let message = strict_message(
-            &format!("ConfigMap shop/{name}"),
+            &format!("ConfigMap {shop}/{name}"),
             value,
-            &format!("configmaps {name} -n shop"),
+            &format!("configmaps {name} -n {shop}"),
             "",
         );
         env.refuses(
             &words(&format!(
-                "label configmap {name} -n shop holdfast.dev/protected-"
+                "label configmap {name} -n {shop} holdfast.dev/protected-"
             )),
             &backstop_denial("configmaps", name, &message),
         );
     }
-    env.refuses(&words("label --overwrite namespace guarded holdfast.dev/protected=no holdfast.dev/strict-exempt=true"), &backstop_denial(
+    env.refuses(&words(&format!("label --overwrite namespace {guarded} holdfast.dev/protected=no holdfast.dev/strict-exempt=true")), &backstop_denial(
             "namespaces",
-            "guarded",
+            &guarded,
             &strict_message(
-                "Namespace guarded",
+                &format!("Namespace {guarded}"),
                 "true",
-                "namespaces guarded",
+                &format!("namespaces {guarded}"),
                 " Adding the exemption in the same update does not count: it must already be stored.",
             ),
         ));
     // A stored exemption passes the backstop; the strict webhook (down) fails closed.
     env.refuses(
-        &words("label configmap free -n shop holdfast.dev/protected-"),
+        &words(&format!(
+            "label configmap free -n {shop} holdfast.dev/protected-"
+        )),
         &strict_down,
     );
     strict_delete("ConfigMap", "configmaps", "keep", "Always");
@@ -338,14 +358,17 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     )
     .await;
     wait_backstop(&env, "removed", |p, b| p.is_none() && b.is_none()).await;
-    for delete in ["delete namespace guarded", "delete configmap keep -n shop"] {
+    for delete in [
+        format!("delete namespace {guarded}"),
+        format!("delete configmap keep -n {shop}"),
+    ] {
         env.refuses(
-            &words(delete),
+            &words(&delete),
             &webhook_down("delete-label-0.holdfast.dev", port),
         );
     }
-    exists(&env, &["namespace", "guarded"]);
-    exists(&env, &["configmap", "keep", "-n", "shop"]);
+    exists(&env, &["namespace", &guarded]);
+    exists(&env, &["configmap", "keep", "-n", &shop]);
     let mut c = c;
     c.terminate(30).await.expect("controller stops");
 
@@ -376,20 +399,20 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
             ))),
         "second validation guards {karmada}"
     );
-    env.run(&["create", "configmap", "template", "-n", "shop"]);
+    env.run(&["create", "configmap", "template", "-n", &shop]);
     env.run(&[
         "label",
         "configmap",
         "template",
         "-n",
-        "shop",
+        &shop,
         &format!("{karmada}=Always"),
     ]);
-    env.refuses(&["delete", "configmap", "template", "-n", "shop"], &backstop_denial(
+    env.refuses(&["delete", "configmap", "template", "-n", &shop], &backstop_denial(
             "configmaps",
             "template",
             &format!(
-                "holdfast: ConfigMap shop/template is protected by label {karmada}=Always (policy: label {karmada}), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps template -n shop {karmada}-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+                "holdfast: ConfigMap {shop}/template is protected by label {karmada}=Always (policy: label {karmada}), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps template -n {shop} {karmada}-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
             ),
         ));
     drop(c);

@@ -94,8 +94,7 @@ async fn covered(env: &Env, group: &str, resource: &str) {
     .expect("configuration covers the resource");
 }
 
-/// Why some of these tests need the simulator.
-const FIXED_NAMESPACES: &str = "its story names its namespaces (vshn-postgresql-..., finalizer-namespace), names a shared cluster may hold already";
+/// Why a test needs the simulator.
 const SIM_GROUPS: &str =
     "its users dev and lead carry the groups devs and leads that the simulator's tokens give them";
 
@@ -296,17 +295,29 @@ fn composite(toggle: &str) -> String {
     )
 }
 
+/// A namespace of the test's own standing for a composite's instance namespace
+/// (`name` on a simulator, `name-<8 hex digits>` on a cluster), labelled with
+/// the composite `composite` it belongs to.
+fn instance_namespace(env: &Env, name: &str, composite: &str) -> String {
+    let ns = env.namespace(name).expect("namespace");
+    env.run(&[
+        "label",
+        "namespace",
+        &ns,
+        &format!("appcat.vshn.io/composite-name={composite}"),
+    ]);
+    ns
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn anchor_rule_composite_stories() {
-    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     let (env, _c) = stack_serving(&holdfast_e2e::fixtures::appcat_crds(), "xvshnpostgresqls").await;
     env.apply(ANCHOR_RULE).expect("anchor rule");
     env.wait_served(&["xobjectbuckets"]).await;
     env.apply(&composite("true")).expect("composite");
-    env.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: vshn-postgresql-pg-1, labels: {appcat.vshn.io/composite-name: pg-1}}\n")
-        .expect("instance namespace");
+    let ns = instance_namespace(&env, "vshn-postgresql-pg-1", "pg-1");
     for pvc in ["data-0", "data-1"] {
-        env.apply(&format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {pvc}, namespace: vshn-postgresql-pg-1}}\nspec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"))
+        env.apply(&format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {pvc}, namespace: {ns}}}\nspec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"))
             .expect("pvc");
     }
     env.apply("apiVersion: appcat.vshn.io/v1\nkind: XObjectBucket\nmetadata: {name: pg-1-backup, labels: {appcat.vshn.io/composite-name: pg-1}}\n")
@@ -314,19 +325,17 @@ async fn anchor_rule_composite_stories() {
     covered(&env, "appcat.vshn.io", "xobjectbuckets").await;
     covered(&env, "", "persistentvolumeclaims").await;
 
+    let data_0_dry_run = format!("delete pvc data-0 -n {ns} --dry-run=server");
     let protected_by = "is protected while its anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists and has .spec.parameters.backup.deletionProtection=true";
     // The namespace's DELETE reaches containment too, which refuses it alike.
     for (args, webhooks) in [
-        (
-            words("delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server"),
-            &[POLICIES_1][..],
-        ),
+        (words(&data_0_dry_run), &[POLICIES_1][..]),
         (
             vec!["delete", "xobjectbucket", "pg-1-backup", "--dry-run=server"],
             &[POLICIES_0],
         ),
         (
-            words("delete namespace vshn-postgresql-pg-1 --dry-run=server"),
+            vec!["delete", "namespace", &ns, "--dry-run=server"],
             &[POLICIES_0, CONTAINMENT],
         ),
     ] {
@@ -337,14 +346,12 @@ async fn anchor_rule_composite_stories() {
         refused_by_one_of(&out, webhooks, protected_by);
     }
     // The override label on exactly one PVC (a corrupted Galera node, say).
-    env.run(&words(
-        "label pvc data-1 -n vshn-postgresql-pg-1 holdfast.dev/allow-deletion=true",
-    ));
-    let out = env.attempt(&["delete", "pvc", "data-1", "-n", "vshn-postgresql-pg-1"]);
+    env.run(&words(&format!(
+        "label pvc data-1 -n {ns} holdfast.dev/allow-deletion=true"
+    )));
+    let out = env.attempt(&["delete", "pvc", "data-1", "-n", &ns]);
     assert_eq!(out.code, 0, "{out:?}");
-    let out = env.attempt(&words(
-        "delete pvc data-0 -n vshn-postgresql-pg-1 --dry-run=server",
-    ));
+    let out = env.attempt(&words(&data_0_dry_run));
     assert!(
         out.refused_with(protected_by),
         "the override is for exactly that object: {out:?}"
@@ -369,21 +376,17 @@ async fn anchor_rule_composite_stories() {
     })
     .await
     .expect("bucket deleted");
-    allowed_until(
-        &env,
-        &words("delete namespace vshn-postgresql-pg-1 --wait=false"),
-    )
-    .await;
+    allowed_until(&env, &["delete", "namespace", &ns, "--wait=false"]).await;
 }
-
-const CRITICAL: &str = holdfast_e2e::fixtures::FINALIZER_CRITICAL_SERVICE;
 
 const FINALIZER: &str = "my.crd.group/super-important";
 
-/// The finalizer-processing "Deployment": while the Deployment exists, it removes the
-/// finalizer from instances being deleted.
+/// The finalizer-processing "Deployment" (`finalizer-deployment` in namespace
+/// `ns`): while the Deployment exists, it removes the finalizer from instances
+/// being deleted.
 fn finalizer_controller(
     kubeconfig: std::path::PathBuf,
+    ns: &str,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) {
     let run = |args: &[&str]| {
@@ -396,9 +399,15 @@ fn finalizer_controller(
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
     };
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let alive = run(&words(
-            "get deployment finalizer-deployment -n finalizer-namespace -o json",
-        ))
+        let alive = run(&[
+            "get",
+            "deployment",
+            "finalizer-deployment",
+            "-n",
+            ns,
+            "-o",
+            "json",
+        ])
         .and_then(|s| serde_json::from_str::<Value>(&s).ok())
         .is_some_and(|d| d["metadata"]["deletionTimestamp"].is_null());
         if alive && let Some(list) = run(&["get", "coolresources", "-o", "json"]) {
@@ -427,21 +436,23 @@ fn finalizer_controller(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn critical_service_bulk_delete_converges_in_order() {
-    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     let (env, _c) = stack_serving(&holdfast_e2e::fixtures::cool_crd(), "coolresources").await;
-    env.run(&["create", "namespace", "finalizer-namespace"]);
-    env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
+    let ns = env.namespace("finalizer-namespace").expect("namespace");
+    env.run(&words(&format!(
+        "create deployment finalizer-deployment -n {ns} --image=registry.example/finalizer:1"
+    )));
     env.apply(&format!("apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {{name: some-instance, finalizers: [{FINALIZER}]}}\n"))
         .expect("instance");
-    env.apply(CRITICAL).expect("critical service");
+    env.apply(&holdfast_e2e::fixtures::finalizer_critical_service(&ns))
+        .expect("critical service");
     covered(&env, "apps", "deployments").await;
     covered(&env, "holdfast.dev", "criticalservices").await;
     // The provider is protected before the bulk delete starts.
     let out = env
         .kubectl_until(
-            &words(
-                "delete deployment finalizer-deployment -n finalizer-namespace --dry-run=server",
-            ),
+            &words(&format!(
+                "delete deployment finalizer-deployment -n {ns} --dry-run=server"
+            )),
             15,
             |o| o.code != 0,
         )
@@ -456,15 +467,22 @@ async fn critical_service_bulk_delete_converges_in_order() {
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let fin = {
-        let (kubeconfig, stop) = (env.kubeconfig.clone(), stop.clone());
-        std::thread::spawn(move || finalizer_controller(kubeconfig, stop))
+        let (kubeconfig, stop, ns) = (env.kubeconfig.clone(), stop.clone(), ns.clone());
+        std::thread::spawn(move || finalizer_controller(kubeconfig, &ns, stop))
     };
 
     // Every DELETE at once, in an order from a seed, each retried like a client.
     let mut deletes: Vec<Vec<&str>> = vec![
         words("delete criticalservice for-finalizer-deployment --wait=false"),
-        vec!["delete", "namespace", "finalizer-namespace", "--wait=false"],
-        words("delete deployment finalizer-deployment -n finalizer-namespace --wait=false"),
+        vec!["delete", "namespace", &ns, "--wait=false"],
+        vec![
+            "delete",
+            "deployment",
+            "finalizer-deployment",
+            "-n",
+            &ns,
+            "--wait=false",
+        ],
         words("delete crd coolresources.my.crd.group --wait=false"),
         vec!["delete", "coolresource", "some-instance", "--wait=false"],
     ];
@@ -487,10 +505,10 @@ async fn critical_service_bulk_delete_converges_in_order() {
             "criticalservice",
             vec!["get", "criticalservice", "for-finalizer-deployment"],
         ),
-        ("namespace", vec!["get", "namespace", "finalizer-namespace"]),
+        ("namespace", vec!["get", "namespace", &ns]),
         (
             "deployment",
-            words("get deployment finalizer-deployment -n finalizer-namespace"),
+            vec!["get", "deployment", "finalizer-deployment", "-n", &ns],
         ),
         ("crd", vec!["get", "crd", "coolresources.my.crd.group"]),
         ("instance", vec!["get", "coolresource", "some-instance"]),
@@ -728,12 +746,11 @@ async fn strict_resource_protection_guards_its_selector() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn anchor_is_the_topmost_composite() {
-    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     use holdfast_e2e::fixtures::{crd, documents};
     let (env, _c) = full_stack().await;
     // A Keycloak composite (topmost) owns a nested PostgreSQL composite; its backend
     // objects carry the topmost composite's name.
-    env.apply(&documents(&[
+    env.apply_crds(&documents(&[
         crd(
             "vshn.appcat.vshn.io",
             "xvshnkeycloaks",
@@ -760,10 +777,10 @@ async fn anchor_is_the_topmost_composite() {
     .expect("rule");
     env.apply("apiVersion: vshn.appcat.vshn.io/v1\nkind: XVSHNKeycloak\nmetadata: {name: kc-1}\nspec: {}\n").expect("top");
     env.apply("apiVersion: vshn.appcat.vshn.io/v1\nkind: XVSHNPostgreSQL\nmetadata: {name: kc-1-pg, labels: {appcat.vshn.io/composite-name: kc-1}}\nspec: {}\n").expect("nested");
-    env.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: vshn-postgresql-kc-1-pg, labels: {appcat.vshn.io/composite-name: kc-1}}\n").expect("ns");
-    env.apply("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: vshn-postgresql-kc-1-pg}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n").expect("pvc");
+    let ns = instance_namespace(&env, "vshn-postgresql-kc-1-pg", "kc-1");
+    env.apply(&format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: data, namespace: {ns}}}\nspec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n")).expect("pvc");
     covered(&env, "", "persistentvolumeclaims").await;
-    let pvc = words("delete pvc data -n vshn-postgresql-kc-1-pg --dry-run=server");
+    let pvc = ["delete", "pvc", "data", "-n", &ns, "--dry-run=server"];
     let out = env
         .kubectl_until(&pvc, 15, |o| o.code != 0)
         .await

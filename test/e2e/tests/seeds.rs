@@ -29,9 +29,6 @@ async fn full_stack(webhook_args: &[&str], controller_args: &[&str]) -> (Env, Co
     (env, c)
 }
 
-/// Why some of these tests need the simulator.
-const FIXED_NAMESPACES: &str = "its story names its namespaces (finalizer-namespace, team-a), names a shared cluster may hold already";
-
 /// Applies the CRDs `crds` and waits until each of `resources` is served.
 async fn install_crds(env: &Env, crds: &[String], resources: &[&str]) {
     env.apply_crds(&fixtures::documents(crds)).expect("crds");
@@ -71,22 +68,35 @@ async fn covered(env: &Env, group: &str, resource: &str) {
 /// Seed 002's CriticalService, exactly as the seed writes it (a comment header aside).
 const SEED_002_CRITICAL_SERVICE: &str = include_str!("../fixtures/seeds/002-critical-service.yaml");
 
+/// Seed 002's own CriticalService YAML, applied verbatim but for one thing: the
+/// provider's namespace (`finalizer-namespace` in the seed) is the test's own,
+/// substituted by the test (the same name on a simulator, a unique one on a
+/// cluster).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
-    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     let (env, _c) = full_stack(&[], &[]).await;
-    env.apply(&fixtures::cool_crd()).expect("crd");
+    env.apply_crds(&fixtures::cool_crd()).expect("crd");
     env.wait_served(&["coolresources"]).await;
-    env.run(&["create", "namespace", "finalizer-namespace"]);
-    env.run(&words("create deployment finalizer-deployment -n finalizer-namespace --image=registry.example/finalizer:1"));
+    let ns = env.namespace("finalizer-namespace").expect("namespace");
+    env.run(&words(&format!(
+        "create deployment finalizer-deployment -n {ns} --image=registry.example/finalizer:1"
+    )));
     env.apply(
         "apiVersion: my.crd.group/v1\nkind: CoolResource\nmetadata: {name: some-instance, finalizers: [my.crd.group/super-important]}\n",
     )
     .expect("instance");
 
-    // The seed's YAML, with only what the API server requires and the seed omits.
+    // The seed's YAML, with only what the API server requires and the seed omits,
+    // and the provider in the test's namespace.
+    const SEED_NAMESPACE: &str = "    namespace: finalizer-namespace\n";
+    assert_eq!(
+        SEED_002_CRITICAL_SERVICE.matches(SEED_NAMESPACE).count(),
+        1,
+        "the seed names its provider's namespace once"
+    );
+    let seed = SEED_002_CRITICAL_SERVICE.replace(SEED_NAMESPACE, &format!("    namespace: {ns}\n"));
     let manifest = format!(
-        "apiVersion: holdfast.dev/v1alpha1\nmetadata: {{name: for-finalizer-deployment}}\n{SEED_002_CRITICAL_SERVICE}"
+        "apiVersion: holdfast.dev/v1alpha1\nmetadata: {{name: for-finalizer-deployment}}\n{seed}"
     );
     let out = env.apply(&manifest).expect("kubectl");
     assert_eq!(
@@ -115,8 +125,14 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     wait_ready(&env, "criticalservice", "for-finalizer-deployment").await;
     covered(&env, "apps", "deployments").await;
 
-    let provider =
-        words("delete deployment finalizer-deployment -n finalizer-namespace --dry-run=server");
+    let provider = [
+        "delete",
+        "deployment",
+        "finalizer-deployment",
+        "-n",
+        &ns,
+        "--dry-run=server",
+    ];
     // Both criteria hold: the finalizer on the instance, and the CRD named by kind.
     let out = refused_until(
         &env,
@@ -143,15 +159,22 @@ async fn seed_002_critical_service_yaml_applies_verbatim_and_orders_deletion() {
     // The CriticalService itself stays while its provider exists.
     refused_until(
         &env,
-        &["delete", "criticalservice", "for-finalizer-deployment", "--dry-run=server"],
-        "cannot be deleted while its provider deployments.apps finalizer-namespace/finalizer-deployment exists",
+        &[
+            "delete",
+            "criticalservice",
+            "for-finalizer-deployment",
+            "--dry-run=server",
+        ],
+        &format!(
+            "cannot be deleted while its provider deployments.apps {ns}/finalizer-deployment exists"
+        ),
     )
     .await;
     // The CRD goes: nothing holds the provider any more, then the CriticalService.
     env.run(&["delete", "crd", "coolresources.my.crd.group"]);
     allowed_until(
         &env,
-        &words("delete deployment finalizer-deployment -n finalizer-namespace"),
+        &["delete", "deployment", "finalizer-deployment", "-n", &ns],
     )
     .await;
     allowed_until(
@@ -332,7 +355,6 @@ async fn conditions_on_every_policy_kind_as_the_readme_says() {
 /// AnchorRule's protection for exactly that object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
-    holdfast_e2e::needs_simulator!(FIXED_NAMESPACES);
     let (env, _c) = stack_with_crds(
         &[
             fixtures::crd(
@@ -353,12 +375,11 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
          protects:\n  - {group: appcat.vshn.io, version: v1, resource: xobjectbuckets}\n",
     )
     .expect("anchor rule");
-    for ns in ["team-a", "team-b"] {
-        env.run(&["create", "namespace", ns]);
-    }
-    env.apply(
-        "apiVersion: vshn.appcat.vshn.io/v1\nkind: VSHNPostgreSQL\nmetadata: {name: pg-1, namespace: team-a}\n",
-    )
+    let team_a = env.namespace("team-a").expect("namespace");
+    let team_b = env.namespace("team-b").expect("namespace");
+    env.apply(&format!(
+        "apiVersion: vshn.appcat.vshn.io/v1\nkind: VSHNPostgreSQL\nmetadata: {{name: pg-1, namespace: {team_a}}}\n",
+    ))
     .expect("claim");
     let bucket = |name: &str, ns: &str, extra: &str| {
         format!(
@@ -366,10 +387,10 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
              appcat.vshn.io/composite-name: pg-1\n    appcat.vshn.io/composite-namespace: {ns}\n{extra}"
         )
     };
-    env.apply(&bucket("bucket-a", "team-a", ""))
+    env.apply(&bucket("bucket-a", &team_a, ""))
         .expect("bucket a");
     // The same composite name in another namespace, where no claim lives.
-    env.apply(&bucket("bucket-b", "team-b", ""))
+    env.apply(&bucket("bucket-b", &team_b, ""))
         .expect("bucket b");
     wait_ready(&env, "anchorrule", "claims").await;
     covered(&env, "appcat.vshn.io", "xobjectbuckets").await;
@@ -377,10 +398,12 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     // The anchor is read in the namespace the label names.
     let refusal = holdfast_e2e::denied_by(
         "policies-0.holdfast.dev",
-        "holdfast: XObjectBucket bucket-a is protected while its anchor \
-         vshnpostgresqls.vshn.appcat.vshn.io team-a/pg-1 exists (policy: AnchorRule/claims), \
-         so it cannot be deleted. To delete it, delete the anchor, or label this object \
-         holdfast.dev/allow-deletion=true.",
+        &format!(
+            "holdfast: XObjectBucket bucket-a is protected while its anchor \
+             vshnpostgresqls.vshn.appcat.vshn.io {team_a}/pg-1 exists (policy: AnchorRule/claims), \
+             so it cannot be deleted. To delete it, delete the anchor, or label this object \
+             holdfast.dev/allow-deletion=true."
+        ),
     );
     refused_until(
         &env,
@@ -419,7 +442,11 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
         .await
         .expect("BreakGlass Event");
     assert_eq!(
-        events[0]["note"], "admin deleted it past its protection with the break-glass marker",
+        events[0]["note"],
+        format!(
+            "{} deleted it past its protection with the break-glass marker",
+            env.whoami()
+        ),
         "{events:?}"
     );
     assert_eq!(
@@ -428,16 +455,18 @@ async fn seed_000_namespaced_anchor_and_the_allowdeletion_override() {
     );
 
     // The claim goes: the buckets it anchored are deletable.
-    env.apply(&bucket("bucket-c", "team-a", ""))
+    env.apply(&bucket("bucket-c", &team_a, ""))
         .expect("bucket c");
     refused_until(
         &env,
         &["delete", "xobjectbucket", "bucket-c", "--dry-run=server"],
-        "holdfast: XObjectBucket bucket-c is protected while its anchor \
-         vshnpostgresqls.vshn.appcat.vshn.io team-a/pg-1 exists",
+        &format!(
+            "holdfast: XObjectBucket bucket-c is protected while its anchor \
+             vshnpostgresqls.vshn.appcat.vshn.io {team_a}/pg-1 exists"
+        ),
     )
     .await;
-    env.run(&["delete", "vshnpostgresql", "pg-1", "-n", "team-a"]);
+    env.run(&["delete", "vshnpostgresql", "pg-1", "-n", &team_a]);
     allowed_until(&env, &["delete", "xobjectbucket", "bucket-c"]).await;
 }
 

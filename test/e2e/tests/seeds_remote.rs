@@ -346,11 +346,8 @@ async fn wildcard_webhook(env: &Env) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_001_protect_everything_in_a_namespace() {
-    holdfast_e2e::needs_simulator!(
-        "its expectations name its namespace (shop), a name a shared cluster may hold already"
-    );
     let (env, controller) = shipped_stack().await;
-    env.apply(&holdfast_e2e::fixtures::crd(
+    env.apply_crds(&holdfast_e2e::fixtures::crd(
         "example.com",
         "widgets",
         "Widget",
@@ -358,23 +355,26 @@ async fn seed_001_protect_everything_in_a_namespace() {
     ))
     .expect("crd");
     env.wait_served(&["widgets"]).await;
-    for ns in ["shop", "other"] {
-        env.run(&["create", "namespace", ns]);
+    let shop = env.namespace("shop").expect("namespace");
+    let other = env.namespace("other").expect("namespace");
+    for ns in [&shop, &other] {
         env.run(&["create", "configmap", "cm", "-n", ns]);
         env.run(&["create", "secret", "generic", "s", "-n", ns]);
     }
-    env.apply("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: shop}\n")
-        .expect("widget");
-    env.apply(
-        "apiVersion: v1\nkind: Event\nmetadata: {name: ev, namespace: shop}\n\
-         involvedObject: {kind: ConfigMap, name: cm, namespace: shop}\nreason: Test\nmessage: m\n",
-    )
+    env.apply(&format!(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w1, namespace: {shop}}}\n"
+    ))
+    .expect("widget");
+    env.apply(&format!(
+        "apiVersion: v1\nkind: Event\nmetadata: {{name: ev, namespace: {shop}}}\n\
+         involvedObject: {{kind: ConfigMap, name: cm, namespace: {shop}}}\nreason: Test\nmessage: m\n",
+    ))
     .expect("event");
-    env.apply(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: everything-in-shop}\n\
-         spec:\n  resources:\n  - group: \"*\"\n    version: \"*\"\n    resource: \"*\"\n    namespace: shop\n    \
-         exclude:\n    - {group: \"\", resource: secrets}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: everything-in-shop}}\n\
+         spec:\n  resources:\n  - group: \"*\"\n    version: \"*\"\n    resource: \"*\"\n    namespace: {shop}\n    \
+         exclude:\n    - {{group: \"\", resource: secrets}}\n",
+    ))
     .expect("policy");
     let ready = controller
         .wait_condition(
@@ -414,7 +414,7 @@ async fn seed_001_protect_everything_in_a_namespace() {
     assert_eq!(
         hook["namespaceSelector"],
         serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
-            "operator": "In", "values": ["shop"]}]}),
+            "operator": "In", "values": [shop]}]}),
         "{hook}"
     );
 
@@ -425,7 +425,7 @@ async fn seed_001_protect_everything_in_a_namespace() {
                 hook["name"].as_str().unwrap_or_default(),
                 &format!(
                     "holdfast: {what} is protected by ResourceProtection/everything-in-shop \
-                     (selects every resource, {gr} among them in namespace shop), so it cannot \
+                     (selects every resource, {gr} among them in namespace {shop}), so it cannot \
                      be deleted. To delete it, remove it from the policy (kubectl edit \
                      resourceprotection everything-in-shop), {BYPASS_HINT}."
                 ),
@@ -434,18 +434,26 @@ async fn seed_001_protect_everything_in_a_namespace() {
         )
     };
     for (text, kind) in [
-        refusal("ConfigMap shop/cm", "configmaps", "configmap/cm"),
-        refusal("Widget shop/w1", "widgets.example.com", "widget/w1"),
+        refusal(
+            &format!("ConfigMap {shop}/cm"),
+            "configmaps",
+            "configmap/cm",
+        ),
+        refusal(
+            &format!("Widget {shop}/w1"),
+            "widgets.example.com",
+            "widget/w1",
+        ),
     ] {
-        refused_until(&env, &["delete", &kind, "-n", "shop"], &text).await;
-        assert!(env.exists(&[&kind, "-n", "shop"]).expect("get"), "{kind}");
+        refused_until(&env, &["delete", &kind, "-n", &shop], &text).await;
+        assert!(env.exists(&[&kind, "-n", &shop]).expect("get"), "{kind}");
     }
     // Excluded, never selected by a wildcard, or in another namespace: deletable.
     for (kind, ns) in [
-        ("secret/s", "shop"),
-        ("event/ev", "shop"),
-        ("configmap/cm", "other"),
-        ("secret/s", "other"),
+        ("secret/s", &shop),
+        ("event/ev", &shop),
+        ("configmap/cm", &other),
+        ("secret/s", &other),
     ] {
         let out = env.attempt(&["delete", kind, "-n", ns]);
         assert_eq!(out.code, 0, "{kind} in {ns}: {out:?}");
@@ -459,14 +467,14 @@ async fn seed_001_protect_everything_in_a_namespace() {
     // the webhook may read the new Widget type, it refuses as "not indexed yet".)
     refused_until(
         &env,
-        &["delete", "namespace", "shop"],
+        &["delete", "namespace", &shop],
         &holdfast_e2e::denied_by(
             "containment.holdfast.dev",
             &format!(
-                "holdfast: Namespace shop holds objects that are protected from deletion: \
-                 ConfigMap shop/cm (ResourceProtection/everything-in-shop), ConfigMap \
-                 shop/kube-root-ca.crt (ResourceProtection/everything-in-shop), ServiceAccount \
-                 shop/default (ResourceProtection/everything-in-shop), Widget shop/w1 \
+                "holdfast: Namespace {shop} holds objects that are protected from deletion: \
+                 ConfigMap {shop}/cm (ResourceProtection/everything-in-shop), ConfigMap \
+                 {shop}/kube-root-ca.crt (ResourceProtection/everything-in-shop), ServiceAccount \
+                 {shop}/default (ResourceProtection/everything-in-shop), Widget {shop}/w1 \
                  (ResourceProtection/everything-in-shop) (policy: containment), so it cannot be \
                  deleted: that would leave it half-deleted. To delete it, first lift the \
                  protection of those objects (or delete them), {BYPASS_HINT} on the namespace."
@@ -474,10 +482,10 @@ async fn seed_001_protect_everything_in_a_namespace() {
         ),
     )
     .await;
-    assert!(env.exists(&["namespace", "shop"]).expect("get"));
+    assert!(env.exists(&["namespace", &shop]).expect("get"));
     // The policy itself stays deletable (holdfast's own types are never selected).
     env.run(&["delete", "resourceprotection", "everything-in-shop"]);
-    allowed_until(&env, &["delete", "configmap", "cm", "-n", "shop"]).await;
+    allowed_until(&env, &["delete", "configmap", "cm", "-n", &shop]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -91,14 +91,20 @@ pub fn normalize_core(obj: &mut Value) {
     }
 }
 
+/// `obj`'s fields under the other form's names, typed as `api_version` Event
+/// (`None`: not an object).
+fn converted(obj: &Value, to_core: bool, api_version: &str) -> Option<Map<String, Value>> {
+    let mut out = rename(obj.as_object()?, to_core);
+    out.insert("apiVersion".into(), json!(api_version));
+    out.insert("kind".into(), json!("Event"));
+    Some(out)
+}
+
 /// The core form of an `events.k8s.io/v1` Event.
 pub fn to_core(obj: &Value) -> Value {
-    let Some(m) = obj.as_object() else {
+    let Some(out) = converted(obj, true, "v1") else {
         return obj.clone();
     };
-    let mut out = rename(m, true);
-    out.insert("apiVersion".into(), json!("v1"));
-    out.insert("kind".into(), json!("Event"));
     let mut out = Value::Object(out);
     normalize_core(&mut out);
     out
@@ -106,12 +112,9 @@ pub fn to_core(obj: &Value) -> Value {
 
 /// The `events.k8s.io/v1` form of a stored (core) Event.
 pub fn to_view(obj: &Value) -> Value {
-    let Some(m) = obj.as_object() else {
+    let Some(mut out) = converted(obj, false, "events.k8s.io/v1") else {
         return obj.clone();
     };
-    let mut out = rename(m, false);
-    out.insert("apiVersion".into(), json!("events.k8s.io/v1"));
-    out.insert("kind".into(), json!("Event"));
     // Empty strings the core form always carries are omitted here.
     for k in ["reportingController", "reportingInstance", "note"] {
         if out.get(k).is_some_and(|v| v == "") {
@@ -137,29 +140,18 @@ mod tests {
 
     #[test]
     fn an_events_v1_event_round_trips_through_the_core_form() {
-        let v1 = json!({
-            "apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"name": "e", "namespace": "default"},
-            "eventTime": "2026-11-23T04:00:00.000000Z",
-            "reportingController": "holdfast.dev/webhook", "reportingInstance": "w-1",
+        let (when, by) = ("2026-11-23T04:00:00.000000Z", "holdfast.dev/webhook");
+        let regarding = json!({"kind": "ConfigMap", "name": "c", "namespace": "default"});
+        let v1 = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "e"}, "eventTime": when, "reportingController": by,
+            "reportingInstance": "w-1", "action": "Delete", "reason": "DeletionBlocked",
+            "type": "Warning", "regarding": regarding, "note": "refused"});
+        let core = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"},
+            "eventTime": when, "reportingComponent": by, "reportingInstance": "w-1",
             "action": "Delete", "reason": "DeletionBlocked", "type": "Warning",
-            "regarding": {"kind": "ConfigMap", "name": "c", "namespace": "default"},
-            "note": "refused"
-        });
-        let core = to_core(&v1);
-        assert_eq!(
-            core,
-            json!({
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": "e", "namespace": "default"},
-                "eventTime": "2026-11-23T04:00:00.000000Z",
-                "reportingComponent": "holdfast.dev/webhook", "reportingInstance": "w-1",
-                "action": "Delete", "reason": "DeletionBlocked", "type": "Warning",
-                "involvedObject": {"kind": "ConfigMap", "name": "c", "namespace": "default"},
-                "message": "refused",
-                "source": {}, "firstTimestamp": null, "lastTimestamp": null
-            })
-        );
+            "involvedObject": regarding, "message": "refused",
+            "source": {}, "firstTimestamp": null, "lastTimestamp": null});
+        assert_eq!(to_core(&v1), core);
         let mut back = v1.clone();
         back["deprecatedSource"] = json!({});
         back["deprecatedFirstTimestamp"] = Value::Null;
