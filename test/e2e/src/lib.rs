@@ -1510,13 +1510,17 @@ impl Env {
                 )
             })
             .collect();
-        for d in &docs {
-            if d["kind"] == "Namespace"
-                && let Some(name) = d["metadata"]["name"].as_str()
-                && self.exists(&["namespace", name])?
-            {
+        // Any cluster-scoped object of the overlay already there (a namespace, a
+        // ClusterRole, a binding, a CRD...) is an installation the suite did not
+        // create: refuse rather than take it over and remove it afterwards.
+        for d in docs.iter().filter(|d| d["metadata"]["namespace"].is_null()) {
+            let (Some(kind), Some(name)) = (d["kind"].as_str(), d["metadata"]["name"].as_str())
+            else {
+                bail!("manifests/overlays/{overlay} renders an object without kind or name: {d}");
+            };
+            if self.exists(&[kind, name])? {
                 bail!(
-                    "namespace {name} exists on the cluster of {E2E_KUBECONFIG}: holdfast may be \
+                    "{kind} {name} exists on the cluster of {E2E_KUBECONFIG}: holdfast may be \
                      installed there, and this test installs it itself; run it against a cluster \
                      without holdfast, or remove it"
                 );

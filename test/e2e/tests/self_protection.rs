@@ -14,9 +14,9 @@ use std::{path::Path, time::Duration};
 
 /// Applies manifests/overlays/kubernetes as an administrator would. On the
 /// cluster of `HOLDFAST_E2E_KUBECONFIG` the test owns holdfast's installation
-/// there (the suite's lock, [`Env::own_installation`]) and refuses to go on when
-/// any cluster-scoped object of the overlay is there already (an installation the
-/// suite did not create); everything it applies is removed when the env drops.
+/// there and refuses to go on when any cluster-scoped object of the overlay is
+/// there already ([`Env::install_overlay`]); everything it applies is removed when
+/// the env drops.
 /// The Deployments are applied paused there, so that no pod of them starts (the
 /// binaries run on this host).
 fn install(env: &Env) {
@@ -25,21 +25,7 @@ fn install(env: &Env) {
         env.install_overlay("kubernetes").expect("overlay applied");
         return;
     }
-    env.own_installation()
-        .expect("holdfast's installation owned");
     let docs = kustomize(&overlay);
-    for d in docs.iter().filter(|d| d["metadata"]["namespace"].is_null()) {
-        let (kind, name) = (d["kind"].as_str(), d["metadata"]["name"].as_str());
-        let (Some(kind), Some(name)) = (kind, name) else {
-            panic!("the overlay renders an object without kind or name: {d}");
-        };
-        assert!(
-            !env.exists(&[kind, name]).expect("kubectl get"),
-            "{kind} {name} exists on the cluster of HOLDFAST_E2E_KUBECONFIG: holdfast may be \
-             installed there, and this test installs it itself; run it against a cluster \
-             without holdfast, or remove it"
-        );
-    }
     env.install_overlay("kubernetes").expect("overlay applied");
     for mut d in docs.into_iter().filter(|d| d["kind"] == "Deployment") {
         d["spec"]["paused"] = true.into();
