@@ -21,8 +21,8 @@ use holdfast_sim::SimConfig;
 use serde_json::Value;
 use std::time::Duration;
 
-/// A sim with the shipped manifests applied, and the webhook and the controller
-/// running as their ServiceAccounts.
+/// A sim (or the cluster of `HOLDFAST_E2E_KUBECONFIG`) with the shipped manifests
+/// applied, and the webhook and the controller running as their ServiceAccounts.
 async fn shipped_stack() -> (Env, ControllerProcess) {
     let s = holdfast_e2e::controller::shipped_stack(
         holdfast_e2e::with_service_accounts(SimConfig::default()),
@@ -494,37 +494,46 @@ async fn seed_001_protect_everything_in_a_namespace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
-    holdfast_e2e::needs_simulator!(
-        "it registers the APIService of metrics.k8s.io, which a cluster's metrics server may own"
-    );
     let (env, controller) = shipped_stack().await;
-    // metrics.k8s.io served by an aggregated API, as metrics-server registers it.
-    env.apply(
-        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1beta1.metrics.k8s.io}\n\
-         spec:\n  group: metrics.k8s.io\n  version: v1beta1\n  groupPriorityMinimum: 100\n  versionPriority: 100\n  \
-         insecureSkipTLSVerify: true\n  service: {name: metrics-server, namespace: kube-system, port: 443}\n",
-    )
+    let ns = env.default_namespace().expect("namespace");
+    // A group served by an aggregated API, as metrics-server registers
+    // metrics.k8s.io: a group of the test's own (a cluster's metrics server may own
+    // that one), its service one that does not exist, in the test's namespace.
+    let group = holdfast_e2e::unique_name("metrics").replace('-', "") + ".test.io";
+    let apiservice = format!("v1beta1.{group}");
+    if let Some(run) = &env.cluster {
+        run.remove_later("apiservice", &apiservice);
+    }
+    env.apply(&format!(
+        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {{name: {apiservice}}}\n\
+         spec:\n  group: {group}\n  version: v1beta1\n  groupPriorityMinimum: 100\n  versionPriority: 100\n  \
+         insecureSkipTLSVerify: true\n  service: {{name: metrics-server, namespace: {ns}, port: 443}}\n",
+    ))
     .expect("APIService");
-    // Its requests are proxied, never admitted: the simulator, like an API server
-    // with no reachable backend, answers 503 without any webhook being called.
-    let out = env.attempt(&words(
-        "get --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
-    ));
+    // Its requests are proxied, never admitted: an API server with no reachable
+    // backend answers 503 without any webhook being called.
+    let out = env.attempt(&words(&format!(
+        "get --raw /apis/{group}/v1beta1/namespaces/{ns}/pods"
+    )));
     assert_eq!(out.code, 1, "{out:?}");
-    env.apply(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: pod-metrics}\n\
-         spec:\n  resources:\n  - {group: metrics.k8s.io, version: v1beta1, resource: pods}\n  \
-         - {version: v1, resource: configmaps}\n",
-    )
+    // (The ConfigMaps it protects are those of the test's namespace: on a cluster,
+    // never the cluster's own.)
+    env.apply(&format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: pod-metrics}}\n\
+         spec:\n  resources:\n  - {{group: {group}, version: v1beta1, resource: pods}}\n  \
+         - {{version: v1, resource: configmaps, namespace: {ns}}}\n",
+    ))
     .expect("policy");
-    env.apply(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: events}\n\
-         spec:\n  resources:\n  - {version: v1, resource: events, namespace: default}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: events}}\n\
+         spec:\n  resources:\n  - {{version: v1, resource: events, namespace: {ns}}}\n",
+    ))
     .expect("policy");
-    let why = "DELETEs of pods.metrics.k8s.io never reach an admission webhook: group \
-               metrics.k8s.io is served by APIService v1beta1.metrics.k8s.io, an aggregated \
-               API whose requests the API server proxies without calling webhooks";
+    let why = format!(
+        "DELETEs of pods.{group} never reach an admission webhook: group {group} is served by \
+         APIService {apiservice}, an aggregated API whose requests the API server proxies \
+         without calling webhooks"
+    );
     let installed = wait_reason_or(
         &env,
         query("resourceprotection pod-metrics Installed NotAdmissionControlled"),
@@ -533,7 +542,7 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     .await;
     assert_eq!(
         (&installed["status"], &installed["message"]),
-        (&"False".into(), &why.into()),
+        (&"False".into(), &why.as_str().into()),
         "{installed}\ncontroller: {}",
         controller.log()
     );
@@ -552,9 +561,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     // And indeed: a DELETE there, routed by the configuration, is answered by the
     // (unreachable) aggregated API without a review reaching the webhook.
     let before = env.webhook_reviews("DELETE").await.expect("metrics");
-    let out = env.attempt(&words(
-        "delete --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
-    ));
+    let out = env.attempt(&words(&format!(
+        "delete --raw /apis/{group}/v1beta1/namespaces/{ns}/pods/p"
+    )));
     assert_eq!(
         (out.code, out.stderr.as_str()),
         (
@@ -580,8 +589,8 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
         &holdfast_e2e::denied_by(
             "policies-0.holdfast.dev",
             &format!(
-                "holdfast: ConfigMap default/kept is protected by ResourceProtection/pod-metrics \
-                 (selects configmaps), so it cannot be deleted. To delete it, remove it from the \
+                "holdfast: ConfigMap {ns}/kept is protected by ResourceProtection/pod-metrics \
+                 (selects configmaps in namespace {ns}), so it cannot be deleted. To delete it, remove it from the \
                  policy (kubectl edit resourceprotection pod-metrics), {BYPASS_HINT}."
             ),
         ),
@@ -602,9 +611,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
          DELETEs are refused",
         "{events}"
     );
-    // The APIService gone, nothing serves pods.metrics.k8s.io: the policy names an
+    // The APIService gone, nothing serves the group's pods: the policy names an
     // unknown resource, like any misspelled one.
-    env.run(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
+    env.run(&["delete", "apiservice", &apiservice]);
     let invalid = wait_reason(
         &env,
         query("resourceprotection pod-metrics Invalid UnknownResource"),
