@@ -3,7 +3,7 @@
 //! plan for a CRD and its instances), enforcement modes, namespace containment,
 //! AnchorRule (the composite stories) and CriticalService (the bulk-delete story).
 
-use holdfast_e2e::steps::sim_user;
+use holdfast_e2e::rbac;
 use holdfast_e2e::steps::{allowed_until, refused_until};
 use holdfast_e2e::{
     Env, KubectlOutput,
@@ -93,10 +93,6 @@ async fn covered(env: &Env, group: &str, resource: &str) {
     .await
     .expect("configuration covers the resource");
 }
-
-/// Why a test needs the simulator.
-const SIM_GROUPS: &str =
-    "its users dev and lead carry the groups devs and leads that the simulator's tokens give them";
 
 const WIDGET_PROTECTION: &str = holdfast_e2e::fixtures::WIDGET_PROTECTION;
 
@@ -559,36 +555,25 @@ async fn critical_service_bulk_delete_converges_in_order() {
     }
 }
 
-fn events(env: &Env, reason: &str, name: &str) -> Vec<Value> {
-    env.events(reason, name).expect("kubectl get events")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
-    holdfast_e2e::needs_simulator!(SIM_GROUPS);
-    use holdfast_sim::SimConfig;
-    let mut cfg = SimConfig::default();
-    cfg.users.push(sim_user("dev", &["devs"]));
-    cfg.users.push(sim_user("lead", &["leads"]));
-    let mut env = Env::start_with(cfg).await.expect("sim");
-    // Nobody holds a permission the cluster's RBAC does not grant: developers and
-    // leads edit ConfigMaps, leads may also bypass protection.
-    let rbac = holdfast_e2e::fixtures::documents(&[
-        holdfast_e2e::fixtures::cluster_role_for(
-            "e2e-edit-configmaps",
-            &[("Group", "devs"), ("Group", "leads")],
-            &[r#"{apiGroups: [""], resources: [configmaps], verbs: ["*"]}"#],
-        ),
-        holdfast_e2e::fixtures::cluster_role_for(
-            "e2e-bypass",
-            &[("Group", "leads")],
-            &["{apiGroups: [holdfast.dev], resources: [protections], verbs: [bypass]}"],
-        ),
-    ]);
-    env.kubectl_stdin(&["apply", "-f", "-"], &rbac)
-        .expect("kubectl")
-        .ok()
-        .expect("RBAC applied");
+    let mut env = Env::start().await.expect("env");
+    let ns = env.default_namespace().expect("namespace");
+    // Developers and leads, in groups of the test's own (a cluster may know groups
+    // named devs and leads already), hold nothing the cluster's RBAC does not
+    // grant: both edit ConfigMaps, leads may also bypass protection.
+    let devs = rbac::own_name("devs");
+    let leads = rbac::own_name("leads");
+    let dev = env.test_user("dev", &[devs.as_str()]).expect("dev");
+    let lead = env.test_user("lead", &[leads.as_str()]).expect("lead");
+    env.grant_cluster(
+        "edit-configmaps",
+        &[rbac::group(&devs), rbac::group(&leads)],
+        &[rbac::rule(&["*"], &[""], &["configmaps"])],
+    )
+    .expect("grant");
+    env.grant_cluster("bypass", &[rbac::group(&leads)], &[rbac::bypass()])
+        .expect("grant");
     env.install_crds().expect("crds");
     // One window for the whole test: four refused retries make exactly one Event
     // however slowly kubectl runs.
@@ -613,75 +598,68 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
         env.run(&["create", "configmap", name, "--from-literal=a=b"]);
         env.run(&["label", "configmap", name, "holdfast.dev/protected=true"]);
     }
+    let as_dev = |args: &[&str]| env.kubectl_by(&dev, args).expect("kubectl");
+    let as_lead = |args: &[&str]| env.kubectl_by(&lead, args).expect("kubectl");
     // Strict configuration in place: a developer cannot lift protection...
     let out = env
         .until_failed(&["label", "configmap", "db", "holdfast.dev/protected-"])
         .await;
     assert!(out.stderr.contains("strict mode is on"), "{out:?}");
-    let out = env
-        .kubectl_as(
-            "dev",
-            &words("annotate configmap db holdfast.dev/skip-protection=true"),
-        )
-        .expect("kubectl");
+    let out = as_dev(&words(
+        "annotate configmap db holdfast.dev/skip-protection=true",
+    ));
     refused_with(
         &out,
-        "holdfast: user \"dev\" may not add annotation holdfast.dev/skip-protection to ConfigMap default/db",
+        &format!(
+            "holdfast: user \"{}\" may not add annotation holdfast.dev/skip-protection to ConfigMap {ns}/db",
+            dev.name
+        ),
     );
-    let out = env
-        .kubectl_as(
-            "dev",
-            &words("label configmap db holdfast.dev/strict-exempt=true"),
-        )
-        .expect("kubectl");
+    let out = as_dev(&words("label configmap db holdfast.dev/strict-exempt=true"));
     refused_with(&out, "may not add label holdfast.dev/strict-exempt");
     // A refused dry run leaves no Event (the webhook declares sideEffects: None);
     // the same refusal for real, by another user, does.
     env.run(&["create", "configmap", "dry", "--from-literal=a=b"]);
     env.run(&["label", "configmap", "dry", "holdfast.dev/protected=true"]);
-    let out = env
-        .kubectl_as("dev", &["delete", "configmap", "dry", "--dry-run=server"])
-        .expect("kubectl");
-    refused_with(&out, "ConfigMap default/dry is protected by label");
-    let out = env
-        .kubectl_as("lead", &["delete", "configmap", "dry"])
-        .expect("kubectl");
-    refused_with(&out, "ConfigMap default/dry is protected by label");
+    let dry_refusal = format!("ConfigMap {ns}/dry is protected by label");
+    let out = as_dev(&["delete", "configmap", "dry", "--dry-run=server"]);
+    refused_with(&out, &dry_refusal);
+    let out = as_lead(&["delete", "configmap", "dry"]);
+    refused_with(&out, &dry_refusal);
     let dry = env
         .wait_events("DeletionBlocked", "dry", 30)
         .await
         .expect("the real refusal's Event");
+    let lead_tried = format!("{} tried to delete it", lead.name);
     assert!(
-        dry.iter().all(|e| e["note"]
-            .as_str()
-            .is_some_and(|n| n.starts_with("lead tried to delete it"))),
+        dry.iter()
+            .all(|e| e["regarding"]["namespace"] == ns.as_str()
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(&lead_tried))),
         "the dry run left an Event: {dry:?}"
     );
     // ...and gets refused deletions recorded, once per window however often retried.
     for _ in 0..4 {
-        let out = env
-            .kubectl_as("dev", &["delete", "configmap", "other"])
-            .expect("kubectl");
+        let out = as_dev(&["delete", "configmap", "other"]);
         refused_with(&out, "protected by label");
     }
     // A lead may set break-glass; then the deletion goes through.
-    env.kubectl_as(
-        "lead",
-        &words("annotate configmap db holdfast.dev/skip-protection=true"),
-    )
-    .expect("kubectl")
+    as_lead(&words(
+        "annotate configmap db holdfast.dev/skip-protection=true",
+    ))
     .ok()
     .expect("lead may bypass");
-    let out = env
-        .kubectl_as("dev", &["delete", "configmap", "db"])
-        .expect("kubectl");
+    let out = as_dev(&["delete", "configmap", "db"]);
     assert_eq!(out.code, 0, "{out:?}");
 
+    let dev_tried = format!("{} tried to delete it: holdfast:", dev.name);
+    let dev_deleted = format!("{} deleted it", dev.name);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let blocked = events(&env, "DeletionBlocked", "other");
-        let glass = events(&env, "BreakGlass", "db");
-        let granted = events(&env, "BreakGlassGranted", "db");
+        let blocked = events_in(&env, &ns, "DeletionBlocked", "other");
+        let glass = events_in(&env, &ns, "BreakGlass", "db");
+        let granted = events_in(&env, &ns, "BreakGlassGranted", "db");
         if !blocked.is_empty() && !glass.is_empty() && !granted.is_empty() {
             assert_eq!(blocked.len(), 1, "rate-limited: {blocked:?}");
             assert_eq!(blocked[0]["type"], "Warning");
@@ -689,21 +667,21 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
                 blocked[0]["note"]
                     .as_str()
                     .unwrap_or_default()
-                    .starts_with("dev tried to delete it: holdfast:"),
+                    .starts_with(&dev_tried),
                 "{blocked:?}"
             );
             assert!(
                 glass[0]["note"]
                     .as_str()
                     .unwrap_or_default()
-                    .starts_with("dev deleted it"),
+                    .starts_with(&dev_deleted),
                 "{glass:?}"
             );
             assert!(
                 granted[0]["note"]
                     .as_str()
                     .unwrap_or_default()
-                    .starts_with("lead"),
+                    .starts_with(&lead.name),
                 "{granted:?}"
             );
             break;
@@ -714,6 +692,15 @@ async fn break_glass_needs_the_bypass_permission_and_leaves_events() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The Events with `reason` about the object `name` in namespace `ns`.
+fn events_in(env: &Env, ns: &str, reason: &str, name: &str) -> Vec<Value> {
+    env.events(reason, name)
+        .expect("kubectl get events")
+        .into_iter()
+        .filter(|e| e["regarding"]["namespace"] == ns)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,11 +4,14 @@
 //!
 //! - seed 000: an AnchorRule whose composites live in another cluster (a "control
 //!   cluster" simulator, named by a kubeconfig Secret in holdfast's namespace of the
-//!   "service cluster" simulator holding the protected objects and holdfast).
+//!   "service cluster" holding the protected objects and holdfast: a simulator, or
+//!   the cluster of `HOLDFAST_E2E_KUBECONFIG`; the control cluster is always a
+//!   local simulator, which holdfast, running on this host, reaches).
 
 use holdfast_e2e::{
     Env,
     controller::{ControllerProcess, condition},
+    rbac,
     steps::eventually,
     steps::query,
     steps::words,
@@ -18,8 +21,8 @@ use holdfast_sim::SimConfig;
 use serde_json::Value;
 use std::time::Duration;
 
-/// A sim with the shipped manifests applied, and the webhook and the controller
-/// running as their ServiceAccounts.
+/// A sim (or the cluster of `HOLDFAST_E2E_KUBECONFIG`) with the shipped manifests
+/// applied, and the webhook and the controller running as their ServiceAccounts.
 async fn shipped_stack() -> (Env, ControllerProcess) {
     let s = holdfast_e2e::controller::shipped_stack(
         holdfast_e2e::with_service_accounts(SimConfig::default()),
@@ -59,26 +62,30 @@ async fn wait_reason_or(
     }
 }
 
-/// Waits until the DELETE of ConfigMap app/`cm` is refused (exactly) because its
-/// anchor, composite pg-1, exists in the control cluster.
-async fn refused_while_pg_1_exists(env: &Env, cm: &str) {
+/// Waits until the DELETE of ConfigMap `app`/`cm` is refused (exactly) because
+/// its anchor, composite pg-1, exists in the control cluster.
+async fn refused_while_pg_1_exists(env: &Env, app: &str, cm: &str) {
     let refusal = holdfast_e2e::denied_by(
         "policies-0.holdfast.dev",
         &format!(
-            "holdfast: ConfigMap app/{cm} is protected while its anchor \
+            "holdfast: ConfigMap {app}/{cm} is protected while its anchor \
              xvshnpostgresqls.vshn.appcat.vshn.io pg-1 exists in the cluster of anchor source \
              Secret holdfast-system/control-cluster (policy: AnchorRule/remote-composites), so \
              it cannot be deleted. To delete it, delete the anchor, or label this object \
              holdfast.dev/allow-deletion=true."
         ),
     );
-    let dry_run = format!("delete configmap {cm} -n app --dry-run=server");
+    let dry_run = format!("delete configmap {cm} -n {app} --dry-run=server");
     refused_until(env, &words(&dry_run), &refusal).await;
 }
 
-/// A control cluster serving the composites' CRD, holding composites `names`.
+/// A control cluster serving the composites' CRD, holding composites `names`: a
+/// simulator of the test's own, also when the service cluster is the cluster of
+/// `HOLDFAST_E2E_KUBECONFIG` (holdfast runs on this host and reaches it there).
 async fn control_cluster(names: &[&str]) -> Env {
-    let control = Env::start().await.expect("control cluster");
+    let control = Env::start_with(SimConfig::default())
+        .await
+        .expect("control cluster");
     control
         .apply(&holdfast_e2e::fixtures::crd(
             "vshn.appcat.vshn.io",
@@ -111,33 +118,37 @@ fn put_kubeconfig(env: &Env, control: &Env) {
 
 const BYPASS_HINT: &str = "or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection";
 
-fn configmap(name: &str, composite: &str) -> String {
+/// ConfigMap `ns`/`name` whose label `key` names the composite `composite`.
+fn configmap(ns: &str, name: &str, key: &str, composite: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: app\n  labels:\n    \
-         appcat.vshn.io/composite-name: {composite}\ndata: {{a: b}}\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels:\n    \
+         {key}: {composite}\ndata: {{a: b}}\n"
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_000_composite_in_another_cluster() {
-    holdfast_e2e::needs_simulator!(
-        "it runs a second simulator as the anchor source's control cluster"
-    );
     // The control cluster: the composites.
     let control = control_cluster(&["pg-1"]).await;
     // The service cluster: holdfast, the protected objects, the kubeconfig Secret.
     let (env, controller) = shipped_stack().await;
     put_kubeconfig(&env, &control);
-    env.run(&["create", "namespace", "app"]);
-    env.apply(&configmap("cm-1", "pg-1")).expect("cm-1");
-    env.apply(&configmap("cm-2", "pg-2")).expect("cm-2");
-    env.apply(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: remote-composites}\nspec:\n  \
-         anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}\n  \
-         anchorLabels: {name: appcat.vshn.io/composite-name}\n  \
-         anchorSource:\n    kubeconfigSecretRef: {name: control-cluster, namespace: holdfast-system}\n  \
-         protects:\n  - {version: v1, resource: configmaps}\n",
-    )
+    let app = env.namespace("app").expect("namespace");
+    let app = app.as_str();
+    // The rules protect ConfigMaps in every namespace: on a cluster, the label
+    // keys naming the anchors are the test's own, so the cluster's own ConfigMaps
+    // are never held.
+    let key = rbac::own_name("appcat.vshn.io/composite-name");
+    let anchored = |name: &str, composite: &str| configmap(app, name, &key, composite);
+    env.apply(&anchored("cm-1", "pg-1")).expect("cm-1");
+    env.apply(&anchored("cm-2", "pg-2")).expect("cm-2");
+    env.apply(&format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {{name: remote-composites}}\nspec:\n  \
+         anchor: {{group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}}\n  \
+         anchorLabels: {{name: {key}}}\n  \
+         anchorSource:\n    kubeconfigSecretRef: {{name: control-cluster, namespace: holdfast-system}}\n  \
+         protects:\n  - {{version: v1, resource: configmaps}}\n",
+    ))
     .expect("anchor rule");
 
     // Ready once the source is listed; the anchor type is served there only.
@@ -178,27 +189,24 @@ async fn seed_000_composite_in_another_cluster() {
     );
 
     // Refused while the composite exists in the control cluster.
-    refused_while_pg_1_exists(&env, "cm-1").await;
+    refused_while_pg_1_exists(&env, app, "cm-1").await;
     // No composite pg-2 there: that object is not protected.
     env.prints(
-        &["delete", "configmap", "cm-2", "-n", "app"],
+        &["delete", "configmap", "cm-2", "-n", app],
         "configmap \"cm-2\" deleted\n",
     );
 
     // The composite deleted in the control cluster: the object may go.
     control.run(&["delete", "xvshnpostgresql", "pg-1"]);
-    let out = allowed_until(&env, &["delete", "configmap", "cm-1", "-n", "app"]).await;
+    let out = allowed_until(&env, &["delete", "configmap", "cm-1", "-n", app]).await;
     assert_eq!(out.stdout, "configmap \"cm-1\" deleted\n", "{out:?}");
-    assert!(
-        !env.exists(&["configmap", "cm-1", "-n", "app"])
-            .expect("get")
-    );
+    assert!(!env.exists(&["configmap", "cm-1", "-n", app]).expect("get"));
 
     // The control cluster stopped: refused (fail closed), naming the source.
-    env.apply(&configmap("cm-3", "pg-1")).expect("cm-3");
+    env.apply(&anchored("cm-3", "pg-1")).expect("cm-3");
     allowed_until(
         &env,
-        &words("delete configmap cm-3 -n app --dry-run=server"),
+        &words(&format!("delete configmap cm-3 -n {app} --dry-run=server")),
     )
     .await;
     drop(control);
@@ -206,25 +214,24 @@ async fn seed_000_composite_in_another_cluster() {
         "policies-0.holdfast.dev",
         &format!(
             "holdfast: cannot read the anchor xvshnpostgresqls.vshn.appcat.vshn.io pg-1 of \
-             ConfigMap app/cm-3 (policy: AnchorRule/remote-composites): anchor source Secret \
+             ConfigMap {app}/cm-3 (policy: AnchorRule/remote-composites): anchor source Secret \
              holdfast-system/control-cluster is unreachable; refusing rather than risk it, \
              retry later, {BYPASS_HINT}."
         ),
     );
     refused_until(
         &env,
-        &["delete", "configmap", "cm-3", "-n", "app"],
+        &["delete", "configmap", "cm-3", "-n", app],
         &unreachable,
     )
     .await;
-    assert!(
-        env.exists(&["configmap", "cm-3", "-n", "app"])
-            .expect("get")
-    );
+    assert!(env.exists(&["configmap", "cm-3", "-n", app]).expect("get"));
     // An object naming no anchor is still deletable.
-    env.apply("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: app}\n")
-        .expect("plain");
-    env.run(&["delete", "configmap", "plain", "-n", "app"]);
+    env.apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: plain, namespace: {app}}}\n"
+    ))
+    .expect("plain");
+    env.run(&["delete", "configmap", "plain", "-n", app]);
     // The rule says so.
     let down = controller
         .wait_condition(
@@ -255,7 +262,7 @@ async fn seed_000_composite_in_another_cluster() {
     // the source is synced): listed again, allowed.
     let control2 = control_cluster(&["pg-1"]).await;
     put_kubeconfig(&env, &control2);
-    refused_while_pg_1_exists(&env, "cm-3").await;
+    refused_while_pg_1_exists(&env, app, "cm-3").await;
     wait_reason(
         &env,
         query("anchorrule remote-composites SourceReachable Synced"),
@@ -263,35 +270,35 @@ async fn seed_000_composite_in_another_cluster() {
     .await;
     let control3 = control_cluster(&[]).await;
     put_kubeconfig(&env, &control3);
-    let out = allowed_until(&env, &["delete", "configmap", "cm-3", "-n", "app"]).await;
+    let out = allowed_until(&env, &["delete", "configmap", "cm-3", "-n", app]).await;
     assert_eq!(out.stdout, "configmap \"cm-3\" deleted\n", "{out:?}");
     drop(control2);
 
-    // A Secret outside holdfast's namespace is never read.
+    // A Secret outside holdfast's namespace is never read (it names a reachable
+    // control cluster, and still counts for nothing).
     env.run(&[
         "create",
         "secret",
         "generic",
         "elsewhere",
         "-n",
-        "app",
+        app,
         &format!(
             "--from-file=kubeconfig={}",
-            env.kubeconfig.to_string_lossy()
+            control3.kubeconfig.to_string_lossy()
         ),
     ]);
-    env.apply(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {name: foreign-secret}\nspec:\n  \
-         anchor: {group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}\n  \
-         anchorLabels: {name: example.com/composite}\n  \
-         anchorSource:\n    kubeconfigSecretRef: {name: elsewhere, namespace: app}\n  \
-         protects:\n  - {version: v1, resource: configmaps}\n",
-    )
+    let foreign_key = rbac::own_name("example.com/composite");
+    env.apply(&format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {{name: foreign-secret}}\nspec:\n  \
+         anchor: {{group: vshn.appcat.vshn.io, version: v1, resource: xvshnpostgresqls}}\n  \
+         anchorLabels: {{name: {foreign_key}}}\n  \
+         anchorSource:\n    kubeconfigSecretRef: {{name: elsewhere, namespace: {app}}}\n  \
+         protects:\n  - {{version: v1, resource: configmaps}}\n",
+    ))
     .expect("anchor rule");
-    env.apply(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-4\n  namespace: app\n  labels: {example.com/composite: x}\n",
-    )
-    .expect("cm-4");
+    env.apply(&configmap(app, "cm-4", &foreign_key, "x"))
+        .expect("cm-4");
     let unusable = wait_reason(
         &env,
         query("anchorrule foreign-secret SourceReachable Unusable"),
@@ -301,28 +308,25 @@ async fn seed_000_composite_in_another_cluster() {
         (&unusable["reason"], &unusable["message"]),
         (
             &"Unusable".into(),
-            &"anchor source Secret app/elsewhere cannot be used: its Secret must be in holdfast's namespace holdfast-system".into()
+            &format!("anchor source Secret {app}/elsewhere cannot be used: its Secret must be in holdfast's namespace holdfast-system").into()
         ),
         "{unusable}"
     );
     // The configuration now splits the policies over two webhooks; either refuses.
     let message = format!(
         "holdfast: cannot read the anchor xvshnpostgresqls.vshn.appcat.vshn.io x of \
-         ConfigMap app/cm-4 (policy: AnchorRule/foreign-secret): anchor source Secret \
-         app/elsewhere cannot be used: its Secret must be in holdfast's namespace \
+         ConfigMap {app}/cm-4 (policy: AnchorRule/foreign-secret): anchor source Secret \
+         {app}/elsewhere cannot be used: its Secret must be in holdfast's namespace \
          holdfast-system; refusing rather than risk it, retry later, {BYPASS_HINT}."
     );
     let by = |hook: &str| holdfast_e2e::denied_by(hook, &message);
-    env.kubectl_until(&["delete", "configmap", "cm-4", "-n", "app"], 30, |o| {
+    env.kubectl_until(&["delete", "configmap", "cm-4", "-n", app], 30, |o| {
         o.refused_with(&by("policies-0.holdfast.dev"))
             || o.refused_with(&by("policies-1.holdfast.dev"))
     })
     .await
     .unwrap_or_else(|e| panic!("cm-4 never refused: {e:#}\nwebhook: {}", env.webhook_log()));
-    assert!(
-        env.exists(&["configmap", "cm-4", "-n", "app"])
-            .expect("get")
-    );
+    assert!(env.exists(&["configmap", "cm-4", "-n", app]).expect("get"));
 }
 
 /// Waits until the live configuration has a policies webhook routing every
@@ -490,37 +494,46 @@ async fn seed_001_protect_everything_in_a_namespace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
-    holdfast_e2e::needs_simulator!(
-        "it registers the APIService of metrics.k8s.io, which a cluster's metrics server may own"
-    );
     let (env, controller) = shipped_stack().await;
-    // metrics.k8s.io served by an aggregated API, as metrics-server registers it.
-    env.apply(
-        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1beta1.metrics.k8s.io}\n\
-         spec:\n  group: metrics.k8s.io\n  version: v1beta1\n  groupPriorityMinimum: 100\n  versionPriority: 100\n  \
-         insecureSkipTLSVerify: true\n  service: {name: metrics-server, namespace: kube-system, port: 443}\n",
-    )
+    let ns = env.default_namespace().expect("namespace");
+    // A group served by an aggregated API, as metrics-server registers
+    // metrics.k8s.io: a group of the test's own (a cluster's metrics server may own
+    // that one), its service one that does not exist, in the test's namespace.
+    let group = holdfast_e2e::unique_name("metrics").replace('-', "") + ".test.io";
+    let apiservice = format!("v1beta1.{group}");
+    if let Some(run) = &env.cluster {
+        run.remove_later("apiservice", &apiservice);
+    }
+    env.apply(&format!(
+        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {{name: {apiservice}}}\n\
+         spec:\n  group: {group}\n  version: v1beta1\n  groupPriorityMinimum: 100\n  versionPriority: 100\n  \
+         insecureSkipTLSVerify: true\n  service: {{name: metrics-server, namespace: {ns}, port: 443}}\n",
+    ))
     .expect("APIService");
-    // Its requests are proxied, never admitted: the simulator, like an API server
-    // with no reachable backend, answers 503 without any webhook being called.
-    let out = env.attempt(&words(
-        "get --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
-    ));
+    // Its requests are proxied, never admitted: an API server with no reachable
+    // backend answers 503 without any webhook being called.
+    let out = env.attempt(&words(&format!(
+        "get --raw /apis/{group}/v1beta1/namespaces/{ns}/pods"
+    )));
     assert_eq!(out.code, 1, "{out:?}");
-    env.apply(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: pod-metrics}\n\
-         spec:\n  resources:\n  - {group: metrics.k8s.io, version: v1beta1, resource: pods}\n  \
-         - {version: v1, resource: configmaps}\n",
-    )
+    // (The ConfigMaps it protects are those of the test's namespace: on a cluster,
+    // never the cluster's own.)
+    env.apply(&format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: pod-metrics}}\n\
+         spec:\n  resources:\n  - {{group: {group}, version: v1beta1, resource: pods}}\n  \
+         - {{version: v1, resource: configmaps, namespace: {ns}}}\n",
+    ))
     .expect("policy");
-    env.apply(
-        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {name: events}\n\
-         spec:\n  resources:\n  - {version: v1, resource: events, namespace: default}\n",
-    )
+    env.apply(&format!(
+        "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\nmetadata: {{name: events}}\n\
+         spec:\n  resources:\n  - {{version: v1, resource: events, namespace: {ns}}}\n",
+    ))
     .expect("policy");
-    let why = "DELETEs of pods.metrics.k8s.io never reach an admission webhook: group \
-               metrics.k8s.io is served by APIService v1beta1.metrics.k8s.io, an aggregated \
-               API whose requests the API server proxies without calling webhooks";
+    let why = format!(
+        "DELETEs of pods.{group} never reach an admission webhook: group {group} is served by \
+         APIService {apiservice}, an aggregated API whose requests the API server proxies \
+         without calling webhooks"
+    );
     let installed = wait_reason_or(
         &env,
         query("resourceprotection pod-metrics Installed NotAdmissionControlled"),
@@ -529,7 +542,7 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     .await;
     assert_eq!(
         (&installed["status"], &installed["message"]),
-        (&"False".into(), &why.into()),
+        (&"False".into(), &why.as_str().into()),
         "{installed}\ncontroller: {}",
         controller.log()
     );
@@ -548,9 +561,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
     // And indeed: a DELETE there, routed by the configuration, is answered by the
     // (unreachable) aggregated API without a review reaching the webhook.
     let before = env.webhook_reviews("DELETE").await.expect("metrics");
-    let out = env.attempt(&words(
-        "delete --raw /apis/metrics.k8s.io/v1beta1/namespaces/default/pods/p",
-    ));
+    let out = env.attempt(&words(&format!(
+        "delete --raw /apis/{group}/v1beta1/namespaces/{ns}/pods/p"
+    )));
     assert_eq!(
         (out.code, out.stderr.as_str()),
         (
@@ -576,8 +589,8 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
         &holdfast_e2e::denied_by(
             "policies-0.holdfast.dev",
             &format!(
-                "holdfast: ConfigMap default/kept is protected by ResourceProtection/pod-metrics \
-                 (selects configmaps), so it cannot be deleted. To delete it, remove it from the \
+                "holdfast: ConfigMap {ns}/kept is protected by ResourceProtection/pod-metrics \
+                 (selects configmaps in namespace {ns}), so it cannot be deleted. To delete it, remove it from the \
                  policy (kubectl edit resourceprotection pod-metrics), {BYPASS_HINT}."
             ),
         ),
@@ -598,9 +611,9 @@ async fn resources_never_sent_to_a_webhook_are_named_in_the_status() {
          DELETEs are refused",
         "{events}"
     );
-    // The APIService gone, nothing serves pods.metrics.k8s.io: the policy names an
+    // The APIService gone, nothing serves the group's pods: the policy names an
     // unknown resource, like any misspelled one.
-    env.run(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
+    env.run(&["delete", "apiservice", &apiservice]);
     let invalid = wait_reason(
         &env,
         query("resourceprotection pod-metrics Invalid UnknownResource"),
