@@ -1168,15 +1168,7 @@ impl Reconciler {
         let mut desired = desired_targets(&rules);
         let (plan, objects) = self.plan();
         for (lc, t) in plan.targets {
-            let entry = desired.entry(lc).or_default();
-            entry.binds |= t.binds;
-            entry.local = t.local;
-            for (export, grs) in t.exports {
-                entry.exports.entry(export).or_default().extend(grs);
-            }
-            entry.strict_exports = t.strict_exports;
-            entry.label_exports = t.label_exports;
-            entry.rules.extend(t.rules);
+            desired.entry(lc).or_default().absorb(t);
         }
         let installed = self.install(&desired).await;
         let writes = self.status_writes(&rules, &installed.configurations);

@@ -29,6 +29,7 @@ use holdfast_shared::{
     },
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::Value;
 
@@ -96,6 +97,9 @@ pub struct Bindings {
     pub unclaimed: BTreeSet<String>,
     /// Per workspace: the resources it gets from another workspace's APIExport.
     pub bound: HashMap<String, HashMap<GroupResource, BoundFrom>>,
+    /// Per workspace of [`Bindings::holdfast`]: a reference to its binding, the
+    /// owner of the configuration holdfast installs there.
+    pub owners: BTreeMap<String, OwnerReference>,
 }
 
 /// Whether `binding` accepts the claim on `group`/`resource`.
@@ -133,6 +137,22 @@ impl Bindings {
             if name == Some(export) && Some(from) == home {
                 if accepts(&b.data, WEBHOOK_CLAIM) {
                     out.holdfast.insert(cluster.to_string());
+                    if let (Some(name), Some(uid)) = (&b.metadata.name, &b.metadata.uid) {
+                        let types = b.types.as_ref();
+                        out.owners.insert(
+                            cluster.to_string(),
+                            OwnerReference {
+                                api_version: types.map_or_else(
+                                    || "apis.kcp.io/v1alpha2".to_string(),
+                                    |t| t.api_version.clone(),
+                                ),
+                                kind: "APIBinding".to_string(),
+                                name: name.clone(),
+                                uid: uid.clone(),
+                                ..OwnerReference::default()
+                            },
+                        );
+                    }
                 } else {
                     out.unclaimed.insert(cluster.to_string());
                 }
@@ -349,7 +369,9 @@ pub fn plan(
     let mut out = Plan::default();
     let mut local_needs: BTreeMap<String, PolicyNeeds> = BTreeMap::new();
     for cluster in &bindings.holdfast {
-        out.targets.entry(cluster.clone()).or_default().binds = true;
+        let target = out.targets.entry(cluster.clone()).or_default();
+        target.binds = true;
+        target.owner = bindings.owners.get(cluster).cloned();
     }
     // Label protection of what holdfast-binding workspaces get from an export whose
     // workspace binds holdfast too: kcp calls only that workspace's configurations

@@ -19,7 +19,9 @@ use k8s_openapi::{
         MatchCondition, RuleWithOperations, ServiceReference, ValidatingWebhook,
         ValidatingWebhookConfiguration, WebhookClientConfig,
     },
-    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta},
+    apimachinery::pkg::apis::meta::v1::{
+        LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+    },
 };
 use serde_json::Value;
 use std::{
@@ -1463,6 +1465,37 @@ pub struct WorkspaceTarget {
     /// labels guarded) through this workspace's configuration, since kcp calls only
     /// the export's workspace's configurations for them.
     pub label_exports: BTreeMap<String, BTreeSet<GroupResource>>,
+    /// The workspace's APIBinding to holdfast's APIExport: the configuration's
+    /// owner, so that kcp's garbage collector removes it when the workspace
+    /// unbinds holdfast (holdfast can no longer reach it then).
+    pub owner: Option<OwnerReference>,
+}
+
+impl WorkspaceTarget {
+    /// Adds `other`, the target the policy kinds' plan gives the same workspace, to
+    /// this one (the DependencyRules' exports): its exports and rules join these;
+    /// what only the plan decides (binding, own needs, strict and label exports,
+    /// owner) is taken from it.
+    pub fn absorb(&mut self, other: WorkspaceTarget) {
+        let WorkspaceTarget {
+            binds,
+            local,
+            exports,
+            strict_exports,
+            rules,
+            label_exports,
+            owner,
+        } = other;
+        self.binds |= binds;
+        self.local = local;
+        for (export, grs) in exports {
+            self.exports.entry(export).or_default().extend(grs);
+        }
+        self.strict_exports = strict_exports;
+        self.rules.extend(rules);
+        self.label_exports = label_exports;
+        self.owner = owner;
+    }
 }
 
 /// The configuration `holdfast` of kcp workspace `cluster`, or `None` when it
@@ -1530,6 +1563,7 @@ pub fn workspace_configuration(
     }
     let listed = target.rules.iter().cloned().collect::<Vec<_>>().join(",");
     let mut cfg = configuration((RULES_ANNOTATION, listed), hooks);
+    cfg.metadata.owner_references = target.owner.clone().map(|o| vec![o]);
     if target.binds
         && let Some(a) = cfg.metadata.annotations.as_mut()
     {
@@ -1695,7 +1729,11 @@ pub fn matches_desired(
     };
     let name_ok = l["metadata"]["name"] == d["metadata"]["name"];
     let labels_ok = subset(&d["metadata"]["labels"], &l["metadata"]["labels"])
-        && subset(&d["metadata"]["annotations"], &l["metadata"]["annotations"]);
+        && subset(&d["metadata"]["annotations"], &l["metadata"]["annotations"])
+        && subset(
+            &d["metadata"]["ownerReferences"],
+            &l["metadata"]["ownerReferences"],
+        );
     let hooks_ok = subset(
         d.get("webhooks").unwrap_or(&Value::Null),
         l.get("webhooks").unwrap_or(&Value::Null),

@@ -315,6 +315,61 @@ spec:
   - {group: apps, version: v1, resource: deployments}
 "#;
 
+/// The configuration holdfast installs in a workspace is owned by the workspace's
+/// binding to holdfast.dev: when the consumer unbinds, holdfast can no longer reach
+/// the workspace, and kcp's garbage collector removes the configuration, so no
+/// webhook of holdfast keeps judging (or, with holdfast gone, blocking) its DELETEs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unbinding_holdfast_removes_its_configuration() {
+    let (t, c) = setup().await;
+    let path = t.workspace_binding("leaving", "shard-1", true, &[]);
+    let cfg = configuration(&t, &c, "consumer", &path, |c| c.is_some())
+        .await
+        .expect("present");
+    let binding = t.kubectl(
+        "consumer",
+        &path,
+        &["get", "apibinding", "holdfast", "-o=json"],
+    );
+    assert_eq!(binding.code, 0, "{binding:?}");
+    let binding: Value = serde_json::from_str(&binding.stdout).expect("binding");
+    assert_eq!(
+        cfg["metadata"]["ownerReferences"],
+        serde_json::json!([{
+            "apiVersion": "apis.kcp.io/v1alpha2",
+            "kind": "APIBinding",
+            "name": "holdfast",
+            "uid": binding["metadata"]["uid"],
+        }]),
+        "owned by the binding"
+    );
+    // A configuration whose owner reference was removed by hand gets it back.
+    let out = t.kubectl(
+        "consumer",
+        &path,
+        &[
+            "patch",
+            "validatingwebhookconfiguration",
+            "holdfast",
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/metadata/ownerReferences"}]"#,
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    configuration(&t, &c, "consumer", &path, |c| {
+        c.is_some_and(|c| c["metadata"]["ownerReferences"] == cfg["metadata"]["ownerReferences"])
+    })
+    .await;
+    // Unbinding: the configuration goes with the binding.
+    let out = t.kubectl("consumer", &path, &["delete", "apibinding", "holdfast"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        configuration(&t, &c, "consumer", &path, |c| c.is_none()).await,
+        None
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_type_from_a_provider_is_protected_once_the_provider_binds_holdfast() {
     let (t, c) = setup().await;
