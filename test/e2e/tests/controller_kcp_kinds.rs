@@ -266,25 +266,7 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
         c.is_some_and(|c| workspace_webhooks(c) == own_webhooks(&lc))
     })
     .await;
-    // Unbinding holdfast.dev ends holdfast's access to the workspace: the
-    // configuration stays until the workspace's owner deletes it (docs/kcp.md).
-    let out = t.kubectl("consumer", &a, &["delete", "apibinding", "holdfast"]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let left = configuration(&t, &c, "consumer", &a, |c| c.is_some()).await;
-    assert_eq!(
-        workspace_webhooks(&left.expect("present")),
-        own_webhooks(&lc)
-    );
-    let out = t.kubectl(
-        "consumer",
-        &a,
-        &["delete", "validatingwebhookconfiguration", "holdfast"],
-    );
-    assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(
-        configuration(&t, &c, "platform", &a, |c| c.is_none()).await,
-        None
-    );
+    // Unbinding: `unbinding_holdfast_removes_its_configuration`.
 }
 
 /// The platform team's provider workspace `root:kube` (shard-1) exporting
