@@ -206,6 +206,31 @@ async fn a_vpc_goes_right_after_its_last_vm() {
         .expect("the VPC is still there");
     assert!(still["metadata"]["deletionTimestamp"].is_null(), "{still}");
 
+    // What deletes it is alice's permission, not the controller's: the controller
+    // may not delete VPCs itself, and may impersonate her user name but no group
+    // (the API server authorizes each part of an impersonation).
+    let controller_may = |what: &[&str]| {
+        let mut args = vec!["auth", "can-i"];
+        args.extend_from_slice(what);
+        args.extend(["--as", holdfast_e2e::CONTROLLER_SA]);
+        let out = env.attempt(&args);
+        (out.code, out.stdout.trim().to_string())
+    };
+    let no = (1, "no".to_string());
+    assert_eq!(
+        controller_may(&["delete", "vpcs.network.test.io", "-n", ns]),
+        no
+    );
+    let alice_user = format!("users/{}", alice.name);
+    assert_eq!(
+        controller_may(&["impersonate", &alice_user]),
+        (0, "yes".to_string())
+    );
+    assert_eq!(
+        controller_may(&["impersonate", "groups/system:authenticated"]),
+        no
+    );
+
     // The last VM goes: the VPC follows, deleted as alice.
     env.run(&["delete", "virtualmachine", "my-vm"]);
     wait_gone(&t, &["get", "vpc", "my-vpc"]).await;
