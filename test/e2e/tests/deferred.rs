@@ -81,16 +81,14 @@ async fn stack() -> Deferred {
     Deferred { s, ns, alice, bob }
 }
 
-fn vm(name: &str, ns: &str, vpc: &str) -> String {
-    format!(
-        "apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{vpcRef: {{name: {vpc}}}}}\n"
-    )
-}
-
+/// VPC `name` in namespace `ns`.
 fn vpc(name: &str, ns: &str) -> String {
-    format!(
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: {name}, namespace: {ns}}}\n"
-    )
+    json!({
+        "apiVersion": "network.test.io/v1",
+        "kind": "VPC",
+        "metadata": {"name": name, "namespace": ns},
+    })
+    .to_string()
 }
 
 async fn wait_gone(t: &Deferred, args: &[&str]) {
@@ -116,6 +114,28 @@ async fn deleted_by_alice(t: &Deferred, name: &str, kind: &str) -> Vec<Value> {
     assert_eq!(notes(&done), vec![deleted_by(&t.alice.name)]);
     assert_eq!(done[0]["regarding"]["kind"], kind, "{done:?}");
     done
+}
+
+/// Waits for the DeferredDeletionWaiting Event about `target` (kubectl's
+/// resource and name, of `kind`): exactly one, saying the controller tried as
+/// alice and was refused with `refusal`; the object is still there, not being
+/// deleted.
+async fn waits_as_alice(t: &Deferred, target: [&str; 2], kind: &str, refusal: &str) {
+    let waiting = t
+        .env()
+        .wait_events("DeferredDeletionWaiting", target[1], 60)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\ncontroller log:\n{}", t.controller().log()));
+    assert_eq!(
+        notes(&waiting),
+        vec![format!(
+            "deletion requested by \"{}\" waits: {refusal}",
+            t.alice.name
+        )]
+    );
+    assert_eq!(waiting[0]["regarding"]["kind"], kind, "{waiting:?}");
+    let still = t.env().get_json(&target).expect("still there");
+    assert!(still["metadata"]["deletionTimestamp"].is_null(), "{still}");
 }
 
 /// The notes of `events`.
@@ -154,7 +174,8 @@ async fn a_vpc_goes_right_after_its_last_vm() {
     let t = stack().await;
     let (env, ns, alice) = (t.env(), t.ns.as_str(), &t.alice);
     env.apply(&vpc("my-vpc", ns)).expect("vpc");
-    env.apply(&vm("my-vm", ns, "my-vpc")).expect("vm");
+    env.apply(&fixtures::vm_object("my-vm", ns, "my-vpc").to_string())
+        .expect("vm");
     // Protected while referenced, once the controller routes VPC DELETEs and the
     // webhook may read VirtualMachines.
     refused_exactly_until(
@@ -188,23 +209,7 @@ async fn a_vpc_goes_right_after_its_last_vm() {
 
     // The controller tries, as alice, and is refused by the policy: it says so once
     // and the VPC stays.
-    let waiting = env
-        .wait_events("DeferredDeletionWaiting", "my-vpc", 60)
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\ncontroller log:\n{}", t.controller().log()));
-    assert_eq!(
-        notes(&waiting),
-        vec![format!(
-            "deletion requested by \"{}\" waits: {}",
-            alice.name,
-            still_referenced(ns)
-        )]
-    );
-    assert_eq!(waiting[0]["regarding"]["kind"], "VPC", "{waiting:?}");
-    let still = env
-        .get_json(&["vpc", "my-vpc"])
-        .expect("the VPC is still there");
-    assert!(still["metadata"]["deletionTimestamp"].is_null(), "{still}");
+    waits_as_alice(&t, ["vpc", "my-vpc"], "VPC", &still_referenced(ns)).await;
 
     // What deletes it is alice's permission, not the controller's: the controller
     // may not delete VPCs itself, and may impersonate her user name but no group
@@ -268,22 +273,20 @@ async fn a_namespace_waits_for_its_protected_contents() {
     )));
     // Refused for what it holds, once the webhook may read everything it checks
     // (the first answers may be that it cannot verify that yet).
-    let refusal = steps::refused_until(
+    let denied = format!(
+        "admission webhook \"containment.holdfast.dev\" denied the request: holdfast: \
+         Namespace {shop} holds objects that are protected from deletion: ConfigMap \
+         {shop}/keep (label) (policy: containment), so it cannot be deleted: that would leave it \
+         half-deleted. To delete it, first lift the protection of those objects (or delete \
+         them), or set the annotation holdfast.dev/skip-protection=true if you are allowed to \
+         bypass protection on the namespace."
+    );
+    refused_exactly_until(
         env,
         &["delete", "namespace", &shop, "--dry-run=server"],
-        &format!("ConfigMap {shop}/keep"),
+        &format!("Error from server (Forbidden): {denied}\n"),
     )
     .await;
-    let denied = refusal
-        .stderr
-        .strip_prefix("Error from server (Forbidden): ")
-        .and_then(|r| r.strip_suffix('\n'))
-        .unwrap_or_else(|| panic!("{refusal:?}"));
-    let prefix = format!(
-        "admission webhook \"containment.holdfast.dev\" denied the request: holdfast: \
-         Namespace {shop} "
-    );
-    assert!(denied.starts_with(&prefix), "{refusal:?}");
 
     steps::deleted(
         &ask(&t, alice, &format!("namespace {shop}"), &alice.name),
@@ -291,20 +294,7 @@ async fn a_namespace_waits_for_its_protected_contents() {
     );
     // The controller tries, as alice, and is refused for the same reason: it says
     // so once and the namespace stays.
-    let waiting = env
-        .wait_events("DeferredDeletionWaiting", &shop, 60)
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\ncontroller log:\n{}", t.controller().log()));
-    assert_eq!(
-        notes(&waiting),
-        vec![format!(
-            "deletion requested by \"{}\" waits: {denied}",
-            alice.name
-        )]
-    );
-    assert_eq!(waiting[0]["regarding"]["kind"], "Namespace", "{waiting:?}");
-    let live = env.get_json(&["namespace", &shop]).expect("still there");
-    assert!(live["metadata"]["deletionTimestamp"].is_null(), "{live}");
+    waits_as_alice(&t, ["namespace", &shop], "Namespace", &denied).await;
 
     // The protection of its content goes: the namespace follows (and takes the
     // ConfigMap with it).
