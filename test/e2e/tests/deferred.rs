@@ -42,6 +42,9 @@ impl Deferred {
 /// What an everyday user does to the objects it may delete.
 const EVERYDAY: &[&str] = &["get", "list", "patch", "update", "delete"];
 
+/// [`Deferred`]: holdfast as shipped (both binaries as their ServiceAccounts, the
+/// controller having installed the configuration), then the VPC/VM types and
+/// their DependencyRule, alice and bob and their grants.
 async fn stack() -> Deferred {
     let cfg = holdfast_e2e::with_service_accounts(SimConfig::default());
     let s = shipped_stack(cfg, &[], &[])
