@@ -150,23 +150,6 @@ pub async fn wait_gone(env: &Env, args: &[&str], secs: u64, c: &ControllerProces
     .await
 }
 
-/// holdfast's CRDs, the namespace `holdfast-system` and the controller's RBAC as
-/// `manifests/base/rbac-controller.yaml` and `rbac-reads.yaml` ship it, applied
-/// by the admin; returns the path of a kubeconfig for the controller's
-/// ServiceAccount (the sim must know it: [`crate::with_service_accounts`]).
-pub fn install_controller_rbac(env: &Env) -> String {
-    env.install_crds().expect("holdfast CRDs");
-    env.run(&["create", "namespace", "holdfast-system"]);
-    for file in ["rbac-controller.yaml", "rbac-reads.yaml"] {
-        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../manifests/base")
-            .join(file);
-        env.run(&["apply", "-f", &rbac.to_string_lossy()]);
-    }
-    env.kubeconfig_for("controller.kubeconfig", crate::CONTROLLER_SA)
-        .expect("controller kubeconfig")
-}
-
 /// The controller (logging to `<name>.log`) with `kubeconfig`, pointing the
 /// configuration at webhook `port`, `args` last; returns once it is ready.
 pub async fn controller_as(
@@ -229,23 +212,6 @@ pub async fn allowed_until(env: &Env, args: &[&str]) -> KubectlOutput {
         })
 }
 
-/// `cfg` with sim users `names` (token `<name>-token`) in `group`.
-pub fn with_users(
-    mut cfg: holdfast_sim::SimConfig,
-    names: &[&str],
-    group: &str,
-) -> holdfast_sim::SimConfig {
-    for name in names {
-        cfg.users.push(holdfast_sim::User {
-            name: name.to_string(),
-            token: format!("{name}-token"),
-            groups: vec![group.to_string()],
-            uid: None,
-        });
-    }
-    cfg
-}
-
 /// Applies `manifests/overlays/<overlay>` as the admin ([`Env::install_overlay`]).
 pub fn apply_overlay(env: &Env, overlay: &str) {
     env.install_overlay(overlay).expect("overlay applied");
@@ -294,45 +260,6 @@ pub const EVERYDAY: &[&str] = &[
     "delete",
     "deletecollection",
 ];
-
-/// Sim user `name` in `groups`; its token is `<name>-token` (`:` as `-`).
-pub fn sim_user(name: &str, groups: &[&str]) -> holdfast_sim::User {
-    holdfast_sim::User {
-        name: name.to_string(),
-        token: format!("{}-token", name.replace(':', "-")),
-        groups: strings(groups),
-        uid: None,
-    }
-}
-
-fn strings(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
-/// The sim's RBAC rule granting `users` `verbs` on `resources` of `api_groups`.
-pub fn allow(
-    users: &[&str],
-    verbs: &[&str],
-    api_groups: &[&str],
-    resources: &[&str],
-) -> holdfast_sim::RbacRule {
-    holdfast_sim::RbacRule {
-        users: strings(users),
-        verbs: strings(verbs),
-        api_groups: strings(api_groups),
-        resources: strings(resources),
-        ..Default::default()
-    }
-}
-
-/// `rule` granted to the members of `groups` instead of to users.
-pub fn for_groups(groups: &[&str], rule: holdfast_sim::RbacRule) -> holdfast_sim::RbacRule {
-    holdfast_sim::RbacRule {
-        groups: strings(groups),
-        users: Vec::new(),
-        ..rule
-    }
-}
 
 /// Waits (at most 30 s) until the live configuration has the webhook `name`.
 pub async fn wait_webhook_installed(env: &Env, name: &str) {
