@@ -508,6 +508,27 @@ async fn bench_kcp_convergence_and_propagation() {
             sorted[sorted.len() - 1]
         );
     }
+    // The controller's phases per pass, medians over the run.
+    let log = c.log();
+    for phase in ["evaluate_us", "plan_us", "install_us", "statuses_us"] {
+        let key = format!("{phase}=");
+        let mut v: Vec<u64> = log
+            .lines()
+            .filter(|l| l.contains("kcp pass phases"))
+            .filter_map(|l| {
+                l.split(&key)
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        v.sort_unstable();
+        if let Some(m) = v.get(v.len() / 2) {
+            eprintln!("pass phase {phase}: median {m} µs over {} passes", v.len());
+        }
+    }
     let (p50, p99, max) = (
         percentile(&samples, 50.0),
         percentile(&samples, 99.0),
