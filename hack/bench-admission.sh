@@ -8,5 +8,11 @@
 #   HOLDFAST_BENCH_REQUESTS=40000 HOLDFAST_BENCH_CONNECTIONS=16 hack/bench-admission.sh
 #   HOLDFAST_BENCH_LOADED=0 hack/bench-admission.sh  # empty registry only
 #   HOLDFAST_BENCH_BASELINE=/path/to/older/holdfast-webhook hack/bench-admission.sh  # A/B, same rounds
+#
+# Instructions per review instead of time (independent of the machine's load; needs
+# valgrind): both servers under callgrind, see docs/performance.md.
+#
+#   cargo build --release -p holdfast-webhook -p holdfast-e2e --bins
+#   (cd test/e2e && ../../target/release/holdfast-bench-admission instructions)
 source "$(dirname "$0")/lib.sh"
 run_driver holdfast-bench-admission

@@ -386,36 +386,64 @@ impl AdmissionResponse {
         }
     }
 
-    /// The full AdmissionReview JSON body carrying this response, serialized in one
-    /// pass (no intermediate `Value`).
+    /// The full AdmissionReview JSON body carrying this response, written in one pass
+    /// into a buffer sized up front: the same bytes serde_json writes for
+    /// [`AdmissionResponse::into_review`]'s fields in their declared order, with the
+    /// strings escaped eight bytes at a time (the message names the object, so it is
+    /// escaped on every denial).
     pub fn to_review_bytes(&self) -> Vec<u8> {
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct ReviewOut<'a> {
-            api_version: &'static str,
-            kind: &'static str,
-            response: &'a AdmissionResponse,
-        }
-        // The envelope, the uid and the status take under 256 bytes; the message and
-        // the warnings are sized up front so the buffer grows at most rarely.
         let text = self.status.as_ref().and_then(|s| s.message.as_ref());
         let size = 256
             + self.uid.len()
             + text.map_or(0, String::len)
             + self.warnings.iter().map(|w| w.len() + 3).sum::<usize>();
         let mut out = Vec::with_capacity(size);
-        // Plain strings, booleans and numbers: serialization cannot fail.
-        match serde_json::to_writer(
-            &mut out,
-            &ReviewOut {
-                api_version: ADMISSION_API_VERSION,
-                kind: "AdmissionReview",
-                response: self,
-            },
-        ) {
-            Ok(()) => out,
-            Err(_) => Vec::new(),
+        out.extend_from_slice(b"{\"apiVersion\":");
+        json_str(&mut out, ADMISSION_API_VERSION);
+        out.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
+        json_str(&mut out, &self.uid);
+        out.extend_from_slice(if self.allowed {
+            b",\"allowed\":true"
+        } else {
+            b",\"allowed\":false"
+        });
+        if let Some(status) = &self.status {
+            out.extend_from_slice(b",\"status\":{");
+            let mut first = true;
+            let mut key = |out: &mut Vec<u8>, name: &[u8]| {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                out.extend_from_slice(name);
+            };
+            if let Some(code) = status.code {
+                key(&mut out, b"\"code\":");
+                let digits = code.to_string();
+                out.extend_from_slice(digits.as_bytes());
+            }
+            if let Some(reason) = &status.reason {
+                key(&mut out, b"\"reason\":");
+                json_str(&mut out, reason);
+            }
+            if let Some(message) = &status.message {
+                key(&mut out, b"\"message\":");
+                json_str(&mut out, message);
+            }
+            out.push(b'}');
         }
+        if !self.warnings.is_empty() {
+            out.extend_from_slice(b",\"warnings\":[");
+            for (i, w) in self.warnings.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json_str(&mut out, w);
+            }
+            out.push(b']');
+        }
+        out.extend_from_slice(b"}}");
+        out
     }
 
     /// The full AdmissionReview JSON body carrying this response.
@@ -426,6 +454,68 @@ impl AdmissionResponse {
             "response": self,
         })
     }
+}
+
+/// Appends `s` to `out` as a JSON string, escaped as serde_json escapes it (`"`,
+/// `\\`, and control characters: `\\b \\t \\n \\f \\r` by name, the others as
+/// `\\u00XX`); runs of eight bytes that need none are copied without a look at each.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Some byte of `x` is zero (the classic test; exact for the "is there one").
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS != 0;
+    let bytes = s.as_bytes();
+    out.push(b'"');
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(chunk) = bytes.get(i..i + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let x = u64::from_le_bytes(word);
+            // No byte below 0x20 (bytes of 0x80 and above, UTF-8, never count),
+            // none `"`, none `\\`: nothing to escape in these eight.
+            let below_space = x.wrapping_sub(ONES * 0x20) & !x & HIGHS != 0;
+            if !below_space
+                && !has_zero(x ^ (ONES * u64::from(b'"')))
+                && !has_zero(x ^ (ONES * u64::from(b'\\')))
+            {
+                i += 8;
+                continue;
+            }
+        }
+        let end = (i + 8).min(bytes.len());
+        while i < end {
+            let b = bytes[i];
+            let named: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                0x08 => b"\\b",
+                0x09 => b"\\t",
+                0x0a => b"\\n",
+                0x0c => b"\\f",
+                0x0d => b"\\r",
+                0x00..=0x1f => b"",
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
+            out.extend_from_slice(&bytes[start..i]);
+            if named.is_empty() {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0xf)]);
+            } else {
+                out.extend_from_slice(named);
+            }
+            i += 1;
+            start = i;
+        }
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
 }
 
 #[cfg(test)]
@@ -505,6 +595,68 @@ mod tests {
         assert_eq!(body["response"]["status"]["code"], 403);
         assert_eq!(body["response"]["status"]["reason"], "Forbidden");
         assert!(body["response"].get("warnings").is_none());
+    }
+
+    #[test]
+    fn review_bytes_are_what_serde_json_writes() {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct ReviewOut<'a> {
+            api_version: &'static str,
+            kind: &'static str,
+            response: &'a AdmissionResponse,
+        }
+        let serde = |r: &AdmissionResponse| {
+            serde_json::to_vec(&ReviewOut {
+                api_version: ADMISSION_API_VERSION,
+                kind: "AdmissionReview",
+                response: r,
+            })
+            .expect("serializes")
+        };
+        // Every control character, quotes, backslashes, DEL, UTF-8, at every
+        // offset against the eight-byte runs.
+        let controls: String = (0u8..0x20).map(char::from).collect();
+        let mut texts = vec![
+            String::new(),
+            controls.clone(),
+            "plain text of some length, nothing to escape here at all".to_string(),
+            "\"\\/\u{7f}ßé漢\u{1F600}".to_string(),
+        ];
+        for pad in 0..9 {
+            texts.push(format!(
+                "{}\"{}\\{}\n",
+                "x".repeat(pad),
+                "y".repeat(pad),
+                controls
+            ));
+        }
+        for text in &texts {
+            let denial = AdmissionResponse::deny(text, text.clone());
+            assert_eq!(denial.to_review_bytes(), serde(&denial), "{text:?}");
+            let warned = AdmissionResponse::allow(text, vec![text.clone(), "w".into()]);
+            assert_eq!(warned.to_review_bytes(), serde(&warned), "{text:?}");
+        }
+        let partial = AdmissionResponse {
+            uid: "u".into(),
+            allowed: false,
+            status: Some(ResponseStatus {
+                code: None,
+                reason: None,
+                message: Some("m".into()),
+            }),
+            warnings: Vec::new(),
+        };
+        assert_eq!(partial.to_review_bytes(), serde(&partial));
+        let empty = AdmissionResponse {
+            status: Some(ResponseStatus::default()),
+            ..partial.clone()
+        };
+        assert_eq!(empty.to_review_bytes(), serde(&empty));
+        assert_eq!(
+            AdmissionResponse::allow("u", Vec::new()).to_review_bytes(),
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":true}}"#
+        );
     }
 
     #[test]

@@ -154,7 +154,7 @@ pub(crate) async fn evaluate_single<V: ClusterView>(
         decider(),
         DenialKind::Protected,
         messages::label_protected(&what, label, &note, skip_note, &unprotect),
-        vec![format!("label {}={}", found.key, found.value)],
+        vec![messages::concat(&["label ", found.key, "=", found.value])],
     )
 }
 

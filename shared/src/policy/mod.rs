@@ -95,12 +95,15 @@ pub(crate) struct Context<'a, V> {
 
 /// `<resource> <name> [-n ns]`: what a `kubectl <verb>` hint names.
 pub(crate) fn kubectl_target(req: &AdmissionRequest) -> String {
-    let resource = req.resource.group_resource();
-    let name = req.object_name().unwrap_or("NAME");
-    match req.object_namespace() {
-        Some(ns) => format!("{resource} {name} -n {ns}"),
-        None => format!("{resource} {name}"),
+    // Written into one buffer: every denial by a label builds it.
+    let mut out = req.resource.write_group_resource(String::with_capacity(96));
+    out.push(' ');
+    out.push_str(req.object_name().unwrap_or("NAME"));
+    if let Some(ns) = req.object_namespace() {
+        out.push_str(" -n ");
+        out.push_str(ns);
     }
+    out
 }
 
 /// The logical cluster of an object (kcp), or "".

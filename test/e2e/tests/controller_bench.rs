@@ -225,6 +225,25 @@ fn rule(i: usize, j: usize, n: usize, resource: &str) -> Value {
     })
 }
 
+/// The numbers `field=N` of the controller's log lines containing `message`, sorted.
+fn logged(log: &str, message: &str, field: &str) -> Vec<u64> {
+    let key = format!("{field}=");
+    let mut v: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains(message))
+        .filter_map(|l| {
+            l.split(&key)
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -485,28 +504,20 @@ async fn bench_kcp_convergence_and_propagation() {
         }
     }
     samples.sort();
-    let passes: Vec<u64> = c
-        .log()
-        .lines()
-        .filter(|l| l.contains("kcp reconcile pass"))
-        .filter_map(|l| {
-            l.split("elapsed_ms=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    if !passes.is_empty() {
-        let mut sorted = passes.clone();
-        sorted.sort_unstable();
+    let log = c.log();
+    let passes = logged(&log, "kcp reconcile pass", "elapsed_ms");
+    if let (Some(median), Some(max)) = (passes.get(passes.len() / 2), passes.last()) {
         eprintln!(
-            "reconcile passes: {} (median {} ms, max {} ms)",
-            passes.len(),
-            sorted[sorted.len() / 2],
-            sorted[sorted.len() - 1]
+            "reconcile passes: {} (median {median} ms, max {max} ms)",
+            passes.len()
         );
+    }
+    // The controller's phases per pass, medians over the run.
+    for phase in ["evaluate_us", "plan_us", "install_us", "statuses_us"] {
+        let v = logged(&log, "kcp pass phases", phase);
+        if let Some(m) = v.get(v.len() / 2) {
+            eprintln!("pass phase {phase}: median {m} µs over {} passes", v.len());
+        }
     }
     let (p50, p99, max) = (
         percentile(&samples, 50.0),

@@ -89,7 +89,7 @@ impl ClusterView for WebhookView {
                 Topology::Kubernetes => self.synced.get(&key).is_some_and(|s| *s),
                 // Only a consumer cluster a synced endpoint covers: the index cannot
                 // see the others.
-                Topology::Kcp => self.kcp_covered(&key, &q).await,
+                Topology::Kcp => Box::pin(self.kcp_covered(&key, &q)).await,
             };
         let result = if indexed {
             self.metrics
@@ -103,7 +103,7 @@ impl ClusterView for WebhookView {
                 q.namespace,
             ))
         } else {
-            self.live_dependents(q).await
+            Box::pin(self.live_dependents(q)).await
         };
         if result.is_err() {
             self.metrics
@@ -138,7 +138,7 @@ impl ClusterView for WebhookView {
             )),
             ..Default::default()
         };
-        self.access_review(cluster, spec).await
+        Box::pin(self.access_review(cluster, spec)).await
     }
 
     async fn can_delete_as(&self, req: &AdmissionRequest, user: &str) -> Result<bool, LookupError> {
@@ -154,7 +154,7 @@ impl ClusterView for WebhookView {
             )),
             ..Default::default()
         };
-        self.access_review(cluster, spec).await
+        Box::pin(self.access_review(cluster, spec)).await
     }
 
     fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
@@ -199,17 +199,19 @@ impl ClusterView for WebhookView {
             .with_label_values(&["live"])
             .inc();
         let client = self.cluster_client(cluster)?;
-        let (ar, _) = match self.resolver.resolve(&client, cluster, gr).await {
+        let (ar, _) = match Box::pin(self.resolver.resolve(&client, cluster, gr)).await {
             Ok(r) => r,
             Err(crate::stores::ResolveError::NotServed(_)) => return Ok(0),
             Err(e) => return Err(LookupError(e.to_string())),
         };
         let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
-        let list =
-            tokio::time::timeout(LIVE_READ_TIMEOUT, api.list_metadata(&ListParams::default()))
-                .await
-                .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-                .map_err(|e| self.read_error(cluster, gr, &e))?;
+        let list = Box::pin(tokio::time::timeout(
+            LIVE_READ_TIMEOUT,
+            api.list_metadata(&ListParams::default()),
+        ))
+        .await
+        .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+        .map_err(|e| self.read_error(cluster, gr, &e))?;
         Ok(list
             .items
             .iter()
@@ -242,7 +244,7 @@ impl ClusterView for WebhookView {
         }
         // Not synced (yet): one GET.
         let client = self.cluster_client(cluster)?;
-        let (ar, namespaced) = match self.resolver.resolve(&client, cluster, gr).await {
+        let (ar, namespaced) = match Box::pin(self.resolver.resolve(&client, cluster, gr)).await {
             Ok(r) => r,
             Err(crate::stores::ResolveError::NotServed(_)) => return Ok(None),
             Err(e) => return Err(LookupError(e.to_string())),
@@ -252,7 +254,7 @@ impl ClusterView for WebhookView {
             (true, None) => return Ok(None),
             (false, _) => Api::all_with(client, &ar),
         };
-        let got = tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(name))
+        let got = Box::pin(tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(name)))
             .await
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
             .map_err(|e| self.read_error(cluster, gr, &e))?;
@@ -290,7 +292,7 @@ impl ClusterView for WebhookView {
         // the DELETE is refused: never "the namespace holds nothing"). Label-only
         // mode judges no containment, as on Kubernetes.
         if self.topology == Topology::Kcp && !self.label_only {
-            return self.kcp_namespace_contents(cluster, ns).await;
+            return Box::pin(self.kcp_namespace_contents(cluster, ns)).await;
         }
         if !self.stores_built() {
             return Err(LookupError(
@@ -425,7 +427,7 @@ impl ClusterView for WebhookView {
             }
             Ok(out)
         };
-        tokio::time::timeout(LIVE_READ_TIMEOUT, list_all)
+        Box::pin(tokio::time::timeout(LIVE_READ_TIMEOUT, list_all))
             .await
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
     }
@@ -462,7 +464,7 @@ impl ClusterView for WebhookView {
         cluster: &str,
         gr: &GroupResource,
     ) -> Result<Option<ExportRoute>, LookupError> {
-        self.bound_export_of(cluster, gr).await
+        Box::pin(self.bound_export_of(cluster, gr)).await
     }
 
     async fn replicas_path(
@@ -487,7 +489,7 @@ impl ClusterView for WebhookView {
         let api: Api<
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         > = Api::all(client);
-        let crd = tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(&name))
+        let crd = Box::pin(tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(&name)))
             .await
             .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
             .map_err(|e| LookupError(e.to_string()))?;

@@ -14,6 +14,16 @@
 //! `HOLDFAST_BENCH_BASELINE=PATH` runs a second `holdfast-webhook` binary (an older
 //! build, say) with the same flags in the same rounds (the order rotating each round)
 //! and adds its figures to each row, for an A/B on one harness.
+//!
+//! `holdfast-bench-admission instructions` counts instructions instead of time, which
+//! does not depend on the machine's load: it runs the bare server and
+//! `holdfast-webhook --label-only` (empty registry) under `valgrind --tool=callgrind`,
+//! sends each `HOLDFAST_BENCH_REQUESTS` (2,000) allowed and then denied reviews per
+//! protocol (after a tenth as warm-up), zeroing the counters before each phase and
+//! dumping them after it, and prints the server's instructions per review. The dumps
+//! (`callgrind.out.<pid>.<n>`, one per phase) stay in `HOLDFAST_BENCH_CALLGRIND_DIR`
+//! (default `target/callgrind`) for `callgrind_annotate`. `HOLDFAST_BENCH_WEBHOOK=PATH`
+//! measures another `holdfast-webhook` binary (an older build, say).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -246,6 +256,207 @@ async fn load(
     })
 }
 
+// ---------- instruction counts ----------
+
+/// A server under callgrind: its process and admission port.
+struct Counted {
+    proc: Proc,
+    port: u16,
+}
+
+impl Counted {
+    /// Starts `program args` under callgrind (instrumented from the start, dumps in
+    /// `dir`) and waits for its admission `port`.
+    async fn start(dir: &Path, port: u16, program: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        let proc = Proc(
+            Command::new("valgrind")
+                .arg("--tool=callgrind")
+                .arg("--collect-systime=nsec")
+                .arg(format!(
+                    "--callgrind-out-file={}/callgrind.out.%p",
+                    dir.display()
+                ))
+                .arg(program)
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{} under callgrind never opened port {port}",
+                program.display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(Self { proc, port })
+    }
+
+    /// Runs `callgrind_control ARG PID`.
+    fn control(&self, arg: &str) -> anyhow::Result<()> {
+        let status = Command::new("callgrind_control")
+            .arg(arg)
+            .arg(self.proc.0.id().to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "callgrind_control {arg} failed: {status}");
+        Ok(())
+    }
+
+    /// Instructions executed and system calls made while `n` reviews of `body` were
+    /// answered (after a tenth as warm-up), from the dump written after them.
+    async fn phase(
+        &self,
+        dir: &Path,
+        ca: &str,
+        proto: Proto,
+        body: &Bytes,
+        n: u64,
+    ) -> anyhow::Result<(u64, u64)> {
+        load(ca, self.port, proto, body, (n / 10).max(1)).await?;
+        self.control("-z")?;
+        let row = load(ca, self.port, proto, body, n).await?;
+        anyhow::ensure!(row.errors == 0, "{} reviews failed", row.errors);
+        let before = dumps(dir, self.proc.0.id())?;
+        self.control("-d")?;
+        let after = dumps(dir, self.proc.0.id())?;
+        let Some(dump) = after.iter().find(|d| !before.contains(d)) else {
+            anyhow::bail!("callgrind wrote no dump");
+        };
+        let text = std::fs::read_to_string(dump)?;
+        let line = |prefix: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .map(|v| v.split_whitespace().collect::<Vec<_>>())
+        };
+        let (Some(events), Some(totals)) = (line("events: "), line("summary: ")) else {
+            anyhow::bail!("no events or summary in {}", dump.display());
+        };
+        let total = |event: &str| -> u64 {
+            events
+                .iter()
+                .position(|e| *e == event)
+                .and_then(|i| totals.get(i)?.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok((total("Ir"), total("sysCount")))
+    }
+}
+
+/// The callgrind dumps of process `pid` in `dir`.
+fn dumps(dir: &Path, pid: u32) -> anyhow::Result<Vec<PathBuf>> {
+    let prefix = format!("callgrind.out.{pid}.");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&prefix))
+        {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}
+
+/// Instructions per review, bare server against holdfast, allowed and denied, both
+/// protocols (see the module documentation).
+async fn instructions() -> anyhow::Result<()> {
+    let n = env_num("HOLDFAST_BENCH_REQUESTS", 2_000);
+    let dir = std::env::var_os("HOLDFAST_BENCH_CALLGRIND_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| holdfast_e2e::workspace_root().join("target/callgrind"));
+    std::fs::create_dir_all(&dir)?;
+    let webhook = match std::env::var_os("HOLDFAST_BENCH_WEBHOOK") {
+        Some(path) => PathBuf::from(path),
+        None => holdfast_e2e::bin("holdfast-webhook")?,
+    };
+    let allowed = capture("011-delete-configmaps-plain.json")?;
+    let denied = capture("014-delete-configmaps-protected.json")?;
+    let env = holdfast_e2e::Env::start().await?;
+    let tls = env.dir.path();
+    let (cert, key) = (tls.join("tls.crt"), tls.join("tls.key"));
+    let (cert, key) = (cert.to_string_lossy(), key.to_string_lossy());
+    let bare_port = holdfast_e2e::free_port()?;
+    let bare_addr = format!("127.0.0.1:{bare_port}");
+    let hf_port = holdfast_e2e::free_port()?;
+    let (hf_addr, probe) = (
+        format!("127.0.0.1:{hf_port}"),
+        format!("127.0.0.1:{}", holdfast_e2e::free_port()?),
+    );
+    let kubeconfig = env.kubeconfig.to_string_lossy();
+    let hf_args = [
+        "--listen",
+        &hf_addr,
+        "--probe-listen",
+        &probe,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--kubeconfig",
+        &kubeconfig,
+        "--label-only",
+        "--protection-label",
+        "capture/deny=true",
+        "--max-streams",
+        "256",
+    ];
+    let servers = [
+        (
+            "bare",
+            Counted::start(
+                &dir,
+                bare_port,
+                &std::env::current_exe()?,
+                &["bare", &bare_addr, &cert, &key],
+            )
+            .await?,
+        ),
+        (
+            "holdfast",
+            Counted::start(&dir, hf_port, &webhook, &hf_args).await?,
+        ),
+    ];
+    let ca = env.pki.ca_pem.clone();
+    println!(
+        "{n} reviews per phase, {} connections ({} streams each on HTTP/2); dumps in {}",
+        env_num("HOLDFAST_BENCH_CONNECTIONS", 16),
+        env_num("HOLDFAST_BENCH_STREAMS", 4),
+        dir.display()
+    );
+    println!(
+        "| server | review | protocol | instructions per review | system calls per review | dump of pid |"
+    );
+    println!("|---|---|---|---:|---:|---:|");
+    for (name, server) in &servers {
+        for (review, body) in [("allowed", &allowed), ("denied", &denied)] {
+            for proto in [Proto::H1, Proto::H2] {
+                let (total, calls) = server.phase(&dir, &ca, proto, body, n).await?;
+                println!(
+                    "| {name} | {review} | {} | {} | {:.1} | {} |",
+                    if proto == Proto::H1 {
+                        "HTTP/1.1"
+                    } else {
+                        "HTTP/2"
+                    },
+                    total / n,
+                    calls as f64 / n as f64,
+                    server.proc.0.id()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 // ---------- processes ----------
 
 struct Proc(Child);
@@ -441,6 +652,9 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("usage: holdfast-bench-admission bare ADDR CERT KEY");
         };
         return bare(addr.parse()?, cert, key).await;
+    }
+    if args.get(1).map(String::as_str) == Some("instructions") {
+        return instructions().await;
     }
     let total = env_num("HOLDFAST_BENCH_REQUESTS", 20_000);
     let rounds = env_num("HOLDFAST_BENCH_ROUNDS", 5).max(1);
