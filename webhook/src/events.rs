@@ -64,8 +64,10 @@ impl TokenBucket {
 
     /// Takes one token at `now`, if there is one.
     pub fn take(&mut self, now: Instant) -> bool {
+        // A caller whose clock read came a little earlier than another's (threads)
+        // refills nothing and never moves the clock back, so no time is counted twice.
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.last = now;
+        self.last = self.last.max(now);
         self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -249,5 +251,19 @@ mod tests {
         assert!(b.take(much_later));
         assert!(b.take(much_later));
         assert!(!b.take(much_later));
+    }
+
+    #[test]
+    fn an_earlier_clock_read_refills_nothing_twice() {
+        let start = Instant::now();
+        let mut b = TokenBucket::new(1.0, 1.0);
+        b.last = start;
+        assert!(b.take(start + Duration::from_secs(1)));
+        // A read taken before the last one (another thread's) gets no token and
+        // leaves the clock where it was.
+        assert!(!b.take(start + Duration::from_millis(500)));
+        // So half a second after the last read is still half a token, not more.
+        assert!(!b.take(start + Duration::from_millis(1500)));
+        assert!(b.take(start + Duration::from_secs(2)));
     }
 }
