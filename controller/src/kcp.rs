@@ -68,6 +68,10 @@ pub struct ClusterStore<K> {
     /// Whether the index is synced (a complete list, no failure since; see
     /// [`holdfast_shared::watch`]).
     pub ready: bool,
+    /// Changes of what the objects ask for: one added, removed, or given a new
+    /// `metadata.generation` (a spec change); status and metadata-only updates,
+    /// such as the controller's own status writes, do not count.
+    pub spec_changes: u64,
 }
 
 impl<K> Default for ClusterStore<K> {
@@ -75,6 +79,7 @@ impl<K> Default for ClusterStore<K> {
         Self {
             objects: BTreeMap::new(),
             ready: false,
+            spec_changes: 0,
         }
     }
 }
@@ -101,14 +106,25 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
             .into_iter()
             .map(|o| (Self::key(&o), Arc::new(o)))
             .collect();
+        self.spec_changes += 1;
     }
 
     fn apply(&mut self, object: K) {
-        self.objects.insert(Self::key(&object), Arc::new(object));
+        let (meta, key) = (object.meta(), Self::key(&object));
+        let same_spec = self.objects.get(&key).is_some_and(|old| {
+            let old = old.meta();
+            old.uid == meta.uid && old.generation == meta.generation
+        });
+        if !same_spec {
+            self.spec_changes += 1;
+        }
+        self.objects.insert(key, Arc::new(object));
     }
 
     fn delete(&mut self, object: K) {
-        self.objects.remove(&Self::key(&object));
+        if self.objects.remove(&Self::key(&object)).is_some() {
+            self.spec_changes += 1;
+        }
     }
 
     fn status(&mut self, _from: &WatchStatus, to: &WatchStatus) {
@@ -210,6 +226,9 @@ const SYNC_POLL: Duration = Duration::from_millis(200);
 
 /// A pass runs this soon again while some workspace path is unresolved.
 const UNRESOLVED_RETRY: Duration = Duration::from_secs(2);
+/// The longest a pass may leave the statuses to the next because a policy changed
+/// during it (see [`Reconciler::defer_statuses`]).
+const STATUS_DEFER_MAX: Duration = Duration::from_secs(1);
 
 /// The kcp reconciler.
 pub struct Reconciler {
@@ -230,6 +249,8 @@ pub struct Reconciler {
     /// ResourceProtections, AnchorRules and CriticalServices (the order of
     /// [`crate::kcp_kinds::kinds`]), untyped.
     kinds: [Shared<DynamicObject>; 3],
+    /// When a pass last started writing statuses (see [`Reconciler::defer_statuses`]).
+    statuses_written: Mutex<std::time::Instant>,
     /// The endpoint a write to a workspace last went through (forgotten when a write
     /// through it fails).
     shard_of: Mutex<HashMap<String, String>>,
@@ -690,6 +711,7 @@ impl Reconciler {
             bindings: bindings.store,
             binding_endpoints: bindings.endpoints,
             kinds,
+            statuses_written: Mutex::new(std::time::Instant::now()),
             shard_of: Mutex::new(HashMap::new()),
             tasks,
             resolver,
@@ -1141,9 +1163,27 @@ impl Reconciler {
         self.exports.forget(lc).await;
     }
 
+    /// The policies' spec changes so far (DependencyRules and the other kinds).
+    fn spec_changes(&self) -> u64 {
+        let of = |s: &Shared<DynamicObject>| s.lock().map_or(0, |s| s.spec_changes);
+        of(&self.rules) + self.kinds.iter().map(of).sum::<u64>()
+    }
+
+    /// Whether this pass leaves the statuses to the next: a policy changed since
+    /// the pass started (counted at `inputs_at_start`), and statuses were written
+    /// less than [`STATUS_DEFER_MAX`] ago, so a stream of changes cannot starve them.
+    fn defer_statuses(&self, inputs_at_start: u64) -> bool {
+        self.spec_changes() != inputs_at_start
+            && self
+                .statuses_written
+                .lock()
+                .is_ok_and(|at| at.elapsed() < STATUS_DEFER_MAX)
+    }
+
     /// One pass; returns whether some path is unresolved (to retry soon).
     async fn reconcile_once(&self) -> Result<bool, ReconcileError> {
         let started = std::time::Instant::now();
+        let inputs_at_start = self.spec_changes();
         let rules = self.evaluate_rules().await?;
         let evaluated = started.elapsed();
         let unresolved = rules.iter().any(|r| {
@@ -1175,6 +1215,18 @@ impl Reconciler {
         let planned = started.elapsed();
         let installed = self.install(&desired).await;
         let configured = started.elapsed();
+        if self.defer_statuses(inputs_at_start) {
+            // A policy changed during this pass: the next pass, which starts at
+            // once, computes its configuration first and writes every status.
+            tracing::debug!("a policy changed during the pass; statuses wait for the next");
+            return match installed.errors.is_empty() {
+                true => Ok(unresolved),
+                false => Err(ReconcileError::Configuration(installed.errors.join("; "))),
+            };
+        }
+        if let Ok(mut at) = self.statuses_written.lock() {
+            *at = std::time::Instant::now();
+        }
         let writes = self.status_writes(&rules, &installed.configurations);
         let mut status_errors = self.write_statuses(writes).await;
         status_errors.extend(
@@ -1892,6 +1944,37 @@ fn status_write(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_spec_changes_count() {
+        let rule = |uid: &str, generation: i64, status: &str| {
+            let mut o = DynamicObject::new(
+                "r",
+                &ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+            );
+            o.metadata.uid = Some(uid.to_string());
+            o.metadata.generation = Some(generation);
+            o.metadata.resource_version = Some(status.to_string());
+            o.data = serde_json::json!({"status": status});
+            o
+        };
+        let mut store = ClusterStore::<DynamicObject>::default();
+        store.reset(vec![rule("u1", 1, "a")]);
+        assert_eq!(store.spec_changes, 1, "a list");
+        store.apply(rule("u1", 1, "b"));
+        assert_eq!(store.spec_changes, 1, "a status write is no spec change");
+        store.apply(rule("u1", 2, "b"));
+        assert_eq!(store.spec_changes, 2, "a new generation");
+        store.apply(rule("u2", 1, "b"));
+        assert_eq!(
+            store.spec_changes, 3,
+            "deleted and created again under the name"
+        );
+        store.delete(rule("u2", 1, "b"));
+        assert_eq!(store.spec_changes, 4, "deleted");
+        store.delete(rule("u2", 1, "b"));
+        assert_eq!(store.spec_changes, 4, "a delete of what is not there");
+    }
 
     fn api_error(code: u16) -> kube::Error {
         kube::Error::Api(Box::new(
