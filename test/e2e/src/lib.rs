@@ -1501,13 +1501,17 @@ impl Env {
             .stdout;
         let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered)
             .with_context(|| format!("rendering manifests/overlays/{overlay}"))?;
+        // The binaries run on this host: the Deployments are applied paused, so that
+        // the installation is the shipped one and no pod of it starts there (and no
+        // PodDisruptionBudget guards pods that never run).
         let docs: Vec<serde_json::Value> = docs
             .into_iter()
-            .filter(|d| {
-                !matches!(
-                    d["kind"].as_str(),
-                    Some("Deployment" | "PodDisruptionBudget")
-                )
+            .filter(|d| d["kind"] != "PodDisruptionBudget")
+            .map(|mut d| {
+                if d["kind"] == "Deployment" {
+                    d["spec"]["paused"] = true.into();
+                }
+                d
             })
             .collect();
         // Any cluster-scoped object of the overlay already there (a namespace, a

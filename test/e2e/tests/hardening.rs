@@ -544,20 +544,8 @@ async fn own_installation_is_guarded_by_an_admission_policy() {
         ])
         .await;
     let env = t.env();
-    if env.cluster.is_some() {
-        // On a cluster the overlay is applied without its Deployments (the binaries
-        // run on this host): the webhook's Deployment as rendered, paused, so that
-        // no pod of it starts there.
-        let overlay = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../manifests/overlays/kubernetes");
-        let mut deployment = holdfast_e2e::steps::kustomize(&overlay)
-            .into_iter()
-            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "holdfast-webhook")
-            .expect("the overlay renders the webhook's Deployment");
-        deployment["spec"]["paused"] = true.into();
-        env.apply(&deployment.to_string()).expect("deployment");
-    }
-    // The webhook's Deployment, as the manifests ship it.
+    // The webhook's Deployment, as the manifests ship it (paused on a cluster:
+    // `Env::install_overlay`).
     assert!(
         env.exists(&["deployment", "holdfast-webhook", "-n", "holdfast-system"])
             .expect("get")

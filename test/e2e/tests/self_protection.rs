@@ -4,34 +4,20 @@
 //! webhook configuration (which the API server never sends to webhooks) alive by
 //! recreating it, and `--cleanup-on-shutdown` still removes it on a graceful stop.
 
-use holdfast_e2e::steps::{kustomize, words};
+use holdfast_e2e::steps::words;
 use holdfast_e2e::{
     Env,
     controller::{start_controller, wait_configuration},
     denied_by_any,
 };
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
-/// Applies manifests/overlays/kubernetes as an administrator would. On the
-/// cluster of `HOLDFAST_E2E_KUBECONFIG` the test owns holdfast's installation
-/// there and refuses to go on when any cluster-scoped object of the overlay is
-/// there already ([`Env::install_overlay`]); everything it applies is removed when
-/// the env drops.
-/// The Deployments are applied paused there, so that no pod of them starts (the
-/// binaries run on this host).
+/// Applies manifests/overlays/kubernetes as an administrator would
+/// ([`Env::install_overlay`]: on the cluster of `HOLDFAST_E2E_KUBECONFIG` under the
+/// suite's lock, refusing an installation it did not create, the Deployments
+/// paused, everything removed when the env drops).
 fn install(env: &Env) {
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/overlays/kubernetes");
-    if env.cluster.is_none() {
-        env.install_overlay("kubernetes").expect("overlay applied");
-        return;
-    }
-    let docs = kustomize(&overlay);
     env.install_overlay("kubernetes").expect("overlay applied");
-    for mut d in docs.into_iter().filter(|d| d["kind"] == "Deployment") {
-        d["spec"]["paused"] = true.into();
-        env.apply(&d.to_string())
-            .expect("deployment applied, paused");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
