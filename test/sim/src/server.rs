@@ -493,29 +493,20 @@ fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<
     Ok(UserInfo { name, uid, groups })
 }
 
-/// `%XX` escapes decoded (an impersonated extra key travels percent-encoded in its
-/// header name); with a malformed escape the key is kept as written, as
-/// kube-apiserver does.
+/// An impersonated extra key, which travels percent-encoded in its header name,
+/// decoded; with a malformed escape it is kept as written, as kube-apiserver's
+/// `url.PathUnescape` leaves it.
 fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            match s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                Some(b) => out.push(b),
-                None => return s.to_string(),
-            }
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
+    let malformed = s.match_indices('%').any(|(i, _)| {
+        s.get(i + 1..i + 3)
+            .is_none_or(|h| !h.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    if malformed {
+        return s.to_string();
     }
-    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map_or_else(|_| s.to_string(), |k| k.into_owned())
 }
 
 /// `HOLDFAST_SIM_TRACE=1`: one stderr line per request (method, path, status, duration).
@@ -840,5 +831,19 @@ async fn route(
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn impersonated_extra_keys_are_unescaped_as_the_api_server_does() {
+        assert_eq!(percent_decode("scopes"), "scopes");
+        assert_eq!(percent_decode("example.com%2Fteam"), "example.com/team");
+        // A malformed escape keeps the whole key as written.
+        assert_eq!(percent_decode("a%2Fb%zz"), "a%2Fb%zz");
+        assert_eq!(percent_decode("a%2"), "a%2");
     }
 }
