@@ -351,6 +351,8 @@ struct Reads {
     covered: Option<BTreeSet<GroupResource>>,
     /// The reads role could not be kept: why, and the wanted types it does not grant.
     refused: Option<(String, BTreeSet<GroupResource>)>,
+    /// Granted, but some wanted type is not readable yet (the aggregation lags).
+    pending: bool,
 }
 
 /// Phase four's result for one policy object: the status to write.
@@ -694,6 +696,7 @@ impl Reconciler {
                     }
                 }
                 Reads {
+                    pending: wanted.iter().any(|gr| !self.confirmed.contains(gr)),
                     covered: Some(self.confirmed.clone()),
                     refused: None,
                 }
@@ -726,6 +729,7 @@ impl Reconciler {
                 Reads {
                     covered: Some(wanted),
                     refused: Some((error, missing)),
+                    pending: false,
                 }
             }
         }
@@ -855,17 +859,7 @@ impl Reconciler {
             .markers
             .sync(&self.index, &needs.routes, &keys, reads.covered.as_ref())
             .await;
-        let pending = reads.covered.as_ref().is_some_and(|r| {
-            reads::wanted(
-                &self.index,
-                &policy,
-                self.crd_types(),
-                self.settings.read_secrets,
-            )
-            .iter()
-            .any(|gr| !r.contains(gr))
-        });
-        if pending && reads.refused.is_none() {
+        if reads.pending {
             // Granted but not effective yet: route every namespace DELETE and look
             // again shortly.
             needs.containment = holdfast_shared::webhookconfig::Containment::Everywhere;
