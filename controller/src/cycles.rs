@@ -2,7 +2,10 @@
 //! resource types (edge dependent → dependency). A rule whose edge lies on a
 //! cycle is reported with the cycle, named the same way on every rule in it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::{
+    borrow::Borrow,
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+};
 
 use holdfast_shared::api::{DependencyRule, GroupResource};
 
@@ -67,14 +70,14 @@ impl Cycle {
 }
 
 /// For every rule on a cycle, the (first, canonical) cycle it is on.
-pub fn find_cycles(rules: &[RuleEdges]) -> BTreeMap<String, Cycle> {
+pub fn find_cycles<R: Borrow<RuleEdges>>(rules: &[R]) -> BTreeMap<String, Cycle> {
     if acyclic(rules) {
         // The common case, checked in linear time with hashed types.
         return BTreeMap::new();
     }
     // Adjacency: type -> [(next type, rule)], deterministic order.
     let mut adj: BTreeMap<&GroupResource, BTreeSet<(&GroupResource, &str)>> = BTreeMap::new();
-    for r in rules {
+    for r in rules.iter().map(Borrow::borrow) {
         for d in &r.dependencies {
             adj.entry(&r.dependent)
                 .or_default()
@@ -85,7 +88,7 @@ pub fn find_cycles(rules: &[RuleEdges]) -> BTreeMap<String, Cycle> {
     // just those (keeps 10,000 acyclic rules linear).
     let scc = components(&adj);
     let mut out = BTreeMap::new();
-    for r in rules {
+    for r in rules.iter().map(Borrow::borrow) {
         for d in &r.dependencies {
             let same = r.dependent == *d
                 || (scc.contains_key(&r.dependent) && scc.get(&r.dependent) == scc.get(d));
@@ -103,14 +106,14 @@ pub fn find_cycles(rules: &[RuleEdges]) -> BTreeMap<String, Cycle> {
 
 /// Whether the types and edges of `rules` form no cycle (self-edges included):
 /// Kahn's topological sort over hashed type ids removes every type.
-fn acyclic(rules: &[RuleEdges]) -> bool {
+fn acyclic<R: Borrow<RuleEdges>>(rules: &[R]) -> bool {
     let mut ids: HashMap<&GroupResource, usize> = HashMap::new();
     let mut id_of = |gr| {
         let next = ids.len();
         *ids.entry(gr).or_insert(next)
     };
     let mut edges: Vec<(usize, usize)> = Vec::new();
-    for r in rules {
+    for r in rules.iter().map(Borrow::borrow) {
         let from = id_of(&r.dependent);
         for d in &r.dependencies {
             edges.push((from, id_of(d)));

@@ -24,7 +24,7 @@
 //! configuration.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::{Arc, Mutex, atomic::AtomicBool},
     time::Duration,
 };
@@ -64,7 +64,7 @@ use crate::{
 /// Objects of one kind across logical clusters, keyed by (cluster, name): an
 /// [`Index`] fed by the shared watch driver.
 pub struct ClusterStore<K> {
-    objects: BTreeMap<(String, String), Arc<K>>,
+    objects: BTreeMap<StoreKey, Arc<K>>,
     /// Whether the index is synced (a complete list, no failure since; see
     /// [`holdfast_shared::watch`]).
     pub ready: bool,
@@ -72,7 +72,17 @@ pub struct ClusterStore<K> {
     /// `metadata.generation` (a spec change); status and metadata-only updates,
     /// such as the controller's own status writes, do not count.
     pub spec_changes: u64,
+    /// Changes of any kind (an object added, replaced or removed, a relist): a
+    /// pass reuses what it computed from these objects while this holds.
+    pub version: u64,
+    /// Objects removed (or a relist): caches keyed by these objects drop the
+    /// entries of removed ones only when this moved.
+    pub removals: u64,
 }
+
+/// A store's key: (logical cluster, name), shared with the snapshots and the
+/// caches keyed by object (cloning it is a reference count).
+pub type StoreKey = Arc<(String, String)>;
 
 impl<K> Default for ClusterStore<K> {
     fn default() -> Self {
@@ -80,6 +90,8 @@ impl<K> Default for ClusterStore<K> {
             objects: BTreeMap::new(),
             ready: false,
             spec_changes: 0,
+            version: 0,
+            removals: 0,
         }
     }
 }
@@ -92,7 +104,7 @@ impl<K: Resource> ClusterStore<K> {
     }
 
     /// A snapshot.
-    pub fn snapshot(&self) -> Vec<((String, String), Arc<K>)> {
+    pub fn snapshot(&self) -> Vec<(StoreKey, Arc<K>)> {
         self.objects
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -104,9 +116,11 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
     fn reset(&mut self, objects: Vec<K>) {
         self.objects = objects
             .into_iter()
-            .map(|o| (Self::key(&o), Arc::new(o)))
+            .map(|o| (Arc::new(Self::key(&o)), Arc::new(o)))
             .collect();
         self.spec_changes += 1;
+        self.version += 1;
+        self.removals += 1;
     }
 
     fn apply(&mut self, object: K) {
@@ -118,12 +132,21 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
         if !same_spec {
             self.spec_changes += 1;
         }
-        self.objects.insert(key, Arc::new(object));
+        self.version += 1;
+        match self.objects.get_mut(&key) {
+            // The key stays the one snapshots and caches share.
+            Some(slot) => *slot = Arc::new(object),
+            None => {
+                self.objects.insert(Arc::new(key), Arc::new(object));
+            }
+        }
     }
 
     fn delete(&mut self, object: K) {
         if self.objects.remove(&Self::key(&object)).is_some() {
             self.spec_changes += 1;
+            self.version += 1;
+            self.removals += 1;
         }
     }
 
@@ -170,7 +193,14 @@ impl<K: Resource> Index<K> for SharedFeed<K> {
 impl<K: Resource> Partitioned<K> for SharedFeed<K> {
     fn remove(&mut self, key: &ObjectKey) {
         self.with(|s| {
-            s.objects.remove(&(key.cluster.clone(), key.name.clone()));
+            if s.objects
+                .remove(&(key.cluster.clone(), key.name.clone()))
+                .is_some()
+            {
+                s.spec_changes += 1;
+                s.version += 1;
+                s.removals += 1;
+            }
         });
     }
 }
@@ -269,7 +299,7 @@ pub struct Reconciler {
     last_resync: std::time::Instant,
     notify: Arc<Notify>,
     /// Decoding results per rule, reused while its resourceVersion is unchanged.
-    parsed: Mutex<HashMap<(String, String), Arc<Parsed>>>,
+    parsed: Mutex<HashMap<StoreKey, Arc<Parsed>>>,
     /// Per provider cluster: the live resourceVersion last seen matching, and what
     /// the desired configuration it matched was built from (skips building and
     /// comparing unchanged pairs).
@@ -277,7 +307,7 @@ pub struct Reconciler {
     /// The previous pass's lookups (see [`PassLookups`]).
     lookups: Mutex<PassLookups>,
     /// Per rule: its last evaluation (see [`CachedEval`]).
-    evals: Mutex<HashMap<(String, String), CachedEval>>,
+    evals: Mutex<HashMap<StoreKey, CachedEval>>,
     /// Per rule (`cluster/name`): what its status was last found up to date with.
     statuses: Mutex<HashMap<String, StatusInputs>>,
     /// Whether the last pass left some workspace path unresolved (retry soon).
@@ -290,6 +320,10 @@ pub struct Reconciler {
     kind_statuses: Mutex<HashMap<DecodedKey, KindStatusInputs>>,
     /// Workspaces whose configuration holdfast may no longer delete (said once).
     abandoned: Mutex<BTreeSet<String>>,
+    /// The last plan of the other kinds (see [`Reconciler::plan`]).
+    planned: Mutex<Option<Arc<PlannedKinds>>>,
+    /// Per logical cluster: its last target.
+    targets: Mutex<Targets>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -408,6 +442,28 @@ impl PassLookups {
         self.answers.get(&kind)?.get(at)?.get(name)
     }
 
+    /// Every (where, at, name) answered.
+    fn keys(&self) -> impl Iterator<Item = (Where, &str, &str)> {
+        self.answers.iter().flat_map(|(kind, at)| {
+            at.iter().flat_map(move |(at, names)| {
+                names
+                    .keys()
+                    .map(move |name| (*kind, at.as_str(), name.as_str()))
+            })
+        })
+    }
+
+    /// Keeps only the answers `named` names.
+    fn retain(&mut self, named: &HashSet<(Where, &str, &str)>) {
+        for (kind, at) in self.answers.iter_mut() {
+            for (path, names) in at.iter_mut() {
+                names.retain(|name, _| named.contains(&(*kind, path.as_str(), name.as_str())));
+            }
+            at.retain(|_, names| !names.is_empty());
+        }
+        self.answers.retain(|_, at| !at.is_empty());
+    }
+
     fn insert(&mut self, kind: Where, at: &str, name: &str, found: Arc<ExportLookup>) {
         self.answers
             .entry(kind)
@@ -500,6 +556,9 @@ struct RuleEval {
     workspaces: Vec<WorkspaceRef>,
     /// provider cluster → APIExport name → resources
     targets: BTreeMap<String, ExportTargets>,
+    /// The rule's edges between resource types, for the cycle search (a valid
+    /// rule's only).
+    edges: Option<RuleEdges>,
 }
 
 impl RuleEval {
@@ -552,6 +611,16 @@ struct RuleState {
     rule: Option<Arc<DependencyRule>>,
 }
 
+/// Phases 1 and 2 of a pass: the rules, and what changed since the last pass.
+struct Evaluated {
+    rules: Vec<RuleState>,
+    /// Some rule was evaluated afresh or removed: the rules may name other
+    /// answers than the last pass's.
+    fresh: bool,
+    /// Some rule was removed: caches keyed by rule drop its entries.
+    removed: bool,
+}
+
 /// APIExport name → the resources of it some rule protects.
 type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
 
@@ -568,7 +637,28 @@ struct KindStatusInputs {
 
 /// A live configuration's resourceVersion, and the target and options of the
 /// desired configuration it matched.
-type Matched = (String, WorkspaceTarget, Arc<InstallOptions>);
+type Matched = (String, Arc<WorkspaceTarget>, Arc<InstallOptions>);
+
+/// The other kinds' plan, and what it was made from.
+struct PlannedKinds {
+    /// The versions of the three kinds' stores and of the APIBindings' store.
+    versions: [u64; 4],
+    /// holdfast's own logical cluster.
+    home: Option<String>,
+    /// Per logical cluster: the plan's part of its target.
+    targets: BTreeMap<String, Arc<WorkspaceTarget>>,
+    /// Per policy, in the order of `objects`.
+    policies: Vec<crate::kcp_kinds::PolicyEval>,
+    objects: Vec<Arc<DynamicObject>>,
+}
+
+/// One workspace's target and what it was built from.
+struct CachedTarget {
+    /// The evaluations of the rules routing to the workspace, in rule order.
+    evals: Vec<Arc<RuleEval>>,
+    plan_part: Option<Arc<WorkspaceTarget>>,
+    target: Arc<WorkspaceTarget>,
+}
 
 /// Phase 4: the configurations installed after the writes, and what failed.
 struct Installed {
@@ -726,6 +816,8 @@ impl Reconciler {
             statuses: Mutex::new(HashMap::new()),
             unresolved: false,
             abandoned: Mutex::new(BTreeSet::new()),
+            planned: Mutex::new(None),
+            targets: Mutex::new(Targets::default()),
             decoded: Mutex::new(HashMap::new()),
             kind_statuses: Mutex::new(HashMap::new()),
             ready,
@@ -814,7 +906,7 @@ impl Reconciler {
     }
 
     /// The rule objects, keyed by (cluster, name).
-    fn rule_objects(&self) -> Vec<((String, String), Arc<DynamicObject>)> {
+    fn rule_objects(&self) -> Vec<(StoreKey, Arc<DynamicObject>)> {
         self.rules.lock().map(|s| s.snapshot()).unwrap_or_default()
     }
 
@@ -823,10 +915,10 @@ impl Reconciler {
         self.hooks
             .lock()
             .map(|s| {
-                s.snapshot()
-                    .into_iter()
-                    .filter(|((_, n), _)| n == WEBHOOK_CONFIGURATION_NAME)
-                    .map(|((c, _), v)| (c, v))
+                s.objects
+                    .iter()
+                    .filter(|(k, _)| k.1 == WEBHOOK_CONFIGURATION_NAME)
+                    .map(|(k, v)| (k.0.clone(), v.clone()))
                     .collect()
             })
             .unwrap_or_default()
@@ -862,7 +954,7 @@ impl Reconciler {
         let live: Vec<String> = self
             .hooks
             .lock()
-            .map(|s| s.snapshot().into_iter().map(|((c, _), _)| c).collect())
+            .map(|s| s.objects.keys().map(|k| k.0.clone()).collect())
             .unwrap_or_default();
         for cluster in live {
             match self.delete_in(&cluster).await {
@@ -882,7 +974,7 @@ impl Reconciler {
     /// object and every lookup answer it used are the same.
     async fn evaluate(
         &self,
-        key: &(String, String),
+        key: &StoreKey,
         parsed: &Arc<Parsed>,
         memo: &mut PassLookups,
         prev: &PassLookups,
@@ -894,6 +986,7 @@ impl Reconciler {
             invalid: None,
             workspaces: Vec::new(),
             targets: BTreeMap::new(),
+            edges: None,
         };
         let rule = match &parsed.rule {
             Ok(r) => r.clone(),
@@ -995,6 +1088,8 @@ impl Reconciler {
                     .join("; "),
             });
             eval.targets.clear();
+        } else {
+            eval.edges = Some(RuleEdges::of(eval.key(), &rule));
         }
         let eval = Arc::new(eval);
         if let Ok(mut cache) = self.evals.lock() {
@@ -1184,7 +1279,11 @@ impl Reconciler {
     async fn reconcile_once(&self) -> Result<bool, ReconcileError> {
         let started = std::time::Instant::now();
         let inputs_at_start = self.spec_changes();
-        let rules = self.evaluate_rules().await?;
+        let Evaluated {
+            rules,
+            fresh,
+            removed,
+        } = self.evaluate_rules().await?;
         let evaluated = started.elapsed();
         let unresolved = rules.iter().any(|r| {
             r.eval
@@ -1192,26 +1291,35 @@ impl Reconciler {
                 .as_ref()
                 .is_some_and(|i| RETRIED.contains(&i.reason))
         });
-        if let Ok(mut g) = self.last_good.lock() {
-            // Keep the answers some rule still needs.
-            let mut named: std::collections::HashSet<(&str, &str)> =
-                std::collections::HashSet::new();
+        if fresh {
+            // Keep the answers some rule still names (unchanged while every rule
+            // kept its evaluation and none was removed).
+            let mut named: HashSet<(Where, &str, &str)> = HashSet::new();
             for r in &rules {
                 let Some(rule) = &r.rule else { continue };
                 if let Some(e) = &rule.spec.dependent.api_export_name {
-                    named.insert((r.eval.cluster.as_str(), e.as_str()));
+                    named.insert((Where::Cluster, r.eval.cluster.as_str(), e.as_str()));
                 }
                 for x in rule.api_export_refs() {
-                    named.insert((x.path.as_str(), x.name.as_str()));
+                    named.insert((Where::Path, x.path.as_str(), x.name.as_str()));
                 }
             }
-            g.retain(|k, _| named.contains(&(k.0.as_str(), k.1.as_str())));
+            if let Ok(mut l) = self.lookups.lock() {
+                l.retain(&named);
+            }
+            if let Ok(mut g) = self.last_good.lock() {
+                g.retain(|k, _| {
+                    named.contains(&(Where::Cluster, k.0.as_str(), k.1.as_str()))
+                        || named.contains(&(Where::Path, k.0.as_str(), k.1.as_str()))
+                });
+            }
         }
-        let mut desired = desired_targets(&rules);
-        let (plan, objects) = self.plan();
-        for (lc, t) in plan.targets {
-            desired.entry(lc).or_default().absorb(t);
-        }
+        let kinds = self.plan();
+        let desired = self
+            .targets
+            .lock()
+            .map(|mut t| t.desired(rules.iter().map(|r| &r.eval), &kinds.targets))
+            .map_err(|_| ReconcileError::Internal("target cache poisoned".into()))?;
         let planned = started.elapsed();
         let installed = self.install(&desired).await;
         let configured = started.elapsed();
@@ -1227,10 +1335,10 @@ impl Reconciler {
         if let Ok(mut at) = self.statuses_written.lock() {
             *at = std::time::Instant::now();
         }
-        let writes = self.status_writes(&rules, &installed.configurations);
+        let writes = self.status_writes(&rules, removed, &installed.configurations);
         let mut status_errors = self.write_statuses(writes).await;
         status_errors.extend(
-            self.write_kind_statuses(&plan.policies, &objects, &installed.configurations)
+            self.write_kind_statuses(&kinds.policies, &kinds.objects, &installed.configurations)
                 .await,
         );
         // Where a pass goes (hack/bench-controller.sh reports the medians).
@@ -1254,20 +1362,14 @@ impl Reconciler {
 
     /// Phases 1 and 2: every rule object decoded (cached per resourceVersion)
     /// and evaluated.
-    async fn evaluate_rules(&self) -> Result<Vec<RuleState>, ReconcileError> {
+    async fn evaluate_rules(&self) -> Result<Evaluated, ReconcileError> {
         let objects = self.rule_objects();
-        let parsed: Vec<Arc<Parsed>> = {
+        let (parsed, removed): (Vec<Arc<Parsed>>, bool) = {
             let mut cache = self
                 .parsed
                 .lock()
                 .map_err(|_| ReconcileError::Internal("parse cache poisoned".into()))?;
-            let keep: std::collections::HashSet<&(String, String)> =
-                objects.iter().map(|(k, _)| k).collect();
-            cache.retain(|k, _| keep.contains(k));
-            if let Ok(mut evals) = self.evals.lock() {
-                evals.retain(|k, _| keep.contains(k));
-            }
-            objects
+            let parsed: Vec<Arc<Parsed>> = objects
                 .iter()
                 .map(|(key, obj)| {
                     let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
@@ -1280,17 +1382,55 @@ impl Reconciler {
                         }
                     }
                 })
-                .collect()
+                .collect();
+            // Every rule has its entry now: more entries than rules means some
+            // rule was removed, whose entries go (only then, not every pass).
+            let removed = cache.len() > objects.len();
+            if removed {
+                let keep: HashSet<&(String, String)> =
+                    objects.iter().map(|(k, _)| k.as_ref()).collect();
+                cache.retain(|k, _| keep.contains(k.as_ref()));
+                if let Ok(mut evals) = self.evals.lock() {
+                    evals.retain(|k, _| keep.contains(k.as_ref()));
+                }
+            }
+            (parsed, removed)
         };
-        let mut rules = Vec::with_capacity(objects.len());
         let prev = self
             .lookups
             .lock()
             .map(|mut l| std::mem::take(&mut *l))
             .unwrap_or_default();
         let mut memo = PassLookups::default();
+        // The previous pass's answers, asked again first: while every one is the
+        // same, a rule whose object is unchanged keeps its evaluation without
+        // asking for its answers one by one (the same result `evaluate` reaches).
+        let mut answers_same = true;
+        for (kind, at, name) in prev.keys() {
+            let found = self.lookup(&mut memo, &prev, at, name, kind).await;
+            answers_same &= prev
+                .get(kind, at, name)
+                .is_some_and(|before| Arc::ptr_eq(before, &found));
+        }
+        let mut fresh = removed;
+        let mut rules = Vec::with_capacity(objects.len());
         for ((key, obj), parsed) in objects.into_iter().zip(parsed) {
-            let (eval, rule) = self.evaluate(&key, &parsed, &mut memo, &prev).await;
+            let kept = match answers_same {
+                true => self.evals.lock().ok().and_then(|cache| {
+                    cache
+                        .get(&key)
+                        .filter(|c| Arc::ptr_eq(&c.parsed, &parsed))
+                        .map(|c| c.eval.clone())
+                }),
+                false => None,
+            };
+            let (eval, rule) = match kept {
+                Some(eval) => (eval, parsed.rule.as_ref().ok().cloned()),
+                None => {
+                    fresh = true;
+                    self.evaluate(&key, &parsed, &mut memo, &prev).await
+                }
+            };
             rules.push(RuleState {
                 obj,
                 parsed,
@@ -1301,12 +1441,16 @@ impl Reconciler {
         if let Ok(mut l) = self.lookups.lock() {
             *l = memo;
         }
-        Ok(rules)
+        Ok(Evaluated {
+            rules,
+            fresh,
+            removed,
+        })
     }
 
     /// Phase 4: makes the installed configurations what `desired` says:
     /// creates or updates those that differ, deletes those no rule targets.
-    async fn install(&self, desired: &BTreeMap<String, WorkspaceTarget>) -> Installed {
+    async fn install(&self, desired: &BTreeMap<String, Arc<WorkspaceTarget>>) -> Installed {
         let opts = Arc::new(self.options.borrow().clone());
         let live = self.live_configurations();
         let mut installed = Installed {
@@ -1325,7 +1469,7 @@ impl Reconciler {
                 m.get(lc).is_some_and(|(rv, t, o)| {
                     !live_rv.is_empty()
                         && rv == live_rv
-                        && t == target
+                        && (Arc::ptr_eq(t, target) || t == target)
                         && (Arc::ptr_eq(o, &opts) || **o == *opts)
                 })
             });
@@ -1432,18 +1576,10 @@ impl Reconciler {
 
     /// The policies of [`crate::kcp_kinds::kinds`] planned over the APIBindings
     /// (from the watches: no API read), and their objects (flattened in the
-    /// plan's order).
-    fn plan(&self) -> (crate::kcp_kinds::Plan, Vec<Arc<DynamicObject>>) {
+    /// plan's order). The last plan is reused while none of those objects changed
+    /// (a plan is a function of them and of holdfast's own logical cluster).
+    fn plan(&self) -> Arc<PlannedKinds> {
         use crate::kcp_kinds::{Bindings, export_cluster_of, plan};
-        let objects = self
-            .kinds
-            .each_ref()
-            .map(|k| k.lock().map(|s| s.snapshot()).unwrap_or_default());
-        let bindings = self
-            .bindings
-            .lock()
-            .map(|s| s.snapshot())
-            .unwrap_or_default();
         let export = &self.settings.api_export;
         // holdfast's own logical cluster, from the URLs of its slice.
         let home = self
@@ -1452,8 +1588,31 @@ impl Reconciler {
             .iter()
             .chain(self.rule_endpoints.urls().iter())
             .find_map(|u| export_cluster_of(u, export));
+        let version = |s: &Shared<DynamicObject>| s.lock().map_or(u64::MAX, |s| s.version);
+        let versions = [
+            version(&self.kinds[0]),
+            version(&self.kinds[1]),
+            version(&self.kinds[2]),
+            version(&self.bindings),
+        ];
+        let last = self.planned.lock().ok().and_then(|p| p.clone());
+        if let Some(last) = &last
+            && last.versions == versions
+            && !versions.contains(&u64::MAX)
+            && last.home == home
+        {
+            return last.clone();
+        }
+        let snapshot = |s: &Shared<DynamicObject>| {
+            s.lock()
+                .map(|s| (s.snapshot(), s.version))
+                .unwrap_or((Vec::new(), u64::MAX))
+        };
+        let [(o0, v0), (o1, v1), (o2, v2)] = self.kinds.each_ref().map(snapshot);
+        let (bindings, vb) = snapshot(&self.bindings);
+        let objects = [o0, o1, o2];
         let bindings = Bindings::of(
-            bindings.iter().map(|((c, _), b)| (c.as_str(), b.as_ref())),
+            bindings.iter().map(|(k, b)| (k.0.as_str(), b.as_ref())),
             home.as_deref(),
             export,
         );
@@ -1486,8 +1645,30 @@ impl Reconciler {
         if let (Ok(mut c), Ok(n)) = (self.decoded.lock(), next.into_inner()) {
             *c = n;
         }
-        let flat = objects.into_iter().flatten().map(|(_, obj)| obj).collect();
-        (planned, flat)
+        // A workspace's part equal to the last plan's is that plan's `Arc`, so the
+        // merged targets of unchanged workspaces are reused (see [`Targets`]).
+        let targets = planned
+            .targets
+            .into_iter()
+            .map(|(lc, t)| {
+                let t = match last.as_ref().and_then(|l| l.targets.get(&lc)) {
+                    Some(before) if **before == t => before.clone(),
+                    _ => Arc::new(t),
+                };
+                (lc, t)
+            })
+            .collect();
+        let planned = Arc::new(PlannedKinds {
+            versions: [v0, v1, v2, vb],
+            home,
+            targets,
+            policies: planned.policies,
+            objects: objects.into_iter().flatten().map(|(_, obj)| obj).collect(),
+        });
+        if let Ok(mut p) = self.planned.lock() {
+            *p = Some(planned.clone());
+        }
+        planned
     }
 
     /// Writes the status of every policy of [`crate::kcp_kinds::kinds`] whose
@@ -1758,21 +1939,94 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
     }
 }
 
-/// Phase 3: the desired configuration's contents per provider cluster, from
-/// scratch.
-fn desired_targets(rules: &[RuleState]) -> BTreeMap<String, WorkspaceTarget> {
-    let mut desired: BTreeMap<String, WorkspaceTarget> = BTreeMap::new();
-    for r in rules {
-        for (lc, exports) in &r.eval.targets {
-            let entry = desired.entry(lc.clone()).or_default();
+/// Phase 3: the desired configuration's contents per logical cluster: the rules'
+/// part (what the DependencyRules route to each provider workspace) joined with
+/// the other kinds' plan. Keeps each workspace's last target: one whose rules'
+/// evaluations and plan part are the last pass's (compared by pointer) keeps its
+/// target; the others are built afresh.
+#[derive(Default)]
+struct Targets {
+    by_lc: HashMap<String, CachedTarget>,
+}
+
+impl Targets {
+    /// Every workspace's target from the evaluations of the rules (in rule order)
+    /// and the plan's parts.
+    fn desired<'a>(
+        &mut self,
+        evals: impl Iterator<Item = &'a Arc<RuleEval>>,
+        planned: &BTreeMap<String, Arc<WorkspaceTarget>>,
+    ) -> BTreeMap<String, Arc<WorkspaceTarget>> {
+        let mut by_lc: BTreeMap<&str, Vec<&Arc<RuleEval>>> = BTreeMap::new();
+        for e in evals {
+            for lc in e.targets.keys() {
+                by_lc.entry(lc.as_str()).or_default().push(e);
+            }
+        }
+        let mut next = HashMap::with_capacity(by_lc.len().max(planned.len()));
+        let mut desired = BTreeMap::new();
+        let lcs: BTreeSet<&str> = by_lc
+            .keys()
+            .copied()
+            .chain(planned.keys().map(String::as_str))
+            .collect();
+        for lc in lcs {
+            let evals = by_lc.get(lc).map(Vec::as_slice).unwrap_or_default();
+            let plan_part = planned.get(lc);
+            let target = match self.by_lc.remove(lc) {
+                Some(b) if b.built_from(evals, plan_part) => b,
+                _ => CachedTarget {
+                    evals: evals.iter().map(|e| Arc::clone(e)).collect(),
+                    plan_part: plan_part.cloned(),
+                    target: Arc::new(rules_target(lc, evals, plan_part.map(|p| (**p).clone()))),
+                },
+            };
+            desired.insert(lc.to_string(), target.target.clone());
+            next.insert(lc.to_string(), target);
+        }
+        self.by_lc = next;
+        desired
+    }
+}
+
+impl CachedTarget {
+    /// Whether this target was built from these evaluations and plan part.
+    fn built_from(
+        &self,
+        evals: &[&Arc<RuleEval>],
+        plan_part: Option<&Arc<WorkspaceTarget>>,
+    ) -> bool {
+        self.evals.len() == evals.len()
+            && self.evals.iter().zip(evals).all(|(a, b)| Arc::ptr_eq(a, b))
+            && match (&self.plan_part, plan_part) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+/// Workspace `lc`'s target: what the rules `evals` route to it, joined with the
+/// other kinds' plan for it.
+fn rules_target(
+    lc: &str,
+    evals: &[&Arc<RuleEval>],
+    plan_part: Option<WorkspaceTarget>,
+) -> WorkspaceTarget {
+    let mut target = WorkspaceTarget::default();
+    for e in evals {
+        if let Some(exports) = e.targets.get(lc) {
             for (export, grs) in exports {
-                let routed = entry.exports.entry(export.clone()).or_default();
+                let routed = target.exports.entry(export.clone()).or_default();
                 routed.extend(grs.iter().cloned());
             }
-            entry.rules.insert(r.eval.key().to_string());
         }
+        target.rules.insert(e.key().to_string());
     }
-    desired
+    if let Some(p) = plan_part {
+        target.absorb(p);
+    }
+    target
 }
 
 /// The logical clusters whose configurations a rule's status reads.
@@ -1808,22 +2062,15 @@ impl Reconciler {
     fn status_writes(
         &self,
         rules: &[RuleState],
+        removed: bool,
         installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
     ) -> Vec<StatusWrite> {
-        let edges: Vec<RuleEdges> = rules
-            .iter()
-            .filter(|r| r.eval.invalid.is_none())
-            .filter_map(|r| {
-                r.rule
-                    .as_ref()
-                    .map(|rule| RuleEdges::of(r.eval.key(), rule))
-            })
-            .collect();
+        // Built with each evaluation (so reused with it).
+        let edges: Vec<&RuleEdges> = rules.iter().filter_map(|r| r.eval.edges.as_ref()).collect();
         let cycles = find_cycles(&edges);
         let mut seen = self.statuses.lock().ok();
-        if let Some(s) = seen.as_mut() {
-            let keep: std::collections::HashSet<&str> =
-                rules.iter().map(|r| r.eval.key()).collect();
+        if removed && let Some(s) = seen.as_mut() {
+            let keep: HashSet<&str> = rules.iter().map(|r| r.eval.key()).collect();
             s.retain(|k, _| keep.contains(k.as_str()));
         }
         let mut writes = Vec::new();
@@ -1974,6 +2221,137 @@ mod tests {
         assert_eq!(store.spec_changes, 4, "deleted");
         store.delete(rule("u2", 1, "b"));
         assert_eq!(store.spec_changes, 4, "a delete of what is not there");
+        // Every change moves the version (a pass reuses its plan while it holds);
+        // only removals and lists move `removals`.
+        assert_eq!((store.version, store.removals), (5, 2));
+        store.apply(rule("u1", 2, "c"));
+        assert_eq!((store.version, store.removals), (6, 2), "a status write");
+        let key = store.snapshot()[0].0.clone();
+        store.apply(rule("u1", 2, "d"));
+        assert!(
+            Arc::ptr_eq(&key, &store.snapshot()[0].0),
+            "a replaced object keeps its key"
+        );
+    }
+
+    fn target_eval(key: &str, to: &[(&str, &str, &str)]) -> Arc<RuleEval> {
+        let mut targets: BTreeMap<String, ExportTargets> = BTreeMap::new();
+        for (lc, export, resource) in to {
+            targets
+                .entry(lc.to_string())
+                .or_default()
+                .entry(export.to_string())
+                .or_default()
+                .insert(GroupResource::new("p.test", *resource));
+        }
+        Arc::new(RuleEval {
+            cluster: "c".into(),
+            key: key.into(),
+            invalid: None,
+            workspaces: Vec::new(),
+            targets,
+            edges: None,
+        })
+    }
+
+    /// The targets built from scratch: what [`Targets`] must equal on every pass.
+    fn targets_from_scratch(
+        evals: &[Arc<RuleEval>],
+        planned: &BTreeMap<String, Arc<WorkspaceTarget>>,
+    ) -> BTreeMap<String, WorkspaceTarget> {
+        let mut out: BTreeMap<String, WorkspaceTarget> = BTreeMap::new();
+        for e in evals {
+            for (lc, exports) in &e.targets {
+                let t = out.entry(lc.clone()).or_default();
+                for (export, grs) in exports {
+                    t.exports
+                        .entry(export.clone())
+                        .or_default()
+                        .extend(grs.iter().cloned());
+                }
+                t.rules.insert(e.key.clone());
+            }
+        }
+        for (lc, p) in planned {
+            out.entry(lc.clone()).or_default().absorb((**p).clone());
+        }
+        out
+    }
+
+    #[test]
+    fn targets_are_rebuilt_for_the_workspaces_whose_inputs_changed() {
+        let mut cache = Targets::default();
+        let part = |binds: bool| {
+            Arc::new(WorkspaceTarget {
+                binds,
+                ..Default::default()
+            })
+        };
+        let mut evals = vec![
+            target_eval("c/a", &[("lc1", "w", "widgets")]),
+            target_eval("c/b", &[("lc1", "w", "gadgets"), ("lc2", "v", "valves")]),
+            target_eval("c/c", &[("lc3", "w", "widgets")]),
+        ];
+        let mut planned: BTreeMap<String, Arc<WorkspaceTarget>> = [
+            ("lc2".to_string(), part(true)),
+            ("lc4".to_string(), part(true)),
+        ]
+        .into();
+        fn check(
+            cache: &mut Targets,
+            evals: &[Arc<RuleEval>],
+            planned: &BTreeMap<String, Arc<WorkspaceTarget>>,
+        ) -> BTreeMap<String, Arc<WorkspaceTarget>> {
+            let got = cache.desired(evals.iter(), planned);
+            let want = targets_from_scratch(evals, planned);
+            let got_values: BTreeMap<String, WorkspaceTarget> = got
+                .iter()
+                .map(|(lc, t)| (lc.clone(), (**t).clone()))
+                .collect();
+            assert_eq!(got_values, want);
+            got
+        }
+        let first = check(&mut cache, &evals, &planned);
+        assert_eq!(
+            first.keys().collect::<Vec<_>>(),
+            ["lc1", "lc2", "lc3", "lc4"]
+        );
+        assert_eq!(first["lc1"].rules.len(), 2);
+
+        // Nothing changed: every target is the same `Arc`.
+        let same = check(&mut cache, &evals, &planned);
+        for (lc, t) in &same {
+            assert!(Arc::ptr_eq(t, &first[lc]), "{lc} kept");
+        }
+
+        // One rule changed: the workspaces it routes to, before and after, are
+        // rebuilt; the others kept.
+        evals[2] = target_eval("c/c", &[("lc1", "w", "sprockets")]);
+        let changed = check(&mut cache, &evals, &planned);
+        assert!(!Arc::ptr_eq(&changed["lc1"], &first["lc1"]));
+        assert!(changed["lc1"].rules.contains("c/c"));
+        assert!(
+            !changed.contains_key("lc3"),
+            "no rule routes there any more"
+        );
+        assert!(Arc::ptr_eq(&changed["lc2"], &first["lc2"]));
+        assert!(Arc::ptr_eq(&changed["lc4"], &first["lc4"]));
+
+        // The plan's part of one workspace changed: that one rebuilt.
+        planned.insert("lc2".to_string(), part(false));
+        let replanned = check(&mut cache, &evals, &planned);
+        assert!(!replanned["lc2"].binds);
+        assert!(Arc::ptr_eq(&replanned["lc1"], &changed["lc1"]));
+
+        // A rule removed, another with the same routes in its place: rebuilt.
+        evals.remove(0);
+        evals.insert(0, target_eval("c/z", &[("lc1", "w", "widgets")]));
+        let renamed = check(&mut cache, &evals, &planned);
+        assert!(renamed["lc1"].rules.contains("c/z"));
+        assert!(!renamed["lc1"].rules.contains("c/a"));
+        planned.clear();
+        evals.clear();
+        assert!(check(&mut cache, &evals, &planned).is_empty());
     }
 
     fn api_error(code: u16) -> kube::Error {
@@ -2093,6 +2471,7 @@ mod tests {
                 [("widgets".to_string(), [gr].into())].into(),
             )]
             .into(),
+            edges: None,
         });
         let rule = RuleState {
             obj: Arc::new(obj.clone()),
@@ -2144,6 +2523,7 @@ mod tests {
                 invalid: None,
                 workspaces: Vec::new(),
                 targets: eval.targets.clone(),
+                edges: None,
             }),
             obj: rule.obj.clone(),
             parsed: parsed.clone(),
@@ -2176,7 +2556,11 @@ mod tests {
         assert!(s.ready);
         assert_eq!(s.snapshot().len(), 2, "same name in two clusters");
         d.handle(&mut s, Ok(watcher::Event::Delete(mk("a", "x"))));
-        let keys: Vec<_> = s.snapshot().into_iter().map(|(k, _)| k).collect();
+        let keys: Vec<_> = s
+            .snapshot()
+            .into_iter()
+            .map(|(k, _)| (*k).clone())
+            .collect();
         assert_eq!(keys, vec![("b".to_string(), "x".to_string())]);
         // Fed by several endpoints: an endpoint's object leaves by its key.
         let store = Arc::new(Mutex::new(s));

@@ -231,7 +231,7 @@ pub struct Plan {
 }
 
 /// The objects of one kind, keyed by (logical cluster, name).
-pub type Objects = Vec<((String, String), Arc<DynamicObject>)>;
+pub type Objects = Vec<(crate::kcp::StoreKey, Arc<DynamicObject>)>;
 
 /// One policy object, decoded and checked: a function of the object alone, so the
 /// caller may reuse it while the object's resourceVersion is unchanged.
@@ -390,7 +390,8 @@ pub fn plan(
         }
     }
     for (kind, list) in objects.iter().enumerate() {
-        for ((cluster, name), obj) in list {
+        for (key, obj) in list {
+            let (cluster, name) = key.as_ref();
             let mut eval = PolicyEval {
                 kind,
                 cluster: cluster.clone(),
@@ -574,14 +575,17 @@ mod tests {
         kind: &str,
         name: &str,
         spec: Value,
-    ) -> ((String, String), Arc<DynamicObject>) {
+    ) -> (crate::kcp::StoreKey, Arc<DynamicObject>) {
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "holdfast.dev/v1alpha1", "kind": kind,
             "metadata": {"name": name, "annotations": {"kcp.io/cluster": cluster}},
             "spec": spec,
         }))
         .expect("policy");
-        ((cluster.to_string(), name.to_string()), Arc::new(obj))
+        (
+            Arc::new((cluster.to_string(), name.to_string())),
+            Arc::new(obj),
+        )
     }
 
     fn fresh(kind: usize, obj: &Arc<DynamicObject>) -> Arc<Decoded> {
