@@ -4,7 +4,7 @@
 
 use std::{
     borrow::Borrow,
-    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, VecDeque},
 };
 
 use holdfast_shared::api::{DependencyRule, GroupResource};
@@ -107,7 +107,8 @@ pub fn find_cycles<R: Borrow<RuleEdges>>(rules: &[R]) -> BTreeMap<String, Cycle>
 /// Whether the types and edges of `rules` form no cycle (self-edges included):
 /// Kahn's topological sort over hashed type ids removes every type.
 fn acyclic<R: Borrow<RuleEdges>>(rules: &[R]) -> bool {
-    let mut ids: HashMap<&GroupResource, usize> = HashMap::new();
+    // foldhash: 20,000 types are hashed on every pass of 10,000 rules.
+    let mut ids: foldhash::HashMap<&GroupResource, usize> = foldhash::HashMap::default();
     let mut id_of = |gr| {
         let next = ids.len();
         *ids.entry(gr).or_insert(next)

@@ -24,11 +24,14 @@
 //! configuration.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex, atomic::AtomicBool},
     time::Duration,
 };
 
+// The pass's maps are keyed by names and hashed many thousand times per pass:
+// foldhash (seeded per process) instead of SipHash.
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use futures::StreamExt as _;
 use holdfast_shared::{
     api::{DependencyRule, GroupResource},
@@ -382,7 +385,7 @@ enum Where {
 #[derive(Clone)]
 struct ExportFound {
     lc: String,
-    export: ExportInfo,
+    export: Arc<ExportInfo>,
 }
 
 /// What looking up one APIExport came to: its logical cluster (once resolved)
@@ -390,7 +393,7 @@ struct ExportFound {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ExportLookup {
     lc: Option<String>,
-    export: Result<ExportInfo, (&'static str, String)>,
+    export: Result<Arc<ExportInfo>, (&'static str, String)>,
 }
 
 impl ExportLookup {
@@ -495,12 +498,7 @@ struct StatusInputs {
 impl StatusInputs {
     /// Whether `r` over `installed` with `cycle` has these inputs (compared in
     /// place: the common case, nothing changed, allocates nothing).
-    fn hold_for(
-        &self,
-        r: &RuleState,
-        installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
-        cycle: Option<&str>,
-    ) -> bool {
+    fn hold_for(&self, r: &RuleState, installed: &InstalledRvs, cycle: Option<&str>) -> bool {
         if !(Arc::ptr_eq(&self.eval, &r.eval)
             && Arc::ptr_eq(&self.parsed, &r.parsed)
             && self.cycle.as_deref() == cycle)
@@ -513,12 +511,9 @@ impl StatusInputs {
             match (lcs.next(), before.next()) {
                 (None, None) => return true,
                 (Some(lc), Some(rv)) => {
-                    let now = installed
-                        .get(lc)
-                        .map(|c| c.metadata.resource_version.as_deref());
-                    let same = match (now, rv) {
+                    let same = match (installed.get(lc.as_str()), rv) {
                         (None, None) => true,
-                        (Some(Some(now)), Some(rv)) => now == rv,
+                        (Some(Some(now)), Some(rv)) => *now == rv,
                         _ => false,
                     };
                     if !same {
@@ -529,6 +524,19 @@ impl StatusInputs {
             }
         }
     }
+}
+
+/// The installed configurations' resourceVersions by logical cluster, hashed
+/// once per pass for the statuses' comparisons.
+type InstalledRvs<'a> = HashMap<&'a str, Option<&'a str>>;
+
+fn installed_rvs(
+    installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+) -> InstalledRvs<'_> {
+    installed
+        .iter()
+        .map(|(lc, c)| (lc.as_str(), c.metadata.resource_version.as_deref()))
+        .collect()
 }
 
 /// A provider workspace a rule names (`spec.dependencies[].apiExportRef`).
@@ -1055,7 +1063,7 @@ impl Reconciler {
             };
             let gr = GroupResource::new(&d.group, &d.resource);
             let lc = found.lc.clone();
-            let info = found.export.as_ref().ok();
+            let info = found.export.as_deref().ok();
             match found.exporting(&gr, &r.path, &r.name) {
                 Ok(()) => {
                     if let Some(lc) = &lc {
@@ -1412,18 +1420,23 @@ impl Reconciler {
                 .get(kind, at, name)
                 .is_some_and(|before| Arc::ptr_eq(before, &found));
         }
+        // The evaluations kept, found under one lock (the fresh ones are awaited).
+        let kept: Vec<Option<Arc<RuleEval>>> = match (answers_same, self.evals.lock()) {
+            (true, Ok(cache)) => objects
+                .iter()
+                .zip(&parsed)
+                .map(|((key, _), parsed)| {
+                    cache
+                        .get(key)
+                        .filter(|c| Arc::ptr_eq(&c.parsed, parsed))
+                        .map(|c| c.eval.clone())
+                })
+                .collect(),
+            _ => vec![None; objects.len()],
+        };
         let mut fresh = removed;
         let mut rules = Vec::with_capacity(objects.len());
-        for ((key, obj), parsed) in objects.into_iter().zip(parsed) {
-            let kept = match answers_same {
-                true => self.evals.lock().ok().and_then(|cache| {
-                    cache
-                        .get(&key)
-                        .filter(|c| Arc::ptr_eq(&c.parsed, &parsed))
-                        .map(|c| c.eval.clone())
-                }),
-                false => None,
-            };
+        for (((key, obj), parsed), kept) in objects.into_iter().zip(parsed).zip(kept) {
             let (eval, rule) = match kept {
                 Some(eval) => (eval, parsed.rule.as_ref().ok().cloned()),
                 None => {
@@ -2068,6 +2081,7 @@ impl Reconciler {
         // Built with each evaluation (so reused with it).
         let edges: Vec<&RuleEdges> = rules.iter().filter_map(|r| r.eval.edges.as_ref()).collect();
         let cycles = find_cycles(&edges);
+        let rvs = installed_rvs(installed);
         let mut seen = self.statuses.lock().ok();
         if removed && let Some(s) = seen.as_mut() {
             let keep: HashSet<&str> = rules.iter().map(|r| r.eval.key()).collect();
@@ -2079,7 +2093,7 @@ impl Reconciler {
             let cycle = cycles.get(e.key()).map(|c| c.message());
             if seen.as_ref().is_some_and(|s| {
                 s.get(e.key())
-                    .is_some_and(|before| before.hold_for(r, installed, cycle.as_deref()))
+                    .is_some_and(|before| before.hold_for(r, &rvs, cycle.as_deref()))
             }) {
                 continue;
             }
@@ -2409,14 +2423,14 @@ mod tests {
     fn an_export_must_export_the_resource() {
         let export = |resources: &[(&str, &str)]| ExportLookup {
             lc: Some("lc1".into()),
-            export: Ok(ExportInfo {
+            export: Ok(Arc::new(ExportInfo {
                 identity_hash: "h".into(),
                 resources: resources
                     .iter()
                     .map(|(g, r)| GroupResource::new(*g, *r))
                     .collect(),
                 shared: None,
-            }),
+            })),
         };
         let vpcs = GroupResource::new("network.test.io", "vpcs");
         let both = export(&[("network.test.io", "vpcs"), ("network.test.io", "subnets")]);
@@ -2494,28 +2508,28 @@ mod tests {
             cycle: None,
         };
         assert_eq!(inputs.installed, vec![Some("5".to_string()), None]);
-        assert!(inputs.hold_for(&rule, &installed, None));
+        assert!(inputs.hold_for(&rule, &installed_rvs(&installed), None));
         // Any input changed: compared again.
         let mut other = installed.clone();
         other.insert("lc1".into(), config(Some("6")));
-        assert!(!inputs.hold_for(&rule, &other, None));
+        assert!(!inputs.hold_for(&rule, &installed_rvs(&other), None));
         other.insert("lc1".into(), config(None));
-        assert!(!inputs.hold_for(&rule, &other, None));
+        assert!(!inputs.hold_for(&rule, &installed_rvs(&other), None));
         assert_eq!(installed_inputs(&eval, &other), None, "no resourceVersion");
         let mut other = installed.clone();
         other.remove("lc1");
-        assert!(!inputs.hold_for(&rule, &other, None));
+        assert!(!inputs.hold_for(&rule, &installed_rvs(&other), None));
         let mut other = installed.clone();
         other.insert("lc2".into(), config(Some("1")));
-        assert!(!inputs.hold_for(&rule, &other, None));
-        assert!(!inputs.hold_for(&rule, &installed, Some("a → a")));
+        assert!(!inputs.hold_for(&rule, &installed_rvs(&other), None));
+        assert!(!inputs.hold_for(&rule, &installed_rvs(&installed), Some("a → a")));
         let reparsed = RuleState {
             parsed: Arc::new(Parsed::of(&obj)),
             obj: rule.obj.clone(),
             eval: eval.clone(),
             rule: None,
         };
-        assert!(!inputs.hold_for(&reparsed, &installed, None));
+        assert!(!inputs.hold_for(&reparsed, &installed_rvs(&installed), None));
         let reevaluated = RuleState {
             eval: Arc::new(RuleEval {
                 cluster: "c1".into(),
@@ -2529,7 +2543,7 @@ mod tests {
             parsed: parsed.clone(),
             rule: None,
         };
-        assert!(!inputs.hold_for(&reevaluated, &installed, None));
+        assert!(!inputs.hold_for(&reevaluated, &installed_rvs(&installed), None));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! kubeconfig points at, clients per logical cluster and per virtual-workspace URL,
 //! workspace paths resolved to logical clusters, and APIExports read.
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use kube::{
     Api, Client, Resource,
@@ -263,7 +263,7 @@ impl Resolver {
     /// Forgets every path that resolved to logical cluster `lc` (a read or write
     /// there answered 403 or 404: the workspace may be gone or replaced).
     pub async fn forget(&self, lc: &str) {
-        let stale: Vec<std::sync::Arc<String>> = self
+        let stale: Vec<Arc<String>> = self
             .cache
             .iter()
             .filter(|(_, v)| v == lc)
@@ -583,7 +583,7 @@ pub const EXPORT_TTL: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct Exports {
     clients: Clients,
-    cache: moka::future::Cache<(String, String), ExportInfo>,
+    cache: moka::future::Cache<(String, String), Arc<ExportInfo>>,
 }
 
 impl Exports {
@@ -627,12 +627,12 @@ impl Exports {
         lc: &str,
         workspace: &str,
         name: &str,
-    ) -> Result<ExportInfo, ExportError> {
+    ) -> Result<Arc<ExportInfo>, ExportError> {
         let key = (lc.to_string(), name.to_string());
         if let Some(info) = self.cache.get(&key).await {
             return Ok(info);
         }
-        let info = read_export(&self.clients, lc, workspace, name).await?;
+        let info = Arc::new(read_export(&self.clients, lc, workspace, name).await?);
         self.cache.insert(key, info.clone()).await;
         Ok(info)
     }

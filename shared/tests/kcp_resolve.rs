@@ -262,7 +262,7 @@ async fn exports_are_read_with_their_resources_and_identity() {
     let exports = Exports::new(admin.clone());
     assert_eq!(
         exports.get(&net, "root:net", "net.test.io").await,
-        Ok(info.clone())
+        Ok(std::sync::Arc::new(info.clone()))
     );
     let export = kube::api::ApiResource::from_gvk_with_plural(
         &kube::api::GroupVersionKind::gvk("apis.kcp.io", "v1alpha1", "APIExport"),
@@ -273,7 +273,10 @@ async fn exports_are_read_with_their_resources_and_identity() {
     api.delete("net.test.io", &DeleteParams::default())
         .await
         .expect("delete");
-    assert_eq!(exports.get(&net, "root:net", "net.test.io").await, Ok(info));
+    assert_eq!(
+        exports.get(&net, "root:net", "net.test.io").await,
+        Ok(std::sync::Arc::new(info))
+    );
     exports.forget(&net).await;
     assert!(matches!(
         exports.get(&net, "root:net", "net.test.io").await,
