@@ -600,6 +600,37 @@ async fn settle(pid: u32, probe: u16, loaded: bool) -> anyhow::Result<()> {
     }
 }
 
+/// With `HOLDFAST_BENCH_PIN` (on by default on a machine of two or more cores): the
+/// load generator (this process, the simulator in it included) runs on CPU 0 and every
+/// server measured on CPU 1, so the servers compete with one another's load generator
+/// never, and each gets one core alike.
+/// Decided once, before this process is pinned (which leaves it one CPU).
+fn pinning() -> bool {
+    static PINNING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PINNING.get_or_init(|| {
+        env_num("HOLDFAST_BENCH_PIN", 1) == 1
+            && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+    })
+}
+
+/// Moves every thread of process `pid` to `cpu` (`taskset` from util-linux; a
+/// warning when it cannot, and the run goes on unpinned).
+fn pin(pid: u32, cpu: u32) {
+    if !pinning() {
+        return;
+    }
+    let done = Command::new("taskset")
+        .args(["-a", "-c", "-p", &cpu.to_string(), &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !done.is_ok_and(|s| s.success()) {
+        eprintln!(
+            "warning: could not pin process {pid} to CPU {cpu} (taskset); measuring unpinned"
+        );
+    }
+}
+
 /// The baseline binary at `path` with the flags the env's webhook gets (its TLS pair,
 /// the sim's kubeconfig, `flags`), once ready: (process, admission port).
 async fn start_baseline(
@@ -640,6 +671,7 @@ async fn start_baseline(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    pin(proc.0.id(), 1);
     settle(proc.0.id(), probe, loaded).await?;
     Ok((proc, port))
 }
@@ -656,6 +688,7 @@ async fn main() -> anyhow::Result<()> {
     if args.get(1).map(String::as_str) == Some("instructions") {
         return instructions().await;
     }
+    pinning();
     let total = env_num("HOLDFAST_BENCH_REQUESTS", 20_000);
     let rounds = env_num("HOLDFAST_BENCH_ROUNDS", 5).max(1);
     let baseline = std::env::var_os("HOLDFAST_BENCH_BASELINE").map(PathBuf::from);
@@ -677,12 +710,19 @@ async fn main() -> anyhow::Result<()> {
             .spawn()?,
     );
     wait_port(bare_port).await?;
+    pin(std::process::id(), 0);
+    pin(_bare.0.id(), 1);
     let ca = env.pki.ca_pem.clone();
 
     println!(
-        "{total} requests per row in {rounds} alternating rounds (medians), {} connections ({} streams each on HTTP/2)",
+        "{total} requests per row in {rounds} alternating rounds (medians), {} connections ({} streams each on HTTP/2); {}",
         env_num("HOLDFAST_BENCH_CONNECTIONS", 16),
-        env_num("HOLDFAST_BENCH_STREAMS", 4)
+        env_num("HOLDFAST_BENCH_STREAMS", 4),
+        if pinning() {
+            "load generator on CPU 0, servers on CPU 1"
+        } else {
+            "unpinned"
+        }
     );
     let baseline_head = if baseline.is_some() {
         " baseline req/s | baseline ratio | baseline p99 ratio |"
@@ -716,6 +756,7 @@ async fn main() -> anyhow::Result<()> {
         env.start_webhook(&wflags).await?;
         env.wait_webhook_ready().await?;
         if let Some(w) = env.webhook.as_ref() {
+            pin(w.pid(), 1);
             settle(w.pid(), w.probe_port, registry != "empty").await?;
         }
         let hf_port = env.webhook.as_ref().map(|w| w.port).unwrap_or_default();

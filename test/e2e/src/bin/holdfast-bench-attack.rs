@@ -11,7 +11,8 @@
 //! - `events`: 2,000 forged denials of distinct objects (Event writes);
 //! - `kcp-clusters`: 20,000 forged reviews naming distinct logical clusters (kcp);
 //! - `busy-clients` (load, not an attack): 1,000 HTTP/1.1 connections each sending 20
-//!   reviews, with `--max-connections 2048`.
+//!   reviews, with `--max-connections 2048`; `busy-clients-h2`: the same on 1,000
+//!   HTTP/2 connections.
 //!
 //! `HOLDFAST_BENCH_ATTACKS=idle,events` runs a subset.
 
@@ -279,10 +280,11 @@ async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Re
                 let _ = tokio::time::timeout(Duration::from_secs(120), t).await;
             }
         }
-        "busy-clients" => {
+        "busy-clients" | "busy-clients-h2" => {
             let mut tasks = Vec::new();
             for c in 0..1000 {
-                let (client, done) = (client(&pki.ca_pem, false)?, done.clone());
+                let h2 = name == "busy-clients-h2";
+                let (client, done) = (client(&pki.ca_pem, h2)?, done.clone());
                 tasks.push(tokio::spawn(async move {
                     for i in 0..20 {
                         let uid = format!("busy-{c}-{i}");
@@ -309,7 +311,7 @@ async fn attack(name: &str, pki: &holdfast_e2e::Pki, wh: &Webhook) -> anyhow::Re
 async fn main() -> anyhow::Result<()> {
     let pki = holdfast_e2e::pki("holdfast-bench-attack")?;
     let chosen = std::env::var("HOLDFAST_BENCH_ATTACKS").unwrap_or_else(|_| {
-        "h2-streams,h1-bodies,idle,events,kcp-clusters,busy-clients".to_string()
+        "h2-streams,h1-bodies,idle,events,kcp-clusters,busy-clients,busy-clients-h2".to_string()
     });
     println!(
         "| attack | webhook peak RSS (MiB) | legitimate reviews answered | slowest legitimate | attack outcome | server counters |"
@@ -319,7 +321,7 @@ async fn main() -> anyhow::Result<()> {
         let extra: &[&str] = match name {
             "kcp-clusters" => &["--topology", "kcp"],
             "events" => &[],
-            "busy-clients" => &["--label-only", "--max-connections", "2048"],
+            "busy-clients" | "busy-clients-h2" => &["--label-only", "--max-connections", "2048"],
             _ => &["--label-only"],
         };
         let wh = start(&pki, extra).await?;
