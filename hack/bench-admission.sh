@@ -8,6 +8,9 @@
 #   HOLDFAST_BENCH_REQUESTS=40000 HOLDFAST_BENCH_CONNECTIONS=16 hack/bench-admission.sh
 #   HOLDFAST_BENCH_LOADED=0 hack/bench-admission.sh  # empty registry only
 #   HOLDFAST_BENCH_BASELINE=/path/to/older/holdfast-webhook hack/bench-admission.sh  # A/B, same rounds
+#   HOLDFAST_BENCH_PIN=0 hack/bench-admission.sh     # unpinned (by default, on 2+ cores, the
+#                                                    # load generator runs on CPU 0 and every
+#                                                    # server on CPU 1; needs taskset)
 #
 # Instructions per review instead of time (independent of the machine's load; needs
 # valgrind): both servers under callgrind, see docs/performance.md.
