@@ -436,6 +436,18 @@ impl ClusterRun {
     }
 }
 
+/// Whether `pid` is a live (not yet reaped) child of this process (`/proc`).
+fn is_own_child(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .and_then(|ppid| ppid.parse::<u32>().ok())
+        == Some(std::process::id())
+}
+
 impl Drop for Env {
     fn drop(&mut self) {
         let Some(run) = self.cluster.take() else {
@@ -445,11 +457,15 @@ impl Drop for Env {
         if owned {
             // No controller left to recreate what goes now; the configuration and
             // the admission policies go before anything they could refuse.
+            // Only a registered controller still running as this process's child: one
+            // already reaped may have left its pid to an unrelated process.
             for pid in run
                 .controllers
                 .lock()
                 .map(|c| c.clone())
                 .unwrap_or_default()
+                .into_iter()
+                .filter(|pid| is_own_child(*pid))
             {
                 let _ = Command::new("kill")
                     .arg("-9")
@@ -1743,6 +1759,24 @@ impl Env {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_live_child_is_killed_at_cleanup() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id();
+        assert!(super::is_own_child(pid), "running child");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            !super::is_own_child(pid),
+            "reaped: its pid may be anyone's now"
+        );
+        assert!(!super::is_own_child(1), "init is nobody's child here");
+        assert!(!super::is_own_child(u32::MAX), "no such process");
+    }
+
     #[test]
     fn impersonated_groups_are_what_the_api_server_gives() {
         assert_eq!(super::impersonated_groups("dev"), ["system:authenticated"]);
