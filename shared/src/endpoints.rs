@@ -265,6 +265,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
             endpoints: self.clone(),
             url: url.to_string(),
             id,
+            listed: None,
         }
     }
 
@@ -388,6 +389,8 @@ pub struct EndpointFeed<K, I> {
     endpoints: Endpoints<K, I>,
     url: String,
     id: u64,
+    /// The keys of the list under way (see [`Index::streams_lists`]).
+    listed: Option<HashSet<ObjectKey>>,
 }
 
 impl<K, I> EndpointFeed<K, I> {
@@ -399,9 +402,38 @@ impl<K, I> EndpointFeed<K, I> {
 
 impl<K: Resource, I: Partitioned<K>> Index<K> for EndpointFeed<K, I> {
     fn reset(&mut self, objects: Vec<K>) {
+        self.list_begin();
+        for object in objects {
+            self.list_apply(object);
+        }
+        self.list_end();
+    }
+
+    /// A list is passed on object by object (the merged index takes each one), so
+    /// it is never held whole here; only its keys are, to find what it left out.
+    fn streams_lists(&self) -> bool {
+        true
+    }
+
+    fn list_begin(&mut self) {
+        self.listed = Some(HashSet::new());
+    }
+
+    fn list_apply(&mut self, object: K) {
+        let key = ObjectKey::of(&object);
+        self.listed
+            .get_or_insert_with(HashSet::new)
+            .insert(key.clone());
+        self.endpoints.part(&self.url, self.id, |part, index, _| {
+            part.add(key);
+            index.apply(object);
+        });
+    }
+
+    fn list_end(&mut self) {
+        let listed = self.listed.take().unwrap_or_default();
         self.endpoints
             .part(&self.url, self.id, |part, index, others| {
-                let listed: HashSet<ObjectKey> = objects.iter().map(ObjectKey::of).collect();
                 let gone: Vec<ObjectKey> = part
                     .keys
                     .iter()
@@ -413,12 +445,6 @@ impl<K: Resource, I: Partitioned<K>> Index<K> for EndpointFeed<K, I> {
                     if !others.values().any(|p| p.keys.contains(&key)) {
                         index.remove(&key);
                     }
-                }
-                for key in listed {
-                    part.add(key);
-                }
-                for object in objects {
-                    index.apply(object);
                 }
             });
     }

@@ -68,6 +68,24 @@ pub trait Index<K> {
     fn status(&mut self, from: &Status, to: &Status) {
         let _ = (from, to);
     }
+    /// Whether a list is given object by object ([`Index::list_begin`],
+    /// [`Index::list_apply`], [`Index::list_end`]) instead of whole to
+    /// [`Index::reset`], so that the list is never held at once: for an index that
+    /// keeps much less than the objects (the dependents index keeps a few ids per
+    /// object; a list of a million objects would otherwise be held whole). While such
+    /// a list is under way the index holds what it held before plus the objects
+    /// listed so far; what the list does not name goes at [`Index::list_end`].
+    fn streams_lists(&self) -> bool {
+        false
+    }
+    /// A list begins (streaming indexes only).
+    fn list_begin(&mut self) {}
+    /// One object of the list under way (streaming indexes only).
+    fn list_apply(&mut self, object: K) {
+        self.apply(object);
+    }
+    /// The list is complete: what it did not name goes (streaming indexes only).
+    fn list_end(&mut self) {}
 }
 
 /// What the last event of a watch says.
@@ -128,6 +146,8 @@ pub struct Driver<K> {
     not_found: NotFound,
     /// Objects of a list in progress (between `Init` and `InitDone`).
     buffer: Option<Vec<K>>,
+    /// A list in progress given to a streaming index object by object.
+    streaming: bool,
     status: Status,
 }
 
@@ -137,6 +157,7 @@ impl<K> Driver<K> {
         Self {
             not_found,
             buffer: None,
+            streaming: false,
             status: Status::default(),
         }
     }
@@ -166,8 +187,25 @@ impl<K> Driver<K> {
         item: Result<watcher::Event<K>, watcher::Error>,
     ) -> Step {
         match item {
+            Ok(watcher::Event::Init) if index.streams_lists() => {
+                self.streaming = true;
+                index.list_begin();
+            }
             Ok(watcher::Event::Init) => self.buffer = Some(Vec::new()),
+            Ok(watcher::Event::InitApply(o)) if index.streams_lists() => {
+                if !std::mem::replace(&mut self.streaming, true) {
+                    index.list_begin();
+                }
+                index.list_apply(o);
+            }
             Ok(watcher::Event::InitApply(o)) => self.buffer.get_or_insert_with(Vec::new).push(o),
+            Ok(watcher::Event::InitDone) if index.streams_lists() => {
+                if !std::mem::replace(&mut self.streaming, false) {
+                    index.list_begin();
+                }
+                index.list_end();
+                self.set(index, WatchState::Listed, true);
+            }
             Ok(watcher::Event::InitDone) => {
                 index.reset(self.buffer.take().unwrap_or_default());
                 self.set(index, WatchState::Listed, true);
@@ -175,7 +213,10 @@ impl<K> Driver<K> {
             Ok(watcher::Event::Apply(o)) => index.apply(o),
             Ok(watcher::Event::Delete(o)) => index.delete(o),
             Err(e) => {
+                // A list cut short: a streaming index keeps what it got (unsynced
+                // below); the next list begins afresh.
                 self.buffer = None;
+                self.streaming = false;
                 match watcher_status(&e) {
                     Some(404) if self.not_found == NotFound::Empty => {
                         index.reset(Vec::new());
@@ -543,6 +584,88 @@ mod tests {
         assert_eq!(ix.calls, ["reset [\"a\", \"b\"]", "apply c", "delete a"]);
         assert_eq!(ix.objects, ["b", "c"]);
         assert_eq!(ix.statuses, [listed()]);
+    }
+
+    /// A streaming index: each list's objects one by one, what a list left out
+    /// removed at its end.
+    #[derive(Default)]
+    struct Streamed {
+        objects: Vec<String>,
+        listed: Option<Vec<String>>,
+        calls: Vec<String>,
+    }
+
+    impl Index<String> for Streamed {
+        fn reset(&mut self, objects: Vec<String>) {
+            self.calls.push(format!("reset {objects:?}"));
+            self.objects = objects;
+        }
+        fn apply(&mut self, object: String) {
+            self.calls.push(format!("apply {object}"));
+            self.objects.retain(|o| *o != object);
+            self.objects.push(object);
+        }
+        fn delete(&mut self, object: String) {
+            self.calls.push(format!("delete {object}"));
+            self.objects.retain(|o| *o != object);
+        }
+        fn streams_lists(&self) -> bool {
+            true
+        }
+        fn list_begin(&mut self) {
+            self.calls.push("begin".into());
+            self.listed = Some(Vec::new());
+        }
+        fn list_apply(&mut self, object: String) {
+            self.calls.push(format!("list {object}"));
+            self.listed
+                .get_or_insert_with(Vec::new)
+                .push(object.clone());
+            self.objects.retain(|o| *o != object);
+            self.objects.push(object);
+        }
+        fn list_end(&mut self) {
+            self.calls.push("end".into());
+            let listed = self.listed.take().unwrap_or_default();
+            self.objects.retain(|o| listed.contains(o));
+        }
+    }
+
+    #[test]
+    fn a_streaming_index_takes_a_list_object_by_object() {
+        let (mut d, mut ix) = (Driver::new(NotFound::Unknown), Streamed::default());
+        d.handle(&mut ix, Ok(watcher::Event::Init));
+        d.handle(&mut ix, Ok(watcher::Event::InitApply("a".into())));
+        // Given at once, not held by the driver.
+        assert_eq!(ix.calls, ["begin", "list a"]);
+        assert!(!d.synced(), "synced only once the list is complete");
+        d.handle(&mut ix, Ok(watcher::Event::InitApply("b".into())));
+        d.handle(&mut ix, Ok(watcher::Event::InitDone));
+        assert!(d.synced());
+        assert_eq!(ix.objects, ["a", "b"]);
+        // A failure in the middle of the next list: what came is kept, unsynced.
+        assert_eq!(d.handle(&mut ix, Err(api_error(500))), Step::Restart);
+        d.handle(&mut ix, Ok(watcher::Event::Init));
+        d.handle(&mut ix, Ok(watcher::Event::InitApply("c".into())));
+        assert_eq!(d.handle(&mut ix, Err(api_error(500))), Step::Restart);
+        assert!(!d.synced());
+        assert_eq!(ix.objects, ["a", "b", "c"]);
+        // The list after it begins afresh, and takes away what it does not name.
+        d.handle(&mut ix, Ok(watcher::Event::Init));
+        d.handle(&mut ix, Ok(watcher::Event::InitApply("b".into())));
+        d.handle(&mut ix, Ok(watcher::Event::InitDone));
+        assert!(d.synced());
+        assert_eq!(ix.objects, ["b"]);
+        assert!(
+            ix.calls.iter().all(|c| !c.starts_with("reset")),
+            "{:?}",
+            ix.calls
+        );
+        assert_eq!(ix.calls.iter().filter(|c| *c == "begin").count(), 3);
+        // An empty list with no Init before it (as the watcher never sends, but
+        // still well-formed): everything goes.
+        d.handle(&mut ix, Ok(watcher::Event::InitDone));
+        assert!(ix.objects.is_empty());
     }
 
     #[test]

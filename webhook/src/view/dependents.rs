@@ -271,6 +271,8 @@ pub(super) struct DependentsFeed {
     key: String,
     deps: Vec<CompiledDependency>,
     unreadable: prometheus::IntGauge,
+    /// The objects of the list under way (see [`Index::streams_lists`]).
+    listed: Option<HashSet<ObjectId>>,
 }
 
 impl DependentsFeed {
@@ -313,7 +315,31 @@ impl Partitioned<DynamicObject> for DependentsFeed {
 
 impl Index<DynamicObject> for DependentsFeed {
     fn reset(&mut self, objects: Vec<DynamicObject>) {
-        let seen: HashSet<ObjectId> = objects.iter().filter_map(|o| self.insert(o)).collect();
+        self.list_begin();
+        for o in objects {
+            self.list_apply(o);
+        }
+        self.list_end();
+    }
+
+    /// A list is taken object by object: the index keeps a few ids per object, the
+    /// list's objects are not held (a relist of a million dependents would be).
+    fn streams_lists(&self) -> bool {
+        true
+    }
+
+    fn list_begin(&mut self) {
+        self.listed = Some(HashSet::new());
+    }
+
+    fn list_apply(&mut self, obj: DynamicObject) {
+        if let Some(id) = self.insert(&obj) {
+            self.listed.get_or_insert_with(HashSet::new).insert(id);
+        }
+    }
+
+    fn list_end(&mut self) {
+        let seen = self.listed.take().unwrap_or_default();
         self.view.index.retain_resource(&self.key, &seen);
     }
 
@@ -373,6 +399,7 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
         key: key.clone(),
         deps,
         unreadable,
+        listed: None,
     };
     match (export, view.client.clone()) {
         (Some((home, export)), _) => {
@@ -455,6 +482,7 @@ mod tests {
             key: key.clone(),
             deps: vec![dep.clone()],
             unreadable: view.metrics.unreadable.with_label_values(&[key.as_str()]),
+            listed: None,
         };
         let endpoints = Endpoints::new(feed);
         view.dependents_endpoints
@@ -549,6 +577,7 @@ mod tests {
             key: key.clone(),
             deps: vec![dep],
             unreadable: unreadable.clone(),
+            listed: None,
         };
         let synced = |v: &WebhookView| v.synced.get(&key).is_some_and(|s| *s);
         let referrers = |v: &WebhookView| {
@@ -586,5 +615,17 @@ mod tests {
         d.handle(&mut feed, Ok(watcher::Event::InitDone));
         assert!(synced(&view));
         assert!(referrers(&view).is_empty());
+        // A list is taken object by object: each one indexed as it comes, what the
+        // list leaves out dropped at its end.
+        d.handle(&mut feed, Ok(watcher::Event::Apply(vm("db", "main"))));
+        d.handle(&mut feed, status(500));
+        d.handle(&mut feed, Ok(watcher::Event::Init));
+        d.handle(&mut feed, Ok(watcher::Event::InitApply(vm("web", "main"))));
+        assert_eq!(
+            referrers(&view),
+            ["VirtualMachine prod/db", "VirtualMachine prod/web"]
+        );
+        d.handle(&mut feed, Ok(watcher::Event::InitDone));
+        assert_eq!(referrers(&view), ["VirtualMachine prod/web"]);
     }
 }
