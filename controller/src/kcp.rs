@@ -25,7 +25,10 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    sync::{Arc, Mutex, atomic::AtomicBool},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -265,6 +268,13 @@ const STATUS_DEFER_MAX: Duration = Duration::from_secs(1);
 
 /// The kcp reconciler.
 pub struct Reconciler {
+    /// The holdfast workspace (through the front-proxy).
+    home: Client,
+    /// The configuration `holdfast` of the holdfast workspace, watched.
+    home_hooks: holdfast_shared::watch::Cache<ValidatingWebhookConfiguration>,
+    /// Whether the holdfast workspace's configuration was found unreadable or
+    /// unwritable (said once until it works).
+    home_warned: AtomicBool,
     clients: Clients,
     settings: Settings,
     options: watch::Receiver<InstallOptions>,
@@ -791,7 +801,17 @@ impl Reconciler {
                 notify.clone(),
             )
         });
-        let mut tasks = vec![rules.task, hooks.task, bindings.task];
+        // holdfast's own configuration in its workspace (kcp calls it for DELETEs of
+        // the types bound from holdfast.dev: a CriticalService guarding itself).
+        let wake = notify.clone();
+        let (home_hooks, home_task) = holdfast_shared::watch::spawn_cache(
+            Api::<ValidatingWebhookConfiguration>::all(home.clone()),
+            watcher::Config::default()
+                .fields(&format!("metadata.name={WEBHOOK_CONFIGURATION_NAME}")),
+            holdfast_shared::watch::NotFound::Unknown,
+            move || wake.notify_one(),
+        );
+        let mut tasks = vec![rules.task, hooks.task, bindings.task, home_task];
         let kinds = kinds.map(|k| {
             tasks.push(k.task);
             k.store
@@ -799,6 +819,9 @@ impl Reconciler {
         let resolver = holdfast_shared::kcp::Resolver::new(clients.clone());
         let exports = holdfast_shared::kcp::Exports::new(clients.clone());
         Ok(Self {
+            home,
+            home_hooks,
+            home_warned: AtomicBool::new(false),
             clients,
             settings,
             options,
@@ -972,6 +995,27 @@ impl Reconciler {
                 ),
                 Err(e) => {
                     tracing::error!(cluster, error = %format!("{e:#}"), "cleanup on shutdown failed")
+                }
+            }
+        }
+        let ours = self.home_hooks.state().into_iter().any(|c| {
+            c.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MANAGED_BY_LABEL))
+                .is_some_and(|v| v == MANAGED_BY_VALUE)
+        });
+        if ours {
+            let api: Api<ValidatingWebhookConfiguration> = Api::all(self.home.clone());
+            match ignore_not_found(
+                api.delete(WEBHOOK_CONFIGURATION_NAME, &Default::default())
+                    .await,
+            ) {
+                Ok(()) => tracing::info!(
+                    "cleanup on shutdown: deleted ValidatingWebhookConfiguration holdfast in the holdfast workspace"
+                ),
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "cleanup on shutdown failed in the holdfast workspace")
                 }
             }
         }
@@ -1329,7 +1373,10 @@ impl Reconciler {
             .map(|mut t| t.desired(rules.iter().map(|r| &r.eval), &kinds.targets))
             .map_err(|_| ReconcileError::Internal("target cache poisoned".into()))?;
         let planned = started.elapsed();
-        let installed = self.install(&desired).await;
+        let mut installed = self.install(&desired).await;
+        if let Err(e) = self.install_home(&kinds).await {
+            installed.errors.push(e);
+        }
         let configured = started.elapsed();
         if self.defer_statuses(inputs_at_start) {
             // A policy changed during this pass: the next pass, which starts at
@@ -1459,6 +1506,110 @@ impl Reconciler {
             fresh,
             removed,
         })
+    }
+
+    /// The configuration `holdfast` of holdfast's own workspace. kcp admits the
+    /// DELETE of an object of a type bound from holdfast.dev through the
+    /// configurations of holdfast's workspace only (kcp-facts 12), so this one
+    /// routes DELETEs of `criticalservices.holdfast.dev` to the webhook's export
+    /// route while some valid CriticalService exists: a CriticalService cannot be
+    /// deleted while its provider exists. Removed when none is left. Written with
+    /// the controller's own identity in its workspace (the shipped RBAC grants
+    /// exactly that configuration); while that is refused or unreadable the rest of
+    /// the pass goes on, and it is said once.
+    async fn install_home(&self, kinds: &PlannedKinds) -> Result<(), String> {
+        let Some(home) = kinds.home.as_deref() else {
+            return Ok(());
+        };
+        let needed = kinds
+            .policies
+            .iter()
+            .any(|e| e.kind == crate::kcp_kinds::CRITICAL_SERVICE && e.invalid.is_none());
+        if !self.home_hooks.synced() {
+            if needed && !self.home_warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(workspace = %home, "cannot read ValidatingWebhookConfiguration holdfast in the holdfast workspace (its RBAC must grant the controller get, list and watch of it): CriticalServices cannot guard themselves until it can");
+            }
+            return Ok(());
+        }
+        let live = self
+            .home_hooks
+            .state()
+            .into_iter()
+            .find(|c| c.metadata.name.as_deref() == Some(WEBHOOK_CONFIGURATION_NAME));
+        let want = match needed {
+            true => {
+                let opts = self.options.borrow().clone();
+                let target = WorkspaceTarget {
+                    exports: [(
+                        self.settings.api_export.clone(),
+                        [GroupResource::new(
+                            holdfast_shared::names::API_GROUP,
+                            "criticalservices",
+                        )]
+                        .into(),
+                    )]
+                    .into(),
+                    ..Default::default()
+                };
+                workspace_configuration(
+                    home,
+                    &self.settings.labels,
+                    self.settings.strict,
+                    &target,
+                    &opts,
+                )
+            }
+            false => None,
+        };
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.home.clone());
+        let done: Result<(), kube::Error> = match (want, live) {
+            (Some(want), Some(live)) if matches_desired(&live, &want) => Ok(()),
+            (Some(want), _) => {
+                tracing::info!(workspace = %home, "installing ValidatingWebhookConfiguration holdfast in the holdfast workspace (CriticalServices guard themselves)");
+                let mut body = serde_json::to_value(&want).map_err(|e| e.to_string())?;
+                body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+                body["kind"] = "ValidatingWebhookConfiguration".into();
+                api.patch(
+                    WEBHOOK_CONFIGURATION_NAME,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+                .map(|_| ())
+            }
+            // Only holdfast's own (it carries the managed-by label).
+            (None, Some(live))
+                if live
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(MANAGED_BY_LABEL))
+                    .is_some_and(|v| v == MANAGED_BY_VALUE) =>
+            {
+                tracing::info!(workspace = %home, "no CriticalService left: deleting ValidatingWebhookConfiguration holdfast in the holdfast workspace");
+                match api
+                    .delete(WEBHOOK_CONFIGURATION_NAME, &Default::default())
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            }
+            (None, _) => Ok(()),
+        };
+        match done {
+            Ok(()) => {
+                self.home_warned.store(false, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                if !self.home_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(workspace = %home, error = %s.message, "may not write ValidatingWebhookConfiguration holdfast in the holdfast workspace (its RBAC must grant the controller create, update, patch and delete of it): CriticalServices cannot guard themselves until it may");
+                }
+                Ok(())
+            }
+            Err(e) => Err(format!("holdfast workspace {home}: {e}")),
+        }
     }
 
     /// Phase 4: makes the installed configurations what `desired` says:

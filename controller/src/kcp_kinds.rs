@@ -55,6 +55,9 @@ const WEBHOOK_CLAIM: (&str, &str) = (
     "validatingwebhookconfigurations",
 );
 
+/// The index of CriticalService in [`kinds`].
+pub const CRITICAL_SERVICE: usize = 2;
+
 /// The kinds this module handles, in the order of every per-kind array.
 pub fn kinds() -> [ApiResource; 3] {
     [

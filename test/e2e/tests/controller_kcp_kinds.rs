@@ -7,7 +7,8 @@
 use holdfast_e2e::{
     controller::{ControllerProcess, rules_of, start_controller},
     kcp_sharded::{
-        COMPUTE, Sharded, bindable, holdfast_binding, own_webhooks, sharded, workspace_webhooks,
+        COMPUTE, HOLDFAST, Sharded, bindable, holdfast_binding, own_webhooks, sharded,
+        workspace_webhooks,
     },
 };
 use serde_json::Value;
@@ -117,9 +118,21 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_status() {
-    let (t, c) = setup().await;
+    // With the webhook: deleting a CriticalService at the end is a DELETE the
+    // holdfast workspace's configuration sends it (refused while it is not there).
+    let mut t = sharded().await.expect("kcp topology");
+    t.let_bind_holdfast("consumer");
+    let c = t
+        .start_holdfast("controller", "watch")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let a = t.workspace_binding("tenant-a", "root", true, &[]);
     let b = t.workspace_binding("tenant-b", "shard-1", true, &[]);
+    // docs/kcp.md, consumer guide: the webhook's reads (a CriticalService's DELETE
+    // needs to know whether its provider exists).
+    for path in [&a, &b] {
+        t.apply_k("consumer", path, "overlays/kcp/workspace/consumer");
+    }
     let plain = t.workspace_binding(
         "plain",
         "root",
@@ -468,4 +481,93 @@ async fn a_type_from_a_provider_is_protected_once_the_provider_binds_holdfast() 
         c.is_some_and(|c| workspace_webhooks(c) == want_hooks)
     })
     .await;
+}
+
+const GUARDED_SERVICE: &str = r#"apiVersion: holdfast.dev/v1alpha1
+kind: CriticalService
+metadata: {name: registry}
+spec:
+  provider: {group: "", resource: serviceaccounts, namespace: default, name: registry}
+  criteria:
+  - type: Finalizer
+    finalizer: {group: "", resource: configmaps, finalizerName: example.io/in-use}
+"#;
+
+const REGISTRY_ACCOUNT: &str =
+    "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: registry, namespace: default}\n";
+
+/// kcp admits the DELETE of a CriticalService (a type the workspace binds from
+/// holdfast.dev) through the holdfast workspace's configurations only (kcp-facts
+/// 12): the controller installs one there while a CriticalService exists, and the
+/// CriticalService cannot be deleted while its provider exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_critical_service_cannot_be_deleted_while_its_provider_exists() {
+    let mut t = sharded().await.expect("kcp topology");
+    t.let_bind_holdfast("consumer");
+    let c = t
+        .start_holdfast("controller", "watch")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let path = t.workspace_binding("guarded", "shard-1", true, &[]);
+    // docs/kcp.md, consumer guide: the webhook's reads in the workspace.
+    t.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
+    let home = t.env.sim.logical_cluster(HOLDFAST).expect("holdfast lc");
+    let hook = holdfast_shared::webhookconfig::export_policies_webhook("holdfast.dev");
+
+    // No CriticalService yet: nothing in the holdfast workspace.
+    assert_eq!(
+        configuration(&t, &c, "platform", HOLDFAST, |c| c.is_none()).await,
+        None
+    );
+    t.apply("consumer", &path, REGISTRY_ACCOUNT);
+    t.apply("consumer", &path, GUARDED_SERVICE);
+    let cfg = configuration(&t, &c, "platform", HOLDFAST, |c| c.is_some())
+        .await
+        .expect("present");
+    assert_eq!(
+        workspace_webhooks(&cfg),
+        [(hook.clone(), format!("/validate/kcp/{home}/holdfast.dev"))]
+    );
+    assert_eq!(
+        rules_of(&cfg, &hook),
+        vec![(
+            vec!["holdfast.dev".to_string()],
+            vec!["criticalservices".to_string()],
+            vec!["DELETE".to_string()]
+        )]
+    );
+
+    // Refused while the provider exists, with the reason.
+    let delete = ["delete", "criticalservice", "registry"];
+    let out = t
+        .until("consumer", &path, &delete, |o| o.code != 0)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", c.log()));
+    assert!(
+        out.stderr.contains("admission webhook")
+            && out.stderr.contains(
+                "CriticalService registry cannot be deleted while its provider serviceaccounts default/registry exists"
+            ),
+        "{out:?}"
+    );
+    assert!(t.exists("consumer", &path, &["criticalservice", "registry"]));
+
+    // The provider goes first (nothing holds the finalizer: its criteria are met),
+    // then the CriticalService may go, and the holdfast workspace's configuration
+    // with it.
+    let out = t.kubectl(
+        "consumer",
+        &path,
+        &["delete", "serviceaccount", "registry", "-n", "default"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = t
+        .until("consumer", &path, &delete, |o| o.code == 0)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", c.log()));
+    assert!(out.stdout.contains("deleted"), "{out:?}");
+    assert_eq!(
+        configuration(&t, &c, "platform", HOLDFAST, |c| c.is_none()).await,
+        None
+    );
 }
