@@ -300,10 +300,10 @@ impl Policy {
         }
     }
 
-    /// The resources whose DELETEs it governs. A CriticalService's guard of
-    /// itself is left out: kcp admits DELETEs of `criticalservices.holdfast.dev`
-    /// through the holdfast workspace's configurations, which holdfast does not
-    /// install.
+    /// The resources whose DELETEs it governs in its workspace's configuration. A
+    /// CriticalService's guard of itself is left out: kcp admits DELETEs of
+    /// `criticalservices.holdfast.dev` through the holdfast workspace's
+    /// configurations only (see `Reconciler::install_home`).
     fn needs(&self) -> Vec<GroupResource> {
         match self {
             Self::Rp(p) => resource_protection_needs(p),
