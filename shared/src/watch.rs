@@ -586,48 +586,44 @@ mod tests {
         assert_eq!(ix.statuses, [listed()]);
     }
 
-    /// A streaming index: each list's objects one by one, what a list left out
-    /// removed at its end.
+    /// A streaming index: each list's objects one by one (recorded as `list …`),
+    /// what a list left out removed at its end.
     #[derive(Default)]
     struct Streamed {
-        objects: Vec<String>,
+        inner: Recorder,
         listed: Option<Vec<String>>,
-        calls: Vec<String>,
     }
 
     impl Index<String> for Streamed {
         fn reset(&mut self, objects: Vec<String>) {
-            self.calls.push(format!("reset {objects:?}"));
-            self.objects = objects;
+            self.inner.reset(objects);
         }
         fn apply(&mut self, object: String) {
-            self.calls.push(format!("apply {object}"));
-            self.objects.retain(|o| *o != object);
-            self.objects.push(object);
+            self.inner.apply(object);
         }
         fn delete(&mut self, object: String) {
-            self.calls.push(format!("delete {object}"));
-            self.objects.retain(|o| *o != object);
+            self.inner.delete(object);
         }
         fn streams_lists(&self) -> bool {
             true
         }
         fn list_begin(&mut self) {
-            self.calls.push("begin".into());
+            self.inner.calls.push("begin".into());
             self.listed = Some(Vec::new());
         }
         fn list_apply(&mut self, object: String) {
-            self.calls.push(format!("list {object}"));
             self.listed
                 .get_or_insert_with(Vec::new)
                 .push(object.clone());
-            self.objects.retain(|o| *o != object);
-            self.objects.push(object);
+            self.inner.apply(object);
+            if let Some(last) = self.inner.calls.last_mut() {
+                *last = last.replacen("apply", "list", 1);
+            }
         }
         fn list_end(&mut self) {
-            self.calls.push("end".into());
+            self.inner.calls.push("end".into());
             let listed = self.listed.take().unwrap_or_default();
-            self.objects.retain(|o| listed.contains(o));
+            self.inner.objects.retain(|o| listed.contains(o));
         }
     }
 
@@ -637,35 +633,35 @@ mod tests {
         d.handle(&mut ix, Ok(watcher::Event::Init));
         d.handle(&mut ix, Ok(watcher::Event::InitApply("a".into())));
         // Given at once, not held by the driver.
-        assert_eq!(ix.calls, ["begin", "list a"]);
+        assert_eq!(ix.inner.calls, ["begin", "list a"]);
         assert!(!d.synced(), "synced only once the list is complete");
         d.handle(&mut ix, Ok(watcher::Event::InitApply("b".into())));
         d.handle(&mut ix, Ok(watcher::Event::InitDone));
         assert!(d.synced());
-        assert_eq!(ix.objects, ["a", "b"]);
+        assert_eq!(ix.inner.objects, ["a", "b"]);
         // A failure in the middle of the next list: what came is kept, unsynced.
         assert_eq!(d.handle(&mut ix, Err(api_error(500))), Step::Restart);
         d.handle(&mut ix, Ok(watcher::Event::Init));
         d.handle(&mut ix, Ok(watcher::Event::InitApply("c".into())));
         assert_eq!(d.handle(&mut ix, Err(api_error(500))), Step::Restart);
         assert!(!d.synced());
-        assert_eq!(ix.objects, ["a", "b", "c"]);
+        assert_eq!(ix.inner.objects, ["a", "b", "c"]);
         // The list after it begins afresh, and takes away what it does not name.
         d.handle(&mut ix, Ok(watcher::Event::Init));
         d.handle(&mut ix, Ok(watcher::Event::InitApply("b".into())));
         d.handle(&mut ix, Ok(watcher::Event::InitDone));
         assert!(d.synced());
-        assert_eq!(ix.objects, ["b"]);
+        assert_eq!(ix.inner.objects, ["b"]);
         assert!(
-            ix.calls.iter().all(|c| !c.starts_with("reset")),
+            ix.inner.calls.iter().all(|c| !c.starts_with("reset")),
             "{:?}",
-            ix.calls
+            ix.inner.calls
         );
-        assert_eq!(ix.calls.iter().filter(|c| *c == "begin").count(), 3);
+        assert_eq!(ix.inner.calls.iter().filter(|c| *c == "begin").count(), 3);
         // An empty list with no Init before it (as the watcher never sends, but
         // still well-formed): everything goes.
         d.handle(&mut ix, Ok(watcher::Event::InitDone));
-        assert!(ix.objects.is_empty());
+        assert!(ix.inner.objects.is_empty());
     }
 
     #[test]

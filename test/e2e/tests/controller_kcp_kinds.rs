@@ -483,16 +483,6 @@ async fn a_type_from_a_provider_is_protected_once_the_provider_binds_holdfast() 
     .await;
 }
 
-const GUARDED_SERVICE: &str = r#"apiVersion: holdfast.dev/v1alpha1
-kind: CriticalService
-metadata: {name: registry}
-spec:
-  provider: {group: "", resource: serviceaccounts, namespace: default, name: registry}
-  criteria:
-  - type: Finalizer
-    finalizer: {group: "", resource: configmaps, finalizerName: example.io/in-use}
-"#;
-
 const REGISTRY_ACCOUNT: &str =
     "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: registry, namespace: default}\n";
 
@@ -520,7 +510,7 @@ async fn a_critical_service_cannot_be_deleted_while_its_provider_exists() {
         None
     );
     t.apply("consumer", &path, REGISTRY_ACCOUNT);
-    t.apply("consumer", &path, GUARDED_SERVICE);
+    t.apply("consumer", &path, CRITICAL_SERVICE);
     let cfg = configuration(&t, &c, "platform", HOLDFAST, |c| c.is_some())
         .await
         .expect("present");
