@@ -24,6 +24,18 @@ async fn setup() -> (Sharded, ControllerProcess) {
     (t, c)
 }
 
+/// The topology, `consumer` allowed to bind holdfast.dev, the webhook and the
+/// controller.
+async fn setup_with_webhook() -> (Sharded, ControllerProcess) {
+    let mut t = sharded().await.expect("kcp topology");
+    t.let_bind_holdfast("consumer");
+    let c = t
+        .start_holdfast("controller", "watch")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    (t, c)
+}
+
 /// The configuration `holdfast` in `path`, read as `user`, once `check` accepts it
 /// (`None`: absent); fails with the last answer and the controller's log.
 async fn configuration(
@@ -120,12 +132,7 @@ spec:
 async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_status() {
     // With the webhook: deleting a CriticalService at the end is a DELETE the
     // holdfast workspace's configuration sends it (refused while it is not there).
-    let mut t = sharded().await.expect("kcp topology");
-    t.let_bind_holdfast("consumer");
-    let c = t
-        .start_holdfast("controller", "watch")
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}"));
+    let (t, c) = setup_with_webhook().await;
     let a = t.workspace_binding("tenant-a", "root", true, &[]);
     let b = t.workspace_binding("tenant-b", "shard-1", true, &[]);
     // docs/kcp.md, consumer guide: the webhook's reads (a CriticalService's DELETE
@@ -492,12 +499,7 @@ const REGISTRY_ACCOUNT: &str =
 /// CriticalService cannot be deleted while its provider exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_critical_service_cannot_be_deleted_while_its_provider_exists() {
-    let mut t = sharded().await.expect("kcp topology");
-    t.let_bind_holdfast("consumer");
-    let c = t
-        .start_holdfast("controller", "watch")
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}"));
+    let (t, c) = setup_with_webhook().await;
     let path = t.workspace_binding("guarded", "shard-1", true, &[]);
     // docs/kcp.md, consumer guide: the webhook's reads in the workspace.
     t.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
