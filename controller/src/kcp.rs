@@ -684,6 +684,33 @@ struct Installed {
     errors: Vec<String>,
 }
 
+/// The status of one policy of [`crate::kcp_kinds::kinds`] to write, and the
+/// Warning Event to emit once it is written (it turned Invalid, or for another
+/// reason).
+struct KindStatusWrite {
+    kind: usize,
+    cluster: String,
+    obj: Arc<DynamicObject>,
+    status: serde_json::Value,
+    event: Option<(&'static str, String)>,
+}
+
+/// The (reason, message) of a Warning Event when `outcome` makes a policy Invalid
+/// with a reason its `conditions` do not show yet (as on Kubernetes: once per
+/// reason, not on every pass).
+fn newly_invalid<'a>(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    outcome: &'a Outcome,
+) -> Option<(&'static str, &'a str)> {
+    let inv = outcome.invalid.as_ref()?;
+    let was = holdfast_shared::api::find_condition(
+        conditions,
+        holdfast_shared::api::condition_types::INVALID,
+    );
+    let same = was.is_some_and(|c| c.status == "True" && c.reason == inv.reason);
+    (!same).then_some((inv.reason, inv.message.as_str()))
+}
+
 /// Phase 5: one rule's status to write.
 struct StatusWrite {
     key: String,
@@ -1880,7 +1907,15 @@ impl Reconciler {
                     &now,
                 ) {
                     Some(status) => {
-                        writes.push((e.kind, e.cluster.clone(), e.name.clone(), status))
+                        let event = newly_invalid(&current.conditions, &outcome)
+                            .map(|(reason, message)| (reason, message.to_string()));
+                        writes.push(KindStatusWrite {
+                            kind: e.kind,
+                            cluster: e.cluster.clone(),
+                            obj: obj.clone(),
+                            status,
+                            event,
+                        })
                     }
                     None => {
                         next.insert(key, inputs);
@@ -1894,24 +1929,38 @@ impl Reconciler {
         };
         let kinds = &kinds;
         futures::stream::iter(writes)
-            .map(|(kind, cluster, name, status): (usize, String, String, serde_json::Value)| async move {
-                let ar = &kinds[kind];
-                let body = Patch::Merge(json!({ "status": status }));
-                let (name, body) = (&name, &body);
+            .map(|w: KindStatusWrite| async move {
+                let ar = &kinds[w.kind];
+                let body = Patch::Merge(json!({ "status": w.status }));
+                let (name, body) = (&w.obj.name_any(), &body);
+                let cluster = &w.cluster;
                 let written = self
-                    .on_shard(&cluster, |client| async move {
+                    .on_shard(cluster, |client| async move {
                         Api::<DynamicObject>::all_with(client, ar)
                             .patch_status(name, &PatchParams::default(), body)
                             .await
-                            .map(|_| ())
+                            .map(|_| true)
                     })
                     .await;
                 // A 404 from the most likely endpoint: the object is gone already.
-                match written {
-                    Err(e) if e.downcast_ref::<kube::Error>().and_then(holdfast_shared::kcp::status_of) == Some(404) => Ok(()),
+                let written = match written {
+                    Err(e)
+                        if e.downcast_ref::<kube::Error>()
+                            .and_then(holdfast_shared::kcp::status_of)
+                            == Some(404) =>
+                    {
+                        Ok(false)
+                    }
                     other => other,
                 }
-                .map_err(|err| anyhow::anyhow!("status of {} {cluster}/{name}: {err:#}", ar.kind))
+                .map_err(|err| {
+                    anyhow::anyhow!("status of {} {cluster}/{name}: {err:#}", ar.kind)
+                })?;
+                if let (true, Some((reason, message))) = (written, &w.event) {
+                    self.warn(cluster, &w.obj.object_ref(ar), reason, "Validate", message)
+                        .await;
+                }
+                Ok::<(), anyhow::Error>(())
             })
             .buffer_unordered(CONCURRENCY)
             .filter_map(|r| futures::future::ready(r.err().map(|e| format!("{e:#}"))))
@@ -1986,10 +2035,8 @@ impl Reconciler {
             }
         };
         status["workspaces"] = json!(w.workspaces);
-        let api: Api<DynamicObject> = Api::all_with(
-            self.vw_client(&w.cluster)?,
-            &ApiResource::erase::<DependencyRule>(&()),
-        );
+        let ar = ApiResource::erase::<DependencyRule>(&());
+        let api: Api<DynamicObject> = Api::all_with(self.vw_client(&w.cluster)?, &ar);
         ignore_not_found(
             api.patch_status(
                 &w.obj.name_any(),
@@ -1998,7 +2045,61 @@ impl Reconciler {
             )
             .await,
         )?;
+        let reference = w.obj.object_ref(&ar);
+        if let Some(cycle) = &w.outcome.cycle
+            && !holdfast_shared::api::is_condition_true(
+                &current.conditions,
+                holdfast_shared::api::condition_types::CYCLE_DETECTED,
+            )
+        {
+            self.warn(
+                &w.cluster,
+                &reference,
+                "CycleDetected",
+                "DetectCycle",
+                cycle,
+            )
+            .await;
+        }
+        if let Some((reason, message)) = newly_invalid(&current.conditions, &w.outcome) {
+            self.warn(&w.cluster, &reference, reason, "Validate", message)
+                .await;
+        }
         Ok(true)
+    }
+
+    /// A Warning Event about `reference` (a policy) in logical cluster `cluster`,
+    /// written through the endpoint of its shard (holdfast.dev claims Events), as
+    /// on Kubernetes; a failure is logged, never a failure of the pass.
+    async fn warn(
+        &self,
+        cluster: &str,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1000).collect()),
+            action: action.to_string(),
+            secondary: None,
+        };
+        let ev = &ev;
+        let published = self
+            .on_shard(cluster, |client| async move {
+                let reporter = Reporter {
+                    controller: "holdfast-controller".into(),
+                    instance: None,
+                };
+                Recorder::new(client, reporter).publish(ev, reference).await
+            })
+            .await;
+        if let Err(e) = published {
+            tracing::warn!(cluster, reason, error = %format!("{e:#}"), "emitting event failed");
+        }
     }
 
     async fn apply_in(

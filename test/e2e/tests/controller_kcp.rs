@@ -319,6 +319,36 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
     assert_eq!(inv["reason"], "UnresolvedWorkspace");
     let message = inv["message"].as_str().unwrap_or_default();
     assert!(message.contains("storage"), "{inv}");
+    // A Warning Event in the provider's workspace says so too, once.
+    let events = ["get", "events.events.k8s.io", "-n", "default", "-o", "json"];
+    let warnings = |o: &holdfast_e2e::KubectlOutput| -> usize {
+        serde_json::from_str::<Value>(&o.stdout)
+            .ok()
+            .and_then(|list| {
+                list["items"].as_array().map(|items| {
+                    items
+                        .iter()
+                        .filter(|e| {
+                            e["type"] == "Warning"
+                                && e["reason"] == "UnresolvedWorkspace"
+                                && e["regarding"]["kind"] == "DependencyRule"
+                                && e["regarding"]["name"] == "vm-volume"
+                        })
+                        .map(|e| e["series"]["count"].as_u64().unwrap_or(1) as usize)
+                        .sum()
+                })
+            })
+            .unwrap_or(0)
+    };
+    let out = kcp
+        .until("provider", COMPUTE, &events, |o| warnings(o) > 0)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", c.log()));
+    assert_eq!(warnings(&out), 1, "{}", out.stdout);
+    // Not again while the reason stays (the unresolved rule is retried every 2 s).
+    tokio::time::sleep(std::time::Duration::from_millis(4500)).await;
+    let out = kcp.kubectl("provider", COMPUTE, &events);
+    assert_eq!(warnings(&out), 1, "{}", out.stdout);
 
     // The workspaces appear (three levels below root): the rule recovers on its own.
     kcp.apply("platform", "root:providers", &workspace("storage"));

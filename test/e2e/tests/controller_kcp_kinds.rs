@@ -274,6 +274,27 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
         )
         .await;
         assert_eq!(said(&ready).0, "Invalid");
+        // And a Warning Event in the workspace, as on Kubernetes (the export claims
+        // Events).
+        let events = ["get", "events.events.k8s.io", "-n", "default", "-o", "json"];
+        let warned = |o: &holdfast_e2e::KubectlOutput| {
+            serde_json::from_str::<Value>(&o.stdout)
+                .ok()
+                .is_some_and(|list| {
+                    list["items"].as_array().into_iter().flatten().any(|e| {
+                        e["type"] == "Warning"
+                            && e["reason"] == "InvalidSelector"
+                            && e["regarding"]["kind"] == "ResourceProtection"
+                            && e["regarding"]["name"] == "bad-selector"
+                            && e["note"].as_str().is_some_and(|n| {
+                                n.contains("operator In on key \"tier\" needs at least one value")
+                            })
+                    })
+                })
+        };
+        t.until("consumer", path, &events, warned)
+            .await
+            .unwrap_or_else(|e| panic!("{shard}: {e:#}\ncontroller: {}", c.log()));
     }
 
     // Deleting the policies leaves the workspace's own webhooks only.
