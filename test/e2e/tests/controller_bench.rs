@@ -465,6 +465,8 @@ async fn bench_kcp_convergence_and_propagation() {
 
     // Single-change propagation.
     let mut samples = Vec::with_capacity(changes);
+    // The same, in the order the changes were made.
+    let mut order = Vec::with_capacity(changes);
     for k in 0..changes {
         let i = (k * 37) % n;
         let j = k % per;
@@ -493,6 +495,7 @@ async fn bench_kcp_convergence_and_propagation() {
                 .any(|r| r["resources"][0] == resource.as_str());
             if has {
                 samples.push(t.elapsed());
+                order.push(t.elapsed());
                 break;
             }
             assert!(
@@ -524,6 +527,12 @@ async fn bench_kcp_convergence_and_propagation() {
         percentile(&samples, 99.0),
         samples.last().copied().unwrap_or_default(),
     );
+    // Which change was the slowest (0: the first after start-up).
+    let slowest = order
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, d)| **d)
+        .map_or(0, |(k, _)| k);
     let cores = std::thread::available_parallelism()
         .map(|p| p.get())
         .unwrap_or(0);
@@ -537,6 +546,7 @@ async fn bench_kcp_convergence_and_propagation() {
             "change_p50_ms": p50.as_secs_f64() * 1000.0,
             "change_p99_ms": p99.as_secs_f64() * 1000.0,
             "change_max_ms": max.as_secs_f64() * 1000.0,
+            "slowest_change": slowest,
             "cores": cores,
         })
     );
