@@ -345,6 +345,9 @@ pub struct Reconciler {
 /// recomputes the whole desired state from all rules.
 struct Parsed {
     rv: String,
+    /// The object's uid and `metadata.generation`: while both hold, its spec is the
+    /// same (a status write moves the resourceVersion only).
+    spec_of: (Option<String>, Option<i64>),
     rule: Result<Arc<DependencyRule>, String>,
     /// The spec's own problems ([`check_dependency_rule`], a function of the
     /// rule alone).
@@ -362,6 +365,7 @@ impl Parsed {
         };
         Self {
             rv: obj.metadata.resource_version.clone().unwrap_or_default(),
+            spec_of: (obj.metadata.uid.clone(), obj.metadata.generation),
             rule,
             invalid,
             status: crate::kubernetes::current_status(obj),
@@ -370,6 +374,20 @@ impl Parsed {
                 v => v.clone(),
             },
         }
+    }
+}
+
+impl Parsed {
+    /// Whether `other` was decoded from the same spec: the same decoding, or the
+    /// same object (uid) at the same generation, as after a status write. A rule's
+    /// evaluation is a function of its spec and the answers it used, so it is kept
+    /// across the echoes of status writes (without a generation, only the same
+    /// decoding counts).
+    fn same_spec(&self, other: &Arc<Parsed>) -> bool {
+        std::ptr::eq(self, Arc::as_ptr(other))
+            || (self.spec_of.0.is_some()
+                && self.spec_of.1.is_some()
+                && self.spec_of == other.spec_of)
     }
 }
 
@@ -1104,12 +1122,14 @@ impl Reconciler {
             .chain(found_refs.iter().flatten())
             .cloned()
             .collect();
-        if let Ok(cache) = self.evals.lock()
-            && let Some(c) = cache.get(key)
-            && Arc::ptr_eq(&c.parsed, parsed)
+        if let Ok(mut cache) = self.evals.lock()
+            && let Some(c) = cache.get_mut(key)
+            && c.parsed.same_spec(parsed)
             && c.used.len() == used.len()
             && c.used.iter().zip(&used).all(|(a, b)| Arc::ptr_eq(a, b))
         {
+            // The newest decoding from now on (the older one is let go).
+            c.parsed = parsed.clone();
             return (c.eval.clone(), Some(rule));
         }
         let mut eval = new_eval();
@@ -1496,14 +1516,14 @@ impl Reconciler {
         }
         // The evaluations kept, found under one lock (the fresh ones are awaited).
         let kept: Vec<Option<Arc<RuleEval>>> = match (answers_same, self.evals.lock()) {
-            (true, Ok(cache)) => objects
+            (true, Ok(mut cache)) => objects
                 .iter()
                 .zip(&parsed)
                 .map(|((key, _), parsed)| {
-                    cache
-                        .get(key)
-                        .filter(|c| Arc::ptr_eq(&c.parsed, parsed))
-                        .map(|c| c.eval.clone())
+                    let c = cache.get_mut(key).filter(|c| c.parsed.same_spec(parsed))?;
+                    // The newest decoding from now on (the older one is let go).
+                    c.parsed = parsed.clone();
+                    Some(c.eval.clone())
                 })
                 .collect(),
             _ => vec![None; objects.len()],
@@ -2497,6 +2517,38 @@ mod tests {
         assert!(
             Arc::ptr_eq(&key, &store.snapshot()[0].0),
             "a replaced object keeps its key"
+        );
+    }
+
+    #[test]
+    fn a_status_write_keeps_the_spec_a_new_generation_does_not() {
+        let obj = |uid: Option<&str>, generation: Option<i64>, rv: &str| {
+            let mut o = DynamicObject::new("r", &ApiResource::erase::<DependencyRule>(&()));
+            o.metadata.uid = uid.map(str::to_string);
+            o.metadata.generation = generation;
+            o.metadata.resource_version = Some(rv.to_string());
+            o.data = serde_json::json!({"spec": {}, "status": {"conditions": []}});
+            Arc::new(Parsed::of(&o))
+        };
+        let first = obj(Some("u1"), Some(1), "10");
+        assert!(first.same_spec(&first), "the same decoding");
+        assert!(
+            first.same_spec(&obj(Some("u1"), Some(1), "11")),
+            "a status write: the same object at the same generation"
+        );
+        assert!(
+            !first.same_spec(&obj(Some("u1"), Some(2), "12")),
+            "a spec change"
+        );
+        assert!(
+            !first.same_spec(&obj(Some("u2"), Some(1), "13")),
+            "deleted and created again under the name"
+        );
+        let unknown = obj(None, None, "14");
+        assert!(unknown.same_spec(&unknown));
+        assert!(
+            !unknown.same_spec(&obj(None, None, "14")),
+            "without uid and generation only the same decoding counts"
         );
     }
 
