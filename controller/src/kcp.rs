@@ -81,9 +81,6 @@ pub struct ClusterStore<K> {
     /// Changes of any kind (an object added, replaced or removed, a relist): a
     /// pass reuses what it computed from these objects while this holds.
     pub version: u64,
-    /// Objects removed (or a relist): caches keyed by these objects drop the
-    /// entries of removed ones only when this moved.
-    pub removals: u64,
 }
 
 /// A store's key: (logical cluster, name), shared with the snapshots and the
@@ -97,7 +94,6 @@ impl<K> Default for ClusterStore<K> {
             ready: false,
             spec_changes: 0,
             version: 0,
-            removals: 0,
         }
     }
 }
@@ -126,7 +122,6 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
             .collect();
         self.spec_changes += 1;
         self.version += 1;
-        self.removals += 1;
     }
 
     fn apply(&mut self, object: K) {
@@ -152,7 +147,6 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
         if self.objects.remove(&Self::key(&object)).is_some() {
             self.spec_changes += 1;
             self.version += 1;
-            self.removals += 1;
         }
     }
 
@@ -205,7 +199,6 @@ impl<K: Resource> Partitioned<K> for SharedFeed<K> {
             {
                 s.spec_changes += 1;
                 s.version += 1;
-                s.removals += 1;
             }
         });
     }
@@ -375,9 +368,7 @@ impl Parsed {
             },
         }
     }
-}
 
-impl Parsed {
     /// Whether `other` was decoded from the same spec: the same decoding, or the
     /// same object (uid) at the same generation, as after a status write. A rule's
     /// evaluation is a function of its spec and the answers it used, so it is kept
@@ -703,30 +694,13 @@ struct Installed {
 }
 
 /// The status of one policy of [`crate::kcp_kinds::kinds`] to write, and the
-/// Warning Event to emit once it is written (it turned Invalid, or for another
-/// reason).
+/// Warning Event to emit once it is written (it turned Invalid with a new reason).
 struct KindStatusWrite {
     kind: usize,
     cluster: String,
     obj: Arc<DynamicObject>,
     status: serde_json::Value,
     event: Option<(&'static str, String)>,
-}
-
-/// The (reason, message) of a Warning Event when `outcome` makes a policy Invalid
-/// with a reason its `conditions` do not show yet (as on Kubernetes: once per
-/// reason, not on every pass).
-fn newly_invalid<'a>(
-    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-    outcome: &'a Outcome,
-) -> Option<(&'static str, &'a str)> {
-    let inv = outcome.invalid.as_ref()?;
-    let was = holdfast_shared::api::find_condition(
-        conditions,
-        holdfast_shared::api::condition_types::INVALID,
-    );
-    let same = was.is_some_and(|c| c.status == "True" && c.reason == inv.reason);
-    (!same).then_some((inv.reason, inv.message.as_str()))
 }
 
 /// Phase 5: one rule's status to write.
@@ -851,8 +825,10 @@ impl Reconciler {
         let wake = notify.clone();
         let (home_hooks, home_task) = holdfast_shared::watch::spawn_cache(
             Api::<ValidatingWebhookConfiguration>::all(home.clone()),
+            // Only holdfast's own (a foreign one of the name is not deleted).
             watcher::Config::default()
-                .fields(&format!("metadata.name={WEBHOOK_CONFIGURATION_NAME}")),
+                .fields(&format!("metadata.name={WEBHOOK_CONFIGURATION_NAME}"))
+                .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")),
             holdfast_shared::watch::NotFound::Unknown,
             move || wake.notify_one(),
         );
@@ -1043,14 +1019,8 @@ impl Reconciler {
                 }
             }
         }
-        let ours = self.home_hooks.state().into_iter().any(|c| {
-            c.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(MANAGED_BY_LABEL))
-                .is_some_and(|v| v == MANAGED_BY_VALUE)
-        });
-        if ours {
+        // The watch sees holdfast's own only.
+        if !self.home_hooks.state().is_empty() {
             let api: Api<ValidatingWebhookConfiguration> = Api::all(self.home.clone());
             match ignore_not_found(
                 api.delete(WEBHOOK_CONFIGURATION_NAME, &Default::default())
@@ -1562,8 +1532,8 @@ impl Reconciler {
     /// route while some valid CriticalService exists: a CriticalService cannot be
     /// deleted while its provider exists. Removed when none is left. Written with
     /// the controller's own identity in its workspace (the shipped RBAC grants
-    /// exactly that configuration); while that is refused or unreadable the rest of
-    /// the pass goes on, and it is said once.
+    /// exactly that configuration); while a write is refused the rest of the pass
+    /// goes on, and it is said once (a refused read, by the watch).
     async fn install_home(&self, kinds: &PlannedKinds) -> Result<(), String> {
         let Some(home) = kinds.home.as_deref() else {
             return Ok(());
@@ -1572,10 +1542,9 @@ impl Reconciler {
             .policies
             .iter()
             .any(|e| e.kind == crate::kcp_kinds::CRITICAL_SERVICE && e.invalid.is_none());
+        // Until its watch has listed (its failures, a 403 included, are logged by
+        // the watch itself).
         if !self.home_hooks.synced() {
-            if needed && !self.home_warned.swap(true, Ordering::Relaxed) {
-                tracing::warn!(workspace = %home, "cannot read ValidatingWebhookConfiguration holdfast in the holdfast workspace (its RBAC must grant the controller get, list and watch of it): CriticalServices cannot guard themselves until it can");
-            }
             return Ok(());
         }
         let live = self
@@ -1624,15 +1593,8 @@ impl Reconciler {
                 .await
                 .map(|_| ())
             }
-            // Only holdfast's own (it carries the managed-by label).
-            (None, Some(live))
-                if live
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(MANAGED_BY_LABEL))
-                    .is_some_and(|v| v == MANAGED_BY_VALUE) =>
-            {
+            // Only holdfast's own: the watch sees nothing else.
+            (None, Some(_)) => {
                 tracing::info!(workspace = %home, "no CriticalService left: deleting ValidatingWebhookConfiguration holdfast in the holdfast workspace");
                 match api
                     .delete(WEBHOOK_CONFIGURATION_NAME, &Default::default())
@@ -1927,7 +1889,7 @@ impl Reconciler {
                     &now,
                 ) {
                     Some(status) => {
-                        let event = newly_invalid(&current.conditions, &outcome)
+                        let event = crate::status::newly_invalid(&current.conditions, &outcome)
                             .map(|(reason, message)| (reason, message.to_string()));
                         writes.push(KindStatusWrite {
                             kind: e.kind,
@@ -2081,7 +2043,9 @@ impl Reconciler {
             )
             .await;
         }
-        if let Some((reason, message)) = newly_invalid(&current.conditions, &w.outcome) {
+        if let Some((reason, message)) =
+            crate::status::newly_invalid(&current.conditions, &w.outcome)
+        {
             self.warn(&w.cluster, &reference, reason, "Validate", message)
                 .await;
         }
@@ -2099,19 +2063,12 @@ impl Reconciler {
         action: &str,
         note: &str,
     ) {
-        use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: reason.to_string(),
-            note: Some(note.chars().take(1000).collect()),
-            action: action.to_string(),
-            secondary: None,
-        };
-        let ev = &ev;
+        use kube::runtime::events::{Recorder, Reporter};
+        let ev = &crate::status::warning_event(reason, action, note);
         let published = self
             .on_shard(cluster, |client| async move {
                 let reporter = Reporter {
-                    controller: "holdfast-controller".into(),
+                    controller: crate::status::EVENT_REPORTER.into(),
                     instance: None,
                 };
                 Recorder::new(client, reporter).publish(ev, reference).await
@@ -2507,11 +2464,11 @@ mod tests {
         assert_eq!(store.spec_changes, 4, "deleted");
         store.delete(rule("u2", 1, "b"));
         assert_eq!(store.spec_changes, 4, "a delete of what is not there");
-        // Every change moves the version (a pass reuses its plan while it holds);
-        // only removals and lists move `removals`.
-        assert_eq!((store.version, store.removals), (5, 2));
+        // Every change moves the version (a pass reuses its plan while it holds),
+        // a status write too.
+        assert_eq!(store.version, 5);
         store.apply(rule("u1", 2, "c"));
-        assert_eq!((store.version, store.removals), (6, 2), "a status write");
+        assert_eq!(store.version, 6, "a status write");
         let key = store.snapshot()[0].0.clone();
         store.apply(rule("u1", 2, "d"));
         assert!(

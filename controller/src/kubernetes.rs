@@ -41,7 +41,7 @@ use kube::{
     api::{ApiResource, DynamicObject},
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
-        events::{Event, EventType, Recorder, Reporter},
+        events::{Recorder, Reporter},
         watcher,
     },
 };
@@ -403,7 +403,7 @@ impl Reconciler {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
-                controller: "holdfast-controller".into(),
+                controller: crate::status::EVENT_REPORTER.into(),
                 instance: Some(settings.instance.clone()),
             },
         );
@@ -1038,11 +1038,6 @@ impl Reconciler {
             &current.conditions,
             holdfast_shared::api::condition_types::CYCLE_DETECTED,
         );
-        let was_invalid = holdfast_shared::api::find_condition(
-            &current.conditions,
-            holdfast_shared::api::condition_types::INVALID,
-        )
-        .map(|c| (c.status.clone(), c.reason.clone()));
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &pk.ar);
         match api
             .patch_status(
@@ -1064,12 +1059,10 @@ impl Reconciler {
             self.publish(&reference, "CycleDetected", "DetectCycle", msg)
                 .await;
         }
-        if let Some(inv) = &outcome.invalid
-            && was_invalid != Some(("True".to_string(), inv.reason.to_string()))
+        if let Some((reason, message)) = crate::status::newly_invalid(&current.conditions, outcome)
         {
-            tracing::warn!(kind = %pk.ar.kind, name, reason = inv.reason, "invalid policy: {}", inv.message);
-            self.publish(&reference, inv.reason, "Validate", &inv.message)
-                .await;
+            tracing::warn!(kind = %pk.ar.kind, name, reason, "invalid policy: {message}");
+            self.publish(&reference, reason, "Validate", message).await;
         }
         Ok(())
     }
@@ -1108,13 +1101,7 @@ impl Reconciler {
         action: &str,
         note: &str,
     ) {
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: reason.to_string(),
-            note: Some(note.chars().take(1000).collect()),
-            action: action.to_string(),
-            secondary: None,
-        };
+        let ev = crate::status::warning_event(reason, action, note);
         if let Err(e) = self.recorder.publish(&ev, reference).await {
             tracing::warn!(error = %e, reason, "emitting event failed");
         }

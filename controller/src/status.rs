@@ -37,6 +37,33 @@ pub struct Outcome {
     pub blocked: Option<(&'static str, String)>,
 }
 
+/// The controller named as the reporter of holdfast's Events.
+pub const EVENT_REPORTER: &str = "holdfast-controller";
+
+/// A Warning Event about a policy (`note` cut to 1,000 characters).
+pub fn warning_event(reason: &str, action: &str, note: &str) -> kube::runtime::events::Event {
+    kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: action.to_string(),
+        secondary: None,
+    }
+}
+
+/// The (reason, message) of a Warning Event when `outcome` makes a policy Invalid
+/// with a reason its `conditions` do not show yet (once per reason, not on every
+/// pass).
+pub fn newly_invalid<'a>(
+    conditions: &[Condition],
+    outcome: &'a Outcome,
+) -> Option<(&'static str, &'a str)> {
+    let inv = outcome.invalid.as_ref()?;
+    let was = holdfast_shared::api::find_condition(conditions, INVALID);
+    let same = was.is_some_and(|c| c.status == "True" && c.reason == inv.reason);
+    (!same).then_some((inv.reason, inv.message.as_str()))
+}
+
 /// The Installed message of a policy whose DELETEs of `resources` reach `webhooks`.
 pub fn routed_message<'a>(
     resources: impl IntoIterator<Item = String>,

@@ -402,11 +402,7 @@ impl<K, I> EndpointFeed<K, I> {
 
 impl<K: Resource, I: Partitioned<K>> Index<K> for EndpointFeed<K, I> {
     fn reset(&mut self, objects: Vec<K>) {
-        self.list_begin();
-        for object in objects {
-            self.list_apply(object);
-        }
-        self.list_end();
+        crate::watch::reset_by_list(self, objects);
     }
 
     /// A list is passed on object by object (the merged index takes each one), so

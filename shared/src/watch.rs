@@ -88,6 +88,16 @@ pub trait Index<K> {
     fn list_end(&mut self) {}
 }
 
+/// [`Index::reset`] of a streaming index: the objects given as one list, object by
+/// object.
+pub fn reset_by_list<K, I: Index<K> + ?Sized>(index: &mut I, objects: Vec<K>) {
+    index.list_begin();
+    for object in objects {
+        index.list_apply(object);
+    }
+    index.list_end();
+}
+
 /// What the last event of a watch says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchState {

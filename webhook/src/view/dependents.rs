@@ -315,11 +315,7 @@ impl Partitioned<DynamicObject> for DependentsFeed {
 
 impl Index<DynamicObject> for DependentsFeed {
     fn reset(&mut self, objects: Vec<DynamicObject>) {
-        self.list_begin();
-        for o in objects {
-            self.list_apply(o);
-        }
-        self.list_end();
+        holdfast_shared::watch::reset_by_list(self, objects);
     }
 
     /// A list is taken object by object: the index keeps a few ids per object, the
