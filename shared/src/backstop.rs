@@ -195,7 +195,8 @@ impl Backstop {
         let mut rules = vec![rule("DELETE", &["*"])];
         let mut exclude = Vec::new();
         if self.strict {
-            rules.push(rule("UPDATE", &["*", "*/*"]));
+            // `*/*` is every resource and subresource; it must stand alone.
+            rules.push(rule("UPDATE", &["*/*"]));
             for (group, plural) in &self.strict_exempt {
                 let sub = format!("{plural}/*");
                 let mut r = rule("UPDATE", &[plural, &sub]);
@@ -305,10 +306,7 @@ mod tests {
             .and_then(|m| m.resource_rules)
             .expect("rules");
         assert_eq!(rules[1].operations, Some(vec!["UPDATE".to_string()]));
-        assert_eq!(
-            rules[1].resources,
-            Some(vec!["*".to_string(), "*/*".to_string()])
-        );
+        assert_eq!(rules[1].resources, Some(vec!["*/*".to_string()]));
         assert_eq!(
             b.binding().spec.validation_actions,
             vec!["Deny".to_string()]

@@ -132,11 +132,13 @@ fn all_resources(op: &str) -> RuleWithOperations {
     }
 }
 
-/// Like [`all_resources`], and every subresource too (`*/*`): `/status`,
-/// `/finalize` and others can change labels and annotations.
+/// Like [`all_resources`], and every subresource too: `/status`, `/finalize` and
+/// others can change labels and annotations. `*/*` is every resource and every
+/// subresource, and kube-apiserver accepts it only alone in a rule's `resources`
+/// ("if '*/*' is present, must not specify other resources").
 fn all_resources_and_subresources(op: &str) -> RuleWithOperations {
     let mut rule = all_resources(op);
-    rule.resources = Some(vec!["*".to_string(), "*/*".to_string()]);
+    rule.resources = Some(vec!["*/*".to_string()]);
     rule
 }
 
@@ -1887,7 +1889,7 @@ mod tests {
         // Strict label UPDATEs: every resource and every subresource.
         assert_eq!(
             rule_resources(by_name("strict-label-0.holdfast.dev")),
-            vec![vec!["*".to_string(), "*/*".to_string()]]
+            vec![vec!["*/*".to_string()]]
         );
         // CRD DELETEs always (CRD containment), next to namespaces.
         let containment = by_name(CONTAINMENT_WEBHOOK);
@@ -2909,7 +2911,7 @@ mod tests {
 delete-label-0.holdfast.dev
   requests:   DELETE *.*
   requests:   CREATE *.*
-  requests:   UPDATE *.* */*.*
+  requests:   UPDATE */*.*
   namespaces: all
   objects:    holdfast.dev/protected
   condition:  delete-or-protection-label-look-alike: request.operation == 'DELETE' || (has(object.metadata.labels) && 'holdfast.dev/protected' in object.metadata.labels && !(object.metadata.labels['holdfast.dev/protected'] in ['Always', 'true', 'Cascading']) && object.metadata.labels['holdfast.dev/protected'].trim().lowerAscii() in ['always', 'true', 'cascading'] && (oldObject == null || !has(oldObject.metadata.labels) || !('holdfast.dev/protected' in oldObject.metadata.labels) || oldObject.metadata.labels['holdfast.dev/protected'] != object.metadata.labels['holdfast.dev/protected']))

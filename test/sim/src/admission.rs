@@ -881,6 +881,20 @@ pub fn validate_config(info: &ResourceInfo, obj: &Value) -> ApiResult<()> {
             }
         }
     }
+    crate::admreg_rules::validate_webhook_rules(obj, &mut causes);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(info, name, causes))
+    }
+}
+
+/// Validation of a ValidatingAdmissionPolicy's resource rules, as kube-apiserver
+/// does it.
+pub fn validate_policy(info: &ResourceInfo, obj: &Value) -> ApiResult<()> {
+    let name = obj["metadata"]["name"].as_str().unwrap_or("");
+    let mut causes = vec![];
+    crate::admreg_rules::validate_policy_rules(obj, &mut causes);
     if causes.is_empty() {
         Ok(())
     } else {

@@ -12,6 +12,7 @@
 //! ```
 
 mod admission;
+mod admreg_rules;
 mod api;
 mod authz;
 mod builtin_schema;

@@ -242,6 +242,9 @@ pub(super) fn prepare_create(
             admission::validate_config(info, obj)?;
             admission::default_config(obj);
         }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
+            admission::validate_policy(info, obj)?;
+        }
         ("", "pods") => {
             crate::defaults::apply(info, obj);
             // kube-apiserver's pod strategy: a new Pod is Pending, with its QoS class.

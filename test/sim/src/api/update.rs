@@ -302,6 +302,11 @@ impl Update<'_> {
             admission::validate_config(info, new)?;
             admission::default_config(new);
         }
+        if info.group == "admissionregistration.k8s.io"
+            && info.resource == "validatingadmissionpolicies"
+        {
+            admission::validate_policy(info, new)?;
+        }
         kcp::prepare_update(state, info, cluster, old, new)?;
         self.decoding().schema(name, new, Some(old_typed))?;
         validate_meta(info, name, new)?;
