@@ -2,6 +2,7 @@
 //! PKI, runs the real `holdfast-webhook` (and later `holdfast-controller`) binaries,
 //! and drives the real `kubectl` against the sim.
 
+pub mod backend;
 pub mod controller;
 pub mod fixtures;
 pub mod kcp;
@@ -179,7 +180,10 @@ fn bin_sources(name: &str) -> anyhow::Result<Vec<PathBuf>> {
         "holdfast-webhook" | "kubectl-holdfast" => sources.extend(krate("webhook")),
         "holdfast-controller" => sources.extend(krate("controller")),
         "holdfast-sim" => sources.extend(krate("test/sim")),
-        n if n == "holdfast-demo" || n.starts_with("holdfast-bench-") => {
+        n if n == "holdfast-demo"
+            || n == "holdfast-backend"
+            || n.starts_with("holdfast-bench-") =>
+        {
             sources.extend(krate("test/sim"));
             sources.extend(krate("test/e2e"));
         }
@@ -238,7 +242,7 @@ impl KubectlOutput {
     fn from(out: Output) -> Self {
         Self {
             code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stdout: one_wording(&String::from_utf8_lossy(&out.stdout)),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
     }
@@ -286,6 +290,32 @@ impl KubectlOutput {
         serde_json::from_str(&out.stdout)
             .with_context(|| format!("kubectl printed no JSON: {}", out.stdout))
     }
+}
+
+/// kubectl's confirmation of a deletion in one wording whatever its version:
+/// kubectl v1.35 and later print `configmap "db" deleted from shop namespace` where
+/// earlier ones print `configmap "db" deleted`; the tests compare the latter.
+pub fn one_wording(stdout: &str) -> String {
+    let mut out = String::with_capacity(stdout.len());
+    for line in stdout.split_inclusive('\n') {
+        let (body, nl) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (line, ""),
+        };
+        let trimmed = body
+            .rsplit_once(" deleted from ")
+            .filter(|(_, ns)| {
+                ns.strip_suffix(" namespace").is_some_and(|n| {
+                    !n.is_empty()
+                        && n.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                })
+            })
+            .map(|(head, _)| format!("{head} deleted"));
+        out.push_str(trimmed.as_deref().unwrap_or(body));
+        out.push_str(nl);
+    }
+    out
 }
 
 /// The `admission webhook "NAME" denied the request: holdfast: ...` refusal kubectl
@@ -511,6 +541,19 @@ impl Drop for Env {
             match self.kubectl(&step.iter().map(String::as_str).collect::<Vec<_>>()) {
                 Ok(out) if out.code == 0 => {}
                 other => eprintln!("cleanup: kubectl {}: {other:?}", step.join(" ")),
+            }
+        }
+        if owned {
+            // A real API server deletes a namespace asynchronously (its contents
+            // first) and the garbage collector removes dependents later: the next
+            // test owning the installation must find none of it, so wait here.
+            for o in run.objects.lock().map(|o| o.clone()).unwrap_or_default() {
+                let mut args = vec!["wait", "--for=delete", "--timeout=120s"];
+                args.extend(o.iter().map(String::as_str));
+                match self.kubectl(&args) {
+                    Ok(out) if out.code == 0 || out.stderr.contains("not found") => {}
+                    other => eprintln!("cleanup: kubectl {}: {other:?}", args.join(" ")),
+                }
             }
         }
         {
@@ -1832,6 +1875,22 @@ mod tests {
             sim.exists(&["crd", "widgets.example.com"])
                 .expect("kubectl")
         );
+    }
+
+    #[test]
+    fn deletions_read_alike_from_every_kubectl() {
+        assert_eq!(
+            super::one_wording(
+                "configmap \"db\" deleted from shop-1a2b namespace\nnamespace \"shop\" deleted\n"
+            ),
+            "configmap \"db\" deleted\nnamespace \"shop\" deleted\n"
+        );
+        // Only kubectl's own suffix: a name that says more stays as it is.
+        assert_eq!(
+            super::one_wording("configmap \"a deleted from X namespace\" created"),
+            "configmap \"a deleted from X namespace\" created"
+        );
+        assert_eq!(super::one_wording("no newline"), "no newline");
     }
 
     #[test]

@@ -1,0 +1,143 @@
+//! The real control planes the end-to-end suite runs on besides the simulator
+//! (`HOLDFAST_E2E_BACKEND`): `kube` starts etcd, kube-apiserver and
+//! kube-controller-manager built by `hack/substrates.sh`. Processes listen on
+//! 127.0.0.1 only; a port taken between choosing it and binding it is retried.
+
+pub mod kube;
+
+use anyhow::{Context, bail};
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// Where `hack/substrates.sh` puts `component`'s binaries (the script is the one
+/// place that knows the pins).
+pub fn substrate_bin(component: &str) -> anyhow::Result<PathBuf> {
+    let script = crate::workspace_root().join("hack/substrates.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["--print-dir", component])
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} --print-dir {component}: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// A process of a backend, killed (and reaped) when dropped; its output goes to
+/// `DIR/NAME.log`.
+pub struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Spawns `cmd` with its output in `dir/name.log`.
+    pub fn spawn(name: &str, dir: &Path, mut cmd: Command) -> anyhow::Result<Self> {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).with_context(|| log.display().to_string())?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {name} ({:?})", cmd.get_program()))?;
+        Ok(Self {
+            name: name.to_string(),
+            child,
+            log,
+        })
+    }
+
+    /// Whether it still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `ready` until it holds, failing after `within`.
+pub async fn wait_for(
+    what: &str,
+    within: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        if ready() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{what}: not ready within {}s", within.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Starts a server on a free port of 127.0.0.1: `make(port)` gives the command
+/// and the URL it serves at. The server counts as started once the port accepts
+/// connections; if it exits first because the port was taken in between, another
+/// port is tried (up to five).
+pub async fn start_on_free_port(
+    name: &str,
+    dir: &Path,
+    mut make: impl FnMut(u16) -> (Command, String),
+) -> anyhow::Result<(Proc, String)> {
+    let mut last = String::new();
+    for _ in 0..5 {
+        let port = crate::free_port()?;
+        let (cmd, url) = make(port);
+        let mut p = Proc::spawn(name, dir, cmd)?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                if p.alive() {
+                    return Ok((p, url));
+                }
+            } else if !p.alive() {
+                last = p.log();
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{name} did not listen on 127.0.0.1:{port} within 120s: {}",
+                    p.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !last.contains("address already in use") {
+            bail!("{name} exited at start: {last}");
+        }
+    }
+    bail!("{name}: every port tried was taken: {last}")
+}
