@@ -275,6 +275,8 @@ pub struct Reconciler {
     deferred: watch::Sender<BTreeMap<GroupResource, crate::deferred::DeferredType>>,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
+    /// 1 while the API server refuses the configuration `holdfast` (set by `run`).
+    refused_gauge: Option<prometheus::IntGauge>,
     /// Watches of the backstop policy and binding, started once the API server
     /// is known to serve them.
     backstop: Option<crate::backstop::Watches>,
@@ -428,6 +430,7 @@ impl Reconciler {
             api_services,
             deferred: watch::Sender::new(BTreeMap::new()),
             ready,
+            refused_gauge: None,
             backstop: None,
             backstop_served: None,
             discovery_failed_at: None,
@@ -503,6 +506,7 @@ impl Reconciler {
             shutdown.clone(),
         ));
         let ready = self.ready.clone();
+        self.refused_gauge = Some(metrics.configuration_refused.clone());
         crate::reconcile::run(&mut self, &metrics, &ready, shutdown).await;
         deferred.abort();
         Ok(())
@@ -830,9 +834,37 @@ impl Reconciler {
             .keep_all_reads(&gathered.items, &mut gathered.needs)
             .await;
         self.publish_deferred_types(&gathered.needs.delete);
-        let live = self.keep_configuration(&gathered.needs).await?;
-        let writes = self.status_writes(&gathered, &live, &reads);
-        self.write_statuses(writes).await
+        // A configuration the API server refuses must be loud: every policy it
+        // would have routed says so (condition and Event), the metric is set, and
+        // the pass fails (retried with backoff); what the live configuration still
+        // routes stays enforced.
+        let (live, refused) = match self.keep_configuration(&gathered.needs).await {
+            Ok(live) => (live, None),
+            Err(ReconcileError::Configuration(message)) => {
+                let live = self
+                    .vwc
+                    .state()
+                    .into_iter()
+                    .find(|c| c.name_any() == WEBHOOK_CONFIGURATION_NAME)
+                    .map(|l| (*l).clone())
+                    .unwrap_or_default();
+                (live, Some(message))
+            }
+            Err(e) => return Err(e),
+        };
+        self.metrics_refused(refused.is_some());
+        let writes = self.status_writes(&gathered, &live, &reads, refused.as_deref());
+        self.write_statuses(writes).await?;
+        match refused {
+            Some(message) => Err(ReconcileError::Configuration(message)),
+            None => Ok(()),
+        }
+    }
+
+    fn metrics_refused(&self, refused: bool) {
+        if let Some(g) = &self.refused_gauge {
+            g.set(i64::from(refused));
+        }
     }
 
     /// Keeps holdfast's own guards: the self-protection policy and the backstop.
@@ -911,6 +943,7 @@ impl Reconciler {
         gathered: &Gathered,
         live: &ValidatingWebhookConfiguration,
         reads: &Reads,
+        refused: Option<&str>,
     ) -> Vec<StatusWrite> {
         let cycles = find_cycles(&gathered.edges);
         let policies_webhooks: Vec<&str> = live
@@ -978,7 +1011,14 @@ impl Reconciler {
                 cycle,
                 cycle_applies: item.kind == DEPENDENCY_RULES,
                 source: item.source.clone(),
-                blocked: None,
+                // Only what the live configuration does not route: the rest is
+                // still enforced by it.
+                blocked: refused.filter(|_| !missing.is_empty()).map(|m| {
+                    (
+                        crate::status::CONFIGURATION_REFUSED,
+                        crate::status::refused_message(m),
+                    )
+                }),
             };
             writes.push(StatusWrite {
                 kind: item.kind,
@@ -1058,6 +1098,11 @@ impl Reconciler {
             tracing::warn!(kind = %pk.ar.kind, name, "{msg}");
             self.publish(&reference, "CycleDetected", "DetectCycle", msg)
                 .await;
+        }
+        if let Some((reason, message)) = crate::status::newly_blocked(&current.conditions, outcome)
+        {
+            tracing::warn!(kind = %pk.ar.kind, name, reason, "policy not enforced: {message}");
+            self.publish(&reference, reason, "Install", message).await;
         }
         if let Some((reason, message)) = crate::status::newly_invalid(&current.conditions, outcome)
         {

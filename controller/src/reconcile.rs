@@ -18,7 +18,7 @@ use std::{
 };
 
 use holdfast_shared::{backoff::ExponentialBackoff, webhookconfig::InstallOptions};
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use tokio::sync::{Notify, watch};
 
 /// First retry delay after a failed pass.
@@ -70,6 +70,8 @@ pub struct Metrics {
     pub errors: IntCounterVec,
     /// Time a pass takes.
     pub duration: Histogram,
+    /// 1 while the API server refuses the configuration `holdfast`.
+    pub configuration_refused: IntGauge,
 }
 
 impl Metrics {
@@ -95,12 +97,18 @@ impl Metrics {
         )?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(errors.clone()))?;
+        let configuration_refused = IntGauge::new(
+            "configuration_refused",
+            "1 while the API server refuses the ValidatingWebhookConfiguration holdfast (the policies it would route say so in their conditions).",
+        )?;
         registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(configuration_refused.clone()))?;
         Ok(Self {
             registry,
             reconciles,
             errors,
             duration,
+            configuration_refused,
         })
     }
 

@@ -64,6 +64,34 @@ pub fn newly_invalid<'a>(
     (!same).then_some((inv.reason, inv.message.as_str()))
 }
 
+/// Reason of Installed and Ready when the API server refused the configuration
+/// that would route the policy's DELETEs.
+pub const CONFIGURATION_REFUSED: &str = "ConfigurationRefused";
+
+/// The Installed message of a policy whose configuration the API server refused
+/// with `message` (the API server's own words).
+pub fn refused_message(message: &str) -> String {
+    format!(
+        "the API server refused ValidatingWebhookConfiguration {}, so DELETEs of what this policy protects are not checked: {message}",
+        holdfast_shared::names::WEBHOOK_CONFIGURATION_NAME
+    )
+}
+
+/// The (reason, message) of a Warning Event when `outcome` blocks a policy with
+/// a reason its Ready condition does not show yet (once per reason).
+pub fn newly_blocked<'a>(
+    conditions: &[Condition],
+    outcome: &'a Outcome,
+) -> Option<(&'static str, &'a str)> {
+    if outcome.invalid.is_some() {
+        return None;
+    }
+    let (reason, message) = outcome.blocked.as_ref()?;
+    let was = holdfast_shared::api::find_condition(conditions, READY);
+    let same = was.is_some_and(|c| c.status == "False" && c.reason == *reason);
+    (!same).then_some((*reason, message.as_str()))
+}
+
 /// The Installed message of a policy whose DELETEs of `resources` reach `webhooks`.
 pub fn routed_message<'a>(
     resources: impl IntoIterator<Item = String>,

@@ -369,7 +369,7 @@ pub struct CheckFinding {
     /// `error` (makes `check` fail) or `warning`.
     pub severity: String,
     /// What kind: `WebhookConfigurationMissing`, `WebhookNotReady`, `FailurePolicyIgnore`,
-    /// `PolicyNotRouted`, `PolicyNotReady`, `NotAdmissionControlled`,
+    /// `PolicyNotRouted`, `PolicyNotReady`, `NotAdmissionControlled`, `ConfigurationRefused`,
     /// `CrdUnprotected`, `NamespaceUnprotected`, `BackstopMissing`, `ReadFailed`.
     pub kind: String,
     /// The object concerned.

@@ -689,6 +689,8 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
             if let Some((reason, message)) = &problem {
                 let kind = if reason == "NotAdmissionControlled" {
                     "NotAdmissionControlled"
+                } else if reason == "ConfigurationRefused" {
+                    "ConfigurationRefused"
                 } else {
                     "PolicyNotReady"
                 };
