@@ -26,6 +26,7 @@ pub mod names;
 pub mod policy;
 pub mod registry;
 pub mod report;
+pub mod request_signature;
 pub mod review;
 #[cfg(feature = "runtime")]
 pub mod runtime;

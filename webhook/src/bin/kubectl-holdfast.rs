@@ -120,6 +120,8 @@ enum Output {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The plugin reads a Kubernetes cluster: `kcp.io/cluster` means nothing there.
+    let _ = holdfast_shared::topology::set_process_topology(Topology::Kubernetes);
     if cli.verbose > 0 {
         let level = if cli.verbose > 1 { "debug" } else { "info" };
         let _ = tracing_subscriber::fmt()
