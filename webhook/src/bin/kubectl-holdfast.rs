@@ -197,6 +197,7 @@ async fn load_config(cli: &Cli) -> anyhow::Result<kube::Config> {
     let mut config = match &cli.kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
+                .map_err(|e| anyhow::anyhow!(holdfast_shared::runtime::kubeconfig::redacted(&e)))
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &opts).await?
         }
