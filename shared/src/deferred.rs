@@ -14,7 +14,6 @@
 //! the API server authorizes the deletion as them.
 
 use crate::{
-    api::common::GroupResource,
     names::{DELETE_REQUEST_SIGNATURE, DELETE_REQUESTED_BY, DELETE_WHEN_UNBLOCKED},
     review::{AdmissionRequest, annotations, labels},
 };
@@ -85,39 +84,7 @@ pub fn signature(obj: &Value) -> Option<&str> {
     markers(obj).signature
 }
 
-/// Resources the API server never sends to admission webhooks (webhook
-/// configurations and admission policies, so that no webhook can lock the cluster
-/// out of its own repair): no request on them can be checked, so none is honoured.
-pub const NEVER_REVIEWED: [(&str, &str); 6] = [
-    (
-        "admissionregistration.k8s.io",
-        "validatingwebhookconfigurations",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "validatingadmissionpolicies",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "validatingadmissionpolicybindings",
-    ),
-    ("admissionregistration.k8s.io", "mutatingadmissionpolicies"),
-    (
-        "admissionregistration.k8s.io",
-        "mutatingadmissionpolicybindings",
-    ),
-];
-
-/// Whether the API server never sends requests on `gr` to admission webhooks.
-pub fn never_reviewed(gr: &GroupResource) -> bool {
-    NEVER_REVIEWED
-        .iter()
-        .any(|(g, r)| gr.group == *g && gr.resource == *r)
-}
+pub use crate::unreviewed::{NEVER_REVIEWED, never_reviewed};
 
 /// The user a complete request on `obj` names: the annotation and the label
 /// both `"true"` and a non-empty requester.
@@ -279,6 +246,8 @@ mod tests {
             )
         );
     }
+
+    use crate::api::common::GroupResource;
 
     #[test]
     fn kinds_never_sent_to_webhooks_are_known() {

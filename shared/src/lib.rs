@@ -33,5 +33,6 @@ pub mod runtime;
 pub mod selector;
 pub mod selfprotection;
 pub mod topology;
+pub mod unreviewed;
 pub mod watch;
 pub mod webhookconfig;

@@ -700,8 +700,17 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
             if problem.is_none()
                 && let Some(c) = &configuration
             {
-                for gr in policy_needs(kind, &item) {
-                    if gr.group.contains('*') || gr.resource.contains('*') {
+                let needs = policy_needs(kind, &item);
+                if needs.iter().any(holdfast_shared::unreviewed::is_wildcard) {
+                    report.add(
+                        "warning",
+                        "NotAdmissionControlled",
+                        &subject,
+                        holdfast_shared::unreviewed::WILDCARD_LIMITS.to_string(),
+                    );
+                }
+                for gr in needs {
+                    if holdfast_shared::unreviewed::is_wildcard(&gr) {
                         continue;
                     }
                     if !routes_delete(c, &gr.group, &gr.resource) {
