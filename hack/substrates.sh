@@ -37,7 +37,7 @@ pkgs_of() {
     kube) echo "k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl" ;;
     etcd) echo "go.etcd.io/etcd/server/v3" ;;
     kcp) echo "github.com/kcp-dev/kcp/cmd/kcp github.com/kcp-dev/kcp/cmd/kcp-front-proxy github.com/kcp-dev/kcp/cmd/cache-server github.com/kcp-dev/kcp/cmd/sharded-test-server" ;;
-    karmada) echo "github.com/karmada-io/karmada/cmd/webhook github.com/karmada-io/karmada/cmd/controller-manager" ;;
+    karmada) echo "github.com/karmada-io/karmada/cmd/webhook github.com/karmada-io/karmada/cmd/controller-manager github.com/karmada-io/karmada/cmd/aggregated-apiserver" ;;
   esac
 }
 
@@ -51,11 +51,25 @@ ldflags_of() {
         f="$f -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
       done
       echo "$f" ;;
+    kcp)
+      # As kcp's own build stamps it: the Kubernetes version of its fork, then its tag.
+      local f="-s -w"
+      for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+        f="$f -X $p.gitVersion=v1.35.1+kcp-$KCP_VERSION -X $p.gitMajor=1 -X $p.gitMinor=35 -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+      done
+      echo "$f" ;;
+    karmada)
+      local p=github.com/karmada-io/karmada/pkg/version
+      echo "-s -w -X $p.gitVersion=$KARMADA_VERSION -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z" ;;
     *) echo "-s -w" ;;
   esac
 }
 
-stamp_of() { cat "$here/substrates/$1/go.mod" "$here/substrates/$1/go.sum" | sha256sum | cut -c1-16; }
+# The stamp covers what decides the binaries: the wrapper module, the packages, the link flags.
+stamp_of() {
+  { cat "$here/substrates/$1/go.mod" "$here/substrates/$1/go.sum"; pkgs_of "$1"; ldflags_of "$1"; } |
+    sha256sum | cut -c1-16
+}
 
 build() {
   local name="$1" out stamp start
@@ -73,6 +87,12 @@ build() {
     go build -trimpath -ldflags "$(ldflags_of "$name")" -o "$out/bin/" $(pkgs_of "$name"))
   # `go build` names a major-version module path after its parent (`server`).
   if [ "$name" = etcd ] && [ -f "$out/bin/server" ]; then mv "$out/bin/server" "$out/bin/etcd"; fi
+  # Karmada's commands are cmd/<name>; name them karmada-<name> as Karmada does.
+  if [ "$name" = karmada ]; then
+    for b in controller-manager webhook aggregated-apiserver; do
+      if [ -f "$out/bin/$b" ]; then mv "$out/bin/$b" "$out/bin/karmada-$b"; fi
+    done
+  fi
   echo "$stamp" > "$out/.stamp"
   log "$name: built in $(( $(date +%s) - start )) s: $(ls "$out/bin" | tr '\n' ' ')"
 }

@@ -513,6 +513,8 @@ fn routes(args: &RoutesArgs) -> anyhow::Result<()> {
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let tuning = args.tuning.clone().into_tuning()?;
     let config = args.into_config()?;
+    // Before any watch: what `kcp.io/cluster` means follows the topology.
+    holdfast_shared::topology::set_process_topology(config.topology)?;
     let labels: Vec<String> = config
         .protection_labels
         .iter()

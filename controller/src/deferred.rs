@@ -3,7 +3,12 @@
 //!
 //! The controller watches the metadata of the objects labelled
 //! `holdfast.dev/delete-when-unblocked=true`, of the types policy objects protect
-//! and of namespaces. For each complete request it sends the DELETE impersonating
+//! and of namespaces. A request counts only when its signature
+//! ([`holdfast_shared::request_signature`]) verifies for the object's uid and the
+//! user it names under holdfast's key, which proves the webhook admitted it from
+//! that user, and only on a kind the API server sends to webhooks; anything else
+//! is ignored with a Warning Event (once per version of the object). For each
+//! verified request it sends the DELETE impersonating
 //! the user the request names (`Impersonate-User`), with the object's UID as a
 //! precondition: the API server authorizes the deletion as that user and the
 //! webhook judges it as any other. A refusal is retried with backoff (from
@@ -14,8 +19,9 @@
 
 use holdfast_shared::{
     api::common::GroupResource,
-    deferred::requested_by,
-    names::{DELETE_REQUESTED_BY, DELETE_WHEN_UNBLOCKED},
+    deferred::{never_reviewed, requested_by, signature},
+    names::{DELETE_REQUEST_SIGNATURE, DELETE_REQUESTED_BY, DELETE_WHEN_UNBLOCKED},
+    request_signature::RequestKey,
     watch::{Cache, NotFound, spawn_cache},
 };
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -67,6 +73,31 @@ struct Attempts {
     version: String,
 }
 
+/// Why a request is not honoured, if it is not: its kind is never reviewed by
+/// admission, or its signature is not holdfast's for its uid and user.
+fn unverified(
+    t: &DeferredType,
+    key: &RequestKey,
+    uid: &str,
+    user: &str,
+    sig: Option<&str>,
+) -> Option<String> {
+    let gr = GroupResource::new(&t.resource.group, &t.resource.plural);
+    if never_reviewed(&gr) {
+        return Some(format!(
+            "the API server never sends requests on {} to admission webhooks, so no \
+             request on one can be checked",
+            t.resource.plural
+        ));
+    }
+    key.verify(sig, uid, user).err().map(|p| {
+        format!(
+            "{p} ({DELETE_REQUEST_SIGNATURE}): the request did not pass holdfast's webhook \
+             as {user:?}; ask again"
+        )
+    })
+}
+
 /// The outcome of one DELETE.
 enum Outcome {
     Deleted,
@@ -84,7 +115,22 @@ pub async fn run(
     let notify = Arc::new(Notify::new());
     let mut watches: HashMap<GroupResource, Watch> = HashMap::new();
     let mut attempts: HashMap<String, Attempts> = HashMap::new();
+    // Ignored requests already reported (uid -> resourceVersion).
+    let mut ignored: HashMap<String, String> = HashMap::new();
+    let mut key: Option<RequestKey> = None;
+    let mut key_problem: Option<String> = None;
     loop {
+        if key.is_none() {
+            match crate::request_key::ensure(&client).await {
+                Ok(k) => key = Some(k),
+                Err(e) => {
+                    if key_problem.as_deref() != Some(&e.to_string()) {
+                        tracing::warn!(error = %e, "deferred deletion: no key to verify requests with; none is honoured");
+                        key_problem = Some(e.to_string());
+                    }
+                }
+            }
+        }
         // Keep one label-selected metadata watch per type.
         let wanted = types.borrow_and_update().clone();
         watches.retain(|gr, (t, _, task)| {
@@ -120,6 +166,26 @@ pub async fn run(
                 };
                 seen.insert(uid.clone());
                 let version = obj.metadata.resource_version.clone().unwrap_or_default();
+                let Some(key) = key.as_ref() else {
+                    continue;
+                };
+                if let Some(why) = unverified(t, key, &uid, &user, signature(&meta)) {
+                    attempts.remove(&uid);
+                    if ignored.get(&uid) != Some(&version) {
+                        tracing::warn!(object = %describe(t, &obj), user = %user.escape_debug(), reason = %why, "deferred deletion: request ignored");
+                        publish(
+                            &recorder,
+                            &reference(t, &obj),
+                            EventType::Warning,
+                            "DeferredDeletionIgnored",
+                            &format!("deletion requested in the name of {user:?} ignored: {why}"),
+                        )
+                        .await;
+                        ignored.insert(uid.clone(), version);
+                    }
+                    continue;
+                }
+                ignored.remove(&uid);
                 let a = attempts.entry(uid.clone()).or_insert_with(|| Attempts {
                     next: now,
                     delay: RETRY_FIRST,
@@ -175,6 +241,7 @@ pub async fn run(
             }
         }
         attempts.retain(|uid, _| seen.contains(uid));
+        ignored.retain(|uid, _| seen.contains(uid));
         let sleep = next_wake.saturating_duration_since(Instant::now());
         tokio::select! {
             _ = shutdown.changed() => break,

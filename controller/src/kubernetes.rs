@@ -990,7 +990,16 @@ impl Reconciler {
                     reads::AGGREGATE_LABEL
                 )
             } else if installed {
-                crate::status::routed_message(set, via)
+                let routed = crate::status::routed_message(set, via);
+                if item
+                    .needs
+                    .iter()
+                    .any(holdfast_shared::unreviewed::is_wildcard)
+                {
+                    format!("{routed}; {}", holdfast_shared::unreviewed::WILDCARD_LIMITS)
+                } else {
+                    routed
+                }
             } else {
                 crate::status::not_routed_message(&missing)
             };

@@ -32,6 +32,7 @@ pub mod markers;
 pub mod policies;
 pub mod reads;
 pub mod reconcile;
+pub mod request_key;
 pub mod run;
 pub mod sources;
 pub mod status;

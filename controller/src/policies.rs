@@ -153,10 +153,14 @@ impl ApiIndex {
         self.aggregated = services.into_iter().collect();
     }
 
-    /// Why DELETEs of `gr` never pass DELETE admission, if they do not: an
+    /// Why DELETEs of `gr` never pass DELETE admission, if they do not: webhook
+    /// configurations and admission policies are never sent to webhooks, an
     /// aggregated API's requests are proxied to its own server without the
     /// webhooks being called, and Events expire from storage without a DELETE.
     pub fn not_admission_controlled(&self, gr: &GroupResource) -> Option<String> {
+        if holdfast_shared::unreviewed::never_reviewed(gr) {
+            return Some(holdfast_shared::unreviewed::never_reviewed_message(gr));
+        }
         if let Some(service) = self.aggregated.get(&gr.group) {
             return Some(format!(
                 "DELETEs of {gr} never reach an admission webhook: group {} is served by \

@@ -83,11 +83,14 @@ impl SourceProbes {
         }
     }
 
-    /// The names of the wanted sources' Secrets in `namespace`.
+    /// The names of the wanted sources' Secrets in `namespace` (never holdfast's own,
+    /// [`anchorsource::RESERVED_SECRETS`]).
     pub fn secrets_in(&self, namespace: &str) -> std::collections::BTreeSet<String> {
         lock(&self.states)
             .keys()
             .filter(|(source, _)| source.namespace == namespace)
+            // holdfast's own Secrets are never granted as sources.
+            .filter(|(source, _)| !anchorsource::RESERVED_SECRETS.contains(&source.name.as_str()))
             .map(|(source, _)| source.name.clone())
             .collect()
     }
@@ -145,22 +148,19 @@ async fn probe(local: &Client, allowed: &str, (source, anchor): &Key) -> Probe {
             Ok(Err(e)) => return Probe::Unreachable(format!("reading the Secret failed: {e}")),
             Err(_) => return Probe::Unreachable("the Secret was not read in time".to_string()),
         };
+    // Errors name the Secret's key and the kind of problem, never its contents.
     let kubeconfig = match anchorsource::kubeconfig(source, secret.as_ref()) {
         Ok(k) => k,
-        Err(e) => return Probe::Unusable(e),
+        Err(e) => return Probe::Unusable(e.to_string()),
     };
-    let config = match kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    {
+    let config = match anchorsource::client_config(source, kubeconfig).await {
         Ok(c) => c,
-        Err(e) => return Probe::Unusable(format!("the kubeconfig cannot be used: {e}")),
+        Err(e) => return Probe::Unusable(e.to_string()),
     };
-    let client = match Client::try_from(config) {
-        Ok(c) => c,
-        Err(e) => return Probe::Unusable(format!("the kubeconfig cannot be used: {e}")),
+    let Ok(client) = Client::try_from(config) else {
+        return Probe::Unusable(
+            anchorsource::SourceError::Unusable(source.key.clone()).to_string(),
+        );
     };
     let ar = ApiResource {
         group: anchor.group.clone(),

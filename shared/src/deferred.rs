@@ -4,14 +4,17 @@
 //! A request is three markers set together: the annotation and the label
 //! [`DELETE_WHEN_UNBLOCKED`] (both `"true"`; the label lets the controller find
 //! such objects with a label selector) and the annotation [`DELETE_REQUESTED_BY`]
-//! naming the requesting user. The webhook admits a CREATE or UPDATE that sets or
-//! changes them only when the requester is the user named and that user, as the
-//! controller will impersonate them (the user alone, with the groups the API
-//! server gives an impersonated user), may delete the object. The controller then
-//! deletes it as that user, so the API server authorizes the deletion as them.
+//! naming the requesting user, confirmed by holdfast's signature in
+//! [`DELETE_REQUEST_SIGNATURE`] ([`crate::request_signature`]). The webhook admits
+//! a CREATE or UPDATE that sets or changes them only when the requester is the
+//! user named, that user, as the controller will impersonate them (the user
+//! alone, with the groups the API server gives an impersonated user), may delete
+//! the object, and the signature is one it issued to that user for that object.
+//! The controller deletes only objects whose signature verifies, as that user, so
+//! the API server authorizes the deletion as them.
 
 use crate::{
-    names::{DELETE_REQUESTED_BY, DELETE_WHEN_UNBLOCKED},
+    names::{DELETE_REQUEST_SIGNATURE, DELETE_REQUESTED_BY, DELETE_WHEN_UNBLOCKED},
     review::{AdmissionRequest, annotations, labels},
 };
 use serde_json::Value;
@@ -59,6 +62,8 @@ pub struct Markers<'a> {
     pub label: Option<&'a str>,
     /// The annotation [`DELETE_REQUESTED_BY`].
     pub requested_by: Option<&'a str>,
+    /// The annotation [`DELETE_REQUEST_SIGNATURE`].
+    pub signature: Option<&'a str>,
 }
 
 /// The markers on `obj`; a value that is not a string counts as `""`.
@@ -70,8 +75,16 @@ pub fn markers(obj: &Value) -> Markers<'_> {
         annotation: get(annotations(obj), DELETE_WHEN_UNBLOCKED),
         label: get(labels(obj), DELETE_WHEN_UNBLOCKED),
         requested_by: get(annotations(obj), DELETE_REQUESTED_BY),
+        signature: get(annotations(obj), DELETE_REQUEST_SIGNATURE),
     }
 }
+
+/// The signature annotation of `obj`, if set.
+pub fn signature(obj: &Value) -> Option<&str> {
+    markers(obj).signature
+}
+
+pub use crate::unreviewed::{NEVER_REVIEWED, never_reviewed};
 
 /// The user a complete request on `obj` names: the annotation and the label
 /// both `"true"` and a non-empty requester.
@@ -130,6 +143,28 @@ pub fn request_problem(new: &Value, user: &str) -> Option<String> {
 
 fn shown(v: Option<&str>) -> String {
     v.map_or_else(|| "absent".to_string(), |v| format!("{v:?}"))
+}
+
+/// The merge patch that confirms a request as `user` with holdfast's signature `sig`.
+pub fn signed_request_patch(user: &str, sig: &str) -> String {
+    serde_json::json!({"metadata": {
+        "labels": {DELETE_WHEN_UNBLOCKED: "true"},
+        "annotations": {
+            DELETE_WHEN_UNBLOCKED: "true",
+            DELETE_REQUESTED_BY: user,
+            DELETE_REQUEST_SIGNATURE: sig,
+        },
+    }})
+    .to_string()
+}
+
+/// The signature a refusal of the webhook issues (the first step of a request), if
+/// `message` carries one: what a client sets with the same request to confirm it.
+pub fn issued_signature(message: &str) -> Option<&str> {
+    let marker = format!("{DELETE_REQUEST_SIGNATURE} to \"");
+    let start = message.find(&marker)? + marker.len();
+    let rest = message.get(start..)?;
+    rest.get(..rest.find('"')?)
 }
 
 /// The one merge patch that makes a request as `user`, for messages and docs.
@@ -210,6 +245,51 @@ mod tests {
                  the annotation holdfast.dev/delete-requested-by must name you, \"alice\" (it is absent)"
             )
         );
+    }
+
+    use crate::api::common::GroupResource;
+
+    #[test]
+    fn kinds_never_sent_to_webhooks_are_known() {
+        for (g, r) in NEVER_REVIEWED {
+            assert!(never_reviewed(&GroupResource::new(g, r)));
+        }
+        assert!(!never_reviewed(&GroupResource::new("", "configmaps")));
+        assert!(!never_reviewed(&GroupResource::new(
+            "admissionregistration.k8s.io",
+            "other"
+        )));
+    }
+
+    #[test]
+    fn a_changed_signature_is_a_changed_request() {
+        let with = |sig: &str| {
+            obj(
+                json!({DELETE_WHEN_UNBLOCKED: "true"}),
+                json!({DELETE_WHEN_UNBLOCKED: "true", DELETE_REQUESTED_BY: "alice",
+                       DELETE_REQUEST_SIGNATURE: sig}),
+            )
+        };
+        let body = |old: Value, new: Value| {
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "name": "x", "namespace": "ns", "operation": "UPDATE",
+                "userInfo": {"username": "alice"}, "object": new, "oldObject": old}})
+        };
+        let review = |old, new| {
+            crate::review::parse_review(body(old, new).to_string().as_bytes()).expect("review")
+        };
+        assert!(request_changed(&review(with("a"), with("b"))));
+        assert!(!request_changed(&review(with("a"), with("a"))));
+        assert_eq!(signature(&with("a")), Some("a"));
+        let patch: Value = serde_json::from_str(&signed_request_patch("alice", "s")).expect("json");
+        assert_eq!(requested_by(&patch), Some("alice"));
+        assert_eq!(signature(&patch), Some("s"));
+        let refusal =
+            crate::policy::messages::deferred_sign("VPC ns/x", "why", "v1.2.ab", "vpc x", "{}");
+        assert_eq!(issued_signature(&refusal), Some("v1.2.ab"));
+        assert_eq!(issued_signature("holdfast: nothing"), None);
     }
 
     #[test]

@@ -25,8 +25,13 @@ pub const PATH_TTL: Duration = Duration::from_secs(300);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The logical cluster an object lives in (its `kcp.io/cluster` annotation; "" when it
-/// has none, as on Kubernetes).
+/// has none, and always "" in a process fixed to the Kubernetes topology, where
+/// anyone who may write the object may set the annotation:
+/// [`crate::topology::honours_logical_cluster`]).
 pub fn cluster_of<K: Resource>(obj: &K) -> String {
+    if !crate::topology::honours_logical_cluster() {
+        return String::new();
+    }
     obj.meta()
         .annotations
         .as_ref()

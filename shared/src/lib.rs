@@ -26,11 +26,13 @@ pub mod names;
 pub mod policy;
 pub mod registry;
 pub mod report;
+pub mod request_signature;
 pub mod review;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod selector;
 pub mod selfprotection;
 pub mod topology;
+pub mod unreviewed;
 pub mod watch;
 pub mod webhookconfig;

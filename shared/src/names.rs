@@ -46,3 +46,10 @@ pub const DELETE_WHEN_UNBLOCKED: &str = "holdfast.dev/delete-when-unblocked";
 /// requires it to equal the requesting user, and the controller deletes as that
 /// user (impersonation).
 pub const DELETE_REQUESTED_BY: &str = "holdfast.dev/delete-requested-by";
+/// Annotation carrying holdfast's signature of a deferred-deletion request (over
+/// the object's uid, the requesting user and the time the webhook issued it); the
+/// controller honours only requests whose signature it can verify.
+pub const DELETE_REQUEST_SIGNATURE: &str = "holdfast.dev/delete-request-signature";
+/// Secret (in holdfast's namespace) holding the key that signs deferred-deletion
+/// requests: created by the controller, read by the webhook.
+pub const DEFERRED_KEY_SECRET: &str = "holdfast-deferred-deletion-key";

@@ -1,6 +1,44 @@
 //! Where holdfast runs: plain Kubernetes (also a Karmada control plane) or kcp.
+//!
+//! The process's topology also decides what the annotation `kcp.io/cluster` means
+//! ([`honours_logical_cluster`]): on kcp, kcp itself writes it on every stored
+//! object; anywhere else anyone who may write an object may set it, so there it
+//! means nothing (docs/security.md, "kcp.io/cluster").
 
-use std::{fmt, str::FromStr};
+use std::{fmt, str::FromStr, sync::OnceLock};
+
+/// The topology this process runs in, set once by each binary's `run`.
+static PROCESS: OnceLock<Topology> = OnceLock::new();
+
+/// Fixes this process's topology (each binary at start, before any watch or
+/// review). The first call wins; a later call with another topology is refused.
+pub fn set_process_topology(t: Topology) -> Result<(), ConflictingTopology> {
+    let got = *PROCESS.get_or_init(|| t);
+    if got == t {
+        Ok(())
+    } else {
+        Err(ConflictingTopology { set: got, asked: t })
+    }
+}
+
+/// A second, different [`set_process_topology`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the process's topology is {set} already, not {asked}")]
+pub struct ConflictingTopology {
+    /// The topology set first.
+    pub set: Topology,
+    /// The one asked for later.
+    pub asked: Topology,
+}
+
+/// Whether the annotation `kcp.io/cluster` names an object's logical cluster in
+/// this process: false once the process is fixed to [`Topology::Kubernetes`]
+/// (anyone who may patch an object may set it there). A library user that never
+/// fixes the topology (unit tests of kcp plumbing) reads it; the pure policy
+/// evaluation does not rely on this and asks its own `PolicyConfig::kcp`.
+pub fn honours_logical_cluster() -> bool {
+    PROCESS.get() != Some(&Topology::Kubernetes)
+}
 
 /// The deployment topology, `--topology kubernetes|kcp`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

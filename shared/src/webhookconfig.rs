@@ -588,14 +588,16 @@ fn cel_value(obj: &str, field: &str, key: &str) -> String {
 
 /// The matchCondition of [`DEFERRED_WEBHOOK`]: the object carries the annotation
 /// or the label `holdfast.dev/delete-when-unblocked`, and it is created or one of
-/// the three markers of a request changes. Withdrawing a request is not judged.
+/// the markers of a request (the three and the signature) changes. Withdrawing a
+/// request is not judged.
 pub fn deferred_condition() -> String {
-    use crate::names::{DELETE_REQUESTED_BY, DELETE_WHEN_UNBLOCKED};
+    use crate::names::{DELETE_REQUEST_SIGNATURE, DELETE_REQUESTED_BY, DELETE_WHEN_UNBLOCKED};
     let k = cel_str(DELETE_WHEN_UNBLOCKED);
     let markers = [
         ("annotations", DELETE_WHEN_UNBLOCKED),
         ("labels", DELETE_WHEN_UNBLOCKED),
         ("annotations", DELETE_REQUESTED_BY),
+        ("annotations", DELETE_REQUEST_SIGNATURE),
     ];
     let changed = markers
         .iter()

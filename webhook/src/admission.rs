@@ -113,6 +113,16 @@ impl Admission {
     pub async fn review(&self, body: &[u8], route: Route) -> Result<Vec<u8>, ReviewError> {
         let started = Instant::now();
         let mut req = review::parse_review(body)?;
+        if !self.config.kcp {
+            // Outside kcp anyone who may write an object may set `kcp.io/cluster`:
+            // it steers nothing here (workspace, Events, deferred deletion).
+            for o in [req.object.as_mut(), req.old_object.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                policy::forget_logical_cluster(o);
+            }
+        }
         let workspace = match route {
             Route::Plain => None,
             Route::Workspace(lc) => Some(lc),

@@ -35,6 +35,8 @@ pub use holdfast_shared::runtime::log::DEFAULT_LOG_FILTER;
 
 /// Runs the webhook until SIGTERM/SIGINT.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Before any watch or review: what `kcp.io/cluster` means follows the topology.
+    holdfast_shared::topology::set_process_topology(args.topology)?;
     let policy = PolicyConfig {
         labels: ProtectionLabels::with_extra(args.protection_labels.clone()),
         strict: args.strict,

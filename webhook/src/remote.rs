@@ -168,16 +168,14 @@ async fn remote_client(
         .as_ref()
         .and_then(|s| s.metadata.resource_version.clone())
         .unwrap_or_default();
-    let kubeconfig =
-        anchorsource::kubeconfig(source, secret.as_ref()).map_err(SourceState::Unusable)?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(|e| SourceState::Unusable(format!("the kubeconfig cannot be used: {e}")))?;
+    // Errors name the Secret's key and the kind of problem, never its contents.
+    let unusable = |e: anchorsource::SourceError| SourceState::Unusable(e.to_string());
+    let kubeconfig = anchorsource::kubeconfig(source, secret.as_ref()).map_err(unusable)?;
+    let config = anchorsource::client_config(source, kubeconfig)
+        .await
+        .map_err(unusable)?;
     let client = Client::try_from(config)
-        .map_err(|e| SourceState::Unusable(format!("the kubeconfig cannot be used: {e}")))?;
+        .map_err(|_| unusable(anchorsource::SourceError::Unusable(source.key.clone())))?;
     Ok((client, version))
 }
 

@@ -53,6 +53,7 @@ pub(crate) async fn evaluate<V: ClusterView>(
         options: None,
         ..req.clone()
     };
+    let delete = super::as_judged(&delete, cx.cfg).into_owned();
     let mut eval = evaluate_delete(&delete, cx).await;
     if let Decision::Deny(d) = &mut eval.decision {
         d.message = messages::eviction_refused(&d.message);

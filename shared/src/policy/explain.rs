@@ -30,6 +30,8 @@ pub async fn explain_delete<V: ClusterView>(
     view: &V,
     now: DateTime<Utc>,
 ) -> Explanation {
+    let judged = super::as_judged(req, cfg);
+    let req = &*judged;
     let evaluation = evaluate(req, cfg, view, now).await;
     let mut findings = Vec::new();
     let mut state = BreakGlassState {

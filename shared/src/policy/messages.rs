@@ -291,7 +291,8 @@ pub fn break_glass_unverified(user: &str, added: &str, what: &str, e: &str) -> S
 pub fn deferred_incomplete(what: &str, problem: &str, target: &str, patch: &str) -> String {
     format!(
         "{MESSAGE_PREFIX} cannot accept the deferred deletion request on {what}: \
-         {problem}. Set all three in one request: kubectl patch {target} --type merge -p \
+         {problem}. Set all three in one request, then confirm it with the signature \
+         holdfast answers: kubectl patch {target} --type merge -p \
          '{patch}'"
     )
 }
@@ -312,6 +313,42 @@ pub fn deferred_unverified(user: &str, what: &str, e: &str) -> String {
         "{MESSAGE_PREFIX} cannot check whether user {user:?} may delete {what}: {e}. \
          Refusing rather than accept the deferred deletion request unchecked; retry \
          later."
+    )
+}
+
+/// A deferred-deletion request on a kind the API server never sends to webhooks.
+pub fn deferred_never_reviewed(what: &str, resource: &str) -> String {
+    format!(
+        "{MESSAGE_PREFIX} cannot accept the deferred deletion request on {what}: the API \
+         server never sends requests on {resource} to admission webhooks, so no request \
+         on one can be checked; delete it yourself."
+    )
+}
+
+/// The first step of a deferred-deletion request: the signature to set with it.
+pub fn deferred_sign(what: &str, why: &str, sig: &str, target: &str, patch: &str) -> String {
+    format!(
+        "{MESSAGE_PREFIX} to confirm the deferred deletion request on {what}, set the \
+         annotation {} to {sig:?} in the same request ({why}; the signature is valid for \
+         10 minutes): kubectl patch {target} --type merge -p '{patch}'",
+        crate::names::DELETE_REQUEST_SIGNATURE
+    )
+}
+
+/// A deferred-deletion request on an object that has no uid yet (a CREATE).
+pub fn deferred_no_uid(what: &str) -> String {
+    format!(
+        "{MESSAGE_PREFIX} cannot accept the deferred deletion request on {what} as it is \
+         created: the request is signed for the object's uid, which it has only once \
+         created; create it, then ask for deferred deletion with an update."
+    )
+}
+
+/// The key that signs deferred-deletion requests could not be read.
+pub fn deferred_no_key(what: &str, e: &str) -> String {
+    format!(
+        "{MESSAGE_PREFIX} cannot sign the deferred deletion request on {what}: {e}. \
+         Retry later."
     )
 }
 

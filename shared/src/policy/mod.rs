@@ -93,6 +93,44 @@ pub(crate) struct Context<'a, V> {
     pub(crate) now: DateTime<Utc>,
 }
 
+/// `req` as it is judged under `cfg`: outside kcp without any `kcp.io/cluster`
+/// annotation on its objects, which means nothing there (anyone who may write an
+/// object may set it) and must steer nothing: neither the workspace policies are
+/// looked up in nor whether a deferred-deletion request is judged. Borrowed (no
+/// copy) unless an object carries one.
+pub fn as_judged<'r>(
+    req: &'r AdmissionRequest,
+    cfg: &PolicyConfig,
+) -> std::borrow::Cow<'r, AdmissionRequest> {
+    let carries = |o: &Option<Value>| {
+        o.as_ref()
+            .and_then(annotations)
+            .is_some_and(|a| a.contains_key(crate::names::KCP_CLUSTER_ANNOTATION))
+    };
+    if cfg.kcp || !(carries(&req.object) || carries(&req.old_object)) {
+        return std::borrow::Cow::Borrowed(req);
+    }
+    let mut owned = req.clone();
+    for o in [owned.object.as_mut(), owned.old_object.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        forget_logical_cluster(o);
+    }
+    std::borrow::Cow::Owned(owned)
+}
+
+/// Removes the `kcp.io/cluster` annotation from `obj` (outside kcp it means nothing).
+pub fn forget_logical_cluster(obj: &mut Value) {
+    if let Some(a) = obj
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        a.remove(crate::names::KCP_CLUSTER_ANNOTATION);
+    }
+}
+
 /// `<resource> <name> [-n ns]`: what a `kubectl <verb>` hint names.
 pub(crate) fn kubectl_target(req: &AdmissionRequest) -> String {
     // Written into one buffer: every denial by a label builds it.
@@ -106,8 +144,14 @@ pub(crate) fn kubectl_target(req: &AdmissionRequest) -> String {
     out
 }
 
-/// The logical cluster of an object (kcp), or "".
+/// The logical cluster of an object (kcp), or "": always "" in a process fixed to
+/// the Kubernetes topology ([`crate::topology::honours_logical_cluster`]), where
+/// anyone who may write the object may set the annotation. Evaluation asks
+/// [`Context::cluster`], which also follows `PolicyConfig::kcp`.
 pub fn logical_cluster(obj: &Value) -> &str {
+    if !crate::topology::honours_logical_cluster() {
+        return "";
+    }
     annotations(obj)
         .and_then(|a| a.get(crate::names::KCP_CLUSTER_ANNOTATION))
         .and_then(Value::as_str)
@@ -121,20 +165,21 @@ pub async fn evaluate<V: ClusterView>(
     view: &V,
     now: DateTime<Utc>,
 ) -> Evaluation {
+    let judged = as_judged(req, cfg);
+    let req = &*judged;
     let cx = Context { cfg, view, now };
-    if matches!(req.operation, Operation::Create | Operation::Update)
+    // Deferred deletion exists outside kcp only; there `kcp.io/cluster` means
+    // nothing (anyone may set it), so it never exempts a request from judgement.
+    if !cfg.kcp
+        && matches!(req.operation, Operation::Create | Operation::Update)
         && !req.is_eviction()
         && crate::deferred::request_changed(req)
-        && req
-            .object
-            .as_ref()
-            .is_some_and(|o| logical_cluster(o).is_empty())
-        && let Some(denied) = deferred::evaluate_request(req, view).await
+        && let Some(denied) = deferred::evaluate_request(req, view, now).await
     {
         return denied;
     }
     let eval = match req.operation {
-        Operation::Delete => deferred::with_hint(req, evaluate_delete(req, &cx).await),
+        Operation::Delete => deferred::with_hint(cfg, evaluate_delete(req, &cx).await),
         Operation::Create if req.is_eviction() => eviction::evaluate(req, &cx).await,
         Operation::Update => strict::evaluate_update(req, &cx).await,
         Operation::Create | Operation::Connect => Evaluation::allow(Decider::None),

@@ -168,6 +168,15 @@ pub trait ClusterView: Send + Sync {
         unavailable("no API server is available to check the delete permission")
     }
 
+    /// The key that signs deferred-deletion requests
+    /// ([`crate::request_signature`]), read from holdfast's own Secret.
+    fn request_key(
+        &self,
+    ) -> impl Future<Output = Result<crate::request_signature::RequestKey, LookupError>> + Send
+    {
+        unavailable("no key to sign deferred deletion requests is available")
+    }
+
     /// A strict ResourceProtection that selects the stored object but would no
     /// longer select the updated one (its labels changed), by name.
     fn strict_selection_lost(&self, _req: &AdmissionRequest) -> Option<String> {

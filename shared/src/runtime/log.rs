@@ -9,6 +9,41 @@ use tracing_subscriber::EnvFilter;
 /// for every failed request (holdfast reports the failure itself, with context).
 pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
 
+/// The text format's fields with every control character escaped: values come from
+/// requests and objects (names, users, annotations), and a raw newline would forge a
+/// log line, an escape sequence would drive the terminal of whoever reads the log.
+fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let raw = format!("{value:?}");
+        let text = escape_controls(&raw);
+        if field.name() == "message" {
+            write!(w, "{text}")
+        } else {
+            write!(w, "{field}={text}")
+        }
+    })
+    .delimited(" ")
+}
+
+/// `s` with every control character written as its Rust escape (`\n`, `\u{1b}`).
+pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(
+        s.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -41,6 +76,7 @@ impl LogArgs {
             LogFormat::Json => builder.json().try_init(),
             LogFormat::Text => builder
                 .with_ansi(std::io::stderr().is_terminal())
+                .fmt_fields(escaped_fields())
                 .try_init(),
         };
     }
@@ -57,5 +93,19 @@ impl LogArgs {
         if err.backtrace().status() == std::backtrace::BacktraceStatus::Captured {
             eprintln!("{}", err.backtrace());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape_controls("plain ünïcode"), "plain ünïcode");
+        assert_eq!(
+            escape_controls("a\nINFO forged\r\u{1b}[31m"),
+            "a\\nINFO forged\\r\\u{1b}[31m"
+        );
     }
 }

@@ -347,6 +347,29 @@ pub fn merge_patch<'a>(target: &'a str, patch: &'a str) -> Vec<&'a str> {
     args
 }
 
+/// `user` asks for the deferred deletion of `target` (e.g. `vpc net`), naming
+/// `requester`, in the two steps the webhook asks for: the markers, then (when the
+/// refusal issues a signature) the markers with that signature. The last output.
+pub fn ask_deferred_deletion(
+    env: &Env,
+    user: &crate::rbac::TestUser,
+    target: &str,
+    requester: &str,
+) -> KubectlOutput {
+    use holdfast_shared::deferred::{issued_signature, request_patch, signed_request_patch};
+    let first = env
+        .kubectl_by(user, &merge_patch(target, &request_patch(requester)))
+        .expect("kubectl runs");
+    let Some(sig) = issued_signature(&first.stderr) else {
+        return first;
+    };
+    env.kubectl_by(
+        user,
+        &merge_patch(target, &signed_request_patch(requester, sig)),
+    )
+    .expect("kubectl runs")
+}
+
 /// The merge patch that clears an object's finalizers.
 pub const NO_FINALIZERS: &str = r#"{"metadata":{"finalizers":null}}"#;
 

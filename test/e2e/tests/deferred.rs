@@ -12,7 +12,7 @@ use holdfast_e2e::{
     controller::{ControllerProcess, Shipped, shipped_stack},
     fixtures,
     rbac::{self, TestUser},
-    steps::{self, merge_patch, refused, refused_exactly_until, words},
+    steps::{self, refused, refused_exactly_until, words},
 };
 use holdfast_shared::deferred::request_patch;
 use holdfast_sim::SimConfig;
@@ -101,9 +101,7 @@ async fn wait_gone(t: &Deferred, args: &[&str]) {
 /// `user` asks for the deferred deletion of `target` (e.g. `vpc net`), naming
 /// `requester` as the one asking.
 fn ask(t: &Deferred, user: &TestUser, target: &str, requester: &str) -> KubectlOutput {
-    t.env()
-        .kubectl_by(user, &merge_patch(target, &request_patch(requester)))
-        .expect("kubectl runs")
+    steps::ask_deferred_deletion(t.env(), user, target, requester)
 }
 
 /// Waits for the one DeferredDeletion Event about `name` (of `kind`): holdfast
@@ -333,7 +331,8 @@ async fn only_who_may_delete_can_ask() {
         format!(
             "cannot accept the deferred deletion request on VPC {ns}/{vpc}: the annotation \
              holdfast.dev/delete-requested-by must name you, \"{bob}\" (it is \"{alice}\"). Set \
-             all three in one request: kubectl patch vpcs.network.test.io {vpc} -n {ns} --type \
+             all three in one request, then confirm it with the signature holdfast answers: \
+             kubectl patch vpcs.network.test.io {vpc} -n {ns} --type \
              merge -p '{{\"metadata\":{{\"annotations\":{{\"holdfast.dev/delete-requested-by\":\
              \"{bob}\",\"holdfast.dev/delete-when-unblocked\":\"true\"}},\"labels\":{{\
              \"holdfast.dev/delete-when-unblocked\":\"true\"}}}}}}'"

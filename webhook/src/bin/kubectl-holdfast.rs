@@ -120,6 +120,8 @@ enum Output {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The plugin reads a Kubernetes cluster: `kcp.io/cluster` means nothing there.
+    let _ = holdfast_shared::topology::set_process_topology(Topology::Kubernetes);
     if cli.verbose > 0 {
         let level = if cli.verbose > 1 { "debug" } else { "info" };
         let _ = tracing_subscriber::fmt()
@@ -195,6 +197,7 @@ async fn load_config(cli: &Cli) -> anyhow::Result<kube::Config> {
     let mut config = match &cli.kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
+                .map_err(|e| anyhow::anyhow!(holdfast_shared::runtime::kubeconfig::redacted(&e)))
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &opts).await?
         }
@@ -699,8 +702,17 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
             if problem.is_none()
                 && let Some(c) = &configuration
             {
-                for gr in policy_needs(kind, &item) {
-                    if gr.group.contains('*') || gr.resource.contains('*') {
+                let needs = policy_needs(kind, &item);
+                if needs.iter().any(holdfast_shared::unreviewed::is_wildcard) {
+                    report.add(
+                        "warning",
+                        "NotAdmissionControlled",
+                        &subject,
+                        holdfast_shared::unreviewed::WILDCARD_LIMITS.to_string(),
+                    );
+                }
+                for gr in needs {
+                    if holdfast_shared::unreviewed::is_wildcard(&gr) {
                         continue;
                     }
                     if !routes_delete(c, &gr.group, &gr.resource) {

@@ -157,6 +157,12 @@ impl ClusterView for WebhookView {
         Box::pin(self.access_review(cluster, spec)).await
     }
 
+    async fn request_key(
+        &self,
+    ) -> Result<holdfast_shared::request_signature::RequestKey, LookupError> {
+        self.request_key.get(self.client.as_ref()).await
+    }
+
     fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
         let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
         let old = req.old_object.as_ref()?;

@@ -25,6 +25,7 @@ mod kcp;
 mod kcp_bindings;
 mod kcp_contents;
 mod policies;
+mod request_key;
 mod store_manager;
 
 use crate::{
@@ -114,6 +115,8 @@ pub struct WebhookView {
     refused: DashMap<GroupResource, ()>,
     /// Anchors of AnchorRules whose anchors live in another cluster.
     remotes: crate::remote::RemoteStores,
+    /// The key that signs deferred-deletion requests, as last read.
+    request_key: request_key::KeyCache,
     /// Passes of the store manager completed (every wanted store started).
     store_passes: std::sync::atomic::AtomicU64,
     /// kcp: which APIExport a consumer workspace binds a group/resource from, as
@@ -264,6 +267,7 @@ impl WebhookView {
             crds_listed: std::sync::atomic::AtomicBool::new(false),
             refused: DashMap::new(),
             remotes: crate::remote::RemoteStores::default(),
+            request_key: request_key::KeyCache::default(),
             store_passes: std::sync::atomic::AtomicU64::new(0),
             bindings: DashMap::new(),
             workspace_types: DashMap::new(),

@@ -370,7 +370,10 @@ fn anchor_rules_and_critical_services_answer_for_their_own_workspace_only() {
         ("deployments.apps".into(), String::new(), "web".into()),
         Arc::new(json!({"metadata": {"name": "web"}})),
     );
-    let c = cfg(false, &[]);
+    let c = PolicyConfig {
+        kcp: true,
+        ..cfg(false, &[])
+    };
     let provider = || del(DEPLOYMENT, Some("shop"), "db", json!({}));
     let pvc = || del(PVC, Some("shop"), "data", json!({"app.test/anchor": "web"}));
     // Workspace A: both policies refuse.

@@ -29,7 +29,13 @@ pub(crate) fn now() -> DateTime<Utc> {
         .unwrap_or_default()
 }
 
-fn review(op: &str, kind: &str, resource: &str, object: Value, old: Value) -> AdmissionRequest {
+pub(crate) fn review(
+    op: &str,
+    kind: &str,
+    resource: &str,
+    object: Value,
+    old: Value,
+) -> AdmissionRequest {
     let body = json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
         "uid":"uid-1","kind":{"group":"","version":"v1","kind":kind},
         "resource":{"group":"","version":"v1","resource":resource},
@@ -41,16 +47,16 @@ fn review(op: &str, kind: &str, resource: &str, object: Value, old: Value) -> Ad
     }
 }
 
-fn cm(labels: Value, annotations: Value) -> Value {
+pub(crate) fn cm(labels: Value, annotations: Value) -> Value {
     json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"obj","namespace":"ns",
         "labels":labels,"annotations":annotations}})
 }
 
-fn delete(obj: Value) -> AdmissionRequest {
+pub(crate) fn delete(obj: Value) -> AdmissionRequest {
     review("DELETE", "ConfigMap", "configmaps", Value::Null, obj)
 }
 
-fn update(old: Value, new: Value) -> AdmissionRequest {
+pub(crate) fn update(old: Value, new: Value) -> AdmissionRequest {
     review("UPDATE", "ConfigMap", "configmaps", new, old)
 }
 
@@ -327,83 +333,6 @@ fn strict_exemption_must_already_be_stored() {
 }
 
 #[test]
-fn deferred_requests_need_the_requester_and_the_delete_permission() {
-    struct MayDelete(Result<bool, LookupError>, std::sync::Mutex<Vec<String>>);
-    impl ClusterView for MayDelete {
-        fn policies_loaded(&self) -> bool {
-            true
-        }
-        async fn can_delete_as(
-            &self,
-            _req: &AdmissionRequest,
-            user: &str,
-        ) -> Result<bool, LookupError> {
-            if let Ok(mut asked) = self.1.lock() {
-                asked.push(user.to_string());
-            }
-            self.0.clone()
-        }
-    }
-    let request = |by: &str| {
-        cm(
-            json!({"holdfast.dev/delete-when-unblocked": "true"}),
-            json!({"holdfast.dev/delete-when-unblocked": "true",
-                   "holdfast.dev/delete-requested-by": by}),
-        )
-    };
-    let plain = cm(json!({}), json!({}));
-    let ask = |old: Value, new: Value, view: &MayDelete| {
-        evaluate(&update(old, new), &cfg(false, &[]), view, now())
-    };
-    let yes = MayDelete(Ok(true), Default::default());
-    let e = ask(plain.clone(), request("alice"), &yes);
-    assert_eq!(e.decision, Decision::Allow);
-    assert_eq!(*yes.1.lock().expect("lock"), vec!["alice".to_string()]);
-
-    // Someone else named: refused before any SubjectAccessReview.
-    let e = ask(plain.clone(), request("bob"), &yes);
-    assert_eq!(
-        denied(&e).message,
-        "holdfast: cannot accept the deferred deletion request on ConfigMap ns/obj: the \
-         annotation holdfast.dev/delete-requested-by must name you, \"alice\" (it is \"bob\"). \
-         Set all three in one request: kubectl patch configmaps obj -n ns --type merge -p \
-         '{\"metadata\":{\"annotations\":{\"holdfast.dev/delete-requested-by\":\"alice\",\
-         \"holdfast.dev/delete-when-unblocked\":\"true\"},\"labels\":{\
-         \"holdfast.dev/delete-when-unblocked\":\"true\"}}}'"
-    );
-    assert_eq!(yes.1.lock().expect("lock").len(), 1);
-
-    let no = MayDelete(Ok(false), Default::default());
-    let e = ask(plain.clone(), request("alice"), &no);
-    assert_eq!(
-        denied(&e).message,
-        "holdfast: user \"alice\" may not ask for the deferred deletion of ConfigMap ns/obj: \
-         that takes the permission to delete it (verb delete on configmaps in namespace ns), \
-         which \"alice\" does not hold as holdfast will use it: it deletes the object later \
-         by impersonating the user name alone, without the groups of this request."
-    );
-    let failing = MayDelete(Err(LookupError("down".into())), Default::default());
-    let e = ask(plain.clone(), request("alice"), &failing);
-    assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
-
-    // On kcp nothing carries a request out: not judged there.
-    let mut on_kcp = request("bob");
-    on_kcp["metadata"]["annotations"]["kcp.io/cluster"] = json!("root:team");
-    let mut kcp_before = plain.clone();
-    kcp_before["metadata"]["annotations"] = json!({"kcp.io/cluster": "root:team"});
-    let e = ask(kcp_before, on_kcp, &no);
-    assert_eq!(e.decision, Decision::Allow);
-    // Unrelated updates of a requested object, and withdrawing it: not judged.
-    let mut touched = request("bob");
-    touched["metadata"]["labels"]["x"] = json!("y");
-    let e = ask(request("bob"), touched, &no);
-    assert_eq!(e.decision, Decision::Allow);
-    let e = ask(request("bob"), plain, &no);
-    assert_eq!(e.decision, Decision::Allow);
-    assert!(no.1.lock().expect("lock").len() == 1);
-}
-
-#[test]
 fn strict_allows_unrelated_updates_and_guards_the_exemption() {
     struct Bypass(bool);
     impl ClusterView for Bypass {
@@ -554,6 +483,7 @@ fn blockers_are_capped() {
     assert_eq!(list_blockers(&many[..2]), "b0, b1");
 }
 
+mod deferred;
 mod hardening;
 mod lifecycle;
 mod outcome;
