@@ -4,11 +4,13 @@
 //! drives the cluster; holdfast's binaries act as the ServiceAccounts the manifests
 //! ship, by impersonation (see `Env::kubeconfig_for`).
 
-use super::{Proc, substrate_bin, wait_for};
-use anyhow::{Context, bail};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+use super::{
+    Proc,
+    pki::{ca, leaf},
+    procs_logs, start_etcd, substrate_bin, wait_for, wait_readyz,
 };
+use anyhow::{Context, bail};
+use rcgen::{ExtendedKeyUsagePurpose, KeyPair};
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -25,64 +27,7 @@ pub struct KubeBackend {
     procs: Vec<Proc>,
 }
 
-struct Ca {
-    pem: String,
-    key_pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-fn ca(cn: &str) -> anyhow::Result<Ca> {
-    let key = KeyPair::generate()?;
-    let mut p = CertificateParams::new(Vec::<String>::new())?;
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.distinguished_name.push(DnType::CommonName, cn);
-    let cert = p.self_signed(&key)?;
-    let key_pem = key.serialize_pem();
-    Ok(Ca {
-        pem: cert.pem(),
-        key_pem,
-        issuer: Issuer::new(p, key),
-    })
-}
-
-/// A certificate signed by `ca`: (cert PEM, key PEM).
-fn leaf(
-    ca: &Ca,
-    cn: &str,
-    org: Option<&str>,
-    sans: &[&str],
-    usage: ExtendedKeyUsagePurpose,
-) -> anyhow::Result<(String, String)> {
-    let key = KeyPair::generate()?;
-    let mut p = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
-    p.distinguished_name.push(DnType::CommonName, cn);
-    if let Some(o) = org {
-        p.distinguished_name.push(DnType::OrganizationName, o);
-    }
-    p.extended_key_usages = vec![usage];
-    let cert = p.signed_by(&key, &ca.issuer)?;
-    Ok((cert.pem(), key.serialize_pem()))
-}
-
-/// A kubeconfig for `server` with a client certificate.
-pub fn cert_kubeconfig(server: &str, ca_pem: &str, cert_pem: &str, key_pem: &str) -> String {
-    let b64 = crate::base64_encode;
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "kube", "cluster": {
-            "server": server,
-            "certificate-authority-data": b64(ca_pem.as_bytes()),
-        }}],
-        "users": [{"name": "user", "user": {
-            "client-certificate-data": b64(cert_pem.as_bytes()),
-            "client-key-data": b64(key_pem.as_bytes()),
-        }}],
-        "contexts": [{"name": "kube", "context": {"cluster": "kube", "user": "user", "namespace": "default"}}],
-        "current-context": "kube",
-    })
-    .to_string()
-}
+pub use super::pki::cert_kubeconfig;
 
 impl KubeBackend {
     /// Starts etcd, kube-apiserver and kube-controller-manager with state in `dir`
@@ -172,17 +117,9 @@ impl KubeBackend {
             cert_kubeconfig(&url, &ca.pem, &adm_crt, &adm_key),
         )?;
         let kubectl = bin.join("kubectl");
-        let kc = kubeconfig.clone();
-        wait_for("kube-apiserver /readyz", Duration::from_secs(120), || {
-            let out = Command::new(&kubectl)
-                .arg("--kubeconfig")
-                .arg(&kc)
-                .args(["get", "--raw", "/readyz"])
-                .output();
-            matches!(out, Ok(o) if o.status.success() && o.stdout.starts_with(b"ok"))
-        })
-        .await
-        .with_context(|| procs_logs(dir))?;
+        wait_readyz(&kubectl, &kubeconfig)
+            .await
+            .with_context(|| procs_logs(dir, &LOGS))?;
 
         let kcm_kubeconfig = dir.join("kcm.kubeconfig");
         std::fs::write(
@@ -219,7 +156,7 @@ impl KubeBackend {
             },
         )
         .await
-        .with_context(|| procs_logs(dir))?;
+        .with_context(|| procs_logs(dir, &LOGS))?;
         Ok(Self {
             kubeconfig,
             url,
@@ -241,49 +178,7 @@ impl Drop for KubeBackend {
     }
 }
 
-struct Etcd {
-    proc: Proc,
-    url: String,
-}
-
-async fn start_etcd(bin: &Path, dir: &Path) -> anyhow::Result<Etcd> {
-    let data = dir.join("etcd");
-    let (proc, url) = super::start_on_free_port("etcd", dir, |port| {
-        // A one-member cluster talks to no peer, but etcd binds the peer port
-        // too: a second free port (a clash is retried like the client port's).
-        let peer = format!("http://127.0.0.1:{}", crate::free_port().unwrap_or(0));
-        let client = format!("http://127.0.0.1:{port}");
-        let mut c = Command::new(bin);
-        c.args([
-            "--name=default",
-            &format!("--data-dir={}", data.display()),
-            &format!("--listen-client-urls={client}"),
-            &format!("--advertise-client-urls={client}"),
-            &format!("--listen-peer-urls={peer}"),
-            &format!("--initial-advertise-peer-urls={peer}"),
-            &format!("--initial-cluster=default={peer}"),
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ]);
-        (c, client)
-    })
-    .await?;
-    Ok(Etcd { proc, url })
-}
-
-fn procs_logs(dir: &Path) -> String {
-    let mut out = String::new();
-    for name in ["etcd", "kube-apiserver", "kube-controller-manager"] {
-        let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(15).collect();
-        out.push_str(&format!("\n--- {name} (last lines)\n"));
-        for l in tail.into_iter().rev() {
-            out.push_str(l);
-            out.push('\n');
-        }
-    }
-    out
-}
+const LOGS: [&str; 3] = ["etcd", "kube-apiserver", "kube-controller-manager"];
 
 /// Fails unless the backend's binaries are built (`hack/substrates.sh kube etcd`).
 pub fn check_built() -> anyhow::Result<()> {

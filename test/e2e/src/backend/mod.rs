@@ -1,9 +1,13 @@
 //! The real control planes the end-to-end suite runs on besides the simulator
 //! (`HOLDFAST_E2E_BACKEND`): `kube` starts etcd, kube-apiserver and
-//! kube-controller-manager built by `hack/substrates.sh`. Processes listen on
-//! 127.0.0.1 only; a port taken between choosing it and binding it is retried.
+//! kube-controller-manager built by `hack/substrates.sh`; `karmada` a Karmada
+//! control plane (karmada-apiserver, Karmada's aggregated apiserver, webhook and
+//! controller manager) with one member cluster. Processes listen on 127.0.0.1
+//! only; a port taken between choosing it and binding it is retried.
 
+pub mod karmada;
 pub mod kube;
+pub mod pki;
 
 use anyhow::{Context, bail};
 use std::{
@@ -140,4 +144,66 @@ pub async fn start_on_free_port(
         }
     }
     bail!("{name}: every port tried was taken: {last}")
+}
+
+/// A running etcd: its process and client URL.
+pub struct Etcd {
+    /// The process.
+    pub proc: Proc,
+    /// Its client URL (plain HTTP on 127.0.0.1).
+    pub url: String,
+}
+
+/// Starts a one-member etcd with its data in `dir/etcd`, its log `dir/etcd.log`.
+pub async fn start_etcd(bin: &Path, dir: &Path) -> anyhow::Result<Etcd> {
+    let data = dir.join("etcd");
+    let (proc, url) = start_on_free_port("etcd", dir, |port| {
+        // A one-member cluster talks to no peer, but etcd binds the peer port
+        // too: a second free port (a clash is retried like the client port's).
+        let peer = format!("http://127.0.0.1:{}", crate::free_port().unwrap_or(0));
+        let client = format!("http://127.0.0.1:{port}");
+        let mut c = Command::new(bin);
+        c.args([
+            "--name=default",
+            &format!("--data-dir={}", data.display()),
+            &format!("--listen-client-urls={client}"),
+            &format!("--advertise-client-urls={client}"),
+            &format!("--listen-peer-urls={peer}"),
+            &format!("--initial-advertise-peer-urls={peer}"),
+            &format!("--initial-cluster=default={peer}"),
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]);
+        (c, client)
+    })
+    .await?;
+    Ok(Etcd { proc, url })
+}
+
+/// Waits (up to 120 s) until `kubectl get --raw /readyz` with `kubeconfig` says ok.
+pub async fn wait_readyz(kubectl: &Path, kubeconfig: &Path) -> anyhow::Result<()> {
+    wait_for("kube-apiserver /readyz", Duration::from_secs(120), || {
+        let out = Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["get", "--raw", "/readyz"])
+            .output();
+        matches!(out, Ok(o) if o.status.success() && o.stdout.starts_with(b"ok"))
+    })
+    .await
+}
+
+/// The last lines of the logs `dir/NAME.log` of `names`, for an error message.
+pub fn procs_logs(dir: &Path, names: &[&str]) -> String {
+    let mut out = String::new();
+    for name in names {
+        let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        out.push_str(&format!("\n--- {name} (last lines)\n"));
+        for l in tail.into_iter().rev() {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
 }
