@@ -466,6 +466,33 @@ impl ClusterRun {
     }
 }
 
+impl Env {
+    /// Runs the cleanup step `args` (a `kubectl delete`), again while an admission
+    /// policy or webhook the cleanup has just removed still refuses it: a real
+    /// kube-apiserver enforces admission policies from an informer, so a deleted
+    /// policy binding goes on refusing for a moment (the simulator forgets it at
+    /// once). Other failures are reported and left.
+    fn delete_past_lagging_admission(&self, args: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.kubectl(args) {
+                Ok(out) if out.code == 0 => return,
+                Ok(out)
+                    if (out.stderr.contains("denied request")
+                        || out.stderr.contains("denied the request"))
+                        && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                other => {
+                    eprintln!("cleanup: kubectl {}: {other:?}", args.join(" "));
+                    return;
+                }
+            }
+        }
+    }
+}
+
 /// Whether `pid` is a live (not yet reaped) child of this process (`/proc`).
 fn is_own_child(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -504,10 +531,7 @@ impl Drop for Env {
                     .status();
             }
             for (kind, name) in INSTALLATION_OBJECTS {
-                match self.kubectl(&["delete", kind, name, "--ignore-not-found"]) {
-                    Ok(out) if out.code == 0 => {}
-                    other => eprintln!("cleanup: kubectl delete {kind} {name}: {other:?}"),
-                }
+                self.delete_past_lagging_admission(&["delete", kind, name, "--ignore-not-found"]);
             }
         }
         // The webhook first: nothing of the test stays protected by it.
@@ -538,17 +562,17 @@ impl Drop for Env {
             );
         }
         for step in steps {
-            match self.kubectl(&step.iter().map(String::as_str).collect::<Vec<_>>()) {
-                Ok(out) if out.code == 0 => {}
-                other => eprintln!("cleanup: kubectl {}: {other:?}", step.join(" ")),
-            }
+            self.delete_past_lagging_admission(
+                &step.iter().map(String::as_str).collect::<Vec<_>>(),
+            );
         }
         if owned {
             // A real API server deletes a namespace asynchronously (its contents
             // first) and the garbage collector removes dependents later: the next
             // test owning the installation must find none of it, so wait here.
             for o in run.objects.lock().map(|o| o.clone()).unwrap_or_default() {
-                let mut args = vec!["wait", "--for=delete", "--timeout=120s"];
+                // Within the harness's own kubectl deadline.
+                let mut args = vec!["wait", "--for=delete", "--timeout=50s"];
                 args.extend(o.iter().map(String::as_str));
                 match self.kubectl(&args) {
                     Ok(out) if out.code == 0 || out.stderr.contains("not found") => {}
