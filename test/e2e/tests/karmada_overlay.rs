@@ -85,7 +85,7 @@ fn each_object_goes_where_it_is_used() {
     assert_eq!(
         kinds(&karmada),
         words(
-            "ClusterRole/holdfast-bypass ClusterRole/holdfast-controller ClusterRole/holdfast-reads ClusterRole/holdfast-reads-policies ClusterRole/holdfast-webhook ClusterRoleBinding/holdfast-controller ClusterRoleBinding/holdfast-reads ClusterRoleBinding/holdfast-webhook CustomResourceDefinition/anchorrules.holdfast.dev CustomResourceDefinition/criticalservices.holdfast.dev CustomResourceDefinition/dependencyrules.holdfast.dev CustomResourceDefinition/resourceprotections.holdfast.dev Namespace/holdfast-system Role/holdfast-anchor-sources Role/holdfast-controller RoleBinding/holdfast-anchor-sources RoleBinding/holdfast-controller Secret/holdfast-controller-token Secret/holdfast-webhook-token ServiceAccount/holdfast-controller ServiceAccount/holdfast-webhook"
+            "ClusterRole/holdfast-bypass ClusterRole/holdfast-controller ClusterRole/holdfast-reads ClusterRole/holdfast-reads-policies ClusterRole/holdfast-webhook ClusterRoleBinding/holdfast-controller ClusterRoleBinding/holdfast-reads ClusterRoleBinding/holdfast-webhook CustomResourceDefinition/anchorrules.holdfast.dev CustomResourceDefinition/criticalservices.holdfast.dev CustomResourceDefinition/dependencyrules.holdfast.dev CustomResourceDefinition/resourceprotections.holdfast.dev Namespace/holdfast-system Role/holdfast-anchor-sources Role/holdfast-controller Role/holdfast-webhook-key RoleBinding/holdfast-anchor-sources RoleBinding/holdfast-controller RoleBinding/holdfast-webhook-key Secret/holdfast-controller-token Secret/holdfast-webhook-token ServiceAccount/holdfast-controller ServiceAccount/holdfast-webhook"
         )
     );
     // Host pods read nothing of the host cluster: no token mounted.
@@ -124,13 +124,21 @@ fn each_object_goes_where_it_is_used() {
         "{c_args:?}"
     );
     assert_eq!(secret_at(controller, "/tls"), secret_at(webhook, "/tls"));
+    // Its only Secrets there: the key that signs deferred-deletion requests.
     let role = find(&karmada, "Role", "holdfast-controller");
-    assert!(
-        !role["rules"]
-            .as_array()
-            .expect("rules")
-            .iter()
-            .any(|r| r["resources"] == json!(["secrets"])),
+    let secret_rules: Vec<&Value> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| r["resources"] == json!(["secrets"]))
+        .collect();
+    assert_eq!(
+        secret_rules,
+        vec![
+            &json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}),
+            &json!({"apiGroups": [""], "resources": ["secrets"],
+                    "resourceNames": ["holdfast-deferred-deletion-key"], "verbs": ["get"]}),
+        ],
         "{role}"
     );
     // Called by URL at the host Service, which reaches the webhook's https port.

@@ -4,7 +4,7 @@
 
 use crate::runner::{Demo, Expect};
 use holdfast_e2e::{Env, steps::merge_patch};
-use holdfast_shared::deferred::request_patch;
+use holdfast_shared::deferred::{issued_signature, request_patch, signed_request_patch};
 
 fn users() -> String {
     holdfast_e2e::fixtures::documents(&[
@@ -88,10 +88,40 @@ pub async fn deferred(demo: &mut Demo, env: &Env) -> anyhow::Result<()> {
         &["holdfast: user \"bob\" may not ask for the deferred deletion of VPC default/shared-vpc: that takes the permission to delete it (verb delete on vpcs.network.test.io in namespace default)"],
     )?;
 
-    demo.say("alice asks for deferred deletion");
-    demo.run(
+    demo.note("holdfast signs requests with a key the controller keeps in its own namespace");
+    // An installation has its namespace; a bare demo cluster may not yet.
+    let _ = env.kubectl(&["create", "namespace", "holdfast-system"]);
+    demo.settle(
+        env,
+        &[
+            "get",
+            "secret",
+            "holdfast-deferred-deletion-key",
+            "-n",
+            "holdfast-system",
+            "-o",
+            "name",
+        ],
+        30,
+        |o| o.code == 0,
+    )
+    .await;
+    demo.say(
+        "alice asks for deferred deletion: holdfast answers with a signature for her and this VPC",
+    );
+    let answer = demo.run(
         env,
         &asks("alice", &request_patch("alice")),
+        Expect::Refused,
+        &["holdfast: to confirm the deferred deletion request on VPC default/shared-vpc, set the annotation holdfast.dev/delete-request-signature"],
+    )?;
+    let signature = issued_signature(&answer.text)
+        .unwrap_or_default()
+        .to_string();
+    demo.say("alice confirms with it (the controller deletes only what holdfast signed)");
+    demo.run(
+        env,
+        &asks("alice", &signed_request_patch("alice", &signature)),
         Expect::Succeeds,
         &["vpc.network.test.io/shared-vpc patched"],
     )?;
