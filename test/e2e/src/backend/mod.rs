@@ -6,6 +6,7 @@
 //! only; a port taken between choosing it and binding it is retried.
 
 pub mod karmada;
+pub mod kcp;
 pub mod kube;
 pub mod pki;
 

@@ -1,0 +1,448 @@
+//! The `kcp` backend: a real kcp of two shards behind a front-proxy, with a cache
+//! server, started by kcp's `sharded-test-server` built by `hack/substrates.sh kcp`
+//! (docs/substrates-notes.md, "kcp, sharded").
+//!
+//! kcp's ports are fixed (front-proxy 6443, shards 6444/6445, their etcds
+//! 2379-2382, the cache server 8010-8012), so one instance runs per machine: the
+//! backend takes a machine-wide lock first (another test or process waits for it),
+//! stops what a previous owner of the lock that died left running, and fails with
+//! the port's name when something else listens on one of them.
+//!
+//! Users authenticate with bearer tokens the backend writes into the
+//! `test/e2e/framework/auth-tokens.csv` that every shard reads: the front-proxy
+//! passes a request without a client certificate through to the shard, which
+//! authenticates the token (kcp `pkg/proxy/filters/filters.go`,
+//! `WithOptionalAuthentication`). The admin kubeconfig kcp writes
+//! (`.kcp/admin.kubeconfig`, user `kcp-admin`, group `system:kcp:admin`) acts as
+//! the platform team.
+
+use super::{Proc, substrate_bin};
+use anyhow::{Context, bail};
+use std::{
+    hash::{BuildHasher, Hasher},
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+/// The front-proxy's URL.
+pub const FRONT_PROXY: &str = "https://127.0.0.1:6443";
+
+/// Every port the sharded kcp listens on (127.0.0.1), with what listens there.
+pub const PORTS: [(u16, &str); 10] = [
+    (6443, "front-proxy"),
+    (6444, "shard root"),
+    (6445, "shard shard-1"),
+    (2379, "etcd of shard root (client)"),
+    (2380, "etcd of shard root (peer)"),
+    (2381, "etcd of shard shard-1 (client)"),
+    (2382, "etcd of shard shard-1 (peer)"),
+    (8010, "etcd of the cache server (client)"),
+    (8011, "etcd of the cache server (peer)"),
+    (8012, "cache server"),
+];
+
+/// The users of the e2e topology on kcp: (name, groups). `platform` is in
+/// `system:masters` (a shard admin; the front-proxy passes tokens through, so the
+/// group reaches the shard).
+pub const DEFAULT_USERS: &[(&str, &[&str])] = &[
+    ("platform", &["system:masters"]),
+    ("provider", &["holdfast:providers"]),
+    ("consumer", &[]),
+    ("holdfast-controller", &[]),
+    ("holdfast-webhook", &[]),
+];
+
+/// How long kcp may take to become ready (about 45 s on 2 cores).
+const READY_WITHIN: Duration = Duration::from_secs(240);
+/// How long a start waits for another backend holding the machine's lock.
+const LOCK_WAIT: Duration = Duration::from_secs(1800);
+
+/// A running sharded kcp; every process of it stops when it drops.
+pub struct KcpBackend {
+    /// The work dir (kcp's state, logs, the users' kubeconfigs).
+    pub dir: PathBuf,
+    /// The admin kubeconfig kcp writes (contexts `root`, current, and `base`).
+    pub admin_kubeconfig: PathBuf,
+    /// The CA of every serving certificate (front-proxy, shards, virtual workspaces).
+    pub serving_ca: PathBuf,
+    /// How long the start took, from spawning to ready-to-test.
+    pub started_in: Duration,
+    users: Vec<(String, String)>,
+    proc: Option<Proc>,
+    /// The process group and the processes seen at start: (pid, start time).
+    pgid: u32,
+    seen: Vec<(u32, u64)>,
+    lock: Option<std::fs::File>,
+}
+
+/// Fails unless the kcp substrate is built (`hack/substrates.sh kcp`).
+pub fn check_built() -> anyhow::Result<PathBuf> {
+    let bin = substrate_bin("kcp")?;
+    for b in [
+        "sharded-test-server",
+        "kcp",
+        "kcp-front-proxy",
+        "cache-server",
+    ] {
+        let p = bin.join(b);
+        if !p.is_file() {
+            bail!("{} is not built: run hack/substrates.sh kcp", p.display());
+        }
+    }
+    Ok(bin)
+}
+
+fn lock_path() -> PathBuf {
+    std::env::temp_dir().join("holdfast-kcp-backend.lock")
+}
+
+/// Takes the machine-wide lock of the kcp backend, waiting for another holder.
+fn take_lock() -> anyhow::Result<std::fs::File> {
+    let path = lock_path();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| path.display().to_string())?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    let mut told = false;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if !told {
+                    eprintln!(
+                        "kcp backend: waiting for another kcp on this machine (lock {})",
+                        path.display()
+                    );
+                    told = true;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "kcp backend: lock {} still held after {}s (another kcp runs on this machine)",
+                        path.display(),
+                        LOCK_WAIT.as_secs()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+    }
+}
+
+/// `(pgrp, start time, state)` of process `pid`, from `/proc/PID/stat`.
+fn stat(pid: u32) -> Option<(u32, u64, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt
+    // cmajflt utime stime cutime cstime priority nice threads itrealvalue starttime`
+    let rest: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+    let state = rest.first()?.chars().next()?;
+    let pgrp = rest.get(2)?.parse().ok()?;
+    let start = rest.get(19)?.parse().ok()?;
+    Some((pgrp, start, state))
+}
+
+/// The live (not zombie) processes of process group `pgid`: (pid, start time).
+fn group_members(pgid: u32) -> Vec<(u32, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let (pgrp, start, state) = stat(pid)?;
+            (pgrp == pgid && state != 'Z').then_some((pid, start))
+        })
+        .collect()
+}
+
+/// Sends `signal` to `pid` when it is still the process started at `start`.
+fn signal_if_same(pid: u32, start: u64, signal: &str) {
+    if stat(pid).is_some_and(|(_, s, state)| s == start && state != 'Z') {
+        let _ = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Stops what a previous holder of the lock started and left running (it died
+/// without stopping kcp): the processes it recorded in the lock file, each only
+/// while it is still that process (same start time).
+fn stop_leftovers(lock: &std::fs::File) {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    let mut f = lock;
+    if f.rewind().is_err() || f.read_to_string(&mut text).is_err() {
+        return;
+    }
+    let recorded: Vec<(u32, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let (p, s) = l.split_once(' ')?;
+            Some((p.parse().ok()?, s.parse().ok()?))
+        })
+        .collect();
+    let alive = |r: &[(u32, u64)]| {
+        r.iter()
+            .any(|(p, s)| stat(*p).is_some_and(|(_, st, state)| st == *s && state != 'Z'))
+    };
+    if !alive(&recorded) {
+        return;
+    }
+    eprintln!("kcp backend: stopping the kcp a previous run left: {recorded:?}");
+    for (p, s) in &recorded {
+        signal_if_same(*p, *s, "-TERM");
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while alive(&recorded) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for (p, s) in &recorded {
+        signal_if_same(*p, *s, "-KILL");
+    }
+}
+
+fn record(lock: &std::fs::File, procs: &[(u32, u64)]) {
+    use std::io::{Seek, Write};
+    let mut f = lock;
+    let _ = f.set_len(0);
+    let _ = f.rewind();
+    for (p, s) in procs {
+        let _ = writeln!(f, "{p} {s}");
+    }
+    let _ = f.flush();
+}
+
+/// Fails naming every fixed port of kcp that something already listens on.
+fn check_ports_free() -> anyhow::Result<()> {
+    let taken: Vec<String> = PORTS
+        .iter()
+        .filter(|(port, _)| std::net::TcpListener::bind(("127.0.0.1", *port)).is_err())
+        .map(|(port, what)| format!("127.0.0.1:{port} ({what})"))
+        .collect();
+    if !taken.is_empty() {
+        bail!(
+            "kcp backend: kcp's fixed ports are taken: {}. Another kcp (or something else) \
+             runs on this machine outside the backend's lock; stop it first (e.g. `ss -ltnp` \
+             shows who listens)",
+            taken.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn random_hex() -> String {
+    let a = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let b = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    format!("{a:016x}{b:016x}")
+}
+
+impl KcpBackend {
+    /// Starts the sharded kcp in `dir` with [`DEFAULT_USERS`].
+    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
+        Self::start_with_users(dir, DEFAULT_USERS).await
+    }
+
+    /// Starts the sharded kcp (two shards, front-proxy, cache server) in `dir`,
+    /// with a bearer token for each of `users` (name, groups), and waits until it
+    /// is ready to test.
+    pub async fn start_with_users(dir: &Path, users: &[(&str, &[&str])]) -> anyhow::Result<Self> {
+        let bin = check_built()?;
+        let lock = tokio::task::spawn_blocking(take_lock).await??;
+        stop_leftovers(&lock);
+        record(&lock, &[]);
+        check_ports_free()?;
+
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        // A fresh kcp: nothing of an earlier one in this dir (its ready-to-test
+        // would read as ready at once).
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with(".kcp") {
+                std::fs::remove_dir_all(entry.path())
+                    .with_context(|| entry.path().display().to_string())?;
+            }
+        }
+        // The fake kcp repository root the e2e framework linked into
+        // sharded-test-server looks for, and the token file every shard reads.
+        std::fs::create_dir_all(dir.join(".git"))?;
+        let framework = dir.join("test/e2e/framework");
+        std::fs::create_dir_all(&framework)?;
+        let mut tokens = String::new();
+        let mut known = Vec::new();
+        for (i, (name, groups)) in users.iter().enumerate() {
+            let token = format!("{name}-{}", random_hex());
+            // The groups column only when there are groups (an empty one would
+            // read as the group "").
+            let uid = format!("{:04}-holdfast-e2e", i + 1);
+            if groups.is_empty() {
+                tokens.push_str(&format!("{token},{name},{uid}\n"));
+            } else {
+                tokens.push_str(&format!("{token},{name},{uid},\"{}\"\n", groups.join(",")));
+            }
+            known.push((name.to_string(), token));
+        }
+        std::fs::write(framework.join("auth-tokens.csv"), tokens)?;
+
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut cmd = Command::new(bin.join("sharded-test-server"));
+        cmd.current_dir(&dir)
+            .env("NO_GORUN", "1")
+            .env("PATH", path)
+            .arg("--number-of-shards=2")
+            .arg(format!("--work-dir-path={}", dir.display()));
+        // A process group of its own (the shards, the front-proxy and the cache
+        // server are its children and stay in it): the whole group stops on drop.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let started = Instant::now();
+        let proc = Proc::spawn("sharded-test-server", &dir, cmd)?;
+        let pgid = proc.pid();
+        let mut backend = Self {
+            admin_kubeconfig: dir.join(".kcp/admin.kubeconfig"),
+            serving_ca: dir.join(".kcp/serving-ca.crt"),
+            dir: dir.clone(),
+            started_in: Duration::ZERO,
+            users: known,
+            proc: Some(proc),
+            pgid,
+            seen: Vec::new(),
+            lock: Some(lock),
+        };
+        backend.remember_processes();
+        let ready = dir.join(".kcp/ready-to-test");
+        loop {
+            backend.remember_processes();
+            if ready.exists() {
+                break;
+            }
+            if !backend.alive() {
+                bail!(
+                    "sharded-test-server exited before ready-to-test:\n{}",
+                    backend.log_tail(40)
+                );
+            }
+            if started.elapsed() > READY_WITHIN {
+                bail!(
+                    "kcp not ready to test within {}s:\n{}",
+                    READY_WITHIN.as_secs(),
+                    backend.log_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        backend.started_in = started.elapsed();
+        backend.remember_processes();
+        Ok(backend)
+    }
+
+    /// Adds the group's current processes to those stopped on drop and recorded
+    /// in the lock file (for a later start when this process dies first).
+    fn remember_processes(&mut self) {
+        for p in group_members(self.pgid) {
+            if !self.seen.contains(&p) {
+                self.seen.push(p);
+            }
+        }
+        if let Some(lock) = &self.lock {
+            record(lock, &self.seen);
+        }
+    }
+
+    /// The last `n` lines of sharded-test-server's log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.proc.as_ref().map(Proc::log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Whether sharded-test-server still runs.
+    pub fn alive(&mut self) -> bool {
+        self.proc.as_mut().is_some_and(Proc::alive)
+    }
+
+    /// The bearer token of `user`.
+    pub fn token(&self, user: &str) -> Option<&str> {
+        self.users
+            .iter()
+            .find(|(u, _)| u == user)
+            .map(|(_, t)| t.as_str())
+    }
+
+    /// The URL of workspace `path` (`root:org:ws`) at the front-proxy.
+    pub fn workspace_url(path: &str) -> String {
+        format!("{FRONT_PROXY}/clusters/{path}")
+    }
+
+    /// A kubeconfig for `user` (bearer token) at workspace `path` through the
+    /// front-proxy, written to `DIR/users/USER-PATH.kubeconfig`; its path.
+    pub fn kubeconfig_for(&self, user: &str, path: &str) -> anyhow::Result<PathBuf> {
+        let token = self
+            .token(user)
+            .with_context(|| format!("no token for user {user}"))?;
+        let ca = std::fs::read(&self.serving_ca)
+            .with_context(|| self.serving_ca.display().to_string())?;
+        let config = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kcp", "cluster": {
+                "server": Self::workspace_url(path),
+                "certificate-authority-data": crate::base64_encode(&ca),
+            }}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "kcp", "context": {"cluster": "kcp", "user": user}}],
+            "current-context": "kcp",
+        });
+        let users = self.dir.join("users");
+        std::fs::create_dir_all(&users)?;
+        let file = users.join(format!("{user}-{}.kubeconfig", path.replace(':', "_")));
+        std::fs::write(&file, serde_json::to_vec_pretty(&config)?)?;
+        Ok(file)
+    }
+}
+
+impl Drop for KcpBackend {
+    fn drop(&mut self) {
+        // SIGTERM to the whole group (sharded-test-server scrapes the shards'
+        // metrics, then stops its children), SIGKILL to whatever is left after 20 s,
+        // and to every process seen at start that still runs.
+        let group = format!("-{}", self.pgid);
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &group])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            // Reaps the leader once it exits (a zombie still counts in its group).
+            let _ = self.alive();
+            if group_members(self.pgid).is_empty() || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(std::process::Stdio::null())
+            .status();
+        for (p, s) in &self.seen {
+            signal_if_same(*p, *s, "-KILL");
+        }
+        drop(self.proc.take());
+        if let Some(lock) = self.lock.take() {
+            record(&lock, &[]);
+            // Dropping the file releases the lock.
+        }
+    }
+}
