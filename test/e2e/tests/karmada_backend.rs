@@ -316,6 +316,7 @@ async fn a_protected_template_propagated_to_the_member() {
     .expect("template");
 
     // Karmada propagates it: on the member, with the template's label.
+    let created = std::time::Instant::now();
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     let on_member: Value = loop {
         let out = member(&["get", "deployment", "web", "-n", &ns, "-o", "json"]);
@@ -328,6 +329,10 @@ async fn a_protected_template_propagated_to_the_member() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    eprintln!(
+        "on the member {:.1}s after the template's creation",
+        created.elapsed().as_secs_f64()
+    );
     assert_eq!(
         on_member["metadata"]["labels"]["holdfast.dev/protected"], "Always",
         "{on_member}"
@@ -379,10 +384,15 @@ async fn a_protected_template_propagated_to_the_member() {
         .kubectl(&["delete", "deployment", "web", "-n", &ns])
         .expect("kubectl");
     assert_eq!(out.code, 0, "{out:?}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let deleted = std::time::Instant::now();
+    let deadline = deleted + Duration::from_secs(90);
     loop {
         let out = member(&["get", "deployment", "web", "-n", &ns]);
         if out.is_not_found() {
+            eprintln!(
+                "gone from the member {:.1}s after the template's deletion",
+                deleted.elapsed().as_secs_f64()
+            );
             break;
         }
         if std::time::Instant::now() > deadline {
