@@ -78,6 +78,25 @@ impl Env {
 
     /// Asserts `kubectl args` exits 1 with `text` in its refusal (see
     /// [`KubectlOutput::refused_with`]); fails printing the answer.
+    /// Like [`Env::refuses`], just after an admission policy or webhook
+    /// configuration changed: a real kube-apiserver enforces them from informers,
+    /// so for a moment the previous configuration may still answer (the simulator
+    /// switches at once). While `kubectl args` is refused differently it is tried
+    /// again (for at most 30 s); it must end refused with exactly `stderr`. A
+    /// request that is allowed is never repeated: the test fails there.
+    pub async fn refuses_once_in_effect(&self, args: &[&str], stderr: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.attempt(args);
+            if out.code != 0 && out.stderr != stderr && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            refused(&out, stderr);
+            return;
+        }
+    }
+
     pub fn refuses_with(&self, args: &[&str], text: &str) {
         let out = self.attempt(args);
         assert!(out.refused_with(text), "{out:?}");

@@ -362,10 +362,11 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         format!("delete namespace {guarded}"),
         format!("delete configmap keep -n {shop}"),
     ] {
-        env.refuses(
+        env.refuses_once_in_effect(
             &words(&delete),
             &webhook_down("delete-label-0.holdfast.dev", port),
-        );
+        )
+        .await;
     }
     exists(&env, &["namespace", &guarded]);
     exists(&env, &["configmap", "keep", "-n", &shop]);
@@ -408,13 +409,13 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
         &shop,
         &format!("{karmada}=Always"),
     ]);
-    env.refuses(&["delete", "configmap", "template", "-n", &shop], &backstop_denial(
+    env.refuses_once_in_effect(&["delete", "configmap", "template", "-n", &shop], &backstop_denial(
             "configmaps",
             "template",
             &format!(
                 "holdfast: ConfigMap {shop}/template is protected by label {karmada}=Always (policy: label {karmada}), so it cannot be deleted. To delete it, remove the label (kubectl label configmaps template -n {shop} {karmada}-), or set the annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection."
             ),
-        ));
+        )).await;
     drop(c);
 }
 
