@@ -213,7 +213,7 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
         routes_report(&env),
         format!(
             "ValidatingWebhookConfiguration holdfast: 5 webhook(s)\n\
-             delete-label-0.holdfast.dev\n  requests:   DELETE *.*\n  requests:   CREATE *.*\n  requests:   UPDATE *.* */*.*\n  namespaces: all\n  objects:    holdfast.dev/protected\n  condition:  {LOOK_ALIKE}\n{outage}\
+             delete-label-0.holdfast.dev\n  requests:   DELETE *.*\n  requests:   CREATE *.*\n  requests:   UPDATE */*.*\n  namespaces: all\n  objects:    holdfast.dev/protected\n  condition:  {LOOK_ALIKE}\n{outage}\
              containment.holdfast.dev\n  requests:   DELETE namespaces\n  requests:   DELETE customresourcedefinitions.apiextensions.k8s.io\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
              policies-0.holdfast.dev\n  requests:   DELETE configmaps\n  namespaces: kubernetes.io/metadata.name in ({shop})\n  objects:    all\n{outage}\
              eviction.holdfast.dev\n  requests:   CREATE pods/eviction\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
