@@ -109,10 +109,12 @@ impl Webhook {
         }
         let mut child = cmd
             .arg("--label-only")
+            // Port 0: the kernel picks a free port at bind, so no other process can
+            // take it in between (these tests read the log, never connect).
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", free_port().expect("port")))
+            .arg("127.0.0.1:0")
             .arg("--probe-listen")
-            .arg(format!("127.0.0.1:{}", free_port().expect("port")))
+            .arg("127.0.0.1:0")
             .arg("--tls-cert")
             .arg(dir.path().join("tls.crt"))
             .arg("--tls-key")
