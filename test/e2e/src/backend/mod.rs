@@ -1,9 +1,9 @@
 //! The real control planes the end-to-end suite runs on besides the simulator
 //! (`HOLDFAST_E2E_BACKEND`): `kube` starts etcd, kube-apiserver and
 //! kube-controller-manager built by `hack/substrates.sh`; `karmada` a Karmada
-//! control plane (karmada-apiserver, Karmada's aggregated apiserver, webhook and
-//! controller manager) with one member cluster. Processes listen on 127.0.0.1
-//! only; a port taken between choosing it and binding it is retried.
+//! control plane (karmada-apiserver, Karmada's aggregated apiserver, webhook,
+//! controller manager and scheduler) with one member cluster. Processes listen on
+//! 127.0.0.1 only; a port taken between choosing it and binding it is retried.
 
 pub mod karmada;
 pub mod kcp;
