@@ -3,20 +3,28 @@
 //!
 //!   holdfast-backend kube DIR
 //!   holdfast-backend karmada DIR
+//!   holdfast-backend kcp DIR
 //!
 //! prints `kubeconfig PATH` on standard output once the backend is ready (for
 //! `karmada`, the admin of karmada-apiserver, then `member-kubeconfig PATH`, the
-//! admin of the member cluster). `hack/e2e-on-cluster.sh --backend kube` runs the
+//! admin of the member cluster; for `kcp`, kcp's admin kubeconfig, then
+//! `user-kubeconfig USER PATH` for each user of the e2e topology, at `root`
+//! through the front-proxy). `hack/e2e-on-cluster.sh --backend kube` runs the
 //! suite on the kube backend.
 
 use anyhow::{Context, bail};
-use holdfast_e2e::backend::{karmada::KarmadaBackend, kube::KubeBackend};
+use holdfast_e2e::backend::{
+    karmada::KarmadaBackend,
+    kcp::{DEFAULT_USERS, KcpBackend},
+    kube::KubeBackend,
+};
 use std::{io::Write, path::PathBuf};
 
 /// A started backend.
 enum Backend {
     Kube(KubeBackend),
     Karmada(KarmadaBackend),
+    Kcp(KcpBackend),
 }
 
 impl Backend {
@@ -24,6 +32,7 @@ impl Backend {
         match self {
             Backend::Kube(b) => b.alive(),
             Backend::Karmada(b) => b.alive(),
+            Backend::Kcp(b) => b.alive(),
         }
     }
 }
@@ -33,7 +42,7 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (kind, dir) = match args.as_slice() {
         [k, d] => (k.as_str(), PathBuf::from(d)),
-        _ => bail!("usage: holdfast-backend kube|karmada DIR"),
+        _ => bail!("usage: holdfast-backend kube|karmada|kcp DIR"),
     };
     let started = std::time::Instant::now();
     let mut backend = match kind {
@@ -68,7 +77,26 @@ async fn main() -> anyhow::Result<()> {
             println!("member-kubeconfig {}", b.member_kubeconfig.display());
             Backend::Karmada(b)
         }
-        other => bail!("unknown backend {other:?} (known: kube, karmada)"),
+        "kcp" => {
+            holdfast_e2e::backend::kcp::check_built()?;
+            let b = KcpBackend::start(&dir)
+                .await
+                .context("starting the kcp backend")?;
+            eprintln!(
+                "holdfast-backend: kcp ready at {} in {:.1}s",
+                holdfast_e2e::backend::kcp::FRONT_PROXY,
+                started.elapsed().as_secs_f64()
+            );
+            println!("kubeconfig {}", b.admin_kubeconfig.display());
+            for (user, _) in DEFAULT_USERS {
+                println!(
+                    "user-kubeconfig {user} {}",
+                    b.kubeconfig_for(user, "root")?.display()
+                );
+            }
+            Backend::Kcp(b)
+        }
+        other => bail!("unknown backend {other:?} (known: kube, karmada, kcp)"),
     };
     std::io::stdout().flush()?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
