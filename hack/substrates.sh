@@ -37,7 +37,7 @@ pkgs_of() {
     kube) echo "k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl" ;;
     etcd) echo "go.etcd.io/etcd/server/v3" ;;
     kcp) echo "github.com/kcp-dev/kcp/cmd/kcp github.com/kcp-dev/kcp/cmd/kcp-front-proxy github.com/kcp-dev/kcp/cmd/cache-server github.com/kcp-dev/kcp/cmd/sharded-test-server" ;;
-    karmada) echo "github.com/karmada-io/karmada/cmd/webhook github.com/karmada-io/karmada/cmd/controller-manager github.com/karmada-io/karmada/cmd/aggregated-apiserver" ;;
+    karmada) echo "github.com/karmada-io/karmada/cmd/webhook github.com/karmada-io/karmada/cmd/controller-manager github.com/karmada-io/karmada/cmd/aggregated-apiserver github.com/karmada-io/karmada/cmd/scheduler" ;;
   esac
 }
 
@@ -89,7 +89,7 @@ build() {
   if [ "$name" = etcd ] && [ -f "$out/bin/server" ]; then mv "$out/bin/server" "$out/bin/etcd"; fi
   # Karmada's commands are cmd/<name>; name them karmada-<name> as Karmada does.
   if [ "$name" = karmada ]; then
-    for b in controller-manager webhook aggregated-apiserver; do
+    for b in controller-manager webhook aggregated-apiserver scheduler; do
       if [ -f "$out/bin/$b" ]; then mv "$out/bin/$b" "$out/bin/karmada-$b"; fi
     done
   fi

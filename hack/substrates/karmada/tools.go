@@ -6,5 +6,6 @@ package tools
 import (
 	_ "github.com/karmada-io/karmada/cmd/aggregated-apiserver"
 	_ "github.com/karmada-io/karmada/cmd/controller-manager"
+	_ "github.com/karmada-io/karmada/cmd/scheduler"
 	_ "github.com/karmada-io/karmada/cmd/webhook"
 )
