@@ -14,8 +14,8 @@ use holdfast_shared::{
     backstop::Backstop,
     labels::ProtectionLabels,
     webhookconfig::{
-        Containment, FailurePolicy, InstallOptions, NamespaceScope, PolicyNeeds,
-        Route, WebhookTarget, desired_configuration_for,
+        Containment, FailurePolicy, InstallOptions, NamespaceScope, PolicyNeeds, Route,
+        WebhookTarget, desired_configuration_for,
     },
 };
 
@@ -118,14 +118,35 @@ async fn the_simulator_answers_admission_objects_as_kube_apiserver_does() {
         serde_json::to_string(&b.policy()).expect("backstop renders")
     };
     let scenarios: Vec<(&str, String)> = vec![
-        ("star beside star/star", configuration("p1", r#"["UPDATE"]"#, r#"["*", "*/*"]"#)),
-        ("star/star alone", configuration("p2", r#"["UPDATE"]"#, r#"["*/*"]"#)),
-        ("star beside a resource", configuration("p3", r#"["DELETE"]"#, r#"["*", "pods"]"#)),
-        ("star beside subresources", configuration("p4", r#"["UPDATE"]"#, r#"["*", "pods/*"]"#)),
-        ("pods/* beside pods/status", configuration("p5", r#"["UPDATE"]"#, r#"["pods/*", "pods/status"]"#)),
-        ("star operation beside another", configuration("p6", r#"["*", "DELETE"]"#, r#"["pods"]"#)),
+        (
+            "star beside star/star",
+            configuration("p1", r#"["UPDATE"]"#, r#"["*", "*/*"]"#),
+        ),
+        (
+            "star/star alone",
+            configuration("p2", r#"["UPDATE"]"#, r#"["*/*"]"#),
+        ),
+        (
+            "star beside a resource",
+            configuration("p3", r#"["DELETE"]"#, r#"["*", "pods"]"#),
+        ),
+        (
+            "star beside subresources",
+            configuration("p4", r#"["UPDATE"]"#, r#"["*", "pods/*"]"#),
+        ),
+        (
+            "pods/* beside pods/status",
+            configuration("p5", r#"["UPDATE"]"#, r#"["pods/*", "pods/status"]"#),
+        ),
+        (
+            "star operation beside another",
+            configuration("p6", r#"["*", "DELETE"]"#, r#"["pods"]"#),
+        ),
         ("no resources", configuration("p7", r#"["DELETE"]"#, "[]")),
-        ("policy: star beside star/star", policy("p8", r#"["*", "*/*"]"#)),
+        (
+            "policy: star beside star/star",
+            policy("p8", r#"["*", "*/*"]"#),
+        ),
         ("policy: star/star alone", policy("p9", r#"["*/*"]"#)),
         ("holdfast's configuration", holdfast_configuration()),
         ("holdfast's strict backstop", backstop),
