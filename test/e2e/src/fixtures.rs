@@ -208,30 +208,22 @@ pub fn storage_crds() -> String {
     ])
 }
 
-/// Service `namespace/name` without a selector, port 443 named `https` forwarding
-/// to `port`, and an EndpointSlice for it with one ready endpoint at `address:port`:
-/// what a Deployment behind the Service gives a real cluster (the API server
-/// resolves a webhook's `clientConfig.service` through them), standing in for the
-/// webhook running as a local process.
-pub fn service_to(namespace: &str, name: &str, address: &str, port: u16) -> String {
-    let address_type = if address.contains(':') {
-        "IPv6"
+/// A Service `namespace/name` leading to `host:port`, the way a real
+/// kube-apiserver reaches a webhook outside the cluster: type ExternalName, which
+/// its service resolvers turn into `https://EXTERNALNAME:PORT` (PORT the
+/// `clientConfig.service.port`, so give the webhook's port there), while verifying
+/// the serving certificate for `name.namespace.svc`. (An EndpointSlice cannot name
+/// a loopback address: kube-apiserver refuses 127.0.0.0/8 in one.)
+pub fn service_to(namespace: &str, name: &str, host: &str, port: u16) -> String {
+    let host = if host == "127.0.0.1" || host == "::1" {
+        "localhost"
     } else {
-        "IPv4"
+        host
     };
-    documents(&[
-        format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
-             spec:\n  ports:\n  - {{name: https, port: 443, targetPort: {port}}}\n"
-        ),
-        format!(
-            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-             metadata: {{name: {name}-local, namespace: {namespace}, \
-             labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: {address_type}\n\
-             endpoints:\n- addresses: [\"{address}\"]\n  conditions: {{ready: true}}\n\
-             ports:\n- {{name: https, port: {port}, protocol: TCP}}\n"
-        ),
-    ])
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+         spec:\n  type: ExternalName\n  externalName: {host}\n  ports:\n  - {{name: https, port: {port}}}\n"
+    )
 }
 
 #[cfg(test)]

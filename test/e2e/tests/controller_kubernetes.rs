@@ -830,9 +830,9 @@ async fn managed_ca_serves_a_service_target() {
     let port = holdfast_e2e::free_port().expect("port");
     let mut env = holdfast_e2e::steps::sim_with_crds().await;
     let ns = env.namespace("holdfast-system").expect("namespace");
-    // As on a real cluster, the Service and its endpoints lead to the webhook (here
-    // a local process, which the EndpointSlice names at the address the API
-    // server reaches this host at: 127.0.0.1 on a sim).
+    // The Service leads to the webhook (a local process) as a real kube-apiserver
+    // reaches one outside the cluster: an ExternalName Service naming this host,
+    // the webhook's port as the service port.
     let service = holdfast_e2e::fixtures::service_to(
         &ns,
         "holdfast-webhook",
@@ -848,7 +848,7 @@ async fn managed_ca_serves_a_service_target() {
         "controller",
         port,
         &words(&format!(
-            "--webhook-service {ns}/holdfast-webhook:443 --ca-secret {ns}/webhook-tls"
+            "--webhook-service {ns}/holdfast-webhook:{port} --ca-secret {ns}/webhook-tls"
         )),
     )
     .expect("controller");

@@ -489,7 +489,8 @@ fn endpoint(state: &State, cluster: &str, cc: &Value, timeout: u64) -> Result<En
 /// kube-apiserver's endpoint service resolver does
 /// (`staging/src/k8s.io/kube-aggregator/pkg/apiserver/resolvers.go`,
 /// `staging/src/k8s.io/apiserver/pkg/util/proxy/proxy.go`): the Service must exist
-/// and declare the port, its type must be ClusterIP, NodePort or LoadBalancer, and
+/// and declare the port, its type must be ClusterIP, NodePort or LoadBalancer (an
+/// ExternalName Service leads to its external name at the referenced port), and
 /// one of its ready endpoints (EndpointSlices labelled `kubernetes.io/service-name`;
 /// for a Service without selector also its Endpoints, which kube-controller-manager
 /// mirrors into slices) serving the port's name is picked at random. Errors carry
@@ -513,6 +514,18 @@ fn resolve_service(
     let Some(svc) = state.store.get(&core("services"), &key(name)) else {
         return Err(format!("service \"{name}\" not found"));
     };
+    // ExternalName: both of kube-apiserver's resolvers dial the external name at
+    // the port the reference gives, without looking at the Service's ports
+    // (`ResolveCluster`, `staging/src/k8s.io/apiserver/pkg/util/proxy/proxy.go`).
+    if svc["spec"]["type"].as_str() == Some("ExternalName") {
+        let host = svc["spec"]["externalName"].as_str().unwrap_or("");
+        let host = if host == "localhost" {
+            "127.0.0.1"
+        } else {
+            host
+        };
+        return Ok(join_host_port(host, port));
+    }
     let Some(svc_port) = svc["spec"]["ports"]
         .as_array()
         .into_iter()
