@@ -604,6 +604,30 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
     // The controller still leads after all of it.
     let c = r.controller.as_ref().expect("controller");
     assert!(c.is_ready().await, "{}", r.logs());
+
+    // Leaving holdfast (docs/kcp.md): deleting the binding takes the
+    // configuration it owns (kcp's garbage collector) and the policies; the
+    // ConfigMap is then deleted normally.
+    r.ok(
+        "consumer",
+        CONSUMER,
+        &["delete", "apibinding", "holdfast", "--wait=false"],
+    );
+    r.until(
+        "consumer",
+        CONSUMER,
+        &["get", "validatingwebhookconfiguration", "holdfast"],
+        |o| o.is_not_found(),
+    )
+    .await;
+    r.step("APIBinding holdfast deleted: configuration holdfast gone");
+    r.until(
+        "consumer",
+        CONSUMER,
+        &["delete", "configmap", "plain", "-n", "default"],
+        |o| o.code == 0,
+    )
+    .await;
     r.step("done");
 }
 
