@@ -467,28 +467,30 @@ impl ClusterRun {
 }
 
 impl Env {
-    /// Runs the cleanup step `args` (a `kubectl delete`), again while an admission
-    /// policy or webhook the cleanup has just removed still refuses it: a real
-    /// kube-apiserver enforces admission policies from an informer, so a deleted
-    /// policy binding goes on refusing for a moment (the simulator forgets it at
-    /// once). Other failures are reported and left.
-    fn delete_past_lagging_admission(&self, args: &[&str]) {
+    /// `kubectl args`, run again (for at most 30 s) while an admission policy or
+    /// webhook configuration that was just removed or changed still refuses it: a
+    /// real kube-apiserver enforces them from informers, so a deleted policy
+    /// binding goes on refusing for a moment (the simulator forgets it at once).
+    /// Returns the last answer.
+    pub fn kubectl_past_lagging_admission(&self, args: &[&str]) -> anyhow::Result<KubectlOutput> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            match self.kubectl(args) {
-                Ok(out) if out.code == 0 => return,
-                Ok(out)
-                    if (out.stderr.contains("denied request")
-                        || out.stderr.contains("denied the request"))
-                        && Instant::now() < deadline =>
-                {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                other => {
-                    eprintln!("cleanup: kubectl {}: {other:?}", args.join(" "));
-                    return;
-                }
+            let out = self.kubectl(args)?;
+            let lagging =
+                out.stderr.contains("denied request") || out.stderr.contains("denied the request");
+            if out.code == 0 || !lagging || Instant::now() >= deadline {
+                return Ok(out);
             }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A cleanup step (a `kubectl delete`) past lagging admission; failures are
+    /// reported and left.
+    fn delete_past_lagging_admission(&self, args: &[&str]) {
+        match self.kubectl_past_lagging_admission(args) {
+            Ok(out) if out.code == 0 => {}
+            other => eprintln!("cleanup: kubectl {}: {other:?}", args.join(" ")),
         }
     }
 }
