@@ -298,9 +298,14 @@ impl KubectlOutput {
 pub fn one_wording(stdout: &str) -> String {
     let mut out = String::with_capacity(stdout.len());
     for line in stdout.split_inclusive('\n') {
-        let (body, nl) = match line.strip_suffix('\n') {
+        let (whole, nl) = match line.strip_suffix('\n') {
             Some(b) => (b, "\n"),
             None => (line, ""),
+        };
+        // A dry run adds ` (server dry run)` after either wording.
+        let (body, dry) = match whole.strip_suffix(" (server dry run)") {
+            Some(b) => (b, " (server dry run)"),
+            None => (whole, ""),
         };
         let trimmed = body
             .rsplit_once(" deleted from ")
@@ -311,8 +316,8 @@ pub fn one_wording(stdout: &str) -> String {
                             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 })
             })
-            .map(|(head, _)| format!("{head} deleted"));
-        out.push_str(trimmed.as_deref().unwrap_or(body));
+            .map(|(head, _)| format!("{head} deleted{dry}"));
+        out.push_str(trimmed.as_deref().unwrap_or(whole));
         out.push_str(nl);
     }
     out
@@ -1917,6 +1922,14 @@ mod tests {
             "configmap \"a deleted from X namespace\" created"
         );
         assert_eq!(super::one_wording("no newline"), "no newline");
+        assert_eq!(
+            super::one_wording("configmap \"a\" deleted from ns-1 namespace (server dry run)\n"),
+            "configmap \"a\" deleted (server dry run)\n"
+        );
+        assert_eq!(
+            super::one_wording("configmap \"a\" deleted (server dry run)\n"),
+            "configmap \"a\" deleted (server dry run)\n"
+        );
     }
 
     #[test]
