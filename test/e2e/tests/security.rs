@@ -489,13 +489,15 @@ async fn an_anchor_source_kubeconfig_cannot_run_programs() {
     ]);
     env.remove_later_in("holdfast-system", "secret", &secret);
     let rule = rbac::own_name("exec");
+    // One key for the rule and the object (on a cluster each own_name is new).
+    let key = rbac::own_name("example.test/anchor");
     env.apply(&format!(
         "apiVersion: holdfast.dev/v1alpha1\nkind: AnchorRule\nmetadata: {{name: {rule}}}\nspec:\n  \
          anchor: {{group: example.test, version: v1, resource: composites}}\n  \
          anchorLabels: {{name: {}}}\n  \
          anchorSource:\n    kubeconfigSecretRef: {{name: {secret}, namespace: holdfast-system}}\n  \
          protects:\n  - {{version: v1, resource: configmaps}}\n",
-        rbac::own_name("example.test/anchor")
+        key
     ))
     .expect("rule");
     let reachable = unusable(env, &rule).await;
@@ -514,7 +516,7 @@ async fn an_anchor_source_kubeconfig_cannot_run_programs() {
         "anchored",
         "-n",
         &ns,
-        &format!("{}=c1", rbac::own_name("example.test/anchor")),
+        &format!("{key}=c1"),
     ]);
     refused_with(
         env,
