@@ -46,6 +46,8 @@ for b in $backends; do
       step "backend kube: the end-to-end suite on a real kube-apiserver"
       hack/e2e-on-cluster.sh --backend kube --locked --no-fail-fast \
         $(printf -- '--test %s ' "${kube_files[@]}") "$@"
+      step "backend kube: the demo's Kubernetes stories on a real kube-apiserver"
+      hack/demo.sh --backend kube
       ;;
     *) echo "test.sh: unknown backend $b (sim, kube)" >&2; exit 2 ;;
   esac
