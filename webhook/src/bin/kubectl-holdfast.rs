@@ -179,7 +179,7 @@ fn print<T: serde::Serialize>(
     text: impl Fn(&T) -> String,
 ) -> anyhow::Result<()> {
     match output {
-        Output::Text => print!("{}", text(report)),
+        Output::Text => print!("{}", terminal_safe(&text(report))),
         Output::Json => println!("{}", serde_json::to_string_pretty(report)?),
         Output::Yaml => print!(
             "{}",
@@ -187,6 +187,22 @@ fn print<T: serde::Serialize>(
         ),
     }
     Ok(())
+}
+
+/// `text` fit for a terminal: names and values in it come from objects anyone
+/// who may write them chose, so every control character but the line breaks of
+/// the rendering is shown escaped (`\u{1b}`), never sent to the terminal as an
+/// escape sequence.
+fn terminal_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 async fn load_config(cli: &Cli) -> anyhow::Result<kube::Config> {
@@ -833,6 +849,15 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
 mod tests {
     use super::*;
     use clap::CommandFactory as _;
+
+    #[test]
+    fn text_output_sends_no_escape_sequence_to_the_terminal() {
+        assert_eq!(
+            terminal_safe("ConfigMap a/\u{1b}[2Jx\r\nblocked by b\tc\n"),
+            "ConfigMap a/\\u{1b}[2Jx\\r\nblocked by b\\tc\n"
+        );
+        assert_eq!(terminal_safe("plain ünïcode\n"), "plain ünïcode\n");
+    }
 
     #[test]
     fn the_command_line_parses() {
