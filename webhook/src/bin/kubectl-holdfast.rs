@@ -249,6 +249,17 @@ async fn get_json<T: serde::de::DeserializeOwned>(
 
 /// Every resource the server serves, at each group's preferred version (core group
 /// first), without subresources.
+/// [`discover`] within what is left of `--timeout`.
+async fn discover_by(
+    client: &Client,
+    deadline: Instant,
+) -> anyhow::Result<(Vec<ApiResourceInfo>, Vec<String>)> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    tokio::time::timeout(left, discover(client))
+        .await
+        .map_err(|_| anyhow!("discovery did not finish within --timeout"))?
+}
+
 async fn discover(client: &Client) -> anyhow::Result<(Vec<ApiResourceInfo>, Vec<String>)> {
     let mut out = Vec::new();
     let mut problems = Vec::new();
@@ -486,7 +497,7 @@ async fn why(
     let deadline = Instant::now() + timeout;
     let (ty, name) = parse_target(object)?;
     let client = client(&config)?;
-    let (resources, problems) = discover(&client).await?;
+    let (resources, problems) = discover_by(&client, deadline).await?;
     let res = match resolve(&resources, &ty) {
         Ok(r) => r.clone(),
         Err(e) if problems.is_empty() => bail!("{e}"),
@@ -849,6 +860,31 @@ async fn check(config: kube::Config, timeout: Duration) -> anyhow::Result<CheckR
 mod tests {
     use super::*;
     use clap::CommandFactory as _;
+
+    /// An API server that accepts connections and never answers: discovery gives
+    /// up at --timeout instead of hanging.
+    #[tokio::test]
+    async fn discovery_keeps_to_the_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url: http::Uri = format!("http://{}", listener.local_addr().expect("addr"))
+            .parse()
+            .expect("url");
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                open.push(conn);
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        let started = Instant::now();
+        let err = discover_by(&client, started + Duration::from_millis(300))
+            .await
+            .expect_err("a silent server is no discovery");
+        assert_eq!(err.to_string(), "discovery did not finish within --timeout");
+        held.abort();
+    }
 
     #[test]
     fn text_output_sends_no_escape_sequence_to_the_terminal() {
