@@ -369,6 +369,21 @@ impl Real {
     }
 }
 
+/// holdfast's refusal of deleting ConfigMap `default/NAME` labelled
+/// `holdfast.dev/protected=Always`.
+fn label_denial(name: &str) -> String {
+    denied_by(
+        "delete-label-0.holdfast.dev",
+        &format!(
+            "holdfast: ConfigMap default/{name} is protected by label holdfast.dev/protected=Always \
+             (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove \
+             the label (kubectl label configmaps {name} -n default holdfast.dev/protected-), or set \
+             the annotation holdfast.dev/skip-protection=true if you are allowed to bypass \
+             protection."
+        ),
+    )
+}
+
 /// (a) holdfast installs on a real kcp and its controller becomes ready; (b) in a
 /// consumer workspace on the other shard, label protection and a
 /// ResourceProtection refuse deleting ConfigMaps with holdfast's messages.
@@ -462,13 +477,7 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
             "holdfast.dev/protected=Always",
         ],
     );
-    let label_denial = denied_by(
-        "delete-label-0.holdfast.dev",
-        "holdfast: ConfigMap default/guarded is protected by label holdfast.dev/protected=Always \
-         (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, remove the \
-         label (kubectl label configmaps guarded -n default holdfast.dev/protected-), or set the \
-         annotation holdfast.dev/skip-protection=true if you are allowed to bypass protection.",
-    );
+    let guarded_denial = label_denial("guarded");
     let out = r
         .refused(
             "consumer",
@@ -476,13 +485,13 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
             &["configmap", "guarded", "-n", "default"],
         )
         .await;
-    assert!(out.refused_with(&label_denial), "{out:?}");
+    assert!(out.refused_with(&guarded_denial), "{out:?}");
     let out = r.kubectl(
         "consumer",
         CONSUMER,
         &["delete", "configmap", "guarded", "-n", "default"],
     );
-    assert!(out.refused_with(&label_denial), "{out:?}");
+    assert!(out.refused_with(&guarded_denial), "{out:?}");
     r.ok(
         "consumer",
         CONSUMER,
@@ -605,13 +614,127 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
     let c = r.controller.as_ref().expect("controller");
     assert!(c.is_ready().await, "{}", r.logs());
 
-    // Leaving holdfast (docs/kcp.md): deleting the binding takes the
-    // configuration it owns (kcp's garbage collector) and the policies; the
-    // ConfigMap is then deleted normally.
+    // A CriticalService guards itself: kcp admits DELETEs of a type bound from
+    // holdfast.dev through the holdfast workspace's configurations only
+    // (kcp-facts 12), so the controller keeps one there routing them to the
+    // consumer's logical cluster.
     r.ok(
         "consumer",
         CONSUMER,
+        &["create", "serviceaccount", "registry", "-n", "default"],
+    );
+    r.apply(
+        "consumer",
+        CONSUMER,
+        "apiVersion: holdfast.dev/v1alpha1\nkind: CriticalService\nmetadata: {name: registry}\n\
+         spec:\n  provider: {group: \"\", resource: serviceaccounts, namespace: default, name: registry}\n  \
+         criteria:\n  - type: Finalizer\n    finalizer: {group: \"\", resource: configmaps, finalizerName: example.io/in-use}\n",
+    );
+    r.until(
+        "consumer",
+        CONSUMER,
+        &[
+            "get",
+            "criticalservice",
+            "registry",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+        |o| o.stdout == "True",
+    )
+    .await;
+    let own = r
+        .until(
+            "platform",
+            HOLDFAST,
+            &[
+                "get",
+                "validatingwebhookconfiguration",
+                "holdfast",
+                "-o",
+                "jsonpath={.webhooks[*].name}",
+            ],
+            |o| o.code == 0,
+        )
+        .await;
+    assert_eq!(own.stdout, "holdfast.dev.policies.holdfast.dev");
+    let cs_denial = denied_by(
+        "holdfast.dev.policies.holdfast.dev",
+        &format!(
+            "holdfast: CriticalService registry cannot be deleted while its provider \
+             serviceaccounts default/registry exists (policy: CriticalService/registry (logical \
+             cluster {lc})). To delete it, delete the provider first; this CriticalService keeps \
+             it from going before its criteria are met, or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+        ),
+    );
+    let out = r
+        .refused("consumer", CONSUMER, &["criticalservice", "registry"])
+        .await;
+    assert!(out.refused_with(&cs_denial), "{out:?}");
+    r.step("CriticalService registry guarded through root:holdfast's configuration");
+
+    // Leaving holdfast (docs/kcp.md): kcp deletes the binding's objects (the
+    // policies) through admission first. The CriticalService refuses its own
+    // deletion while its provider exists, so the binding stays, saying why, and
+    // holdfast keeps protecting the workspace.
+    for args in [
+        &["create", "configmap", "kept", "-n", "default"][..],
+        &[
+            "label",
+            "configmap",
+            "kept",
+            "-n",
+            "default",
+            "holdfast.dev/protected=Always",
+        ],
         &["delete", "apibinding", "holdfast", "--wait=false"],
+    ] {
+        r.ok("consumer", CONSUMER, args);
+    }
+    let stuck =
+        "jsonpath={.status.conditions[?(@.type==\"BindingResourceDeleteSuccess\")].message}";
+    r.until(
+        "consumer",
+        CONSUMER,
+        &["get", "apibinding", "holdfast", "-o", stuck],
+        |o| {
+            o.stdout
+                .contains("CriticalService registry cannot be deleted while its provider")
+        },
+    )
+    .await;
+    assert_eq!(
+        r.condition(
+            "consumer",
+            CONSUMER,
+            "apibinding",
+            "holdfast",
+            "BindingResourceDeleteSuccess"
+        ),
+        "False/ResourceDeletionFailed"
+    );
+    let out = r.kubectl(
+        "consumer",
+        CONSUMER,
+        &[
+            "delete",
+            "configmap",
+            "kept",
+            "-n",
+            "default",
+            "--dry-run=server",
+        ],
+    );
+    assert!(out.refused_with(&label_denial("kept")), "{out:?}");
+    r.step("APIBinding holdfast deleting: held by the CriticalService, protection goes on");
+    // Once the provider is gone, the CriticalService goes, the binding with it,
+    // and the configuration it owns (kcp's garbage collector): the ConfigMap is
+    // then deleted normally.
+    r.ok(
+        "consumer",
+        CONSUMER,
+        &["delete", "serviceaccount", "registry", "-n", "default"],
     );
     r.until(
         "consumer",
@@ -624,7 +747,7 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
     r.until(
         "consumer",
         CONSUMER,
-        &["delete", "configmap", "plain", "-n", "default"],
+        &["delete", "configmap", "plain", "kept", "-n", "default"],
         |o| o.code == 0,
     )
     .await;

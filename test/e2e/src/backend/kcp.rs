@@ -173,21 +173,34 @@ fn signal_if_same(pid: u32, start: u64, signal: &str) {
 
 /// Stops what a previous holder of the lock started and left running (it died
 /// without stopping kcp): the processes it recorded in the lock file, each only
-/// while it is still that process (same start time).
-fn stop_leftovers(lock: &std::fs::File) {
+/// while it is still that process (same start time), and any other process of
+/// its recorded process group running a binary of kcp's bin dir `bin` (a child
+/// started after the last record).
+fn stop_leftovers(lock: &std::fs::File, bin: &Path) {
     use std::io::{Read, Seek};
     let mut text = String::new();
     let mut f = lock;
     if f.rewind().is_err() || f.read_to_string(&mut text).is_err() {
         return;
     }
-    let recorded: Vec<(u32, u64)> = text
+    let mut recorded: Vec<(u32, u64)> = text
         .lines()
         .filter_map(|l| {
             let (p, s) = l.split_once(' ')?;
             Some((p.parse().ok()?, s.parse().ok()?))
         })
         .collect();
+    let group = text
+        .lines()
+        .find_map(|l| l.strip_prefix("pgid ")?.trim().parse::<u32>().ok());
+    if let Some(pgid) = group {
+        for (pid, start) in group_members(pgid) {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            if exe.starts_with(bin) && !recorded.contains(&(pid, start)) {
+                recorded.push((pid, start));
+            }
+        }
+    }
     let alive = |r: &[(u32, u64)]| {
         r.iter()
             .any(|(p, s)| stat(*p).is_some_and(|(_, st, state)| st == *s && state != 'Z'))
@@ -208,11 +221,16 @@ fn stop_leftovers(lock: &std::fs::File) {
     }
 }
 
-fn record(lock: &std::fs::File, procs: &[(u32, u64)]) {
+/// Records process group `pgid` and its processes `procs` (pid, start time) in
+/// the lock file.
+fn record(lock: &std::fs::File, pgid: Option<u32>, procs: &[(u32, u64)]) {
     use std::io::{Seek, Write};
     let mut f = lock;
     let _ = f.set_len(0);
     let _ = f.rewind();
+    if let Some(pgid) = pgid {
+        let _ = writeln!(f, "pgid {pgid}");
+    }
     for (p, s) in procs {
         let _ = writeln!(f, "{p} {s}");
     }
@@ -257,8 +275,8 @@ impl KcpBackend {
     pub async fn start_with_users(dir: &Path, users: &[(&str, &[&str])]) -> anyhow::Result<Self> {
         let bin = check_built()?;
         let lock = tokio::task::spawn_blocking(take_lock).await??;
-        stop_leftovers(&lock);
-        record(&lock, &[]);
+        stop_leftovers(&lock, &bin);
+        record(&lock, None, &[]);
         check_ports_free()?;
 
         std::fs::create_dir_all(dir)?;
@@ -357,7 +375,7 @@ impl KcpBackend {
             }
         }
         if let Some(lock) = &self.lock {
-            record(lock, &self.seen);
+            record(lock, Some(self.pgid), &self.seen);
         }
     }
 
@@ -441,7 +459,7 @@ impl Drop for KcpBackend {
         }
         drop(self.proc.take());
         if let Some(lock) = self.lock.take() {
-            record(&lock, &[]);
+            record(&lock, None, &[]);
             // Dropping the file releases the lock.
         }
     }
