@@ -79,9 +79,15 @@ async fn main() -> anyhow::Result<()> {
         }
         "kcp" => {
             holdfast_e2e::backend::kcp::check_built()?;
-            let b = KcpBackend::start(&dir)
-                .await
-                .context("starting the kcp backend")?;
+            // A signal while kcp starts stops what already runs (dropping the
+            // start drops the backend): kcp's fixed ports stay free.
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            let b = tokio::select! {
+                b = KcpBackend::start(&dir) => b.context("starting the kcp backend")?,
+                _ = tokio::signal::ctrl_c() => bail!("interrupted while kcp was starting"),
+                _ = term.recv() => bail!("terminated while kcp was starting"),
+            };
             eprintln!(
                 "holdfast-backend: kcp ready at {} in {:.1}s",
                 holdfast_e2e::backend::kcp::FRONT_PROXY,
