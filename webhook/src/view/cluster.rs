@@ -121,10 +121,7 @@ impl ClusterView for WebhookView {
             .map(logical_cluster)
             .unwrap_or_default();
         let u = &req.user_info;
-        let extra = u.extra.as_ref().and_then(|e| {
-            serde_json::from_value::<std::collections::BTreeMap<String, Vec<String>>>(e.clone())
-                .ok()
-        });
+        let extra = u.extra.as_ref().and_then(bypass_extra);
         let spec = SubjectAccessReviewSpec {
             user: Some(u.username.clone()),
             groups: Some(u.groups.clone()),
@@ -647,5 +644,42 @@ fn attributes(
         namespace: req.object_namespace().map(str::to_string),
         name: req.object_name().map(str::to_string),
         ..Default::default()
+    }
+}
+
+/// The extra kcp attaches to a write made through an APIExport's virtual workspace:
+/// a warrant whose group (`system:kcp:admin`) is bound to cluster-admin
+/// (`pkg/virtual/apiexport/builder/build.go`, `pkg/authorization/bootstrap/policy.go`).
+pub const KCP_WARRANT_EXTRA: &str = "authorization.kcp.io/warrant";
+
+/// The caller's extra as the bypass review asks it: everything the API server
+/// gave the caller but kcp's warrants. A warrant lets the virtual workspace act
+/// for the provider; it is not the caller's own permission to bypass protection
+/// in the consumer's workspace (docs/decisions.md, "Break-glass through a virtual
+/// workspace").
+pub fn bypass_extra(
+    extra: &serde_json::Value,
+) -> Option<std::collections::BTreeMap<String, Vec<String>>> {
+    let mut map =
+        serde_json::from_value::<std::collections::BTreeMap<String, Vec<String>>>(extra.clone())
+            .ok()?;
+    map.remove(KCP_WARRANT_EXTRA);
+    Some(map)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_warrant_is_never_the_callers_permission_to_bypass() {
+        let extra = serde_json::json!({
+            "authorization.kcp.io/warrant": ["{\"user\":\"system:kcp:admin\",\"groups\":[\"system:kcp:admin\"]}"],
+            "authentication.kcp.io/scopes": ["cluster:abc"],
+        });
+        let kept = super::bypass_extra(&extra).expect("a map of lists");
+        assert_eq!(
+            kept.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["authentication.kcp.io/scopes"]
+        );
+        assert_eq!(super::bypass_extra(&serde_json::json!("not a map")), None);
     }
 }
