@@ -107,13 +107,17 @@ impl Real {
 
     /// kubectl as `user` in workspace `path`, through the front-proxy.
     fn kubectl(&self, user: &str, path: &str, args: &[&str]) -> KubectlOutput {
+        self.kubectl_at(user, &KcpBackend::workspace_url(path), args)
+    }
+
+    /// kubectl as `user` at `server` (a workspace or a virtual workspace URL).
+    fn kubectl_at(&self, user: &str, server: &str, args: &[&str]) -> KubectlOutput {
         let kubeconfig = self.kubeconfig(user);
-        let server = KcpBackend::workspace_url(path);
         let mut all = vec![
             "--kubeconfig",
             kubeconfig.to_str().unwrap_or_default(),
             "--server",
-            server.as_str(),
+            server,
         ];
         all.extend_from_slice(args);
         self.env
@@ -161,15 +165,27 @@ impl Real {
         args: &[&str],
         check: impl Fn(&KubectlOutput) -> bool,
     ) -> KubectlOutput {
+        self.until_at(user, &KcpBackend::workspace_url(path), args, check)
+            .await
+    }
+
+    /// [`Real::until`] at `server` (a workspace or a virtual workspace URL).
+    async fn until_at(
+        &self,
+        user: &str,
+        server: &str,
+        args: &[&str],
+        check: impl Fn(&KubectlOutput) -> bool,
+    ) -> KubectlOutput {
         let deadline = Instant::now() + KCP_WAIT;
         loop {
-            let out = self.kubectl(user, path, args);
+            let out = self.kubectl_at(user, server, args);
             if check(&out) {
                 return out;
             }
             if Instant::now() > deadline {
                 panic!(
-                    "kubectl {args:?} as {user} in {path}: still {out:?} after {}s\n{}",
+                    "kubectl {args:?} as {user} at {server}: still {out:?} after {}s\n{}",
                     KCP_WAIT.as_secs(),
                     self.logs()
                 );
@@ -299,9 +315,10 @@ impl Real {
     }
 
     /// Starts the webhook and the controller as holdfast's identities (their
-    /// kubeconfigs point at the holdfast workspace through the front-proxy) and
-    /// waits until the controller is ready.
-    async fn start_holdfast(&mut self) {
+    /// kubeconfigs point at the holdfast workspace through the front-proxy), each
+    /// with `flags` too (flags both must agree on, e.g. `--strict`), and waits
+    /// until the controller is ready.
+    async fn start_holdfast(&mut self, flags: &[&str]) {
         let webhook = self
             .kcp
             .kubeconfig_for("holdfast-webhook", HOLDFAST)
@@ -312,25 +329,24 @@ impl Real {
             .expect("kubeconfig");
         let webhook = webhook.to_string_lossy().into_owned();
         let controller = controller.to_string_lossy().into_owned();
+        let mut webhook_args = vec![
+            "--topology",
+            "kcp",
+            "--kubeconfig",
+            &webhook,
+            "--dependents",
+            "watch",
+        ];
+        webhook_args.extend_from_slice(flags);
+        let mut controller_args = vec!["--kubeconfig", &controller, "--topology", "kcp"];
+        controller_args.extend_from_slice(flags);
         self.env
-            .start_webhook(&[
-                "--topology",
-                "kcp",
-                "--kubeconfig",
-                &webhook,
-                "--dependents",
-                "watch",
-            ])
+            .start_webhook(&webhook_args)
             .await
             .expect("holdfast-webhook starts");
         let port = self.env.webhook.as_ref().map(|w| w.port).expect("port");
-        let mut c = start_controller(
-            &self.env,
-            "controller",
-            port,
-            &["--kubeconfig", &controller, "--topology", "kcp"],
-        )
-        .expect("holdfast-controller starts");
+        let mut c = start_controller(&self.env, "controller", port, &controller_args)
+            .expect("holdfast-controller starts");
         let ready = c.wait_ready(KCP_WAIT.as_secs()).await;
         self.controller = Some(c);
         if let Err(e) = ready {
@@ -384,6 +400,22 @@ fn label_denial(name: &str) -> String {
     )
 }
 
+/// [`label_denial`] under `--strict`: the label goes only after the exemption.
+fn strict_label_denial(name: &str) -> String {
+    let target = format!("configmaps {name} -n default");
+    denied_by(
+        "delete-label-0.holdfast.dev",
+        &format!(
+            "holdfast: ConfigMap default/{name} is protected by label holdfast.dev/protected=Always \
+             (policy: label holdfast.dev/protected), so it cannot be deleted. To delete it, first \
+             mark it exempt in its own update, as strict mode is on (kubectl label {target} \
+             holdfast.dev/strict-exempt=true, which takes the bypass permission), then remove the \
+             label (kubectl label {target} holdfast.dev/protected-), or set the annotation \
+             holdfast.dev/skip-protection=true if you are allowed to bypass protection."
+        ),
+    )
+}
+
 /// (a) holdfast installs on a real kcp and its controller becomes ready; (b) in a
 /// consumer workspace on the other shard, label protection and a
 /// ResourceProtection refuse deleting ConfigMaps with holdfast's messages.
@@ -417,7 +449,7 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
         .await;
     assert!(slice.stdout.contains("/services/apiexport/"), "{slice:?}");
 
-    r.start_holdfast().await;
+    r.start_holdfast(&[]).await;
 
     // The controller installs the consumer's configuration through the virtual
     // workspace; the consumer sees it, owned by its binding.
@@ -869,7 +901,7 @@ async fn a_dependency_rule_across_workspaces_protects_a_consumers_vpc_on_a_real_
     );
     r.step("consumer binds compute.test.io and network.test.io");
 
-    r.start_holdfast().await;
+    r.start_holdfast(&[]).await;
     r.apply("provider", COMPUTE, &vm_vpc_rule("vm-dependencies"));
     let ready = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
     r.until(
@@ -938,5 +970,231 @@ async fn a_dependency_rule_across_workspaces_protects_a_consumers_vpc_on_a_real_
         |o| o.code == 0,
     )
     .await;
+    r.step("done");
+}
+
+/// The APIExport `claims.test.io` of a provider: no types of its own, a claim on
+/// the consumer's ConfigMaps (kcp-facts 26).
+const CLAIMS_EXPORT: &str = r#"apiVersion: apis.kcp.io/v1alpha2
+kind: APIExport
+metadata: {name: claims.test.io}
+spec:
+  permissionClaims:
+  - group: ""
+    resource: configmaps
+    verbs: [get, list, watch, update, patch, delete]
+"#;
+
+/// The consumer's binding to `claims.test.io`, accepting its claim.
+const CLAIMS_BINDING: &str = r#"apiVersion: apis.kcp.io/v1alpha2
+kind: APIBinding
+metadata: {name: claims}
+spec:
+  reference: {export: {path: "root:compute", name: claims.test.io}}
+  permissionClaims:
+  - group: ""
+    resource: configmaps
+    selector: {matchAll: true}
+    verbs: [get, list, watch, update, patch, delete]
+    state: Accepted
+"#;
+
+/// (d) Issue 30 item 1 (kcp-facts 26): a write through an APIExport's virtual
+/// workspace carries kcp's warrant (group `system:kcp:admin`), which holdfast's
+/// bypass check leaves out. Under `--strict`, a provider whose export claims the
+/// consumer's ConfigMaps (accepted) can neither add the break-glass annotation to
+/// a protected one through its virtual workspace nor then delete it; the
+/// consumer's own admin, who holds `bypass` in its workspace, can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_cannot_break_glass_through_its_virtual_workspace_on_a_real_kcp() {
+    let mut r = Real::start("warrant").await;
+    r.install_holdfast_api().await;
+    // The provider (root:compute, shard root) exports a claim on ConfigMaps; the
+    // consumer (root:consumer, shard shard-1) binds holdfast.dev and the export,
+    // accepting the claim.
+    let provider = r.workspace("root", "compute", "root", "provider").await;
+    assert_eq!(provider, COMPUTE);
+    r.apply("provider", COMPUTE, CLAIMS_EXPORT);
+    r.apply("provider", COMPUTE, &bindable("claims.test.io"));
+    r.workspace("root", "consumer", "shard-1", "consumer").await;
+    r.let_bind_holdfast("consumer");
+    r.bind_holdfast("consumer", CONSUMER).await;
+    r.apply_k("consumer", CONSUMER, "overlays/kcp/workspace/consumer");
+    r.bind("consumer", CONSUMER, CLAIMS_BINDING).await;
+    r.bound("consumer", CONSUMER, "claims").await;
+    let claims = "jsonpath={.status.conditions[?(@.type==\"PermissionClaimsApplied\")].status}";
+    r.until(
+        "consumer",
+        CONSUMER,
+        &["get", "apibinding", "claims", "-o", claims],
+        |o| o.stdout == "True",
+    )
+    .await;
+    let lc = r.logical_cluster(CONSUMER);
+    r.step(&format!(
+        "root:consumer ({lc}) binds holdfast.dev and claims.test.io"
+    ));
+
+    r.start_holdfast(&["--strict"]).await;
+
+    // The consumer's protected ConfigMap; holdfast enforces its label.
+    r.ok(
+        "consumer",
+        CONSUMER,
+        &["create", "configmap", "vault", "-n", "default"],
+    );
+    r.ok(
+        "consumer",
+        CONSUMER,
+        &[
+            "label",
+            "configmap",
+            "vault",
+            "-n",
+            "default",
+            "holdfast.dev/protected=Always",
+        ],
+    );
+    let denial = strict_label_denial("vault");
+    let out = r
+        .refused(
+            "consumer",
+            CONSUMER,
+            &["configmap", "vault", "-n", "default"],
+        )
+        .await;
+    assert!(out.refused_with(&denial), "{out:?}");
+
+    // The provider reaches the ConfigMap through its export's virtual workspace
+    // (the slice lists shard-1's once the consumer binds there).
+    let slice = r
+        .until(
+            "provider",
+            COMPUTE,
+            &[
+                "get",
+                "apiexportendpointslice",
+                "claims.test.io",
+                "-o",
+                "jsonpath={.status.endpoints[*].url}",
+            ],
+            |o| !o.stdout.is_empty(),
+        )
+        .await;
+    let urls: Vec<&str> = slice.stdout.split_whitespace().collect();
+    assert_eq!(urls.len(), 1, "one shard binds claims.test.io: {slice:?}");
+    assert!(
+        urls[0].contains("/services/apiexport/") && urls[0].ends_with("/claims.test.io"),
+        "{slice:?}"
+    );
+    let vw = format!("{}/clusters/{lc}", urls[0]);
+    let get = ["get", "configmap", "vault", "-n", "default", "-o", "name"];
+    r.until_at("provider", &vw, &get, |o| o.code == 0).await;
+    r.step(&format!("provider reads configmap vault through {vw}"));
+
+    // The break-glass annotation through the virtual workspace: refused by
+    // holdfast's strict break-glass check (before the fix it was admitted), from
+    // the strict label webhook of the consumer's configuration.
+    let cfg = r.ok(
+        "consumer",
+        CONSUMER,
+        &[
+            "get",
+            "validatingwebhookconfiguration",
+            "holdfast",
+            "-o",
+            "jsonpath={.webhooks[*].name}",
+        ],
+    );
+    r.step(&format!(
+        "configuration holdfast in root:consumer: {}",
+        cfg.stdout
+    ));
+    // Only the strict label webhook judges ConfigMap UPDATEs (the break-glass
+    // webhook covers what policies protect), so exactly it refuses.
+    let break_glass = r.ok(
+        "consumer",
+        CONSUMER,
+        &[
+            "get",
+            "validatingwebhookconfiguration",
+            "holdfast",
+            "-o",
+            "jsonpath={.webhooks[?(@.name==\"break-glass.holdfast.dev\")].rules[*].resources}",
+        ],
+    );
+    assert!(
+        !break_glass.stdout.contains("configmaps"),
+        "{break_glass:?}"
+    );
+    r.step(&format!(
+        "break-glass.holdfast.dev covers {}",
+        break_glass.stdout
+    ));
+    let annotate = [
+        "annotate",
+        "configmap",
+        "vault",
+        "-n",
+        "default",
+        "holdfast.dev/skip-protection=true",
+    ];
+    let out = r.kubectl_at("provider", &vw, &annotate);
+    let break_glass_denial = denied_by(
+        "strict-label-0.holdfast.dev",
+        "holdfast: user \"provider\" may not add annotation holdfast.dev/skip-protection to \
+         ConfigMap default/vault: it is protected in strict mode, and lifting that protection \
+         needs the permission to bypass it (verb bypass on protections.holdfast.dev in \
+         namespace default). Ask someone who holds it.",
+    );
+    assert!(
+        out.refused_with(&break_glass_denial),
+        "{out:?}\n{}",
+        r.logs()
+    );
+    r.step("provider's break-glass annotation through its virtual workspace refused");
+    // Nothing was written, and the ConfigMap still cannot be deleted: not
+    // through the virtual workspace, not in the workspace.
+    let annotations = r.ok(
+        "consumer",
+        CONSUMER,
+        &[
+            "get",
+            "configmap",
+            "vault",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.metadata.annotations}",
+        ],
+    );
+    assert!(
+        !annotations.stdout.contains("skip-protection"),
+        "{annotations:?}"
+    );
+    let delete = ["delete", "configmap", "vault", "-n", "default"];
+    let out = r.kubectl_at("provider", &vw, &delete);
+    assert!(out.refused_with(&denial), "{out:?}");
+    let out = r.kubectl("consumer", CONSUMER, &delete);
+    assert!(out.refused_with(&denial), "{out:?}");
+    r.ok(
+        "consumer",
+        CONSUMER,
+        &["get", "configmap", "vault", "-n", "default"],
+    );
+
+    // Positive control: the consumer's admin holds bypass in its workspace (its
+    // cluster-admin), so it may break glass, and the DELETE is then allowed.
+    r.ok("consumer", CONSUMER, &annotate);
+    r.ok("consumer", CONSUMER, &delete);
+    let log = r.env.webhook_log();
+    let honoured: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("break-glass honoured"))
+        .collect();
+    assert!(
+        honoured.len() == 1 && honoured[0].contains("consumer"),
+        "{honoured:?}"
+    );
     r.step("done");
 }
