@@ -161,11 +161,14 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
     let (guarded, shop) = objects(&env);
 
     // Up or down, the API server refuses a labelled DELETE: the backstop is
-    // evaluated before the webhooks.
-    env.refuses(
+    // evaluated before the webhooks. The API server compiles policies from an
+    // informer of its own, so a policy just written (or just restored) takes
+    // effect a moment later: the refusals after a change wait for it.
+    env.refuses_once_in_effect(
         &["delete", "configmap", "keep", "-n", &shop],
         &backstop_denial("configmaps", "keep", &cm_message(&shop)),
-    );
+    )
+    .await;
 
     // The webhook process stops.
     drop(env.webhook.take().expect("webhook running"));
@@ -232,10 +235,11 @@ async fn with_the_webhook_stopped_the_backstop_still_refuses_labelled_deletes() 
         p.is_some_and(|p| p["spec"]["validations"][0]["expression"] == expression)
     })
     .await;
-    env.refuses(
+    env.refuses_once_in_effect(
         &["delete", "namespace", &guarded],
         &backstop_denial("namespaces", &guarded, &ns_message(&guarded)),
-    );
+    )
+    .await;
     drop(c);
 }
 
@@ -287,12 +291,13 @@ async fn strict_mode_keeps_the_label_and_the_flags_drive_the_backstop() {
     .expect("widget");
     drop(env.webhook.take().expect("webhook running"));
     let strict_down = webhook_down("strict-label-0.holdfast.dev", port);
-    env.refuses(
+    env.refuses_once_in_effect(
         &words(&format!(
             "label widget w1 -n {shop} holdfast.dev/protected-"
         )),
         &strict_down,
-    );
+    )
+    .await;
     // Deletes under strict mode: the message tells how to unprotect first.
     let strict_delete = |kind: &str, resource: &str, name: &str, value: &str| {
         let target = format!("{resource} {name} -n {shop}");
