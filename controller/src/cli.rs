@@ -241,6 +241,12 @@ pub struct RunArgs {
     #[arg(long = "apiexport", value_name = "NAME", default_value = "holdfast.dev", value_parser = parse_api_export, env = "HOLDFAST_APIEXPORT")]
     pub api_export: String,
 
+    /// kcp: the workspace whose `tenancy.kcp.io` APIExport every workspace binds
+    /// (kcp's `root`); the controller keeps workspace containment's configuration
+    /// `holdfast-workspaces` there. Empty: no workspace containment.
+    #[arg(long, value_name = "PATH", default_value = holdfast_shared::workspaces::DEFAULT_TENANCY_WORKSPACE, value_parser = parse_tenancy_workspace, env = "HOLDFAST_KCP_TENANCY_WORKSPACE")]
+    pub kcp_tenancy_workspace: String,
+
     /// kcp: kubeconfig whose credentials and CA are used for virtual-workspace URLs
     /// (from APIExportEndpointSlices) when they differ from the front-proxy's; its
     /// server is not used (default: the --kubeconfig credentials).
@@ -424,9 +430,21 @@ impl RunArgs {
                 .filter(|g| !g.is_empty())
                 .collect(),
             api_export: self.api_export,
+            tenancy_workspace: Some(self.kcp_tenancy_workspace).filter(|p| !p.is_empty()),
             virtual_workspace_kubeconfig: self.virtual_workspace_kubeconfig,
             probe_listen: self.probe_listen,
         })
+    }
+}
+
+/// `--kcp-tenancy-workspace`: empty, or a workspace path.
+fn parse_tenancy_workspace(s: &str) -> Result<String, String> {
+    if s.is_empty() || holdfast_shared::policy::is_workspace_path(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a workspace path (like root or root:org)"
+        ))
     }
 }
 
@@ -618,6 +636,7 @@ mod tests {
         assert_eq!(cfg.failure_policy, FailurePolicy::Fail);
         assert_eq!(cfg.timeout_seconds, 10);
         assert_eq!(cfg.api_export, "holdfast.dev");
+        assert_eq!(cfg.tenancy_workspace.as_deref(), Some("root"));
         assert_eq!(cfg.probe_listen.to_string(), "0.0.0.0:8081");
         assert_eq!(cfg.ca, CaSource::Managed);
         assert!(!cfg.strict && !cfg.leader_elect && !cfg.cleanup_on_shutdown);
@@ -693,6 +712,8 @@ mod tests {
             "--leader-elect",
             "--apiexport",
             "holdfast.example.dev",
+            "--kcp-tenancy-workspace",
+            "root:platform",
             "--virtual-workspace-kubeconfig",
             kubeconfig.to_str().expect("utf8"),
             "--probe-listen",
@@ -713,6 +734,7 @@ mod tests {
         assert_eq!(cfg.timeout_seconds, 30);
         assert!(cfg.strict && cfg.leader_elect && cfg.cleanup_on_shutdown);
         assert_eq!(cfg.api_export, "holdfast.example.dev");
+        assert_eq!(cfg.tenancy_workspace.as_deref(), Some("root:platform"));
         assert_eq!(cfg.virtual_workspace_kubeconfig, Some(kubeconfig.clone()));
         let labels: Vec<_> = cfg
             .protection_labels
@@ -755,6 +777,20 @@ mod tests {
                 "Maybe",
             ],
             &["p", "--webhook-service", "ns/svc", "--topology", "mesos"],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--kcp-tenancy-workspace",
+                "Root",
+            ],
+            &[
+                "p",
+                "--webhook-service",
+                "ns/svc",
+                "--kcp-tenancy-workspace",
+                "root::org",
+            ],
             &["p", "--webhook-service", "nsvc"],
             &["p", "--webhook-service", "ns/svc:0"],
             &["p", "--webhook-service", "ns/svc:99999"],

@@ -218,6 +218,9 @@ pub struct RunConfig {
     pub admin_groups: Vec<String>,
     /// Name of the holdfast APIExport (kcp).
     pub api_export: String,
+    /// kcp: the workspace exporting `tenancy.kcp.io`, where workspace containment's
+    /// configuration goes (`None`: off).
+    pub tenancy_workspace: Option<String>,
     /// kcp: kubeconfig for virtual-workspace URLs (credentials and CA), when
     /// they differ from the front-proxy's.
     pub virtual_workspace_kubeconfig: Option<PathBuf>,

@@ -248,6 +248,9 @@ pub struct Settings {
     pub labels: holdfast_shared::labels::ProtectionLabels,
     /// Global strict mode.
     pub strict: bool,
+    /// The workspace exporting `tenancy.kcp.io`, where workspace containment's
+    /// configuration goes (`None`: no workspace containment).
+    pub tenancy_workspace: Option<String>,
 }
 
 /// How often the initial lists are checked for completion.
@@ -268,6 +271,8 @@ pub struct Reconciler {
     /// Whether the holdfast workspace's configuration was found unreadable or
     /// unwritable (said once until it works).
     home_warned: AtomicBool,
+    /// Workspace containment's configuration, when on.
+    workspaces: Option<crate::kcp_workspaces::WorkspacesConfiguration>,
     clients: Clients,
     settings: Settings,
     options: watch::Receiver<InstallOptions>,
@@ -833,6 +838,19 @@ impl Reconciler {
             move || wake.notify_one(),
         );
         let mut tasks = vec![rules.task, hooks.task, bindings.task, home_task];
+        let workspaces = match settings.tenancy_workspace.as_deref() {
+            Some(path) => {
+                let wake = notify.clone();
+                let (w, task) = crate::kcp_workspaces::WorkspacesConfiguration::new(
+                    path,
+                    clients.cluster(path)?,
+                    move || wake.notify_one(),
+                );
+                tasks.push(task);
+                Some(w)
+            }
+            None => None,
+        };
         let kinds = kinds.map(|k| {
             tasks.push(k.task);
             k.store
@@ -843,6 +861,7 @@ impl Reconciler {
             home,
             home_hooks,
             home_warned: AtomicBool::new(false),
+            workspaces,
             clients,
             settings,
             options,
@@ -1018,6 +1037,9 @@ impl Reconciler {
                     tracing::error!(cluster, error = %format!("{e:#}"), "cleanup on shutdown failed")
                 }
             }
+        }
+        if let Some(w) = &self.workspaces {
+            w.remove().await;
         }
         // The watch sees holdfast's own only.
         if !self.home_hooks.state().is_empty() {
@@ -1393,6 +1415,12 @@ impl Reconciler {
         let mut installed = self.install(&desired).await;
         if let Err(e) = self.install_home(&kinds).await {
             installed.errors.push(e);
+        }
+        if let Some(w) = &self.workspaces {
+            let opts = self.options.borrow().clone();
+            if let Err(e) = w.ensure(&opts).await {
+                installed.errors.push(e);
+            }
         }
         let configured = started.elapsed();
         if self.defer_statuses(inputs_at_start) {

@@ -26,6 +26,7 @@ pub mod deferred;
 pub mod kcp;
 pub mod kcp_kinds;
 pub mod kcp_manifests;
+pub mod kcp_workspaces;
 pub mod kubernetes;
 pub mod leader;
 pub mod markers;

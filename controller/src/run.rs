@@ -273,6 +273,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
                         resync: tuning.resync,
                         labels: config.protection_labels.clone(),
                         strict: config.strict,
+                        tenancy_workspace: config.tenancy_workspace.clone(),
                     },
                     opts_rx,
                     ready.clone(),

@@ -36,3 +36,4 @@ pub mod topology;
 pub mod unreviewed;
 pub mod watch;
 pub mod webhookconfig;
+pub mod workspaces;

@@ -257,6 +257,20 @@ impl AdmissionRequest {
         self.resource.group.is_empty() && self.resource.resource == "namespaces"
     }
 
+    /// Whether the object is a kcp APIBinding (not a subresource of one).
+    pub fn is_api_binding(&self) -> bool {
+        self.resource.group == "apis.kcp.io"
+            && self.resource.resource == "apibindings"
+            && self.sub_resource.as_deref().unwrap_or_default().is_empty()
+    }
+
+    /// Whether the object is a kcp Workspace (not a subresource of one).
+    pub fn is_workspace(&self) -> bool {
+        self.resource.group == "tenancy.kcp.io"
+            && self.resource.resource == "workspaces"
+            && self.sub_resource.as_deref().unwrap_or_default().is_empty()
+    }
+
     /// Whether the object is a CustomResourceDefinition (not a subresource of one).
     pub fn is_crd(&self) -> bool {
         self.resource.group == "apiextensions.k8s.io"

@@ -211,7 +211,11 @@ pub fn label_changed_condition(key: &str) -> String {
     )
 }
 
-fn webhook(name: String, opts: &InstallOptions, rule: RuleWithOperations) -> ValidatingWebhook {
+pub(crate) fn webhook(
+    name: String,
+    opts: &InstallOptions,
+    rule: RuleWithOperations,
+) -> ValidatingWebhook {
     ValidatingWebhook {
         name,
         admission_review_versions: vec!["v1".to_string()],
@@ -1426,7 +1430,7 @@ pub fn provider_configuration(
 }
 
 /// Appends `suffix` to the webhook's URL (or its Service path).
-fn with_path_suffix(h: &mut ValidatingWebhook, suffix: &str) {
+pub(crate) fn with_path_suffix(h: &mut ValidatingWebhook, suffix: &str) {
     if let Some(url) = h.client_config.url.as_mut() {
         *url = format!("{}{suffix}", url.trim_end_matches('/'));
     }
@@ -1535,6 +1539,19 @@ pub fn workspace_configuration(
                 continue;
             }
             with_path_suffix(&mut h, &suffix);
+            // kcp: unbinding an export deletes every object of the types it binds
+            // (kcp-facts 24): APIBinding DELETEs are judged like a namespace's.
+            if h.name == CONTAINMENT_WEBHOOK {
+                h.rules = Some(merged_rules(
+                    "DELETE",
+                    &[
+                        GroupResource::new("", "namespaces"),
+                        crds_gr(),
+                        GroupResource::new("apis.kcp.io", "apibindings"),
+                    ]
+                    .into(),
+                ));
+            }
             // kcp calls this workspace's configurations for the consumers' objects
             // of its exported types too (kcp-facts 12): these webhooks are for the
             // workspace's own objects only.

@@ -64,6 +64,10 @@ pub enum Route {
     /// `/validate/kcp/<logical cluster>/<export>`: a provider workspace's
     /// configuration, for the consumers of one of its APIExports.
     Export(ExportRoute),
+    /// `/validate/kcp-workspaces`: the configuration `holdfast-workspaces` of the
+    /// workspace exporting `tenancy.kcp.io`, for every Workspace DELETE (workspace
+    /// containment; every policy applies, as on the plain route).
+    Workspaces,
 }
 
 /// Answers AdmissionReviews.
@@ -124,7 +128,7 @@ impl Admission {
             }
         }
         let workspace = match route {
-            Route::Plain => None,
+            Route::Plain | Route::Workspaces => None,
             Route::Workspace(lc) => Some(lc),
             Route::Export(via) => {
                 req.via_export = Some(via);

@@ -1,6 +1,8 @@
 //! Containment: a Namespace holding any object whose own DELETE would be denied
 //! cannot be deleted; nor can a CustomResourceDefinition (deleting it deletes every
-//! instance from storage without a DELETE review).
+//! instance from storage without a DELETE review), nor, on kcp, a Workspace (kcp
+//! deletes everything in it and below it, in no set order) or an APIBinding (kcp
+//! deletes every object of the types it binds).
 
 use super::{
     ClusterView, ContainedObject, Context, Decider, Decision, DenialKind, Evaluation, LookupError,
@@ -23,6 +25,11 @@ pub(crate) async fn evaluate<V: ClusterView>(
     } else if req.is_crd() {
         let contents = cx.view.custom_resources(cluster, obj).await;
         (Container::Crd(name), contents)
+    } else if cx.cfg.kcp && req.is_workspace() {
+        return Some(workspace(req, obj, cx).await);
+    } else if cx.cfg.kcp && req.is_api_binding() {
+        let contents = cx.view.binding_contents(cluster, obj).await;
+        (Container::ApiBinding(name), contents)
     } else {
         return None;
     };
@@ -59,6 +66,87 @@ async fn judge<V: ClusterView>(
         message,
         blockers,
     )
+}
+
+/// kcp: a Workspace is judged by what it and every workspace below it that binds
+/// holdfast hold: the protected objects found are named first; a workspace that
+/// cannot be read refuses, and so does one holding protected objects whose place in
+/// the tree cannot be read (it may lie below): never an unchecked delete.
+async fn workspace<V: ClusterView>(
+    req: &AdmissionRequest,
+    obj: &Value,
+    cx: &Context<'_, V>,
+) -> Evaluation {
+    let path = super::workspace_path(obj).unwrap_or_else(|| {
+        let parent = logical_cluster(obj);
+        let name = req.object_name().unwrap_or_default();
+        format!("{parent}:{name}")
+    });
+    let container = || Container::Workspace(&path);
+    let contents = match cx.view.workspace_contents(obj).await {
+        Ok(c) => c,
+        Err(e) => {
+            return Evaluation::deny(
+                Decider::Containment,
+                DenialKind::LookupFailed,
+                container().unverified(&e.0),
+                Vec::new(),
+            );
+        }
+    };
+    let mut blockers = Vec::new();
+    let mut unplaced = Vec::new();
+    let mut unreadable = Vec::new();
+    for wc in contents {
+        if let Some(why) = wc.unreadable {
+            unreadable.push(why);
+            continue;
+        }
+        let found = protected_among(req, wc.objects, cx).await;
+        if found.is_empty() {
+            continue;
+        }
+        match wc.path {
+            Some(p) => blockers.extend(found.into_iter().map(|b| format!("{b} in {p}"))),
+            None => unplaced.push(wc.cluster),
+        }
+    }
+    if !blockers.is_empty() {
+        blockers.sort();
+        let message = container().protected(&list_blockers(&blockers));
+        return Evaluation::deny(
+            Decider::Containment,
+            DenialKind::Protected,
+            message,
+            blockers,
+        );
+    }
+    // What is protected is said first; what could not be read refuses too.
+    if !unreadable.is_empty() {
+        unreadable.sort();
+        return Evaluation::deny(
+            Decider::Containment,
+            DenialKind::LookupFailed,
+            container().unverified(&unreadable.join("; ")),
+            Vec::new(),
+        );
+    }
+    if !unplaced.is_empty() {
+        unplaced.sort();
+        let why = format!(
+            "the workspaces of logical cluster {} hold protected objects and \
+             holdfast-webhook may not read where they lie (get logicalclusters there, \
+             docs/kcp.md Consumer guide)",
+            unplaced.join(", ")
+        );
+        return Evaluation::deny(
+            Decider::Containment,
+            DenialKind::LookupFailed,
+            container().unverified(&why),
+            Vec::new(),
+        );
+    }
+    Evaluation::allow(Decider::None)
 }
 
 /// The objects among `contents` whose own DELETE would be denied, as

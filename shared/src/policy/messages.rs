@@ -592,6 +592,12 @@ pub enum Container<'a> {
     Namespace(&'a str),
     /// The CustomResourceDefinition of this name (it has instances).
     Crd(&'a str),
+    /// The kcp Workspace of this path (deleting it deletes everything in it and
+    /// below it).
+    Workspace(&'a str),
+    /// The kcp APIBinding of this name (deleting it deletes every object of the
+    /// types it binds).
+    ApiBinding(&'a str),
 }
 
 impl Container<'_> {
@@ -604,6 +610,14 @@ impl Container<'_> {
             ),
             Self::Crd(n) => (
                 format!("what instances CustomResourceDefinition {n} has"),
+                "deleting protected objects with it",
+            ),
+            Self::Workspace(p) => (
+                format!("what Workspace {p} holds"),
+                "deleting protected objects with it",
+            ),
+            Self::ApiBinding(n) => (
+                format!("what objects of the types APIBinding {n} binds exist"),
                 "deleting protected objects with it",
             ),
         };
@@ -627,6 +641,18 @@ impl Container<'_> {
                 "has instances",
                 "that would delete them all, unchecked",
                 "CustomResourceDefinition",
+            ),
+            Self::Workspace(p) => (
+                format!("Workspace {p}"),
+                "holds objects",
+                "that would delete them all, unchecked",
+                "Workspace",
+            ),
+            Self::ApiBinding(n) => (
+                format!("APIBinding {n}"),
+                "binds the types of objects",
+                "unbinding deletes every object of those types",
+                "APIBinding",
             ),
         };
         format!(

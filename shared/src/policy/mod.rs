@@ -43,7 +43,9 @@ pub use outcome::{
     BreakGlassState, Decider, Decision, Denial, DenialKind, Evaluation, Finding, PolicyKind,
     PolicyRef,
 };
-pub use view::{ClusterView, ContainedObject, DependentsQuery, LookupError, NoPolicies};
+pub use view::{
+    ClusterView, ContainedObject, DependentsQuery, LookupError, NoPolicies, WorkspaceContents,
+};
 
 use crate::{
     labels::ProtectionLabels,
@@ -236,6 +238,28 @@ pub(crate) fn unreadable(req: &AdmissionRequest, why: &str) -> Evaluation {
         messages::unreadable(req.operation.as_str(), &req.describe(), why),
         Vec::new(),
     )
+}
+
+/// kcp: the path of the Workspace `workspace` (the stored object), read from the
+/// `spec.URL` kcp sets (`https://SHARD/clusters/<path>`; only system identities may
+/// set or change it). `None` before kcp has scheduled it.
+pub fn workspace_path(workspace: &Value) -> Option<String> {
+    let url = workspace.pointer("/spec/URL")?.as_str()?;
+    let (_, path) = url.rsplit_once("/clusters/")?;
+    let path = path.trim_end_matches('/');
+    is_workspace_path(path).then(|| path.to_string())
+}
+
+/// Whether `p` reads as a kcp workspace path: `:`-separated segments of lower-case
+/// letters, digits and dashes.
+pub fn is_workspace_path(p: &str) -> bool {
+    !p.is_empty()
+        && p.split(':').all(|seg| {
+            !seg.is_empty()
+                && seg
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
 }
 
 /// A DELETE: break-glass, then every protection of the object, then containment.

@@ -214,6 +214,17 @@ pub trait ClusterView: Send + Sync {
         /// all from storage, without a DELETE review for any of them.
         fn custom_resources(_cluster: &str, _crd: &Value) -> Vec<ContainedObject>;
 
+        /// kcp: the objects of the types the APIBinding `binding` (the stored object)
+        /// binds, in `cluster` (deleting a binding deletes them all, kcp-facts 24).
+        fn binding_contents(_cluster: &str, _binding: &Value) -> Vec<ContainedObject>;
+
+        /// kcp: what deleting the Workspace `workspace` (the stored object) would
+        /// delete, per workspace: its own logical cluster and every workspace below
+        /// it that binds holdfast (each object at least its metadata, annotated with
+        /// its logical cluster). A workspace holdfast cannot place in the tree comes
+        /// with `path: None`. Empty while the Workspace has no logical cluster yet.
+        fn workspace_contents(_workspace: &Value) -> Vec<WorkspaceContents>;
+
         /// The live contents of namespace `ns` in `cluster`: every Pod neither Succeeded,
         /// Failed nor terminating, and every PersistentVolumeClaim, as `Kind ns/name`,
         /// sorted. An error while they cannot be told (fail closed).
@@ -244,6 +255,20 @@ pub struct ContainedObject {
     pub kind: String,
     /// The object (at least its metadata).
     pub object: Arc<Value>,
+}
+
+/// kcp: the objects of one workspace that a Workspace DELETE would delete.
+#[derive(Clone, Debug, Default)]
+pub struct WorkspaceContents {
+    /// Its logical cluster.
+    pub cluster: String,
+    /// Its path (`root:org:team`), `None` when holdfast cannot tell where in the
+    /// tree it lies (so whether the deleted Workspace holds it).
+    pub path: Option<String>,
+    /// Its objects that some protection could cover.
+    pub objects: Vec<ContainedObject>,
+    /// Why its objects could not be read (then `objects` is empty).
+    pub unreadable: Option<String>,
 }
 
 /// A view for a webhook that has no policy sources: always loaded, governs nothing.

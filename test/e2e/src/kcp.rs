@@ -206,3 +206,39 @@ pub async fn topology() -> anyhow::Result<Kcp> {
     anyhow::ensure!(kcp.consumer(name, "shard-1") == CONSUMER);
     Ok(kcp)
 }
+
+/// kubectl's error when holdfast refuses deleting the Workspace `path`, which
+/// holds `blockers`.
+pub fn workspace_denial(path: &str, blockers: &str) -> String {
+    let refusal = crate::denied_by(
+        "workspaces.holdfast.dev",
+        &format!(
+            "holdfast: Workspace {path} holds objects that are protected from deletion: \
+             {blockers} (policy: containment), so it cannot be deleted: that would delete \
+             them all, unchecked. To delete it, first lift the protection of those objects \
+             (or delete them), or set the annotation holdfast.dev/skip-protection=true if \
+             you are allowed to bypass protection on the Workspace."
+        ),
+    );
+    format!("Error from server (Forbidden): {refusal}\n")
+}
+
+/// A ResourceProtection that carries the protection label itself.
+pub const PROTECTED_POLICY: &str = "apiVersion: holdfast.dev/v1alpha1\nkind: ResourceProtection\n\
+    metadata:\n  name: keep\n  labels: {holdfast.dev/protected: \"Always\"}\nspec:\n  resources:\n  \
+    - {group: \"\", version: v1, resource: configmaps}\n";
+
+/// kubectl's error when holdfast refuses deleting the APIBinding `holdfast` while
+/// [`PROTECTED_POLICY`] is protected.
+pub fn binding_denial() -> String {
+    let refusal = crate::denied_by(
+        "containment.holdfast.dev",
+        "holdfast: APIBinding holdfast binds the types of objects that are protected from \
+         deletion: ResourceProtection keep (label) (policy: containment), so it cannot be \
+         deleted: unbinding deletes every object of those types. To delete it, first lift the \
+         protection of those objects (or delete them), or set the annotation \
+         holdfast.dev/skip-protection=true if you are allowed to bypass protection on the \
+         APIBinding.",
+    );
+    format!("Error from server (Forbidden): {refusal}\n")
+}

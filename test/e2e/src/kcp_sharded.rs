@@ -64,7 +64,7 @@ pub fn workspace_on(name: &str, shard: &str) -> String {
 }
 
 /// Everything `user` may do in a workspace (a ClusterRole and its binding).
-fn admin_of(user: &str) -> String {
+pub fn admin_of(user: &str) -> String {
     format!(
         r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod controller;
 pub mod fixtures;
 pub mod kcp;
+pub mod kcp_real;
 pub mod kcp_sharded;
 pub mod rbac;
 pub mod steps;

@@ -542,6 +542,11 @@ fn bound_source(
 /// `cluster` on `info`: the export's workspace when the cluster gets the resource
 /// through an APIBinding (its `status.boundResources`), else the cluster itself.
 pub fn webhook_source(state: &State, cluster: &str, info: &ResourceInfo) -> String {
+    // Every workspace, root too, binds root's `tenancy.kcp.io` export, so kcp admits
+    // Workspaces through root's configurations (docs/kcp-facts.md 27).
+    if (info.group.as_str(), info.resource.as_str()) == WORKSPACES {
+        return ROOT.to_string();
+    }
     bound_source(state, cluster, &info.group, &info.resource)
         .map(|(ec, _)| ec)
         .unwrap_or_else(|| cluster.to_string())
@@ -627,6 +632,7 @@ pub fn prepare_create(
             obj["status"] = json!({"endpoints": endpoints});
         }
         ("apis.kcp.io", "apibindings") => {
+            canonical_path(state, cluster, obj);
             obj["status"] = json!({"phase": "Binding"});
         }
         _ => {}
@@ -634,13 +640,25 @@ pub fn prepare_create(
     Ok(())
 }
 
+/// kcp's path annotation admission for APIBindings: `kcp.io/path` is set to the
+/// workspace's canonical path, whatever the request carried (kcp
+/// `pkg/admission/pathannotation` `Admit`, docs/kcp-facts.md 27).
+fn canonical_path(state: &State, cluster: &str, obj: &mut Value) {
+    if let Some(path) = path_of(state, cluster) {
+        set_annotation(obj, "kcp.io/path", json!(path));
+    }
+}
+
 pub fn prepare_update(
-    _state: &State,
+    state: &State,
     info: &ResourceInfo,
-    _cluster: &str,
+    cluster: &str,
     old: &Value,
     new: &mut Value,
 ) -> ApiResult<()> {
+    if info.group == "apis.kcp.io" && info.resource == "apibindings" {
+        canonical_path(state, cluster, new);
+    }
     if info.group == "tenancy.kcp.io" && info.resource == "workspaces" {
         new["spec"]["cluster"] = old["spec"]["cluster"].clone();
         new["spec"]["URL"] = old["spec"]["URL"].clone();

@@ -913,6 +913,38 @@ async fn endpoint_slices_wildcard_identities_and_virtual_workspaces_per_shard() 
         b.data["status"]["boundResources"][0]["schema"]["identityHash"],
         h1.as_str()
     );
+    // kcp keeps the workspace's canonical path on every APIBinding, whatever the
+    // creator wrote (kcp-facts 27).
+    assert_eq!(
+        b.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/path")),
+        Some(&"root:c0".to_string())
+    );
+    let forged = Api::<DynamicObject>::all_with(c0.clone(), &binding_ar())
+        .create(
+            &Default::default(),
+            &obj(
+                &binding_ar(),
+                json!({"metadata": {"name": "forged", "annotations": {"kcp.io/path": "root:p1"}},
+                       "spec": {"reference": {"export": {"path": "root:p1", "name": "widgets"}}}}),
+            ),
+        )
+        .await
+        .expect("created");
+    assert_eq!(
+        forged
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/path")),
+        Some(&"root:c0".to_string())
+    );
+    Api::<DynamicObject>::all_with(c0.clone(), &binding_ar())
+        .delete("forged", &Default::default())
+        .await
+        .expect("deleted");
     assert_eq!(next_endpoints(&mut events).await, [vw(&root_url)]);
     let c1 = client_at(&sim, &at("c1")).await;
     bind_widgets(&c1, "root:p1").await;

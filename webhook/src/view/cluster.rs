@@ -366,6 +366,27 @@ impl ClusterView for WebhookView {
         Ok(out)
     }
 
+    async fn binding_contents(
+        &self,
+        cluster: &str,
+        binding: &serde_json::Value,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        if self.topology != Topology::Kcp || self.label_only {
+            return Ok(Vec::new());
+        }
+        Box::pin(self.kcp_binding_contents(cluster, binding)).await
+    }
+
+    async fn workspace_contents(
+        &self,
+        workspace: &serde_json::Value,
+    ) -> Result<Vec<holdfast_shared::policy::WorkspaceContents>, LookupError> {
+        if self.topology != Topology::Kcp || self.label_only {
+            return Ok(Vec::new());
+        }
+        Box::pin(self.kcp_workspace_contents(workspace)).await
+    }
+
     async fn custom_resources(
         &self,
         cluster: &str,

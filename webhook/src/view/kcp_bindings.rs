@@ -28,6 +28,9 @@ pub(super) struct Bound {
     pub(super) export: Option<ExportRoute>,
     /// Its bound resources.
     pub(super) resources: Vec<GroupResource>,
+    /// Its workspace's path: kcp sets `kcp.io/path` on every APIBinding, whatever the
+    /// creator wrote (kcp `pkg/admission/pathannotation`, kcp-facts 27).
+    pub(super) path: Option<String>,
 }
 
 impl Bound {
@@ -53,7 +56,11 @@ impl Bound {
                     .collect()
             })
             .unwrap_or_default();
-        Self { export, resources }
+        Self {
+            export,
+            resources,
+            path: None,
+        }
     }
 }
 
@@ -75,6 +82,19 @@ impl BindingsIndex {
             .and_then(|(_, b)| b.export.clone())
     }
 
+    /// Every workspace with an APIBinding in the index (each binds holdfast).
+    pub(super) fn clusters(&self) -> Vec<String> {
+        self.clusters.keys().cloned().collect()
+    }
+
+    /// The path of workspace `cluster`, from the `kcp.io/path` of its APIBindings.
+    pub(super) fn path(&self, cluster: &str) -> Option<String> {
+        self.clusters
+            .get(cluster)?
+            .values()
+            .find_map(|b| b.path.clone())
+    }
+
     /// Whether `cluster` has any APIBinding in the index.
     pub(super) fn holds(&self, cluster: &str) -> bool {
         self.clusters.contains_key(cluster)
@@ -82,10 +102,18 @@ impl BindingsIndex {
 
     fn insert(&mut self, object: &DynamicObject) {
         let key = ObjectKey::of(object);
+        let mut bound = Bound::of(&object.data);
+        bound.path = object
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/path"))
+            .filter(|p| holdfast_shared::policy::is_workspace_path(p))
+            .cloned();
         self.clusters
             .entry(key.cluster)
             .or_default()
-            .insert(key.name, Bound::of(&object.data));
+            .insert(key.name, bound);
     }
 }
 
@@ -257,8 +285,33 @@ mod tests {
             b,
             Bound {
                 export: None,
-                resources: Vec::new()
+                resources: Vec::new(),
+                path: None,
             }
         );
+    }
+
+    #[test]
+    fn a_workspace_is_placed_by_the_path_kcp_keeps_on_its_bindings() {
+        let mut idx = BindingsIndex::default();
+        let with_path = |cluster: &str, name: &str, path: &str| {
+            let mut b = binding(cluster, name, ("lc-h", "holdfast.dev"), &[]);
+            if let Some(a) = b.metadata.annotations.as_mut() {
+                a.insert("kcp.io/path".into(), path.into());
+            }
+            b
+        };
+        idx.apply(with_path("lc-a", "holdfast", "root:org:team"));
+        idx.apply(binding("lc-b", "holdfast", ("lc-h", "holdfast.dev"), &[]));
+        // Not a path: ignored.
+        idx.apply(with_path("lc-c", "holdfast", "root::x"));
+        assert_eq!(idx.path("lc-a").as_deref(), Some("root:org:team"));
+        assert_eq!(idx.path("lc-b"), None);
+        assert_eq!(idx.path("lc-c"), None);
+        let mut clusters = idx.clusters();
+        clusters.sort();
+        assert_eq!(clusters, ["lc-a", "lc-b", "lc-c"]);
+        idx.delete(binding("lc-a", "holdfast", ("lc-h", "holdfast.dev"), &[]));
+        assert_eq!(idx.path("lc-a"), None);
     }
 }

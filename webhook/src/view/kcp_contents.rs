@@ -33,9 +33,9 @@ pub(super) const DISCOVERY_CAPACITY: usize = 1024;
 /// How long the discovery of a workspace, and the lists of one namespace, may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(8);
 
-/// The namespaced types a workspace serves that can be listed, with when they were
-/// discovered.
-pub(super) type Discovered = (Instant, Arc<Vec<ApiResource>>);
+/// The types a workspace serves that can be listed, each with whether it is
+/// namespaced, with when they were discovered.
+pub(super) type Discovered = (Instant, Arc<Vec<(ApiResource, bool)>>);
 
 impl WebhookView {
     /// Every object in namespace `ns` of workspace `cluster` (kcp), read live.
@@ -44,11 +44,35 @@ impl WebhookView {
         cluster: &str,
         ns: &str,
     ) -> Result<Vec<ContainedObject>, LookupError> {
+        self.kcp_contents(cluster, Some(ns), &[]).await
+    }
+
+    /// Every object of every namespaced type of workspace `cluster` in namespace
+    /// `ns` (every namespace: `None`), and of `more` (in any scope), read live.
+    pub(super) async fn kcp_contents(
+        &self,
+        cluster: &str,
+        ns: Option<&str>,
+        more: &[ApiResource],
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        self.kcp_contents_of(cluster, ns, more, |_, namespaced| namespaced)
+            .await
+    }
+
+    /// The objects of `more` and of the types `keep` accepts (each with whether it
+    /// is namespaced) of workspace `cluster`, in namespace `ns` (`None`: all).
+    pub(super) async fn kcp_contents_of(
+        &self,
+        cluster: &str,
+        ns: Option<&str>,
+        more: &[ApiResource],
+        keep: impl Fn(&ApiResource, bool) -> bool,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
         let client = self.cluster_client(cluster)?;
         let types = match self.workspace_types.get(cluster) {
             Some(hit) if hit.0.elapsed() < DISCOVERY_TTL => hit.1.clone(),
             _ => {
-                let found = Arc::new(namespaced_types(&client, cluster).await?);
+                let found = Arc::new(listable_types(&client, cluster).await?);
                 if self.workspace_types.len() >= DISCOVERY_CAPACITY {
                     self.workspace_types.clear();
                 }
@@ -62,7 +86,14 @@ impl WebhookView {
             || self.registry.anchors.protects(&secrets)
             || self.registry.critical.protects(&secrets)
             || self.registry.dependencies.protects(&secrets);
-        let result = contents(&client, cluster, ns, &types, secrets_named).await;
+        let mut all = more.to_vec();
+        all.extend(
+            types
+                .iter()
+                .filter(|(ar, namespaced)| keep(ar, *namespaced))
+                .map(|(ar, _)| ar.clone()),
+        );
+        let result = contents(&client, cluster, ns, &all, secrets_named).await;
         if result.is_err() {
             // The next check discovers afresh (a type may have gone).
             self.workspace_types.remove(cluster);
@@ -71,13 +102,24 @@ impl WebhookView {
     }
 }
 
-/// The namespaced types workspace `cluster` serves that can be listed (no
-/// subresources, no Events), from its discovery. Any failure is an error: a type
-/// not discovered would be a type not checked.
-pub(super) async fn namespaced_types(
+/// The namespaced types workspace `cluster` serves that can be listed.
+#[cfg(test)]
+async fn namespaced_types(client: &Client, cluster: &str) -> Result<Vec<ApiResource>, LookupError> {
+    let all = listable_types(client, cluster).await?;
+    Ok(all
+        .into_iter()
+        .filter(|(_, n)| *n)
+        .map(|(ar, _)| ar)
+        .collect())
+}
+
+/// The types workspace `cluster` serves that can be listed (no subresources, no
+/// Events), each with whether it is namespaced, from its discovery. Any failure is
+/// an error: a type not discovered would be a type not checked.
+pub(super) async fn listable_types(
     client: &Client,
     cluster: &str,
-) -> Result<Vec<ApiResource>, LookupError> {
+) -> Result<Vec<(ApiResource, bool)>, LookupError> {
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         LookupError(format!(
             "the discovery of workspace {cluster} failed ({what}: {e}); retry later"
@@ -115,23 +157,25 @@ pub(super) async fn namespaced_types(
             };
             let list = listed.map_err(|e| failed(&gv, &e))?;
             for r in list.resources {
-                if !r.namespaced
-                    || r.name.contains('/')
+                if r.name.contains('/')
                     || !r.verbs.iter().any(|v| v == "list")
                     || r.name == "events"
                 {
                     continue;
                 }
-                out.push(ApiResource {
-                    group: group.clone(),
-                    version: version.clone(),
-                    api_version: gv.clone(),
-                    kind: r.kind,
-                    plural: r.name,
-                });
+                out.push((
+                    ApiResource {
+                        group: group.clone(),
+                        version: version.clone(),
+                        api_version: gv.clone(),
+                        kind: r.kind,
+                        plural: r.name,
+                    },
+                    r.namespaced,
+                ));
             }
         }
-        out.sort_by(|a, b| (&a.group, &a.plural).cmp(&(&b.group, &b.plural)));
+        out.sort_by(|(a, _), (b, _)| (&a.group, &a.plural).cmp(&(&b.group, &b.plural)));
         Ok(out)
     };
     tokio::time::timeout(READ_TIMEOUT, discover)
@@ -146,7 +190,7 @@ pub(super) async fn namespaced_types(
 pub(super) async fn contents(
     client: &Client,
     cluster: &str,
-    ns: &str,
+    ns: Option<&str>,
     types: &[ApiResource],
     secrets_named: bool,
 ) -> Result<Vec<ContainedObject>, LookupError> {
@@ -157,8 +201,8 @@ pub(super) async fn contents(
         .await
         .map_err(|_| {
             LookupError(format!(
-                "listing the contents of namespace {ns} in workspace {cluster} took longer \
-                 than 8s; retry later"
+                "listing the contents of {} took longer than 8s; retry later",
+                scope(cluster, ns)
             ))
         })?;
     let mut out = Vec::new();
@@ -168,16 +212,27 @@ pub(super) async fn contents(
     Ok(out)
 }
 
-/// The objects of `ar` in namespace `ns` of workspace `cluster`.
+/// `namespace NS in workspace LC`, or `workspace LC` for all of it.
+fn scope(cluster: &str, ns: Option<&str>) -> String {
+    match ns {
+        Some(ns) => format!("namespace {ns} in workspace {cluster}"),
+        None => format!("workspace {cluster}"),
+    }
+}
+
+/// The objects of `ar` in namespace `ns` of workspace `cluster` (`None`: all).
 async fn list_in(
     client: &Client,
     cluster: &str,
-    ns: &str,
+    ns: Option<&str>,
     ar: &ApiResource,
     secrets_named: bool,
 ) -> Result<Vec<ContainedObject>, LookupError> {
     let gr = GroupResource::new(&ar.group, &ar.plural);
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::namespaced_with(client.clone(), ns, ar);
+    let api: Api<PartialObjectMeta<DynamicObject>> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
     let items = match list_metadata(&api).await {
         Ok(items) => items,
         Err(e) if crate::stores::is_forbidden(&e) => {
@@ -186,8 +241,12 @@ async fn list_in(
             }
             return Err(LookupError(format!(
                 "holdfast-webhook may not list {gr} in workspace {cluster}, so what \
-                 namespace {ns} holds cannot be checked: grant it list on {gr} there \
-                 (docs/kcp.md, Consumer guide)"
+                 {} holds cannot be checked: grant it list on {gr} there \
+                 (docs/kcp.md, Consumer guide)",
+                ns.map_or_else(
+                    || format!("workspace {cluster}"),
+                    |ns| format!("namespace {ns}")
+                )
             )));
         }
         Err(e) if crate::stores::is_not_found(&e) => {
@@ -197,8 +256,8 @@ async fn list_in(
         }
         Err(e) => {
             return Err(LookupError(format!(
-                "listing {gr} in namespace {ns} of workspace {cluster} failed ({e}); \
-                 retry later"
+                "listing {gr} in {} failed ({e}); retry later",
+                scope(cluster, ns)
             )));
         }
     };
@@ -384,12 +443,12 @@ mod tests {
             ar("", "configmaps", "ConfigMap"),
             ar("", "secrets", "Secret"),
         ];
-        let found = contents(&c, "lc-a", "shop", &types, false).await;
+        let found = contents(&c, "lc-a", Some("shop"), &types, false).await;
         assert_eq!(
             names(&found.unwrap_or_else(|e| panic!("{e}"))),
             ["ConfigMap cfg lc-a", "ConfigMap more lc-a"]
         );
-        let refused = contents(&c, "lc-a", "shop", &types, true).await;
+        let refused = contents(&c, "lc-a", Some("shop"), &types, true).await;
         assert_eq!(
             refused.err().map(|e| e.0),
             Some(forbidden("secrets", "shop"))
@@ -401,7 +460,7 @@ mod tests {
         let c = workspace(false);
         // Forbidden (not Secrets): the type and the grant are named.
         let cms = [ar("", "configmaps", "ConfigMap")];
-        let refused = contents(&c, "lc-a", "locked", &cms, false).await;
+        let refused = contents(&c, "lc-a", Some("locked"), &cms, false).await;
         assert_eq!(
             refused.err().map(|e| e.0),
             Some(forbidden("configmaps", "locked"))
@@ -411,13 +470,13 @@ mod tests {
             ar("", "configmaps", "ConfigMap"),
             ar("apps", "deployments", "Deployment"),
         ];
-        let failed = contents(&c, "lc-a", "shop", &deployments, false).await;
+        let failed = contents(&c, "lc-a", Some("shop"), &deployments, false).await;
         crate::view::assert_retry_later(
             failed.map(|_| ()),
-            "listing deployments.apps in namespace shop of workspace lc-a failed (",
+            "listing deployments.apps in namespace shop in workspace lc-a failed (",
         );
         // A 404 for a type discovery still serves proves nothing.
-        let gone = contents(&c, "lc-a", "gone", &cms, false).await;
+        let gone = contents(&c, "lc-a", Some("gone"), &cms, false).await;
         assert_eq!(
             gone.err().map(|e| e.0).as_deref(),
             Some(
@@ -427,7 +486,7 @@ mod tests {
         );
         // A 404 for a type discovery no longer serves: nothing of it.
         let widgets = [ar("gone.io", "widgets", "Widget")];
-        let none = contents(&c, "lc-a", "shop", &widgets, false).await;
+        let none = contents(&c, "lc-a", Some("shop"), &widgets, false).await;
         assert_eq!(none.map(|f| f.len()).ok(), Some(0));
     }
 }

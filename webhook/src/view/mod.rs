@@ -24,6 +24,7 @@ pub mod discovery;
 mod kcp;
 mod kcp_bindings;
 mod kcp_contents;
+mod kcp_workspaces;
 mod policies;
 mod request_key;
 mod store_manager;
@@ -125,6 +126,9 @@ pub struct WebhookView {
     /// kcp: the namespaced types of each workspace, as last discovered (namespace
     /// containment reads them live).
     workspace_types: DashMap<String, kcp_contents::Discovered>,
+    /// kcp: the path of each logical cluster workspace containment has placed (a
+    /// workspace's path never changes).
+    workspace_paths: DashMap<String, String>,
     /// kcp: the APIBindings of every workspace that binds the holdfast export, from
     /// every endpoint of its virtual workspace.
     apibindings: holdfast_shared::endpoints::Endpoints<
@@ -271,6 +275,7 @@ impl WebhookView {
             store_passes: std::sync::atomic::AtomicU64::new(0),
             bindings: DashMap::new(),
             workspace_types: DashMap::new(),
+            workspace_paths: DashMap::new(),
             apibindings: holdfast_shared::endpoints::Endpoints::new(
                 kcp_bindings::BindingsIndex::default(),
             ),

@@ -488,6 +488,7 @@ mod hardening;
 mod lifecycle;
 mod outcome;
 mod policy_objects;
+mod workspaces;
 
 #[test]
 fn on_kcp_a_delete_without_its_logical_cluster_is_refused() {

@@ -1,0 +1,230 @@
+//! Workspace containment on a real kcp (`holdfast_e2e::kcp_real`: two shards,
+//! front-proxy, cache server): deleting a workspace that holds a protected
+//! object, or holds a workspace below it that does, is refused up front and leaves
+//! everything intact; kcp would otherwise delete the contents in no set order,
+//! mostly without asking holdfast (kcp-facts 23). Installed as `docs/kcp.md` tells
+//! the platform team (the root overlay lets the controller keep
+//! `holdfast-workspaces` in root, where kcp looks for every Workspace DELETE's
+//! configurations, kcp-facts 27), under the shipped identities.
+
+use holdfast_e2e::{
+    kcp::{PROTECTED_POLICY, binding_denial, workspace_denial},
+    kcp_real::*,
+};
+
+const ORG: &str = "root:org";
+const TEAM: &str = "root:org:team";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real_kcp() {
+    let mut r = Real::start("workspaces").await;
+    r.install_holdfast_api().await;
+    // docs/kcp.md step 2: the root overlay (workspace containment's grant).
+    r.apply_k("platform", "root", "overlays/kcp/workspace/root");
+
+    // An organization on shard root; below it a team on shard-1 that binds
+    // holdfast and protects a ConfigMap, and a scratch workspace that does not.
+    r.workspace("root", "org", "root", "platform").await;
+    r.workspace(ORG, "team", "shard-1", "consumer").await;
+    r.workspace(ORG, "scratch", "shard-1", "platform").await;
+    r.let_bind_holdfast("consumer");
+    r.bind_holdfast("consumer", TEAM).await;
+    r.apply_k("consumer", TEAM, "overlays/kcp/workspace/consumer");
+    r.ok(
+        "consumer",
+        TEAM,
+        &["create", "configmap", "vault", "-n", "default"],
+    );
+    r.ok(
+        "consumer",
+        TEAM,
+        &[
+            "label",
+            "configmap",
+            "vault",
+            "-n",
+            "default",
+            "holdfast.dev/protected=Always",
+        ],
+    );
+    r.step("root:org:team (shard-1) binds holdfast and holds a protected ConfigMap");
+    // Where a workspace lies in the tree: kcp keeps the canonical path on every
+    // APIBinding (the webhook reads it from its index of bindings), whatever the
+    // creator wrote (kcp-facts 27).
+    let path_of = |path: &str, binding: &str| {
+        r.ok(
+            "platform",
+            path,
+            &[
+                "get",
+                "apibinding",
+                binding,
+                "-o",
+                "jsonpath={.metadata.annotations.kcp\\.io/path}",
+            ],
+        )
+        .stdout
+    };
+    assert_eq!(path_of(TEAM, "holdfast"), TEAM);
+    let scratch = format!("{ORG}:scratch");
+    let forged = r.file(
+        "apiVersion: apis.kcp.io/v1alpha2\nkind: APIBinding\nmetadata:\n  name: forged\n  \
+         annotations: {kcp.io/path: \"root:elsewhere\"}\nspec:\n  reference: {export: {path: \
+         root:holdfast, name: holdfast.dev}}\n",
+    );
+    r.ok("platform", &scratch, &["create", "-f", &forged]);
+    assert_eq!(path_of(&scratch, "forged"), scratch);
+    r.ok("platform", &scratch, &["delete", "apibinding", "forged"]);
+
+    r.start_holdfast(&[]).await;
+
+    // The controller keeps holdfast-workspaces in root.
+    let cfg = r
+        .until(
+            "platform",
+            "root",
+            &[
+                "get",
+                "validatingwebhookconfiguration",
+                "holdfast-workspaces",
+                "-o",
+                "json",
+            ],
+            |o| o.code == 0,
+        )
+        .await
+        .json()
+        .expect("json");
+    let url = cfg["webhooks"][0]["clientConfig"]["url"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(url.ends_with("/validate/kcp-workspaces"), "{cfg}");
+    r.step("holdfast-workspaces installed in root");
+
+    // The team's workspace: refused (kcp enforces the configuration once it
+    // came back from the cache server, so dry runs until then).
+    let team_denial = workspace_denial(TEAM, "ConfigMap default/vault (label) in root:org:team");
+    let out = r.refused("platform", ORG, &["workspace", "team"]).await;
+    assert_eq!(out.stderr, team_denial, "{out:?}\n{}", r.logs());
+    // The organization above it: refused, naming the object below.
+    let out = r.kubectl("platform", "root", &["delete", "workspace", "org"]);
+    assert_eq!(
+        (out.code, out.stderr.as_str()),
+        (
+            1,
+            workspace_denial(ORG, "ConfigMap default/vault (label) in root:org:team").as_str()
+        ),
+        "{out:?}\n{}",
+        r.logs()
+    );
+    // For real: refused, and everything stays.
+    let out = r.kubectl("platform", ORG, &["delete", "workspace", "team"]);
+    assert_eq!(out.stderr, team_denial, "{out:?}");
+    r.ok("platform", ORG, &["get", "workspace", "team"]);
+    r.ok("platform", "root", &["get", "workspace", "org"]);
+    r.ok(
+        "consumer",
+        TEAM,
+        &["get", "configmap", "vault", "-n", "default"],
+    );
+    r.step("team and org refused; both workspaces and the ConfigMap stay");
+
+    // A workspace holding nothing protected is deleted as usual.
+    r.ok(
+        "platform",
+        ORG,
+        &["delete", "workspace", "scratch", "--wait=false"],
+    );
+    r.until("platform", ORG, &["get", "workspace", "scratch"], |o| {
+        o.code != 0 && o.stderr.contains("NotFound")
+    })
+    .await;
+
+    // holdfast's configuration, deleted, comes back.
+    let uid = cfg["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    r.ok(
+        "platform",
+        "root",
+        &[
+            "delete",
+            "validatingwebhookconfiguration",
+            "holdfast-workspaces",
+        ],
+    );
+    let uid_query = [
+        "get",
+        "validatingwebhookconfiguration",
+        "holdfast-workspaces",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ];
+    r.until("platform", "root", &uid_query, |o| {
+        o.code == 0 && !o.stdout.is_empty() && o.stdout != uid
+    })
+    .await;
+    r.refused("platform", ORG, &["workspace", "team"]).await;
+    r.step("holdfast-workspaces deleted and put back");
+
+    // Unbinding an export deletes every object of its types (kcp-facts 24): with
+    // a protected object among them, refused up front, naming it.
+    r.apply("consumer", TEAM, PROTECTED_POLICY);
+    let out = r
+        .refused("consumer", TEAM, &["apibinding", "holdfast"])
+        .await;
+    assert_eq!(out.stderr, binding_denial(), "{out:?}\n{}", r.logs());
+    let out = r.kubectl("consumer", TEAM, &["delete", "apibinding", "holdfast"]);
+    assert_eq!(out.stderr, binding_denial(), "{out:?}");
+    r.ok("consumer", TEAM, &["get", "apibinding", "holdfast"]);
+    r.ok("consumer", TEAM, &["get", "resourceprotection", "keep"]);
+    r.ok(
+        "consumer",
+        TEAM,
+        &[
+            "label",
+            "resourceprotection",
+            "keep",
+            "holdfast.dev/protected-",
+        ],
+    );
+    r.ok(
+        "consumer",
+        TEAM,
+        &["delete", "apibinding", "holdfast", "--dry-run=server"],
+    );
+    // (The policy protects every ConfigMap of the workspace: it goes first.)
+    r.ok("consumer", TEAM, &["delete", "resourceprotection", "keep"]);
+    r.step("unbinding holdfast refused while a policy is protected, allowed after");
+
+    // Protection lifted: the team's workspace goes.
+    r.ok(
+        "consumer",
+        TEAM,
+        &[
+            "label",
+            "configmap",
+            "vault",
+            "-n",
+            "default",
+            "holdfast.dev/protected-",
+        ],
+    );
+    // (A read of the workspace that times out on a loaded machine refuses with
+    // "retry later": the DELETE is repeated until it is decided otherwise.)
+    let out = r
+        .until(
+            "platform",
+            ORG,
+            &["delete", "workspace", "team", "--wait=false"],
+            |o| o.code == 0 || !o.stderr.contains("retry later"),
+        )
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    r.until("platform", ORG, &["get", "workspace", "team"], |o| {
+        o.code != 0 && o.stderr.contains("NotFound")
+    })
+    .await;
+    r.step("protection lifted: root:org:team deleted");
+}

@@ -1,0 +1,111 @@
+//! Workspace containment on the simulated kcp, the same story as
+//! `kcp_real_workspaces.rs` on the real one: the simulator routes Workspace DELETEs
+//! through root's configurations as kcp does (kcp-facts 27).
+
+use holdfast_e2e::{
+    kcp::{PROTECTED_POLICY, binding_denial, workspace_denial},
+    kcp_sharded::{admin_of, holdfast_binding, sharded, workspace_on},
+};
+
+const ORG: &str = "root:org";
+const TEAM: &str = "root:org:team";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
+    let mut t = sharded().await.unwrap_or_else(|e| panic!("{e:#}"));
+    t.apply_k("platform", "root", "overlays/kcp/workspace/root");
+    t.apply("platform", "root", &workspace_on("org", "root"));
+    t.apply("platform", ORG, &workspace_on("team", "shard-1"));
+    t.apply("platform", ORG, &workspace_on("scratch", "shard-1"));
+    t.apply("platform", TEAM, &admin_of("consumer"));
+    t.let_bind_holdfast("consumer");
+    t.apply("consumer", TEAM, holdfast_binding());
+    t.apply_k("consumer", TEAM, "overlays/kcp/workspace/consumer");
+    for args in [
+        &["create", "configmap", "vault", "-n", "default"][..],
+        &[
+            "label",
+            "configmap",
+            "vault",
+            "-n",
+            "default",
+            "holdfast.dev/protected=Always",
+        ],
+    ] {
+        let out = t.kubectl("consumer", TEAM, args);
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    let _controller = t
+        .start_holdfast("controller", "watch")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+
+    let team_denial = workspace_denial(TEAM, "ConfigMap default/vault (label) in root:org:team");
+    let dry_run = ["delete", "workspace", "team", "--dry-run=server"];
+    let out = t
+        .until("platform", ORG, &dry_run, |o| o.code != 0)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nwebhook: {}", t.env.webhook_log()));
+    assert_eq!(out.stderr, team_denial, "{}", t.env.webhook_log());
+    let out = t.kubectl("platform", "root", &["delete", "workspace", "org"]);
+    assert_eq!(
+        out.stderr,
+        workspace_denial(ORG, "ConfigMap default/vault (label) in root:org:team")
+    );
+    let out = t.kubectl("platform", ORG, &["delete", "workspace", "team"]);
+    assert_eq!(out.stderr, team_denial);
+    for (path, args) in [
+        (ORG, &["get", "workspace", "team"][..]),
+        ("root", &["get", "workspace", "org"]),
+        (TEAM, &["get", "configmap", "vault", "-n", "default"]),
+    ] {
+        let out = t.kubectl("platform", path, args);
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    // Nothing protected: deleted as usual.
+    let out = t.kubectl("platform", ORG, &["delete", "workspace", "scratch"]);
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // Unbinding holdfast with a protected policy among its objects: refused.
+    t.apply("consumer", TEAM, PROTECTED_POLICY);
+    let out = t.kubectl("consumer", TEAM, &["delete", "apibinding", "holdfast"]);
+    assert_eq!(out.stderr, binding_denial(), "{}", t.env.webhook_log());
+    let out = t.kubectl(
+        "consumer",
+        TEAM,
+        &[
+            "label",
+            "resourceprotection",
+            "keep",
+            "holdfast.dev/protected-",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = t.kubectl(
+        "consumer",
+        TEAM,
+        &["delete", "apibinding", "holdfast", "--dry-run=server"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // (The policy protects every ConfigMap of the workspace: it goes first.)
+    let out = t.kubectl("consumer", TEAM, &["delete", "resourceprotection", "keep"]);
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // Protection lifted: the team's workspace goes.
+    let out = t.kubectl(
+        "consumer",
+        TEAM,
+        &[
+            "label",
+            "configmap",
+            "vault",
+            "-n",
+            "default",
+            "holdfast.dev/protected-",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = t.kubectl("platform", ORG, &["delete", "workspace", "team"]);
+    assert_eq!(out.code, 0, "{out:?}");
+}

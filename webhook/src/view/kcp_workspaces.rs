@@ -1,0 +1,152 @@
+//! kcp: what deleting a Workspace, or an APIBinding, would delete (workspace and
+//! binding containment).
+//!
+//! kcp deletes a workspace's contents, and every workspace below it, in no set
+//! order, mostly without asking holdfast (kcp-facts 23). So a Workspace DELETE is
+//! judged up front by the objects of its logical cluster and of every workspace
+//! below it that binds holdfast (only there does holdfast protect anything). The
+//! workspaces binding holdfast, and where each lies in the tree, come from the
+//! APIBindings index (kcp keeps the canonical `kcp.io/path` on every APIBinding);
+//! a workspace the index has no path for is placed by its LogicalCluster's
+//! `kcp.io/path` (read once: a path never changes). Their objects are listed
+//! live, as namespace containment lists a namespace's.
+
+use super::WebhookView;
+use holdfast_shared::{
+    kcp::logical_cluster_resource,
+    policy::{ContainedObject, LookupError, WorkspaceContents, is_workspace_path, workspace_path},
+};
+use kube::api::{Api, ApiResource, DynamicObject};
+use serde_json::Value;
+
+/// Workspaces whose paths are kept at most (then all are dropped).
+const PATH_CAPACITY: usize = 100_000;
+
+impl WebhookView {
+    /// See [`holdfast_shared::policy::ClusterView::workspace_contents`].
+    pub(super) async fn kcp_workspace_contents(
+        &self,
+        workspace: &Value,
+    ) -> Result<Vec<WorkspaceContents>, LookupError> {
+        let Some(cluster) = workspace
+            .pointer("/spec/cluster")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+        else {
+            // Not scheduled yet: no logical cluster, nothing in it.
+            return Ok(Vec::new());
+        };
+        let path = workspace_path(workspace);
+        if !self.apibindings.synced() {
+            return Err(LookupError(
+                "holdfast has just started and does not know yet which workspaces bind it"
+                    .to_string(),
+            ));
+        }
+        let bound = self.apibindings.with_index(|i| i.clusters());
+        let below = path.as_ref().map(|p| format!("{p}:"));
+        let namespaces = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+        let mut out = Vec::new();
+        for c in bound {
+            let (place, unplaced) = if c == cluster {
+                (Some(path.clone().unwrap_or_else(|| c.clone())), None)
+            } else {
+                match self.path_of(&c).await {
+                    Ok(p) if below.as_ref().is_some_and(|b| p.starts_with(b.as_str())) => {
+                        (Some(p), None)
+                    }
+                    Ok(_) => continue,
+                    Err(e) => (None, Some(e)),
+                }
+            };
+            let listed = self
+                .kcp_contents(&c, None, std::slice::from_ref(&namespaces))
+                .await;
+            let (objects, unreadable) = match (listed, unplaced) {
+                (Ok(objects), _) => (objects, None),
+                (Err(e), None) => (Vec::new(), Some(e.0)),
+                // Neither placed nor read: it may lie below and hold anything.
+                (Err(read), Some(place)) => (
+                    Vec::new(),
+                    Some(format!(
+                        "workspace {c} binds holdfast and can neither be placed in the tree \
+                         ({}) nor read ({}); grant holdfast-webhook get logicalclusters there \
+                         (docs/kcp.md)",
+                        place.0, read.0
+                    )),
+                ),
+            };
+            out.push(WorkspaceContents {
+                cluster: c,
+                path: place,
+                objects,
+                unreadable,
+            });
+        }
+        Ok(out)
+    }
+
+    /// See [`holdfast_shared::policy::ClusterView::binding_contents`]: every object
+    /// of the types the binding lists in `status.boundResources`, read live in its
+    /// workspace.
+    pub(super) async fn kcp_binding_contents(
+        &self,
+        cluster: &str,
+        binding: &Value,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        let bound: Vec<(String, String)> = binding
+            .pointer("/status/boundResources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| {
+                Some((
+                    r["group"].as_str()?.to_string(),
+                    r["resource"].as_str()?.to_string(),
+                ))
+            })
+            .collect();
+        if bound.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.kcp_contents_of(cluster, None, &[], |ar, _| {
+            bound.iter().any(|(g, r)| *g == ar.group && *r == ar.plural)
+        })
+        .await
+    }
+
+    /// The path of logical cluster `cluster`: from the `kcp.io/path` kcp keeps on
+    /// its APIBindings (the index), else its LogicalCluster's (one GET, kept).
+    async fn path_of(&self, cluster: &str) -> Result<String, LookupError> {
+        if let Some(p) = self.apibindings.with_index(|i| i.path(cluster)) {
+            return Ok(p);
+        }
+        if let Some(p) = self.workspace_paths.get(cluster) {
+            return Ok(p.clone());
+        }
+        let client = self.cluster_client(cluster)?;
+        let api: Api<DynamicObject> = Api::all_with(client, &logical_cluster_resource());
+        let read = tokio::time::timeout(std::time::Duration::from_secs(5), api.get("cluster"))
+            .await
+            .map_err(|_| LookupError(format!("reading the LogicalCluster of {cluster} timed out")))?
+            .map_err(|e| LookupError(format!("reading the LogicalCluster of {cluster}: {e}")))?;
+        let path = read
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/path"))
+            .filter(|p| is_workspace_path(p))
+            .cloned()
+            .ok_or_else(|| {
+                LookupError(format!(
+                    "the LogicalCluster of {cluster} carries no usable kcp.io/path"
+                ))
+            })?;
+        if self.workspace_paths.len() >= PATH_CAPACITY {
+            self.workspace_paths.clear();
+        }
+        self.workspace_paths
+            .insert(cluster.to_string(), path.clone());
+        Ok(path)
+    }
+}
