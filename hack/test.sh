@@ -26,7 +26,7 @@ step() { printf '\n== test.sh %s: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 hack/prereqs.sh
 # Every backend's control planes: the kube pass runs on kube-apiserver, and the sim
 # pass holds the tests that start a real backend of their own (parity_kube,
-# karmada_backend, kcp_real). A cold build takes about 30 minutes on 2 cores.
+# karmada_backend, kcp_real, kcp_real_workspaces). A cold build takes about 30 minutes on 2 cores.
 step "real control planes (hack/substrates.sh)"
 hack/substrates.sh
 # One kubectl for every backend: the built v1.36 when there is one.

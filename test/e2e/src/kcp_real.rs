@@ -352,14 +352,20 @@ impl Real {
     }
 
     /// Repeats a server-side dry-run `kubectl delete ARGS` as `user` in `path`
-    /// until it is refused: kcp enforces a new or changed configuration only once
-    /// it came back from the cache server. Returns the refusal.
+    /// until a webhook refuses it: kcp enforces a new or changed configuration only
+    /// once it came back from the cache server (and a call that fails on a loaded
+    /// machine, a TLS handshake timing out, is not the refusal waited for).
+    /// Returns the refusal.
     pub async fn refused(&self, user: &str, path: &str, args: &[&str]) -> KubectlOutput {
         let mut all = vec!["delete"];
         all.extend_from_slice(args);
         all.push("--dry-run=server");
         let since = Instant::now();
-        let out = self.until(user, path, &all, |o| o.code != 0).await;
+        let out = self
+            .until(user, path, &all, |o| {
+                o.code != 0 && o.stderr.contains("denied the request")
+            })
+            .await;
         self.step(&format!(
             "delete {} in {path} refused after {:.2}s of dry runs",
             args.join(" "),

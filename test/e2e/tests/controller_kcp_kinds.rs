@@ -153,7 +153,7 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
         let cfg = configuration(&t, &c, "consumer", path, |c| c.is_some()).await;
         let cfg = cfg.expect("present");
         assert_eq!(workspace_webhooks(&cfg), own_webhooks(&lc), "{path}");
-        // Containment: namespace and CRD DELETEs of every namespace.
+        // Containment: namespace, CRD and APIBinding DELETEs of every namespace.
         let containment = &cfg["webhooks"][1];
         assert_eq!(containment["namespaceSelector"], serde_json::json!({}));
         assert_eq!(
@@ -167,6 +167,11 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
                 (
                     vec!["apiextensions.k8s.io".to_string()],
                     vec!["customresourcedefinitions".to_string()],
+                    vec!["DELETE".to_string()]
+                ),
+                (
+                    vec!["apis.kcp.io".to_string()],
+                    vec!["apibindings".to_string()],
                     vec!["DELETE".to_string()]
                 ),
             ]
@@ -344,8 +349,11 @@ spec:
 /// webhook of holdfast keeps judging (or, with holdfast gone, blocking) its DELETEs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unbinding_holdfast_removes_its_configuration() {
-    let (t, c) = setup().await;
+    // (The webhook judges the unbinding: APIBinding containment, which lists the
+    // workspace's policies with the consumer overlay's grant.)
+    let (t, c) = setup_with_webhook().await;
     let path = t.workspace_binding("leaving", "shard-1", true, &[]);
+    t.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
     let cfg = configuration(&t, &c, "consumer", &path, |c| c.is_some())
         .await
         .expect("present");

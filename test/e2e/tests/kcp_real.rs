@@ -311,9 +311,9 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
     assert!(out.refused_with(&cs_denial), "{out:?}");
     r.step("CriticalService registry guarded through root:holdfast's configuration");
 
-    // Leaving holdfast (docs/kcp.md): kcp deletes the binding's objects (the
-    // policies) through admission first. The CriticalService refuses its own
-    // deletion while its provider exists, so the binding stays, saying why, and
+    // Leaving holdfast (docs/kcp.md): unbinding deletes the binding's objects
+    // (the policies); with a CriticalService whose provider exists among them,
+    // APIBinding containment refuses the unbinding up front, naming it, and
     // holdfast keeps protecting the workspace.
     for args in [
         &["create", "configmap", "kept", "-n", "default"][..],
@@ -325,32 +325,24 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
             "default",
             "holdfast.dev/protected=Always",
         ],
-        &["delete", "apibinding", "holdfast", "--wait=false"],
     ] {
         r.ok("consumer", CONSUMER, args);
     }
-    let stuck =
-        "jsonpath={.status.conditions[?(@.type==\"BindingResourceDeleteSuccess\")].message}";
-    r.until(
-        "consumer",
-        CONSUMER,
-        &["get", "apibinding", "holdfast", "-o", stuck],
-        |o| {
-            o.stdout
-                .contains("CriticalService registry cannot be deleted while its provider")
-        },
-    )
-    .await;
-    assert_eq!(
-        r.condition(
-            "consumer",
-            CONSUMER,
-            "apibinding",
-            "holdfast",
-            "BindingResourceDeleteSuccess"
+    let unbind = ["delete", "apibinding", "holdfast", "--wait=false"];
+    let out = r.kubectl("consumer", CONSUMER, &unbind);
+    let unbind_denial = denied_by(
+        "containment.holdfast.dev",
+        &format!(
+            "holdfast: APIBinding holdfast binds the types of objects that are protected from \
+             deletion: CriticalService registry (CriticalService/registry (logical cluster {lc})) \
+             (policy: containment), so it cannot be deleted: unbinding deletes every object of \
+             those types. To delete it, first lift the protection of those objects (or delete \
+             them), or set the annotation holdfast.dev/skip-protection=true if you are allowed \
+             to bypass protection on the APIBinding."
         ),
-        "False/ResourceDeletionFailed"
     );
+    assert!(out.refused_with(&unbind_denial), "{out:?}\n{}", r.logs());
+    r.ok("consumer", CONSUMER, &["get", "apibinding", "holdfast"]);
     let out = r.kubectl(
         "consumer",
         CONSUMER,
@@ -364,15 +356,21 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
         ],
     );
     assert!(out.refused_with(&label_denial("kept")), "{out:?}");
-    r.step("APIBinding holdfast deleting: held by the CriticalService, protection goes on");
-    // Once the provider is gone, the CriticalService goes, the binding with it,
-    // and the configuration it owns (kcp's garbage collector): the ConfigMap is
-    // then deleted normally.
+    r.step("unbinding holdfast refused while the CriticalService holds; protection goes on");
+    // Once the provider is gone, unbinding goes: the CriticalService, the binding
+    // and the configuration it owns (kcp's garbage collector) go; the ConfigMap
+    // is then deleted normally.
     r.ok(
         "consumer",
         CONSUMER,
         &["delete", "serviceaccount", "registry", "-n", "default"],
     );
+    let out = r
+        .until("consumer", CONSUMER, &unbind, |o| {
+            o.code == 0 || !o.stderr.contains("retry later")
+        })
+        .await;
+    assert_eq!(out.code, 0, "{out:?}\n{}", r.logs());
     r.until(
         "consumer",
         CONSUMER,

@@ -374,7 +374,7 @@ impl ClusterView for WebhookView {
         if self.topology != Topology::Kcp || self.label_only {
             return Ok(Vec::new());
         }
-        Box::pin(self.kcp_binding_contents(cluster, binding)).await
+        within_review(Box::pin(self.kcp_binding_contents(cluster, binding))).await
     }
 
     async fn workspace_contents(
@@ -384,7 +384,7 @@ impl ClusterView for WebhookView {
         if self.topology != Topology::Kcp || self.label_only {
             return Ok(Vec::new());
         }
-        Box::pin(self.kcp_workspace_contents(workspace)).await
+        within_review(Box::pin(self.kcp_workspace_contents(workspace))).await
     }
 
     async fn custom_resources(
@@ -636,6 +636,24 @@ impl WebhookView {
             .insert(cluster.into(), p);
         out
     }
+}
+
+/// The longest the live reads of one containment check may take together: an
+/// answer must reach the API server within its webhook timeout (10 s by default),
+/// so that the refusal says why rather than "context deadline exceeded".
+const CONTAINMENT_READS: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// `reads` within [`CONTAINMENT_READS`] (then an error saying so).
+async fn within_review<T>(
+    reads: impl std::future::Future<Output = Result<T, LookupError>>,
+) -> Result<T, LookupError> {
+    tokio::time::timeout(CONTAINMENT_READS, reads)
+        .await
+        .unwrap_or_else(|_| {
+            Err(LookupError(
+                "reading what it holds took longer than 8s; retry later".to_string(),
+            ))
+        })
 }
 
 /// An object of resource `ar` as containment reports it.

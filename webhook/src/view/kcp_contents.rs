@@ -69,9 +69,16 @@ impl WebhookView {
         keep: impl Fn(&ApiResource, bool) -> bool,
     ) -> Result<Vec<ContainedObject>, LookupError> {
         let client = self.cluster_client(cluster)?;
-        let types = match self.workspace_types.get(cluster) {
-            Some(hit) if hit.0.elapsed() < DISCOVERY_TTL => hit.1.clone(),
-            _ => {
+        // The map's guard is dropped before the map is written (a guard held
+        // across `insert` on the same shard deadlocks the review's thread).
+        let cached = self
+            .workspace_types
+            .get(cluster)
+            .filter(|hit| hit.0.elapsed() < DISCOVERY_TTL)
+            .map(|hit| hit.1.clone());
+        let types = match cached {
+            Some(types) => types,
+            None => {
                 let found = Arc::new(listable_types(&client, cluster).await?);
                 if self.workspace_types.len() >= DISCOVERY_CAPACITY {
                     self.workspace_types.clear();
