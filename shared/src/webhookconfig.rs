@@ -720,6 +720,28 @@ pub fn desired_configuration_for(
         }]);
         hooks.push(h);
     }
+    // The marker narrows which namespace DELETEs reach containment: removing or
+    // changing it is judged (refused while the namespace holds something
+    // protected), so whoever may patch a namespace cannot unmark it and delete it
+    // before the controller marks it again. No namespaceSelector: for a namespace
+    // UPDATE the API server matches the new labels, which no longer carry it.
+    let mut h = webhook(
+        CONTAINMENT_MARKER_WEBHOOK.to_string(),
+        opts,
+        all_resources("UPDATE"),
+    );
+    h.rules = Some(vec![RuleWithOperations {
+        operations: Some(vec!["UPDATE".to_string()]),
+        api_groups: Some(vec![String::new()]),
+        api_versions: Some(vec!["v1".to_string()]),
+        resources: Some(vec!["namespaces".to_string(), "namespaces/*".to_string()]),
+        scope: Some("Cluster".to_string()),
+    }]);
+    h.match_conditions = Some(vec![MatchCondition {
+        name: "containment-marker-removed".to_string(),
+        expression: label_changed_condition(CONTAINS_PROTECTED_LABEL),
+    }]);
+    hooks.push(h);
     configuration(
         (SETTINGS_ANNOTATION, settings_annotation(labels, strict)),
         hooks,
@@ -821,6 +843,10 @@ pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// object some DELETE webhook of the configuration routes; namespace DELETEs are
 /// routed to [`CONTAINMENT_WEBHOOK`] only for namespaces carrying it.
 pub const CONTAINS_PROTECTED_LABEL: &str = "holdfast.dev/contains-protected";
+
+/// The webhook judging an UPDATE that removes or changes
+/// [`CONTAINS_PROTECTED_LABEL`] on a namespace (Kubernetes and Karmada).
+pub const CONTAINMENT_MARKER_WEBHOOK: &str = "containment-marker.holdfast.dev";
 /// Name of the webhook that receives namespace DELETEs (containment).
 pub const CONTAINMENT_WEBHOOK: &str = "containment.holdfast.dev";
 /// Prefix of the webhooks receiving the DELETEs policy objects govern:
@@ -1535,7 +1561,11 @@ pub fn workspace_configuration(
         let local = desired_configuration_for(labels, strict, &needs, opts);
         let suffix = format!("/kcp/{cluster}");
         for mut h in local.webhooks.into_iter().flatten() {
-            if h.name == EVICTION_WEBHOOK || h.name == DEFERRED_WEBHOOK {
+            // (kcp has no containment markers: every namespace DELETE is routed.)
+            if h.name == EVICTION_WEBHOOK
+                || h.name == DEFERRED_WEBHOOK
+                || h.name == CONTAINMENT_MARKER_WEBHOOK
+            {
                 continue;
             }
             with_path_suffix(&mut h, &suffix);
@@ -2002,6 +2032,7 @@ mod tests {
                 "policies-2.holdfast.dev",
                 EVICTION_WEBHOOK,
                 DEFERRED_WEBHOOK,
+                CONTAINMENT_MARKER_WEBHOOK,
             ]
         );
         // Every namespace but the system ones: the CRD (cluster-scoped, no namespace
@@ -2091,7 +2122,8 @@ mod tests {
                 "delete-label-0.holdfast.dev",
                 CONTAINMENT_WEBHOOK,
                 EVICTION_WEBHOOK,
-                DEFERRED_WEBHOOK
+                DEFERRED_WEBHOOK,
+                CONTAINMENT_MARKER_WEBHOOK
             ],
             "no policies: no policies-<i> webhook"
         );
@@ -2211,7 +2243,8 @@ mod tests {
                 "policies-0.holdfast.dev",
                 EVICTION_WEBHOOK,
                 DEFERRED_WEBHOOK,
-                BREAK_GLASS_WEBHOOK
+                BREAK_GLASS_WEBHOOK,
+                CONTAINMENT_MARKER_WEBHOOK
             ]
         );
         let bg = &hooks[6];
@@ -2926,7 +2959,7 @@ mod tests {
         assert_eq!(
             describe_configuration(&cfg),
             format!(
-            "ValidatingWebhookConfiguration holdfast: 5 webhook(s)
+            "ValidatingWebhookConfiguration holdfast: 6 webhook(s)
 delete-label-0.holdfast.dev
   requests:   DELETE *.*
   requests:   CREATE *.*
@@ -2958,8 +2991,15 @@ deferred.holdfast.dev
   objects:    all
   condition:  deferred-deletion-requested: {}
   outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
+containment-marker.holdfast.dev
+  requests:   UPDATE namespaces namespaces/*
+  namespaces: all
+  objects:    all
+  condition:  containment-marker-removed: {}
+  outage:     failurePolicy Fail: these requests are refused while the webhook cannot be reached; a hung webhook holds each for up to 10s
 ",
-            deferred_condition()
+            deferred_condition(),
+            label_changed_condition(CONTAINS_PROTECTED_LABEL)
         )
         );
     }

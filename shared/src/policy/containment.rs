@@ -36,6 +36,43 @@ pub(crate) async fn evaluate<V: ClusterView>(
     Some(judge(req, container, contents, cx).await)
 }
 
+/// An UPDATE of a Namespace that removes or changes the containment marker
+/// (`holdfast.dev/contains-protected`): refused while the namespace holds something
+/// protected, as its DELETE would be (`None`: not such an update).
+pub(crate) async fn marker_removal<V: ClusterView>(
+    req: &AdmissionRequest,
+    cx: &Context<'_, V>,
+) -> Option<Evaluation> {
+    use crate::webhookconfig::CONTAINS_PROTECTED_LABEL as MARKER;
+    if req.operation != crate::review::Operation::Update || !req.is_namespace() || cx.cfg.kcp {
+        return None;
+    }
+    let old = req.old_object.as_ref().filter(|v| !v.is_null())?;
+    let marker = |o: &Value| {
+        crate::review::labels(o)
+            .and_then(|l| l.get(MARKER))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let before = marker(old)?;
+    let after = req.object.as_ref().and_then(marker);
+    if after.as_deref() == Some(before.as_str()) {
+        return None;
+    }
+    let name = req.object_name().unwrap_or_default();
+    let contents = cx.view.namespace_contents(logical_cluster(old), name).await;
+    let judged = judge(req, Container::Namespace(name), contents, cx).await;
+    Some(match judged.decision {
+        super::Decision::Deny(d) if d.kind == DenialKind::Protected => Evaluation::deny(
+            Decider::Containment,
+            DenialKind::Protected,
+            super::messages::containment_marker_kept(name, MARKER, &list_blockers(&d.blockers)),
+            d.blockers,
+        ),
+        _ => judged,
+    })
+}
+
 /// Judges a container by `contents`, what it holds, or why that could not be read
 /// (refused: fail closed).
 async fn judge<V: ClusterView>(

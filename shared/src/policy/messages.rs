@@ -600,6 +600,18 @@ pub enum Container<'a> {
     ApiBinding(&'a str),
 }
 
+/// Removing or changing the containment marker of Namespace `name`, which holds the
+/// protected objects `protected` (the capped list).
+pub fn containment_marker_kept(name: &str, marker: &str, protected: &str) -> String {
+    format!(
+        "{MESSAGE_PREFIX} Namespace {name} holds objects that are protected from deletion: \
+         {protected} (policy: containment), so its label {marker} cannot be removed or \
+         changed: it routes the namespace's DELETE to holdfast. holdfast-controller removes \
+         it once nothing protected is left; lift the protection of those objects (or delete \
+         them) first."
+    )
+}
+
 impl Container<'_> {
     /// Its contents could not be read.
     pub fn unverified(self, e: &str) -> String {

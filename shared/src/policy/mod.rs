@@ -183,7 +183,10 @@ pub async fn evaluate<V: ClusterView>(
     let eval = match req.operation {
         Operation::Delete => deferred::with_hint(cfg, evaluate_delete(req, &cx).await),
         Operation::Create if req.is_eviction() => eviction::evaluate(req, &cx).await,
-        Operation::Update => strict::evaluate_update(req, &cx).await,
+        Operation::Update => match containment::marker_removal(req, &cx).await {
+            Some(e) if !matches!(e.decision, Decision::Allow) => e,
+            _ => strict::evaluate_update(req, &cx).await,
+        },
         Operation::Create | Operation::Connect => Evaluation::allow(Decider::None),
     };
     if !matches!(req.operation, Operation::Create | Operation::Update) {

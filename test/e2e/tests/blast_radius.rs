@@ -212,14 +212,16 @@ async fn an_outage_blocks_only_what_holdfast_protects() {
     assert_eq!(
         routes_report(&env),
         format!(
-            "ValidatingWebhookConfiguration holdfast: 5 webhook(s)\n\
+            "ValidatingWebhookConfiguration holdfast: 6 webhook(s)\n\
              delete-label-0.holdfast.dev\n  requests:   DELETE *.*\n  requests:   CREATE *.*\n  requests:   UPDATE */*.*\n  namespaces: all\n  objects:    holdfast.dev/protected\n  condition:  {LOOK_ALIKE}\n{outage}\
              containment.holdfast.dev\n  requests:   DELETE namespaces\n  requests:   DELETE customresourcedefinitions.apiextensions.k8s.io\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
              policies-0.holdfast.dev\n  requests:   DELETE configmaps\n  namespaces: kubernetes.io/metadata.name in ({shop})\n  objects:    all\n{outage}\
              eviction.holdfast.dev\n  requests:   CREATE pods/eviction\n  namespaces: {MARKER}\n  objects:    all\n{outage}\
              deferred.holdfast.dev\n  requests:   CREATE,UPDATE */*.*\n  namespaces: all\n  objects:    all\n  condition:  deferred-deletion-requested: {deferred}\n{outage}\
+             containment-marker.holdfast.dev\n  requests:   UPDATE namespaces namespaces/*\n  namespaces: all\n  objects:    all\n  condition:  containment-marker-removed: {marker_removed}\n{outage}\
              namespaces labelled {MARKER}: {marked}\n",
             deferred = holdfast_shared::webhookconfig::deferred_condition(),
+            marker_removed = holdfast_shared::webhookconfig::label_changed_condition(MARKER),
             marked = marked_names.join(", "),
         )
     );

@@ -28,6 +28,7 @@ const CONTAINMENT: &str = "containment.holdfast.dev";
 /// The webhook receiving pod evictions.
 const EVICTION: &str = "eviction.holdfast.dev";
 const DEFERRED: &str = "deferred.holdfast.dev";
+const MARKER: &str = "containment-marker.holdfast.dev";
 
 /// A webhook rule sending the DELETEs of `group`/`resource`.
 fn delete_rule(group: &str, resource: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
@@ -48,7 +49,7 @@ fn crd_rule() -> (Vec<String>, Vec<String>, Vec<String>) {
 fn assert_without_policies(cfg: &Value, context: &str) {
     assert_eq!(
         webhook_names(cfg),
-        [LABEL, CONTAINMENT, EVICTION, DEFERRED],
+        [LABEL, CONTAINMENT, EVICTION, DEFERRED, MARKER],
         "{context}"
     );
     assert_eq!(
@@ -223,7 +224,7 @@ async fn resource_protection_drives_the_configuration() {
     let cfg = routing(&env, 10, "", "configmaps", "rule installed").await;
     assert_eq!(
         webhook_names(&cfg),
-        [LABEL, CONTAINMENT, POLICIES, EVICTION, DEFERRED]
+        [LABEL, CONTAINMENT, POLICIES, EVICTION, DEFERRED, MARKER]
     );
     assert_eq!(cfg["metadata"]["labels"]["team"], "platform", "{cfg}");
     assert_eq!(
@@ -351,6 +352,7 @@ async fn manual_edits_are_reverted_and_deletion_recreates() {
             EVICTION,
             DEFERRED,
             "break-glass.holdfast.dev",
+            MARKER,
         ]
     );
 

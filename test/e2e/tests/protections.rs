@@ -256,6 +256,33 @@ async fn namespace_containment_keeps_the_namespace_whole() {
     );
     let out = env.attempt(&["get", "namespace", &shop, "-o", "jsonpath={.status.phase}"]);
     assert_eq!(out.stdout, "Active");
+    // The controller marks the namespace (namespace DELETEs reach containment by
+    // the mark); unmarking it while it holds something protected is refused, so it
+    // cannot be unmarked and deleted before the controller marks it again.
+    env.kubectl_until(
+        &[
+            "get",
+            "namespace",
+            &shop,
+            "-o",
+            "jsonpath={.metadata.labels.holdfast\\.dev/contains-protected}",
+        ],
+        30,
+        |o| o.stdout == "true",
+    )
+    .await
+    .expect("namespace marked");
+    let kept = format!(
+        "holdfast: {holds} (policy: containment), so its label \
+         holdfast.dev/contains-protected cannot be removed or changed: it routes the \
+         namespace's DELETE to holdfast."
+    );
+    for change in [
+        "holdfast.dev/contains-protected-",
+        "holdfast.dev/contains-protected=no --overwrite",
+    ] {
+        env.refuses_with(&words(&format!("label namespace {shop} {change}")), &kept);
+    }
     // Break-glass on the protected object lifts containment too (a server-side dry
     // run: the namespace is not deleted yet).
     env.run(&words(&format!(

@@ -404,3 +404,73 @@ fn anchor_rules_and_critical_services_answer_for_their_own_workspace_only() {
         assert_eq!(e.decision, Decision::Allow, "{what}");
     }
 }
+
+#[test]
+fn the_containment_marker_stays_while_the_namespace_holds_something_protected() {
+    let marker = "holdfast.dev/contains-protected";
+    let ns = |labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "obj", "labels": labels}});
+    let mut v = View {
+        contents: vec![ContainedObject {
+            resource: crate::review::Gvr {
+                group: "".into(),
+                version: "v1".into(),
+                resource: "configmaps".into(),
+            },
+            kind: "ConfigMap".into(),
+            object: Arc::new(
+                json!({"metadata": {"name": "vault", "namespace": "obj", "labels": {"holdfast.dev/protected": "true"}}}),
+            ),
+        }],
+        ..View::default()
+    };
+    let c = cfg(false, &[]);
+    let marked = ns(json!({marker: "true", "team": "a"}));
+    // Removed, or changed: refused, naming what is protected.
+    for new in [
+        ns(json!({"team": "a"})),
+        ns(json!({marker: "no", "team": "a"})),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "obj"}}),
+    ] {
+        let req = review("UPDATE", "Namespace", "namespaces", new, marked.clone());
+        let e = evaluate(&req, &c, &v, now());
+        assert_decided(&e, Decider::Containment, "containment");
+        let d = denied(&e);
+        assert_eq!(d.blockers, vec!["ConfigMap obj/vault (label)".to_string()]);
+        assert_eq!(
+            d.message,
+            "holdfast: Namespace obj holds objects that are protected from deletion: ConfigMap \
+             obj/vault (label) (policy: containment), so its label holdfast.dev/contains-protected \
+             cannot be removed or changed: it routes the namespace's DELETE to holdfast. \
+             holdfast-controller removes it once nothing protected is left; lift the protection \
+             of those objects (or delete them) first."
+        );
+    }
+    // Kept as is (another label changes): not judged here.
+    let req = review(
+        "UPDATE",
+        "Namespace",
+        "namespaces",
+        ns(json!({marker: "true", "team": "b"})),
+        marked.clone(),
+    );
+    assert_eq!(evaluate(&req, &c, &v, now()).decision, Decision::Allow);
+    // Nothing protected left: the controller may remove it.
+    v.contents.clear();
+    let req = review(
+        "UPDATE",
+        "Namespace",
+        "namespaces",
+        ns(json!({"team": "a"})),
+        marked.clone(),
+    );
+    assert_eq!(evaluate(&req, &c, &v, now()).decision, Decision::Allow);
+    // Another kind carrying the label is no namespace.
+    let req = review(
+        "UPDATE",
+        "ConfigMap",
+        "configmaps",
+        cm(json!({}), json!({})),
+        cm(json!({marker: "true"}), json!({})),
+    );
+    assert_eq!(evaluate(&req, &c, &v, now()).decision, Decision::Allow);
+}
