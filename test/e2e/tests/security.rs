@@ -206,6 +206,81 @@ async fn a_forged_logical_cluster_moves_nothing_out_of_protection() {
     );
 }
 
+/// Row "containment marker": a user who may only get, patch and delete one
+/// namespace removes the mark that routes its DELETE to containment, to delete it
+/// (and what it holds) before the controller marks it again. Before: the race was
+/// won every time. Now: the unmarking is refused, and so is the DELETE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_containment_mark_cannot_be_lifted_to_delete_a_namespace() {
+    let s = stack(&[]).await;
+    let env = &s.env;
+    let shop = env.namespace("shop").expect("namespace");
+    env.run(&["create", "configmap", "held", "-n", &shop]);
+    env.run(&[
+        "label",
+        "configmap",
+        "held",
+        "-n",
+        &shop,
+        "holdfast.dev/protected=true",
+    ]);
+    let mallory = env.test_user("mallory", &[]).expect("mallory");
+    env.grant_cluster(
+        "unmark-shop",
+        &[rbac::user(&mallory.name)],
+        &[json!({"apiGroups": [""], "resources": ["namespaces"],
+                 "resourceNames": [shop], "verbs": ["get", "patch", "delete"]})],
+    )
+    .expect("mallory's namespace grant");
+    let marked = [
+        "get",
+        "namespace",
+        &shop,
+        "-o",
+        "jsonpath={.metadata.labels.holdfast\\.dev/contains-protected}",
+    ];
+    steps::eventually(30, async || {
+        let out = env.attempt(&marked);
+        (out.stdout == "true")
+            .then_some(())
+            .ok_or(format!("{out:?}"))
+    })
+    .await;
+    let unmark = json!({"metadata": {"labels": {"holdfast.dev/contains-protected": null}}});
+    // Once the webhook's containment sees the protected ConfigMap (its indexes of
+    // what namespaces hold start with holdfast's reads role).
+    refused_with(
+        env,
+        &["delete", "namespace", &shop, "--dry-run=server"],
+        "containment.holdfast.dev",
+    )
+    .await;
+    let stderr = refused_to(
+        env,
+        &mallory,
+        &merge_patch(&format!("namespace {shop}"), &unmark.to_string()),
+        "containment-marker.holdfast.dev",
+    );
+    assert!(
+        stderr.contains(&format!(
+            "holdfast: Namespace {shop} holds objects that are protected from deletion: \
+             ConfigMap {shop}/held (label)"
+        )),
+        "{stderr}"
+    );
+    refused_to(
+        env,
+        &mallory,
+        &["delete", "namespace", &shop],
+        "containment.holdfast.dev",
+    );
+    assert_eq!(env.attempt(&marked).stdout, "true");
+    assert!(
+        env.exists(&["configmap", "held", "-n", &shop])
+            .expect("kubectl")
+    );
+}
+
 /// Row "deferred-deletion markers" set past the webhook: with `failurePolicy:
 /// Ignore` and the webhook down, a user who may only patch ConfigMaps sets a
 /// request naming alice (who may delete it) with a forged signature, and a
