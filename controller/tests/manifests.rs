@@ -213,9 +213,9 @@ fn kcp_workspace_rbac_renders() {
     // One kustomization per kind of workspace, each with the bindings it documents.
     for (dir, bindings) in [
         ("holdfast", 4),
-        ("provider", 3),
+        ("provider", 4),
         ("consumer", 1),
-        ("root", 1),
+        ("root", 2),
     ] {
         let docs = kustomize(&manifests().join("overlays/kcp/workspace").join(dir));
         check_rbac(&format!("kcp/workspace/{dir}"), &docs);
