@@ -559,24 +559,31 @@ async fn handle_inner(
     };
     let method = req.method().clone();
     let headers = req.headers().clone();
-    // kube-apiserver refuses bodies over 3 MiB (etcd's request limit).
+    // kube-apiserver refuses bodies over 3 MiB (etcd's request limit). A body up to
+    // READ is read whole before the refusal, so the client, still sending, gets the
+    // 413 rather than a connection closed under it.
     const LIMIT: usize = 3 * 1024 * 1024;
-    let body = match http_body_util::Limited::new(req.into_body(), LIMIT)
+    const READ: usize = 32 * 1024 * 1024;
+    let too_large = || {
+        error_response(
+            &ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("Request entity too large: limit is {LIMIT}"),
+            ),
+            &[],
+            pretty,
+        )
+    };
+    let body = match http_body_util::Limited::new(req.into_body(), READ)
         .collect()
         .await
     {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return error_response(
-                &ApiError::new(
-                    413,
-                    "RequestEntityTooLarge",
-                    format!("Request entity too large: limit is {LIMIT}"),
-                ),
-                &[],
-                pretty,
-            );
-        }
+        Ok(b) => match b.to_bytes() {
+            bytes if bytes.len() > LIMIT => return too_large(),
+            bytes => bytes,
+        },
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
         Err(e) => {
             return error_response(&ApiError::bad_request(e.to_string()), &[], pretty);
         }
