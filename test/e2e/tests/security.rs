@@ -248,11 +248,13 @@ async fn the_containment_mark_cannot_be_lifted_to_delete_a_namespace() {
     .await;
     let unmark = json!({"metadata": {"labels": {"holdfast.dev/contains-protected": null}}});
     // Once the webhook's containment sees the protected ConfigMap (its indexes of
-    // what namespaces hold start with holdfast's reads role).
+    // what namespaces hold start with holdfast's reads role; until every one has
+    // synced it refuses with "cannot verify").
+    let held = format!("ConfigMap {shop}/held (label)");
     refused_with(
         env,
         &["delete", "namespace", &shop, "--dry-run=server"],
-        "containment.holdfast.dev",
+        &held,
     )
     .await;
     let stderr = refused_to(
