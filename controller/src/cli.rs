@@ -439,7 +439,7 @@ impl RunArgs {
 
 /// `--kcp-tenancy-workspace`: empty, or a workspace path.
 fn parse_tenancy_workspace(s: &str) -> Result<String, String> {
-    if s.is_empty() || holdfast_shared::policy::is_workspace_path(s) {
+    if s.is_empty() || holdfast_shared::kcp::is_workspace_path(s) {
         Ok(s.to_string())
     } else {
         Err(format!(

@@ -250,19 +250,7 @@ pub fn workspace_path(workspace: &Value) -> Option<String> {
     let url = workspace.pointer("/spec/URL")?.as_str()?;
     let (_, path) = url.rsplit_once("/clusters/")?;
     let path = path.trim_end_matches('/');
-    is_workspace_path(path).then(|| path.to_string())
-}
-
-/// Whether `p` reads as a kcp workspace path: `:`-separated segments of lower-case
-/// letters, digits and dashes.
-pub fn is_workspace_path(p: &str) -> bool {
-    !p.is_empty()
-        && p.split(':').all(|seg| {
-            !seg.is_empty()
-                && seg
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        })
+    crate::kcp::is_workspace_path(path).then(|| path.to_string())
 }
 
 /// A DELETE: break-glass, then every protection of the object, then containment.

@@ -108,7 +108,7 @@ impl BindingsIndex {
             .annotations
             .as_ref()
             .and_then(|a| a.get("kcp.io/path"))
-            .filter(|p| holdfast_shared::policy::is_workspace_path(p))
+            .filter(|p| holdfast_shared::kcp::is_workspace_path(p))
             .cloned();
         self.clusters
             .entry(key.cluster)

@@ -14,7 +14,7 @@
 use super::WebhookView;
 use holdfast_shared::{
     kcp::logical_cluster_resource,
-    policy::{ContainedObject, LookupError, WorkspaceContents, is_workspace_path, workspace_path},
+    policy::{ContainedObject, LookupError, WorkspaceContents, workspace_path},
 };
 use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
@@ -135,7 +135,7 @@ impl WebhookView {
             .annotations
             .as_ref()
             .and_then(|a| a.get("kcp.io/path"))
-            .filter(|p| is_workspace_path(p))
+            .filter(|p| holdfast_shared::kcp::is_workspace_path(p))
             .cloned()
             .ok_or_else(|| {
                 LookupError(format!(
