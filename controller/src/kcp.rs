@@ -62,6 +62,7 @@ use holdfast_shared::{
 
 use crate::{
     cycles::{RuleEdges, find_cycles},
+    kcp_enforcement::{Enforced, ProbeAnswer, not_enforced_message},
     policies::{Invalid, check_dependency_rule, reasons},
     reconcile::ReconcileError,
     status::{Outcome, desired_status, now_rfc3339},
@@ -321,6 +322,8 @@ pub struct Reconciler {
     evals: Mutex<HashMap<StoreKey, CachedEval>>,
     /// Per rule (`cluster/name`): what its status was last found up to date with.
     statuses: Mutex<HashMap<String, StatusInputs>>,
+    /// Which installed configurations kcp is seen enforcing.
+    enforcement: crate::kcp_enforcement::Enforcement,
     /// Whether the last pass left some workspace path unresolved (retry soon).
     unresolved: bool,
     /// ResourceProtections, AnchorRules and CriticalServices decoded and checked,
@@ -885,6 +888,7 @@ impl Reconciler {
             lookups: Mutex::new(PassLookups::default()),
             evals: Mutex::new(HashMap::new()),
             statuses: Mutex::new(HashMap::new()),
+            enforcement: Default::default(),
             unresolved: false,
             abandoned: Mutex::new(BTreeSet::new()),
             planned: Mutex::new(None),
@@ -1432,14 +1436,26 @@ impl Reconciler {
                 false => Err(ReconcileError::Configuration(installed.errors.join("; "))),
             };
         }
+        // Statuses judge by what kcp is seen enforcing (a pending workspace is
+        // probed again on the short retry).
+        let enforced = self
+            .enforcement
+            .check(&installed.configurations, |lc, name| self.probe(lc, name))
+            .await;
+        let probing = !enforced.pending.is_empty();
         if let Ok(mut at) = self.statuses_written.lock() {
             *at = std::time::Instant::now();
         }
-        let writes = self.status_writes(&rules, removed, &installed.configurations);
+        let writes = self.status_writes(&rules, removed, &installed.configurations, &enforced);
         let mut status_errors = self.write_statuses(writes).await;
         status_errors.extend(
-            self.write_kind_statuses(&kinds.policies, &kinds.objects, &installed.configurations)
-                .await,
+            self.write_kind_statuses(
+                &kinds.policies,
+                &kinds.objects,
+                &installed.configurations,
+                &enforced,
+            )
+            .await,
         );
         // Where a pass goes (hack/bench-controller.sh reports the medians).
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
@@ -1454,7 +1470,7 @@ impl Reconciler {
         let configuration_failed = !errors.is_empty();
         errors.extend(status_errors);
         match (errors.is_empty(), configuration_failed) {
-            (true, _) => Ok(unresolved),
+            (true, _) => Ok(unresolved || probing),
             (false, true) => Err(ReconcileError::Configuration(errors.join("; "))),
             (false, false) => Err(ReconcileError::Status(errors.join("; "))),
         }
@@ -1879,6 +1895,7 @@ impl Reconciler {
         policies: &[crate::kcp_kinds::PolicyEval],
         objects: &[Arc<DynamicObject>],
         installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+        enforced: &Enforced,
     ) -> Vec<String> {
         let now = now_rfc3339();
         let kinds = crate::kcp_kinds::kinds();
@@ -1896,7 +1913,8 @@ impl Reconciler {
                     installed: std::iter::once(&e.cluster)
                         .chain(e.exported.iter().map(|(_, lc, _)| lc))
                         .map(|lc| {
-                            installed
+                            enforced
+                                .effective
                                 .get(lc)
                                 .and_then(|c| c.metadata.resource_version.clone())
                         })
@@ -1907,7 +1925,7 @@ impl Reconciler {
                     next.insert(key, inputs);
                     continue;
                 }
-                let outcome = crate::kcp_kinds::outcome(e, installed);
+                let outcome = crate::kcp_kinds::outcome(e, installed, enforced);
                 let current = crate::kubernetes::current_status(obj);
                 match desired_status(
                     obj.metadata.generation,
@@ -2078,6 +2096,51 @@ impl Reconciler {
                 .await;
         }
         Ok(true)
+    }
+
+    /// The enforcement probe in logical cluster `cluster`: a server-side dry-run
+    /// CREATE of the Event `name` (holdfast.dev claims Events), through the
+    /// endpoint of its shard (see [`holdfast_shared::enforcement`]).
+    async fn probe(&self, cluster: String, name: String) -> ProbeAnswer {
+        use holdfast_shared::enforcement::{NAMESPACE, answered_by_probe};
+        use k8s_openapi::api::events::v1::Event;
+        let event = Event {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name),
+                namespace: Some(NAMESPACE.to_string()),
+                ..Default::default()
+            },
+            event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                k8s_openapi::jiff::Timestamp::now(),
+            )),
+            reporting_controller: Some(format!("holdfast.dev/{}", crate::status::EVENT_REPORTER)),
+            reporting_instance: Some(crate::status::EVENT_REPORTER.to_string()),
+            action: Some("Probe".to_string()),
+            reason: Some("EnforcementProbe".to_string()),
+            type_: Some("Normal".to_string()),
+            note: Some("never created: a server-side dry run".to_string()),
+            ..Default::default()
+        };
+        let event = &event;
+        let params = &kube::api::PostParams {
+            dry_run: true,
+            field_manager: Some(FIELD_MANAGER.to_string()),
+        };
+        let answer = self
+            .on_shard(&cluster, |client| async move {
+                let api: Api<Event> = Api::namespaced(client, NAMESPACE);
+                match api.create(params, event).await {
+                    Ok(_) => Ok(ProbeAnswer::NotYet(
+                        "the dry run was admitted without calling the probe webhook".to_string(),
+                    )),
+                    Err(kube::Error::Api(s)) if answered_by_probe(&s.message) => {
+                        Ok(ProbeAnswer::Enforced)
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .await;
+        answer.unwrap_or_else(|e| ProbeAnswer::NotYet(format!("the probe failed: {e:#}")))
     }
 
     /// A Warning Event about `reference` (a policy) in logical cluster `cluster`,
@@ -2334,11 +2397,14 @@ impl Reconciler {
         rules: &[RuleState],
         removed: bool,
         installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+        enforced: &Enforced,
     ) -> Vec<StatusWrite> {
         // Built with each evaluation (so reused with it).
         let edges: Vec<&RuleEdges> = rules.iter().filter_map(|r| r.eval.edges.as_ref()).collect();
         let cycles = find_cycles(&edges);
-        let rvs = installed_rvs(installed);
+        // What kcp enforces decides (a configuration installed but not yet
+        // enforced changes the status when it is).
+        let rvs = installed_rvs(&enforced.effective);
         let mut seen = self.statuses.lock().ok();
         if removed && let Some(s) = seen.as_mut() {
             let keep: HashSet<&str> = rules.iter().map(|r| r.eval.key()).collect();
@@ -2354,13 +2420,13 @@ impl Reconciler {
             }) {
                 continue;
             }
-            let inputs = installed_inputs(e, installed).map(|installed| StatusInputs {
+            let inputs = installed_inputs(e, &enforced.effective).map(|installed| StatusInputs {
                 eval: r.eval.clone(),
                 parsed: r.parsed.clone(),
                 installed,
                 cycle: cycle.clone(),
             });
-            writes.push(status_write(r, installed, cycle, inputs));
+            writes.push(status_write(r, installed, enforced, cycle, inputs));
         }
         writes
     }
@@ -2370,22 +2436,37 @@ impl Reconciler {
 fn status_write(
     r: &RuleState,
     installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+    enforced: &Enforced,
     cycle: Option<String>,
     inputs: Option<StatusInputs>,
 ) -> StatusWrite {
     let e = &r.eval;
     let mut ok = true;
     let mut missing = Vec::new();
+    let mut waiting = Vec::new();
+    let mut pending = BTreeMap::new();
     for (lc, exports) in &e.targets {
         for (export, grs) in exports {
             let hook = export_policies_webhook(export);
-            for gr in grs {
-                let routed = installed
+            let routed_by = |configs: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+                             gr: &GroupResource| {
+                configs
                     .get(lc)
-                    .is_some_and(|c| routes(c, &hook, "DELETE", gr));
-                if !routed {
+                    .is_some_and(|c| routes(c, &hook, "DELETE", gr))
+            };
+            for gr in grs {
+                if routed_by(&enforced.effective, gr) {
+                    continue;
+                }
+                let what = format!("{gr} of APIExport {export} in {lc}");
+                if routed_by(installed, gr) {
+                    waiting.push(what);
+                    if let Some(why) = enforced.pending.get(lc) {
+                        pending.insert(lc.clone(), why.clone());
+                    }
+                } else {
                     ok = false;
-                    missing.push(format!("{gr} of APIExport {export} in {lc}"));
+                    missing.push(what);
                 }
             }
         }
@@ -2415,6 +2496,7 @@ fn status_write(
         source: None,
         not_admitted: None,
         blocked: None,
+        not_enforced: (!waiting.is_empty()).then(|| not_enforced_message(&waiting, &pending)),
     };
     let workspaces: Vec<serde_json::Value> = e
         .workspaces

@@ -34,6 +34,7 @@ use kube::api::{ApiResource, DynamicObject};
 use serde_json::Value;
 
 use crate::{
+    kcp_enforcement::{Enforced, not_enforced_message},
     kubernetes::decode,
     policies::{
         ApiIndex, Invalid, check_anchor_rule, check_critical_service, check_resource_protection,
@@ -477,17 +478,28 @@ pub fn plan(
     out
 }
 
-/// A policy's outcome over the installed configurations (by logical cluster).
+/// A policy's outcome over the installed configurations (by logical cluster)
+/// and those kcp is seen enforcing (`enforced`): what only a configuration not
+/// yet enforced routes keeps the policy from Ready.
 pub fn outcome(
     e: &PolicyEval,
     installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+    enforced: &Enforced,
 ) -> Outcome {
     let mut via: BTreeSet<String> = BTreeSet::new();
     let mut missing: Vec<String> = Vec::new();
+    let mut waiting: Vec<String> = Vec::new();
+    let mut pending: BTreeMap<String, String> = BTreeMap::new();
     let mut set: BTreeSet<String> = BTreeSet::new();
-    for gr in &e.local {
-        set.insert(gr.to_string());
-        let hooks: Vec<String> = installed
+    let mut wait_on = |what: String, lc: &String| {
+        waiting.push(what);
+        if let Some(why) = enforced.pending.get(lc) {
+            pending.insert(lc.clone(), why.clone());
+        }
+    };
+    let local_hooks = |configs: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+                       gr: &GroupResource| {
+        configs
             .get(&e.cluster)
             .into_iter()
             .flat_map(|c| {
@@ -499,20 +511,35 @@ pub fn outcome(
                     .map(str::to_string)
                     .collect::<Vec<_>>()
             })
-            .collect();
+            .collect::<Vec<String>>()
+    };
+    for gr in &e.local {
+        set.insert(gr.to_string());
+        let hooks = local_hooks(&enforced.effective, gr);
         if hooks.is_empty() {
-            missing.push(gr.to_string());
+            let now = local_hooks(installed, gr);
+            if now.is_empty() {
+                missing.push(gr.to_string());
+            } else {
+                wait_on(gr.to_string(), &e.cluster);
+                via.extend(now);
+            }
         }
         via.extend(hooks);
     }
     for (gr, cluster, export) in &e.exported {
         set.insert(gr.to_string());
         let hook = export_policies_webhook(export);
-        if installed
-            .get(cluster)
-            .is_some_and(|c| routes(c, &hook, "DELETE", gr))
-        {
+        let routed_by = |configs: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>| {
+            configs
+                .get(cluster)
+                .is_some_and(|c| routes(c, &hook, "DELETE", gr))
+        };
+        if routed_by(&enforced.effective) {
             via.insert(format!("{hook} (workspace {cluster})"));
+        } else if routed_by(installed) {
+            via.insert(format!("{hook} (workspace {cluster})"));
+            wait_on(format!("{gr} (APIExport {export} in {cluster})"), cluster);
         } else {
             missing.push(format!("{gr} (APIExport {export} in {cluster})"));
         }
@@ -531,6 +558,7 @@ pub fn outcome(
         source: None,
         not_admitted: None,
         blocked: e.blocked.clone(),
+        not_enforced: (!waiting.is_empty()).then(|| not_enforced_message(&waiting, &pending)),
     }
 }
 

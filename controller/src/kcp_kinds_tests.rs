@@ -212,20 +212,42 @@ fn policies_route_local_types_locally_and_bound_types_through_their_export() {
     };
     let mut installed: BTreeMap<String, Arc<ValidatingWebhookConfiguration>> =
         [("c1".to_string(), cfg("c1"))].into();
-    let o = outcome(&p.policies[0], &installed);
+    let all = |installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>| {
+        crate::kcp_enforcement::Enforced {
+            effective: installed.clone(),
+            pending: BTreeMap::new(),
+        }
+    };
+    let o = outcome(&p.policies[0], &installed, &all(&installed));
     assert!(!o.installed);
     assert_eq!(
         o.installed_message,
         "not yet routed to a policies webhook: deployments.apps (APIExport kubernetes in comp)"
     );
     installed.insert("comp".to_string(), cfg("comp"));
-    let o = outcome(&p.policies[0], &installed);
+    let o = outcome(&p.policies[0], &installed, &all(&installed));
     assert!(o.installed, "{o:?}");
+    assert_eq!(o.not_enforced, None);
     assert_eq!(
         o.installed_message,
         "DELETEs of configmaps, deployments.apps reach webhook(s) \
          kubernetes.policies.holdfast.dev (workspace comp), policies-0.holdfast.dev of \
          ValidatingWebhookConfiguration holdfast"
+    );
+    // Installed in comp, but kcp not seen enforcing it yet: not Ready.
+    let mut waiting = all(&installed);
+    waiting.effective.remove("comp");
+    waiting
+        .pending
+        .insert("comp".to_string(), "the dry run was admitted".to_string());
+    let o = outcome(&p.policies[0], &installed, &waiting);
+    assert!(o.installed, "{o:?}");
+    let why = o.not_enforced.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("deployments.apps (APIExport kubernetes in comp)")
+            && why.contains("comp: the dry run was admitted")
+            && !why.contains("configmaps"),
+        "{why}"
     );
 }
 

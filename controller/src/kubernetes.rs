@@ -1028,6 +1028,8 @@ impl Reconciler {
                         crate::status::refused_message(m),
                     )
                 }),
+                // (kube-apiserver: no probe; see docs/decisions.md.)
+                not_enforced: None,
             };
             writes.push(StatusWrite {
                 kind: item.kind,

@@ -24,6 +24,7 @@ pub mod crds;
 pub mod cycles;
 pub mod deferred;
 pub mod kcp;
+pub mod kcp_enforcement;
 pub mod kcp_kinds;
 pub mod kcp_manifests;
 pub mod kcp_workspaces;

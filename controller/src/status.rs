@@ -35,7 +35,14 @@ pub struct Outcome {
     /// installed (kcp: the export workspace of a type does not bind holdfast):
     /// `(reason, message)`. Installed and Ready are then False with that reason.
     pub blocked: Option<(&'static str, String)>,
+    /// kcp: what only a configuration kcp does not enforce yet routes (see
+    /// [`crate::kcp_enforcement`]). Installed stays True, Ready is False with
+    /// reason [`NOT_ENFORCED_YET`] until kcp enforces it.
+    pub not_enforced: Option<String>,
 }
+
+/// Reason of Ready while kcp does not enforce the installed configuration yet.
+pub const NOT_ENFORCED_YET: &str = "NotEnforcedYet";
 
 /// The controller named as the reporter of holdfast's Events.
 pub const EVENT_REPORTER: &str = "holdfast-controller";
@@ -162,6 +169,11 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
                 "not every named resource can be protected: {}",
                 o.not_admitted.as_deref().unwrap_or_default()
             ),
+        ),
+        (None, true) if o.not_enforced.is_some() => (
+            false,
+            NOT_ENFORCED_YET.to_string(),
+            o.not_enforced.clone().unwrap_or_default(),
         ),
         (None, true) if o.source.as_ref().is_some_and(|s| !s.reachable) => {
             let s = o.source.as_ref().map(|s| (s.reason, s.message.as_str()));
@@ -351,6 +363,7 @@ mod tests {
             source: None,
             not_admitted: None,
             blocked: None,
+            not_enforced: None,
         }
     }
 
@@ -450,6 +463,19 @@ mod tests {
         });
         assert_eq!(find(&o, "Ready"), ("True".into(), "Enforced".into()));
         o.source = None;
+        // kcp: installed, not enforced yet.
+        let waiting = Outcome {
+            not_enforced: Some("installed, but kcp does not enforce it yet".into()),
+            ..o.clone()
+        };
+        assert_eq!(
+            find(&waiting, "Ready"),
+            ("False".into(), "NotEnforcedYet".into())
+        );
+        assert_eq!(
+            find(&waiting, "Installed"),
+            ("True".into(), "WebhookInstalled".into())
+        );
         let never = "DELETEs of pods.metrics.k8s.io never reach a webhook";
         let blocked = Outcome {
             blocked: Some(("ExportWorkspaceNotBound", "bind it".into())),

@@ -17,6 +17,7 @@ pub mod cascading;
 pub mod clients;
 pub mod deferred;
 pub mod endpoints;
+pub mod enforcement;
 pub mod fieldpath;
 pub mod index;
 pub mod kcp;

@@ -1543,7 +1543,8 @@ impl WorkspaceTarget {
 /// webhook (deferred deletion is off on kcp); these call
 /// `<webhook URL>/kcp/<cluster>`. Then one `<export>.policies.holdfast.dev` webhook
 /// per export of [`WorkspaceTarget::exports`], as [`provider_configuration`] builds
-/// them. Annotated with the settings and the contributing policies.
+/// them, and last the enforcement probe ([`crate::enforcement`]). Annotated with
+/// the settings, the contributing policies and the probe's Event name.
 pub fn workspace_configuration(
     cluster: &str,
     labels: &ProtectionLabels,
@@ -1612,16 +1613,20 @@ pub fn workspace_configuration(
             cluster, export, resources, labels, strict, opts,
         ));
     }
+    // Last: the enforcement probe, named after everything above it.
+    let probe = crate::enforcement::probe_name(&hooks);
+    hooks.push(crate::enforcement::probe_webhook(&probe, opts));
     let listed = target.rules.iter().cloned().collect::<Vec<_>>().join(",");
     let mut cfg = configuration((RULES_ANNOTATION, listed), hooks);
     cfg.metadata.owner_references = target.owner.clone().map(|o| vec![o]);
-    if target.binds
-        && let Some(a) = cfg.metadata.annotations.as_mut()
-    {
-        a.insert(
-            SETTINGS_ANNOTATION.to_string(),
-            settings_annotation(labels, strict),
-        );
+    if let Some(a) = cfg.metadata.annotations.as_mut() {
+        a.insert(crate::enforcement::ANNOTATION.to_string(), probe);
+        if target.binds {
+            a.insert(
+                SETTINGS_ANNOTATION.to_string(),
+                settings_annotation(labels, strict),
+            );
+        }
     }
     Some(cfg)
 }
@@ -2466,9 +2471,29 @@ mod tests {
                     "kubernetes.policies.holdfast.dev".to_string(),
                     url("lc1/kubernetes")
                 ),
+                (
+                    crate::enforcement::WEBHOOK_NAME.to_string(),
+                    Some("https://127.0.0.1:8443/validate/enforcement-probe".to_string())
+                ),
             ]
         );
         let hooks = cfg.webhooks.as_ref().expect("webhooks");
+        // The probe, last, names the digest of everything above it, recorded in
+        // the annotation the controller probes by.
+        let probe = crate::enforcement::probe_name(&hooks[..hooks.len() - 1]);
+        assert_eq!(
+            cfg.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::enforcement::ANNOTATION)),
+            Some(&probe)
+        );
+        let conditions =
+            serde_json::to_value(&hooks[hooks.len() - 1].match_conditions).expect("conditions");
+        assert_eq!(
+            conditions[0]["expression"],
+            format!("object.metadata.name == '{probe}'")
+        );
         // Each is for the workspace's own objects only (kcp calls it for the
         // consumers' objects of its exported types too).
         for h in &hooks[..3] {
@@ -2549,6 +2574,7 @@ mod tests {
                 "policies-0.holdfast.dev",
                 BREAK_GLASS_WEBHOOK,
                 "kubernetes.policies.holdfast.dev",
+                crate::enforcement::WEBHOOK_NAME,
             ]
         );
         // Strict: the export's webhook also takes the break-glass and label-changing
@@ -2575,7 +2601,7 @@ mod tests {
             .webhooks
             .iter()
             .flatten()
-            .last()
+            .find(|h| h.name == "kubernetes.policies.holdfast.dev")
             .expect("export webhook");
         assert_eq!(
             hook.rules.as_ref().map(|r| groups_and_resources(r)),
@@ -2601,8 +2627,19 @@ mod tests {
             binds: false,
             ..target.clone()
         };
+        // (and the enforcement probe)
+        let without_probe =
+            workspace_configuration("lc1", &labels, false, &provider, &opts()).map(|mut c| {
+                if let Some(h) = c.webhooks.as_mut() {
+                    h.retain(|h| h.name != crate::enforcement::WEBHOOK_NAME);
+                }
+                if let Some(a) = c.metadata.annotations.as_mut() {
+                    a.remove(crate::enforcement::ANNOTATION);
+                }
+                c
+            });
         assert_eq!(
-            workspace_configuration("lc1", &labels, false, &provider, &opts()),
+            without_probe,
             Some(provider_configuration(
                 "lc1",
                 &provider.exports,
@@ -2618,7 +2655,11 @@ mod tests {
         let cfg = workspace_configuration("lc9", &labels, false, &bare, &opts()).expect("cfg");
         assert_eq!(
             names(&cfg),
-            ["delete-label-0.holdfast.dev", CONTAINMENT_WEBHOOK]
+            [
+                "delete-label-0.holdfast.dev",
+                CONTAINMENT_WEBHOOK,
+                crate::enforcement::WEBHOOK_NAME
+            ]
         );
     }
 

@@ -68,6 +68,9 @@ pub enum Route {
     /// workspace exporting `tenancy.kcp.io`, for every Workspace DELETE (workspace
     /// containment; every policy applies, as on the plain route).
     Workspaces,
+    /// `/validate/enforcement-probe`: the enforcement probe of a kcp
+    /// configuration (see [`holdfast_shared::enforcement`]): always refused.
+    Probe,
 }
 
 /// Answers AdmissionReviews.
@@ -117,6 +120,15 @@ impl Admission {
     pub async fn review(&self, body: &[u8], route: Route) -> Result<Vec<u8>, ReviewError> {
         let started = Instant::now();
         let mut req = review::parse_review(body)?;
+        if route == Route::Probe {
+            // Nothing to judge: the answer proves kcp called this configuration.
+            tracing::debug!(uid = %req.uid, object = %req.describe(), "enforcement probe");
+            return Ok(AdmissionResponse::deny(
+                &req.uid,
+                holdfast_shared::enforcement::MESSAGE.to_string(),
+            )
+            .to_review_bytes());
+        }
         if !self.config.kcp {
             // Outside kcp anyone who may write an object may set `kcp.io/cluster`:
             // it steers nothing here (workspace, Events, deferred deletion).
@@ -128,7 +140,7 @@ impl Admission {
             }
         }
         let workspace = match route {
-            Route::Plain | Route::Workspaces => None,
+            Route::Plain | Route::Workspaces | Route::Probe => None,
             Route::Workspace(lc) => Some(lc),
             Route::Export(via) => {
                 req.via_export = Some(via);

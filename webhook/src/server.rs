@@ -209,6 +209,9 @@ fn route_of(path: &str) -> Result<Route, BadPath> {
     if path.strip_prefix(validate) == Some(holdfast_shared::workspaces::PATH_SUFFIX) {
         return Ok(Route::Workspaces);
     }
+    if path.strip_prefix(validate) == Some(holdfast_shared::enforcement::PATH_SUFFIX) {
+        return Ok(Route::Probe);
+    }
     let Some(rest) = path
         .strip_prefix(validate)
         .and_then(|p| p.strip_prefix(KCP_SEGMENT))
@@ -452,6 +455,7 @@ mod tests {
     #[test]
     fn a_workspace_path_names_its_logical_cluster() {
         assert_eq!(route_of("/validate/kcp-workspaces"), Ok(Route::Workspaces));
+        assert_eq!(route_of("/validate/enforcement-probe"), Ok(Route::Probe));
         assert_eq!(
             route_of("/validate/kcp/2x8kq1"),
             Ok(Route::Workspace("2x8kq1".into()))

@@ -82,7 +82,11 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
         .collect();
     assert_eq!(
         names,
-        ["delete-label-0.holdfast.dev", "containment.holdfast.dev"],
+        [
+            "delete-label-0.holdfast.dev",
+            "containment.holdfast.dev",
+            "enforcement-probe.holdfast.dev"
+        ],
         "{cfg}"
     );
     let url = cfg["webhooks"][0]["clientConfig"]["url"]

@@ -431,6 +431,34 @@ impl KcpBackend {
     }
 }
 
+/// The cache server stopped (SIGSTOP) until this drops (SIGCONT): kcp's
+/// replication stalls, as with the cache server down, while the shards serve.
+pub struct CacheServerPaused {
+    pid: u32,
+    start: u64,
+}
+
+impl KcpBackend {
+    /// Stops the cache server of this kcp until the guard drops.
+    pub fn pause_cache_server(&self) -> anyhow::Result<CacheServerPaused> {
+        let (pid, start) = group_members(self.pgid)
+            .into_iter()
+            .find(|(pid, _)| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "cache-server")
+            })
+            .context("no cache-server process in kcp's process group")?;
+        signal_if_same(pid, start, "-STOP");
+        Ok(CacheServerPaused { pid, start })
+    }
+}
+
+impl Drop for CacheServerPaused {
+    fn drop(&mut self) {
+        signal_if_same(self.pid, self.start, "-CONT");
+    }
+}
+
 impl Drop for KcpBackend {
     fn drop(&mut self) {
         // SIGTERM to the whole group (sharded-test-server scrapes the shards'
