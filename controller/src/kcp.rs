@@ -2103,22 +2103,22 @@ impl Reconciler {
     /// endpoint of its shard (see [`holdfast_shared::enforcement`]).
     async fn probe(&self, cluster: String, name: String) -> ProbeAnswer {
         use holdfast_shared::enforcement::{NAMESPACE, answered_by_probe};
-        use k8s_openapi::api::events::v1::Event;
+        use k8s_openapi::api::core::v1::{Event, ObjectReference};
         let event = Event {
             metadata: kube::api::ObjectMeta {
                 name: Some(name),
                 namespace: Some(NAMESPACE.to_string()),
                 ..Default::default()
             },
-            event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-                k8s_openapi::jiff::Timestamp::now(),
-            )),
-            reporting_controller: Some(format!("holdfast.dev/{}", crate::status::EVENT_REPORTER)),
-            reporting_instance: Some(crate::status::EVENT_REPORTER.to_string()),
-            action: Some("Probe".to_string()),
+            involved_object: ObjectReference {
+                api_version: Some("v1".to_string()),
+                kind: Some("Namespace".to_string()),
+                name: Some(NAMESPACE.to_string()),
+                ..Default::default()
+            },
             reason: Some("EnforcementProbe".to_string()),
+            message: Some("never created: a server-side dry run".to_string()),
             type_: Some("Normal".to_string()),
-            note: Some("never created: a server-side dry run".to_string()),
             ..Default::default()
         };
         let event = &event;

@@ -76,7 +76,8 @@ pub fn schema_for(crd: &CustomResourceDefinition) -> anyhow::Result<Value> {
 /// uses (a binding accepts them with the same verbs: kcp grants the intersection):
 /// - `validatingwebhookconfigurations`: the controller installs the configuration
 ///   `holdfast` in every binding workspace through the virtual workspace;
-/// - `events` (`events.k8s.io`): the webhook records refused, warned, audited and
+/// - `events` (core; kcp serves both `events` APIs for it and authorizes either
+///   only by a core claim, kcp-facts 28): the webhook records refused, warned, audited and
 ///   break-glass deletions as Events in the workspace of the object;
 /// - `apibindings` (`apis.kcp.io`): which APIExport each binding workspace gets a
 ///   type from (kcp calls only that export's workspace's configurations for it).
@@ -88,7 +89,7 @@ pub const PERMISSION_CLAIMS: &[(&str, &str, &[&str])] = &[
             "get", "list", "watch", "create", "update", "patch", "delete",
         ],
     ),
-    ("events.k8s.io", "events", &["create", "patch"]),
+    ("", "events", &["create", "patch"]),
     ("apis.kcp.io", "apibindings", &["list", "watch"]),
 ];
 
@@ -237,7 +238,7 @@ mod tests {
                         "get", "list", "watch", "create", "update", "patch", "delete"
                     ]
                 ),
-                ("events.k8s.io", "events", vec!["create", "patch"]),
+                ("", "events", vec!["create", "patch"]),
                 ("apis.kcp.io", "apibindings", vec!["list", "watch"]),
             ]
         );

@@ -4,8 +4,8 @@
 //! data replicated through the cache server (kcp-facts 22), so a configuration
 //! the controller just wrote is enforced some time later, or never while the
 //! cache server is down. Every kcp configuration `holdfast` therefore carries one
-//! more webhook, the enforcement probe: it receives only the CREATE of an
-//! events.k8s.io Event named after a digest of the configuration's other webhooks
+//! more webhook, the enforcement probe: it receives only the CREATE of a (core)
+//! Event named after a digest of the configuration's other webhooks
 //! ([`probe_name`], recorded in [`ANNOTATION`]) and the webhook always refuses it
 //! ([`MESSAGE`]). The controller sends that CREATE as a server-side dry run into
 //! the workspace: an answer naming the probe webhook proves kcp enforces this very
@@ -45,13 +45,13 @@ pub fn probe_name(webhooks: &[ValidatingWebhook]) -> String {
     format!("{PREFIX}{hex}")
 }
 
-/// The probe webhook for the Event `name`: CREATE of events.k8s.io Events whose
+/// The probe webhook for the Event `name`: CREATE of core Events whose
 /// name is `name` (a matchCondition: any other Event is not sent), to the
 /// webhook's probe route. Fails closed, as the configuration's other webhooks.
 pub fn probe_webhook(name: &str, opts: &InstallOptions) -> ValidatingWebhook {
     let rule = RuleWithOperations {
         operations: Some(vec!["CREATE".to_string()]),
-        api_groups: Some(vec!["events.k8s.io".to_string()]),
+        api_groups: Some(vec![String::new()]),
         api_versions: Some(vec!["*".to_string()]),
         resources: Some(vec!["events".to_string()]),
         scope: Some("Namespaced".to_string()),
@@ -119,7 +119,7 @@ mod tests {
         let v = serde_json::to_value(&h).expect("json");
         assert_eq!(
             v["rules"],
-            serde_json::json!([{"apiGroups": ["events.k8s.io"], "apiVersions": ["*"],
+            serde_json::json!([{"apiGroups": [""], "apiVersions": ["*"],
                 "operations": ["CREATE"], "resources": ["events"], "scope": "Namespaced"}])
         );
         assert_eq!(

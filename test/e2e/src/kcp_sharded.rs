@@ -116,7 +116,7 @@ spec:
     selector: {matchAll: true}
     verbs: [get, list, watch, create, update, patch, delete]
     state: Accepted
-  - group: events.k8s.io
+  - group: ""
     resource: events
     selector: {matchAll: true}
     verbs: [create, patch]

@@ -323,7 +323,7 @@ async fn bench_kcp_convergence_and_propagation() {
     let claims = json!([
         {"group": "admissionregistration.k8s.io", "resource": "validatingwebhookconfigurations",
          "selector": {"matchAll": true}, "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"], "state": "Accepted"},
-        {"group": "events.k8s.io", "resource": "events", "selector": {"matchAll": true}, "verbs": ["create", "patch"], "state": "Accepted"},
+        {"group": "", "resource": "events", "selector": {"matchAll": true}, "verbs": ["create", "patch"], "state": "Accepted"},
         {"group": "apis.kcp.io", "resource": "apibindings", "selector": {"matchAll": true}, "verbs": ["list", "watch"], "state": "Accepted"},
     ]);
     each(n, 32, |i| {

@@ -818,12 +818,24 @@ fn accepted_claims(binding: &Value) -> Vec<Claim> {
 
 /// Whether an accepted claim covers `info` in `cluster`: same group/resource, and the
 /// identity of the export the cluster binds it from ("" for a type not bound there).
+/// Events of either API count as core Events, so only a claim on core `events`
+/// covers them (kcp-facts 28).
 fn claim_covers(state: &State, claims: &[Claim], info: &ResourceInfo, cluster: &str) -> bool {
+    let (group, resource) = normalize_events(&info.group, &info.resource);
     claims.iter().any(|(g, r, h)| {
-        *g == info.group
-            && *r == info.resource
+        g == group
+            && r == resource
             && *h == bound_identity(state, cluster, g, r).unwrap_or_default()
     })
+}
+
+/// kcp's `NormalizeEventGroupResource` (`pkg/permissionclaim/permissionclaim_labeler.go`):
+/// `events.k8s.io` `events` is core `events`.
+fn normalize_events<'a>(group: &'a str, resource: &'a str) -> (&'a str, &'a str) {
+    match (group, resource) {
+        ("events.k8s.io", "events") => ("", "events"),
+        other => other,
+    }
 }
 
 /// The kind of `group`/`resource` the APIExport with identity `hash` provides.
@@ -886,7 +898,16 @@ pub fn vw_resources(
         return vec![];
     };
     let mut out = export_infos(state, &vw.export_cluster, &export);
-    for (g, r, h) in claims_of(&export) {
+    let mut claimed = claims_of(&export);
+    // A claim on Events (either API) serves both (kcp `claimedBuiltInGroupResources`,
+    // `pkg/virtual/apiexport/controllers/apireconciler/`).
+    for (g, r, h) in claimed.clone() {
+        if r == "events" && h.is_empty() && (g.is_empty() || g == "events.k8s.io") {
+            let other = if g.is_empty() { "events.k8s.io" } else { "" };
+            claimed.push((other.to_string(), r, h));
+        }
+    }
+    for (g, r, h) in claimed {
         if out.iter().any(|i| i.group == g && i.resource == r) {
             continue;
         }
