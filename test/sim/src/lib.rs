@@ -34,6 +34,7 @@ mod server;
 mod store;
 mod tls;
 mod vap;
+mod warrant;
 
 pub use authz::{TokenFileError, parse_token_auth_file};
 

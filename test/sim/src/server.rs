@@ -82,6 +82,8 @@ pub struct UserInfo {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
+    /// `userInfo.extra` (impersonated extras; kcp's warrants).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl UserInfo {
@@ -91,6 +93,9 @@ impl UserInfo {
             v["uid"] = json!(self.uid);
         }
         v["groups"] = json!(self.groups);
+        if !self.extra.is_empty() {
+            v["extra"] = json!(self.extra);
+        }
         v
     }
     pub fn is_master(&self) -> bool {
@@ -340,6 +345,7 @@ fn authenticate(state: &State, headers: &HeaderMap) -> Option<UserInfo> {
         name: u.name.clone(),
         uid: u.effective_uid(),
         groups,
+        extra: Default::default(),
     })
 }
 
@@ -490,7 +496,16 @@ fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<
     {
         groups.push("system:authenticated".into());
     }
-    Ok(UserInfo { name, uid, groups })
+    let mut extras = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for (k, v) in extra {
+        extras.entry(k).or_default().push(v);
+    }
+    Ok(UserInfo {
+        name,
+        uid,
+        groups,
+        extra: extras,
+    })
 }
 
 /// An impersonated extra key, which travels percent-encoded in its header name,
@@ -599,6 +614,14 @@ async fn handle_inner(
         Ok(x) => x,
         Err(e) => return error_response(&e, &[], pretty),
     };
+    let mut user = user;
+    // The APIExport virtual workspace forwards into a concrete logical cluster
+    // impersonating the caller with kcp's warrant (docs/kcp-facts.md 28).
+    if prefix.vw.is_some()
+        && let ClusterSel::Lc(lc) = &prefix.cluster
+    {
+        crate::warrant::add_virtual_workspace_warrant(&mut user, lc);
+    }
     let ctx = Ctx {
         user,
         cluster: prefix.cluster,
