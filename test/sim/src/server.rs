@@ -43,6 +43,8 @@ pub struct State {
     pub lc_shards: RwLock<HashMap<String, String>>,
     /// Workspaces placed without a shard selector so far (round-robin over the shards).
     pub placements: std::sync::atomic::AtomicUsize,
+    /// kcp's cache server: the webhook configurations admission sees.
+    pub cache: crate::cache::Cache,
 }
 
 /// One kcp shard: its name (`root`, `shard-1`, ...) and its own listener.
@@ -241,10 +243,12 @@ pub async fn start(
         shards,
         lc_shards: RwLock::new(HashMap::new()),
         placements: std::sync::atomic::AtomicUsize::new(0),
+        cache: crate::cache::Cache::default(),
         cfg,
     });
     crate::controllers::bootstrap(&state).await;
     crate::controllers::spawn(state.clone());
+    crate::cache::spawn(state.clone());
     let mut outages = vec![];
     let mut loops = tokio::task::JoinSet::new();
     for (which, listener, addr) in listeners {

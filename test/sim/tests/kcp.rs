@@ -301,6 +301,10 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
                       "rules": [{"operations": ["DELETE"], "apiGroups": ["example.io"], "apiVersions": ["v1"], "resources": ["widgets"]}],
                       "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
     })).await;
+    // kcp's admission sees a configuration once the cache server replicated it.
+    sim.webhooks_replicated(Duration::from_secs(30))
+        .await
+        .expect("replicated");
     let out = k.sh(&format!(
         "--server {url}/clusters/root:org:team delete widget w1 -n default"
     ));
@@ -1103,6 +1107,9 @@ async fn webhooks_come_from_the_export_or_the_workspace_never_both() {
                           "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
         })).await;
     }
+    sim.webhooks_replicated(Duration::from_secs(30))
+        .await
+        .expect("replicated");
     let paths = || {
         hook.reviews()
             .into_iter()
