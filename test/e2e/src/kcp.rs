@@ -62,19 +62,28 @@ impl Kcp {
         name: &str,
         mode: &str,
     ) -> anyhow::Result<crate::controller::ControllerProcess> {
-        let args = self.webhook_args(mode);
+        self.start_holdfast_with(name, mode, &[]).await
+    }
+
+    /// [`Kcp::start_holdfast`], both binaries also given `flags` (flags both must
+    /// agree on, e.g. `--strict`).
+    pub async fn start_holdfast_with(
+        &mut self,
+        name: &str,
+        mode: &str,
+        flags: &[&str],
+    ) -> anyhow::Result<crate::controller::ControllerProcess> {
+        let mut args = self.webhook_args(mode);
+        args.extend(flags.iter().map(|f| f.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.env.start_webhook(&args).await?;
         let Some(port) = self.env.webhook.as_ref().map(|w| w.port) else {
             anyhow::bail!("the webhook did not start");
         };
         let kubeconfig = self.controller_kubeconfig.as_str();
-        let mut c = crate::controller::start_controller(
-            &self.env,
-            name,
-            port,
-            &["--kubeconfig", kubeconfig, "--topology", "kcp"],
-        )?;
+        let mut controller_args = vec!["--kubeconfig", kubeconfig, "--topology", "kcp"];
+        controller_args.extend_from_slice(flags);
+        let mut c = crate::controller::start_controller(&self.env, name, port, &controller_args)?;
         c.wait_ready(30)
             .await
             .with_context(|| format!("controller {name} not ready: {}", c.log()))?;

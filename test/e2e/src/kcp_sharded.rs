@@ -196,6 +196,33 @@ impl Sharded {
         );
     }
 
+    /// As the platform team: Workspace `name` in `parent` on `shard`, waited for
+    /// until Ready (kcp schedules and initializes it asynchronously, kcp-facts 19
+    /// and 31); returns its path.
+    pub fn create_workspace(&self, parent: &str, name: &str, shard: &str) -> String {
+        self.apply("platform", parent, &workspace_on(name, shard));
+        self.wait_workspace_ready(parent, name);
+        format!("{parent}:{name}")
+    }
+
+    /// Waits (at most [`crate::MIN_WAIT`]) until Workspace `name` in `parent` is
+    /// Ready; panics with its last phase otherwise.
+    pub fn wait_workspace_ready(&self, parent: &str, name: &str) {
+        let deadline = std::time::Instant::now() + crate::MIN_WAIT;
+        let args = ["get", "workspace", name, "-o", "jsonpath={.status.phase}"];
+        loop {
+            let out = self.kubectl("platform", parent, &args);
+            if out.code == 0 && out.stdout.trim() == "Ready" {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "workspace {name} in {parent} not Ready: {out:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// `kubectl apply -k manifests/<dir>` as `user` in workspace `path`.
     pub fn apply_k(&self, user: &str, path: &str, dir: &str) {
         let out = self.kubectl(user, path, &["apply", "-k", &manifests(dir)]);
@@ -237,8 +264,7 @@ impl Sharded {
 
     /// [`Sharded::consumer`], binding the network provider's export `network_export`.
     pub fn consumer_of(&self, name: &str, shard: &str, network_export: &str) -> String {
-        self.apply("platform", "root", &workspace_on(name, shard));
-        let path = format!("root:{name}");
+        let path = self.create_workspace("root", name, shard);
         self.apply("platform", &path, &admin_of("consumer"));
         self.apply(
             "consumer",
@@ -294,8 +320,7 @@ impl Sharded {
         holdfast: bool,
         bindings: &[(&str, &str, &str)],
     ) -> String {
-        self.apply("platform", "root", &workspace_on(name, shard));
-        let path = format!("root:{name}");
+        let path = self.create_workspace("root", name, shard);
         self.apply("platform", &path, &admin_of("consumer"));
         for (binding, at, export) in bindings {
             self.apply("consumer", &path, &crate::kcp::binding(binding, at, export));
@@ -309,8 +334,7 @@ impl Sharded {
     /// A consumer workspace `name` on `shard` binding both providers' exports, with
     /// none of the consumer RBAC holdfast's docs recommend.
     pub fn bare_consumer(&self, name: &str, shard: &str) -> String {
-        self.apply("platform", "root", &workspace_on(name, shard));
-        let path = format!("root:{name}");
+        let path = self.create_workspace("root", name, shard);
         self.apply("platform", &path, &admin_of("consumer"));
         for (binding, at, export) in [
             ("compute", COMPUTE, "compute.test.io"),
@@ -388,7 +412,7 @@ impl Sharded {
     /// (docs/kcp.md, provider guide, step 2).
     pub fn provider_workspace(&self, path: &str, shard: &str) {
         let (parent, name) = path.rsplit_once(':').unwrap_or(("root", path));
-        self.apply("platform", parent, &workspace_on(name, shard));
+        self.create_workspace(parent, name, shard);
         self.apply("platform", path, &admin_of("provider"));
         self.apply_k("provider", path, "overlays/kcp/workspace/provider");
     }
@@ -429,8 +453,8 @@ pub async fn sharded() -> anyhow::Result<Sharded> {
         webhook_kubeconfig: String::new(),
     };
     // The platform team: workspaces, holdfast's API and holdfast's RBAC.
-    t.apply("platform", "root", &workspace_on("holdfast", "root"));
-    t.apply("platform", "root", &workspace_on("providers", "root"));
+    t.create_workspace("root", "holdfast", "root");
+    t.create_workspace("root", "providers", "root");
     t.apply_k("platform", HOLDFAST, "kcp");
     t.apply_k("platform", HOLDFAST, "overlays/kcp/workspace/holdfast");
     t.provider_workspace(COMPUTE, "root");

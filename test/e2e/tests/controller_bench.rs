@@ -290,6 +290,16 @@ async fn bench_kcp_convergence_and_propagation() {
         }
     })
     .await;
+    // kcp makes a workspace Ready asynchronously (kcp-facts 31).
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let all = list(&client, ws_coll).await.expect("workspaces");
+        if all.iter().all(|w| w["status"]["phase"] == "Ready") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "workspaces not Ready");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/kcp");
     env.run(&[
         "--server",

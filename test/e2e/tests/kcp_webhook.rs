@@ -13,7 +13,7 @@
 use holdfast_e2e::{
     KubectlOutput,
     kcp::vm_vpc_rule,
-    kcp_sharded::{COMPUTE, HOLDFAST, Sharded, holdfast_binding, sharded, workspace_on},
+    kcp_sharded::{COMPUTE, HOLDFAST, Sharded, holdfast_binding, sharded},
     steps::eventually,
 };
 use holdfast_shared::{
@@ -99,8 +99,7 @@ fn log(t: &Sharded) -> String {
 /// the consumer (without bypass), binding holdfast.dev with its three claims, the
 /// consumer overlay applied. Returns (path, logical cluster).
 async fn consumer(t: &Sharded, name: &str, shard: &str) -> (String, String) {
-    t.apply("platform", "root", &workspace_on(name, shard));
-    let path = format!("root:{name}");
+    let path = t.create_workspace("root", name, shard);
     t.apply("platform", &path, &consumer_edit());
     t.apply("consumer", &path, holdfast_binding());
     t.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
@@ -579,8 +578,7 @@ async fn every_protection_in_every_consumer_workspace() {
     c.same("events in team-a", expected, &event_summary(&events));
 
     // A workspace that does not bind holdfast.dev is untouched.
-    t.apply("platform", "root", &workspace_on("team-c", "shard-1"));
-    let cpath = "root:team-c".to_string();
+    let cpath = t.create_workspace("root", "team-c", "shard-1");
     t.apply("platform", &cpath, &consumer_edit());
     t.apply("consumer", &cpath, &configmap("default", "keep", PROTECTED));
     let out = ok(

@@ -4,7 +4,7 @@
 
 use holdfast_e2e::{
     kcp::{PROTECTED_POLICY, binding_denial, workspace_denial},
-    kcp_sharded::{admin_of, holdfast_binding, sharded, workspace_on},
+    kcp_sharded::{admin_of, holdfast_binding, sharded},
 };
 
 const ORG: &str = "root:org";
@@ -14,9 +14,9 @@ const TEAM: &str = "root:org:team";
 async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
     let mut t = sharded().await.unwrap_or_else(|e| panic!("{e:#}"));
     t.apply_k("platform", "root", "overlays/kcp/workspace/root");
-    t.apply("platform", "root", &workspace_on("org", "root"));
-    t.apply("platform", ORG, &workspace_on("team", "shard-1"));
-    t.apply("platform", ORG, &workspace_on("scratch", "shard-1"));
+    t.create_workspace("root", "org", "root");
+    t.create_workspace(ORG, "team", "shard-1");
+    t.create_workspace(ORG, "scratch", "shard-1");
     t.apply("platform", TEAM, &admin_of("consumer"));
     t.let_bind_holdfast("consumer");
     t.apply("consumer", TEAM, holdfast_binding());

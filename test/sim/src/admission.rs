@@ -268,7 +268,13 @@ pub async fn validate(state: &Arc<State>, ctx: &Ctx, a: Attrs<'_>) -> ApiResult<
     } else {
         kcp::webhook_source(state, a.cluster, a.info)
     };
-    let mut configs: Vec<Arc<Value>> = state.store.list(&vwc_gr(), Some(&source), None).0;
+    // On kcp, the configurations as replicated through the cache server
+    // (docs/kcp-facts.md 29).
+    let mut configs: Vec<Arc<Value>> = if source.is_empty() {
+        state.store.list(&vwc_gr(), Some(&source), None).0
+    } else {
+        state.cache.configs(&source)
+    };
     configs.sort_by(|x, y| {
         x["metadata"]["name"]
             .as_str()

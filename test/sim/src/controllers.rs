@@ -51,6 +51,7 @@ pub fn controller_user(state: &State) -> UserInfo {
         uid: crate::user_uid(&u.name),
         name: u.name,
         groups,
+        extra: Default::default(),
     }
 }
 

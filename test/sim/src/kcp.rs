@@ -20,24 +20,24 @@ fn gr(group: &str, resource: &str) -> Gr {
 }
 
 /// kcp's kinds, as (group, resource) for [`kind`].
-const WORKSPACES: (&str, &str) = ("tenancy.kcp.io", "workspaces");
-const LOGICAL_CLUSTERS: (&str, &str) = ("core.kcp.io", "logicalclusters");
+pub(crate) const WORKSPACES: (&str, &str) = ("tenancy.kcp.io", "workspaces");
+pub(crate) const LOGICAL_CLUSTERS: (&str, &str) = ("core.kcp.io", "logicalclusters");
 const EXPORTS: (&str, &str) = ("apis.kcp.io", "apiexports");
 const BINDINGS: (&str, &str) = ("apis.kcp.io", "apibindings");
 const SCHEMAS: (&str, &str) = ("apis.kcp.io", "apiresourceschemas");
 const SLICES: (&str, &str) = ("apis.kcp.io", "apiexportendpointslices");
 const SHARDS: (&str, &str) = ("core.kcp.io", "shards");
 
-fn kind((group, resource): (&str, &str)) -> Gr {
+pub(crate) fn kind((group, resource): (&str, &str)) -> Gr {
     gr(group, resource)
 }
 
 /// The annotation kcp records a Workspace's shard in.
-const SHARD_ANNOTATION: &str = "internal.tenancy.kcp.io/shard";
+pub(crate) const SHARD_ANNOTATION: &str = "internal.tenancy.kcp.io/shard";
 /// An APIExport with this annotation gets no endpoint slice from kcp.
 const SKIP_SLICE_ANNOTATION: &str = "apiexports.apis.kcp.io/skip-endpointslice";
 
-fn ckey(cluster: &str, name: &str) -> Key {
+pub(crate) fn ckey(cluster: &str, name: &str) -> Key {
     Key {
         cluster: cluster.to_string(),
         namespace: String::new(),
@@ -45,7 +45,13 @@ fn ckey(cluster: &str, name: &str) -> Key {
     }
 }
 
-fn create_logical_cluster(state: &State, name: &str, path: &str, shard: &str) {
+pub(crate) fn create_logical_cluster(
+    state: &State,
+    name: &str,
+    path: &str,
+    shard: &str,
+    phase: &str,
+) {
     if let Ok(mut m) = state.lc_shards.write() {
         m.insert(name.to_string(), shard.to_string());
     }
@@ -55,8 +61,8 @@ fn create_logical_cluster(state: &State, name: &str, path: &str, shard: &str) {
         "metadata": {"name": "cluster", "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now,
                      "generation": 1,
                      "annotations": {"kcp.io/cluster": name, "kcp.io/path": path}},
-        "spec": {"initializers": []},
-        "status": {"phase": "Ready", "URL": format!("{}/clusters/{}", state.url, path)},
+        "spec": {"initializers": if phase == "Ready" { json!([]) } else { json!(crate::kcp_workspace::INITIALIZERS) }},
+        "status": {"phase": phase, "URL": format!("{}/clusters/{}", state.url, path)},
     });
     let _ = state
         .store
@@ -75,7 +81,7 @@ fn create_logical_cluster(state: &State, name: &str, path: &str, shard: &str) {
 }
 
 /// Removes a logical cluster with everything in it (nested workspaces included).
-fn delete_logical_cluster(state: &State, lc: &str) {
+pub(crate) fn delete_logical_cluster(state: &State, lc: &str) {
     for (k, w) in state.store.all_objects(&kind(WORKSPACES)) {
         if k.cluster == lc
             && let Some(child) = w["spec"]["cluster"].as_str()
@@ -100,7 +106,7 @@ fn delete_logical_cluster(state: &State, lc: &str) {
 
 /// The root logical cluster (on shard `root`) and one `Shard` object per shard in it.
 pub fn bootstrap(state: &State) {
-    create_logical_cluster(state, ROOT, ROOT, ROOT);
+    create_logical_cluster(state, ROOT, ROOT, ROOT, "Ready");
     crate::authz::bootstrap_root(state, ROOT);
     for sh in &state.shards {
         let shard = json!({
@@ -120,7 +126,7 @@ pub fn bootstrap(state: &State) {
 /// The shard a new Workspace lands on: among the shards whose `Shard` labels its
 /// `spec.location.selector` matches (all without a selector), in shard order, the
 /// next in a round-robin over every placement so far. None: no shard matches.
-fn place(state: &State, ws: &Value) -> Option<String> {
+pub(crate) fn place(state: &State, ws: &Value) -> Option<String> {
     let selector = &ws["spec"]["location"]["selector"];
     let selector = crate::selectors::Selector::from_label_selector(selector);
     let candidates: Vec<&str> = state
@@ -553,7 +559,7 @@ pub fn webhook_source(state: &State, cluster: &str, info: &ResourceInfo) -> Stri
 }
 
 /// Sets an annotation where `metadata.annotations` is an object or absent.
-fn set_annotation(obj: &mut Value, key: &str, value: Value) {
+pub(crate) fn set_annotation(obj: &mut Value, key: &str, value: Value) {
     if !obj["metadata"].is_object() {
         return;
     }
@@ -566,7 +572,7 @@ fn set_annotation(obj: &mut Value, key: &str, value: Value) {
     }
 }
 
-fn random_lc_name() -> String {
+pub(crate) fn random_lc_name() -> String {
     use rand::Rng;
     const CH: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut r = rand::rng();
@@ -599,25 +605,13 @@ pub fn prepare_create(
             if obj["spec"]["type"].is_null() {
                 obj["spec"]["type"] = json!({"name": "universal", "path": "root"});
             }
-            let Some(shard) = place(state, obj) else {
-                // As kcp's scheduler: no shard matches, the Workspace waits unscheduled.
-                obj["status"] = json!({"phase": "Scheduling", "conditions": [
-                    {"type": "WorkspaceScheduled", "status": "False", "severity": "Error",
-                     "reason": "Unschedulable", "message": "No available shards to schedule the workspace",
-                     "lastTransitionTime": now_rfc3339()},
-                ]});
-                return Ok(());
-            };
-            let lc = random_lc_name();
-            let parent = path_of(state, cluster).unwrap_or_else(|| cluster.to_string());
-            let path = format!("{parent}:{name}");
-            set_annotation(obj, SHARD_ANNOTATION, json!(shard));
-            obj["spec"]["cluster"] = json!(lc);
-            obj["spec"]["URL"] = json!(format!("{}/clusters/{}", state.url, path));
-            obj["status"] = json!({"phase": "Ready", "conditions": [
-                {"type": "WorkspaceScheduled", "status": "True", "lastTransitionTime": now_rfc3339()},
-                {"type": "WorkspaceInitialized", "status": "True", "lastTransitionTime": now_rfc3339()},
-            ]});
+            // Scheduled, initialized and made Ready asynchronously
+            // (`crate::kcp_workspace`, docs/kcp-facts.md 31).
+            if let Some(spec) = obj["spec"].as_object_mut() {
+                spec.remove("cluster");
+                spec.remove("URL");
+            }
+            obj["status"] = crate::kcp_workspace::scheduling_status();
         }
         ("apis.kcp.io", "apiexports") => {
             use rand::Rng;
@@ -1196,15 +1190,10 @@ pub async fn after_write(
         ("tenancy.kcp.io", "workspaces") => {
             if old.is_none()
                 && let Some(n) = new
-                && let Some(lc) = n["spec"]["cluster"].as_str()
             {
-                let parent = path_of(state, cluster).unwrap_or_else(|| cluster.to_string());
                 let name = n["metadata"]["name"].as_str().unwrap_or("");
-                let shard = n["metadata"]["annotations"][SHARD_ANNOTATION]
-                    .as_str()
-                    .unwrap_or(ROOT);
-                create_logical_cluster(state, lc, &format!("{parent}:{name}"), shard);
-                crate::authz::init_workspace(state, lc, n);
+                let uid = n["metadata"]["uid"].as_str().unwrap_or("");
+                crate::kcp_workspace::spawn(state, cluster, name, uid);
             }
             if new.is_none()
                 && let Some(o) = old

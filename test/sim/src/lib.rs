@@ -16,6 +16,7 @@ mod admreg_rules;
 mod api;
 mod authz;
 mod builtin_schema;
+mod cache;
 /// The CEL subset the simulator evaluates (admission policies, matchConditions, CRD
 /// validation rules); public so tests can evaluate expressions exactly as it does.
 pub mod cel;
@@ -24,6 +25,7 @@ mod defaults;
 mod errors;
 mod eventsview;
 mod kcp;
+mod kcp_workspace;
 mod patch;
 mod proto;
 mod rbac;
@@ -34,8 +36,10 @@ mod server;
 mod store;
 mod tls;
 mod vap;
+mod warrant;
 
 pub use authz::{TokenFileError, parse_token_auth_file};
+pub use cache::Replication;
 
 use anyhow::Context;
 use base64::Engine;
@@ -254,6 +258,29 @@ impl SimHandle {
     /// Drops all watch history: watches resuming from an older resourceVersion get 410 Expired.
     pub fn compact(&self) {
         self.state.store.compact();
+    }
+
+    /// How kcp's webhook configurations reach admission through the cache server
+    /// (default: a random 50-500 ms; [`Replication::Stopped`]: the cache server is
+    /// down). Changes pending are rescheduled under the new setting.
+    pub fn set_webhook_replication(&self, setting: Replication) {
+        self.state.cache.set(setting);
+    }
+
+    /// Waits (at most `within`) until every kcp ValidatingWebhookConfiguration is
+    /// replicated as stored, i.e. admission enforces exactly what is stored.
+    pub async fn webhooks_replicated(&self, within: Duration) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + within;
+        while !self.state.cache.sync(&self.state) {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!(
+                    "webhook configurations not replicated within {within:?} ({:?})",
+                    self.state.cache.setting()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
     }
 
     /// The current (global) resourceVersion.

@@ -43,6 +43,8 @@ pub struct State {
     pub lc_shards: RwLock<HashMap<String, String>>,
     /// Workspaces placed without a shard selector so far (round-robin over the shards).
     pub placements: std::sync::atomic::AtomicUsize,
+    /// kcp's cache server: the webhook configurations admission sees.
+    pub cache: crate::cache::Cache,
 }
 
 /// One kcp shard: its name (`root`, `shard-1`, ...) and its own listener.
@@ -82,6 +84,8 @@ pub struct UserInfo {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
+    /// `userInfo.extra` (impersonated extras; kcp's warrants).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl UserInfo {
@@ -91,6 +95,9 @@ impl UserInfo {
             v["uid"] = json!(self.uid);
         }
         v["groups"] = json!(self.groups);
+        if !self.extra.is_empty() {
+            v["extra"] = json!(self.extra);
+        }
         v
     }
     pub fn is_master(&self) -> bool {
@@ -236,10 +243,12 @@ pub async fn start(
         shards,
         lc_shards: RwLock::new(HashMap::new()),
         placements: std::sync::atomic::AtomicUsize::new(0),
+        cache: crate::cache::Cache::default(),
         cfg,
     });
     crate::controllers::bootstrap(&state).await;
     crate::controllers::spawn(state.clone());
+    crate::cache::spawn(state.clone());
     let mut outages = vec![];
     let mut loops = tokio::task::JoinSet::new();
     for (which, listener, addr) in listeners {
@@ -340,6 +349,7 @@ fn authenticate(state: &State, headers: &HeaderMap) -> Option<UserInfo> {
         name: u.name.clone(),
         uid: u.effective_uid(),
         groups,
+        extra: Default::default(),
     })
 }
 
@@ -490,7 +500,16 @@ fn impersonate(state: &State, user: UserInfo, headers: &HeaderMap) -> ApiResult<
     {
         groups.push("system:authenticated".into());
     }
-    Ok(UserInfo { name, uid, groups })
+    let mut extras = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for (k, v) in extra {
+        extras.entry(k).or_default().push(v);
+    }
+    Ok(UserInfo {
+        name,
+        uid,
+        groups,
+        extra: extras,
+    })
 }
 
 /// An impersonated extra key, which travels percent-encoded in its header name,
@@ -599,6 +618,14 @@ async fn handle_inner(
         Ok(x) => x,
         Err(e) => return error_response(&e, &[], pretty),
     };
+    let mut user = user;
+    // The APIExport virtual workspace forwards into a concrete logical cluster
+    // impersonating the caller with kcp's warrant (docs/kcp-facts.md 28).
+    if prefix.vw.is_some()
+        && let ClusterSel::Lc(lc) = &prefix.cluster
+    {
+        crate::warrant::add_virtual_workspace_warrant(&mut user, lc);
+    }
     let ctx = Ctx {
         user,
         cluster: prefix.cluster,

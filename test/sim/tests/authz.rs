@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Kubectl, assert_status};
+use common::{Kubectl, assert_status, ready_workspace};
 use holdfast_sim::{Sim, SimConfig, SimHandle, parse_token_auth_file};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -68,7 +68,14 @@ async fn try_create(
         api_version: ar.api_version.clone(),
         kind: ar.kind.clone(),
     });
-    api(client, ar, ns).create(&PostParams::default(), &o).await
+    let created = api(client, ar, ns)
+        .create(&PostParams::default(), &o)
+        .await?;
+    // A Workspace is used once Ready (kcp makes it so asynchronously).
+    match (ar.plural.as_str(), created.metadata.name.as_deref()) {
+        ("workspaces", Some(name)) => Ok(ready_workspace(&api(client, ar, ns), name).await),
+        _ => Ok(created),
+    }
 }
 
 /// A ClusterRole `name` with `rules` and a ClusterRoleBinding `name` of it to user `user`.

@@ -35,9 +35,15 @@ async fn create(
         Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
         None => Api::all_with(client.clone(), ar),
     };
-    api.create(&PostParams::default(), &obj(ar, v))
+    let created = api
+        .create(&PostParams::default(), &obj(ar, v))
         .await
-        .expect("create")
+        .expect("create");
+    // A Workspace is used once Ready (kcp makes it so asynchronously).
+    match (ar.plural.as_str(), created.metadata.name.as_deref()) {
+        ("workspaces", Some(name)) => ready_workspace(&api, name).await,
+        _ => created,
+    }
 }
 
 /// An admin client for `server` (a workspace path, a virtual workspace, `*`).
@@ -301,6 +307,10 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
                       "rules": [{"operations": ["DELETE"], "apiGroups": ["example.io"], "apiVersions": ["v1"], "resources": ["widgets"]}],
                       "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
     })).await;
+    // kcp's admission sees a configuration once the cache server replicated it.
+    sim.webhooks_replicated(Duration::from_secs(30))
+        .await
+        .expect("replicated");
     let out = k.sh(&format!(
         "--server {url}/clusters/root:org:team delete widget w1 -n default"
     ));
@@ -597,7 +607,22 @@ async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
     assert_eq!(xy, ["root", "shard-1"], "round-robin over the shards");
 
     // No shard matches: the Workspace waits in Scheduling, without a logical cluster.
-    let nowhere = ws_on(&root, "nowhere", "nope").await;
+    let selector = json!({"matchLabels": {"name": "nope"}});
+    let workspaces = Api::<DynamicObject>::all_with(root.clone(), &ws());
+    workspaces
+        .create(
+            &PostParams::default(),
+            &obj(&ws(), ws_at("nowhere", Some(selector))),
+        )
+        .await
+        .expect("create nowhere");
+    let mut nowhere = workspaces.get("nowhere").await.expect("nowhere");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while nowhere.data["status"]["conditions"][0]["reason"] != "Unschedulable" {
+        assert!(std::time::Instant::now() < deadline, "{:?}", nowhere.data);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        nowhere = workspaces.get("nowhere").await.expect("nowhere");
+    }
     let status = &nowhere.data["status"];
     let cond = &status["conditions"][0];
     assert_eq!(
@@ -1103,6 +1128,9 @@ async fn webhooks_come_from_the_export_or_the_workspace_never_both() {
                           "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
         })).await;
     }
+    sim.webhooks_replicated(Duration::from_secs(30))
+        .await
+        .expect("replicated");
     let paths = || {
         hook.reviews()
             .into_iter()

@@ -449,3 +449,24 @@ pub async fn wait_until<F: FnMut() -> bool>(what: &str, mut f: F) {
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
 }
+
+/// Waits (30 s at the most) until the Workspace `name` of `workspaces` is Ready
+/// (kcp schedules and initializes a workspace asynchronously); returns it.
+pub async fn ready_workspace(
+    workspaces: &kube::Api<kube::api::DynamicObject>,
+    name: &str,
+) -> kube::api::DynamicObject {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let last = workspaces.get(name).await;
+        if let Ok(w) = &last
+            && w.data["status"]["phase"] == "Ready"
+        {
+            return w.clone();
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("workspace {name} not Ready within 30 s: {last:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}

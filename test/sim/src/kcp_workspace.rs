@@ -1,0 +1,145 @@
+//! A Workspace becomes Ready asynchronously (docs/kcp-facts.md 31), as kcp's
+//! workspace reconciler and initializers make it: `Scheduling` (no `spec.cluster`,
+//! no `spec.URL`), then `Initializing` (placed on a shard, its LogicalCluster
+//! created, initializers `root:universal` and `system:apibindings` pending), then
+//! `Ready`, each step a short random delay after the previous one, in a task of
+//! its own (`pkg/reconciler/tenancy/workspace/workspace_reconcile_scheduling.go`,
+//! `workspace_reconcile_phase.go`; `pkg/reconciler/tenancy/initialization/`;
+//! `config/root/workspacetype-universal.yaml`).
+
+use crate::kcp::{LOGICAL_CLUSTERS, SHARD_ANNOTATION, WORKSPACES, ckey, kind};
+use crate::now_rfc3339;
+use crate::server::State;
+use crate::store::rv_of;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The initializers of a workspace of type `universal`: the type's own
+/// (`initializer: true`, named `<path>:<name>`) and the APIBinder's (the type has
+/// `defaultAPIBindings`).
+pub const INITIALIZERS: [&str; 2] = ["root:universal", "system:apibindings"];
+
+/// The status of a Workspace just created: waiting for the scheduler.
+pub fn scheduling_status() -> Value {
+    json!({"phase": "Scheduling"})
+}
+
+fn step_delay() -> Duration {
+    use rand::Rng;
+    Duration::from_millis(rand::rng().random_range(20..=120))
+}
+
+/// Starts the lifecycle of the Workspace `name` (uid `uid`) just created in
+/// logical cluster `parent`.
+pub fn spawn(state: &Arc<State>, parent: &str, name: &str, uid: &str) {
+    let (state, parent, name, uid) = (
+        state.clone(),
+        parent.to_string(),
+        name.to_string(),
+        uid.to_string(),
+    );
+    tokio::spawn(async move {
+        tokio::time::sleep(step_delay()).await;
+        let Some(lc) = schedule(&state, &parent, &name, &uid) else {
+            return;
+        };
+        tokio::time::sleep(step_delay()).await;
+        ready(&state, &parent, &name, &uid, &lc);
+    });
+}
+
+/// Changes the Workspace with `f` (None: it is gone or another one now).
+fn change(
+    state: &State,
+    parent: &str,
+    name: &str,
+    uid: &str,
+    f: impl Fn(&mut Value),
+) -> Option<Arc<Value>> {
+    let key = ckey(parent, name);
+    for _ in 0..16 {
+        let old = state.store.get(&kind(WORKSPACES), &key)?;
+        if old["metadata"]["uid"].as_str() != Some(uid)
+            || !old["metadata"]["deletionTimestamp"].is_null()
+        {
+            return None;
+        }
+        let mut new = (*old).clone();
+        f(&mut new);
+        if let Ok(stored) = state
+            .store
+            .update(&kind(WORKSPACES), &key, new, rv_of(&old))
+        {
+            return Some(stored);
+        }
+    }
+    None
+}
+
+/// The scheduler: places the Workspace on a shard, creates its LogicalCluster
+/// (phase `Initializing`) and moves it to `Initializing`. None: unschedulable (it
+/// stays `Scheduling`, condition `WorkspaceScheduled=False`) or gone.
+fn schedule(state: &Arc<State>, parent: &str, name: &str, uid: &str) -> Option<String> {
+    let ws = state.store.get(&kind(WORKSPACES), &ckey(parent, name))?;
+    let Some(shard) = crate::kcp::place(state, &ws) else {
+        change(state, parent, name, uid, |w| {
+            w["status"] = json!({"phase": "Scheduling", "conditions": [
+                {"type": "WorkspaceScheduled", "status": "False", "severity": "Error",
+                 "reason": "Unschedulable", "message": "No available shards to schedule the workspace",
+                 "lastTransitionTime": now_rfc3339()},
+            ]});
+        });
+        return None;
+    };
+    let lc = crate::kcp::random_lc_name();
+    let parent_path = crate::kcp::path_of(state, parent).unwrap_or_else(|| parent.to_string());
+    let path = format!("{parent_path}:{name}");
+    let url = format!("{}/clusters/{}", state.url, path);
+    crate::kcp::create_logical_cluster(state, &lc, &path, &shard, "Initializing");
+    let stored = change(state, parent, name, uid, |w| {
+        crate::kcp::set_annotation(w, SHARD_ANNOTATION, json!(shard));
+        w["spec"]["cluster"] = json!(lc);
+        w["spec"]["URL"] = json!(url);
+        let now = now_rfc3339();
+        w["status"] = json!({"phase": "Initializing", "initializers": INITIALIZERS, "conditions": [
+            {"type": "WorkspaceScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "WorkspaceInitialized", "status": "False", "severity": "Info",
+             "reason": "InitializerExists",
+             "message": format!("Initializers still exist: [{}]", INITIALIZERS.join(" ")),
+             "lastTransitionTime": now},
+        ]});
+    });
+    match stored {
+        Some(w) => {
+            crate::authz::init_workspace(state, &lc, &w);
+            Some(lc)
+        }
+        None => {
+            // Deleted meanwhile: its logical cluster goes too.
+            crate::kcp::delete_logical_cluster(state, &lc);
+            None
+        }
+    }
+}
+
+/// The initializers are done: the LogicalCluster and the Workspace are Ready.
+fn ready(state: &Arc<State>, parent: &str, name: &str, uid: &str, lc: &str) {
+    let key = ckey(lc, "cluster");
+    if let Some(old) = state.store.get(&kind(LOGICAL_CLUSTERS), &key) {
+        let mut new = (*old).clone();
+        new["spec"]["initializers"] = json!([]);
+        new["status"]["phase"] = json!("Ready");
+        new["status"]["initializers"] = json!([]);
+        let _ = state
+            .store
+            .update(&kind(LOGICAL_CLUSTERS), &key, new, rv_of(&old));
+    }
+    change(state, parent, name, uid, |w| {
+        let now = now_rfc3339();
+        w["status"] = json!({"phase": "Ready", "conditions": [
+            {"type": "WorkspaceScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "WorkspaceInitialized", "status": "True", "lastTransitionTime": now},
+        ]});
+    });
+}
