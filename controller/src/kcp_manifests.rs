@@ -77,7 +77,7 @@ pub fn schema_for(crd: &CustomResourceDefinition) -> anyhow::Result<Value> {
 /// - `validatingwebhookconfigurations`: the controller installs the configuration
 ///   `holdfast` in every binding workspace through the virtual workspace;
 /// - `events` (core; kcp serves both `events` APIs for it and authorizes either
-///   only by a core claim, kcp-facts 28): the webhook records refused, warned, audited and
+///   only by a core claim, kcp-facts 32): the webhook records refused, warned, audited and
 ///   break-glass deletions as Events in the workspace of the object;
 /// - `apibindings` (`apis.kcp.io`): which APIExport each binding workspace gets a
 ///   type from (kcp calls only that export's workspace's configurations for it).

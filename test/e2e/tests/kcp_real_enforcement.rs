@@ -95,6 +95,31 @@ async fn a_policy_is_ready_only_once_kcp_enforces_it_on_a_real_kcp() {
         "Ready, so refused at once: {out:?}"
     );
     r.step("ResourceProtection config Ready and enforced");
+    // A real DELETE, refused: the webhook records it as an Event next to the
+    // ConfigMap, written through holdfast's virtual workspace under the core
+    // Events claim (kcp-facts 32: a claim on events.k8s.io never authorizes).
+    let out = r.kubectl(
+        "consumer",
+        CONSUMER,
+        &["delete", "configmap", "vault", "-n", "default"],
+    );
+    assert!(out.code != 0, "{out:?}");
+    let blocked = r
+        .until(
+            "consumer",
+            CONSUMER,
+            &[
+                "get",
+                "events.events.k8s.io",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={range .items[?(@.reason==\"DeletionBlocked\")]}{.regarding.name}{\"\\n\"}{end}",
+            ],
+            |o| o.stdout.lines().any(|l| l == "vault"),
+        )
+        .await;
+    assert!(blocked.stdout.contains("vault"), "{blocked:?}");
 
     // The cache server stops: a second policy's configuration is written but
     // kcp cannot enforce it.

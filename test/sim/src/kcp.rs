@@ -813,7 +813,7 @@ fn accepted_claims(binding: &Value) -> Vec<Claim> {
 /// Whether an accepted claim covers `info` in `cluster`: same group/resource, and the
 /// identity of the export the cluster binds it from ("" for a type not bound there).
 /// Events of either API count as core Events, so only a claim on core `events`
-/// covers them (kcp-facts 28).
+/// covers them (kcp-facts 32).
 fn claim_covers(state: &State, claims: &[Claim], info: &ResourceInfo, cluster: &str) -> bool {
     let (group, resource) = normalize_events(&info.group, &info.resource);
     claims.iter().any(|(g, r, h)| {
