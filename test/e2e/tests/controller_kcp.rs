@@ -352,13 +352,16 @@ async fn unresolvable_path_is_invalid_and_recovers_when_the_workspace_appears() 
 
     // The workspaces appear (three levels below root): the rule recovers on its own.
     kcp.apply("platform", "root:providers", &workspace("storage"));
+    kcp.wait_workspace_ready("root:providers", "storage");
     let volumes = [("volumes", "Volume")];
     provider(&kcp, deep, "shard-1", "storage.test.io", &volumes);
     kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-volume", "Invalid", "False"])
         .await;
     wait_routed(&kcp, &c, deep, &["volumes.storage.test.io"]).await;
-    let ready = rule_condition(&kcp, COMPUTE, "vm-volume", "Ready");
-    assert_eq!(ready["status"], "True", "{ready}");
+    // Ready once kcp enforces the new configuration (it comes back from the cache
+    // server, kcp-facts 29).
+    kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-volume", "Ready", "True"])
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

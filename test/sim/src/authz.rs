@@ -511,14 +511,17 @@ fn binding_allows(
         .as_ref()
         .and_then(|e| e["spec"]["permissionClaims"].as_array().cloned())
         .unwrap_or_default();
+    // kcp normalizes Events of either API to core Events before comparing with
+    // the claims (kcp-facts 32): an `events.k8s.io` claim never matches.
+    let (group, resource) = crate::kcp::normalize_events(&info.group, &info.resource);
     for claim in binding["spec"]["permissionClaims"]
         .as_array()
         .into_iter()
         .flatten()
     {
         if claim["state"].as_str() != Some("Accepted")
-            || claim["group"].as_str().unwrap_or("") != info.group
-            || claim["resource"].as_str().unwrap_or("") != info.resource
+            || claim["group"].as_str().unwrap_or("") != group
+            || claim["resource"].as_str().unwrap_or("") != resource
         {
             continue;
         }

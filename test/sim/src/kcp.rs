@@ -825,7 +825,7 @@ fn claim_covers(state: &State, claims: &[Claim], info: &ResourceInfo, cluster: &
 
 /// kcp's `NormalizeEventGroupResource` (`pkg/permissionclaim/permissionclaim_labeler.go`):
 /// `events.k8s.io` `events` is core `events`.
-fn normalize_events<'a>(group: &'a str, resource: &'a str) -> (&'a str, &'a str) {
+pub fn normalize_events<'a>(group: &'a str, resource: &'a str) -> (&'a str, &'a str) {
     match (group, resource) {
         ("events.k8s.io", "events") => ("", "events"),
         other => other,
