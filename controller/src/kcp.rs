@@ -2140,7 +2140,16 @@ impl Reconciler {
                 }
             })
             .await;
-        answer.unwrap_or_else(|e| ProbeAnswer::NotYet(format!("the probe failed: {e:#}")))
+        answer.unwrap_or_else(|e| {
+            let forbidden = matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 403);
+            ProbeAnswer::NotYet(match forbidden {
+                true => format!(
+                    "holdfast may not create (even dry-run) Events here, so it cannot see whether kcp enforces the configuration: the workspace's APIBinding to {} must accept the claim on core events (group \"\", verbs create, patch; docs/kcp.md): {e:#}",
+                    self.settings.api_export
+                ),
+                false => format!("the probe failed: {e:#}"),
+            })
+        })
     }
 
     /// A Warning Event about `reference` (a policy) in logical cluster `cluster`,
