@@ -1417,8 +1417,16 @@ impl Reconciler {
             .map_err(|_| ReconcileError::Internal("target cache poisoned".into()))?;
         let planned = started.elapsed();
         let mut installed = self.install(&desired).await;
-        if let Err(e) = self.install_home(&kinds).await {
-            installed.errors.push(e);
+        // The holdfast workspace's own (CriticalServices guard themselves through
+        // it): judged and probed with the others.
+        match self.install_home(&kinds).await {
+            Ok(Some(cfg)) => {
+                if let Some(home) = &kinds.home {
+                    installed.configurations.insert(home.clone(), cfg);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => installed.errors.push(e),
         }
         if let Some(w) = &self.workspaces {
             let opts = self.options.borrow().clone();
@@ -1440,7 +1448,10 @@ impl Reconciler {
         // probed again on the short retry).
         let enforced = self
             .enforcement
-            .check(&installed.configurations, |lc, name| self.probe(lc, name))
+            .check(&installed.configurations, |lc, name| {
+                let home = kinds.home.as_deref() == Some(lc.as_str());
+                self.probe(lc, name, home)
+            })
             .await;
         let probing = !enforced.pending.is_empty();
         if let Ok(mut at) = self.statuses_written.lock() {
@@ -1454,6 +1465,7 @@ impl Reconciler {
                 &kinds.objects,
                 &installed.configurations,
                 &enforced,
+                kinds.home.as_deref(),
             )
             .await,
         );
@@ -1578,9 +1590,12 @@ impl Reconciler {
     /// the controller's own identity in its workspace (the shipped RBAC grants
     /// exactly that configuration); while a write is refused the rest of the pass
     /// goes on, and it is said once (a refused read, by the watch).
-    async fn install_home(&self, kinds: &PlannedKinds) -> Result<(), String> {
+    async fn install_home(
+        &self,
+        kinds: &PlannedKinds,
+    ) -> Result<Option<Arc<ValidatingWebhookConfiguration>>, String> {
         let Some(home) = kinds.home.as_deref() else {
-            return Ok(());
+            return Ok(None);
         };
         let needed = kinds
             .policies
@@ -1589,7 +1604,7 @@ impl Reconciler {
         // Until its watch has listed (its failures, a 403 included, are logged by
         // the watch itself).
         if !self.home_hooks.synced() {
-            return Ok(());
+            return Ok(None);
         }
         let live = self
             .home_hooks
@@ -1622,8 +1637,10 @@ impl Reconciler {
             false => None,
         };
         let api: Api<ValidatingWebhookConfiguration> = Api::all(self.home.clone());
-        let done: Result<(), kube::Error> = match (want, live) {
-            (Some(want), Some(live)) if matches_desired(&live, &want) => Ok(()),
+        let done: Result<Option<Arc<ValidatingWebhookConfiguration>>, kube::Error> = match (
+            want, live,
+        ) {
+            (Some(want), Some(live)) if matches_desired(&live, &want) => Ok(Some(live)),
             (Some(want), _) => {
                 tracing::info!(workspace = %home, "installing ValidatingWebhookConfiguration holdfast in the holdfast workspace (CriticalServices guard themselves)");
                 let mut body = serde_json::to_value(&want).map_err(|e| e.to_string())?;
@@ -1635,7 +1652,7 @@ impl Reconciler {
                     &Patch::Apply(&body),
                 )
                 .await
-                .map(|_| ())
+                .map(|c| Some(Arc::new(c)))
             }
             // Only holdfast's own: the watch sees nothing else.
             (None, Some(_)) => {
@@ -1644,22 +1661,22 @@ impl Reconciler {
                     .delete(WEBHOOK_CONFIGURATION_NAME, &Default::default())
                     .await
                 {
-                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                    other => other.map(|_| ()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                    other => other.map(|_| None),
                 }
             }
-            (None, _) => Ok(()),
+            (None, _) => Ok(None),
         };
         match done {
-            Ok(()) => {
+            Ok(cfg) => {
                 self.home_warned.store(false, Ordering::Relaxed);
-                Ok(())
+                Ok(cfg)
             }
             Err(kube::Error::Api(s)) if s.code == 403 => {
                 if !self.home_warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(workspace = %home, error = %s.message, "may not write ValidatingWebhookConfiguration holdfast in the holdfast workspace (its RBAC must grant the controller create, update, patch and delete of it): CriticalServices cannot guard themselves until it may");
                 }
-                Ok(())
+                Ok(None)
             }
             Err(e) => Err(format!("holdfast workspace {home}: {e}")),
         }
@@ -1896,8 +1913,13 @@ impl Reconciler {
         objects: &[Arc<DynamicObject>],
         installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
         enforced: &Enforced,
+        home: Option<&str>,
     ) -> Vec<String> {
         let now = now_rfc3339();
+        let guard = home.map(|h| crate::kcp_kinds::HomeGuard {
+            cluster: h,
+            export: &self.settings.api_export,
+        });
         let kinds = crate::kcp_kinds::kinds();
         let writes = {
             let mut writes = Vec::new();
@@ -1910,8 +1932,13 @@ impl Reconciler {
                 let inputs = KindStatusInputs {
                     rv: obj.metadata.resource_version.clone().unwrap_or_default(),
                     eval: e.clone(),
-                    installed: std::iter::once(&e.cluster)
-                        .chain(e.exported.iter().map(|(_, lc, _)| lc))
+                    installed: std::iter::once(e.cluster.as_str())
+                        .chain(e.exported.iter().map(|(_, lc, _)| lc.as_str()))
+                        .chain(
+                            guard
+                                .filter(|_| e.kind == crate::kcp_kinds::CRITICAL_SERVICE)
+                                .map(|g| g.cluster),
+                        )
                         .map(|lc| {
                             enforced
                                 .effective
@@ -1925,7 +1952,7 @@ impl Reconciler {
                     next.insert(key, inputs);
                     continue;
                 }
-                let outcome = crate::kcp_kinds::outcome(e, installed, enforced);
+                let outcome = crate::kcp_kinds::outcome(e, installed, enforced, guard);
                 let current = crate::kubernetes::current_status(obj);
                 match desired_status(
                     obj.metadata.generation,
@@ -2101,7 +2128,7 @@ impl Reconciler {
     /// The enforcement probe in logical cluster `cluster`: a server-side dry-run
     /// CREATE of the Event `name` (holdfast.dev claims Events), through the
     /// endpoint of its shard (see [`holdfast_shared::enforcement`]).
-    async fn probe(&self, cluster: String, name: String) -> ProbeAnswer {
+    async fn probe(&self, cluster: String, name: String, home: bool) -> ProbeAnswer {
         use holdfast_shared::enforcement::{NAMESPACE, answered_by_probe};
         use k8s_openapi::api::core::v1::{Event, ObjectReference};
         let event = Event {
@@ -2126,23 +2153,30 @@ impl Reconciler {
             dry_run: true,
             field_manager: Some(FIELD_MANAGER.to_string()),
         };
-        let answer = self
-            .on_shard(&cluster, |client| async move {
-                let api: Api<Event> = Api::namespaced(client, NAMESPACE);
-                match api.create(params, event).await {
-                    Ok(_) => Ok(ProbeAnswer::NotYet(
-                        "the dry run was admitted without calling the probe webhook".to_string(),
-                    )),
-                    Err(kube::Error::Api(s)) if answered_by_probe(&s.message) => {
-                        Ok(ProbeAnswer::Enforced)
-                    }
-                    Err(e) => Err(e),
+        let send = |client: Client| async move {
+            let api: Api<Event> = Api::namespaced(client, NAMESPACE);
+            match api.create(params, event).await {
+                Ok(_) => Ok(ProbeAnswer::NotYet(
+                    "the dry run was admitted without calling the probe webhook".to_string(),
+                )),
+                Err(kube::Error::Api(s)) if answered_by_probe(&s.message) => {
+                    Ok(ProbeAnswer::Enforced)
                 }
-            })
-            .await;
+                Err(e) => Err(e),
+            }
+        };
+        // The holdfast workspace is the controller's own (its RBAC there, not a
+        // claim); every other one through the endpoint of its shard.
+        let answer = match home {
+            true => send(self.home.clone()).await.map_err(anyhow::Error::from),
+            false => self.on_shard(&cluster, send).await,
+        };
         answer.unwrap_or_else(|e| {
             let forbidden = matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 403);
             ProbeAnswer::NotYet(match forbidden {
+                true if home => format!(
+                    "holdfast may not create (even dry-run) Events in namespace {NAMESPACE} of the holdfast workspace, so it cannot see whether kcp enforces the configuration there: grant it (manifests/overlays/kcp/workspace/holdfast): {e:#}"
+                ),
                 true => format!(
                     "holdfast may not create (even dry-run) Events here, so it cannot see whether kcp enforces the configuration: the workspace's APIBinding to {} must accept the claim on core events (group \"\", verbs create, patch; docs/kcp.md): {e:#}",
                     self.settings.api_export

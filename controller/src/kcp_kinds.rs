@@ -478,13 +478,26 @@ pub fn plan(
     out
 }
 
+/// Where CriticalServices guard themselves: kcp admits DELETEs of a type bound
+/// from holdfast.dev through the holdfast workspace's configurations only
+/// (kcp-facts 12), so the controller keeps one there (`Reconciler::install_home`).
+#[derive(Clone, Copy, Debug)]
+pub struct HomeGuard<'a> {
+    /// The holdfast workspace's logical cluster.
+    pub cluster: &'a str,
+    /// holdfast's APIExport.
+    pub export: &'a str,
+}
+
 /// A policy's outcome over the installed configurations (by logical cluster)
 /// and those kcp is seen enforcing (`enforced`): what only a configuration not
-/// yet enforced routes keeps the policy from Ready.
+/// yet enforced routes keeps the policy from Ready. A CriticalService also needs
+/// its own DELETEs routed in the holdfast workspace (`home`).
 pub fn outcome(
     e: &PolicyEval,
     installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
     enforced: &Enforced,
+    home: Option<HomeGuard<'_>>,
 ) -> Outcome {
     let mut via: BTreeSet<String> = BTreeSet::new();
     let mut missing: Vec<String> = Vec::new();
@@ -527,7 +540,16 @@ pub fn outcome(
         }
         via.extend(hooks);
     }
-    for (gr, cluster, export) in &e.exported {
+    let guard = home
+        .filter(|_| e.kind == CRITICAL_SERVICE && e.invalid.is_none())
+        .map(|h| {
+            (
+                GroupResource::new(API_GROUP, "criticalservices"),
+                h.cluster.to_string(),
+                h.export.to_string(),
+            )
+        });
+    for (gr, cluster, export) in e.exported.iter().chain(guard.as_ref()) {
         set.insert(gr.to_string());
         let hook = export_policies_webhook(export);
         let routed_by = |configs: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>| {

@@ -218,14 +218,14 @@ fn policies_route_local_types_locally_and_bound_types_through_their_export() {
             pending: BTreeMap::new(),
         }
     };
-    let o = outcome(&p.policies[0], &installed, &all(&installed));
+    let o = outcome(&p.policies[0], &installed, &all(&installed), None);
     assert!(!o.installed);
     assert_eq!(
         o.installed_message,
         "not yet routed to a policies webhook: deployments.apps (APIExport kubernetes in comp)"
     );
     installed.insert("comp".to_string(), cfg("comp"));
-    let o = outcome(&p.policies[0], &installed, &all(&installed));
+    let o = outcome(&p.policies[0], &installed, &all(&installed), None);
     assert!(o.installed, "{o:?}");
     assert_eq!(o.not_enforced, None);
     assert_eq!(
@@ -240,7 +240,7 @@ fn policies_route_local_types_locally_and_bound_types_through_their_export() {
     waiting
         .pending
         .insert("comp".to_string(), "the dry run was admitted".to_string());
-    let o = outcome(&p.policies[0], &installed, &waiting);
+    let o = outcome(&p.policies[0], &installed, &waiting, None);
     assert!(o.installed, "{o:?}");
     let why = o.not_enforced.as_deref().unwrap_or_default();
     assert!(

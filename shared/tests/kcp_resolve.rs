@@ -69,13 +69,25 @@ async fn workspace(admin: &Clients, parent: &str, name: &str) {
     let ws = format!(
         r#"{{"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {{"name": "{name}"}}}}"#
     );
-    create(
-        admin,
-        parent,
-        &holdfast_shared::kcp::workspace_resource(),
-        &ws,
-    )
-    .await;
+    let ar = holdfast_shared::kcp::workspace_resource();
+    create(admin, parent, &ar, &ws).await;
+    // kcp makes a workspace asynchronously (Scheduling, Initializing, Ready).
+    let api: Api<DynamicObject> = Api::all_with(admin.cluster(parent).expect("client"), &ar);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let last = api.get(name).await;
+        if last
+            .as_ref()
+            .is_ok_and(|w| w.data["status"]["phase"] == "Ready")
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workspace {name} in {parent} not Ready within 30 s: {last:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
 }
 
 /// The message of an `Unknown` path error (anything else fails the test).

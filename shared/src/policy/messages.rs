@@ -667,11 +667,21 @@ impl Container<'_> {
                 "APIBinding",
             ),
         };
+        let way = match self {
+            Self::Workspace(_) => "first lift the protection of those objects (or delete them, \
+                 or set the annotation holdfast.dev/skip-protection=true on each if you are \
+                 allowed to bypass protection): kcp deletes a workspace's contents past \
+                 holdfast, so the annotation on the Workspace itself is not honoured while it \
+                 holds protected objects"
+                .to_string(),
+            _ => format!(
+                "first lift the protection of those objects (or delete them), {BYPASS_HINT} on \
+                 the {bypass_on}"
+            ),
+        };
         format!(
             "{MESSAGE_PREFIX} {what} {holds} that are protected from deletion: {protected} \
-             (policy: containment), so it cannot be deleted: {consequence}. To delete it, \
-             first lift the protection of those objects (or delete them), {BYPASS_HINT} on \
-             the {bypass_on}."
+             (policy: containment), so it cannot be deleted: {consequence}. To delete it, {way}."
         )
     }
 }

@@ -225,8 +225,10 @@ pub fn workspace_denial(path: &str, blockers: &str) -> String {
             "holdfast: Workspace {path} holds objects that are protected from deletion: \
              {blockers} (policy: containment), so it cannot be deleted: that would delete \
              them all, unchecked. To delete it, first lift the protection of those objects \
-             (or delete them), or set the annotation holdfast.dev/skip-protection=true if \
-             you are allowed to bypass protection on the Workspace."
+             (or delete them, or set the annotation holdfast.dev/skip-protection=true on \
+             each if you are allowed to bypass protection): kcp deletes a workspace's \
+             contents past holdfast, so the annotation on the Workspace itself is not \
+             honoured while it holds protected objects."
         ),
     );
     format!("Error from server (Forbidden): {refusal}\n")

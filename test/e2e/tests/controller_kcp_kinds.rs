@@ -65,8 +65,21 @@ async fn condition(
     t: &Sharded,
     c: &ControllerProcess,
     path: &str,
+    object: (&str, &str),
+    wanted: (&str, &str),
+) -> Value {
+    condition_saying(t, c, path, object, wanted, |_| true).await
+}
+
+/// [`condition`], waiting also until `says` accepts the condition (its message
+/// follows the configuration kcp enforces, which may still be an older one).
+async fn condition_saying(
+    t: &Sharded,
+    c: &ControllerProcess,
+    path: &str,
     (kind, name): (&str, &str),
     (type_, status): (&str, &str),
+    says: impl Fn(&Value) -> bool,
 ) -> Value {
     let args = ["get", kind, name, "-o", "json"];
     let find = |o: &holdfast_e2e::KubectlOutput| -> Option<Value> {
@@ -76,7 +89,7 @@ async fn condition(
         obj["status"]["conditions"]
             .as_array()?
             .iter()
-            .find(|x| x["type"] == type_ && x["status"] == status)
+            .find(|x| x["type"] == type_ && x["status"] == status && says(x))
             .cloned()
     };
     let out = t
@@ -220,6 +233,7 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
                 "{shard}"
             );
         }
+        let home = t.env.sim.logical_cluster(HOLDFAST).expect("holdfast lc");
         for (kind, name, resources, hooks) in [
             (
                 "resourceprotection",
@@ -236,21 +250,26 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
             (
                 "criticalservice",
                 "registry",
-                "namespaces, serviceaccounts",
-                "policies-1.holdfast.dev, policies-3.holdfast.dev",
+                // (guarding itself through the holdfast workspace's configuration)
+                "criticalservices.holdfast.dev, namespaces, serviceaccounts",
+                &format!(
+                    "holdfast.dev.policies.holdfast.dev (workspace {home}), \
+                     policies-1.holdfast.dev, policies-3.holdfast.dev"
+                ),
             ),
         ] {
             condition(&t, &c, path, (kind, name), ("Ready", "True")).await;
-            let installed = condition(&t, &c, path, (kind, name), ("Installed", "True")).await;
+            let message = format!(
+                "DELETEs of {resources} reach webhook(s) {hooks} of ValidatingWebhookConfiguration holdfast"
+            );
+            let installed =
+                condition_saying(&t, &c, path, (kind, name), ("Installed", "True"), |x| {
+                    x["message"] == message.as_str()
+                })
+                .await;
             assert_eq!(
                 said(&installed),
-                (
-                    "WebhookInstalled",
-                    format!(
-                        "DELETEs of {resources} reach webhook(s) {hooks} of ValidatingWebhookConfiguration holdfast"
-                    )
-                    .as_str()
-                ),
+                ("WebhookInstalled", message.as_str()),
                 "{shard} {kind}/{name}"
             );
         }

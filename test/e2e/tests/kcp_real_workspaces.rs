@@ -119,6 +119,39 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
     );
     r.step("team and org refused; both workspaces and the ConfigMap stay");
 
+    // Break-glass on the Workspace is not honoured while it holds a protected
+    // object (kcp would delete it past holdfast); on the object itself it is.
+    r.ok(
+        "platform",
+        ORG,
+        &[
+            "annotate",
+            "workspace",
+            "team",
+            "holdfast.dev/skip-protection=true",
+        ],
+    );
+    let out = r.kubectl(
+        "platform",
+        ORG,
+        &["delete", "workspace", "team", "--dry-run=server"],
+    );
+    assert_eq!(out.stderr, team_denial, "{out:?}");
+    let skip = ["annotate", "configmap", "vault", "-n", "default"];
+    let mut marked = skip.to_vec();
+    marked.push("holdfast.dev/skip-protection=true");
+    r.ok("consumer", TEAM, &marked);
+    r.ok(
+        "platform",
+        ORG,
+        &["delete", "workspace", "team", "--dry-run=server"],
+    );
+    let mut unmarked = skip.to_vec();
+    unmarked.push("holdfast.dev/skip-protection-");
+    r.ok("consumer", TEAM, &unmarked);
+    r.refused("platform", ORG, &["workspace", "team"]).await;
+    r.step("break-glass: not on the Workspace, on each protected object");
+
     // A workspace holding nothing protected is deleted as usual.
     r.ok(
         "platform",

@@ -62,6 +62,57 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
         let out = t.kubectl("platform", path, args);
         assert_eq!(out.code, 0, "{out:?}");
     }
+    // Break-glass on the Workspace is not honoured while it holds a protected
+    // object (kcp would delete it past holdfast); on the object itself it is.
+    let steps: [(&str, &str, &[&str], bool); 4] = [
+        (
+            "platform",
+            ORG,
+            &[
+                "annotate",
+                "workspace",
+                "team",
+                "holdfast.dev/skip-protection=true",
+            ],
+            true,
+        ),
+        ("platform", ORG, &dry_run, false),
+        (
+            "consumer",
+            TEAM,
+            &[
+                "annotate",
+                "configmap",
+                "vault",
+                "-n",
+                "default",
+                "holdfast.dev/skip-protection=true",
+            ],
+            true,
+        ),
+        ("platform", ORG, &dry_run, true),
+    ];
+    for (user, path, args, ok) in steps {
+        let out = t.kubectl(user, path, args);
+        assert_eq!(out.code == 0, ok, "{args:?}: {out:?}");
+        if !ok {
+            assert_eq!(out.stderr, team_denial);
+        }
+    }
+    let out = t.kubectl(
+        "consumer",
+        TEAM,
+        &[
+            "annotate",
+            "configmap",
+            "vault",
+            "-n",
+            "default",
+            "holdfast.dev/skip-protection-",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+
     // Nothing protected: deleted as usual.
     let out = t.kubectl("platform", ORG, &["delete", "workspace", "scratch"]);
     assert_eq!(out.code, 0, "{out:?}");

@@ -154,8 +154,10 @@ fn a_workspace_holding_a_protected_object_here_or_below_is_refused() {
          ConfigMap default/keys (label) in root:org:team:sub, ConfigMap default/vault (label) \
          in root:org:team (policy: containment), so it cannot be deleted: that would delete \
          them all, unchecked. To delete it, first lift the protection of those objects (or \
-         delete them), or set the annotation holdfast.dev/skip-protection=true if you are \
-         allowed to bypass protection on the Workspace."
+         delete them, or set the annotation holdfast.dev/skip-protection=true on each if you \
+         are allowed to bypass protection): kcp deletes a workspace's contents past holdfast, \
+         so the annotation on the Workspace itself is not honoured while it holds protected \
+         objects."
     );
     // The view was handed the stored Workspace (its spec names what it deletes).
     let asked = v.asked.lock().map(|a| a.clone()).unwrap_or_default();
@@ -290,8 +292,46 @@ fn outside_kcp_a_workspace_is_no_container_and_break_glass_on_it_is_honoured() {
         evaluate(&req, &cfg(false, &[]), &v, now()).decision,
         Decision::Allow
     );
-    // The break-glass marker on the Workspace itself.
+    // Outside kcp the break-glass marker on it is honoured as on any object.
     let req = delete_team(json!({"holdfast.dev/skip-protection": "true"}));
+    let e = evaluate(&req, &cfg(false, &[]), &v, now());
+    assert_eq!(e.decision, Decision::Allow);
+    assert_eq!(e.decider, Decider::BreakGlass);
+}
+
+#[test]
+fn on_kcp_break_glass_on_a_workspace_waits_until_nothing_protected_is_left() {
+    let mut v = View {
+        contents: vec![place(
+            "lc-team",
+            Some("root:org:team"),
+            vec![configmap(
+                "lc-team",
+                "vault",
+                json!({"holdfast.dev/protected": "Always"}),
+            )],
+        )],
+        ..View::default()
+    };
+    // kcp would delete the ConfigMap past holdfast: the marker on the Workspace
+    // does not release it, and the refusal says what does.
+    let req = delete_team(json!({"holdfast.dev/skip-protection": "true"}));
+    let e = evaluate(&req, &kcp(), &v, now());
+    let d = denied(&e);
+    assert_eq!(d.kind, DenialKind::Protected);
+    assert!(
+        d.message.contains(
+            "set the annotation holdfast.dev/skip-protection=true on each if you are allowed \
+             to bypass protection): kcp deletes a workspace's contents past holdfast, so the \
+             annotation on the Workspace itself is not honoured while it holds protected objects."
+        ),
+        "{}",
+        d.message
+    );
+    // Once the ConfigMap carries the marker itself, the Workspace goes, as break-glass.
+    v.contents[0].objects[0].object = Arc::new(json!({"metadata": {"name": "vault",
+        "namespace": "default", "labels": {"holdfast.dev/protected": "Always"},
+        "annotations": {"kcp.io/cluster": "lc-team", "holdfast.dev/skip-protection": "true"}}}));
     let e = evaluate(&req, &kcp(), &v, now());
     assert_eq!(e.decision, Decision::Allow);
     assert_eq!(e.decider, Decider::BreakGlass);
