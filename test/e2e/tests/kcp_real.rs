@@ -298,7 +298,10 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
             |o| o.code == 0,
         )
         .await;
-    assert_eq!(own.stdout, "holdfast.dev.policies.holdfast.dev");
+    assert_eq!(
+        own.stdout,
+        "holdfast.dev.policies.holdfast.dev enforcement-probe.holdfast.dev"
+    );
     let cs_denial = denied_by(
         "holdfast.dev.policies.holdfast.dev",
         &format!(
