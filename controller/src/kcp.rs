@@ -1597,10 +1597,15 @@ impl Reconciler {
         let Some(home) = kinds.home.as_deref() else {
             return Ok(None);
         };
-        let needed = kinds
+        let critical = kinds
             .policies
             .iter()
             .any(|e| e.kind == crate::kcp_kinds::CRITICAL_SERVICE && e.invalid.is_none());
+        // holdfast's own objects in the workspaces binding holdfast (a policy carrying
+        // the protection label) are admitted through this workspace's configurations
+        // only (kcp-facts 12): their label protection lives here.
+        let binders = kinds.targets.values().any(|t| t.binds);
+        let needed = critical || binders;
         // Until its watch has listed (its failures, a 403 included, are logged by
         // the watch itself).
         if !self.home_hooks.synced() {
@@ -1614,18 +1619,23 @@ impl Reconciler {
         let want = match needed {
             true => {
                 let opts = self.options.borrow().clone();
-                let target = WorkspaceTarget {
-                    exports: [(
-                        self.settings.api_export.clone(),
+                let export = &self.settings.api_export;
+                let mut target = WorkspaceTarget::default();
+                if critical {
+                    target.exports.insert(
+                        export.clone(),
                         [GroupResource::new(
                             holdfast_shared::names::API_GROUP,
                             "criticalservices",
                         )]
                         .into(),
-                    )]
-                    .into(),
-                    ..Default::default()
-                };
+                    );
+                }
+                if binders {
+                    target
+                        .label_exports
+                        .insert(export.clone(), crate::kcp_kinds::own_resources());
+                }
                 workspace_configuration(
                     home,
                     &self.settings.labels,
@@ -1642,7 +1652,7 @@ impl Reconciler {
         ) {
             (Some(want), Some(live)) if matches_desired(&live, &want) => Ok(Some(live)),
             (Some(want), _) => {
-                tracing::info!(workspace = %home, "installing ValidatingWebhookConfiguration holdfast in the holdfast workspace (CriticalServices guard themselves)");
+                tracing::info!(workspace = %home, "installing ValidatingWebhookConfiguration holdfast in the holdfast workspace (label protection of holdfast's own objects; CriticalServices guard themselves)");
                 let mut body = serde_json::to_value(&want).map_err(|e| e.to_string())?;
                 body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
                 body["kind"] = "ValidatingWebhookConfiguration".into();
@@ -1656,7 +1666,7 @@ impl Reconciler {
             }
             // Only holdfast's own: the watch sees nothing else.
             (None, Some(_)) => {
-                tracing::info!(workspace = %home, "no CriticalService left: deleting ValidatingWebhookConfiguration holdfast in the holdfast workspace");
+                tracing::info!(workspace = %home, "no workspace binds holdfast: deleting ValidatingWebhookConfiguration holdfast in the holdfast workspace");
                 match api
                     .delete(WEBHOOK_CONFIGURATION_NAME, &Default::default())
                     .await

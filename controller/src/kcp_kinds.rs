@@ -59,6 +59,17 @@ const WEBHOOK_CLAIM: (&str, &str) = (
 /// The index of CriticalService in [`kinds`].
 pub const CRITICAL_SERVICE: usize = 2;
 
+/// holdfast's own resources (the four policy kinds), bound from its APIExport in
+/// every workspace that binds it.
+pub fn own_resources() -> BTreeSet<GroupResource> {
+    let dr = ApiResource::erase::<holdfast_shared::api::DependencyRule>(&());
+    kinds()
+        .into_iter()
+        .chain([dr])
+        .map(|ar| GroupResource::new(&ar.group, &ar.plural))
+        .collect()
+}
+
 /// The kinds this module handles, in the order of every per-kind array.
 pub fn kinds() -> [ApiResource; 3] {
     [

@@ -300,7 +300,8 @@ async fn holdfast_installs_on_a_real_sharded_kcp_and_protects_a_consumer_workspa
         .await;
     assert_eq!(
         own.stdout,
-        "holdfast.dev.policies.holdfast.dev enforcement-probe.holdfast.dev"
+        "holdfast.dev.policies.holdfast.dev holdfast.dev.delete-label-0.holdfast.dev \
+         enforcement-probe.holdfast.dev"
     );
     let cs_denial = denied_by(
         "holdfast.dev.policies.holdfast.dev",

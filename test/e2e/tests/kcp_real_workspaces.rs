@@ -194,6 +194,16 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
     // Unbinding an export deletes every object of its types (kcp-facts 24): with
     // a protected object among them, refused up front, naming it.
     r.apply("consumer", TEAM, PROTECTED_POLICY);
+    // The policy's own label protects it (kcp admits DELETEs of holdfast's types
+    // through the holdfast workspace's configuration only, which carries it).
+    let out = r
+        .refused("consumer", TEAM, &["resourceprotection", "keep"])
+        .await;
+    assert!(
+        out.stderr
+            .contains("is protected by label holdfast.dev/protected=Always"),
+        "{out:?}"
+    );
     let out = r
         .refused("consumer", TEAM, &["apibinding", "holdfast"])
         .await;

@@ -119,6 +119,20 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
 
     // Unbinding holdfast with a protected policy among its objects: refused.
     t.apply("consumer", TEAM, PROTECTED_POLICY);
+    // The policy's own label protects it (kcp admits DELETEs of holdfast's types
+    // through the holdfast workspace's configuration only, which carries it).
+    let delete_policy = ["delete", "resourceprotection", "keep", "--dry-run=server"];
+    let out = t
+        .until("consumer", TEAM, &delete_policy, |o| o.code != 0)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nwebhook: {}", t.env.webhook_log()));
+    assert!(
+        out.stderr.contains("denied the request")
+            && out
+                .stderr
+                .contains("is protected by label holdfast.dev/protected=Always"),
+        "{out:?}"
+    );
     let out = t.kubectl("consumer", TEAM, &["delete", "apibinding", "holdfast"]);
     assert_eq!(out.stderr, binding_denial(), "{}", t.env.webhook_log());
     let out = t.kubectl(
