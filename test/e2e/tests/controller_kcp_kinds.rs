@@ -564,7 +564,7 @@ async fn a_critical_service_cannot_be_deleted_while_its_provider_exists() {
     let cfg = configuration(&t, &c, "platform", HOLDFAST, |c| c.is_some())
         .await
         .expect("present");
-    assert_eq!(workspace_webhooks(&cfg), [label.clone()]);
+    assert_eq!(workspace_webhooks(&cfg), std::slice::from_ref(&label));
     t.apply("consumer", &path, REGISTRY_ACCOUNT);
     t.apply("consumer", &path, CRITICAL_SERVICE);
     let with_guard = vec![(hook.clone(), route.clone()), label.clone()];
