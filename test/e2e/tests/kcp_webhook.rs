@@ -207,10 +207,15 @@ impl Checks {
         hooks: &[&str],
         message: &str,
     ) {
-        let out = until(t, path, args, |o| {
+        // Dry runs until kcp enforces the configuration (it comes back from the
+        // cache server, kcp-facts 29), then the request itself, once.
+        let mut dry = args.to_vec();
+        dry.push("--dry-run=server");
+        until(t, path, &dry, |o| {
             o.code != 0 && o.stderr.contains("denied the request")
         })
         .await;
+        let out = t.kubectl("consumer", path, args);
         let actual = out.stderr.trim();
         let expected: Vec<String> = hooks
             .iter()

@@ -1,0 +1,785 @@
+//! The kcp topology.
+//!
+//! The controller's kubeconfig points at the holdfast workspace. The virtual
+//! workspace URLs (one per shard that holds a binding) come from the
+//! APIExportEndpointSlice of the holdfast APIExport; through every one of them
+//! (`/clusters/*`, see [`holdfast_shared::endpoints`]) the controller watches
+//! DependencyRules in every binding workspace and the configurations it installed.
+//! A write to workspace X goes through the endpoint of X's shard (a virtual
+//! workspace serves only its shard's clusters): the one remembered for X, else one
+//! whose watch has seen objects of X, else each in turn (a 403 or 404 means "not
+//! this shard"). Each rule's `apiExportRef.path` (any depth, starting at any
+//! logical cluster, e.g. `root:org:team:network`) is resolved to a logical cluster
+//! through its LogicalCluster object (see [`holdfast_shared::kcp::Resolver`]; no
+//! Workspace watch: the cache expires, is dropped on every resync and per logical
+//! cluster when a read or write there answers 403 or 404), and the named APIExport
+//! is read there: a rule is Ready only when every export exists and exports its
+//! resource (the dependent's export too, in the rule's own workspace). For every provider
+//! workspace it installs one configuration `holdfast` through the virtual
+//! workspace (authorised by the permission claim), with one webhook per APIExport
+//! (`<export>.policies.holdfast.dev`, calling `<webhook URL>/kcp/<cluster>/<export>`
+//! so that two exports of one group/resource are told apart) and one rules entry
+//! per protected resource, recomputed from scratch from all rules on every change:
+//! deleting a rule removes only its part, deleting the last one removes the
+//! configuration.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+// The pass's maps are keyed by names and hashed many thousand times per pass:
+// foldhash (seeded per process) instead of SipHash.
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
+use futures::StreamExt as _;
+use holdfast_shared::{
+    api::{DependencyRule, GroupResource},
+    names::{FIELD_MANAGER, WEBHOOK_CONFIGURATION_NAME},
+    webhookconfig::{
+        InstallOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, WorkspaceTarget,
+        export_policies_webhook, matches_desired, routes, workspace_configuration,
+    },
+};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::{
+    Api, Client, Resource, ResourceExt as _,
+    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
+    runtime::watcher,
+};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::{Notify, watch};
+
+use holdfast_shared::{
+    endpoints::{Endpoints, ObjectKey, Partitioned, Source},
+    kcp::{ExportError, ExportInfo},
+    watch::{Index, Status as WatchStatus, WatchState},
+};
+
+use crate::{
+    cycles::{RuleEdges, find_cycles},
+    kcp_enforcement::{Enforced, ProbeAnswer, not_enforced_message},
+    policies::{Invalid, check_dependency_rule, reasons},
+    reconcile::ReconcileError,
+    status::{Outcome, desired_status, now_rfc3339},
+};
+
+/// Objects of one kind across logical clusters, keyed by (cluster, name): an
+/// [`Index`] fed by the shared watch driver.
+pub struct ClusterStore<K> {
+    objects: BTreeMap<StoreKey, Arc<K>>,
+    /// Whether the index is synced (a complete list, no failure since; see
+    /// [`holdfast_shared::watch`]).
+    pub ready: bool,
+    /// Changes of what the objects ask for: one added, removed, or given a new
+    /// `metadata.generation` (a spec change); status and metadata-only updates,
+    /// such as the controller's own status writes, do not count.
+    pub spec_changes: u64,
+    /// Changes of any kind (an object added, replaced or removed, a relist): a
+    /// pass reuses what it computed from these objects while this holds.
+    pub version: u64,
+}
+
+/// A store's key: (logical cluster, name), shared with the snapshots and the
+/// caches keyed by object (cloning it is a reference count).
+pub type StoreKey = Arc<(String, String)>;
+
+pub use holdfast_shared::kcp::{cluster_of, front_proxy_of};
+
+type Shared<K> = Arc<Mutex<ClusterStore<K>>>;
+
+/// A [`ClusterStore`] behind a lock, waking `notify` after every change.
+struct SharedFeed<K> {
+    store: Shared<K>,
+    notify: Arc<Notify>,
+}
+
+/// A store fed from every endpoint of the holdfast APIExportEndpointSlice.
+struct EndpointStore<K: Resource> {
+    store: Shared<K>,
+    endpoints: Endpoints<K, SharedFeed<K>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Clients for the front-proxy and virtual-workspace URLs (one connection pool per
+/// server, bounded).
+pub use holdfast_shared::kcp::Clients;
+
+/// Requests in flight at once when many workspaces or rules need writes.
+const CONCURRENCY: usize = 32;
+
+/// Settings of the kcp reconciler.
+#[derive(Clone)]
+pub struct Settings {
+    /// Name of the holdfast APIExport.
+    pub api_export: String,
+    /// Full resync period.
+    pub resync: Duration,
+    /// Protection labels in force (every workspace binding holdfast).
+    pub labels: holdfast_shared::labels::ProtectionLabels,
+    /// Global strict mode.
+    pub strict: bool,
+    /// The workspace exporting `tenancy.kcp.io`, where workspace containment's
+    /// configuration goes (`None`: no workspace containment).
+    pub tenancy_workspace: Option<String>,
+}
+
+/// How often the initial lists are checked for completion.
+const SYNC_POLL: Duration = Duration::from_millis(200);
+
+/// A pass runs this soon again while some workspace path is unresolved.
+const UNRESOLVED_RETRY: Duration = Duration::from_secs(2);
+/// The longest a pass may leave the statuses to the next because a policy changed
+/// during it (see [`Reconciler::defer_statuses`]).
+const STATUS_DEFER_MAX: Duration = Duration::from_secs(1);
+
+/// The kcp reconciler.
+pub struct Reconciler {
+    /// The holdfast workspace (through the front-proxy).
+    home: Client,
+    /// The configuration `holdfast` of the holdfast workspace, watched.
+    home_hooks: holdfast_shared::watch::Cache<ValidatingWebhookConfiguration>,
+    /// Whether the holdfast workspace's configuration was found unreadable or
+    /// unwritable (said once until it works).
+    home_warned: AtomicBool,
+    /// Workspace containment's configuration, when on.
+    workspaces: Option<crate::kcp_workspaces::WorkspacesConfiguration>,
+    clients: Clients,
+    settings: Settings,
+    options: watch::Receiver<InstallOptions>,
+    /// DependencyRules, untyped: one the types cannot read is reported Invalid
+    /// instead of breaking the watch.
+    rules: Shared<DynamicObject>,
+    hooks: Shared<ValidatingWebhookConfiguration>,
+    rule_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
+    hook_endpoints:
+        Endpoints<ValidatingWebhookConfiguration, SharedFeed<ValidatingWebhookConfiguration>>,
+    /// APIBindings of every workspace binding holdfast (which binds holdfast, where
+    /// each type comes from).
+    bindings: Shared<DynamicObject>,
+    binding_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
+    /// ResourceProtections, AnchorRules and CriticalServices (the order of
+    /// [`crate::kcp_kinds::kinds`]), untyped.
+    kinds: [Shared<DynamicObject>; 3],
+    /// When a pass last started writing statuses (see [`Reconciler::defer_statuses`]).
+    statuses_written: Mutex<std::time::Instant>,
+    /// The endpoint a write to a workspace last went through (forgotten when a write
+    /// through it fails).
+    shard_of: Mutex<HashMap<String, String>>,
+    /// The watch tasks (stopped with the reconciler).
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Workspace paths → logical clusters (no watch: TTL, dropped on every resync,
+    /// and per logical cluster when a read there answers 403 or 404).
+    resolver: holdfast_shared::kcp::Resolver,
+    /// APIExports read through the front-proxy (same invalidation).
+    exports: holdfast_shared::kcp::Exports,
+    /// Per (path, export): the last complete answer, used while a lookup fails
+    /// with something other than a definite 403/404 (a blip must not drop
+    /// protection).
+    last_good: Mutex<HashMap<(String, String), ExportFound>>,
+    /// When the caches were last dropped.
+    last_resync: std::time::Instant,
+    notify: Arc<Notify>,
+    /// Decoding results per rule, reused while its resourceVersion is unchanged.
+    parsed: Mutex<HashMap<StoreKey, Arc<Parsed>>>,
+    /// Per provider cluster: the live resourceVersion last seen matching, and what
+    /// the desired configuration it matched was built from (skips building and
+    /// comparing unchanged pairs).
+    matched: Mutex<HashMap<String, Matched>>,
+    /// The previous pass's lookups (see [`PassLookups`]).
+    lookups: Mutex<PassLookups>,
+    /// Per rule: its last evaluation (see [`CachedEval`]).
+    evals: Mutex<HashMap<StoreKey, CachedEval>>,
+    /// Per rule (`cluster/name`): what its status was last found up to date with.
+    statuses: Mutex<HashMap<String, StatusInputs>>,
+    /// Which installed configurations kcp is seen enforcing.
+    enforcement: crate::kcp_enforcement::Enforcement,
+    /// Whether the last pass left some workspace path unresolved (retry soon).
+    unresolved: bool,
+    /// ResourceProtections, AnchorRules and CriticalServices decoded and checked,
+    /// by (kind, cluster, name), with the resourceVersion they were read at.
+    decoded: Mutex<HashMap<DecodedKey, (String, Arc<crate::kcp_kinds::Decoded>)>>,
+    /// Per policy of [`crate::kcp_kinds::kinds`]: what its status was last found up
+    /// to date with (its comparison is skipped while they hold).
+    kind_statuses: Mutex<HashMap<DecodedKey, KindStatusInputs>>,
+    /// Workspaces whose configuration holdfast may no longer delete (said once).
+    abandoned: Mutex<BTreeSet<String>>,
+    /// The last plan of the other kinds (see [`Reconciler::plan`]).
+    planned: Mutex<Option<Arc<PlannedKinds>>>,
+    /// Per logical cluster: its last target.
+    targets: Mutex<Targets>,
+    /// Set once the first reconcile succeeded.
+    pub ready: Arc<AtomicBool>,
+}
+
+/// One rule object, decoded. A cache of decoding work only: every pass still
+/// recomputes the whole desired state from all rules.
+struct Parsed {
+    rv: String,
+    /// The object's uid and `metadata.generation`: while both hold, its spec is the
+    /// same (a status write moves the resourceVersion only).
+    spec_of: (Option<String>, Option<i64>),
+    rule: Result<Arc<DependencyRule>, String>,
+    /// The spec's own problems ([`check_dependency_rule`], a function of the
+    /// rule alone).
+    invalid: Option<Invalid>,
+    status: holdfast_shared::api::PolicyStatus,
+    workspaces: serde_json::Value,
+}
+
+/// Invalid reasons that may clear without the rule changing: the pass is
+/// retried soon ([`UNRESOLVED_RETRY`]).
+const RETRIED: [&str; 5] = [
+    reasons::UNRESOLVED_WORKSPACE,
+    reasons::API_EXPORT_NOT_FOUND,
+    reasons::RESOURCE_NOT_EXPORTED,
+    reasons::API_EXPORT_FORBIDDEN,
+    reasons::API_EXPORT_UNREADABLE,
+];
+
+/// Whether an export is named by workspace path (an `apiExportRef`) or sits in
+/// a known logical cluster (the dependent's, in the rule's own workspace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Where {
+    Path,
+    Cluster,
+}
+
+/// An APIExport found, and the logical cluster it is in.
+#[derive(Clone)]
+struct ExportFound {
+    lc: String,
+    export: Arc<ExportInfo>,
+}
+
+/// What looking up one APIExport came to: its logical cluster (once resolved)
+/// and the export, or why not (an `Invalid` reason and message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ExportLookup {
+    lc: Option<String>,
+    export: Result<Arc<ExportInfo>, (&'static str, String)>,
+}
+
+/// The lookups of one pass, shared by its rules: each export read once. An
+/// answer equal to the previous pass's is that pass's `Arc`, so a rule's
+/// evaluation can be reused when its object and every answer it used are the
+/// same (compared by pointer).
+#[derive(Default)]
+struct PassLookups {
+    /// Where → workspace path or logical cluster → export name → answer.
+    answers: HashMap<Where, HashMap<String, HashMap<String, Arc<ExportLookup>>>>,
+}
+
+/// A rule's evaluation and what it was computed from.
+struct CachedEval {
+    parsed: Arc<Parsed>,
+    /// The answers used, in the order [`Reconciler::evaluate`] asks for them.
+    used: Vec<Arc<ExportLookup>>,
+    eval: Arc<RuleEval>,
+}
+
+/// What a rule's status was last found up to date with: the same evaluation,
+/// object, installed configurations (by resourceVersion) and cycle give the
+/// same status, so the comparison is skipped.
+struct StatusInputs {
+    eval: Arc<RuleEval>,
+    parsed: Arc<Parsed>,
+    installed: Vec<Option<String>>,
+    cycle: Option<String>,
+}
+
+/// The installed configurations' resourceVersions by logical cluster, hashed
+/// once per pass for the statuses' comparisons.
+type InstalledRvs<'a> = HashMap<&'a str, Option<&'a str>>;
+
+/// A provider workspace a rule names (`spec.dependencies[].apiExportRef`).
+struct WorkspaceRef {
+    /// Workspace path.
+    path: String,
+    /// APIExport name.
+    export: String,
+    /// Its logical cluster, once resolved.
+    logical_cluster: Option<String>,
+    /// The export's identity hash, once read.
+    identity_hash: Option<String>,
+    /// Its resources another export of the workspace exports too, once listed.
+    shared_resources: Option<Vec<String>>,
+    /// Why it is not resolved, or what the export lacks.
+    message: Option<String>,
+}
+
+/// What one rule asks for.
+struct RuleEval {
+    cluster: String,
+    /// `cluster/name`.
+    key: String,
+    invalid: Option<Invalid>,
+    workspaces: Vec<WorkspaceRef>,
+    /// provider cluster → APIExport name → resources
+    targets: BTreeMap<String, ExportTargets>,
+    /// The rule's edges between resource types, for the cycle search (a valid
+    /// rule's only).
+    edges: Option<RuleEdges>,
+}
+
+impl RuleEval {
+    /// `cluster/name`.
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Records the workspace of `path` and `export` once (the first problem
+    /// found with it is kept).
+    fn note_workspace(
+        &mut self,
+        path: &str,
+        export: &str,
+        logical_cluster: Option<String>,
+        info: Option<&ExportInfo>,
+        message: Option<String>,
+    ) {
+        match self
+            .workspaces
+            .iter_mut()
+            .find(|w| w.path == path && w.export == export)
+        {
+            Some(w) => {
+                if w.message.is_none() {
+                    w.message = message;
+                }
+            }
+            None => self.workspaces.push(WorkspaceRef {
+                path: path.to_string(),
+                export: export.to_string(),
+                logical_cluster,
+                identity_hash: info
+                    .map(|e| e.identity_hash.clone())
+                    .filter(|h| !h.is_empty()),
+                shared_resources: info
+                    .and_then(|e| e.shared.as_ref())
+                    .map(|shared| shared.iter().map(ToString::to_string).collect()),
+                message,
+            }),
+        }
+    }
+}
+
+/// Phase 1 and 2 of a pass: a rule object, decoded and evaluated.
+struct RuleState {
+    obj: Arc<DynamicObject>,
+    parsed: Arc<Parsed>,
+    eval: Arc<RuleEval>,
+    rule: Option<Arc<DependencyRule>>,
+}
+
+/// Phases 1 and 2 of a pass: the rules, and what changed since the last pass.
+struct Evaluated {
+    rules: Vec<RuleState>,
+    /// Some rule was evaluated afresh or removed: the rules may name other
+    /// answers than the last pass's.
+    fresh: bool,
+    /// Some rule was removed: caches keyed by rule drop its entries.
+    removed: bool,
+}
+
+/// APIExport name → the resources of it some rule protects.
+type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
+
+/// A policy of [`crate::kcp_kinds::kinds`]: (kind, logical cluster, name).
+type DecodedKey = (usize, String, String);
+
+/// What the status of a policy of [`crate::kcp_kinds::kinds`] is computed from.
+#[derive(PartialEq)]
+struct KindStatusInputs {
+    rv: String,
+    eval: crate::kcp_kinds::PolicyEval,
+    installed: Vec<Option<String>>,
+}
+
+/// A live configuration's resourceVersion, and the target and options of the
+/// desired configuration it matched.
+type Matched = (String, Arc<WorkspaceTarget>, Arc<InstallOptions>);
+
+/// The other kinds' plan, and what it was made from.
+struct PlannedKinds {
+    /// The versions of the three kinds' stores and of the APIBindings' store.
+    versions: [u64; 4],
+    /// holdfast's own logical cluster.
+    home: Option<String>,
+    /// Per logical cluster: the plan's part of its target.
+    targets: BTreeMap<String, Arc<WorkspaceTarget>>,
+    /// Per policy, in the order of `objects`.
+    policies: Vec<crate::kcp_kinds::PolicyEval>,
+    objects: Vec<Arc<DynamicObject>>,
+}
+
+/// One workspace's target and what it was built from.
+struct CachedTarget {
+    /// The evaluations of the rules routing to the workspace, in rule order.
+    evals: Vec<Arc<RuleEval>>,
+    plan_part: Option<Arc<WorkspaceTarget>>,
+    target: Arc<WorkspaceTarget>,
+}
+
+/// Phase 4: the configurations installed after the writes, and what failed.
+struct Installed {
+    configurations: BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+    errors: Vec<String>,
+}
+
+/// The status of one policy of [`crate::kcp_kinds::kinds`] to write, and the
+/// Warning Event to emit once it is written (it turned Invalid with a new reason).
+struct KindStatusWrite {
+    kind: usize,
+    cluster: String,
+    obj: Arc<DynamicObject>,
+    status: serde_json::Value,
+    event: Option<(&'static str, String)>,
+}
+
+/// Phase 5: one rule's status to write.
+struct StatusWrite {
+    key: String,
+    cluster: String,
+    obj: Arc<DynamicObject>,
+    parsed: Arc<Parsed>,
+    outcome: Outcome,
+    workspaces: Vec<serde_json::Value>,
+    /// Remembered when the status turns out to be up to date.
+    inputs: Option<StatusInputs>,
+}
+
+impl crate::reconcile::Reconcile for Reconciler {
+    const TOPOLOGY: &'static str = "kcp";
+
+    fn triggers(&self) -> crate::reconcile::Triggers {
+        crate::reconcile::Triggers::new(&self.notify, &self.options)
+    }
+
+    fn idle_wait(&self) -> Duration {
+        if self.unresolved {
+            UNRESOLVED_RETRY
+        } else {
+            self.settings.resync
+        }
+    }
+
+    fn on_resync(&mut self) {
+        // The short retry of unresolved rules is no resync: only their failed
+        // lookups are read again (failures are never cached).
+        if self.last_resync.elapsed() >= self.settings.resync {
+            self.resolver.invalidate();
+            self.exports.invalidate();
+            self.last_resync = std::time::Instant::now();
+        }
+    }
+
+    async fn reconcile(&mut self) -> Result<(), ReconcileError> {
+        self.unresolved = self.reconcile_once().await?;
+        Ok(())
+    }
+}
+
+impl Reconciler {
+    /// The endpoints to try for a write to `cluster`, most likely first: the one
+    /// remembered, one whose watch has seen objects of it, then every other.
+    fn shard_candidates(&self, cluster: &str) -> Vec<String> {
+        let remembered = self
+            .shard_of
+            .lock()
+            .ok()
+            .and_then(|m| m.get(cluster).cloned());
+        let mut out: Vec<String> = Vec::new();
+        let all = remembered
+            .into_iter()
+            .chain(self.rule_endpoints.seen_at(cluster))
+            .chain(self.hook_endpoints.seen_at(cluster))
+            .chain(self.binding_endpoints.seen_at(cluster))
+            .chain(self.rule_endpoints.urls())
+            .chain(self.hook_endpoints.urls());
+        for url in all {
+            if !out.contains(&url) {
+                out.push(url);
+            }
+        }
+        out
+    }
+
+    /// A client for `cluster` through the endpoint most likely to serve it.
+    fn vw_client(&self, cluster: &str) -> anyhow::Result<Client> {
+        let Some(url) = self.shard_candidates(cluster).into_iter().next() else {
+            anyhow::bail!(
+                "APIExportEndpointSlice {} lists no endpoint",
+                self.settings.api_export
+            );
+        };
+        Ok(self
+            .clients
+            .virtual_workspace(&format!("{url}/clusters/{cluster}"))?)
+    }
+
+    /// Runs `op` with a client for `cluster` through the endpoint of its shard (see
+    /// [`in_turn`]). Remembers the endpoint that answered, forgets it on failure.
+    async fn on_shard<T, F, Fut>(&self, cluster: &str, op: F) -> anyhow::Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    {
+        let mut candidates = Vec::new();
+        for url in self.shard_candidates(cluster) {
+            let client = self
+                .clients
+                .virtual_workspace(&format!("{url}/clusters/{cluster}"))?;
+            candidates.push((url, client));
+        }
+        let result = in_turn(candidates, op).await;
+        if let Ok(mut m) = self.shard_of.lock() {
+            match &result {
+                Ok((url, _)) => {
+                    m.insert(cluster.to_string(), url.clone());
+                }
+                Err(_) => {
+                    m.remove(cluster);
+                }
+            }
+        }
+        match result {
+            Ok((_, v)) => Ok(v),
+            Err(Some(e)) => Err(e.into()),
+            Err(None) => anyhow::bail!(
+                "APIExportEndpointSlice {} lists no endpoint",
+                self.settings.api_export
+            ),
+        }
+    }
+
+    /// Whether both initial lists are complete.
+    fn synced(&self) -> bool {
+        let ready = |s: &Shared<DynamicObject>| s.lock().map(|s| s.ready).unwrap_or(false);
+        ready(&self.rules)
+            && self.hooks.lock().map(|s| s.ready).unwrap_or(false)
+            && ready(&self.bindings)
+            && self.kinds.iter().all(ready)
+    }
+
+    /// The rule objects, keyed by (cluster, name).
+    fn rule_objects(&self) -> Vec<(StoreKey, Arc<DynamicObject>)> {
+        self.rules.lock().map(|s| s.snapshot()).unwrap_or_default()
+    }
+
+    /// The installed configurations named holdfast, by cluster.
+    fn live_configurations(&self) -> BTreeMap<String, Arc<ValidatingWebhookConfiguration>> {
+        self.hooks
+            .lock()
+            .map(|s| {
+                s.objects
+                    .iter()
+                    .filter(|(k, _)| k.1 == WEBHOOK_CONFIGURATION_NAME)
+                    .map(|(k, v)| (k.0.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The policies' spec changes so far (DependencyRules and the other kinds).
+    fn spec_changes(&self) -> u64 {
+        let of = |s: &Shared<DynamicObject>| s.lock().map_or(0, |s| s.spec_changes);
+        of(&self.rules) + self.kinds.iter().map(of).sum::<u64>()
+    }
+
+    /// Whether this pass leaves the statuses to the next: a policy changed since
+    /// the pass started (counted at `inputs_at_start`), and statuses were written
+    /// less than [`STATUS_DEFER_MAX`] ago, so a stream of changes cannot starve them.
+    fn defer_statuses(&self, inputs_at_start: u64) -> bool {
+        self.spec_changes() != inputs_at_start
+            && self
+                .statuses_written
+                .lock()
+                .is_ok_and(|at| at.elapsed() < STATUS_DEFER_MAX)
+    }
+
+    /// One pass; returns whether some path is unresolved (to retry soon).
+    async fn reconcile_once(&self) -> Result<bool, ReconcileError> {
+        let started = std::time::Instant::now();
+        let inputs_at_start = self.spec_changes();
+        let Evaluated {
+            rules,
+            fresh,
+            removed,
+        } = self.evaluate_rules().await?;
+        let evaluated = started.elapsed();
+        let unresolved = rules.iter().any(|r| {
+            r.eval
+                .invalid
+                .as_ref()
+                .is_some_and(|i| RETRIED.contains(&i.reason))
+        });
+        if fresh {
+            // Keep the answers some rule still names (unchanged while every rule
+            // kept its evaluation and none was removed).
+            let mut named: HashSet<(Where, &str, &str)> = HashSet::new();
+            for r in &rules {
+                let Some(rule) = &r.rule else { continue };
+                if let Some(e) = &rule.spec.dependent.api_export_name {
+                    named.insert((Where::Cluster, r.eval.cluster.as_str(), e.as_str()));
+                }
+                for x in rule.api_export_refs() {
+                    named.insert((Where::Path, x.path.as_str(), x.name.as_str()));
+                }
+            }
+            if let Ok(mut l) = self.lookups.lock() {
+                l.retain(&named);
+            }
+            if let Ok(mut g) = self.last_good.lock() {
+                g.retain(|k, _| {
+                    named.contains(&(Where::Cluster, k.0.as_str(), k.1.as_str()))
+                        || named.contains(&(Where::Path, k.0.as_str(), k.1.as_str()))
+                });
+            }
+        }
+        let kinds = self.plan();
+        let desired = self
+            .targets
+            .lock()
+            .map(|mut t| t.desired(rules.iter().map(|r| &r.eval), &kinds.targets))
+            .map_err(|_| ReconcileError::Internal("target cache poisoned".into()))?;
+        let planned = started.elapsed();
+        let mut installed = self.install(&desired).await;
+        // The holdfast workspace's own (CriticalServices guard themselves through
+        // it): judged and probed with the others.
+        match self.install_home(&kinds).await {
+            Ok(Some(cfg)) => {
+                if let Some(home) = &kinds.home {
+                    installed.configurations.insert(home.clone(), cfg);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => installed.errors.push(e),
+        }
+        if let Some(w) = &self.workspaces {
+            let opts = self.options.borrow().clone();
+            if let Err(e) = w.ensure(&opts).await {
+                installed.errors.push(e);
+            }
+        }
+        let configured = started.elapsed();
+        if self.defer_statuses(inputs_at_start) {
+            // A policy changed during this pass: the next pass, which starts at
+            // once, computes its configuration first and writes every status.
+            tracing::debug!("a policy changed during the pass; statuses wait for the next");
+            return match installed.errors.is_empty() {
+                true => Ok(unresolved),
+                false => Err(ReconcileError::Configuration(installed.errors.join("; "))),
+            };
+        }
+        // Statuses judge by what kcp is seen enforcing (a pending workspace is
+        // probed again on the short retry).
+        let enforced = self
+            .enforcement
+            .check(&installed.configurations, |lc, name| {
+                let home = kinds.home.as_deref() == Some(lc.as_str());
+                self.probe(lc, name, home)
+            })
+            .await;
+        let probing = !enforced.pending.is_empty();
+        if let Ok(mut at) = self.statuses_written.lock() {
+            *at = std::time::Instant::now();
+        }
+        let writes = self.status_writes(&rules, removed, &installed.configurations, &enforced);
+        let mut status_errors = self.write_statuses(writes).await;
+        status_errors.extend(
+            self.write_kind_statuses(
+                &kinds.policies,
+                &kinds.objects,
+                &installed.configurations,
+                &enforced,
+                kinds.home.as_deref(),
+            )
+            .await,
+        );
+        // Where a pass goes (hack/bench-controller.sh reports the medians).
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        tracing::debug!(
+            evaluate_us = us(evaluated),
+            plan_us = us(planned.saturating_sub(evaluated)),
+            install_us = us(configured.saturating_sub(planned)),
+            statuses_us = us(started.elapsed().saturating_sub(configured)),
+            "kcp pass phases"
+        );
+        let mut errors = installed.errors;
+        let configuration_failed = !errors.is_empty();
+        errors.extend(status_errors);
+        match (errors.is_empty(), configuration_failed) {
+            (true, _) => Ok(unresolved || probing),
+            (false, true) => Err(ReconcileError::Configuration(errors.join("; "))),
+            (false, false) => Err(ReconcileError::Status(errors.join("; "))),
+        }
+    }
+}
+
+/// Runs `op` on each `(endpoint, client)` in turn while it answers 403 or 404 (a
+/// virtual workspace serves only its shard's clusters: "not this shard"); returns the
+/// endpoint that answered and the result, or the error: any other at once, else the
+/// first candidate's (the most likely shard's), `None` without candidates.
+async fn in_turn<C, T, F, Fut>(
+    candidates: Vec<(String, C)>,
+    op: F,
+) -> Result<(String, T), Option<kube::Error>>
+where
+    F: Fn(C) -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut first_error = None;
+    for (url, client) in candidates {
+        match op(client).await {
+            Ok(v) => return Ok((url, v)),
+            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
+                first_error.get_or_insert(kube::Error::Api(e));
+            }
+            Err(e) => return Err(Some(e)),
+        }
+    }
+    Err(first_error)
+}
+
+/// Whether `e` is kcp's 403 or 404 (a logical cluster gone, replaced, or no
+/// longer accessible).
+fn gone_or_forbidden(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<kube::Error>()
+        .and_then(holdfast_shared::kcp::status_of)
+        .is_some_and(|c| c == 403 || c == 404)
+}
+
+/// A result whose 404 means the object is gone already: success.
+fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Phase 3: the desired configuration's contents per logical cluster: the rules'
+/// part (what the DependencyRules route to each provider workspace) joined with
+/// the other kinds' plan. Keeps each workspace's last target: one whose rules'
+/// evaluations and plan part are the last pass's (compared by pointer) keeps its
+/// target; the others are built afresh.
+#[derive(Default)]
+struct Targets {
+    by_lc: HashMap<String, CachedTarget>,
+}
+
+mod install;
+mod lifecycle;
+mod rules;
+mod statuses;
+mod store;
+#[allow(unused_imports)]
+use {install::*, rules::*, statuses::*, store::*};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,422 @@
+use super::*;
+
+#[test]
+fn only_spec_changes_count() {
+    let rule = |uid: &str, generation: i64, status: &str| {
+        let mut o = DynamicObject::new(
+            "r",
+            &ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+        );
+        o.metadata.uid = Some(uid.to_string());
+        o.metadata.generation = Some(generation);
+        o.metadata.resource_version = Some(status.to_string());
+        o.data = serde_json::json!({"status": status});
+        o
+    };
+    let mut store = ClusterStore::<DynamicObject>::default();
+    store.reset(vec![rule("u1", 1, "a")]);
+    assert_eq!(store.spec_changes, 1, "a list");
+    store.apply(rule("u1", 1, "b"));
+    assert_eq!(store.spec_changes, 1, "a status write is no spec change");
+    store.apply(rule("u1", 2, "b"));
+    assert_eq!(store.spec_changes, 2, "a new generation");
+    store.apply(rule("u2", 1, "b"));
+    assert_eq!(
+        store.spec_changes, 3,
+        "deleted and created again under the name"
+    );
+    store.delete(rule("u2", 1, "b"));
+    assert_eq!(store.spec_changes, 4, "deleted");
+    store.delete(rule("u2", 1, "b"));
+    assert_eq!(store.spec_changes, 4, "a delete of what is not there");
+    // Every change moves the version (a pass reuses its plan while it holds),
+    // a status write too.
+    assert_eq!(store.version, 5);
+    store.apply(rule("u1", 2, "c"));
+    assert_eq!(store.version, 6, "a status write");
+    let key = store.snapshot()[0].0.clone();
+    store.apply(rule("u1", 2, "d"));
+    assert!(
+        Arc::ptr_eq(&key, &store.snapshot()[0].0),
+        "a replaced object keeps its key"
+    );
+}
+
+#[test]
+fn a_status_write_keeps_the_spec_a_new_generation_does_not() {
+    let obj = |uid: Option<&str>, generation: Option<i64>, rv: &str| {
+        let mut o = DynamicObject::new("r", &ApiResource::erase::<DependencyRule>(&()));
+        o.metadata.uid = uid.map(str::to_string);
+        o.metadata.generation = generation;
+        o.metadata.resource_version = Some(rv.to_string());
+        o.data = serde_json::json!({"spec": {}, "status": {"conditions": []}});
+        Arc::new(Parsed::of(&o))
+    };
+    let first = obj(Some("u1"), Some(1), "10");
+    assert!(first.same_spec(&first), "the same decoding");
+    assert!(
+        first.same_spec(&obj(Some("u1"), Some(1), "11")),
+        "a status write: the same object at the same generation"
+    );
+    assert!(
+        !first.same_spec(&obj(Some("u1"), Some(2), "12")),
+        "a spec change"
+    );
+    assert!(
+        !first.same_spec(&obj(Some("u2"), Some(1), "13")),
+        "deleted and created again under the name"
+    );
+    let unknown = obj(None, None, "14");
+    assert!(unknown.same_spec(&unknown));
+    assert!(
+        !unknown.same_spec(&obj(None, None, "14")),
+        "without uid and generation only the same decoding counts"
+    );
+}
+
+fn target_eval(key: &str, to: &[(&str, &str, &str)]) -> Arc<RuleEval> {
+    let mut targets: BTreeMap<String, ExportTargets> = BTreeMap::new();
+    for (lc, export, resource) in to {
+        targets
+            .entry(lc.to_string())
+            .or_default()
+            .entry(export.to_string())
+            .or_default()
+            .insert(GroupResource::new("p.test", *resource));
+    }
+    Arc::new(RuleEval {
+        cluster: "c".into(),
+        key: key.into(),
+        invalid: None,
+        workspaces: Vec::new(),
+        targets,
+        edges: None,
+    })
+}
+
+/// The targets built from scratch: what [`Targets`] must equal on every pass.
+fn targets_from_scratch(
+    evals: &[Arc<RuleEval>],
+    planned: &BTreeMap<String, Arc<WorkspaceTarget>>,
+) -> BTreeMap<String, WorkspaceTarget> {
+    let mut out: BTreeMap<String, WorkspaceTarget> = BTreeMap::new();
+    for e in evals {
+        for (lc, exports) in &e.targets {
+            let t = out.entry(lc.clone()).or_default();
+            for (export, grs) in exports {
+                t.exports
+                    .entry(export.clone())
+                    .or_default()
+                    .extend(grs.iter().cloned());
+            }
+            t.rules.insert(e.key.clone());
+        }
+    }
+    for (lc, p) in planned {
+        out.entry(lc.clone()).or_default().absorb((**p).clone());
+    }
+    out
+}
+
+#[test]
+fn targets_are_rebuilt_for_the_workspaces_whose_inputs_changed() {
+    let mut cache = Targets::default();
+    let part = |binds: bool| {
+        Arc::new(WorkspaceTarget {
+            binds,
+            ..Default::default()
+        })
+    };
+    let mut evals = vec![
+        target_eval("c/a", &[("lc1", "w", "widgets")]),
+        target_eval("c/b", &[("lc1", "w", "gadgets"), ("lc2", "v", "valves")]),
+        target_eval("c/c", &[("lc3", "w", "widgets")]),
+    ];
+    let mut planned: BTreeMap<String, Arc<WorkspaceTarget>> = [
+        ("lc2".to_string(), part(true)),
+        ("lc4".to_string(), part(true)),
+    ]
+    .into();
+    fn check(
+        cache: &mut Targets,
+        evals: &[Arc<RuleEval>],
+        planned: &BTreeMap<String, Arc<WorkspaceTarget>>,
+    ) -> BTreeMap<String, Arc<WorkspaceTarget>> {
+        let got = cache.desired(evals.iter(), planned);
+        let want = targets_from_scratch(evals, planned);
+        let got_values: BTreeMap<String, WorkspaceTarget> = got
+            .iter()
+            .map(|(lc, t)| (lc.clone(), (**t).clone()))
+            .collect();
+        assert_eq!(got_values, want);
+        got
+    }
+    let first = check(&mut cache, &evals, &planned);
+    assert_eq!(
+        first.keys().collect::<Vec<_>>(),
+        ["lc1", "lc2", "lc3", "lc4"]
+    );
+    assert_eq!(first["lc1"].rules.len(), 2);
+
+    // Nothing changed: every target is the same `Arc`.
+    let same = check(&mut cache, &evals, &planned);
+    for (lc, t) in &same {
+        assert!(Arc::ptr_eq(t, &first[lc]), "{lc} kept");
+    }
+
+    // One rule changed: the workspaces it routes to, before and after, are
+    // rebuilt; the others kept.
+    evals[2] = target_eval("c/c", &[("lc1", "w", "sprockets")]);
+    let changed = check(&mut cache, &evals, &planned);
+    assert!(!Arc::ptr_eq(&changed["lc1"], &first["lc1"]));
+    assert!(changed["lc1"].rules.contains("c/c"));
+    assert!(
+        !changed.contains_key("lc3"),
+        "no rule routes there any more"
+    );
+    assert!(Arc::ptr_eq(&changed["lc2"], &first["lc2"]));
+    assert!(Arc::ptr_eq(&changed["lc4"], &first["lc4"]));
+
+    // The plan's part of one workspace changed: that one rebuilt.
+    planned.insert("lc2".to_string(), part(false));
+    let replanned = check(&mut cache, &evals, &planned);
+    assert!(!replanned["lc2"].binds);
+    assert!(Arc::ptr_eq(&replanned["lc1"], &changed["lc1"]));
+
+    // A rule removed, another with the same routes in its place: rebuilt.
+    evals.remove(0);
+    evals.insert(0, target_eval("c/z", &[("lc1", "w", "widgets")]));
+    let renamed = check(&mut cache, &evals, &planned);
+    assert!(renamed["lc1"].rules.contains("c/z"));
+    assert!(!renamed["lc1"].rules.contains("c/a"));
+    planned.clear();
+    evals.clear();
+    assert!(check(&mut cache, &evals, &planned).is_empty());
+}
+
+fn api_error(code: u16) -> kube::Error {
+    kube::Error::Api(Box::new(
+        kube::core::Status::failure(&format!("code {code}"), "").with_code(code),
+    ))
+}
+
+/// Answers per endpoint, as a virtual workspace would: `a` does not serve the
+/// cluster (403), `b` does not either (404), `c` does, `d` fails.
+async fn answer(url: String) -> Result<String, kube::Error> {
+    match url.as_str() {
+        "a" => Err(api_error(403)),
+        "b" => Err(api_error(404)),
+        "c" => Ok(format!("written through {url}")),
+        _ => Err(api_error(500)),
+    }
+}
+
+fn candidates(urls: &[&str]) -> Vec<(String, String)> {
+    urls.iter()
+        .map(|u| (u.to_string(), u.to_string()))
+        .collect()
+}
+
+fn code(e: Option<kube::Error>) -> Option<u16> {
+    match e {
+        Some(kube::Error::Api(s)) => Some(s.code),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_write_goes_through_the_first_endpoint_that_serves_the_cluster() {
+    // 403 and 404 mean "not this shard": the next endpoint is tried.
+    let r = in_turn(candidates(&["a", "b", "c", "d"]), answer).await;
+    assert_eq!(
+        r.ok(),
+        Some(("c".to_string(), "written through c".to_string()))
+    );
+    // Any other error stops at once (and is the answer).
+    let r = in_turn(candidates(&["d", "c"]), answer).await;
+    assert_eq!(r.err().map(code), Some(Some(500)));
+    // No endpoint serves it: the most likely endpoint's answer.
+    let r = in_turn(candidates(&["b", "a"]), answer).await;
+    assert_eq!(r.err().map(code), Some(Some(404)));
+    let r = in_turn(candidates(&["a", "b"]), answer).await;
+    assert_eq!(r.err().map(code), Some(Some(403)));
+    // No endpoint at all.
+    let r = in_turn(candidates(&[]), answer).await;
+    assert_eq!(r.err().map(code), Some(None));
+}
+
+#[test]
+fn an_export_must_export_the_resource() {
+    let export = |resources: &[(&str, &str)]| ExportLookup {
+        lc: Some("lc1".into()),
+        export: Ok(Arc::new(ExportInfo {
+            identity_hash: "h".into(),
+            resources: resources
+                .iter()
+                .map(|(g, r)| GroupResource::new(*g, *r))
+                .collect(),
+            shared: None,
+        })),
+    };
+    let vpcs = GroupResource::new("network.test.io", "vpcs");
+    let both = export(&[("network.test.io", "vpcs"), ("network.test.io", "subnets")]);
+    assert_eq!(both.exporting(&vpcs, "root:net", "network.test.io"), Ok(()));
+    assert_eq!(
+        export(&[("network.test.io", "subnets")]).exporting(&vpcs, "root:net", "net.io"),
+        Err((
+            reasons::RESOURCE_NOT_EXPORTED,
+            "APIExport net.io in workspace root:net does not export vpcs.network.test.io (it exports: subnets.network.test.io)".to_string()
+        ))
+    );
+    assert_eq!(
+        export(&[]).exporting(&vpcs, "root:net", "net.io"),
+        Err((
+            reasons::RESOURCE_NOT_EXPORTED,
+            "APIExport net.io in workspace root:net does not export vpcs.network.test.io (it exports: nothing)".to_string()
+        ))
+    );
+    // A failed lookup is passed on as it is.
+    let missing = ExportLookup::failed(None, reasons::API_EXPORT_NOT_FOUND, "gone".into());
+    assert_eq!(
+        missing.exporting(&vpcs, "root:net", "net.io"),
+        Err((reasons::API_EXPORT_NOT_FOUND, "gone".to_string()))
+    );
+}
+
+#[test]
+fn a_status_found_up_to_date_is_skipped_only_while_its_inputs_hold() {
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "holdfast.dev/v1alpha1",
+        "kind": "DependencyRule",
+        "metadata": {"name": "r", "resourceVersion": "7"},
+        "spec": {},
+    }))
+    .expect("object");
+    let parsed = Arc::new(Parsed::of(&obj));
+    let gr = GroupResource::new("p.test", "widgets");
+    let eval = Arc::new(RuleEval {
+        cluster: "c1".into(),
+        key: "c1/r".into(),
+        invalid: None,
+        workspaces: vec![WorkspaceRef {
+            path: "root:p".into(),
+            export: "widgets".into(),
+            logical_cluster: Some("lc2".into()),
+            identity_hash: None,
+            shared_resources: None,
+            message: None,
+        }],
+        targets: [(
+            "lc1".to_string(),
+            [("widgets".to_string(), [gr].into())].into(),
+        )]
+        .into(),
+        edges: None,
+    });
+    let rule = RuleState {
+        obj: Arc::new(obj.clone()),
+        parsed: parsed.clone(),
+        eval: eval.clone(),
+        rule: None,
+    };
+    let config = |rv: Option<&str>| {
+        let mut c = ValidatingWebhookConfiguration::default();
+        c.metadata.resource_version = rv.map(str::to_string);
+        Arc::new(c)
+    };
+    let installed: BTreeMap<String, Arc<ValidatingWebhookConfiguration>> =
+        [("lc1".to_string(), config(Some("5")))].into();
+    // lc1 (a target) installed at 5, lc2 (a workspace) not installed.
+    let inputs = StatusInputs {
+        eval: eval.clone(),
+        parsed: parsed.clone(),
+        installed: installed_inputs(&eval, &installed).expect("comparable"),
+        cycle: None,
+    };
+    assert_eq!(inputs.installed, vec![Some("5".to_string()), None]);
+    assert!(inputs.hold_for(&rule, &installed_rvs(&installed), None));
+    // Any input changed: compared again.
+    let mut other = installed.clone();
+    other.insert("lc1".into(), config(Some("6")));
+    assert!(!inputs.hold_for(&rule, &installed_rvs(&other), None));
+    other.insert("lc1".into(), config(None));
+    assert!(!inputs.hold_for(&rule, &installed_rvs(&other), None));
+    assert_eq!(installed_inputs(&eval, &other), None, "no resourceVersion");
+    let mut other = installed.clone();
+    other.remove("lc1");
+    assert!(!inputs.hold_for(&rule, &installed_rvs(&other), None));
+    let mut other = installed.clone();
+    other.insert("lc2".into(), config(Some("1")));
+    assert!(!inputs.hold_for(&rule, &installed_rvs(&other), None));
+    assert!(!inputs.hold_for(&rule, &installed_rvs(&installed), Some("a → a")));
+    let reparsed = RuleState {
+        parsed: Arc::new(Parsed::of(&obj)),
+        obj: rule.obj.clone(),
+        eval: eval.clone(),
+        rule: None,
+    };
+    assert!(!inputs.hold_for(&reparsed, &installed_rvs(&installed), None));
+    let reevaluated = RuleState {
+        eval: Arc::new(RuleEval {
+            cluster: "c1".into(),
+            key: "c1/r".into(),
+            invalid: None,
+            workspaces: Vec::new(),
+            targets: eval.targets.clone(),
+            edges: None,
+        }),
+        obj: rule.obj.clone(),
+        parsed: parsed.clone(),
+        rule: None,
+    };
+    assert!(!inputs.hold_for(&reevaluated, &installed_rvs(&installed), None));
+}
+
+#[test]
+fn cluster_store_keys_by_cluster_and_name() {
+    let mk = |c: &str, n: &str| {
+        let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
+        cm.metadata.name = Some(n.into());
+        cm.metadata.annotations = Some(
+            [(
+                holdfast_shared::names::KCP_CLUSTER_ANNOTATION.to_string(),
+                c.to_string(),
+            )]
+            .into(),
+        );
+        cm
+    };
+    let mut s = ClusterStore::default();
+    let mut d = holdfast_shared::watch::Driver::new(holdfast_shared::watch::NotFound::Unknown);
+    d.handle(&mut s, Ok(watcher::Event::Init));
+    d.handle(&mut s, Ok(watcher::Event::InitApply(mk("a", "x"))));
+    d.handle(&mut s, Ok(watcher::Event::InitApply(mk("b", "x"))));
+    assert!(!s.ready);
+    d.handle(&mut s, Ok(watcher::Event::InitDone));
+    assert!(s.ready);
+    assert_eq!(s.snapshot().len(), 2, "same name in two clusters");
+    d.handle(&mut s, Ok(watcher::Event::Delete(mk("a", "x"))));
+    let keys: Vec<_> = s
+        .snapshot()
+        .into_iter()
+        .map(|(k, _)| (*k).clone())
+        .collect();
+    assert_eq!(keys, vec![("b".to_string(), "x".to_string())]);
+    // Fed by several endpoints: an endpoint's object leaves by its key.
+    let store = Arc::new(Mutex::new(s));
+    let mut feed = SharedFeed {
+        store: store.clone(),
+        notify: Arc::new(Notify::new()),
+    };
+    feed.remove(&ObjectKey {
+        cluster: "b".into(),
+        namespace: String::new(),
+        name: "x".into(),
+    });
+    assert!(
+        store
+            .lock()
+            .map(|s| s.snapshot().is_empty())
+            .unwrap_or(false)
+    );
+}
