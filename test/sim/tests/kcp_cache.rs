@@ -186,11 +186,13 @@ async fn the_enforcement_probe_is_judged_by_the_workspaces_own_configurations() 
         ..SimConfig::default()
     };
     let sim = Sim::start(cfg).await.expect("sim");
-    // A provider claiming Events; a consumer binding it, accepting the claim.
+    // A provider claiming (core) Events; a consumer binding it, accepting the claim.
+    // The claim serves events.k8s.io too; one on events.k8s.io authorizes nothing
+    // (kcp-facts 32).
     let (p, _) = workspace(&sim, "provider", "root").await;
     create(&p, &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"), None, json!({
         "metadata": {"name": "probe.test.io"},
-        "spec": {"permissionClaims": [{"group": "events.k8s.io", "resource": "events", "verbs": ["create"]}]}
+        "spec": {"permissionClaims": [{"group": "", "resource": "events", "verbs": ["create"]}]}
     }))
     .await;
     let (c, lc) = workspace(&sim, "consumer", "shard-1").await;
@@ -202,7 +204,7 @@ async fn the_enforcement_probe_is_judged_by_the_workspaces_own_configurations() 
     create(&c, &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"), None, json!({
         "metadata": {"name": "probe"},
         "spec": {"reference": {"export": {"path": "root:provider", "name": "probe.test.io"}},
-                 "permissionClaims": [{"group": "events.k8s.io", "resource": "events", "verbs": ["create"],
+                 "permissionClaims": [{"group": "", "resource": "events", "verbs": ["create"],
                                        "selector": {"matchAll": true}, "state": "Accepted"}]}
     }))
     .await;
