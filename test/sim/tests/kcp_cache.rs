@@ -190,10 +190,15 @@ async fn the_enforcement_probe_is_judged_by_the_workspaces_own_configurations() 
     // The claim serves events.k8s.io too; one on events.k8s.io authorizes nothing
     // (kcp-facts 32).
     let (p, _) = workspace(&sim, "provider", "root").await;
-    create(&p, &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"), None, json!({
-        "metadata": {"name": "probe.test.io"},
-        "spec": {"permissionClaims": [{"group": "", "resource": "events", "verbs": ["create"]}]}
-    }))
+    create(
+        &p,
+        &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
+        None,
+        json!({
+            "metadata": {"name": "probe.test.io"},
+            "spec": {"permissionClaims": [{"group": "", "resource": "events", "verbs": ["create"]}]}
+        }),
+    )
     .await;
     let (c, lc) = workspace(&sim, "consumer", "shard-1").await;
     // Every Ready workspace has namespace default.
@@ -201,12 +206,17 @@ async fn the_enforcement_probe_is_judged_by_the_workspaces_own_configurations() 
         .get("default")
         .await
         .expect("namespace default");
-    create(&c, &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"), None, json!({
-        "metadata": {"name": "probe"},
-        "spec": {"reference": {"export": {"path": "root:provider", "name": "probe.test.io"}},
-                 "permissionClaims": [{"group": "", "resource": "events", "verbs": ["create"],
-                                       "selector": {"matchAll": true}, "state": "Accepted"}]}
-    }))
+    create(
+        &c,
+        &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"),
+        None,
+        json!({
+            "metadata": {"name": "probe"},
+            "spec": {"reference": {"export": {"path": "root:provider", "name": "probe.test.io"}},
+                     "permissionClaims": [{"group": "", "resource": "events", "verbs": ["create"],
+                                           "selector": {"matchAll": true}, "state": "Accepted"}]}
+        }),
+    )
     .await;
     let hook = TestWebhook::start(&[], deny("enforced")).await;
     let probe = "holdfast-enforcement-probe-1a2b";
