@@ -253,3 +253,29 @@ pub fn binding_denial() -> String {
     );
     format!("Error from server (Forbidden): {refusal}\n")
 }
+
+/// The APIExport `claims.test.io` of a provider: no types of its own, a claim on
+/// the consumer's ConfigMaps (kcp-facts 26).
+pub const CLAIMS_EXPORT: &str = r#"apiVersion: apis.kcp.io/v1alpha2
+kind: APIExport
+metadata: {name: claims.test.io}
+spec:
+  permissionClaims:
+  - group: ""
+    resource: configmaps
+    verbs: [get, list, watch, update, patch, delete]
+"#;
+
+/// The consumer's binding to `claims.test.io`, accepting its claim.
+pub const CLAIMS_BINDING: &str = r#"apiVersion: apis.kcp.io/v1alpha2
+kind: APIBinding
+metadata: {name: claims}
+spec:
+  reference: {export: {path: "root:compute", name: claims.test.io}}
+  permissionClaims:
+  - group: ""
+    resource: configmaps
+    selector: {matchAll: true}
+    verbs: [get, list, watch, update, patch, delete]
+    state: Accepted
+"#;

@@ -16,7 +16,7 @@
 
 use holdfast_e2e::{
     denied_by,
-    kcp::{binding, export, schema, vm_vpc_rule},
+    kcp::{CLAIMS_BINDING, CLAIMS_EXPORT, binding, export, schema, vm_vpc_rule},
     kcp_real::*,
     kcp_sharded::bindable,
 };
@@ -592,32 +592,6 @@ async fn a_dependency_rule_across_workspaces_protects_a_consumers_vpc_on_a_real_
     .await;
     r.step("done");
 }
-
-/// The APIExport `claims.test.io` of a provider: no types of its own, a claim on
-/// the consumer's ConfigMaps (kcp-facts 26).
-const CLAIMS_EXPORT: &str = r#"apiVersion: apis.kcp.io/v1alpha2
-kind: APIExport
-metadata: {name: claims.test.io}
-spec:
-  permissionClaims:
-  - group: ""
-    resource: configmaps
-    verbs: [get, list, watch, update, patch, delete]
-"#;
-
-/// The consumer's binding to `claims.test.io`, accepting its claim.
-const CLAIMS_BINDING: &str = r#"apiVersion: apis.kcp.io/v1alpha2
-kind: APIBinding
-metadata: {name: claims}
-spec:
-  reference: {export: {path: "root:compute", name: claims.test.io}}
-  permissionClaims:
-  - group: ""
-    resource: configmaps
-    selector: {matchAll: true}
-    verbs: [get, list, watch, update, patch, delete]
-    state: Accepted
-"#;
 
 /// (d) Issue 30 item 1 (kcp-facts 26): a write through an APIExport's virtual
 /// workspace carries kcp's warrant (group `system:kcp:admin`), which holdfast's

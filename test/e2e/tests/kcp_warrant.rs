@@ -7,35 +7,10 @@
 
 use holdfast_e2e::{
     KubectlOutput, denied_by,
-    kcp::CONSUMER,
+    kcp::{CLAIMS_BINDING, CLAIMS_EXPORT, CONSUMER},
     kcp_real::strict_label_denial,
     kcp_sharded::{COMPUTE, bindable, sharded},
 };
-
-/// The provider's export claiming the consumer's ConfigMaps.
-const CLAIMS_EXPORT: &str = r#"apiVersion: apis.kcp.io/v1alpha2
-kind: APIExport
-metadata: {name: claims.test.io}
-spec:
-  permissionClaims:
-  - group: ""
-    resource: configmaps
-    verbs: [get, list, watch, update, patch, delete]
-"#;
-
-/// The consumer's binding to `claims.test.io`, accepting its claim.
-const CLAIMS_BINDING: &str = r#"apiVersion: apis.kcp.io/v1alpha2
-kind: APIBinding
-metadata: {name: claims}
-spec:
-  reference: {export: {path: "root:compute", name: claims.test.io}}
-  permissionClaims:
-  - group: ""
-    resource: configmaps
-    selector: {matchAll: true}
-    verbs: [get, list, watch, update, patch, delete]
-    state: Accepted
-"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_provider_cannot_break_glass_through_its_virtual_workspace() {
