@@ -18,6 +18,16 @@ fn protection(name: &str, resource: &str) -> String {
     )
 }
 
+/// A server-side dry-run DELETE of `kind` `name` in `default` of the consumer's
+/// workspace, as the consumer.
+fn dry_delete(r: &Real, kind: &str, name: &str) -> holdfast_e2e::KubectlOutput {
+    r.kubectl(
+        "consumer",
+        CONSUMER,
+        &["delete", kind, name, "-n", "default", "--dry-run=server"],
+    )
+}
+
 const READY: &str = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}/{.status.conditions[?(@.type==\"Ready\")].reason}";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,18 +88,7 @@ async fn a_policy_is_ready_only_once_kcp_enforces_it_on_a_real_kcp() {
         |o| o.stdout == "True/Enforced",
     )
     .await;
-    let out = r.kubectl(
-        "consumer",
-        CONSUMER,
-        &[
-            "delete",
-            "configmap",
-            "vault",
-            "-n",
-            "default",
-            "--dry-run=server",
-        ],
-    );
+    let out = dry_delete(&r, "configmap", "vault");
     assert!(
         out.code != 0 && out.stderr.contains("ResourceProtection/config"),
         "Ready, so refused at once: {out:?}"
@@ -149,18 +148,7 @@ async fn a_policy_is_ready_only_once_kcp_enforces_it_on_a_real_kcp() {
     );
     assert_eq!(installed, "True/WebhookInstalled");
     // The status tells the truth: kcp lets the Secret go (a dry run)...
-    let out = r.kubectl(
-        "consumer",
-        CONSUMER,
-        &[
-            "delete",
-            "secret",
-            "key",
-            "-n",
-            "default",
-            "--dry-run=server",
-        ],
-    );
+    let out = dry_delete(&r, "secret", "key");
     assert_eq!(out.code, 0, "not enforced, and not Ready: {out:?}");
     // ...and still enforces the first policy, which stays Ready.
     assert_eq!(
@@ -172,18 +160,7 @@ async fn a_policy_is_ready_only_once_kcp_enforces_it_on_a_real_kcp() {
         .stdout,
         "True/Enforced"
     );
-    let out = r.kubectl(
-        "consumer",
-        CONSUMER,
-        &[
-            "delete",
-            "configmap",
-            "vault",
-            "-n",
-            "default",
-            "--dry-run=server",
-        ],
-    );
+    let out = dry_delete(&r, "configmap", "vault");
     assert!(
         out.code != 0 && out.stderr.contains("ResourceProtection/config"),
         "{out:?}"
@@ -218,18 +195,7 @@ async fn a_policy_is_ready_only_once_kcp_enforces_it_on_a_real_kcp() {
         |o| o.stdout == "True/Enforced",
     )
     .await;
-    let out = r.kubectl(
-        "consumer",
-        CONSUMER,
-        &[
-            "delete",
-            "secret",
-            "key",
-            "-n",
-            "default",
-            "--dry-run=server",
-        ],
-    );
+    let out = dry_delete(&r, "secret", "key");
     assert!(
         out.code != 0 && out.stderr.contains("ResourceProtection/secrets"),
         "Ready, so refused at once: {out:?}\n{}",
