@@ -271,7 +271,10 @@ impl Reconciler {
             false => self.on_shard(&cluster, send).await,
         };
         answer.unwrap_or_else(|e| {
-            let forbidden = matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 403);
+            let forbidden = e
+                .downcast_ref::<kube::Error>()
+                .and_then(holdfast_shared::kcp::status_of)
+                == Some(403);
             ProbeAnswer::NotYet(match forbidden {
                 true if home => format!(
                     "holdfast may not create (even dry-run) Events in namespace {NAMESPACE} of the holdfast workspace, so it cannot see whether kcp enforces the configuration there: grant it (manifests/overlays/kcp/workspace/holdfast): {e:#}"
