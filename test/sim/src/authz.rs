@@ -643,6 +643,9 @@ pub fn admit_update(
     new: &Value,
     old: &Value,
 ) -> ApiResult<()> {
+    if !cluster.is_empty() {
+        crate::kcp_deletion::check_finalizer_removal(&ctx.user, info, old, new)?;
+    }
     if cluster.is_empty()
         || !is_kcp(info, "apis.kcp.io", "apibindings")
         || !enforced(state, ctx)

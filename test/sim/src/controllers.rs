@@ -63,7 +63,7 @@ pub fn info_for(state: &State, cluster: &str, gr: &Gr) -> Option<Arc<ResourceInf
         .find(|i| i.group == gr.group && i.resource == gr.resource)
 }
 
-fn target(info: &Arc<ResourceInfo>, ns: Option<&str>, name: Option<&str>) -> Target {
+pub(crate) fn target(info: &Arc<ResourceInfo>, ns: Option<&str>, name: Option<&str>) -> Target {
     Target {
         info: info.clone(),
         version: info.versions.first().cloned().unwrap_or_default(),
@@ -75,7 +75,7 @@ fn target(info: &Arc<ResourceInfo>, ns: Option<&str>, name: Option<&str>) -> Tar
 
 /// A change the simulator's controllers make to a stored object (its result is theirs
 /// to ignore: the next event retries).
-async fn change(
+pub(crate) async fn change(
     state: &Arc<State>,
     ctx: &Ctx,
     t: &Target,
@@ -563,6 +563,7 @@ async fn reconcile(
             backoff.insert(bk, (Instant::now() + d, d));
         }
     }
+    crate::kcp_deletion::reconcile(state).await;
     gc(state).await;
     kcp::reconcile(state).await;
 }

@@ -59,7 +59,7 @@ pub(crate) fn create_logical_cluster(
     let lc = json!({
         "apiVersion": "core.kcp.io/v1alpha1", "kind": "LogicalCluster",
         "metadata": {"name": "cluster", "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now,
-                     "generation": 1,
+                     "generation": 1, "finalizers": [crate::kcp_deletion::LOGICAL_CLUSTER_FINALIZER],
                      "annotations": {"kcp.io/cluster": name, "kcp.io/path": path}},
         "spec": {"initializers": if phase == "Ready" { json!([]) } else { json!(crate::kcp_workspace::INITIALIZERS) }},
         "status": {"phase": phase, "URL": format!("{}/clusters/{}", state.url, path)},
@@ -627,6 +627,7 @@ pub fn prepare_create(
         }
         ("apis.kcp.io", "apibindings") => {
             canonical_path(state, cluster, obj);
+            crate::kcp_deletion::add_finalizer(info, obj);
             obj["status"] = json!({"phase": "Binding"});
         }
         _ => {}
@@ -653,6 +654,7 @@ pub fn prepare_update(
     if info.group == "apis.kcp.io" && info.resource == "apibindings" {
         canonical_path(state, cluster, new);
     }
+    crate::kcp_deletion::add_finalizer(info, new);
     if info.group == "tenancy.kcp.io" && info.resource == "workspaces" {
         new["spec"]["cluster"] = old["spec"]["cluster"].clone();
         new["spec"]["URL"] = old["spec"]["URL"].clone();

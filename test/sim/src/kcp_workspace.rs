@@ -99,6 +99,15 @@ fn schedule(state: &Arc<State>, parent: &str, name: &str, uid: &str) -> Option<S
     crate::kcp::create_logical_cluster(state, &lc, &path, &shard, "Initializing");
     let stored = change(state, parent, name, uid, |w| {
         crate::kcp::set_annotation(w, SHARD_ANNOTATION, json!(shard));
+        let fin = crate::kcp_deletion::WORKSPACE_FINALIZER;
+        if !w["metadata"]["finalizers"].is_array() {
+            w["metadata"]["finalizers"] = json!([]);
+        }
+        if let Some(f) = w["metadata"]["finalizers"].as_array_mut()
+            && !f.iter().any(|x| x == fin)
+        {
+            f.push(json!(fin));
+        }
         w["spec"]["cluster"] = json!(lc);
         w["spec"]["URL"] = json!(url);
         let now = now_rfc3339();

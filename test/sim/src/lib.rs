@@ -25,6 +25,7 @@ mod defaults;
 mod errors;
 mod eventsview;
 mod kcp;
+mod kcp_deletion;
 mod kcp_workspace;
 mod patch;
 mod proto;

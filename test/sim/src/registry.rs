@@ -206,7 +206,7 @@ fn status_sub(group: &str, version: &str, kind: &str) -> SubInfo {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn kcp_info(
+pub(crate) fn kcp_info(
     group: &str,
     versions: &[&str],
     resource: &str,

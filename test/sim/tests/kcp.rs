@@ -366,6 +366,12 @@ async fn deleting_a_workspace_removes_its_logical_cluster() {
     wss.delete("gone", &Default::default())
         .await
         .expect("delete workspace");
+    // kcp deletes the contents, then the logical cluster, then the Workspace.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while wss.get("gone").await.is_ok() {
+        assert!(std::time::Instant::now() < deadline, "workspace not gone");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     assert!(sim.logical_cluster("root:gone").is_none());
     assert!(sim.logical_cluster(&lc).is_none());
     assert!(sim.logical_cluster(&child_lc).is_none());
