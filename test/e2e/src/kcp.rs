@@ -254,6 +254,37 @@ pub fn binding_denial() -> String {
     format!("Error from server (Forbidden): {refusal}\n")
 }
 
+/// kubectl arguments printing the APIBinding `holdfast`'s deletion condition as
+/// `status/reason/message` (kcp's `BindingResourceDeleteSuccess`, kcp-facts 34).
+pub const BINDING_DELETION: [&str; 5] = [
+    "get",
+    "apibinding",
+    "holdfast",
+    "-o",
+    "jsonpath={range .status.conditions[?(@.type==\"BindingResourceDeleteSuccess\")]}{.status}/{.reason}/{.message}{end}",
+];
+
+/// What holdfast says refusing the DELETE of [`PROTECTED_POLICY`].
+pub const LABEL_REFUSAL: &str = "is protected by label holdfast.dev/protected=Always";
+
+/// kubectl arguments listing every Event of a workspace as JSON.
+pub const EVENTS: [&str; 5] = ["get", "events", "-A", "-o", "json"];
+
+/// How many of the Events in `list` (the JSON of [`EVENTS`]) are holdfast's
+/// `DeletionBlocked` about an object named `name`.
+pub fn blocked_events(list: &str, name: &str) -> usize {
+    let list: serde_json::Value = serde_json::from_str(list).unwrap_or_default();
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["reason"] == "DeletionBlocked"
+                && (e["involvedObject"]["name"] == name || e["regarding"]["name"] == name)
+        })
+        .count()
+}
+
 /// The APIExport `claims.test.io` of a provider: no types of its own, a claim on
 /// the consumer's ConfigMaps (kcp-facts 26).
 pub const CLAIMS_EXPORT: &str = r#"apiVersion: apis.kcp.io/v1alpha2

@@ -8,7 +8,10 @@
 //! configurations, kcp-facts 27), under the shipped identities.
 
 use holdfast_e2e::{
-    kcp::{PROTECTED_POLICY, binding_denial, workspace_denial},
+    kcp::{
+        BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, binding_denial, blocked_events,
+        workspace_denial,
+    },
     kcp_real::*,
 };
 
@@ -212,6 +215,48 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
     assert_eq!(out.stderr, binding_denial(), "{out:?}");
     r.ok("consumer", TEAM, &["get", "apibinding", "holdfast"]);
     r.ok("consumer", TEAM, &["get", "resourceprotection", "keep"]);
+    r.step("unbinding holdfast refused while a policy is protected");
+
+    // Break-glass on the APIBinding lets its DELETE through; kcp then deletes its
+    // objects through admission, holdfast refuses the protected one, and the
+    // binding waits in deletion, saying why (kcp-facts 34), beside holdfast's
+    // DeletionBlocked Event: nothing protected goes, nothing is half-deleted silently.
+    r.ok(
+        "consumer",
+        TEAM,
+        &[
+            "annotate",
+            "apibinding",
+            "holdfast",
+            "holdfast.dev/skip-protection=true",
+        ],
+    );
+    r.ok(
+        "consumer",
+        TEAM,
+        &["delete", "apibinding", "holdfast", "--wait=false"],
+    );
+    let stuck = r
+        .until("consumer", TEAM, &BINDING_DELETION, |o| {
+            o.code == 0 && o.stdout.starts_with("False/ResourceDeletionFailed/")
+        })
+        .await;
+    assert!(
+        stuck.stdout.contains(LABEL_REFUSAL),
+        "{stuck:?}
+{}",
+        r.logs()
+    );
+    r.ok("consumer", TEAM, &["get", "resourceprotection", "keep"]);
+    let events = r
+        .until("consumer", TEAM, &EVENTS, |o| {
+            o.code == 0 && blocked_events(&o.stdout, "keep") > 0
+        })
+        .await;
+    assert!(blocked_events(&events.stdout, "keep") > 0, "{events:?}");
+    r.step("break-glass on the APIBinding: it waits in deletion on the protected policy");
+
+    // Protection lifted: kcp's next attempt deletes the policy, then the binding.
     r.ok(
         "consumer",
         TEAM,
@@ -222,14 +267,11 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
             "holdfast.dev/protected-",
         ],
     );
-    r.ok(
-        "consumer",
-        TEAM,
-        &["delete", "apibinding", "holdfast", "--dry-run=server"],
-    );
-    // (The policy protects every ConfigMap of the workspace: it goes first.)
-    r.ok("consumer", TEAM, &["delete", "resourceprotection", "keep"]);
-    r.step("unbinding holdfast refused while a policy is protected, allowed after");
+    r.until("consumer", TEAM, &["get", "apibinding", "holdfast"], |o| {
+        o.code != 0 && o.stderr.contains("NotFound")
+    })
+    .await;
+    r.step("protection lifted: the policy and the APIBinding went");
 
     // Protection lifted: the team's workspace goes.
     r.ok(

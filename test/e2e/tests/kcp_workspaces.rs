@@ -3,7 +3,10 @@
 //! through root's configurations as kcp does (kcp-facts 27).
 
 use holdfast_e2e::{
-    kcp::{PROTECTED_POLICY, binding_denial, workspace_denial},
+    kcp::{
+        BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, binding_denial, blocked_events,
+        workspace_denial,
+    },
     kcp_sharded::{admin_of, holdfast_binding, sharded},
 };
 
@@ -135,6 +138,37 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
     );
     let out = t.kubectl("consumer", TEAM, &["delete", "apibinding", "holdfast"]);
     assert_eq!(out.stderr, binding_denial(), "{}", t.env.webhook_log());
+    // Break-glass on the APIBinding: its DELETE passes, kcp deletes its objects
+    // through admission, the protected policy is refused and the binding waits in
+    // deletion with kcp's condition, beside holdfast's DeletionBlocked Event.
+    for args in [
+        &[
+            "annotate",
+            "apibinding",
+            "holdfast",
+            "holdfast.dev/skip-protection=true",
+        ][..],
+        &["delete", "apibinding", "holdfast", "--wait=false"],
+    ] {
+        let out = t.kubectl("consumer", TEAM, args);
+        assert_eq!(out.code, 0, "{args:?}: {out:?}");
+    }
+    let stuck = t
+        .until("consumer", TEAM, &BINDING_DELETION, |o| {
+            o.code == 0 && o.stdout.starts_with("False/ResourceDeletionFailed/")
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nwebhook: {}", t.env.webhook_log()));
+    assert!(stuck.stdout.contains(LABEL_REFUSAL), "{stuck:?}");
+    let out = t.kubectl("consumer", TEAM, &["get", "resourceprotection", "keep"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    t.until("consumer", TEAM, &EVENTS, |o| {
+        o.code == 0 && blocked_events(&o.stdout, "keep") > 0
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nwebhook: {}", t.env.webhook_log()));
+
+    // Protection lifted: the policy goes, then the binding.
     let out = t.kubectl(
         "consumer",
         TEAM,
@@ -146,16 +180,11 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
         ],
     );
     assert_eq!(out.code, 0, "{out:?}");
-    let out = t.kubectl(
-        "consumer",
-        TEAM,
-        &["delete", "apibinding", "holdfast", "--dry-run=server"],
-    );
-    assert_eq!(out.code, 0, "{out:?}");
-
-    // (The policy protects every ConfigMap of the workspace: it goes first.)
-    let out = t.kubectl("consumer", TEAM, &["delete", "resourceprotection", "keep"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    t.until("consumer", TEAM, &["get", "apibinding", "holdfast"], |o| {
+        o.code != 0 && o.stderr.contains("NotFound")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
 
     // Protection lifted: the team's workspace goes.
     let out = t.kubectl(
@@ -172,5 +201,5 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
     );
     assert_eq!(out.code, 0, "{out:?}");
     let out = t.kubectl("platform", ORG, &["delete", "workspace", "team"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.code, 0, "{out:?}\nwebhook: {}", t.env.webhook_log());
 }

@@ -40,6 +40,13 @@ pub(super) struct Filter {
     pub(super) fields: FieldSelector,
 }
 
+impl Wild {
+    /// Whether this is an APIExport virtual workspace's request.
+    pub(super) fn in_virtual_workspace(&self) -> bool {
+        self.vw.is_some()
+    }
+}
+
 impl Filter {
     pub(super) fn new(
         state: &Arc<State>,

@@ -67,6 +67,12 @@ struct Events {
     info: Arc<ResourceInfo>,
     version: String,
     meta_only: bool,
+    /// The objects of a virtual workspace's wildcard watch the client knows: their
+    /// DELETED event reaches it even when their workspace no longer binds the
+    /// export by the time the event is sent (kcp's virtual workspace watches the
+    /// export's identity across logical clusters: an object deleted while its
+    /// APIBinding was still there is seen deleted, docs/kcp-facts.md 34).
+    known: Option<std::sync::Mutex<std::collections::HashSet<Key>>>,
 }
 
 impl Events {
@@ -108,15 +114,40 @@ impl Events {
             namespace: meta(o, "namespace").to_string(),
             name: meta(o, "name").to_string(),
         };
-        (self.f.key_ok(&k) && self.f.obj_ok(o)).then(|| self.line("ADDED", o))
+        let ok = self.f.key_ok(&k) && self.f.obj_ok(o);
+        if ok {
+            self.remember(&k, true);
+        }
+        ok.then(|| self.line("ADDED", o))
+    }
+
+    fn remember(&self, k: &Key, present: bool) {
+        if let Some(known) = &self.known
+            && let Ok(mut known) = known.lock()
+        {
+            if present {
+                known.insert(k.clone());
+            } else {
+                known.remove(k);
+            }
+        }
+    }
+
+    fn knows(&self, k: &Key) -> bool {
+        self.known
+            .as_ref()
+            .and_then(|m| m.lock().ok().map(|m| m.contains(k)))
+            .unwrap_or(false)
     }
 
     /// The line of a stored event as this watch sees it: objects entering or leaving
     /// its selectors are ADDED or DELETED.
     fn event(&self, e: &Arc<store::Event>) -> Option<Bytes> {
-        if !self.f.key_ok(&e.key) {
+        let gone_known = e.kind == EventType::Deleted && self.knows(&e.key);
+        if !gone_known && !self.f.key_ok(&e.key) {
             return None;
         }
+        let key = e.key.clone();
         let e = store::present_event(&self.info.gr(), e.clone());
         let old_ok = || e.old.as_ref().is_some_and(|o| self.f.obj_ok(o));
         let kind = match e.kind {
@@ -129,6 +160,7 @@ impl Events {
                 _ => None,
             },
         }?;
+        self.remember(&key, kind != "DELETED");
         Some(self.line(kind, &e.obj))
     }
 }
@@ -161,11 +193,31 @@ pub(super) fn watch_stream(
             return Ok(Resp::Stream(rx));
         }
     };
+    let wildcard_vw = f.vw.as_ref().is_some_and(|w| w.in_virtual_workspace())
+        && matches!(ctx.cluster, crate::server::ClusterSel::Wildcard);
+    // A watch from a resourceVersion follows a LIST: the client knows what that
+    // LIST showed, the objects selected now.
+    let known = wildcard_vw.then(|| {
+        let now = if params.from.is_some() {
+            state
+                .store
+                .list_keyed(&t.info.gr(), None, None)
+                .0
+                .into_iter()
+                .filter(|(k, o)| f.key_ok(k) && f.obj_ok(o))
+                .map(|(k, _)| k)
+                .collect()
+        } else {
+            std::collections::HashSet::new()
+        };
+        std::sync::Mutex::new(now)
+    });
     let events = Events {
         f,
         info: t.info.clone(),
         version: t.version.clone(),
         meta_only,
+        known,
     };
     tokio::spawn(run(state.clone(), events, params, start, tx));
     Ok(Resp::Stream(rx))
