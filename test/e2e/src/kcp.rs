@@ -254,6 +254,43 @@ pub fn binding_denial() -> String {
     format!("Error from server (Forbidden): {refusal}\n")
 }
 
+/// What kcp shows of the objects the workspace tests make (docs/kcp-facts.md 33-35),
+/// checked alike on the real kcp and the simulator: `org` a Workspace created in
+/// root without a type, `team` one below it placed on shard `shard-1`, `binding`
+/// the APIBinding `holdfast`, `slice` the endpoint slice of the export
+/// `holdfast.dev` of `root:holdfast`.
+pub fn assert_kcp_shapes(
+    org: &serde_json::Value,
+    team: &serde_json::Value,
+    binding: &serde_json::Value,
+    slice: &serde_json::Value,
+) {
+    let has = |o: &serde_json::Value, f: &str| {
+        o["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == f))
+    };
+    assert_eq!(org["spec"]["type"]["name"], "organization", "{org}");
+    assert_eq!(team["spec"]["type"]["name"], "universal", "{team}");
+    // kcp's ByBase36Sha224NameValue("shard-1").
+    assert_eq!(
+        team["metadata"]["annotations"]["internal.tenancy.kcp.io/shard"], "2e1tfbst",
+        "{team}"
+    );
+    assert!(has(team, "core.kcp.io/logicalcluster"), "{team}");
+    assert!(
+        has(binding, "apis.kcp.io/apibinding-finalizer"),
+        "{binding}"
+    );
+    assert_eq!(slice["spec"]["export"]["path"], "root:holdfast", "{slice}");
+    let owner = &slice["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["name"]),
+        (&"APIExport".into(), &"holdfast.dev".into()),
+        "{slice}"
+    );
+}
+
 /// kubectl arguments printing the APIBinding `holdfast`'s deletion condition as
 /// `status/reason/message` (kcp's `BindingResourceDeleteSuccess`, kcp-facts 34).
 pub const BINDING_DELETION: [&str; 5] = [

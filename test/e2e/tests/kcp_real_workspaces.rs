@@ -9,8 +9,8 @@
 
 use holdfast_e2e::{
     kcp::{
-        BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, binding_denial, blocked_events,
-        workspace_denial,
+        BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, assert_kcp_shapes,
+        binding_denial, blocked_events, workspace_denial,
     },
     kcp_real::*,
 };
@@ -68,6 +68,22 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
         .stdout
     };
     assert_eq!(path_of(TEAM, "holdfast"), TEAM);
+    let json = |user: &str, path: &str, args: &[&str]| {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend(["-o", "json"]);
+        r.ok(user, path, &all).json().expect("json")
+    };
+    assert_kcp_shapes(
+        &json("platform", "root", &["workspace", "org"]),
+        &json("platform", ORG, &["workspace", "team"]),
+        &json("consumer", TEAM, &["apibinding", "holdfast"]),
+        &json(
+            "platform",
+            "root:holdfast",
+            &["apiexportendpointslice", "holdfast.dev"],
+        ),
+    );
 
     r.start_holdfast(&[]).await;
 

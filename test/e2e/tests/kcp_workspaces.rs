@@ -4,8 +4,8 @@
 
 use holdfast_e2e::{
     kcp::{
-        BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, binding_denial, blocked_events,
-        workspace_denial,
+        BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, assert_kcp_shapes,
+        binding_denial, blocked_events, workspace_denial,
     },
     kcp_sharded::{admin_of, holdfast_binding, sharded},
 };
@@ -38,6 +38,24 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
         let out = t.kubectl("consumer", TEAM, args);
         assert_eq!(out.code, 0, "{out:?}");
     }
+    let json = |user: &str, path: &str, args: &[&str]| {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend(["-o", "json"]);
+        let out = t.kubectl(user, path, &all);
+        assert_eq!(out.code, 0, "{all:?}: {out:?}");
+        out.json().expect("json")
+    };
+    assert_kcp_shapes(
+        &json("platform", "root", &["workspace", "org"]),
+        &json("platform", ORG, &["workspace", "team"]),
+        &json("consumer", TEAM, &["apibinding", "holdfast"]),
+        &json(
+            "platform",
+            "root:holdfast",
+            &["apiexportendpointslice", "holdfast.dev"],
+        ),
+    );
     let _controller = t
         .start_holdfast("controller", "watch")
         .await

@@ -602,8 +602,16 @@ pub fn prepare_create(
             }
         }
         ("tenancy.kcp.io", "workspaces") => {
+            // The parent's default child type: root's is `organization` (the default
+            // `workspace-types` battery), an organization's and universal's
+            // `universal` (`config/root/workspacetype-*.yaml`, docs/kcp-facts.md 35).
             if obj["spec"]["type"].is_null() {
-                obj["spec"]["type"] = json!({"name": "universal", "path": "root"});
+                let name = if cluster == ROOT {
+                    "organization"
+                } else {
+                    "universal"
+                };
+                obj["spec"]["type"] = json!({"name": name, "path": "root"});
             }
             // Scheduled, initialized and made Ready asynchronously
             // (`crate::kcp_workspace`, docs/kcp-facts.md 31).
@@ -614,6 +622,7 @@ pub fn prepare_create(
             obj["status"] = crate::kcp_workspace::scheduling_status();
         }
         ("apis.kcp.io", "apiexports") => {
+            canonical_path(state, cluster, obj);
             use rand::Rng;
             let mut r = rand::rng();
             let hash: String = (0..64)
@@ -651,7 +660,9 @@ pub fn prepare_update(
     old: &Value,
     new: &mut Value,
 ) -> ApiResult<()> {
-    if info.group == "apis.kcp.io" && info.resource == "apibindings" {
+    if info.group == "apis.kcp.io"
+        && (info.resource == "apibindings" || info.resource == "apiexports")
+    {
         canonical_path(state, cluster, new);
     }
     crate::kcp_deletion::add_finalizer(info, new);
@@ -1110,12 +1121,20 @@ fn create_export_slice(state: &State, cluster: &str, export: &Value) {
     {
         return;
     }
+    // kcp's APIExport reconciler: the slice names the export by its `kcp.io/path`
+    // and is owned by it (`pkg/reconciler/apis/apiexport/apiexport_reconcile.go`,
+    // docs/kcp-facts.md 35).
+    let path = export["metadata"]["annotations"]["kcp.io/path"]
+        .as_str()
+        .unwrap_or(cluster);
     let mut slice = json!({
         "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExportEndpointSlice",
         "metadata": {"name": name, "uid": uuid::Uuid::new_v4().to_string(),
                      "creationTimestamp": now_rfc3339(), "generation": 1,
-                     "annotations": {"kcp.io/cluster": cluster}},
-        "spec": {"export": {"path": cluster, "name": name}},
+                     "annotations": {"kcp.io/cluster": cluster},
+                     "ownerReferences": [{"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
+                                          "name": name, "uid": export["metadata"]["uid"]}]},
+        "spec": {"export": {"path": path, "name": name}},
     });
     let endpoints = slice_endpoints(state, &bound_shards(state), cluster, &slice);
     slice["status"] = json!({"endpoints": endpoints});

@@ -20,6 +20,31 @@ use std::time::Duration;
 /// `defaultAPIBindings`).
 pub const INITIALIZERS: [&str; 2] = ["root:universal", "system:apibindings"];
 
+/// What kcp's scheduler records in a Workspace's `internal.tenancy.kcp.io/shard`:
+/// the first 8 characters of the lowercase base36 of the SHA-224 of the shard's
+/// name (`pkg/reconciler/tenancy/workspace/workspace_indexes.go`
+/// `ByBase36Sha224NameValue`, docs/kcp-facts.md 35).
+pub fn shard_hash(shard: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha224::digest(shard.as_bytes());
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    // Repeated division of the big-endian number by 36, least significant digit first.
+    let mut n: Vec<u8> = digest.to_vec();
+    let mut out = vec![];
+    while n.iter().any(|b| *b != 0) {
+        let mut rem = 0u32;
+        for b in n.iter_mut() {
+            let cur = (rem << 8) | u32::from(*b);
+            *b = (cur / 36) as u8;
+            rem = cur % 36;
+        }
+        out.push(DIGITS[rem as usize]);
+    }
+    out.extend(digest.iter().take_while(|b| **b == 0).map(|_| b'0'));
+    out.reverse();
+    String::from_utf8_lossy(&out).chars().take(8).collect()
+}
+
 /// The status of a Workspace just created: waiting for the scheduler.
 pub fn scheduling_status() -> Value {
     json!({"phase": "Scheduling"})
@@ -98,7 +123,7 @@ fn schedule(state: &Arc<State>, parent: &str, name: &str, uid: &str) -> Option<S
     let url = format!("{}/clusters/{}", state.url, path);
     crate::kcp::create_logical_cluster(state, &lc, &path, &shard, "Initializing");
     let stored = change(state, parent, name, uid, |w| {
-        crate::kcp::set_annotation(w, SHARD_ANNOTATION, json!(shard));
+        crate::kcp::set_annotation(w, SHARD_ANNOTATION, json!(shard_hash(&shard)));
         let fin = crate::kcp_deletion::WORKSPACE_FINALIZER;
         if !w["metadata"]["finalizers"].is_array() {
             w["metadata"]["finalizers"] = json!([]);
@@ -151,4 +176,20 @@ fn ready(state: &Arc<State>, parent: &str, name: &str, uid: &str, lc: &str) {
             {"type": "WorkspaceInitialized", "status": "True", "lastTransitionTime": now},
         ]});
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn shard_hashes_are_kcps() {
+        // Computed with kcp's own function (ByBase36Sha224NameValue) for these names.
+        for (shard, hash) in [
+            ("root", "1pfxsevk"),
+            ("shard-1", "2e1tfbst"),
+            ("shard-2", "quyfennr"),
+            ("shard-3", "2jvdumni"),
+        ] {
+            assert_eq!(super::shard_hash(shard), hash, "{shard}");
+        }
+    }
 }

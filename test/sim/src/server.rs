@@ -572,6 +572,9 @@ async fn handle_inner(
     let Some(user) = authenticate(&state, req.headers()) else {
         return error_response(&ApiError::unauthorized(), &[], pretty);
     };
+    // Who impersonates, for kcp's impersonation scoping below.
+    let impersonator_is_master = req.headers().get("impersonate-user").is_none()
+        || user.groups.iter().any(|g| g == "system:masters");
     let user = match impersonate(&state, user, req.headers()) {
         Ok(u) => u,
         Err(e) => return error_response(&e, &[], pretty),
@@ -619,6 +622,9 @@ async fn handle_inner(
         Err(e) => return error_response(&e, &[], pretty),
     };
     let mut user = user;
+    if let ClusterSel::Lc(lc) = &prefix.cluster {
+        crate::warrant::scope_impersonated(&mut user, impersonator_is_master, lc);
+    }
     // The APIExport virtual workspace forwards into a concrete logical cluster
     // impersonating the caller with kcp's warrant (docs/kcp-facts.md 28).
     if prefix.vw.is_some()

@@ -37,6 +37,22 @@ pub fn add_virtual_workspace_warrant(user: &mut UserInfo, cluster: &str) {
         .push(virtual_workspace_warrant(cluster));
 }
 
+/// The extra kcp scopes an impersonated user to its logical cluster with.
+pub const SCOPES_EXTRA: &str = "authentication.kcp.io/scopes";
+
+/// kcp's impersonation scoping (`pkg/server/filters/impersonation.go`
+/// `WithImpersonationScoping`, docs/kcp-facts.md 35): a user impersonated by anyone
+/// but `system:masters` carries the scope `cluster:<logical cluster>` of the request.
+pub fn scope_impersonated(user: &mut UserInfo, impersonator_is_master: bool, cluster: &str) {
+    if impersonator_is_master {
+        return;
+    }
+    user.extra
+        .entry(SCOPES_EXTRA.to_string())
+        .or_default()
+        .push(format!("cluster:{cluster}"));
+}
+
 /// One user an authorizer tries: name, groups, and whether it is a service account
 /// of the logical cluster asked about (kcp lets those in without `access`).
 #[derive(Clone, Debug, PartialEq)]
@@ -132,5 +148,24 @@ mod tests {
         assert_eq!(elsewhere.len(), 1);
         let bad = json!({WARRANT_EXTRA: ["{not json"]});
         assert_eq!(effective_users("u", &[], &bad, "abc").len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+
+    #[test]
+    fn impersonation_by_anyone_but_system_masters_is_scoped_to_the_cluster() {
+        let mut u = UserInfo {
+            name: "alice".into(),
+            uid: String::new(),
+            groups: vec![],
+            extra: Default::default(),
+        };
+        scope_impersonated(&mut u, true, "abc");
+        assert!(u.extra.is_empty());
+        scope_impersonated(&mut u, false, "abc");
+        assert_eq!(u.extra[SCOPES_EXTRA], ["cluster:abc"]);
     }
 }

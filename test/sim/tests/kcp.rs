@@ -152,12 +152,13 @@ async fn workspaces_exports_bindings_and_virtual_workspace() {
     // kcp made the endpoint slice named like the export; no shard holds a binding yet.
     let slices = slice_ar();
     let slice = get_as(&provider, &slices, "example.io").await;
+    // It names the export by its path and is owned by it (docs/kcp-facts.md 35).
     let provider_lc = sim
         .logical_cluster("root:org:provider")
         .expect("provider lc");
     assert_eq!(
         slice.data["spec"]["export"],
-        json!({"path": provider_lc, "name": "example.io"})
+        json!({"path": "root:org:provider", "name": "example.io"})
     );
     assert_eq!(slice.data["status"]["endpoints"], json!([]));
 
@@ -598,11 +599,12 @@ async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
             .as_ref()
             .and_then(|a| a.get("internal.tenancy.kcp.io/shard").cloned())
     };
-    assert_eq!(annotation(&on_s1).as_deref(), Some("shard-1"));
+    // kcp records a hash of the shard's name (docs/kcp-facts.md 35).
+    assert_eq!(annotation(&on_s1).as_deref(), Some("2e1tfbst"));
     assert_eq!(sim.shard_of(&b_lc).as_deref(), Some("shard-1"));
     assert_eq!(sim.shard_of("root:b").as_deref(), Some("shard-1"));
     let on_root = create(&root, &ws(), None, ws_at("a", Some(json!({"matchExpressions": [{"key": "name", "operator": "In", "values": ["root"]}]})))).await;
-    assert_eq!(annotation(&on_root).as_deref(), Some("root"));
+    assert_eq!(annotation(&on_root).as_deref(), Some("1pfxsevk"));
     let x = create(&root, &ws(), None, ws_at("x", None)).await;
     let y = create(&root, &ws(), None, ws_at("y", None)).await;
     let mut xy = [
@@ -610,7 +612,7 @@ async fn front_proxy_routes_to_shards_and_workspaces_are_placed() {
         annotation(&y).expect("y placed"),
     ];
     xy.sort();
-    assert_eq!(xy, ["root", "shard-1"], "round-robin over the shards");
+    assert_eq!(xy, ["1pfxsevk", "2e1tfbst"], "round-robin over the shards");
 
     // No shard matches: the Workspace waits in Scheduling, without a logical cluster.
     let selector = json!({"matchLabels": {"name": "nope"}});
