@@ -200,11 +200,19 @@ impl ResourceStore {
     }
 }
 
+/// An object's key. Its logical cluster is the annotation `kcp.io/cluster` on kcp
+/// only: elsewhere anyone who may patch the object writes it, and an object filed
+/// under a cluster of its choosing would vanish from the namespace it is in for
+/// containment (docs/security.md row 1).
 fn key_of(meta: &Value) -> ObjKey {
-    let cluster = meta["annotations"][KCP_CLUSTER_ANNOTATION]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let cluster = if holdfast_shared::topology::honours_logical_cluster() {
+        meta["annotations"][KCP_CLUSTER_ANNOTATION]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        String::new()
+    };
     (
         cluster,
         meta["namespace"].as_str().unwrap_or_default().to_string(),

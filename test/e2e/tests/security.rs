@@ -204,6 +204,33 @@ async fn a_forged_logical_cluster_moves_nothing_out_of_protection() {
         env.exists(&["configmap", "keep", "-n", &shop])
             .expect("kubectl")
     );
+    // A namespace whose only protected object carries the forged annotation: the
+    // webhook's index of what namespaces hold files it under its namespace all the
+    // same (it once filed it under the forged cluster, and the namespace read empty).
+    let lone = env.namespace("lone").expect("namespace");
+    env.run(&["create", "configmap", "held", "-n", &lone]);
+    env.run(&[
+        "label",
+        "configmap",
+        "held",
+        "-n",
+        &lone,
+        "holdfast.dev/protected=true",
+    ]);
+    env.run(&[
+        "annotate",
+        "configmap",
+        "held",
+        "-n",
+        &lone,
+        "kcp.io/cluster=elsewhere",
+    ]);
+    refused_with(
+        env,
+        &["delete", "namespace", &lone, "--dry-run=server"],
+        &format!("ConfigMap {lone}/held (label)"),
+    )
+    .await;
 }
 
 /// Row "containment marker": a user who may only get, patch and delete one
