@@ -291,6 +291,39 @@ pub fn assert_kcp_shapes(
     );
 }
 
+/// `kubectl holdfast ARGS` with `kubeconfig` at workspace URL `server` (the plugin's
+/// binary, as kubectl runs it).
+pub fn holdfast_plugin(
+    kubeconfig: &std::path::Path,
+    server: &str,
+    args: &[&str],
+) -> crate::KubectlOutput {
+    let bin = crate::bin("kubectl-holdfast").unwrap_or_else(|e| panic!("kubectl-holdfast: {e:#}"));
+    let out = std::process::Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--server", server])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl-holdfast: {e}"));
+    crate::KubectlOutput {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The kinds of the findings of `kubectl holdfast check -o json` output `stdout`.
+pub fn finding_kinds(stdout: &str) -> Vec<String> {
+    let report: serde_json::Value = serde_json::from_str(stdout).unwrap_or_default();
+    report["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["kind"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// kubectl arguments printing the APIBinding `holdfast`'s deletion condition as
 /// `status/reason/message` (kcp's `BindingResourceDeleteSuccess`, kcp-facts 34).
 pub const BINDING_DELETION: [&str; 5] = [

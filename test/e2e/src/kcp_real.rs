@@ -117,6 +117,15 @@ impl Real {
             .unwrap_or_else(|e| panic!("kubectl {args:?}: {e:#}"))
     }
 
+    /// `kubectl holdfast ARGS` as `user` in workspace `path`.
+    pub fn plugin(&self, user: &str, path: &str, args: &[&str]) -> KubectlOutput {
+        crate::kcp::holdfast_plugin(
+            &self.kubeconfig(user),
+            &KcpBackend::workspace_url(path),
+            args,
+        )
+    }
+
     pub fn file(&self, manifest: &str) -> String {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static N: AtomicUsize = AtomicUsize::new(0);

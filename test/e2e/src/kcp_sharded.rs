@@ -432,6 +432,16 @@ impl Sharded {
         self.apply("provider", path, holdfast_binding());
     }
 
+    /// `kubectl holdfast ARGS` as `user` in workspace `path`.
+    pub fn plugin(&self, user: &str, path: &str, args: &[&str]) -> KubectlOutput {
+        let file = format!("plugin-{user}.kubeconfig");
+        let kubeconfig = self
+            .env
+            .kubeconfig_for(&file, user)
+            .unwrap_or_else(|e| panic!("kubeconfig for {user}: {e:#}"));
+        crate::kcp::holdfast_plugin(std::path::Path::new(&kubeconfig), &self.ws(path), args)
+    }
+
     fn kubeconfig_for(&self, user: &str) -> anyhow::Result<String> {
         let path: PathBuf = self.env.dir.path().join(format!("{user}.kubeconfig"));
         std::fs::write(

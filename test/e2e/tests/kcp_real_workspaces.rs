@@ -10,7 +10,7 @@
 use holdfast_e2e::{
     kcp::{
         BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, assert_kcp_shapes,
-        binding_denial, blocked_events, workspace_denial,
+        binding_denial, blocked_events, finding_kinds, workspace_denial,
     },
     kcp_real::*,
 };
@@ -137,6 +137,50 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
         &["get", "configmap", "vault", "-n", "default"],
     );
     r.step("team and org refused; both workspaces and the ConfigMap stay");
+
+    // The plugin on kcp: workspace containment as holdfast judges it, and kcp's own
+    // reasons (a workspace that binds no holdfast.dev).
+    let why = r.plugin("platform", ORG, &["why", "workspace", "team"]);
+    assert_eq!(why.code, 1, "{why:?}");
+    assert!(
+        why.stdout.contains("DELETE would be REFUSED")
+            && why
+                .stdout
+                .contains("ConfigMap default/vault (label) in root:org:team"),
+        "{why:?}"
+    );
+    r.ok(
+        "platform",
+        "root:org:scratch",
+        &["create", "configmap", "x", "-n", "default"],
+    );
+    let why = r.plugin(
+        "platform",
+        "root:org:scratch",
+        &["why", "configmap", "x", "-n", "default"],
+    );
+    assert_eq!(why.code, 0, "{why:?}");
+    assert!(
+        why.stdout
+            .contains("workspace root:org:scratch binds no APIExport holdfast.dev"),
+        "{why:?}"
+    );
+    let check = r.plugin("platform", "root:org:scratch", &["check", "-o", "json"]);
+    assert_eq!(
+        (check.code, finding_kinds(&check.stdout)),
+        (1, vec!["NotBound".to_string()]),
+        "{check:?}"
+    );
+    let check = r.plugin("consumer", TEAM, &["check", "-o", "json"]);
+    let kinds = finding_kinds(&check.stdout);
+    assert!(
+        !kinds.is_empty()
+            && !kinds
+                .iter()
+                .any(|k| ["NotBound", "BindingNotBound", "ClaimNotAccepted"].contains(&k.as_str())),
+        "{check:?}"
+    );
+    r.step("kubectl holdfast: workspace containment and kcp's reasons");
 
     // Break-glass on the Workspace is not honoured while it holds a protected
     // object (kcp would delete it past holdfast); on the object itself it is.

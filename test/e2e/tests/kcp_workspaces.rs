@@ -5,7 +5,7 @@
 use holdfast_e2e::{
     kcp::{
         BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, assert_kcp_shapes,
-        binding_denial, blocked_events, workspace_denial,
+        binding_denial, blocked_events, finding_kinds, workspace_denial,
     },
     kcp_sharded::{admin_of, holdfast_binding, sharded},
 };
@@ -83,6 +83,50 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
         let out = t.kubectl("platform", path, args);
         assert_eq!(out.code, 0, "{out:?}");
     }
+    // The plugin on kcp: workspace containment as holdfast judges it, and kcp's own
+    // reasons (a workspace that binds no holdfast.dev).
+    let why = t.plugin("platform", ORG, &["why", "workspace", "team"]);
+    assert_eq!(why.code, 1, "{why:?}");
+    assert!(
+        why.stdout.contains("DELETE would be REFUSED")
+            && why
+                .stdout
+                .contains("ConfigMap default/vault (label) in root:org:team"),
+        "{why:?}"
+    );
+    let out = t.kubectl(
+        "platform",
+        "root:org:scratch",
+        &["create", "configmap", "x", "-n", "default"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let why = t.plugin(
+        "platform",
+        "root:org:scratch",
+        &["why", "configmap", "x", "-n", "default"],
+    );
+    assert_eq!(why.code, 0, "{why:?}");
+    assert!(
+        why.stdout
+            .contains("workspace root:org:scratch binds no APIExport holdfast.dev"),
+        "{why:?}"
+    );
+    let check = t.plugin("platform", "root:org:scratch", &["check", "-o", "json"]);
+    assert_eq!(
+        (check.code, finding_kinds(&check.stdout)),
+        (1, vec!["NotBound".to_string()]),
+        "{check:?}"
+    );
+    let check = t.plugin("consumer", TEAM, &["check", "-o", "json"]);
+    let kinds = finding_kinds(&check.stdout);
+    assert!(
+        !kinds.is_empty()
+            && !kinds
+                .iter()
+                .any(|k| ["NotBound", "BindingNotBound", "ClaimNotAccepted"].contains(&k.as_str())),
+        "{check:?}"
+    );
+
     // Break-glass on the Workspace is not honoured while it holds a protected
     // object (kcp would delete it past holdfast); on the object itself it is.
     let steps: [(&str, &str, &[&str], bool); 4] = [

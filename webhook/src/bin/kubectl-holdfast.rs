@@ -52,6 +52,8 @@ use tokio::sync::watch;
 
 #[path = "kubectl-holdfast/check.rs"]
 mod check;
+#[path = "kubectl-holdfast/kcp.rs"]
+mod kcp;
 use check::{api_resource, check};
 
 #[derive(Parser, Debug)]
@@ -522,6 +524,30 @@ async fn why(
             UserInfo::default()
         }
     };
+    if let Some(ws) = kcp::Workspace::of(&config.cluster_url) {
+        if res.group == "tenancy.kcp.io" && res.resource == "workspaces" {
+            return Ok(kcp::why_workspace(
+                &config,
+                &ws,
+                &object,
+                (user.username, user.groups),
+                deadline,
+            )
+            .await);
+        }
+        match kcp::why_notes(&client, &ws).await {
+            Some(more) => notes.extend(more),
+            None => {
+                notes.push(format!(
+                    "workspace {} binds no APIExport {API_GROUP}: nothing of holdfast's \
+                     judges a DELETE in it",
+                    ws.path
+                ));
+                let target = target_of(&res, namespace_of(&res, &ns), name);
+                return Ok(kcp::unjudged(target, (user.username, user.groups), notes));
+            }
+        }
+    }
     let (labels, strict, _) = settings(&client, &mut notes).await;
     let (cfg, view, stop_tx) = open_judge(config, &labels, strict, deadline).await?;
     if !view.policies_loaded() {
@@ -539,17 +565,7 @@ async fn why(
         None
     };
     let may = may_bypass(&client, bypass_ns).await;
-    let target = ObjectRef {
-        api_version: res.api_version(),
-        kind: res.kind.clone(),
-        resource: if res.group.is_empty() {
-            res.resource.clone()
-        } else {
-            format!("{}.{}", res.resource, res.group)
-        },
-        namespace: res.namespaced.then_some(ns),
-        name,
-    };
+    let target = target_of(&res, namespace_of(&res, &ns), name);
     Ok(why_report(
         target,
         (user.username, user.groups),
@@ -558,6 +574,24 @@ async fn why(
         strict,
         notes,
     ))
+}
+
+fn namespace_of(res: &ApiResourceInfo, ns: &str) -> Option<String> {
+    res.namespaced.then(|| ns.to_string())
+}
+
+fn target_of(res: &ApiResourceInfo, namespace: Option<String>, name: String) -> ObjectRef {
+    ObjectRef {
+        api_version: res.api_version(),
+        kind: res.kind.clone(),
+        resource: if res.group.is_empty() {
+            res.resource.clone()
+        } else {
+            format!("{}.{}", res.resource, res.group)
+        },
+        namespace,
+        name,
+    }
 }
 
 #[cfg(test)]

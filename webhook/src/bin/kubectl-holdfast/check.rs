@@ -14,7 +14,7 @@ use holdfast_shared::{
 use holdfast_webhook::explain::{BACKSTOP_POLICY_NAME, CheckReport, not_ready, routes_delete};
 use kube::{api::ListParams, core::ApiResource};
 
-async fn list_json(client: &Client, ar: &ApiResource) -> Result<Vec<Value>, String> {
+pub(super) async fn list_json(client: &Client, ar: &ApiResource) -> Result<Vec<Value>, String> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
     api.list(&ListParams::default())
         .await
@@ -112,6 +112,14 @@ pub(super) async fn check(config: kube::Config, timeout: Duration) -> anyhow::Re
     let client = client(&config)?;
     let mut report = CheckReport::default();
     let mut notes = Vec::new();
+    // On kcp (a workspace URL): kcp's own reasons first; a workspace that binds no
+    // holdfast.dev has nothing else to check.
+    let kcp = super::kcp::Workspace::of(&config.cluster_url);
+    if let Some(ws) = &kcp
+        && !super::kcp::check_findings(&client, ws, &mut report).await
+    {
+        return Ok(report);
+    }
     let (labels, strict, configuration) = settings(&client, &mut notes).await;
     match &configuration {
         None => report.add(
@@ -218,7 +226,9 @@ pub(super) async fn check(config: kube::Config, timeout: Duration) -> anyhow::Re
         Ok(found) => report.backstop = found.is_some(),
         Err(e) => report.add("warning", "ReadFailed", BACKSTOP_POLICY_NAME, e.to_string()),
     }
-    if !report.backstop {
+    // The backstop is a Kubernetes ValidatingAdmissionPolicy; on kcp each workspace's
+    // configuration is all there is.
+    if !report.backstop && kcp.is_none() {
         report.add(
             "warning",
             "BackstopMissing",
