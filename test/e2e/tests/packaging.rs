@@ -287,3 +287,66 @@ fn optional_components_render() {
     let admission = find(&docs, "Service", "holdfast-webhook");
     assert_eq!(admission["spec"]["ports"].as_array().map(Vec::len), Some(1));
 }
+
+/// The krew manifest `hack/krew-manifest.sh` writes names the archive it made, by
+/// this platform, with its sha256, and the archive holds the plugin's binary.
+#[test]
+fn the_krew_manifest_names_the_archive_it_made() {
+    let bin = holdfast_e2e::bin("kubectl-holdfast").expect("kubectl-holdfast");
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = std::process::Command::new("bash")
+        .arg(repo().join("hack/krew-manifest.sh"))
+        .arg(out.path())
+        .arg("https://releases.example/holdfast/")
+        .arg(&bin)
+        .output()
+        .expect("run hack/krew-manifest.sh");
+    assert!(run.status.success(), "{run:?}");
+    let text = std::fs::read_to_string(out.path().join("holdfast.yaml")).expect("manifest");
+    let m: Value = serde_saphyr::from_str(&text).expect("yaml");
+    assert_eq!(
+        m["apiVersion"],
+        "krew.googlecontainertools.github.io/v1alpha2"
+    );
+    assert_eq!(
+        (&m["kind"], &m["metadata"]["name"]),
+        (&"Plugin".into(), &"holdfast".into())
+    );
+    let version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(m["spec"]["version"], version.as_str());
+    let platforms = m["spec"]["platforms"].as_array().expect("platforms");
+    assert_eq!(platforms.len(), 1, "{m}");
+    let p = &platforms[0];
+    assert_eq!(p["bin"], "kubectl-holdfast");
+    assert_eq!(
+        p["files"],
+        serde_json::json!([{"from": "kubectl-holdfast", "to": "."}])
+    );
+    assert_eq!(p["selector"]["matchLabels"]["os"], std::env::consts::OS);
+    let uri = p["uri"].as_str().expect("uri");
+    let archive = uri
+        .strip_prefix("https://releases.example/holdfast/")
+        .expect("under the base URL");
+    assert!(
+        archive.starts_with(&format!("kubectl-holdfast_{version}_")),
+        "{uri}"
+    );
+    let sum = std::process::Command::new("sha256sum")
+        .arg(out.path().join(archive))
+        .output()
+        .expect("sha256sum");
+    let sum = String::from_utf8_lossy(&sum.stdout);
+    assert_eq!(
+        p["sha256"],
+        sum.split_whitespace().next().unwrap_or_default()
+    );
+    let listing = std::process::Command::new("tar")
+        .arg("tzf")
+        .arg(out.path().join(archive))
+        .output()
+        .expect("tar");
+    assert_eq!(
+        String::from_utf8_lossy(&listing.stdout),
+        "kubectl-holdfast\n"
+    );
+}
