@@ -115,9 +115,23 @@ async fn install_holdfast(env: &mut Env) -> ControllerProcess {
     if let Err(e) = controller.wait_ready(60).await {
         panic!("controller not ready: {e:#}\n{}", controller.log());
     }
-    wait_configuration(env, Duration::from_secs(60), |cfg| cfg.is_some())
+    let (cfg, _) = wait_configuration(env, Duration::from_secs(60), |cfg| cfg.is_some())
         .await
         .unwrap_or_else(|e| panic!("no configuration: {e:#}\n{}", controller.log()));
+    // The overlay's flags, as the controller publishes them (the same check as the
+    // simulator's `karmada_overlay.rs`, here on a real karmada-apiserver).
+    let cfg = cfg.expect("present");
+    assert_eq!(
+        cfg["metadata"]["annotations"]["holdfast.dev/settings"],
+        r#"{"protectionLabels":["holdfast.dev/protected=Always,Cascading,true","resourcetemplate.karmada.io/deletion-protected=Always"],"strict":false}"#
+    );
+    // Leader election runs in karmada-apiserver's holdfast-system.
+    let lease = env
+        .kubectl(&words(
+            "get lease holdfast-controller -n holdfast-system -o jsonpath={.metadata.name}",
+        ))
+        .expect("kubectl");
+    assert_eq!(lease.stdout, "holdfast-controller", "{lease:?}");
     controller
 }
 

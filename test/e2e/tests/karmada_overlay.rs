@@ -164,8 +164,11 @@ fn portable(args: &[String], drop: &[&str]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_karmada_parts_protect_karmada_apiserver() {
+    // On a real Karmada the same installation (the karmada-apiserver part applied,
+    // both binaries with the host part's arguments, the published settings, the
+    // lease) is `karmada_backend.rs`'s `install_holdfast`.
     holdfast_e2e::needs_simulator!(
-        "it treats the API server as a karmada-apiserver and applies the Karmada overlay's parts to it as they are"
+        "it treats the API server as a karmada-apiserver and applies the Karmada overlay's parts to it as they are; on a real Karmada: karmada_backend.rs"
     );
     let mut env = holdfast_e2e::steps::sim_with_service_accounts().await;
     let part = Path::new(env!("CARGO_MANIFEST_DIR"))
