@@ -2,6 +2,7 @@
 //! PKI, runs the real `holdfast-webhook` (and later `holdfast-controller`) binaries,
 //! and drives the real `kubectl` against the sim.
 
+pub mod alerts;
 pub mod backend;
 pub mod controller;
 pub mod fixtures;

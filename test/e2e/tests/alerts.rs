@@ -1,0 +1,288 @@
+//! The shipped alerts (manifests/components/prometheus-rule), each fired by the
+//! fault it names: the real webhook and controller run on the API server, the
+//! faults are made for real, their `/metrics` are scraped as Prometheus would
+//! (a failed scrape is `up` 0), and the real promtool evaluates the shipped rules
+//! over an hour of what was scraped ([`holdfast_e2e::alerts`]). A healthy
+//! installation fires none. Runs on the simulator and on the real backends.
+
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
+
+use holdfast_e2e::{
+    Env,
+    alerts::{CONTROLLER_JOB, Scrape, Timeline, WEBHOOK_JOB, alert_names, firing, scrape},
+    controller::{ControllerProcess, start_controller, wait_condition},
+    fixtures::{refusing_configuration_policy, resource_protection},
+    metric,
+    steps::wait_ready,
+};
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+/// Both targets, scraped now.
+async fn scrape_both(webhook: u16, controller: u16) -> Vec<Scrape> {
+    vec![
+        scrape(WEBHOOK_JOB, webhook).await.expect("webhook scrape"),
+        scrape(CONTROLLER_JOB, controller)
+            .await
+            .expect("controller scrape"),
+    ]
+}
+
+/// Polls `series` on `port` until `ok` holds (30 s at most).
+async fn wait_metric(port: u16, series: &str, ok: impl Fn(f64) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // Not answering yet counts as not there yet.
+        let v = metric(port, series).await.ok().flatten().unwrap_or(0.0);
+        if ok(v) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let body = holdfast_e2e::http_get(port, "/metrics").await;
+            panic!("{series} stays at {v}: {body:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The webhook and the controller on the API server, with one ResourceProtection
+/// for ConfigMap `settings` in namespace `shop`: the webhook's probe port, the
+/// controller, and the namespace.
+async fn stack(env: &mut Env) -> (u16, ControllerProcess, String) {
+    env.install_crds().expect("holdfast CRDs");
+    env.start_webhook_reachable(&[]).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    let shop = env.namespace("shop").expect("namespace");
+    env.apply(&resource_protection(
+        "keep-settings",
+        "",
+        &[&format!(
+            r#"{{group: "", version: v1, resource: configmaps, namespace: {shop}, names: [settings]}}"#
+        )],
+    ))
+    .expect("policy");
+    let webhook = env.webhook.as_ref().expect("webhook");
+    let (port, probe) = (webhook.port, webhook.probe_port);
+    let c = start_controller(env, "controller", port, &[]).expect("controller starts");
+    (probe, c, shop)
+}
+
+#[test]
+fn every_shipped_alert_is_fired_by_a_test_here() {
+    let source = include_str!("alerts.rs");
+    for name in alert_names().expect("the rules") {
+        assert!(
+            source.contains(&format!("\"{name}\"")),
+            "no test here fires {name}"
+        );
+    }
+}
+
+#[test]
+fn the_shipped_rules_pass_promtool_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = holdfast_e2e::alerts::rules_file(dir.path()).expect("rules file");
+    let (code, out) = holdfast_e2e::alerts::run_promtool(
+        dir.path(),
+        &["check", "rules", rules.to_str().expect("path")],
+    )
+    .expect("promtool");
+    assert_eq!(code, 0, "{out}");
+    let names = alert_names().expect("names");
+    assert!(
+        out.contains(&format!("SUCCESS: {} rules found", names.len())),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn healthy_fires_nothing_and_each_fault_fires_its_alert() {
+    let mut env = Env::start().await.expect("env");
+    let (wh, c, shop) = stack(&mut env).await;
+    wait_ready(&env, "resourceprotection", "keep-settings").await;
+    wait_metric(
+        c.probe_port,
+        "holdfast_controller_policies{kind=\"ResourceProtection\",reason=\"Enforced\"}",
+        |v| v == 1.0,
+    )
+    .await;
+
+    // Healthy, with traffic: an allowed DELETE between the scrapes.
+    env.kubectl(&["-n", &shop, "create", "configmap", "scratch"])
+        .expect("kubectl")
+        .ok()
+        .expect("created");
+    let before = scrape_both(wh, c.probe_port).await;
+    env.kubectl(&["-n", &shop, "delete", "configmap", "scratch"])
+        .expect("kubectl")
+        .ok()
+        .expect("deleted");
+    let after = scrape_both(wh, c.probe_port).await;
+    assert_eq!(
+        firing(&Timeline::growing(before, after.clone())).expect("promtool"),
+        BTreeSet::new(),
+        "a healthy installation fires nothing"
+    );
+
+    // Denials: something keeps deleting a label-protected object.
+    env.kubectl(&["-n", &shop, "create", "configmap", "locked"])
+        .expect("kubectl")
+        .ok()
+        .expect("created");
+    env.kubectl(&[
+        "-n",
+        &shop,
+        "label",
+        "configmap",
+        "locked",
+        "holdfast.dev/protected=true",
+    ])
+    .expect("kubectl")
+    .ok()
+    .expect("labelled");
+    let before = scrape_both(wh, c.probe_port).await;
+    for _ in 0..15 {
+        let out = env.attempt(&["-n", &shop, "delete", "configmap", "locked"]);
+        assert!(out.refused_with("is protected by label"), "{out:?}");
+    }
+    let denied = r#"holdfast_webhook_admission_requests_total{decider="label",decision="deny",operation="DELETE"}"#;
+    let count = metric(wh, denied).await.expect("metrics");
+    assert!(
+        count >= Some(15.0),
+        "{count:?}: {:?}",
+        holdfast_e2e::http_get(wh, "/metrics").await
+    );
+    let after = scrape_both(wh, c.probe_port).await;
+    assert_eq!(
+        firing(&Timeline::growing(before, after)).expect("promtool"),
+        set(&["HoldfastDenialsHigh"])
+    );
+
+    // A policy that cannot be enforced (it names a resource nobody serves).
+    env.apply(&resource_protection(
+        "keep-ghosts",
+        "",
+        &[r#"{group: ghost.test.io, version: v1, resource: ghosts}"#],
+    ))
+    .expect("policy");
+    wait_condition(
+        &env,
+        "resourceprotection",
+        "keep-ghosts",
+        "Ready",
+        "False",
+        30,
+    )
+    .await
+    .expect("Ready=False");
+    wait_metric(
+        c.probe_port,
+        "holdfast_controller_policies{kind=\"ResourceProtection\",reason=\"Invalid\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    let now = scrape_both(wh, c.probe_port).await;
+    assert_eq!(
+        firing(&Timeline::steady(now)).expect("promtool"),
+        set(&["HoldfastPolicyNotReady"])
+    );
+    env.kubectl(&["delete", "resourceprotection", "keep-ghosts"])
+        .expect("kubectl")
+        .ok()
+        .expect("deleted");
+    wait_metric(
+        c.probe_port,
+        "holdfast_controller_policies{kind=\"ResourceProtection\",reason=\"Invalid\"}",
+        |v| v == 0.0,
+    )
+    .await;
+
+    // The webhook stops: no replica answers.
+    drop(env.webhook.take());
+    let now = scrape_both(wh, c.probe_port).await;
+    assert!(now[0].samples.is_none(), "the webhook still answers");
+    let fired = firing(&Timeline::steady(now)).expect("promtool");
+    assert_eq!(
+        fired,
+        set(&["HoldfastWebhookDown", "HoldfastWebhookReplicaDown"])
+    );
+
+    // The controller stops too.
+    let port = c.probe_port;
+    drop(c);
+    let now = scrape_both(wh, port).await;
+    assert!(now[1].samples.is_none(), "the controller still answers");
+    let fired = firing(&Timeline::steady(now)).expect("promtool");
+    assert!(fired.contains("HoldfastControllerDown"), "{fired:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_configuration_fires_its_alerts_until_lifted() {
+    let mut env = Env::start().await.expect("env");
+    let name = holdfast_e2e::unique_name("e2e-alerts-reserve-holdfast");
+    if let Some(run) = &env.cluster {
+        run.remove_later("validatingadmissionpolicybinding", &name);
+        run.remove_later("validatingadmissionpolicy", &name);
+    }
+    env.apply(&refusing_configuration_policy(&name))
+        .expect("platform policy");
+    let (wh, c, _) = stack(&mut env).await;
+    let errors = r#"holdfast_controller_reconcile_errors_total{error="configuration"}"#;
+    wait_metric(
+        c.probe_port,
+        "holdfast_controller_configuration_refused",
+        |v| v == 1.0,
+    )
+    .await;
+    wait_metric(c.probe_port, errors, |v| v >= 1.0).await;
+    wait_metric(
+        c.probe_port,
+        "holdfast_controller_policies{kind=\"ResourceProtection\",reason=\"ConfigurationRefused\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    // Two scrapes with a refused pass between them.
+    let before = scrape_both(wh, c.probe_port).await;
+    let seen = metric(c.probe_port, errors)
+        .await
+        .expect("metrics")
+        .unwrap_or(0.0);
+    wait_metric(c.probe_port, errors, |v| v > seen).await;
+    let after = scrape_both(wh, c.probe_port).await;
+    assert_eq!(
+        firing(&Timeline::growing(before, after)).expect("promtool"),
+        set(&[
+            "HoldfastConfigurationRefused",
+            "HoldfastPolicyNotReady",
+            "HoldfastReconcileErrors",
+        ])
+    );
+
+    // The platform lifts its policy: the alerts clear.
+    env.kubectl(&["delete", "validatingadmissionpolicybinding", &name])
+        .expect("kubectl")
+        .ok()
+        .expect("binding removed");
+    wait_ready(&env, "resourceprotection", "keep-settings").await;
+    wait_metric(
+        c.probe_port,
+        "holdfast_controller_configuration_refused",
+        |v| v == 0.0,
+    )
+    .await;
+    let now = scrape_both(wh, c.probe_port).await;
+    assert_eq!(
+        firing(&Timeline::steady(now)).expect("promtool"),
+        BTreeSet::new()
+    );
+    env.kubectl(&["delete", "validatingadmissionpolicy", &name])
+        .expect("kubectl")
+        .ok()
+        .expect("policy removed");
+    drop(c);
+}
