@@ -72,15 +72,91 @@ async fn stack(env: &mut Env) -> (u16, ControllerProcess, String) {
     (probe, c, shop)
 }
 
+/// Alerts no test here fires by a real fault yet: only
+/// [`synthetic_faults_fire_the_alerts_not_yet_made_for_real`] evaluates them, over
+/// series written by hand. Each is a gap to close, not an exemption.
+const NOT_YET_MADE_FOR_REAL: [&str; 3] = [
+    "HoldfastWebhookSlow",
+    "HoldfastWebhookReadErrors",
+    "HoldfastBackstopMissing",
+];
+
 #[test]
 fn every_shipped_alert_is_fired_by_a_test_here() {
     let source = include_str!("alerts.rs");
-    for name in alert_names().expect("the rules") {
+    let names = alert_names().expect("the rules");
+    for name in &names {
         assert!(
-            source.contains(&format!("\"{name}\"")),
+            NOT_YET_MADE_FOR_REAL.contains(&name.as_str())
+                || source.contains(&format!("\"{name}\"")),
             "no test here fires {name}"
         );
     }
+    for name in NOT_YET_MADE_FOR_REAL {
+        assert!(names.contains(name), "{name} is no shipped alert");
+    }
+}
+
+/// A target that says `text`.
+fn synthetic(job: &str, text: &str) -> Scrape {
+    let (samples, types) = holdfast_e2e::alerts::parse_exposition(text).expect("exposition");
+    Scrape {
+        job: job.to_string(),
+        instance: "10.0.0.1:8080".to_string(),
+        samples: Some(samples),
+        types,
+    }
+}
+
+#[test]
+fn synthetic_faults_fire_the_alerts_not_yet_made_for_real() {
+    let healthy_controller = "# TYPE holdfast_controller_backstop_missing gauge\n\
+                              holdfast_controller_backstop_missing 0\n";
+    let webhook = |slow: u32, failed: u32| {
+        format!(
+            "# TYPE holdfast_webhook_admission_duration_seconds histogram\n\
+             holdfast_webhook_admission_duration_seconds_bucket{{operation=\"DELETE\",le=\"0.1\"}} 10\n\
+             holdfast_webhook_admission_duration_seconds_bucket{{operation=\"DELETE\",le=\"2.5\"}} 10\n\
+             holdfast_webhook_admission_duration_seconds_bucket{{operation=\"DELETE\",le=\"+Inf\"}} {}\n\
+             holdfast_webhook_admission_duration_seconds_sum{{operation=\"DELETE\"}} {}\n\
+             holdfast_webhook_admission_duration_seconds_count{{operation=\"DELETE\"}} {}\n\
+             # TYPE holdfast_webhook_dependents_lookups_total counter\n\
+             holdfast_webhook_dependents_lookups_total{{source=\"failed\"}} {failed}\n",
+            10 + slow,
+            0.1 + 8.0 * f64::from(slow),
+            10 + slow
+        )
+    };
+    let at =
+        |wh: String, ctl: &str| vec![synthetic(WEBHOOK_JOB, &wh), synthetic(CONTROLLER_JOB, ctl)];
+    let fired = |before, after| firing(&Timeline::growing(before, after)).expect("promtool");
+    assert_eq!(
+        fired(
+            at(webhook(0, 0), healthy_controller),
+            at(webhook(0, 0), healthy_controller)
+        ),
+        BTreeSet::new()
+    );
+    // Reviews waiting 8 s for a hung read.
+    assert_eq!(
+        fired(
+            at(webhook(0, 0), healthy_controller),
+            at(webhook(2, 0), healthy_controller)
+        ),
+        set(&["HoldfastWebhookSlow"])
+    );
+    assert_eq!(
+        fired(
+            at(webhook(0, 0), healthy_controller),
+            at(webhook(0, 3), healthy_controller)
+        ),
+        set(&["HoldfastWebhookReadErrors"])
+    );
+    let missing = "holdfast_controller_backstop_missing 1\n";
+    assert_eq!(
+        fired(at(webhook(0, 0), missing), at(webhook(0, 0), missing)),
+        set(&["HoldfastBackstopMissing"])
+    );
 }
 
 #[test]
