@@ -362,3 +362,128 @@ async fn a_refused_configuration_fires_its_alerts_until_lifted() {
         .expect("policy removed");
     drop(c);
 }
+
+/// The metric names `expr` reads (identifiers followed by `{`, `[` or `)`, not
+/// functions, keywords or label names).
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut depth = 0;
+    let bytes: Vec<char> = expr.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == '{' {
+            depth += 1;
+        } else if c == '}' {
+            depth -= 1;
+        } else if c == '"' {
+            i += 1;
+            while i < bytes.len() && bytes[i] != '"' {
+                i += 1;
+            }
+        } else if depth == 0 && (c.is_ascii_alphabetic() || c == '_') {
+            let start = i;
+            while i + 1 < bytes.len()
+                && (bytes[i + 1].is_ascii_alphanumeric() || bytes[i + 1] == '_')
+            {
+                i += 1;
+            }
+            let word: String = bytes[start..=i].iter().collect();
+            if word.starts_with("holdfast_") || word == "up" {
+                out.insert(word);
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_queries_only_what_holdfast_exports_and_promtool_parses_it() {
+    let text = std::fs::read_to_string(holdfast_e2e::alerts::dashboard()).expect("dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    // The families the binaries register (their sources name them without the
+    // registry's prefix); a histogram's series add _bucket, _sum, _count.
+    let root = holdfast_e2e::workspace_root();
+    let webhook = std::fs::read_to_string(root.join("webhook/src/metrics.rs")).expect("source");
+    let controller =
+        std::fs::read_to_string(root.join("controller/src/reconcile.rs")).expect("source");
+    let exported = |name: &str| {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        name == "up"
+            || family
+                .strip_prefix("holdfast_webhook_")
+                .is_some_and(|f| webhook.contains(&format!("\"{f}\"")))
+            || family
+                .strip_prefix("holdfast_controller_")
+                .is_some_and(|f| controller.contains(&format!("\"{f}\"")))
+    };
+    let mut rules = Vec::new();
+    let mut ids = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        let title = panel["title"].as_str().expect("title");
+        assert!(
+            ids.insert(panel["id"].as_u64().expect("id")),
+            "{title}: id reused"
+        );
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title}: no query");
+        for t in targets {
+            let expr = t["expr"].as_str().expect("expr");
+            let names = metric_names(expr);
+            assert!(
+                !names.is_empty(),
+                "{title}: {expr} reads no holdfast series"
+            );
+            for name in names {
+                assert!(
+                    exported(&name),
+                    "{title}: {name} is not exported by holdfast"
+                );
+            }
+            rules.push(serde_json::json!({
+                "record": format!("dashboard:panel_{}", rules.len()),
+                "expr": expr.replace("$__rate_interval", "5m"),
+            }));
+        }
+    }
+    // promtool parses every query (as a recording rule).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("dashboard.rules.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&serde_json::json!({"groups": [{"name": "dashboard", "rules": rules}]}))
+            .expect("json"),
+    )
+    .expect("write");
+    let (code, out) = holdfast_e2e::alerts::run_promtool(
+        dir.path(),
+        &["check", "rules", file.to_str().expect("path")],
+    )
+    .expect("promtool");
+    assert_eq!(code, 0, "{out}");
+    // The ConfigMap the component generates carries the file.
+    let kustomization =
+        std::fs::read_to_string(root.join("manifests/components/dashboard/kustomization.yaml"))
+            .expect("kustomization");
+    assert!(
+        kustomization.contains("files: [holdfast.json]"),
+        "{kustomization}"
+    );
+}
+
+#[test]
+fn metric_names_are_read_from_queries() {
+    assert_eq!(
+        metric_names(
+            r#"sum by (le) (rate(holdfast_webhook_x_bucket{job="a",le="1"}[5m])) or up == 0"#
+        ),
+        ["holdfast_webhook_x_bucket", "up"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    );
+}
