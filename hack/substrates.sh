@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the real control planes the e2e backends run, from their Go modules, pinned,
-# into a version-keyed cache outside the work tree. Idempotent: a component whose
+# Builds the real control planes the e2e backends run, and promtool (which checks and
+# unit-tests the alerting rules), from their Go modules, pinned, into a version-keyed
+# cache outside the work tree. Idempotent: a component whose
 # stamp matches its wrapper module (go.mod + go.sum) is not rebuilt.
 #
-#   hack/substrates.sh [kube|etcd|kcp|karmada|all]...   (default: all)
+#   hack/substrates.sh [kube|etcd|kcp|karmada|prometheus|all]...   (default: all)
 #   hack/substrates.sh --print-dir                       where the binaries are
 #
 # Each wrapper module lives in hack/substrates/<name>/ (go.mod, go.sum, tools.go);
@@ -18,6 +19,8 @@ KUBE_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 KCP_VERSION=v0.31.2
 KARMADA_VERSION=v1.18.2
+# Prometheus v3.16.0: its Go module's tags are v0.<major*100+minor>.<patch>.
+PROMETHEUS_VERSION=v0.316.0
 
 log() { printf '[substrates %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -27,6 +30,7 @@ dir_of() {
     etcd) echo "$root/etcd-$ETCD_VERSION" ;;
     kcp) echo "$root/kcp-$KCP_VERSION" ;;
     karmada) echo "$root/karmada-$KARMADA_VERSION" ;;
+    prometheus) echo "$root/prometheus-$PROMETHEUS_VERSION" ;;
     *) echo "unknown component $1" >&2; return 2 ;;
   esac
 }
@@ -38,6 +42,8 @@ pkgs_of() {
     etcd) echo "go.etcd.io/etcd/server/v3" ;;
     kcp) echo "github.com/kcp-dev/kcp/cmd/kcp github.com/kcp-dev/kcp/cmd/kcp-front-proxy github.com/kcp-dev/kcp/cmd/cache-server github.com/kcp-dev/kcp/cmd/sharded-test-server" ;;
     karmada) echo "github.com/karmada-io/karmada/cmd/webhook github.com/karmada-io/karmada/cmd/controller-manager github.com/karmada-io/karmada/cmd/aggregated-apiserver github.com/karmada-io/karmada/cmd/scheduler" ;;
+    # promtool only: the module is large, the server is not needed.
+    prometheus) echo "github.com/prometheus/prometheus/cmd/promtool" ;;
   esac
 }
 
@@ -61,6 +67,11 @@ ldflags_of() {
     karmada)
       local p=github.com/karmada-io/karmada/pkg/version
       echo "-s -w -X $p.gitVersion=$KARMADA_VERSION -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z" ;;
+    prometheus)
+      local v="${PROMETHEUS_VERSION#v0.}" p=github.com/prometheus/common/version
+      # v0.316.0 is release 3.16.0.
+      v="$(( ${v%%.*} / 100 )).$(( ${v%%.*} % 100 )).${v#*.}"
+      echo "-s -w -X $p.Version=$v -X $p.Branch=HEAD -X $p.BuildDate=19700101-00:00:00" ;;
     *) echo "-s -w" ;;
   esac
 }
@@ -107,7 +118,7 @@ want=("$@")
 [ ${#want[@]} -eq 0 ] && want=(all)
 for c in "${want[@]}"; do
   case "$c" in
-    all) for x in etcd kube karmada kcp; do build "$x"; done ;;
+    all) for x in etcd kube karmada kcp prometheus; do build "$x"; done ;;
     *) build "$c" ;;
   esac
 done

@@ -276,7 +276,7 @@ pub struct Reconciler {
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
     /// 1 while the API server refuses the configuration `holdfast` (set by `run`).
-    refused_gauge: Option<prometheus::IntGauge>,
+    metrics: Option<crate::reconcile::Metrics>,
     /// Watches of the backstop policy and binding, started once the API server
     /// is known to serve them.
     backstop: Option<crate::backstop::Watches>,
@@ -430,7 +430,7 @@ impl Reconciler {
             api_services,
             deferred: watch::Sender::new(BTreeMap::new()),
             ready,
-            refused_gauge: None,
+            metrics: None,
             backstop: None,
             backstop_served: None,
             discovery_failed_at: None,
@@ -506,7 +506,7 @@ impl Reconciler {
             shutdown.clone(),
         ));
         let ready = self.ready.clone();
-        self.refused_gauge = Some(metrics.configuration_refused.clone());
+        self.metrics = Some(metrics.clone());
         crate::reconcile::run(&mut self, &metrics, &ready, shutdown).await;
         deferred.abort();
         Ok(())
@@ -784,6 +784,9 @@ impl Reconciler {
             strict_exempt,
         };
         let wanted = self.settings.backstop && !want.validations().is_empty();
+        if !wanted {
+            self.metrics_backstop_missing(false);
+        }
         // Where the API server does not serve them, there is nothing to install
         // or remove; asked again every resync.
         let stale = self
@@ -807,6 +810,7 @@ impl Reconciler {
             }
         }
         if !self.backstop_served.is_some_and(|(served, _)| served) {
+            self.metrics_backstop_missing(wanted);
             return;
         }
         let watches = self
@@ -814,9 +818,11 @@ impl Reconciler {
             .get_or_insert_with(|| crate::backstop::Watches::start(&self.client, &self.notify));
         let name = holdfast_shared::backstop::BACKSTOP_NAME;
         if wanted {
-            if let Err(e) = crate::backstop::ensure(&self.client, watches, &want).await {
+            let installed = crate::backstop::ensure(&self.client, watches, &want).await;
+            if let Err(e) = &installed {
                 tracing::warn!(error = %format!("{e:#}"), "cannot install the backstop ValidatingAdmissionPolicy {name}");
             }
+            self.metrics_backstop_missing(installed.is_err());
         } else if let Err(e) = crate::backstop::remove(&self.client, watches).await {
             tracing::warn!(error = %format!("{e:#}"), "cannot remove the backstop ValidatingAdmissionPolicy {name}");
         }
@@ -854,6 +860,7 @@ impl Reconciler {
         };
         self.metrics_refused(refused.is_some());
         let writes = self.status_writes(&gathered, &live, &reads, refused.as_deref());
+        self.metrics_policies(&writes);
         self.write_statuses(writes).await?;
         match refused {
             Some(message) => Err(ReconcileError::Configuration(message)),
@@ -862,8 +869,26 @@ impl Reconciler {
     }
 
     fn metrics_refused(&self, refused: bool) {
-        if let Some(g) = &self.refused_gauge {
-            g.set(i64::from(refused));
+        if let Some(m) = &self.metrics {
+            m.configuration_refused.set(i64::from(refused));
+        }
+    }
+
+    /// Counts the policies of `writes` by kind and Ready reason.
+    fn metrics_policies(&self, writes: &[StatusWrite]) {
+        if let Some(m) = &self.metrics {
+            m.set_policies(writes.iter().map(|w| {
+                (
+                    self.kinds[w.kind].ar.kind.as_str(),
+                    crate::status::ready_reason(&w.outcome),
+                )
+            }));
+        }
+    }
+
+    fn metrics_backstop_missing(&self, missing: bool) {
+        if let Some(m) = &self.metrics {
+            m.backstop_missing.set(i64::from(missing));
         }
     }
 

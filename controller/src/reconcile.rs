@@ -18,7 +18,9 @@ use std::{
 };
 
 use holdfast_shared::{backoff::ExponentialBackoff, webhookconfig::InstallOptions};
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 use tokio::sync::{Notify, watch};
 
 /// First retry delay after a failed pass.
@@ -72,6 +74,10 @@ pub struct Metrics {
     pub duration: Histogram,
     /// 1 while the API server refuses the configuration `holdfast`.
     pub configuration_refused: IntGauge,
+    /// Policy objects by kind and the reason of their Ready condition.
+    pub policies: IntGaugeVec,
+    /// 1 while the backstop is wanted but not installed.
+    pub backstop_missing: IntGauge,
 }
 
 impl Metrics {
@@ -101,15 +107,47 @@ impl Metrics {
             "configuration_refused",
             "1 while the API server refuses the ValidatingWebhookConfiguration holdfast (the policies it would route say so in their conditions).",
         )?;
+        let policies = IntGaugeVec::new(
+            Opts::new(
+                "policies",
+                "Policy objects by kind and the reason of their Ready condition: Enforced \
+                 when Ready, else why not (Invalid, NotInstalled, ConfigurationRefused, \
+                 NotAdmissionControlled, NotEnforcedYet, Source*, ...).",
+            ),
+            &["kind", "reason"],
+        )?;
+        let backstop_missing = IntGauge::new(
+            "backstop_missing",
+            "1 while the backstop ValidatingAdmissionPolicy holdfast-backstop is wanted \
+             (--backstop) but not installed: the API server does not serve \
+             ValidatingAdmissionPolicies, or refused or failed writing it.",
+        )?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(configuration_refused.clone()))?;
+        registry.register(Box::new(policies.clone()))?;
+        registry.register(Box::new(backstop_missing.clone()))?;
         Ok(Self {
             registry,
             reconciles,
             errors,
             duration,
             configuration_refused,
+            policies,
+            backstop_missing,
         })
+    }
+
+    /// Sets `policies` to the count of each `(kind, Ready reason)` in `policies`,
+    /// dropping the series of pairs no policy has any more.
+    pub fn set_policies<'a>(&self, policies: impl IntoIterator<Item = (&'a str, String)>) {
+        let mut counts: std::collections::BTreeMap<(&str, String), i64> = Default::default();
+        for p in policies {
+            *counts.entry(p).or_default() += 1;
+        }
+        self.policies.reset();
+        for ((kind, reason), n) in counts {
+            self.policies.with_label_values(&[kind, &reason]).set(n);
+        }
     }
 
     /// The text exposition of every metric.
@@ -273,6 +311,32 @@ mod tests {
             let _ = self.passes.send(result.is_ok());
             result
         }
+    }
+
+    #[test]
+    fn policies_are_counted_by_kind_and_ready_reason_and_stale_pairs_dropped() {
+        let m = Metrics::new().expect("metrics");
+        let rp = "ResourceProtection";
+        m.set_policies([
+            (rp, "Enforced".to_string()),
+            (rp, "Enforced".to_string()),
+            (rp, "ConfigurationRefused".to_string()),
+            ("AnchorRule", "Invalid".to_string()),
+        ]);
+        let get = |kind: &str, reason: &str| m.policies.with_label_values(&[kind, reason]).get();
+        assert_eq!(get(rp, "Enforced"), 2);
+        assert_eq!(get(rp, "ConfigurationRefused"), 1);
+        assert_eq!(get("AnchorRule", "Invalid"), 1);
+        m.set_policies([(rp, "Enforced".to_string())]);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "holdfast_controller_policies{kind=\"ResourceProtection\",reason=\"Enforced\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("ConfigurationRefused\"}"), "{text}");
+        assert!(!text.contains("AnchorRule"), "{text}");
     }
 
     #[tokio::test]

@@ -141,9 +141,15 @@ struct Cond {
     message: String,
 }
 
-fn conditions(o: &Outcome) -> Vec<Cond> {
-    let mut out = Vec::new();
-    let (ready, ready_reason, ready_msg) = match (&o.invalid, o.installed) {
+/// The reason of the Ready condition `outcome` makes (`Enforced` when Ready): a
+/// bounded set, the `reason` label of `holdfast_controller_policies`.
+pub fn ready_reason(outcome: &Outcome) -> String {
+    ready(outcome).1
+}
+
+/// The Ready condition's status, reason and message.
+fn ready(o: &Outcome) -> (bool, String, String) {
+    match (&o.invalid, o.installed) {
         (Some(inv), _) => (
             false,
             "Invalid".to_string(),
@@ -191,7 +197,12 @@ fn conditions(o: &Outcome) -> Vec<Cond> {
             "Enforced".to_string(),
             "the policy is enforced".to_string(),
         ),
-    };
+    }
+}
+
+fn conditions(o: &Outcome) -> Vec<Cond> {
+    let mut out = Vec::new();
+    let (ready, ready_reason, ready_msg) = ready(o);
     out.push(Cond {
         type_: READY,
         status: ready,

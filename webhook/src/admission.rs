@@ -206,8 +206,11 @@ impl Admission {
             _ => {}
         }
         let decided_by = eval.decider.metric_label();
-        self.metrics
-            .count_review(req.operation, eval.decision_label(), &decided_by);
+        self.metrics.count_review(
+            req.operation,
+            eval.decision_label(),
+            eval.decider.metric_decider(),
+        );
         let response = match eval.decision {
             Decision::Allow => {
                 tracing::debug!(uid = %req.uid, operation = op, object = %req.describe(), policy = %decided_by, "allowed");

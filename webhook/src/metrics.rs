@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 #[derive(Clone, Debug)]
 pub struct Metrics {
     registry: Registry,
-    /// Admission requests by operation, decision and policy.
+    /// Admission requests by operation, decision and decider.
     pub requests: IntCounterVec,
     /// Time to answer a review, by operation.
     pub latency: HistogramVec,
@@ -54,9 +54,10 @@ const OPERATIONS: [Operation; 4] = [
 /// The decisions of `admission_requests_total`.
 const DECISIONS: [&str; 3] = ["allow", "warn", "deny"];
 
-/// The deciders of `admission_requests_total` that name no policy object (those that
-/// do are looked up by name each time).
-const DECIDERS: [&str; 12] = [
+/// The deciders of `admission_requests_total`
+/// ([`holdfast_shared::policy::Decider::metric_decider`]): the mechanisms, then the
+/// policy kinds.
+const DECIDERS: [&str; 16] = [
     "none",
     "label",
     "strict",
@@ -69,6 +70,10 @@ const DECIDERS: [&str; 12] = [
     "containment",
     "warn",
     "audit",
+    "ResourceProtection",
+    "DependencyRule",
+    "CriticalService",
+    "AnchorRule",
 ];
 
 /// The outcomes of `events_total`.
@@ -164,8 +169,10 @@ impl Metrics {
             )?,
             requests: counters(
                 "admission_requests_total",
-                "Admission reviews answered, by operation, decision and deciding policy.",
-                &["operation", "decision", "policy"],
+                "Admission reviews answered, by operation, decision (allow, warn, deny) \
+                 and decider: the mechanism (label, strict, break-glass, not-ready, ...) \
+                 or the kind of the deciding policy object.",
+                &["operation", "decision", "decider"],
             )?,
             latency: register(
                 r,
@@ -198,12 +205,12 @@ impl Metrics {
     }
 
     /// Counts one review of `op` answered with `decision` (`allow`, `warn`, `deny`),
-    /// decided by `policy`.
-    pub fn count_review(&self, op: Operation, decision: &str, policy: &str) {
+    /// decided by `decider` (bounded: a mechanism or a policy kind).
+    pub fn count_review(&self, op: Operation, decision: &str, decider: &str) {
         let cached = DECISIONS
             .iter()
             .position(|d| *d == decision)
-            .zip(DECIDERS.iter().position(|d| *d == policy));
+            .zip(DECIDERS.iter().position(|d| *d == decider));
         match cached {
             Some((d, p)) => self.hot.requests[op_index(op)][d][p]
                 .get_or_init(|| {
@@ -213,7 +220,7 @@ impl Metrics {
                 .inc(),
             None => self
                 .requests
-                .with_label_values(&[op.as_str(), decision, policy])
+                .with_label_values(&[op.as_str(), decision, decider])
                 .inc(),
         }
     }
@@ -253,8 +260,8 @@ mod tests {
     #[test]
     fn cached_series_count_as_labelled_ones_and_appear_on_first_use() {
         let m = Metrics::new().expect("metrics");
-        let deny = r#"holdfast_webhook_admission_requests_total{decision="deny",operation="DELETE",policy="label"}"#;
-        let policy = r#"holdfast_webhook_admission_requests_total{decision="deny",operation="DELETE",policy="ResourceProtection/p"}"#;
+        let deny = r#"holdfast_webhook_admission_requests_total{decider="label",decision="deny",operation="DELETE"}"#;
+        let policy = r#"holdfast_webhook_admission_requests_total{decider="ResourceProtection",decision="deny",operation="DELETE"}"#;
         let limited = r#"holdfast_webhook_events_total{outcome="limited"}"#;
         let latency = r#"holdfast_webhook_admission_duration_seconds_count{operation="DELETE"}"#;
         let text = m.render();
@@ -263,7 +270,7 @@ mod tests {
         }
         m.count_review(Operation::Delete, "deny", "label");
         m.count_review(Operation::Delete, "deny", "label");
-        m.count_review(Operation::Delete, "deny", "ResourceProtection/p");
+        m.count_review(Operation::Delete, "deny", "ResourceProtection");
         m.count_event("limited");
         m.observe_review(Operation::Delete, 0.001);
         m.observe_review(Operation::Delete, 0.002);

@@ -82,10 +82,10 @@ async fn label_and_strict_decisions_over_http1_and_http2() {
     let (status, metrics) = probe(wh.probe_port, "/metrics").await.expect("metrics");
     assert_eq!(status, 200);
     assert!(
-        metrics.contains(r#"holdfast_webhook_admission_requests_total{decision="deny",operation="DELETE",policy="label"} 2"#),
+        metrics.contains(r#"holdfast_webhook_admission_requests_total{decider="label",decision="deny",operation="DELETE"} 2"#),
         "{metrics}"
     );
-    assert!(metrics.contains(r#"policy="strict""#), "{metrics}");
+    assert!(metrics.contains(r#"decider="strict""#), "{metrics}");
     assert!(
         metrics.contains("holdfast_webhook_admission_duration_seconds_bucket"),
         "{metrics}"

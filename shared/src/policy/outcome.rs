@@ -98,11 +98,21 @@ pub enum Decider {
 }
 
 impl Decider {
-    /// The `policy` label of the webhook's metrics (and logs): a fixed name for a
+    /// How the webhook's logs name the decider: a fixed name for a
     /// mechanism (`none`, `label`, `strict`, `break-glass`, ...), `Kind/name` for a
     /// policy object (the only case that allocates).
     pub fn metric_label(&self) -> Cow<'static, str> {
-        Cow::Borrowed(match self {
+        match self {
+            Self::Policy(p) => Cow::Owned(p.to_string()),
+            other => Cow::Borrowed(other.metric_decider()),
+        }
+    }
+
+    /// The `decider` label of the webhook's `admission_requests_total`: the
+    /// mechanism's name as in [`Self::metric_label`], the kind for a policy object
+    /// (its name would make the label unbounded).
+    pub fn metric_decider(&self) -> &'static str {
+        match self {
             Self::None => "none",
             Self::Label { .. } => "label",
             Self::Strict => "strict",
@@ -115,8 +125,8 @@ impl Decider {
             Self::Containment => "containment",
             Self::Warn => "warn",
             Self::Audit => "audit",
-            Self::Policy(p) => return Cow::Owned(p.to_string()),
-        })
+            Self::Policy(p) => p.kind.as_str(),
+        }
     }
 
     /// The policy object, if one decided.

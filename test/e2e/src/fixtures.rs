@@ -226,6 +226,35 @@ pub fn service_to(namespace: &str, name: &str, host: &str, port: u16) -> String 
     )
 }
 
+/// The platform's ValidatingAdmissionPolicy refusing CREATEs and UPDATEs of the
+/// configuration `holdfast`, and its binding (Deny).
+pub fn refusing_configuration_policy(name: &str) -> String {
+    format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [admissionregistration.k8s.io]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [validatingwebhookconfigurations]
+  validations:
+  - expression: "object.metadata.name != 'holdfast'"
+    message: "the platform reserves the name holdfast"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {name}}}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+"#
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! PKI, runs the real `holdfast-webhook` (and later `holdfast-controller`) binaries,
 //! and drives the real `kubectl` against the sim.
 
+pub mod alerts;
 pub mod backend;
 pub mod controller;
 pub mod fixtures;
@@ -1013,7 +1014,7 @@ impl Env {
     }
 
     /// How many admission reviews of `operation` the webhook has answered (the sum of
-    /// `holdfast_webhook_admission_requests_total` over decisions and policies).
+    /// `holdfast_webhook_admission_requests_total` over decisions and deciders).
     pub async fn webhook_reviews(&self, operation: &str) -> anyhow::Result<u64> {
         let Some(w) = &self.webhook else {
             bail!("start the webhook first")

@@ -186,7 +186,7 @@ fn holdfast_label_refusal(
 /// holdfast's label denials so far (its metrics).
 async fn label_denials(env: &Env) -> f64 {
     env.webhook_metric(
-        r#"holdfast_webhook_admission_requests_total{decision="deny",operation="DELETE",policy="label"}"#,
+        r#"holdfast_webhook_admission_requests_total{decider="label",decision="deny",operation="DELETE"}"#,
     )
     .await
     .expect("metrics")

@@ -235,7 +235,8 @@ fn optional_components_render() {
         dir.path().join("kustomization.yaml"),
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
          resources:\n- ../kubernetes\n\
-         components:\n- ../../components/network-policy\n- ../../components/service-monitor\n",
+         components:\n- ../../components/network-policy\n- ../../components/service-monitor\n\
+         - ../../components/prometheus-rule\n",
     )
     .expect("write");
     let docs = render(dir.path());
@@ -264,7 +265,16 @@ fn optional_components_render() {
         .collect();
     assert_eq!(ingress_ports, vec![port_of("https"), port_of("probes")]);
     let np = find(&docs, "NetworkPolicy", "holdfast-controller");
-    assert_eq!(np["spec"]["ingress"], json!([]));
+    let controller = container(find(&docs, "Deployment", "holdfast-controller"));
+    let probes = controller["ports"][0]["containerPort"].clone();
+    assert_eq!(controller["ports"][0]["name"], "probes");
+    assert_eq!(
+        np["spec"]["ingress"],
+        json!([{
+            "from": [{"namespaceSelector": {"matchLabels": {"holdfast.dev/scrape": "true"}}}],
+            "ports": [{"protocol": "TCP", "port": probes}],
+        }])
+    );
     assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
 
     let svc = find(&docs, "Service", "holdfast-webhook-metrics");
@@ -283,6 +293,26 @@ fn optional_components_render() {
         svc["spec"]["ports"][0]["name"]
     );
     assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+    // Each target's job is what the alerts select (prometheus-rule component).
+    for name in ["holdfast-webhook", "holdfast-controller"] {
+        let sm = find(&docs, "ServiceMonitor", name);
+        assert_eq!(sm["spec"]["jobLabel"], "app.kubernetes.io/name");
+        let svc = find(&docs, "Service", &format!("{name}-metrics"));
+        assert_eq!(svc["metadata"]["labels"]["app.kubernetes.io/name"], name);
+        assert_eq!(
+            sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+            name
+        );
+        assert_eq!(svc["spec"]["selector"]["app.kubernetes.io/name"], name);
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], "probes");
+    }
+    let rule = find(&docs, "PrometheusRule", "holdfast");
+    assert_eq!(rule["metadata"]["namespace"], "holdfast-system");
+    assert!(
+        rule["spec"]["groups"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty())
+    );
     // The metrics Service must not be picked up as the admission Service.
     let admission = find(&docs, "Service", "holdfast-webhook");
     assert_eq!(admission["spec"]["ports"].as_array().map(Vec::len), Some(1));

@@ -11,39 +11,10 @@ use std::{process::Stdio, time::Duration};
 use holdfast_e2e::{
     Env,
     controller::{start_controller, wait_condition},
-    fixtures::resource_protection,
+    fixtures::{refusing_configuration_policy, resource_protection},
     metric,
     steps::wait_ready,
 };
-
-/// The platform's ValidatingAdmissionPolicy refusing CREATEs and UPDATEs of the
-/// configuration `holdfast`, and its binding (Deny).
-fn refusing_policy(name: &str) -> String {
-    format!(
-        r#"apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {{name: {name}}}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [admissionregistration.k8s.io]
-      apiVersions: [v1]
-      operations: [CREATE, UPDATE]
-      resources: [validatingwebhookconfigurations]
-  validations:
-  - expression: "object.metadata.name != 'holdfast'"
-    message: "the platform reserves the name holdfast"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {{name: {name}}}
-spec:
-  policyName: {name}
-  validationActions: [Deny]
-"#
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_configuration_is_loud_and_recovers() {
@@ -57,7 +28,8 @@ async fn a_refused_configuration_is_loud_and_recovers() {
         run.remove_later("validatingadmissionpolicybinding", &name);
         run.remove_later("validatingadmissionpolicy", &name);
     }
-    env.apply(&refusing_policy(&name)).expect("platform policy");
+    env.apply(&refusing_configuration_policy(&name))
+        .expect("platform policy");
     let shop = env.namespace("shop").expect("namespace");
     env.apply(&resource_protection(
         "keep-settings",

@@ -708,17 +708,17 @@ async fn every_metric_the_readme_lists() {
     assert_eq!(out.code, 0, "Audit allows: {out:?}");
     let dependency_denials = metric_value(
         probe,
-        "holdfast_webhook_admission_requests_total{decision=\"deny\",operation=\"DELETE\",policy=\"DependencyRule/vm-dependencies\"}",
+        "holdfast_webhook_admission_requests_total{decider=\"DependencyRule\",decision=\"deny\",operation=\"DELETE\"}",
     )
     .await;
     assert!(dependency_denials >= 1.0, "{dependency_denials}");
     for (series, want) in [
         (
-            "holdfast_webhook_admission_requests_total{decision=\"deny\",operation=\"DELETE\",policy=\"label\"}",
+            "holdfast_webhook_admission_requests_total{decider=\"label\",decision=\"deny\",operation=\"DELETE\"}",
             1.0,
         ),
         (
-            "holdfast_webhook_admission_requests_total{decision=\"allow\",operation=\"DELETE\",policy=\"audit\"}",
+            "holdfast_webhook_admission_requests_total{decider=\"audit\",decision=\"allow\",operation=\"DELETE\"}",
             1.0,
         ),
         ("holdfast_webhook_audited_total{operation=\"DELETE\"}", 1.0),

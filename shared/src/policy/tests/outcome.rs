@@ -22,6 +22,7 @@ fn deciders_name_themselves_for_metrics_and_for_why() {
             std::borrow::Cow::Borrowed(_)
         ));
         assert_eq!(decider.metric_label(), name);
+        assert_eq!(decider.metric_decider(), name);
         assert_eq!(decider.to_string(), name);
         assert_eq!(decider.policy(), None);
     }
@@ -32,12 +33,15 @@ fn deciders_name_themselves_for_metrics_and_for_why() {
     // A policy object: its kind and name, and its logical cluster on kcp.
     let p = policy(PolicyKind::DependencyRule, "vm-dependencies");
     assert_eq!(p.metric_label(), "DependencyRule/vm-dependencies");
+    // The metrics' decider label stays bounded: the kind, never the name.
+    assert_eq!(p.metric_decider(), "DependencyRule");
     assert_eq!(p.to_string(), "DependencyRule/vm-dependencies");
     let kcp = Decider::Policy(on_kcp(PolicyKind::AnchorRule, "composites"));
     assert_eq!(
         kcp.metric_label(),
         "AnchorRule/composites (logical cluster root:team)"
     );
+    assert_eq!(kcp.metric_decider(), "AnchorRule");
     assert_eq!(
         kcp.policy().map(|p| (p.kind, &*p.key.name)),
         Some((PolicyKind::AnchorRule, "composites"))
