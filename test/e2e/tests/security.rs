@@ -51,9 +51,21 @@ async fn refused_with(env: &Env, args: &[&str], needle: &str) -> String {
     .await
 }
 
-/// `kubectl args` as `user`, expected to fail with stderr containing `needle`.
+/// `kubectl args` as `user`, expected to fail with stderr containing `needle`. A
+/// refusal that asks to retry later (an index of the webhook re-listing after the
+/// API server's discovery changed, as other tests install CRDs) is asked again, for
+/// 30 s at the most: it is holdfast failing closed, not the refusal under test.
 fn refused_to(env: &Env, user: &TestUser, args: &[&str], needle: &str) -> String {
-    let out = env.kubectl_by(user, args).expect("kubectl runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut out = env.kubectl_by(user, args).expect("kubectl runs");
+    while out.code != 0
+        && out.stderr.contains("retry later")
+        && !out.stderr.contains(needle)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        out = env.kubectl_by(user, args).expect("kubectl runs");
+    }
     assert!(
         out.code != 0 && out.stderr.contains(needle),
         "{args:?}: {out:?}"
