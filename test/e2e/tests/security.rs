@@ -60,7 +60,6 @@ fn refused_to(env: &Env, user: &TestUser, args: &[&str], needle: &str) -> String
     let mut out = env.kubectl_by(user, args).expect("kubectl runs");
     while out.code != 0
         && out.stderr.contains("retry later")
-        && !out.stderr.contains(needle)
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(250));
