@@ -3,7 +3,7 @@
 # into a version-keyed cache outside the work tree. Idempotent: a component whose
 # stamp matches its wrapper module (go.mod + go.sum) is not rebuilt.
 #
-#   hack/substrates.sh [kube|etcd|kcp|karmada|all]...   (default: all)
+#   hack/substrates.sh [kube|etcd|kcp|karmada|helm|all]...   (default: all)
 #   hack/substrates.sh --print-dir                       where the binaries are
 #
 # Each wrapper module lives in hack/substrates/<name>/ (go.mod, go.sum, tools.go);
@@ -18,6 +18,7 @@ KUBE_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 KCP_VERSION=v0.31.2
 KARMADA_VERSION=v1.18.2
+HELM_VERSION=v4.3.1
 
 log() { printf '[substrates %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -27,6 +28,7 @@ dir_of() {
     etcd) echo "$root/etcd-$ETCD_VERSION" ;;
     kcp) echo "$root/kcp-$KCP_VERSION" ;;
     karmada) echo "$root/karmada-$KARMADA_VERSION" ;;
+    helm) echo "$root/helm-$HELM_VERSION" ;;
     *) echo "unknown component $1" >&2; return 2 ;;
   esac
 }
@@ -38,6 +40,7 @@ pkgs_of() {
     etcd) echo "go.etcd.io/etcd/server/v3" ;;
     kcp) echo "github.com/kcp-dev/kcp/cmd/kcp github.com/kcp-dev/kcp/cmd/kcp-front-proxy github.com/kcp-dev/kcp/cmd/cache-server github.com/kcp-dev/kcp/cmd/sharded-test-server" ;;
     karmada) echo "github.com/karmada-io/karmada/cmd/webhook github.com/karmada-io/karmada/cmd/controller-manager github.com/karmada-io/karmada/cmd/aggregated-apiserver github.com/karmada-io/karmada/cmd/scheduler" ;;
+    helm) echo "helm.sh/helm/v4/cmd/helm" ;;
   esac
 }
 
@@ -61,6 +64,10 @@ ldflags_of() {
     karmada)
       local p=github.com/karmada-io/karmada/pkg/version
       echo "-s -w -X $p.gitVersion=$KARMADA_VERSION -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z" ;;
+    helm)
+      # As Helm's own Makefile stamps it (`helm version`).
+      local p=helm.sh/helm/v4/internal/version
+      echo "-s -w -X $p.version=$HELM_VERSION -X $p.gitTreeState=clean" ;;
     *) echo "-s -w" ;;
   esac
 }
@@ -107,7 +114,7 @@ want=("$@")
 [ ${#want[@]} -eq 0 ] && want=(all)
 for c in "${want[@]}"; do
   case "$c" in
-    all) for x in etcd kube karmada kcp; do build "$x"; done ;;
+    all) for x in etcd kube karmada kcp helm; do build "$x"; done ;;
     *) build "$c" ;;
   esac
 done
