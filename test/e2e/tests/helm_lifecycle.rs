@@ -503,6 +503,7 @@ async fn uninstall(env: &Env, mut controller: ControllerProcess) {
         "--kubeconfig",
         &kubeconfig,
         "uninstall",
+        "--debug",
         RELEASE,
         "-n",
         NAMESPACE,
@@ -542,6 +543,10 @@ async fn uninstall(env: &Env, mut controller: ControllerProcess) {
         .expect("the hook's command starts");
     // The kubelet stops the controller's pods once the Deployment is scaled to zero.
     eventually(60, async || {
+        if let Ok(Some(status)) = hook.try_wait() {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!("the hook ended ({status}) before the controller stopped: {log}");
+        }
         let d = env
             .get_json(&["deployment", "holdfast-controller", "-n", NAMESPACE])
             .map_err(|e| e.to_string())?;
