@@ -5,10 +5,15 @@
 //! follows), then deletes what the controller wrote at run time: the
 //! self-protection policy, the backstop and the webhook configuration `holdfast`.
 //! Nothing else: the objects the user protects keep their labels and policies.
+//! Last it waits until the API server no longer enforces them: a kube-apiserver
+//! applies admission policies and webhook configurations from its informers, so a
+//! deleted one goes on refusing for a moment; a server-side dry-run DELETE of the
+//! controller's own Deployment (labelled protected) goes through once none does.
 //!
 //! Only the controller's own identity may scale its Deployment (the policy
 //! `holdfast-self-protection`), hence the ServiceAccount; its Role grants `patch`
-//! on `deployments/scale` and `get` on the Deployment, by name.
+//! on `deployments/scale` and `get` and `delete` (used as a dry run) on the
+//! Deployment, by name.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +24,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client,
-    api::{Patch, PatchParams},
+    api::{DeleteParams, Patch, PatchParams},
 };
 
 /// Name of the controller's Deployment (and of its leader Lease).
@@ -137,6 +142,33 @@ pub async fn uninstall(client: &Client, what: &Uninstall) -> anyhow::Result<()> 
         configuration_deleted = deleted,
         "uninstall: the self-protection policy, the backstop and the configuration are gone"
     );
+    let dry_run = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    let mut said = false;
+    loop {
+        match deployments.delete(CONTROLLER, &dry_run).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 404 => break,
+            Err(kube::Error::Api(e)) if Instant::now() < deadline => {
+                if !said {
+                    tracing::info!(
+                        refusal = %e.message,
+                        "uninstall: waiting for the API server to stop enforcing them"
+                    );
+                    said = true;
+                }
+            }
+            Err(e) => {
+                return Err(e).context(
+                    "the API server still refuses deleting the controller's Deployment (a dry run)",
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tracing::info!("uninstall: nothing of holdfast refuses deletions any more");
     Ok(())
 }
 
