@@ -191,12 +191,11 @@ async fn roll(
         .await
         .expect("webhook");
     webhook.wait_ready(30).await.expect("new webhook ready");
-    let controller = controller_with_live_args(env, name, port, &controller_kc);
+    let mut controller = controller_with_live_args(env, name, port, &controller_kc);
     old_controller
         .terminate(30)
         .await
         .expect("old controller stopped");
-    let mut controller = controller;
     controller
         .wait_ready(60)
         .await
