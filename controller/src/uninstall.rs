@@ -72,7 +72,11 @@ async fn still_running(client: &Client, namespace: &str) -> anyhow::Result<Optio
         .await
         .with_context(|| format!("reading Deployment {namespace}/{CONTROLLER}"))?
     {
-        let replicas = d.status.and_then(|s| s.replicas).unwrap_or(0);
+        // Terminating pods count too where the API server reports them
+        // (`terminatingReplicas`); elsewhere the Lease tells whether the leader,
+        // the one replica that writes, has stopped.
+        let status = d.status.unwrap_or_default();
+        let replicas = status.replicas.unwrap_or(0) + status.terminating_replicas.unwrap_or(0);
         if replicas > 0 {
             return Ok(Some(format!(
                 "{replicas} pod(s) of Deployment {CONTROLLER}"
