@@ -4,7 +4,7 @@
 # cache outside the work tree. Idempotent: a component whose
 # stamp matches its wrapper module (go.mod + go.sum) is not rebuilt.
 #
-#   hack/substrates.sh [kube|etcd|kcp|karmada|prometheus|all]...   (default: all)
+#   hack/substrates.sh [kube|etcd|kcp|karmada|prometheus|helm|all]...   (default: all)
 #   hack/substrates.sh --print-dir                       where the binaries are
 #
 # Each wrapper module lives in hack/substrates/<name>/ (go.mod, go.sum, tools.go);
@@ -21,6 +21,7 @@ KCP_VERSION=v0.31.2
 KARMADA_VERSION=v1.18.2
 # Prometheus v3.16.0: its Go module's tags are v0.<major*100+minor>.<patch>.
 PROMETHEUS_VERSION=v0.316.0
+HELM_VERSION=v4.3.1
 
 log() { printf '[substrates %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -31,6 +32,7 @@ dir_of() {
     kcp) echo "$root/kcp-$KCP_VERSION" ;;
     karmada) echo "$root/karmada-$KARMADA_VERSION" ;;
     prometheus) echo "$root/prometheus-$PROMETHEUS_VERSION" ;;
+    helm) echo "$root/helm-$HELM_VERSION" ;;
     *) echo "unknown component $1" >&2; return 2 ;;
   esac
 }
@@ -44,6 +46,7 @@ pkgs_of() {
     karmada) echo "github.com/karmada-io/karmada/cmd/webhook github.com/karmada-io/karmada/cmd/controller-manager github.com/karmada-io/karmada/cmd/aggregated-apiserver github.com/karmada-io/karmada/cmd/scheduler" ;;
     # promtool only: the module is large, the server is not needed.
     prometheus) echo "github.com/prometheus/prometheus/cmd/promtool" ;;
+    helm) echo "helm.sh/helm/v4/cmd/helm" ;;
   esac
 }
 
@@ -72,6 +75,10 @@ ldflags_of() {
       # v0.316.0 is release 3.16.0.
       v="$(( ${v%%.*} / 100 )).$(( ${v%%.*} % 100 )).${v#*.}"
       echo "-s -w -X $p.Version=$v -X $p.Branch=HEAD -X $p.BuildDate=19700101-00:00:00" ;;
+    helm)
+      # As Helm's own Makefile stamps it (`helm version`).
+      local p=helm.sh/helm/v4/internal/version
+      echo "-s -w -X $p.version=$HELM_VERSION -X $p.gitTreeState=clean" ;;
     *) echo "-s -w" ;;
   esac
 }
@@ -118,7 +125,7 @@ want=("$@")
 [ ${#want[@]} -eq 0 ] && want=(all)
 for c in "${want[@]}"; do
   case "$c" in
-    all) for x in etcd kube karmada kcp prometheus; do build "$x"; done ;;
+    all) for x in etcd kube karmada kcp prometheus helm; do build "$x"; done ;;
     *) build "$c" ;;
   esac
 done

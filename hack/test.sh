@@ -21,7 +21,7 @@ backends="${HOLDFAST_BACKENDS:-sim kube}"
 kube_files=(backstop blast_radius cascading controller_kubernetes deferred
   dependency_kubernetes dry_run faults hardening karmada_overlay label_protection
   least_privilege plugin protections refused_configuration security seeds
-  seeds_remote self_protection settings shipped_rbac)
+  seeds_remote self_protection settings shipped_rbac helm_lifecycle)
 step() { printf '\n== test.sh %s: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 hack/prereqs.sh
 # Every backend's control planes: the kube pass runs on kube-apiserver, and the sim

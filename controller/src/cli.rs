@@ -6,6 +6,8 @@
 //!                                        print all CRDs as YAML, or write manifests/crds
 //! holdfast-controller kcp-manifests [--output-dir DIR]
 //!                                        kcp APIResourceSchemas + APIExport (manifests/kcp)
+//! holdfast-controller uninstall [--kubeconfig FILE] [--namespace NS] [--wait-seconds S]
+//!                                        stop the controller, remove what it installed
 //! ```
 //!
 //! Every `run` flag has an environment equivalent (`--timeout-seconds` ↔
@@ -126,6 +128,30 @@ pub enum Command {
     /// the requests, namespaces, objects and conditions, and what an outage of
     /// the webhook blocks (Kubernetes and Karmada).
     Routes(RoutesArgs),
+    /// Take enforcement down before holdfast's installation is deleted (Helm's
+    /// pre-delete hook): scale the controller to zero, wait until it has stopped,
+    /// then delete the self-protection policy, the backstop and the webhook
+    /// configuration (Kubernetes and Karmada). Run as the controller's identity.
+    Uninstall(UninstallArgs),
+}
+
+/// Flags of `uninstall`.
+#[derive(Args, Debug, Clone)]
+pub struct UninstallArgs {
+    /// Kubeconfig file (default: in-cluster configuration, or $KUBECONFIG).
+    #[arg(long, value_name = "FILE", env = "HOLDFAST_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of holdfast's installation (the controller's Deployment and Lease).
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "HOLDFAST_NAMESPACE",
+        default_value = "holdfast-system"
+    )]
+    pub namespace: String,
+    /// How long to wait for the controller to stop (seconds).
+    #[arg(long, value_name = "S", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600), env = "HOLDFAST_WAIT_SECONDS")]
+    pub wait_seconds: u64,
 }
 
 /// Flags of `routes`.
@@ -480,6 +506,7 @@ where
             Command::Crds(args) => crds(&args),
             Command::KcpManifests(args) => kcp_manifests(&args),
             Command::Routes(args) => routes(&args),
+            Command::Uninstall(args) => uninstall(&args),
             Command::Run(args) => run(*args),
         },
     )
@@ -526,6 +553,18 @@ fn kcp_manifests(args: &CrdsArgs) -> anyhow::Result<()> {
 fn routes(args: &RoutesArgs) -> anyhow::Result<()> {
     let out = runtime::exit::block_on_current(crate::run::routes(args.kubeconfig.as_deref()))?;
     print(&out, "routes")
+}
+
+fn uninstall(args: &UninstallArgs) -> anyhow::Result<()> {
+    let what = crate::uninstall::Uninstall {
+        namespace: args.namespace.clone(),
+        timeout: std::time::Duration::from_secs(args.wait_seconds),
+    };
+    runtime::exit::block_on_current(async {
+        let client =
+            holdfast_shared::runtime::kubeconfig::client(args.kubeconfig.as_deref()).await?;
+        crate::uninstall::uninstall(&client, &what).await
+    })
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {

@@ -38,7 +38,10 @@ fn default_subcommand_is_run() {
 fn parse(a: &[&str]) -> Result<RunArgs, clap::Error> {
     match cli(a)?.into_command() {
         Command::Run(r) => Ok(*r),
-        Command::Crds(_) | Command::KcpManifests(_) | Command::Routes(_) => {
+        Command::Crds(_)
+        | Command::KcpManifests(_)
+        | Command::Routes(_)
+        | Command::Uninstall(_) => {
             panic!("expected run")
         }
     }
@@ -353,4 +356,18 @@ fn ca_bundle_without_certificate_is_rejected() {
     .into_config()
     .expect_err("rejected");
     assert!(err.to_string().contains("no PEM certificate"), "{err}");
+}
+
+#[test]
+fn uninstall_takes_its_namespace_and_wait() {
+    let Command::Uninstall(u) = cli(&["p", "uninstall", "--namespace=guard", "--wait-seconds=7"])
+        .expect("parses")
+        .into_command()
+    else {
+        panic!("expected uninstall")
+    };
+    assert_eq!((u.namespace.as_str(), u.wait_seconds), ("guard", 7));
+    // A run flag is not one of uninstall's.
+    assert!(cli(&["p", "--strict", "uninstall"]).is_err());
+    assert!(cli(&["p", "uninstall", "--wait-seconds=0"]).is_err());
 }

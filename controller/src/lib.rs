@@ -38,3 +38,4 @@ pub mod request_key;
 pub mod run;
 pub mod sources;
 pub mod status;
+pub mod uninstall;

@@ -159,6 +159,29 @@ fn kubernetes_overlay_renders() {
         );
         assert!(!resources.contains(&"groups".to_string()), "{r}");
     }
+    // Uninstall (`holdfast-controller uninstall`): its own Deployment only, by name,
+    // in its namespace.
+    let role = named(&docs, "Role", "holdfast-controller");
+    let apps: Vec<&Value> = role["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| strings(&r["apiGroups"]) == vec!["apps"])
+        .collect();
+    assert_eq!(apps.len(), 2, "{apps:?}");
+    for r in apps {
+        assert_eq!(
+            strings(&r["resourceNames"]),
+            vec!["holdfast-controller"],
+            "{r}"
+        );
+        let (resources, verbs) = (strings(&r["resources"]), strings(&r["verbs"]));
+        assert!(
+            (resources == vec!["deployments/scale"] && verbs == vec!["patch"])
+                || (resources == vec!["deployments"] && verbs == vec!["get", "delete"]),
+            "{r}"
+        );
+    }
 }
 
 /// The Karmada overlay comes in two parts: the pods in the host cluster, the API

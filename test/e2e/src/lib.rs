@@ -6,6 +6,7 @@ pub mod alerts;
 pub mod backend;
 pub mod controller;
 pub mod fixtures;
+pub mod helm;
 pub mod kcp;
 pub mod kcp_real;
 pub mod kcp_sharded;
