@@ -313,6 +313,16 @@ pub fn holdfast_plugin(
     }
 }
 
+/// The binding to holdfast.dev of [`crate::kcp_sharded::holdfast_binding`] without
+/// accepting the claim on core Events.
+pub fn holdfast_binding_without_events() -> String {
+    let all = crate::kcp_sharded::holdfast_binding();
+    let events = "  - group: \"\"\n    resource: events\n    selector: {matchAll: true}\n    \
+                  verbs: [create, patch]\n    state: Accepted\n";
+    assert!(all.contains(events), "the events claim of {all}");
+    all.replace(events, "")
+}
+
 /// The kinds of the findings of `kubectl holdfast check -o json` output `stdout`.
 pub fn finding_kinds(stdout: &str) -> Vec<String> {
     let report: serde_json::Value = serde_json::from_str(stdout).unwrap_or_default();

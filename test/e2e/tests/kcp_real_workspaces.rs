@@ -10,7 +10,8 @@
 use holdfast_e2e::{
     kcp::{
         BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, assert_kcp_shapes,
-        binding_denial, blocked_events, finding_kinds, workspace_denial,
+        binding_denial, blocked_events, finding_kinds, holdfast_binding_without_events,
+        workspace_denial,
     },
     kcp_real::*,
 };
@@ -171,6 +172,34 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
         (1, vec!["NotBound".to_string()]),
         "{check:?}"
     );
+    // Bound without accepting the claim on Events: named, with what it costs.
+    r.bind(
+        "platform",
+        "root:org:scratch",
+        &holdfast_binding_without_events(),
+    )
+    .await;
+    r.bound("platform", "root:org:scratch", "holdfast").await;
+    let check = r.plugin("platform", "root:org:scratch", &["check", "-o", "json"]);
+    assert!(
+        finding_kinds(&check.stdout).contains(&"ClaimNotAccepted".to_string())
+            && check.stdout.contains("the claim on events is not accepted"),
+        "{check:?}"
+    );
+    // Unbinding is judged (the workspace binds holdfast now): with the consumer
+    // overlay's grants the webhook sees nothing protected in it.
+    r.apply_k(
+        "platform",
+        "root:org:scratch",
+        "overlays/kcp/workspace/consumer",
+    );
+    r.until(
+        "platform",
+        "root:org:scratch",
+        &["delete", "apibinding", "holdfast"],
+        |o| o.code == 0,
+    )
+    .await;
     let check = r.plugin("consumer", TEAM, &["check", "-o", "json"]);
     let kinds = finding_kinds(&check.stdout);
     assert!(

@@ -5,7 +5,8 @@
 use holdfast_e2e::{
     kcp::{
         BINDING_DELETION, EVENTS, LABEL_REFUSAL, PROTECTED_POLICY, assert_kcp_shapes,
-        binding_denial, blocked_events, finding_kinds, workspace_denial,
+        binding_denial, blocked_events, finding_kinds, holdfast_binding_without_events,
+        workspace_denial,
     },
     kcp_sharded::{admin_of, holdfast_binding, sharded},
 };
@@ -117,6 +118,48 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
         (1, vec!["NotBound".to_string()]),
         "{check:?}"
     );
+    // Bound without accepting the claim on Events: named, with what it costs.
+    let file = t.env.dir.path().join("no-events.yaml");
+    std::fs::write(&file, holdfast_binding_without_events()).expect("manifest");
+    let out = t.kubectl(
+        "platform",
+        "root:org:scratch",
+        &["apply", "-f", &file.to_string_lossy()],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let phase = [
+        "get",
+        "apibinding",
+        "holdfast",
+        "-o",
+        "jsonpath={.status.phase}",
+    ];
+    t.until("platform", "root:org:scratch", &phase, |o| {
+        o.stdout == "Bound"
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let check = t.plugin("platform", "root:org:scratch", &["check", "-o", "json"]);
+    assert!(
+        finding_kinds(&check.stdout).contains(&"ClaimNotAccepted".to_string())
+            && check.stdout.contains("the claim on events is not accepted"),
+        "{check:?}"
+    );
+    // Unbinding is judged (the workspace binds holdfast now): with the consumer
+    // overlay's grants the webhook sees nothing protected in it.
+    t.apply_k(
+        "platform",
+        "root:org:scratch",
+        "overlays/kcp/workspace/consumer",
+    );
+    t.until(
+        "platform",
+        "root:org:scratch",
+        &["delete", "apibinding", "holdfast"],
+        |o| o.code == 0,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nwebhook: {}", t.env.webhook_log()));
     let check = t.plugin("consumer", TEAM, &["check", "-o", "json"]);
     let kinds = finding_kinds(&check.stdout);
     assert!(
