@@ -60,6 +60,16 @@ use crate::{
     status::{Outcome, desired_status, now_rfc3339},
 };
 
+#[path = "kubernetes/access.rs"]
+mod access;
+#[path = "kubernetes/guards.rs"]
+mod guards;
+#[path = "kubernetes/statuses.rs"]
+mod statuses;
+pub use guards::{
+    apply_configuration, delete_configuration, delete_self_protection, self_protection,
+};
+
 /// Timing of the Kubernetes reconciler.
 mod timing {
     use std::time::Duration;
@@ -107,72 +117,6 @@ pub struct Settings {
     pub read_secrets: bool,
     /// Install the backstop ValidatingAdmissionPolicy (`--backstop`).
     pub backstop: bool,
-}
-
-/// The self-protection of the installation: the controller's identity (a
-/// SelfSubjectReview), `admin_groups`, and the namespace it runs in
-/// (`$POD_NAMESPACE`, else `holdfast-system`).
-pub async fn self_protection(client: &Client, admin_groups: &[String]) -> Option<SelfProtection> {
-    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let api: Api<SelfSubjectReview> = Api::all(client.clone());
-    let review = SelfSubjectReview::default();
-    let identity = match api.create(&PostParams::default(), &review).await {
-        Ok(r) => r
-            .status
-            .and_then(|s| s.user_info)
-            .and_then(|u| u.username)
-            .filter(|u| !u.is_empty()),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot learn the controller's identity (SelfSubjectReview); holdfast's installation is not guarded by a ValidatingAdmissionPolicy");
-            None
-        }
-    }?;
-    let namespace = std::env::var("POD_NAMESPACE")
-        .ok()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "holdfast-system".to_string());
-    tracing::info!(%identity, admin_groups = ?admin_groups, %namespace, "guarding holdfast's installation with ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}");
-    Some(SelfProtection {
-        identity,
-        admin_groups: admin_groups.to_vec(),
-        namespace,
-    })
-}
-
-/// Installs (or restores) the self-protection policy and its binding when they
-/// are missing or differ, with server-side apply.
-async fn ensure_self_protection(client: &Client, sp: &SelfProtection) -> anyhow::Result<()> {
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    let want = sp.policy();
-    let live = policies.get_opt(SELF_PROTECTION_NAME).await?;
-    if live.as_ref().map(|l| &l.spec) != Some(&want.spec) {
-        tracing::info!("applying ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}");
-        crate::backstop::apply(client, SELF_PROTECTION_NAME, &want).await?;
-    }
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    let want = sp.binding();
-    let live = bindings.get_opt(SELF_PROTECTION_NAME).await?;
-    let same = live.as_ref().is_some_and(|l| {
-        l.spec.policy_name == want.spec.policy_name
-            && l.spec.validation_actions == want.spec.validation_actions
-            && l.spec.match_resources.is_none()
-            && l.spec.param_ref.is_none()
-    });
-    if !same {
-        tracing::info!("applying ValidatingAdmissionPolicyBinding {SELF_PROTECTION_NAME}");
-        crate::backstop::apply(client, SELF_PROTECTION_NAME, &want).await?;
-    }
-    Ok(())
-}
-
-/// Deletes the self-protection binding and policy (cleanup on shutdown).
-pub async fn delete_self_protection(client: &Client) {
-    crate::backstop::delete_policy_and_binding(
-        client,
-        SELF_PROTECTION_NAME,
-        "the self-protection policy",
-    )
-    .await;
 }
 
 /// Spawns a watch of `api` feeding a [`Cache`]; every change wakes `notify` and,
@@ -645,100 +589,6 @@ impl Reconciler {
             .collect()
     }
 
-    /// Keeps the anchor-sources Role equal to the Secrets AnchorRules name; a failure
-    /// is logged once per change (the sources then report the refused read).
-    async fn keep_source_reads(&mut self) {
-        let namespace = holdfast_shared::anchorsource::allowed_namespace();
-        let secrets = self.sources.secrets_in(&namespace);
-        let failure = reads::keep_sources(&self.client, &namespace, &secrets)
-            .await
-            .err();
-        if failure != self.sources_failure {
-            if let Some(e) = &failure {
-                tracing::warn!(error = %e, "cannot keep the anchor-sources Role; anchor sources stay unreadable");
-            }
-            self.sources_failure = failure;
-        }
-    }
-
-    /// Keeps the reads role; returns what the marker watches cover (None: every
-    /// type, the role is not in use) and, when the role could not be kept, why and
-    /// the wanted types it does not grant.
-    async fn keep_reads(&mut self, policy: &BTreeSet<GroupResource>) -> Reads {
-        if !self.index.loaded {
-            return Reads::default();
-        }
-        let wanted = reads::wanted(
-            &self.index,
-            policy,
-            self.crd_types(),
-            self.settings.read_secrets,
-        );
-        match reads::keep(&self.client, &wanted).await {
-            reads::Kept::Unmanaged => {
-                self.reads_failure = None;
-                Reads::default()
-            }
-            reads::Kept::Granted => {
-                self.reads_failure = None;
-                // Watch only what the identity can read already: a type granted a
-                // moment ago waits for the aggregation (the caller routes every
-                // namespace DELETE meanwhile, and retries).
-                self.confirmed.retain(|gr| wanted.contains(gr));
-                let unconfirmed: Vec<GroupResource> =
-                    wanted.difference(&self.confirmed).cloned().collect();
-                let client = &self.client;
-                let checks = futures::future::join_all(
-                    unconfirmed
-                        .iter()
-                        .map(|gr| async move { (gr.clone(), reads::may_read(client, gr).await) }),
-                )
-                .await;
-                for (gr, ok) in checks {
-                    if ok {
-                        self.confirmed.insert(gr);
-                    }
-                }
-                Reads {
-                    pending: wanted.iter().any(|gr| !self.confirmed.contains(gr)),
-                    covered: Some(self.confirmed.clone()),
-                    refused: None,
-                }
-            }
-            reads::Kept::Failed { error, held } => {
-                if self.reads_failure.as_ref() != Some(&error) {
-                    tracing::warn!(%error, "cannot grant holdfast the reads its policies need; policies needing a type it cannot read are reported not installed");
-                    self.reads_failure = Some(error.clone());
-                }
-                // Missing: what the role does not grant and holdfast cannot read
-                // otherwise either (an administrator may grant it by hand, through
-                // a ClusterRole labelled for holdfast-reads).
-                let client = &self.client;
-                let checks = futures::future::join_all(
-                    wanted
-                        .difference(&held)
-                        .map(|gr| async move { (gr.clone(), reads::may_read(client, gr).await) }),
-                )
-                .await;
-                let missing: BTreeSet<GroupResource> = checks
-                    .into_iter()
-                    .filter(|(_, readable)| !readable)
-                    .map(|(gr, _)| gr)
-                    .collect();
-                // Look again shortly: nothing the controller watches announces a
-                // change of RBAC.
-                wake_after(&self.notify, RBAC_RECHECK);
-                // The marker watches still cover everything wanted: one refused
-                // keeps namespace DELETEs routed everywhere (fail closed).
-                Reads {
-                    covered: Some(wanted),
-                    refused: Some((error, missing)),
-                    pending: false,
-                }
-            }
-        }
-    }
-
     /// Decodes `obj` as `K` and runs `f` on it; an object the types cannot read is
     /// invalid (and needs nothing).
     fn check<K, F>(&self, obj: &DynamicObject, needs: &mut PolicyNeeds, mut f: F) -> Checked
@@ -756,75 +606,6 @@ impl Reconciler {
                 needs: Vec::new(),
                 reads: Vec::new(),
             },
-        }
-    }
-
-    /// Installs, updates or removes the backstop (see [`crate::backstop`]);
-    /// failures are logged, never fatal (the webhook still protects).
-    async fn keep_backstop(&mut self) {
-        let strict_exempt = if self.settings.strict {
-            self.crds
-                .state()
-                .iter()
-                .filter(|c| {
-                    c.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(holdfast_shared::names::STRICT_EXEMPT_LABEL))
-                        .is_some_and(|v| v == "true")
-                })
-                .map(|c| (c.spec.group.clone(), c.spec.names.plural.clone()))
-                .collect()
-        } else {
-            Default::default()
-        };
-        let want = crate::backstop::Backstop {
-            labels: self.settings.labels.clone(),
-            strict: self.settings.strict,
-            strict_exempt,
-        };
-        let wanted = self.settings.backstop && !want.validations().is_empty();
-        if !wanted {
-            self.metrics_backstop_missing(false);
-        }
-        // Where the API server does not serve them, there is nothing to install
-        // or remove; asked again every resync.
-        let stale = self
-            .backstop_served
-            .is_none_or(|(served, at)| !served && at.elapsed() >= self.settings.resync);
-        if stale {
-            match crate::backstop::served(&self.client).await {
-                Ok(served) => {
-                    if !served && wanted && self.backstop_served.is_none() {
-                        tracing::warn!(
-                            "the API server does not serve {} ValidatingAdmissionPolicies; the backstop is not installed (label protection relies on the webhook alone)",
-                            crate::backstop::GROUP_VERSION
-                        );
-                    }
-                    self.backstop_served = Some((served, std::time::Instant::now()));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "discovery of ValidatingAdmissionPolicies failed; the backstop is not checked this pass");
-                    return;
-                }
-            }
-        }
-        if !self.backstop_served.is_some_and(|(served, _)| served) {
-            self.metrics_backstop_missing(wanted);
-            return;
-        }
-        let watches = self
-            .backstop
-            .get_or_insert_with(|| crate::backstop::Watches::start(&self.client, &self.notify));
-        let name = holdfast_shared::backstop::BACKSTOP_NAME;
-        if wanted {
-            let installed = crate::backstop::ensure(&self.client, watches, &want).await;
-            if let Err(e) = &installed {
-                tracing::warn!(error = %format!("{e:#}"), "cannot install the backstop ValidatingAdmissionPolicy {name}");
-            }
-            self.metrics_backstop_missing(installed.is_err());
-        } else if let Err(e) = crate::backstop::remove(&self.client, watches).await {
-            tracing::warn!(error = %format!("{e:#}"), "cannot remove the backstop ValidatingAdmissionPolicy {name}");
         }
     }
 
@@ -868,63 +649,6 @@ impl Reconciler {
         }
     }
 
-    fn metrics_refused(&self, refused: bool) {
-        if let Some(m) = &self.metrics {
-            m.configuration_refused.set(i64::from(refused));
-        }
-    }
-
-    /// Counts the policies of `writes` by kind and Ready reason.
-    fn metrics_policies(&self, writes: &[StatusWrite]) {
-        if let Some(m) = &self.metrics {
-            m.set_policies(writes.iter().map(|w| {
-                (
-                    self.kinds[w.kind].ar.kind.as_str(),
-                    crate::status::ready_reason(&w.outcome),
-                )
-            }));
-        }
-    }
-
-    fn metrics_backstop_missing(&self, missing: bool) {
-        if let Some(m) = &self.metrics {
-            m.backstop_missing.set(i64::from(missing));
-        }
-    }
-
-    /// Keeps holdfast's own guards: the self-protection policy and the backstop.
-    /// Failures are logged; the webhook still protects.
-    async fn keep_guards(&mut self) {
-        if let Some(sp) = &self.settings.self_protection
-            && let Err(e) = ensure_self_protection(&self.client, sp).await
-        {
-            tracing::warn!(error = %format!("{e:#}"), "cannot install ValidatingAdmissionPolicy {SELF_PROTECTION_NAME}; holdfast's installation is not guarded");
-        }
-        self.keep_backstop().await;
-    }
-
-    /// Phase two: keeps the roles that let holdfast read what the policies name,
-    /// and the marker watches over what it may read (which decide the namespace
-    /// containment routed in `needs`).
-    async fn keep_all_reads(&mut self, items: &[Item], needs: &mut PolicyNeeds) -> Reads {
-        self.keep_source_reads().await;
-        let policy: BTreeSet<GroupResource> =
-            items.iter().flat_map(|i| i.reads.iter().cloned()).collect();
-        let reads = self.keep_reads(&policy).await;
-        let keys: Vec<String> = self.settings.labels.iter().map(|l| l.key.clone()).collect();
-        needs.containment = self
-            .markers
-            .sync(&self.index, &needs.routes, &keys, reads.covered.as_ref())
-            .await;
-        if reads.pending {
-            // Granted but not effective yet: route every namespace DELETE and look
-            // again shortly.
-            needs.containment = holdfast_shared::webhookconfig::Containment::Everywhere;
-            wake_after(&self.notify, READS_RECHECK);
-        }
-        reads
-    }
-
     /// Phase three: the configuration `holdfast` as the policies need it, applied
     /// when the live one differs; returns the live configuration.
     async fn keep_configuration(
@@ -959,193 +683,6 @@ impl Reconciler {
                     .map_err(|e| ReconcileError::configuration(&e))
             }
         }
-    }
-
-    /// Phase four: each policy object's outcome (valid, routed by the live
-    /// configuration, readable, in a cycle, ...).
-    fn status_writes(
-        &self,
-        gathered: &Gathered,
-        live: &ValidatingWebhookConfiguration,
-        reads: &Reads,
-        refused: Option<&str>,
-    ) -> Vec<StatusWrite> {
-        let cycles = find_cycles(&gathered.edges);
-        let policies_webhooks: Vec<&str> = live
-            .webhooks
-            .iter()
-            .flatten()
-            .map(|h| h.name.as_str())
-            .filter(|n| is_policies_webhook(n))
-            .collect();
-        let mut writes = Vec::with_capacity(gathered.items.len());
-        for item in &gathered.items {
-            let mut via: BTreeSet<&str> = BTreeSet::new();
-            let mut missing: Vec<String> = Vec::new();
-            for gr in &item.needs {
-                let hooks: Vec<&str> = policies_webhooks
-                    .iter()
-                    .copied()
-                    .filter(|h| routes(live, h, "DELETE", gr))
-                    .collect();
-                if hooks.is_empty() {
-                    missing.push(gr.to_string());
-                }
-                via.extend(hooks);
-            }
-            let cannot_read: Vec<String> = match &reads.refused {
-                Some((_, missing)) => item
-                    .reads
-                    .iter()
-                    .filter(|gr| missing.contains(*gr))
-                    .map(ToString::to_string)
-                    .collect(),
-                None => Vec::new(),
-            };
-            let installed = missing.is_empty() && cannot_read.is_empty();
-            let set: BTreeSet<String> = item.needs.iter().map(ToString::to_string).collect();
-            let installed_message = if let (false, Some((error, _))) =
-                (cannot_read.is_empty(), &reads.refused)
-            {
-                format!(
-                    "holdfast may not read {} (get, list, watch), so its DELETEs are refused: {error}; \
-                     grant the controller escalate on ClusterRole {}, or add a ClusterRole labelled {}=true granting it",
-                    cannot_read.join(", "),
-                    reads::READS_ROLE,
-                    reads::AGGREGATE_LABEL
-                )
-            } else if installed {
-                let routed = crate::status::routed_message(set, via);
-                if item
-                    .needs
-                    .iter()
-                    .any(holdfast_shared::unreviewed::is_wildcard)
-                {
-                    format!("{routed}; {}", holdfast_shared::unreviewed::WILDCARD_LIMITS)
-                } else {
-                    routed
-                }
-            } else {
-                crate::status::not_routed_message(&missing)
-            };
-            let cycle = cycles
-                .get(&item.name)
-                .filter(|_| item.kind == DEPENDENCY_RULES)
-                .map(|c| c.message());
-            let never: Vec<String> = item
-                .needs
-                .iter()
-                .filter_map(|gr| self.index.not_admission_controlled(gr))
-                .collect();
-            let outcome = Outcome {
-                not_admitted: (!never.is_empty()).then(|| never.join("; ")),
-                invalid: item.invalid.clone(),
-                installed,
-                installed_message,
-                cycle,
-                cycle_applies: item.kind == DEPENDENCY_RULES,
-                source: item.source.clone(),
-                // Only what the live configuration does not route: the rest is
-                // still enforced by it.
-                blocked: refused.filter(|_| !missing.is_empty()).map(|m| {
-                    (
-                        crate::status::CONFIGURATION_REFUSED,
-                        crate::status::refused_message(m),
-                    )
-                }),
-                // (kube-apiserver: no probe; see docs/decisions.md.)
-                not_enforced: None,
-            };
-            writes.push(StatusWrite {
-                kind: item.kind,
-                name: item.name.clone(),
-                outcome,
-            });
-        }
-        writes
-    }
-
-    /// Phase five: writes the statuses that changed, a bounded number at a time.
-    async fn write_statuses(&self, writes: Vec<StatusWrite>) -> Result<(), ReconcileError> {
-        let now = &now_rfc3339();
-        let failures = futures::stream::iter(writes)
-            .map(|w| async move {
-                let result = self.write_status(w.kind, &w.name, &w.outcome, now).await;
-                if let Err(e) = &result {
-                    tracing::warn!(kind = %self.kinds[w.kind].ar.kind, name = %w.name, error = %e, "writing status failed");
-                }
-                result.is_err()
-            })
-            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
-            .filter(|failed| futures::future::ready(*failed))
-            .count()
-            .await;
-        if failures > 0 {
-            return Err(ReconcileError::Status(format!(
-                "{failures} status update(s) failed"
-            )));
-        }
-        Ok(())
-    }
-
-    async fn write_status(
-        &self,
-        kind: usize,
-        name: &str,
-        outcome: &Outcome,
-        now: &str,
-    ) -> anyhow::Result<()> {
-        let pk = &self.kinds[kind];
-        let Some(obj) = pk.store.get("", "", name) else {
-            return Ok(());
-        };
-        let current = current_status(&obj);
-        let generation = obj.metadata.generation;
-        let Some(status) = desired_status(
-            generation,
-            current.observed_generation,
-            &current.conditions,
-            outcome,
-            now,
-        ) else {
-            return Ok(());
-        };
-        let was_cycle = holdfast_shared::api::is_condition_true(
-            &current.conditions,
-            holdfast_shared::api::condition_types::CYCLE_DETECTED,
-        );
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &pk.ar);
-        match api
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({ "status": status })),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-        let reference = obj.object_ref(&pk.ar);
-        if let Some(msg) = &outcome.cycle
-            && !was_cycle
-        {
-            tracing::warn!(kind = %pk.ar.kind, name, "{msg}");
-            self.publish(&reference, "CycleDetected", "DetectCycle", msg)
-                .await;
-        }
-        if let Some((reason, message)) = crate::status::newly_blocked(&current.conditions, outcome)
-        {
-            tracing::warn!(kind = %pk.ar.kind, name, reason, "policy not enforced: {message}");
-            self.publish(&reference, reason, "Install", message).await;
-        }
-        if let Some((reason, message)) = crate::status::newly_invalid(&current.conditions, outcome)
-        {
-            tracing::warn!(kind = %pk.ar.kind, name, reason, "invalid policy: {message}");
-            self.publish(&reference, reason, "Validate", message).await;
-        }
-        Ok(())
     }
 
     /// Keeps the types deferred deletion watches: `delete` (the types policies
@@ -1186,49 +723,6 @@ impl Reconciler {
         if let Err(e) = self.recorder.publish(&ev, reference).await {
             tracing::warn!(error = %e, reason, "emitting event failed");
         }
-    }
-}
-
-/// Applies `desired` with server-side apply (field manager `holdfast`, forced);
-/// if fields of other managers survive (a real API server keeps what it does not
-/// own), replaces the object so it is exactly the desired one.
-pub async fn apply_configuration(
-    client: &Client,
-    desired: &ValidatingWebhookConfiguration,
-) -> anyhow::Result<ValidatingWebhookConfiguration> {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let mut body = serde_json::to_value(desired)?;
-    body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
-    body["kind"] = "ValidatingWebhookConfiguration".into();
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let applied = api
-        .patch(WEBHOOK_CONFIGURATION_NAME, &pp, &Patch::Apply(&body))
-        .await?;
-    if matches_desired(&applied, desired) {
-        return Ok(applied);
-    }
-    tracing::info!("server-side apply left foreign fields; replacing {WEBHOOK_CONFIGURATION_NAME}");
-    let mut replacement = desired.clone();
-    replacement.metadata.resource_version = applied.metadata.resource_version.clone();
-    let pp = PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..Default::default()
-    };
-    Ok(api
-        .replace(WEBHOOK_CONFIGURATION_NAME, &pp, &replacement)
-        .await?)
-}
-
-/// Deletes the configuration (cleanup on shutdown); absent is fine.
-pub async fn delete_configuration(client: &Client) -> anyhow::Result<bool> {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    match api
-        .delete(WEBHOOK_CONFIGURATION_NAME, &DeleteParams::default())
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
     }
 }
 
