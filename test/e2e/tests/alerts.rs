@@ -492,12 +492,7 @@ fn metric_names_are_read_from_queries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failing_live_lookup_fires_read_errors() {
     use holdfast_e2e::rbac;
-    let mut env = holdfast_e2e::steps::sim_with_crds().await;
-    env.apply_crds(&holdfast_e2e::fixtures::vpc_vm_crds())
-        .expect("test CRDs");
-    env.wait_served(&["vpcs"]).await;
-    env.apply(&holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"))
-        .expect("rule");
+    let mut env = vpc_and_its_rule().await;
     let webhook = env.test_user("holdfast-webhook", &[]).expect("user");
     env.grant_cluster(
         "webhook-reads-but-vms",
@@ -522,21 +517,7 @@ async fn a_failing_live_lookup_fires_read_errors() {
     )
     .expect("the webhook's grant");
     let kubeconfig = webhook.kubeconfig_arg();
-    env.start_webhook_reachable(&["--kubeconfig", &kubeconfig, "--dependents", "live"])
-        .await
-        .expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    let (port, wh) = {
-        let w = env.webhook.as_ref().expect("webhook");
-        (w.port, w.probe_port)
-    };
-    let c = start_controller(&env, "controller", port, &[]).expect("controller starts");
-    wait_ready(&env, "dependencyrule", "vm-dependencies").await;
-    let ns = env.default_namespace().expect("namespace");
-    env.apply(&format!(
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: my-vpc, namespace: {ns}}}\n"
-    ))
-    .expect("vpc");
+    let (wh, c) = live_lookups_on_a_vpc(&mut env, &["--kubeconfig", &kubeconfig]).await;
     let before = scrape_both(wh, c.probe_port).await;
     let out = env.attempt(&["delete", "vpc", "my-vpc", "--dry-run=server"]);
     assert!(out.refused_with("cannot verify dependents"), "{out:?}");
@@ -610,27 +591,8 @@ async fn a_backstop_the_controller_may_not_install_fires_backstop_missing() {
 /// longer than a second, and `HoldfastWebhookSlow` fires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_api_server_under_live_lookups_fires_webhook_slow() {
-    let mut env = holdfast_e2e::steps::sim_with_crds().await;
-    env.apply_crds(&holdfast_e2e::fixtures::vpc_vm_crds())
-        .expect("test CRDs");
-    env.wait_served(&["vpcs"]).await;
-    env.apply(&holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"))
-        .expect("rule");
-    env.start_webhook_reachable(&["--dependents", "live"])
-        .await
-        .expect("webhook");
-    env.wait_webhook_ready().await.expect("webhook ready");
-    let (port, wh) = {
-        let w = env.webhook.as_ref().expect("webhook");
-        (w.port, w.probe_port)
-    };
-    let c = start_controller(&env, "controller", port, &[]).expect("controller starts");
-    wait_ready(&env, "dependencyrule", "vm-dependencies").await;
-    let ns = env.default_namespace().expect("namespace");
-    env.apply(&format!(
-        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: my-vpc, namespace: {ns}}}\n"
-    ))
-    .expect("vpc");
+    let mut env = vpc_and_its_rule().await;
+    let (wh, c) = live_lookups_on_a_vpc(&mut env, &[]).await;
     // Reviews at the usual speed first: the DELETE goes through (no VM uses it).
     let dry = ["delete", "vpc", "my-vpc", "--dry-run=server"];
     let out = env.attempt(&dry);
@@ -663,4 +625,37 @@ async fn a_slow_api_server_under_live_lookups_fires_webhook_slow() {
         firing(&Timeline::growing(before, after)).expect("promtool"),
         set(&["HoldfastWebhookSlow"])
     );
+}
+
+/// The VPC and VM test types and the DependencyRule `vm-dependencies` on a simulator.
+async fn vpc_and_its_rule() -> Env {
+    let env = holdfast_e2e::steps::sim_with_crds().await;
+    env.apply_crds(&holdfast_e2e::fixtures::vpc_vm_crds())
+        .expect("test CRDs");
+    env.wait_served(&["vpcs"]).await;
+    env.apply(&holdfast_e2e::fixtures::vm_vpc_rule(".spec.vpcRef.name"))
+        .expect("rule");
+    env
+}
+
+/// The webhook (`args`, live dependents lookups) and a controller on `env` of
+/// [`vpc_and_its_rule`], the rule Ready, and VPC `my-vpc` in the default namespace:
+/// the webhook's probe port and the controller.
+async fn live_lookups_on_a_vpc(env: &mut Env, args: &[&str]) -> (u16, ControllerProcess) {
+    let mut all = args.to_vec();
+    all.extend(["--dependents", "live"]);
+    env.start_webhook_reachable(&all).await.expect("webhook");
+    env.wait_webhook_ready().await.expect("webhook ready");
+    let (port, wh) = {
+        let w = env.webhook.as_ref().expect("webhook");
+        (w.port, w.probe_port)
+    };
+    let c = start_controller(env, "controller", port, &[]).expect("controller starts");
+    wait_ready(env, "dependencyrule", "vm-dependencies").await;
+    let ns = env.default_namespace().expect("namespace");
+    env.apply(&format!(
+        "apiVersion: network.test.io/v1\nkind: VPC\nmetadata: {{name: my-vpc, namespace: {ns}}}\n"
+    ))
+    .expect("vpc");
+    (wh, c)
 }
