@@ -6,15 +6,12 @@
 mod common;
 
 use common::*;
+use common::{dyn_api as api, dyn_ar as ar, dyn_create as create};
 use holdfast_sim::{Replication, Sim, SimConfig, SimHandle};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
 
 fn obj(ar: &ApiResource, v: Value) -> DynamicObject {
     let mut o: DynamicObject = serde_json::from_value(v).expect("object");
@@ -23,20 +20,6 @@ fn obj(ar: &ApiResource, v: Value) -> DynamicObject {
         kind: ar.kind.clone(),
     });
     o
-}
-
-fn api(c: &kube::Client, ar: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
-    match ns {
-        Some(ns) => Api::namespaced_with(c.clone(), ns, ar),
-        None => Api::all_with(c.clone(), ar),
-    }
-}
-
-async fn create(c: &kube::Client, ar: &ApiResource, ns: Option<&str>, v: Value) -> DynamicObject {
-    api(c, ar, ns)
-        .create(&PostParams::default(), &obj(ar, v))
-        .await
-        .unwrap_or_else(|e| panic!("create {}: {e}", ar.plural))
 }
 
 async fn client_at(sim: &SimHandle, server: &str) -> kube::Client {

@@ -5,35 +5,13 @@
 mod common;
 
 use common::*;
+use common::{dyn_api as api, dyn_ar as ar, dyn_create as create};
 use holdfast_sim::{SimConfig, SimHandle};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
-fn api(c: &kube::Client, ar: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
-    match ns {
-        Some(ns) => Api::namespaced_with(c.clone(), ns, ar),
-        None => Api::all_with(c.clone(), ar),
-    }
-}
-
-async fn create(c: &kube::Client, ar: &ApiResource, ns: Option<&str>, v: Value) -> DynamicObject {
-    let mut o: DynamicObject = serde_json::from_value(v).expect("object");
-    o.types = Some(kube::core::TypeMeta {
-        api_version: ar.api_version.clone(),
-        kind: ar.kind.clone(),
-    });
-    api(c, ar, ns)
-        .create(&PostParams::default(), &o)
-        .await
-        .unwrap_or_else(|e| panic!("create {}: {e}", ar.plural))
-}
 
 async fn client_at(sim: &SimHandle, path: &str) -> kube::Client {
     let server = format!("{}/clusters/{path}", sim.url());

@@ -470,3 +470,41 @@ pub async fn ready_workspace(
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
 }
+
+/// The API resource `group/version` `kind` served as `plural`.
+pub fn dyn_ar(group: &str, version: &str, kind: &str, plural: &str) -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, version, kind),
+        plural,
+    )
+}
+
+/// The dynamic API of `ar` in namespace `ns` (None: cluster-scoped or every namespace).
+pub fn dyn_api(
+    c: &kube::Client,
+    ar: &kube::core::ApiResource,
+    ns: Option<&str>,
+) -> kube::Api<kube::core::DynamicObject> {
+    match ns {
+        Some(ns) => kube::Api::namespaced_with(c.clone(), ns, ar),
+        None => kube::Api::all_with(c.clone(), ar),
+    }
+}
+
+/// Creates `v` as an object of `ar` (panics on failure, naming the resource).
+pub async fn dyn_create(
+    c: &kube::Client,
+    ar: &kube::core::ApiResource,
+    ns: Option<&str>,
+    v: Value,
+) -> kube::core::DynamicObject {
+    let mut o: kube::core::DynamicObject = serde_json::from_value(v).expect("object");
+    o.types = Some(kube::core::TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    });
+    dyn_api(c, ar, ns)
+        .create(&kube::api::PostParams::default(), &o)
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", ar.plural))
+}
