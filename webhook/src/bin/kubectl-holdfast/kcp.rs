@@ -11,7 +11,6 @@ use holdfast_shared::{
     policy::{Decider, Finding},
 };
 use holdfast_webhook::explain::{BreakGlassReport, CheckReport};
-use kube::core::ApiResource;
 
 /// How deep `why` follows workspaces below the one asked about.
 const MAX_DEPTH: usize = 8;
@@ -52,20 +51,9 @@ impl Workspace {
     }
 }
 
-fn kcp_ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.to_string(),
-        version: version.to_string(),
-        api_version: format!("{group}/{version}"),
-        kind: kind.to_string(),
-        plural: plural.to_string(),
-    }
-}
-
 /// The workspace's APIBinding to holdfast's APIExport, if it has one.
 async fn holdfast_binding(client: &Client) -> Result<Option<Value>, String> {
-    let bindings = kcp_ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings");
-    let items = check::list_json(client, &bindings).await?;
+    let items = check::list_json(client, &holdfast_shared::kcp::api_binding_resource()).await?;
     Ok(items
         .into_iter()
         .find(|b| b["spec"]["reference"]["export"]["name"] == API_GROUP))
@@ -281,8 +269,7 @@ async fn protected_below(
         if depth >= MAX_DEPTH {
             continue;
         }
-        let workspaces = kcp_ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces");
-        match check::list_json(&client, &workspaces).await {
+        match check::list_json(&client, &holdfast_shared::kcp::workspace_resource()).await {
             Ok(items) => todo.extend(items.iter().filter_map(|w| {
                 w["metadata"]["name"]
                     .as_str()
