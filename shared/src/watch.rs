@@ -436,6 +436,16 @@ pub fn api_status(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// An API error in one line: the server's message, reason and code, without the
+/// debug dump of its Status; other errors as they display.
+pub fn brief(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.reason.is_empty() => format!("{} ({})", s.message, s.code),
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
+}
+
 /// The HTTP status a watch failure carries, if it is one.
 pub fn watcher_status(e: &watcher::Error) -> Option<u16> {
     match e {

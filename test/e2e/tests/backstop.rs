@@ -35,10 +35,7 @@ async fn stack(webhook_args: &[&str]) -> (Env, String) {
 fn live(env: &Env, kind: &str) -> Option<Value> {
     let out = env.attempt(&["get", kind, NAME, "-o", "json"]);
     if out.code != 0 {
-        assert!(
-            out.stderr.contains("NotFound") || out.stderr.contains("not found"),
-            "{out:?}"
-        );
+        assert!(out.is_not_found(), "{out:?}");
         return None;
     }
     Some(serde_json::from_str(&out.stdout).expect("json"))

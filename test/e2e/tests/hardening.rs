@@ -185,7 +185,7 @@ async fn crd_deletion_is_refused_while_an_instance_is_protected() {
     ));
     ok(as_alice(t, &["delete", "crd", "widgets.example.com"]));
     env.kubectl_until(&["get", "crd", "widgets.example.com"], 30, |o| {
-        o.code == 1 && o.stderr.contains("NotFound")
+        o.is_not_found()
     })
     .await
     .expect("CRD gone");

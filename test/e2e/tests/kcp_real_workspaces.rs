@@ -251,7 +251,7 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
         &["delete", "workspace", "scratch", "--wait=false"],
     );
     r.until("platform", ORG, &["get", "workspace", "scratch"], |o| {
-        o.code != 0 && o.stderr.contains("NotFound")
+        o.is_not_found()
     })
     .await;
 
@@ -357,7 +357,7 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
         ],
     );
     r.until("consumer", TEAM, &["get", "apibinding", "holdfast"], |o| {
-        o.code != 0 && o.stderr.contains("NotFound")
+        o.is_not_found()
     })
     .await;
     r.step("protection lifted: the policy and the APIBinding went");
@@ -387,7 +387,7 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused_on_a_real
         .await;
     assert_eq!(out.code, 0, "{out:?}");
     r.until("platform", ORG, &["get", "workspace", "team"], |o| {
-        o.code != 0 && o.stderr.contains("NotFound")
+        o.is_not_found()
     })
     .await;
     r.step("protection lifted: root:org:team deleted");

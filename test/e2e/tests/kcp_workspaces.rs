@@ -286,7 +286,7 @@ async fn deleting_a_workspace_that_holds_a_protected_object_is_refused() {
     );
     assert_eq!(out.code, 0, "{out:?}");
     t.until("consumer", TEAM, &["get", "apibinding", "holdfast"], |o| {
-        o.code != 0 && o.stderr.contains("NotFound")
+        o.is_not_found()
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}"));

@@ -37,7 +37,10 @@ pub async fn namespaced_resources(
             }
         }
         Err(e) => {
-            problems.push(format!("listing API groups failed: {e}"));
+            problems.push(format!(
+                "listing API groups failed: {}",
+                holdfast_shared::watch::brief(&e)
+            ));
             return (previous.clone(), problems);
         }
     }
@@ -75,8 +78,17 @@ pub async fn namespaced_resources(
                 })
                 .map(|r| GroupResource::new(&group, &r.name))
                 .collect(),
+            // Listed a moment ago, not served now: the group went (its CRD or
+            // APIService was deleted in between), and with it every object of it.
+            Ok(Err(e)) if holdfast_shared::watch::api_status(&e) == Some(404) => {
+                tracing::debug!(group_version = %gv, "group version no longer served");
+                continue;
+            }
             Ok(Err(e)) => {
-                problems.push(format!("discovery of {gv} failed: {e}"));
+                problems.push(format!(
+                    "discovery of {gv} failed: {}",
+                    holdfast_shared::watch::brief(&e)
+                ));
                 previous.get(&group).cloned().unwrap_or_default()
             }
             Err(_) => {

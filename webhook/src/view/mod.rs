@@ -518,7 +518,8 @@ mod tests {
     use std::collections::HashMap;
 
     /// A fake API server answering discovery: `good.io` serves widgets, `broken.io`
-    /// answers 503 for its group version.
+    /// answers 500 for its group version, `gone.io` is listed but its group version
+    /// answers 404 (its CRD went between the two reads).
     fn fake_client() -> Client {
         let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
             let (status, body) = match req.uri().path() {
@@ -528,7 +529,9 @@ mod tests {
                         {"name": "good.io", "versions": [{"groupVersion": "good.io/v1", "version": "v1"}],
                          "preferredVersion": {"groupVersion": "good.io/v1", "version": "v1"}},
                         {"name": "broken.io", "versions": [{"groupVersion": "broken.io/v1", "version": "v1"}],
-                         "preferredVersion": {"groupVersion": "broken.io/v1", "version": "v1"}}]}),
+                         "preferredVersion": {"groupVersion": "broken.io/v1", "version": "v1"}},
+                        {"name": "gone.io", "versions": [{"groupVersion": "gone.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "gone.io/v1", "version": "v1"}}]}),
                 ),
                 "/api/v1" => (
                     200,
@@ -542,6 +545,10 @@ mod tests {
                     200,
                     json!({"kind": "APIResourceList", "groupVersion": "good.io/v1", "resources": [
                         {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget", "verbs": ["list", "watch"]}]}),
+                ),
+                "/apis/gone.io/v1" => (
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404}),
                 ),
                 _ => (
                     500,
@@ -691,7 +698,13 @@ mod tests {
             "broken.io".to_string(),
             vec![GroupResource::new("broken.io", "gizmos")],
         );
+        previous.insert(
+            "gone.io".to_string(),
+            vec![GroupResource::new("gone.io", "things")],
+        );
         let (found, problems) = discovery::namespaced_resources(&client, &previous).await;
+        // A group no longer served is dropped, and is no problem.
+        assert_eq!(found.get("gone.io"), None);
         assert_eq!(
             found.get(""),
             Some(&vec![GroupResource::new("", "configmaps")])
@@ -707,7 +720,7 @@ mod tests {
         );
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(
-            problems[0].starts_with("discovery of broken.io/v1 failed: "),
+            problems[0] == "discovery of broken.io/v1 failed: boom (500)",
             "{problems:?}"
         );
         // Nothing known before: nothing kept, still reported.
