@@ -9,19 +9,25 @@
 #                   tests that start a real kube, Karmada or kcp of their own
 #             kube  the end-to-end suite on a real etcd + kube-apiserver +
 #                   kube-controller-manager v1.36 (hack/e2e-on-cluster.sh --backend kube)
+#             kcp   the kcp end-to-end files that run on the two-shard topology
+#                   (kcp_sharded) again on a real kcp: two shards, front-proxy,
+#                   cache server (HOLDFAST_E2E_KCP=real; one kcp at a time)
 #
-# HOLDFAST_BACKENDS (default "sim kube") picks the backends.
+# HOLDFAST_BACKENDS (default "sim kube kcp") picks the backends.
 # Benchmarks and scale checks (ignored tests) have their own runners: see
 # docs/testing.md (hack/bench-*.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-backends="${HOLDFAST_BACKENDS:-sim kube}"
+backends="${HOLDFAST_BACKENDS:-sim kube kcp}"
 # The end-to-end files whose tests drive the cluster they are given (the others run
 # locally or start a backend of their own, and ran in the sim pass already).
 kube_files=(backstop blast_radius cascading controller_kubernetes deferred
   dependency_kubernetes dry_run faults hardening karmada_overlay label_protection
   least_privilege plugin protections refused_configuration security seeds
   seeds_remote self_protection settings shipped_rbac helm_lifecycle)
+# The kcp end-to-end files whose topology (kcp_sharded) also runs on a real kcp;
+# docs/testing.md says why each other kcp file stays on the simulator.
+kcp_files=(kcp_shards)
 step() { printf '\n== test.sh %s: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 hack/prereqs.sh
 # Every backend's control planes: the kube pass runs on kube-apiserver, and the sim
@@ -49,7 +55,12 @@ for b in $backends; do
       step "backend kube: the demo's Kubernetes stories on a real kube-apiserver"
       hack/demo.sh --backend kube
       ;;
-    *) echo "test.sh: unknown backend $b (sim, kube)" >&2; exit 2 ;;
+    kcp)
+      step "backend kcp: the two-shard kcp files on a real kcp"
+      HOLDFAST_E2E_KCP=real cargo test -p holdfast-e2e --locked --no-fail-fast \
+        $(printf -- '--test %s ' "${kcp_files[@]}") "$@" -- --test-threads=1
+      ;;
+    *) echo "test.sh: unknown backend $b (sim, kube, kcp)" >&2; exit 2 ;;
   esac
 done
 step "demo"

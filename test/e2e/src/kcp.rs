@@ -34,7 +34,7 @@ impl Kcp {
     ) -> serde_json::Value {
         let at = self.ws(path);
         let query = [kind, name, type_, status];
-        crate::controller::wait_condition_at(&self.env, Some(&at), query, 30)
+        crate::controller::wait_condition_at(&self.env, Some(&at), query, self.wait.as_secs())
             .await
             .unwrap_or_else(|e| panic!("in {path}: {e:#}"))
     }
@@ -84,7 +84,7 @@ impl Kcp {
         let mut controller_args = vec!["--kubeconfig", kubeconfig, "--topology", "kcp"];
         controller_args.extend_from_slice(flags);
         let mut c = crate::controller::start_controller(&self.env, name, port, &controller_args)?;
-        c.wait_ready(30)
+        c.wait_ready(self.wait.as_secs())
             .await
             .with_context(|| format!("controller {name} not ready: {}", c.log()))?;
         Ok(c)

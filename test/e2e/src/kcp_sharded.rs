@@ -7,10 +7,19 @@
 //!
 //! Placement: `root:holdfast`, `root:compute` and `root:providers` on shard `root`;
 //! `root:providers:network` on `shard-1`; consumers on the shard the test names.
+//!
+//! The same topology runs on the simulator (the default) or, with
+//! `HOLDFAST_E2E_KCP=real`, on a real kcp of two shards, a front-proxy and a cache
+//! server (`crate::backend::kcp`, built by `hack/substrates.sh kcp`): the same
+//! users (bearer tokens), the same manifests, and waits as long as kcp's
+//! replication through the cache server needs.
 
-use crate::{Env, KubectlOutput};
+use crate::{Env, KubectlOutput, backend::kcp::KcpBackend};
 use holdfast_sim::{SimConfig, User};
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 /// The network provider's workspace path.
 pub const NETWORK: &str = "root:providers:network";
@@ -28,9 +37,10 @@ const USERS: &[(&str, &[&str])] = &[
     ("holdfast-webhook", &[]),
 ];
 
-/// A two-shard sim with the topology set up.
+/// A two-shard kcp (simulated, or real) with the topology set up.
 pub struct Sharded {
-    /// The environment (sim, webhook...).
+    /// The environment (sim, webhook...); on a real kcp its sim stays idle and its
+    /// kubeconfig is kcp's admin kubeconfig.
     pub env: Env,
     /// The front-proxy's base URL.
     pub url: String,
@@ -38,6 +48,17 @@ pub struct Sharded {
     pub controller_kubeconfig: String,
     /// The webhook's kubeconfig (user holdfast-webhook, holdfast workspace).
     pub webhook_kubeconfig: String,
+    /// How long a wait for what kcp shows may take.
+    pub wait: Duration,
+    /// The real kcp, when the topology runs on one (dropped after `env`, so
+    /// holdfast's processes stop first).
+    pub real: Option<KcpBackend>,
+    _kcp_dir: Option<tempfile::TempDir>,
+}
+
+/// Whether the kcp tests run on a real kcp (`HOLDFAST_E2E_KCP=real`).
+pub fn on_real_kcp() -> bool {
+    std::env::var("HOLDFAST_E2E_KCP").is_ok_and(|v| v == "real")
 }
 
 fn sim_config() -> SimConfig {
@@ -179,6 +200,15 @@ impl Sharded {
     /// kubectl as `user` in workspace `path`.
     pub fn kubectl(&self, user: &str, path: &str, args: &[&str]) -> KubectlOutput {
         let server = self.ws(path);
+        if let Some(kcp) = &self.real {
+            let kubeconfig = real_kubeconfig(kcp, user);
+            let mut all = vec!["--kubeconfig", kubeconfig.as_str(), "--server", &server];
+            all.extend_from_slice(args);
+            return self
+                .env
+                .kubectl(&all)
+                .unwrap_or_else(|e| panic!("kubectl: {e}"));
+        }
         let mut all = vec!["--server", server.as_str()];
         all.extend_from_slice(args);
         self.env
@@ -186,10 +216,110 @@ impl Sharded {
             .unwrap_or_else(|e| panic!("kubectl: {e}"))
     }
 
+    /// The logical cluster of workspace `path` (`root` for `root`).
+    pub fn logical_cluster(&self, path: &str) -> String {
+        if self.real.is_none() {
+            return self
+                .env
+                .sim
+                .logical_cluster(path)
+                .unwrap_or_else(|| panic!("no workspace {path}"));
+        }
+        let Some((parent, name)) = path.rsplit_once(':') else {
+            return path.to_string();
+        };
+        let out = self.kubectl(
+            "platform",
+            parent,
+            &["get", "workspace", name, "-o", "jsonpath={.spec.cluster}"],
+        );
+        assert!(
+            out.code == 0 && !out.stdout.is_empty(),
+            "{path}: no spec.cluster: {out:?}"
+        );
+        out.stdout
+    }
+
+    /// The shard workspace `path` lives on (`root`, `shard-1`).
+    pub fn shard_of(&self, path: &str) -> String {
+        if self.real.is_none() {
+            let lc = self.logical_cluster(path);
+            return self
+                .env
+                .sim
+                .shard_of(&lc)
+                .unwrap_or_else(|| panic!("no shard for {path}"));
+        }
+        // kcp schedules a Workspace onto a shard and names it by the hash of the
+        // shard's name in an annotation (docs/kcp-facts.md, 35).
+        let (parent, name) = path.rsplit_once(':').unwrap_or(("root", path));
+        let out = self.kubectl(
+            "platform",
+            parent,
+            &["get", "workspace", name, "-o", "json"],
+        );
+        let ws = out
+            .json()
+            .unwrap_or_else(|e| panic!("workspace {path}: {e}"));
+        let hash = ws["metadata"]["annotations"]["internal.tenancy.kcp.io/shard"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        self.shard_names()
+            .into_iter()
+            .find(|s| holdfast_sim::shard_hash(s) == hash)
+            .unwrap_or_else(|| panic!("workspace {path}: no shard hashes to {hash:?}"))
+    }
+
+    /// Every shard's name and the base URL of its virtual workspaces, by name.
+    pub fn shard_urls(&self) -> Vec<(String, String)> {
+        if self.real.is_none() {
+            return self.env.sim.shards();
+        }
+        let out = self.kubectl("platform", "root", &["get", "shards", "-o", "json"]);
+        let list = out.json().unwrap_or_else(|e| panic!("shards: {e}"));
+        let mut shards: Vec<(String, String)> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                let url = s["spec"]["virtualWorkspaceURL"]
+                    .as_str()
+                    .or(s["spec"]["baseURL"].as_str())
+                    .unwrap_or_default();
+                (
+                    s["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    url.to_string(),
+                )
+            })
+            .collect();
+        shards.sort();
+        shards
+    }
+
+    fn shard_names(&self) -> Vec<String> {
+        self.shard_urls().into_iter().map(|(n, _)| n).collect()
+    }
+
     /// `kubectl apply` of `manifest` as `user` in workspace `path`; panics on failure.
     pub fn apply(&self, user: &str, path: &str, manifest: &str) {
         let file = self.manifest_file(manifest);
-        let out = self.kubectl(user, path, &["apply", "-f", &file]);
+        let mut out = self.kubectl(user, path, &["apply", "-f", &file]);
+        // A real shard checks `bind` on an export of another shard against the
+        // cache server's replica of that workspace's RBAC: a fresh grant counts
+        // there only once replicated.
+        let deadline = std::time::Instant::now() + self.wait;
+        while self.real.is_some()
+            && out.code != 0
+            && out.stderr.contains("no permission to bind")
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(500));
+            out = self.kubectl(user, path, &["apply", "-f", &file]);
+        }
         assert_eq!(
             out.code, 0,
             "apply as {user} in {path}: {out:?}\n{manifest}"
@@ -205,21 +335,34 @@ impl Sharded {
         format!("{parent}:{name}")
     }
 
-    /// Waits (at most [`crate::MIN_WAIT`]) until Workspace `name` in `parent` is
+    /// Waits (at most [`Sharded::wait`]) until Workspace `name` in `parent` is
     /// Ready; panics with its last phase otherwise.
     pub fn wait_workspace_ready(&self, parent: &str, name: &str) {
-        let deadline = std::time::Instant::now() + crate::MIN_WAIT;
         let args = ["get", "workspace", name, "-o", "jsonpath={.status.phase}"];
+        self.wait_for("platform", parent, &args, "Ready");
+    }
+
+    /// Waits (at most [`Sharded::wait`]) until APIBinding `name` in `path` is
+    /// Bound (kcp binds asynchronously: until then its types are not served).
+    pub fn wait_bound(&self, user: &str, path: &str, name: &str) {
+        let args = ["get", "apibinding", name, "-o", "jsonpath={.status.phase}"];
+        self.wait_for(user, path, &args, "Bound");
+    }
+
+    /// Blocks until `kubectl args` as `user` in `path` prints `want`; panics with
+    /// the last output after [`Sharded::wait`].
+    fn wait_for(&self, user: &str, path: &str, args: &[&str], want: &str) {
+        let deadline = std::time::Instant::now() + self.wait;
         loop {
-            let out = self.kubectl("platform", parent, &args);
-            if out.code == 0 && out.stdout.trim() == "Ready" {
+            let out = self.kubectl(user, path, args);
+            if out.code == 0 && out.stdout.trim() == want {
                 return;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "workspace {name} in {parent} not Ready: {out:?}"
+                "{args:?} as {user} in {path}: not {want}: {out:?}"
             );
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -276,6 +419,8 @@ impl Sharded {
             &path,
             &crate::kcp::binding("network", NETWORK, network_export),
         );
+        self.wait_bound("consumer", &path, "compute");
+        self.wait_bound("consumer", &path, "network");
         self.grant_consumer_reads(&path);
         path
     }
@@ -328,6 +473,9 @@ impl Sharded {
         if holdfast {
             self.apply("consumer", &path, holdfast_binding());
         }
+        for (binding, _, _) in bindings {
+            self.wait_bound("consumer", &path, binding);
+        }
         path
     }
 
@@ -342,6 +490,8 @@ impl Sharded {
         ] {
             self.apply("consumer", &path, &crate::kcp::binding(binding, at, export));
         }
+        self.wait_bound("consumer", &path, "compute");
+        self.wait_bound("consumer", &path, "network");
         path
     }
 
@@ -377,7 +527,7 @@ impl Sharded {
     }
 
     /// Runs kubectl as `user` in `path` until `check` accepts its output (at most
-    /// [`crate::MIN_WAIT`]); the last output otherwise.
+    /// [`Sharded::wait`]); the last output otherwise.
     pub async fn until(
         &self,
         user: &str,
@@ -385,7 +535,7 @@ impl Sharded {
         args: &[&str],
         check: impl Fn(&KubectlOutput) -> bool,
     ) -> anyhow::Result<KubectlOutput> {
-        let deadline = std::time::Instant::now() + crate::MIN_WAIT;
+        let deadline = std::time::Instant::now() + self.wait;
         loop {
             let out = self.kubectl(user, path, args);
             if check(&out) {
@@ -443,6 +593,12 @@ impl Sharded {
     }
 
     fn kubeconfig_for(&self, user: &str) -> anyhow::Result<String> {
+        if let Some(kcp) = &self.real {
+            return Ok(kcp
+                .kubeconfig_for(user, HOLDFAST)?
+                .to_string_lossy()
+                .into_owned());
+        }
         let path: PathBuf = self.env.dir.path().join(format!("{user}.kubeconfig"));
         std::fs::write(
             &path,
@@ -452,15 +608,40 @@ impl Sharded {
     }
 }
 
-/// Sets up the two-shard topology on a fresh sim (no consumer yet).
+/// The kubeconfig of `user` on the real kcp (`platform`: kcp's admin kubeconfig).
+fn real_kubeconfig(kcp: &KcpBackend, user: &str) -> String {
+    if user == "platform" {
+        return kcp.admin_kubeconfig.to_string_lossy().into_owned();
+    }
+    kcp.kubeconfig_for(user, "root")
+        .unwrap_or_else(|e| panic!("kubeconfig for {user}: {e:#}"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Sets up the two-shard topology (no consumer yet) on a fresh sim, or on a fresh
+/// real kcp when [`on_real_kcp`].
 pub async fn sharded() -> anyhow::Result<Sharded> {
-    let env = Env::start_with(sim_config()).await?;
-    let url = env.sim.url();
+    let mut env = Env::start_with(sim_config()).await?;
+    let (url, wait, real, kcp_dir) = if on_real_kcp() {
+        let dir = tempfile::Builder::new()
+            .prefix("holdfast-kcp-sharded-")
+            .tempdir()?;
+        let kcp = KcpBackend::start(&dir.path().join("kcp")).await?;
+        env.kubeconfig = kcp.admin_kubeconfig.clone();
+        let url = crate::backend::kcp::FRONT_PROXY.to_string();
+        (url, crate::kcp_real::KCP_WAIT, Some(kcp), Some(dir))
+    } else {
+        (env.sim.url(), crate::MIN_WAIT, None, None)
+    };
     let mut t = Sharded {
         env,
         url,
         controller_kubeconfig: String::new(),
         webhook_kubeconfig: String::new(),
+        wait,
+        real,
+        _kcp_dir: kcp_dir,
     };
     // The platform team: workspaces, holdfast's API and holdfast's RBAC.
     t.create_workspace("root", "holdfast", "root");

@@ -75,7 +75,7 @@ fn resources(cfg: Option<&Value>) -> Vec<String> {
 /// Waits until workspace `path` (binding holdfast.dev) holds a configuration, and
 /// asserts that it holds the workspace's own webhooks only (no export routed).
 async fn assert_own_configuration(kcp: &Kcp, c: &ControllerProcess, path: &str) {
-    let lc = kcp.env.sim.logical_cluster(path).expect("lc");
+    let lc = kcp.logical_cluster(path);
     let (cfg, _) = wait_configuration_at(
         &kcp.env,
         Some(&kcp.ws(path)),
@@ -177,7 +177,7 @@ async fn seed_003_topology_merged_per_provider_workspace() {
     kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-vpc", "Ready", "True"])
         .await;
     let rule = kcp.get_json("provider", COMPUTE, &["dependencyrule", "vm-vpc"]);
-    let lc = kcp.env.sim.logical_cluster(NETWORK).expect("network lc");
+    let lc = kcp.logical_cluster(NETWORK);
     assert_eq!(rule["status"]["workspaces"][0]["path"], NETWORK);
     assert_eq!(
         rule["status"]["workspaces"][0]["logicalCluster"],
@@ -497,7 +497,7 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
     let (kcp, c) = with_controller(&[]).await;
     let storage = "root:storage";
     kcp.provider_workspace(storage, "shard-1");
-    let storage_lc = kcp.env.sim.logical_cluster(storage).expect("storage lc");
+    let storage_lc = kcp.logical_cluster(storage);
 
     // The export does not exist: not Ready, naming it and its workspace.
     kcp.apply(
@@ -580,7 +580,7 @@ async fn ready_only_when_the_export_exists_and_exports_the_resource() {
             )],
         ),
     );
-    let compute_lc = kcp.env.sim.logical_cluster(COMPUTE).expect("compute lc");
+    let compute_lc = kcp.logical_cluster(COMPUTE);
     let inv = wait_invalid(&kcp, COMPUTE, "gadget-vpc", "APIExportNotFound").await;
     assert_eq!(
         inv["message"],
@@ -617,8 +617,8 @@ async fn exports_of_one_group_resource_are_told_apart_by_identity() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_path_may_start_at_any_logical_cluster() {
     let (kcp, c) = with_controller(&[]).await;
-    let providers = kcp.env.sim.logical_cluster("root:providers").expect("lc");
-    let network = kcp.env.sim.logical_cluster(NETWORK).expect("lc");
+    let providers = kcp.logical_cluster("root:providers");
+    let network = kcp.logical_cluster(NETWORK);
     let path = format!("{providers}:network");
     kcp.apply(
         "provider",
@@ -648,7 +648,7 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
     let edge = "root:edge";
     let gateways = [("gateways", "Gateway")];
     provider(&kcp, edge, "shard-1", "edge.test.io", &gateways);
-    let first = kcp.env.sim.logical_cluster(edge).expect("lc");
+    let first = kcp.logical_cluster(edge);
     kcp.apply(
         "provider",
         COMPUTE,
@@ -661,7 +661,7 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
     let out = kcp.kubectl("platform", "root", &["delete", "workspace", "edge"]);
     assert_eq!(out.code, 0, "{out:?}");
     provider(&kcp, edge, "shard-1", "edge.test.io", &gateways);
-    let second = kcp.env.sim.logical_cluster(edge).expect("lc");
+    let second = kcp.logical_cluster(edge);
     assert_ne!(first, second);
 
     // No Workspace watch: the failed reads and writes there, the retry and the

@@ -162,7 +162,7 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
     // On each shard, the consumer reads its configuration: label protection and
     // containment, calling the workspace's own route.
     for path in [&a, &b] {
-        let lc = t.env.sim.logical_cluster(path).expect("lc");
+        let lc = t.logical_cluster(path);
         let cfg = configuration(&t, &c, "consumer", path, |c| c.is_some()).await;
         let cfg = cfg.expect("present");
         assert_eq!(workspace_webhooks(&cfg), own_webhooks(&lc), "{path}");
@@ -207,7 +207,7 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
         ] {
             t.apply("consumer", path, manifest);
         }
-        let lc = t.env.sim.logical_cluster(path).expect("lc");
+        let lc = t.logical_cluster(path);
         let route = format!("/validate/kcp/{lc}");
         let mut want = own_webhooks(&lc);
         for i in 0..4 {
@@ -233,7 +233,7 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
                 "{shard}"
             );
         }
-        let home = t.env.sim.logical_cluster(HOLDFAST).expect("holdfast lc");
+        let home = t.logical_cluster(HOLDFAST);
         for (kind, name, resources, hooks) in [
             (
                 "resourceprotection",
@@ -326,7 +326,7 @@ async fn every_workspace_binding_holdfast_gets_its_protection_and_its_policies_s
         let out = t.kubectl("consumer", &a, &["delete", kind, "--all"]);
         assert_eq!(out.code, 0, "{out:?}");
     }
-    let lc = t.env.sim.logical_cluster(&a).expect("lc");
+    let lc = t.logical_cluster(&a);
     configuration(&t, &c, "consumer", &a, |c| {
         c.is_some_and(|c| workspace_webhooks(c) == own_webhooks(&lc))
     })
@@ -424,7 +424,7 @@ async fn unbinding_holdfast_removes_its_configuration() {
 async fn a_type_from_a_provider_is_protected_once_the_provider_binds_holdfast() {
     let (t, c) = setup().await;
     let kube = kubernetes_provider(&t);
-    let kube_lc = t.env.sim.logical_cluster(&kube).expect("lc");
+    let kube_lc = t.logical_cluster(&kube);
     let a = t.workspace_binding(
         "tenant-a",
         "root",
@@ -495,7 +495,7 @@ async fn a_type_from_a_provider_is_protected_once_the_provider_binds_holdfast() 
             vec!["DELETE".to_string()]
         )]
     );
-    let a_lc = t.env.sim.logical_cluster(&a).expect("lc");
+    let a_lc = t.logical_cluster(&a);
     assert_eq!(
         cfg["metadata"]["annotations"]["holdfast.dev/rules"],
         format!("{a_lc}/deployments").as_str()
@@ -551,7 +551,7 @@ async fn a_critical_service_cannot_be_deleted_while_its_provider_exists() {
     let path = t.workspace_binding("guarded", "shard-1", true, &[]);
     // docs/kcp.md, consumer guide: the webhook's reads in the workspace.
     t.apply_k("consumer", &path, "overlays/kcp/workspace/consumer");
-    let home = t.env.sim.logical_cluster(HOLDFAST).expect("holdfast lc");
+    let home = t.logical_cluster(HOLDFAST);
     let hook = holdfast_shared::webhookconfig::export_policies_webhook("holdfast.dev");
 
     // No CriticalService yet: the holdfast workspace's configuration holds only the

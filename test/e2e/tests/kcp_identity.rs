@@ -152,7 +152,7 @@ async fn exports_of_one_group_resource_in_one_workspace_are_told_apart() {
     }
 
     // One webhook per export, each calling the URL that names its export.
-    let network = t.env.sim.logical_cluster(NETWORK).expect("network");
+    let network = t.logical_cluster(NETWORK);
     let args = [
         "get",
         "validatingwebhookconfiguration/holdfast",
@@ -201,7 +201,7 @@ async fn exports_of_one_group_resource_in_one_workspace_are_told_apart() {
         t.apply("consumer", path, &vpc("my-vpc"));
         t.apply("consumer", path, &vm("my-vm", "vpcRef", "my-vpc"));
     }
-    let compute = t.env.sim.logical_cluster(COMPUTE).expect("compute");
+    let compute = t.logical_cluster(COMPUTE);
     // Both webhooks are called for either consumer's VPC (they match the same
     // group/resource): each refusal comes from the webhook of the export the
     // consumer binds, naming the rule of that export only.

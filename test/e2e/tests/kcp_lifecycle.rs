@@ -203,7 +203,7 @@ async fn composites_and_their_operator_on_two_shards_converge_in_order() {
         .unwrap_or_else(|e| panic!("{e:#}"));
     for (name, shard) in [("shop-a", "root"), ("shop-b", "shard-1")] {
         let path = consumer(&t, name, shard).await;
-        let lc = t.env.sim.logical_cluster(&path).expect("logical cluster");
+        let lc = t.logical_cluster(&path);
         t.apply("consumer", &path, APP);
         t.apply("consumer", &path, POLICIES);
         ready(&t, &path, "anchorrule", "composites").await;

@@ -12,7 +12,6 @@ use holdfast_e2e::{
     steps::eventually,
 };
 
-const MIN_WAIT_SECS: u64 = holdfast_e2e::MIN_WAIT.as_secs();
 /// A server-side dry run of the VPC's DELETE.
 const DRY_RUN_DELETE_VPC: [&str; 6] = [
     "delete",
@@ -41,7 +40,7 @@ async fn delete_vpc_until(
     check: impl Fn(&holdfast_e2e::KubectlOutput) -> bool,
 ) -> holdfast_e2e::KubectlOutput {
     let args = ["delete", "vpc", "my-vpc", "-n", "default", "--wait=false"];
-    eventually(MIN_WAIT_SECS, async || {
+    eventually(t.wait.as_secs(), async || {
         let out = t.kubectl("consumer", path, &args);
         if check(&out) {
             return Ok(out);
@@ -76,7 +75,7 @@ async fn lookups(t: &Sharded) -> (f64, f64) {
 /// dependents index (no API call): the index counter moves and the live one not.
 async fn answered_from_the_index(t: &Sharded, c: &ControllerProcess, path: &str) {
     let args = DRY_RUN_DELETE_VPC;
-    eventually(MIN_WAIT_SECS, async || {
+    eventually(t.wait.as_secs(), async || {
         let before = lookups(t).await;
         let out = t.kubectl("consumer", path, &args);
         assert!(refused_for_vm(&out), "{out:?}");
@@ -164,28 +163,18 @@ async fn two_shards(mode: &str) {
         &["get", "validatingwebhookconfiguration", "holdfast"],
     );
     assert_eq!(out.code, 0, "{out:?}\ncontroller: {}", c.log());
-    assert_eq!(
-        t.env
-            .sim
-            .shard_of(&t.env.sim.logical_cluster(NETWORK).expect("network")),
-        Some("shard-1".to_string())
-    );
+    assert_eq!(t.shard_of(NETWORK), "shard-1");
     story(&t, &c, &near, false).await;
 
     // A consumer on the other shard: the first binding of compute.test.io there, so
     // that shard's URL joins the compute slice only now.
     assert_eq!(t.endpoints(COMPUTE, "compute.test.io").len(), 1);
     let far = t.consumer("consumer-b", "shard-1");
-    assert_eq!(
-        t.env
-            .sim
-            .shard_of(&t.env.sim.logical_cluster(&far).expect("consumer-b")),
-        Some("shard-1".to_string())
-    );
+    assert_eq!(t.shard_of(&far), "shard-1");
     story(&t, &c, &far, false).await;
     let urls = t.endpoints(COMPUTE, "compute.test.io");
     assert_eq!(urls.len(), 2, "one URL per shard with a binding: {urls:?}");
-    let shards: Vec<String> = t.env.sim.shards().into_iter().map(|(_, url)| url).collect();
+    let shards: Vec<String> = t.shard_urls().into_iter().map(|(_, url)| url).collect();
     for (url, shard) in urls.iter().zip(&shards) {
         assert!(url.starts_with(shard.as_str()), "{url} is not at {shard}");
     }

@@ -25,8 +25,6 @@ use holdfast_shared::{
     },
 };
 
-const MIN_WAIT_SECS: u64 = holdfast_e2e::MIN_WAIT.as_secs();
-
 /// A ClusterRole `name` with `rules` (YAML flow items) and its binding to the
 /// consumer.
 fn consumer_role(name: &str, rules: &[&str]) -> String {
@@ -160,7 +158,7 @@ async fn until(
     args: &[&str],
     check: impl Fn(&KubectlOutput) -> bool,
 ) -> KubectlOutput {
-    eventually(MIN_WAIT_SECS, async || {
+    eventually(t.wait.as_secs(), async || {
         let out = t.kubectl("consumer", path, args);
         if check(&out) {
             return Ok(out);
@@ -626,7 +624,7 @@ async fn on_an_export_route_labels_protect_only_workspaces_that_bind_holdfast() 
         .unwrap_or_else(|e| panic!("{e:#}\ncontroller: {}", controller.log()));
     let vpc = "apiVersion: network.test.io/v1\nkind: VPC\n\
                metadata: {name: tagged, namespace: default, labels: {holdfast.dev/protected: \"true\"}}\n";
-    let compute = t.env.sim.logical_cluster(COMPUTE).unwrap_or_default();
+    let compute = t.logical_cluster(COMPUTE);
     let mut c = Checks::default();
     for path in [&with, &without] {
         t.apply("consumer", path, vpc);

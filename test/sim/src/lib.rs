@@ -41,6 +41,8 @@ mod warrant;
 
 pub use authz::{TokenFileError, parse_token_auth_file};
 pub use cache::Replication;
+/// The hash kcp names a shard by in a Workspace's `internal.tenancy.kcp.io/shard`.
+pub use kcp_workspace::shard_hash;
 
 use anyhow::Context;
 use base64::Engine;
