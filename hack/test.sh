@@ -27,7 +27,7 @@ kube_files=(backstop blast_radius cascading controller_kubernetes deferred
   seeds_remote self_protection settings shipped_rbac helm_lifecycle)
 # The kcp end-to-end files whose topology (kcp_sharded) also runs on a real kcp;
 # docs/testing.md says why each other kcp file stays on the simulator.
-kcp_files=(kcp_shards)
+kcp_files=(kcp_shards kcp_webhook)
 step() { printf '\n== test.sh %s: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 hack/prereqs.sh
 # Every backend's control planes: the kube pass runs on kube-apiserver, and the sim

@@ -206,11 +206,15 @@ pub fn gateway_vm_rule(name: &str, dependent: (&str, &str, &str)) -> String {
 /// and the consumer [`CONSUMER`] on `shard-1`. Plain `kubectl` of the environment
 /// (`env.kubectl`, the `*_at` helpers) acts as the platform team.
 pub async fn topology() -> anyhow::Result<Kcp> {
-    // kcp: always a sim of its own (HOLDFAST_E2E_KUBECONFIG is a Kubernetes cluster).
+    // kcp: a sim of its own, or a real kcp of its own with HOLDFAST_E2E_KCP=real
+    // (HOLDFAST_E2E_KUBECONFIG is a Kubernetes cluster); the environment's
+    // kubeconfig is the platform team's.
     let kcp = crate::kcp_sharded::sharded().await?;
-    kcp.env
-        .sim
-        .write_kubeconfig(&kcp.env.kubeconfig, "platform")?;
+    if kcp.real.is_none() {
+        kcp.env
+            .sim
+            .write_kubeconfig(&kcp.env.kubeconfig, "platform")?;
+    }
     let name = CONSUMER.trim_start_matches("root:");
     anyhow::ensure!(kcp.consumer(name, "shard-1") == CONSUMER);
     Ok(kcp)

@@ -592,6 +592,21 @@ impl Sharded {
         crate::kcp::holdfast_plugin(std::path::Path::new(&kubeconfig), &self.ws(path), args)
     }
 
+    /// A kubeconfig of `user` at the front-proxy (its text) and `user`'s bearer
+    /// token in it.
+    pub fn user_kubeconfig(&self, user: &str) -> (String, String) {
+        let Some(kcp) = &self.real else {
+            let text = self.env.sim.kubeconfig_for_server(&self.url, user);
+            return (text, format!("{user}-token"));
+        };
+        let file = kcp
+            .kubeconfig_for(user, "root")
+            .unwrap_or_else(|e| panic!("kubeconfig for {user}: {e:#}"));
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
+        let token = kcp.token(user).unwrap_or_default().to_string();
+        (text, token)
+    }
+
     fn kubeconfig_for(&self, user: &str) -> anyhow::Result<String> {
         if let Some(kcp) = &self.real {
             return Ok(kcp

@@ -31,7 +31,9 @@ async fn with_controller(extra: &[&str]) -> (Kcp, ControllerProcess) {
 
 async fn controller(kcp: &Kcp, extra: &[&str]) -> ControllerProcess {
     let mut c = spawn_controller(kcp, "controller", extra);
-    c.wait_ready(30).await.expect("controller ready");
+    c.wait_ready(kcp.wait.as_secs())
+        .await
+        .expect("controller ready");
     c
 }
 
@@ -158,12 +160,11 @@ async fn seed_003_topology_merged_per_provider_workspace() {
         &["delete", "validatingwebhookconfiguration", "holdfast"],
     );
     assert_eq!(out.code, 0, "{out:?}");
-    let (healed, took) =
-        wait_configuration_at(&kcp.env, Some(&network), Duration::from_secs(30), |c| {
-            resources(c).len() == 2
-        })
-        .await
-        .expect("recreated");
+    let (healed, took) = wait_configuration_at(&kcp.env, Some(&network), kcp.wait, |c| {
+        resources(c).len() == 2
+    })
+    .await
+    .expect("recreated");
     eprintln!("recreated after {took:?}");
     let uid = healed.expect("present")["metadata"]["uid"]
         .as_str()
@@ -447,7 +448,7 @@ async fn leader_election_in_the_holdfast_workspace() {
 /// returns the condition, failing with the last one seen.
 async fn wait_invalid(kcp: &Kcp, path: &str, name: &str, reason: &str) -> Value {
     let at = kcp.ws(path);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + kcp.wait;
     loop {
         let c =
             condition_at(&kcp.env, Some(&at), "dependencyrule", name, "Invalid").expect("kubectl");
@@ -688,13 +689,10 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn virtual_workspace_urls_take_the_virtual_workspace_kubeconfig() {
     let kcp = topology().await;
-    let front_proxy = kcp
-        .env
-        .sim
-        .kubeconfig_for_server(&kcp.url, "holdfast-controller");
+    let (front_proxy, token) = kcp.user_kubeconfig("holdfast-controller");
     // Its server is never used (the endpoint slice names the URLs).
     let usable = front_proxy.replace(&kcp.url, "https://127.0.0.1:1");
-    let wrong = front_proxy.replace("token: holdfast-controller-token", "token: not-a-token");
+    let wrong = front_proxy.replace(&token, "not-a-token");
     assert_ne!(usable, front_proxy);
     assert_ne!(wrong, front_proxy);
     let file = |name: &str, text: &str| {
@@ -718,7 +716,7 @@ async fn virtual_workspace_urls_take_the_virtual_workspace_kubeconfig() {
     // is found), the virtual workspace answers 401.
     let wrong_vw = ["--virtual-workspace-kubeconfig", wrong.as_str()];
     let c = spawn_controller(&kcp, "controller-wrong-vw", &wrong_vw);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + kcp.wait;
     loop {
         let log = c.log();
         if log.contains("watching an endpoint of the APIExportEndpointSlice")

@@ -20,7 +20,9 @@ async fn setup() -> (Sharded, ControllerProcess) {
     let port = holdfast_e2e::free_port().expect("port");
     let args = t.controller_args();
     let mut c = start_controller(&t.env, "controller", port, &args).expect("controller");
-    c.wait_ready(30).await.expect("controller ready");
+    c.wait_ready(t.wait.as_secs())
+        .await
+        .expect("controller ready");
     (t, c)
 }
 

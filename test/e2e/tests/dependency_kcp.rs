@@ -43,7 +43,7 @@ async fn dry_run_until(
     outcome: impl Fn(&KubectlOutput) -> bool,
     counted: impl Fn((f64, f64), (f64, f64)) -> bool,
 ) {
-    let deadline = std::time::Instant::now() + holdfast_e2e::MIN_WAIT;
+    let deadline = std::time::Instant::now() + kcp.wait;
     loop {
         let before = kcp.env.dependents_lookups().await;
         let args = ["delete", "vpc", vpc, "--dry-run=server"];

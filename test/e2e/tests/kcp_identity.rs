@@ -56,7 +56,7 @@ fn vm(name: &str, field: &str, vpc: &str) -> String {
 }
 
 /// `kubectl delete vpc NAME` as the consumer in `path`, repeated until `check`
-/// accepts the outcome (at most `MIN_WAIT`); fails with the logs otherwise.
+/// accepts the outcome (at most [`Sharded::wait`]); fails with the logs otherwise.
 async fn delete_vpc(
     t: &Sharded,
     c: &ControllerProcess,
