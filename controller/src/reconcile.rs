@@ -5,7 +5,8 @@
 //! (a new CA bundle), and at the latest after the topology's idle wait (the
 //! resync period). A failed pass is retried after an exponential backoff
 //! ([`backoff`]: from [`BACKOFF_INITIAL`], doubling, capped at
-//! [`BACKOFF_MAX`]), reset by the next successful pass. Every pass is counted
+//! [`BACKOFF_MAX`], each delay jittered within the upper half of its nominal
+//! one), reset by the next successful pass. Every pass is counted
 //! and timed, every failure counted by [`ReconcileError::metric_label`].
 
 use std::{
@@ -276,7 +277,13 @@ mod tests {
     #[test]
     fn backoff_doubles_up_to_the_cap_and_resets() {
         let mut b = backoff();
-        let delays: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
+        let delays: Vec<u128> = (0..8)
+            .map(|_| {
+                let nominal = b.nominal().as_millis();
+                b.next_delay();
+                nominal
+            })
+            .collect();
         assert_eq!(
             delays,
             vec![250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000]
@@ -284,9 +291,9 @@ mod tests {
         for _ in 0..100 {
             b.next_delay();
         }
-        assert_eq!(b.next_delay(), BACKOFF_MAX);
+        assert_eq!(b.nominal(), BACKOFF_MAX);
         b.reset();
-        assert_eq!(b.next_delay(), BACKOFF_INITIAL);
+        assert_eq!(b.nominal(), BACKOFF_INITIAL);
     }
 
     /// Plays a script of results, reporting each pass on a channel.

@@ -585,10 +585,13 @@ impl Sharded {
     /// `kubectl holdfast ARGS` as `user` in workspace `path`.
     pub fn plugin(&self, user: &str, path: &str, args: &[&str]) -> KubectlOutput {
         let file = format!("plugin-{user}.kubeconfig");
-        let kubeconfig = self
-            .env
-            .kubeconfig_for(&file, user)
-            .unwrap_or_else(|e| panic!("kubeconfig for {user}: {e:#}"));
+        let kubeconfig = match &self.real {
+            Some(kcp) => real_kubeconfig(kcp, user),
+            None => self
+                .env
+                .kubeconfig_for(&file, user)
+                .unwrap_or_else(|e| panic!("kubeconfig for {user}: {e:#}")),
+        };
         crate::kcp::holdfast_plugin(std::path::Path::new(&kubeconfig), &self.ws(path), args)
     }
 

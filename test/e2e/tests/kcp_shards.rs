@@ -164,6 +164,15 @@ async fn two_shards(mode: &str) {
     );
     assert_eq!(out.code, 0, "{out:?}\ncontroller: {}", c.log());
     assert_eq!(t.shard_of(NETWORK), "shard-1");
+    // `kubectl holdfast check` in the rule's workspace: a DependencyRule's DELETEs
+    // are routed by the configurations of the workspaces holding its dependencies
+    // (Ready says they enforce it), not by its own workspace's configuration.
+    let check = t.plugin("provider", COMPUTE, &["check", "-o", "json"]);
+    assert_eq!(
+        (check.code, holdfast_e2e::kcp::finding_kinds(&check.stdout)),
+        (0, Vec::<String>::new()),
+        "{check:?}"
+    );
     story(&t, &c, &near, false).await;
 
     // A consumer on the other shard: the first binding of compute.test.io there, so
