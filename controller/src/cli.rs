@@ -28,15 +28,12 @@ use std::{
 };
 
 use clap::{ArgAction, Args, Parser, Subcommand, builder::BoolishValueParser};
-use holdfast_shared::{
-    labels::{ProtectionLabel, ProtectionLabels},
-    runtime::{self, LogArgs},
-};
+use holdfast_shared::runtime::{self, KcpArgs, LogArgs, ProtectionArgs};
 use url::Url;
 
 use crate::config::{
     CaSource, FailurePolicy, RunConfig, SecretRef, ServiceRef, Topology, WebhookEndpoint,
-    parse_api_export, parse_webhook_url,
+    parse_webhook_url,
 };
 
 pub use holdfast_shared::runtime::{ConfigError, EXIT_FAILURE, EXIT_USAGE, LogFormat};
@@ -227,10 +224,9 @@ pub struct RunArgs {
     #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_CLEANUP_ON_SHUTDOWN")]
     pub cleanup_on_shutdown: bool,
 
-    /// Strict mode: deny UPDATEs that remove a protection label (unless the
-    /// stored object carries holdfast.dev/strict-exempt="true").
-    #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_STRICT")]
-    pub strict: bool,
+    /// What is protected and how strictly (shared with holdfast-webhook).
+    #[command(flatten)]
+    pub protection: ProtectionArgs,
 
     /// Install the backstop, a ValidatingAdmissionPolicy that refuses the DELETE of
     /// label-protected objects (and, under --strict, removing the label) inside the
@@ -247,12 +243,6 @@ pub struct RunArgs {
     #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_READ_SECRETS")]
     pub read_secrets: bool,
 
-    /// Extra protection label, KEY[=VALUE,...] (repeatable; no values: Always,true,Cascading).
-    /// holdfast.dev/protected is always in force; giving it replaces its values.
-    /// Several labels in one value (and in the environment) are separated by ';'.
-    #[arg(long, value_name = "KEY[=VALUE,...]", action = ArgAction::Append, value_delimiter = ';', env = "HOLDFAST_PROTECTION_LABELS")]
-    pub protection_label: Vec<ProtectionLabel>,
-
     /// Run leader election (for more than one replica).
     #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_LEADER_ELECT")]
     pub leader_elect: bool,
@@ -263,25 +253,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "GROUP", action = ArgAction::Append, value_delimiter = ';', env = "HOLDFAST_ADMIN_GROUP")]
     pub admin_group: Vec<String>,
 
-    /// Name of the holdfast APIExport (kcp).
-    #[arg(long = "apiexport", value_name = "NAME", default_value = "holdfast.dev", value_parser = parse_api_export, env = "HOLDFAST_APIEXPORT")]
-    pub api_export: String,
+    /// kcp: the holdfast APIExport and virtual-workspace credentials (shared with
+    /// holdfast-webhook).
+    #[command(flatten)]
+    pub kcp: KcpArgs,
 
     /// kcp: the workspace whose `tenancy.kcp.io` APIExport every workspace binds
     /// (kcp's `root`); the controller keeps workspace containment's configuration
     /// `holdfast-workspaces` there. Empty: no workspace containment.
     #[arg(long, value_name = "PATH", default_value = holdfast_shared::workspaces::DEFAULT_TENANCY_WORKSPACE, value_parser = parse_tenancy_workspace, env = "HOLDFAST_KCP_TENANCY_WORKSPACE")]
     pub kcp_tenancy_workspace: String,
-
-    /// kcp: kubeconfig whose credentials and CA are used for virtual-workspace URLs
-    /// (from APIExportEndpointSlices) when they differ from the front-proxy's; its
-    /// server is not used (default: the --kubeconfig credentials).
-    #[arg(
-        long,
-        value_name = "FILE",
-        env = "HOLDFAST_VIRTUAL_WORKSPACE_KUBECONFIG"
-    )]
-    pub virtual_workspace_kubeconfig: Option<PathBuf>,
 
     /// Listen address of /healthz and /readyz.
     #[arg(
@@ -414,7 +395,7 @@ impl RunArgs {
             ("--kubeconfig", &self.kubeconfig),
             (
                 "--virtual-workspace-kubeconfig",
-                &self.virtual_workspace_kubeconfig,
+                &self.kcp.virtual_workspace_kubeconfig,
             ),
         ] {
             if let Some(file) = file
@@ -426,16 +407,7 @@ impl RunArgs {
                 )));
             }
         }
-        let mut seen: Vec<&str> = Vec::new();
-        for label in &self.protection_label {
-            if seen.contains(&label.key.as_str()) {
-                return Err(config_error(format!(
-                    "--protection-label {} is given more than once; list all its values in one flag (KEY=V1,V2)",
-                    label.key
-                )));
-            }
-            seen.push(&label.key);
-        }
+        self.protection.check().map_err(config_error)?;
         Ok(RunConfig {
             kubeconfig: self.kubeconfig,
             topology: self.topology,
@@ -444,10 +416,10 @@ impl RunArgs {
             failure_policy: self.failure_policy,
             timeout_seconds: self.timeout_seconds,
             cleanup_on_shutdown: self.cleanup_on_shutdown,
-            strict: self.strict,
+            strict: self.protection.strict,
             backstop: self.backstop,
             read_secrets: self.read_secrets,
-            protection_labels: ProtectionLabels::with_extra(self.protection_label),
+            protection_labels: self.protection.labels(),
             leader_elect: self.leader_elect,
             admin_groups: self
                 .admin_group
@@ -455,9 +427,9 @@ impl RunArgs {
                 .map(|g| g.trim().to_string())
                 .filter(|g| !g.is_empty())
                 .collect(),
-            api_export: self.api_export,
+            api_export: self.kcp.api_export,
             tenancy_workspace: Some(self.kcp_tenancy_workspace).filter(|p| !p.is_empty()),
-            virtual_workspace_kubeconfig: self.virtual_workspace_kubeconfig,
+            virtual_workspace_kubeconfig: self.kcp.virtual_workspace_kubeconfig,
             probe_listen: self.probe_listen,
         })
     }

@@ -17,7 +17,7 @@ fn default_subcommand_is_run() {
         (&["p", "--log-format", "json", "run", "--strict"], true),
     ] {
         match cli(given).expect("parses").into_command() {
-            Command::Run(r) => assert_eq!(r.strict, strict, "{given:?}"),
+            Command::Run(r) => assert_eq!(r.protection.strict, strict, "{given:?}"),
             other => panic!("{given:?}: expected run, got {other:?}"),
         }
     }

@@ -2,8 +2,7 @@
 
 use clap::{ArgAction, Parser, builder::BoolishValueParser};
 use holdfast_shared::{
-    labels::ProtectionLabel,
-    runtime::{LogArgs, http::Limits},
+    runtime::{KcpArgs, LogArgs, ProtectionArgs, http::Limits},
     topology::Topology,
 };
 use std::{net::SocketAddr, path::PathBuf};
@@ -87,21 +86,9 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_TOPOLOGY", value_enum, ignore_case = true, default_value_t = Topology::Kubernetes)]
     pub topology: Topology,
 
-    /// Extra protection label, KEY or KEY=VALUE[,VALUE...] (repeatable). A key alone
-    /// protects with Always, true and Cascading. holdfast.dev/protected (Always,true,Cascading) is always on.
-    #[arg(
-        long = "protection-label",
-        value_name = "KEY[=VALUE,...]",
-        action = ArgAction::Append,
-        env = "HOLDFAST_PROTECTION_LABELS",
-        value_delimiter = ';'
-    )]
-    pub protection_labels: Vec<ProtectionLabel>,
-
-    /// Strict mode: deny UPDATEs that remove a protection label unless the stored
-    /// object carries holdfast.dev/strict-exempt=true.
-    #[arg(long, action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), env = "HOLDFAST_STRICT")]
-    pub strict: bool,
+    /// What is protected and how strictly (shared with holdfast-controller).
+    #[command(flatten)]
+    pub protection: ProtectionArgs,
 
     /// Serve label protection only: load no policy objects (no CRDs or API access
     /// needed; ready at once).
@@ -113,16 +100,10 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_DEPENDENTS", value_enum, default_value = "watch")]
     pub dependents: crate::view::DependentsMode,
 
-    /// kcp: the holdfast APIExport (its APIExportEndpointSlice, of the same name in
-    /// the workspace the kubeconfig points at, gives the virtual workspace URL).
-    #[arg(long, env = "HOLDFAST_APIEXPORT", default_value = "holdfast.dev")]
-    pub apiexport: String,
-
-    /// kcp: kubeconfig whose credentials and CA are used for virtual-workspace URLs
-    /// (from APIExportEndpointSlices) when they differ from the front-proxy's; its
-    /// server is not used (default: the --kubeconfig credentials).
-    #[arg(long, env = "HOLDFAST_VIRTUAL_WORKSPACE_KUBECONFIG")]
-    pub virtual_workspace_kubeconfig: Option<PathBuf>,
+    /// kcp: the holdfast APIExport and virtual-workspace credentials (shared with
+    /// holdfast-controller).
+    #[command(flatten)]
+    pub kcp: KcpArgs,
 
     /// Seconds a client may take to send request headers, and then the body.
     #[arg(long, env = "HOLDFAST_READ_TIMEOUT_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
@@ -191,12 +172,12 @@ mod tests {
     fn the_virtual_workspace_kubeconfig_is_optional() {
         let base = ["holdfast-webhook", "--tls-cert", "c", "--tls-key", "k"];
         let args = Args::try_parse_from(base).expect("parses");
-        assert_eq!(args.virtual_workspace_kubeconfig, None);
+        assert_eq!(args.kcp.virtual_workspace_kubeconfig, None);
         let mut with = base.to_vec();
         with.extend(["--virtual-workspace-kubeconfig", "/etc/holdfast/vw"]);
         let args = Args::try_parse_from(with).expect("parses");
         assert_eq!(
-            args.virtual_workspace_kubeconfig,
+            args.kcp.virtual_workspace_kubeconfig,
             Some(PathBuf::from("/etc/holdfast/vw"))
         );
     }

@@ -21,7 +21,6 @@ pub use args::{Args, LogFormat};
 
 use anyhow::Context;
 use holdfast_shared::{
-    labels::ProtectionLabels,
     policy::PolicyConfig,
     runtime::{Shutdown, admin::Admin, http},
 };
@@ -37,9 +36,12 @@ pub use holdfast_shared::runtime::log::DEFAULT_LOG_FILTER;
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // Before any watch or review: what `kcp.io/cluster` means follows the topology.
     holdfast_shared::topology::set_process_topology(args.topology)?;
+    args.protection
+        .check()
+        .map_err(holdfast_shared::runtime::ConfigError::new)?;
     let policy = PolicyConfig {
-        labels: ProtectionLabels::with_extra(args.protection_labels.clone()),
-        strict: args.strict,
+        labels: args.protection.labels(),
+        strict: args.protection.strict,
         max_break_glass: args.max_break_glass(),
         kcp: args.topology == holdfast_shared::topology::Topology::Kcp,
     };
@@ -57,7 +59,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             settings::SettingsCheck::new(
                 args.kubeconfig.as_deref(),
                 policy.labels.clone(),
-                args.strict,
+                args.protection.strict,
             )
             .await
         }
@@ -68,13 +70,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let view = view::WebhookView::new(
         view::ViewOptions {
-            virtual_workspace_kubeconfig: args.virtual_workspace_kubeconfig.as_deref(),
+            virtual_workspace_kubeconfig: args.kcp.virtual_workspace_kubeconfig.as_deref(),
             topology: args.topology,
             kubeconfig: args.kubeconfig.as_deref(),
             label_only: args.label_only,
             mode: args.dependents,
             label_keys: policy.labels.iter().map(|l| l.key.clone()).collect(),
-            apiexport: args.apiexport.clone(),
+            apiexport: args.kcp.api_export.clone(),
             cascading_keys: policy
                 .labels
                 .iter()
@@ -141,7 +143,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         listen = %args.listen,
         probe_listen = %args.probe_listen,
         topology = %args.topology,
-        strict = args.strict,
+        strict = args.protection.strict,
         labels = %policy.labels.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(" "),
         "holdfast-webhook serving"
     );

@@ -1,5 +1,5 @@
-//! The runtime skeleton both binaries share: log flags and initialisation
-//! ([`log`]), the plain-HTTP admin server with `/healthz`, `/readyz` and
+//! The runtime skeleton both binaries share: the settings both take ([`args`]),
+//! log flags and initialisation ([`log`]), the plain-HTTP admin server with `/healthz`, `/readyz` and
 //! `/metrics` ([`admin`]) over one hardened HTTP serving loop ([`http`]), the
 //! shutdown token and signals ([`shutdown`]), kubeconfig loading
 //! ([`kubeconfig`]) and exit codes with one-line fatal errors ([`exit`]).
@@ -8,12 +8,14 @@
 //! which the pure parts of this crate do not need.
 
 pub mod admin;
+pub mod args;
 pub mod exit;
 pub mod http;
 pub mod kubeconfig;
 pub mod log;
 pub mod shutdown;
 
+pub use args::{KcpArgs, ProtectionArgs};
 pub use exit::{ConfigError, EXIT_FAILURE, EXIT_USAGE};
 pub use log::{LogArgs, LogFormat};
 pub use shutdown::Shutdown;
