@@ -55,6 +55,8 @@ pub const DEFAULT_USERS: &[(&str, &[&str])] = &[
 
 /// How long kcp may take to become ready (about 45 s on 2 cores).
 const READY_WITHIN: Duration = Duration::from_secs(240);
+/// How long a start waits for the ports of a kcp that just stopped to be freed.
+const PORTS_FREED_WITHIN: Duration = Duration::from_secs(30);
 /// How long a start waits for another backend holding the machine's lock.
 const LOCK_WAIT: Duration = Duration::from_secs(1800);
 
@@ -277,7 +279,17 @@ impl KcpBackend {
         let lock = tokio::task::spawn_blocking(take_lock).await??;
         stop_leftovers(&lock, &bin);
         record(&lock, None, &[]);
-        check_ports_free()?;
+        // The kcp of the test before may still be closing its listeners (killed a
+        // moment ago): the lock is ours, so what holds a port now is that kcp
+        // going, or something foreign that stays; wait for the first, fail on the
+        // second.
+        let deadline = Instant::now() + PORTS_FREED_WITHIN;
+        while let Err(e) = check_ports_free() {
+            if Instant::now() > deadline {
+                return Err(e);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
 
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
