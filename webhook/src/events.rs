@@ -79,10 +79,18 @@ impl TokenBucket {
 }
 
 struct Pending {
+    /// The logical cluster the Event goes to ("" outside kcp): one client, and so
+    /// one Recorder, each.
+    cluster: String,
     client: Client,
     event: Event,
     reference: ObjectReference,
 }
+
+/// Recorders kept by the publishing worker (one per logical cluster on kcp); past
+/// this many, the map starts afresh (a Recorder only caches recent Events to
+/// aggregate repeats into a series).
+const RECORDERS: usize = 1024;
 
 /// Decides which Events to publish and hands them to the publishing worker.
 pub struct EventSink {
@@ -200,6 +208,7 @@ impl EventSink {
             secondary: None,
         };
         match self.queue.try_send(Pending {
+            cluster: cluster.to_string(),
             client,
             event,
             reference,
@@ -210,14 +219,23 @@ impl EventSink {
     }
 }
 
-/// Publishes queued Events one at a time until every sender is gone.
+/// Publishes queued Events one at a time until every sender is gone, through one
+/// Recorder per client (per logical cluster on kcp), so that a Recorder's cache
+/// aggregates the repeats it sees.
 async fn publish(mut rx: mpsc::Receiver<Pending>, metrics: Metrics) {
     let reporter = Reporter {
         controller: "holdfast-webhook".to_string(),
         instance: std::env::var("POD_NAME").ok(),
     };
+    let mut recorders: std::collections::HashMap<String, Recorder> =
+        std::collections::HashMap::new();
     while let Some(p) = rx.recv().await {
-        let recorder = Recorder::new(p.client, reporter.clone());
+        if recorders.len() >= RECORDERS && !recorders.contains_key(&p.cluster) {
+            recorders.clear();
+        }
+        let recorder = recorders
+            .entry(p.cluster)
+            .or_insert_with(|| Recorder::new(p.client, reporter.clone()));
         match recorder.publish(&p.event, &p.reference).await {
             Ok(()) => metrics.count_event("published"),
             Err(e) => {
