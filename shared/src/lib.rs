@@ -13,7 +13,6 @@ pub mod anchorsource;
 pub mod api;
 pub mod backoff;
 pub mod backstop;
-pub mod cascading;
 pub mod clients;
 pub mod deferred;
 pub mod endpoints;

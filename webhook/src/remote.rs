@@ -305,24 +305,20 @@ async fn run_remote(
     }
 }
 
+/// What [`manage`] keeps stores for, and where it keeps them (the webhook's view).
+pub trait AnchorSources: Send + Sync + 'static {
+    /// Every (source, anchor resource) the AnchorRules name.
+    fn wanted_remotes(&self) -> std::collections::HashSet<RemoteKey>;
+    /// Where the stores live.
+    fn remote_stores(&self) -> &RemoteStores;
+}
+
 /// Keeps one store per (source, anchor resource) the AnchorRules name.
-pub async fn manage(view: Arc<crate::view::WebhookView>, local: Client) {
+pub async fn manage<V: AnchorSources>(view: Arc<V>, local: Client) {
     let allowed = holdfast_shared::anchorsource::allowed_namespace();
     let mut running: HashMap<RemoteKey, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
-        let wanted: std::collections::HashSet<RemoteKey> = view
-            .registry()
-            .anchors
-            .entries()
-            .iter()
-            .filter_map(|a| {
-                a.source.as_ref().map(|s| RemoteKey {
-                    source: s.clone(),
-                    gr: a.anchor.clone(),
-                    version: a.anchor_version.clone(),
-                })
-            })
-            .collect();
+        let wanted = view.wanted_remotes();
         let remotes = view.remote_stores();
         running.retain(|k, h| {
             let keep = wanted.contains(k);

@@ -6,8 +6,8 @@ use super::{
     outcome::Outcome,
 };
 use crate::{
-    cascading::is_terminating,
     names::{ALLOW_DELETION_LABEL, ALLOW_DELETION_LABEL_APPCAT},
+    policy::cascading::is_terminating,
     registry::{CompiledAnchor, namespaces_gr},
     review::labels,
 };

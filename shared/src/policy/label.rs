@@ -6,8 +6,8 @@ use super::{
     objects,
 };
 use crate::{
-    cascading::{Live, live_contents},
     names::{ALLOW_DELETION_LABEL_APPCAT, SKIP_ANNOTATION, SKIP_ANNOTATION_DEPENDENCIES},
+    policy::cascading::{Live, live_contents},
     review::{AdmissionRequest, annotations, labels},
 };
 use chrono::{DateTime, Utc};

@@ -19,6 +19,7 @@
 //! every text they write is in [`messages`]; what they produce is in [`outcome`].
 
 mod anchor;
+pub mod cascading;
 mod containment;
 mod critical;
 mod deferred;

@@ -1,13 +1,13 @@
 //! ResourceProtection: objects a selector names are protected (in mode `Cascading`,
 //! while they have live contents).
 
+use super::cascading::{Live, live_contents};
 use super::{
     ClusterView, PolicyKind, PolicyRef,
     messages::{self, Alive},
     objects::Subject,
     outcome::Outcome,
 };
-use crate::cascading::{Live, live_contents};
 
 /// What every ResourceProtection selecting the object says about its DELETE.
 pub(crate) async fn evaluate<V: ClusterView>(s: &Subject<'_>, view: &V, out: &mut Outcome) {

@@ -469,14 +469,16 @@ impl ClusterView for WebhookView {
         let mut live_pods: Vec<String> = pods
             .in_namespace(cluster, ns)
             .iter()
-            .filter(|p| holdfast_shared::cascading::pod_is_live(p))
-            .map(|p| holdfast_shared::cascading::describe_object("Pod", p))
+            .filter(|p| holdfast_shared::policy::cascading::pod_is_live(p))
+            .map(|p| holdfast_shared::policy::cascading::describe_object("Pod", p))
             .collect();
         live_pods.sort();
         let mut claims: Vec<String> = pvcs
             .in_namespace(cluster, ns)
             .iter()
-            .map(|c| holdfast_shared::cascading::describe_object("PersistentVolumeClaim", c))
+            .map(|c| {
+                holdfast_shared::policy::cascading::describe_object("PersistentVolumeClaim", c)
+            })
             .collect();
         claims.sort();
         live_pods.extend(claims);
@@ -546,8 +548,8 @@ impl ClusterView for WebhookView {
         let mut out: Vec<String> = store
             .in_cluster(cluster)
             .iter()
-            .filter(|o| !holdfast_shared::cascading::is_terminating(o))
-            .map(|o| holdfast_shared::cascading::describe_object(&ar.kind, o))
+            .filter(|o| !holdfast_shared::policy::cascading::is_terminating(o))
+            .map(|o| holdfast_shared::policy::cascading::describe_object(&ar.kind, o))
             .collect();
         out.sort();
         Ok(out)

@@ -510,6 +510,28 @@ fn json_response(
         .map_err(|e| e.to_string())
 }
 
+/// The anchors in other clusters the AnchorRules name, for [`crate::remote::manage`].
+impl crate::remote::AnchorSources for WebhookView {
+    fn wanted_remotes(&self) -> std::collections::HashSet<crate::remote::RemoteKey> {
+        self.registry
+            .anchors
+            .entries()
+            .iter()
+            .filter_map(|a| {
+                a.source.as_ref().map(|s| crate::remote::RemoteKey {
+                    source: s.clone(),
+                    gr: a.anchor.clone(),
+                    version: a.anchor_version.clone(),
+                })
+            })
+            .collect()
+    }
+
+    fn remote_stores(&self) -> &crate::remote::RemoteStores {
+        &self.remotes
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,9 +12,9 @@
 //! An object of any other kind has no notion of live contents: `Cascading` protects it
 //! like `Always` (the safe reading). Pure: the contents come from a [`ClusterView`].
 
+use super::{ClusterView, LookupError, logical_cluster};
 use crate::{
     fieldpath::FieldPath,
-    policy::{ClusterView, LookupError, logical_cluster},
     review::{AdmissionRequest, meta_str},
 };
 use serde_json::Value;
@@ -101,7 +101,7 @@ fn alive_unless_empty(condition: &str, holds: &str, found: Vec<String>, drain: &
     let still = format!(
         "it still {holds} {}: {}",
         found.len(),
-        crate::policy::list_blockers(&found)
+        super::list_blockers(&found)
     );
     alive(condition, still, found, drain.to_string())
 }
