@@ -225,8 +225,13 @@ async fn composites_and_their_operator_on_two_shards_converge_in_order() {
              cluster {lc})), so it cannot be deleted. To delete it, delete the anchor, or label \
              this object holdfast.dev/allow-deletion=true."
         );
+        // Right after the workspace bound the provider's export, kcp's discovery of
+        // that workspace may not list the group yet: the webhook then refuses to
+        // judge blind ("retry later"), as a consumer would be told; asked again.
         let out = t
-            .until("consumer", &path, &delete_pvc, |o| o.code != 0)
+            .until("consumer", &path, &delete_pvc, |o| {
+                o.code != 0 && !o.stderr.contains("retry later")
+            })
             .await
             .unwrap_or_else(|e| panic!("{e:#}\nwebhook: {}", t.env.webhook_log()));
         assert_eq!(out.stderr.trim(), refused_by_export(&anchor), "{path}");
