@@ -82,6 +82,11 @@ pub struct ClusterStore<K> {
     /// Changes of any kind (an object added, replaced or removed, a relist): a
     /// pass reuses what it computed from these objects while this holds.
     pub version: u64,
+    /// The keys added, replaced or removed since the last pass took them.
+    changed: HashSet<(String, String)>,
+    /// Whether something happened that is not attributed to keys (a relist, a
+    /// watch's state changed) since the last pass took the changes.
+    relisted: bool,
 }
 
 /// A store's key: (logical cluster, name), shared with the snapshots and the
@@ -210,8 +215,10 @@ pub struct Reconciler {
     abandoned: Mutex<BTreeSet<String>>,
     /// The last plan of the other kinds (see [`Reconciler::plan`]).
     planned: Mutex<Option<Arc<PlannedKinds>>>,
-    /// Per logical cluster: its last target.
-    targets: Mutex<Targets>,
+    /// What the last pass computed, for the next to update (see [`Fleet`]).
+    fleet: Mutex<Fleet>,
+    /// Set when the caches were dropped (a resync): the next pass is a full one.
+    resynced: AtomicBool,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -378,7 +385,7 @@ struct RuleState {
 
 /// Phases 1 and 2 of a pass: the rules, and what changed since the last pass.
 struct Evaluated {
-    rules: Vec<RuleState>,
+    rules: Vec<(StoreKey, RuleState)>,
     /// Some rule was evaluated afresh or removed: the rules may name other
     /// answers than the last pass's.
     fresh: bool,
@@ -475,6 +482,7 @@ impl crate::reconcile::Reconcile for Reconciler {
             self.resolver.invalidate();
             self.exports.invalidate();
             self.last_resync = std::time::Instant::now();
+            self.resynced.store(true, Ordering::Relaxed);
         }
     }
 
@@ -585,6 +593,24 @@ impl Reconciler {
             .unwrap_or_default()
     }
 
+    /// The installed configurations named holdfast in `lcs`.
+    fn live_configurations_in(
+        &self,
+        lcs: &BTreeSet<String>,
+    ) -> BTreeMap<String, Arc<ValidatingWebhookConfiguration>> {
+        self.hooks
+            .lock()
+            .map(|s| {
+                lcs.iter()
+                    .filter_map(|lc| {
+                        let key = (lc.clone(), WEBHOOK_CONFIGURATION_NAME.to_string());
+                        s.objects.get(&key).map(|c| (lc.clone(), c.clone()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The policies' spec changes so far (DependencyRules and the other kinds).
     fn spec_changes(&self) -> u64 {
         let of = |s: &Shared<DynamicObject>| s.lock().map_or(0, |s| s.spec_changes);
@@ -602,53 +628,88 @@ impl Reconciler {
                 .is_ok_and(|at| at.elapsed() < STATUS_DEFER_MAX)
     }
 
-    /// One pass; returns whether some path is unresolved (to retry soon).
+    /// One pass; returns whether some path is unresolved (to retry soon). Takes
+    /// what the last pass computed ([`Fleet`]) and updates it with the changes
+    /// since, or computes everything when they cannot be attributed.
     async fn reconcile_once(&self) -> Result<bool, ReconcileError> {
         let started = std::time::Instant::now();
         let inputs_at_start = self.spec_changes();
-        let Evaluated {
-            rules,
-            fresh,
-            removed,
-        } = self.evaluate_rules().await?;
-        let evaluated = started.elapsed();
-        let unresolved = rules.iter().any(|r| {
-            r.eval
-                .invalid
-                .as_ref()
-                .is_some_and(|i| RETRIED.contains(&i.reason))
-        });
-        if fresh {
-            // Keep the answers some rule still names (unchanged while every rule
-            // kept its evaluation and none was removed).
-            let mut named: HashSet<(Where, &str, &str)> = HashSet::new();
-            for r in &rules {
-                let Some(rule) = &r.rule else { continue };
-                if let Some(e) = &rule.spec.dependent.api_export_name {
-                    named.insert((Where::Cluster, r.eval.cluster.as_str(), e.as_str()));
-                }
-                for x in rule.api_export_refs() {
-                    named.insert((Where::Path, x.path.as_str(), x.name.as_str()));
-                }
-            }
-            if let Ok(mut l) = self.lookups.lock() {
-                l.retain(&named);
-            }
-            if let Ok(mut g) = self.last_good.lock() {
-                g.retain(|k, _| {
-                    named.contains(&(Where::Cluster, k.0.as_str(), k.1.as_str()))
-                        || named.contains(&(Where::Path, k.0.as_str(), k.1.as_str()))
-                });
+        // Taken for the pass (left empty, so a pass that ends early makes the
+        // next one full) and put back at its end.
+        let mut fleet = self
+            .fleet
+            .lock()
+            .map(|mut f| std::mem::take(&mut *f))
+            .unwrap_or_default();
+        let rule_changes = Self::take_changes(&self.rules);
+        let hook_changes = Self::take_changes(&self.hooks);
+        let opts = self.options.borrow().clone();
+        let resynced = self.resynced.swap(false, Ordering::Relaxed);
+        let mut full = !fleet.valid
+            || rule_changes.all()
+            || hook_changes.all()
+            || resynced
+            || fleet.opts.as_ref() != Some(&opts);
+        fleet.valid = false;
+        fleet.opts = Some(opts);
+        let mut delta = Vec::new();
+        if !full {
+            match self.evaluate_changed(&mut fleet, &rule_changes).await? {
+                Some(d) => delta = d,
+                None => full = true,
             }
         }
+        let mut removed = false;
+        if full {
+            let Evaluated {
+                rules,
+                fresh,
+                removed: gone,
+            } = self.evaluate_rules().await?;
+            if fresh {
+                self.keep_named_answers(rules.iter().map(|(_, r)| r));
+            }
+            removed = gone;
+            fleet.set_rules(rules);
+        }
+        let evaluated = started.elapsed();
+        let unresolved = fleet.unresolved();
         let kinds = self.plan();
-        let desired = self
-            .targets
-            .lock()
-            .map(|mut t| t.desired(rules.iter().map(|r| &r.eval), &kinds.targets))
-            .map_err(|_| ReconcileError::Internal("target cache poisoned".into()))?;
+        let plan_before = match &fleet.plan {
+            Some(p) if Arc::ptr_eq(p, &kinds) => None,
+            Some(p) => Some(p.clone()),
+            None => None,
+        };
+        fleet.plan = Some(kinds.clone());
+        // The workspaces whose configuration is compared: all, or those whose
+        // target changed or whose live configuration changed (and holdfast's own).
+        let scope: Option<BTreeSet<String>> = match full {
+            true => {
+                let rules = &fleet.rules;
+                fleet
+                    .targets
+                    .desired(rules.iter().map(|(k, r)| (k, &r.eval)), &kinds.targets);
+                None
+            }
+            false => {
+                let mut scope = fleet.targets.update(
+                    &delta,
+                    &kinds.targets,
+                    plan_before.as_ref().map(|p| &p.targets),
+                );
+                scope.extend(hook_changes.keys().map(|(lc, _)| lc.clone()));
+                scope.extend(kinds.home.iter().cloned());
+                Some(scope)
+            }
+        };
         let planned = started.elapsed();
-        let mut installed = self.install(&desired).await;
+        let base = match scope {
+            Some(_) => std::mem::take(&mut fleet.installed),
+            None => BTreeMap::new(),
+        };
+        let mut installed = self
+            .install(fleet.targets.current(), scope.as_ref(), base)
+            .await;
         // The holdfast workspace's own (CriticalServices guard themselves through
         // it): judged and probed with the others.
         match self.install_home(&kinds).await {
@@ -671,6 +732,10 @@ impl Reconciler {
             // A policy changed during this pass: the next pass, which starts at
             // once, computes its configuration first and writes every status.
             tracing::debug!("a policy changed during the pass; statuses wait for the next");
+            fleet.statuses_full = true;
+            fleet.valid = installed.errors.is_empty();
+            fleet.installed = installed.configurations;
+            self.put_back(fleet);
             return match installed.errors.is_empty() {
                 true => Ok(unresolved),
                 false => Err(ReconcileError::Configuration(installed.errors.join("; "))),
@@ -689,8 +754,88 @@ impl Reconciler {
         if let Ok(mut at) = self.statuses_written.lock() {
             *at = std::time::Instant::now();
         }
-        let writes = self.status_writes(&rules, removed, &installed.configurations, &enforced);
+        let mut statuses_full = full || fleet.statuses_full;
+        // The logical clusters whose installed or enforced configuration changed.
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        if !statuses_full {
+            touched.extend(scope.iter().flatten().cloned());
+            changed_keys(
+                &fleet.effective,
+                &enforced.effective,
+                |a, b| Arc::ptr_eq(a, b),
+                &mut touched,
+            );
+            changed_keys(
+                &fleet.pending,
+                &enforced.pending,
+                |a, b| a == b,
+                &mut touched,
+            );
+            statuses_full = fleet.update_status_index(&delta);
+        }
+        let writes = match statuses_full {
+            true => {
+                fleet.rebuild_status_index();
+                if removed && let Ok(mut s) = self.statuses.lock() {
+                    let keep: HashSet<&str> = fleet.rules.values().map(|r| r.eval.key()).collect();
+                    s.retain(|k, _| keep.contains(k.as_str()));
+                }
+                let rvs = installed_rvs(&enforced.effective);
+                self.status_writes(
+                    fleet.rules.values(),
+                    &installed.configurations,
+                    &enforced,
+                    &fleet.cycles,
+                    &rvs,
+                )
+            }
+            false => {
+                let mut check: BTreeSet<&StoreKey> = delta.iter().map(|d| &d.key).collect();
+                for lc in &touched {
+                    check.extend(fleet.readers.get(lc.as_str()).into_iter().flatten());
+                }
+                let rules: Vec<&RuleState> =
+                    check.iter().filter_map(|k| fleet.rules.get(*k)).collect();
+                // Only the clusters these rules read.
+                let rvs: InstalledRvs = rules
+                    .iter()
+                    .flat_map(|r| status_clusters(&r.eval))
+                    .filter_map(|lc| {
+                        let c = enforced.effective.get(lc)?;
+                        Some((lc.as_str(), c.metadata.resource_version.as_deref()))
+                    })
+                    .collect();
+                self.status_writes(
+                    rules.into_iter(),
+                    &installed.configurations,
+                    &enforced,
+                    &fleet.cycles,
+                    &rvs,
+                )
+            }
+        };
+        let checked = writes.len();
         let mut status_errors = self.write_statuses(writes).await;
+        // The other kinds: all when the plan changed, else those reading a
+        // configuration that changed.
+        let kind_scope: Option<BTreeSet<usize>> = match statuses_full
+            || fleet
+                .kind_plan
+                .as_ref()
+                .is_none_or(|p| !Arc::ptr_eq(p, &kinds))
+        {
+            true => {
+                fleet.index_kinds(&kinds);
+                None
+            }
+            false => Some(
+                touched
+                    .iter()
+                    .flat_map(|lc| fleet.kind_readers.get(lc.as_str()).into_iter().flatten())
+                    .copied()
+                    .collect(),
+            ),
+        };
         status_errors.extend(
             self.write_kind_statuses(
                 &kinds.policies,
@@ -698,12 +843,20 @@ impl Reconciler {
                 &installed.configurations,
                 &enforced,
                 kinds.home.as_deref(),
+                kind_scope.as_ref(),
             )
             .await,
         );
         // Where a pass goes (hack/bench-controller.sh reports the medians).
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         tracing::debug!(
+            full,
+            statuses_full,
+            rules_changed = delta.len(),
+            workspaces_compared = scope
+                .as_ref()
+                .map_or(fleet.targets.current().len(), BTreeSet::len),
+            statuses_compared = checked,
             evaluate_us = us(evaluated),
             plan_us = us(planned.saturating_sub(evaluated)),
             install_us = us(configured.saturating_sub(planned)),
@@ -713,10 +866,47 @@ impl Reconciler {
         let mut errors = installed.errors;
         let configuration_failed = !errors.is_empty();
         errors.extend(status_errors);
+        fleet.valid = errors.is_empty();
+        fleet.statuses_full = false;
+        fleet.installed = installed.configurations;
+        fleet.effective = enforced.effective;
+        fleet.pending = enforced.pending;
+        self.put_back(fleet);
         match (errors.is_empty(), configuration_failed) {
             (true, _) => Ok(unresolved || probing),
             (false, true) => Err(ReconcileError::Configuration(errors.join("; "))),
             (false, false) => Err(ReconcileError::Status(errors.join("; "))),
+        }
+    }
+
+    /// Keeps the export answers some rule still names (after some rule was
+    /// evaluated afresh or removed; unchanged otherwise).
+    fn keep_named_answers<'a>(&self, rules: impl Iterator<Item = &'a RuleState>) {
+        let mut named: HashSet<(Where, &str, &str)> = HashSet::new();
+        for r in rules {
+            let Some(rule) = &r.rule else { continue };
+            if let Some(e) = &rule.spec.dependent.api_export_name {
+                named.insert((Where::Cluster, r.eval.cluster.as_str(), e.as_str()));
+            }
+            for x in rule.api_export_refs() {
+                named.insert((Where::Path, x.path.as_str(), x.name.as_str()));
+            }
+        }
+        if let Ok(mut l) = self.lookups.lock() {
+            l.retain(&named);
+        }
+        if let Ok(mut g) = self.last_good.lock() {
+            g.retain(|k, _| {
+                named.contains(&(Where::Cluster, k.0.as_str(), k.1.as_str()))
+                    || named.contains(&(Where::Path, k.0.as_str(), k.1.as_str()))
+            });
+        }
+    }
+
+    /// Keeps `fleet` for the next pass.
+    fn put_back(&self, fleet: Fleet) {
+        if let Ok(mut f) = self.fleet.lock() {
+            *f = fleet;
         }
     }
 }
@@ -771,15 +961,20 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
 #[derive(Default)]
 struct Targets {
     by_lc: HashMap<String, CachedTarget>,
+    /// Per logical cluster: the evaluations of the rules routing there, by rule.
+    routes: HashMap<String, BTreeMap<StoreKey, Arc<RuleEval>>>,
+    /// Every workspace's target.
+    desired: BTreeMap<String, Arc<WorkspaceTarget>>,
 }
 
+mod fleet;
 mod install;
 mod lifecycle;
 mod rules;
 mod statuses;
 mod store;
 #[allow(unused_imports)]
-use {install::*, rules::*, statuses::*, store::*};
+use {fleet::*, install::*, rules::*, statuses::*, store::*};
 
 #[cfg(test)]
 mod tests;
