@@ -496,7 +496,7 @@ mod tests {
     /// after every step of a pseudo-random sequence).
     #[test]
     fn the_edge_graph_follows_find_cycles() {
-        let gr = |i: u64| GroupResource::new("g", &format!("t{i}"));
+        let gr = |i: u64| GroupResource::new("g", format!("t{i}"));
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = move |n: u64| {
             seed ^= seed << 13;

@@ -266,7 +266,7 @@ impl Targets {
             }
         }
         if let Some(before) = before {
-            changed_keys(before, planned, |a, b| Arc::ptr_eq(a, b), &mut affected);
+            changed_keys(before, planned, Arc::ptr_eq, &mut affected);
         }
         let mut changed = BTreeSet::new();
         for lc in affected {
