@@ -10,6 +10,7 @@
 #   hack/bench-controller.sh            # release build (what docs/performance.md reports)
 #   PROFILE=dev hack/bench-controller.sh
 #   HOLDFAST_BENCH_WORKSPACES=100 hack/bench-controller.sh   # smaller
+#   HOLDFAST_BENCH_WORKSPACES=2000 HOLDFAST_BENCH_SHARDS=4 hack/bench-controller.sh   # larger, 4 shards
 #   HOLDFAST_BENCH_OTHER_KINDS=0 hack/bench-controller.sh    # DependencyRules only
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -141,6 +141,88 @@ fn acyclic<R: Borrow<RuleEdges>>(rules: &[R]) -> bool {
     removed == n
 }
 
+/// The types and edges of a set of rules, kept across passes so that adding or
+/// removing one rule's edges costs that rule's edges, not the set's: while the
+/// graph is acyclic, an edge `u → v` added closes a cycle exactly when `v`
+/// already reaches `u` (a search from `v` only), and removing edges never makes
+/// one. [`find_cycles`] names the cycles once one exists.
+#[derive(Debug, Default)]
+pub struct EdgeGraph {
+    /// type → next type → how many edges (of how many rules) join them.
+    next: foldhash::HashMap<GroupResource, foldhash::HashMap<GroupResource, usize>>,
+}
+
+impl EdgeGraph {
+    /// The graph of `rules`.
+    pub fn of<R: Borrow<RuleEdges>>(rules: &[R]) -> Self {
+        let mut g = Self::default();
+        for r in rules {
+            g.insert_edges(r.borrow());
+        }
+        g
+    }
+
+    /// Adds the edges of `r`; returns whether one of them closes a cycle (one
+    /// from a type to itself included), judged on the graph before each edge.
+    pub fn add(&mut self, r: &RuleEdges) -> bool {
+        let mut closes = false;
+        for d in &r.dependencies {
+            closes |= *d == r.dependent || self.reaches(d, &r.dependent);
+            self.insert_edge(&r.dependent, d);
+        }
+        closes
+    }
+
+    /// Removes the edges of `r` (added before).
+    pub fn remove(&mut self, r: &RuleEdges) {
+        for d in &r.dependencies {
+            let Some(next) = self.next.get_mut(&r.dependent) else {
+                continue;
+            };
+            if let Some(n) = next.get_mut(d) {
+                *n -= 1;
+                if *n == 0 {
+                    next.remove(d);
+                }
+            }
+            if next.is_empty() {
+                self.next.remove(&r.dependent);
+            }
+        }
+    }
+
+    fn insert_edges(&mut self, r: &RuleEdges) {
+        for d in &r.dependencies {
+            self.insert_edge(&r.dependent, d);
+        }
+    }
+
+    fn insert_edge(&mut self, from: &GroupResource, to: &GroupResource) {
+        *self
+            .next
+            .entry(from.clone())
+            .or_default()
+            .entry(to.clone())
+            .or_default() += 1;
+    }
+
+    /// Whether a path leads from `from` to `to` (depth first, each type once).
+    fn reaches(&self, from: &GroupResource, to: &GroupResource) -> bool {
+        let mut seen: foldhash::HashSet<&GroupResource> = foldhash::HashSet::default();
+        let mut stack = vec![from];
+        while let Some(t) = stack.pop() {
+            if t == to {
+                return true;
+            }
+            if !seen.insert(t) {
+                continue;
+            }
+            stack.extend(self.next.get(t).into_iter().flat_map(|n| n.keys()));
+        }
+        false
+    }
+}
+
 /// Strongly connected component ids (Kosaraju, iterative).
 fn components<'a>(
     adj: &BTreeMap<&'a GroupResource, BTreeSet<(&'a GroupResource, &'a str)>>,
@@ -407,5 +489,50 @@ mod tests {
         ];
         assert!(acyclic(&rules));
         assert!(find_cycles(&rules).is_empty());
+    }
+
+    /// Edges added and removed one rule at a time: the graph says a cycle closed
+    /// exactly when the rules it holds have one (checked against [`find_cycles`]
+    /// after every step of a pseudo-random sequence).
+    #[test]
+    fn the_edge_graph_follows_find_cycles() {
+        let gr = |i: u64| GroupResource::new("g", format!("t{i}"));
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut rules: Vec<RuleEdges> = Vec::new();
+        let mut graph = EdgeGraph::default();
+        let mut acyclic_now = true;
+        for step in 0..2_000 {
+            if rules.len() > 6 || (!rules.is_empty() && next(3) == 0) {
+                let r = rules.swap_remove(next(rules.len() as u64) as usize);
+                graph.remove(&r);
+                // Removing edges cannot close a cycle; whether it opened the one
+                // there was is for find_cycles to say.
+                if !acyclic_now {
+                    acyclic_now = find_cycles(&rules).is_empty();
+                }
+            } else {
+                let r = RuleEdges {
+                    rule: format!("r{step}"),
+                    dependent: gr(next(12)),
+                    dependencies: (0..1 + next(2)).map(|_| gr(next(12))).collect(),
+                };
+                let closes = graph.add(&r);
+                rules.push(r);
+                if acyclic_now {
+                    acyclic_now = !closes;
+                } else {
+                    acyclic_now = find_cycles(&rules).is_empty();
+                }
+            }
+            assert_eq!(acyclic_now, find_cycles(&rules).is_empty(), "step {step}");
+            let rebuilt = EdgeGraph::of(&rules);
+            assert_eq!(rebuilt.next, graph.next, "step {step}");
+        }
     }
 }

@@ -116,19 +116,36 @@ impl Reconciler {
     }
 
     /// Phase 4: makes the installed configurations what `desired` says:
-    /// creates or updates those that differ, deletes those no rule targets.
+    /// creates or updates those that differ, deletes those no rule targets. With
+    /// a `scope`, only the configurations of those logical clusters are compared
+    /// and `base` (the last pass's) holds the others'.
     pub(super) async fn install(
         &self,
         desired: &BTreeMap<String, Arc<WorkspaceTarget>>,
+        scope: Option<&BTreeSet<String>>,
+        base: BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
     ) -> Installed {
         let opts = Arc::new(self.options.borrow().clone());
-        let live = self.live_configurations();
+        let live = match scope {
+            None => self.live_configurations(),
+            Some(scope) => self.live_configurations_in(scope),
+        };
         let mut installed = Installed {
-            configurations: BTreeMap::new(),
+            configurations: base,
             errors: Vec::new(),
         };
+        for lc in scope.into_iter().flatten() {
+            installed.configurations.remove(lc);
+        }
+        let compared: Vec<(&String, &Arc<WorkspaceTarget>)> = match scope {
+            None => desired.iter().collect(),
+            Some(scope) => scope
+                .iter()
+                .filter_map(|lc| desired.get_key_value(lc))
+                .collect(),
+        };
         let mut to_apply = Vec::new();
-        for (lc, target) in desired {
+        for (lc, target) in compared {
             let live_rv = live
                 .get(lc)
                 .and_then(|l| l.metadata.resource_version.as_deref())
@@ -180,7 +197,14 @@ impl Reconciler {
             }
         }
         if let Ok(mut m) = self.matched.lock() {
-            m.retain(|lc, _| desired.contains_key(lc));
+            match scope {
+                None => m.retain(|lc, _| desired.contains_key(lc)),
+                Some(scope) => {
+                    for lc in scope.iter().filter(|lc| !desired.contains_key(*lc)) {
+                        m.remove(lc);
+                    }
+                }
+            }
         }
         let applied: Vec<(String, anyhow::Result<ValidatingWebhookConfiguration>)> =
             futures::stream::iter(to_apply)
@@ -209,6 +233,7 @@ impl Reconciler {
         // pass (until the workspace needs one again, or the controller restarts).
         let abandoned: BTreeSet<String> =
             self.abandoned.lock().map(|a| a.clone()).unwrap_or_default();
+        // (`live` holds only the scope's.)
         let stale: Vec<String> = live
             .keys()
             .filter(|lc| !desired.contains_key(*lc) && !abandoned.contains(*lc))
@@ -396,26 +421,37 @@ impl Reconciler {
 impl Targets {
     /// Every workspace's target from the evaluations of the rules (in rule order)
     /// and the plan's parts.
+    /// Every workspace's target from the evaluations of all rules (in rule
+    /// order, by key) and the plan's parts; the routes are indexed afresh.
     pub(super) fn desired<'a>(
         &mut self,
-        evals: impl Iterator<Item = &'a Arc<RuleEval>>,
+        evals: impl Iterator<Item = (&'a StoreKey, &'a Arc<RuleEval>)>,
         planned: &BTreeMap<String, Arc<WorkspaceTarget>>,
-    ) -> BTreeMap<String, Arc<WorkspaceTarget>> {
-        let mut by_lc: BTreeMap<&str, Vec<&Arc<RuleEval>>> = BTreeMap::new();
-        for e in evals {
+    ) -> &BTreeMap<String, Arc<WorkspaceTarget>> {
+        self.routes.clear();
+        for (key, e) in evals {
             for lc in e.targets.keys() {
-                by_lc.entry(lc.as_str()).or_default().push(e);
+                self.routes
+                    .entry(lc.clone())
+                    .or_default()
+                    .insert(key.clone(), e.clone());
             }
         }
-        let mut next = HashMap::with_capacity(by_lc.len().max(planned.len()));
+        let mut next = HashMap::with_capacity(self.routes.len().max(planned.len()));
         let mut desired = BTreeMap::new();
-        let lcs: BTreeSet<&str> = by_lc
+        let lcs: BTreeSet<&str> = self
+            .routes
             .keys()
-            .copied()
+            .map(String::as_str)
             .chain(planned.keys().map(String::as_str))
             .collect();
         for lc in lcs {
-            let evals = by_lc.get(lc).map(Vec::as_slice).unwrap_or_default();
+            let evals: Vec<&Arc<RuleEval>> = self
+                .routes
+                .get(lc)
+                .map(|r| r.values().collect())
+                .unwrap_or_default();
+            let evals = evals.as_slice();
             let plan_part = planned.get(lc);
             let target = match self.by_lc.remove(lc) {
                 Some(b) if b.built_from(evals, plan_part) => b,
@@ -429,7 +465,8 @@ impl Targets {
             next.insert(lc.to_string(), target);
         }
         self.by_lc = next;
-        desired
+        self.desired = desired;
+        &self.desired
     }
 }
 

@@ -19,9 +19,10 @@
 //! workspace (authorised by the permission claim), with one webhook per APIExport
 //! (`<export>.policies.holdfast.dev`, calling `<webhook URL>/kcp/<cluster>/<export>`
 //! so that two exports of one group/resource are told apart) and one rules entry
-//! per protected resource, recomputed from scratch from all rules on every change:
-//! deleting a rule removes only its part, deleting the last one removes the
-//! configuration.
+//! per protected resource, computed from all rules: deleting a rule removes only
+//! its part, deleting the last one removes the configuration. A pass updates the
+//! last pass's result with what changed since, or computes everything when a
+//! change cannot be attributed (see [`fleet`]).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -82,6 +83,11 @@ pub struct ClusterStore<K> {
     /// Changes of any kind (an object added, replaced or removed, a relist): a
     /// pass reuses what it computed from these objects while this holds.
     pub version: u64,
+    /// The keys added, replaced or removed since the last pass took them.
+    changed: HashSet<(String, String)>,
+    /// Whether something happened that is not attributed to keys (a relist, a
+    /// watch's state changed) since the last pass took the changes.
+    relisted: bool,
 }
 
 /// A store's key: (logical cluster, name), shared with the snapshots and the
@@ -210,8 +216,10 @@ pub struct Reconciler {
     abandoned: Mutex<BTreeSet<String>>,
     /// The last plan of the other kinds (see [`Reconciler::plan`]).
     planned: Mutex<Option<Arc<PlannedKinds>>>,
-    /// Per logical cluster: its last target.
-    targets: Mutex<Targets>,
+    /// What the last pass computed, for the next to update (see [`Fleet`]).
+    fleet: Mutex<Fleet>,
+    /// Set when the caches were dropped (a resync): the next pass is a full one.
+    resynced: AtomicBool,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -378,7 +386,7 @@ struct RuleState {
 
 /// Phases 1 and 2 of a pass: the rules, and what changed since the last pass.
 struct Evaluated {
-    rules: Vec<RuleState>,
+    rules: Vec<(StoreKey, RuleState)>,
     /// Some rule was evaluated afresh or removed: the rules may name other
     /// answers than the last pass's.
     fresh: bool,
@@ -475,6 +483,7 @@ impl crate::reconcile::Reconcile for Reconciler {
             self.resolver.invalidate();
             self.exports.invalidate();
             self.last_resync = std::time::Instant::now();
+            self.resynced.store(true, Ordering::Relaxed);
         }
     }
 
@@ -585,6 +594,24 @@ impl Reconciler {
             .unwrap_or_default()
     }
 
+    /// The installed configurations named holdfast in `lcs`.
+    fn live_configurations_in(
+        &self,
+        lcs: &BTreeSet<String>,
+    ) -> BTreeMap<String, Arc<ValidatingWebhookConfiguration>> {
+        self.hooks
+            .lock()
+            .map(|s| {
+                lcs.iter()
+                    .filter_map(|lc| {
+                        let key = (lc.clone(), WEBHOOK_CONFIGURATION_NAME.to_string());
+                        s.objects.get(&key).map(|c| (lc.clone(), c.clone()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The policies' spec changes so far (DependencyRules and the other kinds).
     fn spec_changes(&self) -> u64 {
         let of = |s: &Shared<DynamicObject>| s.lock().map_or(0, |s| s.spec_changes);
@@ -600,124 +627,6 @@ impl Reconciler {
                 .statuses_written
                 .lock()
                 .is_ok_and(|at| at.elapsed() < STATUS_DEFER_MAX)
-    }
-
-    /// One pass; returns whether some path is unresolved (to retry soon).
-    async fn reconcile_once(&self) -> Result<bool, ReconcileError> {
-        let started = std::time::Instant::now();
-        let inputs_at_start = self.spec_changes();
-        let Evaluated {
-            rules,
-            fresh,
-            removed,
-        } = self.evaluate_rules().await?;
-        let evaluated = started.elapsed();
-        let unresolved = rules.iter().any(|r| {
-            r.eval
-                .invalid
-                .as_ref()
-                .is_some_and(|i| RETRIED.contains(&i.reason))
-        });
-        if fresh {
-            // Keep the answers some rule still names (unchanged while every rule
-            // kept its evaluation and none was removed).
-            let mut named: HashSet<(Where, &str, &str)> = HashSet::new();
-            for r in &rules {
-                let Some(rule) = &r.rule else { continue };
-                if let Some(e) = &rule.spec.dependent.api_export_name {
-                    named.insert((Where::Cluster, r.eval.cluster.as_str(), e.as_str()));
-                }
-                for x in rule.api_export_refs() {
-                    named.insert((Where::Path, x.path.as_str(), x.name.as_str()));
-                }
-            }
-            if let Ok(mut l) = self.lookups.lock() {
-                l.retain(&named);
-            }
-            if let Ok(mut g) = self.last_good.lock() {
-                g.retain(|k, _| {
-                    named.contains(&(Where::Cluster, k.0.as_str(), k.1.as_str()))
-                        || named.contains(&(Where::Path, k.0.as_str(), k.1.as_str()))
-                });
-            }
-        }
-        let kinds = self.plan();
-        let desired = self
-            .targets
-            .lock()
-            .map(|mut t| t.desired(rules.iter().map(|r| &r.eval), &kinds.targets))
-            .map_err(|_| ReconcileError::Internal("target cache poisoned".into()))?;
-        let planned = started.elapsed();
-        let mut installed = self.install(&desired).await;
-        // The holdfast workspace's own (CriticalServices guard themselves through
-        // it): judged and probed with the others.
-        match self.install_home(&kinds).await {
-            Ok(Some(cfg)) => {
-                if let Some(home) = &kinds.home {
-                    installed.configurations.insert(home.clone(), cfg);
-                }
-            }
-            Ok(None) => {}
-            Err(e) => installed.errors.push(e),
-        }
-        if let Some(w) = &self.workspaces {
-            let opts = self.options.borrow().clone();
-            if let Err(e) = w.ensure(&opts).await {
-                installed.errors.push(e);
-            }
-        }
-        let configured = started.elapsed();
-        if self.defer_statuses(inputs_at_start) {
-            // A policy changed during this pass: the next pass, which starts at
-            // once, computes its configuration first and writes every status.
-            tracing::debug!("a policy changed during the pass; statuses wait for the next");
-            return match installed.errors.is_empty() {
-                true => Ok(unresolved),
-                false => Err(ReconcileError::Configuration(installed.errors.join("; "))),
-            };
-        }
-        // Statuses judge by what kcp is seen enforcing (a pending workspace is
-        // probed again on the short retry).
-        let enforced = self
-            .enforcement
-            .check(&installed.configurations, |lc, name| {
-                let home = kinds.home.as_deref() == Some(lc.as_str());
-                self.probe(lc, name, home)
-            })
-            .await;
-        let probing = !enforced.pending.is_empty();
-        if let Ok(mut at) = self.statuses_written.lock() {
-            *at = std::time::Instant::now();
-        }
-        let writes = self.status_writes(&rules, removed, &installed.configurations, &enforced);
-        let mut status_errors = self.write_statuses(writes).await;
-        status_errors.extend(
-            self.write_kind_statuses(
-                &kinds.policies,
-                &kinds.objects,
-                &installed.configurations,
-                &enforced,
-                kinds.home.as_deref(),
-            )
-            .await,
-        );
-        // Where a pass goes (hack/bench-controller.sh reports the medians).
-        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        tracing::debug!(
-            evaluate_us = us(evaluated),
-            plan_us = us(planned.saturating_sub(evaluated)),
-            install_us = us(configured.saturating_sub(planned)),
-            statuses_us = us(started.elapsed().saturating_sub(configured)),
-            "kcp pass phases"
-        );
-        let mut errors = installed.errors;
-        let configuration_failed = !errors.is_empty();
-        errors.extend(status_errors);
-        match (errors.is_empty(), configuration_failed) {
-            (true, _) => Ok(unresolved || probing),
-            (false, true) => Err(ReconcileError::Configuration(errors.join("; "))),
-            (false, false) => Err(ReconcileError::Status(errors.join("; "))),
-        }
     }
 }
 
@@ -771,15 +680,21 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
 #[derive(Default)]
 struct Targets {
     by_lc: HashMap<String, CachedTarget>,
+    /// Per logical cluster: the evaluations of the rules routing there, by rule.
+    routes: HashMap<String, BTreeMap<StoreKey, Arc<RuleEval>>>,
+    /// Every workspace's target.
+    desired: BTreeMap<String, Arc<WorkspaceTarget>>,
 }
 
+mod fleet;
 mod install;
 mod lifecycle;
+mod pass;
 mod rules;
 mod statuses;
 mod store;
 #[allow(unused_imports)]
-use {install::*, rules::*, statuses::*, store::*};
+use {fleet::*, install::*, rules::*, statuses::*, store::*};
 
 #[cfg(test)]
 mod tests;

@@ -295,6 +295,28 @@ impl Reconciler {
         self.exports.forget(lc).await;
     }
 
+    /// The previous pass's answers, asked again first: while every one is the
+    /// same, a rule whose object is unchanged keeps its evaluation without asking
+    /// for its answers one by one (the same result `evaluate` reaches). Returns
+    /// this pass's answers so far, the previous pass's, and whether all are the
+    /// same.
+    pub(super) async fn ask_again(&self) -> (PassLookups, PassLookups, bool) {
+        let prev = self
+            .lookups
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default();
+        let mut memo = PassLookups::default();
+        let mut answers_same = true;
+        for (kind, at, name) in prev.keys() {
+            let found = self.lookup(&mut memo, &prev, at, name, kind).await;
+            answers_same &= prev
+                .get(kind, at, name)
+                .is_some_and(|before| Arc::ptr_eq(before, &found));
+        }
+        (memo, prev, answers_same)
+    }
+
     /// Phases 1 and 2: every rule object decoded (cached per resourceVersion)
     /// and evaluated.
     pub(super) async fn evaluate_rules(&self) -> Result<Evaluated, ReconcileError> {
@@ -331,22 +353,7 @@ impl Reconciler {
             }
             (parsed, removed)
         };
-        let prev = self
-            .lookups
-            .lock()
-            .map(|mut l| std::mem::take(&mut *l))
-            .unwrap_or_default();
-        let mut memo = PassLookups::default();
-        // The previous pass's answers, asked again first: while every one is the
-        // same, a rule whose object is unchanged keeps its evaluation without
-        // asking for its answers one by one (the same result `evaluate` reaches).
-        let mut answers_same = true;
-        for (kind, at, name) in prev.keys() {
-            let found = self.lookup(&mut memo, &prev, at, name, kind).await;
-            answers_same &= prev
-                .get(kind, at, name)
-                .is_some_and(|before| Arc::ptr_eq(before, &found));
-        }
+        let (mut memo, prev, answers_same) = self.ask_again().await;
         // The evaluations kept, found under one lock (the fresh ones are awaited).
         let kept: Vec<Option<Arc<RuleEval>>> = match (answers_same, self.evals.lock()) {
             (true, Ok(mut cache)) => objects
@@ -371,12 +378,15 @@ impl Reconciler {
                     self.evaluate(&key, &parsed, &mut memo, &prev).await
                 }
             };
-            rules.push(RuleState {
-                obj,
-                parsed,
-                eval,
-                rule,
-            });
+            rules.push((
+                key,
+                RuleState {
+                    obj,
+                    parsed,
+                    eval,
+                    rule,
+                },
+            ));
         }
         if let Ok(mut l) = self.lookups.lock() {
             *l = memo;

@@ -5,7 +5,8 @@ use super::*;
 
 impl Reconciler {
     /// Writes the status of every policy of [`crate::kcp_kinds::kinds`] whose
-    /// conditions differ from what it has; returns what failed.
+    /// conditions differ from what it has (with `only`: of those policies, by
+    /// index); returns what failed.
     pub(super) async fn write_kind_statuses(
         &self,
         policies: &[crate::kcp_kinds::PolicyEval],
@@ -13,6 +14,7 @@ impl Reconciler {
         installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
         enforced: &Enforced,
         home: Option<&str>,
+        only: Option<&BTreeSet<usize>>,
     ) -> Vec<String> {
         let now = now_rfc3339();
         let guard = home.map(|h| crate::kcp_kinds::HomeGuard {
@@ -23,21 +25,32 @@ impl Reconciler {
         let writes = {
             let mut writes = Vec::new();
             let mut seen = self.kind_statuses.lock().ok();
-            let mut next = HashMap::with_capacity(policies.len());
-            for (e, obj) in policies.iter().zip(objects) {
+            // A full comparison keeps the entries of the policies there are; a
+            // partial one updates those it compares.
+            let mut next = match only {
+                None => HashMap::with_capacity(policies.len()),
+                Some(_) => seen
+                    .as_mut()
+                    .map(|s| std::mem::take(&mut **s))
+                    .unwrap_or_default(),
+            };
+            let compared: Box<
+                dyn Iterator<Item = (&crate::kcp_kinds::PolicyEval, &Arc<DynamicObject>)>,
+            > = match only {
+                None => Box::new(policies.iter().zip(objects)),
+                Some(only) => Box::new(
+                    only.iter()
+                        .filter_map(|i| Some((policies.get(*i)?, objects.get(*i)?))),
+                ),
+            };
+            for (e, obj) in compared {
                 let key = (e.kind, e.cluster.clone(), e.name.clone());
                 // What the status is a function of: the object, its evaluation and the
                 // configurations (by resourceVersion) it is routed through.
                 let inputs = KindStatusInputs {
                     rv: obj.metadata.resource_version.clone().unwrap_or_default(),
                     eval: e.clone(),
-                    installed: std::iter::once(e.cluster.as_str())
-                        .chain(e.exported.iter().map(|(_, lc, _)| lc.as_str()))
-                        .chain(
-                            guard
-                                .filter(|_| e.kind == crate::kcp_kinds::CRITICAL_SERVICE)
-                                .map(|g| g.cluster),
-                        )
+                    installed: super::fleet::kind_status_clusters(e, guard.map(|g| g.cluster))
                         .map(|lc| {
                             enforced
                                 .effective
@@ -46,7 +59,10 @@ impl Reconciler {
                         })
                         .collect(),
                 };
-                let before = seen.as_mut().and_then(|s| s.remove(&key));
+                let before = match only {
+                    None => seen.as_mut().and_then(|s| s.remove(&key)),
+                    Some(_) => next.remove(&key),
+                };
                 if !inputs.rv.is_empty() && before.as_ref() == Some(&inputs) {
                     next.insert(key, inputs);
                     continue;
@@ -497,34 +513,29 @@ pub(super) fn status_write(
 }
 
 impl Reconciler {
-    /// Phase 5: each rule's outcome over what is installed (cycles over resource
-    /// types are found across all workspaces). A rule whose status was found up
-    /// to date with the same inputs needs no write and is left out.
-    pub(super) fn status_writes(
+    /// Phase 5: the outcome of each of `rules` over what is installed (`cycles`
+    /// found across all workspaces; `rvs`: the enforced configurations'
+    /// resourceVersions, at least of the clusters these rules read). A rule whose
+    /// status was found up to date with the same inputs needs no write and is
+    /// left out.
+    pub(super) fn status_writes<'a>(
         &self,
-        rules: &[RuleState],
-        removed: bool,
+        rules: impl Iterator<Item = &'a RuleState>,
         installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
         enforced: &Enforced,
+        cycles: &BTreeMap<String, crate::cycles::Cycle>,
+        rvs: &InstalledRvs,
     ) -> Vec<StatusWrite> {
-        // Built with each evaluation (so reused with it).
-        let edges: Vec<&RuleEdges> = rules.iter().filter_map(|r| r.eval.edges.as_ref()).collect();
-        let cycles = find_cycles(&edges);
         // What kcp enforces decides (a configuration installed but not yet
         // enforced changes the status when it is).
-        let rvs = installed_rvs(&enforced.effective);
-        let mut seen = self.statuses.lock().ok();
-        if removed && let Some(s) = seen.as_mut() {
-            let keep: HashSet<&str> = rules.iter().map(|r| r.eval.key()).collect();
-            s.retain(|k, _| keep.contains(k.as_str()));
-        }
+        let seen = self.statuses.lock().ok();
         let mut writes = Vec::new();
         for r in rules {
             let e = &r.eval;
             let cycle = cycles.get(e.key()).map(|c| c.message());
             if seen.as_ref().is_some_and(|s| {
                 s.get(e.key())
-                    .is_some_and(|before| before.hold_for(r, &rvs, cycle.as_deref()))
+                    .is_some_and(|before| before.hold_for(r, rvs, cycle.as_deref()))
             }) {
                 continue;
             }

@@ -10,13 +10,66 @@ impl<K> Default for ClusterStore<K> {
             ready: false,
             spec_changes: 0,
             version: 0,
+            changed: HashSet::new(),
+            relisted: true,
         }
+    }
+}
+
+/// What changed in a store since the last [`ClusterStore::take_changes`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) enum StoreChanges {
+    /// Nothing can be attributed to single objects (a relist, the first pass, a
+    /// watch that changed state): everything is recomputed.
+    #[default]
+    All,
+    /// The keys of the objects added, replaced or removed.
+    Keys(HashSet<(String, String)>),
+}
+
+impl StoreChanges {
+    /// Whether the changes cannot be attributed to single objects.
+    pub(super) fn all(&self) -> bool {
+        matches!(self, Self::All)
+    }
+
+    /// The keys changed (none for [`StoreChanges::All`]).
+    pub(super) fn keys(&self) -> impl Iterator<Item = &(String, String)> {
+        match self {
+            Self::All => None,
+            Self::Keys(k) => Some(k.iter()),
+        }
+        .into_iter()
+        .flatten()
     }
 }
 
 impl<K: Resource> ClusterStore<K> {
     pub(super) fn key(obj: &K) -> (String, String) {
         (cluster_of(obj), obj.meta().name.clone().unwrap_or_default())
+    }
+
+    /// The object at `key`, with the key the store shares.
+    pub(super) fn get(&self, key: &(String, String)) -> Option<(StoreKey, Arc<K>)> {
+        self.objects
+            .get_key_value(key)
+            .map(|(k, v)| (k.clone(), v.clone()))
+    }
+
+    /// The changes since the last call (see [`StoreChanges`]); starts afresh.
+    pub(super) fn take_changes(&mut self) -> StoreChanges {
+        let changed = std::mem::take(&mut self.changed);
+        match std::mem::replace(&mut self.relisted, false) {
+            true => StoreChanges::All,
+            false => StoreChanges::Keys(changed),
+        }
+    }
+
+    /// Records a change of `key` (not needed while everything counts as changed).
+    fn touch(&mut self, key: &(String, String)) {
+        if !self.relisted {
+            self.changed.insert(key.clone());
+        }
     }
 
     /// A snapshot.
@@ -36,6 +89,8 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
             .collect();
         self.spec_changes += 1;
         self.version += 1;
+        self.relisted = true;
+        self.changed.clear();
     }
 
     fn apply(&mut self, object: K) {
@@ -48,6 +103,7 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
             self.spec_changes += 1;
         }
         self.version += 1;
+        self.touch(&key);
         match self.objects.get_mut(&key) {
             // The key stays the one snapshots and caches share.
             Some(slot) => *slot = Arc::new(object),
@@ -58,14 +114,22 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
     }
 
     fn delete(&mut self, object: K) {
-        if self.objects.remove(&Self::key(&object)).is_some() {
+        let key = Self::key(&object);
+        if self.objects.remove(&key).is_some() {
             self.spec_changes += 1;
             self.version += 1;
+            self.touch(&key);
         }
     }
 
-    fn status(&mut self, _from: &WatchStatus, to: &WatchStatus) {
+    fn status(&mut self, from: &WatchStatus, to: &WatchStatus) {
         self.ready = to.synced;
+        if from != to {
+            // A watch started, failed or listed again: what it missed meanwhile
+            // is not attributed to keys.
+            self.relisted = true;
+            self.changed.clear();
+        }
         if let WatchState::Failed(e) | WatchState::Forbidden(e) = &to.state {
             tracing::warn!(error = %e, "kcp watch failed; listing again");
         }
@@ -99,12 +163,11 @@ impl<K: Resource> Index<K> for SharedFeed<K> {
 impl<K: Resource> Partitioned<K> for SharedFeed<K> {
     fn remove(&mut self, key: &ObjectKey) {
         self.with(|s| {
-            if s.objects
-                .remove(&(key.cluster.clone(), key.name.clone()))
-                .is_some()
-            {
+            let key = (key.cluster.clone(), key.name.clone());
+            if s.objects.remove(&key).is_some() {
                 s.spec_changes += 1;
                 s.version += 1;
+                s.touch(&key);
             }
         });
     }

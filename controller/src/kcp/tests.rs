@@ -94,6 +94,12 @@ fn target_eval(key: &str, to: &[(&str, &str, &str)]) -> Arc<RuleEval> {
     })
 }
 
+/// The store key of `cluster/name`.
+fn key_of(key: &str) -> StoreKey {
+    let (cluster, name) = key.split_once('/').unwrap_or(("", key));
+    Arc::new((cluster.to_string(), name.to_string()))
+}
+
 /// The targets built from scratch: what [`Targets`] must equal on every pass.
 fn targets_from_scratch(
     evals: &[Arc<RuleEval>],
@@ -142,7 +148,11 @@ fn targets_are_rebuilt_for_the_workspaces_whose_inputs_changed() {
         evals: &[Arc<RuleEval>],
         planned: &BTreeMap<String, Arc<WorkspaceTarget>>,
     ) -> BTreeMap<String, Arc<WorkspaceTarget>> {
-        let got = cache.desired(evals.iter(), planned);
+        let keyed: Vec<(StoreKey, Arc<RuleEval>)> =
+            evals.iter().map(|e| (key_of(&e.key), e.clone())).collect();
+        let got = cache
+            .desired(keyed.iter().map(|(k, e)| (k, e)), planned)
+            .clone();
         let want = targets_from_scratch(evals, planned);
         let got_values: BTreeMap<String, WorkspaceTarget> = got
             .iter()
@@ -419,4 +429,151 @@ fn cluster_store_keys_by_cluster_and_name() {
             .map(|s| s.snapshot().is_empty())
             .unwrap_or(false)
     );
+}
+
+/// A sequence of rule and plan changes applied incrementally
+/// ([`Targets::update`]): after every step the targets equal those built from
+/// scratch and those a full pass builds, exactly the workspaces whose target
+/// changed are reported, and every other keeps its target (the same `Arc`).
+#[test]
+fn incremental_targets_equal_a_full_recompute_after_every_change() {
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let lcs = ["lc0", "lc1", "lc2", "lc3", "lc4"];
+    let resources = ["widgets", "gadgets", "valves"];
+    let mut rules: BTreeMap<StoreKey, Arc<RuleEval>> = BTreeMap::new();
+    let mut planned: BTreeMap<String, Arc<WorkspaceTarget>> = BTreeMap::new();
+    let mut incremental = Targets::default();
+    incremental.desired(rules.iter(), &planned);
+    for step in 0..3_000 {
+        let mut delta = Vec::new();
+        for _ in 0..1 + next(3) {
+            let key = key_of(&format!("c/r{}", next(10)));
+            let old = rules.get(&key).cloned();
+            let new = match next(4) {
+                0 => None,
+                // The same evaluation again (an object changed, not what it asks).
+                1 => old.clone(),
+                _ => {
+                    let to: Vec<(&str, &str, &str)> = (0..next(3))
+                        .map(|_| (lcs[next(5) as usize], "w", resources[next(3) as usize]))
+                        .collect();
+                    Some(target_eval(&format!("c/{}", key.1), &to))
+                }
+            };
+            match &new {
+                Some(e) => rules.insert(key.clone(), e.clone()),
+                None => rules.remove(&key),
+            };
+            if old.is_some() || new.is_some() {
+                delta.push(RuleDelta { key, old, new });
+            }
+        }
+        let before_plan = planned.clone();
+        let plan_changed = next(4) == 0;
+        if plan_changed {
+            let lc = lcs[next(5) as usize].to_string();
+            match next(3) {
+                0 => planned.remove(&lc),
+                b => planned.insert(
+                    lc,
+                    Arc::new(WorkspaceTarget {
+                        binds: b == 1,
+                        ..Default::default()
+                    }),
+                ),
+            };
+        }
+        let was = incremental.current().clone();
+        let changed = incremental.update(&delta, &planned, plan_changed.then_some(&before_plan));
+        let got: BTreeMap<String, WorkspaceTarget> = incremental
+            .current()
+            .iter()
+            .map(|(lc, t)| (lc.clone(), (**t).clone()))
+            .collect();
+        let evals: Vec<Arc<RuleEval>> = rules.values().cloned().collect();
+        assert_eq!(got, targets_from_scratch(&evals, &planned), "step {step}");
+        let mut full = Targets::default();
+        let full: BTreeMap<String, WorkspaceTarget> = full
+            .desired(rules.iter(), &planned)
+            .iter()
+            .map(|(lc, t)| (lc.clone(), (**t).clone()))
+            .collect();
+        assert_eq!(got, full, "step {step}");
+        for lc in lcs {
+            let same = match (was.get(lc), incremental.current().get(lc)) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            assert_eq!(!same, changed.contains(lc), "step {step}: {lc}");
+        }
+    }
+}
+
+/// The keys a store records as changed between two passes, and a relist (or a
+/// watch changing state) counting as everything.
+#[test]
+fn a_store_records_the_keys_changed_since_the_last_pass() {
+    let obj = |cluster: &str, name: &str, rv: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "holdfast.dev/v1alpha1",
+            "kind": "DependencyRule",
+            "metadata": {"name": name, "resourceVersion": rv,
+                         "annotations": {"kcp.io/cluster": cluster}},
+        }))
+        .expect("object")
+    };
+    let key = |c: &str, n: &str| (c.to_string(), n.to_string());
+    let mut store = ClusterStore::<DynamicObject>::default();
+    // Nothing taken yet: everything.
+    assert!(store.take_changes().all());
+    store.apply(obj("a", "r1", "1"));
+    store.apply(obj("b", "r1", "2"));
+    assert_eq!(
+        store.take_changes(),
+        StoreChanges::Keys([key("a", "r1"), key("b", "r1")].into_iter().collect())
+    );
+    assert_eq!(store.take_changes(), StoreChanges::Keys(Default::default()));
+    store.apply(obj("a", "r1", "3"));
+    store.delete(obj("b", "r1", "2"));
+    // Deleting what is not there changes nothing.
+    store.delete(obj("c", "r9", "4"));
+    assert_eq!(
+        store.take_changes(),
+        StoreChanges::Keys([key("a", "r1"), key("b", "r1")].into_iter().collect())
+    );
+    assert_eq!(
+        store.get(&key("a", "r1")).map(|(k, _)| (*k).clone()),
+        Some(key("a", "r1"))
+    );
+    store.reset(vec![obj("a", "r2", "5")]);
+    store.apply(obj("a", "r3", "6"));
+    assert!(
+        store.take_changes().all(),
+        "a relist is not attributed to keys"
+    );
+    store.apply(obj("a", "r3", "7"));
+    let synced = WatchStatus {
+        state: WatchState::Starting,
+        synced: true,
+    };
+    store.status(&WatchStatus::default(), &synced);
+    assert!(store.take_changes().all(), "a watch changed state");
+    store.status(&synced, &synced);
+    assert_eq!(store.take_changes(), StoreChanges::Keys(Default::default()));
+}
+
+#[test]
+fn changed_keys_are_those_one_map_lacks_or_holds_otherwise() {
+    let a: BTreeMap<String, u8> = [("a".into(), 1), ("b".into(), 2), ("d".into(), 4)].into();
+    let b: BTreeMap<String, u8> = [("b".into(), 2), ("c".into(), 3), ("d".into(), 5)].into();
+    let mut out = BTreeSet::new();
+    changed_keys(&a, &b, |x, y| x == y, &mut out);
+    assert_eq!(out, ["a", "c", "d"].map(String::from).into());
 }

@@ -7,8 +7,9 @@
 //! webhook and its own policies' webhooks) and every policy is Ready, then the time
 //! for one rule change to reach its configuration (p50/p99 over 100 changes).
 //!
-//! Sizes can be reduced with HOLDFAST_BENCH_WORKSPACES / HOLDFAST_BENCH_RULES_PER_WORKSPACE
-//! / HOLDFAST_BENCH_CHANGES; HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (600);
+//! Sizes can be changed with HOLDFAST_BENCH_WORKSPACES (1,000) / HOLDFAST_BENCH_SHARDS (2)
+//! / HOLDFAST_BENCH_RULES_PER_WORKSPACE (10) / HOLDFAST_BENCH_CHANGES (100);
+//! HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (600);
 //! HOLDFAST_BENCH_OTHER_KINDS=0 leaves the three other kinds out.
 
 use std::{
@@ -256,6 +257,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[ignore = "benchmark: run hack/bench-controller.sh"]
 async fn bench_kcp_convergence_and_propagation() {
     let n = env_usize("HOLDFAST_BENCH_WORKSPACES", 1000);
+    let shard_count = env_usize("HOLDFAST_BENCH_SHARDS", 2).max(1);
     let per = env_usize("HOLDFAST_BENCH_RULES_PER_WORKSPACE", 10);
     let changes = env_usize("HOLDFAST_BENCH_CHANGES", 100);
     let wait = Duration::from_secs(env_usize("HOLDFAST_BENCH_WAIT_SECONDS", 600) as u64);
@@ -264,7 +266,7 @@ async fn bench_kcp_convergence_and_propagation() {
     let other_policies = if others { 3 * n } else { 0 };
     // kcp on the sim, whatever HOLDFAST_E2E_KUBECONFIG says.
     let env = Env::start_with(holdfast_sim::SimConfig {
-        shards: 2,
+        shards: shard_count,
         ..holdfast_sim::SimConfig::default()
     })
     .await
@@ -281,8 +283,11 @@ async fn bench_kcp_convergence_and_propagation() {
     each(n, 32, |i| {
         let client = client.clone();
         async move {
-            // Spread over both shards.
-            let shard = if i % 2 == 0 { "root" } else { "shard-1" };
+            // Spread over the shards: `root`, `shard-1`, ...
+            let shard = match i % shard_count {
+                0 => "root".to_string(),
+                s => format!("shard-{s}"),
+            };
             create(&client, ws_coll, &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws_name(i)},
                                              "spec": {"location": {"selector": {"matchLabels": {"name": shard}}}}}))
                 .await
@@ -389,7 +394,7 @@ async fn bench_kcp_convergence_and_propagation() {
     let setup = t0.elapsed();
     let policies = n * per + other_policies;
     eprintln!(
-        "setup: {n} workspaces on 2 shards, {} DependencyRules and {} other policies in {setup:?}",
+        "setup: {n} workspaces on {shard_count} shards, {} DependencyRules and {} other policies in {setup:?}",
         n * per,
         other_policies
     );
@@ -473,7 +478,9 @@ async fn bench_kcp_convergence_and_propagation() {
     eprintln!("every policy Ready after {ready_at:?}");
     c.wait_ready(10).await.expect("ready");
 
-    // Single-change propagation.
+    // Single-change propagation; the controller's log from here on holds the
+    // passes the changes caused.
+    let changes_from = c.log().len();
     let mut samples = Vec::with_capacity(changes);
     // The same, in the order the changes were made.
     let mut order = Vec::with_capacity(changes);
@@ -519,17 +526,37 @@ async fn bench_kcp_convergence_and_propagation() {
     samples.sort();
     let log = c.log();
     let passes = logged(&log, "kcp reconcile pass", "elapsed_ms");
-    if let (Some(median), Some(max)) = (passes.get(passes.len() / 2), passes.last()) {
+    let pass_median = passes.get(passes.len() / 2).copied();
+    if let (Some(median), Some(max)) = (pass_median, passes.last()) {
         eprintln!(
             "reconcile passes: {} (median {median} ms, max {max} ms)",
             passes.len()
         );
     }
+    // The passes after start-up: those the single changes caused.
+    let changes_log = log.get(changes_from..).unwrap_or("");
+    let steady = logged(changes_log, "kcp reconcile pass", "elapsed_ms");
+    let steady_median = steady.get(steady.len() / 2).copied();
+    if let (Some(median), Some(max)) = (steady_median, steady.last()) {
+        eprintln!(
+            "reconcile passes during the changes: {} (median {median} ms, max {max} ms)",
+            steady.len()
+        );
+    }
     // The controller's phases per pass, medians over the run.
+    let mut phases = serde_json::Map::new();
     for phase in ["evaluate_us", "plan_us", "install_us", "statuses_us"] {
         let v = logged(&log, "kcp pass phases", phase);
         if let Some(m) = v.get(v.len() / 2) {
             eprintln!("pass phase {phase}: median {m} µs over {} passes", v.len());
+        }
+        let v = logged(changes_log, "kcp pass phases", phase);
+        if let Some(m) = v.get(v.len() / 2) {
+            eprintln!(
+                "pass phase {phase} during the changes: median {m} µs over {} passes",
+                v.len()
+            );
+            phases.insert(format!("change_pass_{phase}"), json!(m));
         }
     }
     let (p50, p99, max) = (
@@ -549,7 +576,7 @@ async fn bench_kcp_convergence_and_propagation() {
     println!(
         "{}",
         json!({
-            "workspaces": n, "shards": 2, "rules": n * per, "other_policies": other_policies, "changes": changes,
+            "workspaces": n, "shards": shard_count, "rules": n * per, "other_policies": other_policies, "changes": changes,
             "setup_seconds": setup.as_secs_f64(),
             "all_configurations_installed_seconds": installed_at.as_secs_f64(),
             "all_policies_ready_seconds": ready_at.as_secs_f64(),
@@ -557,6 +584,10 @@ async fn bench_kcp_convergence_and_propagation() {
             "change_p99_ms": p99.as_secs_f64() * 1000.0,
             "change_max_ms": max.as_secs_f64() * 1000.0,
             "slowest_change": slowest,
+            "pass_median_ms": pass_median,
+            "change_pass_median_ms": steady_median,
+            "change_pass_max_ms": steady.last(),
+            "phases": phases,
             "cores": cores,
         })
     );

@@ -1,0 +1,288 @@
+//! The kcp reconciler's pass: phases 1 to 6 in order, over what changed since the
+//! last pass or over everything (see [`super::fleet`]).
+
+use super::*;
+
+impl Reconciler {
+    /// One pass; returns whether some path is unresolved (to retry soon). Takes
+    /// what the last pass computed ([`Fleet`]) and updates it with the changes
+    /// since, or computes everything when they cannot be attributed.
+    pub(super) async fn reconcile_once(&self) -> Result<bool, ReconcileError> {
+        let started = std::time::Instant::now();
+        let inputs_at_start = self.spec_changes();
+        // Taken for the pass (left empty, so a pass that ends early makes the
+        // next one full) and put back at its end.
+        let mut fleet = self
+            .fleet
+            .lock()
+            .map(|mut f| std::mem::take(&mut *f))
+            .unwrap_or_default();
+        let rule_changes = Self::take_changes(&self.rules);
+        let hook_changes = Self::take_changes(&self.hooks);
+        let opts = self.options.borrow().clone();
+        let resynced = self.resynced.swap(false, Ordering::Relaxed);
+        let mut full = !fleet.valid
+            || rule_changes.all()
+            || hook_changes.all()
+            || resynced
+            || fleet.opts.as_ref() != Some(&opts);
+        fleet.valid = false;
+        fleet.opts = Some(opts);
+        let mut delta = Vec::new();
+        if !full {
+            match self.evaluate_changed(&mut fleet, &rule_changes).await? {
+                Some(d) => delta = d,
+                None => full = true,
+            }
+        }
+        let mut removed = false;
+        if full {
+            let Evaluated {
+                rules,
+                fresh,
+                removed: gone,
+            } = self.evaluate_rules().await?;
+            if fresh {
+                self.keep_named_answers(rules.iter().map(|(_, r)| r));
+            }
+            removed = gone;
+            fleet.set_rules(rules);
+        }
+        let evaluated = started.elapsed();
+        let unresolved = fleet.unresolved();
+        let kinds = self.plan();
+        let plan_before = match &fleet.plan {
+            Some(p) if Arc::ptr_eq(p, &kinds) => None,
+            Some(p) => Some(p.clone()),
+            None => None,
+        };
+        fleet.plan = Some(kinds.clone());
+        // The workspaces whose configuration is compared: all, or those whose
+        // target changed or whose live configuration changed (and holdfast's own).
+        let scope: Option<BTreeSet<String>> = match full {
+            true => {
+                let rules = &fleet.rules;
+                fleet
+                    .targets
+                    .desired(rules.iter().map(|(k, r)| (k, &r.eval)), &kinds.targets);
+                None
+            }
+            false => {
+                let mut scope = fleet.targets.update(
+                    &delta,
+                    &kinds.targets,
+                    plan_before.as_ref().map(|p| &p.targets),
+                );
+                scope.extend(hook_changes.keys().map(|(lc, _)| lc.clone()));
+                scope.extend(kinds.home.iter().cloned());
+                Some(scope)
+            }
+        };
+        let planned = started.elapsed();
+        let base = match scope {
+            Some(_) => std::mem::take(&mut fleet.installed),
+            None => BTreeMap::new(),
+        };
+        let mut installed = self
+            .install(fleet.targets.current(), scope.as_ref(), base)
+            .await;
+        // The holdfast workspace's own (CriticalServices guard themselves through
+        // it): judged and probed with the others.
+        match self.install_home(&kinds).await {
+            Ok(Some(cfg)) => {
+                if let Some(home) = &kinds.home {
+                    installed.configurations.insert(home.clone(), cfg);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => installed.errors.push(e),
+        }
+        if let Some(w) = &self.workspaces {
+            let opts = self.options.borrow().clone();
+            if let Err(e) = w.ensure(&opts).await {
+                installed.errors.push(e);
+            }
+        }
+        let configured = started.elapsed();
+        if self.defer_statuses(inputs_at_start) {
+            // A policy changed during this pass: the next pass, which starts at
+            // once, computes its configuration first and writes every status.
+            tracing::debug!("a policy changed during the pass; statuses wait for the next");
+            fleet.statuses_full = true;
+            fleet.valid = installed.errors.is_empty();
+            fleet.installed = installed.configurations;
+            self.put_back(fleet);
+            return match installed.errors.is_empty() {
+                true => Ok(unresolved),
+                false => Err(ReconcileError::Configuration(installed.errors.join("; "))),
+            };
+        }
+        // Statuses judge by what kcp is seen enforcing (a pending workspace is
+        // probed again on the short retry).
+        let enforced = self
+            .enforcement
+            .check(&installed.configurations, |lc, name| {
+                let home = kinds.home.as_deref() == Some(lc.as_str());
+                self.probe(lc, name, home)
+            })
+            .await;
+        let probing = !enforced.pending.is_empty();
+        if let Ok(mut at) = self.statuses_written.lock() {
+            *at = std::time::Instant::now();
+        }
+        let mut statuses_full = full || fleet.statuses_full;
+        // The logical clusters whose installed or enforced configuration changed.
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        if !statuses_full {
+            touched.extend(scope.iter().flatten().cloned());
+            changed_keys(
+                &fleet.effective,
+                &enforced.effective,
+                Arc::ptr_eq,
+                &mut touched,
+            );
+            changed_keys(
+                &fleet.pending,
+                &enforced.pending,
+                |a, b| a == b,
+                &mut touched,
+            );
+            statuses_full = fleet.update_status_index(&delta);
+        }
+        let writes = match statuses_full {
+            true => {
+                fleet.rebuild_status_index();
+                if removed && let Ok(mut s) = self.statuses.lock() {
+                    let keep: HashSet<&str> = fleet.rules.values().map(|r| r.eval.key()).collect();
+                    s.retain(|k, _| keep.contains(k.as_str()));
+                }
+                let rvs = installed_rvs(&enforced.effective);
+                self.status_writes(
+                    fleet.rules.values(),
+                    &installed.configurations,
+                    &enforced,
+                    &fleet.cycles,
+                    &rvs,
+                )
+            }
+            false => {
+                let mut check: BTreeSet<&StoreKey> = delta.iter().map(|d| &d.key).collect();
+                for lc in &touched {
+                    check.extend(fleet.readers.get(lc.as_str()).into_iter().flatten());
+                }
+                let rules: Vec<&RuleState> =
+                    check.iter().filter_map(|k| fleet.rules.get(*k)).collect();
+                // Only the clusters these rules read.
+                let rvs: InstalledRvs = rules
+                    .iter()
+                    .flat_map(|r| status_clusters(&r.eval))
+                    .filter_map(|lc| {
+                        let c = enforced.effective.get(lc)?;
+                        Some((lc.as_str(), c.metadata.resource_version.as_deref()))
+                    })
+                    .collect();
+                self.status_writes(
+                    rules.into_iter(),
+                    &installed.configurations,
+                    &enforced,
+                    &fleet.cycles,
+                    &rvs,
+                )
+            }
+        };
+        let checked = writes.len();
+        let mut status_errors = self.write_statuses(writes).await;
+        // The other kinds: all when the plan changed, else those reading a
+        // configuration that changed.
+        let kind_scope: Option<BTreeSet<usize>> = match statuses_full
+            || fleet
+                .kind_plan
+                .as_ref()
+                .is_none_or(|p| !Arc::ptr_eq(p, &kinds))
+        {
+            true => {
+                fleet.index_kinds(&kinds);
+                None
+            }
+            false => Some(
+                touched
+                    .iter()
+                    .flat_map(|lc| fleet.kind_readers.get(lc.as_str()).into_iter().flatten())
+                    .copied()
+                    .collect(),
+            ),
+        };
+        status_errors.extend(
+            self.write_kind_statuses(
+                &kinds.policies,
+                &kinds.objects,
+                &installed.configurations,
+                &enforced,
+                kinds.home.as_deref(),
+                kind_scope.as_ref(),
+            )
+            .await,
+        );
+        // Where a pass goes (hack/bench-controller.sh reports the medians).
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        tracing::debug!(
+            full,
+            statuses_full,
+            rules_changed = delta.len(),
+            workspaces_compared = scope
+                .as_ref()
+                .map_or(fleet.targets.current().len(), BTreeSet::len),
+            statuses_compared = checked,
+            evaluate_us = us(evaluated),
+            plan_us = us(planned.saturating_sub(evaluated)),
+            install_us = us(configured.saturating_sub(planned)),
+            statuses_us = us(started.elapsed().saturating_sub(configured)),
+            "kcp pass phases"
+        );
+        let mut errors = installed.errors;
+        let configuration_failed = !errors.is_empty();
+        errors.extend(status_errors);
+        fleet.valid = errors.is_empty();
+        fleet.statuses_full = false;
+        fleet.installed = installed.configurations;
+        fleet.effective = enforced.effective;
+        fleet.pending = enforced.pending;
+        self.put_back(fleet);
+        match (errors.is_empty(), configuration_failed) {
+            (true, _) => Ok(unresolved || probing),
+            (false, true) => Err(ReconcileError::Configuration(errors.join("; "))),
+            (false, false) => Err(ReconcileError::Status(errors.join("; "))),
+        }
+    }
+
+    /// Keeps the export answers some rule still names (after some rule was
+    /// evaluated afresh or removed; unchanged otherwise).
+    fn keep_named_answers<'a>(&self, rules: impl Iterator<Item = &'a RuleState>) {
+        let mut named: HashSet<(Where, &str, &str)> = HashSet::new();
+        for r in rules {
+            let Some(rule) = &r.rule else { continue };
+            if let Some(e) = &rule.spec.dependent.api_export_name {
+                named.insert((Where::Cluster, r.eval.cluster.as_str(), e.as_str()));
+            }
+            for x in rule.api_export_refs() {
+                named.insert((Where::Path, x.path.as_str(), x.name.as_str()));
+            }
+        }
+        if let Ok(mut l) = self.lookups.lock() {
+            l.retain(&named);
+        }
+        if let Ok(mut g) = self.last_good.lock() {
+            g.retain(|k, _| {
+                named.contains(&(Where::Cluster, k.0.as_str(), k.1.as_str()))
+                    || named.contains(&(Where::Path, k.0.as_str(), k.1.as_str()))
+            });
+        }
+    }
+
+    /// Keeps `fleet` for the next pass.
+    fn put_back(&self, fleet: Fleet) {
+        if let Ok(mut f) = self.fleet.lock() {
+            *f = fleet;
+        }
+    }
+}
