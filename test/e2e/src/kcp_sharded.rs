@@ -253,14 +253,7 @@ impl Sharded {
         // kcp schedules a Workspace onto a shard and names it by the hash of the
         // shard's name in an annotation (docs/kcp-facts.md, 35).
         let (parent, name) = path.rsplit_once(':').unwrap_or(("root", path));
-        let out = self.kubectl(
-            "platform",
-            parent,
-            &["get", "workspace", name, "-o", "json"],
-        );
-        let ws = out
-            .json()
-            .unwrap_or_else(|e| panic!("workspace {path}: {e}"));
+        let ws = self.get_json("platform", parent, &["workspace", name]);
         let hash = ws["metadata"]["annotations"]["internal.tenancy.kcp.io/shard"]
             .as_str()
             .unwrap_or_default()
@@ -276,8 +269,7 @@ impl Sharded {
         if self.real.is_none() {
             return self.env.sim.shards();
         }
-        let out = self.kubectl("platform", "root", &["get", "shards", "-o", "json"]);
-        let list = out.json().unwrap_or_else(|e| panic!("shards: {e}"));
+        let list = self.get_json("platform", "root", &["shards"]);
         let mut shards: Vec<(String, String)> = list["items"]
             .as_array()
             .into_iter()
