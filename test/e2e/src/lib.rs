@@ -11,6 +11,7 @@ pub mod kcp;
 pub mod kcp_real;
 pub mod kcp_sharded;
 pub mod rbac;
+pub mod slow_link;
 pub mod steps;
 
 use anyhow::{Context, bail};
@@ -1099,6 +1100,45 @@ impl Env {
         let path = self.dir.path().join(file);
         self.write_kubeconfig_for(&path, user)?;
         Ok(path.to_string_lossy().into_owned())
+    }
+
+    /// The env's kubeconfig (the admin), with its API server reached through a
+    /// [`slow_link::SlowLink`] the caller then slows down: the link, and the
+    /// kubeconfig's path (`file` in the env's directory). The server keeps its
+    /// host, so its certificate still matches.
+    pub fn kubeconfig_through(&self, file: &str) -> anyhow::Result<(slow_link::SlowLink, String)> {
+        use std::net::ToSocketAddrs;
+        let mut config = self
+            .kubectl(&["config", "view", "--minify", "--flatten", "-o", "json"])?
+            .json()?;
+        let Some(cluster) = config["clusters"]
+            .as_array_mut()
+            .and_then(|c| c.first_mut())
+        else {
+            bail!("the env's kubeconfig names no cluster");
+        };
+        let server = cluster["cluster"]["server"].as_str().unwrap_or_default();
+        let uri: http::Uri = server
+            .parse()
+            .with_context(|| format!("the env's API server {server:?}"))?;
+        let (Some(host), Some(port)) = (uri.host(), uri.port_u16()) else {
+            bail!("the env's API server {server:?} has no host and port");
+        };
+        let upstream = (host, port)
+            .to_socket_addrs()?
+            .next()
+            .with_context(|| format!("resolving {host}"))?;
+        let link = slow_link::SlowLink::to(upstream)?;
+        let through = format!(
+            "https://{host}:{}{}",
+            link.addr().port(),
+            uri.path().trim_end_matches('/')
+        );
+        cluster["cluster"]["server"] = through.into();
+        let path = self.dir.path().join(file);
+        std::fs::write(&path, serde_json::to_vec_pretty(&config)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok((link, path.to_string_lossy().into_owned()))
     }
 
     fn write_kubeconfig_for(&self, path: &Path, user: &str) -> anyhow::Result<()> {

@@ -3,9 +3,8 @@
 //! faults are made for real, their `/metrics` are scraped as Prometheus would
 //! (a failed scrape is `up` 0), and the real promtool evaluates the shipped rules
 //! over an hour of what was scraped ([`holdfast_e2e::alerts`]). A healthy
-//! installation fires none. Runs on the simulator: its tests share no cluster (on one
-//! real cluster, the refused-configuration test's admission policy would refuse the
-//! other tests' configurations while it runs).
+//! installation fires none. Runs on the simulator and on the real backends (a test
+//! that installs holdfast there owns the cluster's installation while it runs).
 
 use std::{
     collections::BTreeSet,
@@ -298,6 +297,9 @@ async fn healthy_fires_nothing_and_each_fault_fires_its_alert() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_configuration_fires_its_alerts_until_lifted() {
     let mut env = Env::start().await.expect("env");
+    // The installation first: on a shared cluster, the policy below would refuse
+    // the configuration of any test installing holdfast while it is there.
+    env.own_installation().expect("the installation");
     let name = holdfast_e2e::unique_name("e2e-alerts-reserve-holdfast");
     if let Some(run) = &env.cluster {
         run.remove_later("validatingadmissionpolicybinding", &name);
@@ -587,23 +589,27 @@ async fn a_backstop_the_controller_may_not_install_fires_backstop_missing() {
     );
 }
 
-/// A slow API server under the webhook's live dependents lookups: each review takes
-/// longer than a second, and `HoldfastWebhookSlow` fires.
+/// A slow link to the API server under the webhook's live dependents lookups
+/// (the webhook reaches the API server through a [`holdfast_e2e::slow_link`]): each
+/// review takes longer than a second, and `HoldfastWebhookSlow` fires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_api_server_under_live_lookups_fires_webhook_slow() {
     let mut env = vpc_and_its_rule().await;
-    let (wh, c) = live_lookups_on_a_vpc(&mut env, &[]).await;
+    let (link, kubeconfig) = env
+        .kubeconfig_through("webhook-slow.kubeconfig")
+        .expect("a link to the API server");
+    let (wh, c) = live_lookups_on_a_vpc(&mut env, &["--kubeconfig", &kubeconfig]).await;
     // Reviews at the usual speed first: the DELETE goes through (no VM uses it).
     let dry = ["delete", "vpc", "my-vpc", "--dry-run=server"];
     let out = env.attempt(&dry);
     assert_eq!(out.code, 0, "{out:?}");
     let before = scrape_both(wh, c.probe_port).await;
-    env.sim.set_request_delay(Duration::from_millis(1500));
+    link.set_delay(Duration::from_millis(1500));
     for _ in 0..3 {
         let out = env.attempt(&dry);
         assert_eq!(out.code, 0, "{out:?}");
     }
-    env.sim.set_request_delay(Duration::ZERO);
+    link.set_delay(Duration::ZERO);
     let slow =
         "holdfast_webhook_admission_duration_seconds_bucket{operation=\"DELETE\",le=\"+Inf\"}";
     let (total, fast) = (

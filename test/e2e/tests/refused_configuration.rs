@@ -23,6 +23,9 @@ async fn a_refused_configuration_is_loud_and_recovers() {
     env.start_webhook_reachable(&[]).await.expect("webhook");
     env.wait_webhook_ready().await.expect("webhook ready");
     // The refusing policy first: the controller's very first write is refused.
+    // The installation is this test's before it (on a shared cluster the policy
+    // would refuse any other test's configuration).
+    env.own_installation().expect("the installation");
     let name = holdfast_e2e::unique_name("e2e-reserve-holdfast");
     if let Some(run) = &env.cluster {
         run.remove_later("validatingadmissionpolicybinding", &name);

@@ -263,15 +263,6 @@ impl SimHandle {
         self.state.store.compact();
     }
 
-    /// Every API request waits `delay` before it is served, as on a slow API server
-    /// (zero: none; health checks are never delayed).
-    pub fn set_request_delay(&self, delay: Duration) {
-        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        self.state
-            .delay_ms
-            .store(ms, std::sync::atomic::Ordering::Relaxed);
-    }
-
     /// How kcp's webhook configurations reach admission through the cache server
     /// (default: a random 50-500 ms; [`Replication::Stopped`]: the cache server is
     /// down). Changes pending are rescheduled under the new setting.

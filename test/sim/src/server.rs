@@ -32,9 +32,6 @@ pub struct State {
     pub shutdown_rx: watch::Receiver<bool>,
     /// Wakes the background controllers (namespace, GC, CRD cleanup, kcp).
     pub kick: Notify,
-    /// How long every API request waits before it is served (a slow API server;
-    /// 0: none), in milliseconds.
-    pub delay_ms: std::sync::atomic::AtomicU64,
     /// Objects whose deletion the garbage collector must follow up on.
     pub gc_queue: Mutex<Vec<(crate::registry::Gr, crate::store::Key, Arc<Value>)>>,
     /// Kinds decoded from APIResourceSchemas, by (cluster, schema name), with the
@@ -241,7 +238,6 @@ pub async fn start(
         shutdown_tx,
         shutdown_rx,
         kick: Notify::new(),
-        delay_ms: std::sync::atomic::AtomicU64::new(0),
         gc_queue: Mutex::new(vec![]),
         schema_infos: crate::kcp::SchemaInfos::default(),
         shards,
@@ -572,10 +568,6 @@ async fn handle_inner(
     let path = req.uri().path().to_string();
     if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
         return text(200, "text/plain; charset=utf-8", "ok".into(), &[]);
-    }
-    let delay = state.delay_ms.load(std::sync::atomic::Ordering::Relaxed);
-    if delay > 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
     }
     let Some(user) = authenticate(&state, req.headers()) else {
         return error_response(&ApiError::unauthorized(), &[], pretty);
