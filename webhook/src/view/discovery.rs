@@ -2,8 +2,13 @@
 
 use holdfast_shared::api::common::GroupResource;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
-use kube::Client;
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, GroupVersionKind},
+};
 use std::{collections::HashMap, time::Duration};
+
+const APIREGISTRATION: &str = "apiregistration.k8s.io";
 
 /// How long the discovery of one group version may take.
 const GROUP_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -28,13 +33,16 @@ pub async fn namespaced_resources(
     let mut out: HashMap<String, Vec<GroupResource>> = HashMap::new();
     let mut problems = Vec::new();
     let mut group_versions: Vec<(String, String)> = vec![(String::new(), "v1".to_string())];
-    match client.list_api_groups().await {
+    // Whether the API server aggregates APIs of extension servers (kcp does not).
+    let aggregation = match client.list_api_groups().await {
         Ok(groups) => {
+            let aggregation = groups.groups.iter().any(|g| g.name == APIREGISTRATION);
             for g in groups.groups {
                 if let Some(v) = preferred_version(&g) {
                     group_versions.push((g.name, v));
                 }
             }
+            aggregation
         }
         Err(e) => {
             problems.push(format!(
@@ -43,7 +51,7 @@ pub async fn namespaced_resources(
             ));
             return (previous.clone(), problems);
         }
-    }
+    };
     // Every group at once, each bounded in time: the client retries 503s with
     // backoff, and one unreachable aggregated API must not hold up the others.
     let lookups = group_versions
@@ -78,11 +86,19 @@ pub async fn namespaced_resources(
                 })
                 .map(|r| GroupResource::new(&group, &r.name))
                 .collect(),
-            // Listed a moment ago, not served now: the group went (its CRD or
-            // APIService was deleted in between), and with it every object of it.
+            // Listed a moment ago, not served now: the group went with its CRD
+            // (and every object of it), unless an aggregated API answers 404.
             Ok(Err(e)) if holdfast_shared::watch::api_status(&e) == Some(404) => {
-                tracing::debug!(group_version = %gv, "group version no longer served");
-                continue;
+                match gone_with_its_crd(client, aggregation, &group, &gv).await {
+                    Ok(()) => {
+                        tracing::debug!(group_version = %gv, "group version no longer served");
+                        continue;
+                    }
+                    Err(why) => {
+                        problems.push(format!("discovery of {gv} failed: {why}"));
+                        previous.get(&group).cloned().unwrap_or_default()
+                    }
+                }
             }
             Ok(Err(e)) => {
                 problems.push(format!(
@@ -99,4 +115,51 @@ pub async fn namespaced_resources(
         out.insert(group, resources);
     }
     (out, problems)
+}
+
+/// Whether a group version that was listed and then answered 404 is gone (`Ok`)
+/// or broken (`Err`, why). Without API aggregation (kcp) nothing but a CRD can
+/// serve it. With it, the group version's APIService decides: none left, or a
+/// local one (a CRD's, being removed), is gone; an aggregated API's
+/// (`spec.service`) answering 404 is not believed, so that an extension server
+/// cannot hide its labelled objects from namespace containment by answering 404.
+async fn gone_with_its_crd(
+    client: &Client,
+    aggregation: bool,
+    group: &str,
+    gv: &str,
+) -> Result<(), String> {
+    if !aggregation {
+        return Ok(());
+    }
+    let (group, version) = match gv.split_once('/') {
+        Some((_, v)) => (group, v),
+        None => (group, gv),
+    };
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(APIREGISTRATION, "v1", "APIService"),
+        "apiservices",
+    );
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    match api.get_opt(&format!("{version}.{group}")).await {
+        Ok(None) => Ok(()),
+        Ok(Some(svc)) => match svc.data["spec"]["service"].as_object() {
+            None => Ok(()),
+            Some(service) => Err(format!(
+                "the aggregated API of service {}/{} answers 404",
+                service
+                    .get("namespace")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default(),
+                service
+                    .get("name")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+            )),
+        },
+        Err(e) => Err(format!(
+            "it answers 404 and its APIService cannot be read: {}",
+            holdfast_shared::watch::brief(&e)
+        )),
+    }
 }

@@ -541,7 +541,9 @@ mod tests {
 
     /// A fake API server answering discovery: `good.io` serves widgets, `broken.io`
     /// answers 500 for its group version, `gone.io` is listed but its group version
-    /// answers 404 (its CRD went between the two reads).
+    /// answers 404 and has no APIService left (its CRD went between the two reads),
+    /// `local.io` answers 404 with a local APIService (a CRD's, being removed), and
+    /// `agg.io` answers 404 while its APIService names an extension server's Service.
     fn fake_client() -> Client {
         let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
             let (status, body) = match req.uri().path() {
@@ -553,7 +555,38 @@ mod tests {
                         {"name": "broken.io", "versions": [{"groupVersion": "broken.io/v1", "version": "v1"}],
                          "preferredVersion": {"groupVersion": "broken.io/v1", "version": "v1"}},
                         {"name": "gone.io", "versions": [{"groupVersion": "gone.io/v1", "version": "v1"}],
-                         "preferredVersion": {"groupVersion": "gone.io/v1", "version": "v1"}}]}),
+                         "preferredVersion": {"groupVersion": "gone.io/v1", "version": "v1"}},
+                        {"name": "local.io", "versions": [{"groupVersion": "local.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "local.io/v1", "version": "v1"}},
+                        {"name": "agg.io", "versions": [{"groupVersion": "agg.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "agg.io/v1", "version": "v1"}},
+                        {"name": "apiregistration.k8s.io", "versions": [{"groupVersion": "apiregistration.k8s.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "apiregistration.k8s.io/v1", "version": "v1"}}]}),
+                ),
+                "/apis/apiregistration.k8s.io/v1" => (
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "apiregistration.k8s.io/v1", "resources": [
+                        {"name": "apiservices", "singularName": "apiservice", "namespaced": false, "kind": "APIService", "verbs": ["get", "list", "watch"]}]}),
+                ),
+                "/apis/apiregistration.k8s.io/v1/apiservices/v1.local.io" => (
+                    200,
+                    json!({"kind": "APIService", "apiVersion": "apiregistration.k8s.io/v1",
+                        "metadata": {"name": "v1.local.io"},
+                        "spec": {"group": "local.io", "version": "v1", "service": null}}),
+                ),
+                "/apis/apiregistration.k8s.io/v1/apiservices/v1.agg.io" => (
+                    200,
+                    json!({"kind": "APIService", "apiVersion": "apiregistration.k8s.io/v1",
+                        "metadata": {"name": "v1.agg.io"},
+                        "spec": {"group": "agg.io", "version": "v1",
+                                 "service": {"namespace": "ext", "name": "agg-server"}}}),
+                ),
+                "/apis/gone.io/v1"
+                | "/apis/local.io/v1"
+                | "/apis/agg.io/v1"
+                | "/apis/apiregistration.k8s.io/v1/apiservices/v1.gone.io" => (
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404}),
                 ),
                 "/api/v1" => (
                     200,
@@ -567,10 +600,6 @@ mod tests {
                     200,
                     json!({"kind": "APIResourceList", "groupVersion": "good.io/v1", "resources": [
                         {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget", "verbs": ["list", "watch"]}]}),
-                ),
-                "/apis/gone.io/v1" => (
-                    404,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404}),
                 ),
                 _ => (
                     500,
@@ -720,13 +749,24 @@ mod tests {
             "broken.io".to_string(),
             vec![GroupResource::new("broken.io", "gizmos")],
         );
-        previous.insert(
-            "gone.io".to_string(),
-            vec![GroupResource::new("gone.io", "things")],
-        );
+        for (group, resource) in [
+            ("gone.io", "things"),
+            ("local.io", "stuffs"),
+            ("agg.io", "secrets"),
+        ] {
+            previous.insert(group.to_string(), vec![GroupResource::new(group, resource)]);
+        }
         let (found, problems) = discovery::namespaced_resources(&client, &previous).await;
-        // A group no longer served is dropped, and is no problem.
+        // A group no longer served (no APIService, or a local one) is dropped,
+        // and is no problem.
         assert_eq!(found.get("gone.io"), None);
+        assert_eq!(found.get("local.io"), None);
+        // An extension server answering 404 is not believed: what it served is
+        // kept, and the failure reported.
+        assert_eq!(
+            found.get("agg.io"),
+            Some(&vec![GroupResource::new("agg.io", "secrets")])
+        );
         assert_eq!(
             found.get(""),
             Some(&vec![GroupResource::new("", "configmaps")])
@@ -740,14 +780,18 @@ mod tests {
             found.get("broken.io"),
             Some(&vec![GroupResource::new("broken.io", "gizmos")])
         );
-        assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(
-            problems[0] == "discovery of broken.io/v1 failed: boom (500)",
-            "{problems:?}"
+        let mut problems = problems;
+        problems.sort();
+        assert_eq!(
+            problems,
+            [
+                "discovery of agg.io/v1 failed: the aggregated API of service ext/agg-server answers 404",
+                "discovery of broken.io/v1 failed: boom (500)",
+            ],
         );
         // Nothing known before: nothing kept, still reported.
         let (found, problems) = discovery::namespaced_resources(&client, &HashMap::new()).await;
         assert_eq!(found.get("broken.io"), Some(&Vec::new()));
-        assert_eq!(problems.len(), 1);
+        assert_eq!(problems.len(), 2);
     }
 }
