@@ -16,7 +16,7 @@
 //! (`.kcp/admin.kubeconfig`, user `kcp-admin`, group `system:kcp:admin`) acts as
 //! the platform team.
 
-use super::{Proc, substrate_bin};
+use super::{Proc, kcp_saved::SavedState, substrate_bin};
 use anyhow::{Context, bail};
 use std::{
     hash::{BuildHasher, Hasher},
@@ -257,6 +257,44 @@ fn check_ports_free() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Removes kcp's state from `dir` (the `.kcp*` directories: a ready-to-test left
+/// there would read as ready at once).
+fn clear_state(dir: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(".kcp") {
+            std::fs::remove_dir_all(entry.path())
+                .with_context(|| entry.path().display().to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes what sharded-test-server looks for in `dir` (the fake kcp repository
+/// root its e2e framework expects) and the token file every shard reads, with a
+/// new token for each of `users`: (user, token).
+fn write_users(dir: &Path, users: &[(&str, &[&str])]) -> anyhow::Result<Vec<(String, String)>> {
+    std::fs::create_dir_all(dir.join(".git"))?;
+    let framework = dir.join("test/e2e/framework");
+    std::fs::create_dir_all(&framework)?;
+    let mut tokens = String::new();
+    let mut known = Vec::new();
+    for (i, (name, groups)) in users.iter().enumerate() {
+        let token = format!("{name}-{}", random_hex());
+        // The groups column only when there are groups (an empty one would
+        // read as the group "").
+        let uid = format!("{:04}-holdfast-e2e", i + 1);
+        if groups.is_empty() {
+            tokens.push_str(&format!("{token},{name},{uid}\n"));
+        } else {
+            tokens.push_str(&format!("{token},{name},{uid},\"{}\"\n", groups.join(",")));
+        }
+        known.push((name.to_string(), token));
+    }
+    std::fs::write(framework.join("auth-tokens.csv"), tokens)?;
+    Ok(known)
+}
+
 fn random_hex() -> String {
     let a = std::collections::hash_map::RandomState::new()
         .build_hasher()
@@ -274,6 +312,14 @@ impl KcpBackend {
     /// Starts the sharded kcp (two shards, front-proxy, cache server) in `dir`,
     /// with a bearer token for each of `users` (name, groups), and waits until it
     /// is ready to test.
+    ///
+    /// A fresh kcp bootstraps its shards for about 50 s on 2 cores; restarted on
+    /// the state of a fresh kcp it is ready in about 10 s. So the first start on a
+    /// machine saves the state of the fresh kcp it made ([`SavedState`], beside
+    /// the kcp binaries, keyed by them), and later starts begin from a copy of it:
+    /// each test still gets a kcp nothing else has touched. A start from the saved
+    /// state that fails discards it and starts afresh; `HOLDFAST_E2E_KCP_FRESH=1`
+    /// always starts afresh.
     pub async fn start_with_users(dir: &Path, users: &[(&str, &[&str])]) -> anyhow::Result<Self> {
         let bin = check_built()?;
         let lock = tokio::task::spawn_blocking(take_lock).await??;
@@ -293,43 +339,63 @@ impl KcpBackend {
 
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
-        // A fresh kcp: nothing of an earlier one in this dir (its ready-to-test
-        // would read as ready at once).
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            if entry.file_name().to_string_lossy().starts_with(".kcp") {
-                std::fs::remove_dir_all(entry.path())
-                    .with_context(|| entry.path().display().to_string())?;
+        let known = write_users(&dir, users)?;
+        let saved = SavedState::of(&bin)?;
+        let fresh_only = std::env::var("HOLDFAST_E2E_KCP_FRESH").is_ok_and(|v| v == "1");
+        let mut lock = lock;
+        if !fresh_only && saved.usable() {
+            clear_state(&dir)?;
+            saved.restore_into(&dir)?;
+            match Self::launch(&bin, &dir, known.clone(), lock).await {
+                Ok(backend) => return Ok(backend),
+                Err((e, back)) => {
+                    eprintln!(
+                        "kcp backend: a start from the saved state failed, starting afresh: {e:#}"
+                    );
+                    saved.discard();
+                    lock = back;
+                }
             }
         }
-        // The fake kcp repository root the e2e framework linked into
-        // sharded-test-server looks for, and the token file every shard reads.
-        std::fs::create_dir_all(dir.join(".git"))?;
-        let framework = dir.join("test/e2e/framework");
-        std::fs::create_dir_all(&framework)?;
-        let mut tokens = String::new();
-        let mut known = Vec::new();
-        for (i, (name, groups)) in users.iter().enumerate() {
-            let token = format!("{name}-{}", random_hex());
-            // The groups column only when there are groups (an empty one would
-            // read as the group "").
-            let uid = format!("{:04}-holdfast-e2e", i + 1);
-            if groups.is_empty() {
-                tokens.push_str(&format!("{token},{name},{uid}\n"));
-            } else {
-                tokens.push_str(&format!("{token},{name},{uid},\"{}\"\n", groups.join(",")));
-            }
-            known.push((name.to_string(), token));
+        clear_state(&dir)?;
+        let mut backend = Self::launch(&bin, &dir, known.clone(), lock)
+            .await
+            .map_err(|(e, _)| e)?;
+        if fresh_only {
+            return Ok(backend);
         }
-        std::fs::write(framework.join("auth-tokens.csv"), tokens)?;
+        // Saves the fresh kcp's state for the next starts: stopped (its state
+        // written), copied, and started again on it.
+        let fresh_in = backend.started_in;
+        backend.stop_processes();
+        let lock = backend.lock.take().context("the kcp lock")?;
+        drop(backend);
+        record(&lock, None, &[]);
+        if let Err(e) = saved.save_from(&dir) {
+            eprintln!("kcp backend: not saving the fresh kcp's state: {e:#}");
+        }
+        let mut backend = Self::launch(&bin, &dir, known, lock)
+            .await
+            .map_err(|(e, _)| e)?;
+        backend.started_in += fresh_in;
+        Ok(backend)
+    }
 
+    /// Runs sharded-test-server on the state in `dir` and waits for ready-to-test;
+    /// on failure everything it started is stopped and the lock given back.
+    async fn launch(
+        bin: &Path,
+        dir: &Path,
+        users: Vec<(String, String)>,
+        lock: std::fs::File,
+    ) -> Result<Self, (anyhow::Error, std::fs::File)> {
         let path = format!(
             "{}:{}",
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
         let mut cmd = Command::new(bin.join("sharded-test-server"));
-        cmd.current_dir(&dir)
+        cmd.current_dir(dir)
             .env("NO_GORUN", "1")
             .env("PATH", path)
             .arg("--number-of-shards=2")
@@ -337,42 +403,62 @@ impl KcpBackend {
         // A process group of its own (the shards, the front-proxy and the cache
         // server are its children and stay in it): the whole group stops on drop.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // Ready is the mark this start writes, not one left by a kcp before it.
+        let ready = dir.join(".kcp/ready-to-test");
+        if let Err(e) = std::fs::remove_file(&ready)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err((
+                anyhow::Error::new(e).context("removing ready-to-test"),
+                lock,
+            ));
+        }
         let started = Instant::now();
-        let proc = Proc::spawn("sharded-test-server", &dir, cmd)?;
+        let proc = match Proc::spawn("sharded-test-server", dir, cmd) {
+            Ok(p) => p,
+            Err(e) => return Err((e, lock)),
+        };
         let pgid = proc.pid();
+        // The lock joins the backend once it is ready; until then the processes
+        // are recorded in it here (for a later start, should this process die).
         let mut backend = Self {
             admin_kubeconfig: dir.join(".kcp/admin.kubeconfig"),
             serving_ca: dir.join(".kcp/serving-ca.crt"),
-            dir: dir.clone(),
+            dir: dir.to_path_buf(),
             started_in: Duration::ZERO,
-            users: known,
+            users,
             proc: Some(proc),
             pgid,
             seen: Vec::new(),
-            lock: Some(lock),
+            lock: None,
         };
-        backend.remember_processes();
-        let ready = dir.join(".kcp/ready-to-test");
-        loop {
+        let problem = loop {
             backend.remember_processes();
+            record(&lock, Some(pgid), &backend.seen);
             if ready.exists() {
-                break;
+                break None;
             }
             if !backend.alive() {
-                bail!(
+                break Some(anyhow::anyhow!(
                     "sharded-test-server exited before ready-to-test:\n{}",
                     backend.log_tail(40)
-                );
+                ));
             }
             if started.elapsed() > READY_WITHIN {
-                bail!(
+                break Some(anyhow::anyhow!(
                     "kcp not ready to test within {}s:\n{}",
                     READY_WITHIN.as_secs(),
                     backend.log_tail(40)
-                );
+                ));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        if let Some(e) = problem {
+            drop(backend);
+            record(&lock, None, &[]);
+            return Err((e, lock));
         }
+        backend.lock = Some(lock);
         backend.started_in = started.elapsed();
         backend.remember_processes();
         Ok(backend)
@@ -471,11 +557,12 @@ impl Drop for CacheServerPaused {
     }
 }
 
-impl Drop for KcpBackend {
-    fn drop(&mut self) {
-        // SIGTERM to the whole group (sharded-test-server scrapes the shards'
-        // metrics, then stops its children), SIGKILL to whatever is left after 20 s,
-        // and to every process seen at start that still runs.
+impl KcpBackend {
+    /// Stops every process of this kcp: SIGTERM to the whole group
+    /// (sharded-test-server scrapes the shards' metrics, then stops its
+    /// children), SIGKILL to whatever is left after 20 s, and to every process
+    /// seen at start that still runs.
+    fn stop_processes(&mut self) {
         let group = format!("-{}", self.pgid);
         let _ = Command::new("kill")
             .args(["-TERM", "--", &group])
@@ -498,6 +585,12 @@ impl Drop for KcpBackend {
             signal_if_same(*p, *s, "-KILL");
         }
         drop(self.proc.take());
+    }
+}
+
+impl Drop for KcpBackend {
+    fn drop(&mut self) {
+        self.stop_processes();
         if let Some(lock) = self.lock.take() {
             record(&lock, None, &[]);
             // Dropping the file releases the lock.

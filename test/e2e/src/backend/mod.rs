@@ -7,6 +7,7 @@
 
 pub mod karmada;
 pub mod kcp;
+mod kcp_saved;
 pub mod kube;
 pub mod pki;
 
