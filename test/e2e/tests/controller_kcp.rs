@@ -658,9 +658,24 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
     kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-gw", "Ready", "True"])
         .await;
 
-    // Deleted and created again: a new logical cluster under the same path.
-    let out = kcp.kubectl("platform", "root", &["delete", "workspace", "edge"]);
+    // Deleted and created again: a new logical cluster under the same path. kcp
+    // deletes a workspace's contents through admission and retries, with a
+    // growing delay, what was refused (kcp-facts 33): on the real kcp that took
+    // over a minute once, so the deletion is waited for as the platform would.
+    let out = kcp.kubectl(
+        "platform",
+        "root",
+        &["delete", "workspace", "edge", "--wait=false"],
+    );
     assert_eq!(out.code, 0, "{out:?}");
+    kcp.until(
+        "platform",
+        "root",
+        &["get", "workspace", "edge", "-o", "json"],
+        holdfast_e2e::KubectlOutput::is_not_found,
+    )
+    .await
+    .expect("workspace edge deleted");
     provider(&kcp, edge, "shard-1", "edge.test.io", &gateways);
     let second = kcp.logical_cluster(edge);
     assert_ne!(first, second);

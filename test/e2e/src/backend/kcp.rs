@@ -53,7 +53,8 @@ pub const DEFAULT_USERS: &[(&str, &[&str])] = &[
     ("holdfast-webhook", &[]),
 ];
 
-/// How long kcp may take to become ready (about 45 s on 2 cores).
+/// How long kcp may take to become ready (a fresh one about 50 s on 2 cores, one
+/// started on the saved state about 10 s).
 const READY_WITHIN: Duration = Duration::from_secs(240);
 /// How long a start waits for the ports of a kcp that just stopped to be freed.
 const PORTS_FREED_WITHIN: Duration = Duration::from_secs(30);
