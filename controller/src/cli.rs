@@ -509,14 +509,14 @@ fn crds(args: &CrdsArgs) -> anyhow::Result<()> {
 
 fn kcp_manifests(args: &CrdsArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.output_dir {
-        let written = crate::kcp_manifests::write_files(dir)?;
+        let written = crate::kcp::manifests::write_files(dir)?;
         tracing::info!(dir = %dir.display(), files = ?written, "wrote kcp manifests");
         return Ok(());
     }
     let mut out = String::new();
-    for (name, content) in crate::kcp_manifests::render_files()? {
+    for (name, content) in crate::kcp::manifests::render_files()? {
         if name != "kustomization.yaml" {
-            out.push_str(content.trim_start_matches(crate::kcp_manifests::GENERATED_HEADER));
+            out.push_str(content.trim_start_matches(crate::kcp::manifests::GENERATED_HEADER));
         }
     }
     print(&out, "kcp manifests")

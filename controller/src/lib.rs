@@ -7,7 +7,7 @@
 //! - [`kubernetes`]: the Kubernetes/Karmada reconciler (one merged
 //!   ValidatingWebhookConfiguration `holdfast`, self-healing).
 //! - [`kcp`]: the kcp reconciler (virtual workspace, workspace path resolver,
-//!   one configuration per provider workspace); [`kcp_manifests`]: holdfast's
+//!   one configuration per provider workspace); [`kcp::manifests`]: holdfast's
 //!   APIResourceSchemas and APIExport.
 //! - [`policies`]: validity of policy objects (spec rules, selectors, discovery).
 //! - [`reconcile`]: the reconcile loop both topologies share (backoff, typed
@@ -24,10 +24,6 @@ pub mod crds;
 pub mod cycles;
 pub mod deferred;
 pub mod kcp;
-pub mod kcp_enforcement;
-pub mod kcp_kinds;
-pub mod kcp_manifests;
-pub mod kcp_workspaces;
 pub mod kubernetes;
 pub mod leader;
 pub mod markers;

@@ -36,7 +36,7 @@ pub struct Outcome {
     /// `(reason, message)`. Installed and Ready are then False with that reason.
     pub blocked: Option<(&'static str, String)>,
     /// kcp: what only a configuration kcp does not enforce yet routes (see
-    /// [`crate::kcp_enforcement`]). Installed stays True, Ready is False with
+    /// [`crate::kcp::enforcement`]). Installed stays True, Ready is False with
     /// reason [`NOT_ENFORCED_YET`] until kcp enforces it.
     pub not_enforced: Option<String>,
 }

@@ -8,7 +8,7 @@ mod common;
 /// schema itself, not wrapped in `openAPIV3Schema`.
 #[test]
 fn every_schema_matches_its_crd() {
-    let docs = holdfast_controller::kcp_manifests::documents().expect("render");
+    let docs = holdfast_controller::kcp::manifests::documents().expect("render");
     let crds = holdfast_shared::api::crds();
     assert_eq!(docs.len(), crds.len() + 1);
     for (doc, crd) in docs.iter().zip(&crds) {

@@ -177,12 +177,12 @@ impl Fleet {
 /// The logical clusters whose configurations the status of policy `e` reads
 /// (the same as [`Reconciler::write_kind_statuses`] compares).
 pub(super) fn kind_status_clusters<'a>(
-    e: &'a crate::kcp_kinds::PolicyEval,
+    e: &'a crate::kcp::kinds::PolicyEval,
     home: Option<&'a str>,
 ) -> impl Iterator<Item = &'a str> {
     std::iter::once(e.cluster.as_str())
         .chain(e.exported.iter().map(|(_, lc, _)| lc.as_str()))
-        .chain(home.filter(|_| e.kind == crate::kcp_kinds::CRITICAL_SERVICE))
+        .chain(home.filter(|_| e.kind == crate::kcp::kinds::CRITICAL_SERVICE))
 }
 
 /// The keys of two maps whose values differ (by `same`), or that only one has.

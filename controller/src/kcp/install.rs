@@ -23,7 +23,7 @@ impl Reconciler {
         let critical = kinds
             .policies
             .iter()
-            .any(|e| e.kind == crate::kcp_kinds::CRITICAL_SERVICE && e.invalid.is_none());
+            .any(|e| e.kind == crate::kcp::kinds::CRITICAL_SERVICE && e.invalid.is_none());
         // holdfast's own objects in the workspaces binding holdfast (a policy carrying
         // the protection label) are admitted through this workspace's configurations
         // only (kcp-facts 12): their label protection lives here.
@@ -57,7 +57,7 @@ impl Reconciler {
                 if binders {
                     target
                         .label_exports
-                        .insert(export.clone(), crate::kcp_kinds::own_resources());
+                        .insert(export.clone(), crate::kcp::kinds::own_resources());
                 }
                 workspace_configuration(
                     home,
@@ -269,12 +269,12 @@ impl Reconciler {
         installed
     }
 
-    /// The policies of [`crate::kcp_kinds::kinds`] planned over the APIBindings
+    /// The policies of [`crate::kcp::kinds::kinds`] planned over the APIBindings
     /// (from the watches: no API read), and their objects (flattened in the
     /// plan's order). The last plan is reused while none of those objects changed
     /// (a plan is a function of them and of holdfast's own logical cluster).
     pub(super) fn plan(&self) -> Arc<PlannedKinds> {
-        use crate::kcp_kinds::{Bindings, export_cluster_of, plan};
+        use crate::kcp::kinds::{Bindings, export_cluster_of, plan};
         let export = &self.settings.api_export;
         // holdfast's own logical cluster, from the URLs of its slice.
         let home = self
@@ -329,7 +329,7 @@ impl Reconciler {
                 .filter(|(was, _)| *was == rv && !rv.is_empty());
             let d = match known {
                 Some((_, d)) => d,
-                None => Arc::new(crate::kcp_kinds::decode_policy(kind, obj)),
+                None => Arc::new(crate::kcp::kinds::decode_policy(kind, obj)),
             };
             if let Ok(mut n) = next.lock() {
                 n.insert(key, (rv, d.clone()));

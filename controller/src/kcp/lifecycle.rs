@@ -65,7 +65,7 @@ impl Reconciler {
             ),
             notify.clone(),
         );
-        let kinds = crate::kcp_kinds::kinds().map(|ar| {
+        let kinds = crate::kcp::kinds::kinds().map(|ar| {
             spawn_store(
                 source(
                     &home,
@@ -93,7 +93,7 @@ impl Reconciler {
         let workspaces = match settings.tenancy_workspace.as_deref() {
             Some(path) => {
                 let wake = notify.clone();
-                let (w, task) = crate::kcp_workspaces::WorkspacesConfiguration::new(
+                let (w, task) = crate::kcp::workspaces::WorkspacesConfiguration::new(
                     path,
                     clients.cluster(path)?,
                     move || wake.notify_one(),

@@ -63,7 +63,7 @@ use holdfast_shared::{
 
 use crate::{
     cycles::{RuleEdges, find_cycles},
-    kcp_enforcement::{Enforced, ProbeAnswer, not_enforced_message},
+    kcp::enforcement::{Enforced, ProbeAnswer, not_enforced_message},
     policies::{Invalid, check_dependency_rule, reasons},
     reconcile::ReconcileError,
     status::{Outcome, desired_status, now_rfc3339},
@@ -90,9 +90,7 @@ pub struct ClusterStore<K> {
     relisted: bool,
 }
 
-/// A store's key: (logical cluster, name), shared with the snapshots and the
-/// caches keyed by object (cloning it is a reference count).
-pub type StoreKey = Arc<(String, String)>;
+pub use kinds::StoreKey;
 
 pub use holdfast_shared::kcp::{cluster_of, front_proxy_of};
 
@@ -153,7 +151,7 @@ pub struct Reconciler {
     /// unwritable (said once until it works).
     home_warned: AtomicBool,
     /// Workspace containment's configuration, when on.
-    workspaces: Option<crate::kcp_workspaces::WorkspacesConfiguration>,
+    workspaces: Option<crate::kcp::workspaces::WorkspacesConfiguration>,
     clients: Clients,
     settings: Settings,
     options: watch::Receiver<InstallOptions>,
@@ -169,7 +167,7 @@ pub struct Reconciler {
     bindings: Shared<DynamicObject>,
     binding_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
     /// ResourceProtections, AnchorRules and CriticalServices (the order of
-    /// [`crate::kcp_kinds::kinds`]), untyped.
+    /// [`crate::kcp::kinds::kinds`]), untyped.
     kinds: [Shared<DynamicObject>; 3],
     /// When a pass last started writing statuses (see [`Reconciler::defer_statuses`]).
     statuses_written: Mutex<std::time::Instant>,
@@ -203,13 +201,13 @@ pub struct Reconciler {
     /// Per rule (`cluster/name`): what its status was last found up to date with.
     statuses: Mutex<HashMap<String, StatusInputs>>,
     /// Which installed configurations kcp is seen enforcing.
-    enforcement: crate::kcp_enforcement::Enforcement,
+    enforcement: crate::kcp::enforcement::Enforcement,
     /// Whether the last pass left some workspace path unresolved (retry soon).
     unresolved: bool,
     /// ResourceProtections, AnchorRules and CriticalServices decoded and checked,
     /// by (kind, cluster, name), with the resourceVersion they were read at.
-    decoded: Mutex<HashMap<DecodedKey, (String, Arc<crate::kcp_kinds::Decoded>)>>,
-    /// Per policy of [`crate::kcp_kinds::kinds`]: what its status was last found up
+    decoded: Mutex<HashMap<DecodedKey, (String, Arc<crate::kcp::kinds::Decoded>)>>,
+    /// Per policy of [`crate::kcp::kinds::kinds`]: what its status was last found up
     /// to date with (its comparison is skipped while they hold).
     kind_statuses: Mutex<HashMap<DecodedKey, KindStatusInputs>>,
     /// Workspaces whose configuration holdfast may no longer delete (said once).
@@ -397,14 +395,14 @@ struct Evaluated {
 /// APIExport name → the resources of it some rule protects.
 type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
 
-/// A policy of [`crate::kcp_kinds::kinds`]: (kind, logical cluster, name).
+/// A policy of [`crate::kcp::kinds::kinds`]: (kind, logical cluster, name).
 type DecodedKey = (usize, String, String);
 
-/// What the status of a policy of [`crate::kcp_kinds::kinds`] is computed from.
+/// What the status of a policy of [`crate::kcp::kinds::kinds`] is computed from.
 #[derive(PartialEq)]
 struct KindStatusInputs {
     rv: String,
-    eval: crate::kcp_kinds::PolicyEval,
+    eval: crate::kcp::kinds::PolicyEval,
     installed: Vec<Option<String>>,
 }
 
@@ -421,7 +419,7 @@ struct PlannedKinds {
     /// Per logical cluster: the plan's part of its target.
     targets: BTreeMap<String, Arc<WorkspaceTarget>>,
     /// Per policy, in the order of `objects`.
-    policies: Vec<crate::kcp_kinds::PolicyEval>,
+    policies: Vec<crate::kcp::kinds::PolicyEval>,
     objects: Vec<Arc<DynamicObject>>,
 }
 
@@ -439,7 +437,7 @@ struct Installed {
     errors: Vec<String>,
 }
 
-/// The status of one policy of [`crate::kcp_kinds::kinds`] to write, and the
+/// The status of one policy of [`crate::kcp::kinds::kinds`] to write, and the
 /// Warning Event to emit once it is written (it turned Invalid with a new reason).
 struct KindStatusWrite {
     kind: usize,
@@ -686,13 +684,17 @@ struct Targets {
     desired: BTreeMap<String, Arc<WorkspaceTarget>>,
 }
 
+pub mod enforcement;
 mod fleet;
 mod install;
+pub mod kinds;
 mod lifecycle;
+pub mod manifests;
 mod pass;
 mod rules;
 mod statuses;
 mod store;
+pub mod workspaces;
 #[allow(unused_imports)]
 use {fleet::*, install::*, rules::*, statuses::*, store::*};
 

@@ -4,12 +4,12 @@
 use super::*;
 
 impl Reconciler {
-    /// Writes the status of every policy of [`crate::kcp_kinds::kinds`] whose
+    /// Writes the status of every policy of [`crate::kcp::kinds::kinds`] whose
     /// conditions differ from what it has (with `only`: of those policies, by
     /// index); returns what failed.
     pub(super) async fn write_kind_statuses(
         &self,
-        policies: &[crate::kcp_kinds::PolicyEval],
+        policies: &[crate::kcp::kinds::PolicyEval],
         objects: &[Arc<DynamicObject>],
         installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
         enforced: &Enforced,
@@ -17,11 +17,11 @@ impl Reconciler {
         only: Option<&BTreeSet<usize>>,
     ) -> Vec<String> {
         let now = now_rfc3339();
-        let guard = home.map(|h| crate::kcp_kinds::HomeGuard {
+        let guard = home.map(|h| crate::kcp::kinds::HomeGuard {
             cluster: h,
             export: &self.settings.api_export,
         });
-        let kinds = crate::kcp_kinds::kinds();
+        let kinds = crate::kcp::kinds::kinds();
         let writes = {
             let mut writes = Vec::new();
             let mut seen = self.kind_statuses.lock().ok();
@@ -35,7 +35,7 @@ impl Reconciler {
                     .unwrap_or_default(),
             };
             let compared: Box<
-                dyn Iterator<Item = (&crate::kcp_kinds::PolicyEval, &Arc<DynamicObject>)>,
+                dyn Iterator<Item = (&crate::kcp::kinds::PolicyEval, &Arc<DynamicObject>)>,
             > = match only {
                 None => Box::new(policies.iter().zip(objects)),
                 Some(only) => Box::new(
@@ -67,7 +67,7 @@ impl Reconciler {
                     next.insert(key, inputs);
                     continue;
                 }
-                let outcome = crate::kcp_kinds::outcome(e, installed, enforced, guard);
+                let outcome = crate::kcp::kinds::outcome(e, installed, enforced, guard);
                 let current = crate::kubernetes::current_status(obj);
                 match desired_status(
                     obj.metadata.generation,

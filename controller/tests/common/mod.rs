@@ -29,8 +29,8 @@ pub fn assert_up_to_date(which: Generated) {
         ),
         Generated::Kcp => (
             root.join("manifests/kcp"),
-            holdfast_controller::kcp_manifests::render_files().expect("render"),
-            holdfast_controller::kcp_manifests::GENERATED_HEADER,
+            holdfast_controller::kcp::manifests::render_files().expect("render"),
+            holdfast_controller::kcp::manifests::GENERATED_HEADER,
             "manifest",
             "manifests/kcp is out of date with shared/src/api; run \
              `cargo run -p holdfast-controller -- kcp-manifests --output-dir manifests/kcp`",

@@ -1,4 +1,4 @@
-//! Unit tests of `kcp_kinds.rs`.
+//! Unit tests of `kcp/kinds.rs`.
 
 use super::*;
 use holdfast_shared::webhookconfig::{InstallOptions, WebhookTarget, workspace_configuration};
@@ -42,7 +42,7 @@ fn policy(
     kind: &str,
     name: &str,
     spec: Value,
-) -> (crate::kcp::StoreKey, Arc<DynamicObject>) {
+) -> (super::StoreKey, Arc<DynamicObject>) {
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "holdfast.dev/v1alpha1", "kind": kind,
         "metadata": {"name": name, "annotations": {"kcp.io/cluster": cluster}},
@@ -213,7 +213,7 @@ fn policies_route_local_types_locally_and_bound_types_through_their_export() {
     let mut installed: BTreeMap<String, Arc<ValidatingWebhookConfiguration>> =
         [("c1".to_string(), cfg("c1"))].into();
     let all = |installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>| {
-        crate::kcp_enforcement::Enforced {
+        crate::kcp::enforcement::Enforced {
             effective: installed.clone(),
             pending: BTreeMap::new(),
         }

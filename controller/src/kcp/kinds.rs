@@ -34,7 +34,7 @@ use kube::api::{ApiResource, DynamicObject};
 use serde_json::Value;
 
 use crate::{
-    kcp_enforcement::{Enforced, not_enforced_message},
+    kcp::enforcement::{Enforced, not_enforced_message},
     kubernetes::decode,
     policies::{
         ApiIndex, Invalid, check_anchor_rule, check_critical_service, check_resource_protection,
@@ -245,8 +245,12 @@ pub struct Plan {
     pub policies: Vec<PolicyEval>,
 }
 
+/// A store's key: (logical cluster, name), shared with the snapshots and the
+/// caches keyed by object (cloning it is a reference count).
+pub type StoreKey = Arc<(String, String)>;
+
 /// The objects of one kind, keyed by (logical cluster, name).
-pub type Objects = Vec<(crate::kcp::StoreKey, Arc<DynamicObject>)>;
+pub type Objects = Vec<(StoreKey, Arc<DynamicObject>)>;
 
 /// One policy object, decoded and checked: a function of the object alone, so the
 /// caller may reuse it while the object's resourceVersion is unchanged.
@@ -596,5 +600,5 @@ pub fn outcome(
 }
 
 #[cfg(test)]
-#[path = "kcp_kinds_tests.rs"]
+#[path = "kinds_tests.rs"]
 mod tests;
