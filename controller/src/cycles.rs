@@ -497,13 +497,7 @@ mod tests {
     #[test]
     fn the_edge_graph_follows_find_cycles() {
         let gr = |i: u64| GroupResource::new("g", format!("t{i}"));
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::test_sequence(0x9e37_79b9_7f4a_7c15);
         let mut rules: Vec<RuleEdges> = Vec::new();
         let mut graph = EdgeGraph::default();
         let mut acyclic_now = true;

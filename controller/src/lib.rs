@@ -35,3 +35,15 @@ pub mod run;
 pub mod sources;
 pub mod status;
 pub mod uninstall;
+
+/// A pseudo-random sequence for tests (xorshift from `seed`): each call gives a
+/// number below its argument.
+#[cfg(test)]
+pub(crate) fn test_sequence(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}

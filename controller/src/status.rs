@@ -452,6 +452,10 @@ mod tests {
                 .expect("condition");
             (c.status, c.reason)
         };
+        let want = |o: &Outcome, t: &str, (status, reason): (&str, &str)| {
+            let (s, r) = find(o, t);
+            assert_eq!((s.as_str(), r.as_str()), (status, reason), "{t}");
+        };
         let mut o = outcome();
         o.cycle_applies = false;
         o.source = Some(SourceCondition {
@@ -459,34 +463,22 @@ mod tests {
             reason: "Unreachable",
             message: "anchor source Secret a/b is unreachable: refused".into(),
         });
-        assert_eq!(
-            find(&o, "SourceReachable"),
-            ("False".into(), "Unreachable".into())
-        );
-        assert_eq!(
-            find(&o, "Ready"),
-            ("False".into(), "SourceUnreachable".into())
-        );
+        want(&o, "SourceReachable", ("False", "Unreachable"));
+        want(&o, "Ready", ("False", "SourceUnreachable"));
         o.source = Some(SourceCondition {
             reachable: true,
             reason: "Synced",
             message: "listed".into(),
         });
-        assert_eq!(find(&o, "Ready"), ("True".into(), "Enforced".into()));
+        want(&o, "Ready", ("True", "Enforced"));
         o.source = None;
         // kcp: installed, not enforced yet.
         let waiting = Outcome {
             not_enforced: Some("installed, but kcp does not enforce it yet".into()),
             ..o.clone()
         };
-        assert_eq!(
-            find(&waiting, "Ready"),
-            ("False".into(), "NotEnforcedYet".into())
-        );
-        assert_eq!(
-            find(&waiting, "Installed"),
-            ("True".into(), "WebhookInstalled".into())
-        );
+        want(&waiting, "Ready", ("False", "NotEnforcedYet"));
+        want(&waiting, "Installed", ("True", "WebhookInstalled"));
         let never = "DELETEs of pods.metrics.k8s.io never reach a webhook";
         let blocked = Outcome {
             blocked: Some(("ExportWorkspaceNotBound", "bind it".into())),

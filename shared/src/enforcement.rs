@@ -77,16 +77,7 @@ pub fn answered_by_probe(message: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhookconfig::{FailurePolicy, WebhookTarget};
-
-    fn opts() -> InstallOptions {
-        InstallOptions {
-            target: WebhookTarget::Url("https://hooks.example:8443/validate".into()),
-            ca_bundle: b"CA".to_vec(),
-            failure_policy: FailurePolicy::Fail,
-            timeout_seconds: 10,
-        }
-    }
+    use crate::webhookconfig::tests::opts;
 
     #[test]
     fn the_probe_name_follows_what_the_configuration_routes() {
@@ -113,7 +104,7 @@ mod tests {
         assert_eq!(h.name, WEBHOOK_NAME);
         assert_eq!(
             h.client_config.url.as_deref(),
-            Some("https://hooks.example:8443/validate/enforcement-probe")
+            Some("https://127.0.0.1:8443/validate/enforcement-probe")
         );
         assert_eq!(h.failure_policy.as_deref(), Some("Fail"));
         let v = serde_json::to_value(&h).expect("json");

@@ -790,4 +790,4 @@ pub use kcp::*;
 
 #[cfg(test)]
 #[path = "webhookconfig_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -26,7 +26,8 @@ fn groups_and_resources(rules: &[RuleWithOperations]) -> Vec<(Vec<String>, Vec<S
     rules.iter().map(pair).collect()
 }
 
-fn opts() -> InstallOptions {
+/// Install options for tests: a URL target on this host, Fail, 10 s.
+pub(crate) fn opts() -> InstallOptions {
     InstallOptions {
         target: WebhookTarget::Url("https://127.0.0.1:8443/validate".into()),
         ca_bundle: b"PEM".to_vec(),

@@ -7,7 +7,7 @@
 use holdfast_shared::{
     api::common::{Enforcement, GroupResource},
     fieldpath::FieldPath,
-    index::{DependentsIndex, ObjectId, index_target, references},
+    index::{DependentsIndex, ObjectId, Reference, Referrer, index_target, references},
     registry::{CompiledDependency, PolicyKey},
 };
 use serde_json::{Value, json};
@@ -150,4 +150,124 @@ fn scan_references(vm: &Value) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+fn id(ns: &str, name: &str) -> ObjectId {
+    ObjectId {
+        cluster: "lc1".into(),
+        resource: "virtualmachines.compute.test.io".into(),
+        namespace: ns.into(),
+        name: name.into(),
+    }
+}
+
+#[test]
+fn references_from_paths() {
+    let d1 = dep(".spec.vpcRef.name", None);
+    let d2 = dep(".spec.disks[*].vpcRef.name", Some(".spec.vpcRef.namespace"));
+    let vm = json!({"metadata": {"name": "vm", "namespace": "default"},
+        "spec": {"vpcRef": {"name": "a", "namespace": "net"}, "disks": [{"vpcRef": {"name": "b"}}]}});
+    let refs = references(&vm, &[&d1, &d2]);
+    assert_eq!(refs.len(), 2);
+    assert_eq!(refs[0].namespace, "default");
+    assert_eq!(
+        refs[1],
+        Reference {
+            target: index_target(&d2),
+            name: "b".into(),
+            namespace: "net".into()
+        }
+    );
+    assert_eq!(
+        index_target(&d2),
+        "vpcs.network.test.io#.spec.disks[*].vpcRef.name#.spec.vpcRef.namespace"
+    );
+}
+
+#[test]
+fn two_rules_on_the_same_types_through_different_fields_stay_apart() {
+    let by_ref = dep(".spec.vpcRef.name", None);
+    let by_backup = dep(".spec.backupVpc", None);
+    let vm = json!({"metadata": {"name": "vm", "namespace": "default"},
+        "spec": {"vpcRef": {"name": "a"}}});
+    let idx = DependentsIndex::default();
+    idx.apply(
+        &id("default", "vm"),
+        "VirtualMachine",
+        false,
+        &references(&vm, &[&by_ref, &by_backup]),
+    );
+    let found = |d: &CompiledDependency| {
+        idx.lookup("lc1", &index_target(d), "a", Some("default"))
+            .len()
+    };
+    assert_eq!(found(&by_ref), 1);
+    assert_eq!(
+        found(&by_backup),
+        0,
+        "the backup rule's field names nothing"
+    );
+}
+
+#[test]
+fn apply_lookup_update_delete() {
+    let idx = DependentsIndex::default();
+    let r = |name: &str| Reference {
+        target: "vpcs.network.test.io".into(),
+        name: name.into(),
+        namespace: "default".into(),
+    };
+    idx.apply(
+        &id("default", "vm1"),
+        "VirtualMachine",
+        false,
+        &[r("my-vpc")],
+    );
+    idx.apply(
+        &id("default", "vm2"),
+        "VirtualMachine",
+        true,
+        &[r("my-vpc"), r("other")],
+    );
+    let found = idx.lookup("lc1", "vpcs.network.test.io", "my-vpc", Some("default"));
+    assert_eq!(
+        found.iter().map(Referrer::describe).collect::<Vec<_>>(),
+        vec![
+            "VirtualMachine default/vm1",
+            "VirtualMachine default/vm2 (terminating)"
+        ]
+    );
+    assert!(
+        idx.lookup("lc1", "vpcs.network.test.io", "my-vpc", Some("prod"))
+            .is_empty()
+    );
+    assert!(
+        idx.lookup("lc2", "vpcs.network.test.io", "my-vpc", Some("default"))
+            .is_empty()
+    );
+    assert_eq!(
+        idx.lookup("lc1", "vpcs.network.test.io", "my-vpc", None)
+            .len(),
+        2
+    );
+    // vm1 now points elsewhere.
+    idx.apply(
+        &id("default", "vm1"),
+        "VirtualMachine",
+        false,
+        &[r("other")],
+    );
+    assert_eq!(
+        idx.lookup("lc1", "vpcs.network.test.io", "my-vpc", Some("default"))
+            .len(),
+        1
+    );
+    idx.delete(&id("default", "vm2"));
+    assert!(
+        idx.lookup("lc1", "vpcs.network.test.io", "my-vpc", Some("default"))
+            .is_empty()
+    );
+    assert_eq!(idx.len(), 1);
+    idx.clear_resource("virtualmachines.compute.test.io");
+    assert!(idx.is_empty());
 }

@@ -51,6 +51,19 @@ pub struct ApiResourceInfo {
 }
 
 impl ApiResourceInfo {
+    /// Core Namespaces, as discovery lists them.
+    pub fn namespaces() -> Self {
+        Self {
+            group: String::new(),
+            version: "v1".to_string(),
+            resource: "namespaces".to_string(),
+            singular: "namespace".to_string(),
+            kind: "Namespace".to_string(),
+            namespaced: false,
+            short_names: Vec::new(),
+        }
+    }
+
     /// `apiVersion` of its objects.
     pub fn api_version(&self) -> String {
         holdfast_shared::api::api_version(&self.group, &self.version)

@@ -437,13 +437,7 @@ fn cluster_store_keys_by_cluster_and_name() {
 /// changed are reported, and every other keeps its target (the same `Arc`).
 #[test]
 fn incremental_targets_equal_a_full_recompute_after_every_change() {
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut next = crate::test_sequence(0x2545_f491_4f6c_dd1d);
     let lcs = ["lc0", "lc1", "lc2", "lc3", "lc4"];
     let resources = ["widgets", "gadgets", "valves"];
     let mut rules: BTreeMap<StoreKey, Arc<RuleEval>> = BTreeMap::new();

@@ -761,25 +761,20 @@ mod tests {
         // and is no problem.
         assert_eq!(found.get("gone.io"), None);
         assert_eq!(found.get("local.io"), None);
-        // An extension server answering 404 is not believed: what it served is
-        // kept, and the failure reported.
-        assert_eq!(
-            found.get("agg.io"),
-            Some(&vec![GroupResource::new("agg.io", "secrets")])
-        );
-        assert_eq!(
-            found.get(""),
-            Some(&vec![GroupResource::new("", "configmaps")])
-        );
-        assert_eq!(
-            found.get("good.io"),
-            Some(&vec![GroupResource::new("good.io", "widgets")])
-        );
-        // The broken group keeps its old resources, and the failure is reported.
-        assert_eq!(
-            found.get("broken.io"),
-            Some(&vec![GroupResource::new("broken.io", "gizmos")])
-        );
+        // An extension server answering 404 is not believed, and the broken group
+        // keeps its old resources: what each served is kept, the failures reported.
+        for (group, resource) in [
+            ("agg.io", "secrets"),
+            ("", "configmaps"),
+            ("good.io", "widgets"),
+            ("broken.io", "gizmos"),
+        ] {
+            assert_eq!(
+                found.get(group),
+                Some(&vec![GroupResource::new(group, resource)]),
+                "{group}"
+            );
+        }
         let mut problems = problems;
         problems.sort();
         assert_eq!(

@@ -100,6 +100,26 @@ fn place(cluster: &str, path: Option<&str>, objects: Vec<ContainedObject>) -> Wo
     }
 }
 
+/// `place` with one ConfigMap `name` labelled `holdfast.dev/protected=value`.
+fn holding(cluster: &str, path: Option<&str>, name: &str, value: &str) -> WorkspaceContents {
+    place(
+        cluster,
+        path,
+        vec![configmap(
+            cluster,
+            name,
+            json!({"holdfast.dev/protected": value}),
+        )],
+    )
+}
+
+/// ConfigMap `vault` of `lc-team`, protected and marked for break-glass.
+fn vault_with_break_glass() -> Arc<Value> {
+    Arc::new(json!({"metadata": {"name": "vault", "namespace": "default",
+        "labels": {"holdfast.dev/protected": "Always"},
+        "annotations": {"kcp.io/cluster": "lc-team", "holdfast.dev/skip-protection": "true"}}}))
+}
+
 fn unreadable(cluster: &str, why: &str) -> WorkspaceContents {
     WorkspaceContents {
         cluster: cluster.into(),
@@ -124,15 +144,7 @@ fn a_workspace_holding_a_protected_object_here_or_below_is_refused() {
                     ),
                 ],
             ),
-            place(
-                "lc-sub",
-                Some("root:org:team:sub"),
-                vec![configmap(
-                    "lc-sub",
-                    "keys",
-                    json!({"holdfast.dev/protected": "true"}),
-                )],
-            ),
+            holding("lc-sub", Some("root:org:team:sub"), "keys", "true"),
         ],
         ..View::default()
     };
@@ -182,9 +194,7 @@ fn nothing_protected_allows_and_break_glass_on_a_contained_object_lifts_it() {
         "vault",
         json!({"holdfast.dev/protected": "Always"}),
     );
-    glass.object = Arc::new(json!({"metadata": {"name": "vault", "namespace": "default",
-        "labels": {"holdfast.dev/protected": "Always"},
-        "annotations": {"kcp.io/cluster": "lc-team", "holdfast.dev/skip-protection": "true"}}}));
+    glass.object = vault_with_break_glass();
     v.contents[0].objects.push(glass);
     assert_eq!(evaluate(&req, &kcp(), &v, now()).decision, Decision::Allow);
 }
@@ -216,15 +226,7 @@ fn unreadable_contents_or_an_unplaced_holder_refuse() {
                 None,
                 vec![configmap("lc-far", "plain", json!({}))],
             ),
-            place(
-                "lc-odd",
-                None,
-                vec![configmap(
-                    "lc-odd",
-                    "vault",
-                    json!({"holdfast.dev/protected": "true"}),
-                )],
-            ),
+            holding("lc-odd", None, "vault", "true"),
         ],
         ..View::default()
     };
@@ -246,15 +248,7 @@ fn unreadable_contents_or_an_unplaced_holder_refuse() {
                 "lc-sub",
                 "the discovery of workspace lc-sub failed; retry later",
             ),
-            place(
-                "lc-team",
-                Some("root:org:team"),
-                vec![configmap(
-                    "lc-team",
-                    "vault",
-                    json!({"holdfast.dev/protected": "true"}),
-                )],
-            ),
+            holding("lc-team", Some("root:org:team"), "vault", "true"),
         ],
         ..View::default()
     };
@@ -275,15 +269,7 @@ fn unreadable_contents_or_an_unplaced_holder_refuse() {
 #[test]
 fn outside_kcp_a_workspace_is_no_container_and_break_glass_on_it_is_honoured() {
     let v = View {
-        contents: vec![place(
-            "lc-team",
-            Some("root:org:team"),
-            vec![configmap(
-                "lc-team",
-                "vault",
-                json!({"holdfast.dev/protected": "Always"}),
-            )],
-        )],
+        contents: vec![holding("lc-team", Some("root:org:team"), "vault", "Always")],
         ..View::default()
     };
     // Not kcp: a "Workspace" is an ordinary object.
@@ -302,15 +288,7 @@ fn outside_kcp_a_workspace_is_no_container_and_break_glass_on_it_is_honoured() {
 #[test]
 fn on_kcp_break_glass_on_a_workspace_waits_until_nothing_protected_is_left() {
     let mut v = View {
-        contents: vec![place(
-            "lc-team",
-            Some("root:org:team"),
-            vec![configmap(
-                "lc-team",
-                "vault",
-                json!({"holdfast.dev/protected": "Always"}),
-            )],
-        )],
+        contents: vec![holding("lc-team", Some("root:org:team"), "vault", "Always")],
         ..View::default()
     };
     // kcp would delete the ConfigMap past holdfast: the marker on the Workspace
@@ -329,9 +307,7 @@ fn on_kcp_break_glass_on_a_workspace_waits_until_nothing_protected_is_left() {
         d.message
     );
     // Once the ConfigMap carries the marker itself, the Workspace goes, as break-glass.
-    v.contents[0].objects[0].object = Arc::new(json!({"metadata": {"name": "vault",
-        "namespace": "default", "labels": {"holdfast.dev/protected": "Always"},
-        "annotations": {"kcp.io/cluster": "lc-team", "holdfast.dev/skip-protection": "true"}}}));
+    v.contents[0].objects[0].object = vault_with_break_glass();
     let e = evaluate(&req, &kcp(), &v, now());
     assert_eq!(e.decision, Decision::Allow);
     assert_eq!(e.decider, Decider::BreakGlass);

@@ -240,18 +240,7 @@ pub(super) async fn check(config: kube::Config, timeout: Duration) -> anyhow::Re
     // protected objects (the webhook's containment, judged as an admin would be).
     let (cfg, view, stop_tx) = open_judge(config, &labels, strict, deadline).await?;
     let containers = [
-        (
-            ApiResourceInfo {
-                group: String::new(),
-                version: "v1".to_string(),
-                resource: "namespaces".to_string(),
-                singular: "namespace".to_string(),
-                kind: "Namespace".to_string(),
-                namespaced: false,
-                short_names: Vec::new(),
-            },
-            "NamespaceUnprotected",
-        ),
+        (ApiResourceInfo::namespaces(), "NamespaceUnprotected"),
         (
             ApiResourceInfo {
                 group: "apiextensions.k8s.io".to_string(),

@@ -292,15 +292,7 @@ async fn held_in(
     let mut notes = Vec::new();
     let (labels, strict, _) = settings(client, &mut notes).await;
     let (policy, view, stop_tx) = open_judge(cfg, &labels, strict, deadline).await?;
-    let namespaces = ApiResourceInfo {
-        group: String::new(),
-        version: "v1".to_string(),
-        resource: "namespaces".to_string(),
-        singular: "namespace".to_string(),
-        kind: "Namespace".to_string(),
-        namespaced: false,
-        short_names: Vec::new(),
-    };
+    let namespaces = ApiResourceInfo::namespaces();
     let items = check::list_json(client, &api_resource(&namespaces))
         .await
         .map_err(|e| anyhow!(e));
