@@ -1,39 +1,24 @@
-//! holdfast-shared: the API types (CRDs), field paths, rule registry and the pure
-//! policy evaluation shared by `holdfast-controller` and `holdfast-webhook`.
+//! holdfast-shared: what `holdfast-controller`, `holdfast-webhook` and
+//! `kubectl-holdfast` share, in two halves:
 //!
-//! Policies are evaluated without I/O, over an admission request and a
-//! [`policy::ClusterView`] that the webhook implements. The modules that touch the
-//! network are [`clients`] (the API clients both binaries use, cached), [`kcp`] (kcp
-//! plumbing: logical clusters, endpoint slices, workspace paths) and [`watch`] (the one
-//! watch driver every cache is fed by).
+//! - [`pure`]: the API types (CRDs), field paths, the rule registry and index, the
+//!   policy evaluation and its messages, and the objects holdfast installs (webhook
+//!   configurations, the backstop), all without I/O;
+//! - [`plumbing`]: the API clients, the watch driver, kcp's resolution on the wire
+//!   and the binaries' runtime.
+//!
+//! Every module is also at the crate's root (`holdfast_shared::policy`, ...).
 
 #![warn(missing_docs)]
 
-pub mod anchorsource;
-pub mod api;
-pub mod backoff;
-pub mod backstop;
-pub mod clients;
-pub mod deferred;
-pub mod endpoints;
-pub mod enforcement;
-pub mod fieldpath;
-pub mod index;
-pub mod kcp;
-pub mod labels;
-pub mod locks;
-pub mod names;
-pub mod policy;
-pub mod registry;
-pub mod report;
-pub mod request_signature;
-pub mod review;
+pub mod plumbing;
+pub mod pure;
+
 #[cfg(feature = "runtime")]
-pub mod runtime;
-pub mod selector;
-pub mod selfprotection;
-pub mod topology;
-pub mod unreviewed;
-pub mod watch;
-pub mod webhookconfig;
-pub mod workspaces;
+pub use plumbing::runtime;
+pub use plumbing::{backoff, clients, endpoints, kcp, watch};
+pub use pure::{
+    anchorsource, api, backstop, deferred, enforcement, fieldpath, index, labels, locks, names,
+    policy, registry, report, request_signature, review, selector, selfprotection, topology,
+    unreviewed, webhookconfig, workspaces,
+};

@@ -24,7 +24,7 @@ pub fn assert_up_to_date(which: Generated) {
             holdfast_controller::crds::render_files().expect("CRDs render"),
             holdfast_controller::crds::GENERATED_HEADER,
             "CRD",
-            "manifests/crds is out of date with the API types in shared/src/api; \
+            "manifests/crds is out of date with the API types in shared/src/pure/api; \
              run hack/gen-crds.sh and commit the result",
         ),
         Generated::Kcp => (
@@ -32,7 +32,7 @@ pub fn assert_up_to_date(which: Generated) {
             holdfast_controller::kcp::manifests::render_files().expect("render"),
             holdfast_controller::kcp::manifests::GENERATED_HEADER,
             "manifest",
-            "manifests/kcp is out of date with shared/src/api; run \
+            "manifests/kcp is out of date with shared/src/pure/api; run \
              `cargo run -p holdfast-controller -- kcp-manifests --output-dir manifests/kcp`",
         ),
     };

@@ -15,6 +15,8 @@ use crate::{
     names::KCP_CLUSTER_ANNOTATION,
 };
 
+pub use crate::topology::{is_logical_cluster_name, is_workspace_path};
+
 /// Per-URL clients kept at most by default (workspaces written to or read, plus a few).
 pub const MAX_CLIENTS: u64 = 4096;
 
@@ -38,16 +40,6 @@ pub fn cluster_of<K: Resource>(obj: &K) -> String {
         .and_then(|a| a.get(KCP_CLUSTER_ANNOTATION))
         .cloned()
         .unwrap_or_default()
-}
-
-/// A kcp logical cluster name or workspace path: lowercase letters, digits, `-` and
-/// `:` separators, at most 253 characters.
-pub fn is_logical_cluster_name(lc: &str) -> bool {
-    !lc.is_empty()
-        && lc.len() <= 253
-        && lc
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b':')
 }
 
 /// `https://h:6443/clusters/root:holdfast` → `https://h:6443`.
@@ -224,19 +216,6 @@ pub fn status_of(e: &kube::Error) -> Option<u16> {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
     }
-}
-
-/// Whether `path` is `<logical cluster>(:<workspace name>)*`, each segment a DNS label.
-pub fn is_workspace_path(path: &str) -> bool {
-    let label = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 63
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !s.starts_with('-')
-            && !s.ends_with('-')
-    };
-    path.len() <= 1024 && path.split(':').all(label)
 }
 
 /// Resolves workspace paths of any depth to logical cluster names, as kcp's

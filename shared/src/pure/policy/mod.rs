@@ -251,7 +251,7 @@ pub fn workspace_path(workspace: &Value) -> Option<String> {
     let url = workspace.pointer("/spec/URL")?.as_str()?;
     let (_, path) = url.rsplit_once("/clusters/")?;
     let path = path.trim_end_matches('/');
-    crate::kcp::is_workspace_path(path).then(|| path.to_string())
+    crate::topology::is_workspace_path(path).then(|| path.to_string())
 }
 
 /// A DELETE: break-glass, then every protection of the object, then containment.

@@ -77,6 +77,29 @@ impl fmt::Display for Topology {
     }
 }
 
+/// A kcp logical cluster name or workspace path: lowercase letters, digits, `-` and
+/// `:` separators, at most 253 characters.
+pub fn is_logical_cluster_name(lc: &str) -> bool {
+    !lc.is_empty()
+        && lc.len() <= 253
+        && lc
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b':')
+}
+
+/// Whether `path` is `<logical cluster>(:<workspace name>)*`, each segment a DNS label.
+pub fn is_workspace_path(path: &str) -> bool {
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    path.len() <= 1024 && path.split(':').all(label)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
