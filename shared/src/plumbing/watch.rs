@@ -39,7 +39,6 @@
 //! refusal once, or flip a flag readers check).
 
 use std::{
-    borrow::Cow,
     collections::BTreeMap,
     fmt,
     sync::{
@@ -52,7 +51,6 @@ use std::{
 use futures::{Stream, StreamExt as _};
 
 use crate::backoff::ExponentialBackoff;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, Resource, runtime::watcher};
 use serde::de::DeserializeOwned;
 
@@ -454,77 +452,6 @@ pub fn watcher_status(e: &watcher::Error) -> Option<u16> {
         | watcher::Error::WatchFailed(e) => api_status(e),
         watcher::Error::WatchError(s) => Some(s.code),
         watcher::Error::NoResourceVersion => None,
-    }
-}
-
-/// An object of type `K` as a watch delivers it: decoded, or why it cannot be.
-///
-/// A watch of `K` itself fails its whole list on one object its types cannot read;
-/// a watch of `Decoded<K>` delivers that object as [`Decoded::Invalid`] and the others
-/// as they are.
-#[derive(Clone, Debug)]
-pub enum Decoded<K> {
-    /// The object, decoded.
-    Valid(K),
-    /// An object the types cannot read.
-    Invalid(Box<InvalidObject>),
-}
-
-/// An object that does not decode as its type.
-#[derive(Clone, Debug, Default)]
-pub struct InvalidObject {
-    /// Its metadata (as much as decodes).
-    pub metadata: ObjectMeta,
-    /// Why it does not decode.
-    pub error: String,
-}
-
-impl<'de, K: DeserializeOwned> serde::Deserialize<'de> for Decoded<K> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        match serde_json::from_value::<K>(value.clone()) {
-            Ok(k) => Ok(Self::Valid(k)),
-            Err(e) => Ok(Self::Invalid(Box::new(InvalidObject {
-                metadata: value
-                    .get("metadata")
-                    .and_then(|m| serde_json::from_value(m.clone()).ok())
-                    .unwrap_or_default(),
-                error: e.to_string(),
-            }))),
-        }
-    }
-}
-
-impl<K: Resource> Resource for Decoded<K> {
-    type DynamicType = K::DynamicType;
-    type Scope = K::Scope;
-
-    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::kind(dt)
-    }
-    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::version(dt)
-    }
-    fn api_version(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::api_version(dt)
-    }
-    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        match self {
-            Self::Valid(k) => k.meta(),
-            Self::Invalid(i) => &i.metadata,
-        }
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        match self {
-            Self::Valid(k) => k.meta_mut(),
-            Self::Invalid(i) => &mut i.metadata,
-        }
     }
 }
 

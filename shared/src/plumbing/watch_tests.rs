@@ -302,26 +302,3 @@ fn watch_backoff_doubles_to_five_seconds_and_resets() {
     b.reset();
     assert_eq!(b.nominal(), Duration::from_millis(500));
 }
-
-#[test]
-fn an_object_the_types_cannot_read_is_delivered_as_invalid() {
-    #[derive(serde::Deserialize, Debug)]
-    struct Strict {
-        #[allow(dead_code)]
-        spec: u32,
-    }
-    let ok: Decoded<Strict> =
-        serde_json::from_value(serde_json::json!({"spec": 3})).expect("decodes");
-    assert!(matches!(ok, Decoded::Valid(Strict { .. })));
-    let bad: Decoded<Strict> = serde_json::from_value(
-        serde_json::json!({"metadata": {"name": "x", "annotations": {"kcp.io/cluster": "lc"}}, "spec": "three"}),
-    )
-    .expect("still decodes");
-    match bad {
-        Decoded::Invalid(i) => {
-            assert_eq!(i.metadata.name.as_deref(), Some("x"));
-            assert_eq!(i.error, "invalid type: string \"three\", expected u32");
-        }
-        Decoded::Valid(_) => panic!("decoded a bad object"),
-    }
-}

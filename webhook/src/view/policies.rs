@@ -1,6 +1,6 @@
 //! The policy watches: one per policy kind, feeding the registry through the shared
 //! watch driver. An object the types cannot read arrives as
-//! [`Decoded::Invalid`](holdfast_shared::watch::Decoded) and is left out (reported),
+//! an invalid [`DeserializeGuard`](kube::core::DeserializeGuard) and is left out (reported),
 //! like one that does not compile; it never breaks the list of the others.
 //!
 //! The registry is loaded once every kind has listed once. While a watch recovers from
@@ -23,9 +23,9 @@ use holdfast_shared::{
     kcp::cluster_of,
     registry::{PolicyKey, PolicyObject},
     topology::Topology,
-    watch::{self, Decoded, Index, NotFound, Status, WatchState},
+    watch::{self, Index, NotFound, Status, WatchState},
 };
-use kube::{Api, Client, Resource, runtime::watcher};
+use kube::{Api, Client, Resource, core::DeserializeGuard, runtime::watcher};
 use std::sync::Arc;
 use tokio::sync::watch as signal;
 
@@ -75,18 +75,18 @@ struct PolicyFeed<K> {
 }
 
 impl<K: WatchedPolicy> PolicyFeed<K> {
-    fn invalid(&self, obj: &Decoded<K>, error: &dyn std::fmt::Display) {
+    fn invalid(&self, obj: &DeserializeGuard<K>, error: &dyn std::fmt::Display) {
         tracing::warn!(kind = %K::kind(&()), name = ?obj.meta().name, error = %error, "invalid policy object ignored");
     }
 }
 
-impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
-    fn reset(&mut self, objects: Vec<Decoded<K>>) {
+impl<K: WatchedPolicy> Index<DeserializeGuard<K>> for PolicyFeed<K> {
+    fn reset(&mut self, objects: Vec<DeserializeGuard<K>>) {
         let mut valid: Vec<(String, K)> = Vec::with_capacity(objects.len());
         for obj in objects {
             match obj {
-                Decoded::Valid(k) => valid.push((cluster_of(&k), k)),
-                Decoded::Invalid(ref i) => self.invalid(&obj, &i.error),
+                DeserializeGuard(Ok(k)) => valid.push((cluster_of(&k), k)),
+                DeserializeGuard(Err(ref i)) => self.invalid(&obj, &i.error),
             }
         }
         self.view.registry.reset(&valid);
@@ -94,14 +94,14 @@ impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
         self.view.changed.notify_one();
     }
 
-    fn apply(&mut self, obj: Decoded<K>) {
+    fn apply(&mut self, obj: DeserializeGuard<K>) {
         match &obj {
-            Decoded::Valid(k) => {
+            DeserializeGuard(Ok(k)) => {
                 if let Err(e) = self.view.registry.apply(&cluster_of(k), k) {
                     self.invalid(&obj, &e);
                 }
             }
-            Decoded::Invalid(i) => {
+            DeserializeGuard(Err(i)) => {
                 self.view.registry.delete::<K>(&policy_key(&obj));
                 self.invalid(&obj, &i.error);
             }
@@ -109,7 +109,7 @@ impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
         self.view.changed.notify_one();
     }
 
-    fn delete(&mut self, obj: Decoded<K>) {
+    fn delete(&mut self, obj: DeserializeGuard<K>) {
         self.view.registry.delete::<K>(&policy_key(&obj));
         self.view.changed.notify_one();
     }
@@ -139,7 +139,7 @@ impl<K: WatchedPolicy> Index<Decoded<K>> for PolicyFeed<K> {
     }
 }
 
-impl<K: WatchedPolicy> Partitioned<Decoded<K>> for PolicyFeed<K> {
+impl<K: WatchedPolicy> Partitioned<DeserializeGuard<K>> for PolicyFeed<K> {
     fn remove(&mut self, key: &ObjectKey) {
         self.view
             .registry
@@ -165,7 +165,7 @@ async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client
     };
     match view.topology {
         Topology::Kubernetes => {
-            let api: Api<Decoded<K>> = Api::all(client);
+            let api: Api<DeserializeGuard<K>> = Api::all(client);
             watch::run(api, watcher::Config::default(), NotFound::Empty, feed).await;
         }
         Topology::Kcp => {
@@ -183,13 +183,13 @@ mod tests {
     use holdfast_shared::{api::common::GroupResource, watch::Driver};
     use kube::api::ObjectMeta;
 
-    fn protection(name: &str, spec: serde_json::Value) -> Decoded<ResourceProtection> {
+    fn protection(name: &str, spec: serde_json::Value) -> DeserializeGuard<ResourceProtection> {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
             "metadata": {"name": name}, "spec": spec
         }))
         .unwrap_or_else(|e| {
-            Decoded::Invalid(Box::new(holdfast_shared::watch::InvalidObject {
+            DeserializeGuard(Err(kube::core::error_boundary::InvalidObject {
                 metadata: ObjectMeta::default(),
                 error: e.to_string(),
             }))
@@ -203,11 +203,11 @@ mod tests {
             "good",
             serde_json::json!({"resources": [{"version": "v1", "resource": "configmaps"}]}),
         );
-        assert!(matches!(good, Decoded::Valid(_)), "{good:?}");
+        assert!(matches!(good, DeserializeGuard(Ok(_))), "{good:?}");
         let bad = protection("bad", serde_json::json!({"resources": "not a list"}));
         match &bad {
-            Decoded::Invalid(i) => assert_eq!(i.metadata.name.as_deref(), Some("bad")),
-            Decoded::Valid(_) => panic!("decoded an unreadable policy"),
+            DeserializeGuard(Err(i)) => assert_eq!(i.metadata.name.as_deref(), Some("bad")),
+            DeserializeGuard(Ok(_)) => panic!("decoded an unreadable policy"),
         }
         let mut feed = PolicyFeed::<ResourceProtection> {
             view: view.clone(),
@@ -244,7 +244,7 @@ mod tests {
             "holdfast.dev",
             Box::new(
                 move |f: EndpointFeed<
-                    Decoded<ResourceProtection>,
+                    DeserializeGuard<ResourceProtection>,
                     PolicyFeed<ResourceProtection>,
                 >| {
                     sink.lock().expect("lock").push(f);
