@@ -110,7 +110,7 @@ pub async fn run(
     client: Client,
     recorder: Recorder,
     mut types: Types,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: tokio_util::sync::CancellationToken,
 ) {
     let notify = Arc::new(Notify::new());
     let mut watches: HashMap<GroupResource, Watch> = HashMap::new();
@@ -244,12 +244,12 @@ pub async fn run(
         ignored.retain(|uid, _| seen.contains(uid));
         let sleep = next_wake.saturating_duration_since(Instant::now());
         tokio::select! {
-            _ = shutdown.changed() => break,
+            _ = shutdown.cancelled() => break,
             r = types.changed() => if r.is_err() { break },
             () = notify.notified() => {}
             () = tokio::time::sleep(sleep) => {}
         }
-        if *shutdown.borrow() {
+        if shutdown.is_cancelled() {
             break;
         }
     }

@@ -384,7 +384,7 @@ impl Reconciler {
     /// Runs until `shutdown` turns true, counting passes in `metrics`.
     pub async fn run(
         mut self,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
         metrics: crate::reconcile::Metrics,
     ) -> anyhow::Result<()> {
         // Never compute from half-filled caches: an empty cache would remove webhooks.
@@ -427,7 +427,7 @@ impl Reconciler {
             }
             tokio::select! {
                 () = tokio::time::sleep(SYNC_POLL) => {}
-                _ = shutdown.changed() => return Ok(()),
+                _ = shutdown.cancelled() => return Ok(()),
             }
         }
         let absent: Vec<&str> = self

@@ -213,7 +213,7 @@ pub async fn run<R: Reconcile>(
     r: &mut R,
     metrics: &Metrics,
     ready: &AtomicBool,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: tokio_util::sync::CancellationToken,
 ) {
     let Triggers {
         notify,
@@ -227,12 +227,12 @@ pub async fn run<R: Reconcile>(
                 () = notify.notified() => {}
                 _ = options.changed() => {}
                 () = tokio::time::sleep(r.idle_wait()) => r.on_resync(),
-                _ = shutdown.changed() => return,
+                _ = shutdown.cancelled() => return,
             }
             // Let a burst of events settle into one pass.
             tokio::time::sleep(SETTLE).await;
         }
-        if *shutdown.borrow() {
+        if shutdown.is_cancelled() {
             return;
         }
         let started = Instant::now();
@@ -262,7 +262,7 @@ pub async fn run<R: Reconcile>(
                 retry = true;
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
-                    _ = shutdown.changed() => return,
+                    _ = shutdown.cancelled() => return,
                 }
             }
         }
@@ -369,9 +369,9 @@ mod tests {
         };
         let notify = script.notify.clone();
         let ready = Arc::new(AtomicBool::new(false));
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let (m, r) = (metrics.clone(), ready.clone());
-        let driver = tokio::spawn(async move { run(&mut script, &m, &r, stop_rx).await });
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (m, r, stop_clone) = (metrics.clone(), ready.clone(), stop.clone());
+        let driver = tokio::spawn(async move { run(&mut script, &m, &r, stop_clone).await });
         notify.notify_one();
         let deadline = Duration::from_secs(30);
         let mut seen = Vec::new();
@@ -383,7 +383,7 @@ mod tests {
         }
         // Two failures retried without any event, then a success.
         assert_eq!(seen, vec![false, false, true]);
-        stop_tx.send(true).expect("driver alive");
+        stop.cancel();
         tokio::time::timeout(deadline, driver)
             .await
             .expect("the loop stops on shutdown")

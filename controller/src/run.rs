@@ -150,7 +150,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {} for probes", config.probe_listen))?;
     let shutdown = Arc::new(Shutdown::new());
-    let shutdown_rx = shutdown.receiver();
+    let shutdown_rx = shutdown.token();
     let admin = Admin::new(
         ControllerProbes {
             ready: ready.clone(),
@@ -167,7 +167,7 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
         listener,
         None,
         admin,
-        admin_stop.receiver(),
+        admin_stop.token(),
         ADMIN_GRACE,
     ));
     {
@@ -187,10 +187,10 @@ pub async fn run(config: RunConfig, tuning: Tuning) -> anyhow::Result<()> {
             },
         );
         tracing::info!(identity = e.identity(), lease = %format!("{}/{}", tuning.lease_namespace, tuning.lease_name), "waiting for leadership");
-        let mut rx = shutdown_rx.clone();
+        let rx = shutdown_rx.clone();
         tokio::select! {
             () = e.acquire() => {}
-            _ = rx.changed() => return Ok(()),
+            _ = rx.cancelled() => return Ok(()),
         }
         tracing::info!(identity = e.identity(), "leading");
         Some(e)
@@ -411,7 +411,7 @@ mod tests {
                 },
                 Limits::default(),
             ),
-            stop.receiver(),
+            stop.token(),
             ADMIN_GRACE,
         ));
         assert_eq!(get(port, "/healthz").await, (200, "ok\n".into()));

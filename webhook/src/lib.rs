@@ -99,7 +99,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     ));
 
     let shutdown = Shutdown::new();
-    let stop_rx = shutdown.receiver();
+    let stop_rx = shutdown.token();
     view.start(stop_rx.clone());
     let probe_listener = TcpListener::bind(args.probe_listen)
         .await

@@ -19,7 +19,6 @@ use holdfast_shared::{
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::Api;
-use tokio::sync::watch;
 
 /// Longest wait for the configuration when checking it.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -123,7 +122,7 @@ impl SettingsCheck {
     pub async fn watch(
         self,
         every: Duration,
-        mut stop: watch::Receiver<bool>,
+        stop: tokio_util::sync::CancellationToken,
     ) -> Result<(), Disagreement> {
         let mut last: Option<Outcome> = None;
         loop {
@@ -141,9 +140,9 @@ impl SettingsCheck {
             }
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
-                _ = stop.changed() => return Ok(()),
+                _ = stop.cancelled() => return Ok(()),
             }
-            if *stop.borrow() {
+            if stop.is_cancelled() {
                 return Ok(());
             }
         }

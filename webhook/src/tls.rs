@@ -160,7 +160,7 @@ impl CertStore {
     pub async fn watch(
         self: Arc<Self>,
         interval: Duration,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
         on_reload: impl Fn(&Result<Reload, TlsError>) + Send + 'static,
     ) {
         let mut tick = tokio::time::interval(interval);
@@ -169,7 +169,7 @@ impl CertStore {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = shutdown.changed() => return,
+                _ = shutdown.cancelled() => return,
             }
             let store = self.clone();
             let outcome = tokio::task::spawn_blocking(move || store.reload_if_changed()).await;

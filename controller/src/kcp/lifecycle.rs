@@ -153,7 +153,7 @@ impl Reconciler {
     /// deletes every installed configuration on the way out.
     pub async fn run(
         mut self,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
         cleanup: bool,
         metrics: crate::reconcile::Metrics,
     ) -> anyhow::Result<()> {
@@ -162,7 +162,7 @@ impl Reconciler {
             tokio::select! {
                 () = self.notify.notified() => {}
                 () = tokio::time::sleep(SYNC_POLL) => {}
-                _ = shutdown.changed() => return Ok(()),
+                _ = shutdown.cancelled() => return Ok(()),
             }
         }
         tracing::info!(endpoints = ?self.rule_endpoints.urls(), "kcp caches synced; reconciling");

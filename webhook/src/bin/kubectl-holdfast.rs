@@ -48,7 +48,6 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::Value;
-use tokio::sync::watch;
 
 #[path = "kubectl-holdfast/check.rs"]
 mod check;
@@ -400,22 +399,24 @@ async fn open_judge(
     labels: &ProtectionLabels,
     strict: bool,
     deadline: Instant,
-) -> anyhow::Result<(PolicyConfig, Arc<WebhookView>, watch::Sender<bool>)> {
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let view = open_view(config, labels, deadline, stop_rx).await?;
+) -> anyhow::Result<(PolicyConfig, Arc<WebhookView>, tokio_util::sync::DropGuard)> {
+    // Dropped (the judge done, or an error here): the view's tasks stop.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stop_guard = stop.clone().drop_guard();
+    let view = open_view(config, labels, deadline, stop).await?;
     let cfg = PolicyConfig {
         labels: labels.clone(),
         strict,
         ..PolicyConfig::default()
     };
-    Ok((cfg, view, stop_tx))
+    Ok((cfg, view, stop_guard))
 }
 
 async fn open_view(
     config: kube::Config,
     labels: &ProtectionLabels,
     deadline: Instant,
-    stop: watch::Receiver<bool>,
+    stop: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<Arc<WebhookView>> {
     let metrics = Metrics::new().map_err(|e| anyhow!("metrics: {e}"))?;
     let view = WebhookView::with_config(
@@ -558,7 +559,7 @@ async fn why(
     let req = delete_review(&res, object, user.clone());
     let explanation = explain_until(&req, &cfg, &view, deadline).await;
     let strict = cfg.strict || view.strict_for(&req);
-    let _ = stop_tx.send(true);
+    drop(stop_tx);
     let bypass_ns = if res.namespaced {
         Some(ns.as_str())
     } else {

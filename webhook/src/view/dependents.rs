@@ -31,7 +31,6 @@ use std::{
     sync::Arc,
     time::Duration,
 };
-use tokio::sync::watch as signal;
 
 /// How long a live dependents lookup may take.
 const LIVE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(8);
@@ -192,7 +191,10 @@ fn dependent_resource(dep: &CompiledDependency) -> ApiResource {
 
 /// Keeps one watch per dependent resource that some DependencyRule names, restarting
 /// it when the rules for that resource change.
-pub(super) async fn manage_dependents(view: Arc<WebhookView>, shutdown: signal::Receiver<bool>) {
+pub(super) async fn manage_dependents(
+    view: Arc<WebhookView>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
     let mut running: HashMap<String, (String, tokio::task::JoinHandle<()>)> = HashMap::new();
     loop {
         // What is needed: dependent resource → its dependencies (and a signature).
@@ -252,11 +254,10 @@ pub(super) async fn manage_dependents(view: Arc<WebhookView>, shutdown: signal::
             tracing::info!(resource = %key, "watching dependents");
             running.insert(key, (sig, handle));
         }
-        let mut shutdown = shutdown.clone();
         tokio::select! {
             _ = view.changed.notified() => {}
             _ = tokio::time::sleep(PASS_PERIOD) => {}
-            _ = shutdown.changed() => break,
+            _ = shutdown.cancelled() => break,
         }
     }
     for (_, (_, handle)) in running {

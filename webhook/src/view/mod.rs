@@ -44,7 +44,7 @@ use holdfast_shared::{
 };
 use kube::Client;
 use std::{future::Future, path::Path, sync::Arc, time::Duration};
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 pub use crds::CrdFacts;
 
@@ -353,7 +353,7 @@ impl WebhookView {
     }
 
     /// Starts the watches; they stop when `shutdown` fires.
-    pub fn start(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
+    pub fn start(self: &Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
         if self.label_only {
             return;
         }
@@ -414,13 +414,13 @@ impl WebhookView {
 
     fn spawn(
         &self,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
         fut: impl Future<Output = ()> + Send + 'static,
     ) {
         tokio::spawn(async move {
             tokio::select! {
                 _ = fut => {}
-                _ = shutdown.changed() => {}
+                _ = shutdown.cancelled() => {}
             }
         });
     }

@@ -27,7 +27,6 @@ use holdfast_shared::{
 };
 use kube::{Api, Client, Resource, core::DeserializeGuard, runtime::watcher};
 use std::sync::Arc;
-use tokio::sync::watch as signal;
 
 /// What a policy kind must be to be watched.
 trait WatchedPolicy:
@@ -50,7 +49,7 @@ impl WebhookView {
     pub(super) fn start_policy_watches(
         self: &Arc<Self>,
         pc: Client,
-        shutdown: signal::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
     ) {
         self.spawn(
             shutdown.clone(),

@@ -15,7 +15,6 @@ use holdfast_shared::{
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// How often discovery runs while it is complete.
 const DISCOVERY_PERIOD: Duration = Duration::from_secs(30);
@@ -196,7 +195,10 @@ pub(super) fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) ->
 }
 
 /// Keeps one watch per wanted object store.
-pub(super) async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Receiver<bool>) {
+pub(super) async fn manage_stores(
+    view: Arc<WebhookView>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
     let Some(client) = view.client.clone() else {
         return;
     };
@@ -319,14 +321,13 @@ pub(super) async fn manage_stores(view: Arc<WebhookView>, shutdown: watch::Recei
         }
         view.store_passes
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let mut shutdown = shutdown.clone();
         rediscover = false;
         tokio::select! {
             _ = view.changed.notified() => {}
             _ = view.cascade_wanted.notified() => {}
             _ = view.rediscover.notified() => rediscover = true,
             _ = tokio::time::sleep(PASS_PERIOD) => {}
-            _ = shutdown.changed() => break,
+            _ = shutdown.cancelled() => break,
         }
     }
     for (_, h) in running {

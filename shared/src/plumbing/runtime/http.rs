@@ -23,11 +23,7 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use tokio::{
-    net::TcpListener,
-    sync::{Semaphore, watch},
-    time::Instant,
-};
+use tokio::{net::TcpListener, sync::Semaphore, time::Instant};
 use tokio_rustls::TlsAcceptor;
 
 /// How long an idle connection gets to close gracefully before it is dropped.
@@ -197,7 +193,7 @@ async fn connection<I, H>(
     io: I,
     handler: Arc<H>,
     builder: Arc<auto::Builder<TokioExecutor>>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: tokio_util::sync::CancellationToken,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Handler,
@@ -229,13 +225,13 @@ async fn connection<I, H>(
                 }
                 return;
             }
-            _ = shutdown.changed(), if closing.is_none() => {
+            _ = shutdown.cancelled(), if closing.is_none() => {
                 conn.as_mut().graceful_shutdown();
                 closing = Some(Instant::now());
             }
             _ = tick.tick() => match closing {
                 Some(since) => {
-                    if since.elapsed() > CLOSE_GRACE && !*shutdown.borrow() {
+                    if since.elapsed() > CLOSE_GRACE && !shutdown.is_cancelled() {
                         return; // an idle close the client ignores
                     }
                 }
@@ -261,7 +257,7 @@ pub async fn serve<H: Handler>(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     handler: Arc<H>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: tokio_util::sync::CancellationToken,
     grace: Duration,
 ) {
     /// Longest TLS handshake.
@@ -287,11 +283,11 @@ pub async fn serve<H: Handler>(
                     let pause = ACCEPT_BACKOFF * (1u32 << accept_errors.min(5));
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => continue,
-                        _ = shutdown.changed() => break,
+                        _ = shutdown.cancelled() => break,
                     }
                 }
             },
-            _ = shutdown.changed() => break,
+            _ = shutdown.cancelled() => break,
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             handler.closed("connection_limit");

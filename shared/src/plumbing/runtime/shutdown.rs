@@ -1,43 +1,34 @@
-//! The shutdown token: one `watch` channel that turns `true` once, on SIGTERM
-//! or SIGINT or when the process decides to stop; every long-running task
-//! holds a receiver and drains when it changes.
+//! The shutdown token: one [`CancellationToken`] cancelled once, on SIGTERM or
+//! SIGINT or when the process decides to stop; every long-running task holds a
+//! clone and drains when it is cancelled.
 
-use tokio::sync::watch;
+pub use tokio_util::sync::CancellationToken;
 
-/// The shutdown token.
-#[derive(Debug)]
+/// The shutdown token of a process.
+#[derive(Debug, Clone, Default)]
 pub struct Shutdown {
-    tx: watch::Sender<bool>,
-}
-
-impl Default for Shutdown {
-    fn default() -> Self {
-        Self::new()
-    }
+    token: CancellationToken,
 }
 
 impl Shutdown {
     /// A token not triggered yet.
     pub fn new() -> Self {
-        Self {
-            tx: watch::Sender::new(false),
-        }
+        Self::default()
     }
 
-    /// A receiver that sees `true` once shutdown is triggered.
-    pub fn receiver(&self) -> watch::Receiver<bool> {
-        self.tx.subscribe()
+    /// A token the tasks hold: cancelled once shutdown is triggered.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
     }
 
     /// Triggers shutdown (idempotent).
     pub fn trigger(&self) {
-        self.tx
-            .send_if_modified(|stop| !std::mem::replace(stop, true));
+        self.token.cancel();
     }
 
     /// Whether shutdown was triggered.
     pub fn triggered(&self) -> bool {
-        *self.tx.borrow()
+        self.token.is_cancelled()
     }
 
     /// Waits for SIGTERM or SIGINT, logs it and triggers shutdown.
@@ -76,17 +67,19 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn receivers_see_the_trigger_once() {
-        let token = Shutdown::new();
-        let mut rx = token.receiver();
-        assert!(!*rx.borrow() && !token.triggered());
-        token.trigger();
-        rx.changed().await.expect("sender alive");
-        assert!(*rx.borrow() && token.triggered());
-        token.trigger();
-        assert!(
-            !rx.has_changed().expect("sender alive"),
-            "a second trigger is no change"
-        );
+    async fn holders_see_the_trigger_once_and_for_good() {
+        let shutdown = Shutdown::new();
+        let token = shutdown.token();
+        assert!(!token.is_cancelled() && !shutdown.triggered());
+        let waiting = tokio::spawn({
+            let token = token.clone();
+            async move { token.cancelled().await }
+        });
+        shutdown.trigger();
+        waiting.await.expect("the waiting task ends");
+        assert!(token.is_cancelled() && shutdown.triggered());
+        shutdown.trigger();
+        // A holder that comes late sees it at once.
+        shutdown.token().cancelled().await;
     }
 }

@@ -298,6 +298,6 @@ pub(super) async fn check(config: kube::Config, timeout: Duration) -> anyhow::Re
             );
         }
     }
-    let _ = stop_tx.send(true);
+    drop(stop_tx);
     Ok(report)
 }

@@ -308,7 +308,7 @@ async fn held_in(
             held.extend(f.blockers.iter().cloned());
         }
     }
-    let _ = stop_tx.send(true);
+    drop(stop_tx);
     Ok(held)
 }
 
