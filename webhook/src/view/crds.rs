@@ -198,14 +198,18 @@ impl<K> Index<K> for ApiServiceFeed {
     }
 }
 
+/// `apiregistration.k8s.io/v1` APIServices.
+pub(super) fn api_service_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"),
+        "apiservices",
+    )
+}
+
 /// Watches APIServices: an aggregated API added, changed or removed triggers
 /// discovery at once.
 pub(super) async fn watch_api_services(view: Arc<WebhookView>, client: Client) {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"),
-        "apiservices",
-    );
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &api_service_resource());
     watch_all(api, ApiServiceFeed { view }).await;
 }
 

@@ -2,10 +2,7 @@
 
 use holdfast_shared::api::common::GroupResource;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
-use kube::{
-    Api, Client,
-    api::{ApiResource, DynamicObject, GroupVersionKind},
-};
+use kube::{Api, Client, api::DynamicObject};
 use std::{collections::HashMap, time::Duration};
 
 const APIREGISTRATION: &str = "apiregistration.k8s.io";
@@ -70,9 +67,9 @@ pub async fn namespaced_resources(
                 }
             })
             .await;
-            (group, gv, listed)
+            (group, version, gv, listed)
         });
-    for (group, gv, listed) in futures::future::join_all(lookups).await {
+    for (group, version, gv, listed) in futures::future::join_all(lookups).await {
         let resources = match listed {
             Ok(Ok(list)) => list
                 .resources
@@ -89,7 +86,7 @@ pub async fn namespaced_resources(
             // Listed a moment ago, not served now: the group went with its CRD
             // (and every object of it), unless an aggregated API answers 404.
             Ok(Err(e)) if holdfast_shared::watch::api_status(&e) == Some(404) => {
-                match gone_with_its_crd(client, aggregation, &group, &gv).await {
+                match gone_with_its_crd(client, aggregation, &group, &version).await {
                     Ok(()) => {
                         tracing::debug!(group_version = %gv, "group version no longer served");
                         continue;
@@ -127,20 +124,13 @@ async fn gone_with_its_crd(
     client: &Client,
     aggregation: bool,
     group: &str,
-    gv: &str,
+    version: &str,
 ) -> Result<(), String> {
     if !aggregation {
         return Ok(());
     }
-    let (group, version) = match gv.split_once('/') {
-        Some((_, v)) => (group, v),
-        None => (group, gv),
-    };
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(APIREGISTRATION, "v1", "APIService"),
-        "apiservices",
-    );
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &super::crds::api_service_resource());
     match api.get_opt(&format!("{version}.{group}")).await {
         Ok(None) => Ok(()),
         Ok(Some(svc)) => match svc.data["spec"]["service"].as_object() {
