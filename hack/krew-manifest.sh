@@ -6,7 +6,8 @@
 #
 #   hack/krew-manifest.sh OUT_DIR BASE_URL [BINARY]
 #
-# BINARY defaults to a release build (cargo build --release --bin kubectl-holdfast).
+# BINARY defaults to a release build of the plugin's crate by itself (cargo build
+# --release -p holdfast-plugin), which links none of the webhook's server.
 # The version is the workspace's (Cargo.toml), as v<version>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ bin="${3:-}"
 version="v$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
 [ "$version" != "v" ] || { echo "krew-manifest: no version in Cargo.toml" >&2; exit 2; }
 if [ -z "$bin" ]; then
-  cargo build --release --locked --bin kubectl-holdfast
+  cargo build --release --locked -p holdfast-plugin --bin kubectl-holdfast
   bin="${CARGO_TARGET_DIR:-target}/release/kubectl-holdfast"
 fi
 [ -x "$bin" ] || { echo "krew-manifest: $bin is not an executable" >&2; exit 2; }

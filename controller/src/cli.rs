@@ -533,8 +533,7 @@ fn uninstall(args: &UninstallArgs) -> anyhow::Result<()> {
         timeout: std::time::Duration::from_secs(args.wait_seconds),
     };
     runtime::exit::block_on_current(async {
-        let client =
-            holdfast_shared::runtime::kubeconfig::client(args.kubeconfig.as_deref()).await?;
+        let client = holdfast_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
         crate::uninstall::uninstall(&client, &what).await
     })
 }

@@ -12,11 +12,11 @@ use std::{
 
 use anyhow::Context as _;
 use holdfast_shared::{
+    kubeconfig,
     runtime::{
         Shutdown,
         admin::{Admin, Probes},
         http::Limits,
-        kubeconfig,
     },
     webhookconfig::{InstallOptions, WebhookTarget},
 };

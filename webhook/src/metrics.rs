@@ -10,6 +10,9 @@ use std::sync::{Arc, OnceLock};
 /// Every metric the webhook exports.
 #[derive(Clone, Debug)]
 pub struct Metrics {
+    /// Read by [`Metrics::render`] only: without the server (the plugin) nothing
+    /// serves the metrics, which are still counted.
+    #[cfg_attr(not(feature = "server"), expect(dead_code))]
     registry: Registry,
     /// Admission requests by operation, decision and decider.
     pub requests: IntCounterVec,
@@ -243,13 +246,14 @@ impl Metrics {
         }
     }
 
-    /// The text exposition of every metric.
+    /// The text exposition of every metric (what the probe listener serves).
+    #[cfg(feature = "server")]
     pub fn render(&self) -> String {
         holdfast_shared::runtime::admin::render(&self.registry)
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use super::*;
 

@@ -59,7 +59,7 @@ impl SettingsCheck {
         labels: ProtectionLabels,
         strict: bool,
     ) -> Option<Self> {
-        let client = match holdfast_shared::runtime::kubeconfig::client(kubeconfig).await {
+        let client = match holdfast_shared::kubeconfig::client(kubeconfig).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(

@@ -181,7 +181,11 @@ fn bin_sources(name: &str) -> anyhow::Result<Vec<PathBuf>> {
     let mut sources = vec![root.join("Cargo.toml"), root.join("Cargo.lock")];
     sources.extend(krate("shared"));
     match name {
-        "holdfast-webhook" | "kubectl-holdfast" => sources.extend(krate("webhook")),
+        "holdfast-webhook" => sources.extend(krate("webhook")),
+        "kubectl-holdfast" => {
+            sources.extend(krate("webhook"));
+            sources.extend(krate("plugin"));
+        }
         "holdfast-controller" => sources.extend(krate("controller")),
         "holdfast-sim" => sources.extend(krate("test/sim")),
         n if n == "holdfast-demo"

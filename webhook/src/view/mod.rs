@@ -175,7 +175,7 @@ impl WebhookView {
     pub async fn new(opts: ViewOptions<'_>, metrics: Metrics) -> Arc<Self> {
         let (client, base_config) = Self::clients(&opts).await;
         let vw_config = match opts.virtual_workspace_kubeconfig {
-            Some(path) => match holdfast_shared::runtime::kubeconfig::load(Some(path)).await {
+            Some(path) => match holdfast_shared::kubeconfig::load(Some(path)).await {
                 Ok(c) => Some(c),
                 Err(e) => {
                     // Without it the virtual workspaces would be reached with the wrong
@@ -206,7 +206,7 @@ impl WebhookView {
         // Label protection needs no API server, but with one the webhook can also
         // judge evictions (it reads the pod) and CRD deletions.
         let quiet = opts.label_only;
-        match holdfast_shared::runtime::kubeconfig::load(opts.kubeconfig).await {
+        match holdfast_shared::kubeconfig::load(opts.kubeconfig).await {
             Ok(cfg) => match Client::try_from(cfg.clone()) {
                 Ok(c) => (Some(c), Some(cfg)),
                 Err(e) => {

@@ -1,17 +1,17 @@
 //! The runtime skeleton both binaries share: the settings both take ([`args`]),
 //! log flags and initialisation ([`log`]), the plain-HTTP admin server with `/healthz`, `/readyz` and
 //! `/metrics` ([`admin`]) over one hardened HTTP serving loop ([`http`]), the
-//! shutdown token and signals ([`shutdown`]), kubeconfig loading
-//! ([`kubeconfig`]) and exit codes with one-line fatal errors ([`exit`]).
+//! shutdown token and signals ([`shutdown`]) and exit codes with one-line fatal
+//! errors ([`exit`]). Kubeconfig loading is not part of it
+//! ([`crate::plumbing::kubeconfig`]): the kubectl plugin loads kubeconfigs too.
 //!
 //! Built with the `runtime` feature only: it pulls the server dependencies in,
-//! which the pure parts of this crate do not need.
+//! which the pure parts of this crate and the plugin do not need.
 
 pub mod admin;
 pub mod args;
 pub mod exit;
 pub mod http;
-pub mod kubeconfig;
 pub mod log;
 pub mod shutdown;
 

@@ -1,6 +1,7 @@
 //! `kubectl holdfast check`: the installation's posture and its findings.
 
 use super::*;
+use crate::explain::{BACKSTOP_POLICY_NAME, CheckReport, not_ready, routes_delete};
 use holdfast_shared::{
     api::{
         anchor_rule::AnchorRule, common::Enforcement, critical_service::CriticalService,
@@ -11,7 +12,6 @@ use holdfast_shared::{
         anchor_rule_needs, critical_service_needs, dependency_rule_needs, resource_protection_needs,
     },
 };
-use holdfast_webhook::explain::{BACKSTOP_POLICY_NAME, CheckReport, not_ready, routes_delete};
 use kube::{api::ListParams, core::ApiResource};
 
 pub(super) async fn list_json(client: &Client, ar: &ApiResource) -> Result<Vec<Value>, String> {

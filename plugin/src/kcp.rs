@@ -6,11 +6,11 @@
 //! objects; docs/kcp.md, "Workspace containment").
 
 use super::*;
+use crate::explain::{BreakGlassReport, CheckReport};
 use holdfast_shared::{
     api::common::Enforcement,
     policy::{Decider, Finding},
 };
-use holdfast_webhook::explain::{BreakGlassReport, CheckReport};
 
 /// How deep `why` follows workspaces below the one asked about.
 const MAX_DEPTH: usize = 8;

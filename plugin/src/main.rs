@@ -26,10 +26,6 @@ use holdfast_shared::{
     webhookconfig::SETTINGS_ANNOTATION,
 };
 use holdfast_webhook::{
-    explain::{
-        ApiResourceInfo, ObjectRef, WhyReport, delete_review, parse_settings, parse_target,
-        render_check, render_why, resolve, why_report,
-    },
     metrics::Metrics,
     view::{DependentsMode, ViewOptions, WebhookView},
 };
@@ -49,11 +45,14 @@ use kube::{
 };
 use serde_json::Value;
 
-#[path = "kubectl-holdfast/check.rs"]
 mod check;
-#[path = "kubectl-holdfast/kcp.rs"]
+mod explain;
 mod kcp;
 use check::{api_resource, check};
+use explain::{
+    ApiResourceInfo, ObjectRef, WhyReport, delete_review, parse_settings, parse_target,
+    render_check, render_why, resolve, why_report,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -207,7 +206,7 @@ async fn load_config(cli: &Cli) -> anyhow::Result<kube::Config> {
     let mut config = match &cli.kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
-                .map_err(|e| anyhow::anyhow!(holdfast_shared::runtime::kubeconfig::redacted(&e)))
+                .map_err(|e| anyhow::anyhow!(holdfast_shared::kubeconfig::redacted(&e)))
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &opts).await?
         }
