@@ -650,19 +650,6 @@ async fn a_path_may_start_at_any_logical_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_workspace_recreated_under_the_same_path_is_followed() {
-    // An open finding on the real kcp (docs/testing.md, "controller_kcp.rs"): the
-    // deletion of `root:edge` stayed at kcp's `WorkspaceContentDeleted=False`
-    // (namespaces remaining) in two of three runs of the whole file, and passed
-    // alone. Left off the real kcp until understood; HOLDFAST_E2E_KCP_OPEN=1 runs it.
-    if holdfast_e2e::kcp_sharded::on_real_kcp()
-        && std::env::var("HOLDFAST_E2E_KCP_OPEN").map_or(true, |v| v != "1")
-    {
-        eprintln!(
-            "left off on the real kcp: its workspace deletion is an open finding \
-             (docs/testing.md); HOLDFAST_E2E_KCP_OPEN=1 runs it"
-        );
-        return;
-    }
     // The webhook too: kcp deletes the workspace's contents through admission, and
     // the configuration the controller keeps there sends the namespace's DELETE to
     // the webhook (without one answering, kcp retries until the configuration is
@@ -683,11 +670,28 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
     );
     kcp.wait_condition(COMPUTE, ["dependencyrule", "vm-gw", "Ready", "True"])
         .await;
+    // root:edge binds holdfast.dev with the provider grants only: the webhook may
+    // not list what its namespaces hold, so a namespace DELETE there is refused
+    // (namespace containment never guesses "empty").
+    kcp.apply(
+        "provider",
+        edge,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: leftover}\n",
+    );
+    let out = kcp.kubectl(
+        "provider",
+        edge,
+        &["delete", "namespace", "leftover", "--dry-run=server"],
+    );
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("holdfast"), "{out:?}");
 
     // Deleted and created again: a new logical cluster under the same path. kcp
-    // deletes a workspace's contents through admission and retries, with a
-    // growing delay, what was refused (kcp-facts 33): on the real kcp that took
-    // over a minute once, so the deletion is waited for as the platform would.
+    // deletes a workspace's contents through admission (kcp-facts 33): the
+    // namespace DELETEs reach the webhook, which cannot read them but sees kcp
+    // deleting the logical cluster and lets them through (each object in them is
+    // judged on its own DELETE). Refused, the deletion stayed at "Some resources
+    // are remaining: namespaces" for good (kcp-facts 36).
     let out = kcp.kubectl(
         "platform",
         "root",
@@ -707,6 +711,16 @@ async fn a_workspace_recreated_under_the_same_path_is_followed() {
             kcp.env.webhook_log()
         )
     });
+    // On the simulator the namespaces go before the configuration, so the
+    // webhook is asked (on the real kcp that order is a Go map's).
+    if !holdfast_e2e::kcp_sharded::on_real_kcp() {
+        let log = kcp.env.webhook_log();
+        assert!(
+            log.contains("kcp is deleting this logical cluster")
+                && log.contains("what=namespace leftover"),
+            "{log}"
+        );
+    }
     provider(&kcp, edge, "shard-1", "edge.test.io", &gateways);
     let second = kcp.logical_cluster(edge);
     assert_ne!(first, second);

@@ -295,7 +295,10 @@ impl ClusterView for WebhookView {
         // the DELETE is refused: never "the namespace holds nothing"). Label-only
         // mode judges no containment, as on Kubernetes.
         if self.topology == Topology::Kcp && !self.label_only {
-            return Box::pin(self.kcp_namespace_contents(cluster, ns)).await;
+            let read = Box::pin(self.kcp_namespace_contents(cluster, ns)).await;
+            return self
+                .unless_deleting(cluster, &format!("namespace {ns}"), read)
+                .await;
         }
         if !self.stores_built() {
             return Err(LookupError(
@@ -374,7 +377,13 @@ impl ClusterView for WebhookView {
         if self.topology != Topology::Kcp || self.label_only {
             return Ok(Vec::new());
         }
-        within_review(Box::pin(self.kcp_binding_contents(cluster, binding))).await
+        let read = within_review(Box::pin(self.kcp_binding_contents(cluster, binding))).await;
+        let name = binding
+            .pointer("/metadata/name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        self.unless_deleting(cluster, &format!("APIBinding {name}"), read)
+            .await
     }
 
     async fn workspace_contents(

@@ -115,6 +115,44 @@ impl WebhookView {
         .await
     }
 
+    /// What a namespace or an APIBinding of logical cluster `cluster` holds
+    /// (`read`), unless it could not be read while kcp deletes that logical
+    /// cluster: then nothing, so kcp's deletion goes on. kcp deletes a logical
+    /// cluster only once its Workspace DELETE was admitted (workspace containment
+    /// judged everything in it up front) and only kcp can mark a LogicalCluster
+    /// deleted (kcp `pkg/admission/logicalcluster`); each object the namespace or
+    /// binding holds still comes to holdfast on its own DELETE, so a protected one
+    /// is still refused (kcp's condition and holdfast's Event say so). Refusing
+    /// here instead left the workspace in deletion for good when its contents
+    /// could not be read (kcp-facts 36).
+    pub(super) async fn unless_deleting(
+        &self,
+        cluster: &str,
+        what: &str,
+        read: Result<Vec<ContainedObject>, LookupError>,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        match read {
+            Err(e) if self.logical_cluster_deleting(cluster).await => {
+                tracing::info!(logical_cluster = %cluster, %what, error = %e, "kcp is deleting this logical cluster and what it holds could not be read: its DELETE is let through, each object in it is judged on its own DELETE");
+                Ok(Vec::new())
+            }
+            other => other,
+        }
+    }
+
+    /// Whether kcp is deleting logical cluster `cluster` (its LogicalCluster
+    /// `cluster` carries a deletion timestamp). Any failure to read it: no.
+    async fn logical_cluster_deleting(&self, cluster: &str) -> bool {
+        let Ok(client) = self.cluster_client(cluster) else {
+            return false;
+        };
+        let api: Api<DynamicObject> = Api::all_with(client, &logical_cluster_resource());
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(5), api.get("cluster")).await,
+            Ok(Ok(lc)) if lc.metadata.deletion_timestamp.is_some()
+        )
+    }
+
     /// The path of logical cluster `cluster`: from the `kcp.io/path` kcp keeps on
     /// its APIBindings (the index), else its LogicalCluster's (one GET, kept).
     async fn path_of(&self, cluster: &str) -> Result<String, LookupError> {
