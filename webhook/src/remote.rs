@@ -112,7 +112,7 @@ impl RemoteStore {
 
 /// The refusal's reason for a store that is not synced.
 pub fn state_error(source: &AnchorSourceRef, state: &SourceState) -> LookupError {
-    LookupError(match state {
+    LookupError::unreadable(match state {
         SourceState::Synced => format!("anchor source {source} is synced"),
         SourceState::Connecting => format!("anchor source {source} is not synced yet"),
         SourceState::Unreachable(_) => format!("anchor source {source} is unreachable"),
@@ -385,7 +385,7 @@ mod tests {
         let get = |s: &RemoteStore| {
             s.get(&key.source, Some("ops"), "gate")
                 .map(|o| o.is_some())
-                .map_err(|e| e.0)
+                .map_err(|e| e.to_string())
         };
         assert_eq!(
             get(&store),

@@ -244,17 +244,17 @@ pub fn is_forbidden(e: &kube::Error) -> bool {
 
 /// The lookup error for a failed read of `resource`: a 403 says which permission
 /// is missing and where it comes from.
-pub fn lookup_error(resource: &str, e: &kube::Error) -> LookupError {
-    if is_forbidden(e) {
+pub fn lookup_error(resource: &str, e: kube::Error) -> LookupError {
+    if is_forbidden(&e) {
         unreadable_error(resource)
     } else {
-        LookupError(e.to_string())
+        LookupError::from_error(e)
     }
 }
 
 /// The lookup error for a resource the webhook may not read.
 pub fn unreadable_error(resource: &str) -> LookupError {
-    LookupError(format!(
+    LookupError::unreadable(format!(
         "holdfast may not read {resource} yet (get, list, watch on {resource} is not granted to \
          its ServiceAccount; the controller grants what the policies name through ClusterRole \
          holdfast-reads)"
@@ -447,6 +447,28 @@ mod tests {
 
     fn meta_of(ns: &str, name: &str) -> Value {
         json!({"metadata": {"namespace": ns, "name": name}})
+    }
+
+    #[test]
+    fn a_failed_read_keeps_the_client_error_and_a_refusal_names_the_grant() {
+        use std::error::Error as _;
+        let status = |code| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("boom", "InternalError").with_code(code),
+            ))
+        };
+        let failed = lookup_error("pods", status(500));
+        assert_eq!(failed.to_string(), status(500).to_string());
+        let source = failed
+            .source()
+            .and_then(|s| s.downcast_ref::<kube::Error>());
+        assert!(
+            matches!(source, Some(kube::Error::Api(s)) if s.code == 500),
+            "{failed:?}"
+        );
+        let refused = lookup_error("pods", status(403));
+        assert!(matches!(refused, LookupError::Unreadable(_)), "{refused:?}");
+        assert_eq!(refused.to_string(), unreadable_error("pods").to_string());
     }
 
     #[test]

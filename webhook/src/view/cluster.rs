@@ -205,7 +205,7 @@ impl ClusterView for WebhookView {
         let (ar, _) = match Box::pin(self.resolver.resolve(&client, cluster, gr)).await {
             Ok(r) => r,
             Err(crate::stores::ResolveError::NotServed(_)) => return Ok(0),
-            Err(e) => return Err(LookupError(e.to_string())),
+            Err(e) => return Err(LookupError::from_error(e)),
         };
         let api: Api<kube::core::PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
         let list = Box::pin(tokio::time::timeout(
@@ -213,8 +213,8 @@ impl ClusterView for WebhookView {
             api.list_metadata(&ListParams::default()),
         ))
         .await
-        .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-        .map_err(|e| self.read_error(cluster, gr, &e))?;
+        .map_err(|e| LookupError::failed("the API server did not answer in time", e))?
+        .map_err(|e| self.read_error(cluster, gr, e))?;
         Ok(list
             .items
             .iter()
@@ -250,7 +250,7 @@ impl ClusterView for WebhookView {
         let (ar, namespaced) = match Box::pin(self.resolver.resolve(&client, cluster, gr)).await {
             Ok(r) => r,
             Err(crate::stores::ResolveError::NotServed(_)) => return Ok(None),
-            Err(e) => return Err(LookupError(e.to_string())),
+            Err(e) => return Err(LookupError::from_error(e)),
         };
         let api: Api<DynamicObject> = match (namespaced, namespace) {
             (true, Some(ns)) => Api::namespaced_with(client, ns, &ar),
@@ -259,8 +259,8 @@ impl ClusterView for WebhookView {
         };
         let got = Box::pin(tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(name)))
             .await
-            .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-            .map_err(|e| self.read_error(cluster, gr, &e))?;
+            .map_err(|e| LookupError::failed("the API server did not answer in time", e))?
+            .map_err(|e| self.read_error(cluster, gr, e))?;
         Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
     }
 
@@ -301,9 +301,8 @@ impl ClusterView for WebhookView {
                 .await;
         }
         if !self.stores_built() {
-            return Err(LookupError(
-                "holdfast has just started and is still building the indexes of what namespaces hold"
-                    .to_string(),
+            return Err(LookupError::unreadable(
+                "holdfast has just started and is still building the indexes of what namespaces hold",
             ));
         }
         self.discovery_complete()?;
@@ -328,7 +327,7 @@ impl ClusterView for WebhookView {
                     label: Some(label.clone()),
                 };
                 if !self.stores.get(&key).is_some_and(|s| s.synced()) {
-                    return Err(LookupError(format!(
+                    return Err(LookupError::unreadable(format!(
                         "the objects of {} (a new custom resource) are not indexed yet",
                         gr.key()
                     )));
@@ -350,7 +349,7 @@ impl ClusterView for WebhookView {
                 continue;
             }
             if !store.synced() {
-                return Err(LookupError(format!(
+                return Err(LookupError::unreadable(format!(
                     "the index of {} is not synced yet",
                     key.gr
                 )));
@@ -408,8 +407,8 @@ impl ClusterView for WebhookView {
         }
         self.discovery_complete()?;
         let Some(ar) = crd_resource(crd) else {
-            return Err(LookupError(
-                "the CustomResourceDefinition names no group, plural or version".to_string(),
+            return Err(LookupError::unreadable(
+                "the CustomResourceDefinition names no group, plural or version",
             ));
         };
         // A synced store of the type answers; a live list only where none does.
@@ -448,11 +447,11 @@ impl ClusterView for WebhookView {
                     }
                     return Ok(Vec::new());
                 }
-                Err(e) => return Err(self.read_error(cluster, &gr, &e)),
+                Err(e) => return Err(self.read_error(cluster, &gr, e)),
             };
             let mut out = Vec::with_capacity(items.len());
             for meta in items {
-                let meta = serde_json::to_value(&meta).map_err(|e| LookupError(e.to_string()))?;
+                let meta = serde_json::to_value(&meta).map_err(LookupError::from_error)?;
                 out.push(contained(
                     &ar,
                     Arc::new(serde_json::json!({ "metadata": meta })),
@@ -462,7 +461,7 @@ impl ClusterView for WebhookView {
         };
         Box::pin(tokio::time::timeout(LIVE_READ_TIMEOUT, list_all))
             .await
-            .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
+            .map_err(|e| LookupError::failed("the API server did not answer in time", e))?
     }
 
     fn cascading_judged(&self) -> bool {
@@ -511,8 +510,8 @@ impl ClusterView for WebhookView {
         let gr = GroupResource::new(group, resource);
         if self.topology == Topology::Kubernetes {
             if !self.crds_listed.load(std::sync::atomic::Ordering::Acquire) {
-                return Err(LookupError(
-                    "the CustomResourceDefinitions are not indexed yet".to_string(),
+                return Err(LookupError::unreadable(
+                    "the CustomResourceDefinitions are not indexed yet",
                 ));
             }
             return Ok(self.crds.get(&gr).and_then(|f| f.replicas_path.clone()));
@@ -526,8 +525,8 @@ impl ClusterView for WebhookView {
         > = Api::all(client);
         let crd = Box::pin(tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(&name)))
             .await
-            .map_err(|_| LookupError("the API server did not answer in time".to_string()))?
-            .map_err(|e| LookupError(e.to_string()))?;
+            .map_err(|e| LookupError::failed("the API server did not answer in time", e))?
+            .map_err(LookupError::from_error)?;
         Ok(crd.and_then(|c| crd_facts(&c).1.replicas_path))
     }
 
@@ -545,8 +544,8 @@ impl ClusterView for WebhookView {
             return Ok(Vec::new());
         }
         let Some(ar) = crd_resource(crd) else {
-            return Err(LookupError(
-                "the CustomResourceDefinition names no group, plural or version".to_string(),
+            return Err(LookupError::unreadable(
+                "the CustomResourceDefinition names no group, plural or version",
             ));
         };
         let store = self.cascade_store(StoreKey {
@@ -573,10 +572,10 @@ impl WebhookView {
         &self,
         cluster: &str,
         gr: &GroupResource,
-        e: &kube::Error,
+        e: kube::Error,
     ) -> LookupError {
-        if self.topology == Topology::Kcp && crate::stores::is_forbidden(e) {
-            return LookupError(format!(
+        if self.topology == Topology::Kcp && crate::stores::is_forbidden(&e) {
+            return LookupError::unreadable(format!(
                 "holdfast-webhook may not read {gr} in workspace {cluster}: grant it get and \
                  list on {gr} there (docs/kcp.md, Consumer guide)"
             ));
@@ -601,8 +600,8 @@ impl WebhookView {
             api.create(&kube::api::PostParams::default(), &sar),
         )
         .await
-        .map_err(|_| LookupError("the SubjectAccessReview was not answered in time".to_string()))?
-        .map_err(|e| LookupError(format!("SubjectAccessReview failed: {e}")))?;
+        .map_err(|e| LookupError::failed("the SubjectAccessReview was not answered in time", e))?
+        .map_err(|e| LookupError::failed(format!("SubjectAccessReview failed: {e}"), e))?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 
@@ -660,9 +659,10 @@ async fn within_review<T>(
 ) -> Result<T, LookupError> {
     tokio::time::timeout(CONTAINMENT_READS, reads)
         .await
-        .unwrap_or_else(|_| {
-            Err(LookupError(
-                "reading what it holds took longer than 8s; retry later".to_string(),
+        .unwrap_or_else(|e| {
+            Err(LookupError::failed(
+                "reading what it holds took longer than 8s; retry later",
+                e,
             ))
         })
 }

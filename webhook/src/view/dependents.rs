@@ -78,14 +78,14 @@ impl WebhookView {
                     Err(e) => {
                         return Err(crate::stores::lookup_error(
                             &dep.dependent_gr().to_string(),
-                            &e,
+                            e,
                         ));
                     }
                 };
                 for obj in &list.items {
                     let value = match serde_json::to_value(obj) {
                         Ok(v) => v,
-                        Err(e) => return Err(LookupError(e.to_string())),
+                        Err(e) => return Err(LookupError::from_error(e)),
                     };
                     if !dep.path.references(&value, q.name) {
                         continue;
@@ -120,8 +120,9 @@ impl WebhookView {
         };
         match tokio::time::timeout(LIVE_LOOKUP_TIMEOUT, lookup).await {
             Ok(r) => r,
-            Err(_) => Err(LookupError(
-                "the API server did not answer in time".to_string(),
+            Err(e) => Err(LookupError::failed(
+                "the API server did not answer in time",
+                e,
             )),
         }
     }
@@ -419,7 +420,6 @@ mod tests {
     use crate::view::{DependentsMode, test_view};
     use holdfast_shared::{
         api::{common::GroupResource, dependency_rule::DependencyRule},
-        policy::LookupError,
         watch::Driver,
     };
 
@@ -532,6 +532,7 @@ mod tests {
                 })
                 .await
                 .map(|r| r.iter().map(Referrer::describe).collect::<Vec<_>>())
+                .map_err(|e| e.to_string())
             }
         };
         // Covered: from the index, no API call.
@@ -544,9 +545,7 @@ mod tests {
         // view has no API server, so the live lookup fails: refused, never allowed).
         assert_eq!(
             ask("lc-b").await,
-            Err(LookupError(
-                "no API server client is configured".to_string()
-            ))
+            Err("no API server client is configured".to_string())
         );
         assert_eq!((lookups("index"), lookups("live")), (1, 1));
         // Shard a fails: it covers nothing until it lists again.

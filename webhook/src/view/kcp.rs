@@ -97,15 +97,17 @@ impl WebhookView {
             Api::all_with(client, &holdfast_shared::kcp::api_binding_resource());
         let list = tokio::time::timeout(BINDING_READ_TIMEOUT, api.list(&ListParams::default()))
             .await
-            .map_err(|_| {
-                LookupError(format!(
-                    "reading the APIBindings of workspace {cluster} timed out"
-                ))
+            .map_err(|e| {
+                LookupError::failed(
+                    format!("reading the APIBindings of workspace {cluster} timed out"),
+                    e,
+                )
             })?
             .map_err(|e| {
-                LookupError(format!(
-                    "reading the APIBindings of workspace {cluster}: {e}"
-                ))
+                LookupError::failed(
+                    format!("reading the APIBindings of workspace {cluster}: {e}"),
+                    e,
+                )
             })?;
         let found = list.items.iter().find_map(|b| binding_of(&b.data, gr));
         if self.bindings.len() >= BINDING_CAPACITY {
@@ -154,12 +156,15 @@ pub(super) async fn not_served(
     match listed {
         Ok(list) if !list.resources.iter().any(|r| r.name == resource) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Ok(_) => Err(LookupError(format!(
+        Ok(_) => Err(LookupError::unreadable(format!(
             "listing {gvr} in workspace {cluster} answered 404 although its discovery serves the type; retry later"
         ))),
-        Err(e) => Err(LookupError(format!(
-            "listing {gvr} in workspace {cluster} answered 404 and its discovery failed ({e}); retry later"
-        ))),
+        Err(e) => Err(LookupError::failed(
+            format!(
+                "listing {gvr} in workspace {cluster} answered 404 and its discovery failed ({e}); retry later"
+            ),
+            e,
+        )),
     }
 }
 
@@ -240,14 +245,14 @@ mod tests {
         // Discovery serves it: the 404 proves nothing.
         let served = not_served(&c, "lc", "compute.io", "v1", "virtualmachines").await;
         assert_eq!(
-            served.err().map(|e| e.0).as_deref(),
+            served.err().map(|e| e.to_string()).as_deref(),
             Some(
                 "listing virtualmachines.compute.io (compute.io/v1) in workspace lc answered 404 although its discovery serves the type; retry later"
             )
         );
         let core = not_served(&c, "lc", "", "v1", "configmaps").await;
         assert_eq!(
-            core.err().map(|e| e.0).as_deref(),
+            core.err().map(|e| e.to_string()).as_deref(),
             Some(
                 "listing configmaps (v1) in workspace lc answered 404 although its discovery serves the type; retry later"
             )

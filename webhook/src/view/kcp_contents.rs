@@ -127,17 +127,18 @@ pub(super) async fn listable_types(
     client: &Client,
     cluster: &str,
 ) -> Result<Vec<(ApiResource, bool)>, LookupError> {
-    let failed = |what: &str, e: &dyn std::fmt::Display| {
-        LookupError(format!(
-            "the discovery of workspace {cluster} failed ({what}: {e}); retry later"
-        ))
+    let failed = |what: &str, e: kube::Error| {
+        LookupError::failed(
+            format!("the discovery of workspace {cluster} failed ({what}: {e}); retry later"),
+            e,
+        )
     };
     let discover = async {
         let mut group_versions: Vec<(String, String)> = vec![(String::new(), "v1".to_string())];
         let groups = client
             .list_api_groups()
             .await
-            .map_err(|e| failed("/apis", &e))?;
+            .map_err(|e| failed("/apis", e))?;
         for g in groups.groups {
             if let Some(v) = super::discovery::preferred_version(&g) {
                 group_versions.push((g.name, v));
@@ -162,7 +163,7 @@ pub(super) async fn listable_types(
             } else {
                 format!("{group}/{version}")
             };
-            let list = listed.map_err(|e| failed(&gv, &e))?;
+            let list = listed.map_err(|e| failed(&gv, e))?;
             for r in list.resources {
                 if r.name.contains('/')
                     || !r.verbs.iter().any(|v| v == "list")
@@ -187,7 +188,15 @@ pub(super) async fn listable_types(
     };
     tokio::time::timeout(READ_TIMEOUT, discover)
         .await
-        .map_err(|_| failed("discovery", &"no answer within 8s"))?
+        .map_err(|e| {
+            LookupError::failed(
+                format!(
+                    "the discovery of workspace {cluster} failed (discovery: no answer within \
+                     8s); retry later"
+                ),
+                e,
+            )
+        })?
 }
 
 /// The objects of every type of `types` in namespace `ns` of workspace `cluster`
@@ -206,11 +215,14 @@ pub(super) async fn contents(
         .map(|ar| list_in(client, cluster, ns, ar, secrets_named));
     let all = tokio::time::timeout(READ_TIMEOUT, futures::future::join_all(lists))
         .await
-        .map_err(|_| {
-            LookupError(format!(
-                "listing the contents of {} took longer than 8s; retry later",
-                scope(cluster, ns)
-            ))
+        .map_err(|e| {
+            LookupError::failed(
+                format!(
+                    "listing the contents of {} took longer than 8s; retry later",
+                    scope(cluster, ns)
+                ),
+                e,
+            )
         })?;
     let mut out = Vec::new();
     for listed in all {
@@ -246,7 +258,7 @@ async fn list_in(
             if gr.group.is_empty() && gr.resource == "secrets" && !secrets_named {
                 return Ok(Vec::new());
             }
-            return Err(LookupError(format!(
+            return Err(LookupError::unreadable(format!(
                 "holdfast-webhook may not list {gr} in workspace {cluster}, so what \
                  {} holds cannot be checked: grant it list on {gr} there \
                  (docs/kcp.md, Consumer guide)",
@@ -262,10 +274,13 @@ async fn list_in(
             return Ok(Vec::new());
         }
         Err(e) => {
-            return Err(LookupError(format!(
-                "listing {gr} in {} failed ({e}); retry later",
-                scope(cluster, ns)
-            )));
+            return Err(LookupError::failed(
+                format!(
+                    "listing {gr} in {} failed ({e}); retry later",
+                    scope(cluster, ns)
+                ),
+                e,
+            ));
         }
     };
     let mut out = Vec::with_capacity(items.len());
@@ -274,7 +289,7 @@ async fn list_in(
             .get_or_insert_with(Default::default)
             .entry(KCP_CLUSTER_ANNOTATION.to_string())
             .or_insert_with(|| cluster.to_string());
-        let meta = serde_json::to_value(&meta).map_err(|e| LookupError(e.to_string()))?;
+        let meta = serde_json::to_value(&meta).map_err(LookupError::from_error)?;
         out.push(ContainedObject {
             resource: Gvr {
                 group: ar.group.clone(),
@@ -457,7 +472,7 @@ mod tests {
         );
         let refused = contents(&c, "lc-a", Some("shop"), &types, true).await;
         assert_eq!(
-            refused.err().map(|e| e.0),
+            refused.err().map(|e| e.to_string()),
             Some(forbidden("secrets", "shop"))
         );
     }
@@ -469,7 +484,7 @@ mod tests {
         let cms = [ar("", "configmaps", "ConfigMap")];
         let refused = contents(&c, "lc-a", Some("locked"), &cms, false).await;
         assert_eq!(
-            refused.err().map(|e| e.0),
+            refused.err().map(|e| e.to_string()),
             Some(forbidden("configmaps", "locked"))
         );
         // Any other failure: retry later.
@@ -485,7 +500,7 @@ mod tests {
         // A 404 for a type discovery still serves proves nothing.
         let gone = contents(&c, "lc-a", Some("gone"), &cms, false).await;
         assert_eq!(
-            gone.err().map(|e| e.0).as_deref(),
+            gone.err().map(|e| e.to_string()).as_deref(),
             Some(
                 "listing configmaps (v1) in workspace lc-a answered 404 although its \
                  discovery serves the type; retry later"

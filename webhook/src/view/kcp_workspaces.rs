@@ -38,9 +38,8 @@ impl WebhookView {
         };
         let path = workspace_path(workspace);
         if !self.apibindings.synced() {
-            return Err(LookupError(
-                "holdfast has just started and does not know yet which workspaces bind it"
-                    .to_string(),
+            return Err(LookupError::unreadable(
+                "holdfast has just started and does not know yet which workspaces bind it",
             ));
         }
         let bound = self.apibindings.with_index(|i| i.clusters());
@@ -64,7 +63,7 @@ impl WebhookView {
                 .await;
             let (objects, unreadable) = match (listed, unplaced) {
                 (Ok(objects), _) => (objects, None),
-                (Err(e), None) => (Vec::new(), Some(e.0)),
+                (Err(e), None) => (Vec::new(), Some(e.to_string())),
                 // Neither placed nor read: it may lie below and hold anything.
                 (Err(read), Some(place)) => (
                     Vec::new(),
@@ -72,7 +71,7 @@ impl WebhookView {
                         "workspace {c} binds holdfast and can neither be placed in the tree \
                          ({}) nor read ({}); grant holdfast-webhook get logicalclusters there \
                          (docs/kcp.md)",
-                        place.0, read.0
+                        place, read
                     )),
                 ),
             };
@@ -166,8 +165,15 @@ impl WebhookView {
         let api: Api<DynamicObject> = Api::all_with(client, &logical_cluster_resource());
         let read = tokio::time::timeout(std::time::Duration::from_secs(5), api.get("cluster"))
             .await
-            .map_err(|_| LookupError(format!("reading the LogicalCluster of {cluster} timed out")))?
-            .map_err(|e| LookupError(format!("reading the LogicalCluster of {cluster}: {e}")))?;
+            .map_err(|e| {
+                LookupError::failed(
+                    format!("reading the LogicalCluster of {cluster} timed out"),
+                    e,
+                )
+            })?
+            .map_err(|e| {
+                LookupError::failed(format!("reading the LogicalCluster of {cluster}: {e}"), e)
+            })?;
         let path = read
             .metadata
             .annotations
@@ -176,7 +182,7 @@ impl WebhookView {
             .filter(|p| holdfast_shared::kcp::is_workspace_path(p))
             .cloned()
             .ok_or_else(|| {
-                LookupError(format!(
+                LookupError::unreadable(format!(
                     "the LogicalCluster of {cluster} carries no usable kcp.io/path"
                 ))
             })?;

@@ -300,7 +300,7 @@ impl WebhookView {
     /// An error while discovery is incomplete.
     fn discovery_complete(&self) -> Result<(), LookupError> {
         match self.discovery_problem() {
-            Some(p) => Err(LookupError(format!(
+            Some(p) => Err(LookupError::unreadable(format!(
                 "API discovery is incomplete ({p}), so objects of some resources cannot be seen"
             ))),
             None => Ok(()),
@@ -449,14 +449,12 @@ impl WebhookView {
     /// A client addressing logical cluster `lc` through the front-proxy (kcp), or the
     /// cluster itself (Kubernetes).
     fn cluster_client(&self, lc: &str) -> Result<Client, LookupError> {
-        let no_client = || LookupError("no API server client is configured".to_string());
+        let no_client = || LookupError::unreadable("no API server client is configured");
         if self.topology == Topology::Kubernetes || lc.is_empty() {
             return self.client.clone().ok_or_else(no_client);
         }
         let clients = self.cluster_clients.as_ref().ok_or_else(no_client)?;
-        let client = clients
-            .cluster(lc)
-            .map_err(|e| LookupError(e.to_string()))?;
+        let client = clients.cluster(lc).map_err(LookupError::from_error)?;
         self.metrics
             .cluster_clients
             .set(i64::try_from(clients.urls().cached()).unwrap_or(i64::MAX));
@@ -488,7 +486,7 @@ fn test_view(topology: Topology, mode: DependentsMode) -> Arc<WebhookView> {
 /// with `); retry later` (the middle is a client error's own text).
 #[cfg(test)]
 fn assert_retry_later(result: Result<(), LookupError>, start: &str) {
-    let message = result.err().map(|e| e.0).unwrap_or_default();
+    let message = result.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(
         message.starts_with(start) && message.ends_with("); retry later"),
         "{message}"
@@ -635,7 +633,7 @@ mod tests {
             .namespace_contents("", "shop")
             .await
             .err()
-            .map(|e| e.0)
+            .map(|e| e.to_string())
             .unwrap_or_default();
         assert_eq!(
             err,
@@ -717,27 +715,29 @@ mod tests {
         assert!(view.stores_built());
         let contents = view.namespace_contents("lc-a", "shop").await;
         assert_eq!(
-            contents.err(),
-            Some(LookupError("no API server client is configured".into()))
+            contents.err().map(|e| e.to_string()).as_deref(),
+            Some("no API server client is configured")
         );
     }
 
     #[test]
     fn a_forbidden_read_on_kcp_names_the_consumer_grant() {
-        let e = kube::Error::Api(Box::new(
-            kube::core::Status::failure("refused", "").with_code(403),
-        ));
+        let e = || {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("refused", "").with_code(403),
+            ))
+        };
         let pvcs = GroupResource::new("", "persistentvolumeclaims");
         let kcp = test_view(Topology::Kcp, DependentsMode::Live);
         assert_eq!(
-            kcp.read_error("lc-a", &pvcs, &e).0,
+            kcp.read_error("lc-a", &pvcs, e()).to_string(),
             "holdfast-webhook may not read persistentvolumeclaims in workspace lc-a: grant it \
              get and list on persistentvolumeclaims there (docs/kcp.md, Consumer guide)"
         );
         let kubernetes = test_view(Topology::Kubernetes, DependentsMode::Live);
         assert_eq!(
-            kubernetes.read_error("", &pvcs, &e),
-            crate::stores::unreadable_error("persistentvolumeclaims")
+            kubernetes.read_error("", &pvcs, e()).to_string(),
+            crate::stores::unreadable_error("persistentvolumeclaims").to_string()
         );
     }
 

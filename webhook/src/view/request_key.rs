@@ -30,7 +30,7 @@ impl KeyCache {
             return Ok(key.clone());
         }
         let client = client
-            .ok_or_else(|| LookupError("no API server is available to read the key".into()))?;
+            .ok_or_else(|| LookupError::unreadable("no API server is available to read the key"))?;
         let key = read(client).await?;
         *self.lock() = Some((Instant::now(), key.clone()));
         Ok(key)
@@ -51,10 +51,14 @@ async fn read(client: &Client) -> Result<RequestKey, LookupError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let secret = tokio::time::timeout(READ_TIMEOUT, api.get_opt(DEFERRED_KEY_SECRET))
         .await
-        .map_err(|_| LookupError(format!("{what} was not read in time")))?
-        .map_err(|e| LookupError(format!("reading {what} failed: {}", api_reason(&e))))?
+        .map_err(|e| LookupError::failed(format!("{what} was not read in time"), e))?
+        .map_err(|e| {
+            // The source is the reason alone: the client's error may quote the Secret.
+            let reason = api_reason(&e);
+            LookupError::failed(format!("reading {what} failed: {reason}"), reason)
+        })?
         .ok_or_else(|| {
-            LookupError(format!(
+            LookupError::unreadable(format!(
                 "{what} does not exist yet (holdfast-controller creates it)"
             ))
         })?;
@@ -62,9 +66,10 @@ async fn read(client: &Client) -> Result<RequestKey, LookupError> {
         .data
         .as_ref()
         .and_then(|d| d.get(KEY_FIELD))
-        .ok_or_else(|| LookupError(format!("{what} has no key {KEY_FIELD}")))?;
-    RequestKey::from_bytes(&bytes.0)
-        .map_err(|e| LookupError(format!("key {KEY_FIELD} of {what} cannot be used: {e}")))
+        .ok_or_else(|| LookupError::unreadable(format!("{what} has no key {KEY_FIELD}")))?;
+    RequestKey::from_bytes(&bytes.0).map_err(|e| {
+        LookupError::failed(format!("key {KEY_FIELD} of {what} cannot be used: {e}"), e)
+    })
 }
 
 /// What an API error says, without the body of anything read.

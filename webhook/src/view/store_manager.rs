@@ -49,11 +49,11 @@ impl WebhookView {
         }
         match self.stores.get(&key) {
             Some(s) if s.synced() => Ok(s.value().clone()),
-            _ if self.refused.contains_key(&key.gr) => Err(LookupError(format!(
+            _ if self.refused.contains_key(&key.gr) => Err(LookupError::unreadable(format!(
                 "holdfast may not list and watch {} yet (its reads role does not grant it)",
                 key.gr
             ))),
-            _ => Err(LookupError(format!(
+            _ => Err(LookupError::unreadable(format!(
                 "the index of {} is not synced yet (it starts when first needed)",
                 key.gr
             ))),

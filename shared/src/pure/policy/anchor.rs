@@ -65,8 +65,12 @@ pub(crate) async fn evaluate<V: ClusterView>(s: &Subject<'_>, view: &V, out: &mu
                 match view.object(cluster, &namespaces_gr(), None, ns).await {
                     Ok(v) => ns_labels = Some(v),
                     Err(e) => {
-                        let message =
-                            messages::anchor_namespace_unread(ns, what, &policy.to_string(), &e.0);
+                        let message = messages::anchor_namespace_unread(
+                            ns,
+                            what,
+                            &policy.to_string(),
+                            e.message(),
+                        );
                         out.lookup_failed(ar.enforcement, policy, message);
                         continue;
                     }
@@ -118,7 +122,7 @@ pub(crate) async fn evaluate<V: ClusterView>(s: &Subject<'_>, view: &V, out: &mu
             }
             Err(e) => {
                 let message =
-                    messages::anchor_unread(&anchor_desc, what, &policy.to_string(), &e.0);
+                    messages::anchor_unread(&anchor_desc, what, &policy.to_string(), e.message());
                 out.lookup_failed(ar.enforcement, policy, message);
             }
         }

@@ -12,7 +12,7 @@
 //! An object of any other kind has no notion of live contents: `Cascading` protects it
 //! like `Always` (the safe reading). Pure: the contents come from a [`ClusterView`].
 
-use super::{ClusterView, LookupError, logical_cluster};
+use super::{ClusterView, logical_cluster};
 use crate::{
     fieldpath::FieldPath,
     review::{AdmissionRequest, meta_str},
@@ -133,7 +133,7 @@ pub async fn live_contents<V: ClusterView>(req: &AdmissionRequest, obj: &Value, 
                 "delete those Pods and PersistentVolumeClaims (scale their workloads to 0 \
                  first)",
             ),
-            Err(LookupError(e)) => Live::Unknown(format!(
+            Err(e) => Live::Unknown(format!(
                 "cannot tell whether Namespace {name} still holds live Pods or \
                  PersistentVolumeClaims: {e}"
             )),
@@ -162,7 +162,7 @@ pub async fn live_contents<V: ClusterView>(req: &AdmissionRequest, obj: &Value, 
                 found,
                 &format!("delete its instances (kubectl delete {resource} {all})"),
             ),
-            Err(LookupError(e)) => Live::Unknown(format!(
+            Err(e) => Live::Unknown(format!(
                 "cannot tell whether CustomResourceDefinition {name} still has instances: {e}"
             )),
         };
@@ -182,7 +182,7 @@ pub async fn live_contents<V: ClusterView>(req: &AdmissionRequest, obj: &Value, 
     } else {
         match view.replicas_path(cluster, group, resource).await {
             Ok(p) => p,
-            Err(LookupError(e)) => {
+            Err(e) => {
                 return Live::Unknown(format!(
                     "cannot tell whether {} has a scale subresource: {e}",
                     req.describe()
@@ -221,7 +221,8 @@ mod tests {
     use crate::{
         api::{common::Enforcement, resource_protection::ResourceSelector},
         policy::{
-            Decider, Decision, DenialKind, Evaluation, PolicyConfig, PolicyKind, evaluate,
+            Decider, Decision, DenialKind, Evaluation, LookupError, PolicyConfig, PolicyKind,
+            evaluate,
             tests::{CRD, DEPLOYMENT, NAMESPACE, cfg, label, now, policy},
         },
         registry::{CompiledProtection, PolicyKey},
@@ -275,10 +276,10 @@ mod tests {
             self.judged
         }
         async fn live_in_namespace(&self, _: &str, _: &str) -> Result<Vec<String>, LookupError> {
-            self.in_namespace.clone().map_err(LookupError)
+            self.in_namespace.clone().map_err(LookupError::Unreadable)
         }
         async fn live_instances(&self, _: &str, _: &Value) -> Result<Vec<String>, LookupError> {
-            self.instances.clone().map_err(LookupError)
+            self.instances.clone().map_err(LookupError::Unreadable)
         }
         async fn replicas_path(
             &self,

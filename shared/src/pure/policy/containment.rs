@@ -87,7 +87,7 @@ async fn judge<V: ClusterView>(
             return Evaluation::deny(
                 Decider::Containment,
                 DenialKind::LookupFailed,
-                container.unverified(&e.0),
+                container.unverified(e.message()),
                 Vec::new(),
             );
         }
@@ -126,7 +126,7 @@ async fn workspace<V: ClusterView>(
             return Evaluation::deny(
                 Decider::Containment,
                 DenialKind::LookupFailed,
-                container().unverified(&e.0),
+                container().unverified(e.message()),
                 Vec::new(),
             );
         }

@@ -55,7 +55,7 @@ pub(crate) async fn evaluate<V: ClusterView>(s: &Subject<'_>, view: &V, out: &mu
                     let message = messages::critical_existence_unverified(
                         &provider,
                         &policy.to_string(),
-                        &e.0,
+                        e.message(),
                     );
                     out.lookup_failed(cs.enforcement, policy, message);
                 }
@@ -108,7 +108,7 @@ async fn unmet<V: ClusterView>(
                         resource,
                         finalizer,
                         &policy.to_string(),
-                        &e.0,
+                        e.message(),
                     );
                     out.lookup_failed(cs.enforcement, policy.clone(), message);
                 }
@@ -131,7 +131,7 @@ async fn unmet<V: ClusterView>(
                     let message = messages::critical_existence_unverified(
                         &format!("{resource} {name}"),
                         &policy.to_string(),
-                        &e.0,
+                        e.message(),
                     );
                     out.lookup_failed(cs.enforcement, policy.clone(), message);
                 }

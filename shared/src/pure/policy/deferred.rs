@@ -70,7 +70,7 @@ pub(crate) async fn evaluate_request<V: ClusterView>(
         Err(e) => {
             return refuse(
                 DenialKind::LookupFailed,
-                messages::deferred_unverified(user, &what, &e.0),
+                messages::deferred_unverified(user, &what, e.message()),
             );
         }
     }
@@ -82,7 +82,7 @@ pub(crate) async fn evaluate_request<V: ClusterView>(
         Err(e) => {
             return refuse(
                 DenialKind::LookupFailed,
-                messages::deferred_no_key(&what, &e.0),
+                messages::deferred_no_key(&what, e.message()),
             );
         }
     };

@@ -57,7 +57,7 @@ pub(crate) async fn evaluate<V: ClusterView>(s: &Subject<'_>, view: &V, out: &mu
                         &policy.to_string(),
                         &dep.dependent_gr(),
                         &dep.path,
-                        &e.0,
+                        e.message(),
                     );
                     out.lookup_failed(dep.enforcement, policy, message);
                 }

@@ -32,7 +32,7 @@ pub(crate) async fn evaluate<V: ClusterView>(
             return Evaluation::deny(
                 Decider::Eviction,
                 DenialKind::LookupFailed,
-                messages::eviction_unverified(ns.unwrap_or_default(), name, &e.0),
+                messages::eviction_unverified(ns.unwrap_or_default(), name, e.message()),
                 Vec::new(),
             );
         }

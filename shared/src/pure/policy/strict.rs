@@ -217,7 +217,7 @@ pub(crate) async fn evaluate_update<V: ClusterView>(
         Err(e) => Evaluation::deny(
             Decider::BreakGlassRefused,
             DenialKind::LookupFailed,
-            messages::break_glass_unverified(&user, &markers, &what, &e.0),
+            messages::break_glass_unverified(&user, &markers, &what, e.message()),
             added,
         ),
     }

@@ -28,10 +28,61 @@ pub struct DependentsQuery<'a> {
     pub namespace: Option<&'a str>,
 }
 
-/// Why dependents could not be looked up.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct LookupError(pub String);
+/// Why a lookup of a [`ClusterView`] could not answer; the caller refuses (fails
+/// closed), quoting the message. The message is complete on its own: a failed
+/// request's already says what its source says (a printer of the whole chain
+/// repeats it). A read of a Secret keeps none of what it holds, in the message or
+/// as the source.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    /// What the lookup needs cannot be read: not permitted, not served, not synced
+    /// yet, not configured, or missing. The text says which and, where there is
+    /// something to do, what.
+    #[error("{0}")]
+    Unreadable(String),
+    /// A request failed, was not answered in time, or what it answered cannot be
+    /// used.
+    #[error("{message}")]
+    Failed {
+        /// What was asked and what came back.
+        message: String,
+        /// The failure itself (the API client's error, the timeout...).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl LookupError {
+    /// [`LookupError::Unreadable`], saying `why`.
+    pub fn unreadable(why: impl Into<String>) -> Self {
+        Self::Unreadable(why.into())
+    }
+
+    /// [`LookupError::Failed`]: `message`, which says what `source` says (or what
+    /// of it is safe to show), caused by `source`.
+    pub fn failed(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Failed {
+            message: message.into(),
+            source: source.into(),
+        }
+    }
+
+    /// [`LookupError::Failed`] whose message is what `source` says.
+    pub fn from_error(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::failed(source.to_string(), source)
+    }
+
+    /// The message (what the error displays): what a denial quotes.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Unreadable(why) => why,
+            Self::Failed { message, .. } => message,
+        }
+    }
+}
 
 /// The answer of a view that knows nothing of what is asked: empty, none, zero.
 fn nothing<T: Default>() -> Ready<Result<T, LookupError>> {
@@ -40,7 +91,7 @@ fn nothing<T: Default>() -> Ready<Result<T, LookupError>> {
 
 /// The answer of a view that cannot ask: an error (the caller refuses).
 fn unavailable<T>(why: impl Into<String>) -> Ready<Result<T, LookupError>> {
-    ready(Err(LookupError(why.into())))
+    ready(Err(LookupError::unreadable(why)))
 }
 
 /// Declares the lookups of [`ClusterView`] whose default answers nothing (empty,
@@ -278,5 +329,32 @@ pub struct NoPolicies;
 impl ClusterView for NoPolicies {
     fn policies_loaded(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_lookup_error_shows_its_message_and_keeps_its_source() {
+        let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, "deadline has elapsed");
+        let e = LookupError::failed("the API server did not answer in time", timeout);
+        assert_eq!(e.to_string(), "the API server did not answer in time");
+        assert_eq!(e.message(), "the API server did not answer in time");
+        let source = e.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            source.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::TimedOut)
+        );
+
+        let e = LookupError::from_error(std::io::Error::other("connection refused"));
+        assert_eq!(e.to_string(), "connection refused");
+        assert!(e.source().is_some());
+
+        let e = LookupError::unreadable("the index of pods is not synced yet");
+        assert_eq!(e.to_string(), "the index of pods is not synced yet");
+        assert!(matches!(e, LookupError::Unreadable(_)) && e.source().is_none());
     }
 }

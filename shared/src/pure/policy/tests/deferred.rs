@@ -7,16 +7,16 @@ use crate::request_signature::{KEY_LEN, RequestKey};
 
 const KEY: [u8; KEY_LEN] = [42; KEY_LEN];
 
-/// A view whose SubjectAccessReview answers `may`, recording who was asked, and
-/// whose signing key is `key` (none: it cannot be read).
+/// A view whose SubjectAccessReview answers `may` (an error: fails saying so),
+/// recording who was asked, and whose signing key is `key` (none: it cannot be read).
 struct MayDelete {
-    may: Result<bool, LookupError>,
+    may: Result<bool, &'static str>,
     asked: std::sync::Mutex<Vec<String>>,
     key: Option<RequestKey>,
 }
 
 impl MayDelete {
-    fn new(may: Result<bool, LookupError>) -> Self {
+    fn new(may: Result<bool, &'static str>) -> Self {
         Self {
             may,
             asked: Default::default(),
@@ -41,12 +41,12 @@ impl ClusterView for MayDelete {
         if let Ok(mut asked) = self.asked.lock() {
             asked.push(user.to_string());
         }
-        self.may.clone()
+        self.may.map_err(LookupError::unreadable)
     }
     async fn request_key(&self) -> Result<RequestKey, LookupError> {
         self.key
             .clone()
-            .ok_or_else(|| LookupError("the key Secret does not exist yet".into()))
+            .ok_or_else(|| LookupError::unreadable("the key Secret does not exist yet"))
     }
 }
 
@@ -152,7 +152,7 @@ fn deferred_requests_need_the_requester_the_delete_permission_and_a_signature() 
          which \"alice\" does not hold as holdfast will use it: it deletes the object later \
          by impersonating the user name alone, without the groups of this request."
     );
-    let failing = MayDelete::new(Err(LookupError("down".into())));
+    let failing = MayDelete::new(Err("down"));
     let e = ask(plain(), request("alice", Some(&sig)), &failing);
     assert_eq!(denied(&e).kind, DenialKind::LookupFailed);
 

@@ -16,7 +16,7 @@ impl View {
     /// `found`, or the error `why` while lookups fail.
     fn unless_failing<T>(&self, why: &str, found: T) -> Result<T, LookupError> {
         match self.lookup_fails {
-            true => Err(LookupError(why.into())),
+            true => Err(LookupError::unreadable(why)),
             false => Ok(found),
         }
     }

@@ -33,7 +33,7 @@ impl ClusterView for View {
         q: DependentsQuery<'_>,
     ) -> impl Future<Output = Result<Vec<Referrer>, LookupError>> + Send {
         let r = if self.broken {
-            Err(LookupError("connection refused".into()))
+            Err(LookupError::unreadable("connection refused"))
         } else {
             Ok(self.index.lookup(
                 q.cluster,

@@ -26,7 +26,7 @@ impl ClusterView for View {
             a.push(workspace.clone());
         }
         let r = match &self.fails {
-            Some(why) => Err(LookupError(why.clone())),
+            Some(why) => Err(LookupError::unreadable(why.clone())),
             None => Ok(self.contents.clone()),
         };
         async move { r }
@@ -37,7 +37,7 @@ impl ClusterView for View {
         _binding: &Value,
     ) -> impl Future<Output = Result<Vec<ContainedObject>, LookupError>> + Send {
         let r = match &self.fails {
-            Some(why) => Err(LookupError(why.clone())),
+            Some(why) => Err(LookupError::unreadable(why.clone())),
             None => Ok(self
                 .bound
                 .iter()
