@@ -18,6 +18,7 @@ use std::{
 };
 
 use futures::StreamExt as _;
+use holdfast_shared::policy::PolicyKind;
 use holdfast_shared::selfprotection::{SELF_PROTECTION_NAME, SelfProtection};
 use holdfast_shared::{
     api::{AnchorRule, CriticalService, DependencyRule, GroupResource, ResourceProtection},
@@ -56,7 +57,7 @@ use crate::{
         check_resource_protection,
     },
     reads,
-    reconcile::ReconcileError,
+    reconcile::{Failure, ReconcileError},
     status::{Outcome, desired_status, now_rfc3339},
 };
 
@@ -66,6 +67,8 @@ mod access;
 mod guards;
 #[path = "kubernetes/statuses.rs"]
 mod statuses;
+#[path = "kubernetes/watches.rs"]
+mod watches;
 pub use guards::{
     apply_configuration, delete_configuration, delete_self_protection, self_protection,
 };
@@ -141,28 +144,8 @@ where
     cache
 }
 
-/// Index of DependencyRules in `Reconciler::kinds` (the kind with CycleDetected).
-const DEPENDENCY_RULES: usize = 2;
 /// How many status writes a pass has in flight at once.
 const STATUS_WRITES_IN_FLIGHT: usize = 32;
-
-/// One policy kind, watched as untyped objects.
-struct PolicyKind {
-    ar: ApiResource,
-    store: Cache<DynamicObject>,
-}
-
-impl PolicyKind {
-    fn new<K>(client: &Client, notify: &Arc<Notify>) -> Self
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        let ar = ApiResource::erase::<K>(&());
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let store = spawn_watch(api, watcher::Config::default(), notify, None);
-        Self { ar, store }
-    }
-}
 
 /// Reads an untyped object as `K` (its status, which the controller owns and
 /// rewrites, is left out); the error says why it cannot be read.
@@ -196,9 +179,8 @@ pub struct Reconciler {
     client: Client,
     settings: Settings,
     options: OptionsSource,
-    /// The four policy kinds, watched untyped so that one object the Rust types
-    /// cannot read is reported Invalid instead of breaking the whole watch.
-    kinds: Vec<PolicyKind>,
+    /// The four policy kinds' watches.
+    kinds: watches::PolicyWatches,
     vwc: Cache<ValidatingWebhookConfiguration>,
     notify: Arc<Notify>,
     discovery_dirty: Arc<AtomicBool>,
@@ -254,8 +236,8 @@ impl crate::reconcile::Reconcile for Reconciler {
 
 /// One policy, kind-erased.
 struct Item {
-    /// Index into `Reconciler::kinds`.
-    kind: usize,
+    /// Its kind.
+    kind: PolicyKind,
     name: String,
     invalid: Option<Invalid>,
     needs: Vec<GroupResource>,
@@ -303,7 +285,7 @@ struct Reads {
 
 /// Phase four's result for one policy object: the status to write.
 struct StatusWrite {
-    kind: usize,
+    kind: PolicyKind,
     name: String,
     outcome: Outcome,
 }
@@ -319,12 +301,7 @@ impl Reconciler {
         let notify = Arc::new(Notify::new());
         let discovery_dirty = Arc::new(AtomicBool::new(true));
         let cfg = watcher::Config::default();
-        let kinds = vec![
-            PolicyKind::new::<ResourceProtection>(&client, &notify),
-            PolicyKind::new::<AnchorRule>(&client, &notify),
-            PolicyKind::new::<DependencyRule>(&client, &notify),
-            PolicyKind::new::<CriticalService>(&client, &notify),
-        ];
+        let kinds = watches::PolicyWatches::start(&client, &notify);
         let vwc = spawn_watch(
             Api::all(client.clone()),
             watcher::Config::default()
@@ -394,7 +371,7 @@ impl Reconciler {
         let started = std::time::Instant::now();
         loop {
             let mut unready = Vec::new();
-            for k in &self.kinds {
+            for (_, k) in self.kinds.iter() {
                 if !k.store.synced() {
                     unready.push(k.ar.clone());
                 }
@@ -433,8 +410,8 @@ impl Reconciler {
         let absent: Vec<&str> = self
             .kinds
             .iter()
-            .filter(|k| k.store.not_served())
-            .map(|k| k.ar.kind.as_str())
+            .filter(|(_, k)| k.store.not_served())
+            .map(|(_, k)| k.ar.kind.as_str())
             .collect();
         if !absent.is_empty() {
             tracing::warn!(
@@ -501,68 +478,76 @@ impl Reconciler {
         let mut needs = PolicyNeeds::default();
         let mut edges = Vec::new();
         let mut probes = std::collections::HashSet::new();
-        for (k, kind) in self.kinds.iter().enumerate() {
-            for obj in kind.store.state() {
+        for (kind, watch) in self.kinds.iter() {
+            for obj in watch.store.state() {
                 let name = obj.name_any();
                 let mut source = None;
-                let checked = match k {
-                    0 => self.check(&obj, &mut needs, |p: &ResourceProtection, index, needs| {
-                        let invalid = check_resource_protection(p, index);
-                        if invalid.is_none() {
-                            needs.add_resource_protection(p);
-                        }
-                        Checked::new(
-                            invalid,
-                            resource_protection_needs(p),
-                            reads::resource_protection_reads(p),
-                        )
-                    }),
-                    1 => self.check(&obj, &mut needs, |p: &AnchorRule, index, needs| {
-                        let invalid = check_anchor_rule(p, index);
-                        if invalid.is_none() {
-                            needs.add_anchor_rule(p);
-                            if let Some(s) = &p.spec.anchor_source {
-                                let r = &s.kubeconfig_secret_ref;
-                                let key = (
-                                    holdfast_shared::registry::AnchorSourceRef {
-                                        namespace: r.namespace.clone(),
-                                        name: r.name.clone(),
-                                        key: r.key.clone(),
-                                    },
-                                    p.spec.anchor.clone(),
-                                );
-                                source = Some(self.sources.condition(&key.0, &key.1));
-                                probes.insert(key);
+                let checked = match kind {
+                    PolicyKind::ResourceProtection => {
+                        self.check(&obj, &mut needs, |p: &ResourceProtection, index, needs| {
+                            let invalid = check_resource_protection(p, index);
+                            if invalid.is_none() {
+                                needs.add_resource_protection(p);
                             }
-                        }
-                        Checked::new(invalid, anchor_rule_needs(p), reads::anchor_rule_reads(p))
-                    }),
-                    2 => self.check(&obj, &mut needs, |p: &DependencyRule, index, needs| {
-                        let invalid = check_dependency_rule(p, index, true);
-                        if invalid.is_none() {
-                            needs.add_dependency_rule(p);
-                            edges.push(RuleEdges::of(p.name_any(), p));
-                        }
-                        Checked::new(
-                            invalid,
-                            dependency_rule_needs(p),
-                            reads::dependency_rule_reads(p),
-                        )
-                    }),
-                    _ => self.check(&obj, &mut needs, |p: &CriticalService, index, needs| {
-                        let invalid = check_critical_service(p, index);
-                        if invalid.is_none() {
-                            needs.add_critical_service(p);
-                        }
-                        Checked::new(
-                            invalid,
-                            critical_service_needs(p),
-                            reads::critical_service_reads(p, index),
-                        )
-                    }),
+                            Checked::new(
+                                invalid,
+                                resource_protection_needs(p),
+                                reads::resource_protection_reads(p),
+                            )
+                        })
+                    }
+                    PolicyKind::AnchorRule => {
+                        self.check(&obj, &mut needs, |p: &AnchorRule, index, needs| {
+                            let invalid = check_anchor_rule(p, index);
+                            if invalid.is_none() {
+                                needs.add_anchor_rule(p);
+                                if let Some(s) = &p.spec.anchor_source {
+                                    let r = &s.kubeconfig_secret_ref;
+                                    let key = (
+                                        holdfast_shared::registry::AnchorSourceRef {
+                                            namespace: r.namespace.clone(),
+                                            name: r.name.clone(),
+                                            key: r.key.clone(),
+                                        },
+                                        p.spec.anchor.clone(),
+                                    );
+                                    source = Some(self.sources.condition(&key.0, &key.1));
+                                    probes.insert(key);
+                                }
+                            }
+                            Checked::new(invalid, anchor_rule_needs(p), reads::anchor_rule_reads(p))
+                        })
+                    }
+                    PolicyKind::DependencyRule => {
+                        self.check(&obj, &mut needs, |p: &DependencyRule, index, needs| {
+                            let invalid = check_dependency_rule(p, index, true);
+                            if invalid.is_none() {
+                                needs.add_dependency_rule(p);
+                                edges.push(RuleEdges::of(p.name_any(), p));
+                            }
+                            Checked::new(
+                                invalid,
+                                dependency_rule_needs(p),
+                                reads::dependency_rule_reads(p),
+                            )
+                        })
+                    }
+                    PolicyKind::CriticalService => {
+                        self.check(&obj, &mut needs, |p: &CriticalService, index, needs| {
+                            let invalid = check_critical_service(p, index);
+                            if invalid.is_none() {
+                                needs.add_critical_service(p);
+                            }
+                            Checked::new(
+                                invalid,
+                                critical_service_needs(p),
+                                reads::critical_service_reads(p, index),
+                            )
+                        })
+                    }
                 };
                 items.push(Item {
-                    kind: k,
+                    kind,
                     name,
                     invalid: checked.invalid,
                     needs: checked.needs,
@@ -627,7 +612,7 @@ impl Reconciler {
         // routes stays enforced.
         let (live, refused) = match self.keep_configuration(&gathered.needs).await {
             Ok(live) => (live, None),
-            Err(ReconcileError::Configuration(message)) => {
+            Err(ReconcileError::Configuration { source }) => {
                 let live = self
                     .vwc
                     .state()
@@ -635,16 +620,18 @@ impl Reconciler {
                     .find(|c| c.name_any() == WEBHOOK_CONFIGURATION_NAME)
                     .map(|l| (*l).clone())
                     .unwrap_or_default();
-                (live, Some(message))
+                (live, Some(source))
             }
             Err(e) => return Err(e),
         };
         self.metrics_refused(refused.is_some());
-        let writes = self.status_writes(&gathered, &live, &reads, refused.as_deref());
+        // Said with all its causes, as the pass's error says it.
+        let message = refused.as_ref().map(|e| format!("{e:#}"));
+        let writes = self.status_writes(&gathered, &live, &reads, message.as_deref());
         self.metrics_policies(&writes);
         self.write_statuses(writes).await?;
         match refused {
-            Some(message) => Err(ReconcileError::Configuration(message)),
+            Some(source) => Err(ReconcileError::Configuration { source }),
             None => Ok(()),
         }
     }
@@ -680,7 +667,7 @@ impl Reconciler {
                 );
                 apply_configuration(&self.client, &desired)
                     .await
-                    .map_err(|e| ReconcileError::configuration(&e))
+                    .map_err(|source| ReconcileError::Configuration { source })
             }
         }
     }

@@ -36,30 +36,125 @@ pub const SETTLE: Duration = Duration::from_millis(10);
 /// Why a reconcile pass failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    /// Creating, updating or deleting a ValidatingWebhookConfiguration failed.
-    #[error("{0}")]
-    Configuration(String),
-    /// Writing the status of one or more policies failed.
-    #[error("{0}")]
-    Status(String),
-    /// The controller's own state is unusable (a poisoned lock).
-    #[error("{0}")]
-    Internal(String),
+    /// Creating or updating the ValidatingWebhookConfiguration failed
+    /// (Kubernetes); said with all its causes on one line.
+    #[error("{source:#}")]
+    Configuration {
+        /// Why.
+        #[source]
+        source: anyhow::Error,
+    },
+    /// Writing the status of one or more policies failed (Kubernetes): each was
+    /// logged as it failed, the error counts them.
+    #[error("{} status update(s) failed", failed.len())]
+    Status {
+        /// Which policies, each with its error.
+        failed: Vec<Failure>,
+    },
+    /// What failed in a kcp pass: workspaces' configurations and policies'
+    /// statuses, in the order the pass met them, said one after the other.
+    #[error("{}", Joined(failed))]
+    Pass {
+        /// Which workspaces and policies, each with its error (never empty).
+        failed: Vec<Failure>,
+    },
 }
 
 impl ReconcileError {
-    /// The `error` label of `reconcile_errors_total`.
+    /// The `error` label of `reconcile_errors_total`: `configuration` when some
+    /// configuration failed, else `status`.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            ReconcileError::Configuration(_) => "configuration",
-            ReconcileError::Status(_) => "status",
-            ReconcileError::Internal(_) => "internal",
+            ReconcileError::Configuration { .. } => "configuration",
+            ReconcileError::Status { .. } => "status",
+            ReconcileError::Pass { failed } => match failed.iter().any(Failure::is_configuration) {
+                true => "configuration",
+                false => "status",
+            },
         }
     }
+}
 
-    /// A configuration write failure, with all its causes on one line.
-    pub fn configuration(e: &anyhow::Error) -> Self {
-        ReconcileError::Configuration(format!("{e:#}"))
+/// One thing a pass failed to write, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The configuration `holdfast` of a kcp workspace.
+    #[error("{cluster}: {source:#}")]
+    Workspace {
+        /// Its logical cluster.
+        cluster: String,
+        /// Why.
+        #[source]
+        source: anyhow::Error,
+    },
+    /// The configuration `holdfast` of the holdfast workspace (said without its
+    /// causes).
+    #[error("holdfast workspace {cluster}: {source}")]
+    HoldfastWorkspace {
+        /// Its logical cluster.
+        cluster: String,
+        /// Why.
+        #[source]
+        source: anyhow::Error,
+    },
+    /// Workspace containment's configuration (said without its causes).
+    #[error(
+        "workspace {path}: ValidatingWebhookConfiguration {}: {source}",
+        holdfast_shared::workspaces::CONFIGURATION_NAME
+    )]
+    Containment {
+        /// The path of the workspace it is kept in.
+        path: String,
+        /// Why.
+        #[source]
+        source: anyhow::Error,
+    },
+    /// The status of a DependencyRule on kcp.
+    #[error("status of {key}: {source:#}")]
+    RuleStatus {
+        /// `<logical cluster>/<name>`.
+        key: String,
+        /// Why.
+        #[source]
+        source: anyhow::Error,
+    },
+    /// The status of a policy of another kind, or of any kind on Kubernetes.
+    #[error("status of {kind} {key}: {source:#}")]
+    PolicyStatus {
+        /// Its kind.
+        kind: String,
+        /// Its name (on kcp, `<logical cluster>/<name>`).
+        key: String,
+        /// Why.
+        #[source]
+        source: anyhow::Error,
+    },
+}
+
+impl Failure {
+    /// Whether a configuration failed (not a status).
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            Failure::Workspace { .. }
+            | Failure::HoldfastWorkspace { .. }
+            | Failure::Containment { .. } => true,
+            Failure::RuleStatus { .. } | Failure::PolicyStatus { .. } => false,
+        }
+    }
+}
+
+/// Failures said one after the other, separated by `; `.
+struct Joined<'a>(&'a [Failure]);
+
+impl std::fmt::Display for Joined<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, failure) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{failure}")?;
+        }
+        Ok(())
     }
 }
 
@@ -89,7 +184,7 @@ impl Metrics {
         let errors = IntCounterVec::new(
             Opts::new(
                 "reconcile_errors_total",
-                "Failed reconcile passes, by error: configuration, status, internal.",
+                "Failed reconcile passes, by error: configuration, status.",
             ),
             &["error"],
         )?;
@@ -346,6 +441,68 @@ mod tests {
         assert!(!text.contains("AnchorRule"), "{text}");
     }
 
+    #[test]
+    fn failures_are_said_as_ever_and_labelled_by_what_failed() {
+        let why = || anyhow::anyhow!("refused").context("patch failed");
+        let failed = vec![
+            Failure::Workspace {
+                cluster: "lc1".into(),
+                source: why(),
+            },
+            Failure::HoldfastWorkspace {
+                cluster: "hf".into(),
+                source: why(),
+            },
+            Failure::Containment {
+                path: "root".into(),
+                source: why(),
+            },
+            Failure::RuleStatus {
+                key: "lc2/r".into(),
+                source: why(),
+            },
+            Failure::PolicyStatus {
+                kind: "AnchorRule".into(),
+                key: "lc2/a".into(),
+                source: why(),
+            },
+        ];
+        let e = ReconcileError::Pass { failed };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "lc1: patch failed: refused; holdfast workspace hf: patch failed; workspace root: \
+                 ValidatingWebhookConfiguration {}: patch failed; status of lc2/r: patch failed: \
+                 refused; status of AnchorRule lc2/a: patch failed: refused",
+                holdfast_shared::workspaces::CONFIGURATION_NAME
+            )
+        );
+        assert_eq!(e.metric_label(), "configuration");
+        let statuses = ReconcileError::Pass {
+            failed: vec![Failure::RuleStatus {
+                key: "lc2/r".into(),
+                source: why(),
+            }],
+        };
+        assert_eq!(statuses.metric_label(), "status");
+        let counted = ReconcileError::Status {
+            failed: (0..2)
+                .map(|i| Failure::PolicyStatus {
+                    kind: "ResourceProtection".into(),
+                    key: format!("p{i}"),
+                    source: why(),
+                })
+                .collect(),
+        };
+        assert_eq!(counted.to_string(), "2 status update(s) failed");
+        assert_eq!(counted.metric_label(), "status");
+        let configuration = ReconcileError::Configuration { source: why() };
+        assert_eq!(configuration.to_string(), "patch failed: refused");
+        assert_eq!(configuration.metric_label(), "configuration");
+        let source = std::error::Error::source(&configuration).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("patch failed"));
+    }
+
     #[tokio::test]
     async fn failures_are_retried_counted_by_kind_and_timed() {
         let metrics = Metrics::new().expect("metrics");
@@ -361,8 +518,16 @@ mod tests {
                 timeout_seconds: 10,
             }),
             results: VecDeque::from([
-                Err(ReconcileError::Status("1 status update(s) failed".into())),
-                Err(ReconcileError::configuration(&anyhow::anyhow!("conflict"))),
+                Err(ReconcileError::Status {
+                    failed: vec![Failure::PolicyStatus {
+                        kind: "ResourceProtection".into(),
+                        key: "a".into(),
+                        source: anyhow::anyhow!("forbidden"),
+                    }],
+                }),
+                Err(ReconcileError::Configuration {
+                    source: anyhow::anyhow!("conflict"),
+                }),
                 Ok(()),
             ]),
             passes: passes_tx,
@@ -396,7 +561,6 @@ mod tests {
             metrics.errors.with_label_values(&["configuration"]).get(),
             1
         );
-        assert_eq!(metrics.errors.with_label_values(&["internal"]).get(), 0);
         let text = metrics.render();
         for line in [
             "holdfast_controller_reconcile_total 3",

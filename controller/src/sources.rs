@@ -10,9 +10,10 @@ use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, ListParams},
 };
+use parking_lot::Mutex;
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 use tokio::sync::Notify;
@@ -48,13 +49,13 @@ impl SourceProbes {
         let shared = states.clone();
         tokio::spawn(async move {
             loop {
-                let keys: Vec<Key> = lock(&shared).keys().cloned().collect();
+                let keys: Vec<Key> = shared.lock().keys().cloned().collect();
                 let results =
                     futures::future::join_all(keys.iter().map(|k| probe(&client, &allowed, k)))
                         .await;
                 let mut changed = false;
                 {
-                    let mut states = lock(&shared);
+                    let mut states = shared.lock();
                     for (k, r) in keys.into_iter().zip(results) {
                         if let Some(old) = states.get_mut(&k)
                             && *old != r
@@ -76,7 +77,7 @@ impl SourceProbes {
 
     /// Keeps probing exactly `wanted` (new ones start pending).
     pub fn want(&self, wanted: &HashSet<Key>) {
-        let mut states = lock(&self.states);
+        let mut states = self.states.lock();
         states.retain(|k, _| wanted.contains(k));
         for k in wanted {
             states.entry(k.clone()).or_insert(Probe::Pending);
@@ -86,7 +87,8 @@ impl SourceProbes {
     /// The names of the wanted sources' Secrets in `namespace` (never holdfast's own,
     /// [`anchorsource::RESERVED_SECRETS`]).
     pub fn secrets_in(&self, namespace: &str) -> std::collections::BTreeSet<String> {
-        lock(&self.states)
+        self.states
+            .lock()
             .keys()
             .filter(|(source, _)| source.namespace == namespace)
             // holdfast's own Secrets are never granted as sources.
@@ -97,7 +99,9 @@ impl SourceProbes {
 
     /// The SourceReachable condition for `source` and `anchor`.
     pub fn condition(&self, source: &AnchorSourceRef, anchor: &ResourceType) -> SourceCondition {
-        let state = lock(&self.states)
+        let state = self
+            .states
+            .lock()
             .get(&(source.clone(), anchor.clone()))
             .cloned()
             .unwrap_or(Probe::Pending);
@@ -124,13 +128,6 @@ impl SourceProbes {
                 message: format!("anchor source {source} cannot be used: {e}"),
             },
         }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 

@@ -10,15 +10,12 @@
 //! or a newer one), else none. A policy routed only by a configuration not yet
 //! enforced is Installed but not Ready (`NotEnforcedYet`).
 
-use std::{
-    collections::BTreeMap,
-    future::Future,
-    sync::{Arc, Mutex},
-};
+use std::{collections::BTreeMap, future::Future, sync::Arc};
 
 use futures::StreamExt as _;
 use holdfast_shared::enforcement::ANNOTATION;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use parking_lot::Mutex;
 
 /// How many workspaces are probed at once.
 const CONCURRENCY: usize = 16;
@@ -72,7 +69,7 @@ impl Enforcement {
         F: Fn(String, String) -> Fut,
         Fut: Future<Output = ProbeAnswer>,
     {
-        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let seen = self.seen.lock().clone();
         let mut out = Enforced::default();
         let mut to_probe = Vec::new();
         for (lc, cfg) in installed {
@@ -114,9 +111,7 @@ impl Enforcement {
                 }
             }
         }
-        if let Ok(mut s) = self.seen.lock() {
-            *s = next;
-        }
+        *self.seen.lock() = next;
         out
     }
 }

@@ -182,7 +182,7 @@ pub(super) fn kind_status_clusters<'a>(
 ) -> impl Iterator<Item = &'a str> {
     std::iter::once(e.cluster.as_str())
         .chain(e.exported.iter().map(|(_, lc, _)| lc.as_str()))
-        .chain(home.filter(|_| e.kind == crate::kcp::kinds::CRITICAL_SERVICE))
+        .chain(home.filter(|_| e.kind == Kind::CriticalService))
 }
 
 /// The keys of two maps whose values differ (by `same`), or that only one has.
@@ -322,10 +322,7 @@ impl Targets {
 impl Reconciler {
     /// The changes of `store` since the last pass.
     pub(super) fn take_changes<K: Resource>(store: &Shared<K>) -> StoreChanges {
-        store
-            .lock()
-            .map(|mut s| s.take_changes())
-            .unwrap_or_default()
+        store.lock().take_changes()
     }
 
     /// Phases 1 and 2 of an incremental pass: the rules changed since the last
@@ -336,14 +333,12 @@ impl Reconciler {
         &self,
         fleet: &mut Fleet,
         changes: &StoreChanges,
-    ) -> Result<Option<Vec<RuleDelta>>, ReconcileError> {
-        let (mut memo, prev, answers_same) = self.ask_again().await;
+    ) -> Option<Vec<RuleDelta>> {
+        let (mut answers, prev, answers_same) = self.ask_again().await;
         if !answers_same {
             // The full evaluation compares with the same previous answers.
-            if let Ok(mut l) = self.lookups.lock() {
-                *l = prev;
-            }
-            return Ok(None);
+            *self.memo.lookups.lock() = prev;
+            return None;
         }
         let keys: BTreeSet<(String, String)> = changes
             .keys()
@@ -352,19 +347,11 @@ impl Reconciler {
             .collect();
         let mut delta = Vec::new();
         for key in keys {
-            let found = self.rules.lock().ok().and_then(|s| s.get(&key));
+            let found = self.rules.lock().get(&key);
             let Some((skey, obj)) = found else {
                 fleet.retry.remove(&key);
                 if let Some((k, old)) = fleet.rules.remove_entry(&key) {
-                    if let Ok(mut c) = self.parsed.lock() {
-                        c.remove(&key);
-                    }
-                    if let Ok(mut c) = self.evals.lock() {
-                        c.remove(&key);
-                    }
-                    if let Ok(mut c) = self.statuses.lock() {
-                        c.remove(old.eval.key());
-                    }
+                    self.memo.forget_rule(&key, old.eval.key());
                     delta.push(RuleDelta {
                         key: k,
                         old: Some(old.eval),
@@ -373,33 +360,13 @@ impl Reconciler {
                 }
                 continue;
             };
-            let parsed = {
-                let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
-                let mut cache = self
-                    .parsed
-                    .lock()
-                    .map_err(|_| ReconcileError::Internal("parse cache poisoned".into()))?;
-                match cache.get(&key) {
-                    Some(p) if p.rv == rv => p.clone(),
-                    _ => {
-                        let p = Arc::new(Parsed::of(&obj));
-                        cache.insert(skey.clone(), p.clone());
-                        p
-                    }
-                }
-            };
+            let parsed = Memo::parsed_of(&mut self.memo.parsed.lock(), &skey, &obj);
             // The evaluation kept while the spec and every answer are the same
             // (what the full evaluation keeps).
-            let kept = self.evals.lock().ok().and_then(|mut cache| {
-                let c = cache
-                    .get_mut(&key)
-                    .filter(|c| c.parsed.same_spec(&parsed))?;
-                c.parsed = parsed.clone();
-                Some(c.eval.clone())
-            });
+            let kept = Memo::kept_eval(&mut self.memo.evals.lock(), &key, &parsed);
             let (eval, rule) = match kept {
                 Some(eval) => (eval, parsed.rule.as_ref().ok().cloned()),
-                None => self.evaluate(&skey, &parsed, &mut memo, &prev).await,
+                None => self.evaluate(&skey, &parsed, &mut answers, &prev).await,
             };
             match eval.invalid.is_some() {
                 true => fleet.retry.insert(skey.clone()),
@@ -427,9 +394,7 @@ impl Reconciler {
                 });
             }
         }
-        if let Ok(mut l) = self.lookups.lock() {
-            *l = memo;
-        }
-        Ok(Some(delta))
+        *self.memo.lookups.lock() = answers;
+        Some(delta)
     }
 }

@@ -1,6 +1,8 @@
 //! The kcp reconciler, phases 3 and 4: each workspace's target, the configurations
 //! installed (and the holdfast workspace's own), and the plan of the other kinds.
 
+use std::cell::RefCell;
+
 use super::*;
 
 impl Reconciler {
@@ -16,14 +18,14 @@ impl Reconciler {
     pub(super) async fn install_home(
         &self,
         kinds: &PlannedKinds,
-    ) -> Result<Option<Arc<ValidatingWebhookConfiguration>>, String> {
+    ) -> Result<Option<Arc<ValidatingWebhookConfiguration>>, Failure> {
         let Some(home) = kinds.home.as_deref() else {
             return Ok(None);
         };
         let critical = kinds
             .policies
             .iter()
-            .any(|e| e.kind == crate::kcp::kinds::CRITICAL_SERVICE && e.invalid.is_none());
+            .any(|e| e.kind == Kind::CriticalService && e.invalid.is_none());
         // holdfast's own objects in the workspaces binding holdfast (a policy carrying
         // the protection label) are admitted through this workspace's configurations
         // only (kcp-facts 12): their label protection lives here.
@@ -76,7 +78,11 @@ impl Reconciler {
             (Some(want), Some(live)) if matches_desired(&live, &want) => Ok(Some(live)),
             (Some(want), _) => {
                 tracing::info!(workspace = %home, "installing ValidatingWebhookConfiguration holdfast in the holdfast workspace (label protection of holdfast's own objects; CriticalServices guard themselves)");
-                let mut body = serde_json::to_value(&want).map_err(|e| e.to_string())?;
+                let mut body =
+                    serde_json::to_value(&want).map_err(|e| Failure::HoldfastWorkspace {
+                        cluster: home.to_string(),
+                        source: e.into(),
+                    })?;
                 body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
                 body["kind"] = "ValidatingWebhookConfiguration".into();
                 api.patch(
@@ -111,7 +117,10 @@ impl Reconciler {
                 }
                 Ok(None)
             }
-            Err(e) => Err(format!("holdfast workspace {home}: {e}")),
+            Err(e) => Err(Failure::HoldfastWorkspace {
+                cluster: home.to_string(),
+                source: e.into(),
+            }),
         }
     }
 
@@ -132,7 +141,7 @@ impl Reconciler {
         };
         let mut installed = Installed {
             configurations: base,
-            errors: Vec::new(),
+            failed: Vec::new(),
         };
         for lc in scope.into_iter().flatten() {
             installed.configurations.remove(lc);
@@ -152,13 +161,11 @@ impl Reconciler {
                 .unwrap_or_default();
             // The desired configuration is a function of (cluster, target,
             // options): the same inputs matched this live object before.
-            let known_match = self.matched.lock().ok().is_some_and(|m| {
-                m.get(lc).is_some_and(|(rv, t, o)| {
-                    !live_rv.is_empty()
-                        && rv == live_rv
-                        && (Arc::ptr_eq(t, target) || t == target)
-                        && (Arc::ptr_eq(o, &opts) || **o == *opts)
-                })
+            let known_match = self.memo.matched.lock().get(lc).is_some_and(|(rv, t, o)| {
+                !live_rv.is_empty()
+                    && rv == live_rv
+                    && (Arc::ptr_eq(t, target) || t == target)
+                    && (Arc::ptr_eq(o, &opts) || **o == *opts)
             });
             if known_match && let Some(l) = live.get(lc) {
                 installed.configurations.insert(lc.clone(), l.clone());
@@ -175,12 +182,10 @@ impl Reconciler {
             };
             match live.get(lc) {
                 Some(l) if matches_desired(l, &want) => {
-                    if let Ok(mut m) = self.matched.lock() {
-                        m.insert(
-                            lc.clone(),
-                            (live_rv.to_string(), target.clone(), opts.clone()),
-                        );
-                    }
+                    self.memo.matched.lock().insert(
+                        lc.clone(),
+                        (live_rv.to_string(), target.clone(), opts.clone()),
+                    );
                     installed.configurations.insert(lc.clone(), l.clone());
                 }
                 other => {
@@ -196,7 +201,8 @@ impl Reconciler {
                 }
             }
         }
-        if let Ok(mut m) = self.matched.lock() {
+        {
+            let mut m = self.memo.matched.lock();
             match scope {
                 None => m.retain(|lc, _| desired.contains_key(lc)),
                 Some(scope) => {
@@ -225,14 +231,16 @@ impl Reconciler {
                         // The workspace may be gone or replaced: resolve again.
                         self.forget_cluster(&lc).await;
                     }
-                    installed.errors.push(format!("{lc}: {e:#}"));
+                    installed.failed.push(Failure::Workspace {
+                        cluster: lc,
+                        source: e,
+                    });
                 }
             }
         }
         // A configuration holdfast may no longer delete is not asked again every
         // pass (until the workspace needs one again, or the controller restarts).
-        let abandoned: BTreeSet<String> =
-            self.abandoned.lock().map(|a| a.clone()).unwrap_or_default();
+        let abandoned: BTreeSet<String> = self.memo.abandoned.lock().clone();
         // (`live` holds only the scope's.)
         let stale: Vec<String> = live
             .keys()
@@ -248,28 +256,29 @@ impl Reconciler {
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        let mut abandoned = self.abandoned.lock().ok();
-        if let Some(a) = abandoned.as_mut() {
-            a.retain(|lc| !desired.contains_key(lc));
-        }
+        let mut abandoned = self.memo.abandoned.lock();
+        abandoned.retain(|lc| !desired.contains_key(lc));
         for (lc, r) in deleted {
             match r {
                 // The workspace no longer binds holdfast (or is gone): holdfast's
                 // access ended with the binding; the configuration is its owner's
                 // to delete. Said once, not retried as a failure.
                 Err(e) if gone_or_forbidden(&e) => {
-                    if abandoned.as_mut().is_some_and(|a| a.insert(lc.clone())) {
+                    if abandoned.insert(lc.clone()) {
                         tracing::warn!(cluster = %lc, error = %format!("{e:#}"), "holdfast may no longer delete ValidatingWebhookConfiguration holdfast there (the workspace no longer binds holdfast with its claims accepted); its owner may delete it");
                     }
                 }
-                Err(e) => installed.errors.push(format!("{lc}: {e:#}")),
+                Err(source) => installed.failed.push(Failure::Workspace {
+                    cluster: lc,
+                    source,
+                }),
                 Ok(()) => {}
             }
         }
         installed
     }
 
-    /// The policies of [`crate::kcp::kinds::kinds`] planned over the APIBindings
+    /// The policies of every [`Kind`] planned over the APIBindings
     /// (from the watches: no API read), and their objects (flattened in the
     /// plan's order). The last plan is reused while none of those objects changed
     /// (a plan is a function of them and of holdfast's own logical cluster).
@@ -283,63 +292,53 @@ impl Reconciler {
             .iter()
             .chain(self.rule_endpoints.urls().iter())
             .find_map(|u| export_cluster_of(u, export));
-        let version = |s: &Shared<DynamicObject>| s.lock().map_or(u64::MAX, |s| s.version);
-        let versions = [
-            version(&self.kinds[0]),
-            version(&self.kinds[1]),
-            version(&self.kinds[2]),
-            version(&self.bindings),
-        ];
-        let last = self.planned.lock().ok().and_then(|p| p.clone());
+        let versions = PlanVersions {
+            kinds: self.kinds.map(|_, s| s.lock().version),
+            bindings: self.bindings.lock().version,
+        };
+        let last = self.memo.planned.lock().clone();
         if let Some(last) = &last
             && last.versions == versions
-            && !versions.contains(&u64::MAX)
             && last.home == home
         {
             return last.clone();
         }
         let snapshot = |s: &Shared<DynamicObject>| {
-            s.lock()
-                .map(|s| (s.snapshot(), s.version))
-                .unwrap_or((Vec::new(), u64::MAX))
+            let s = s.lock();
+            (s.snapshot(), s.version)
         };
-        let [(o0, v0), (o1, v1), (o2, v2)] = self.kinds.each_ref().map(snapshot);
+        let snapshots = self.kinds.map(|_, s| snapshot(s));
         let (bindings, vb) = snapshot(&self.bindings);
-        let objects = [o0, o1, o2];
+        let versions = PlanVersions {
+            kinds: snapshots.map(|_, (_, v)| *v),
+            bindings: vb,
+        };
+        let objects = snapshots.into_map(|_, (o, _)| o);
         let bindings = Bindings::of(
             bindings.iter().map(|(k, b)| (k.0.as_str(), b.as_ref())),
             home.as_deref(),
             export,
         );
         // Decoding and checking reused per object while its resourceVersion holds.
-        let decoded = Mutex::new(
-            self.decoded
-                .lock()
-                .map(|mut c| std::mem::take(&mut *c))
-                .unwrap_or_default(),
-        );
-        let next = Mutex::new(HashMap::new());
-        let decode = |kind: usize, obj: &Arc<DynamicObject>| {
+        // (The pass's own: cells, not locks.)
+        let decoded = RefCell::new(std::mem::take(&mut *self.memo.decoded.lock()));
+        let next = RefCell::new(HashMap::new());
+        let decode = |kind: Kind, obj: &Arc<DynamicObject>| {
             let key = (kind, cluster_of(obj.as_ref()), obj.name_any());
             let rv = obj.metadata.resource_version.clone().unwrap_or_default();
             let known = decoded
-                .lock()
-                .ok()
-                .and_then(|mut c| c.remove(&key))
+                .borrow_mut()
+                .remove(&key)
                 .filter(|(was, _)| *was == rv && !rv.is_empty());
             let d = match known {
                 Some((_, d)) => d,
                 None => Arc::new(crate::kcp::kinds::decode_policy(kind, obj)),
             };
-            if let Ok(mut n) = next.lock() {
-                n.insert(key, (rv, d.clone()));
-            }
+            next.borrow_mut().insert(key, (rv, d.clone()));
             d
         };
         let planned = plan(&objects, &decode, &bindings, export);
-        if let (Ok(mut c), Ok(n)) = (self.decoded.lock(), next.into_inner()) {
-            *c = n;
-        }
+        *self.memo.decoded.lock() = next.into_inner();
         // A workspace's part equal to the last plan's is that plan's `Arc`, so the
         // merged targets of unchanged workspaces are reused (see [`Targets`]).
         let targets = planned
@@ -354,15 +353,18 @@ impl Reconciler {
             })
             .collect();
         let planned = Arc::new(PlannedKinds {
-            versions: [v0, v1, v2, vb],
+            versions,
             home,
             targets,
             policies: planned.policies,
-            objects: objects.into_iter().flatten().map(|(_, obj)| obj).collect(),
+            objects: objects
+                .into_values()
+                .into_iter()
+                .flatten()
+                .map(|(_, obj)| obj)
+                .collect(),
         });
-        if let Ok(mut p) = self.planned.lock() {
-            *p = Some(planned.clone());
-        }
+        *self.memo.planned.lock() = Some(planned.clone());
         planned
     }
 

@@ -56,27 +56,106 @@ const WEBHOOK_CLAIM: (&str, &str) = (
     "validatingwebhookconfigurations",
 );
 
-/// The index of CriticalService in [`kinds`].
-pub const CRITICAL_SERVICE: usize = 2;
+/// The kinds this module handles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// ResourceProtections.
+    ResourceProtection,
+    /// AnchorRules.
+    AnchorRule,
+    /// CriticalServices (they also guard themselves through the holdfast
+    /// workspace's configuration).
+    CriticalService,
+}
+
+impl Kind {
+    /// Every kind, in the order of [`PerKind::iter`] (the order a plan lists the
+    /// policies in).
+    pub const ALL: [Kind; 3] = [
+        Kind::ResourceProtection,
+        Kind::AnchorRule,
+        Kind::CriticalService,
+    ];
+
+    /// Its resource, for untyped watches and writes.
+    pub fn api_resource(self) -> ApiResource {
+        match self {
+            Kind::ResourceProtection => ApiResource::erase::<ResourceProtection>(&()),
+            Kind::AnchorRule => ApiResource::erase::<AnchorRule>(&()),
+            Kind::CriticalService => ApiResource::erase::<CriticalService>(&()),
+        }
+    }
+}
+
+/// One value per [`Kind`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PerKind<T> {
+    /// The ResourceProtections'.
+    pub resource_protections: T,
+    /// The AnchorRules'.
+    pub anchor_rules: T,
+    /// The CriticalServices'.
+    pub critical_services: T,
+}
+
+impl<T> PerKind<T> {
+    /// `f` of every kind.
+    pub fn from_fn(mut f: impl FnMut(Kind) -> T) -> Self {
+        Self {
+            resource_protections: f(Kind::ResourceProtection),
+            anchor_rules: f(Kind::AnchorRule),
+            critical_services: f(Kind::CriticalService),
+        }
+    }
+
+    /// The value of `kind`.
+    pub fn get(&self, kind: Kind) -> &T {
+        match kind {
+            Kind::ResourceProtection => &self.resource_protections,
+            Kind::AnchorRule => &self.anchor_rules,
+            Kind::CriticalService => &self.critical_services,
+        }
+    }
+
+    /// Every kind and its value, in the order of [`Kind::ALL`].
+    pub fn iter(&self) -> impl Iterator<Item = (Kind, &T)> {
+        Kind::ALL.into_iter().map(|kind| (kind, self.get(kind)))
+    }
+
+    /// `f` of every kind and its value.
+    pub fn map<U>(&self, mut f: impl FnMut(Kind, &T) -> U) -> PerKind<U> {
+        PerKind::from_fn(|kind| f(kind, self.get(kind)))
+    }
+
+    /// `f` of every kind and its value, taken.
+    pub fn into_map<U>(self, mut f: impl FnMut(Kind, T) -> U) -> PerKind<U> {
+        PerKind {
+            resource_protections: f(Kind::ResourceProtection, self.resource_protections),
+            anchor_rules: f(Kind::AnchorRule, self.anchor_rules),
+            critical_services: f(Kind::CriticalService, self.critical_services),
+        }
+    }
+
+    /// The values, in the order of [`Kind::ALL`].
+    pub fn into_values(self) -> [T; 3] {
+        [
+            self.resource_protections,
+            self.anchor_rules,
+            self.critical_services,
+        ]
+    }
+}
 
 /// holdfast's own resources (the four policy kinds), bound from its APIExport in
 /// every workspace that binds it.
 pub fn own_resources() -> BTreeSet<GroupResource> {
     let dr = ApiResource::erase::<holdfast_shared::api::DependencyRule>(&());
-    kinds()
+    Kind::ALL
+        .map(Kind::api_resource)
         .into_iter()
         .chain([dr])
         .map(|ar| GroupResource::new(&ar.group, &ar.plural))
         .collect()
-}
-
-/// The kinds this module handles, in the order of every per-kind array.
-pub fn kinds() -> [ApiResource; 3] {
-    [
-        ApiResource::erase::<ResourceProtection>(&()),
-        ApiResource::erase::<AnchorRule>(&()),
-        ApiResource::erase::<CriticalService>(&()),
-    ]
 }
 
 /// The logical cluster of the APIExport an endpoint URL of its slice serves:
@@ -209,11 +288,11 @@ impl Bindings {
     }
 }
 
-/// One policy object of [`kinds`], evaluated.
+/// One policy object of a [`Kind`], evaluated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyEval {
-    /// Index into [`kinds`].
-    pub kind: usize,
+    /// Its kind.
+    pub kind: Kind,
     /// Its logical cluster.
     pub cluster: String,
     /// Its name.
@@ -235,7 +314,7 @@ impl PolicyEval {
     }
 }
 
-/// The configurations every workspace needs for the policies of [`kinds`], and
+/// The configurations every workspace needs for the policies of every [`Kind`], and
 /// each policy's evaluation.
 #[derive(Debug, Default)]
 pub struct Plan {
@@ -263,8 +342,8 @@ pub struct Decoded {
     alone: PolicyNeeds,
 }
 
-/// Decodes and checks an object of `kinds()[kind]`.
-pub fn decode_policy(kind: usize, obj: &DynamicObject) -> Decoded {
+/// Decodes and checks an object of `kind`.
+pub fn decode_policy(kind: Kind, obj: &DynamicObject) -> Decoded {
     let policy = Policy::decode(kind, obj);
     let invalid = match &policy {
         Ok(p) => p.check(),
@@ -289,7 +368,7 @@ pub fn decode_policy(kind: usize, obj: &DynamicObject) -> Decoded {
     }
 }
 
-/// A decoded policy of one of [`kinds`].
+/// A decoded policy of one [`Kind`].
 enum Policy {
     Rp(ResourceProtection),
     Ar(AnchorRule),
@@ -297,11 +376,11 @@ enum Policy {
 }
 
 impl Policy {
-    fn decode(kind: usize, obj: &DynamicObject) -> Result<Self, String> {
+    fn decode(kind: Kind, obj: &DynamicObject) -> Result<Self, String> {
         Ok(match kind {
-            0 => Self::Rp(decode(obj)?),
-            1 => Self::Ar(decode(obj)?),
-            _ => Self::Cs(decode(obj)?),
+            Kind::ResourceProtection => Self::Rp(decode(obj)?),
+            Kind::AnchorRule => Self::Ar(decode(obj)?),
+            Kind::CriticalService => Self::Cs(decode(obj)?),
         })
     }
 
@@ -374,14 +453,14 @@ fn not_bound_message(export: &str, unbound: &[(&GroupResource, &BoundFrom)]) -> 
         .join("; ")
 }
 
-/// Evaluates every policy (`objects[k]`: the objects of `kinds()[k]`, keyed by
+/// Evaluates every policy (`objects`: the objects of each kind, keyed by
 /// (logical cluster, name)) over `bindings`; `export` is holdfast's APIExport.
 /// Every workspace binding holdfast gets a target; the exports' targets hold the
 /// types consumers' policies govern.
 /// `decode` gives each object's [`Decoded`] (see [`decode_policy`]).
 pub fn plan(
-    objects: &[Objects; 3],
-    decode: &dyn Fn(usize, &Arc<DynamicObject>) -> Arc<Decoded>,
+    objects: &PerKind<Objects>,
+    decode: &dyn Fn(Kind, &Arc<DynamicObject>) -> Arc<Decoded>,
     bindings: &Bindings,
     export: &str,
 ) -> Plan {
@@ -408,7 +487,7 @@ pub fn plan(
             }
         }
     }
-    for (kind, list) in objects.iter().enumerate() {
+    for (kind, list) in objects.iter() {
         for (key, obj) in list {
             let (cluster, name) = key.as_ref();
             let mut eval = PolicyEval {
@@ -556,7 +635,7 @@ pub fn outcome(
         via.extend(hooks);
     }
     let guard = home
-        .filter(|_| e.kind == CRITICAL_SERVICE && e.invalid.is_none())
+        .filter(|_| e.kind == Kind::CriticalService && e.invalid.is_none())
         .map(|h| {
             (
                 GroupResource::new(API_GROUP, "criticalservices"),

@@ -55,7 +55,7 @@ fn policy(
     )
 }
 
-fn fresh(kind: usize, obj: &Arc<DynamicObject>) -> Arc<Decoded> {
+fn fresh(kind: Kind, obj: &Arc<DynamicObject>) -> Arc<Decoded> {
     Arc::new(decode_policy(kind, obj))
 }
 
@@ -133,7 +133,10 @@ fn policies_route_local_types_locally_and_bound_types_through_their_export() {
                              {"group": "apps", "version": "v1", "resource": "deployments"}]}),
     );
     let bad = policy("c1", "ResourceProtection", "bad", json!({"resources": []}));
-    let objects = [vec![rp, bad], Vec::new(), Vec::new()];
+    let objects = PerKind {
+        resource_protections: vec![rp, bad],
+        ..PerKind::default()
+    };
     // The provider does not bind holdfast: blocked, nothing for it.
     let list = vec![holdfast_binding("c1", true), compute_binding("c1")];
     let p = plan(&objects, &fresh, &bindings(&list), "holdfast.dev");
@@ -186,7 +189,10 @@ fn policies_route_local_types_locally_and_bound_types_through_their_export() {
         "strict",
         json!({"strict": true, "resources": [{"group": "apps", "version": "v1", "resource": "deployments"}]}),
     );
-    let with_strict = [vec![strict], Vec::new(), Vec::new()];
+    let with_strict = PerKind {
+        resource_protections: vec![strict],
+        ..PerKind::default()
+    };
     let p2 = plan(&with_strict, &fresh, &bindings(&list), "holdfast.dev");
     assert_eq!(
         p2.targets["comp"].strict_exports,
@@ -264,7 +270,10 @@ fn a_workspace_without_the_claim_is_told_so() {
     );
     let list = [holdfast_binding("c2", false)];
     let p = plan(
-        &[Vec::new(), Vec::new(), vec![cs]],
+        &PerKind {
+            critical_services: vec![cs],
+            ..PerKind::default()
+        },
         &fresh,
         &bindings(&list),
         "holdfast.dev",

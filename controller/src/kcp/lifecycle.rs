@@ -65,13 +65,13 @@ impl Reconciler {
             ),
             notify.clone(),
         );
-        let kinds = crate::kcp::kinds::kinds().map(|ar| {
+        let kinds = PerKind::from_fn(|kind| {
             spawn_store(
                 source(
                     &home,
                     &settings.api_export,
                     &clients,
-                    untyped(ar),
+                    untyped(kind.api_resource()),
                     watcher::Config::default(),
                 ),
                 notify.clone(),
@@ -103,7 +103,7 @@ impl Reconciler {
             }
             None => None,
         };
-        let kinds = kinds.map(|k| {
+        let kinds = kinds.into_map(|_, k| {
             tasks.push(k.task);
             k.store
         });
@@ -124,27 +124,15 @@ impl Reconciler {
             bindings: bindings.store,
             binding_endpoints: bindings.endpoints,
             kinds,
-            statuses_written: Mutex::new(std::time::Instant::now()),
-            shard_of: Mutex::new(HashMap::new()),
             tasks,
             resolver,
             exports,
-            last_good: Mutex::new(HashMap::new()),
             last_resync: std::time::Instant::now(),
             notify,
-            parsed: Mutex::new(HashMap::new()),
-            matched: Mutex::new(HashMap::new()),
-            lookups: Mutex::new(PassLookups::default()),
-            evals: Mutex::new(HashMap::new()),
-            statuses: Mutex::new(HashMap::new()),
+            memo: Memo::new(),
             enforcement: Default::default(),
             unresolved: false,
-            abandoned: Mutex::new(BTreeSet::new()),
-            planned: Mutex::new(None),
-            fleet: Mutex::new(Fleet::default()),
             resynced: AtomicBool::new(false),
-            decoded: Mutex::new(HashMap::new()),
-            kind_statuses: Mutex::new(HashMap::new()),
             ready,
         })
     }
@@ -179,8 +167,10 @@ impl Reconciler {
         let live: Vec<String> = self
             .hooks
             .lock()
-            .map(|s| s.objects.keys().map(|k| k.0.clone()).collect())
-            .unwrap_or_default();
+            .objects
+            .keys()
+            .map(|k| k.0.clone())
+            .collect();
         for cluster in live {
             match self.delete_in(&cluster).await {
                 Ok(()) => tracing::info!(

@@ -27,7 +27,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -51,6 +51,7 @@ use kube::{
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
     runtime::watcher,
 };
+use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
@@ -64,8 +65,9 @@ use holdfast_shared::{
 use crate::{
     cycles::{RuleEdges, find_cycles},
     kcp::enforcement::{Enforced, ProbeAnswer, not_enforced_message},
+    kcp::kinds::{Kind, PerKind},
     policies::{Invalid, check_dependency_rule, reasons},
-    reconcile::ReconcileError,
+    reconcile::{Failure, ReconcileError},
     status::{Outcome, desired_status, now_rfc3339},
 };
 
@@ -166,14 +168,8 @@ pub struct Reconciler {
     /// each type comes from).
     bindings: Shared<DynamicObject>,
     binding_endpoints: Endpoints<DynamicObject, SharedFeed<DynamicObject>>,
-    /// ResourceProtections, AnchorRules and CriticalServices (the order of
-    /// [`crate::kcp::kinds::kinds`]), untyped.
-    kinds: [Shared<DynamicObject>; 3],
-    /// When a pass last started writing statuses (see [`Reconciler::defer_statuses`]).
-    statuses_written: Mutex<std::time::Instant>,
-    /// The endpoint a write to a workspace last went through (forgotten when a write
-    /// through it fails).
-    shard_of: Mutex<HashMap<String, String>>,
+    /// ResourceProtections, AnchorRules and CriticalServices, untyped.
+    kinds: PerKind<Shared<DynamicObject>>,
     /// The watch tasks (stopped with the reconciler).
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Workspace paths → logical clusters (no watch: TTL, dropped on every resync,
@@ -181,60 +177,19 @@ pub struct Reconciler {
     resolver: holdfast_shared::kcp::Resolver,
     /// APIExports read through the front-proxy (same invalidation).
     exports: holdfast_shared::kcp::Exports,
-    /// Per (path, export): the last complete answer, used while a lookup fails
-    /// with something other than a definite 403/404 (a blip must not drop
-    /// protection).
-    last_good: Mutex<HashMap<(String, String), ExportFound>>,
     /// When the caches were last dropped.
     last_resync: std::time::Instant,
     notify: Arc<Notify>,
-    /// Decoding results per rule, reused while its resourceVersion is unchanged.
-    parsed: Mutex<HashMap<StoreKey, Arc<Parsed>>>,
-    /// Per provider cluster: the live resourceVersion last seen matching, and what
-    /// the desired configuration it matched was built from (skips building and
-    /// comparing unchanged pairs).
-    matched: Mutex<HashMap<String, Matched>>,
-    /// The previous pass's lookups (see [`PassLookups`]).
-    lookups: Mutex<PassLookups>,
-    /// Per rule: its last evaluation (see [`CachedEval`]).
-    evals: Mutex<HashMap<StoreKey, CachedEval>>,
-    /// Per rule (`cluster/name`): what its status was last found up to date with.
-    statuses: Mutex<HashMap<String, StatusInputs>>,
+    /// What the passes remember from one to the next (see [`Memo`]).
+    memo: Memo,
     /// Which installed configurations kcp is seen enforcing.
     enforcement: crate::kcp::enforcement::Enforcement,
     /// Whether the last pass left some workspace path unresolved (retry soon).
     unresolved: bool,
-    /// ResourceProtections, AnchorRules and CriticalServices decoded and checked,
-    /// by (kind, cluster, name), with the resourceVersion they were read at.
-    decoded: Mutex<HashMap<DecodedKey, (String, Arc<crate::kcp::kinds::Decoded>)>>,
-    /// Per policy of [`crate::kcp::kinds::kinds`]: what its status was last found up
-    /// to date with (its comparison is skipped while they hold).
-    kind_statuses: Mutex<HashMap<DecodedKey, KindStatusInputs>>,
-    /// Workspaces whose configuration holdfast may no longer delete (said once).
-    abandoned: Mutex<BTreeSet<String>>,
-    /// The last plan of the other kinds (see [`Reconciler::plan`]).
-    planned: Mutex<Option<Arc<PlannedKinds>>>,
-    /// What the last pass computed, for the next to update (see [`Fleet`]).
-    fleet: Mutex<Fleet>,
     /// Set when the caches were dropped (a resync): the next pass is a full one.
     resynced: AtomicBool,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
-}
-
-/// One rule object, decoded. A cache of decoding work only: every pass still
-/// recomputes the whole desired state from all rules.
-struct Parsed {
-    rv: String,
-    /// The object's uid and `metadata.generation`: while both hold, its spec is the
-    /// same (a status write moves the resourceVersion only).
-    spec_of: (Option<String>, Option<i64>),
-    rule: Result<Arc<DependencyRule>, String>,
-    /// The spec's own problems ([`check_dependency_rule`], a function of the
-    /// rule alone).
-    invalid: Option<Invalid>,
-    status: holdfast_shared::api::PolicyStatus,
-    workspaces: serde_json::Value,
 }
 
 /// Invalid reasons that may clear without the rule changing: the pass is
@@ -255,47 +210,12 @@ enum Where {
     Cluster,
 }
 
-/// An APIExport found, and the logical cluster it is in.
-#[derive(Clone)]
-struct ExportFound {
-    lc: String,
-    export: Arc<ExportInfo>,
-}
-
 /// What looking up one APIExport came to: its logical cluster (once resolved)
 /// and the export, or why not (an `Invalid` reason and message).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ExportLookup {
     lc: Option<String>,
     export: Result<Arc<ExportInfo>, (&'static str, String)>,
-}
-
-/// The lookups of one pass, shared by its rules: each export read once. An
-/// answer equal to the previous pass's is that pass's `Arc`, so a rule's
-/// evaluation can be reused when its object and every answer it used are the
-/// same (compared by pointer).
-#[derive(Default)]
-struct PassLookups {
-    /// Where → workspace path or logical cluster → export name → answer.
-    answers: HashMap<Where, HashMap<String, HashMap<String, Arc<ExportLookup>>>>,
-}
-
-/// A rule's evaluation and what it was computed from.
-struct CachedEval {
-    parsed: Arc<Parsed>,
-    /// The answers used, in the order [`Reconciler::evaluate`] asks for them.
-    used: Vec<Arc<ExportLookup>>,
-    eval: Arc<RuleEval>,
-}
-
-/// What a rule's status was last found up to date with: the same evaluation,
-/// object, installed configurations (by resourceVersion) and cycle give the
-/// same status, so the comparison is skipped.
-struct StatusInputs {
-    eval: Arc<RuleEval>,
-    parsed: Arc<Parsed>,
-    installed: Vec<Option<String>>,
-    cycle: Option<String>,
 }
 
 /// The installed configurations' resourceVersions by logical cluster, hashed
@@ -395,34 +315,6 @@ struct Evaluated {
 /// APIExport name → the resources of it some rule protects.
 type ExportTargets = BTreeMap<String, BTreeSet<GroupResource>>;
 
-/// A policy of [`crate::kcp::kinds::kinds`]: (kind, logical cluster, name).
-type DecodedKey = (usize, String, String);
-
-/// What the status of a policy of [`crate::kcp::kinds::kinds`] is computed from.
-#[derive(PartialEq)]
-struct KindStatusInputs {
-    rv: String,
-    eval: crate::kcp::kinds::PolicyEval,
-    installed: Vec<Option<String>>,
-}
-
-/// A live configuration's resourceVersion, and the target and options of the
-/// desired configuration it matched.
-type Matched = (String, Arc<WorkspaceTarget>, Arc<InstallOptions>);
-
-/// The other kinds' plan, and what it was made from.
-struct PlannedKinds {
-    /// The versions of the three kinds' stores and of the APIBindings' store.
-    versions: [u64; 4],
-    /// holdfast's own logical cluster.
-    home: Option<String>,
-    /// Per logical cluster: the plan's part of its target.
-    targets: BTreeMap<String, Arc<WorkspaceTarget>>,
-    /// Per policy, in the order of `objects`.
-    policies: Vec<crate::kcp::kinds::PolicyEval>,
-    objects: Vec<Arc<DynamicObject>>,
-}
-
 /// One workspace's target and what it was built from.
 struct CachedTarget {
     /// The evaluations of the rules routing to the workspace, in rule order.
@@ -434,13 +326,13 @@ struct CachedTarget {
 /// Phase 4: the configurations installed after the writes, and what failed.
 struct Installed {
     configurations: BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
-    errors: Vec<String>,
+    failed: Vec<Failure>,
 }
 
-/// The status of one policy of [`crate::kcp::kinds::kinds`] to write, and the
-/// Warning Event to emit once it is written (it turned Invalid with a new reason).
+/// The status of one policy of a [`Kind`] to write, and the Warning Event to emit
+/// once it is written (it turned Invalid with a new reason).
 struct KindStatusWrite {
-    kind: usize,
+    kind: Kind,
     cluster: String,
     obj: Arc<DynamicObject>,
     status: serde_json::Value,
@@ -495,11 +387,7 @@ impl Reconciler {
     /// The endpoints to try for a write to `cluster`, most likely first: the one
     /// remembered, one whose watch has seen objects of it, then every other.
     fn shard_candidates(&self, cluster: &str) -> Vec<String> {
-        let remembered = self
-            .shard_of
-            .lock()
-            .ok()
-            .and_then(|m| m.get(cluster).cloned());
+        let remembered = self.memo.shard_of.lock().get(cluster).cloned();
         let mut out: Vec<String> = Vec::new();
         let all = remembered
             .into_iter()
@@ -544,14 +432,15 @@ impl Reconciler {
             candidates.push((url, client));
         }
         let result = in_turn(candidates, op).await;
-        if let Ok(mut m) = self.shard_of.lock() {
-            match &result {
-                Ok((url, _)) => {
-                    m.insert(cluster.to_string(), url.clone());
-                }
-                Err(_) => {
-                    m.remove(cluster);
-                }
+        match &result {
+            Ok((url, _)) => {
+                self.memo
+                    .shard_of
+                    .lock()
+                    .insert(cluster.to_string(), url.clone());
+            }
+            Err(_) => {
+                self.memo.shard_of.lock().remove(cluster);
             }
         }
         match result {
@@ -566,30 +455,27 @@ impl Reconciler {
 
     /// Whether both initial lists are complete.
     fn synced(&self) -> bool {
-        let ready = |s: &Shared<DynamicObject>| s.lock().map(|s| s.ready).unwrap_or(false);
+        let ready = |s: &Shared<DynamicObject>| s.lock().ready;
         ready(&self.rules)
-            && self.hooks.lock().map(|s| s.ready).unwrap_or(false)
+            && self.hooks.lock().ready
             && ready(&self.bindings)
-            && self.kinds.iter().all(ready)
+            && self.kinds.iter().all(|(_, s)| ready(s))
     }
 
     /// The rule objects, keyed by (cluster, name).
     fn rule_objects(&self) -> Vec<(StoreKey, Arc<DynamicObject>)> {
-        self.rules.lock().map(|s| s.snapshot()).unwrap_or_default()
+        self.rules.lock().snapshot()
     }
 
     /// The installed configurations named holdfast, by cluster.
     fn live_configurations(&self) -> BTreeMap<String, Arc<ValidatingWebhookConfiguration>> {
         self.hooks
             .lock()
-            .map(|s| {
-                s.objects
-                    .iter()
-                    .filter(|(k, _)| k.1 == WEBHOOK_CONFIGURATION_NAME)
-                    .map(|(k, v)| (k.0.clone(), v.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .objects
+            .iter()
+            .filter(|(k, _)| k.1 == WEBHOOK_CONFIGURATION_NAME)
+            .map(|(k, v)| (k.0.clone(), v.clone()))
+            .collect()
     }
 
     /// The installed configurations named holdfast in `lcs`.
@@ -597,23 +483,19 @@ impl Reconciler {
         &self,
         lcs: &BTreeSet<String>,
     ) -> BTreeMap<String, Arc<ValidatingWebhookConfiguration>> {
-        self.hooks
-            .lock()
-            .map(|s| {
-                lcs.iter()
-                    .filter_map(|lc| {
-                        let key = (lc.clone(), WEBHOOK_CONFIGURATION_NAME.to_string());
-                        s.objects.get(&key).map(|c| (lc.clone(), c.clone()))
-                    })
-                    .collect()
+        let hooks = self.hooks.lock();
+        lcs.iter()
+            .filter_map(|lc| {
+                let key = (lc.clone(), WEBHOOK_CONFIGURATION_NAME.to_string());
+                hooks.objects.get(&key).map(|c| (lc.clone(), c.clone()))
             })
-            .unwrap_or_default()
+            .collect()
     }
 
     /// The policies' spec changes so far (DependencyRules and the other kinds).
     fn spec_changes(&self) -> u64 {
-        let of = |s: &Shared<DynamicObject>| s.lock().map_or(0, |s| s.spec_changes);
-        of(&self.rules) + self.kinds.iter().map(of).sum::<u64>()
+        let of = |s: &Shared<DynamicObject>| s.lock().spec_changes;
+        of(&self.rules) + self.kinds.iter().map(|(_, s)| of(s)).sum::<u64>()
     }
 
     /// Whether this pass leaves the statuses to the next: a policy changed since
@@ -621,10 +503,7 @@ impl Reconciler {
     /// less than [`STATUS_DEFER_MAX`] ago, so a stream of changes cannot starve them.
     fn defer_statuses(&self, inputs_at_start: u64) -> bool {
         self.spec_changes() != inputs_at_start
-            && self
-                .statuses_written
-                .lock()
-                .is_ok_and(|at| at.elapsed() < STATUS_DEFER_MAX)
+            && self.memo.statuses_written.lock().elapsed() < STATUS_DEFER_MAX
     }
 }
 
@@ -690,13 +569,14 @@ mod install;
 pub mod kinds;
 mod lifecycle;
 pub mod manifests;
+mod memo;
 mod pass;
 mod rules;
 mod statuses;
 mod store;
 pub mod workspaces;
 #[allow(unused_imports)]
-use {fleet::*, install::*, rules::*, statuses::*, store::*};
+use {fleet::*, install::*, memo::*, rules::*, statuses::*, store::*};
 
 #[cfg(test)]
 mod tests;

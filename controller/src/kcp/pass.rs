@@ -12,11 +12,7 @@ impl Reconciler {
         let inputs_at_start = self.spec_changes();
         // Taken for the pass (left empty, so a pass that ends early makes the
         // next one full) and put back at its end.
-        let mut fleet = self
-            .fleet
-            .lock()
-            .map(|mut f| std::mem::take(&mut *f))
-            .unwrap_or_default();
+        let mut fleet = std::mem::take(&mut *self.memo.fleet.lock());
         let rule_changes = Self::take_changes(&self.rules);
         let hook_changes = Self::take_changes(&self.hooks);
         let opts = self.options.borrow().clone();
@@ -30,7 +26,7 @@ impl Reconciler {
         fleet.opts = Some(opts);
         let mut delta = Vec::new();
         if !full {
-            match self.evaluate_changed(&mut fleet, &rule_changes).await? {
+            match self.evaluate_changed(&mut fleet, &rule_changes).await {
                 Some(d) => delta = d,
                 None => full = true,
             }
@@ -41,7 +37,7 @@ impl Reconciler {
                 rules,
                 fresh,
                 removed: gone,
-            } = self.evaluate_rules().await?;
+            } = self.evaluate_rules().await;
             if fresh {
                 self.keep_named_answers(rules.iter().map(|(_, r)| r));
             }
@@ -95,12 +91,12 @@ impl Reconciler {
                 }
             }
             Ok(None) => {}
-            Err(e) => installed.errors.push(e),
+            Err(e) => installed.failed.push(e),
         }
         if let Some(w) = &self.workspaces {
             let opts = self.options.borrow().clone();
             if let Err(e) = w.ensure(&opts).await {
-                installed.errors.push(e);
+                installed.failed.push(e);
             }
         }
         let configured = started.elapsed();
@@ -108,13 +104,17 @@ impl Reconciler {
             // A policy changed during this pass: the next pass, which starts at
             // once, computes its configuration first and writes every status.
             tracing::debug!("a policy changed during the pass; statuses wait for the next");
+            let Installed {
+                configurations,
+                failed,
+            } = installed;
             fleet.statuses_full = true;
-            fleet.valid = installed.errors.is_empty();
-            fleet.installed = installed.configurations;
+            fleet.valid = failed.is_empty();
+            fleet.installed = configurations;
             self.put_back(fleet);
-            return match installed.errors.is_empty() {
+            return match failed.is_empty() {
                 true => Ok(unresolved),
-                false => Err(ReconcileError::Configuration(installed.errors.join("; "))),
+                false => Err(ReconcileError::Pass { failed }),
             };
         }
         // Statuses judge by what kcp is seen enforcing (a pending workspace is
@@ -127,9 +127,7 @@ impl Reconciler {
             })
             .await;
         let probing = !enforced.pending.is_empty();
-        if let Ok(mut at) = self.statuses_written.lock() {
-            *at = std::time::Instant::now();
-        }
+        *self.memo.statuses_written.lock() = std::time::Instant::now();
         let mut statuses_full = full || fleet.statuses_full;
         // The logical clusters whose installed or enforced configuration changed.
         let mut touched: BTreeSet<String> = BTreeSet::new();
@@ -152,9 +150,12 @@ impl Reconciler {
         let writes = match statuses_full {
             true => {
                 fleet.rebuild_status_index();
-                if removed && let Ok(mut s) = self.statuses.lock() {
+                if removed {
                     let keep: HashSet<&str> = fleet.rules.values().map(|r| r.eval.key()).collect();
-                    s.retain(|k, _| keep.contains(k.as_str()));
+                    self.memo
+                        .statuses
+                        .lock()
+                        .retain(|k, _| keep.contains(k.as_str()));
                 }
                 let rvs = installed_rvs(&enforced.effective);
                 self.status_writes(
@@ -191,7 +192,7 @@ impl Reconciler {
             }
         };
         let checked = writes.len();
-        let mut status_errors = self.write_statuses(writes).await;
+        let mut status_failed = self.write_statuses(writes).await;
         // The other kinds: all when the plan changed, else those reading a
         // configuration that changed.
         let kind_scope: Option<BTreeSet<usize>> = match statuses_full
@@ -212,7 +213,7 @@ impl Reconciler {
                     .collect(),
             ),
         };
-        status_errors.extend(
+        status_failed.extend(
             self.write_kind_statuses(
                 &kinds.policies,
                 &kinds.objects,
@@ -239,19 +240,20 @@ impl Reconciler {
             statuses_us = us(started.elapsed().saturating_sub(configured)),
             "kcp pass phases"
         );
-        let mut errors = installed.errors;
-        let configuration_failed = !errors.is_empty();
-        errors.extend(status_errors);
-        fleet.valid = errors.is_empty();
+        // The configurations' failures first, then the statuses': the error is
+        // labelled `configuration` when there is one (see
+        // [`ReconcileError::metric_label`]).
+        let mut failed = installed.failed;
+        failed.extend(status_failed);
+        fleet.valid = failed.is_empty();
         fleet.statuses_full = false;
         fleet.installed = installed.configurations;
         fleet.effective = enforced.effective;
         fleet.pending = enforced.pending;
         self.put_back(fleet);
-        match (errors.is_empty(), configuration_failed) {
-            (true, _) => Ok(unresolved || probing),
-            (false, true) => Err(ReconcileError::Configuration(errors.join("; "))),
-            (false, false) => Err(ReconcileError::Status(errors.join("; "))),
+        match failed.is_empty() {
+            true => Ok(unresolved || probing),
+            false => Err(ReconcileError::Pass { failed }),
         }
     }
 
@@ -268,21 +270,15 @@ impl Reconciler {
                 named.insert((Where::Path, x.path.as_str(), x.name.as_str()));
             }
         }
-        if let Ok(mut l) = self.lookups.lock() {
-            l.retain(&named);
-        }
-        if let Ok(mut g) = self.last_good.lock() {
-            g.retain(|k, _| {
-                named.contains(&(Where::Cluster, k.0.as_str(), k.1.as_str()))
-                    || named.contains(&(Where::Path, k.0.as_str(), k.1.as_str()))
-            });
-        }
+        self.memo.lookups.lock().retain(&named);
+        self.memo.last_good.lock().retain(|k, _| {
+            named.contains(&(Where::Cluster, k.0.as_str(), k.1.as_str()))
+                || named.contains(&(Where::Path, k.0.as_str(), k.1.as_str()))
+        });
     }
 
     /// Keeps `fleet` for the next pass.
     fn put_back(&self, fleet: Fleet) {
-        if let Ok(mut f) = self.fleet.lock() {
-            *f = fleet;
-        }
+        *self.memo.fleet.lock() = fleet;
     }
 }

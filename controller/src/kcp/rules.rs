@@ -11,7 +11,7 @@ impl Reconciler {
         &self,
         key: &StoreKey,
         parsed: &Arc<Parsed>,
-        memo: &mut PassLookups,
+        answers: &mut PassLookups,
         prev: &PassLookups,
     ) -> (Arc<RuleEval>, Option<Arc<DependencyRule>>) {
         let (cluster, name) = (key.0.as_str(), key.1.as_str());
@@ -43,7 +43,7 @@ impl Reconciler {
         let dependent = &rule.spec.dependent;
         let dependent_found = match &dependent.api_export_name {
             Some(export) => Some(
-                self.lookup(memo, prev, cluster, export, Where::Cluster)
+                self.lookup(answers, prev, cluster, export, Where::Cluster)
                     .await,
             ),
             None => None,
@@ -51,7 +51,10 @@ impl Reconciler {
         let mut found_refs = Vec::with_capacity(rule.spec.dependencies.len());
         for d in &rule.spec.dependencies {
             found_refs.push(match &d.api_export_ref {
-                Some(r) => Some(self.lookup(memo, prev, &r.path, &r.name, Where::Path).await),
+                Some(r) => Some(
+                    self.lookup(answers, prev, &r.path, &r.name, Where::Path)
+                        .await,
+                ),
                 None => None,
             });
         }
@@ -60,15 +63,17 @@ impl Reconciler {
             .chain(found_refs.iter().flatten())
             .cloned()
             .collect();
-        if let Ok(mut cache) = self.evals.lock()
-            && let Some(c) = cache.get_mut(key)
-            && c.parsed.same_spec(parsed)
-            && c.used.len() == used.len()
-            && c.used.iter().zip(&used).all(|(a, b)| Arc::ptr_eq(a, b))
         {
-            // The newest decoding from now on (the older one is let go).
-            c.parsed = parsed.clone();
-            return (c.eval.clone(), Some(rule));
+            let mut cache = self.memo.evals.lock();
+            if let Some(c) = cache.get_mut(key)
+                && c.parsed.same_spec(parsed)
+                && c.used.len() == used.len()
+                && c.used.iter().zip(&used).all(|(a, b)| Arc::ptr_eq(a, b))
+            {
+                // The newest decoding from now on (the older one is let go).
+                c.parsed = parsed.clone();
+                return (c.eval.clone(), Some(rule));
+            }
         }
         let mut eval = new_eval();
         // (reason, message) per problem, in spec order.
@@ -129,21 +134,20 @@ impl Reconciler {
             eval.edges = Some(RuleEdges::of(eval.key(), &rule));
         }
         let eval = Arc::new(eval);
-        if let Ok(mut cache) = self.evals.lock() {
-            if eval.invalid.is_none() {
-                cache.insert(
-                    key.clone(),
-                    CachedEval {
-                        parsed: parsed.clone(),
-                        used,
-                        eval: eval.clone(),
-                    },
-                );
-            } else {
-                // A problem found may clear without any answer changing (an
-                // export re-read): evaluate it afresh next pass.
-                cache.remove(key);
-            }
+        let mut cache = self.memo.evals.lock();
+        if eval.invalid.is_none() {
+            cache.insert(
+                key.clone(),
+                CachedEval {
+                    parsed: parsed.clone(),
+                    used,
+                    eval: eval.clone(),
+                },
+            );
+        } else {
+            // A problem found may clear without any answer changing (an
+            // export re-read): evaluate it afresh next pass.
+            cache.remove(key);
         }
         (eval, Some(rule))
     }
@@ -153,13 +157,13 @@ impl Reconciler {
     /// is that pass's `Arc`.
     pub(super) async fn lookup(
         &self,
-        memo: &mut PassLookups,
+        answers: &mut PassLookups,
         prev: &PassLookups,
         at: &str,
         name: &str,
         kind: Where,
     ) -> Arc<ExportLookup> {
-        if let Some(found) = memo.get(kind, at, name) {
+        if let Some(found) = answers.get(kind, at, name) {
             return found.clone();
         }
         let found = self.lookup_now(at, name, kind).await;
@@ -167,7 +171,7 @@ impl Reconciler {
             Some(before) if **before == found => before.clone(),
             _ => Arc::new(found),
         };
-        memo.insert(kind, at, name, found.clone());
+        answers.insert(kind, at, name, found.clone());
         found
     }
 
@@ -218,9 +222,7 @@ impl Reconciler {
                     lc: lc.clone(),
                     export,
                 };
-                if let Ok(mut g) = self.last_good.lock() {
-                    g.insert(key, found.clone());
-                }
+                self.memo.last_good.lock().insert(key, found.clone());
                 ExportLookup {
                     lc: Some(found.lc),
                     export: Ok(found.export),
@@ -253,14 +255,12 @@ impl Reconciler {
         definite: bool,
         failed: ExportLookup,
     ) -> ExportLookup {
-        let mut last = self.last_good.lock().ok();
+        let mut last = self.memo.last_good.lock();
         if definite {
-            if let Some(g) = last.as_mut() {
-                g.remove(key);
-            }
+            last.remove(key);
             return failed;
         }
-        match last.as_ref().and_then(|g| g.get(key)) {
+        match last.get(key) {
             Some(found) => {
                 let reason = failed
                     .export
@@ -301,44 +301,27 @@ impl Reconciler {
     /// this pass's answers so far, the previous pass's, and whether all are the
     /// same.
     pub(super) async fn ask_again(&self) -> (PassLookups, PassLookups, bool) {
-        let prev = self
-            .lookups
-            .lock()
-            .map(|mut l| std::mem::take(&mut *l))
-            .unwrap_or_default();
-        let mut memo = PassLookups::default();
+        let prev = std::mem::take(&mut *self.memo.lookups.lock());
+        let mut answers = PassLookups::default();
         let mut answers_same = true;
         for (kind, at, name) in prev.keys() {
-            let found = self.lookup(&mut memo, &prev, at, name, kind).await;
+            let found = self.lookup(&mut answers, &prev, at, name, kind).await;
             answers_same &= prev
                 .get(kind, at, name)
                 .is_some_and(|before| Arc::ptr_eq(before, &found));
         }
-        (memo, prev, answers_same)
+        (answers, prev, answers_same)
     }
 
     /// Phases 1 and 2: every rule object decoded (cached per resourceVersion)
     /// and evaluated.
-    pub(super) async fn evaluate_rules(&self) -> Result<Evaluated, ReconcileError> {
+    pub(super) async fn evaluate_rules(&self) -> Evaluated {
         let objects = self.rule_objects();
         let (parsed, removed): (Vec<Arc<Parsed>>, bool) = {
-            let mut cache = self
-                .parsed
-                .lock()
-                .map_err(|_| ReconcileError::Internal("parse cache poisoned".into()))?;
+            let mut cache = self.memo.parsed.lock();
             let parsed: Vec<Arc<Parsed>> = objects
                 .iter()
-                .map(|(key, obj)| {
-                    let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
-                    match cache.get(key) {
-                        Some(p) if p.rv == rv => p.clone(),
-                        _ => {
-                            let p = Arc::new(Parsed::of(obj));
-                            cache.insert(key.clone(), p.clone());
-                            p
-                        }
-                    }
-                })
+                .map(|(key, obj)| Memo::parsed_of(&mut cache, key, obj))
                 .collect();
             // Every rule has its entry now: more entries than rules means some
             // rule was removed, whose entries go (only then, not every pass).
@@ -347,26 +330,25 @@ impl Reconciler {
                 let keep: HashSet<&(String, String)> =
                     objects.iter().map(|(k, _)| k.as_ref()).collect();
                 cache.retain(|k, _| keep.contains(k.as_ref()));
-                if let Ok(mut evals) = self.evals.lock() {
-                    evals.retain(|k, _| keep.contains(k.as_ref()));
-                }
+                self.memo
+                    .evals
+                    .lock()
+                    .retain(|k, _| keep.contains(k.as_ref()));
             }
             (parsed, removed)
         };
-        let (mut memo, prev, answers_same) = self.ask_again().await;
+        let (mut answers, prev, answers_same) = self.ask_again().await;
         // The evaluations kept, found under one lock (the fresh ones are awaited).
-        let kept: Vec<Option<Arc<RuleEval>>> = match (answers_same, self.evals.lock()) {
-            (true, Ok(mut cache)) => objects
-                .iter()
-                .zip(&parsed)
-                .map(|((key, _), parsed)| {
-                    let c = cache.get_mut(key).filter(|c| c.parsed.same_spec(parsed))?;
-                    // The newest decoding from now on (the older one is let go).
-                    c.parsed = parsed.clone();
-                    Some(c.eval.clone())
-                })
-                .collect(),
-            _ => vec![None; objects.len()],
+        let kept: Vec<Option<Arc<RuleEval>>> = match answers_same {
+            true => {
+                let mut cache = self.memo.evals.lock();
+                objects
+                    .iter()
+                    .zip(&parsed)
+                    .map(|((key, _), parsed)| Memo::kept_eval(&mut cache, key, parsed))
+                    .collect()
+            }
+            false => vec![None; objects.len()],
         };
         let mut fresh = removed;
         let mut rules = Vec::with_capacity(objects.len());
@@ -375,7 +357,7 @@ impl Reconciler {
                 Some(eval) => (eval, parsed.rule.as_ref().ok().cloned()),
                 None => {
                     fresh = true;
-                    self.evaluate(&key, &parsed, &mut memo, &prev).await
+                    self.evaluate(&key, &parsed, &mut answers, &prev).await
                 }
             };
             rules.push((
@@ -388,14 +370,12 @@ impl Reconciler {
                 },
             ));
         }
-        if let Ok(mut l) = self.lookups.lock() {
-            *l = memo;
-        }
-        Ok(Evaluated {
+        *self.memo.lookups.lock() = answers;
+        Evaluated {
             rules,
             fresh,
             removed,
-        })
+        }
     }
 }
 

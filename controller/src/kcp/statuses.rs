@@ -4,9 +4,9 @@
 use super::*;
 
 impl Reconciler {
-    /// Writes the status of every policy of [`crate::kcp::kinds::kinds`] whose
-    /// conditions differ from what it has (with `only`: of those policies, by
-    /// index); returns what failed.
+    /// Writes the status of every policy of every [`Kind`] whose conditions differ
+    /// from what it has (with `only`: of those policies, by index); returns what
+    /// failed.
     pub(super) async fn write_kind_statuses(
         &self,
         policies: &[crate::kcp::kinds::PolicyEval],
@@ -15,24 +15,21 @@ impl Reconciler {
         enforced: &Enforced,
         home: Option<&str>,
         only: Option<&BTreeSet<usize>>,
-    ) -> Vec<String> {
+    ) -> Vec<Failure> {
         let now = now_rfc3339();
         let guard = home.map(|h| crate::kcp::kinds::HomeGuard {
             cluster: h,
             export: &self.settings.api_export,
         });
-        let kinds = crate::kcp::kinds::kinds();
+        let resources = PerKind::from_fn(Kind::api_resource);
         let writes = {
             let mut writes = Vec::new();
-            let mut seen = self.kind_statuses.lock().ok();
+            let mut seen = self.memo.kind_statuses.lock();
             // A full comparison keeps the entries of the policies there are; a
             // partial one updates those it compares.
             let mut next = match only {
                 None => HashMap::with_capacity(policies.len()),
-                Some(_) => seen
-                    .as_mut()
-                    .map(|s| std::mem::take(&mut **s))
-                    .unwrap_or_default(),
+                Some(_) => std::mem::take(&mut *seen),
             };
             let compared: Box<
                 dyn Iterator<Item = (&crate::kcp::kinds::PolicyEval, &Arc<DynamicObject>)>,
@@ -60,7 +57,7 @@ impl Reconciler {
                         .collect(),
                 };
                 let before = match only {
-                    None => seen.as_mut().and_then(|s| s.remove(&key)),
+                    None => seen.remove(&key),
                     Some(_) => next.remove(&key),
                 };
                 if !inputs.rv.is_empty() && before.as_ref() == Some(&inputs) {
@@ -92,15 +89,13 @@ impl Reconciler {
                     }
                 }
             }
-            if let Some(s) = seen.as_mut() {
-                **s = next;
-            }
+            *seen = next;
             writes
         };
-        let kinds = &kinds;
+        let resources = &resources;
         futures::stream::iter(writes)
             .map(|w: KindStatusWrite| async move {
-                let ar = &kinds[w.kind];
+                let ar = resources.get(w.kind);
                 let body = Patch::Merge(json!({ "status": w.status }));
                 let (name, body) = (&w.obj.name_any(), &body);
                 let cluster = &w.cluster;
@@ -123,62 +118,61 @@ impl Reconciler {
                     }
                     other => other,
                 }
-                .map_err(|err| {
-                    anyhow::anyhow!("status of {} {cluster}/{name}: {err:#}", ar.kind)
+                .map_err(|source| Failure::PolicyStatus {
+                    kind: ar.kind.clone(),
+                    key: format!("{cluster}/{name}"),
+                    source,
                 })?;
                 if let (true, Some((reason, message))) = (written, &w.event) {
                     self.warn(cluster, &w.obj.object_ref(ar), reason, "Validate", message)
                         .await;
                 }
-                Ok::<(), anyhow::Error>(())
+                Ok::<(), Failure>(())
             })
             .buffer_unordered(CONCURRENCY)
-            .filter_map(|r| futures::future::ready(r.err().map(|e| format!("{e:#}"))))
+            .filter_map(|r| futures::future::ready(r.err()))
             .collect()
             .await
     }
 
     /// Phase 6: writes the statuses; returns what failed. A status found up to
     /// date is remembered with its inputs (see [`StatusInputs`]).
-    pub(super) async fn write_statuses(&self, writes: Vec<StatusWrite>) -> Vec<String> {
+    pub(super) async fn write_statuses(&self, writes: Vec<StatusWrite>) -> Vec<Failure> {
         let now = now_rfc3339();
         let now = &now;
-        let results: Vec<(String, Result<Option<StatusInputs>, String>)> =
+        let results: Vec<(String, Result<Option<StatusInputs>, Failure>)> =
             futures::stream::iter(writes)
                 .map(|mut w| async move {
                     let r = match self.write_status(&w, now).await {
                         Ok(false) => Ok(w.inputs.take()),
                         Ok(true) => Ok(None),
-                        Err(err) => Err(format!("status of {}: {err:#}", w.key)),
+                        Err(source) => Err(Failure::RuleStatus {
+                            key: w.key.clone(),
+                            source,
+                        }),
                     };
                     (w.key, r)
                 })
                 .buffer_unordered(CONCURRENCY)
                 .collect()
                 .await;
-        let mut errors = Vec::new();
-        let mut seen = self.statuses.lock().ok();
+        let mut failed = Vec::new();
+        let mut seen = self.memo.statuses.lock();
         for (key, r) in results {
             match r {
                 Ok(Some(inputs)) => {
-                    if let Some(s) = seen.as_mut() {
-                        s.insert(key, inputs);
-                    }
+                    seen.insert(key, inputs);
                 }
                 Ok(None) => {
-                    if let Some(s) = seen.as_mut() {
-                        s.remove(&key);
-                    }
+                    seen.remove(&key);
                 }
                 Err(e) => {
-                    if let Some(s) = seen.as_mut() {
-                        s.remove(&key);
-                    }
-                    errors.push(e);
+                    seen.remove(&key);
+                    failed.push(e);
                 }
             }
         }
-        errors
+        failed
     }
 
     /// Writes one rule's status if it differs; returns whether it wrote.
@@ -528,15 +522,15 @@ impl Reconciler {
     ) -> Vec<StatusWrite> {
         // What kcp enforces decides (a configuration installed but not yet
         // enforced changes the status when it is).
-        let seen = self.statuses.lock().ok();
+        let seen = self.memo.statuses.lock();
         let mut writes = Vec::new();
         for r in rules {
             let e = &r.eval;
             let cycle = cycles.get(e.key()).map(|c| c.message());
-            if seen.as_ref().is_some_and(|s| {
-                s.get(e.key())
-                    .is_some_and(|before| before.hold_for(r, rvs, cycle.as_deref()))
-            }) {
+            if seen
+                .get(e.key())
+                .is_some_and(|before| before.hold_for(r, rvs, cycle.as_deref()))
+            {
                 continue;
             }
             let inputs = installed_inputs(e, &enforced.effective).map(|installed| StatusInputs {

@@ -138,9 +138,7 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
 
 impl<K: Resource> SharedFeed<K> {
     pub(super) fn with(&self, f: impl FnOnce(&mut ClusterStore<K>)) {
-        if let Ok(mut st) = self.store.lock() {
-            f(&mut st);
-        }
+        f(&mut self.store.lock());
         self.notify.notify_one();
     }
 }

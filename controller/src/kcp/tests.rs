@@ -423,12 +423,7 @@ fn cluster_store_keys_by_cluster_and_name() {
         namespace: String::new(),
         name: "x".into(),
     });
-    assert!(
-        store
-            .lock()
-            .map(|s| s.snapshot().is_empty())
-            .unwrap_or(false)
-    );
+    assert!(store.lock().snapshot().is_empty());
 }
 
 /// A sequence of rule and plan changes applied incrementally

@@ -18,6 +18,8 @@ use kube::{
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::reconcile::Failure;
+
 /// The configuration `holdfast-workspaces` in one workspace.
 pub struct WorkspacesConfiguration {
     /// The workspace's path.
@@ -57,7 +59,7 @@ impl WorkspacesConfiguration {
     /// Makes the configuration what `opts` says (nothing until the watch listed).
     /// A refused write is logged once and is no error of the pass: the rest of
     /// holdfast works without workspace containment.
-    pub async fn ensure(&self, opts: &InstallOptions) -> Result<(), String> {
+    pub async fn ensure(&self, opts: &InstallOptions) -> Result<(), Failure> {
         if !self.live.synced() {
             return Ok(());
         }
@@ -68,7 +70,11 @@ impl WorkspacesConfiguration {
             return Ok(());
         }
         tracing::info!(workspace = %self.path, "installing ValidatingWebhookConfiguration {CONFIGURATION_NAME} (workspace containment)");
-        let mut body = serde_json::to_value(&want).map_err(|e| e.to_string())?;
+        let failed = |source: anyhow::Error| Failure::Containment {
+            path: self.path.clone(),
+            source,
+        };
+        let mut body = serde_json::to_value(&want).map_err(|e| failed(e.into()))?;
         body["apiVersion"] = "admissionregistration.k8s.io/v1".into();
         body["kind"] = "ValidatingWebhookConfiguration".into();
         match self
@@ -90,10 +96,7 @@ impl WorkspacesConfiguration {
                 }
                 Ok(())
             }
-            Err(e) => Err(format!(
-                "workspace {}: ValidatingWebhookConfiguration {CONFIGURATION_NAME}: {e}",
-                self.path
-            )),
+            Err(e) => Err(failed(e.into())),
         }
     }
 

@@ -15,7 +15,7 @@ impl Reconciler {
         if let Some(m) = &self.metrics {
             m.set_policies(writes.iter().map(|w| {
                 (
-                    self.kinds[w.kind].ar.kind.as_str(),
+                    self.kinds.get(w.kind).ar.kind.as_str(),
                     crate::status::ready_reason(&w.outcome),
                 )
             }));
@@ -97,7 +97,7 @@ impl Reconciler {
             };
             let cycle = cycles
                 .get(&item.name)
-                .filter(|_| item.kind == DEPENDENCY_RULES)
+                .filter(|_| item.kind == PolicyKind::DependencyRule)
                 .map(|c| c.message());
             let never: Vec<String> = item
                 .needs
@@ -110,7 +110,7 @@ impl Reconciler {
                 installed,
                 installed_message,
                 cycle,
-                cycle_applies: item.kind == DEPENDENCY_RULES,
+                cycle_applies: item.kind == PolicyKind::DependencyRule,
                 source: item.source.clone(),
                 // Only what the live configuration does not route: the rest is
                 // still enforced by it.
@@ -138,34 +138,39 @@ impl Reconciler {
         writes: Vec<StatusWrite>,
     ) -> Result<(), ReconcileError> {
         let now = &now_rfc3339();
-        let failures = futures::stream::iter(writes)
+        let failed: Vec<Failure> = futures::stream::iter(writes)
             .map(|w| async move {
                 let result = self.write_status(w.kind, &w.name, &w.outcome, now).await;
-                if let Err(e) = &result {
-                    tracing::warn!(kind = %self.kinds[w.kind].ar.kind, name = %w.name, error = %e, "writing status failed");
-                }
-                result.is_err()
+                let kind = &self.kinds.get(w.kind).ar.kind;
+                result
+                    .map_err(|source| {
+                        tracing::warn!(kind = %kind, name = %w.name, error = %source, "writing status failed");
+                        Failure::PolicyStatus {
+                            kind: kind.clone(),
+                            key: w.name,
+                            source,
+                        }
+                    })
+                    .err()
             })
             .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
-            .filter(|failed| futures::future::ready(*failed))
-            .count()
+            .filter_map(futures::future::ready)
+            .collect()
             .await;
-        if failures > 0 {
-            return Err(ReconcileError::Status(format!(
-                "{failures} status update(s) failed"
-            )));
+        match failed.is_empty() {
+            true => Ok(()),
+            false => Err(ReconcileError::Status { failed }),
         }
-        Ok(())
     }
 
     pub(super) async fn write_status(
         &self,
-        kind: usize,
+        kind: PolicyKind,
         name: &str,
         outcome: &Outcome,
         now: &str,
     ) -> anyhow::Result<()> {
-        let pk = &self.kinds[kind];
+        let pk = self.kinds.get(kind);
         let Some(obj) = pk.store.get("", "", name) else {
             return Ok(());
         };
