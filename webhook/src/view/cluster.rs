@@ -2,18 +2,15 @@
 //! the object stores, with live reads where no synced cache covers a question.
 
 use super::{
-    DependentsMode, StoreKey, WebhookView, crds::crd_facts, crds::crd_resource,
-    store_manager::namespace_content_keys, store_manager::wanted_stores,
+    StoreKey, WebhookView, clients::Clients, crds::crd_facts, crds::crd_resource,
+    kcp_workspaces::unless_deleting, store_manager::namespace_content_keys,
 };
 use crate::stores::Depth;
 use holdfast_shared::{
     api::common::GroupResource,
     index::Referrer,
     policy::{ClusterView, ContainedObject, DependentsQuery, LookupError, logical_cluster},
-    registry::{
-        CompiledAnchor, CompiledCritical, CompiledDependency, CompiledProtection,
-        ProtectionPartition,
-    },
+    registry::{CompiledAnchor, CompiledCritical, CompiledDependency, CompiledProtection},
     review::{AdmissionRequest, ExportRoute, Gvr},
     topology::Topology,
 };
@@ -24,7 +21,7 @@ use kube::{
     Api,
     api::{ApiResource, DynamicObject, ListParams},
 };
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 /// How long a SubjectAccessReview may take.
 const ACCESS_REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,7 +30,7 @@ const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(8);
 
 impl ClusterView for WebhookView {
     fn policies_loaded(&self) -> bool {
-        self.label_only || self.registry.loaded()
+        self.label_only || self.policies.registry().loaded()
     }
 
     fn may_govern_delete(&self, _req: &AdmissionRequest) -> bool {
@@ -42,20 +39,11 @@ impl ClusterView for WebhookView {
     }
 
     fn strict_for(&self, req: &AdmissionRequest) -> bool {
-        let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
-        let Some(old) = req.old_object.as_ref() else {
-            return false;
-        };
-        let name = req.object_name().unwrap_or_default();
-        let labels = holdfast_shared::review::labels(old);
-        let namespace = req.object_namespace();
-        self.protection_candidates(logical_cluster(old), &gr, namespace)
-            .iter()
-            .any(|p| p.strict && p.selecting(&gr, namespace, name, labels).next().is_some())
+        self.policies.strict_for(req)
     }
 
     fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
-        self.registry.protections_for(gr)
+        self.policies.registry().protections_for(gr)
     }
 
     fn protection_candidates(
@@ -64,54 +52,15 @@ impl ClusterView for WebhookView {
         gr: &GroupResource,
         namespace: Option<&str>,
     ) -> Vec<Arc<CompiledProtection>> {
-        let mut out = self.exact_protection_candidates(cluster, gr, namespace);
-        // Wildcard selectors (`resource: "*"`): few policies, visited directly.
-        for p in self.registry.wildcard_protections_in(cluster, gr) {
-            if !out.iter().any(|q| q.key == p.key)
-                && p.selectors
-                    .iter()
-                    .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
-            {
-                out.push(p);
-            }
-        }
-        out
+        self.policies.candidates(cluster, gr, namespace)
     }
 
     fn dependencies(&self, gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
-        self.registry.dependencies.find(gr)
+        self.policies.registry().dependencies.find(gr)
     }
 
     async fn dependents(&self, q: DependentsQuery<'_>) -> Result<Vec<Referrer>, LookupError> {
-        let key = q.dep.dependent_gr().to_string();
-        let indexed = self.mode == DependentsMode::Watch
-            && match self.topology {
-                Topology::Kubernetes => self.synced.get(&key).is_some_and(|s| *s),
-                // Only a consumer cluster a synced endpoint covers: the index cannot
-                // see the others.
-                Topology::Kcp => Box::pin(self.kcp_covered(&key, &q)).await,
-            };
-        let result = if indexed {
-            self.metrics
-                .dependents_lookups
-                .with_label_values(&["index"])
-                .inc();
-            Ok(self.index.lookup(
-                q.cluster,
-                &holdfast_shared::index::index_target(q.dep),
-                q.name,
-                q.namespace,
-            ))
-        } else {
-            Box::pin(self.live_dependents(q)).await
-        };
-        if result.is_err() {
-            self.metrics
-                .dependents_lookups
-                .with_label_values(&["failed"])
-                .inc();
-        }
-        result
+        super::dependents::referrers(self, q).await
     }
 
     async fn can_bypass(&self, req: &AdmissionRequest) -> Result<bool, LookupError> {
@@ -135,7 +84,7 @@ impl ClusterView for WebhookView {
             )),
             ..Default::default()
         };
-        Box::pin(self.access_review(cluster, spec)).await
+        Box::pin(access_review(&self.clients, cluster, spec)).await
     }
 
     async fn can_delete_as(&self, req: &AdmissionRequest, user: &str) -> Result<bool, LookupError> {
@@ -151,41 +100,25 @@ impl ClusterView for WebhookView {
             )),
             ..Default::default()
         };
-        Box::pin(self.access_review(cluster, spec)).await
+        Box::pin(access_review(&self.clients, cluster, spec)).await
     }
 
     async fn request_key(
         &self,
     ) -> Result<holdfast_shared::request_signature::RequestKey, LookupError> {
-        self.request_key.get(self.client.as_ref()).await
+        self.request_key.get(self.clients.home()).await
     }
 
     fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
-        let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
-        let old = req.old_object.as_ref()?;
-        let list = self.registry.protections_in(logical_cluster(old), &gr)?;
-        let new = req.object.as_ref()?;
-        let name = req.object_name().unwrap_or_default();
-        let ns = req.object_namespace();
-        let (old_l, new_l) = (
-            holdfast_shared::review::labels(old),
-            holdfast_shared::review::labels(new),
-        );
-        list.iter()
-            .find(|p| {
-                p.strict
-                    && p.selecting(&gr, ns, name, old_l).next().is_some()
-                    && p.selecting(&gr, ns, name, new_l).next().is_none()
-            })
-            .map(|p| format!("ResourceProtection/{}", p.key.name))
+        self.policies.strict_selection_lost(req)
     }
 
     fn critical(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledCritical>]>> {
-        self.registry.critical.find(gr)
+        self.policies.registry().critical.find(gr)
     }
 
     fn anchors(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledAnchor>]>> {
-        self.registry.anchors.find(gr)
+        self.policies.registry().anchors.find(gr)
     }
 
     async fn count_finalizer(
@@ -194,15 +127,15 @@ impl ClusterView for WebhookView {
         gr: &GroupResource,
         finalizer: &str,
     ) -> Result<usize, LookupError> {
-        if let Some(store) = self.synced_store(gr, Depth::Metadata) {
+        if let Some(store) = self.stores.synced(gr, Depth::Metadata) {
             return Ok(store.count_finalizer(cluster, finalizer));
         }
         self.metrics
             .dependents_lookups
             .with_label_values(&["live"])
             .inc();
-        let client = self.cluster_client(cluster)?;
-        let (ar, _) = match Box::pin(self.resolver.resolve(&client, cluster, gr)).await {
+        let client = self.clients.cluster(cluster)?;
+        let (ar, _) = match Box::pin(self.clients.resolve(&client, cluster, gr)).await {
             Ok(r) => r,
             Err(crate::stores::ResolveError::NotServed(_)) => return Ok(0),
             Err(e) => return Err(LookupError::from_error(e)),
@@ -214,7 +147,7 @@ impl ClusterView for WebhookView {
         ))
         .await
         .map_err(|e| LookupError::failed("the API server did not answer in time", e))?
-        .map_err(|e| self.read_error(cluster, gr, e))?;
+        .map_err(|e| self.clients.read_error(cluster, gr, e))?;
         Ok(list
             .items
             .iter()
@@ -240,14 +173,14 @@ impl ClusterView for WebhookView {
             namespace.unwrap_or_default().to_string(),
             name.to_string(),
         );
-        let anchor = self.registry.anchors.any(|a| a.anchor == *gr);
+        let anchor = self.policies.registry().anchors.any(|a| a.anchor == *gr);
         let depth = if anchor { Depth::Full } else { Depth::Metadata };
-        if let Some(store) = self.synced_store(gr, depth) {
+        if let Some(store) = self.stores.synced(gr, depth) {
             return Ok(store.get(&key));
         }
         // Not synced (yet): one GET.
-        let client = self.cluster_client(cluster)?;
-        let (ar, namespaced) = match Box::pin(self.resolver.resolve(&client, cluster, gr)).await {
+        let client = self.clients.cluster(cluster)?;
+        let (ar, namespaced) = match Box::pin(self.clients.resolve(&client, cluster, gr)).await {
             Ok(r) => r,
             Err(crate::stores::ResolveError::NotServed(_)) => return Ok(None),
             Err(e) => return Err(LookupError::from_error(e)),
@@ -260,7 +193,7 @@ impl ClusterView for WebhookView {
         let got = Box::pin(tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(name)))
             .await
             .map_err(|e| LookupError::failed("the API server did not answer in time", e))?
-            .map_err(|e| self.read_error(cluster, gr, e))?;
+            .map_err(|e| self.clients.read_error(cluster, gr, e))?;
         Ok(got.and_then(|o| serde_json::to_value(o).ok()).map(Arc::new))
     }
 
@@ -295,77 +228,23 @@ impl ClusterView for WebhookView {
         // the DELETE is refused: never "the namespace holds nothing"). Label-only
         // mode judges no containment, as on Kubernetes.
         if self.topology == Topology::Kcp && !self.label_only {
-            let read = Box::pin(self.kcp_namespace_contents(cluster, ns)).await;
-            return self
-                .unless_deleting(cluster, &format!("namespace {ns}"), read)
-                .await;
+            let read = Box::pin(self.kcp.namespace_contents(
+                &self.clients,
+                self.policies.registry(),
+                cluster,
+                ns,
+            ))
+            .await;
+            return unless_deleting(&self.clients, cluster, &format!("namespace {ns}"), read).await;
         }
         if !self.stores_built() {
             return Err(LookupError::unreadable(
                 "holdfast has just started and is still building the indexes of what namespaces hold",
             ));
         }
-        self.discovery_complete()?;
-        // A type a policy names must be readable: its objects in the namespace
-        // may be what the policy protects. (Label containment of a type the
-        // webhook may not read is left out below: Secrets, unless named.)
-        if !self.refused.is_empty() {
-            let named = wanted_stores(self, &[]);
-            if let Some(gr) = named
-                .iter()
-                .map(|k| &k.gr)
-                .find(|gr| self.refused.contains_key(*gr))
-            {
-                return Err(crate::stores::unreadable_error(&gr.to_string()));
-            }
-        }
-        for gr in self.crd_resources.iter() {
-            for label in &self.label_keys {
-                let key = StoreKey {
-                    gr: gr.key().clone(),
-                    depth: Depth::Metadata,
-                    label: Some(label.clone()),
-                };
-                if !self.stores.get(&key).is_some_and(|s| s.synced()) {
-                    return Err(LookupError::unreadable(format!(
-                        "the objects of {} (a new custom resource) are not indexed yet",
-                        gr.key()
-                    )));
-                }
-            }
-        }
-        let mut out: Vec<ContainedObject> = Vec::new();
-        let mut seen: HashSet<(String, String)> = HashSet::new();
-        for entry in self.stores.iter() {
-            let (key, store) = (entry.key(), entry.value());
-            if !store.namespaced || key.depth != Depth::Metadata {
-                continue;
-            }
-            // A type the webhook may not list is left out of label containment
-            // (reported once when refused; Secrets unless a policy names them).
-            // Types a policy needs have a store without a label: never skipped.
-            if key.label.is_some() && store.forbidden() && !self.crd_resources.contains_key(&key.gr)
-            {
-                continue;
-            }
-            if !store.synced() {
-                return Err(LookupError::unreadable(format!(
-                    "the index of {} is not synced yet",
-                    key.gr
-                )));
-            }
-            for obj in store.in_namespace(cluster, ns) {
-                let name = obj["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                if !seen.insert((key.gr.to_string(), name)) {
-                    continue;
-                }
-                out.push(contained(&store.resource, obj));
-            }
-        }
-        Ok(out)
+        self.stores.discovery_complete()?;
+        self.stores
+            .namespace_contents(self.policies.registry(), &self.crds, cluster, ns)
     }
 
     async fn binding_contents(
@@ -376,13 +255,18 @@ impl ClusterView for WebhookView {
         if self.topology != Topology::Kcp || self.label_only {
             return Ok(Vec::new());
         }
-        let read = within_review(Box::pin(self.kcp_binding_contents(cluster, binding))).await;
+        let read = within_review(Box::pin(self.kcp.binding_contents(
+            &self.clients,
+            self.policies.registry(),
+            cluster,
+            binding,
+        )))
+        .await;
         let name = binding
             .pointer("/metadata/name")
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default();
-        self.unless_deleting(cluster, &format!("APIBinding {name}"), read)
-            .await
+        unless_deleting(&self.clients, cluster, &format!("APIBinding {name}"), read).await
     }
 
     async fn workspace_contents(
@@ -392,7 +276,12 @@ impl ClusterView for WebhookView {
         if self.topology != Topology::Kcp || self.label_only {
             return Ok(Vec::new());
         }
-        within_review(Box::pin(self.kcp_workspace_contents(workspace))).await
+        within_review(Box::pin(self.kcp.workspace_contents(
+            &self.clients,
+            self.policies.registry(),
+            workspace,
+        )))
+        .await
     }
 
     async fn custom_resources(
@@ -400,12 +289,12 @@ impl ClusterView for WebhookView {
         cluster: &str,
         crd: &serde_json::Value,
     ) -> Result<Vec<ContainedObject>, LookupError> {
-        if self.label_only && self.client.is_none() {
+        if self.label_only && self.clients.home().is_none() {
             // No API server configured: as with namespace containment, label-only
             // mode without one sees no contents.
             return Ok(Vec::new());
         }
-        self.discovery_complete()?;
+        self.stores.discovery_complete()?;
         let Some(ar) = crd_resource(crd) else {
             return Err(LookupError::unreadable(
                 "the CustomResourceDefinition names no group, plural or version",
@@ -413,7 +302,7 @@ impl ClusterView for WebhookView {
         };
         // A synced store of the type answers; a live list only where none does.
         let gr = GroupResource::new(&ar.group, &ar.plural);
-        if let Some(store) = self.synced_store(&gr, Depth::Metadata) {
+        if let Some(store) = self.stores.synced(&gr, Depth::Metadata) {
             let mut objects = store.in_cluster(cluster);
             objects.sort_by(|a, b| {
                 let key = |o: &serde_json::Value| {
@@ -426,7 +315,7 @@ impl ClusterView for WebhookView {
             });
             return Ok(objects.into_iter().map(|o| contained(&ar, o)).collect());
         }
-        let client = self.cluster_client(cluster)?;
+        let client = self.clients.cluster(cluster)?;
         let api: Api<kube::core::PartialObjectMeta<DynamicObject>> =
             Api::all_with(client.clone(), &ar);
         let list_all = async {
@@ -447,7 +336,7 @@ impl ClusterView for WebhookView {
                     }
                     return Ok(Vec::new());
                 }
-                Err(e) => return Err(self.read_error(cluster, &gr, e)),
+                Err(e) => return Err(self.clients.read_error(cluster, &gr, e)),
             };
             let mut out = Vec::with_capacity(items.len());
             for meta in items {
@@ -465,14 +354,14 @@ impl ClusterView for WebhookView {
     }
 
     fn cascading_judged(&self) -> bool {
-        !self.label_only && self.client.is_some()
+        !self.label_only && self.clients.home().is_some()
     }
 
     async fn live_in_namespace(&self, cluster: &str, ns: &str) -> Result<Vec<String>, LookupError> {
         let [pods_key, pvcs_key] = namespace_content_keys();
         // Ask for both before failing, so both start at once.
-        let pods = self.cascade_store(pods_key);
-        let pvcs = self.cascade_store(pvcs_key);
+        let pods = self.stores.cascade(pods_key);
+        let pvcs = self.stores.cascade(pvcs_key);
         let (pods, pvcs) = (pods?, pvcs?);
         let mut live_pods: Vec<String> = pods
             .in_namespace(cluster, ns)
@@ -498,7 +387,7 @@ impl ClusterView for WebhookView {
         cluster: &str,
         gr: &GroupResource,
     ) -> Result<Option<ExportRoute>, LookupError> {
-        Box::pin(self.bound_export_of(cluster, gr)).await
+        Box::pin(self.kcp.bound_export(&self.clients, cluster, gr)).await
     }
 
     async fn replicas_path(
@@ -509,17 +398,17 @@ impl ClusterView for WebhookView {
     ) -> Result<Option<String>, LookupError> {
         let gr = GroupResource::new(group, resource);
         if self.topology == Topology::Kubernetes {
-            if !self.crds_listed.load(std::sync::atomic::Ordering::Acquire) {
+            if !self.crds.listed() {
                 return Err(LookupError::unreadable(
                     "the CustomResourceDefinitions are not indexed yet",
                 ));
             }
-            return Ok(self.crds.get(&gr).and_then(|f| f.replicas_path.clone()));
+            return Ok(self.crds.replicas_path(&gr));
         }
         // kcp: no CRD watch; one GET of the CRD (only for a Cascading custom
         // resource's deletion).
         let name = format!("{resource}.{group}");
-        let client = self.cluster_client(cluster)?;
+        let client = self.clients.cluster(cluster)?;
         let api: Api<
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         > = Api::all(client);
@@ -548,7 +437,7 @@ impl ClusterView for WebhookView {
                 "the CustomResourceDefinition names no group, plural or version",
             ));
         };
-        let store = self.cascade_store(StoreKey {
+        let store = self.stores.cascade(StoreKey {
             gr: GroupResource::new(&ar.group, &ar.plural),
             depth: Depth::Metadata,
             label: None,
@@ -564,88 +453,26 @@ impl ClusterView for WebhookView {
     }
 }
 
-impl WebhookView {
-    /// The lookup error of a failed read of `gr` in `cluster`. On kcp a 403 names the
-    /// grant the consumer gives in that workspace (on Kubernetes, the ClusterRole the
-    /// controller keeps).
-    pub(super) fn read_error(
-        &self,
-        cluster: &str,
-        gr: &GroupResource,
-        e: kube::Error,
-    ) -> LookupError {
-        if self.topology == Topology::Kcp && crate::stores::is_forbidden(&e) {
-            return LookupError::unreadable(format!(
-                "holdfast-webhook may not read {gr} in workspace {cluster}: grant it get and \
-                 list on {gr} there (docs/kcp.md, Consumer guide)"
-            ));
-        }
-        crate::stores::lookup_error(&gr.to_string(), e)
-    }
-
-    /// Asks logical cluster `cluster` whether `spec` is allowed (a SubjectAccessReview).
-    async fn access_review(
-        &self,
-        cluster: &str,
-        spec: SubjectAccessReviewSpec,
-    ) -> Result<bool, LookupError> {
-        let client = self.cluster_client(cluster)?;
-        let sar = SubjectAccessReview {
-            spec,
-            ..Default::default()
-        };
-        let api: Api<SubjectAccessReview> = Api::all(client);
-        let answer = tokio::time::timeout(
-            ACCESS_REVIEW_TIMEOUT,
-            api.create(&kube::api::PostParams::default(), &sar),
-        )
-        .await
-        .map_err(|e| LookupError::failed("the SubjectAccessReview was not answered in time", e))?
-        .map_err(|e| LookupError::failed(format!("SubjectAccessReview failed: {e}"), e))?;
-        Ok(answer.status.is_some_and(|s| s.allowed))
-    }
-
-    /// The ResourceProtections of logical cluster `cluster` naming `gr` that could
-    /// select an object in `namespace`, from the partition of the registry's list
-    /// for (cluster, group/resource). A cluster with no such policy is answered
-    /// without one (so the partitions are at most one per cluster and resource a
-    /// policy names).
-    fn exact_protection_candidates(
-        &self,
-        cluster: &str,
-        gr: &GroupResource,
-        namespace: Option<&str>,
-    ) -> Vec<Arc<CompiledProtection>> {
-        let Some(list) = self.registry.protections.find(gr) else {
-            return Vec::new();
-        };
-        if let Some(by_cluster) = self.partitions.get(gr)
-            && let Some(p) = by_cluster.get(cluster)
-            && p.is_of(&list)
-        {
-            return p.candidates(namespace);
-        }
-        if holdfast_shared::registry::cluster_range(&list, cluster).is_empty() {
-            // Its last policy of `gr` went: forget its partition.
-            if self
-                .partitions
-                .get(gr)
-                .is_some_and(|m| m.contains_key(cluster))
-                && let Some(mut m) = self.partitions.get_mut(gr)
-            {
-                m.remove(cluster);
-            }
-            return Vec::new();
-        }
-        // The list changed (or was never split): split it once for every later check.
-        let p = Arc::new(ProtectionPartition::of_cluster(gr, list, cluster));
-        let out = p.candidates(namespace);
-        self.partitions
-            .entry(gr.clone())
-            .or_default()
-            .insert(cluster.into(), p);
-        out
-    }
+/// Asks logical cluster `cluster` whether `spec` is allowed (a SubjectAccessReview).
+async fn access_review(
+    clients: &Clients,
+    cluster: &str,
+    spec: SubjectAccessReviewSpec,
+) -> Result<bool, LookupError> {
+    let client = clients.cluster(cluster)?;
+    let sar = SubjectAccessReview {
+        spec,
+        ..Default::default()
+    };
+    let api: Api<SubjectAccessReview> = Api::all(client);
+    let answer = tokio::time::timeout(
+        ACCESS_REVIEW_TIMEOUT,
+        api.create(&kube::api::PostParams::default(), &sar),
+    )
+    .await
+    .map_err(|e| LookupError::failed("the SubjectAccessReview was not answered in time", e))?
+    .map_err(|e| LookupError::failed(format!("SubjectAccessReview failed: {e}"), e))?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 /// The longest the live reads of one containment check may take together: an
@@ -668,7 +495,7 @@ async fn within_review<T>(
 }
 
 /// An object of resource `ar` as containment reports it.
-fn contained(ar: &ApiResource, object: Arc<serde_json::Value>) -> ContainedObject {
+pub(super) fn contained(ar: &ApiResource, object: Arc<serde_json::Value>) -> ContainedObject {
     ContainedObject {
         resource: Gvr {
             group: ar.group.clone(),

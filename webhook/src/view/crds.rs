@@ -2,8 +2,8 @@
 //! CRD, which namespaced custom resources exist (their label stores must sync before a
 //! namespace's contents are trusted), and discovery woken at once when either changes.
 
-use super::{StoreKey, WebhookView};
-use crate::stores::Depth;
+use super::WebhookView;
+use dashmap::DashMap;
 use holdfast_shared::{
     api::common::GroupResource,
     watch::{self, Index, NotFound, Status, WatchState},
@@ -15,7 +15,55 @@ use kube::{
     core::PartialObjectMeta,
     runtime::watcher,
 };
-use std::sync::{Arc, atomic::Ordering};
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
+/// The CustomResourceDefinitions (Kubernetes topology, from the CRD watch).
+#[derive(Default)]
+pub(super) struct Crds {
+    /// Every CustomResourceDefinition, by the resource it serves.
+    facts: DashMap<GroupResource, CrdFacts>,
+    /// Namespaced custom resources of established CRDs: each must have synced label
+    /// stores before a namespace's contents are trusted.
+    namespaced: DashMap<GroupResource, ()>,
+    /// Whether the CRD watch has listed every CRD once.
+    listed: AtomicBool,
+}
+
+impl Crds {
+    /// Whether the CRD watch has listed every CRD once.
+    pub(super) fn listed(&self) -> bool {
+        self.listed.load(Ordering::Acquire)
+    }
+
+    /// The `specReplicasPath` of the scale subresource of custom resource `gr`, if
+    /// it has one (or is no custom resource).
+    pub(super) fn replicas_path(&self, gr: &GroupResource) -> Option<String> {
+        self.facts.get(gr).and_then(|f| f.replicas_path.clone())
+    }
+
+    /// The namespaced custom resources of established CRDs.
+    pub(super) fn namespaced(&self) -> Vec<GroupResource> {
+        self.namespaced.iter().map(|e| e.key().clone()).collect()
+    }
+
+    /// Whether `gr` is a namespaced custom resource of an established CRD.
+    pub(super) fn is_namespaced(&self, gr: &GroupResource) -> bool {
+        self.namespaced.contains_key(gr)
+    }
+
+    /// The custom resources of established CRDs that carry a `Cascading` label
+    /// (every established one: `all`).
+    pub(super) fn cascading(&self, all: bool) -> Vec<GroupResource> {
+        self.facts
+            .iter()
+            .filter(|e| e.value().established && (all || e.value().cascading))
+            .map(|e| e.key().clone())
+            .collect()
+    }
+}
 
 /// What Cascading protection needs to know of one CustomResourceDefinition.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -99,46 +147,43 @@ impl CrdFeed {
                     .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
                     .collect()
             });
-        f.cascading = self.view.cascading_labelled(labels.as_ref());
+        f.cascading = self.view.stores.cascading_labelled(labels.as_ref());
         (gr, f)
     }
 
     fn insert(&self, crd: &CustomResourceDefinition) {
         let (gr, f) = self.facts(crd);
+        let crds = &self.view.crds;
         if f.established && crd.spec.scope == "Namespaced" {
-            self.view.crd_resources.insert(gr.clone(), ());
+            crds.namespaced.insert(gr.clone(), ());
         } else {
-            self.view.crd_resources.remove(&gr);
+            crds.namespaced.remove(&gr);
         }
-        self.view.crds.insert(gr, f);
+        crds.facts.insert(gr, f);
     }
 }
 
 impl Index<CustomResourceDefinition> for CrdFeed {
     fn reset(&mut self, objects: Vec<CustomResourceDefinition>) {
-        self.view.crd_resources.clear();
-        self.view.crds.clear();
+        self.view.crds.namespaced.clear();
+        self.view.crds.facts.clear();
         for crd in &objects {
             self.insert(crd);
         }
-        self.view.rediscover.notify_one();
+        self.view.stores.rediscover();
     }
 
     fn apply(&mut self, crd: CustomResourceDefinition) {
         self.insert(&crd);
-        self.view.rediscover.notify_one();
+        self.view.stores.rediscover();
     }
 
     fn delete(&mut self, crd: CustomResourceDefinition) {
         let gr = GroupResource::new(&crd.spec.group, &crd.spec.names.plural);
-        self.view.crd_resources.remove(&gr);
-        self.view.crds.remove(&gr);
-        self.view.cascade_demand.remove(&StoreKey {
-            gr,
-            depth: Depth::Metadata,
-            label: None,
-        });
-        self.view.rediscover.notify_one();
+        self.view.crds.namespaced.remove(&gr);
+        self.view.crds.facts.remove(&gr);
+        self.view.stores.forget_cascade(gr);
+        self.view.stores.rediscover();
     }
 
     fn status(&mut self, _from: &Status, to: &Status) {
@@ -146,7 +191,7 @@ impl Index<CustomResourceDefinition> for CrdFeed {
             // Listed once is enough: while the watch recovers, the last list (and
             // periodic discovery) stands.
             WatchState::Listed | WatchState::NotServed if to.synced => {
-                self.view.crds_listed.store(true, Ordering::Release);
+                self.view.crds.listed.store(true, Ordering::Release);
             }
             WatchState::Failed(e) | WatchState::Forbidden(e) => {
                 tracing::warn!(error = %e, "CustomResourceDefinition watch error; retrying");
@@ -183,13 +228,13 @@ struct ApiServiceFeed {
 
 impl<K> Index<K> for ApiServiceFeed {
     fn reset(&mut self, _: Vec<K>) {
-        self.view.rediscover.notify_one();
+        self.view.stores.rediscover();
     }
     fn apply(&mut self, _: K) {
-        self.view.rediscover.notify_one();
+        self.view.stores.rediscover();
     }
     fn delete(&mut self, _: K) {
-        self.view.rediscover.notify_one();
+        self.view.stores.rediscover();
     }
     fn status(&mut self, _from: &Status, to: &Status) {
         if let WatchState::Failed(e) | WatchState::Forbidden(e) = &to.state {

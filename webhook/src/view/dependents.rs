@@ -12,10 +12,12 @@
 //! workspace says so. On Kubernetes a 404 means the type is not served, so nothing
 //! references anything.
 
-use super::WebhookView;
+use super::{DependentsMode, WebhookView};
+use crate::metrics::Metrics;
+use dashmap::DashMap;
 use holdfast_shared::{
     endpoints::{Endpoints, ObjectKey, Partitioned},
-    index::{ObjectId, Referrer},
+    index::{DependentsIndex, ObjectId, Referrer},
     policy::{DependentsQuery, LookupError, logical_cluster},
     registry::CompiledDependency,
     topology::Topology,
@@ -39,144 +41,214 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The dependents manager's pass when nothing wakes it.
 const PASS_PERIOD: Duration = Duration::from_secs(2);
 
-impl WebhookView {
-    pub(super) async fn live_dependents(
-        &self,
-        q: DependentsQuery<'_>,
-    ) -> Result<Vec<Referrer>, LookupError> {
-        self.metrics
-            .dependents_lookups
-            .with_label_values(&["live"])
-            .inc();
-        let client = self.cluster_client(q.cluster)?;
-        let dep = q.dep;
-        let ar = dependent_resource(dep);
-        let namespaced_list = q.namespace.filter(|_| dep.namespace_path.is_none());
-        let lookup = async {
-            let mut out = Vec::new();
-            let api: Api<DynamicObject> = match namespaced_list {
-                Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-                None => Api::all_with(client.clone(), &ar),
-            };
-            let mut params = ListParams::default().limit(500);
-            loop {
-                let list = match api.list(&params).await {
-                    Ok(l) => l,
-                    Err(e) if crate::stores::is_not_found(&e) => {
-                        if self.topology == Topology::Kcp {
-                            super::kcp::not_served(
-                                &client,
-                                q.cluster,
-                                &dep.dependent_group,
-                                &dep.dependent_version,
-                                &dep.dependent_resource,
-                            )
-                            .await?;
-                        }
-                        return Ok(out);
-                    }
-                    Err(e) => {
-                        return Err(crate::stores::lookup_error(
-                            &dep.dependent_gr().to_string(),
-                            e,
-                        ));
-                    }
-                };
-                for obj in &list.items {
-                    let value = match serde_json::to_value(obj) {
-                        Ok(v) => v,
-                        Err(e) => return Err(LookupError::from_error(e)),
-                    };
-                    if !dep.path.references(&value, q.name) {
-                        continue;
-                    }
-                    let own_ns = obj.metadata.namespace.clone().unwrap_or_default();
-                    let ref_ns = dep
-                        .namespace_path
-                        .as_ref()
-                        .and_then(|p| p.first(&value))
-                        .and_then(|v| v.as_str())
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_string)
-                        .unwrap_or_else(|| own_ns.clone());
-                    if q.namespace.is_some_and(|ns| ns != ref_ns) {
-                        continue;
-                    }
-                    out.push(Referrer {
-                        kind: dep.dependent_kind.as_str().into(),
-                        namespace: own_ns.into(),
-                        name: obj.metadata.name.clone().unwrap_or_default().into(),
-                        ref_namespace: ref_ns.into(),
-                        terminating: obj.metadata.deletion_timestamp.is_some(),
-                    });
-                }
-                match list.metadata.continue_.filter(|c| !c.is_empty()) {
-                    Some(token) => params = params.continue_token(&token),
-                    None => break,
-                }
-            }
-            out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-            Ok(out)
-        };
-        match tokio::time::timeout(LIVE_LOOKUP_TIMEOUT, lookup).await {
-            Ok(r) => r,
-            Err(e) => Err(LookupError::failed(
-                "the API server did not answer in time",
-                e,
-            )),
+/// The dependents index and how dependents are found.
+pub(super) struct Dependents {
+    mode: DependentsMode,
+    index: DependentsIndex,
+    /// Whether the watch of each dependent resource has synced.
+    synced: DashMap<String, bool>,
+    /// kcp: the merged index of every endpoint of a dependent type's APIExport, per
+    /// dependent resource (which consumer clusters the index covers).
+    endpoints: DashMap<String, Endpoints<DynamicObject, DependentsFeed>>,
+}
+
+impl Dependents {
+    /// Nothing indexed yet; dependents found the `mode` way.
+    pub(super) fn new(mode: DependentsMode) -> Self {
+        Self {
+            mode,
+            index: DependentsIndex::default(),
+            synced: DashMap::new(),
+            endpoints: DashMap::new(),
+        }
+    }
+
+    /// Whether dependents are watched into the index (else always listed live).
+    pub(super) fn watched(&self) -> bool {
+        self.mode == DependentsMode::Watch
+    }
+
+    /// Sets the gauges of the index.
+    pub(super) fn report(&self, metrics: &Metrics) {
+        metrics.index_references.set(self.index.len() as i64);
+        for e in self.synced.iter() {
+            metrics
+                .index_synced
+                .with_label_values(&[e.key().as_str()])
+                .set(i64::from(*e.value()));
         }
     }
 }
 
-impl WebhookView {
-    /// kcp: whether the dependents index can answer for the consumer cluster of `q`:
-    /// a synced endpoint's watch holds objects of it, or a synced endpoint serves it.
-    /// The second is asked once per cluster (then remembered): a list of at most one
-    /// dependent of the cluster through each synced endpoint until one answers (a
-    /// virtual workspace serves only the clusters of its shard that bind the export,
-    /// and its wildcard watch holds every object of those, none included). No endpoint
-    /// answering: not covered (a live lookup follows).
-    pub(super) async fn kcp_covered(&self, key: &str, q: &DependentsQuery<'_>) -> bool {
-        let Some(endpoints) = self.dependents_endpoints.get(key).map(|e| e.clone()) else {
-            return false;
+/// The objects that reference the deleted object through `q.dep`: from the index
+/// where it covers the question, else listed live.
+pub(super) async fn referrers(
+    view: &WebhookView,
+    q: DependentsQuery<'_>,
+) -> Result<Vec<Referrer>, LookupError> {
+    let deps = &view.dependents;
+    let key = q.dep.dependent_gr().to_string();
+    let indexed = deps.watched()
+        && match view.topology {
+            Topology::Kubernetes => deps.synced.get(&key).is_some_and(|s| *s),
+            // Only a consumer cluster a synced endpoint covers: the index cannot
+            // see the others.
+            Topology::Kcp => Box::pin(kcp_covered(view, &key, &q)).await,
         };
-        if endpoints.covers(q.cluster) {
-            return true;
-        }
-        let Some(clients) = &self.cluster_clients else {
-            return false;
+    let result = if indexed {
+        view.metrics
+            .dependents_lookups
+            .with_label_values(&["index"])
+            .inc();
+        Ok(deps.index.lookup(
+            q.cluster,
+            &holdfast_shared::index::index_target(q.dep),
+            q.name,
+            q.namespace,
+        ))
+    } else {
+        Box::pin(live(view, q)).await
+    };
+    if result.is_err() {
+        view.metrics
+            .dependents_lookups
+            .with_label_values(&["failed"])
+            .inc();
+    }
+    result
+}
+
+/// The referrers of `q`, listed through the API server.
+async fn live(view: &WebhookView, q: DependentsQuery<'_>) -> Result<Vec<Referrer>, LookupError> {
+    view.metrics
+        .dependents_lookups
+        .with_label_values(&["live"])
+        .inc();
+    let client = view.clients.cluster(q.cluster)?;
+    let dep = q.dep;
+    let ar = dependent_resource(dep);
+    let namespaced_list = q.namespace.filter(|_| dep.namespace_path.is_none());
+    let lookup = async {
+        let mut out = Vec::new();
+        let api: Api<DynamicObject> = match namespaced_list {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
         };
-        if !holdfast_shared::kcp::is_logical_cluster_name(q.cluster) || q.cluster.contains(':') {
-            return false;
-        }
-        let ar = dependent_resource(q.dep);
-        for url in endpoints.synced_urls() {
-            let Ok(client) = clients.virtual_workspace(&format!("{url}/clusters/{}", q.cluster))
-            else {
-                continue;
+        let mut params = ListParams::default().limit(500);
+        loop {
+            let list = match api.list(&params).await {
+                Ok(l) => l,
+                Err(e) if crate::stores::is_not_found(&e) => {
+                    if view.topology == Topology::Kcp {
+                        super::kcp::not_served(
+                            &client,
+                            q.cluster,
+                            &dep.dependent_group,
+                            &dep.dependent_version,
+                            &dep.dependent_resource,
+                        )
+                        .await?;
+                    }
+                    return Ok(out);
+                }
+                Err(e) => {
+                    return Err(crate::stores::lookup_error(
+                        &dep.dependent_gr().to_string(),
+                        e,
+                    ));
+                }
             };
-            let api: Api<DynamicObject> = Api::all_with(client, &ar);
-            let one = ListParams::default().limit(1);
-            match tokio::time::timeout(PROBE_TIMEOUT, api.list(&one)).await {
-                Ok(Ok(_)) => {
-                    self.metrics
-                        .dependents_lookups
-                        .with_label_values(&["probe"])
-                        .inc();
-                    tracing::debug!(cluster = q.cluster, endpoint = %url, resource = key, "the endpoint serves the cluster: answered from the index from now on");
-                    endpoints.mark_served(q.cluster, &url);
-                    return true;
+            for obj in &list.items {
+                let value = match serde_json::to_value(obj) {
+                    Ok(v) => v,
+                    Err(e) => return Err(LookupError::from_error(e)),
+                };
+                if !dep.path.references(&value, q.name) {
+                    continue;
                 }
-                Ok(Err(e)) => {
-                    tracing::debug!(cluster = q.cluster, endpoint = %url, error = %e, "the endpoint does not serve the cluster");
+                let own_ns = obj.metadata.namespace.clone().unwrap_or_default();
+                let ref_ns = dep
+                    .namespace_path
+                    .as_ref()
+                    .and_then(|p| p.first(&value))
+                    .and_then(|v| v.as_str())
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .unwrap_or_else(|| own_ns.clone());
+                if q.namespace.is_some_and(|ns| ns != ref_ns) {
+                    continue;
                 }
-                Err(_) => {
-                    tracing::debug!(cluster = q.cluster, endpoint = %url, "the endpoint did not answer in time");
-                }
+                out.push(Referrer {
+                    kind: dep.dependent_kind.as_str().into(),
+                    namespace: own_ns.into(),
+                    name: obj.metadata.name.clone().unwrap_or_default().into(),
+                    ref_namespace: ref_ns.into(),
+                    terminating: obj.metadata.deletion_timestamp.is_some(),
+                });
+            }
+            match list.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
             }
         }
-        false
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(out)
+    };
+    match tokio::time::timeout(LIVE_LOOKUP_TIMEOUT, lookup).await {
+        Ok(r) => r,
+        Err(e) => Err(LookupError::failed(
+            "the API server did not answer in time",
+            e,
+        )),
     }
+}
+
+/// kcp: whether the dependents index can answer for the consumer cluster of `q`:
+/// a synced endpoint's watch holds objects of it, or a synced endpoint serves it.
+/// The second is asked once per cluster (then remembered): a list of at most one
+/// dependent of the cluster through each synced endpoint until one answers (a
+/// virtual workspace serves only the clusters of its shard that bind the export,
+/// and its wildcard watch holds every object of those, none included). No endpoint
+/// answering: not covered (a live lookup follows).
+async fn kcp_covered(view: &WebhookView, key: &str, q: &DependentsQuery<'_>) -> bool {
+    let Some(endpoints) = view.dependents.endpoints.get(key).map(|e| e.clone()) else {
+        return false;
+    };
+    if endpoints.covers(q.cluster) {
+        return true;
+    }
+    let Some(clients) = view.clients.per_url() else {
+        return false;
+    };
+    if !holdfast_shared::kcp::is_logical_cluster_name(q.cluster) || q.cluster.contains(':') {
+        return false;
+    }
+    let ar = dependent_resource(q.dep);
+    for url in endpoints.synced_urls() {
+        let Ok(client) = clients.virtual_workspace(&format!("{url}/clusters/{}", q.cluster)) else {
+            continue;
+        };
+        let api: Api<DynamicObject> = Api::all_with(client, &ar);
+        let one = ListParams::default().limit(1);
+        match tokio::time::timeout(PROBE_TIMEOUT, api.list(&one)).await {
+            Ok(Ok(_)) => {
+                view.metrics
+                    .dependents_lookups
+                    .with_label_values(&["probe"])
+                    .inc();
+                tracing::debug!(cluster = q.cluster, endpoint = %url, resource = key, "the endpoint serves the cluster: answered from the index from now on");
+                endpoints.mark_served(q.cluster, &url);
+                return true;
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(cluster = q.cluster, endpoint = %url, error = %e, "the endpoint does not serve the cluster");
+            }
+            Err(_) => {
+                tracing::debug!(cluster = q.cluster, endpoint = %url, "the endpoint did not answer in time");
+            }
+        }
+    }
+    false
 }
 
 fn dependent_resource(dep: &CompiledDependency) -> ApiResource {
@@ -200,7 +272,7 @@ pub(super) async fn manage_dependents(
     loop {
         // What is needed: dependent resource → its dependencies (and a signature).
         let mut wanted: HashMap<String, Vec<CompiledDependency>> = HashMap::new();
-        for rule in view.registry.dependencies.entries() {
+        for rule in view.policies.registry().dependencies.entries() {
             for dep in rule.iter() {
                 wanted
                     .entry(dep.dependent_gr().to_string())
@@ -239,9 +311,9 @@ pub(super) async fn manage_dependents(
             });
             if !keep && let Some((_, handle)) = running.remove(&key) {
                 handle.abort();
-                view.dependents_endpoints.remove(&key);
-                view.synced.insert(key.clone(), false);
-                view.index.clear_resource(&key);
+                view.dependents.endpoints.remove(&key);
+                view.dependents.synced.insert(key.clone(), false);
+                view.dependents.index.clear_resource(&key);
                 tracing::info!(resource = %key, "stopped watching dependents");
             }
         }
@@ -250,7 +322,7 @@ pub(super) async fn manage_dependents(
                 continue;
             }
             let sig = signature(&deps);
-            view.synced.insert(key.clone(), false);
+            view.dependents.synced.insert(key.clone(), false);
             let handle = tokio::spawn(watch_dependents(view.clone(), key.clone(), deps));
             tracing::info!(resource = %key, "watching dependents");
             running.insert(key, (sig, handle));
@@ -297,16 +369,19 @@ impl DependentsFeed {
             .first()
             .map(|d| d.dependent_kind.as_str())
             .unwrap_or_default();
-        self.view
-            .index
-            .apply(&id, kind, obj.metadata.deletion_timestamp.is_some(), &refs);
+        self.view.dependents.index.apply(
+            &id,
+            kind,
+            obj.metadata.deletion_timestamp.is_some(),
+            &refs,
+        );
         Some(id)
     }
 }
 
 impl Partitioned<DynamicObject> for DependentsFeed {
     fn remove(&mut self, key: &ObjectKey) {
-        self.view.index.delete(&ObjectId {
+        self.view.dependents.index.delete(&ObjectId {
             cluster: key.cluster.as_str().into(),
             resource: self.key.as_str().into(),
             namespace: key.namespace.as_str().into(),
@@ -338,7 +413,7 @@ impl Index<DynamicObject> for DependentsFeed {
 
     fn list_end(&mut self) {
         let seen = self.listed.take().unwrap_or_default();
-        self.view.index.retain_resource(&self.key, &seen);
+        self.view.dependents.index.retain_resource(&self.key, &seen);
     }
 
     fn apply(&mut self, obj: DynamicObject) {
@@ -347,14 +422,14 @@ impl Index<DynamicObject> for DependentsFeed {
 
     fn delete(&mut self, obj: DynamicObject) {
         if let Ok(value) = serde_json::to_value(&obj) {
-            self.view.index.delete(&self.id_of(&obj, &value));
+            self.view.dependents.index.delete(&self.id_of(&obj, &value));
         }
     }
 
     fn status(&mut self, from: &Status, to: &Status) {
         let key = &self.key;
         // Until synced again, answers come from live lookups.
-        self.view.synced.insert(key.clone(), to.synced);
+        self.view.dependents.synced.insert(key.clone(), to.synced);
         let was_forbidden = matches!(from.state, WatchState::Forbidden(_));
         match &to.state {
             WatchState::Listed => {
@@ -384,7 +459,7 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
     let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
     let export = match view.topology {
         Topology::Kubernetes => None,
-        Topology::Kcp => match view.dependent_export(first) {
+        Topology::Kcp => match super::kcp::dependent_export(&view.clients, first) {
             Some(e) => Some(e),
             None => {
                 tracing::info!(resource = %key, "no APIExport names the dependent type; every check lists them live");
@@ -399,12 +474,14 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
         unreadable,
         listed: None,
     };
-    match (export, view.client.clone()) {
+    match (export, view.clients.home().cloned()) {
         (Some((home, export)), _) => {
             let endpoints = Endpoints::new(feed);
-            view.dependents_endpoints.insert(key, endpoints.clone());
-            view.watch_endpoints(endpoints, home, &export, move |c| Api::all_with(c, &ar))
-                .await;
+            view.dependents.endpoints.insert(key, endpoints.clone());
+            super::kcp::watch_endpoints(&view.clients, endpoints, home, &export, move |c| {
+                Api::all_with(c, &ar)
+            })
+            .await;
         }
         (None, Some(client)) => {
             let api: Api<DynamicObject> = Api::all_with(client, &ar);
@@ -457,8 +534,12 @@ mod tests {
             }
         }))
         .expect("rule");
-        view.registry.apply(cluster, &rule).expect("compiles");
-        view.registry
+        view.policies
+            .registry()
+            .apply(cluster, &rule)
+            .expect("compiles");
+        view.policies
+            .registry()
             .dependencies
             .find(&GroupResource::new("network.test.io", "vpcs"))
             .and_then(|rules| rules.first().and_then(|deps| deps.first().cloned()))
@@ -482,7 +563,8 @@ mod tests {
             listed: None,
         };
         let endpoints = Endpoints::new(feed);
-        view.dependents_endpoints
+        view.dependents
+            .endpoints
             .insert(key.clone(), endpoints.clone());
         let started = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = started.clone();
@@ -575,9 +657,10 @@ mod tests {
             unreadable: unreadable.clone(),
             listed: None,
         };
-        let synced = |v: &WebhookView| v.synced.get(&key).is_some_and(|s| *s);
+        let synced = |v: &WebhookView| v.dependents.synced.get(&key).is_some_and(|s| *s);
         let referrers = |v: &WebhookView| {
-            v.index
+            v.dependents
+                .index
                 .lookup("", &target, "main", Some("prod"))
                 .iter()
                 .map(Referrer::describe)

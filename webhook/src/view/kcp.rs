@@ -1,133 +1,195 @@
-//! kcp: every endpoint of an APIExport's virtual workspace (the holdfast export, whose
-//! virtual workspaces serve the policy objects of every binding workspace, and a
-//! dependent type's own export), found through the APIExportEndpointSlice of the
-//! export's name and watched into one merged index
-//! ([`holdfast_shared::endpoints`]); and what a 404 of a live read means there.
+//! kcp: what the view knows of the workspaces ([`Kcp`]: the APIBindings of those
+//! binding holdfast, the types and paths containment found); every endpoint of an
+//! APIExport's virtual workspace (the holdfast export, whose virtual workspaces serve
+//! the policy objects of every binding workspace, and a dependent type's own export),
+//! found through the APIExportEndpointSlice of the export's name and watched into one
+//! merged index ([`holdfast_shared::endpoints`]); and what a 404 of a live read means
+//! there.
 
-use super::WebhookView;
+use super::{
+    WebhookView,
+    clients::Clients,
+    kcp_bindings::Bindings,
+    kcp_contents::WorkspaceTypes,
+    kcp_workspaces::{self, Reads, WorkspacePaths},
+};
 use holdfast_shared::{
     api::common::GroupResource,
     endpoints::{Endpoints, Partitioned, Source},
-    policy::LookupError,
-    registry::CompiledDependency,
+    policy::{ContainedObject, LookupError, WorkspaceContents},
+    registry::{CompiledDependency, Registry},
     review::ExportRoute,
 };
-use kube::{
-    Api, Client, Resource,
-    api::{DynamicObject, ListParams},
-};
+use kube::{Api, Client, Resource};
 use serde_json::Value;
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc};
 
-/// How long an answer of [`WebhookView::bound_export_of`] is kept (a workspace
-/// rarely rebinds a type; a stale answer only holds for this long).
-const BINDING_TTL: Duration = Duration::from_secs(30);
-/// Consumer workspaces whose bindings are kept at most (then all are dropped).
-const BINDING_CAPACITY: usize = 10_000;
-/// How long a read of a workspace's APIBindings may take.
-const BINDING_READ_TIMEOUT: Duration = Duration::from_secs(8);
+/// kcp: the holdfast export, the APIBindings of the workspaces binding it, and what
+/// containment learnt of each workspace.
+pub(super) struct Kcp {
+    /// The holdfast APIExport whose virtual workspace serves the policy objects.
+    export: String,
+    bindings: Bindings,
+    types: WorkspaceTypes,
+    paths: WorkspacePaths,
+}
 
-impl WebhookView {
-    /// Feeds `index` from every endpoint of APIExportEndpointSlice `export` in the
-    /// workspace of `home`, until the future is dropped.
-    pub(super) async fn watch_endpoints<K, I>(
-        &self,
-        endpoints: Endpoints<K, I>,
-        home: Client,
-        export: &str,
-        api: impl Fn(Client) -> Api<K> + Send + 'static,
-    ) where
-        K: Resource + Clone + serde::de::DeserializeOwned + fmt::Debug + Send + Sync + 'static,
-        I: Partitioned<K> + Send + Sync + 'static,
-    {
-        let Some(clients) = self.cluster_clients.clone() else {
-            tracing::warn!(
-                apiexport = export,
-                "no API server configuration; its endpoints are not watched"
-            );
-            return;
-        };
-        tracing::info!(
-            apiexport = export,
-            "watching every endpoint of the APIExportEndpointSlice"
-        );
-        endpoints
-            .run(Source {
-                home,
-                slice: export.to_string(),
-                clients,
-                api: Box::new(api),
-                config: kube::runtime::watcher::Config::default(),
-            })
-            .await;
-    }
-
-    /// On kcp: the workspace whose APIExportEndpointSlice lists the virtual
-    /// workspaces of the dependent type's own APIExport (the rule's workspace), and
-    /// the export; `None` when the rule names no export (the dependents are then read
-    /// live, per request).
-    pub(super) fn dependent_export(&self, dep: &CompiledDependency) -> Option<(Client, String)> {
-        let export = dep.dependent_export.as_deref()?;
-        if dep.rule.cluster.is_empty() {
-            return None;
+impl Kcp {
+    /// Nothing known yet of the workspaces binding `export`.
+    pub(super) fn new(export: String) -> Self {
+        Self {
+            export,
+            bindings: Bindings::default(),
+            types: WorkspaceTypes::default(),
+            paths: WorkspacePaths::default(),
         }
-        let client = self.cluster_client(&dep.rule.cluster).ok()?;
-        Some((client, export.to_string()))
     }
 
-    /// The APIExport workspace `cluster` binds `gr` from: from the APIBindings index
-    /// when an endpoint of the holdfast export covers `cluster`, else its APIBindings
-    /// read through the front-proxy (`list apibindings` there), kept [`BINDING_TTL`].
-    pub(super) async fn bound_export_of(
+    /// The holdfast APIExport.
+    pub(super) fn export(&self) -> &str {
+        &self.export
+    }
+
+    /// Whether workspace `cluster` binds the holdfast export, as far as the
+    /// APIBindings index knows (unknown counts as binding).
+    pub(super) fn binds_holdfast(&self, cluster: &str) -> bool {
+        self.bindings.binds(cluster)
+    }
+
+    /// A client for workspace `cluster` in the holdfast export's virtual workspace at
+    /// the endpoint of its shard, if an endpoint serves it.
+    pub(super) fn event_client(&self, clients: &Clients, cluster: &str) -> Option<Client> {
+        let url = self.bindings.seen_at(cluster)?;
+        clients
+            .per_url()?
+            .virtual_workspace(&format!("{url}/clusters/{cluster}"))
+            .ok()
+    }
+
+    /// See [`holdfast_shared::policy::ClusterView::bound_export`].
+    pub(super) async fn bound_export(
         &self,
+        clients: &Clients,
         cluster: &str,
         gr: &GroupResource,
     ) -> Result<Option<ExportRoute>, LookupError> {
-        if let Some(indexed) = self.indexed_binding(cluster, gr) {
-            return Ok(indexed);
-        }
-        let key = (cluster.to_string(), gr.clone());
-        if let Some(hit) = self.bindings.get(&key)
-            && hit.0.elapsed() < BINDING_TTL
-        {
-            return Ok(hit.1.clone());
-        }
-        let client = self.cluster_client(cluster)?;
-        let api: Api<DynamicObject> =
-            Api::all_with(client, &holdfast_shared::kcp::api_binding_resource());
-        let list = tokio::time::timeout(BINDING_READ_TIMEOUT, api.list(&ListParams::default()))
+        self.bindings.bound_export(clients, cluster, gr).await
+    }
+
+    /// Every object in namespace `ns` of workspace `cluster`, read live.
+    pub(super) async fn namespace_contents(
+        &self,
+        clients: &Clients,
+        registry: &Registry,
+        cluster: &str,
+        ns: &str,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        self.types
+            .contents(clients, registry, cluster, Some(ns), &[])
             .await
-            .map_err(|e| {
-                LookupError::failed(
-                    format!("reading the APIBindings of workspace {cluster} timed out"),
-                    e,
-                )
-            })?
-            .map_err(|e| {
-                LookupError::failed(
-                    format!("reading the APIBindings of workspace {cluster}: {e}"),
-                    e,
-                )
-            })?;
-        let found = list.items.iter().find_map(|b| binding_of(&b.data, gr));
-        if self.bindings.len() >= BINDING_CAPACITY {
-            self.bindings.clear();
+    }
+
+    /// See [`holdfast_shared::policy::ClusterView::binding_contents`].
+    pub(super) async fn binding_contents(
+        &self,
+        clients: &Clients,
+        registry: &Registry,
+        cluster: &str,
+        binding: &Value,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        kcp_workspaces::binding_contents(&self.reads(clients, registry), cluster, binding).await
+    }
+
+    /// See [`holdfast_shared::policy::ClusterView::workspace_contents`].
+    pub(super) async fn workspace_contents(
+        &self,
+        clients: &Clients,
+        registry: &Registry,
+        workspace: &Value,
+    ) -> Result<Vec<WorkspaceContents>, LookupError> {
+        self.paths
+            .workspace_contents(&self.reads(clients, registry), workspace)
+            .await
+    }
+
+    fn reads<'a>(&'a self, clients: &'a Clients, registry: &'a Registry) -> Reads<'a> {
+        Reads {
+            bindings: &self.bindings,
+            types: &self.types,
+            clients,
+            registry,
         }
-        self.bindings
-            .insert(key, (std::time::Instant::now(), found.clone()));
-        Ok(found)
+    }
+
+    /// The APIBindings index and cache, for tests.
+    #[cfg(test)]
+    pub(super) fn bindings(&self) -> &Bindings {
+        &self.bindings
     }
 }
 
-/// The export an APIBinding (`data`: everything but its metadata) binds `gr` from,
-/// if its `status.boundResources` lists `gr`.
-fn binding_of(data: &Value, gr: &GroupResource) -> Option<ExportRoute> {
-    let bound = super::kcp_bindings::Bound::of(data);
-    if bound.resources.contains(gr) {
-        bound.export
-    } else {
-        None
+/// Watches the APIBindings of every workspace that binds the holdfast export,
+/// through every endpoint of its virtual workspace (`home`: the holdfast workspace).
+pub(super) async fn watch_bindings(view: Arc<WebhookView>, home: Client) {
+    let ar = holdfast_shared::kcp::api_binding_resource();
+    watch_endpoints(
+        &view.clients,
+        view.kcp.bindings.endpoints(),
+        home,
+        view.kcp.export(),
+        move |c| Api::all_with(c, &ar),
+    )
+    .await;
+}
+
+/// Feeds `endpoints` from every endpoint of APIExportEndpointSlice `export` in the
+/// workspace of `home`, until the future is dropped.
+pub(super) async fn watch_endpoints<K, I>(
+    clients: &Clients,
+    endpoints: Endpoints<K, I>,
+    home: Client,
+    export: &str,
+    api: impl Fn(Client) -> Api<K> + Send + 'static,
+) where
+    K: Resource + Clone + serde::de::DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    I: Partitioned<K> + Send + Sync + 'static,
+{
+    let Some(clients) = clients.per_url().cloned() else {
+        tracing::warn!(
+            apiexport = export,
+            "no API server configuration; its endpoints are not watched"
+        );
+        return;
+    };
+    tracing::info!(
+        apiexport = export,
+        "watching every endpoint of the APIExportEndpointSlice"
+    );
+    endpoints
+        .run(Source {
+            home,
+            slice: export.to_string(),
+            clients,
+            api: Box::new(api),
+            config: kube::runtime::watcher::Config::default(),
+        })
+        .await;
+}
+
+/// On kcp: the workspace whose APIExportEndpointSlice lists the virtual
+/// workspaces of the dependent type's own APIExport (the rule's workspace), and
+/// the export; `None` when the rule names no export (the dependents are then read
+/// live, per request).
+pub(super) fn dependent_export(
+    clients: &Clients,
+    dep: &CompiledDependency,
+) -> Option<(Client, String)> {
+    let export = dep.dependent_export.as_deref()?;
+    if dep.rule.cluster.is_empty() {
+        return None;
     }
+    let client = clients.cluster(&dep.rule.cluster).ok()?;
+    Some((client, export.to_string()))
 }
 
 /// What a 404 of a live read of `group/version` `resource` in a kcp workspace means:
@@ -172,36 +234,6 @@ pub(super) async fn not_served(
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn a_binding_names_the_export_of_the_resources_it_binds() {
-        let vpcs = GroupResource::new("network.test.io", "vpcs");
-        let b = json!({
-            "spec": {"reference": {"export": {"path": "root:net", "name": "net-b"}}},
-            "status": {"apiExportClusterName": "lc1",
-                       "boundResources": [{"group": "network.test.io", "resource": "vpcs"}]},
-        });
-        assert_eq!(
-            binding_of(&b, &vpcs),
-            Some(ExportRoute {
-                cluster: "lc1".into(),
-                name: "net-b".into()
-            })
-        );
-        assert_eq!(
-            binding_of(&b, &GroupResource::new("network.test.io", "subnets")),
-            None
-        );
-        assert_eq!(
-            binding_of(&b, &GroupResource::new("other.test.io", "vpcs")),
-            None
-        );
-        // Not bound yet (no status), or no export cluster: nothing.
-        assert_eq!(binding_of(&json!({"spec": b["spec"]}), &vpcs), None);
-        let mut no_cluster = b.clone();
-        no_cluster["status"]["apiExportClusterName"] = json!(null);
-        assert_eq!(binding_of(&no_cluster, &vpcs), None);
-    }
 
     /// An API server whose discovery serves `vms.compute.io/v1` virtualmachines,
     /// `empty.io/v1` with no resource, fails for `broken.io`, and knows no other group.

@@ -8,34 +8,42 @@
 //! - which endpoint serves a workspace (its shard's: Events are written there),
 //! - which APIExport a covered workspace binds a type from, without a read.
 
-use super::WebhookView;
+use super::clients::Clients;
+use dashmap::DashMap;
 use holdfast_shared::{
     api::common::GroupResource,
-    endpoints::{ObjectKey, Partitioned},
+    endpoints::{Endpoints, ObjectKey, Partitioned},
+    policy::LookupError,
     review::ExportRoute,
     watch::Index,
 };
-use kube::api::DynamicObject;
+use kube::{
+    Api,
+    api::{DynamicObject, ListParams},
+};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 /// What one APIBinding binds: the export, and the group/resources it lists in
 /// `status.boundResources`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Bound {
+struct Bound {
     /// The export (`status.apiExportClusterName`, `spec.reference.export.name`);
     /// `None` while the binding is not bound yet.
-    pub(super) export: Option<ExportRoute>,
+    export: Option<ExportRoute>,
     /// Its bound resources.
-    pub(super) resources: Vec<GroupResource>,
+    resources: Vec<GroupResource>,
     /// Its workspace's path: kcp sets `kcp.io/path` on every APIBinding, whatever the
     /// creator wrote (kcp `pkg/admission/pathannotation`, kcp-facts 27).
-    pub(super) path: Option<String>,
+    path: Option<String>,
 }
 
 impl Bound {
     /// What the APIBinding `data` (everything but its metadata) binds.
-    pub(super) fn of(data: &Value) -> Self {
+    fn of(data: &Value) -> Self {
         let export = data["status"]["apiExportClusterName"]
             .as_str()
             .zip(data["spec"]["reference"]["export"]["name"].as_str())
@@ -72,7 +80,7 @@ pub(super) struct BindingsIndex {
 
 impl BindingsIndex {
     /// The export `cluster` binds `gr` from (`None`: no binding of it provides `gr`).
-    pub(super) fn bound(&self, cluster: &str, gr: &GroupResource) -> Option<ExportRoute> {
+    fn bound(&self, cluster: &str, gr: &GroupResource) -> Option<ExportRoute> {
         let mut bindings: Vec<(&String, &Bound)> = self.clusters.get(cluster)?.iter().collect();
         // One answer whatever the map's order (kcp binds a group/resource once).
         bindings.sort_by(|a, b| a.0.cmp(b.0));
@@ -83,12 +91,12 @@ impl BindingsIndex {
     }
 
     /// Every workspace with an APIBinding in the index (each binds holdfast).
-    pub(super) fn clusters(&self) -> Vec<String> {
+    fn clusters(&self) -> Vec<String> {
         self.clusters.keys().cloned().collect()
     }
 
     /// The path of workspace `cluster`, from the `kcp.io/path` of its APIBindings.
-    pub(super) fn path(&self, cluster: &str) -> Option<String> {
+    fn path(&self, cluster: &str) -> Option<String> {
         self.clusters
             .get(cluster)?
             .values()
@@ -96,7 +104,7 @@ impl BindingsIndex {
     }
 
     /// Whether `cluster` has any APIBinding in the index.
-    pub(super) fn holds(&self, cluster: &str) -> bool {
+    fn holds(&self, cluster: &str) -> bool {
         self.clusters.contains_key(cluster)
     }
 
@@ -145,47 +153,130 @@ impl Partitioned<DynamicObject> for BindingsIndex {
     }
 }
 
-impl WebhookView {
-    /// kcp: whether workspace `cluster` binds the holdfast export, as far as the
-    /// APIBindings index knows. Unknown (the index not synced, or the workspace not
-    /// seen while it is not) counts as binding: protection is applied rather than
-    /// skipped. Kubernetes: always.
-    pub fn binds_holdfast(&self, cluster: &str) -> bool {
-        if self.topology != holdfast_shared::topology::Topology::Kcp || cluster.is_empty() {
-            return true;
+/// How long an answer of [`Bindings::bound_export`] read from a workspace is kept (a
+/// workspace rarely rebinds a type; a stale answer only holds for this long).
+const BINDING_TTL: Duration = Duration::from_secs(30);
+/// Consumer workspaces whose bindings are kept at most (then all are dropped).
+const BINDING_CAPACITY: usize = 10_000;
+/// How long a read of a workspace's APIBindings may take.
+const BINDING_READ_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// kcp: the APIBindings of every workspace that binds the holdfast export (from
+/// every endpoint of its virtual workspace), and the exports other workspaces bind
+/// types from, as last read.
+pub(super) struct Bindings {
+    index: Endpoints<DynamicObject, BindingsIndex>,
+    /// Which APIExport a consumer workspace binds a group/resource from, as last
+    /// read (see [`Bindings::bound_export`]), with when it was read.
+    read: DashMap<(String, GroupResource), (Instant, Option<ExportRoute>)>,
+}
+
+impl Default for Bindings {
+    fn default() -> Self {
+        Self {
+            index: Endpoints::new(BindingsIndex::default()),
+            read: DashMap::new(),
         }
-        !self.apibindings.synced() || self.apibindings.seen_at(cluster).is_some()
+    }
+}
+
+impl Bindings {
+    /// The index, for the watch of every endpoint to feed.
+    pub(super) fn endpoints(&self) -> Endpoints<DynamicObject, BindingsIndex> {
+        self.index.clone()
     }
 
-    /// kcp: the export a covered workspace binds `gr` from, from the index
-    /// (`None`: not covered, ask the workspace).
-    pub(super) fn indexed_binding(
-        &self,
-        cluster: &str,
-        gr: &GroupResource,
-    ) -> Option<Option<ExportRoute>> {
-        if !self.apibindings.covers(cluster) {
+    /// Whether workspace `cluster` binds the holdfast export, as far as the index
+    /// knows. Unknown (the index not synced, or the workspace not seen while it is
+    /// not) counts as binding: protection is applied rather than skipped.
+    pub(super) fn binds(&self, cluster: &str) -> bool {
+        !self.index.synced() || self.index.seen_at(cluster).is_some()
+    }
+
+    /// The URL of the endpoint that serves workspace `cluster`, if one does.
+    pub(super) fn seen_at(&self, cluster: &str) -> Option<String> {
+        self.index.seen_at(cluster)
+    }
+
+    /// Whether every endpoint's watch has listed.
+    pub(super) fn synced(&self) -> bool {
+        self.index.synced()
+    }
+
+    /// Every workspace with an APIBinding in the index (each binds holdfast).
+    pub(super) fn clusters(&self) -> Vec<String> {
+        self.index.with_index(BindingsIndex::clusters)
+    }
+
+    /// The path of workspace `cluster`, from the `kcp.io/path` of its APIBindings.
+    pub(super) fn path(&self, cluster: &str) -> Option<String> {
+        self.index.with_index(|i| i.path(cluster))
+    }
+
+    /// The export a covered workspace binds `gr` from, from the index (`None`: not
+    /// covered, ask the workspace).
+    fn indexed(&self, cluster: &str, gr: &GroupResource) -> Option<Option<ExportRoute>> {
+        if !self.index.covers(cluster) {
             return None;
         }
         Some(
-            self.apibindings
+            self.index
                 .with_index(|i| i.holds(cluster).then(|| i.bound(cluster, gr)).flatten()),
         )
     }
 
-    /// A client Events of objects of `cluster` are written with: on kcp, workspace
-    /// `cluster` in the holdfast export's virtual workspace at the endpoint of its
-    /// shard (the export claims `events`, `create` and `patch`), if an endpoint
-    /// serves it (never the front-proxy); on Kubernetes, the cluster.
-    pub fn event_client(&self, cluster: &str) -> Option<kube::Client> {
-        if self.topology != holdfast_shared::topology::Topology::Kcp || cluster.is_empty() {
-            return self.client_for(cluster);
+    /// The APIExport workspace `cluster` binds `gr` from: from the index when an
+    /// endpoint of the holdfast export covers `cluster`, else its APIBindings read
+    /// through the front-proxy (`list apibindings` there), kept [`BINDING_TTL`].
+    pub(super) async fn bound_export(
+        &self,
+        clients: &Clients,
+        cluster: &str,
+        gr: &GroupResource,
+    ) -> Result<Option<ExportRoute>, LookupError> {
+        if let Some(indexed) = self.indexed(cluster, gr) {
+            return Ok(indexed);
         }
-        let url = self.apibindings.seen_at(cluster)?;
-        let clients = self.cluster_clients.as_ref()?;
-        clients
-            .virtual_workspace(&format!("{url}/clusters/{cluster}"))
-            .ok()
+        let key = (cluster.to_string(), gr.clone());
+        if let Some(hit) = self.read.get(&key)
+            && hit.0.elapsed() < BINDING_TTL
+        {
+            return Ok(hit.1.clone());
+        }
+        let client = clients.cluster(cluster)?;
+        let api: Api<DynamicObject> =
+            Api::all_with(client, &holdfast_shared::kcp::api_binding_resource());
+        let list = tokio::time::timeout(BINDING_READ_TIMEOUT, api.list(&ListParams::default()))
+            .await
+            .map_err(|e| {
+                LookupError::failed(
+                    format!("reading the APIBindings of workspace {cluster} timed out"),
+                    e,
+                )
+            })?
+            .map_err(|e| {
+                LookupError::failed(
+                    format!("reading the APIBindings of workspace {cluster}: {e}"),
+                    e,
+                )
+            })?;
+        let found = list.items.iter().find_map(|b| binding_of(&b.data, gr));
+        if self.read.len() >= BINDING_CAPACITY {
+            self.read.clear();
+        }
+        self.read.insert(key, (Instant::now(), found.clone()));
+        Ok(found)
+    }
+}
+
+/// The export an APIBinding (`data`: everything but its metadata) binds `gr` from,
+/// if its `status.boundResources` lists `gr`.
+fn binding_of(data: &Value, gr: &GroupResource) -> Option<ExportRoute> {
+    let bound = Bound::of(data);
+    if bound.resources.contains(gr) {
+        bound.export
+    } else {
+        None
     }
 }
 
@@ -263,6 +354,36 @@ mod tests {
     }
 
     #[test]
+    fn a_binding_names_the_export_of_the_resources_it_binds() {
+        let vpcs = GroupResource::new("network.test.io", "vpcs");
+        let b = json!({
+            "spec": {"reference": {"export": {"path": "root:net", "name": "net-b"}}},
+            "status": {"apiExportClusterName": "lc1",
+                       "boundResources": [{"group": "network.test.io", "resource": "vpcs"}]},
+        });
+        assert_eq!(
+            binding_of(&b, &vpcs),
+            Some(ExportRoute {
+                cluster: "lc1".into(),
+                name: "net-b".into()
+            })
+        );
+        assert_eq!(
+            binding_of(&b, &GroupResource::new("network.test.io", "subnets")),
+            None
+        );
+        assert_eq!(
+            binding_of(&b, &GroupResource::new("other.test.io", "vpcs")),
+            None
+        );
+        // Not bound yet (no status), or no export cluster: nothing.
+        assert_eq!(binding_of(&json!({"spec": b["spec"]}), &vpcs), None);
+        let mut no_cluster = b.clone();
+        no_cluster["status"]["apiExportClusterName"] = json!(null);
+        assert_eq!(binding_of(&no_cluster, &vpcs), None);
+    }
+
+    #[test]
     fn an_unsynced_index_counts_every_workspace_as_binding() {
         use crate::view::DependentsMode;
         use holdfast_shared::topology::Topology;
@@ -272,7 +393,7 @@ mod tests {
         // Not covered: the workspace is asked (no answer from the index), and no
         // endpoint is known to write its Events at.
         let vpcs = GroupResource::new("network.test.io", "vpcs");
-        assert_eq!(kcp.indexed_binding("lc-a", &vpcs), None);
+        assert_eq!(kcp.kcp.bindings().indexed("lc-a", &vpcs), None);
         assert!(kcp.event_client("lc-a").is_none());
         let kubernetes = crate::view::test_view(Topology::Kubernetes, DependentsMode::Live);
         assert!(kubernetes.binds_holdfast(""));

@@ -8,11 +8,13 @@
 //! type and the grant, except Secrets, left out unless a policy of W names them (as
 //! on Kubernetes, where the webhook's identity does not read Secrets by default).
 
-use super::{WebhookView, kcp::not_served};
+use super::{clients::Clients, kcp::not_served};
+use dashmap::DashMap;
 use holdfast_shared::{
     api::common::GroupResource,
     names::KCP_CLUSTER_ANNOTATION,
     policy::{ContainedObject, LookupError},
+    registry::Registry,
     review::Gvr,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -27,52 +29,56 @@ use std::{
 };
 
 /// How long a workspace's discovery is kept (types come and go with bindings).
-pub(super) const DISCOVERY_TTL: Duration = Duration::from_secs(10);
+const DISCOVERY_TTL: Duration = Duration::from_secs(10);
 /// Workspaces whose discovery is kept at most (then all are dropped).
-pub(super) const DISCOVERY_CAPACITY: usize = 1024;
+const DISCOVERY_CAPACITY: usize = 1024;
 /// How long the discovery of a workspace, and the lists of one namespace, may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// The types a workspace serves that can be listed, each with whether it is
 /// namespaced, with when they were discovered.
-pub(super) type Discovered = (Instant, Arc<Vec<(ApiResource, bool)>>);
+type Discovered = (Instant, Arc<Vec<(ApiResource, bool)>>);
 
-impl WebhookView {
-    /// Every object in namespace `ns` of workspace `cluster` (kcp), read live.
-    pub(super) async fn kcp_namespace_contents(
-        &self,
-        cluster: &str,
-        ns: &str,
-    ) -> Result<Vec<ContainedObject>, LookupError> {
-        self.kcp_contents(cluster, Some(ns), &[]).await
-    }
+/// kcp: the listable types of each workspace, as last discovered (namespace,
+/// binding and workspace containment read them live).
+#[derive(Default)]
+pub(super) struct WorkspaceTypes {
+    discovered: DashMap<String, Discovered>,
+}
 
+impl WorkspaceTypes {
     /// Every object of every namespaced type of workspace `cluster` in namespace
     /// `ns` (every namespace: `None`), and of `more` (in any scope), read live.
-    pub(super) async fn kcp_contents(
+    pub(super) async fn contents(
         &self,
+        clients: &Clients,
+        registry: &Registry,
         cluster: &str,
         ns: Option<&str>,
         more: &[ApiResource],
     ) -> Result<Vec<ContainedObject>, LookupError> {
-        self.kcp_contents_of(cluster, ns, more, |_, namespaced| namespaced)
-            .await
+        self.contents_of(clients, registry, cluster, ns, more, |_, namespaced| {
+            namespaced
+        })
+        .await
     }
 
     /// The objects of `more` and of the types `keep` accepts (each with whether it
     /// is namespaced) of workspace `cluster`, in namespace `ns` (`None`: all).
-    pub(super) async fn kcp_contents_of(
+    pub(super) async fn contents_of(
         &self,
+        clients: &Clients,
+        registry: &Registry,
         cluster: &str,
         ns: Option<&str>,
         more: &[ApiResource],
         keep: impl Fn(&ApiResource, bool) -> bool,
     ) -> Result<Vec<ContainedObject>, LookupError> {
-        let client = self.cluster_client(cluster)?;
+        let client = clients.cluster(cluster)?;
         // The map's guard is dropped before the map is written (a guard held
         // across `insert` on the same shard deadlocks the review's thread).
         let cached = self
-            .workspace_types
+            .discovered
             .get(cluster)
             .filter(|hit| hit.0.elapsed() < DISCOVERY_TTL)
             .map(|hit| hit.1.clone());
@@ -80,19 +86,19 @@ impl WebhookView {
             Some(types) => types,
             None => {
                 let found = Arc::new(listable_types(&client, cluster).await?);
-                if self.workspace_types.len() >= DISCOVERY_CAPACITY {
-                    self.workspace_types.clear();
+                if self.discovered.len() >= DISCOVERY_CAPACITY {
+                    self.discovered.clear();
                 }
-                self.workspace_types
+                self.discovered
                     .insert(cluster.to_string(), (Instant::now(), found.clone()));
                 found
             }
         };
         let secrets = GroupResource::new("", "secrets");
-        let secrets_named = self.registry.protections_in(cluster, &secrets).is_some()
-            || self.registry.anchors.protects(&secrets)
-            || self.registry.critical.protects(&secrets)
-            || self.registry.dependencies.protects(&secrets);
+        let secrets_named = registry.protections_in(cluster, &secrets).is_some()
+            || registry.anchors.protects(&secrets)
+            || registry.critical.protects(&secrets)
+            || registry.dependencies.protects(&secrets);
         let mut all = more.to_vec();
         all.extend(
             types
@@ -103,7 +109,7 @@ impl WebhookView {
         let result = contents(&client, cluster, ns, &all, secrets_named).await;
         if result.is_err() {
             // The next check discovers afresh (a type may have gone).
-            self.workspace_types.remove(cluster);
+            self.discovered.remove(cluster);
         }
         result
     }
@@ -123,7 +129,7 @@ async fn namespaced_types(client: &Client, cluster: &str) -> Result<Vec<ApiResou
 /// The types workspace `cluster` serves that can be listed (no subresources, no
 /// Events), each with whether it is namespaced, from its discovery. Any failure is
 /// an error: a type not discovered would be a type not checked.
-pub(super) async fn listable_types(
+async fn listable_types(
     client: &Client,
     cluster: &str,
 ) -> Result<Vec<(ApiResource, bool)>, LookupError> {
@@ -203,7 +209,7 @@ pub(super) async fn listable_types(
 /// (metadata only), each annotated with its logical cluster. A type whose list is
 /// forbidden refuses (naming the type and the grant), unless it is Secrets and no
 /// policy names them (`secrets_named`); any other failure refuses ("retry later").
-pub(super) async fn contents(
+async fn contents(
     client: &Client,
     cluster: &str,
     ns: Option<&str>,

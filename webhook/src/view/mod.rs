@@ -7,16 +7,25 @@
 //! object could govern are denied with "retry later". In `--label-only` mode there
 //! are no sources and the view is loaded from the start.
 //!
-//! Every cache here is fed by the shared watch driver ([`holdfast_shared::watch`]),
-//! one module per concern:
-//! - [`policies`]: the policy watches feeding the registry;
-//! - [`dependents`]: the dependents index (and live dependents lookups);
+//! Every cache here is fed by the shared watch driver ([`holdfast_shared::watch`]).
+//! The view is made of parts, each owning its state (private to its module), its
+//! watches and tasks, and offering the others a small API:
+//! - [`clients`]: how a cluster is reached (per logical cluster on kcp), and the
+//!   resources resolved through discovery;
+//! - [`policies`]: the policy watches feeding the registry, and the
+//!   ResourceProtections split by namespace;
 //! - [`store_manager`]: which object stores run, and the stores Cascading needs;
 //! - [`crds`]: CustomResourceDefinitions and APIServices (what discovery must see);
-//! - [`discovery`]: the namespaced resources the label stores cover;
-//! - [`cluster`]: [`ClusterView`] over all of it;
-//! - [`kcp`]: every endpoint of an APIExport's virtual workspace; 404s of live reads.
+//! - [`dependents`]: the dependents index (and live dependents lookups);
+//! - [`kcp`]: what is known of the workspaces (the APIBindings of those binding
+//!   holdfast: [`kcp_bindings`]; their types and contents: [`kcp_contents`],
+//!   [`kcp_workspaces`]), and every endpoint of an APIExport's virtual workspace;
+//! - [`request_key`]: the key that signs deferred-deletion requests;
+//!
+//! and [`discovery`], the namespaced resources the label stores cover. [`cluster`]
+//! is [`ClusterView`](holdfast_shared::policy::ClusterView) over all of them.
 
+mod clients;
 mod cluster;
 pub mod crds;
 mod dependents;
@@ -29,27 +38,14 @@ mod policies;
 mod request_key;
 mod store_manager;
 
-use crate::{
-    metrics::Metrics,
-    stores::{Depth, Resolver, ResourceStore},
-};
-use dashmap::DashMap;
-use holdfast_shared::{
-    api::common::GroupResource,
-    index::DependentsIndex,
-    policy::LookupError,
-    registry::{ProtectionPartition, Registry},
-    review::ExportRoute,
-    topology::Topology,
-};
+use crate::{metrics::Metrics, remote::RemoteStores, stores::Depth};
+use holdfast_shared::{api::common::GroupResource, registry::Registry, topology::Topology};
 use kube::Client;
 use std::{future::Future, path::Path, sync::Arc, time::Duration};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 pub use crds::CrdFacts;
-
-/// Logical clusters with a cached API client at most (kcp).
-const MAX_CLUSTER_CLIENTS: u64 = 1024;
 
 /// How often the gauges of the registry and indexes are refreshed.
 const GAUGE_PERIOD: Duration = Duration::from_secs(5);
@@ -66,75 +62,22 @@ pub enum DependentsMode {
 /// What the webhook knows of the cluster.
 pub struct WebhookView {
     topology: Topology,
+    /// Serve label protection only: no policy sources, no stores.
     label_only: bool,
-    mode: DependentsMode,
-    client: Option<Client>,
-    /// ResourceProtections split by namespace, per logical cluster ("" on
-    /// Kubernetes) and resource (rebuilt when the registry's list for the resource
-    /// changes).
-    partitions:
-        DashMap<GroupResource, std::collections::HashMap<Arc<str>, Arc<ProtectionPartition>>>,
-    /// Per-URL clients (kcp), one connection pool per server, bounded: a review names
-    /// its logical cluster, so the set of names is the caller's choice.
-    cluster_clients: Option<holdfast_shared::kcp::Clients>,
-    registry: Arc<Registry>,
-    index: DependentsIndex,
-    synced: DashMap<String, bool>,
-    /// kcp: the merged index of every endpoint of a dependent type's APIExport, per
-    /// dependent resource (which consumer clusters the index covers).
-    dependents_endpoints: DashMap<
-        String,
-        holdfast_shared::endpoints::Endpoints<kube::api::DynamicObject, dependents::DependentsFeed>,
-    >,
-    changed: Notify,
-    metrics: Metrics,
-    label_keys: Vec<String>,
-    apiexport: String,
-    resolver: Resolver,
-    stores: DashMap<StoreKey, Arc<ResourceStore>>,
-    /// Why the last discovery was incomplete (None: complete). While incomplete,
-    /// the stores of what could not be discovered are kept, and namespace and CRD
-    /// DELETEs are refused (their contents may be unknown).
-    discovery_problem: std::sync::RwLock<Option<String>>,
-    /// Namespaced custom resources of established CRDs (from a CRD watch): each
-    /// must have synced label stores before a namespace's contents are trusted.
-    crd_resources: DashMap<GroupResource, ()>,
-    /// Wakes the store manager to rediscover at once (a CRD changed).
-    rediscover: Notify,
-    /// Protection label keys that list the value `Cascading`.
-    cascading_keys: Vec<String>,
-    /// Stores Cascading protection asked for: started on first need, then kept.
-    cascade_demand: DashMap<StoreKey, ()>,
-    /// Wakes the store manager at once when Cascading protection needs a new store.
-    cascade_wanted: Notify,
-    /// Every CustomResourceDefinition (Kubernetes topology, from the CRD watch), by
-    /// the resource it serves.
-    crds: DashMap<GroupResource, CrdFacts>,
-    /// Whether the CRD watch has listed every CRD once.
-    crds_listed: std::sync::atomic::AtomicBool,
-    /// Types the webhook's identity may not list and watch (when last asked).
-    refused: DashMap<GroupResource, ()>,
+    clients: clients::Clients,
+    policies: policies::Policies,
+    stores: store_manager::Stores,
+    crds: crds::Crds,
+    dependents: dependents::Dependents,
+    kcp: kcp::Kcp,
     /// Anchors of AnchorRules whose anchors live in another cluster.
-    remotes: crate::remote::RemoteStores,
+    remotes: RemoteStores,
     /// The key that signs deferred-deletion requests, as last read.
     request_key: request_key::KeyCache,
-    /// Passes of the store manager completed (every wanted store started).
-    store_passes: std::sync::atomic::AtomicU64,
-    /// kcp: which APIExport a consumer workspace binds a group/resource from, as
-    /// last read (see `bound_export`), with when it was read.
-    bindings: DashMap<(String, GroupResource), (std::time::Instant, Option<ExportRoute>)>,
-    /// kcp: the namespaced types of each workspace, as last discovered (namespace
-    /// containment reads them live).
-    workspace_types: DashMap<String, kcp_contents::Discovered>,
-    /// kcp: the path of each logical cluster workspace containment has placed (a
-    /// workspace's path never changes).
-    workspace_paths: DashMap<String, String>,
-    /// kcp: the APIBindings of every workspace that binds the holdfast export, from
-    /// every endpoint of its virtual workspace.
-    apibindings: holdfast_shared::endpoints::Endpoints<
-        kube::api::DynamicObject,
-        kcp_bindings::BindingsIndex,
-    >,
+    metrics: Metrics,
+    /// Wakes the store manager or the dependents manager (the policies changed, or
+    /// another pass is asked for).
+    changed: Notify,
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -244,79 +187,40 @@ impl WebhookView {
         Arc::new(Self {
             topology: opts.topology,
             label_only: opts.label_only,
-            mode: opts.mode,
-            client,
-            partitions: DashMap::new(),
-            cluster_clients: base_config.map(|c| {
-                holdfast_shared::kcp::Clients::new(c, MAX_CLUSTER_CLIENTS)
-                    .with_virtual_workspace_config(vw_config)
-            }),
-            registry: Arc::new(Registry::default()),
-            index: DependentsIndex::default(),
-            synced: DashMap::new(),
-            dependents_endpoints: DashMap::new(),
-            changed: Notify::new(),
-            metrics,
-            label_keys: opts.label_keys,
-            apiexport: opts.apiexport,
-            resolver: Resolver::default(),
-            stores: DashMap::new(),
-            discovery_problem: std::sync::RwLock::new(None),
-            crd_resources: DashMap::new(),
-            rediscover: Notify::new(),
-            cascading_keys: opts.cascading_keys,
-            cascade_demand: DashMap::new(),
-            cascade_wanted: Notify::new(),
-            crds: DashMap::new(),
-            crds_listed: std::sync::atomic::AtomicBool::new(false),
-            refused: DashMap::new(),
-            remotes: crate::remote::RemoteStores::default(),
-            request_key: request_key::KeyCache::default(),
-            store_passes: std::sync::atomic::AtomicU64::new(0),
-            bindings: DashMap::new(),
-            workspace_types: DashMap::new(),
-            workspace_paths: DashMap::new(),
-            apibindings: holdfast_shared::endpoints::Endpoints::new(
-                kcp_bindings::BindingsIndex::default(),
+            clients: clients::Clients::new(
+                opts.topology,
+                client,
+                base_config,
+                vw_config,
+                metrics.cluster_clients.clone(),
             ),
+            policies: policies::Policies::default(),
+            stores: store_manager::Stores::new(opts.label_keys, opts.cascading_keys),
+            crds: crds::Crds::default(),
+            dependents: dependents::Dependents::new(opts.mode),
+            kcp: kcp::Kcp::new(opts.apiexport),
+            remotes: RemoteStores::default(),
+            request_key: request_key::KeyCache::default(),
+            metrics,
+            changed: Notify::new(),
         })
     }
 
     /// Why discovery is incomplete, if it is (for `/readyz`).
     pub fn discovery_problem(&self) -> Option<String> {
-        match self.discovery_problem.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
-    }
-
-    fn set_discovery_problem(&self, problem: Option<String>) {
-        match self.discovery_problem.write() {
-            Ok(mut g) => *g = problem,
-            Err(p) => *p.into_inner() = problem,
-        }
-    }
-
-    /// An error while discovery is incomplete.
-    fn discovery_complete(&self) -> Result<(), LookupError> {
-        match self.discovery_problem() {
-            Some(p) => Err(LookupError::unreadable(format!(
-                "API discovery is incomplete ({p}), so objects of some resources cannot be seen"
-            ))),
-            None => Ok(()),
-        }
+        self.stores.discovery_problem()
     }
 
     /// An API client for logical cluster `lc` ("" on Kubernetes), if configured.
     pub fn client_for(&self, lc: &str) -> Option<Client> {
-        self.cluster_client(lc).ok()
+        self.clients.cluster(lc).ok()
     }
 
     /// How many passes of the store manager have completed: one that starts after
     /// the policies loaded and the CRDs were listed has started every store they
     /// need (the plugin waits for it; each store then reports its own sync).
     pub fn store_passes(&self) -> u64 {
-        self.store_passes.load(std::sync::atomic::Ordering::Acquire)
+        self.stores.passes()
     }
 
     /// Whether the object stores namespace containment reads have been started (one
@@ -327,7 +231,7 @@ impl WebhookView {
     /// live in the object's workspace (`kcp_contents`).
     pub fn stores_built(&self) -> bool {
         self.label_only
-            || self.client.is_none()
+            || self.clients.home().is_none()
             || self.topology != Topology::Kubernetes
             || self.store_passes() > 0
     }
@@ -339,127 +243,99 @@ impl WebhookView {
 
     /// Whether the CRD watch has listed every CRD once (Kubernetes).
     pub fn crds_listed(&self) -> bool {
-        self.crds_listed.load(std::sync::atomic::Ordering::Acquire)
+        self.crds.listed()
     }
 
     /// The registry (for metrics and tests).
     pub fn registry(&self) -> &Registry {
-        &self.registry
+        self.policies.registry()
     }
 
     /// The stores of anchors in other clusters.
-    pub fn remote_stores(&self) -> &crate::remote::RemoteStores {
+    pub fn remote_stores(&self) -> &RemoteStores {
         &self.remotes
     }
 
+    /// kcp: whether workspace `cluster` binds the holdfast export, as far as the
+    /// APIBindings index knows. Unknown (the index not synced, or the workspace not
+    /// seen while it is not) counts as binding: protection is applied rather than
+    /// skipped. Kubernetes: always.
+    pub fn binds_holdfast(&self, cluster: &str) -> bool {
+        if self.topology != Topology::Kcp || cluster.is_empty() {
+            return true;
+        }
+        self.kcp.binds_holdfast(cluster)
+    }
+
+    /// A client Events of objects of `cluster` are written with: on kcp, workspace
+    /// `cluster` in the holdfast export's virtual workspace at the endpoint of its
+    /// shard (the export claims `events`, `create` and `patch`), if an endpoint
+    /// serves it (never the front-proxy); on Kubernetes, the cluster.
+    pub fn event_client(&self, cluster: &str) -> Option<Client> {
+        if self.topology != Topology::Kcp || cluster.is_empty() {
+            return self.client_for(cluster);
+        }
+        self.kcp.event_client(&self.clients, cluster)
+    }
+
     /// Starts the watches; they stop when `shutdown` fires.
-    pub fn start(self: &Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+    pub fn start(self: &Arc<Self>, shutdown: CancellationToken) {
         if self.label_only {
             return;
         }
-        let Some(client) = self.client.clone() else {
+        let Some(client) = self.clients.home().cloned() else {
             return;
         };
-        let crd_client = client.clone();
         // kcp: `client` is at the holdfast workspace, whose APIExportEndpointSlice
         // lists the virtual workspaces the policies are read through.
-        self.start_policy_watches(client.clone(), shutdown.clone());
+        policies::start(self, client.clone(), &shutdown);
         if self.topology == Topology::Kubernetes {
             // kcp: no object stores (they would need a wildcard through the
             // front-proxy, which kcp refuses); reads there are live.
-            self.spawn(
-                shutdown.clone(),
+            spawn(
+                &shutdown,
                 store_manager::manage_stores(self.clone(), shutdown.clone()),
             );
-            self.spawn(
-                shutdown.clone(),
-                crate::remote::manage(self.clone(), crd_client.clone()),
+            spawn(
+                &shutdown,
+                crate::remote::manage(self.clone(), client.clone()),
             );
-            self.spawn(
-                shutdown.clone(),
-                crds::watch_crds(self.clone(), crd_client.clone()),
-            );
-            self.spawn(
-                shutdown.clone(),
-                crds::watch_api_services(self.clone(), crd_client),
+            spawn(&shutdown, crds::watch_crds(self.clone(), client.clone()));
+            spawn(
+                &shutdown,
+                crds::watch_api_services(self.clone(), client.clone()),
             );
         }
         if self.topology == Topology::Kcp {
-            let this = self.clone();
-            let home = client.clone();
-            self.spawn(shutdown.clone(), async move {
-                let ar = holdfast_shared::kcp::api_binding_resource();
-                let export = this.apiexport.clone();
-                this.watch_endpoints(this.apibindings.clone(), home, &export, move |c| {
-                    kube::Api::all_with(c, &ar)
-                })
-                .await;
-            });
+            spawn(&shutdown, kcp::watch_bindings(self.clone(), client));
         }
-        if self.mode == DependentsMode::Watch {
-            self.spawn(
-                shutdown.clone(),
+        if self.dependents.watched() {
+            spawn(
+                &shutdown,
                 dependents::manage_dependents(self.clone(), shutdown.clone()),
             );
         }
         let this = self.clone();
-        self.spawn(shutdown, async move {
+        spawn(&shutdown, async move {
             let mut tick = tokio::time::interval(GAUGE_PERIOD);
             loop {
                 tick.tick().await;
-                this.update_gauges();
+                this.policies.report(&this.metrics);
+                this.dependents.report(&this.metrics);
             }
         });
     }
+}
 
-    fn spawn(
-        &self,
-        shutdown: tokio_util::sync::CancellationToken,
-        fut: impl Future<Output = ()> + Send + 'static,
-    ) {
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = fut => {}
-                _ = shutdown.cancelled() => {}
-            }
-        });
-    }
-
-    fn update_gauges(&self) {
-        let m = &self.metrics;
-        let reg = &self.registry;
-        for (kind, len) in [
-            ("DependencyRule", reg.dependencies.len()),
-            ("ResourceProtection", reg.protections.len()),
-            ("CriticalService", reg.critical.len()),
-            ("AnchorRule", reg.anchors.len()),
-        ] {
-            m.registry_size
-                .with_label_values(&[kind])
-                .set(i64::try_from(len).unwrap_or(i64::MAX));
+/// Runs `fut` until it ends or `shutdown` fires.
+fn spawn(shutdown: &CancellationToken, fut: impl Future<Output = ()> + Send + 'static) {
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = fut => {}
+            _ = shutdown.cancelled() => {}
         }
-        m.index_references.set(self.index.len() as i64);
-        for e in self.synced.iter() {
-            m.index_synced
-                .with_label_values(&[e.key().as_str()])
-                .set(i64::from(*e.value()));
-        }
-    }
-
-    /// A client addressing logical cluster `lc` through the front-proxy (kcp), or the
-    /// cluster itself (Kubernetes).
-    fn cluster_client(&self, lc: &str) -> Result<Client, LookupError> {
-        let no_client = || LookupError::unreadable("no API server client is configured");
-        if self.topology == Topology::Kubernetes || lc.is_empty() {
-            return self.client.clone().ok_or_else(no_client);
-        }
-        let clients = self.cluster_clients.as_ref().ok_or_else(no_client)?;
-        let client = clients.cluster(lc).map_err(LookupError::from_error)?;
-        self.metrics
-            .cluster_clients
-            .set(i64::try_from(clients.urls().cached()).unwrap_or(i64::MAX));
-        Ok(client)
-    }
+    });
 }
 
 /// A view with no API server, for unit tests of its parts.
@@ -485,7 +361,7 @@ fn test_view(topology: Topology, mode: DependentsMode) -> Arc<WebhookView> {
 /// Asserts that `result` failed with a message starting with `start` and ending
 /// with `); retry later` (the middle is a client error's own text).
 #[cfg(test)]
-fn assert_retry_later(result: Result<(), LookupError>, start: &str) {
+fn assert_retry_later(result: Result<(), holdfast_shared::policy::LookupError>, start: &str) {
     let message = result.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(
         message.starts_with(start) && message.ends_with("); retry later"),
@@ -511,7 +387,8 @@ fn json_response(
 /// The anchors in other clusters the AnchorRules name, for [`crate::remote::manage`].
 impl crate::remote::AnchorSources for WebhookView {
     fn wanted_remotes(&self) -> std::collections::HashSet<crate::remote::RemoteKey> {
-        self.registry
+        self.policies
+            .registry()
             .anchors
             .entries()
             .iter()
@@ -525,7 +402,7 @@ impl crate::remote::AnchorSources for WebhookView {
             .collect()
     }
 
-    fn remote_stores(&self) -> &crate::remote::RemoteStores {
+    fn remote_stores(&self) -> &RemoteStores {
         &self.remotes
     }
 }
@@ -533,7 +410,7 @@ impl crate::remote::AnchorSources for WebhookView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_shared::{policy::ClusterView, review::AdmissionRequest};
+    use holdfast_shared::policy::ClusterView;
     use serde_json::json;
     use std::collections::HashMap;
 
@@ -640,73 +517,13 @@ mod tests {
             "holdfast has just started and is still building the indexes of what namespaces hold"
         );
         // After a pass (every wanted store started), the stores answer.
-        view.store_passes
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        view.stores.count_pass();
         assert!(view.stores_built());
         let contents = view.namespace_contents("", "shop").await.map(|c| c.len());
         assert_eq!(contents.ok(), Some(0));
         // Label-only mode keeps no stores and waits for none.
         let label_only = WebhookView::build(options(true), None, None, metrics);
         assert!(label_only.stores_built());
-    }
-
-    /// An UPDATE of ConfigMap shop/cfg in logical cluster `lc`, its labels going
-    /// from `old` to `new`.
-    fn update_in(lc: &str, old: serde_json::Value, new: serde_json::Value) -> AdmissionRequest {
-        let meta = |labels: serde_json::Value| {
-            json!({"metadata": {"name": "cfg", "namespace": "shop", "labels": labels,
-                                "annotations": {"kcp.io/cluster": lc}}})
-        };
-        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-            "name": "cfg", "namespace": "shop", "operation": "UPDATE", "userInfo": {"username": "bob"},
-            "object": meta(new), "oldObject": meta(old)}});
-        holdfast_shared::review::parse_review(body.to_string().as_bytes()).expect("review")
-    }
-
-    #[test]
-    fn strict_protections_answer_for_their_own_workspace_only() {
-        use holdfast_shared::api::resource_protection::ResourceProtection;
-        let view = test_view(Topology::Kcp, DependentsMode::Live);
-        for (lc, name) in [("lc-a", "strict-a"), ("lc-c", "strict-c")] {
-            let rp: ResourceProtection = serde_json::from_value(json!({
-                "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
-                "metadata": {"name": name, "annotations": {"kcp.io/cluster": lc}},
-                "spec": {"strict": true, "resources": [{"version": "v1", "resource": "configmaps",
-                         "labelSelector": {"matchLabels": {"tier": "data"}}}]}}))
-            .expect("rp");
-            view.registry.apply(lc, &rp).expect("compiles");
-        }
-        let cms = GroupResource::new("", "configmaps");
-        let names = |lc: &str, ns: Option<&str>| -> Vec<String> {
-            view.protection_candidates(lc, &cms, ns)
-                .iter()
-                .map(|p| p.key.to_string())
-                .collect()
-        };
-        assert_eq!(names("lc-a", Some("shop")), ["lc-a|strict-a"]);
-        assert_eq!(names("lc-c", Some("shop")), ["lc-c|strict-c"]);
-        assert_eq!(names("lc-b", Some("shop")), Vec::<String>::new());
-        // Asked again (the partition of each cluster is kept), the same answers.
-        assert_eq!(names("lc-a", None), ["lc-a|strict-a"]);
-        assert_eq!(names("lc-b", None), Vec::<String>::new());
-        // The list changes: each cluster's partition follows it.
-        view.registry
-            .delete::<ResourceProtection>(&holdfast_shared::registry::PolicyKey::new(
-                "lc-c", "strict-c",
-            ));
-        assert_eq!(names("lc-c", Some("shop")), Vec::<String>::new());
-        assert_eq!(names("lc-a", Some("shop")), ["lc-a|strict-a"]);
-        let lose = |lc: &str| update_in(lc, json!({"tier": "data"}), json!({"tier": "web"}));
-        assert!(view.strict_for(&lose("lc-a")));
-        assert_eq!(
-            view.strict_selection_lost(&lose("lc-a")).as_deref(),
-            Some("ResourceProtection/strict-a")
-        );
-        // The same labels in a workspace without a strict policy: nothing applies.
-        assert!(!view.strict_for(&lose("lc-b")));
-        assert_eq!(view.strict_selection_lost(&lose("lc-b")), None);
     }
 
     #[tokio::test]
@@ -719,28 +536,6 @@ mod tests {
             Some("no API server client is configured")
         );
     }
-
-    #[test]
-    fn a_forbidden_read_on_kcp_names_the_consumer_grant() {
-        let e = || {
-            kube::Error::Api(Box::new(
-                kube::core::Status::failure("refused", "").with_code(403),
-            ))
-        };
-        let pvcs = GroupResource::new("", "persistentvolumeclaims");
-        let kcp = test_view(Topology::Kcp, DependentsMode::Live);
-        assert_eq!(
-            kcp.read_error("lc-a", &pvcs, e()).to_string(),
-            "holdfast-webhook may not read persistentvolumeclaims in workspace lc-a: grant it \
-             get and list on persistentvolumeclaims there (docs/kcp.md, Consumer guide)"
-        );
-        let kubernetes = test_view(Topology::Kubernetes, DependentsMode::Live);
-        assert_eq!(
-            kubernetes.read_error("", &pvcs, e()).to_string(),
-            crate::stores::unreadable_error("persistentvolumeclaims").to_string()
-        );
-    }
-
     #[tokio::test]
     async fn failed_discovery_keeps_what_was_known() {
         let client = fake_client();

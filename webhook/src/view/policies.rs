@@ -1,5 +1,6 @@
-//! The policy watches: one per policy kind, feeding the registry through the shared
-//! watch driver. An object the types cannot read arrives as
+//! The policies: the registry, fed by one watch per policy kind through the shared
+//! watch driver, and the ResourceProtections of each logical cluster split by
+//! namespace. An object the types cannot read arrives as
 //! an invalid [`DeserializeGuard`](kube::core::DeserializeGuard) and is left out (reported),
 //! like one that does not compile; it never breaks the list of the others.
 //!
@@ -13,20 +14,160 @@
 //! ([`holdfast_shared::endpoints`]): the registry holds the rules of every shard, and a
 //! kind loads once the slice is read and every endpoint's watch has listed.
 
-use super::WebhookView;
+use super::{WebhookView, spawn};
+use crate::metrics::Metrics;
+use dashmap::DashMap;
 use holdfast_shared::{
     api::{
-        anchor_rule::AnchorRule, critical_service::CriticalService,
+        anchor_rule::AnchorRule, common::GroupResource, critical_service::CriticalService,
         dependency_rule::DependencyRule, resource_protection::ResourceProtection,
     },
     endpoints::{Endpoints, ObjectKey, Partitioned},
     kcp::cluster_of,
-    registry::{PolicyKey, PolicyObject},
+    policy::logical_cluster,
+    registry::{CompiledProtection, PolicyKey, PolicyObject, ProtectionPartition, Registry},
+    review::AdmissionRequest,
     topology::Topology,
     watch::{self, Index, NotFound, Status, WatchState},
 };
 use kube::{Api, Client, Resource, core::DeserializeGuard, runtime::watcher};
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
+use tokio_util::sync::CancellationToken;
+
+/// The registry of policy objects, and the ResourceProtections split by namespace.
+#[derive(Default)]
+pub(super) struct Policies {
+    registry: Registry,
+    /// ResourceProtections split by namespace, per logical cluster ("" on
+    /// Kubernetes) and resource (rebuilt when the registry's list for the resource
+    /// changes).
+    partitions: DashMap<GroupResource, HashMap<Arc<str>, Arc<ProtectionPartition>>>,
+}
+
+impl Policies {
+    /// The registry.
+    pub(super) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Sets the gauges of the registry's sizes.
+    pub(super) fn report(&self, metrics: &Metrics) {
+        let reg = &self.registry;
+        for (kind, len) in [
+            ("DependencyRule", reg.dependencies.len()),
+            ("ResourceProtection", reg.protections.len()),
+            ("CriticalService", reg.critical.len()),
+            ("AnchorRule", reg.anchors.len()),
+        ] {
+            metrics
+                .registry_size
+                .with_label_values(&[kind])
+                .set(i64::try_from(len).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Whether a strict ResourceProtection of the object's logical cluster selects
+    /// the stored object of `req`.
+    pub(super) fn strict_for(&self, req: &AdmissionRequest) -> bool {
+        let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
+        let Some(old) = req.old_object.as_ref() else {
+            return false;
+        };
+        let name = req.object_name().unwrap_or_default();
+        let labels = holdfast_shared::review::labels(old);
+        let namespace = req.object_namespace();
+        self.candidates(logical_cluster(old), &gr, namespace)
+            .iter()
+            .any(|p| p.strict && p.selecting(&gr, namespace, name, labels).next().is_some())
+    }
+
+    /// A strict ResourceProtection that selects the stored object of `req` but would
+    /// not select the updated one, by name.
+    pub(super) fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
+        let gr = GroupResource::new(&req.resource.group, &req.resource.resource);
+        let old = req.old_object.as_ref()?;
+        let list = self.registry.protections_in(logical_cluster(old), &gr)?;
+        let new = req.object.as_ref()?;
+        let name = req.object_name().unwrap_or_default();
+        let ns = req.object_namespace();
+        let (old_l, new_l) = (
+            holdfast_shared::review::labels(old),
+            holdfast_shared::review::labels(new),
+        );
+        list.iter()
+            .find(|p| {
+                p.strict
+                    && p.selecting(&gr, ns, name, old_l).next().is_some()
+                    && p.selecting(&gr, ns, name, new_l).next().is_none()
+            })
+            .map(|p| format!("ResourceProtection/{}", p.key.name))
+    }
+
+    /// The ResourceProtections of logical cluster `cluster` naming `gr` that could
+    /// select an object in `namespace`: those of its partition, then those with a
+    /// wildcard selector.
+    pub(super) fn candidates(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<CompiledProtection>> {
+        let mut out = self.exact_candidates(cluster, gr, namespace);
+        // Wildcard selectors (`resource: "*"`): few policies, visited directly.
+        for p in self.registry.wildcard_protections_in(cluster, gr) {
+            if !out.iter().any(|q| q.key == p.key)
+                && p.selectors
+                    .iter()
+                    .any(|s| s.selects_resource(gr) && s.namespace_matches(namespace))
+            {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// The ResourceProtections of logical cluster `cluster` naming `gr` that could
+    /// select an object in `namespace`, from the partition of the registry's list
+    /// for (cluster, group/resource). A cluster with no such policy is answered
+    /// without one (so the partitions are at most one per cluster and resource a
+    /// policy names).
+    fn exact_candidates(
+        &self,
+        cluster: &str,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<CompiledProtection>> {
+        let Some(list) = self.registry.protections.find(gr) else {
+            return Vec::new();
+        };
+        if let Some(by_cluster) = self.partitions.get(gr)
+            && let Some(p) = by_cluster.get(cluster)
+            && p.is_of(&list)
+        {
+            return p.candidates(namespace);
+        }
+        if holdfast_shared::registry::cluster_range(&list, cluster).is_empty() {
+            // Its last policy of `gr` went: forget its partition.
+            if self
+                .partitions
+                .get(gr)
+                .is_some_and(|m| m.contains_key(cluster))
+                && let Some(mut m) = self.partitions.get_mut(gr)
+            {
+                m.remove(cluster);
+            }
+            return Vec::new();
+        }
+        // The list changed (or was never split): split it once for every later check.
+        let p = Arc::new(ProtectionPartition::of_cluster(gr, list, cluster));
+        let out = p.candidates(namespace);
+        self.partitions
+            .entry(gr.clone())
+            .or_default()
+            .insert(cluster.into(), p);
+        out
+    }
+}
 
 /// What a policy kind must be to be watched.
 trait WatchedPolicy:
@@ -45,26 +186,22 @@ impl WatchedPolicy for ResourceProtection {}
 impl WatchedPolicy for CriticalService {}
 impl WatchedPolicy for AnchorRule {}
 
-impl WebhookView {
-    pub(super) fn start_policy_watches(
-        self: &Arc<Self>,
-        pc: Client,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) {
-        self.spawn(
-            shutdown.clone(),
-            watch_policies::<DependencyRule>(self.clone(), pc.clone()),
-        );
-        self.spawn(
-            shutdown.clone(),
-            watch_policies::<ResourceProtection>(self.clone(), pc.clone()),
-        );
-        self.spawn(
-            shutdown.clone(),
-            watch_policies::<CriticalService>(self.clone(), pc.clone()),
-        );
-        self.spawn(shutdown, watch_policies::<AnchorRule>(self.clone(), pc));
-    }
+/// Starts the watch of every policy kind through `pc`; they stop when `shutdown`
+/// fires.
+pub(super) fn start(view: &Arc<WebhookView>, pc: Client, shutdown: &CancellationToken) {
+    spawn(
+        shutdown,
+        watch_policies::<DependencyRule>(view.clone(), pc.clone()),
+    );
+    spawn(
+        shutdown,
+        watch_policies::<ResourceProtection>(view.clone(), pc.clone()),
+    );
+    spawn(
+        shutdown,
+        watch_policies::<CriticalService>(view.clone(), pc.clone()),
+    );
+    spawn(shutdown, watch_policies::<AnchorRule>(view.clone(), pc));
 }
 
 /// The registry's index of kind `K`.
@@ -88,7 +225,7 @@ impl<K: WatchedPolicy> Index<DeserializeGuard<K>> for PolicyFeed<K> {
                 DeserializeGuard(Err(ref i)) => self.invalid(&obj, &i.error),
             }
         }
-        self.view.registry.reset(&valid);
+        self.view.policies.registry.reset(&valid);
         tracing::info!(kind = %K::kind(&()), count = valid.len(), "policy objects loaded");
         self.view.changed.notify_one();
     }
@@ -96,12 +233,12 @@ impl<K: WatchedPolicy> Index<DeserializeGuard<K>> for PolicyFeed<K> {
     fn apply(&mut self, obj: DeserializeGuard<K>) {
         match &obj {
             DeserializeGuard(Ok(k)) => {
-                if let Err(e) = self.view.registry.apply(&cluster_of(k), k) {
+                if let Err(e) = self.view.policies.registry.apply(&cluster_of(k), k) {
                     self.invalid(&obj, &e);
                 }
             }
             DeserializeGuard(Err(i)) => {
-                self.view.registry.delete::<K>(&policy_key(&obj));
+                self.view.policies.registry.delete::<K>(&policy_key(&obj));
                 self.invalid(&obj, &i.error);
             }
         }
@@ -109,14 +246,14 @@ impl<K: WatchedPolicy> Index<DeserializeGuard<K>> for PolicyFeed<K> {
     }
 
     fn delete(&mut self, obj: DeserializeGuard<K>) {
-        self.view.registry.delete::<K>(&policy_key(&obj));
+        self.view.policies.registry.delete::<K>(&policy_key(&obj));
         self.view.changed.notify_one();
     }
 
     fn status(&mut self, from: &Status, to: &Status) {
         if to.synced {
             // On kcp the merged index is never reset: synced is what loads it.
-            let index = K::index(&self.view.registry);
+            let index = K::index(&self.view.policies.registry);
             if !from.synced && self.view.topology == Topology::Kcp {
                 tracing::info!(kind = %K::kind(&()), count = index.len(), "policy objects loaded from every endpoint");
             }
@@ -141,6 +278,7 @@ impl<K: WatchedPolicy> Index<DeserializeGuard<K>> for PolicyFeed<K> {
 impl<K: WatchedPolicy> Partitioned<DeserializeGuard<K>> for PolicyFeed<K> {
     fn remove(&mut self, key: &ObjectKey) {
         self.view
+            .policies
             .registry
             .delete::<K>(&PolicyKey::new(&key.cluster, &key.name));
         self.view.changed.notify_one();
@@ -168,9 +306,14 @@ async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client
             watch::run(api, watcher::Config::default(), NotFound::Empty, feed).await;
         }
         Topology::Kcp => {
-            let export = view.apiexport.clone();
-            view.watch_endpoints(Endpoints::new(feed), client, &export, Api::all)
-                .await;
+            super::kcp::watch_endpoints(
+                &view.clients,
+                Endpoints::new(feed),
+                client,
+                view.kcp.export(),
+                Api::all,
+            )
+            .await;
         }
     }
 }
@@ -179,8 +322,9 @@ async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client
 mod tests {
     use super::*;
     use crate::view::{DependentsMode, test_view};
-    use holdfast_shared::{api::common::GroupResource, watch::Driver};
+    use holdfast_shared::{policy::ClusterView, review::AdmissionRequest, watch::Driver};
     use kube::api::ObjectMeta;
+    use serde_json::json;
 
     fn protection(name: &str, spec: serde_json::Value) -> DeserializeGuard<ResourceProtection> {
         serde_json::from_value(serde_json::json!({
@@ -213,15 +357,16 @@ mod tests {
             kind: std::marker::PhantomData,
         };
         let mut d = Driver::new(NotFound::Empty);
-        assert!(!view.registry.protections.is_loaded());
+        assert!(!view.policies.registry.protections.is_loaded());
         d.handle(&mut feed, Ok(watcher::Event::Init));
         d.handle(&mut feed, Ok(watcher::Event::InitApply(good)));
         d.handle(&mut feed, Ok(watcher::Event::InitApply(bad)));
         d.handle(&mut feed, Ok(watcher::Event::InitDone));
-        assert!(view.registry.protections.is_loaded());
-        assert_eq!(view.registry.protections.len(), 1);
+        assert!(view.policies.registry.protections.is_loaded());
+        assert_eq!(view.policies.registry.protections.len(), 1);
         assert!(
-            view.registry
+            view.policies
+                .registry
                 .protections_for(&GroupResource::new("", "configmaps"))
                 .is_some_and(|l| l.len() == 1 && &*l[0].key.name == "good")
         );
@@ -275,6 +420,7 @@ mod tests {
         };
         let names = || {
             let mut n: Vec<String> = view
+                .policies
                 .registry
                 .protections_for(&GroupResource::new("", "configmaps"))
                 .map(|l| {
@@ -311,11 +457,11 @@ mod tests {
         let (fa, fb) = feeds.split_at_mut(1);
         list(&mut da, &mut fa[0], vec![in_cluster("lc-a", "p1")]);
         assert!(
-            !view.registry.protections.is_loaded(),
+            !view.policies.registry.protections.is_loaded(),
             "shard b not listed yet"
         );
         list(&mut db, &mut fb[0], vec![in_cluster("lc-b", "p2")]);
-        assert!(view.registry.protections.is_loaded());
+        assert!(view.policies.registry.protections.is_loaded());
         assert_eq!(names(), ["lc-a/p1", "lc-b/p2"]);
         // Shard b relists without p2; then its URL leaves the slice with what it held.
         list(&mut db, &mut fb[0], vec![in_cluster("lc-b", "p3")]);
@@ -342,6 +488,64 @@ mod tests {
                 Box::new(status),
             ))),
         );
-        assert!(!view.registry.anchors.is_loaded());
+        assert!(!view.policies.registry.anchors.is_loaded());
+    }
+
+    /// An UPDATE of ConfigMap shop/cfg in logical cluster `lc`, its labels going
+    /// from `old` to `new`.
+    fn update_in(lc: &str, old: serde_json::Value, new: serde_json::Value) -> AdmissionRequest {
+        let meta = |labels: serde_json::Value| {
+            json!({"metadata": {"name": "cfg", "namespace": "shop", "labels": labels,
+                                "annotations": {"kcp.io/cluster": lc}}})
+        };
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "cfg", "namespace": "shop", "operation": "UPDATE", "userInfo": {"username": "bob"},
+            "object": meta(new), "oldObject": meta(old)}});
+        holdfast_shared::review::parse_review(body.to_string().as_bytes()).expect("review")
+    }
+
+    #[test]
+    fn strict_protections_answer_for_their_own_workspace_only() {
+        use holdfast_shared::api::resource_protection::ResourceProtection;
+        let view = test_view(Topology::Kcp, DependentsMode::Live);
+        for (lc, name) in [("lc-a", "strict-a"), ("lc-c", "strict-c")] {
+            let rp: ResourceProtection = serde_json::from_value(json!({
+                "apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
+                "metadata": {"name": name, "annotations": {"kcp.io/cluster": lc}},
+                "spec": {"strict": true, "resources": [{"version": "v1", "resource": "configmaps",
+                         "labelSelector": {"matchLabels": {"tier": "data"}}}]}}))
+            .expect("rp");
+            view.policies.registry.apply(lc, &rp).expect("compiles");
+        }
+        let cms = GroupResource::new("", "configmaps");
+        let names = |lc: &str, ns: Option<&str>| -> Vec<String> {
+            view.protection_candidates(lc, &cms, ns)
+                .iter()
+                .map(|p| p.key.to_string())
+                .collect()
+        };
+        assert_eq!(names("lc-a", Some("shop")), ["lc-a|strict-a"]);
+        assert_eq!(names("lc-c", Some("shop")), ["lc-c|strict-c"]);
+        assert_eq!(names("lc-b", Some("shop")), Vec::<String>::new());
+        // Asked again (the partition of each cluster is kept), the same answers.
+        assert_eq!(names("lc-a", None), ["lc-a|strict-a"]);
+        assert_eq!(names("lc-b", None), Vec::<String>::new());
+        // The list changes: each cluster's partition follows it.
+        view.policies.registry.delete::<ResourceProtection>(
+            &holdfast_shared::registry::PolicyKey::new("lc-c", "strict-c"),
+        );
+        assert_eq!(names("lc-c", Some("shop")), Vec::<String>::new());
+        assert_eq!(names("lc-a", Some("shop")), ["lc-a|strict-a"]);
+        let lose = |lc: &str| update_in(lc, json!({"tier": "data"}), json!({"tier": "web"}));
+        assert!(view.strict_for(&lose("lc-a")));
+        assert_eq!(
+            view.strict_selection_lost(&lose("lc-a")).as_deref(),
+            Some("ResourceProtection/strict-a")
+        );
+        // The same labels in a workspace without a strict policy: nothing applies.
+        assert!(!view.strict_for(&lose("lc-b")));
+        assert_eq!(view.strict_selection_lost(&lose("lc-b")), None);
     }
 }

@@ -3,18 +3,27 @@
 //! the shared driver (a 404 is authoritative here: the manager runs on the Kubernetes
 //! topology only).
 
-use super::{StoreKey, WebhookView, crds::crds_gr, discovery::namespaced_resources};
+use super::{
+    StoreKey, WebhookView,
+    crds::{Crds, crds_gr},
+    discovery::namespaced_resources,
+};
 use crate::stores::{Depth, ResourceStore, run_store};
+use dashmap::DashMap;
 use holdfast_shared::{
     api::common::GroupResource,
     clients::may_read,
-    policy::LookupError,
-    registry::{CompiledCriterion, namespaces_gr},
+    policy::{ContainedObject, LookupError},
+    registry::{CompiledCriterion, Registry, namespaces_gr},
     watch::NotFound,
 };
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{
+    Arc, RwLock,
+    atomic::{AtomicU64, Ordering},
+};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// How often discovery runs while it is complete.
 const DISCOVERY_PERIOD: Duration = Duration::from_secs(30);
@@ -24,12 +33,89 @@ const RETRY_PERIOD: Duration = Duration::from_secs(5);
 /// The store manager's pass when nothing wakes it.
 const PASS_PERIOD: Duration = Duration::from_secs(2);
 
-impl WebhookView {
-    pub(super) fn synced_store(
-        &self,
-        gr: &GroupResource,
-        depth: Depth,
-    ) -> Option<Arc<ResourceStore>> {
+/// The object stores, and what the store manager knows of the cluster's types.
+pub(super) struct Stores {
+    /// Protection label keys (for the label-protected object stores).
+    label_keys: Vec<String>,
+    /// Protection label keys that list the value `Cascading`.
+    cascading_keys: Vec<String>,
+    stores: DashMap<StoreKey, Arc<ResourceStore>>,
+    /// Why the last discovery was incomplete (None: complete). While incomplete,
+    /// the stores of what could not be discovered are kept, and namespace and CRD
+    /// DELETEs are refused (their contents may be unknown).
+    discovery_problem: RwLock<Option<String>>,
+    /// Wakes the store manager to rediscover at once (a CRD changed).
+    rediscover: Notify,
+    /// Stores Cascading protection asked for: started on first need, then kept.
+    cascade_demand: DashMap<StoreKey, ()>,
+    /// Wakes the store manager at once when Cascading protection needs a new store.
+    cascade_wanted: Notify,
+    /// Types the webhook's identity may not list and watch (when last asked).
+    refused: DashMap<GroupResource, ()>,
+    /// Passes of the store manager completed (every wanted store started).
+    passes: AtomicU64,
+}
+
+impl Stores {
+    /// No stores yet, for the protection label keys `label_keys` (those of them
+    /// listing `Cascading`: `cascading_keys`).
+    pub(super) fn new(label_keys: Vec<String>, cascading_keys: Vec<String>) -> Self {
+        Self {
+            label_keys,
+            cascading_keys,
+            stores: DashMap::new(),
+            discovery_problem: RwLock::new(None),
+            rediscover: Notify::new(),
+            cascade_demand: DashMap::new(),
+            cascade_wanted: Notify::new(),
+            refused: DashMap::new(),
+            passes: AtomicU64::new(0),
+        }
+    }
+
+    /// Why discovery is incomplete, if it is.
+    pub(super) fn discovery_problem(&self) -> Option<String> {
+        match self.discovery_problem.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn set_discovery_problem(&self, problem: Option<String>) {
+        match self.discovery_problem.write() {
+            Ok(mut g) => *g = problem,
+            Err(p) => *p.into_inner() = problem,
+        }
+    }
+
+    /// An error while discovery is incomplete.
+    pub(super) fn discovery_complete(&self) -> Result<(), LookupError> {
+        match self.discovery_problem() {
+            Some(p) => Err(LookupError::unreadable(format!(
+                "API discovery is incomplete ({p}), so objects of some resources cannot be seen"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Asks the store manager to discover again at once (a CRD or an APIService
+    /// changed).
+    pub(super) fn rediscover(&self) {
+        self.rediscover.notify_one();
+    }
+
+    /// How many passes of the store manager have completed.
+    pub(super) fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Acquire)
+    }
+
+    /// Counts a pass of the store manager (every wanted store started).
+    fn pass_done(&self) {
+        self.passes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The store of `gr` at `depth` (no label), once synced.
+    pub(super) fn synced(&self, gr: &GroupResource, depth: Depth) -> Option<Arc<ResourceStore>> {
         let key = StoreKey {
             gr: gr.clone(),
             depth,
@@ -43,7 +129,7 @@ impl WebhookView {
 
     /// The store `key` for Cascading protection, once synced; asking for it starts
     /// it (and keeps it) when it is not running yet.
-    pub(super) fn cascade_store(&self, key: StoreKey) -> Result<Arc<ResourceStore>, LookupError> {
+    pub(super) fn cascade(&self, key: StoreKey) -> Result<Arc<ResourceStore>, LookupError> {
         if self.cascade_demand.insert(key.clone(), ()).is_none() {
             self.cascade_wanted.notify_one();
         }
@@ -60,6 +146,16 @@ impl WebhookView {
         }
     }
 
+    /// Forgets that Cascading protection asked for the instances of `gr` (its CRD
+    /// went).
+    pub(super) fn forget_cascade(&self, gr: GroupResource) {
+        self.cascade_demand.remove(&StoreKey {
+            gr,
+            depth: Depth::Metadata,
+            label: None,
+        });
+    }
+
     /// Whether `labels` carry a `Cascading` protection label.
     pub(super) fn cascading_labelled(
         &self,
@@ -73,19 +169,11 @@ impl WebhookView {
         })
     }
 
-    /// Whether some ResourceProtection in mode Cascading selects objects of `gr`.
-    pub(super) fn cascading_policy_for(&self, gr: &GroupResource) -> bool {
-        self.registry
-            .protections
-            .find(gr)
-            .is_some_and(|l| l.iter().any(|p| p.cascading))
-    }
-
     /// The stores Cascading protection will need, known before anyone asks: Pods
     /// and PVCs once a Namespace carries a Cascading label (or a Cascading
     /// ResourceProtection selects namespaces), and the instances of each CRD that
     /// carries one (of every CRD, when a Cascading ResourceProtection selects CRDs).
-    pub(super) fn cascade_foreseen(&self) -> Vec<StoreKey> {
+    fn cascade_foreseen(&self, registry: &Registry, crds: &Crds) -> Vec<StoreKey> {
         let mut out = Vec::new();
         let ns_key = StoreKey {
             gr: namespaces_gr(),
@@ -96,21 +184,171 @@ impl WebhookView {
             && self.stores.get(&ns_key).is_some_and(|s| {
                 s.any(|o| self.cascading_labelled(holdfast_shared::review::labels(o)))
             });
-        if labelled_ns || self.cascading_policy_for(&namespaces_gr()) {
+        if labelled_ns || cascading_policy_for(registry, &namespaces_gr()) {
             out.extend(namespace_content_keys());
         }
-        let all_crds = self.cascading_policy_for(&crds_gr());
-        for entry in self.crds.iter() {
-            if entry.value().established && (all_crds || entry.value().cascading) {
-                out.push(StoreKey {
-                    gr: entry.key().clone(),
+        let all_crds = cascading_policy_for(registry, &crds_gr());
+        out.extend(crds.cascading(all_crds).into_iter().map(|gr| StoreKey {
+            gr,
+            depth: Depth::Metadata,
+            label: None,
+        }));
+        out
+    }
+
+    /// Every object in namespace `ns` of `cluster` the stores hold that some
+    /// protection could cover: of every type a policy names, and every labelled one.
+    /// Refused while a type a policy names may not be read, or a namespaced custom
+    /// resource (`crds`) or a store is not synced.
+    pub(super) fn namespace_contents(
+        &self,
+        registry: &Registry,
+        crds: &Crds,
+        cluster: &str,
+        ns: &str,
+    ) -> Result<Vec<ContainedObject>, LookupError> {
+        // A type a policy names must be readable: its objects in the namespace
+        // may be what the policy protects. (Label containment of a type the
+        // webhook may not read is left out below: Secrets, unless named.)
+        if !self.refused.is_empty() {
+            let named = self.wanted(registry, crds, &[]);
+            if let Some(gr) = named
+                .iter()
+                .map(|k| &k.gr)
+                .find(|gr| self.refused.contains_key(*gr))
+            {
+                return Err(crate::stores::unreadable_error(&gr.to_string()));
+            }
+        }
+        for gr in crds.namespaced() {
+            for label in &self.label_keys {
+                let key = StoreKey {
+                    gr: gr.clone(),
                     depth: Depth::Metadata,
-                    label: None,
+                    label: Some(label.clone()),
+                };
+                if !self.stores.get(&key).is_some_and(|s| s.synced()) {
+                    return Err(LookupError::unreadable(format!(
+                        "the objects of {gr} (a new custom resource) are not indexed yet"
+                    )));
+                }
+            }
+        }
+        let mut out: Vec<ContainedObject> = Vec::new();
+        let mut seen: HashSet<(String, String)> = HashSet::new();
+        for entry in self.stores.iter() {
+            let (key, store) = (entry.key(), entry.value());
+            if !store.namespaced || key.depth != Depth::Metadata {
+                continue;
+            }
+            // A type the webhook may not list is left out of label containment
+            // (reported once when refused; Secrets unless a policy names them).
+            // Types a policy needs have a store without a label: never skipped.
+            if key.label.is_some() && store.forbidden() && !crds.is_namespaced(&key.gr) {
+                continue;
+            }
+            if !store.synced() {
+                return Err(LookupError::unreadable(format!(
+                    "the index of {} is not synced yet",
+                    key.gr
+                )));
+            }
+            for obj in store.in_namespace(cluster, ns) {
+                let name = obj["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if !seen.insert((key.gr.to_string(), name)) {
+                    continue;
+                }
+                out.push(super::cluster::contained(&store.resource, obj));
+            }
+        }
+        Ok(out)
+    }
+
+    /// What object stores the policies need now.
+    fn wanted(
+        &self,
+        registry: &Registry,
+        crds: &Crds,
+        namespaced: &[GroupResource],
+    ) -> HashSet<StoreKey> {
+        let meta = |gr: GroupResource| StoreKey {
+            gr,
+            depth: Depth::Metadata,
+            label: None,
+        };
+        let mut out = HashSet::new();
+        out.insert(meta(namespaces_gr()));
+        let reg = registry;
+        for gr in reg
+            .protections
+            .targets()
+            .into_iter()
+            .chain(reg.dependencies.targets())
+            .chain(reg.anchors.targets())
+            // A wildcard names no one resource; the types it covers come below.
+            .filter(|gr| gr.resource != "*")
+        {
+            out.insert(meta(gr));
+        }
+        for cs in reg.critical.entries() {
+            out.insert(meta(cs.provider.clone()));
+            for c in &cs.criteria {
+                match c {
+                    CompiledCriterion::Finalizer { resource, .. }
+                    | CompiledCriterion::SpecificResource { resource, .. } => {
+                        out.insert(meta(resource.clone()));
+                    }
+                }
+            }
+        }
+        for ar in reg.anchors.entries() {
+            if ar.source.is_some() {
+                // Read in the source's cluster (crate::remote).
+                continue;
+            }
+            out.insert(StoreKey {
+                gr: ar.anchor.clone(),
+                depth: Depth::Full,
+                label: None,
+            });
+        }
+        for d in self.cascade_demand.iter() {
+            out.insert(d.key().clone());
+        }
+        out.extend(self.cascade_foreseen(registry, crds));
+        for gr in namespaced {
+            // Wildcard ResourceProtections: the objects of every namespaced type they
+            // select (namespace containment must see them all).
+            if !reg.wildcard_protections(gr).is_empty() {
+                out.insert(meta(gr.clone()));
+            }
+            for key in &self.label_keys {
+                out.insert(StoreKey {
+                    gr: gr.clone(),
+                    depth: Depth::Metadata,
+                    label: Some(key.clone()),
                 });
             }
         }
         out
     }
+
+    /// Counts a pass without running one (tests of what waits for the stores).
+    #[cfg(test)]
+    pub(super) fn count_pass(&self) {
+        self.pass_done();
+    }
+}
+
+/// Whether some ResourceProtection in mode Cascading selects objects of `gr`.
+fn cascading_policy_for(registry: &Registry, gr: &GroupResource) -> bool {
+    registry
+        .protections
+        .find(gr)
+        .is_some_and(|l| l.iter().any(|p| p.cascading))
 }
 
 /// The stores a Namespace's live contents come from: Pods (metadata and phase) and
@@ -130,78 +368,15 @@ pub(super) fn namespace_content_keys() -> [StoreKey; 2] {
     ]
 }
 
-/// What object stores the policies need now.
-pub(super) fn wanted_stores(view: &WebhookView, namespaced: &[GroupResource]) -> HashSet<StoreKey> {
-    let meta = |gr: GroupResource| StoreKey {
-        gr,
-        depth: Depth::Metadata,
-        label: None,
-    };
-    let mut out = HashSet::new();
-    out.insert(meta(namespaces_gr()));
-    let reg = &view.registry;
-    for gr in reg
-        .protections
-        .targets()
-        .into_iter()
-        .chain(reg.dependencies.targets())
-        .chain(reg.anchors.targets())
-        // A wildcard names no one resource; the types it covers come below.
-        .filter(|gr| gr.resource != "*")
-    {
-        out.insert(meta(gr));
-    }
-    for cs in reg.critical.entries() {
-        out.insert(meta(cs.provider.clone()));
-        for c in &cs.criteria {
-            match c {
-                CompiledCriterion::Finalizer { resource, .. }
-                | CompiledCriterion::SpecificResource { resource, .. } => {
-                    out.insert(meta(resource.clone()));
-                }
-            }
-        }
-    }
-    for ar in reg.anchors.entries() {
-        if ar.source.is_some() {
-            // Read in the source's cluster (crate::remote).
-            continue;
-        }
-        out.insert(StoreKey {
-            gr: ar.anchor.clone(),
-            depth: Depth::Full,
-            label: None,
-        });
-    }
-    for d in view.cascade_demand.iter() {
-        out.insert(d.key().clone());
-    }
-    out.extend(view.cascade_foreseen());
-    for gr in namespaced {
-        // Wildcard ResourceProtections: the objects of every namespaced type they
-        // select (namespace containment must see them all).
-        if !reg.wildcard_protections(gr).is_empty() {
-            out.insert(meta(gr.clone()));
-        }
-        for key in &view.label_keys {
-            out.insert(StoreKey {
-                gr: gr.clone(),
-                depth: Depth::Metadata,
-                label: Some(key.clone()),
-            });
-        }
-    }
-    out
-}
-
 /// Keeps one watch per wanted object store.
 pub(super) async fn manage_stores(
     view: Arc<WebhookView>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let Some(client) = view.client.clone() else {
+    let Some(client) = view.clients.home().cloned() else {
         return;
     };
+    let stores = &view.stores;
     let mut running: HashMap<StoreKey, tokio::task::JoinHandle<()>> = HashMap::new();
     // Types the webhook was confirmed to read, and those refused (when last asked).
     let mut readable: HashSet<GroupResource> = HashSet::new();
@@ -213,7 +388,7 @@ pub(super) async fn manage_stores(
     loop {
         // Discovery: every 30 s, at once when a CRD or an APIService changed, and
         // every 5 s while the last one was incomplete.
-        let every = if view.discovery_problem().is_some() {
+        let every = if stores.discovery_problem().is_some() {
             RETRY_PERIOD
         } else {
             DISCOVERY_PERIOD
@@ -226,15 +401,15 @@ pub(super) async fn manage_stores(
             namespaced.dedup();
             let problem = (!problems.is_empty()).then(|| problems.join("; "));
             if let Some(p) = &problem
-                && view.discovery_problem().as_ref() != Some(p)
+                && stores.discovery_problem().as_ref() != Some(p)
             {
                 tracing::warn!(problem = %p, "API discovery incomplete: keeping the stores of what could not be discovered; namespace and CRD deletions are refused until it completes");
             }
-            view.set_discovery_problem(problem);
-            view.resolver.clear();
+            stores.set_discovery_problem(problem);
+            view.clients.forget_resolved();
             last_discovery = Some(std::time::Instant::now());
         }
-        let wanted = wanted_stores(&view, &namespaced);
+        let wanted = stores.wanted(view.policies.registry(), &view.crds, &namespaced);
         let stale: Vec<StoreKey> = running
             .keys()
             .filter(|k| !wanted.contains(*k))
@@ -244,7 +419,7 @@ pub(super) async fn manage_stores(
             if let Some(h) = running.remove(&key) {
                 h.abort();
             }
-            view.stores.remove(&key);
+            stores.stores.remove(&key);
         }
         for key in wanted {
             if running.contains_key(&key) {
@@ -265,7 +440,7 @@ pub(super) async fn manage_stores(
                     .unreadable
                     .with_label_values(&[key.gr.to_string().as_str()]);
                 if may_read(&client, &key.gr).await {
-                    view.refused.remove(&key.gr);
+                    stores.refused.remove(&key.gr);
                     if refused.remove(&key.gr).is_some() {
                         tracing::info!(resource = %key.gr, "{} is readable now", key.gr);
                     }
@@ -278,12 +453,12 @@ pub(super) async fn manage_stores(
                     {
                         tracing::warn!(resource = %key.gr, "may not list and watch {}: label containment does not see its objects, and DELETEs the policies naming it govern are refused, until holdfast's reads role grants it", key.gr);
                     }
-                    view.refused.insert(key.gr.clone(), ());
+                    stores.refused.insert(key.gr.clone(), ());
                     gauge.set(1);
                     continue;
                 }
             }
-            let (ar, ns) = match view.resolver.resolve(&client, "", &key.gr).await {
+            let (ar, ns) = match view.clients.resolve(&client, "", &key.gr).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::debug!(resource = %key.gr, error = %e, "store not started");
@@ -291,7 +466,7 @@ pub(super) async fn manage_stores(
                 }
             };
             let store = Arc::new(ResourceStore::new(ar, ns));
-            view.stores.insert(key.clone(), store.clone());
+            stores.stores.insert(key.clone(), store.clone());
             let gauge = view
                 .metrics
                 .unreadable
@@ -319,13 +494,12 @@ pub(super) async fn manage_stores(
             ));
             running.insert(key, handle);
         }
-        view.store_passes
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        stores.pass_done();
         rediscover = false;
         tokio::select! {
             _ = view.changed.notified() => {}
-            _ = view.cascade_wanted.notified() => {}
-            _ = view.rediscover.notified() => rediscover = true,
+            _ = stores.cascade_wanted.notified() => {}
+            _ = stores.rediscover.notified() => rediscover = true,
             _ = tokio::time::sleep(PASS_PERIOD) => {}
             _ = shutdown.cancelled() => break,
         }
