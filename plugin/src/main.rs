@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use holdfast_shared::{
     labels::ProtectionLabels,
     names::{API_GROUP, WEBHOOK_CONFIGURATION_NAME},
-    policy::{ClusterView as _, Decision, DenialKind, Explanation, PolicyConfig, explain_delete},
+    policy::{ClusterIndex as _, Decision, DenialKind, Explanation, PolicyConfig, explain_delete},
     review::{AdmissionRequest, UserInfo},
     topology::Topology,
     webhookconfig::SETTINGS_ANNOTATION,

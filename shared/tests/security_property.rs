@@ -10,7 +10,10 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use holdfast_shared::{
-    policy::{ClusterView, Decision, LookupError, NoPolicies, PolicyConfig, evaluate},
+    policy::{
+        AccessReview, ClusterIndex, ClusterLookup, ClusterView, Decision, LookupError, NoPolicies,
+        PolicyConfig, evaluate,
+    },
     request_signature::{KEY_LEN, RequestKey},
     review::{AdmissionRequest, parse_review},
 };
@@ -32,10 +35,15 @@ fn key() -> RequestKey {
 /// A view where every user may delete everything and the key is [`key`].
 struct Signing;
 
-impl ClusterView for Signing {
+impl ClusterIndex for Signing {
     fn policies_loaded(&self) -> bool {
         true
     }
+}
+
+impl ClusterLookup for Signing {}
+
+impl AccessReview for Signing {
     async fn can_delete_as(&self, _: &AdmissionRequest, _: &str) -> Result<bool, LookupError> {
         Ok(true)
     }

@@ -96,7 +96,9 @@ impl App {
     /// stores started (namespace containment can answer).
     pub fn ready(&self) -> bool {
         self.serving.load(Ordering::Acquire)
-            && holdfast_shared::policy::ClusterView::policies_loaded(self.admission.view().as_ref())
+            && holdfast_shared::policy::ClusterIndex::policies_loaded(
+                self.admission.view().as_ref(),
+            )
             && self.admission.view().discovery_problem().is_none()
             && self.admission.view().stores_built()
     }
@@ -357,7 +359,7 @@ impl AppProbes {
             None
         } else if !app.serving.load(Ordering::Acquire) {
             Some("admission listener not serving".into())
-        } else if !holdfast_shared::policy::ClusterView::policies_loaded(
+        } else if !holdfast_shared::policy::ClusterIndex::policies_loaded(
             app.admission.view().as_ref(),
         ) {
             Some("policy registry not loaded".into())

@@ -1,21 +1,20 @@
-//! [`ClusterView`] over the webhook's caches: the registry, the dependents index and
-//! the object stores, with live reads where no synced cache covers a question.
+//! [`ClusterIndex`] and [`ClusterLookup`] over the webhook's parts: the registry, the
+//! dependents index and the object stores, with live reads where no synced cache
+//! covers a question (its [`AccessReview`](holdfast_shared::policy::AccessReview):
+//! [`super::access`]).
 
 use super::{
-    StoreKey, WebhookView, clients::Clients, crds::crd_facts, crds::crd_resource,
-    kcp_workspaces::unless_deleting, store_manager::namespace_content_keys,
+    StoreKey, WebhookView, crds::crd_facts, crds::crd_resource, kcp_workspaces::unless_deleting,
+    store_manager::namespace_content_keys,
 };
 use crate::stores::Depth;
 use holdfast_shared::{
     api::common::GroupResource,
     index::Referrer,
-    policy::{ClusterView, ContainedObject, DependentsQuery, LookupError, logical_cluster},
+    policy::{ClusterIndex, ClusterLookup, ContainedObject, DependentsQuery, LookupError},
     registry::{CompiledAnchor, CompiledCritical, CompiledDependency, CompiledProtection},
     review::{AdmissionRequest, ExportRoute, Gvr},
     topology::Topology,
-};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::{
     Api,
@@ -23,12 +22,10 @@ use kube::{
 };
 use std::{sync::Arc, time::Duration};
 
-/// How long a SubjectAccessReview may take.
-const ACCESS_REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a live read may take.
 const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(8);
 
-impl ClusterView for WebhookView {
+impl ClusterIndex for WebhookView {
     fn policies_loaded(&self) -> bool {
         self.label_only || self.policies.registry().loaded()
     }
@@ -59,56 +56,6 @@ impl ClusterView for WebhookView {
         self.policies.registry().dependencies.find(gr)
     }
 
-    async fn dependents(&self, q: DependentsQuery<'_>) -> Result<Vec<Referrer>, LookupError> {
-        super::dependents::referrers(self, q).await
-    }
-
-    async fn can_bypass(&self, req: &AdmissionRequest) -> Result<bool, LookupError> {
-        let cluster = req
-            .old_object
-            .as_ref()
-            .map(logical_cluster)
-            .unwrap_or_default();
-        let u = &req.user_info;
-        let extra = u.extra.as_ref().and_then(bypass_extra);
-        let spec = SubjectAccessReviewSpec {
-            user: Some(u.username.clone()),
-            groups: Some(u.groups.clone()),
-            uid: u.uid.clone(),
-            extra,
-            resource_attributes: Some(attributes(
-                req,
-                holdfast_shared::names::API_GROUP,
-                "protections",
-                "bypass",
-            )),
-            ..Default::default()
-        };
-        Box::pin(access_review(&self.clients, cluster, spec)).await
-    }
-
-    async fn can_delete_as(&self, req: &AdmissionRequest, user: &str) -> Result<bool, LookupError> {
-        let cluster = req.object.as_ref().map(logical_cluster).unwrap_or_default();
-        let spec = SubjectAccessReviewSpec {
-            user: Some(user.to_string()),
-            groups: Some(holdfast_shared::deferred::impersonated_groups(user)),
-            resource_attributes: Some(attributes(
-                req,
-                &req.resource.group,
-                &req.resource.resource,
-                "delete",
-            )),
-            ..Default::default()
-        };
-        Box::pin(access_review(&self.clients, cluster, spec)).await
-    }
-
-    async fn request_key(
-        &self,
-    ) -> Result<holdfast_shared::request_signature::RequestKey, LookupError> {
-        self.request_key.get(self.clients.home()).await
-    }
-
     fn strict_selection_lost(&self, req: &AdmissionRequest) -> Option<String> {
         self.policies.strict_selection_lost(req)
     }
@@ -119,6 +66,16 @@ impl ClusterView for WebhookView {
 
     fn anchors(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledAnchor>]>> {
         self.policies.registry().anchors.find(gr)
+    }
+
+    fn cascading_judged(&self) -> bool {
+        !self.label_only && self.clients.home().is_some()
+    }
+}
+
+impl ClusterLookup for WebhookView {
+    async fn dependents(&self, q: DependentsQuery<'_>) -> Result<Vec<Referrer>, LookupError> {
+        super::dependents::referrers(self, q).await
     }
 
     async fn count_finalizer(
@@ -353,10 +310,6 @@ impl ClusterView for WebhookView {
             .map_err(|e| LookupError::failed("the API server did not answer in time", e))?
     }
 
-    fn cascading_judged(&self) -> bool {
-        !self.label_only && self.clients.home().is_some()
-    }
-
     async fn live_in_namespace(&self, cluster: &str, ns: &str) -> Result<Vec<String>, LookupError> {
         let [pods_key, pvcs_key] = namespace_content_keys();
         // Ask for both before failing, so both start at once.
@@ -453,28 +406,6 @@ impl ClusterView for WebhookView {
     }
 }
 
-/// Asks logical cluster `cluster` whether `spec` is allowed (a SubjectAccessReview).
-async fn access_review(
-    clients: &Clients,
-    cluster: &str,
-    spec: SubjectAccessReviewSpec,
-) -> Result<bool, LookupError> {
-    let client = clients.cluster(cluster)?;
-    let sar = SubjectAccessReview {
-        spec,
-        ..Default::default()
-    };
-    let api: Api<SubjectAccessReview> = Api::all(client);
-    let answer = tokio::time::timeout(
-        ACCESS_REVIEW_TIMEOUT,
-        api.create(&kube::api::PostParams::default(), &sar),
-    )
-    .await
-    .map_err(|e| LookupError::failed("the SubjectAccessReview was not answered in time", e))?
-    .map_err(|e| LookupError::failed(format!("SubjectAccessReview failed: {e}"), e))?;
-    Ok(answer.status.is_some_and(|s| s.allowed))
-}
-
 /// The longest the live reads of one containment check may take together: an
 /// answer must reach the API server within its webhook timeout (10 s by default),
 /// so that the refusal says why rather than "context deadline exceeded".
@@ -504,59 +435,5 @@ pub(super) fn contained(ar: &ApiResource, object: Arc<serde_json::Value>) -> Con
         },
         kind: ar.kind.clone(),
         object,
-    }
-}
-
-/// `verb` on `group`/`resource`, for the object under review (its namespace and name).
-fn attributes(
-    req: &AdmissionRequest,
-    group: &str,
-    resource: &str,
-    verb: &str,
-) -> ResourceAttributes {
-    ResourceAttributes {
-        group: Some(group.to_string()),
-        resource: Some(resource.to_string()),
-        verb: Some(verb.to_string()),
-        namespace: req.object_namespace().map(str::to_string),
-        name: req.object_name().map(str::to_string),
-        ..Default::default()
-    }
-}
-
-/// The extra kcp attaches to a write made through an APIExport's virtual workspace:
-/// a warrant whose group (`system:kcp:admin`) is bound to cluster-admin
-/// (`pkg/virtual/apiexport/builder/build.go`, `pkg/authorization/bootstrap/policy.go`).
-pub const KCP_WARRANT_EXTRA: &str = "authorization.kcp.io/warrant";
-
-/// The caller's extra as the bypass review asks it: everything the API server
-/// gave the caller but kcp's warrants. A warrant lets the virtual workspace act
-/// for the provider; it is not the caller's own permission to bypass protection
-/// in the consumer's workspace (docs/decisions.md, "Break-glass through a virtual
-/// workspace").
-pub fn bypass_extra(
-    extra: &serde_json::Value,
-) -> Option<std::collections::BTreeMap<String, Vec<String>>> {
-    let mut map =
-        serde_json::from_value::<std::collections::BTreeMap<String, Vec<String>>>(extra.clone())
-            .ok()?;
-    map.remove(KCP_WARRANT_EXTRA);
-    Some(map)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_warrant_is_never_the_callers_permission_to_bypass() {
-        let extra = serde_json::json!({
-            "authorization.kcp.io/warrant": ["{\"user\":\"system:kcp:admin\",\"groups\":[\"system:kcp:admin\"]}"],
-            "authentication.kcp.io/scopes": ["cluster:abc"],
-        });
-        let kept = super::bypass_extra(&extra).expect("a map of lists");
-        assert_eq!(
-            kept.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["authentication.kcp.io/scopes"]
-        );
-        assert_eq!(super::bypass_extra(&serde_json::json!("not a map")), None);
     }
 }

@@ -550,7 +550,7 @@ mod tests {
     async fn on_kcp_only_a_covered_consumer_is_answered_from_the_index() {
         use holdfast_shared::{
             endpoints::{EndpointFeed, SliceFeed},
-            policy::ClusterView,
+            policy::ClusterLookup,
         };
         let view = test_view(Topology::Kcp, DependentsMode::Watch);
         let dep = vms_rule(&view, "compute");

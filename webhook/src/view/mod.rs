@@ -23,8 +23,10 @@
 //! - [`request_key`]: the key that signs deferred-deletion requests;
 //!
 //! and [`discovery`], the namespaced resources the label stores cover. [`cluster`]
-//! is [`ClusterView`](holdfast_shared::policy::ClusterView) over all of them.
+//! and [`access`] make it a [`ClusterView`](holdfast_shared::policy::ClusterView)
+//! over all of them.
 
+mod access;
 mod clients;
 mod cluster;
 pub mod crds;
@@ -410,7 +412,7 @@ impl crate::remote::AnchorSources for WebhookView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_shared::policy::ClusterView;
+    use holdfast_shared::policy::ClusterLookup;
     use serde_json::json;
     use std::collections::HashMap;
 

@@ -322,7 +322,7 @@ async fn watch_policies<K: WatchedPolicy>(view: Arc<WebhookView>, client: Client
 mod tests {
     use super::*;
     use crate::view::{DependentsMode, test_view};
-    use holdfast_shared::{policy::ClusterView, review::AdmissionRequest, watch::Driver};
+    use holdfast_shared::{policy::ClusterIndex, review::AdmissionRequest, watch::Driver};
     use kube::api::ObjectMeta;
     use serde_json::json;
 

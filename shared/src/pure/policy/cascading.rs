@@ -221,8 +221,8 @@ mod tests {
     use crate::{
         api::{common::Enforcement, resource_protection::ResourceSelector},
         policy::{
-            Decider, Decision, DenialKind, Evaluation, LookupError, PolicyConfig, PolicyKind,
-            evaluate,
+            AccessReview, ClusterIndex, ClusterLookup, Decider, Decision, DenialKind, Evaluation,
+            LookupError, PolicyConfig, PolicyKind, evaluate,
             tests::{CRD, DEPLOYMENT, NAMESPACE, cfg, label, now, policy},
         },
         registry::{CompiledProtection, PolicyKey},
@@ -252,7 +252,7 @@ mod tests {
         }
     }
 
-    impl ClusterView for View {
+    impl ClusterIndex for View {
         fn policies_loaded(&self) -> bool {
             true
         }
@@ -275,6 +275,9 @@ mod tests {
         fn cascading_judged(&self) -> bool {
             self.judged
         }
+    }
+
+    impl ClusterLookup for View {
         async fn live_in_namespace(&self, _: &str, _: &str) -> Result<Vec<String>, LookupError> {
             self.in_namespace.clone().map_err(LookupError::Unreadable)
         }
@@ -290,6 +293,8 @@ mod tests {
             Ok(self.replicas_path.clone())
         }
     }
+
+    impl AccessReview for View {}
 
     /// A review of `op` on `group/resource` (kind `kind`) named `name` in `ns`.
     fn review(

@@ -45,7 +45,8 @@ pub use outcome::{
     PolicyRef,
 };
 pub use view::{
-    ClusterView, ContainedObject, DependentsQuery, LookupError, NoPolicies, WorkspaceContents,
+    AccessReview, ClusterIndex, ClusterLookup, ClusterView, ContainedObject, DependentsQuery,
+    LookupError, NoPolicies, WorkspaceContents,
 };
 
 use crate::{

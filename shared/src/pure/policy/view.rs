@@ -1,5 +1,7 @@
 //! What the policies need to know about the cluster: the [`ClusterView`] the
-//! webhook implements (and the plugin, over the same view).
+//! webhook implements (and the plugin, over the same view), in three parts: what is
+//! read at once from indexes ([`ClusterIndex`]), what is looked up
+//! ([`ClusterLookup`]), and access reviews ([`AccessReview`]).
 
 use crate::{
     api::common::GroupResource,
@@ -94,7 +96,7 @@ fn unavailable<T>(why: impl Into<String>) -> Ready<Result<T, LookupError>> {
     ready(Err(LookupError::unreadable(why)))
 }
 
-/// Declares the lookups of [`ClusterView`] whose default answers nothing (empty,
+/// Declares the lookups of [`ClusterLookup`] whose default answers nothing (empty,
 /// none, zero): `fn name(args) -> T;` declares
 /// `fn name(&self, args) -> impl Future<Output = Result<T, LookupError>> + Send`,
 /// which an implementor writes as `async fn name(&self, args) -> Result<T, LookupError>`.
@@ -109,7 +111,7 @@ macro_rules! lookups {
     };
 }
 
-/// Declares the registry lists of [`ClusterView`] (none by default):
+/// Declares the registry lists of [`ClusterIndex`] (none by default):
 /// `fn name -> T;` declares `fn name(&self, gr: &GroupResource) -> Option<Arc<[Arc<T>]>>`.
 macro_rules! policy_lists {
     ($($(#[doc = $doc:expr])* fn $name:ident -> $item:ty;)*) => {
@@ -122,12 +124,19 @@ macro_rules! policy_lists {
     };
 }
 
-/// What the webhook knows about the cluster, as the policies need it.
+/// What the webhook knows about the cluster, as the policies need it: what it reads
+/// at once from its indexes ([`ClusterIndex`]), what it looks up ([`ClusterLookup`]),
+/// and what it asks the API server a user may do ([`AccessReview`]). Any type with
+/// all three is a `ClusterView`.
 ///
 /// Label and strict-mode decisions need nothing from here except the registry state.
-/// Lookups that may need I/O (dependents) are async; everything else answers from
-/// watch-fed indexes.
-pub trait ClusterView: Send + Sync {
+pub trait ClusterView: ClusterIndex + ClusterLookup + AccessReview {}
+
+impl<T: ClusterIndex + ClusterLookup + AccessReview + ?Sized> ClusterView for T {}
+
+/// What a [`ClusterView`] answers synchronously, from watch-fed indexes: the
+/// registry's state and lists, and what its policies select.
+pub trait ClusterIndex: Send + Sync {
     /// Whether every registry of policy objects has completed its initial load.
     fn policies_loaded(&self) -> bool;
 
@@ -184,6 +193,23 @@ pub trait ClusterView: Send + Sync {
             .unwrap_or_default()
     }
 
+    /// A strict ResourceProtection that selects the stored object but would no
+    /// longer select the updated one (its labels changed), by name.
+    fn strict_selection_lost(&self, _req: &AdmissionRequest) -> Option<String> {
+        None
+    }
+
+    /// Whether this view can tell live contents (Cascading protection). A view that
+    /// cannot (`--label-only`) makes `Cascading` protect like `Always`.
+    fn cascading_judged(&self) -> bool {
+        false
+    }
+}
+
+/// What a [`ClusterView`] looks up, possibly through the API server (async): objects,
+/// what a container holds, dependents, live contents. A view that knows nothing of
+/// what is asked answers nothing (empty, none, zero); one that cannot ask fails.
+pub trait ClusterLookup: Send + Sync {
     /// The anchor `name` (in `namespace`) of `gr` in the cluster of anchor source
     /// `source`, if it exists. Fails (and so refuses) while the source is not synced
     /// or unreachable.
@@ -195,49 +221,6 @@ pub trait ClusterView: Send + Sync {
         _name: &str,
     ) -> impl Future<Output = Result<Option<Arc<Value>>, LookupError>> + Send {
         unavailable(format!("anchor source {source} is not available here"))
-    }
-
-    /// Whether the requesting user may bypass protection of this object (a
-    /// SubjectAccessReview: verb `bypass`, group `holdfast.dev`, resource
-    /// `protections`, the object's namespace).
-    fn can_bypass(
-        &self,
-        _req: &AdmissionRequest,
-    ) -> impl Future<Output = Result<bool, LookupError>> + Send {
-        unavailable("no API server is available to check the bypass permission")
-    }
-
-    /// Whether `user` alone, with the groups the API server gives an impersonated
-    /// user ([`crate::deferred::impersonated_groups`]), may delete the object of
-    /// `req` (a SubjectAccessReview: verb `delete` on its resource, name and
-    /// namespace). Deferred deletion is carried out so.
-    fn can_delete_as(
-        &self,
-        _req: &AdmissionRequest,
-        _user: &str,
-    ) -> impl Future<Output = Result<bool, LookupError>> + Send {
-        unavailable("no API server is available to check the delete permission")
-    }
-
-    /// The key that signs deferred-deletion requests
-    /// ([`crate::request_signature`]), read from holdfast's own Secret.
-    fn request_key(
-        &self,
-    ) -> impl Future<Output = Result<crate::request_signature::RequestKey, LookupError>> + Send
-    {
-        unavailable("no key to sign deferred deletion requests is available")
-    }
-
-    /// A strict ResourceProtection that selects the stored object but would no
-    /// longer select the updated one (its labels changed), by name.
-    fn strict_selection_lost(&self, _req: &AdmissionRequest) -> Option<String> {
-        None
-    }
-
-    /// Whether this view can tell live contents (Cascading protection). A view that
-    /// cannot (`--label-only`) makes `Cascading` protect like `Always`.
-    fn cascading_judged(&self) -> bool {
-        false
     }
 
     lookups! {
@@ -297,6 +280,42 @@ pub trait ClusterView: Send + Sync {
     }
 }
 
+/// What a [`ClusterView`] asks the API server a user may do (SubjectAccessReviews),
+/// and the key deferred-deletion requests are signed with. A view that cannot ask
+/// fails (the caller refuses).
+pub trait AccessReview: Send + Sync {
+    /// Whether the requesting user may bypass protection of this object (a
+    /// SubjectAccessReview: verb `bypass`, group `holdfast.dev`, resource
+    /// `protections`, the object's namespace).
+    fn can_bypass(
+        &self,
+        _req: &AdmissionRequest,
+    ) -> impl Future<Output = Result<bool, LookupError>> + Send {
+        unavailable("no API server is available to check the bypass permission")
+    }
+
+    /// Whether `user` alone, with the groups the API server gives an impersonated
+    /// user ([`crate::deferred::impersonated_groups`]), may delete the object of
+    /// `req` (a SubjectAccessReview: verb `delete` on its resource, name and
+    /// namespace). Deferred deletion is carried out so.
+    fn can_delete_as(
+        &self,
+        _req: &AdmissionRequest,
+        _user: &str,
+    ) -> impl Future<Output = Result<bool, LookupError>> + Send {
+        unavailable("no API server is available to check the delete permission")
+    }
+
+    /// The key that signs deferred-deletion requests
+    /// ([`crate::request_signature`]), read from holdfast's own Secret.
+    fn request_key(
+        &self,
+    ) -> impl Future<Output = Result<crate::request_signature::RequestKey, LookupError>> + Send
+    {
+        unavailable("no key to sign deferred deletion requests is available")
+    }
+}
+
 /// An object inside a namespace, for containment checks.
 #[derive(Clone, Debug)]
 pub struct ContainedObject {
@@ -326,11 +345,15 @@ pub struct WorkspaceContents {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoPolicies;
 
-impl ClusterView for NoPolicies {
+impl ClusterIndex for NoPolicies {
     fn policies_loaded(&self) -> bool {
         true
     }
 }
+
+impl ClusterLookup for NoPolicies {}
+
+impl AccessReview for NoPolicies {}
 
 #[cfg(test)]
 mod tests {

@@ -29,10 +29,15 @@ impl MayDelete {
     }
 }
 
-impl ClusterView for MayDelete {
+impl ClusterIndex for MayDelete {
     fn policies_loaded(&self) -> bool {
         true
     }
+}
+
+impl ClusterLookup for MayDelete {}
+
+impl AccessReview for MayDelete {
     async fn can_delete_as(
         &self,
         _req: &AdmissionRequest,

@@ -22,13 +22,16 @@ impl View {
     }
 }
 
-impl ClusterView for View {
+impl ClusterIndex for View {
     fn policies_loaded(&self) -> bool {
         true
     }
     fn protections(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledProtection>]>> {
         self.registry.protections_for(gr)
     }
+}
+
+impl ClusterLookup for View {
     async fn object(&self, _: &str, _: &GroupResource, ns: Option<&str>, name: &str) -> Found {
         let found = self.pods.iter().find(|p| {
             crate::review::meta_str(p, "name") == Some(name)
@@ -44,6 +47,9 @@ impl ClusterView for View {
         let why = "discovery of example.com/v1 failed";
         self.unless_failing(why, self.instances.clone())
     }
+}
+
+impl AccessReview for View {
     fn can_bypass(
         &self,
         _req: &AdmissionRequest,

@@ -13,7 +13,7 @@ struct View {
     contents: Vec<ContainedObject>,
 }
 
-impl ClusterView for View {
+impl ClusterIndex for View {
     fn policies_loaded(&self) -> bool {
         true
     }
@@ -23,6 +23,9 @@ impl ClusterView for View {
     fn anchors(&self, gr: &GroupResource) -> Option<Arc<[Arc<CompiledAnchor>]>> {
         self.registry.anchors.find(gr)
     }
+}
+
+impl ClusterLookup for View {
     fn count_finalizer(
         &self,
         _c: &str,
@@ -57,6 +60,8 @@ impl ClusterView for View {
         async move { Ok(v) }
     }
 }
+
+impl AccessReview for View {}
 
 /// The DELETE of an object as user bob (a cluster-scoped one reviewed with its own
 /// name as the request's namespace, as for a Namespace).

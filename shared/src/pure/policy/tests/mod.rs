@@ -335,10 +335,15 @@ fn strict_exemption_must_already_be_stored() {
 #[test]
 fn strict_allows_unrelated_updates_and_guards_the_exemption() {
     struct Bypass(bool);
-    impl ClusterView for Bypass {
+    impl ClusterIndex for Bypass {
         fn policies_loaded(&self) -> bool {
             true
         }
+    }
+
+    impl ClusterLookup for Bypass {}
+
+    impl AccessReview for Bypass {
         async fn can_bypass(&self, _req: &AdmissionRequest) -> Result<bool, LookupError> {
             Ok(self.0)
         }
@@ -429,7 +434,7 @@ fn unreadable_objects_are_denied_not_allowed() {
 }
 
 struct Loading;
-impl ClusterView for Loading {
+impl ClusterIndex for Loading {
     fn policies_loaded(&self) -> bool {
         false
     }
@@ -437,6 +442,10 @@ impl ClusterView for Loading {
         true
     }
 }
+
+impl ClusterLookup for Loading {}
+
+impl AccessReview for Loading {}
 
 #[test]
 fn not_ready_denies_governed_deletes_but_label_decisions_still_work() {

@@ -15,7 +15,7 @@ struct View {
     asked: std::sync::atomic::AtomicUsize,
 }
 
-impl ClusterView for View {
+impl ClusterIndex for View {
     fn policies_loaded(&self) -> bool {
         self.registry.loaded()
     }
@@ -28,6 +28,9 @@ impl ClusterView for View {
     fn dependencies(&self, gr: &GroupResource) -> Option<Arc<[Arc<Vec<CompiledDependency>>]>> {
         self.registry.dependencies.find(gr)
     }
+}
+
+impl ClusterLookup for View {
     fn dependents(
         &self,
         q: DependentsQuery<'_>,
@@ -54,6 +57,8 @@ impl ClusterView for View {
         async move { Ok(bound) }
     }
 }
+
+impl AccessReview for View {}
 
 fn view(rps: &[Value], rules: &[Value]) -> View {
     let registry = Registry::default();

@@ -14,10 +14,13 @@ struct View {
     asked: std::sync::Mutex<Vec<Value>>,
 }
 
-impl ClusterView for View {
+impl ClusterIndex for View {
     fn policies_loaded(&self) -> bool {
         true
     }
+}
+
+impl ClusterLookup for View {
     fn workspace_contents(
         &self,
         workspace: &Value,
@@ -48,6 +51,8 @@ impl ClusterView for View {
         async move { r }
     }
 }
+
+impl AccessReview for View {}
 
 const WORKSPACE: (&str, &str, &str) = ("tenancy.kcp.io", "workspaces", "Workspace");
 
