@@ -18,7 +18,7 @@ pub mod pure;
 pub use plumbing::runtime;
 pub use plumbing::{backoff, clients, endpoints, kcp, kubeconfig, watch};
 pub use pure::{
-    anchorsource, api, backstop, deferred, enforcement, fieldpath, index, labels, locks, names,
-    policy, registry, report, request_signature, review, selector, selfprotection, topology,
-    unreviewed, webhookconfig, workspaces,
+    anchorsource, api, backstop, deferred, enforcement, fieldpath, index, labels, names, policy,
+    registry, report, request_signature, review, selector, selfprotection, topology, unreviewed,
+    webhookconfig, workspaces,
 };

@@ -21,8 +21,9 @@ use kube::{
     Client,
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
+use parking_lot::Mutex;
 use std::{
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 use tokio::sync::mpsc;
@@ -162,11 +163,7 @@ impl EventSink {
             self.count("limited");
             return;
         }
-        let allowed = match self.bucket.lock() {
-            Ok(mut bucket) => bucket.take(now),
-            Err(poisoned) => poisoned.into_inner().take(now),
-        };
-        if !allowed {
+        if !self.bucket.lock().take(now) {
             self.count("limited");
             return;
         }

@@ -11,7 +11,6 @@ use futures::StreamExt;
 use holdfast_shared::{
     anchorsource,
     api::common::GroupResource,
-    locks,
     policy::LookupError,
     registry::AnchorSourceRef,
     watch::{self, Driver, Index, NotFound, Status, Step, WatchState},
@@ -22,12 +21,9 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind},
     runtime::watcher,
 };
+use parking_lot::RwLock;
 use serde_json::Value;
-use std::{
-    collections::HashMap,
-    sync::{Arc, RwLock},
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 /// How often a watched source's Secret is read again.
 const SECRET_RECHECK: Duration = Duration::from_secs(10);
@@ -82,15 +78,15 @@ impl Default for RemoteStore {
 impl RemoteStore {
     /// The store's state.
     pub fn state(&self) -> SourceState {
-        locks::read(&self.state).clone()
+        self.state.read().clone()
     }
 
     fn set_state(&self, s: SourceState) {
-        *locks::write(&self.state) = s;
+        *self.state.write() = s;
     }
 
-    fn objects(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<(String, String), Arc<Value>>> {
-        locks::write(&self.objects)
+    fn objects(&self) -> parking_lot::RwLockWriteGuard<'_, HashMap<(String, String), Arc<Value>>> {
+        self.objects.write()
     }
 
     /// The anchor `namespace/name`, or why it cannot be known.
@@ -104,7 +100,9 @@ impl RemoteStore {
             SourceState::Synced => {}
             other => return Err(state_error(source, &other)),
         }
-        Ok(locks::read(&self.objects)
+        Ok(self
+            .objects
+            .read()
             .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
             .cloned())
     }

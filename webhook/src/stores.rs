@@ -19,11 +19,12 @@ use kube::{
     core::PartialObjectMeta,
     runtime::{WatchStreamExt, watcher},
 };
+use parking_lot::RwLock;
 use serde_json::{Value, json};
 use std::{
     collections::HashMap,
     sync::{
-        Arc, RwLock,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
 };
@@ -136,12 +137,12 @@ impl ResourceStore {
         self.forbidden.load(Ordering::Acquire)
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Objects> {
-        holdfast_shared::locks::read(&self.objects)
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, Objects> {
+        self.objects.read()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Objects> {
-        holdfast_shared::locks::write(&self.objects)
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, Objects> {
+        self.objects.write()
     }
 
     /// One object.
@@ -481,12 +482,12 @@ mod tests {
             plural: "configmaps".into(),
         };
         let store = Arc::new(ResourceStore::new(ar, true));
-        let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let reports = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let seen = reports.clone();
         let mut feed = StoreFeed {
             store: store.clone(),
             to_value: |v: Value| v,
-            on_forbidden: move |f: bool| seen.lock().expect("reports").push(f),
+            on_forbidden: move |f: bool| seen.lock().push(f),
         };
         let mut d = Driver::new(NotFound::Empty);
         // Refused twice: reported once, never synced, nothing read as empty.
@@ -500,7 +501,7 @@ mod tests {
         d.handle(&mut feed, Ok(watcher::Event::InitDone));
         assert!(store.synced());
         assert!(!store.forbidden());
-        assert_eq!(*reports.lock().expect("reports"), [true, false]);
+        assert_eq!(*reports.lock(), [true, false]);
         assert_eq!(store.in_namespace("", "a").len(), 1);
         d.handle(&mut feed, Ok(watcher::Event::Delete(meta_of("a", "x"))));
         assert!(store.is_empty());
@@ -513,7 +514,7 @@ mod tests {
         d.handle(&mut feed, Err(api_error(404)));
         assert!(store.synced());
         assert!(store.is_empty());
-        assert_eq!(reports.lock().expect("reports").len(), 2);
+        assert_eq!(reports.lock().len(), 2);
     }
 
     #[test]

@@ -92,7 +92,7 @@ pub struct CertStore {
     cert_path: PathBuf,
     key_path: PathBuf,
     current: ArcSwap<CertifiedKey>,
-    last_pem: std::sync::Mutex<(Vec<u8>, Vec<u8>)>,
+    last_pem: parking_lot::Mutex<(Vec<u8>, Vec<u8>)>,
 }
 
 /// What a reload check did.
@@ -114,7 +114,7 @@ impl CertStore {
             cert_path: cert_path.to_path_buf(),
             key_path: key_path.to_path_buf(),
             current: ArcSwap::from_pointee(key),
-            last_pem: std::sync::Mutex::new((cert_pem, key_pem)),
+            last_pem: parking_lot::Mutex::new((cert_pem, key_pem)),
         }))
     }
 
@@ -122,10 +122,7 @@ impl CertStore {
     pub fn reload_if_changed(&self) -> Result<Reload, TlsError> {
         let cert_pem = read(&self.cert_path)?;
         let key_pem = read(&self.key_path)?;
-        let mut last = match self.last_pem.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut last = self.last_pem.lock();
         if last.0 == cert_pem && last.1 == key_pem {
             return Ok(Reload::Unchanged);
         }

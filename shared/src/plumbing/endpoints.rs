@@ -36,15 +36,15 @@ use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fmt,
     marker::PhantomData,
-    sync::{Arc, RwLock},
+    sync::Arc,
 };
 
 use kube::{Api, Client, Resource, api::DynamicObject, runtime::watcher};
+use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 
 use crate::{
     kcp::{Clients, cluster_of, endpoint_slice_resource},
-    locks,
     watch::{self, Index, NotFound, Status, WatchState},
 };
 
@@ -190,7 +190,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
 
     /// Whether the merged index is synced (see the module docs).
     pub fn synced(&self) -> bool {
-        locks::read(&self.seen).synced
+        self.seen.read().synced
     }
 
     /// Whether a synced endpoint's watch holds objects of logical cluster `cluster`,
@@ -198,7 +198,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
     /// workspace serves only the clusters of its shard that bind the export, and its
     /// wildcard watch then holds every object of them, none included).
     pub fn covers(&self, cluster: &str) -> bool {
-        let seen = locks::read(&self.seen);
+        let seen = self.seen.read();
         seen.clusters
             .get(cluster)
             .is_some_and(|(_, synced)| *synced)
@@ -210,14 +210,14 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
 
     /// The endpoints whose watch is synced now.
     pub fn synced_urls(&self) -> Vec<String> {
-        locks::read(&self.seen).synced_urls.clone()
+        self.seen.read().synced_urls.clone()
     }
 
     /// Remembers that endpoint `url` answered a request for `cluster` (so its watch
     /// sees every object of `cluster`): [`Endpoints::covers`] holds while `url` is
     /// watched and synced.
     pub fn mark_served(&self, cluster: &str, url: &str) {
-        let mut seen = locks::write(&self.seen);
+        let mut seen = self.seen.write();
         if seen.served.len() >= MAX_SERVED {
             seen.served.clear();
         }
@@ -226,7 +226,8 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
 
     /// The URL of an endpoint whose watch holds objects of `cluster` (synced or not).
     pub fn seen_at(&self, cluster: &str) -> Option<String> {
-        locks::read(&self.seen)
+        self.seen
+            .read()
             .clusters
             .get(cluster)
             .map(|(url, _)| url.clone())
@@ -234,17 +235,17 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
 
     /// The endpoint URLs watched now.
     pub fn urls(&self) -> Vec<String> {
-        locks::read(&self.seen).urls.clone()
+        self.seen.read().urls.clone()
     }
 
     /// Reads the merged index.
     pub fn with_index<T>(&self, f: impl FnOnce(&I) -> T) -> T {
-        f(&locks::read(&self.state).index)
+        f(&self.state.read().index)
     }
 
     /// Starts a partition for `url`; returns the feed its watch drives.
     fn start(&self, url: &str) -> EndpointFeed<K, I> {
-        let mut st = locks::write(&self.state);
+        let mut st = self.state.write();
         let id = st.next_id;
         st.next_id += 1;
         if let Some(old) = st.parts.remove(url) {
@@ -271,7 +272,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
 
     /// Stops the partition of `url`: its objects leave the merged index.
     fn stop(&self, url: &str) {
-        let mut st = locks::write(&self.state);
+        let mut st = self.state.write();
         if let Some(part) = st.parts.remove(url) {
             drop_part(&mut st, part);
             st.reshaped = true;
@@ -281,7 +282,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
 
     /// The slice's watch status or presence changed.
     fn slice(&self, f: impl FnOnce(&mut Slice)) {
-        let mut st = locks::write(&self.state);
+        let mut st = self.state.write();
         f(&mut st.slice);
         st.reshaped = true;
         self.settle(&mut st);
@@ -289,7 +290,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
 
     /// Runs `f` on the partition `url` started as `id`, if it still runs.
     fn part(&self, url: &str, id: u64, f: impl FnOnce(&mut Part, &mut I, &BTreeMap<String, Part>)) {
-        let mut guard = locks::write(&self.state);
+        let mut guard = self.state.write();
         let st = &mut *guard;
         let Some(mut part) = st.parts.remove(url) else {
             return;
@@ -319,7 +320,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
             return;
         }
         let urls: Vec<String> = st.parts.keys().cloned().collect();
-        let mut served = std::mem::take(&mut locks::write(&self.seen).served);
+        let mut served = std::mem::take(&mut self.seen.write().served);
         served.retain(|_, url| urls.contains(url));
         let mut seen = Seen {
             synced: st.status.synced,
@@ -344,7 +345,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
                 }
             }
         }
-        *locks::write(&self.seen) = seen;
+        *self.seen.write() = seen;
     }
 }
 

@@ -4,7 +4,7 @@ use super::*;
 use crate::watch::Driver;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::Status as ApiStatus;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// A merged index that keeps the objects by key and records its statuses.
 #[derive(Default)]
@@ -85,9 +85,7 @@ fn setup() -> (
         endpoints.clone(),
         "export",
         Box::new(move |f| {
-            if let Ok(mut s) = sink.lock() {
-                s.push(f);
-            }
+            sink.lock().push(f);
             None
         }),
     );
@@ -95,7 +93,7 @@ fn setup() -> (
 }
 
 fn take(started: &Started, url: &str) -> EndpointFeed<ConfigMap, Merged> {
-    let mut s = started.lock().expect("lock");
+    let mut s = started.lock();
     let i = s.iter().position(|f| f.url() == url).expect("started");
     s.remove(i)
 }
@@ -237,10 +235,7 @@ fn a_url_appearing_later_is_watched_and_unsyncs_until_listed() {
         "a synced endpoint still covers its clusters"
     );
     let mut b = take(&started, "https://b/vw");
-    assert!(
-        started.lock().expect("lock").is_empty(),
-        "a is not restarted"
-    );
+    assert!(started.lock().is_empty(), "a is not restarted");
     let mut db = Driver::new(NotFound::Unknown);
     list(&mut db, &mut b, vec![cm("lc2", "x", "2")]);
     assert!(e.synced());

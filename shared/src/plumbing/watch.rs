@@ -42,7 +42,7 @@ use std::{
     collections::BTreeMap,
     fmt,
     sync::{
-        Arc, RwLock,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -52,6 +52,7 @@ use futures::{Stream, StreamExt as _};
 
 use crate::backoff::ExponentialBackoff;
 use kube::{Api, Resource, runtime::watcher};
+use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 
 /// A cache fed by a watch.
@@ -320,16 +321,15 @@ impl<K> Default for Cache<K> {
 impl<K> Cache<K> {
     /// Every object, in key order.
     pub fn state(&self) -> Vec<Arc<K>> {
-        crate::locks::read(&self.inner.objects)
-            .values()
-            .cloned()
-            .collect()
+        self.inner.objects.read().values().cloned().collect()
     }
 
     /// The object `name` in `namespace` of logical cluster `cluster` (`""` for
     /// cluster-scoped objects and outside kcp).
     pub fn get(&self, cluster: &str, namespace: &str, name: &str) -> Option<Arc<K>> {
-        crate::locks::read(&self.inner.objects)
+        self.inner
+            .objects
+            .read()
             .get(&(cluster.to_owned(), namespace.to_owned(), name.to_owned()))
             .cloned()
     }
@@ -363,7 +363,7 @@ struct CacheFeed<K, F> {
 
 impl<K: Resource, F: Fn()> Index<K> for CacheFeed<K, F> {
     fn reset(&mut self, objects: Vec<K>) {
-        *crate::locks::write(&self.cache.inner.objects) = objects
+        *self.cache.inner.objects.write() = objects
             .into_iter()
             .map(|o| (cache_key(&o), Arc::new(o)))
             .collect();
@@ -371,12 +371,16 @@ impl<K: Resource, F: Fn()> Index<K> for CacheFeed<K, F> {
     }
 
     fn apply(&mut self, object: K) {
-        crate::locks::write(&self.cache.inner.objects).insert(cache_key(&object), Arc::new(object));
+        self.cache
+            .inner
+            .objects
+            .write()
+            .insert(cache_key(&object), Arc::new(object));
         (self.on_change)();
     }
 
     fn delete(&mut self, object: K) {
-        crate::locks::write(&self.cache.inner.objects).remove(&cache_key(&object));
+        self.cache.inner.objects.write().remove(&cache_key(&object));
         (self.on_change)();
     }
 

@@ -7,8 +7,10 @@ use crate::registry::CompiledDependency;
 use serde_json::Value;
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, RwLock},
+    sync::Arc,
 };
+
+use parking_lot::RwLock;
 
 /// Interned string.
 pub type Str = Arc<str>;
@@ -364,12 +366,12 @@ pub struct DependentsIndex {
 }
 
 impl DependentsIndex {
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        crate::locks::write(&self.inner)
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, Inner> {
+        self.inner.write()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        crate::locks::read(&self.inner)
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, Inner> {
+        self.inner.read()
     }
 
     /// Sets what dependent `id` (of `kind`) references, replacing what it did before.

@@ -12,7 +12,6 @@ pub mod enforcement;
 pub mod fieldpath;
 pub mod index;
 pub mod labels;
-pub mod locks;
 pub mod names;
 pub mod policy;
 pub mod registry;

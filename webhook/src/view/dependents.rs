@@ -566,13 +566,13 @@ mod tests {
         view.dependents
             .endpoints
             .insert(key.clone(), endpoints.clone());
-        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let started = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let sink = started.clone();
         let mut slice = SliceFeed::new(
             endpoints.clone(),
             "compute.test.io",
             Box::new(move |f: EndpointFeed<DynamicObject, DependentsFeed>| {
-                sink.lock().expect("lock").push(f);
+                sink.lock().push(f);
                 None
             }),
         );
@@ -586,7 +586,7 @@ mod tests {
         sd.handle(&mut slice, Ok(watcher::Event::Init));
         sd.handle(&mut slice, Ok(watcher::Event::InitApply(slice_object)));
         sd.handle(&mut slice, Ok(watcher::Event::InitDone));
-        let mut feeds = std::mem::take(&mut *started.lock().expect("lock"));
+        let mut feeds = std::mem::take(&mut *started.lock());
         assert_eq!(feeds.len(), 2);
         // Shard a lists a VM of consumer lc-a; shard b's watch has not listed yet.
         let mut da = Driver::new(NotFound::Unknown);

@@ -381,7 +381,7 @@ mod tests {
             kind: std::marker::PhantomData,
         };
         let endpoints = Endpoints::new(feed);
-        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let started = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let sink = started.clone();
         let mut slice = SliceFeed::new(
             endpoints,
@@ -391,7 +391,7 @@ mod tests {
                     DeserializeGuard<ResourceProtection>,
                     PolicyFeed<ResourceProtection>,
                 >| {
-                    sink.lock().expect("lock").push(f);
+                    sink.lock().push(f);
                     None
                 },
             ),
@@ -442,7 +442,7 @@ mod tests {
             ]))),
         );
         sd.handle(&mut slice, Ok(watcher::Event::InitDone));
-        let mut feeds = std::mem::take(&mut *started.lock().expect("lock"));
+        let mut feeds = std::mem::take(&mut *started.lock());
         let (mut da, mut db) = (
             Driver::new(NotFound::Unknown),
             Driver::new(NotFound::Unknown),

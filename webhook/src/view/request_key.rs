@@ -9,6 +9,7 @@ use holdfast_shared::{
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a read key is used before it is read again.
@@ -19,12 +20,12 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The key last read, and when.
 #[derive(Default)]
-pub struct KeyCache(std::sync::Mutex<Option<(Instant, RequestKey)>>);
+pub struct KeyCache(Mutex<Option<(Instant, RequestKey)>>);
 
 impl KeyCache {
     /// The key, read through `client` from holdfast's namespace when not kept.
     pub async fn get(&self, client: Option<&Client>) -> Result<RequestKey, LookupError> {
-        if let Some((at, key)) = self.lock().as_ref()
+        if let Some((at, key)) = self.0.lock().as_ref()
             && at.elapsed() < KEEP
         {
             return Ok(key.clone());
@@ -32,15 +33,8 @@ impl KeyCache {
         let client = client
             .ok_or_else(|| LookupError::unreadable("no API server is available to read the key"))?;
         let key = read(client).await?;
-        *self.lock() = Some((Instant::now(), key.clone()));
+        *self.0.lock() = Some((Instant::now(), key.clone()));
         Ok(key)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Instant, RequestKey)>> {
-        match self.0.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
     }
 }
 

@@ -17,9 +17,10 @@ use holdfast_shared::{
     registry::{CompiledCriterion, Registry, namespaces_gr},
     watch::NotFound,
 };
+use parking_lot::RwLock;
 use std::collections::{HashMap, HashSet};
 use std::sync::{
-    Arc, RwLock,
+    Arc,
     atomic::{AtomicU64, Ordering},
 };
 use std::time::Duration;
@@ -75,17 +76,11 @@ impl Stores {
 
     /// Why discovery is incomplete, if it is.
     pub(super) fn discovery_problem(&self) -> Option<String> {
-        match self.discovery_problem.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.discovery_problem.read().clone()
     }
 
     fn set_discovery_problem(&self, problem: Option<String>) {
-        match self.discovery_problem.write() {
-            Ok(mut g) => *g = problem,
-            Err(p) => *p.into_inner() = problem,
-        }
+        *self.discovery_problem.write() = problem;
     }
 
     /// An error while discovery is incomplete.
