@@ -631,7 +631,8 @@ pub fn prepare_create(
             obj["status"] = json!({"identityHash": hash});
         }
         ("apis.kcp.io", "apiexportendpointslices") => {
-            let endpoints = slice_endpoints(state, &bound_shards(state), cluster, obj);
+            let bound = slice_bound(state, cluster, obj);
+            let endpoints = slice_endpoints(state, &bound, cluster, obj);
             obj["status"] = json!({"endpoints": endpoints});
         }
         ("apis.kcp.io", "apibindings") => {
@@ -1052,15 +1053,83 @@ pub fn vw_authorize(
 type BoundShards = HashMap<(String, String), Vec<String>>;
 
 fn bound_shards(state: &State) -> BoundShards {
-    let mut out: BoundShards = HashMap::new();
-    for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
-        if let Some(export) = binding_export(state, &k.cluster, &b)
-            && let Some(sh) = shard_of(state, &k.cluster)
-        {
-            out.entry(export).or_default().push(sh);
+    bound_shards_of(state, None)
+}
+
+/// Whether `reference` (an APIBinding's or an endpoint slice's `export`, written
+/// in workspace `at`) may name an export of logical cluster `ec` named `name`,
+/// by strings alone: its name, and its path empty (its own workspace), the logical
+/// cluster's name or its canonical path (`ec_path`). kcp's paths are canonical and
+/// never renamed, so a reference that resolves to `ec` reads one of these.
+fn may_name(reference: &Value, at: &str, ec: &str, ec_path: Option<&str>, name: &str) -> bool {
+    if reference["name"].as_str() != Some(name) {
+        return false;
+    }
+    match reference["path"].as_str().unwrap_or("") {
+        "" => at == ec,
+        p => p == ec || Some(p) == ec_path,
+    }
+}
+
+/// [`bound_shards`], for one export (`Some((export lc, name))`) or all: kcp's
+/// indexes find the bindings of one export without visiting the others. For one
+/// export the scan stops once every shard is found.
+fn bound_shards_of(state: &State, only: Option<(&str, &str)>) -> BoundShards {
+    let Some((ec, name)) = only else {
+        let mut out: BoundShards = HashMap::new();
+        for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
+            if let Some(export) = binding_export(state, &k.cluster, &b)
+                && let Some(sh) = shard_of(state, &k.cluster)
+            {
+                out.entry(export).or_default().push(sh);
+            }
         }
+        return out;
+    };
+    let path = path_of(state, ec);
+    let mut shards: Vec<String> = Vec::new();
+    let all = state.shards.len().max(1);
+    state.store.scan(&kind(BINDINGS), |k, b| {
+        if may_name(
+            &b["spec"]["reference"]["export"],
+            &k.cluster,
+            ec,
+            path.as_deref(),
+            name,
+        ) && let Some(sh) = shard_of(state, &k.cluster)
+            && !shards.contains(&sh)
+        {
+            shards.push(sh);
+            if shards.len() >= all {
+                return std::ops::ControlFlow::Break(());
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    let mut out = BoundShards::new();
+    if !shards.is_empty() {
+        out.insert((ec.to_string(), name.to_string()), shards);
     }
     out
+}
+
+/// The export an endpoint slice in `cluster` names (its logical cluster, its name).
+fn slice_export(state: &State, cluster: &str, slice: &Value) -> Option<(String, String)> {
+    let export = &slice["spec"]["export"];
+    let name = export["name"].as_str()?.to_string();
+    let ec = match export["path"].as_str().unwrap_or("") {
+        "" => cluster.to_string(),
+        path => resolve_path(state, path)?,
+    };
+    Some((ec, name))
+}
+
+/// The shards bound to the export of one slice (see [`bound_shards_of`]).
+fn slice_bound(state: &State, cluster: &str, slice: &Value) -> BoundShards {
+    match slice_export(state, cluster, slice) {
+        Some((ec, name)) => bound_shards_of(state, Some((&ec, &name))),
+        None => BoundShards::new(),
+    }
 }
 
 /// `status.endpoints` of an endpoint slice in `cluster`: one URL per shard (in shard
@@ -1095,19 +1164,49 @@ fn slice_endpoints(state: &State, bound: &BoundShards, cluster: &str, slice: &Va
 fn refresh_slices(state: &State) {
     let bound = bound_shards(state);
     for (k, slice) in state.store.all_objects(&kind(SLICES)) {
-        let endpoints = json!(slice_endpoints(state, &bound, &k.cluster, &slice));
-        if slice["status"]["endpoints"] == endpoints {
-            continue;
-        }
-        let mut n = (*slice).clone();
-        if !n["status"].is_object() {
-            n["status"] = json!({});
-        }
-        n["status"]["endpoints"] = endpoints;
-        let _ = state
-            .store
-            .update(&kind(SLICES), &k, n, crate::store::rv_of(&slice));
+        write_slice_endpoints(state, &bound, &k, &slice);
     }
+}
+
+/// [`refresh_slices`] for the slices of one export (logical cluster `ec`, `name`):
+/// what a change of its bindings moves (kcp's slice controller re-queues by export).
+fn refresh_slices_of(state: &State, ec: &str, name: &str) {
+    let path = path_of(state, ec);
+    let mut slices: Vec<(Key, Arc<Value>)> = Vec::new();
+    state.store.scan(&kind(SLICES), |k, slice| {
+        if may_name(
+            &slice["spec"]["export"],
+            &k.cluster,
+            ec,
+            path.as_deref(),
+            name,
+        ) {
+            slices.push((k.clone(), Arc::new(slice.clone())));
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    if slices.is_empty() {
+        return;
+    }
+    let bound = bound_shards_of(state, Some((ec, name)));
+    for (k, slice) in slices {
+        write_slice_endpoints(state, &bound, &k, &slice);
+    }
+}
+
+fn write_slice_endpoints(state: &State, bound: &BoundShards, k: &Key, slice: &Arc<Value>) {
+    let endpoints = json!(slice_endpoints(state, bound, &k.cluster, slice));
+    if slice["status"]["endpoints"] == endpoints {
+        return;
+    }
+    let mut n = (**slice).clone();
+    if !n["status"].is_object() {
+        n["status"] = json!({});
+    }
+    n["status"]["endpoints"] = endpoints;
+    let _ = state
+        .store
+        .update(&kind(SLICES), k, n, crate::store::rv_of(slice));
 }
 
 /// As kcp's APIExport controller: an endpoint slice named like a new APIExport in its
@@ -1136,7 +1235,8 @@ fn create_export_slice(state: &State, cluster: &str, export: &Value) {
                                           "name": name, "uid": export["metadata"]["uid"]}]},
         "spec": {"export": {"path": path, "name": name}},
     });
-    let endpoints = slice_endpoints(state, &bound_shards(state), cluster, &slice);
+    let bound = slice_bound(state, cluster, &slice);
+    let endpoints = slice_endpoints(state, &bound, cluster, &slice);
     slice["status"] = json!({"endpoints": endpoints});
     let _ = state
         .store
@@ -1241,7 +1341,12 @@ pub async fn after_write(
             }
             crate::controllers::refresh_dynamic(state, cluster);
             if old.is_none() || new.is_none() {
-                refresh_slices(state);
+                // The slices of the export it binds (a new or last binding on a
+                // shard moves their URLs).
+                match new.or(old).and_then(|b| binding_export(state, cluster, b)) {
+                    Some((ec, name)) => refresh_slices_of(state, &ec, &name),
+                    None => refresh_slices(state),
+                }
             }
             out
         }
@@ -1251,18 +1356,27 @@ pub async fn after_write(
             {
                 create_export_slice(state, cluster, n);
             }
-            rebind_all(state);
-            refresh_slices(state);
+            // kcp re-queues the bindings and slices of this export only.
+            let name = new.or(old).and_then(|e| e["metadata"]["name"].as_str());
+            if let Some(name) = name {
+                rebind_exports_of(state, cluster, Some(name));
+                refresh_slices_of(state, cluster, name);
+            }
             None
         }
         ("apis.kcp.io", "apiresourceschemas") => {
-            rebind_all(state);
+            // Exports name schemas of their own workspace.
+            rebind_exports_of(state, cluster, None);
             None
         }
         ("apis.kcp.io", "apiexportendpointslices") => {
             // A spec change (another export) moves the URLs.
-            if old.is_some() && new.is_some() {
-                refresh_slices(state);
+            if old.is_some()
+                && let Some(n) = new
+            {
+                let key = ckey(cluster, n["metadata"]["name"].as_str().unwrap_or(""));
+                let bound = slice_bound(state, cluster, n);
+                write_slice_endpoints(state, &bound, &key, n);
             }
             None
         }
@@ -1298,8 +1412,29 @@ fn touch_claimed(state: &State, cluster: &str, before: Option<Vec<Claim>>, bindi
 }
 
 fn rebind_all(state: &State) {
+    rebind(state, |_, _| true);
+}
+
+/// Re-binds the APIBindings to the exports of logical cluster `ec` (`name`: that
+/// export only), as kcp's binding controller re-queues an export's bindings when it
+/// or its schemas change, without visiting the others' exports.
+fn rebind_exports_of(state: &State, ec: &str, name: Option<&str>) {
+    let path = path_of(state, ec);
+    rebind(state, |at, b| {
+        let reference = &b["spec"]["reference"]["export"];
+        let name = name.or_else(|| reference["name"].as_str()).unwrap_or("");
+        may_name(reference, at, ec, path.as_deref(), name)
+    });
+}
+
+/// Re-binds the APIBindings `which` accepts (workspace, binding) and refreshes the
+/// types their workspaces serve.
+fn rebind(state: &State, which: impl Fn(&str, &Value) -> bool) {
     let mut clusters = vec![];
     for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
+        if !which(&k.cluster, &b) {
+            continue;
+        }
         if let Some(n) = bind(state, &k.cluster, &b) {
             let _ = state
                 .store

@@ -465,6 +465,19 @@ impl Store {
         self.lock().data.keys().cloned().collect()
     }
 
+    /// Visits the stored objects of `gr` in key order under the store's lock until
+    /// `f` breaks (no copy of what it skips). `f` must not call the store.
+    pub fn scan(&self, gr: &Gr, mut f: impl FnMut(&Key, &Value) -> std::ops::ControlFlow<()>) {
+        let inner = self.lock();
+        if let Some(d) = inner.data.get(gr) {
+            for (k, v) in &d.objects {
+                if f(k, v).is_break() {
+                    break;
+                }
+            }
+        }
+    }
+
     pub fn all_objects(&self, gr: &Gr) -> Vec<(Key, Arc<Value>)> {
         let inner = self.lock();
         inner
