@@ -8,10 +8,11 @@
 
 use holdfast_shared::{
     api::common::Enforcement,
-    labels::{ProtectionLabel, ProtectionLabels},
+    labels::ProtectionLabels,
     names::{SKIP_ANNOTATION, STRICT_EXEMPT_LABEL},
     policy::{Decider, Decision, Explanation, Finding, PolicyKind},
     review::{AdmissionRequest, Gvk, Gvr, Operation, UserInfo},
+    webhookconfig::PublishedSettings,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -114,22 +115,8 @@ pub fn resolve<'a>(
 /// The settings the controller published in the `holdfast.dev/settings` annotation
 /// of the configuration `holdfast`: (protection labels, strict).
 pub fn parse_settings(annotation: &str) -> Result<(ProtectionLabels, bool), String> {
-    let v: Value = serde_json::from_str(annotation)
-        .map_err(|e| format!("holdfast.dev/settings {annotation:?} does not parse: {e}"))?;
-    let strict = v["strict"]
-        .as_bool()
-        .ok_or("holdfast.dev/settings has no boolean \"strict\"")?;
-    let labels = v["protectionLabels"]
-        .as_array()
-        .ok_or("holdfast.dev/settings has no list \"protectionLabels\"")?
-        .iter()
-        .map(|l| {
-            l.as_str()
-                .ok_or_else(|| "a protection label that is not a string".to_string())
-                .and_then(|s| s.parse::<ProtectionLabel>().map_err(|e| e.to_string()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((ProtectionLabels::with_extra(labels), strict))
+    let published = PublishedSettings::parse(annotation)?;
+    Ok((published.labels()?, published.strict))
 }
 
 /// The object a `why` report is about.

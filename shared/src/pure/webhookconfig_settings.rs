@@ -3,72 +3,124 @@
 //! desired.
 
 use super::*;
+use crate::labels::ProtectionLabel;
+use serde::{Deserialize, Serialize};
 
 /// Annotation on the configuration `holdfast` (Kubernetes and Karmada) recording
-/// the settings the controller installed it for, which the webhook must share:
-/// `{"strict":BOOL,"protectionLabels":["KEY=V1,V2",...]}` (labels sorted by key,
-/// values sorted). The webhook refuses to run while its own settings differ.
+/// the settings the controller installed it for, which the webhook must share: a
+/// [`PublishedSettings`], `{"protectionLabels":["KEY=V1,V2",...],"strict":BOOL}`
+/// (labels sorted by key, values sorted). The webhook refuses to run while its own
+/// settings differ; the kubectl plugin judges with them.
 pub const SETTINGS_ANNOTATION: &str = "holdfast.dev/settings";
 
-fn canonical_labels(labels: &ProtectionLabels) -> Vec<String> {
-    let mut out: Vec<String> = labels
-        .iter()
-        .map(|l| {
-            let mut values = l.values.clone();
-            values.sort();
-            values.dedup();
-            format!("{}={}", l.key, values.join(","))
-        })
-        .collect();
-    out.sort();
-    out
+/// The settings the controller publishes in [`SETTINGS_ANNOTATION`], as written
+/// there (fields in this order on the wire).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishedSettings {
+    /// The protection labels, each `KEY=V1,V2`: sorted by key, values sorted and
+    /// without repeats.
+    pub protection_labels: Vec<String>,
+    /// Whether the controller runs strict (`HOLDFAST_STRICT`).
+    pub strict: bool,
+}
+
+impl PublishedSettings {
+    /// The settings for `labels` and `strict`, labels in their canonical form.
+    pub fn for_settings(labels: &ProtectionLabels, strict: bool) -> Self {
+        let mut protection_labels: Vec<String> = labels
+            .iter()
+            .map(|l| {
+                let mut values = l.values.clone();
+                values.sort();
+                values.dedup();
+                format!("{}={}", l.key, values.join(","))
+            })
+            .collect();
+        protection_labels.sort();
+        Self {
+            protection_labels,
+            strict,
+        }
+    }
+
+    /// The value of [`SETTINGS_ANNOTATION`].
+    pub fn to_annotation(&self) -> String {
+        // Strings and a boolean: serializing cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads the value of [`SETTINGS_ANNOTATION`]; the error says what is wrong
+    /// with it (that it does not parse, or which field is missing or mistyped).
+    pub fn parse(annotation: &str) -> Result<Self, String> {
+        let value: Value = serde_json::from_str(annotation)
+            .map_err(|e| format!("{SETTINGS_ANNOTATION} {annotation:?} does not parse: {e}"))?;
+        match Self::deserialize(&value) {
+            Ok(settings) if value.is_object() => Ok(settings),
+            _ => Err(wrong_fields(&value)),
+        }
+    }
+
+    /// The protection labels, parsed.
+    pub fn labels(&self) -> Result<ProtectionLabels, String> {
+        let labels = self
+            .protection_labels
+            .iter()
+            .map(|l| l.parse::<ProtectionLabel>().map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ProtectionLabels::with_extra(labels))
+    }
+}
+
+/// Which fields of an annotation `value` that is JSON but no [`PublishedSettings`]
+/// are missing or mistyped.
+fn wrong_fields(value: &Value) -> String {
+    let mut problems = Vec::new();
+    if !value["strict"].is_boolean() {
+        problems.push(format!("{SETTINGS_ANNOTATION} has no boolean \"strict\""));
+    }
+    if !value["protectionLabels"]
+        .as_array()
+        .is_some_and(|a| a.iter().all(Value::is_string))
+    {
+        problems.push(format!(
+            "{SETTINGS_ANNOTATION} has no list of strings \"protectionLabels\""
+        ));
+    }
+    problems.join("; ")
 }
 
 /// The value of [`SETTINGS_ANNOTATION`] for `labels` and `strict`.
 pub fn settings_annotation(labels: &ProtectionLabels, strict: bool) -> String {
-    serde_json::json!({"strict": strict, "protectionLabels": canonical_labels(labels)}).to_string()
+    PublishedSettings::for_settings(labels, strict).to_annotation()
 }
 
 /// Why the webhook's settings (`labels`, `strict`) differ from those recorded in
 /// the configuration's [`SETTINGS_ANNOTATION`] (`annotation`), or `None` when they
-/// agree. An annotation that does not parse is a disagreement too.
+/// agree. An annotation that does not parse, or lacks a field, is a disagreement too.
 pub fn settings_disagreement(
     annotation: &str,
     labels: &ProtectionLabels,
     strict: bool,
 ) -> Option<String> {
-    let theirs: Value = match serde_json::from_str(annotation) {
-        Ok(v) => v,
-        Err(e) => {
-            return Some(format!(
-                "{SETTINGS_ANNOTATION} {annotation:?} does not parse: {e}"
-            ));
-        }
+    let theirs = match PublishedSettings::parse(annotation) {
+        Ok(theirs) => theirs,
+        Err(e) => return Some(e),
     };
+    let ours = PublishedSettings::for_settings(labels, strict);
     let mut problems = Vec::new();
-    match theirs["strict"].as_bool() {
-        Some(s) if s == strict => {}
-        Some(s) => problems.push(format!(
-            "the controller runs with strict={s}, this webhook with strict={strict} (HOLDFAST_STRICT)"
-        )),
-        None => problems.push(format!("{SETTINGS_ANNOTATION} has no boolean \"strict\"")),
+    if theirs.strict != ours.strict {
+        problems.push(format!(
+            "the controller runs with strict={}, this webhook with strict={strict} (HOLDFAST_STRICT)",
+            theirs.strict
+        ));
     }
-    let ours = canonical_labels(labels);
-    let their_labels: Option<Vec<String>> = theirs["protectionLabels"].as_array().and_then(|a| {
-        a.iter()
-            .map(|v| v.as_str().map(str::to_string))
-            .collect::<Option<Vec<_>>>()
-    });
-    match their_labels {
-        Some(t) if t == ours => {}
-        Some(t) => problems.push(format!(
+    if theirs.protection_labels != ours.protection_labels {
+        problems.push(format!(
             "the controller protects with labels [{}], this webhook with [{}] (HOLDFAST_PROTECTION_LABELS)",
-            t.join(" "),
-            ours.join(" ")
-        )),
-        None => problems.push(format!(
-            "{SETTINGS_ANNOTATION} has no list of strings \"protectionLabels\""
-        )),
+            theirs.protection_labels.join(" "),
+            ours.protection_labels.join(" ")
+        ));
     }
     (!problems.is_empty()).then(|| problems.join("; "))
 }

@@ -596,6 +596,37 @@ fn settings_annotation_round_trips_and_names_each_difference() {
         settings_disagreement("{", &with, true)
             .is_some_and(|m| m.starts_with("holdfast.dev/settings \"{\" does not parse: "))
     );
+    assert_eq!(
+        settings_disagreement(r#"{"protectionLabels":[]}"#, &with, true).as_deref(),
+        Some("holdfast.dev/settings has no boolean \"strict\"")
+    );
+    assert_eq!(
+        settings_disagreement(r#"{"strict":"yes","protectionLabels":[1]}"#, &with, true).as_deref(),
+        Some(
+            "holdfast.dev/settings has no boolean \"strict\"; holdfast.dev/settings has no \
+             list of strings \"protectionLabels\""
+        )
+    );
+    assert_eq!(
+        settings_disagreement(r#"[["a=b"],true]"#, &with, true).as_deref(),
+        Some(
+            "holdfast.dev/settings has no boolean \"strict\"; holdfast.dev/settings has no \
+             list of strings \"protectionLabels\""
+        )
+    );
+    // Read back: the same settings, labels that publish the same; fields it does
+    // not know are ignored.
+    let published = PublishedSettings::parse(&a).expect("parses");
+    assert_eq!(published, PublishedSettings::for_settings(&with, true));
+    let labels = published.labels().expect("labels");
+    assert_eq!(PublishedSettings::for_settings(&labels, true), published);
+    assert_eq!(
+        PublishedSettings::parse(r#"{"strict":false,"protectionLabels":[],"more":1}"#),
+        Ok(PublishedSettings {
+            protection_labels: vec![],
+            strict: false
+        })
+    );
     let cfg = desired_configuration(&with, true, &opts());
     assert_eq!(
         cfg.metadata
