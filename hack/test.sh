@@ -22,7 +22,7 @@ backends="${HOLDFAST_BACKENDS:-sim kube kcp}"
 # The end-to-end files whose tests drive the cluster they are given (the others run
 # locally or start a backend of their own, and ran in the sim pass already).
 kube_files=(alerts backstop blast_radius cascading controller_kubernetes deferred
-  dependency_kubernetes dry_run faults hardening karmada_overlay label_protection
+  dependency_kubernetes dry_run failover faults hardening karmada_overlay label_protection
   least_privilege plugin protections refused_configuration security seeds
   seeds_remote self_protection settings shipped_rbac helm_lifecycle)
 # The kcp end-to-end files whose topology (kcp_sharded) also runs on a real kcp,

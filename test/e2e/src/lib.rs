@@ -4,7 +4,9 @@
 
 pub mod alerts;
 pub mod backend;
+pub mod balancer;
 pub mod controller;
+pub mod delete_load;
 pub mod fixtures;
 pub mod helm;
 pub mod kcp;
