@@ -100,26 +100,24 @@ impl Front {
         self.addr
     }
 
-    /// Lists `backend` (it takes new connections) or takes it off the list.
-    pub fn set_listed(&self, backend: SocketAddr, listed: bool) -> anyhow::Result<()> {
-        let b = self
-            .shared
+    fn backend(&self, addr: SocketAddr) -> anyhow::Result<&Backend> {
+        self.shared
             .backends
             .iter()
-            .find(|b| b.addr == backend)
-            .with_context(|| format!("{backend} is no backend of this front"))?;
+            .find(|b| b.addr == addr)
+            .with_context(|| format!("{addr} is no backend of this front"))
+    }
+
+    /// Lists `backend` (it takes new connections) or takes it off the list.
+    pub fn set_listed(&self, backend: SocketAddr, listed: bool) -> anyhow::Result<()> {
+        let b = self.backend(backend)?;
         b.listed.store(listed, Ordering::Release);
         Ok(())
     }
 
     /// What the front did with `backend` so far.
     pub fn stats(&self, backend: SocketAddr) -> anyhow::Result<BackendStats> {
-        let b = self
-            .shared
-            .backends
-            .iter()
-            .find(|b| b.addr == backend)
-            .with_context(|| format!("{backend} is no backend of this front"))?;
+        let b = self.backend(backend)?;
         Ok(BackendStats {
             relayed: b.relayed.load(Ordering::Relaxed),
             failed: b.failed.load(Ordering::Relaxed),

@@ -121,19 +121,7 @@ impl WorkspacePaths {
         if let Some(p) = self.paths.get(cluster) {
             return Ok(p.clone());
         }
-        let client = reads.clients.cluster(cluster)?;
-        let api: Api<DynamicObject> = Api::all_with(client, &logical_cluster_resource());
-        let read = tokio::time::timeout(std::time::Duration::from_secs(5), api.get("cluster"))
-            .await
-            .map_err(|e| {
-                LookupError::failed(
-                    format!("reading the LogicalCluster of {cluster} timed out"),
-                    e,
-                )
-            })?
-            .map_err(|e| {
-                LookupError::failed(format!("reading the LogicalCluster of {cluster}: {e}"), e)
-            })?;
+        let read = read_logical_cluster(reads.clients, cluster).await?;
         let path = read
             .metadata
             .annotations
@@ -218,12 +206,27 @@ pub(super) async fn unless_deleting(
 /// Whether kcp is deleting logical cluster `cluster` (its LogicalCluster
 /// `cluster` carries a deletion timestamp). Any failure to read it: no.
 async fn logical_cluster_deleting(clients: &Clients, cluster: &str) -> bool {
-    let Ok(client) = clients.cluster(cluster) else {
-        return false;
-    };
+    read_logical_cluster(clients, cluster)
+        .await
+        .is_ok_and(|lc| lc.metadata.deletion_timestamp.is_some())
+}
+
+/// The LogicalCluster `cluster` of logical cluster `cluster` (one GET, 5 s at most).
+async fn read_logical_cluster(
+    clients: &Clients,
+    cluster: &str,
+) -> Result<DynamicObject, LookupError> {
+    let client = clients.cluster(cluster)?;
     let api: Api<DynamicObject> = Api::all_with(client, &logical_cluster_resource());
-    matches!(
-        tokio::time::timeout(std::time::Duration::from_secs(5), api.get("cluster")).await,
-        Ok(Ok(lc)) if lc.metadata.deletion_timestamp.is_some()
-    )
+    tokio::time::timeout(std::time::Duration::from_secs(5), api.get("cluster"))
+        .await
+        .map_err(|e| {
+            LookupError::failed(
+                format!("reading the LogicalCluster of {cluster} timed out"),
+                e,
+            )
+        })?
+        .map_err(|e| {
+            LookupError::failed(format!("reading the LogicalCluster of {cluster}: {e}"), e)
+        })
 }
