@@ -8,10 +8,12 @@
 //! and after get their targets rebuilt, the configurations of those workspaces
 //! and of those whose live configuration changed are compared, and the statuses
 //! of the rules and policies that read a configuration that changed, or that
-//! changed themselves, are compared. A relist, a watch that changed state, a
-//! resync (caches dropped), new install options, an export answer that changed,
-//! a failed write or a pass that errored make the next pass a full one, which
-//! computes everything from all objects as before.
+//! changed themselves, are compared. An export answer read again (each about once
+//! per resync period, a budget per pass: [`Reconciler::refresh_answers`]) and found
+//! different has the rules that used it evaluated again. A relist, a watch that
+//! changed state, the full resync (every [`FULL_RESYNC_EVERY`] resync periods), new
+//! install options, a failed write or a pass that errored make the next pass a
+//! full one, which computes everything from all objects as before.
 
 use super::*;
 use crate::cycles::{Cycle, EdgeGraph};
@@ -334,17 +336,30 @@ impl Reconciler {
         fleet: &mut Fleet,
         changes: &StoreChanges,
     ) -> Option<Vec<RuleDelta>> {
-        let (mut answers, prev, answers_same) = self.ask_again().await;
-        if !answers_same {
-            // The full evaluation compares with the same previous answers.
-            *self.memo.lookups.lock() = prev;
-            return None;
-        }
+        let Refreshed {
+            mut answers,
+            replaced,
+            refreshed,
+            more,
+        } = self.refresh_answers().await;
+        self.more_due.store(more, Ordering::Relaxed);
+        // The rules that used an answer now different are evaluated again (their
+        // answers compared one by one in `evaluate`).
+        let readers = self.readers_of(&replaced);
         let keys: BTreeSet<(String, String)> = changes
             .keys()
             .cloned()
             .chain(fleet.retry.iter().map(|k| (**k).clone()))
+            .chain(readers.iter().cloned())
             .collect();
+        if refreshed > 0 {
+            tracing::debug!(
+                refreshed,
+                changed = replaced.len(),
+                rules = readers.len(),
+                "export answers read again"
+            );
+        }
         let mut delta = Vec::new();
         for key in keys {
             let found = self.rules.lock().get(&key);
@@ -363,10 +378,13 @@ impl Reconciler {
             let parsed = Memo::parsed_of(&mut self.memo.parsed.lock(), &skey, &obj);
             // The evaluation kept while the spec and every answer are the same
             // (what the full evaluation keeps).
-            let kept = Memo::kept_eval(&mut self.memo.evals.lock(), &key, &parsed);
+            let kept = match readers.contains(&key) {
+                true => None,
+                false => Memo::kept_eval(&mut self.memo.evals.lock(), &key, &parsed),
+            };
             let (eval, rule) = match kept {
                 Some(eval) => (eval, parsed.rule.as_ref().ok().cloned()),
-                None => self.evaluate(&skey, &parsed, &mut answers, &prev).await,
+                None => self.evaluate(&skey, &parsed, &mut answers).await,
             };
             match eval.invalid.is_some() {
                 true => fleet.retry.insert(skey.clone()),
@@ -396,5 +414,20 @@ impl Reconciler {
         }
         *self.memo.lookups.lock() = answers;
         Some(delta)
+    }
+
+    /// The rules whose kept evaluation used one of `replaced` (by pointer).
+    fn readers_of(&self, replaced: &[Arc<ExportLookup>]) -> BTreeSet<(String, String)> {
+        if replaced.is_empty() {
+            return BTreeSet::new();
+        }
+        let stale: HashSet<*const ExportLookup> = replaced.iter().map(Arc::as_ptr).collect();
+        self.memo
+            .evals
+            .lock()
+            .iter()
+            .filter(|(_, c)| c.used.iter().any(|u| stale.contains(&Arc::as_ptr(u))))
+            .map(|(k, _)| (**k).clone())
+            .collect()
     }
 }

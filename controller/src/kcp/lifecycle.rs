@@ -133,6 +133,7 @@ impl Reconciler {
             enforcement: Default::default(),
             unresolved: false,
             resynced: AtomicBool::new(false),
+            more_due: AtomicBool::new(false),
             ready,
         })
     }

@@ -139,6 +139,11 @@ const SYNC_POLL: Duration = Duration::from_millis(200);
 
 /// A pass runs this soon again while some workspace path is unresolved.
 const UNRESOLVED_RETRY: Duration = Duration::from_secs(2);
+/// A pass runs this soon again while export answers are due to be read again.
+const REFRESH_RETRY: Duration = Duration::from_millis(50);
+/// A full pass every this many resync periods without events (the export answers
+/// are read again within each period, spread over the passes).
+const FULL_RESYNC_EVERY: u32 = 10;
 /// The longest a pass may leave the statuses to the next because a policy changed
 /// during it (see [`Reconciler::defer_statuses`]).
 const STATUS_DEFER_MAX: Duration = Duration::from_secs(1);
@@ -172,12 +177,13 @@ pub struct Reconciler {
     kinds: PerKind<Shared<DynamicObject>>,
     /// The watch tasks (stopped with the reconciler).
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// Workspace paths → logical clusters (no watch: TTL, dropped on every resync,
-    /// and per logical cluster when a read there answers 403 or 404).
+    /// Workspace paths → logical clusters (no watch: TTL, read again when an
+    /// answer is refreshed, and per logical cluster when a read there answers 403
+    /// or 404).
     resolver: holdfast_shared::kcp::Resolver,
     /// APIExports read through the front-proxy (same invalidation).
     exports: holdfast_shared::kcp::Exports,
-    /// When the caches were last dropped.
+    /// When the last full resync was.
     last_resync: std::time::Instant,
     notify: Arc<Notify>,
     /// What the passes remember from one to the next (see [`Memo`]).
@@ -186,8 +192,11 @@ pub struct Reconciler {
     enforcement: crate::kcp::enforcement::Enforcement,
     /// Whether the last pass left some workspace path unresolved (retry soon).
     unresolved: bool,
-    /// Set when the caches were dropped (a resync): the next pass is a full one.
+    /// Set at a full resync: the next pass is a full one.
     resynced: AtomicBool,
+    /// Set when a pass left export answers due to be read again (the next comes
+    /// soon, see [`rules::REFRESH_BUDGET`]).
+    more_due: AtomicBool,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -359,19 +368,28 @@ impl crate::reconcile::Reconcile for Reconciler {
     }
 
     fn idle_wait(&self) -> Duration {
-        if self.unresolved {
-            UNRESOLVED_RETRY
-        } else {
-            self.settings.resync
+        if self.more_due.load(Ordering::Relaxed) {
+            return REFRESH_RETRY;
+        }
+        let wait = match self.unresolved {
+            true => UNRESOLVED_RETRY,
+            false => self.settings.resync,
+        };
+        // The next pass when the oldest export answer is due (not sooner than
+        // the short retry: answers read together are read again together).
+        match *self.memo.next_refresh.lock() {
+            Some(at) => wait.min(
+                at.saturating_duration_since(std::time::Instant::now())
+                    .max(REFRESH_RETRY),
+            ),
+            None => wait,
         }
     }
 
     fn on_resync(&mut self) {
-        // The short retry of unresolved rules is no resync: only their failed
-        // lookups are read again (failures are never cached).
-        if self.last_resync.elapsed() >= self.settings.resync {
-            self.resolver.invalidate();
-            self.exports.invalidate();
+        // The short retries are no resync: the answers due are read again by
+        // the pass. A full pass only every FULL_RESYNC_EVERY periods.
+        if self.last_resync.elapsed() >= self.settings.resync * FULL_RESYNC_EVERY {
             self.last_resync = std::time::Instant::now();
             self.resynced.store(true, Ordering::Relaxed);
         }

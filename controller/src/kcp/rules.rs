@@ -12,7 +12,6 @@ impl Reconciler {
         key: &StoreKey,
         parsed: &Arc<Parsed>,
         answers: &mut PassLookups,
-        prev: &PassLookups,
     ) -> (Arc<RuleEval>, Option<Arc<DependencyRule>>) {
         let (cluster, name) = (key.0.as_str(), key.1.as_str());
         let new_eval = || RuleEval {
@@ -42,19 +41,13 @@ impl Reconciler {
         // Every answer the rule depends on, in spec order.
         let dependent = &rule.spec.dependent;
         let dependent_found = match &dependent.api_export_name {
-            Some(export) => Some(
-                self.lookup(answers, prev, cluster, export, Where::Cluster)
-                    .await,
-            ),
+            Some(export) => Some(self.lookup(answers, cluster, export, Where::Cluster).await),
             None => None,
         };
         let mut found_refs = Vec::with_capacity(rule.spec.dependencies.len());
         for d in &rule.spec.dependencies {
             found_refs.push(match &d.api_export_ref {
-                Some(r) => Some(
-                    self.lookup(answers, prev, &r.path, &r.name, Where::Path)
-                        .await,
-                ),
+                Some(r) => Some(self.lookup(answers, &r.path, &r.name, Where::Path).await),
                 None => None,
             });
         }
@@ -84,6 +77,7 @@ impl Reconciler {
             if let Err((reason, msg)) = found.exporting(&gr, cluster, export) {
                 self.reread_if_lacking(reason, found.lc.as_deref(), export)
                     .await;
+                answers.read_again(Where::Cluster, cluster, export);
                 problems.push((reason, format!("spec.dependent.apiExportName: {msg}")));
             }
         }
@@ -112,6 +106,7 @@ impl Reconciler {
                 }
                 Err((reason, msg)) => {
                     self.reread_if_lacking(reason, lc.as_deref(), &r.name).await;
+                    answers.read_again(Where::Path, &r.path, &r.name);
                     problems.push((
                         reason,
                         format!("spec.dependencies[{i}].apiExportRef: {msg}"),
@@ -158,28 +153,38 @@ impl Reconciler {
     pub(super) async fn lookup(
         &self,
         answers: &mut PassLookups,
-        prev: &PassLookups,
         at: &str,
         name: &str,
         kind: Where,
     ) -> Arc<ExportLookup> {
-        if let Some(found) = answers.get(kind, at, name) {
-            return found.clone();
-        }
-        let found = self.lookup_now(at, name, kind).await;
-        let found = match prev.get(kind, at, name) {
-            Some(before) if **before == found => before.clone(),
-            _ => Arc::new(found),
+        let period = self.settings.resync;
+        let before = match answers.get_answer(kind, at, name) {
+            Some(a) if a.pass == answers.pass || a.settled(period) => return a.found.clone(),
+            Some(a) => Some(a.found.clone()),
+            None => None,
         };
-        answers.insert(kind, at, name, found.clone());
-        found
+        let found = self.lookup_now(at, name, kind, before.is_some()).await;
+        answers.insert(kind, at, name, PassLookups::same_or_new(before, found))
     }
 
-    pub(super) async fn lookup_now(&self, at: &str, name: &str, kind: Where) -> ExportLookup {
+    /// APIExport `name` at `at`, read through the caches; with `afresh`, the
+    /// path's resolution and the export are read from kcp (an answer refreshed).
+    pub(super) async fn lookup_now(
+        &self,
+        at: &str,
+        name: &str,
+        kind: Where,
+        afresh: bool,
+    ) -> ExportLookup {
         let key = (at.to_string(), name.to_string());
         let resolved = match kind {
             Where::Cluster => Ok(at.to_string()),
-            Where::Path => self.resolver.resolve(at).await,
+            Where::Path => {
+                if afresh {
+                    self.resolver.forget_path(at).await;
+                }
+                self.resolver.resolve(at).await
+            }
         };
         let mut lc = match resolved {
             Ok(lc) => lc,
@@ -192,6 +197,9 @@ impl Reconciler {
                 );
             }
         };
+        if afresh {
+            self.exports.forget_export(&lc, name).await;
+        }
         let mut read = self.exports.get(&lc, at, name).await;
         if kind == Where::Path
             && matches!(
@@ -293,24 +301,54 @@ impl Reconciler {
     pub(super) async fn forget_cluster(&self, lc: &str) {
         self.resolver.forget(lc).await;
         self.exports.forget(lc).await;
+        // The answers found there are read again by the next pass.
+        self.memo.forgotten.lock().insert(lc.to_string());
     }
 
-    /// The previous pass's answers, asked again first: while every one is the
-    /// same, a rule whose object is unchanged keeps its evaluation without asking
-    /// for its answers one by one (the same result `evaluate` reaches). Returns
-    /// this pass's answers so far, the previous pass's, and whether all are the
-    /// same.
-    pub(super) async fn ask_again(&self) -> (PassLookups, PassLookups, bool) {
-        let prev = std::mem::take(&mut *self.memo.lookups.lock());
-        let mut answers = PassLookups::default();
-        let mut answers_same = true;
-        for (kind, at, name) in prev.keys() {
-            let found = self.lookup(&mut answers, &prev, at, name, kind).await;
-            answers_same &= prev
-                .get(kind, at, name)
-                .is_some_and(|before| Arc::ptr_eq(before, &found));
+    /// The answers kept from the last pass, this pass's from now on, with up to
+    /// [`REFRESH_BUDGET`] of those older than the refresh period (the resync
+    /// period) read again from kcp, oldest first, [`REFRESH_CONCURRENCY`] at a
+    /// time: every answer is re-read about once per period, spread over the
+    /// passes instead of all at once. Returns the answers, those replaced by a
+    /// different one (the rules that used them are evaluated again), and whether
+    /// more are due (the next pass comes soon).
+    pub(super) async fn refresh_answers(&self) -> Refreshed {
+        let mut answers = std::mem::take(&mut *self.memo.lookups.lock());
+        answers.pass += 1;
+        let forgotten = std::mem::take(&mut *self.memo.forgotten.lock());
+        answers.read_again_in(&forgotten);
+        let (due, more) = answers.due(self.settings.resync, REFRESH_BUDGET);
+        let read: Vec<_> = futures::stream::iter(due)
+            .map(|(kind, at, name)| async move {
+                let found = self.lookup_now(&at, &name, kind, true).await;
+                (kind, at, name, found)
+            })
+            .buffer_unordered(REFRESH_CONCURRENCY)
+            .collect()
+            .await;
+        let refreshed = read.len();
+        let mut replaced = Vec::new();
+        for (kind, at, name, found) in read {
+            let before = answers.get(kind, &at, &name).cloned();
+            let kept = answers.insert(
+                kind,
+                &at,
+                &name,
+                PassLookups::same_or_new(before.clone(), found),
+            );
+            if let Some(b) = before
+                && !Arc::ptr_eq(&b, &kept)
+            {
+                replaced.push(b);
+            }
         }
-        (answers, prev, answers_same)
+        *self.memo.next_refresh.lock() = answers.next_due(self.settings.resync);
+        Refreshed {
+            answers,
+            replaced,
+            refreshed,
+            more,
+        }
     }
 
     /// Phases 1 and 2: every rule object decoded (cached per resourceVersion)
@@ -337,9 +375,16 @@ impl Reconciler {
             }
             (parsed, removed)
         };
-        let (mut answers, prev, answers_same) = self.ask_again().await;
-        // The evaluations kept, found under one lock (the fresh ones are awaited).
-        let kept: Vec<Option<Arc<RuleEval>>> = match answers_same {
+        let Refreshed {
+            mut answers,
+            replaced,
+            more,
+            ..
+        } = self.refresh_answers().await;
+        self.more_due.store(more, Ordering::Relaxed);
+        // The evaluations kept, found under one lock (the fresh ones are awaited);
+        // after an answer changed, each rule's answers are compared in `evaluate`.
+        let kept: Vec<Option<Arc<RuleEval>>> = match replaced.is_empty() {
             true => {
                 let mut cache = self.memo.evals.lock();
                 objects
@@ -357,7 +402,7 @@ impl Reconciler {
                 Some(eval) => (eval, parsed.rule.as_ref().ok().cloned()),
                 None => {
                     fresh = true;
-                    self.evaluate(&key, &parsed, &mut answers, &prev).await
+                    self.evaluate(&key, &parsed, &mut answers).await
                 }
             };
             rules.push((
@@ -446,20 +491,128 @@ impl ExportLookup {
     }
 }
 
+/// Per pass, at most this many answers older than the refresh period are read again.
+pub(super) const REFRESH_BUDGET: usize = 128;
+/// Answers read again at once.
+const REFRESH_CONCURRENCY: usize = 16;
+
+/// What [`Reconciler::refresh_answers`] returns.
+pub(super) struct Refreshed {
+    pub(super) answers: PassLookups,
+    /// Answers read again and found different: the ones before.
+    pub(super) replaced: Vec<Arc<ExportLookup>>,
+    /// How many were read again.
+    pub(super) refreshed: usize,
+    /// Whether more than the budget were due.
+    pub(super) more: bool,
+}
+
+impl Answer {
+    /// Whether it is carried without asking: the export was found, no rule found
+    /// it lacking, and it is younger than `period`.
+    fn settled(&self, period: Duration) -> bool {
+        self.found.export.is_ok() && self.read_at.is_some_and(|t| t.elapsed() < period)
+    }
+}
+
 impl PassLookups {
     pub(super) fn get(&self, kind: Where, at: &str, name: &str) -> Option<&Arc<ExportLookup>> {
+        self.get_answer(kind, at, name).map(|a| &a.found)
+    }
+
+    pub(super) fn get_answer(&self, kind: Where, at: &str, name: &str) -> Option<&Answer> {
         self.answers.get(&kind)?.get(at)?.get(name)
     }
 
-    /// Every (where, at, name) answered.
-    pub(super) fn keys(&self) -> impl Iterator<Item = (Where, &str, &str)> {
+    fn entries(&self) -> impl Iterator<Item = (Where, &str, &str, &Answer)> {
         self.answers.iter().flat_map(|(kind, at)| {
             at.iter().flat_map(move |(at, names)| {
                 names
-                    .keys()
-                    .map(move |name| (*kind, at.as_str(), name.as_str()))
+                    .iter()
+                    .map(move |(name, a)| (*kind, at.as_str(), name.as_str(), a))
             })
         })
+    }
+
+    /// The answers to read again at the start of a pass: every failed one, and
+    /// up to `budget` of the others that are no longer settled, oldest first;
+    /// and whether some were left for a later pass.
+    pub(super) fn due(
+        &self,
+        period: Duration,
+        budget: usize,
+    ) -> (Vec<(Where, String, String)>, bool) {
+        let mut failed = Vec::new();
+        let mut old = Vec::new();
+        for (kind, at, name, a) in self.entries() {
+            if a.found.export.is_err() {
+                failed.push((kind, at, name));
+            } else if !a.settled(period) {
+                old.push((a.read_at, kind, at, name));
+            }
+        }
+        let more = old.len() > budget;
+        if more {
+            old.select_nth_unstable_by_key(budget, |(t, ..)| *t);
+            old.truncate(budget);
+        }
+        let own = |(kind, at, name): (Where, &str, &str)| (kind, at.to_string(), name.to_string());
+        let due = failed
+            .into_iter()
+            .chain(old.into_iter().map(|(_, kind, at, name)| (kind, at, name)))
+            .map(own)
+            .collect();
+        (due, more)
+    }
+
+    /// When the oldest settled answer stops being settled.
+    pub(super) fn next_due(&self, period: Duration) -> Option<std::time::Instant> {
+        self.entries()
+            .filter(|(.., a)| a.found.export.is_ok())
+            .filter_map(|(.., a)| a.read_at)
+            .min()
+            .map(|t| t + period)
+    }
+
+    /// Answer (kind, at, name) is read again by the next pass needing it.
+    pub(super) fn read_again(&mut self, kind: Where, at: &str, name: &str) {
+        if let Some(a) = self
+            .answers
+            .get_mut(&kind)
+            .and_then(|m| m.get_mut(at))
+            .and_then(|m| m.get_mut(name))
+        {
+            a.read_at = None;
+        }
+    }
+
+    /// Every answer found in one of the logical clusters `lcs` is read again by
+    /// the next pass needing it.
+    pub(super) fn read_again_in(&mut self, lcs: &HashSet<String>) {
+        if lcs.is_empty() {
+            return;
+        }
+        for a in self
+            .answers
+            .values_mut()
+            .flat_map(|m| m.values_mut())
+            .flat_map(|m| m.values_mut())
+        {
+            if a.found.lc.as_ref().is_some_and(|lc| lcs.contains(lc)) {
+                a.read_at = None;
+            }
+        }
+    }
+
+    /// `before` when `found` equals it, else `found` anew.
+    pub(super) fn same_or_new(
+        before: Option<Arc<ExportLookup>>,
+        found: ExportLookup,
+    ) -> Arc<ExportLookup> {
+        match before {
+            Some(b) if *b == found => b,
+            _ => Arc::new(found),
+        }
     }
 
     /// Keeps only the answers `named` names.
@@ -473,12 +626,31 @@ impl PassLookups {
         self.answers.retain(|_, at| !at.is_empty());
     }
 
-    pub(super) fn insert(&mut self, kind: Where, at: &str, name: &str, found: Arc<ExportLookup>) {
-        self.answers
-            .entry(kind)
-            .or_default()
-            .entry(at.to_string())
-            .or_default()
-            .insert(name.to_string(), found);
+    /// Records `found` as read now by this pass; returns it.
+    pub(super) fn insert(
+        &mut self,
+        kind: Where,
+        at: &str,
+        name: &str,
+        found: Arc<ExportLookup>,
+    ) -> Arc<ExportLookup> {
+        let answer = Answer {
+            found: found.clone(),
+            read_at: Some(std::time::Instant::now()),
+            pass: self.pass,
+        };
+        let names = self.answers.entry(kind).or_default();
+        match names.get_mut(at) {
+            Some(m) => {
+                m.insert(name.to_string(), answer);
+            }
+            None => {
+                names
+                    .entry(at.to_string())
+                    .or_default()
+                    .insert(name.to_string(), answer);
+            }
+        }
+        found
     }
 }

@@ -566,3 +566,70 @@ fn changed_keys_are_those_one_map_lacks_or_holds_otherwise() {
     changed_keys(&a, &b, |x, y| x == y, &mut out);
     assert_eq!(out, ["a", "c", "d"].map(String::from).into());
 }
+
+fn found(lc: &str, ok: bool) -> ExportLookup {
+    match ok {
+        true => ExportLookup {
+            lc: Some(lc.to_string()),
+            export: Ok(Arc::new(holdfast_shared::kcp::ExportInfo {
+                identity_hash: String::new(),
+                resources: Default::default(),
+                shared: None,
+            })),
+        },
+        false => ExportLookup::failed(
+            Some(lc.to_string()),
+            reasons::API_EXPORT_NOT_FOUND,
+            "gone".into(),
+        ),
+    }
+}
+
+#[test]
+fn export_answers_are_read_again_spread_failed_and_lacking_first() {
+    let period = Duration::from_secs(30);
+    let mut a = PassLookups::default();
+    a.pass = 1;
+    for i in 0..10 {
+        a.insert(
+            Where::Path,
+            &format!("root:p{i}"),
+            "e",
+            Arc::new(found(&format!("lc{i}"), true)),
+        );
+    }
+    a.insert(Where::Cluster, "lcx", "e", Arc::new(found("lcx", false)));
+    // Young and found: carried; a failure is always read again, budget or not.
+    let (due, more) = a.due(period, 0);
+    assert_eq!(
+        due,
+        vec![(Where::Cluster, "lcx".to_string(), "e".to_string())]
+    );
+    assert!(!more);
+    assert!(
+        a.next_due(period)
+            .is_some_and(|t| t > std::time::Instant::now())
+    );
+    // A rule found p3 lacking; a 404 in lc7: both read again by the next pass,
+    // within the budget.
+    a.read_again(Where::Path, "root:p3", "e");
+    a.read_again_in(&HashSet::from_iter(["lc7".to_string()]));
+    let (due, more) = a.due(period, 1);
+    assert_eq!(due.len(), 2, "{due:?}");
+    assert!(more, "two answers due, budget one");
+    let (due, more) = a.due(period, 5);
+    let mut paths: Vec<&str> = due.iter().map(|(_, at, _)| at.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, ["lcx", "root:p3", "root:p7"]);
+    assert!(!more);
+    // Past the period every found answer is due, at most the budget per pass.
+    let (due, more) = a.due(Duration::ZERO, 4);
+    assert_eq!(due.len(), 1 + 4);
+    assert!(more);
+    // Read again and equal: the same Arc, so the rules' evaluations are kept.
+    let before = a.get(Where::Path, "root:p1", "e").cloned();
+    let kept = PassLookups::same_or_new(before.clone(), found("lc1", true));
+    assert!(before.as_ref().is_some_and(|b| Arc::ptr_eq(b, &kept)));
+    let changed = PassLookups::same_or_new(before.clone(), found("lc1", false));
+    assert!(before.as_ref().is_some_and(|b| !Arc::ptr_eq(b, &changed)));
+}

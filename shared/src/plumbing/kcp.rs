@@ -258,6 +258,11 @@ impl Resolver {
         }
     }
 
+    /// Forgets `path` (its answer is read again from kcp next time).
+    pub async fn forget_path(&self, path: &str) {
+        self.cache.invalidate(path).await;
+    }
+
     /// The cached answer for `path`, if any.
     pub async fn cached(&self, path: &str) -> Option<String> {
         self.cache.get(path).await
