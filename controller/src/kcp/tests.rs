@@ -588,8 +588,10 @@ fn found(lc: &str, ok: bool) -> ExportLookup {
 #[test]
 fn export_answers_are_read_again_spread_failed_and_lacking_first() {
     let period = Duration::from_secs(30);
-    let mut a = PassLookups::default();
-    a.pass = 1;
+    let mut a = PassLookups {
+        pass: 1,
+        ..Default::default()
+    };
     for i in 0..10 {
         a.insert(
             Where::Path,
