@@ -5,12 +5,28 @@
 //! ResourceProtection, an AnchorRule and a CriticalService on its own types.
 //! Measures the time until every workspace has its configuration (its export's
 //! webhook and its own policies' webhooks) and every policy is Ready, then the time
-//! for one rule change to reach its configuration (p50/p99 over 100 changes).
+//! for one rule change to reach its configuration (p50/p99 over 100 changes), and
+//! the controller's peak RSS (VmHWM) at the end.
 //!
 //! Sizes can be changed with HOLDFAST_BENCH_WORKSPACES (1,000) / HOLDFAST_BENCH_SHARDS (2)
 //! / HOLDFAST_BENCH_RULES_PER_WORKSPACE (10) / HOLDFAST_BENCH_CHANGES (100);
 //! HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (600);
 //! HOLDFAST_BENCH_OTHER_KINDS=0 leaves the three other kinds out.
+//!
+//! With HOLDFAST_E2E_KCP=real the same fleet runs on a real kcp (`backend::kcp`:
+//! two shards, front-proxy, cache server; `hack/substrates.sh kcp`), installed as
+//! docs/kcp.md says: holdfast's API and its identities' RBAC in `root:holdfast`,
+//! the containment grant in `root`, and in every workspace the binding to
+//! holdfast.dev with its claims accepted and the provider grants
+//! (`manifests/overlays/kcp/workspace/provider`). The platform team (a
+//! `system:masters` user) sets it up; the controller runs as the shipped identity
+//! `holdfast-controller`. Workspaces alternate between the two shards
+//! (HOLDFAST_BENCH_SHARDS is ignored), HOLDFAST_BENCH_WORKSPACES defaults to 100,
+//! and what is counted is watched rather than polled (configurations installed,
+//! each change reaching its configuration), so that the benchmark's reads do not
+//! take kcp's CPU. Every setup request is repeated while kcp refuses it for a
+//! moment (a binding before `bind` reached the other shard, holdfast's types
+//! before the binding is Bound).
 
 use std::{
     collections::HashMap,
@@ -23,8 +39,12 @@ use std::{
 };
 
 use futures::StreamExt;
+use tokio::task::JoinHandle;
 
-use holdfast_e2e::{Env, controller::start_controller};
+use holdfast_e2e::{
+    Env, backend::kcp::FRONT_PROXY, backend::kcp::KcpBackend, controller::start_controller,
+    kcp_real::Real,
+};
 use kube::{
     Client,
     api::{GetParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
@@ -70,10 +90,21 @@ fn rule_key(rule: &Value) -> String {
 
 /// How many objects of `collection` are Ready, kept current by a watch: polling with
 /// full lists of 10,000 rules would load the simulator the controller writes to.
-fn ready_count(client: Client, collection: String) -> Arc<AtomicUsize> {
+/// The task keeping it stops when its handle is aborted.
+fn ready_count(client: Client, collection: String) -> (Arc<AtomicUsize>, JoinHandle<()>) {
+    watched_count(client, collection, is_ready)
+}
+
+/// How many objects of `collection` (across logical clusters) `counts` accepts,
+/// kept current by a watch.
+fn watched_count(
+    client: Client,
+    collection: String,
+    counts: impl Fn(&Value) -> bool + Send + 'static,
+) -> (Arc<AtomicUsize>, JoinHandle<()>) {
     let count = Arc::new(AtomicUsize::new(0));
     let out = count.clone();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let mut ready: HashMap<String, bool> = HashMap::new();
         loop {
             let Ok(req) = Request::new(&collection).list(&ListParams::default()) else {
@@ -85,7 +116,7 @@ fn ready_count(client: Client, collection: String) -> Arc<AtomicUsize> {
             };
             ready.clear();
             for r in list["items"].as_array().into_iter().flatten() {
-                ready.insert(rule_key(r), is_ready(r));
+                ready.insert(rule_key(r), counts(r));
             }
             count.store(ready.values().filter(|r| **r).count(), Ordering::SeqCst);
             let rv = list["metadata"]["resourceVersion"]
@@ -114,7 +145,7 @@ fn ready_count(client: Client, collection: String) -> Arc<AtomicUsize> {
                 };
                 match ev {
                     WatchEvent::Added(r) | WatchEvent::Modified(r) => {
-                        ready.insert(rule_key(&r), is_ready(&r));
+                        ready.insert(rule_key(&r), counts(&r));
                     }
                     WatchEvent::Deleted(r) => {
                         ready.remove(&rule_key(&r));
@@ -130,7 +161,7 @@ fn ready_count(client: Client, collection: String) -> Arc<AtomicUsize> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
-    out
+    (out, task)
 }
 
 /// Runs `f(i)` for every `i` in `0..n`, at most `limit` at a time.
@@ -245,6 +276,164 @@ fn logged(log: &str, message: &str, field: &str) -> Vec<u64> {
     v
 }
 
+/// A client of the platform team (a `system:masters` user, bearer token) on the real
+/// kcp at `server`: the front-proxy's base URL (requests name `/clusters/PATH/...`)
+/// or a shard's (wildcard reads across its logical clusters).
+async fn platform_client(kcp: &KcpBackend, server: &str) -> anyhow::Result<Client> {
+    let file = kcp.kubeconfig_for("platform", "root")?;
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&file)?)?;
+    config["clusters"][0]["cluster"]["server"] = json!(server);
+    let config = kube::config::Kubeconfig::from_yaml(&serde_json::to_string(&config)?)?;
+    let config = kube::Config::from_custom_kubeconfig(config, &Default::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Setup requests repeated because kcp refused them for a moment (real kcp).
+static RETRIED: AtomicUsize = AtomicUsize::new(0);
+
+/// Creates `body` in `collection`; with `until`, repeats it while it fails (kcp
+/// refuses a binding until `bind` reached the shard, and serves holdfast's types
+/// only once the binding is Bound) until then, and takes AlreadyExists as done (a
+/// repeat of a create that went through).
+async fn put(
+    client: &Client,
+    collection: &str,
+    body: &Value,
+    until: Option<Instant>,
+) -> anyhow::Result<()> {
+    let Some(deadline) = until else {
+        return create(client, collection, body).await.map(|_| ());
+    };
+    loop {
+        match create(client, collection, body).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.to_string().contains("AlreadyExists") => return Ok(()),
+            Err(e) if Instant::now() > deadline => {
+                return Err(e.context(format!("creating in {collection}")));
+            }
+            Err(_) => {
+                RETRIED.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+/// Waits until the APIBinding `holdfast` at `base` is Bound (real kcp binds
+/// asynchronously; holdfast's types are served only then).
+async fn bound(client: &Client, base: &str, deadline: Instant) -> anyhow::Result<()> {
+    loop {
+        let req = Request::new(format!("{base}/apis/apis.kcp.io/v1alpha2/apibindings"))
+            .get("holdfast", &GetParams::default())?;
+        let phase = match client.request::<Value>(req).await {
+            Ok(b) => b["status"]["phase"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            Err(e) => e.to_string(),
+        };
+        if phase == "Bound" {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "binding at {base} not Bound: {phase}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits (at most `within`) until the configuration `holdfast` at `vwcs` (a
+/// workspace's collection of ValidatingWebhookConfigurations) has `resource` in its
+/// export webhook, watching it from resourceVersion `rv`; when.
+async fn watch_until_has(
+    client: &Client,
+    vwcs: &str,
+    rv: String,
+    resource: &str,
+    within: Duration,
+) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + within;
+    let has = |cfg: &Value| {
+        export_rules(cfg)
+            .iter()
+            .any(|r| r["resources"][0] == resource)
+    };
+    let mut rv = rv;
+    loop {
+        anyhow::ensure!(Instant::now() < deadline, "{resource} never reached {vwcs}");
+        let params = WatchParams::default()
+            .fields("metadata.name=holdfast")
+            .timeout(within.as_secs().clamp(1, 290) as u32);
+        let events = client
+            .request_events::<Value>(Request::new(vwcs).watch(&params, &rv)?)
+            .await;
+        if let Ok(events) = events {
+            futures::pin_mut!(events);
+            while let Ok(Some(ev)) = tokio::time::timeout_at(deadline.into(), events.next()).await {
+                match ev {
+                    Ok(WatchEvent::Added(cfg) | WatchEvent::Modified(cfg)) => {
+                        if has(&cfg) {
+                            return Ok(Instant::now());
+                        }
+                        if let Some(v) = cfg["metadata"]["resourceVersion"].as_str() {
+                            rv = v.to_string();
+                        }
+                    }
+                    Ok(WatchEvent::Bookmark(_) | WatchEvent::Deleted(_)) => {}
+                    Ok(WatchEvent::Error(_)) | Err(_) => break,
+                }
+            }
+        }
+        // The watch ended (or could not start): read the configuration, and watch
+        // again from there.
+        let req = Request::new(vwcs).get("holdfast", &GetParams::default())?;
+        if let Ok(cfg) = client.request::<Value>(req).await {
+            if has(&cfg) {
+                return Ok(Instant::now());
+            }
+            if let Some(v) = cfg["metadata"]["resourceVersion"].as_str() {
+                rv = v.to_string();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A field of `/proc/PID/status` in kB (e.g. `VmHWM`, the peak resident set).
+fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The objects of a manifest (YAML documents) of `manifests/DIR/rbac.yaml`, with
+/// the collection each is created in.
+fn rbac_objects(dir: &str) -> Vec<(String, Value)> {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../manifests")
+        .join(dir)
+        .join("rbac.yaml");
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("RBAC manifest");
+    docs.into_iter()
+        .filter(|d| d.is_object())
+        .map(|d| {
+            let plural = match d["kind"].as_str() {
+                Some("ClusterRole") => "clusterroles",
+                Some("ClusterRoleBinding") => "clusterrolebindings",
+                other => panic!("{file:?}: unexpected kind {other:?}"),
+            };
+            (format!("apis/rbac.authorization.k8s.io/v1/{plural}"), d)
+        })
+        .collect()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -253,66 +442,122 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
+/// Where the fleet runs.
+enum Host {
+    /// The simulator's kcp model.
+    Sim(Box<Env>),
+    /// A real kcp (the environment's sim stays idle).
+    Real(Box<Real>),
+}
+
+impl Host {
+    fn env(&self) -> &Env {
+        match self {
+            Host::Sim(env) => env,
+            Host::Real(r) => &r.env,
+        }
+    }
+
+    fn kcp(&self) -> Option<&KcpBackend> {
+        match self {
+            Host::Sim(_) => None,
+            Host::Real(r) => Some(&r.kcp),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "benchmark: run hack/bench-controller.sh"]
 async fn bench_kcp_convergence_and_propagation() {
-    let n = env_usize("HOLDFAST_BENCH_WORKSPACES", 1000);
-    let shard_count = env_usize("HOLDFAST_BENCH_SHARDS", 2).max(1);
+    let real = holdfast_e2e::kcp_sharded::on_real_kcp();
+    let n = env_usize("HOLDFAST_BENCH_WORKSPACES", if real { 100 } else { 1000 });
+    // The real kcp of the harness has two shards.
+    let mut shard_count = env_usize("HOLDFAST_BENCH_SHARDS", 2).max(1);
     let per = env_usize("HOLDFAST_BENCH_RULES_PER_WORKSPACE", 10);
     let changes = env_usize("HOLDFAST_BENCH_CHANGES", 100);
     let wait = Duration::from_secs(env_usize("HOLDFAST_BENCH_WAIT_SECONDS", 600) as u64);
     // 0: DependencyRules only (the other three kinds left out, for comparison).
     let others = env_usize("HOLDFAST_BENCH_OTHER_KINDS", 1) != 0;
     let other_policies = if others { 3 * n } else { 0 };
-    // kcp on the sim, whatever HOLDFAST_E2E_KUBECONFIG says.
-    let env = Env::start_with(holdfast_sim::SimConfig {
-        shards: shard_count,
-        ..holdfast_sim::SimConfig::default()
-    })
-    .await
-    .expect("sim");
-    let url = env.sim.url();
-    let client = env.sim.client().await.expect("client");
+    let host = if real {
+        Host::Real(Box::new(Real::start("controller_bench").await))
+    } else {
+        // kcp on the sim, whatever HOLDFAST_E2E_KUBECONFIG says.
+        Host::Sim(Box::new(
+            Env::start_with(holdfast_sim::SimConfig {
+                shards: shard_count,
+                ..holdfast_sim::SimConfig::default()
+            })
+            .await
+            .expect("sim"),
+        ))
+    };
+    let env = host.env();
+    let client = match host.kcp() {
+        None => env.sim.client().await.expect("client"),
+        Some(kcp) => platform_client(kcp, FRONT_PROXY).await.expect("client"),
+    };
+    // On the real kcp, how long a setup request may be repeated.
+    let retry = || real.then(|| Instant::now() + wait);
     let t0 = Instant::now();
 
     // Workspaces: holdfast + n providers.
     let ws_coll = "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces";
-    create(&client, ws_coll, &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": "holdfast"}}))
-        .await
-        .expect("holdfast workspace");
+    if let Host::Real(r) = &host {
+        // docs/kcp.md, "Platform team: install".
+        r.install_holdfast_api().await;
+        r.apply_k("platform", "root", "overlays/kcp/workspace/root");
+    } else {
+        create(&client, ws_coll, &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": "holdfast"}}))
+            .await
+            .expect("holdfast workspace");
+    }
     each(n, 32, |i| {
         let client = client.clone();
+        let until = retry();
         async move {
             // Spread over the shards: `root`, `shard-1`, ...
             let shard = match i % shard_count {
                 0 => "root".to_string(),
                 s => format!("shard-{s}"),
             };
-            create(&client, ws_coll, &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws_name(i)},
-                                             "spec": {"location": {"selector": {"matchLabels": {"name": shard}}}}}))
+            put(&client, ws_coll, &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws_name(i)},
+                                          "spec": {"location": {"selector": {"matchLabels": {"name": shard}}}}}), until)
                 .await
                 .expect("workspace");
         }
     })
     .await;
     // kcp makes a workspace Ready asynchronously (kcp-facts 31).
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let deadline = Instant::now() + if real { wait } else { Duration::from_secs(300) };
     loop {
         let all = list(&client, ws_coll).await.expect("workspaces");
         if all.iter().all(|w| w["status"]["phase"] == "Ready") {
             break;
         }
         assert!(Instant::now() < deadline, "workspaces not Ready");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let poll = if real { 500 } else { 100 };
+        tokio::time::sleep(std::time::Duration::from_millis(poll)).await;
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/kcp");
-    env.run(&[
-        "--server",
-        &format!("{url}/clusters/root:holdfast"),
-        "apply",
-        "-k",
-        &dir.to_string_lossy(),
-    ]);
+    let workspaces_ready = t0.elapsed();
+    if real {
+        eprintln!("{n} workspaces Ready after {workspaces_ready:?}");
+    }
+    let url = match &host {
+        Host::Sim(env) => {
+            let url = env.sim.url();
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/kcp");
+            env.run(&[
+                "--server",
+                &format!("{url}/clusters/root:holdfast"),
+                "apply",
+                "-k",
+                &dir.to_string_lossy(),
+            ]);
+            url
+        }
+        Host::Real(_) => FRONT_PROXY.to_string(),
+    };
     // kcp makes the endpoint slice `holdfast.dev` itself. The bench reads across
     // workspaces with the wildcard, served by a shard (never the front-proxy), where
     // holdfast's exported types are named with the export's identity.
@@ -329,10 +574,31 @@ async fn bench_kcp_convergence_and_propagation() {
         .expect("holdfast.dev identity")
         .to_string();
     let mut shards = Vec::new();
-    for (_, shard_url) in env.sim.shards() {
-        let c = env.sim.client_for_server(&shard_url, "admin").await;
-        shards.push(c.expect("shard client"));
+    match host.kcp() {
+        None => {
+            for (_, shard_url) in env.sim.shards() {
+                let c = env.sim.client_for_server(&shard_url, "admin").await;
+                shards.push(c.expect("shard client"));
+            }
+        }
+        Some(kcp) => {
+            let all = list(&client, "/clusters/root/apis/core.kcp.io/v1alpha1/shards")
+                .await
+                .expect("shards");
+            for shard in &all {
+                let base = shard["spec"]["baseURL"].as_str().expect("shard baseURL");
+                shards.push(platform_client(kcp, base).await.expect("shard client"));
+            }
+            shard_count = shards.len();
+        }
     }
+    // What every workspace grants holdfast on the real kcp (docs/kcp.md, provider
+    // guide, step 2: each is a provider whose export the rules of another name).
+    let grants = if real {
+        rbac_objects("overlays/kcp/workspace/provider")
+    } else {
+        Vec::new()
+    };
     // Every workspace binds holdfast accepting its claims (docs/kcp.md), exports
     // `widgets` and holds `per` rules and one policy of each other kind.
     let claims = json!([
@@ -344,17 +610,25 @@ async fn bench_kcp_convergence_and_propagation() {
     each(n, 32, |i| {
             let client = client.clone();
             let claims = claims.clone();
+            let grants = grants.clone();
+            let until = retry();
             async move {
                 let base = format!("/clusters/root:{}", ws_name(i));
-                create(
+                put(
                     &client,
                     &format!("{base}/apis/apis.kcp.io/v1alpha2/apibindings"),
                     &json!({"apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIBinding", "metadata": {"name": "holdfast"},
                             "spec": {"reference": {"export": {"path": "root:holdfast", "name": "holdfast.dev"}},
                                      "permissionClaims": claims}}),
+                    until,
                 )
                 .await
                 .expect("binding");
+                for (collection, object) in &grants {
+                    put(&client, &format!("{base}/{collection}"), object, until)
+                        .await
+                        .expect("grant");
+                }
                 // The APIExport the rules of the workspace before it name (a rule is
                 // Ready only when its export exists and exports the resource).
                 // Also the resources the propagation changes below switch to.
@@ -367,26 +641,31 @@ async fn bench_kcp_convergence_and_propagation() {
                     .map(|r| json!({"group": format!("{}.test", ws_name(i)), "name": r,
                                     "schema": format!("v1.{r}.{}.test", ws_name(i)), "storage": {"crd": {}}}))
                     .collect();
-                create(
+                put(
                     &client,
                     &format!("{base}/apis/apis.kcp.io/v1alpha2/apiexports"),
                     &json!({"apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIExport", "metadata": {"name": "widgets"},
                             "spec": {"resources": resources}}),
+                    until,
                 )
                 .await
                 .expect("export");
+                if let Some(deadline) = until {
+                    bound(&client, &base, deadline).await.expect("bound");
+                }
                 for j in 0..per {
-                    create(
+                    put(
                         &client,
                         &format!("{base}/apis/holdfast.dev/v1alpha1/dependencyrules"),
                         &rule(i, j, n, &format!("widgets{j}")),
+                        until,
                     )
                     .await
                     .expect("rule");
                 }
                 for (collection, policy) in local_policies().into_iter().filter(|_| others) {
                     let at = format!("{base}/apis/holdfast.dev/v1alpha1/{collection}");
-                    create(&client, &at, &policy).await.expect("policy");
+                    put(&client, &at, &policy, until).await.expect("policy");
                 }
             }
         })
@@ -398,18 +677,33 @@ async fn bench_kcp_convergence_and_propagation() {
         n * per,
         other_policies
     );
+    if real {
+        eprintln!(
+            "setup on the real kcp: setup requests repeated while kcp refused them: {}",
+            RETRIED.load(Ordering::SeqCst)
+        );
+    }
 
     // The controller, against the holdfast workspace.
-    let kubeconfig = env.dir.path().join("holdfast-ws.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        env.sim
-            .kubeconfig_for_server(&format!("{url}/clusters/root:holdfast"), "admin"),
-    )
-    .expect("kubeconfig");
+    let kubeconfig = match host.kcp() {
+        Some(kcp) => kcp
+            .kubeconfig_for("holdfast-controller", "root:holdfast")
+            .expect("kubeconfig"),
+        None => {
+            let kubeconfig = env.dir.path().join("holdfast-ws.kubeconfig");
+            std::fs::write(
+                &kubeconfig,
+                env.sim
+                    .kubeconfig_for_server(&format!("{url}/clusters/root:holdfast"), "admin"),
+            )
+            .expect("kubeconfig");
+            kubeconfig
+        }
+    };
     let port = holdfast_e2e::free_port().expect("port");
     // Every kind on every shard.
     let mut ready_counts = Vec::new();
+    let mut watches = Vec::new();
     for shard in &shards {
         for kind in [
             "dependencyrules",
@@ -417,10 +711,12 @@ async fn bench_kcp_convergence_and_propagation() {
             "anchorrules",
             "criticalservices",
         ] {
-            ready_counts.push(ready_count(
+            let (count, task) = ready_count(
                 shard.clone(),
                 format!("/clusters/*/apis/holdfast.dev/v1alpha1/{kind}:{identity}"),
-            ));
+            );
+            ready_counts.push(count);
+            watches.push(task);
         }
     }
     let ready_now = || {
@@ -429,9 +725,23 @@ async fn bench_kcp_convergence_and_propagation() {
             .map(|c| c.load(Ordering::SeqCst))
             .sum::<usize>()
     };
+    let vwc_all =
+        "/clusters/*/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+    let complete =
+        move |v: &Value| export_rules(v).len() == per && (!others || has_own_policies(v));
+    // On the real kcp the complete configurations are watched (full lists of every
+    // configuration, polled, would take kcp's CPU); on the sim, polled.
+    let mut installed_counts = Vec::new();
+    if real {
+        for shard in &shards {
+            let (count, task) = watched_count(shard.clone(), vwc_all.to_string(), complete);
+            installed_counts.push(count);
+            watches.push(task);
+        }
+    }
     let start = Instant::now();
     let mut c = start_controller(
-        &env,
+        env,
         "controller-bench",
         port,
         &[
@@ -442,23 +752,25 @@ async fn bench_kcp_convergence_and_propagation() {
         ],
     )
     .expect("controller");
-    let vwc_all =
-        "/clusters/*/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
     let installed_at = loop {
-        let mut complete = 0;
-        for shard in &shards {
-            let items = list(shard, vwc_all).await.unwrap_or_default();
-            complete += items
+        let mut complete_now = 0;
+        if real {
+            complete_now = installed_counts
                 .iter()
-                .filter(|v| export_rules(v).len() == per && (!others || has_own_policies(v)))
-                .count();
+                .map(|c| c.load(Ordering::SeqCst))
+                .sum();
+        } else {
+            for shard in &shards {
+                let items = list(shard, vwc_all).await.unwrap_or_default();
+                complete_now += items.iter().filter(|v| complete(v)).count();
+            }
         }
-        if complete == n {
+        if complete_now == n {
             break start.elapsed();
         }
         assert!(
             start.elapsed() < wait,
-            "no convergence: {complete}/{n}\n{}",
+            "no convergence: {complete_now}/{n}\n{}",
             c.log()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -471,7 +783,8 @@ async fn bench_kcp_convergence_and_propagation() {
         }
         assert!(
             start.elapsed() < wait,
-            "policies not ready: {ready}/{policies}"
+            "policies not ready: {ready}/{policies}\n{}",
+            if real { c.log() } else { String::new() }
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
@@ -484,6 +797,8 @@ async fn bench_kcp_convergence_and_propagation() {
     let mut samples = Vec::with_capacity(changes);
     // The same, in the order the changes were made.
     let mut order = Vec::with_capacity(changes);
+    // How long one change may take to reach its configuration.
+    let change_within = Duration::from_secs(if real { 120 } else { 30 });
     for k in 0..changes {
         let i = (k * 37) % n;
         let j = k % per;
@@ -500,10 +815,33 @@ async fn bench_kcp_convergence_and_propagation() {
             &Patch::Merge(&patch),
         )
         .expect("request");
+        let vwcs = format!(
+            "/clusters/root:{target}/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+        );
+        if real {
+            // The configuration's resourceVersion before the change: the watch
+            // starts there, so it sees the change however late it starts.
+            let get = Request::new(&vwcs)
+                .get("holdfast", &GetParams::default())
+                .expect("request");
+            let before: Value = client.request(get).await.expect("configuration");
+            let rv = before["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let t = Instant::now();
+            client.request::<Value>(req).await.expect("patched");
+            let at = watch_until_has(&client, &vwcs, rv, &resource, change_within)
+                .await
+                .unwrap_or_else(|e| panic!("change {k}: {e:#}\n{}", c.log()));
+            samples.push(at - t);
+            order.push(at - t);
+            continue;
+        }
         let t = Instant::now();
         client.request::<Value>(req).await.expect("patched");
         loop {
-            let req = Request::new(format!("/clusters/root:{target}/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"))
+            let req = Request::new(&vwcs)
                 .get("holdfast", &GetParams::default())
                 .expect("request");
             let cfg: Value = client.request(req).await.unwrap_or_default();
@@ -516,12 +854,22 @@ async fn bench_kcp_convergence_and_propagation() {
                 break;
             }
             assert!(
-                t.elapsed() < Duration::from_secs(30),
+                t.elapsed() < change_within,
                 "change {k} never propagated\n{}",
                 c.log()
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+    }
+    // The controller's peak resident set over the whole run, and now.
+    let vm_hwm = proc_status_kib(c.pid(), "VmHWM");
+    let vm_rss = proc_status_kib(c.pid(), "VmRSS");
+    if let (Some(hwm), Some(rss)) = (vm_hwm, vm_rss) {
+        eprintln!(
+            "controller peak RSS (VmHWM): {:.1} MiB (VmRSS now {:.1} MiB)",
+            hwm as f64 / 1024.0,
+            rss as f64 / 1024.0
+        );
     }
     samples.sort();
     let log = c.log();
@@ -573,23 +921,32 @@ async fn bench_kcp_convergence_and_propagation() {
     let cores = std::thread::available_parallelism()
         .map(|p| p.get())
         .unwrap_or(0);
-    println!(
-        "{}",
-        json!({
-            "workspaces": n, "shards": shard_count, "rules": n * per, "other_policies": other_policies, "changes": changes,
-            "setup_seconds": setup.as_secs_f64(),
-            "all_configurations_installed_seconds": installed_at.as_secs_f64(),
-            "all_policies_ready_seconds": ready_at.as_secs_f64(),
-            "change_p50_ms": p50.as_secs_f64() * 1000.0,
-            "change_p99_ms": p99.as_secs_f64() * 1000.0,
-            "change_max_ms": max.as_secs_f64() * 1000.0,
-            "slowest_change": slowest,
-            "pass_median_ms": pass_median,
-            "change_pass_median_ms": steady_median,
-            "change_pass_max_ms": steady.last(),
-            "phases": phases,
-            "cores": cores,
-        })
-    );
+    let mut out = json!({
+        "workspaces": n, "shards": shard_count, "rules": n * per, "other_policies": other_policies, "changes": changes,
+        "setup_seconds": setup.as_secs_f64(),
+        "all_configurations_installed_seconds": installed_at.as_secs_f64(),
+        "all_policies_ready_seconds": ready_at.as_secs_f64(),
+        "change_p50_ms": p50.as_secs_f64() * 1000.0,
+        "change_p99_ms": p99.as_secs_f64() * 1000.0,
+        "change_max_ms": max.as_secs_f64() * 1000.0,
+        "slowest_change": slowest,
+        "pass_median_ms": pass_median,
+        "change_pass_median_ms": steady_median,
+        "change_pass_max_ms": steady.last(),
+        "phases": phases,
+        "cores": cores,
+        "controller_vmhwm_kib": vm_hwm,
+    });
+    if real {
+        out["backend"] = json!("kcp");
+        out["workspaces_ready_seconds"] = json!(workspaces_ready.as_secs_f64());
+        if let Host::Real(r) = &host {
+            out["kcp_started_seconds"] = json!(r.kcp.started_in.as_secs_f64());
+        }
+    }
+    println!("{out}");
+    for task in watches {
+        task.abort();
+    }
     assert_eq!(samples.len(), changes);
 }
