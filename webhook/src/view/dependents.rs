@@ -328,7 +328,7 @@ pub(super) async fn manage_dependents(
             running.insert(key, (sig, handle));
         }
         tokio::select! {
-            _ = view.changed.notified() => {}
+            _ = view.changed.dependents.notified() => {}
             _ = tokio::time::sleep(PASS_PERIOD) => {}
             _ = shutdown.cancelled() => break,
         }

@@ -77,9 +77,25 @@ pub struct WebhookView {
     /// The key that signs deferred-deletion requests, as last read.
     request_key: request_key::KeyCache,
     metrics: Metrics,
-    /// Wakes the store manager or the dependents manager (the policies changed, or
-    /// another pass is asked for).
-    changed: Notify,
+    /// Wakes the store manager and the dependents manager (the policies changed, or
+    /// another pass is asked for): one `Notify` each, so that one waking does not
+    /// take the other's permit.
+    changed: Changed,
+}
+
+/// The store manager's and the dependents manager's wake-ups.
+#[derive(Default)]
+pub(crate) struct Changed {
+    pub(crate) stores: Notify,
+    pub(crate) dependents: Notify,
+}
+
+impl Changed {
+    /// Wakes both (a permit is kept for one that is busy).
+    pub(crate) fn notify(&self) {
+        self.stores.notify_one();
+        self.dependents.notify_one();
+    }
 }
 
 /// Identity of an object store: resource, depth, and label selector (label stores).
@@ -204,7 +220,7 @@ impl WebhookView {
             remotes: RemoteStores::default(),
             request_key: request_key::KeyCache::default(),
             metrics,
-            changed: Notify::new(),
+            changed: Changed::default(),
         })
     }
 
@@ -240,7 +256,7 @@ impl WebhookView {
 
     /// Asks the store manager for another pass at once.
     pub fn wake_stores(&self) {
-        self.changed.notify_one();
+        self.changed.stores.notify_one();
     }
 
     /// Whether the CRD watch has listed every CRD once (Kubernetes).

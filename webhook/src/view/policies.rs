@@ -227,7 +227,7 @@ impl<K: WatchedPolicy> Index<DeserializeGuard<K>> for PolicyFeed<K> {
         }
         self.view.policies.registry.reset(&valid);
         tracing::info!(kind = %K::kind(&()), count = valid.len(), "policy objects loaded");
-        self.view.changed.notify_one();
+        self.view.changed.notify();
     }
 
     fn apply(&mut self, obj: DeserializeGuard<K>) {
@@ -242,12 +242,12 @@ impl<K: WatchedPolicy> Index<DeserializeGuard<K>> for PolicyFeed<K> {
                 self.invalid(&obj, &i.error);
             }
         }
-        self.view.changed.notify_one();
+        self.view.changed.notify();
     }
 
     fn delete(&mut self, obj: DeserializeGuard<K>) {
         self.view.policies.registry.delete::<K>(&policy_key(&obj));
-        self.view.changed.notify_one();
+        self.view.changed.notify();
     }
 
     fn status(&mut self, from: &Status, to: &Status) {
@@ -281,7 +281,7 @@ impl<K: WatchedPolicy> Partitioned<DeserializeGuard<K>> for PolicyFeed<K> {
             .policies
             .registry
             .delete::<K>(&PolicyKey::new(&key.cluster, &key.name));
-        self.view.changed.notify_one();
+        self.view.changed.notify();
     }
 }
 

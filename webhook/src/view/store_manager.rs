@@ -492,7 +492,7 @@ pub(super) async fn manage_stores(
         stores.pass_done();
         rediscover = false;
         tokio::select! {
-            _ = view.changed.notified() => {}
+            _ = view.changed.stores.notified() => {}
             _ = stores.cascade_wanted.notified() => {}
             _ = stores.rediscover.notified() => rediscover = true,
             _ = tokio::time::sleep(PASS_PERIOD) => {}
