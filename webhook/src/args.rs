@@ -52,6 +52,8 @@ impl Args {
             body_budget: mib(self.max_body_budget_mib),
             connection_body_budget: mib(self.max_connection_body_mib),
             max_streams: self.max_streams,
+            max_age: (self.max_connection_age_seconds > 0)
+                .then(|| std::time::Duration::from_secs(self.max_connection_age_seconds)),
         }
     }
 }
@@ -112,6 +114,13 @@ pub struct Args {
     /// Seconds a connection may stay open with no request in flight.
     #[arg(long, env = "HOLDFAST_IDLE_TIMEOUT_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub idle_timeout_seconds: u64,
+
+    /// Seconds a connection may stay open (less up to a tenth, per connection) before
+    /// it is closed gracefully (HTTP/2 GOAWAY; in-flight requests finish), so that
+    /// an API server's long-lived connection moves to another replica in time; 0:
+    /// no limit.
+    #[arg(long, env = "HOLDFAST_MAX_CONNECTION_AGE_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub max_connection_age_seconds: u64,
 
     /// Connections open at once on each listener; more are closed at accept.
     #[arg(long, env = "HOLDFAST_MAX_CONNECTIONS", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65_536))]

@@ -133,7 +133,7 @@ impl Metrics {
             closed: counters(
                 "connections_closed_total",
                 "Connections the server closed, by listener and reason: connection_limit, \
-                 first_request_timeout, idle, handshake_timeout.",
+                 first_request_timeout, idle, max_age, handshake_timeout.",
                 &["listener", "reason"],
             )?,
             events: counters(

@@ -116,6 +116,64 @@ async fn silent_and_idle_connections_are_closed() {
 }
 
 #[tokio::test]
+async fn a_busy_connection_is_closed_gracefully_at_its_maximum_age() {
+    let p = pki_for("webhook", false);
+    let wh = label_only(
+        &p,
+        "--max-connection-age-seconds 2 --idle-timeout-seconds 300 --read-timeout-seconds 30",
+    )
+    .await;
+    let tls = tls_connect(tls_config(&p.ca_pem, &[b"h2"]), wh.port)
+        .await
+        .expect("handshake");
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake::<_, StreamBody<Chunks>>(TokioIo::new(tls))
+        .await
+        .expect("h2 handshake");
+    let conn = tokio::spawn(conn);
+    // Reviews one after another, never idle: each is answered until the server's
+    // GOAWAY, after which the client may open no stream on it.
+    let deadline = tokio::time::Instant::now() + GENEROUS;
+    let mut answered = 0;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the connection was still open after {GENEROUS:?} ({answered} answered)"
+        );
+        // The whole body at once: no more chunks.
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        drop(tx);
+        let uid = format!("u-age-{answered}");
+        let review = Bytes::from(protected_ns_delete(&uid, "alice"));
+        match post_h2(&sender, wh.port, review, rx).await.expect("join") {
+            Ok((status, body)) => {
+                assert_denied(status, &body, &uid);
+                answered += 1;
+            }
+            Err(_) => break,
+        }
+        if sender.is_closed() {
+            break;
+        }
+    }
+    assert!(
+        answered >= 5,
+        "reviews answered before the close: {answered}"
+    );
+    tokio::time::timeout(GENEROUS, conn)
+        .await
+        .expect("the connection ends")
+        .expect("join")
+        .expect("a graceful close (GOAWAY), not an error");
+    assert!(closed(&wh, "max_age").await >= 1.0);
+    // A new connection is served as before.
+    let mut again = tls_connect(tls_config(&p.ca_pem, &[b"http/1.1"]), wh.port)
+        .await
+        .expect("handshake");
+    denied_over(&mut again, "u-age-new", "alice").await;
+}
+
+#[tokio::test]
 async fn connections_over_the_cap_are_closed_at_accept() {
     let p = pki_for("webhook", false);
     let wh = label_only(

@@ -54,6 +54,11 @@ pub struct Limits {
     pub connection_body_budget: usize,
     /// HTTP/2 streams one connection may have open at once.
     pub max_streams: u32,
+    /// A connection open this long (less up to a tenth, at random per connection)
+    /// is closed gracefully: HTTP/2 GOAWAY, HTTP/1.1 after its request; in-flight
+    /// requests finish. Clients connect again, through a Service to any replica, so
+    /// a long-lived client's requests spread over the replicas. `None`: no limit.
+    pub max_age: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -65,6 +70,7 @@ impl Default for Limits {
             body_budget: 128 * 1024 * 1024,
             connection_body_budget: 8 * 1024 * 1024,
             max_streams: 64,
+            max_age: None,
         }
     }
 }
@@ -140,6 +146,8 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
 #[derive(Debug)]
 struct Activity {
     opened: Instant,
+    /// This connection's maximum age (the limit less its jitter).
+    max_age: Option<Duration>,
     requests: AtomicU64,
     in_flight: AtomicUsize,
     /// Milliseconds after `opened` when the last request finished.
@@ -147,9 +155,12 @@ struct Activity {
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(limits: &Limits) -> Self {
         Self {
             opened: Instant::now(),
+            max_age: limits
+                .max_age
+                .map(|m| m.mul_f64(rand::random_range(0.9..=1.0))),
             requests: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             last_done_ms: AtomicU64::new(0),
@@ -164,10 +175,13 @@ impl Activity {
 
     /// `Some(reason)` when the connection should be closed now.
     fn expired(&self, limits: &Limits) -> Option<&'static str> {
+        let age = self.opened.elapsed();
+        if self.max_age.is_some_and(|max| age > max) {
+            return Some("max_age");
+        }
         if self.in_flight.load(Ordering::Acquire) > 0 {
             return None;
         }
-        let age = self.opened.elapsed();
         if self.requests.load(Ordering::Acquire) == 0 {
             return (age > limits.read_timeout).then_some("first_request_timeout");
         }
@@ -198,7 +212,7 @@ async fn connection<I, H>(
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Handler,
 {
-    let activity = Arc::new(Activity::new());
+    let activity = Arc::new(Activity::new(handler.limits()));
     let state = Arc::new(handler.connection());
     let service = {
         let (handler, activity) = (handler.clone(), activity.clone());
@@ -231,8 +245,11 @@ async fn connection<I, H>(
             }
             _ = tick.tick() => match closing {
                 Some(since) => {
-                    if since.elapsed() > CLOSE_GRACE && !shutdown.is_cancelled() {
-                        return; // an idle close the client ignores
+                    if since.elapsed() > CLOSE_GRACE
+                        && !shutdown.is_cancelled()
+                        && activity.in_flight.load(Ordering::Acquire) == 0
+                    {
+                        return; // a close the client ignores
                     }
                 }
                 None => {
