@@ -213,12 +213,15 @@ async fn no_protected_object_is_deleted_while_a_replica_and_the_leader_fail() {
     // holdfast as shipped: the overlay, the webhook as its ServiceAccount (replica
     // a), a second replica beside it, the front before both.
     let cfg = holdfast_e2e::with_service_accounts(holdfast_sim::SimConfig::default());
-    let installed = shipped_installation(cfg, &[]).await.expect("installation");
+    // Connections recycled every 3 s (the shipped default is 300): the API server's
+    // reviews reach a restarted replica within the test.
+    const AGE: [&str; 2] = ["--max-connection-age-seconds", "3"];
+    let installed = shipped_installation(cfg, &AGE).await.expect("installation");
     let mut env = installed.env;
     let webhook_kc = env
         .kubeconfig_for("kubeconfig-webhook-sa", holdfast_e2e::WEBHOOK_SA)
         .expect("webhook kubeconfig");
-    let webhook_args = ["--kubeconfig", webhook_kc.as_str()];
+    let webhook_args = ["--kubeconfig", webhook_kc.as_str(), AGE[0], AGE[1]];
     let first = env.webhook.take().expect("the harness's webhook");
     let (port, log) = (first.port, first.log.clone());
     let mut a = Replica {
@@ -577,6 +580,10 @@ fn check_and_print(
         report.wrong.is_empty(),
         "what must not happen: {:#?}",
         report.wrong
+    );
+    assert!(
+        faults.restarted_served > 0,
+        "the restarted replica got no review: its peer's connections were not recycled"
     );
     assert_eq!(
         report.denied,
