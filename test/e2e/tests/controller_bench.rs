@@ -276,14 +276,16 @@ fn logged(log: &str, message: &str, field: &str) -> Vec<u64> {
     v
 }
 
-/// A client of the platform team (a `system:masters` user, bearer token) on the real
-/// kcp at `server`: the front-proxy's base URL (requests name `/clusters/PATH/...`)
-/// or a shard's (wildcard reads across its logical clusters).
-async fn platform_client(kcp: &KcpBackend, server: &str) -> anyhow::Result<Client> {
-    let file = kcp.kubeconfig_for("platform", "root")?;
-    let mut config: Value = serde_json::from_slice(&std::fs::read(&file)?)?;
-    config["clusters"][0]["cluster"]["server"] = json!(server);
-    let config = kube::config::Kubeconfig::from_yaml(&serde_json::to_string(&config)?)?;
+/// A client on the real kcp at `server`, the front-proxy's base URL (requests name
+/// `/clusters/PATH/...`) or a shard's (wildcard reads across its logical clusters),
+/// with the credentials of `kubeconfig`.
+async fn kcp_client(kubeconfig: &Path, server: &str) -> anyhow::Result<Client> {
+    let mut config = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    for named in &mut config.clusters {
+        if let Some(cluster) = &mut named.cluster {
+            cluster.server = Some(server.to_string());
+        }
+    }
     let config = kube::Config::from_custom_kubeconfig(config, &Default::default()).await?;
     Ok(Client::try_from(config)?)
 }
@@ -479,6 +481,9 @@ async fn bench_kcp_convergence_and_propagation() {
     // 0: DependencyRules only (the other three kinds left out, for comparison).
     let others = env_usize("HOLDFAST_BENCH_OTHER_KINDS", 1) != 0;
     let other_policies = if others { 3 * n } else { 0 };
+    // The controller's binary now (built first when a source is newer), not while
+    // the fleet waits for it.
+    holdfast_e2e::bin("holdfast-controller").expect("holdfast-controller");
     let host = if real {
         Host::Real(Box::new(Real::start("controller_bench").await))
     } else {
@@ -495,7 +500,12 @@ async fn bench_kcp_convergence_and_propagation() {
     let env = host.env();
     let client = match host.kcp() {
         None => env.sim.client().await.expect("client"),
-        Some(kcp) => platform_client(kcp, FRONT_PROXY).await.expect("client"),
+        // kcp's admin (the platform team): a workspace a `system:masters` user
+        // creates stays Initializing, kcp's initializer binding its APIs "had no
+        // user recorded".
+        Some(kcp) => kcp_client(&kcp.admin_kubeconfig, FRONT_PROXY)
+            .await
+            .expect("client"),
     };
     // On the real kcp, how long a setup request may be repeated.
     let retry = || real.then(|| Instant::now() + wait);
@@ -535,7 +545,15 @@ async fn bench_kcp_convergence_and_propagation() {
         if all.iter().all(|w| w["status"]["phase"] == "Ready") {
             break;
         }
-        assert!(Instant::now() < deadline, "workspaces not Ready");
+        assert!(
+            Instant::now() < deadline,
+            "workspaces not Ready: {:?}",
+            all.iter()
+                .filter(|w| w["status"]["phase"] != "Ready")
+                .map(|w| (&w["metadata"]["name"], &w["status"]))
+                .take(3)
+                .collect::<Vec<_>>()
+        );
         let poll = if real { 500 } else { 100 };
         tokio::time::sleep(std::time::Duration::from_millis(poll)).await;
     }
@@ -587,7 +605,10 @@ async fn bench_kcp_convergence_and_propagation() {
                 .expect("shards");
             for shard in &all {
                 let base = shard["spec"]["baseURL"].as_str().expect("shard baseURL");
-                shards.push(platform_client(kcp, base).await.expect("shard client"));
+                // A `system:masters` user reads across a shard's logical clusters.
+                let platform = kcp.kubeconfig_for("platform", "root").expect("kubeconfig");
+                let shard_client = kcp_client(&platform, base).await;
+                shards.push(shard_client.expect("shard client"));
             }
             shard_count = shards.len();
         }
