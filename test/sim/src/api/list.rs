@@ -1,4 +1,10 @@
 //! LIST: selectors, limit/continue, remainingItemCount, Table and metadata-only output.
+//!
+//! A list cut into pages is served, as kube-apiserver serves it from etcd, as of its
+//! first page: that page's selection is kept ([`Snapshots`], named in the continue
+//! token) and each later page is the next slice of it, at the first page's
+//! resourceVersion. A token whose selection is gone (expired, evicted, another
+//! request's) selects again from the store, after the token's key.
 
 use super::Target;
 use super::filter::Filter;
@@ -11,14 +17,114 @@ use base64::Engine;
 use http::HeaderMap;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-pub(super) fn encode_continue(rv: u64, k: &Key) -> String {
-    let v = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": [k.cluster, k.namespace, k.name]});
+/// How long the selection of a list cut into pages is kept for its next page.
+const SNAPSHOT_TTL: Duration = Duration::from_secs(300);
+/// At most this many selections are kept (the oldest goes first).
+const SNAPSHOTS_MAX: usize = 64;
+
+/// The selection a paged list's first page made, for its later pages.
+struct Snapshot {
+    /// What selected it (resource, cluster, namespace, caller, selectors): a token
+    /// presented by another request selects again.
+    request: String,
+    rv: u64,
+    items: Vec<(Key, Arc<Value>)>,
+    /// The first item of the next page.
+    next: usize,
+    at: Instant,
+}
+
+/// Every kept selection, by the id its continue tokens carry (process-wide: ids are
+/// unique across simulators).
+struct Snapshots {
+    next_id: u64,
+    by_id: HashMap<u64, Snapshot>,
+}
+
+fn snapshots() -> &'static Mutex<Snapshots> {
+    static SNAPSHOTS: OnceLock<Mutex<Snapshots>> = OnceLock::new();
+    SNAPSHOTS.get_or_init(|| {
+        Mutex::new(Snapshots {
+            next_id: 1,
+            by_id: HashMap::new(),
+        })
+    })
+}
+
+fn lock_snapshots() -> std::sync::MutexGuard<'static, Snapshots> {
+    match snapshots().lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// Keeps `snap`; returns its id.
+fn keep_snapshot(snap: Snapshot) -> u64 {
+    let mut all = lock_snapshots();
+    all.by_id.retain(|_, s| s.at.elapsed() < SNAPSHOT_TTL);
+    while all.by_id.len() >= SNAPSHOTS_MAX {
+        let Some(oldest) = all
+            .by_id
+            .iter()
+            .min_by_key(|(_, s)| s.at)
+            .map(|(id, _)| *id)
+        else {
+            break;
+        };
+        all.by_id.remove(&oldest);
+    }
+    let id = all.next_id;
+    all.next_id += 1;
+    all.by_id.insert(id, snap);
+    id
+}
+
+/// The next page (at most `limit` items) of kept selection `id` made by `request`,
+/// its resourceVersion and how many items follow it; the selection is dropped once
+/// served to its end. None when it is not kept (or was made by another request).
+fn snapshot_page(
+    id: u64,
+    request: &str,
+    limit: usize,
+) -> Option<(Vec<(Key, Arc<Value>)>, u64, usize)> {
+    let mut all = lock_snapshots();
+    let snap = all.by_id.get_mut(&id)?;
+    if snap.request != request || snap.at.elapsed() >= SNAPSHOT_TTL {
+        return None;
+    }
+    let end = snap.next.saturating_add(limit).min(snap.items.len());
+    let page = snap.items[snap.next..end].to_vec();
+    snap.next = end;
+    snap.at = Instant::now();
+    let (rv, remaining) = (snap.rv, snap.items.len() - end);
+    if remaining == 0 {
+        all.by_id.remove(&id);
+    }
+    Some((page, rv, remaining))
+}
+
+/// A continue token; `snapshot`: the kept selection it continues.
+fn encode_continue(rv: u64, k: &Key, snapshot: Option<u64>) -> String {
+    let mut v = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": [k.cluster, k.namespace, k.name]});
+    if let Some(id) = snapshot {
+        v["snapshot"] = json!(id);
+    }
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
 }
 
-pub(super) fn decode_continue(s: &str) -> ApiResult<Key> {
+/// The kept selection a continue token names, if any.
+fn continued_snapshot(s: &str) -> Option<u64> {
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s.trim_end_matches('='))
+        .ok()?;
+    let v: Value = serde_json::from_slice(&raw).ok()?;
+    v["snapshot"].as_u64()
+}
+
+fn decode_continue(s: &str) -> ApiResult<Key> {
     let bad = || {
         ApiError::bad_request(
             "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
@@ -45,8 +151,8 @@ pub(super) fn list(
     headers: &HeaderMap,
 ) -> ApiResult<Resp> {
     let f = Filter::new(state, ctx, t, query)?;
-    let (selected, rv) = f.select(state, t, ctx.cluster.key());
-    let start = match query.get("continue").filter(|c| !c.is_empty()) {
+    let token = query.get("continue").filter(|c| !c.is_empty());
+    let start = match token {
         Some(c) => Some(decode_continue(c)?),
         None => None,
     };
@@ -55,35 +161,58 @@ pub(super) fn list(
         .and_then(|l| l.parse().ok())
         .filter(|l: &usize| *l > 0)
         .unwrap_or(usize::MAX);
-    let mut items = vec![];
-    let mut last_key = None;
-    let mut remaining = 0usize;
-    let mut more = false;
-    for (k, v) in &selected {
-        if let Some(s) = &start
-            && k <= s
-        {
-            continue;
-        }
-        if items.len() >= limit {
-            more = true;
-            remaining += 1;
-            if !f.labels.is_empty() || !f.fields.is_empty() {
-                // remainingItemCount is only reported without selectors.
-                break;
+    let selectors = !f.labels.is_empty() || !f.fields.is_empty();
+    let request = format!(
+        "{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}|{:?}",
+        t.info.group,
+        t.info.resource,
+        t.namespace,
+        ctx.cluster,
+        ctx.vw,
+        ctx.shard,
+        ctx.identity,
+        ctx.user.name,
+        query.get("labelSelector"),
+        query.get("fieldSelector"),
+    );
+    let kept = token
+        .and_then(|c| continued_snapshot(c))
+        .and_then(|id| Some((id, snapshot_page(id, &request, limit)?)));
+    let (page, rv, remaining, snapshot) = match kept {
+        Some((id, (page, rv, remaining))) => (page, rv, remaining, Some(id)),
+        None => {
+            let (selected, rv) = f.select(state, t, ctx.cluster.key());
+            let mut rest: Vec<(Key, Arc<Value>)> = match &start {
+                Some(s) => selected.into_iter().filter(|(k, _)| k > s).collect(),
+                None => selected,
+            };
+            if rest.len() <= limit {
+                (rest, rv, 0, None)
+            } else {
+                let after = rest.split_off(limit);
+                let remaining = after.len();
+                let id = keep_snapshot(Snapshot {
+                    request,
+                    rv,
+                    items: after,
+                    next: 0,
+                    at: Instant::now(),
+                });
+                (rest, rv, remaining, Some(id))
             }
-            continue;
         }
-        items.push(v.clone());
-        last_key = Some(k.clone());
-    }
+    };
     let mut md = json!({"resourceVersion": rv.to_string()});
-    if more && let Some(k) = &last_key {
-        md["continue"] = json!(encode_continue(rv, k));
-        if f.labels.is_empty() && f.fields.is_empty() {
+    if remaining > 0
+        && let Some((k, _)) = page.last()
+    {
+        md["continue"] = json!(encode_continue(rv, k, snapshot));
+        if !selectors {
+            // remainingItemCount is only reported without selectors.
             md["remainingItemCount"] = json!(remaining);
         }
     }
+    let items: Vec<Arc<Value>> = page.into_iter().map(|(_, v)| v).collect();
     if wants_table(headers) {
         return Ok(Resp::Json(200, table(&t.info, &items, md)));
     }
