@@ -32,7 +32,8 @@
 //! came from the index: `holdfast_webhook_dependents_lookups_total` counts no `live`,
 //! `probe` or `failed` lookup during the reviews and one `index` lookup per review.
 //!
-//! HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (900).
+//! HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (900); HOLDFAST_BENCH_WEBHOOK_LOG=FILE
+//! keeps a copy of the webhook's log.
 
 use std::{
     path::Path,
@@ -334,6 +335,26 @@ fn logged_at(log: &str, message: &str) -> Vec<chrono::DateTime<chrono::Utc>> {
         .collect()
 }
 
+/// What the webhook logs once the merged index of every endpoint of the dependent
+/// type's export has synced.
+const SYNCED: &str = "dependents index synced resource=virtualmachines.compute.test.io";
+
+/// The text of file `path` from byte `from` on, and its length.
+fn log_from(path: &Path, from: u64) -> (String, u64) {
+    use std::io::{Read, Seek};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return (String::new(), 0);
+    };
+    let mut buf = Vec::new();
+    if f.seek(std::io::SeekFrom::Start(from)).is_err() || f.read_to_end(&mut buf).is_err() {
+        return (String::new(), 0);
+    }
+    // Up to the last whole line: the rest is read again next time.
+    let whole = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    buf.truncate(whole);
+    (String::from_utf8_lossy(&buf).into_owned(), whole as u64)
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -349,6 +370,9 @@ async fn bench_webhook_at_fleet_size() {
     let reviews = env_usize("HOLDFAST_BENCH_REVIEWS", 4_000).max(2);
     let wait = Duration::from_secs(env_usize("HOLDFAST_BENCH_WAIT_SECONDS", 900) as u64);
     let policies = n * (per + 3) + 1;
+    // The webhook's binary first (found, never stale; a rebuild here, not after the
+    // setup, and not inside the timed start).
+    holdfast_e2e::bin("holdfast-webhook").expect("holdfast-webhook");
 
     // kcp on the sim, with holdfast's webhook identity (no system:masters).
     let mut cfg = holdfast_sim::SimConfig {
@@ -596,8 +620,6 @@ async fn bench_webhook_at_fleet_size() {
         "--dependents",
         "watch",
     ];
-    // The binary first (found, never stale), so that the clock starts at its start.
-    holdfast_e2e::bin("holdfast-webhook").expect("holdfast-webhook");
     let wall_start = chrono::Utc::now();
     let start = Instant::now();
     let webhook = env
@@ -612,6 +634,12 @@ async fn bench_webhook_at_fleet_size() {
     let mut peak_during_sync = 0;
     let vm_synced =
         "holdfast_webhook_dependents_index_synced{resource=\"virtualmachines.compute.test.io\"}";
+    // readyz every 50 ms; the log (read as it grows) for the index's sync; the
+    // metrics, whose gauges refresh every 5 s, once a second (rendering them costs
+    // the webhook CPU, growing with the fleet: one series per watched resource).
+    let mut read = 0u64;
+    let mut synced_seen = None;
+    let mut last_metrics = None::<Instant>;
     let (text, full_seen) = loop {
         if ready_at.is_none()
             && holdfast_e2e::http_get(probe, "/readyz")
@@ -623,21 +651,35 @@ async fn bench_webhook_at_fleet_size() {
             eprintln!("webhook ready (readyz) after {:?}", start.elapsed());
         }
         peak_during_sync = peak_during_sync.max(memory_kib(&pid).0);
-        let text = metrics(probe).await;
-        let refs = value(&text, "holdfast_webhook_dependents_index_references");
-        if ready_at.is_some() && value(&text, vm_synced) == 1.0 && refs as usize >= dependents {
-            break (text, start.elapsed());
+        if synced_seen.is_none() {
+            let (grown, more) = log_from(&log_path, read);
+            read += more;
+            if grown.contains(SYNCED) {
+                synced_seen = Some(start.elapsed());
+                eprintln!("webhook index synced (log) after {:?}", start.elapsed());
+            }
+        }
+        if synced_seen.is_some()
+            && ready_at.is_some()
+            && last_metrics.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            last_metrics = Some(Instant::now());
+            let text = metrics(probe).await;
+            let refs = value(&text, "holdfast_webhook_dependents_index_references");
+            if value(&text, vm_synced) == 1.0 && refs as usize >= dependents {
+                break (text, start.elapsed());
+            }
         }
         assert!(
             start.elapsed() < wait,
-            "webhook not ready with a full index after {wait:?} (ready {ready_at:?}, references {refs}):\n{}",
+            "webhook not ready with a full index after {wait:?} (ready {ready_at:?}, synced {synced_seen:?}):\n{}",
             tail(&log(), 40)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let ready_at = ready_at.expect("ready");
     // When the merged index of every endpoint synced, by the webhook's own clock.
-    let synced_at = logged_at(&log(), "dependents index synced")
+    let synced_at = logged_at(&log(), SYNCED)
         .into_iter()
         .max()
         .and_then(|t| (t - wall_start).to_std().ok());
@@ -659,6 +701,7 @@ async fn bench_webhook_at_fleet_size() {
     })
     .collect();
     let references = value(&text, "holdfast_webhook_dependents_index_references");
+    let metrics_bytes = text.len();
     eprintln!(
         "webhook index full: synced (log) after {synced_at:?}, seen in the gauges after {full_seen:?}; registry {registry:?}, references {references}"
     );
@@ -771,6 +814,7 @@ async fn bench_webhook_at_fleet_size() {
             "webhook_index_full_seen_seconds": full_seen.as_secs_f64(),
             "webhook_registry": registry.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "webhook_index_references": references,
+            "webhook_metrics_bytes": metrics_bytes,
             "webhook_vmrss_mib_full": mib(rss_full),
             "webhook_vmhwm_mib_full": mib(hwm_full),
             "webhook_vmrss_mib_peak_seen_during_sync": mib(peak_during_sync),
@@ -801,6 +845,9 @@ async fn bench_webhook_at_fleet_size() {
         ms(p99),
         ms(max),
     );
+    if let Some(keep) = std::env::var_os("HOLDFAST_BENCH_WEBHOOK_LOG") {
+        std::fs::copy(&log_path, &keep).expect("copying the webhook's log");
+    }
     assert_eq!(refused + allowed, reviews);
     assert!(
         refused > 0 && allowed > 0,
