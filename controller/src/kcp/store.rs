@@ -81,11 +81,26 @@ impl<K: Resource> ClusterStore<K> {
     }
 }
 
+/// What a pass never reads is not kept: managed fields and the last-applied
+/// annotation (about half of an object written with client-side apply), for every
+/// object of every store (130,000 policies at 10,000 workspaces).
+fn trimmed<K: Resource>(mut object: K) -> K {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+    object
+}
+
+/// The annotation client-side `kubectl apply` keeps the applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 impl<K: Resource> Index<K> for ClusterStore<K> {
     fn reset(&mut self, objects: Vec<K>) {
         self.objects = objects
             .into_iter()
-            .map(|o| (Arc::new(Self::key(&o)), Arc::new(o)))
+            .map(|o| (Arc::new(Self::key(&o)), Arc::new(trimmed(o))))
             .collect();
         self.spec_changes += 1;
         self.version += 1;
@@ -94,6 +109,7 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
     }
 
     fn apply(&mut self, object: K) {
+        let object = trimmed(object);
         let (meta, key) = (object.meta(), Self::key(&object));
         let same_spec = self.objects.get(&key).is_some_and(|old| {
             let old = old.meta();

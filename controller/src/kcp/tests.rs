@@ -635,3 +635,36 @@ fn export_answers_are_read_again_spread_failed_and_lacking_first() {
     let changed = PassLookups::same_or_new(before.clone(), found("lc1", false));
     assert!(before.as_ref().is_some_and(|b| !Arc::ptr_eq(b, &changed)));
 }
+
+#[test]
+fn a_store_keeps_no_managed_fields_nor_last_applied_configuration() {
+    let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
+    cm.metadata.name = Some("x".into());
+    cm.metadata.managed_fields = Some(vec![Default::default()]);
+    cm.metadata.annotations = Some(
+        [
+            (
+                holdfast_shared::names::KCP_CLUSTER_ANNOTATION.to_string(),
+                "a".to_string(),
+            ),
+            (
+                "kubectl.kubernetes.io/last-applied-configuration".to_string(),
+                "{\"big\": true}".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    let mut s = ClusterStore::default();
+    s.reset(vec![cm.clone()]);
+    s.apply(cm);
+    for (key, obj) in s.snapshot() {
+        assert_eq!(
+            *key,
+            ("a".to_string(), "x".to_string()),
+            "the cluster is kept"
+        );
+        assert!(obj.metadata.managed_fields.is_none());
+        let annotations = obj.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(annotations.len(), 1, "{annotations:?}");
+    }
+}
