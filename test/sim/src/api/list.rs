@@ -25,13 +25,16 @@ const SNAPSHOT_TTL: Duration = Duration::from_secs(300);
 /// At most this many selections are kept (the oldest goes first).
 const SNAPSHOTS_MAX: usize = 64;
 
+/// Selected objects, in key order.
+type Page = Vec<(Key, Arc<Value>)>;
+
 /// The selection a paged list's first page made, for its later pages.
 struct Snapshot {
     /// What selected it (resource, cluster, namespace, caller, selectors): a token
     /// presented by another request selects again.
     request: String,
     rv: u64,
-    items: Vec<(Key, Arc<Value>)>,
+    items: Page,
     /// The first item of the next page.
     next: usize,
     at: Instant,
@@ -85,11 +88,7 @@ fn keep_snapshot(snap: Snapshot) -> u64 {
 /// The next page (at most `limit` items) of kept selection `id` made by `request`,
 /// its resourceVersion and how many items follow it; the selection is dropped once
 /// served to its end. None when it is not kept (or was made by another request).
-fn snapshot_page(
-    id: u64,
-    request: &str,
-    limit: usize,
-) -> Option<(Vec<(Key, Arc<Value>)>, u64, usize)> {
+fn snapshot_page(id: u64, request: &str, limit: usize) -> Option<(Page, u64, usize)> {
     let mut all = lock_snapshots();
     let snap = all.by_id.get_mut(&id)?;
     if snap.request != request || snap.at.elapsed() >= SNAPSHOT_TTL {
