@@ -22,7 +22,7 @@ use std::{
     collections::{BTreeMap, HashMap},
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
@@ -61,6 +61,8 @@ pub struct TargetIndex<T> {
     members: DashMap<GroupResource, BTreeMap<PolicyKey, Arc<T>>>,
     by_target: DashMap<GroupResource, Arc<[Arc<T>]>>,
     loaded: AtomicBool,
+    /// Moves on every change (see [`TargetIndex::version`]).
+    version: AtomicU64,
 }
 
 impl<T> Default for TargetIndex<T> {
@@ -70,6 +72,7 @@ impl<T> Default for TargetIndex<T> {
             members: DashMap::new(),
             by_target: DashMap::new(),
             loaded: AtomicBool::new(false),
+            version: AtomicU64::new(0),
         }
     }
 }
@@ -90,6 +93,12 @@ impl<T> TargetIndex<T> {
                 self.by_target.remove(gr);
             }
         }
+    }
+
+    /// A number that moves whenever an entry is added, replaced or removed: a
+    /// reader that saw the same number saw the same entries.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// Adds or replaces the entry `key`, protecting `targets`.
@@ -119,6 +128,9 @@ impl<T> TargetIndex<T> {
         for gr in &touched {
             self.rebuild(gr);
         }
+        // After the change: a reader that reads the version first and then the
+        // entries sees this change, or a version it has not seen yet.
+        self.version.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Removes the entry `key`.
@@ -130,6 +142,7 @@ impl<T> TargetIndex<T> {
                 }
                 self.rebuild(gr);
             }
+            self.version.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -160,6 +173,7 @@ impl<T> TargetIndex<T> {
         for (gr, m) in members {
             self.members.insert(gr, m);
         }
+        self.version.fetch_add(1, Ordering::AcqRel);
         self.set_loaded();
     }
 

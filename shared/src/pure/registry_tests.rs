@@ -283,3 +283,21 @@ fn protections_are_partitioned_by_namespace_in_registry_order() {
         assert_eq!(names(ns), all, "{ns:?}");
     }
 }
+
+#[test]
+fn the_index_version_moves_with_every_change_and_only_then() {
+    let idx: TargetIndex<u32> = TargetIndex::default();
+    let gr = GroupResource::new("", "configmaps");
+    let v0 = idx.version();
+    idx.apply(PolicyKey::new("", "a"), vec![gr.clone()], Arc::new(1));
+    let v1 = idx.version();
+    assert_ne!(v0, v1, "an added entry");
+    assert_eq!(idx.version(), v1, "reading does not move it");
+    idx.delete(&PolicyKey::new("", "missing"));
+    assert_eq!(idx.version(), v1, "removing nothing changes nothing");
+    idx.delete(&PolicyKey::new("", "a"));
+    let v2 = idx.version();
+    assert_ne!(v1, v2, "a removed entry");
+    idx.reset(vec![(PolicyKey::new("", "b"), vec![gr], Arc::new(2))]);
+    assert_ne!(idx.version(), v2, "a relist");
+}

@@ -268,64 +268,15 @@ pub(super) async fn manage_dependents(
     view: Arc<WebhookView>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let mut running: HashMap<String, (String, tokio::task::JoinHandle<()>)> = HashMap::new();
+    let mut running: Running = HashMap::new();
+    // The rules' version the watches were last matched to: while it holds, the
+    // same rules want the same watches (nothing to rebuild from every rule).
+    let mut matched: Option<u64> = None;
     loop {
-        // What is needed: dependent resource → its dependencies (and a signature).
-        let mut wanted: HashMap<String, Vec<CompiledDependency>> = HashMap::new();
-        for rule in view.policies.registry().dependencies.entries() {
-            for dep in rule.iter() {
-                wanted
-                    .entry(dep.dependent_gr().to_string())
-                    .or_default()
-                    .push(dep.clone());
-            }
-        }
-        let signature = |deps: &[CompiledDependency]| {
-            let mut parts: Vec<String> = deps
-                .iter()
-                .map(|d| {
-                    format!(
-                        "{}|{}|{}|{}|{}",
-                        d.dependent_version,
-                        d.dependent_kind,
-                        d.target,
-                        d.path,
-                        d.namespace_path
-                            .as_ref()
-                            .map(|p| p.to_string())
-                            .unwrap_or_default()
-                    )
-                })
-                .collect();
-            parts.sort();
-            parts.dedup();
-            parts.join(";")
-        };
-        // Stop what is no longer wanted or changed.
-        let keys: Vec<String> = running.keys().cloned().collect();
-        for key in keys {
-            let keep = wanted.get(&key).is_some_and(|deps| {
-                running
-                    .get(&key)
-                    .is_some_and(|(sig, _)| *sig == signature(deps))
-            });
-            if !keep && let Some((_, handle)) = running.remove(&key) {
-                handle.abort();
-                view.dependents.endpoints.remove(&key);
-                view.dependents.synced.insert(key.clone(), false);
-                view.dependents.index.clear_resource(&key);
-                tracing::info!(resource = %key, "stopped watching dependents");
-            }
-        }
-        for (key, deps) in wanted {
-            if running.contains_key(&key) {
-                continue;
-            }
-            let sig = signature(&deps);
-            view.dependents.synced.insert(key.clone(), false);
-            let handle = tokio::spawn(watch_dependents(view.clone(), key.clone(), deps));
-            tracing::info!(resource = %key, "watching dependents");
-            running.insert(key, (sig, handle));
+        let version = view.policies.registry().dependencies.version();
+        if matched != Some(version) {
+            matched = Some(version);
+            match_watches(&view, &mut running);
         }
         tokio::select! {
             _ = view.changed.dependents.notified() => {}
@@ -335,6 +286,71 @@ pub(super) async fn manage_dependents(
     }
     for (_, (_, handle)) in running {
         handle.abort();
+    }
+}
+
+/// The dependents watches running: dependent resource → (signature, task).
+type Running = HashMap<String, (String, tokio::task::JoinHandle<()>)>;
+
+/// Starts a watch for each dependent resource the rules name and stops those no
+/// longer named or named differently.
+fn match_watches(view: &Arc<WebhookView>, running: &mut Running) {
+    // What is needed: dependent resource → its dependencies (and a signature).
+    let mut wanted: HashMap<String, Vec<CompiledDependency>> = HashMap::new();
+    for rule in view.policies.registry().dependencies.entries() {
+        for dep in rule.iter() {
+            wanted
+                .entry(dep.dependent_gr().to_string())
+                .or_default()
+                .push(dep.clone());
+        }
+    }
+    let signature = |deps: &[CompiledDependency]| {
+        let mut parts: Vec<String> = deps
+            .iter()
+            .map(|d| {
+                format!(
+                    "{}|{}|{}|{}|{}",
+                    d.dependent_version,
+                    d.dependent_kind,
+                    d.target,
+                    d.path,
+                    d.namespace_path
+                        .as_ref()
+                        .map(|p| p.to_string())
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        parts.sort();
+        parts.dedup();
+        parts.join(";")
+    };
+    // Stop what is no longer wanted or changed.
+    let keys: Vec<String> = running.keys().cloned().collect();
+    for key in keys {
+        let keep = wanted.get(&key).is_some_and(|deps| {
+            running
+                .get(&key)
+                .is_some_and(|(sig, _)| *sig == signature(deps))
+        });
+        if !keep && let Some((_, handle)) = running.remove(&key) {
+            handle.abort();
+            view.dependents.endpoints.remove(&key);
+            view.dependents.synced.insert(key.clone(), false);
+            view.dependents.index.clear_resource(&key);
+            tracing::info!(resource = %key, "stopped watching dependents");
+        }
+    }
+    for (key, deps) in wanted {
+        if running.contains_key(&key) {
+            continue;
+        }
+        let sig = signature(&deps);
+        view.dependents.synced.insert(key.clone(), false);
+        let handle = tokio::spawn(watch_dependents(view.clone(), key.clone(), deps));
+        tracing::info!(resource = %key, "watching dependents");
+        running.insert(key, (sig, handle));
     }
 }
 
