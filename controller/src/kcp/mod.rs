@@ -303,7 +303,9 @@ impl RuleEval {
     }
 }
 
-/// Phase 1 and 2 of a pass: a rule object, decoded and evaluated.
+/// Phase 1 and 2 of a pass: a rule object, decoded and evaluated (shared parts:
+/// cloning it is cheap).
+#[derive(Clone)]
 struct RuleState {
     obj: Arc<DynamicObject>,
     parsed: Arc<Parsed>,

@@ -160,7 +160,6 @@ impl Reconciler {
                 let rvs = installed_rvs(&enforced.effective);
                 self.status_writes(
                     fleet.rules.values(),
-                    &installed.configurations,
                     &enforced,
                     &fleet.cycles,
                     &rvs,
@@ -184,7 +183,6 @@ impl Reconciler {
                     .collect();
                 self.status_writes(
                     rules.into_iter(),
-                    &installed.configurations,
                     &enforced,
                     &fleet.cycles,
                     &rvs,
@@ -192,7 +190,9 @@ impl Reconciler {
             }
         };
         let checked = writes.len();
-        let mut status_failed = self.write_statuses(writes).await;
+        let mut status_failed = self
+            .write_statuses(writes, &installed.configurations, &enforced)
+            .await;
         // The other kinds: all when the plan changed, else those reading a
         // configuration that changed.
         let kind_scope: Option<BTreeSet<usize>> = match statuses_full

@@ -137,12 +137,20 @@ impl Reconciler {
 
     /// Phase 6: writes the statuses; returns what failed. A status found up to
     /// date is remembered with its inputs (see [`StatusInputs`]).
-    pub(super) async fn write_statuses(&self, writes: Vec<StatusWrite>) -> Vec<Failure> {
+    /// Each status is built when its write starts ([`CONCURRENCY`] at a time), not
+    /// all before the first (at 100,000 rules their JSON alone took gigabytes).
+    pub(super) async fn write_statuses(
+        &self,
+        writes: Vec<PendingStatus>,
+        installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+        enforced: &Enforced,
+    ) -> Vec<Failure> {
         let now = now_rfc3339();
         let now = &now;
         let results: Vec<(String, Result<Option<StatusInputs>, Failure>)> =
             futures::stream::iter(writes)
-                .map(|mut w| async move {
+                .map(|p| async move {
+                    let mut w = status_write(&p.rule, installed, enforced, p.cycle, p.inputs);
                     let r = match self.write_status(&w, now).await {
                         Ok(false) => Ok(w.inputs.take()),
                         Ok(true) => Ok(None),
@@ -515,11 +523,10 @@ impl Reconciler {
     pub(super) fn status_writes<'a>(
         &self,
         rules: impl Iterator<Item = &'a RuleState>,
-        installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
         enforced: &Enforced,
         cycles: &BTreeMap<String, crate::cycles::Cycle>,
         rvs: &InstalledRvs,
-    ) -> Vec<StatusWrite> {
+    ) -> Vec<PendingStatus> {
         // What kcp enforces decides (a configuration installed but not yet
         // enforced changes the status when it is).
         let seen = self.memo.statuses.lock();
@@ -539,8 +546,20 @@ impl Reconciler {
                 installed,
                 cycle: cycle.clone(),
             });
-            writes.push(status_write(r, installed, enforced, cycle, inputs));
+            writes.push(PendingStatus {
+                rule: r.clone(),
+                cycle,
+                inputs,
+            });
         }
         writes
     }
+}
+
+/// A rule whose status is compared (and written if it differs), with what its
+/// write needs besides the configurations.
+pub(super) struct PendingStatus {
+    pub(super) rule: RuleState,
+    pub(super) cycle: Option<String>,
+    pub(super) inputs: Option<StatusInputs>,
 }
