@@ -158,12 +158,7 @@ impl Reconciler {
                         .retain(|k, _| keep.contains(k.as_str()));
                 }
                 let rvs = installed_rvs(&enforced.effective);
-                self.status_writes(
-                    fleet.rules.values(),
-                    &enforced,
-                    &fleet.cycles,
-                    &rvs,
-                )
+                self.status_writes(fleet.rules.values(), &enforced, &fleet.cycles, &rvs)
             }
             false => {
                 let mut check: BTreeSet<&StoreKey> = delta.iter().map(|d| &d.key).collect();
@@ -181,12 +176,7 @@ impl Reconciler {
                         Some((lc.as_str(), c.metadata.resource_version.as_deref()))
                     })
                     .collect();
-                self.status_writes(
-                    rules.into_iter(),
-                    &enforced,
-                    &fleet.cycles,
-                    &rvs,
-                )
+                self.status_writes(rules.into_iter(), &enforced, &fleet.cycles, &rvs)
             }
         };
         let checked = writes.len();
