@@ -118,19 +118,13 @@ async fn silent_and_idle_connections_are_closed() {
 #[tokio::test]
 async fn a_busy_connection_is_closed_gracefully_at_its_maximum_age() {
     let p = pki_for("webhook", false);
-    let wh = label_only(
-        &p,
-        "--max-connection-age-seconds 2 --idle-timeout-seconds 300 --read-timeout-seconds 30",
-    )
-    .await;
-    let tls = tls_connect(tls_config(&p.ca_pem, &[b"h2"]), wh.port)
-        .await
-        .expect("handshake");
-    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .handshake::<_, StreamBody<Chunks>>(TokioIo::new(tls))
-        .await
-        .expect("h2 handshake");
-    let conn = tokio::spawn(conn);
+    // Never idle, never slow: only the age closes it.
+    let flags = [
+        "--max-connection-age-seconds 2",
+        "--idle-timeout-seconds 300",
+    ];
+    let wh = label_only(&p, &flags.join(" ")).await;
+    let (sender, conn) = h2_connect(&p, wh.port).await;
     // Reviews one after another, never idle: each is answered until the server's
     // GOAWAY, after which the client may open no stream on it.
     let deadline = tokio::time::Instant::now() + GENEROUS;
@@ -293,6 +287,24 @@ fn trickle(first: Bytes, rx: tokio::sync::mpsc::Receiver<Bytes>) -> StreamBody<C
     StreamBody::new(Box::pin(futures::StreamExt::chain(head, rest)))
 }
 
+/// An HTTP/2 connection to the webhook on `port`: its sender and the task driving it.
+async fn h2_connect(
+    p: &Pki,
+    port: u16,
+) -> (
+    hyper::client::conn::http2::SendRequest<StreamBody<Chunks>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let tls = tls_connect(tls_config(&p.ca_pem, &[b"h2"]), port)
+        .await
+        .expect("handshake");
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake::<_, StreamBody<Chunks>>(TokioIo::new(tls))
+        .await
+        .expect("h2 handshake");
+    (sender, tokio::spawn(conn))
+}
+
 /// Sends a POST of `body` on `sender` (more chunks only as `rx` yields them) and
 /// returns the status and body text of the answer.
 fn post_h2(
@@ -342,14 +354,7 @@ async fn one_http2_connection_holds_at_most_its_body_budget() {
 /// connection, and the other stream's status is returned (408 when it kept its
 /// share until the read timeout, 503 when both ran out at once).
 async fn h2_budget_round(p: &Pki, port: u16) -> u16 {
-    let tls = tls_connect(tls_config(&p.ca_pem, &[b"h2"]), port)
-        .await
-        .expect("handshake");
-    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .handshake::<_, StreamBody<Chunks>>(TokioIo::new(tls))
-        .await
-        .expect("h2 handshake");
-    tokio::spawn(conn);
+    let (sender, _conn) = h2_connect(p, port).await;
     let chunk = Bytes::from(vec![b' '; 2560 * 1024]);
     let mut keep = Vec::new();
     let mut pending = Vec::new();
