@@ -8,6 +8,7 @@ pub mod balancer;
 pub mod controller;
 pub mod delete_load;
 pub mod fixtures;
+pub mod fleet;
 pub mod helm;
 pub mod kcp;
 pub mod kcp_real;

@@ -43,34 +43,17 @@ use std::{
 use futures::StreamExt;
 use tokio::task::JoinHandle;
 
+use holdfast_e2e::fleet::{create, each, env_usize, list, local_policies};
 use holdfast_e2e::{
     Env, backend::kcp::FRONT_PROXY, backend::kcp::KcpBackend, controller::start_controller,
     kcp_real::Real,
 };
 use kube::{
     Client,
-    api::{GetParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
+    api::{GetParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams},
     core::Request,
 };
 use serde_json::{Value, json};
-
-fn env_usize(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-async fn create(client: &Client, collection: &str, body: &Value) -> anyhow::Result<Value> {
-    let req = Request::new(collection).create(&PostParams::default(), serde_json::to_vec(body)?)?;
-    Ok(client.request::<Value>(req).await?)
-}
-
-async fn list(client: &Client, collection: &str) -> anyhow::Result<Vec<Value>> {
-    let req = Request::new(collection).list(&ListParams::default())?;
-    let v: Value = client.request(req).await?;
-    Ok(v["items"].as_array().cloned().unwrap_or_default())
-}
 
 fn is_ready(rule: &Value) -> bool {
     rule["status"]["conditions"]
@@ -164,56 +147,6 @@ fn watched_count(
         }
     });
     (out, task)
-}
-
-/// Runs `f(i)` for every `i` in `0..n`, at most `limit` at a time.
-async fn each<F, Fut>(n: usize, limit: usize, f: F)
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(limit));
-    let mut set = tokio::task::JoinSet::new();
-    for i in 0..n {
-        let permit = sem.clone().acquire_owned().await.expect("semaphore");
-        let fut = f(i);
-        set.spawn(async move {
-            fut.await;
-            drop(permit);
-        });
-    }
-    while let Some(r) = set.join_next().await {
-        r.expect("task");
-    }
-}
-
-/// The policies of every workspace besides its DependencyRules: a
-/// ResourceProtection, an AnchorRule and a CriticalService on its own types, as
-/// (collection, object).
-fn local_policies() -> [(&'static str, Value); 3] {
-    [
-        (
-            "resourceprotections",
-            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
-                   "metadata": {"name": "config"},
-                   "spec": {"resources": [{"group": "", "version": "v1", "resource": "configmaps"}]}}),
-        ),
-        (
-            "anchorrules",
-            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "AnchorRule",
-                   "metadata": {"name": "secrets"},
-                   "spec": {"anchor": {"group": "", "version": "v1", "resource": "configmaps"},
-                            "anchorLabels": {"name": "example.io/app"},
-                            "protects": [{"group": "", "version": "v1", "resource": "secrets"}]}}),
-        ),
-        (
-            "criticalservices",
-            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService",
-                   "metadata": {"name": "registry"},
-                   "spec": {"provider": {"group": "", "resource": "serviceaccounts", "namespace": "default", "name": "registry"},
-                            "criteria": [{"type": "Finalizer", "finalizer": {"group": "", "resource": "configmaps", "finalizerName": "example.io/in-use"}}]}}),
-        ),
-    ]
 }
 
 /// The rules of the export webhook of a workspace's configuration.

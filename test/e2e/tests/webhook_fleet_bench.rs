@@ -42,11 +42,12 @@ use std::{
 };
 
 use bytes::Bytes;
+use holdfast_e2e::fleet::{create, each, env_usize, list, local_policies};
 use http_body_util::{BodyExt, Full};
 use hyper_util::{client::legacy::Client as HttpClient, rt::TokioExecutor};
 use kube::{
     Client,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams},
     core::Request,
 };
 use rustls_pki_types::{CertificateDer, pem::PemObject};
@@ -59,18 +60,6 @@ const NETWORK: &str = "root:network";
 const HOLDFAST: &str = "root:holdfast";
 /// VPC names the VirtualMachines of a workspace reference.
 const VPC_NAMES: usize = 10;
-
-fn env_usize(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-async fn create(client: &Client, collection: &str, body: &Value) -> anyhow::Result<Value> {
-    let req = Request::new(collection).create(&PostParams::default(), serde_json::to_vec(body)?)?;
-    Ok(client.request::<Value>(req).await?)
-}
 
 /// [`create`], repeated while the type is not served yet (404: kcp binds
 /// asynchronously), at most `wait`.
@@ -93,65 +82,6 @@ async fn create_when_served(
             other => return other,
         }
     }
-}
-
-async fn list(client: &Client, collection: &str) -> anyhow::Result<Vec<Value>> {
-    let req = Request::new(collection).list(&ListParams::default())?;
-    let v: Value = client.request(req).await?;
-    Ok(v["items"].as_array().cloned().unwrap_or_default())
-}
-
-/// Runs `f(i)` for every `i` in `0..n`, at most `limit` at a time.
-async fn each<F, Fut>(n: usize, limit: usize, f: F)
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let sem = Arc::new(tokio::sync::Semaphore::new(limit));
-    let mut set = tokio::task::JoinSet::new();
-    for i in 0..n {
-        let permit = sem.clone().acquire_owned().await.expect("semaphore");
-        let fut = f(i);
-        set.spawn(async move {
-            fut.await;
-            drop(permit);
-        });
-        // Reap what finished, so a million tasks are not all kept.
-        while let Some(r) = set.try_join_next() {
-            r.expect("task");
-        }
-    }
-    while let Some(r) = set.join_next().await {
-        r.expect("task");
-    }
-}
-
-/// The policies of every fleet workspace besides its DependencyRules (as in
-/// controller_bench.rs): (collection, object).
-fn local_policies() -> [(&'static str, Value); 3] {
-    [
-        (
-            "resourceprotections",
-            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "ResourceProtection",
-                   "metadata": {"name": "config"},
-                   "spec": {"resources": [{"group": "", "version": "v1", "resource": "configmaps"}]}}),
-        ),
-        (
-            "anchorrules",
-            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "AnchorRule",
-                   "metadata": {"name": "secrets"},
-                   "spec": {"anchor": {"group": "", "version": "v1", "resource": "configmaps"},
-                            "anchorLabels": {"name": "example.io/app"},
-                            "protects": [{"group": "", "version": "v1", "resource": "secrets"}]}}),
-        ),
-        (
-            "criticalservices",
-            json!({"apiVersion": "holdfast.dev/v1alpha1", "kind": "CriticalService",
-                   "metadata": {"name": "registry"},
-                   "spec": {"provider": {"group": "", "resource": "serviceaccounts", "namespace": "default", "name": "registry"},
-                            "criteria": [{"type": "Finalizer", "finalizer": {"group": "", "resource": "configmaps", "finalizerName": "example.io/in-use"}}]}}),
-        ),
-    ]
 }
 
 fn ws_name(i: usize) -> String {
