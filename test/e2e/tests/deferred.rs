@@ -132,7 +132,9 @@ async fn waits_as_alice(t: &Deferred, target: [&str; 2], kind: &str, refusal: &s
         vec![format!(
             "deletion requested by \"{}\" waits: {refusal}",
             t.alice.name
-        )]
+        )],
+        "webhook log:\n{}",
+        t.env().webhook_log()
     );
     assert_eq!(waiting[0]["regarding"]["kind"], kind, "{waiting:?}");
     let still = t.env().get_json(&target).expect("still there");

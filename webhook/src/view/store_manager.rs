@@ -33,6 +33,15 @@ const DISCOVERY_PERIOD: Duration = Duration::from_secs(30);
 const RETRY_PERIOD: Duration = Duration::from_secs(5);
 /// The store manager's pass when nothing wakes it.
 const PASS_PERIOD: Duration = Duration::from_secs(2);
+/// How long a type refused to the webhook still counts as "its grant may not be
+/// effective yet" (ClusterRole aggregation is asynchronous): namespace DELETEs are
+/// refused meanwhile, rather than skipping what the type may hold; after it, label
+/// containment leaves the type out (reported, and counted in
+/// `holdfast_webhook_unreadable_resources`). Secrets are left out at once: the one
+/// type the shipped reads role leaves out on purpose.
+pub(super) const GRANT_GRACE: Duration = Duration::from_secs(30);
+/// How often a type refused within [`GRANT_GRACE`] is asked about again.
+const GRACE_RETRY_PERIOD: Duration = Duration::from_secs(1);
 
 /// The object stores, and what the store manager knows of the cluster's types.
 pub(super) struct Stores {
@@ -51,8 +60,9 @@ pub(super) struct Stores {
     cascade_demand: DashMap<StoreKey, ()>,
     /// Wakes the store manager at once when Cascading protection needs a new store.
     cascade_wanted: Notify,
-    /// Types the webhook's identity may not list and watch (when last asked).
-    refused: DashMap<GroupResource, ()>,
+    /// Types the webhook's identity may not list and watch (when last asked), with
+    /// when they were first refused (since they were last readable).
+    refused: DashMap<GroupResource, std::time::Instant>,
     /// Passes of the store manager completed (every wanted store started).
     passes: AtomicU64,
 }
@@ -214,6 +224,11 @@ impl Stores {
             {
                 return Err(crate::stores::unreadable_error(&gr.to_string()));
             }
+            // A type refused a moment ago may be granted already, not yet in effect:
+            // what it holds is unknown, not absent.
+            if let Some(gr) = self.refused_within_grace() {
+                return Err(crate::stores::unreadable_error(&gr.to_string()));
+            }
         }
         for gr in crds.namespaced() {
             for label in &self.label_keys {
@@ -260,6 +275,24 @@ impl Stores {
             }
         }
         Ok(out)
+    }
+
+    /// A type refused (other than Secrets) whose first refusal is less than
+    /// [`GRANT_GRACE`] old, if any (the first in name order).
+    fn refused_within_grace(&self) -> Option<GroupResource> {
+        let secrets = GroupResource::new("", "secrets");
+        self.refused
+            .iter()
+            .filter(|e| *e.key() != secrets && e.value().elapsed() < GRANT_GRACE)
+            .map(|e| e.key().clone())
+            .min()
+    }
+
+    /// Records that `gr` was refused now (keeping when it was first refused).
+    pub(super) fn refuse(&self, gr: &GroupResource) {
+        self.refused
+            .entry(gr.clone())
+            .or_insert_with(std::time::Instant::now);
     }
 
     /// What object stores the policies need now.
@@ -331,10 +364,25 @@ impl Stores {
         out
     }
 
+    /// Records that `gr` has been refused since `at` (tests of the grace).
+    #[cfg(test)]
+    pub(super) fn refused_since(&self, gr: GroupResource, at: std::time::Instant) {
+        self.refused.insert(gr, at);
+    }
+
     /// Counts a pass without running one (tests of what waits for the stores).
     #[cfg(test)]
     pub(super) fn count_pass(&self) {
         self.pass_done();
+    }
+}
+
+/// The wait before the next pass: shorter while a type is refused within the grace.
+fn pass_period(stores: &Stores) -> Duration {
+    if stores.refused_within_grace().is_some() {
+        GRACE_RETRY_PERIOD
+    } else {
+        PASS_PERIOD
     }
 }
 
@@ -424,10 +472,13 @@ pub(super) async fn manage_stores(
             // the reads role does not grant is reported once and asked about again
             // every 5 s, not listed into a 403 on every retry.
             if !readable.contains(&key.gr) {
-                if refused
-                    .get(&key.gr)
-                    .is_some_and(|t| t.elapsed() < RETRY_PERIOD)
-                {
+                // Within the grace a grant may take effect any moment: asked again
+                // sooner.
+                let retry = match stores.refused.get(&key.gr) {
+                    Some(first) if first.elapsed() < GRANT_GRACE => GRACE_RETRY_PERIOD,
+                    _ => RETRY_PERIOD,
+                };
+                if refused.get(&key.gr).is_some_and(|t| t.elapsed() < retry) {
                     continue;
                 }
                 let gauge = view
@@ -448,7 +499,7 @@ pub(super) async fn manage_stores(
                     {
                         tracing::warn!(resource = %key.gr, "may not list and watch {}: label containment does not see its objects, and DELETEs the policies naming it govern are refused, until holdfast's reads role grants it", key.gr);
                     }
-                    stores.refused.insert(key.gr.clone(), ());
+                    stores.refuse(&key.gr);
                     gauge.set(1);
                     continue;
                 }
@@ -495,7 +546,7 @@ pub(super) async fn manage_stores(
             _ = view.changed.stores.notified() => {}
             _ = stores.cascade_wanted.notified() => {}
             _ = stores.rediscover.notified() => rediscover = true,
-            _ = tokio::time::sleep(PASS_PERIOD) => {}
+            _ = tokio::time::sleep(pass_period(stores)) => {}
             _ = shutdown.cancelled() => break,
         }
     }
