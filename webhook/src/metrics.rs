@@ -28,8 +28,10 @@ pub struct Metrics {
     pub registry_size: IntGaugeVec,
     /// References held by the dependents index.
     pub index_references: IntGauge,
-    /// 1 when the dependents index of a resource is synced.
-    pub index_synced: IntGaugeVec,
+    /// Dependent resources the dependents index watches.
+    pub index_resources: IntGauge,
+    /// Of those, the ones whose watch is not synced (lookups go live meanwhile).
+    pub index_unsynced: IntGauge,
     /// Dependents lookups by source (index, live, failed).
     pub dependents_lookups: IntCounterVec,
     /// Decisions that Audit-mode policies would have denied.
@@ -40,8 +42,9 @@ pub struct Metrics {
     pub events: IntCounterVec,
     /// Per-logical-cluster API clients held (kcp).
     pub cluster_clients: IntGauge,
-    /// 1 per resource the webhook's identity may not list (403), else 0.
-    pub unreadable: IntGaugeVec,
+    /// 1 per resource the webhook's identity may not list (403); a resource it may
+    /// list has no series (see [`Metrics::set_unreadable`]).
+    unreadable: IntGaugeVec,
     /// Handles of the series every review updates, looked up once.
     hot: Arc<Hot>,
 }
@@ -112,6 +115,29 @@ fn register<M: Collector + Clone + 'static>(
 }
 
 impl Metrics {
+    /// Sets whether `resource` may not be listed: a series of 1 while it may not, none
+    /// once it may (the series of every type read would grow with the fleet: one per
+    /// dependent type of every provider's rules).
+    pub fn set_unreadable(&self, resource: &str, unreadable: bool) {
+        if unreadable {
+            self.unreadable.with_label_values(&[resource]).set(1);
+        } else {
+            // Absent already is the same answer.
+            let _ = self.unreadable.remove_label_values(&[resource]);
+        }
+    }
+
+    /// Whether `unreadable_resources` holds a series for `resource` (its value is
+    /// always 1).
+    #[cfg(test)]
+    pub fn unreadable_series(&self, resource: &str) -> bool {
+        self.unreadable
+            .collect()
+            .iter()
+            .flat_map(|f| f.get_metric())
+            .any(|m| m.get_label().iter().any(|l| l.value() == resource))
+    }
+
     /// Creates and registers the metrics.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new_custom(Some("holdfast_webhook".to_string()), None)?;
@@ -127,7 +153,7 @@ impl Metrics {
             unreadable: gauges(
                 "unreadable_resources",
                 "1 for a resource the webhook needs but may not list (403 from the API \
-                 server); 0 once it can.",
+                 server); the series goes once it can.",
                 &["resource"],
             )?,
             closed: counters(
@@ -155,10 +181,13 @@ impl Metrics {
                 "dependents_index_references",
                 "References held by the dependents index.",
             )?,
-            index_synced: gauges(
-                "dependents_index_synced",
-                "1 when the dependents index of a resource is synced.",
-                &["resource"],
+            index_resources: gauge(
+                "dependents_index_resources",
+                "Dependent resources the dependents index watches.",
+            )?,
+            index_unsynced: gauge(
+                "dependents_index_unsynced",
+                "Dependent resources whose watch is not synced (their lookups are live).",
             )?,
             dependents_lookups: counters(
                 "dependents_lookups_total",

@@ -124,14 +124,15 @@ fn core_resources(rules: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn wait_metric(env: &Env, series: &str, want: f64) {
+/// Waits for `series` to read `want` (`None`: no such series).
+async fn wait_metric(env: &Env, series: &str, want: Option<f64>) {
     eventually(30, async || {
         let got = env.webhook_metric(series).await.expect("metrics");
-        if got == Some(want) {
+        if got == want {
             return Ok(());
         }
         Err(format!(
-            "{series}: {got:?}, want {want}\n{}",
+            "{series}: {got:?}, want {want:?}\n{}",
             env.webhook_log()
         ))
     })
@@ -215,7 +216,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     wait_metric(
         &env,
         "holdfast_webhook_unreadable_resources{resource=\"secrets\"}",
-        1.0,
+        Some(1.0),
     )
     .await;
     assert_eq!(
@@ -255,7 +256,7 @@ async fn secrets_stay_unread_until_a_policy_names_them() {
     wait_metric(
         &env,
         "holdfast_webhook_unreadable_resources{resource=\"secrets\"}",
-        0.0,
+        None,
     )
     .await;
     // The rule goes: Secrets are taken away again.

@@ -682,10 +682,8 @@ async fn every_metric_the_readme_lists() {
             0.0,
         ),
         ("holdfast_webhook_dependents_index_references", 1.0),
-        (
-            "holdfast_webhook_dependents_index_synced{resource=\"virtualmachines.compute.test.io\"}",
-            1.0,
-        ),
+        ("holdfast_webhook_dependents_index_resources", 1.0),
+        ("holdfast_webhook_dependents_index_unsynced", 0.0),
         ("holdfast_webhook_ready", 1.0),
         ("holdfast_webhook_cluster_clients", 0.0),
     ] {

@@ -68,15 +68,13 @@ impl Dependents {
         self.mode == DependentsMode::Watch
     }
 
-    /// Sets the gauges of the index.
+    /// Sets the gauges of the index (counts, not a series per dependent type: those
+    /// grow with the fleet).
     pub(super) fn report(&self, metrics: &Metrics) {
         metrics.index_references.set(self.index.len() as i64);
-        for e in self.synced.iter() {
-            metrics
-                .index_synced
-                .with_label_values(&[e.key().as_str()])
-                .set(i64::from(*e.value()));
-        }
+        let unsynced = self.synced.iter().filter(|e| !*e.value()).count();
+        metrics.index_resources.set(self.synced.len() as i64);
+        metrics.index_unsynced.set(unsynced as i64);
     }
 }
 
@@ -337,7 +335,7 @@ fn match_watches(view: &Arc<WebhookView>, running: &mut Running) {
         if !keep && let Some((_, handle)) = running.remove(&key) {
             handle.abort();
             view.dependents.endpoints.remove(&key);
-            view.dependents.synced.insert(key.clone(), false);
+            view.dependents.synced.remove(&key);
             view.dependents.index.clear_resource(&key);
             tracing::info!(resource = %key, "stopped watching dependents");
         }
@@ -360,7 +358,6 @@ pub(super) struct DependentsFeed {
     /// `resource.group` of the dependent.
     key: String,
     deps: Vec<CompiledDependency>,
-    unreadable: prometheus::IntGauge,
     /// The objects of the list under way (see [`Index::streams_lists`]).
     listed: Option<HashSet<ObjectId>>,
 }
@@ -450,7 +447,7 @@ impl Index<DynamicObject> for DependentsFeed {
         match &to.state {
             WatchState::Listed => {
                 if was_forbidden {
-                    self.unreadable.set(0);
+                    self.view.metrics.set_unreadable(key, false);
                     tracing::info!(resource = %key, "{key} is readable now");
                 }
                 tracing::info!(resource = %key, "dependents index synced");
@@ -458,7 +455,7 @@ impl Index<DynamicObject> for DependentsFeed {
             // Live lookups are refused as well: the rule's DELETEs are refused until
             // holdfast's reads role grants the type.
             WatchState::Forbidden(_) if !was_forbidden => {
-                self.unreadable.set(1);
+                self.view.metrics.set_unreadable(key, true);
                 tracing::warn!(resource = %key, "may not list {key} (403): DELETEs the DependencyRules naming it as dependent govern are refused until holdfast's reads role grants it");
             }
             WatchState::Failed(e) => {
@@ -472,7 +469,6 @@ impl Index<DynamicObject> for DependentsFeed {
 async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<CompiledDependency>) {
     let Some(first) = deps.first() else { return };
     let ar = dependent_resource(first);
-    let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
     let export = match view.topology {
         Topology::Kubernetes => None,
         Topology::Kcp => match super::kcp::dependent_export(&view.clients, first) {
@@ -487,7 +483,6 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
         view: view.clone(),
         key: key.clone(),
         deps,
-        unreadable,
         listed: None,
     };
     match (export, view.clients.home().cloned()) {
@@ -575,7 +570,6 @@ mod tests {
             view: view.clone(),
             key: key.clone(),
             deps: vec![dep.clone()],
-            unreadable: view.metrics.unreadable.with_label_values(&[key.as_str()]),
             listed: None,
         };
         let endpoints = Endpoints::new(feed);
@@ -665,14 +659,13 @@ mod tests {
         let dep = vms_rule(&view, "");
         let key = dep.dependent_gr().to_string();
         let target = holdfast_shared::index::index_target(&dep);
-        let unreadable = view.metrics.unreadable.with_label_values(&[key.as_str()]);
         let mut feed = DependentsFeed {
             view: view.clone(),
             key: key.clone(),
             deps: vec![dep],
-            unreadable: unreadable.clone(),
             listed: None,
         };
+        let unreadable = |v: &WebhookView| v.metrics.unreadable_series(&key);
         let synced = |v: &WebhookView| v.dependents.synced.get(&key).is_some_and(|s| *s);
         let referrers = |v: &WebhookView| {
             v.dependents
@@ -691,12 +684,12 @@ mod tests {
         let mut d = Driver::new(NotFound::Empty);
         d.handle(&mut feed, status(403));
         assert!(!synced(&view));
-        assert_eq!(unreadable.get(), 1);
+        assert!(unreadable(&view));
         d.handle(&mut feed, Ok(watcher::Event::Init));
         d.handle(&mut feed, Ok(watcher::Event::InitApply(vm("web", "main"))));
         d.handle(&mut feed, Ok(watcher::Event::InitDone));
         assert!(synced(&view));
-        assert_eq!(unreadable.get(), 0);
+        assert!(!unreadable(&view));
         assert_eq!(referrers(&view), ["VirtualMachine prod/web"]);
         d.handle(&mut feed, Ok(watcher::Event::Apply(vm("db", "main"))));
         d.handle(&mut feed, Ok(watcher::Event::Delete(vm("web", "main"))));

@@ -481,16 +481,13 @@ pub(super) async fn manage_stores(
                 if refused.get(&key.gr).is_some_and(|t| t.elapsed() < retry) {
                     continue;
                 }
-                let gauge = view
-                    .metrics
-                    .unreadable
-                    .with_label_values(&[key.gr.to_string().as_str()]);
+                let resource = key.gr.to_string();
                 if may_read(&client, &key.gr).await {
                     stores.refused.remove(&key.gr);
                     if refused.remove(&key.gr).is_some() {
                         tracing::info!(resource = %key.gr, "{} is readable now", key.gr);
                     }
-                    gauge.set(0);
+                    view.metrics.set_unreadable(&resource, false);
                     readable.insert(key.gr.clone());
                 } else {
                     if refused
@@ -500,7 +497,7 @@ pub(super) async fn manage_stores(
                         tracing::warn!(resource = %key.gr, "may not list and watch {}: label containment does not see its objects, and DELETEs the policies naming it govern are refused, until holdfast's reads role grants it", key.gr);
                     }
                     stores.refuse(&key.gr);
-                    gauge.set(1);
+                    view.metrics.set_unreadable(&resource, true);
                     continue;
                 }
             }
@@ -513,13 +510,10 @@ pub(super) async fn manage_stores(
             };
             let store = Arc::new(ResourceStore::new(ar, ns));
             stores.stores.insert(key.clone(), store.clone());
-            let gauge = view
-                .metrics
-                .unreadable
-                .with_label_values(&[key.gr.to_string().as_str()]);
+            let metrics = view.metrics.clone();
             let (gr, label) = (key.gr.clone(), key.label.clone());
             let on_forbidden = move |forbidden: bool| {
-                gauge.set(i64::from(forbidden));
+                metrics.set_unreadable(&gr.to_string(), forbidden);
                 match (forbidden, &label) {
                     (true, Some(l)) => {
                         tracing::warn!(resource = %gr, label = %l, "may not list {gr} (403): objects of it carrying the protection label are not seen by namespace containment until holdfast's reads role grants it")
