@@ -12,6 +12,8 @@
 #   HOLDFAST_BENCH_WORKSPACES=100 hack/bench-controller.sh   # smaller
 #   HOLDFAST_BENCH_WORKSPACES=2000 HOLDFAST_BENCH_SHARDS=4 hack/bench-controller.sh   # larger, 4 shards
 #   HOLDFAST_BENCH_OTHER_KINDS=0 hack/bench-controller.sh    # DependencyRules only
+#   HOLDFAST_BENCH_CONTROLLER_HEAPTRACK=/tmp/ctl hack/bench-controller.sh   # heaptrack attached
+#     to the controller: /tmp/ctl.zst, read with heaptrack_print (timings do not compare)
 #
 # On a real kcp (two shards, front-proxy, cache server; built by hack/substrates.sh,
 # about 11 minutes cold on 2 cores, then only checked): the same fleet, installed as

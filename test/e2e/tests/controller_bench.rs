@@ -12,6 +12,11 @@
 //! / HOLDFAST_BENCH_RULES_PER_WORKSPACE (10) / HOLDFAST_BENCH_CHANGES (100);
 //! HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (600);
 //! HOLDFAST_BENCH_OTHER_KINDS=0 leaves the three other kinds out.
+//! HOLDFAST_BENCH_CONTROLLER_HEAPTRACK=/path/prefix attaches `heaptrack -p` to the
+//! controller as soon as it starts (its first milliseconds are not seen) and writes
+//! `/path/prefix.zst` (or `.gz`) once the run ends and the controller is killed
+//! (read with `heaptrack_print`: peak and still-live allocation sites); the
+//! controller runs slower under it, so its timings do not compare.
 //!
 //! With HOLDFAST_E2E_KCP=real the same fleet runs on a real kcp (`backend::kcp`:
 //! two shards, front-proxy, cache server; `hack/substrates.sh kcp`), installed as
@@ -708,6 +713,17 @@ async fn bench_kcp_convergence_and_propagation() {
         ],
     )
     .expect("controller");
+    let heaptrack = std::env::var_os("HOLDFAST_BENCH_CONTROLLER_HEAPTRACK").map(|out| {
+        // `-o` before `-p`: heaptrack reads nothing after the pid.
+        std::process::Command::new("heaptrack")
+            .arg("-o")
+            .arg(out)
+            .arg("-p")
+            .arg(c.pid().to_string())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("heaptrack")
+    });
     let installed_at = loop {
         let mut complete_now = 0;
         if real {
@@ -829,6 +845,12 @@ async fn bench_kcp_convergence_and_propagation() {
     }
     samples.sort();
     let log = c.log();
+    if let Some(mut heaptrack) = heaptrack {
+        // Killed, so that what it still holds shows as "leaked"; heaptrack then
+        // writes its file.
+        c.kill();
+        let _ = heaptrack.wait();
+    }
     let passes = logged(&log, "kcp reconcile pass", "elapsed_ms");
     let pass_median = passes.get(passes.len() / 2).copied();
     if let (Some(median), Some(max)) = (pass_median, passes.last()) {
