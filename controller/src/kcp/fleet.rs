@@ -323,7 +323,7 @@ impl Targets {
 
 impl Reconciler {
     /// The changes of `store` since the last pass.
-    pub(super) fn take_changes<K: Resource>(store: &Shared<K>) -> StoreChanges {
+    pub(super) fn take_changes<K: Keep>(store: &Shared<K>) -> StoreChanges {
         store.lock().take_changes()
     }
 

@@ -314,8 +314,10 @@ impl Reconciler {
             bindings: vb,
         };
         let objects = snapshots.into_map(|_, (o, _)| o);
+        // Parsed again from the stores' text, one at a time (a plan is made
+        // again only when a binding or a policy changed).
         let bindings = Bindings::of(
-            bindings.iter().map(|(k, b)| (k.0.as_str(), b.as_ref())),
+            bindings.iter().map(|(k, b)| (k.0.as_str(), b.object())),
             home.as_deref(),
             export,
         );
@@ -323,7 +325,7 @@ impl Reconciler {
         // (The pass's own: cells, not locks.)
         let decoded = RefCell::new(std::mem::take(&mut *self.memo.decoded.lock()));
         let next = RefCell::new(HashMap::new());
-        let decode = |kind: Kind, obj: &Arc<DynamicObject>| {
+        let decode = |kind: Kind, obj: &Arc<Stored>| {
             let key = (kind, cluster_of(obj.as_ref()), obj.name_any());
             let rv = obj.metadata.resource_version.clone().unwrap_or_default();
             let known = decoded
@@ -332,7 +334,7 @@ impl Reconciler {
                 .filter(|(was, _)| *was == rv && !rv.is_empty());
             let d = match known {
                 Some((_, d)) => d,
-                None => Arc::new(crate::kcp::kinds::decode_policy(kind, obj)),
+                None => Arc::new(crate::kcp::kinds::decode_policy(kind, &obj.object())),
             };
             next.borrow_mut().insert(key, (rv, d.clone()));
             d

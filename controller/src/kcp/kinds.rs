@@ -213,13 +213,14 @@ impl Bindings {
     /// Reads `bindings` (logical cluster, APIBinding); `home` is the logical
     /// cluster of holdfast's APIExport `export`. A binding not bound yet (no
     /// `status.apiExportClusterName`) says nothing.
-    pub fn of<'a>(
-        bindings: impl IntoIterator<Item = (&'a str, &'a DynamicObject)>,
+    pub fn of<'a, B: std::borrow::Borrow<DynamicObject>>(
+        bindings: impl IntoIterator<Item = (&'a str, B)>,
         home: Option<&str>,
         export: &str,
     ) -> Self {
         let mut out = Self::default();
         for (cluster, b) in bindings {
+            let b = b.borrow();
             let (spec, status) = (&b.data["spec"], &b.data["status"]);
             let name = spec["reference"]["export"]["name"].as_str();
             let Some(from) = status["apiExportClusterName"]
@@ -329,7 +330,7 @@ pub struct Plan {
 pub type StoreKey = Arc<(String, String)>;
 
 /// The objects of one kind, keyed by (logical cluster, name).
-pub type Objects = Vec<(StoreKey, Arc<DynamicObject>)>;
+pub type Objects<T = DynamicObject> = Vec<(StoreKey, Arc<T>)>;
 
 /// One policy object, decoded and checked: a function of the object alone, so the
 /// caller may reuse it while the object's resourceVersion is unchanged.
@@ -458,9 +459,9 @@ fn not_bound_message(export: &str, unbound: &[(&GroupResource, &BoundFrom)]) -> 
 /// Every workspace binding holdfast gets a target; the exports' targets hold the
 /// types consumers' policies govern.
 /// `decode` gives each object's [`Decoded`] (see [`decode_policy`]).
-pub fn plan(
-    objects: &PerKind<Objects>,
-    decode: &dyn Fn(Kind, &Arc<DynamicObject>) -> Arc<Decoded>,
+pub fn plan<T>(
+    objects: &PerKind<Objects<T>>,
+    decode: &dyn Fn(Kind, &Arc<T>) -> Arc<Decoded>,
     bindings: &Bindings,
     export: &str,
 ) -> Plan {

@@ -81,13 +81,13 @@ impl Memo {
     pub(super) fn parsed_of(
         cache: &mut HashMap<StoreKey, Arc<Parsed>>,
         key: &StoreKey,
-        obj: &DynamicObject,
+        obj: &Stored,
     ) -> Arc<Parsed> {
         let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
         match cache.get(key) {
             Some(p) if p.rv == rv => p.clone(),
             _ => {
-                let p = Arc::new(Parsed::of(obj));
+                let p = Arc::new(Parsed::of(&obj.object()));
                 cache.insert(key.clone(), p.clone());
                 p
             }
@@ -212,5 +212,5 @@ pub(super) struct PlannedKinds {
     pub(super) targets: BTreeMap<String, Arc<WorkspaceTarget>>,
     /// Per policy, in the order of `objects`.
     pub(super) policies: Vec<crate::kcp::kinds::PolicyEval>,
-    pub(super) objects: Vec<Arc<DynamicObject>>,
+    pub(super) objects: Vec<Arc<Stored>>,
 }

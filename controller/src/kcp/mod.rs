@@ -73,8 +73,9 @@ use crate::{
 
 /// Objects of one kind across logical clusters, keyed by (cluster, name): an
 /// [`Index`] fed by the shared watch driver.
-pub struct ClusterStore<K> {
-    objects: BTreeMap<StoreKey, Arc<K>>,
+pub struct ClusterStore<K: Keep> {
+    /// What the store keeps of each object (see [`Keep`]).
+    objects: BTreeMap<StoreKey, Arc<K::Kept>>,
     /// Whether the index is synced (a complete list, no failure since; see
     /// [`holdfast_shared::watch`]).
     pub ready: bool,
@@ -93,19 +94,20 @@ pub struct ClusterStore<K> {
 }
 
 pub use kinds::StoreKey;
+pub use store::{Keep, Stored};
 
 pub use holdfast_shared::kcp::{cluster_of, front_proxy_of};
 
 type Shared<K> = Arc<Mutex<ClusterStore<K>>>;
 
 /// A [`ClusterStore`] behind a lock, waking `notify` after every change.
-struct SharedFeed<K> {
+struct SharedFeed<K: Keep> {
     store: Shared<K>,
     notify: Arc<Notify>,
 }
 
 /// A store fed from every endpoint of the holdfast APIExportEndpointSlice.
-struct EndpointStore<K: Resource> {
+struct EndpointStore<K: Resource + Keep> {
     store: Shared<K>,
     endpoints: Endpoints<K, SharedFeed<K>>,
     task: tokio::task::JoinHandle<()>,
@@ -307,7 +309,7 @@ impl RuleEval {
 /// cloning it is cheap).
 #[derive(Clone)]
 struct RuleState {
-    obj: Arc<DynamicObject>,
+    obj: Arc<Stored>,
     parsed: Arc<Parsed>,
     eval: Arc<RuleEval>,
     rule: Option<Arc<DependencyRule>>,
@@ -345,7 +347,7 @@ struct Installed {
 struct KindStatusWrite {
     kind: Kind,
     cluster: String,
-    obj: Arc<DynamicObject>,
+    obj: Arc<Stored>,
     status: serde_json::Value,
     event: Option<(&'static str, String)>,
 }
@@ -354,7 +356,7 @@ struct KindStatusWrite {
 struct StatusWrite {
     key: String,
     cluster: String,
-    obj: Arc<DynamicObject>,
+    obj: Arc<Stored>,
     parsed: Arc<Parsed>,
     outcome: Outcome,
     workspaces: Vec<serde_json::Value>,
@@ -444,13 +446,25 @@ impl Reconciler {
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
-        let mut candidates = Vec::new();
-        for url in self.shard_candidates(cluster) {
-            let client = self
-                .clients
-                .virtual_workspace(&format!("{url}/clusters/{cluster}"))?;
-            candidates.push((url, client));
-        }
+        // Each endpoint's client built only when it is tried: a client per URL
+        // costs its request queue (about 20 KiB), and the first candidate answers
+        // almost always.
+        let mut unbuilt = None;
+        let candidates = self
+            .shard_candidates(cluster)
+            .into_iter()
+            .filter_map(|url| {
+                match self
+                    .clients
+                    .virtual_workspace(&format!("{url}/clusters/{cluster}"))
+                {
+                    Ok(client) => Some((url, client)),
+                    Err(e) => {
+                        unbuilt.get_or_insert(e);
+                        None
+                    }
+                }
+            });
         let result = in_turn(candidates, op).await;
         match &result {
             Ok((url, _)) => {
@@ -466,10 +480,13 @@ impl Reconciler {
         match result {
             Ok((_, v)) => Ok(v),
             Err(Some(e)) => Err(e.into()),
-            Err(None) => anyhow::bail!(
-                "APIExportEndpointSlice {} lists no endpoint",
-                self.settings.api_export
-            ),
+            Err(None) => match unbuilt {
+                Some(e) => Err(e.into()),
+                None => anyhow::bail!(
+                    "APIExportEndpointSlice {} lists no endpoint",
+                    self.settings.api_export
+                ),
+            },
         }
     }
 
@@ -483,7 +500,7 @@ impl Reconciler {
     }
 
     /// The rule objects, keyed by (cluster, name).
-    fn rule_objects(&self) -> Vec<(StoreKey, Arc<DynamicObject>)> {
+    fn rule_objects(&self) -> Vec<(StoreKey, Arc<Stored>)> {
         self.rules.lock().snapshot()
     }
 
@@ -532,7 +549,7 @@ impl Reconciler {
 /// endpoint that answered and the result, or the error: any other at once, else the
 /// first candidate's (the most likely shard's), `None` without candidates.
 async fn in_turn<C, T, F, Fut>(
-    candidates: Vec<(String, C)>,
+    candidates: impl IntoIterator<Item = (String, C)>,
     op: F,
 ) -> Result<(String, T), Option<kube::Error>>
 where

@@ -10,7 +10,7 @@ impl Reconciler {
     pub(super) async fn write_kind_statuses(
         &self,
         policies: &[crate::kcp::kinds::PolicyEval],
-        objects: &[Arc<DynamicObject>],
+        objects: &[Arc<Stored>],
         installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
         enforced: &Enforced,
         home: Option<&str>,
@@ -31,15 +31,14 @@ impl Reconciler {
                 None => HashMap::with_capacity(policies.len()),
                 Some(_) => std::mem::take(&mut *seen),
             };
-            let compared: Box<
-                dyn Iterator<Item = (&crate::kcp::kinds::PolicyEval, &Arc<DynamicObject>)>,
-            > = match only {
-                None => Box::new(policies.iter().zip(objects)),
-                Some(only) => Box::new(
-                    only.iter()
-                        .filter_map(|i| Some((policies.get(*i)?, objects.get(*i)?))),
-                ),
-            };
+            let compared: Box<dyn Iterator<Item = (&crate::kcp::kinds::PolicyEval, &Arc<Stored>)>> =
+                match only {
+                    None => Box::new(policies.iter().zip(objects)),
+                    Some(only) => Box::new(
+                        only.iter()
+                            .filter_map(|i| Some((policies.get(*i)?, objects.get(*i)?))),
+                    ),
+                };
             for (e, obj) in compared {
                 let key = (e.kind, e.cluster.clone(), e.name.clone());
                 // What the status is a function of: the object, its evaluation and the
@@ -65,7 +64,7 @@ impl Reconciler {
                     continue;
                 }
                 let outcome = crate::kcp::kinds::outcome(e, installed, enforced, guard);
-                let current = crate::kubernetes::current_status(obj);
+                let current = crate::kubernetes::current_status(&obj.object());
                 match desired_status(
                     obj.metadata.generation,
                     current.observed_generation,

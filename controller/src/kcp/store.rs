@@ -2,8 +2,103 @@
 //! endpoint of the APIExportEndpointSlice.
 
 use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::TypeMeta;
 
-impl<K> Default for ClusterStore<K> {
+/// What a store keeps of an object its watches deliver: the object itself, or a
+/// more compact form of it.
+pub trait Keep: Resource + Sized {
+    /// The form kept.
+    type Kept: Resource;
+    /// The form kept of `self` (already [`trimmed`]).
+    fn keep(self) -> Self::Kept;
+}
+
+impl Keep for ValidatingWebhookConfiguration {
+    type Kept = Self;
+    fn keep(self) -> Self {
+        self
+    }
+}
+
+/// An untyped object as a store keeps it: its metadata, and the rest of it
+/// (`spec`, `status`...) as compact JSON text, parsed when a pass reads it (once
+/// per resourceVersion: the pass's decodings are cached). A `serde_json::Value`
+/// tree costs a B-tree node (over 600 bytes) per JSON object however few its
+/// fields, about 10 KiB per policy object, ten times its text: the stores held
+/// most of the controller's memory at fleet size (docs/performance.md,
+/// "Controller memory at fleet size").
+#[derive(Clone, Debug)]
+pub struct Stored {
+    /// `apiVersion` and `kind`.
+    pub types: Option<TypeMeta>,
+    /// Its metadata.
+    pub metadata: ObjectMeta,
+    /// Everything else, as JSON text.
+    data: Box<str>,
+}
+
+impl Stored {
+    /// The form kept of `obj`.
+    pub fn of(obj: DynamicObject) -> Self {
+        Self {
+            types: obj.types,
+            metadata: obj.metadata,
+            data: obj.data.to_string().into_boxed_str(),
+        }
+    }
+
+    /// Everything but the metadata, parsed (`null` if it were unreadable: it
+    /// was written from a parsed value).
+    pub fn data(&self) -> serde_json::Value {
+        serde_json::from_str(&self.data).unwrap_or_default()
+    }
+
+    /// The object again.
+    pub fn object(&self) -> DynamicObject {
+        DynamicObject {
+            types: self.types.clone(),
+            metadata: self.metadata.clone(),
+            data: self.data(),
+        }
+    }
+}
+
+impl Resource for Stored {
+    type DynamicType = ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::group(dt)
+    }
+    fn version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::version(dt)
+    }
+    fn kind(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::kind(dt)
+    }
+    fn api_version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::api_version(dt)
+    }
+    fn plural(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl Keep for DynamicObject {
+    type Kept = Stored;
+    fn keep(self) -> Stored {
+        Stored::of(self)
+    }
+}
+
+impl<K: Keep> Default for ClusterStore<K> {
     fn default() -> Self {
         Self {
             objects: BTreeMap::new(),
@@ -44,13 +139,13 @@ impl StoreChanges {
     }
 }
 
-impl<K: Resource> ClusterStore<K> {
-    pub(super) fn key(obj: &K) -> (String, String) {
+impl<K: Keep> ClusterStore<K> {
+    pub(super) fn key(obj: &impl Resource) -> (String, String) {
         (cluster_of(obj), obj.meta().name.clone().unwrap_or_default())
     }
 
     /// The object at `key`, with the key the store shares.
-    pub(super) fn get(&self, key: &(String, String)) -> Option<(StoreKey, Arc<K>)> {
+    pub(super) fn get(&self, key: &(String, String)) -> Option<(StoreKey, Arc<K::Kept>)> {
         self.objects
             .get_key_value(key)
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -73,7 +168,7 @@ impl<K: Resource> ClusterStore<K> {
     }
 
     /// A snapshot.
-    pub fn snapshot(&self) -> Vec<(StoreKey, Arc<K>)> {
+    pub fn snapshot(&self) -> Vec<(StoreKey, Arc<K::Kept>)> {
         self.objects
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -84,19 +179,19 @@ impl<K: Resource> ClusterStore<K> {
 /// What a pass never reads is not kept: managed fields and the last-applied
 /// annotation (about half of an object written with client-side apply), for every
 /// object of every store (130,000 policies at 10,000 workspaces).
-fn trimmed<K: Resource>(mut object: K) -> K {
+fn trimmed<K: Keep>(mut object: K) -> K::Kept {
     let meta = object.meta_mut();
     meta.managed_fields = None;
     if let Some(a) = meta.annotations.as_mut() {
         a.remove(LAST_APPLIED);
     }
-    object
+    object.keep()
 }
 
 /// The annotation client-side `kubectl apply` keeps the applied object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-impl<K: Resource> Index<K> for ClusterStore<K> {
+impl<K: Keep> Index<K> for ClusterStore<K> {
     fn reset(&mut self, objects: Vec<K>) {
         self.objects = objects
             .into_iter()
@@ -152,14 +247,14 @@ impl<K: Resource> Index<K> for ClusterStore<K> {
     }
 }
 
-impl<K: Resource> SharedFeed<K> {
+impl<K: Keep> SharedFeed<K> {
     pub(super) fn with(&self, f: impl FnOnce(&mut ClusterStore<K>)) {
         f(&mut self.store.lock());
         self.notify.notify_one();
     }
 }
 
-impl<K: Resource> Index<K> for SharedFeed<K> {
+impl<K: Keep> Index<K> for SharedFeed<K> {
     fn reset(&mut self, objects: Vec<K>) {
         self.with(|s| s.reset(objects));
     }
@@ -174,7 +269,7 @@ impl<K: Resource> Index<K> for SharedFeed<K> {
     }
 }
 
-impl<K: Resource> Partitioned<K> for SharedFeed<K> {
+impl<K: Keep> Partitioned<K> for SharedFeed<K> {
     fn remove(&mut self, key: &ObjectKey) {
         self.with(|s| {
             let key = (key.cluster.clone(), key.name.clone());
@@ -191,7 +286,8 @@ impl<K: Resource> Partitioned<K> for SharedFeed<K> {
 /// proves nothing: fail closed) into a new store.
 pub(super) fn spawn_store<K>(source: Source<K>, notify: Arc<Notify>) -> EndpointStore<K>
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Keep + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::Kept: Send + Sync,
 {
     let store: Shared<K> = Arc::new(Mutex::new(ClusterStore::default()));
     let feed = SharedFeed {

@@ -1,5 +1,13 @@
 use super::*;
 
+/// The stores' tests keep ConfigMaps as they are.
+impl Keep for k8s_openapi::api::core::v1::ConfigMap {
+    type Kept = Self;
+    fn keep(self) -> Self {
+        self
+    }
+}
+
 #[test]
 fn only_spec_changes_count() {
     let rule = |uid: &str, generation: i64, status: &str| {
@@ -324,7 +332,7 @@ fn a_status_found_up_to_date_is_skipped_only_while_its_inputs_hold() {
         edges: None,
     });
     let rule = RuleState {
-        obj: Arc::new(obj.clone()),
+        obj: Arc::new(Stored::of(obj.clone())),
         parsed: parsed.clone(),
         eval: eval.clone(),
         rule: None,
