@@ -283,12 +283,15 @@ pub(super) async fn manage_dependents(
         }
     }
     for (_, (_, handle)) in running {
-        handle.abort();
+        if let Some(h) = handle {
+            h.abort();
+        }
     }
 }
 
-/// The dependents watches running: dependent resource → (signature, task).
-type Running = HashMap<String, (String, tokio::task::JoinHandle<()>)>;
+/// The dependents watches running: dependent resource → (signature, task). No task:
+/// on kcp, no APIExport names the dependent type, so every check lists it live.
+type Running = HashMap<String, (String, Option<tokio::task::JoinHandle<()>>)>;
 
 /// Starts a watch for each dependent resource the rules name and stops those no
 /// longer named or named differently.
@@ -333,7 +336,9 @@ fn match_watches(view: &Arc<WebhookView>, running: &mut Running) {
                 .is_some_and(|(sig, _)| *sig == signature(deps))
         });
         if !keep && let Some((_, handle)) = running.remove(&key) {
-            handle.abort();
+            if let Some(h) = handle {
+                h.abort();
+            }
             view.dependents.endpoints.remove(&key);
             view.dependents.synced.remove(&key);
             view.dependents.index.clear_resource(&key);
@@ -345,10 +350,21 @@ fn match_watches(view: &Arc<WebhookView>, running: &mut Running) {
             continue;
         }
         let sig = signature(&deps);
+        // kcp: a type no APIExport names has no virtual workspace to watch (the rule
+        // alone says so): no task, and no place among the indexed types.
+        let no_export = view.topology == Topology::Kcp
+            && deps
+                .first()
+                .is_none_or(|d| super::kcp::dependent_export(&view.clients, d).is_none());
+        if no_export {
+            tracing::debug!(resource = %key, "no APIExport names the dependent type; every check lists them live");
+            running.insert(key, (sig, None));
+            continue;
+        }
         view.dependents.synced.insert(key.clone(), false);
         let handle = tokio::spawn(watch_dependents(view.clone(), key.clone(), deps));
         tracing::info!(resource = %key, "watching dependents");
-        running.insert(key, (sig, handle));
+        running.insert(key, (sig, Some(handle)));
     }
 }
 
@@ -471,12 +487,10 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
     let ar = dependent_resource(first);
     let export = match view.topology {
         Topology::Kubernetes => None,
+        // Checked before the task was started (`match_watches`).
         Topology::Kcp => match super::kcp::dependent_export(&view.clients, first) {
             Some(e) => Some(e),
-            None => {
-                tracing::info!(resource = %key, "no APIExport names the dependent type; every check lists them live");
-                return;
-            }
+            None => return,
         },
     };
     let feed = DependentsFeed {
