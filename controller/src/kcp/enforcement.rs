@@ -72,12 +72,18 @@ impl Enforcement {
         let seen = self.seen.lock().clone();
         let mut out = Enforced::default();
         let mut to_probe = Vec::new();
+        // Seen enforced with the same webhooks (the probe's name is their hash) as
+        // another copy: the installed one is kept instead (one copy in memory).
+        let mut same = Vec::new();
         for (lc, cfg) in installed {
             let Some(name) = probe_of(cfg) else {
                 out.effective.insert(lc.clone(), cfg.clone());
                 continue;
             };
-            if seen.get(lc).is_some_and(|s| probe_of(s) == Some(name)) {
+            if let Some(s) = seen.get(lc).filter(|s| probe_of(s) == Some(name)) {
+                if !Arc::ptr_eq(s, cfg) {
+                    same.push((lc.clone(), cfg.clone()));
+                }
                 out.effective.insert(lc.clone(), cfg.clone());
                 continue;
             }
@@ -94,6 +100,7 @@ impl Enforcement {
                 .collect()
                 .await;
         let mut next = seen;
+        next.extend(same);
         next.retain(|lc, _| installed.contains_key(lc));
         for (lc, cfg, answer) in answers {
             match answer {

@@ -140,7 +140,7 @@ impl Reconciler {
             Some(scope) => self.live_configurations_in(scope),
         };
         let mut installed = Installed {
-            configurations: base,
+            configurations: self.shared_with_store(base),
             failed: Vec::new(),
         };
         for lc in scope.into_iter().flatten() {
@@ -224,7 +224,24 @@ impl Reconciler {
         for (lc, r) in applied {
             match r {
                 Ok(cfg) => {
-                    installed.configurations.insert(lc, Arc::new(cfg));
+                    // The store's copy when its watch has it already, else once it
+                    // has (see `shared_with_store`).
+                    let key = (lc.clone(), WEBHOOK_CONFIGURATION_NAME.to_string());
+                    let live = self.hooks.lock().objects.get(&key).cloned();
+                    let cfg = match live {
+                        Some(live)
+                            if live.metadata.resource_version.is_some()
+                                && live.metadata.resource_version
+                                    == cfg.metadata.resource_version =>
+                        {
+                            live
+                        }
+                        _ => {
+                            self.memo.unshared.lock().insert(lc.clone());
+                            Arc::new(cfg)
+                        }
+                    };
+                    installed.configurations.insert(lc, cfg);
                 }
                 Err(e) => {
                     if gone_or_forbidden(&e) {
@@ -368,6 +385,33 @@ impl Reconciler {
         });
         *self.memo.planned.lock() = Some(planned.clone());
         planned
+    }
+
+    /// `configurations` (the last pass's), with each one written by a pass (the
+    /// write's answer) replaced by the hooks store's copy once the store holds it
+    /// at the same resourceVersion: a configuration is kept once, not twice.
+    fn shared_with_store(
+        &self,
+        mut configurations: BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+    ) -> BTreeMap<String, Arc<ValidatingWebhookConfiguration>> {
+        let hooks = self.hooks.lock();
+        self.memo.unshared.lock().retain(|lc| {
+            let Some(cfg) = configurations.get_mut(lc) else {
+                return false;
+            };
+            let key = (lc.clone(), WEBHOOK_CONFIGURATION_NAME.to_string());
+            match hooks.objects.get(&key) {
+                Some(live)
+                    if live.metadata.resource_version.is_some()
+                        && live.metadata.resource_version == cfg.metadata.resource_version =>
+                {
+                    *cfg = live.clone();
+                    false
+                }
+                _ => true,
+            }
+        });
+        configurations
     }
 
     pub(super) async fn apply_in(

@@ -52,6 +52,9 @@ pub(super) struct Memo {
     pub(super) planned: Mutex<Option<Arc<PlannedKinds>>>,
     /// What the last pass computed, for the next to update (see [`Fleet`]).
     pub(super) fleet: Mutex<Fleet>,
+    /// Logical clusters whose installed configuration is a write's answer, not
+    /// yet the hooks store's copy (see `Reconciler::shared_with_store`).
+    pub(super) unshared: Mutex<BTreeSet<String>>,
 }
 
 impl Memo {
@@ -73,6 +76,7 @@ impl Memo {
             abandoned: Mutex::default(),
             planned: Mutex::default(),
             fleet: Mutex::default(),
+            unshared: Mutex::default(),
         }
     }
 

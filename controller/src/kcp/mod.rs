@@ -257,7 +257,7 @@ struct RuleEval {
     invalid: Option<Invalid>,
     workspaces: Vec<WorkspaceRef>,
     /// provider cluster → APIExport name → resources
-    targets: BTreeMap<String, ExportTargets>,
+    targets: RuleTargets,
     /// The rule's edges between resource types, for the cycle search (a valid
     /// rule's only).
     edges: Option<RuleEdges>,
@@ -611,9 +611,10 @@ mod pass;
 mod rules;
 mod statuses;
 mod store;
+mod targets;
 pub mod workspaces;
 #[allow(unused_imports)]
-use {fleet::*, install::*, memo::*, rules::*, statuses::*, store::*};
+use {fleet::*, install::*, memo::*, rules::*, statuses::*, store::*, targets::*};
 
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,7 @@ impl Reconciler {
             key: format!("{cluster}/{name}"),
             invalid: None,
             workspaces: Vec::new(),
-            targets: BTreeMap::new(),
+            targets: RuleTargets::default(),
             edges: None,
         };
         let rule = match &parsed.rule {
@@ -69,6 +69,8 @@ impl Reconciler {
             }
         }
         let mut eval = new_eval();
+        // Built here, kept compact (see [`RuleTargets`]).
+        let mut targets: BTreeMap<String, ExportTargets> = BTreeMap::new();
         // (reason, message) per problem, in spec order.
         let mut problems: Vec<(&'static str, String)> = Vec::new();
         if let (Some(export), Some(found)) = (&dependent.api_export_name, &dependent_found) {
@@ -95,7 +97,7 @@ impl Reconciler {
             match found.exporting(&gr, &r.path, &r.name) {
                 Ok(()) => {
                     if let Some(lc) = &lc {
-                        eval.targets
+                        targets
                             .entry(lc.clone())
                             .or_default()
                             .entry(r.name.clone())
@@ -124,10 +126,11 @@ impl Reconciler {
                     .collect::<Vec<_>>()
                     .join("; "),
             });
-            eval.targets.clear();
         } else {
+            eval.targets = targets.into();
             eval.edges = Some(RuleEdges::of(eval.key(), &rule));
         }
+        eval.workspaces.shrink_to_fit();
         let eval = Arc::new(eval);
         let mut cache = self.memo.evals.lock();
         if eval.invalid.is_none() {

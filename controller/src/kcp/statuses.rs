@@ -417,7 +417,7 @@ pub(super) fn status_write(
     let mut missing = Vec::new();
     let mut waiting = Vec::new();
     let mut pending = BTreeMap::new();
-    for (lc, exports) in &e.targets {
+    for (lc, exports) in e.targets.iter() {
         for (export, grs) in exports {
             let hook = export_policies_webhook(export);
             let routed_by = |configs: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
@@ -452,7 +452,7 @@ pub(super) fn status_write(
                 "DELETEs of the dependencies reach webhook(s) {} in {} provider workspace(s)",
                 e.targets
                     .values()
-                    .flat_map(|x| x.keys())
+                    .flat_map(|x| x.iter().map(|(export, _)| export))
                     .map(|x| export_policies_webhook(x))
                     .collect::<BTreeSet<_>>()
                     .into_iter()

@@ -97,7 +97,7 @@ fn target_eval(key: &str, to: &[(&str, &str, &str)]) -> Arc<RuleEval> {
         key: key.into(),
         invalid: None,
         workspaces: Vec::new(),
-        targets,
+        targets: targets.into(),
         edges: None,
     })
 }
@@ -115,7 +115,7 @@ fn targets_from_scratch(
 ) -> BTreeMap<String, WorkspaceTarget> {
     let mut out: BTreeMap<String, WorkspaceTarget> = BTreeMap::new();
     for e in evals {
-        for (lc, exports) in &e.targets {
+        for (lc, exports) in e.targets.iter() {
             let t = out.entry(lc.clone()).or_default();
             for (export, grs) in exports {
                 t.exports
@@ -324,10 +324,10 @@ fn a_status_found_up_to_date_is_skipped_only_while_its_inputs_hold() {
             shared_resources: None,
             message: None,
         }],
-        targets: [(
+        targets: BTreeMap::from([(
             "lc1".to_string(),
-            [("widgets".to_string(), [gr].into())].into(),
-        )]
+            ExportTargets::from([("widgets".to_string(), [gr].into())]),
+        )])
         .into(),
         edges: None,
     });
