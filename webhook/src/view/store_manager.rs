@@ -224,11 +224,6 @@ impl Stores {
             {
                 return Err(crate::stores::unreadable_error(&gr.to_string()));
             }
-            // A type refused a moment ago may be granted already, not yet in effect:
-            // what it holds is unknown, not absent.
-            if let Some(gr) = self.refused_within_grace() {
-                return Err(crate::stores::unreadable_error(&gr.to_string()));
-            }
         }
         for gr in crds.namespaced() {
             for label in &self.label_keys {
@@ -243,6 +238,11 @@ impl Stores {
                     )));
                 }
             }
+        }
+        // A type refused a moment ago may be granted already, not yet in effect: what
+        // it holds is unknown, not absent (a new custom resource says so above).
+        if let Some(gr) = self.refused_within_grace() {
+            return Err(crate::stores::unreadable_error(&gr.to_string()));
         }
         let mut out: Vec<ContainedObject> = Vec::new();
         let mut seen: HashSet<(String, String)> = HashSet::new();
