@@ -989,6 +989,28 @@ impl Env {
         metric(w.probe_port, series).await
     }
 
+    /// The types the webhook says it may not list (the `resource` of every series of
+    /// `holdfast_webhook_unreadable_resources`), sorted.
+    pub async fn webhook_unreadable(&self) -> anyhow::Result<Vec<String>> {
+        let Some(w) = &self.webhook else {
+            bail!("start the webhook first")
+        };
+        let (status, body) = http_get(w.probe_port, "/metrics")
+            .await
+            .map_err(|e| anyhow::anyhow!("GET /metrics: {e}"))?;
+        if status != 200 {
+            bail!("GET /metrics answered {status}: {body}");
+        }
+        let mut out: Vec<String> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("holdfast_webhook_unreadable_resources{resource=\""))
+            .filter_map(|rest| rest.split('"').next())
+            .map(str::to_string)
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     /// Asserts the webhook decided through the source `--dependents MODE` names
     /// (metric `holdfast_webhook_dependents_lookups_total`): with `live` every lookup
     /// is a live LIST and the index is never consulted; with `watch` the index
