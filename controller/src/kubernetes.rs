@@ -74,7 +74,7 @@ pub use guards::{
 };
 
 /// Timing of the Kubernetes reconciler.
-mod timing {
+pub(crate) mod timing {
     use std::time::Duration;
     /// A policy kind whose watch has not synced this long after start is looked up
     /// in discovery: when its CRD is not installed, reconciling goes on without it.
@@ -87,11 +87,15 @@ mod timing {
     pub const READS_RECHECK: Duration = Duration::from_millis(250);
     /// Refused reads are checked again after this (nothing watched announces RBAC changes).
     pub const RBAC_RECHECK: Duration = Duration::from_secs(5);
+    /// A namespace marker that could not be set or removed (the webhook refused it
+    /// while it could not verify the namespace's contents, say) is tried again after
+    /// this, not on the next event or resync.
+    pub const MARKER_RETRY: Duration = Duration::from_secs(1);
 }
 use timing::*;
 
 /// Starts a pass after `delay`.
-fn wake_after(notify: &Arc<Notify>, delay: Duration) {
+pub(crate) fn wake_after(notify: &Arc<Notify>, delay: Duration) {
     let notify = notify.clone();
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;

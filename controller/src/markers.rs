@@ -221,7 +221,7 @@ impl Markers {
             .chain(marked.difference(&wanted).map(|ns| (ns.clone(), false)))
             .collect();
         let api = &api;
-        let failed_additions = futures::stream::iter(changes)
+        let failed = futures::stream::iter(changes)
             .map(|(ns, on)| async move {
                 match set_marker(api, &ns, on).await {
                     Ok(()) => {
@@ -230,7 +230,7 @@ impl Markers {
                         } else {
                             tracing::info!(namespace = %ns, "namespace holds no routed object: marker removed");
                         }
-                        false
+                        None
                     }
                     Err(e) => {
                         if on {
@@ -238,15 +238,18 @@ impl Markers {
                         } else {
                             tracing::warn!(namespace = %ns, error = %e, "removing namespace marker failed");
                         }
-                        on
+                        Some(on)
                     }
                 }
             })
             .buffer_unordered(16)
-            .filter(|failed| futures::future::ready(*failed))
-            .count()
+            .filter_map(futures::future::ready)
+            .collect::<Vec<bool>>()
             .await;
-        let complete = failed_additions == 0;
+        if !failed.is_empty() {
+            crate::kubernetes::wake_after(&self.notify, crate::kubernetes::timing::MARKER_RETRY);
+        }
+        let complete = !failed.iter().any(|addition| *addition);
         if complete {
             Containment::Marked
         } else {
