@@ -89,7 +89,7 @@ pub(crate) mod timing {
     pub const RBAC_RECHECK: Duration = Duration::from_secs(5);
     /// A namespace marker that could not be set or removed (the webhook refused it
     /// while it could not verify the namespace's contents, say) is tried again after
-    /// this, not on the next event or resync.
+    /// this, not on the next event or resync (doubling while it keeps failing).
     pub const MARKER_RETRY: Duration = Duration::from_secs(1);
 }
 use timing::*;

@@ -55,7 +55,14 @@ pub struct Markers {
     notify: Arc<Notify>,
     stores: HashMap<StoreKey, ObjectStore>,
     namespaces: ObjectStore<PartialObjectMeta<Namespace>>,
+    /// The wait before trying again a marker change that failed: the first retry
+    /// after [`MARKER_RETRY`](crate::kubernetes::timing::MARKER_RETRY), doubling
+    /// while they keep failing (the webhook down, say) up to [`MARKER_RETRY_MAX`].
+    retry: std::time::Duration,
 }
+
+/// The longest wait between tries of a marker change that keeps failing.
+const MARKER_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Watches `api` into a cache (a 404 means the type is not served: none), waking
 /// `notify` on every change.
@@ -94,6 +101,7 @@ impl Markers {
             notify,
             stores: HashMap::new(),
             namespaces,
+            retry: crate::kubernetes::timing::MARKER_RETRY,
         }
     }
 
@@ -246,8 +254,11 @@ impl Markers {
             .filter_map(futures::future::ready)
             .collect::<Vec<bool>>()
             .await;
-        if !failed.is_empty() {
-            crate::kubernetes::wake_after(&self.notify, crate::kubernetes::timing::MARKER_RETRY);
+        if failed.is_empty() {
+            self.retry = crate::kubernetes::timing::MARKER_RETRY;
+        } else {
+            crate::kubernetes::wake_after(&self.notify, self.retry);
+            self.retry = (self.retry * 2).min(MARKER_RETRY_MAX);
         }
         let complete = !failed.iter().any(|addition| *addition);
         if complete {
