@@ -989,18 +989,18 @@ impl Env {
         metric(w.probe_port, series).await
     }
 
-    /// The types the webhook says it may not list (the `resource` of every series of
-    /// `holdfast_webhook_unreadable_resources`), sorted.
-    pub async fn webhook_unreadable(&self) -> anyhow::Result<Vec<String>> {
+    /// The webhook's `/metrics` text.
+    async fn webhook_metrics(&self) -> anyhow::Result<String> {
         let Some(w) = &self.webhook else {
             bail!("start the webhook first")
         };
-        let (status, body) = http_get(w.probe_port, "/metrics")
-            .await
-            .map_err(|e| anyhow::anyhow!("GET /metrics: {e}"))?;
-        if status != 200 {
-            bail!("GET /metrics answered {status}: {body}");
-        }
+        metrics_text(w.probe_port).await
+    }
+
+    /// The types the webhook says it may not list (the `resource` of every series of
+    /// `holdfast_webhook_unreadable_resources`), sorted.
+    pub async fn webhook_unreadable(&self) -> anyhow::Result<Vec<String>> {
+        let body = self.webhook_metrics().await?;
         let mut out: Vec<String> = body
             .lines()
             .filter_map(|l| l.strip_prefix("holdfast_webhook_unreadable_resources{resource=\""))
@@ -1047,15 +1047,7 @@ impl Env {
     /// How many admission reviews of `operation` the webhook has answered (the sum of
     /// `holdfast_webhook_admission_requests_total` over decisions and deciders).
     pub async fn webhook_reviews(&self, operation: &str) -> anyhow::Result<u64> {
-        let Some(w) = &self.webhook else {
-            bail!("start the webhook first")
-        };
-        let (status, body) = http_get(w.probe_port, "/metrics")
-            .await
-            .map_err(|e| anyhow::anyhow!("GET /metrics: {e}"))?;
-        if status != 200 {
-            bail!("GET /metrics answered {status}: {body}");
-        }
+        let body = self.webhook_metrics().await?;
         let op = format!("operation=\"{operation}\"");
         let mut total = 0;
         for line in body.lines() {
@@ -1248,6 +1240,17 @@ impl Env {
     }
 }
 
+/// The `/metrics` text served on 127.0.0.1:`port`; an error unless it answers 200.
+pub async fn metrics_text(port: u16) -> anyhow::Result<String> {
+    let (status, body) = http_get(port, "/metrics")
+        .await
+        .map_err(|e| anyhow::anyhow!("GET /metrics: {e}"))?;
+    if status != 200 {
+        bail!("GET /metrics answered {status}: {body}");
+    }
+    Ok(body)
+}
+
 /// Plain HTTP GET against 127.0.0.1:`port` (probes); returns status and body.
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1275,12 +1278,7 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
 /// The value of metric series `series` (exactly as exposed, labels included) from
 /// the Prometheus text at 127.0.0.1:`port`/metrics; `None` when the series is absent.
 pub async fn metric(port: u16, series: &str) -> anyhow::Result<Option<f64>> {
-    let (status, body) = http_get(port, "/metrics")
-        .await
-        .map_err(|e| anyhow::anyhow!("GET /metrics: {e}"))?;
-    if status != 200 {
-        bail!("GET /metrics answered {status}: {body}");
-    }
+    let body = metrics_text(port).await?;
     for line in body.lines() {
         if let Some(value) = line.strip_prefix(series).and_then(|r| r.strip_prefix(' ')) {
             return Ok(Some(
