@@ -8,9 +8,9 @@
 //! and after get their targets rebuilt, the configurations of those workspaces
 //! and of those whose live configuration changed are compared, and the statuses
 //! of the rules and policies that read a configuration that changed, or that
-//! changed themselves, are compared. An export answer read again (each about once
-//! per resync period, a budget per pass: [`Reconciler::refresh_answers`]) and found
-//! different has the rules that used it evaluated again. A relist, a watch that
+//! changed themselves, are compared. An export answer read again outside the pass
+//! (about once per resync period: [`ExportAnswers`]) and found different wakes the
+//! pass and has the rules that used it evaluated again. A relist, a watch that
 //! changed state, the full resync (every [`FULL_RESYNC_EVERY`] resync periods), new
 //! install options, a failed write or a pass that errored make the next pass a
 //! full one, which computes everything from all objects as before.
@@ -336,28 +336,22 @@ impl Reconciler {
         fleet: &mut Fleet,
         changes: &StoreChanges,
     ) -> Option<Vec<RuleDelta>> {
-        let Refreshed {
-            mut answers,
-            replaced,
-            refreshed,
-            more,
-        } = self.refresh_answers().await;
-        self.more_due.store(more, Ordering::Relaxed);
-        // The rules that used an answer now different are evaluated again (their
-        // answers compared one by one in `evaluate`).
-        let readers = self.readers_of(&replaced);
+        // The rules that used an answer now different (read again outside the
+        // pass, [`ExportAnswers::run`]) are evaluated again (their answers compared
+        // one by one in `evaluate`).
+        let replaced = self.answers.take_replaced();
+        let readers = readers_of(&self.memo.evals.lock(), &replaced);
         let keys: BTreeSet<(String, String)> = changes
             .keys()
             .cloned()
             .chain(fleet.retry.iter().map(|k| (**k).clone()))
             .chain(readers.iter().cloned())
             .collect();
-        if refreshed > 0 {
+        if !replaced.is_empty() {
             tracing::debug!(
-                refreshed,
                 changed = replaced.len(),
                 rules = readers.len(),
-                "export answers read again"
+                "export answers changed"
             );
         }
         let mut delta = Vec::new();
@@ -384,7 +378,7 @@ impl Reconciler {
             };
             let (eval, rule) = match kept {
                 Some(eval) => (eval, parsed.rule.as_ref().ok().cloned()),
-                None => self.evaluate(&skey, &parsed, &mut answers).await,
+                None => self.evaluate(&skey, &parsed).await,
             };
             match eval.invalid.is_some() {
                 true => fleet.retry.insert(skey.clone()),
@@ -412,22 +406,6 @@ impl Reconciler {
                 });
             }
         }
-        *self.memo.lookups.lock() = answers;
         Some(delta)
-    }
-
-    /// The rules whose kept evaluation used one of `replaced` (by pointer).
-    fn readers_of(&self, replaced: &[Arc<ExportLookup>]) -> BTreeSet<(String, String)> {
-        if replaced.is_empty() {
-            return BTreeSet::new();
-        }
-        let stale: HashSet<*const ExportLookup> = replaced.iter().map(Arc::as_ptr).collect();
-        self.memo
-            .evals
-            .lock()
-            .iter()
-            .filter(|(_, c)| c.used.iter().any(|u| stale.contains(&Arc::as_ptr(u))))
-            .map(|(k, _)| (**k).clone())
-            .collect()
     }
 }

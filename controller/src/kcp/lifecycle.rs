@@ -107,8 +107,12 @@ impl Reconciler {
             tasks.push(k.task);
             k.store
         });
-        let resolver = holdfast_shared::kcp::Resolver::new(clients.clone());
-        let exports = holdfast_shared::kcp::Exports::new(clients.clone());
+        let answers = Arc::new(ExportAnswers::new(
+            &clients,
+            settings.resync,
+            notify.clone(),
+        ));
+        tasks.push(tokio::spawn(answers.clone().run()));
         Ok(Self {
             home,
             home_hooks,
@@ -125,15 +129,13 @@ impl Reconciler {
             binding_endpoints: bindings.endpoints,
             kinds,
             tasks,
-            resolver,
-            exports,
+            answers,
             last_resync: std::time::Instant::now(),
             notify,
             memo: Memo::new(),
             enforcement: Default::default(),
             unresolved: false,
             resynced: AtomicBool::new(false),
-            more_due: AtomicBool::new(false),
             ready,
         })
     }

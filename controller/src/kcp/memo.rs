@@ -19,23 +19,12 @@ pub(super) struct Memo {
     /// The endpoint a write to a workspace last went through (forgotten when a write
     /// through it fails).
     pub(super) shard_of: Mutex<HashMap<String, String>>,
-    /// Per (path, export): the last complete answer, used while a lookup fails
-    /// with something other than a definite 403/404 (a blip must not drop
-    /// protection).
-    pub(super) last_good: Mutex<HashMap<(String, String), ExportFound>>,
     /// Decoding results per rule, reused while its resourceVersion is unchanged.
     pub(super) parsed: Mutex<HashMap<StoreKey, Arc<Parsed>>>,
     /// Per provider cluster: the live resourceVersion last seen matching, and what
     /// the desired configuration it matched was built from (skips building and
     /// comparing unchanged pairs).
     pub(super) matched: Mutex<HashMap<String, Matched>>,
-    /// The export answers (see [`PassLookups`]).
-    pub(super) lookups: Mutex<PassLookups>,
-    /// When the oldest export answer is due to be read again.
-    pub(super) next_refresh: Mutex<Option<std::time::Instant>>,
-    /// Logical clusters where a read or write answered 403 or 404 since the
-    /// last pass began: the answers found there are read again.
-    pub(super) forgotten: Mutex<HashSet<String>>,
     /// Per rule: its last evaluation (see [`CachedEval`]).
     pub(super) evals: Mutex<HashMap<StoreKey, CachedEval>>,
     /// Per rule (`cluster/name`): what its status was last found up to date with.
@@ -63,12 +52,8 @@ impl Memo {
         Self {
             statuses_written: Mutex::new(std::time::Instant::now()),
             shard_of: Mutex::default(),
-            last_good: Mutex::default(),
             parsed: Mutex::default(),
             matched: Mutex::default(),
-            lookups: Mutex::default(),
-            next_refresh: Mutex::default(),
-            forgotten: Mutex::default(),
             evals: Mutex::default(),
             statuses: Mutex::default(),
             decoded: Mutex::default(),
@@ -139,31 +124,6 @@ pub(super) struct Parsed {
     pub(super) invalid: Option<Invalid>,
     pub(super) status: holdfast_shared::api::PolicyStatus,
     pub(super) workspaces: serde_json::Value,
-}
-
-/// The export answers, kept from pass to pass and shared by a pass's rules: each
-/// export read once per pass at most. A settled answer (the export found) is
-/// carried while younger than the refresh period; a failed one, or one a rule
-/// found lacking, is read again by the next pass that needs it. An answer read
-/// again and equal to the one before keeps that one's `Arc`, so a rule's
-/// evaluation is reused while its object and every answer it used are the same
-/// (compared by pointer).
-#[derive(Default)]
-pub(super) struct PassLookups {
-    /// Where → workspace path or logical cluster → export name → answer.
-    pub(super) answers: HashMap<Where, HashMap<String, HashMap<String, Answer>>>,
-    /// The number of the pass asking (an answer read in it carries it).
-    pub(super) pass: u64,
-}
-
-/// One export answer and when it was read.
-#[derive(Clone)]
-pub(super) struct Answer {
-    pub(super) found: Arc<ExportLookup>,
-    /// When it was read; `None` when it must be read again (found lacking).
-    pub(super) read_at: Option<std::time::Instant>,
-    /// The pass that read it.
-    pub(super) pass: u64,
 }
 
 /// A rule's evaluation and what it was computed from.

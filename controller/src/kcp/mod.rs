@@ -141,10 +141,8 @@ const SYNC_POLL: Duration = Duration::from_millis(200);
 
 /// A pass runs this soon again while some workspace path is unresolved.
 const UNRESOLVED_RETRY: Duration = Duration::from_secs(2);
-/// A pass runs this soon again while export answers are due to be read again.
-const REFRESH_RETRY: Duration = Duration::from_millis(50);
 /// A full pass every this many resync periods without events (the export answers
-/// are read again within each period, spread over the passes).
+/// are read again within each period, outside the passes: [`ExportAnswers`]).
 const FULL_RESYNC_EVERY: u32 = 10;
 /// The longest a pass may leave the statuses to the next because a policy changed
 /// during it (see [`Reconciler::defer_statuses`]).
@@ -179,12 +177,8 @@ pub struct Reconciler {
     kinds: PerKind<Shared<DynamicObject>>,
     /// The watch tasks (stopped with the reconciler).
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// Workspace paths → logical clusters (no watch: TTL, read again when an
-    /// answer is refreshed, and per logical cluster when a read there answers 403
-    /// or 404).
-    resolver: holdfast_shared::kcp::Resolver,
-    /// APIExports read through the front-proxy (same invalidation).
-    exports: holdfast_shared::kcp::Exports,
+    /// The export answers, read again outside the pass (see [`ExportAnswers`]).
+    answers: Arc<ExportAnswers>,
     /// When the last full resync was.
     last_resync: std::time::Instant,
     notify: Arc<Notify>,
@@ -196,9 +190,6 @@ pub struct Reconciler {
     unresolved: bool,
     /// Set at a full resync: the next pass is a full one.
     resynced: AtomicBool,
-    /// Set when a pass left export answers due to be read again (the next comes
-    /// soon, see [`rules::REFRESH_BUDGET`]).
-    more_due: AtomicBool,
     /// Set once the first reconcile succeeded.
     pub ready: Arc<AtomicBool>,
 }
@@ -372,27 +363,16 @@ impl crate::reconcile::Reconcile for Reconciler {
     }
 
     fn idle_wait(&self) -> Duration {
-        if self.more_due.load(Ordering::Relaxed) {
-            return REFRESH_RETRY;
-        }
-        let wait = match self.unresolved {
+        // A changed export answer wakes the pass (see [`ExportAnswers`]).
+        match self.unresolved {
             true => UNRESOLVED_RETRY,
             false => self.settings.resync,
-        };
-        // The next pass when the oldest export answer is due (not sooner than
-        // the short retry: answers read together are read again together).
-        match *self.memo.next_refresh.lock() {
-            Some(at) => wait.min(
-                at.saturating_duration_since(std::time::Instant::now())
-                    .max(REFRESH_RETRY),
-            ),
-            None => wait,
         }
     }
 
     fn on_resync(&mut self) {
-        // The short retries are no resync: the answers due are read again by
-        // the pass. A full pass only every FULL_RESYNC_EVERY periods.
+        // The short retries are no resync. A full pass only every
+        // FULL_RESYNC_EVERY periods.
         if self.last_resync.elapsed() >= self.settings.resync * FULL_RESYNC_EVERY {
             self.last_resync = std::time::Instant::now();
             self.resynced.store(true, Ordering::Relaxed);
@@ -600,6 +580,7 @@ struct Targets {
     desired: BTreeMap<String, Arc<WorkspaceTarget>>,
 }
 
+mod answers;
 pub mod enforcement;
 mod fleet;
 mod install;
@@ -614,7 +595,7 @@ mod store;
 mod targets;
 pub mod workspaces;
 #[allow(unused_imports)]
-use {fleet::*, install::*, memo::*, rules::*, statuses::*, store::*, targets::*};
+use {answers::*, fleet::*, install::*, memo::*, rules::*, statuses::*, store::*, targets::*};
 
 #[cfg(test)]
 mod tests;

@@ -260,11 +260,7 @@ impl Reconciler {
                 named.insert((Where::Path, x.path.as_str(), x.name.as_str()));
             }
         }
-        self.memo.lookups.lock().retain(&named);
-        self.memo.last_good.lock().retain(|k, _| {
-            named.contains(&(Where::Cluster, k.0.as_str(), k.1.as_str()))
-                || named.contains(&(Where::Path, k.0.as_str(), k.1.as_str()))
-        });
+        self.answers.retain(&named);
     }
 
     /// Keeps `fleet` for the next pass.
