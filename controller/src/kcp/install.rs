@@ -181,7 +181,7 @@ impl Reconciler {
                 continue;
             };
             match live.get(lc) {
-                Some(l) if matches_desired(l, &want) => {
+                Some(l) if matches_kept(l, &want) => {
                     self.memo.matched.lock().insert(
                         lc.clone(),
                         (live_rv.to_string(), target.clone(), opts.clone()),

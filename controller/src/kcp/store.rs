@@ -14,10 +14,80 @@ pub trait Keep: Resource + Sized {
     fn keep(self) -> Self::Kept;
 }
 
+/// A configuration is kept with each webhook's CA bundle as a short handle of its
+/// bytes (see [`CaBundles`]): every webhook of every configuration carries the same
+/// bundle, about 1 KiB each, most of a kept configuration (docs/performance.md,
+/// "Controller memory at fleet size").
 impl Keep for ValidatingWebhookConfiguration {
     type Kept = Self;
-    fn keep(self) -> Self {
+    fn keep(mut self) -> Self {
+        CaBundles::replace(&mut self, true);
         self
+    }
+}
+
+/// Whether a configuration the hooks store keeps (`live`, its CA bundles as
+/// handles) matches `want` ([`matches_desired`], with `want`'s CA bundles compared
+/// as handles of the same bytes: exact, a changed bundle does not match).
+pub(super) fn matches_kept(
+    live: &ValidatingWebhookConfiguration,
+    want: &ValidatingWebhookConfiguration,
+) -> bool {
+    let mut want = want.clone();
+    CaBundles::replace(&mut want, false);
+    matches_desired(live, &want)
+}
+
+/// The distinct CA bundles of the configurations kept, one copy each: a kept
+/// configuration names its bundle by a handle, `<prefix><index>`, which no two
+/// different bundles share (exact, unlike a digest). The prefix carries a number
+/// drawn at start, so a bundle written to look like a handle is not taken for one.
+/// At most [`CA_BUNDLES_MAX`] (a bundle past those is kept as it is: comparisons
+/// stay exact, only the memory is not saved).
+struct CaBundles {
+    prefix: String,
+    bundles: Vec<Box<[u8]>>,
+}
+
+/// The most CA bundles [`CaBundles`] holds (a new one per CA rotation).
+const CA_BUNDLES_MAX: usize = 64;
+
+static CA_BUNDLES: std::sync::LazyLock<Mutex<CaBundles>> = std::sync::LazyLock::new(|| {
+    Mutex::new(CaBundles {
+        prefix: format!("holdfast-kept-ca-bundle:{:016x}:", rand::random::<u64>()),
+        bundles: Vec::new(),
+    })
+});
+
+impl CaBundles {
+    /// Replaces each CA bundle of `cfg` by its handle; with `intern`, a bundle not
+    /// held yet is taken in (if there is room), else it stays as it is.
+    fn replace(cfg: &mut ValidatingWebhookConfiguration, intern: bool) {
+        let Some(hooks) = cfg.webhooks.as_mut() else {
+            return;
+        };
+        let mut table = CA_BUNDLES.lock();
+        for ca in hooks
+            .iter_mut()
+            .filter_map(|h| h.client_config.ca_bundle.as_mut())
+        {
+            if let Some(handle) = table.handle(&ca.0, intern) {
+                ca.0 = handle;
+            }
+        }
+    }
+
+    /// The handle of `bytes`, if held (or taken in).
+    fn handle(&mut self, bytes: &[u8], intern: bool) -> Option<Vec<u8>> {
+        let i = match self.bundles.iter().position(|b| **b == *bytes) {
+            Some(i) => i,
+            None if intern && self.bundles.len() < CA_BUNDLES_MAX => {
+                self.bundles.push(bytes.into());
+                self.bundles.len() - 1
+            }
+            None => return None,
+        };
+        Some(format!("{}{i}", self.prefix).into_bytes())
     }
 }
 

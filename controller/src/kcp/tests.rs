@@ -607,3 +607,88 @@ fn a_store_keeps_no_managed_fields_nor_last_applied_configuration() {
         assert_eq!(annotations.len(), 1, "{annotations:?}");
     }
 }
+
+#[test]
+fn a_kept_configuration_holds_its_ca_bundle_once_and_a_changed_bundle_is_rewritten() {
+    use k8s_openapi::{
+        ByteString,
+        api::admissionregistration::v1::{ValidatingWebhook, WebhookClientConfig},
+    };
+    let pem = |tag: &str| {
+        format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            tag.repeat(200)
+        )
+        .into_bytes()
+    };
+    let cfg = |ca: Option<&[u8]>, url: &str| {
+        let hook = |name: &str| ValidatingWebhook {
+            name: name.to_string(),
+            admission_review_versions: vec!["v1".into()],
+            side_effects: "None".into(),
+            client_config: WebhookClientConfig {
+                ca_bundle: ca.map(|b| ByteString(b.to_vec())),
+                url: Some(url.to_string()),
+                service: None,
+            },
+            ..Default::default()
+        };
+        ValidatingWebhookConfiguration {
+            metadata: kube::api::ObjectMeta {
+                name: Some(WEBHOOK_CONFIGURATION_NAME.to_string()),
+                ..Default::default()
+            },
+            webhooks: Some(vec![
+                hook("a.policies.holdfast.dev"),
+                hook("b.policies.holdfast.dev"),
+            ]),
+        }
+    };
+    let (a, b) = (pem("A"), pem("B"));
+    let want = cfg(Some(&a), "https://w/validate");
+    // What the watch delivers of the configuration written, as the store keeps it.
+    let live = want.clone().keep();
+    let kept: Vec<usize> = live
+        .webhooks
+        .iter()
+        .flatten()
+        .filter_map(|h| h.client_config.ca_bundle.as_ref().map(|c| c.0.len()))
+        .collect();
+    assert_eq!(kept.len(), 2);
+    assert!(
+        kept.iter().all(|n| *n < 64),
+        "a handle, not the bundle: {kept:?}"
+    );
+    assert!(matches_kept(&live, &want), "the same bundle: no rewrite");
+    // A new CA: the desired configuration no longer matches (rewritten).
+    assert!(!matches_kept(&live, &cfg(Some(&b), "https://w/validate")));
+    // Kept with the new bundle, it matches that one, not the old.
+    let rewritten = cfg(Some(&b), "https://w/validate").keep();
+    assert!(matches_kept(
+        &rewritten,
+        &cfg(Some(&b), "https://w/validate")
+    ));
+    assert!(!matches_kept(&rewritten, &want));
+    // A bundle removed live, or another URL, is rewritten too.
+    assert!(!matches_kept(
+        &cfg(None, "https://w/validate").keep(),
+        &want
+    ));
+    assert!(!matches_kept(
+        &cfg(Some(&a), "https://x/validate").keep(),
+        &want
+    ));
+    // A live bundle made to look like a handle is no handle.
+    let handle = live
+        .webhooks
+        .iter()
+        .flatten()
+        .next()
+        .and_then(|h| h.client_config.ca_bundle.clone());
+    let forged = cfg(
+        handle.as_ref().map(|h| h.0.as_slice()),
+        "https://w/validate",
+    )
+    .keep();
+    assert!(!matches_kept(&forged, &want));
+}
