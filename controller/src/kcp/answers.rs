@@ -173,9 +173,17 @@ impl ExportAnswers {
             return found.clone();
         }
         let read = self.lookup_now(at, name, kind, false).await;
-        self.table
-            .lock()
-            .first(kind, at, name, read, std::time::Instant::now(), self.period)
+        // One that did not find its export is read again soon (backed off): the
+        // task learns of it now, not after the period it may be sleeping.
+        let soon = read.failed || read.found.export.is_err();
+        let found =
+            self.table
+                .lock()
+                .first(kind, at, name, read, std::time::Instant::now(), self.period);
+        if soon {
+            self.wake.notify_one();
+        }
+        found
     }
 
     /// Answer (kind, at, name), whose export a rule found lacking a resource, is

@@ -266,3 +266,20 @@ async fn failed_reads_back_off_and_keep_what_they_had() {
     );
     assert!(late.is_none() && t.get(Where::Path, "root:a", "ea").is_none());
 }
+
+#[tokio::test]
+async fn a_new_answer_that_failed_wakes_the_reader() {
+    let wake = Arc::new(Notify::new());
+    let a = answers(&wake);
+    // Nothing listens at the address: the read fails (not definite), and no
+    // earlier answer stands in for it.
+    let found = a.lookup("lcx", "ex", Where::Cluster).await;
+    assert!(found.export.is_err(), "{found:?}");
+    assert!(woken(&a.wake), "the task learns of it at once");
+    assert!(!woken(&wake), "no answer changed: the pass is not woken");
+    // Kept: the pass does not read it again.
+    assert!(Arc::ptr_eq(
+        &a.lookup("lcx", "ex", Where::Cluster).await,
+        &found
+    ));
+}
