@@ -17,10 +17,7 @@ use crate::{
 };
 use holdfast_shared::{policy::logical_cluster, review::AdmissionRequest};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::{
-    Client,
-    runtime::events::{Event, EventType, Recorder, Reporter},
-};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use parking_lot::Mutex;
 use std::{
     sync::Arc,
@@ -81,9 +78,10 @@ impl TokenBucket {
 
 struct Pending {
     /// The logical cluster the Event goes to ("" outside kcp): one client, and so
-    /// one Recorder, each.
+    /// one Recorder, each. Its client is found by the worker, not on the admission
+    /// path (on kcp, a client per workspace of a fleet: a cache lookup or a new
+    /// client).
     cluster: String,
-    client: Client,
     event: Event,
     reference: ObjectReference,
 }
@@ -95,7 +93,6 @@ const RECORDERS: usize = 1024;
 
 /// Decides which Events to publish and hands them to the publishing worker.
 pub struct EventSink {
-    view: Arc<WebhookView>,
     metrics: Metrics,
     recent: Recent,
     bucket: Mutex<TokenBucket>,
@@ -107,9 +104,8 @@ impl EventSink {
     /// reason per `window`. Starts the worker: call inside a Tokio runtime.
     pub fn new(view: Arc<WebhookView>, metrics: Metrics, window: Duration) -> Self {
         let (queue, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(publish(rx, metrics.clone()));
+        tokio::spawn(publish(view.clone(), rx, metrics.clone()));
         Self {
-            view,
             metrics,
             recent: Recent::new(window, RECENT_CAPACITY),
             bucket: Mutex::new(TokenBucket::new(GLOBAL_BURST, GLOBAL_PER_SECOND)),
@@ -167,10 +163,6 @@ impl EventSink {
             self.count("limited");
             return;
         }
-        let Some(client) = self.view.event_client(cluster) else {
-            self.count("failed");
-            return;
-        };
         let (name, namespace) = (name.to_string(), namespace.map(str::to_string));
         let api_version = if req.kind.group.is_empty() {
             req.kind.version.clone()
@@ -206,7 +198,6 @@ impl EventSink {
         };
         match self.queue.try_send(Pending {
             cluster: cluster.to_string(),
-            client,
             event,
             reference,
         }) {
@@ -219,7 +210,7 @@ impl EventSink {
 /// Publishes queued Events one at a time until every sender is gone, through one
 /// Recorder per client (per logical cluster on kcp), so that a Recorder's cache
 /// aggregates the repeats it sees.
-async fn publish(mut rx: mpsc::Receiver<Pending>, metrics: Metrics) {
+async fn publish(view: Arc<WebhookView>, mut rx: mpsc::Receiver<Pending>, metrics: Metrics) {
     let reporter = Reporter {
         controller: "holdfast-webhook".to_string(),
         instance: std::env::var("POD_NAME").ok(),
@@ -230,9 +221,17 @@ async fn publish(mut rx: mpsc::Receiver<Pending>, metrics: Metrics) {
         if recorders.len() >= RECORDERS && !recorders.contains_key(&p.cluster) {
             recorders.clear();
         }
-        let recorder = recorders
-            .entry(p.cluster)
-            .or_insert_with(|| Recorder::new(p.client, reporter.clone()));
+        let recorder = match recorders.entry(p.cluster) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let Some(client) = view.event_client(e.key()) else {
+                    metrics.count_event("failed");
+                    tracing::debug!(cluster = %e.key(), reason = p.event.reason, "no client to publish the event with");
+                    continue;
+                };
+                e.insert(Recorder::new(client, reporter.clone()))
+            }
+        };
         match recorder.publish(&p.event, &p.reference).await {
             Ok(()) => metrics.count_event("published"),
             Err(e) => {

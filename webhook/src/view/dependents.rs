@@ -28,18 +28,16 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
     runtime::watcher,
 };
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+#[path = "dependents_manager.rs"]
+mod manager;
+pub(super) use manager::manage_dependents;
 
 /// How long a live dependents lookup may take.
 const LIVE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(8);
 /// How long asking an endpoint whether it serves a cluster may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-/// The dependents manager's pass when nothing wakes it.
-const PASS_PERIOD: Duration = Duration::from_secs(2);
 
 /// The dependents index and how dependents are found.
 pub(super) struct Dependents {
@@ -260,114 +258,6 @@ fn dependent_resource(dep: &CompiledDependency) -> ApiResource {
     )
 }
 
-/// Keeps one watch per dependent resource that some DependencyRule names, restarting
-/// it when the rules for that resource change.
-pub(super) async fn manage_dependents(
-    view: Arc<WebhookView>,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    let mut running: Running = HashMap::new();
-    // The rules' version the watches were last matched to: while it holds, the
-    // same rules want the same watches (nothing to rebuild from every rule).
-    let mut matched: Option<u64> = None;
-    loop {
-        let version = view.policies.registry().dependencies.version();
-        if matched != Some(version) {
-            matched = Some(version);
-            match_watches(&view, &mut running);
-        }
-        tokio::select! {
-            _ = view.changed.dependents.notified() => {}
-            _ = tokio::time::sleep(PASS_PERIOD) => {}
-            _ = shutdown.cancelled() => break,
-        }
-    }
-    for (_, (_, handle)) in running {
-        if let Some(h) = handle {
-            h.abort();
-        }
-    }
-}
-
-/// The dependents watches running: dependent resource → (signature, task). No task:
-/// on kcp, no APIExport names the dependent type, so every check lists it live.
-type Running = HashMap<String, (String, Option<tokio::task::JoinHandle<()>>)>;
-
-/// Starts a watch for each dependent resource the rules name and stops those no
-/// longer named or named differently.
-fn match_watches(view: &Arc<WebhookView>, running: &mut Running) {
-    // What is needed: dependent resource → its dependencies (and a signature).
-    let mut wanted: HashMap<String, Vec<CompiledDependency>> = HashMap::new();
-    for rule in view.policies.registry().dependencies.entries() {
-        for dep in rule.iter() {
-            wanted
-                .entry(dep.dependent_gr().to_string())
-                .or_default()
-                .push(dep.clone());
-        }
-    }
-    let signature = |deps: &[CompiledDependency]| {
-        let mut parts: Vec<String> = deps
-            .iter()
-            .map(|d| {
-                format!(
-                    "{}|{}|{}|{}|{}",
-                    d.dependent_version,
-                    d.dependent_kind,
-                    d.target,
-                    d.path,
-                    d.namespace_path
-                        .as_ref()
-                        .map(|p| p.to_string())
-                        .unwrap_or_default()
-                )
-            })
-            .collect();
-        parts.sort();
-        parts.dedup();
-        parts.join(";")
-    };
-    // Stop what is no longer wanted or changed.
-    let keys: Vec<String> = running.keys().cloned().collect();
-    for key in keys {
-        let keep = wanted.get(&key).is_some_and(|deps| {
-            running
-                .get(&key)
-                .is_some_and(|(sig, _)| *sig == signature(deps))
-        });
-        if !keep && let Some((_, handle)) = running.remove(&key) {
-            if let Some(h) = handle {
-                h.abort();
-            }
-            view.dependents.endpoints.remove(&key);
-            view.dependents.synced.remove(&key);
-            view.dependents.index.clear_resource(&key);
-            tracing::info!(resource = %key, "stopped watching dependents");
-        }
-    }
-    for (key, deps) in wanted {
-        if running.contains_key(&key) {
-            continue;
-        }
-        let sig = signature(&deps);
-        // kcp: a type no APIExport names has no virtual workspace to watch (the rule
-        // alone says so): no task, and no place among the indexed types.
-        let no_export = view.topology == Topology::Kcp
-            && deps
-                .first()
-                .is_none_or(|d| super::kcp::dependent_export(&view.clients, d).is_none());
-        if no_export {
-            tracing::debug!(resource = %key, "no APIExport names the dependent type; every check lists them live");
-            running.insert(key, (sig, None));
-            continue;
-        }
-        view.dependents.synced.insert(key.clone(), false);
-        let handle = tokio::spawn(watch_dependents(view.clone(), key.clone(), deps));
-        tracing::info!(resource = %key, "watching dependents");
-        running.insert(key, (sig, Some(handle)));
-    }
-}
-
 /// The dependents index's part for one dependent resource.
 pub(super) struct DependentsFeed {
     view: Arc<WebhookView>,
@@ -379,18 +269,22 @@ pub(super) struct DependentsFeed {
 }
 
 impl DependentsFeed {
-    fn id_of(&self, obj: &DynamicObject, value: &serde_json::Value) -> ObjectId {
+    fn id(&self, cluster: &str, namespace: &str, name: &str) -> ObjectId {
         ObjectId {
-            cluster: logical_cluster(value).into(),
+            cluster: cluster.into(),
             resource: self.key.as_str().into(),
-            namespace: obj.metadata.namespace.clone().unwrap_or_default().into(),
-            name: obj.metadata.name.clone().unwrap_or_default().into(),
+            namespace: namespace.into(),
+            name: name.into(),
         }
     }
 
-    fn insert(&self, obj: &DynamicObject) -> Option<ObjectId> {
-        let value = serde_json::to_value(obj).ok()?;
-        let id = self.id_of(obj, &value);
+    /// Indexes the references of `obj` (taken whole: its fields are moved into the
+    /// JSON the paths are read from, not copied).
+    fn insert(&self, obj: DynamicObject) -> Option<ObjectId> {
+        let terminating = obj.metadata.deletion_timestamp.is_some();
+        let value = object_value(obj)?;
+        let meta = |field: &str| value["metadata"][field].as_str().unwrap_or_default();
+        let id = self.id(logical_cluster(&value), meta("namespace"), meta("name"));
         let deps: Vec<&CompiledDependency> = self.deps.iter().collect();
         let refs = holdfast_shared::index::references(&value, &deps);
         let kind = self
@@ -398,14 +292,34 @@ impl DependentsFeed {
             .first()
             .map(|d| d.dependent_kind.as_str())
             .unwrap_or_default();
-        self.view.dependents.index.apply(
-            &id,
-            kind,
-            obj.metadata.deletion_timestamp.is_some(),
-            &refs,
-        );
+        self.view
+            .dependents
+            .index
+            .apply(&id, kind, terminating, &refs);
         Some(id)
     }
+}
+
+/// `obj` as the JSON object it was read as, its fields moved rather than copied (a
+/// list of a million dependents is read object by object).
+fn object_value(obj: DynamicObject) -> Option<serde_json::Value> {
+    let metadata = match serde_json::to_value(&obj.metadata) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(name = ?obj.metadata.name, error = %e, "dependent left out of the index: its metadata does not serialize");
+            return None;
+        }
+    };
+    let mut map = match obj.data {
+        serde_json::Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    if let Some(t) = obj.types {
+        map.insert("apiVersion".into(), t.api_version.into());
+        map.insert("kind".into(), t.kind.into());
+    }
+    map.insert("metadata".into(), metadata);
+    Some(serde_json::Value::Object(map))
 }
 
 impl Partitioned<DynamicObject> for DependentsFeed {
@@ -435,7 +349,7 @@ impl Index<DynamicObject> for DependentsFeed {
     }
 
     fn list_apply(&mut self, obj: DynamicObject) {
-        if let Some(id) = self.insert(&obj) {
+        if let Some(id) = self.insert(obj) {
             self.listed.get_or_insert_with(HashSet::new).insert(id);
         }
     }
@@ -446,13 +360,17 @@ impl Index<DynamicObject> for DependentsFeed {
     }
 
     fn apply(&mut self, obj: DynamicObject) {
-        self.insert(&obj);
+        self.insert(obj);
     }
 
     fn delete(&mut self, obj: DynamicObject) {
-        if let Ok(value) = serde_json::to_value(&obj) {
-            self.view.dependents.index.delete(&self.id_of(&obj, &value));
-        }
+        let m = &obj.metadata;
+        let id = self.id(
+            &holdfast_shared::kcp::cluster_of(&obj),
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default(),
+        );
+        self.view.dependents.index.delete(&id);
     }
 
     fn status(&mut self, from: &Status, to: &Status) {
@@ -482,6 +400,8 @@ impl Index<DynamicObject> for DependentsFeed {
     }
 }
 
+/// Watches dependent resource `key` into the index (on kcp through every endpoint of
+/// its APIExport), until the task is stopped.
 async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<CompiledDependency>) {
     let Some(first) = deps.first() else { return };
     let ar = dependent_resource(first);
