@@ -33,7 +33,11 @@
 //! `probe` or `failed` lookup during the reviews and one `index` lookup per review.
 //!
 //! HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (900); HOLDFAST_BENCH_WEBHOOK_LOG=FILE
-//! keeps a copy of the webhook's log.
+//! keeps a copy of the webhook's log. HOLDFAST_BENCH_WEBHOOK_HEAPTRACK=/path/prefix
+//! attaches `heaptrack -p` to the webhook as soon as it answers `/healthz` (its first
+//! milliseconds are not seen) and writes `/path/prefix.zst` (or `.gz`) once the run
+//! ends and the webhook is stopped (read with `heaptrack_print`); the webhook runs
+//! slower under it, so its timings do not compare.
 
 use std::{
     path::Path,
@@ -557,6 +561,17 @@ async fn bench_webhook_at_fleet_size() {
         .await
         .expect("webhook");
     let pid = webhook.pid().to_string();
+    let heaptrack = std::env::var_os("HOLDFAST_BENCH_WEBHOOK_HEAPTRACK").map(|out| {
+        // `-o` before `-p`: heaptrack reads nothing after the pid.
+        std::process::Command::new("heaptrack")
+            .arg("-o")
+            .arg(out)
+            .arg("-p")
+            .arg(&pid)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("heaptrack")
+    });
     let probe = webhook.probe_port;
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     eprintln!("webhook pid {pid}, log {}", log_path.display());
@@ -774,6 +789,12 @@ async fn bench_webhook_at_fleet_size() {
     );
     if let Some(keep) = std::env::var_os("HOLDFAST_BENCH_WEBHOOK_LOG") {
         std::fs::copy(&log_path, &keep).expect("copying the webhook's log");
+    }
+    if let Some(mut heaptrack) = heaptrack {
+        // Stopped, so that what it still holds shows as "leaked"; heaptrack then
+        // writes its file.
+        drop(webhook);
+        let _ = heaptrack.wait();
     }
     assert_eq!(refused + allowed, reviews);
     assert!(
