@@ -33,7 +33,9 @@
 //! `probe` or `failed` lookup during the reviews and one `index` lookup per review.
 //!
 //! HOLDFAST_BENCH_WAIT_SECONDS bounds each wait (900); HOLDFAST_BENCH_WEBHOOK_LOG=FILE
-//! keeps a copy of the webhook's log. HOLDFAST_BENCH_WEBHOOK_HEAPTRACK=/path/prefix
+//! keeps a copy of the webhook's log. HOLDFAST_BENCH_WEBHOOK_BIN=PATH runs that
+//! binary instead of the workspace's build (a before/after with a binary kept
+//! aside). HOLDFAST_BENCH_WEBHOOK_HEAPTRACK=/path/prefix
 //! attaches `heaptrack -p` to the webhook as soon as it answers `/healthz` (its first
 //! milliseconds are not seen) and writes `/path/prefix.zst` (or `.gz`) once the run
 //! ends and the webhook is stopped (read with `heaptrack_print`); the webhook runs
@@ -292,6 +294,83 @@ fn log_from(path: &Path, from: u64) -> (String, u64) {
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The webhook under test: the harness's build, or the binary
+/// HOLDFAST_BENCH_WEBHOOK_BIN names (another build, for a before/after), started
+/// with the same arguments; stopped when dropped.
+enum Webhook {
+    Harness(holdfast_e2e::WebhookProcess),
+    Other {
+        child: std::process::Child,
+        probe_port: u16,
+    },
+}
+
+impl Webhook {
+    async fn spawn_other(
+        env: &holdfast_e2e::Env,
+        bin: &std::ffi::OsStr,
+        port: u16,
+        args: &[&str],
+        log: &Path,
+    ) -> Self {
+        let probe_port = holdfast_e2e::free_port().expect("probe port");
+        let template = env
+            .webhook_command(&format!("127.0.0.1:{port}"), probe_port)
+            .expect("webhook command");
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("webhook log");
+        let child = std::process::Command::new(bin)
+            .args(template.get_args())
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("starting HOLDFAST_BENCH_WEBHOOK_BIN");
+        let mut w = Webhook::Other { child, probe_port };
+        while holdfast_e2e::http_get(probe_port, "/healthz")
+            .await
+            .map(|(s, _)| s)
+            != Ok(200)
+        {
+            if let Webhook::Other { child, .. } = &mut w {
+                assert!(
+                    child.try_wait().ok().flatten().is_none(),
+                    "HOLDFAST_BENCH_WEBHOOK_BIN exited: {}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        w
+    }
+
+    fn pid(&self) -> u32 {
+        match self {
+            Webhook::Harness(w) => w.pid(),
+            Webhook::Other { child, .. } => child.id(),
+        }
+    }
+
+    fn probe_port(&self) -> u16 {
+        match self {
+            Webhook::Harness(w) => w.probe_port,
+            Webhook::Other { probe_port, .. } => *probe_port,
+        }
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        if let Webhook::Other { child, .. } = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -556,10 +635,14 @@ async fn bench_webhook_at_fleet_size() {
     ];
     let wall_start = chrono::Utc::now();
     let start = Instant::now();
-    let webhook = env
-        .spawn_webhook(port, &args, &log_path)
-        .await
-        .expect("webhook");
+    let webhook = match std::env::var_os("HOLDFAST_BENCH_WEBHOOK_BIN") {
+        None => Webhook::Harness(
+            env.spawn_webhook(port, &args, &log_path)
+                .await
+                .expect("webhook"),
+        ),
+        Some(bin) => Webhook::spawn_other(&env, &bin, port, &args, &log_path).await,
+    };
     let pid = webhook.pid().to_string();
     let heaptrack = std::env::var_os("HOLDFAST_BENCH_WEBHOOK_HEAPTRACK").map(|out| {
         // `-o` before `-p`: heaptrack reads nothing after the pid.
@@ -572,7 +655,7 @@ async fn bench_webhook_at_fleet_size() {
             .spawn()
             .expect("heaptrack")
     });
-    let probe = webhook.probe_port;
+    let probe = webhook.probe_port();
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     eprintln!("webhook pid {pid}, log {}", log_path.display());
     let mut ready_at = None;
