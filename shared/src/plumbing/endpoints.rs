@@ -86,8 +86,12 @@ struct Part {
     keys: HashSet<ObjectKey>,
     /// Objects per logical cluster.
     clusters: HashMap<String, usize>,
-    /// Whether its set of clusters or its status changed since readers last saw it.
+    /// Whether its status changed (or it started) since readers last saw it.
     reshaped: bool,
+    /// Clusters it gained or lost since readers last saw it (each one's entry in
+    /// [`Seen`] is computed again alone: rebuilding every cluster's on each new one
+    /// was quadratic in the fleet).
+    moved: Vec<String>,
 }
 
 impl Part {
@@ -95,7 +99,9 @@ impl Part {
         if !self.keys.contains(&key) {
             let n = self.clusters.entry(key.cluster.clone()).or_default();
             *n += 1;
-            self.reshaped |= *n == 1;
+            if *n == 1 {
+                self.moved.push(key.cluster.clone());
+            }
             self.keys.insert(key);
         }
     }
@@ -108,7 +114,7 @@ impl Part {
             *n -= 1;
             if *n == 0 {
                 self.clusters.remove(&key.cluster);
-                self.reshaped = true;
+                self.moved.push(key.cluster.clone());
             }
         }
         true
@@ -259,6 +265,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
                 keys: HashSet::new(),
                 clusters: HashMap::new(),
                 reshaped: true,
+                moved: Vec::new(),
             },
         );
         self.settle(&mut st);
@@ -313,10 +320,21 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
             st.reshaped = true;
         }
         let mut reshaped = std::mem::take(&mut st.reshaped);
+        let mut moved: Vec<String> = Vec::new();
         for part in st.parts.values_mut() {
             reshaped |= std::mem::take(&mut part.reshaped);
+            moved.append(&mut part.moved);
         }
         if !reshaped {
+            if !moved.is_empty() {
+                let mut seen = self.seen.write();
+                for cluster in moved {
+                    match seen_at(&st.parts, &cluster) {
+                        Some(at) => seen.clusters.insert(cluster, at),
+                        None => seen.clusters.remove(&cluster),
+                    };
+                }
+            }
             return;
         }
         let urls: Vec<String> = st.parts.keys().cloned().collect();
@@ -347,6 +365,24 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
         }
         *self.seen.write() = seen;
     }
+}
+
+/// Where readers see objects of `cluster`: the first endpoint (in URL order) whose
+/// watch holds some, or the first synced one among them; the same as a full rebuild
+/// of [`Seen::clusters`] gives.
+fn seen_at(parts: &BTreeMap<String, Part>, cluster: &str) -> Option<(String, bool)> {
+    let mut at: Option<(String, bool)> = None;
+    for (url, part) in parts {
+        if !part.clusters.contains_key(cluster) {
+            continue;
+        }
+        match &at {
+            None => at = Some((url.clone(), part.status.synced)),
+            Some((_, false)) if part.status.synced => return Some((url.clone(), true)),
+            Some(_) => {}
+        }
+    }
+    at
 }
 
 /// Removes what `part` contributed and no other partition holds.

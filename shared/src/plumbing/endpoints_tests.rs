@@ -443,3 +443,36 @@ fn endpoint_urls_are_trimmed_sorted_and_unique() {
     .expect("slice");
     assert!(endpoint_urls(&empty).is_empty());
 }
+
+#[test]
+fn a_cluster_moving_between_endpoints_is_seen_where_its_objects_are() {
+    let Two {
+        e,
+        mut a,
+        mut b,
+        mut da,
+        mut db,
+        sf: _slice_watch,
+        started: _started,
+        sd: _slice_driver,
+    } = two(cm("lc2", "x", "2"));
+    assert_eq!(e.seen_at("lc1").as_deref(), Some("https://a/vw"));
+    // b also gains an object of lc1: the first endpoint holding it still answers.
+    db.handle(&mut b, Ok(watcher::Event::Apply(cm("lc1", "y", "3"))));
+    assert_eq!(e.seen_at("lc1").as_deref(), Some("https://a/vw"));
+    // a's last object of lc1 gone: b holds it now.
+    da.handle(&mut a, Ok(watcher::Event::Delete(cm("lc1", "x", "1"))));
+    assert_eq!(e.seen_at("lc1").as_deref(), Some("https://b/vw"));
+    assert!(e.covers("lc1"));
+    // New clusters on either endpoint are seen at once, each on its own.
+    da.handle(&mut a, Ok(watcher::Event::Apply(cm("lc3", "x", "4"))));
+    db.handle(&mut b, Ok(watcher::Event::Apply(cm("lc4", "x", "5"))));
+    assert_eq!(e.seen_at("lc3").as_deref(), Some("https://a/vw"));
+    assert_eq!(e.seen_at("lc4").as_deref(), Some("https://b/vw"));
+    assert_eq!(e.seen_at("lc2").as_deref(), Some("https://b/vw"));
+    // b's last object of lc1 gone too: nobody holds it.
+    db.handle(&mut b, Ok(watcher::Event::Delete(cm("lc1", "y", "3"))));
+    assert_eq!(e.seen_at("lc1"), None);
+    assert!(!e.covers("lc1"));
+    assert!(e.covers("lc3") && e.covers("lc4"));
+}
