@@ -440,10 +440,7 @@ async fn watch_dependents(view: Arc<WebhookView>, key: String, deps: Vec<Compile
 mod tests {
     use super::*;
     use crate::view::{DependentsMode, test_view};
-    use holdfast_shared::{
-        api::{common::GroupResource, dependency_rule::DependencyRule},
-        watch::Driver,
-    };
+    use holdfast_shared::{api::common::GroupResource, watch::Driver};
 
     fn vm(name: &str, vpc: &str) -> DynamicObject {
         serde_json::from_value(serde_json::json!({
@@ -468,17 +465,7 @@ mod tests {
     }
 
     fn vms_rule(view: &WebhookView, cluster: &str) -> CompiledDependency {
-        let rule: DependencyRule = serde_json::from_value(serde_json::json!({
-            "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
-            "metadata": {"name": "vms-need-vpcs"},
-            "spec": {
-                "dependent": {"group": "compute.test.io", "version": "v1",
-                              "kind": "VirtualMachine", "resource": "virtualmachines"},
-                "dependencies": [{"group": "network.test.io", "version": "v1", "resource": "vpcs",
-                                  "fieldRef": {"path": ".spec.vpc"}}]
-            }
-        }))
-        .expect("rule");
+        let rule = crate::view::vms_need_vpcs(".spec.vpc");
         view.policies
             .registry()
             .apply(cluster, &rule)

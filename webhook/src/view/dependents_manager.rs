@@ -220,17 +220,7 @@ mod tests {
     use holdfast_shared::{api::dependency_rule::DependencyRule, registry::PolicyKey};
 
     fn apply_rule(view: &WebhookView, path: &str) {
-        let rule: DependencyRule = serde_json::from_value(serde_json::json!({
-            "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
-            "metadata": {"name": "vms-need-vpcs"},
-            "spec": {
-                "dependent": {"group": "compute.test.io", "version": "v1",
-                              "kind": "VirtualMachine", "resource": "virtualmachines"},
-                "dependencies": [{"group": "network.test.io", "version": "v1", "resource": "vpcs",
-                                  "fieldRef": {"path": path}}]
-            }
-        }))
-        .expect("rule");
+        let rule = crate::view::vms_need_vpcs(path);
         view.policies.registry().apply("", &rule).expect("compiles");
     }
 

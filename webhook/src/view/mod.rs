@@ -356,6 +356,23 @@ fn spawn(shutdown: &CancellationToken, fut: impl Future<Output = ()> + Send + 's
     });
 }
 
+/// The DependencyRule "vms-need-vpcs": VirtualMachines (compute.test.io) need the
+/// VPC (network.test.io) named at `path`; for unit tests.
+#[cfg(test)]
+fn vms_need_vpcs(path: &str) -> holdfast_shared::api::dependency_rule::DependencyRule {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "holdfast.dev/v1alpha1", "kind": "DependencyRule",
+        "metadata": {"name": "vms-need-vpcs"},
+        "spec": {
+            "dependent": {"group": "compute.test.io", "version": "v1",
+                          "kind": "VirtualMachine", "resource": "virtualmachines"},
+            "dependencies": [{"group": "network.test.io", "version": "v1", "resource": "vpcs",
+                              "fieldRef": {"path": path}}]
+        }
+    }))
+    .unwrap_or_else(|e| panic!("rule: {e}"))
+}
+
 /// A view with no API server, for unit tests of its parts.
 #[cfg(test)]
 fn test_view(topology: Topology, mode: DependentsMode) -> Arc<WebhookView> {
