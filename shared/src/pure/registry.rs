@@ -56,6 +56,14 @@ impl std::fmt::Display for PolicyKey {
 }
 
 /// A reverse index from group/resource to the entries that target it.
+///
+/// `members` is the truth; `by_target` caches each group/resource's entries as one
+/// shared slice, built by the first [`TargetIndex::find`] after a change and dropped
+/// by every change to that group/resource (building it on every change made a list
+/// of n entries naming one resource cost n² on a large fleet). A reader builds the
+/// slice while it holds `members`' guard, so a writer's change to that group/resource
+/// (which drops the slice after changing `members`) always comes after it: a stale
+/// slice never outlives the change.
 pub struct TargetIndex<T> {
     items: DashMap<PolicyKey, (Vec<GroupResource>, Arc<T>)>,
     members: DashMap<GroupResource, BTreeMap<PolicyKey, Arc<T>>>,
@@ -78,21 +86,11 @@ impl<T> Default for TargetIndex<T> {
 }
 
 impl<T> TargetIndex<T> {
-    fn rebuild(&self, gr: &GroupResource) {
-        let list: Option<Arc<[Arc<T>]>> = self
-            .members
-            .get(gr)
-            .filter(|m| !m.is_empty())
-            .map(|m| m.values().cloned().collect());
-        match list {
-            Some(list) => {
-                self.by_target.insert(gr.clone(), list);
-            }
-            None => {
-                self.members.remove_if(gr, |_, m| m.is_empty());
-                self.by_target.remove(gr);
-            }
-        }
+    /// After `gr`'s members changed: drops them if none is left, and drops the
+    /// cached slice (the next [`TargetIndex::find`] builds it again).
+    fn invalidate(&self, gr: &GroupResource) {
+        self.members.remove_if(gr, |_, m| m.is_empty());
+        self.by_target.remove(gr);
     }
 
     /// A number that moves whenever an entry is added, replaced or removed: a
@@ -126,7 +124,7 @@ impl<T> TargetIndex<T> {
         touched.sort();
         touched.dedup();
         for gr in &touched {
-            self.rebuild(gr);
+            self.invalidate(gr);
         }
         // After the change: a reader that reads the version first and then the
         // entries sees this change, or a version it has not seen yet.
@@ -140,7 +138,7 @@ impl<T> TargetIndex<T> {
                 if let Some(mut m) = self.members.get_mut(gr) {
                     m.remove(key);
                 }
-                self.rebuild(gr);
+                self.invalidate(gr);
             }
             self.version.fetch_add(1, Ordering::AcqRel);
         }
@@ -164,15 +162,14 @@ impl<T> TargetIndex<T> {
             self.items.insert(key, (targets, item));
         }
         self.items.retain(|k, _| keys.contains(k));
-        for (gr, m) in &members {
-            let list: Arc<[Arc<T>]> = m.values().cloned().collect();
-            self.by_target.insert(gr.clone(), list);
-        }
-        self.by_target.retain(|gr, _| members.contains_key(gr));
+        // Each group/resource's members are replaced at once; the cached slices are
+        // dropped after all of them (a slice built from the old members meanwhile
+        // is dropped with the rest).
         self.members.retain(|gr, _| members.contains_key(gr));
         for (gr, m) in members {
             self.members.insert(gr, m);
         }
+        self.by_target.clear();
         self.version.fetch_add(1, Ordering::AcqRel);
         self.set_loaded();
     }
@@ -187,14 +184,26 @@ impl<T> TargetIndex<T> {
         self.loaded.load(Ordering::Acquire)
     }
 
-    /// The entries protecting `gr`: O(1), no allocation.
+    /// The entries protecting `gr`: O(1), no allocation, unless `gr`'s entries
+    /// changed since the last call (then they are collected once).
     pub fn find(&self, gr: &GroupResource) -> Option<Arc<[Arc<T>]>> {
-        self.by_target.get(gr).map(|e| e.value().clone())
+        if let Some(list) = self.by_target.get(gr) {
+            return Some(list.value().clone());
+        }
+        let members = self.members.get(gr)?;
+        if members.is_empty() {
+            return None;
+        }
+        let list: Arc<[Arc<T>]> = members.values().cloned().collect();
+        // Inserted while `members` is held: see the type's docs.
+        self.by_target.insert(gr.clone(), list.clone());
+        drop(members);
+        Some(list)
     }
 
     /// Whether anything protects `gr`.
     pub fn protects(&self, gr: &GroupResource) -> bool {
-        self.by_target.contains_key(gr)
+        self.members.get(gr).is_some_and(|m| !m.is_empty())
     }
 
     /// Number of entries.
@@ -209,7 +218,12 @@ impl<T> TargetIndex<T> {
 
     /// Every targeted group/resource.
     pub fn targets(&self) -> Vec<GroupResource> {
-        let mut v: Vec<GroupResource> = self.by_target.iter().map(|e| e.key().clone()).collect();
+        let mut v: Vec<GroupResource> = self
+            .members
+            .iter()
+            .filter(|e| !e.value().is_empty())
+            .map(|e| e.key().clone())
+            .collect();
         v.sort();
         v
     }

@@ -301,3 +301,57 @@ fn the_index_version_moves_with_every_change_and_only_then() {
     idx.reset(vec![(PolicyKey::new("", "b"), vec![gr], Arc::new(2))]);
     assert_ne!(idx.version(), v2, "a relist");
 }
+
+#[test]
+fn a_cached_list_follows_every_change_even_read_concurrently() {
+    let idx: Arc<TargetIndex<u32>> = Arc::new(TargetIndex::default());
+    let gr = GroupResource::new("", "configmaps");
+    idx.apply(PolicyKey::new("", "first"), vec![gr.clone()], Arc::new(0));
+    assert_eq!(idx.find(&gr).map(|l| l.len()), Some(1), "built and cached");
+    idx.apply(PolicyKey::new("", "second"), vec![gr.clone()], Arc::new(1));
+    assert_eq!(idx.find(&gr).map(|l| l.len()), Some(2), "the cache dropped");
+    // Readers build the list while a writer adds entries one by one: once the
+    // writer is done, what readers see holds every entry (no stale list kept).
+    let writer = {
+        let (idx, gr) = (idx.clone(), gr.clone());
+        std::thread::spawn(move || {
+            for i in 0..2_000u32 {
+                idx.apply(
+                    PolicyKey::new("", &format!("k{i}")),
+                    vec![gr.clone()],
+                    Arc::new(i),
+                );
+            }
+        })
+    };
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (idx, gr, done) = (idx.clone(), gr.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    let _ = idx.find(&gr);
+                }
+            })
+        })
+        .collect();
+    writer.join().expect("writer");
+    done.store(true, std::sync::atomic::Ordering::Release);
+    for r in readers {
+        r.join().expect("reader");
+    }
+    assert_eq!(idx.find(&gr).map(|l| l.len()), Some(2_002));
+    assert!(idx.protects(&gr));
+    assert_eq!(idx.targets(), vec![gr.clone()]);
+    // A relist replaces the members and drops every cached list.
+    idx.reset(vec![(
+        PolicyKey::new("", "only"),
+        vec![gr.clone()],
+        Arc::new(7),
+    )]);
+    assert_eq!(idx.find(&gr).map(|l| *l[0]), Some(7));
+    idx.delete(&PolicyKey::new("", "only"));
+    assert!(idx.find(&gr).is_none());
+    assert!(!idx.protects(&gr));
+    assert!(idx.targets().is_empty());
+}
