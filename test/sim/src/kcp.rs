@@ -1071,6 +1071,58 @@ fn may_name(reference: &Value, at: &str, ec: &str, ec_path: Option<&str>, name: 
     }
 }
 
+/// What an APIBinding (`spec.reference.export`) or an endpoint slice
+/// (`spec.export`) names, for the store's index: (its path, or its own logical
+/// cluster when the path is empty; the export's name).
+pub(crate) fn export_reference(key: &Key, obj: &Value) -> Option<(String, String)> {
+    let export = if obj["spec"]["reference"].is_object() {
+        &obj["spec"]["reference"]["export"]
+    } else {
+        &obj["spec"]["export"]
+    };
+    let name = export["name"].as_str()?.to_string();
+    let target = match export["path"].as_str().unwrap_or("") {
+        "" => key.cluster.clone(),
+        p => p.to_string(),
+    };
+    Some((target, name))
+}
+
+/// Indexes APIBindings and endpoint slices by the export they name, as kcp's
+/// informers index them by export: what an export's change re-queues is found
+/// without a scan of every binding and slice.
+pub fn index(store: &crate::store::Store) {
+    store.index_by_reference(&kind(BINDINGS), export_reference);
+    store.index_by_reference(&kind(SLICES), export_reference);
+}
+
+/// The objects of `what` (bindings or slices) that name an export of logical
+/// cluster `ec` (`name`, or any), by [`may_name`]: through the index, under the
+/// logical cluster's name and its canonical path.
+fn referencing_export(
+    state: &State,
+    what: (&str, &str),
+    ec: &str,
+    name: Option<&str>,
+) -> Vec<(Key, Arc<Value>)> {
+    let gr = kind(what);
+    let path = path_of(state, ec);
+    let mut out = state.store.referencing(&gr, ec, name);
+    if let Some(p) = path.as_deref().filter(|p| *p != ec) {
+        out.extend(state.store.referencing(&gr, p, name));
+    }
+    out.retain(|(k, o)| {
+        let export = if what == BINDINGS {
+            &o["spec"]["reference"]["export"]
+        } else {
+            &o["spec"]["export"]
+        };
+        let n = name.or_else(|| export["name"].as_str()).unwrap_or("");
+        may_name(export, &k.cluster, ec, path.as_deref(), n)
+    });
+    out
+}
+
 /// [`bound_shards`], for one export (`Some((export lc, name))`) or all: kcp's
 /// indexes find the bindings of one export without visiting the others. For one
 /// export the scan stops once every shard is found.
@@ -1086,26 +1138,14 @@ fn bound_shards_of(state: &State, only: Option<(&str, &str)>) -> BoundShards {
         }
         return out;
     };
-    let path = path_of(state, ec);
     let mut shards: Vec<String> = Vec::new();
-    let all = state.shards.len().max(1);
-    state.store.scan(&kind(BINDINGS), |k, b| {
-        if may_name(
-            &b["spec"]["reference"]["export"],
-            &k.cluster,
-            ec,
-            path.as_deref(),
-            name,
-        ) && let Some(sh) = shard_of(state, &k.cluster)
+    for (k, _) in referencing_export(state, BINDINGS, ec, Some(name)) {
+        if let Some(sh) = shard_of(state, &k.cluster)
             && !shards.contains(&sh)
         {
             shards.push(sh);
-            if shards.len() >= all {
-                return std::ops::ControlFlow::Break(());
-            }
         }
-        std::ops::ControlFlow::Continue(())
-    });
+    }
     let mut out = BoundShards::new();
     if !shards.is_empty() {
         out.insert((ec.to_string(), name.to_string()), shards);
@@ -1171,20 +1211,7 @@ fn refresh_slices(state: &State) {
 /// [`refresh_slices`] for the slices of one export (logical cluster `ec`, `name`):
 /// what a change of its bindings moves (kcp's slice controller re-queues by export).
 fn refresh_slices_of(state: &State, ec: &str, name: &str) {
-    let path = path_of(state, ec);
-    let mut slices: Vec<(Key, Arc<Value>)> = Vec::new();
-    state.store.scan(&kind(SLICES), |k, slice| {
-        if may_name(
-            &slice["spec"]["export"],
-            &k.cluster,
-            ec,
-            path.as_deref(),
-            name,
-        ) {
-            slices.push((k.clone(), Arc::new(slice.clone())));
-        }
-        std::ops::ControlFlow::Continue(())
-    });
+    let slices = referencing_export(state, SLICES, ec, Some(name));
     if slices.is_empty() {
         return;
     }
@@ -1412,29 +1439,20 @@ fn touch_claimed(state: &State, cluster: &str, before: Option<Vec<Claim>>, bindi
 }
 
 fn rebind_all(state: &State) {
-    rebind(state, |_, _| true);
+    rebind(state, state.store.all_objects(&kind(BINDINGS)));
 }
 
 /// Re-binds the APIBindings to the exports of logical cluster `ec` (`name`: that
 /// export only), as kcp's binding controller re-queues an export's bindings when it
 /// or its schemas change, without visiting the others' exports.
 fn rebind_exports_of(state: &State, ec: &str, name: Option<&str>) {
-    let path = path_of(state, ec);
-    rebind(state, |at, b| {
-        let reference = &b["spec"]["reference"]["export"];
-        let name = name.or_else(|| reference["name"].as_str()).unwrap_or("");
-        may_name(reference, at, ec, path.as_deref(), name)
-    });
+    rebind(state, referencing_export(state, BINDINGS, ec, name));
 }
 
-/// Re-binds the APIBindings `which` accepts (workspace, binding) and refreshes the
-/// types their workspaces serve.
-fn rebind(state: &State, which: impl Fn(&str, &Value) -> bool) {
+/// Re-binds `bindings` and refreshes the types their workspaces serve.
+fn rebind(state: &State, bindings: Vec<(Key, Arc<Value>)>) {
     let mut clusters = vec![];
-    for (k, b) in state.store.all_objects(&kind(BINDINGS)) {
-        if !which(&k.cluster, &b) {
-            continue;
-        }
+    for (k, b) in bindings {
         if let Some(n) = bind(state, &k.cluster, &b) {
             let _ = state
                 .store

@@ -246,6 +246,7 @@ pub async fn start(
         cache: crate::cache::Cache::default(),
         cfg,
     });
+    crate::kcp::index(&state.store);
     crate::controllers::bootstrap(&state).await;
     crate::controllers::spawn(state.clone());
     crate::cache::spawn(state.clone());

@@ -7,7 +7,7 @@
 use crate::eventsview;
 use crate::registry::Gr;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
@@ -58,6 +58,44 @@ pub struct Inner {
     /// owner uid -> dependents
     owners: HashMap<String, HashSet<(Gr, Key)>>,
     uids: HashSet<String>,
+    /// Per kind given to [`Store::index_by_reference`]: its objects by the
+    /// (target, name) they reference.
+    references: HashMap<Gr, References>,
+}
+
+/// What an object references: (target, name), e.g. an APIBinding's export as
+/// (its path, or the binding's own logical cluster when empty; its name).
+pub type Referenced = fn(&Key, &Value) -> Option<(String, String)>;
+
+struct References {
+    of: Referenced,
+    /// target -> name -> objects
+    by: HashMap<String, BTreeMap<String, BTreeSet<Key>>>,
+}
+
+impl References {
+    fn remove(&mut self, key: &Key, obj: &Value) {
+        if let Some((target, name)) = (self.of)(key, obj)
+            && let Some(names) = self.by.get_mut(&target)
+        {
+            if let Some(keys) = names.get_mut(&name) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    names.remove(&name);
+                }
+            }
+            if names.is_empty() {
+                self.by.remove(&target);
+            }
+        }
+    }
+
+    fn insert(&mut self, key: &Key, obj: &Value) {
+        if let Some((target, name)) = (self.of)(key, obj) {
+            let names = self.by.entry(target).or_default();
+            names.entry(name).or_default().insert(key.clone());
+        }
+    }
 }
 
 pub type WatchStart = (
@@ -97,6 +135,7 @@ impl Store {
                 history_cap: history_cap.max(16),
                 owners: HashMap::new(),
                 uids: HashSet::new(),
+                references: HashMap::new(),
             }),
         }
     }
@@ -252,6 +291,58 @@ impl Store {
         }
     }
 
+    fn index_references(
+        inner: &mut Inner,
+        gr: &Gr,
+        key: &Key,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) {
+        if let Some(r) = inner.references.get_mut(gr) {
+            if let Some(o) = old {
+                r.remove(key, o);
+            }
+            if let Some(n) = new {
+                r.insert(key, n);
+            }
+        }
+    }
+
+    /// Keeps the objects of `gr` indexed by what `of` says they reference, for
+    /// [`Store::referencing`] (the objects stored already included).
+    pub fn index_by_reference(&self, gr: &Gr, of: Referenced) {
+        let mut inner = self.lock();
+        let mut r = References {
+            of,
+            by: HashMap::new(),
+        };
+        if let Some(d) = inner.data.get(gr) {
+            for (k, v) in &d.objects {
+                r.insert(k, v);
+            }
+        }
+        inner.references.insert(gr.clone(), r);
+    }
+
+    /// The objects of `gr` (indexed by [`Store::index_by_reference`]) that reference
+    /// `target` (by `name`, or any name), in key order; empty if `gr` is not indexed.
+    pub fn referencing(&self, gr: &Gr, target: &str, name: Option<&str>) -> Vec<(Key, Arc<Value>)> {
+        let inner = self.lock();
+        let (Some(r), Some(d)) = (inner.references.get(gr), inner.data.get(gr)) else {
+            return vec![];
+        };
+        let Some(names) = r.by.get(target) else {
+            return vec![];
+        };
+        let keys: Vec<&Key> = match name {
+            Some(n) => names.get(n).into_iter().flatten().collect(),
+            None => names.values().flatten().collect(),
+        };
+        keys.into_iter()
+            .filter_map(|k| d.objects.get(k).map(|v| (k.clone(), v.clone())))
+            .collect()
+    }
+
     pub fn uid_exists(&self, uid: &str) -> bool {
         self.lock().uids.contains(uid)
     }
@@ -283,6 +374,7 @@ impl Store {
             inner.uids.insert(u.to_string());
         }
         Self::index_owners(inner, gr, &key, old.as_deref(), Some(&obj));
+        Self::index_references(inner, gr, &key, old.as_deref(), Some(&obj));
         inner
             .data
             .entry(gr.clone())
@@ -370,6 +462,7 @@ impl Store {
             d.objects.remove(key);
         }
         Self::index_owners(&mut inner, gr, key, Some(&old), None);
+        Self::index_references(&mut inner, gr, key, Some(&old), None);
         if let Some(u) = old["metadata"]["uid"].as_str() {
             inner.uids.remove(u);
         }
@@ -465,19 +558,6 @@ impl Store {
         self.lock().data.keys().cloned().collect()
     }
 
-    /// Visits the stored objects of `gr` in key order under the store's lock until
-    /// `f` breaks (no copy of what it skips). `f` must not call the store.
-    pub fn scan(&self, gr: &Gr, mut f: impl FnMut(&Key, &Value) -> std::ops::ControlFlow<()>) {
-        let inner = self.lock();
-        if let Some(d) = inner.data.get(gr) {
-            for (k, v) in &d.objects {
-                if f(k, v).is_break() {
-                    break;
-                }
-            }
-        }
-    }
-
     pub fn all_objects(&self, gr: &Gr) -> Vec<(Key, Arc<Value>)> {
         let inner = self.lock();
         inner
@@ -527,3 +607,7 @@ pub fn present_event(gr: &Gr, e: Arc<Event>) -> Arc<Event> {
         old: e.old.clone().map(|o| present(gr, o)),
     })
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;
