@@ -69,8 +69,21 @@ pub(super) struct Fleet {
     /// plan `kind_plan`) whose status reads its configuration.
     pub(super) kind_readers: HashMap<String, Vec<usize>>,
     pub(super) kind_plan: Option<Arc<PlannedKinds>>,
-    /// Whether the last pass left the statuses (deferred): the next compares all.
+    /// Whether the last pass left the statuses (deferred) after a full
+    /// evaluation or a change of the cycles: the next compares all.
     pub(super) statuses_full: bool,
+    /// What passes that left the statuses (deferred) after an update would have
+    /// compared: the next pass compares them too.
+    pub(super) deferred: Deferred,
+}
+
+/// The statuses a pass left to the next (see [`Fleet::deferred`]).
+#[derive(Default)]
+pub(super) struct Deferred {
+    /// The rules that changed.
+    pub(super) rules: BTreeSet<StoreKey>,
+    /// The logical clusters whose configuration was compared.
+    pub(super) clusters: BTreeSet<String>,
 }
 
 impl Fleet {
@@ -161,6 +174,20 @@ impl Fleet {
         let changed = cycles != self.cycles;
         self.cycles = cycles;
         changed
+    }
+
+    /// Leaves the statuses of a pass to the next: after an update (`scope`, the
+    /// workspaces it compared), the rules of `delta` and the workspaces of
+    /// `scope`; after a full evaluation (`None`), or when `delta` changes the
+    /// cycles, every status.
+    pub(super) fn defer(&mut self, delta: Vec<RuleDelta>, scope: Option<&BTreeSet<String>>) {
+        match scope {
+            Some(scope) if !self.statuses_full && !self.update_status_index(&delta) => {
+                self.deferred.rules.extend(delta.into_iter().map(|d| d.key));
+                self.deferred.clusters.extend(scope.iter().cloned());
+            }
+            _ => self.statuses_full = true,
+        }
     }
 
     /// The policies of the other kinds whose status reads the configuration of
@@ -409,3 +436,7 @@ impl Reconciler {
         Some(delta)
     }
 }
+
+#[cfg(test)]
+#[path = "fleet_tests.rs"]
+mod tests;

@@ -102,13 +102,14 @@ impl Reconciler {
         let configured = started.elapsed();
         if self.defer_statuses(inputs_at_start) {
             // A policy changed during this pass: the next pass, which starts at
-            // once, computes its configuration first and writes every status.
+            // once, computes its configuration first, then compares the statuses
+            // this one would have compared with its own (all, after a full one).
             tracing::debug!("a policy changed during the pass; statuses wait for the next");
             let Installed {
                 configurations,
                 failed,
             } = installed;
-            fleet.statuses_full = true;
+            fleet.defer(delta, scope.as_ref());
             fleet.valid = failed.is_empty();
             fleet.installed = configurations;
             self.put_back(fleet);
@@ -129,10 +130,12 @@ impl Reconciler {
         let probing = !enforced.pending.is_empty();
         *self.memo.statuses_written.lock() = std::time::Instant::now();
         let mut statuses_full = full || fleet.statuses_full;
+        let deferred = std::mem::take(&mut fleet.deferred);
         // The logical clusters whose installed or enforced configuration changed.
         let mut touched: BTreeSet<String> = BTreeSet::new();
         if !statuses_full {
             touched.extend(scope.iter().flatten().cloned());
+            touched.extend(deferred.clusters);
             changed_keys(
                 &fleet.effective,
                 &enforced.effective,
@@ -162,6 +165,7 @@ impl Reconciler {
             }
             false => {
                 let mut check: BTreeSet<&StoreKey> = delta.iter().map(|d| &d.key).collect();
+                check.extend(deferred.rules.iter());
                 for lc in &touched {
                     check.extend(fleet.readers.get(lc.as_str()).into_iter().flatten());
                 }

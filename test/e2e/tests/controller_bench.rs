@@ -836,6 +836,9 @@ async fn bench_kcp_convergence_and_propagation() {
     }
     samples.sort();
     let log = c.log();
+    if let Some(to) = std::env::var_os("HOLDFAST_BENCH_CONTROLLER_LOG") {
+        std::fs::write(to, &log).expect("controller log");
+    }
     if let Some(mut heaptrack) = heaptrack {
         // Killed, so that what it still holds shows as "leaked"; heaptrack then
         // writes its file.
