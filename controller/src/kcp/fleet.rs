@@ -82,7 +82,7 @@ pub(super) struct Fleet {
 pub(super) struct Deferred {
     /// The rules that changed.
     pub(super) rules: BTreeSet<StoreKey>,
-    /// The logical clusters whose configuration was compared.
+    /// The logical clusters whose configuration changed.
     pub(super) clusters: BTreeSet<String>,
 }
 
@@ -177,8 +177,8 @@ impl Fleet {
     }
 
     /// Leaves the statuses of a pass to the next: after an update (`scope`, the
-    /// workspaces it compared), the rules of `delta` and the workspaces of
-    /// `scope`; after a full evaluation (`None`), or when `delta` changes the
+    /// workspaces whose configuration it changed), the rules of `delta` and the
+    /// workspaces of `scope`; after a full evaluation (`None`), or when `delta` changes the
     /// cycles, every status.
     pub(super) fn defer(&mut self, delta: Vec<RuleDelta>, scope: Option<&BTreeSet<String>>) {
         match scope {

@@ -38,7 +38,10 @@ fn deferred_statuses_are_those_of_the_deferred_changes_and_add_up() {
     let mut fleet = Fleet::default();
     fleet.defer(vec![added("a", "vms", "vpcs")], Some(&clusters(&["lc1"])));
     fleet.defer(vec![added("b", "disks", "vms")], Some(&clusters(&["lc2"])));
-    assert!(!fleet.statuses_full, "an update leaves only what it changed");
+    assert!(
+        !fleet.statuses_full,
+        "an update leaves only what it changed"
+    );
     assert_eq!(fleet.deferred.rules, [key("a"), key("b")].into());
     assert_eq!(fleet.deferred.clusters, clusters(&["lc1", "lc2"]));
     // The status index follows the deferred changes (the next pass's delta

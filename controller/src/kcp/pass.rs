@@ -75,6 +75,13 @@ impl Reconciler {
             }
         };
         let planned = started.elapsed();
+        // The compared workspaces' configurations before (by resourceVersion): a
+        // status reads only those that changed.
+        let before: Vec<(String, Option<String>)> = scope
+            .iter()
+            .flatten()
+            .map(|lc| (lc.clone(), version(fleet.installed.get(lc))))
+            .collect();
         let base = match scope {
             Some(_) => std::mem::take(&mut fleet.installed),
             None => BTreeMap::new(),
@@ -100,6 +107,11 @@ impl Reconciler {
             }
         }
         let configured = started.elapsed();
+        let reinstalled: BTreeSet<String> = before
+            .into_iter()
+            .filter(|(lc, was)| version(installed.configurations.get(lc)) != *was)
+            .map(|(lc, _)| lc)
+            .collect();
         if self.defer_statuses(inputs_at_start) {
             // A policy changed during this pass: the next pass, which starts at
             // once, computes its configuration first, then compares the statuses
@@ -109,7 +121,7 @@ impl Reconciler {
                 configurations,
                 failed,
             } = installed;
-            fleet.defer(delta, scope.as_ref());
+            fleet.defer(delta, scope.as_ref().map(|_| &reinstalled));
             fleet.valid = failed.is_empty();
             fleet.installed = configurations;
             self.put_back(fleet);
@@ -120,6 +132,7 @@ impl Reconciler {
         }
         // Statuses judge by what kcp is seen enforcing (a pending workspace is
         // probed again on the short retry).
+        let enforcing = std::time::Instant::now();
         let enforced = self
             .enforcement
             .check(&installed.configurations, |lc, name| {
@@ -134,7 +147,7 @@ impl Reconciler {
         // The logical clusters whose installed or enforced configuration changed.
         let mut touched: BTreeSet<String> = BTreeSet::new();
         if !statuses_full {
-            touched.extend(scope.iter().flatten().cloned());
+            touched.extend(reinstalled);
             touched.extend(deferred.clusters);
             changed_keys(
                 &fleet.effective,
@@ -184,6 +197,7 @@ impl Reconciler {
             }
         };
         let checked = writes.len();
+        let (probed, writing) = (enforcing.elapsed(), std::time::Instant::now());
         let mut status_failed = self
             .write_statuses(writes, &installed.configurations, &enforced)
             .await;
@@ -207,6 +221,10 @@ impl Reconciler {
                     .collect(),
             ),
         };
+        let (rule_statuses, kinding) = (writing.elapsed(), std::time::Instant::now());
+        let kinds_compared = kind_scope
+            .as_ref()
+            .map_or(kinds.policies.len(), BTreeSet::len);
         status_failed.extend(
             self.write_kind_statuses(
                 &kinds.policies,
@@ -228,6 +246,10 @@ impl Reconciler {
                 .as_ref()
                 .map_or(fleet.targets.current().len(), BTreeSet::len),
             statuses_compared = checked,
+            kinds_compared,
+            probe_us = us(probed),
+            rule_statuses_us = us(rule_statuses),
+            kind_statuses_us = us(kinding.elapsed()),
             evaluate_us = us(evaluated),
             plan_us = us(planned.saturating_sub(evaluated)),
             install_us = us(configured.saturating_sub(planned)),
@@ -271,4 +293,9 @@ impl Reconciler {
     fn put_back(&self, fleet: Fleet) {
         *self.memo.fleet.lock() = fleet;
     }
+}
+
+/// A configuration's resourceVersion (`None`: none installed).
+fn version(cfg: Option<&Arc<ValidatingWebhookConfiguration>>) -> Option<String> {
+    cfg.and_then(|c| c.metadata.resource_version.clone())
 }

@@ -865,7 +865,15 @@ async fn bench_kcp_convergence_and_propagation() {
     }
     // The controller's phases per pass, medians over the run.
     let mut phases = serde_json::Map::new();
-    for phase in ["evaluate_us", "plan_us", "install_us", "statuses_us"] {
+    for phase in [
+        "evaluate_us",
+        "plan_us",
+        "install_us",
+        "statuses_us",
+        "probe_us",
+        "rule_statuses_us",
+        "kind_statuses_us",
+    ] {
         let v = logged(&log, "kcp pass phases", phase);
         if let Some(m) = v.get(v.len() / 2) {
             eprintln!("pass phase {phase}: median {m} µs over {} passes", v.len());
