@@ -60,6 +60,9 @@ pub struct Cache {
     /// When each pending change replicates.
     due: Mutex<HashMap<Key, Instant>>,
     setting: Mutex<Replication>,
+    /// The store's last change to configurations when the replica last equalled
+    /// it: nothing to do while that holds.
+    in_sync_at: Mutex<Option<u64>>,
 }
 
 impl Cache {
@@ -83,6 +86,9 @@ impl Cache {
         if let Ok(mut d) = self.due.lock() {
             d.clear();
         }
+        if let Ok(mut at) = self.in_sync_at.lock() {
+            *at = None;
+        }
     }
 
     pub fn setting(&self) -> Replication {
@@ -94,6 +100,10 @@ impl Cache {
     pub fn sync(&self, state: &State) -> bool {
         let setting = self.setting();
         let now = Instant::now();
+        let changed = state.store.changed_at(&crate::admission::vwc_gr());
+        if self.in_sync_at.lock().is_ok_and(|at| *at == Some(changed)) {
+            return true;
+        }
         let live: HashMap<Key, Arc<Value>> = state
             .store
             .all_objects(&crate::admission::vwc_gr())
@@ -133,6 +143,9 @@ impl Cache {
                     replica.remove(&k);
                 }
             }
+        }
+        if let Ok(mut at) = self.in_sync_at.lock() {
+            *at = in_sync.then_some(changed);
         }
         in_sync
     }

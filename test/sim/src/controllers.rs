@@ -515,17 +515,53 @@ async fn create_default_sa(state: &Arc<State>, cluster: &str, ns: &str) {
     let _ = api::create(Call::new(state, &ctx, &t, cluster), obj, &HashMap::new()).await;
 }
 
+/// The kinds a controller loop found nothing to do in, by the store's last change
+/// to them then: the loop skips them while that holds (a scan of every object of
+/// a kind on every wake-up was quadratic in a large fleet).
+#[derive(Default)]
+pub(crate) struct Idle(HashMap<(&'static str, Gr), u64>);
+
+impl Idle {
+    /// The objects of `gr` that `pending` (named `what`: one record per loop)
+    /// says need work, unless `gr` was found with none and has not changed since.
+    pub(crate) fn work(
+        &mut self,
+        what: &'static str,
+        state: &State,
+        gr: &Gr,
+        pending: impl Fn(&Value) -> bool,
+    ) -> Vec<(Key, Arc<Value>)> {
+        let at = state.store.changed_at(gr);
+        let key = (what, gr.clone());
+        if self.0.get(&key) == Some(&at) {
+            return vec![];
+        }
+        let items: Vec<(Key, Arc<Value>)> = state
+            .store
+            .all_objects(gr)
+            .into_iter()
+            .filter(|(_, v)| pending(v))
+            .collect();
+        match items.is_empty() {
+            true => self.0.insert(key, at),
+            false => self.0.remove(&key),
+        };
+        items
+    }
+}
+
 pub fn spawn(state: Arc<State>) {
     tokio::spawn(async move {
         let mut shutdown = state.shutdown_rx.clone();
         let mut backoff: HashMap<(String, String), (Instant, Duration)> = HashMap::new();
+        let mut idle = Idle::default();
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = state.kick.notified() => {},
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {},
             }
-            reconcile(&state, &mut backoff).await;
+            reconcile(&state, &mut backoff, &mut idle).await;
         }
     });
 }
@@ -533,19 +569,15 @@ pub fn spawn(state: Arc<State>) {
 async fn reconcile(
     state: &Arc<State>,
     backoff: &mut HashMap<(String, String), (Instant, Duration)>,
+    idle: &mut Idle,
 ) {
+    let deleting = |o: &Value| !o["metadata"]["deletionTimestamp"].is_null();
     // CRD cleanup
-    for (key, crd) in state.store.all_objects(&crd_gr()) {
-        if crd["metadata"]["deletionTimestamp"].is_null() {
-            continue;
-        }
+    for (key, crd) in idle.work("crd cleanup", state, &crd_gr(), deleting) {
         cleanup_crd(state, &key, &crd).await;
     }
     // Namespace lifecycle
-    for (key, ns) in state.store.all_objects(&ns_gr()) {
-        if ns["metadata"]["deletionTimestamp"].is_null() {
-            continue;
-        }
+    for (key, ns) in idle.work("namespace lifecycle", state, &ns_gr(), deleting) {
         let bk = (key.cluster.clone(), key.name.clone());
         if let Some((at, _)) = backoff.get(&bk)
             && Instant::now() < *at
@@ -563,9 +595,9 @@ async fn reconcile(
             backoff.insert(bk, (Instant::now() + d, d));
         }
     }
-    crate::kcp_deletion::reconcile(state).await;
+    crate::kcp_deletion::reconcile(state, idle).await;
     gc(state).await;
-    kcp::reconcile(state).await;
+    kcp::reconcile(state, idle).await;
 }
 
 async fn cleanup_crd(state: &Arc<State>, key: &Key, crd: &Arc<Value>) {

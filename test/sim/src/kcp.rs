@@ -1467,13 +1467,11 @@ fn rebind(state: &State, bindings: Vec<(Key, Arc<Value>)>) {
     }
 }
 
-pub async fn reconcile(state: &Arc<State>) {
-    let pending = state
-        .store
-        .all_objects(&kind(BINDINGS))
-        .iter()
-        .any(|(_, b)| b["status"]["phase"] != "Bound");
-    if pending {
+pub async fn reconcile(state: &Arc<State>, idle: &mut crate::controllers::Idle) {
+    let pending = idle.work("binding", state, &kind(BINDINGS), |b| {
+        b["status"]["phase"] != "Bound"
+    });
+    if !pending.is_empty() {
         rebind_all(state);
     }
 }

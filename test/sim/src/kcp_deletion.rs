@@ -102,25 +102,28 @@ pub fn check_finalizer_removal(
 }
 
 /// One pass of the three deletion controllers.
-pub async fn reconcile(state: &Arc<State>) {
-    for (key, ws) in state.store.all_objects(&kind(WORKSPACES)) {
-        if deleting(&ws) {
-            workspace(state, &key, &ws).await;
-        }
+pub async fn reconcile(state: &Arc<State>, idle: &mut crate::controllers::Idle) {
+    for (key, ws) in idle.work("workspace deletion", state, &kind(WORKSPACES), deleting) {
+        workspace(state, &key, &ws).await;
     }
-    for (key, lc) in state.store.all_objects(&kind(LOGICAL_CLUSTERS)) {
-        if deleting(&lc) && finalizers(&lc).contains(&LOGICAL_CLUSTER_FINALIZER) {
-            logical_cluster(state, &key, &lc).await;
-        }
+    let lcs = idle.work(
+        "logical cluster deletion",
+        state,
+        &kind(LOGICAL_CLUSTERS),
+        |lc| deleting(lc) && finalizers(lc).contains(&LOGICAL_CLUSTER_FINALIZER),
+    );
+    for (key, lc) in lcs {
+        logical_cluster(state, &key, &lc).await;
     }
     let bindings = Gr {
         group: "apis.kcp.io".into(),
         resource: "apibindings".into(),
     };
-    for (key, b) in state.store.all_objects(&bindings) {
-        if deleting(&b) && finalizers(&b).contains(&BINDING_FINALIZER) {
-            binding(state, &key, &b).await;
-        }
+    let bindings = idle.work("binding deletion", state, &bindings, |b| {
+        deleting(b) && finalizers(b).contains(&BINDING_FINALIZER)
+    });
+    for (key, b) in bindings {
+        binding(state, &key, &b).await;
     }
 }
 

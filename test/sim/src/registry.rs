@@ -377,7 +377,12 @@ impl Registry {
         } else {
             &self.kcp
         };
-        let mut out = self.with_dynamic(base, |c| c == cluster);
+        let mut out = base.to_vec();
+        if let Ok(d) = self.dynamic.read()
+            && let Some(extra) = d.get(cluster)
+        {
+            add_missing(&mut out, extra);
+        }
         if cluster != "root" {
             // kcp serves Shards in the root workspace only.
             out.retain(|i| !(i.group == "core.kcp.io" && i.resource == "shards"));
@@ -400,14 +405,7 @@ impl Registry {
         let mut out = base.to_vec();
         if let Ok(d) = self.dynamic.read() {
             for (_, extra) in d.iter().filter(|(c, _)| clusters(c)) {
-                for e in extra {
-                    if !out
-                        .iter()
-                        .any(|o| o.group == e.group && o.resource == e.resource)
-                    {
-                        out.push(e.clone());
-                    }
-                }
+                add_missing(&mut out, extra);
             }
         }
         out
@@ -795,4 +793,16 @@ pub fn openapi_v3_gv(list: &[Arc<ResourceInfo>], gvp: &str) -> Option<Value> {
         "paths": paths,
         "components": {"schemas": {}}
     }))
+}
+
+/// Adds to `out` the kinds of `extra` it does not have yet.
+fn add_missing(out: &mut Vec<Arc<ResourceInfo>>, extra: &[Arc<ResourceInfo>]) {
+    for e in extra {
+        if !out
+            .iter()
+            .any(|o| o.group == e.group && o.resource == e.resource)
+        {
+            out.push(e.clone());
+        }
+    }
 }

@@ -46,6 +46,8 @@ struct GrData {
     history: VecDeque<Arc<Event>>,
     /// Highest resourceVersion no longer replayable from history.
     evicted_rv: u64,
+    /// The resourceVersion of the last create, update or delete.
+    changed_rv: u64,
     tx: Option<broadcast::Sender<Arc<Event>>>,
 }
 
@@ -368,6 +370,7 @@ impl Store {
         let rv = inner.rv;
         obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
         let obj = Arc::new(obj);
+        inner.data.entry(gr.clone()).or_default().changed_rv = rv;
         if old.is_none()
             && let Some(u) = obj["metadata"]["uid"].as_str()
         {
@@ -460,6 +463,7 @@ impl Store {
         let rv = inner.rv;
         if let Some(d) = inner.data.get_mut(gr) {
             d.objects.remove(key);
+            d.changed_rv = rv;
         }
         Self::index_owners(&mut inner, gr, key, Some(&old), None);
         Self::index_references(&mut inner, gr, key, Some(&old), None);
@@ -551,6 +555,15 @@ impl Store {
         for d in inner.data.values_mut() {
             d.history.clear();
         }
+    }
+
+    /// The resourceVersion of the last change to an object of `gr` (0: none yet):
+    /// what a loop over every object of `gr` may skip while it holds.
+    pub fn changed_at(&self, gr: &Gr) -> u64 {
+        self.lock()
+            .data
+            .get(&eventsview::storage(gr))
+            .map_or(0, |d| d.changed_rv)
     }
 
     /// Every resource kind that has (or had) objects.
