@@ -199,7 +199,8 @@ fn rule(i: usize, j: usize, n: usize, resource: &str) -> Value {
 
 /// The numbers `field=N` of the controller's log lines containing `message`, sorted.
 fn logged(log: &str, message: &str, field: &str) -> Vec<u64> {
-    let key = format!("{field}=");
+    // A whole field (`statuses_us=` is also the end of `rule_statuses_us=`).
+    let key = format!(" {field}=");
     let mut v: Vec<u64> = log
         .lines()
         .filter(|l| l.contains(message))

@@ -8,7 +8,7 @@
 use crate::server::State;
 use crate::store::{Key, rv_of};
 use serde_json::Value;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,8 @@ impl Replication {
 /// The replica of kcp's ValidatingWebhookConfigurations.
 #[derive(Default)]
 pub struct Cache {
-    replica: RwLock<HashMap<Key, Arc<Value>>>,
+    /// By key: a cluster's configurations are one range.
+    replica: RwLock<BTreeMap<Key, Arc<Value>>>,
     /// When each pending change replicates.
     due: Mutex<HashMap<Key, Instant>>,
     setting: Mutex<Replication>,
@@ -71,8 +72,13 @@ impl Cache {
         self.replica
             .read()
             .map(|r| {
-                r.iter()
-                    .filter(|(k, _)| k.cluster == cluster)
+                let from = Key {
+                    cluster: cluster.to_string(),
+                    namespace: String::new(),
+                    name: String::new(),
+                };
+                r.range(from..)
+                    .take_while(|(k, _)| k.cluster == cluster)
                     .map(|(_, v)| v.clone())
                     .collect()
             })
