@@ -89,6 +89,7 @@ impl Reconciler {
         let mut installed = self
             .install(fleet.targets.current(), scope.as_ref(), base)
             .await;
+        let workspaces_installed = started.elapsed();
         // The holdfast workspace's own (CriticalServices guard themselves through
         // it): judged and probed with the others.
         match self.install_home(&kinds).await {
@@ -100,6 +101,7 @@ impl Reconciler {
             Ok(None) => {}
             Err(e) => installed.failed.push(e),
         }
+        let home_installed = started.elapsed();
         if let Some(w) = &self.workspaces {
             let opts = self.options.borrow().clone();
             if let Err(e) = w.ensure(&opts).await {
@@ -253,6 +255,8 @@ impl Reconciler {
             evaluate_us = us(evaluated),
             plan_us = us(planned.saturating_sub(evaluated)),
             install_us = us(configured.saturating_sub(planned)),
+            install_workspaces_us = us(workspaces_installed.saturating_sub(planned)),
+            install_home_us = us(home_installed.saturating_sub(workspaces_installed)),
             statuses_us = us(started.elapsed().saturating_sub(configured)),
             "kcp pass phases"
         );

@@ -870,6 +870,8 @@ async fn bench_kcp_convergence_and_propagation() {
         "evaluate_us",
         "plan_us",
         "install_us",
+        "install_workspaces_us",
+        "install_home_us",
         "statuses_us",
         "probe_us",
         "rule_statuses_us",
