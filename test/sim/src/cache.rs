@@ -64,6 +64,9 @@ pub struct Cache {
     /// The store's last change to configurations when the replica last equalled
     /// it: nothing to do while that holds.
     in_sync_at: Mutex<Option<u64>>,
+    /// The store's last change to configurations the last sync read (the next
+    /// reads only the keys changed since, and those waiting to replicate).
+    scanned_at: Mutex<Option<u64>>,
 }
 
 impl Cache {
@@ -95,6 +98,10 @@ impl Cache {
         if let Ok(mut at) = self.in_sync_at.lock() {
             *at = None;
         }
+        // A stopped replica left changes unscheduled: the next sync reads all.
+        if let Ok(mut at) = self.scanned_at.lock() {
+            *at = None;
+        }
     }
 
     pub fn setting(&self) -> Replication {
@@ -110,16 +117,37 @@ impl Cache {
         if self.in_sync_at.lock().is_ok_and(|at| *at == Some(changed)) {
             return true;
         }
-        let live: HashMap<Key, Arc<Value>> = state
-            .store
-            .all_objects(&crate::admission::vwc_gr())
-            .into_iter()
-            .filter(|(k, _)| !k.cluster.is_empty())
-            .collect();
+        let gr = crate::admission::vwc_gr();
+        let since = self.scanned_at.lock().ok().and_then(|at| *at);
+        let changed_keys = since.and_then(|at| state.store.keys_changed_since(&gr, at));
         let (Ok(mut replica), Ok(mut due)) = (self.replica.write(), self.due.lock()) else {
             return false;
         };
-        let keys: HashSet<Key> = live.keys().chain(replica.keys()).cloned().collect();
+        // What may differ: the keys changed since the last sync and those waiting to
+        // replicate; every key on the first sync, after a setting change or once the
+        // store's history no longer reaches the last sync.
+        let live: HashMap<Key, Arc<Value>> = match &changed_keys {
+            Some(changed) => changed
+                .iter()
+                .chain(due.keys())
+                .filter(|k| !k.cluster.is_empty())
+                .filter_map(|k| Some((k.clone(), state.store.get(&gr, k)?)))
+                .collect(),
+            None => state
+                .store
+                .all_objects(&gr)
+                .into_iter()
+                .filter(|(k, _)| !k.cluster.is_empty())
+                .collect(),
+        };
+        let keys: HashSet<Key> = match changed_keys {
+            Some(changed) => changed
+                .into_iter()
+                .chain(due.keys().cloned())
+                .filter(|k| !k.cluster.is_empty())
+                .collect(),
+            None => live.keys().chain(replica.keys()).cloned().collect(),
+        };
         let mut in_sync = true;
         for k in keys {
             let (l, r) = (live.get(&k), replica.get(&k));
@@ -152,6 +180,10 @@ impl Cache {
         }
         if let Ok(mut at) = self.in_sync_at.lock() {
             *at = in_sync.then_some(changed);
+        }
+        // (Stopped, a change found is not scheduled: every sync reads all.)
+        if let Ok(mut at) = self.scanned_at.lock() {
+            *at = setting.delay().is_some().then_some(changed);
         }
         in_sync
     }

@@ -566,6 +566,28 @@ impl Store {
             .map_or(0, |d| d.changed_rv)
     }
 
+    /// The keys of `gr` changed after resourceVersion `rv`, from the watch history
+    /// (`None` when it no longer reaches back to `rv`).
+    pub fn keys_changed_since(&self, gr: &Gr, rv: u64) -> Option<Vec<Key>> {
+        let inner = self.lock();
+        if inner.compacted_rv > rv {
+            return None;
+        }
+        let Some(d) = inner.data.get(&eventsview::storage(gr)) else {
+            return Some(vec![]);
+        };
+        if d.evicted_rv > rv {
+            return None;
+        }
+        Some(
+            d.history
+                .iter()
+                .filter(|e| e.rv > rv)
+                .map(|e| e.key.clone())
+                .collect(),
+        )
+    }
+
     /// Every resource kind that has (or had) objects.
     pub fn all_grs(&self) -> Vec<Gr> {
         self.lock().data.keys().cloned().collect()
