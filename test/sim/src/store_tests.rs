@@ -57,3 +57,31 @@ fn the_reference_index_follows_creates_updates_and_deletes() {
     let other = crate::kcp::kind(("apis.kcp.io", "apiexports"));
     assert!(store.referencing(&other, "c1", None).is_empty());
 }
+
+#[test]
+fn keys_changed_since_come_from_the_history_until_it_no_longer_reaches() {
+    let store = Store::new(16);
+    let at = store.current_rv();
+    let _ = store.create(&gr(), key("c1", "b"), binding("", "e"));
+    let _ = store.create(&gr(), key("c2", "b"), binding("", "e"));
+    let mid = store.current_rv();
+    assert!(store.delete(&gr(), &key("c1", "b"), None).is_ok());
+    let since = |rv| {
+        store
+            .keys_changed_since(&gr(), rv)
+            .map(|ks| ks.into_iter().map(|k| k.cluster).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        since(at),
+        Some(vec!["c1".to_string(), "c2".to_string(), "c1".to_string()])
+    );
+    assert_eq!(since(mid), Some(vec!["c1".to_string()]));
+    assert_eq!(
+        store.changed_at(&gr()),
+        store.current_rv(),
+        "the delete is the last change"
+    );
+    // After a compaction the history no longer reaches back: the caller reads all.
+    store.compact();
+    assert_eq!(since(mid), None);
+}
