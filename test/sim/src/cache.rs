@@ -126,27 +126,29 @@ impl Cache {
         // What may differ: the keys changed since the last sync and those waiting to
         // replicate; every key on the first sync, after a setting change or once the
         // store's history no longer reaches the last sync.
-        let live: HashMap<Key, Arc<Value>> = match &changed_keys {
-            Some(changed) => changed
-                .iter()
-                .chain(due.keys())
-                .filter(|k| !k.cluster.is_empty())
-                .filter_map(|k| Some((k.clone(), state.store.get(&gr, k)?)))
-                .collect(),
-            None => state
-                .store
-                .all_objects(&gr)
-                .into_iter()
-                .filter(|(k, _)| !k.cluster.is_empty())
-                .collect(),
-        };
-        let keys: HashSet<Key> = match changed_keys {
-            Some(changed) => changed
-                .into_iter()
-                .chain(due.keys().cloned())
-                .filter(|k| !k.cluster.is_empty())
-                .collect(),
-            None => live.keys().chain(replica.keys()).cloned().collect(),
+        let (live, keys): (HashMap<Key, Arc<Value>>, HashSet<Key>) = match changed_keys {
+            Some(changed) => {
+                let keys: HashSet<Key> = changed
+                    .into_iter()
+                    .chain(due.keys().cloned())
+                    .filter(|k| !k.cluster.is_empty())
+                    .collect();
+                let live = keys
+                    .iter()
+                    .filter_map(|k| Some((k.clone(), state.store.get(&gr, k)?)))
+                    .collect();
+                (live, keys)
+            }
+            None => {
+                let live: HashMap<Key, Arc<Value>> = state
+                    .store
+                    .all_objects(&gr)
+                    .into_iter()
+                    .filter(|(k, _)| !k.cluster.is_empty())
+                    .collect();
+                let keys = live.keys().chain(replica.keys()).cloned().collect();
+                (live, keys)
+            }
         };
         let mut in_sync = true;
         for k in keys {

@@ -1075,17 +1075,22 @@ fn may_name(reference: &Value, at: &str, ec: &str, ec_path: Option<&str>, name: 
 /// (`spec.export`) names, for the store's index: (its path, or its own logical
 /// cluster when the path is empty; the export's name).
 pub(crate) fn export_reference(key: &Key, obj: &Value) -> Option<(String, String)> {
-    let export = if obj["spec"]["reference"].is_object() {
-        &obj["spec"]["reference"]["export"]
-    } else {
-        &obj["spec"]["export"]
-    };
+    let export = named_export(obj);
     let name = export["name"].as_str()?.to_string();
     let target = match export["path"].as_str().unwrap_or("") {
         "" => key.cluster.clone(),
         p => p.to_string(),
     };
     Some((target, name))
+}
+
+/// The export an APIBinding (`spec.reference.export`) or an endpoint slice
+/// (`spec.export`) names.
+fn named_export(obj: &Value) -> &Value {
+    match obj["spec"]["reference"].is_object() {
+        true => &obj["spec"]["reference"]["export"],
+        false => &obj["spec"]["export"],
+    }
 }
 
 /// Indexes APIBindings and endpoint slices by the export they name, as kcp's
@@ -1112,11 +1117,7 @@ fn referencing_export(
         out.extend(state.store.referencing(&gr, p, name));
     }
     out.retain(|(k, o)| {
-        let export = if what == BINDINGS {
-            &o["spec"]["reference"]["export"]
-        } else {
-            &o["spec"]["export"]
-        };
+        let export = named_export(o);
         let n = name.or_else(|| export["name"].as_str()).unwrap_or("");
         may_name(export, &k.cluster, ec, path.as_deref(), n)
     });
