@@ -75,6 +75,13 @@ impl Memo {
         let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
         match cache.get(key) {
             Some(p) if p.rv == rv => p.clone(),
+            // The same spec at another resourceVersion (the echo of a status
+            // write): the spec's decoding and check are kept, the status read.
+            Some(p) if p.spec_at(obj) => {
+                let p = Arc::new(p.restated(&obj.object()));
+                cache.insert(key.clone(), p.clone());
+                p
+            }
             _ => {
                 let p = Arc::new(Parsed::of(&obj.object()));
                 cache.insert(key.clone(), p.clone());

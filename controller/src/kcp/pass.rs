@@ -69,7 +69,17 @@ impl Reconciler {
                     &kinds.targets,
                     plan_before.as_ref().map(|p| &p.targets),
                 );
-                scope.extend(hook_changes.keys().map(|(lc, _)| lc.clone()));
+                // A configuration changed is compared again, unless what the watch
+                // has is what the last pass installed (the echo of its own write).
+                {
+                    let hooks = self.hooks.lock();
+                    scope.extend(
+                        hook_changes
+                            .keys()
+                            .filter(|key| !own_echo(&fleet.installed, key, hooks.get(key)))
+                            .map(|(lc, _)| lc.clone()),
+                    );
+                }
                 scope.extend(kinds.home.iter().cloned());
                 Some(scope)
             }
@@ -302,4 +312,21 @@ impl Reconciler {
 /// A configuration's resourceVersion (`None`: none installed).
 fn version(cfg: Option<&Arc<ValidatingWebhookConfiguration>>) -> Option<String> {
     cfg.and_then(|c| c.metadata.resource_version.clone())
+}
+
+/// Whether `live`, the hooks store's object at `key` after a change, is the
+/// configuration `installed` holds for its workspace at the same resourceVersion:
+/// the watch's echo of a write the last pass made (or already saw), so nothing
+/// to compare again. Gone, renamed or at another version, it is compared.
+pub(super) fn own_echo(
+    installed: &BTreeMap<String, Arc<ValidatingWebhookConfiguration>>,
+    key: &(String, String),
+    live: Option<(StoreKey, Arc<ValidatingWebhookConfiguration>)>,
+) -> bool {
+    let (Some((_, live)), Some(mine)) = (live, installed.get(&key.0)) else {
+        return false;
+    };
+    mine.metadata.name.as_deref() == Some(key.1.as_str())
+        && live.metadata.resource_version.is_some()
+        && live.metadata.resource_version == mine.metadata.resource_version
 }

@@ -227,16 +227,48 @@ impl Reconciler {
 
 impl Parsed {
     pub(super) fn of(obj: &DynamicObject) -> Self {
-        let rule = crate::kubernetes::decode::<DependencyRule>(obj).map(Arc::new);
+        let rule = crate::kubernetes::decode::<DependencyRule>(obj);
         let invalid = match &rule {
             Ok(r) => check_dependency_rule(r, &Default::default(), false),
             Err(_) => None,
         };
+        // Only the spec is read from the typed rule from here on (the status below,
+        // untyped): its metadata and status are not kept (about 1 KiB a rule).
+        let rule = rule.map(|mut r| {
+            r.metadata = Default::default();
+            r.status = None;
+            Arc::new(r)
+        });
         Self {
             rv: obj.metadata.resource_version.clone().unwrap_or_default(),
             spec_of: (obj.metadata.uid.clone(), obj.metadata.generation),
             rule,
             invalid,
+            status: crate::kubernetes::current_status(obj),
+            workspaces: match &obj.data["status"]["workspaces"] {
+                serde_json::Value::Null => json!([]),
+                v => v.clone(),
+            },
+        }
+    }
+
+    /// Whether `obj` is the object this was decoded from at the same
+    /// `metadata.generation` (so with the same spec; see [`Parsed::same_spec`]).
+    pub(super) fn spec_at(&self, obj: &Stored) -> bool {
+        let m = &obj.metadata;
+        self.spec_of.0.is_some()
+            && self.spec_of.1.is_some()
+            && self.spec_of == (m.uid.clone(), m.generation)
+    }
+
+    /// This decoding's spec with the status and resourceVersion of `obj` (the
+    /// same object at the same generation, [`Parsed::spec_at`]).
+    pub(super) fn restated(&self, obj: &DynamicObject) -> Self {
+        Self {
+            rv: obj.metadata.resource_version.clone().unwrap_or_default(),
+            spec_of: self.spec_of.clone(),
+            rule: self.rule.clone(),
+            invalid: self.invalid.clone(),
             status: crate::kubernetes::current_status(obj),
             workspaces: match &obj.data["status"]["workspaces"] {
                 serde_json::Value::Null => json!([]),

@@ -82,6 +82,89 @@ fn a_status_write_keeps_the_spec_a_new_generation_does_not() {
     );
 }
 
+#[test]
+fn a_status_echo_is_decoded_again_only_for_its_status() {
+    let stored = |generation: i64, rv: &str, spec: serde_json::Value, ready: &str| {
+        let mut o = DynamicObject::new("r", &ApiResource::erase::<DependencyRule>(&()));
+        o.metadata.uid = Some("u1".into());
+        o.metadata.generation = Some(generation);
+        o.metadata.resource_version = Some(rv.to_string());
+        o.data = serde_json::json!({"spec": spec, "status": {"conditions": [
+            {"type": "Ready", "status": ready, "reason": "R", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        Stored::of(o)
+    };
+    let spec = serde_json::json!({"dependent": {"group": "g", "version": "v1",
+        "resource": "vms", "kind": "VM"}, "dependencies": []});
+    let key: StoreKey = Arc::new(("c".to_string(), "r".to_string()));
+    let mut cache = HashMap::new();
+    let first = Memo::parsed_of(&mut cache, &key, &stored(1, "10", spec.clone(), "False"));
+    let echo = Memo::parsed_of(&mut cache, &key, &stored(1, "11", spec.clone(), "True"));
+    assert!(
+        !Arc::ptr_eq(&first, &echo),
+        "a new resourceVersion is a new decoding"
+    );
+    assert_eq!(echo.rv, "11");
+    assert_eq!(
+        echo.status.conditions[0].status, "True",
+        "the status is read again"
+    );
+    match (&first.rule, &echo.rule) {
+        (Ok(a), Ok(b)) => assert!(Arc::ptr_eq(a, b), "the spec's decoding is kept"),
+        _ => panic!("the rule decodes"),
+    }
+    // A spec change (a new generation) is decoded afresh, whatever the cache holds.
+    let changed = serde_json::json!({"dependent": {"group": "g", "version": "v1",
+        "resource": "disks", "kind": "Disk"}, "dependencies": []});
+    let next = Memo::parsed_of(&mut cache, &key, &stored(2, "12", changed, "True"));
+    match (&echo.rule, &next.rule) {
+        (Ok(a), Ok(b)) => {
+            assert!(!Arc::ptr_eq(a, b));
+            assert_eq!(b.spec.dependent.resource, "disks");
+        }
+        _ => panic!("the rule decodes"),
+    }
+}
+
+#[test]
+fn a_configuration_echo_of_the_last_install_is_not_compared_again() {
+    use super::pass::own_echo;
+    let cfg = |name: &str, rv: Option<&str>| {
+        let mut c = ValidatingWebhookConfiguration::default();
+        c.metadata.name = Some(name.to_string());
+        c.metadata.resource_version = rv.map(str::to_string);
+        Arc::new(c)
+    };
+    let installed = BTreeMap::from([("c".to_string(), cfg("holdfast", Some("7")))]);
+    let key = ("c".to_string(), "holdfast".to_string());
+    let live = |c| Some((Arc::new(key.clone()), c));
+    assert!(own_echo(&installed, &key, live(cfg("holdfast", Some("7")))));
+    assert!(
+        !own_echo(&installed, &key, live(cfg("holdfast", Some("8")))),
+        "changed since (by someone else, or deleted and created again)"
+    );
+    assert!(!own_echo(&installed, &key, None), "deleted");
+    let other = ("c".to_string(), "other".to_string());
+    assert!(
+        !own_echo(
+            &installed,
+            &other,
+            Some((Arc::new(other.clone()), cfg("other", Some("7"))))
+        ),
+        "another configuration of the workspace"
+    );
+    assert!(
+        !own_echo(
+            &installed,
+            &("d".to_string(), "holdfast".to_string()),
+            live(cfg("holdfast", Some("7")))
+        ),
+        "nothing installed in that workspace"
+    );
+    let unversioned = BTreeMap::from([("c".to_string(), cfg("holdfast", None))]);
+    assert!(!own_echo(&unversioned, &key, live(cfg("holdfast", None))));
+}
+
 fn target_eval(key: &str, to: &[(&str, &str, &str)]) -> Arc<RuleEval> {
     let mut targets: BTreeMap<String, ExportTargets> = BTreeMap::new();
     for (lc, export, resource) in to {

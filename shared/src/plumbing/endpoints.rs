@@ -33,7 +33,7 @@
 //! endpoint failing) must be read live.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashMap},
     fmt,
     marker::PhantomData,
     sync::Arc,
@@ -43,6 +43,7 @@ use kube::{Api, Client, Resource, api::DynamicObject, runtime::watcher};
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 
+use super::keyset::KeySet;
 use crate::{
     kcp::{Clients, cluster_of, endpoint_slice_resource},
     watch::{self, Index, NotFound, Status, WatchState},
@@ -83,9 +84,7 @@ struct Part {
     /// Which start of the URL this is (a stopped watch's late events are ignored).
     id: u64,
     status: Status,
-    keys: HashSet<ObjectKey>,
-    /// Objects per logical cluster.
-    clusters: HashMap<String, usize>,
+    keys: KeySet,
     /// Whether its status changed (or it started) since readers last saw it.
     reshaped: bool,
     /// Clusters it gained or lost since readers last saw it (each one's entry in
@@ -95,29 +94,18 @@ struct Part {
 }
 
 impl Part {
-    fn add(&mut self, key: ObjectKey) {
-        if !self.keys.contains(&key) {
-            let n = self.clusters.entry(key.cluster.clone()).or_default();
-            *n += 1;
-            if *n == 1 {
-                self.moved.push(key.cluster.clone());
-            }
-            self.keys.insert(key);
+    fn add(&mut self, key: &ObjectKey) {
+        if let (_, true) = self.keys.insert(key) {
+            self.moved.push(key.cluster.clone());
         }
     }
 
     fn take(&mut self, key: &ObjectKey) -> bool {
-        if !self.keys.remove(key) {
-            return false;
+        let (held, emptied) = self.keys.remove(key);
+        if emptied {
+            self.moved.push(key.cluster.clone());
         }
-        if let Some(n) = self.clusters.get_mut(&key.cluster) {
-            *n -= 1;
-            if *n == 0 {
-                self.clusters.remove(&key.cluster);
-                self.moved.push(key.cluster.clone());
-            }
-        }
-        true
+        held
     }
 }
 
@@ -262,8 +250,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
             Part {
                 id,
                 status: Status::default(),
-                keys: HashSet::new(),
-                clusters: HashMap::new(),
+                keys: KeySet::default(),
                 reshaped: true,
                 moved: Vec::new(),
             },
@@ -353,10 +340,10 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
             served,
         };
         for (url, part) in &st.parts {
-            for cluster in part.clusters.keys() {
+            for cluster in part.keys.clusters() {
                 let entry = seen
                     .clusters
-                    .entry(cluster.clone())
+                    .entry(cluster.to_string())
                     .or_insert_with(|| (url.clone(), part.status.synced));
                 if part.status.synced && !entry.1 {
                     *entry = (url.clone(), true);
@@ -373,7 +360,7 @@ impl<K: Resource, I: Partitioned<K>> Endpoints<K, I> {
 fn seen_at(parts: &BTreeMap<String, Part>, cluster: &str) -> Option<(String, bool)> {
     let mut at: Option<(String, bool)> = None;
     for (url, part) in parts {
-        if !part.clusters.contains_key(cluster) {
+        if !part.keys.has_cluster(cluster) {
             continue;
         }
         match &at {
@@ -387,7 +374,7 @@ fn seen_at(parts: &BTreeMap<String, Part>, cluster: &str) -> Option<(String, boo
 
 /// Removes what `part` contributed and no other partition holds.
 fn drop_part<K, I: Partitioned<K>>(st: &mut State<I>, part: Part) {
-    for key in part.keys {
+    for key in part.keys.iter() {
         if !st.parts.values().any(|p| p.keys.contains(&key)) {
             st.index.remove(&key);
         }
@@ -427,7 +414,7 @@ pub struct EndpointFeed<K, I> {
     url: String,
     id: u64,
     /// The keys of the list under way (see [`Index::streams_lists`]).
-    listed: Option<HashSet<ObjectKey>>,
+    listed: Option<KeySet>,
 }
 
 impl<K, I> EndpointFeed<K, I> {
@@ -449,16 +436,14 @@ impl<K: Resource, I: Partitioned<K>> Index<K> for EndpointFeed<K, I> {
     }
 
     fn list_begin(&mut self) {
-        self.listed = Some(HashSet::new());
+        self.listed = Some(KeySet::default());
     }
 
     fn list_apply(&mut self, object: K) {
         let key = ObjectKey::of(&object);
-        self.listed
-            .get_or_insert_with(HashSet::new)
-            .insert(key.clone());
+        self.listed.get_or_insert_with(KeySet::default).insert(&key);
         self.endpoints.part(&self.url, self.id, |part, index, _| {
-            part.add(key);
+            part.add(&key);
             index.apply(object);
         });
     }
@@ -467,12 +452,7 @@ impl<K: Resource, I: Partitioned<K>> Index<K> for EndpointFeed<K, I> {
         let listed = self.listed.take().unwrap_or_default();
         self.endpoints
             .part(&self.url, self.id, |part, index, others| {
-                let gone: Vec<ObjectKey> = part
-                    .keys
-                    .iter()
-                    .filter(|k| !listed.contains(*k))
-                    .cloned()
-                    .collect();
+                let gone = part.keys.missing_from(&listed);
                 for key in gone {
                     part.take(&key);
                     if !others.values().any(|p| p.keys.contains(&key)) {
@@ -484,7 +464,7 @@ impl<K: Resource, I: Partitioned<K>> Index<K> for EndpointFeed<K, I> {
 
     fn apply(&mut self, object: K) {
         self.endpoints.part(&self.url, self.id, |part, index, _| {
-            part.add(ObjectKey::of(&object));
+            part.add(&ObjectKey::of(&object));
             index.apply(object);
         });
     }

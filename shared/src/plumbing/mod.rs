@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod clients;
 pub mod endpoints;
 pub mod kcp;
+mod keyset;
 pub mod kubeconfig;
 #[cfg(feature = "runtime")]
 pub mod runtime;
