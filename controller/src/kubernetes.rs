@@ -171,7 +171,11 @@ pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, String> {
 
 /// The status an untyped object carries (lenient: unreadable parts count as absent).
 pub fn current_status(obj: &DynamicObject) -> holdfast_shared::api::PolicyStatus {
-    let status = &obj.data["status"];
+    policy_status(&obj.data["status"])
+}
+
+/// [`current_status`] of an object's `status` alone.
+pub fn policy_status(status: &serde_json::Value) -> holdfast_shared::api::PolicyStatus {
     holdfast_shared::api::PolicyStatus {
         observed_generation: status["observedGeneration"].as_i64(),
         conditions: serde_json::from_value(status["conditions"].clone()).unwrap_or_default(),

@@ -338,22 +338,24 @@ impl Reconciler {
             home.as_deref(),
             export,
         );
-        // Decoding and checking reused per object while its resourceVersion holds.
-        // (The pass's own: cells, not locks.)
+        // Decoding and checking reused per object while its spec holds (the same
+        // resourceVersion, or the same generation: a plan reads only specs, so
+        // the echo of a status write decodes nothing again). (The pass's own:
+        // cells, not locks.)
         let decoded = RefCell::new(std::mem::take(&mut *self.memo.decoded.lock()));
         let next = RefCell::new(HashMap::new());
         let decode = |kind: Kind, obj: &Arc<Stored>| {
             let key = (kind, cluster_of(obj.as_ref()), obj.name_any());
-            let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+            let now = SpecOf::of(&obj.metadata);
             let known = decoded
                 .borrow_mut()
                 .remove(&key)
-                .filter(|(was, _)| *was == rv && !rv.is_empty());
+                .filter(|(was, _)| was.holds_for(&now));
             let d = match known {
                 Some((_, d)) => d,
                 None => Arc::new(crate::kcp::kinds::decode_policy(kind, &obj.object())),
             };
-            next.borrow_mut().insert(key, (rv, d.clone()));
+            next.borrow_mut().insert(key, (now, d.clone()));
             d
         };
         let planned = plan(&objects, &decode, &bindings, export);

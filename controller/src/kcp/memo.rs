@@ -30,8 +30,8 @@ pub(super) struct Memo {
     /// Per rule (`cluster/name`): what its status was last found up to date with.
     pub(super) statuses: Mutex<HashMap<String, StatusInputs>>,
     /// ResourceProtections, AnchorRules and CriticalServices decoded and checked,
-    /// by (kind, cluster, name), with the resourceVersion they were read at.
-    pub(super) decoded: Mutex<HashMap<DecodedKey, (String, Arc<crate::kcp::kinds::Decoded>)>>,
+    /// by (kind, cluster, name), with what they were read from ([`SpecOf`]).
+    pub(super) decoded: Mutex<HashMap<DecodedKey, (SpecOf, Arc<crate::kcp::kinds::Decoded>)>>,
     /// Per policy of every [`Kind`]: what its status was last found up to date
     /// with (its comparison is skipped while they hold).
     pub(super) kind_statuses: Mutex<HashMap<DecodedKey, KindStatusInputs>>,
@@ -78,7 +78,7 @@ impl Memo {
             // The same spec at another resourceVersion (the echo of a status
             // write): the spec's decoding and check are kept, the status read.
             Some(p) if p.spec_at(obj) => {
-                let p = Arc::new(p.restated(&obj.object()));
+                let p = Arc::new(p.restated(obj));
                 cache.insert(key.clone(), p.clone());
                 p
             }
@@ -149,6 +149,36 @@ pub(super) struct StatusInputs {
     pub(super) parsed: Arc<Parsed>,
     pub(super) installed: Vec<Option<String>>,
     pub(super) cycle: Option<String>,
+}
+
+/// What an object's decoding was made from: its resourceVersion, uid and
+/// `metadata.generation`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct SpecOf {
+    pub(super) rv: String,
+    pub(super) uid: Option<String>,
+    pub(super) generation: Option<i64>,
+}
+
+impl SpecOf {
+    pub(super) fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+        Self {
+            rv: meta.resource_version.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
+            generation: meta.generation,
+        }
+    }
+
+    /// Whether a decoding of `self`'s object holds for `now`'s: the same
+    /// resourceVersion, or the same object (uid) at the same generation (a
+    /// status write moves the resourceVersion only, so the spec is the same).
+    pub(super) fn holds_for(&self, now: &SpecOf) -> bool {
+        (!self.rv.is_empty() && self.rv == now.rv)
+            || (self.uid.is_some()
+                && self.generation.is_some()
+                && self.uid == now.uid
+                && self.generation == now.generation)
+    }
 }
 
 /// A policy of a [`Kind`]: (kind, logical cluster, name).

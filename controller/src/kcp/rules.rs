@@ -263,16 +263,17 @@ impl Parsed {
 
     /// This decoding's spec with the status and resourceVersion of `obj` (the
     /// same object at the same generation, [`Parsed::spec_at`]).
-    pub(super) fn restated(&self, obj: &DynamicObject) -> Self {
+    pub(super) fn restated(&self, obj: &Stored) -> Self {
+        let mut status = obj.status();
         Self {
             rv: obj.metadata.resource_version.clone().unwrap_or_default(),
             spec_of: self.spec_of.clone(),
             rule: self.rule.clone(),
             invalid: self.invalid.clone(),
-            status: crate::kubernetes::current_status(obj),
-            workspaces: match &obj.data["status"]["workspaces"] {
-                serde_json::Value::Null => json!([]),
-                v => v.clone(),
+            status: crate::kubernetes::policy_status(&status),
+            workspaces: match status.get_mut("workspaces").map(serde_json::Value::take) {
+                None | Some(serde_json::Value::Null) => json!([]),
+                Some(v) => v,
             },
         }
     }

@@ -124,6 +124,19 @@ impl Stored {
         serde_json::from_str(&self.data).unwrap_or_default()
     }
 
+    /// Its `status` alone, parsed (`null` when it has none): the rest of the
+    /// text is read past, not built.
+    pub fn status(&self) -> serde_json::Value {
+        #[derive(serde::Deserialize)]
+        struct Only {
+            #[serde(default)]
+            status: serde_json::Value,
+        }
+        serde_json::from_str::<Only>(&self.data)
+            .map(|o| o.status)
+            .unwrap_or_default()
+    }
+
     /// The object again.
     pub fn object(&self) -> DynamicObject {
         DynamicObject {

@@ -127,6 +127,57 @@ fn a_status_echo_is_decoded_again_only_for_its_status() {
 }
 
 #[test]
+fn a_status_echo_reads_any_status_without_failing() {
+    let stored = |rv: &str, data: serde_json::Value| {
+        let mut o = DynamicObject::new("r", &ApiResource::erase::<DependencyRule>(&()));
+        o.metadata.uid = Some("u1".into());
+        o.metadata.generation = Some(1);
+        o.metadata.resource_version = Some(rv.to_string());
+        o.data = data;
+        Stored::of(o)
+    };
+    let spec = serde_json::json!({"dependent": {"group": "g", "version": "v1",
+        "resource": "vms", "kind": "VM"}, "dependencies": []});
+    let key: StoreKey = Arc::new(("c".to_string(), "r".to_string()));
+    let mut cache = HashMap::new();
+    Memo::parsed_of(
+        &mut cache,
+        &key,
+        &stored("1", serde_json::json!({"spec": spec})),
+    );
+    let ws = serde_json::json!([{"path": "root:a", "logicalCluster": "x"}]);
+    let echo = Memo::parsed_of(
+        &mut cache,
+        &key,
+        &stored(
+            "2",
+            serde_json::json!({"spec": spec, "status": {"workspaces": ws}}),
+        ),
+    );
+    assert_eq!(echo.workspaces, ws);
+    // Statuses no writer of holdfast's would make: read as empty, never a panic.
+    for odd in [
+        serde_json::json!("x"),
+        serde_json::json!([1]),
+        serde_json::json!({"workspaces": null}),
+    ] {
+        let p = Memo::parsed_of(
+            &mut cache,
+            &key,
+            &stored("3", serde_json::json!({"spec": spec, "status": odd})),
+        );
+        assert_eq!(p.workspaces, serde_json::json!([]));
+        assert!(p.status.conditions.is_empty());
+        cache.remove(&key);
+        Memo::parsed_of(
+            &mut cache,
+            &key,
+            &stored("1", serde_json::json!({"spec": spec})),
+        );
+    }
+}
+
+#[test]
 fn a_configuration_echo_of_the_last_install_is_not_compared_again() {
     use super::pass::own_echo;
     let cfg = |name: &str, rv: Option<&str>| {
@@ -774,4 +825,37 @@ fn a_kept_configuration_holds_its_ca_bundle_once_and_a_changed_bundle_is_rewritt
     )
     .keep();
     assert!(!matches_kept(&forged, &want));
+}
+
+#[test]
+fn a_policy_decoding_holds_across_status_writes_not_spec_changes() {
+    let of = |rv: &str, uid: Option<&str>, generation: Option<i64>| SpecOf {
+        rv: rv.to_string(),
+        uid: uid.map(str::to_string),
+        generation,
+    };
+    let was = of("5", Some("u"), Some(1));
+    assert!(
+        was.holds_for(&of("5", Some("u"), Some(1))),
+        "the same version"
+    );
+    assert!(
+        was.holds_for(&of("6", Some("u"), Some(1))),
+        "a status write"
+    );
+    assert!(
+        !was.holds_for(&of("7", Some("u"), Some(2))),
+        "a spec change"
+    );
+    assert!(
+        !was.holds_for(&of("8", Some("v"), Some(1))),
+        "deleted and created again under the name"
+    );
+    let bare = of("9", None, None);
+    assert!(bare.holds_for(&of("9", None, None)));
+    assert!(
+        !bare.holds_for(&of("10", None, None)),
+        "without uid and generation only the same version counts"
+    );
+    assert!(!of("", None, None).holds_for(&of("", None, None)));
 }
