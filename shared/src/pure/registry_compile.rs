@@ -97,7 +97,8 @@ pub fn compile_dependency_rule(
         .as_ref()
         .map(|s| s.workspaces.as_slice())
         .unwrap_or_default();
-    rule.spec
+    let compiled: Result<Vec<CompiledDependency>, CompileError> = rule
+        .spec
         .dependencies
         .iter()
         .enumerate()
@@ -145,7 +146,14 @@ pub fn compile_dependency_rule(
                 }),
             })
         })
-        .collect()
+        .collect();
+    // Exactly as long as the rule's dependencies: collected through a `Result`,
+    // the list starts with room for four (about 1.3 KiB a rule of one dependency,
+    // a fifth of the webhook's memory at 100,000 rules).
+    compiled.map(|mut c| {
+        c.shrink_to_fit();
+        c
+    })
 }
 
 /// A ResourceProtection, ready for admission.

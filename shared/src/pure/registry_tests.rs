@@ -75,6 +75,7 @@ fn a_dependency_serves_reviews_of_its_resolved_export_only() {
         {"path": "root:net", "name": "net-b", "webhookInstalled": false},
     ]}));
     let deps = compile_dependency_rule("c", &rule).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(deps.capacity(), deps.len(), "held without room to spare");
     let exports: Vec<_> = deps.iter().map(|d| d.export.clone()).collect();
     assert_eq!(
         exports,
