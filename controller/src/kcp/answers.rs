@@ -186,6 +186,26 @@ impl ExportAnswers {
         found
     }
 
+    /// Reads the answers of `named` that none is kept for yet,
+    /// [`READ_CONCURRENCY`] at a time (each as [`ExportAnswers::lookup`] would).
+    pub(super) async fn read_missing(
+        &self,
+        named: impl IntoIterator<Item = (Where, String, String)>,
+    ) {
+        let missing: Vec<(Where, String, String)> = {
+            let table = self.table.lock();
+            named
+                .into_iter()
+                .filter(|(kind, at, name)| table.get(*kind, at, name).is_none())
+                .collect()
+        };
+        futures::stream::iter(missing)
+            .for_each_concurrent(READ_CONCURRENCY, |(kind, at, name)| async move {
+                self.lookup(&at, &name, kind).await;
+            })
+            .await;
+    }
+
     /// Answer (kind, at, name), whose export a rule found lacking a resource, is
     /// read again from kcp at once (the resource added is noticed without waiting
     /// for the period).

@@ -283,3 +283,31 @@ async fn a_new_answer_that_failed_wakes_the_reader() {
         &found
     ));
 }
+
+#[tokio::test]
+async fn answers_named_are_read_ahead_once_and_kept_ones_are_not_read_again() {
+    let wake = Arc::new(Notify::new());
+    let a = answers(&wake);
+    let kept = a.lookup("lc0", "ex", Where::Cluster).await;
+    let named = vec![
+        (Where::Cluster, "lc0".to_string(), "ex".to_string()),
+        (Where::Cluster, "lc1".to_string(), "ex".to_string()),
+        (Where::Cluster, "lc2".to_string(), "ex".to_string()),
+    ];
+    a.read_missing(named).await;
+    let table = |lc: &str| a.table.lock().get(Where::Cluster, lc, "ex").cloned();
+    assert!(
+        table("lc0").is_some_and(|t| Arc::ptr_eq(&t, &kept)),
+        "a kept answer is not read again"
+    );
+    for lc in ["lc1", "lc2"] {
+        let read = table(lc).unwrap_or_else(|| panic!("{lc} was read ahead"));
+        // Nothing listens at the address: the read failed, and is kept as such
+        // (never taken for an export found).
+        assert!(read.export.is_err(), "{read:?}");
+        assert!(
+            Arc::ptr_eq(&a.lookup(lc, "ex", Where::Cluster).await, &read),
+            "the evaluation finds it kept"
+        );
+    }
+}
