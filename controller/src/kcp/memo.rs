@@ -146,7 +146,9 @@ pub(super) struct CachedEval {
 /// same status, so the comparison is skipped.
 pub(super) struct StatusInputs {
     pub(super) eval: Arc<RuleEval>,
-    pub(super) parsed: Arc<Parsed>,
+    /// The resourceVersion of the object whose status was found up to date, or
+    /// that the write of this status made (its echo then needs no comparison).
+    pub(super) object_rv: String,
     pub(super) installed: Vec<Option<String>>,
     pub(super) cycle: Option<String>,
 }

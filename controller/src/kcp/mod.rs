@@ -341,6 +341,9 @@ struct KindStatusWrite {
     obj: Arc<Stored>,
     status: serde_json::Value,
     event: Option<(&'static str, String)>,
+    /// What the status is computed from (remembered with the write's
+    /// resourceVersion, so its echo is not compared again).
+    inputs: KindStatusInputs,
 }
 
 /// Phase 5: one rule's status to write.

@@ -64,7 +64,7 @@ impl Reconciler {
                     continue;
                 }
                 let outcome = crate::kcp::kinds::outcome(e, installed, enforced, guard);
-                let current = crate::kubernetes::current_status(&obj.object());
+                let current = crate::kubernetes::policy_status(&obj.status());
                 match desired_status(
                     obj.metadata.generation,
                     current.observed_generation,
@@ -81,6 +81,7 @@ impl Reconciler {
                             obj: obj.clone(),
                             status,
                             event,
+                            inputs,
                         })
                     }
                     None => {
@@ -103,7 +104,7 @@ impl Reconciler {
                         Api::<DynamicObject>::all_with(client, ar)
                             .patch_status(name, &PatchParams::default(), body)
                             .await
-                            .map(|_| true)
+                            .map(|o| Some(o.metadata.resource_version.unwrap_or_default()))
                     })
                     .await;
                 // A 404 from the most likely endpoint: the object is gone already.
@@ -113,7 +114,7 @@ impl Reconciler {
                             .and_then(holdfast_shared::kcp::status_of)
                             == Some(404) =>
                     {
-                        Ok(false)
+                        Ok(None)
                     }
                     other => other,
                 }
@@ -122,7 +123,20 @@ impl Reconciler {
                     key: format!("{cluster}/{name}"),
                     source,
                 })?;
-                if let (true, Some((reason, message))) = (written, &w.event) {
+                let Some(rv) = written else {
+                    return Ok(());
+                };
+                // What the write made is what these inputs give: its echo (at
+                // that resourceVersion) is not compared again.
+                if !rv.is_empty() {
+                    let mut inputs = w.inputs;
+                    inputs.rv = rv;
+                    self.memo
+                        .kind_statuses
+                        .lock()
+                        .insert((w.kind, cluster.clone(), name.clone()), inputs);
+                }
+                if let Some((reason, message)) = &w.event {
                     self.warn(cluster, &w.obj.object_ref(ar), reason, "Validate", message)
                         .await;
                 }
@@ -151,8 +165,14 @@ impl Reconciler {
                 .map(|p| async move {
                     let mut w = status_write(&p.rule, installed, enforced, p.cycle, p.inputs);
                     let r = match self.write_status(&w, now).await {
-                        Ok(false) => Ok(w.inputs.take()),
-                        Ok(true) => Ok(None),
+                        Ok(Written::No) => Ok(w.inputs.take()),
+                        // What the write made is what these inputs give: its
+                        // echo (at that resourceVersion) is not compared again.
+                        Ok(Written::At(rv)) => Ok(w.inputs.take().map(|mut i| {
+                            i.object_rv = rv;
+                            i
+                        })),
+                        Ok(Written::Unknown) => Ok(None),
                         Err(source) => Err(Failure::RuleStatus {
                             key: w.key.clone(),
                             source,
@@ -182,8 +202,9 @@ impl Reconciler {
         failed
     }
 
-    /// Writes one rule's status if it differs; returns whether it wrote.
-    pub(super) async fn write_status(&self, w: &StatusWrite, now: &str) -> anyhow::Result<bool> {
+    /// Writes one rule's status if it differs; returns whether it wrote, and the
+    /// object's resourceVersion after the write.
+    pub(super) async fn write_status(&self, w: &StatusWrite, now: &str) -> anyhow::Result<Written> {
         let current = &w.parsed.status;
         let ws_same = w.parsed.workspaces == json!(w.workspaces);
         let generation = w.obj.metadata.generation;
@@ -195,7 +216,7 @@ impl Reconciler {
             now,
         );
         let mut status = match (status, ws_same) {
-            (None, true) => return Ok(false),
+            (None, true) => return Ok(Written::No),
             (Some(s), _) => s,
             (None, false) => {
                 let mut s = json!({"conditions": serde_json::to_value(&current.conditions)?});
@@ -208,14 +229,21 @@ impl Reconciler {
         status["workspaces"] = json!(w.workspaces);
         let ar = ApiResource::erase::<DependencyRule>(&());
         let api: Api<DynamicObject> = Api::all_with(self.vw_client(&w.cluster)?, &ar);
-        ignore_not_found(
-            api.patch_status(
+        let written = match api
+            .patch_status(
                 &w.obj.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": status })),
             )
-            .await,
-        )?;
+            .await
+        {
+            Ok(obj) => match obj.metadata.resource_version {
+                Some(rv) if !rv.is_empty() => Written::At(rv),
+                _ => Written::Unknown,
+            },
+            Err(kube::Error::Api(e)) if e.code == 404 => Written::Unknown,
+            Err(e) => return Err(e.into()),
+        };
         let reference = w.obj.object_ref(&ar);
         if let Some(cycle) = &w.outcome.cycle
             && !holdfast_shared::api::is_condition_true(
@@ -238,7 +266,7 @@ impl Reconciler {
             self.warn(&w.cluster, &reference, reason, "Validate", message)
                 .await;
         }
-        Ok(true)
+        Ok(written)
     }
 
     /// The enforcement probe in logical cluster `cluster`: a server-side dry-run
@@ -343,7 +371,8 @@ impl StatusInputs {
         cycle: Option<&str>,
     ) -> bool {
         if !(Arc::ptr_eq(&self.eval, &r.eval)
-            && Arc::ptr_eq(&self.parsed, &r.parsed)
+            && !self.object_rv.is_empty()
+            && self.object_rv == r.parsed.rv
             && self.cycle.as_deref() == cycle)
         {
             return false;
@@ -541,7 +570,7 @@ impl Reconciler {
             }
             let inputs = installed_inputs(e, &enforced.effective).map(|installed| StatusInputs {
                 eval: r.eval.clone(),
-                parsed: r.parsed.clone(),
+                object_rv: r.parsed.rv.clone(),
                 installed,
                 cycle: cycle.clone(),
             });
@@ -553,6 +582,16 @@ impl Reconciler {
         }
         writes
     }
+}
+
+/// What [`Reconciler::write_status`] did.
+pub(super) enum Written {
+    /// Nothing: the status was up to date.
+    No,
+    /// Wrote it; the object is at this resourceVersion since.
+    At(String),
+    /// Wrote it (or the object is gone); its resourceVersion is not known.
+    Unknown,
 }
 
 /// A rule whose status is compared (and written if it differs), with what its

@@ -481,7 +481,7 @@ fn a_status_found_up_to_date_is_skipped_only_while_its_inputs_hold() {
     // lc1 (a target) installed at 5, lc2 (a workspace) not installed.
     let inputs = StatusInputs {
         eval: eval.clone(),
-        parsed: parsed.clone(),
+        object_rv: parsed.rv.clone(),
         installed: installed_inputs(&eval, &installed).expect("comparable"),
         cycle: None,
     };
@@ -507,7 +507,40 @@ fn a_status_found_up_to_date_is_skipped_only_while_its_inputs_hold() {
         eval: eval.clone(),
         rule: None,
     };
-    assert!(!inputs.hold_for(&reparsed, &installed_rvs(&installed), None));
+    assert!(
+        inputs.hold_for(&reparsed, &installed_rvs(&installed), None),
+        "decoded again at the same resourceVersion: the same object"
+    );
+    let mut changed = obj.clone();
+    changed.metadata.resource_version = Some("8".into());
+    let rewritten = RuleState {
+        parsed: Arc::new(Parsed::of(&changed)),
+        obj: Arc::new(Stored::of(changed)),
+        eval: eval.clone(),
+        rule: None,
+    };
+    assert!(
+        !inputs.hold_for(&rewritten, &installed_rvs(&installed), None),
+        "the object changed since (its status written by someone else)"
+    );
+    let unversioned = StatusInputs {
+        eval: eval.clone(),
+        object_rv: String::new(),
+        installed: inputs.installed.clone(),
+        cycle: None,
+    };
+    let mut bare = obj.clone();
+    bare.metadata.resource_version = None;
+    let bare = RuleState {
+        parsed: Arc::new(Parsed::of(&bare)),
+        obj: Arc::new(Stored::of(bare)),
+        eval: eval.clone(),
+        rule: None,
+    };
+    assert!(
+        !unversioned.hold_for(&bare, &installed_rvs(&installed), None),
+        "without a resourceVersion nothing is taken as unchanged"
+    );
     let reevaluated = RuleState {
         eval: Arc::new(RuleEval {
             cluster: "c1".into(),
