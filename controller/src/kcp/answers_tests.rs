@@ -51,7 +51,7 @@ fn cached(used: Vec<Arc<ExportLookup>>) -> CachedEval {
     let mut o = DynamicObject::new("r", &ApiResource::erase::<DependencyRule>(&()));
     o.data = serde_json::json!({"spec": {}});
     CachedEval {
-        parsed: Arc::new(Parsed::of(&o)),
+        parsed: Arc::new(Parsed::of(&Arc::new(Stored::of(o)))),
         used,
         eval: Arc::new(RuleEval {
             cluster: "c".into(),

@@ -70,20 +70,20 @@ impl Memo {
     pub(super) fn parsed_of(
         cache: &mut HashMap<StoreKey, Arc<Parsed>>,
         key: &StoreKey,
-        obj: &Stored,
+        obj: &Arc<Stored>,
     ) -> Arc<Parsed> {
         let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
         match cache.get(key) {
             Some(p) if p.rv == rv => p.clone(),
             // The same spec at another resourceVersion (the echo of a status
-            // write): the spec's decoding and check are kept, the status read.
+            // write): the spec's decoding and check are kept.
             Some(p) if p.spec_at(obj) => {
                 let p = Arc::new(p.restated(obj));
                 cache.insert(key.clone(), p.clone());
                 p
             }
             _ => {
-                let p = Arc::new(Parsed::of(&obj.object()));
+                let p = Arc::new(Parsed::of(obj));
                 cache.insert(key.clone(), p.clone());
                 p
             }
@@ -129,8 +129,10 @@ pub(super) struct Parsed {
     /// The spec's own problems ([`check_dependency_rule`], a function of the
     /// rule alone).
     pub(super) invalid: Option<Invalid>,
-    pub(super) status: holdfast_shared::api::PolicyStatus,
-    pub(super) workspaces: serde_json::Value,
+    /// The object it was decoded from (the store's copy, shared): its status is
+    /// read from it when compared ([`Parsed::current`]), not kept decoded (about
+    /// 1 KiB a rule, and an echo of a status write needs no decoding at all).
+    pub(super) source: Arc<Stored>,
 }
 
 /// A rule's evaluation and what it was computed from.

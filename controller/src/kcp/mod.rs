@@ -351,7 +351,8 @@ struct StatusWrite {
     key: String,
     cluster: String,
     obj: Arc<Stored>,
-    parsed: Arc<Parsed>,
+    /// The status the object has, and its `status.workspaces`.
+    current: (holdfast_shared::api::PolicyStatus, serde_json::Value),
     outcome: Outcome,
     workspaces: Vec<serde_json::Value>,
     /// Remembered when the status turns out to be up to date.

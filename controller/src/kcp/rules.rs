@@ -250,8 +250,8 @@ impl Reconciler {
 }
 
 impl Parsed {
-    pub(super) fn of(obj: &DynamicObject) -> Self {
-        let rule = crate::kubernetes::decode::<DependencyRule>(obj);
+    pub(super) fn of(source: &Arc<Stored>) -> Self {
+        let rule = crate::kubernetes::decode::<DependencyRule>(&source.object());
         let invalid = match &rule {
             Ok(r) => check_dependency_rule(r, &Default::default(), false),
             Err(_) => None,
@@ -264,16 +264,24 @@ impl Parsed {
             Arc::new(r)
         });
         Self {
-            rv: obj.metadata.resource_version.clone().unwrap_or_default(),
-            spec_of: (obj.metadata.uid.clone(), obj.metadata.generation),
+            rv: source.metadata.resource_version.clone().unwrap_or_default(),
+            spec_of: (source.metadata.uid.clone(), source.metadata.generation),
             rule,
             invalid,
-            status: crate::kubernetes::current_status(obj),
-            workspaces: match &obj.data["status"]["workspaces"] {
-                serde_json::Value::Null => json!([]),
-                v => v.clone(),
-            },
+            source: source.clone(),
         }
+    }
+
+    /// The object's status as it stands, and its `status.workspaces` (`[]` when
+    /// it has none), read from its text (a status no writer of holdfast's would
+    /// make reads as empty).
+    pub(super) fn current(&self) -> (holdfast_shared::api::PolicyStatus, serde_json::Value) {
+        let mut status = self.source.status();
+        let workspaces = match status.get_mut("workspaces").map(serde_json::Value::take) {
+            None | Some(serde_json::Value::Null) => json!([]),
+            Some(v) => v,
+        };
+        (crate::kubernetes::policy_status(&status), workspaces)
     }
 
     /// Whether `obj` is the object this was decoded from at the same
@@ -285,20 +293,15 @@ impl Parsed {
             && self.spec_of == (m.uid.clone(), m.generation)
     }
 
-    /// This decoding's spec with the status and resourceVersion of `obj` (the
-    /// same object at the same generation, [`Parsed::spec_at`]).
-    pub(super) fn restated(&self, obj: &Stored) -> Self {
-        let mut status = obj.status();
+    /// This decoding's spec for `obj` at its resourceVersion (the same object at
+    /// the same generation, [`Parsed::spec_at`]): nothing is decoded again.
+    pub(super) fn restated(&self, obj: &Arc<Stored>) -> Self {
         Self {
             rv: obj.metadata.resource_version.clone().unwrap_or_default(),
             spec_of: self.spec_of.clone(),
             rule: self.rule.clone(),
             invalid: self.invalid.clone(),
-            status: crate::kubernetes::policy_status(&status),
-            workspaces: match status.get_mut("workspaces").map(serde_json::Value::take) {
-                None | Some(serde_json::Value::Null) => json!([]),
-                Some(v) => v,
-            },
+            source: obj.clone(),
         }
     }
 

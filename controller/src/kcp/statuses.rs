@@ -205,8 +205,8 @@ impl Reconciler {
     /// Writes one rule's status if it differs; returns whether it wrote, and the
     /// object's resourceVersion after the write.
     pub(super) async fn write_status(&self, w: &StatusWrite, now: &str) -> anyhow::Result<Written> {
-        let current = &w.parsed.status;
-        let ws_same = w.parsed.workspaces == json!(w.workspaces);
+        let (current, current_workspaces) = &w.current;
+        let ws_same = *current_workspaces == json!(w.workspaces);
         let generation = w.obj.metadata.generation;
         let status = desired_status(
             generation,
@@ -523,9 +523,10 @@ pub(super) fn status_write(
             v
         })
         .collect();
+    let current = r.parsed.current();
     if let Some(c) = &outcome.cycle
         && !holdfast_shared::api::is_condition_true(
-            &r.parsed.status.conditions,
+            &current.0.conditions,
             holdfast_shared::api::condition_types::CYCLE_DETECTED,
         )
     {
@@ -535,7 +536,7 @@ pub(super) fn status_write(
         key,
         cluster: e.cluster.clone(),
         obj: r.obj.clone(),
-        parsed: r.parsed.clone(),
+        current,
         outcome,
         workspaces,
         inputs,
