@@ -12,7 +12,8 @@
 ARG RUST_IMAGE=rust:1.95-alpine
 
 FROM ${RUST_IMAGE} AS build
-RUN apk add --no-cache musl-dev
+# make: jemalloc (tikv-jemalloc-sys) is built from its C sources.
+RUN apk add --no-cache musl-dev make
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
