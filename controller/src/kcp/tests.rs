@@ -513,14 +513,19 @@ fn a_status_found_up_to_date_is_skipped_only_while_its_inputs_hold() {
         inputs.hold_for(&reparsed, &installed_rvs(&installed), None),
         "decoded again at the same resourceVersion: the same object"
     );
-    let mut changed = obj.clone();
-    changed.metadata.resource_version = Some("8".into());
-    let rewritten = RuleState {
-        parsed: Arc::new(Parsed::of(&Arc::new(Stored::of(changed.clone())))),
-        obj: Arc::new(Stored::of(changed)),
-        eval: eval.clone(),
-        rule: None,
+    // The rule at another resourceVersion (or none), decoded from that object.
+    let at = |rv: Option<&str>| {
+        let mut o = obj.clone();
+        o.metadata.resource_version = rv.map(str::to_string);
+        let source = Arc::new(Stored::of(o));
+        RuleState {
+            parsed: Arc::new(Parsed::of(&source)),
+            obj: source,
+            eval: eval.clone(),
+            rule: None,
+        }
     };
+    let rewritten = at(Some("8"));
     assert!(
         !inputs.hold_for(&rewritten, &installed_rvs(&installed), None),
         "the object changed since (its status written by someone else)"
@@ -531,14 +536,7 @@ fn a_status_found_up_to_date_is_skipped_only_while_its_inputs_hold() {
         installed: inputs.installed.clone(),
         cycle: None,
     };
-    let mut bare = obj.clone();
-    bare.metadata.resource_version = None;
-    let bare = RuleState {
-        parsed: Arc::new(Parsed::of(&Arc::new(Stored::of(bare.clone())))),
-        obj: Arc::new(Stored::of(bare)),
-        eval: eval.clone(),
-        rule: None,
-    };
+    let bare = at(None);
     assert!(
         !unversioned.hold_for(&bare, &installed_rvs(&installed), None),
         "without a resourceVersion nothing is taken as unchanged"
