@@ -14,6 +14,8 @@
 #   HOLDFAST_BENCH_OTHER_KINDS=0 hack/bench-controller.sh    # DependencyRules only
 #   HOLDFAST_BENCH_CONTROLLER_HEAPTRACK=/tmp/ctl hack/bench-controller.sh   # heaptrack attached
 #     to the controller: /tmp/ctl.zst, read with heaptrack_print (timings do not compare)
+#     (heaptrack sees the system allocator only: build with the #[global_allocator] line of
+#     controller/src/main.rs commented out)
 #   HOLDFAST_BENCH_CONTROLLER_LOG=/tmp/ctl.log hack/bench-controller.sh   # the controller's log kept
 #
 # On a real kcp (two shards, front-proxy, cache server; built by hack/substrates.sh,

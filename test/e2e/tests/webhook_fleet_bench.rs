@@ -39,7 +39,9 @@
 //! attaches `heaptrack -p` to the webhook as soon as it answers `/healthz` (its first
 //! milliseconds are not seen) and writes `/path/prefix.zst` (or `.gz`) once the run
 //! ends and the webhook is stopped (read with `heaptrack_print`); the webhook runs
-//! slower under it, so its timings do not compare.
+//! slower under it, so its timings do not compare. heaptrack sees the system
+//! allocator only: build the webhook with the `#[global_allocator]` line of
+//! `webhook/src/main.rs` commented out.
 
 use std::{
     path::Path,
