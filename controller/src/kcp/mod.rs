@@ -602,4 +602,6 @@ pub mod workspaces;
 use {answers::*, fleet::*, install::*, memo::*, rules::*, statuses::*, store::*, targets::*};
 
 #[cfg(test)]
+mod echo_tests;
+#[cfg(test)]
 mod tests;
