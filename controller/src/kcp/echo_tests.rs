@@ -58,7 +58,7 @@ fn a_status_echo_keeps_the_decoding_and_reads_the_new_status() {
         !Arc::ptr_eq(&first, &echo),
         "a new resourceVersion is a new decoding"
     );
-    assert_eq!(echo.rv, "11");
+    assert_eq!(echo.at.rv, "11");
     assert_eq!(
         echo.current().0.conditions[0].status,
         "True",
@@ -218,7 +218,7 @@ fn a_status_found_up_to_date_is_skipped_only_while_its_inputs_hold() {
     // lc1 (a target) installed at 5, lc2 (a workspace) not installed.
     let inputs = StatusInputs {
         eval: eval.clone(),
-        object_rv: parsed.rv.clone(),
+        object_rv: parsed.at.rv.clone(),
         installed: installed_inputs(&eval, &installed).expect("comparable"),
         cycle: None,
     };

@@ -74,7 +74,7 @@ impl Memo {
     ) -> Arc<Parsed> {
         let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
         match cache.get(key) {
-            Some(p) if p.rv == rv => p.clone(),
+            Some(p) if p.at.rv == rv => p.clone(),
             // The same spec at another resourceVersion (the echo of a status
             // write): the spec's decoding and check are kept.
             Some(p) if p.spec_at(obj) => {
@@ -121,10 +121,10 @@ pub(super) struct ExportFound {
 /// One rule object, decoded. A cache of decoding work only: every pass still
 /// recomputes the whole desired state from all rules.
 pub(super) struct Parsed {
-    pub(super) rv: String,
-    /// The object's uid and `metadata.generation`: while both hold, its spec is the
-    /// same (a status write moves the resourceVersion only).
-    pub(super) spec_of: (Option<String>, Option<i64>),
+    /// The object's resourceVersion, uid and `metadata.generation`: while uid and
+    /// generation hold, its spec is the same (a status write moves the
+    /// resourceVersion only).
+    pub(super) at: SpecOf,
     pub(super) rule: Result<Arc<DependencyRule>, String>,
     /// The spec's own problems ([`check_dependency_rule`], a function of the
     /// rule alone).
@@ -177,11 +177,16 @@ impl SpecOf {
     /// resourceVersion, or the same object (uid) at the same generation (a
     /// status write moves the resourceVersion only, so the spec is the same).
     pub(super) fn holds_for(&self, now: &SpecOf) -> bool {
-        (!self.rv.is_empty() && self.rv == now.rv)
-            || (self.uid.is_some()
-                && self.generation.is_some()
-                && self.uid == now.uid
-                && self.generation == now.generation)
+        (!self.rv.is_empty() && self.rv == now.rv) || self.same_spec(now)
+    }
+
+    /// Whether `other` is the same object (uid) at the same generation, both
+    /// known: then its spec is the same.
+    pub(super) fn same_spec(&self, other: &SpecOf) -> bool {
+        self.uid.is_some()
+            && self.generation.is_some()
+            && self.uid == other.uid
+            && self.generation == other.generation
     }
 }
 

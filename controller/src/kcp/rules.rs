@@ -264,8 +264,7 @@ impl Parsed {
             Arc::new(r)
         });
         Self {
-            rv: source.metadata.resource_version.clone().unwrap_or_default(),
-            spec_of: (source.metadata.uid.clone(), source.metadata.generation),
+            at: SpecOf::of(&source.metadata),
             rule,
             invalid,
             source: source.clone(),
@@ -287,18 +286,14 @@ impl Parsed {
     /// Whether `obj` is the object this was decoded from at the same
     /// `metadata.generation` (so with the same spec; see [`Parsed::same_spec`]).
     pub(super) fn spec_at(&self, obj: &Stored) -> bool {
-        let m = &obj.metadata;
-        self.spec_of.0.is_some()
-            && self.spec_of.1.is_some()
-            && self.spec_of == (m.uid.clone(), m.generation)
+        self.at.same_spec(&SpecOf::of(&obj.metadata))
     }
 
     /// This decoding's spec for `obj` at its resourceVersion (the same object at
     /// the same generation, [`Parsed::spec_at`]): nothing is decoded again.
     pub(super) fn restated(&self, obj: &Arc<Stored>) -> Self {
         Self {
-            rv: obj.metadata.resource_version.clone().unwrap_or_default(),
-            spec_of: self.spec_of.clone(),
+            at: SpecOf::of(&obj.metadata),
             rule: self.rule.clone(),
             invalid: self.invalid.clone(),
             source: obj.clone(),
@@ -311,10 +306,7 @@ impl Parsed {
     /// across the echoes of status writes (without a generation, only the same
     /// decoding counts).
     pub(super) fn same_spec(&self, other: &Arc<Parsed>) -> bool {
-        std::ptr::eq(self, Arc::as_ptr(other))
-            || (self.spec_of.0.is_some()
-                && self.spec_of.1.is_some()
-                && self.spec_of == other.spec_of)
+        std::ptr::eq(self, Arc::as_ptr(other)) || self.at.same_spec(&other.at)
     }
 }
 

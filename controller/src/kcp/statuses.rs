@@ -372,7 +372,7 @@ impl StatusInputs {
     ) -> bool {
         if !(Arc::ptr_eq(&self.eval, &r.eval)
             && !self.object_rv.is_empty()
-            && self.object_rv == r.parsed.rv
+            && self.object_rv == r.parsed.at.rv
             && self.cycle.as_deref() == cycle)
         {
             return false;
@@ -571,7 +571,7 @@ impl Reconciler {
             }
             let inputs = installed_inputs(e, &enforced.effective).map(|installed| StatusInputs {
                 eval: r.eval.clone(),
-                object_rv: r.parsed.rv.clone(),
+                object_rv: r.parsed.at.rv.clone(),
                 installed,
                 cycle: cycle.clone(),
             });
