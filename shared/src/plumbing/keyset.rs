@@ -6,17 +6,14 @@
 //! webhook's largest single holding (docs/performance.md, "The webhook at fleet
 //! size").
 
-use std::{
-    collections::{HashMap, HashSet, hash_map::Entry},
-    sync::Arc,
-};
+use std::collections::{HashMap, HashSet};
 
 use crate::endpoints::ObjectKey;
 
 /// Object keys by logical cluster.
 #[derive(Default, Debug)]
 pub struct KeySet {
-    clusters: HashMap<Arc<str>, HashSet<Box<str>>>,
+    clusters: HashMap<Box<str>, HashSet<Box<str>>>,
 }
 
 /// An object's namespace and name as one string, exact whatever either holds:
@@ -25,11 +22,15 @@ fn within(namespace: &str, name: &str) -> Box<str> {
     format!("{}:{namespace}{name}", namespace.len()).into_boxed_str()
 }
 
-/// The namespace and name of [`within`]'s string.
-fn split(s: &str) -> Option<(&str, &str)> {
-    let (n, rest) = s.split_once(':')?;
+/// The key of [`within`]'s string `id` in `cluster`.
+fn key_of(cluster: &str, id: &str) -> Option<ObjectKey> {
+    let (n, rest) = id.split_once(':')?;
     let n: usize = n.parse().ok()?;
-    Some((rest.get(..n)?, rest.get(n..)?))
+    Some(ObjectKey {
+        cluster: cluster.to_string(),
+        namespace: rest.get(..n)?.to_string(),
+        name: rest.get(n..)?.to_string(),
+    })
 }
 
 impl KeySet {
@@ -50,21 +51,15 @@ impl KeySet {
     /// Removes `key`; returns whether it was there, and whether its cluster is
     /// gone with it (its last object).
     pub fn remove(&mut self, key: &ObjectKey) -> (bool, bool) {
-        let Some((cluster, set)) = self.clusters.get_key_value(key.cluster.as_str()) else {
+        let Some(set) = self.clusters.get_mut(key.cluster.as_str()) else {
             return (false, false);
         };
-        let id = within(&key.namespace, &key.name);
-        if !set.contains(&id) {
+        if !set.remove(&within(&key.namespace, &key.name)) {
             return (false, false);
         }
-        let cluster = cluster.clone();
-        let Entry::Occupied(mut e) = self.clusters.entry(cluster) else {
-            return (false, false);
-        };
-        e.get_mut().remove(&id);
-        let emptied = e.get().is_empty();
+        let emptied = set.is_empty();
         if emptied {
-            e.remove();
+            self.clusters.remove(key.cluster.as_str());
         }
         (true, emptied)
     }
@@ -88,37 +83,22 @@ impl KeySet {
 
     /// Every key held.
     pub fn iter(&self) -> impl Iterator<Item = ObjectKey> + '_ {
-        self.clusters.iter().flat_map(|(cluster, set)| {
-            set.iter().filter_map(move |id| {
-                let (namespace, name) = split(id)?;
-                Some(ObjectKey {
-                    cluster: cluster.to_string(),
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                })
-            })
-        })
+        self.clusters
+            .iter()
+            .flat_map(|(cluster, set)| set.iter().filter_map(move |id| key_of(cluster, id)))
     }
 
     /// The keys held here and not in `other`.
     pub fn missing_from(&self, other: &KeySet) -> Vec<ObjectKey> {
-        let mut out = Vec::new();
-        for (cluster, set) in &self.clusters {
-            let theirs = other.clusters.get(cluster);
-            for id in set {
-                if theirs.is_some_and(|t| t.contains(id)) {
-                    continue;
-                }
-                if let Some((namespace, name)) = split(id) {
-                    out.push(ObjectKey {
-                        cluster: cluster.to_string(),
-                        namespace: namespace.to_string(),
-                        name: name.to_string(),
-                    });
-                }
-            }
-        }
-        out
+        self.clusters
+            .iter()
+            .flat_map(|(cluster, set)| {
+                let theirs = other.clusters.get(cluster);
+                set.iter()
+                    .filter(move |id| !theirs.is_some_and(|t| t.contains(*id)))
+                    .filter_map(move |id| key_of(cluster, id))
+            })
+            .collect()
     }
 }
 
