@@ -290,16 +290,10 @@ impl Reconciler {
     /// Keeps the export answers some rule still names (after some rule was
     /// evaluated afresh or removed; unchanged otherwise).
     fn keep_named_answers<'a>(&self, rules: impl Iterator<Item = &'a RuleState>) {
-        let mut named: HashSet<(Where, &str, &str)> = HashSet::new();
-        for r in rules {
-            let Some(rule) = &r.rule else { continue };
-            if let Some(e) = &rule.spec.dependent.api_export_name {
-                named.insert((Where::Cluster, r.eval.cluster.as_str(), e.as_str()));
-            }
-            for x in rule.api_export_refs() {
-                named.insert((Where::Path, x.path.as_str(), x.name.as_str()));
-            }
-        }
+        let named: HashSet<(Where, &str, &str)> = rules
+            .filter_map(|r| Some((r.eval.cluster.as_str(), r.rule.as_deref()?)))
+            .flat_map(|(cluster, rule)| answers_named(cluster, rule))
+            .collect();
         self.answers.retain(&named);
     }
 

@@ -206,19 +206,8 @@ impl Reconciler {
             .zip(&kept)
             .filter(|(_, kept)| kept.is_none())
             .filter_map(|(((key, _), parsed), _)| Some((key, parsed.rule.as_ref().ok()?)))
-            .flat_map(|(key, rule)| {
-                let dependent = rule
-                    .spec
-                    .dependent
-                    .api_export_name
-                    .iter()
-                    .map(|e| (Where::Cluster, key.0.clone(), e.clone()));
-                let refs = rule
-                    .api_export_refs()
-                    .into_iter()
-                    .map(|r| (Where::Path, r.path.clone(), r.name.clone()));
-                dependent.chain(refs).collect::<Vec<_>>()
-            })
+            .flat_map(|(key, rule)| answers_named(&key.0, rule))
+            .map(|(kind, at, name)| (kind, at.to_string(), name.to_string()))
             .collect();
         self.answers.read_missing(named).await;
         let mut fresh = removed;
@@ -247,6 +236,26 @@ impl Reconciler {
             removed,
         }
     }
+}
+
+/// The export answers `rule`, in logical cluster `cluster`, is evaluated with:
+/// its dependent's export (in its own cluster), then each `apiExportRef` (by
+/// path), in spec order (what [`Reconciler::evaluate`] looks up).
+pub(super) fn answers_named<'a>(
+    cluster: &'a str,
+    rule: &'a DependencyRule,
+) -> impl Iterator<Item = (Where, &'a str, &'a str)> {
+    let dependent = rule
+        .spec
+        .dependent
+        .api_export_name
+        .as_deref()
+        .map(|e| (Where::Cluster, cluster, e));
+    let refs = rule
+        .api_export_refs()
+        .into_iter()
+        .map(|r| (Where::Path, r.path.as_str(), r.name.as_str()));
+    dependent.into_iter().chain(refs)
 }
 
 impl Parsed {
